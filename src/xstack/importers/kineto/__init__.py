@@ -1,0 +1,174 @@
+"""Import PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, into a trace store.
+
+Notes: events are staged in DuckDB chunk by chunk (see ``_reader``), then mapped and linked in SQL
+(``_sql``): kernels, copies, sets and syncs to the runtime call of the same correlation id; host spans to the
+innermost span enclosing them on their thread; Python frames by the profiler's frame ids; GPU annotations to
+the CPU annotation of the same external id. What cannot be linked is kept and counted in ``health``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from xstack.errors import BadInputError
+from xstack.importers.kineto import _sql
+from xstack.importers.kineto._reader import ChunkRejected, TraceReader
+from xstack.trace.schema import LEVELS
+from xstack.trace.store import RunInfo, Store
+
+__all__ = ["ImportedRun", "import_kineto", "trace_name"]
+
+DEFAULT_CHUNK_BYTES = 16 << 20
+_TEMP_TABLES = ("raw", "x", "host_parent", "other_parent")
+
+
+@dataclass
+class ImportedRun:
+    """What one imported trace became: its run id and how many spans, counters and health issues."""
+
+    run_id: int
+    name: str
+    path: Path
+    spans: int
+    counters: int
+    health: list[tuple[str, int, str]]
+
+
+def trace_name(path: Path) -> str:
+    """The run name for a trace file: its name without ``.json`` / ``.json.gz`` / ``.pt.trace.json``."""
+    name = path.name
+    for suffix in (".gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name or path.name
+
+
+def import_kineto(
+    store: Store, path: str | Path, *, name: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> ImportedRun:
+    """Import one Kineto trace as a new run of ``store``; raises ``BadInputError`` for unusable input.
+
+    The caller provides atomicity (``Store.create`` or ``Store.transaction``): on error, temp tables are
+    dropped but rows already inserted for this run are not removed here.
+    """
+    path = Path(path)
+    con = store.con
+    run_id = store.next_run_id()
+    try:
+        reader = _stage(con, path, chunk_bytes)
+        total = _scalar(con, "SELECT count(*) FROM raw")
+        _check_is_trace(con, path, reader, total)
+        con.execute(_sql.stage_spans(1))
+        con.execute(_sql.HOST_PARENTS)
+        con.execute(_sql.OTHER_PARENTS)
+        con.execute(_sql.insert_spans(run_id))
+        con.execute(_sql.insert_counters(run_id))
+        spans = _scalar(con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id}")
+        counters = _scalar(con, f"SELECT count(*) FROM _counters WHERE run_id = {run_id}")
+        if spans == 0 and counters == 0:
+            raise BadInputError(
+                f"{path}: not a PyTorch profiler (Kineto) trace: none of its {total} events is an op, runtime "
+                "call, kernel, copy, annotation or memory record"
+            )
+        health = _health(con, run_id)
+        store.add_health(run_id, health)
+        store.add_run(_run_info(con, run_id, name or trace_name(path), path, reader.metadata))
+    finally:
+        for table in _TEMP_TABLES:
+            con.execute(f"DROP TABLE IF EXISTS temp.{table}")
+    return ImportedRun(run_id, name or trace_name(path), path, spans, counters, [h for h in health if h[1]])
+
+
+def _stage(con: duckdb.DuckDBPyConnection, path: Path, chunk_bytes: int) -> TraceReader:
+    con.execute(_sql.CREATE_RAW)
+    with tempfile.TemporaryDirectory(prefix="xstack-import-") as tmp:
+        chunk_file = Path(tmp) / "chunk.json"
+
+        def load(text: bytes) -> None:
+            chunk_file.write_bytes(text)
+            try:
+                con.execute(_sql.LOAD_CHUNK, [str(chunk_file)])
+            except duckdb.Error as exc:
+                raise ChunkRejected(str(exc).splitlines()[0]) from exc
+
+        reader = TraceReader(path, load, chunk_bytes)
+        reader.run()
+    return reader
+
+
+def _check_is_trace(con: duckdb.DuckDBPyConnection, path: Path, reader: TraceReader, total: int) -> None:
+    if not reader.has_events_array:
+        keys = ", ".join(sorted(reader.metadata)[:5]) or "none"
+        raise BadInputError(f"{path}: not a PyTorch profiler trace: no traceEvents array (top-level keys: {keys})")
+    if total == 0:
+        raise BadInputError(f"{path}: empty trace: traceEvents holds no events")
+    if _scalar(con, "SELECT count(*) FROM raw WHERE ph IS NOT NULL") == 0:
+        raise BadInputError(f"{path}: not a PyTorch profiler trace: its events have no 'ph' (phase) field")
+    if _scalar(con, "SELECT count(*) FROM raw WHERE ph <> 'M'") == 0:
+        raise BadInputError(f"{path}: empty trace: only metadata events, no profiler events")
+
+
+def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int, str]]:
+    rows = [(check, _scalar(con, sql), detail) for check, sql, detail in _sql.health_queries(run_id)]
+    skipped = con.execute(_sql.SKIPPED).fetchall()
+    for ph, cat, count in skipped:
+        rows.append(("skipped_events", int(count), f"ph={ph} cat={cat}: not a span, counter or flow xstack maps"))
+    return rows
+
+
+def _run_info(
+    con: duckdb.DuckDBPyConnection, run_id: int, name: str, path: Path, meta: dict[str, Any]
+) -> RunInfo:
+    levels_present = {r[0] for r in con.execute(f"SELECT DISTINCT level FROM _spans WHERE run_id = {run_id}").fetchall()}
+    first = con.execute(f"SELECT min(start_ns) FROM _spans WHERE run_id = {run_id}").fetchone()
+    first_ns = int(first[0]) if first and first[0] is not None else None
+    devices = meta.get("deviceProperties") or []
+    device = ", ".join(f"cuda:{d.get('id', i)} {d.get('name', '?')}" for i, d in enumerate(devices)
+                       if isinstance(d, dict)) or "cpu"
+    processes: dict[str, dict[str, Any]] = {}
+    for kind, pid, tid, value in con.execute(_sql.NAMES).fetchall():
+        entry = processes.setdefault(str(pid), {"threads": {}})
+        if kind == "thread_name":
+            entry["threads"][str(tid)] = value
+        else:
+            entry["name" if kind == "process_name" else "labels"] = value
+    hip = _scalar(con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id} AND level = 'runtime' "
+                       "AND starts_with(name, 'hip')")
+    kineto = {k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")}
+    return RunInfo(
+        run_id=run_id,
+        name=name,
+        started_at_ns=_started_at(meta, first_ns),
+        framework="pytorch",
+        device=device,
+        levels=[lv for lv in LEVELS if lv in levels_present],
+        pass_name="import",
+        config={
+            "source": {"format": "kineto", "path": str(path)},
+            "devices": devices,
+            "distributed": meta.get("distributedInfo"),
+            "gpu_runtime": "hip" if hip else ("cuda" if devices else None),
+            "processes": processes,
+            "kineto": kineto,
+        },
+    )
+
+
+def _started_at(meta: dict[str, Any], first_ns: int | None) -> int | None:
+    """Wall-clock start: Kineto's ``baseTimeNanoseconds`` plus the first timestamp, or the timestamp itself
+    when it is already Unix time (older traces)."""
+    if first_ns is None:
+        return None
+    base = meta.get("baseTimeNanoseconds")
+    if isinstance(base, int):
+        return base + first_ns
+    return first_ns if first_ns > 10**18 else None
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    row = con.execute(sql).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

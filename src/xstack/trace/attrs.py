@@ -1,0 +1,119 @@
+"""Span attribute keys: every key stored in ``spans.attrs`` is defined here, once, with its meaning.
+
+Keys are dotted: the part before the first dot names the level or source that sets them. Units are in the
+key's name (``_bytes``, ``_ns``, ``_pct``). Attributes a source carries that xstack has no key for are kept,
+unrenamed, under ``KINETO_ARGS`` so that nothing an importer read is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- provenance -------------------------------------------------------------------------------------------
+KINETO_ARGS: Final = "kineto.args"
+"""Object: the Kineto ``args`` of the event that xstack did not map to a key of its own, unrenamed."""
+KINETO_EXTERNAL_ID: Final = "kineto.external_id"
+"""Integer: Kineto's ``External id``; links an op to its launches and a GPU annotation to its CPU one."""
+
+# -- layer ------------------------------------------------------------------------------------------------
+LAYER_PATH: Final = "layer.path"
+"""String: the module's path in the model (``encoder.layer.3.attention``), or the dotted chain of enclosing
+module instances (``BertModel_0.BertEmbeddings_0``) where only instance names are known (imported traces)."""
+LAYER_TYPE: Final = "layer.type"
+"""String: the module's class name (``Conv2d``)."""
+LAYER_INSTANCE: Final = "layer.instance"
+"""String: the profiler's instance name of the module (``Conv2d_3``) in imported traces."""
+LAYER_MODULE_ID: Final = "layer.module_id"
+"""Integer: the profiler's ``Python module id`` of the module object."""
+
+# -- op ---------------------------------------------------------------------------------------------------
+OP_SHAPES: Final = "op.shapes"
+"""List of lists of integers: the shape of each input (Kineto ``Input Dims``)."""
+OP_DTYPES: Final = "op.dtypes"
+"""List of strings: the type of each input (Kineto ``Input type``)."""
+OP_STRIDES: Final = "op.strides"
+"""List of lists of integers: the strides of each input (Kineto ``Input Strides``)."""
+OP_CONCRETE_INPUTS: Final = "op.concrete_inputs"
+"""List of strings: scalar inputs as the profiler recorded them (Kineto ``Concrete Inputs``)."""
+OP_SEQUENCE_NUMBER: Final = "op.sequence_number"
+"""Integer: the autograd sequence number linking a forward op to its backward op."""
+OP_FWD_THREAD_ID: Final = "op.fwd_thread_id"
+"""Integer: for a backward op, the thread that ran its forward op."""
+OP_FLOPS: Final = "op.flops"
+"""Integer: the profiler's analytic FLOP count for the op (``with_flops``); not a hardware count."""
+
+# -- runtime ----------------------------------------------------------------------------------------------
+RUNTIME_CBID: Final = "runtime.cbid"
+"""Integer: the CUPTI (or roctracer ``cid``) callback id of the API call."""
+RUNTIME_KERNEL: Final = "runtime.kernel"
+"""String: the kernel a HIP launch names, where the runtime records it."""
+
+# -- kernel -----------------------------------------------------------------------------------------------
+KERNEL_GRID: Final = "kernel.grid"
+"""List of 3 integers: the launch grid (blocks)."""
+KERNEL_BLOCK: Final = "kernel.block"
+"""List of 3 integers: the block size (threads)."""
+KERNEL_REGISTERS_PER_THREAD: Final = "kernel.registers_per_thread"
+"""Integer: registers per thread."""
+KERNEL_SHARED_MEMORY_BYTES: Final = "kernel.shared_memory_bytes"
+"""Integer: shared memory per block, in bytes."""
+KERNEL_BLOCKS_PER_SM: Final = "kernel.blocks_per_sm"
+"""Float: blocks per multiprocessor, as the tracer computed it."""
+KERNEL_WARPS_PER_SM: Final = "kernel.warps_per_sm"
+"""Float: warps per multiprocessor, as the tracer computed it."""
+KERNEL_EST_OCCUPANCY_PCT: Final = "kernel.est_occupancy_pct"
+"""Float: the tracer's estimated achieved occupancy, in percent (an estimate, not a hardware counter)."""
+KERNEL_QUEUED: Final = "kernel.queued"
+"""Integer: Kineto's ``queued`` field."""
+
+# -- collectives ------------------------------------------------------------------------------------------
+COLLECTIVE_NAME: Final = "collective.name"
+"""String: the collective a communication kernel or op performs (``allreduce``)."""
+COLLECTIVE_IN_NELEMS: Final = "collective.in_nelems"
+"""Integer: elements in the input message."""
+COLLECTIVE_OUT_NELEMS: Final = "collective.out_nelems"
+"""Integer: elements in the output message."""
+COLLECTIVE_GROUP_SIZE: Final = "collective.group_size"
+"""Integer: ranks in the process group."""
+COLLECTIVE_DTYPE: Final = "collective.dtype"
+"""String: element type of the message."""
+COLLECTIVE_PG_NAME: Final = "collective.pg_name"
+"""String: the process group's name."""
+
+# -- memcpy / memset --------------------------------------------------------------------------------------
+MEMCPY_BYTES: Final = "memcpy.bytes"
+"""Integer: bytes copied (or set, for a memset span)."""
+MEMCPY_KIND: Final = "memcpy.kind"
+"""String: direction, ``HtoD``, ``DtoH``, ``DtoD``, ``HtoH`` or ``PtoP``."""
+MEMCPY_SRC_KIND: Final = "memcpy.src_kind"
+"""String: the kind of source memory (``Pinned``, ``Pageable``, ``Device``)."""
+MEMCPY_DST_KIND: Final = "memcpy.dst_kind"
+"""String: the kind of destination memory."""
+MEMCPY_BANDWIDTH_GBPS: Final = "memcpy.bandwidth_gbps"
+"""Float: bytes / duration as the tracer reported it, in GB/s (10^9 bytes per second)."""
+
+# -- sync -------------------------------------------------------------------------------------------------
+SYNC_KIND: Final = "sync.kind"
+"""String: ``Stream Sync``, ``Event Sync``, ``Context Sync``, ``Stream Wait Event``."""
+SYNC_WAIT_ON_STREAM: Final = "sync.wait_on_stream"
+"""Integer: the stream waited on, where known."""
+SYNC_WAIT_ON_CORRELATION_ID: Final = "sync.wait_on_correlation_id"
+"""Integer: correlation id of the event record waited on, where known."""
+SYNC_EVENT_ID: Final = "sync.event_id"
+"""Integer: the CUDA event waited on, where known."""
+
+# -- python -----------------------------------------------------------------------------------------------
+PYTHON_ID: Final = "python.id"
+"""Integer: the profiler's id of a Python frame event."""
+PYTHON_PARENT_ID: Final = "python.parent_id"
+"""Integer: the profiler's id of the calling frame."""
+
+# -- metrics ----------------------------------------------------------------------------------------------
+METRICS_FLOPS_FP64: Final = "metrics.flops_fp64"
+"""Integer: FP64 FLOPs from hardware counters: dadd + dmul + 2 * dfma (thread instructions, predicated on)."""
+METRICS_FLOPS_FP32: Final = "metrics.flops_fp32"
+"""Integer: FP32 FLOPs from hardware counters: fadd + fmul + 2 * ffma."""
+METRICS_FLOPS_FP16: Final = "metrics.flops_fp16"
+"""Integer: FP16 FLOPs from hardware counters: hadd + hmul + 2 * hfma."""
+METRICS_SOURCE: Final = "metrics.source"
+"""String: where the counters came from (``cupti_range_profiler``, ``ncu``)."""

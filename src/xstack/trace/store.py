@@ -1,0 +1,205 @@
+"""The trace store: one DuckDB file per profile, opened only through this module.
+
+A store is created under a temporary ``.partial`` name and renamed into place only once it is complete, so a
+crash or a bad input never leaves behind a file that looks like a finished profile.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from xstack.errors import StoreError
+from xstack.trace.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
+
+PARTIAL_SUFFIX = ".partial"
+DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "512MB")
+"""DuckDB's memory limit for a writing connection; past it, sorts and joins spill to disk."""
+
+
+@dataclass
+class RunInfo:
+    """One row of ``runs``. ``started_at_ns`` is nanoseconds since the Unix epoch, when known."""
+
+    run_id: int
+    name: str
+    started_at_ns: int | None = None
+    command: str | None = None
+    host: str | None = None
+    framework: str | None = None
+    device: str | None = None
+    levels: list[str] = field(default_factory=list)
+    pass_name: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class Store:
+    """An open trace store. Use ``Store.open`` to read or append, ``Store.create`` to make a new one."""
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+        self.path = path
+        self.con = con
+        self.read_only = read_only
+
+    # -- opening ------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, read_only: bool = True) -> Store:
+        """Open an existing store, checking that it is an xstack store of a schema version this code reads."""
+        p = Path(path)
+        if not p.exists():
+            raise StoreError(f"{p}: no such store (import a trace or run a profile to make one)")
+        if p.is_dir():
+            raise StoreError(f"{p}: is a directory, not a trace store")
+        try:
+            con = duckdb.connect(str(p), read_only=read_only)
+        except duckdb.Error as exc:
+            raise StoreError(f"{p}: not a DuckDB database, so not an xstack store ({_first_line(exc)})") from exc
+        store = cls(p, con, read_only)
+        try:
+            store._check_header()
+        except StoreError:
+            con.close()
+            raise
+        if not read_only:
+            _configure(con, p)
+        return store
+
+    @classmethod
+    @contextmanager
+    def create(cls, path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Store]:
+        """Create a new store at ``path``: written as ``path.partial``, renamed into place on success.
+
+        On an exception the partial file is removed and the exception propagates; an existing store at
+        ``path`` is replaced only with ``overwrite`` and only once the new one is complete.
+        """
+        final = Path(path)
+        if final.exists() and not overwrite:
+            raise StoreError(f"{final}: already exists (pass --force to replace it, or choose another -o path)")
+        if final.is_dir():
+            raise StoreError(f"{final}: is a directory, not a store path")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = final.with_name(final.name + PARTIAL_SUFFIX)
+        _remove_db(partial)
+        con = duckdb.connect(str(partial))
+        store = cls(partial, con, read_only=False)
+        try:
+            _configure(con, partial)
+            con.execute(TABLES)
+            con.execute(VIEWS)
+            con.executemany(
+                "INSERT INTO _meta VALUES (?, ?)",
+                [("format", FORMAT_NAME), ("schema_version", str(SCHEMA_VERSION)), ("complete", "false")],
+            )
+            yield store
+            con.execute("UPDATE _meta SET value = 'true' WHERE key = 'complete'")
+            con.execute("CHECKPOINT")
+            con.close()
+        except BaseException:
+            con.close()
+            _remove_db(partial)
+            raise
+        _remove_db(final, keep_main=True)
+        os.replace(partial, final)
+        store.path = final
+
+    def _check_header(self) -> None:
+        try:
+            rows = dict(self.con.execute("SELECT key, value FROM _meta").fetchall())
+        except duckdb.Error as exc:
+            raise StoreError(f"{self.path}: a DuckDB database, but not an xstack trace store") from exc
+        if rows.get("format") != FORMAT_NAME:
+            raise StoreError(f"{self.path}: a DuckDB database, but not an xstack trace store")
+        version = int(rows.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: written by a newer xstack (store schema {version}, this xstack reads up to "
+                f"{SCHEMA_VERSION}): upgrade xstack to read it"
+            )
+        if version < SCHEMA_VERSION and any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+            raise StoreError(
+                f"{self.path}: store schema {version} is older than this xstack's {SCHEMA_VERSION} and cannot be "
+                "migrated: re-import or re-profile to make a new store"
+            )
+        if rows.get("complete") != "true":
+            raise StoreError(f"{self.path}: incomplete store (the run that wrote it did not finish)")
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def next_run_id(self) -> int:
+        """The run id the next run added to this store will get."""
+        row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM _runs").fetchone()
+        return int(row[0]) if row else 1
+
+    def add_run(self, run: RunInfo) -> None:
+        """Insert one run row."""
+        self.con.execute(
+            "INSERT INTO _runs VALUES (?, ?, make_timestamp_ns(?::BIGINT), ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run.run_id, run.name, run.started_at_ns, run.command, run.host, run.framework, run.device,
+                run.levels, run.pass_name, orjson.dumps(run.config, default=str).decode(),
+            ],
+        )
+
+    def add_health(self, run_id: int, rows: Sequence[tuple[str, int, str]]) -> None:
+        """Insert health rows ``(check, count, detail)`` for one run; rows with a zero count are kept out."""
+        kept = [(run_id, check, count, detail) for check, count, detail in rows if count]
+        if kept:
+            self.con.executemany("INSERT INTO _health VALUES (?, ?, ?, ?)", kept)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All writes inside happen together or not at all."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a query over the public views and return all rows."""
+        return self.con.execute(sql, params or []).fetchall()
+
+    def run_ids(self) -> list[int]:
+        """The ids of the runs in this store, in order."""
+        return [int(r[0]) for r in self.query("SELECT run_id FROM runs ORDER BY run_id")]
+
+    def close(self) -> None:
+        """Close the connection; the store stays on disk."""
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _configure(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    # Spill next to the store rather than in the system temp dir: stores can be larger than /tmp.
+    spill = path.with_name(path.name + ".tmp")
+    con.execute(f"SET memory_limit = '{DEFAULT_MEMORY_LIMIT}'")
+    con.execute(f"SET temp_directory = '{spill}'")
+    con.execute("SET preserve_insertion_order = false")
+
+
+def _remove_db(path: Path, *, keep_main: bool = False) -> None:
+    for p in (path.with_name(path.name + ".wal"),) if keep_main else (path, path.with_name(path.name + ".wal")):
+        if p.exists():
+            p.unlink()
+    spill = path.with_name(path.name + ".tmp")
+    if spill.is_dir():
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
