@@ -24,7 +24,7 @@ DEVICE_LEVELS: Final = ("kernel", "memcpy", "memset", "sync")
 TABLES: Final = """
 CREATE TABLE _meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 CREATE TABLE _runs (
-    run_id INTEGER PRIMARY KEY, name VARCHAR NOT NULL, started_at TIMESTAMPTZ, command VARCHAR,
+    run_id INTEGER PRIMARY KEY, name VARCHAR NOT NULL, started_at TIMESTAMP, command VARCHAR,
     host VARCHAR, framework VARCHAR, device VARCHAR, levels VARCHAR[], pass VARCHAR, config JSON
 );
 CREATE TABLE _spans (

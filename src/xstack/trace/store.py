@@ -27,7 +27,7 @@ DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "512MB")
 
 @dataclass
 class RunInfo:
-    """One row of ``runs``. ``started_at_ns`` is nanoseconds since the Unix epoch, when known."""
+    """One row of ``runs``. ``started_at_ns`` is nanoseconds since the Unix epoch (UTC), when known."""
 
     run_id: int
     name: str
@@ -140,7 +140,7 @@ class Store:
     def add_run(self, run: RunInfo) -> None:
         """Insert one run row."""
         self.con.execute(
-            "INSERT INTO _runs VALUES (?, ?, make_timestamp_ns(?::BIGINT), ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO _runs VALUES (?, ?, make_timestamp_ns(?::BIGINT)::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run.run_id, run.name, run.started_at_ns, run.command, run.host, run.framework, run.device,
                 run.levels, run.pass_name, orjson.dumps(run.config, default=str).decode(),

@@ -231,9 +231,11 @@ class TraceReader:
             try:
                 orjson.loads(text)
             except orjson.JSONDecodeError as exc:
-                if allow_bad_cut and exc.pos >= len(text) - 2:
+                # orjson counts characters, not bytes: compare and report in the right unit
+                chars = text.decode("utf-8", errors="replace")
+                if allow_bad_cut and exc.pos >= len(chars) - 2:
                     return False
-                offset = self._base + self._pos + max(exc.pos - 1, 0)
+                offset = self._base + self._pos + max(len(chars[: exc.pos].encode("utf-8")) - 1, 0)
                 raise BadInputError(f"{self.path}: invalid JSON at byte {offset}: {exc.msg}") from None
             raise BadInputError(f"{self.path}: traceEvents holds an unreadable event ({rejected})") from None
         self.chunks_loaded += 1

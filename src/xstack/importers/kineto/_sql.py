@@ -129,18 +129,19 @@ WITH host AS (
     SELECT span_id, pid, tid, start_ns, start_ns + dur_ns AS end_ns, dur_ns
     FROM x WHERE NOT on_gpu AND level IN ('model', 'layer', 'op', 'runtime')
 ), ev AS (
-    SELECT span_id, pid, tid, start_ns AS t, 1 AS kind, end_ns AS e, 1 AS delta FROM host
+    SELECT span_id, pid, tid, start_ns AS t, 1 AS kind, end_ns AS e, 0 AS sub, 1 AS delta FROM host
     UNION ALL
-    -- an end sorts before starts at the same instant, except a zero-length span's own end
-    SELECT span_id, pid, tid, end_ns AS t, CASE WHEN dur_ns = 0 THEN 2 ELSE 0 END AS kind, end_ns AS e,
-        -1 AS delta FROM host
+    -- an end sorts before the starts at its instant; a zero-length span's end right after its own start,
+    -- so that it is a leaf and never encloses another span
+    SELECT span_id, pid, tid, end_ns AS t, CASE WHEN dur_ns = 0 THEN 1 ELSE 0 END AS kind, end_ns AS e,
+        1 AS sub, -1 AS delta FROM host
 ), run AS (
-    SELECT span_id, pid, tid, kind,
-        sum(delta) OVER (PARTITION BY pid, tid ORDER BY t, kind, e DESC, span_id
+    SELECT span_id, pid, tid, delta,
+        sum(delta) OVER (PARTITION BY pid, tid ORDER BY t, kind, e DESC, span_id, sub
                          ROWS UNBOUNDED PRECEDING) - 1 AS depth,
-        row_number() OVER (PARTITION BY pid, tid ORDER BY t, kind, e DESC, span_id) AS seq
+        row_number() OVER (PARTITION BY pid, tid ORDER BY t, kind, e DESC, span_id, sub) AS seq
     FROM ev
-), starts AS (SELECT span_id, pid, tid, depth, seq FROM run WHERE kind = 1)
+), starts AS (SELECT span_id, pid, tid, depth, seq FROM run WHERE delta = 1)
 SELECT c.span_id, p.span_id AS parent_id
 FROM starts c ASOF JOIN starts p
   ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.seq > p.seq

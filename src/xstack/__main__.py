@@ -1,0 +1,5 @@
+"""``python -m xstack`` runs the CLI."""
+
+from xstack.cli.main import entry
+
+entry()

@@ -1,0 +1,109 @@
+"""The run summary: what ran, on which devices, the top layers, ops and kernels by time, and trace health.
+
+Notes: times are summed per name over every call in the run. Layer and op times are inclusive (a call's
+nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
+run's host wall time (first start to last end of its host spans); of kernels, of all kernel time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from xstack.errors import UsageError
+from xstack.trace.store import Store
+
+
+@dataclass
+class TopRow:
+    """One name's aggregate: call count, total and mean duration (ns), and its share in percent."""
+
+    name: str
+    calls: int
+    total_ns: int
+    mean_ns: float
+    pct: float
+
+
+@dataclass
+class RunSummary:
+    """Everything ``xstack summary`` prints for one run."""
+
+    run_id: int
+    name: str
+    started_at: Any
+    framework: str | None
+    device: str | None
+    levels: list[str]
+    pass_name: str | None
+    source: str | None
+    wall_ns: int
+    span_counts: dict[str, int]
+    counter_samples: int
+    devices: list[dict[str, Any]]
+    distributed: dict[str, Any] | None
+    top: dict[str, list[TopRow]] = field(default_factory=dict)
+    health: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
+    """Summarise one run (the only or the last one when ``run_id`` is None)."""
+    run_id = _pick_run(store, run_id)
+    row = store.query(
+        "SELECT run_id, name, started_at, framework, device, levels, pass, config FROM runs WHERE run_id = ?",
+        [run_id],
+    )[0]
+    config = orjson.loads(row[7]) if row[7] else {}
+    counts = dict(store.query(
+        "SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id]
+    ))
+    wall = store.query(
+        "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
+        [run_id],
+    )[0][0]
+    summary = RunSummary(
+        run_id=run_id, name=row[1], started_at=row[2], framework=row[3], device=row[4], levels=list(row[5] or []),
+        pass_name=row[6], source=(config.get("source") or {}).get("path"), wall_ns=int(wall or 0),
+        span_counts={k: int(v) for k, v in counts.items()},
+        counter_samples=int(store.query("SELECT count(*) FROM counters WHERE run_id = ?", [run_id])[0][0]),
+        devices=[d for d in config.get("devices") or [] if isinstance(d, dict)],
+        distributed=config.get("distributed"),
+    )
+    kernel_total = store.query(
+        "SELECT coalesce(sum(dur_ns), 0) FROM spans WHERE run_id = ? AND level = 'kernel'", [run_id]
+    )[0][0]
+    for level in ("layer", "op", "kernel"):
+        denominator = kernel_total if level == "kernel" else summary.wall_ns
+        summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
+    summary.health = [
+        (str(c), int(n), str(d or ""))
+        for c, n, d in store.query(
+            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC', [run_id]
+        )
+    ]
+    return summary
+
+
+def _pick_run(store: Store, run_id: int | None) -> int:
+    ids = store.run_ids()
+    if not ids:
+        raise UsageError(f"{store.path}: the store holds no runs")
+    if run_id is None:
+        return ids[-1]
+    if run_id not in ids:
+        raise UsageError(f"{store.path}: no run {run_id} (runs: {', '.join(map(str, ids))})")
+    return run_id
+
+
+def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int) -> list[TopRow]:
+    rows = store.query(
+        """SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM spans
+           WHERE run_id = ? AND level = ? GROUP BY name ORDER BY 3 DESC, 1 LIMIT ?""",
+        [run_id, level, limit],
+    )
+    return [
+        TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else 0.0)
+        for n, c, t, m in rows
+    ]

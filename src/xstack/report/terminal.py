@@ -1,0 +1,94 @@
+"""Terminal rendering of results with rich: tables that read well at any width."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from xstack.analyze.summary import RunSummary, TopRow
+
+LEVEL_TITLES = {"layer": "Top layers", "op": "Top operators", "kernel": "Top GPU kernels"}
+
+
+def format_ns(ns: float) -> str:
+    """A duration in the unit that keeps 3-4 significant digits (ns, us, ms, s)."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def render_summary(summary: RunSummary) -> RenderableType:
+    """The whole summary as one rich renderable."""
+    parts: list[RenderableType] = [_run_table(summary)]
+    for level, rows in summary.top.items():
+        if rows:
+            parts.append(_top_table(LEVEL_TITLES[level], rows, "of kernel time" if level == "kernel" else "of wall"))
+        else:
+            parts.append(Text(f"{LEVEL_TITLES[level]}: none in this run ({_missing_hint(level)})", style="dim"))
+    parts.append(_health_table(summary))
+    return Group(*parts)
+
+
+def print_summary(summary: RunSummary, console: Console | None = None) -> None:
+    """Print the summary to the terminal (or the given console)."""
+    (console or Console()).print(render_summary(summary))
+
+
+def _run_table(s: RunSummary) -> Table:
+    t = Table(title=f"Run {s.run_id}: {s.name}", show_header=False, title_justify="left", box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("source", s.source or "-")
+    t.add_row("started", str(s.started_at) if s.started_at else "unknown")
+    t.add_row("framework", s.framework or "-")
+    t.add_row("pass", s.pass_name or "-")
+    t.add_row("host wall time", format_ns(s.wall_ns))
+    for d in s.devices:
+        mem = d.get("totalGlobalMem")
+        extra = f", {mem / 2**30:.0f} GiB" if isinstance(mem, int) else ""
+        sms = f", {d['numSms']} SMs" if "numSms" in d else ""
+        cc = f", cc {d.get('computeMajor')}.{d.get('computeMinor')}" if "computeMajor" in d else ""
+        t.add_row(f"device {d.get('id', '?')}", f"{d.get('name', '?')}{extra}{sms}{cc}")
+    if not s.devices:
+        t.add_row("devices", s.device or "cpu")
+    if s.distributed:
+        dist = s.distributed
+        t.add_row("distributed", f"rank {dist.get('rank', '?')} of {dist.get('world_size', '?')}"
+                  + (f", {dist['backend']}" if dist.get("backend") else ""))
+    t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
+    t.add_row("counter samples", f"{s.counter_samples:,}")
+    return t
+
+
+def _top_table(title: str, rows: list[TopRow], pct_label: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("name", overflow="fold", max_width=80)
+    t.add_column("calls", justify="right")
+    t.add_column("total", justify="right")
+    t.add_column("mean", justify="right")
+    t.add_column(f"% {pct_label}", justify="right")
+    for r in rows:
+        t.add_row(r.name, f"{r.calls:,}", format_ns(r.total_ns), format_ns(r.mean_ns), f"{r.pct:.1f}")
+    return t
+
+
+def _health_table(s: RunSummary) -> RenderableType:
+    if not s.health:
+        return Text("Trace health: no issues found", style="green")
+    t = Table(title="Trace health", title_justify="left")
+    t.add_column("check")
+    t.add_column("count", justify="right")
+    t.add_column("what it means", overflow="fold")
+    for check, count, detail in s.health:
+        t.add_row(check, f"{count:,}", detail)
+    return t
+
+
+def _missing_hint(level: str) -> str:
+    if level == "layer":
+        return "record nn.Module calls: profile with the layer level, or a trace taken with with_stack=True"
+    if level == "kernel":
+        return "no GPU activity was recorded: run on a GPU with the kernel level"
+    return "no operator events were recorded"

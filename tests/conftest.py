@@ -1,0 +1,62 @@
+"""Shared test fixtures: the real traces in ../shared/fixtures and fresh stores built from them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from xstack.importers.kineto import import_kineto
+from xstack.trace.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("XSTACK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+KINETO_DIR = FIXTURES / "kineto"
+KINETO_TRACES = sorted(KINETO_DIR.glob("*.json.gz")) if KINETO_DIR.is_dir() else []
+
+
+def kineto_fixture(name: str) -> Path:
+    """Path of one real Kineto trace; skips the test, with the reason, when the fixtures are absent."""
+    path = KINETO_DIR / name
+    if not path.exists():
+        pytest.skip(f"real-trace fixture {path} is not present (expected ../shared/fixtures beside the repo)")
+    return path
+
+
+def all_kineto_fixtures() -> list[Path]:
+    """Every real Kineto trace, for parametrised tests (an empty list makes pytest skip them)."""
+    return KINETO_TRACES
+
+
+@pytest.fixture
+def import_store(tmp_path: Path) -> Iterator[object]:
+    """Import one trace into a fresh store and open it read-only: ``store = import_store(path)``."""
+    opened: list[Store] = []
+
+    def make(trace: Path) -> Store:
+        out = tmp_path / f"{trace.name}.duckdb"
+        with Store.create(out) as store:
+            import_kineto(store, trace)
+        opened.append(Store.open(out))
+        return opened[-1]
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_hooks() -> Iterator[None]:
+    """Fail a test that leaves a global hook installed (profilers, module hooks, preload variables)."""
+    preload = os.environ.get("LD_PRELOAD")
+    yield
+    assert os.environ.get("LD_PRELOAD") == preload, "test left LD_PRELOAD changed"
+    assert sys.getprofile() is None, "test left a Python profile hook installed"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        hooks = getattr(torch.nn.modules.module, "_global_forward_hooks", {})
+        assert not hooks, "test left global nn.Module forward hooks installed"
+        assert not torch.autograd.profiler._is_profiler_enabled, "test left torch.profiler running"

@@ -1,0 +1,228 @@
+"""The Kineto importer against every real trace: counts, parent links, attributes, runs and health."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import all_kineto_fixtures, kineto_fixture
+from tests.importers import kineto_reference as ref
+from xstack.importers.kineto import import_kineto
+from xstack.trace.schema import DEVICE_LEVELS
+from xstack.trace.store import Store
+
+FIXTURES = all_kineto_fixtures()
+IDS = [p.name.removesuffix(".json.gz") for p in FIXTURES]
+
+
+@pytest.mark.parametrize("trace", FIXTURES, ids=IDS)
+def test_span_and_counter_counts_match_the_json(trace: Path, import_store: Any) -> None:
+    data = ref.load(trace)
+    store = import_store(trace)
+    got = dict(store.query("SELECT level, count(*) FROM spans GROUP BY level"))
+    assert got == dict(ref.level_counts(data))
+    counters = store.query("SELECT count(*) FROM counters")[0][0]
+    assert counters == 2 * ref.memory_instants(data)
+
+
+@pytest.mark.parametrize("trace", FIXTURES, ids=IDS)
+def test_device_activity_is_attributed_to_its_launch_and_op(trace: Path, import_store: Any) -> None:
+    data = ref.load(trace)
+    events = ref.complete_events(data)
+    runtime_corr = {e["args"]["correlation"] for e in events if ref.level_of(e) == "runtime"}
+    expected = sum(
+        1 for e in events
+        if ref.level_of(e) in DEVICE_LEVELS and e.get("args", {}).get("correlation") in runtime_corr
+    )
+    store = import_store(trace)
+    rows = store.query(
+        f"""SELECT c.correlation_id, p.level, p.correlation_id, p.span_id FROM spans c
+            JOIN spans p ON p.run_id = c.run_id AND p.span_id = c.parent_id
+            WHERE c.level IN ({", ".join(repr(x) for x in DEVICE_LEVELS)})"""
+    )
+    assert len(rows) == expected
+    assert all(level == "runtime" and corr == parent_corr for corr, level, parent_corr, _ in rows)
+    # a launch inside an op (by the JSON's own timestamps) must have an op among its ancestors
+    parent = dict(store.query("SELECT span_id, parent_id FROM spans"))
+    level = dict(store.query("SELECT span_id, level FROM spans"))
+    ops = _intervals(events, "op")
+    launches = {e["args"]["correlation"]: e for e in events if ref.level_of(e) == "runtime"}
+    for corr, _, _, launch_id in rows:
+        if _enclosed(launches[corr], ops):
+            chain = []
+            node = parent.get(launch_id)
+            while node is not None:
+                chain.append(level[node])
+                node = parent.get(node)
+            assert "op" in chain, f"launch {corr} is inside an op but not attributed to one: {chain}"
+
+
+def _intervals(events: list[dict[str, Any]], level: str) -> dict[tuple[Any, Any], list[tuple[int, int]]]:
+    out: dict[tuple[Any, Any], list[tuple[int, int]]] = defaultdict(list)
+    for e in events:
+        if ref.level_of(e) == level:
+            out[(e["pid"], e["tid"])].append((ref.ns(e["ts"]), ref.ns(e["ts"]) + ref.ns(e["dur"])))
+    return out
+
+
+def _enclosed(e: dict[str, Any], spans: dict[tuple[Any, Any], list[tuple[int, int]]]) -> bool:
+    s, t = ref.ns(e["ts"]), ref.ns(e["ts"]) + ref.ns(e["dur"])
+    return any(a <= s and t <= b for a, b in spans.get((e["pid"], e["tid"]), []))
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small_infer_full.json.gz", "a100_alexnet_train_sync.json.gz",
+                                  "mi250_toy_train_rocm.json.gz"])
+def test_host_nesting_matches_a_brute_force_reference(name: str, import_store: Any) -> None:
+    """Each host span's parent is the innermost host span enclosing it on its thread (O(n^2) reference).
+
+    Ties: of two spans with the same start, the longer (then the first recorded) encloses the other; a
+    zero-length span encloses nothing, and a span that has ended (end == start of the other) neither."""
+    store = import_store(kineto_fixture(name))
+    rows = store.query(
+        "SELECT span_id, parent_id, pid, tid, start_ns, start_ns + dur_ns, level FROM spans "
+        "WHERE device = 'cpu' AND level IN ('model', 'layer', 'op', 'runtime')"
+    )
+    by_thread: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
+    for r in rows:
+        by_thread[(r[2], r[3])].append(r)
+    checked = 0
+    for spans in by_thread.values():
+        for c in spans:
+            enclosing = [p for p in spans if p[0] != c[0] and p[4] <= c[4] and c[5] <= p[5] and p[5] > c[4]
+                         and (p[4], -p[5], p[0]) < (c[4], -c[5], c[0])]
+            expected = max(enclosing, key=lambda p: (p[4], -p[5], p[0]))[0] if enclosing else None
+            assert c[1] == expected, f"span {c} parent {c[1]}, expected {expected}"
+            checked += 1
+    assert checked == len(rows) > 0
+
+
+def test_layers_python_frames_and_memory_counters(import_store: Any) -> None:
+    store = import_store(kineto_fixture("h100_bert_small_infer_full.json.gz"))
+    layer = store.query("SELECT name, attrs FROM spans WHERE level = 'layer' AND name = 'BertModel_0'")
+    assert len(layer) == 1
+    assert orjson.loads(layer[0][1])["layer.type"] == "BertModel"
+    # every Python frame with a parent id in the JSON is linked to that frame
+    orphans = store.query(
+        "SELECT count(*) FROM spans WHERE level = 'python' AND parent_id IS NULL "
+        "AND attrs->>'$.\"python.parent_id\"' IS NOT NULL"
+    )[0][0]
+    assert orphans == 0
+    devices = dict(store.query("SELECT device, count(*) FROM counters GROUP BY device"))
+    assert set(devices) <= {"cpu", "cuda:0"} and devices.get("cuda:0", 0) > 0
+    op = store.query("SELECT attrs FROM spans WHERE level = 'op' AND name = 'aten::addmm' LIMIT 1")[0][0]
+    assert "op.shapes" in orjson.loads(op)
+
+
+def test_kernel_memcpy_and_collective_attributes(import_store: Any) -> None:
+    store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
+    attrs = orjson.loads(store.query(
+        "SELECT attrs FROM spans WHERE level = 'kernel' AND name LIKE 'ncclKernel_AllReduce%' LIMIT 1")[0][0])
+    assert attrs["collective.name"] == "allreduce"
+    assert attrs["kernel.grid"] == [8, 1, 1] and attrs["kernel.block"] == [544, 1, 1]
+    assert "grid" not in attrs.get("kineto.args", {})
+    kinds = dict(store.query(
+        "SELECT attrs->>'$.\"memcpy.kind\"', count(*) FROM spans WHERE level = 'memcpy' GROUP BY 1"))
+    assert set(kinds) <= {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"} and sum(kinds.values()) == 960
+    streams = store.query("SELECT count(DISTINCT stream) FROM spans WHERE level = 'kernel'")[0][0]
+    assert streams >= 2
+
+
+def test_cupti_counter_ranges_become_metrics_with_flops(import_store: Any) -> None:
+    path = kineto_fixture("a100_alexnet_cupti_counters.json.gz")
+    data = ref.load(path)
+    first = next(e for e in data["traceEvents"] if e.get("cat") == "cuda_profiler_range")
+    a = first["args"]
+    p = "smsp__sass_thread_inst_executed_op_"
+    want = a[p + "fadd_pred_on.sum"] + a[p + "fmul_pred_on.sum"] + 2 * a[p + "ffma_pred_on.sum"]
+    store = import_store(path)
+    got = store.query(
+        "SELECT attrs->>'$.\"metrics.flops_fp32\"' FROM spans WHERE level = 'metrics' AND start_ns = ?",
+        [ref.ns(first["ts"])],
+    )
+    assert [int(g[0]) for g in got] == [want]
+    health = dict(store.query('SELECT "check", count FROM health'))
+    assert health["metrics_without_kernel"] == 77
+
+
+def test_runs_hold_devices_distributed_info_and_metadata(import_store: Any) -> None:
+    store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
+    name, device, levels, pass_name, config, started = store.query(
+        "SELECT name, device, levels, pass, config, started_at FROM runs")[0]
+    config = orjson.loads(config)
+    assert name == "a100x8_nccl_allreduce_train" and pass_name == "import"
+    assert device.startswith("cuda:0 NVIDIA A100")
+    assert config["distributed"]["backend"] == "nccl" and config["distributed"]["world_size"] == 2
+    assert config["devices"][0]["numSms"] == 108
+    assert config["kineto"]["baseTimeNanoseconds"] == 1711964646000000000
+    assert {"op", "runtime", "kernel", "memcpy", "memset"} <= set(levels)
+    assert started.year == 2024
+    rocm = import_store(kineto_fixture("mi250_toy_train_rocm.json.gz"))
+    assert orjson.loads(rocm.query("SELECT config FROM runs")[0][0])["gpu_runtime"] == "hip"
+
+
+def test_health_counts_match_an_independent_count(import_store: Any) -> None:
+    path = kineto_fixture("h100_vit_image_cls_infer_full.json.gz")
+    data = ref.load(path)
+    flows: dict[Any, set[str]] = defaultdict(set)
+    for e in data["traceEvents"]:
+        if e.get("ph") in ("s", "f") and e.get("cat") in ("ac2g", "fwdbwd"):
+            flows[(e["cat"], e["id"])].add(e["ph"])
+    unpaired = sum(1 for phases in flows.values() if phases != {"s", "f"})
+    events = ref.complete_events(data)
+    runtime_corr = {e["args"]["correlation"] for e in events if ref.level_of(e) == "runtime"}
+    no_launch = sum(1 for e in events if ref.level_of(e) in DEVICE_LEVELS
+                    and e["args"].get("correlation") not in runtime_corr)
+    store = import_store(path)
+    health = dict(store.query('SELECT "check", count FROM health'))
+    assert health.get("unpaired_flows", 0) == unpaired > 0
+    assert health.get("device_events_without_launch", 0) == no_launch
+
+
+def _tiny_trace(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events, "traceName": "t"}
+
+
+def test_small_chunks_and_tricky_strings_give_the_same_store(tmp_path: Path) -> None:
+    """Chunk cuts land inside strings and nested lists; the result must not depend on the chunk size."""
+    events = []
+    for i in range(300):
+        events.append({"ph": "X", "cat": "cpu_op", "name": 'weird }, { "name" ' + str(i), "pid": 1, "tid": 1,
+                       "ts": 10.0 * i, "dur": 5.0, "args": {"nested": [{"a": 1}, {"b": "}, {"}], "External id": i}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": 10.0 * i + 1, "dur": 1.0, "args": {"correlation": i}})
+        events.append({"ph": "X", "cat": "kernel", "name": "k\u00e9rnel \u2603", "pid": 0, "tid": 7,
+                       "ts": 10.0 * i + 3, "dur": 2.0, "args": {"correlation": i, "stream": 7, "device": 0}})
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(_tiny_trace(events), indent=1, ensure_ascii=False))
+    results = []
+    for chunk in (64, 1000, 16 << 20):
+        out = tmp_path / f"s{chunk}.duckdb"
+        with Store.create(out) as store:
+            import_kineto(store, src, chunk_bytes=chunk)
+        with Store.open(out) as store:
+            results.append(store.query(
+                "SELECT span_id, parent_id, level, name, start_ns, dur_ns, attrs FROM spans ORDER BY span_id"))
+    assert len(results[0]) == 900
+    assert results[0] == results[1] == results[2]
+    assert results[0][2][3] == "k\u00e9rnel \u2603" and results[0][2][1] == results[0][1][0]
+
+
+def test_plain_json_and_array_form_traces(tmp_path: Path) -> None:
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 3, "tid": 4, "ts": 1, "dur": 2}]
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(_tiny_trace(events)))
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(events))
+    gz = tmp_path / "z.json.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    for src in (plain, array, gz):
+        out = tmp_path / (src.name + ".duckdb")
+        with Store.create(out) as store:
+            run = import_kineto(store, src)
+        assert run.spans == 1
