@@ -226,3 +226,19 @@ def test_plain_json_and_array_form_traces(tmp_path: Path) -> None:
         with Store.create(out) as store:
             run = import_kineto(store, src)
         assert run.spans == 1
+
+
+@pytest.mark.parametrize("name", ["a100x8_nccl_allreduce_train.json.gz", "h100_vit_image_cls_infer_full.json.gz"])
+def test_span_ids_follow_time_order_and_attrs_hold_no_nulls(name: str, import_store: Any) -> None:
+    store = import_store(kineto_fixture(name))
+    rows = store.query("SELECT span_id, start_ns, dur_ns FROM spans")
+    by_id = sorted(rows)
+    assert [r[0] for r in by_id] == list(range(1, len(rows) + 1))
+    assert all((a[1], -a[2]) <= (b[1], -b[2]) for a, b in zip(by_id, by_id[1:], strict=False))
+    nulls = store.query("SELECT count(*) FROM spans WHERE attrs LIKE '%:null%'")[0][0]
+    assert nulls == 0
+
+
+def test_context_sync_without_a_stream_has_no_stream(import_store: Any) -> None:
+    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
+    assert store.query("SELECT max(stream) FROM spans")[0][0] < 2**31

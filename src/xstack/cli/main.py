@@ -123,7 +123,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out = args.output or args.store.with_suffix(".perfetto.json")
     with Store.open(args.store) as store:
         stats = export_perfetto(store, out, run_id=args.run)
-    Console(highlight=False).print(f"wrote {out} ({stats.describe()}); open it in https://ui.perfetto.dev", soft_wrap=True)
+    console = Console(highlight=False)
+    console.print(f"wrote {out} ({stats.describe()}); open it in https://ui.perfetto.dev", soft_wrap=True)
     return 0
 
 

@@ -14,11 +14,23 @@ def import_files(
 ) -> list[ImportedRun]:
     """Import each trace as a run of the store ``out``; if any file fails, the store is left as it was.
 
-    A new store is only renamed into place when every file imported; with ``append`` the runs are added to
-    an existing store in one transaction.
+    A new store is only renamed into place when every file imported. With ``append``, the files are imported
+    into a scratch store beside ``out`` first and its runs then copied into ``out`` in one transaction.
     """
-    if append:
-        with Store.open(out, read_only=False) as store, store.transaction():
+    if not append:
+        with Store.create(out, overwrite=force) as store:
             return [import_kineto(store, t) for t in traces]
-    with Store.create(out, overwrite=force) as store:
-        return [import_kineto(store, t) for t in traces]
+    target = Store.open(out, read_only=False)  # fails early, and clearly, on a missing or foreign store
+    try:
+        scratch = Path(out).with_name(Path(out).name + ".append")
+        with Store.create(scratch, overwrite=True) as store:
+            runs = [import_kineto(store, t) for t in traces]
+        try:
+            new_ids = target.append_runs_from(scratch)
+        finally:
+            scratch.unlink(missing_ok=True)
+    finally:
+        target.close()
+    for run, run_id in zip(runs, new_ids, strict=True):
+        run.run_id = run_id
+    return runs

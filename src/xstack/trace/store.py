@@ -7,7 +7,9 @@ crash or a bad input never leaves behind a file that looks like a finished profi
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,8 +23,21 @@ from xstack.errors import StoreError
 from xstack.trace.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
 PARTIAL_SUFFIX = ".partial"
-DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "512MB")
-"""DuckDB's memory limit for a writing connection; past it, sorts and joins spill to disk."""
+DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "128MB")
+"""DuckDB's memory limit for a store's connection; past it, temp tables, sorts and joins spill to disk.
+
+With 128MB, importing a 1 GB trace peaks at about a quarter of its size in RSS (255 MB, bench/README.md): the
+process's own memory (Python, DuckDB's code and connection, about 70 MB) and DuckDB's allocations outside its
+limit come on top. Less fails: at 112MB, mapping a 1 GB trace's events runs out of memory."""
+
+DATA_PER_MEMORY_BYTE = 8
+"""Sorting and joining more data needs more memory to spill without failing (DuckDB keeps a block of every
+sorted run in memory while merging them): ``memory_for`` raises the limit to one byte per this many bytes of
+input, for inputs past 8 times the limit (a 2 GB trace fails at 128MB and imports at 160MB)."""
+
+OPERATOR_MEMORY_SHARE = 0.375
+"""Share of the memory limit that one query's sorts and hash tables may hold before they spill: without a
+cap, a hash join sized to nearly the whole limit can leave no room to pin the blocks it reads."""
 
 
 @dataclass
@@ -68,8 +83,7 @@ class Store:
         except StoreError:
             con.close()
             raise
-        if not read_only:
-            _configure(con, p)
+        _configure(con, p, spill_beside=not read_only)
         return store
 
     @classmethod
@@ -153,16 +167,48 @@ class Store:
         if kept:
             self.con.executemany("INSERT INTO _health VALUES (?, ?, ?, ?)", kept)
 
+    def append_runs_from(self, other: Path) -> list[int]:
+        """Copy every run of the complete store ``other`` into this one, renumbered after this store's runs,
+        in one transaction: all of them or, on any error, none. Returns the new run ids."""
+        con = self.con
+        offset = self.next_run_id() - 1
+        con.execute("ATTACH ? AS src (READ_ONLY)", [str(other)])
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for table in ("_runs", "_spans", "_counters", "_health", "_io_files"):
+                    con.execute(f"INSERT INTO {table} SELECT * REPLACE (run_id + {offset} AS run_id) FROM src.{table}")
+                ids = [int(r[0]) + offset for r in con.execute("SELECT run_id FROM src._runs ORDER BY 1").fetchall()]
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            con.execute("DETACH src")
+        return ids
+
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """All writes inside happen together or not at all."""
-        self.con.execute("BEGIN TRANSACTION")
+    def memory_for(self, data_bytes: int) -> Iterator[None]:
+        """Within: DuckDB's memory limit at least ``data_bytes / DATA_PER_MEMORY_BYTE``; restored after."""
+        con = self.con
+        current = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        limit = _parse_bytes(str(current[0])) if current else None
+        wanted = data_bytes // DATA_PER_MEMORY_BYTE
+        if limit is None or wanted <= limit:
+            yield
+            return
+        operator = con.execute(
+            "SELECT value FROM duckdb_settings() WHERE name = 'operator_memory_limit'"
+        ).fetchone()
+        _set_memory_limit(con, wanted)
         try:
             yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
+        finally:
+            con.execute(f"SET memory_limit = '{limit}B'")
+            if operator and operator[0] is not None:
+                con.execute(f"SET operator_memory_limit = '{operator[0]}'")
+            elif operator:
+                con.execute("RESET operator_memory_limit")
 
     # -- reading ------------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -184,12 +230,36 @@ class Store:
         self.close()
 
 
-def _configure(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    # Spill next to the store rather than in the system temp dir: stores can be larger than /tmp.
-    spill = path.with_name(path.name + ".tmp")
-    con.execute(f"SET memory_limit = '{DEFAULT_MEMORY_LIMIT}'")
+def _configure(con: duckdb.DuckDBPyConnection, path: Path, *, spill_beside: bool = True) -> None:
+    # Spill next to a store being written (stores can be larger than /tmp); a reader may not own that
+    # directory, so it spills to the system temp dir.
+    spill = path.with_name(path.name + ".tmp") if spill_beside else Path(tempfile.gettempdir()) / "xstack-spill"
     con.execute(f"SET temp_directory = '{spill}'")
     con.execute("SET preserve_insertion_order = false")
+    limit = _parse_bytes(DEFAULT_MEMORY_LIMIT)
+    if limit:
+        _set_memory_limit(con, limit)
+    else:  # a size DuckDB reads and this module does not, such as a percentage
+        con.execute(f"SET memory_limit = '{DEFAULT_MEMORY_LIMIT}'")
+
+
+def _set_memory_limit(con: duckdb.DuckDBPyConnection, limit: int) -> None:
+    con.execute(f"SET memory_limit = '{limit}B'")
+    has_operator_limit = con.execute(
+        "SELECT count(*) FROM duckdb_settings() WHERE name = 'operator_memory_limit'"
+    ).fetchone()
+    if has_operator_limit and has_operator_limit[0]:  # not in older DuckDB versions
+        con.execute(f"SET operator_memory_limit = '{int(limit * OPERATOR_MEMORY_SHARE)}B'")
+
+
+def _parse_bytes(text: str) -> int | None:
+    """Bytes in a DuckDB size such as ``128MB`` or ``1.5 GiB`` (KB = 1000, KiB = 1024); None if not a size."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(I?)B?\s*", text.upper())
+    if not match:
+        return None
+    number, prefix, binary = match.groups()
+    base = 1024 if binary else 1000
+    return int(float(number) * base ** " KMGT".index(prefix or " "))
 
 
 def _remove_db(path: Path, *, keep_main: bool = False) -> None:

@@ -8,6 +8,7 @@ the CPU annotation of the same external id. What cannot be linked is kept and co
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,8 @@ from xstack.trace.store import RunInfo, Store
 
 __all__ = ["ImportedRun", "import_kineto", "trace_name"]
 
-DEFAULT_CHUNK_BYTES = 16 << 20
-_TEMP_TABLES = ("raw", "x", "host_parent", "other_parent")
+DEFAULT_CHUNK_BYTES = 4 << 20
+_TEMP_TABLES = ("raw", "xm", "x", "host_start", "host_parent", "other_parent")
 
 
 @dataclass
@@ -52,21 +53,27 @@ def import_kineto(
 ) -> ImportedRun:
     """Import one Kineto trace as a new run of ``store``; raises ``BadInputError`` for unusable input.
 
-    The caller provides atomicity (``Store.create`` or ``Store.transaction``): on error, temp tables are
+    The caller provides atomicity (``Store.create``, or a scratch store for appends): on error, temp tables are
     dropped but rows already inserted for this run are not removed here.
     """
     path = Path(path)
     con = store.con
     run_id = store.next_run_id()
+    # Each statement outside a transaction commits, and a commit past checkpoint_threshold checkpoints,
+    # compressing the temp tables too: most of the load time for a large trace, for tables dropped at the
+    # end. Hold checkpoints back until the import is done (the store's own checkpoint writes the rows).
+    threshold = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    con.execute("SET checkpoint_threshold = '1TB'")
     try:
         reader = _stage(con, path, chunk_bytes)
         total = _scalar(con, "SELECT count(*) FROM raw")
         _check_is_trace(con, path, reader, total)
-        con.execute(_sql.stage_spans(1))
-        con.execute(_sql.HOST_PARENTS)
-        con.execute(_sql.OTHER_PARENTS)
-        con.execute(_sql.insert_spans(run_id))
-        con.execute(_sql.insert_counters(run_id))
+        with store.memory_for(reader.bytes_read):  # sorts and joins of a large trace need more to spill
+            con.execute(_sql.stage_spans())
+            con.execute(_sql.HOST_PARENTS)
+            con.execute(_sql.OTHER_PARENTS)
+            con.execute(_sql.insert_spans(run_id))
+            con.execute(_sql.insert_counters(run_id))
         spans = _scalar(con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id}")
         counters = _scalar(con, f"SELECT count(*) FROM _counters WHERE run_id = {run_id}")
         if spans == 0 and counters == 0:
@@ -80,22 +87,46 @@ def import_kineto(
     finally:
         for table in _TEMP_TABLES:
             con.execute(f"DROP TABLE IF EXISTS temp.{table}")
+        if threshold:
+            con.execute(f"SET checkpoint_threshold = '{threshold[0]}'")
     return ImportedRun(run_id, name or trace_name(path), path, spans, counters, [h for h in health if h[1]])
 
 
 def _stage(con: duckdb.DuckDBPyConnection, path: Path, chunk_bytes: int) -> TraceReader:
     con.execute(_sql.CREATE_RAW)
-    with tempfile.TemporaryDirectory(prefix="xstack-import-") as tmp:
-        chunk_file = Path(tmp) / "chunk.json"
+    with tempfile.TemporaryDirectory(prefix="xstack-import-") as tmp, contextlib.ExitStack() as files:
+        # Each chunk is written over the last one in a file kept open: reopening with truncation would make
+        # the kernel drop the previous chunk's pages every time.
+        single = str(Path(tmp) / "chunk.json")
+        pair = [str(Path(tmp) / "chunk-a.json"), str(Path(tmp) / "chunk-b.json")]
+        handles = {name: files.enter_context(open(name, "w+b")) for name in [single, *pair]}
 
-        def load(text: bytes) -> None:
-            chunk_file.write_bytes(text)
+        def write_chunk(name: str, body: memoryview) -> None:
+            out = handles[name]
+            out.seek(0)
+            out.write(b"[")
+            out.write(body)
+            out.write(b"]")
+            out.truncate()
+            out.flush()
+
+        def load(body: memoryview) -> None:
+            write_chunk(single, body)
             try:
-                con.execute(_sql.LOAD_CHUNK, [str(chunk_file)])
+                con.execute(_sql.LOAD_CHUNK, [single])
             except duckdb.Error as exc:
                 raise ChunkRejected(str(exc).splitlines()[0]) from exc
 
-        reader = TraceReader(path, load, chunk_bytes)
+        def load_pair(bodies: list[memoryview]) -> None:
+            # DuckDB reads one file per thread: two files in one statement load on two cores
+            for name, body in zip(pair, bodies, strict=True):
+                write_chunk(name, body)
+            try:
+                con.execute(_sql.LOAD_CHUNK, [pair])
+            except duckdb.Error as exc:
+                raise ChunkRejected(str(exc).splitlines()[0]) from exc
+
+        reader = TraceReader(path, load, chunk_bytes, load_pair)
         reader.run()
     return reader
 
@@ -123,7 +154,8 @@ def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int,
 def _run_info(
     con: duckdb.DuckDBPyConnection, run_id: int, name: str, path: Path, meta: dict[str, Any]
 ) -> RunInfo:
-    levels_present = {r[0] for r in con.execute(f"SELECT DISTINCT level FROM _spans WHERE run_id = {run_id}").fetchall()}
+    present = con.execute(f"SELECT DISTINCT level FROM _spans WHERE run_id = {run_id}").fetchall()
+    levels_present = {r[0] for r in present}
     first = con.execute(f"SELECT min(start_ns) FROM _spans WHERE run_id = {run_id}").fetchone()
     first_ns = int(first[0]) if first and first[0] is not None else None
     devices = meta.get("deviceProperties") or []

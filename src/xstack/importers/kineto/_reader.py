@@ -15,11 +15,12 @@ its byte offset) from a bad cut (error at the very end).
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -33,24 +34,35 @@ class ChunkRejected(Exception):
     """Raised by a loader when the chunk it was given is not valid JSON (or not an array of objects)."""
 
 
-Loader = Callable[[bytes], None]
+Loader = Callable[[memoryview], None]
+"""Loads one chunk: consecutive events with the separators between them, without the array's brackets
+(the loader adds them). The view is only valid during the call."""
+PairLoader = Callable[[list[memoryview]], None]
+"""Loads two consecutive chunks (views as for ``Loader``) in one go."""
+
+READ_BYTES = 4 << 20
 
 
 class TraceReader:
     """Reads one trace file, calling ``load`` with each chunk of its events; ``metadata`` gets the rest."""
 
-    def __init__(self, path: Path, load: Loader, chunk_bytes: int = 16 << 20) -> None:
+    def __init__(
+        self, path: Path, load: Loader, chunk_bytes: int = 16 << 20, load_pair: PairLoader | None = None
+    ) -> None:
         self.path = path
         self.load = load
+        self.load_pair = load_pair
         self.chunk_bytes = chunk_bytes
         self.metadata: dict[str, Any] = {}
         self.has_events_array = False
         self.chunks_loaded = 0
+        self.bytes_read = 0  # size of the JSON document (decompressed), once read
         self._buf = bytearray()
         self._pos = 0
         self._base = 0  # file offset of _buf[0]
         self._eof = False
-        self._fh: IO[bytes] | None = None
+        self._fh: io.BufferedIOBase | None = None
+        self._scratch = bytearray()  # read buffer, reused: no fresh allocation per read
 
     # -- public -----------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -63,9 +75,13 @@ class TraceReader:
             raise BadInputError(f"{self.path}: truncated or corrupt gzip stream ({exc})") from exc
         except OSError as exc:
             raise BadInputError(f"{self.path}: cannot read ({exc.strerror or exc})") from exc
+        finally:
+            self._buf = bytearray()  # the caller keeps the reader (for its metadata), not its buffers
+            self._scratch = bytearray()
+            self._fh = None
 
     # -- input ------------------------------------------------------------------------------------------
-    def _open(self) -> IO[bytes]:
+    def _open(self) -> io.BufferedIOBase:
         if not self.path.exists():
             raise BadInputError(f"{self.path}: no such file")
         if self.path.is_dir():
@@ -73,7 +89,7 @@ class TraceReader:
         with open(self.path, "rb") as probe:
             gzipped = probe.read(2) == GZIP_MAGIC
         if gzipped:
-            return gzip.open(self.path, "rb")
+            return gzip.GzipFile(self.path, "rb")
         return open(self.path, "rb")  # noqa: SIM115 - closed by the caller's with-block
 
     def _fill(self, want: int) -> bool:
@@ -84,10 +100,13 @@ class TraceReader:
                 del self._buf[: self._pos]
                 self._base += self._pos
                 self._pos = 0
-            data = self._fh.read(max(want, 4 << 20))
-            if not data:
+            if not self._scratch:
+                self._scratch = bytearray(READ_BYTES)
+            n = self._fh.readinto(self._scratch)
+            if not n:
                 self._eof = True
-            self._buf += data
+            else:
+                self._buf += memoryview(self._scratch)[:n]
         return len(self._buf) - self._pos >= want
 
     def _skip_ws(self) -> int:
@@ -134,6 +153,7 @@ class TraceReader:
             raise BadInputError(f"{self.path}: not a PyTorch/Chrome trace: the JSON document is not an object")
         if self._skip_ws() != -1:
             raise self._syntax("extra data after the end of the JSON document")
+        self.bytes_read = self._base + self._pos
 
     def _read_object(self) -> None:
         if self._skip_ws() == ord("}"):
@@ -182,7 +202,12 @@ class TraceReader:
             if c == -1:
                 raise self._syntax("file ends inside the traceEvents array")
             if c != ord("{"):
-                raise self._syntax("traceEvents must hold objects")
+                raise BadInputError(
+                    f"{self.path}: not a PyTorch/Chrome trace: the event at byte {self._base + self._pos} "
+                    "is not a JSON object"
+                )
+            if window == self.chunk_bytes and self._load_pair():
+                continue
             self._fill(window)
             end = min(len(self._buf), self._pos + window)
             if self._load_to_boundary(end):
@@ -192,6 +217,30 @@ class TraceReader:
             else:
                 self._load_tail()
 
+    def _load_pair(self) -> bool:
+        """With ``load_pair``, load the next two chunks in one call (which may parse them in parallel).
+
+        False, having loaded nothing, when there is no such loader, the file has less than two windows left,
+        a window has no boundary, or the pair is rejected: the one-chunk path then takes over from the same
+        place, finding a good cut or reporting the file's error exactly as without pairs."""
+        if self.load_pair is None or not self._fill(2 * self.chunk_bytes):
+            return False
+        buf, start = self._buf, self._pos
+        cut1, nxt1 = _last_boundary(buf, start, start + self.chunk_bytes)
+        if cut1 < 0:
+            return False
+        cut2, nxt2 = _last_boundary(buf, nxt1, nxt1 + self.chunk_bytes)
+        if cut2 < 0:
+            return False
+        with memoryview(buf) as whole, whole[start : cut1 + 1] as first, whole[nxt1 : cut2 + 1] as second:
+            try:
+                self.load_pair([first, second])
+            except ChunkRejected:
+                return False
+        self.chunks_loaded += 2
+        self._pos = nxt2
+        return True
+
     def _load_to_boundary(self, end: int) -> bool:
         """Load events up to the last boundary before ``end``; False if there is none."""
         buf, start = self._buf, self._pos
@@ -200,8 +249,7 @@ class TraceReader:
             cut, nxt = _last_boundary(buf, start, j)
             if cut < 0:
                 return False
-            text = b"[" + bytes(buf[start : cut + 1]) + b"]"
-            if self._try_load(text, allow_bad_cut=True):
+            if self._try_load(start, cut + 1, allow_bad_cut=True):
                 self._pos = nxt
                 return True
             j = cut  # the boundary was inside a string or a nested list: use the one before
@@ -214,32 +262,37 @@ class TraceReader:
             cut = buf.rfind(b"}", start, j)
             if cut < 0:
                 raise self._syntax("file ends inside the traceEvents array")
-            text = b"[" + bytes(buf[start : cut + 1]) + b"]"
             try:
-                orjson.loads(text)
+                orjson.loads(b"".join((b"[", memoryview(buf)[start : cut + 1], b"]")))
             except orjson.JSONDecodeError:
                 j = cut
                 continue
-            self._try_load(text, allow_bad_cut=False)
+            self._try_load(start, cut + 1, allow_bad_cut=False)
             self._pos = cut + 1
             return
 
-    def _try_load(self, text: bytes, *, allow_bad_cut: bool) -> bool:
-        try:
-            self.load(text)
-        except ChunkRejected as rejected:
+    def _try_load(self, start: int, end: int, *, allow_bad_cut: bool) -> bool:
+        """Load the events in ``_buf[start:end]``; False if that is a bad cut (and ``allow_bad_cut``)."""
+        rejected: ChunkRejected | None = None
+        with memoryview(self._buf) as whole, whole[start:end] as body:
             try:
-                orjson.loads(text)
-            except orjson.JSONDecodeError as exc:
-                # orjson counts characters, not bytes: compare and report in the right unit
-                chars = text.decode("utf-8", errors="replace")
-                if allow_bad_cut and exc.pos >= len(chars) - 2:
-                    return False
-                offset = self._base + self._pos + max(len(chars[: exc.pos].encode("utf-8")) - 1, 0)
-                raise BadInputError(f"{self.path}: invalid JSON at byte {offset}: {exc.msg}") from None
-            raise BadInputError(f"{self.path}: traceEvents holds an unreadable event ({rejected})") from None
-        self.chunks_loaded += 1
-        return True
+                self.load(body)
+            except ChunkRejected as exc:
+                rejected = exc
+        if rejected is None:
+            self.chunks_loaded += 1
+            return True
+        text = b"".join((b"[", memoryview(self._buf)[start:end], b"]"))
+        try:
+            orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            # orjson counts characters, not bytes: compare and report in the right unit
+            chars = text.decode("utf-8", errors="replace")
+            if allow_bad_cut and exc.pos >= len(chars) - 2:
+                return False
+            offset = self._base + self._pos + max(len(chars[: exc.pos].encode("utf-8")) - 1, 0)
+            raise BadInputError(f"{self.path}: invalid JSON at byte {offset}: {exc.msg}") from None
+        raise BadInputError(f"{self.path}: traceEvents holds an unreadable event ({rejected})") from None
 
 
 def _last_boundary(buf: bytearray, start: int, end: int) -> tuple[int, int]:

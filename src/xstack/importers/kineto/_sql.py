@@ -43,38 +43,66 @@ def _level_expr() -> str:
     )
 
 
-def _attrs_expr() -> str:
-    """JSON attrs per level: mapped keys renamed, the rest kept under ``kineto.args``; nulls dropped."""
+# Reading many keys of a row's ``args`` with ``args->'$.key'`` parses that JSON once per key, and every such
+# expression keeps string vectors of its own per thread (memory counted against DuckDB's limit). The
+# mapping instead extracts lists of values in one call: ``aj``, the JSON values of the keys mapped for the
+# row's level (in ``ARG_KEYS`` order), and ``av``, the text of the keys that become columns.
+_COLUMN_ARGS = ("device", "stream", "correlation", "External id", "Python id", "Python parent id")
+
+
+def _av(key: str) -> str:
+    """``args->>'$."key"'`` for one of ``_COLUMN_ARGS``."""
+    return f"av[{_COLUMN_ARGS.index(key) + 1}]"
+
+
+def _extract_expr() -> str:
+    """Columns ``aj`` (per level, the JSON values of its mapped keys) and ``av`` (see above)."""
+    cases = " ".join(
+        f"WHEN {_q(level)} THEN json_extract(args, [{', '.join(_path(src) for src, _ in keys + M.COMMON_KEYS)}])"
+        for level, keys in M.ARG_KEYS.items()
+    )
+    columns = ", ".join(_path(k) for k in _COLUMN_ARGS)
+    return f"CASE level {cases} END AS aj, json_extract_string(args, [{columns}]) AS av"
+
+
+def _rest_expr() -> str:
+    """``args`` without the keys that are mapped or become columns, for the row's level."""
     cases = []
     for level, keys in M.ARG_KEYS.items():
         pairs = keys + M.COMMON_KEYS
-        mapped = ", ".join(f"{_q(dst)}, args->{_path(src)}" for src, dst in pairs)
-        extra = _extra_attrs(level)
-        if extra:
-            mapped = f"{mapped}, {extra}" if mapped else extra
         removed = ", ".join(f"{_q(src)}, NULL" for src, _ in pairs) + ", " + ", ".join(
             f"{_q(k)}, NULL" for k in M.COLUMN_KEYS
         )
-        rest = f"json_merge_patch(coalesce(args, '{{}}'), json_object({removed}))"
-        cases.append(
-            f"WHEN {_q(level)} THEN json_merge_patch(json_object({_q(A.KINETO_ARGS)}, "
-            f"CASE WHEN {rest} = '{{}}' THEN NULL ELSE {rest} END), json_object({mapped}))"
-        )
-    return f"CASE level {' '.join(cases)} END"
+        cases.append(f"WHEN {_q(level)} THEN json_object({removed})")
+    return f"json_merge_patch(coalesce(args, '{{}}'), CASE level {' '.join(cases)} END)"
 
 
-def _extra_attrs(level: str) -> str:
+def _attrs_expr() -> str:
+    """JSON attrs per level: mapped keys renamed, the rest kept under ``kineto.args``; nulls dropped.
+
+    ``rest`` is computed once per row (``_rest_expr``); one object per level holds every key, and merging it
+    as a patch into ``{}`` drops the keys whose value is null (RFC 7386)."""
+    rest = f"{_q(A.KINETO_ARGS)}, CASE WHEN rest = '{{}}' THEN NULL ELSE rest END"
+    cases = []
+    for level, keys in M.ARG_KEYS.items():
+        mapped = [f"{_q(dst)}, aj[{i + 1}]" for i, (_, dst) in enumerate(keys + M.COMMON_KEYS)]
+        mapped += [*_extra_attrs(level), rest]
+        cases.append(f"WHEN {_q(level)} THEN json_object({', '.join(mapped)})")
+    return f"json_merge_patch('{{}}', CASE level {' '.join(cases)} END)"
+
+
+def _extra_attrs(level: str) -> list[str]:
     if level == "memcpy":
-        return (
-            f"{_q(A.MEMCPY_KIND)}, nullif(regexp_extract(name, 'Memcpy (\\w+)', 1), ''), "
-            f"{_q(A.MEMCPY_SRC_KIND)}, nullif(regexp_extract(name, '\\((\\w+) ->', 1), ''), "
-            f"{_q(A.MEMCPY_DST_KIND)}, nullif(regexp_extract(name, '-> (\\w+)\\)', 1), '')"
-        )
+        return [
+            f"{_q(A.MEMCPY_KIND)}, nullif(regexp_extract(name, 'Memcpy (\\w+)', 1), '')",
+            f"{_q(A.MEMCPY_SRC_KIND)}, nullif(regexp_extract(name, '\\((\\w+) ->', 1), '')",
+            f"{_q(A.MEMCPY_DST_KIND)}, nullif(regexp_extract(name, '-> (\\w+)\\)', 1), '')",
+        ]
     if level == "layer":
-        return (
-            f"{_q(A.LAYER_INSTANCE)}, substr(name, {len(M.MODULE_PREFIX) + 1}), "
-            f"{_q(A.LAYER_TYPE)}, regexp_replace(substr(name, {len(M.MODULE_PREFIX) + 1}), '_\\d+$', '')"
-        )
+        return [
+            f"{_q(A.LAYER_INSTANCE)}, substr(name, {len(M.MODULE_PREFIX) + 1})",
+            f"{_q(A.LAYER_TYPE)}, regexp_replace(substr(name, {len(M.MODULE_PREFIX) + 1}), '_\\d+$', '')",
+        ]
     if level == "metrics":
         parts = [f"{_q(A.METRICS_SOURCE)}, 'cupti_range_profiler'"]
         for key, p in M.FLOP_COUNTERS.items():
@@ -82,16 +110,19 @@ def _extra_attrs(level: str) -> str:
             terms = [f"TRY_CAST(args->>{_path(c.format(p, op))} AS HUGEINT)" for op in ("add", "mul")]
             fma = f"TRY_CAST(args->>{_path(c.format(p, 'fma'))} AS HUGEINT)"
             parts.append(f"{_q(key)}, {terms[0]} + {terms[1]} + 2 * {fma}")
-        return ", ".join(parts)
-    return ""
+        return parts
+    return []
 
 
-def stage_spans(first_span_id: int) -> str:
-    """Create temp table ``x``: one row per kept complete event, with level, ids, columns and attrs."""
+def stage_spans() -> str:
+    """Create temp table ``x``: one row per kept complete event, with level, ids, columns and attrs (a script
+    of several statements, through the temp table ``xm``).
+
+    Span ids number a run's spans from 1 in time order; they are unique within a run."""
     gpu = ", ".join(_q(c) for c in M.GPU_CATEGORIES)
     dev = ", ".join(_q(lv) for lv in DEVICE_LEVELS)
     return f"""
-CREATE OR REPLACE TEMP TABLE x AS
+CREATE OR REPLACE TEMP TABLE xm AS
 WITH lv AS (
     SELECT {_level_expr()} AS level, lower(cat) IN ({gpu}) AS on_gpu, lower(cat) AS cat,
         coalesce(name, '') AS name, CAST(ts * 1000 AS BIGINT) AS start_ns,
@@ -101,50 +132,68 @@ WITH lv AS (
     SELECT * FROM lv
     WHERE level IS NOT NULL AND start_ns IS NOT NULL AND dur_ns BETWEEN 0 AND {M.ABSURD_DURATION_NS}
       AND (on_gpu OR (TRY_CAST(pid AS BIGINT) IS NOT NULL AND TRY_CAST(tid AS BIGINT) IS NOT NULL))
+), ex AS (
+    SELECT *, {_extract_expr()}, {_rest_expr()} AS rest FROM kept
 )
 SELECT
-    {first_span_id - 1} + row_number() OVER (ORDER BY start_ns, dur_ns DESC, level, name) AS span_id,
     level, cat, on_gpu,
     CASE WHEN level = 'layer' THEN substr(name, {len(M.MODULE_PREFIX) + 1}) ELSE name END AS name,
     start_ns, dur_ns,
     CASE WHEN on_gpu THEN NULL ELSE TRY_CAST(pid AS BIGINT) END AS pid,
     CASE WHEN on_gpu THEN NULL ELSE TRY_CAST(tid AS BIGINT) END AS tid,
-    CASE WHEN on_gpu THEN 'cuda:' || coalesce(args->>'$.device', pid) ELSE 'cpu' END AS device,
+    CASE WHEN on_gpu THEN 'cuda:' || coalesce({_av("device")}, pid) ELSE 'cpu' END AS device,
     CASE WHEN NOT on_gpu THEN NULL
          WHEN cat = 'gpu_user_annotation' THEN TRY_CAST(tid AS BIGINT)
-         ELSE nullif(greatest(TRY_CAST(args->>'$.stream' AS BIGINT), -1), -1) END AS stream,
-    CASE WHEN level = 'runtime' OR level IN ({dev}) THEN TRY_CAST(args->>'$.correlation' AS BIGINT)
+         -- CUPTI writes "no stream" as -1, or as its unsigned 32-bit form
+         WHEN TRY_CAST({_av("stream")} AS BIGINT) BETWEEN 0 AND 4294967294
+         THEN TRY_CAST({_av("stream")} AS BIGINT) END AS stream,
+    CASE WHEN level = 'runtime' OR level IN ({dev}) THEN TRY_CAST({_av("correlation")} AS BIGINT)
          END AS correlation_id,
-    TRY_CAST(args->>'$."External id"' AS BIGINT) AS external_id,
-    TRY_CAST(args->>'$."Python id"' AS BIGINT) AS python_id,
-    TRY_CAST(args->>'$."Python parent id"' AS BIGINT) AS python_parent_id,
+    TRY_CAST({_av("External id")} AS BIGINT) AS external_id,
+    TRY_CAST({_av("Python id")} AS BIGINT) AS python_id,
+    TRY_CAST({_av("Python parent id")} AS BIGINT) AS python_parent_id,
     {_attrs_expr()} AS attrs
-FROM kept
+FROM ex;
+-- Numbered in a second statement, so that the sort carries finished rows rather than args, and does not
+-- compete for memory with the JSON work of the mapping (within a level, ordering by the name without the
+-- layer prefix is ordering by the name). An ORDER BY feeding a streaming row_number() sorts out of core.
+CREATE OR REPLACE TEMP TABLE x AS
+SELECT row_number() OVER () AS span_id, *
+FROM (SELECT * FROM xm ORDER BY start_ns, dur_ns DESC, level, name, pid, tid, device, stream, correlation_id,
+      external_id, python_id);
+DROP TABLE xm;
 """
 
 
 HOST_PARENTS = """
-CREATE OR REPLACE TEMP TABLE host_parent AS
+CREATE OR REPLACE TEMP TABLE host_start AS
 WITH host AS (
     SELECT span_id, pid, tid, start_ns, start_ns + dur_ns AS end_ns, dur_ns
     FROM x WHERE NOT on_gpu AND level IN ('model', 'layer', 'op', 'runtime')
 ), ev AS (
-    SELECT span_id, pid, tid, start_ns AS t, 1 AS kind, end_ns AS e, 0 AS sub, 1 AS delta FROM host
+    SELECT span_id, pid, tid, start_ns AS t, 1 AS kind, start_ns AS s, end_ns AS e, 0 AS sub, 1 AS delta
+    FROM host
     UNION ALL
     -- an end sorts before the starts at its instant; a zero-length span's end right after its own start,
     -- so that it is a leaf and never encloses another span
-    SELECT span_id, pid, tid, end_ns AS t, CASE WHEN dur_ns = 0 THEN 1 ELSE 0 END AS kind, end_ns AS e,
-        1 AS sub, -1 AS delta FROM host
+    SELECT span_id, pid, tid, end_ns AS t, CASE WHEN dur_ns = 0 THEN 1 ELSE 0 END AS kind, start_ns AS s,
+        end_ns AS e, 1 AS sub, -1 AS delta FROM host
 ), run AS (
-    SELECT span_id, pid, tid, delta,
+    SELECT span_id, pid, tid, delta, s, e,
         sum(delta) OVER (PARTITION BY pid, tid ORDER BY t, kind, e DESC, span_id, sub
                          ROWS UNBOUNDED PRECEDING) - 1 AS depth,
         row_number() OVER (PARTITION BY pid, tid ORDER BY t, kind, e DESC, span_id, sub) AS seq
     FROM ev
-), starts AS (SELECT span_id, pid, tid, depth, seq FROM run WHERE delta = 1)
-SELECT c.span_id, p.span_id AS parent_id
-FROM starts c ASOF JOIN starts p
-  ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.seq > p.seq
+)
+SELECT span_id, pid, tid, depth, seq, s, e FROM run WHERE delta = 1;
+-- The starts are a table, not a CTE, so that their windows are computed once for both sides of the join.
+-- encloses is false where the span found by depth overlaps the child without nesting it: the child then
+-- keeps no host parent (and counts as a nesting conflict). Carrying the bounds here saves a join with x.
+CREATE OR REPLACE TEMP TABLE host_parent AS
+SELECT c.span_id, p.span_id AS parent_id, p.s <= c.s AND p.e >= c.e AS encloses
+FROM host_start c ASOF JOIN host_start p
+  ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.seq > p.seq;
+DROP TABLE host_start;
 """
 
 OTHER_PARENTS = f"""
@@ -170,17 +219,22 @@ SELECT c.span_id, f.span_id FROM x c JOIN frames f ON f.pid = c.pid AND f.python
 
 
 def insert_spans(run_id: int) -> str:
-    """Insert the staged spans with their parents; a host parent that does not enclose its child is dropped."""
+    """Insert the staged spans with their parents; a host parent that does not enclose its child is dropped.
+
+    Host and other parents are for disjoint sets of spans (host levels on a CPU thread; device activity,
+    GPU annotations and Python frames), at most one each: one join with their union is the same as a join
+    with each, and holds one hash table instead of two."""
     return f"""
 INSERT INTO _spans
-SELECT {run_id}, x.span_id,
-    coalesce(CASE WHEN p.start_ns <= x.start_ns AND p.start_ns + p.dur_ns >= x.start_ns + x.dur_ns
-                  THEN h.parent_id END, o.parent_id),
+WITH parent AS (
+    SELECT span_id, parent_id FROM host_parent WHERE encloses
+    UNION ALL
+    SELECT span_id, parent_id FROM other_parent
+)
+SELECT {run_id}, x.span_id, p.parent_id,
     x.level, x.name, x.start_ns, x.dur_ns, x.pid, x.tid, x.device, x.stream, x.correlation_id, x.attrs
 FROM x
-LEFT JOIN host_parent h USING (span_id)
-LEFT JOIN x p ON p.span_id = h.parent_id
-LEFT JOIN other_parent o ON o.span_id = x.span_id
+LEFT JOIN parent p USING (span_id)
 """
 
 
@@ -246,8 +300,7 @@ def health_queries(run_id: int) -> list[tuple[str, str, str]]:
          f"SELECT count(*) {s} AND level = 'metrics' AND parent_id IS NULL",
          "hardware-counter ranges that name a kernel but match no kernel span in the trace"),
         ("nesting_conflicts",
-         """SELECT count(*) FROM host_parent h JOIN x c USING (span_id) JOIN x p ON p.span_id = h.parent_id
-            WHERE NOT (p.start_ns <= c.start_ns AND p.start_ns + p.dur_ns >= c.start_ns + c.dur_ns)""",
+         "SELECT count(*) FROM host_parent WHERE NOT encloses",
          "host spans that overlap a neighbour without nesting in it (left without that parent)"),
         ("duplicate_correlation_ids",
          f"""SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n {s} AND level = 'runtime'

@@ -1,0 +1,328 @@
+"""Export a trace store as Chrome-trace JSON, the timeline format that ui.perfetto.dev and chrome://tracing open.
+
+Layout: each host process of each run is one process, named with the run, with one track per thread (names
+from ``runs.config.processes``), where ``model`` > ``layer`` > ``op`` > ``runtime`` spans nest by time. Each
+device of each run is one process ("GPU 0 (cuda:0)") with one track per stream ("stream 7"). A flow arrow
+(``cat: ac2g``) runs from each host span to each device span it is the parent of: launch -> kernel, copy, set
+or sync (``launch``), CPU -> GPU annotation (``annotation``). Counters are counter tracks of their host process
+or device.
+
+Notes: pids and tids are renumbered from one sequence, because Perfetto reads them as unsigned 32-bit numbers,
+stores hold negative ones (Kineto) and device numbers that collide with host pids, and runs must not merge;
+the original ids stay in the names. ``ts`` counts microseconds from the run's first event (``otherData.xstack
+.runs[].time_base_ns``): epoch times do not fit a double at nanosecond precision, offsets do. A span that
+partly overlaps another on its track cannot be drawn nested, so it goes to an extra "(overlap N)" track of
+its thread and is counted in ``PerfettoStats.overlap_spans``. Rows are fetched and written in batches: the
+Python heap stays flat (about 15 MiB) whatever the number of spans; DuckDB sorts within its ``memory_limit``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from xstack.errors import UsageError
+from xstack.trace.schema import DEVICE_LEVELS, LEVELS
+from xstack.trace.store import Store
+
+__all__ = ["PerfettoStats", "export_perfetto"]
+
+BATCH_ROWS = 10_000
+"""Rows fetched, and events serialised, per batch."""
+FLOW_CATEGORY = "ac2g"
+
+
+@dataclass
+class PerfettoStats:
+    """What one export wrote: slice events per level, flow arrows, counter samples and runs."""
+
+    runs: int = 0
+    spans: dict[str, int] = field(default_factory=dict)
+    flows: int = 0
+    counter_samples: int = 0
+    counters_skipped: int = 0
+    """Counter rows without a finite value (JSON has no NaN): left out."""
+    overlap_spans: int = 0
+    """Spans put on an "(overlap N)" track because they partly overlap a span on their own."""
+
+    def describe(self) -> str:
+        """One line for the terminal."""
+        text = (f"{self.runs} run(s), {sum(self.spans.values()):,} spans, {self.flows:,} flows, "
+                f"{self.counter_samples:,} counter samples")
+        return text + (f", {self.overlap_spans:,} on overlap tracks" if self.overlap_spans else "")
+
+    def _add_span(self, level: str, overlapping: bool) -> None:
+        self.spans[level] = self.spans.get(level, 0) + 1
+        self.overlap_spans += overlapping
+
+
+@dataclass
+class _Run:
+    run_id: int
+    name: str
+    base_ns: int
+    processes: dict[str, Any]
+
+    def process_name(self, kind: str, key: Any) -> str:
+        if kind == "device":
+            match = re.fullmatch(r"cuda:(\d+)", str(key))
+            return f"GPU {match[1]} ({key})" if match else str(key)
+        return f"{self._entry(key).get('name') or 'process'} (pid {'?' if key is None else key})"
+
+    def thread_name(self, kind: str, key: Any, sub: Any) -> str:
+        if kind == "device":
+            return "no stream" if sub is None else f"stream {sub}"
+        threads = self._entry(key).get("threads")
+        name = threads.get(str(sub)) if isinstance(threads, dict) else None
+        return str(name) if name else f"thread {'?' if sub is None else sub}"
+
+    def _entry(self, pid: Any) -> dict[str, Any]:
+        entry = self.processes.get(str(pid))
+        return entry if isinstance(entry, dict) else {}
+
+
+def _host(a: str) -> str:
+    return f"({a}.device IS NULL OR {a}.device = 'cpu')"
+
+
+def _args(a: str) -> str:
+    # Built by DuckDB, vectorised; the merge patch drops the ids that are null.
+    ids = f"json_object('span_id', {a}.span_id, 'parent_id', {a}.parent_id, 'correlation_id', {a}.correlation_id)"
+    return f"json_merge_patch(coalesce({a}.attrs, '{{}}'), {ids})"
+
+
+def _order(a: str) -> str:
+    # By start, longest first; equal spans outer level first (model > layer > op), as they must nest.
+    rank = f"list_position([{', '.join(repr(lv) for lv in LEVELS)}], {a}.level)"
+    return f"{a}.start_ns, {a}.dur_ns DESC, {rank}, {a}.span_id"
+
+
+_HOST_SPANS = f"""
+SELECT s.span_id, s.level, s.name, s.start_ns, s.dur_ns, s.pid, s.tid, {_args('s')}
+FROM spans s WHERE s.run_id = ? AND {_host('s')} ORDER BY s.pid, s.tid, {_order('s')}
+"""
+
+_DEVICE_SPANS = f"""
+SELECT d.level, d.name, d.start_ns, d.dur_ns, d.device, d.stream, {_args('d')}, p.span_id, p.pid, p.tid, p.start_ns
+FROM spans d LEFT JOIN spans p ON p.run_id = d.run_id AND p.span_id = d.parent_id AND {_host('p')}
+WHERE d.run_id = ? AND NOT {_host('d')} ORDER BY d.device, d.stream NULLS FIRST, {_order('d')}
+"""
+
+_COUNTERS = "SELECT name, ts_ns, value, pid, device FROM counters WHERE run_id = ? ORDER BY device, pid, name, ts_ns"
+
+_RUNS = """
+SELECT r.run_id, r.name, r.config, least(s.t, c.t) FROM runs r
+LEFT JOIN (SELECT run_id, min(start_ns) AS t FROM spans GROUP BY run_id) s USING (run_id)
+LEFT JOIN (SELECT run_id, min(ts_ns) AS t FROM counters GROUP BY run_id) c USING (run_id) ORDER BY r.run_id
+"""
+
+
+def export_perfetto(store: Store, out: Path, *, run_id: int | None = None) -> PerfettoStats:
+    """Write the store's runs (all, or only ``run_id``) to ``out`` as Chrome-trace JSON for ui.perfetto.dev.
+
+    ``ts`` and ``dur`` are microseconds as floats that keep the nanoseconds, ``ts`` counted from the run's first
+    event. The file is written as ``out.partial`` and renamed into place once complete. Raises ``UsageError``
+    when ``run_id`` is not a run of the store.
+    """
+    out = Path(out)
+    runs = _runs(store, run_id)
+    stats = PerfettoStats(runs=len(runs))
+    partial = out.with_name(out.name + ".partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(partial, "wb") as fh:
+            fh.write(_header(store, runs))
+            writer = _Writer(fh)
+            tracks = _Tracks(writer)
+            for run in runs:
+                moved = _host_spans(store, run, tracks, writer, stats)
+                _device_spans(store, run, tracks, writer, stats, moved)
+                _counters(store, run, tracks, writer, stats)
+            writer.flush()
+            fh.write(b"\n]}\n")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, out)
+    return stats
+
+
+def _runs(store: Store, run_id: int | None) -> list[_Run]:
+    rows = store.query(_RUNS)
+    if run_id is not None and not any(r[0] == run_id for r in rows):
+        known = ", ".join(str(r[0]) for r in rows) or "none"
+        raise UsageError(f"{store.path}: no run {run_id} in this store (its runs: {known})")
+    runs = []
+    for rid, name, config, base in rows:
+        processes = orjson.loads(config).get("processes") if config else None
+        if run_id is None or rid == run_id:
+            runs.append(_Run(rid, name, base or 0, processes if isinstance(processes, dict) else {}))
+    return runs
+
+
+def _header(store: Store, runs: Sequence[_Run]) -> bytes:
+    meta = {"xstack": {"store": str(store.path), "runs": [
+        {"run_id": r.run_id, "name": r.name, "time_base_ns": r.base_ns} for r in runs]}}
+    # Perfetto's tokenizer stops reading at a top-level key it does not know: keep to these three.
+    return b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(meta) + b',"traceEvents":[\n'
+
+
+def _rows(store: Store, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+    cursor = store.con.execute(sql, params)
+    return chain.from_iterable(iter(lambda: cursor.fetchmany(BATCH_ROWS), []))
+
+
+def _host_spans(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats) -> dict[int, int]:
+    """Write the run's host spans; returns span_id -> tid for the (few) put on an overlap track."""
+    moved: dict[int, int] = {}
+    for span_id, level, name, start, dur, pid, tid, args in _rows(store, _HOST_SPANS, [run.run_id]):
+        pid_out, tid_out = tracks.thread(run, "host", pid, tid)
+        lane = tracks.place(pid_out, tid_out, start, start + dur)
+        if lane != tid_out:
+            moved[span_id] = lane
+        writer.emit(_slice(level, name, start - run.base_ns, dur, pid_out, lane, args))
+        stats._add_span(level, lane != tid_out)
+    return moved
+
+
+def _device_spans(
+    store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats, moved: dict[int, int]
+) -> None:
+    rows = _rows(store, _DEVICE_SPANS, [run.run_id])
+    for level, name, start, dur, device, stream, args, parent, ppid, ptid, pstart in rows:
+        pid_out, tid_out = tracks.thread(run, "device", device, stream)
+        lane = tracks.place(pid_out, tid_out, start, start + dur)
+        writer.emit(_slice(level, name, start - run.base_ns, dur, pid_out, lane, args))
+        stats._add_span(level, lane != tid_out)
+        if parent is not None:
+            src_pid, src_tid = tracks.thread(run, "host", ppid, ptid)
+            stats.flows += 1
+            kind = "launch" if level in DEVICE_LEVELS else "annotation"
+            writer.emit(_flow("s", stats.flows, kind, pstart - run.base_ns, src_pid, moved.get(parent, src_tid)))
+            writer.emit(_flow("f", stats.flows, kind, start - run.base_ns, pid_out, lane))
+
+
+def _counters(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats) -> None:
+    for name, ts, value, pid, device in _rows(store, _COUNTERS, [run.run_id]):
+        if value is None or not math.isfinite(value):
+            stats.counters_skipped += 1
+            continue
+        on_host = device is None or device == "cpu"
+        pid_out = tracks.process(run, "host", pid) if on_host else tracks.process(run, "device", device)
+        # tid = pid: the process's own track, which holds no slices; Perfetto makes the counter process-wide.
+        writer.emit({"ph": "C", "ts": _us(ts - run.base_ns), "pid": pid_out, "tid": pid_out, "name": name,
+                     "args": {"value": value}})
+        stats.counter_samples += 1
+
+
+def _slice(level: str, name: str, start: int, dur: int, pid: int, tid: int, args: str) -> dict[str, Any]:
+    # "ts" right after "ph": older Perfetto tokenizers scan an event's keys for "ts" and fail on some values.
+    return {"ph": "X", "ts": _us(start), "dur": _us(dur), "pid": pid, "tid": tid, "cat": level, "name": name,
+            "args": orjson.Fragment(args)}
+
+
+def _flow(ph: str, flow_id: int, name: str, start: int, pid: int, tid: int) -> dict[str, Any]:
+    event = {"ph": ph, "ts": _us(start), "pid": pid, "tid": tid, "cat": FLOW_CATEGORY, "name": name, "id": flow_id}
+    if ph == "f":
+        event["bp"] = "e"  # bind to the enclosing slice (the device span itself), not to the next one
+    return event
+
+
+def _us(ns: int) -> float:
+    """Nanoseconds as microseconds, nudged up where needed so that ``int(us * 1000)`` (what Perfetto computes)
+    gives ``ns`` back exactly."""
+    us = ns / 1000
+    while int(us * 1000) < ns:
+        us = math.nextafter(us, math.inf)
+    return us
+
+
+class _Writer:
+    """Buffers events and writes them with one orjson call per batch, one event per line."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self._fh = fh
+        self._buf: list[dict[str, Any]] = []
+        self._empty = True
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._buf.append(event)
+        if len(self._buf) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        # Every event starts with {"ph": and quotes inside strings are escaped, so this only ever matches
+        # between tokens, where a newline is plain whitespace.
+        text = orjson.dumps(self._buf)[1:-1].replace(b'},{"ph":', b'},\n{"ph":')
+        self._fh.write(text if self._empty else b",\n" + text)
+        self._buf.clear()
+        self._empty = False
+
+
+class _Tracks:
+    """Exported pids and tids of the store's processes, devices, threads and streams, named when first used.
+
+    One sequence numbers processes and threads alike, so no tid equals a pid and runs never share a track.
+    """
+
+    def __init__(self, writer: _Writer) -> None:
+        self._writer = writer
+        self._last_id = 0
+        self._pids: dict[tuple[int, str, Any], int] = {}
+        self._tids: dict[tuple[int, str, Any, Any], tuple[int, int]] = {}
+        self._names: dict[int, str] = {}
+        self._lanes: dict[int, list[tuple[int, list[int]]]] = {}
+
+    def process(self, run: _Run, kind: str, key: Any) -> int:
+        """pid of a host process (``kind`` "host", ``key`` its pid) or a device ("device", ``cuda:0``)."""
+        pid = self._pids.get((run.run_id, kind, key))
+        if pid is None:
+            pid = self._pids[(run.run_id, kind, key)] = self._next_id()
+            self._meta("process_name", pid, pid, f"{run.process_name(kind, key)} [run {run.run_id}: {run.name}]")
+        return pid
+
+    def thread(self, run: _Run, kind: str, key: Any, sub: Any) -> tuple[int, int]:
+        """(pid, tid) of a host thread (``sub`` its tid) or a device stream (``sub`` the stream or None)."""
+        found = self._tids.get((run.run_id, kind, key, sub))
+        if found is None:
+            pid = self.process(run, kind, key)
+            tid = self._new_thread(pid, run.thread_name(kind, key, sub))
+            found = self._tids[(run.run_id, kind, key, sub)] = (pid, tid)
+        return found
+
+    def place(self, pid: int, tid: int, start: int, end: int) -> int:
+        """tid of the first lane of thread ``tid`` where [start, end] nests (spans arrive sorted by start,
+        longest first); a new "(overlap N)" lane when it partly overlaps an open span in every lane."""
+        lanes = self._lanes.setdefault(tid, [(tid, [])])
+        for lane_tid, ends in lanes:
+            while ends and ends[-1] <= start:
+                ends.pop()
+            if not ends or end <= ends[-1]:
+                ends.append(end)
+                return lane_tid
+        lane_tid = self._new_thread(pid, f"{self._names[tid]} (overlap {len(lanes)})")
+        lanes.append((lane_tid, [end]))
+        return lane_tid
+
+    def _new_thread(self, pid: int, name: str) -> int:
+        tid = self._next_id()
+        self._names[tid] = name
+        self._meta("thread_name", pid, tid, name)
+        return tid
+
+    def _meta(self, kind: str, pid: int, tid: int, name: str) -> None:
+        self._writer.emit({"ph": "M", "ts": 0, "pid": pid, "tid": tid, "name": kind, "args": {"name": name}})
+
+    def _next_id(self) -> int:
+        self._last_id += 1
+        return self._last_id

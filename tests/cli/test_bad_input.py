@@ -1,0 +1,101 @@
+"""Bad input ends with one line naming the file and the problem, exit 1, and no store that looks complete."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import kineto_fixture
+from xstack.cli.main import main
+from xstack.trace.store import Store
+
+
+def _write_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
+    real = kineto_fixture("a100_multistream_event_sync.json.gz").read_bytes()
+    cases = {
+        "missing": (tmp / "nope.json", "no such file"),
+        "truncated_gzip": (tmp / "trunc.json.gz", "truncated or corrupt gzip"),
+        "broken_json": (tmp / "broken.json", "invalid JSON"),
+        "broken_in_events": (tmp / "broken_events.json", "invalid JSON"),
+        "not_kineto_object": (tmp / "other.json", "no traceEvents"),
+        "not_kineto_list": (tmp / "numbers.json", "not a PyTorch"),
+        "foreign_events": (tmp / "foreign.json", "not a PyTorch profiler (Kineto) trace"),
+        "empty_trace": (tmp / "empty_trace.json", "empty trace"),
+        "empty_file": (tmp / "empty.json", "empty file"),
+        "scalar": (tmp / "scalar.json", "not an object"),
+        "directory": (tmp, "is a directory"),
+    }
+    cases["truncated_gzip"][0].write_bytes(real[: len(real) // 2])
+    cases["broken_json"][0].write_text('{"traceEvents": [{"ph": "X", "name": "a"')
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+              for i in range(50)]
+    text = json.dumps({"traceEvents": events})
+    cases["broken_in_events"][0].write_text(text[:400] + '"oops": }' + text[400:])
+    cases["not_kineto_object"][0].write_text('{"foo": 1, "bar": [1, 2]}')
+    cases["not_kineto_list"][0].write_text("[1, 2, 3]")
+    cases["foreign_events"][0].write_text(json.dumps(
+        {"traceEvents": [{"ph": "X", "cat": "v8", "name": "GC", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    cases["empty_trace"][0].write_text('{"schemaVersion": 1, "traceEvents": []}')
+    cases["empty_file"][0].write_text("")
+    cases["scalar"][0].write_text("42")
+    return cases
+
+
+CASES = ["missing", "truncated_gzip", "broken_json", "broken_in_events", "not_kineto_object",
+         "not_kineto_list", "foreign_events", "empty_trace", "empty_file", "scalar", "directory"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_trace_fails_cleanly(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, problem = _write_cases(tmp_path)[case]
+    out = tmp_path / "out" / "store.duckdb"
+    code = main(["import", str(path), "-o", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err and problem in err, err
+    assert not out.exists() and not list(out.parent.glob("*")) if out.parent.exists() else True
+
+
+def test_truncated_gzip_of_a_real_trace_in_the_middle_of_events(tmp_path: Path) -> None:
+    raw = gzip.decompress(kineto_fixture("h100_bert_small_infer_full.json.gz").read_bytes())
+    src = tmp_path / "cut.json.gz"
+    src.write_bytes(gzip.compress(raw)[:-100])
+    assert main(["import", str(src), "-o", str(tmp_path / "s.duckdb")]) == 1
+    assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_one_bad_file_among_good_ones_writes_nothing(tmp_path: Path) -> None:
+    good = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [}')
+    out = tmp_path / "s.duckdb"
+    assert main(["import", str(good), str(bad), "-o", str(out)]) == 1
+    assert not out.exists()
+
+
+def test_append_failure_leaves_the_store_as_it_was(tmp_path: Path) -> None:
+    good = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    out = tmp_path / "s.duckdb"
+    assert main(["import", str(good), "-o", str(out)]) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": []}')
+    assert main(["import", str(good), str(bad), "-o", str(out), "--append"]) == 1
+    with Store.open(out) as store:
+        assert store.run_ids() == [1]
+        assert store.query("SELECT count(*) FROM spans")[0][0] == 15
+
+
+def test_existing_store_is_kept_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    out = tmp_path / "s.duckdb"
+    assert main(["import", str(good), "-o", str(out)]) == 0
+    assert main(["import", str(good), "-o", str(out)]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert main(["import", str(good), "-o", str(out), "--force"]) == 0
+    assert main(["import", str(good), "-o", str(out), "--append"]) == 0
+    with Store.open(out) as store:
+        assert store.run_ids() == [1, 2]

@@ -1,0 +1,83 @@
+"""The real ``xstack`` command in a subprocess: help, exit codes, import -> summary -> export, demo."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import kineto_fixture
+
+
+def xstack(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="160")
+    return subprocess.run([sys.executable, "-m", "xstack", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=timeout)
+
+
+def test_help_reads_well_and_lists_every_command() -> None:
+    proc = xstack("-h")
+    assert proc.returncode == 0
+    for word in ("import", "export", "summary", "demo", "exit codes", "examples"):
+        assert word in proc.stdout
+    for command in ("import", "export", "summary", "demo"):
+        sub = xstack(command, "-h")
+        assert sub.returncode == 0 and "usage: xstack " + command in sub.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["frobnicate"], ["import"], ["export", "s.duckdb", "--format", "svg"],
+                                  ["summary", "a", "b"], ["summary", "s.duckdb", "--top", "x"]])
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    proc = xstack(*args)
+    assert proc.returncode == 2, proc.stderr
+
+
+def test_import_summary_export_end_to_end(tmp_path: Path) -> None:
+    trace = kineto_fixture("h100_bert_small_infer_full.json.gz")
+    proc = xstack("import", str(trace), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    store = tmp_path / "xstack-out" / "h100_bert_small_infer_full.duckdb"
+    assert store.exists() and "2,059 spans" in proc.stdout
+    summary = xstack("summary", str(store))
+    assert summary.returncode == 0, summary.stderr
+    for text in ("NVIDIA H100 80GB HBM3", "Top layers", "BertModel_0", "Top operators", "aten::linear",
+                 "Top GPU kernels", "Trace health", "unpaired_flows"):
+        assert text in summary.stdout, text
+    out = tmp_path / "t.json"
+    export = xstack("export", str(store), "--format", "perfetto", "-o", str(out))
+    assert export.returncode == 0, export.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "kernel") == 60
+
+
+def test_summary_of_a_missing_or_foreign_store_fails_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "x.duckdb"
+    bad.write_text("not a database")
+    for path in (bad, tmp_path / "missing.duckdb"):
+        proc = xstack("summary", str(path))
+        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr
+
+
+def test_summary_rejects_an_unknown_run(tmp_path: Path) -> None:
+    trace = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    store = tmp_path / "s.duckdb"
+    assert xstack("import", str(trace), "-o", str(store)).returncode == 0
+    proc = xstack("summary", str(store), "--run", "9")
+    assert proc.returncode == 2 and "no run 9" in proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+def test_demo_profiles_real_models_and_prints_the_summary(tmp_path: Path) -> None:
+    proc = xstack("demo", "-o", str(tmp_path / "out"), "--steps", "2", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for text in ("Top layers", "Top operators", "aten::conv2d", "Trace health"):
+        assert text in proc.stdout, text
+    assert (tmp_path / "out" / "demo.duckdb").exists()
+    events = json.loads((tmp_path / "out" / "demo.perfetto.json").read_text())["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert {"load", "preprocess", "step", "predict"} <= names

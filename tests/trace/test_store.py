@@ -1,0 +1,89 @@
+"""The store: public views exactly as design.md names them, versioning and clear errors on foreign files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from xstack.errors import StoreError
+from xstack.trace.schema import SCHEMA_VERSION
+from xstack.trace.store import RunInfo, Store
+
+PUBLIC = {
+    "runs": ["run_id", "name", "started_at", "command", "host", "framework", "device", "levels", "pass", "config"],
+    "spans": ["run_id", "span_id", "parent_id", "level", "name", "start_ns", "dur_ns", "pid", "tid", "device",
+              "stream", "correlation_id", "attrs"],
+    "counters": ["run_id", "name", "ts_ns", "value", "pid", "device"],
+    "health": ["run_id", "check", "count", "detail"],
+}
+
+
+def _new(path: Path) -> Path:
+    with Store.create(path) as store:
+        store.add_run(RunInfo(run_id=1, name="r", started_at_ns=1_700_000_000_123_456_000, levels=["op"]))
+        store.add_health(1, [("orphans", 3, "x"), ("nothing", 0, "kept out")])
+    return path
+
+
+def test_public_views_have_the_documented_columns(tmp_path: Path) -> None:
+    with Store.open(_new(tmp_path / "s.duckdb")) as store:
+        for view, columns in PUBLIC.items():
+            got = [r[0] for r in store.query(f"DESCRIBE {view}")]
+            assert got == columns, view
+        assert store.query('SELECT "check", count FROM health') == [("orphans", 3)]
+        started = store.query("SELECT started_at FROM runs")[0][0]
+        assert (started.year, started.microsecond) == (2023, 123456)
+
+
+def test_create_writes_a_partial_file_and_renames_only_on_success(tmp_path: Path) -> None:
+    target = tmp_path / "s.duckdb"
+    with pytest.raises(RuntimeError), Store.create(target) as store:
+        assert store.path.name == "s.duckdb.partial"
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    _new(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["s.duckdb"]
+
+
+def test_foreign_files_are_refused_with_a_clear_error(tmp_path: Path) -> None:
+    text = tmp_path / "notes.duckdb"
+    text.write_text("hello")
+    with pytest.raises(StoreError, match="not a DuckDB database"):
+        Store.open(text)
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).execute("CREATE TABLE t (x INT)").close()
+    with pytest.raises(StoreError, match="not an xstack trace store"):
+        Store.open(other)
+    with pytest.raises(StoreError, match="no such store"):
+        Store.open(tmp_path / "missing.duckdb")
+
+
+@pytest.mark.parametrize(("version", "message"), [(SCHEMA_VERSION + 1, "newer xstack"), (0, "cannot be migrated")])
+def test_other_schema_versions_are_refused(tmp_path: Path, version: int, message: str) -> None:
+    path = _new(tmp_path / "s.duckdb")
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE _meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+    con.close()
+    with pytest.raises(StoreError, match=message):
+        Store.open(path)
+
+
+def test_an_incomplete_store_is_refused(tmp_path: Path) -> None:
+    path = _new(tmp_path / "s.duckdb")
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE _meta SET value = 'false' WHERE key = 'complete'")
+    con.close()
+    with pytest.raises(StoreError, match="incomplete"):
+        Store.open(path)
+
+
+def test_existing_store_needs_overwrite(tmp_path: Path) -> None:
+    path = _new(tmp_path / "s.duckdb")
+    with pytest.raises(StoreError, match="already exists"), Store.create(path):
+        pass
+    with Store.create(path, overwrite=True) as store:
+        store.add_run(RunInfo(run_id=7, name="new"))
+    with Store.open(path) as store:
+        assert store.run_ids() == [7]
