@@ -57,7 +57,12 @@ MB = 10**6
 
 # Integer fields (in ``args``) that identify something within one trace; offset per synthetic copy.
 ID_ARGS = (
-    "correlation", "External id", "Record function id", "Python id", "Python parent id", "Sequence number",
+    "correlation",
+    "External id",
+    "Record function id",
+    "Python id",
+    "Python parent id",
+    "Sequence number",
     "wait_on_cuda_event_record_corr_id",
 )
 
@@ -85,8 +90,11 @@ def build_synthetic(base: Path, out: Path, target_bytes: int) -> dict[str, Any]:
     # Time shift per copy: whole microseconds (an integer added to a float ts keeps its 3 decimals exact
     # while the result stays in the same binade), past the end of the copy plus a 1 ms gap.
     ts = [e["ts"] for e in body if isinstance(e.get("ts"), (int, float))]
-    ends = [e["ts"] + e.get("dur", 0) for e in body
-            if isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))]
+    ends = [
+        e["ts"] + e.get("dur", 0)
+        for e in body
+        if isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))
+    ]
     shift = math.ceil(max(ends) - min(ts)) + 1000
 
     # Id offset per copy: a power of ten above every id in the trace, so copies never share an id.
@@ -127,8 +135,10 @@ def build_synthetic(base: Path, out: Path, target_bytes: int) -> dict[str, Any]:
                 while written < target_bytes or copies == 0:
                     dt = shift * copies
                     di = id_step * copies
-                    lines = [tmpl % tuple(v + (dt if is_ts else di) for v, is_ts in zip(vals, kinds, strict=True))
-                             for tmpl, vals, kinds in plan]
+                    lines = [
+                        tmpl % tuple(v + (dt if is_ts else di) for v, is_ts in zip(vals, kinds, strict=True))
+                        for tmpl, vals, kinds in plan
+                    ]
                     text = ",\n".join(lines).encode()
                     chunk = (b"" if first else b",\n") + text
                     first = False
@@ -139,8 +149,7 @@ def build_synthetic(base: Path, out: Path, target_bytes: int) -> dict[str, Any]:
                 f.write(b"\n]")
             f.write(b"\n" if last else b",\n")
         f.write(b"}\n")
-    return {"copies": copies, "events": n_events, "ts_shift_us": shift, "id_step": id_step,
-            "bytes": out.stat().st_size}
+    return {"copies": copies, "events": n_events, "ts_shift_us": shift, "id_step": id_step, "bytes": out.stat().st_size}
 
 
 def _is_int(v: Any) -> bool:
@@ -204,8 +213,10 @@ class _TimedCon:
         from xstack.importers.kineto import _sql
 
         self._names = {
-            _sql.LOAD_CHUNK: "duckdb_read_json", _sql.HOST_PARENTS: "sql_host_parents",
-            _sql.OTHER_PARENTS: "sql_other_parents", _sql.SKIPPED: "sql_health",
+            _sql.LOAD_CHUNK: "duckdb_read_json",
+            _sql.HOST_PARENTS: "sql_host_parents",
+            _sql.OTHER_PARENTS: "sql_other_parents",
+            _sql.SKIPPED: "sql_health",
         }
 
     def _phase(self, sql: str) -> str:
@@ -263,8 +274,12 @@ def child_import(path: Path, workdir: Path, phases: bool) -> dict[str, Any]:
             store.con = store.con._con  # type: ignore[attr-defined]
             t1 = time.perf_counter()
     seconds = time.perf_counter() - t0
-    out: dict[str, Any] = {"seconds": seconds, "spans": run.spans, "counters": run.counters,
-                           "store_bytes": store_path.stat().st_size}
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "spans": run.spans,
+        "counters": run.counters,
+        "store_bytes": store_path.stat().st_size,
+    }
     if phases:
         timings["reader_python"] = timings.pop("stage_total") - timings.get("duckdb_read_json", 0.0)
         timings["checkpoint_close"] = seconds - (t1 - t0)
@@ -340,11 +355,21 @@ def measure(path: Path, repeat: int, workdir: Path, phases: bool, label: str | N
         "json_bytes": jb,
         "events": events,
         "repeat": repeat,
-        "json_load": {"seconds": med(js, "seconds"), "peak_rss_bytes": med(js, "peak_rss_bytes"),
-                      "events_per_s": events / med(js, "seconds"), "runs": js},
-        "import": {"seconds": med(im, "seconds"), "peak_rss_bytes": med(im, "peak_rss_bytes"),
-                   "events_per_s": events / med(im, "seconds"), "spans": im[0]["spans"],
-                   "counters": im[0]["counters"], "store_bytes": im[0]["store_bytes"], "runs": im},
+        "json_load": {
+            "seconds": med(js, "seconds"),
+            "peak_rss_bytes": med(js, "peak_rss_bytes"),
+            "events_per_s": events / med(js, "seconds"),
+            "runs": js,
+        },
+        "import": {
+            "seconds": med(im, "seconds"),
+            "peak_rss_bytes": med(im, "peak_rss_bytes"),
+            "events_per_s": events / med(im, "seconds"),
+            "spans": im[0]["spans"],
+            "counters": im[0]["counters"],
+            "store_bytes": im[0]["store_bytes"],
+            "runs": im,
+        },
     }
     row["time_ratio"] = row["import"]["seconds"] / row["json_load"]["seconds"]
     row["import_rss_over_json"] = row["import"]["peak_rss_bytes"] / jb
@@ -360,31 +385,58 @@ def _fmt_bytes(n: float) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("file", "file MB", "JSON MB", "events", "n", "json.load s", "import s", "import/json",
-            "json.load ev/s", "import ev/s", "json.load RSS MB", "import RSS MB", "import RSS/JSON")
+    head = (
+        "file",
+        "file MB",
+        "JSON MB",
+        "events",
+        "n",
+        "json.load s",
+        "import s",
+        "import/json",
+        "json.load ev/s",
+        "import ev/s",
+        "json.load RSS MB",
+        "import RSS MB",
+        "import RSS/JSON",
+    )
     lines = [head]
     for r in rows:
-        lines.append((
-            r["file"], _fmt_bytes(r["file_bytes"]), _fmt_bytes(r["json_bytes"]), f"{r['events']:,}",
-            str(r["repeat"]), f"{r['json_load']['seconds']:.3f}", f"{r['import']['seconds']:.3f}",
-            f"{r['time_ratio']:.2f}", f"{r['json_load']['events_per_s']:,.0f}",
-            f"{r['import']['events_per_s']:,.0f}", _fmt_bytes(r["json_load"]["peak_rss_bytes"]),
-            _fmt_bytes(r["import"]["peak_rss_bytes"]), f"{r['import_rss_over_json']:.2f}",
-        ))
+        lines.append(
+            (
+                r["file"],
+                _fmt_bytes(r["file_bytes"]),
+                _fmt_bytes(r["json_bytes"]),
+                f"{r['events']:,}",
+                str(r["repeat"]),
+                f"{r['json_load']['seconds']:.3f}",
+                f"{r['import']['seconds']:.3f}",
+                f"{r['time_ratio']:.2f}",
+                f"{r['json_load']['events_per_s']:,.0f}",
+                f"{r['import']['events_per_s']:,.0f}",
+                _fmt_bytes(r["json_load"]["peak_rss_bytes"]),
+                _fmt_bytes(r["import"]["peak_rss_bytes"]),
+                f"{r['import_rss_over_json']:.2f}",
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = []
     for n, line in enumerate(lines):
         cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))]
         out.append("| " + " | ".join(cells) + " |")
         if n == 0:
-            out.append("|" + "|".join(("-" * (w + 1) + ":") if i else ("-" * (w + 2)) for i, w in
-                                      enumerate(widths)) + "|")
+            out.append(
+                "|" + "|".join(("-" * (w + 1) + ":") if i else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"
+            )
     return "\n".join(out)
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                            "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     try:
         import duckdb
 
@@ -410,12 +462,27 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=float, nargs="+", default=[1000.0], metavar="MB",
-                    help="synthetic trace size(s) in MB (10^6 bytes) of JSON; 0 for none (default 1000)")
-    ap.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
-                    help=f"directory of real Kineto traces (default {DEFAULT_FIXTURES})")
-    ap.add_argument("--base", default=DEFAULT_BASE, metavar="NAME",
-                    help=f"fixture the synthetic trace replicates (default {DEFAULT_BASE})")
+    ap.add_argument(
+        "--size-mb",
+        type=float,
+        nargs="+",
+        default=[1000.0],
+        metavar="MB",
+        help="synthetic trace size(s) in MB (10^6 bytes) of JSON; 0 for none (default 1000)",
+    )
+    ap.add_argument(
+        "--fixtures",
+        type=Path,
+        default=DEFAULT_FIXTURES,
+        metavar="DIR",
+        help=f"directory of real Kineto traces (default {DEFAULT_FIXTURES})",
+    )
+    ap.add_argument(
+        "--base",
+        default=DEFAULT_BASE,
+        metavar="NAME",
+        help=f"fixture the synthetic trace replicates (default {DEFAULT_BASE})",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the synthetic trace(s) (path printed)")
     ap.add_argument("--workdir", type=Path, help="where synthetic traces and stores go (default: a temp dir)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per small file, medians reported (default 5)")
@@ -445,8 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(f"machine: {info}", flush=True)
     base_rss = {t: run_child(t, None, workdir)["peak_rss_bytes"] for t in ("baseline",)}
-    print(f"child baseline RSS (python + duckdb + xstack imported): {_fmt_bytes(base_rss['baseline'])} MB",
-          flush=True)
+    print(f"child baseline RSS (python + duckdb + xstack imported): {_fmt_bytes(base_rss['baseline'])} MB", flush=True)
     rows = []
     try:
         for path in fixtures:
@@ -461,11 +527,15 @@ def main(argv: list[str] | None = None) -> int:
             syn = workdir / f"synthetic_{int(size_mb)}MB.json"
             t0 = time.perf_counter()
             built = build_synthetic(base, syn, int(size_mb * MB))
-            print(f"  built {syn} ({built['bytes'] / MB:,.0f} MB, {built['events']:,} events, "
-                  f"{built['copies']} copies of {base.name}) in {time.perf_counter() - t0:.1f}s", flush=True)
+            print(
+                f"  built {syn} ({built['bytes'] / MB:,.0f} MB, {built['events']:,} events, "
+                f"{built['copies']} copies of {base.name}) in {time.perf_counter() - t0:.1f}s",
+                flush=True,
+            )
             rep = args.repeat_large if built["bytes"] > LARGE_BYTES else args.repeat
-            row = measure(syn, rep, workdir, args.phases, label=f"synthetic {int(size_mb)} MB ({base.name} x"
-                          f"{built['copies']})")
+            row = measure(
+                syn, rep, workdir, args.phases, label=f"synthetic {int(size_mb)} MB ({base.name} x{built['copies']})"
+            )
             row["synthetic"] = built
             rows.append(row)
             print(f"  {syn.name}: done", flush=True)
@@ -489,8 +559,18 @@ def main(argv: list[str] | None = None) -> int:
         outdir.mkdir(parents=True, exist_ok=True)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = outdir / f"ingest-{stamp}.json"
-        out.write_text(json.dumps({"date": stamp, "machine": info, "child_baseline_rss_bytes": base_rss["baseline"],
-                                   "argv": sys.argv[1:], "results": rows}, indent=1))
+        out.write_text(
+            json.dumps(
+                {
+                    "date": stamp,
+                    "machine": info,
+                    "child_baseline_rss_bytes": base_rss["baseline"],
+                    "argv": sys.argv[1:],
+                    "results": rows,
+                },
+                indent=1,
+            )
+        )
         print(f"\nwrote {out}")
     return 0
 

@@ -12,10 +12,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("tool", ["ruff", "mypy"])
-def test_code_quality(tool: str) -> None:
+CHECKS = {
+    "ruff check": ["ruff", "check", "src", "tests", "bench"],
+    "ruff format": ["ruff", "format", "--check", "src", "tests", "bench"],
+    "mypy --strict": ["mypy"],
+}
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_code_quality(check: str) -> None:
+    tool = CHECKS[check][0]
     if importlib.util.find_spec(tool) is None:
         pytest.skip(f"{tool} is not installed (pip install -e '.[test]')")
-    args = [sys.executable, "-m", tool] + (["check", "src", "tests"] if tool == "ruff" else [])
+    args = [sys.executable, "-m", *CHECKS[check]]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -41,8 +41,7 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     with Store.open(store_path) as store:
         export_perfetto(store, timeline)
         print_summary(summarize(store), console)
-    console.print(f"store: {store_path}\ntimeline: {timeline} (open it in https://ui.perfetto.dev)",
-                  soft_wrap=True)
+    console.print(f"store: {store_path}\ntimeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
     return store_path
 
 
@@ -60,9 +59,16 @@ def _record(torch: Any, device: str, steps: int, trace: Path) -> None:
 
     torch.manual_seed(0)
     cnn = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(32, 10),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
     ).to(device)
     layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True)
     encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(device)

@@ -30,22 +30,33 @@ def _write_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
     }
     cases["truncated_gzip"][0].write_bytes(real[: len(real) // 2])
     cases["broken_json"][0].write_text('{"traceEvents": [{"ph": "X", "name": "a"')
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
-              for i in range(50)]
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(50)]
     text = json.dumps({"traceEvents": events})
     cases["broken_in_events"][0].write_text(text[:400] + '"oops": }' + text[400:])
     cases["not_kineto_object"][0].write_text('{"foo": 1, "bar": [1, 2]}')
     cases["not_kineto_list"][0].write_text("[1, 2, 3]")
-    cases["foreign_events"][0].write_text(json.dumps(
-        {"traceEvents": [{"ph": "X", "cat": "v8", "name": "GC", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    cases["foreign_events"][0].write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "v8", "name": "GC", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]})
+    )
     cases["empty_trace"][0].write_text('{"schemaVersion": 1, "traceEvents": []}')
     cases["empty_file"][0].write_text("")
     cases["scalar"][0].write_text("42")
     return cases
 
 
-CASES = ["missing", "truncated_gzip", "broken_json", "broken_in_events", "not_kineto_object",
-         "not_kineto_list", "foreign_events", "empty_trace", "empty_file", "scalar", "directory"]
+CASES = [
+    "missing",
+    "truncated_gzip",
+    "broken_json",
+    "broken_in_events",
+    "not_kineto_object",
+    "not_kineto_list",
+    "foreign_events",
+    "empty_trace",
+    "empty_file",
+    "scalar",
+    "directory",
+]
 
 
 @pytest.mark.parametrize("case", CASES)

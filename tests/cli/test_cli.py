@@ -16,8 +16,9 @@ from tests.conftest import kineto_fixture
 
 def xstack(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="160")
-    return subprocess.run([sys.executable, "-m", "xstack", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "xstack", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
 
 
 def test_help_reads_well_and_lists_every_command() -> None:
@@ -30,8 +31,17 @@ def test_help_reads_well_and_lists_every_command() -> None:
         assert sub.returncode == 0 and "usage: xstack " + command in sub.stdout
 
 
-@pytest.mark.parametrize("args", [[], ["frobnicate"], ["import"], ["export", "s.duckdb", "--format", "svg"],
-                                  ["summary", "a", "b"], ["summary", "s.duckdb", "--top", "x"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["frobnicate"],
+        ["import"],
+        ["export", "s.duckdb", "--format", "svg"],
+        ["summary", "a", "b"],
+        ["summary", "s.duckdb", "--top", "x"],
+    ],
+)
 def test_usage_errors_exit_2(args: list[str]) -> None:
     proc = xstack(*args)
     assert proc.returncode == 2, proc.stderr
@@ -45,8 +55,16 @@ def test_import_summary_export_end_to_end(tmp_path: Path) -> None:
     assert store.exists() and "2,059 spans" in proc.stdout
     summary = xstack("summary", str(store))
     assert summary.returncode == 0, summary.stderr
-    for text in ("NVIDIA H100 80GB HBM3", "Top layers", "BertModel_0", "Top operators", "aten::linear",
-                 "Top GPU kernels", "Trace health", "unpaired_flows"):
+    for text in (
+        "NVIDIA H100 80GB HBM3",
+        "Top layers",
+        "BertModel_0",
+        "Top operators",
+        "aten::linear",
+        "Top GPU kernels",
+        "Trace health",
+        "unpaired_flows",
+    ):
         assert text in summary.stdout, text
     out = tmp_path / "t.json"
     export = xstack("export", str(store), "--format", "perfetto", "-o", str(out))

@@ -125,15 +125,18 @@ def test_every_device_span_with_a_host_parent_gets_exactly_one_flow_from_it(expo
     slices = {e["args"]["span_id"]: e for e in exported.of("X")}
     device_pids = {pid for pid, name in _names(exported.events, "process_name").items() if name.startswith("GPU")}
     expected = Counter(
-        (_location(slices[e["args"]["parent_id"]]), _location(e)) for e in slices.values()
-        if e["pid"] in device_pids and "parent_id" in e["args"]
+        (_location(slices[e["args"]["parent_id"]]), _location(e))
+        for e in slices.values()
+        if e["pid"] in device_pids
+        and "parent_id" in e["args"]
         and slices[e["args"]["parent_id"]]["pid"] not in device_pids
     )
     start_at = {e["id"]: _location(e) for e in starts}
     assert Counter((start_at[e["id"]], _location(e)) for e in finishes) == expected
     launched = exported.store.query(
         f"""SELECT count(*) FROM spans c JOIN spans p ON p.run_id = c.run_id AND p.span_id = c.parent_id
-            WHERE c.level IN ({", ".join(repr(lv) for lv in DEVICE_LEVELS)}) AND p.level = 'runtime'""")[0][0]
+            WHERE c.level IN ({", ".join(repr(lv) for lv in DEVICE_LEVELS)}) AND p.level = 'runtime'"""
+    )[0][0]
     assert sum(1 for e in finishes if e["name"] == "launch") == launched
 
 
@@ -189,8 +192,10 @@ def _two_run_store(tmp_path: Path) -> Path:
 
 
 def _run_of_pid(events: list[Event]) -> dict[int, int]:
-    return {pid: int(re.search(r"\[run (\d+): ", name)[1])  # type: ignore[index]
-            for pid, name in _names(events, "process_name").items()}
+    return {
+        pid: int(re.search(r"\[run (\d+): ", name)[1])  # type: ignore[index]
+        for pid, name in _names(events, "process_name").items()
+    }
 
 
 def test_runs_of_one_store_keep_their_tracks_apart(tmp_path: Path) -> None:
@@ -234,17 +239,21 @@ def _insert(store: Store, rows: list[tuple[Any, ...]]) -> None:
 def test_odd_names_stay_valid_json_and_partial_overlaps_get_their_own_track(tmp_path: Path) -> None:
     with Store.create(tmp_path / "odd.duckdb") as store:
         store.add_run(RunInfo(run_id=1, name='odd "run"', config={"processes": {"10": {"threads": {"11": "main"}}}}))
-        _insert(store, [
-            (1, None, "op", ODD_NAMES[0], 1000, 100_000, "cpu", None, None),  # [1, 101] us
-            (2, None, "runtime", ODD_NAMES[1], 51_000, 100_000, "cpu", None, 5),  # [51, 151]: partial overlap
-            (3, 2, "kernel", ODD_NAMES[2], 160_000, 1_234, "cuda:0", 7, 5),
-            (4, 3, "metrics", "counters of the kernel", 160_000, 1_234, "cuda:0", None, None),  # no arrow
-        ])
+        _insert(
+            store,
+            [
+                (1, None, "op", ODD_NAMES[0], 1000, 100_000, "cpu", None, None),  # [1, 101] us
+                (2, None, "runtime", ODD_NAMES[1], 51_000, 100_000, "cpu", None, 5),  # [51, 151]: partial overlap
+                (3, 2, "kernel", ODD_NAMES[2], 160_000, 1_234, "cuda:0", 7, 5),
+                (4, 3, "metrics", "counters of the kernel", 160_000, 1_234, "cuda:0", None, None),  # no arrow
+            ],
+        )
         store.con.execute("UPDATE _spans SET pid = NULL, tid = NULL WHERE device <> 'cpu'")
         for i, name in enumerate(ODD_NAMES[3:], start=5):
             _insert(store, [(i, None, "op", name, 200_000 + i, 1, "cpu", None, None)])
-        store.con.execute("INSERT INTO _counters VALUES (1, 'x', 1000, 'NaN'::DOUBLE, 10, 'cpu'), "
-                          "(1, 'x', 2000, 3.5, 10, 'cpu')")
+        store.con.execute(
+            "INSERT INTO _counters VALUES (1, 'x', 1000, 'NaN'::DOUBLE, 10, 'cpu'), (1, 'x', 2000, 3.5, 10, 'cpu')"
+        )
     with Store.open(tmp_path / "odd.duckdb") as store:
         stats = export_perfetto(store, tmp_path / "odd.json")
     events = json.loads((tmp_path / "odd.json").read_bytes())["traceEvents"]

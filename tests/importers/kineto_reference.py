@@ -9,9 +9,16 @@ from pathlib import Path
 from typing import Any
 
 LEVEL_OF_CAT = {
-    "cpu_op": "op", "cuda_runtime": "runtime", "cuda_driver": "runtime", "kernel": "kernel",
-    "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync", "user_annotation": "model",
-    "gpu_user_annotation": "model", "cuda_profiler_range": "metrics",
+    "cpu_op": "op",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+    "user_annotation": "model",
+    "gpu_user_annotation": "model",
+    "cuda_profiler_range": "metrics",
 }
 
 

@@ -37,8 +37,7 @@ def test_device_activity_is_attributed_to_its_launch_and_op(trace: Path, import_
     events = ref.complete_events(data)
     runtime_corr = {e["args"]["correlation"] for e in events if ref.level_of(e) == "runtime"}
     expected = sum(
-        1 for e in events
-        if ref.level_of(e) in DEVICE_LEVELS and e.get("args", {}).get("correlation") in runtime_corr
+        1 for e in events if ref.level_of(e) in DEVICE_LEVELS and e.get("args", {}).get("correlation") in runtime_corr
     )
     store = import_store(trace)
     rows = store.query(
@@ -76,8 +75,9 @@ def _enclosed(e: dict[str, Any], spans: dict[tuple[Any, Any], list[tuple[int, in
     return any(a <= s and t <= b for a, b in spans.get((e["pid"], e["tid"]), []))
 
 
-@pytest.mark.parametrize("name", ["h100_bert_small_infer_full.json.gz", "a100_alexnet_train_sync.json.gz",
-                                  "mi250_toy_train_rocm.json.gz"])
+@pytest.mark.parametrize(
+    "name", ["h100_bert_small_infer_full.json.gz", "a100_alexnet_train_sync.json.gz", "mi250_toy_train_rocm.json.gz"]
+)
 def test_host_nesting_matches_a_brute_force_reference(name: str, import_store: Any) -> None:
     """Each host span's parent is the innermost host span enclosing it on its thread (O(n^2) reference).
 
@@ -94,8 +94,15 @@ def test_host_nesting_matches_a_brute_force_reference(name: str, import_store: A
     checked = 0
     for spans in by_thread.values():
         for c in spans:
-            enclosing = [p for p in spans if p[0] != c[0] and p[4] <= c[4] and c[5] <= p[5] and p[5] > c[4]
-                         and (p[4], -p[5], p[0]) < (c[4], -c[5], c[0])]
+            enclosing = [
+                p
+                for p in spans
+                if p[0] != c[0]
+                and p[4] <= c[4]
+                and c[5] <= p[5]
+                and p[5] > c[4]
+                and (p[4], -p[5], p[0]) < (c[4], -c[5], c[0])
+            ]
             expected = max(enclosing, key=lambda p: (p[4], -p[5], p[0]))[0] if enclosing else None
             assert c[1] == expected, f"span {c} parent {c[1]}, expected {expected}"
             checked += 1
@@ -121,13 +128,17 @@ def test_layers_python_frames_and_memory_counters(import_store: Any) -> None:
 
 def test_kernel_memcpy_and_collective_attributes(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
-    attrs = orjson.loads(store.query(
-        "SELECT attrs FROM spans WHERE level = 'kernel' AND name LIKE 'ncclKernel_AllReduce%' LIMIT 1")[0][0])
+    attrs = orjson.loads(
+        store.query("SELECT attrs FROM spans WHERE level = 'kernel' AND name LIKE 'ncclKernel_AllReduce%' LIMIT 1")[0][
+            0
+        ]
+    )
     assert attrs["collective.name"] == "allreduce"
     assert attrs["kernel.grid"] == [8, 1, 1] and attrs["kernel.block"] == [544, 1, 1]
     assert "grid" not in attrs.get("kineto.args", {})
-    kinds = dict(store.query(
-        "SELECT attrs->>'$.\"memcpy.kind\"', count(*) FROM spans WHERE level = 'memcpy' GROUP BY 1"))
+    kinds = dict(
+        store.query("SELECT attrs->>'$.\"memcpy.kind\"', count(*) FROM spans WHERE level = 'memcpy' GROUP BY 1")
+    )
     assert set(kinds) <= {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"} and sum(kinds.values()) == 960
     streams = store.query("SELECT count(DISTINCT stream) FROM spans WHERE level = 'kernel'")[0][0]
     assert streams >= 2
@@ -153,7 +164,8 @@ def test_cupti_counter_ranges_become_metrics_with_flops(import_store: Any) -> No
 def test_runs_hold_devices_distributed_info_and_metadata(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
     name, device, levels, pass_name, config, started = store.query(
-        "SELECT name, device, levels, pass, config, started_at FROM runs")[0]
+        "SELECT name, device, levels, pass, config, started_at FROM runs"
+    )[0]
     config = orjson.loads(config)
     assert name == "a100x8_nccl_allreduce_train" and pass_name == "import"
     assert device.startswith("cuda:0 NVIDIA A100")
@@ -176,8 +188,9 @@ def test_health_counts_match_an_independent_count(import_store: Any) -> None:
     unpaired = sum(1 for phases in flows.values() if phases != {"s", "f"})
     events = ref.complete_events(data)
     runtime_corr = {e["args"]["correlation"] for e in events if ref.level_of(e) == "runtime"}
-    no_launch = sum(1 for e in events if ref.level_of(e) in DEVICE_LEVELS
-                    and e["args"].get("correlation") not in runtime_corr)
+    no_launch = sum(
+        1 for e in events if ref.level_of(e) in DEVICE_LEVELS and e["args"].get("correlation") not in runtime_corr
+    )
     store = import_store(path)
     health = dict(store.query('SELECT "check", count FROM health'))
     assert health.get("unpaired_flows", 0) == unpaired > 0
@@ -192,12 +205,42 @@ def test_small_chunks_and_tricky_strings_give_the_same_store(tmp_path: Path) -> 
     """Chunk cuts land inside strings and nested lists; the result must not depend on the chunk size."""
     events = []
     for i in range(300):
-        events.append({"ph": "X", "cat": "cpu_op", "name": 'weird }, { "name" ' + str(i), "pid": 1, "tid": 1,
-                       "ts": 10.0 * i, "dur": 5.0, "args": {"nested": [{"a": 1}, {"b": "}, {"}], "External id": i}})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": 10.0 * i + 1, "dur": 1.0, "args": {"correlation": i}})
-        events.append({"ph": "X", "cat": "kernel", "name": "k\u00e9rnel \u2603", "pid": 0, "tid": 7,
-                       "ts": 10.0 * i + 3, "dur": 2.0, "args": {"correlation": i, "stream": 7, "device": 0}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": 'weird }, { "name" ' + str(i),
+                "pid": 1,
+                "tid": 1,
+                "ts": 10.0 * i,
+                "dur": 5.0,
+                "args": {"nested": [{"a": 1}, {"b": "}, {"}], "External id": i},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10.0 * i + 1,
+                "dur": 1.0,
+                "args": {"correlation": i},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k\u00e9rnel \u2603",
+                "pid": 0,
+                "tid": 7,
+                "ts": 10.0 * i + 3,
+                "dur": 2.0,
+                "args": {"correlation": i, "stream": 7, "device": 0},
+            }
+        )
     src = tmp_path / "t.json"
     src.write_text(json.dumps(_tiny_trace(events), indent=1, ensure_ascii=False))
     results = []
@@ -206,8 +249,11 @@ def test_small_chunks_and_tricky_strings_give_the_same_store(tmp_path: Path) -> 
         with Store.create(out) as store:
             import_kineto(store, src, chunk_bytes=chunk)
         with Store.open(out) as store:
-            results.append(store.query(
-                "SELECT span_id, parent_id, level, name, start_ns, dur_ns, attrs FROM spans ORDER BY span_id"))
+            results.append(
+                store.query(
+                    "SELECT span_id, parent_id, level, name, start_ns, dur_ns, attrs FROM spans ORDER BY span_id"
+                )
+            )
     assert len(results[0]) == 900
     assert results[0] == results[1] == results[2]
     assert results[0][2][3] == "k\u00e9rnel \u2603" and results[0][2][1] == results[0][1][0]

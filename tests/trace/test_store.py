@@ -13,8 +13,21 @@ from xstack.trace.store import RunInfo, Store
 
 PUBLIC = {
     "runs": ["run_id", "name", "started_at", "command", "host", "framework", "device", "levels", "pass", "config"],
-    "spans": ["run_id", "span_id", "parent_id", "level", "name", "start_ns", "dur_ns", "pid", "tid", "device",
-              "stream", "correlation_id", "attrs"],
+    "spans": [
+        "run_id",
+        "span_id",
+        "parent_id",
+        "level",
+        "name",
+        "start_ns",
+        "dur_ns",
+        "pid",
+        "tid",
+        "device",
+        "stream",
+        "correlation_id",
+        "attrs",
+    ],
     "counters": ["run_id", "name", "ts_ns", "value", "pid", "device"],
     "health": ["run_id", "check", "count", "detail"],
 }

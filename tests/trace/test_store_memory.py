@@ -12,8 +12,15 @@ from xstack.trace.store import Store, _parse_bytes
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("128MB", 128 * 10**6), ("1.5 GiB", 3 * 2**29), ("512mb", 512 * 10**6), ("4KiB", 4096), ("123", 123),
-     ("80%", None), ("lots", None)],
+    [
+        ("128MB", 128 * 10**6),
+        ("1.5 GiB", 3 * 2**29),
+        ("512mb", 512 * 10**6),
+        ("4KiB", 4096),
+        ("123", 123),
+        ("80%", None),
+        ("lots", None),
+    ],
 )
 def test_parse_bytes(text: str, expected: int | None) -> None:
     assert _parse_bytes(text) == expected

@@ -56,16 +56,23 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         [run_id],
     )[0]
     config = orjson.loads(row[7]) if row[7] else {}
-    counts = dict(store.query(
-        "SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id]
-    ))
+    counts = dict(
+        store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id])
+    )
     wall = store.query(
         "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
         [run_id],
     )[0][0]
     summary = RunSummary(
-        run_id=run_id, name=row[1], started_at=row[2], framework=row[3], device=row[4], levels=list(row[5] or []),
-        pass_name=row[6], source=(config.get("source") or {}).get("path"), wall_ns=int(wall or 0),
+        run_id=run_id,
+        name=row[1],
+        started_at=row[2],
+        framework=row[3],
+        device=row[4],
+        levels=list(row[5] or []),
+        pass_name=row[6],
+        source=(config.get("source") or {}).get("path"),
+        wall_ns=int(wall or 0),
         span_counts={k: int(v) for k, v in counts.items()},
         counter_samples=int(store.query("SELECT count(*) FROM counters WHERE run_id = ?", [run_id])[0][0]),
         devices=[d for d in config.get("devices") or [] if isinstance(d, dict)],

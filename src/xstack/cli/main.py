@@ -41,33 +41,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"xstack {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("import", help="import PyTorch profiler (Kineto) traces into a store",
-                       description="Import PyTorch profiler (Kineto) Chrome-trace JSON files, plain or .gz, "
-                       "into one store: one run per file.", formatter_class=fmt)
+    p = sub.add_parser(
+        "import",
+        help="import PyTorch profiler (Kineto) traces into a store",
+        description="Import PyTorch profiler (Kineto) Chrome-trace JSON files, plain or .gz, "
+        "into one store: one run per file.",
+        formatter_class=fmt,
+    )
     p.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace.json or trace.json.gz")
-    p.add_argument("-o", "--output", type=Path, metavar="STORE",
-                   help="store to write (default: xstack-out/<first trace name>.duckdb)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="STORE",
+        help="store to write (default: xstack-out/<first trace name>.duckdb)",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="replace STORE if it exists")
     mode.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
 
-    p = sub.add_parser("summary", help="print a run's devices, top layers/ops/kernels and trace health",
-                       formatter_class=fmt)
+    p = sub.add_parser(
+        "summary", help="print a run's devices, top layers/ops/kernels and trace health", formatter_class=fmt
+    )
     p.add_argument("store", type=Path, metavar="STORE")
     p.add_argument("--run", type=int, metavar="ID", help="run id (default: the last run)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
 
-    p = sub.add_parser("export", help="write a store as a Perfetto (Chrome-trace JSON) timeline",
-                       formatter_class=fmt)
+    p = sub.add_parser("export", help="write a store as a Perfetto (Chrome-trace JSON) timeline", formatter_class=fmt)
     p.add_argument("store", type=Path, metavar="STORE")
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (perfetto)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="output file (default: STORE.perfetto.json)")
     p.add_argument("--run", type=int, metavar="ID", help="export one run only (default: all)")
 
-    p = sub.add_parser("demo", help="profile a small built-in model (needs PyTorch) and print its summary",
-                       formatter_class=fmt)
-    p.add_argument("-o", "--output-dir", type=Path, default=Path("xstack-out"), metavar="DIR",
-                   help="where the store and the Perfetto trace go (default: xstack-out)")
+    p = sub.add_parser(
+        "demo", help="profile a small built-in model (needs PyTorch) and print its summary", formatter_class=fmt
+    )
+    p.add_argument(
+        "-o",
+        "--output-dir",
+        type=Path,
+        default=Path("xstack-out"),
+        metavar="DIR",
+        help="where the store and the Perfetto trace go (default: xstack-out)",
+    )
     p.add_argument("--steps", type=int, default=4, metavar="N", help="profiled training steps (default 4)")
     return parser
 
@@ -100,8 +116,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     for r in runs:
         issues = sum(n for _, n, _ in r.health)
-        console.print(f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, "
-                      f"{issues:,} health findings", soft_wrap=True)
+        console.print(
+            f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, "
+            f"{issues:,} health findings",
+            soft_wrap=True,
+        )
     console.print(f"wrote {out}", soft_wrap=True)
     return 0
 

@@ -55,8 +55,10 @@ class PerfettoStats:
 
     def describe(self) -> str:
         """One line for the terminal."""
-        text = (f"{self.runs} run(s), {sum(self.spans.values()):,} spans, {self.flows:,} flows, "
-                f"{self.counter_samples:,} counter samples")
+        text = (
+            f"{self.runs} run(s), {sum(self.spans.values()):,} spans, {self.flows:,} flows, "
+            f"{self.counter_samples:,} counter samples"
+        )
         return text + (f", {self.overlap_spans:,} on overlap tracks" if self.overlap_spans else "")
 
     def _add_span(self, level: str, overlapping: bool) -> None:
@@ -106,14 +108,14 @@ def _order(a: str) -> str:
 
 
 _HOST_SPANS = f"""
-SELECT s.span_id, s.level, s.name, s.start_ns, s.dur_ns, s.pid, s.tid, {_args('s')}
-FROM spans s WHERE s.run_id = ? AND {_host('s')} ORDER BY s.pid, s.tid, {_order('s')}
+SELECT s.span_id, s.level, s.name, s.start_ns, s.dur_ns, s.pid, s.tid, {_args("s")}
+FROM spans s WHERE s.run_id = ? AND {_host("s")} ORDER BY s.pid, s.tid, {_order("s")}
 """
 
 _DEVICE_SPANS = f"""
-SELECT d.level, d.name, d.start_ns, d.dur_ns, d.device, d.stream, {_args('d')}, p.span_id, p.pid, p.tid, p.start_ns
-FROM spans d LEFT JOIN spans p ON p.run_id = d.run_id AND p.span_id = d.parent_id AND {_host('p')}
-WHERE d.run_id = ? AND NOT {_host('d')} ORDER BY d.device, d.stream NULLS FIRST, {_order('d')}
+SELECT d.level, d.name, d.start_ns, d.dur_ns, d.device, d.stream, {_args("d")}, p.span_id, p.pid, p.tid, p.start_ns
+FROM spans d LEFT JOIN spans p ON p.run_id = d.run_id AND p.span_id = d.parent_id AND {_host("p")}
+WHERE d.run_id = ? AND NOT {_host("d")} ORDER BY d.device, d.stream NULLS FIRST, {_order("d")}
 """
 
 _COUNTERS = "SELECT name, ts_ns, value, pid, device FROM counters WHERE run_id = ? ORDER BY device, pid, name, ts_ns"
@@ -169,8 +171,12 @@ def _runs(store: Store, run_id: int | None) -> list[_Run]:
 
 
 def _header(store: Store, runs: Sequence[_Run]) -> bytes:
-    meta = {"xstack": {"store": str(store.path), "runs": [
-        {"run_id": r.run_id, "name": r.name, "time_base_ns": r.base_ns} for r in runs]}}
+    meta = {
+        "xstack": {
+            "store": str(store.path),
+            "runs": [{"run_id": r.run_id, "name": r.name, "time_base_ns": r.base_ns} for r in runs],
+        }
+    }
     # Perfetto's tokenizer stops reading at a top-level key it does not know: keep to these three.
     return b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(meta) + b',"traceEvents":[\n'
 
@@ -218,15 +224,31 @@ def _counters(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: 
         on_host = device is None or device == "cpu"
         pid_out = tracks.process(run, "host", pid) if on_host else tracks.process(run, "device", device)
         # tid = pid: the process's own track, which holds no slices; Perfetto makes the counter process-wide.
-        writer.emit({"ph": "C", "ts": _us(ts - run.base_ns), "pid": pid_out, "tid": pid_out, "name": name,
-                     "args": {"value": value}})
+        writer.emit(
+            {
+                "ph": "C",
+                "ts": _us(ts - run.base_ns),
+                "pid": pid_out,
+                "tid": pid_out,
+                "name": name,
+                "args": {"value": value},
+            }
+        )
         stats.counter_samples += 1
 
 
 def _slice(level: str, name: str, start: int, dur: int, pid: int, tid: int, args: str) -> dict[str, Any]:
     # "ts" right after "ph": older Perfetto tokenizers scan an event's keys for "ts" and fail on some values.
-    return {"ph": "X", "ts": _us(start), "dur": _us(dur), "pid": pid, "tid": tid, "cat": level, "name": name,
-            "args": orjson.Fragment(args)}
+    return {
+        "ph": "X",
+        "ts": _us(start),
+        "dur": _us(dur),
+        "pid": pid,
+        "tid": tid,
+        "cat": level,
+        "name": name,
+        "args": orjson.Fragment(args),
+    }
 
 
 def _flow(ph: str, flow_id: int, name: str, start: int, pid: int, tid: int) -> dict[str, Any]:

@@ -55,8 +55,11 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("devices", s.device or "cpu")
     if s.distributed:
         dist = s.distributed
-        t.add_row("distributed", f"rank {dist.get('rank', '?')} of {dist.get('world_size', '?')}"
-                  + (f", {dist['backend']}" if dist.get("backend") else ""))
+        t.add_row(
+            "distributed",
+            f"rank {dist.get('rank', '?')} of {dist.get('world_size', '?')}"
+            + (f", {dist['backend']}" if dist.get("backend") else ""),
+        )
     t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t

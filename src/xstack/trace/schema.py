@@ -14,7 +14,18 @@ SCHEMA_VERSION: Final = 1
 FORMAT_NAME: Final = "xstack-trace-store"
 
 LEVELS: Final = (
-    "model", "layer", "op", "runtime", "kernel", "memcpy", "memset", "sync", "metrics", "python", "io", "system",
+    "model",
+    "layer",
+    "op",
+    "runtime",
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "metrics",
+    "python",
+    "io",
+    "system",
 )
 """Every level a span can have. ``sync`` is a device-side synchronisation record, ``python`` a Python frame."""
 

@@ -156,8 +156,16 @@ class Store:
         self.con.execute(
             "INSERT INTO _runs VALUES (?, ?, make_timestamp_ns(?::BIGINT)::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?)",
             [
-                run.run_id, run.name, run.started_at_ns, run.command, run.host, run.framework, run.device,
-                run.levels, run.pass_name, orjson.dumps(run.config, default=str).decode(),
+                run.run_id,
+                run.name,
+                run.started_at_ns,
+                run.command,
+                run.host,
+                run.framework,
+                run.device,
+                run.levels,
+                run.pass_name,
+                orjson.dumps(run.config, default=str).decode(),
             ],
         )
 
@@ -197,9 +205,7 @@ class Store:
         if limit is None or wanted <= limit:
             yield
             return
-        operator = con.execute(
-            "SELECT value FROM duckdb_settings() WHERE name = 'operator_memory_limit'"
-        ).fetchone()
+        operator = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'operator_memory_limit'").fetchone()
         _set_memory_limit(con, wanted)
         try:
             yield

@@ -151,16 +151,16 @@ def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int,
     return rows
 
 
-def _run_info(
-    con: duckdb.DuckDBPyConnection, run_id: int, name: str, path: Path, meta: dict[str, Any]
-) -> RunInfo:
+def _run_info(con: duckdb.DuckDBPyConnection, run_id: int, name: str, path: Path, meta: dict[str, Any]) -> RunInfo:
     present = con.execute(f"SELECT DISTINCT level FROM _spans WHERE run_id = {run_id}").fetchall()
     levels_present = {r[0] for r in present}
     first = con.execute(f"SELECT min(start_ns) FROM _spans WHERE run_id = {run_id}").fetchone()
     first_ns = int(first[0]) if first and first[0] is not None else None
     devices = meta.get("deviceProperties") or []
-    device = ", ".join(f"cuda:{d.get('id', i)} {d.get('name', '?')}" for i, d in enumerate(devices)
-                       if isinstance(d, dict)) or "cpu"
+    device = (
+        ", ".join(f"cuda:{d.get('id', i)} {d.get('name', '?')}" for i, d in enumerate(devices) if isinstance(d, dict))
+        or "cpu"
+    )
     processes: dict[str, dict[str, Any]] = {}
     for kind, pid, tid, value in con.execute(_sql.NAMES).fetchall():
         entry = processes.setdefault(str(pid), {"threads": {}})
@@ -168,8 +168,9 @@ def _run_info(
             entry["threads"][str(tid)] = value
         else:
             entry["name" if kind == "process_name" else "labels"] = value
-    hip = _scalar(con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id} AND level = 'runtime' "
-                       "AND starts_with(name, 'hip')")
+    hip = _scalar(
+        con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id} AND level = 'runtime' AND starts_with(name, 'hip')"
+    )
     kineto = {k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")}
     return RunInfo(
         run_id=run_id,

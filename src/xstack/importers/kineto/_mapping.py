@@ -25,8 +25,16 @@ CATEGORY_LEVELS: Final[dict[str, str]] = {
 }
 """Kineto ``cat`` (lower-cased) of a complete (``ph: X``) event -> xstack level."""
 
-GPU_CATEGORIES: Final = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync",
-                         "gpu_user_annotation", "cuda_profiler_range")
+GPU_CATEGORIES: Final = (
+    "kernel",
+    "gpu_memcpy",
+    "memcpy",
+    "gpu_memset",
+    "memset",
+    "cuda_sync",
+    "gpu_user_annotation",
+    "cuda_profiler_range",
+)
 """Categories whose events sit on a device: Kineto puts the device id in ``pid`` and the stream in ``tid``."""
 
 MODULE_PREFIX: Final = "nn.Module: "
@@ -42,31 +50,45 @@ LAUNCH_PATTERN: Final = "(?i)(launchkernel|launchcooperativekernel|modulelaunch|
 # Per level: (Kineto args key, xstack attribute key). Mapped keys leave ``kineto.args``.
 ARG_KEYS: Final[dict[str, list[tuple[str, str]]]] = {
     "op": [
-        ("Input Dims", A.OP_SHAPES), ("Input type", A.OP_DTYPES), ("Input Strides", A.OP_STRIDES),
-        ("Concrete Inputs", A.OP_CONCRETE_INPUTS), ("Sequence number", A.OP_SEQUENCE_NUMBER),
-        ("Fwd thread id", A.OP_FWD_THREAD_ID), ("flops", A.OP_FLOPS),
+        ("Input Dims", A.OP_SHAPES),
+        ("Input type", A.OP_DTYPES),
+        ("Input Strides", A.OP_STRIDES),
+        ("Concrete Inputs", A.OP_CONCRETE_INPUTS),
+        ("Sequence number", A.OP_SEQUENCE_NUMBER),
+        ("Fwd thread id", A.OP_FWD_THREAD_ID),
+        ("flops", A.OP_FLOPS),
     ],
     "runtime": [("cbid", A.RUNTIME_CBID), ("cid", A.RUNTIME_CBID), ("kernel", A.RUNTIME_KERNEL)],
     "kernel": [
-        ("grid", A.KERNEL_GRID), ("block", A.KERNEL_BLOCK),
+        ("grid", A.KERNEL_GRID),
+        ("block", A.KERNEL_BLOCK),
         ("registers per thread", A.KERNEL_REGISTERS_PER_THREAD),
-        ("shared memory", A.KERNEL_SHARED_MEMORY_BYTES), ("blocks per SM", A.KERNEL_BLOCKS_PER_SM),
-        ("warps per SM", A.KERNEL_WARPS_PER_SM), ("est. achieved occupancy %", A.KERNEL_EST_OCCUPANCY_PCT),
-        ("queued", A.KERNEL_QUEUED), ("Collective name", A.COLLECTIVE_NAME),
-        ("In msg nelems", A.COLLECTIVE_IN_NELEMS), ("Out msg nelems", A.COLLECTIVE_OUT_NELEMS),
-        ("Group size", A.COLLECTIVE_GROUP_SIZE), ("dtype", A.COLLECTIVE_DTYPE),
+        ("shared memory", A.KERNEL_SHARED_MEMORY_BYTES),
+        ("blocks per SM", A.KERNEL_BLOCKS_PER_SM),
+        ("warps per SM", A.KERNEL_WARPS_PER_SM),
+        ("est. achieved occupancy %", A.KERNEL_EST_OCCUPANCY_PCT),
+        ("queued", A.KERNEL_QUEUED),
+        ("Collective name", A.COLLECTIVE_NAME),
+        ("In msg nelems", A.COLLECTIVE_IN_NELEMS),
+        ("Out msg nelems", A.COLLECTIVE_OUT_NELEMS),
+        ("Group size", A.COLLECTIVE_GROUP_SIZE),
+        ("dtype", A.COLLECTIVE_DTYPE),
         ("Process Group Name", A.COLLECTIVE_PG_NAME),
     ],
     "memcpy": [("bytes", A.MEMCPY_BYTES), ("memory bandwidth (GB/s)", A.MEMCPY_BANDWIDTH_GBPS)],
     "memset": [("bytes", A.MEMCPY_BYTES), ("memory bandwidth (GB/s)", A.MEMCPY_BANDWIDTH_GBPS)],
     "sync": [
-        ("cuda_sync_kind", A.SYNC_KIND), ("wait_on_stream", A.SYNC_WAIT_ON_STREAM),
+        ("cuda_sync_kind", A.SYNC_KIND),
+        ("wait_on_stream", A.SYNC_WAIT_ON_STREAM),
         ("wait_on_cuda_event_record_corr_id", A.SYNC_WAIT_ON_CORRELATION_ID),
         ("wait_on_cuda_event_id", A.SYNC_EVENT_ID),
     ],
     "python": [("Python id", A.PYTHON_ID), ("Python parent id", A.PYTHON_PARENT_ID)],
-    "layer": [("Python id", A.PYTHON_ID), ("Python parent id", A.PYTHON_PARENT_ID),
-              ("Python module id", A.LAYER_MODULE_ID)],
+    "layer": [
+        ("Python id", A.PYTHON_ID),
+        ("Python parent id", A.PYTHON_PARENT_ID),
+        ("Python module id", A.LAYER_MODULE_ID),
+    ],
     "model": [],
     "metrics": [],
 }

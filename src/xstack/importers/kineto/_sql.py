@@ -70,8 +70,10 @@ def _rest_expr() -> str:
     cases = []
     for level, keys in M.ARG_KEYS.items():
         pairs = keys + M.COMMON_KEYS
-        removed = ", ".join(f"{_q(src)}, NULL" for src, _ in pairs) + ", " + ", ".join(
-            f"{_q(k)}, NULL" for k in M.COLUMN_KEYS
+        removed = (
+            ", ".join(f"{_q(src)}, NULL" for src, _ in pairs)
+            + ", "
+            + ", ".join(f"{_q(k)}, NULL" for k in M.COLUMN_KEYS)
         )
         cases.append(f"WHEN {_q(level)} THEN json_object({removed})")
     return f"json_merge_patch(coalesce(args, '{{}}'), CASE level {' '.join(cases)} END)"
@@ -269,43 +271,66 @@ def health_queries(run_id: int) -> list[tuple[str, str, str]]:
     flows = ", ".join(_q(c) for c in M.FLOW_CATEGORIES)
     s = f"FROM _spans WHERE run_id = {run_id}"
     return [
-        ("device_events_without_launch",
-         f"SELECT count(*) {s} AND level IN ({dev}) AND parent_id IS NULL",
-         "kernel/memcpy/memset/sync records whose correlation id matches no runtime call"),
-        ("launches_without_device_event",
-         f"""SELECT count(*) {s} AND level = 'runtime' AND regexp_matches(name, {launch})
+        (
+            "device_events_without_launch",
+            f"SELECT count(*) {s} AND level IN ({dev}) AND parent_id IS NULL",
+            "kernel/memcpy/memset/sync records whose correlation id matches no runtime call",
+        ),
+        (
+            "launches_without_device_event",
+            f"""SELECT count(*) {s} AND level = 'runtime' AND regexp_matches(name, {launch})
              AND correlation_id NOT IN (SELECT correlation_id {s} AND level IN ({dev})
                                         AND correlation_id IS NOT NULL)""",
-         "launch/copy/set runtime calls with no device activity of the same correlation id"),
-        ("unpaired_flows",
-         f"""SELECT count(*) FROM (SELECT lower(cat) AS c, id FROM raw
+            "launch/copy/set runtime calls with no device activity of the same correlation id",
+        ),
+        (
+            "unpaired_flows",
+            f"""SELECT count(*) FROM (SELECT lower(cat) AS c, id FROM raw
              WHERE ph IN ('s', 'f') AND lower(cat) IN ({flows}) GROUP BY ALL
              HAVING NOT (bool_or(ph = 's') AND bool_or(ph = 'f')))""",
-         "flow arrows (ac2g, fwdbwd) with a start and no finish, or a finish and no start"),
-        ("negative_duration",
-         "SELECT count(*) FROM raw WHERE ph = 'X' AND dur < 0", "complete events with dur < 0: skipped"),
-        ("absurd_duration",
-         f"SELECT count(*) FROM raw WHERE ph = 'X' AND dur * 1000 > {M.ABSURD_DURATION_NS}",
-         "complete events longer than a day (a clock or unit error): skipped"),
-        ("missing_fields",
-         "SELECT count(*) FROM raw WHERE ph = 'X' AND (ts IS NULL OR dur IS NULL)",
-         "complete events without ts or dur: skipped"),
-        ("unattributed_ops",
-         f"SELECT count(*) {s} AND level = 'op' AND parent_id IS NULL",
-         "ops with no enclosing layer, op or annotation on their thread"),
-        ("unattributed_runtime_calls",
-         f"SELECT count(*) {s} AND level = 'runtime' AND parent_id IS NULL",
-         "runtime calls with no enclosing op on their thread"),
-        ("metrics_without_kernel",
-         f"SELECT count(*) {s} AND level = 'metrics' AND parent_id IS NULL",
-         "hardware-counter ranges that name a kernel but match no kernel span in the trace"),
-        ("nesting_conflicts",
-         "SELECT count(*) FROM host_parent WHERE NOT encloses",
-         "host spans that overlap a neighbour without nesting in it (left without that parent)"),
-        ("duplicate_correlation_ids",
-         f"""SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n {s} AND level = 'runtime'
+            "flow arrows (ac2g, fwdbwd) with a start and no finish, or a finish and no start",
+        ),
+        (
+            "negative_duration",
+            "SELECT count(*) FROM raw WHERE ph = 'X' AND dur < 0",
+            "complete events with dur < 0: skipped",
+        ),
+        (
+            "absurd_duration",
+            f"SELECT count(*) FROM raw WHERE ph = 'X' AND dur * 1000 > {M.ABSURD_DURATION_NS}",
+            "complete events longer than a day (a clock or unit error): skipped",
+        ),
+        (
+            "missing_fields",
+            "SELECT count(*) FROM raw WHERE ph = 'X' AND (ts IS NULL OR dur IS NULL)",
+            "complete events without ts or dur: skipped",
+        ),
+        (
+            "unattributed_ops",
+            f"SELECT count(*) {s} AND level = 'op' AND parent_id IS NULL",
+            "ops with no enclosing layer, op or annotation on their thread",
+        ),
+        (
+            "unattributed_runtime_calls",
+            f"SELECT count(*) {s} AND level = 'runtime' AND parent_id IS NULL",
+            "runtime calls with no enclosing op on their thread",
+        ),
+        (
+            "metrics_without_kernel",
+            f"SELECT count(*) {s} AND level = 'metrics' AND parent_id IS NULL",
+            "hardware-counter ranges that name a kernel but match no kernel span in the trace",
+        ),
+        (
+            "nesting_conflicts",
+            "SELECT count(*) FROM host_parent WHERE NOT encloses",
+            "host spans that overlap a neighbour without nesting in it (left without that parent)",
+        ),
+        (
+            "duplicate_correlation_ids",
+            f"""SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n {s} AND level = 'runtime'
              AND correlation_id IS NOT NULL GROUP BY correlation_id HAVING count(*) > 1)""",
-         "runtime calls sharing a correlation id (device activity attributed to the first)"),
+            "runtime calls sharing a correlation id (device activity attributed to the first)",
+        ),
     ]
 
 
