@@ -6,7 +6,6 @@ other, writes the store and a Perfetto timeline, and prints the summary. CPU by 
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +32,15 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     console.print(f"profiling a small CNN and transformer on {device} for {steps} steps ...", soft_wrap=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     store_path = out_dir / "demo.duckdb"
-    with tempfile.TemporaryDirectory(prefix="xstack-demo-") as tmp:
-        trace = Path(tmp) / "demo.pt.trace.json"
-        _record(torch, device, steps, trace)
-        import_files([trace], store_path, force=True)
+    trace = out_dir / "demo.pt.trace.json"  # the PyTorch profiler's own trace, kept beside the store
+    _record(torch, device, steps, trace)
+    import_files([trace], store_path, force=True)
     timeline = out_dir / "demo.perfetto.json"
     with Store.open(store_path) as store:
         export_perfetto(store, timeline)
         print_summary(summarize(store), console)
-    console.print(f"store: {store_path}\ntimeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
+    console.print(f"store: {store_path}\nPyTorch trace: {trace}", soft_wrap=True)
+    console.print(f"timeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
     return store_path
 
 
