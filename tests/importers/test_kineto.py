@@ -114,6 +114,11 @@ def test_layers_python_frames_and_memory_counters(import_store: Any) -> None:
     layer = store.query("SELECT name, attrs FROM spans WHERE level = 'layer' AND name = 'BertModel_0'")
     assert len(layer) == 1
     assert orjson.loads(layer[0][1])["layer.type"] == "BertModel"
+    assert orjson.loads(layer[0][1])["layer.path"] == "BertLMHeadModel_0.BertModel_0"
+    paths = [orjson.loads(a)["layer.path"] for (a,) in store.query("SELECT attrs FROM spans WHERE level = 'layer'")]
+    assert len(paths) == 84 and all(p.startswith("BertLMHeadModel_0") for p in paths)
+    deepest = max(paths, key=lambda p: p.count("."))
+    assert deepest.startswith("BertLMHeadModel_0.BertModel_0.BertEncoder_0.BertLayer_")
     # every Python frame with a parent id in the JSON is linked to that frame
     orphans = store.query(
         "SELECT count(*) FROM spans WHERE level = 'python' AND parent_id IS NULL "

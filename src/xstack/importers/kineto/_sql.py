@@ -347,3 +347,21 @@ NAMES = """
 SELECT name, pid, tid, args->>'$.name' AS value FROM raw
 WHERE ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')
 """
+
+
+def layer_paths(run_id: int) -> str:
+    """Set ``layer.path`` of each layer span: the instance names of the layers enclosing it, outermost first,
+    joined by dots (``BertModel_0.BertEncoder_0.BertLayer_0``); Kineto records no module paths."""
+    return f"""
+UPDATE _spans SET attrs = json_merge_patch(attrs, json_object('{A.LAYER_PATH}', lp.path))
+FROM (
+    WITH RECURSIVE chain(span_id, ancestor, path) AS (
+        SELECT span_id, parent_id, name FROM _spans WHERE run_id = {run_id} AND level = 'layer'
+        UNION ALL
+        SELECT c.span_id, p.parent_id, CASE WHEN p.level = 'layer' THEN p.name || '.' || c.path ELSE c.path END
+        FROM chain c JOIN _spans p ON p.run_id = {run_id} AND p.span_id = c.ancestor
+    )
+    SELECT span_id, path FROM chain WHERE ancestor IS NULL
+) lp
+WHERE _spans.run_id = {run_id} AND _spans.span_id = lp.span_id
+"""
