@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from xstack.errors import StoreError
-from xstack.trace.schema import SCHEMA_VERSION
+from xstack.trace.schema import PUBLIC_VIEWS, SCHEMA_VERSION
 from xstack.trace.store import RunInfo, Store
 
 PUBLIC = {
@@ -30,6 +30,22 @@ PUBLIC = {
     ],
     "counters": ["run_id", "name", "ts_ns", "value", "pid", "device"],
     "health": ["run_id", "check", "count", "detail"],
+    "io_files": [
+        "run_id",
+        "pid",
+        "path",
+        "module",
+        "opens",
+        "reads",
+        "writes",
+        "seeks",
+        "bytes_read",
+        "bytes_written",
+        "read_time_ns",
+        "write_time_ns",
+        "meta_time_ns",
+        "attrs",
+    ],
 }
 
 
@@ -41,6 +57,7 @@ def _new(path: Path) -> Path:
 
 
 def test_public_views_have_the_documented_columns(tmp_path: Path) -> None:
+    assert set(PUBLIC) == set(PUBLIC_VIEWS)
     with Store.open(_new(tmp_path / "s.duckdb")) as store:
         for view, columns in PUBLIC.items():
             got = [r[0] for r in store.query(f"DESCRIBE {view}")]
