@@ -1,9 +1,14 @@
 """xstack: an across-stack profiler for machine-learning workloads.
 
 One trace from the pipeline stages of a model through its layers and operators down to GPU kernels, in one
-DuckDB store per profile (see ``xstack.trace.store``).
+DuckDB store per profile (see ``xstack.trace.store``). ``xstack.profile`` records a region of a program;
+``xstack.span`` marks its stages.
 """
 
 from __future__ import annotations
 
+from xstack.collect.model import span
+from xstack.profile import Profile, profile
+
+__all__ = ["Profile", "__version__", "profile", "span"]
 __version__ = "0.1.0"

@@ -24,6 +24,7 @@ examples:
   xstack demo                                   profile a small model and print its summary
   xstack import trace.json.gz -o prof.duckdb    import a PyTorch profiler trace
   xstack summary prof.duckdb                    top layers, ops, kernels and trace health
+  xstack collectors                             which levels can be recorded live here
   xstack export prof.duckdb --format perfetto -o trace.json   open trace.json in ui.perfetto.dev
 
 exit codes: 0 success, 1 failure (bad input, unreadable store), 2 usage error"""
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (perfetto)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="output file (default: STORE.perfetto.json)")
     p.add_argument("--run", type=int, metavar="ID", help="export one run only (default: all)")
+
+    sub.add_parser("collectors", help="list the live collectors and whether each can run here", formatter_class=fmt)
 
     p = sub.add_parser(
         "demo", help="profile a small built-in model (needs PyTorch) and print its summary", formatter_class=fmt
@@ -147,6 +150,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collectors(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from xstack import collect
+
+    table = Table(title="Live collectors", title_justify="left")
+    table.add_column("level")
+    table.add_column("collector")
+    table.add_column("status", overflow="fold")
+    for level, path, reason in collect.status():
+        table.add_row(level, path, f"[red]cannot run here:[/] {reason}" if reason else "[green]ready[/]")
+    for level in collect.PLANNED:
+        table.add_row(level, "-", "[dim]no live collector yet[/]")
+    Console().print(table)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from xstack.demo import run_demo
 
@@ -160,7 +180,13 @@ def _stem(path: Path) -> str:
     return trace_name(path)
 
 
-_COMMANDS = {"import": _cmd_import, "summary": _cmd_summary, "export": _cmd_export, "demo": _cmd_demo}
+_COMMANDS = {
+    "import": _cmd_import,
+    "summary": _cmd_summary,
+    "export": _cmd_export,
+    "collectors": _cmd_collectors,
+    "demo": _cmd_demo,
+}
 
 
 def entry() -> None:

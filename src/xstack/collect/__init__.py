@@ -1,0 +1,56 @@
+"""Live collectors: each records one level of a running program into the store through a ``Recorder``.
+
+A collector has three methods (``style.md``): ``unavailable_reason()`` says why it cannot run here (never
+raises, imports heavy packages lazily), ``start(recorder)`` installs its hooks and ``stop()`` removes them.
+Built-ins are listed in ``BUILTIN``, by lazy dotted path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from xstack.collect._recorder import Recorder
+from xstack.errors import UsageError
+
+
+class Collector(Protocol):
+    """What every collector provides."""
+
+    level: str
+
+    def unavailable_reason(self) -> str | None:
+        """Why this collector cannot run here, or None when it can."""
+
+    def start(self, recorder: Recorder) -> None:
+        """Install hooks; spans go to ``recorder``."""
+
+    def stop(self) -> None:
+        """Remove every hook ``start`` installed."""
+
+
+BUILTIN: dict[str, str] = {
+    "model": "xstack.collect.model:ModelCollector",
+    "layer": "xstack.collect.layer:LayerCollector",
+}
+"""Level -> ``module:Class`` of its live collector."""
+
+PLANNED = ("op", "runtime", "kernel", "metrics", "io", "system")
+"""Levels the store knows that have no live collector yet (import traces for op, runtime and kernel)."""
+
+
+def load(level: str) -> Collector:
+    """A new collector for ``level``; ``UsageError`` for a level with none."""
+    path = BUILTIN.get(level)
+    if path is None:
+        if level in PLANNED:
+            raise UsageError(f"level {level!r} has no live collector yet (available: {', '.join(BUILTIN)})")
+        raise UsageError(f"unknown level {level!r} (available: {', '.join(BUILTIN)})")
+    module, _, name = path.partition(":")
+    collector: Collector = getattr(importlib.import_module(module), name)()
+    return collector
+
+
+def status() -> list[tuple[str, str, str | None]]:
+    """(level, dotted path, why it cannot run here or None) for every built-in collector."""
+    return [(level, path, load(level).unavailable_reason()) for level, path in BUILTIN.items()]

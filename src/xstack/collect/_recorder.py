@@ -1,0 +1,109 @@
+"""The live recording state shared by collectors: one clock, per-thread span stacks, ids and the sink.
+
+Collectors open and close spans through a ``Recorder`` so that every span's parent is the innermost span
+open on its thread at the moment it starts, whichever collector opened that one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from xstack.trace.sink import Sink
+
+
+@dataclass
+class OpenSpan:
+    """A span that has started and not yet ended."""
+
+    span_id: int
+    parent_id: int | None
+    level: str
+    name: str
+    start_ns: int
+    tid: int
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    """Hands out span ids, timestamps and parents, and writes finished spans to the sink.
+
+    Times are nanoseconds since the Unix epoch, read from the monotonic clock plus an offset taken once at
+    start, so they never jump backwards within a run and still line up with wall-clock-based traces.
+    """
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.pid = os.getpid()
+        self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
+        self.step = 0
+        self.unclosed = 0
+        self._ids = itertools.count(1)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def now_ns(self) -> int:
+        """The run's clock, in nanoseconds since the Unix epoch."""
+        return time.perf_counter_ns() + self.epoch_offset_ns
+
+    def stack(self) -> list[OpenSpan]:
+        """The spans open on the calling thread, outermost first."""
+        stack: list[OpenSpan] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None) -> OpenSpan:
+        """Open a span on the calling thread, a child of the innermost open one."""
+        stack = self.stack()
+        span = OpenSpan(
+            next(self._ids),
+            stack[-1].span_id if stack else None,
+            level,
+            name,
+            self.now_ns(),
+            threading.get_native_id(),
+            attrs or {},
+        )
+        stack.append(span)
+        return span
+
+    def end(self, span: OpenSpan, attrs: dict[str, Any] | None = None) -> None:
+        """Close ``span`` (and any span opened inside it and left open, which is counted) and write it."""
+        end_ns = self.now_ns()
+        stack = self.stack()
+        while stack:
+            top = stack.pop()
+            if top is span:
+                break
+            self.unclosed += 1
+            self._write(top, end_ns)
+        if attrs:
+            span.attrs.update(attrs)
+        self._write(span, end_ns)
+
+    def close_all(self) -> None:
+        """At stop: close what the calling thread left open (counted as unclosed)."""
+        end_ns = self.now_ns()
+        stack = self.stack()
+        while stack:
+            self.unclosed += 1
+            self._write(stack.pop(), end_ns)
+
+    def _write(self, span: OpenSpan, end_ns: int) -> None:
+        with self._lock:
+            self.sink.span(
+                span.span_id,
+                span.parent_id,
+                span.level,
+                span.name,
+                span.start_ns,
+                end_ns - span.start_ns,
+                self.pid,
+                span.tid,
+                span.attrs,
+            )

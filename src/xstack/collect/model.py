@@ -1,0 +1,138 @@
+"""The ``model`` level: pipeline stages.
+
+Users mark stages with ``xstack.span("preprocess")`` (a context manager and a decorator). Where no stage is
+marked, each top-level model call, each optimizer step and each wait for a DataLoader's next batch becomes a
+model span of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from types import TracebackType
+from typing import Any
+
+from xstack.collect import _module_hooks
+from xstack.collect._recorder import OpenSpan, Recorder
+from xstack.trace import attrs as A
+
+_active: Recorder | None = None
+"""The recorder of the profile in progress, if any: ``span`` records nothing without one."""
+
+
+class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: xstack.span("load")
+    """Mark a pipeline stage: ``with xstack.span("load"):`` or ``@xstack.span("load")``.
+
+    Outside a profile it does nothing, so marks can stay in production code.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._open: OpenSpan | None = None
+        self._recorder: Recorder | None = None
+
+    def _recreate_cm(self) -> span:
+        return span(self.name)  # each decorated call gets its own span
+
+    def __enter__(self) -> span:
+        self._recorder = _active
+        if self._recorder is not None:
+            self._open = self._recorder.begin("model", self.name, {A.MODEL_KIND: "user"})
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._recorder is not None and self._open is not None:
+            self._recorder.end(self._open, {"model.error": exc_type.__name__} if exc_type else None)
+        self._open = None
+
+
+class ModelCollector:
+    """Records marked stages and, where none is open, top-level model calls, optimizer steps and batch waits."""
+
+    level = "model"
+
+    def __init__(self) -> None:
+        self._recorder: Recorder | None = None
+        self._local = threading.local()
+        self._handles: list[Any] = []
+        self._patched: tuple[Any, Any] | None = None
+
+    def unavailable_reason(self) -> str | None:
+        return None  # stage marks need nothing; automatic stages need PyTorch and are skipped without it
+
+    def start(self, recorder: Recorder) -> None:
+        global _active
+        self._recorder = _active = recorder
+        try:
+            import torch
+            import torch.optim.optimizer as optim
+        except ImportError:
+            return
+        _module_hooks.subscribe(self, order=0)
+        self._handles = [
+            optim.register_optimizer_step_pre_hook(self._optimizer_before),
+            optim.register_optimizer_step_post_hook(self._optimizer_after),
+        ]
+        self._patch_dataloader(torch)
+
+    def stop(self) -> None:
+        global _active
+        _module_hooks.unsubscribe(self)
+        while self._handles:
+            self._handles.pop().remove()
+        if self._patched is not None:
+            cls, original = self._patched
+            cls.__next__ = original
+            self._patched = None
+        _active = None
+
+    # -- top-level model calls ----------------------------------------------------------------------------
+    def before(self, module: Any, args: tuple[Any, ...]) -> None:
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        if depth == 0:
+            self._local.forward = self._begin_auto("forward", type(module).__name__)
+
+    def after(self, module: Any, output: Any) -> None:
+        self._local.depth -= 1
+        if self._local.depth == 0:
+            self._end_auto(getattr(self._local, "forward", None))
+            self._local.forward = None
+
+    # -- optimizer steps ----------------------------------------------------------------------------------
+    def _optimizer_before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._local.optimizer = self._begin_auto("optimizer", f"{type(optimizer).__name__}.step")
+
+    def _optimizer_after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._end_auto(getattr(self._local, "optimizer", None))
+        self._local.optimizer = None
+
+    # -- DataLoader waits ---------------------------------------------------------------------------------
+    def _patch_dataloader(self, torch: Any) -> None:
+        cls: Any = torch.utils.data.dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        collector = self
+
+        def __next__(it: Any) -> Any:  # noqa: N807 - replaces the iterator's __next__
+            opened = collector._begin_auto("dataloader", "dataloader.next")
+            try:
+                return original(it)
+            finally:
+                collector._end_auto(opened)
+
+        cls.__next__ = __next__
+        self._patched = (cls, original)
+
+    # -- shared -------------------------------------------------------------------------------------------
+    def _begin_auto(self, kind: str, name: str) -> OpenSpan | None:
+        """Open an automatic stage unless the user marked one that is open on this thread."""
+        recorder = self._recorder
+        if recorder is None or any(s.attrs.get(A.MODEL_KIND) == "user" for s in recorder.stack()):
+            return None
+        return recorder.begin("model", name, {A.MODEL_KIND: kind})
+
+    def _end_auto(self, opened: OpenSpan | None) -> None:
+        if opened is not None and self._recorder is not None:
+            self._recorder.end(opened)

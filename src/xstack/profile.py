@@ -1,0 +1,180 @@
+"""The profiling API: ``with xstack.profile(levels=..., path=...) as prof:`` around a region, ``prof.step()``
+between iterations, then ``prof.summary()`` or ``prof.open()`` for the store.
+
+The store is written as the program runs (in batches) and completed when the region ends, also when it ends
+with an exception: what was traced is kept, and the run's ``config.status`` says ``cut_short``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from xstack import collect
+from xstack.collect._recorder import OpenSpan, Recorder
+from xstack.errors import UsageError
+from xstack.trace import attrs as A
+from xstack.trace.schema import LEVELS
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
+
+DEFAULT_LEVELS = ("model", "layer")
+
+
+class Profile:
+    """One profiled region; see the module docstring."""
+
+    def __init__(
+        self,
+        levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
+        path: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.levels = _parse_levels(levels)
+        self.name = name or "profile"
+        self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
+        self._exit = ExitStack()
+        self._collectors: list[collect.Collector] = []
+        self._recorder: Recorder | None = None
+        self._sink: Sink | None = None
+        self._store: Store | None = None
+        self._step_span: OpenSpan | None = None
+
+    def __enter__(self) -> Profile:
+        collectors = [collect.load(level) for level in self.levels]
+        for level, collector in zip(self.levels, collectors, strict=True):
+            reason = collector.unavailable_reason()
+            if reason:
+                raise UsageError(f"level {level!r} cannot run here: {reason}")
+        self._store = self._exit.enter_context(Store.create(self.path, overwrite=True))
+        try:
+            self._sink = Sink(self._store, run_id=1)
+            self._recorder = Recorder(self._sink)
+            self._started_ns = self._recorder.now_ns()
+            self._open_step()
+            for collector in collectors:
+                collector.start(self._recorder)
+                self._collectors.append(collector)
+        except BaseException as exc:
+            for collector in reversed(self._collectors):
+                collector.stop()
+            self._collectors.clear()
+            self._recorder = None
+            if self._sink is not None:
+                self._sink.close()
+            self._exit.__exit__(type(exc), exc, exc.__traceback__)  # removes the partial store
+            raise
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one iteration and the start of the next."""
+        if self._recorder is None:
+            raise UsageError("prof.step() called outside the profiled region")
+        if self._step_span is not None:
+            self._recorder.end(self._step_span)
+        self._recorder.step += 1
+        self._open_step()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        recorder, sink, store = self._recorder, self._sink, self._store
+        if recorder is None or sink is None or store is None:
+            return
+        try:
+            for collector in reversed(self._collectors):
+                collector.stop()
+            self._collectors.clear()
+            if self._step_span is not None:
+                recorder.end(self._step_span)  # counts spans the region left open inside it
+                self._step_span = None
+            recorder.close_all()
+            sink.close()
+            store.add_run(self._run_info(exc_type))
+            store.add_health(
+                1,
+                [
+                    (
+                        "unclosed_spans",
+                        recorder.unclosed,
+                        "spans still open when their parent or the profile ended (closed there)",
+                    )
+                ],
+            )
+        finally:
+            self._recorder = None
+            self._exit.close()  # completes the store even when the region raised: keep what was traced
+
+    def summary(self, top: int = 10) -> Any:
+        """Print the run's summary to the terminal and return it."""
+        from xstack.analyze.summary import summarize
+        from xstack.report.terminal import print_summary
+
+        with self.open() as store:
+            result = summarize(store, top=top)
+        print_summary(result)
+        return result
+
+    def open(self) -> Store:
+        """The finished profile, opened read-only."""
+        if self._recorder is not None:
+            raise UsageError("the profile is still running: open it after the with-block")
+        return Store.open(self.path)
+
+    def _open_step(self) -> None:
+        assert self._recorder is not None
+        step = self._recorder.step
+        self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
+
+    def _run_info(self, exc_type: type[BaseException] | None) -> RunInfo:
+        import importlib.metadata as md
+
+        try:
+            torch_version: str | None = md.version("torch")
+        except md.PackageNotFoundError:
+            torch_version = None
+        status = "complete" if exc_type is None else "cut_short"
+        return RunInfo(
+            run_id=1,
+            name=self.name,
+            started_at_ns=self._started_ns,
+            command=" ".join(sys.argv) or None,
+            host=socket.gethostname(),
+            framework="pytorch" if torch_version else None,
+            device="cpu",
+            levels=[lv for lv in LEVELS if lv in self.levels],
+            pass_name="live",
+            config={
+                "status": status,
+                "error": exc_type.__name__ if exc_type else None,
+                "steps": self._recorder.step + 1 if self._recorder else None,
+                "torch": torch_version,
+                "python": platform.python_version(),
+                "pid": os.getpid(),
+            },
+        )
+
+
+def profile(
+    levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
+    path: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+) -> Profile:
+    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence) into ``path``."""
+    return Profile(levels, path, name)
+
+
+def _parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    names = [s.strip() for s in (levels.split(",") if isinstance(levels, str) else levels) if s.strip()]
+    if not names:
+        raise UsageError("no levels given (for example: model,layer)")
+    for name in names:
+        if name not in collect.BUILTIN:
+            collect.load(name)  # raises the clear error
+    return tuple(dict.fromkeys(names))

@@ -1,0 +1,124 @@
+"""Batched writing of live spans and counters into a store: rows collect in memory and go to DuckDB in bulk.
+
+One round trip per span would cost the profiled program far more than the span is worth; instead rows are
+serialised with orjson to a scratch file and inserted with DuckDB's JSON reader, ``batch_rows`` at a time.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from xstack.trace.store import Store
+
+SPAN_COLUMNS = (
+    "{run_id: 'INTEGER', span_id: 'BIGINT', parent_id: 'BIGINT', level: 'VARCHAR', name: 'VARCHAR', "
+    "start_ns: 'BIGINT', dur_ns: 'BIGINT', pid: 'BIGINT', tid: 'BIGINT', device: 'VARCHAR', stream: 'BIGINT', "
+    "correlation_id: 'BIGINT', attrs: 'JSON'}"
+)
+COUNTER_COLUMNS = (
+    "{run_id: 'INTEGER', name: 'VARCHAR', ts_ns: 'BIGINT', value: 'DOUBLE', pid: 'BIGINT', device: 'VARCHAR'}"
+)
+SPAN_KEYS = (
+    "run_id",
+    "span_id",
+    "parent_id",
+    "level",
+    "name",
+    "start_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "device",
+    "stream",
+    "correlation_id",
+    "attrs",
+)
+
+
+class Sink:
+    """Buffers span and counter rows of one run and inserts them into ``store`` in batches."""
+
+    def __init__(self, store: Store, run_id: int, *, batch_rows: int = 50_000) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.batch_rows = batch_rows
+        self.spans_written = 0
+        self.counters_written = 0
+        self._spans: list[dict[str, Any]] = []
+        self._counters: list[dict[str, Any]] = []
+        self._tmp = tempfile.TemporaryDirectory(prefix="xstack-sink-")
+
+    def span(
+        self,
+        span_id: int,
+        parent_id: int | None,
+        level: str,
+        name: str,
+        start_ns: int,
+        dur_ns: int,
+        pid: int | None,
+        tid: int | None,
+        attrs: dict[str, Any] | None = None,
+        *,
+        device: str = "cpu",
+        stream: int | None = None,
+        correlation_id: int | None = None,
+    ) -> None:
+        """Queue one span; times are integer nanoseconds on the run's clock."""
+        self._spans.append(
+            {
+                "run_id": self.run_id,
+                "span_id": span_id,
+                "parent_id": parent_id,
+                "level": level,
+                "name": name,
+                "start_ns": start_ns,
+                "dur_ns": dur_ns,
+                "pid": pid,
+                "tid": tid,
+                "device": device,
+                "stream": stream,
+                "correlation_id": correlation_id,
+                "attrs": attrs or None,
+            }
+        )
+        if len(self._spans) >= self.batch_rows:
+            self.flush()
+
+    def counter(self, name: str, ts_ns: int, value: float, *, pid: int | None = None, device: str = "cpu") -> None:
+        """Queue one counter sample."""
+        self._counters.append(
+            {"run_id": self.run_id, "name": name, "ts_ns": ts_ns, "value": value, "pid": pid, "device": device}
+        )
+        if len(self._counters) >= self.batch_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Insert everything queued."""
+        if self._spans:
+            self._insert("_spans", self._spans, SPAN_COLUMNS)
+            self.spans_written += len(self._spans)
+            self._spans = []
+        if self._counters:
+            self._insert("_counters", self._counters, COUNTER_COLUMNS)
+            self.counters_written += len(self._counters)
+            self._counters = []
+
+    def close(self) -> None:
+        """Flush and remove the scratch directory."""
+        try:
+            self.flush()
+        finally:
+            self._tmp.cleanup()
+
+    def _insert(self, table: str, rows: list[dict[str, Any]], columns: str) -> None:
+        path = Path(self._tmp.name) / "batch.json"
+        path.write_bytes(orjson.dumps(rows, option=orjson.OPT_SERIALIZE_NUMPY, default=str))
+        self.store.con.execute(
+            f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format = 'array', columns = {columns})",
+            [str(path)],
+        )

@@ -1,0 +1,156 @@
+"""Live model and layer collection on real PyTorch models: paths, nesting, one clock, results unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+
+import xstack  # noqa: E402
+from xstack.errors import UsageError  # noqa: E402
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+
+    def forward(self, x: Any) -> Any:
+        return self.act(self.fc(x))
+
+
+class Net(nn.Module):
+    """Containers, a module list called in a loop and one module shared (called twice per forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.shared = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: Any) -> Any:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = self.shared(block(x))
+        return self.head(x)
+
+
+def _train(steps: int, prof: Any = None) -> list[Any]:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+    losses = []
+    for _ in range(steps):
+        for (x,) in data:
+            with xstack.span("step"):
+                loss = model(x).pow(2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            losses.append(loss.detach().clone())
+        if prof is not None:
+            prof.step()
+    return losses
+
+
+def _spans(prof: Any) -> list[dict[str, Any]]:
+    with prof.open() as store:
+        rows = store.query("SELECT span_id, parent_id, level, name, start_ns, dur_ns, attrs FROM spans")
+    keys = ("span_id", "parent_id", "level", "name", "start_ns", "dur_ns", "attrs")
+    return [dict(zip(keys, r[:6], strict=False)) | {"attrs": orjson.loads(r[6] or "{}")} for r in rows]
+
+
+def test_layers_have_paths_call_indices_and_nest_in_time(tmp_path: Path) -> None:
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        _train(2, prof)
+    spans = _spans(prof)
+    by_id = {s["span_id"]: s for s in spans}
+    layers = [s for s in spans if s["level"] == "layer"]
+    paths = {s["name"] for s in layers}
+    assert {"Net", "stem", "stem.0", "stem.1", "blocks.0", "blocks.0.fc", "blocks.1.act", "shared", "head"} <= paths
+    # the shared module is called twice per forward, two forwards (batches) per step
+    shared = [s for s in layers if s["name"] == "shared"]
+    assert len(shared) == 2 * 2 * 2
+    assert sorted(s["attrs"]["layer.call_index"] for s in shared) == [0, 0, 1, 1, 2, 2, 3, 3]
+    fc = next(s for s in layers if s["name"] == "blocks.0.fc")
+    assert fc["attrs"]["layer.type"] == "Linear" and fc["attrs"]["layer.params"] == 72
+    assert fc["attrs"]["layer.input_shapes"] == [[4, 8]] and fc["attrs"]["layer.output_shapes"] == [[4, 8]]
+    # one clock: every span lies inside its parent, layers inside their model span
+    for s in spans:
+        parent = by_id.get(s["parent_id"])
+        if parent is not None:
+            assert parent["start_ns"] <= s["start_ns"]
+            assert s["start_ns"] + s["dur_ns"] <= parent["start_ns"] + parent["dur_ns"]
+    root_layers = [s for s in layers if s["name"] == "Net"]
+    assert all(by_id[s["parent_id"]]["level"] == "model" for s in root_layers)
+
+
+def test_model_spans_marked_and_automatic(tmp_path: Path) -> None:
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        _train(1, prof)
+        model = nn.Linear(4, 4)
+        model(torch.randn(1, 4))  # an unmarked top-level call
+    spans = _spans(prof)
+    kinds = {(s["name"], s["attrs"].get("model.kind")) for s in spans if s["level"] == "model"}
+    assert ("step", "user") in kinds and ("step#0", "step") in kinds
+    assert ("dataloader.next", "dataloader") in kinds and ("Linear", "forward") in kinds
+    # inside the user's "step" stage no automatic forward or optimizer spans are added
+    assert ("Net", "forward") not in kinds and ("SGD.step", "optimizer") not in kinds
+    assert not [s for s in spans if s["level"] == "layer"]
+
+
+def test_unmarked_training_gets_forward_and_optimizer_stages(tmp_path: Path) -> None:
+    model = nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+    names = {s["name"] for s in _spans(prof)}
+    assert {"Linear", "Adam.step"} <= names
+
+
+def test_profiling_does_not_change_results(tmp_path: Path) -> None:
+    plain = _train(2)
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        profiled = _train(2, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+
+
+def test_a_crash_keeps_what_was_traced_and_says_so(tmp_path: Path) -> None:
+    class Broken(nn.Module):
+        def forward(self, x: Any) -> Any:
+            raise ValueError("boom")
+
+    model = nn.Sequential(nn.Linear(2, 2), Broken())
+    with pytest.raises(ValueError, match="boom"), xstack.profile(path=tmp_path / "p.duckdb") as prof:
+        model(torch.randn(1, 2))
+    spans = _spans(prof)
+    assert {"0", "1"} <= {s["name"] for s in spans if s["level"] == "layer"}
+    with prof.open() as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    assert config["status"] == "cut_short" and config["error"] == "ValueError"
+
+
+def test_bad_levels_are_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="unknown level 'bogus'"):
+        xstack.profile(levels="model,bogus", path=tmp_path / "p.duckdb")
+    with pytest.raises(UsageError, match="no live collector yet"):
+        xstack.profile(levels="op", path=tmp_path / "p.duckdb")
+    assert not (tmp_path / "p.duckdb").exists()
+
+
+def test_span_outside_a_profile_does_nothing() -> None:
+    @xstack.span("work")
+    def work(x: int) -> int:
+        return x + 1
+
+    with xstack.span("outside"):
+        assert work(1) == 2
