@@ -8,7 +8,7 @@ DuckDB store per profile (see ``xstack.trace.store``). ``xstack.profile`` record
 from __future__ import annotations
 
 from xstack.collect.model import span
-from xstack.profile import Profile, profile
+from xstack.profile import Profile, profile, step
 
-__all__ = ["Profile", "__version__", "profile", "span"]
+__all__ = ["Profile", "__version__", "profile", "span", "step"]
 __version__ = "0.1.0"

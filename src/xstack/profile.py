@@ -36,7 +36,7 @@ class Profile:
         path: str | os.PathLike[str] | None = None,
         name: str | None = None,
     ) -> None:
-        self.levels = _parse_levels(levels)
+        self.levels = parse_levels(levels)
         self.name = name or "profile"
         self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
         self._exit = ExitStack()
@@ -61,6 +61,8 @@ class Profile:
             for collector in collectors:
                 collector.start(self._recorder)
                 self._collectors.append(collector)
+            global _current
+            _current = self
         except BaseException as exc:
             for collector in reversed(self._collectors):
                 collector.stop()
@@ -108,6 +110,8 @@ class Profile:
                 ],
             )
         finally:
+            global _current
+            _current = None
             self._recorder = None
             self._exit.close()  # completes the store even when the region raised: keep what was traced
 
@@ -161,6 +165,15 @@ class Profile:
         )
 
 
+_current: Profile | None = None
+
+
+def step() -> None:
+    """Mark an iteration boundary in the profile in progress (``xstack run`` scripts); nothing outside one."""
+    if _current is not None and _current._recorder is not None:
+        _current.step()
+
+
 def profile(
     levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
     path: str | os.PathLike[str] | None = None,
@@ -170,7 +183,7 @@ def profile(
     return Profile(levels, path, name)
 
 
-def _parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+def parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     names = [s.strip() for s in (levels.split(",") if isinstance(levels, str) else levels) if s.strip()]
     if not names:
         raise UsageError("no levels given (for example: model,layer)")

@@ -39,6 +39,7 @@ class RunSummary:
     levels: list[str]
     pass_name: str | None
     source: str | None
+    status: str | None
     wall_ns: int
     span_counts: dict[str, int]
     counter_samples: int
@@ -52,7 +53,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     """Summarise one run (the only or the last one when ``run_id`` is None)."""
     run_id = _pick_run(store, run_id)
     row = store.query(
-        "SELECT run_id, name, started_at, framework, device, levels, pass, config FROM runs WHERE run_id = ?",
+        "SELECT run_id, name, started_at, framework, device, levels, pass, config, command FROM runs WHERE run_id = ?",
         [run_id],
     )[0]
     config = orjson.loads(row[7]) if row[7] else {}
@@ -71,7 +72,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         device=row[4],
         levels=list(row[5] or []),
         pass_name=row[6],
-        source=(config.get("source") or {}).get("path"),
+        source=(config.get("source") or {}).get("path") or row[8],
+        status=config.get("status"),
         wall_ns=int(wall or 0),
         span_counts={k: int(v) for k, v in counts.items()},
         counter_samples=int(store.query("SELECT count(*) FROM counters WHERE run_id = ?", [run_id])[0][0]),

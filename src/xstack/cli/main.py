@@ -24,6 +24,7 @@ examples:
   xstack demo                                   profile a small model and print its summary
   xstack import trace.json.gz -o prof.duckdb    import a PyTorch profiler trace
   xstack summary prof.duckdb                    top layers, ops, kernels and trace health
+  xstack run -- python train.py --epochs 1      profile a program, unmodified (stages and layers)
   xstack collectors                             which levels can be recorded live here
   xstack export prof.duckdb --format perfetto -o trace.json   open trace.json in ui.perfetto.dev
 
@@ -73,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (perfetto)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="output file (default: STORE.perfetto.json)")
     p.add_argument("--run", type=int, metavar="ID", help="export one run only (default: all)")
+
+    p = sub.add_parser(
+        "run",
+        help="profile a Python program, unmodified: xstack run -- python script.py ARGS",
+        description="Run a Python program (a script, or -m module) inside a profile. Its arguments, standard "
+        "streams and exit code pass through; if it crashes or is interrupted, what was traced is kept.",
+        formatter_class=fmt,
+    )
+    p.add_argument("--levels", default="model,layer", help="levels to record (default: model,layer)")
+    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
     sub.add_parser("collectors", help="list the live collectors and whether each can run here", formatter_class=fmt)
 
@@ -150,6 +162,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from xstack.profile import parse_levels
+    from xstack.runner import parse_program, run_program
+
+    parse_levels(args.levels)  # a bad level is reported before anything runs
+    argv = args.program[1:] if args.program[:1] == ["--"] else args.program
+    return run_program(parse_program(argv), levels=args.levels, out=args.output)
+
+
 def _cmd_collectors(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -184,6 +205,7 @@ _COMMANDS = {
     "import": _cmd_import,
     "summary": _cmd_summary,
     "export": _cmd_export,
+    "run": _cmd_run,
     "collectors": _cmd_collectors,
     "demo": _cmd_demo,
 }

@@ -10,6 +10,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,19 @@ class OpenSpan:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+def _disable_in_child() -> None:
+    # A forked child (DataLoader worker) inherits the recorder and the store's connection: recording there
+    # would write into the parent's store from another process. Children record nothing.
+    for recorder in list(_recorders):
+        recorder.disabled = True
+
+
+os.register_at_fork(after_in_child=_disable_in_child)
+
+
 class Recorder:
     """Hands out span ids, timestamps and parents, and writes finished spans to the sink.
 
@@ -45,6 +59,8 @@ class Recorder:
         self._ids = itertools.count(1)
         self._local = threading.local()
         self._lock = threading.Lock()
+        self.disabled = False
+        _recorders.add(self)
 
     def now_ns(self) -> int:
         """The run's clock, in nanoseconds since the Unix epoch."""
@@ -74,6 +90,8 @@ class Recorder:
 
     def end(self, span: OpenSpan, attrs: dict[str, Any] | None = None) -> None:
         """Close ``span`` (and any span opened inside it and left open, which is counted) and write it."""
+        if self.disabled:
+            return
         end_ns = self.now_ns()
         stack = self.stack()
         while stack:
@@ -95,6 +113,8 @@ class Recorder:
             self._write(stack.pop(), end_ns)
 
     def _write(self, span: OpenSpan, end_ns: int) -> None:
+        if self.disabled:
+            return
         with self._lock:
             self.sink.span(
                 span.span_id,

@@ -44,6 +44,8 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("started", str(s.started_at) if s.started_at else "unknown")
     t.add_row("framework", s.framework or "-")
     t.add_row("pass", s.pass_name or "-")
+    if s.status:
+        t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
     t.add_row("host wall time", format_ns(s.wall_ns))
     for d in s.devices:
         mem = d.get("totalGlobalMem")

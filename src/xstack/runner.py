@@ -1,0 +1,110 @@
+"""``xstack run``: run a Python program, unmodified, inside a profile, as ``python`` itself would run it.
+
+The program runs in this process (so module hooks reach it) with its own ``sys.argv``, standard streams and
+exit code. Whatever happens to it, its store is completed: a crash or Ctrl-C marks the run ``cut_short``.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xstack.errors import UsageError
+from xstack.profile import profile
+
+
+@dataclass
+class Program:
+    """What to run: a script path or a module name, and its arguments."""
+
+    script: Path | None
+    module: str | None
+    args: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.script.stem if self.script else (self.module or "program").rsplit(".", 1)[-1]
+
+
+def parse_program(argv: Sequence[str]) -> Program:
+    """``[python] script.py ARGS`` or ``[python] -m module ARGS``; a leading python executable is optional."""
+    argv = list(argv)
+    if argv and Path(argv[0]).name.startswith("python") and not argv[0].endswith(".py"):
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("xstack run: no program given (xstack run -- python script.py ARGS)")
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise UsageError("xstack run: -m needs a module name")
+        return Program(None, argv[1], argv[2:])
+    if argv[0].startswith("-"):
+        raise UsageError(f"xstack run: unsupported python option {argv[0]!r} (only -m MODULE)")
+    script = Path(argv[0])
+    if not script.is_file():
+        raise UsageError(f"xstack run: {script}: no such script")
+    return Program(script, None, argv[1:])
+
+
+def run_program(program: Program, *, levels: str, out: Path | None) -> int:
+    """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code."""
+    store = out or Path("xstack-out") / f"{program.name}.duckdb"
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    if program.script is not None:
+        sys.argv = [str(program.script), *program.args]
+        sys.path.insert(0, str(program.script.resolve().parent))
+    else:
+        sys.argv = [program.module or "", *program.args]
+        sys.path.insert(0, os.getcwd())
+    code = 0
+    try:
+        with profile(levels=levels, path=store, name=program.name):
+            code = _execute(program)
+    except _ProgramFailed as failed:
+        code = failed.code
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.stdout.flush()
+    print(f"xstack: profile written to {store}", file=sys.stderr)
+    return code
+
+
+class _ProgramFailed(Exception):
+    """Carries a failed program's exit code out of the profile (which then records ``cut_short``)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _execute(program: Program) -> int:
+    try:
+        if program.script is not None:
+            runpy.run_path(str(program.script), run_name="__main__")
+        else:
+            runpy.run_module(program.module or "", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+        if code:
+            raise _ProgramFailed(code) from None
+        return 0
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", file=sys.stderr)
+        raise _ProgramFailed(130) from None
+    except BaseException:
+        traceback.print_exc()
+        raise _ProgramFailed(1) from None
+    return 0
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # as Python does for sys.exit("message")
+    return 1

@@ -1,0 +1,95 @@
+"""``xstack run`` on real programs: arguments, streams and exit codes pass through; crashes keep the trace."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from xstack.trace.store import Store
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+
+PROGRAM = """
+import sys, torch, xstack
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)), batch_size=4,
+                                   num_workers=int(sys.argv[2]))
+total = 0.0
+for (x,) in data:
+    total += float(model(x).detach().sum())
+    xstack.step()
+print(sys.stdin.readline().strip(), repr(round(total, 6)))
+if sys.argv[1] == "crash":
+    raise RuntimeError("exploded")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def _run(tmp: Path, *argv: str, stdin: str = "hi\\n") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xstack", *argv], input=stdin, capture_output=True, text=True, cwd=tmp, timeout=300
+    )
+
+
+def _write(tmp: Path) -> Path:
+    script = tmp / "train.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    return script
+
+
+def _status(store: Path) -> tuple[str, int]:
+    with Store.open(store) as s:
+        config = orjson.loads(s.query("SELECT config FROM runs")[0][0])
+        layers = s.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
+    return config["status"], layers
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_arguments_streams_and_exit_code_pass_through(tmp_path: Path, workers: str) -> None:
+    script = _write(tmp_path)
+    plain = subprocess.run(
+        [sys.executable, str(script), "0", workers],
+        input="hi\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    proc = _run(tmp_path, "run", "-o", "p.duckdb", "--", "python", str(script), "7", workers, stdin="hi\n")
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == plain.stdout  # same output (and results) with and without profiling
+    status, layers = _status(tmp_path / "p.duckdb")
+    assert status == "cut_short" and layers == 4 * 4  # 4 batches x (Sequential + 3 children)
+
+
+def test_a_crash_keeps_the_trace_and_exits_1(tmp_path: Path) -> None:
+    script = _write(tmp_path)
+    proc = _run(tmp_path, "run", "--", str(script), "crash", "0")
+    assert proc.returncode == 1
+    assert "RuntimeError: exploded" in proc.stderr
+    status, layers = _status(tmp_path / "xstack-out" / "train.duckdb")
+    assert status == "cut_short" and layers == 16
+
+
+def test_success_and_module_mode(tmp_path: Path) -> None:
+    _write(tmp_path)
+    proc = _run(tmp_path, "run", "-o", "m.duckdb", "--", "python", "-m", "train", "0", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert _status(tmp_path / "m.duckdb") == ("complete", 16)
+
+
+def test_bad_programs_and_levels(tmp_path: Path) -> None:
+    missing = _run(tmp_path, "run", "--", "python", "nope.py")
+    assert missing.returncode == 2 and "nope.py: no such script" in missing.stderr
+    module = _run(tmp_path, "run", "-o", "x.duckdb", "--", "python", "-m", "no_such_module_here")
+    assert module.returncode == 1 and "No module named" in module.stderr
+    levels = _run(tmp_path, "run", "--levels", "model,warp", "--", "python", "x.py")
+    assert levels.returncode == 2 and "unknown level 'warp'" in levels.stderr
