@@ -132,7 +132,8 @@ class Profile:
         return Store.open(self.path)
 
     def _open_step(self) -> None:
-        assert self._recorder is not None
+        if self._recorder is None:
+            raise UsageError("the profile is not running")
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
 

@@ -33,7 +33,7 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-def _run(tmp: Path, *argv: str, stdin: str = "hi\\n") -> subprocess.CompletedProcess[str]:
+def _run(tmp: Path, *argv: str, stdin: str = "hi\n") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "xstack", *argv], input=stdin, capture_output=True, text=True, cwd=tmp, timeout=300
     )

@@ -14,30 +14,6 @@ import orjson
 
 from xstack.trace.store import Store
 
-SPAN_COLUMNS = (
-    "{run_id: 'INTEGER', span_id: 'BIGINT', parent_id: 'BIGINT', level: 'VARCHAR', name: 'VARCHAR', "
-    "start_ns: 'BIGINT', dur_ns: 'BIGINT', pid: 'BIGINT', tid: 'BIGINT', device: 'VARCHAR', stream: 'BIGINT', "
-    "correlation_id: 'BIGINT', attrs: 'JSON'}"
-)
-COUNTER_COLUMNS = (
-    "{run_id: 'INTEGER', name: 'VARCHAR', ts_ns: 'BIGINT', value: 'DOUBLE', pid: 'BIGINT', device: 'VARCHAR'}"
-)
-SPAN_KEYS = (
-    "run_id",
-    "span_id",
-    "parent_id",
-    "level",
-    "name",
-    "start_ns",
-    "dur_ns",
-    "pid",
-    "tid",
-    "device",
-    "stream",
-    "correlation_id",
-    "attrs",
-)
-
 
 class Sink:
     """Buffers span and counter rows of one run and inserts them into ``store`` in batches."""
@@ -51,6 +27,7 @@ class Sink:
         self._spans: list[dict[str, Any]] = []
         self._counters: list[dict[str, Any]] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="xstack-sink-")
+        self._columns = {table: _columns(store, table) for table in ("_spans", "_counters")}
 
     def span(
         self,
@@ -100,11 +77,11 @@ class Sink:
     def flush(self) -> None:
         """Insert everything queued."""
         if self._spans:
-            self._insert("_spans", self._spans, SPAN_COLUMNS)
+            self._insert("_spans", self._spans)
             self.spans_written += len(self._spans)
             self._spans = []
         if self._counters:
-            self._insert("_counters", self._counters, COUNTER_COLUMNS)
+            self._insert("_counters", self._counters)
             self.counters_written += len(self._counters)
             self._counters = []
 
@@ -115,10 +92,21 @@ class Sink:
         finally:
             self._tmp.cleanup()
 
-    def _insert(self, table: str, rows: list[dict[str, Any]], columns: str) -> None:
+    def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
         path = Path(self._tmp.name) / "batch.json"
         path.write_bytes(orjson.dumps(rows, option=orjson.OPT_SERIALIZE_NUMPY, default=str))
+        columns = self._columns[table]
         self.store.con.execute(
             f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format = 'array', columns = {columns})",
             [str(path)],
         )
+
+
+def _columns(store: Store, table: str) -> str:
+    """The ``columns`` argument of ``read_json`` for ``table``, read from the store's own schema."""
+    rows = store.con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() "
+        "WHERE table_name = ? AND database_name = current_database() ORDER BY column_index",
+        [table],
+    ).fetchall()
+    return "{" + ", ".join(f"{name}: '{kind}'" for name, kind in rows) + "}"
