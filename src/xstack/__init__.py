@@ -2,13 +2,16 @@
 
 One trace from the pipeline stages of a model through its layers and operators down to GPU kernels, in one
 DuckDB store per profile (see ``xstack.trace.store``). ``xstack.profile`` records a region of a program;
-``xstack.span`` marks its stages.
+``xstack.span`` marks its stages; ``xstack.open_store`` opens a finished profile.
 """
 
 from __future__ import annotations
 
 from xstack.collect.model import span
 from xstack.profile import Profile, profile, step
+from xstack.trace.store import Store
 
-__all__ = ["Profile", "__version__", "profile", "span", "step"]
+open_store = Store.open
+
+__all__ = ["Profile", "Store", "__version__", "open_store", "profile", "span", "step"]
 __version__ = "0.1.0"

@@ -55,7 +55,7 @@ class Profile:
         self._store = self._exit.enter_context(Store.create(self.path, overwrite=True))
         try:
             self._sink = Sink(self._store, run_id=1)
-            self._recorder = Recorder(self._sink)
+            self._recorder = Recorder(self._sink, frozenset(self.levels))
             self._started_ns = self._recorder.now_ns()
             self._open_step()
             for collector in collectors:
@@ -89,26 +89,23 @@ class Profile:
         recorder, sink, store = self._recorder, self._sink, self._store
         if recorder is None or sink is None or store is None:
             return
+        collectors, self._collectors = self._collectors, []
         try:
-            for collector in reversed(self._collectors):
+            for collector in reversed(collectors):
                 collector.stop()
-            self._collectors.clear()
             if self._step_span is not None:
                 recorder.end(self._step_span)  # counts spans the region left open inside it
                 self._step_span = None
             recorder.close_all()
             sink.close()
-            store.add_run(self._run_info(exc_type))
-            store.add_health(
-                1,
-                [
-                    (
-                        "unclosed_spans",
-                        recorder.unclosed,
-                        "spans still open when their parent or the profile ended (closed there)",
-                    )
-                ],
-            )
+            health = [("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")]
+            for collector in collectors:
+                try:
+                    health += collector.finish(store, 1)
+                except Exception as exc:  # keep the live spans; say what is missing and why
+                    health.append(("collector_failed", 1, f"{collector.level}: {type(exc).__name__}: {exc}"))
+            store.add_run(self._run_info(exc_type, store))
+            store.add_health(1, health)
         finally:
             global _current
             _current = None
@@ -137,7 +134,7 @@ class Profile:
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
 
-    def _run_info(self, exc_type: type[BaseException] | None) -> RunInfo:
+    def _run_info(self, exc_type: type[BaseException] | None, store: Store) -> RunInfo:
         import importlib.metadata as md
 
         try:
@@ -152,7 +149,7 @@ class Profile:
             command=" ".join(sys.argv) or None,
             host=socket.gethostname(),
             framework="pytorch" if torch_version else None,
-            device="cpu",
+            device=_devices(store),
             levels=[lv for lv in LEVELS if lv in self.levels],
             pass_name="live",
             config={
@@ -185,10 +182,21 @@ def profile(
 
 
 def parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Level names from ``"model,layer"`` or a sequence, checked, with the levels they imply
+    (``collect.IMPLIED``), in the store's order (outermost first), which is the order collectors start in."""
     names = [s.strip() for s in (levels.split(",") if isinstance(levels, str) else levels) if s.strip()]
     if not names:
         raise UsageError("no levels given (for example: model,layer)")
     for name in names:
         if name not in collect.BUILTIN:
             collect.load(name)  # raises the clear error
-    return tuple(dict.fromkeys(names))
+    wanted = set(names)
+    while implied := {i for n in wanted for i in collect.IMPLIED.get(n, ())} - wanted:
+        wanted |= implied
+    return tuple(lv for lv in LEVELS if lv in wanted)
+
+
+def _devices(store: Store) -> str:
+    """``cpu``, or the devices the run's spans ran on (``cuda:0``), from the store."""
+    rows = store.query("SELECT DISTINCT device FROM _spans WHERE run_id = 1 AND device <> 'cpu' ORDER BY 1")
+    return ", ".join(str(r[0]) for r in rows) or "cpu"

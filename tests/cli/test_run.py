@@ -70,13 +70,21 @@ def test_arguments_streams_and_exit_code_pass_through(tmp_path: Path, workers: s
     assert status == "cut_short" and layers == 4 * 4  # 4 batches x (Sequential + 3 children)
 
 
-def test_a_crash_keeps_the_trace_and_exits_1(tmp_path: Path) -> None:
+@pytest.mark.parametrize("levels", ["model,layer", "model,layer,op"])
+def test_a_crash_keeps_the_trace_and_exits_1(tmp_path: Path, levels: str) -> None:
     script = _write(tmp_path)
-    proc = _run(tmp_path, "run", "--", str(script), "crash", "0")
+    proc = _run(tmp_path, "run", "--levels", levels, "--", str(script), "crash", "2")
     assert proc.returncode == 1
     assert "RuntimeError: exploded" in proc.stderr
-    status, layers = _status(tmp_path / "xstack-out" / "train.duckdb")
+    store = tmp_path / "xstack-out" / "train.duckdb"
+    status, layers = _status(store)
     assert status == "cut_short" and layers == 16
+    with Store.open(store) as s:
+        ops = s.query("SELECT count(*), count(parent_id) FROM spans WHERE level = 'op'")[0]
+    if "op" in levels:  # the ops of the main process, each under its layer or model span
+        assert ops[0] > 16 and ops[0] == ops[1]
+    else:
+        assert ops == (0, 0)
 
 
 def test_success_and_module_mode(tmp_path: Path) -> None:

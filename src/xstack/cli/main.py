@@ -25,6 +25,7 @@ examples:
   xstack import trace.json.gz -o prof.duckdb    import a PyTorch profiler trace
   xstack summary prof.duckdb                    top layers, ops, kernels and trace health
   xstack run -- python train.py --epochs 1      profile a program, unmodified (stages and layers)
+  xstack run --levels model,layer,op -- python train.py    ... down to each operator
   xstack collectors                             which levels can be recorded live here
   xstack export prof.duckdb --format perfetto -o trace.json   open trace.json in ui.perfetto.dev
 
@@ -82,7 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         "streams and exit code pass through; if it crashes or is interrupted, what was traced is kept.",
         formatter_class=fmt,
     )
-    p.add_argument("--levels", default="model,layer", help="levels to record (default: model,layer)")
+    p.add_argument(
+        "--levels",
+        default="model,layer",
+        help="levels to record, from model,layer,op,runtime,kernel (default: model,layer; kernel brings runtime "
+        "and op, the levels its spans hang from)",
+    )
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 

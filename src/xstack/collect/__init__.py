@@ -1,8 +1,10 @@
 """Live collectors: each records one level of a running program into the store through a ``Recorder``.
 
 A collector has three methods (``style.md``): ``unavailable_reason()`` says why it cannot run here (never
-raises, imports heavy packages lazily), ``start(recorder)`` installs its hooks and ``stop()`` removes them.
-Built-ins are listed in ``BUILTIN``, by lazy dotted path.
+raises, imports heavy packages lazily), ``start(recorder)`` installs its hooks and ``stop()`` removes them;
+and ``finish(store, run_id)``, called once every live span is written, for collectors that gather events
+outside the recorder (the PyTorch profiler) and merge them into the run then. Built-ins are listed in
+``BUILTIN``, by lazy dotted path.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Protocol
 
 from xstack.collect._recorder import Recorder
 from xstack.errors import UsageError
+from xstack.trace.store import Store
 
 
 class Collector(Protocol):
@@ -28,15 +31,25 @@ class Collector(Protocol):
     def stop(self) -> None:
         """Remove every hook ``start`` installed."""
 
+    def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
+        """Merge what was gathered outside the recorder into the run; returns health rows."""
+
 
 BUILTIN: dict[str, str] = {
     "model": "xstack.collect.model:ModelCollector",
     "layer": "xstack.collect.layer:LayerCollector",
+    "op": "xstack.collect.torch_profiler:OpCollector",
+    "runtime": "xstack.collect.torch_profiler:RuntimeCollector",
+    "kernel": "xstack.collect.torch_profiler:KernelCollector",
 }
 """Level -> ``module:Class`` of its live collector."""
 
-PLANNED = ("op", "runtime", "kernel", "metrics", "io", "system")
-"""Levels the store knows that have no live collector yet (import traces for op, runtime and kernel)."""
+PLANNED = ("metrics", "io", "system")
+"""Levels the store knows that have no live collector yet."""
+
+IMPLIED = {"kernel": ("runtime",), "runtime": ("op",)}
+"""Levels that bring the levels their spans hang from: a kernel's parent is its runtime call, a runtime
+call's parent the op that made it."""
 
 
 def load(level: str) -> Collector:

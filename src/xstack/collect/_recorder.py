@@ -46,14 +46,18 @@ os.register_at_fork(after_in_child=_disable_in_child)
 class Recorder:
     """Hands out span ids, timestamps and parents, and writes finished spans to the sink.
 
-    Times are nanoseconds since the Unix epoch, read from the monotonic clock plus an offset taken once at
-    start, so they never jump backwards within a run and still line up with wall-clock-based traces.
+    Times are nanoseconds since the Unix epoch, read from the system (real-time) clock: the clock the PyTorch
+    profiler converts its timestamps to, so live spans and profiler events line up to within a microsecond.
+    (The monotonic clock plus an offset taken at start was measured several microseconds away from the
+    profiler's, enough to put an op outside the layer that called it.) A step of the system clock during a
+    run (an NTP correction) would show as a jump; runs are short enough that this is accepted.
     """
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, levels: frozenset[str] = frozenset()) -> None:
         self.sink = sink
+        self.levels = levels
+        """Every level of the profile, so that collectors sharing one mechanism can configure it once."""
         self.pid = os.getpid()
-        self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
         self.step = 0
         self.unclosed = 0
         self._ids = itertools.count(1)
@@ -64,7 +68,7 @@ class Recorder:
 
     def now_ns(self) -> int:
         """The run's clock, in nanoseconds since the Unix epoch."""
-        return time.perf_counter_ns() + self.epoch_offset_ns
+        return time.time_ns()
 
     def stack(self) -> list[OpenSpan]:
         """The spans open on the calling thread, outermost first."""

@@ -22,7 +22,7 @@ from xstack.importers.kineto._reader import ChunkRejected, TraceReader
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import RunInfo, Store
 
-__all__ = ["ImportedRun", "import_kineto", "trace_name"]
+__all__ = ["ImportedRun", "import_kineto", "merge_live", "trace_name"]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 _TEMP_TABLES = ("raw", "xm", "x", "host_start", "host_parent", "other_parent")
@@ -91,6 +91,45 @@ def import_kineto(
         if threshold:
             con.execute(f"SET checkpoint_threshold = '{threshold[0]}'")
     return ImportedRun(run_id, name or trace_name(path), path, spans, counters, [h for h in health if h[1]])
+
+
+def merge_live(
+    store: Store, path: str | Path, run_id: int, *, drop_annotations: tuple[str, ...] = ()
+) -> list[tuple[str, int, str]]:
+    """Add the events of a trace the PyTorch profiler wrote during a live profile to run ``run_id``, whose
+    live spans (model, layer) are already in ``store``; returns the health rows of the merge.
+
+    The mapping is the importer's, so live and imported traces have the same shape. Times move to the
+    recorder's clock (Unix ns: Kineto's ``ts`` plus ``baseTimeNanoseconds``), the new span ids follow the
+    run's, and the live host spans are staged beside the profiler's so that each op finds the layer or model
+    span enclosing it on its thread. User annotations whose name starts with one of ``drop_annotations``
+    (PyTorch's own marks for what the model level records itself) are left out.
+    """
+    path = Path(path)
+    con = store.con
+    try:
+        reader = _stage(con, path, DEFAULT_CHUNK_BYTES)
+        if _scalar(con, "SELECT count(*) FROM raw WHERE ph IS NOT NULL AND ph <> 'M'") == 0:
+            return []  # the region ran no op: nothing to merge
+        base = reader.metadata.get("baseTimeNanoseconds")
+        base_ns = base if isinstance(base, int) else 0  # older traces: ts is already Unix time
+        last = _scalar(con, f"SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = {run_id}")
+        con.execute(_sql.stage_spans())
+        con.execute(f"UPDATE x SET span_id = span_id + {last}, start_ns = start_ns + {base_ns}")
+        for prefix in drop_annotations:
+            con.execute("DELETE FROM x WHERE cat = 'user_annotation' AND starts_with(name, ?)", [prefix])
+        con.execute(
+            "INSERT INTO x BY NAME SELECT span_id, level, 'xstack' AS cat, false AS on_gpu, name, start_ns, dur_ns, "
+            f"pid, tid, device FROM _spans WHERE run_id = {run_id} AND level IN ('model', 'layer')"
+        )
+        con.execute(_sql.HOST_PARENTS)
+        con.execute(_sql.OTHER_PARENTS)
+        con.execute(_sql.insert_spans(run_id, after_span_id=last))
+        con.execute(_sql.insert_counters(run_id, base_ns=base_ns))
+        return _health(con, run_id)
+    finally:
+        for table in _TEMP_TABLES:
+            con.execute(f"DROP TABLE IF EXISTS temp.{table}")
 
 
 def _stage(con: duckdb.DuckDBPyConnection, path: Path, chunk_bytes: int) -> TraceReader:

@@ -220,8 +220,11 @@ SELECT c.span_id, f.span_id FROM x c JOIN frames f ON f.pid = c.pid AND f.python
 """
 
 
-def insert_spans(run_id: int) -> str:
+def insert_spans(run_id: int, *, after_span_id: int = 0) -> str:
     """Insert the staged spans with their parents; a host parent that does not enclose its child is dropped.
+
+    Staged rows with ids up to ``after_span_id`` are spans already in the run (live spans staged only so that
+    host nesting sees them) and are not inserted again.
 
     Host and other parents are for disjoint sets of spans (host levels on a CPU thread; device activity,
     GPU annotations and Python frames), at most one each: one join with their union is the same as a join
@@ -237,15 +240,17 @@ SELECT {run_id}, x.span_id, p.parent_id,
     x.level, x.name, x.start_ns, x.dur_ns, x.pid, x.tid, x.device, x.stream, x.correlation_id, x.attrs
 FROM x
 LEFT JOIN parent p USING (span_id)
+WHERE x.span_id > {after_span_id}
 """
 
 
-def insert_counters(run_id: int) -> str:
-    """``[memory]`` instants -> allocated/reserved series per device; ``ph: C`` events -> one series per arg."""
+def insert_counters(run_id: int, *, base_ns: int = 0) -> str:
+    """``[memory]`` instants -> allocated/reserved series per device; ``ph: C`` events -> one series per arg.
+    ``base_ns`` is added to every timestamp."""
     return f"""
 INSERT INTO _counters
 WITH mem AS (
-    SELECT CAST(ts * 1000 AS BIGINT) AS ts_ns, TRY_CAST(pid AS BIGINT) AS pid,
+    SELECT CAST(ts * 1000 AS BIGINT) + {base_ns} AS ts_ns, TRY_CAST(pid AS BIGINT) AS pid,
         CASE TRY_CAST(args->>'$."Device Type"' AS INTEGER)
             WHEN 0 THEN 'cpu' WHEN 1 THEN 'cuda:' || (args->>'$."Device Id"')
             ELSE 'device_type_' || (args->>'$."Device Type"') || ':' || (args->>'$."Device Id"') END AS device,
@@ -253,7 +258,7 @@ WITH mem AS (
         TRY_CAST(args->>'$."Total Reserved"' AS DOUBLE) AS reserved
     FROM raw WHERE ph = 'i' AND name = '[memory]' AND ts IS NOT NULL
 ), c AS (
-    SELECT name, CAST(ts * 1000 AS BIGINT) AS ts_ns, TRY_CAST(pid AS BIGINT) AS pid,
+    SELECT name, CAST(ts * 1000 AS BIGINT) + {base_ns} AS ts_ns, TRY_CAST(pid AS BIGINT) AS pid,
         unnest(json_keys(args)) AS k, args
     FROM raw WHERE ph = 'C' AND ts IS NOT NULL AND json_type(args) = 'OBJECT'
 )
@@ -340,6 +345,9 @@ WHERE NOT (ph = 'M')
   AND NOT (ph IN ('s', 'f') AND lower(cat) IN ({", ".join(_q(c) for c in M.FLOW_CATEGORIES)}))
   AND NOT (ph = 'i' AND name = '[memory]') AND NOT (ph = 'C')
   AND NOT (ph = 'X' AND ({_level_expr()}) IS NOT NULL)
+  -- the profiler's own bookkeeping: its session span and the markers of its recording window
+  AND NOT (ph = 'X' AND lower(cat) = 'trace')
+  AND NOT (ph = 'i' AND cat IS NULL AND (name = 'Record Window End' OR starts_with(name, 'Iteration Start: ')))
 GROUP BY ALL ORDER BY 3 DESC
 """
 

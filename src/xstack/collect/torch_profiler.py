@@ -1,0 +1,128 @@
+"""The ``op``, ``runtime`` and ``kernel`` levels, through ``torch.profiler`` (Kineto, with CUPTI on CUDA).
+
+The three levels share one profiler session per profile: the first of their collectors to start configures it
+for all the levels the profile asked for (CPU activity for ops; CUDA activity, and so runtime calls and device
+activity, for runtime and kernel). When the profile ends, the profiler's trace is merged into the run with
+the importer's mapping (``importers.kineto.merge_live``): ops nest under the live layer and model spans that
+enclose them on their thread, kernels, copies and sets under the runtime call of the same correlation id.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from xstack.collect._recorder import Recorder
+from xstack.trace.store import Store
+
+PROFILER_LEVELS = ("op", "runtime", "kernel")
+
+TORCH_OWN_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "ProfilerStep#")
+"""PyTorch's own ``record_function`` marks for what the model level records itself: left out of a merge
+when the model level is live, so that an optimizer step is not a model span twice."""
+
+
+class _Session:
+    """One ``torch.profiler.profile`` shared by the profiler-level collectors of one profile."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        self.recorder = recorder
+        self.members = 0
+        self.merged = False
+        self._tmp = tempfile.TemporaryDirectory(prefix="xstack-kineto-")
+        self.trace: Path | None = None
+        activities = [ProfilerActivity.CPU]
+        if recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.profiler: Any = profile(activities=activities, record_shapes=True)
+        self.profiler.start()
+
+    def stop(self) -> None:
+        """Stop profiling and write the trace to a scratch file (once, when the last member stops)."""
+        self.profiler.stop()
+        trace = Path(self._tmp.name) / "live.pt.trace.json"
+        self.profiler.export_chrome_trace(str(trace))
+        self.trace = trace
+
+    def merge(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
+        """Merge the trace into the run (once) and remove the scratch file."""
+        from xstack.importers.kineto import merge_live
+
+        if self.merged or self.trace is None:
+            return []
+        self.merged = True
+        try:
+            drop = TORCH_OWN_ANNOTATIONS if "model" in self.recorder.levels else ()
+            return merge_live(store, self.trace, run_id, drop_annotations=drop)
+        finally:
+            self._tmp.cleanup()
+
+
+_sessions: dict[int, _Session] = {}
+"""id(recorder) -> its session, while one is running."""
+
+
+class TorchProfilerCollector:
+    """Collects one of the profiler levels; see the module docstring."""
+
+    def __init__(self, level: str) -> None:
+        self.level = level
+        self._session: _Session | None = None
+        self._finished: _Session | None = None
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import torch
+            import torch.profiler  # noqa: F401
+        except ImportError:
+            return "PyTorch is not installed (pip install 'torch==2.13.0')"
+        if self.level in ("runtime", "kernel") and not torch.cuda.is_available():
+            return "no CUDA device here (torch.cuda.is_available() is False): runtime calls and kernels need one"
+        return None
+
+    def start(self, recorder: Recorder) -> None:
+        session = _sessions.get(id(recorder))
+        if session is None:
+            session = _sessions[id(recorder)] = _Session(recorder)
+        session.members += 1
+        self._session = session
+
+    def stop(self) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        session.members -= 1
+        if session.members == 0:
+            _sessions.pop(id(session.recorder), None)
+            session.stop()
+            self._finished = session
+
+    def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
+        """After every live span is written: merge the profiler's events into the run."""
+        session, self._finished = self._finished, None
+        return session.merge(store, run_id) if session is not None else []
+
+
+class OpCollector(TorchProfilerCollector):
+    """``op``: framework operators (``aten::conv2d``) with input shapes."""
+
+    def __init__(self) -> None:
+        super().__init__("op")
+
+
+class RuntimeCollector(TorchProfilerCollector):
+    """``runtime``: CUDA/HIP runtime and driver calls."""
+
+    def __init__(self) -> None:
+        super().__init__("runtime")
+
+
+class KernelCollector(TorchProfilerCollector):
+    """``kernel``: kernels, copies and sets on the device, each under the runtime call that launched it."""
+
+    def __init__(self) -> None:
+        super().__init__("kernel")

@@ -1,0 +1,191 @@
+"""Live op, runtime and kernel levels through torch.profiler, merged with the live model and layer spans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+
+import xstack  # noqa: E402
+from xstack.errors import UsageError  # noqa: E402
+from xstack.profile import parse_levels  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+
+
+class Small(nn.Module):
+    """Convolutions, a container, a module called twice and a plain tensor op between modules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.fc = nn.Linear(8 * 4 * 4, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: Any) -> Any:
+        x = self.features(x).flatten(1)
+        x = torch.tanh(self.fc(x))
+        return self.head(x)
+
+
+def _train(device: str, steps: int, prof: Any = None, *, fail_at: int | None = None) -> list[Any]:
+    torch.manual_seed(0)
+    model = Small().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.randn(steps, 4, 3, 8, 8)
+    losses = []
+    for i in range(steps):
+        if i == fail_at:
+            raise RuntimeError("injected failure")
+        loss = model(data[i].to(device)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach().cpu().clone())
+        if prof is not None:
+            prof.step()
+    return losses
+
+
+def _rows(path: Path, sql: str) -> list[dict[str, Any]]:
+    with xstack.open_store(path) as store:
+        cur = store.con.execute(sql)
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    for row in rows:
+        if "attrs" in row:
+            row["attrs"] = orjson.loads(row["attrs"] or "{}")
+    return rows
+
+
+def _spans(path: Path) -> dict[int, dict[str, Any]]:
+    rows = _rows(path, "SELECT * FROM spans")
+    return {r["span_id"]: r for r in rows}
+
+
+def _ancestors(spans: dict[int, dict[str, Any]], span: dict[str, Any]) -> list[dict[str, Any]]:
+    chain = []
+    while span["parent_id"] is not None:
+        span = spans[span["parent_id"]]
+        chain.append(span)
+    return chain
+
+
+def _end(s: dict[str, Any]) -> int:
+    return int(s["start_ns"] + s["dur_ns"])
+
+
+def test_ops_nest_in_their_layers_and_model_spans_on_one_clock(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with xstack.profile(levels="model,layer,op", path=path) as prof:
+        _train("cpu", 3, prof)
+    spans = _spans(path)
+    ops = [s for s in spans.values() if s["level"] == "op"]
+    layers = [s for s in spans.values() if s["level"] == "layer"]
+    assert len(ops) > 100 and len(layers) == 3 * 7
+
+    # every op has a parent, and lies inside it
+    for op in ops:
+        assert op["parent_id"] is not None, op["name"]
+        parent = spans[op["parent_id"]]
+        assert parent["start_ns"] <= op["start_ns"] and _end(op) <= _end(parent), (op["name"], parent["name"])
+
+    # one clock: an op overlapping a layer on its thread lies wholly inside it, and the layer is its ancestor
+    for layer in layers:
+        inside = [
+            o for o in ops if o["tid"] == layer["tid"] and o["start_ns"] < _end(layer) and _end(o) > layer["start_ns"]
+        ]
+        assert inside, layer["name"]
+        for op in inside:
+            assert layer["start_ns"] <= op["start_ns"] and _end(op) <= _end(layer), (op["name"], layer["name"])
+            assert layer["span_id"] in {a["span_id"] for a in _ancestors(spans, op)}
+
+    # the module's own op is its direct child
+    children = {(spans[o["parent_id"]]["name"], o["name"]) for o in ops}
+    assert {("features.0", "aten::conv2d"), ("fc", "aten::linear"), ("head", "aten::linear")} <= children
+    assert ("features.1", "aten::relu") in children
+    # an op between modules hangs from the model's forward span; optimizer ops from the optimizer span
+    tanh = next(o for o in ops if o["name"] == "aten::tanh")
+    assert spans[tanh["parent_id"]]["name"] == "Small"
+    optimizer = [s for s in spans.values() if s["attrs"].get("model.kind") == "optimizer"]
+    assert len(optimizer) == 3
+    assert any(o["parent_id"] == optimizer[0]["span_id"] for o in ops)
+
+    # layers in the model span of their forward, forwards in their step
+    for layer in layers:
+        model = [a for a in _ancestors(spans, layer) if a["level"] == "model"]
+        assert model[0]["attrs"]["model.kind"] == "forward" and model[-1]["attrs"]["model.kind"] == "step"
+
+    health = {r["check"]: r["count"] for r in _rows(path, "SELECT * FROM health")}
+    assert "nesting_conflicts" not in health and "unattributed_ops" not in health, health
+
+
+def test_ops_carry_the_importers_attributes(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with xstack.profile(levels="model,layer,op", path=path) as prof:
+        _train("cpu", 1, prof)
+    conv = _rows(path, "SELECT * FROM spans WHERE name = 'aten::conv2d'")[0]
+    assert conv["attrs"]["op.shapes"][0] == [4, 3, 8, 8]
+    assert conv["device"] == "cpu" and conv["pid"] is not None
+    run = _rows(path, "SELECT levels, pass, config FROM runs")[0]
+    assert run["levels"] == ["model", "layer", "op"] and run["pass"] == "live"
+    # PyTorch's own optimizer marks are not model spans a second time
+    names = {r["name"] for r in _rows(path, "SELECT name FROM spans WHERE level = 'model'")}
+    assert not any(n.startswith("Optimizer.") for n in names), names
+
+
+def test_op_level_does_not_change_results(tmp_path: Path) -> None:
+    plain = _train("cpu", 3)
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        profiled = _train("cpu", 3, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+
+
+def test_a_crash_keeps_the_ops_traced_so_far(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with pytest.raises(RuntimeError, match="injected"), xstack.profile(levels="model,layer,op", path=path) as prof:
+        _train("cpu", 3, prof, fail_at=2)
+    steps = _rows(path, "SELECT span_id FROM spans WHERE name IN ('step#0', 'step#1')")
+    assert len(steps) == 2
+    ops = _rows(path, "SELECT count(*) AS n FROM spans WHERE level = 'op'")[0]["n"]
+    assert ops > 50
+    config = orjson.loads(_rows(path, "SELECT config FROM runs")[0]["config"])
+    assert config["status"] == "cut_short"
+
+
+def test_kernel_brings_the_levels_it_hangs_from() -> None:
+    assert parse_levels("kernel") == ("op", "runtime", "kernel")
+    assert parse_levels("layer,model,runtime") == ("model", "layer", "op", "runtime")
+
+
+@pytest.mark.skipif(CUDA, reason="checks the message given on a machine without CUDA")
+def test_kernel_level_without_cuda_says_why(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="level 'runtime' cannot run here: no CUDA device"):
+        xstack.profile(levels="model,kernel", path=tmp_path / "p.duckdb").__enter__()
+    assert not (tmp_path / "p.duckdb").exists()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device (torch.cuda.is_available() is False)")
+def test_kernels_hang_from_their_launch_and_ops_from_layers_on_cuda(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with xstack.profile(levels="model,layer,kernel", path=path) as prof:
+        _train("cuda", 3, prof)
+    spans = _spans(path)
+    kernels = [s for s in spans.values() if s["level"] == "kernel"]
+    assert kernels
+    for kernel in kernels:
+        launch = spans[kernel["parent_id"]]
+        assert launch["level"] == "runtime" and launch["correlation_id"] == kernel["correlation_id"]
+        assert kernel["device"].startswith("cuda:") and kernel["stream"] is not None
+        assert spans[launch["parent_id"]]["level"] == "op"
+    conv_kernels = [k for k in kernels if "features.0" in {a["name"] for a in _ancestors(spans, k)}]
+    assert conv_kernels, "no kernel traced back to the convolution layer"
+    health = {r["check"]: r["count"] for r in _rows(path, "SELECT * FROM health")}
+    assert "device_events_without_launch" not in health, health
+    run = _rows(path, "SELECT device FROM runs")[0]
+    assert run["device"].startswith("cuda:")
