@@ -1,47 +1,72 @@
-"""``xstack demo``: profile a small CNN and a small transformer, built here from code, and show the result.
+"""``xstack demo``: profile a small image pipeline, built here from code, with the live collectors.
 
-Until the live collectors land, the demo records with the PyTorch profiler, imports its trace like any
-other, writes the store and a Perfetto timeline, and prints the summary. CPU by default, CUDA when present.
+It writes a synthetic image dataset (one ``.npy`` file per image) to a temporary folder, reads it back through
+a DataLoader with worker processes, and trains and runs a small CNN and a small vision transformer for a few
+steps, with its stages marked by ``xstack.span``: ``load``, ``preprocess``, ``step`` (training),
+``predict`` (inference) and ``postprocess``. Levels model, layer and op on the CPU; runtime and kernel too
+on CUDA, which is used when present. Nothing is downloaded.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from xstack.errors import XstackError
+from xstack.errors import UsageError, XstackError
 
 TORCH_HINT = "install it with: pip install 'torch==2.13.0' (the CPU build here; CUDA builds on GPU machines)"
 
+IMAGE_SHAPE = (3, 32, 32)
+CLASSES = 10
+BATCH = 16
+WORKERS = 2
+
 
 def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -> Path:
-    """Profile the demo models for ``steps`` training steps; returns the store's path."""
+    """Profile the demo pipeline for ``steps`` iterations; returns the store's path."""
     from xstack.analyze.summary import summarize
     from xstack.export.perfetto import export_perfetto
-    from xstack.importers.api import import_files
     from xstack.report.terminal import print_summary
     from xstack.trace.store import Store
 
     if steps < 1:
-        raise XstackError("demo: --steps must be at least 1")
+        raise UsageError("demo: --steps must be at least 1")
     torch = _import_torch()
     console = console or Console(highlight=False)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    console.print(f"profiling a small CNN and transformer on {device} for {steps} steps ...", soft_wrap=True)
+    levels = "model,layer,op" + (",runtime,kernel" if device == "cuda" else "")
     out_dir.mkdir(parents=True, exist_ok=True)
     store_path = out_dir / "demo.duckdb"
-    trace = out_dir / "demo.pt.trace.json"  # the PyTorch profiler's own trace, kept beside the store
-    _record(torch, device, steps, trace)
-    import_files([trace], store_path, force=True)
+    console.print(f"profiling a small CNN and vision transformer on {device} for {steps} steps ({levels}) ...")
+    with tempfile.TemporaryDirectory(prefix="xstack-demo-data-") as data_dir:
+        files = write_dataset(Path(data_dir), images=steps * BATCH)
+        console.print(f"wrote {len(files)} synthetic images to {data_dir}", soft_wrap=True)
+        _profile(torch, device, steps, files, levels, store_path)
     timeline = out_dir / "demo.perfetto.json"
     with Store.open(store_path) as store:
         export_perfetto(store, timeline)
         print_summary(summarize(store), console)
-    console.print(f"store: {store_path}\nPyTorch trace: {trace}", soft_wrap=True)
+    console.print(f"store: {store_path}", soft_wrap=True)
     console.print(f"timeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
     return store_path
+
+
+def write_dataset(folder: Path, *, images: int, seed: int = 0) -> list[Path]:
+    """Write ``images`` random images (``.npy``, float32, CHW) whose class is in their name; returns the files."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    files = []
+    for i in range(images):
+        label = int(rng.integers(CLASSES))
+        image = rng.random(IMAGE_SHAPE, dtype=np.float32) + label / CLASSES  # a learnable signal
+        path = folder / f"img{i:05d}_c{label}.npy"
+        np.save(path, image)
+        files.append(path)
+    return files
 
 
 def _import_torch() -> Any:
@@ -52,43 +77,97 @@ def _import_torch() -> Any:
     return torch
 
 
-def _record(torch: Any, device: str, steps: int, trace: Path) -> None:
-    from torch import nn
-    from torch.profiler import ProfilerActivity, profile, record_function
+def _profile(torch: Any, device: str, steps: int, files: list[Path], levels: str, store_path: Path) -> None:
+    import xstack
 
     torch.manual_seed(0)
-    cnn = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1),
-        nn.BatchNorm2d(16),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(32, 10),
-    ).to(device)
-    layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True)
-    encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(device)
-    optimizer = torch.optim.SGD(cnn.parameters(), lr=0.01)
-    loss_fn = nn.CrossEntropyLoss()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities, record_shapes=True, profile_memory=True, with_stack=True) as prof:
+    cnn, vit = _cnn(torch).to(device), _vit(torch).to(device)
+    params = [*cnn.parameters(), *vit.parameters()]
+    optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    loader = torch.utils.data.DataLoader(_ImageFiles(files), batch_size=BATCH, num_workers=WORKERS)
+    with xstack.profile(levels=levels, path=store_path, name="demo") as prof:
+        batches = iter(loader)
         for _ in range(steps):
-            with record_function("load"):
-                images = torch.randn(16, 3, 32, 32)
-                labels = torch.randint(0, 10, (16,))
-                tokens = torch.randn(8, 32, 64)
-            with record_function("preprocess"):
-                images = ((images - images.mean()) / images.std()).to(device)
-                labels, tokens = labels.to(device), tokens.to(device)
-            with record_function("step"):
+            with xstack.span("load"):
+                images, labels = next(batches)
+            with xstack.span("preprocess"):
+                images = (images - images.mean(dim=(0, 2, 3), keepdim=True)) / images.std()
+                images, labels = images.to(device), labels.to(device)
+            with xstack.span("step"):
                 optimizer.zero_grad()
-                loss = loss_fn(cnn(images), labels)
+                loss = loss_fn(cnn(images), labels) + loss_fn(vit(images), labels)
                 loss.backward()
                 optimizer.step()
-            with record_function("predict"), torch.no_grad():
-                encoder(tokens)
+            with xstack.span("predict"), torch.no_grad():
+                logits = cnn.eval()(images) + vit.eval()(images)
+                cnn.train(), vit.train()
+            with xstack.span("postprocess"):
+                (logits.argmax(dim=1) == labels).float().mean().item()
             prof.step()
-    prof.export_chrome_trace(str(trace))
+
+
+class _ImageFiles:
+    """A map-style dataset over the ``.npy`` images of ``write_dataset``: reads one file per item."""
+
+    def __init__(self, files: list[Path]) -> None:
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        import numpy as np
+        import torch
+
+        path = self.files[index]
+        label = int(path.stem.rsplit("_c", 1)[1])
+        return torch.from_numpy(np.load(path)), label
+
+
+def _cnn(torch: Any) -> Any:
+    """A small CNN: two convolution blocks and a linear classifier."""
+    nn = torch.nn
+
+    def block(c_in: int, c_out: int) -> Any:
+        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(), nn.MaxPool2d(2))
+
+    class SmallCNN(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Sequential(block(3, 16), block(16, 32))
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Linear(32, CLASSES)
+
+        def forward(self, x: Any) -> Any:
+            return self.classifier(self.pool(self.features(x)).flatten(1))
+
+    return SmallCNN()
+
+
+def _vit(torch: Any) -> Any:
+    """A small vision transformer: 8x8 patches, two encoder layers, mean-pooled tokens, a linear head."""
+    nn = torch.nn
+
+    class PatchEmbedding(nn.Module):  # type: ignore[misc]
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.proj = nn.Conv2d(3, dim, kernel_size=8, stride=8)
+            self.position = nn.Parameter(torch.zeros(1, (IMAGE_SHAPE[1] // 8) ** 2, dim))
+
+        def forward(self, x: Any) -> Any:
+            return self.proj(x).flatten(2).transpose(1, 2) + self.position
+
+    class VisionTransformer(nn.Module):  # type: ignore[misc]
+        def __init__(self, dim: int = 64) -> None:
+            super().__init__()
+            self.embed = PatchEmbedding(dim)
+            layer = nn.TransformerEncoderLayer(dim, nhead=4, dim_feedforward=2 * dim, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, CLASSES)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.norm(self.encoder(self.embed(x)).mean(dim=1)))
+
+    return VisionTransformer()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import kineto_fixture
+from xstack.trace.store import Store
 
 
 def xstack(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
@@ -90,15 +92,30 @@ def test_summary_rejects_an_unknown_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
-def test_demo_profiles_real_models_and_prints_the_summary(tmp_path: Path) -> None:
+def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
     proc = xstack("demo", "-o", str(tmp_path / "out"), "--steps", "2", timeout=600)
     assert proc.returncode == 0, proc.stderr
-    for text in ("Top layers", "Top operators", "aten::conv2d", "Trace health"):
+    for text in ("Top layers", "Top operators", "aten::conv2d", "Trace health", "SmallCNN", "encoder.layers.0"):
         assert text in proc.stdout, text
-    assert (tmp_path / "out" / "demo.duckdb").exists()
+    data_dir = re.search(r"synthetic images to (\S+)", proc.stdout)
+    assert data_dir and not Path(data_dir.group(1)).exists()  # the dataset was temporary
     events = json.loads((tmp_path / "out" / "demo.perfetto.json").read_text())["traceEvents"]
-    names = {e.get("name") for e in events}
-    assert {"load", "preprocess", "step", "predict"} <= names
+    assert {"load", "preprocess", "step", "predict", "postprocess"} <= {e.get("name") for e in events}
+    with Store.open(tmp_path / "out" / "demo.duckdb") as store:
+        pass_name, levels, config = store.query("SELECT pass, levels, config FROM runs")[0]
+        assert pass_name == "live" and {"model", "layer", "op"} <= set(levels)
+        assert json.loads(config)["status"] == "complete"
+        stages = store.query(
+            "SELECT s.name, count(*) FROM spans s JOIN spans p ON p.span_id = s.parent_id "
+            "WHERE s.level = 'model' AND starts_with(p.name, 'step#') GROUP BY 1"
+        )
+        assert dict(stages) == {n: 2 for n in ("load", "preprocess", "step", "predict", "postprocess")}
+        conv = store.query(
+            "SELECT DISTINCT p.name FROM spans s JOIN spans p ON p.span_id = s.parent_id WHERE s.name = 'aten::conv2d'"
+        )
+        assert {"features.0.0", "features.1.0", "embed.proj"} == {r[0] for r in conv}
+        checks = {r[0] for r in store.query('SELECT "check" FROM health')}
+        assert not checks & {"nesting_conflicts", "unattributed_ops", "unclosed_spans"}, checks
 
 
 def test_collectors_lists_each_level_and_whether_it_can_run() -> None:
