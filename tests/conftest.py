@@ -59,4 +59,6 @@ def _no_leftover_hooks() -> Iterator[None]:
     if torch is not None:
         hooks = getattr(torch.nn.modules.module, "_global_forward_hooks", {})
         assert not hooks, "test left global nn.Module forward hooks installed"
+        pre = getattr(torch.nn.modules.module, "_global_forward_pre_hooks", {})
+        assert not pre, "test left global nn.Module forward pre-hooks installed"
         assert not torch.autograd.profiler._is_profiler_enabled, "test left torch.profiler running"

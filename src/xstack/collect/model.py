@@ -14,6 +14,7 @@ from typing import Any
 
 from xstack.collect import _module_hooks
 from xstack.collect._recorder import OpenSpan, Recorder
+from xstack.collect._roots import RootWatcher
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -59,6 +60,7 @@ class ModelCollector:
         self._local = threading.local()
         self._handles: list[Any] = []
         self._patched: tuple[Any, Any] | None = None
+        self._roots: RootWatcher | None = None
 
     def unavailable_reason(self) -> str | None:
         return None  # stage marks need nothing; automatic stages need PyTorch and are skipped without it
@@ -71,7 +73,11 @@ class ModelCollector:
             import torch.optim.optimizer as optim
         except ImportError:
             return
-        _module_hooks.subscribe(self, order=0)
+        if "layer" in recorder.levels:
+            _module_hooks.subscribe(self, order=0)  # every call is hooked anyway; keeps model spans outermost
+        else:
+            self._roots = RootWatcher(self._root_begin, self._root_end)
+            self._roots.start()
         self._handles = [
             optim.register_optimizer_step_pre_hook(self._optimizer_before),
             optim.register_optimizer_step_post_hook(self._optimizer_after),
@@ -81,6 +87,9 @@ class ModelCollector:
     def stop(self) -> None:
         global _active
         _module_hooks.unsubscribe(self)
+        if self._roots is not None:
+            self._roots.stop()
+            self._roots = None
         while self._handles:
             self._handles.pop().remove()
         if self._patched is not None:
@@ -93,17 +102,25 @@ class ModelCollector:
         return []  # every span went through the recorder
 
     # -- top-level model calls ----------------------------------------------------------------------------
+    # With the layer level, every module call goes through the shared dispatcher (``before``/``after``);
+    # without it, a ``RootWatcher`` reports only the top-level calls, so nested calls stay on the fast path.
     def before(self, module: Any, args: tuple[Any, ...]) -> None:
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         if depth == 0:
-            self._local.forward = self._begin_auto("forward", type(module).__name__)
+            self._root_begin(module)
 
     def after(self, module: Any, output: Any) -> None:
         self._local.depth -= 1
         if self._local.depth == 0:
-            self._end_auto(getattr(self._local, "forward", None))
-            self._local.forward = None
+            self._root_end(module)
+
+    def _root_begin(self, module: Any) -> None:
+        self._local.forward = self._begin_auto("forward", type(module).__name__)
+
+    def _root_end(self, module: Any) -> None:
+        self._end_auto(getattr(self._local, "forward", None))
+        self._local.forward = None
 
     # -- optimizer steps ----------------------------------------------------------------------------------
     def _optimizer_before(self, optimizer: Any, args: Any, kwargs: Any) -> None:

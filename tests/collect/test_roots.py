@@ -1,0 +1,108 @@
+"""The model level finds top-level module calls without putting the calls nested in them on the slow path."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+module_globals = torch.nn.modules.module
+
+import xstack  # noqa: E402
+
+
+class Probe(nn.Module):
+    """Records, on each call, whether any global module hook was installed while it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.seen: list[bool] = []
+
+    def forward(self, x: Any) -> Any:
+        self.seen.append(bool(module_globals._global_forward_pre_hooks or module_globals._global_forward_hooks))
+        return self.fc(x)
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Probe()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.inner(x))
+
+
+def _model_spans(path: Path) -> list[tuple[str, str | None, int | None]]:
+    with xstack.open_store(path) as store:
+        rows = store.query("SELECT name, attrs, parent_id FROM spans WHERE level = 'model' ORDER BY start_ns")
+    return [(n, orjson.loads(a or "{}").get("model.kind"), p) for n, a, p in rows]
+
+
+def test_each_top_level_call_is_a_span_and_nested_calls_run_without_global_hooks(tmp_path: Path) -> None:
+    outer, other = Outer(), nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        for _ in range(3):
+            outer(x)
+            other(x)
+            prof.step()
+        outer.inner(x)  # a sub-module called on its own is a top-level call too ...
+        outer(x)  # ... and opens no span of its own when called inside its model again
+    forwards = [(n, k) for n, k, _ in _model_spans(tmp_path / "p.duckdb") if k == "forward"]
+    assert forwards == [("Outer", "forward"), ("Linear", "forward")] * 3 + [("Probe", "forward"), ("Outer", "forward")]
+    # the first call of each root runs while the sentinel is away; nested calls never see a global hook
+    assert outer.inner.seen == [False] * 5
+    # nothing is left on the roots after the profile
+    assert not outer._forward_pre_hooks and not outer._forward_hooks and not other._forward_hooks
+
+
+def test_a_forward_that_raises_closes_its_span_and_the_next_call_is_seen(tmp_path: Path) -> None:
+    class Broken(nn.Module):
+        def forward(self, x: Any) -> Any:
+            raise ValueError("boom")
+
+    broken, fine = Broken(), nn.Linear(4, 4)
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb"):
+        with pytest.raises(ValueError):
+            broken(torch.randn(1, 4))
+        fine(torch.randn(1, 4))
+    names = [n for n, k, _ in _model_spans(tmp_path / "p.duckdb") if k == "forward"]
+    assert names == ["Broken", "Linear"]
+    with xstack.open_store(tmp_path / "p.duckdb") as store:
+        assert not store.query("SELECT * FROM health WHERE \"check\" = 'unclosed_spans'")
+
+
+def test_known_roots_are_seen_on_every_thread(tmp_path: Path) -> None:
+    model = nn.Linear(4, 4)
+    x = torch.randn(1, 4)
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb"):
+        model(x)  # known from here on
+
+        def work() -> None:
+            for _ in range(20):
+                model(x)
+
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    forwards = [n for n, k, _ in _model_spans(tmp_path / "p.duckdb") if k == "forward"]
+    assert forwards == ["Linear"] * 41
+
+
+def test_results_are_unchanged_at_the_model_level(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    outer = Outer()
+    x = torch.randn(8, 4)
+    plain = [outer(x) for _ in range(3)]
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb"):
+        profiled = [outer(x) for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
