@@ -127,7 +127,7 @@ class _ImageFiles:
 
 def _cnn(torch: Any) -> Any:
     """A small CNN: two convolution blocks and a linear classifier."""
-    nn = torch.nn
+    nn: Any = torch.nn
 
     def block(c_in: int, c_out: int) -> Any:
         return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(), nn.MaxPool2d(2))
@@ -147,7 +147,7 @@ def _cnn(torch: Any) -> Any:
 
 def _vit(torch: Any) -> Any:
     """A small vision transformer: 8x8 patches, two encoder layers, mean-pooled tokens, a linear head."""
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class PatchEmbedding(nn.Module):  # type: ignore[misc]
         def __init__(self, dim: int) -> None:

@@ -21,6 +21,7 @@ that moment on another thread is not seen (later calls of known roots are).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,21 +32,25 @@ class RootWatcher:
     def __init__(self, begin: Callable[[Any], None], end: Callable[[Any], None]) -> None:
         self._begin = begin
         self._end = end
-        self._roots: dict[int, list[Any]] = {}  # id(module) -> its hook handles
+        # module -> its hook handles; weak, as ids of collected modules are reused by new ones
+        self._roots: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         self._sentinel: Any = None
         self._running = 0  # watched calls in progress, all threads
         self._lock = threading.RLock()
         self._local = threading.local()
+        self._watching = False
 
     def start(self) -> None:
+        self._watching = True
         self._install()
 
     def stop(self) -> None:
         with self._lock:
+            self._watching = False
             if self._sentinel is not None:
                 self._sentinel.remove()
                 self._sentinel = None
-            for handles in self._roots.values():
+            for handles in list(self._roots.values()):
                 for handle in handles:
                     handle.remove()
             self._roots.clear()
@@ -64,8 +69,8 @@ class RootWatcher:
             if self._sentinel is not None:
                 self._sentinel.remove()
                 self._sentinel = None
-            if id(module) not in self._roots:
-                self._roots[id(module)] = [
+            if module not in self._roots:
+                self._roots[module] = [
                     module.register_forward_pre_hook(self._pre),
                     module.register_forward_hook(self._post, always_call=True),
                 ]
@@ -88,5 +93,5 @@ class RootWatcher:
             self._end(module)
             with self._lock:
                 self._running -= 1
-                if self._running == 0 and self._roots:
+                if self._running == 0 and self._watching:
                     self._install()
