@@ -17,7 +17,7 @@ from typing import Any
 from xstack.trace.sink import Sink
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenSpan:
     """A span that has started and not yet ended."""
 
@@ -75,6 +75,7 @@ class Recorder:
         stack: list[OpenSpan] | None = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
+            self._local.tid = threading.get_native_id()
         return stack
 
     def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None) -> OpenSpan:
@@ -85,8 +86,8 @@ class Recorder:
             stack[-1].span_id if stack else None,
             level,
             name,
-            self.now_ns(),
-            threading.get_native_id(),
+            time.time_ns(),
+            self._local.tid,
             attrs or {},
         )
         stack.append(span)

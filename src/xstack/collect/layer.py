@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import Counter
 from typing import Any
 
 from xstack.collect import _module_hooks
@@ -28,9 +27,9 @@ class LayerCollector:
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
         self._local = threading.local()
-        self._paths: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
-        self._params: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._calls: Counter[str] = Counter()
+        # root module -> {id(module in it): (path, type, parameter count)}, computed once per root
+        self._models: weakref.WeakKeyDictionary[Any, dict[int, _Info]] = weakref.WeakKeyDictionary()
+        self._calls: dict[str, int] = {}
         self._step = 0
         self._cuda: Any = None
 
@@ -44,6 +43,8 @@ class LayerCollector:
     def start(self, recorder: Recorder) -> None:
         import torch
 
+        global _Tensor
+        _Tensor = torch.Tensor
         self._recorder = recorder
         self._cuda = torch.cuda if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         _module_hooks.subscribe(self, order=1)
@@ -59,25 +60,33 @@ class LayerCollector:
         recorder = self._recorder
         if recorder is None:
             return
-        stack: list[tuple[Any, str, OpenSpan, int]] = self._stack()
-        path = self._path(module, stack)
+        local = self._local
+        stack: list[_Frame] | None = getattr(local, "stack", None)
+        if stack is None:
+            stack = local.stack = []
+        if stack:
+            info = local.model.get(id(module)) or _Info(f"{stack[-1][1]}.{type(module).__name__}", module)
+        else:
+            local.model = self._model(module)
+            info = local.model[id(module)]
+        path = info.path
         if recorder.step != self._step:  # call indices count within a step
             self._calls.clear()
             self._step = recorder.step
-        index = self._calls[path]
+        index = self._calls.get(path, 0)
         self._calls[path] = index + 1
         attrs = {
             A.LAYER_PATH: path,
-            A.LAYER_TYPE: type(module).__name__,
+            A.LAYER_TYPE: info.type_name,
             A.LAYER_CALL_INDEX: index,
-            A.LAYER_PARAMS: self._param_count(module),
+            A.LAYER_PARAMS: info.params,
             A.LAYER_INPUT_SHAPES: _shapes(args),
         }
         memory = self._cuda.memory_allocated() if self._cuda is not None else 0
         stack.append((module, path, recorder.begin("layer", path, attrs), memory))
 
     def after(self, module: Any, output: Any) -> None:
-        stack = self._stack()
+        stack: list[_Frame] | None = getattr(self._local, "stack", None)
         if not stack or stack[-1][0] is not module or self._recorder is None:
             return
         _, _, opened, memory = stack.pop()
@@ -86,33 +95,37 @@ class LayerCollector:
             extra[A.LAYER_MEMORY_ALLOCATED_BYTES] = self._cuda.memory_allocated() - memory
         self._recorder.end(opened, extra)
 
-    def _stack(self) -> list[tuple[Any, str, OpenSpan, int]]:
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
+    def _model(self, root: Any) -> dict[int, _Info]:
+        """Path, type and parameter count of every module in the model ``root`` (computed once)."""
+        model = self._models.get(root)
+        if model is None:
+            model = {id(m): _Info(name or type(root).__name__, m) for name, m in root.named_modules()}
+            self._models[root] = model
+        return model
 
-    def _path(self, module: Any, stack: list[tuple[Any, str, OpenSpan, int]]) -> str:
-        if not stack:
-            names = self._paths.get(module)
-            if names is None:
-                names = self._paths[module] = {id(m): name for name, m in module.named_modules()}
-            self._local.root = module
-            return type(module).__name__
-        root_names = self._paths.get(self._local.root, {})
-        name = root_names.get(id(module))
-        return name if name else f"{stack[-1][1]}.{type(module).__name__}"
 
-    def _param_count(self, module: Any) -> int:
-        count = self._params.get(module)
-        if count is None:
-            count = self._params[module] = sum(p.numel() for p in module.parameters())
-        return count
+class _Info:
+    """What a layer span says of its module that does not change between calls."""
+
+    __slots__ = ("params", "path", "type_name")
+
+    def __init__(self, path: str, module: Any) -> None:
+        self.path = path
+        self.type_name = type(module).__name__
+        self.params = sum(p.numel() for p in module.parameters())
+
+
+_Frame = tuple[Any, str, OpenSpan, int]
+"""A module call in progress: the module, its path, its open span and the device memory at its start."""
+
+
+_Tensor: Any = ()
+"""``torch.Tensor`` once a collector has started (PyTorch is imported lazily; ``isinstance(x, ())`` is False)."""
 
 
 def _shapes(value: Any) -> list[list[int]]:
     """Shapes of the tensors in ``value`` (a tensor, or a tuple/list/dict of them, one level deep)."""
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
+    if isinstance(value, _Tensor):
         return [list(value.shape)]
     items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    return [list(v.shape) for v in items if hasattr(v, "shape") and hasattr(v, "dtype")]
+    return [list(v.shape) for v in items if isinstance(v, _Tensor)]
