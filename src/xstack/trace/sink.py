@@ -2,6 +2,9 @@
 
 One round trip per span would cost the profiled program far more than the span is worth; instead rows are
 serialised with orjson to a scratch file and inserted with DuckDB's JSON reader, ``batch_rows`` at a time.
+Each row is serialised as it comes: a buffer of bytes holds nothing the garbage collector has to traverse,
+where a buffer of 50,000 row dicts made every collection of the profiled program walk them (measured: 4.5 us
+per span).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ class Sink:
         self.batch_rows = batch_rows
         self.spans_written = 0
         self.counters_written = 0
-        self._spans: list[dict[str, Any]] = []
-        self._counters: list[dict[str, Any]] = []
+        self._spans: list[bytes] = []
+        self._counters: list[bytes] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="xstack-sink-")
         self._columns = {table: _columns(store, table) for table in ("_spans", "_counters")}
 
@@ -47,21 +50,23 @@ class Sink:
     ) -> None:
         """Queue one span; times are integer nanoseconds on the run's clock."""
         self._spans.append(
-            {
-                "run_id": self.run_id,
-                "span_id": span_id,
-                "parent_id": parent_id,
-                "level": level,
-                "name": name,
-                "start_ns": start_ns,
-                "dur_ns": dur_ns,
-                "pid": pid,
-                "tid": tid,
-                "device": device,
-                "stream": stream,
-                "correlation_id": correlation_id,
-                "attrs": attrs or None,
-            }
+            _dumps(
+                {
+                    "run_id": self.run_id,
+                    "span_id": span_id,
+                    "parent_id": parent_id,
+                    "level": level,
+                    "name": name,
+                    "start_ns": start_ns,
+                    "dur_ns": dur_ns,
+                    "pid": pid,
+                    "tid": tid,
+                    "device": device,
+                    "stream": stream,
+                    "correlation_id": correlation_id,
+                    "attrs": attrs or None,
+                }
+            )
         )
         if len(self._spans) >= self.batch_rows:
             self.flush()
@@ -69,7 +74,7 @@ class Sink:
     def counter(self, name: str, ts_ns: int, value: float, *, pid: int | None = None, device: str = "cpu") -> None:
         """Queue one counter sample."""
         self._counters.append(
-            {"run_id": self.run_id, "name": name, "ts_ns": ts_ns, "value": value, "pid": pid, "device": device}
+            _dumps({"run_id": self.run_id, "name": name, "ts_ns": ts_ns, "value": value, "pid": pid, "device": device})
         )
         if len(self._counters) >= self.batch_rows:
             self.flush()
@@ -92,14 +97,18 @@ class Sink:
         finally:
             self._tmp.cleanup()
 
-    def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def _insert(self, table: str, rows: list[bytes]) -> None:
         path = Path(self._tmp.name) / "batch.json"
-        path.write_bytes(orjson.dumps(rows, option=orjson.OPT_SERIALIZE_NUMPY, default=str))
+        path.write_bytes(b"[" + b",".join(rows) + b"]")
         columns = self._columns[table]
         self.store.con.execute(
             f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format = 'array', columns = {columns})",
             [str(path)],
         )
+
+
+def _dumps(row: dict[str, Any]) -> bytes:
+    return orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY, default=str)
 
 
 def _columns(store: Store, table: str) -> str:
