@@ -39,10 +39,16 @@ class RootWatcher:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._watching = False
+        self._hooks: dict[int, Any] = {}
 
     def start(self) -> None:
+        from torch.nn.modules import module as torch_module
+
         self._watching = True
-        self._install()
+        # One registration for the whole profile; taking the sentinel away and putting it back is then a
+        # dict operation on PyTorch's table of global pre-hooks, cheaper than a new handle each time.
+        self._sentinel = torch_module.register_module_forward_pre_hook(self._sentinel_hook)
+        self._hooks = torch_module._global_forward_pre_hooks
 
     def stop(self) -> None:
         with self._lock:
@@ -55,20 +61,12 @@ class RootWatcher:
                     handle.remove()
             self._roots.clear()
 
-    def _install(self) -> None:
-        from torch.nn.modules import module as torch_module
-
-        with self._lock:
-            if self._sentinel is None:
-                self._sentinel = torch_module.register_module_forward_pre_hook(self._sentinel_hook)
-
     def _sentinel_hook(self, module: Any, args: tuple[Any, ...]) -> None:
         if getattr(self._local, "depth", 0):
-            return  # another thread reinstalled the sentinel while this one is inside a watched call
+            return  # another thread put the sentinel back while this one is inside a watched call
         with self._lock:
             if self._sentinel is not None:
-                self._sentinel.remove()
-                self._sentinel = None
+                self._hooks.pop(self._sentinel.id, None)
             if module not in self._roots:
                 self._roots[module] = [
                     module.register_forward_pre_hook(self._pre),
@@ -93,5 +91,5 @@ class RootWatcher:
             self._end(module)
             with self._lock:
                 self._running -= 1
-                if self._running == 0 and self._watching:
-                    self._install()
+                if self._running == 0 and self._watching and self._sentinel is not None:
+                    self._hooks[self._sentinel.id] = self._sentinel_hook

@@ -150,8 +150,11 @@ class ModelCollector:
     def _begin_auto(self, kind: str, name: str) -> OpenSpan | None:
         """Open an automatic stage unless the user marked one that is open on this thread."""
         recorder = self._recorder
-        if recorder is None or any(s.attrs.get(A.MODEL_KIND) == "user" for s in recorder.stack()):
+        if recorder is None:
             return None
+        for s in recorder.stack():
+            if s.attrs.get(A.MODEL_KIND) == "user":
+                return None
         return recorder.begin("model", name, {A.MODEL_KIND: kind})
 
     def _end_auto(self, opened: OpenSpan | None) -> None:
