@@ -197,6 +197,14 @@ def parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def _devices(store: Store) -> str:
-    """``cpu``, or the devices the run's spans ran on (``cuda:0``), from the store."""
+    """``cpu``, or the devices the run's spans ran on with their names (``cuda:0 NVIDIA H100``)."""
     rows = store.query("SELECT DISTINCT device FROM _spans WHERE run_id = 1 AND device <> 'cpu' ORDER BY 1")
-    return ", ".join(str(r[0]) for r in rows) or "cpu"
+    torch = sys.modules.get("torch")
+    names = []
+    for (device,) in rows:
+        kind, _, index = str(device).partition(":")
+        try:
+            names.append(f"{device} {torch.cuda.get_device_name(int(index))}" if torch and kind == "cuda" else device)
+        except (RuntimeError, ValueError, AssertionError):
+            names.append(device)
+    return ", ".join(names) or "cpu"
