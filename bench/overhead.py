@@ -117,6 +117,8 @@ class Workload:
     description: str
     step: Callable[[], None]
     sync: Callable[[], None] | None
+    module_calls: int = 0
+    """``nn.Module`` calls in one iteration, counted after warm-up."""
 
 
 # -- models ---------------------------------------------------------------------------------------------
@@ -410,6 +412,55 @@ def _loadavg() -> list[float] | None:
 
 
 # -- main -----------------------------------------------------------------------------------------------
+def _count_module_calls(wl: Workload) -> int:
+    calls = 0
+
+    def count(module: nn.Module, args: Any) -> None:
+        nonlocal calls
+        calls += 1
+
+    handle = nn.modules.module.register_module_forward_pre_hook(count)
+    try:
+        wl.step()
+    finally:
+        handle.remove()
+    return calls
+
+
+def fixed_costs(workdir: Path, rounds: int = 7, calls: int = 4000) -> dict[str, float]:
+    """The cost of xstack's per-call work itself, measured on trivial modules where it is all there is.
+
+    ``model_us``: one top-level call of an ``nn.Identity`` plus ``prof.step()`` at the model level, less the
+    same call without profiling: what the model level adds to one iteration of any model. ``layer_us``: per
+    module call, a 50-``Identity`` ``nn.Sequential`` at ``model,layer`` less without profiling, divided by
+    its 51 calls. Thousands of calls per block and the median over alternating blocks make these steady
+    where whole-model latencies drift by several %.
+    """
+    import xstack
+
+    x = torch.zeros(1)
+    one, chain = nn.Identity(), nn.Sequential(*[nn.Identity() for _ in range(50)])
+
+    def per_call(module: nn.Module, levels: str | None, n: int) -> float:
+        t0 = time.perf_counter_ns()
+        if levels is None:
+            for _ in range(n):
+                module(x)
+            return (time.perf_counter_ns() - t0) / n / 1e3
+        with xstack.profile(levels=levels, path=workdir / "fixed.duckdb") as prof:
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                module(x)
+                prof.step()
+            return (time.perf_counter_ns() - t0) / n / 1e3
+
+    model, layer = [], []
+    for _ in range(rounds):
+        model.append(per_call(one, "model", calls) - per_call(one, None, calls))
+        layer.append((per_call(chain, "model,layer", calls // 10) - per_call(chain, None, calls // 10)) / 51)
+    return {"model_us": statistics.median(model), "layer_us": statistics.median(layer)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=14, help="rounds; each runs every configuration once (default 14)")
@@ -475,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {wl.name}: {wl.description}")
         for _ in range(args.warmup):
             wl.step()
+        wl.module_calls = _count_module_calls(wl)
         if wl.sync is not None:
             wl.sync()
 
@@ -538,6 +590,22 @@ def main(argv: list[str] | None = None) -> int:
                 + ("PASS" if r["met_paired"] else "MISS")
                 + (f"; A/A control (none again) {aa['overhead_pct']:+.2f} %" if aa else "")
             )
+    fixed: dict[str, float] = {}
+    if not args.quick:
+        with tempfile.TemporaryDirectory(prefix="xstack-overhead-") as tmp:
+            fixed = fixed_costs(Path(tmp))
+        print(
+            f"\nmeasured directly on trivial modules: the model level adds {fixed['model_us']:.1f} us to an "
+            "iteration (one top-level call and prof.step()); the layer level "
+            f"{fixed['layer_us']:.1f} us per module call"
+        )
+        for wl in workloads:
+            base = next(r["median_ms"] for r in rows if r["model"] == wl.name and r["config"] == "none") * 1e3
+            print(
+                f"  {wl.name:<12} model level {fixed['model_us'] / base * 100:.2f} % of its {base / 1e3:.3f} ms; "
+                f"layer level {fixed['layer_us'] * wl.module_calls / base * 100:.1f} % "
+                f"({wl.module_calls} module calls)"
+            )
     print(f"\n{noise}")
     print(f"took {elapsed:.1f} s; load average at start {load_start}, at end {load_end}")
 
@@ -559,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_start": load_start,
             "loadavg_end": load_end,
             "summary": rows,
+            "fixed_costs_us": fixed,
             "noise": noise,
             "raw_ns": raw,
             "exit_ns": exits,
