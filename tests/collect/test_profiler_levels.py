@@ -80,11 +80,16 @@ def _end(s: dict[str, Any]) -> int:
     return int(s["start_ns"] + s["dur_ns"])
 
 
-def test_ops_nest_in_their_layers_and_model_spans_on_one_clock(tmp_path: Path) -> None:
+def _profiled(tmp_path: Path, levels: str, device: str) -> tuple[Path, dict[int, dict[str, Any]]]:
+    """Train three steps at ``levels``; the store's path and its spans by id."""
     path = tmp_path / "p.duckdb"
-    with xstack.profile(levels="model,layer,op", path=path) as prof:
-        _train("cpu", 3, prof)
-    spans = _spans(path)
+    with xstack.profile(levels=levels, path=path) as prof:
+        _train(device, 3, prof)
+    return path, _spans(path)
+
+
+def test_ops_nest_in_their_layers_and_model_spans_on_one_clock(tmp_path: Path) -> None:
+    path, spans = _profiled(tmp_path, "model,layer,op", "cpu")
     ops = [s for s in spans.values() if s["level"] == "op"]
     layers = [s for s in spans.values() if s["level"] == "layer"]
     assert len(ops) > 100 and len(layers) == 3 * 7
@@ -172,10 +177,7 @@ def test_kernel_level_without_cuda_says_why(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device (torch.cuda.is_available() is False)")
 def test_kernels_hang_from_their_launch_and_ops_from_layers_on_cuda(tmp_path: Path) -> None:
-    path = tmp_path / "p.duckdb"
-    with xstack.profile(levels="model,layer,kernel", path=path) as prof:
-        _train("cuda", 3, prof)
-    spans = _spans(path)
+    path, spans = _profiled(tmp_path, "model,layer,kernel", "cuda")
     kernels = [s for s in spans.values() if s["level"] == "kernel"]
     assert kernels
     for kernel in kernels:
