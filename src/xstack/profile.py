@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -35,10 +36,20 @@ class Profile:
         levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
         path: str | os.PathLike[str] | None = None,
         name: str | None = None,
+        *,
+        store: Store | None = None,
+        pass_name: str = "live",
+        config: dict[str, Any] | None = None,
     ) -> None:
+        """``store``: write into this open store as its next run instead of creating ``path`` (the passes of
+        ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row."""
         self.levels = parse_levels(levels)
         self.name = name or "profile"
         self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
+        self.pass_name = pass_name
+        self.config = config or {}
+        self.run_id = 1
+        self._given_store = store
         self._exit = ExitStack()
         self._collectors: list[collect.Collector] = []
         self._recorder: Recorder | None = None
@@ -52,9 +63,13 @@ class Profile:
             reason = collector.unavailable_reason()
             if reason:
                 raise UsageError(f"level {level!r} cannot run here: {reason}")
-        self._store = self._exit.enter_context(Store.create(self.path, overwrite=True))
+        if self._given_store is not None:
+            self._store = self._given_store
+        else:
+            self._store = self._exit.enter_context(Store.create(self.path, overwrite=True))
+        self.run_id = self._store.next_run_id()
         try:
-            self._sink = Sink(self._store, run_id=1)
+            self._sink = Sink(self._store, run_id=self.run_id)
             self._recorder = Recorder(self._sink, frozenset(self.levels))
             self._started_ns = self._recorder.now_ns()
             self._open_step()
@@ -101,11 +116,11 @@ class Profile:
             health = [("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")]
             for collector in collectors:
                 try:
-                    health += collector.finish(store, 1)
+                    health += collector.finish(store, self.run_id)
                 except Exception as exc:  # keep the live spans; say what is missing and why
                     health.append(("collector_failed", 1, f"{collector.level}: {type(exc).__name__}: {exc}"))
             store.add_run(self._run_info(exc_type, store))
-            store.add_health(1, health)
+            store.add_health(self.run_id, health)
         finally:
             global _current
             _current = None
@@ -143,16 +158,17 @@ class Profile:
             torch_version = None
         status = "complete" if exc_type is None else "cut_short"
         return RunInfo(
-            run_id=1,
+            run_id=self.run_id,
             name=self.name,
             started_at_ns=self._started_ns,
             command=" ".join(sys.argv) or None,
             host=socket.gethostname(),
             framework="pytorch" if torch_version else None,
-            device=_devices(store),
+            device=_devices(store, self.run_id),
             levels=[lv for lv in LEVELS if lv in self.levels],
-            pass_name="live",
-            config={
+            pass_name=self.pass_name,
+            config=self.config
+            | {
                 "status": status,
                 "error": exc_type.__name__ if exc_type else None,
                 "steps": self._recorder.step + 1 if self._recorder else None,
@@ -181,7 +197,7 @@ def profile(
     return Profile(levels, path, name)
 
 
-def parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:
     """Level names from ``"model,layer"`` or a sequence, checked, with the levels they imply
     (``collect.IMPLIED``), in the store's order (outermost first), which is the order collectors start in."""
     names = [s.strip() for s in (levels.split(",") if isinstance(levels, str) else levels) if s.strip()]
@@ -196,9 +212,9 @@ def parse_levels(levels: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(lv for lv in LEVELS if lv in wanted)
 
 
-def _devices(store: Store) -> str:
+def _devices(store: Store, run_id: int) -> str:
     """``cpu``, or the devices the run's spans ran on with their names (``cuda:0 NVIDIA H100``)."""
-    rows = store.query("SELECT DISTINCT device FROM _spans WHERE run_id = 1 AND device <> 'cpu' ORDER BY 1")
+    rows = store.query("SELECT DISTINCT device FROM _spans WHERE run_id = ? AND device <> 'cpu' ORDER BY 1", [run_id])
     torch = sys.modules.get("torch")
     names = []
     for (device,) in rows:

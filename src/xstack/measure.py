@@ -1,0 +1,120 @@
+"""Leveled measurement: run a step function once per level set, each pass a run of one store (``design.md`` §4).
+
+Deep levels slow what they measure, so each level is timed in a pass of its own: ``model``; ``model,layer``;
+``model,layer,op``; and ``model,layer,op,kernel`` where CUDA is present. Every pass runs ``warmup`` iterations
+and then ``iters`` measured ones, all inside the pass's profile (the first iterations after a profile starts
+are slower, so warm-up inside it is what makes the measured ones steady); each iteration is a step span, and the
+run's ``config`` says how many of the first steps are warm-up. The store is written as the passes run and
+completed at the end, also when the step function raises: the pass that raised is marked ``cut_short`` and
+the passes after it do not run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from xstack.errors import UsageError
+from xstack.profile import Profile, parse_levels
+from xstack.trace.store import Store
+
+DEFAULT_PASSES = ("model", "model,layer", "model,layer,op", "model,layer,op,kernel")
+"""The default level sets, outermost first; a set that cannot run here (``kernel`` without CUDA) is left out."""
+
+
+def default_passes() -> list[tuple[str, ...]]:
+    """``DEFAULT_PASSES`` that can run on this machine."""
+    from xstack import collect
+
+    passes = []
+    for levels in DEFAULT_PASSES:
+        parsed = parse_levels(levels)
+        if all(collect.load(level).unavailable_reason() is None for level in parsed):
+            passes.append(parsed)
+    return passes
+
+
+def pass_name(levels: Sequence[str]) -> str:
+    """The name of the pass recording ``levels`` (``model+layer``)."""
+    return "+".join(levels)
+
+
+def measure(
+    step: Callable[[], Any],
+    *,
+    passes: Sequence[str | Sequence[str]] | None = None,
+    warmup: int = 5,
+    iters: int = 20,
+    path: str | os.PathLike[str] | None = None,
+    name: str = "measure",
+    progress: bool = True,
+) -> Path:
+    """Time ``step`` (one iteration of the region) at each level set of ``passes``; returns the store's path.
+
+    Each pass is one run of the store, named after its levels (``runs.pass``).
+    """
+    if warmup < 0 or iters < 1:
+        raise UsageError(f"measure: need warmup >= 0 and iters >= 1 (got warmup={warmup}, iters={iters})")
+    level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
+    if not level_sets:
+        raise UsageError("measure: no passes given")
+    out = Path(path) if path is not None else Path("xstack-out") / f"{name}.duckdb"
+    with ExitStack() as stack:
+        created = Store.create(out, overwrite=True)
+        store = created.__enter__()
+        # completed whatever happens in the passes: a pass that raised is kept, marked cut_short
+        stack.callback(created.__exit__, None, None, None)
+        bar = _Progress(level_sets, warmup + iters, enabled=progress)
+        stack.enter_context(bar)
+        for levels in level_sets:
+            config = {"measure": {"warmup": warmup, "iterations": iters, "passes": [pass_name(s) for s in level_sets]}}
+            with Profile(levels, out, name, store=store, pass_name=pass_name(levels), config=config) as prof:
+                for i in range(warmup + iters):
+                    if i:
+                        prof.step()
+                    step()
+                    bar.advance(levels, i < warmup)
+    return out
+
+
+class _Progress:
+    """A progress bar on stderr: the pass, its iteration, and the time left over all passes."""
+
+    def __init__(self, level_sets: list[tuple[str, ...]], per_pass: int, *, enabled: bool) -> None:
+        self._enabled = enabled and sys.stderr.isatty()
+        self._per_pass = per_pass
+        self._count = len(level_sets)
+        self._index: dict[tuple[str, ...], int] = {levels: i for i, levels in enumerate(level_sets)}
+        self._progress: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self._enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task("measuring", total=self._count * self._per_pass)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+
+    def advance(self, levels: tuple[str, ...], warming_up: bool) -> None:
+        if self._progress is None:
+            return
+        phase = "warm-up" if warming_up else "measured"
+        description = f"pass {self._index[levels] + 1}/{self._count} {pass_name(levels)} ({phase})"
+        self._progress.update(self._task, advance=1, description=description)

@@ -1,0 +1,82 @@
+"""Leveled passes: ``xstack.measure`` runs a step function once per level set, each pass a run of one store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+
+import xstack  # noqa: E402
+from xstack.errors import UsageError  # noqa: E402
+from xstack.measure import default_passes  # noqa: E402
+
+
+def _model() -> tuple[Any, Any]:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(4, 8)
+
+
+def _runs(path: Path) -> list[tuple[int, str, list[str], dict[str, Any]]]:
+    with xstack.open_store(path) as store:
+        rows = store.query("SELECT run_id, pass, levels, config FROM runs ORDER BY run_id")
+    return [(r[0], r[1], r[2], orjson.loads(r[3])) for r in rows]
+
+
+def test_one_run_per_pass_with_warmup_and_measured_steps(tmp_path: Path) -> None:
+    model, x = _model()
+    path = xstack.measure(lambda: model(x), warmup=2, iters=3, path=tmp_path / "m.duckdb", progress=False)
+    runs = _runs(path)
+    expected = ["model", "model+layer", "model+layer+op"] + (
+        ["model+layer+op+runtime+kernel"] * torch.cuda.is_available()
+    )
+    assert [r[1] for r in runs] == expected
+    assert [r[2] for r in runs][:3] == [["model"], ["model", "layer"], ["model", "layer", "op"]]
+    for _, _, _, config in runs:
+        assert config["status"] == "complete" and config["steps"] == 5
+        assert config["measure"] == {"warmup": 2, "iterations": 3, "passes": expected}
+    with xstack.open_store(path) as store:
+        steps = store.query(
+            "SELECT run_id, count(*) FROM spans WHERE attrs->>'$.\"model.kind\"' = 'step' GROUP BY 1 ORDER BY 1"
+        )
+        layers = store.query("SELECT run_id, count(*) FROM spans WHERE level = 'layer' GROUP BY 1 ORDER BY 1")
+        ops = store.query("SELECT DISTINCT run_id FROM spans WHERE level = 'op'")
+    assert all(n == 5 for _, n in steps) and len(steps) == len(runs)
+    assert layers[:2] == [(2, 5 * 4), (3, 5 * 4)]  # Sequential + 3 children, 5 iterations, not in the model pass
+    assert [r[0] for r in ops][:1] == [3]
+
+
+def test_a_step_that_raises_keeps_the_passes_so_far(tmp_path: Path) -> None:
+    model, x = _model()
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 4 + 2:  # second pass, second iteration
+            raise RuntimeError("injected")
+        model(x)
+
+    with pytest.raises(RuntimeError, match="injected"):
+        xstack.measure(step, passes=["model", "model,layer", "model,layer,op"], warmup=1, iters=3,
+                       path=tmp_path / "m.duckdb", progress=False)  # fmt: skip
+    runs = _runs(tmp_path / "m.duckdb")
+    assert [(r[1], r[3]["status"]) for r in runs] == [("model", "complete"), ("model+layer", "cut_short")]
+
+
+def test_bad_arguments_are_usage_errors_and_leave_no_store(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="iters >= 1"):
+        xstack.measure(lambda: None, iters=0, path=tmp_path / "m.duckdb", progress=False)
+    with pytest.raises(UsageError, match="unknown level 'warp'"):
+        xstack.measure(lambda: None, passes=["model,warp"], path=tmp_path / "m.duckdb", progress=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_default_passes_leave_out_what_cannot_run_here() -> None:
+    names = ["+".join(p) for p in default_passes()]
+    assert names[:3] == ["model", "model+layer", "model+layer+op"]
+    assert ("model+layer+op+runtime+kernel" in names) == torch.cuda.is_available()
