@@ -105,15 +105,21 @@ class Profile:
         if recorder is None or sink is None or store is None:
             return
         collectors, self._collectors = self._collectors, []
+        health: list[tuple[str, int, str]] = []
         try:
             for collector in reversed(collectors):
-                collector.stop()
+                try:  # one collector failing to stop must not leave the others' hooks installed
+                    collector.stop()
+                except Exception as exc:
+                    health.append(("collector_failed", 1, f"{collector.level}: stop: {type(exc).__name__}: {exc}"))
             if self._step_span is not None:
                 recorder.end(self._step_span)  # counts spans the region left open inside it
                 self._step_span = None
             recorder.close_all()
             sink.close()
-            health = [("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")]
+            health.append(
+                ("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")
+            )
             for collector in collectors:
                 try:
                     health += collector.finish(store, self.run_id)

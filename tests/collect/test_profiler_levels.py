@@ -191,3 +191,22 @@ def test_kernels_hang_from_their_launch_and_ops_from_layers_on_cuda(tmp_path: Pa
     assert "device_events_without_launch" not in health, health
     run = _rows(path, "SELECT device FROM runs")[0]
     assert run["device"].startswith("cuda:")
+
+
+def test_a_collector_failing_to_stop_is_reported_and_the_others_still_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xstack.collect import torch_profiler
+
+    def failing_stop(session: Any) -> None:
+        session.profiler.stop()
+        raise OSError("disk full writing the trace")
+
+    monkeypatch.setattr(torch_profiler._Session, "stop", failing_stop)
+    path = tmp_path / "p.duckdb"
+    with xstack.profile(levels="model,layer,op", path=path) as prof:
+        _train("cpu", 1, prof)
+    health = {r["check"]: r["detail"] for r in _rows(path, 'SELECT "check", detail FROM health')}
+    assert "disk full" in health["collector_failed"]
+    layers = _rows(path, "SELECT count(*) AS n FROM spans WHERE level = 'layer'")[0]["n"]
+    assert layers == 7  # the live spans are kept; the autouse check sees no hook left behind

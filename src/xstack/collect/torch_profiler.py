@@ -16,8 +16,6 @@ from typing import Any
 from xstack.collect._recorder import Recorder
 from xstack.trace.store import Store
 
-PROFILER_LEVELS = ("op", "runtime", "kernel")
-
 TORCH_OWN_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "ProfilerStep#")
 """PyTorch's own ``record_function`` marks for what the model level records itself: left out of a merge
 when the model level is live, so that an optimizer step is not a model span twice."""
@@ -32,7 +30,6 @@ class _Session:
 
         self.recorder = recorder
         self.members = 0
-        self.merged = False
         self._tmp = tempfile.TemporaryDirectory(prefix="xstack-kineto-")
         self.trace: Path | None = None
         activities = [ProfilerActivity.CPU]
@@ -49,12 +46,11 @@ class _Session:
         self.trace = trace
 
     def merge(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
-        """Merge the trace into the run (once) and remove the scratch file."""
+        """Merge the trace into the run and remove the scratch file."""
         from xstack.importers.kineto import merge_live
 
-        if self.merged or self.trace is None:
+        if self.trace is None:
             return []
-        self.merged = True
         try:
             drop = TORCH_OWN_ANNOTATIONS if "model" in self.recorder.levels else ()
             return merge_live(store, self.trace, run_id, drop_annotations=drop)
