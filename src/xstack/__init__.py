@@ -9,7 +9,7 @@ passes); ``xstack.open_store`` opens a finished profile.
 from __future__ import annotations
 
 from xstack.collect.model import span
-from xstack.measure import measure
+from xstack.leveled.passes import measure
 from xstack.profile import Profile, profile, step
 from xstack.trace.store import Store
 

@@ -40,15 +40,21 @@ class Profile:
         store: Store | None = None,
         pass_name: str = "live",
         config: dict[str, Any] | None = None,
+        steps: int | None = None,
     ) -> None:
         """``store``: write into this open store as its next run instead of creating ``path`` (the passes of
-        ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row."""
+        ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row. ``steps``:
+        record that many iterations; the ``prof.step()`` that ends the last one opens no other and sets
+        ``done`` (``xstack.step()`` then stops the program: see ``PassComplete``)."""
         self.levels = parse_levels(levels)
         self.name = name or "profile"
         self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
         self.pass_name = pass_name
         self.config = config or {}
         self.run_id = 1
+        self.steps = steps
+        self.done = False
+        self._completed = 0
         self._given_store = store
         self._exit = ExitStack()
         self._collectors: list[collect.Collector] = []
@@ -95,6 +101,11 @@ class Profile:
             raise UsageError("prof.step() called outside the profiled region")
         if self._step_span is not None:
             self._recorder.end(self._step_span)
+            self._step_span = None
+            self._completed += 1
+        if self.steps is not None and self._completed >= self.steps:
+            self.done = True
+            return
         self._recorder.step += 1
         self._open_step()
 
@@ -112,9 +123,9 @@ class Profile:
                     collector.stop()
                 except Exception as exc:
                     health.append(("collector_failed", 1, f"{collector.level}: stop: {type(exc).__name__}: {exc}"))
-            if self._step_span is not None:
-                recorder.end(self._step_span)  # counts spans the region left open inside it
-                self._step_span = None
+            open_step, self._step_span = self._step_span, None
+            if open_step is not None:
+                recorder.end(open_step)  # counts spans the region left open inside it
             recorder.close_all()
             sink.close()
             health.append(
@@ -125,7 +136,7 @@ class Profile:
                     health += collector.finish(store, self.run_id)
                 except Exception as exc:  # keep the live spans; say what is missing and why
                     health.append(("collector_failed", 1, f"{collector.level}: {type(exc).__name__}: {exc}"))
-            store.add_run(self._run_info(exc_type, store))
+            store.add_run(self._run_info(exc_type, store, open_step is not None))
             store.add_health(self.run_id, health)
         finally:
             global _current
@@ -155,7 +166,7 @@ class Profile:
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
 
-    def _run_info(self, exc_type: type[BaseException] | None, store: Store) -> RunInfo:
+    def _run_info(self, exc_type: type[BaseException] | None, store: Store, open_step: bool) -> RunInfo:
         import importlib.metadata as md
 
         try:
@@ -177,7 +188,8 @@ class Profile:
             | {
                 "status": status,
                 "error": exc_type.__name__ if exc_type else None,
-                "steps": self._recorder.step + 1 if self._recorder else None,
+                "steps": self._completed + open_step,
+                "steps_completed": self._completed,
                 "torch": torch_version,
                 "python": platform.python_version(),
                 "pid": os.getpid(),
@@ -188,10 +200,19 @@ class Profile:
 _current: Profile | None = None
 
 
+class PassComplete(BaseException):
+    """Raised by ``xstack.step()`` once the profile in progress has recorded all its ``steps``: ends a program
+    run by ``xstack run --iters`` / ``xstack profile`` there (a ``BaseException``, so that the program's own
+    ``except Exception`` handlers let it through, as they do ``SystemExit``)."""
+
+
 def step() -> None:
-    """Mark an iteration boundary in the profile in progress (``xstack run`` scripts); nothing outside one."""
+    """Mark the end of an iteration in the profile in progress (scripts run by ``xstack run`` or ``xstack
+    profile``); nothing outside one. Raises ``PassComplete`` when the profile wanted no more iterations."""
     if _current is not None and _current._recorder is not None:
         _current.step()
+        if _current.done:
+            raise PassComplete(f"{_current.steps} iterations recorded")
 
 
 def profile(

@@ -2,7 +2,10 @@
 
 Notes: times are summed per name over every call in the run. Layer and op times are inclusive (a call's
 nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
-run's host wall time (first start to last end of its host spans); of kernels, of all kernel time.
+run's host wall time (first start to last end of its host spans); of kernels, of all kernel time. Without a
+run id, a store's last merged run is summarised (a leveled measurement's result: one iteration, each span's
+median from the pass that times its level), or else its last run. For a merged run the summary adds the
+passes and what each level added to the step latency of the levels above it (``config.overhead``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ class RunSummary:
     distributed: dict[str, Any] | None
     top: dict[str, list[TopRow]] = field(default_factory=dict)
     health: list[tuple[str, int, str]] = field(default_factory=list)
+    overhead: list[dict[str, Any]] = field(default_factory=list)
+    """Per pass of a merged run: ``pass``, ``levels_added``, ``iterations``, ``step_median_ns``, ``added_ns``,
+    ``added_pct`` (None for the first pass)."""
+    noisy_spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """For a merged run, per level: spans flagged ``stats.noisy`` and all spans."""
+    merged_into: int | None = None
+    """For one pass of a leveled measurement: the run that merges it."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -79,7 +89,17 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         counter_samples=int(store.query("SELECT count(*) FROM counters WHERE run_id = ?", [run_id])[0][0]),
         devices=[d for d in config.get("devices") or [] if isinstance(d, dict)],
         distributed=config.get("distributed"),
+        overhead=[o for o in config.get("overhead") or [] if isinstance(o, dict)],
     )
+    if summary.pass_name == "merged":
+        rows = store.query(
+            "SELECT level, count(*) FILTER (WHERE (attrs->>'$.\"stats.noisy\"')::BOOLEAN), count(*) FROM spans "
+            "WHERE run_id = ? GROUP BY level",
+            [run_id],
+        )
+        summary.noisy_spans = {str(lv): (int(n), int(total)) for lv, n, total in rows}
+    else:
+        summary.merged_into = _merging_run(store, run_id)
     kernel_total = store.query(
         "SELECT coalesce(sum(dur_ns), 0) FROM spans WHERE run_id = ? AND level = 'kernel'", [run_id]
     )[0][0]
@@ -100,7 +120,8 @@ def _pick_run(store: Store, run_id: int | None) -> int:
     if not ids:
         raise UsageError(f"{store.path}: the store holds no runs")
     if run_id is None:
-        return ids[-1]
+        merged = store.query("SELECT max(run_id) FROM runs WHERE pass = 'merged'")[0][0]
+        return int(merged) if merged is not None else ids[-1]
     if run_id not in ids:
         raise UsageError(f"{store.path}: no run {run_id} (runs: {', '.join(map(str, ids))})")
     return run_id
@@ -116,3 +137,11 @@ def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int)
         TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else 0.0)
         for n, c, t, m in rows
     ]
+
+
+def _merging_run(store: Store, run_id: int) -> int | None:
+    for merged, config in store.query("SELECT run_id, config FROM runs WHERE pass = 'merged' ORDER BY run_id DESC"):
+        passes = (orjson.loads(config).get("merge") or {}).get("passes") or []
+        if any(isinstance(p, dict) and p.get("run_id") == run_id for p in passes):
+            return int(merged)
+    return None

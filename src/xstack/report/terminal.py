@@ -22,6 +22,8 @@ def format_ns(ns: float) -> str:
 def render_summary(summary: RunSummary) -> RenderableType:
     """The whole summary as one rich renderable."""
     parts: list[RenderableType] = [_run_table(summary)]
+    if summary.overhead:
+        parts.append(_overhead_table(summary))
     for level, rows in summary.top.items():
         if rows:
             parts.append(_top_table(LEVEL_TITLES[level], rows, "of kernel time" if level == "kernel" else "of wall"))
@@ -44,6 +46,12 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("started", str(s.started_at) if s.started_at else "unknown")
     t.add_row("framework", s.framework or "-")
     t.add_row("pass", s.pass_name or "-")
+    if s.pass_name == "merged":
+        t.add_row("merged", "one iteration: each span's median from the pass that times its level")
+        noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in s.noisy_spans.items() if n)
+        t.add_row("noisy spans", f"{noisy} (p95 - p5 over half the median)" if noisy else "none")
+    elif s.merged_into is not None:
+        t.add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
     if s.status:
         t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
     t.add_row("host wall time", format_ns(s.wall_ns))
@@ -64,6 +72,27 @@ def _run_table(s: RunSummary) -> Table:
         )
     t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
     t.add_row("counter samples", f"{s.counter_samples:,}")
+    return t
+
+
+def _overhead_table(s: RunSummary) -> Table:
+    t = Table(title="Per-level overhead: what each pass's levels add to the step latency", title_justify="left")
+    t.add_column("pass")
+    t.add_column("adds")
+    t.add_column("iterations", justify="right")
+    t.add_column("step median", justify="right")
+    t.add_column("added", justify="right")
+    t.add_column("added %", justify="right")
+    for o in s.overhead:
+        added, pct = o.get("added_ns"), o.get("added_pct")
+        t.add_row(
+            str(o.get("pass")),
+            ", ".join(o.get("levels_added") or []) or "-",
+            str(o.get("iterations", "-")),
+            format_ns(o.get("step_median_ns") or 0),
+            "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
+            "-" if pct is None else f"{pct:+.1f}",
+        )
     return t
 
 

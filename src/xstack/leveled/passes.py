@@ -1,12 +1,13 @@
-"""Leveled measurement: run a step function once per level set, each pass a run of one store (``design.md`` §4).
+"""Leveled measurement of a step function: one pass per level set, each a run of one store, then the merge.
 
 Deep levels slow what they measure, so each level is timed in a pass of its own: ``model``; ``model,layer``;
-``model,layer,op``; and ``model,layer,op,kernel`` where CUDA is present. Every pass runs ``warmup`` iterations
-and then ``iters`` measured ones, all inside the pass's profile (the first iterations after a profile starts
-are slower, so warm-up inside it is what makes the measured ones steady); each iteration is a step span, and the
-run's ``config`` says how many of the first steps are warm-up. The store is written as the passes run and
-completed at the end, also when the step function raises: the pass that raised is marked ``cut_short`` and
-the passes after it do not run.
+``model,layer,op``; and ``model,layer,op,kernel`` where CUDA is present (``design.md`` §4). Every pass runs
+``warmup`` iterations and then ``iters`` measured ones, all inside the pass's profile (the first iterations
+after a profile starts are slower, so warm-up inside it is what makes the measured ones steady); each
+iteration is a step span, and the run's ``config.measure`` says how many of the first steps are warm-up. The
+passes are then merged (``merge.merge_passes``) into one more run. The store is written as the passes run and
+completed at the end, also when the step function raises: the pass that raised is marked ``cut_short``, the
+passes after it do not run, and nothing is merged.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from xstack.errors import UsageError
+from xstack.leveled.merge import merge_passes
 from xstack.profile import Profile, parse_levels
 from xstack.trace.store import Store
 
@@ -53,9 +55,11 @@ def measure(
     name: str = "measure",
     progress: bool = True,
 ) -> Path:
-    """Time ``step`` (one iteration of the region) at each level set of ``passes``; returns the store's path.
+    """Time ``step`` (one iteration of the region) at each level set of ``passes``, merge the passes; returns
+    the store's path.
 
-    Each pass is one run of the store, named after its levels (``runs.pass``).
+    Each pass is one run of the store, named after its levels (``runs.pass``); the merged profile is the last
+    run (``runs.pass = 'merged'``), which ``xstack summary`` and the analyses read by default.
     """
     if warmup < 0 or iters < 1:
         raise UsageError(f"measure: need warmup >= 0 and iters >= 1 (got warmup={warmup}, iters={iters})")
@@ -70,14 +74,17 @@ def measure(
         stack.callback(created.__exit__, None, None, None)
         bar = _Progress(level_sets, warmup + iters, enabled=progress)
         stack.enter_context(bar)
+        names = [pass_name(s) for s in level_sets]
         for levels in level_sets:
-            config = {"measure": {"warmup": warmup, "iterations": iters, "passes": [pass_name(s) for s in level_sets]}}
-            with Profile(levels, out, name, store=store, pass_name=pass_name(levels), config=config) as prof:
+            config = {"measure": {"warmup": warmup, "iterations": iters, "passes": names}}
+            with Profile(
+                levels, out, name, store=store, pass_name=pass_name(levels), config=config, steps=warmup + iters
+            ) as prof:
                 for i in range(warmup + iters):
-                    if i:
-                        prof.step()
                     step()
+                    prof.step()
                     bar.advance(levels, i < warmup)
+        merge_passes(store)
     return out
 
 

@@ -13,7 +13,7 @@ nn = torch.nn
 
 import xstack  # noqa: E402
 from xstack.errors import UsageError  # noqa: E402
-from xstack.measure import default_passes  # noqa: E402
+from xstack.leveled.passes import default_passes  # noqa: E402
 
 
 def _model() -> tuple[Any, Any]:
@@ -34,18 +34,20 @@ def test_one_run_per_pass_with_warmup_and_measured_steps(tmp_path: Path) -> None
     expected = ["model", "model+layer", "model+layer+op"] + (
         ["model+layer+op+runtime+kernel"] * torch.cuda.is_available()
     )
-    assert [r[1] for r in runs] == expected
+    assert [r[1] for r in runs] == [*expected, "merged"]
+    runs, merged = runs[:-1], runs[-1]
     assert [r[2] for r in runs][:3] == [["model"], ["model", "layer"], ["model", "layer", "op"]]
     for _, _, _, config in runs:
-        assert config["status"] == "complete" and config["steps"] == 5
+        assert config["status"] == "complete" and config["steps"] == config["steps_completed"] == 5
         assert config["measure"] == {"warmup": 2, "iterations": 3, "passes": expected}
+    assert [p["run_id"] for p in merged[3]["merge"]["passes"]] == [r[0] for r in runs]
     with xstack.open_store(path) as store:
         steps = store.query(
             "SELECT run_id, count(*) FROM spans WHERE attrs->>'$.\"model.kind\"' = 'step' GROUP BY 1 ORDER BY 1"
         )
         layers = store.query("SELECT run_id, count(*) FROM spans WHERE level = 'layer' GROUP BY 1 ORDER BY 1")
         ops = store.query("SELECT DISTINCT run_id FROM spans WHERE level = 'op'")
-    assert all(n == 5 for _, n in steps) and len(steps) == len(runs)
+    assert steps[:-1] == [(r[0], 5) for r in runs] and steps[-1] == (merged[0], 1)
     assert layers[:2] == [(2, 5 * 4), (3, 5 * 4)]  # Sequential + 3 children, 5 iterations, not in the model pass
     assert [r[0] for r in ops][:1] == [3]
 
@@ -65,7 +67,7 @@ def test_a_step_that_raises_keeps_the_passes_so_far(tmp_path: Path) -> None:
         xstack.measure(step, passes=["model", "model,layer", "model,layer,op"], warmup=1, iters=3,
                        path=tmp_path / "m.duckdb", progress=False)  # fmt: skip
     runs = _runs(tmp_path / "m.duckdb")
-    assert [(r[1], r[3]["status"]) for r in runs] == [("model", "complete"), ("model+layer", "cut_short")]
+    assert [(r[1], r[3]["status"]) for r in runs] == [("model", "complete"), ("model+layer", "cut_short")]  # no merge
 
 
 def test_bad_arguments_are_usage_errors_and_leave_no_store(tmp_path: Path) -> None:

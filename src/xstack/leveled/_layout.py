@@ -1,0 +1,73 @@
+"""Where the merged spans go on the timeline: one representative iteration, each span as long as its median.
+
+A span's median comes from its own pass, its position from the same pass: its median offset from its parent's
+start there, scaled by how much shorter the parent is in the merged profile than in that pass (the deeper
+pass slowed the parent down). Host spans then follow their earlier siblings on the same thread without
+overlapping them and, when they fit, end inside their parent. Device spans (kernels, copies) keep their
+unscaled offset from their launch: they run asynchronously, not inside it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from xstack.trace.schema import DEVICE_LEVELS
+
+
+@dataclass(slots=True)
+class Node:
+    """A matched key: its level, median duration, and median offset and parent duration in its own pass."""
+
+    key: int
+    parent_key: int | None
+    level: str
+    dur_ns: int
+    offset_ns: float
+    parent_dur_ns: float
+    tid: int | None
+    start_ns: int = 0
+    span_id: int = 0
+
+
+def layout(nodes: list[Node], root_start_ns: int) -> tuple[list[Node], int]:
+    """Place ``nodes`` (one has no parent: the step) from ``root_start_ns``; number them by start.
+
+    Returns the nodes reachable from the root, placed, and how many were not (their parent key was not
+    matched).
+    """
+    children: dict[int | None, list[Node]] = defaultdict(list)
+    for node in nodes:
+        children[node.parent_key].append(node)
+    roots = children.get(None, [])
+    if len(roots) != 1:
+        return [], len(nodes)
+    root = roots[0]
+    root.start_ns = root_start_ns
+    placed = [root]
+    queue = [root]
+    while queue:
+        parent = queue.pop()
+        kids = sorted(children.get(parent.key, ()), key=lambda n: (n.offset_ns, n.key))
+        _place(parent, kids)
+        placed += kids
+        queue += kids
+    placed.sort(key=lambda n: (n.start_ns, -n.dur_ns))
+    for i, node in enumerate(placed, 1):
+        node.span_id = i
+    return placed, len(nodes) - len(placed)
+
+
+def _place(parent: Node, kids: list[Node]) -> None:
+    end = parent.start_ns + parent.dur_ns
+    free_from: dict[int | None, int] = {}  # per thread: where the previous host sibling ended
+    for kid in kids:
+        if kid.level in DEVICE_LEVELS:
+            kid.start_ns = parent.start_ns + round(kid.offset_ns)
+            continue
+        scale = parent.dur_ns / kid.parent_dur_ns if kid.parent_dur_ns > 0 else 1.0
+        start = max(parent.start_ns + round(kid.offset_ns * scale), free_from.get(kid.tid, parent.start_ns))
+        if start + kid.dur_ns > end and kid.dur_ns <= parent.dur_ns:
+            start = max(end - kid.dur_ns, parent.start_ns)
+        kid.start_ns = start
+        free_from[kid.tid] = start + kid.dur_ns

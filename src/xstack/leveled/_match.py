@@ -1,0 +1,134 @@
+"""Structural matching of the spans of leveled passes, in SQL over the store (temporary ``_lm_*`` tables).
+
+Every measured iteration of every pass is one tree under its step span. A span's key is its parent's key
+hashed with its level and its position among the spans of that level under the same parent: so a layer is
+known by the chain of calls that leads to it and its place among its siblings, an op by its order within its
+layer, a kernel by its order under its launch within its op. Keys are equal across passes and iterations
+exactly where the structure is.
+
+What a key is called is checked separately: each parent's sequence of children of one level (layers by
+module path and type, the rest by name) must equal the reference sequence, taken from the pass that times
+that level (the sequence most of its iterations have). An instance that differs is matched up to its first
+difference only; the spans after it, and everything under them, are not merged.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import duckdb
+
+TEMP_TABLES: Final = ("_lm_pass", "_lm_own", "_lm_base", "_lm_tree", "_lm_inst", "_lm_ref", "_lm_div", "_lm_ok")
+
+_ROOTS: Final = """
+CREATE TEMP TABLE _lm_base AS
+SELECT s.run_id, s.span_id, s.parent_id,
+    -- annotations copied onto a device (Kineto's gpu_user_annotation) exist only in passes that trace it
+    CASE WHEN s.level = 'model' AND coalesce(s.device, 'cpu') <> 'cpu' THEN 'model@device' ELSE s.level END AS level,
+    s.start_ns, s.dur_ns,
+    CASE WHEN s.level = 'layer'
+        THEN coalesce(s.attrs->>'$."layer.path"', s.name) || ' (' || coalesce(s.attrs->>'$."layer.type"', '?') || ')'
+        ELSE s.name END AS cname,
+    row_number() OVER (PARTITION BY s.run_id, s.parent_id, level ORDER BY s.start_ns, s.span_id) - 1 AS pos
+FROM _spans s JOIN _lm_pass p USING (run_id)
+WHERE s.parent_id IS NOT NULL;
+
+-- a level's own pass, the one its durations come from: the shallowest pass that records it
+CREATE TEMP TABLE _lm_own AS
+SELECT level, arg_min(b.run_id, p.rank) AS run_id FROM _lm_base b JOIN _lm_pass p USING (run_id)
+WHERE level <> 'model' GROUP BY level
+UNION ALL
+SELECT 'model', arg_min(run_id, rank) FROM _lm_pass;
+
+CREATE TEMP TABLE _lm_tree AS
+WITH RECURSIVE roots AS (
+    SELECT s.run_id, s.span_id, s.start_ns, s.dur_ns,
+        coalesce(TRY_CAST(s.attrs->>'$."model.step"' AS BIGINT),
+                 TRY_CAST(regexp_extract(s.name, '^ProfilerStep#([0-9]+)$', 1) AS BIGINT)) AS iter
+    FROM _spans s JOIN _lm_pass p USING (run_id)
+    WHERE s.parent_id IS NULL AND s.level = 'model'
+      AND (s.attrs->>'$."model.kind"' = 'step' OR regexp_matches(s.name, '^ProfilerStep#[0-9]+$'))
+),
+t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns, dur_ns) AS (
+    SELECT r.run_id, r.span_id, NULL::BIGINT, r.iter, hash('step'), NULL::UBIGINT, 'model', 0, 'step',
+        r.start_ns, r.dur_ns
+    FROM roots r JOIN _lm_pass p USING (run_id)
+    WHERE r.iter >= p.first_iter AND r.iter < p.end_iter
+    UNION ALL
+    SELECT b.run_id, b.span_id, b.parent_id, t.iter, hash(t.key, b.level, b.pos), t.key, b.level, b.pos, b.cname,
+        b.start_ns, b.dur_ns
+    FROM t JOIN _lm_base b ON b.run_id = t.run_id AND b.parent_id = t.span_id
+)
+SELECT * FROM t;
+"""
+
+_INSTANCES: Final = """
+CREATE TEMP TABLE _lm_inst AS
+SELECT run_id, iter, parent_key, level, count(*) AS n, md5(string_agg(cname, chr(31) ORDER BY pos)) AS sig
+FROM _lm_tree WHERE parent_key IS NOT NULL
+GROUP BY run_id, iter, parent_key, level;
+
+-- the reference sequence of each (parent, level): the one most iterations of the level's own pass have
+CREATE TEMP TABLE _lm_ref AS
+WITH counted AS (
+    SELECT i.parent_key, i.level, i.sig, any_value(i.run_id) AS run_id, count(*) AS times, min(i.iter) AS iter
+    FROM _lm_inst i JOIN _lm_own o ON o.level = i.level AND o.run_id = i.run_id
+    GROUP BY i.parent_key, i.level, i.sig
+)
+SELECT parent_key, level, run_id, iter, times FROM counted
+QUALIFY row_number() OVER (PARTITION BY parent_key, level ORDER BY times DESC, iter) = 1;
+"""
+
+_DIVERGENCE: Final = """
+CREATE TEMP TABLE _lm_div AS
+WITH ref_rows AS (
+    SELECT r.parent_key, r.level, t.pos, t.cname
+    FROM _lm_ref r JOIN _lm_tree t
+      ON t.run_id = r.run_id AND t.iter = r.iter AND t.parent_key = r.parent_key AND t.level = r.level
+),
+expected AS (
+    SELECT i.run_id, i.iter, i.parent_key, i.level, rr.pos, rr.cname
+    FROM _lm_inst i JOIN ref_rows rr USING (parent_key, level)
+),
+got AS (SELECT run_id, iter, parent_key, level, pos, cname FROM _lm_tree WHERE parent_key IS NOT NULL)
+SELECT coalesce(g.run_id, e.run_id) AS run_id, coalesce(g.iter, e.iter) AS iter,
+    coalesce(g.parent_key, e.parent_key) AS parent_key, coalesce(g.level, e.level) AS level,
+    min(coalesce(g.pos, e.pos)) AS div
+FROM got g FULL JOIN expected e
+  ON g.run_id = e.run_id AND g.iter = e.iter AND g.parent_key = e.parent_key AND g.level = e.level AND g.pos = e.pos
+WHERE g.cname IS DISTINCT FROM e.cname
+GROUP BY ALL;
+
+-- spans matched all the way up to their step: their own place, and every ancestor's, before any divergence
+CREATE TEMP TABLE _lm_ok AS
+WITH RECURSIVE ok(run_id, span_id) AS (
+    SELECT run_id, span_id FROM _lm_tree WHERE parent_key IS NULL
+    UNION ALL
+    SELECT t.run_id, t.span_id
+    FROM ok JOIN _lm_tree t ON t.run_id = ok.run_id AND t.parent_id = ok.span_id
+    LEFT JOIN _lm_div d ON d.run_id = t.run_id AND d.iter = t.iter AND d.parent_key = t.parent_key
+        AND d.level = t.level
+    WHERE d.div IS NULL OR t.pos < d.div
+)
+SELECT * FROM ok;
+"""
+
+
+def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) -> None:
+    """Build the ``_lm_*`` tables for ``passes``: ``(run_id, first_iter, end_iter)``, shallowest first, whose
+    measured iterations are the steps ``first_iter <= n < end_iter``."""
+    drop(con)
+    con.execute("CREATE TEMP TABLE _lm_pass (run_id INTEGER, rank INTEGER, first_iter BIGINT, end_iter BIGINT)")
+    con.executemany(
+        "INSERT INTO _lm_pass VALUES (?, ?, ?, ?)",
+        [(run_id, rank, first, end) for rank, (run_id, first, end) in enumerate(passes)],
+    )
+    con.execute(_ROOTS)
+    con.execute(_INSTANCES)
+    con.execute(_DIVERGENCE)
+
+
+def drop(con: duckdb.DuckDBPyConnection) -> None:
+    """Remove the temporary tables."""
+    for table in TEMP_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {table}")

@@ -1,0 +1,264 @@
+"""Merge the passes of a leveled measurement into one profile, a run of its own next to the raw passes.
+
+Each span of the merged run stands for one span of the measured iteration, matched across passes and
+iterations by structure (``_match``): its duration is the median over the measured iterations of the pass
+whose deepest level is its own level (the ``model`` pass for stages, ``model+layer`` for layers, ...), so no
+level's timing carries the overhead of the levels under it. The other statistics go into its attributes
+(``stats.*``, ``_stats``), and ``merge.pass`` names the pass they came from. Where the passes or the
+iterations disagree (autotuning, dynamic shapes, data-dependent branches), the first divergence is reported
+in ``health`` and only what matches is merged.
+
+Notes: the merged run's ``config.overhead`` gives, per pass, the median step latency and what the pass's new
+levels added to it over the pass before (in ns and %); ``config.merge`` counts the spans merged and not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timezone
+from typing import Any
+
+import orjson
+
+from xstack.errors import UsageError
+from xstack.leveled import _layout, _match, _stats
+from xstack.trace import attrs as A
+from xstack.trace.schema import LEVELS
+from xstack.trace.store import RunInfo, Store
+
+MERGED_PASS = "merged"
+"""``runs.pass`` of a merged run."""
+
+
+@dataclass
+class Pass:
+    """A pass as the merge reads it from ``runs``."""
+
+    run_id: int
+    name: str
+    levels: list[str]
+    first_iter: int
+    end_iter: int
+    status: str | None
+    row: tuple[Any, ...] = field(repr=False, default=())
+
+
+@dataclass
+class MergeResult:
+    """What a merge made: the merged run, the passes it read, spans merged and the health rows it wrote."""
+
+    run_id: int
+    passes: list[Pass]
+    spans: int
+    health: list[tuple[str, int, str]]
+    overhead: list[dict[str, Any]]
+
+
+def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeResult:
+    """Merge the passes ``run_ids`` of ``store`` (default: every run with a ``measure`` config that is not a
+    merged run) into a new run; returns what was made. Passes that did not complete are left out and said so.
+    """
+    passes, health = _read_passes(store, run_ids)
+    con = store.con
+    try:
+        _match.match(con, [(p.run_id, p.first_iter, p.end_iter) for p in passes])
+        _stats.compute(con)
+        roots = con.execute(
+            "SELECT run_id, count(*), quantile_cont(dur_ns, 0.5), min(start_ns) FROM _lm_tree "
+            "WHERE parent_key IS NULL GROUP BY run_id"
+        ).fetchall()
+        steps = {int(r[0]): (int(r[1]), float(r[2]), int(r[3])) for r in roots}
+        missing = [p for p in passes if p.run_id not in steps]
+        if missing:
+            raise UsageError(
+                f"{store.path}: pass {missing[0].name} (run {missing[0].run_id}) has no measured iteration: "
+                "mark iterations with prof.step() / xstack.step(), and run more of them than the warm-up"
+            )
+        run_id = store.next_run_id()
+        nodes, unplaced = _place(con, steps[passes[0].run_id][2])
+        _insert(con, run_id, nodes, passes)
+        health += _divergences(con, passes)
+        health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
+    finally:
+        _match.drop(con)
+        con.execute("DROP TABLE IF EXISTS _lm_stats")
+    overhead = _overhead(passes, steps)
+    store.add_run(_run_info(run_id, passes, overhead, len(nodes)))
+    store.add_health(run_id, health)
+    return MergeResult(run_id, passes, len(nodes), [h for h in health if h[1]], overhead)
+
+
+def _read_passes(store: Store, run_ids: Sequence[int] | None) -> tuple[list[Pass], list[tuple[str, int, str]]]:
+    rows = store.query(
+        "SELECT run_id, pass, levels, config, name, started_at, command, host, framework, device FROM runs "
+        "ORDER BY run_id"
+    )
+    by_id = {int(r[0]): r for r in rows}
+    if run_ids is not None:
+        unknown = [i for i in run_ids if i not in by_id]
+        if unknown:
+            raise UsageError(f"{store.path}: no run {unknown[0]} (runs: {', '.join(map(str, by_id))})")
+    health: list[tuple[str, int, str]] = []
+    passes = []
+    for run_id, row in by_id.items():
+        config = orjson.loads(row[3]) if row[3] else {}
+        measure = config.get("measure")
+        if run_ids is None and (row[1] == MERGED_PASS or not isinstance(measure, dict)):
+            continue
+        if run_ids is not None and run_id not in run_ids:
+            continue
+        measure = measure if isinstance(measure, dict) else {}
+        first = int(measure.get("warmup", 0))
+        end = first + int(measure["iterations"]) if "iterations" in measure else 2**62
+        if isinstance(config.get("steps_completed"), int):  # an iteration still open at the end is not one
+            end = min(end, config["steps_completed"])
+        p = Pass(run_id, str(row[1] or run_id), list(row[2] or []), first, end, config.get("status"), row)
+        if p.status not in (None, "complete"):
+            health.append(("pass_cut_short", 1, f"pass {p.name} (run {run_id}) did not complete: not merged"))
+            continue
+        passes.append(p)
+    if not passes:
+        raise UsageError(f"{store.path}: no complete leveled passes to merge")
+    passes.sort(key=lambda p: (len(p.levels), p.run_id))
+    names = [p.name for p in passes]
+    for p in passes:
+        if names.count(p.name) > 1:  # imported runs are all called "import"
+            p.name = f"{p.name} (run {p.run_id})"
+    for shallow, deep in zip(passes, passes[1:], strict=False):
+        if not set(shallow.levels) <= set(deep.levels):
+            lost = sorted(set(shallow.levels) - set(deep.levels), key=LEVELS.index)
+            raise UsageError(
+                f"{store.path}: passes must nest: {deep.name} does not record {', '.join(lost)}, which "
+                f"{shallow.name} records"
+            )
+    return passes, health
+
+
+def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
+    rows = con.execute(
+        """SELECT s.key, s.parent_key, s.level, round(s.median_ns)::BIGINT, s.offset_ns, s.parent_dur_ns, b.tid
+           FROM _lm_stats s JOIN _spans b ON b.run_id = s.rep_run AND b.span_id = s.rep_span"""
+    ).fetchall()
+    nodes = [_layout.Node(int(k), pk, lv, int(d), float(o or 0), float(pd or 0), t) for k, pk, lv, d, o, pd, t in rows]
+    return _layout.layout(nodes, root_start_ns)
+
+
+def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]) -> None:
+    by_key = {n.key: n for n in nodes}
+    con.execute("CREATE OR REPLACE TEMP TABLE _lm_layout AS SELECT unnest(?) AS key, unnest(?) AS span_id, "
+                "unnest(?) AS parent_span_id, unnest(?) AS start_ns",
+                [[n.key for n in nodes], [n.span_id for n in nodes],
+                 [by_key[n.parent_key].span_id if n.parent_key is not None else None for n in nodes],
+                 [n.start_ns for n in nodes]])  # fmt: skip
+    names = {p.run_id: p.name for p in passes}
+    con.execute("CREATE OR REPLACE TEMP TABLE _lm_pass_names AS SELECT unnest(?) AS run_id, unnest(?) AS name",
+                [list(names), list(names.values())])  # fmt: skip
+    con.execute(
+        f"""INSERT INTO _spans
+            SELECT ?, l.span_id, l.parent_span_id, b.level, b.name, l.start_ns, round(s.median_ns)::BIGINT, b.pid,
+                b.tid, b.device, b.stream, b.correlation_id,
+                json_merge_patch(coalesce(b.attrs, '{{}}'), json_merge_patch({_stats.attrs_sql("s")},
+                    json_object('{A.MERGE_PASS}', n.name)))
+            FROM _lm_layout l JOIN _lm_stats s USING (key)
+            JOIN _spans b ON b.run_id = s.rep_run AND b.span_id = s.rep_span
+            JOIN _lm_pass_names n ON n.run_id = s.rep_run""",
+        [run_id],
+    )
+    con.execute("DROP TABLE _lm_layout")
+    con.execute("DROP TABLE _lm_pass_names")
+
+
+_DIVERGENCE_ROWS = """
+WITH d AS (SELECT d.*, o.run_id AS own_run FROM _lm_div d JOIN _lm_own o USING (level)),
+excluded AS (
+    SELECT t.run_id, count(*) AS n FROM _lm_tree t ANTI JOIN _lm_ok USING (run_id, span_id) GROUP BY 1
+)
+SELECT d.run_id, d.run_id <> d.own_run AS across_passes, d.iter, d.level, d.div,
+    par.level AS parent_level, par.cname AS parent_name, got.cname AS got, want.cname AS want,
+    r.run_id AS ref_run, r.iter AS ref_iter, coalesce(excluded.n, 0) AS excluded,
+    count(*) OVER (PARTITION BY d.run_id, d.run_id <> d.own_run) AS instances
+FROM d
+JOIN _lm_tree par ON par.run_id = d.run_id AND par.iter = d.iter AND par.key = d.parent_key
+LEFT JOIN _lm_tree got ON got.run_id = d.run_id AND got.iter = d.iter AND got.parent_key = d.parent_key
+    AND got.level = d.level AND got.pos = d.div
+LEFT JOIN _lm_ref r ON r.parent_key = d.parent_key AND r.level = d.level
+LEFT JOIN _lm_tree want ON want.run_id = r.run_id AND want.iter = r.iter AND want.parent_key = d.parent_key
+    AND want.level = d.level AND want.pos = d.div
+LEFT JOIN excluded ON excluded.run_id = d.run_id
+QUALIFY row_number() OVER (PARTITION BY d.run_id, d.run_id <> d.own_run
+                           ORDER BY d.iter, coalesce(got.start_ns, par.start_ns)) = 1
+ORDER BY d.run_id, across_passes
+"""
+
+
+def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
+    """One health row per pass and kind (across passes, across iterations): how many child sequences
+    diverged, the first divergence, and how many of the pass's spans were not merged."""
+    names = {p.run_id: p.name for p in passes}
+    rows = []
+    for run, across, it, level, div, plevel, pname, got, want, ref_run, ref_iter, excluded, count in con.execute(
+        _DIVERGENCE_ROWS
+    ).fetchall():
+        where = f"under {plevel} {pname!r}" if plevel != "model" or pname != "step" else "in the step"
+        if want is None and ref_run is None:
+            ref = "which no iteration of the pass that times it has"
+            what = f"{level}s {got!r}..."
+        else:
+            ref = f"where {names[ref_run]} step {ref_iter} has {want!r}" if want else f"which {names[ref_run]} lacks"
+            what = f"{level} {div + 1} is {got!r}" if got else f"{level} {div + 1} is missing"
+        check = "pass_mismatch" if across else "iteration_mismatch"
+        detail = (
+            f"{names[run]} step {it}: {where}, {what}, {ref}; {count} sequence(s) diverge, "
+            f"{excluded} span(s) of {names[run]} not merged"
+        )
+        rows.append((check, int(count), detail))
+    return rows
+
+
+def _overhead(passes: list[Pass], steps: dict[int, tuple[int, float, int]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    previous: Pass | None = None
+    for p in passes:
+        iterations, median, _ = steps[p.run_id]
+        row: dict[str, Any] = {
+            "pass": p.name,
+            "run_id": p.run_id,
+            "levels_added": [lv for lv in p.levels if previous is None or lv not in previous.levels],
+            "iterations": iterations,
+            "step_median_ns": round(median),
+            "added_ns": None,
+            "added_pct": None,
+        }
+        if previous is not None:
+            before = steps[previous.run_id][1]
+            row["added_ns"] = round(median - before)
+            row["added_pct"] = 100.0 * (median - before) / before if before else None
+        out.append(row)
+        previous = p
+    return out
+
+
+def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], spans: int) -> RunInfo:
+    first, deepest = passes[0].row, passes[-1].row
+    started = first[5]
+    levels = sorted({lv for p in passes for lv in p.levels}, key=LEVELS.index)
+    return RunInfo(
+        run_id=run_id,
+        name=str(first[4]),
+        started_at_ns=int(started.replace(tzinfo=timezone.utc).timestamp() * 1e9) if started is not None else None,
+        command=first[6],
+        host=first[7],
+        framework=deepest[8],
+        device=deepest[9],
+        levels=levels,
+        pass_name=MERGED_PASS,
+        config={
+            "status": "complete",
+            "merge": {
+                "passes": [{"pass": p.name, "run_id": p.run_id, "levels": p.levels} for p in passes],
+                "spans": spans,
+            },
+            "overhead": overhead,
+        },
+    )
