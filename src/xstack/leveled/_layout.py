@@ -17,7 +17,8 @@ from xstack.trace.schema import DEVICE_LEVELS
 
 @dataclass(slots=True)
 class Node:
-    """A matched key: its level, median duration, and median offset and parent duration in its own pass."""
+    """A matched key: its level (``model@device`` for annotations on a device), its median duration, and its
+    median offset and parent duration in its own pass."""
 
     key: int
     parent_key: int | None
@@ -26,6 +27,7 @@ class Node:
     offset_ns: float
     parent_dur_ns: float
     tid: int | None
+    name: str = ""
     start_ns: int = 0
     span_id: int = 0
 
@@ -58,11 +60,16 @@ def layout(nodes: list[Node], root_start_ns: int) -> tuple[list[Node], int]:
     return placed, len(nodes) - len(placed)
 
 
+def on_device(level: str) -> bool:
+    """Whether spans of this (matching) level run on a device: kernels, copies, device-side annotations."""
+    return level in DEVICE_LEVELS or level.endswith("@device")
+
+
 def _place(parent: Node, kids: list[Node]) -> None:
     end = parent.start_ns + parent.dur_ns
     free_from: dict[int | None, int] = {}  # per thread: where the previous host sibling ended
     for kid in kids:
-        if kid.level in DEVICE_LEVELS:
+        if on_device(kid.level):
             kid.start_ns = parent.start_ns + round(kid.offset_ns)
             continue
         scale = parent.dur_ns / kid.parent_dur_ns if kid.parent_dur_ns > 0 else 1.0

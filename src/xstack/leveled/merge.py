@@ -80,6 +80,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
+        health.append(_longer_than_parent(nodes))
     finally:
         _match.drop(con)
         con.execute("DROP TABLE IF EXISTS _lm_stats")
@@ -137,10 +138,14 @@ def _read_passes(store: Store, run_ids: Sequence[int] | None) -> tuple[list[Pass
 
 def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
     rows = con.execute(
-        """SELECT s.key, s.parent_key, s.level, round(s.median_ns)::BIGINT, s.offset_ns, s.parent_dur_ns, b.tid
+        """SELECT s.key, s.parent_key, s.level, round(s.median_ns)::BIGINT, s.offset_ns, s.parent_dur_ns, b.tid,
+               b.name
            FROM _lm_stats s JOIN _spans b ON b.run_id = s.rep_run AND b.span_id = s.rep_span"""
     ).fetchall()
-    nodes = [_layout.Node(int(k), pk, lv, int(d), float(o or 0), float(pd or 0), t) for k, pk, lv, d, o, pd, t in rows]
+    nodes = [
+        _layout.Node(int(k), pk, lv, int(d), float(o or 0), float(pd or 0), t, name)
+        for k, pk, lv, d, o, pd, t, name in rows
+    ]
     return _layout.layout(nodes, root_start_ns)
 
 
@@ -167,6 +172,26 @@ def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]
     )
     con.execute("DROP TABLE _lm_layout")
     con.execute("DROP TABLE _lm_pass_names")
+
+
+def _longer_than_parent(nodes: list[_layout.Node]) -> tuple[str, int, str]:
+    by_key = {n.key: n for n in nodes}
+    longer = [
+        (n.dur_ns - by_key[n.parent_key].dur_ns, n)
+        for n in nodes
+        if n.parent_key is not None and not _layout.on_device(n.level) and n.dur_ns > by_key[n.parent_key].dur_ns
+    ]
+    if not longer:
+        return ("longer_than_parent", 0, "")
+    excess, worst = max(longer, key=lambda item: item[0])
+    return (
+        "longer_than_parent",
+        len(longer),
+        "merged spans that last longer than their parent: a level's own pass also records that level's nested "
+        "calls (the hooks of sub-layers, the events of nested ops), and its spans carry that cost, which the "
+        f"pass timing the parent does not have; the largest excess is {excess / 1e3:.1f} us ({worst.level} "
+        f"{worst.name!r})",
+    )
 
 
 _DIVERGENCE_ROWS = """

@@ -1,0 +1,248 @@
+"""The merge of leveled passes, on real PyTorch workloads: timings per level from their own pass, statistics,
+and sequences that differ between iterations or passes reported and left unmerged."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+
+import xstack  # noqa: E402
+from xstack.errors import UsageError  # noqa: E402
+from xstack.leveled.merge import merge_passes  # noqa: E402
+
+PASSES = ["model", "model,layer", "model,layer,op"]
+
+
+class Busy(nn.Module):
+    """A layer of known cost: a busy loop of ``cost_s`` then ``ops`` tiny additions (cheap unprofiled, not
+    under the op level)."""
+
+    def __init__(self, cost_s: float, ops: int) -> None:
+        super().__init__()
+        self.cost_s, self.ops = cost_s, ops
+
+    def forward(self, x: Any) -> Any:
+        end = time.perf_counter() + self.cost_s
+        while time.perf_counter() < end:
+            pass
+        for _ in range(self.ops):
+            x = x + 1
+        return x
+
+
+def _merged_run(store: Any) -> int:
+    return int(store.query("SELECT run_id FROM runs WHERE pass = 'merged'")[0][0])
+
+
+def _layer_durations(store: Any, run_id: int, path: str, warmup: int) -> list[int]:
+    return [
+        int(r[0])
+        for r in store.query(
+            """SELECT l.dur_ns FROM spans l JOIN spans s ON s.run_id = l.run_id AND s.parent_id IS NULL
+                   AND l.start_ns BETWEEN s.start_ns AND s.start_ns + s.dur_ns
+               WHERE l.run_id = ? AND l.level = 'layer' AND l.name = ?
+                   AND (s.attrs->>'$."model.step"')::INT >= ? ORDER BY l.start_ns""",
+            [run_id, path, warmup],
+        )
+    ]
+
+
+def test_injected_layer_costs_are_recovered_by_the_merge_and_not_by_the_deep_pass(tmp_path: Path) -> None:
+    costs = {"0": 0.002, "1": 0.004, "2": 0.001}
+    model = nn.Sequential(*(Busy(c, 200) for c in costs.values()))
+    x = torch.zeros(1)
+    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=7, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    unprofiled = {}
+    for name, layer in zip(costs, model, strict=True):
+        times = []
+        for _ in range(9):
+            t = time.perf_counter_ns()
+            layer(x)
+            times.append(time.perf_counter_ns() - t)
+        unprofiled[name] = statistics.median(times)
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        rows = store.query(
+            "SELECT name, dur_ns, attrs FROM spans WHERE run_id = ? AND level = 'layer' AND name IN ('0', '1', '2')",
+            [merged],
+        )
+        deep = {name: statistics.median(_layer_durations(store, 3, name, 2)) for name in costs}
+        overhead = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])["overhead"]
+    assert len(rows) == 3
+    for name, dur, attrs in rows:
+        a = orjson.loads(attrs)
+        assert a["merge.pass"] == "model+layer" and a["stats.n"] == 7
+        assert dur >= costs[name] * 1e9  # the busy loop alone
+        assert abs(dur - unprofiled[name]) < 0.06 * unprofiled[name], (name, dur, unprofiled[name])
+        # the op pass's layer carries the op level's cost of 200 ops: not what the merge reports
+        assert deep[name] - unprofiled[name] > 0.1 * unprofiled[name], (name, deep[name], unprofiled[name])
+    assert [o["pass"] for o in overhead] == ["model", "model+layer", "model+layer+op"]
+    assert overhead[0]["added_ns"] is None and overhead[2]["added_ns"] > 3 * 200 * 500  # >= 0.5 us per op
+
+
+def test_statistics_are_those_of_the_measured_iterations_of_the_own_pass(tmp_path: Path) -> None:
+    model = nn.Sequential(Busy(0.0005, 5), Busy(0.001, 5))
+    x = torch.zeros(1)
+    path = xstack.measure(lambda: model(x), passes=PASSES[:2], warmup=3, iters=11, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        durations = np.array(_layer_durations(store, 2, "1", 3))
+        merged = _merged_run(store)
+        attrs = orjson.loads(store.query("SELECT attrs FROM spans WHERE run_id = ? AND name = '1'", [merged])[0][0])
+        step = store.query("SELECT dur_ns FROM spans WHERE run_id = ? AND parent_id IS NULL", [merged])[0][0]
+        model_steps = [
+            r[0]
+            for r in store.query(
+                "SELECT dur_ns FROM spans WHERE run_id = 1 AND parent_id IS NULL "
+                "AND (attrs->>'$.\"model.step\"')::INT >= 3"
+            )
+        ]
+    assert len(durations) == 11
+    ordered = np.sort(durations)
+    assert attrs["stats.n"] == 11
+    # within 1 ns: DuckDB rounds halves away from zero, Python to even
+    assert abs(attrs["stats.median_ns"] - np.median(durations)) <= 1
+    assert abs(attrs["stats.trimmed_mean_ns"] - ordered[2:9].mean()) <= 1  # floor(0.2 * 11) = 2 off each end
+    assert attrs["stats.min_ns"] == int(ordered[0])
+    assert abs(attrs["stats.p5_ns"] - np.percentile(durations, 5)) <= 1
+    assert abs(attrs["stats.p95_ns"] - np.percentile(durations, 95)) <= 1
+    assert abs(attrs["stats.std_ns"] - np.std(durations, ddof=1)) <= 1
+    spread = np.percentile(durations, 95) - np.percentile(durations, 5)
+    assert attrs["stats.noisy"] == bool(spread > 0.5 * np.median(durations))
+    assert abs(step - np.median(model_steps)) <= 1  # the step's latency is the model pass's
+
+
+def test_merged_spans_nest_in_one_iteration_where_their_timings_allow(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Sequential(nn.Linear(64, 64), nn.Tanh()), nn.Linear(64, 4))
+    x = torch.randn(8, 32)
+    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=5, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        counts = dict(store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY 1", [merged]))
+        per_step = dict(
+            store.query(
+                "SELECT level, count(*) // 7 FROM spans WHERE run_id = 3 AND level IN ('layer', 'op') GROUP BY 1"
+            )
+        )
+        placement = store.query(
+            """SELECT count(*) FILTER (WHERE c.dur_ns <= p.dur_ns AND (c.start_ns < p.start_ns
+                                       OR c.start_ns + c.dur_ns > p.start_ns + p.dur_ns)),
+                      count(*) FILTER (WHERE c.dur_ns > p.dur_ns)
+               FROM spans c JOIN spans p ON p.run_id = c.run_id AND p.span_id = c.parent_id WHERE c.run_id = ?""",
+            [merged],
+        )[0]
+        health = dict(store.query('SELECT "check", count FROM health WHERE run_id = ?', [merged]))
+    assert counts["layer"] == per_step["layer"] == 7 and counts["op"] == per_step["op"]
+    assert counts["model"] == 2  # the step and the forward
+    misplaced, longer = placement
+    assert misplaced == 0
+    # the root layer carries its sub-layers' hooks, which the model pass's forward span does not
+    assert longer >= 1 and health == {"longer_than_parent": longer}
+
+
+def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_iteration_left_out(
+    tmp_path: Path,
+) -> None:
+    calls = 0
+
+    class Branchy(nn.Module):
+        def forward(self, x: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            # the 2 + 3 = 5th iteration of the op pass (after 2 x 6 calls in the first two passes) differs
+            y = torch.sigmoid(x) if calls == 12 + 5 else torch.relu(x)
+            return y + 1
+
+    model = nn.Sequential(nn.Linear(4, 4), Branchy())
+    x = torch.randn(2, 4)
+    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        health = store.query(
+            'SELECT "check", count, detail FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
+        )
+        ops = store.query(
+            """SELECT c.name, (c.attrs->>'$."stats.n"')::INT FROM spans c JOIN spans p
+                   ON p.run_id = c.run_id AND p.span_id = c.parent_id
+               WHERE c.run_id = ? AND p.name = '1' ORDER BY c.start_ns""",
+            [merged],
+        )
+    assert [h[:2] for h in health] == [("iteration_mismatch", 1)]
+    detail = health[0][2]
+    assert "model+layer+op step 4" in detail and "'1 (Branchy)'" in detail
+    assert "'aten::sigmoid'" in detail and "'aten::relu'" in detail
+    assert ops == [("aten::relu", 3), ("aten::add", 3)]  # the diverging iteration is not in their statistics
+
+
+def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_not_merged(tmp_path: Path) -> None:
+    calls = 0
+
+    class Gate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.extra = nn.ReLU()
+            self.tail = nn.Tanh()
+
+        def forward(self, x: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls > 2 * 6:  # a data-dependent branch that only the op pass takes
+                x = self.extra(x)
+            return self.tail(x)
+
+    model = nn.Sequential(nn.Linear(4, 4), Gate())
+    x = torch.randn(2, 4)
+    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        health = store.query(
+            'SELECT "check", count, detail FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
+        )
+        layers = [r[0] for r in store.query(
+            "SELECT name FROM spans WHERE run_id = ? AND level = 'layer' ORDER BY start_ns", [merged]
+        )]  # fmt: skip
+        tail_ops = store.query(
+            """SELECT count(*) FROM spans c JOIN spans p ON p.run_id = c.run_id AND p.span_id = c.parent_id
+               WHERE c.run_id = ? AND p.name = '1.tail'""",
+            [merged],
+        )[0][0]
+    assert [h[:2] for h in health] == [("pass_mismatch", 4)]  # one diverging sequence per measured iteration
+    detail = health[0][2]
+    assert detail.startswith("model+layer+op step 2: under layer '1 (Gate)', layer 1 is '1.extra (ReLU)'")
+    assert "where model+layer step 2 has '1.tail (Tanh)'" in detail
+    assert layers == ["Sequential", "0", "1", "1.tail"]  # timed in the layer pass, which matches
+    assert tail_ops == 0  # their ops come from the op pass, where the sequence diverged: not merged
+
+
+def test_passes_that_do_not_nest_are_refused(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    x = torch.randn(1, 2)
+    with pytest.raises(UsageError, match="passes must nest: model\\+op does not record layer"):
+        xstack.measure(lambda: model(x), passes=["model,layer", "model,op"], warmup=0, iters=2,
+                       path=tmp_path / "m.duckdb", progress=False)  # fmt: skip
+
+
+def test_merging_again_reads_the_passes_not_the_merged_run(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    x = torch.randn(1, 2)
+    path = xstack.measure(lambda: model(x), passes=PASSES[:2], warmup=1, iters=3, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path, read_only=False) as store:
+        again = merge_passes(store)
+        first = store.query("SELECT count(*) FROM spans WHERE run_id = 3")[0][0]
+        second = store.query("SELECT count(*) FROM spans WHERE run_id = ?", [again.run_id])[0][0]
+    assert again.run_id == 4 and [p.run_id for p in again.passes] == [1, 2] and first == second
