@@ -11,7 +11,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +54,8 @@ class Profile:
         self.run_id = 1
         self.steps = steps
         self.done = False
+        self.on_step: Callable[[int], None] | None = None
+        """Called with the number of iterations ended, after each ``step()`` (progress bars)."""
         self._completed = 0
         self._given_store = store
         self._exit = ExitStack()
@@ -103,6 +105,8 @@ class Profile:
             self._recorder.end(self._step_span)
             self._step_span = None
             self._completed += 1
+            if self.on_step is not None:
+                self.on_step(self._completed)
         if self.steps is not None and self._completed >= self.steps:
             self.done = True
             return

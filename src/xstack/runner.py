@@ -2,6 +2,8 @@
 
 The program runs in this process (so module hooks reach it) with its own ``sys.argv``, standard streams and
 exit code. Whatever happens to it, its store is completed: a crash or Ctrl-C marks the run ``cut_short``.
+Given a ``Measured`` pass, the profile records that many iterations (ended by ``xstack.step()``) and then
+stops the program, which is how ``xstack profile`` runs each pass of a leveled measurement.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import runpy
 import sys
 import traceback
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xstack.errors import UsageError
-from xstack.profile import profile
+from xstack.leveled.progress import PassProgress
+from xstack.profile import PassComplete, Profile
 
 
 @dataclass
@@ -30,29 +35,63 @@ class Program:
     def name(self) -> str:
         return self.script.stem if self.script else (self.module or "program").rsplit(".", 1)[-1]
 
+    def argv(self) -> list[str]:
+        """The program as ``python`` takes it: ``script.py ARGS`` or ``-m module ARGS``."""
+        return [str(self.script), *self.args] if self.script is not None else ["-m", self.module or "", *self.args]
 
-def parse_program(argv: Sequence[str]) -> Program:
+
+@dataclass
+class Measured:
+    """One pass of a leveled measurement: ``warmup`` + ``iters`` iterations, then the program is stopped.
+    ``index`` and ``count`` number the pass among the measurement's (for the progress bar)."""
+
+    warmup: int
+    iters: int
+    pass_name: str
+    passes: list[str]
+    index: int = 1
+    count: int = 1
+    progress: bool = True
+    quiet: bool = False
+    """Print nothing of its own (``xstack profile`` speaks for its passes)."""
+
+
+def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
     """``[python] script.py ARGS`` or ``[python] -m module ARGS``; a leading python executable is optional."""
     argv = list(argv)
     if argv and Path(argv[0]).name.startswith("python") and not argv[0].endswith(".py"):
         argv = argv[1:]
     if not argv:
-        raise UsageError("xstack run: no program given (xstack run -- python script.py ARGS)")
+        raise UsageError(f"{command}: no program given ({command} -- python script.py ARGS)")
     if argv[0] == "-m":
         if len(argv) < 2:
-            raise UsageError("xstack run: -m needs a module name")
+            raise UsageError(f"{command}: -m needs a module name")
         return Program(None, argv[1], argv[2:])
     if argv[0].startswith("-"):
-        raise UsageError(f"xstack run: unsupported python option {argv[0]!r} (only -m MODULE)")
+        raise UsageError(f"{command}: unsupported python option {argv[0]!r} (only -m MODULE)")
     script = Path(argv[0])
     if not script.is_file():
-        raise UsageError(f"xstack run: {script}: no such script")
+        raise UsageError(f"{command}: {script}: no such script")
     return Program(script, None, argv[1:])
 
 
-def run_program(program: Program, *, levels: str, out: Path | None) -> int:
+def run_program(program: Program, *, levels: str, out: Path | None, measured: Measured | None = None) -> int:
     """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code."""
     store = out or Path("xstack-out") / f"{program.name}.duckdb"
+    prof = Profile(levels, store, program.name)
+    bar: AbstractContextManager[Any] = nullcontext()
+    if measured is not None:
+        prof = Profile(
+            levels,
+            store,
+            program.name,
+            pass_name=measured.pass_name,
+            config={"measure": {"warmup": measured.warmup, "iterations": measured.iters, "passes": measured.passes}},
+            steps=measured.warmup + measured.iters,
+        )
+        bar = progress = PassProgress([measured.pass_name], measured.warmup, measured.iters, enabled=measured.progress,
+                           first=measured.index, count=measured.count)  # fmt: skip
+        prof.on_step = lambda done: progress.advance(0, done)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     if program.script is not None:
         sys.argv = [str(program.script), *program.args]
@@ -62,14 +101,17 @@ def run_program(program: Program, *, levels: str, out: Path | None) -> int:
         sys.path.insert(0, os.getcwd())
     code = 0
     try:
-        with profile(levels=levels, path=store, name=program.name):
+        with prof, bar:
             code = _execute(program)
     except _ProgramFailed as failed:
         code = failed.code
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         sys.stdout.flush()
-    print(f"xstack: profile written to {store}", file=sys.stderr)
+    if measured is None or not measured.quiet:
+        if prof.done:
+            print(f"xstack: {prof.steps} iterations recorded; the program was stopped there", file=sys.stderr)
+        print(f"xstack: profile written to {store}", file=sys.stderr)
     return code
 
 
@@ -87,6 +129,8 @@ def _execute(program: Program) -> int:
             runpy.run_path(str(program.script), run_name="__main__")
         else:
             runpy.run_module(program.module or "", run_name="__main__", alter_sys=True)
+    except PassComplete:
+        return 0
     except SystemExit as exc:
         code = _exit_code(exc.code)
         if code:

@@ -26,6 +26,8 @@ examples:
   xstack summary prof.duckdb                    top layers, ops, kernels and trace health
   xstack run -- python train.py --epochs 1      profile a program, unmodified (stages and layers)
   xstack run --levels model,layer,op -- python train.py    ... down to each operator
+  xstack profile -- python train.py             leveled: one pass per level, merged (mark iterations
+                                                with xstack.step())
   xstack collectors                             which levels can be recorded live here
   xstack export prof.duckdb --format perfetto -o trace.json   open trace.json in ui.perfetto.dev
 
@@ -89,6 +91,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="levels to record, from model,layer,op,runtime,kernel (default: model,layer; kernel brings runtime "
         "and op, the levels its spans hang from)",
     )
+    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
+    p.add_argument(
+        "--iters",
+        type=int,
+        metavar="N",
+        help="record --warmup + N iterations (each ended by xstack.step()), then stop the program",
+    )
+    p.add_argument("--warmup", type=int, default=0, metavar="W", help="iterations before the N (default 0)")
+    for hidden in ("--pass-name", "--pass-index", "--passes"):  # set by xstack profile for each pass it runs
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
+
+    p = sub.add_parser(
+        "profile",
+        help="leveled measurement of a program: one run per level set, merged by structure",
+        description="Run a Python program once per pass (model; model,layer; model,layer,op; and "
+        "model,layer,op,kernel where CUDA is present), each in a fresh process recording --warmup + --iters "
+        "iterations (mark the end of each with xstack.step()), then stopped. The passes are merged: each "
+        "span timed by the pass whose deepest level is its own, matched across passes by structure. "
+        "`xstack summary STORE` shows the merged profile and what each level adds to the step latency.",
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--pass",
+        dest="passes",
+        action="append",
+        metavar="LEVELS",
+        help="a pass's levels, e.g. model,layer; repeat for each pass (default: the four above that can run here)",
+    )
+    p.add_argument("--warmup", type=int, default=5, metavar="W", help="warm-up iterations per pass (default 5)")
+    p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
@@ -170,11 +204,28 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from xstack.profile import parse_levels
-    from xstack.runner import parse_program, run_program
+    from xstack.runner import Measured, parse_program, run_program
 
-    parse_levels(args.levels)  # a bad level is reported before anything runs
+    levels = parse_levels(args.levels)  # a bad level is reported before anything runs
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
-    return run_program(parse_program(argv), levels=args.levels, out=args.output)
+    measured = None
+    if args.iters is not None:
+        if args.iters < 1 or args.warmup < 0:
+            raise UsageError(f"xstack run: need --iters >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+        index, _, count = (args.pass_index or "1/1").partition("/")
+        name = args.pass_name or "+".join(levels)
+        measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
+                            progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
+    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured)
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from xstack.leveled.script import profile_program
+    from xstack.runner import parse_program
+
+    argv = args.program[1:] if args.program[:1] == ["--"] else args.program
+    program = parse_program(argv, "xstack profile")
+    return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output)
 
 
 def _cmd_collectors(args: argparse.Namespace) -> int:
@@ -212,6 +263,7 @@ _COMMANDS = {
     "summary": _cmd_summary,
     "export": _cmd_export,
     "run": _cmd_run,
+    "profile": _cmd_profile,
     "collectors": _cmd_collectors,
     "demo": _cmd_demo,
 }

@@ -13,7 +13,6 @@ passes after it do not run, and nothing is merged.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from xstack.errors import UsageError
 from xstack.leveled.merge import merge_passes
+from xstack.leveled.progress import PassProgress
 from xstack.profile import Profile, parse_levels
 from xstack.trace.store import Store
 
@@ -72,10 +72,9 @@ def measure(
         store = created.__enter__()
         # completed whatever happens in the passes: a pass that raised is kept, marked cut_short
         stack.callback(created.__exit__, None, None, None)
-        bar = _Progress(level_sets, warmup + iters, enabled=progress)
-        stack.enter_context(bar)
         names = [pass_name(s) for s in level_sets]
-        for levels in level_sets:
+        bar = stack.enter_context(PassProgress(names, warmup, iters, enabled=progress))
+        for index, levels in enumerate(level_sets):
             config = {"measure": {"warmup": warmup, "iterations": iters, "passes": names}}
             with Profile(
                 levels, out, name, store=store, pass_name=pass_name(levels), config=config, steps=warmup + iters
@@ -83,45 +82,6 @@ def measure(
                 for i in range(warmup + iters):
                     step()
                     prof.step()
-                    bar.advance(levels, i < warmup)
+                    bar.advance(index, i + 1)
         merge_passes(store)
     return out
-
-
-class _Progress:
-    """A progress bar on stderr: the pass, its iteration, and the time left over all passes."""
-
-    def __init__(self, level_sets: list[tuple[str, ...]], per_pass: int, *, enabled: bool) -> None:
-        self._enabled = enabled and sys.stderr.isatty()
-        self._per_pass = per_pass
-        self._count = len(level_sets)
-        self._index: dict[tuple[str, ...], int] = {levels: i for i, levels in enumerate(level_sets)}
-        self._progress: Any = None
-
-    def __enter__(self) -> _Progress:
-        if self._enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("measuring", total=self._count * self._per_pass)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(None, None, None)
-
-    def advance(self, levels: tuple[str, ...], warming_up: bool) -> None:
-        if self._progress is None:
-            return
-        phase = "warm-up" if warming_up else "measured"
-        description = f"pass {self._index[levels] + 1}/{self._count} {pass_name(levels)} ({phase})"
-        self._progress.update(self._task, advance=1, description=description)

@@ -1,0 +1,95 @@
+"""``xstack profile``: a leveled measurement of a program whose iterations are marked with ``xstack.step()``.
+
+The program runs once per pass, each time in a fresh process (``xstack run`` with the pass's levels), so no
+pass inherits another's warm caches, hooks or profiler state; each run records ``warmup`` + ``iters``
+iterations and is then stopped. The passes' stores are gathered into one store and merged. A pass whose
+program fails ends the measurement: the passes so far are kept (the failed one marked ``cut_short``), the
+complete ones merged, and the program's exit code is returned.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from xstack.errors import UsageError, XstackError
+from xstack.leveled.merge import merge_passes
+from xstack.leveled.passes import default_passes, pass_name
+from xstack.profile import parse_levels
+from xstack.runner import Program
+from xstack.trace.store import Store
+
+
+def profile_program(
+    program: Program,
+    *,
+    passes: Sequence[str] | None = None,
+    warmup: int = 5,
+    iters: int = 20,
+    out: Path | None = None,
+    progress: bool = True,
+) -> int:
+    """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
+    into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran)."""
+    if warmup < 0 or iters < 1:
+        raise UsageError(f"xstack profile: need --warmup >= 0 and --iters >= 1 (got {warmup} and {iters})")
+    level_sets = default_passes() if not passes else [parse_levels(p) for p in passes]
+    names = [pass_name(levels) for levels in level_sets]
+    store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
+    work = store_path.with_name(f".{store_path.name}.passes")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    code = 0
+    stores: list[Path] = []
+    try:
+        for index, levels in enumerate(level_sets):
+            print(f"xstack: pass {index + 1}/{len(level_sets)}: {names[index]}", file=sys.stderr, flush=True)
+            stores.append(work / f"pass{index + 1}.duckdb")
+            command = [
+                *(sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(stores[-1])),
+                *("--warmup", str(warmup), "--iters", str(iters), "--pass-name", names[index]),
+                *("--pass-index", f"{index + 1}/{len(level_sets)}", "--passes", ";".join(names)),
+                *([] if progress else ["--no-progress"]),
+                "--",
+                *program.argv(),
+            ]
+            code = _run(command)
+            if code:
+                print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
+                break
+        merged = _gather(store_path, [s for s in stores if s.exists()])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"xstack: profile written to {store_path}", file=sys.stderr)
+    return code or (0 if merged else 1)
+
+
+def _run(command: list[str]) -> int:
+    child = subprocess.Popen(command)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:  # the child got the same Ctrl-C: let it complete its store
+        return child.wait() or 130
+
+
+def _gather(store_path: Path, stores: list[Path]) -> bool:
+    """Copy the passes' runs into one store and merge them; whether they were merged."""
+    if not stores:
+        raise XstackError(f"{store_path}: no pass left a profile (the program failed before xstack could start)")
+    with Store.create(store_path, overwrite=True) as store:
+        for path in stores:
+            with Store.open(path):  # checks that the pass's store is complete
+                pass
+            store.append_runs_from(path)
+        complete = store.query("SELECT count(*) FROM runs WHERE config->>'$.status' = 'complete'")[0][0]
+        if not complete:
+            return False
+        try:
+            merge_passes(store)
+        except UsageError as exc:  # keep the passes: they are what there is to look at
+            print(f"xstack: error: passes not merged: {exc}", file=sys.stderr)
+            return False
+    return True

@@ -1,0 +1,118 @@
+"""``xstack profile`` on real programs: one fresh process per pass, stopped after its iterations, merged."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from xstack.trace.store import Store
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+
+PROGRAM = """
+import sys, torch, xstack
+from pathlib import Path
+from torch import nn
+runs = Path(sys.argv[2])  # one line per time the program starts: tells the passes apart
+runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
+if sys.argv[1] == "crash" and runs.read_text().count("run") == 2:
+    raise RuntimeError("exploded in the second pass")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+for i in range(1000):
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    print("iteration", i)
+    if sys.argv[1] != "unmarked":
+        xstack.step()
+sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
+"""
+
+
+def _profile(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    script = tmp / "train.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    return subprocess.run(
+        [sys.executable, "-m", "xstack", "profile", "-o", str(tmp / "p.duckdb"), *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+        timeout=600,
+    )
+
+
+def _runs(store: Path) -> list[tuple[str, dict[str, object]]]:
+    with Store.open(store) as s:
+        return [(r[0], orjson.loads(r[1])) for r in s.query("SELECT pass, config FROM runs ORDER BY run_id")]
+
+
+def test_each_pass_runs_the_program_afresh_for_its_iterations_and_the_passes_are_merged(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--warmup", "2", "--iters", "3", "--", "python", "train.py", "0", "starts.txt")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "starts.txt").read_text().count("run") == 3  # one process per pass
+    assert done.stdout.count("iteration 4\n") == 3 and "iteration 5\n" not in done.stdout  # stopped after 2 + 3
+    for n, name in enumerate(["model", "model+layer", "model+layer+op"], 1):
+        assert f"xstack: pass {n}/3: {name}" in done.stderr
+    runs = _runs(tmp_path / "p.duckdb")
+    assert [r[0] for r in runs] == ["model", "model+layer", "model+layer+op", "merged"]
+    for _, config in runs[:3]:
+        assert config["measure"] == {"warmup": 2, "iterations": 3, "passes": ["model", "model+layer", "model+layer+op"]}
+        assert config["status"] == "complete" and config["steps_completed"] == 5
+    assert [o["pass"] for o in runs[3][1]["overhead"]] == ["model", "model+layer", "model+layer+op"]  # type: ignore[union-attr]
+    summary = subprocess.run(
+        [sys.executable, "-m", "xstack", "summary", str(tmp_path / "p.duckdb")], capture_output=True, text=True
+    )
+    assert summary.returncode == 0 and "Per-level overhead" in summary.stdout and "merged" in summary.stdout
+    assert not list(tmp_path.glob(".p.duckdb.passes*"))  # the passes' own stores are gone
+
+
+def test_a_pass_that_crashes_ends_the_measurement_keeps_what_ran_and_passes_the_exit_code_on(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--warmup", "1", "--iters", "2", "--", "python", "train.py", "crash", "starts.txt")
+    assert done.returncode == 1
+    assert "RuntimeError: exploded in the second pass" in done.stderr
+    assert "in pass model+layer: stopping" in done.stderr
+    runs = _runs(tmp_path / "p.duckdb")
+    assert [(r[0], r[1]["status"]) for r in runs] == [
+        ("model", "complete"), ("model+layer", "cut_short"), ("merged", "complete")
+    ]  # fmt: skip
+    with Store.open(tmp_path / "p.duckdb") as s:
+        health = s.query('SELECT "check", detail FROM health WHERE run_id = 3')
+    assert ("pass_cut_short", "pass model+layer (run 2) did not complete: not merged") in health
+
+
+def test_a_program_that_exits_early_with_a_code_passes_it_on(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--warmup", "0", "--iters", "2000", "--pass", "model", "--", "python", "train.py",
+                    "3", "starts.txt")  # fmt: skip
+    assert done.returncode == 3
+    assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model"]  # cut short: nothing to merge
+
+
+def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--", "python", "train.py", "unmarked", "s.txt")
+    assert done.returncode == 1
+    assert "passes not merged" in done.stderr and "xstack.step()" in done.stderr
+    assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--iters", "0", "--", "python", "train.py"], "--iters >= 1"),
+        (["--pass", "model,warp", "--", "python", "train.py"], "unknown level 'warp'"),
+        (["--", "python", "missing.py"], "xstack profile: missing.py: no such script"),
+        ([], "xstack profile: no program given"),
+    ],
+)
+def test_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
+    done = _profile(tmp_path, *argv)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "p.duckdb").exists()
