@@ -136,20 +136,28 @@ def test_merged_spans_nest_in_one_iteration_where_their_timings_allow(tmp_path: 
                 "SELECT level, count(*) // 7 FROM spans WHERE run_id = 3 AND level IN ('layer', 'op') GROUP BY 1"
             )
         )
-        placement = store.query(
-            """SELECT count(*) FILTER (WHERE c.dur_ns <= p.dur_ns AND (c.start_ns < p.start_ns
-                                       OR c.start_ns + c.dur_ns > p.start_ns + p.dur_ns)),
-                      count(*) FILTER (WHERE c.dur_ns > p.dur_ns)
-               FROM spans c JOIN spans p ON p.run_id = c.run_id AND p.span_id = c.parent_id WHERE c.run_id = ?""",
+        lanes = """WITH kids AS (
+                       SELECT c.*, p.start_ns AS p_start, p.dur_ns AS p_dur,
+                           sum(c.dur_ns) OVER (PARTITION BY c.parent_id, c.tid) AS together,
+                           lag(c.start_ns + c.dur_ns) OVER (PARTITION BY c.parent_id, c.tid ORDER BY c.start_ns)
+                               AS previous_end
+                       FROM spans c JOIN spans p ON p.run_id = c.run_id AND p.span_id = c.parent_id
+                       WHERE c.run_id = ?)"""
+        overlapping = store.query(lanes + " SELECT count(*) FROM kids WHERE start_ns < previous_end", [merged])
+        outside = store.query(
+            lanes + " SELECT count(*) FROM kids WHERE together <= p_dur"
+            " AND (start_ns < p_start OR start_ns + dur_ns > p_start + p_dur)",
             [merged],
-        )[0]
+        )
+        overflowing = store.query(
+            lanes + " SELECT count(DISTINCT parent_id) FROM kids WHERE together > p_dur", [merged]
+        )
         health = dict(store.query('SELECT "check", count FROM health WHERE run_id = ?', [merged]))
     assert counts["layer"] == per_step["layer"] == 7 and counts["op"] == per_step["op"]
     assert counts["model"] == 2  # the step and the forward
-    misplaced, longer = placement
-    assert misplaced == 0
+    assert overlapping[0][0] == 0 and outside[0][0] == 0
     # the root layer carries its sub-layers' hooks, which the model pass's forward span does not
-    assert longer >= 1 and health == {"longer_than_parent": longer}
+    assert overflowing[0][0] >= 1 and health == {"children_longer_than_parent": overflowing[0][0]}
 
 
 def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_iteration_left_out(

@@ -5,6 +5,10 @@ start there, scaled by how much shorter the parent is in the merged profile than
 pass slowed the parent down). Host spans then follow their earlier siblings on the same thread without
 overlapping them and, when they fit, end inside their parent. Device spans (kernels, copies) keep their
 unscaled offset from their launch: they run asynchronously, not inside it.
+
+Medians do not add up (the median of a sum is not the sum of medians), and a level's pass also records that
+level's nested calls, so the children of a span can last longer together than it: those follow each other
+from its start and end past it (``merge`` counts them in health).
 """
 
 from __future__ import annotations
@@ -66,15 +70,33 @@ def on_device(level: str) -> bool:
 
 
 def _place(parent: Node, kids: list[Node]) -> None:
-    end = parent.start_ns + parent.dur_ns
-    free_from: dict[int | None, int] = {}  # per thread: where the previous host sibling ended
+    lanes: dict[int | None, list[Node]] = defaultdict(list)  # host kids per thread, in offset order
     for kid in kids:
         if on_device(kid.level):
             kid.start_ns = parent.start_ns + round(kid.offset_ns)
             continue
         scale = parent.dur_ns / kid.parent_dur_ns if kid.parent_dur_ns > 0 else 1.0
-        start = max(parent.start_ns + round(kid.offset_ns * scale), free_from.get(kid.tid, parent.start_ns))
-        if start + kid.dur_ns > end and kid.dur_ns <= parent.dur_ns:
-            start = max(end - kid.dur_ns, parent.start_ns)
-        kid.start_ns = start
-        free_from[kid.tid] = start + kid.dur_ns
+        kid.start_ns = parent.start_ns + round(kid.offset_ns * scale)
+        lanes[kid.tid].append(kid)
+    for lane in lanes.values():
+        _fit(lane, parent.start_ns, parent.start_ns + parent.dur_ns)
+
+
+def _fit(lane: list[Node], start_ns: int, end_ns: int) -> None:
+    """Spans of one thread one after the other, from their wanted starts, inside [start_ns, end_ns] when
+    their durations fit in it: late ones move earlier, taking the gaps before them. When they do not fit
+    (they were timed in a deeper pass than their parent), they follow each other with no gap from start_ns
+    and end past end_ns."""
+    if sum(n.dur_ns for n in lane) > end_ns - start_ns:
+        at = start_ns
+        for node in lane:
+            node.start_ns, at = at, at + node.dur_ns
+        return
+    free = start_ns
+    for node in lane:
+        node.start_ns = max(node.start_ns, free)
+        free = node.start_ns + node.dur_ns
+    limit = end_ns
+    for node in reversed(lane):
+        node.start_ns = min(node.start_ns, limit - node.dur_ns)
+        limit = node.start_ns

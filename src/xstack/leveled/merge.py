@@ -14,6 +14,7 @@ levels added to it over the pass before (in ns and %); ``config.merge`` counts t
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timezone
@@ -80,7 +81,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
-        health.append(_longer_than_parent(nodes))
+        health.append(_children_longer_than_parent(nodes))
     finally:
         _match.drop(con)
         con.execute("DROP TABLE IF EXISTS _lm_stats")
@@ -174,23 +175,28 @@ def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]
     con.execute("DROP TABLE _lm_pass_names")
 
 
-def _longer_than_parent(nodes: list[_layout.Node]) -> tuple[str, int, str]:
+def _children_longer_than_parent(nodes: list[_layout.Node]) -> tuple[str, int, str]:
     by_key = {n.key: n for n in nodes}
-    longer = [
-        (n.dur_ns - by_key[n.parent_key].dur_ns, n)
-        for n in nodes
-        if n.parent_key is not None and not _layout.on_device(n.level) and n.dur_ns > by_key[n.parent_key].dur_ns
-    ]
-    if not longer:
-        return ("longer_than_parent", 0, "")
-    excess, worst = max(longer, key=lambda item: item[0])
+    together: dict[tuple[int, int | None], int] = defaultdict(int)  # (parent, thread) -> children's time
+    for n in nodes:
+        if n.parent_key is not None and not _layout.on_device(n.level):
+            together[(n.parent_key, n.tid)] += n.dur_ns
+    over: dict[int, int] = {}
+    for (parent_key, _), total in together.items():
+        parent = by_key[parent_key]
+        if total > parent.dur_ns:
+            over[parent_key] = max(over.get(parent_key, 0), total - parent.dur_ns)
+    if not over:
+        return ("children_longer_than_parent", 0, "")
+    worst = max(over, key=lambda k: over[k])
     return (
-        "longer_than_parent",
-        len(longer),
-        "merged spans that last longer than their parent: a level's own pass also records that level's nested "
-        "calls (the hooks of sub-layers, the events of nested ops), and its spans carry that cost, which the "
-        f"pass timing the parent does not have; the largest excess is {excess / 1e3:.1f} us ({worst.level} "
-        f"{worst.name!r})",
+        "children_longer_than_parent",
+        len(over),
+        "merged spans whose children, timed in a deeper pass, last longer together than they do (the "
+        "children run on past them on the timeline): a level's pass also records that level's nested calls "
+        "(the hooks of sub-layers, the events of nested ops), which the pass timing the parent does not, and "
+        f"medians do not add up; the largest excess is {over[worst] / 1e3:.1f} us, under "
+        f"{by_key[worst].level} {by_key[worst].name!r}",
     )
 
 
