@@ -45,7 +45,9 @@ class Profile:
         """``store``: write into this open store as its next run instead of creating ``path`` (the passes of
         ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row. ``steps``:
         record that many iterations; the ``prof.step()`` that ends the last one opens no other and sets
-        ``done`` (``xstack.step()`` then stops the program: see ``PassComplete``)."""
+        ``done`` (``xstack.step()`` then stops the program: see ``PassComplete``). With ``steps``, each
+        ``prof.step()`` first waits for the GPU (``torch.cuda.synchronize()``, where CUDA is in use), so that
+        an iteration's span includes its device work, as a latency measurement needs."""
         self.levels = parse_levels(levels)
         self.name = name or "profile"
         self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
@@ -102,6 +104,8 @@ class Profile:
         if self._recorder is None:
             raise UsageError("prof.step() called outside the profiled region")
         if self._step_span is not None:
+            if self.steps is not None:  # a measured pass: an iteration ends when its GPU work has
+                _synchronize_cuda()
             self._recorder.end(self._step_span)
             self._step_span = None
             self._completed += 1
@@ -241,6 +245,12 @@ def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:
     while implied := {i for n in wanted for i in collect.IMPLIED.get(n, ())} - wanted:
         wanted |= implied
     return tuple(lv for lv in LEVELS if lv in wanted)
+
+
+def _synchronize_cuda() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _devices(store: Store, run_id: int) -> str:
