@@ -7,39 +7,40 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
-def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
-    out = tmp_path / "overhead.json"
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+
+
+def _quick(script: str, out: Path) -> list[dict[str, Any]]:
+    """The summary of a ``--quick`` run of ``script`` on the tiny model."""
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "overhead.py"), "--quick", "--models", "tiny", "--json", str(out)],
+        [sys.executable, str(BENCH / script), "--quick", "--models", "tiny", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(out.read_text())["summary"]
+    summary: list[dict[str, Any]] = json.loads(out.read_text())["summary"]
+    return summary
+
+
+@needs_torch
+def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
+    summary = _quick("overhead.py", tmp_path / "overhead.json")
     configs = {row["config"] for row in summary}
     assert {"none", "model", "model+layer", "model+layer+op", "torch.profiler"} <= configs
     assert all(row["median_ms"] > 0 for row in summary)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+@needs_torch
 def test_leveled_accuracy_benchmark_smoke_run(tmp_path: Path) -> None:
-    out = tmp_path / "leveled.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "leveled_accuracy.py"), "--quick", "--models", "tiny", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    (row,) = json.loads(out.read_text())["summary"]
+    (row,) = _quick("leveled_accuracy.py", tmp_path / "leveled.json")
     assert row["model"] == "tiny" and row["top_layers"] == 200
     assert list(row["passes_ms"])[:3] == ["model", "model+layer", "model+layer+op"]
     assert all(v > 0 for v in (row["unprofiled_ms"], row["merged_ms"], row["torch_profiler_ms"], row["layer_sum_ms"]))

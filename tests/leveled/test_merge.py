@@ -43,6 +43,18 @@ def _merged_run(store: Any) -> int:
     return int(store.query("SELECT run_id FROM runs WHERE pass = 'merged'")[0][0])
 
 
+def _mismatches(model: Any, x: Any, tmp_path: Path) -> tuple[Any, int, list[tuple[str, int, str]]]:
+    """Measure ``model(x)`` at PASSES (2 + 4 iterations); the open store, its merged run and its mismatches."""
+    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    store = xstack.open_store(path)
+    merged = _merged_run(store)
+    health = store.query(
+        'SELECT "check", count, detail FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
+    )
+    return store, merged, health
+
+
 def _layer_durations(store: Any, run_id: int, path: str, warmup: int) -> list[int]:
     return [
         int(r[0])
@@ -173,15 +185,8 @@ def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_itera
             y = torch.sigmoid(x) if calls == 12 + 5 else torch.relu(x)
             return y + 1
 
-    model = nn.Sequential(nn.Linear(4, 4), Branchy())
-    x = torch.randn(2, 4)
-    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb",
-                          progress=False)  # fmt: skip
-    with xstack.open_store(path) as store:
-        merged = _merged_run(store)
-        health = store.query(
-            'SELECT "check", count, detail FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
-        )
+    store, merged, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Branchy()), torch.randn(2, 4), tmp_path)
+    with store:
         ops = store.query(
             """SELECT c.name, (c.attrs->>'$."stats.n"')::INT FROM spans c JOIN spans p
                    ON p.run_id = c.run_id AND p.span_id = c.parent_id
@@ -211,15 +216,8 @@ def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_
                 x = self.extra(x)
             return self.tail(x)
 
-    model = nn.Sequential(nn.Linear(4, 4), Gate())
-    x = torch.randn(2, 4)
-    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb",
-                          progress=False)  # fmt: skip
-    with xstack.open_store(path) as store:
-        merged = _merged_run(store)
-        health = store.query(
-            'SELECT "check", count, detail FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
-        )
+    store, merged, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Gate()), torch.randn(2, 4), tmp_path)
+    with store:
         layers = [r[0] for r in store.query(
             "SELECT name FROM spans WHERE run_id = ? AND level = 'layer' ORDER BY start_ns", [merged]
         )]  # fmt: skip
