@@ -104,7 +104,7 @@ class Profile:
         if self._recorder is None:
             raise UsageError("prof.step() called outside the profiled region")
         if self._step_span is not None:
-            if self.steps is not None:  # a measured pass: an iteration ends when its GPU work has
+            if self.steps is not None:  # a measured pass: an iteration ends when its GPU work does
                 _synchronize_cuda()
             self._recorder.end(self._step_span)
             self._step_span = None

@@ -78,19 +78,15 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
 def run_program(program: Program, *, levels: str, out: Path | None, measured: Measured | None = None) -> int:
     """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code."""
     store = out or Path("xstack-out") / f"{program.name}.duckdb"
-    prof = Profile(levels, store, program.name)
     bar: AbstractContextManager[Any] = nullcontext()
-    if measured is not None:
-        prof = Profile(
-            levels,
-            store,
-            program.name,
-            pass_name=measured.pass_name,
-            config={"measure": {"warmup": measured.warmup, "iterations": measured.iters, "passes": measured.passes}},
-            steps=measured.warmup + measured.iters,
-        )
+    if measured is None:
+        prof = Profile(levels, store, program.name)
+    else:
+        config = {"measure": {"warmup": measured.warmup, "iterations": measured.iters, "passes": measured.passes}}
+        steps = measured.warmup + measured.iters
+        prof = Profile(levels, store, program.name, pass_name=measured.pass_name, config=config, steps=steps)
         bar = progress = PassProgress([measured.pass_name], measured.warmup, measured.iters, enabled=measured.progress,
-                           first=measured.index, count=measured.count)  # fmt: skip
+                                      first=measured.index, count=measured.count)  # fmt: skip
         prof.on_step = lambda done: progress.advance(0, done)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     if program.script is not None:

@@ -38,9 +38,12 @@ sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
 """
 
 
+def _write(tmp: Path) -> None:
+    (tmp / "train.py").write_text(textwrap.dedent(PROGRAM))
+
+
 def _profile(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    script = tmp / "train.py"
-    script.write_text(textwrap.dedent(PROGRAM))
+    _write(tmp)
     return subprocess.run(
         [sys.executable, "-m", "xstack", "profile", "-o", str(tmp / "p.duckdb"), *argv],
         capture_output=True,
@@ -116,3 +119,23 @@ def test_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
     done = _profile(tmp_path, *argv)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "p.duckdb").exists()
+
+
+def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: Path) -> None:
+    _write(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--warmup", "1", "--iters", "2", "-o", "r.duckdb", "--",
+         "python", "train.py", "0", "s.txt"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "iteration 2\n" in done.stdout and "iteration 3\n" not in done.stdout
+    assert "xstack: 3 iterations recorded; the program was stopped there" in done.stderr
+    ((name, config),) = _runs(tmp_path / "r.duckdb")
+    assert name == "model+layer" and config["steps_completed"] == 3 and config["status"] == "complete"
+    assert config["measure"] == {"warmup": 1, "iterations": 2, "passes": ["model+layer"]}
+    refused = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--warmup", "2", "--", "python", "train.py", "0", "s.txt"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--warmup needs --iters" in refused.stderr

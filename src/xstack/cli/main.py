@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="record --warmup + N iterations (each ended by xstack.step()), then stop the program",
     )
-    p.add_argument("--warmup", type=int, default=0, metavar="W", help="iterations before the N (default 0)")
+    p.add_argument("--warmup", type=int, metavar="W", help="with --iters: iterations before the N (default 0)")
     for hidden in ("--pass-name", "--pass-index", "--passes"):  # set by xstack profile for each pass it runs
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
@@ -209,7 +209,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     levels = parse_levels(args.levels)  # a bad level is reported before anything runs
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     measured = None
+    if args.warmup is not None and args.iters is None:
+        raise UsageError("xstack run: --warmup needs --iters (the iterations to record after the warm-up)")
     if args.iters is not None:
+        args.warmup = args.warmup or 0
         if args.iters < 1 or args.warmup < 0:
             raise UsageError(f"xstack run: need --iters >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
         index, _, count = (args.pass_index or "1/1").partition("/")
