@@ -62,6 +62,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
     """
     passes, health = _read_passes(store, run_ids)
     con = store.con
+    con.execute("BEGIN TRANSACTION")  # all of the merged run or, on any error, nothing of it
     try:
         _match.match(con, [(p.run_id, p.first_iter, p.end_iter) for p in passes])
         _stats.compute(con)
@@ -82,12 +83,15 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         health += _divergences(con, passes)
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
-    finally:
         _match.drop(con)
-        con.execute("DROP TABLE IF EXISTS _lm_stats")
-    overhead = _overhead(passes, steps)
-    store.add_run(_run_info(run_id, passes, overhead, len(nodes)))
-    store.add_health(run_id, health)
+        con.execute("DROP TABLE _lm_stats")
+        overhead = _overhead(passes, steps)
+        store.add_run(_run_info(run_id, passes, overhead, len(nodes)))
+        store.add_health(run_id, health)
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
     return MergeResult(run_id, passes, len(nodes), [h for h in health if h[1]], overhead)
 
 
