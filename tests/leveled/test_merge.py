@@ -69,8 +69,8 @@ def _layer_durations(store: Any, run_id: int, path: str, warmup: int) -> list[in
 
 
 def test_injected_layer_costs_are_recovered_by_the_merge_and_not_by_the_deep_pass(tmp_path: Path) -> None:
-    costs = {"0": 0.002, "1": 0.004, "2": 0.001}
-    model = nn.Sequential(*(Busy(c, 200) for c in costs.values()))
+    costs = {"0": 0.001, "1": 0.002, "2": 0.0005}
+    model = nn.Sequential(*(Busy(c, 400) for c in costs.values()))
     x = torch.zeros(1)
     path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=7, path=tmp_path / "m.duckdb",
                           progress=False)  # fmt: skip
@@ -95,11 +95,12 @@ def test_injected_layer_costs_are_recovered_by_the_merge_and_not_by_the_deep_pas
         a = orjson.loads(attrs)
         assert a["merge.pass"] == "model+layer" and a["stats.n"] == 7
         assert dur >= costs[name] * 1e9  # the busy loop alone
-        assert abs(dur - unprofiled[name]) < 0.06 * unprofiled[name], (name, dur, unprofiled[name])
-        # the op pass's layer carries the op level's cost of 200 ops: not what the merge reports
-        assert deep[name] - unprofiled[name] > 0.1 * unprofiled[name], (name, deep[name], unprofiled[name])
+        tolerance = 0.08 * unprofiled[name]
+        assert abs(dur - unprofiled[name]) < tolerance, (name, dur, unprofiled[name])
+        # the op pass's layer carries the op level's cost of 400 ops: far from what the merge reports
+        assert deep[name] - unprofiled[name] > 2 * tolerance, (name, deep[name], unprofiled[name])
     assert [o["pass"] for o in overhead] == ["model", "model+layer", "model+layer+op"]
-    assert overhead[0]["added_ns"] is None and overhead[2]["added_ns"] > 3 * 200 * 500  # >= 0.5 us per op
+    assert overhead[0]["added_ns"] is None and overhead[2]["added_ns"] > 3 * 400 * 500  # >= 0.5 us per op
 
 
 def test_statistics_are_those_of_the_measured_iterations_of_the_own_pass(tmp_path: Path) -> None:
