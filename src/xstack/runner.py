@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from xstack.errors import UsageError
+from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
 from xstack.profile import PassComplete, Profile
 
@@ -82,7 +83,7 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
     if measured is None:
         prof = Profile(levels, store, program.name)
     else:
-        config = {"measure": {"warmup": measured.warmup, "iterations": measured.iters, "passes": measured.passes}}
+        config = pass_config(measured.warmup, measured.iters, measured.passes)
         steps = measured.warmup + measured.iters
         prof = Profile(levels, store, program.name, pass_name=measured.pass_name, config=config, steps=steps)
         bar = progress = PassProgress([measured.pass_name], measured.warmup, measured.iters, enabled=measured.progress,

@@ -111,7 +111,7 @@ def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--iters", "0", "--", "python", "train.py"], "--iters >= 1"),
+        (["--iters", "0", "--", "python", "train.py"], "xstack profile: need warmup >= 0 and iters >= 1"),
         (["--pass", "model,warp", "--", "python", "train.py"], "unknown level 'warp'"),
         (["--", "python", "missing.py"], "xstack profile: missing.py: no such script"),
         ([], "xstack profile: no program given"),

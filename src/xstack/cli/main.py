@@ -212,9 +212,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.warmup is not None and args.iters is None:
         raise UsageError("xstack run: --warmup needs --iters (the iterations to record after the warm-up)")
     if args.iters is not None:
+        from xstack.leveled.passes import check_iterations
+
         args.warmup = args.warmup or 0
-        if args.iters < 1 or args.warmup < 0:
-            raise UsageError(f"xstack run: need --iters >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+        check_iterations(args.warmup, args.iters, "xstack run")
         index, _, count = (args.pass_index or "1/1").partition("/")
         name = args.pass_name or "+".join(levels)
         measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),

@@ -45,6 +45,18 @@ def pass_name(levels: Sequence[str]) -> str:
     return "+".join(levels)
 
 
+def check_iterations(warmup: int, iters: int, who: str) -> None:
+    """A usage error naming ``who`` unless ``warmup >= 0`` and ``iters >= 1``."""
+    if warmup < 0 or iters < 1:
+        raise UsageError(f"{who}: need warmup >= 0 and iters >= 1 (got warmup={warmup}, iters={iters})")
+
+
+def pass_config(warmup: int, iters: int, passes: Sequence[str]) -> dict[str, Any]:
+    """The ``runs.config`` entry of one pass, which the merge reads: its warm-up and measured iteration
+    counts and the names of all the passes of its measurement."""
+    return {"measure": {"warmup": warmup, "iterations": iters, "passes": list(passes)}}
+
+
 def measure(
     step: Callable[[], Any],
     *,
@@ -61,8 +73,7 @@ def measure(
     Each pass is one run of the store, named after its levels (``runs.pass``); the merged profile is the last
     run (``runs.pass = 'merged'``), which ``xstack summary`` and the analyses read by default.
     """
-    if warmup < 0 or iters < 1:
-        raise UsageError(f"measure: need warmup >= 0 and iters >= 1 (got warmup={warmup}, iters={iters})")
+    check_iterations(warmup, iters, "measure")
     level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
     if not level_sets:
         raise UsageError("measure: no passes given")
@@ -75,7 +86,7 @@ def measure(
         names = [pass_name(s) for s in level_sets]
         bar = stack.enter_context(PassProgress(names, warmup, iters, enabled=progress))
         for index, levels in enumerate(level_sets):
-            config = {"measure": {"warmup": warmup, "iterations": iters, "passes": names}}
+            config = pass_config(warmup, iters, names)
             with Profile(
                 levels, out, name, store=store, pass_name=pass_name(levels), config=config, steps=warmup + iters
             ) as prof:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import default_passes, pass_name
+from xstack.leveled.passes import check_iterations, default_passes, pass_name
 from xstack.profile import parse_levels
 from xstack.runner import Program
 from xstack.trace.store import Store
@@ -34,8 +34,7 @@ def profile_program(
 ) -> int:
     """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
     into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran)."""
-    if warmup < 0 or iters < 1:
-        raise UsageError(f"xstack profile: need --warmup >= 0 and --iters >= 1 (got {warmup} and {iters})")
+    check_iterations(warmup, iters, "xstack profile")
     level_sets = default_passes() if not passes else [parse_levels(p) for p in passes]
     names = [pass_name(levels) for levels in level_sets]
     store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
