@@ -91,4 +91,7 @@ def _gather(store_path: Path, stores: list[Path]) -> bool:
         except UsageError as exc:  # keep the passes: they are what there is to look at
             print(f"xstack: error: passes not merged: {exc}", file=sys.stderr)
             return False
+        except Exception as exc:  # the merge is one transaction: the passes stay, whole, whatever failed
+            print(f"xstack: error: passes not merged: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return False
     return True
