@@ -35,7 +35,7 @@ class _Session:
         activities = [ProfilerActivity.CPU]
         if recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        self.profiler: Any = profile(activities=activities, record_shapes=True)
+        self.profiler: Any = profile(activities=activities, record_shapes=True, with_flops=True)
         self.profiler.start()
 
     def stop(self) -> None:

@@ -115,6 +115,12 @@ METRICS_FLOPS_FP32: Final = "metrics.flops_fp32"
 """Integer: FP32 FLOPs from hardware counters: fadd + fmul + 2 * ffma."""
 METRICS_FLOPS_FP16: Final = "metrics.flops_fp16"
 """Integer: FP16 FLOPs from hardware counters: hadd + hmul + 2 * hfma."""
+METRICS_DRAM_BYTES_READ: Final = "metrics.dram_bytes_read"
+"""Integer: bytes read from device memory (DRAM) by the kernel, from hardware counters."""
+METRICS_DRAM_BYTES_WRITE: Final = "metrics.dram_bytes_write"
+"""Integer: bytes written to device memory (DRAM) by the kernel, from hardware counters."""
+METRICS_ACHIEVED_OCCUPANCY_PCT: Final = "metrics.achieved_occupancy_pct"
+"""Float: achieved occupancy, active warps as a percentage of the SM's peak sustained warps."""
 METRICS_SOURCE: Final = "metrics.source"
 """String: where the counters came from (``cupti_range_profiler``, ``ncu``)."""
 LAYER_CALL_INDEX: Final = "layer.call_index"
@@ -154,3 +160,12 @@ STATS_STD_NS: Final = "stats.std_ns"
 """Integer: sample standard deviation of the duration, in ns."""
 STATS_NOISY: Final = "stats.noisy"
 """Boolean: the middle 90% of the durations spreads wider than half the median (``p95 - p5 > median / 2``)."""
+
+# -- run config keys (``runs.config``, not span attributes) --------------------------------------------------
+CONFIG_BATCH_SIZE: Final = "batch_size"
+"""Integer, a key of ``runs.config``: the batch size the run was measured at (``xstack sweep`` sets it on every
+pass and merged run of a sweep)."""
+CONFIG_SWEEP: Final = "sweep"
+"""Object, a key of ``runs.config``: the sweep a run belongs to, ``{"batch_sizes": [...],
+"latency_target_ms": float}`` (every batch size asked for, in order, and the user's latency target, in ms,
+when one was given)."""

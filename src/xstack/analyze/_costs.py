@@ -1,0 +1,224 @@
+"""Analytic FLOPs and bytes of framework operators, from their recorded input shapes and dtypes.
+
+Used where hardware counters are absent, and always labelled "analytic". FLOPs follow PyTorch's FLOP counter
+(``torch.utils.flop_counter``): a multiply-add is 2 FLOPs; matrix products 2*M*N*K; convolutions
+2 * batch * prod(weight shape) * prod(output spatial dims); scaled dot-product attention two batched products.
+Element-wise and normalisation ops, which that counter ignores, count FLOPs per output element (1, or 5 for
+softmax and norms) so that memory-bound work is visible. Bytes are the minimum traffic: every tensor input read
+once and the output written once (output shape inferred per op). Ops with no formula get no cost (unknown),
+never zero.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+_CONV = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"}
+_SDPA = {
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+}
+_ELEMENTWISE = {
+    f"aten::{n}{suffix}"
+    for n in (
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "relu",
+        "gelu",
+        "silu",
+        "sigmoid",
+        "tanh",
+        "neg",
+        "exp",
+        "pow",
+        "rsqrt",
+        "sqrt",
+        "clamp",
+        "hardtanh",
+        "leaky_relu",
+        "where",
+        "threshold",
+        "dropout",
+        "masked_fill",
+    )
+    for suffix in ("", "_")
+}
+_FIVE_PER_ELEMENT = {
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::log_softmax",
+    "aten::_log_softmax",
+    "aten::layer_norm",
+    "aten::native_layer_norm",
+    "aten::batch_norm",
+    "aten::native_batch_norm",
+    "aten::_batch_norm_impl_index",
+    "aten::group_norm",
+    "aten::native_group_norm",
+}
+_COPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::cat"}
+_GATHER = {"aten::embedding", "aten::index_select"}
+
+COSTED_OPS: frozenset[str] = frozenset(_MATMUL | _CONV | _SDPA | _ELEMENTWISE | _FIVE_PER_ELEMENT | _COPY | _GATHER)
+"""Op names with a formula. The shallowest such op on a call path is costed; its nested ops are not again."""
+
+_DTYPE_BYTES = {
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "long": 8,
+    "int": 4,
+    "short": 2,
+    "bool": 1,
+    "unsigned char": 1,
+    "signed char": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+}
+_PRECISION = {
+    "double": "fp64",
+    "float": "fp32",
+    "c10::Half": "fp16",
+    "c10::BFloat16": "bf16",
+    "c10::Float8_e4m3fn": "fp8",
+    "c10::Float8_e5m2": "fp8",
+}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Analytic cost of one op call: FLOPs (None when the op has no FLOP formula), bytes read and written,
+    precision of its floating-point inputs (``fp32``, ``bf16``, ...)."""
+
+    flops: int | None
+    read_bytes: int
+    write_bytes: int
+    precision: str | None
+
+
+def op_cost(name: str, shapes: Any, dtypes: Any, concrete: Any = None, flops: Any = None) -> OpCost | None:
+    """The analytic cost of one op from its input ``shapes`` (list of lists), ``dtypes`` (list of strings) and
+    ``concrete`` inputs (strings such as ``"[1, 1]"``); ``flops`` is the profiler's own count when recorded."""
+    if not isinstance(shapes, list):
+        return None
+    dts = dtypes if isinstance(dtypes, list) else []
+    tensors = [(s, _DTYPE_BYTES.get(str(d), 0)) for s, d in zip(shapes, dts, strict=False) if _is_shape(s) and s]
+    if not tensors:
+        return None
+    precision = next((_PRECISION[str(d)] for d in dts if str(d) in _PRECISION), None)
+    # the output takes the first floating-point input's dtype (indices and masks do not decide it)
+    item = next((_DTYPE_BYTES[str(d)] for d in dts if str(d) in _PRECISION), tensors[0][1]) or 4
+    read = sum(_numel(s) * b for s, b in tensors)
+    out = _output_numel(name, shapes, concrete if isinstance(concrete, list) else [])
+    if out is None:
+        return None
+    if name in _GATHER:  # only the indexed rows of the table are read, not all of it
+        read = sum(_numel(s) * b for s, b in tensors[1:]) + out * item
+    counted = _flops(name, shapes, concrete if isinstance(concrete, list) else [], out)
+    if isinstance(flops, (int, float)) and flops > 0:
+        counted = int(flops)
+    return OpCost(counted, read, out * item, precision)
+
+
+def _is_shape(s: Any) -> bool:
+    return isinstance(s, list) and all(isinstance(d, int) for d in s)
+
+
+def _numel(shape: list[int]) -> int:
+    return int(math.prod(shape)) if shape else 1
+
+
+def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | None:
+    dims = [s for s in shapes if _is_shape(s)]
+    if name in _MATMUL:
+        mnk = _matmul_dims(name, shapes)
+        return None if mnk is None else mnk[0] * mnk[1] * mnk[3]
+    if name in _CONV:
+        conv = _conv_dims(shapes, concrete)
+        return None if conv is None else conv[0]
+    if name in _SDPA:
+        q, v = shapes[0], shapes[2] if len(shapes) > 2 else None
+        if not (_is_shape(q) and _is_shape(v) and q and v):
+            return None
+        return _numel(q[:-1]) * int(v[-1])
+    if name in _GATHER:
+        weight, index = (shapes[0], shapes[1]) if name == "aten::embedding" else (shapes[0], shapes[2])
+        if not (_is_shape(weight) and _is_shape(index) and len(weight) >= 2):
+            return None
+        return _numel(index) * _numel(weight[1:])
+    return max((_numel(s) for s in dims if s), default=None)
+
+
+def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int | None:
+    if name in _MATMUL:
+        mnk = _matmul_dims(name, shapes)
+        return None if mnk is None else 2 * mnk[0] * mnk[1] * mnk[2] * mnk[3]
+    if name in _CONV:
+        conv = _conv_dims(shapes, concrete)
+        return None if conv is None else conv[1]
+    if name in _SDPA:
+        q, k, v = shapes[0], shapes[1], shapes[2]
+        if not all(_is_shape(t) and len(t) >= 2 for t in (q, k, v)):
+            return None
+        batch = _numel(q[:-2])
+        return int(2 * batch * q[-2] * k[-2] * (q[-1] + v[-1]))
+    if name in _ELEMENTWISE:
+        return out
+    if name in _FIVE_PER_ELEMENT:
+        return 5 * out
+    return None  # copies and gathers move bytes only
+
+
+def _matmul_dims(name: str, shapes: list[Any]) -> tuple[int, int, int, int] | None:
+    """(batch, M, K, N) of a matrix product from its input shapes."""
+    if name in ("aten::addmm", "aten::baddbmm"):
+        shapes = shapes[1:]
+    if len(shapes) < 2 or not (_is_shape(shapes[0]) and _is_shape(shapes[1])):
+        return None
+    a, b = shapes[0], shapes[1]
+    if len(a) < 2 or len(b) < 1:
+        return None
+    if name == "aten::linear":  # input [..., K], weight [N, K]
+        return 1, _numel(a[:-1]), a[-1], b[0]
+    if len(b) < 2:
+        return None
+    return max(_numel(a[:-2]), _numel(b[:-2])), a[-2], a[-1], b[-1]
+
+
+def _conv_dims(shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
+    """(output elements, FLOPs) of a convolution: input [N, C, *spatial], weight [Cout, Cin/groups, *kernel]."""
+    x: list[int] = shapes[0]
+    w: list[int] = shapes[1] if len(shapes) > 1 else []
+    if not (_is_shape(x) and _is_shape(w)) or len(x) < 3 or len(x) != len(w):
+        return None
+    nd = len(x) - 2
+    stride, padding, dilation = (_int_list(concrete, i, nd, d) for i, d in ((3, 1), (4, 0), (5, 1)))
+    spatial = [
+        (size + 2 * p - dil * (k - 1) - 1) // s + 1
+        for size, k, s, p, dil in zip(x[2:], w[2:], stride, padding, dilation, strict=True)
+    ]
+    if any(d <= 0 for d in spatial):
+        return None
+    out = x[0] * w[0] * _numel(spatial)
+    return out, 2 * x[0] * _numel(w) * _numel(spatial)
+
+
+def _int_list(concrete: list[Any], index: int, n: int, default: int) -> list[int]:
+    text = str(concrete[index]) if index < len(concrete) else ""
+    values = [int(v) for v in re.findall(r"-?\d+", text)]
+    if len(values) == 1:
+        values = values * n
+    return values if len(values) == n else [default] * n

@@ -1,0 +1,138 @@
+"""Facts about one run that several analyses need, computed once per open store and run.
+
+``run_context(store, run_id)`` returns a cached ``RunContext``: the levels the run has, its config, and on
+demand a temporary table ``_ax_owner_<run>`` giving every span its nearest enclosing layer and model span
+(the ancestors kernel and op analyses attribute time to). Temporary tables live in the connection only, so
+analysing a store opened read-only writes nothing to it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from xstack.analyze.result import Result, missing_result
+from xstack.errors import UsageError
+from xstack.trace.store import Store
+
+HINTS = {
+    "model": "mark stages with xstack.span() or iterations with xstack.step(); any live profile records them",
+    "layer": "profile with the layer level (xstack run/profile record it by default), or import a trace taken "
+    "with with_stack=True and with_modules=True",
+    "op": "profile with the op level (--levels model,layer,op), or import a PyTorch profiler trace",
+    "runtime": "profile on a GPU with the kernel level (--levels model,layer,op,kernel)",
+    "kernel": "profile on a GPU with the kernel level (--levels model,layer,op,kernel), or import a trace "
+    "recorded on a GPU",
+    "metrics": "run with the metrics level (Nsight Compute counters per kernel)",
+    "memory": "profile on CUDA (layer memory is recorded there), or import a trace taken with profile_memory=True",
+    "device peaks": "run xstack calibrate, or profile with the metrics level on the device, to know its peaks",
+    "batch sizes": "profile at several batch sizes: xstack sweep --batch-sizes 1,2,4,8 -- python script.py",
+}
+"""How to get each level or input an analysis may need (shown when it is missing)."""
+
+DEVICE_LEVELS = ("kernel", "memcpy", "memset")
+
+_COSTED = (
+    "CASE WHEN {t}.level = 'op' AND (list_contains($costed, {t}.name) "
+    "OR json_exists({t}.attrs, '$.\"op.flops\"')) THEN {t}.span_id END"
+)
+
+
+@dataclass
+class RunContext:
+    """One run's levels and config, and cached helper tables."""
+
+    store: Store
+    run_id: int
+    levels: frozenset[str]
+    config: dict[str, Any]
+    pass_name: str | None
+    _tables: dict[str, str] = field(default_factory=dict)
+
+    def has(self, level: str) -> bool:
+        """True when the run holds spans of ``level`` (``metrics``: kernels with hardware counters)."""
+        if level == "metrics":
+            return self._has_metrics()
+        return level in self.levels
+
+    def require(self, id: str, title: str, *levels: str, notes: str = "") -> Result | None:
+        """None when every level is present; else a result saying what is missing and how to get it."""
+        missing = [lv for lv in levels if not self.has(lv)]
+        return self.lacking(id, title, *missing, notes=notes) if missing else None
+
+    def lacking(self, id: str, title: str, *missing: str, notes: str = "") -> Result:
+        """A result saying that ``missing`` (levels or inputs such as ``memory``) are absent, and how to get them."""
+        hint = " ".join(f"{m}: {HINTS.get(m, 'record it')}." for m in missing)
+        return missing_result(id, title, self.run_id, list(missing), hint, notes)
+
+    def owners(self) -> str:
+        """Name of a temp table ``(span_id, layer_id, model_id, cost_op_id)``: each span's nearest enclosing layer
+        span and model span (the span itself when it is one; NULL when none encloses it), and the shallowest
+        enclosing op with an analytic cost formula (``_costs.COSTED_OPS``) or a profiler FLOP count."""
+        name = f"_ax_owner_{self.run_id}"
+        if name not in self._tables:
+            from xstack.analyze._costs import COSTED_OPS
+
+            self.store.con.execute(
+                f"""CREATE OR REPLACE TEMP TABLE {name} AS
+                WITH RECURSIVE walk(span_id, layer_id, model_id, cost_op_id) AS (
+                    SELECT span_id, CASE WHEN level = 'layer' THEN span_id END,
+                           CASE WHEN level = 'model' THEN span_id END, {_COSTED.format(t="spans")}
+                    FROM spans WHERE run_id = $run AND parent_id IS NULL
+                    UNION ALL
+                    SELECT c.span_id, CASE WHEN c.level = 'layer' THEN c.span_id ELSE w.layer_id END,
+                           CASE WHEN c.level = 'model' THEN c.span_id ELSE w.model_id END,
+                           coalesce(w.cost_op_id, {_COSTED.format(t="c")})
+                    FROM spans c JOIN walk w ON c.parent_id = w.span_id WHERE c.run_id = $run
+                )
+                SELECT * FROM walk""",
+                {"run": self.run_id, "costed": sorted(COSTED_OPS)},
+            )
+            self._tables[name] = name
+        return name
+
+    def _has_metrics(self) -> bool:
+        if "metrics" in self.levels:
+            return True
+        if "kernel" not in self.levels:
+            return False
+        if "has_metrics" not in self._tables:
+            row = self.store.query(
+                "SELECT count(*) FROM spans WHERE run_id = ? AND level = 'kernel' AND "
+                "(json_exists(attrs, '$.\"metrics.dram_bytes_read\"') OR "
+                "json_exists(attrs, '$.\"metrics.flops_fp32\"'))",
+                [self.run_id],
+            )
+            self._tables["has_metrics"] = "yes" if row[0][0] else "no"
+        return self._tables["has_metrics"] == "yes"
+
+
+_CACHE: weakref.WeakKeyDictionary[Store, dict[int, RunContext]] = weakref.WeakKeyDictionary()
+
+
+def run_context(store: Store, run_id: int | None = None) -> RunContext:
+    """The (cached) context of a run; ``run_id`` None picks the last merged run, else the last run."""
+    rid = pick_run(store, run_id)
+    per_store = _CACHE.setdefault(store, {})
+    if rid not in per_store:
+        levels = frozenset(str(r[0]) for r in store.query("SELECT DISTINCT level FROM spans WHERE run_id = ?", [rid]))
+        row = store.query("SELECT config, pass FROM runs WHERE run_id = ?", [rid])[0]
+        config = orjson.loads(row[0]) if row[0] else {}
+        per_store[rid] = RunContext(store, rid, levels, config if isinstance(config, dict) else {}, row[1])
+    return per_store[rid]
+
+
+def pick_run(store: Store, run_id: int | None) -> int:
+    """``run_id`` checked against the store, or the default run: the last merged run, else the last run."""
+    ids = store.run_ids()
+    if not ids:
+        raise UsageError(f"{store.path}: the store holds no runs")
+    if run_id is None:
+        merged = store.query("SELECT max(run_id) FROM runs WHERE pass = 'merged'")[0][0]
+        return int(merged) if merged is not None else ids[-1]
+    if run_id not in ids:
+        raise UsageError(f"{store.path}: no run {run_id} (runs: {', '.join(map(str, ids))})")
+    return run_id

@@ -1,0 +1,119 @@
+"""Trace health and the model-level stage breakdown: what a trace missed, and where the wall time went.
+
+Health rows come from the store's ``health`` view (written by importers, collectors and the leveled merge:
+orphans, dropped events, unpaired flows, pass mismatches, caps hit) plus counts computed here from the spans
+themselves, so that a store written by any producer is checked the same way.
+"""
+
+from __future__ import annotations
+
+from xstack.analyze.context import run_context
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+_COMPUTED = {
+    "unattributed_kernels": (
+        "level IN ('kernel', 'memcpy', 'memset') AND parent_id IS NULL",
+        "device activity with no launching runtime call: its time cannot be charged to an op or a layer",
+    ),
+    "ops_outside_layers": (
+        "level = 'op' AND parent_id IS NOT NULL AND span_id NOT IN (SELECT span_id FROM {owners} "
+        "WHERE layer_id IS NOT NULL) AND {has_layers}",
+        "operators that ran outside every nn.Module call (framework glue, optimizer, user code between layers)",
+    ),
+}
+
+
+def trace_health(store: Store, run_id: int) -> Result:
+    """Trace health: one row per check that found something (count, what it means), and the unattributed share
+    of device time (%).
+
+    Notes: ``count`` is the number of spans or events concerned. A run with no findings has no rows and the
+    fact ``clean`` set."""
+    ctx = run_context(store, run_id)
+    rows = [
+        (str(c), int(n), str(d or ""))
+        for c, n, d in store.query(
+            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC', [ctx.run_id]
+        )
+    ]
+    seen = {r[0] for r in rows}
+    has_layers = "TRUE" if "layer" in ctx.levels else "FALSE"
+    for check, (where, meaning) in _COMPUTED.items():
+        if check in seen or (check == "ops_outside_layers" and has_layers == "FALSE"):
+            continue
+        sql = where.format(owners=ctx.owners() if "{owners}" in where else "", has_layers=has_layers)
+        n = int(store.query(f"SELECT count(*) FROM spans WHERE run_id = ? AND {sql}", [ctx.run_id])[0][0])
+        if n:
+            rows.append((check, n, meaning))
+    device = store.query(
+        """SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE parent_id IS NULL), 0) FROM spans
+           WHERE run_id = ? AND level IN ('kernel', 'memcpy', 'memset')""",
+        [ctx.run_id],
+    )[0]
+    unattributed_pct = 100.0 * int(device[1]) / int(device[0]) if device[0] else None
+    cols = [Column("check"), Column("count", "count"), Column("what it means")]
+    return Result(
+        "health",
+        "Trace health",
+        cols,
+        rows,
+        notes=" ".join((trace_health.__doc__ or "").split()),
+        run_id=ctx.run_id,
+        facts={"clean": not rows, "findings": sum(r[1] for r in rows), "unattributed_device_pct": unattributed_pct},
+    )
+
+
+def stage_breakdown(store: Store, run_id: int) -> Result:
+    """Model-level stages: per stage name (load, preprocess, step, forward, optimizer, data-loader waits, user
+    spans), calls, total and mean time (ns) and share of the run's wall time (%).
+
+    Notes: only the outermost model spans of each kind are summed per name, so nested stages are not counted
+    twice within one name; stages of different names may nest (a forward inside a step), so shares need not
+    add up to 100. Data-loader waits are the time the loop waited for its next batch."""
+    ctx = run_context(store, run_id)
+    if missing := ctx.require("model.stages", "Model stages", "model"):
+        return missing
+    rows = store.query(
+        f"""SELECT name, coalesce(attrs->>'$."{A.MODEL_KIND}"', '-'), count(*), sum(dur_ns), avg(dur_ns)
+            FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu' GROUP BY ALL ORDER BY 4 DESC""",
+        [ctx.run_id],
+    )
+    wall = int(
+        store.query(
+            "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
+            [ctx.run_id],
+        )[0][0]
+    )
+    out = [
+        (str(n), str(k), int(c), int(t), float(m), 100.0 * int(t) / wall if wall else None) for n, k, c, t, m in rows
+    ]
+    steps = [r for r in out if r[1] == "step" or r[0].startswith("ProfilerStep#")]
+    loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
+    step_total = sum(r[3] for r in steps)
+    facts = {
+        "wall_ns": wall,
+        "steps": sum(r[2] for r in steps),
+        "step_total_ns": step_total,
+        "dataloader_ns": loader,
+        "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
+    }
+    cols = [
+        Column("stage"),
+        Column("kind"),
+        Column("calls", "count"),
+        Column("total", "ns"),
+        Column("mean", "ns"),
+        Column("share of wall", "pct"),
+    ]
+    return Result(
+        "model.stages",
+        "Model stages",
+        cols,
+        out,
+        notes=" ".join(str(stage_breakdown.__doc__).split("Notes:")[-1].split()),
+        run_id=ctx.run_id,
+        facts=facts,
+        chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30),
+    )

@@ -1,0 +1,111 @@
+"""Every analysis of a run, and the recommendations drawn from them: what reports render.
+
+The built-in analyses are listed in ``ANALYSES`` by id, as lazy dotted paths (imported when run). Each is a
+function ``(store, run_id, **options) -> Result``. ``analyze`` runs them all (or a chosen few) for one run and
+then the recommendation rules over their results.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from xstack.analyze.context import run_context
+from xstack.analyze.result import Result
+from xstack.analyze.summary import RunSummary, summarize
+from xstack.errors import UsageError
+from xstack.trace.store import Store
+
+AnalysisFn = Callable[..., Result]
+
+ANALYSES: dict[str, str] = {
+    "model.stages": "xstack.analyze.health:stage_breakdown",
+    "A1": "xstack.analyze.model:model_information",
+    "A2": "xstack.analyze.layers:layer_information",
+    "A3": "xstack.analyze.layers:layer_latency",
+    "A4": "xstack.analyze.layers:layer_memory",
+    "A5": "xstack.analyze.layers:layer_type_distribution",
+    "A6": "xstack.analyze.layers:layer_latency_by_type",
+    "A7": "xstack.analyze.layers:layer_memory_by_type",
+    "A8": "xstack.analyze.kernels:kernel_information",
+    "A9": "xstack.analyze.kernels:kernel_roofline",
+    "A10": "xstack.analyze.kernels:kernels_by_name",
+    "A11": "xstack.analyze.kernels:kernels_by_layer",
+    "A12": "xstack.analyze.kernels:metrics_by_layer",
+    "A13": "xstack.analyze.kernels:gpu_vs_non_gpu",
+    "A14": "xstack.analyze.kernels:layer_roofline",
+    "A15": "xstack.analyze.kernels:model_kernel_aggregate",
+    "timeline.breakdown": "xstack.analyze.timeline:temporal_breakdown",
+    "timeline.launches": "xstack.analyze.timeline:launch_statistics",
+    "timeline.syncs": "xstack.analyze.timeline:sync_points",
+    "timeline.memcpy": "xstack.analyze.timeline:memcpy_volume",
+    "timeline.memory": "xstack.analyze.timeline:device_memory",
+    "health": "xstack.analyze.health:trace_health",
+}
+"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, trace health."""
+
+Severity = Literal["high", "medium", "low"]
+
+
+@dataclass
+class Recommendation:
+    """A rule that fired: what it found, the numbers that show it, where they came from, and what to do."""
+
+    rule: str
+    """Stable id of the rule, e.g. ``launch_bound``."""
+    title: str
+    severity: Severity
+    evidence: list[str]
+    """Sentences with the numbers, e.g. "kernels keep the GPU busy 31% of the step (timeline.breakdown)"."""
+    sources: list[str]
+    """Ids of the analyses the evidence came from."""
+    action: str
+    """The concrete change to make."""
+    impact_ns: int | None = None
+    """Time at stake per iteration, in ns, where it can be estimated."""
+
+
+@dataclass
+class Analysis:
+    """A run's summary, every analysis result and the recommendations."""
+
+    summary: RunSummary
+    results: list[Result]
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+    def result(self, id: str) -> Result:
+        """The result with this id (KeyError when it was not run)."""
+        for r in self.results:
+            if r.id == id:
+                return r
+        raise KeyError(f"analysis {id!r} was not run")
+
+
+def load(id: str) -> AnalysisFn:
+    """The analysis function registered under ``id``."""
+    try:
+        module, _, name = ANALYSES[id].partition(":")
+    except KeyError:
+        raise UsageError(f"no analysis {id!r} (known: {', '.join(ANALYSES)})") from None
+    fn: AnalysisFn = getattr(importlib.import_module(module), name)
+    return fn
+
+
+def run_analyses(
+    store: Store, run_id: int | None = None, ids: Iterable[str] | None = None, **options: Any
+) -> list[Result]:
+    """Run the chosen analyses (default: all) on one run, in registry order."""
+    ctx = run_context(store, run_id)
+    chosen = list(ANALYSES) if ids is None else list(ids)
+    return [load(i)(store, ctx.run_id, **options.get(i, {})) for i in chosen]
+
+
+def analyze(store: Store, run_id: int | None = None, ids: Iterable[str] | None = None) -> Analysis:
+    """Summary, analyses and recommendations for one run (default: the last merged run, else the last)."""
+    from xstack.analyze.recommend import recommend
+
+    ctx = run_context(store, run_id)
+    results = run_analyses(store, ctx.run_id, ids)
+    return Analysis(summarize(store, ctx.run_id), results, recommend(results))

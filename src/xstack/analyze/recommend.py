@@ -1,0 +1,251 @@
+"""Recommendations: rules over the analyses' results, each firing only on evidence, with a concrete action.
+
+A rule reads the ``facts`` and rows of the results it names and returns a ``Recommendation`` (its evidence
+quotes the numbers and the analysis each came from) or None. A rule whose analyses are missing or unavailable
+stays silent. Thresholds are module constants, stated in the evidence where they decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from xstack.analyze.pipeline import Recommendation, Severity
+from xstack.analyze.result import Result, format_ns
+
+Results = dict[str, Result]
+Rule = Callable[[Results], Recommendation | None]
+
+INPUT_WAIT_PCT = 10.0
+"""Share of the step the device (or the loop) waits for input data above which training is input-bound."""
+HOST_WAIT_PCT = 30.0
+"""Share of the step the device idles waiting for the host to launch work above which it is host-bound."""
+SYNC_BLOCKED_PCT = 5.0
+"""Share of the step the host spends blocked in synchronisations above which they are worth removing."""
+MEMORY_BOUND_SHARE_PCT = 25.0
+"""Share of kernel time in memory-bound kernels above which fusion is recommended."""
+LOW_INTENSITY = 1.0
+"""FLOP/byte below which a kernel is memory-bound on any current GPU (every ridge point is far above it)."""
+PAGEABLE_SHARE_PCT = 50.0
+"""Share of host-to-device bytes copied from pageable memory above which pinning is recommended."""
+UNATTRIBUTED_PCT = 5.0
+"""Share of device time with no launching call above which the trace is too incomplete to trust."""
+
+
+def _get(results: Results, id: str) -> Result | None:
+    r = results.get(id)
+    return r if r is not None and r.available else None
+
+
+def _severity(pct: float) -> Severity:
+    return "high" if pct >= 30 else "medium" if pct >= 10 else "low"
+
+
+def _num(facts: dict[str, Any], key: str) -> float | None:
+    v = facts.get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def input_bound(results: Results) -> Recommendation | None:
+    """The device or the training loop waits for the next batch for a large share of the step."""
+    evidence, sources, pct = [], [], 0.0
+    if (b := _get(results, "timeline.breakdown")) and (p := _num(b.facts, "input_wait_pct")) is not None:
+        if p >= INPUT_WAIT_PCT:
+            evidence.append(
+                f"the GPU idles waiting for input data {p:.1f}% of the measured window (timeline.breakdown)"
+            )
+            sources.append(b.id)
+            pct = max(pct, p)
+    if (s := _get(results, "model.stages")) and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None:
+        if p >= INPUT_WAIT_PCT:
+            waited = format_ns(_num(s.facts, "dataloader_ns") or 0)
+            evidence.append(f"the loop waited {waited} for DataLoader batches, {p:.1f}% of step time (model.stages)")
+            sources.append(s.id)
+            pct = max(pct, p)
+    if not evidence:
+        return None
+    return Recommendation(
+        "input_bound",
+        "Training is input-bound: the model waits for data",
+        _severity(pct),
+        evidence,
+        sources,
+        "Load batches ahead of the model: raise DataLoader(num_workers=...) towards the free cores, set "
+        "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off the "
+        "critical path; stage many small files to faster storage (profile with the io level to see them).",
+    )
+
+
+def host_bound(results: Results) -> Recommendation | None:
+    """The device idles because the host does not launch work fast enough (many short kernels)."""
+    b = _get(results, "timeline.breakdown")
+    if b is None or (wait := _num(b.facts, "host_wait_pct")) is None or wait < HOST_WAIT_PCT:
+        return None
+    busy = _num(b.facts, "busy_pct")
+    evidence = [
+        f"the GPU idles waiting for the host {wait:.1f}% of the measured window"
+        + (f" and is busy only {busy:.1f}%" if busy is not None else "")
+        + " (timeline.breakdown)"
+    ]
+    sources = [b.id]
+    if launches := _get(results, "timeline.launches"):
+        med_kernel, med_launch = _num(launches.facts, "median_kernel_ns"), _num(launches.facts, "median_launch_ns")
+        short = _num(launches.facts, "short_pct")
+        if med_kernel is not None and med_launch is not None:
+            evidence.append(
+                f"the median kernel runs {format_ns(med_kernel)} while its launch call takes "
+                f"{format_ns(med_launch)} on the host (timeline.launches)"
+            )
+        if short is not None:
+            evidence.append(f"{short:.0f}% of kernels are short (timeline.launches)")
+        sources.append(launches.id)
+    return Recommendation(
+        "host_bound",
+        "The GPU waits for the host: launch overhead dominates",
+        _severity(wait),
+        evidence,
+        sources,
+        "Cut launches per step: capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel does more.",
+    )
+
+
+def sync_in_loop(results: Results) -> Recommendation | None:
+    """The host blocks on synchronisations inside the step (``.item()``, ``.cpu()``, explicit syncs)."""
+    s = _get(results, "timeline.syncs")
+    if s is None or (pct := _num(s.facts, "blocked_pct")) is None or pct < SYNC_BLOCKED_PCT or not s.rows:
+        return None
+    per_step = _num(s.facts, "syncs_per_step")
+    where = s.facts.get("top_line") or s.facts.get("top_layer") or "the step"
+    evidence = [
+        f"the host is blocked in synchronisations {pct:.1f}% of the step"
+        + (f", {per_step:.1f} per step" if per_step is not None else "")
+        + f"; the largest at {where} (timeline.syncs)"
+    ]
+    return Recommendation(
+        "sync_in_loop",
+        "Synchronisation inside the training loop",
+        _severity(pct),
+        evidence,
+        [s.id],
+        f"Remove the sync at {where}: keep values on the device (accumulate losses as tensors and call .item() "
+        "once per logging interval), avoid .cpu()/.numpy()/print of CUDA tensors in the step, and use "
+        "non_blocking=True copies from pinned memory.",
+    )
+
+
+def memory_bound_kernels(results: Results) -> Recommendation | None:
+    """Memory-bound kernels (against the device's ridge, or below 1 FLOP/byte) take a large share of GPU time."""
+    a10 = _get(results, "A10")
+    if a10 is None or not a10.rows:
+        return None
+    total, bound_ns, names = 0, 0, []
+    has_peaks = any(v is not None for v in a10.column("bound"))
+    for name, t, ai, b in zip(
+        a10.column("kernel"), a10.column("total"), a10.column("AI"), a10.column("bound"), strict=True
+    ):
+        total += t
+        if (b == "memory") if has_peaks else (ai is not None and ai < LOW_INTENSITY):
+            bound_ns += t
+            names.append(name)
+    pct = 100.0 * bound_ns / total if total else 0.0
+    if pct < MEMORY_BOUND_SHARE_PCT:
+        return None
+    rule = "below the ridge point of the device" if has_peaks else f"below {LOW_INTENSITY:g} FLOP/byte"
+    evidence = [
+        f"{len(names)} memory-bound kernel names ({rule}) take {pct:.1f}% of kernel time, {format_ns(bound_ns)} (A10)",
+        f"the largest: {names[0][:120]}",
+    ]
+    if any("analytic" in label for label in a10.labels):
+        evidence.append("FLOPs and bytes are analytic estimates from op shapes (A10 labels)")
+    return Recommendation(
+        "memory_bound_kernels",
+        "Memory-bound kernels dominate GPU time",
+        _severity(pct),
+        evidence,
+        ["A10"],
+        "Fuse the element-wise and normalisation ops around them (torch.compile, fused LayerNorm/optimizer "
+        "kernels) so tensors make fewer round trips through DRAM; use bf16/fp16 to halve the bytes moved.",
+        impact_ns=bound_ns,
+    )
+
+
+def optimal_batch_size(results: Results) -> Recommendation | None:
+    """A sweep found a batch size past which throughput stops growing (or the latency target's largest)."""
+    a1 = _get(results, "A1")
+    if a1 is None or len(a1.rows) < 2 or a1.facts.get("optimal_batch_size") is None:
+        return None
+    best = a1.facts["optimal_batch_size"]
+    reason = str(a1.facts.get("reason") or "")
+    return Recommendation(
+        "optimal_batch_size",
+        f"Use batch size {best}",
+        "medium",
+        [f"{reason} (A1)" if reason else f"A1 found batch size {best} optimal across {len(a1.rows)} sizes (A1)"],
+        ["A1"],
+        f"Run at batch size {best}: larger batches add latency without raising throughput, smaller ones leave "
+        "throughput unused.",
+    )
+
+
+def pageable_copies(results: Results) -> Recommendation | None:
+    """Host-to-device copies come from pageable memory, which is slower and cannot overlap compute."""
+    m = _get(results, "timeline.memcpy")
+    if m is None or (pct := _num(m.facts, "pageable_htod_pct")) is None or pct < PAGEABLE_SHARE_PCT:
+        return None
+    nbytes = _num(m.facts, "htod_bytes") or 0
+    return Recommendation(
+        "pageable_copies",
+        "Host-to-device copies from pageable memory",
+        "low" if nbytes < 2**20 else "medium",
+        [f"{pct:.0f}% of {nbytes / 2**20:.1f} MiB copied host-to-device came from pageable memory (timeline.memcpy)"],
+        [m.id],
+        "Pin the source memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
+        "non_blocking=True so transfers run at full bandwidth and overlap compute.",
+    )
+
+
+def unattributed_time(results: Results) -> Recommendation | None:
+    """Much device time or many spans could not be attributed: the profile's per-layer numbers are incomplete."""
+    h = _get(results, "health")
+    if h is None or not h.rows:
+        return None
+    pct = _num(h.facts, "unattributed_device_pct") or 0.0
+    mismatch = [r for r in h.rows if r[0] in ("pass_mismatch", "iteration_mismatch")]
+    if pct < UNATTRIBUTED_PCT and not mismatch:
+        return None
+    evidence = []
+    if pct >= UNATTRIBUTED_PCT:
+        evidence.append(f"{pct:.1f}% of device time has no launching call and is charged to no op or layer (health)")
+    evidence += [f"{r[0]}: {r[1]:,} ({r[2][:160]}) (health)" for r in mismatch]
+    return Recommendation(
+        "unattributed_time",
+        "Part of the profile could not be attributed",
+        "medium" if pct >= 20 or mismatch else "low",
+        evidence,
+        ["health"],
+        "Make iterations repeat the same work before measuring (fixed shapes, warm-up past autotuning such as "
+        "cudnn.benchmark) and record the kernel level with the runtime calls that launch kernels, so that every "
+        "span has its parent.",
+    )
+
+
+RULES: dict[str, Rule] = {
+    "input_bound": input_bound,
+    "host_bound": host_bound,
+    "sync_in_loop": sync_in_loop,
+    "memory_bound_kernels": memory_bound_kernels,
+    "optimal_batch_size": optimal_batch_size,
+    "pageable_copies": pageable_copies,
+    "unattributed_time": unattributed_time,
+}
+"""The built-in rules, by id."""
+
+_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+def recommend(results: Iterable[Result], rules: dict[str, Rule] | None = None) -> list[Recommendation]:
+    """Every rule that fires on these results, most severe first."""
+    by_id = {r.id: r for r in results}
+    fired = [rec for rule in (rules or RULES).values() if (rec := rule(by_id)) is not None]
+    return sorted(fired, key=lambda r: (_ORDER[r.severity], -(r.impact_ns or 0)))

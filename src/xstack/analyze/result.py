@@ -1,0 +1,239 @@
+"""What every analysis returns: a table with units, a chart spec, the facts rules read, and what is missing.
+
+An analysis is a plain function ``(store, run_id, **options) -> Result``. A result prints as a rich table,
+converts to a pandas DataFrame (``to_dataframe``) or plain records (``to_records``), and carries enough for the
+HTML report to draw its chart. When the levels an analysis needs are absent, the result has no rows and says
+which levels are missing and how to record them (``missing``, ``hint``): never a table of zeros.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Unit = Literal["", "ns", "bytes", "flops", "flop/s", "bytes/s", "pct", "count", "ratio", "flop/byte"]
+ChartKind = Literal["bar", "hbar", "stacked", "scatter", "line", "box", "roofline"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its name, unit (drives formatting) and, optionally, what it means."""
+
+    name: str
+    unit: Unit = ""
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Chart:
+    """How the report draws a result: ``x`` and ``y`` name columns of the result's rows.
+
+    ``y`` may name several columns (stacked or grouped series). ``series`` names a column whose values split
+    the points into groups (e.g. ``bound``). ``extra`` carries kind-specific values (a roofline's peaks; a
+    box plot's quantile columns).
+    """
+
+    kind: ChartKind
+    x: str
+    y: tuple[str, ...]
+    title: str = ""
+    log_x: bool = False
+    log_y: bool = False
+    series: str | None = None
+    limit: int | None = None
+    """Draw only the first ``limit`` rows (the rows are sorted so that these matter most)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """One analysis's answer for one run."""
+
+    id: str
+    """Stable identifier: ``A1`` .. ``A15`` for XSP's analyses, ``timeline.syncs``, ``health``, ..."""
+    title: str
+    columns: list[Column] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    notes: str = ""
+    """How the answer was computed (one short paragraph)."""
+    run_id: int | None = None
+    missing: list[str] = field(default_factory=list)
+    """Levels (or inputs such as ``device peaks``) the analysis needs and the run lacks."""
+    hint: str = ""
+    """How to get what is missing, e.g. "run with the metrics level"."""
+    chart: Chart | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    """Headline numbers (totals, peaks, shares) that the overview and the recommendation rules read."""
+    labels: list[str] = field(default_factory=list)
+    """Caveats shown wherever the result appears, e.g. ``FLOPs and bytes: analytic``."""
+    truncated: int = 0
+    """Rows left out of ``rows`` (the analysis was asked for a limit)."""
+
+    @property
+    def available(self) -> bool:
+        """True unless a level the analysis needs is missing."""
+        return not self.missing
+
+    def column_index(self, name: str) -> int:
+        """Position of a column by name (KeyError when absent)."""
+        for i, c in enumerate(self.columns):
+            if c.name == name:
+                return i
+        raise KeyError(f"{self.id}: no column {name!r} (columns: {', '.join(c.name for c in self.columns)})")
+
+    def column(self, name: str) -> list[Any]:
+        """The values of one column, in row order."""
+        i = self.column_index(name)
+        return [r[i] for r in self.rows]
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """Rows as dictionaries keyed by column name."""
+        names = [c.name for c in self.columns]
+        return [dict(zip(names, r, strict=True)) for r in self.rows]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """The rows as a pandas DataFrame (pandas must be installed), with the result's metadata in ``attrs``."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            from xstack.errors import UsageError
+
+            raise UsageError("Result.to_dataframe needs pandas: pip install pandas") from exc
+        frame = pd.DataFrame.from_records(self.rows, columns=[c.name for c in self.columns])
+        frame.attrs.update(
+            id=self.id, title=self.title, units={c.name: c.unit for c in self.columns}, labels=self.labels
+        )
+        if self.missing:
+            frame.attrs.update(missing=self.missing, hint=self.hint)
+        return frame
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description: metadata, columns with units, rows as lists, facts."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "run_id": self.run_id,
+            "available": self.available,
+            "missing": self.missing,
+            "hint": self.hint,
+            "notes": self.notes,
+            "labels": self.labels,
+            "columns": [{"name": c.name, "unit": c.unit, "help": c.help} for c in self.columns],
+            "rows": [[_json_value(v) for v in r] for r in self.rows],
+            "truncated": self.truncated,
+            "facts": {k: _json_value(v) for k, v in self.facts.items()},
+        }
+
+    def to_csv(self) -> str:
+        """The rows as CSV text with a header row (units in brackets)."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow([f"{c.name} [{c.unit}]" if c.unit else c.name for c in self.columns])
+        w.writerows([["" if v is None else _json_value(v) for v in r] for r in self.rows])
+        return buf.getvalue()
+
+    def __rich__(self) -> RenderableType:
+        return render_result(self)
+
+
+def missing_result(id: str, title: str, run_id: int, missing: list[str], hint: str, notes: str = "") -> Result:
+    """A result that says which levels are missing and how to record them."""
+    return Result(id=id, title=title, run_id=run_id, missing=missing, hint=hint, notes=notes)
+
+
+def format_value(value: Any, unit: Unit) -> str:
+    """A cell as text: durations, bytes, FLOPs and rates scaled to a readable unit."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if unit == "ns":
+        return format_ns(value)
+    if unit in ("bytes", "bytes/s"):
+        return _scaled(value, 1024.0, ("B", "KiB", "MiB", "GiB", "TiB"), "/s" if unit == "bytes/s" else "")
+    if unit in ("flops", "flop/s"):
+        return _scaled(value, 1000.0, ("", "K", "M", "G", "T", "P"), "FLOP/s" if unit == "flop/s" else "FLOP")
+    if unit == "pct":
+        return f"{value:.1f}"
+    if unit in ("ratio", "flop/byte"):
+        return f"{value:.3g}"
+    if unit == "count":
+        return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return str(list(value))
+    return str(value)
+
+
+def format_ns(ns: float) -> str:
+    """A duration in the unit that keeps 3-4 significant digits (ns, us, ms, s)."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if abs(ns) / scale < 100 else f"{ns / scale:.1f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def render_result(result: Result, max_rows: int = 25) -> RenderableType:
+    """A result as a rich renderable: its table (first ``max_rows`` rows), labels and what is missing."""
+    heading = f"{result.id}  {result.title}"
+    if result.missing:
+        return Text.assemble(
+            (heading, "bold"),
+            (f"\n  not available: missing {', '.join(result.missing)}. ", "yellow"),
+            (result.hint, "dim"),
+        )
+    table = Table(title=heading, title_justify="left", caption=_caption(result, max_rows), caption_justify="left")
+    for c in result.columns:
+        numeric = c.unit != ""
+        table.add_column(
+            c.name + (f" ({_unit_label(c.unit)})" if c.unit in ("pct",) else ""),
+            justify="right" if numeric else "left",
+            overflow="fold",
+            max_width=None if numeric else 70,
+        )
+    for row in result.rows[:max_rows]:
+        table.add_row(*(format_value(v, c.unit) for v, c in zip(row, result.columns, strict=True)))
+    if not result.rows:
+        return Group(Text(heading, style="bold"), Text("  no rows: nothing of this kind in the run", style="dim"))
+    return table
+
+
+def _caption(result: Result, max_rows: int) -> str | None:
+    parts = list(result.labels)
+    hidden = max(0, len(result.rows) - max_rows) + result.truncated
+    if hidden:
+        parts.append(f"{hidden:,} more rows (--format csv for all)")
+    return "; ".join(parts) or None
+
+
+def _unit_label(unit: Unit) -> str:
+    return "%" if unit == "pct" else unit
+
+
+def _scaled(value: float, base: float, prefixes: tuple[str, ...], suffix: str) -> str:
+    v, i = float(value), 0
+    while abs(v) >= base and i < len(prefixes) - 1:
+        v, i = v / base, i + 1
+    number = f"{v:.0f}" if i == 0 and float(value).is_integer() else f"{v:.3g}"
+    if suffix in ("FLOP", "FLOP/s"):
+        return f"{number} {prefixes[i]}{suffix}"
+    return f"{number} {prefixes[i]}{suffix}" if suffix else f"{number} {prefixes[i]}"
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, tuple):
+        return list(v)
+    return v

@@ -1,0 +1,90 @@
+"""Analytic FLOPs and bytes against PyTorch's own FLOP counter, on shapes recorded by a real profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import xstack  # noqa: E402
+from xstack.analyze._costs import op_cost  # noqa: E402
+from xstack.analyze.pipeline import run_analyses  # noqa: E402
+
+
+class Net(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 64)
+        self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(x)).flatten(1)
+        h = self.fc(h).reshape(8, 4, 16).repeat(1, 1, 4)
+        return self.attn(h, h, h, need_weights=False)[0]
+
+
+def test_layer_flops_equal_pytorchs_flop_counter(tmp_path: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, x = Net().eval(), torch.randn(8, 3, 16, 16)
+    with torch.no_grad():
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(x)
+        expected = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+        with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+            model(x)
+    with prof.open() as store:
+        (a12,) = run_analyses(store, None, ["A12"])
+    assert a12.available and any("analytic" in label for label in a12.labels)
+    got = {path: flops for path, flops in zip(a12.column("layer"), a12.column("FLOPs"), strict=True)}
+    conv = next(v for k, v in got.items() if k.endswith("conv"))
+    fc = next(v for k, v in got.items() if k.endswith("fc"))
+    assert conv == expected["Net.conv"] == 2 * 8 * (8 * 3 * 3 * 3) * 8 * 8
+    assert fc == expected["Net.fc"]
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes", "dtypes", "concrete", "flops"),
+    [
+        ("aten::mm", [[32, 64], [64, 16]], ["float", "float"], None, 2 * 32 * 64 * 16),
+        ("aten::addmm", [[16], [32, 64], [64, 16], [], []], ["float"] * 3 + ["Scalar"] * 2, None, 2 * 32 * 64 * 16),
+        ("aten::bmm", [[4, 32, 64], [4, 64, 16]], ["c10::Half"] * 2, None, 2 * 4 * 32 * 64 * 16),
+        ("aten::linear", [[2, 10, 64], [16, 64], [16]], ["float"] * 3, None, 2 * 20 * 64 * 16),
+        (
+            "aten::conv2d",
+            [[4, 3, 224, 224], [768, 3, 16, 16], [768], [], [], [], []],
+            ["c10::BFloat16"] * 3,
+            ["", "", "", "[16, 16]", "[0, 0]", "[1, 1]", "1"],
+            2 * 4 * 768 * 3 * 16 * 16 * 14 * 14,
+        ),
+        (
+            "aten::scaled_dot_product_attention",
+            [[2, 8, 128, 64]] * 3,
+            ["c10::BFloat16"] * 3,
+            None,
+            4 * 2 * 8 * 128 * 128 * 64,
+        ),
+    ],
+)
+def test_flop_formulas_match_pytorchs_counter(
+    name: str, shapes: list, dtypes: list, concrete: list | None, flops: int
+) -> None:  # type: ignore[type-arg]
+    cost = op_cost(name, shapes, dtypes, concrete)
+    assert cost is not None and cost.flops == flops
+
+
+def test_bytes_are_inputs_read_and_output_written() -> None:
+    cost = op_cost("aten::mm", [[32, 64], [64, 16]], ["float", "float"])
+    assert cost is not None and (cost.read_bytes, cost.write_bytes, cost.precision) == (
+        4 * (32 * 64 + 64 * 16),
+        4 * 32 * 16,
+        "fp32",
+    )
+    gather = op_cost("aten::embedding", [[30522, 512], [1, 141], [], [], []], ["c10::BFloat16", "long int"])
+    assert gather is not None and gather.flops is None and gather.read_bytes == 141 * 8 + 141 * 512 * 2
+    assert op_cost("aten::view", [[2, 3], []], ["float", "ScalarList"]) is not None  # bytes only, FLOPs unknown
+    assert op_cost("aten::add", "not a list", []) is None
