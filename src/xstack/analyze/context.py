@@ -8,6 +8,7 @@ analysing a store opened read-only writes nothing to it.
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,10 @@ HINTS = {
 """How to get each level or input an analysis may need (shown when it is missing)."""
 
 DEVICE_LEVELS = ("kernel", "memcpy", "memset")
+
+ANALYSIS_MEMORY_BYTES = int(float(os.environ.get("XSTACK_ANALYSIS_MEMORY_GB", "2")) * 2**30)
+"""DuckDB's memory limit while analysing (env ``XSTACK_ANALYSIS_MEMORY_GB``, default 2): the span-tree walk is a
+recursive query, which DuckDB holds in memory (about 100 bytes per span)."""
 
 _COSTED = (
     "CASE WHEN {t}.level = 'op' AND (list_contains($costed, {t}.name) "
@@ -116,6 +121,8 @@ _CACHE: weakref.WeakKeyDictionary[Store, dict[int, RunContext]] = weakref.WeakKe
 def run_context(store: Store, run_id: int | None = None) -> RunContext:
     """The (cached) context of a run; ``run_id`` None picks the last merged run, else the last run."""
     rid = pick_run(store, run_id)
+    if store not in _CACHE:
+        store.ensure_memory_limit(ANALYSIS_MEMORY_BYTES)
     per_store = _CACHE.setdefault(store, {})
     if rid not in per_store:
         levels = frozenset(str(r[0]) for r in store.query("SELECT DISTINCT level FROM spans WHERE run_id = ?", [rid]))

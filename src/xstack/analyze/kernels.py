@@ -28,6 +28,9 @@ from xstack.analyze.result import Chart, Column, Result
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
+ROW_LIMIT = 20_000
+"""Rows kept by the per-call tables (A8, A9) unless asked otherwise: a long trace has 10^5 kernels or more."""
+
 _COST_COLUMNS = [
     Column("FLOPs", "flops"),
     Column("DRAM read", "bytes"),
@@ -70,10 +73,11 @@ def _require_kernels(ctx: RunContext, id: str, title: str, *more: str) -> Result
     return ctx.require(id, title, "kernel", *more)
 
 
-def kernel_information(store: Store, run_id: int, *, limit: int | None = None) -> Result:
+def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) -> Result:
     """A8: one row per kernel call in launch order: name, layer, latency (ns), FLOPs, DRAM read and written
     (bytes), occupancy (%), arithmetic intensity (FLOP/byte), achieved FLOP/s and whether memory- or
-    compute-bound. See the module notes."""
+    compute-bound; the first ``limit`` calls (None: all), the rest counted in ``truncated`` (A10 aggregates
+    them all). See the module notes."""
     ctx = run_context(store, run_id)
     if missing := _require_kernels(ctx, "A8", "GPU kernel information"):
         return missing
@@ -101,9 +105,10 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = None) -
     )
 
 
-def kernel_roofline(store: Store, run_id: int, *, chart_limit: int = 5000) -> Result:
+def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, chart_limit: int = 5000) -> Result:
     """A9: every kernel call placed against the device roofline: AI (FLOP/byte) and achieved FLOP/s, latency
-    (ns), bound. Rows are sorted by latency, longest first; the chart draws the ``chart_limit`` longest."""
+    (ns), bound. Rows are sorted by latency, longest first, the first ``limit`` kept (None: all); the chart
+    draws the ``chart_limit`` longest."""
     ctx = run_context(store, run_id)
     if missing := _require_kernels(ctx, "A9", "Kernel roofline"):
         return missing
@@ -111,7 +116,9 @@ def kernel_roofline(store: Store, run_id: int, *, chart_limit: int = 5000) -> Re
     rows = store.query(
         f"""SELECT name, dur_ns, precision, flops, dram_read, dram_write, occupancy FROM {t}
             WHERE flops IS NOT NULL AND dram_read + dram_write > 0 ORDER BY dur_ns DESC"""
+        + (f" LIMIT {int(limit)}" if limit else "")
     )
+    total = int(store.query(f"SELECT count(*) FROM {t} WHERE flops IS NOT NULL AND dram_read + dram_write > 0")[0][0])
     out = []
     for r in rows:
         c = _costs(r, pk, 1, r[2])
@@ -132,6 +139,7 @@ def kernel_roofline(store: Store, run_id: int, *, chart_limit: int = 5000) -> Re
         run_id=ctx.run_id,
         labels=_labels(ctx, t, pk),
         chart=_roofline_chart("Kernels against the roofline", pk, chart_limit),
+        truncated=total - len(out),
     )
 
 

@@ -25,8 +25,13 @@ _MEMORY_NOTE = (
 )
 
 
-def _layers(ctx: RunContext) -> list[tuple[Any, ...]]:
-    """Layer calls in execution order: id, name, path, type, depth, start, dur, self, shapes, params, mem, stats."""
+ROW_LIMIT = 20_000
+"""Rows kept by the per-call tables (A2-A4) unless asked otherwise; the per-type tables aggregate every call."""
+
+
+def _table(ctx: RunContext) -> str:
+    """Temp table of layer calls: id, parent, name, path, type, depth, start, dur, self, shapes, params, memory
+    (own and of its direct sub-layers), p5/p95, leaf."""
     key = f"_ax_layers_{ctx.run_id}"
     if key not in ctx._tables:
         ctx.store.con.execute(
@@ -38,7 +43,7 @@ def _layers(ctx: RunContext) -> list[tuple[Any, ...]]:
                 SELECT span_id, 0 FROM l WHERE parent_id IS NULL OR parent_id NOT IN (SELECT span_id FROM l)
                 UNION ALL SELECT l.span_id, d.depth + 1 FROM l JOIN depth d ON l.parent_id = d.span_id
             ), kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM l GROUP BY parent_id)
-            SELECT l.span_id, l.name, coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name) AS path,
+            SELECT l.span_id, l.parent_id, l.name, coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name) AS path,
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', l.name) AS type, d.depth, l.start_ns, l.dur_ns,
                    l.dur_ns - coalesce(k.child_ns, 0) AS self_ns,
                    l.attrs->'$."{A.LAYER_INPUT_SHAPES}"' AS input_shapes,
@@ -53,10 +58,19 @@ def _layers(ctx: RunContext) -> list[tuple[Any, ...]]:
         )
         _fill_memory_from_counters(ctx, key)
         ctx._tables[key] = key
-    return ctx.store.query(
+    return key
+
+
+def _layers(ctx: RunContext, limit: int | None) -> tuple[list[tuple[Any, ...]], int]:
+    """Layer calls in execution order (the first ``limit``): id, name, path, type, depth, start, dur, self,
+    input and output shapes, params, memory, p5, p95, leaf; and how many calls there are in all."""
+    t = _table(ctx)
+    rows = ctx.store.query(
         f"""SELECT span_id, name, path, type, depth, start_ns, dur_ns, self_ns, input_shapes, output_shapes,
-                   params, memory_bytes, p5_ns, p95_ns, leaf FROM {key} ORDER BY start_ns, depth"""
+                   params, memory_bytes, p5_ns, p95_ns, leaf FROM {t} ORDER BY start_ns, depth"""
+        + (f" LIMIT {int(limit)}" if limit else "")
     )
+    return rows, int(ctx.store.query(f"SELECT count(*) FROM {t}")[0][0])
 
 
 def _fill_memory_from_counters(ctx: RunContext, table: str) -> None:
@@ -81,7 +95,7 @@ def _json(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str) else value
 
 
-def layer_information(store: Store, run_id: int) -> Result:
+def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) -> Result:
     """A2: one row per layer call in execution order: index, path, type, depth, shapes, latency (ns), self time
     (ns), parameters and allocated memory (bytes).
 
@@ -90,9 +104,8 @@ def layer_information(store: Store, run_id: int) -> Result:
     ctx = run_context(store, run_id)
     if missing := ctx.require("A2", "Layer information", "layer"):
         return missing
-    rows = [
-        (i, r[2], r[3], r[4], _json(r[8]), _json(r[9]), r[6], r[7], r[10], r[11]) for i, r in enumerate(_layers(ctx))
-    ]
+    layers, total = _layers(ctx, limit)
+    rows = [(i, r[2], r[3], r[4], _json(r[8]), _json(r[9]), r[6], r[7], r[10], r[11]) for i, r in enumerate(layers)]
     cols = [
         Column("index", "count"),
         Column("path"),
@@ -112,11 +125,12 @@ def layer_information(store: Store, run_id: int) -> Result:
         rows,
         notes=_doc(layer_information),
         run_id=ctx.run_id,
-        facts={"layers": len(rows)},
+        facts={"layers": total},
+        truncated=total - len(rows),
     )
 
 
-def layer_latency(store: Store, run_id: int, *, chart_limit: int = 300) -> Result:
+def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, chart_limit: int = 300) -> Result:
     """A3: latency (ns) of each layer call in execution order, with p5/p95 across measured iterations for a
     merged run (a box per layer in the chart).
 
@@ -125,7 +139,7 @@ def layer_latency(store: Store, run_id: int, *, chart_limit: int = 300) -> Resul
     ctx = run_context(store, run_id)
     if missing := ctx.require("A3", "Layer latency", "layer"):
         return missing
-    layers = _layers(ctx)
+    layers, total = _layers(ctx, limit)
     rows = [(i, r[2], r[3], r[6], r[12], r[13], bool(r[14])) for i, r in enumerate(layers)]
     cols = [
         Column("index", "count"),
@@ -147,21 +161,30 @@ def layer_latency(store: Store, run_id: int, *, chart_limit: int = 300) -> Resul
     )
     labels = [] if has_stats else ["single pass: no spread across iterations (use xstack profile for p5/p95)"]
     return Result(
-        "A3", "Layer latency", cols, rows, notes=_doc(layer_latency), run_id=ctx.run_id, chart=chart, labels=labels
+        "A3",
+        "Layer latency",
+        cols,
+        rows,
+        notes=_doc(layer_latency),
+        run_id=ctx.run_id,
+        chart=chart,
+        labels=labels,
+        truncated=total - len(rows),
     )
 
 
-def layer_memory(store: Store, run_id: int) -> Result:
+def layer_memory(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) -> Result:
     """A4: device memory allocated (bytes) by each layer call in execution order (see the notes)."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A4", "Layer memory allocation", "layer"):
         return missing
-    layers = _layers(ctx)
-    if all(r[11] is None for r in layers):
+    t = _table(ctx)
+    peak = ctx.store.query(f"SELECT path, memory_bytes FROM {t} WHERE memory_bytes IS NOT NULL ORDER BY 2 DESC LIMIT 1")
+    if not peak:
         return ctx.lacking("A4", "Layer memory allocation", "memory")
+    layers, total = _layers(ctx, limit)
     rows = [(i, r[2], r[3], r[11]) for i, r in enumerate(layers)]
     cols = [Column("index", "count"), Column("path"), Column("type"), Column("allocated", "bytes")]
-    peak = max((r for r in rows if r[3] is not None), key=lambda r: r[3])
     return Result(
         "A4",
         "Layer memory allocation",
@@ -170,7 +193,8 @@ def layer_memory(store: Store, run_id: int) -> Result:
         notes=_MEMORY_NOTE,
         run_id=ctx.run_id,
         chart=Chart("bar", "path", ("allocated",), "Memory allocated per layer call", limit=300),
-        facts={"largest_path": peak[1], "largest_bytes": peak[3]},
+        facts={"largest_path": peak[0][0], "largest_bytes": int(peak[0][1])},
+        truncated=total - len(rows),
     )
 
 
@@ -179,11 +203,13 @@ def layer_type_distribution(store: Store, run_id: int) -> Result:
     ctx = run_context(store, run_id)
     if missing := ctx.require("A5", "Layer type distribution", "layer"):
         return missing
-    counts: dict[str, int] = {}
-    for r in _layers(ctx):
-        counts[r[3]] = counts.get(r[3], 0) + 1
-    total = sum(counts.values()) or 1
-    rows = [(t, n, 100.0 * n / total) for t, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    rows = [
+        (str(ty), int(n), float(pct))
+        for ty, n, pct in store.query(
+            f"SELECT type, count(*), 100.0 * count(*) / sum(count(*)) OVER () FROM {_table(ctx)} GROUP BY type "
+            "ORDER BY 2 DESC, 1"
+        )
+    ]
     return Result(
         "A5",
         "Layer type distribution",
@@ -203,12 +229,13 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
     ctx = run_context(store, run_id)
     if missing := ctx.require("A6", "Layer latency by type", "layer"):
         return missing
-    agg: dict[str, list[int]] = {}
-    for r in _layers(ctx):
-        a = agg.setdefault(r[3], [0, 0, 0])
-        a[0], a[1], a[2] = a[0] + 1, a[1] + int(r[7]), a[2] + int(r[6])
-    total = sum(a[1] for a in agg.values()) or 1
-    rows = [(t, a[0], a[1], 100.0 * a[1] / total, a[2]) for t, a in sorted(agg.items(), key=lambda kv: -kv[1][1])]
+    rows = [
+        (str(ty), int(n), int(own), float(pct) if pct is not None else None, int(inc))
+        for ty, n, own, pct, inc in store.query(
+            f"""SELECT type, count(*), sum(self_ns), 100.0 * sum(self_ns) / nullif(sum(sum(self_ns)) OVER (), 0),
+                       sum(dur_ns) FROM {_table(ctx)} GROUP BY type ORDER BY 3 DESC, 1"""
+        )
+    ]
     cols = [
         Column("type"),
         Column("calls", "count"),
@@ -234,20 +261,19 @@ def layer_memory_by_type(store: Store, run_id: int) -> Result:
     ctx = run_context(store, run_id)
     if missing := ctx.require("A7", "Layer memory by type", "layer"):
         return missing
-    layers = _layers(ctx)
-    if all(r[11] is None for r in layers):
+    t = _table(ctx)
+    if store.query(f"SELECT count(memory_bytes) FROM {t}")[0][0] == 0:
         return ctx.lacking("A7", "Layer memory by type", "memory")
-    by_id = {r[0]: r for r in layers}
-    child_mem: dict[int, int] = {}
-    for r in ctx.store.query("SELECT span_id, parent_id FROM spans WHERE run_id = ? AND level = 'layer'", [ctx.run_id]):
-        if r[1] in by_id:
-            child_mem[r[1]] = child_mem.get(r[1], 0) + int(by_id[r[0]][11] or 0)
-    agg: dict[str, list[int]] = {}
-    for r in layers:
-        a = agg.setdefault(r[3], [0, 0])
-        a[0], a[1] = a[0] + 1, a[1] + int(r[11] or 0) - child_mem.get(r[0], 0)
-    total = sum(abs(a[1]) for a in agg.values()) or 1
-    rows = [(t, a[0], a[1], 100.0 * abs(a[1]) / total) for t, a in sorted(agg.items(), key=lambda kv: -abs(kv[1][1]))]
+    rows = [
+        (str(ty), int(n), int(own), float(pct) if pct is not None else None)
+        for ty, n, own, pct in store.query(
+            f"""WITH kids AS (SELECT parent_id, sum(coalesce(memory_bytes, 0)) AS child FROM {t} GROUP BY 1),
+                own AS (SELECT l.type, coalesce(l.memory_bytes, 0) - coalesce(k.child, 0) AS own FROM {t} l
+                        LEFT JOIN kids k ON k.parent_id = l.span_id)
+                SELECT type, count(*), sum(own), 100.0 * abs(sum(own)) / nullif(sum(abs(sum(own))) OVER (), 0)
+                FROM own GROUP BY type ORDER BY abs(sum(own)) DESC, 1"""
+        )
+    ]
     cols = [Column("type"), Column("calls", "count"), Column("allocated (self)", "bytes"), Column("share", "pct")]
     return Result(
         "A7",

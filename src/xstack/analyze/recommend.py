@@ -49,19 +49,17 @@ def _num(facts: dict[str, Any], key: str) -> float | None:
 def input_bound(results: Results) -> Recommendation | None:
     """The device or the training loop waits for the next batch for a large share of the step."""
     evidence, sources, pct = [], [], 0.0
-    if (b := _get(results, "timeline.breakdown")) and (p := _num(b.facts, "input_wait_pct")) is not None:
-        if p >= INPUT_WAIT_PCT:
-            evidence.append(
-                f"the GPU idles waiting for input data {p:.1f}% of the measured window (timeline.breakdown)"
-            )
-            sources.append(b.id)
-            pct = max(pct, p)
-    if (s := _get(results, "model.stages")) and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None:
-        if p >= INPUT_WAIT_PCT:
-            waited = format_ns(_num(s.facts, "dataloader_ns") or 0)
-            evidence.append(f"the loop waited {waited} for DataLoader batches, {p:.1f}% of step time (model.stages)")
-            sources.append(s.id)
-            pct = max(pct, p)
+    b = _get(results, "timeline.breakdown")
+    if b and (p := _num(b.facts, "input_wait_pct")) is not None and p >= INPUT_WAIT_PCT:
+        evidence.append(f"the GPU idles waiting for input data {p:.1f}% of the measured window (timeline.breakdown)")
+        sources.append(b.id)
+        pct = max(pct, p)
+    s = _get(results, "model.stages")
+    if s and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None and p >= INPUT_WAIT_PCT:
+        waited = format_ns(_num(s.facts, "dataloader_ns") or 0)
+        evidence.append(f"the loop waited {waited} for DataLoader batches, {p:.1f}% of step time (model.stages)")
+        sources.append(s.id)
+        pct = max(pct, p)
     if not evidence:
         return None
     return Recommendation(

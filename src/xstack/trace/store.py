@@ -216,6 +216,14 @@ class Store:
             elif operator:
                 con.execute("RESET operator_memory_limit")
 
+    def ensure_memory_limit(self, limit_bytes: int) -> None:
+        """Raise DuckDB's memory limit to at least ``limit_bytes`` for the rest of this connection (analyses whose
+        recursive queries cannot spill need room proportional to the run, not the import's small buffer)."""
+        current = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        limit = _parse_bytes(str(current[0])) if current else None
+        if limit is None or limit < limit_bytes:
+            _set_memory_limit(self.con, limit_bytes)
+
     # -- reading ------------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a query over the public views and return all rows."""
