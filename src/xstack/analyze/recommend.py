@@ -20,6 +20,8 @@ INPUT_WAIT_PCT = 10.0
 """Share of the step the device (or the loop) waits for input data above which training is input-bound."""
 HOST_WAIT_PCT = 30.0
 """Share of the step the device idles waiting for the host to launch work above which it is host-bound."""
+SHORT_KERNELS_PCT = 50.0
+"""Share of kernels shorter than the launch threshold above which the host's launch rate is what limits."""
 SYNC_BLOCKED_PCT = 5.0
 """Share of the step the host spends blocked in synchronisations above which they are worth removing."""
 MEMORY_BOUND_SHARE_PCT = 25.0
@@ -74,10 +76,13 @@ def input_bound(results: Results) -> Recommendation | None:
     )
 
 
-def host_bound(results: Results) -> Recommendation | None:
-    """The device idles because the host does not launch work fast enough (many short kernels)."""
-    b = _get(results, "timeline.breakdown")
-    if b is None or (wait := _num(b.facts, "host_wait_pct")) is None or wait < HOST_WAIT_PCT:
+def launch_bound(results: Results) -> Recommendation | None:
+    """The device idles waiting for the host, and most kernels are shorter than it takes to launch them."""
+    b, launches = _get(results, "timeline.breakdown"), _get(results, "timeline.launches")
+    if b is None or launches is None or (wait := _num(b.facts, "host_wait_pct")) is None or wait < HOST_WAIT_PCT:
+        return None
+    short = _num(launches.facts, "short_pct")
+    if short is None or short < SHORT_KERNELS_PCT:
         return None
     busy = _num(b.facts, "busy_pct")
     evidence = [
@@ -85,24 +90,20 @@ def host_bound(results: Results) -> Recommendation | None:
         + (f" and is busy only {busy:.1f}%" if busy is not None else "")
         + " (timeline.breakdown)"
     ]
-    sources = [b.id]
-    if launches := _get(results, "timeline.launches"):
-        med_kernel, med_launch = _num(launches.facts, "median_kernel_ns"), _num(launches.facts, "median_launch_ns")
-        short = _num(launches.facts, "short_pct")
-        if med_kernel is not None and med_launch is not None:
-            evidence.append(
-                f"the median kernel runs {format_ns(med_kernel)} while its launch call takes "
-                f"{format_ns(med_launch)} on the host (timeline.launches)"
-            )
-        if short is not None:
-            evidence.append(f"{short:.0f}% of kernels are short (timeline.launches)")
-        sources.append(launches.id)
+    threshold = format_ns(_num(launches.facts, "short_threshold_ns") or 0)
+    line = f"{short:.0f}% of {int(_num(launches.facts, 'launches') or 0):,} kernels run under {threshold}"
+    kernel_ns, n = _num(launches.facts, "kernel_ns"), _num(launches.facts, "launches")
+    if (launch := _num(launches.facts, "median_launch_ns")) is not None and kernel_ns and n:
+        line += f"; a kernel runs {format_ns(kernel_ns / n)} on average, its launch call takes {format_ns(launch)}"
+    if (per_step := _num(launches.facts, "kernels_per_step")) is not None:
+        line += f"; {per_step:,.0f} launches per step"
+    evidence.append(line + " (timeline.launches)")
     return Recommendation(
-        "host_bound",
+        "launch_bound",
         "The GPU waits for the host: launch overhead dominates",
         _severity(wait),
         evidence,
-        sources,
+        [b.id, launches.id],
         "Cut launches per step: capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
         "torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel does more.",
     )
@@ -111,10 +112,13 @@ def host_bound(results: Results) -> Recommendation | None:
 def sync_in_loop(results: Results) -> Recommendation | None:
     """The host blocks on synchronisations inside the step (``.item()``, ``.cpu()``, explicit syncs)."""
     s = _get(results, "timeline.syncs")
-    if s is None or (pct := _num(s.facts, "blocked_pct")) is None or pct < SYNC_BLOCKED_PCT or not s.rows:
+    if s is None or (pct := _num(s.facts, "blocked_share_pct")) is None or pct < SYNC_BLOCKED_PCT or not s.rows:
         return None
     per_step = _num(s.facts, "syncs_per_step")
-    where = s.facts.get("top_line") or s.facts.get("top_layer") or "the step"
+    top = s.facts["top"] if isinstance(s.facts.get("top"), dict) else {}
+    where = next((str(top[k]) for k in ("python_line", "layer", "op") if top.get(k) not in (None, "-", "")), "the step")
+    if top.get("call"):
+        where = f"{where} ({top['call']})"
     evidence = [
         f"the host is blocked in synchronisations {pct:.1f}% of the step"
         + (f", {per_step:.1f} per step" if per_step is not None else "")
@@ -187,16 +191,19 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
 
 
 def pageable_copies(results: Results) -> Recommendation | None:
-    """Host-to-device copies come from pageable memory, which is slower and cannot overlap compute."""
+    """Copies between host and device use pageable memory, which is slower and cannot overlap compute."""
     m = _get(results, "timeline.memcpy")
-    if m is None or (pct := _num(m.facts, "pageable_htod_pct")) is None or pct < PAGEABLE_SHARE_PCT:
+    if m is None or (pct := _num(m.facts, "pageable_share_pct")) is None or pct < PAGEABLE_SHARE_PCT:
         return None
-    nbytes = _num(m.facts, "htod_bytes") or 0
+    nbytes = _num(m.facts, "host_device_bytes") or 0
     return Recommendation(
         "pageable_copies",
-        "Host-to-device copies from pageable memory",
+        "Copies between host and device use pageable memory",
         "low" if nbytes < 2**20 else "medium",
-        [f"{pct:.0f}% of {nbytes / 2**20:.1f} MiB copied host-to-device came from pageable memory (timeline.memcpy)"],
+        [
+            f"{pct:.0f}% of the {nbytes / 2**20:.1f} MiB copied between host and device used pageable host memory "
+            "(timeline.memcpy)"
+        ],
         [m.id],
         "Pin the source memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
         "non_blocking=True so transfers run at full bandwidth and overlap compute.",
@@ -230,7 +237,7 @@ def unattributed_time(results: Results) -> Recommendation | None:
 
 RULES: dict[str, Rule] = {
     "input_bound": input_bound,
-    "host_bound": host_bound,
+    "launch_bound": launch_bound,
     "sync_in_loop": sync_in_loop,
     "memory_bound_kernels": memory_bound_kernels,
     "optimal_batch_size": optimal_batch_size,

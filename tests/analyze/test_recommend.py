@@ -1,0 +1,165 @@
+"""Each recommendation rule fires on a profile that shows its problem, with evidence, and stays silent on one that
+does not."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import kineto_fixture
+from xstack.analyze.pipeline import Recommendation, analyze, run_analyses
+from xstack.analyze.recommend import RULES
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
+
+BERT = "h100_bert_small_infer_full.json.gz"
+ALEXNET = "a100_alexnet_train_sync.json.gz"
+
+
+def _fired(store: Store, rule: str) -> Recommendation | None:
+    results = run_analyses(store)
+    return RULES[rule]({r.id: r for r in results})
+
+
+def _check(rec: Recommendation | None, *sources: str) -> Recommendation:
+    assert rec is not None
+    assert rec.evidence and rec.action and rec.sources
+    assert set(sources) <= set(rec.sources)
+    assert all(any(f"({s})" in e for e in rec.evidence) for s in rec.sources), "every source is quoted"
+    return rec
+
+
+@pytest.fixture
+def bert(import_store: Any) -> Store:
+    store: Store = import_store(kineto_fixture(BERT))
+    return store
+
+
+def test_launch_bound_fires_on_bert_inference_and_not_on_alexnet_training(bert: Store, import_store: Any) -> None:
+    rec = _check(_fired(bert, "launch_bound"), "timeline.breakdown", "timeline.launches")
+    assert "CUDA graph" in rec.action and rec.severity == "high"
+    assert "89.5%" in rec.evidence[0]  # the GPU waits for the host most of the step
+    assert _fired(import_store(kineto_fixture(ALEXNET)), "launch_bound") is None  # long kernels: not launch-bound
+
+
+def test_pageable_copies_fire_on_alexnet_and_not_on_bert(bert: Store, import_store: Any) -> None:
+    rec = _check(_fired(import_store(kineto_fixture(ALEXNET)), "pageable_copies"), "timeline.memcpy")
+    assert "100%" in rec.evidence[0] and "pin_memory=True" in rec.action
+    assert _fired(bert, "pageable_copies") is None  # its one copy lands in pinned memory
+
+
+def test_quiet_rules_on_bert(bert: Store) -> None:
+    fired = {r.rule for r in analyze(bert).recommendations}
+    assert fired == {"launch_bound"}  # no sync share, no memory-bound majority, nothing unattributed, no sweep
+
+
+def _kernel_store(path: Path, kernels: list[tuple[str, int, float, float]], *, orphan_ns: int = 0,
+                  sync_ns: int = 0) -> Store:  # fmt: skip
+    """A step of one layer launching ``kernels`` (name, ns, FLOPs, DRAM bytes) with counters and peaks; an
+    optional kernel with no launching call and a cudaDeviceSynchronize under a Python frame."""
+    peaks = {"flops_per_s": {"fp32": 100e12}, "dram_bytes_per_s": 2e12, "source": "test"}
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "k", levels=["model", "layer", "op", "runtime", "kernel"], config={"peaks": peaks}))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "step", 0, 1_000_000, 1, 1, {"model.kind": "step"})
+        sink.span(2, 1, "layer", "net", 1000, 900_000, 1, 1, {"layer.path": "net", "layer.type": "Net"})
+        t = 2000
+        for i, (name, ns, flops, nbytes) in enumerate(kernels):
+            op, rt, k = 100 + 3 * i, 101 + 3 * i, 102 + 3 * i
+            sink.span(op, 2, "op", f"aten::{name}", t, 5000, 1, 1)
+            sink.span(rt, op, "runtime", "cudaLaunchKernel", t + 100, 1000, 1, 1, correlation_id=k)
+            attrs = {"metrics.flops_fp32": flops, "metrics.dram_bytes_read": nbytes / 2,
+                     "metrics.dram_bytes_write": nbytes / 2}  # fmt: skip
+            sink.span(k, rt, "kernel", name, t + 2000, ns, 1, 7, attrs, device="cuda:0", stream=7, correlation_id=k)
+            t += ns + 3000
+        if orphan_ns:
+            sink.span(900, None, "kernel", "orphan", t, orphan_ns, 1, 7, device="cuda:0", stream=7)
+        if sync_ns:
+            sink.span(950, 1, "python", "train.py(42): step", t, sync_ns + 1000, 1, 1)
+            sink.span(951, 2, "runtime", "cudaDeviceSynchronize", t + 500, sync_ns, 1, 1)
+        sink.close()
+    return Store.open(path)
+
+
+def test_memory_bound_kernels_fire_when_they_dominate_and_not_otherwise(tmp_path: Path) -> None:
+    # ridge = 100e12 / 2e12 = 50 FLOP/byte
+    with _kernel_store(tmp_path / "m.duckdb", [("gemm", 100_000, 1e10, 1e8), ("add", 300_000, 1e6, 1e9)]) as store:
+        rec = _check(_fired(store, "memory_bound_kernels"), "A10")
+        assert "75.0% of kernel time" in rec.evidence[0] and "ridge" in rec.evidence[0]
+        assert rec.impact_ns == 300_000
+    with _kernel_store(tmp_path / "c.duckdb", [("gemm", 300_000, 1e10, 1e8), ("add", 50_000, 1e6, 1e9)]) as store:
+        assert _fired(store, "memory_bound_kernels") is None
+
+
+def test_unattributed_time_fires_on_orphan_kernels_only(tmp_path: Path, bert: Store) -> None:
+    with _kernel_store(tmp_path / "o.duckdb", [("gemm", 100_000, 1e10, 1e8)], orphan_ns=50_000) as store:
+        rec = _check(_fired(store, "unattributed_time"), "health")
+        assert "33.3% of device time" in rec.evidence[0]
+    assert _fired(bert, "unattributed_time") is None
+
+
+def test_sync_in_loop_names_the_python_line(tmp_path: Path, bert: Store) -> None:
+    with _kernel_store(tmp_path / "s.duckdb", [("gemm", 100_000, 1e10, 1e8)], sync_ns=200_000) as store:
+        rec = _check(_fired(store, "sync_in_loop"), "timeline.syncs")
+        assert "train.py(42): step" in rec.action and "cudaDeviceSynchronize" in rec.evidence[0]
+    assert _fired(bert, "sync_in_loop") is None  # 0.3% of the step
+
+
+def _sweep_store(path: Path, latencies: dict[int, int]) -> Store:
+    with Store.create(path) as store:
+        for run, (bs, ns) in enumerate(latencies.items(), start=1):
+            store.add_run(RunInfo(run, f"bs{bs}", levels=["model"], pass_name="merged", config={"batch_size": bs}))
+            sink = Sink(store, run)
+            sink.span(1, None, "model", "step", 0, ns, 1, 1, {"model.kind": "step"})
+            sink.close()
+    return Store.open(path)
+
+
+def test_optimal_batch_size_fires_after_a_sweep_only(tmp_path: Path, bert: Store) -> None:
+    # throughput: 1000, 1900, 3400, 3500 samples/s -> doubling past 4 gains 2.9%
+    with _sweep_store(tmp_path / "s.duckdb", {1: 1_000_000, 2: 1_052_632, 4: 1_176_471, 8: 2_285_714}) as store:
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+        assert rec.title == "Use batch size 4"
+    with _sweep_store(tmp_path / "one.duckdb", {8: 2_000_000}) as store:
+        assert _fired(store, "optimal_batch_size") is None
+    assert _fired(bert, "optimal_batch_size") is None
+
+
+torch = pytest.importorskip("torch")
+
+
+class _Slow(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(self.delay_s)
+        return torch.randn(64)
+
+
+def _train(tmp_path: Path, delay_s: float) -> Store:
+    import xstack
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
+    loader = torch.utils.data.DataLoader(_Slow(delay_s), batch_size=4)
+    path = tmp_path / f"d{delay_s}.duckdb"
+    with xstack.profile(levels="model,layer", path=path) as prof:
+        for x in loader:
+            for _ in range(20 if delay_s == 0 else 1):
+                model(x).sum().backward()
+            prof.step()
+    return Store.open(path)
+
+
+def test_input_bound_fires_on_a_slow_loader_and_not_on_a_fast_one(tmp_path: Path) -> None:
+    with _train(tmp_path, 0.01) as store:
+        rec = _check(_fired(store, "input_bound"), "model.stages")
+        assert "num_workers" in rec.action
+    with _train(tmp_path, 0.0) as store:
+        assert _fired(store, "input_bound") is None
