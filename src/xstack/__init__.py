@@ -3,17 +3,18 @@
 One trace from the pipeline stages of a model through its layers and operators down to GPU kernels, in one
 DuckDB store per profile (see ``xstack.trace.store``). ``xstack.profile`` records a region of a program;
 ``xstack.span`` marks its stages; ``xstack.measure`` times a step function once per level set (leveled
-passes); ``xstack.open_store`` opens a finished profile.
+passes), ``xstack.sweep`` does so at several batch sizes; ``xstack.open_store`` opens a finished profile.
 """
 
 from __future__ import annotations
 
 from xstack.collect.model import span
 from xstack.leveled.passes import measure
+from xstack.leveled.sweep import sweep
 from xstack.profile import Profile, profile, step
 from xstack.trace.store import Store
 
 open_store = Store.open
 
-__all__ = ["Profile", "Store", "__version__", "measure", "open_store", "profile", "span", "step"]
+__all__ = ["Profile", "Store", "__version__", "measure", "open_store", "profile", "span", "step", "sweep"]
 __version__ = "0.1.0"

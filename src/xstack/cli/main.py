@@ -28,8 +28,16 @@ examples:
   xstack run --levels model,layer,op -- python train.py    ... down to each operator
   xstack profile -- python train.py             leveled: one pass per level, merged (mark iterations
                                                 with xstack.step())
+  xstack sweep --batch-sizes 1,2,4,8 -- python infer.py --batch {batch_size}
+                                                leveled at each batch size, into one store: latency,
+                                                throughput, the optimal batch size (the program reads
+                                                XSTACK_BATCH_SIZE or a {batch_size} argument)
   xstack collectors                             which levels can be recorded live here
   xstack export prof.duckdb --format perfetto -o trace.json   open trace.json in ui.perfetto.dev
+  xstack report prof.duckdb -o report.html    one offline HTML page: charts, sortable tables,
+                                                recommendations, health and the Perfetto trace
+  xstack report prof.duckdb --format md -o -   the same as markdown on stdout (also json, csv) for CI
+  xstack diff before.duckdb after.duckdb        layers, ops and kernels added, removed, slower, faster
 
 exit codes: 0 success, 1 failure (bad input, unreadable store), 2 usage error"""
 
@@ -79,6 +87,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", type=int, metavar="ID", help="export one run only (default: all)")
 
     p = sub.add_parser(
+        "report",
+        help="write a run's analyses as one offline HTML page (or markdown, JSON, CSV)",
+        description="Run every analysis and the recommendation rules on one run and write the report: an HTML "
+        "page that works offline (charts, sortable paginated tables, recommendations, health, per-level "
+        "overhead and the Perfetto trace to download), or markdown, JSON or CSV for CI. The CSV is one table: "
+        "an `analysis` column tells the results apart, then the union of their columns (`name [unit]`).",
+        formatter_class=fmt,
+    )
+    p.add_argument("store", type=Path, metavar="STORE")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file, - for stdout (md, json, csv; default: STORE "
+                   "with the format's suffix, e.g. prof.html)")  # fmt: skip
+    p.add_argument("--run", type=int, metavar="ID", help="run id (default: the last merged run, else the last run)")
+    p.add_argument("--format", choices=["html", "md", "json", "csv"], default="html", help="output format (html)")
+    p.add_argument("--compare", type=Path, metavar="OTHER_STORE",
+                   help="add a comparison with this baseline profile (as xstack diff OTHER_STORE STORE)")  # fmt: skip
+
+    p = sub.add_parser(
         "run",
         help="profile a Python program, unmodified: xstack run -- python script.py ARGS",
         description="Run a Python program (a script, or -m module) inside a profile. Its arguments, standard "
@@ -125,6 +150,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
+
+    p = sub.add_parser(
+        "sweep",
+        help="leveled measurement of a program at several batch sizes: latency, throughput, optimal batch size",
+        description="Measure a Python program as `xstack profile` does (one fresh process per pass, each "
+        "recording --warmup + --iters iterations marked with xstack.step()) once per batch size, all into one "
+        "store, then print its latency, throughput and the optimal batch size (analysis A1). The program learns "
+        "its batch size from the environment variable XSTACK_BATCH_SIZE, or from a {batch_size} placeholder in "
+        "its arguments, replaced by the size. A batch size that fails (out of memory, say) stops the sweep: the "
+        "sizes before it are kept and the program's exit code is passed on.",
+        formatter_class=fmt,
+    )
+    p.add_argument("--batch-sizes", required=True, metavar="LIST", help="comma-separated batch sizes, e.g. 1,2,4,8")
+    p.add_argument(
+        "--latency-target",
+        type=float,
+        metavar="MS",
+        help="optimal batch size = the largest whose median latency is at most MS milliseconds (default: the "
+        "smallest after which doubling the batch size raises throughput by at most 5%%)",
+    )
+    p.add_argument(
+        "--pass",
+        dest="passes",
+        action="append",
+        metavar="LEVELS",
+        help="a pass's levels, e.g. model,layer; repeat for each pass (default: as xstack profile)",
+    )
+    p.add_argument("--warmup", type=int, default=5, metavar="W", help="warm-up iterations per pass (default 5)")
+    p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")
+    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>-sweep.duckdb)")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
+
+    p = sub.add_parser(
+        "diff",
+        help="compare two profiles: layers, ops and kernels added, removed, slower, faster (beyond noise)",
+        description="Compare run B of store B with run A of store A (default runs: each store's last merged run, "
+        "else its last run). Layers match by module path and call index, ops by enclosing layer, name and "
+        "occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's time and 1 us "
+        "and, for merged (leveled) runs, the spread of both runs' iterations.",
+        formatter_class=fmt,
+    )
+    p.add_argument("a", type=Path, metavar="A", help="the baseline store")
+    p.add_argument("b", type=Path, metavar="B", help="the store compared with it")
+    p.add_argument("--run-a", type=int, metavar="ID", help="run of A (default: its last merged run, else its last)")
+    p.add_argument("--run-b", type=int, metavar="ID", help="run of B (default: its last merged run, else its last)")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="smallest change that counts, in percent of A's time (default 5)")  # fmt: skip
+    p.add_argument("--top", type=int, metavar="N", help="rows per table (default: 20 in text and md, all in json, csv)")
+    p.add_argument("--format", choices=["text", "md", "json", "csv"], default="text", help="output (default text)")
 
     sub.add_parser("collectors", help="list the live collectors and whether each can run here", formatter_class=fmt)
 
@@ -202,6 +276,41 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from xstack.analyze.pipeline import analyze
+    from xstack.trace.store import Store
+
+    to_stdout = args.output == "-"
+    if to_stdout and args.format == "html":
+        raise UsageError("xstack report: -o - prints md, json or csv; the HTML report needs a file (-o report.html)")
+    out = Path(args.output) if args.output and not to_stdout else args.store.with_suffix("." + args.format)
+    console = Console(highlight=False, stderr=to_stdout)
+    with Store.open(args.store) as store:
+        analysis = analyze(store, args.run)
+        compare = None
+        if args.compare is not None:
+            from xstack.analyze.diff import diff_profiles
+
+            other = store if args.compare.resolve() == args.store.resolve() else args.compare
+            compare = diff_profiles(other, store, None, analysis.summary.run_id)
+        if args.format == "html":
+            from xstack.report.html import write_report
+
+            console.print(f"wrote {write_report(analysis, out, store=store, compare=compare).describe()}",
+                          soft_wrap=True)  # fmt: skip
+            return 0
+    from xstack.report.formats import render_text
+
+    text = render_text(analysis, args.format, compare=compare)
+    if to_stdout:
+        sys.stdout.write(text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        console.print(f"wrote {out}", soft_wrap=True)
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from xstack.profile import parse_levels
     from xstack.runner import Measured, parse_program, run_program
@@ -230,6 +339,52 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack profile")
     return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from xstack.analyze.context import pick_run
+    from xstack.analyze.model import model_information
+    from xstack.leveled.sweep import parse_batch_sizes, sweep_program
+    from xstack.runner import parse_program
+    from xstack.trace.store import Store
+
+    sizes = parse_batch_sizes(args.batch_sizes)
+    target = args.latency_target
+    if target is not None and not target > 0:
+        raise UsageError(f"xstack sweep: --latency-target must be a positive number of milliseconds (got {target:g})")
+    argv = args.program[1:] if args.program[:1] == ["--"] else args.program
+    program = parse_program(argv, "xstack sweep")
+    out = args.output or Path("xstack-out") / f"{program.name}-sweep.duckdb"
+    code = sweep_program(program, sizes, passes=args.passes, warmup=args.warmup, iters=args.iters, out=out,
+                         latency_target_ms=target)  # fmt: skip
+    with Store.open(out) as store:
+        result = model_information(store, pick_run(store, None))
+    console = Console(highlight=False)
+    console.print(result)
+    optimal = result.facts.get("optimal_batch_size")
+    console.print(f"optimal batch size: {optimal if optimal is not None else '-'} ({result.facts.get('reason')})",
+                  soft_wrap=True)  # fmt: skip
+    return code
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from xstack.analyze.diff import diff_profiles
+
+    if args.threshold < 0 or (args.top is not None and args.top < 1):
+        raise UsageError("xstack diff: need --threshold >= 0 and --top >= 1")
+    top = args.top if args.top is not None or args.format in ("json", "csv") else 20
+    diff = diff_profiles(args.a, args.b, args.run_a, args.run_b, threshold=args.threshold / 100, top=top)
+    if args.format == "json":
+        import orjson
+
+        sys.stdout.write(orjson.dumps(diff.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format == "md":
+        sys.stdout.write(diff.to_markdown())
+    elif args.format == "csv":
+        sys.stdout.write(diff.to_csv())
+    else:
+        Console(highlight=False).print(diff)
+    return 0
 
 
 def _cmd_collectors(args: argparse.Namespace) -> int:
@@ -266,8 +421,11 @@ _COMMANDS = {
     "import": _cmd_import,
     "summary": _cmd_summary,
     "export": _cmd_export,
+    "report": _cmd_report,
     "run": _cmd_run,
     "profile": _cmd_profile,
+    "sweep": _cmd_sweep,
+    "diff": _cmd_diff,
     "collectors": _cmd_collectors,
     "demo": _cmd_demo,
 }

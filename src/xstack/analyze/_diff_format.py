@@ -1,0 +1,73 @@
+"""Text forms of a profile diff's tables for CI logs and spreadsheets: markdown and one combined CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from xstack.analyze.result import Column, Result, format_value
+
+
+def markdown(heading: str, results: list[Result]) -> str:
+    """A markdown document: the heading lines, then per result a title, its table, labels and notes."""
+    out = ["# xstack diff", "", *(f"- {line}" for line in heading.splitlines())]
+    for r in results:
+        out += ["", f"## {r.id}: {_cell(r.title)}", ""]
+        if r.missing:
+            out.append(f"Not available: missing {', '.join(r.missing)}. {_cell(r.hint)}")
+            continue
+        if not r.rows:
+            out.append("No rows: nothing of this kind in either run.")
+        else:
+            out.append("| " + " | ".join(_header(c) for c in r.columns) + " |")
+            out.append("|" + "|".join("---:" if c.unit else "---" for c in r.columns) + "|")
+            for row in r.rows:
+                out.append(
+                    "| "
+                    + " | ".join(_cell(format_value(v, c.unit)) for v, c in zip(row, r.columns, strict=True))
+                    + " |"
+                )
+        if r.truncated:
+            out.append(f"\n{r.truncated:,} more rows (--format csv or json for all, or a larger --top)")
+        out += [f"\n> {_cell(label)}" for label in r.labels]
+        if r.notes:
+            out += ["", f"_{_cell(r.notes)}_"]
+    return "\n".join(out) + "\n"
+
+
+def csv_text(results: list[Result]) -> str:
+    """Every result's rows in one CSV: a ``table`` column (the result's id), then the union of the columns
+    (a column the row's table lacks is empty). Units follow the column names in brackets."""
+    columns: dict[str, Column] = {}
+    for r in results:
+        for c in r.columns:
+            columns.setdefault(c.name, c)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["table", *(f"{c.name} [{c.unit}]" if c.unit else c.name for c in columns.values())])
+    for r in results:
+        for row in r.to_records():
+            w.writerow([r.id, *(_csv_value(row.get(name)) for name in columns)])
+    return buf.getvalue()
+
+
+def _header(c: Column) -> str:
+    unit = "%" if c.unit == "pct" else c.unit
+    return _cell(f"{c.name} ({unit})" if unit and unit not in ("ns", "count") else c.name)
+
+
+def _cell(text: str) -> str:
+    """Text safe in a markdown table cell: pipes escaped, newlines and markup characters neutralised."""
+    return (
+        text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+        .replace("_", "\\_").replace("*", "\\*")
+    )  # fmt: skip
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return round(v, 3)
+    return v

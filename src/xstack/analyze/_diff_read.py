@@ -1,0 +1,186 @@
+"""One side of a profile diff: a run's step latency, layers, ops and kernels, keyed so that two runs match.
+
+Keys follow the structure, not span ids: a layer is ``(layer.path, call)``, ``call`` being ``layer.call_index``
+or, where a trace lacks it (imported traces), the call's order among the calls of that path in its step; an op
+is ``(layer path, layer call, op name, occurrence)``, the occurrence counting the op's earlier calls of the
+same name under the same nearest layer (or in the same step, for ops outside layers); a kernel is its name.
+A key seen in several steps (a run that is not merged) takes the median of its occurrences. Times are ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xstack.analyze.context import run_context
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+OUTSIDE_LAYERS = "(outside layers)"
+"""The layer column of ops that no layer encloses."""
+
+LayerKey = tuple[str, int]
+OpKey = tuple[str, int, str, int]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One matched item on one side: its time (median per call, or a kernel name's total) and its spread."""
+
+    value_ns: float
+    p5_ns: float | None = None
+    """5th percentile over the measured iterations (a kernel name: the sum over its calls); None without stats."""
+    n: int | None = None
+    """Measured iterations behind ``p5_ns``."""
+    count: int = 1
+    """Occurrences in the run (a kernel name: its calls)."""
+    info: str = ""
+    """The layer type, where known."""
+
+    def spread_ns(self, min_n: int) -> float | None:
+        """``value_ns - p5_ns``: the low side of the distribution, or None without enough statistics."""
+        if self.p5_ns is None or self.n is None or self.n < min_n:
+            return None
+        return max(0.0, self.value_ns - self.p5_ns)
+
+
+@dataclass
+class Side:
+    """What the diff reads from one run."""
+
+    path: str
+    run_id: int
+    name: str
+    pass_name: str | None
+    levels: frozenset[str]
+    steps: int
+    """Host step spans in the run (0: none, the run's host wall time stands for the step)."""
+    step: Timing | None
+    layers: dict[LayerKey, Timing] = field(default_factory=dict)
+    ops: dict[OpKey, Timing] = field(default_factory=dict)
+    kernels: dict[str, Timing] = field(default_factory=dict)
+
+    @property
+    def merged(self) -> bool:
+        """True for a merged leveled run, whose spans carry iteration statistics."""
+        return self.pass_name == "merged"
+
+    def describe(self) -> str:
+        """``path run N (pass)`` for headings."""
+        return f"{self.path} run {self.run_id} ({self.pass_name or 'single pass'})"
+
+
+def _stat(alias: str, key: str, kind: str) -> str:
+    return f"TRY_CAST({alias}.attrs->>'$.\"{key}\"' AS {kind})"
+
+
+_HOST = "(device = 'cpu' OR device IS NULL)"
+_STEPS = f"""SELECT span_id, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
+        {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("spans", A.STATS_N, "BIGINT")} AS n
+    FROM spans WHERE run_id = $run AND level = 'model' AND {_HOST}
+      AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR regexp_matches(name, '^ProfilerStep#[0-9]+$'))"""
+
+
+def _spans_in_steps(level: str) -> str:
+    """The run's spans of ``level`` with their statistics and the host step whose time holds their start."""
+    return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
+            {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
+            CASE WHEN s.start_ns < st.end_ns THEN st.span_id END AS step_id
+        FROM (SELECT * FROM spans WHERE run_id = $run AND level = '{level}') s
+        ASOF LEFT JOIN ({_STEPS}) st ON s.start_ns >= st.start_ns"""
+
+
+def read_side(store: Store, run_id: int) -> Side:
+    """Read one run for a diff (``run_id`` must be a run of ``store``)."""
+    ctx = run_context(store, run_id)
+    name = store.query("SELECT name FROM runs WHERE run_id = ?", [run_id])[0][0]
+    steps, step = _step(store, run_id)
+    side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step)
+    table = f"_dx_layers_{run_id}"
+    if ctx.has("layer") or ctx.has("op"):
+        store.con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE {table} AS
+            WITH l AS (
+                SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
+                FROM ({_spans_in_steps("layer")})
+            )
+            SELECT span_id, dur_ns, p5_ns, n, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
+                coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
+                         row_number() OVER (PARTITION BY step_id, path ORDER BY start_ns, span_id) - 1) AS call
+            FROM l""",
+            {"run": run_id},
+        )
+    if ctx.has("layer"):
+        rows = store.con.execute(
+            f"SELECT path, call, {_AGG}, any_value(type) FROM {table} GROUP BY path, call"
+        ).fetchall()
+        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:6], info=r[6]) for r in rows}
+    if ctx.has("op"):
+        side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None)
+    if ctx.has("layer") or ctx.has("op"):
+        store.con.execute(f"DROP TABLE IF EXISTS {table}")
+    if ctx.has("kernel"):
+        rows = store.query(
+            f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
+            FROM (SELECT name, dur_ns, {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns,
+                         {_stat("spans", A.STATS_N, "BIGINT")} AS n
+                  FROM spans WHERE run_id = ? AND level = 'kernel')
+            GROUP BY name""",
+            [run_id],
+        )
+        side.kernels = {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
+    return side
+
+
+_AGG = (
+    "count(*), quantile_cont(dur_ns, 0.5), CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n)"
+)
+"""Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations."""
+
+
+def _ops(store: Store, run_id: int, owners: str, layers: str | None) -> dict[OpKey, Timing]:
+    layer_join = (
+        f"LEFT JOIN {layers} l ON l.span_id = w.layer_id"
+        if layers
+        else "LEFT JOIN (SELECT NULL::BIGINT AS span_id, NULL AS path, NULL::BIGINT AS call) l ON false"
+    )
+    rows = store.con.execute(
+        f"""WITH o AS ({_spans_in_steps("op")}),
+        k AS (
+            SELECT o.dur_ns, o.p5_ns, o.n, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
+                coalesce(l.call, -1) AS call,
+                row_number() OVER (PARTITION BY coalesce(w.layer_id, o.step_id, -1), o.name
+                                   ORDER BY o.start_ns, o.span_id) - 1 AS occ
+            FROM o LEFT JOIN {owners} w ON w.span_id = o.span_id {layer_join}
+        )
+        SELECT layer, call, name, occ, {_AGG} FROM k GROUP BY layer, call, name, occ""",
+        {"run": run_id},
+    ).fetchall()
+    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:8]) for r in rows}
+
+
+def _step(store: Store, run_id: int) -> tuple[int, Timing | None]:
+    row = store.con.execute(
+        f"SELECT count(*), quantile_cont(dur_ns, 0.5), "
+        f"CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n) FROM ({_STEPS})",
+        {"run": run_id},
+    ).fetchone()
+    if row is not None and row[0]:
+        return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]))
+    wall = store.query(
+        f"SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND {_HOST}", [run_id]
+    )[0][0]
+    return 0, (Timing(float(wall)) if wall is not None else None)
+
+
+def _timing(agg: tuple[Any, ...], info: Any = None) -> Timing:
+    count, median, p5, n = agg
+    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""))
+
+
+def _float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)

@@ -1,0 +1,365 @@
+"""``xstack diff A B``: what changed between two profiles, beyond noise.
+
+``diff_profiles(a, b)`` matches the layers, ops and kernels of one run of each store by structure and
+classifies every item as added, removed, slower, faster or unchanged; it totals the time added, removed,
+lost (slower items) and gained (faster items) per level and compares the step latency. Its tables are
+``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``) that print in a terminal,
+render in the HTML report and convert to JSON, markdown or CSV.
+
+Notes: the change of an item is ``delta = B - A`` of its median time per call (kernels: the total time of
+every call of a name). It counts as a change only when ``|delta|`` reaches both floors, ``threshold`` times A's
+time (default 5%) and ``min_delta_ns`` (default 1 us), and, where both runs carry iteration statistics
+(merged leveled runs, ``stats.*``), when it also exceeds the combined spread of the two distributions:
+``|delta| > (median_A - p5_A) + (median_B - p5_B)``. The spread is taken on the low side on purpose: noise on a
+shared machine makes iterations slower, never faster, so a few descheduled iterations inflate p95 and the
+standard deviation (a p5..p95 overlap test would then hide even a 5x slowdown), while the median and p5
+stay put. For normally spread timings the rule asks for about 1.6 (sigma_A + sigma_B). Items whose statistics
+come from fewer than ``min_iterations`` iterations, and runs without statistics (a single pass, an imported
+trace), are judged by the two floors alone, and the tables say so in a label.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from xstack.analyze import _diff_format
+from xstack.analyze._diff_read import LayerKey, OpKey, Side, Timing, read_side
+from xstack.analyze.context import HINTS, pick_run
+from xstack.analyze.result import Chart, Column, Result, format_ns, render_result
+from xstack.errors import StoreError, UsageError
+from xstack.trace.store import Store
+
+Status = Literal["added", "removed", "slower", "faster", "unchanged"]
+STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a difference counts: both floors, and the spread where both sides have statistics."""
+
+    threshold: float = 0.05
+    """Relative floor: a fraction of A's time."""
+    min_delta_ns: int = 1_000
+    """Absolute floor, in ns."""
+    min_iterations: int = 3
+    """Fewest measured iterations for a side's spread to be used."""
+
+    def classify(self, a: Timing | None, b: Timing | None) -> tuple[Status, float | None]:
+        """The status of one matched item, and the spread its change was measured against (None: floors only)."""
+        if a is None:
+            return "added", None
+        if b is None:
+            return "removed", None
+        delta = b.value_ns - a.value_ns
+        spread_a, spread_b = a.spread_ns(self.min_iterations), b.spread_ns(self.min_iterations)
+        noise = spread_a + spread_b if spread_a is not None and spread_b is not None else None
+        if abs(delta) < max(self.threshold * a.value_ns, self.min_delta_ns, 1) or (
+            noise is not None and abs(delta) <= noise
+        ):
+            return "unchanged", noise
+        return ("slower" if delta > 0 else "faster"), noise
+
+
+@dataclass
+class ProfileDiff:
+    """Two runs compared: which runs, the rule, and the four tables."""
+
+    a: Side
+    b: Side
+    rule: Rule
+    summary: Result
+    layers: Result
+    ops: Result
+    kernels: Result
+
+    @property
+    def results(self) -> list[Result]:
+        """The tables, summary first."""
+        return [self.summary, self.layers, self.ops, self.kernels]
+
+    def result(self, id: str) -> Result:
+        """One table by id (``diff.layers``); KeyError when there is none."""
+        for r in self.results:
+            if r.id == id:
+                return r
+        raise KeyError(f"no diff table {id!r}")
+
+    def heading(self) -> str:
+        """Which runs are compared, and the floors."""
+        return (
+            f"A: {self.a.describe()}\nB: {self.b.describe()}\nchange = B - A; counted beyond "
+            f"{self.rule.threshold * 100:g}% and {format_ns(self.rule.min_delta_ns)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description: both runs, the rule and every table (``Result.to_dict``)."""
+        sides = {k: _side_dict(s) for k, s in (("a", self.a), ("b", self.b))}
+        rule = {"threshold_pct": self.rule.threshold * 100, "min_delta_ns": self.rule.min_delta_ns,
+                "min_iterations": self.rule.min_iterations}  # fmt: skip
+        return {**sides, "rule": rule, "results": [r.to_dict() for r in self.results]}
+
+    def to_markdown(self) -> str:
+        """Markdown: the heading, then each table as a markdown table."""
+        return _diff_format.markdown(self.heading(), self.results)
+
+    def to_csv(self) -> str:
+        """One CSV of every table: a ``table`` column, then the union of the tables' columns."""
+        return _diff_format.csv_text(self.results)
+
+    def __rich__(self) -> RenderableType:
+        return Group(
+            Text(self.heading(), style="bold"), *(render_result(r, max_rows=len(r.rows)) for r in self.results)
+        )
+
+
+def diff_profiles(
+    store_a: Store | str | os.PathLike[str],
+    store_b: Store | str | os.PathLike[str],
+    run_a: int | None = None,
+    run_b: int | None = None,
+    *,
+    threshold: float = 0.05,
+    min_delta_ns: int = 1_000,
+    min_iterations: int = 3,
+    top: int | None = None,
+) -> ProfileDiff:
+    """Compare run ``run_b`` of ``store_b`` with run ``run_a`` of ``store_a`` (a store or its path; default run:
+    the last merged run, else the last run). ``threshold`` is a fraction (0.05 = 5%), ``min_delta_ns`` in ns;
+    ``top`` keeps that many rows per table (the totals count every item)."""
+    if threshold < 0 or min_delta_ns < 0 or min_iterations < 2 or (top is not None and top < 1):
+        raise UsageError("diff: need threshold >= 0, min_delta_ns >= 0, min_iterations >= 2 and top >= 1")
+    rule = Rule(threshold, min_delta_ns, min_iterations)
+    with ExitStack() as stack:
+        a = _open(store_a, stack)
+        b = a if _same(store_a, store_b) else _open(store_b, stack)
+        side_a = read_side(a, _run(a, run_a))
+        side_b = read_side(b, _run(b, run_b))
+    return _build(side_a, side_b, rule, top)
+
+
+def _open(store: Store | str | os.PathLike[str], stack: ExitStack) -> Store:
+    if isinstance(store, Store):
+        return store
+    return stack.enter_context(Store.open(store))
+
+
+def _same(a: Store | str | os.PathLike[str], b: Store | str | os.PathLike[str]) -> bool:
+    if isinstance(a, Store) or isinstance(b, Store):
+        return a is b
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _run(store: Store, run_id: int | None) -> int:
+    if not store.run_ids():
+        raise StoreError(f"{store.path}: the store holds no runs (import a trace or profile a program into it)")
+    return pick_run(store, run_id)
+
+
+def _side_dict(s: Side) -> dict[str, Any]:
+    return {"store": s.path, "run_id": s.run_id, "name": s.name, "pass": s.pass_name, "merged": s.merged,
+            "steps": s.steps}  # fmt: skip
+
+
+# -- tables -----------------------------------------------------------------------------------------------
+_TIMES = [
+    Column("A", "ns", "time in A: median per call (a kernel name: total of its calls)"),
+    Column("B", "ns", "time in B"),
+    Column("delta", "ns", "B - A (added: B's time; removed: minus A's time)"),
+    Column("change", "pct", "delta in percent of A's time"),
+    Column("noise", "ns", "the combined spread the change had to exceed (-: judged by the floors only)"),
+]
+_STATUS = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
+
+
+@dataclass
+class _Table:
+    """The classified rows of one level, and per status the items and their summed times (ns)."""
+
+    rows: list[tuple[Any, ...]]
+    counts: dict[str, int]
+    sum_a: dict[str, int]
+    sum_b: dict[str, int]
+    floors_only: int
+    matched: int
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Time added (items only B has), removed (only A), lost (slower items) and gained (faster), and the net."""
+        t = {"added_ns": self.sum_b["added"], "removed_ns": self.sum_a["removed"],
+             "lost_ns": self.sum_b["slower"] - self.sum_a["slower"],
+             "gained_ns": self.sum_a["faster"] - self.sum_b["faster"]}  # fmt: skip
+        return {**t, "net_ns": t["added_ns"] - t["removed_ns"] + t["lost_ns"] - t["gained_ns"]}
+
+
+def _classify(
+    a: dict[K, Timing],
+    b: dict[K, Timing],
+    rule: Rule,
+    cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
+) -> _Table:
+    rows: list[tuple[Any, ...]] = []
+    zero: dict[str, int] = dict.fromkeys(STATUSES, 0)
+    t = _Table(rows, dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
+    for key in list(a) + [k for k in b if k not in a]:
+        ta, tb = a.get(key), b.get(key)
+        status, noise = rule.classify(ta, tb)
+        t.counts[status] += 1
+        t.sum_a[status] += _ns(ta) or 0
+        t.sum_b[status] += _ns(tb) or 0
+        if ta is not None and tb is not None:
+            t.matched += 1
+            t.floors_only += noise is None
+        delta = (_ns(tb) or 0) - (_ns(ta) or 0)
+        pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
+        rows.append((status, *cells(key, ta, tb), _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise)))
+    rows.sort(key=lambda r: (r[0] == "unchanged", -abs(r[-3]), str(r[1:-5])))
+    return t
+
+
+def _ns_or_none(v: float | None) -> int | None:
+    return None if v is None else round(v)
+
+
+def _ns(t: Timing | None) -> int | None:
+    return None if t is None else round(t.value_ns)
+
+
+def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
+    fallback = _fallback_label(a, b, rule)
+    opts = (rule, fallback, top)
+    layer_cols = [Column("layer"), Column("call", "count", "call index of the path in a step"), Column("type")]
+    layers = _level("layer", a, b, a.layers, b.layers, "diff.layers", "Layers: added, removed, slower, faster",
+                    layer_cols, _layer_cells, _HOW["layer"], opts)  # fmt: skip
+    op_cols = [Column("layer", "", "nearest enclosing layer"), Column("call", "count", "that layer's call index"),
+               Column("op"), Column("occurrence", "count", "earlier calls of the name in that layer call")]  # fmt: skip
+    ops = _level("op", a, b, a.ops, b.ops, "diff.ops", "Ops: added, removed, slower, faster", op_cols,
+                 _op_cells, _HOW["op"], opts)  # fmt: skip
+    kernel_cols = [Column("kernel"), Column("a_calls", "count"), Column("b_calls", "count")]
+    kernels = _level("kernel", a, b, a.kernels, b.kernels, "diff.kernels", "Kernels by name: added, removed, "
+                     "slower, faster", kernel_cols, _kernel_cells, _HOW["kernel"], opts)  # fmt: skip
+    if a.kernels and b.kernels and a.steps != b.steps and not (a.merged and b.merged):
+        kernels[0].labels.append(
+            f"the runs hold {a.steps} and {b.steps} steps: kernel totals are per run, not per step"
+        )
+    summary = _summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
+    return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0])
+
+
+_HOW = {
+    "layer": "Layers are matched by layer.path and call index (the call's order among the path's calls in a step).",
+    "op": "Ops are matched by their nearest enclosing layer (path and call), name and occurrence within it.",
+    "kernel": "Kernels are matched by name; a name's time is the total of its calls in the run.",
+}
+
+
+def _layer_cells(key: LayerKey, ta: Timing | None, tb: Timing | None) -> tuple[Any, ...]:
+    known = tb if tb is not None else ta
+    return (key[0], key[1], known.info if known is not None else "")
+
+
+def _op_cells(key: OpKey, ta: Timing | None, tb: Timing | None) -> tuple[Any, ...]:
+    return (key[0], key[1] if key[1] >= 0 else None, key[2], key[3])  # call -1: outside any layer
+
+
+def _kernel_cells(key: str, ta: Timing | None, tb: Timing | None) -> tuple[Any, ...]:
+    return (key, ta.count if ta else 0, tb.count if tb else 0)
+
+
+def _level(
+    level: str,
+    a: Side,
+    b: Side,
+    items_a: dict[K, Timing],
+    items_b: dict[K, Timing],
+    id: str,
+    title: str,
+    columns: list[Column],
+    cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
+    how: str,
+    opts: tuple[Rule, str | None, int | None],
+) -> tuple[Result, _Table | None]:
+    """One level's table, or the result saying which run lacks the level."""
+    lacking = [s for s in (a, b) if level not in s.levels]
+    if lacking:
+        which = " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in lacking)
+        hint = f"{which} recorded no {level} spans; to compare them, {HINTS[level]}."
+        return Result(id=id, title=title, missing=[level], hint=hint, notes=f"{how} {_RULE_NOTE}"), None
+    rule, fallback, top = opts
+    t = _classify(items_a, items_b, rule, cells)
+    return _result(id, title, [_STATUS, *columns, *_TIMES], t, how, fallback, top, rule), t
+
+
+def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fallback: str | None,
+            top: int | None, rule: Rule) -> Result:  # fmt: skip
+    rows = t.rows if top is None else t.rows[:top]
+    labels = [fallback] if fallback else []
+    if not fallback and t.floors_only:
+        labels.append(f"{t.floors_only} of {t.matched} matched items have under {rule.min_iterations} measured "
+                      "iterations on a side: judged by the floors only")  # fmt: skip
+    x = columns[1].name if id != "diff.ops" else "op"
+    return Result(
+        id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), labels=labels,
+        notes=f"{how} Rows: changes first, each group by |delta|. {_RULE_NOTE}",
+        chart=Chart("hbar", x=x, y=("delta",), title="B - A", series="status", limit=20),
+        facts={**t.counts, **t.totals},
+    )  # fmt: skip
+
+
+_RULE_NOTE = (
+    "A change counts when |delta| reaches the relative and absolute floors and, where both runs have iteration "
+    "statistics, exceeds the combined low-side spread (median - p5) of the two runs."
+)
+
+
+def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
+    plain = [f"{n} (run {s.run_id}: {s.pass_name or 'single pass'})" for n, s in (("A", a), ("B", b)) if not s.merged]
+    if not plain:
+        return None
+    return (f"no iteration statistics in {' and '.join(plain)}: changes judged by the floors only "
+            f"({rule.threshold * 100:g}%, {format_ns(rule.min_delta_ns)})")  # fmt: skip
+
+
+def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fallback: str | None) -> Result:
+    columns = [Column("item"), _STATUS, Column("items", "count", "items of this status (the step: -)"), *_TIMES]
+    status, noise = rule.classify(a.step, b.step) if a.step and b.step else ("unchanged", None)
+    item = "step latency" if a.steps and b.steps else "run wall time (no step spans)"
+    step_delta = (_ns(b.step) or 0) - (_ns(a.step) or 0) if a.step and b.step else None
+    pct = (
+        100.0 * (b.step.value_ns - a.step.value_ns) / a.step.value_ns if a.step and b.step and a.step.value_ns else None
+    )
+    rows: list[tuple[Any, ...]] = [(item, status if step_delta is not None else "not recorded", None, _ns(a.step),
+                                    _ns(b.step), step_delta, pct, _ns_or_none(noise))]  # fmt: skip
+    facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": step_delta,
+                             "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
+    for level, t in tables.items():
+        if t is None:
+            rows.append((f"{level}s", "not compared", *([None] * 6)))
+            continue
+        totals = t.totals
+        for s in STATUSES:
+            if t.counts[s]:
+                pct = (
+                    100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
+                )
+                rows.append((f"{level}s", s, t.counts[s], t.sum_a[s] if s != "added" else None,
+                             t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
+        if any(t.counts[s] for s in STATUSES if s != "unchanged"):
+            rows.append((f"{level}s", "net change", None, None, None, totals["net_ns"], None, None))
+        facts[level] = {**t.counts, **totals}
+    notes = (
+        "The first row compares the step latency (median of the host step spans; without any, the run's host "
+        "wall time). Then per level and status: the items and their summed time in A and B; the net change of a "
+        "level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops "
+        f"nest, so their times overlap and do not add up to the step. {_RULE_NOTE}"
+    )
+    return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
+                  labels=[fallback] if fallback else [], facts=facts)  # fmt: skip

@@ -1,0 +1,269 @@
+"""A1, model information: latency and throughput per batch size, and the optimal batch size."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from xstack.analyze.context import HINTS, run_context
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+ID = "A1"
+TITLE = "Model information"
+GAIN_THRESHOLD_PCT = 5.0
+"""Default: the optimal batch size is the smallest after which doubling raises throughput by at most this %."""
+
+NOTES = (
+    "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces; "
+    "else the top-level model span with the most time), warm-up iterations left out; p5/p95 are its 5th and "
+    "95th percentiles. For each batch size the merged (leveled) run is read, whose step timing comes from the "
+    "model pass alone; without one, the batch size's complete run with the fewest levels. Throughput = batch "
+    "size / latency, in samples per second; speed-up = throughput over the previous batch size's. The optimal "
+    "batch size is the smallest whose next size raises throughput by at most the gain threshold per doubling "
+    "((T_next / T) ** (1 / log2(b_next / b)) - 1, the plain gain when the next size is the double); with a "
+    "latency target, the largest batch size whose median latency meets it."
+)
+SWEEP_HINT = (
+    "For latency and throughput across batch sizes and the optimal batch size, "
+    + HINTS["batch sizes"]
+    + " (the program reads its batch size from the XSTACK_BATCH_SIZE environment variable or a {batch_size} "
+    "argument)"
+)
+COLUMNS = [
+    Column("batch_size", "count", "samples per iteration"),
+    Column("latency", "ns", "median iteration latency"),
+    Column("p5", "ns", "5th percentile of the iteration latency"),
+    Column("p95", "ns", "95th percentile of the iteration latency"),
+    Column("throughput", "count", "samples per second: batch size / latency"),
+    Column("speedup", "ratio", "throughput over the previous batch size's"),
+    Column("optimal", "", "the optimal batch size"),
+]
+
+
+@dataclass
+class Point:
+    """One batch size's latency (ns) as read from one run; ``batch_size`` None where no run recorded it."""
+
+    batch_size: int | None
+    run_id: int
+    latency_ns: float
+    p5_ns: float | None
+    p95_ns: float | None
+    iterations: int
+    timing: str
+    spans: str
+    """Which spans the latency is the median of (``step`` or a model span's name)."""
+
+    @property
+    def throughput(self) -> float | None:
+        """Samples per second, where the batch size is known."""
+        if self.batch_size is None or self.latency_ns <= 0:
+            return None
+        return self.batch_size * 1e9 / self.latency_ns
+
+
+def model_information(
+    store: Store,
+    run_id: int,
+    *,
+    latency_target_ms: float | None = None,
+    gain_threshold_pct: float = GAIN_THRESHOLD_PCT,
+) -> Result:
+    """A1: per batch size in the store, the model's latency (ns, median with p5/p95), throughput (samples/s)
+    and speed-up over the previous batch size, and the optimal batch size (facts ``optimal_batch_size``,
+    ``reason``, ``per_batch``).
+
+    ``run_id`` picks the profile: when its run records a batch size (``xstack sweep``), every batch size's run
+    of the store is read; otherwise that run alone. ``latency_target_ms`` (default: the sweep's own) switches
+    the choice to the largest batch size whose median latency meets it.
+
+    Notes: latency is the median duration of the measured iterations (step spans), read from each batch size's
+    merged run (its step timed by the model pass alone, p5/p95 from its ``stats.*``) or, without one, from its
+    complete run with the fewest levels; throughput = batch size / latency. The optimum is the smallest size
+    whose next size gains at most ``gain_threshold_pct`` throughput per doubling; with a target, the largest
+    size whose median latency meets it.
+    """
+    ctx = run_context(store, run_id)
+    missing = ctx.require(ID, TITLE, "model", notes=NOTES)
+    if missing is not None:
+        return missing
+    sweep = ctx.config.get(A.CONFIG_SWEEP)
+    if latency_target_ms is None and isinstance(sweep, dict):
+        latency_target_ms = sweep.get("latency_target_ms")
+    if _batch_size(ctx.config) is None:
+        point = run_latency(store, ctx.run_id, ctx.config, None)
+        points, failed = ([point] if point else []), list[int]()
+    else:
+        points, failed = _batch_points(store)
+    optimal, reason = choose_batch_size(
+        [(p.batch_size, p.latency_ns) for p in points if p.batch_size is not None],
+        gain_threshold_pct=gain_threshold_pct,
+        latency_target_ms=latency_target_ms,
+    )
+    if points and all(p.batch_size is None for p in points):
+        reason = "the run records no batch size, so no throughput and no optimum (xstack sweep records both)"
+    result = _result(ctx.run_id, points, optimal, reason)
+    result.facts.update(
+        latency_target_ms=latency_target_ms, gain_threshold_pct=gain_threshold_pct, failed_batch_sizes=failed
+    )
+    known = [p for p in points if p.batch_size is not None]
+    if len(known) < 2:
+        result.hint = SWEEP_HINT
+        result.labels.append("one batch size: xstack sweep --batch-sizes 1,2,4,8 measures several")
+    if failed:
+        result.labels.append(f"failed (cut short) at batch size {', '.join(map(str, failed))}")
+    unleveled = [p for p in points if p.timing != "leveled"]
+    if unleveled:
+        which = "" if len(points) == 1 else " at batch size " + ", ".join(str(p.batch_size) for p in unleveled)
+        result.labels.append(f"latency{which} from a run's own timing, with its levels' overhead (not leveled)")
+    return result
+
+
+def choose_batch_size(
+    points: Sequence[tuple[int, float]],
+    *,
+    gain_threshold_pct: float = GAIN_THRESHOLD_PCT,
+    latency_target_ms: float | None = None,
+) -> tuple[int | None, str]:
+    """The optimal batch size among ``(batch size, latency ns)`` points and why; None when there is none (no
+    size meets the latency target, or throughput still rises by more than the threshold at the largest)."""
+    pts = sorted(points)
+    if not pts:
+        return None, "no batch size with a known latency"
+    if latency_target_ms is not None:
+        meeting = [(b, lat) for b, lat in pts if lat <= latency_target_ms * 1e6]
+        if not meeting:
+            b, lat = pts[0]
+            return None, f"no batch size meets the {latency_target_ms:g} ms latency target (batch size {b} takes " \
+                f"{lat / 1e6:.3g} ms)"  # fmt: skip
+        b, lat = meeting[-1]
+        return b, f"the largest batch size whose latency ({lat / 1e6:.3g} ms) meets the {latency_target_ms:g} ms target"
+    if len(pts) < 2:
+        return None, f"only batch size {pts[0][0]} was measured: the optimum needs several"
+    gain = 0.0
+    for (b, lat), (b_next, lat_next) in zip(pts, pts[1:], strict=False):
+        gain = doubling_gain_pct(b, lat, b_next, lat_next)
+        if round(gain, 9) <= gain_threshold_pct:  # a gain of exactly the threshold, to float rounding, is in
+            return b, (
+                f"going from batch size {b} to {b_next} raises throughput by {gain:.1f}% per doubling, at most "
+                f"{gain_threshold_pct:g}%: larger batches add latency, not throughput"
+            )
+    # no size has been found past which throughput levels off: the optimum lies beyond the sweep
+    return None, (
+        f"throughput still rises {gain:.1f}% per doubling up to batch size {pts[-1][0]}, the largest measured: "
+        "sweep larger batch sizes to find where it levels off"
+    )
+
+
+def doubling_gain_pct(b: int, latency_ns: float, b_next: int, latency_next_ns: float) -> float:
+    """Throughput gain from batch size ``b`` to ``b_next``, in % per doubling of the batch size."""
+    ratio = (b_next / latency_next_ns) / (b / latency_ns)
+    return float(100.0 * (ratio ** (1.0 / math.log2(b_next / b)) - 1.0))
+
+
+def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: int | None) -> Point | None:
+    """One run's iteration latency: median and p5/p95 over its measured step spans (a merged run's single step
+    carries them in its ``stats.*`` attributes); None when the run has no model span."""
+    measure = config.get("measure")
+    first = int(measure.get("warmup", 0)) if isinstance(measure, dict) else 0
+    completed = config.get("steps_completed")
+    end = completed if isinstance(completed, int) else 2**62
+    row: tuple[Any, ...] | None = store.query(
+        f"""SELECT count(*), quantile_cont(dur_ns, 0.5), quantile_cont(dur_ns, 0.05), quantile_cont(dur_ns, 0.95),
+                any_value(TRY_CAST(attrs->>'$."{A.STATS_P5_NS}"' AS DOUBLE)),
+                any_value(TRY_CAST(attrs->>'$."{A.STATS_P95_NS}"' AS DOUBLE)),
+                any_value(TRY_CAST(attrs->>'$."{A.STATS_N}"' AS BIGINT))
+            FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL
+                AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%')
+                AND coalesce(TRY_CAST(attrs->>'$."{A.MODEL_STEP}"' AS BIGINT) BETWEEN ? AND ?, true)""",
+        [run_id, first, end - 1],
+    )[0]
+    spans = "step"
+    if row is not None and not row[0]:  # no iterations marked: the top-level model span with the most time
+        spans, row = _main_model_span(store, run_id)
+    if row is None:
+        return None
+    n, median, p5, p95, stats_p5, stats_p95, stats_n = row
+    if n == 1 and stats_p5 is not None:  # a merged span: one representative, the statistics in its attributes
+        p5, p95, n = stats_p5, stats_p95, stats_n or 1
+    timing = "leveled" if config.get("merge") else "run"
+    return Point(batch_size, run_id, float(median), _float(p5), _float(p95), int(n), timing, spans)
+
+
+def _main_model_span(store: Store, run_id: int) -> tuple[str, tuple[Any, ...] | None]:
+    rows = store.query(
+        f"""SELECT name, count(*), quantile_cont(dur_ns, 0.5), quantile_cont(dur_ns, 0.05),
+                quantile_cont(dur_ns, 0.95), any_value(TRY_CAST(attrs->>'$."{A.STATS_P5_NS}"' AS DOUBLE)),
+                any_value(TRY_CAST(attrs->>'$."{A.STATS_P95_NS}"' AS DOUBLE)),
+                any_value(TRY_CAST(attrs->>'$."{A.STATS_N}"' AS BIGINT))
+            FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL
+            GROUP BY name ORDER BY sum(dur_ns) DESC, name LIMIT 1""",
+        [run_id],
+    )
+    return (str(rows[0][0]), tuple(rows[0][1:])) if rows else ("", None)
+
+
+def _batch_points(store: Store) -> tuple[list[Point], list[int]]:
+    """Per batch size recorded in the store, the latency from its best run (the last complete merged run, else
+    its complete run with the fewest levels); and the batch sizes with a run cut short."""
+    best: dict[int, tuple[tuple[int, int, int], int, dict[str, Any]]] = {}
+    failed: set[int] = set()
+    for run_id, pass_, levels, raw in store.query("SELECT run_id, pass, levels, config FROM runs ORDER BY run_id"):
+        config = orjson.loads(raw) if raw else {}
+        size = _batch_size(config) if isinstance(config, dict) else None
+        if size is None:
+            continue
+        if config.get("status") not in (None, "complete"):
+            failed.add(size)
+            continue
+        # merged first; then fewer levels (less overhead); then the latest
+        rank = (pass_ == "merged", -len(levels or []), run_id)
+        if size not in best or rank > best[size][0]:
+            best[size] = (rank, int(run_id), config)
+    points = [run_latency(store, rid, config, size) for size, (_, rid, config) in sorted(best.items())]
+    return [p for p in points if p is not None], sorted(failed)
+
+
+def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) -> Result:
+    rows: list[tuple[Any, ...]] = []
+    previous: Point | None = None
+    for p in points:
+        speedup = None
+        if previous is not None and p.throughput and previous.throughput:
+            speedup = p.throughput / previous.throughput
+        mark = "yes" if optimal is not None and p.batch_size == optimal else ""
+        rows.append((p.batch_size, round(p.latency_ns), _round(p.p5_ns), _round(p.p95_ns), p.throughput, speedup, mark))
+        previous = p
+    known = [p for p in points if p.batch_size is not None]
+    chart = None
+    if len(known) >= 2:
+        chart = Chart("line", x="batch_size", y=("throughput",), title="Throughput and latency by batch size",
+                      log_x=True, extra={"secondary_y": ["latency"]})  # fmt: skip
+    per_batch = [{"batch_size": p.batch_size, "latency_ns": round(p.latency_ns), "throughput": p.throughput,
+                  "iterations": p.iterations, "timing": p.timing, "run_id": p.run_id} for p in points]  # fmt: skip
+    labels = [f"latency of model span {p.spans!r} (no iterations marked)" for p in points if p.spans != "step"][:1]
+    return Result(
+        id=ID, title=TITLE, columns=list(COLUMNS), rows=rows, notes=NOTES, run_id=run_id, chart=chart,
+        facts={"optimal_batch_size": optimal, "reason": reason, "per_batch": per_batch,
+               "batch_sizes": [p.batch_size for p in known]},
+        labels=labels,
+    )  # fmt: skip
+
+
+def _batch_size(config: dict[str, Any]) -> int | None:
+    size = config.get(A.CONFIG_BATCH_SIZE)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _round(value: float | None) -> int | None:
+    return None if value is None else round(value)

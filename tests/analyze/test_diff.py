@@ -1,0 +1,276 @@
+"""``xstack diff``: two real profiles of PyTorch models measured here, and two real GPU traces, compared."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tests.conftest import kineto_fixture
+from xstack.analyze._diff_read import Timing
+from xstack.analyze.diff import ProfileDiff, Rule, diff_profiles
+from xstack.importers.kineto import import_kineto
+from xstack.trace.store import Store
+
+BERT = "h100_bert_small_infer_full"
+VIT = "h100_vit_image_cls_infer_full"
+LEVELS = ["model", "model,layer", "model,layer,op"]
+LOOSE = 0.25
+"""Relative floor of the live comparisons: the slowed layer changes ~9x, while a busy 2-core machine can move
+an unchanged layer by 10-20% between two measurements (the spread rule sees only the noise within each)."""
+
+
+# -- fixtures ---------------------------------------------------------------------------------------------
+def _model(slow: bool, extra: bool) -> Any:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    nn = torch.nn
+    torch.manual_seed(0)
+    k = 7 if slow else 1  # layer "2": a 7x7 instead of a 1x1 convolution, same shapes, ~49x the FLOPs
+    layers = [nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, k, padding=k // 2), nn.ReLU(),
+              nn.Conv2d(16, 16, 3, padding=1)]  # fmt: skip
+    if extra:
+        layers.append(nn.Conv2d(16, 16, 3, padding=1))  # layer "5", only in B
+    return nn.Sequential(*layers).eval()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """Two leveled measurements: A, and B with layer "2" much slower and a layer "5" added."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import xstack
+
+    tmp = tmp_path_factory.mktemp("diff_live")
+    x = torch.randn(2, 8, 24, 24)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: steadier timings on a machine shared with other work
+    try:
+        paths = []
+        for name, model in (("a", _model(False, False)), ("b", _model(True, True))):
+
+            def step(model: Any = model) -> None:
+                with torch.no_grad():
+                    model(x)
+
+            paths.append(xstack.measure(step, passes=LEVELS, warmup=3, iters=30, path=tmp / f"{name}.duckdb",
+                                        progress=False))  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    yield paths[0], paths[1]
+
+
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The real BERT and ViT inference traces, imported."""
+    tmp = tmp_path_factory.mktemp("diff_gpu")
+    out = []
+    for name in (BERT, VIT):
+        trace = kineto_fixture(f"{name}.json.gz")
+        with Store.create(tmp / f"{name}.duckdb") as store:
+            import_kineto(store, trace)
+        out.append(tmp / f"{name}.duckdb")
+    return out[0], out[1]
+
+
+def _rows(diff: ProfileDiff, id: str) -> list[dict[str, Any]]:
+    return diff.result(id).to_records()
+
+
+def _merged_layer_ns(path: Path) -> dict[str, int]:
+    with Store.open(path) as store:
+        rows = store.query(
+            "SELECT attrs->>'$.\"layer.path\"', dur_ns FROM spans WHERE level = 'layer' AND run_id = "
+            "(SELECT max(run_id) FROM runs WHERE pass = 'merged')"
+        )
+    return {str(p): int(d) for p, d in rows}
+
+
+# -- live profiles ----------------------------------------------------------------------------------------
+def test_added_layer_is_added_slowed_layer_slower_the_rest_unchanged(live: tuple[Path, Path]) -> None:
+    a, b = live
+    diff = diff_profiles(a, b, threshold=LOOSE)
+    layers = {(r["layer"], r["call"]): r for r in _rows(diff, "diff.layers")}
+    assert layers[("5", 0)]["status"] == "added" and layers[("5", 0)]["A"] is None
+    assert layers[("2", 0)]["status"] == "slower"
+    assert layers[("Sequential", 0)]["status"] == "slower"  # holds both changes
+    for path in "0134":
+        assert layers[(path, 0)]["status"] == "unchanged", layers[(path, 0)]
+    # the numbers are the merged runs' medians, read here straight from the stores
+    ns_a, ns_b = _merged_layer_ns(a), _merged_layer_ns(b)
+    assert set(layers) == {(p, 0) for p in set(ns_a) | set(ns_b)}
+    slowed = layers[("2", 0)]
+    assert (slowed["A"], slowed["B"], slowed["delta"]) == (ns_a["2"], ns_b["2"], ns_b["2"] - ns_a["2"])
+    assert slowed["B"] > 3 * slowed["A"] and slowed["noise"] is not None and slowed["delta"] > slowed["noise"]
+    facts = diff.summary.facts["layer"]
+    assert (facts["added"], facts["removed"], facts["slower"], facts["faster"], facts["unchanged"]) == (1, 0, 2, 0, 4)
+    assert facts["added_ns"] == ns_b["5"]
+    assert facts["lost_ns"] == ns_b["2"] - ns_a["2"] + ns_b["Sequential"] - ns_a["Sequential"]
+    assert diff.summary.facts["step_status"] == "slower" and not diff.layers.labels  # both runs have statistics
+    assert [r["status"] for r in _rows(diff, "diff.layers")][:3] != ["unchanged"] * 3  # changes come first
+
+
+def test_ops_follow_their_layers(live: tuple[Path, Path]) -> None:
+    diff = diff_profiles(*live, threshold=LOOSE)
+    ops = _rows(diff, "diff.ops")
+    assert {r["status"] for r in ops if r["layer"] == "5"} == {"added"}
+    assert {r["op"] for r in ops if r["layer"] == "5"} >= {"aten::conv2d"}
+    conv = [r for r in ops if r["layer"] == "2" and r["op"] == "aten::conv2d"]
+    assert [r["status"] for r in conv] == ["slower"]
+    untouched = [r for r in ops if r["layer"] in ("0", "1", "3", "4")]
+    assert untouched and all(r["status"] == "unchanged" for r in untouched), [
+        r for r in untouched if r["status"] != "unchanged"
+    ]
+    assert diff.kernels.missing == ["kernel"] and "kernel" in diff.kernels.hint  # CPU: no kernels, said so
+
+
+def test_a_profile_against_itself_has_no_changes(live: tuple[Path, Path], gpu: tuple[Path, Path]) -> None:
+    for path in (live[1], gpu[0]):
+        with Store.open(path) as store:
+            diff = diff_profiles(store, store)
+        for id in ("diff.layers", "diff.ops", "diff.kernels"):
+            rows = diff.result(id).rows
+            assert all(r[0] == "unchanged" for r in rows) and all(r[-3] == 0 for r in rows)
+        assert diff.summary.facts["step_delta_ns"] == 0 and diff.summary.facts["step_status"] == "unchanged"
+        assert {r[1] for r in diff.summary.rows} <= {"unchanged", "not compared"}
+
+
+def test_the_pass_runs_have_no_statistics_and_say_so(live: tuple[Path, Path]) -> None:
+    diff = diff_profiles(live[0], live[1], run_a=2, run_b=2, threshold=LOOSE)  # the model+layer passes
+    assert diff.a.pass_name == "model+layer" and not diff.a.merged
+    assert any("no iteration statistics" in label for label in diff.layers.labels)
+    layers = {r["layer"]: r for r in _rows(diff, "diff.layers")}
+    assert layers["5"]["status"] == "added" and layers["2"]["status"] == "slower"
+    assert all(r["noise"] is None for r in layers.values())
+    assert diff.ops.missing == ["op"]  # the model+layer pass records no ops
+
+
+# -- the rule ---------------------------------------------------------------------------------------------
+def test_rule_uses_the_low_side_spread_and_both_floors() -> None:
+    rule = Rule(threshold=0.05, min_delta_ns=1_000)
+    base = Timing(100_000, p5_ns=98_000, n=30)
+    assert rule.classify(base, Timing(103_000, 101_000, 30)) == ("unchanged", 4_000)  # under 5%
+    assert rule.classify(base, Timing(106_000, 101_000, 30)) == ("unchanged", 7_000)  # 6% but within the spread
+    assert rule.classify(base, Timing(110_000, 108_000, 30)) == ("slower", 4_000)
+    assert rule.classify(base, Timing(90_000, 89_000, 30)) == ("faster", 3_000)
+    # a p95 inflated by one descheduled iteration does not matter; too few iterations: floors only
+    assert rule.classify(Timing(6_000, 5_900, 20), Timing(30_000, 29_000, 20)) == ("slower", 1_100)
+    assert rule.classify(base, Timing(106_000, 103_000, 2)) == ("slower", None)
+    assert rule.classify(Timing(3_000), Timing(3_900)) == ("unchanged", None)  # 30% but under 1 us
+    assert rule.classify(None, base)[0] == "added" and rule.classify(base, None)[0] == "removed"
+
+
+# -- real GPU traces --------------------------------------------------------------------------------------
+def _kernels_from_json(name: str) -> dict[str, tuple[int, float]]:
+    with gzip.open(kineto_fixture(f"{name}.json.gz")) as f:
+        events = json.load(f)["traceEvents"]
+    calls: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            calls[e["name"]].append(float(e["dur"]))
+    return {k: (len(v), sum(v) * 1000) for k, v in calls.items()}
+
+
+def test_kernels_added_and_removed_are_the_set_differences(gpu: tuple[Path, Path]) -> None:
+    diff = diff_profiles(*gpu)
+    bert, vit = _kernels_from_json(BERT), _kernels_from_json(VIT)
+    rows = {r["kernel"]: r for r in _rows(diff, "diff.kernels")}
+    assert {k for k, r in rows.items() if r["status"] == "added"} == set(vit) - set(bert)
+    assert {k for k, r in rows.items() if r["status"] == "removed"} == set(bert) - set(vit)
+    for name, (calls, total_ns) in vit.items():
+        assert rows[name]["b_calls"] == calls and rows[name]["B"] == pytest.approx(total_ns, abs=calls)
+    for name in set(bert) & set(vit):
+        r = rows[name]
+        floor = max(0.05 * r["A"], 1000)
+        expected = "slower" if r["delta"] >= floor else "faster" if -r["delta"] >= floor else "unchanged"
+        assert r["status"] == expected and r["noise"] is None
+    assert any("no iteration statistics" in label for label in diff.kernels.labels)
+    facts = diff.summary.facts["kernel"]
+    added = sum(total for k, (_, total) in vit.items() if k not in bert)
+    assert facts["added_ns"] == pytest.approx(added, abs=len(vit) * 50)
+    assert diff.summary.facts["step_a_ns"] < diff.summary.facts["step_b_ns"]
+    text = _render(diff)
+    assert "diff.kernels" in text and "added" in text and "no iteration statistics" in text
+
+
+def _render(diff: ProfileDiff) -> str:
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(diff)
+    return console.export_text()
+
+
+def test_top_keeps_the_largest_changes_and_the_totals(gpu: tuple[Path, Path]) -> None:
+    full, top = diff_profiles(*gpu), diff_profiles(*gpu, top=3)
+    assert top.kernels.rows == full.kernels.rows[:3] and top.kernels.truncated == len(full.kernels.rows) - 3
+    assert top.summary.facts == full.summary.facts
+    deltas = [abs(r[-3]) for r in full.kernels.rows if r[0] != "unchanged"]
+    assert deltas == sorted(deltas, reverse=True)
+    json.dumps(full.to_dict())  # JSON-able as it is
+
+
+# -- the command ------------------------------------------------------------------------------------------
+def xstack(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="160")
+    return subprocess.run([sys.executable, "-m", "xstack", "diff", *args], capture_output=True, text=True, env=env,
+                          timeout=120)  # fmt: skip
+
+
+def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
+    a, b = map(str, gpu)
+    expected = diff_profiles(*gpu)
+    proc = xstack(a, b, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [r["id"] for r in data["results"]] == ["diff.summary", "diff.layers", "diff.ops", "diff.kernels"]
+    assert data["results"][3]["rows"] == [list(r) for r in expected.kernels.rows]
+    assert data["a"]["store"] == a and data["rule"]["threshold_pct"] == 5
+
+    proc = xstack(a, b, "--format", "csv", "--threshold", "10")
+    assert proc.returncode == 0, proc.stderr
+    records = list(csv.DictReader(io.StringIO(proc.stdout)))
+    kernels = [r for r in records if r["table"] == "diff.kernels"]
+    assert {r["table"] for r in records} == {"diff.summary", "diff.layers", "diff.ops", "diff.kernels"}
+    assert len(kernels) == len(expected.kernels.rows)
+    assert {r["kernel"] for r in kernels if r["status"] == "added"} == {
+        r[1] for r in expected.kernels.rows if r[0] == "added"
+    }
+
+    proc = xstack(a, b, "--format", "md", "--top", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "## diff.kernels" in proc.stdout and "| status | kernel | a\\_calls |" in proc.stdout
+    assert proc.stdout.count("\n| added |") + proc.stdout.count("\n| removed |") >= 5
+
+    proc = xstack(*map(str, live))
+    assert proc.returncode == 0, proc.stderr
+    for text in ("diff.summary", "step latency", "diff.layers", "slower", "added", "Sequential", "not available"):
+        assert text in proc.stdout, text
+
+
+def test_cli_errors(tmp_path: Path, gpu: tuple[Path, Path]) -> None:
+    a = str(gpu[0])
+    empty = tmp_path / "empty.duckdb"
+    with Store.create(empty):
+        pass
+    (tmp_path / "notes.txt").write_text("not a store")
+    cases = [
+        ([str(tmp_path / "nope.duckdb"), a], 1, "no such store"),
+        ([a, str(empty)], 1, "holds no runs"),
+        ([a, str(tmp_path / "notes.txt")], 1, "not a DuckDB database"),
+        ([a, a, "--run-b", "7"], 2, "no run 7 (runs: 1)"),
+        ([a, a, "--threshold", "-3"], 2, "--threshold"),
+        ([a, a, "--format", "xml"], 2, "invalid choice"),
+        ([a], 2, "required"),
+    ]
+    for args, code, message in cases:
+        proc = xstack(*args)
+        assert proc.returncode == code, (args, proc.stderr)
+        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

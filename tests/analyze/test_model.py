@@ -1,0 +1,204 @@
+"""A1, model information, on stores built by hand: known latencies give known throughputs and a known optimum."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import kineto_fixture
+from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
+from xstack.analyze.pipeline import load
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
+
+
+class Builder:
+    """Adds runs to a store being created: merged runs (one step span with its statistics) and plain passes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def merged(self, batch_size: int | None, latency_ns: int, p5: int, p95: int, **config: Any) -> int:
+        config = {"status": "complete", "merge": {"passes": []}, **config}
+        stats = {A.STATS_N: 20, A.STATS_MEDIAN_NS: latency_ns, A.STATS_P5_NS: p5, A.STATS_P95_NS: p95}
+        return self._run("merged", ["model", "layer"], batch_size, config, [latency_ns], stats)
+
+    def plain(self, batch_size: int | None, durations: Sequence[int], levels: Sequence[str] = ("model",),
+              warmup: int = 0, status: str = "complete", **config: Any) -> int:  # fmt: skip
+        config = {"status": status, "measure": {"warmup": warmup, "iterations": len(durations) - warmup}, **config}
+        return self._run("+".join(levels), list(levels), batch_size, config, list(durations), {})
+
+    def _run(self, pass_: str, levels: list[str], batch_size: int | None, config: dict[str, Any],
+             durations: list[int], stats: dict[str, Any]) -> int:  # fmt: skip
+        run_id = self.store.next_run_id()
+        if batch_size is not None:
+            config[A.CONFIG_BATCH_SIZE] = batch_size
+        self.store.add_run(RunInfo(run_id, "built", levels=levels, pass_name=pass_, config=config))
+        sink = Sink(self.store, run_id)
+        start = 0
+        for i, dur in enumerate(durations):
+            step = {A.MODEL_KIND: "step", A.MODEL_STEP: i, **stats}
+            sink.span(2 * i + 1, None, "model", f"step#{i}", start, dur, 1, 1, step)
+            sink.span(2 * i + 2, 2 * i + 1, "layer", "net", start + 1, dur - 2, 1, 1, {A.LAYER_PATH: "net"})
+            start += dur + 10
+        sink.close()
+        return run_id
+
+
+@pytest.fixture
+def build(tmp_path: Path) -> Iterator[Any]:
+    """``store = build(lambda b: ...)``: a store made by the function, opened read-only."""
+    opened: list[Store] = []
+
+    def make(fill: Any) -> Store:
+        path = tmp_path / f"s{len(opened)}.duckdb"
+        with Store.create(path) as store:
+            fill(Builder(store))
+        opened.append(Store.open(path))
+        return opened[-1]
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+def _sweep(latencies: dict[int, int], **config: Any) -> Any:
+    def fill(b: Builder) -> None:
+        for size, latency in latencies.items():
+            b.merged(size, latency, latency - 5, latency + 7, **config)
+
+    return fill
+
+
+def test_throughput_speedup_and_the_smallest_batch_after_which_doubling_gains_at_most_5pct(build: Any) -> None:
+    latencies = {1: 1000, 2: 1000, 4: 1200, 8: 2300, 16: 4000}
+    store = build(_sweep(latencies))
+    result = model_information(store, 5)
+    assert result.available and result.id == "A1"
+    assert result.column("batch_size") == [1, 2, 4, 8, 16]
+    assert result.column("latency") == list(latencies.values())
+    assert result.column("p5") == [v - 5 for v in latencies.values()]
+    assert result.column("p95") == [v + 7 for v in latencies.values()]
+    throughput = [b * 1e9 / lat for b, lat in latencies.items()]
+    assert result.column("throughput") == pytest.approx(throughput)
+    assert result.column("speedup") == pytest.approx([None, 2.0, 4 / 1.2 / 2, 8 / 2.3 / (4 / 1.2), 16 / 4 / (8 / 2.3)])
+    # 1 -> 2: +100%, 2 -> 4: +66.7%, 4 -> 8: +4.3%: 4 is the optimum
+    assert result.facts["optimal_batch_size"] == 4
+    assert "4 to 8" in result.facts["reason"] and "4.3%" in result.facts["reason"]
+    assert result.column("optimal") == ["", "", "yes", "", ""]
+    assert [p["run_id"] for p in result.facts["per_batch"]] == [1, 2, 3, 4, 5]
+    assert result.chart is not None and result.chart.kind == "line" and result.chart.x == "batch_size"
+    assert not result.hint and not result.labels
+    assert load("A1") is model_information
+
+
+@pytest.mark.parametrize(("latency_8", "optimal"), [(4000, 4), (3990, 8)])
+def test_the_5pct_edge(build: Any, latency_8: int, optimal: int) -> None:
+    # 4 -> 8 at 2100 -> 4000 ns raises throughput by exactly 5%: 4 is optimal; at 3990 ns by 5.26%: not
+    latencies = {2: 2000, 4: 2100, 8: latency_8, 16: 8000}
+    result = model_information(build(_sweep(latencies)), 1)
+    assert result.facts["optimal_batch_size"] == optimal
+    gain = 100 * ((8 / latency_8) / (4 / 2100) - 1)
+    assert doubling_gain_pct(4, 2100, 8, latency_8) == pytest.approx(gain)
+
+
+def test_a_gain_threshold_option(build: Any) -> None:
+    store = build(_sweep({1: 1000, 2: 1000, 4: 1200, 8: 2300}))
+    assert model_information(store, 1, gain_threshold_pct=70.0).facts["optimal_batch_size"] == 2
+
+
+def test_throughput_still_rising_at_the_largest_size_says_to_sweep_further(build: Any) -> None:
+    result = model_information(build(_sweep({1: 1000, 2: 1100, 4: 1300})), 3)
+    assert result.facts["optimal_batch_size"] is None and result.column("optimal") == ["", "", ""]
+    assert "largest measured" in result.facts["reason"] and "sweep larger batch sizes" in result.facts["reason"]
+
+
+def test_a_latency_target_picks_the_largest_batch_that_meets_it(build: Any) -> None:
+    store = build(_sweep({1: 400_000, 2: 600_000, 4: 1_000_000, 8: 1_900_000, 16: 3_500_000}))
+    assert model_information(store, 1, latency_target_ms=2.0).facts["optimal_batch_size"] == 8
+    assert model_information(store, 1, latency_target_ms=1.0).facts["optimal_batch_size"] == 4  # 1 ms meets 1 ms
+    none = model_information(store, 1, latency_target_ms=0.3)
+    assert none.facts["optimal_batch_size"] is None and "no batch size meets the 0.3 ms" in none.facts["reason"]
+    assert none.column("optimal") == [""] * 5
+
+
+def test_the_sweeps_own_latency_target_is_the_default(build: Any) -> None:
+    store = build(
+        _sweep({1: 400_000, 2: 600_000, 4: 1_000_000}, sweep={"batch_sizes": [1, 2, 4], "latency_target_ms": 0.7})
+    )
+    result = model_information(store, 3)
+    assert result.facts["optimal_batch_size"] == 2 and result.facts["latency_target_ms"] == 0.7
+    assert model_information(store, 3, latency_target_ms=5.0).facts["optimal_batch_size"] == 4
+
+
+def test_batch_sizes_not_doubling_are_compared_per_doubling() -> None:
+    # 1 -> 4 is two doublings; throughput x2 over them is +41.4% per doubling
+    assert doubling_gain_pct(1, 100, 4, 200) == pytest.approx(100 * (math.sqrt(2) - 1))
+    assert choose_batch_size([(3, 100.0), (1, 100.0), (6, 195.0)])[0] == 3  # sorted; 3 -> 6: +2.6%
+
+
+def test_merged_runs_win_then_the_plain_run_with_fewest_levels_with_warmup_left_out(build: Any) -> None:
+    durations = [90_000, 80_000, 1000, 1300, 1100, 1700, 1200, 1050]  # two warm-up steps first
+
+    def fill(b: Builder) -> None:
+        b.plain(1, [5000] * 6, levels=("model", "layer"))  # more overhead than the merged timing
+        b.merged(1, 900, 850, 990)
+        b.plain(2, [7000] * 6, levels=("model", "layer"))
+        b.plain(2, durations, warmup=2)
+        b.plain(4, [3000, 3100], status="cut_short")  # failed: left out, reported
+
+    store = build(fill)
+    result = model_information(store, 2)
+    measured = durations[2:]
+    assert result.column("batch_size") == [1, 2]
+    assert result.column("latency") == [900, round(float(np.median(measured)))]
+    assert result.column("p5")[1] == round(float(np.percentile(measured, 5)))
+    assert result.column("p95")[1] == round(float(np.percentile(measured, 95)))
+    assert [p["run_id"] for p in result.facts["per_batch"]] == [2, 4]
+    assert [p["iterations"] for p in result.facts["per_batch"]] == [20, 6]
+    assert result.facts["failed_batch_sizes"] == [4]
+    assert any("failed (cut short) at batch size 4" in label for label in result.labels)
+    assert any("at batch size 2 from a run's own timing" in label for label in result.labels)
+
+
+def test_one_run_without_a_batch_size_reports_its_latency_and_how_to_sweep(build: Any) -> None:
+    store = build(lambda b: b.plain(None, [1000, 2000, 1500, 1600], warmup=1))
+    result = model_information(store, 1)
+    assert result.available and result.rows == [(None, 1600, 1510, 1960, None, None, "")]
+    assert result.facts["optimal_batch_size"] is None and "no batch size" in result.facts["reason"]
+    assert "xstack sweep --batch-sizes" in result.hint and "XSTACK_BATCH_SIZE" in result.hint
+    assert result.chart is None
+
+
+def test_one_batch_size_gives_its_throughput(build: Any) -> None:
+    result = model_information(build(lambda b: b.merged(8, 2_000_000, 1_900_000, 2_200_000)), 1)
+    assert result.column("throughput") == [pytest.approx(4000.0)]  # 8 samples in 2 ms
+    assert result.facts["optimal_batch_size"] is None and "only batch size 8" in result.facts["reason"]
+    assert "xstack sweep" in result.hint
+
+
+def test_a_run_without_the_model_level_says_what_is_missing(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "k.duckdb") as store:
+        store.add_run(RunInfo(1, "ops", levels=["op"]))
+        sink = Sink(store, 1)
+        sink.span(1, None, "op", "aten::mm", 0, 100, 1, 1)
+        sink.close()
+    with Store.open(tmp_path / "k.duckdb") as store:
+        result = model_information(store, 1)
+    assert result.missing == ["model"] and "xstack.step()" in result.hint and not result.rows
+
+
+def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
+    store = import_store(kineto_fixture("h100_bert_small_infer_full.json.gz"))
+    (step,) = store.query(
+        "SELECT dur_ns FROM spans WHERE level = 'model' AND name LIKE 'ProfilerStep#%' AND device = 'cpu'"
+    )
+    result = model_information(store, 1)
+    assert result.column("latency") == [step[0]] and result.column("batch_size") == [None]
+    assert "xstack sweep" in result.hint
