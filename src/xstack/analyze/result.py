@@ -193,7 +193,12 @@ def render_result(result: Result, max_rows: int = 25) -> RenderableType:
             (f"\n  not available: missing {', '.join(result.missing)}. ", "yellow"),
             (result.hint, "dim"),
         )
-    table = Table(title=heading, title_justify="left", caption=_caption(result, max_rows), caption_justify="left")
+    table = Table(
+        title=Text(heading, style="bold"),
+        title_justify="left",
+        caption=_caption(result, max_rows),
+        caption_justify="left",
+    )
     for c in result.columns:
         numeric = c.unit != ""
         table.add_column(
@@ -203,7 +208,8 @@ def render_result(result: Result, max_rows: int = 25) -> RenderableType:
             max_width=None if numeric else 70,
         )
     for row in result.rows[:max_rows]:
-        table.add_row(*(format_value(v, c.unit) for v, c in zip(row, result.columns, strict=True)))
+        # Text, not str: names from traces ("[param|cuda]") must not be read as rich markup
+        table.add_row(*(Text(format_value(v, c.unit)) for v, c in zip(row, result.columns, strict=True)))
     if not result.rows:
         return Group(Text(heading, style="bold"), Text("  no rows: nothing of this kind in the run", style="dim"))
     return table

@@ -1,0 +1,148 @@
+"""Kernel launch statistics: what each launch cost the host, how long it queued, short kernels, outliers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._timeline_common import as_int, measured_window, notes_of, pct, rows
+from xstack.analyze.context import run_context
+from xstack.analyze.result import Chart, Column, Result
+from xstack.errors import UsageError
+from xstack.trace.store import Store
+
+ID = "timeline.launches"
+TITLE = "Kernel launch statistics"
+SHORT_NS = 10_000
+ROW_LIMIT = 20_000
+OUTLIER_IQRS = 3.0
+MIN_OUTLIER_CALLS = 5
+
+_LAUNCHES = """
+launches AS (
+    SELECT k.name, k.dur_ns, r.span_id AS call_id, r.dur_ns AS launch_ns, k.start_ns - r.start_ns AS delay_ns,
+        r.start_ns AS call_start
+    FROM spans k LEFT JOIN spans r ON r.run_id = $run AND r.span_id = k.parent_id AND r.level = 'runtime'
+    WHERE k.run_id = $run AND k.level = 'kernel'
+)"""
+
+_PER_NAME = f"""
+WITH {_LAUNCHES},
+q AS (
+    SELECT name, count(*) AS n,
+        quantile_cont(dur_ns, [0.25, 0.5, 0.75]) AS dq, quantile_cont(delay_ns, [0.25, 0.5, 0.75]) AS yq
+    FROM launches GROUP BY name
+),
+judged AS (
+    -- Tukey's far-out fence per kernel name; an IQR under a tenth of the median counts as a tenth, so
+    -- that a kernel whose times barely vary does not flag every launch a few ns slower
+    SELECT l.*, q.n >= $min_calls AND (
+            l.dur_ns > q.dq[3] + $iqrs * greatest(q.dq[3] - q.dq[1], q.dq[2] / 10)
+            OR l.delay_ns > q.yq[3] + $iqrs * greatest(q.yq[3] - q.yq[1], q.yq[2] / 10)) AS outlier
+    FROM launches l JOIN q USING (name)
+)
+SELECT name, count(*) AS launches, count(*) FILTER (WHERE dur_ns < $short) AS short,
+    count(*) FILTER (WHERE outlier) AS outliers,
+    median(launch_ns), quantile_cont(launch_ns, 0.95), median(delay_ns), quantile_cont(delay_ns, 0.95),
+    median(dur_ns), sum(dur_ns), sum(launch_ns)
+FROM judged GROUP BY name
+ORDER BY sum(launch_ns) DESC NULLS LAST, launches DESC, name
+"""
+
+_TOTALS = f"""
+WITH {_LAUNCHES},
+placed AS (
+    SELECT l.*, w.s IS NOT NULL AS in_steps
+    FROM launches l LEFT JOIN {{window}} w ON l.call_start >= w.s AND l.call_start < w.e
+),
+calls AS (SELECT DISTINCT call_id, launch_ns, in_steps FROM placed WHERE call_id IS NOT NULL)
+SELECT count(*), count(call_id), median(launch_ns), quantile_cont(launch_ns, 0.95), median(delay_ns),
+    quantile_cont(delay_ns, 0.95), count(*) FILTER (WHERE dur_ns < $short), sum(dur_ns),
+    (SELECT sum(launch_ns) FROM calls), count(*) FILTER (WHERE in_steps),
+    (SELECT sum(launch_ns) FROM calls WHERE in_steps)
+FROM placed
+"""
+
+COLUMNS = [
+    Column("kernel"),
+    Column("launches", "count"),
+    Column("short", "count", "kernels that ran shorter than the short threshold"),
+    Column("outliers", "count", "launches whose duration or launch delay is far beyond the kernel's usual"),
+    Column("launch median", "ns", "host time in the launch call"),
+    Column("launch p95", "ns"),
+    Column("delay median", "ns", "kernel start minus launch call start: time queued"),
+    Column("delay p95", "ns"),
+    Column("duration median", "ns"),
+    Column("kernel time", "ns"),
+    Column("launch time", "ns", "host time in the launch calls, summed"),
+]
+
+
+def launch_statistics(
+    store: Store,
+    run_id: int,
+    *,
+    short_ns: int = SHORT_NS,
+    outlier_iqrs: float = OUTLIER_IQRS,
+    min_outlier_calls: int = MIN_OUTLIER_CALLS,
+    limit: int | None = ROW_LIMIT,
+) -> Result:
+    """Per kernel name: launches, short kernels, outliers, launch time and launch delay (ns), with run totals.
+
+    ``short_ns``: a kernel shorter than this is short (10 us by default). Outliers use ``outlier_iqrs`` and
+    ``min_outlier_calls`` (below). Rows: the first ``limit`` kernel names by launch time (None: all), the rest
+    counted in ``truncated`` (the facts cover them all).
+
+    Notes: a kernel's launch is the runtime call with its correlation id (``cudaLaunchKernel``,
+    ``cuLaunchKernel``, ``hipLaunchKernel``, ...). Launch time is that call's duration, the host's cost;
+    launch delay is the kernel's start minus the call's start, the time the launch spent reaching the
+    device and waiting in the queue. A launch is an outlier when its kernel's duration or its launch delay
+    lies beyond Q3 + 3 x IQR of the launches of the same kernel name (Tukey's far-out fence; the IQR counts
+    as at least a tenth of the median), judged only for names launched at least 5 times. Kernels without a
+    launch call (unattributed) count in the launches and durations but not in the launch figures. The total
+    launch time counts each call once (a graph launch starts several kernels). Kernels and launch time per
+    step count the launches whose call starts within the run's measured window (its step spans).
+    """
+    if short_ns < 0 or outlier_iqrs < 0 or min_outlier_calls < 1 or (limit is not None and limit < 0):
+        raise UsageError(f"{ID}: short_ns, outlier_iqrs and limit must be >= 0 and min_outlier_calls >= 1")
+    ctx = run_context(store, run_id)
+    missing = ctx.require(ID, TITLE, "kernel", "runtime")
+    if missing is not None:
+        return missing
+    params = {"short": short_ns, "iqrs": outlier_iqrs, "min_calls": min_outlier_calls}
+    per_name = rows(store, _PER_NAME, ctx.run_id, **params)
+    window = measured_window(store, ctx.run_id)
+    totals = rows(store, _TOTALS.format(window=window.table), ctx.run_id, short=short_ns)[0]
+    facts = _facts(totals, sum(int(r[3]) for r in per_name), window.steps)
+    facts["short_threshold_ns"] = short_ns
+    return Result(
+        id=ID,
+        title=TITLE,
+        run_id=ctx.run_id,
+        columns=COLUMNS,
+        rows=[(r[0], int(r[1]), int(r[2]), int(r[3]), *(as_int(v) for v in r[4:])) for r in per_name[:limit]],
+        truncated=0 if limit is None else max(0, len(per_name) - limit),
+        notes=notes_of(launch_statistics),
+        chart=Chart("hbar", x="kernel", y=("launch time",), title="Host time spent launching, per kernel", limit=20),
+        facts=facts,
+    )
+
+
+def _facts(t: tuple[Any, ...], outliers: int, steps: int) -> dict[str, Any]:
+    launches, attributed, short = int(t[0]), int(t[1]), int(t[6])
+    in_steps = int(t[9] or 0)
+    return {
+        "launches": launches,
+        "attributed_launches": attributed,
+        "median_launch_ns": as_int(t[2]),
+        "p95_launch_ns": as_int(t[3]),
+        "median_delay_ns": as_int(t[4]),
+        "p95_delay_ns": as_int(t[5]),
+        "short_kernels": short,
+        "short_pct": pct(short, launches),
+        "outliers": outliers,
+        "kernel_ns": as_int(t[7]) or 0,
+        "total_launch_ns": as_int(t[8]) or 0,
+        "steps": steps,
+        "kernels_per_step": in_steps / steps if steps else None,
+        "launch_ns_per_step": (as_int(t[10]) or 0) / steps if steps else None,
+    }
