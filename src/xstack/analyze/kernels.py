@@ -224,6 +224,7 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
         Column("kernel time", "ns"),
         *_COST_COLUMNS,
     ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
         "A11",
         "Kernels by layer",
@@ -233,6 +234,7 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         labels=_labels(ctx, t, pk),
         chart=Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300),
+        truncated=cut,
     )
 
 
@@ -261,6 +263,7 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
         Column("DRAM read", "bytes"),
         Column("DRAM write", "bytes"),
     ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
         "A12",
         "Metrics per layer",
@@ -270,6 +273,7 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         labels=labels,
         chart=Chart("stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300),
+        truncated=cut,
     )
 
 
@@ -323,6 +327,7 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
         Column("non-GPU time", "ns"),
         Column("GPU share", "pct"),
     ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
         "A13",
         "GPU vs non-GPU time per layer",
@@ -331,6 +336,7 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
         notes=_notes(gpu_vs_non_gpu),
         run_id=ctx.run_id,
         chart=Chart("stacked", "layer", ("GPU time", "non-GPU time"), "GPU and non-GPU time per layer", limit=300),
+        truncated=cut,
     )
 
 
@@ -380,6 +386,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         Column("FLOP/s", "flop/s"),
         Column("bound"),
     ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
         "A14",
         "Layer roofline",
@@ -389,6 +396,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         labels=labels,
         chart=_roofline_chart("Layers against the roofline", pk, 5000),
+        truncated=cut,
     )
 
 
