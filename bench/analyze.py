@@ -32,7 +32,7 @@ from xstack.trace.store import RunInfo, Store
 
 TYPES = ("Linear", "LayerNorm", "GELU")
 OPS = ("aten::linear", "aten::layer_norm", "aten::gelu")
-SHAPES = ('[[32, 128, 1024], [1024, 1024], [1024]]', '[[32, 128, 1024], [1024], [1024], [1024]]', '[[32, 128, 1024]]')
+SHAPES = ("[[32, 128, 1024], [1024, 1024], [1024]]", "[[32, 128, 1024], [1024], [1024], [1024]]", "[[32, 128, 1024]]")
 
 
 def build(path: Path, steps: int, layers: int, ops: int) -> int:
@@ -63,7 +63,8 @@ def build(path: Path, steps: int, layers: int, ops: int) -> int:
             f"""INSERT INTO _spans
             SELECT 1, {layer_base}, s * {per_step} + 2, 'layer', 'blocks.' || l, {layer_start}, {layer_ns - 100},
                    1, 1, 'cpu', NULL, NULL,
-                   json_object('layer.path', 'model.blocks.' || l, 'layer.type', ['Linear', 'LayerNorm', 'GELU'][l % 3 + 1])
+                   json_object('layer.path', 'model.blocks.' || l,
+                               'layer.type', ['Linear', 'LayerNorm', 'GELU'][l % 3 + 1])
             FROM range({steps}) t(s), range({layers}) u(l)"""
         )
         for j, (name, shapes) in enumerate(zip(OPS, SHAPES, strict=True)):
@@ -93,7 +94,8 @@ def _ops(con: Any, j: int, name: str, shapes: str, steps: int, layers: int, ops:
                {op_id}, NULL
         FROM range({steps}) t(s), range({layers}) u(l), range({ops}) v(o) WHERE l % 3 = {j}
         UNION ALL
-        SELECT 1, {op_id} + 2, {op_id} + 1, 'kernel', {kernel}, {start} + 5_000, 1_000 + (o * 997 + l * 13) % 4_000,
+        SELECT 1, {op_id} + 2, {op_id} + 1, 'kernel', {kernel}, {start} + 5_000,
+               1_000 + (o * 997 + l * 13) % 4_000,
                1, 7, 'cuda:0', 7, {op_id},
                json_object('kernel.grid', [128, 1, 1], 'kernel.block', [256, 1, 1], 'kernel.est_occupancy_pct', 50)
         FROM range({steps}) t(s), range({layers}) u(l), range({ops}) v(o) WHERE l % 3 = {j}"""
@@ -141,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         build_s = time.perf_counter() - t0
         times = run(store_path, Path(tmp))
         sizes = {f.name: f.stat().st_size for f in Path(tmp).iterdir() if f.name.startswith("report")}
-    row = {"spans": spans, "kernels": args.steps * args.layers * args.ops, "build_s": build_s, **times,
-           "report_bytes": sizes, "target_s": 10.0, "machine": f"{platform.machine()} {platform.python_version()}"}  # fmt: skip
+    machine = f"{platform.machine()} {platform.python_version()}"
+    kernels = args.steps * args.layers * args.ops
+    row = {"spans": spans, "kernels": kernels, "build_s": build_s, **times, "report_bytes": sizes, "target_s": 10.0,
+           "machine": machine}  # fmt: skip
     print(f"{spans:,} spans ({row['kernels']:,} kernels), store built in {build_s:.1f} s")
     for k in ("analyze", "html", "total", "md", "json", "csv"):
         print(f"  {k:8s} {times[k]:6.2f} s")

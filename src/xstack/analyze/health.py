@@ -67,16 +67,17 @@ def trace_health(store: Store, run_id: int) -> Result:
 
 def stage_breakdown(store: Store, run_id: int) -> Result:
     """Model-level stages: per stage name (load, preprocess, step, forward, optimizer, data-loader waits, user
-    spans), calls, total and mean time (ns) and share of the run's wall time (%).
+    spans; numbered names such as ``step#3`` count as one stage), calls, total and mean time (ns) and share of
+    the run's wall time (%).
 
-    Notes: only the outermost model spans of each kind are summed per name, so nested stages are not counted
-    twice within one name; stages of different names may nest (a forward inside a step), so shares need not
-    add up to 100. Data-loader waits are the time the loop waited for its next batch."""
+    Notes: every model span of a stage is summed; stages of different names may nest (a forward inside a
+    step), so shares need not add up to 100. Data-loader waits are the time the loop waited for its next batch."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
     rows = store.query(
-        f"""SELECT name, coalesce(attrs->>'$."{A.MODEL_KIND}"', '-'), count(*), sum(dur_ns), avg(dur_ns)
+        f"""SELECT regexp_replace(name, '#[0-9]+$', '') AS stage, coalesce(attrs->>'$."{A.MODEL_KIND}"', '-'),
+                   count(*), sum(dur_ns), avg(dur_ns)
             FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu' GROUP BY ALL ORDER BY 4 DESC""",
         [ctx.run_id],
     )
@@ -89,7 +90,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     out = [
         (str(n), str(k), int(c), int(t), float(m), 100.0 * int(t) / wall if wall else None) for n, k, c, t, m in rows
     ]
-    steps = [r for r in out if r[1] == "step" or r[0].startswith("ProfilerStep#")]
+    steps = [r for r in out if r[1] == "step" or r[0] == "ProfilerStep"]
     loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
     step_total = sum(r[3] for r in steps)
     facts = {

@@ -231,7 +231,10 @@ def _scaled(value: float, base: float, prefixes: tuple[str, ...], suffix: str) -
     v, i = float(value), 0
     while abs(v) >= base and i < len(prefixes) - 1:
         v, i = v / base, i + 1
-    number = f"{v:.0f}" if i == 0 and float(value).is_integer() else f"{v:.3g}"
+    if i == 0 and float(value).is_integer():
+        number = f"{v:.0f}"
+    else:  # three significant digits, never an exponent (1010 KiB, not 1.01e+03 KiB)
+        number = f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
     if suffix in ("FLOP", "FLOP/s"):
         return f"{number} {prefixes[i]}{suffix}"
     return f"{number} {prefixes[i]}{suffix}" if suffix else f"{number} {prefixes[i]}"

@@ -1,0 +1,120 @@
+"""One analysis result as a section of the HTML report: heading, labels, what is missing, facts, chart, table."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from xstack.analyze.result import Result, Unit, format_value
+from xstack.report._charts import render_chart
+from xstack.report._html_table import table_html
+from xstack.report._svg import clip, esc
+
+_FACT_UNITS: tuple[tuple[str, Unit], ...] = (
+    ("bytes_per_s", "bytes/s"),
+    ("bandwidth", "bytes/s"),
+    ("flop_per_s", "flop/s"),
+    ("flops_per_s", "flop/s"),
+    ("_ns", "ns"),
+    ("pct", "pct"),
+    ("bytes", "bytes"),
+    ("flops", "flops"),
+)
+"""Units of facts, read from the ending of their keys (``busy_pct``, ``step_ns``, ``dram_bytes``)."""
+
+
+def anchor(result_id: str, prefix: str = "r") -> str:
+    """The HTML id of a result's section: ``r-A8``, ``r-timeline-breakdown``; comparison results use ``cmp``."""
+    return f"{prefix}-" + re.sub(r"[^A-Za-z0-9_-]", "-", result_id)
+
+
+def fact_text(key: str, value: Any) -> str:
+    """A fact's value as text, its unit taken from the key's ending (``_ns``, ``_pct``, ``_bytes``...)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        for ending, unit in _FACT_UNITS:
+            if key.endswith(ending):
+                return format_value(value, unit)
+        return format_value(value, "count" if isinstance(value, int) else "")
+    if isinstance(value, str):
+        return value
+    return clip(orjson.dumps(value, default=str).decode(), 200)
+
+
+def fact_label(key: str) -> str:
+    """A fact's key as a label, without the unit ending its value shows: ``busy_ns`` -> "busy", ``busy_pct`` ->
+    "busy %"."""
+    for ending in ("_ns", "_bytes"):
+        if key.endswith(ending) and len(key) > len(ending):
+            key = key.removesuffix(ending)
+            break
+    return key.replace("_pct", " %").replace("_", " ")
+
+
+def facts_html(facts: dict[str, Any], limit: int = 24) -> str:
+    """A result's headline numbers as a definition list: the first ``limit`` plain values (nested ones, such
+    as per-device breakdowns, are in the JSON report)."""
+    plain = [(k, v) for k, v in facts.items() if v is None or isinstance(v, (str, int, float, bool))]
+    items = plain[:limit]
+    if not items:
+        return ""
+    body = "".join(
+        f'<div class="fact"><dt>{esc(fact_label(k))}</dt><dd>{esc(fact_text(k, v))}</dd></div>' for k, v in items
+    )
+    left = len(facts) - len(items)
+    more = f'<p class="note">{left:,} more facts in the JSON report (--format json)</p>' if left else ""
+    return f'<dl class="facts">{body}</dl>{more}'
+
+
+def labels_html(labels: Sequence[str]) -> str:
+    """The result's caveats (e.g. "FLOPs and bytes: analytic") as badges shown beside it."""
+    return "".join(f'<span class="label">{esc(lb)}</span>' for lb in labels)
+
+
+def result_section(result: Result, prefix: str = "r") -> str:
+    """A result's whole section: a missing result says what is missing and how to get it; an empty one says so."""
+    sid = anchor(result.id, prefix)
+    status = "missing" if result.missing else ("empty" if not result.rows else "ok")
+    head = (
+        f'<section class="result {status}" id="{esc(sid)}" data-result="{esc(result.id)}">'
+        f'<h3><span class="rid">{esc(result.id)}</span> {esc(result.title)}</h3>'
+    )
+    parts = [head]
+    if result.labels:
+        parts.append(f'<div class="labels">{labels_html(result.labels)}</div>')
+    if result.missing:
+        parts.append(
+            f'<div class="missing"><strong>Not available:</strong> missing {esc(", ".join(result.missing))}.'
+            f'<p class="hint">How to get it: {esc(result.hint or "record the missing levels")}</p></div>'
+        )
+    if result.notes:
+        notes = f"<p>{esc(result.notes)}</p>"
+        parts.append(f'<details class="notes"><summary>How this is computed</summary>{notes}</details>')
+    if not result.missing:
+        parts.append(facts_html(result.facts))
+        if result.rows:
+            parts.append(render_chart(result))
+            parts.append(table_html(f"{sid}-table", result))
+        else:
+            parts.append('<p class="note">No rows: nothing of this kind in the run.</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def results_index(results: Sequence[Result], prefix: str = "r") -> str:
+    """A compact list of the results, each linking to its section and saying whether it is available."""
+    items = []
+    for r in results:
+        state = "missing " + ", ".join(r.missing) if r.missing else f"{len(r.rows):,} rows"
+        cls = "missing" if r.missing else "ok"
+        items.append(
+            f'<li class="{cls}"><a href="#{esc(anchor(r.id, prefix))}">{esc(r.id)}</a> {esc(r.title)} '
+            f'<span class="state">({esc(state)})</span></li>'
+        )
+    return f'<ul class="index">{"".join(items)}</ul>'

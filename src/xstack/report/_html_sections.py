@@ -1,0 +1,144 @@
+"""The report's fixed sections: overview, recommendations, per-level overhead and trace health."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xstack.analyze.pipeline import Analysis, Recommendation
+from xstack.analyze.result import Chart, Column, Result, format_ns
+from xstack.analyze.summary import RunSummary, TopRow
+from xstack.report._charts import render_chart
+from xstack.report._html_results import anchor, facts_html, labels_html
+from xstack.report._html_table import static_table
+from xstack.report._svg import esc
+
+HEADLINE_RESULTS = ("A1", "timeline.breakdown", "A13", "timeline.launches", "timeline.syncs", "timeline.memory")
+"""Results whose facts the overview shows first: step latency, busy and idle time, launches, syncs, memory."""
+
+LEVEL_TITLES = {"layer": "Top layers (inclusive time)", "op": "Top operators", "kernel": "Top GPU kernels"}
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+def overview(analysis: Analysis) -> str:
+    """Where the time goes at a glance: the run, its step latency, headline facts and the top layers/kernels."""
+    s = analysis.summary
+    parts = ['<section id="overview"><h2>Overview</h2>', _cards(analysis)]
+    for r in analysis.results:
+        if r.id in HEADLINE_RESULTS and not r.missing and r.facts:
+            parts.append(
+                f'<div class="headline"><h4><a href="#{esc(anchor(r.id))}">{esc(r.id)}</a> {esc(r.title)}'
+                f"{labels_html(r.labels)}</h4>{facts_html(r.facts, limit=12)}</div>"
+            )
+    parts.append('<div class="tops">')
+    for level, title in LEVEL_TITLES.items():
+        rows = s.top.get(level) or []
+        if rows:
+            parts.append(f'<div class="top" data-level="{level}"><h4>{esc(title)}</h4>{_top_chart(level, rows)}</div>')
+    parts.append("</div></section>")
+    return "".join(parts)
+
+
+def _cards(analysis: Analysis) -> str:
+    s = analysis.summary
+    cards = [("run", f"{s.run_id}: {s.name}"), ("host wall time", format_ns(s.wall_ns))]
+    if s.overhead and s.overhead[0].get("step_median_ns") is not None:
+        first = s.overhead[0]
+        cards.append((f"step latency ({first.get('pass')} pass median)", format_ns(first["step_median_ns"])))
+    devices = ", ".join(str(d.get("name") or d.get("id") or "?") for d in s.devices) or (s.device or "cpu")
+    cards.append(("devices", devices))
+    cards.append(("levels", ", ".join(s.levels) or ", ".join(s.span_counts) or "-"))
+    cards.append(("spans", f"{sum(s.span_counts.values()):,}"))
+    kernel_rows = s.top.get("kernel") or []
+    if kernel_rows:
+        cards.append(("top kernel share", f"{kernel_rows[0].pct:.1f}% of kernel time"))
+    issues = sum(n for _, n, _ in s.health)
+    cards.append(("health findings", f"{issues:,}"))
+    cards.append(("recommendations", f"{len(analysis.recommendations):,}"))
+    body = "".join(
+        f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>' for k, v in cards
+    )
+    meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"source: {s.source}" if s.source else ""]
+    if s.status and s.status != "complete":
+        meta.append(f"status: {s.status} (the program stopped early)")
+    line = " · ".join(m for m in meta if m)
+    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "")
+
+
+def _top_chart(level: str, rows: Sequence[TopRow]) -> str:
+    share = "% of kernel time" if level == "kernel" else "% of wall"
+    result = Result(
+        id=f"top.{level}",
+        title=LEVEL_TITLES[level],
+        columns=[Column("name"), Column("calls", "count"), Column("total", "ns"), Column(share, "pct")],
+        rows=[(r.name, r.calls, r.total_ns, r.pct) for r in rows],
+        chart=Chart("hbar", "name", ("total",)),
+    )
+    return render_chart(result)
+
+
+def recommendations(recs: Sequence[Recommendation], results: Sequence[Result]) -> str:
+    """Each rule that fired: severity, evidence, the action, the analyses it read (linked) and the time at stake."""
+    parts = ['<section id="recommendations"><h2>Recommendations</h2>']
+    if not recs:
+        ran = ", ".join(r.id for r in results if not r.missing) or "none"
+        parts.append(f'<p class="note">No rule fired on this run (analyses with data: {esc(ran)}).</p>')
+    known = {r.id for r in results}
+    ordered = sorted(recs, key=lambda r: (SEVERITY_ORDER.get(r.severity, 3), -(r.impact_ns or 0)))
+    for rec in ordered:
+        sources = ", ".join(
+            f'<a href="#{esc(anchor(src))}">{esc(src)}</a>' if src in known else esc(src) for src in rec.sources
+        )
+        stake = f"At stake: about {format_ns(rec.impact_ns)} per iteration" if rec.impact_ns else ""
+        impact = f'<p class="impact">{esc(stake)}</p>' if stake else ""
+        evidence = "".join(f"<li>{esc(e)}</li>" for e in rec.evidence)
+        parts.append(
+            f'<article class="rec {esc(rec.severity)}" data-rule="{esc(rec.rule)}">'
+            f'<h3><span class="sev">{esc(rec.severity)}</span> {esc(rec.title)}</h3>'
+            f'<ul class="evidence">{evidence}</ul><p class="action"><strong>Do:</strong> {esc(rec.action)}</p>'
+            f'{impact}<p class="sources">From: {sources or "-"}</p></article>'
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def overhead(summary: RunSummary) -> str:
+    """What each leveled pass's levels add to the step latency (``summary.overhead``), and noisy spans."""
+    parts = ['<section id="overhead"><h2>Per-level overhead</h2>']
+    if not summary.overhead:
+        parts.append(
+            '<p class="note">Not a leveled measurement, so no per-level overhead: <code>xstack profile</code> runs '
+            "one pass per level and merges them, measuring what each level adds to the step latency.</p></section>"
+        )
+        return "".join(parts)
+    rows = []
+    for o in summary.overhead:
+        added, pct = o.get("added_ns"), o.get("added_pct")
+        rows.append([
+            str(o.get("pass")),
+            ", ".join(o.get("levels_added") or []) or "-",
+            str(o.get("iterations", "-")),
+            format_ns(o.get("step_median_ns") or 0),
+            "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
+            "-" if pct is None else f"{pct:+.1f}%",
+        ])  # fmt: skip
+    head = ["pass", "adds levels", "iterations", "step median", "added", "added %"]
+    parts.append(static_table(head, rows, numeric=(2, 3, 4, 5)))
+    noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in summary.noisy_spans.items() if n)
+    if summary.pass_name == "merged":
+        parts.append(f'<p class="note">Noisy spans (p95 - p5 over half the median): {esc(noisy or "none")}.</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def health(summary: RunSummary, results: Sequence[Result]) -> str:
+    """The trace's health checks: what the trace missed (orphans, dropped events, unpaired flows, caps hit)."""
+    parts = ['<section id="health"><h2>Trace health</h2>']
+    if summary.health:
+        rows = [[check, f"{count:,}", detail] for check, count, detail in summary.health]
+        parts.append(static_table(["check", "count", "what it means"], rows, numeric=(1,)))
+    else:
+        parts.append('<p class="note ok">No issues found: every span was attributed and no events were dropped.</p>')
+    if any(r.id == "health" for r in results):
+        parts.append(f'<p class="note">Details per check: <a href="#{anchor("health")}">the health analysis</a>.</p>')
+    parts.append("</section>")
+    return "".join(parts)

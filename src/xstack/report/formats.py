@@ -1,0 +1,174 @@
+"""Reports for CI and scripts: an analysis as markdown, JSON or CSV text.
+
+- ``md``: the run, the recommendations, and every result as a table (all its rows, cells formatted with
+  units as in the terminal); a missing result is one line saying what is missing and how to get it.
+- ``json``: one object: ``summary`` (the ``RunSummary`` fields), ``recommendations``, ``results`` (each
+  ``Result.to_dict()``: columns with units, raw rows, facts, missing and hint) and, with a comparison,
+  ``comparison`` (its results the same way).
+- ``csv``: one table for every result: the columns ``analysis``, ``missing`` and ``hint``, then the union of
+  all results' columns named ``name [unit]``. A result's rows are the lines whose ``analysis`` is its id (raw
+  values; cells of other results' columns stay empty); a missing result is one line with ``missing`` and
+  ``hint`` set. Comparison results have ids prefixed ``compare/``. Recommendations are in md and json only.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from xstack.analyze.pipeline import Analysis, Recommendation
+from xstack.analyze.result import Result, format_ns, format_value
+from xstack.errors import UsageError
+from xstack.report.html import Comparison
+
+FORMATS = ("md", "json", "csv")
+"""The text formats (``html`` is written by ``xstack.report.html.write_report``)."""
+
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|<>*[]`&"} | {"\n": " ", "\r": " "})
+
+
+def render_text(analysis: Analysis, fmt: str, *, compare: Comparison | None = None) -> str:
+    """The analysis as ``md``, ``json`` or ``csv`` text."""
+    if fmt == "md":
+        return render_markdown(analysis, compare=compare)
+    if fmt == "json":
+        return render_json(analysis, compare=compare)
+    if fmt == "csv":
+        return render_csv(analysis, compare=compare)
+    raise UsageError(f"unknown report format {fmt!r} (choose from html, {', '.join(FORMATS)})")
+
+
+def write_format(analysis: Analysis, out: str | os.PathLike[str], fmt: str, *,
+                 compare: Comparison | None = None) -> Path:  # fmt: skip
+    """Write the analysis as ``md``, ``json`` or ``csv`` to ``out`` (UTF-8); returns the path written."""
+    path = Path(out)
+    text = render_text(analysis, fmt, compare=compare)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def render_json(analysis: Analysis, *, compare: Comparison | None = None) -> str:
+    """One JSON object: summary, recommendations and results (``Result.to_dict``), and the comparison."""
+    doc: dict[str, Any] = {
+        "summary": dataclasses.asdict(analysis.summary),
+        "recommendations": [dataclasses.asdict(r) for r in analysis.recommendations],
+        "results": [r.to_dict() for r in analysis.results],
+    }
+    if compare is not None:
+        doc["comparison"] = [r.to_dict() for r in compare.results]
+    return orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+
+
+def render_csv(analysis: Analysis, *, compare: Comparison | None = None) -> str:
+    """Every result's rows in one CSV, told apart by the ``analysis`` column (see the module's notes)."""
+    results = [(r.id, r) for r in analysis.results]
+    if compare is not None:
+        results += [(f"compare/{r.id}", r) for r in compare.results]
+    header: dict[str, int] = {}
+    for _, r in results:
+        for c in r.columns:
+            header.setdefault(f"{c.name} [{c.unit}]" if c.unit else c.name, len(header))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["analysis", "missing", "hint", *header])
+    for rid, r in results:
+        if r.missing:
+            w.writerow([rid, ", ".join(r.missing), r.hint] + [""] * len(header))
+            continue
+        where = [header[f"{c.name} [{c.unit}]" if c.unit else c.name] for c in r.columns]
+        for row in r.rows:
+            cells: list[Any] = [""] * len(header)
+            for pos, value in zip(where, row, strict=True):
+                cells[pos] = _csv_value(value)
+            w.writerow([rid, "", "", *cells])
+    return buf.getvalue()
+
+
+def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) -> str:
+    """The report as markdown: run, recommendations, every result as a table, overhead and health."""
+    s = analysis.summary
+    out = [f"# xstack report: {md(s.name)} (run {s.run_id})", ""]
+    facts = [
+        ("source", s.source or "-"),
+        ("pass", s.pass_name or "-"),
+        ("host wall time", format_ns(s.wall_ns)),
+        ("devices", ", ".join(str(d.get("name") or d.get("id")) for d in s.devices) or (s.device or "cpu")),
+        ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
+    ]
+    out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
+    out += ["## Recommendations", ""]
+    out += _md_recommendations(analysis.recommendations) or ["No rule fired on this run.", ""]
+    out += ["## Analyses", ""]
+    for r in analysis.results:
+        out += md_result(r)
+    if compare is not None:
+        out += ["## Comparison", ""]
+        for r in compare.results:
+            out += md_result(r)
+    if s.overhead:
+        out += ["## Per-level overhead", "", "| pass | adds levels | step median | added |", "|---|---|--:|--:|"]
+        for o in s.overhead:
+            added = o.get("added_ns")
+            out.append(
+                f"| {md(o.get('pass'))} | {md(', '.join(o.get('levels_added') or []) or '-')} | "
+                f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} |"
+            )
+        out.append("")
+    out += ["## Trace health", ""]
+    if s.health:
+        out += ["| check | count | what it means |", "|---|--:|---|"]
+        out += [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health] + [""]
+    else:
+        out += ["No issues found.", ""]
+    return "\n".join(out)
+
+
+def md_result(r: Result) -> list[str]:
+    """One result in markdown: heading, labels, then its table, or one line saying what is missing."""
+    lines = [f"### {md(r.id)} {md(r.title)}", ""]
+    if r.labels:
+        lines += ["_" + md("; ".join(r.labels)) + "_", ""]
+    if r.missing:
+        return [*lines, f"Not available: missing {md(', '.join(r.missing))}. {md(r.hint)}", ""]
+    if not r.rows:
+        return [*lines, "No rows: nothing of this kind in the run.", ""]
+    head = [md(c.name + (" (%)" if c.unit == "pct" else "")) for c in r.columns]
+    align = ["--:" if c.unit else "---" for c in r.columns]
+    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(md(format_value(v, c.unit)) for v, c in zip(row, r.columns, strict=True)) + " |"
+              for row in r.rows]  # fmt: skip
+    if r.truncated:
+        lines += ["", f"{r.truncated:,} more rows left out by the analysis."]
+    return [*lines, ""]
+
+
+def md(text: object) -> str:
+    """Text for a markdown table cell or heading: the characters markdown would read as markup escaped."""
+    return str(text).translate(_MD_SPECIAL)
+
+
+def _md_recommendations(recs: Sequence[Recommendation]) -> list[str]:
+    lines: list[str] = []
+    for rec in recs:
+        lines += [f"### [{rec.severity.upper()}] {md(rec.title)}", ""]
+        lines += [f"- {md(e)}" for e in rec.evidence]
+        lines += ["", f"**Do:** {md(rec.action)}", ""]
+        stake = f"; at stake: about {format_ns(rec.impact_ns)} per iteration" if rec.impact_ns else ""
+        lines += [f"From: {md(', '.join(rec.sources) or '-')}{stake}", ""]
+    return lines
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if isinstance(v, (list, tuple, dict)):
+        return orjson.dumps(v, default=str).decode()
+    return v

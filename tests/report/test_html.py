@@ -1,0 +1,178 @@
+"""The HTML report parsed back in Python: complete, self-contained, escaped, and carrying the real trace."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from tests.report.handmade import HOSTILE, analysis
+from xstack.analyze.diff import diff_profiles
+from xstack.analyze.pipeline import Analysis
+from xstack.analyze.result import Column, Result, format_value
+from xstack.export.perfetto import export_perfetto
+from xstack.report._html_results import anchor
+from xstack.report.html import write_report
+from xstack.trace.store import Store
+
+
+class Page(HTMLParser):
+    """Every element (tag and attributes), the text outside scripts, and each script's type and content."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self.text: list[str] = []
+        self._script: dict[str, str | None] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._script = dict(attrs)
+            self.scripts.append((self._script, ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._script = None
+
+    def handle_data(self, data: str) -> None:
+        if self._script is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+        else:
+            self.text.append(data)
+
+    def ids(self) -> set[str]:
+        return {a["id"] or "" for _, a in self.tags if a.get("id")}
+
+
+def table_data(page: Page) -> list[dict[str, Any]]:
+    return [json.loads(text) for attrs, text in page.scripts if attrs.get("class") == "xtable-data"]
+
+
+def test_hostile_names_are_text_and_no_markup_or_script_leaks(tmp_path: Path) -> None:
+    a = analysis()
+    written = write_report(a, tmp_path / "r.html")
+    text = written.path.read_text(encoding="utf-8")
+    assert HOSTILE not in text  # never pasted raw: neither in markup nor in the embedded JSON
+    page = Page(text)
+    assert {t for t, _ in page.tags}.isdisjoint({"img", "b", "link", "iframe", "object", "embed"})
+    kinds = [attrs.get("type") for attrs, _ in page.scripts]
+    assert kinds.count(None) == 1  # the report's own script, and nothing a name could have opened
+    charted = [r for r in a.results if r.rows and not r.missing]
+    assert kinds.count("application/json") == len(charted)
+    for data, r in zip(table_data(page), charted, strict=True):  # every table's JSON parses back exactly
+        assert data["rows"] == [[list(v) if isinstance(v, tuple) else v for v in row] for row in r.rows]
+    visible = "".join(page.text)
+    for piece in ("Bars " + HOSTILE, "label " + HOSTILE, "evidence " + HOSTILE, "action " + HOSTILE,
+                  "run with " + HOSTILE, "detail " + HOSTILE, "GPU " + HOSTILE):  # fmt: skip
+        assert piece in visible, piece
+
+
+def test_every_result_has_its_section_missing_ones_say_how(tmp_path: Path) -> None:
+    a = analysis()
+    page = Page(write_report(a, tmp_path / "r.html").path.read_text(encoding="utf-8"))
+    ids = page.ids()
+    for r in a.results:
+        assert anchor(r.id) in ids
+    visible = " ".join(page.text)
+    assert "Not available:" in visible and "missing metrics, " + HOSTILE in visible
+    assert "No rows: nothing of this kind in the run." in visible
+    for section in ("overview", "recommendations", "analyses", "overhead", "health", "trace"):
+        assert section in ids
+    assert "+400.0 us" in visible and "+10.0%" in visible  # the per-level overhead table
+    assert "No trace: the report was written without its store" in visible
+
+
+def test_tables_carry_raw_values_and_the_terminal_formatting(tmp_path: Path) -> None:
+    a = analysis()
+    page = Page(write_report(a, tmp_path / "r.html").path.read_text(encoding="utf-8"))
+    data = table_data(page)[0]
+    r = a.results[0]
+    shown = [i for i, c in enumerate(data["cols"]) if c["fmt"]]
+    assert [c["name"] for c in data["cols"]] == [c.name for c in r.columns]
+    for row, disp in zip(r.rows, data["disp"], strict=True):
+        assert disp == [format_value(row[i], r.columns[i].unit) for i in shown]
+
+
+def test_self_contained_no_external_reference(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    store, a = bert
+    text = write_report(a, tmp_path / "bert.html", store=store).path.read_text(encoding="utf-8")
+    page = Page(text)
+    assert not [t for t, attrs in page.tags if "src" in attrs or t == "link"]
+    hrefs = [attrs["href"] or "" for t, attrs in page.tags if t == "a" and "href" in attrs]
+    assert [h for h in hrefs if not h.startswith("#")] == ["https://ui.perfetto.dev"]  # a link, never loaded
+    csp = [attrs for t, attrs in page.tags if t == "meta" and attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in (csp[0]["content"] or "")
+
+
+def test_embedded_trace_is_the_perfetto_export(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    store, a = bert
+    written = write_report(a, tmp_path / "bert.html", store=store)
+    assert written.trace == "embedded"
+    page = Page(written.path.read_text(encoding="utf-8"))
+    (data,) = [text for attrs, text in page.scripts if attrs.get("id") == "trace-data"]
+    embedded = json.loads(gzip.decompress(base64.b64decode(data)))
+    export_perfetto(store, tmp_path / "direct.json", run_id=a.summary.run_id)
+    direct = json.loads((tmp_path / "direct.json").read_text())
+    assert embedded == direct
+    spans = store.query("SELECT count(*) FROM spans WHERE run_id = ?", [a.summary.run_id])[0][0]
+    assert sum(1 for e in embedded["traceEvents"] if e.get("ph") == "X") == spans
+
+
+def test_trace_over_the_cap_goes_beside_the_report(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    store, a = bert
+    written = write_report(a, tmp_path / "out" / "bert.html", store=store, trace_cap_bytes=1000)
+    assert written.trace == "beside" and written.trace_path == tmp_path / "out" / "bert.perfetto.json.gz"
+    text = written.path.read_text(encoding="utf-8")
+    page = Page(text)
+    assert not [a for a, _ in page.scripts if a.get("id") == "trace-data"]
+    (link,) = [attrs for t, attrs in page.tags if t == "a" and attrs.get("id") == "trace-download"]
+    assert link["href"] == "bert.perfetto.json.gz" and "written beside the report" in " ".join(page.text)
+    doc = json.loads(gzip.decompress(written.trace_path.read_bytes()))
+    assert doc["traceEvents"]
+
+
+def test_real_report_shows_every_analysis_with_its_labels(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    store, a = bert
+    page = Page(write_report(a, tmp_path / "bert.html", store=store).path.read_text(encoding="utf-8"))
+    visible = " ".join(page.text)
+    for r in a.results:
+        assert anchor(r.id) in page.ids()
+        for label in r.labels:
+            assert label in visible
+    with_rows = [r for r in a.results if r.rows and not r.missing]
+    assert [len(d["rows"]) for d in table_data(page)] == [len(r.rows) for r in with_rows]
+    top = a.summary.top["kernel"][0]
+    assert top.name in visible  # the overview's top kernels
+
+
+def test_comparison_section(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    store, a = bert
+    diff = diff_profiles(store, store)
+    page = Page(write_report(a, tmp_path / "c.html", compare=diff).path.read_text(encoding="utf-8"))
+    assert "comparison" in page.ids()
+    results: list[Result] = list(diff.results)
+    assert results and all(anchor(r.id, "cmp") in page.ids() for r in results)
+    assert any(diff.a.describe()[:20] in t for t in page.text)  # the diff's heading names both runs
+
+
+def test_odd_values_become_valid_json(tmp_path: Path) -> None:
+    a = analysis()
+    rows = [({"k": 1}, 2**70), (float("nan"), float("inf")), (None, -1)]
+    a.results = [Result("odd", "odd", [Column("v"), Column("n", "count")], rows)]
+    data = table_data(Page(write_report(a, tmp_path / "o.html").path.read_text(encoding="utf-8")))[0]
+    assert data["rows"] == [[{"k": 1}, float(2**70)], [None, None], [None, -1]]
+    assert data["disp"][0] == ["{'k': 1}", format_value(2**70, "count")]
+
+
+def test_a_zero_cap_always_writes_beside(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    store, a = bert
+    assert write_report(a, tmp_path / "z.html", store=store, trace_cap_bytes=0).trace == "beside"
+    assert re.search(r"over the .* this report embeds", (tmp_path / "z.html").read_text())
