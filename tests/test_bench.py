@@ -44,3 +44,18 @@ def test_leveled_accuracy_benchmark_smoke_run(tmp_path: Path) -> None:
     assert row["model"] == "tiny" and row["top_layers"] == 200
     assert list(row["passes_ms"])[:3] == ["model", "model+layer", "model+layer+op"]
     assert all(v > 0 for v in (row["unprofiled_ms"], row["merged_ms"], row["torch_profiler_ms"], row["layer_sum_ms"]))
+
+
+def test_analyze_benchmark_smoke_run(tmp_path: Path) -> None:
+    out = tmp_path / "analyze.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "analyze.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out.read_text())["summary"]
+    assert row["spans"] == 2 * (3 + 100 * (1 + 3 * 3)) and row["kernels"] == 600
+    assert all(row[k] > 0 for k in ("analyze", "html", "md", "json", "csv"))
+    assert row["report_bytes"]["report.html"] > 0
