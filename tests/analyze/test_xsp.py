@@ -185,3 +185,16 @@ def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:
         assert a11.column("bound") == ["compute"]
         a9 = _one(store, "A9")
         assert a9.chart is not None and a9.chart.extra["peak_dram_bytes_per_s"] == 10e9
+
+
+def test_results_convert_to_dataframes_records_json_and_csv(import_store: Any) -> None:
+    pd = pytest.importorskip("pandas")
+    a10 = _one(import_store(kineto_fixture(BERT)), "A10")
+    frame = a10.to_dataframe()
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == [c.name for c in a10.columns]
+    assert len(frame) == len(a10.rows) and frame["total"].sum() == sum(a10.column("total"))
+    assert frame.attrs["units"]["total"] == "ns" and frame.attrs["id"] == "A10"
+    assert a10.to_records()[0]["kernel"] == a10.rows[0][0]
+    assert json.loads(json.dumps(a10.to_dict()))["columns"][2] == {"name": "total", "unit": "ns", "help": ""}
+    header, *lines = a10.to_csv().splitlines()
+    assert header.startswith("kernel,calls [count],total [ns]") and len(lines) >= len(a10.rows)
