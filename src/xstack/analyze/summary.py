@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from xstack.errors import UsageError
+from xstack.analyze.context import pick_run
 from xstack.trace.store import Store
 
 
@@ -61,7 +61,7 @@ class RunSummary:
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
     """Summarise one run (the only or the last one when ``run_id`` is None)."""
-    run_id = _pick_run(store, run_id)
+    run_id = pick_run(store, run_id)
     row = store.query(
         "SELECT run_id, name, started_at, framework, device, levels, pass, config, command FROM runs WHERE run_id = ?",
         [run_id],
@@ -113,18 +113,6 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         )
     ]
     return summary
-
-
-def _pick_run(store: Store, run_id: int | None) -> int:
-    ids = store.run_ids()
-    if not ids:
-        raise UsageError(f"{store.path}: the store holds no runs")
-    if run_id is None:
-        merged = store.query("SELECT max(run_id) FROM runs WHERE pass = 'merged'")[0][0]
-        return int(merged) if merged is not None else ids[-1]
-    if run_id not in ids:
-        raise UsageError(f"{store.path}: no run {run_id} (runs: {', '.join(map(str, ids))})")
-    return run_id
 
 
 def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int) -> list[TopRow]:

@@ -57,6 +57,14 @@ def pass_config(warmup: int, iters: int, passes: Sequence[str]) -> dict[str, Any
     return {"measure": {"warmup": warmup, "iterations": iters, "passes": list(passes)}}
 
 
+def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> list[tuple[str, ...]]:
+    """The level sets of ``passes`` (each parsed and checked), or the default passes when None."""
+    level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
+    if not level_sets:
+        raise UsageError(f"{who}: no passes given")
+    return level_sets
+
+
 def measure(
     step: Callable[[], Any],
     *,
@@ -74,9 +82,7 @@ def measure(
     run (``runs.pass = 'merged'``), which ``xstack summary`` and the analyses read by default.
     """
     check_iterations(warmup, iters, "measure")
-    level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
-    if not level_sets:
-        raise UsageError("measure: no passes given")
+    level_sets = resolve_passes(passes, "measure")
     out = Path(path) if path is not None else Path("xstack-out") / f"{name}.duckdb"
     with ExitStack() as stack:
         created = Store.create(out, overwrite=True)

@@ -32,7 +32,7 @@ import orjson
 
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, default_passes, pass_config, pass_name
+from xstack.leveled.passes import check_iterations, default_passes, pass_config, pass_name, resolve_passes
 from xstack.leveled.progress import PassProgress
 from xstack.profile import Profile, parse_levels
 from xstack.runner import Program
@@ -198,9 +198,7 @@ def sweep(
     """
     check_iterations(warmup, iters, "xstack.sweep")
     sizes = check_batch_sizes(batch_sizes, "xstack.sweep")
-    level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
-    if not level_sets:
-        raise UsageError("xstack.sweep: no passes given")
+    level_sets = resolve_passes(passes, "xstack.sweep")
     out = Path(path) if path is not None else Path("xstack-out") / f"{name}.duckdb"
     with ExitStack() as stack:
         created = Store.create(out, overwrite=True)
