@@ -134,20 +134,21 @@ torch = pytest.importorskip("torch")
 class _Slow(torch.utils.data.Dataset):  # type: ignore[misc]
     def __init__(self, delay_s: float) -> None:
         self.delay_s = delay_s
+        self.batch = torch.randn(4, 64)  # whole batches: no collation cost in the fast case
 
     def __len__(self) -> int:
-        return 16
+        return 4
 
     def __getitem__(self, i: int) -> Any:
         time.sleep(self.delay_s)
-        return torch.randn(64)
+        return self.batch
 
 
 def _train(tmp_path: Path, delay_s: float) -> Store:
     import xstack
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
-    loader = torch.utils.data.DataLoader(_Slow(delay_s), batch_size=4)
+    loader = torch.utils.data.DataLoader(_Slow(delay_s), batch_size=None)
     path = tmp_path / f"d{delay_s}.duckdb"
     with xstack.profile(levels="model,layer", path=path) as prof:
         for x in loader:
@@ -158,7 +159,7 @@ def _train(tmp_path: Path, delay_s: float) -> Store:
 
 
 def test_input_bound_fires_on_a_slow_loader_and_not_on_a_fast_one(tmp_path: Path) -> None:
-    with _train(tmp_path, 0.01) as store:
+    with _train(tmp_path, 0.04) as store:
         rec = _check(_fired(store, "input_bound"), "model.stages")
         assert "num_workers" in rec.action
     with _train(tmp_path, 0.0) as store:
