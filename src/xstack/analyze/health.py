@@ -8,7 +8,7 @@ themselves, so that a store written by any producer is checked the same way.
 from __future__ import annotations
 
 from xstack.analyze.context import run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -113,7 +113,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         "Model stages",
         cols,
         out,
-        notes=" ".join(str(stage_breakdown.__doc__).split("Notes:")[-1].split()),
+        notes=notes_of(stage_breakdown),
         run_id=ctx.run_id,
         facts=facts,
         chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30),

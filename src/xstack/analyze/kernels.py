@@ -24,7 +24,7 @@ from xstack.analyze._kernel_costs import (
     rate,
 )
 from xstack.analyze.context import RunContext, run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -230,7 +230,7 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
         "Kernels by layer",
         cols,
         out,
-        notes=_notes(kernels_by_layer),
+        notes=notes_of(kernels_by_layer),
         run_id=ctx.run_id,
         labels=_labels(ctx, t, pk),
         chart=Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300),
@@ -269,7 +269,7 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
         "Metrics per layer",
         cols,
         out,
-        notes=_notes(metrics_by_layer),
+        notes=notes_of(metrics_by_layer),
         run_id=ctx.run_id,
         labels=labels,
         chart=Chart("stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300),
@@ -333,7 +333,7 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
         "GPU vs non-GPU time per layer",
         cols,
         out,
-        notes=_notes(gpu_vs_non_gpu),
+        notes=notes_of(gpu_vs_non_gpu),
         run_id=ctx.run_id,
         chart=Chart("stacked", "layer", ("GPU time", "non-GPU time"), "GPU and non-GPU time per layer", limit=300),
         truncated=cut,
@@ -400,11 +400,6 @@ def layer_roofline(store: Store, run_id: int) -> Result:
     )
 
 
-def _notes(fn: Any) -> str:
-    doc = str(fn.__doc__ or "")
-    return " ".join(doc.split("Notes:", 1)[-1].split()) if "Notes:" in doc else " ".join(doc.split())
-
-
 def model_kernel_aggregate(store: Store, run_id: int) -> Result:
     """A15: the model's kernels aggregated per batch size: model latency (ns, per step), kernel time per step,
     FLOPs and DRAM bytes per step, latency-weighted occupancy, AI, achieved FLOP/s and bound (a model roofline
@@ -462,7 +457,7 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
         "Model-level kernel aggregate",
         cols,
         out,
-        notes=_notes(model_kernel_aggregate),
+        notes=notes_of(model_kernel_aggregate),
         run_id=ctx.run_id,
         labels=sorted(labels),
         chart=chart,

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.context import RunContext, run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -123,7 +123,7 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
         "Layer information",
         cols,
         rows,
-        notes=_doc(layer_information),
+        notes=notes_of(layer_information),
         run_id=ctx.run_id,
         facts={"layers": total},
         truncated=total - len(rows),
@@ -165,7 +165,7 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
         "Layer latency",
         cols,
         rows,
-        notes=_doc(layer_latency),
+        notes=notes_of(layer_latency),
         run_id=ctx.run_id,
         chart=chart,
         labels=labels,
@@ -215,7 +215,7 @@ def layer_type_distribution(store: Store, run_id: int) -> Result:
         "Layer type distribution",
         [Column("type"), Column("calls", "count"), Column("share", "pct")],
         rows,
-        notes=_doc(layer_type_distribution),
+        notes=notes_of(layer_type_distribution),
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("calls",), "Calls per layer type", limit=40),
     )
@@ -248,7 +248,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         "Layer latency by type",
         cols,
         rows,
-        notes=_doc(layer_latency_by_type),
+        notes=notes_of(layer_latency_by_type),
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("self",), "Self time per layer type", limit=40),
         facts={"top_type": rows[0][0] if rows else None, "top_share_pct": rows[0][3] if rows else None},
@@ -284,8 +284,3 @@ def layer_memory_by_type(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("allocated (self)",), "Memory allocated per layer type", limit=40),
     )
-
-
-def _doc(fn: Any) -> str:
-    doc = str(fn.__doc__ or "")
-    return " ".join(doc.split("Notes:", 1)[-1].split()) if "Notes:" in doc else " ".join(doc.split())

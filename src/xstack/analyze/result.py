@@ -151,6 +151,12 @@ def missing_result(id: str, title: str, run_id: int, missing: list[str], hint: s
     return Result(id=id, title=title, run_id=run_id, missing=missing, hint=hint, notes=notes)
 
 
+def notes_of(fn: Any) -> str:
+    """An analysis's Notes paragraph from its docstring (the whole docstring when it has none), on one line."""
+    doc = str(fn.__doc__ or "")
+    return " ".join(doc.split("Notes:", 1)[-1].split())
+
+
 def format_value(value: Any, unit: Unit) -> str:
     """A cell as text: durations, bytes, FLOPs and rates scaled to a readable unit."""
     if value is None:
