@@ -17,8 +17,7 @@ from pathlib import Path
 
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, default_passes, pass_name
-from xstack.profile import parse_levels
+from xstack.leveled.passes import check_iterations, pass_name, resolve_passes
 from xstack.runner import Program
 from xstack.trace.store import Store
 
@@ -35,7 +34,7 @@ def profile_program(
     """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
     into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran)."""
     check_iterations(warmup, iters, "xstack profile")
-    level_sets = default_passes() if not passes else [parse_levels(p) for p in passes]
+    level_sets = resolve_passes(passes or None, "xstack profile")
     names = [pass_name(levels) for levels in level_sets]
     store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
     work = store_path.with_name(f".{store_path.name}.passes")
@@ -47,15 +46,7 @@ def profile_program(
         for index, levels in enumerate(level_sets):
             print(f"xstack: pass {index + 1}/{len(level_sets)}: {names[index]}", file=sys.stderr, flush=True)
             stores.append(work / f"pass{index + 1}.duckdb")
-            command = [
-                *(sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(stores[-1])),
-                *("--warmup", str(warmup), "--iters", str(iters), "--pass-name", names[index]),
-                *("--pass-index", f"{index + 1}/{len(level_sets)}", "--passes", ";".join(names)),
-                *([] if progress else ["--no-progress"]),
-                "--",
-                *program.argv(),
-            ]
-            code = _run(command)
+            code = _run(pass_command(program, levels, names, index, stores[-1], warmup, iters, progress))
             if code:
                 print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
                 break
@@ -64,6 +55,19 @@ def profile_program(
         shutil.rmtree(work, ignore_errors=True)
     print(f"xstack: profile written to {store_path}", file=sys.stderr)
     return code or (0 if merged else 1)
+
+
+def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], index: int, out: Path,
+                 warmup: int, iters: int, progress: bool) -> list[str]:  # fmt: skip
+    """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``."""
+    return [
+        *(sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(out)),
+        *("--warmup", str(warmup), "--iters", str(iters), "--pass-name", names[index]),
+        *("--pass-index", f"{index + 1}/{len(names)}", "--passes", ";".join(names)),
+        *([] if progress else ["--no-progress"]),
+        "--",
+        *program.argv(),
+    ]
 
 
 def _run(command: list[str]) -> int:

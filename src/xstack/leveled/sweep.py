@@ -32,9 +32,10 @@ import orjson
 
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, default_passes, pass_config, pass_name, resolve_passes
+from xstack.leveled.passes import check_iterations, pass_config, pass_name, resolve_passes
 from xstack.leveled.progress import PassProgress
-from xstack.profile import Profile, parse_levels
+from xstack.leveled.script import pass_command
+from xstack.profile import Profile
 from xstack.runner import Program
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -102,7 +103,7 @@ def sweep_program(
     not merge)."""
     check_iterations(warmup, iters, "xstack sweep")
     sizes = check_batch_sizes(batch_sizes, "xstack sweep")
-    level_sets = default_passes() if not passes else [parse_levels(p) for p in passes]
+    level_sets = resolve_passes(passes or None, "xstack sweep")
     store_path = out or Path("xstack-out") / f"{program.name}-sweep.duckdb"
     work = store_path.with_name(f".{store_path.name}.sweep")
     shutil.rmtree(work, ignore_errors=True)
@@ -136,15 +137,7 @@ def _run_passes(program: Program, size: int, level_sets: list[tuple[str, ...]], 
     for index, levels in enumerate(level_sets):
         _say(f"batch size {size}, pass {index + 1}/{len(level_sets)}: {names[index]}")
         stores.append(work / f"bs{size}-pass{index + 1}.duckdb")
-        command = [
-            *(sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(stores[-1])),
-            *("--warmup", str(warmup), "--iters", str(iters), "--pass-name", names[index]),
-            *("--pass-index", f"{index + 1}/{len(level_sets)}", "--passes", ";".join(names)),
-            *([] if progress else ["--no-progress"]),
-            "--",
-            *program.argv(),
-        ]
-        code = _run(command, env)
+        code = _run(pass_command(program, levels, names, index, stores[-1], warmup, iters, progress), env)
         if code:
             return code, names[index]
     return 0, ""
