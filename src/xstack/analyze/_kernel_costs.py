@@ -17,12 +17,29 @@ from xstack.analyze._costs import op_cost
 from xstack.analyze.context import RunContext
 from xstack.trace import attrs as A
 
+HARDWARE_FLOPS = (A.METRICS_FLOPS_FP64, A.METRICS_FLOPS_FP32, A.METRICS_FLOPS_FP16, A.METRICS_FLOPS_TENSOR)
+"""The hardware FLOP counts a kernel's FLOPs add up: SASS add + mul + 2 * fma per precision, and tensor-core ops."""
 ANALYTIC_LABEL = "FLOPs and bytes: analytic (per-op count from shapes, split over the op's kernels by time)"
 ESTIMATED_OCCUPANCY_LABEL = "occupancy: theoretical, estimated by the profiler from the launch configuration"
 
 
 def _num(key: str, alias: str = "s") -> str:
     return f"({alias}.attrs->>'$.\"{key}\"')::DOUBLE"
+
+
+def hardware_label(ctx: RunContext, table: str) -> str:
+    """Which hardware FLOP counts the kernels of ``table`` had (XSP counted FP32 only; say what is counted)."""
+    present = [
+        key.removeprefix("metrics.flops_")
+        for key in HARDWARE_FLOPS
+        if ctx.store.query(
+            f"SELECT count(*) FROM spans s JOIN {table} k USING (span_id) "
+            f"WHERE s.run_id = ? AND json_exists(s.attrs, '$.\"{key}\"')",
+            [ctx.run_id],
+        )[0][0]
+    ]
+    counted = ", ".join(present) or "none"
+    return f"FLOPs: hardware counters ({counted}; add + mul + 2 x fma per precision, tensor-core ops as counted)"
 
 
 def op_costs(ctx: RunContext) -> str:
@@ -74,9 +91,7 @@ def kernel_costs(ctx: RunContext) -> str:
         return name
     owners, ops = ctx.owners(), op_costs(ctx)
     level = "kernel" if "kernel" in ctx.levels else "metrics"
-    hw_flops = " + ".join(
-        f"coalesce({_num(k)}, 0)" for k in (A.METRICS_FLOPS_FP64, A.METRICS_FLOPS_FP32, A.METRICS_FLOPS_FP16)
-    )
+    hw_flops = " + ".join(f"coalesce({_num(k)}, 0)" for k in HARDWARE_FLOPS)
     has_hw = " OR ".join(
         f"json_exists(s.attrs, '$.\"{k}\"')" for k in (A.METRICS_FLOPS_FP32, A.METRICS_DRAM_BYTES_READ)
     )

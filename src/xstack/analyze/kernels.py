@@ -17,6 +17,7 @@ from xstack.analyze._kernel_costs import (
     ESTIMATED_OCCUPANCY_LABEL,
     Peaks,
     bound,
+    hardware_label,
     intensity,
     kernel_costs,
     op_costs,
@@ -48,6 +49,8 @@ def _labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
     labels = []
     if "analytic" in sources:
         labels.append(ANALYTIC_LABEL)
+    if "hardware" in sources:
+        labels.append(hardware_label(ctx, table))
     if "estimated" in occ:
         labels.append(ESTIMATED_OCCUPANCY_LABEL)
     if "kernel" not in ctx.levels:

@@ -9,6 +9,15 @@ from xstack.importers.kineto import ImportedRun, import_kineto
 from xstack.trace.store import Store
 
 
+def import_file(store: Store, path: str | Path) -> ImportedRun:
+    """Import one file as a run of ``store``, by its kind: an Nsight Compute CSV (``.csv``) or a Kineto trace."""
+    if Path(path).suffix.lower() == ".csv":
+        from xstack.importers.ncu import import_ncu
+
+        return import_ncu(store, path)
+    return import_kineto(store, path)
+
+
 def import_files(
     traces: Sequence[str | Path], out: str | Path, *, force: bool = False, append: bool = False
 ) -> list[ImportedRun]:
@@ -19,12 +28,12 @@ def import_files(
     """
     if not append:
         with Store.create(out, overwrite=force) as store:
-            return [import_kineto(store, t) for t in traces]
+            return [import_file(store, t) for t in traces]
     target = Store.open(out, read_only=False)  # fails early, and clearly, on a missing or foreign store
     try:
         scratch = Path(out).with_name(Path(out).name + ".append")
         with Store.create(scratch, overwrite=True) as store:
-            runs = [import_kineto(store, t) for t in traces]
+            runs = [import_file(store, t) for t in traces]
         try:
             new_ids = target.append_runs_from(scratch)
         finally:
