@@ -84,6 +84,9 @@ class Profile:
             self._started_ns = self._recorder.now_ns()
             self._open_step()
             for collector in collectors:
+                configure = getattr(collector, "configure", None)
+                if configure is not None:  # collectors that act on the pass's settings (warm-up count)
+                    configure(self.config)
                 collector.start(self._recorder)
                 self._collectors.append(collector)
             global _current
@@ -106,6 +109,7 @@ class Profile:
         if self._step_span is not None:
             if self.steps is not None:  # a measured pass: an iteration ends when its GPU work does
                 _synchronize_cuda()
+            self._step_hooks("step_end")
             self._recorder.end(self._step_span)
             self._step_span = None
             self._completed += 1
@@ -116,6 +120,15 @@ class Profile:
             return
         self._recorder.step += 1
         self._open_step()
+        self._step_hooks("step_begin")
+
+    def _step_hooks(self, name: str) -> None:
+        """Call ``step_begin``/``step_end`` of the collectors that mark iterations (NVTX ranges for ncu)."""
+        assert self._recorder is not None
+        for collector in self._collectors:
+            hook = getattr(collector, name, None)
+            if hook is not None:
+                hook(self._recorder.step)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -182,6 +195,7 @@ class Profile:
         except md.PackageNotFoundError:
             torch_version = None
         status = "complete" if exc_type is None else "cut_short"
+        device = _devices(store, self.run_id)
         return RunInfo(
             run_id=self.run_id,
             name=self.name,
@@ -189,7 +203,7 @@ class Profile:
             command=" ".join(sys.argv) or None,
             host=socket.gethostname(),
             framework="pytorch" if torch_version else None,
-            device=_devices(store, self.run_id),
+            device=device,
             levels=[lv for lv in LEVELS if lv in self.levels],
             pass_name=self.pass_name,
             config=self.config
@@ -201,7 +215,8 @@ class Profile:
                 "torch": torch_version,
                 "python": platform.python_version(),
                 "pid": os.getpid(),
-            },
+            }
+            | _peaks(device, self.config),
         )
 
 
@@ -251,6 +266,21 @@ def _synchronize_cuda() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def _peaks(device: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``{"peaks": ...}``: the peaks of the run's main device (its first CUDA device, else the CPU), calibrated or
+    read off the device; empty where the caller gave peaks, none are known, or reading them fails (which must
+    never fail a profile)."""
+    if "peaks" in config:
+        return {}
+    try:
+        from xstack.device.calibrate import main_device, peaks_for
+
+        peaks = peaks_for(main_device(device))
+    except Exception:
+        return {}
+    return {"peaks": peaks} if peaks else {}
 
 
 def _devices(store: Store, run_id: int) -> str:

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV, run_under_ncu
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
-from xstack.profile import PassComplete, Profile
+from xstack.profile import PassComplete, Profile, parse_levels
 
 
 @dataclass
@@ -76,9 +77,28 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
     return Program(script, None, argv[1:])
 
 
+def child_command(program: Program, levels: Sequence[str], out: Path, measured: Measured | None) -> list[str]:
+    """The ``xstack run`` command line that records ``program`` at ``levels`` into ``out`` (as ``measured``)."""
+    command = [sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(out)]
+    if measured is not None:
+        command += [
+            *("--warmup", str(measured.warmup), "--iters", str(measured.iters), "--pass-name", measured.pass_name),
+            *("--passes", ";".join(measured.passes)),
+            *(["--pass-index", f"{measured.index}/{measured.count}"] if measured.quiet else []),
+            *([] if measured.progress else ["--no-progress"]),
+        ]
+    return [*command, "--", *program.argv()]
+
+
 def run_program(program: Program, *, levels: str, out: Path | None, measured: Measured | None = None) -> int:
-    """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code."""
+    """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code. With the ``metrics``
+    level, the program is restarted under Nsight Compute (``collect.metrics``)."""
     store = out or Path("xstack-out") / f"{program.name}.duckdb"
+    parsed = parse_levels(levels)
+    if "metrics" in parsed and not os.environ.get(NCU_CHILD_ENV):
+        return run_under_ncu(child_command(program, parsed, store, measured), store,
+                             clock_control=os.environ.get(CLOCK_CONTROL_ENV, "none"),
+                             replay=os.environ.get(REPLAY_ENV, "kernel"))  # fmt: skip
     bar: AbstractContextManager[Any] = nullcontext()
     if measured is None:
         prof = Profile(levels, store, program.name)

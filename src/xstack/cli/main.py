@@ -22,7 +22,7 @@ one DuckDB file per profile that you can query, summarise and open in Perfetto."
 EPILOG = """\
 examples:
   xstack demo                                   profile a small model and print its summary
-  xstack import trace.json.gz -o prof.duckdb    import a PyTorch profiler trace
+  xstack import trace.json.gz -o prof.duckdb    import a PyTorch profiler trace (or an ncu --csv output)
   xstack summary prof.duckdb                    top layers, ops, kernels and trace health
   xstack run -- python train.py --epochs 1      profile a program, unmodified (stages and layers)
   xstack run --levels model,layer,op -- python train.py    ... down to each operator
@@ -38,6 +38,8 @@ examples:
                                                 recommendations, health and the Perfetto trace
   xstack report prof.duckdb --format md -o -   the same as markdown on stdout (also json, csv) for CI
   xstack diff before.duckdb after.duckdb        layers, ops and kernels added, removed, slower, faster
+  xstack calibrate --store prof.duckdb          measure this machine's peak FLOP/s and memory bandwidth
+                                                (rooflines), cache them and record them in the store's runs
 
 exit codes: 0 success, 1 failure (bad input, unreadable store), 2 usage error"""
 
@@ -56,12 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "import",
-        help="import PyTorch profiler (Kineto) traces into a store",
-        description="Import PyTorch profiler (Kineto) Chrome-trace JSON files, plain or .gz, "
-        "into one store: one run per file.",
+        help="import PyTorch profiler (Kineto) traces and Nsight Compute CSVs into a store",
+        description="Import PyTorch profiler (Kineto) Chrome-trace JSON files, plain or .gz, and Nsight Compute "
+        "CSV output (ncu --csv, any page) into one store: one run per file.",
         formatter_class=fmt,
     )
-    p.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace.json or trace.json.gz")
+    p.add_argument("traces", nargs="+", type=Path, metavar="FILE", help="trace.json[.gz] or ncu output .csv")
     p.add_argument(
         "-o",
         "--output",
@@ -113,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--levels",
         default="model,layer",
-        help="levels to record, from model,layer,op,runtime,kernel (default: model,layer; kernel brings runtime "
-        "and op, the levels its spans hang from)",
+        help="levels to record, from model,layer,op,runtime,kernel,metrics (default: model,layer; kernel brings "
+        "runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute)",
     )
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument(
@@ -127,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     for hidden in ("--pass-name", "--pass-index", "--passes"):  # set by xstack profile for each pass it runs
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
+    _ncu_options(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
     p = sub.add_parser(
@@ -148,6 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--warmup", type=int, default=5, metavar="W", help="warm-up iterations per pass (default 5)")
     p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")
+    p.add_argument(
+        "--metrics",
+        action="store_true",
+        help="add a model,metrics pass: per-kernel hardware counters by Nsight Compute (ncu), joined to the kernels",
+    )
+    p.add_argument(
+        "--metrics-iters",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measured iterations of a pass with the metrics level (default 1: ncu replays every kernel)",
+    )
+    _ncu_options(p)
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
@@ -199,6 +215,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smallest change that counts, in percent of A's time (default 5)")  # fmt: skip
     p.add_argument("--top", type=int, metavar="N", help="rows per table (default: 20 in text and md, all in json, csv)")
     p.add_argument("--format", choices=["text", "md", "json", "csv"], default="text", help="output (default text)")
+
+    p = sub.add_parser(
+        "calibrate",
+        help="measure the devices' peak FLOP/s per precision and memory bandwidth, for rooflines",
+        description="Run micro-benchmarks (matrix products per dtype, a streaming copy) on the CPU and each CUDA "
+        "device, print the peaks with each precision's ridge point, and cache them for this host: every run "
+        "profiled afterwards records them (config.peaks), measured values winning over the peaks read off the "
+        "device. --store writes them into the runs of a store profiled before; --apply FILE --store STORE writes a "
+        "calibration saved with -o on another machine, for traces imported from it, without benchmarking.",
+        formatter_class=fmt,
+    )
+    p.add_argument("--device", metavar="DEVICE", help="cpu, cuda (every CUDA device), cuda:N or all (default: all)")
+    p.add_argument("--quick", action="store_true", help="small sizes and few repeats: a few seconds (tests, CI)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE.json", help="also write the calibration to FILE.json")
+    p.add_argument("--store", type=Path, metavar="STORE", help="write the peaks into the runs of STORE")
+    p.add_argument("--apply", type=Path, metavar="FILE.json",
+                   help="with --store: apply a calibration saved with -o (no benchmarks)")  # fmt: skip
 
     sub.add_parser("collectors", help="list the live collectors and whether each can run here", formatter_class=fmt)
 
@@ -329,6 +362,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         name = args.pass_name or "+".join(levels)
         measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
                             progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
+    _set_ncu_options(args)
     return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured)
 
 
@@ -338,7 +372,35 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack profile")
-    return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output)
+    _set_ncu_options(args)
+    return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
+                           metrics=args.metrics, metrics_iters=args.metrics_iters)  # fmt: skip
+
+
+def _ncu_options(p: argparse.ArgumentParser) -> None:
+    """Options of the Nsight Compute run behind the metrics level."""
+    p.add_argument(
+        "--clock-control",
+        choices=("none", "base"),
+        help="metrics level: ncu --clock-control (default none: clocks as in the other passes; base locks them)",
+    )
+    p.add_argument(
+        "--replay-mode",
+        choices=("kernel", "application"),
+        help="metrics level: ncu --replay-mode (application: the program runs again for each pass of counters)",
+    )
+
+
+def _set_ncu_options(args: argparse.Namespace) -> None:
+    import os
+
+    from xstack.collect.metrics import CLOCK_CONTROL_ENV, REPLAY_ENV
+
+    # read where ncu is started, in this process or a child of it; a child inherits its parent's choice
+    if args.clock_control:
+        os.environ[CLOCK_CONTROL_ENV] = args.clock_control
+    if args.replay_mode:
+        os.environ[REPLAY_ENV] = args.replay_mode
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -387,6 +449,34 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from xstack.device import calibrate as cal
+
+    console = Console(highlight=False)
+    if args.apply is not None:
+        if args.store is None:
+            raise UsageError("xstack calibrate: --apply FILE.json needs --store STORE (the store to write it into)")
+        if args.quick or args.output or args.device:
+            raise UsageError("xstack calibrate: --apply applies a saved calibration: drop --device, --quick and -o")
+        entries = cal.read_results(args.apply)
+    else:
+        devices = cal.resolve_devices(args.device)
+        entries = cal.calibrate(devices, quick=args.quick, on_device=lambda d: console.print(f"measuring {d} ..."))
+        console.print(f"cached in {cal.save(entries)}", soft_wrap=True)
+        if args.output is not None:
+            cal.write_results(entries, args.output)
+            console.print(f"wrote {args.output}", soft_wrap=True)
+    for entry in entries:
+        console.print(cal.result_table(entry))
+    if args.store is not None:
+        updated, skipped = cal.apply_to_store(args.store, entries)
+        for run_id, device, source in updated:
+            console.print(f"run {run_id} ({device}): config.peaks set ({source})", soft_wrap=True)
+        if skipped:
+            console.print(f"runs left alone (no calibration of their device): {', '.join(map(str, skipped))}")
+    return 0
+
+
 def _cmd_collectors(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -414,7 +504,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _stem(path: Path) -> str:
     from xstack.importers.kineto import trace_name
 
-    return trace_name(path)
+    return trace_name(path).removesuffix(".csv")
 
 
 _COMMANDS = {
@@ -426,6 +516,7 @@ _COMMANDS = {
     "profile": _cmd_profile,
     "sweep": _cmd_sweep,
     "diff": _cmd_diff,
+    "calibrate": _cmd_calibrate,
     "collectors": _cmd_collectors,
     "demo": _cmd_demo,
 }

@@ -41,10 +41,11 @@ BUILTIN: dict[str, str] = {
     "op": "xstack.collect.torch_profiler:OpCollector",
     "runtime": "xstack.collect.torch_profiler:RuntimeCollector",
     "kernel": "xstack.collect.torch_profiler:KernelCollector",
+    "metrics": "xstack.collect.metrics:MetricsCollector",
 }
 """Level -> ``module:Class`` of its live collector."""
 
-PLANNED = ("metrics", "io", "system")
+PLANNED = ("io", "system")
 """Levels the store knows that have no live collector yet."""
 
 IMPLIED = {"kernel": ("runtime",), "runtime": ("op",)}

@@ -24,6 +24,7 @@ import orjson
 
 from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
+from xstack.leveled._metrics import join_metrics
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import RunInfo, Store
@@ -60,7 +61,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
     """Merge the passes ``run_ids`` of ``store`` (default: every run with a ``measure`` config that is not a
     merged run) into a new run; returns what was made. Passes that did not complete are left out and said so.
     """
-    passes, health = _read_passes(store, run_ids)
+    passes, counters, health = _read_passes(store, run_ids)
     con = store.con
     con.execute("BEGIN TRANSACTION")  # all of the merged run or, on any error, nothing of it
     try:
@@ -86,7 +87,14 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _match.drop(con)
         con.execute("DROP TABLE _lm_stats")
         overhead = _overhead(passes, steps)
-        store.add_run(_run_info(run_id, passes, overhead, len(nodes)))
+        joined = join_metrics(con, run_id, [p.run_id for p in counters]) if counters else []
+        health += joined
+        info = _run_info(run_id, passes, overhead, len(nodes))
+        if joined and joined[0][1]:  # kernels carry hardware counters
+            info.levels.append("metrics")
+            info.levels.sort(key=LEVELS.index)
+        info.config["merge"]["counter_passes"] = [{"pass": p.name, "run_id": p.run_id} for p in counters]
+        store.add_run(info)
         store.add_health(run_id, health)
     except BaseException:
         con.execute("ROLLBACK")
@@ -95,7 +103,10 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
     return MergeResult(run_id, passes, len(nodes), [h for h in health if h[1]], overhead)
 
 
-def _read_passes(store: Store, run_ids: Sequence[int] | None) -> tuple[list[Pass], list[tuple[str, int, str]]]:
+def _read_passes(
+    store: Store, run_ids: Sequence[int] | None
+) -> tuple[list[Pass], list[Pass], list[tuple[str, int, str]]]:
+    """The timing passes (which must nest), the counter passes (``metrics``: joined, never timed) and health."""
     rows = store.query(
         "SELECT run_id, pass, levels, config, name, started_at, command, host, framework, device FROM runs "
         "ORDER BY run_id"
@@ -124,6 +135,8 @@ def _read_passes(store: Store, run_ids: Sequence[int] | None) -> tuple[list[Pass
             health.append(("pass_cut_short", 1, f"pass {p.name} (run {run_id}) did not complete: not merged"))
             continue
         passes.append(p)
+    counters = [p for p in passes if "metrics" in p.levels]
+    passes = [p for p in passes if "metrics" not in p.levels]
     if not passes:
         raise UsageError(f"{store.path}: no complete leveled passes to merge")
     passes.sort(key=lambda p: (len(p.levels), p.run_id))
@@ -138,7 +151,7 @@ def _read_passes(store: Store, run_ids: Sequence[int] | None) -> tuple[list[Pass
                 f"{store.path}: passes must nest: {deep.name} does not record {', '.join(lost)}, which "
                 f"{shallow.name} records"
             )
-    return passes, health
+    return passes, counters, health
 
 
 def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
@@ -278,6 +291,8 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
     first, deepest = passes[0].row, passes[-1].row
     started = first[5]
     levels = sorted({lv for p in passes for lv in p.levels}, key=LEVELS.index)
+    deepest_config = orjson.loads(deepest[3]) if deepest[3] else {}
+    peaks = deepest_config.get("peaks") if isinstance(deepest_config, dict) else None
     return RunInfo(
         run_id=run_id,
         name=str(first[4]),
@@ -295,5 +310,6 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
                 "spans": spans,
             },
             "overhead": overhead,
-        },
+        }
+        | ({"peaks": peaks} if peaks else {}),
     )

@@ -59,9 +59,16 @@ def pass_config(warmup: int, iters: int, passes: Sequence[str]) -> dict[str, Any
 
 def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> list[tuple[str, ...]]:
     """The level sets of ``passes`` (each parsed and checked), or the default passes when None."""
+    from xstack import collect
+
     level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
     if not level_sets:
         raise UsageError(f"{who}: no passes given")
+    for levels in level_sets:  # before any pass runs, not after the first ones
+        for level in levels:
+            reason = collect.load(level).unavailable_reason()
+            if reason:
+                raise UsageError(f"{who}: pass {pass_name(levels)}: level {level!r} cannot run here: {reason}")
     return level_sets
 
 
@@ -83,6 +90,11 @@ def measure(
     """
     check_iterations(warmup, iters, "measure")
     level_sets = resolve_passes(passes, "measure")
+    if any("metrics" in levels for levels in level_sets):
+        raise UsageError(
+            "measure: the metrics level restarts the program under Nsight Compute, which a function measured in "
+            "this process cannot be: mark its iterations with xstack.step() and run xstack profile --metrics"
+        )
     out = Path(path) if path is not None else Path("xstack-out") / f"{name}.duckdb"
     with ExitStack() as stack:
         created = Store.create(out, overwrite=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, pass_name, resolve_passes
-from xstack.runner import Program
+from xstack.runner import Measured, Program, child_command
 from xstack.trace.store import Store
 
 
@@ -30,11 +30,20 @@ def profile_program(
     iters: int = 20,
     out: Path | None = None,
     progress: bool = True,
+    metrics: bool = False,
+    metrics_iters: int = 1,
 ) -> int:
     """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
-    into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran)."""
+    into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran).
+
+    ``metrics`` adds a ``model,metrics`` pass (hardware counters by Nsight Compute) after the others; a pass
+    with the ``metrics`` level records ``metrics_iters`` iterations (each kernel is replayed many times), and
+    its counters are joined to the kernels of the merged profile. ``ncu``'s CSV is kept beside the store."""
     check_iterations(warmup, iters, "xstack profile")
+    check_iterations(warmup, metrics_iters, "xstack profile (metrics pass)")
     level_sets = resolve_passes(passes or None, "xstack profile")
+    if metrics and not any("metrics" in levels for levels in level_sets):
+        level_sets += resolve_passes(["model,metrics"], "xstack profile")
     names = [pass_name(levels) for levels in level_sets]
     store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
     work = store_path.with_name(f".{store_path.name}.passes")
@@ -46,7 +55,9 @@ def profile_program(
         for index, levels in enumerate(level_sets):
             print(f"xstack: pass {index + 1}/{len(level_sets)}: {names[index]}", file=sys.stderr, flush=True)
             stores.append(work / f"pass{index + 1}.duckdb")
-            code = _run(pass_command(program, levels, names, index, stores[-1], warmup, iters, progress))
+            n = metrics_iters if "metrics" in levels else iters
+            code = _run(pass_command(program, levels, names, index, stores[-1], warmup, n, progress))
+            _keep_ncu_csv(stores[-1], store_path)
             if code:
                 print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
                 break
@@ -60,14 +71,17 @@ def profile_program(
 def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], index: int, out: Path,
                  warmup: int, iters: int, progress: bool) -> list[str]:  # fmt: skip
     """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``."""
-    return [
-        *(sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(out)),
-        *("--warmup", str(warmup), "--iters", str(iters), "--pass-name", names[index]),
-        *("--pass-index", f"{index + 1}/{len(names)}", "--passes", ";".join(names)),
-        *([] if progress else ["--no-progress"]),
-        "--",
-        *program.argv(),
-    ]
+    measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True)
+    return child_command(program, levels, out, measured)
+
+
+def _keep_ncu_csv(pass_store: Path, store_path: Path) -> None:
+    """Move a metrics pass's ``ncu`` output beside the final store (the pass's folder is removed)."""
+    from xstack.collect.metrics import ncu_csv_path
+
+    csv = ncu_csv_path(pass_store)
+    if csv.exists():
+        shutil.move(csv, ncu_csv_path(store_path))
 
 
 def _run(command: list[str]) -> int:

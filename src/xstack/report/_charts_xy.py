@@ -191,6 +191,12 @@ def _roof_lines(sx: Scale, sy: Scale, peaks: list[tuple[str, float]], bandwidth:
         label = f"{clip(name, 20)} {format_value(peak, 'flop/s')}"
         parts.append(f'<text class="roof-label" x="{sx(x_hi) - 4:.1f}" y="{sy(peak) - 4:.1f}" '
                      f'text-anchor="end">{esc(label)}</text>')  # fmt: skip
+        if bandwidth and x_lo < ridge < x_hi:  # the ridge point: memory-bound left of it, compute-bound right
+            tip = f"{name} ridge: {ridge:.3g} FLOP/byte (left: memory-bound, right: compute-bound)"
+            parts.append(f'<circle class="ridge" cx="{sx(ridge):.1f}" cy="{sy(peak):.1f}" r="3.5" '
+                         f'fill="{color(j + 3)}"><title>{esc(tip)}</title></circle>'
+                         f'<text class="roof-label" x="{sx(ridge) + 5:.1f}" y="{sy(peak) + 13:.1f}">'
+                         f"{esc(f'ridge {ridge:.3g}')}</text>")  # fmt: skip
     if bandwidth and not peaks:
         d = f"M{sx(x_lo):.1f},{sy(x_lo * bandwidth):.1f} L{sx(x_hi):.1f},{sy(x_hi * bandwidth):.1f}"
         parts.append(f'<path class="roof" d="{d}" stroke="{color(3)}" fill="none"/>')

@@ -169,6 +169,19 @@ class Store:
             ],
         )
 
+    def set_run_config(self, run_id: int, key: str, value: Any) -> None:
+        """Set one top-level key of a run's ``config`` (device peaks recorded after the run, say)."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only; cannot change run {run_id}")
+        row = self.con.execute("SELECT config FROM _runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path}: no run {run_id}")
+        config = orjson.loads(row[0]) if row[0] else {}
+        config[key] = value
+        self.con.execute(
+            "UPDATE _runs SET config = ? WHERE run_id = ?", [orjson.dumps(config, default=str).decode(), run_id]
+        )
+
     def add_health(self, run_id: int, rows: Sequence[tuple[str, int, str]]) -> None:
         """Insert health rows ``(check, count, detail)`` for one run; rows with a zero count are kept out."""
         kept = [(run_id, check, count, detail) for check, count, detail in rows if count]

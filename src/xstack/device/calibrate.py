@@ -1,0 +1,260 @@
+"""Measured device peaks: the ``xstack calibrate`` micro-benchmarks, their cache, and the peaks of a run.
+
+``calibrate`` measures each device (GEMM FLOP/s per dtype and a streaming copy's bandwidth, see ``_bench``) and
+returns one entry per device; ``save`` caches them per host and device (``_cache``). ``peaks_for`` gives the peaks
+recorded with every run (``config.peaks``): this host's calibration of the device where cached, its peaks read off
+the device otherwise, measured values winning key by key where both exist. ``apply_to_store`` writes peaks into
+the runs of a store, for traces profiled before calibrating or imported from another machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from xstack.device import _bench
+from xstack.device._cache import cache_path, cached_entries, entry_key, read_entries, save_entries, write_entries
+from xstack.device.peaks import DRAM_KEY, cpu_info, cpu_peaks, device_gpu_peaks
+from xstack.errors import UsageError
+
+__all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "peaks_for", "read_results", "resolve_devices",
+           "result_table", "save", "write_results"]  # fmt: skip
+
+
+def resolve_devices(spec: str | None) -> list[str]:
+    """Devices to calibrate from ``--device``: ``cpu``, ``cuda`` (every CUDA device), ``cuda:N``, or ``all`` / None
+    (the CPU and every CUDA device present)."""
+    count = _cuda_count()
+    cudas = [f"cuda:{i}" for i in range(count)]
+    if spec in (None, "all"):
+        return ["cpu", *cudas]
+    if spec == "cpu":
+        return ["cpu"]
+    if spec == "cuda" or (spec or "").startswith("cuda:"):
+        if not count:
+            raise UsageError(f"xstack calibrate --device {spec}: no CUDA device here ({_no_cuda_reason()})")
+        if spec == "cuda":
+            return cudas
+        if spec not in cudas:
+            raise UsageError(f"xstack calibrate --device {spec}: no such device (this machine has {', '.join(cudas)})")
+        return [str(spec)]
+    raise UsageError(f"xstack calibrate: unknown device {spec!r} (use cpu, cuda, cuda:N or all)")
+
+
+def calibrate(
+    devices: list[str], *, quick: bool = False, on_device: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """Measure each device (``cpu`` or ``cuda:N``) and return one calibration entry per device: host, device,
+    key, name, when (UTC), the measured ``peaks`` (the ``config.peaks`` format), sizes, details and seconds taken.
+    ``quick`` keeps the CPU run under a few seconds (for tests and CI)."""
+    entries = []
+    for device in devices:
+        if on_device is not None:
+            on_device(device)
+        entries.append(_calibrate_one(device, quick))
+    return entries
+
+
+def _calibrate_one(device: str, quick: bool) -> dict[str, Any]:
+    start = time.perf_counter()
+    if device == "cpu":
+        flops, bandwidth, details = _bench.bench_cpu(_bench.QUICK_CPU if quick else _bench.FULL_CPU)
+        name, key = cpu_info().model, "cpu"
+    else:
+        index = int(device.partition(":")[2] or 0)
+        flops, bandwidth, details = _bench.bench_gpu(index, _bench.QUICK_GPU if quick else _bench.FULL_GPU)
+        name = str(importlib.import_module("torch").cuda.get_device_name(index))
+        key = f"cuda {name}"
+    took = time.perf_counter() - start
+    when = datetime.now(timezone.utc)
+    host = socket.gethostname()
+    stamp = when.isoformat(timespec="seconds")
+    peaks: dict[str, Any] = {
+        "flops_per_s": flops,
+        DRAM_KEY: bandwidth,
+        "source": f"measured by xstack calibrate on {when:%Y-%m-%d}",
+        "device": name,
+        "measured": sorted(flops) + [DRAM_KEY],
+        "details": {"host": host, "when": stamp, "quick": quick},
+    }
+    sizes = {"gemm_n": {p: r["n"] for p, r in details["gemm"].items()}, "copy_bytes": details["copy"]["buffer_bytes"]}
+    return {"host": host, "device": device, "key": key, "name": name, "when": stamp, "quick": quick,
+            "duration_s": round(took, 3), "peaks": peaks, "sizes": sizes, "details": details}  # fmt: skip
+
+
+def save(entries: list[dict[str, Any]]) -> Path:
+    """Cache the entries (``$XSTACK_CALIBRATION``, else ``$XDG_CACHE_HOME/xstack/calibration.json``)."""
+    return save_entries(entries)
+
+
+def write_results(entries: list[dict[str, Any]], path: Path) -> None:
+    """Write the entries as a calibration file (``-o``), for ``--apply`` on another machine."""
+    write_entries({entry_key(e): e for e in entries}, path)
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The entries of a calibration file (written by ``-o``, or the cache); ``BadInputError`` names the file."""
+    return list(read_entries(Path(path)).values())
+
+
+# -- a run's peaks ------------------------------------------------------------------------------------------------
+def peaks_for(device: str) -> dict[str, Any] | None:
+    """The peaks of a run's device (``cpu``, ``cuda:0 NVIDIA H100 80GB HBM3``, or a run's device list, whose first
+    CUDA device counts): this host's cached calibration, combined with the peaks read off the device (measured
+    values win key by key), or either alone; None for a device neither knows. Cheap: no benchmark runs."""
+    kind, index, name = parse_device(main_device(device))
+    host = socket.gethostname()
+    derived: dict[str, Any] | None
+    if kind == "cpu":
+        measured, derived = cached_entries().get(f"{host}|cpu"), cpu_peaks()
+    elif kind == "cuda":
+        derived = _gpu_derived(index or 0, name)
+        name = name or str((derived or {}).get("device") or "")
+        measured = cached_entries().get(f"{host}|cuda {name}") if name else None
+    else:
+        return None
+    return combine(measured["peaks"] if measured else None, derived)
+
+
+def combine(measured: dict[str, Any] | None, derived: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One ``config.peaks`` from measured and derived peaks: measured values win per key; ``measured`` and
+    ``derived`` list the keys each gave, and the source says which is which."""
+    if not measured or not derived:
+        either = measured or derived
+        return dict(either) if either else None
+    m_flops, d_flops = measured.get("flops_per_s") or {}, derived.get("flops_per_s") or {}
+    m_keys = sorted(m_flops) + ([DRAM_KEY] if measured.get(DRAM_KEY) else [])
+    d_keys = sorted(set(d_flops) - set(m_flops)) + (
+        [DRAM_KEY] if derived.get(DRAM_KEY) and DRAM_KEY not in m_keys else []
+    )
+    source = str(measured.get("source"))
+    if d_keys:
+        source = f"{source} ({', '.join(m_keys)}); {derived.get('source')} ({', '.join(d_keys)})"
+    return {
+        "flops_per_s": d_flops | m_flops,
+        DRAM_KEY: measured.get(DRAM_KEY) or derived.get(DRAM_KEY),
+        "source": source,
+        "device": measured.get("device") or derived.get("device"),
+        "measured": m_keys,
+        "derived": d_keys,
+        "details": {"measured": measured.get("details"), "derived": derived.get("details")},
+    }
+
+
+def main_device(device: str) -> str:
+    """The device a run's peaks are for: its first CUDA device, else its first device (``cpu`` if none)."""
+    parts = [p.strip() for p in (device or "").split(",") if p.strip()]
+    return next((p for p in parts if p.startswith("cuda")), parts[0] if parts else "cpu")
+
+
+def parse_device(device: str) -> tuple[str, int | None, str]:
+    """(kind, index, name): ``cuda:0 NVIDIA H100`` -> (``cuda``, 0, ``NVIDIA H100``), ``cpu`` -> (``cpu``, None, "")."""
+    head, _, name = device.strip().partition(" ")
+    kind, _, index = head.partition(":")
+    return kind, int(index) if index.isdigit() else None, name.strip()
+
+
+def _gpu_derived(index: int, name: str) -> dict[str, Any] | None:
+    derived, _ = device_gpu_peaks(index)
+    if derived is not None and name and derived.get("device") != name:
+        return None  # this machine's device `index` is not the GPU the run names
+    return derived
+
+
+# -- writing peaks into a store -----------------------------------------------------------------------------------
+def apply_to_store(store_path: Path, entries: list[dict[str, Any]]) -> tuple[list[tuple[int, str, str]], list[int]]:
+    """Write ``config.peaks`` into every run of the store whose main device one of ``entries`` calibrated (CPU runs
+    get the CPU's, CUDA runs those of the GPU with their device's name, or index where the run names none).
+    Entries of this host are combined with the peaks read off the device. Returns the runs updated
+    ``(run_id, device, source)`` and the ids of those left alone."""
+    from xstack.trace.store import Store
+
+    updated, skipped = [], []
+    with Store.open(store_path, read_only=False) as store:
+        for run_id, device, host in store.query("SELECT run_id, device, host FROM runs ORDER BY run_id"):
+            entry = match_entry(str(device or "cpu"), host, entries)
+            if entry is None:
+                skipped.append(int(run_id))
+                continue
+            peaks = combine(entry["peaks"], _local_derived(entry)) or entry["peaks"]
+            store.set_run_config(int(run_id), "peaks", peaks)
+            updated.append((int(run_id), str(device or "cpu"), str(peaks["source"])))
+    return updated, skipped
+
+
+def match_entry(device: str, host: str | None, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The calibration entry for a run's device: same kind and GPU name (or index when the run names none),
+    preferring entries from the run's host, then the latest."""
+    kind, index, name = parse_device(main_device(device))
+    if kind not in ("cpu", "cuda"):
+        return None
+    found = [e for e in entries if (e.get("key") == "cpu") == (kind == "cpu")]
+    if kind == "cuda" and name:
+        found = [e for e in found if e.get("name") == name]
+    elif kind == "cuda" and len(found) > 1:  # a run that names no GPU: the one calibrated at its index
+        found = [e for e in found if parse_device(str(e.get("device")))[1] == index]
+    local = [e for e in found if e.get("host") == host]
+    return max(local or found, key=lambda e: str(e.get("when")), default=None)
+
+
+def _local_derived(entry: dict[str, Any]) -> dict[str, Any] | None:
+    if entry.get("host") != socket.gethostname():
+        return None  # calibrated elsewhere: this machine's device says nothing about that one
+    if entry.get("key") == "cpu":
+        return cpu_peaks()
+    _, index, _ = parse_device(str(entry.get("device")))
+    return _gpu_derived(index or 0, str(entry.get("name") or ""))
+
+
+def result_table(entry: dict[str, Any]) -> Table:
+    """One calibration as a table: peak FLOP/s per precision with its ridge point (FLOP/byte, where the roofline
+    turns from memory- to compute-bound), and the DRAM bandwidth, each with how it was measured."""
+    from xstack.analyze.result import format_value
+
+    peaks, details = entry["peaks"], entry.get("details") or {}
+    bandwidth = peaks.get(DRAM_KEY)
+    table = Table(
+        title=f"{entry['device']} {entry['name']}: measured in {entry['duration_s']:.1f} s"
+        + (" (quick)" if entry.get("quick") else ""),
+        title_justify="left",
+    )
+    table.add_column("precision")
+    table.add_column("peak", justify="right")
+    table.add_column("ridge (FLOP/byte)", justify="right")
+    table.add_column("how")
+    for precision, flops in sorted(peaks["flops_per_s"].items(), key=lambda kv: -kv[1]):
+        run = (details.get("gemm") or {}).get(precision) or {}
+        how = f"matmul {run.get('n')}x{run.get('n')}, best of {run.get('repeats')}" if run else ""
+        ridge = f"{flops / bandwidth:.3g}" if bandwidth else "-"
+        table.add_row(precision, format_value(flops, "flop/s"), ridge, how)
+    copy = details.get("copy") or {}
+    how = f"copy of {format_value(copy.get('buffer_bytes'), 'bytes')}, best of {copy.get('repeats')}" if copy else ""
+    table.add_row("DRAM bandwidth", format_value(bandwidth, "bytes/s"), "", how)
+    for precision, why in (details.get("skipped") or {}).items():
+        table.add_row(precision, "-", "", f"skipped: {why}")
+    if details.get("bf16_skipped"):
+        table.add_row("bf16", "-", "", f"skipped: {details['bf16_skipped']}")
+    return table
+
+
+def _cuda_count() -> int:
+    try:
+        torch: Any = importlib.import_module("torch")
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _no_cuda_reason() -> str:
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        return "PyTorch is not installed"
+    return "torch.cuda.is_available() is False"
