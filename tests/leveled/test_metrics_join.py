@@ -199,3 +199,16 @@ def test_a_csv_without_nvtx_ranges_is_split_evenly_over_the_measured_iterations(
 )  # fmt: skip
 def test_kernel_names_from_two_demanglers(a: str, b: str, same: bool) -> None:
     assert same_kernel_name(a, b) is same
+
+
+def test_without_a_kernel_pass_the_counters_stay_in_their_run_and_health_says_so(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "p.duckdb") as store:
+        import_kineto(store, kineto_fixture("h100_bert_small_infer_full.json.gz"))
+        text = _csv(_kernels(store), {})
+        store.con.execute("DELETE FROM _spans WHERE run_id = 1 AND level IN ('kernel', 'memcpy')")
+        _metrics_pass(store, text)
+        run = merge_passes(store, [1, 2]).run_id
+        count, detail = _health(store, run)["metrics_unjoined"]
+        assert count == 1 and "add a pass with the kernel level" in detail
+        assert "metrics" not in store.query("SELECT levels FROM runs WHERE run_id = ?", [run])[0][0]
+        assert store.query("SELECT count(*) FROM spans WHERE run_id = 2 AND level = 'metrics'")[0][0] == 120

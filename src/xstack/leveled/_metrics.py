@@ -46,6 +46,9 @@ def join_metrics(con: Any, merged_run: int, metric_runs: list[int]) -> list[tupl
     """Copy the ``metrics.*`` attributes of ``metric_runs`` onto the kernel spans of ``merged_run``; returns
     health rows (joined, mismatched, kernels left without counters)."""
     kernels = con.execute(_LAUNCH_ORDER, [merged_run]).fetchall()
+    if not kernels:
+        detail = "no pass recorded kernels to join the counters to: they stay in the metrics pass's run (add a pass "
+        return [("metrics_unjoined", len(metric_runs), detail + "with the kernel level, e.g. model,layer,op,kernel)")]
     found: dict[int, list[dict[str, Any]]] = {}
     mismatches: list[str] = []
     iterations = 0

@@ -90,7 +90,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         joined = join_metrics(con, run_id, [p.run_id for p in counters]) if counters else []
         health += joined
         info = _run_info(run_id, passes, overhead, len(nodes))
-        if joined and joined[0][1]:  # kernels carry hardware counters
+        if any(check == "metrics_joined" and count for check, count, _ in joined):  # kernels carry counters
             info.levels.append("metrics")
             info.levels.sort(key=LEVELS.index)
         info.config["merge"]["counter_passes"] = [{"pass": p.name, "run_id": p.run_id} for p in counters]
