@@ -171,8 +171,11 @@ def _read_details(out: NcuCsv, header: list[str], rows: list[list[str]]) -> None
     for row in rows:
         if len(row) < len(header) - len(RULE_COLUMNS):  # a stray line of program output
             continue
-        probe = _identity(out, header, row)
-        kernel = kernels.setdefault(probe.id, probe)
+        kid = _int(row[0])
+        kernel = kernels.get(kid) if kid is not None else None
+        if kernel is None:  # a kernel's identity once, not again for each of its metric rows
+            kernel = _identity(out, header, row)
+            kernels[kernel.id] = kernel
         get = {name: row[i].strip() if i < len(row) else "" for name, i in col.items()}
         section, metric = get.get("Section Name", ""), get.get("Metric Name", "")
         if metric:

@@ -58,11 +58,9 @@ def _scale(unit: str) -> tuple[float, str, bool]:
     match = _PREFIXED.match(unit)
     if match:
         prefix, base = match.group(1) or "", match.group(2)
-        if base in _COUNTS or base.rstrip("s") in _COUNTS:
-            factor = _BINARY[prefix] if prefix in _BINARY else _DECIMAL[prefix]
-            return factor, base.rstrip("s") if base not in _COUNTS else base, True
-    if unit in _COUNTS:
-        return 1.0, unit, True
+        name = base if base in _COUNTS else base.rstrip("s")  # "warps" is a count of "warp"
+        if name in _COUNTS:
+            return _BINARY[prefix] if prefix in _BINARY else _DECIMAL[prefix], name, True
     return 1.0, unit, False
 
 
