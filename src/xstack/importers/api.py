@@ -10,11 +10,17 @@ from xstack.trace.store import Store
 
 
 def import_file(store: Store, path: str | Path) -> ImportedRun:
-    """Import one file as a run of ``store``, by its kind: an Nsight Compute CSV (``.csv``) or a Kineto trace."""
-    if Path(path).suffix.lower() == ".csv":
+    """Import one file as a run of ``store``, by its kind: an Nsight Compute CSV (``.csv``), a Darshan log
+    (``.darshan``) or a Kineto trace."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
         from xstack.importers.ncu import import_ncu
 
         return import_ncu(store, path)
+    if suffix == ".darshan":
+        from xstack.importers.darshan import import_darshan
+
+        return import_darshan(store, path)
     return import_kineto(store, path)
 
 

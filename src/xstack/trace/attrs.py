@@ -157,6 +157,98 @@ LAYER_OUTPUT_SHAPES: Final = "layer.output_shapes"
 LAYER_MEMORY_ALLOCATED_BYTES: Final = "layer.memory_allocated_bytes"
 """Integer: change in device memory allocated by the framework across the call, in bytes (CUDA only)."""
 
+# -- io (spans of the io level: one file operation each) ------------------------------------------------
+IO_PATH: Final = "io.path"
+"""String: the file the operation touched, absolute where it could be resolved (``<pipe>``, ``<socket>``,
+``<fd 7>`` for descriptors that were not opened by path)."""
+IO_FD: Final = "io.fd"
+"""Integer: the file descriptor (for stdio calls, the stream's ``fileno``)."""
+IO_OFFSET: Final = "io.offset"
+"""Integer: the file offset the operation started at, in bytes (tracked per descriptor as Darshan does:
+reset by open, moved by reads, writes and seeks; the given offset for ``pread``/``pwrite``)."""
+IO_BYTES: Final = "io.bytes"
+"""Integer: bytes the operation moved (its return value for reads and writes; 0 at end of file)."""
+IO_REQUESTED_BYTES: Final = "io.requested_bytes"
+"""Integer: bytes the caller asked for (read/write count, mmap length)."""
+IO_MODULE: Final = "io.module"
+"""String: ``POSIX`` (open, read, write, ... on descriptors) or ``STDIO`` (fopen, fread, ... on streams), the
+two Darshan modules."""
+IO_ERRNO: Final = "io.errno"
+"""Integer: the ``errno`` of a failed operation (absent when it succeeded)."""
+IO_FD_KIND: Final = "io.fd_kind"
+"""String: what the descriptor is: ``file``, ``dir``, ``pipe``, ``socket``, ``chr`` (a device), ``blk`` or
+``unknown``."""
+IO_PATH_CLASS: Final = "io.path_class"
+"""String: where the path lives: ``data`` (the program's own files), ``python`` (the interpreter's and installed
+packages' files), ``system`` (``/usr``, ``/lib``, ``/etc``, ``/proc``, ``/sys``, ``/dev``, ...), ``stream``
+(pipes, sockets, terminals) or ``unknown``."""
+
+# -- io_files.attrs (per-file counters beyond the view's columns; Darshan's meanings) ---------------------
+IO_FILE_CONSEC_READS: Final = "consec_reads"
+"""Integer: reads that started right after the byte the previous read of the file ended on (Darshan
+``CONSEC_READS``)."""
+IO_FILE_CONSEC_WRITES: Final = "consec_writes"
+"""Integer: the same for writes (``CONSEC_WRITES``)."""
+IO_FILE_SEQ_READS: Final = "seq_reads"
+"""Integer: reads that started after the previous read's last byte, consecutive ones included (``SEQ_READS``)."""
+IO_FILE_SEQ_WRITES: Final = "seq_writes"
+"""Integer: the same for writes (``SEQ_WRITES``)."""
+IO_FILE_SIZE_READ_HIST: Final = "size_read_hist"
+"""Object: reads per access-size bucket, keyed by ``IO_SIZE_BUCKETS`` names (bytes returned, Darshan's edges)."""
+IO_FILE_SIZE_WRITE_HIST: Final = "size_write_hist"
+"""Object: writes per access-size bucket (``IO_SIZE_BUCKETS``)."""
+IO_FILE_ZERO_READS: Final = "zero_reads"
+"""Integer: reads that returned 0 bytes (end of file)."""
+IO_FILE_MAX_BYTE_READ: Final = "max_byte_read"
+"""Integer: the highest offset read (Darshan ``MAX_BYTE_READ``: offset of the last byte, so size - 1)."""
+IO_FILE_MAX_BYTE_WRITTEN: Final = "max_byte_written"
+"""Integer: the highest offset written (``MAX_BYTE_WRITTEN``)."""
+IO_FILE_STATS: Final = "stats"
+"""Integer: stat-family calls on the file (``STATS``)."""
+IO_FILE_FSYNCS: Final = "fsyncs"
+"""Integer: fsync and fdatasync calls (STDIO: fflush calls)."""
+IO_FILE_MMAPS: Final = "mmaps"
+"""Integer: mmap calls on the file (``MMAPS``)."""
+IO_FILE_RW_SWITCHES: Final = "rw_switches"
+"""Integer: times the access switched between reading and writing (``RW_SWITCHES``)."""
+IO_FILE_PATH_CLASS: Final = "path_class"
+"""String: ``IO_PATH_CLASS`` of the file."""
+IO_FILE_FIRST_NS: Final = "first_ns"
+"""Integer: start of the first operation on the file (Unix ns, or ns from the job start for Darshan logs
+without a start time)."""
+IO_FILE_LAST_NS: Final = "last_ns"
+"""Integer: end of the last operation on the file."""
+IO_FILE_SOURCE: Final = "source"
+"""String: ``io`` (recorded by the io level) or ``darshan`` (imported from a Darshan log)."""
+IO_FILE_DARSHAN: Final = "darshan"
+"""Object (rows imported from a Darshan log): every counter of the record that the columns and the other
+attributes do not carry, by Darshan's name (``POSIX_FSYNCS``, ``POSIX_F_OPEN_START_TIMESTAMP`` in seconds from
+the job start, ...), plus ``rank``: the MPI rank, -1 for a record Darshan reduced over all ranks."""
+
+IO_SIZE_BUCKETS: Final = (
+    ("0_100", 0, 100),
+    ("100_1K", 101, 1024),
+    ("1K_10K", 1025, 10 * 1024),
+    ("10K_100K", 10 * 1024 + 1, 100 * 1024),
+    ("100K_1M", 100 * 1024 + 1, 1024**2),
+    ("1M_4M", 1024**2 + 1, 4 * 1024**2),
+    ("4M_10M", 4 * 1024**2 + 1, 10 * 1024**2),
+    ("10M_100M", 10 * 1024**2 + 1, 100 * 1024**2),
+    ("100M_1G", 100 * 1024**2 + 1, 1024**3),
+    ("1G_PLUS", 1024**3 + 1, 2**63 - 1),
+)
+"""Darshan's access-size buckets: (name, lowest, highest size in bytes), both ends included. The names are
+Darshan's counter suffixes (``POSIX_SIZE_READ_0_100`` ...)."""
+
+
+def size_bucket(size: int) -> str:
+    """The ``IO_SIZE_BUCKETS`` name of an access of ``size`` bytes."""
+    for name, _low, high in IO_SIZE_BUCKETS:
+        if size <= high:
+            return name
+    return IO_SIZE_BUCKETS[-1][0]
+
+
 # -- model ------------------------------------------------------------------------------------------------
 MODEL_KIND: Final = "model.kind"
 """String: ``step`` (an iteration marked by ``prof.step()``), ``user`` (``xstack.span``), ``forward`` (a
