@@ -1,0 +1,46 @@
+"""Build of the io level's native interposition library; the package's metadata lives in pyproject.toml.
+
+The library is a plain shared object preloaded into profiled programs (or dlopen'ed by ctypes), never
+imported as a Python module: it is built as ``xstack/collect/_io/libxstack_io.so``, without the interpreter's
+ABI tag in its name. The build is optional: without a C compiler the package still installs, and
+``xstack.collect._io_native.unavailable_reason()`` says how to get the library.
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+LIBRARY = "xstack.collect._io.libxstack_io"
+SOURCE_DIR = "src/xstack/collect/_io"
+SOURCES = ["core.c", "output.c", "api.c", "paths.c", "records.c", "attach.c", "coverage.c"]
+SOURCES += ["hooks_posix.c", "hooks_stat.c", "hooks_stdio.c", "hooks_proc.c"]
+
+
+class BuildSharedLibrary(build_ext):
+    """build_ext that names the io library like a library rather than a Python extension module."""
+
+    def get_ext_filename(self, fullname: str) -> str:
+        # called with the dotted name and, from get_ext_fullpath, with its last component alone
+        if fullname in (LIBRARY, LIBRARY.rpartition(".")[2]):
+            return os.path.join(*fullname.split(".")) + ".so"
+        return str(super().get_ext_filename(fullname))
+
+    def get_export_symbols(self, ext: Extension) -> list[str]:
+        if ext.name == LIBRARY:
+            return []  # no PyInit_ function: the library exports its wrappers and xstack_io_* only
+        return list(super().get_export_symbols(ext))
+
+
+io_library = Extension(
+    LIBRARY,
+    sources=[f"{SOURCE_DIR}/{name}" for name in SOURCES],
+    depends=[f"{SOURCE_DIR}/xio.h"],
+    extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-fno-strict-aliasing"],
+    libraries=["dl", "pthread"],
+    optional=True,
+)
+
+setup(ext_modules=[io_library], cmdclass={"build_ext": BuildSharedLibrary})

@@ -1,0 +1,456 @@
+/* Wrappers of the POSIX descriptor calls: open family, close, reads, writes, seeks, syncs, mmap, dup.
+ *
+ * Each wrapper: pass straight through unless xio_enter() says to record; time the real call; keep errno as
+ * the real call left it; record; restore errno. Variants (open64, __open_2, pread64, preadv2, ...) are
+ * recorded under their base operation.
+ */
+#include "xio.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+#define NEEDS_MODE(flags) (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE)
+
+static int64_t iov_bytes(const struct iovec *iov, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; iov && i < n; i++)
+        total += (int64_t)iov[i].iov_len;
+    return total;
+}
+
+/* ---- open family ---- */
+
+#define DEFINE_OPEN(name, op)                                                                                    \
+    static int (*real_##name)(const char *, int, ...);                                                           \
+    static int xio_##name(const char *path, int flags, ...)                                                      \
+    {                                                                                                            \
+        int mode = 0;                                                                                            \
+        if (NEEDS_MODE(flags)) {                                                                                 \
+            va_list ap;                                                                                          \
+            va_start(ap, flags);                                                                                 \
+            mode = va_arg(ap, int);                                                                              \
+            va_end(ap);                                                                                          \
+        }                                                                                                        \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(path, flags, mode);                                                                \
+        int64_t t0 = xio_now();                                                                                  \
+        int fd = REAL(name)(path, flags, mode);                                                                  \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_open(op, AT_FDCWD, path, t0, t1, fd, err, flags);                                                \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return fd;                                                                                               \
+    }
+
+#define DEFINE_OPENAT(name)                                                                                      \
+    static int (*real_##name)(int, const char *, int, ...);                                                      \
+    static int xio_##name(int dirfd, const char *path, int flags, ...)                                           \
+    {                                                                                                            \
+        int mode = 0;                                                                                            \
+        if (NEEDS_MODE(flags)) {                                                                                 \
+            va_list ap;                                                                                          \
+            va_start(ap, flags);                                                                                 \
+            mode = va_arg(ap, int);                                                                              \
+            va_end(ap);                                                                                          \
+        }                                                                                                        \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(dirfd, path, flags, mode);                                                         \
+        int64_t t0 = xio_now();                                                                                  \
+        int fd = REAL(name)(dirfd, path, flags, mode);                                                           \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_open(XIO_OP_OPENAT, dirfd, path, t0, t1, fd, err, flags);                                        \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return fd;                                                                                               \
+    }
+
+#define DEFINE_CREAT(name)                                                                                       \
+    static int (*real_##name)(const char *, mode_t);                                                             \
+    static int xio_##name(const char *path, mode_t mode)                                                         \
+    {                                                                                                            \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(path, mode);                                                                       \
+        int64_t t0 = xio_now();                                                                                  \
+        int fd = REAL(name)(path, mode);                                                                         \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_open(XIO_OP_CREAT, AT_FDCWD, path, t0, t1, fd, err, O_CREAT | O_WRONLY | O_TRUNC);               \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return fd;                                                                                               \
+    }
+
+/* The fortified forms take no mode (glibc calls them only without O_CREAT). */
+#define DEFINE_OPEN_2(name, op)                                                                                  \
+    static int (*real_##name)(const char *, int);                                                                \
+    static int xio_##name(const char *path, int flags)                                                           \
+    {                                                                                                            \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(path, flags);                                                                      \
+        int64_t t0 = xio_now();                                                                                  \
+        int fd = REAL(name)(path, flags);                                                                        \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_open(op, AT_FDCWD, path, t0, t1, fd, err, flags);                                                \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return fd;                                                                                               \
+    }
+
+#define DEFINE_OPENAT_2(name)                                                                                    \
+    static int (*real_##name)(int, const char *, int);                                                           \
+    static int xio_##name(int dirfd, const char *path, int flags)                                                \
+    {                                                                                                            \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(dirfd, path, flags);                                                               \
+        int64_t t0 = xio_now();                                                                                  \
+        int fd = REAL(name)(dirfd, path, flags);                                                                 \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_open(XIO_OP_OPENAT, dirfd, path, t0, t1, fd, err, flags);                                        \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return fd;                                                                                               \
+    }
+
+DEFINE_OPEN(open, XIO_OP_OPEN)
+DEFINE_OPEN(open64, XIO_OP_OPEN)
+DEFINE_OPENAT(openat)
+DEFINE_OPENAT(openat64)
+DEFINE_CREAT(creat)
+DEFINE_CREAT(creat64)
+DEFINE_OPEN_2(__open_2, XIO_OP_OPEN)
+DEFINE_OPEN_2(__open64_2, XIO_OP_OPEN)
+DEFINE_OPENAT_2(__openat_2)
+DEFINE_OPENAT_2(__openat64_2)
+
+extern int open(const char *, int, ...) XIO_ALIAS(xio_open);
+extern int open64(const char *, int, ...) XIO_ALIAS(xio_open64);
+extern int openat(int, const char *, int, ...) XIO_ALIAS(xio_openat);
+extern int openat64(int, const char *, int, ...) XIO_ALIAS(xio_openat64);
+extern int creat(const char *, mode_t) XIO_ALIAS(xio_creat);
+extern int creat64(const char *, mode_t) XIO_ALIAS(xio_creat64);
+extern int __open_2(const char *, int) XIO_ALIAS(xio___open_2);
+extern int __open64_2(const char *, int) XIO_ALIAS(xio___open64_2);
+extern int __openat_2(int, const char *, int) XIO_ALIAS(xio___openat_2);
+extern int __openat64_2(int, const char *, int) XIO_ALIAS(xio___openat64_2);
+
+/* ---- close ---- */
+
+static int (*real_close)(int);
+static int xio_close(int fd)
+{
+    if (!xio_enter())
+        return REAL(close)(fd);
+    int saved = errno;
+    struct xio_fd *e = xio_fd_get(fd);
+    struct xio_fd before = e ? *e : (struct xio_fd){0};
+    errno = saved;
+    int64_t t0 = xio_now();
+    int ret = REAL(close)(fd);
+    int err = errno;
+    int64_t t1 = xio_now();
+    xio_fd_closed(fd);
+    xio_rec_entry(XIO_OP_CLOSE, fd, e ? &before : NULL, t0, t1, ret, err, -1, -1);
+    xio_leave();
+    errno = err;
+    return ret;
+}
+extern int close(int) XIO_ALIAS(xio_close);
+
+static int (*real_close_range)(unsigned, unsigned, int);
+static int xio_close_range(unsigned first, unsigned last, int flags)
+{
+    if (!xio_enter())
+        return REAL(close_range)(first, last, flags);
+    int ret = REAL(close_range)(first, last, flags);
+    int err = errno;
+    if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+        xio_fd_close_range(first, last);
+    xio_leave();
+    errno = err;
+    return ret;
+}
+extern int close_range(unsigned, unsigned, int) XIO_ALIAS(xio_close_range);
+
+static void (*real_closefrom)(int);
+static void xio_closefrom(int lowfd)
+{
+    if (!xio_enter()) {
+        REAL(closefrom)(lowfd);
+        return;
+    }
+    REAL(closefrom)(lowfd);
+    int err = errno;
+    xio_fd_close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0u);
+    xio_leave();
+    errno = err;
+}
+extern void closefrom(int) XIO_ALIAS(xio_closefrom);
+
+/* ---- reads and writes ---- */
+
+/* `call` is the real call's expression; `pos`: see xio_rec_fd. */
+#define RECORD_RW(op, type, call, fd, requested, pos)                                                            \
+    if (!xio_enter())                                                                                            \
+        return call;                                                                                             \
+    int64_t t0 = xio_now();                                                                                      \
+    type ret = call;                                                                                             \
+    int err = errno;                                                                                             \
+    int64_t t1 = xio_now();                                                                                      \
+    xio_rec_fd(op, fd, t0, t1, (int64_t)ret, err, requested, pos);                                               \
+    xio_leave();                                                                                                 \
+    errno = err;                                                                                                 \
+    return ret;
+
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t xio_read(int fd, void *buf, size_t n) { RECORD_RW(XIO_OP_READ, ssize_t, REAL(read)(fd, buf, n), fd, (int64_t)n, -1) }
+static ssize_t (*real___read_chk)(int, void *, size_t, size_t);
+static ssize_t xio___read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+    RECORD_RW(XIO_OP_READ, ssize_t, REAL(__read_chk)(fd, buf, n, buflen), fd, (int64_t)n, -1)
+}
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+static ssize_t xio_pread(int fd, void *buf, size_t n, off_t off)
+{
+    RECORD_RW(XIO_OP_PREAD, ssize_t, REAL(pread)(fd, buf, n, off), fd, (int64_t)n, off)
+}
+static ssize_t (*real_pread64)(int, void *, size_t, off64_t);
+static ssize_t xio_pread64(int fd, void *buf, size_t n, off64_t off)
+{
+    RECORD_RW(XIO_OP_PREAD, ssize_t, REAL(pread64)(fd, buf, n, off), fd, (int64_t)n, off)
+}
+static ssize_t (*real_readv)(int, const struct iovec *, int);
+static ssize_t xio_readv(int fd, const struct iovec *iov, int cnt)
+{
+    RECORD_RW(XIO_OP_READV, ssize_t, REAL(readv)(fd, iov, cnt), fd, iov_bytes(iov, cnt), -1)
+}
+static ssize_t (*real_preadv)(int, const struct iovec *, int, off_t);
+static ssize_t xio_preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    RECORD_RW(XIO_OP_PREAD, ssize_t, REAL(preadv)(fd, iov, cnt, off), fd, iov_bytes(iov, cnt), off)
+}
+static ssize_t (*real_preadv64)(int, const struct iovec *, int, off64_t);
+static ssize_t xio_preadv64(int fd, const struct iovec *iov, int cnt, off64_t off)
+{
+    RECORD_RW(XIO_OP_PREAD, ssize_t, REAL(preadv64)(fd, iov, cnt, off), fd, iov_bytes(iov, cnt), off)
+}
+/* preadv2 with offset -1 reads at (and moves) the current offset, as readv does. */
+static ssize_t (*real_preadv2)(int, const struct iovec *, int, off_t, int);
+static ssize_t xio_preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    RECORD_RW(off < 0 ? XIO_OP_READV : XIO_OP_PREAD, ssize_t, REAL(preadv2)(fd, iov, cnt, off, flags), fd,
+              iov_bytes(iov, cnt), off < 0 ? -1 : off)
+}
+static ssize_t (*real_preadv64v2)(int, const struct iovec *, int, off64_t, int);
+static ssize_t xio_preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+    RECORD_RW(off < 0 ? XIO_OP_READV : XIO_OP_PREAD, ssize_t, REAL(preadv64v2)(fd, iov, cnt, off, flags), fd,
+              iov_bytes(iov, cnt), off < 0 ? -1 : off)
+}
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t xio_write(int fd, const void *buf, size_t n)
+{
+    RECORD_RW(XIO_OP_WRITE, ssize_t, REAL(write)(fd, buf, n), fd, (int64_t)n, -1)
+}
+static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+static ssize_t xio_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    RECORD_RW(XIO_OP_PWRITE, ssize_t, REAL(pwrite)(fd, buf, n, off), fd, (int64_t)n, off)
+}
+static ssize_t (*real_pwrite64)(int, const void *, size_t, off64_t);
+static ssize_t xio_pwrite64(int fd, const void *buf, size_t n, off64_t off)
+{
+    RECORD_RW(XIO_OP_PWRITE, ssize_t, REAL(pwrite64)(fd, buf, n, off), fd, (int64_t)n, off)
+}
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t xio_writev(int fd, const struct iovec *iov, int cnt)
+{
+    RECORD_RW(XIO_OP_WRITEV, ssize_t, REAL(writev)(fd, iov, cnt), fd, iov_bytes(iov, cnt), -1)
+}
+static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
+static ssize_t xio_pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    RECORD_RW(XIO_OP_PWRITE, ssize_t, REAL(pwritev)(fd, iov, cnt, off), fd, iov_bytes(iov, cnt), off)
+}
+static ssize_t (*real_pwritev64)(int, const struct iovec *, int, off64_t);
+static ssize_t xio_pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off)
+{
+    RECORD_RW(XIO_OP_PWRITE, ssize_t, REAL(pwritev64)(fd, iov, cnt, off), fd, iov_bytes(iov, cnt), off)
+}
+static ssize_t (*real_pwritev2)(int, const struct iovec *, int, off_t, int);
+static ssize_t xio_pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    RECORD_RW(off < 0 ? XIO_OP_WRITEV : XIO_OP_PWRITE, ssize_t, REAL(pwritev2)(fd, iov, cnt, off, flags), fd,
+              iov_bytes(iov, cnt), off < 0 ? -1 : off)
+}
+static ssize_t (*real_pwritev64v2)(int, const struct iovec *, int, off64_t, int);
+static ssize_t xio_pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+    RECORD_RW(off < 0 ? XIO_OP_WRITEV : XIO_OP_PWRITE, ssize_t, REAL(pwritev64v2)(fd, iov, cnt, off, flags), fd,
+              iov_bytes(iov, cnt), off < 0 ? -1 : off)
+}
+
+extern ssize_t read(int, void *, size_t) XIO_ALIAS(xio_read);
+extern ssize_t __read_chk(int, void *, size_t, size_t) XIO_ALIAS(xio___read_chk);
+extern ssize_t pread(int, void *, size_t, off_t) XIO_ALIAS(xio_pread);
+extern ssize_t pread64(int, void *, size_t, off64_t) XIO_ALIAS(xio_pread64);
+extern ssize_t readv(int, const struct iovec *, int) XIO_ALIAS(xio_readv);
+extern ssize_t preadv(int, const struct iovec *, int, off_t) XIO_ALIAS(xio_preadv);
+extern ssize_t preadv64(int, const struct iovec *, int, off64_t) XIO_ALIAS(xio_preadv64);
+extern ssize_t preadv2(int, const struct iovec *, int, off_t, int) XIO_ALIAS(xio_preadv2);
+extern ssize_t preadv64v2(int, const struct iovec *, int, off64_t, int) XIO_ALIAS(xio_preadv64v2);
+extern ssize_t write(int, const void *, size_t) XIO_ALIAS(xio_write);
+extern ssize_t pwrite(int, const void *, size_t, off_t) XIO_ALIAS(xio_pwrite);
+extern ssize_t pwrite64(int, const void *, size_t, off64_t) XIO_ALIAS(xio_pwrite64);
+extern ssize_t writev(int, const struct iovec *, int) XIO_ALIAS(xio_writev);
+extern ssize_t pwritev(int, const struct iovec *, int, off_t) XIO_ALIAS(xio_pwritev);
+extern ssize_t pwritev64(int, const struct iovec *, int, off64_t) XIO_ALIAS(xio_pwritev64);
+extern ssize_t pwritev2(int, const struct iovec *, int, off_t, int) XIO_ALIAS(xio_pwritev2);
+extern ssize_t pwritev64v2(int, const struct iovec *, int, off64_t, int) XIO_ALIAS(xio_pwritev64v2);
+
+/* ---- seeks, syncs ---- */
+
+#define DEFINE_LSEEK(name, type)                                                                                 \
+    static type (*real_##name)(int, type, int);                                                                  \
+    static type xio_##name(int fd, type off, int whence)                                                         \
+    {                                                                                                            \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(fd, off, whence);                                                                  \
+        int64_t t0 = xio_now();                                                                                  \
+        type ret = REAL(name)(fd, off, whence);                                                                  \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        struct xio_fd *e = xio_fd_get(fd);                                                                       \
+        if (e && ret >= 0)                                                                                       \
+            e->offset = ret;                                                                                     \
+        xio_rec_entry(XIO_OP_LSEEK, fd, e, t0, t1, ret < 0 ? -1 : 0, err, whence, ret < 0 ? -1 : ret);           \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return ret;                                                                                              \
+    }
+DEFINE_LSEEK(lseek, off_t)
+DEFINE_LSEEK(lseek64, off64_t)
+extern off_t lseek(int, off_t, int) XIO_ALIAS(xio_lseek);
+extern off64_t lseek64(int, off64_t, int) XIO_ALIAS(xio_lseek64);
+
+#define DEFINE_SYNC(name, op)                                                                                    \
+    static int (*real_##name)(int);                                                                              \
+    static int xio_##name(int fd)                                                                                \
+    {                                                                                                            \
+        if (!xio_enter())                                                                                        \
+            return REAL(name)(fd);                                                                               \
+        int64_t t0 = xio_now();                                                                                  \
+        int ret = REAL(name)(fd);                                                                                \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_simple_fd(op, fd, t0, t1, ret, err, -1, -1);                                                     \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return ret;                                                                                              \
+    }
+DEFINE_SYNC(fsync, XIO_OP_FSYNC)
+DEFINE_SYNC(fdatasync, XIO_OP_FDATASYNC)
+extern int fsync(int) XIO_ALIAS(xio_fsync);
+extern int fdatasync(int) XIO_ALIAS(xio_fdatasync);
+
+/* ---- mmap: file mappings only (anonymous ones are the allocator's, not I/O) ---- */
+
+#define DEFINE_MMAP(name, type)                                                                                  \
+    static void *(*real_##name)(void *, size_t, int, int, int, type);                                            \
+    static void *xio_##name(void *addr, size_t len, int prot, int flags, int fd, type off)                       \
+    {                                                                                                            \
+        if (fd < 0 || (flags & MAP_ANONYMOUS) || !xio_enter())                                                   \
+            return REAL(name)(addr, len, prot, flags, fd, off);                                                  \
+        int64_t t0 = xio_now();                                                                                  \
+        void *ret = REAL(name)(addr, len, prot, flags, fd, off);                                                 \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        xio_rec_simple_fd(XIO_OP_MMAP, fd, t0, t1, ret == MAP_FAILED ? -1 : 0, err, (int64_t)len, off);          \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return ret;                                                                                              \
+    }
+DEFINE_MMAP(mmap, off_t)
+DEFINE_MMAP(mmap64, off64_t)
+extern void *mmap(void *, size_t, int, int, int, off_t) XIO_ALIAS(xio_mmap);
+extern void *mmap64(void *, size_t, int, int, int, off64_t) XIO_ALIAS(xio_mmap64);
+
+/* ---- dup family: the new descriptor takes the old one's path and offset ---- */
+
+static void record_dup(int oldfd, int newfd, int64_t t0, int64_t t1, int err)
+{
+    if (newfd >= 0) {
+        xio_fd_dup(oldfd, newfd);
+        xio_rec_simple_fd(XIO_OP_DUP, newfd, t0, t1, 0, err, oldfd, -1);
+    } else {
+        xio_rec_entry(XIO_OP_DUP, -1, xio_fd_get(oldfd), t0, t1, -1, err, oldfd, -1);
+    }
+}
+
+#define RECORD_DUP(call, oldfd)                                                                                  \
+    if (!xio_enter())                                                                                            \
+        return call;                                                                                             \
+    int64_t t0 = xio_now();                                                                                      \
+    int ret = call;                                                                                              \
+    int err = errno;                                                                                             \
+    int64_t t1 = xio_now();                                                                                      \
+    record_dup(oldfd, ret, t0, t1, err);                                                                         \
+    xio_leave();                                                                                                 \
+    errno = err;                                                                                                 \
+    return ret;
+
+static int (*real_dup)(int);
+static int xio_dup(int fd) { RECORD_DUP(REAL(dup)(fd), fd) }
+static int (*real_dup2)(int, int);
+static int xio_dup2(int fd, int fd2) { RECORD_DUP(REAL(dup2)(fd, fd2), fd) }
+static int (*real_dup3)(int, int, int);
+static int xio_dup3(int fd, int fd2, int flags) { RECORD_DUP(REAL(dup3)(fd, fd2, flags), fd) }
+extern int dup(int) XIO_ALIAS(xio_dup);
+extern int dup2(int, int) XIO_ALIAS(xio_dup2);
+extern int dup3(int, int, int) XIO_ALIAS(xio_dup3);
+
+/* fcntl: only F_DUPFD* is a descriptor birth (Python's os.dup uses it); every other command passes. */
+#define DEFINE_FCNTL(name)                                                                                       \
+    static int (*real_##name)(int, int, ...);                                                                    \
+    static int xio_##name(int fd, int cmd, ...)                                                                  \
+    {                                                                                                            \
+        va_list ap;                                                                                              \
+        va_start(ap, cmd);                                                                                       \
+        void *arg = va_arg(ap, void *);                                                                          \
+        va_end(ap);                                                                                              \
+        if ((cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC) || !xio_enter())                                          \
+            return REAL(name)(fd, cmd, arg);                                                                     \
+        int64_t t0 = xio_now();                                                                                  \
+        int ret = REAL(name)(fd, cmd, arg);                                                                      \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_now();                                                                                  \
+        record_dup(fd, ret, t0, t1, err);                                                                        \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return ret;                                                                                              \
+    }
+DEFINE_FCNTL(fcntl)
+DEFINE_FCNTL(fcntl64)
+extern int fcntl(int, int, ...) XIO_ALIAS(xio_fcntl);
+extern int fcntl64(int, int, ...) XIO_ALIAS(xio_fcntl64);
+
+const struct xio_hook xio_hooks_posix[] = {
+    HOOK(open), HOOK(open64), HOOK(openat), HOOK(openat64), HOOK(creat), HOOK(creat64), HOOK(__open_2),
+    HOOK(__open64_2), HOOK(__openat_2), HOOK(__openat64_2), HOOK(close), HOOK(close_range), HOOK(closefrom),
+    HOOK(read), HOOK(__read_chk), HOOK(pread), HOOK(pread64), HOOK(readv), HOOK(preadv), HOOK(preadv64),
+    HOOK(preadv2), HOOK(preadv64v2), HOOK(write), HOOK(pwrite), HOOK(pwrite64), HOOK(writev), HOOK(pwritev),
+    HOOK(pwritev64), HOOK(pwritev2), HOOK(pwritev64v2), HOOK(lseek), HOOK(lseek64), HOOK(fsync),
+    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl), HOOK(fcntl64),
+    {0},
+};

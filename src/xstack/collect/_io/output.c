@@ -1,0 +1,222 @@
+/* The library's own output: raw system calls (never the wrappers), the record file, warnings. */
+#include "xio.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* The file header; the layout is described in core.c. */
+struct file_header {
+    char magic[8];
+    uint32_t version, header_bytes;
+    int64_t pid, ppid, start_ns;
+    uint32_t mode, flags, seq, record_bytes;
+    uint32_t exe_len, argv_len, names_len, pad;
+    int64_t session_ns;
+};
+
+static int out_fd = -1;
+static dev_t out_dev;
+static ino_t out_ino;
+static char out_path[PATH_MAX + 64];
+
+/* ---- raw syscalls ---- */
+long xio_sys_open(const char *path, int flags, int mode) { return syscall(SYS_openat, AT_FDCWD, path, flags, mode); }
+long xio_sys_close(int fd) { return syscall(SYS_close, fd); }
+long xio_sys_fstat(int fd, struct stat *st) { return syscall(SYS_fstat, fd, st); }
+long xio_sys_lseek(int fd, off_t off, int whence) { return syscall(SYS_lseek, fd, off, whence); }
+long xio_sys_readlink(const char *path, char *buf, size_t len)
+{
+    return syscall(SYS_readlinkat, AT_FDCWD, path, buf, len);
+}
+pid_t xio_sys_getpid(void) { return (pid_t)syscall(SYS_getpid); }
+
+void *xio_sys_mmap(size_t len)
+{
+    void *p = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+long xio_sys_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        long n = syscall(SYS_write, fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static long writev_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        long w = syscall(SYS_writev, fd, iov, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (long)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+void xio_warn(const char *what, const char *path, int err)
+{
+    char msg[PATH_MAX + 256];
+    size_t n = 0;
+    const char *parts[] = {"xstack io: ", what, path ? " " : "", path ? path : "", err ? ": " : "",
+                           err ? strerror(err) : "", "\n"};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        size_t len = strlen(parts[i]);
+        if (n + len >= sizeof(msg))
+            break;
+        memcpy(msg + n, parts[i], len);
+        n += len;
+    }
+    xio_sys_write_all(2, msg, n);
+}
+
+/* ---- the output file ---- */
+
+static char *append_num(char *p, int64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)(-v) : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *p++ = '-';
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static size_t read_small_file(const char *path, char *buf, size_t cap)
+{
+    long fd = xio_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    size_t n = 0;
+    if (fd < 0)
+        return 0;
+    while (n < cap) {
+        long r = syscall(SYS_read, (int)fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    xio_sys_close((int)fd);
+    return n;
+}
+
+static int write_header(int64_t session_ns)
+{
+    static char buf[sizeof(struct file_header) + PATH_MAX + 32768 + 1024];
+    static const char names[] =
+#define XIO_OP_NAME(code, name) name ","
+        XIO_OPS(XIO_OP_NAME)
+#undef XIO_OP_NAME
+            ";" XIO_KIND_NAMES;
+    struct file_header h = {.magic = "XSTACKIO", .version = XIO_VERSION, .pid = xio.pid, .ppid = xio.ppid,
+                            .start_ns = xio.start_ns, .mode = (uint32_t)xio.mode, .flags = xio.forked ? 1u : 0u,
+                            .seq = xio.seq, .record_bytes = sizeof(struct xio_rec), .session_ns = session_ns};
+    char *p = buf + sizeof h;
+    long exe = xio_sys_readlink("/proc/self/exe", p, PATH_MAX);
+    h.exe_len = exe > 0 ? (uint32_t)exe : 0;
+    p += h.exe_len;
+    h.argv_len = (uint32_t)read_small_file("/proc/self/cmdline", p, 32768);
+    p += h.argv_len;
+    h.names_len = sizeof(names) - 1;
+    memcpy(p, names, h.names_len);
+    p += h.names_len;
+    while ((p - buf) % 8)
+        *p++ = 0;
+    h.header_bytes = (uint32_t)(p - buf);
+    memcpy(buf, &h, sizeof h);
+    return (int)xio_sys_write_all(out_fd, buf, h.header_bytes);
+}
+
+/* Creates this session's file and writes its header; the session's start time, or -1. */
+int64_t xio_output_open(void)
+{
+    int64_t session_ns = xio_now();
+    char *p = out_path;
+    memcpy(p, xio.dir, xio.dir_len);
+    p += xio.dir_len;
+    *p++ = '/';
+    p = append_num(p, xio.pid);
+    *p++ = '-';
+    p = append_num(p, xio.start_ns);
+    *p++ = '-';
+    p = append_num(p, xio.seq);
+    memcpy(p, ".xio", 5);
+    long fd = xio_sys_open(out_path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        xio_warn("cannot create", out_path, errno);
+        return -1;
+    }
+    out_fd = (int)fd;
+    struct stat st;
+    if (xio_sys_fstat(out_fd, &st) == 0) {
+        out_dev = st.st_dev;
+        out_ino = st.st_ino;
+    }
+    if (write_header(session_ns) != 0) {
+        xio_warn("cannot write", out_path, errno);
+        xio_output_close();
+        return -1;
+    }
+    return session_ns;
+}
+
+/* The program may have closed our descriptor (close-all loops) and reused its number: check before
+ * writing, so records never land in one of its files, and reopen ours. */
+static int output_still_ours(void)
+{
+    struct stat st;
+    if (xio_sys_fstat(out_fd, &st) == 0 && st.st_dev == out_dev && st.st_ino == out_ino)
+        return 1;
+    long fd = xio_sys_open(out_path, O_WRONLY | O_APPEND | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    out_fd = (int)fd;
+    return 1;
+}
+
+int xio_output_is_open(void) { return out_fd >= 0; }
+
+void xio_output_close(void)
+{
+    if (out_fd >= 0)
+        xio_sys_close(out_fd);
+    out_fd = -1;
+}
+
+/* Appends the blocks to the file; counts and reports (once) a failed write. */
+void xio_output_write(struct iovec *iov, int n)
+{
+    if (out_fd < 0 || !output_still_ours() || writev_all(out_fd, iov, n) != 0) {
+        if (xio.write_errors++ == 0)
+            xio_warn("cannot write", out_path, errno);
+    }
+}

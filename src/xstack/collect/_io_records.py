@@ -1,0 +1,328 @@
+"""Reader of the record files the io level's interposition library writes (``collect/_io/core.c``).
+
+Each recorded process image writes ``<pid>-<start_ns>-<seq>.xio`` into ``$XSTACK_IO_DIR``: a header (pid,
+parent, start, mode, executable, argv and the names of the operation and descriptor-kind codes), then blocks
+of interned paths, of fixed-size operation records and of status (counters, and how the process ended; the
+last status block is the one that counts). A program the preload cannot reach (static binary, setuid, an
+environment without ``LD_PRELOAD``, any exec in attach mode) leaves ``notcovered-<pid>-<ns>.xnc``.
+
+Notes: operation blocks are decoded whole with ``struct.iter_unpack``; a file cut short (a process killed
+mid-write) keeps every whole record before the cut and adds a line to ``IoTrace.problems``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from xstack.errors import BadInputError
+
+MAGIC = b"XSTACKIO"
+VERSION = 1
+_HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
+_BLOCK = struct.Struct("<IIQ")
+_RECORD = struct.Struct("<qqqqqiiIiBB6x")
+_STATUS = struct.Struct("<IIqQQQQQQQ")
+_PATH = struct.Struct("<II")
+_BLOCK_PATHS, _BLOCK_OPS, _BLOCK_STATUS = 1, 2, 3
+_ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
+_READS = frozenset({"read", "pread", "readv", "fread"})
+_WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
+_STDIO = frozenset({"fopen", "fdopen", "fread", "fwrite", "fclose", "fseek", "fflush"})
+
+NOT_COVERED_REASONS = {
+    "static": "statically linked (no program interpreter): LD_PRELOAD cannot reach it",
+    "setuid": "set-user-ID or set-group-ID program: the loader ignores LD_PRELOAD for it",
+    "env": "started with an environment that lacks LD_PRELOAD or XSTACK_IO_DIR",
+    "attach": "started by exec from a process the io level attached to at run time (only preload follows exec)",
+}
+"""``NotCovered.reason`` -> what it means."""
+
+
+@dataclass(frozen=True, slots=True)
+class IoOp:
+    """One recorded call.
+
+    ``offset``: where a read, write or mmap started (bytes), where a seek left the descriptor, -1 when not
+    applicable (open, stat, pipes and sockets). ``requested``: bytes asked for (reads, writes, mmap length),
+    the open(2) flags for opens (fopen's mode as flags), ``whence`` for seeks, the old descriptor for dup, -1
+    otherwise. ``bytes``: bytes moved (>= 0), -1 on failure or not applicable.
+    """
+
+    pid: int
+    tid: int
+    op: str
+    module: str
+    start_ns: int
+    dur_ns: int
+    fd: int
+    path: str | None
+    fd_kind: str
+    offset: int
+    bytes: int
+    requested: int
+    errno: int
+
+
+@dataclass
+class IoProcess:
+    """One recorded process image (a fork child is its own; an exec'd program starts a new one).
+
+    ``end`` says how recording stopped: ``exit`` (normal exit), ``_exit`` (os._exit), ``exec`` (replaced by
+    another program), ``detach`` (attach mode ended) or ``running`` (killed, or the files were read while it
+    ran); ``clean_exit`` is False only for ``running``. ``records`` counts the calls written; ``dropped``
+    the calls the record cap (``XSTACK_IO_MAX_RECORDS``) left out, by operation, with their bytes.
+    ``inherited``: descriptor -> path of what a fork child inherited (None: no path, e.g. a pipe).
+    """
+
+    pid: int
+    ppid: int
+    exe: str
+    argv: list[str]
+    start_ns: int
+    end_ns: int
+    mode: str
+    forked: bool
+    clean_exit: bool
+    records: int
+    dropped: dict[str, int]
+    dropped_bytes_read: int
+    dropped_bytes_written: int
+    reentrant_skipped: int
+    paths_dropped: int
+    files: list[Path]
+    end: str = "running"
+    max_records: int = 0
+    write_errors: int = 0
+    inherited: dict[int, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class NotCovered:
+    """A program started from a recorded process whose I/O is not recorded; ``reason`` is a key of
+    ``NOT_COVERED_REASONS`` (``detail`` says it in words)."""
+
+    pid: int
+    path: str
+    reason: str
+    ts_ns: int
+
+    @property
+    def detail(self) -> str:
+        return NOT_COVERED_REASONS.get(self.reason, self.reason)
+
+
+@dataclass
+class IoTrace:
+    """Everything a directory of record files holds; ``ops`` of all processes sorted by ``start_ns``."""
+
+    processes: list[IoProcess]
+    ops: list[IoOp]
+    not_covered: list[NotCovered]
+    problems: list[str]
+
+
+class _Header(NamedTuple):
+    magic: bytes
+    version: int
+    header_bytes: int
+    pid: int
+    ppid: int
+    start_ns: int
+    mode: int
+    flags: int
+    seq: int
+    record_bytes: int
+    exe_len: int
+    argv_len: int
+    names_len: int
+    pad: int
+    session_ns: int
+
+
+@dataclass
+class _File:
+    """What one record file holds, before files of one process are merged."""
+
+    process: IoProcess
+    ops: list[IoOp]
+    session_ns: int
+    seq: int
+
+
+def read_trace(directory: Path) -> IoTrace:
+    """Read every record file and not-covered note in ``directory`` (times in CLOCK_REALTIME ns).
+
+    Raises ``BadInputError`` naming the file when one is not an xstack io file (wrong magic or version).
+    """
+    problems: list[str] = []
+    parsed = [_read_file(path, problems) for path in sorted(directory.glob("*.xio"))]
+    processes = _merge_sessions(parsed)
+    ops = [op for one in parsed for op in one.ops]
+    ops.sort(key=lambda op: op.start_ns)
+    notes = [_read_note(path, problems) for path in sorted(directory.glob("*.xnc"))]
+    return IoTrace(processes, ops, [note for note in notes if note is not None], problems)
+
+
+def _merge_sessions(files: list[_File]) -> list[IoProcess]:
+    """One IoProcess per process image: attach sessions of one image (same pid and start) are summed."""
+    merged: dict[tuple[int, int], IoProcess] = {}
+    for one in sorted(files, key=lambda f: (f.process.pid, f.process.start_ns, f.seq)):
+        key = (one.process.pid, one.process.start_ns)
+        first = merged.get(key)
+        if first is None:
+            merged[key] = one.process
+            continue
+        later = one.process
+        first.files += later.files
+        first.records += later.records
+        for op, count in later.dropped.items():
+            first.dropped[op] = first.dropped.get(op, 0) + count
+        first.dropped_bytes_read += later.dropped_bytes_read
+        first.dropped_bytes_written += later.dropped_bytes_written
+        first.reentrant_skipped += later.reentrant_skipped
+        first.paths_dropped += later.paths_dropped
+        first.write_errors += later.write_errors
+        first.end_ns = max(first.end_ns, later.end_ns)
+        first.end, first.clean_exit = later.end, later.clean_exit
+    return sorted(merged.values(), key=lambda p: (p.start_ns, p.pid))
+
+
+def _read_file(path: Path, problems: list[str]) -> _File:
+    data = path.read_bytes()
+    if len(data) < _HEADER.size or data[:8] != MAGIC:
+        raise BadInputError(f"{path}: not an xstack io record file (no XSTACKIO header)")
+    h = _Header._make(_HEADER.unpack_from(data))
+    if h.version != VERSION or h.record_bytes != _RECORD.size:
+        raise BadInputError(f"{path}: io record file version {h.version} (this xstack reads version {VERSION})")
+    exe_at = _HEADER.size
+    argv_at = exe_at + h.exe_len
+    names_at = argv_at + h.argv_len
+    op_names, _, kind_names = data[names_at : names_at + h.names_len].decode("ascii").partition(";")
+    process = IoProcess(
+        pid=h.pid,
+        ppid=h.ppid,
+        exe=os.fsdecode(data[exe_at:argv_at]),
+        argv=[os.fsdecode(arg) for arg in data[argv_at:names_at].split(b"\0") if arg],
+        start_ns=h.start_ns,
+        end_ns=h.start_ns,
+        mode={1: "preload", 2: "attach"}.get(h.mode, str(h.mode)),
+        forked=bool(h.flags & 1),
+        clean_exit=False,
+        records=0,
+        dropped={},
+        dropped_bytes_read=0,
+        dropped_bytes_written=0,
+        reentrant_skipped=0,
+        paths_dropped=0,
+        files=[path],
+    )
+    ops = ["none", *op_names.rstrip(",").split(",")]
+    decoded = _Blocks(path, process, ops, kind_names.split(","), problems)
+    decoded.read(data, h.header_bytes)
+    return _File(process, decoded.ops, h.session_ns, h.seq)
+
+
+class _Blocks:
+    """Decodes the blocks after a file's header into ops and the process's status."""
+
+    def __init__(self, path: Path, process: IoProcess, ops: list[str], kinds: list[str], problems: list[str]):
+        self.path, self.process, self.op_names, self.kind_names = path, process, ops, kinds
+        self.problems = problems
+        self.paths: dict[int, str] = {}
+        self.raw: list[tuple[int, ...]] = []
+        self.ops: list[IoOp] = []
+
+    def read(self, data: bytes, at: int) -> None:
+        while at < len(data):
+            if at + _BLOCK.size > len(data):
+                self._truncated(f"{len(data) - at} bytes of an incomplete block header at the end")
+                break
+            kind, count, size = _BLOCK.unpack_from(data, at)
+            body = memoryview(data)[at + _BLOCK.size : at + _BLOCK.size + size]
+            at += _BLOCK.size + size
+            if len(body) < size:
+                self._truncated(f"last block cut short ({len(body)} of {size} bytes)")
+            if kind == _BLOCK_OPS:
+                whole = len(body) - len(body) % _RECORD.size
+                self.raw.extend(_RECORD.iter_unpack(body[:whole]))
+            elif kind == _BLOCK_PATHS:
+                self._paths(body, count)
+            elif kind == _BLOCK_STATUS and len(body) >= _STATUS.size:
+                self._status(body)
+            elif kind not in (_BLOCK_OPS, _BLOCK_PATHS, _BLOCK_STATUS):
+                self.problems.append(f"{self.path}: unknown block kind {kind} at byte {at - size - _BLOCK.size}")
+                break
+        self._build_ops()
+
+    def _truncated(self, what: str) -> None:
+        self.problems.append(f"{self.path}: truncated ({what}): the process was probably killed mid-write")
+
+    def _paths(self, body: memoryview, count: int) -> None:
+        at = 0
+        for _ in range(count):
+            if at + _PATH.size > len(body):
+                return
+            path_id, length = _PATH.unpack_from(body, at)
+            if at + _PATH.size + length > len(body):
+                return
+            self.paths[path_id] = os.fsdecode(bytes(body[at + _PATH.size : at + _PATH.size + length]))
+            at += (_PATH.size + length + 7) & ~7
+
+    def _status(self, body: memoryview) -> None:
+        end, nops, end_ns, records, max_records, d_read, d_written, reentrant, paths_dropped, write_errors = (
+            _STATUS.unpack_from(body)
+        )
+        dropped = struct.unpack_from(f"<{nops}Q", body, _STATUS.size) if len(body) >= _STATUS.size + 8 * nops else ()
+        p = self.process
+        p.end = _ENDS.get(end, str(end))
+        p.clean_exit = end != 0
+        p.end_ns = max(p.end_ns, end_ns)
+        p.records, p.max_records, p.write_errors = records, max_records, write_errors
+        p.dropped_bytes_read, p.dropped_bytes_written = d_read, d_written
+        p.reentrant_skipped, p.paths_dropped = reentrant, paths_dropped
+        p.dropped = {self._op(code): n for code, n in enumerate(dropped) if n}
+
+    def _op(self, code: int) -> str:
+        return self.op_names[code] if code < len(self.op_names) else f"op{code}"
+
+    def _build_ops(self) -> None:
+        # codes are one byte: tables of 256 entries index without a bounds check per record
+        names = [*self.op_names, *(f"op{code}" for code in range(len(self.op_names), 256))]
+        modules = ["STDIO" if name in _STDIO else "POSIX" for name in names]
+        kinds = [*self.kind_names, *["unknown"] * (256 - len(self.kind_names))]
+        inherit = names.index("inherit") if "inherit" in self.op_names else -1
+        pid, paths, ops = self.process.pid, self.paths, self.ops
+        for start, dur, offset, nbytes, requested, tid, fd, path_id, err, code, kind in self.raw:
+            if code == inherit:
+                self.process.inherited[fd] = paths.get(path_id)
+                continue
+            path = paths.get(path_id)
+            ops.append(IoOp(pid, tid, names[code], modules[code], start, dur, fd, path, kinds[kind], offset, nbytes,
+                            requested, err))  # fmt: skip
+        if ops:
+            self.process.end_ns = max(self.process.end_ns, max(op.start_ns + op.dur_ns for op in ops))
+        self.raw = []
+
+
+def _read_note(path: Path, problems: list[str]) -> NotCovered | None:
+    """A not-covered note: ``XSTACKNC 1`` then ``pid``, ``ts_ns``, ``reason`` and ``path`` lines."""
+    data = path.read_bytes()
+    head, sep, rest = data.partition(b"\npath ")
+    lines = dict(line.split(b" ", 1) for line in head.split(b"\n")[1:] if b" " in line)
+    if not data.startswith(b"XSTACKNC 1\n") or not sep:
+        problems.append(f"{path}: not a complete not-covered note")
+        return None
+    try:
+        return NotCovered(
+            int(lines[b"pid"]), os.fsdecode(rest.removesuffix(b"\n")), lines[b"reason"].decode(), int(lines[b"ts_ns"])
+        )
+    except (KeyError, ValueError):
+        problems.append(f"{path}: not a complete not-covered note")
+        return None
+
+
+__all__ = ["NOT_COVERED_REASONS", "IoOp", "IoProcess", "IoTrace", "NotCovered", "read_trace"]

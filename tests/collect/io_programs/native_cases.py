@@ -1,0 +1,327 @@
+"""Programs run under the io library by tests/collect/test_io_native.py: ``python native_cases.py CASE ARGS``.
+
+Each case does a known sequence of file operations (the test checks the records against it) and prints one
+JSON line with what the program itself observed.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def posix(data: str, out: str) -> dict[str, object]:
+    """Reads of a 10,000-byte file: whole, partial with seeks, pread, readv; writes; syncs; stats; mmap."""
+    fd = os.open(data, os.O_RDONLY)
+    while os.read(fd, 4096):  # 4096, 4096, 1808, then 0 at the end
+        pass
+    os.close(fd)
+    fd = os.open(data, os.O_RDONLY)
+    os.read(fd, 100)
+    os.lseek(fd, 5000, os.SEEK_SET)
+    os.read(fd, 200)
+    os.lseek(fd, -100, os.SEEK_END)
+    os.read(fd, 1000)  # 100 bytes, from 9900
+    os.pread(fd, 50, 20)
+    os.readv(fd, [bytearray(10), bytearray(20)])  # at the end: 0 bytes
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.readv(fd, [bytearray(10), bytearray(20)])
+    os.close(fd)
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"x" * 1000)
+    os.writev(fd, [b"a" * 10, b"b" * 20])
+    os.pwrite(fd, b"z" * 5, 2)
+    os.fsync(fd)
+    os.fdatasync(fd)
+    os.close(fd)
+    os.stat(data)
+    os.lstat(data)
+    fd = os.open(data, os.O_RDONLY)
+    os.fstat(fd)
+    with mmap.mmap(fd, 4096, access=mmap.ACCESS_READ) as mapped:
+        first = mapped[:1]
+    os.close(fd)
+    return {"mapped": first.hex()}
+
+
+def relative(data_dir: str) -> dict[str, object]:
+    """Relative paths (against the cwd and against a directory descriptor) resolve to the same absolute one."""
+    os.chdir(data_dir)
+    os.makedirs("sub", exist_ok=True)
+    dirfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    fds = [os.open("known.bin", os.O_RDONLY), os.open("./sub/../known.bin", os.O_RDONLY)]
+    fds.append(os.open("known.bin", os.O_RDONLY, dir_fd=dirfd))
+    os.stat("known.bin", dir_fd=dirfd)
+    os.stat("sub/../known.bin")
+    for fd in [*fds, dirfd]:
+        os.close(fd)
+    return {}
+
+
+def errnos(data: str) -> dict[str, object]:
+    """A missing file, a read of a closed descriptor, a descriptor closed twice."""
+    seen: dict[str, object] = {}
+    try:
+        os.open(data + ".missing", os.O_RDONLY)
+    except OSError as exc:
+        seen["open"] = exc.errno
+    fd = os.open(data, os.O_RDONLY)
+    os.close(fd)
+    try:
+        os.read(fd, 10)
+    except OSError as exc:
+        seen["read"] = exc.errno
+    try:
+        os.close(fd)
+    except OSError as exc:
+        seen["close"] = exc.errno
+    seen["fd"] = fd
+    return seen
+
+
+def streams() -> dict[str, object]:
+    """A pipe and a socket pair, written and read through their descriptors."""
+    r, w = os.pipe()
+    os.write(w, b"p" * 100)
+    got_pipe = len(os.read(r, 100))
+    a, b = socket.socketpair()
+    sockets = [a.fileno(), b.fileno()]
+    os.write(a.fileno(), b"s" * 64)
+    got_socket = len(os.read(b.fileno(), 64))
+    for fd in (r, w):
+        os.close(fd)
+    a.close()
+    b.close()
+    return {"pipe": [r, w, got_pipe], "socket": [*sockets, got_socket]}
+
+
+def threads(data_dir: str, count: str) -> dict[str, object]:
+    """8 threads, each reading its own file 10 bytes at a time ``count`` times."""
+    tids: dict[str, int] = {}
+
+    def work(i: int) -> None:
+        tids[f"t{i}.bin"] = threading.get_native_id()
+        fd = os.open(os.path.join(data_dir, f"t{i}.bin"), os.O_RDONLY)
+        for _ in range(int(count)):
+            os.read(fd, 10)
+        os.close(fd)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return {"tids": tids}
+
+
+def fork(inherited: str, fresh: str) -> dict[str, object]:
+    """The parent reads 10 bytes and forks; the child reads the inherited descriptor and a new file, then
+    leaves by os._exit (no destructors)."""
+    fd = os.open(inherited, os.O_RDONLY)
+    os.read(fd, 10)
+    pid = os.fork()
+    if pid == 0:
+        os.read(fd, 20)
+        other = os.open(fresh, os.O_RDONLY)
+        os.read(other, 5)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return {"child": pid, "fd": fd, "status": status}
+
+
+def fork_storm(data: str, forks: str) -> dict[str, object]:
+    """Threads record calls as fast as they can (holding the library's lock often) while the main thread
+    forks; every child reads a file and leaves by os._exit. A fork taken while another thread held the lock
+    must not leave the child waiting on it."""
+    stop = threading.Event()
+
+    def hammer() -> None:
+        r, w = os.pipe()
+        while not stop.is_set():
+            os.write(w, b"x")
+            os.read(r, 1)
+        os.close(r)
+        os.close(w)
+
+    workers = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in workers:
+        t.start()
+    children = []
+    for _ in range(int(forks)):
+        pid = os.fork()
+        if pid == 0:
+            fd = os.open(data, os.O_RDONLY)
+            os.read(fd, 100)
+            os.close(fd)
+            os._exit(0)
+        children.append(pid)
+        os.waitpid(pid, 0)
+    stop.set()
+    for t in workers:
+        t.join()
+    return {"children": children}
+
+
+def signals(data: str, out: str) -> dict[str, object]:
+    """A timer whose handler writes a file fires while the main thread reads in a loop."""
+    fd = os.open(data, os.O_RDONLY)
+    log = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fired = [0]
+
+    def on_timer(signum: int, frame: object) -> None:
+        fired[0] += 1
+        os.write(log, b"t")
+
+    signal.signal(signal.SIGALRM, on_timer)
+    signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+    deadline = time.monotonic() + 0.5
+    reads = 0
+    while time.monotonic() < deadline or fired[0] < 5:
+        os.pread(fd, 64, 0)
+        reads += 1
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    os.close(fd)
+    os.close(log)
+    return {"fired": fired[0], "reads": reads}
+
+
+def killed(data: str) -> dict[str, object]:
+    """Reads, waits past the flush interval, reads again (which flushes both), then waits to be killed."""
+    fd = os.open(data, os.O_RDONLY)
+    os.read(fd, 10)
+    time.sleep(0.3)
+    os.read(fd, 20)
+    print(json.dumps({"ready": True}), flush=True)
+    time.sleep(60)
+    return {}
+
+
+def excluded(kept: str, hidden: str) -> dict[str, object]:
+    """Reads a file under an excluded prefix (and its dup, fstat) and one outside it."""
+    for path in (kept, hidden):
+        fd = os.open(path, os.O_RDONLY)
+        os.read(fd, 10)
+        copy = os.dup(fd)
+        os.fstat(copy)
+        os.close(copy)
+        os.close(fd)
+        os.stat(path)
+    return {}
+
+
+def spawn(*command: str) -> dict[str, object]:
+    """Runs a program as a child (subprocess: vfork and exec) and reports its pid."""
+    import subprocess
+
+    proc = subprocess.Popen(list(command))
+    proc.wait()
+    return {"pid": proc.pid, "rc": proc.returncode}
+
+
+def spawn_clean_env(*command: str) -> dict[str, object]:
+    """Runs a program with an environment of its own (no LD_PRELOAD): it cannot be recorded."""
+    import subprocess
+
+    proc = subprocess.Popen(list(command), env={"PATH": os.defpath})
+    proc.wait()
+    return {"pid": proc.pid, "rc": proc.returncode}
+
+
+def execs(data: str) -> dict[str, object]:
+    """Reads, then replaces itself with another Python program that reads the same file."""
+    fd = os.open(data, os.O_RDONLY)
+    os.read(fd, 10)
+    code = f"import os; fd = os.open({data!r}, os.O_RDONLY); os.read(fd, 30); print('{{}}')"
+    os.execv(sys.executable, [sys.executable, "-c", code])
+
+
+def close_all(out: str) -> dict[str, object]:
+    """Closes every descriptor past stderr (the library's own file among them), then writes a file of its
+    own, which reuses the number, across a flush interval."""
+    os.closerange(3, 65536)
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"a" * 100)
+    time.sleep(0.15)
+    os.write(fd, b"b" * 100)
+    os.close(fd)
+    return {"fd": fd}
+
+
+def attach(first: str, second: str, io_dir: str, outer: str = "", plugin_target: str = "") -> dict[str, object]:
+    """Attaches the library at run time, reads a file with Python's open() and, through a shared object loaded
+    after attaching (``outer``, which dlopens its neighbour by name), another file; runs a child program;
+    detaches and reads one more file."""
+    import ctypes
+    import subprocess
+
+    from xstack.collect import _io_native
+
+    _io_native.attach(Path(io_dir))
+    library = _io_native._loaded()
+    assert library is not None
+    patched = int(library.xstack_io_patched())
+    with open(first, "rb") as f:
+        f.read()
+    plugin = None
+    if outer:
+        outer_read = ctypes.CDLL(outer).outer_read
+        outer_read.restype = ctypes.c_long
+        outer_read.argtypes = [ctypes.c_char_p]
+        plugin = outer_read(plugin_target.encode())
+    child = subprocess.run(["true"], check=True)
+    _io_native.detach()
+    _io_native.detach()  # idempotent
+    with open(second, "rb") as f:
+        f.read()
+    return {"patched": patched, "after": int(library.xstack_io_patched()), "rc": child.returncode, "plugin": plugin}
+
+
+def dataloader(data_dir: str) -> dict[str, object]:
+    """A DataLoader with 2 worker processes, each item read from its own file."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    files = sorted(Path(data_dir).glob("*.bin"))
+
+    class Files(Dataset[torch.Tensor]):
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            with open(files[i], "rb") as f:
+                return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+
+    total = sum(int(batch.numel()) for batch in DataLoader(Files(), batch_size=None, num_workers=2))
+    return {"bytes": total}
+
+
+CASES = {
+    "posix": posix,
+    "relative": relative,
+    "errnos": errnos,
+    "streams": streams,
+    "threads": threads,
+    "fork": fork,
+    "fork_storm": fork_storm,
+    "signals": signals,
+    "killed": killed,
+    "excluded": excluded,
+    "spawn": spawn,
+    "spawn_clean_env": spawn_clean_env,
+    "execs": execs,
+    "close_all": close_all,
+    "attach": attach,
+    "dataloader": dataloader,
+}
+
+if __name__ == "__main__":
+    result = CASES[sys.argv[1]](*sys.argv[2:])
+    print(json.dumps(result), flush=True)

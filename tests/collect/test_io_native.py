@@ -1,0 +1,462 @@
+"""The io level's interposition library (collect/_io) and its reader (collect/_io_records).
+
+Real programs (``io_programs/native_cases.py`` and three small C programs) run preloaded with the library in
+subprocesses; their records are checked exactly against what the programs did: the operation sequence, bytes,
+offsets and errno of every call on the files the test made. Attach mode runs in a subprocess too, never in the
+pytest process.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xstack.collect import _io_native
+from xstack.collect._io_records import IoTrace, read_trace
+from xstack.errors import BadInputError, XstackError
+
+PROGRAMS = Path(__file__).parent / "io_programs"
+CASES = PROGRAMS / "native_cases.py"
+KNOWN = bytes(range(256)) * 39 + bytes(16)  # 10,000 bytes
+
+
+def need_library() -> None:
+    """Skip, with the reason, where the library was not built (the reader's tests still run)."""
+    reason = _io_native.unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"io library unavailable: {reason}")
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    need_library()
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "known.bin").write_bytes(KNOWN)
+    for i in range(8):
+        (root / f"t{i}.bin").write_bytes(os.urandom(2000))
+    return root
+
+
+@pytest.fixture(scope="module")
+def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C helpers, compiled once; the static one only where a static libc is installed."""
+    need_library()
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: the C test programs cannot be built")
+    out = tmp_path_factory.mktemp("c-programs")
+    for name in ("native_stdio", "native_sigio", "native_cap", "native_vfork"):
+        subprocess.run(["gcc", "-O2", "-o", str(out / name), str(PROGRAMS / f"{name}.c")], check=True)
+    plugin = str(PROGRAMS / "native_plugin.c")
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", "-DINNER", "-o", str(out / "libxio_inner.so"), plugin], check=True
+    )
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wl,--enable-new-dtags,-rpath,$ORIGIN", "-o",
+                    str(out / "libxio_outer.so"), plugin, "-ldl"], check=True)  # fmt: skip
+    static = subprocess.run(["gcc", "-O2", "-static", "-o", str(out / "native_stdio_static"),
+                             str(PROGRAMS / "native_stdio.c")], capture_output=True)  # fmt: skip
+    if static.returncode != 0:
+        (out / "native_stdio_static").unlink(missing_ok=True)
+    return out
+
+
+def run(tmp_path: Path, *command: str, timeout: float = 60, **env_args: Any) -> tuple[dict[str, Any], IoTrace]:
+    """Run ``command`` (a native_cases.py case, or a program path) preloaded; its JSON output and records."""
+    need_library()
+    io_dir = tmp_path / "io"
+    env = _io_native.preload_env(io_dir, **env_args)
+    args = [sys.executable, str(CASES), *command] if not command[0].startswith("/") else list(command)
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    return (json.loads(lines[-1]) if lines else {}), read_trace(io_dir)
+
+
+def on(trace: IoTrace, path: Path) -> list[tuple[str, int, int, int, int]]:
+    """(op, offset, bytes, requested, errno) of the calls on one file, in order."""
+    return [(op.op, op.offset, op.bytes, op.requested, op.errno) for op in trace.ops if op.path == str(path)]
+
+
+def test_posix_reads_writes_seeks_and_stats_are_recorded_exactly(tmp_path: Path, data: Path) -> None:
+    known, out = data / "known.bin", data / "out.bin"
+    _, trace = run(tmp_path, "posix", str(known), str(out))
+    rd = os.O_RDONLY | os.O_CLOEXEC
+    fd = [op.fd for op in trace.ops if op.path == str(known) and op.op == "open"][-1]
+    assert on(trace, known) == [
+        ("open", -1, -1, rd, 0),
+        ("read", 0, 4096, 4096, 0), ("read", 4096, 4096, 4096, 0), ("read", 8192, 1808, 4096, 0),
+        ("read", 10_000, 0, 4096, 0),
+        ("close", -1, -1, -1, 0),
+        ("open", -1, -1, rd, 0),
+        ("read", 0, 100, 100, 0),
+        ("lseek", 5000, -1, os.SEEK_SET, 0),
+        ("read", 5000, 200, 200, 0),
+        ("lseek", 9900, -1, os.SEEK_END, 0),
+        ("read", 9900, 100, 1000, 0),
+        ("pread", 20, 50, 50, 0),
+        ("readv", 10_000, 0, 30, 0),
+        ("lseek", 0, -1, os.SEEK_SET, 0),
+        ("readv", 0, 30, 30, 0),
+        ("close", -1, -1, -1, 0),
+        ("stat", -1, -1, -1, 0),
+        ("lstat", -1, -1, -1, 0),
+        ("open", -1, -1, rd, 0),
+        ("fstat", -1, -1, -1, 0),
+        # mmap.mmap: fstat, then a dup by fcntl(F_DUPFD_CLOEXEC) (requested: the old descriptor), then the mapping
+        ("fstat", -1, -1, -1, 0),
+        ("dup", -1, -1, fd, 0),
+        ("mmap", 0, -1, 4096, 0),
+        ("close", -1, -1, -1, 0),
+        ("close", -1, -1, -1, 0),
+    ]  # fmt: skip
+    assert on(trace, out) == [
+        ("open", -1, -1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0),
+        ("write", 0, 1000, 1000, 0),
+        ("writev", 1000, 30, 30, 0),
+        ("pwrite", 2, 5, 5, 0),
+        ("fsync", -1, -1, -1, 0),
+        ("fdatasync", -1, -1, -1, 0),
+        ("close", -1, -1, -1, 0),
+    ]
+    mine = [op for op in trace.ops if op.path in (str(known), str(out))]
+    (process,) = trace.processes
+    assert {op.module for op in mine} == {"POSIX"}
+    assert {op.fd_kind for op in mine} == {"file"}
+    assert {(op.pid, op.tid) for op in mine} == {(process.pid, process.pid)}
+    assert all(op.dur_ns >= 0 for op in trace.ops)
+    assert [op.start_ns for op in trace.ops] == sorted(op.start_ns for op in trace.ops)
+    assert process.clean_exit and process.end == "exit" and process.mode == "preload" and not process.forked
+    assert process.records == len(trace.ops) and process.dropped == {} and not trace.problems
+
+
+def test_relative_paths_resolve_against_the_cwd_and_directory_descriptors(tmp_path: Path, data: Path) -> None:
+    _, trace = run(tmp_path, "relative", str(data))
+    known = str(data / "known.bin")
+    expected = ["open", "open", "openat", "fstatat", "stat", "close", "close", "close"]
+    assert [op.op for op in trace.ops if op.path == known] == expected
+    assert [op.fd_kind for op in trace.ops if op.path == str(data) and op.op in ("open", "close")] == ["dir", "dir"]
+
+
+def test_errno_is_preserved_and_recorded(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    seen, trace = run(tmp_path, "errnos", str(known))
+    assert seen["open"] == errno.ENOENT and seen["read"] == errno.EBADF and seen["close"] == errno.EBADF
+    (missing,) = [op for op in trace.ops if op.path == f"{known}.missing"]
+    assert (missing.op, missing.fd, missing.errno, missing.fd_kind) == ("open", -1, errno.ENOENT, "unknown")
+    closed_at = max(op.start_ns for op in trace.ops if op.path == str(known))  # its close
+    after = [op for op in trace.ops if op.fd == seen["fd"] and op.start_ns > closed_at]
+    assert [(op.op, op.errno, op.bytes, op.path) for op in after][:2] == [
+        ("read", errno.EBADF, -1, None),
+        ("close", errno.EBADF, -1, None),
+    ]  # fmt: skip
+
+
+def test_pipe_and_socket_are_classified(tmp_path: Path) -> None:
+    seen, trace = run(tmp_path, "streams")
+    (r, w, got_pipe), (a, b, got_socket) = seen["pipe"], seen["socket"]
+    assert got_pipe == 100 and got_socket == 64
+
+    def kinds(fd: int, op: str) -> set[tuple[str, int, int, str | None]]:
+        # descriptor numbers are reused: the interpreter's own files (which have a path) had them before
+        calls = [o for o in trace.ops if o.fd == fd and o.op == op and o.path is None]
+        return {(o.fd_kind, o.bytes, o.offset, o.path) for o in calls}
+
+    assert kinds(w, "write") == {("pipe", 100, -1, None)} and kinds(r, "read") == {("pipe", 100, -1, None)}
+    assert kinds(a, "write") == {("socket", 64, -1, None)} and kinds(b, "read") == {("socket", 64, -1, None)}
+
+
+def test_threads_each_get_every_record(tmp_path: Path, data: Path) -> None:
+    seen, trace = run(tmp_path, "threads", str(data), "200")
+    tids: dict[str, int] = seen["tids"]
+    for i in range(8):
+        path = data / f"t{i}.bin"
+        reads = [op for op in trace.ops if op.path == str(path) and op.op == "read"]
+        assert {op.tid for op in reads} == {tids[path.name]}
+        assert sorted(op.offset for op in reads) == list(range(0, 2000, 10))
+        assert {op.bytes for op in reads} == {10}
+
+
+def test_forked_child_records_into_its_own_file_with_inherited_descriptors(tmp_path: Path, data: Path) -> None:
+    inherited, fresh = data / "known.bin", data / "t0.bin"
+    seen, trace = run(tmp_path, "fork", str(inherited), str(fresh))
+    parent, child = sorted(trace.processes, key=lambda p: p.forked)
+    assert child.pid == seen["child"] and child.ppid == parent.pid and child.forked
+    assert child.end == "_exit" and child.clean_exit and parent.end == "exit"
+    assert child.inherited[seen["fd"]] == str(inherited)
+    assert [(o.pid, o.op, o.offset, o.bytes) for o in trace.ops if o.path == str(inherited) and o.op == "read"] == [
+        (parent.pid, "read", 0, 10),
+        (child.pid, "read", 10, 20),
+    ]
+    assert [(o.pid, o.op, o.bytes) for o in trace.ops if o.path == str(fresh)] == [
+        (child.pid, "open", -1),
+        (child.pid, "read", 5),
+    ]
+    assert child.files[0].name.startswith(f"{child.pid}-") and child.files != parent.files
+
+
+def test_fork_while_other_threads_hold_the_lock_does_not_hang(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    seen, trace = run(tmp_path, "fork_storm", str(known), "40", timeout=120)
+    children = {p.pid: p for p in trace.processes if p.forked}
+    assert sorted(children) == sorted(seen["children"])
+    assert {p.end for p in children.values()} == {"_exit"}
+    for pid in children:
+        assert [(o.op, o.bytes) for o in trace.ops if o.pid == pid and o.path == str(known)] == [
+            ("open", -1), ("read", 100), ("close", -1),
+        ]  # fmt: skip
+
+
+def test_python_signal_handler_doing_io_while_reading(tmp_path: Path, data: Path) -> None:
+    known, log = data / "known.bin", data / "log.bin"
+    seen, trace = run(tmp_path, "signals", str(known), str(log))
+    assert [op.op for op in trace.ops if op.path == str(known)].count("pread") == seen["reads"]
+    assert [op.op for op in trace.ops if op.path == str(log)].count("write") == seen["fired"]
+
+
+def test_signal_handler_inside_a_hook_passes_through_and_is_counted(
+    tmp_path: Path, data: Path, c_programs: Path
+) -> None:
+    seen, trace = run(tmp_path, str(c_programs / "native_sigio"), str(data / "known.bin"))
+    (process,) = trace.processes
+    handler_writes = [op for op in trace.ops if op.path == "/dev/null" and op.op == "write"]
+    # every write of the handler is either recorded or, when it interrupted a hook, passed through and counted
+    assert len(handler_writes) + process.reentrant_skipped == seen["fired"]
+    assert [op.op for op in trace.ops if op.path == str(data / "known.bin")].count("pread") == seen["reads"]
+
+
+def test_record_cap_counts_what_it_drops(tmp_path: Path, data: Path, c_programs: Path) -> None:
+    _, trace = run(tmp_path, str(c_programs / "native_cap"), str(data / "known.bin"), max_records=100)
+    (process,) = trace.processes
+    assert len(trace.ops) == process.records == process.max_records == 100
+    assert [op.op for op in trace.ops] == ["open"] + ["read"] * 99
+    assert process.dropped == {"read": 901, "close": 1}
+    assert process.dropped_bytes_read == 9010 and process.dropped_bytes_written == 0
+
+
+def test_killed_process_keeps_records_older_than_the_flush_interval(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    env = _io_native.preload_env(tmp_path / "io")
+    proc = subprocess.Popen([sys.executable, str(CASES), "killed", str(known)], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and json.loads(proc.stdout.readline()) == {"ready": True}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    trace = read_trace(tmp_path / "io")
+    (process,) = trace.processes
+    assert not process.clean_exit and process.end == "running"
+    assert [(op.op, op.offset, op.bytes) for op in trace.ops if op.path == str(known)] == [
+        ("open", -1, -1), ("read", 0, 10), ("read", 10, 20),
+    ]  # fmt: skip
+
+
+def test_excluded_prefix_leaves_no_record(tmp_path: Path) -> None:
+    hidden_dir = tmp_path / "store"
+    hidden_dir.mkdir()
+    hidden = hidden_dir / "run.duckdb"
+    hidden.write_bytes(b"x" * 100)
+    kept = tmp_path / "io.bin"  # beside the record directory tmp_path/io, whose own exclusion ends at its "/"
+    kept.write_bytes(KNOWN)
+    _, trace = run(tmp_path, "excluded", str(kept), str(hidden), exclude=[str(hidden_dir)])
+    assert not [op for op in trace.ops if op.path and op.path.startswith(str(hidden_dir))]
+    kept_calls = ["open", "read", "dup", "fstat", "close", "close", "stat"]
+    assert [op.op for op in trace.ops if op.path == str(kept)] == kept_calls
+    # the excluded file's calls came after the kept file's: only the program's output on stdout/stderr follows
+    last_kept = max(i for i, op in enumerate(trace.ops) if op.path == str(kept))
+    assert {op.fd for op in trace.ops[last_kept + 1 :]} <= {1, 2}
+
+
+def test_stdio_calls_are_recorded_with_their_stream_offsets(tmp_path: Path, c_programs: Path) -> None:
+    target = tmp_path / "stdio.bin"
+    seen, trace = run(tmp_path, str(c_programs / "native_stdio"), str(target))
+    assert seen == {"wrote": 1000, "items": 10, "small": 10}
+    ops = [op for op in trace.ops if op.path == str(target)]
+    assert {op.module for op in ops} == {"STDIO"}  # glibc's own reads and writes are not recorded twice
+    assert [(op.op, op.offset, op.bytes, op.requested) for op in ops] == [
+        ("fopen", -1, -1, os.O_RDWR | os.O_CREAT | os.O_TRUNC),
+        ("fwrite", 0, 1000, 1000),
+        ("fflush", -1, -1, -1),
+        ("fseek", 0, -1, os.SEEK_SET),
+        ("fread", 0, 1000, 1000),
+        ("fseek", 500, -1, os.SEEK_SET),
+        ("fread", 500, 100, 100),
+        ("fclose", -1, -1, -1),
+    ]
+
+
+def test_static_binary_is_reported_not_covered(tmp_path: Path, c_programs: Path) -> None:
+    static = c_programs / "native_stdio_static"
+    if not static.exists():
+        pytest.skip("no static libc (libc.a) to link a static test program")
+    seen, trace = run(tmp_path, "spawn", str(static), str(tmp_path / "static.bin"))
+    (note,) = trace.not_covered
+    assert (note.pid, note.path, note.reason) == (seen["pid"], str(static), "static")
+    assert "LD_PRELOAD" in note.detail
+    assert not [op for op in trace.ops if op.pid == seen["pid"]]
+    dynamic = c_programs / "native_stdio"
+    seen, trace = run(tmp_path / "dyn", "spawn", str(dynamic), str(tmp_path / "dyn.bin"))
+    assert not trace.not_covered and [op.op for op in trace.ops if op.pid == seen["pid"]][0] == "fopen"
+
+
+def test_child_with_its_own_environment_is_reported_not_covered(tmp_path: Path, c_programs: Path) -> None:
+    dynamic = c_programs / "native_stdio"
+    seen, trace = run(tmp_path, "spawn_clean_env", str(dynamic), str(tmp_path / "env.bin"))
+    assert [(n.pid, n.path, n.reason) for n in trace.not_covered] == [(seen["pid"], str(dynamic), "env")]
+    assert not [op for op in trace.ops if op.pid == seen["pid"]]
+
+
+def test_exec_flushes_and_the_new_program_records_under_the_same_pid(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    _, trace = run(tmp_path, "execs", str(known))
+    before, after = sorted(trace.processes, key=lambda p: p.start_ns)
+    assert before.pid == after.pid and before.end == "exec" and after.end == "exit"
+    reads = [op for op in trace.ops if op.op == "read" and op.path == str(known)]
+    assert [(op.bytes, op.start_ns < after.start_ns) for op in reads] == [(10, True), (30, False)]
+
+
+def test_program_closing_every_descriptor_gets_no_records_in_its_files(tmp_path: Path) -> None:
+    out = tmp_path / "mine.bin"
+    seen, trace = run(tmp_path, "close_all", str(out))
+    assert out.read_bytes() == b"a" * 100 + b"b" * 100  # the library reopened its own file instead
+    (process,) = trace.processes
+    assert process.clean_exit and process.write_errors == 0
+    assert [(op.op, op.fd, op.bytes) for op in trace.ops if op.path == str(out)] == [
+        ("open", seen["fd"], -1), ("write", seen["fd"], 100), ("write", seen["fd"], 100), ("close", seen["fd"], -1),
+    ]  # fmt: skip
+
+
+def test_attach_records_only_the_attached_window_and_restores_the_calls(
+    tmp_path: Path, data: Path, c_programs: Path
+) -> None:
+    first, second, plugin_target = data / "t1.bin", data / "t2.bin", data / "t3.bin"
+    io_dir = tmp_path / "io"
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", _io_native.DIR_ENV)}
+    args = [str(first), str(second), str(io_dir), str(c_programs / "libxio_outer.so"), str(plugin_target)]
+    proc = subprocess.run([sys.executable, str(CASES), "attach", *args], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["patched"] > 0 and seen["after"] == 0 and seen["rc"] == 0
+    assert seen["plugin"] == 2000  # the plugin found its neighbour through its own RUNPATH, then read the file
+    trace = read_trace(io_dir)
+    (process,) = trace.processes
+    assert process.mode == "attach" and process.end == "detach" and process.clean_exit
+    assert [op.op for op in trace.ops if op.path == str(first)][:2] == ["open", "fstat"]
+    assert ("read", 2000) in [(op.op, op.bytes) for op in trace.ops if op.path == str(first)]
+    # loaded after attach: patched by the dlopen wrapper
+    assert [(op.op, op.bytes) for op in trace.ops if op.path == str(plugin_target)] == [
+        ("open", -1), ("read", 2000), ("read", 0), ("close", -1),
+    ]  # fmt: skip
+    assert not [op for op in trace.ops if op.path == str(second)]
+    assert [(note.path, note.reason) for note in trace.not_covered] == [(shutil.which("true"), "attach")]
+
+
+def test_vfork_children_leave_the_parents_state_alone(tmp_path: Path, c_programs: Path) -> None:
+    seen, trace = run(tmp_path, str(c_programs / "native_vfork"))
+    assert seen == {"done": 1}
+    parent = next(p for p in trace.processes if p.exe == str(c_programs / "native_vfork"))
+    mine = [op for op in trace.ops if op.pid == parent.pid]
+    # the children's close(1) and dup2(2, 1) ran on the parent's memory but are neither recorded nor applied
+    assert [(op.op, op.fd, op.fd_kind) for op in mine] == [("write", 1, "pipe")]
+    assert len([p for p in trace.processes if p.exe.endswith("/true")]) == 3
+
+
+def test_attach_in_a_preloaded_process_says_why(tmp_path: Path) -> None:
+    need_library()
+    code = (
+        "import sys; from pathlib import Path; from xstack.collect import _io_native as n\n"
+        "assert n.preloaded()\n"
+        "try:\n    n.attach(Path(sys.argv[1]))\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    env = _io_native.preload_env(tmp_path / "io")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "other")], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("XstackError") and "preloaded" in proc.stdout
+
+
+def test_preload_env_prepends_the_library_and_sets_the_variables(tmp_path: Path) -> None:
+    need_library()
+    env = _io_native.preload_env(tmp_path / "io", exclude=["/x/store.duckdb"], max_records=5,
+                                 base={"LD_PRELOAD": "/opt/other.so", "PATH": "/bin"})  # fmt: skip
+    assert env["LD_PRELOAD"] == f"{_io_native.library_path()}:/opt/other.so"
+    assert env[_io_native.DIR_ENV] == str((tmp_path / "io").resolve()) and (tmp_path / "io").is_dir()
+    assert env[_io_native.EXCLUDE_ENV] == "/x/store.duckdb" and env[_io_native.MAX_RECORDS_ENV] == "5"
+    assert env["PATH"] == "/bin" and not _io_native.preloaded()
+    _io_native.flush()  # not loaded in this process: nothing to do
+
+
+@pytest.mark.slow
+def test_torch_import_and_dataloader_workers_under_the_library(tmp_path: Path, data: Path) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "imp.py"
+    script.write_text("import torch\nprint('{\"ok\": 1}')\n")
+    seen, trace = run(tmp_path / "import", sys.executable, str(script), timeout=240)
+    assert seen == {"ok": 1} and trace.processes[0].clean_exit and len(trace.ops) > 1000
+    seen, trace = run(tmp_path / "loader", "dataloader", str(data), timeout=240)
+    assert seen == {"bytes": 10_000 + 8 * 2000}
+    workers = [p for p in trace.processes if p.forked]
+    assert len(workers) == 2 and {p.end for p in workers} == {"_exit"}
+    read_by = {op.pid for op in trace.ops if op.path and op.path.startswith(str(data)) and op.op == "read"}
+    assert read_by == {p.pid for p in workers}
+
+
+def test_reader_keeps_whole_records_of_a_truncated_file(tmp_path: Path, data: Path) -> None:
+    _, trace = run(tmp_path, "posix", str(data / "known.bin"), str(data / "out.bin"))
+    (path,) = (tmp_path / "io").glob("*.xio")
+    whole = path.read_bytes()
+    ops_end = _last_ops_block_end(whole)
+    path.write_bytes(whole[: ops_end - 64 - 10])  # cut the last ops block inside its next-to-last record
+    cut = read_trace(tmp_path / "io")
+    assert len(cut.ops) == len(trace.ops) - 2 and cut.ops == trace.ops[: len(cut.ops)]
+    assert len(cut.problems) == 1 and cut.problems[0].startswith(f"{path}: truncated")
+    assert not cut.processes[0].clean_exit  # the final status block was past the cut
+
+
+def test_missing_library_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_io_native, "library_path", lambda: None)
+    reason = _io_native.unavailable_reason()
+    assert reason is not None and "was not built" in reason and "gcc" in reason
+    with pytest.raises(XstackError, match="was not built"):
+        _io_native.preload_env(tmp_path / "io")
+    with pytest.raises(XstackError, match="was not built"):
+        _io_native.attach(tmp_path / "io")
+
+
+def test_reader_rejects_a_file_that_is_not_a_record_file(tmp_path: Path) -> None:
+    (tmp_path / "1-2-0.xio").write_bytes(b"PK\x03\x04 not ours")
+    with pytest.raises(BadInputError, match="1-2-0.xio: not an xstack io record file"):
+        read_trace(tmp_path)
+
+
+def test_op_names_in_the_files_are_the_documented_ones(tmp_path: Path, data: Path) -> None:
+    _, trace = run(tmp_path, "posix", str(data / "known.bin"), str(data / "out.bin"))
+    documented = {
+        "open", "openat", "creat", "close", "read", "pread", "readv", "write", "pwrite", "writev", "lseek",
+        "fsync", "fdatasync", "mmap", "stat", "lstat", "fstat", "fstatat", "statx", "dup", "fopen", "fdopen",
+        "fread", "fwrite", "fclose", "fseek", "fflush",
+    }  # fmt: skip
+    assert {op.op for op in trace.ops} <= documented
+    assert {op.fd_kind for op in trace.ops} <= {"file", "dir", "pipe", "socket", "chr", "blk", "unknown"}
+
+
+def _last_ops_block_end(data: bytes) -> int:
+    """Byte offset just past the last operations block of a record file."""
+    at = struct.unpack_from("<I", data, 12)[0]
+    end = 0
+    while at < len(data):
+        kind, _count, size = struct.unpack_from("<IIQ", data, at)
+        at += 16 + size
+        if kind == 2:
+            end = at
+    return end
