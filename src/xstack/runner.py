@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
+from xstack.collect.io import run_preloaded
 from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV, run_under_ncu
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
@@ -99,6 +101,8 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
         return run_under_ncu(child_command(program, parsed, store, measured), store,
                              clock_control=os.environ.get(CLOCK_CONTROL_ENV, "none"),
                              replay=os.environ.get(REPLAY_ENV, "kernel"))  # fmt: skip
+    if "io" in parsed and not os.environ.get(IO_CHILD_ENV):
+        return run_preloaded(child_command(program, parsed, store, measured), store)
     bar: AbstractContextManager[Any] = nullcontext()
     if measured is None:
         prof = Profile(levels, store, program.name)

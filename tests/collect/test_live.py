@@ -143,7 +143,7 @@ def test_bad_levels_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unknown level 'bogus'"):
         xstack.profile(levels="model,bogus", path=tmp_path / "p.duckdb")
     with pytest.raises(UsageError, match="no live collector yet"):
-        xstack.profile(levels="io", path=tmp_path / "p.duckdb")
+        xstack.profile(levels="system", path=tmp_path / "p.duckdb")
     assert not (tmp_path / "p.duckdb").exists()
 
 

@@ -58,12 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "import",
-        help="import PyTorch profiler (Kineto) traces and Nsight Compute CSVs into a store",
-        description="Import PyTorch profiler (Kineto) Chrome-trace JSON files, plain or .gz, and Nsight Compute "
-        "CSV output (ncu --csv, any page) into one store: one run per file.",
+        help="import PyTorch profiler (Kineto) traces, Nsight Compute CSVs and Darshan logs into a store",
+        description="Import PyTorch profiler (Kineto) Chrome-trace JSON files, plain or .gz, Nsight Compute "
+        "CSV output (ncu --csv, any page) and Darshan logs (.darshan: per-file POSIX/STDIO counters, DXT "
+        "segments as io spans) into one store: one run per file.",
         formatter_class=fmt,
     )
-    p.add_argument("traces", nargs="+", type=Path, metavar="FILE", help="trace.json[.gz] or ncu output .csv")
+    p.add_argument(
+        "traces", nargs="+", type=Path, metavar="FILE", help="trace.json[.gz], ncu output .csv or .darshan log"
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -115,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--levels",
         default="model,layer",
-        help="levels to record, from model,layer,op,runtime,kernel,metrics (default: model,layer; kernel brings "
-        "runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute)",
+        help="levels to record, from model,layer,op,runtime,kernel,metrics,io (default: model,layer; kernel brings "
+        "runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute; io "
+        "preloads the I/O interposer into the program and its workers)",
     )
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument(
@@ -162,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="measured iterations of a pass with the metrics level (default 1: ncu replays every kernel)",
+    )
+    p.add_argument(
+        "--io",
+        action="store_true",
+        help="add a model,io pass: every file operation of the program and its DataLoader workers, per-file "
+        "counters and the input-bound diagnosis",
     )
     _ncu_options(p)
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
@@ -276,15 +286,25 @@ def _cmd_import(args: argparse.Namespace) -> int:
     out = args.output or Path("xstack-out") / (_stem(args.traces[0]) + ".duckdb")
     runs = import_files(args.traces, out, force=args.force, append=args.append)
     console = Console(highlight=False)
+    files = _io_file_rows(out, [r.run_id for r in runs])
     for r in runs:
         issues = sum(n for _, n, _ in r.health)
+        io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
         console.print(
-            f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, "
+            f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
             f"{issues:,} health findings",
             soft_wrap=True,
         )
     console.print(f"wrote {out}", soft_wrap=True)
     return 0
+
+
+def _io_file_rows(out: Path, run_ids: list[int]) -> dict[int, int]:
+    from xstack.trace.store import Store
+
+    with Store.open(out) as store:
+        rows = store.query("SELECT run_id, count(*) FROM io_files GROUP BY run_id")
+    return {int(r): int(n) for r, n in rows if r in run_ids}
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -374,7 +394,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     program = parse_program(argv, "xstack profile")
     _set_ncu_options(args)
     return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
-                           metrics=args.metrics, metrics_iters=args.metrics_iters)  # fmt: skip
+                           metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io)  # fmt: skip
 
 
 def _ncu_options(p: argparse.ArgumentParser) -> None:

@@ -42,10 +42,11 @@ BUILTIN: dict[str, str] = {
     "runtime": "xstack.collect.torch_profiler:RuntimeCollector",
     "kernel": "xstack.collect.torch_profiler:KernelCollector",
     "metrics": "xstack.collect.metrics:MetricsCollector",
+    "io": "xstack.collect.io:IoCollector",
 }
 """Level -> ``module:Class`` of its live collector."""
 
-PLANNED = ("io", "system")
+PLANNED = ("system",)
 """Levels the store knows that have no live collector yet."""
 
 IMPLIED = {"kernel": ("runtime",), "runtime": ("op",)}

@@ -24,6 +24,7 @@ import orjson
 
 from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
+from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
@@ -87,12 +88,17 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _match.drop(con)
         con.execute("DROP TABLE _lm_stats")
         overhead = _overhead(passes, steps)
-        joined = join_metrics(con, run_id, [p.run_id for p in counters]) if counters else []
+        metric_passes = [p.run_id for p in counters if "metrics" in p.levels]
+        joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
         info = _run_info(run_id, passes, overhead, len(nodes))
         if any(check == "metrics_joined" and count for check, count, _ in joined):  # kernels carry counters
             info.levels.append("metrics")
-            info.levels.sort(key=LEVELS.index)
+        for p in counters:
+            if "io" in p.levels and "metrics" not in p.levels:
+                health += copy_io(con, run_id, p.run_id, p.first_iter, p.end_iter)
+                info.levels.append("io")
+        info.levels = sorted(set(info.levels), key=LEVELS.index)
         info.config["merge"]["counter_passes"] = [{"pass": p.name, "run_id": p.run_id} for p in counters]
         store.add_run(info)
         store.add_health(run_id, health)
@@ -135,8 +141,8 @@ def _read_passes(
             health.append(("pass_cut_short", 1, f"pass {p.name} (run {run_id}) did not complete: not merged"))
             continue
         passes.append(p)
-    counters = [p for p in passes if "metrics" in p.levels]
-    passes = [p for p in passes if "metrics" not in p.levels]
+    counters = [p for p in passes if _counter_pass(p)]
+    passes = [p for p in passes if not _counter_pass(p)]
     if not passes:
         raise UsageError(f"{store.path}: no complete leveled passes to merge")
     passes.sort(key=lambda p: (len(p.levels), p.run_id))
@@ -152,6 +158,11 @@ def _read_passes(
                 f"{shallow.name} records"
             )
     return passes, counters, health
+
+
+def _counter_pass(p: Pass) -> bool:
+    """Passes that add counters or operations to the merged spans, never timings: metrics and io."""
+    return "metrics" in p.levels or "io" in p.levels
 
 
 def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:

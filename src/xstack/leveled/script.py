@@ -32,18 +32,22 @@ def profile_program(
     progress: bool = True,
     metrics: bool = False,
     metrics_iters: int = 1,
+    io: bool = False,
 ) -> int:
     """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
     into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran).
 
     ``metrics`` adds a ``model,metrics`` pass (hardware counters by Nsight Compute) after the others; a pass
     with the ``metrics`` level records ``metrics_iters`` iterations (each kernel is replayed many times), and
-    its counters are joined to the kernels of the merged profile. ``ncu``'s CSV is kept beside the store."""
+    its counters are joined to the kernels of the merged profile. ``ncu``'s CSV is kept beside the store.
+    ``io`` adds a ``model,io`` pass: every file operation of the program and its workers (``leveled._io``)."""
     check_iterations(warmup, iters, "xstack profile")
     check_iterations(warmup, metrics_iters, "xstack profile (metrics pass)")
     level_sets = resolve_passes(passes or None, "xstack profile")
     if metrics and not any("metrics" in levels for levels in level_sets):
         level_sets += resolve_passes(["model,metrics"], "xstack profile")
+    if io and not any("io" in levels for levels in level_sets):
+        level_sets += resolve_passes(["model,io"], "xstack profile")
     names = [pass_name(levels) for levels in level_sets]
     store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
     work = store_path.with_name(f".{store_path.name}.passes")

@@ -1,0 +1,225 @@
+"""Per-file I/O counters with Darshan's meanings, computed from the io level's records of each call.
+
+Darshan keeps its counters in the traced process as the calls happen; the io level records every call and
+counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``, ``darshan-stdio.c``):
+- a record per (process, file, module): ``POSIX`` for calls on descriptors, ``STDIO`` for calls on streams;
+- failed calls are not counted (Darshan records a call only when it returned >= 0);
+- opens include ``dup`` (Darshan's ``OPENS`` counts dups and filenos); an open resets the file's last byte
+  read and written, so the first read after an open is neither sequential nor consecutive;
+- a read is *sequential* when it starts after the last byte the previous read of the file ended on, and
+  *consecutive* when it starts right at the next byte (consecutive reads are also sequential); writes alike;
+- read, write and metadata times add each call's duration without counting an overlap twice (calls of
+  several threads on one file): only the part after the end of the last counted call of that kind is added;
+- ``fsync``/``fdatasync`` time counts as write time; open, close, seek, stat and mmap are metadata;
+- access sizes go into Darshan's buckets by the bytes the call moved (``trace.attrs.IO_SIZE_BUCKETS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from xstack.trace import attrs as A
+from xstack.trace.io_paths import path_class
+
+READS = frozenset({"read", "pread", "readv", "fread"})
+WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
+OPENS = frozenset({"open", "openat", "creat", "dup", "fopen", "fdopen"})
+SEEKS = frozenset({"lseek", "fseek"})
+SYNCS = frozenset({"fsync", "fdatasync", "fflush"})
+STATS = frozenset({"stat", "lstat", "fstat", "fstatat", "statx"})
+META = OPENS | SEEKS | STATS | frozenset({"close", "fclose", "mmap"})
+
+STREAM_PATHS = {"pipe": "<pipe>", "socket": "<socket>", "chr": "<device>"}
+"""What a descriptor with no path is called, by its kind."""
+
+
+class Op(Protocol):
+    """The fields of a recorded call the counters read (``collect._io_records.IoOp``)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def dur_ns(self) -> int: ...
+    @property
+    def fd(self) -> int: ...
+    @property
+    def path(self) -> str | None: ...
+    @property
+    def fd_kind(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def errno(self) -> int: ...
+
+
+def op_path(op: Op) -> str:
+    """The file an operation is counted under: its path, else what its descriptor is (``<pipe>``, ``<fd 7>``)."""
+    if op.path:
+        return op.path
+    return STREAM_PATHS.get(op.fd_kind, f"<fd {op.fd}>")
+
+
+def op_path_class(op: Op) -> str:
+    """``trace.attrs.IO_PATH_CLASS`` of an operation's file."""
+    if op.path:
+        return path_class(op.path)
+    return "stream" if op.fd_kind in STREAM_PATHS else "unknown"
+
+
+@dataclass
+class FileCounters:
+    """The counters of one (process, file, module): the ``io_files`` columns and attributes."""
+
+    pid: int
+    path: str
+    module: str
+    fd_kind: str
+    opens: int = 0
+    reads: int = 0
+    writes: int = 0
+    seeks: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    read_time_ns: int = 0
+    write_time_ns: int = 0
+    meta_time_ns: int = 0
+    dups: int = 0
+    stats: int = 0
+    fsyncs: int = 0
+    mmaps: int = 0
+    seq_reads: int = 0
+    seq_writes: int = 0
+    consec_reads: int = 0
+    consec_writes: int = 0
+    zero_reads: int = 0
+    rw_switches: int = 0
+    max_byte_read: int = -1
+    max_byte_written: int = -1
+    first_ns: int | None = None
+    last_ns: int = 0
+    read_hist: dict[str, int] = field(default_factory=dict)
+    write_hist: dict[str, int] = field(default_factory=dict)
+    # running state, as Darshan's record reference keeps it
+    _last_byte_read: int = 0
+    _last_byte_written: int = 0
+    _last_io: str = ""
+    _ends: dict[str, int] = field(default_factory=dict)
+
+    def add(self, op: Op) -> None:
+        """Count one successful call."""
+        end = op.start_ns + op.dur_ns
+        self.first_ns = op.start_ns if self.first_ns is None else min(self.first_ns, op.start_ns)
+        self.last_ns = max(self.last_ns, end)
+        name = op.op
+        if name in READS:
+            self._read(op)
+            self.read_time_ns += self._no_overlap("read", op.start_ns, end)
+        elif name in WRITES:
+            self._write(op)
+            self.write_time_ns += self._no_overlap("write", op.start_ns, end)
+        elif name in SYNCS:
+            self.fsyncs += 1
+            self.write_time_ns += self._no_overlap("write", op.start_ns, end)
+        elif name in META:
+            self._meta(name)
+            self.meta_time_ns += self._no_overlap("meta", op.start_ns, end)
+
+    def _meta(self, name: str) -> None:
+        if name in OPENS:
+            self.opens += 1
+            self.dups += name == "dup"
+            if name != "dup":  # a dup shares the descriptor's position; a new open starts over (Darshan)
+                self._last_byte_read = self._last_byte_written = 0
+        elif name in SEEKS:
+            self.seeks += 1
+        elif name in STATS:
+            self.stats += 1
+        elif name == "mmap":
+            self.mmaps += 1
+
+    def _read(self, op: Op) -> None:
+        offset, size = max(op.offset, 0), op.bytes
+        self.seq_reads += offset > self._last_byte_read
+        self.consec_reads += offset == self._last_byte_read + 1
+        self._last_byte_read = offset + size - 1
+        self.max_byte_read = max(self.max_byte_read, offset + size - 1)
+        self.bytes_read += size
+        self.reads += 1
+        self.zero_reads += size == 0
+        bucket = A.size_bucket(size)
+        self.read_hist[bucket] = self.read_hist.get(bucket, 0) + 1
+        self.rw_switches += self._last_io == "write"
+        self._last_io = "read"
+
+    def _write(self, op: Op) -> None:
+        offset, size = max(op.offset, 0), op.bytes
+        self.seq_writes += offset > self._last_byte_written
+        self.consec_writes += offset == self._last_byte_written + 1
+        self._last_byte_written = offset + size - 1
+        self.max_byte_written = max(self.max_byte_written, offset + size - 1)
+        self.bytes_written += size
+        self.writes += 1
+        bucket = A.size_bucket(size)
+        self.write_hist[bucket] = self.write_hist.get(bucket, 0) + 1
+        self.rw_switches += self._last_io == "read"
+        self._last_io = "write"
+
+    def _no_overlap(self, kind: str, start: int, end: int) -> int:
+        last = self._ends.get(kind, 0)
+        if end <= last:
+            return 0
+        self._ends[kind] = end
+        return end - max(start, last)
+
+    def attrs(self) -> dict[str, Any]:
+        """The ``io_files.attrs`` object of this record."""
+        return {
+            A.IO_FILE_CONSEC_READS: self.consec_reads,
+            A.IO_FILE_CONSEC_WRITES: self.consec_writes,
+            A.IO_FILE_SEQ_READS: self.seq_reads,
+            A.IO_FILE_SEQ_WRITES: self.seq_writes,
+            A.IO_FILE_SIZE_READ_HIST: self.read_hist,
+            A.IO_FILE_SIZE_WRITE_HIST: self.write_hist,
+            A.IO_FILE_ZERO_READS: self.zero_reads,
+            A.IO_FILE_MAX_BYTE_READ: self.max_byte_read,
+            A.IO_FILE_MAX_BYTE_WRITTEN: self.max_byte_written,
+            A.IO_FILE_STATS: self.stats,
+            A.IO_FILE_FSYNCS: self.fsyncs,
+            A.IO_FILE_MMAPS: self.mmaps,
+            A.IO_FILE_RW_SWITCHES: self.rw_switches,
+            A.IO_FILE_PATH_CLASS: path_class(self.path) if not self.path.startswith("<") else _stream(self.fd_kind),
+            A.IO_FILE_FIRST_NS: self.first_ns,
+            A.IO_FILE_LAST_NS: self.last_ns,
+            A.IO_FILE_SOURCE: "io",
+            A.IO_FD_KIND: self.fd_kind,
+            "dups": self.dups,
+        }
+
+
+def _stream(fd_kind: str) -> str:
+    return "stream" if fd_kind in STREAM_PATHS else "unknown"
+
+
+def file_counters(ops: Iterable[Op]) -> list[FileCounters]:
+    """The counters of every (process, file, module) that ``ops`` touched, ``ops`` taken in time order."""
+    records: dict[tuple[int, str, str], FileCounters] = {}
+    for op in ops:
+        if op.errno or op.op == "close" and op.fd_kind == "unknown" and not op.path:
+            continue  # failed calls are not counted; nor closes of descriptors never seen used
+        path = op_path(op)
+        key = (op.pid, path, op.module)
+        record = records.get(key)
+        if record is None:
+            record = records[key] = FileCounters(op.pid, path, op.module, op.fd_kind)
+        record.add(op)
+    return list(records.values())

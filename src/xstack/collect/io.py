@@ -1,0 +1,357 @@
+"""The ``io`` level: every file operation of the profiled program and of its worker processes.
+
+How the calls are seen, best first:
+- **preloaded**: ``xstack run``/``xstack profile`` start the program with the interposition library in
+  ``LD_PRELOAD`` (``collect._io_native``), so every process of its tree records its POSIX and stdio calls
+  (DataLoader workers, subprocesses, exec'd children). The records are read once the program and its children
+  have ended (``ingest``), so that the workers' last calls are in.
+- **attached**: ``xstack.profile(levels=[..., "io"])`` in a process that was not preloaded loads the library
+  and redirects the calls of every loaded object to it for the region (as tf-Darshan attached Darshan at run
+  time); forked workers inherit it, workers started by exec (``spawn``) are not covered, and health says so.
+- **Python only**: where attaching fails, only the files Python opens are seen (an audit hook on ``open``),
+  with no reads or writes; health says so.
+
+Each call becomes an ``io`` span under the model or layer span open on its thread at the time (``design.md``
+§2), and the calls are counted per (process, file, module) into ``io_files`` with Darshan's meanings
+(``collect._io_counters``). Calls outside the profiled region (interpreter start-up, imports) are left out and
+counted in health.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from xstack.collect._io_counters import file_counters, op_path, op_path_class
+from xstack.collect._recorder import Recorder
+from xstack.errors import XstackError
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+CHILD_ENV = "XSTACK_IO_CHILD"
+"""Set in a program started preloaded by ``xstack run``: the parent reads the records once it has ended."""
+
+_PY_ONLY = "python"
+
+
+class IoCollector:
+    """Records the file operations of the profiled process tree (see the module docstring)."""
+
+    level = "io"
+
+    def __init__(self) -> None:
+        self.mode: str | None = None
+        self.reason = ""
+        self._dir: Path | None = None
+        self._owns_dir = False
+        self._start_ns = 0
+        self._opens: list[tuple[int, int, str, int]] = []
+
+    def unavailable_reason(self) -> str | None:
+        if not sys.platform.startswith("linux"):
+            return f"the io level interposes the C library's calls, which needs Linux (this is {sys.platform})"
+        from xstack.collect import _io_native
+
+        return _io_native.unavailable_reason()
+
+    def start(self, recorder: Recorder) -> None:
+        from xstack.collect import _io_native
+
+        self._start_ns = recorder.now_ns()
+        if _io_native.preloaded():
+            self.mode = "preload"
+            self._dir = Path(os.environ[_io_native.DIR_ENV])
+            return
+        self._dir = Path(tempfile.mkdtemp(prefix="xstack-io-"))
+        self._owns_dir = True
+        store_path = getattr(recorder.sink.store, "path", None)
+        try:
+            _io_native.attach(self._dir, exclude=exclusions(Path(store_path)) if store_path else [])
+            self.mode = "attach"
+        except XstackError as exc:
+            self.mode = _PY_ONLY
+            self.reason = str(exc)
+            _python_opens.start(self._opens)
+
+    def stop(self) -> None:
+        from xstack.collect import _io_native
+
+        if self.mode == "attach":
+            _io_native.detach()
+        elif self.mode == _PY_ONLY:
+            _python_opens.stop()
+        _io_native.flush()
+
+    def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
+        if self.mode == "preload" and os.environ.get(CHILD_ENV):
+            return []  # the parent that preloaded this program reads the records when the whole tree has ended
+        if self.mode == _PY_ONLY:
+            return _write_python_opens(store, run_id, self._opens, self.reason)
+        if self._dir is None:
+            return []
+        try:
+            health = ingest_run(store, run_id, self._dir)
+        finally:
+            if self._owns_dir:
+                shutil.rmtree(self._dir, ignore_errors=True)
+        if self.mode == "attach":
+            note = ("the io level attached at run time: workers started by exec (spawn, forkserver) and "
+                    "subprocesses are not covered; run under `xstack run` to cover them")  # fmt: skip
+            health.append(("io_attached", 1, note))
+        return health
+
+
+def exclusions(store: Path) -> list[str]:
+    """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files) and the
+    sink's scratch files."""
+    return [str(store.resolve()), str(Path(tempfile.gettempdir()).resolve() / "xstack-sink-")]
+
+
+def run_preloaded(child: list[str], store: Path) -> int:
+    """Run ``child`` (an ``xstack run`` command line writing ``store``) with the interposition library preloaded
+    into its whole process tree, then read the records into the run it wrote; returns its exit code."""
+    import subprocess
+
+    from xstack.collect import _io_native
+
+    reason = IoCollector().unavailable_reason()
+    if reason:
+        from xstack.errors import UsageError
+
+        raise UsageError(f"level 'io' cannot run here: {reason}")
+    directory = store.with_name(store.name.removesuffix(".duckdb") + ".io")
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    env = _io_native.preload_env(directory, exclude=exclusions(store)) | {CHILD_ENV: "1"}
+    process = subprocess.Popen(child, env=env)
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:  # the child got the same Ctrl-C; let it finish writing what it traced
+        code = process.wait() or 130
+    try:
+        if store.exists():
+            ingest(store, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return code
+
+
+def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:
+    """Read the records a preloaded program tree left in ``directory`` into the last run of the complete store
+    at ``store_path`` (the run that program recorded); returns the health rows written."""
+    store = Store.open(store_path, read_only=False)
+    try:
+        run_id = max(store.run_ids())
+        store.con.execute("BEGIN TRANSACTION")
+        try:
+            health = ingest_run(store, run_id, directory)
+            store.add_health(run_id, health)
+        except BaseException:
+            store.con.execute("ROLLBACK")
+            raise
+        store.con.execute("COMMIT")
+    finally:
+        store.close()
+    return health
+
+
+def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, int, str]]:
+    """Write the io spans and ``io_files`` rows of the records in ``directory`` into run ``run_id``, whose
+    model and layer spans are already in the store; returns health rows."""
+    from xstack.collect._io_records import read_trace
+
+    trace = read_trace(directory)
+    lo, hi = _region(store, run_id)
+    ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
+    outside = len(trace.ops) - len(ops)
+    parents = _parents(store, run_id, ops)
+    first_id = int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
+    rows = [_span_row(run_id, first_id + i + 1, parents.get(i), op) for i, op in enumerate(ops)]
+    _insert_json(store, "_spans", rows)
+    files = [_file_row(run_id, c) for c in file_counters(ops)]
+    _insert_json(store, "_io_files", files)
+    _add_level(store, run_id)
+    return _health(trace, len(ops), outside)
+
+
+def _region(store: Store, run_id: int) -> tuple[int, int]:
+    row = store.query(
+        "SELECT min(start_ns), max(start_ns + dur_ns) FROM _spans WHERE run_id = ? AND level = 'model'", [run_id]
+    )[0]
+    if row[0] is None:
+        return 0, 2**63 - 1
+    return int(row[0]), int(row[1])
+
+
+def _parents(store: Store, run_id: int, ops: list[Any]) -> dict[int, int]:
+    """Index of each op -> the innermost model/layer span open on its thread when it started."""
+    if not ops:
+        return {}
+    con = store.con
+    con.execute("CREATE TEMP TABLE _io_ops (idx BIGINT, pid BIGINT, tid BIGINT, start_ns BIGINT)")
+    try:
+        con.executemany("INSERT INTO _io_ops VALUES (?, ?, ?, ?)",
+                        [(i, op.pid, op.tid, op.start_ns) for i, op in enumerate(ops)])  # fmt: skip
+        rows = con.execute(
+            "SELECT o.idx, arg_max(s.span_id, s.start_ns) FROM _io_ops o JOIN _spans s ON s.run_id = ? "
+            "AND s.pid = o.pid AND s.tid = o.tid AND s.level IN ('model', 'layer') "
+            "AND o.start_ns >= s.start_ns AND o.start_ns < s.start_ns + s.dur_ns GROUP BY o.idx",
+            [run_id],
+        ).fetchall()
+    finally:
+        con.execute("DROP TABLE _io_ops")
+    return {int(i): int(s) for i, s in rows}
+
+
+def _span_row(run_id: int, span_id: int, parent: int | None, op: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        A.IO_PATH: op_path(op),
+        A.IO_FD: op.fd,
+        A.IO_MODULE: op.module,
+        A.IO_FD_KIND: op.fd_kind,
+        A.IO_PATH_CLASS: op_path_class(op),
+    }
+    if op.offset >= 0:
+        attrs[A.IO_OFFSET] = op.offset
+    if op.bytes >= 0:
+        attrs[A.IO_BYTES] = op.bytes
+    if op.requested >= 0:
+        attrs[A.IO_REQUESTED_BYTES] = op.requested
+    if op.errno:
+        attrs[A.IO_ERRNO] = op.errno
+    return {
+        "run_id": run_id, "span_id": span_id, "parent_id": parent, "level": "io", "name": op.op,
+        "start_ns": op.start_ns, "dur_ns": op.dur_ns, "pid": op.pid, "tid": op.tid, "device": "cpu",
+        "attrs": attrs,
+    }  # fmt: skip
+
+
+def _file_row(run_id: int, c: Any) -> dict[str, Any]:
+    return {
+        "run_id": run_id, "pid": c.pid, "path": c.path, "module": c.module, "opens": c.opens, "reads": c.reads,
+        "writes": c.writes, "seeks": c.seeks, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
+        "read_time_ns": c.read_time_ns, "write_time_ns": c.write_time_ns, "meta_time_ns": c.meta_time_ns,
+        "attrs": c.attrs(),
+    }  # fmt: skip
+
+
+def _insert_json(store: Store, table: str, rows: list[dict[str, Any]]) -> None:
+    """Bulk insert through DuckDB's JSON reader (one statement, whatever the number of rows)."""
+    if not rows:
+        return
+    with tempfile.NamedTemporaryFile("wb", suffix=".ndjson", delete=False) as f:
+        for row in rows:
+            f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    try:
+        columns = [r[0] for r in store.con.execute(f"DESCRIBE {table}").fetchall()]
+        types = {r[0]: r[1] for r in store.con.execute(f"DESCRIBE {table}").fetchall()}
+        spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns)
+        store.con.execute(
+            f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format = 'newline_delimited', "
+            f"columns = {{{spec}}})",
+            [f.name],
+        )
+    finally:
+        os.unlink(f.name)
+
+
+def _add_level(store: Store, run_id: int) -> None:
+    store.con.execute(
+        "UPDATE _runs SET levels = list_sort(list_distinct(list_append(coalesce(levels, []), 'io'))) "
+        "WHERE run_id = ? AND NOT list_contains(coalesce(levels, []), 'io')",
+        [run_id],
+    )
+    _sort_levels(store, run_id)
+
+
+def _sort_levels(store: Store, run_id: int) -> None:
+    from xstack.trace.schema import LEVELS
+
+    levels = store.query("SELECT levels FROM _runs WHERE run_id = ?", [run_id])
+    if levels and levels[0][0] is not None:
+        ordered = [lv for lv in LEVELS if lv in levels[0][0]]
+        store.con.execute("UPDATE _runs SET levels = ? WHERE run_id = ?", [ordered, run_id])
+
+
+def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
+    health: list[tuple[str, int, str]] = [
+        ("io_outside_region", outside, f"file operations before or after the profiled region (start-up, imports; "
+         f"{kept} kept, from {len(trace.processes)} process(es)): not kept"),
+    ]  # fmt: skip
+    dropped = sum(sum(p.dropped.values()) for p in trace.processes)
+    if dropped:
+        worst = max(trace.processes, key=lambda p: sum(p.dropped.values()))
+        health.append(("io_cap_hit", dropped, f"records past the cap were counted, not kept (pid {worst.pid}: "
+                       f"{sum(worst.dropped.values())} calls); raise XSTACK_IO_MAX_RECORDS"))  # fmt: skip
+    unclean = [p for p in trace.processes if not p.clean_exit]
+    if unclean:
+        pids = ", ".join(str(p.pid) for p in unclean[:5])
+        health.append(("io_process_cut_short", len(unclean), f"processes that did not exit cleanly (killed?): "
+                       f"their last calls may be missing (pids {pids})"))  # fmt: skip
+    skipped = sum(p.reentrant_skipped for p in trace.processes)
+    if skipped:
+        health.append(("io_reentrant_skipped", skipped, "calls made inside a recorded call (signal handlers): "
+                       "passed through, not recorded"))  # fmt: skip
+    paths = sum(p.paths_dropped for p in trace.processes)
+    if paths:
+        health.append(("io_paths_dropped", paths, "paths past the path table's cap: recorded without a path"))
+    for nc in trace.not_covered:
+        health.append(("io_not_covered", 1, f"pid {nc.pid} exec'd {nc.path}: {nc.reason}; its I/O is not seen"))
+    for problem in trace.problems:
+        health.append(("io_record_problem", 1, problem))
+    return health
+
+
+# -- Python-only fallback: the files Python opens ------------------------------------------------------------
+class _PythonOpens:
+    """An audit hook on ``open`` (it cannot be removed once added, so it stays, idle, between profiles)."""
+
+    def __init__(self) -> None:
+        self._sink: list[tuple[int, int, str, int]] | None = None
+        self._installed = False
+
+    def start(self, sink: list[tuple[int, int, str, int]]) -> None:
+        if not self._installed:
+            sys.addaudithook(self._hook)
+            self._installed = True
+        self._sink = sink
+
+    def stop(self) -> None:
+        self._sink = None
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        sink = self._sink
+        if sink is not None and event == "open" and isinstance(args[0], str | bytes):
+            path = os.fsdecode(args[0])
+            import time
+
+            sink.append((time.time_ns(), threading.get_native_id(), os.path.abspath(path), os.getpid()))
+
+
+_python_opens = _PythonOpens()
+
+
+def _write_python_opens(
+    store: Store, run_id: int, opens: list[tuple[int, int, str, int]], reason: str
+) -> list[tuple[str, int, str]]:
+    from xstack.trace.io_paths import path_class
+
+    first_id = int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
+    rows = [
+        {"run_id": run_id, "span_id": first_id + i + 1, "parent_id": None, "level": "io", "name": "open",
+         "start_ns": ts, "dur_ns": 0, "pid": pid, "tid": tid, "device": "cpu",
+         "attrs": {A.IO_PATH: path, A.IO_MODULE: "python", A.IO_PATH_CLASS: path_class(path)}}
+        for i, (ts, tid, path, pid) in enumerate(opens)
+    ]  # fmt: skip
+    _insert_json(store, "_spans", rows)
+    _add_level(store, run_id)
+    note = (f"only the files Python opened are seen (no reads, writes or native I/O): the interposition library "
+            f"could not attach: {reason}; run under `xstack run` instead")  # fmt: skip
+    return [("io_python_only", len(opens), note)]

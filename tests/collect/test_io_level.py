@@ -1,0 +1,220 @@
+"""The io level end to end: ``xstack run``/``xstack profile`` preload the interposer into a real program and its
+workers, and the store holds every file operation (io spans) and Darshan-style per-file counters (io_files)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from xstack.trace.store import Store
+
+PROGRAMS = Path(__file__).parent / "io_programs"
+
+SIZES = {"full.bin": 10_000, "partial.bin": 50_000, "twice.bin": 3_000, "seeks.bin": 10_000, "array.bin": 16_384,
+         "chunked.bin": 20_000, "child.bin": 7_777, **{f"thread{i}.bin": 2_048 for i in range(4)}}  # fmt: skip
+READ = {"full.bin": 10_000, "partial.bin": 1_000, "twice.bin": 6_000, "seeks.bin": 250, "chunked.bin": 20_000,
+        "child.bin": 7_777, **{f"thread{i}.bin": 2_048 for i in range(4)}}  # fmt: skip
+
+
+def _unavailable() -> str | None:
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("numpy") is None:
+        return "PyTorch and NumPy are not installed"
+    from xstack.collect.io import IoCollector
+
+    return IoCollector().unavailable_reason()
+
+
+pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=f"io level unavailable: {_unavailable()}")
+
+
+def _xstack(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "xstack", *args], capture_output=True, text=True, timeout=240,
+                          cwd=cwd)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("io-data")
+    for name, size in SIZES.items():
+        (root / name).write_bytes(os.urandom(size))
+    return root
+
+
+def _files(store: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(file name, module) -> counters summed over processes, for the files of ``data``."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    with Store.open(store) as s:
+        for path, module, opens, reads, writes, seeks, br, bw, pid, attrs in s.query(
+            "SELECT path, module, opens, reads, writes, seeks, bytes_read, bytes_written, pid, attrs FROM io_files "
+            "WHERE path LIKE '%.bin'"
+        ):
+            row = out.setdefault((Path(path).name, module), {"opens": 0, "reads": 0, "writes": 0, "seeks": 0,
+                                                             "bytes_read": 0, "bytes_written": 0, "pids": set(),
+                                                             "attrs": []})  # fmt: skip
+            for key, value in zip(("opens", "reads", "writes", "seeks", "bytes_read", "bytes_written"),
+                                  (opens, reads, writes, seeks, br, bw), strict=True):  # fmt: skip
+                row[key] += value
+            row["pids"].add(pid)
+            row["attrs"].append(orjson.loads(attrs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory, data: Path) -> Path:
+    store = tmp_path_factory.mktemp("io-run") / "known.duckdb"
+    done = _xstack("run", "--levels", "model,io", "-o", str(store), "--", "python",
+                   str(PROGRAMS / "known_reads.py"), str(data))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return store
+
+
+def test_byte_counts_per_file_are_exact(known: Path) -> None:
+    files = _files(known)
+    for name, expected in READ.items():
+        assert files[(name, "POSIX")]["bytes_read"] == expected, name
+    assert files[("array.bin", "STDIO")]["bytes_read"] == 16_384  # numpy.fromfile reads through stdio
+    assert files[("out.bin", "POSIX")]["bytes_written"] == 12_345
+    assert files[("twice.bin", "POSIX")]["opens"] == 2
+    assert files[("seeks.bin", "POSIX")]["seeks"] == 2
+    chunked = files[("chunked.bin", "POSIX")]
+    assert chunked["reads"] == 6 and chunked["attrs"][0]["zero_reads"] == 1  # 4 x 4096, 3616, then EOF
+    assert chunked["attrs"][0]["consec_reads"] == 5
+    seeks = files[("seeks.bin", "POSIX")]["attrs"][0]
+    assert seeks["max_byte_read"] == 9_999 and seeks["seq_reads"] == 2 and seeks["consec_reads"] == 0
+
+
+def test_threads_and_forked_child_are_seen_with_their_own_ids(known: Path) -> None:
+    files = _files(known)
+    with Store.open(known) as s:
+        main_pid = s.query("SELECT DISTINCT pid FROM spans WHERE level = 'model'")[0][0]
+        thread_tids = s.query(
+            "SELECT count(DISTINCT tid) FROM spans WHERE level = 'io' AND attrs->>'$.\"io.path\"' LIKE '%thread_.bin'"
+        )[0][0]
+    assert thread_tids == 4
+    assert files[("child.bin", "POSIX")]["pids"] != {main_pid}
+
+
+def test_io_spans_hang_from_the_stage_open_on_their_thread(known: Path) -> None:
+    with Store.open(known) as s:
+        rows = s.query(
+            "SELECT regexp_extract(io.attrs->>'$.\"io.path\"', '[^/]+$'), p.name FROM spans io "
+            "LEFT JOIN spans p ON p.run_id = io.run_id AND p.span_id = io.parent_id "
+            "WHERE io.level = 'io' AND io.name IN ('read', 'write') AND io.attrs->>'$.\"io.path\"' LIKE '%.bin'"
+        )
+        levels = s.query("SELECT levels FROM runs")[0][0]
+    parents = {}
+    for name, parent in rows:
+        parents.setdefault(name, set()).add(parent)
+    assert parents["full.bin"] == {"load"}
+    assert parents["out.bin"] == {"postprocess"}
+    assert parents["child.bin"] == {None}  # another process: no model span of its own
+    assert all(parents[f"thread{i}.bin"] == {None} for i in range(4))  # other threads have no open span
+    assert "io" in levels
+
+
+def test_a_crashing_program_keeps_its_io_and_its_exit_code(tmp_path: Path, data: Path) -> None:
+    store = tmp_path / "crash.duckdb"
+    done = _xstack("run", "--levels", "model,io", "-o", str(store), "--", "python",
+                   str(PROGRAMS / "known_reads.py"), str(data), "crash")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "crashed on purpose" in done.stderr
+    files = _files(store)
+    assert files[("out.bin", "POSIX")]["bytes_written"] == 12_345
+    with Store.open(store) as s:
+        config = orjson.loads(s.query("SELECT config FROM runs")[0][0])
+    assert config["status"] == "cut_short"
+
+
+DATALOADER = textwrap.dedent(
+    """
+    import os, sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    import xstack
+
+    class Files(Dataset):
+        def __init__(self, root):
+            self.paths = sorted(os.path.join(root, n) for n in os.listdir(root))
+        def __len__(self):
+            return len(self.paths)
+        def __getitem__(self, i):
+            with open(self.paths[i], "rb") as f:
+                return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).float().sum()
+
+    model = torch.nn.Linear(8, 8)
+    loader = DataLoader(Files(sys.argv[1]), batch_size=8, num_workers=2)
+    for epoch in range(100):
+        for batch in loader:
+            model(torch.randn(4, 8)).sum().backward()
+            xstack.step()
+    """
+)
+
+
+def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    for i in range(64):
+        (files / f"{i:03d}.bin").write_bytes(os.urandom(1024))
+    script = tmp_path / "train.py"
+    script.write_text(DATALOADER)
+    store = tmp_path / "train.duckdb"
+    done = _xstack("profile", "--pass", "model", "--io", "--warmup", "1", "--iters", "3", "-o", str(store), "--",
+                   "python", str(script), str(files))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(store) as s:
+        runs = {p: (rid, lv) for rid, p, lv in s.query("SELECT run_id, pass, levels FROM runs")}
+        io_run, merged = runs["model+io"][0], runs["merged"][0]
+        assert "io" in runs["merged"][1]
+        workers = s.query(
+            "SELECT count(DISTINCT pid) FROM io_files WHERE run_id = ? AND path LIKE ? AND bytes_read = 1024 * opens",
+            [io_run, f"{files}/%"],
+        )[0][0]
+        main = s.query("SELECT any_value(pid) FROM spans WHERE run_id = ? AND level = 'model'", [io_run])[0][0]
+        worker_pids = s.query("SELECT DISTINCT pid FROM io_files WHERE run_id = ? AND path LIKE ?",
+                              [io_run, f"{files}/%"])  # fmt: skip
+        merged_files = s.query("SELECT count(*) FROM io_files WHERE run_id = ?", [merged])[0][0]
+        merged_io = s.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [merged])[0][0]
+    assert workers == 2 and main not in {p for (p,) in worker_pids}
+    assert merged_files > 0 and merged_io > 0
+
+
+ATTACH = textwrap.dedent(
+    """
+    import os, sys
+    import xstack
+    data = sys.argv[1]
+    with open(os.path.join(data, "before.bin"), "rb") as f:
+        f.read()
+    with xstack.profile(levels="model,io", path=sys.argv[2]) as prof:
+        with xstack.span("load"):
+            with open(os.path.join(data, "inside.bin"), "rb") as f:
+                f.read()
+    with open(os.path.join(data, "after.bin"), "rb") as f:
+        f.read()
+    """
+)
+
+
+def test_in_process_profile_attaches_at_run_time(tmp_path: Path) -> None:
+    for name in ("before", "inside", "after"):
+        (tmp_path / f"{name}.bin").write_bytes(b"y" * 321)
+    script = tmp_path / "attach.py"
+    script.write_text(ATTACH)
+    store = tmp_path / "attach.duckdb"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), str(store)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(store) as s:
+        paths = {Path(p).name: br for p, br in s.query("SELECT path, bytes_read FROM io_files WHERE path LIKE '%.bin'")}
+        health = {c: d for c, n, d in s.query('SELECT "check", count, detail FROM health') if n}
+    assert paths == {"inside.bin": 321}
+    assert "io_attached" in health
