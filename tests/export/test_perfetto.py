@@ -290,3 +290,44 @@ def test_memory_stays_flat_while_spans_stream(tmp_path: Path) -> None:
     assert stats.spans == {"runtime": launches, "kernel": launches} and stats.flows == launches
     # Holding every event would take far more than the output itself (about 10 MB here).
     assert peak < 30 * 2**20, f"export peaked at {peak / 2**20:.1f} MiB of Python memory"
+
+
+# -- the io level: a track per worker process, attributes as args ---------------------------------------------
+def test_io_spans_sit_in_named_worker_processes_with_their_attributes(tmp_path: Path) -> None:
+    from tests.analyze.io_store import MAIN, W1, W2, loop_store
+
+    with loop_store(tmp_path / "io.duckdb", config={}) as store:  # no config pid: the model spans' process is main
+        stats = export_perfetto(store, tmp_path / "io.json")
+        attrs = {int(i): json.loads(a) for i, a in store.query("SELECT span_id, attrs FROM spans WHERE level = 'io'")}
+    events = json.loads((tmp_path / "io.json").read_bytes())["traceEvents"]
+    processes = _names(events, "process_name")
+    by_pid = {re.search(r"\(pid (\d+)\)", n)[1]: n.split(" [run")[0] for n in processes.values()}  # type: ignore[index]
+    assert by_pid == {str(MAIN): f"main process (pid {MAIN})", str(W1): f"dataloader worker (pid {W1})",
+                      str(W2): f"dataloader worker (pid {W2})"}  # fmt: skip
+    io = [e for e in events if e["ph"] == "X" and e["cat"] == "io"]
+    assert len(io) == len(attrs) == stats.spans["io"]
+    for e in io:
+        assert {k: e["args"][k] for k in attrs[e["args"]["span_id"]]} == attrs[e["args"]["span_id"]]
+    threads = _names(events, "thread_name")
+    for worker in (W1, W2):
+        tracks = {(e["pid"], e["tid"]) for e in io if f"(pid {worker})" in processes[e["pid"]]}
+        assert len(tracks) == 1 and threads[tracks.pop()] == f"thread {worker}"  # one track per worker process
+    main_io = [e for e in io if processes[e["pid"]].startswith("main process")]
+    assert {e["args"]["io.path"] for e in main_io} == {"/d/a.bin", "<pipe>"}
+    # the read built to straddle the end of a DataLoader wait cannot nest: it alone goes to an overlap track
+    assert stats.overlap_spans == 1
+    _assert_properly_nested(events)
+
+
+def test_io_workers_of_a_run_without_a_dataloader_are_worker_processes(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "w.duckdb") as store:
+        store.add_run(RunInfo(run_id=1, name="w", levels=["model", "io"], config={"pid": 5}))
+        _insert(store, [(1, None, "model", "step#0", 0, 1000, "cpu", None, None)])
+        store.con.execute("""INSERT INTO _spans VALUES (1, 2, NULL, 'io', 'read', 10, 5, 6, 6, 'cpu', NULL, NULL,
+            '{"io.path": "/d/x", "io.bytes": 7}')""")
+        store.con.execute("UPDATE _spans SET pid = 5 WHERE span_id = 1")
+    with Store.open(tmp_path / "w.duckdb") as store:
+        export_perfetto(store, tmp_path / "w.json")
+    names = sorted(n.split(" [run")[0] for n in _names(json.loads((tmp_path / "w.json").read_bytes())["traceEvents"],
+                                                         "process_name").values())  # fmt: skip
+    assert names == ["main process (pid 5)", "worker process (pid 6)"]

@@ -226,3 +226,47 @@ def test_hostile_names_show_as_text(browser: Any, big: tuple[Store, Analysis, Pa
     assert HOSTILE_LAYER in layers
     assert page.evaluate("document.querySelectorAll('script:not([type])').length") == 1
     loaded.check_clean()
+
+
+# -- a run with I/O -----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def io_page(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loaded, Analysis]]:
+    from tests.analyze.io_store import loop_store
+
+    tmp = tmp_path_factory.mktemp("io")
+    store = loop_store(tmp / "io.duckdb")
+    a = analyze(store)
+    out = write_report(a, tmp / "io.html", store=store)
+    yield open_report(browser, out.path), a
+    store.close()
+
+
+def test_the_io_analyses_render_with_their_charts(io_page: tuple[Loaded, Analysis], browser: Any) -> None:
+    loaded, a = io_page
+    page = loaded.page
+    loaded.check_clean()
+    io = [r for r in a.results if r.id.startswith("io.")]
+    assert len(io) == 7 and not any(r.missing for r in io)
+    state = (
+        "ss => ss.map(s => [s.dataset.result, s.classList.contains('ok'), "
+        "s.querySelectorAll('svg.chart .mark').length])"
+    )
+    drawn = {rid: (ok, marks) for rid, ok, marks in page.eval_on_selector_all("section.result", state)}
+    for r in io:
+        assert drawn[r.id] == (True, drawn[r.id][1]) and drawn[r.id][1] > 0, r.id  # every one has rows and a chart
+        assert page.locator(f"#r-{r.id.replace('.', '-')}-table tbody tr").count() == min(len(r.rows), 50), r.id
+    assert page.get_attribute("header nav a:has-text('I/O')", "href") == "#r-io-input_bound"
+    assert page.locator("#overview .headline a[href='#r-io-input_bound']").count() == 1
+    rec = page.text_content("#recommendations")
+    assert rec is not None and "(io.input_bound)" in rec
+    page.locator("header").evaluate("h => h.style.display = 'none'")
+    shot = pixels(browser, page.locator("#r-io-input_bound svg.chart").screenshot())
+    assert shot["variance"] > 100, shot  # the stacked wait/compute bars are painted
+
+
+def test_a_run_without_io_says_so_in_each_io_section(bert_page: Loaded, bert: tuple[Store, Analysis]) -> None:
+    page = bert_page.page
+    missing = page.eval_on_selector_all("section.result.missing", "ss => ss.map(s => s.dataset.result)")
+    assert {r.id for r in bert[1].results if r.id.startswith("io.")} <= set(missing)
+    assert "io level" in (page.text_content("#r-io-files .missing") or "")
+    assert page.locator("header nav a:has-text('I/O')").count() == 0

@@ -27,6 +27,7 @@ HINTS = {
     "runtime": "profile on a GPU with the kernel level (--levels model,layer,op,kernel)",
     "kernel": "profile on a GPU with the kernel level (--levels model,layer,op,kernel), or import a trace "
     "recorded on a GPU",
+    "io": "profile with the io level (--levels model,io), or import a Darshan log",
     "metrics": "run with the metrics level (Nsight Compute counters per kernel)",
     "memory": "profile on CUDA (layer memory is recorded there), or import a trace taken with profile_memory=True",
     "device peaks": "run xstack calibrate, or profile with the metrics level on the device, to know its peaks",

@@ -42,9 +42,16 @@ ANALYSES: dict[str, str] = {
     "timeline.syncs": "xstack.analyze.timeline:sync_points",
     "timeline.memcpy": "xstack.analyze.timeline:memcpy_volume",
     "timeline.memory": "xstack.analyze.timeline:device_memory",
+    "io.input_bound": "xstack.analyze.io:input_wait",
+    "io.files": "xstack.analyze.io:file_table",
+    "io.processes": "xstack.analyze.io:process_table",
+    "io.bandwidth": "xstack.analyze.io:bandwidth_over_time",
+    "io.sizes": "xstack.analyze.io:size_distribution",
+    "io.pattern": "xstack.analyze.io:access_pattern",
+    "io.small_files": "xstack.analyze.io:small_file_staging",
     "health": "xstack.analyze.health:trace_health",
 }
-"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, trace health."""
+"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, the I/O analyses, trace health."""
 
 Severity = Literal["high", "medium", "low"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, format_ns
 
@@ -32,6 +33,14 @@ PAGEABLE_SHARE_PCT = 50.0
 """Share of host-to-device bytes copied from pageable memory above which pinning is recommended."""
 UNATTRIBUTED_PCT = 5.0
 """Share of device time with no launching call above which the trace is too incomplete to trust."""
+SMALL_FILES_OPS_PCT = 30.0
+"""Share of the I/O operations that files under the size threshold must carry for staging them to pay off."""
+SMALL_FILES_BYTES_PCT = 10.0
+"""...while holding less than this share of the bytes (many operations, few bytes: the metadata-bound files)."""
+ZERO_READS_PCT = 20.0
+"""Share of data-file reads that return nothing (end of file) above which read-until-EOF loops cost calls."""
+MIN_READS = 100
+"""Data-file reads below which the read-size and zero-read rules stay silent (too few calls to matter)."""
 
 
 def _get(results: Results, id: str) -> Result | None:
@@ -62,17 +71,62 @@ def input_bound(results: Results) -> Recommendation | None:
         evidence.append(f"the loop waited {waited} for DataLoader batches, {p:.1f}% of step time (model.stages)")
         sources.append(s.id)
         pct = max(pct, p)
+    io = _get(results, "io.input_bound")
+    impact = None
+    if io and io.facts.get("input_bound") and (p := _num(io.facts, "median_wait_share_pct")) is not None:
+        evidence.append(_io_wait_evidence(io.facts, p))
+        sources.append(io.id)
+        pct = max(pct, p)
+        impact = int(_num(io.facts, "median_wait_ns") or 0) or None
     if not evidence:
         return None
-    return Recommendation(
-        "input_bound",
-        "Training is input-bound: the model waits for data",
-        _severity(pct),
-        evidence,
-        sources,
+    action = (
         "Load batches ahead of the model: raise DataLoader(num_workers=...) towards the free cores, set "
         "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off the "
-        "critical path; stage many small files to faster storage (profile with the io level to see them).",
+        "critical path; stage many small files to faster storage (profile with the io level to see them)."
+    )
+    if io is not None:
+        action = _io_input_action(io.facts)
+        if (staging := small_files(results)) is not None:
+            evidence += [e for e in staging.evidence if e not in evidence]
+            sources.append("io.small_files")
+            action += " " + staging.action
+    return Recommendation(
+        "input_bound", "Training is input-bound: the model waits for data", _severity(pct), evidence, sources, action,
+        impact_ns=impact,
+    )  # fmt: skip
+
+
+def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
+    line = (
+        f"the median iteration waits {median_pct:.1f}% of its time for the DataLoader (threshold "
+        f"{_num(facts, 'threshold_pct') or INPUT_WAIT_PCT:g}%), {format_ns(_num(facts, 'median_wait_ns') or 0)} "
+        f"per iteration over {int(_num(facts, 'iterations') or 0):,} iterations"
+    )
+    workers = _num(facts, "workers")
+    if workers is not None:
+        line += f"; {int(workers)} worker process(es) with I/O"
+        if (worker_io := _num(facts, "worker_io_per_iteration_ns")) is not None:
+            line += f", {format_ns(worker_io)} of worker I/O per iteration"
+    if (main_io := _num(facts, "main_io_wait_ns")) is not None and main_io > 0:
+        line += f"; the main process spent {format_ns(main_io)} in file I/O while waiting"
+    return line + " (io.input_bound)"
+
+
+def _io_input_action(facts: dict[str, Any]) -> str:
+    workers, cores = _num(facts, "workers"), _num(facts, "cores")
+    if workers is not None and cores is not None and workers >= cores:
+        first = f"The {int(workers)} workers already match the {int(cores)} cores: make each batch cheaper to load"
+        first += " (decode and augment less, or on the GPU);"
+    elif workers is not None and cores is not None:
+        first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores;"
+    elif workers == 0:
+        first = "Load in worker processes: DataLoader(num_workers=...) above 0, towards the free cores;"
+    else:
+        first = "Raise DataLoader(num_workers=...) towards the free cores;"
+    return (
+        f"{first} set pin_memory=True, persistent_workers=True (workers kept across epochs) and a higher "
+        "prefetch_factor (batches each worker loads ahead)."
     )
 
 
@@ -235,6 +289,79 @@ def unattributed_time(results: Results) -> Recommendation | None:
     )
 
 
+def small_files(results: Results) -> Recommendation | None:
+    """Files under the size threshold carry many of the I/O operations and few of the bytes (tf-Darshan)."""
+    r = _get(results, "io.small_files")
+    if r is None or (ops := _num(r.facts, "small_ops_pct")) is None or ops <= SMALL_FILES_OPS_PCT:
+        return None
+    if (nbytes := _num(r.facts, "small_bytes_pct")) is None or nbytes >= SMALL_FILES_BYTES_PCT:
+        return None
+    limit = _size(_num(r.facts, "threshold_bytes") or 0)
+    files, share = int(_num(r.facts, "small_files") or 0), _num(r.facts, "small_files_pct") or 0.0
+    time, time_pct = _num(r.facts, "small_time_ns") or 0, _num(r.facts, "small_time_pct")
+    evidence = [
+        f"{files:,} data files of at most {limit} ({share:.0f}% of the files) take {ops:.0f}% of the I/O "
+        f"operations but hold {nbytes:.1f}% of the bytes (thresholds: > {SMALL_FILES_OPS_PCT:g}% of operations, "
+        f"< {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
+        + (f", {time_pct:.0f}% of it" if time_pct is not None else "")
+        + " (io.small_files)"
+    ]
+    return Recommendation(
+        "small_files", "Many small files: operations, not bytes, cost the I/O time", _severity(ops / 2), evidence,
+        ["io.small_files"],
+        f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
+        "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
+        "sequentially.",
+        impact_ns=int(time) or None,
+    )  # fmt: skip
+
+
+def zero_reads(results: Results) -> Recommendation | None:
+    """Many data-file reads return nothing: read-until-EOF loops spend a call to learn that a file ended."""
+    r = _get(results, "io.pattern")
+    if r is None or (share := _num(r.facts, "zero_read_pct")) is None or share <= ZERO_READS_PCT:
+        return None
+    if (_num(r.facts, "reads") or 0) < MIN_READS:
+        return None
+    n, reads = int(_num(r.facts, "zero_reads") or 0), int(_num(r.facts, "reads") or 0)
+    evidence = [
+        f"{n:,} of {reads:,} data-file reads ({share:.1f}%, threshold {ZERO_READS_PCT:g}%) returned no bytes: "
+        "they only found the end of the file (io.pattern)"
+    ]
+    return Recommendation(
+        "zero_reads", "Reads that return nothing: files read until EOF", "medium" if share >= 40 else "low",
+        evidence, ["io.pattern"],
+        "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
+        "np.fromfile / torch.load on the path) instead of looping until read() returns b''.",
+    )  # fmt: skip
+
+
+def small_reads(results: Results) -> Recommendation | None:
+    """The median read of a data file is under a page: the I/O is many calls moving little each."""
+    r = _get(results, "io.pattern")
+    if r is None or (size := _num(r.facts, "median_read_bytes")) is None or size >= SMALL_READ_BYTES:
+        return None
+    if (reads := _num(r.facts, "reads") or 0) < MIN_READS:
+        return None
+    how = "exact" if r.facts.get("small_reads_exact") else "estimated from Darshan's size buckets"
+    small = _num(r.facts, "small_read_pct")
+    evidence = [
+        f"the median data-file read returns {size:,.0f} bytes ({how}), under {SMALL_READ_BYTES:,} bytes, over "
+        f"{int(reads):,} reads"
+        + (f"; {small:.0f}% of them are 1-4095 bytes" if small is not None else "")
+        + " (io.pattern)"
+    ]
+    return Recommendation(
+        "small_reads", "Small reads: many calls moving little data", "low", evidence, ["io.pattern"],
+        "Read in larger pieces: buffered streams (open(path, 'rb', buffering=1 << 20)), one read of the whole "
+        "record or file, or a format that reads whole chunks (shards, memory-mapped arrays).",
+    )  # fmt: skip
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:g} KiB"
+
+
 RULES: dict[str, Rule] = {
     "input_bound": input_bound,
     "launch_bound": launch_bound,
@@ -243,6 +370,9 @@ RULES: dict[str, Rule] = {
     "optimal_batch_size": optimal_batch_size,
     "pageable_copies": pageable_copies,
     "unattributed_time": unattributed_time,
+    "small_files": small_files,
+    "zero_reads": zero_reads,
+    "small_reads": small_reads,
 }
 """The built-in rules, by id."""
 

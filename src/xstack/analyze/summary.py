@@ -15,6 +15,17 @@ from typing import Any
 
 import orjson
 
+from xstack.analyze._io_common import (
+    FILE_OPS,
+    FILE_STORAGE,
+    FILE_TIME,
+    READ_OPS,
+    SPAN_BYTES,
+    SPAN_PATH,
+    SPAN_STORAGE,
+    WRITE_OPS,
+    in_list,
+)
 from xstack.analyze.context import pick_run
 from xstack.trace.store import Store
 
@@ -57,6 +68,9 @@ class RunSummary:
     """For a merged run, per level: spans flagged ``stats.noisy`` and all spans."""
     merged_into: int | None = None
     """For one pass of a leveled measurement: the run that merges it."""
+    io: dict[str, Any] | None = None
+    """The run's file I/O in total, when it has any: ``ops``, ``bytes_read``, ``bytes_written``, ``time_ns``,
+    ``files``, ``processes`` (pipes and sockets left out)."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -106,6 +120,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
         summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
+    summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.health = [
         (str(c), int(n), str(d or ""))
         for c, n, d in store.query(
@@ -133,3 +148,28 @@ def _merging_run(store: Store, run_id: int) -> int | None:
         if any(isinstance(p, dict) and p.get("run_id") == run_id for p in passes):
             return int(merged)
     return None
+
+
+_IO_FROM_FILES = f"""
+SELECT sum({FILE_OPS}), sum(bytes_read), sum(bytes_written), sum({FILE_TIME}),
+    count(DISTINCT path), count(DISTINCT pid)
+FROM io_files WHERE run_id = ? AND {FILE_STORAGE}
+"""
+
+_IO_FROM_SPANS = f"""
+SELECT count(*), sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)}),
+    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(WRITE_OPS)}), sum(dur_ns), count(DISTINCT {SPAN_PATH}),
+    count(DISTINCT pid)
+FROM spans WHERE run_id = ? AND level = 'io' AND {SPAN_STORAGE}
+"""
+
+
+def _io_totals(store: Store, run_id: int, io_spans: int) -> dict[str, Any] | None:
+    """The run's file I/O totals from ``io_files`` (else from its ``io`` spans); None without I/O data."""
+    row = store.query(_IO_FROM_FILES, [run_id])[0]
+    if not row[5] and io_spans:
+        row = store.query(_IO_FROM_SPANS, [run_id])[0]
+    if not row[5]:
+        return None
+    keys = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes")
+    return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}

@@ -1,7 +1,9 @@
 """Export a trace store as Chrome-trace JSON, the timeline format that ui.perfetto.dev and chrome://tracing open.
 
 Layout: each host process of each run is one process, named with the run, with one track per thread (names
-from ``runs.config.processes``), where ``model`` > ``layer`` > ``op`` > ``runtime`` spans nest by time. Each
+from ``runs.config.processes``), where ``model`` > ``layer`` > ``op`` > ``runtime`` > ``io`` spans nest by time;
+in a run with I/O, its main process and its workers (processes whose spans are all ``io`` spans) are named so:
+"dataloader worker (pid N)". An ``io`` span carries its attributes (path, offset, bytes) as args. Each
 device of each run is one process ("GPU 0 (cuda:0)") with one track per stream ("stream 7"). A flow arrow
 (``cat: ac2g``) runs from each host span to each device span it is the parent of: launch -> kernel, copy, set
 or sync (``launch``), CPU -> GPU annotation (``annotation``). Counters are counter tracks of their host process
@@ -72,12 +74,15 @@ class _Run:
     name: str
     base_ns: int
     processes: dict[str, Any]
+    roles: dict[Any, str] = field(default_factory=dict)
+    """Names of host processes the config does not name: the main process and its I/O workers."""
 
     def process_name(self, kind: str, key: Any) -> str:
         if kind == "device":
             match = re.fullmatch(r"cuda:(\d+)", str(key))
             return f"GPU {match[1]} ({key})" if match else str(key)
-        return f"{self._entry(key).get('name') or 'process'} (pid {'?' if key is None else key})"
+        name = self._entry(key).get("name") or self.roles.get(key) or "process"
+        return f"{name} (pid {'?' if key is None else key})"
 
     def thread_name(self, kind: str, key: Any, sub: Any) -> str:
         if kind == "device":
@@ -121,7 +126,7 @@ WHERE d.run_id = ? AND NOT {_host("d")} ORDER BY d.device, d.stream NULLS FIRST,
 _COUNTERS = "SELECT name, ts_ns, value, pid, device FROM counters WHERE run_id = ? ORDER BY device, pid, name, ts_ns"
 
 _RUNS = """
-SELECT r.run_id, r.name, r.config, least(s.t, c.t) FROM runs r
+SELECT r.run_id, r.name, r.config, least(s.t, c.t), list_contains(r.levels, 'io') FROM runs r
 LEFT JOIN (SELECT run_id, min(start_ns) AS t FROM spans GROUP BY run_id) s USING (run_id)
 LEFT JOIN (SELECT run_id, min(ts_ns) AS t FROM counters GROUP BY run_id) c USING (run_id) ORDER BY r.run_id
 """
@@ -163,11 +168,36 @@ def _runs(store: Store, run_id: int | None) -> list[_Run]:
         known = ", ".join(str(r[0]) for r in rows) or "none"
         raise UsageError(f"{store.path}: no run {run_id} in this store (its runs: {known})")
     runs = []
-    for rid, name, config, base in rows:
-        processes = orjson.loads(config).get("processes") if config else None
+    for rid, name, config, base, has_io in rows:
+        parsed = orjson.loads(config) if config else {}
+        processes = parsed.get("processes") if isinstance(parsed, dict) else None
         if run_id is None or rid == run_id:
-            runs.append(_Run(rid, name, base or 0, processes if isinstance(processes, dict) else {}))
+            run = _Run(rid, name, base or 0, processes if isinstance(processes, dict) else {})
+            if has_io:
+                run.roles = _io_roles(store, rid, parsed.get("pid") if isinstance(parsed, dict) else None)
+            runs.append(run)
     return runs
+
+
+_PIDS = """
+SELECT pid, count(*) FILTER (WHERE level = 'model'), bool_and(level = 'io'),
+    bool_or(level = 'model' AND attrs->>'$."model.kind"' = 'dataloader')
+FROM spans WHERE run_id = ? AND pid IS NOT NULL AND (device IS NULL OR device = 'cpu') GROUP BY pid
+"""
+
+
+def _io_roles(store: Store, run_id: int, main_pid: Any) -> dict[Any, str]:
+    """In a run with I/O, the main process (``runs.config.pid``, else the pid of most model spans) and the
+    processes that only did I/O: its workers, "dataloader worker" when the run waited on a DataLoader."""
+    pids = store.query(_PIDS, [run_id])
+    if not isinstance(main_pid, int):
+        with_model = [(-n, pid) for pid, n, _, _ in pids if n]  # most model spans; the lowest pid on a tie
+        main_pid = min(with_model)[1] if with_model else None
+    if main_pid is None:
+        return {}
+    worker = "dataloader worker" if any(r[3] for r in pids) else "worker process"
+    roles = {pid: worker for pid, _, io_only, _ in pids if io_only and pid != main_pid}
+    return {main_pid: "main process", **roles} if roles else roles
 
 
 def _header(store: Store, runs: Sequence[_Run]) -> bytes:

@@ -12,8 +12,17 @@ from xstack.report._html_results import anchor, facts_html, labels_html
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
 
-HEADLINE_RESULTS = ("A1", "timeline.breakdown", "A13", "timeline.launches", "timeline.syncs", "timeline.memory")
-"""Results whose facts the overview shows first: step latency, busy and idle time, launches, syncs, memory."""
+HEADLINE_RESULTS = (
+    "A1",
+    "timeline.breakdown",
+    "A13",
+    "timeline.launches",
+    "timeline.syncs",
+    "timeline.memory",
+    "io.input_bound",
+)
+"""Results whose facts the overview shows first: step latency, busy and idle time, launches, syncs, memory, and
+the time the loop waits for input."""
 
 LEVEL_TITLES = {"layer": "Top layers (inclusive time)", "op": "Top operators", "kernel": "Top GPU kernels"}
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}

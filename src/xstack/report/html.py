@@ -20,7 +20,7 @@ from xstack import __version__
 from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Result
 from xstack.errors import XstackError
-from xstack.report._html_results import result_section, results_index
+from xstack.report._html_results import anchor, result_section, results_index
 from xstack.report._html_sections import health, overhead, overview, recommendations
 from xstack.report._html_trace import DEFAULT_TRACE_CAP_BYTES, trace_section
 from xstack.report._svg import esc
@@ -96,6 +96,9 @@ def render_html(analysis: Analysis, *, compare: Comparison | None = None, trace_
         sections.append(_comparison(compare))
     sections += [overhead(s), health(s, analysis.results), trace_html]
     nav = [("overview", "Overview"), ("recommendations", "Recommendations"), ("analyses", "Analyses")]
+    io = next((r for r in analysis.results if r.id.startswith("io.") and not r.missing), None)
+    if io is not None:  # a run with I/O: a link straight to its I/O analyses, which follow the timeline ones
+        nav.append((anchor(io.id), "I/O"))
     if compare is not None:
         nav.append(("comparison", "Comparison"))
     nav += [("overhead", "Overhead"), ("health", "Health")] + ([("trace", "Trace")] if trace_html else [])

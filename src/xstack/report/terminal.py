@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from xstack.analyze.result import format_value
 from xstack.analyze.summary import RunSummary, TopRow
 
 LEVEL_TITLES = {"layer": "Top layers", "op": "Top operators", "kernel": "Top GPU kernels"}
@@ -71,8 +74,19 @@ def _run_table(s: RunSummary) -> Table:
             + (f", {dist['backend']}" if dist.get("backend") else ""),
         )
     t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
+    if s.io:
+        t.add_row("file I/O", io_line(s.io))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def io_line(io: dict[str, Any]) -> str:
+    """The run's file I/O on one line: operations, processes, files, bytes read and written, time in I/O."""
+    return (
+        f"{io['ops']:,} operations by {io['processes']:,} process(es) on {io['files']:,} files: "
+        f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
+        f"{format_ns(io['time_ns'])} in I/O"
+    )
 
 
 def _overhead_table(s: RunSummary) -> Table:

@@ -1,0 +1,191 @@
+"""What the I/O analyses share: whether a run has I/O data, its main process, and SQL pieces over ``spans`` (level
+``io``) and ``io_files``.
+
+A run has I/O data when it holds ``io`` spans (the io level, or a Darshan log with DXT tracing) or ``io_files``
+rows (any Darshan log). The main process is the one that ran the training loop: ``runs.config.pid`` when the
+run recorded it, else the process of most model spans; every other process with I/O is a worker (DataLoader
+workers are processes of their own).
+"""
+
+from __future__ import annotations
+
+import statistics
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from xstack.analyze.context import RunContext, run_context
+from xstack.analyze.result import Result
+from xstack.errors import UsageError
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+READ_OPS: Final = ("read", "pread", "pread64", "readv", "preadv", "preadv2", "fread")
+"""Span names of the calls that read a file (their ``io.bytes`` is what they returned)."""
+WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev2", "fwrite")
+"""Span names of the calls that write a file."""
+
+DATA_CLASSES: Final = ("data", "unknown")
+"""Path classes that count as the program's data (``unknown``: a Darshan log that did not classify its paths)."""
+SMALL_READ_BYTES: Final = 4096
+"""Reads that returned fewer bytes than this (and more than none) are small: under a page, one call each."""
+
+SPAN_BYTES: Final = f"TRY_CAST(attrs->>'$.\"{A.IO_BYTES}\"' AS BIGINT)"
+SPAN_CLASS: Final = f"coalesce(attrs->>'$.\"{A.IO_PATH_CLASS}\"', 'unknown')"
+SPAN_PATH: Final = f"attrs->>'$.\"{A.IO_PATH}\"'"
+FILE_CLASS: Final = f"coalesce(attrs->>'$.{A.IO_FILE_PATH_CLASS}', 'unknown')"
+FILE_STORAGE: Final = f"{FILE_CLASS} <> 'stream'"
+SPAN_STORAGE: Final = f"{SPAN_CLASS} <> 'stream'"
+"""Conditions leaving out pipes and sockets: they carry batches between processes (a main process blocks reading
+them while it waits for a worker), so the analyses of storage I/O count the other files only."""
+
+
+def file_int(key: str) -> str:
+    """SQL of an integer counter in ``io_files.attrs`` (0 when absent)."""
+    return f"coalesce(TRY_CAST(attrs->>'$.{key}' AS BIGINT), 0)"
+
+
+def hist_count(key: str, bucket: str) -> str:
+    """SQL of one bucket of an access-size histogram in ``io_files.attrs`` (0 when absent)."""
+    return f"coalesce(TRY_CAST(attrs->'$.{key}'->>'$.\"{bucket}\"' AS BIGINT), 0)"
+
+
+FILE_OPS: Final = "opens + reads + writes + seeks + " + " + ".join(
+    file_int(k) for k in (A.IO_FILE_STATS, A.IO_FILE_FSYNCS, A.IO_FILE_MMAPS)
+)
+"""SQL of the operations an ``io_files`` row counts: opens, reads, writes, seeks, stats, syncs and mmaps (as
+Darshan's reports add them up)."""
+FILE_TIME: Final = "read_time_ns + write_time_ns + meta_time_ns"
+
+
+def in_list(names: Sequence[str]) -> str:
+    """SQL list literal of fixed names (never user input)."""
+    return "(" + ", ".join(f"'{n}'" for n in names) + ")"
+
+
+DATA_FILE: Final = f"{FILE_CLASS} IN {in_list(DATA_CLASSES)}"
+DATA_SPAN: Final = f"{SPAN_CLASS} IN {in_list(DATA_CLASSES)}"
+"""Conditions keeping the data files (``DATA_CLASSES``) of ``io_files`` rows and of ``io`` spans."""
+
+
+def bucket_sql(expr: str) -> str:
+    """SQL giving the ``IO_SIZE_BUCKETS`` name of a size in bytes ``expr``."""
+    whens = " ".join(f"WHEN {expr} <= {high} THEN '{name}'" for name, _low, high in A.IO_SIZE_BUCKETS)
+    return f"CASE {whens} ELSE '{A.IO_SIZE_BUCKETS[-1][0]}' END"
+
+
+@dataclass(frozen=True)
+class IoRun:
+    """What the I/O analyses need to know about a run before they query it."""
+
+    ctx: RunContext
+    has_spans: bool
+    """The run holds ``io`` spans (one per operation)."""
+    has_files: bool
+    """The run holds ``io_files`` rows (counters per process and file)."""
+    main_pid: int | None
+    source: str
+    """``io`` (the io level), ``darshan`` (an imported log) or ``-`` when the rows do not say."""
+
+    @property
+    def run_id(self) -> int:
+        return self.ctx.run_id
+
+    def role(self, pid: int | None) -> str:
+        """``main``, ``worker`` or ``-`` (no main process known: a Darshan log has no model spans)."""
+        if self.main_pid is None or pid is None:
+            return "-"
+        return "main" if pid == self.main_pid else "worker"
+
+    def process(self, pid: int | None) -> str:
+        """A process as the tables and charts name it: ``main (pid 12)``, ``worker (pid 13)``, ``pid 14``."""
+        role = self.role(pid)
+        return f"pid {pid}" if role == "-" else f"{role} (pid {pid})"
+
+    def lacking(self, id: str, title: str) -> Result | None:
+        """A result saying the io level is missing, or None when the run has I/O data."""
+        if self.has_spans or self.has_files:
+            return None
+        return self.ctx.lacking(id, title, "io")
+
+
+_RUNS: weakref.WeakKeyDictionary[Store, dict[int, IoRun]] = weakref.WeakKeyDictionary()
+
+
+def io_run(store: Store, run_id: int | None) -> IoRun:
+    """The run's I/O facts (computed once per open store and run)."""
+    ctx = run_context(store, run_id)
+    per_store = _RUNS.setdefault(store, {})
+    if ctx.run_id not in per_store:
+        files = store.query(
+            f"SELECT count(*), any_value(attrs->>'$.{A.IO_FILE_SOURCE}') FROM io_files WHERE run_id = ?", [ctx.run_id]
+        )[0]
+        per_store[ctx.run_id] = IoRun(
+            ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), str(files[1] or ("io" if ctx.has("io") else "-"))
+        )
+    return per_store[ctx.run_id]
+
+
+def _main_pid(store: Store, ctx: RunContext) -> int | None:
+    pid = ctx.config.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid
+    if not ctx.has("model"):
+        return None
+    row = store.query(
+        "SELECT pid FROM spans WHERE run_id = ? AND level = 'model' AND pid IS NOT NULL "
+        "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
+        [ctx.run_id],
+    )
+    return int(row[0][0]) if row else None
+
+
+def class_filter(all_paths: bool, column: str = FILE_CLASS) -> str:
+    """SQL condition keeping the data files (every file when ``all_paths``)."""
+    return "TRUE" if all_paths else f"{column} IN {in_list(DATA_CLASSES)}"
+
+
+def check_options(id: str, **positive: float | None) -> None:
+    """Raise ``UsageError`` naming the analysis when an option that must be positive is not."""
+    bad = [k for k, v in positive.items() if v is not None and not v > 0]
+    if bad:
+        raise UsageError(f"{id}: {', '.join(bad)} must be > 0")
+
+
+def rate(nbytes: float | None, ns: float | None) -> float | None:
+    """Bytes per second from bytes and nanoseconds (None when either is 0 or unknown)."""
+    return float(nbytes) * 1e9 / float(ns) if nbytes and ns else None
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median, None for no values."""
+    return float(statistics.median(values)) if values else None
+
+
+def bucket_median(counts: dict[str, int]) -> float | None:
+    """The median access size in bytes estimated from a Darshan histogram: the bucket holding the middle access,
+    interpolated linearly between its edges (exact only at the edges)."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    half, seen = total / 2, 0
+    for name, low, high in A.IO_SIZE_BUCKETS:
+        n = counts.get(name, 0)
+        if n and seen + n >= half:
+            return low + (high - low) * (half - seen) / n
+        seen += n
+    return None
+
+
+def small_from_hist(counts: dict[str, int], zero_reads: int) -> float:
+    """Non-empty reads under ``SMALL_READ_BYTES`` estimated from a histogram: the buckets wholly below it, less
+    the zero-length reads, and the part of the 1K-10K bucket below it (accesses taken as spread evenly)."""
+    below = counts.get("0_100", 0) + counts.get("100_1K", 0) - zero_reads
+    low, high = 1025, 10 * 1024
+    return max(below, 0) + counts.get("1K_10K", 0) * (SMALL_READ_BYTES - low) / (high - low + 1)
+
+
+def as_count(value: Any) -> int:
+    """An integer from a SQL aggregate (NULL counts as 0; sums of BIGINT come back as HUGEINT or floats)."""
+    return 0 if value is None else int(round(float(value)))

@@ -1,0 +1,196 @@
+"""Per-file and per-process I/O tables, from the ``io_files`` counters (Darshan's meanings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._io_common import (
+    DATA_FILE,
+    DATA_SPAN,
+    FILE_CLASS,
+    FILE_OPS,
+    FILE_STORAGE,
+    FILE_TIME,
+    READ_OPS,
+    SPAN_BYTES,
+    SPAN_PATH,
+    SPAN_STORAGE,
+    WRITE_OPS,
+    as_count,
+    check_options,
+    file_int,
+    in_list,
+    io_run,
+    rate,
+)
+from xstack.analyze._timeline_common import notes_of, pct, rows
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+FILES_ID, FILES_TITLE = "io.files", "I/O per file"
+PROCESSES_ID, PROCESSES_TITLE = "io.processes", "I/O per process"
+ROW_LIMIT = 1000
+"""Files listed by default (the most I/O time first); the facts count them all."""
+FOLDED = ("python", "system")
+
+_FILES = f"""
+WITH f AS (
+    SELECT *, {FILE_CLASS} AS class, {FILE_TIME} AS time_ns,
+        CASE WHEN NOT $all_paths AND {FILE_CLASS} IN {in_list(FOLDED)} THEN '(' || {FILE_CLASS} || ' files)'
+             ELSE path END AS name
+    FROM io_files WHERE run_id = $run
+)
+SELECT name, module, any_value(class), count(DISTINCT path), count(DISTINCT pid), sum(opens), sum(reads),
+    sum(writes), sum(bytes_read), sum(bytes_written), sum(time_ns), sum(read_time_ns + write_time_ns),
+    sum({file_int(A.IO_FILE_SEQ_READS)}), sum({file_int(A.IO_FILE_CONSEC_READS)}),
+    sum({file_int(A.IO_FILE_ZERO_READS)})
+FROM f GROUP BY name, module ORDER BY sum(time_ns) DESC, name, module
+"""
+
+_FILE_TOTALS = f"""
+SELECT count(DISTINCT path), count(DISTINCT path) FILTER (WHERE {DATA_FILE}), count(DISTINCT pid),
+    sum(opens), sum(reads), sum(writes), sum(bytes_read), sum(bytes_written), sum(read_time_ns),
+    sum(write_time_ns), sum(meta_time_ns)
+FROM io_files WHERE run_id = $run
+"""
+
+_PROCESSES_FROM_FILES = f"""
+SELECT pid, sum({FILE_OPS}), sum(reads), sum(writes), sum(bytes_read), sum(bytes_written),
+    sum(bytes_read) FILTER (WHERE {DATA_FILE}), sum({FILE_TIME}), sum(read_time_ns + write_time_ns),
+    count(DISTINCT path)
+FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY pid
+"""
+
+_PROCESSES_FROM_SPANS = f"""
+SELECT pid, count(*), count(*) FILTER (WHERE name IN {in_list(READ_OPS)}),
+    count(*) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
+    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)}),
+    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
+    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)} AND {DATA_SPAN}), sum(dur_ns),
+    sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS + WRITE_OPS)}), count(DISTINCT {SPAN_PATH})
+FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE} GROUP BY pid
+"""
+
+FILE_COLUMNS = [
+    Column("path", help="the file; system and Python files are one row per class unless all_paths=True"),
+    Column("module", help="POSIX (descriptors) or STDIO (streams)"),
+    Column("class", help="data, python, system, stream or unknown"),
+    Column("files", "count"),
+    Column("processes", "count"),
+    Column("opens", "count"),
+    Column("reads", "count"),
+    Column("writes", "count"),
+    Column("bytes read", "bytes"),
+    Column("bytes written", "bytes"),
+    Column("time", "ns", "read + write + metadata time"),
+    Column("bandwidth", "bytes/s", "bytes read and written / read and write time"),
+    Column("sequential share", "pct", "reads that started after the previous read's end"),
+    Column("consecutive share", "pct", "reads that started right at the previous read's end"),
+    Column("zero reads", "count", "reads that returned no bytes (end of file)"),
+]
+
+
+def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int | None = ROW_LIMIT) -> Result:
+    """Per file and module: files, processes, opens, reads, writes, bytes read and written, time (ns), bandwidth
+    (bytes/s), sequential and consecutive read shares (%) and zero-length reads; the most I/O time first.
+
+    Notes: one row per (path, module) of ``io_files``, its counters summed over the processes that used the
+    file (Darshan keeps one record per process). Files of the Python installation and of the system are folded
+    into one row per class (``all_paths=True`` lists them). Time is read + write + metadata time (open, close,
+    seek, stat); bandwidth divides the bytes by the read and write time only. The shares are of the file's
+    reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (None: all).
+    """
+    check_options(FILES_ID, limit=limit)
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(FILES_ID, FILES_TITLE)) is not None:
+        return lacking
+    found = rows(store, _FILES, io.run_id, all_paths=all_paths)
+    table = [_file_row(r) for r in found[:limit]]
+    total = rows(store, _FILE_TOTALS, io.run_id)[0]
+    keys = ("files", "data_files", "processes", "opens", "reads", "writes", "bytes_read", "bytes_written",
+            "read_time_ns", "write_time_ns", "meta_time_ns")  # fmt: skip
+    facts: dict[str, Any] = {k: as_count(v) for k, v in zip(keys, total, strict=True)}
+    facts["time_ns"] = facts["read_time_ns"] + facts["write_time_ns"] + facts["meta_time_ns"]
+    facts["top_path"] = table[0][0] if table else None
+    return Result(
+        FILES_ID,
+        FILES_TITLE,
+        FILE_COLUMNS,
+        table,
+        notes=notes_of(file_table) if io.has_files else "the run has io spans but no per-file counters (io_files)",
+        run_id=io.run_id,
+        chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30),
+        facts=facts,
+        truncated=0 if limit is None else max(0, len(found) - limit),
+    )
+
+
+def _file_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
+    name, module, cls, files, pids = r[:5]
+    opens, reads, writes, nread, nwritten, time, rw_time, seq, consec, zero = (as_count(v) for v in r[5:])
+    return (str(name), str(module), str(cls), int(files), int(pids), opens, reads, writes, nread, nwritten, time,
+            rate(nread + nwritten, rw_time), pct(seq, reads), pct(consec, reads), zero)  # fmt: skip
+
+
+PROCESS_COLUMNS = [
+    Column("process", help="main: the process of the training loop; worker: any other (DataLoader workers)"),
+    Column("pid"),
+    Column("role"),
+    Column("ops", "count", "opens, reads, writes, seeks, stats, syncs and mmaps"),
+    Column("reads", "count"),
+    Column("writes", "count"),
+    Column("bytes read", "bytes"),
+    Column("bytes written", "bytes"),
+    Column("data bytes read", "bytes", "bytes read from data files (path class data, or unknown)"),
+    Column("io time", "ns", "time in file operations"),
+    Column("bandwidth", "bytes/s", "bytes read and written / read and write time"),
+    Column("files", "count", "files touched"),
+]
+
+
+def process_table(store: Store, run_id: int) -> Result:
+    """Per process: its role, operations, reads, writes, bytes read and written, data bytes read, I/O time (ns),
+    bandwidth (bytes/s) and files touched; the most I/O time first.
+
+    Notes: counted from ``io_files`` (from the ``io`` spans when the run has no per-file counters); pipes and
+    sockets are left out (they carry batches between processes). The main process is ``runs.config.pid``,
+    else the process of most model spans; the others are workers (DataLoader workers are processes of their
+    own). I/O time is read + write + metadata time; bandwidth divides the bytes by the read and write time.
+    """
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(PROCESSES_ID, PROCESSES_TITLE)) is not None:
+        return lacking
+    found = rows(store, _PROCESSES_FROM_FILES if io.has_files else _PROCESSES_FROM_SPANS, io.run_id)
+    table = sorted((_process_row(io.process(r[0]), io.role(r[0]), r) for r in found), key=lambda r: (-r[9], r[1]))
+    workers = [r for r in table if r[2] == "worker"]
+    main = next((r for r in table if r[2] == "main"), None)
+    total_time = sum(r[9] for r in table)
+    facts: dict[str, Any] = {
+        "processes": len(table),
+        "workers": len(workers),
+        "main_pid": io.main_pid,
+        "main_io_ns": main[9] if main else None,
+        "worker_io_ns": sum(r[9] for r in workers) if io.main_pid is not None else None,
+        "worker_io_pct": pct(sum(r[9] for r in workers), total_time) if io.main_pid is not None else None,
+        "bytes_read": sum(r[6] for r in table),
+        "bytes_written": sum(r[7] for r in table),
+        "io_ns": total_time,
+    }
+    return Result(
+        PROCESSES_ID,
+        PROCESSES_TITLE,
+        PROCESS_COLUMNS,
+        table,
+        notes=notes_of(process_table),
+        run_id=io.run_id,
+        chart=Chart("hbar", x="process", y=("io time",), title="I/O time per process", limit=40),
+        facts=facts,
+    )
+
+
+def _process_row(name: str, role: str, r: tuple[Any, ...]) -> tuple[Any, ...]:
+    pid = None if r[0] is None else int(r[0])
+    ops, reads, writes, nread, nwritten, data_read, time, rw_time, files = (as_count(v) for v in r[1:])
+    return (name, pid, role, ops, reads, writes, nread, nwritten, data_read, time, rate(nread + nwritten, rw_time),
+            files)  # fmt: skip

@@ -1,0 +1,225 @@
+"""Is the training loop input-bound: the time each iteration waits for the DataLoader, and the I/O behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._io_common import (
+    FILE_STORAGE,
+    FILE_TIME,
+    READ_OPS,
+    SPAN_STORAGE,
+    WRITE_OPS,
+    IoRun,
+    as_count,
+    check_options,
+    in_list,
+    io_run,
+    median,
+)
+from xstack.analyze._timeline_common import DATALOADER, STEP, merged, notes_of, pct, rows
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace.store import Store
+
+ID = "io.input_bound"
+TITLE = "Input-bound: waiting for data vs the rest of each iteration"
+WAIT_SHARE_PCT = 10.0
+"""Default threshold: a loop whose median iteration waits longer than this share of its time is input-bound."""
+
+_ITERATIONS = f"""
+WITH steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {STEP}),
+loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {DATALOADER}),
+waits AS (
+    SELECT s, coalesce(lead(s) OVER (ORDER BY s, e), greatest(e, (SELECT max(start_ns + dur_ns) FROM spans
+        WHERE run_id = $run AND level = 'model' AND pid = $main))) AS e
+    FROM loader_spans WHERE $main IS NOT NULL
+)
+SELECT s, e, 'steps' FROM steps
+UNION ALL
+SELECT s, e, 'dataloader waits' FROM waits WHERE NOT EXISTS (SELECT 1 FROM steps)
+ORDER BY 1, 2
+"""
+
+_PER_ITERATION = f"""
+WITH it AS (SELECT k, s, e FROM _io_iterations),
+loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {DATALOADER}),
+loading AS ({merged("loader_spans")}),
+io AS (
+    SELECT pid, start_ns AS s, start_ns + dur_ns AS e FROM spans
+    WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE}
+),
+main_waiting AS (
+    SELECT greatest(io.s, l.s) AS s, least(io.e, l.e) AS e FROM io JOIN loading l ON io.s < l.e AND io.e > l.s
+    WHERE io.pid = $main
+),
+wait AS (SELECT it.k, sum(least(l.e, it.e) - greatest(l.s, it.s)) AS ns FROM it JOIN loading l
+         ON l.s < it.e AND l.e > it.s GROUP BY it.k),
+io_in AS (SELECT it.k, sum(least(io.e, it.e) - greatest(io.s, it.s)) FILTER (WHERE io.pid = $main) AS main_ns,
+                 sum(least(io.e, it.e) - greatest(io.s, it.s)) FILTER (WHERE io.pid IS DISTINCT FROM $main) AS worker_ns
+          FROM it JOIN io ON io.s < it.e AND io.e > it.s GROUP BY it.k),
+main_wait AS (SELECT it.k, sum(least(m.e, it.e) - greatest(m.s, it.s)) AS ns FROM it JOIN main_waiting m
+              ON m.s < it.e AND m.e > it.s GROUP BY it.k)
+SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coalesce(io_in.main_ns, 0),
+       coalesce(io_in.worker_ns, 0)
+FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
+"""
+
+_TOTALS_FROM_SPANS = f"""
+SELECT pid, sum(dur_ns), sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}),
+    sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
+    sum(dur_ns) FILTER (WHERE name NOT IN {in_list(READ_OPS + WRITE_OPS)})
+FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE} GROUP BY pid
+"""
+
+_TOTALS_FROM_FILES = f"""
+SELECT pid, sum({FILE_TIME}), sum(read_time_ns), sum(write_time_ns), sum(meta_time_ns) FROM io_files
+WHERE run_id = $run AND {FILE_STORAGE} GROUP BY pid
+"""
+
+COLUMNS = [
+    Column("iteration", "count", "the step (or the stretch from one DataLoader wait to the next), from 1"),
+    Column("duration", "ns"),
+    Column("wait", "ns", "waiting for the DataLoader's next batch"),
+    Column("compute", "ns", "the rest of the iteration"),
+    Column("wait share", "pct", "wait / duration"),
+    Column("main io in wait", "ns", "file I/O of the main process while it waited"),
+    Column("main io in compute", "ns", "file I/O of the main process during the rest"),
+    Column("worker io", "ns", "file I/O of the worker processes during the iteration, summed over them"),
+]
+
+
+TOTAL_COLUMNS = [
+    Column("process"),
+    Column("io time", "ns", "time in file operations"),
+    Column("read time", "ns"),
+    Column("write time", "ns"),
+    Column("metadata time", "ns", "open, close, seek, stat, mmap"),
+]
+"""The table without model spans: I/O time per process."""
+
+
+def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_PCT) -> Result:
+    """Per iteration: its duration, the time it waited for the DataLoader and the rest (ns), the wait share (%),
+    and the file I/O time (ns) of the main process during the wait and during the rest, and of the workers.
+
+    Verdict (fact ``input_bound``): the median iteration waits more than ``threshold_pct`` percent of its time.
+
+    Notes: iterations are the step spans (``prof.step()``, ``ProfilerStep#N``); without them, the stretches from
+    the start of one DataLoader wait to the start of the next (the last ends with the main process's last model
+    span). The wait is the union of the DataLoader spans (``model.kind = 'dataloader'``, the profiler's
+    ``enumerate(DataLoader)`` annotations) within the iteration; the rest is compute (forward, backward,
+    optimizer, logging). I/O time is the summed duration of ``io`` spans, clipped to the iteration (and to the
+    waits for the main process's share); workers' calls run in parallel, so their sum may exceed the
+    iteration. Pipes and sockets are left out: the main process blocks reading them while it waits for a worker,
+    which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else the process of most
+    model spans. Without model spans (an imported Darshan log) the waits cannot be known: the I/O time totals
+    are still given, per process (from ``io_files`` when the run has no ``io`` spans: read + write + metadata
+    time).
+    """
+    check_options(ID, threshold_pct=threshold_pct)
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(ID, TITLE)) is not None:
+        return lacking
+    per_pid = rows(store, _TOTALS_FROM_SPANS if io.has_spans else _TOTALS_FROM_FILES, io.run_id)
+    iterations = rows(store, _ITERATIONS, io.run_id, main=io.main_pid)
+    if not iterations:
+        facts = {"lacking": "model", "input_bound": None, "threshold_pct": threshold_pct, **_totals(io, per_pid)}
+        return _totals_only(io, per_pid, facts)
+    table = _per_iteration(store, io, iterations)
+    kind = str(iterations[0][2])
+    # the verdict and the shares first: the overview shows a result's first facts
+    facts = {**_loop_facts(table, threshold_pct, kind), **_totals(io, per_pid)}
+    return Result(
+        ID,
+        TITLE,
+        COLUMNS,
+        table,
+        notes=notes_of(input_wait),
+        run_id=io.run_id,
+        chart=Chart(
+            "stacked", x="iteration", y=("wait", "compute"), title="Each iteration: waiting for data vs the rest"
+        ),
+        facts=facts,
+        labels=[] if kind == "steps" else ["no step spans: iterations run from one DataLoader wait to the next"],
+    )
+
+
+def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any]) -> Result:
+    """Without model spans: the I/O time of each process, its read, write and metadata parts (ns)."""
+    table: list[tuple[Any, ...]] = [(io.process(pid), *(as_count(v) for v in times)) for pid, *times in per_pid]
+    table.sort(key=lambda r: (-r[1], r[0]))
+    return Result(
+        ID,
+        TITLE,
+        TOTAL_COLUMNS,
+        table,
+        notes=notes_of(input_wait),
+        run_id=io.run_id,
+        chart=Chart("hbar", x="process", y=("io time",), title="I/O time per process", limit=40),
+        facts=facts,
+        labels=["no step or DataLoader spans: the waits need the model level; I/O totals only"],
+    )
+
+
+def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    con = store.con
+    con.execute("CREATE OR REPLACE TEMP TABLE _io_iterations (k INTEGER, s BIGINT, e BIGINT)")
+    con.executemany(
+        "INSERT INTO _io_iterations VALUES (?, ?, ?)", [(k, s, e) for k, (s, e, _) in enumerate(iterations, 1)]
+    )
+    try:
+        found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid)
+    finally:
+        con.execute("DROP TABLE IF EXISTS _io_iterations")
+    out = []
+    for k, dur, wait, main_wait, main_io, worker_io in found:
+        d, w, mw = as_count(dur), as_count(wait), as_count(main_wait)
+        out.append((int(k), d, w, d - w, pct(w, d), mw, as_count(main_io) - mw, as_count(worker_io)))
+    return out
+
+
+def _loop_facts(table: list[tuple[Any, ...]], threshold_pct: float, kind: str) -> dict[str, Any]:
+    loop, wait = sum(r[1] for r in table), sum(r[2] for r in table)
+    shares = [r[4] for r in table if r[4] is not None]
+    median_share = median(shares)
+    return {
+        "input_bound": None if median_share is None else median_share > threshold_pct,
+        "median_wait_share_pct": median_share,
+        "threshold_pct": threshold_pct,
+        "wait_share_pct": pct(wait, loop),
+        "median_wait_ns": median([r[2] for r in table]),
+        "iterations": len(table),
+        "iteration_kind": kind,
+        "loop_ns": loop,
+        "wait_ns": wait,
+        "compute_ns": loop - wait,
+        "main_io_wait_ns": sum(r[5] for r in table),
+        "main_io_compute_ns": sum(r[6] for r in table),
+        "worker_io_per_iteration_ns": sum(r[7] for r in table) / len(table),
+    }
+
+
+def _totals(io: IoRun, per_pid: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """I/O time of the whole run (ns): all of it, read, write and metadata time, the main process's and the
+    workers'; and the worker count (None where no main process is known)."""
+    known = io.main_pid is not None
+    workers = [r for r in per_pid if r[0] != io.main_pid]
+    return {
+        "io_ns": sum(as_count(r[1]) for r in per_pid),
+        "read_time_ns": sum(as_count(r[2]) for r in per_pid),
+        "write_time_ns": sum(as_count(r[3]) for r in per_pid),
+        "meta_time_ns": sum(as_count(r[4]) for r in per_pid),
+        "main_io_ns": sum(as_count(r[1]) for r in per_pid if r[0] == io.main_pid) if known else None,
+        "worker_io_ns": sum(as_count(r[1]) for r in workers) if known else None,
+        "workers": len(workers) if known else None,
+        "cores": _cores(io.ctx.config),
+    }
+
+
+def _cores(config: dict[str, Any]) -> int | None:
+    """Logical cores of the machine, where the run recorded them (``cpu_count``, or the CPU's peaks)."""
+    peaks = config.get("peaks")
+    for value in (config.get("cpu_count"), peaks.get("cores") if isinstance(peaks, dict) else None):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

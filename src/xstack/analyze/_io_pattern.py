@@ -1,0 +1,141 @@
+"""Read access patterns per class of path: sequential, consecutive and random reads, zero-length and small reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._io_common import (
+    DATA_CLASSES,
+    FILE_CLASS,
+    FILE_STORAGE,
+    READ_OPS,
+    SMALL_READ_BYTES,
+    SPAN_BYTES,
+    SPAN_CLASS,
+    SPAN_STORAGE,
+    IoRun,
+    as_count,
+    bucket_median,
+    file_int,
+    hist_count,
+    in_list,
+    io_run,
+    small_from_hist,
+)
+from xstack.analyze._timeline_common import notes_of, pct, rows
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+ID = "io.pattern"
+TITLE = "Read access pattern"
+BUCKETS = [b[0] for b in A.IO_SIZE_BUCKETS]
+
+_FROM_FILES = f"""
+SELECT {FILE_CLASS} AS class, sum(reads), sum({file_int(A.IO_FILE_SEQ_READS)}),
+    sum({file_int(A.IO_FILE_CONSEC_READS)}), sum({file_int(A.IO_FILE_ZERO_READS)}),
+    {", ".join(f"sum({hist_count(A.IO_FILE_SIZE_READ_HIST, b)})" for b in BUCKETS)}
+FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads) > 0 ORDER BY 2 DESC, 1
+"""
+
+_SPAN_READS = f"""
+SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
+    median({SPAN_BYTES})
+FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
+    AND {SPAN_STORAGE} GROUP BY 1
+"""
+
+COLUMNS = [
+    Column("class", help="where the files live: data, python, system, unknown"),
+    Column("reads", "count"),
+    Column("consecutive", "pct", "reads that started right at the previous read's end"),
+    Column("sequential, not consecutive", "pct", "reads that started past the previous read's end"),
+    Column("random", "pct", "the other reads: backwards, or the first after an open"),
+    Column("zero reads", "count", "reads that returned no bytes (end of file)"),
+    Column("zero share", "pct"),
+    Column("small reads", "count", f"reads of 1 to {SMALL_READ_BYTES - 1} bytes"),
+    Column("small share", "pct"),
+    Column("median read", "bytes", "median bytes a read returned"),
+]
+
+
+def access_pattern(store: Store, run_id: int) -> Result:
+    """Per class of path (data, python, system, unknown): reads (count), consecutive, sequential-only and random
+    shares (%), zero-length and small reads (count and %), and the median read size (bytes).
+
+    Notes: Darshan's counters from ``io_files``: consecutive reads start at the byte after the previous read's
+    last, sequential ones anywhere after it (consecutive reads are sequential too), random = reads -
+    sequential. Zero-length reads return nothing at the end of a file (tf-Darshan found half the reads of an
+    input-bound ImageNet run were these). Small reads return 1 to 4095 bytes: counted exactly from the ``io``
+    spans when the run has them (shares then of the reads the spans hold); else estimated from Darshan's
+    size buckets (the 1K-10K bucket taken as spread evenly), and the median read size too (interpolated in its
+    bucket). Pipes and sockets are left out. The facts are over the data files (classes data and unknown).
+    """
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(ID, TITLE)) is not None:
+        return lacking
+    per_class = {str(r[0]): r for r in rows(store, _FROM_FILES, io.run_id)}
+    exact = _span_reads(store, io)
+    table = [_row(cls, r, exact.get(cls)) for cls, r in per_class.items()]
+    data = _data_row(per_class, exact.get("data files"))
+    facts: dict[str, Any] = {
+        "reads": data[1],
+        "consecutive_pct": data[2],
+        "sequential_pct": None if data[2] is None else data[2] + data[3],
+        "random_pct": data[4],
+        "zero_reads": data[5],
+        "zero_read_pct": data[6],
+        "small_reads": data[7],
+        "small_read_pct": data[8],
+        "median_read_bytes": data[9],
+        "small_reads_exact": bool(exact),
+    }
+    return Result(
+        ID,
+        TITLE,
+        COLUMNS,
+        table,
+        notes=notes_of(access_pattern),
+        run_id=io.run_id,
+        chart=Chart(
+            "stacked",
+            x="class",
+            y=("consecutive", "sequential, not consecutive", "random"),
+            title="Reads by pattern (% of each class's reads)",
+        ),  # fmt: skip
+        facts=facts,
+        labels=[] if exact or not per_class else ["small reads and median size estimated from Darshan's buckets"],
+    )
+
+
+def _span_reads(store: Store, io: IoRun) -> dict[str, tuple[int, int, float | None]]:
+    """Per class, and for the data files together (``data files``): reads in spans, small reads, median size."""
+    if not io.has_spans:
+        return {}
+    out = {}
+    data = f"CASE WHEN {SPAN_CLASS} IN {in_list(DATA_CLASSES)} THEN 'data files' END"
+    for key in (SPAN_CLASS, data):
+        for cls, n, small, mid in rows(store, _SPAN_READS.format(key=key), io.run_id):
+            if cls is not None:
+                out[str(cls)] = (int(n), int(small), None if mid is None else float(mid))
+    return out
+
+
+def _row(cls: str, r: tuple[Any, ...], exact: tuple[int, int, float | None] | None) -> tuple[Any, ...]:
+    reads, seq, consec, zero = (as_count(v) for v in r[1:5])
+    hist = dict(zip(BUCKETS, (as_count(v) for v in r[5:]), strict=True))
+    if exact is not None:
+        small, small_pct, mid = exact[1], pct(exact[1], exact[0]), exact[2]
+    else:
+        estimate = small_from_hist(hist, zero)
+        small, small_pct, mid = round(estimate), pct(estimate, reads), bucket_median(hist)
+    return (cls, reads, pct(consec, reads), pct(seq - consec, reads), pct(reads - seq, reads), zero,
+            pct(zero, reads), small, small_pct, mid)  # fmt: skip
+
+
+def _data_row(per_class: dict[str, tuple[Any, ...]], exact: tuple[int, int, float | None] | None) -> tuple[Any, ...]:
+    kept = [r for cls, r in per_class.items() if cls in DATA_CLASSES]
+    if not kept:
+        return ("data files", 0, None, None, None, 0, None, 0, None, None)
+    summed = tuple(sum(as_count(r[i]) for r in kept) for i in range(1, len(kept[0])))
+    return _row("data files", ("data files", *summed), exact)

@@ -1,0 +1,209 @@
+"""Sizes: access sizes and file sizes on Darshan's buckets, and tf-Darshan's small-file staging table."""
+
+from __future__ import annotations
+
+from xstack.analyze._io_common import (
+    FILE_OPS,
+    FILE_TIME,
+    SPAN_BYTES,
+    SPAN_PATH,
+    IoRun,
+    as_count,
+    bucket_median,
+    bucket_sql,
+    check_options,
+    class_filter,
+    hist_count,
+    io_run,
+)
+from xstack.analyze._timeline_common import notes_of, pct, rows
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+SIZES_ID, SIZES_TITLE = "io.sizes", "Access sizes and file sizes"
+SMALL_ID, SMALL_TITLE = "io.small_files", "Small files: what staging them would move"
+SMALL_FILE_BYTES = 2 * 2**20
+"""tf-Darshan's default threshold: files up to 2 MiB are the ones worth staging on a faster tier."""
+THRESHOLDS = (256 * 2**10, 2**20, 2 * 2**20, 4 * 2**20, 16 * 2**20)
+"""Thresholds tabulated side by side, so that users can pick one."""
+
+_MAX_BYTE = "max(coalesce(TRY_CAST(attrs->>'$.{key}' AS BIGINT), -1))"
+
+_FILES = f"""
+f AS (
+    SELECT path, greatest({_MAX_BYTE.format(key=A.IO_FILE_MAX_BYTE_READ)},
+                          {_MAX_BYTE.format(key=A.IO_FILE_MAX_BYTE_WRITTEN)}) + 1 AS counted,
+        sum({FILE_OPS}) AS ops, sum(bytes_read + bytes_written) AS nbytes, sum({FILE_TIME}) AS time_ns
+    FROM io_files WHERE run_id = $run AND {{where}} GROUP BY path
+),
+extent AS ({{extent}}),
+sized AS (SELECT f.*, greatest(counted, coalesce(extent.size, 0)) AS size FROM f LEFT JOIN extent USING (path))
+"""
+"""Per data file (a path, over its processes and modules): its size estimate, operations, bytes and time."""
+
+_SPAN_EXTENT = f"""
+SELECT {SPAN_PATH} AS path, max(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT)
+    + CASE WHEN name = 'mmap' THEN coalesce(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT), 0)
+           ELSE coalesce({SPAN_BYTES}, 0) END) AS size
+FROM spans WHERE run_id = $run AND level = 'io' AND json_exists(attrs, '$."{A.IO_OFFSET}"') GROUP BY 1
+"""
+_NO_EXTENT = "SELECT NULL::VARCHAR AS path, NULL::BIGINT AS size WHERE FALSE"
+
+
+def files_cte(io: IoRun, all_paths: bool) -> str:
+    """CTEs ``f``, ``extent`` and ``sized(path, counted, ops, nbytes, time_ns, size)``: each file's size is its
+    highest byte read or written + 1, or the furthest offset its calls reached (mmap: offset + length)."""
+    extent = _SPAN_EXTENT if io.has_spans else _NO_EXTENT
+    return _FILES.format(where=class_filter(all_paths), extent=extent)
+
+
+SIZE_COLUMNS = [
+    Column("size", help="Darshan's size bucket (bytes): 0_100 is 0-100, 100_1K is 101-1024, ..."),
+    Column("from", "bytes"),
+    Column("to", "bytes"),
+    Column("reads", "count", "reads that returned this many bytes"),
+    Column("writes", "count", "writes of this many bytes"),
+    Column("files", "count", "files of this size (estimated)"),
+    Column("of reads", "pct", "share of all the reads counted here"),
+    Column("of writes", "pct", "share of all the writes"),
+    Column("of files", "pct", "share of the files with a known size"),
+]
+
+
+def size_distribution(store: Store, run_id: int, *, all_paths: bool = False) -> Result:
+    """Per Darshan size bucket: reads and writes of that many bytes, and files of that size (counts, and shares in
+    percent of all the reads, writes and sized files).
+
+    Notes: access sizes are the ``size_read_hist``/``size_write_hist`` counters of ``io_files`` (bytes each call
+    returned, on Darshan's bucket edges), summed over the data files (``all_paths=True``: every file but pipes
+    and sockets' own rows are then included too). A file's size is estimated as its highest byte read or
+    written + 1 (Darshan's ``MAX_BYTE_READ``/``MAX_BYTE_WRITTEN``), or the furthest offset its recorded calls
+    reached (an mmap's offset + length), whichever is larger; files never read or written have no size and
+    are counted apart (fact ``files_unsized``).
+    """
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(SIZES_ID, SIZES_TITLE)) is not None:
+        return lacking
+    names = [b[0] for b in A.IO_SIZE_BUCKETS]
+    hist = ", ".join(f"sum({hist_count(k, n)})" for k in (A.IO_FILE_SIZE_READ_HIST, A.IO_FILE_SIZE_WRITE_HIST)
+                     for n in names)  # fmt: skip
+    counts = rows(store, f"SELECT {hist} FROM io_files WHERE run_id = $run AND {class_filter(all_paths)}", io.run_id)[0]
+    reads = dict(zip(names, (as_count(v) for v in counts[: len(names)]), strict=True))
+    writes = dict(zip(names, (as_count(v) for v in counts[len(names) :]), strict=True))
+    sql = f"""WITH {files_cte(io, all_paths)}
+        SELECT {bucket_sql("size")} AS bucket, count(*) FROM sized WHERE size > 0 GROUP BY 1"""
+    files = {str(b): int(n) for b, n in rows(store, sql, io.run_id)}
+    stats = rows(store, f"""WITH {files_cte(io, all_paths)} SELECT count(*) FILTER (WHERE size <= 0),
+        median(size) FILTER (WHERE size > 0), max(size) FROM sized""", io.run_id)[0]  # fmt: skip
+    last = A.IO_SIZE_BUCKETS[-1][0]  # open-ended: its stand-in upper edge is no size
+    n_reads, n_writes, n_files = sum(reads.values()), sum(writes.values()), sum(files.values())
+    table = [
+        (n, low, None if n == last else high, reads[n], writes[n], files.get(n, 0), pct(reads[n], n_reads),
+         pct(writes[n], n_writes), pct(files.get(n, 0), n_files))
+        for n, low, high in A.IO_SIZE_BUCKETS
+    ]  # fmt: skip
+    return Result(
+        SIZES_ID,
+        SIZES_TITLE,
+        SIZE_COLUMNS,
+        table if n_reads + n_writes + n_files else [],
+        notes=notes_of(size_distribution),
+        run_id=io.run_id,
+        chart=Chart(
+            "bar",
+            x="size",
+            y=("of reads", "of writes", "of files"),
+            title="Access sizes and file sizes: % of the reads, of the writes and of the files per bucket",
+        ),  # fmt: skip
+        facts={
+            "reads": n_reads,
+            "writes": n_writes,
+            "median_read_bytes": bucket_median(reads),
+            "median_write_bytes": bucket_median(writes),
+            "files_sized": n_files,
+            "files_unsized": as_count(stats[0]),
+            "median_file_bytes": None if stats[1] is None else float(stats[1]),
+            "largest_file_bytes": None if stats[2] is None or stats[2] <= 0 else int(stats[2]),
+        },
+        labels=[] if all_paths else ["data files only (all_paths=True for every file)"],
+    )
+
+
+SMALL_COLUMNS = [
+    Column("threshold", "bytes", "files of at most this size count as small"),
+    Column("small files", "count"),
+    Column("files", "pct", "share of the files with a known size"),
+    Column("small-file ops", "count", "operations on the small files"),
+    Column("ops", "pct", "share of the operations"),
+    Column("small-file bytes", "bytes", "bytes read and written from the small files"),
+    Column("bytes", "pct", "share of the bytes"),
+    Column("small-file time", "ns", "I/O time on the small files"),
+    Column("time", "pct", "share of the I/O time"),
+    Column("chosen", help="the threshold the facts and the recommendation use"),
+]
+
+
+def small_file_staging(
+    store: Store, run_id: int, *, threshold_bytes: int = SMALL_FILE_BYTES, all_paths: bool = False
+) -> Result:
+    """Per size threshold (bytes): the files at most that large, and their share (%) of the files, of the
+    operations, of the bytes and of the I/O time (ns): what staging them on a faster tier would move.
+
+    Notes: tf-Darshan's staging analysis. File sizes are estimated as in ``io.sizes``; only data files count
+    (``all_paths=True``: every file), and files never read or written (no size known) are left out of every
+    share. Operations are opens, reads, writes, seeks, stats, syncs and mmaps; time is read + write + metadata
+    time. The facts describe ``threshold_bytes`` (tf-Darshan's 2 MiB by default); rows show the thresholds
+    256 KiB, 1, 2, 4 and 16 MiB as well. Small files that carry many operations but few bytes are the ones to
+    stage or to pack into larger shards.
+    """
+    check_options(SMALL_ID, threshold_bytes=threshold_bytes)
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(SMALL_ID, SMALL_TITLE)) is not None:
+        return lacking
+    limits = sorted({*THRESHOLDS, int(threshold_bytes)})
+    parts = ", ".join(
+        f"count(*) FILTER (WHERE size <= {t}), sum(ops) FILTER (WHERE size <= {t}), "
+        f"sum(nbytes) FILTER (WHERE size <= {t}), sum(time_ns) FILTER (WHERE size <= {t})"
+        for t in limits
+    )
+    sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), sum(ops), sum(nbytes), sum(time_ns), {parts}
+        FROM sized WHERE size > 0"""
+    found = [as_count(v) for v in rows(store, sql, io.run_id)[0]]
+    totals = found[:4]
+    table = []
+    for i, t in enumerate(limits):
+        n, ops, nbytes, time = found[4 + 4 * i : 8 + 4 * i]
+        table.append((t, n, pct(n, totals[0]), ops, pct(ops, totals[1]), nbytes, pct(nbytes, totals[2]), time,
+                      pct(time, totals[3]), "yes" if t == threshold_bytes else ""))  # fmt: skip
+    chosen = next(r for r in table if r[0] == threshold_bytes)
+    return Result(
+        SMALL_ID,
+        SMALL_TITLE,
+        SMALL_COLUMNS,
+        table if totals[0] else [],
+        notes=notes_of(small_file_staging),
+        run_id=io.run_id,
+        chart=Chart(
+            "bar",
+            x="threshold",
+            y=("files", "ops", "bytes", "time"),
+            title="Share of files, operations, bytes and time in files up to each size",
+        ),  # fmt: skip
+        facts={
+            "threshold_bytes": int(threshold_bytes),
+            "files": totals[0],
+            "small_files": chosen[1],
+            "small_files_pct": chosen[2],
+            "ops": totals[1],
+            "small_ops": chosen[3],
+            "small_ops_pct": chosen[4],
+            "bytes": totals[2],
+            "small_bytes": chosen[5],
+            "small_bytes_pct": chosen[6],
+            "time_ns": totals[3],
+            "small_time_ns": chosen[7],
+            "small_time_pct": chosen[8],
+        },
+        labels=[] if all_paths else ["data files only (all_paths=True for every file)"],
+    )

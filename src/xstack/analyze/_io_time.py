@@ -1,0 +1,139 @@
+"""I/O bandwidth over the run: bytes read and written per time bin, in all and per process."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from xstack.analyze._io_common import (
+    FILE_STORAGE,
+    READ_OPS,
+    SPAN_BYTES,
+    SPAN_STORAGE,
+    WRITE_OPS,
+    IoRun,
+    check_options,
+    in_list,
+    io_run,
+)
+from xstack.analyze._timeline_common import notes_of, rows
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+ID = "io.bandwidth"
+TITLE = "I/O bandwidth over time"
+BINS = 50
+SERIES = 6
+"""Processes drawn as lines of their own (the most bytes first); the others are summed into one line."""
+
+_FROM_SPANS = f"""
+SELECT pid, start_ns AS s, dur_ns AS d,
+    CASE WHEN name IN {in_list(READ_OPS)} THEN {SPAN_BYTES} ELSE 0 END AS r,
+    CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} ELSE 0 END AS w
+FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS + WRITE_OPS)}
+    AND coalesce({SPAN_BYTES}, 0) > 0 AND {SPAN_STORAGE}
+"""
+
+_FROM_FILES = f"""
+SELECT pid, TRY_CAST(attrs->>'$.{A.IO_FILE_FIRST_NS}' AS BIGINT) AS s,
+    TRY_CAST(attrs->>'$.{A.IO_FILE_LAST_NS}' AS BIGINT) - TRY_CAST(attrs->>'$.{A.IO_FILE_FIRST_NS}' AS BIGINT) AS d,
+    bytes_read AS r, bytes_written AS w
+FROM io_files WHERE run_id = $run AND bytes_read + bytes_written > 0 AND {FILE_STORAGE}
+    AND json_exists(attrs, '$.{A.IO_FILE_FIRST_NS}') AND json_exists(attrs, '$.{A.IO_FILE_LAST_NS}')
+"""
+
+_BINNED = """
+WITH ops AS ({source}),
+bounds AS (SELECT min(s) AS t0, max(s + greatest(d, 0)) AS t1 FROM ops),
+width AS (SELECT t0, greatest(1, (t1 - t0 + $bins - 1) // $bins) AS bw FROM bounds),
+spread AS (
+    SELECT pid, r, w, d, s, t0, bw,
+        unnest(range(least((s - t0) // bw, $bins - 1), least((s + greatest(d, 0) - t0) // bw, $bins - 1) + 1)) AS b
+    FROM ops, width
+)
+SELECT pid, b, sum(r * f), sum(w * f), any_value(t0), any_value(bw) FROM (
+    SELECT *, CASE WHEN d <= 0 THEN 1.0 ELSE (least(s + d, t0 + (b + 1) * bw) - greatest(s, t0 + b * bw)) / d END AS f
+    FROM spread
+) GROUP BY pid, b
+"""
+
+COLUMNS = [
+    Column("time", "ns", "start of the bin, from the run's first event"),
+    Column("process", help="all: every process; else one process, or the others summed"),
+    Column("bytes read", "bytes"),
+    Column("bytes written", "bytes"),
+    Column("read bandwidth", "bytes/s"),
+    Column("write bandwidth", "bytes/s"),
+    Column("bandwidth", "bytes/s", "bytes read and written per second of the bin"),
+]
+
+
+def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
+    """Bytes read and written (bytes) and bandwidth (bytes/s) per time bin over the run's I/O, for all processes
+    and per process; ``bins`` equal bins from the first to the last I/O.
+
+    Notes: each read or write counts its bytes in the bins its call overlaps, in proportion to the overlap (a
+    call within one bin counts wholly there). Pipes and sockets are left out. Lines are drawn for all processes
+    together and for the six that moved the most bytes; the rest are summed into one line. Without ``io``
+    spans (a Darshan log without DXT tracing) the per-operation times are unknown: each file's bytes are spread
+    evenly from its first to its last access (an estimate, and labelled so). Time counts from the run's first
+    span (so it lines up with the Perfetto trace), else from the first I/O.
+    """
+    check_options(ID, bins=bins)
+    io = io_run(store, run_id)
+    if (lacking := io.lacking(ID, TITLE)) is not None:
+        return lacking
+    source = _FROM_SPANS if io.has_spans else _FROM_FILES
+    found = rows(store, _BINNED.format(source=source), io.run_id, bins=int(bins))
+    if not found:
+        return Result(ID, TITLE, COLUMNS, [], notes="no reads or writes with a known time in the run", run_id=io.run_id)
+    t0, width = int(found[0][4]), int(found[0][5])
+    base = _run_base(store, io, t0)
+    table = _table(io, found, int(bins), t0 - base, width)
+    totals = [r for r in table if r[1] == "all"]
+    active = [r for r in totals if r[6]]
+    return Result(
+        ID,
+        TITLE,
+        COLUMNS,
+        table,
+        notes=notes_of(bandwidth_over_time),
+        run_id=io.run_id,
+        chart=Chart("line", x="time", y=("bandwidth",), series="process", title="Bytes read and written per second"),
+        facts={
+            "bins": int(bins),
+            "bin_ns": width,
+            "bytes_read": round(sum(r[2] for r in totals)),
+            "bytes_written": round(sum(r[3] for r in totals)),
+            "peak_bandwidth": max((r[6] for r in totals), default=None),
+            "mean_active_bandwidth": sum(r[6] for r in active) / len(active) if active else None,
+            "active_bins": len(active),
+        },
+        labels=[] if io.has_spans else ["estimated: each file's bytes spread over its first to last access (no DXT)"],
+    )
+
+
+def _run_base(store: Store, io: IoRun, t0: int) -> int:
+    if not io.has_spans:
+        return t0
+    first = rows(store, "SELECT min(start_ns) FROM spans WHERE run_id = $run", io.run_id)[0][0]
+    return int(first) if first is not None else t0
+
+
+def _table(io: IoRun, found: list[tuple[Any, ...]], bins: int, offset: int, width: int) -> list[tuple[Any, ...]]:
+    per_pid: dict[Any, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for pid, b, r, w, _, _ in found:
+        per_pid[pid][int(b)] = (float(r or 0), float(w or 0))
+    ranked = sorted(per_pid, key=lambda p: (-sum(r + w for r, w in per_pid[p].values()), p))
+    series: list[tuple[str, list[Any]]] = [("all", ranked)]
+    series += [(io.process(p), [p]) for p in ranked[:SERIES]]
+    if len(ranked) > SERIES:
+        series.append((f"{len(ranked) - SERIES} other processes", ranked[SERIES:]))
+    table = []
+    for name, pids in series:
+        for b in range(bins):
+            r = sum(per_pid[p].get(b, (0.0, 0.0))[0] for p in pids)
+            w = sum(per_pid[p].get(b, (0.0, 0.0))[1] for p in pids)
+            table.append((offset + b * width, name, r, w, r * 1e9 / width, w * 1e9 / width, (r + w) * 1e9 / width))
+    return table

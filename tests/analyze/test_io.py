@@ -1,0 +1,433 @@
+"""The I/O analyses on built stores whose numbers are worked out by hand (``tests/analyze/io_store.py``), their
+"lacking the io level" answer on runs without I/O, the I/O rules firing and staying silent, and a real Darshan
+log when its importer is there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analyze.io_store import (
+    FILES,
+    MAIN,
+    W1,
+    W2,
+    add_files,
+    data_file,
+    files_store,
+    io_span,
+    loop_store,
+)
+from xstack.analyze import io
+from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
+from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
+from xstack.analyze.summary import summarize
+from xstack.errors import UsageError
+from xstack.report.terminal import io_line
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
+
+IO_IDS = [i for i in ANALYSES if i.startswith("io.")]
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "darshan"
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[Store]:
+    with loop_store(tmp_path / "loop.duckdb") as store:
+        yield store
+
+
+@pytest.fixture
+def darshan_like(tmp_path: Path) -> Iterator[Store]:
+    with files_store(tmp_path / "files.duckdb", FILES) as store:
+        yield store
+
+
+def _one(store: Store, id: str, **options: Any) -> Result:
+    return run_analyses(store, None, [id], **({id: options} if options else {}))[0]
+
+
+def _fired(store: Store, rule: str) -> Recommendation | None:
+    return RULES[rule]({r.id: r for r in run_analyses(store)})
+
+
+def _row(result: Result, key: Any) -> dict[str, Any]:
+    return next(r for r in result.to_records() if r[result.columns[0].name] == key)
+
+
+# -- registry and the run without I/O ------------------------------------------------------------------------
+def test_the_io_analyses_come_after_the_timeline_ones_and_before_health() -> None:
+    ids = list(ANALYSES)
+    assert IO_IDS == ["io.input_bound", "io.files", "io.processes", "io.bandwidth", "io.sizes", "io.pattern",
+                      "io.small_files"]  # fmt: skip
+    assert (
+        ids.index("timeline.memory") < ids.index("io.input_bound") and ids.index("io.small_files") + 1 == len(ids) - 1
+    )
+
+
+def test_a_run_without_io_says_it_lacks_the_io_level(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "plain.duckdb") as store:
+        store.add_run(RunInfo(1, "plain", levels=["model"]))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "step#0", 0, 1000, 1, 1, {A.MODEL_KIND: "step"})
+        sink.span(2, 1, "model", "dataloader.next", 0, 900, 1, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+    with Store.open(tmp_path / "plain.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store, ids=IO_IDS)}
+        for r in results.values():
+            assert r.missing == ["io"] and not r.rows and not r.facts, r.id
+            assert "io level" in r.hint and "Darshan" in r.hint
+        assert summarize(store).io is None
+        a = analyze(store)
+        assert {r.rule for r in a.recommendations} == {"input_bound"}  # from model.stages only: 90% waiting
+        rec = a.recommendations[0]
+        assert rec.sources == ["model.stages"] and "stage many small files" in rec.action
+
+
+# -- io.input_bound ------------------------------------------------------------------------------------------
+def test_input_bound_splits_each_step_into_wait_and_compute_and_places_the_io(loop: Store) -> None:
+    r = _one(loop, "io.input_bound")
+    # iteration, duration, wait, compute, share, main io in wait, main io in compute, worker io
+    assert r.rows == [
+        (1, 1000, 300, 700, 30.0, 50, 20, 150),  # read 100-150 in the wait, open 500-520 after; workers 100 + 50
+        (2, 1000, 100, 900, 10.0, 50, 50, 150),  # read 1050-1150 straddles the wait's end; workers 50 + 100
+        (3, 1000, 500, 500, 50.0, 0, 0, 300),
+    ]
+    f = r.facts
+    assert (f["iterations"], f["iteration_kind"]) == (3, "steps")
+    assert (f["loop_ns"], f["wait_ns"], f["compute_ns"]) == (3000, 900, 2100)
+    assert (f["wait_share_pct"], f["median_wait_share_pct"], f["median_wait_ns"]) == (30.0, 30.0, 300.0)
+    assert f["input_bound"] is True and f["threshold_pct"] == 10.0
+    # the pipe read (90 ns) is the wait itself, not storage I/O: left out everywhere
+    assert (f["io_ns"], f["main_io_ns"], f["worker_io_ns"], f["workers"]) == (770, 170, 600, 2)
+    assert (f["main_io_wait_ns"], f["main_io_compute_ns"], f["worker_io_per_iteration_ns"]) == (100, 70, 200.0)
+    assert (f["read_time_ns"], f["write_time_ns"], f["meta_time_ns"]) == (750, 0, 20)  # the open is metadata
+    assert r.chart is not None and r.chart.y == ("wait", "compute") and not r.labels
+    assert _one(loop, "io.input_bound", threshold_pct=30.0).facts["input_bound"] is False  # above, not at
+    with pytest.raises(UsageError, match="io.input_bound: threshold_pct"):
+        _one(loop, "io.input_bound", threshold_pct=0)
+
+
+def test_without_steps_iterations_run_from_one_dataloader_wait_to_the_next(tmp_path: Path) -> None:
+    with loop_store(tmp_path / "s.duckdb", steps=False) as store:
+        r = _one(store, "io.input_bound")
+    # the last iteration ends with the forward span, at 2900
+    assert [row[:5] for row in r.rows] == [
+        (1, 1000, 300, 700, 30.0),
+        (2, 1000, 100, 900, 10.0),
+        (3, 900, 500, 400, 500 / 9),
+    ]
+    assert r.facts["iteration_kind"] == "dataloader waits" and "no step spans" in r.labels[0]
+
+
+def test_without_model_spans_the_io_totals_are_still_given(darshan_like: Store) -> None:
+    r = _one(darshan_like, "io.input_bound")
+    assert r.available and r.facts["lacking"] == "model" and r.facts["input_bound"] is None
+    # read + write + metadata time of every file but the pipe, per process
+    assert r.rows == [("pid 100", 3130, 1005, 2000, 125), ("pid 201", 440, 350, 0, 90), ("pid 202", 310, 260, 0, 50)]
+    f = r.facts
+    assert (f["io_ns"], f["read_time_ns"], f["write_time_ns"], f["meta_time_ns"]) == (3880, 1615, 2000, 265)
+    assert f["main_io_ns"] is None and f["workers"] is None  # no main process known
+    assert "model level" in r.labels[0]
+
+
+# -- io.files and io.processes --------------------------------------------------------------------------------
+def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store) -> None:
+    r = _one(darshan_like, "io.files")
+    assert r.column("path") == ["<pipe>", "/out/ckpt.pt", "/d/a.bin", "/d/s1.jpg", "/d/s2.jpg", "(python files)",
+                                "/d/listing.txt", "(system files)"]  # fmt: skip
+    a = _row(r, "/d/a.bin")
+    assert (a["class"], a["files"], a["processes"], a["opens"], a["reads"], a["bytes read"], a["time"]) == (
+        "data",
+        1,
+        1,
+        2,
+        10,
+        5_242_880,
+        1100,
+    )
+    assert a["bandwidth"] == 5_242_880 * 1e9 / 1000 and a["sequential share"] == 80.0 and a["consecutive share"] == 60.0
+    assert a["zero reads"] == 2
+    py = _row(r, "(python files)")  # one path read by two workers
+    assert (py["files"], py["processes"], py["reads"], py["bytes read"], py["time"], py["zero reads"]) == (
+        1,
+        2,
+        4,
+        80_000,
+        130,
+        2,
+    )
+    assert py["bandwidth"] == 80_000 * 1e9 / 110
+    assert _row(r, "(system files)")["module"] == "STDIO"
+    assert _row(r, "/out/ckpt.pt")["sequential share"] is None  # no reads
+    f = r.facts
+    assert (f["files"], f["data_files"], f["processes"], f["opens"], f["reads"], f["writes"]) == (8, 5, 3, 9, 25, 9)
+    assert (f["bytes_read"], f["bytes_written"], f["time_ns"]) == (5_327_580, 8_389_108, 1_003_890)
+    listed = _one(darshan_like, "io.files", all_paths=True)
+    assert "/usr/lib/python3.11/os.py" in listed.column("path") and "/etc/hosts" in listed.column("path")
+    top = _one(darshan_like, "io.files", limit=2)
+    assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts
+
+
+def test_processes_from_the_counters_name_main_and_workers(tmp_path: Path) -> None:
+    with files_store(tmp_path / "f.duckdb", FILES, config={"pid": MAIN}) as store:
+        r = _one(store, "io.processes")
+    assert r.column("process") == [f"main (pid {MAIN})", f"worker (pid {W1})", f"worker (pid {W2})"]
+    main = _row(r, f"main (pid {MAIN})")  # a.bin, hosts, ckpt: the pipe is left out
+    assert (main["ops"], main["reads"], main["writes"], main["bytes read"], main["bytes written"]) == (
+        21,
+        11,
+        4,
+        5_243_080,
+        8_388_608,
+    )
+    assert (main["data bytes read"], main["io time"], main["files"]) == (5_242_880, 3130, 3)
+    assert main["bandwidth"] == (5_243_080 + 8_388_608) * 1e9 / 3005
+    w1 = _row(r, f"worker (pid {W1})")
+    assert (w1["ops"], w1["bytes read"], w1["data bytes read"], w1["io time"], w1["files"]) == (
+        10,
+        41_000,
+        1000,
+        440,
+        3,
+    )
+    f = r.facts
+    assert (f["processes"], f["workers"], f["main_io_ns"], f["worker_io_ns"], f["io_ns"]) == (3, 2, 3130, 750, 3880)
+    assert f["worker_io_pct"] == 100 * 750 / 3880
+
+
+def test_processes_without_counters_come_from_the_spans(tmp_path: Path) -> None:
+    with loop_store(tmp_path / "s.duckdb", files=False) as store:
+        r = _one(store, "io.processes")
+        assert _one(store, "io.files").rows == []
+    main = _row(r, f"main (pid {MAIN})")
+    assert (main["ops"], main["reads"], main["bytes read"], main["io time"], main["files"]) == (3, 2, 8192, 170, 1)
+    assert _row(r, f"worker (pid {W2})")["io time"] == 400
+
+
+# -- io.bandwidth -------------------------------------------------------------------------------------------
+def test_bandwidth_spreads_each_call_over_the_bins_it_overlaps(loop: Store) -> None:
+    r = _one(loop, "io.bandwidth", bins=10)
+    width = 239  # (2400 - 10) / 10, rounded up: the first read starts at 10, the last ends at 2400
+    assert r.facts["bin_ns"] == width and r.facts["bytes_read"] == 4096 * 2 + 999 + 3000
+    total = {row[0]: row[2] for row in r.rows if row[1] == "all"}
+    assert list(total) == [10 + b * width for b in range(10)]  # from the run's first span (the step, at 0)
+    expected = {0: 4096 + 999, 4: 4096, 8: 3000 * 61 / 300, 9: 3000 * 239 / 300}  # 2100-2400 straddles bins 8, 9
+    assert total == pytest.approx({10 + b * width: expected.get(b, 0.0) for b in range(10)})
+    assert list(dict.fromkeys(r.column("process"))) == ["all", f"main (pid {MAIN})", f"worker (pid {W2})",
+                                                        f"worker (pid {W1})"]  # most bytes first  # fmt: skip
+    assert r.facts["peak_bandwidth"] == pytest.approx((4096 + 999) * 1e9 / width)
+    assert r.chart is not None and r.chart.kind == "line" and r.chart.series == "process"
+    with pytest.raises(UsageError, match="io.bandwidth: bins"):
+        _one(loop, "io.bandwidth", bins=0)
+
+
+def test_bandwidth_draws_six_processes_and_sums_the_rest(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "w.duckdb") as store:
+        store.add_run(RunInfo(1, "workers", levels=["io"]))
+        sink = Sink(store, 1)
+        for i in range(8):
+            io_span(sink, i + 1, None, "read", 100 * i, 10, 300 + i, f"/d/{i}", 1000 + i)
+        sink.close()
+    with Store.open(tmp_path / "w.duckdb") as store:
+        r = _one(store, "io.bandwidth", bins=4)
+    names = list(dict.fromkeys(r.column("process")))
+    assert names == ["all", *(f"pid {300 + i}" for i in range(7, 1, -1)), "2 other processes"]
+    others = sum(row[2] for row in r.rows if row[1] == "2 other processes")
+    assert others == pytest.approx(1000 + 1001)
+
+
+def test_bandwidth_of_a_darshan_log_without_dxt_is_an_estimate(tmp_path: Path) -> None:
+    row = data_file(7, "/d/x", 1000, 4, first_ns=0, last_ns=1000)
+    with files_store(tmp_path / "f.duckdb", [row]) as store:
+        r = _one(store, "io.bandwidth", bins=4)
+    assert [x[2] for x in r.rows if x[1] == "all"] == pytest.approx([250.0] * 4)
+    assert [x[0] for x in r.rows if x[1] == "all"] == [0, 250, 500, 750]
+    assert r.labels and r.labels[0].startswith("estimated")
+
+
+# -- io.sizes, io.pattern, io.small_files ---------------------------------------------------------------------
+def test_sizes_sum_the_histograms_and_estimate_file_sizes(darshan_like: Store) -> None:
+    r = _one(darshan_like, "io.sizes")
+    reads = dict(zip(r.column("size"), r.column("reads"), strict=True))
+    assert {k: v for k, v in reads.items() if v} == {"0_100": 4, "100_1K": 2, "1K_10K": 1, "100K_1M": 7, "1M_4M": 1}
+    writes = {k: v for k, v in zip(r.column("size"), r.column("writes"), strict=True) if v}
+    assert writes == {"1M_4M": 4}
+    files = {k: v for k, v in zip(r.column("size"), r.column("files"), strict=True) if v}
+    assert files == {"100_1K": 1, "1K_10K": 1, "4M_10M": 2}  # s1 1000 B, s2 3000 B, a.bin 5 MiB, ckpt 8 MiB
+    assert _row(r, "100K_1M")["of reads"] == 100 * 7 / 15 and _row(r, "4M_10M")["of files"] == 50.0
+    assert _row(r, "1G_PLUS")["to"] is None  # open-ended
+    f = r.facts
+    assert (f["files_sized"], f["files_unsized"], f["largest_file_bytes"]) == (4, 1, 8_388_608)
+    assert f["median_file_bytes"] == (3000 + 5_242_880) / 2
+    # the 8th of 15 reads falls in 100K_1M (7 before it): interpolated half a read into its 7
+    assert f["median_read_bytes"] == pytest.approx(102_401 + (1_048_576 - 102_401) * 0.5 / 7)
+    assert r.labels == ["data files only (all_paths=True for every file)"]
+    every = _one(darshan_like, "io.sizes", all_paths=True)
+    assert dict(zip(every.column("size"), every.column("reads"), strict=True))["10K_100K"] == 2
+    assert every.facts["files_unsized"] == 2  # the listing and the pipe
+
+
+def test_sizes_take_the_furthest_offset_of_the_calls(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "m.duckdb") as store:
+        store.add_run(RunInfo(1, "mmap", levels=["io"]))
+        sink = Sink(store, 1)
+        io_span(sink, 1, None, "mmap", 0, 5, 9, "/d/big.npy", offset=0, **{A.IO_REQUESTED_BYTES: 50_000_000})
+        sink.close()
+        add_files(store, [(9, "/d/big.npy", "POSIX", 1, 0, 0, 0, 0, 0, 0, 0, 5, {"path_class": "data", "mmaps": 1})])
+    with Store.open(tmp_path / "m.duckdb") as store:
+        r = _one(store, "io.sizes")
+    assert r.facts["largest_file_bytes"] == 50_000_000 and _row(r, "10M_100M")["files"] == 1
+
+
+def test_pattern_splits_reads_per_class(darshan_like: Store) -> None:
+    r = _one(darshan_like, "io.pattern")
+    assert r.column("class") == ["data", "python", "system"]  # the pipe is left out
+    data = _row(r, "data")
+    assert data["reads"] == 15 and data["zero reads"] == 4 and data["zero share"] == pytest.approx(400 / 15)
+    assert (data["consecutive"], data["sequential, not consecutive"], data["random"]) == pytest.approx(
+        (700 / 15, 200 / 15, 600 / 15)
+    )
+    small = 4 + 2 - 4 + 3071 / 9216  # buckets under 1 KiB less the empty reads, a third of 1K-10K
+    assert data["small reads"] == round(small) and data["small share"] == pytest.approx(100 * small / 15)
+    py = _row(r, "python")
+    assert (py["random"], py["zero share"], py["small reads"], py["median read"]) == (100.0, 50.0, 0, 100.0)
+    assert _row(r, "system")["median read"] == pytest.approx(101 + 923 * 0.5)
+    f = r.facts
+    assert (f["reads"], f["zero_reads"], f["small_reads_exact"]) == (15, 4, False)
+    assert f["sequential_pct"] == pytest.approx(60.0) and f["random_pct"] == pytest.approx(40.0)
+    assert "estimated" in r.labels[0]
+
+
+def test_pattern_counts_small_reads_exactly_from_spans(loop: Store) -> None:
+    r = _one(loop, "io.pattern")
+    f = r.facts  # spans of data files: 4096, 4096, 999, 0, 3000, 0 bytes
+    assert (
+        f["small_reads_exact"] is True and f["small_reads"] == 2 and f["small_read_pct"] == pytest.approx(100 * 2 / 6)
+    )
+    assert f["median_read_bytes"] == (999 + 3000) / 2 and not r.labels
+
+
+def test_small_files_tabulate_every_threshold(darshan_like: Store) -> None:
+    r = _one(darshan_like, "io.small_files")
+    assert r.column("threshold") == [256 * 1024, 2**20, 2 * 2**20, 4 * 2**20, 16 * 2**20]
+    under = _row(r, 2 * 2**20)  # s1 (1000 B, 4 ops, 350 ns) and s2 (3000 B, 3 ops, 240 ns) of 4 sized files
+    assert (under["small files"], under["files"], under["small-file ops"], under["small-file bytes"]) == (
+        2,
+        50.0,
+        7,
+        4000,
+    )
+    assert under["small-file time"] == 590 and under["time"] == pytest.approx(59_000 / 3710)
+    assert under["ops"] == pytest.approx(700 / 26) and under["bytes"] == pytest.approx(400_000 / 13_635_488)
+    assert under["chosen"] == "yes" and _row(r, 16 * 2**20)["files"] == 100.0
+    f = r.facts
+    assert (f["threshold_bytes"], f["files"], f["small_files"], f["ops"], f["small_time_ns"]) == (
+        2 * 2**20,
+        4,
+        2,
+        26,
+        590,
+    )
+    custom = _one(darshan_like, "io.small_files", threshold_bytes=2000)
+    assert 2000 in custom.column("threshold") and custom.facts["small_files"] == 1
+    with pytest.raises(UsageError):
+        _one(darshan_like, "io.small_files", threshold_bytes=-1)
+
+
+# -- recommendations ----------------------------------------------------------------------------------------
+def _small_files_rows(small: int = 1000) -> list[Any]:
+    rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(small)]
+    return [*rows, data_file(5, "/d/big.tar", 100 * 2**20, 10, read_ns=50_000)]
+
+
+def test_small_files_rule_fires_on_many_small_files_only(tmp_path: Path) -> None:
+    with files_store(tmp_path / "a.duckdb", _small_files_rows()) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and rec.sources == ["io.small_files"] and "(io.small_files)" in rec.evidence[0]
+    assert "1,000 data files of at most 2 MiB" in rec.evidence[0] and "Stage" in rec.action and "shards" in rec.action
+    assert "take 100% of the I/O operations" in rec.evidence[0] and "8.9% of the bytes" in rec.evidence[0]
+    with files_store(tmp_path / "b.duckdb", _small_files_rows(small=1)) as store:
+        assert _fired(store, "small_files") is None  # 3 of 14 operations
+    with files_store(tmp_path / "c.duckdb", FILES) as store:
+        assert _fired(store, "small_files") is None  # 27% of operations: under the threshold
+
+
+def test_zero_reads_rule(tmp_path: Path) -> None:
+    with files_store(tmp_path / "a.duckdb", [data_file(5, "/d/a", 10**6, 200, zero_reads=50)]) as store:
+        rec = _fired(store, "zero_reads")
+    assert rec is not None and "50 of 200 data-file reads (25.0%" in rec.evidence[0] and "f.read(size)" in rec.action
+    with files_store(tmp_path / "b.duckdb", [data_file(5, "/d/a", 10**6, 200, zero_reads=30)]) as store:
+        assert _fired(store, "zero_reads") is None  # 15%
+    with files_store(tmp_path / "c.duckdb", [data_file(5, "/d/a", 10**6, 50, zero_reads=25)]) as store:
+        assert _fired(store, "zero_reads") is None  # too few reads to matter
+
+
+def test_small_reads_rule(tmp_path: Path) -> None:
+    small = data_file(5, "/d/a", 200 * 500, 200, size_read_hist={"100_1K": 200})
+    with files_store(tmp_path / "a.duckdb", [small]) as store:
+        rec = _fired(store, "small_reads")
+    assert rec is not None and "estimated from Darshan's size buckets" in rec.evidence[0] and "buffering" in rec.action
+    large = data_file(5, "/d/a", 200 * 2**20, 200, size_read_hist={"1M_4M": 200})
+    with files_store(tmp_path / "b.duckdb", [large]) as store:
+        assert _fired(store, "small_reads") is None
+
+
+def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: Path) -> None:
+    with loop_store(tmp_path / "a.duckdb", config={"pid": MAIN, "cpu_count": 8}) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and rec.sources == ["model.stages", "io.input_bound"]
+    line = next(e for e in rec.evidence if e.endswith("(io.input_bound)"))
+    assert "median iteration waits 30.0%" in line and "2 worker process(es)" in line
+    assert "from 2 towards the 8 cores" in rec.action and "prefetch_factor" in rec.action
+    assert rec.impact_ns == 300 and "Stage" not in rec.action
+    with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, "cpu_count": 2}) as store:
+        assert "already match the 2 cores" in (_fired(store, "input_bound") or rec).action
+    with loop_store(tmp_path / "c.duckdb", waits=(50, 50, 50)) as store:
+        assert _fired(store, "input_bound") is None  # 5% of each step
+    with loop_store(tmp_path / "d.duckdb", more_files=_small_files_rows()) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "io.small_files" in rec.sources and "Stage the files" in rec.action
+    assert any(e.endswith("(io.small_files)") for e in rec.evidence)
+
+
+# -- terminal summary ---------------------------------------------------------------------------------------
+def test_summary_has_one_io_line(darshan_like: Store) -> None:
+    s = summarize(darshan_like)
+    assert s.io == {"ops": 37, "bytes_read": 5_327_080, "bytes_written": 8_388_608, "time_ns": 3880, "files": 7,
+                    "processes": 3}  # fmt: skip
+    assert io_line(s.io) == (
+        "37 operations by 3 process(es) on 7 files: 5.08 MiB read, 8.00 MiB written, 3.88 us in I/O"
+    )
+
+
+# -- a real Darshan log -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["dlio_python3_a.darshan", "nonmpi_dxt_anonymized.darshan"])
+def test_a_real_darshan_log(tmp_path: Path, name: str) -> None:
+    darshan = pytest.importorskip("xstack.importers.darshan", reason="the Darshan importer is not there yet")
+    log = FIXTURES / name
+    if not log.exists():
+        pytest.skip(f"{log} is not present")
+    importer = getattr(darshan, "import_darshan", None)
+    if importer is None:
+        pytest.skip("xstack.importers.darshan has no import_darshan")
+    with Store.create(tmp_path / "d.duckdb") as store:
+        importer(store, log)
+    with Store.open(tmp_path / "d.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store, ids=IO_IDS)}
+        counted = store.query("SELECT sum(reads), sum(bytes_read), count(DISTINCT path) FROM io_files")[0]
+    assert all(r.available for r in results.values())
+    files = results["io.files"].facts
+    assert (files["reads"], files["bytes_read"], files["files"]) == tuple(int(v or 0) for v in counted)
+    assert results["io.input_bound"].facts["lacking"] == "model"
+    assert results["io.bandwidth"].rows  # estimated without DXT, measured with it
+
+
+def test_io_module_exports_every_registered_analysis() -> None:
+    for id in IO_IDS:
+        assert getattr(io, ANALYSES[id].split(":")[1]).__doc__
