@@ -26,9 +26,10 @@ from xstack.trace.store import Store
 BERT = "h100_bert_small_infer_full"
 VIT = "h100_vit_image_cls_infer_full"
 LEVELS = ["model", "model,layer", "model,layer,op"]
-LOOSE = 0.25
+LOOSE = 0.5
 """Relative floor of the live comparisons: the slowed layer changes ~9x, while a busy 2-core machine can move
-an unchanged layer by 10-20% between two measurements (the spread rule sees only the noise within each)."""
+an unchanged layer by 10-30% between two measurements (the spread rule sees only the noise within each), and
+B's heavier layers leave colder caches for the layers of its next iteration, which a 25% floor caught twice."""
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------
