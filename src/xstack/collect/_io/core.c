@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 struct xio_state xio = {.lock = PTHREAD_MUTEX_INITIALIZER, .max_records = XIO_DEFAULT_MAX_RECORDS};
-__thread int xio_guard;
-static __thread pid_t tls_tid;
+__thread int xio_guard __attribute__((tls_model("initial-exec")));
+static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
 
 #define REC_CAP (1u << 14) /* 1 MiB of records */
 #define PBUF_CAP (256u << 10)

@@ -48,7 +48,8 @@ static void record_by_path(int op, int dirfd, const char *path, int flags, int64
     static int (*real_##name)(int, st_type *);                                                                   \
     static int xio_##name(int fd, st_type *st)                                                                   \
     {                                                                                                            \
-        RECORD_STAT(REAL(name)(fd, st), xio_rec_simple_fd(XIO_OP_FSTAT, fd, t0, t1, ret, err, -1, -1))           \
+        RECORD_STAT(REAL(name)(fd, st), xio_fd_set_mode(fd, ret, st->st_mode);                                   \
+                    xio_rec_simple_fd(XIO_OP_FSTAT, fd, t0, t1, ret, err, -1, -1))                                   \
     }
 
 #define DEFINE_STAT_AT(name, st_type)                                                                            \
@@ -71,7 +72,8 @@ static void record_by_path(int op, int dirfd, const char *path, int flags, int64
     static int (*real_##name)(int, int, st_type *);                                                              \
     static int xio_##name(int ver, int fd, st_type *st)                                                          \
     {                                                                                                            \
-        RECORD_STAT(REAL(name)(ver, fd, st), xio_rec_simple_fd(XIO_OP_FSTAT, fd, t0, t1, ret, err, -1, -1))      \
+        RECORD_STAT(REAL(name)(ver, fd, st), xio_fd_set_mode(fd, ret, st->st_mode);                              \
+                    xio_rec_simple_fd(XIO_OP_FSTAT, fd, t0, t1, ret, err, -1, -1))                                   \
     }
 
 #define DEFINE_XSTAT_AT(name, st_type)                                                                           \

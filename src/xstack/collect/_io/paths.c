@@ -303,6 +303,14 @@ int xio_fd_kind_raw(int fd)
     return xio_sys_fstat(fd, &st) == 0 ? xio_kind_of_mode(st.st_mode) : XIO_KIND_UNKNOWN;
 }
 
+/* A successful fstat of a known descriptor says what it is (opens guess "file" without asking). */
+void xio_fd_set_mode(int fd, int ret, mode_t mode)
+{
+    struct xio_fd *e = xio_fd_get_known(fd);
+    if (ret == 0 && e && e->kind != XIO_KIND_EXCLUDED)
+        e->kind = (uint8_t)xio_kind_of_mode(mode);
+}
+
 int xio_fd_max(void) { return __atomic_load_n(&fd_top, __ATOMIC_RELAXED); }
 
 static void note_top(int fd)

@@ -67,12 +67,26 @@ void xio_rec_simple_fd(int op, int fd, int64_t t0, int64_t t1, int ret, int err,
     xio_rec_entry(op, fd, xio_fd_get(fd), t0, t1, ret, err, requested, offset);
 }
 
+/* What a descriptor opened by path is, without a syscall where the flags or the path say: a directory with
+ * O_DIRECTORY, else a regular file, except under /dev and /proc (devices, FIFOs) where one fstat asks. A
+ * regular-looking path that is a FIFO is corrected by the program's own fstat, which nearly every open is
+ * followed by (Python's open does one), see xio_fd_set_mode. An fstat per open cost ~0.3 us, a fifth of the
+ * level's overhead on a loop of small-file reads. */
+static int open_kind(int fd, const char *path, int flags)
+{
+    if (flags & O_DIRECTORY)
+        return XIO_KIND_DIR;
+    if (path && (strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/proc/", 6) == 0))
+        return xio_fd_kind_raw(fd);
+    return XIO_KIND_FILE;
+}
+
 /* open, openat, creat, fopen: resolve the path, remember what the new descriptor is. */
 void xio_rec_open(int op, int dirfd, const char *path, int64_t t0, int64_t t1, int fd, int err, int flags)
 {
     int excluded;
     uint32_t id = xio_path_at(dirfd, path, &excluded);
-    int kind = fd >= 0 ? xio_fd_kind_raw(fd) : XIO_KIND_UNKNOWN;
+    int kind = fd >= 0 ? open_kind(fd, path, flags) : XIO_KIND_UNKNOWN;
     if (fd >= 0)
         xio_fd_opened(fd, id, excluded ? XIO_KIND_EXCLUDED : kind, flags);
     if (excluded)

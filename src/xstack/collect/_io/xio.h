@@ -144,7 +144,8 @@ struct xio_state {
     uint64_t write_errors;
 };
 extern struct xio_state xio;
-extern __thread int xio_guard;
+/* initial-exec: a preloaded library has static TLS, and this avoids a __tls_get_addr call per access */
+extern __thread int xio_guard __attribute__((tls_model("initial-exec")));
 extern int xio_vfork_active; /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
 
 int xio_enter_slow(void);
@@ -202,6 +203,7 @@ const char *xio_path_bytes(uint32_t id, uint32_t *len);
 int xio_path_needs_write(uint32_t id);
 void xio_paths_new_file(void);
 int xio_fd_kind_raw(int fd);
+void xio_fd_set_mode(int fd, int ret, mode_t mode);
 
 /* Record helpers used by the wrappers (hooks_*.c). `t0`/`t1`: ns before/after the real call. */
 void xio_rec_fd(int op, int fd, int64_t t0, int64_t t1, int64_t ret, int err, int64_t requested, int64_t pos);
