@@ -24,15 +24,15 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from xstack.collect._io_counters import file_counters, op_path, op_path_class
 from xstack.collect._recorder import Recorder
 from xstack.errors import XstackError
 from xstack.trace import attrs as A
+from xstack.trace.sink import SCRATCH_PREFIX, Sink
 from xstack.trace.store import Store
 
 CHILD_ENV = "XSTACK_IO_CHILD"
@@ -111,7 +111,7 @@ class IoCollector:
 def exclusions(store: Path) -> list[str]:
     """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files) and the
     sink's scratch files."""
-    return [str(store.resolve()), str(Path(tempfile.gettempdir()).resolve() / "xstack-sink-")]
+    return [str(store.resolve()), str(Path(tempfile.gettempdir()).resolve() / SCRATCH_PREFIX)]
 
 
 def run_preloaded(child: list[str], store: Path) -> int:
@@ -170,15 +170,34 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     trace = read_trace(directory)
     lo, hi = _region(store, run_id)
     ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
-    outside = len(trace.ops) - len(ops)
-    parents = _parents(store, run_id, ops)
-    first_id = int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
-    rows = [_span_row(run_id, first_id + i + 1, parents.get(i), op) for i, op in enumerate(ops)]
-    _insert_json(store, "_spans", rows)
-    files = [_file_row(run_id, c) for c in file_counters(ops)]
-    _insert_json(store, "_io_files", files)
+    sink = Sink(store, run_id)
+    try:
+        first_id = _last_span_id(store, run_id)
+        for i, op in enumerate(ops):
+            sink.span(first_id + i + 1, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, _span_attrs(op))
+        for c in file_counters(ops):
+            sink.io_file(c.pid, c.path, c.module, _columns(c), c.attrs())
+    finally:
+        sink.close()
+    set_io_parents(store.con, run_id)
     _add_level(store, run_id)
-    return _health(trace, len(ops), outside)
+    return _health(trace, len(ops), len(trace.ops) - len(ops))
+
+
+IO_PARENTS = """
+UPDATE _spans SET parent_id = p.parent FROM (
+    SELECT o.span_id, arg_max(s.span_id, s.start_ns) AS parent FROM _spans o JOIN _spans s
+        ON s.run_id = o.run_id AND s.pid = o.pid AND s.tid = o.tid AND s.level IN ('model', 'layer')
+        AND o.start_ns >= s.start_ns AND o.start_ns < s.start_ns + s.dur_ns
+    WHERE o.run_id = ? AND o.level = 'io' GROUP BY o.span_id
+) p WHERE _spans.run_id = ? AND _spans.span_id = p.span_id
+"""
+
+
+def set_io_parents(con: Any, run_id: int) -> None:
+    """Hang each io span of run ``run_id`` from the innermost model or layer span open on its thread when it
+    started (``design.md`` §2); one with none open (a worker's call) keeps no parent."""
+    con.execute(IO_PARENTS, [run_id, run_id])
 
 
 def _region(store: Store, run_id: int) -> tuple[int, int]:
@@ -190,27 +209,11 @@ def _region(store: Store, run_id: int) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _parents(store: Store, run_id: int, ops: list[Any]) -> dict[int, int]:
-    """Index of each op -> the innermost model/layer span open on its thread when it started."""
-    if not ops:
-        return {}
-    con = store.con
-    con.execute("CREATE TEMP TABLE _io_ops (idx BIGINT, pid BIGINT, tid BIGINT, start_ns BIGINT)")
-    try:
-        con.executemany("INSERT INTO _io_ops VALUES (?, ?, ?, ?)",
-                        [(i, op.pid, op.tid, op.start_ns) for i, op in enumerate(ops)])  # fmt: skip
-        rows = con.execute(
-            "SELECT o.idx, arg_max(s.span_id, s.start_ns) FROM _io_ops o JOIN _spans s ON s.run_id = ? "
-            "AND s.pid = o.pid AND s.tid = o.tid AND s.level IN ('model', 'layer') "
-            "AND o.start_ns >= s.start_ns AND o.start_ns < s.start_ns + s.dur_ns GROUP BY o.idx",
-            [run_id],
-        ).fetchall()
-    finally:
-        con.execute("DROP TABLE _io_ops")
-    return {int(i): int(s) for i, s in rows}
+def _last_span_id(store: Store, run_id: int) -> int:
+    return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
 
 
-def _span_row(run_id: int, span_id: int, parent: int | None, op: Any) -> dict[str, Any]:
+def _span_attrs(op: Any) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         A.IO_PATH: op_path(op),
         A.IO_FD: op.fd,
@@ -226,58 +229,28 @@ def _span_row(run_id: int, span_id: int, parent: int | None, op: Any) -> dict[st
         attrs[A.IO_REQUESTED_BYTES] = op.requested
     if op.errno:
         attrs[A.IO_ERRNO] = op.errno
-    return {
-        "run_id": run_id, "span_id": span_id, "parent_id": parent, "level": "io", "name": op.op,
-        "start_ns": op.start_ns, "dur_ns": op.dur_ns, "pid": op.pid, "tid": op.tid, "device": "cpu",
-        "attrs": attrs,
-    }  # fmt: skip
+    return attrs
 
 
-def _file_row(run_id: int, c: Any) -> dict[str, Any]:
-    return {
-        "run_id": run_id, "pid": c.pid, "path": c.path, "module": c.module, "opens": c.opens, "reads": c.reads,
-        "writes": c.writes, "seeks": c.seeks, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
-        "read_time_ns": c.read_time_ns, "write_time_ns": c.write_time_ns, "meta_time_ns": c.meta_time_ns,
-        "attrs": c.attrs(),
-    }  # fmt: skip
+_COLUMNS = ("opens", "reads", "writes", "seeks", "bytes_read", "bytes_written", "read_time_ns", "write_time_ns",
+            "meta_time_ns")  # fmt: skip
 
 
-def _insert_json(store: Store, table: str, rows: list[dict[str, Any]]) -> None:
-    """Bulk insert through DuckDB's JSON reader (one statement, whatever the number of rows)."""
-    if not rows:
-        return
-    with tempfile.NamedTemporaryFile("wb", suffix=".ndjson", delete=False) as f:
-        for row in rows:
-            f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
-    try:
-        columns = [r[0] for r in store.con.execute(f"DESCRIBE {table}").fetchall()]
-        types = {r[0]: r[1] for r in store.con.execute(f"DESCRIBE {table}").fetchall()}
-        spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns)
-        store.con.execute(
-            f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format = 'newline_delimited', "
-            f"columns = {{{spec}}})",
-            [f.name],
-        )
-    finally:
-        os.unlink(f.name)
+def _columns(c: Any) -> dict[str, int]:
+    return {name: getattr(c, name) for name in _COLUMNS}
 
 
 def _add_level(store: Store, run_id: int) -> None:
-    store.con.execute(
-        "UPDATE _runs SET levels = list_sort(list_distinct(list_append(coalesce(levels, []), 'io'))) "
-        "WHERE run_id = ? AND NOT list_contains(coalesce(levels, []), 'io')",
-        [run_id],
-    )
-    _sort_levels(store, run_id)
-
-
-def _sort_levels(store: Store, run_id: int) -> None:
+    """List ``io`` among the run's levels, in the store's level order (a run still being recorded has no row
+    yet: its profile lists its levels itself)."""
     from xstack.trace.schema import LEVELS
 
-    levels = store.query("SELECT levels FROM _runs WHERE run_id = ?", [run_id])
-    if levels and levels[0][0] is not None:
-        ordered = [lv for lv in LEVELS if lv in levels[0][0]]
-        store.con.execute("UPDATE _runs SET levels = ? WHERE run_id = ?", [ordered, run_id])
+    found = store.query("SELECT coalesce(levels, []) FROM _runs WHERE run_id = ?", [run_id])
+    if not found:
+        return
+    levels = found[0][0]
+    ordered = [lv for lv in LEVELS if lv in {*levels, "io"}]
+    store.con.execute("UPDATE _runs SET levels = ? WHERE run_id = ?", [ordered, run_id])
 
 
 def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
@@ -330,8 +303,6 @@ class _PythonOpens:
         sink = self._sink
         if sink is not None and event == "open" and isinstance(args[0], str | bytes):
             path = os.fsdecode(args[0])
-            import time
-
             sink.append((time.time_ns(), threading.get_native_id(), os.path.abspath(path), os.getpid()))
 
 
@@ -343,14 +314,15 @@ def _write_python_opens(
 ) -> list[tuple[str, int, str]]:
     from xstack.trace.io_paths import path_class
 
-    first_id = int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
-    rows = [
-        {"run_id": run_id, "span_id": first_id + i + 1, "parent_id": None, "level": "io", "name": "open",
-         "start_ns": ts, "dur_ns": 0, "pid": pid, "tid": tid, "device": "cpu",
-         "attrs": {A.IO_PATH: path, A.IO_MODULE: "python", A.IO_PATH_CLASS: path_class(path)}}
-        for i, (ts, tid, path, pid) in enumerate(opens)
-    ]  # fmt: skip
-    _insert_json(store, "_spans", rows)
+    sink = Sink(store, run_id)
+    try:
+        first_id = _last_span_id(store, run_id)
+        for i, (ts, tid, path, pid) in enumerate(opens):
+            attrs = {A.IO_PATH: path, A.IO_MODULE: "python", A.IO_PATH_CLASS: path_class(path)}
+            sink.span(first_id + i + 1, None, "io", "open", ts, 0, pid, tid, attrs)
+    finally:
+        sink.close()
+    set_io_parents(store.con, run_id)
     _add_level(store, run_id)
     note = (f"only the files Python opened are seen (no reads, writes or native I/O): the interposition library "
             f"could not attach: {reason}; run under `xstack run` instead")  # fmt: skip

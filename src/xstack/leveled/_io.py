@@ -11,21 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from xstack.collect.io import set_io_parents
+
 MOVED = """
 INSERT INTO _spans
 SELECT ?, ? + row_number() OVER (ORDER BY s.start_ns, s.span_id), NULL, s.level, s.name, s.start_ns + ?, s.dur_ns,
     CASE WHEN s.pid = ? AND s.tid = ? THEN ? ELSE s.pid END, CASE WHEN s.pid = ? AND s.tid = ? THEN ? ELSE s.tid END,
     s.device, s.stream, s.correlation_id, s.attrs
 FROM _spans s WHERE s.run_id = ? AND s.level = 'io' AND s.start_ns >= ? AND s.start_ns < ?
-"""
-
-PARENTS = """
-UPDATE _spans SET parent_id = p.parent FROM (
-    SELECT o.span_id, arg_max(s.span_id, s.start_ns) AS parent FROM _spans o JOIN _spans s
-        ON s.run_id = o.run_id AND s.pid = o.pid AND s.tid = o.tid AND s.level IN ('model', 'layer')
-        AND o.start_ns >= s.start_ns AND o.start_ns < s.start_ns + s.dur_ns
-    WHERE o.run_id = ? AND o.level = 'io' GROUP BY o.span_id
-) p WHERE _spans.run_id = ? AND _spans.span_id = p.span_id
 """
 
 
@@ -56,7 +49,7 @@ def copy_io(con: Any, run_id: int, io_run: int, first_iter: int, end_iter: int) 
     shift = int(target[0]) - int(start)
     con.execute(MOVED, [run_id, last_id, shift, pid, tid, target[1], pid, tid, target[2], io_run, start,
                         start + dur])  # fmt: skip
-    con.execute(PARENTS, [run_id, run_id])
+    set_io_parents(con, run_id)
     moved = con.execute("SELECT count(*) FROM _spans WHERE run_id = ? AND level = 'io'", [run_id]).fetchone()[0]
     return [("io_merged", int(moved), f"file operations of the io pass's median iteration (run {io_run}), moved "
              "onto the merged step; io_files holds the whole pass")]  # fmt: skip

@@ -22,6 +22,9 @@ from xstack.trace.store import Store
 
 DEFAULT_BATCH_BYTES = 32 << 20
 
+SCRATCH_PREFIX = "xstack-sink-"
+"""Name prefix of the sink's scratch folders under the temp directory (the io level leaves their I/O out)."""
+
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 
 
@@ -34,9 +37,10 @@ class Sink:
         self.batch_bytes = batch_bytes
         self.spans_written = 0
         self.counters_written = 0
-        self._buffers = {"_spans": bytearray(), "_counters": bytearray()}
-        self._pending = {"_spans": 0, "_counters": 0}
-        self._tmp = tempfile.TemporaryDirectory(prefix="xstack-sink-")
+        self.io_files_written = 0
+        self._buffers = {"_spans": bytearray(), "_counters": bytearray(), "_io_files": bytearray()}
+        self._pending = {"_spans": 0, "_counters": 0, "_io_files": 0}
+        self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
         self._columns = {table: _columns(store, table) for table in self._buffers}
 
     def span(
@@ -78,6 +82,13 @@ class Sink:
         row = {"run_id": self.run_id, "name": name, "ts_ns": ts_ns, "value": value, "pid": pid, "device": device}
         self._add("_counters", row)
 
+    def io_file(self, pid: int | None, path: str, module: str, counters: dict[str, int],
+                attrs: dict[str, Any] | None = None) -> None:  # fmt: skip
+        """Queue one ``io_files`` row: the I/O counters of ``path`` in process ``pid`` and ``module`` (``POSIX``
+        or ``STDIO``); ``counters`` holds the view's count, byte and ``_ns`` columns by name."""
+        row = {"run_id": self.run_id, "pid": pid, "path": path, "module": module, **counters, "attrs": attrs or None}
+        self._add("_io_files", row)
+
     def flush(self) -> None:
         """Insert everything queued."""
         for table in self._buffers:
@@ -112,8 +123,10 @@ class Sink:
         )
         if table == "_spans":
             self.spans_written += rows
-        else:
+        elif table == "_counters":
             self.counters_written += rows
+        else:
+            self.io_files_written += rows
 
 
 def _columns(store: Store, table: str) -> str:
