@@ -249,6 +249,85 @@ def size_bucket(size: int) -> str:
     return IO_SIZE_BUCKETS[-1][0]
 
 
+# -- system (spans of the syscall pass: one system call each) ---------------------------------------------
+SYS_RET: Final = "sys.ret"
+"""String: what the call returned, as the tracer printed it (``0``, ``4096``, ``-1``); absent when the call
+never returned within the trace (``sys.unfinished``)."""
+SYS_ERRNO: Final = "sys.errno"
+"""String: the error name of a failed call (``EAGAIN``, ``ETIMEDOUT``)."""
+SYS_ARGS: Final = "sys.args"
+"""String: the call's arguments as the tracer printed them, cut to ``SYS_ARGS_MAX`` characters."""
+SYS_ARGS_MAX: Final = 160
+"""Characters of the arguments kept per call."""
+SYS_UNFINISHED: Final = "sys.unfinished"
+"""Boolean: the call had not returned when the trace ended (the process was killed or the trace cut); its
+duration runs to the end of the trace."""
+SYS_TOOL: Final = "sys.tool"
+"""String: what traced the call (``strace``)."""
+
+# -- system counters (``counters.name`` of the system level's sampler) --------------------------------------
+# Per process of the profiled tree (``counters.pid`` set, ``device`` 'cpu'). Cumulative since the process
+# started unless said otherwise, so that a difference of two samples is exact whatever the interval.
+PROC_CPU_USER_NS: Final = "proc.cpu_user_ns"
+"""Cumulative CPU time in user mode of the process (all its threads), in ns."""
+PROC_CPU_SYSTEM_NS: Final = "proc.cpu_system_ns"
+"""Cumulative CPU time in kernel mode of the process, in ns."""
+PROC_RSS_BYTES: Final = "proc.rss_bytes"
+"""Gauge: resident set size of the process, in bytes."""
+PROC_THREADS: Final = "proc.threads"
+"""Gauge: threads of the process."""
+PROC_CTX_VOLUNTARY: Final = "proc.ctx_voluntary"
+"""Cumulative voluntary context switches of the process (all threads): it blocked (I/O, locks, sleeps)."""
+PROC_CTX_INVOLUNTARY: Final = "proc.ctx_involuntary"
+"""Cumulative involuntary context switches: the scheduler took the CPU from a runnable thread."""
+PROC_IO_READ_BYTES: Final = "proc.io_read_bytes"
+"""Cumulative bytes the process caused to be read from storage (``/proc/PID/io`` ``read_bytes``)."""
+PROC_IO_WRITE_BYTES: Final = "proc.io_write_bytes"
+"""Cumulative bytes the process caused to be written to storage (``write_bytes``)."""
+PROC_IO_RCHAR: Final = "proc.io_rchar"
+"""Cumulative bytes passed to read-like calls, page cache included (``rchar``)."""
+PROC_IO_WCHAR: Final = "proc.io_wchar"
+"""Cumulative bytes passed to write-like calls (``wchar``)."""
+# Machine-wide (``pid`` NULL). Per core: ``device`` 'cpu:N'; all cores: ``device`` 'cpu'.
+CPU_BUSY_PCT: Final = "cpu.busy_pct"
+"""Percent of the interval ending at the sample that the core (``cpu:N``) or all cores together (``cpu``,
+0-100 of the whole machine) were not idle (iowait counts as idle)."""
+CPU_PROCS_RUNNING: Final = "cpu.procs_running"
+"""Gauge: runnable threads on the machine (``/proc/stat`` ``procs_running``)."""
+CPU_PROCS_BLOCKED: Final = "cpu.procs_blocked"
+"""Gauge: threads blocked on I/O (``procs_blocked``)."""
+MEM_USED_BYTES: Final = "mem.used_bytes"
+"""Gauge: machine memory in use (``MemTotal - MemAvailable``), in bytes."""
+MEM_AVAILABLE_BYTES: Final = "mem.available_bytes"
+"""Gauge: ``MemAvailable``, in bytes."""
+# Per GPU through NVML (``device`` 'cuda:N', ``pid`` NULL).
+GPU_UTIL_PCT: Final = "gpu.util_pct"
+"""Percent of the driver's last sample period during which a kernel ran on the GPU."""
+GPU_MEM_UTIL_PCT: Final = "gpu.mem_util_pct"
+"""Percent of the driver's last sample period during which device memory was read or written."""
+GPU_MEM_USED_BYTES: Final = "gpu.mem_used_bytes"
+"""Gauge: device memory in use (all processes), in bytes."""
+GPU_POWER_W: Final = "gpu.power_w"
+"""Gauge: board power draw, in watts."""
+GPU_SM_CLOCK_MHZ: Final = "gpu.sm_clock_mhz"
+"""Gauge: SM clock, in MHz."""
+GPU_MEM_CLOCK_MHZ: Final = "gpu.mem_clock_mhz"
+"""Gauge: memory clock, in MHz."""
+GPU_TEMP_C: Final = "gpu.temp_c"
+"""Gauge: GPU temperature, in degrees Celsius."""
+GPU_PCIE_TX_BYTES_PER_S: Final = "gpu.pcie_tx_bytes_per_s"
+"""PCIe bytes per second sent by the GPU (NVML's ~20 ms window)."""
+GPU_PCIE_RX_BYTES_PER_S: Final = "gpu.pcie_rx_bytes_per_s"
+"""PCIe bytes per second received by the GPU."""
+GPU_THROTTLE_REASONS: Final = "gpu.throttle_reasons"
+"""NVML's clocks-event (throttle) reasons bit mask at the sample (0: none; see ``GPU_THROTTLE_BITS``)."""
+GPU_THROTTLE_BITS: Final = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}  # fmt: skip
+"""NVML's throttle-reason bits (``nvmlClocksEventReason*``) and their names."""
+
 # -- model ------------------------------------------------------------------------------------------------
 MODEL_KIND: Final = "model.kind"
 """String: ``step`` (an iteration marked by ``prof.step()``), ``user`` (``xstack.span``), ``forward`` (a
@@ -284,3 +363,7 @@ CONFIG_SWEEP: Final = "sweep"
 """Object, a key of ``runs.config``: the sweep a run belongs to, ``{"batch_sizes": [...],
 "latency_target_ms": float}`` (every batch size asked for, in order, and the user's latency target, in ms,
 when one was given)."""
+CONFIG_SYSTEM: Final = "system"
+"""Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int,
+"samples": int, "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU
+telemetry is absent), "syscalls": bool, "syscall_tool": str | None}``."""
