@@ -59,3 +59,18 @@ def test_analyze_benchmark_smoke_run(tmp_path: Path) -> None:
     assert row["spans"] == 2 * (3 + 100 * (1 + 3 * 3)) and row["kernels"] == 600
     assert all(row[k] > 0 for k in ("analyze", "html", "md", "json", "csv"))
     assert row["report_bytes"]["report.html"] > 0
+
+
+@needs_torch
+def test_system_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
+    out = tmp_path / "system.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "system_overhead.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = {row["config"]: row for row in json.loads(out.read_text())["summary"]}
+    assert {"none", "model", "model+system 10ms", "model+system 1ms"} <= set(summary)
+    assert all(row["median_ms"] > 0 for row in summary.values())

@@ -21,6 +21,8 @@ from typing import Any
 from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
 from xstack.collect.io import run_preloaded
 from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV, run_under_ncu
+from xstack.collect.syscalls import requested as syscalls_requested
+from xstack.collect.syscalls import run_under_strace
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
@@ -79,9 +81,13 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
     return Program(script, None, argv[1:])
 
 
-def child_command(program: Program, levels: Sequence[str], out: Path, measured: Measured | None) -> list[str]:
-    """The ``xstack run`` command line that records ``program`` at ``levels`` into ``out`` (as ``measured``)."""
+def child_command(program: Program, levels: Sequence[str], out: Path, measured: Measured | None, *,
+                  syscalls: bool = False) -> list[str]:  # fmt: skip
+    """The ``xstack run`` command line that records ``program`` at ``levels`` into ``out`` (as ``measured``;
+    tracing its system calls with ``syscalls``)."""
     command = [sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(out)]
+    if syscalls:
+        command.append("--syscalls")
     if measured is not None:
         command += [
             *("--warmup", str(measured.warmup), "--iters", str(measured.iters), "--pass-name", measured.pass_name),
@@ -94,9 +100,16 @@ def child_command(program: Program, levels: Sequence[str], out: Path, measured: 
 
 def run_program(program: Program, *, levels: str, out: Path | None, measured: Measured | None = None) -> int:
     """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code. With the ``metrics``
-    level, the program is restarted under Nsight Compute (``collect.metrics``)."""
+    level, the program is restarted under Nsight Compute (``collect.metrics``); with the ``system`` level and
+    system calls asked for (``XSTACK_SYSCALLS=1``), under strace (``collect.syscalls``)."""
     store = out or Path("xstack-out") / f"{program.name}.duckdb"
     parsed = parse_levels(levels)
+    if "system" in parsed and syscalls_requested():
+        tracers = [level for level in ("metrics", "io") if level in parsed]
+        if tracers:  # one tracer at a time: each would trace the other, and time its own overhead
+            raise UsageError(f"system calls cannot be traced together with the {tracers[0]} level (one tracer "
+                             f"at a time): record {tracers[0]} in a run or pass of its own")  # fmt: skip
+        return run_under_strace(child_command(program, parsed, store, measured, syscalls=True), store)
     if "metrics" in parsed and not os.environ.get(NCU_CHILD_ENV):
         return run_under_ncu(child_command(program, parsed, store, measured), store,
                              clock_control=os.environ.get(CLOCK_CONTROL_ENV, "none"),

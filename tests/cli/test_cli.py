@@ -121,7 +121,7 @@ def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -
 def test_collectors_lists_each_level_and_whether_it_can_run() -> None:
     proc = xstack("collectors")
     assert proc.returncode == 0, proc.stderr
-    for text in ("model", "layer", "op", "no live collector yet"):
+    for text in ("model", "layer", "op", "system"):
         assert text in proc.stdout
     torch_present = importlib.util.find_spec("torch") is not None
     assert ("ready" in proc.stdout) and (torch_present or "PyTorch is not installed" in proc.stdout)

@@ -42,6 +42,15 @@ ANALYSES: dict[str, str] = {
     "timeline.syncs": "xstack.analyze.timeline:sync_points",
     "timeline.memcpy": "xstack.analyze.timeline:memcpy_volume",
     "timeline.memory": "xstack.analyze.timeline:device_memory",
+    "runtime.api": "xstack.analyze._runtime_api:api_by_layer",
+    "runtime.api_calls": "xstack.analyze._runtime_api:api_calls",
+    "system.cpu": "xstack.analyze.system:cpu_saturation",
+    "system.cpu_time": "xstack.analyze.system:cpu_over_time",
+    "system.syscalls": "xstack.analyze.system:syscall_time",
+    "system.syscall_names": "xstack.analyze.system:syscalls_by_name",
+    "system.gpu": "xstack.analyze.system:gpu_utilisation",
+    "system.gpu_time": "xstack.analyze.system:gpu_over_time",
+    "system.memory": "xstack.analyze.system:memory_growth",
     "io.input_bound": "xstack.analyze.io:input_wait",
     "io.files": "xstack.analyze.io:file_table",
     "io.processes": "xstack.analyze.io:process_table",
@@ -51,7 +60,8 @@ ANALYSES: dict[str, str] = {
     "io.small_files": "xstack.analyze.io:small_file_staging",
     "health": "xstack.analyze.health:trace_health",
 }
-"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, the I/O analyses, trace health."""
+"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, host time in CUDA API calls,
+the system analyses (CPU, syscalls, GPU telemetry, host memory), the I/O analyses, trace health."""
 
 Severity = Literal["high", "medium", "low"]
 

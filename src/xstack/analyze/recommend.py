@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from xstack.analyze import _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, format_ns
@@ -373,8 +374,9 @@ RULES: dict[str, Rule] = {
     "small_files": small_files,
     "zero_reads": zero_reads,
     "small_reads": small_reads,
+    **_recommend_system.RULES,
 }
-"""The built-in rules, by id."""
+"""The built-in rules, by id (the system and CUDA API rules are in ``_recommend_system``)."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 

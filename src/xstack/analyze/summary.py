@@ -71,6 +71,8 @@ class RunSummary:
     io: dict[str, Any] | None = None
     """The run's file I/O in total, when it has any: ``ops``, ``bytes_read``, ``bytes_written``, ``time_ns``,
     ``files``, ``processes`` (pipes and sockets left out)."""
+    system: dict[str, Any] | None = None
+    """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -121,6 +123,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         denominator = kernel_total if level == "kernel" else summary.wall_ns
         summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
+    summary.system = _system(store, run_id)
     summary.health = [
         (str(c), int(n), str(d or ""))
         for c, n, d in store.query(
@@ -128,6 +131,12 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         )
     ]
     return summary
+
+
+def _system(store: Store, run_id: int) -> dict[str, Any] | None:
+    from xstack.analyze.system import overview  # the analyses import this module's neighbours: load on use
+
+    return overview(store, run_id)
 
 
 def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int) -> list[TopRow]:

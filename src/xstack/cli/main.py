@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,10 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--levels",
         default="model,layer",
-        help="levels to record, from model,layer,op,runtime,kernel,metrics,io (default: model,layer; kernel brings "
-        "runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute; io "
-        "preloads the I/O interposer into the program and its workers)",
+        help="levels to record, from model,layer,op,runtime,kernel,metrics,io,system (default: model,layer; kernel "
+        "brings runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute; io "
+        "preloads the I/O interposer into the program and its workers; system samples CPU, memory and GPUs)",
     )
+    p.add_argument(
+        "--syscalls",
+        action="store_true",
+        help="also trace every system call of the program and its workers under strace (implies the system level; "
+        "slow: not with metrics or io)",
+    )
+    _system_interval_option(p)
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument(
         "--iters",
@@ -173,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a model,io pass: every file operation of the program and its DataLoader workers, per-file "
         "counters and the input-bound diagnosis",
     )
+    p.add_argument(
+        "--system",
+        action="store_true",
+        help="add a model,system pass (CPU, memory and GPU telemetry) and a model,layer,system pass tracing system "
+        "calls under strace",
+    )
+    _system_interval_option(p)
     _ncu_options(p)
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
@@ -368,6 +383,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from xstack.profile import parse_levels
     from xstack.runner import Measured, parse_program, run_program
 
+    if args.syscalls:
+        from xstack.collect.syscalls import SYSCALLS_ENV
+
+        args.levels = f"{args.levels},system"
+        os.environ[SYSCALLS_ENV] = "1"  # read by run_program, here or in a pass's child
+    _set_system_interval(args)
     levels = parse_levels(args.levels)  # a bad level is reported before anything runs
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     measured = None
@@ -393,8 +414,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack profile")
     _set_ncu_options(args)
+    _set_system_interval(args)
     return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
-                           metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io)  # fmt: skip
+                           metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io,
+                           system=args.system)  # fmt: skip
 
 
 def _ncu_options(p: argparse.ArgumentParser) -> None:
@@ -421,6 +444,25 @@ def _set_ncu_options(args: argparse.Namespace) -> None:
         os.environ[CLOCK_CONTROL_ENV] = args.clock_control
     if args.replay_mode:
         os.environ[REPLAY_ENV] = args.replay_mode
+
+
+def _system_interval_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--system-interval",
+        type=float,
+        metavar="MS",
+        help="system level: sampling interval in milliseconds (default 10)",
+    )
+
+
+def _set_system_interval(args: argparse.Namespace) -> None:
+    if args.system_interval is None:
+        return
+    if not args.system_interval > 0:  # also refuses nan
+        raise UsageError(f"--system-interval: must be > 0 ms (got {args.system_interval:g})")
+    from xstack.collect.system import INTERVAL_ENV
+
+    os.environ[INTERVAL_ENV] = f"{args.system_interval:g}"  # read by the sampler, here or in a pass's child
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

@@ -43,10 +43,11 @@ BUILTIN: dict[str, str] = {
     "kernel": "xstack.collect.torch_profiler:KernelCollector",
     "metrics": "xstack.collect.metrics:MetricsCollector",
     "io": "xstack.collect.io:IoCollector",
+    "system": "xstack.collect.system:SystemCollector",
 }
 """Level -> ``module:Class`` of its live collector."""
 
-PLANNED = ("system",)
+PLANNED: tuple[str, ...] = ()
 """Levels the store knows that have no live collector yet."""
 
 IMPLIED = {"kernel": ("runtime",), "runtime": ("op",)}

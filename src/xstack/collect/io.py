@@ -146,20 +146,9 @@ def run_preloaded(child: list[str], store: Path) -> int:
 def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:
     """Read the records a preloaded program tree left in ``directory`` into the last run of the complete store
     at ``store_path`` (the run that program recorded); returns the health rows written."""
-    store = Store.open(store_path, read_only=False)
-    try:
-        run_id = max(store.run_ids())
-        store.con.execute("BEGIN TRANSACTION")
-        try:
-            health = ingest_run(store, run_id, directory)
-            store.add_health(run_id, health)
-        except BaseException:
-            store.con.execute("ROLLBACK")
-            raise
-        store.con.execute("COMMIT")
-    finally:
-        store.close()
-    return health
+    from xstack.collect._ingest import into_last_run
+
+    return into_last_run(store_path, lambda store, run_id: ingest_run(store, run_id, directory))
 
 
 def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, int, str]]:
@@ -184,20 +173,12 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     return _health(trace, len(ops), len(trace.ops) - len(ops))
 
 
-IO_PARENTS = """
-UPDATE _spans SET parent_id = p.parent FROM (
-    SELECT o.span_id, arg_max(s.span_id, s.start_ns) AS parent FROM _spans o JOIN _spans s
-        ON s.run_id = o.run_id AND s.pid = o.pid AND s.tid = o.tid AND s.level IN ('model', 'layer')
-        AND o.start_ns >= s.start_ns AND o.start_ns < s.start_ns + s.dur_ns
-    WHERE o.run_id = ? AND o.level = 'io' GROUP BY o.span_id
-) p WHERE _spans.run_id = ? AND _spans.span_id = p.span_id
-"""
-
-
 def set_io_parents(con: Any, run_id: int) -> None:
     """Hang each io span of run ``run_id`` from the innermost model or layer span open on its thread when it
     started (``design.md`` §2); one with none open (a worker's call) keeps no parent."""
-    con.execute(IO_PARENTS, [run_id, run_id])
+    from xstack.collect._ingest import set_parents
+
+    set_parents(con, run_id, "io")
 
 
 def _region(store: Store, run_id: int) -> tuple[int, int]:

@@ -7,7 +7,8 @@ in a run with I/O, its main process and its workers (processes whose spans are a
 device of each run is one process ("GPU 0 (cuda:0)") with one track per stream ("stream 7"). A flow arrow
 (``cat: ac2g``) runs from each host span to each device span it is the parent of: launch -> kernel, copy, set
 or sync (``launch``), CPU -> GPU annotation (``annotation``). Counters are counter tracks of their host process
-or device.
+or device; the system level's machine-wide counters are tracks of one "machine" process, and its cumulative
+counters are drawn as rates (``_system_counters``).
 
 Notes: pids and tids are renumbered from one sequence, because Perfetto reads them as unsigned 32-bit numbers,
 stores hold negative ones (Kineto) and device numbers that collide with host pids, and runs must not merge;
@@ -32,6 +33,7 @@ from typing import IO, Any
 import orjson
 
 from xstack.errors import UsageError
+from xstack.export import _system_counters as syscounters
 from xstack.trace.schema import DEVICE_LEVELS, LEVELS
 from xstack.trace.store import Store
 
@@ -78,6 +80,8 @@ class _Run:
     """Names of host processes the config does not name: the main process and its I/O workers."""
 
     def process_name(self, kind: str, key: Any) -> str:
+        if kind == syscounters.MACHINE:
+            return "machine (CPU cores and memory)"
         if kind == "device":
             match = re.fullmatch(r"cuda:(\d+)", str(key))
             return f"GPU {match[1]} ({key})" if match else str(key)
@@ -173,8 +177,10 @@ def _runs(store: Store, run_id: int | None) -> list[_Run]:
         processes = parsed.get("processes") if isinstance(parsed, dict) else None
         if run_id is None or rid == run_id:
             run = _Run(rid, name, base or 0, processes if isinstance(processes, dict) else {})
+            main_pid = parsed.get("pid") if isinstance(parsed, dict) else None
             if has_io:
-                run.roles = _io_roles(store, rid, parsed.get("pid") if isinstance(parsed, dict) else None)
+                run.roles = _io_roles(store, rid, main_pid)
+            run.roles = syscounters.roles(store, rid, main_pid) | run.roles
             runs.append(run)
     return runs
 
@@ -247,12 +253,22 @@ def _device_spans(
 
 
 def _counters(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats) -> None:
-    for name, ts, value, pid, device in _rows(store, _COUNTERS, [run.run_id]):
-        if value is None or not math.isfinite(value):
+    rates = syscounters.Rates()
+    for name, ts, raw, pid, device in _rows(store, _COUNTERS, [run.run_id]):
+        if raw is None or not math.isfinite(raw):
             stats.counters_skipped += 1
             continue
-        on_host = device is None or device == "cpu"
-        pid_out = tracks.process(run, "host", pid) if on_host else tracks.process(run, "device", device)
+        value = rates.value(name, pid, device, ts, raw)
+        if value is None:  # the first sample of a cumulative counter: the base of its rate
+            continue
+        if syscounters.machine_wide(name, pid, device):
+            pid_out = tracks.process(run, syscounters.MACHINE, syscounters.MACHINE)
+        elif device is None or device == "cpu":
+            pid_out = tracks.process(run, "host", pid)
+        else:
+            pid_out = tracks.process(run, "device", device)
+        if syscounters.is_system(name):
+            name = syscounters.track_name(name, device)
         # tid = pid: the process's own track, which holds no slices; Perfetto makes the counter process-wide.
         writer.emit(
             {

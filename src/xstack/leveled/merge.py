@@ -98,6 +98,10 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
             if "io" in p.levels and "metrics" not in p.levels:
                 health += copy_io(con, run_id, p.run_id, p.first_iter, p.end_iter)
                 info.levels.append("io")
+        system = [p for p in counters if "system" in p.levels]
+        if system:  # analyses of the merged run read their counters and calls from their own runs
+            info.levels.append("system")
+            health.append(_system_passes(system))
         info.levels = sorted(set(info.levels), key=LEVELS.index)
         info.config["merge"]["counter_passes"] = [{"pass": p.name, "run_id": p.run_id} for p in counters]
         store.add_run(info)
@@ -112,7 +116,8 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
 def _read_passes(
     store: Store, run_ids: Sequence[int] | None
 ) -> tuple[list[Pass], list[Pass], list[tuple[str, int, str]]]:
-    """The timing passes (which must nest), the counter passes (``metrics``: joined, never timed) and health."""
+    """The timing passes (which must nest), the counter passes (``metrics``, ``io``, ``system``: joined or
+    referred to, never timed) and health."""
     rows = store.query(
         "SELECT run_id, pass, levels, config, name, started_at, command, host, framework, device FROM runs "
         "ORDER BY run_id"
@@ -161,8 +166,16 @@ def _read_passes(
 
 
 def _counter_pass(p: Pass) -> bool:
-    """Passes that add counters or operations to the merged spans, never timings: metrics and io."""
-    return "metrics" in p.levels or "io" in p.levels
+    """Passes that add counters or operations to the merged spans, never timings: metrics, io and system (its
+    sampler and traced system calls slow the levels it runs with)."""
+    return "metrics" in p.levels or "io" in p.levels or "system" in p.levels
+
+
+def _system_passes(system: list[Pass]) -> tuple[str, int, str]:
+    named = ", ".join(f"{p.name} (run {p.run_id})" for p in system)
+    return ("system_passes", len(system), f"passes recording the system level: {named}; their counters and "
+            "system-call spans stay in their own runs (config.merge.counter_passes), where the analyses of this "
+            "run read them")  # fmt: skip
 
 
 def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:

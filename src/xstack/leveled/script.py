@@ -21,6 +21,9 @@ from xstack.leveled.passes import check_iterations, pass_name, resolve_passes
 from xstack.runner import Measured, Program, child_command
 from xstack.trace.store import Store
 
+SYSCALLS_SUFFIX = "+syscalls"
+"""Ends the name of a pass whose system calls are traced: ``model+layer+system+syscalls``."""
+
 
 def profile_program(
     program: Program,
@@ -33,6 +36,7 @@ def profile_program(
     metrics: bool = False,
     metrics_iters: int = 1,
     io: bool = False,
+    system: bool = False,
 ) -> int:
     """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
     into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran).
@@ -40,15 +44,14 @@ def profile_program(
     ``metrics`` adds a ``model,metrics`` pass (hardware counters by Nsight Compute) after the others; a pass
     with the ``metrics`` level records ``metrics_iters`` iterations (each kernel is replayed many times), and
     its counters are joined to the kernels of the merged profile. ``ncu``'s CSV is kept beside the store.
-    ``io`` adds a ``model,io`` pass: every file operation of the program and its workers (``leveled._io``)."""
+    ``io`` adds a ``model,io`` pass: every file operation of the program and its workers (``leveled._io``).
+    ``system`` adds a ``model,system`` pass (the sampler's CPU, memory and GPU counters) and a
+    ``model,layer,system`` pass with its system calls traced (named ``model+layer+system+syscalls``), unless a
+    pass of ``passes`` records ``system`` already; their runs keep their counters and calls (the merge never
+    takes timings from them)."""
     check_iterations(warmup, iters, "xstack profile")
     check_iterations(warmup, metrics_iters, "xstack profile (metrics pass)")
-    level_sets = resolve_passes(passes or None, "xstack profile")
-    if metrics and not any("metrics" in levels for levels in level_sets):
-        level_sets += resolve_passes(["model,metrics"], "xstack profile")
-    if io and not any("io" in levels for levels in level_sets):
-        level_sets += resolve_passes(["model,io"], "xstack profile")
-    names = [pass_name(levels) for levels in level_sets]
+    level_sets, names = _passes(passes, metrics=metrics, io=io, system=system)
     store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
     work = store_path.with_name(f".{store_path.name}.passes")
     shutil.rmtree(work, ignore_errors=True)
@@ -72,11 +75,32 @@ def profile_program(
     return code or (0 if merged else 1)
 
 
+def _passes(passes: Sequence[str] | None, *, metrics: bool, io: bool, system: bool
+            ) -> tuple[list[tuple[str, ...]], list[str]]:  # fmt: skip
+    """The level sets of the measurement, the passes asked for by flags after the user's, and their names."""
+    level_sets = resolve_passes(passes or None, "xstack profile")
+    if metrics and not any("metrics" in levels for levels in level_sets):
+        level_sets += resolve_passes(["model,metrics"], "xstack profile")
+    if io and not any("io" in levels for levels in level_sets):
+        level_sets += resolve_passes(["model,io"], "xstack profile")
+    traced = len(level_sets)  # the index of the pass whose system calls are traced, if any
+    if system and not any("system" in levels for levels in level_sets):
+        from xstack.collect.syscalls import unavailable_reason
+
+        if reason := unavailable_reason():  # before any pass runs, not after the first ones
+            raise UsageError(f"xstack profile --system: system calls cannot be traced here: {reason}")
+        level_sets += resolve_passes(["model,system", "model,layer,system"], "xstack profile")
+        traced = len(level_sets) - 1
+    names = [pass_name(levels) + (SYSCALLS_SUFFIX if i == traced else "") for i, levels in enumerate(level_sets)]
+    return level_sets, names
+
+
 def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], index: int, out: Path,
                  warmup: int, iters: int, progress: bool) -> list[str]:  # fmt: skip
-    """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``."""
+    """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``; a pass
+    named ``...+syscalls`` traces its system calls."""
     measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True)
-    return child_command(program, levels, out, measured)
+    return child_command(program, levels, out, measured, syscalls=names[index].endswith(SYSCALLS_SUFFIX))
 
 
 def _keep_ncu_csv(pass_store: Path, store_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The report's fixed sections: overview, recommendations, per-level overhead and trace health."""
+"""The report's fixed sections: overview, recommendations, the system level, per-level overhead and trace
+health."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.analyze.summary import RunSummary, TopRow
 from xstack.report._charts import render_chart
-from xstack.report._html_results import anchor, facts_html, labels_html
+from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
+from xstack.report.terminal import system_line
 
 HEADLINE_RESULTS = (
     "A1",
@@ -23,6 +25,9 @@ HEADLINE_RESULTS = (
 )
 """Results whose facts the overview shows first: step latency, busy and idle time, launches, syncs, memory, and
 the time the loop waits for input."""
+
+SYSTEM_PREFIX = "system."
+"""Ids of the results the System section holds."""
 
 LEVEL_TITLES = {"layer": "Top layers (inclusive time)", "op": "Top operators", "kernel": "Top GPU kernels"}
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -70,7 +75,8 @@ def _cards(analysis: Analysis) -> str:
     if s.status and s.status != "complete":
         meta.append(f"status: {s.status} (the program stopped early)")
     line = " · ".join(m for m in meta if m)
-    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "")
+    system = f'<p class="meta">system: {esc(system_line(s.system))}</p>' if s.system else ""
+    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + system
 
 
 def _top_chart(level: str, rows: Sequence[TopRow]) -> str:
@@ -83,6 +89,32 @@ def _top_chart(level: str, rows: Sequence[TopRow]) -> str:
         chart=Chart("hbar", "name", ("total",)),
     )
     return render_chart(result)
+
+
+def system_results(results: Sequence[Result]) -> list[Result]:
+    """The results the System section shows: the system analyses, when at least one of them has data (else they
+    stay among the other analyses, each saying what is missing)."""
+    chosen = [r for r in results if r.id.startswith(SYSTEM_PREFIX)]
+    return chosen if any(not r.missing for r in chosen) else []
+
+
+def system(analysis: Analysis) -> str:
+    """The System section: the run's system figures in brief, then each system analysis with its chart and
+    table; empty when the run has no system data."""
+    chosen = system_results(analysis.results)
+    if not chosen:
+        return ""
+    s = analysis.summary.system or {}
+    runs = [f"counters from run {s['counters_run']}" if s.get("counters_run") is not None else "",
+            f"system calls from run {s['syscalls_run']}" if s.get("syscalls_run") is not None else ""]  # fmt: skip
+    lead = system_line(s) if s else "System level data."
+    where = "; ".join(r for r in runs if r)
+    body = "".join(result_section(r) for r in chosen)
+    return (
+        f'<section id="system"><h2>System</h2><p class="note">{esc(lead)}</p>'
+        + (f'<p class="meta">{esc(where)}</p>' if where else "")
+        + f"{results_index(chosen)}{body}</section>"
+    )
 
 
 def recommendations(recs: Sequence[Recommendation], results: Sequence[Result]) -> str:

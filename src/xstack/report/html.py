@@ -1,10 +1,10 @@
 """The HTML report: one self-contained file that works offline, written by ``write_report``.
 
-Sections: overview, recommendations, every analysis (chart and sortable, paginated table), the comparison with
-another profile when given, per-level overhead, trace health, and the Perfetto trace to download. Charts are
-inline SVG drawn in Python; the page's own small script and style sheet (``assets/``) are inlined; a
-Content-Security-Policy forbids the page any request. Every name from a trace is escaped, in the markup and
-in the JSON the tables are drawn from.
+Sections: overview, recommendations, every analysis (chart and sortable, paginated table), the system level's
+analyses (when the run has system data), the comparison with another profile when given, per-level overhead,
+trace health, and the Perfetto trace to download. Charts are inline SVG drawn in Python; the page's own small
+script and style sheet (``assets/``) are inlined; a Content-Security-Policy forbids the page any request. Every
+name from a trace is escaped, in the markup and in the JSON the tables are drawn from.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Result
 from xstack.errors import XstackError
 from xstack.report._html_results import anchor, result_section, results_index
-from xstack.report._html_sections import health, overhead, overview, recommendations
+from xstack.report._html_sections import health, overhead, overview, recommendations, system, system_results
 from xstack.report._html_trace import DEFAULT_TRACE_CAP_BYTES, trace_section
 from xstack.report._svg import esc
 from xstack.trace.store import Store
@@ -87,10 +87,13 @@ def write_report(
 def render_html(analysis: Analysis, *, compare: Comparison | None = None, trace_html: str = "") -> str:
     """The report page as one string (``write_report`` adds the trace section and writes it)."""
     s = analysis.summary
+    in_system = {id(r) for r in system_results(analysis.results)}
+    system_html = system(analysis)
     sections = [
         overview(analysis),
         recommendations(analysis.recommendations, analysis.results),
-        _analyses(analysis.results),
+        _analyses([r for r in analysis.results if id(r) not in in_system]),
+        system_html,
     ]
     if compare is not None:
         sections.append(_comparison(compare))
@@ -99,6 +102,8 @@ def render_html(analysis: Analysis, *, compare: Comparison | None = None, trace_
     io = next((r for r in analysis.results if r.id.startswith("io.") and not r.missing), None)
     if io is not None:  # a run with I/O: a link straight to its I/O analyses, which follow the timeline ones
         nav.append((anchor(io.id), "I/O"))
+    if system_html:
+        nav.append(("system", "System"))
     if compare is not None:
         nav.append(("comparison", "Comparison"))
     nav += [("overhead", "Overhead"), ("health", "Health")] + ([("trace", "Trace")] if trace_html else [])

@@ -76,8 +76,39 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
     if s.io:
         t.add_row("file I/O", io_line(s.io))
+    if s.system:
+        t.add_row("system", system_line(s.system))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def system_line(system: dict[str, Any]) -> str:
+    """The run's system figures on one line: "CPU 87% busy (2 cores, saturated 40% of samples), main RSS +12 MiB
+    over 20 steps, GPU n/a", and the syscalls traced."""
+    parts = []
+    if system.get("counters_run") is not None:
+        busy, cores, sat = system.get("busy_mean_pct"), system.get("cores"), system.get("saturated_pct")
+        cpu = "CPU " + ("n/a" if busy is None else f"{busy:.0f}% busy")
+        details = [f"{cores} cores" if cores else "", f"saturated {sat:.0f}% of samples" if sat is not None else ""]
+        parts.append(cpu + (f" ({', '.join(d for d in details if d)})" if any(details) else ""))
+        if (growth := system.get("main_growth_bytes")) is not None:
+            sign = "+" if growth >= 0 else "-"
+            steps = system.get("steps")
+            over = f" over {steps} steps" if steps else " over the run"
+            flag = " (leak suspected)" if system.get("main_suspect") else ""
+            parts.append(f"main RSS {sign}{format_value(abs(growth), 'bytes')}{over}{flag}")
+        parts.append(_gpu_part(system))
+    if system.get("syscalls_run") is not None:
+        parts.append(f"{system.get('syscalls') or 0:,} syscalls, {format_ns(system.get('syscall_ns') or 0)} in them")
+    return ", ".join(parts)
+
+
+def _gpu_part(system: dict[str, Any]) -> str:
+    if not system.get("gpus"):
+        return "GPU n/a"
+    util, throttled = system.get("gpu_util_mean_pct"), system.get("gpu_throttled_pct")
+    text = f"GPU {util:.0f}% utilised" if util is not None else "GPU utilisation n/a"
+    return text + (f" (throttled {throttled:.0f}% of samples)" if throttled else "")
 
 
 def io_line(io: dict[str, Any]) -> str:

@@ -252,7 +252,7 @@ def size_bucket(size: int) -> str:
 # -- system (spans of the syscall pass: one system call each) ---------------------------------------------
 SYS_RET: Final = "sys.ret"
 """String: what the call returned, as the tracer printed it (``0``, ``4096``, ``-1``); absent when the call
-never returned within the trace (``sys.unfinished``)."""
+never returned within the trace (``sys.unfinished``) and for ``exit``/``exit_group``, which never return."""
 SYS_ERRNO: Final = "sys.errno"
 """String: the error name of a failed call (``EAGAIN``, ``ETIMEDOUT``)."""
 SYS_ARGS: Final = "sys.args"
@@ -267,7 +267,9 @@ SYS_TOOL: Final = "sys.tool"
 
 # -- system counters (``counters.name`` of the system level's sampler) --------------------------------------
 # Per process of the profiled tree (``counters.pid`` set, ``device`` 'cpu'). Cumulative since the process
-# started unless said otherwise, so that a difference of two samples is exact whatever the interval.
+# started unless said otherwise, so that a difference of two samples is exact whatever the interval. The profiled
+# process's CPU times and context switches come at every sample (``config.system.interval_ms``); its other
+# counters, its descendants' and the machine's at full samples (``config.system.full_interval_ms``).
 PROC_CPU_USER_NS: Final = "proc.cpu_user_ns"
 """Cumulative CPU time in user mode of the process (all its threads), in ns."""
 PROC_CPU_SYSTEM_NS: Final = "proc.cpu_system_ns"
@@ -290,8 +292,9 @@ PROC_IO_WCHAR: Final = "proc.io_wchar"
 """Cumulative bytes passed to write-like calls (``wchar``)."""
 # Machine-wide (``pid`` NULL). Per core: ``device`` 'cpu:N'; all cores: ``device`` 'cpu'.
 CPU_BUSY_PCT: Final = "cpu.busy_pct"
-"""Percent of the interval ending at the sample that the core (``cpu:N``) or all cores together (``cpu``,
-0-100 of the whole machine) were not idle (iowait counts as idle)."""
+"""Percent of the time since the core's previous value that the core (``cpu:N``) or all cores together (``cpu``,
+0-100 of the whole machine) were not idle (iowait counts as idle). ``/proc/stat`` counts in clock ticks (10 ms):
+a sample in which a core's counters did not move gives no value, and the next one covers both."""
 CPU_PROCS_RUNNING: Final = "cpu.procs_running"
 """Gauge: runnable threads on the machine (``/proc/stat`` ``procs_running``)."""
 CPU_PROCS_BLOCKED: Final = "cpu.procs_blocked"
@@ -316,9 +319,10 @@ GPU_MEM_CLOCK_MHZ: Final = "gpu.mem_clock_mhz"
 GPU_TEMP_C: Final = "gpu.temp_c"
 """Gauge: GPU temperature, in degrees Celsius."""
 GPU_PCIE_TX_BYTES_PER_S: Final = "gpu.pcie_tx_bytes_per_s"
-"""PCIe bytes per second sent by the GPU (NVML's ~20 ms window)."""
+"""PCIe bytes per second sent by the GPU since the device's previous sample (from NVML's cumulative PCIe byte
+counters)."""
 GPU_PCIE_RX_BYTES_PER_S: Final = "gpu.pcie_rx_bytes_per_s"
-"""PCIe bytes per second received by the GPU."""
+"""PCIe bytes per second received by the GPU since the device's previous sample."""
 GPU_THROTTLE_REASONS: Final = "gpu.throttle_reasons"
 """NVML's clocks-event (throttle) reasons bit mask at the sample (0: none; see ``GPU_THROTTLE_BITS``)."""
 GPU_THROTTLE_BITS: Final = {
@@ -366,4 +370,10 @@ when one was given)."""
 CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int,
 "samples": int, "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU
-telemetry is absent), "syscalls": bool, "syscall_tool": str | None}``."""
+telemetry is absent), "syscalls": bool, "syscall_tool": str | None, "workers": int}``, where ``workers`` is the
+most child processes alive at once, ``gpus`` the ``cuda:N`` devices sampled and ``late_samples`` the samples
+skipped because the one before came too late. The sampler adds ``"full_interval_ms": float`` (the period of
+full samples), ``"gpu_interval_ms": float | None`` (of GPU samples), ``"gpu_names": {"cuda:N": str}``,
+``"sampler_cpu_ns": int`` (the CPU time the sampler thread used), ``"sample_us": float`` (the mean wall time
+of one sample), ``"gpu_sample_us": float | None`` (of reading the GPUs, where it did) and ``"sampler_tid":
+int`` (the sampler thread's Linux tid: the syscall pass leaves its calls out)."""

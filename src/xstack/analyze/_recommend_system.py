@@ -1,0 +1,260 @@
+"""The recommendation rules over the system analyses and the CUDA API analysis: too many DataLoader workers for
+the cores, oversubscribed threads, GPU clock throttling, host memory growth, stages blocked in wait syscalls,
+and host time lost to CUDA syncs and allocations inside layers.
+
+Each rule reads the ``facts`` and rows of the results it names and stays silent when they are missing or do
+not show the problem; its thresholds are module constants, quoted in the evidence where they decide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._system_syscalls import WAIT_MEANING
+from xstack.analyze.pipeline import Recommendation, Severity
+from xstack.analyze.result import Result, format_ns, format_value
+
+Results = dict[str, Result]
+
+SATURATED_PCT = 20.0
+"""Share of samples with more runnable threads than cores above which the CPU counts as saturated."""
+INVOLUNTARY_PER_STEP = 100.0
+"""Involuntary context switches of the main process per step above which its threads fight for the cores."""
+THREADS_PER_CORE = 4
+"""Threads of the main process per core above which it has far more threads than the machine can run."""
+GPU_THROTTLE_PCT = 10.0
+"""Share of samples with a thermal or power throttle reason above which throttling costs throughput."""
+WAIT_SHARE_PCT = 30.0
+"""Share of a stage's time blocked in wait syscalls above which it is worth a look."""
+SYNC_ALLOC_LAYER_PCT = 20.0
+"""Share of a layer's time in CUDA sync and allocation calls above which they are worth removing..."""
+SYNC_ALLOC_MIN_NS = 10_000
+"""...provided they add up to at least this much host time (10 us)."""
+
+
+def _get(results: Results, id: str) -> Result | None:
+    r = results.get(id)
+    return r if r is not None and r.available else None
+
+
+def _num(facts: dict[str, Any], key: str) -> float | None:
+    v = facts.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _severity(pct: float) -> Severity:
+    return "high" if pct >= 50 else "medium" if pct >= 25 else "low"
+
+
+def workers_exceed_cores(results: Results) -> Recommendation | None:
+    """More DataLoader workers (plus the main process) than cores, and the CPU saturated."""
+    c = _get(results, "system.cpu")
+    if c is None:
+        return None
+    workers, cores, sat = _num(c.facts, "workers"), _num(c.facts, "cores"), _num(c.facts, "saturated_pct")
+    if not workers or not cores or sat is None or workers + 1 <= cores or sat < SATURATED_PCT:
+        return None
+    busy = _num(c.facts, "busy_mean_pct")
+    evidence = [
+        f"{int(workers)} worker process(es) and the main process run on {int(cores)} core(s); more threads than "
+        f"cores were runnable at {sat:.0f}% of the samples (threshold {SATURATED_PCT:g}%)"
+        + (f", the machine was {busy:.0f}% busy" if busy is not None else "")
+        + " (system.cpu)"
+    ]
+    if (invol := _num(c.facts, "main_involuntary_per_step")) is not None:
+        evidence.append(f"the scheduler took the CPU from the main process {invol:,.0f} times per step (system.cpu)")
+    return Recommendation(
+        "workers_exceed_cores", "More DataLoader workers than cores", _severity(sat), evidence, [c.id],
+        f"Lower DataLoader(num_workers=...) to {max(int(cores) - 1, 1)} (the cores less one for the main process): "
+        "extra workers only take turns on the same cores and take CPU from the training loop; if loading is then "
+        "too slow, make each batch cheaper (decode and augment less, or on the GPU) or use a machine with more "
+        "cores.",
+    )  # fmt: skip
+
+
+def thread_oversubscription(results: Results) -> Recommendation | None:
+    """Intra-op threads times processes exceed the cores (with contention seen), or the main process has far more
+    threads than cores and is switched out often."""
+    c = _get(results, "system.cpu")
+    if c is None or not (cores := _num(c.facts, "cores")):
+        return None
+    threads, workers = _num(c.facts, "torch_threads"), _num(c.facts, "workers") or 0.0
+    invol, sat = _num(c.facts, "main_involuntary_per_step"), _num(c.facts, "saturated_pct")
+    main_threads = _num(c.facts, "main_threads_max")
+    contended = (sat is not None and sat >= SATURATED_PCT) or (invol is not None and invol >= INVOLUNTARY_PER_STEP)
+    evidence = []
+    if threads and threads * (1 + workers) > cores and contended:
+        evidence.append(
+            f"torch runs {int(threads)} intra-op threads per process and {int(workers)} worker(s) run beside the "
+            f"main process: up to {int(threads * (1 + workers))} busy threads for {int(cores)} cores (system.cpu)"
+        )
+    switched = invol is not None and invol >= INVOLUNTARY_PER_STEP
+    if main_threads and main_threads >= THREADS_PER_CORE * cores and switched:
+        evidence.append(f"the main process has {int(main_threads)} threads for {int(cores)} cores (system.cpu)")
+    if not evidence:
+        return None
+    evidence.append(_contention(sat, invol))
+    share = int(max(cores - workers, 1))
+    return Recommendation(
+        "thread_oversubscription", "Threads oversubscribe the cores", "medium" if sat and sat >= 25 else "low",
+        evidence, [c.id],
+        f"Give each process its share of the cores: torch.set_num_threads({share}) in the main process (or "
+        f"OMP_NUM_THREADS={share}), and one thread per worker: DataLoader(worker_init_fn=...) calling "
+        "torch.set_num_threads(1) and setting OMP_NUM_THREADS/MKL_NUM_THREADS=1 (cv2.setNumThreads(0) for "
+        "OpenCV) before the worker's libraries start their own pools.",
+    )  # fmt: skip
+
+
+def _contention(sat: float | None, invol: float | None) -> str:
+    parts = []
+    if sat is not None:
+        parts.append(f"more threads than cores were runnable at {sat:.0f}% of the samples")
+    if invol is not None:
+        parts.append(f"the main process was switched out involuntarily {invol:,.0f} times per step "
+                     f"(threshold {INVOLUNTARY_PER_STEP:g})")  # fmt: skip
+    return "; ".join(parts) + " (system.cpu)"
+
+
+def gpu_throttling(results: Results) -> Recommendation | None:
+    """A GPU ran with thermal or power throttle reasons set in many samples."""
+    g = _get(results, "system.gpu")
+    if g is None or not g.rows:
+        return None
+    thermal, power = _num(g.facts, "thermal_pct") or 0.0, _num(g.facts, "power_pct") or 0.0
+    if max(thermal, power) < GPU_THROTTLE_PCT:
+        return None
+    line = (
+        f"{g.facts.get('worst_gpu')}: clocks slowed for heat in {thermal:.0f}% and for power in {power:.0f}% of the "
+        f"samples (threshold {GPU_THROTTLE_PCT:g}%); reasons: {g.facts.get('worst_reasons')}"
+    )
+    if (low := _num(g.facts, "sm_clock_min_vs_max_pct")) is not None:
+        line += f"; the SM clock fell to {low:.0f}% of its highest"
+    if (temp := _num(g.facts, "temp_max_c")) is not None:
+        line += f"; up to {temp:.0f} C"
+    if thermal >= power:
+        action = ("Cool the GPU: check its fans and airflow and the inlet temperature (nvidia-smi -q -d "
+                  "TEMPERATURE,PERFORMANCE); a GPU that throttles for heat runs every kernel slower.")  # fmt: skip
+    else:
+        action = ("The board reaches its power limit: check that the limit was not lowered (nvidia-smi -q -d "
+                  "POWER; raise it with nvidia-smi -pl where allowed), and expect the clocks to settle under "
+                  "sustained heavy kernels: compare step latency with an unthrottled GPU.")  # fmt: skip
+    return Recommendation("gpu_throttling", "GPU clocks throttled", _severity(max(thermal, power)),
+                          [line + " (system.gpu)"], [g.id], action)  # fmt: skip
+
+
+def host_memory_growth(results: Results) -> Recommendation | None:
+    """The resident memory of the main process or its workers keeps growing across the measured steps."""
+    m = _get(results, "system.memory")
+    if m is None:
+        return None
+    evidence = [_growth_line(m.facts, who) for who in ("main", "workers") if m.facts.get(f"{who}_suspect")]
+    if not evidence:
+        return None
+    grown = max(_num(m.facts, f"{who}_growth_pct") or 0.0 for who in ("main", "workers"))
+    return Recommendation(
+        "host_memory_growth", "Host memory grows step after step (leak suspected)", _severity(grown), evidence,
+        [m.id],
+        "Find what the loop keeps from step to step: losses or outputs accumulated with their autograd graph "
+        "(total += loss instead of loss.item() or loss.detach()), lists and dicts that grow every step (metrics, "
+        "caches, logged tensors), tensors captured by hooks or closures. tracemalloc snapshots taken a few steps "
+        "apart (snapshot.compare_to(...)) show the lines that allocate; in DataLoader workers, Python lists of "
+        "objects in the dataset grow each worker's memory as they are read (use numpy arrays or tensors).",
+    )  # fmt: skip
+
+
+OWNER = {"main": "the main process's", "workers": "the workers'"}
+
+
+def _growth_line(facts: dict[str, Any], who: str) -> str:
+    growth, steps = _num(facts, f"{who}_growth_bytes") or 0.0, int(_num(facts, "steps") or 0)
+    start, end = _num(facts, f"{who}_start_bytes") or 0.0, _num(facts, f"{who}_end_bytes") or 0.0
+    line = (
+        f"{OWNER[who]} resident memory grew by "
+        f"{format_value(growth, 'bytes')} over {steps} measured steps ({format_value(start, 'bytes')} to "
+        f"{format_value(end, 'bytes')})"
+    )
+    if (slope := _num(facts, f"{who}_slope_per_step_bytes")) is not None:
+        line += f", {format_value(slope, 'bytes')} per step"
+    if (rising := _num(facts, f"{who}_rising_pct")) is not None:
+        line += f", rising in {rising:.0f}% of the steps"
+    return line + " (system.memory)"
+
+
+def stage_blocked_in_waits(results: Results) -> Recommendation | None:
+    """A stage spends a large share of its time blocked in wait syscalls (layers are left out: their waits are
+    mostly the framework's own thread pools joining, which strace slows further)."""
+    s = _get(results, "system.syscalls")
+    if s is None or not s.rows:
+        return None
+    rows = [r for r in s.to_records() if r["kind"] == "stage" and (r["wait share"] or 0) > WAIT_SHARE_PCT]
+    if not rows:
+        return None
+    worst = max(rows, key=lambda r: r["wait"])
+    top = worst["top wait"]
+    on = WAIT_MEANING.get(str(top), "another thread or process")
+    evidence = [
+        f"stage {worst['where']} spends {worst['wait share']:.0f}% of its time blocked in wait calls "
+        f"(threshold {WAIT_SHARE_PCT:g}%), {format_ns(worst['wait'])} in all, mostly {top}: waiting on {on} "
+        "(system.syscalls)"
+    ]
+    others = [r for r in rows if r is not worst][:3]
+    evidence += [f"also stage {r['where']}: {r['wait share']:.0f}% (system.syscalls)" for r in others]
+    per_step, total = worst["per step"], worst["in syscalls"]
+    return Recommendation(
+        "stage_blocked_in_waits", f"{worst['where']} waits in the kernel", _severity(worst["wait share"]), evidence,
+        [s.id], _wait_action(str(top), str(worst["where"])),
+        impact_ns=int(per_step * worst["wait"] / total) if per_step and total else None,
+    )  # fmt: skip
+
+
+def _wait_action(call: str, where: str) -> str:
+    if call in ("nanosleep", "clock_nanosleep"):
+        return f"Remove the sleeps in {where} (time.sleep in the loop, polling with a sleep): wait on the event."
+    if call in ("wait4", "waitid"):
+        return f"{where} waits for child processes to exit: start them once (persistent workers, a pool), reuse them."
+    if "dataloader" in where.lower() or call in ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait"):
+        return (f"{where} waits for batches from the DataLoader workers: raise num_workers (up to the free cores) "
+                "and prefetch_factor, use persistent_workers=True, or make each batch cheaper to produce.")  # fmt: skip
+    return (f"{where} waits on locks or queues shared with other threads: find the thread it waits for (a "
+            "py-spy dump during the stage shows it) and overlap or remove the hand-off.")  # fmt: skip
+
+
+def cuda_sync_alloc_in_layers(results: Results) -> Recommendation | None:
+    """A layer spends much of its time in CUDA synchronisation or allocation calls."""
+    r = _get(results, "runtime.api")
+    if r is None or not r.rows:
+        return None
+    found = [
+        row for row in r.to_records()
+        if (row["sync+alloc share"] or 0) >= SYNC_ALLOC_LAYER_PCT and row["sync"] + row["alloc"] >= SYNC_ALLOC_MIN_NS
+    ]  # fmt: skip
+    if not found:
+        return None
+    worst = max(found, key=lambda row: row["sync"] + row["alloc"])
+    evidence = [
+        f"layer {worst['layer']} spends {worst['sync+alloc share']:.0f}% of its time in CUDA sync and allocation "
+        f"calls (threshold {SYNC_ALLOC_LAYER_PCT:g}%): {format_ns(worst['sync'])} in {worst['sync calls']:,} "
+        f"syncs, {format_ns(worst['alloc'])} in {worst['alloc calls']:,} allocations (runtime.api)"
+    ]
+    others = [row for row in found if row is not worst][:3]
+    evidence += [f"also layer {row['layer']}: {row['sync+alloc share']:.0f}% (runtime.api)" for row in others]
+    return Recommendation(
+        "cuda_sync_alloc_in_layers", f"CUDA syncs and allocations inside {worst['layer']}",
+        _severity(worst["sync+alloc share"]), evidence, [r.id],
+        "Syncs inside a layer come from reading device values on the host: .item(), .cpu(), .tolist(), print, "
+        "if tensor:, and ops with data-dependent shapes (nonzero, masked_select, unique); keep them on the "
+        "device or move them out of the step. cudaMalloc/cudaFree calls mean PyTorch's caching allocator missed: "
+        "shapes that change every step, torch.cuda.empty_cache() in the loop, or fragmentation "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).",
+    )  # fmt: skip
+
+
+RULES = {
+    "workers_exceed_cores": workers_exceed_cores,
+    "thread_oversubscription": thread_oversubscription,
+    "gpu_throttling": gpu_throttling,
+    "host_memory_growth": host_memory_growth,
+    "stage_blocked_in_waits": stage_blocked_in_waits,
+    "cuda_sync_alloc_in_layers": cuda_sync_alloc_in_layers,
+}
+"""The rules of this module, by id (``recommend.RULES`` includes them)."""

@@ -1,0 +1,285 @@
+"""What the system analyses share: which run holds the sampler's counters and which the syscalls, the measured
+steps, the processes and how tables name them.
+
+A run has system data when it holds the sampler's counters (``proc.*``, ``cpu.*``, ``mem.*``, ``gpu.*``) or
+``system`` spans (syscalls). A merged run holds neither: its passes do. ``system_runs`` then reads the passes
+listed in ``config.merge.counter_passes`` (and, for stores merged before the system level was a counter pass,
+``config.merge.passes``) and takes the counters from the pass that ran without syscalls (strace slows the
+program, which the CPU and memory numbers must not carry) when there is one, else from the syscall pass, and
+the syscall spans from the pass that traced them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from xstack.analyze.context import run_context
+from xstack.analyze.result import Result, missing_result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+SYSTEM_COUNTER: Final = (
+    "(starts_with(name, 'proc.') OR starts_with(name, 'cpu.') OR starts_with(name, 'mem.') "
+    "OR starts_with(name, 'gpu.'))"
+)
+"""SQL condition on ``counters.name`` keeping the system level's sampler counters."""
+
+HINT: Final = (
+    "profile with the system level (xstack run --levels model,system -- ...), or add its passes to a leveled "
+    "measurement (xstack profile --system); for syscalls, xstack run --syscalls"
+)
+"""How to record what the system analyses need."""
+
+STEP_SPAN: Final = f"level = 'model' AND attrs->>'$.\"{A.MODEL_KIND}\"' = 'step'"
+"""A step span of a live run (``prof.step()`` / ``xstack.step()``)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One measured step: its iteration number and its span's bounds (ns on the run's clock)."""
+
+    index: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """One run that holds system data: its pass, config and what it holds."""
+
+    run_id: int
+    pass_name: str
+    config: dict[str, Any]
+    counters: int
+    syscall_spans: int
+    main_pid: int | None
+    """The profiled process of the pass (each pass runs in a process of its own)."""
+
+    @property
+    def system(self) -> dict[str, Any]:
+        """The run's ``config.system`` (empty when absent)."""
+        value = self.config.get(A.CONFIG_SYSTEM)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def traced_syscalls(self) -> bool:
+        """The pass ran under the syscall tracer (its timings are slowed by it)."""
+        return bool(self.system.get("syscalls")) or self.syscall_spans > 0
+
+
+@dataclass(frozen=True)
+class SystemRuns:
+    """Where a run's system data lives: the run with the sampler's counters and the run with the syscalls."""
+
+    run_id: int
+    """The run analysed (a merged run, or a run that holds its own system data)."""
+    counters: RunFacts | None
+    syscalls: RunFacts | None
+    names: dict[int, str] = field(default_factory=dict)
+    """Process names the run's config gives (``config.processes``), by pid."""
+
+    @property
+    def main_pid(self) -> int | None:
+        """The profiled process of the counters run (else of the syscall run)."""
+        run = self.counters or self.syscalls
+        return run.main_pid if run is not None else None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """``config.system`` of the counters run (else of the syscall run)."""
+        run = self.counters or self.syscalls
+        return run.system if run is not None else {}
+
+    @property
+    def cores(self) -> int | None:
+        """Logical CPUs of the machine (``config.system.cores``)."""
+        cores = self.config.get("cores")
+        return cores if isinstance(cores, int) and cores > 0 else None
+
+    def label(self, pid: int | None, run: RunFacts | None = None) -> str:
+        """``main`` for the main process of ``run`` (default: the counters run), its name where the run gives
+        one, else ``worker <pid>``."""
+        if pid is None:
+            return "machine"
+        if pid == (run.main_pid if run is not None else self.main_pid):
+            return "main"
+        return self.names.get(pid) or f"worker {pid}"
+
+    def source(self, run: RunFacts | None) -> str:
+        """Where a number came from, for the notes: ``run 3 (pass model+system)``."""
+        if run is None:
+            return "no run"
+        if run.run_id == self.run_id:
+            return f"run {run.run_id} (this run)"
+        return f"run {run.run_id} (pass {run.pass_name})"
+
+    def missing(self, id: str, title: str, what: str = "system") -> Result:
+        """A result saying that the system level (or, ``what="syscalls"``, its syscall pass) is missing."""
+        return missing_result(id, title, self.run_id, [what], f"{what}: {HINT}.")
+
+
+_RUNS: weakref.WeakKeyDictionary[Store, dict[int, SystemRuns]] = weakref.WeakKeyDictionary()
+
+
+def system_runs(store: Store, run_id: int | None) -> SystemRuns:
+    """The runs holding ``run_id``'s system data (computed once per open store and run)."""
+    ctx = run_context(store, run_id)
+    per_store = _RUNS.setdefault(store, {})
+    if ctx.run_id not in per_store:
+        candidates = _candidates(ctx.run_id, ctx.config, ctx.pass_name)
+        found = [f for rid in candidates if (f := _run_facts(store, rid)) is not None]
+        with_counters = sorted((f for f in found if f.counters), key=lambda f: (f.traced_syscalls, f.run_id))
+        with_spans = sorted((f for f in found if f.syscall_spans), key=lambda f: (not f.system.get("syscalls"),))
+        counters = with_counters[0] if with_counters else None
+        syscalls = with_spans[0] if with_spans else None
+        anchor = counters or syscalls
+        names = _process_names(anchor.config if anchor is not None else ctx.config)
+        per_store[ctx.run_id] = SystemRuns(ctx.run_id, counters, syscalls, names)
+    return per_store[ctx.run_id]
+
+
+def _candidates(run_id: int, config: dict[str, Any], pass_name: str | None) -> list[int]:
+    if pass_name != "merged":
+        return [run_id]
+    merge = config.get("merge")
+    if not isinstance(merge, dict):
+        return []
+    listed = [p for key in ("counter_passes", "passes") for p in merge.get(key) or [] if isinstance(p, dict)]
+    ids = [p["run_id"] for p in listed if isinstance(p.get("run_id"), int)]
+    return list(dict.fromkeys(ids))
+
+
+def _run_facts(store: Store, run_id: int) -> RunFacts | None:
+    row = store.query("SELECT pass, config FROM runs WHERE run_id = ?", [run_id])
+    if not row:
+        return None
+    counters = store.query(f"SELECT count(*) FROM counters WHERE run_id = ? AND {SYSTEM_COUNTER}", [run_id])[0][0]
+    spans = store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'system'", [run_id])[0][0]
+    if not counters and not spans:
+        return None
+    parsed = orjson.loads(row[0][1]) if row[0][1] else {}
+    config = parsed if isinstance(parsed, dict) else {}
+    return RunFacts(run_id, str(row[0][0] or run_id), config, counters, spans, _main_pid(store, run_id, config))
+
+
+def _main_pid(store: Store, run_id: int, config: dict[str, Any]) -> int | None:
+    pid = config.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid
+    found = store.query(
+        "SELECT pid FROM spans WHERE run_id = ? AND level = 'model' AND pid IS NOT NULL "
+        "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
+        [run_id],
+    )
+    if found:
+        return int(found[0][0])
+    first = store.query(  # the sampler's first process is the one it runs in
+        "SELECT arg_min(pid, (ts_ns, pid)) FROM counters WHERE run_id = ? AND pid IS NOT NULL AND "
+        "starts_with(name, 'proc.')",
+        [run_id],
+    )[0][0]
+    return int(first) if first is not None else None
+
+
+def _process_names(config: dict[str, Any]) -> dict[int, str]:
+    processes = config.get("processes")
+    if not isinstance(processes, dict):
+        return {}
+    names = {}
+    for pid, entry in processes.items():
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and str(pid).lstrip("-").isdigit():
+            names[int(pid)] = entry["name"]
+    return names
+
+
+def measured_steps(store: Store, run: RunFacts) -> list[Step]:
+    """The run's step spans after its warm-up (``config.measure.warmup``; none when the run has no such
+    config), in time order. Steps without an iteration number are numbered in time order."""
+    found = store.query(
+        f"SELECT TRY_CAST(attrs->>'$.\"{A.MODEL_STEP}\"' AS BIGINT), start_ns, start_ns + dur_ns FROM spans "
+        f"WHERE run_id = ? AND {STEP_SPAN} ORDER BY start_ns, span_id",
+        [run.run_id],
+    )
+    measure = run.config.get("measure")
+    warmup = measure.get("warmup", 0) if isinstance(measure, dict) else 0
+    warmup = warmup if isinstance(warmup, int) else 0
+    steps = [Step(int(i) if i is not None else k, int(s), int(e)) for k, (i, s, e) in enumerate(found)]
+    return [s for s in steps if s.index >= warmup]
+
+
+@dataclass(frozen=True)
+class Region:
+    """The interval the system analyses summarise (ns on the counters run's clock)."""
+
+    start_ns: int
+    end_ns: int
+    steps: list[Step]
+    base_ns: int
+    """The run's first event: the ``time`` columns count from it."""
+
+    @property
+    def kind(self) -> str:
+        """``measured steps`` or ``whole run`` (no step spans after the warm-up)."""
+        return "measured steps" if self.steps else "whole run"
+
+    @property
+    def length_ns(self) -> int:
+        return max(self.end_ns - self.start_ns, 0)
+
+
+def region(store: Store, run: RunFacts) -> Region:
+    """The measured steps of ``run`` (first start to last end), else the extent of its system counters."""
+    steps = measured_steps(store, run)
+    t = store.query(f"SELECT min(ts_ns), max(ts_ns) FROM counters WHERE run_id = ? AND {SYSTEM_COUNTER}", [run.run_id])[
+        0
+    ]
+    first_span = store.query("SELECT min(start_ns) FROM spans WHERE run_id = ?", [run.run_id])[0][0]
+    starts = [v for v in (t[0], first_span) if v is not None]
+    base = int(min(starts)) if starts else 0
+    if steps:
+        return Region(steps[0].start_ns, steps[-1].end_ns, steps, base)
+    return Region(int(t[0] or 0), int(t[1] or 0), [], base)
+
+
+def step_bounds(steps: list[Step], whole: Region) -> tuple[list[int], list[int]]:
+    """Starts and ends of the steps as two lists for SQL (the region as one step when there are none)."""
+    if steps:
+        return [s.start_ns for s in steps], [s.end_ns for s in steps]
+    return [whole.start_ns], [whole.end_ns]
+
+
+def time_bins(t0: int, t1: int, bins: int, config: dict[str, Any]) -> tuple[int, int]:
+    """(width in ns, count) of at most ``bins`` equal bins from ``t0`` to ``t1``, each at least two sampling
+    intervals wide (``config.system.interval_ms``) so that no bin falls between two late samples."""
+    interval = config.get("interval_ms")
+    floor = int(2 * float(interval) * 1e6) if isinstance(interval, (int, float)) and interval > 0 else 1
+    span = t1 - t0 + 1
+    width = max(1, floor, -(-span // bins))
+    return width, max(1, -(-span // width))
+
+
+def mean(values: list[float]) -> float | None:
+    """The arithmetic mean, None for no values."""
+    return sum(values) / len(values) if values else None
+
+
+def slope(ys: list[float]) -> float | None:
+    """Least-squares slope of ``ys`` against 0, 1, 2, ... (units of y per point); None for fewer than two."""
+    n = len(ys)
+    if n < 2:
+        return None
+    mx, my = (n - 1) / 2, sum(ys) / n
+    num = sum((x - mx) * (y - my) for x, y in enumerate(ys))
+    den = sum((x - mx) ** 2 for x in range(n))
+    return num / den
+
+
+def data_note(runs: SystemRuns, run: RunFacts, what: str) -> str:
+    """One sentence saying where the result's data came from: the run, its pass and the sampling interval."""
+    interval = run.system.get("interval_ms")
+    every = f", sampled every {interval:g} ms" if isinstance(interval, (int, float)) else ""
+    return f"Data: {what} of {runs.source(run)}{every}."

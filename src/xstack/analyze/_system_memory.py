@@ -1,0 +1,157 @@
+"""Host memory growth across steps: the resident memory of the profiled processes at each step's end, its
+slope, and whether it looks like a leak."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from xstack.analyze._system_common import Region, RunFacts, SystemRuns, data_note, region, slope, system_runs
+from xstack.analyze._timeline_common import notes_of, rows
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+ID = "system.memory"
+TITLE = "Host memory growth (leak suspicion)"
+POINTS = 50
+"""Points taken over the run when it has no measured steps."""
+
+LEAK_SLOPE_BYTES: Final = 2**20
+"""Growth per step above which steady growth is suspicious (1 MiB: a batch's worth of kept tensors)."""
+LEAK_RISING_PCT: Final = 80.0
+"""...when the resident memory also rose in more than this share of the steps."""
+LEAK_GROWTH_PCT: Final = 10.0
+"""Growth over the measured steps, as a share of the resident memory at their start, that is suspicious alone
+(provided it is at least ``LEAK_SLOPE_BYTES``)."""
+
+_AT = f"""
+WITH t AS (SELECT unnest($ts) AS ts, unnest($k) AS k),
+c AS (SELECT pid, device, name, ts_ns, value FROM counters WHERE run_id = $run
+      AND ((pid IS NOT NULL AND name = '{A.PROC_RSS_BYTES}')
+           OR (pid IS NULL AND name IN ('{A.MEM_USED_BYTES}', '{A.MEM_AVAILABLE_BYTES}')))),
+keys AS (SELECT DISTINCT pid, name FROM c),
+q AS (SELECT keys.pid, keys.name, t.ts, t.k FROM keys CROSS JOIN t)
+SELECT q.k, q.pid, q.name, c.value, c.ts_ns FROM q
+ASOF JOIN c ON q.pid IS NOT DISTINCT FROM c.pid AND q.name = c.name AND q.ts >= c.ts_ns
+"""
+"""Each series' last sample at or before each point (a process that ended keeps its last value: left out
+below when that sample is older than ``stale_ns``)."""
+
+COLUMNS = [
+    Column("step", "count", "the iteration (with no steps: the point's number)"),
+    Column("time", "ns", "the step's end, from the run's first event"),
+    Column("main RSS", "bytes", "resident memory of the profiled process"),
+    Column("workers RSS", "bytes", "resident memory of its child processes, summed"),
+    Column("workers", "count", "child processes alive at the point"),
+    Column("machine used", "bytes", "MemTotal - MemAvailable"),
+    Column("machine available", "bytes", "MemAvailable"),
+]
+
+
+def memory_growth(store: Store, run_id: int) -> Result:
+    """Resident memory (bytes) of the main process and its workers at the end of each measured step, the
+    machine's memory, and the growth: least-squares slope (bytes per step), total growth over the measured
+    steps, and a leak suspicion flag.
+
+    Notes: from the system level's sampler: each series' last sample at or before the step's end (``VmRSS``,
+    ``MemAvailable``). The slope is fitted over the measured steps' ends (warm-up left out, when allocators and
+    caches fill); the growth runs from the first measured step's start to the last one's end. Growth is
+    suspicious when it is steady, more than 1 MiB per step and rising in more than 80% of the steps, or when it
+    exceeds 10% of the resident memory at the start (and 1 MiB). RSS counts pages the process touched,
+    whatever holds them: Python objects, tensors, the allocator's caches, memory-mapped files; it cannot tell
+    a leak from a cache still filling, only that memory kept growing. Without step spans, the run's sampled
+    time is cut into 50 points.
+    """
+    runs = system_runs(store, run_id)
+    run = runs.counters
+    if run is None:
+        return runs.missing(ID, TITLE)
+    where = region(store, run)
+    points, first = _points(where)
+    interval = runs.config.get("interval_ms")
+    stale = int(3 * float(interval) * 1e6) if isinstance(interval, (int, float)) and interval > 0 else 50_000_000
+    found = rows(store, _AT, run.run_id, ts=[first, *(t for _, t in points)], k=[-1, *(k for k, _ in points)])
+    table, start = _table(runs, found, points, where.base_ns, stale)
+    facts = _facts(run, where, table, start)
+    return Result(
+        ID,
+        TITLE,
+        COLUMNS,
+        table,
+        notes=f"{notes_of(memory_growth)} {data_note(runs, run, 'counters')}",
+        run_id=runs.run_id,
+        chart=Chart(
+            "line",
+            x="time",
+            y=("main RSS", "workers RSS"),
+            title="Resident memory at each step's end",
+            extra={"secondary_y": ["machine used"]},
+        ),  # fmt: skip
+        facts=facts,
+        labels=[] if where.steps else ["no measured steps: 50 points over the run"],
+    )
+
+
+def _points(where: Region) -> tuple[list[tuple[int, int]], int]:
+    """(step number, time) of each point and the time growth counts from."""
+    if where.steps:
+        return [(s.index, s.end_ns) for s in where.steps], where.steps[0].start_ns
+    span = max(where.length_ns, 1)
+    return [(k, where.start_ns + span * (k + 1) // POINTS) for k in range(POINTS)], where.start_ns
+
+
+def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]], base: int,
+           stale: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
+    at = dict(points)
+    per: dict[int, dict[str, Any]] = {}
+    for k, pid, name, value, ts in found:
+        cell = per.setdefault(int(k), {"workers": [], "main": None})
+        if name == A.PROC_RSS_BYTES and pid == runs.main_pid:
+            cell["main"] = float(value)
+        elif name == A.PROC_RSS_BYTES:
+            when = at.get(int(k))
+            if when is None or when - int(ts) <= stale:  # a worker that ended is no longer counted
+                cell["workers"].append(float(value))
+        else:
+            cell[name] = float(value)
+    table = []
+    for k, t in points:
+        cell = per.get(k, {"workers": [], "main": None})
+        workers = cell["workers"]
+        table.append((k, t - base, cell["main"], sum(workers) if workers else None, len(workers),
+                      cell.get(A.MEM_USED_BYTES), cell.get(A.MEM_AVAILABLE_BYTES)))  # fmt: skip
+    start = per.get(-1, {}).get("main")
+    return table, start
+
+
+def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None) -> dict[str, Any]:
+    facts: dict[str, Any] = {"source_run": run.run_id, "region": where.kind, "steps": len(where.steps)}
+    for key, col in (("main", 2), ("workers", 3)):
+        series = [float(r[col]) for r in table if r[col] is not None]
+        first = start if key == "main" and start is not None else (series[0] if series else None)
+        facts |= _growth(key, series, first, per_step=bool(where.steps))
+    used = [r[5] for r in table if r[5] is not None]
+    facts["machine_used_peak_bytes"] = max(used) if used else None
+    available = [r[6] for r in table if r[6] is not None]
+    facts["machine_available_min_bytes"] = min(available) if available else None
+    return facts
+
+
+def _growth(key: str, series: list[float], first: float | None, *, per_step: bool) -> dict[str, Any]:
+    if not series or first is None:
+        return {f"{key}_suspect": False} if key == "main" else {}
+    fitted = slope(series)
+    growth = series[-1] - first
+    rises = [b > a for a, b in zip([first, *series], series, strict=False)]
+    rising = 100.0 * sum(rises) / len(rises)
+    steady = per_step and fitted is not None and fitted > LEAK_SLOPE_BYTES and rising > LEAK_RISING_PCT
+    large = first > 0 and growth > max(LEAK_GROWTH_PCT / 100 * first, LEAK_SLOPE_BYTES)
+    return {
+        f"{key}_start_bytes": first,
+        f"{key}_end_bytes": series[-1],
+        f"{key}_growth_bytes": growth,
+        f"{key}_growth_pct": 100.0 * growth / first if first else None,
+        f"{key}_slope_per_step_bytes" if per_step else f"{key}_slope_per_point_bytes": fitted,
+        f"{key}_rising_pct": rising,
+        f"{key}_suspect": bool(steady or large),
+    }

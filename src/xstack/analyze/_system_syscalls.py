@@ -1,0 +1,265 @@
+"""Time blocked in system calls per stage and per layer (futex waits, reads, polls), and the calls that cost it.
+
+Both analyses read the ``system`` spans of the syscall pass: one per call, named after it, under the model or
+layer span open on its thread when it started.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Final
+
+from xstack.analyze._io_common import in_list
+from xstack.analyze._system_common import RunFacts, SystemRuns, data_note, measured_steps, system_runs
+from xstack.analyze._timeline_common import notes_of, pct, rows
+from xstack.analyze.context import run_context
+from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+ID = "system.syscalls"
+TITLE = "Time blocked in system calls, per stage and layer"
+NAMES_ID = "system.syscall_names"
+NAMES_TITLE = "System calls by total time"
+NAMES_LIMIT = 200
+
+CLASSES: Final = {
+    "wait": ("futex", "futex_waitv", "poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2", "select",
+             "pselect6", "nanosleep", "clock_nanosleep", "wait4", "waitid", "sched_yield", "pause", "rt_sigtimedwait",
+             "rt_sigsuspend"),
+    "read": ("read", "pread64", "readv", "preadv", "preadv2", "recvfrom", "recvmsg", "recvmmsg"),
+    "write": ("write", "pwrite64", "writev", "pwritev", "pwritev2", "sendto", "sendmsg", "sendmmsg", "sendfile"),
+    "open/metadata": ("openat", "open", "openat2", "creat", "close", "close_range", "stat", "fstat", "lstat",
+                      "newfstatat", "statx", "fstatat64", "access", "faccessat", "faccessat2", "lseek", "getdents",
+                      "getdents64", "readlink", "readlinkat", "mkdir", "mkdirat", "unlink", "unlinkat", "rename",
+                      "renameat", "renameat2", "fcntl", "dup", "dup2", "dup3", "statfs", "fstatfs", "getcwd",
+                      "chdir", "fsync", "fdatasync"),
+    "memory": ("mmap", "munmap", "mprotect", "madvise", "brk", "mremap"),
+}  # fmt: skip
+"""Syscall classes by call name; any other call is ``other``."""
+CLASS_NAMES: Final = (*CLASSES, "other")
+
+WAIT_MEANING: Final = {
+    "futex": "a lock, condition variable or queue shared with other threads (DataLoader queues, GIL hand-offs, "
+    "thread pools)",
+    "futex_waitv": "several locks at once",
+    "poll": "pipes or sockets (DataLoader worker queues, network)",
+    "ppoll": "pipes or sockets (DataLoader worker queues, network)",
+    "epoll_wait": "sockets or pipes through an event loop",
+    "epoll_pwait": "sockets or pipes through an event loop",
+    "epoll_pwait2": "sockets or pipes through an event loop",
+    "select": "pipes or sockets",
+    "pselect6": "pipes or sockets",
+    "nanosleep": "a sleep in the program (time.sleep)",
+    "clock_nanosleep": "a sleep in the program (time.sleep)",
+    "wait4": "a child process to exit",
+    "waitid": "a child process to exit",
+    "sched_yield": "spinning threads that give up the CPU",
+}
+"""What a thread blocked in each wait call is waiting on, for the evidence of recommendations."""
+
+
+def class_sql(column: str = "name") -> str:
+    """SQL giving the class (``CLASS_NAMES``) of a syscall name."""
+    whens = " ".join(f"WHEN {column} IN {in_list(names)} THEN '{cls}'" for cls, names in CLASSES.items())
+    return f"CASE {whens} ELSE 'other' END"
+
+
+_CALLS = f"""
+WITH st AS (SELECT unnest($s) AS s, unnest($e) AS e),
+sc AS (
+    SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.pid, s.tid, o.layer_id, o.model_id, {class_sql("s.name")} AS cls,
+        s.attrs->>'$."{A.SYS_ERRNO}"' IS NOT NULL AS failed,
+        coalesce(TRY_CAST(s.attrs->>'$."{A.SYS_UNFINISHED}"' AS BOOLEAN), FALSE) AS unfinished
+    FROM spans s LEFT JOIN {{owners}} o USING (span_id) WHERE s.run_id = $run AND s.level = 'system'
+),
+placed AS (
+    SELECT sc.*, st.e IS NOT NULL AND sc.start_ns < st.e AS in_step FROM sc ASOF LEFT JOIN st ON sc.start_ns >= st.s
+),
+labelled AS (
+    SELECT p.*, CASE WHEN m.attrs->>'$."{A.MODEL_KIND}"' = 'step' THEN 'step' ELSE m.name END AS stage,
+        coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name) AS layer
+    FROM placed p LEFT JOIN spans m ON m.run_id = $run AND m.span_id = p.model_id
+    LEFT JOIN spans l ON l.run_id = $run AND l.span_id = p.layer_id
+),
+keyed AS (
+    SELECT 'stage' AS kind, stage AS place, * FROM labelled WHERE model_id IS NOT NULL
+    UNION ALL SELECT 'layer', layer, * FROM labelled WHERE layer_id IS NOT NULL
+    UNION ALL SELECT CASE WHEN pid IS DISTINCT FROM $main THEN 'worker' WHEN tid = pid THEN 'outside' ELSE 'thread' END,
+        NULL, * FROM labelled WHERE model_id IS NULL
+)
+SELECT kind, place, pid, name, cls, count(*), sum(dur_ns), sum(dur_ns) FILTER (WHERE in_step),
+    count(*) FILTER (WHERE failed), count(*) FILTER (WHERE unfinished), max(dur_ns)
+FROM keyed GROUP BY ALL
+"""
+
+_SPAN_TIME = f"""
+SELECT 'stage', CASE WHEN attrs->>'$."{A.MODEL_KIND}"' = 'step' THEN 'step' ELSE name END, pid, sum(dur_ns)
+FROM spans WHERE run_id = $run AND level = 'model' GROUP BY ALL
+UNION ALL
+SELECT 'layer', coalesce(attrs->>'$."{A.LAYER_PATH}"', name), pid, sum(dur_ns)
+FROM spans WHERE run_id = $run AND level = 'layer' GROUP BY ALL
+"""
+
+COLUMNS = [
+    Column("where", help="a stage (model span; step: in a step outside its inner stages), a layer (module path), "
+           "or, for calls under no span: outside any stage (main thread), other threads, a worker process"),
+    Column("kind", help="stage, layer, outside, thread (other threads of the main process) or worker"),
+    Column("process"),
+    Column("calls", "count"),
+    Column("in syscalls", "ns", "time in the calls, summed"),
+    *(Column(cls, "ns", f"time in {cls} calls") for cls in CLASS_NAMES),
+    Column("span time", "ns", "the stage's or layer's own duration, summed over its calls"),
+    Column("share", "pct", "time in syscalls as a share of the span time"),
+    Column("wait share", "pct", "time in wait calls as a share of the span time"),
+    Column("per step", "ns", "time in syscalls within the measured steps, per step"),
+    Column("top call", help="the call with the most time here"),
+    Column("top wait", help="the wait call with the most time here"),
+]  # fmt: skip
+
+
+def syscall_time(store: Store, run_id: int) -> Result:
+    """Per stage, layer, other thread and worker process: system calls and the time in them (ns) by class
+    (wait, read, write, open/metadata, memory, other), their share of the stage's or layer's time (%), and the
+    time per measured step (ns).
+
+    Notes: from the syscall pass (strace), whose ``system`` spans hang from the model or layer span open on
+    their thread when they started. A stage row counts the calls under that model span, those of the layers
+    in it included, but not those of stages nested in it (``step`` is a step outside its inner stages); a
+    layer row counts the calls made while it was the innermost layer. So stage and layer rows overlap, and a
+    call's time is its whole duration whether it blocked or ran in the kernel. Calls under no span are the
+    main thread's "outside any stage", the main process's other threads (the sampler's and the DataLoader's
+    pin-memory threads among them) and each worker process. Caveats: strace stops the thread at every call,
+    adding some microseconds to each and slowing the whole pass, so counts and the durations of calls that
+    block (waits, reads of pipes) are what to trust, not the time of short calls; calls still running when the
+    trace ended run to its end. What the program computes between calls is not seen here.
+    """
+    runs = system_runs(store, run_id)
+    run = runs.syscalls
+    if run is None:
+        return runs.missing(ID, TITLE, "syscalls")
+    steps = measured_steps(store, run)
+    found = _calls(store, runs, run, [s.start_ns for s in steps], [s.end_ns for s in steps])
+    span_time = {(k, at, pid): int(t) for k, at, pid, t in rows(store, _SPAN_TIME, run.run_id)}
+    table = _table(runs, run, found, span_time, len(steps))
+    return Result(
+        ID,
+        TITLE,
+        COLUMNS,
+        table,
+        notes=f"{notes_of(syscall_time)} {data_note(runs, run, 'syscall spans')}",
+        run_id=runs.run_id,
+        chart=Chart("stacked", x="where", y=CLASS_NAMES, title="Time in system calls by class", limit=25),
+        facts=_facts(run, found, len(steps)),
+        labels=["strace: each call slowed by some microseconds"],
+    )
+
+
+def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], ends: list[int]) -> list[tuple[Any, ...]]:
+    owners = run_context(store, run.run_id).owners()
+    main = run.main_pid if run.main_pid is not None else -1
+    return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main)
+
+
+def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
+           span_time: dict[tuple[Any, Any, Any], int], steps: int) -> list[tuple[Any, ...]]:  # fmt: skip
+    groups: dict[tuple[str, Any, Any], list[tuple[Any, ...]]] = defaultdict(list)
+    for r in found:
+        groups[(r[0], r[1], r[2])].append(r)
+    table = []
+    for (kind, at, pid), calls in groups.items():
+        by_class = {cls: sum(int(c[6]) for c in calls if c[4] == cls) for cls in CLASS_NAMES}
+        total = sum(by_class.values())
+        span = span_time.get((kind, at, pid))
+        in_steps = sum(int(c[7] or 0) for c in calls)
+        waits = [c for c in calls if c[4] == "wait"]
+        table.append((
+            _where(runs, run, kind, at, pid), kind, runs.label(pid, run), sum(int(c[5]) for c in calls), total,
+            *by_class.values(), span, pct(total, span), pct(by_class["wait"], span),
+            in_steps / steps if steps else None, max(calls, key=lambda c: int(c[6]))[3],
+            max(waits, key=lambda c: int(c[6]))[3] if waits else None,
+        ))  # fmt: skip
+    table.sort(key=lambda r: (-r[4], r[0]))
+    return table
+
+
+def _where(runs: SystemRuns, run: RunFacts, kind: str, at: Any, pid: Any) -> str:
+    if kind in ("stage", "layer"):
+        return str(at)
+    if kind == "outside":
+        return "outside any stage"
+    if kind == "thread":
+        return "other threads"
+    return runs.label(pid, run)
+
+
+def _facts(run: RunFacts, found: list[tuple[Any, ...]], steps: int) -> dict[str, Any]:
+    # stage and layer rows overlap: the totals count each call once, from the rows that partition the calls
+    once = [r for r in found if r[0] != "layer"]
+    total = sum(int(r[6]) for r in once)
+    facts: dict[str, Any] = {
+        "source_run": run.run_id,
+        "tool": run.system.get("syscall_tool"),
+        "calls": sum(int(r[5]) for r in once),
+        "in_syscalls_ns": total,
+        "failed": sum(int(r[8]) for r in once),
+        "unfinished": sum(int(r[9]) for r in once),
+        "steps": steps,
+        "per_step_ns": sum(int(r[7] or 0) for r in once) / steps if steps else None,
+    }
+    for cls in CLASS_NAMES:
+        facts[f"{cls.replace('/', '_')}_ns"] = sum(int(r[6]) for r in once if r[4] == cls)
+    return facts
+
+
+NAME_COLUMNS = [
+    Column("syscall"),
+    Column("class"),
+    Column("calls", "count"),
+    Column("failed", "count", "calls that returned an error"),
+    Column("total", "ns"),
+    Column("mean", "ns"),
+    Column("longest", "ns"),
+    Column("share", "pct", "share of all time in system calls"),
+    Column("processes", "count"),
+]
+
+_BY_NAME = f"""
+SELECT name, {class_sql()}, count(*), count(*) FILTER (WHERE attrs->>'$."{A.SYS_ERRNO}"' IS NOT NULL), sum(dur_ns),
+    avg(dur_ns), max(dur_ns), count(DISTINCT pid)
+FROM spans WHERE run_id = $run AND level = 'system' GROUP BY name ORDER BY sum(dur_ns) DESC, name
+"""
+
+
+def syscalls_by_name(store: Store, run_id: int, *, limit: int | None = NAMES_LIMIT) -> Result:
+    """Per system call name: its class, calls, failures, total, mean and longest time (ns) and its share of
+    all time in system calls (%), over the whole syscall pass; the first ``limit`` names by total time.
+
+    Notes: from the syscall pass (strace), every process and thread of the profiled tree, warm-up included.
+    A failed call returned an error (``EAGAIN`` from a non-blocking read, ``ETIMEDOUT`` from a timed futex
+    wait: often the normal course of things). strace adds some microseconds to every call.
+    """
+    runs = system_runs(store, run_id)
+    run = runs.syscalls
+    if run is None:
+        return runs.missing(NAMES_ID, NAMES_TITLE, "syscalls")
+    found = rows(store, _BY_NAME, run.run_id)
+    total = sum(int(r[4]) for r in found)
+    table = [(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]), pct(int(r[4]), total), int(r[7]))
+             for r in found]  # fmt: skip
+    return Result(
+        NAMES_ID,
+        NAMES_TITLE,
+        NAME_COLUMNS,
+        table[:limit],
+        notes=f"{notes_of(syscalls_by_name)} {data_note(runs, run, 'syscall spans')}",
+        run_id=runs.run_id,
+        chart=Chart("hbar", x="syscall", y=("total",), title="Time per system call", limit=20),
+        facts={
+            "names": len(table),
+            "calls": sum(r[2] for r in table),
+            "in_syscalls_ns": total,
+            "top": table[0][0] if table else None,
+        },  # fmt: skip
+        truncated=0 if limit is None else max(0, len(table) - limit),
+    )

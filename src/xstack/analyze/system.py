@@ -1,0 +1,53 @@
+"""The system analyses: CPU saturation and contention, time blocked in system calls per stage and layer, GPU
+utilisation and clock throttling, and host memory growth.
+
+Each is a function ``(store, run_id, **options) -> Result`` (see ``xstack.analyze.pipeline``). They read what
+the system level stored (``design.md`` §2): the sampler's counters (``proc.*`` per process, ``cpu.*`` and
+``mem.*`` for the machine, ``gpu.*`` per GPU) and the syscall pass's ``system`` spans. For a merged run they
+read the passes that recorded them (``_system_common.system_runs``); a run without them says that it lacks the
+system level and how to record it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._system_common import system_runs
+from xstack.analyze._system_cpu import cpu_over_time, cpu_saturation
+from xstack.analyze._system_gpu import gpu_over_time, gpu_utilisation
+from xstack.analyze._system_memory import memory_growth
+from xstack.analyze._system_syscalls import syscall_time, syscalls_by_name
+from xstack.trace.store import Store
+
+__all__ = [
+    "cpu_over_time",
+    "cpu_saturation",
+    "gpu_over_time",
+    "gpu_utilisation",
+    "memory_growth",
+    "overview",
+    "syscall_time",
+    "syscalls_by_name",
+]
+
+
+def overview(store: Store, run_id: int) -> dict[str, Any] | None:
+    """The run's system figures in brief, for summaries: machine CPU busy (%), cores, saturated samples (%),
+    the main process's RSS growth (bytes) over the measured steps, GPU utilisation (%) and throttled samples
+    (%) or why there is no GPU telemetry, and the syscalls traced; None when the run has no system data."""
+    runs = system_runs(store, run_id)
+    if runs.counters is None and runs.syscalls is None:
+        return None
+    out: dict[str, Any] = {"counters_run": None, "syscalls_run": None}
+    if runs.counters is not None:
+        cpu, memory, gpu = (fn(store, run_id).facts for fn in (cpu_saturation, memory_growth, gpu_utilisation))
+        out |= {k: cpu.get(k) for k in ("cores", "busy_mean_pct", "saturated_pct", "workers")}
+        out |= {k: memory.get(k) for k in ("steps", "main_growth_bytes", "main_suspect")}
+        out |= {"gpus": gpu.get("gpus"), "gpu_util_mean_pct": gpu.get("util_mean_pct"),
+                "gpu_throttled_pct": gpu.get("throttled_pct"), "nvml": gpu.get("nvml"),
+                "counters_run": runs.counters.run_id}  # fmt: skip
+    if runs.syscalls is not None:
+        calls = syscall_time(store, run_id).facts
+        out |= {"syscalls": calls.get("calls"), "syscall_ns": calls.get("in_syscalls_ns"),
+                "syscalls_run": runs.syscalls.run_id}  # fmt: skip
+    return out

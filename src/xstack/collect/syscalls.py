@@ -1,0 +1,231 @@
+"""The system level's syscall pass: every system call of the profiled process tree, with its duration.
+
+Tracing system calls slows a program far more than any other level (each call stops the process twice), so it
+runs only when asked (``xstack run --syscalls``, ``XSTACK_SYSCALLS=1``) and gets a pass of its own in a leveled
+measurement (``xstack profile --system``). ``xstack run`` then restarts its child under ``strace -f``, as the
+io level restarts it preloaded, and once the whole tree has ended reads strace's output (``collect._strace``)
+into ``system`` spans of the run the child recorded: one per call that started inside the profiled region,
+under the model or layer span open on its thread at the time (``design.md`` §2), with the call's result,
+error, arguments (cut to ``A.SYS_ARGS_MAX``) and the tool (``A.SYS_*``). Calls outside the region (start-up,
+imports, the store being written) are counted in health, not kept.
+
+strace prints wall-clock times (CLOCK_REALTIME) to the microsecond: the clock of the run's live spans.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from xstack.collect._strace import Call, StraceParser
+from xstack.errors import UsageError
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import Store
+
+SYSCALLS_ENV = "XSTACK_SYSCALLS"
+"""``1``: a program run with the ``system`` level has its system calls traced (``xstack run --syscalls``)."""
+CHILD_ENV = "XSTACK_SYSCALLS_CHILD"
+"""Set in the program ``xstack run`` restarted under strace: the parent reads the trace once it has ended."""
+TOOL = "strace"
+
+STRACE_OPTIONS = ("-f", "-ttt", "-T", "-qq", "-s", "64")
+"""Follow forks and threads; wall-clock times to the microsecond; time in each call; no attach or exit
+messages; strings cut to 64 characters (arguments are kept cut shorter still)."""
+
+
+def requested() -> bool:
+    """Whether this process was asked to trace system calls and is not already the traced child."""
+    return os.environ.get(SYSCALLS_ENV, "") not in ("", "0") and not os.environ.get(CHILD_ENV)
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why system calls cannot be traced here (and how to fix it), or None; checked once by tracing ``true``."""
+    if not sys.platform.startswith("linux"):
+        return f"tracing system calls needs Linux and strace (this is {sys.platform})"
+    strace = shutil.which("strace")
+    if strace is None:
+        return "strace is not on PATH: install it (apt-get install strace, dnf install strace)"
+    try:
+        done = subprocess.run([strace, "-f", "-qq", "-o", os.devnull, "true"], capture_output=True, text=True,
+                              timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{strace} could not be run: {exc}"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return (f"{strace} cannot trace here ({said}): ptrace is not permitted; allow it (in a container: "
+                "docker run --cap-add=SYS_PTRACE; else sysctl kernel.yama.ptrace_scope=0 or 1)")  # fmt: skip
+    return None
+
+
+@functools.cache
+def tool_version() -> str:
+    """``strace 6.1``: the tracer and its version (``strace -V``), for ``config.system.syscall_tool``."""
+    try:
+        first = subprocess.run(["strace", "-V"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return TOOL
+    version = first[0].rsplit(" ", 1)[-1] if first else ""
+    return f"{TOOL} {version}".strip()
+
+
+def trace_path(store: Path) -> Path:
+    """Where ``run_under_strace`` has strace write its output for ``store`` (beside it; removed after)."""
+    return store.with_name(store.name.removesuffix(".duckdb") + ".strace")
+
+
+def run_under_strace(child: list[str], store: Path) -> int:
+    """Run ``child`` (an ``xstack run`` command line writing ``store``) under ``strace -f``, then read the calls
+    into the run it recorded; returns the program's exit code (128 + N when signal N killed it)."""
+    reason = unavailable_reason()
+    if reason:
+        raise UsageError(f"system calls cannot be traced here: {reason}")
+    trace = trace_path(store)
+    trace.parent.mkdir(parents=True, exist_ok=True)  # strace opens its output before the program makes the store
+    trace.unlink(missing_ok=True)
+    command = ["strace", *STRACE_OPTIONS, "-o", str(trace), *child]
+    process = subprocess.Popen(command, env=os.environ | {CHILD_ENV: "1"})
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:  # the program got the same Ctrl-C (strace ignores it): let it write its store
+        code = process.wait() or 130
+    try:
+        if store.exists() and trace.exists():
+            ingest(store, trace)
+    finally:
+        trace.unlink(missing_ok=True)
+    return 128 - code if code < 0 else code
+
+
+def ingest(store_path: Path, trace_file: Path) -> list[tuple[str, int, str]]:
+    """Read strace's output ``trace_file`` into the last run of the complete store at ``store_path`` (the run
+    the traced program recorded), in one transaction; returns the health rows written."""
+    from xstack.collect._ingest import into_last_run
+
+    return into_last_run(store_path, lambda store, run_id: ingest_run(store, run_id, trace_file))
+
+
+def ingest_run(store: Store, run_id: int, path: Path) -> list[tuple[str, int, str]]:
+    """Write the calls of strace's output ``path`` that started inside run ``run_id``'s region (its model
+    spans' first start to last end, ns) as ``system`` spans of the run, whose model and layer spans are already
+    in the store; list ``system`` among its levels and record the tool in ``config.system``; returns health."""
+    lo, hi = _region(store, run_id)
+    first_id = _last_span_id(store, run_id)
+    parser = StraceParser()
+    outside = kept = own = 0
+    sampler = _sampler_tid(store, run_id)
+    sink = Sink(store, run_id)
+    try:
+        with path.open(encoding="utf-8", errors="replace", newline="\n") as lines:
+            for call in parser.calls(lines):
+                if not lo <= call.start_ns <= hi:
+                    outside += 1
+                    continue
+                if call.tid == sampler:  # the system level's sampler reading /proc: the profiler's own calls
+                    own += 1
+                    continue
+                kept += 1
+                sink.span(first_id + kept, None, "system", call.name, call.start_ns, call.dur_ns, call.tid,
+                          call.tid, _attrs(call))  # fmt: skip
+    finally:
+        sink.close()
+    _set_pids(store.con, run_id, first_id, parser)
+    set_system_parents(store.con, run_id)
+    _record(store, run_id)
+    health = _health(parser, kept, outside)
+    if own:
+        health.append(("syscalls_sampler", own, "calls of the system level's sampler thread (its /proc reads): "
+                       "the profiler's own, not kept"))  # fmt: skip
+    return health
+
+
+def _sampler_tid(store: Store, run_id: int) -> int | None:
+    """The Linux tid of the run's sampler thread (``config.system.sampler_tid``), if it recorded one."""
+    found = store.query(
+        f"SELECT TRY_CAST(config->>'$.{A.CONFIG_SYSTEM}.sampler_tid' AS BIGINT) FROM _runs WHERE run_id = ?", [run_id]
+    )
+    return int(found[0][0]) if found and found[0][0] is not None else None
+
+
+def set_system_parents(con: Any, run_id: int) -> None:
+    """Hang each system span of run ``run_id`` from the innermost model or layer span open on its thread when
+    the call started (as the io level's spans); a call on a thread with none open keeps no parent."""
+    from xstack.collect._ingest import set_parents
+
+    set_parents(con, run_id, "system")
+
+
+def _set_pids(con: Any, run_id: int, first_id: int, parser: StraceParser) -> None:
+    """Spans were written with ``pid = tid``: true of each process's first thread; correct the other threads
+    now that every clone's result has been read."""
+    moved = {tid: pid for tid in parser.tids if (pid := parser.pid_of(tid)) != tid}
+    if not moved:
+        return
+    con.execute(
+        "UPDATE _spans SET pid = m.pid FROM (SELECT unnest(?::BIGINT[]) AS tid, unnest(?::BIGINT[]) AS pid) m "
+        "WHERE _spans.run_id = ? AND _spans.span_id > ? AND _spans.level = 'system' AND _spans.tid = m.tid",
+        [list(moved), list(moved.values()), run_id, first_id],
+    )
+
+
+def _attrs(call: Call) -> dict[str, Any]:
+    attrs: dict[str, Any] = {A.SYS_ARGS: call.args[: A.SYS_ARGS_MAX], A.SYS_TOOL: TOOL}
+    if call.ret is not None:
+        attrs[A.SYS_RET] = call.ret
+    if call.errno:
+        attrs[A.SYS_ERRNO] = call.errno
+    if call.unfinished:
+        attrs[A.SYS_UNFINISHED] = True
+    return attrs
+
+
+def _region(store: Store, run_id: int) -> tuple[int, int]:
+    row = store.query(
+        "SELECT min(start_ns), max(start_ns + dur_ns) FROM _spans WHERE run_id = ? AND level = 'model'", [run_id]
+    )[0]
+    if row[0] is None:
+        return 0, 2**63 - 1
+    return int(row[0]), int(row[1])
+
+
+def _last_span_id(store: Store, run_id: int) -> int:
+    return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
+
+
+def _record(store: Store, run_id: int) -> None:
+    """List ``system`` among the run's levels and say in ``config.system`` that its calls were traced, and by
+    what (a run still being recorded has no row yet)."""
+    import orjson
+
+    from xstack.trace.schema import LEVELS
+
+    found = store.query("SELECT coalesce(levels, []), config FROM _runs WHERE run_id = ?", [run_id])
+    if not found:
+        return
+    levels, config = found[0][0], orjson.loads(found[0][1]) if found[0][1] else {}
+    ordered = [lv for lv in LEVELS if lv in {*levels, "system"}]
+    store.con.execute("UPDATE _runs SET levels = ? WHERE run_id = ?", [ordered, run_id])
+    system = config.get(A.CONFIG_SYSTEM)
+    system = system if isinstance(system, dict) else {}
+    store.set_run_config(run_id, A.CONFIG_SYSTEM, system | {"syscalls": True, "syscall_tool": tool_version()})
+
+
+def _health(parser: StraceParser, kept: int, outside: int) -> list[tuple[str, int, str]]:
+    processes = len({parser.pid_of(tid) for tid in parser.tids})
+    health = [
+        ("syscalls_outside_region", outside, f"system calls before or after the profiled region (start-up, "
+         f"imports, the store being written; {kept} kept, from {processes} process(es)): not kept"),
+    ]  # fmt: skip
+    if parser.skipped:
+        health.append(("syscall_lines_skipped", parser.skipped, f"lines of strace's output that are not a call, "
+                       f"a signal or an exit, left out (the first: {parser.first_skipped!r})"))  # fmt: skip
+    if parser.unfinished:
+        health.append(("syscalls_unfinished", parser.unfinished, "calls that had not returned when their process "
+                       "ended or the trace did (killed?): their spans run to that point"))  # fmt: skip
+    return health

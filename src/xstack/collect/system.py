@@ -1,0 +1,343 @@
+"""The ``system`` level's sampler: CPU, memory, context switches and I/O of the profiled process tree, the
+machine's cores and memory, and the GPUs, as counters on the run's clock.
+
+A daemon thread samples every ``interval`` (``XSTACK_SYSTEM_INTERVAL_MS``, default 10 ms), once when the level
+starts and once when it stops, so that the region's both ends are covered. Samples come at two depths:
+
+- every sample: the profiled process's CPU time user/system and its voluntary/involuntary context switches
+  (``getrusage``: two system calls, no file read);
+- a full sample, every ``FULL_PERIOD_NS`` (50 ms) or every sample when the interval is longer, adds the
+  profiled process's RSS, threads and I/O counters, the same for each of its descendants (DataLoader workers
+  included), and the machine: busy % of each core and of all cores, runnable and blocked threads, memory used
+  and available (``collect._system_proc``);
+- each GPU through NVML, at most every 20 ms (``collect._system_nvml``).
+
+Why two depths: on the 2-core VM this was built on, a full sample of a process with two workers took 190-330 us
+of CPU (a dozen /proc reads, each several times slower than in a tight loop, as the program has the caches)
+against 25-45 us for a quick one, and every /proc read lets go of the interpreter lock, which the program may
+then take and the sampler must wait to get back. Reading everything every 10 ms cost 2.3 % of a core, two
+depths 1.0-1.2 % (``bench/system_overhead.py``): the quick samples keep CPU time and contention at 10 ms, where
+steps are resolved, and the rest comes every 50 ms, still 5 clock ticks (``/proc/stat`` and the children's CPU
+times count in 10 ms ticks anyway).
+
+**Schedule.** Sample ``k`` is due at ``start + k * interval`` on the monotonic clock, and the thread sleeps until
+then in a timed ``Lock.acquire`` on a lock that ``stop`` releases: sampling times do not drift with the time
+each sample takes, and ``stop`` wakes the thread at once. (``threading.Event.wait`` does the same through a
+``Condition``, which builds a new waiter lock on each call: 69 against 47 us of CPU per wake-up, measured.) A
+sample that comes too late to keep the next due time (the program held the interpreter lock, the machine was
+busy) makes the sampler skip the ticks it missed and count them (``late_samples``) rather than catch up in a
+burst, which would cost the program most when it is busiest. Timestamps are ``time.time_ns()``, the run's
+clock.
+
+**Cost.** The thread shares the interpreter lock with the program, so a sample does as little Python as it can:
+/proc files are kept open and re-read with ``pread``, and values are appended as raw integers to flat arrays
+(no objects for the garbage collector to walk). Counters are computed and written to the store only in
+``finish``, after the program's region. The buffer is bounded: when it reaches ``BUFFER_CAP_BYTES`` every other
+sample is dropped and the interval doubles (said in health), so a long run keeps its whole length at a coarser
+step.
+
+Errors inside the thread never reach the program: they are counted and the first is kept for health; after
+``MAX_ERRORS`` in a row the sampler stops.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+import time
+from array import array
+from typing import Any
+
+from xstack.collect._recorder import Recorder
+from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
+from xstack.collect._system_proc import PROC_STRIDE, Machine, ProcessTree, write_machine, write_processes
+from xstack.errors import UsageError
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import Store
+
+INTERVAL_ENV = "XSTACK_SYSTEM_INTERVAL_MS"
+"""The sampling interval in milliseconds (a float; default ``DEFAULT_INTERVAL_MS``)."""
+DEFAULT_INTERVAL_MS = 10.0
+MIN_INTERVAL_MS = 0.1
+"""Shorter than a sample takes (tens of microseconds): refused."""
+FULL_PERIOD_NS = 50_000_000
+"""The shortest time between two full samples (the machine, the child processes, the profiled process's I/O
+and threads), in ns."""
+BUFFER_CAP_BYTES = 64 << 20
+"""Samples kept in memory before the sampler halves them and doubles its interval."""
+MAX_ERRORS = 100
+"""Failed samples in a row after which the sampler gives up."""
+JOIN_TIMEOUT_S = 5.0
+
+
+def interval_ms() -> float:
+    """The sampling interval asked for in ``XSTACK_SYSTEM_INTERVAL_MS``, in ms; ``UsageError`` if it is not a
+    number of at least ``MIN_INTERVAL_MS``."""
+    text = os.environ.get(INTERVAL_ENV, "").strip()
+    if not text:
+        return DEFAULT_INTERVAL_MS
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{INTERVAL_ENV}={text!r} is not a number of milliseconds (for example 10)") from None
+    if not value >= MIN_INTERVAL_MS:  # also refuses nan
+        raise UsageError(f"{INTERVAL_ENV}={text!r}: the interval must be at least {MIN_INTERVAL_MS} ms")
+    return value
+
+
+class SystemCollector:
+    """The ``system`` level's live part: the sampler (see the module docstring)."""
+
+    level = "system"
+
+    def __init__(self) -> None:
+        self.sampler: Sampler | None = None
+        self._config: dict[str, Any] | None = None
+
+    def unavailable_reason(self) -> str | None:
+        if not sys.platform.startswith("linux"):
+            return f"the system level reads /proc, which needs Linux (this is {sys.platform})"
+        if not os.access("/proc/self/stat", os.R_OK) or not os.access("/proc/stat", os.R_OK):
+            return "/proc is not mounted or not readable here"
+        return None
+
+    def configure(self, config: dict[str, Any]) -> None:
+        """Keep the run's config: ``finish`` adds ``config["system"]`` to it."""
+        self._config = config
+
+    def start(self, recorder: Recorder) -> None:
+        self.sampler = Sampler(int(interval_ms() * 1e6))
+        self.sampler.start()
+
+    def stop(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
+        sampler = self.sampler
+        if sampler is None:
+            return []
+        sink = Sink(store, run_id)
+        try:
+            sampler.write(sink)
+        finally:
+            sink.close()
+        if self._config is not None:
+            before = self._config.get(A.CONFIG_SYSTEM)
+            self._config[A.CONFIG_SYSTEM] = {"syscalls": False, "syscall_tool": None} | (
+                before if isinstance(before, dict) else {}
+            ) | sampler.config()  # fmt: skip
+        return sampler.health()
+
+
+class Sampler:
+    """The sampling thread and its buffers; ``start``, ``stop``, then ``write`` once."""
+
+    def __init__(self, interval_ns: int) -> None:
+        self.interval_ns = interval_ns
+        self.step = 1
+        """Intervals between two samples: doubles each time the buffer is halved."""
+        self.tree = ProcessTree(os.getpid())
+        try:
+            self.machine = Machine()
+        except BaseException:
+            self.tree.close()
+            raise
+        self.gpus = Gpus()
+        self.nvml_reason = self.gpus.open()
+        self.machine_rows: array[int] = array("q")
+        self.proc_rows: array[int] = array("q")
+        self.gpu_rows: array[int] = array("q")
+        self.samples = self.late = self.halvings = 0
+        self.errors = 0
+        self.first_error: str | None = None
+        self.busy_ns = self.gpu_ns = self.gpu_samples = 0
+        """Wall time spent taking samples (all; those that read the GPUs), and how many read the GPUs."""
+        self.thread_cpu_ns = 0
+        self.thread_tid: int | None = None
+        """The sampler thread's Linux tid: the syscall pass leaves its calls out (they are the profiler's own)."""
+        self.stuck = False
+        self.counters_written = 0
+        self._failing = 0
+        self._last_full = self._last_gpu = -(1 << 62)
+        self._start = 0
+        self._stop = threading.Lock()
+        """Held while the sampler runs; ``stop`` releases it, which wakes the thread."""
+        self._stop.acquire()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Take the first sample here, then start the thread."""
+        self._start = time.monotonic_ns()
+        self._take(0, full=True, in_thread=False)
+        self._thread = threading.Thread(target=self._run, name="xstack-system-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Wake the thread, which takes the last sample and ends; wait for it."""
+        if self._stop.locked():
+            self._stop.release()
+        if self._thread is not None:
+            self._thread.join(JOIN_TIMEOUT_S)
+            self.stuck = self._thread.is_alive()
+
+    def _run(self) -> None:
+        self.thread_tid = threading.get_native_id()
+        k = 0
+        try:
+            while self._failing < MAX_ERRORS:
+                k = self._next(k)
+                delay_ns = self._start + k * self.interval_ns - time.monotonic_ns()
+                if self._stop.acquire(timeout=max(delay_ns, 0) / 1e9):
+                    break
+                self._take(k, full=False, in_thread=True)
+                if self._nbytes() >= BUFFER_CAP_BYTES:
+                    self._halve()
+        finally:  # the region's end, whatever happened
+            self._take(k + 1, full=True, in_thread=True)
+            use = resource.getrusage(resource.RUSAGE_THREAD)
+            self.thread_cpu_ns = int((use.ru_utime + use.ru_stime) * 1e9)
+            self._close()
+
+    def _next(self, k: int) -> int:
+        """The next sample due after sample ``k``: the next multiple of ``step``, or a later one if that is
+        already past (the skipped ones are counted late)."""
+        due = (k // self.step + 1) * self.step
+        now = (time.monotonic_ns() - self._start) // self.interval_ns
+        if now >= due:
+            later = (now // self.step + 1) * self.step
+            self.late += (later - due) // self.step
+            due = later
+        return due
+
+    def _take(self, k: int, *, full: bool, in_thread: bool) -> None:
+        t0 = time.monotonic_ns()
+        try:
+            ts = time.time_ns()
+            full = full or t0 - self._last_full >= FULL_PERIOD_NS
+            own = resource.getrusage(resource.RUSAGE_THREAD) if in_thread else None
+            own_ctx = (own.ru_nvcsw, own.ru_nivcsw) if own is not None else (0, 0)
+            self.tree.sample(k, ts, t0, own_ctx, self.proc_rows, full)
+            if full:
+                self.tree.bytes_read += self.machine.sample(k, ts, self.machine_rows)
+                self._last_full = t0
+            if self.gpus.handles and (full or t0 - self._last_gpu >= GPU_PERIOD_NS):
+                g0 = self._last_gpu = time.monotonic_ns()
+                self.gpus.sample(k, ts, self.gpu_rows)
+                self.gpu_ns += time.monotonic_ns() - g0  # NVML calls can be slow: measured, for config
+                self.gpu_samples += 1
+            self.samples += 1
+            self._failing = 0
+        except Exception as exc:  # never into the program: counted, the first kept for health
+            self.errors += 1
+            self._failing += 1
+            if self.first_error is None:
+                self.first_error = f"{type(exc).__name__}: {exc}"
+        self.busy_ns += time.monotonic_ns() - t0
+
+    def _nbytes(self) -> int:
+        return 8 * (len(self.machine_rows) + len(self.proc_rows) + len(self.gpu_rows))
+
+    def _halve(self) -> None:
+        """Keep every other sample and double the interval: bounded memory over the whole run."""
+        self.step *= 2
+        self.halvings += 1
+        self.machine_rows = _every(self.machine_rows, self.machine.stride, self.step)
+        self.proc_rows = _every(self.proc_rows, PROC_STRIDE, self.step)
+        self.gpu_rows = _every(self.gpu_rows, GPU_STRIDE, self.step)
+
+    def _close(self) -> None:
+        self.tree.close()
+        self.machine.close()
+        self.gpus.close()
+
+    # -- after the run --------------------------------------------------------------------------------------
+    def write(self, sink: Sink) -> None:
+        """Queue every sample's counters on ``sink``."""
+        machine, procs, gpus = (_whole(r, s) for r, s in ((self.machine_rows, self.machine.stride),
+                                (self.proc_rows, PROC_STRIDE), (self.gpu_rows, GPU_STRIDE)))  # fmt: skip
+        self.counters_written = (
+            write_machine(sink, machine, self.machine.cpus) + write_processes(sink, procs) + write_gpus(sink, gpus)
+        )
+        self.machine_rows, self.proc_rows, self.gpu_rows = array("q"), array("q"), array("q")
+
+    def config(self) -> dict[str, Any]:
+        """The run's ``config.system`` entries (``A.CONFIG_SYSTEM``) this sampler knows."""
+        torch = sys.modules.get("torch")
+        gpu_ns = max(GPU_PERIOD_NS, self.interval_ns)
+        return {
+            "interval_ms": self.interval_ns / 1e6,
+            "cores": os.cpu_count(),
+            "samples": self.samples,
+            "late_samples": self.late,
+            "torch_threads": int(torch.get_num_threads()) if torch is not None else None,
+            "gpus": self.gpus.devices,
+            "gpu_names": dict(zip(self.gpus.devices, self.gpus.names, strict=True)),
+            "full_interval_ms": max(FULL_PERIOD_NS, self.interval_ns) / 1e6,
+            "gpu_interval_ms": gpu_ns / 1e6 if self.gpus.handles else None,
+            "nvml": self.nvml_reason,
+            "workers": self.tree.max_children,
+            "sampler_cpu_ns": self.thread_cpu_ns,
+            "sampler_tid": self.thread_tid,
+            "sample_us": round(self.busy_ns / self.samples / 1e3, 1) if self.samples else None,
+            "gpu_sample_us": round(self.gpu_ns / self.gpu_samples / 1e3, 1) if self.gpu_samples else None,
+        }
+
+    def health(self) -> list[tuple[str, int, str]]:
+        """Health rows: what was sampled, and anything missed or left out."""
+        ms = self.interval_ns / 1e6
+        tree = self.tree
+        pids = ", ".join(map(str, sorted(tree.seen)[:20])) + (", ..." if len(tree.seen) > 20 else "")
+        rows = [
+            ("system_samples", self.samples, f"samples every {ms:g} ms, full ones every "
+             f"{max(FULL_PERIOD_NS, self.interval_ns) / 1e6:g} ms ({self.counters_written:,} counters); the sampler "
+             f"thread used {self.thread_cpu_ns / 1e6:.1f} ms of CPU"),
+            ("system_late_samples", self.late, "samples skipped because the one before came too late (the program "
+             "held the interpreter lock or the machine was busy)"),
+            ("system_processes", len(tree.seen), f"processes sampled (pids {pids}); at most {tree.max_children} "
+             "child processes at once"),
+        ]  # fmt: skip
+        if tree.io_unreadable:
+            pid, why = next(iter(tree.io_unreadable.items()))
+            rows.append(("system_io_unreadable", len(tree.io_unreadable), f"processes whose /proc/PID/io could not "
+                         f"be read: their I/O counters are left out (pid {pid}: {why})"))  # fmt: skip
+        if not tree.children_listed:
+            rows.append(("system_children_unlisted", 1, "this kernel has no /proc/PID/task/TID/children "
+                         "(CONFIG_PROC_CHILDREN): child processes were not sampled"))  # fmt: skip
+        if self.errors:
+            rows.append(("system_sampler_errors", self.errors, f"samples that failed; the first: {self.first_error}"))
+        if self.halvings:
+            rows.append(("system_interval_doubled", self.halvings, f"the samples reached {BUFFER_CAP_BYTES >> 20} "
+                         f"MiB: every other one was dropped, and the run ends at {ms * self.step:g} ms"))  # fmt: skip
+        if self.stuck:
+            rows.append(("system_sampler_stuck", 1, f"the sampler thread did not end within {JOIN_TIMEOUT_S:g} s"))
+        return rows + self._gpu_health()
+
+    def _gpu_health(self) -> list[tuple[str, int, str]]:
+        rows = []
+        if self.nvml_reason is not None:
+            # a finding only where GPUs exist; elsewhere the row just says why there are no GPU counters
+            rows.append(("system_no_gpu_telemetry", int(gpus_expected()), self.nvml_reason))
+        if self.gpus.unsupported:
+            detail = "; ".join(f"{k} ({why})" for k, why in sorted(self.gpus.unsupported.items()))
+            rows.append(("system_gpu_unsupported", len(self.gpus.unsupported), f"GPU metrics left out: {detail}"))
+        if self.gpus.errors:
+            rows.append(("system_gpu_errors", self.gpus.errors, f"NVML calls that failed: {self.gpus.first_error}"))
+        return rows
+
+
+def _every(rows: array[int], stride: int, step: int) -> array[int]:
+    """The rows of ``rows`` whose sample number is a multiple of ``step``."""
+    kept: array[int] = array("q")
+    for i in range(0, len(rows), stride):
+        if rows[i] % step == 0:
+            kept.extend(rows[i : i + stride])
+    return kept
+
+
+def _whole(rows: array[int], stride: int) -> array[int]:
+    """``rows`` without a trailing partial row (a thread that did not stop may still be appending)."""
+    return rows[: len(rows) - len(rows) % stride]

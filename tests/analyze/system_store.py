@@ -1,0 +1,193 @@
+"""Built stores with system data, numbers chosen so that every system analysis can be checked by hand.
+
+``sampler_run``: the sampler's counters for a loop of four 100 ms steps (the first a warm-up) on a 2-core
+machine, sampled every 10 ms from 0 to 400 ms (samples 0..40). The main process (pid 100) burns 0.5 core in
+user mode and 0.1 in the kernel, has 10 threads, 5 voluntary and 2 involuntary switches per sample, and an RSS
+of 100 MiB growing 2 MiB per step. One worker (pid 201) appears at 150 ms and burns one core, 1 involuntary
+switch per sample, 50 MiB. The machine is 70% busy (core 0 60%, core 1 80%); 3 threads are runnable at every
+fifth sample (more than the cores), 1 otherwise. With ``gpu``: one GPU at 90% utilisation on even samples and
+50% on odd ones, its SM clock at 1400 MHz except every fourth sample, when it runs at 1000 MHz with the
+software thermal slowdown bit set; the idle bit is set at samples 11, 21, 31...
+
+``syscall_run``: the syscall pass of three 1 ms steps (the first a warm-up), each with a ``dataloader.next``
+stage (a 200 us futex wait, a 50 us poll, a 10 us read), a ``Net`` forward stage (a 20 us mmap) holding the
+layer ``fc`` (a 30 us write, a 5 us openat), and a 50 us clock_nanosleep in the step itself; plus an openat
+outside any stage, reads of a second thread of the main process and of the worker.
+
+``merged_store``: a leveled measurement whose merged run finds the counters in the ``model+system`` pass and
+the syscalls in the ``model+layer+system+syscalls`` pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
+
+MAIN, WORKER, SAMPLER_TID = 100, 201, 102
+CORES = 2
+INTERVAL_NS = 10_000_000
+STEP_NS = 100_000_000
+STEPS, WARMUP = 4, 1
+SAMPLES = 41
+MIB = 2**20
+WORKER_FROM = 15
+"""The sample at which the worker appears."""
+
+
+def system_config(*, syscalls: bool = False, gpus: list[str] | None = None, workers: int = 1,
+                  torch_threads: int | None = 2) -> dict[str, Any]:  # fmt: skip
+    """A run's ``config.system`` as the contract describes it."""
+    return {
+        "interval_ms": INTERVAL_NS / 1e6, "cores": CORES, "samples": SAMPLES, "late_samples": 0,
+        "torch_threads": torch_threads, "gpus": gpus or [], "nvml": None if gpus else "no NVIDIA driver",
+        "syscalls": syscalls, "syscall_tool": "strace 6.1" if syscalls else None, "workers": workers,
+    }  # fmt: skip
+
+
+def run_config(**system: Any) -> dict[str, Any]:
+    """A pass's ``runs.config``: its pid, warm-up and system settings."""
+    measure = {"warmup": WARMUP, "iterations": STEPS - WARMUP}
+    return {"pid": MAIN, "measure": measure, A.CONFIG_SYSTEM: system_config(**system)}
+
+
+def steps(sink: Sink, n: int, step_ns: int, first_id: int = 1) -> None:
+    """``n`` step spans of ``step_ns`` each, back to back from 0, on the main thread."""
+    for k in range(n):
+        sink.span(first_id + k, None, "model", f"step#{k}", k * step_ns, step_ns, MAIN, MAIN,
+                  {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+
+
+def sampler_run(sink: Sink, *, gpu: bool = False, cpu_scale: float = 1.0, rss_step: float = 2 * MIB) -> None:
+    """The counters described in the module docstring (``cpu_scale`` scales the main process's CPU)."""
+    for i in range(SAMPLES):
+        ts = i * INTERVAL_NS
+        c = sink.counter
+        c(A.PROC_CPU_USER_NS, ts, 0.5 * cpu_scale * ts, pid=MAIN)
+        c(A.PROC_CPU_SYSTEM_NS, ts, 0.1 * cpu_scale * ts, pid=MAIN)
+        c(A.PROC_THREADS, ts, 10, pid=MAIN)
+        c(A.PROC_CTX_VOLUNTARY, ts, 5 * i, pid=MAIN)
+        c(A.PROC_CTX_INVOLUNTARY, ts, 2 * i, pid=MAIN)
+        c(A.PROC_RSS_BYTES, ts, 100 * MIB + rss_step * ts / STEP_NS, pid=MAIN)
+        if i >= WORKER_FROM:
+            c(A.PROC_CPU_USER_NS, ts, ts - WORKER_FROM * INTERVAL_NS, pid=WORKER)
+            c(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=WORKER)
+            c(A.PROC_THREADS, ts, 3, pid=WORKER)
+            c(A.PROC_CTX_VOLUNTARY, ts, 0, pid=WORKER)
+            c(A.PROC_CTX_INVOLUNTARY, ts, i - WORKER_FROM, pid=WORKER)
+            c(A.PROC_RSS_BYTES, ts, 50 * MIB, pid=WORKER)
+        c(A.CPU_BUSY_PCT, ts, 70.0)
+        c(A.CPU_BUSY_PCT, ts, 60.0, device="cpu:0")
+        c(A.CPU_BUSY_PCT, ts, 80.0, device="cpu:1")
+        c(A.CPU_PROCS_RUNNING, ts, 3 if i % 5 == 0 else 1)
+        c(A.MEM_USED_BYTES, ts, 4 * 2**30)
+        c(A.MEM_AVAILABLE_BYTES, ts, 12 * 2**30)
+        if gpu:
+            _gpu_sample(sink, i, ts)
+
+
+def _gpu_sample(sink: Sink, i: int, ts: int) -> None:
+    throttled = i % 4 == 0
+    c = sink.counter
+    c(A.GPU_UTIL_PCT, ts, 90.0 if i % 2 == 0 else 50.0, device="cuda:0")
+    c(A.GPU_MEM_UTIL_PCT, ts, 20.0, device="cuda:0")
+    c(A.GPU_MEM_USED_BYTES, ts, 8 * 2**30, device="cuda:0")
+    c(A.GPU_POWER_W, ts, 350.0 if throttled else 300.0, device="cuda:0")
+    c(A.GPU_SM_CLOCK_MHZ, ts, 1000.0 if throttled else 1400.0, device="cuda:0")
+    c(A.GPU_TEMP_C, ts, 85.0 if throttled else 80.0, device="cuda:0")
+    c(A.GPU_THROTTLE_REASONS, ts, (0x20 if throttled else 0) | (0x1 if i % 10 == 1 else 0), device="cuda:0")
+
+
+SYS_STEP_NS = 1_000_000
+SYS_STEPS = 3
+
+
+def syscall_run(sink: Sink, first_id: int = 1) -> None:
+    """The syscall pass described in the module docstring: model and layer spans, and ``system`` spans."""
+    ids = iter(range(first_id + SYS_STEPS, first_id + 10_000))
+    steps(sink, SYS_STEPS, SYS_STEP_NS, first_id)
+
+    def call(parent: int | None, name: str, start: int, dur: int, pid: int = MAIN, tid: int = MAIN,
+             attrs: dict[str, Any] | None = None) -> None:  # fmt: skip
+        sink.span(next(ids), parent, "system", name, start, dur, pid, tid,
+                  {A.SYS_RET: "0", A.SYS_TOOL: "strace", **(attrs or {})})  # fmt: skip
+
+    for k in range(SYS_STEPS):
+        s, step = k * SYS_STEP_NS, first_id + k
+        loader, forward, fc = next(ids), next(ids), next(ids)
+        sink.span(loader, step, "model", "dataloader.next", s, 300_000, MAIN, MAIN, {A.MODEL_KIND: "dataloader"})
+        sink.span(forward, step, "model", "Net", s + 300_000, 600_000, MAIN, MAIN, {A.MODEL_KIND: "forward"})
+        sink.span(fc, forward, "layer", "fc", s + 400_000, 400_000, MAIN, MAIN, {A.LAYER_PATH: "fc"})
+        extra = {A.SYS_ERRNO: "ETIMEDOUT", A.SYS_RET: "-1"} if k == 1 else {}
+        call(loader, "futex", s + 10_000, 200_000, attrs=extra)
+        call(loader, "poll", s + 220_000, 50_000)
+        call(loader, "read", s + 280_000, 10_000)
+        call(forward, "mmap", s + 310_000, 20_000)
+        call(fc, "write", s + 410_000, 30_000)
+        call(fc, "openat", s + 450_000, 5_000)
+        call(step, "clock_nanosleep", s + 920_000, 50_000)
+        call(None, "read", s + 100_000, 2_000, tid=SAMPLER_TID)
+        call(None, "read", s + 100_000, 100_000, pid=WORKER, tid=WORKER)
+    call(None, "openat", SYS_STEPS * SYS_STEP_NS + 10_000, 1_000)
+
+
+def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, **system: Any) -> Store:
+    """One run (``model``, ``system``) with the sampler's counters and its four steps (``system``: keys of
+    ``system_config``; ``rss_step``: the main process's RSS growth per step)."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "sampled", levels=["model", "system"],
+                              config=run_config(gpus=["cuda:0"] if gpu else None, **system)))  # fmt: skip
+        sink = Sink(store, 1)
+        steps(sink, STEPS, STEP_NS)
+        sampler_run(sink, gpu=gpu, rss_step=rss_step)
+        sink.close()
+    return Store.open(path)
+
+
+def syscall_store(path: Path) -> Store:
+    """One run (``model``, ``layer``, ``system``) holding the syscall pass's spans and no counters."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "traced", levels=["model", "layer", "system"], config=run_config(syscalls=True)))
+        sink = Sink(store, 1)
+        syscall_run(sink)
+        sink.close()
+    return Store.open(path)
+
+
+MERGED = 4
+
+
+def merged_store(path: Path, *, gpu: bool = False) -> Store:
+    """A ``model`` pass (run 1), a ``model+system`` pass (run 2: the counters), a syscall pass (run 3: syscall
+    spans, and counters of its own with twice the main process's CPU and no memory growth, which the analyses
+    must not read) and the merged run (4). ``gpu``: the ``model+system`` pass samples a GPU too."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "m", levels=["model"], pass_name="model", config={"pid": MAIN}))
+        store.add_run(RunInfo(2, "m", levels=["model", "system"], pass_name="model+system",
+                              config=run_config(gpus=["cuda:0"] if gpu else None)))  # fmt: skip
+        store.add_run(RunInfo(3, "m", levels=["model", "layer", "system"], pass_name="model+layer+system+syscalls",
+                              config=run_config(syscalls=True)))  # fmt: skip
+        sink = Sink(store, 1)
+        steps(sink, STEPS, STEP_NS)
+        sink.close()
+        sink = Sink(store, 2)
+        steps(sink, STEPS, STEP_NS)
+        sampler_run(sink, gpu=gpu)
+        sink.close()
+        sink = Sink(store, 3)
+        syscall_run(sink)
+        sampler_run(sink, cpu_scale=2.0, rss_step=0.0)
+        sink.close()
+        merge = {
+            "passes": [{"pass": "model", "run_id": 1, "levels": ["model"]}],
+            "counter_passes": [{"pass": "model+layer+system+syscalls", "run_id": 3},
+                               {"pass": "model+system", "run_id": 2}],
+        }  # fmt: skip
+        store.add_run(RunInfo(MERGED, "m", levels=["model"], pass_name="merged", config={"merge": merge}))
+        sink = Sink(store, MERGED)
+        steps(sink, 1, STEP_NS)
+        sink.close()
+    return Store.open(path)

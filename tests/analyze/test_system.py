@@ -1,0 +1,325 @@
+"""The system analyses on built stores whose answers are known by construction (``tests/analyze/system_store.py``):
+CPU saturation and contention, CPU over time, syscall time per stage and layer, GPU utilisation and throttling,
+host memory growth; a merged run reading its passes; the rules firing and staying silent; the summary line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analyze.system_store import (
+    MAIN,
+    MERGED,
+    MIB,
+    SAMPLER_TID,
+    STEP_NS,
+    WORKER,
+    cpu_store,
+    merged_store,
+    run_config,
+    steps,
+    syscall_store,
+)
+from xstack.analyze._system_common import system_runs
+from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
+from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
+from xstack.analyze.summary import summarize
+from xstack.errors import UsageError
+from xstack.report.terminal import system_line
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
+
+SYSTEM_IDS = [i for i in ANALYSES if i.startswith("system.")]
+
+
+@pytest.fixture
+def sampled(tmp_path: Path) -> Iterator[Store]:
+    with cpu_store(tmp_path / "cpu.duckdb", gpu=True) as store:
+        yield store
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Iterator[Store]:
+    with syscall_store(tmp_path / "sys.duckdb") as store:
+        yield store
+
+
+def _one(store: Store, id: str, run_id: int | None = None, **options: Any) -> Result:
+    return run_analyses(store, run_id, [id], **({id: options} if options else {}))[0]
+
+
+def _row(result: Result, key: Any, column: int = 0) -> dict[str, Any]:
+    return next(r for r in result.to_records() if r[result.columns[column].name] == key)
+
+
+def _fired(store: Store, rule: str, run_id: int | None = None) -> Recommendation | None:
+    return RULES[rule]({r.id: r for r in run_analyses(store, run_id)})
+
+
+# -- registry and runs without system data ---------------------------------------------------------------------
+def test_the_system_analyses_are_registered_between_the_timeline_and_io_ones() -> None:
+    ids = list(ANALYSES)
+    assert SYSTEM_IDS == ["system.cpu", "system.cpu_time", "system.syscalls", "system.syscall_names", "system.gpu",
+                          "system.gpu_time", "system.memory"]  # fmt: skip
+    assert ids.index("timeline.memory") < ids.index("system.cpu") < ids.index("system.memory") < ids.index("io.files")
+
+
+def test_a_run_without_system_data_says_how_to_record_it(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "plain.duckdb") as store:
+        store.add_run(RunInfo(1, "plain", levels=["model"]))
+        sink = Sink(store, 1)
+        steps(sink, 2, STEP_NS)
+        sink.close()
+    with Store.open(tmp_path / "plain.duckdb") as store:
+        results = run_analyses(store, None, SYSTEM_IDS)
+        assert summarize(store).system is None
+    for r in results:
+        assert r.missing == (["syscalls"] if "syscall" in r.id else ["system"]), r.id
+        assert "--levels model,system" in r.hint and not r.rows
+
+
+def test_a_sampled_run_without_syscalls_lacks_only_the_syscall_pass(sampled: Store) -> None:
+    results = {r.id: r for r in run_analyses(sampled, None, SYSTEM_IDS)}
+    assert results["system.syscalls"].missing == ["syscalls"]
+    assert "xstack run --syscalls" in results["system.syscalls"].hint
+    assert all(r.available for i, r in results.items() if "syscall" not in i)
+
+
+# -- CPU -------------------------------------------------------------------------------------------------------
+def test_cpu_per_process_core_and_machine(sampled: Store) -> None:
+    r = _one(sampled, "system.cpu")
+    assert [row[0] for row in r.rows] == ["main", f"worker {WORKER}", "core 0", "core 1", "all cores"]
+    main, worker = _row(r, "main"), _row(r, f"worker {WORKER}")
+    # main: 0.5 core user + 0.1 kernel, steadily; 5 voluntary and 2 involuntary switches per 10 ms sample
+    assert (main["CPU busy"], main["user"], main["system"], main["CPU p95"]) == pytest.approx((60, 50, 10, 60))
+    assert (main["threads"], main["voluntary switches per step"], main["involuntary switches per step"]) == (
+        10, pytest.approx(50), pytest.approx(20))  # fmt: skip
+    # the worker appears 50 ms into the first measured step and burns one core from then: 250 of 300 ms
+    assert worker["CPU busy"] == pytest.approx(250 / 3) and worker["CPU p95"] == pytest.approx(100)
+    assert worker["involuntary switches per step"] == pytest.approx((5 + 10 + 10) / 3)
+    assert [_row(r, n)["CPU busy"] for n in ("core 0", "core 1", "all cores")] == pytest.approx([60, 80, 70])
+    assert r.facts["saturated_pct"] == pytest.approx(20)  # samples 15, 20, ..., 40 of 11..40 have 3 > 2 runnable
+    assert r.facts["procs_running_mean"] == pytest.approx(1.4) and r.facts["procs_running_max"] == 3
+    assert (r.facts["cores"], r.facts["workers"], r.facts["steps"], r.facts["samples"]) == (2, 1, 3, 30)
+    assert r.facts["region"] == "measured steps" and r.chart is not None and r.chart.kind == "hbar"
+    assert "sampled every 10 ms" in r.notes and "run 1 (this run)" in r.notes
+
+
+def test_cpu_over_time_in_bins_of_two_samples(sampled: Store) -> None:
+    r = _one(sampled, "system.cpu_time")
+    assert [c.name for c in r.columns] == ["time", "all cores", "main", f"worker {WORKER}"]
+    assert (r.facts["bins"], r.facts["bin_ns"]) == (21, 2 * 10_000_000)
+    assert r.column("all cores") == pytest.approx([70.0] * 21)
+    assert r.column("main") == pytest.approx([60.0] * 21)  # the first sample only sets the base
+    worker = r.column(f"worker {WORKER}")
+    assert worker[:8] == [None] * 8 and worker[8:] == pytest.approx([100.0] * 13)
+    assert r.chart is not None and r.chart.extra["secondary_y"] == ["all cores"]
+    with pytest.raises(UsageError, match="bins"):
+        _one(sampled, "system.cpu_time", bins=0)
+
+
+# -- memory ----------------------------------------------------------------------------------------------------
+def test_rss_at_step_ends_its_slope_and_the_leak_flag(sampled: Store) -> None:
+    r = _one(sampled, "system.memory")
+    assert [row[0] for row in r.rows] == [1, 2, 3]
+    assert r.column("main RSS") == [104 * MIB, 106 * MIB, 108 * MIB]
+    assert r.column("workers RSS") == [50 * MIB] * 3 and r.column("workers") == [1] * 3
+    assert r.column("machine used") == [4 * 2**30] * 3
+    f = r.facts
+    assert f["main_slope_per_step_bytes"] == pytest.approx(2 * MIB)
+    assert (f["main_start_bytes"], f["main_growth_bytes"], f["main_rising_pct"]) == (102 * MIB, 6 * MIB, 100.0)
+    assert f["main_suspect"] is True and f["workers_suspect"] is False
+
+
+def test_flat_memory_is_not_suspected(tmp_path: Path) -> None:
+    with cpu_store(tmp_path / "flat.duckdb", rss_step=0.0) as store:
+        r = _one(store, "system.memory")
+        assert r.facts["main_growth_bytes"] == 0 and r.facts["main_suspect"] is False
+        assert _fired(store, "host_memory_growth") is None
+
+
+def test_a_worker_that_ended_no_longer_counts(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "gone.duckdb") as store:
+        store.add_run(RunInfo(1, "gone", levels=["model", "system"], config=run_config()))
+        sink = Sink(store, 1)
+        steps(sink, 4, STEP_NS)
+        for i in range(41):
+            sink.counter(A.PROC_RSS_BYTES, i * 10_000_000, 100 * MIB, pid=MAIN)
+            if i <= 22:  # the worker's last sample is 20 ms after the end of step 1
+                sink.counter(A.PROC_RSS_BYTES, i * 10_000_000, 30 * MIB, pid=WORKER)
+        sink.close()
+    with Store.open(tmp_path / "gone.duckdb") as store:
+        r = _one(store, "system.memory")
+    assert r.column("workers") == [1, 0, 0] and r.column("workers RSS") == [30 * MIB, None, None]
+
+
+# -- GPU -------------------------------------------------------------------------------------------------------
+def test_gpu_utilisation_clocks_and_throttle_reasons(sampled: Store) -> None:
+    r = _one(sampled, "system.gpu")
+    row = _row(r, "cuda:0")
+    assert row["samples"] == 30
+    assert (row["utilisation"], row["utilisation min"], row["utilisation max"]) == pytest.approx((70, 50, 90))
+    assert (row["SM clock min (MHz)"], row["SM clock max (MHz)"]) == (1000, 1400)
+    assert row["SM clock min vs max"] == pytest.approx(100 * 1000 / 1400)
+    assert row["power mean (W)"] == pytest.approx((8 * 350 + 22 * 300) / 30) and row["power max (W)"] == 350
+    assert row["temperature max (C)"] == 85 and row["memory used peak"] == 8 * 2**30
+    # every fourth sample (12, 16, ..., 40: 8 of 30) throttles for heat; idle (11, 21, 31) is listed only
+    assert row["throttled"] == pytest.approx(800 / 30)
+    assert row["reasons"] == "gpu_idle 10%, sw_thermal_slowdown 27%"
+    assert (r.facts["thermal_pct"], r.facts["power_pct"]) == (pytest.approx(800 / 30), 0.0)
+    t = _one(sampled, "system.gpu_time")
+    assert [c.name for c in t.columns] == ["time", "cuda:0 utilisation", "cuda:0 SM clock (MHz)"]
+    assert t.chart is not None and t.chart.extra["secondary_y"] == ["cuda:0 SM clock (MHz)"]
+    assert t.column("cuda:0 utilisation")[:2] == pytest.approx([70, 70])  # samples 0 and 1, then 2 and 3
+
+
+def test_no_gpu_telemetry_says_why(tmp_path: Path) -> None:
+    with cpu_store(tmp_path / "cpu.duckdb") as store:
+        r, t = _one(store, "system.gpu"), _one(store, "system.gpu_time")
+        assert _fired(store, "gpu_throttling") is None
+    assert r.available and not r.rows and r.facts == {"gpus": 0, "nvml": "no NVIDIA driver"}
+    assert "no GPU telemetry: no NVIDIA driver" in r.labels and "No GPU telemetry" in r.notes
+    assert t.available and not t.rows
+
+
+# -- syscalls --------------------------------------------------------------------------------------------------
+def test_syscall_time_per_stage_layer_thread_and_worker(traced: Store) -> None:
+    r = _one(traced, "system.syscalls")
+    loader = _row(r, "dataloader.next")
+    # per 1 ms step: a 200 us futex, a 50 us poll and a 10 us read in the 300 us stage; 3 steps, 1 warm-up
+    assert (loader["kind"], loader["calls"], loader["in syscalls"], loader["wait"], loader["read"]) == (
+        "stage", 9, 780_000, 750_000, 30_000)  # fmt: skip
+    assert (loader["span time"], loader["share"], loader["wait share"]) == (900_000, pytest.approx(780 / 9),
+                                                                          pytest.approx(750 / 9))  # fmt: skip
+    assert (loader["per step"], loader["top call"], loader["top wait"]) == (260_000, "futex", "futex")
+    net, fc = _row(r, "Net"), _row(r, "fc")
+    # the forward stage counts its own mmap and the calls of the layer inside it
+    assert (net["calls"], net["memory"], net["write"], net["open/metadata"]) == (9, 60_000, 90_000, 15_000)
+    assert (fc["kind"], fc["in syscalls"], fc["span time"], fc["per step"]) == ("layer", 105_000, 1_200_000, 35_000)
+    step = _row(r, "step")
+    assert (step["wait"], step["share"], step["top wait"]) == (150_000, pytest.approx(5.0), "clock_nanosleep")
+    assert _row(r, "other threads")["in syscalls"] == 6_000 and _row(r, "outside any stage")["calls"] == 1
+    worker = _row(r, f"worker {WORKER}")
+    assert (worker["kind"], worker["read"], worker["span time"], worker["share"]) == ("worker", 300_000, None, None)
+    f = r.facts
+    assert (f["calls"], f["in_syscalls_ns"], f["wait_ns"], f["failed"], f["steps"]) == (28, 1_402_000, 900_000, 1, 2)
+    assert f["per_step_ns"] == 260_000 + 55_000 + 50_000 + 100_000 + 2_000
+    assert r.labels == ["strace: each call slowed by some microseconds"] and "strace" in r.notes
+
+
+def test_syscalls_by_name(traced: Store) -> None:
+    r = _one(traced, "system.syscall_names")
+    assert r.column("syscall")[:2] == ["futex", "read"]
+    futex, read = _row(r, "futex"), _row(r, "read")
+    assert (futex["class"], futex["calls"], futex["failed"], futex["total"]) == ("wait", 3, 1, 600_000)
+    assert (read["calls"], read["total"], read["processes"]) == (9, 336_000, 2)
+    assert sum(r.column("share")) == pytest.approx(100)
+    assert _row(r, "openat")["class"] == "open/metadata" and _row(r, "mmap")["class"] == "memory"
+    assert _one(traced, "system.syscall_names", limit=2).truncated == 5
+
+
+def test_the_sampler_thread_is_another_thread(traced: Store) -> None:
+    calls = traced.query("SELECT count(*) FROM spans WHERE level = 'system' AND tid = ?", [SAMPLER_TID])[0][0]
+    assert _row(_one(traced, "system.syscalls"), "other threads")["calls"] == calls == 3
+
+
+# -- merged runs -----------------------------------------------------------------------------------------------
+def test_a_merged_run_reads_counters_from_the_pass_without_syscalls(tmp_path: Path) -> None:
+    with merged_store(tmp_path / "merged.duckdb") as store:
+        runs = system_runs(store, MERGED)
+        assert runs.counters is not None and runs.syscalls is not None
+        assert (runs.counters.run_id, runs.syscalls.run_id, runs.main_pid, runs.cores) == (2, 3, MAIN, 2)
+        results = {r.id: r for r in run_analyses(store, MERGED, SYSTEM_IDS)}
+    cpu = results["system.cpu"]
+    assert _row(cpu, "main")["CPU busy"] == pytest.approx(60)  # not the 120% of the traced pass
+    assert "run 2 (pass model+system)" in cpu.notes and cpu.facts["source_run"] == 2
+    assert results["system.memory"].facts["main_suspect"] is True
+    assert results["system.syscalls"].facts["source_run"] == 3 and _row(results["system.syscalls"], "fc")
+    assert "run 3 (pass model+layer+system+syscalls)" in results["system.syscall_names"].notes
+
+
+def test_a_merged_run_whose_only_system_pass_traced_syscalls_uses_its_counters(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "one.duckdb") as store:
+        store.add_run(RunInfo(1, "m", levels=["model", "system"], pass_name="model+system+syscalls",
+                              config=run_config(syscalls=True)))  # fmt: skip
+        sink = Sink(store, 1)
+        steps(sink, 4, STEP_NS)
+        sink.counter(A.CPU_BUSY_PCT, 150_000_000, 50.0)
+        sink.close()
+        merge = {"passes": [], "counter_passes": [{"pass": "model+system+syscalls", "run_id": 1}]}
+        store.add_run(RunInfo(2, "m", levels=["model"], pass_name="merged", config={"merge": merge}))
+    with Store.open(tmp_path / "one.duckdb") as store:
+        runs = system_runs(store, 2)
+        assert runs.counters is not None and runs.counters.run_id == 1 and runs.syscalls is None
+        assert _one(store, "system.cpu", 2).facts["busy_mean_pct"] == 50.0
+
+
+# -- recommendations -------------------------------------------------------------------------------------------
+def test_workers_exceeding_cores_fire_only_with_more_processes_than_cores(tmp_path: Path) -> None:
+    with cpu_store(tmp_path / "two.duckdb", workers=2) as store:
+        rec = _fired(store, "workers_exceed_cores")
+    assert rec is not None and rec.sources == ["system.cpu"]
+    assert "2 worker process(es) and the main process run on 2 core(s)" in rec.evidence[0]
+    assert "runnable at 20% of the samples (threshold 20%)" in rec.evidence[0]
+    assert "num_workers=...) to 1" in rec.action
+    with cpu_store(tmp_path / "one.duckdb", workers=1) as store:
+        assert _fired(store, "workers_exceed_cores") is None
+
+
+def test_thread_oversubscription(sampled: Store, tmp_path: Path) -> None:
+    rec = _fired(sampled, "thread_oversubscription")
+    assert rec is not None and "up to 4 busy threads for 2 cores" in rec.evidence[0]
+    assert "torch.set_num_threads(1)" in rec.action and "worker_init_fn" in rec.action
+    with cpu_store(tmp_path / "one.duckdb", torch_threads=1) as store:
+        assert _fired(store, "thread_oversubscription") is None  # 1 x (1 + 1) threads fit 2 cores
+
+
+def test_gpu_throttling_and_memory_growth_fire_with_their_numbers(sampled: Store) -> None:
+    gpu = _fired(sampled, "gpu_throttling")
+    assert gpu is not None and "heat in 27%" in gpu.evidence[0] and "fell to 71%" in gpu.evidence[0]
+    assert gpu.action.startswith("Cool the GPU")
+    memory = _fired(sampled, "host_memory_growth")
+    assert memory is not None and memory.sources == ["system.memory"]
+    assert "grew by 6.00 MiB over 3 measured steps (102 MiB to 108 MiB), 2.00 MiB per step" in memory.evidence[0]
+    assert "loss.item()" in memory.action
+
+
+def test_a_stage_blocked_in_waits(traced: Store) -> None:
+    rec = _fired(traced, "stage_blocked_in_waits")
+    assert rec is not None and rec.title == "dataloader.next waits in the kernel"
+    assert "stage dataloader.next spends 83% of its time blocked in wait calls" in rec.evidence[0]
+    assert "mostly futex" in rec.evidence[0] and "num_workers" in rec.action
+    assert rec.impact_ns == 250_000  # the wait share of the stage's 260 us in syscalls per step
+
+
+def test_the_rules_stay_silent_without_system_data(tmp_path: Path) -> None:
+    with Store.create(tmp_path / "plain.duckdb") as store:
+        store.add_run(RunInfo(1, "plain", levels=["model"]))
+    with Store.open(tmp_path / "plain.duckdb") as store:
+        fired = {r.rule for r in analyze(store).recommendations}
+    rules = {"workers_exceed_cores", "thread_oversubscription", "gpu_throttling", "host_memory_growth",
+             "stage_blocked_in_waits", "cuda_sync_alloc_in_layers"}  # fmt: skip
+    assert not fired & rules and rules <= set(RULES)
+
+
+# -- summary and the result formats ----------------------------------------------------------------------------
+def test_the_summary_line(sampled: Store, tmp_path: Path) -> None:
+    assert system_line(summarize(sampled).system or {}) == (
+        "CPU 70% busy (2 cores, saturated 20% of samples), main RSS +6.00 MiB over 3 steps (leak suspected), "
+        "GPU 70% utilised (throttled 27% of samples)"
+    )
+    with merged_store(tmp_path / "merged.duckdb") as store:
+        line = system_line(summarize(store).system or {})
+    assert line.endswith("GPU n/a, 28 syscalls, 1.4 ms in them")
+
+
+def test_every_system_result_converts_to_json_and_csv(sampled: Store) -> None:
+    for r in run_analyses(sampled, None, SYSTEM_IDS):
+        assert r.to_dict()["id"] == r.id
+        if r.available:
+            assert r.to_csv().count("\n") == len(r.rows) + 1, r.id

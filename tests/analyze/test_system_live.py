@@ -1,0 +1,107 @@
+"""Every system analysis on a real profile: a tiny training loop with a DataLoader worker, profiled with
+``xstack run --levels model,system`` and with ``xstack profile --system`` (whose syscall pass needs strace;
+skipped with the reason when it cannot run). Only sanity is asserted: real numbers depend on the machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xstack.analyze.pipeline import ANALYSES, analyze
+from xstack.collect.syscalls import unavailable_reason
+from xstack.export.perfetto import export_perfetto
+from xstack.report.html import render_html
+from xstack.trace.store import Store
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+
+SYSTEM_IDS = [i for i in ANALYSES if i.startswith("system.")]
+
+PROGRAM = """
+import os, tempfile, time, torch, xstack
+from torch import nn
+
+class Files(torch.utils.data.Dataset):
+    def __init__(self, path):
+        self.path = path
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        with open(self.path, "rb") as fh:
+            return torch.frombuffer(bytearray(fh.read(256)), dtype=torch.uint8).float()
+
+if __name__ == "__main__":
+    fd, path = tempfile.mkstemp()
+    os.write(fd, os.urandom(4096))
+    os.close(fd)
+    model = nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 2))
+    loader = torch.utils.data.DataLoader(Files(path), batch_size=8, num_workers=1)
+    kept = []
+    for x in loader:
+        with xstack.span("wait"):
+            time.sleep(0.01)
+        model(x).sum().backward()
+        kept.append(torch.ones(1 << 16))
+        xstack.step()
+    os.unlink(path)
+"""
+
+
+def _xstack(tmp: Path, *argv: str) -> None:
+    script = tmp / "train.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    done = subprocess.run([sys.executable, "-m", "xstack", *argv, "--", sys.executable, str(script)],
+                          capture_output=True, text=True, cwd=tmp, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_sampled_run(tmp_path: Path) -> None:
+    _xstack(tmp_path, "run", "--levels", "model,system", "-o", str(tmp_path / "run.duckdb"))
+    with Store.open(tmp_path / "run.duckdb") as store:
+        a = analyze(store)
+        export_perfetto(store, tmp_path / "trace.json")
+    results = {r.id: r for r in a.results if r.id in SYSTEM_IDS}
+    assert {i for i, r in results.items() if r.missing} == {"system.syscalls", "system.syscall_names"}
+    cpu = results["system.cpu"]
+    main = next(r for r in cpu.to_records() if r["what"] == "main")
+    cores = cpu.facts["cores"]
+    assert 0 < main["CPU busy"] <= 100 * cores + 5 and main["threads"] >= 1
+    assert any(r["what"].startswith("worker") for r in cpu.to_records())  # the DataLoader worker was sampled
+    assert 0 <= cpu.facts["busy_mean_pct"] <= 100 and cpu.facts["workers"] >= 1
+    assert results["system.cpu_time"].rows and results["system.memory"].rows
+    memory = results["system.memory"]
+    assert all(r["main RSS"] and r["main RSS"] > 2**20 for r in memory.to_records())
+    gpu = results["system.gpu"]
+    assert gpu.rows or gpu.facts.get("nvml")  # telemetry, or why there is none
+    assert a.summary.system is not None and a.summary.system["cores"] == cores
+    page = render_html(a)
+    assert '<section id="system">' in page and 'data-result="system.memory"' in page
+    names = {e["args"]["name"] for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    assert any(n.startswith("machine (CPU cores and memory)") for n in names)
+    assert any(n.startswith("main process (pid") for n in names)
+
+
+def test_a_leveled_profile_with_the_syscall_pass(tmp_path: Path) -> None:
+    if (reason := unavailable_reason()) is not None:
+        pytest.skip(f"the syscall pass cannot run here: {reason}")
+    _xstack(tmp_path, "profile", "--pass", "model", "--system", "--warmup", "1", "--iters", "3",
+            "-o", str(tmp_path / "p.duckdb"))  # fmt: skip
+    with Store.open(tmp_path / "p.duckdb") as store:
+        a = analyze(store)
+        passes = dict(store.query("SELECT run_id, pass FROM runs"))
+    results = {r.id: r for r in a.results if r.id in SYSTEM_IDS}
+    assert not [i for i, r in results.items() if r.missing]
+    assert passes[results["system.cpu"].facts["source_run"]] == "model+system"
+    syscalls = results["system.syscalls"]
+    assert passes[syscalls.facts["source_run"]].endswith("+syscalls") and syscalls.facts["calls"] > 0
+    wait = next(r for r in syscalls.to_records() if r["where"] == "wait")
+    assert wait["kind"] == "stage" and wait["wait"] > 0  # the 10 ms sleeps of the stage
+    assert results["system.syscall_names"].rows
+    assert a.summary.system is not None and a.summary.system["syscalls"] > 0

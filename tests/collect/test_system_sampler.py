@@ -1,0 +1,302 @@
+"""The system level's sampler against /proc: a real workload with known CPU burn, allocation, sleeps, file reads
+and a child process, profiled at ``model,system``; its counters are checked against what /proc says."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import xstack
+from xstack.collect import _system_nvml, system
+from xstack.errors import UsageError
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+INTERVAL_NS = int(system.DEFAULT_INTERVAL_MS * 1e6)
+BURN_S = 0.3
+BLOB_BYTES = 200 << 20
+READ_BYTES = 4 << 20
+SLEEPS = 50
+
+
+def _unavailable() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed (the model level needs it)"
+    return system.SystemCollector().unavailable_reason()
+
+
+pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=f"system level unavailable: {_unavailable()}")
+
+
+def _burn(seconds: float) -> int:
+    """Spin until this thread has used ``seconds`` of CPU (so that a busy machine only stretches the wall time);
+    returns the CPU time used, in ns."""
+    start = time.thread_time_ns()
+    end = start + seconds * 1e9
+    while time.thread_time_ns() < end:
+        pass
+    return time.thread_time_ns() - start
+
+
+def _child(seconds: float) -> None:
+    _burn(seconds)
+    time.sleep(0.15)  # alive past a full sample after the burn, so that its whole CPU time is seen
+
+
+def _stat_cpu_ns() -> int:
+    """utime + stime of this process from /proc/self/stat, in ns."""
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_NS
+
+
+def _vm_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+@dataclass
+class Run:
+    """What the workload did (marks on the run's clock) and what the store holds."""
+
+    marks: dict[str, int] = field(default_factory=dict)
+    burned_ns: int = 0
+    pid: int = 0
+    child_pid: int = 0
+    stat_end_ns: int = 0
+    vm_rss: int = 0
+    counters: list[tuple[str, int, float, int | None, str]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    health: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def series(self, name: str, pid: int | None = None, device: str = "cpu") -> list[tuple[int, float]]:
+        """(ts_ns, value) of one counter, in time order."""
+        return sorted((t, v) for n, t, v, p, d in self.counters if n == name and p == pid and d == device)
+
+    def cpu(self, pid: int) -> list[tuple[int, float]]:
+        """(ts_ns, user + system ns) of a process at each sample."""
+        system_ns = dict(self.series(A.PROC_CPU_SYSTEM_NS, pid))
+        return [(t, v + system_ns[t]) for t, v in self.series(A.PROC_CPU_USER_NS, pid)]
+
+
+def _load(path: Path, run: Run | None = None) -> Run:
+    """The run's counters, config and health, into ``run`` (a new one by default)."""
+    run = run or Run()
+    with Store.open(path) as store:
+        run.counters = store.query("SELECT name, ts_ns, value, pid, device FROM counters")
+        run.config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+        run.health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+    return run
+
+
+def _before(series: list[tuple[int, float]], ts: int) -> float:
+    return [v for t, v in series if t <= ts][-1]
+
+
+def _after(series: list[tuple[int, float]], ts: int) -> float:
+    return next(v for t, v in series if t >= ts)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One profile of the whole workload at the default interval."""
+    saved = os.environ.pop(system.INTERVAL_ENV, None)
+    tmp = tmp_path_factory.mktemp("system")
+    data = tmp / "data.bin"
+    data.write_bytes(os.urandom(READ_BYTES))
+    out = Run(pid=os.getpid())
+    marks = out.marks
+    try:
+        with xstack.profile(levels=["model", "system"], path=tmp / "p.duckdb"):
+            time.sleep(0.06)
+            marks["burn0"] = time.time_ns()
+            out.burned_ns = _burn(BURN_S)
+            marks["burn1"] = time.time_ns()
+            child = multiprocessing.get_context("fork").Process(target=_child, args=(BURN_S,))
+            child.start()
+            child.join()
+            out.child_pid = child.pid or 0
+            time.sleep(0.06)
+            marks["alloc0"] = time.time_ns()
+            blob = b"\x01" * BLOB_BYTES  # written, so every page is resident
+            time.sleep(0.12)
+            out.vm_rss, marks["rss"] = _vm_rss_bytes(), time.time_ns()
+            time.sleep(0.06)
+            marks["alloc1"] = time.time_ns()
+            del blob
+            time.sleep(0.06)
+            marks["read0"] = time.time_ns()
+            with open(data, "rb", buffering=0) as f:
+                assert len(f.read()) == READ_BYTES
+            time.sleep(0.06)
+            marks["read1"] = marks["sleep0"] = time.time_ns()
+            for _ in range(SLEEPS):
+                time.sleep(0.002)
+            marks["sleep1"] = time.time_ns()
+            out.stat_end_ns = _stat_cpu_ns()
+    finally:
+        if saved is not None:
+            os.environ[system.INTERVAL_ENV] = saved
+    yield _load(tmp / "p.duckdb", out)
+
+
+def test_last_cpu_sample_matches_proc_stat(run: Run) -> None:
+    # the last sample is taken as the region ends, just after the workload read /proc/self/stat; stat truncates
+    # user and system time to clock ticks each
+    last = run.cpu(run.pid)[-1][1]
+    assert -1e6 <= last - run.stat_end_ns <= INTERVAL_NS + 2 * TICK_NS
+
+
+def test_cpu_time_covers_a_known_burn(run: Run) -> None:
+    cpu = run.cpu(run.pid)
+    used = _after(cpu, run.marks["burn1"]) - _before(cpu, run.marks["burn0"])
+    assert used >= 0.8 * run.burned_ns, (used, run.burned_ns)
+    assert used <= run.burned_ns + 50e6  # the burning thread, plus what the idle others and the edges add
+
+
+def test_rss_follows_a_known_allocation(run: Run) -> None:
+    rss = run.series(A.PROC_RSS_BYTES, run.pid)
+    rise = _before(rss, run.marks["alloc1"]) - _before(rss, run.marks["alloc0"])
+    assert abs(rise - BLOB_BYTES) <= 24 << 20, rise
+    # the sample closest to the moment the workload read its VmRSS, while the blob was alive
+    alive = [(abs(t - run.marks["rss"]), v) for t, v in rss if run.marks["alloc0"] < t < run.marks["alloc1"]]
+    assert abs(min(alive)[1] - run.vm_rss) <= 16 << 20
+
+
+def test_a_child_process_is_sampled_with_its_own_cpu_time(run: Run) -> None:
+    assert run.child_pid and run.child_pid != run.pid
+    cpu = run.cpu(run.child_pid)
+    assert cpu, "no samples of the child process"
+    assert cpu[-1][1] >= 0.8 * BURN_S * 1e9
+    assert run.series(A.PROC_RSS_BYTES, run.child_pid)[-1][1] > 0
+    assert run.config[A.CONFIG_SYSTEM]["workers"] >= 1
+    assert run.health["system_processes"][0] >= 2
+    assert "system_sampler_errors" not in run.health  # the child ended between two reads without an error
+
+
+def test_context_switches_count_the_sleeps(run: Run) -> None:
+    voluntary = run.series(A.PROC_CTX_VOLUNTARY, run.pid)
+    slept = _after(voluntary, run.marks["sleep1"]) - _before(voluntary, run.marks["sleep0"])
+    # each sleep blocks once; the sampler thread's own switches (one per sample at least) are left out
+    assert SLEEPS * 0.8 <= slept <= SLEEPS * 2, slept
+    assert run.series(A.PROC_CTX_INVOLUNTARY, run.pid)
+
+
+def test_io_counters_see_a_read_and_not_the_sampler(run: Run) -> None:
+    rchar = run.series(A.PROC_IO_RCHAR, run.pid)
+    read = _after(rchar, run.marks["read1"]) - _before(rchar, run.marks["read0"])
+    assert READ_BYTES <= read <= READ_BYTES + (64 << 10), read
+    quiet = _before(rchar, run.marks["sleep1"]) - _after(rchar, run.marks["sleep0"])
+    assert quiet < 4096, "the sampler's own /proc reads were counted"
+
+
+def test_every_core_and_the_machine_have_counters(run: Run) -> None:
+    cores = {d for n, _t, _v, _p, d in run.counters if n == A.CPU_BUSY_PCT}
+    assert cores == {"cpu"} | {f"cpu:{i}" for i in range(os.cpu_count() or 1)}
+    busy = [v for n, _t, v, _p, _d in run.counters if n == A.CPU_BUSY_PCT]
+    assert all(0 <= v <= 100 for v in busy)
+    assert max(v for _t, v in run.series(A.CPU_PROCS_RUNNING)) >= 1
+    used, available = run.series(A.MEM_USED_BYTES)[-1][1], run.series(A.MEM_AVAILABLE_BYTES)[-1][1]
+    with open("/proc/meminfo") as f:
+        total = int(f.readline().split()[1]) * 1024
+    assert used > 0 and available > 0 and abs(used + available - total) < 1024
+    assert all(p is None for n, _t, _v, p, _d in run.counters if not n.startswith("proc."))
+
+
+def test_config_and_health_say_how_the_sampler_ran(run: Run) -> None:
+    cfg = run.config[A.CONFIG_SYSTEM]
+    assert cfg["interval_ms"] == system.DEFAULT_INTERVAL_MS and cfg["cores"] == os.cpu_count()
+    assert cfg["samples"] == run.health["system_samples"][0] > 0
+    assert cfg["late_samples"] == run.health.get("system_late_samples", (0, ""))[0]
+    assert cfg["torch_threads"] >= 1 and cfg["syscalls"] is False and cfg["syscall_tool"] is None
+    assert cfg["sampler_cpu_ns"] > 0 and cfg["sample_us"] > 0
+    if cfg["nvml"] is not None:  # no GPU telemetry here: no counters, the reason kept
+        assert cfg["gpus"] == [] and not any(d.startswith("cuda") for *_, d in run.counters)
+        expected = _system_nvml.gpus_expected()
+        assert ("system_no_gpu_telemetry" in run.health) == expected
+
+
+def _profile_sleeping(path: Path, seconds: float) -> Run:
+    with xstack.profile(levels=["model", "system"], path=path):
+        time.sleep(seconds)
+    return _load(path)
+
+
+@pytest.mark.parametrize(("interval_ms", "low", "high"), [(1.0, 150, 600), (50.0, 6, 14)])
+def test_the_interval_is_configurable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_ms: float, low: int, high: int
+) -> None:
+    monkeypatch.setenv(system.INTERVAL_ENV, str(interval_ms))
+    run = _profile_sleeping(tmp_path / "p.duckdb", 0.5)
+    cfg = run.config[A.CONFIG_SYSTEM]
+    assert cfg["interval_ms"] == interval_ms
+    assert low <= cfg["samples"] <= high, cfg
+    assert low <= len(run.series(A.PROC_CPU_USER_NS, os.getpid())) <= high
+
+
+def test_a_bad_interval_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("fast", "0", "-5"):
+        monkeypatch.setenv(system.INTERVAL_ENV, bad)
+        with pytest.raises(UsageError, match=system.INTERVAL_ENV), xstack.profile("model,system", tmp_path / "p"):
+            pass
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_full_buffer_halves_the_samples_and_keeps_the_whole_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(system.INTERVAL_ENV, "1")
+    monkeypatch.setattr(system, "BUFFER_CAP_BYTES", 8 * system.PROC_STRIDE * 40)
+    with xstack.profile(levels=["model", "system"], path=tmp_path / "p.duckdb"):
+        start = time.time_ns()
+        time.sleep(0.4)
+        end = time.time_ns()
+    run = _load(tmp_path / "p.duckdb")
+    assert run.health["system_interval_doubled"][0] >= 2
+    cpu = run.series(A.PROC_CPU_USER_NS, os.getpid())
+    assert cpu[0][0] <= start and cpu[-1][0] >= end  # the first and the last sample are always kept
+
+
+@pytest.mark.gpu
+def test_gpu_counters_through_nvml(tmp_path: Path) -> None:
+    gpus = _system_nvml.Gpus()
+    reason = gpus.open()
+    gpus.close()
+    if reason is not None:
+        pytest.skip(f"no GPU telemetry here: {reason}")
+    run = _profile_sleeping(tmp_path / "p.duckdb", 0.3)
+    cfg = run.config[A.CONFIG_SYSTEM]
+    assert cfg["nvml"] is None and cfg["gpus"][0] == "cuda:0" and cfg["gpu_names"]["cuda:0"]
+
+    def last(name: str) -> float:
+        return run.series(name, None, "cuda:0")[-1][1]
+
+    assert 0 <= last(A.GPU_UTIL_PCT) <= 100 and 0 <= last(A.GPU_MEM_UTIL_PCT) <= 100
+    assert last(A.GPU_MEM_USED_BYTES) > 0
+    assert 5 < last(A.GPU_POWER_W) < 2000
+    assert 0 < last(A.GPU_SM_CLOCK_MHZ) < 5000 and 0 < last(A.GPU_MEM_CLOCK_MHZ) < 20000
+    assert 5 < last(A.GPU_TEMP_C) < 120
+    assert last(A.GPU_THROTTLE_REASONS) >= 0
+    unsupported = run.health.get("system_gpu_unsupported", (0, ""))[1]
+    if "pcie" not in unsupported:
+        assert last(A.GPU_PCIE_TX_BYTES_PER_S) >= 0 and last(A.GPU_PCIE_RX_BYTES_PER_S) >= 0
+
+
+def test_xstack_collectors_lists_the_system_level_as_ready() -> None:
+    proc = subprocess.run([sys.executable, "-m", "xstack", "collectors"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip("│ ").startswith("system ")]
+    assert "xstack.collect.system:" in line and line.rstrip("│ ").endswith("ready")

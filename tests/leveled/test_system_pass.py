@@ -1,0 +1,124 @@
+"""``xstack profile --system``: a sampler pass and a pass tracing system calls, which the merge never takes
+timings from and whose counters and calls stay in their own runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from xstack.collect.syscalls import unavailable_reason
+from xstack.trace.store import Store
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+
+STEPS = """
+import time, torch, xstack
+from torch import nn
+model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+x = torch.randn(2, 8)
+for i in range(100):
+    with xstack.span("load"):
+        time.sleep(0.003)
+    model(x)
+    xstack.step()
+"""
+
+
+def _health(store: Store, run_id: int) -> dict[str, tuple[int, str]]:
+    rows = store.query('SELECT "check", count, detail FROM health WHERE run_id = ?', [run_id])
+    return {check: (int(count), detail) for check, count, detail in rows}
+
+
+def test_system_passes_are_counter_passes_that_stay_in_their_runs(tmp_path: Path) -> None:
+    import xstack
+    from xstack.leveled.merge import merge_passes
+
+    path = xstack.measure(lambda: sum(range(1000)), passes=["model", "model,layer"], warmup=1, iters=3,
+                          path=tmp_path / "m.duckdb", progress=False)  # fmt: skip
+    with Store.open(path, read_only=False) as store:
+        store.con.execute("DELETE FROM _runs WHERE pass = 'merged'")
+        store.con.execute("DELETE FROM _spans WHERE run_id = 3")
+        store.con.execute("DELETE FROM _health WHERE run_id = 3")
+        # a system pass as the syscall pass records it: model and layer spans, and a system span per call
+        store.con.execute("INSERT INTO _runs SELECT 3, name, started_at, command, host, framework, device, "
+                          "['model', 'layer', 'system'], 'model+layer+system+syscalls', config FROM _runs "
+                          "WHERE run_id = 2")  # fmt: skip
+        store.con.execute("INSERT INTO _spans SELECT 3, span_id, parent_id, level, name, start_ns, dur_ns * 50, pid, "
+                          "tid, device, stream, correlation_id, attrs FROM _spans WHERE run_id = 2")  # fmt: skip
+        store.con.execute(
+            "INSERT INTO _spans SELECT 3, 100000 + span_id, span_id, 'system', 'futex', start_ns, 1, "
+            "pid, tid, device, NULL, NULL, NULL FROM _spans WHERE run_id = 2 AND level = 'model'"
+        )
+        result = merge_passes(store)
+        merged = result.run_id
+        levels, config = store.query("SELECT levels, config FROM runs WHERE run_id = ?", [merged])[0]
+        health = _health(store, merged)
+        slowest = store.query("SELECT max(dur_ns) FROM spans WHERE run_id = ?", [merged])[0][0]
+        deepest = store.query("SELECT max(dur_ns) FROM spans WHERE run_id = 2")[0][0]
+        system_spans = store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'system'", [merged])
+    assert [p.name for p in result.passes] == ["model", "model+layer"]  # the system pass is never timed
+    assert slowest <= deepest  # its 50x slower spans are nowhere in the merged run
+    assert "system" in levels
+    assert orjson.loads(config)["merge"]["counter_passes"] == [{"pass": "model+layer+system+syscalls", "run_id": 3}]
+    count, detail = health["system_passes"]
+    assert count == 1 and "model+layer+system+syscalls (run 3)" in detail
+    assert system_spans == [(0,)]  # the calls stay in their own run
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xstack.collect.system") is None or unavailable_reason() is not None,
+                    reason="the system level or strace is not available here")  # fmt: skip
+def test_system_adds_two_passes_unless_one_records_system() -> None:
+    from xstack.leveled.script import _passes
+
+    sets, names = _passes(["model", "model,layer"], metrics=False, io=False, system=True)
+    assert names == ["model", "model+layer", "model+system", "model+layer+system+syscalls"]
+    assert sets[-1] == ("model", "layer", "system")
+    sets, names = _passes(["model", "model,system"], metrics=False, io=False, system=True)
+    assert names == ["model", "model+system"]  # the user's own system pass: nothing added, nothing traced
+
+
+def _unavailable() -> str | None:
+    if importlib.util.find_spec("xstack.collect.system") is None:
+        return "the system level's sampler (xstack.collect.system) is not installed"
+    return unavailable_reason()
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot trace system calls here: {_unavailable()}")
+def test_profile_system_adds_a_sampler_pass_and_a_syscall_pass(tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(textwrap.dedent(STEPS))
+    store_path = tmp_path / "p.duckdb"
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "profile", "--pass", "model", "--pass", "model,layer", "--system",
+         "--warmup", "1", "--iters", "3", "-o", str(store_path), "--", "python", "steps.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(store_path) as store:
+        runs = {r[1]: (int(r[0]), list(r[2]), orjson.loads(r[3])) for r in store.query(
+            "SELECT run_id, pass, levels, config FROM runs ORDER BY run_id")}  # fmt: skip
+        assert list(runs) == ["model", "model+layer", "model+system", "model+layer+system+syscalls", "merged"]
+        sampler, traced, merged = (runs[p][0] for p in ("model+system", "model+layer+system+syscalls", "merged"))
+        calls = store.query(
+            "SELECT s.name, p.name, s.dur_ns FROM spans s JOIN spans p ON p.run_id = s.run_id "
+            "AND p.span_id = s.parent_id WHERE s.run_id = ? AND s.level = 'system'",
+            [traced],
+        )
+        untraced = store.query("SELECT count(*) FROM spans WHERE run_id IN (?, ?) AND level = 'system'",
+                               [sampler, merged])[0][0]  # fmt: skip
+        health = _health(store, merged)
+    assert any(name in ("clock_nanosleep", "nanosleep", "select") and stage == "load" for name, stage, _ in calls)
+    assert untraced == 0
+    assert runs["model+layer+system+syscalls"][2]["system"]["syscalls"] is True
+    assert not runs["model+system"][2].get("system", {}).get("syscalls")
+    assert "system" in runs["merged"][1]
+    assert [p["pass"] for p in runs["merged"][2]["merge"]["passes"]] == ["model", "model+layer"]
+    counter_passes = [p["pass"] for p in runs["merged"][2]["merge"]["counter_passes"]]
+    assert counter_passes == ["model+system", "model+layer+system+syscalls"]
+    count, detail = health["system_passes"]
+    assert count == 2 and "model+system (run 3)" in detail and "model+layer+system+syscalls (run 4)" in detail
