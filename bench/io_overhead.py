@@ -2,21 +2,28 @@
 
 The workload: a DataLoader with 2 workers reading 20,000 files of 4 KiB (``open(path, 'rb').read()`` each,
 as an image folder dataset does), batch 64, ``--epochs`` times over. It times itself from the first
-``iter(loader)`` to the last batch, so interpreter start-up and imports are left out, and prints the time as
-JSON.
+``iter(loader)`` to the last batch, so interpreter start-up and imports are left out, and prints that time and
+the CPU time of its main process and of its workers over the same region as JSON.
 
-Configurations, run in turns (``none``, ``io``, ``strace``, then again) so that drift in the machine's state
-hits them alike; the files are read once before timing so every configuration reads from the page cache:
+Configurations (the files are read once before timing, so every configuration reads from the page cache):
 - ``none``: the workload alone;
 - ``io``: the workload with the io level's interposition library preloaded into it and its workers
   (``collect._io_native.preload_env``), recording every call to files as ``xstack run --levels ...,io`` does;
 - ``strace``: the workload under ``strace -f -qq -e trace=%file,%desc -o FILE``, tracing the same calls.
-Overhead is the median time of a configuration over the median time of ``none``, minus one.
-Also reported: the records written and the time ``collect._io_records.read_trace`` takes to read them back
-(the work done after the program ends, not inside it).
+``none`` and ``io`` alternate (each leads every other round), ``--repeat`` runs each; ``strace`` runs last.
+Overhead is the median time of a configuration over the median time of ``none``, minus one; "paired" is the
+median of the overheads of runs taken side by side, which machine-wide drift disturbs less. Also reported:
+the quartiles and minimum of the times, the CPU time of the main process and of the workers over the region
+(``os.times``; the workers' counts once they are joined), the records written and the time
+``collect._io_records.read_trace`` takes to read them back (the work done after the program ends).
 
-Reproduce: ``python bench/io_overhead.py`` (about 5 minutes on 2 cores, strace most of it; ``--files 2000
---repeat 1 --epochs 1`` for a smoke run).
+Per call: a C program doing what Python's ``open(path, 'rb').read()`` does (open, fstat, lseek twice, fstat,
+read twice, close) once on each file, in a fresh process (every path new to it, as in a DataLoader worker),
+with and without the library preloaded; CPU time per call, the best of 5 runs each, alternating (skipped
+without gcc). It isolates the library's cost per call from the DataLoader's scheduling noise.
+
+Reproduce: ``python bench/io_overhead.py`` (3 to 5 minutes on 2 cores; ``--files 2000 --repeat 1 --epochs 1
+--strace-repeat 1`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -47,13 +54,53 @@ class Files(Dataset):
             data = f.read()
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
+def cpu_s():
+    t = os.times()  # the workers' CPU time counts once they are joined, at the end of each epoch
+    return t.user + t.system, t.children_user + t.children_system
+
 loader = DataLoader(Files(sys.argv[1]), batch_size=64, num_workers=2)
-start = time.perf_counter()
+start, (main0, workers0) = time.perf_counter(), cpu_s()
 total = 0
 for epoch in range(int(sys.argv[2])):
     for batch in loader:
         total += batch.numel()
-print(json.dumps({"seconds": time.perf_counter() - start, "bytes": total}))
+seconds, (main1, workers1) = time.perf_counter() - start, cpu_s()
+print(json.dumps({"seconds": seconds, "main_cpu_s": main1 - main0, "workers_cpu_s": workers1 - workers0,
+                  "bytes": total}))
+"""
+
+
+PER_CALL = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    char path[4096], buf[8192];
+    struct stat st;
+    long count = atol(argv[2]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    for (long i = 0; i < count; i++) {
+        snprintf(path, sizeof path, "%s/%06ld.bin", argv[1], i);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        fstat(fd, &st);
+        lseek(fd, 0, SEEK_CUR);
+        lseek(fd, 0, SEEK_CUR);
+        fstat(fd, &st);
+        if (read(fd, buf, 4097) < 0 || read(fd, buf, 1) < 0)
+            return 1;
+        close(fd);
+    }
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    printf("%.1f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / count / 8);
+    return 0;
+}
 """
 
 
@@ -91,49 +138,105 @@ def run_once(config: str, script: Path, data: Path, scratch: Path, epochs: int) 
     return figures
 
 
+def per_call_ns(data: Path, scratch: Path, count: int) -> dict[str, float] | None:
+    """CPU ns per call of the C loop (``PER_CALL``) over ``count`` files, without and with the library; None
+    without gcc."""
+    from xstack.collect import _io_native
+
+    if shutil.which("gcc") is None:
+        return None
+    source, program = scratch / "per_call.c", scratch / "per_call"
+    source.write_text(PER_CALL)
+    subprocess.run(["gcc", "-O2", "-o", str(program), str(source)], check=True)
+    best = {"none": float("inf"), "io": float("inf")}
+    for _ in range(5):
+        for config in best:
+            out = scratch / "per-call-io"
+            shutil.rmtree(out, ignore_errors=True)
+            env = _io_native.preload_env(out) if config == "io" else dict(os.environ)
+            done = subprocess.run([str(program), str(data), str(count)], env=env, capture_output=True, text=True,
+                                  check=True)  # fmt: skip
+            best[config] = min(best[config], float(done.stdout))
+    shutil.rmtree(scratch / "per-call-io", ignore_errors=True)
+    return {"none_ns": best["none"], "io_ns": best["io"], "added_ns": round(best["io"] - best["none"], 1)}
+
+
+def _rounds(configs: list[str], repeat: int, strace_repeat: int) -> list[str]:
+    """Run order: ``none`` and ``io`` alternate, each leading every other round, so that drift in the
+    machine's state hits both alike; ``strace`` runs (much slower, and measured far less finely) come last."""
+    order: list[str] = []
+    for i in range(repeat):
+        order += ["none", "io"] if i % 2 == 0 else ["io", "none"]
+    return order + ["strace"] * (strace_repeat if "strace" in configs else 0)
+
+
+def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, float]]) -> dict[str, object]:
+    """Median, min and quartiles of the region's time; overhead of the medians, and the median of the
+    overheads of runs taken side by side (run i of ``config`` against run i of ``none``)."""
+    seconds = sorted(r["seconds"] for r in runs)
+    base_median = statistics.median(r["seconds"] for r in base)
+    quartiles = statistics.quantiles(seconds, n=4) if len(seconds) > 1 else [seconds[0]] * 3
+    paired = [r["seconds"] / b["seconds"] - 1 for r, b in zip(runs, base, strict=False)]
+    row: dict[str, object] = {
+        "config": config, "runs": len(runs), "median_s": round(statistics.median(seconds), 4),
+        "min_s": round(seconds[0], 4), "p25_s": round(quartiles[0], 4), "p75_s": round(quartiles[2], 4),
+        "overhead_pct": round(100 * (statistics.median(seconds) / base_median - 1), 2),
+        "paired_overhead_pct": round(100 * statistics.median(paired), 2),
+        "main_cpu_s": round(statistics.median(r["main_cpu_s"] for r in runs), 3),
+        "workers_cpu_s": round(statistics.median(r["workers_cpu_s"] for r in runs), 3),
+        "runs_s": [round(r["seconds"], 4) for r in runs],
+    }  # fmt: skip
+    if config == "io":
+        row["records"] = int(statistics.median(r["records"] for r in runs))
+        row["processes"] = int(statistics.median(r["processes"] for r in runs))
+        row["read_back_s"] = round(statistics.median(r["read_back_s"] for r in runs), 3)
+    return row
+
+
+def _print(args: argparse.Namespace, summary: list[dict[str, object]]) -> None:
+    print(f"{args.files} files of {args.size} B x {args.epochs} epochs, DataLoader with 2 workers; none and io "
+          f"{args.repeat} runs each (alternating), strace {args.strace_repeat}")  # fmt: skip
+    print("  config    median      min   p25-p75           overhead  paired   cpu main  workers")
+    for row in summary:
+        extra = ""
+        if "records" in row:
+            extra = f"\n            {row['records']} records, read back in {row['read_back_s']} s"
+        print(f"  {row['config']:<7} {row['median_s']:7.3f} s {row['min_s']:7.3f} s  {row['p25_s']:.3f}-"
+              f"{row['p75_s']:.3f} s  {row['overhead_pct']:+8.2f} % {row['paired_overhead_pct']:+7.2f} %  "
+              f"{row['main_cpu_s']:6.2f} s {row['workers_cpu_s']:6.2f} s{extra}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=4096, help="bytes per file (default 4096)")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per configuration (default 5)")
+    parser.add_argument("--repeat", type=int, default=15, help="runs of none and of io (default 15)")
+    parser.add_argument("--strace-repeat", type=int, default=3, help="runs under strace (default 3)")
     parser.add_argument("--epochs", type=int, default=3,
                         help="passes over the files per run (default 3: a region of about a second, long enough "
                         "that process start-up jitter does not swamp a few %%)")  # fmt: skip
     parser.add_argument("--data", type=Path, help="folder of the files (default: a temp folder, removed)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    configs = ["none", "io"] + (["strace"] if shutil.which("strace") else [])
+    configs = ["none", "io"] + (["strace"] if shutil.which("strace") and args.strace_repeat > 0 else [])
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="xstack-io-bench-") as tmp:
         data = args.data or Path(tmp) / "files"
         make_files(data, args.files, args.size)
         script = Path(tmp) / "workload.py"
         script.write_text(WORKLOAD)
         run_once("none", script, data, Path(tmp), 1)  # warm the page cache and the imports
-        runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
-        for _ in range(args.repeat):
-            for config in configs:
-                runs[config].append(run_once(config, script, data, Path(tmp), args.epochs))
-    base = statistics.median(r["seconds"] for r in runs["none"])
-    summary = []
-    for config in configs:
-        median = statistics.median(r["seconds"] for r in runs[config])
-        row = {"config": config, "median_s": round(median, 4), "overhead_pct": round(100 * (median / base - 1), 2),
-               "runs_s": [round(r["seconds"], 4) for r in runs[config]]}  # fmt: skip
-        if config == "io":
-            row["records"] = int(statistics.median(r["records"] for r in runs[config]))
-            row["processes"] = int(statistics.median(r["processes"] for r in runs[config]))
-            row["read_back_s"] = round(statistics.median(r["read_back_s"] for r in runs[config]), 3)
-        summary.append(row)
-    print(
-        f"{args.files} files of {args.size} B x {args.epochs} epochs, DataLoader with 2 workers, {args.repeat} runs "
-        "each (median)"
-    )
-    for row in summary:
-        extra = f"  records {row['records']}, read back in {row['read_back_s']} s" if "records" in row else ""
-        print(f"  {row['config']:<7} {row['median_s']:8.3f} s  {row['overhead_pct']:+7.2f} %{extra}")
+        per_call = per_call_ns(data, Path(tmp), args.files)
+        for config in _rounds(configs, args.repeat, args.strace_repeat):
+            runs[config].append(run_once(config, script, data, Path(tmp), args.epochs))
+    summary = [_summary(config, runs[config], runs["none"]) for config in configs]
+    _print(args, summary)
+    if per_call:
+        print(f"  per call (C loop, CPU): {per_call['none_ns']:.0f} ns unprofiled, {per_call['io_ns']:.0f} ns with "
+              f"the io level: +{per_call['added_ns']:.0f} ns per recorded call")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"files": args.files, "size": args.size, "epochs": args.epochs,
-                                         "summary": summary}, indent=1))  # fmt: skip
+                                         "per_call": per_call, "summary": summary}, indent=1))  # fmt: skip
     return 0
 
 

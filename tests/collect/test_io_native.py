@@ -27,6 +27,8 @@ from xstack.errors import BadInputError, XstackError
 
 PROGRAMS = Path(__file__).parent / "io_programs"
 CASES = PROGRAMS / "native_cases.py"
+STREAM_CASES = PROGRAMS / "stream_cases.py"
+MAX_STREAMS = 1024  # threads with a record stream of their own at one time (MAX_STREAMS in _io/streams.c)
 KNOWN = bytes(range(256)) * 39 + bytes(16)  # 10,000 bytes
 
 
@@ -55,7 +57,7 @@ def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed: the C test programs cannot be built")
     out = tmp_path_factory.mktemp("c-programs")
-    for name in ("native_stdio", "native_sigio", "native_cap", "native_vfork"):
+    for name in ("native_stdio", "native_sigio", "native_cap", "native_vfork", "native_wide"):
         subprocess.run(["gcc", "-O2", "-o", str(out / name), str(PROGRAMS / f"{name}.c")], check=True)
     plugin = str(PROGRAMS / "native_plugin.c")
     subprocess.run(
@@ -70,12 +72,14 @@ def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run(tmp_path: Path, *command: str, timeout: float = 60, **env_args: Any) -> tuple[dict[str, Any], IoTrace]:
-    """Run ``command`` (a native_cases.py case, or a program path) preloaded; its JSON output and records."""
+def run(
+    tmp_path: Path, *command: str, timeout: float = 60, cases: Path = CASES, **env_args: Any
+) -> tuple[dict[str, Any], IoTrace]:
+    """Run ``command`` (a case of ``cases``, or a program path) preloaded; its JSON output and records."""
     need_library()
     io_dir = tmp_path / "io"
     env = _io_native.preload_env(io_dir, **env_args)
-    args = [sys.executable, str(CASES), *command] if not command[0].startswith("/") else list(command)
+    args = [sys.executable, str(cases), *command] if not command[0].startswith("/") else list(command)
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
@@ -223,6 +227,93 @@ def test_python_signal_handler_doing_io_while_reading(tmp_path: Path, data: Path
     assert [op.op for op in trace.ops if op.path == str(log)].count("write") == seen["fired"]
 
 
+def _ops_block_threads(directory: Path) -> list[int]:
+    """The thread of every operations block in the record files of ``directory`` (0: the shared stream)."""
+    tids = []
+    for path in directory.glob("*.xio"):
+        data = path.read_bytes()
+        at = struct.unpack_from("<I", data, 12)[0]
+        while at + 16 <= len(data):
+            kind, _count, size = struct.unpack_from("<IIQ", data, at)
+            if kind == 2:
+                tids.append(struct.unpack_from("<i", data, at + 16)[0])
+            at += 16 + size
+    return tids
+
+
+def _calls_by_thread(trace: IoTrace, path: Path) -> dict[int, list[tuple[str, int]]]:
+    calls: dict[int, list[tuple[str, int]]] = {}
+    for op in trace.ops:
+        if op.path == str(path):
+            calls.setdefault(op.tid, []).append((op.op, op.bytes))
+    return calls
+
+
+def test_threads_that_exit_hand_their_stream_to_later_threads(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    count = MAX_STREAMS + 200
+    seen, trace = run(tmp_path, "churn", str(known), str(count), cases=STREAM_CASES)
+    calls = _calls_by_thread(trace, known)
+    for tid in set(seen["tids"]):
+        assert calls.pop(tid) == [("open", -1), ("read", 10), ("close", -1)] * seen["tids"].count(tid)
+    assert not calls
+    # one thread at a time: each found the stream of a thread that had exited, none had to share
+    assert 0 not in _ops_block_threads(tmp_path / "io")
+    (process,) = trace.processes
+    assert process.clean_exit and process.records == len(trace.ops)
+
+
+def test_threads_past_the_stream_limit_share_one_and_lose_nothing(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    count = MAX_STREAMS + 40
+    seen, trace = run(tmp_path, "crowd", str(known), str(count), cases=STREAM_CASES, timeout=120)
+    calls = _calls_by_thread(trace, known)
+    assert len(seen["tids"]) == len(set(seen["tids"])) == count
+    assert all(calls[tid] == [("open", -1), ("read", 10), ("close", -1)] for tid in seen["tids"])
+    assert 0 in _ops_block_threads(tmp_path / "io")  # the shared stream was used
+    (process,) = trace.processes
+    assert process.records == len(trace.ops) and process.dropped == {}
+
+
+def test_an_idle_threads_records_are_flushed_by_the_others(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    env = _io_native.preload_env(tmp_path / "io")
+    args = [sys.executable, str(STREAM_CASES), "idle_thread", str(known)]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        seen = json.loads(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    trace = read_trace(tmp_path / "io")
+    assert _calls_by_thread(trace, known)[seen["tid"]] == [("open", -1), ("read", 7)]
+
+
+def test_paths_keep_their_ids_while_the_path_index_grows(tmp_path: Path) -> None:
+    count = 5000  # the index starts at 4096 slots and doubles at half full
+    seen, trace = run(tmp_path, "many_paths", str(tmp_path), str(count), cases=STREAM_CASES)
+    assert seen == {"failed": 2 * count}
+    opens = [op.path for op in trace.ops if op.op == "open" and op.errno == errno.ENOENT and op.path]
+    expected = [str(tmp_path / f"missing-{i}") for i in range(count)]
+    assert [p for p in opens if p.startswith(f"{tmp_path}/missing-")] == expected * 2
+    assert trace.processes[0].paths_dropped == 0
+
+
+def test_values_past_a_records_narrow_fields_are_kept_whole(tmp_path: Path, data: Path, c_programs: Path) -> None:
+    known = data / "known.bin"
+    seen, trace = run(tmp_path, str(c_programs / "native_wide"), str(known))
+    assert (seen["got"], seen["bad"], seen["bad_errno"], seen["mapped"]) == (10_000, -1, errno.EBADF, 1)
+    assert on(trace, known) == [
+        ("open", -1, -1, os.O_RDONLY, 0),
+        ("read", 0, 10_000, 5 << 30, 0),  # 5 GiB asked for
+        ("mmap", 0, -1, 5 << 30, 0),
+        ("close", -1, -1, -1, 0),
+    ]
+    (bad,) = [op for op in trace.ops if op.fd == 70_000]  # a descriptor past 16 bits
+    assert (bad.op, bad.bytes, bad.requested, bad.errno, bad.path) == ("read", -1, 10, errno.EBADF, None)
+
+
 def test_signal_handler_inside_a_hook_passes_through_and_is_counted(
     tmp_path: Path, data: Path, c_programs: Path
 ) -> None:
@@ -361,6 +452,20 @@ def test_attach_records_only_the_attached_window_and_restores_the_calls(
     assert [(note.path, note.reason) for note in trace.not_covered] == [(shutil.which("true"), "attach")]
 
 
+def test_a_second_attach_restarts_every_threads_stream(tmp_path: Path, data: Path) -> None:
+    known, io_dir = data / "known.bin", tmp_path / "io"
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", _io_native.DIR_ENV)}
+    proc = subprocess.run([sys.executable, str(STREAM_CASES), "reattach", str(known), str(io_dir)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    trace = read_trace(io_dir)
+    reads = [(op.tid, op.bytes) for op in trace.ops if op.path == str(known) and op.op == "read"]
+    assert reads == [(seen["main"], 3), (seen["other"], 1), (seen["main"], 5), (seen["other"], 2)]
+    (process,) = trace.processes
+    assert len(process.files) == 2 and process.end == "detach" and process.records == len(trace.ops)
+
+
 def test_vfork_children_leave_the_parents_state_alone(tmp_path: Path, c_programs: Path) -> None:
     seen, trace = run(tmp_path, str(c_programs / "native_vfork"))
     assert seen == {"done": 1}
@@ -416,7 +521,7 @@ def test_reader_keeps_whole_records_of_a_truncated_file(tmp_path: Path, data: Pa
     (path,) = (tmp_path / "io").glob("*.xio")
     whole = path.read_bytes()
     ops_end = _last_ops_block_end(whole)
-    path.write_bytes(whole[: ops_end - 64 - 10])  # cut the last ops block inside its next-to-last record
+    path.write_bytes(whole[: ops_end - 32 - 10])  # cut the last ops block inside its next-to-last slot
     cut = read_trace(tmp_path / "io")
     assert len(cut.ops) == len(trace.ops) - 2 and cut.ops == trace.ops[: len(cut.ops)]
     assert len(cut.problems) == 1 and cut.problems[0].startswith(f"{path}: truncated")

@@ -6,8 +6,11 @@ of interned paths, of fixed-size operation records and of status (counters, and 
 last status block is the one that counts). A program the preload cannot reach (static binary, setuid, an
 environment without ``LD_PRELOAD``, any exec in attach mode) leaves ``notcovered-<pid>-<ns>.xnc``.
 
-Notes: operation blocks are decoded whole with ``struct.iter_unpack``; a file cut short (a process killed
-mid-write) keeps every whole record before the cut and adds a line to ``IoTrace.problems``.
+Notes: each operation block holds 32-byte slots of one thread's record stream, decoded whole with
+``struct.iter_unpack``: start times are relative to the stream's last time-base slot (which carries over
+between a thread's blocks in one file), and a call whose values do not fit one slot takes a second, wide one.
+A file cut short (a process killed mid-write) keeps every whole record before the cut and adds a line to
+``IoTrace.problems``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from typing import NamedTuple
 from xstack.errors import BadInputError
 
 MAGIC = b"XSTACKIO"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
 _BLOCK = struct.Struct("<IIQ")
-_RECORD = struct.Struct("<qqqqqiiIiBB6x")
+_OPS_THREAD = struct.Struct("<iI")
+_RECORD = struct.Struct("<IIqIiihBB")
+_WIDE_VALUES = struct.Struct("<qqqii")
+_KIND, _FAILED, _WIDE, _TIME, _THREAD = 0x0F, 0x10, 0x20, 0x40, 0x80
 _STATUS = struct.Struct("<IIqQQQQQQQ")
 _PATH = struct.Struct("<II")
 _BLOCK_PATHS, _BLOCK_OPS, _BLOCK_STATUS = 1, 2, 3
@@ -233,6 +239,7 @@ class _Blocks:
         self.path, self.process, self.op_names, self.kind_names = path, process, ops, kinds
         self.problems = problems
         self.paths: dict[int, str] = {}
+        self.bases: dict[int, int] = {}  # thread -> its stream's time base
         self.raw: list[tuple[int, ...]] = []
         self.ops: list[IoOp] = []
 
@@ -246,9 +253,10 @@ class _Blocks:
             at += _BLOCK.size + size
             if len(body) < size:
                 self._truncated(f"last block cut short ({len(body)} of {size} bytes)")
-            if kind == _BLOCK_OPS:
-                whole = len(body) - len(body) % _RECORD.size
-                self.raw.extend(_RECORD.iter_unpack(body[:whole]))
+            if kind == _BLOCK_OPS and len(body) >= _OPS_THREAD.size:
+                tid = _OPS_THREAD.unpack_from(body)[0]
+                slots = body[_OPS_THREAD.size :]
+                self._slots(tid, slots[: len(slots) - len(slots) % _RECORD.size])
             elif kind == _BLOCK_PATHS:
                 self._paths(body, count)
             elif kind == _BLOCK_STATUS and len(body) >= _STATUS.size:
@@ -271,6 +279,27 @@ class _Blocks:
                 return
             self.paths[path_id] = os.fsdecode(bytes(body[at + _PATH.size : at + _PATH.size + length]))
             at += (_PATH.size + length + 7) & ~7
+
+    def _slots(self, stream: int, body: memoryview) -> None:
+        """One block of a thread's stream (``stream`` 0: the shared one, whose THREAD slots name the thread)."""
+        tid, base, raw = stream, self.bases.get(stream, 0), self.raw
+        slots = _RECORD.iter_unpack(body)
+        for start, dur, offset, path_id, nbytes, requested, fd, code, flags in slots:
+            err = 0
+            if flags & ~_KIND:
+                if flags & (_TIME | _THREAD):
+                    tid = nbytes if flags & _THREAD else tid
+                    base = offset if flags & _TIME else base
+                    continue
+                if flags & _WIDE:
+                    second = next(slots, None)  # its values, read again with the wide layout below
+                    if second is None:
+                        break  # cut off
+                    nbytes, requested, dur, fd, err = _WIDE_VALUES.unpack(_RECORD.pack(*second))
+                else:
+                    nbytes, err = -1, nbytes
+            raw.append((base + start, dur, offset, nbytes, requested, tid, fd, path_id, err, code, flags & _KIND))
+        self.bases[stream] = base
 
     def _status(self, body: memoryview) -> None:
         end, nops, end_ns, records, max_records, d_read, d_written, reentrant, paths_dropped, write_errors = (

@@ -7,17 +7,21 @@
  *           ("open,openat,...;unknown,file,...": op then kind names by code), zero-padded to 8 bytes.
  *   blocks  u32 kind, u32 count, u64 payload_bytes, then the payload:
  *           1 PATHS:  count x (u32 id, u32 len, bytes, zero pad to 8)
- *           2 OPS:    count x struct xio_rec (64 bytes)
+ *           2 OPS:    i32 tid (0: given by THREAD slots), u32 pad, then count x 32-byte slots of that
+ *                     thread's stream, in its order (struct xio_rec in xio.h):
+ *                       u32 start (ns after the stream's time base), u32 dur (ns), i64 offset, u32 path_id,
+ *                       i32 bytes, i32 requested, i16 fd, u8 op, u8 flags (bits 0-3: kind; 0x10 FAILED: bytes
+ *                       is -1 and the field holds errno; 0x20 WIDE: the next slot holds i64 bytes,
+ *                       i64 requested, i64 dur, i32 fd, i32 errno instead of the narrow fields; 0x40 TIME:
+ *                       not a call, offset is the stream's new time base (CLOCK_REALTIME ns); 0x80 THREAD:
+ *                       not a call, bytes is the thread of the slots that follow). A stream's time base
+ *                       carries over from one of its blocks to the next within a file.
  *           3 STATUS: u32 end, u32 nops, i64 end_ns, u64 records, max_records, dropped_bytes_read,
  *                     dropped_bytes_written, reentrant_skipped, paths_dropped, write_errors, nops x u64
  *                     calls dropped by the record cap, by op code.
  * Every flush writes its PATHS and OPS blocks and a STATUS block; the last STATUS tells how the process
- * ended (RUNNING: killed, or still running).
- *
- * One buffer per process behind one mutex, not one per thread: hooks hold the mutex only to copy 64 bytes
- * (and, every ~100 ms or 16,384 records, to write the buffer), a fork needs exactly one lock to take in the
- * prepare handler and re-initialise in the child, and a thread that exits leaves nothing behind to flush.
- * The reader sorts the records by start time.
+ * ended (RUNNING: killed, or still running). Recording and flushing are in streams.c; the reader sorts the
+ * records by start time.
  */
 #include "xio.h"
 
@@ -27,141 +31,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 struct xio_state xio = {.lock = PTHREAD_MUTEX_INITIALIZER, .max_records = XIO_DEFAULT_MAX_RECORDS};
 __thread int xio_guard __attribute__((tls_model("initial-exec")));
-static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
-
-#define REC_CAP (1u << 14) /* 1 MiB of records */
-#define PBUF_CAP (256u << 10)
-
-enum { BLOCK_PATHS = 1, BLOCK_OPS = 2, BLOCK_STATUS = 3 };
-
-struct block_header {
-    uint32_t kind;
-    uint32_t count;
-    uint64_t bytes;
-};
-
-struct status_block {
-    uint32_t end, nops;
-    int64_t end_ns;
-    uint64_t records, max_records, dropped_bytes_read, dropped_bytes_written, reentrant_skipped, paths_dropped,
-        write_errors;
-    uint64_t dropped[XIO_OP_COUNT];
-};
-
-static struct xio_rec *recs;
-static uint32_t nrec;
-static char *pbuf;
-static size_t pused;
-static uint32_t npaths_buffered;
-static int64_t last_flush_ns;
-
-int64_t xio_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static pid_t current_tid(void)
-{
-    if (XIO_UNLIKELY(tls_tid == 0))
-        tls_tid = (pid_t)syscall(SYS_gettid);
-    return tls_tid;
-}
-
-static void flush_locked(int end)
-{
-    struct block_header bp = {BLOCK_PATHS, npaths_buffered, pused};
-    struct block_header bo = {BLOCK_OPS, nrec, (uint64_t)nrec * sizeof(struct xio_rec)};
-    struct block_header bs = {BLOCK_STATUS, 1, sizeof(struct status_block)};
-    struct status_block st = {.end = (uint32_t)end, .nops = XIO_OP_COUNT, .end_ns = xio_now(),
-                              .records = xio.records, .max_records = xio.max_records,
-                              .dropped_bytes_read = xio.dropped_bytes_read,
-                              .dropped_bytes_written = xio.dropped_bytes_written,
-                              .reentrant_skipped = __atomic_load_n(&xio.reentrant_skipped, __ATOMIC_RELAXED),
-                              .paths_dropped = xio.paths_dropped, .write_errors = xio.write_errors};
-    memcpy(st.dropped, xio.dropped, sizeof st.dropped);
-    struct iovec iov[6];
-    int n = 0;
-    if (pused) {
-        iov[n++] = (struct iovec){&bp, sizeof bp};
-        iov[n++] = (struct iovec){pbuf, pused};
-    }
-    if (nrec) {
-        iov[n++] = (struct iovec){&bo, sizeof bo};
-        iov[n++] = (struct iovec){recs, bo.bytes};
-    }
-    iov[n++] = (struct iovec){&bs, sizeof bs};
-    iov[n++] = (struct iovec){&st, sizeof st};
-    xio_output_write(iov, n);
-    nrec = 0;
-    pused = 0;
-    npaths_buffered = 0;
-    last_flush_ns = st.end_ns;
-}
-
-static void append_path_locked(uint32_t id)
-{
-    uint32_t len;
-    const char *bytes = xio_path_bytes(id, &len);
-    size_t need = (8 + len + 7) & ~(size_t)7;
-    if (pused + need > PBUF_CAP)
-        flush_locked(XIO_END_RUNNING);
-    char *p = pbuf + pused;
-    memcpy(p, &id, 4);
-    memcpy(p + 4, &len, 4);
-    memcpy(p + 8, bytes, len);
-    memset(p + 8 + len, 0, need - 8 - len);
-    pused += need;
-    npaths_buffered++;
-}
-
-static void count_dropped_locked(const struct xio_rec *r)
-{
-    xio.dropped[r->op]++;
-    if (r->bytes <= 0)
-        return;
-    switch (r->op) {
-    case XIO_OP_READ: case XIO_OP_PREAD: case XIO_OP_READV: case XIO_OP_FREAD:
-        xio.dropped_bytes_read += (uint64_t)r->bytes;
-        break;
-    case XIO_OP_WRITE: case XIO_OP_PWRITE: case XIO_OP_WRITEV: case XIO_OP_FWRITE:
-        xio.dropped_bytes_written += (uint64_t)r->bytes;
-        break;
-    default:
-        break;
-    }
-}
-
-void xio_emit(struct xio_rec *r)
-{
-    r->tid = current_tid();
-    pthread_mutex_lock(&xio.lock);
-    if (!xio_output_is_open() || xio.ended) {
-        pthread_mutex_unlock(&xio.lock);
-        return;
-    }
-    if (r->op != XIO_OP_INHERIT) {
-        if (xio.records >= xio.max_records) {
-            count_dropped_locked(r);
-            pthread_mutex_unlock(&xio.lock);
-            return;
-        }
-        xio.records++;
-    }
-    if (r->path_id && xio_path_needs_write(r->path_id))
-        append_path_locked(r->path_id);
-    recs[nrec++] = *r;
-    if (nrec == REC_CAP || r->start_ns + r->dur_ns - last_flush_ns > XIO_FLUSH_INTERVAL_NS)
-        flush_locked(XIO_END_RUNNING);
-    pthread_mutex_unlock(&xio.lock);
-}
 
 /* ---- lifecycle ---- */
 
@@ -173,7 +47,7 @@ void xio_session_flush(int end, int final)
     int saved_errno = errno, saved_guard = xio_guard;
     xio_guard = 1;
     pthread_mutex_lock(&xio.lock);
-    flush_locked(end);
+    xio_flush_locked(end);
     if (final) {
         xio.ended = 1;
         xio_output_close();
@@ -183,15 +57,13 @@ void xio_session_flush(int end, int final)
     errno = saved_errno;
 }
 
-static void reset_counters(void)
+/* A new file: counters from zero, every path written again, streams restarted. */
+static void new_file(void)
 {
-    xio.records = 0;
     memset(xio.dropped, 0, sizeof xio.dropped);
     xio.dropped_bytes_read = xio.dropped_bytes_written = 0;
     xio.reentrant_skipped = xio.paths_dropped = xio.write_errors = 0;
-    nrec = 0;
-    pused = 0;
-    npaths_buffered = 0;
+    xio_streams_new_file(); /* bumps xio.gen: every path is written again */
 }
 
 static int set_dir(const char *dir)
@@ -227,11 +99,7 @@ int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t m
         xio_warn("output directory path is too long or relative without a cwd:", dir, 0);
         return -1;
     }
-    if (!recs) {
-        recs = xio_sys_mmap(REC_CAP * sizeof(struct xio_rec));
-        pbuf = xio_sys_mmap(PBUF_CAP);
-    }
-    if (!recs || !pbuf || xio_tables_init() != 0 || xio_exclude_init(exclude) != 0) {
+    if (xio_streams_init() != 0 || xio_tables_init() != 0 || xio_exclude_init(exclude) != 0) {
         xio_warn("cannot allocate its tables (mmap failed)", NULL, errno);
         return -1;
     }
@@ -243,25 +111,16 @@ int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t m
     xio.ppid = (pid_t)syscall(SYS_getppid);
     if (xio.start_ns == 0)
         xio.start_ns = xio_now();
-    reset_counters();
-    xio_paths_new_file();
+    pthread_mutex_lock(&xio.lock);
+    new_file();
+    pthread_mutex_unlock(&xio.lock);
     xio.mode = mode; /* the header records it */
-    if ((last_flush_ns = xio_output_open()) < 0) {
+    if ((xio.last_flush_ns = xio_output_open()) < 0) {
         xio.mode = XIO_MODE_OFF;
         return -1;
     }
     xio.ended = 0;
     return 0;
-}
-
-int xio_enter_slow(void)
-{
-    /* A vfork child runs on its parent's memory and thread state: it must change nothing. Asking the kernel
-     * for our pid costs a syscall, so only while a vfork is under way (the vfork wrapper counts them). */
-    if (XIO_UNLIKELY(__atomic_load_n(&xio_vfork_active, __ATOMIC_ACQUIRE) != 0) && xio_sys_getpid() != xio.pid)
-        return 0;
-    xio_guard = 1;
-    return 1;
 }
 
 static void write_inherited(void);
@@ -292,7 +151,7 @@ static void atfork_child(void)
         return;
     xio.fork_locked = 0;
     pthread_mutex_init(&xio.lock, NULL);
-    tls_tid = 0;
+    xio_streams_fork_child();
     if (xio.mode == XIO_MODE_OFF || xio.ended) {
         xio_guard = 0;
         return;
@@ -303,9 +162,8 @@ static void atfork_child(void)
     xio.forked = 1;
     xio.start_ns = xio_now();
     xio.seq = 0;
-    reset_counters();
-    xio_paths_new_file();
-    if ((last_flush_ns = xio_output_open()) < 0) {
+    new_file();
+    if ((xio.last_flush_ns = xio_output_open()) < 0) {
         xio.mode = XIO_MODE_OFF;
         xio_guard = 0;
         return;
@@ -322,9 +180,9 @@ static void write_inherited(void)
         struct xio_fd *e = xio_fd_get_known(fd);
         if (!e || e->kind == XIO_KIND_EXCLUDED)
             continue;
-        struct xio_rec r;
+        struct xio_ev r;
         int64_t now = xio_now();
-        xio_rec_init(&r, XIO_OP_INHERIT, now, now);
+        xio_ev_init(&r, XIO_OP_INHERIT, now, now);
         r.fd = fd;
         r.path_id = e->path_id;
         r.kind = e->kind;

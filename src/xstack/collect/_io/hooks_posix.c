@@ -41,6 +41,7 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         }                                                                                                        \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, flags, mode);                                                                \
+        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_now();                                                                                  \
         int fd = REAL(name)(path, flags, mode);                                                                  \
         int err = errno;                                                                                         \
@@ -64,6 +65,7 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         }                                                                                                        \
         if (!xio_enter())                                                                                        \
             return REAL(name)(dirfd, path, flags, mode);                                                         \
+        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_now();                                                                                  \
         int fd = REAL(name)(dirfd, path, flags, mode);                                                           \
         int err = errno;                                                                                         \
@@ -80,6 +82,7 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, mode);                                                                       \
+        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_now();                                                                                  \
         int fd = REAL(name)(path, mode);                                                                         \
         int err = errno;                                                                                         \
@@ -97,6 +100,7 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, flags);                                                                      \
+        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_now();                                                                                  \
         int fd = REAL(name)(path, flags);                                                                        \
         int err = errno;                                                                                         \
@@ -113,6 +117,7 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(dirfd, path, flags);                                                               \
+        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_now();                                                                                  \
         int fd = REAL(name)(dirfd, path, flags);                                                                 \
         int err = errno;                                                                                         \

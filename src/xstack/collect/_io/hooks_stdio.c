@@ -52,6 +52,7 @@ static void record_fopen(int op, const char *path, FILE *f, int64_t t0, int64_t 
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, mode);                                                                       \
+        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_now();                                                                                  \
         FILE *f = REAL(name)(path, mode);                                                                        \
         int err = errno;                                                                                         \
@@ -89,15 +90,14 @@ static void record_transfer(int op, FILE *f, int64_t t0, int64_t t1, size_t size
     struct xio_fd *e = xio_fd_get(fd);
     if (fd < 0 || (e && e->kind == XIO_KIND_EXCLUDED))
         return;
-    struct xio_rec r;
-    xio_rec_init(&r, op, t0, t1);
+    struct xio_ev r;
+    xio_ev_init(&r, op, t0, t1);
     r.fd = fd;
     r.requested = (int64_t)(size * n);
     r.bytes = (int64_t)(size * got);
     r.err = got < n && ferror(f) ? err : 0;
     if (e) {
-        r.path_id = e->path_id;
-        r.kind = e->kind;
+        xio_ev_of_entry(&r, e);
         r.offset = xio_kind_seekable(e->kind) ? __atomic_fetch_add(&e->soffset, r.bytes, __ATOMIC_RELAXED) : -1;
     }
     xio_emit(&r);

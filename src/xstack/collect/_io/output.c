@@ -1,4 +1,5 @@
-/* The library's own output: raw system calls (never the wrappers), the record file, warnings. */
+/* The library's own output: raw system calls (never the wrappers), the record file and its status block,
+ * warnings. */
 #include "xio.h"
 
 #include <fcntl.h>
@@ -210,6 +211,35 @@ void xio_output_close(void)
     if (out_fd >= 0)
         xio_sys_close(out_fd);
     out_fd = -1;
+}
+
+/* The STATUS block's payload (file layout in core.c). */
+struct status_block {
+    uint32_t end, nops;
+    int64_t end_ns;
+    uint64_t records, max_records, dropped_bytes_read, dropped_bytes_written, reentrant_skipped, paths_dropped,
+        write_errors;
+    uint64_t dropped[XIO_OP_COUNT];
+};
+
+/* The STATUS block into iov[0] and iov[1] (static storage, valid until the next call; callers hold
+ * xio.lock); returns its end_ns. */
+int64_t xio_status_iov(int end, struct iovec *iov)
+{
+    static struct xio_block_header bs = {XIO_BLOCK_STATUS, 1, sizeof(struct status_block)};
+    static struct status_block st;
+    st = (struct status_block){.end = (uint32_t)end, .nops = XIO_OP_COUNT, .end_ns = xio_now(),
+                               .records = xio.records, .max_records = xio.max_records,
+                               .dropped_bytes_read = __atomic_load_n(&xio.dropped_bytes_read, __ATOMIC_RELAXED),
+                               .dropped_bytes_written = __atomic_load_n(&xio.dropped_bytes_written, __ATOMIC_RELAXED),
+                               .reentrant_skipped = __atomic_load_n(&xio.reentrant_skipped, __ATOMIC_RELAXED),
+                               .paths_dropped = __atomic_load_n(&xio.paths_dropped, __ATOMIC_RELAXED),
+                               .write_errors = xio.write_errors};
+    for (int op = 0; op < XIO_OP_COUNT; op++)
+        st.dropped[op] = __atomic_load_n(&xio.dropped[op], __ATOMIC_RELAXED);
+    iov[0] = (struct iovec){&bs, sizeof bs};
+    iov[1] = (struct iovec){&st, sizeof st};
+    return st.end_ns;
 }
 
 /* Appends the blocks to the file; counts and reports (once) a failed write. */

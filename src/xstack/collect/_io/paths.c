@@ -1,10 +1,15 @@
-/* Descriptor table, path resolution and interning, exclusions.
+/* Descriptor table and path interning.
  *
  * The descriptor table has one entry per fd (sized from RLIMIT_NOFILE, capped at 1M) and the intern table
  * holds up to 1M paths in a 256 MiB arena; both are mmap'd with MAP_NORESERVE, so only the pages touched
- * cost memory, and nothing here calls malloc (a wrapper may run inside the allocator's own I/O).
- * Interning runs under the recording lock; descriptor entries are updated without a lock (racing updates
- * of one descriptor's offset are as approximate as the program's own use of it).
+ * cost memory, and nothing here calls malloc (a wrapper may run inside the allocator's own I/O). The hash
+ * index over the paths starts at 4096 slots and doubles at half full: a process that opens 10,000 files
+ * touches a few dozen of its pages, where a full-size index (8 MiB) had it touch every page once (a page
+ * fault each, in every DataLoader worker). Looking a path up takes no lock (an entry is complete before its
+ * slot is published, and an index is published once filled; older ones stay mapped for lookups still in
+ * them); adding one, and queueing it to be written into the current file, run under xio.lock. Descriptor
+ * entries are updated without a lock (racing updates of one descriptor's offset are as approximate as the
+ * program's own use of it).
  */
 #include "xio.h"
 
@@ -16,30 +21,36 @@
 
 #define MAX_FDS (1 << 20)
 #define MAX_PATHS (1u << 20)
-#define ARENA_BYTES (256ull << 20)
-#define MAX_EXCLUDES 64
+#define FIRST_SLOTS 4096u
+#define ARENA_BYTES (256ull << 20) /* offsets / 8 fit a slot's 25 bits */
 
+/* A path in the arena: this header, then its bytes, zero-padded to 8. */
 struct path_entry {
     uint64_t hash;
-    uint64_t off;
     uint32_t len;
-    uint32_t gen; /* the file generation this path's record was written in */
+    uint32_t gen; /* the file generation this path was last queued to be written in */
+    uint32_t id;
+    uint32_t pad;
 };
 
-static struct xio_fd *fds;
-static int fd_cap;
 static int fd_top;
-static struct path_entry *paths; /* index 0 unused: id 0 means "no path" */
+/* Open addressing over the arena's entries; `used` and the slots are written under xio.lock. A slot holds
+ * the entry's arena offset / 8 in its low 25 bits and 7 more bits of its hash above them, so a probe reads
+ * an entry (a cache miss) only when those bits match. */
+#define SLOT_TAG_SHIFT 25
+#define SLOT_OFFSET_MASK ((1u << SLOT_TAG_SHIFT) - 1)
+struct path_index {
+    uint32_t mask;
+    uint32_t used;
+    uint32_t slot[];
+};
+
+static uint64_t *paths; /* id -> its entry's arena offset; index 0 unused: id 0 means "no path" */
 static uint32_t npaths, max_paths;
-static uint32_t *slots;
-static uint32_t slot_mask;
+static struct path_index *index_now; /* replaced (with release) when it grows */
 static char *arena;
 static size_t arena_used, arena_cap;
-static uint32_t file_gen = 1;
-
-static char exclude_buf[PATH_MAX * 8];
-static uint32_t exclude_off[MAX_EXCLUDES], exclude_len[MAX_EXCLUDES];
-static int nexcludes;
+_Static_assert((ARENA_BYTES >> 3) <= (1ull << SLOT_TAG_SHIFT), "arena offsets fit a slot");
 
 static int fd_table_size(void)
 {
@@ -55,9 +66,17 @@ static int fd_table_size(void)
     return want < 1024 ? 1024 : (int)want;
 }
 
+static struct path_index *new_index(uint32_t nslots)
+{
+    struct path_index *t = xio_sys_mmap(sizeof *t + (size_t)nslots * sizeof t->slot[0]);
+    if (t)
+        t->mask = nslots - 1;
+    return t;
+}
+
 int xio_tables_init(void)
 {
-    if (fds)
+    if (xio.fds)
         return 0;
     int cap = fd_table_size();
     /* Smaller tables when the kernel refuses the reservation (strict overcommit). */
@@ -65,250 +84,144 @@ int xio_tables_init(void)
         max_paths = MAX_PATHS >> (2 * shrink);
         arena_cap = ARENA_BYTES >> (2 * shrink);
         paths = xio_sys_mmap((size_t)(max_paths + 1) * sizeof *paths);
-        slots = xio_sys_mmap((size_t)max_paths * 2 * sizeof *slots);
-        arena = paths && slots ? xio_sys_mmap(arena_cap) : NULL;
+        arena = paths ? xio_sys_mmap(arena_cap) : NULL;
     }
-    slot_mask = max_paths * 2 - 1;
-    fds = xio_sys_mmap((size_t)cap * sizeof *fds);
-    if (!fds || !arena)
+    arena_used = 8; /* offset 0 would make an empty slot */
+    index_now = new_index(FIRST_SLOTS);
+    xio.fds = xio_sys_mmap((size_t)cap * sizeof *xio.fds);
+    if (!xio.fds || !arena || !index_now)
         return -1;
-    fd_cap = cap;
-    return 0;
-}
-
-/* ---- exclusions ---- */
-
-static void add_exclude(const char *p, size_t n)
-{
-    static size_t used;
-    if (nexcludes == 0)
-        used = 0;
-    if (n == 0 || nexcludes == MAX_EXCLUDES || used + n > sizeof exclude_buf)
-        return;
-    memcpy(exclude_buf + used, p, n);
-    exclude_off[nexcludes] = (uint32_t)used;
-    exclude_len[nexcludes++] = (uint32_t)n;
-    used += n;
-}
-
-int xio_exclude_init(const char *spec)
-{
-    nexcludes = 0;
-    /* our own record files: the directory with its slash, so that "/tmp/io" does not hide "/tmp/io.bin" */
-    char own[PATH_MAX + 1];
-    memcpy(own, xio.dir, xio.dir_len);
-    own[xio.dir_len] = '/';
-    add_exclude(own, xio.dir_len + 1);
-    for (const char *s = spec; s && *s;) {
-        const char *end = strchr(s, ':');
-        size_t n = end ? (size_t)(end - s) : strlen(s);
-        if (n && s[0] == '/')
-            add_exclude(s, n);
-        s = end ? end + 1 : s + n;
-    }
-    return 0;
-}
-
-int xio_path_excluded(const char *path, size_t len)
-{
-    for (int i = 0; i < nexcludes; i++)
-        if (len >= exclude_len[i] && memcmp(path, exclude_buf + exclude_off[i], exclude_len[i]) == 0)
-            return 1;
+    xio.fd_cap = cap;
     return 0;
 }
 
 /* ---- interning ---- */
 
+/* Eight bytes at a time: FNV over single bytes cost ~1 ns per byte of every opened path. */
 static uint64_t hash_bytes(const char *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
     return h | 1;
 }
 
-uint32_t xio_intern_locked(const char *path, size_t len)
+static struct path_entry *entry(uint64_t off) { return (struct path_entry *)(arena + off); }
+
+static uint32_t slot_of(uint64_t off, uint64_t h) { return (uint32_t)(off >> 3) | (uint32_t)(h >> 57) << SLOT_TAG_SHIFT; }
+
+/* The id of `path` in index `t`, or 0 with the first free slot in `*at`. */
+static uint32_t probe(const struct path_index *t, const char *path, size_t len, uint64_t h, uint32_t *at)
+{
+    uint32_t tag = slot_of(0, h), i = (uint32_t)h & t->mask, s;
+    for (; (s = __atomic_load_n(&t->slot[i], __ATOMIC_ACQUIRE)) != 0; i = (i + 1) & t->mask) {
+        if ((s & ~SLOT_OFFSET_MASK) != tag)
+            continue;
+        const struct path_entry *e = entry((uint64_t)(s & SLOT_OFFSET_MASK) << 3);
+        if (e->hash == h && e->len == len && memcmp(e + 1, path, len) == 0)
+            return e->id;
+    }
+    *at = i;
+    return 0;
+}
+
+/* Under xio.lock: a twice larger index once this one is half full (kept when mmap fails). */
+static void grow_locked(void)
+{
+    struct path_index *old = index_now, *t;
+    if (2 * (old->used + 1) <= old->mask + 1 || old->mask + 1 >= 2 * max_paths ||
+        !(t = new_index(2 * (old->mask + 1))))
+        return;
+    for (uint32_t id = 1; id <= npaths; id++) {
+        uint64_t h = entry(paths[id])->hash;
+        uint32_t i = (uint32_t)h & t->mask;
+        while (t->slot[i])
+            i = (i + 1) & t->mask;
+        t->slot[i] = slot_of(paths[id], h);
+    }
+    t->used = old->used;
+    __atomic_store_n(&index_now, t, __ATOMIC_RELEASE);
+}
+
+/* Called before an open's (or a stat's) real call: brings the index slot an absolute path will be looked up
+ * in into the cache while the system call runs; the lookup after it would otherwise wait for memory (the
+ * index of a process that opened many files is larger than the caches, and a new path is a miss). */
+void xio_path_prefetch(const char *path)
+{
+    if (!path || path[0] != '/')
+        return;
+    const struct path_index *t = __atomic_load_n(&index_now, __ATOMIC_ACQUIRE);
+    if (t)
+        __builtin_prefetch(&t->slot[(uint32_t)hash_bytes(path, strlen(path)) & t->mask]);
+}
+
+/* The id of `path` (0 when the table is full: counted in paths_dropped). */
+uint32_t xio_intern(const char *path, size_t len)
 {
     uint64_t h = hash_bytes(path, len);
-    uint32_t i = (uint32_t)h & slot_mask;
-    for (; slots[i]; i = (i + 1) & slot_mask) {
-        struct path_entry *e = &paths[slots[i]];
-        if (e->hash == h && e->len == len && memcmp(arena + e->off, path, len) == 0)
-            return slots[i];
+    uint32_t at = 0, id = probe(__atomic_load_n(&index_now, __ATOMIC_ACQUIRE), path, len, h, &at);
+    if (id)
+        return id;
+    size_t need = (sizeof(struct path_entry) + len + 7) & ~(size_t)7;
+    pthread_mutex_lock(&xio.lock);
+    grow_locked();
+    struct path_index *t = index_now;
+    if ((id = probe(t, path, len, h, &at)) == 0) { /* not added by another thread meanwhile */
+        if (npaths >= max_paths || arena_used + need > arena_cap || t->used + 2 > t->mask) {
+            __atomic_add_fetch(&xio.paths_dropped, 1, __ATOMIC_RELAXED);
+        } else {
+            id = ++npaths;
+            struct path_entry *e = entry(arena_used);
+            *e = (struct path_entry){.hash = h, .len = (uint32_t)len, .id = id};
+            memcpy(e + 1, path, len); /* the padding is still zero: the arena is only ever appended to */
+            paths[id] = arena_used;
+            arena_used += need;
+            t->used++;
+            xio_append_path_locked(id); /* queued now: its first record would take the lock again for it */
+            e->gen = xio.gen;
+            __atomic_store_n(&t->slot[at], slot_of(paths[id], h), __ATOMIC_RELEASE);
+        }
     }
-    if (npaths >= max_paths || arena_used + len > arena_cap) {
-        xio.paths_dropped++;
-        return 0;
-    }
-    uint32_t id = ++npaths;
-    memcpy(arena + arena_used, path, len);
-    paths[id] = (struct path_entry){.hash = h, .off = arena_used, .len = (uint32_t)len, .gen = 0};
-    arena_used += len;
-    slots[i] = id;
+    pthread_mutex_unlock(&xio.lock);
     return id;
 }
 
 const char *xio_path_bytes(uint32_t id, uint32_t *len)
 {
-    *len = paths[id].len;
-    return arena + paths[id].off;
+    const struct path_entry *e = entry(paths[id]);
+    *len = e->len;
+    return (const char *)(e + 1);
 }
 
-/* Called under the recording lock: 1 the first time `id` is used in the current file. */
-int xio_path_needs_write(uint32_t id)
+/* A record is about to name path `id`: queue the path to be written into the current file, the first time.
+ * The path is queued before the record is published, so a flush never writes the record without it. */
+void xio_path_note_use(uint32_t id)
 {
-    if (paths[id].gen == file_gen)
-        return 0;
-    paths[id].gen = file_gen;
-    return 1;
-}
-
-void xio_paths_new_file(void) { file_gen++; }
-
-/* ---- path resolution ---- */
-
-/* Lexical normalisation of an absolute path in place: "//", "/./" and "x/.." go. */
-static size_t normalize(char *p, size_t n)
-{
-    size_t r = 0, w = 0;
-    while (r < n) {
-        while (r < n && p[r] == '/')
-            r++;
-        size_t s = r;
-        while (r < n && p[r] != '/')
-            r++;
-        size_t len = r - s;
-        if (len == 0 || (len == 1 && p[s] == '.'))
-            continue;
-        if (len == 2 && p[s] == '.' && p[s + 1] == '.') {
-            while (w > 0 && p[w - 1] != '/')
-                w--;
-            if (w > 0)
-                w--;
-            continue;
-        }
-        p[w++] = '/';
-        memmove(p + w, p + s, len);
-        w += len;
-    }
-    if (w == 0)
-        p[w++] = '/';
-    p[w] = 0;
-    return w;
-}
-
-static char *append_int(char *p, int v)
-{
-    char tmp[12];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = tmp[--n];
-    *p = 0;
-    return p;
-}
-
-static long fd_link(int fd, char *buf, size_t cap)
-{
-    char link[32] = "/proc/self/fd/";
-    append_int(link + 14, fd);
-    long n = xio_sys_readlink(link, buf, cap - 1);
-    if (n <= 0 || buf[0] != '/')
-        return -1;
-    buf[n] = 0;
-    return n;
-}
-
-/* The directory `dirfd` names, into buf; its length or -1. */
-static long dir_of(int dirfd, char *buf, size_t cap)
-{
-    if (dirfd == AT_FDCWD) {
-        long n = syscall(SYS_getcwd, buf, cap);
-        return n > 0 && buf[0] == '/' ? (long)strlen(buf) : -1;
-    }
-    struct xio_fd *e = xio_fd_get(dirfd);
-    if (e && e->path_id) {
-        uint32_t len;
-        const char *p = xio_path_bytes(e->path_id, &len);
-        if (len >= cap)
-            return -1;
-        memcpy(buf, p, len);
-        return len;
-    }
-    return fd_link(dirfd, buf, cap);
-}
-
-/* Resolves `path` (relative to dirfd or the cwd) and interns it; 0 when unknown, and when excluded (then
- * *excluded is set). */
-uint32_t xio_path_at(int dirfd, const char *path, int *excluded)
-{
-    char buf[PATH_MAX];
-    size_t n = 0, len;
-    *excluded = 0;
-    if (!path)
-        return 0;
-    len = strlen(path);
-    if (path[0] != '/') {
-        long d = dir_of(dirfd, buf, sizeof buf);
-        if (d < 0)
-            return 0;
-        n = (size_t)d;
-        if (n + 1 + len >= sizeof buf)
-            goto too_long;
-        buf[n++] = '/';
-    } else if (len >= sizeof buf) {
-        goto too_long;
-    }
-    memcpy(buf + n, path, len);
-    n = normalize(buf, n + len);
-    if (xio_path_excluded(buf, n)) {
-        *excluded = 1;
-        return 0;
-    }
+    struct path_entry *e = entry(paths[id]);
+    if (XIO_LIKELY(__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) == xio.gen))
+        return;
     pthread_mutex_lock(&xio.lock);
-    uint32_t id = xio_intern_locked(buf, n);
+    if (e->gen != xio.gen) {
+        xio_append_path_locked(id);
+        __atomic_store_n(&e->gen, xio.gen, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&xio.lock);
-    return id;
-too_long:
-    __atomic_add_fetch(&xio.paths_dropped, 1, __ATOMIC_RELAXED);
-    return 0;
 }
 
 /* ---- descriptors ---- */
-
-int xio_kind_of_mode(mode_t mode)
-{
-    switch (mode & S_IFMT) {
-    case S_IFREG: return XIO_KIND_FILE;
-    case S_IFDIR: return XIO_KIND_DIR;
-    case S_IFIFO: return XIO_KIND_PIPE;
-    case S_IFSOCK: return XIO_KIND_SOCKET;
-    case S_IFCHR: return XIO_KIND_CHR;
-    case S_IFBLK: return XIO_KIND_BLK;
-    default: return XIO_KIND_UNKNOWN;
-    }
-}
-
-int xio_kind_seekable(int kind)
-{
-    return kind == XIO_KIND_FILE || kind == XIO_KIND_BLK || kind == XIO_KIND_DIR;
-}
 
 int xio_fd_kind_raw(int fd)
 {
     struct stat st;
     return xio_sys_fstat(fd, &st) == 0 ? xio_kind_of_mode(st.st_mode) : XIO_KIND_UNKNOWN;
-}
-
-/* A successful fstat of a known descriptor says what it is (opens guess "file" without asking). */
-void xio_fd_set_mode(int fd, int ret, mode_t mode)
-{
-    struct xio_fd *e = xio_fd_get_known(fd);
-    if (ret == 0 && e && e->kind != XIO_KIND_EXCLUDED)
-        e->kind = (uint8_t)xio_kind_of_mode(mode);
 }
 
 int xio_fd_max(void) { return __atomic_load_n(&fd_top, __ATOMIC_RELAXED); }
@@ -320,20 +233,13 @@ static void note_top(int fd)
     }
 }
 
-struct xio_fd *xio_fd_get_known(int fd)
+/* The entry of `fd`, discovered with one fstat (and readlink, lseek, fcntl for files) the first time it is
+ * seen without an open (pipes, sockets, inherited or internally opened descriptors); NULL when not open. */
+struct xio_fd *xio_fd_discover(int fd)
 {
-    if (fd < 0 || fd >= fd_cap || !__atomic_load_n(&fds[fd].known, __ATOMIC_ACQUIRE))
+    if (fd < 0 || fd >= xio.fd_cap)
         return NULL;
-    return &fds[fd];
-}
-
-/* The entry of `fd`, discovered with one fstat (and readlink for files) the first time it is seen without
- * an open (pipes, sockets, inherited or internally opened descriptors); NULL when fd is not open. */
-struct xio_fd *xio_fd_get(int fd)
-{
-    if (fd < 0 || fd >= fd_cap)
-        return NULL;
-    struct xio_fd *e = &fds[fd];
+    struct xio_fd *e = &xio.fds[fd];
     if (__atomic_load_n(&e->known, __ATOMIC_ACQUIRE))
         return e;
     struct stat st;
@@ -342,22 +248,20 @@ struct xio_fd *xio_fd_get(int fd)
     struct xio_fd d = {.kind = (uint8_t)xio_kind_of_mode(st.st_mode), .known = 1, .offset = -1};
     if (d.kind != XIO_KIND_PIPE && d.kind != XIO_KIND_SOCKET) {
         char buf[PATH_MAX];
-        long n = fd_link(fd, buf, sizeof buf);
+        long n = xio_fd_link(fd, buf, sizeof buf);
         if (n > 0 && xio_path_excluded(buf, (size_t)n)) {
             d.kind = XIO_KIND_EXCLUDED;
         } else if (n > 0) {
-            pthread_mutex_lock(&xio.lock);
-            d.path_id = xio_intern_locked(buf, (size_t)n);
-            pthread_mutex_unlock(&xio.lock);
+            d.path_id = xio_intern(buf, (size_t)n);
         }
     }
-    if (xio_kind_seekable(d.kind)) {
+    if (xio_kind_seekable(d.kind)) { /* offsets and O_APPEND mean nothing on pipes and sockets */
         long off = xio_sys_lseek(fd, 0, SEEK_CUR);
         d.offset = off < 0 ? 0 : off;
         d.soffset = d.offset;
+        long fl = syscall(SYS_fcntl, fd, F_GETFL);
+        d.append = fl > 0 && (fl & O_APPEND);
     }
-    long fl = syscall(SYS_fcntl, fd, F_GETFL);
-    d.append = fl > 0 && (fl & O_APPEND);
     d.known = 0;
     *e = d;
     __atomic_store_n(&e->known, 1, __ATOMIC_RELEASE);
@@ -367,9 +271,9 @@ struct xio_fd *xio_fd_get(int fd)
 
 void xio_fd_opened(int fd, uint32_t path_id, int kind, int flags)
 {
-    if (fd < 0 || fd >= fd_cap)
+    if (fd < 0 || fd >= xio.fd_cap)
         return;
-    struct xio_fd *e = &fds[fd];
+    struct xio_fd *e = &xio.fds[fd];
     *e = (struct xio_fd){.path_id = path_id, .kind = (uint8_t)kind, .append = (flags & O_APPEND) != 0};
     __atomic_store_n(&e->known, 1, __ATOMIC_RELEASE);
     note_top(fd);
@@ -377,8 +281,8 @@ void xio_fd_opened(int fd, uint32_t path_id, int kind, int flags)
 
 void xio_fd_closed(int fd)
 {
-    if (fd >= 0 && fd < fd_cap)
-        __atomic_store_n(&fds[fd].known, 0, __ATOMIC_RELEASE);
+    if (fd >= 0 && fd < xio.fd_cap)
+        __atomic_store_n(&xio.fds[fd].known, 0, __ATOMIC_RELEASE);
 }
 
 void xio_fd_close_range(unsigned first, unsigned last)
@@ -390,14 +294,14 @@ void xio_fd_close_range(unsigned first, unsigned last)
 
 void xio_fd_forget_all(void)
 {
-    if (fds)
+    if (xio.fds)
         xio_fd_close_range(0, (unsigned)xio_fd_max());
 }
 
 void xio_fd_dup(int oldfd, int newfd)
 {
     struct xio_fd *e = xio_fd_get(oldfd);
-    if (newfd < 0 || newfd >= fd_cap || newfd == oldfd)
+    if (newfd < 0 || newfd >= xio.fd_cap || newfd == oldfd)
         return;
     if (!e) {
         xio_fd_closed(newfd);
@@ -405,7 +309,7 @@ void xio_fd_dup(int oldfd, int newfd)
     }
     struct xio_fd copy = *e;
     copy.known = 0;
-    fds[newfd] = copy;
-    __atomic_store_n(&fds[newfd].known, 1, __ATOMIC_RELEASE);
+    xio.fds[newfd] = copy;
+    __atomic_store_n(&xio.fds[newfd].known, 1, __ATOMIC_RELEASE);
     note_top(newfd);
 }

@@ -1,71 +1,194 @@
-/* Building a record from a wrapped call: the descriptor's path, kind and tracked offset. */
+/* Records of calls by path: resolving the path (absolute, normalised, not excluded) for interning
+ * (paths.c), and what a new descriptor is. The records of calls on a descriptor are built inline in the
+ * wrappers (xio.h); both go to xio_emit (streams.c), which takes them against the record cap (below). */
 #include "xio.h"
 
 #include <fcntl.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-static int is_write(int op) { return op == XIO_OP_WRITE || op == XIO_OP_WRITEV; }
+#define MAX_EXCLUDES 64
 
-/* Reads and writes. `ret`: bytes moved or -1; `pos` >= 0 for positional calls (pread, pwrite: the tracked
- * offset stays), -1 for calls that start at and move the descriptor's offset. */
-void xio_rec_fd(int op, int fd, int64_t t0, int64_t t1, int64_t ret, int err, int64_t requested, int64_t pos)
+static char exclude_buf[PATH_MAX * 8];
+static uint32_t exclude_off[MAX_EXCLUDES], exclude_len[MAX_EXCLUDES];
+static int nexcludes;
+
+/* ---- exclusions ---- */
+
+static void add_exclude(const char *p, size_t n)
 {
-    struct xio_fd *e = xio_fd_get(fd);
-    if (e && e->kind == XIO_KIND_EXCLUDED)
+    static size_t used;
+    if (nexcludes == 0)
+        used = 0;
+    if (n == 0 || nexcludes == MAX_EXCLUDES || used + n > sizeof exclude_buf)
         return;
-    struct xio_rec r;
-    xio_rec_init(&r, op, t0, t1);
-    r.fd = fd;
-    r.requested = requested;
-    r.bytes = ret >= 0 ? ret : -1;
-    r.err = ret < 0 ? err : 0;
-    if (e) {
-        r.path_id = e->path_id;
-        r.kind = e->kind;
-        if (!xio_kind_seekable(e->kind)) {
-            r.offset = -1;
-        } else if (pos >= 0) {
-            r.offset = pos;
-        } else if (e->append && is_write(op) && ret >= 0) {
-            /* O_APPEND writes land at the end of the file, wherever the offset was */
-            long end = xio_sys_lseek(fd, 0, SEEK_CUR);
-            r.offset = end >= 0 ? end - ret : e->offset;
-            if (end >= 0)
-                e->offset = end;
-        } else if (ret > 0) {
-            r.offset = __atomic_fetch_add(&e->offset, ret, __ATOMIC_RELAXED);
-        } else {
-            r.offset = e->offset;
+    memcpy(exclude_buf + used, p, n);
+    exclude_off[nexcludes] = (uint32_t)used;
+    exclude_len[nexcludes++] = (uint32_t)n;
+    used += n;
+}
+
+int xio_exclude_init(const char *spec)
+{
+    nexcludes = 0;
+    /* our own record files: the directory with its slash, so that "/tmp/io" does not hide "/tmp/io.bin" */
+    char own[PATH_MAX + 1];
+    memcpy(own, xio.dir, xio.dir_len);
+    own[xio.dir_len] = '/';
+    add_exclude(own, xio.dir_len + 1);
+    for (const char *s = spec; s && *s;) {
+        const char *end = strchr(s, ':');
+        size_t n = end ? (size_t)(end - s) : strlen(s);
+        if (n && s[0] == '/')
+            add_exclude(s, n);
+        s = end ? end + 1 : s + n;
+    }
+    return 0;
+}
+
+int xio_path_excluded(const char *path, size_t len)
+{
+    for (int i = 0; i < nexcludes; i++)
+        if (len >= exclude_len[i] && memcmp(path, exclude_buf + exclude_off[i], exclude_len[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* ---- path resolution ---- */
+
+/* Lexical normalisation of an absolute path in place: "//", "/./" and "x/.." go. */
+static size_t normalize(char *p, size_t n)
+{
+    size_t r = 0, w = 0;
+    while (r < n) {
+        while (r < n && p[r] == '/')
+            r++;
+        size_t s = r;
+        while (r < n && p[r] != '/')
+            r++;
+        size_t len = r - s;
+        if (len == 0 || (len == 1 && p[s] == '.'))
+            continue;
+        if (len == 2 && p[s] == '.' && p[s + 1] == '.') {
+            while (w > 0 && p[w - 1] != '/')
+                w--;
+            if (w > 0)
+                w--;
+            continue;
         }
+        p[w++] = '/';
+        memmove(p + w, p + s, len);
+        w += len;
     }
-    xio_emit(&r);
+    if (w == 0)
+        p[w++] = '/';
+    p[w] = 0;
+    return w;
 }
 
-/* Calls on a descriptor that move no data (close, fsync, fstat, lseek, mmap, dup). `e`: the descriptor's
- * entry, or a copy taken before the call (close), or NULL when unknown. */
-void xio_rec_entry(int op, int fd, const struct xio_fd *e, int64_t t0, int64_t t1, int ret, int err,
-                   int64_t requested, int64_t offset)
+static char *append_int(char *p, int v)
 {
-    if (e && e->kind == XIO_KIND_EXCLUDED)
-        return;
-    struct xio_rec r;
-    xio_rec_init(&r, op, t0, t1);
-    r.fd = fd;
-    r.requested = requested;
-    r.offset = offset;
-    r.err = ret < 0 ? err : 0;
-    if (e) {
-        r.path_id = e->path_id;
-        r.kind = e->kind;
-    }
-    xio_emit(&r);
+    char tmp[12];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    *p = 0;
+    return p;
 }
 
-void xio_rec_simple_fd(int op, int fd, int64_t t0, int64_t t1, int ret, int err, int64_t requested,
-                       int64_t offset)
+/* What /proc/self/fd/<fd> points to, into buf; its length, or -1 when it is not an absolute path. */
+long xio_fd_link(int fd, char *buf, size_t cap)
 {
-    xio_rec_entry(op, fd, xio_fd_get(fd), t0, t1, ret, err, requested, offset);
+    char link[32] = "/proc/self/fd/";
+    append_int(link + 14, fd);
+    long n = xio_sys_readlink(link, buf, cap - 1);
+    if (n <= 0 || buf[0] != '/')
+        return -1;
+    buf[n] = 0;
+    return n;
 }
+
+/* The directory `dirfd` names, into buf; its length or -1. */
+static long dir_of(int dirfd, char *buf, size_t cap)
+{
+    if (dirfd == AT_FDCWD) {
+        long n = syscall(SYS_getcwd, buf, cap);
+        return n > 0 && buf[0] == '/' ? (long)strlen(buf) : -1;
+    }
+    struct xio_fd *e = xio_fd_get(dirfd);
+    if (e && e->path_id) {
+        uint32_t len;
+        const char *p = xio_path_bytes(e->path_id, &len);
+        if (len >= cap)
+            return -1;
+        memcpy(buf, p, len);
+        return len;
+    }
+    return xio_fd_link(dirfd, buf, cap);
+}
+
+/* 1 when an absolute, NUL-terminated path is already what normalize() makes of it (no "//", "." or ".."
+ * component, no trailing slash): most are, and they are interned without a copy. */
+static int is_normal(const char *p, size_t n)
+{
+    if (n < 2)
+        return n == 1;
+    if (p[n - 1] == '/')
+        return 0;
+    for (const char *s = p; (s = memchr(s, '/', (size_t)(p + n - s))) != NULL; s++) {
+        if (s[1] == '/')
+            return 0;
+        if (s[1] == '.' && (s[2] == '/' || s[2] == 0 || (s[2] == '.' && (s[3] == '/' || s[3] == 0))))
+            return 0;
+    }
+    return 1;
+}
+
+static uint32_t intern_unless_excluded(const char *p, size_t n, int *excluded)
+{
+    if (xio_path_excluded(p, n)) {
+        *excluded = 1;
+        return 0;
+    }
+    return xio_intern(p, n);
+}
+
+/* Resolves `path` (relative to dirfd or the cwd) and interns it; 0 when unknown, and when excluded (then
+ * *excluded is set). */
+uint32_t xio_path_at(int dirfd, const char *path, int *excluded)
+{
+    char buf[PATH_MAX];
+    size_t n = 0, len;
+    *excluded = 0;
+    if (!path)
+        return 0;
+    len = strlen(path);
+    if (path[0] == '/' && len < sizeof buf && is_normal(path, len))
+        return intern_unless_excluded(path, len, excluded);
+    if (path[0] != '/') {
+        long d = dir_of(dirfd, buf, sizeof buf);
+        if (d < 0)
+            return 0;
+        n = (size_t)d;
+        if (n + 1 + len >= sizeof buf)
+            goto too_long;
+        buf[n++] = '/';
+    } else if (len >= sizeof buf) {
+        goto too_long;
+    }
+    memcpy(buf + n, path, len);
+    n = normalize(buf, n + len);
+    return intern_unless_excluded(buf, n, excluded);
+too_long:
+    __atomic_add_fetch(&xio.paths_dropped, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 
 /* What a descriptor opened by path is, without a syscall where the flags or the path say: a directory with
  * O_DIRECTORY, else a regular file, except under /dev and /proc (devices, FIFOs) where one fstat asks. A
@@ -91,14 +214,17 @@ void xio_rec_open(int op, int dirfd, const char *path, int64_t t0, int64_t t1, i
         xio_fd_opened(fd, id, excluded ? XIO_KIND_EXCLUDED : kind, flags);
     if (excluded)
         return;
-    struct xio_rec r;
-    xio_rec_init(&r, op, t0, t1);
+    struct xio_ev r;
+    xio_ev_init(&r, op, t0, t1);
     r.fd = fd;
     r.path_id = id;
     r.kind = (uint8_t)kind;
     r.requested = flags;
     r.err = fd < 0 ? err : 0;
-    xio_emit(&r);
+    xio_emit(&r); /* queues the path for the file: the descriptor's records need not look again */
+    struct xio_fd *e = id ? xio_fd_get_known(fd) : NULL;
+    if (e && e->path_id == id)
+        e->path_gen = xio.gen;
 }
 
 /* stat family by path: the kind comes from the result's mode. */
@@ -109,11 +235,46 @@ void xio_rec_path(int op, int dirfd, const char *path, int64_t t0, int64_t t1, i
     uint32_t id = xio_path_at(dirfd, path, &excluded);
     if (excluded)
         return;
-    struct xio_rec r;
-    xio_rec_init(&r, op, t0, t1);
+    struct xio_ev r;
+    xio_ev_init(&r, op, t0, t1);
     r.path_id = id;
     r.err = ret < 0 ? err : 0;
     if (ret == 0)
         r.kind = (uint8_t)xio_kind_of_mode(st ? st->st_mode : stx_mode);
     xio_emit(&r);
+}
+
+/* ---- the record cap: handed to the streams in chunks (streams.c) ---- */
+
+/* Up to XIO_GRANT_CHUNK more records for a stream, within the process's cap; 0 once the cap is reached. */
+int xio_take_grant(uint32_t *grant)
+{
+    uint64_t g = __atomic_load_n(&xio.granted, __ATOMIC_RELAXED);
+    for (;;) {
+        if (g >= xio.max_records)
+            return 0;
+        uint64_t n = xio.max_records - g < XIO_GRANT_CHUNK ? xio.max_records - g : XIO_GRANT_CHUNK;
+        if (__atomic_compare_exchange_n(&xio.granted, &g, g + n, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            *grant = (uint32_t)n;
+            return 1;
+        }
+    }
+}
+
+/* A call the record cap leaves out: counted by operation, with its bytes. */
+void xio_count_dropped(const struct xio_ev *ev)
+{
+    __atomic_add_fetch(&xio.dropped[ev->op], 1, __ATOMIC_RELAXED);
+    if (ev->bytes <= 0)
+        return;
+    switch (ev->op) {
+    case XIO_OP_READ: case XIO_OP_PREAD: case XIO_OP_READV: case XIO_OP_FREAD:
+        __atomic_add_fetch(&xio.dropped_bytes_read, (uint64_t)ev->bytes, __ATOMIC_RELAXED);
+        break;
+    case XIO_OP_WRITE: case XIO_OP_PWRITE: case XIO_OP_WRITEV: case XIO_OP_FWRITE:
+        __atomic_add_fetch(&xio.dropped_bytes_written, (uint64_t)ev->bytes, __ATOMIC_RELAXED);
+        break;
+    default:
+        break;
+    }
 }

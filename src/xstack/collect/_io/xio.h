@@ -3,7 +3,7 @@
  * The library is loaded into a profiled process either by LD_PRELOAD (preload mode: its exported wrappers
  * come first in the global symbol scope) or by dlopen from Python (attach mode: the wrappers are reached by
  * patching the GOT entries of the loaded objects, see attach.c). Every wrapper calls the real function,
- * then records one fixed-size record into a per-process buffer that core.c writes to
+ * then appends one 32-byte record to its thread's record stream (streams.c), which is written to
  * $XSTACK_IO_DIR/<pid>-<start_ns>-<seq>.xio. The file layout is documented in core.c and read by
  * xstack/collect/_io_records.py: keep the two in step (XIO_VERSION).
  *
@@ -32,13 +32,15 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 #define XIO_EXPORT __attribute__((visibility("default")))
 #define XIO_ALIAS(impl) __attribute__((alias(#impl), visibility("default")))
 #define XIO_LIKELY(x) __builtin_expect(!!(x), 1)
 #define XIO_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define XIO_VERSION 1
+#define XIO_VERSION 2
 #define XIO_FLUSH_INTERVAL_NS 100000000LL /* a killed process loses at most this much */
 #define XIO_DEFAULT_MAX_RECORDS 8000000ULL
 
@@ -78,22 +80,59 @@ enum xio_mode { XIO_MODE_OFF = 0, XIO_MODE_PRELOAD = 1, XIO_MODE_ATTACH = 2 };
 /* How a process image stopped recording (the status block's `end`). */
 enum xio_end { XIO_END_RUNNING = 0, XIO_END_EXIT, XIO_END__EXIT, XIO_END_EXEC, XIO_END_DETACH };
 
-/* One operation: 64 bytes, little-endian, read by struct format "<qqqqqiiIiBB6x". */
-struct xio_rec {
+/* The file's blocks (layout in core.c): a header, then the payload. */
+enum { XIO_BLOCK_PATHS = 1, XIO_BLOCK_OPS = 2, XIO_BLOCK_STATUS = 3 };
+struct xio_block_header {
+    uint32_t kind;
+    uint32_t count;
+    uint64_t bytes;
+};
+
+/* One call as a wrapper saw it, before it is encoded into its thread's record stream (streams.c). */
+struct xio_ev {
     int64_t start_ns;
-    int64_t dur_ns;
+    int64_t end_ns;
     int64_t offset;    /* start offset (reads, writes, mmap), resulting offset (seeks); -1 n/a */
     int64_t bytes;     /* bytes moved, -1 on failure or n/a */
     int64_t requested; /* bytes asked for; open flags; seek whence; old fd for dup; -1 n/a */
-    int32_t tid;
     int32_t fd;
-    uint32_t path_id; /* 0: no path */
     int32_t err;
+    uint32_t path_id; /* 0: no path */
     uint8_t op;
     uint8_t kind;
-    uint8_t pad[6];
+    uint8_t path_queued; /* the path is known to be queued for the current file already */
 };
-_Static_assert(sizeof(struct xio_rec) == 64, "record layout is part of the file format");
+
+/* One 32-byte slot of a thread's record stream, little-endian, struct format "<IIqIiihBB" (the file layout in
+ * core.c). Most calls take one slot; a call whose values do not fit takes a second (struct xio_ext). */
+struct xio_rec {
+    uint32_t start; /* ns after the stream's time base */
+    uint32_t dur;   /* ns */
+    int64_t offset; /* in a TIME slot: the time base, CLOCK_REALTIME ns */
+    uint32_t path_id;
+    int32_t bytes; /* with XIO_SLOT_FAILED: the errno (bytes moved is -1); in a THREAD slot: the tid */
+    int32_t requested;
+    int16_t fd;
+    uint8_t op;
+    uint8_t flags; /* bits 0-3: descriptor kind; XIO_SLOT_* */
+};
+_Static_assert(sizeof(struct xio_rec) == 32, "record layout is part of the file format");
+
+/* The second slot of a WIDE record: the full-width values, struct format "<qqqii". */
+struct xio_ext {
+    int64_t bytes;
+    int64_t requested;
+    int64_t dur;
+    int32_t fd;
+    int32_t err;
+};
+_Static_assert(sizeof(struct xio_ext) == 32, "record layout is part of the file format");
+
+#define XIO_SLOT_KIND 0x0f
+#define XIO_SLOT_FAILED 0x10 /* the call failed: `bytes` holds errno */
+#define XIO_SLOT_WIDE 0x20   /* the next slot is a struct xio_ext */
+#define XIO_SLOT_TIME 0x40   /* no call: `offset` is the new time base */
+#define XIO_SLOT_THREAD 0x80 /* no call: `bytes` is the thread of the slots that follow */
 
 /* What the library knows about one descriptor. */
 struct xio_fd {
@@ -102,6 +141,8 @@ struct xio_fd {
     uint8_t kind;
     uint8_t append;
     uint8_t pad;
+    uint32_t path_gen; /* xio.gen when path_id was last queued for the file: records skip the path table */
+    uint32_t pad2;
     int64_t offset;  /* POSIX file offset, tracked as Darshan does */
     int64_t soffset; /* position of the stdio stream on this descriptor */
 };
@@ -120,22 +161,30 @@ struct xio_hook {
 #define HOOK(name) {#name, (void *)xio_##name, (void **)&real_##name, 0}
 #define HOOK_PTR(name) {#name, (void *)xio_##name, (void **)&real_##name, 1}
 
-/* ---- core.c: state, recording, files, lifecycle ---- */
+/* ---- core.c: state, files, lifecycle; streams.c: per-thread record streams and their flushing ---- */
 struct xio_state {
-    volatile int mode;       /* enum xio_mode; OFF: wrappers pass straight through */
+    /* read on every call: one cache line, apart from the lock */
+    volatile int mode;  /* enum xio_mode; OFF: wrappers pass straight through */
+    volatile int ended; /* the final status was written: record nothing more */
+    uint32_t gen;       /* bumped at every new file (session start, fork child): streams and paths restart */
+    int fd_cap;
+    struct xio_fd *fds; /* the descriptor table (paths.c) */
+    int64_t last_flush_ns;
     volatile int init_state; /* 0 not started, 1 running, 2 done */
-    volatile int ended;      /* the final status was written: record nothing more */
     pid_t pid;
     pid_t ppid;
     int forked;
     int64_t start_ns; /* when this process image (or fork child) started recording */
     uint32_t seq;     /* session number within the image (attach, detach, attach ...) */
-    pthread_mutex_t lock;
+    /* Taken for everything that is not a thread's own stream: flushing, interning a new path, claiming a
+     * stream, the shared stream, session changes; and across fork (prepare handler). */
+    pthread_mutex_t lock __attribute__((aligned(64)));
     int fork_locked;
     char dir[PATH_MAX];
     size_t dir_len;
     uint64_t max_records;
-    uint64_t records;
+    uint64_t granted; /* records handed to the streams (up to max_records), in chunks */
+    uint64_t records; /* records written to the file */
     uint64_t dropped[XIO_OP_COUNT];
     uint64_t dropped_bytes_read;
     uint64_t dropped_bytes_written;
@@ -148,15 +197,30 @@ extern struct xio_state xio;
 extern __thread int xio_guard __attribute__((tls_model("initial-exec")));
 extern int xio_vfork_active; /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
 
-int xio_enter_slow(void);
 int xio_init_early(void);
-void xio_emit(struct xio_rec *rec);
-int64_t xio_now(void);
 pid_t xio_sys_getpid(void);
 void xio_resolve_reals(int attach);
 int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t max_records);
 void xio_session_flush(int end, int final);
 void xio_warn(const char *what, const char *path, int err);
+
+#define XIO_GRANT_CHUNK 256u /* records a stream takes from the cap at a time */
+void xio_emit(const struct xio_ev *ev);
+int xio_take_grant(uint32_t *grant);
+void xio_count_dropped(const struct xio_ev *ev);
+int xio_streams_init(void);
+void xio_streams_new_file(void);
+void xio_streams_fork_child(void);
+void xio_flush_locked(int end);
+void xio_append_path_locked(uint32_t id);
+
+/* CLOCK_REALTIME in ns (the vDSO: no system call), the clock every level of a run uses. */
+static inline int64_t xio_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* Call the wrapper's real function, resolving it on first use (a wrapper can run before our constructor). */
 #define REAL(fn) (XIO_LIKELY(real_##fn != NULL) ? real_##fn : (xio_resolve_reals(-1), real_##fn))
@@ -172,48 +236,163 @@ static inline int xio_enter(void)
         __atomic_add_fetch(&xio.reentrant_skipped, 1, __ATOMIC_RELAXED);
         return 0;
     }
-    return xio_enter_slow();
+    /* A vfork child runs on its parent's memory and thread state: it must change nothing. Asking the kernel
+     * for our pid costs a syscall, so only while a vfork is under way (the vfork wrapper counts them). */
+    if (XIO_UNLIKELY(__atomic_load_n(&xio_vfork_active, __ATOMIC_ACQUIRE) != 0) && xio_sys_getpid() != xio.pid)
+        return 0;
+    xio_guard = 1;
+    return 1;
 }
 
 static inline void xio_leave(void) { xio_guard = 0; }
 
-static inline void xio_rec_init(struct xio_rec *r, int op, int64_t start_ns, int64_t end_ns)
+static inline void xio_ev_init(struct xio_ev *ev, int op, int64_t start_ns, int64_t end_ns)
 {
-    *r = (struct xio_rec){.start_ns = start_ns, .dur_ns = end_ns - start_ns, .offset = -1, .bytes = -1,
-                          .requested = -1, .fd = -1, .op = (uint8_t)op};
+    *ev = (struct xio_ev){.start_ns = start_ns, .end_ns = end_ns, .offset = -1, .bytes = -1, .requested = -1,
+                          .fd = -1, .op = (uint8_t)op};
 }
 
-/* ---- paths.c: descriptor table, path interning, exclusions ---- */
+/* ---- paths.c: descriptor table, path interning; records.c: path resolution, exclusions ---- */
 int xio_tables_init(void);
 int xio_exclude_init(const char *spec);
-struct xio_fd *xio_fd_get(int fd);
-struct xio_fd *xio_fd_get_known(int fd);
+struct xio_fd *xio_fd_discover(int fd);
+
+/* The entry of a descriptor seen before (opened, dup'd, inherited), or NULL. */
+static inline struct xio_fd *xio_fd_get_known(int fd)
+{
+    if ((unsigned)fd >= (unsigned)xio.fd_cap || !__atomic_load_n(&xio.fds[fd].known, __ATOMIC_ACQUIRE))
+        return NULL;
+    return &xio.fds[fd];
+}
+
+/* The entry of `fd`, discovered (one fstat) the first time it is seen without an open; NULL when not open. */
+static inline struct xio_fd *xio_fd_get(int fd)
+{
+    struct xio_fd *e = xio_fd_get_known(fd);
+    return XIO_LIKELY(e != NULL) ? e : xio_fd_discover(fd);
+}
+
 void xio_fd_opened(int fd, uint32_t path_id, int kind, int flags);
 void xio_fd_closed(int fd);
 void xio_fd_close_range(unsigned first, unsigned last);
 void xio_fd_dup(int oldfd, int newfd);
 void xio_fd_forget_all(void);
 int xio_fd_max(void);
-int xio_kind_of_mode(mode_t mode);
-int xio_kind_seekable(int kind);
 uint32_t xio_path_at(int dirfd, const char *path, int *excluded);
+long xio_fd_link(int fd, char *buf, size_t cap);
 int xio_path_excluded(const char *path, size_t len);
-uint32_t xio_intern_locked(const char *path, size_t len);
+uint32_t xio_intern(const char *path, size_t len);
+void xio_path_prefetch(const char *path);
 const char *xio_path_bytes(uint32_t id, uint32_t *len);
-int xio_path_needs_write(uint32_t id);
-void xio_paths_new_file(void);
+void xio_path_note_use(uint32_t id);
 int xio_fd_kind_raw(int fd);
-void xio_fd_set_mode(int fd, int ret, mode_t mode);
 
-/* Record helpers used by the wrappers (hooks_*.c). `t0`/`t1`: ns before/after the real call. */
-void xio_rec_fd(int op, int fd, int64_t t0, int64_t t1, int64_t ret, int err, int64_t requested, int64_t pos);
+static inline int xio_kind_of_mode(mode_t mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return XIO_KIND_FILE;
+    case S_IFDIR: return XIO_KIND_DIR;
+    case S_IFIFO: return XIO_KIND_PIPE;
+    case S_IFSOCK: return XIO_KIND_SOCKET;
+    case S_IFCHR: return XIO_KIND_CHR;
+    case S_IFBLK: return XIO_KIND_BLK;
+    default: return XIO_KIND_UNKNOWN;
+    }
+}
+
+static inline int xio_kind_seekable(int kind)
+{
+    return kind == XIO_KIND_FILE || kind == XIO_KIND_BLK || kind == XIO_KIND_DIR;
+}
+
+/* A successful fstat of a known descriptor says what it is (opens guess "file" without asking). */
+static inline void xio_fd_set_mode(int fd, int ret, mode_t mode)
+{
+    struct xio_fd *e = xio_fd_get_known(fd);
+    if (ret == 0 && e && e->kind != XIO_KIND_EXCLUDED)
+        e->kind = (uint8_t)xio_kind_of_mode(mode);
+}
+
+/* Records of calls by path (records.c), and of calls on a descriptor (below, inlined into the wrappers).
+ * `t0`/`t1`: ns before/after the real call. */
 void xio_rec_open(int op, int dirfd, const char *path, int64_t t0, int64_t t1, int fd, int err, int flags);
 void xio_rec_path(int op, int dirfd, const char *path, int64_t t0, int64_t t1, int ret, int err,
                   const struct stat *st, mode_t stx_mode);
-void xio_rec_simple_fd(int op, int fd, int64_t t0, int64_t t1, int ret, int err, int64_t requested,
-                       int64_t offset);
-void xio_rec_entry(int op, int fd, const struct xio_fd *e, int64_t t0, int64_t t1, int ret, int err,
-                   int64_t requested, int64_t offset);
+long xio_sys_lseek(int fd, off_t off, int whence);
+
+static inline int xio_is_write(int op) { return op == XIO_OP_WRITE || op == XIO_OP_WRITEV; }
+
+/* The record is about `e`'s file: its path and kind. The path is queued for the current file once per
+ * descriptor and file (the entry says when), which spares each record two cache misses in the path table. */
+static inline void xio_ev_of_entry(struct xio_ev *r, struct xio_fd *e)
+{
+    r->path_id = e->path_id;
+    r->kind = e->kind;
+    if (e->path_id && e->path_gen != xio.gen) {
+        xio_path_note_use(e->path_id);
+        e->path_gen = xio.gen;
+    }
+    r->path_queued = 1;
+}
+
+/* Reads and writes. `ret`: bytes moved or -1; `pos` >= 0 for positional calls (pread, pwrite: the tracked
+ * offset stays), -1 for calls that start at and move the descriptor's offset. */
+static inline void xio_rec_fd(int op, int fd, int64_t t0, int64_t t1, int64_t ret, int err, int64_t requested,
+                              int64_t pos)
+{
+    struct xio_fd *e = xio_fd_get(fd);
+    if (e && e->kind == XIO_KIND_EXCLUDED)
+        return;
+    struct xio_ev r;
+    xio_ev_init(&r, op, t0, t1);
+    r.fd = fd;
+    r.requested = requested;
+    r.bytes = ret >= 0 ? ret : -1;
+    r.err = ret < 0 ? err : 0;
+    if (e) {
+        xio_ev_of_entry(&r, e);
+        if (!xio_kind_seekable(e->kind)) {
+            r.offset = -1;
+        } else if (pos >= 0) {
+            r.offset = pos;
+        } else if (e->append && xio_is_write(op) && ret >= 0) {
+            /* O_APPEND writes land at the end of the file, wherever the offset was */
+            long end = xio_sys_lseek(fd, 0, SEEK_CUR);
+            r.offset = end >= 0 ? end - ret : e->offset;
+            if (end >= 0)
+                e->offset = end;
+        } else if (ret > 0) {
+            r.offset = __atomic_fetch_add(&e->offset, ret, __ATOMIC_RELAXED);
+        } else {
+            r.offset = e->offset;
+        }
+    }
+    xio_emit(&r);
+}
+
+/* Calls on a descriptor that move no data (close, fsync, fstat, lseek, mmap, dup). `e`: the descriptor's
+ * entry, or a copy taken before the call (close), or NULL when unknown. */
+static inline void xio_rec_entry(int op, int fd, struct xio_fd *e, int64_t t0, int64_t t1, int ret, int err,
+                                 int64_t requested, int64_t offset)
+{
+    if (e && e->kind == XIO_KIND_EXCLUDED)
+        return;
+    struct xio_ev r;
+    xio_ev_init(&r, op, t0, t1);
+    r.fd = fd;
+    r.requested = requested;
+    r.offset = offset;
+    r.err = ret < 0 ? err : 0;
+    if (e)
+        xio_ev_of_entry(&r, e);
+    xio_emit(&r);
+}
+
+static inline void xio_rec_simple_fd(int op, int fd, int64_t t0, int64_t t1, int ret, int err,
+                                     int64_t requested, int64_t offset)
+{
+    xio_rec_entry(op, fd, xio_fd_get(fd), t0, t1, ret, err, requested, offset);
+}
 
 /* ---- output.c: the record file, raw syscalls (the library's own I/O never goes through a wrapper) ---- */
 struct iovec;
@@ -221,11 +400,11 @@ int64_t xio_output_open(void);
 int xio_output_is_open(void);
 void xio_output_close(void);
 void xio_output_write(struct iovec *iov, int n);
+int64_t xio_status_iov(int end, struct iovec *iov);
 long xio_sys_open(const char *path, int flags, int mode);
 long xio_sys_close(int fd);
 long xio_sys_write_all(int fd, const void *buf, size_t len);
 long xio_sys_fstat(int fd, struct stat *st);
-long xio_sys_lseek(int fd, off_t off, int whence);
 long xio_sys_readlink(const char *path, char *buf, size_t len);
 void *xio_sys_mmap(size_t len);
 
