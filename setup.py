@@ -15,7 +15,7 @@ from setuptools.command.build_ext import build_ext
 
 LIBRARY = "xstack.collect._io.libxstack_io"
 SOURCE_DIR = "src/xstack/collect/_io"
-SOURCES = ["core.c", "output.c", "api.c", "paths.c", "records.c", "streams.c", "attach.c", "coverage.c"]
+SOURCES = ["core.c", "output.c", "api.c", "paths.c", "records.c", "streams.c", "attach.c", "coverage.c", "clock.c"]
 SOURCES += ["hooks_posix.c", "hooks_stat.c", "hooks_stdio.c", "hooks_proc.c"]
 
 

@@ -143,6 +143,45 @@ def test_posix_reads_writes_seeks_and_stats_are_recorded_exactly(tmp_path: Path,
     assert process.records == len(trace.ops) and process.dropped == {} and not trace.problems
 
 
+def _tsc_usable() -> bool:
+    """What the library's clock.c requires to time calls with the TSC, read from Linux's side."""
+    try:
+        source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return os.uname().machine == "x86_64" and source == "tsc" and {"constant_tsc", "nonstop_tsc"} <= set(flags)
+
+
+@pytest.mark.parametrize("clock", ["default", "realtime"])
+def test_call_times_are_on_clock_realtime_within_the_windows_the_program_saw(
+    tmp_path: Path, data: Path, clock: str
+) -> None:
+    """Each read lies inside the CLOCK_REALTIME window Python read around it (2 us of slack), and a read that
+    blocked ~30 ms lasted what the window says (100 us of slack): the TSC's conversion to ns holds across
+    flushes and in a fork child, and XSTACK_IO_CLOCK=realtime turns it off."""
+    env = dict(os.environ)
+    if clock == "realtime":
+        env["XSTACK_IO_CLOCK"] = "realtime"
+    else:
+        env.pop("XSTACK_IO_CLOCK", None)
+    known = data / "known.bin"
+    out, trace = run(tmp_path, "timing", str(known), str(tmp_path / "child.json"), base=env)
+    expected = "tsc" if clock == "default" and _tsc_usable() else "realtime"
+    assert {p.clock for p in trace.processes} == {expected}
+    parent = next(p.pid for p in trace.processes if not p.forked)
+    for pid, windows in ((parent, out["parent"]), (out["child_pid"], out["child"])):
+        recorded = [op for op in trace.ops if op.pid == pid and (
+            (op.op == "read" and op.fd_kind == "pipe") or (op.op == "pread" and op.path == str(known)))]  # fmt: skip
+        assert [op.fd_kind for op in recorded] == [kind for kind, _, _ in windows]
+        for op, (kind, before, after) in zip(recorded, windows, strict=True):
+            assert before - 2_000 <= op.start_ns and op.start_ns + op.dur_ns <= after + 2_000, (kind, op, before, after)
+            if kind == "pipe":
+                assert op.dur_ns >= after - before - 100_000, (op, before, after)
+    # the pipe reads waited for the writer: the windows are long, so the check above measured the clock's rate
+    assert min(after - before for kind, before, after in out["parent"] if kind == "pipe") > 5_000_000
+
+
 def test_relative_paths_resolve_against_the_cwd_and_directory_descriptors(tmp_path: Path, data: Path) -> None:
     _, trace = run(tmp_path, "relative", str(data))
     known = str(data / "known.bin")

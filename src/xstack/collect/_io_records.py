@@ -82,6 +82,8 @@ class IoProcess:
     ran); ``clean_exit`` is False only for ``running``. ``records`` counts the calls written; ``dropped``
     the calls the record cap (``XSTACK_IO_MAX_RECORDS``) left out, by operation, with their bytes.
     ``inherited``: descriptor -> path of what a fork child inherited (None: no path, e.g. a pipe).
+    ``clock``: what the library timed the calls with, ``tsc`` (the CPU's time-stamp counter, converted to
+    CLOCK_REALTIME ns as it flushed) or ``realtime``.
     """
 
     pid: int
@@ -104,6 +106,7 @@ class IoProcess:
     max_records: int = 0
     write_errors: int = 0
     inherited: dict[int, str | None] = field(default_factory=dict)
+    clock: str = "realtime"
 
 
 @dataclass
@@ -225,6 +228,7 @@ def _read_file(path: Path, problems: list[str]) -> _File:
         reentrant_skipped=0,
         paths_dropped=0,
         files=[path],
+        clock="tsc" if h.flags & 2 else "realtime",
     )
     ops = ["none", *op_names.rstrip(",").split(",")]
     decoded = _Blocks(path, process, ops, kind_names.split(","), problems)

@@ -303,7 +303,46 @@ def dataloader(data_dir: str) -> dict[str, object]:
     return {"bytes": total}
 
 
+def _timed_reads(data: str) -> list[tuple[str, int, int]]:
+    """8 reads of a pipe whose writer sleeps 30 ms first (long calls) and 8 preads of a file (short ones), with
+    CLOCK_REALTIME read just before and after each: about 0.25 s, so the records span several flushes."""
+    windows = []
+    r, w = os.pipe()
+
+    def writer() -> None:
+        for _ in range(8):
+            time.sleep(0.03)
+            os.write(w, b"x")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    fd = os.open(data, os.O_RDONLY)
+    for _ in range(8):
+        before = time.time_ns()
+        os.read(r, 1)
+        windows.append(("pipe", before, time.time_ns()))
+        before = time.time_ns()
+        os.pread(fd, 100, 0)
+        windows.append(("file", before, time.time_ns()))
+    thread.join()
+    for one in (fd, r, w):
+        os.close(one)
+    return windows
+
+
+def timing(data: str, child_out: str) -> dict[str, object]:
+    """Calls timed from Python around known reads, in this process and in a forked child (its own anchors)."""
+    parent = _timed_reads(data)
+    pid = os.fork()
+    if pid == 0:
+        Path(child_out).write_text(json.dumps(_timed_reads(data)))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return {"parent": parent, "child": json.loads(Path(child_out).read_text()), "child_pid": pid}
+
+
 CASES = {
+    "timing": timing,
     "posix": posix,
     "relative": relative,
     "errnos": errnos,

@@ -2,7 +2,8 @@
  *
  * File layout (all little-endian; read by xstack/collect/_io_records.py):
  *   header  "XSTACKIO", u32 version, u32 header_bytes, i64 pid, i64 ppid, i64 start_ns, u32 mode,
- *           u32 flags (1: forked), u32 seq, u32 record_bytes, u32 exe_len, u32 argv_len, u32 names_len,
+ *           u32 flags (1: forked; 2: the calls were timed with the TSC, converted to ns at each flush, see
+ *           clock.c), u32 seq, u32 record_bytes, u32 exe_len, u32 argv_len, u32 names_len,
  *           u32 pad, i64 session_ns; then exe, argv (NUL-separated /proc/self/cmdline), names
  *           ("open,openat,...;unknown,file,...": op then kind names by code), zero-padded to 8 bytes.
  *   blocks  u32 kind, u32 count, u64 payload_bytes, then the payload:
@@ -112,13 +113,15 @@ int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t m
     if (xio.start_ns == 0)
         xio.start_ns = xio_now();
     pthread_mutex_lock(&xio.lock);
+    xio_clock_init();
     new_file();
     pthread_mutex_unlock(&xio.lock);
     xio.mode = mode; /* the header records it */
-    if ((xio.last_flush_ns = xio_output_open()) < 0) {
+    if (xio_output_open() < 0) {
         xio.mode = XIO_MODE_OFF;
         return -1;
     }
+    xio.last_flush = xio_ticks();
     xio.ended = 0;
     return 0;
 }
@@ -162,12 +165,14 @@ static void atfork_child(void)
     xio.forked = 1;
     xio.start_ns = xio_now();
     xio.seq = 0;
+    xio_clock_restart();
     new_file();
-    if ((xio.last_flush_ns = xio_output_open()) < 0) {
+    if (xio_output_open() < 0) {
         xio.mode = XIO_MODE_OFF;
         xio_guard = 0;
         return;
     }
+    xio.last_flush = xio_ticks();
     write_inherited();
     xio_guard = 0;
 }
@@ -181,7 +186,7 @@ static void write_inherited(void)
         if (!e || e->kind == XIO_KIND_EXCLUDED)
             continue;
         struct xio_ev r;
-        int64_t now = xio_now();
+        int64_t now = xio_ticks();
         xio_ev_init(&r, XIO_OP_INHERIT, now, now);
         r.fd = fd;
         r.path_id = e->path_id;

@@ -42,10 +42,10 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, flags, mode);                                                                \
         xio_path_prefetch(path);                                                                                 \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(path, flags, mode);                                                                  \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_open(op, AT_FDCWD, path, t0, t1, fd, err, flags);                                                \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -66,10 +66,10 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         if (!xio_enter())                                                                                        \
             return REAL(name)(dirfd, path, flags, mode);                                                         \
         xio_path_prefetch(path);                                                                                 \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(dirfd, path, flags, mode);                                                           \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_open(XIO_OP_OPENAT, dirfd, path, t0, t1, fd, err, flags);                                        \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -83,10 +83,10 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, mode);                                                                       \
         xio_path_prefetch(path);                                                                                 \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(path, mode);                                                                         \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_open(XIO_OP_CREAT, AT_FDCWD, path, t0, t1, fd, err, O_CREAT | O_WRONLY | O_TRUNC);               \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -101,10 +101,10 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, flags);                                                                      \
         xio_path_prefetch(path);                                                                                 \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(path, flags);                                                                        \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_open(op, AT_FDCWD, path, t0, t1, fd, err, flags);                                                \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -118,10 +118,10 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         if (!xio_enter())                                                                                        \
             return REAL(name)(dirfd, path, flags);                                                               \
         xio_path_prefetch(path);                                                                                 \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(dirfd, path, flags);                                                                 \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_open(XIO_OP_OPENAT, dirfd, path, t0, t1, fd, err, flags);                                        \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -161,10 +161,10 @@ static int xio_close(int fd)
     struct xio_fd *e = xio_fd_get(fd);
     struct xio_fd before = e ? *e : (struct xio_fd){0};
     errno = saved;
-    int64_t t0 = xio_now();
+    int64_t t0 = xio_ticks();
     int ret = REAL(close)(fd);
     int err = errno;
-    int64_t t1 = xio_now();
+    int64_t t1 = xio_ticks();
     xio_fd_closed(fd);
     xio_rec_entry(XIO_OP_CLOSE, fd, e ? &before : NULL, t0, t1, ret, err, -1, -1);
     xio_leave();
@@ -209,10 +209,10 @@ extern void closefrom(int) XIO_ALIAS(xio_closefrom);
 #define RECORD_RW(op, type, call, fd, requested, pos)                                                            \
     if (!xio_enter())                                                                                            \
         return call;                                                                                             \
-    int64_t t0 = xio_now();                                                                                      \
+    int64_t t0 = xio_ticks();                                                                                      \
     type ret = call;                                                                                             \
     int err = errno;                                                                                             \
-    int64_t t1 = xio_now();                                                                                      \
+    int64_t t1 = xio_ticks();                                                                                      \
     xio_rec_fd(op, fd, t0, t1, (int64_t)ret, err, requested, pos);                                               \
     xio_leave();                                                                                                 \
     errno = err;                                                                                                 \
@@ -332,10 +332,10 @@ extern ssize_t pwritev64v2(int, const struct iovec *, int, off64_t, int) XIO_ALI
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(fd, off, whence);                                                                  \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         type ret = REAL(name)(fd, off, whence);                                                                  \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         struct xio_fd *e = xio_fd_get(fd);                                                                       \
         if (e && ret >= 0)                                                                                       \
             e->offset = ret;                                                                                     \
@@ -355,10 +355,10 @@ extern off64_t lseek64(int, off64_t, int) XIO_ALIAS(xio_lseek64);
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(fd);                                                                               \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int ret = REAL(name)(fd);                                                                                \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_simple_fd(op, fd, t0, t1, ret, err, -1, -1);                                                     \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -377,10 +377,10 @@ extern int fdatasync(int) XIO_ALIAS(xio_fdatasync);
     {                                                                                                            \
         if (fd < 0 || (flags & MAP_ANONYMOUS) || !xio_enter())                                                   \
             return REAL(name)(addr, len, prot, flags, fd, off);                                                  \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         void *ret = REAL(name)(addr, len, prot, flags, fd, off);                                                 \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_simple_fd(XIO_OP_MMAP, fd, t0, t1, ret == MAP_FAILED ? -1 : 0, err, (int64_t)len, off);          \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -406,10 +406,10 @@ static void record_dup(int oldfd, int newfd, int64_t t0, int64_t t1, int err)
 #define RECORD_DUP(call, oldfd)                                                                                  \
     if (!xio_enter())                                                                                            \
         return call;                                                                                             \
-    int64_t t0 = xio_now();                                                                                      \
+    int64_t t0 = xio_ticks();                                                                                      \
     int ret = call;                                                                                              \
     int err = errno;                                                                                             \
-    int64_t t1 = xio_now();                                                                                      \
+    int64_t t1 = xio_ticks();                                                                                      \
     record_dup(oldfd, ret, t0, t1, err);                                                                         \
     xio_leave();                                                                                                 \
     errno = err;                                                                                                 \
@@ -436,10 +436,10 @@ extern int dup3(int, int, int) XIO_ALIAS(xio_dup3);
         va_end(ap);                                                                                              \
         if ((cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC) || !xio_enter())                                          \
             return REAL(name)(fd, cmd, arg);                                                                     \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int ret = REAL(name)(fd, cmd, arg);                                                                      \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         record_dup(fd, ret, t0, t1, err);                                                                        \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \

@@ -27,10 +27,10 @@ static void record_by_path(int op, int dirfd, const char *path, int flags, int64
 #define RECORD_STAT(call, record)                                                                                \
     if (!xio_enter())                                                                                            \
         return call;                                                                                             \
-    int64_t t0 = xio_now();                                                                                      \
+    int64_t t0 = xio_ticks();                                                                                      \
     int ret = call;                                                                                              \
     int err = errno;                                                                                             \
-    int64_t t1 = xio_now();                                                                                      \
+    int64_t t1 = xio_ticks();                                                                                      \
     record;                                                                                                      \
     xio_leave();                                                                                                 \
     errno = err;                                                                                                 \

@@ -53,10 +53,10 @@ static void record_fopen(int op, const char *path, FILE *f, int64_t t0, int64_t 
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, mode);                                                                       \
         xio_path_prefetch(path);                                                                                 \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         FILE *f = REAL(name)(path, mode);                                                                        \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         record_fopen(XIO_OP_FOPEN, path, f, t0, t1, err, mode);                                                  \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -70,10 +70,10 @@ static FILE *xio_fdopen(int fd, const char *mode)
 {
     if (!xio_enter())
         return REAL(fdopen)(fd, mode);
-    int64_t t0 = xio_now();
+    int64_t t0 = xio_ticks();
     FILE *f = REAL(fdopen)(fd, mode);
     int err = errno;
-    int64_t t1 = xio_now();
+    int64_t t1 = xio_ticks();
     if (f)
         record_fopen(XIO_OP_FDOPEN, NULL, f, t0, t1, err, mode);
     else
@@ -106,10 +106,10 @@ static void record_transfer(int op, FILE *f, int64_t t0, int64_t t1, size_t size
 #define RECORD_TRANSFER(op, call, f, size, n)                                                                    \
     if (!f || !xio_enter())                                                                                      \
         return call;                                                                                             \
-    int64_t t0 = xio_now();                                                                                      \
+    int64_t t0 = xio_ticks();                                                                                      \
     size_t got = call;                                                                                           \
     int err = errno;                                                                                             \
-    int64_t t1 = xio_now();                                                                                      \
+    int64_t t1 = xio_ticks();                                                                                      \
     record_transfer(op, f, t0, t1, size, n, got, err);                                                           \
     xio_leave();                                                                                                 \
     errno = err;                                                                                                 \
@@ -153,10 +153,10 @@ static void record_seek(FILE *f, int64_t t0, int64_t t1, int ret, int err, int w
     {                                                                                                            \
         if (!f || !xio_enter())                                                                                  \
             return REAL(name)(f, off, whence);                                                                   \
-        int64_t t0 = xio_now();                                                                                  \
+        int64_t t0 = xio_ticks();                                                                                  \
         int ret = REAL(name)(f, off, whence);                                                                    \
         int err = errno;                                                                                         \
-        int64_t t1 = xio_now();                                                                                  \
+        int64_t t1 = xio_ticks();                                                                                  \
         record_seek(f, t0, t1, ret, err, whence);                                                                \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
@@ -171,10 +171,10 @@ static int xio_fflush(FILE *f)
 {
     if (!xio_enter())
         return REAL(fflush)(f);
-    int64_t t0 = xio_now();
+    int64_t t0 = xio_ticks();
     int ret = REAL(fflush)(f);
     int err = errno;
-    int64_t t1 = xio_now();
+    int64_t t1 = xio_ticks();
     int fd = f ? fileno(f) : -1; /* fflush(NULL) flushes every stream */
     if (!f || fd >= 0)
         xio_rec_simple_fd(XIO_OP_FFLUSH, fd, t0, t1, ret == 0 ? 0 : -1, err, -1, -1);
@@ -193,10 +193,10 @@ static int xio_fclose(FILE *f)
     struct xio_fd *e = xio_fd_get(fd);
     struct xio_fd before = e ? *e : (struct xio_fd){0};
     errno = saved;
-    int64_t t0 = xio_now();
+    int64_t t0 = xio_ticks();
     int ret = REAL(fclose)(f);
     int err = errno;
-    int64_t t1 = xio_now();
+    int64_t t1 = xio_ticks();
     if (fd >= 0) {
         xio_fd_closed(fd); /* the stream closed its descriptor through glibc's internal close */
         xio_rec_entry(XIO_OP_FCLOSE, fd, e ? &before : NULL, t0, t1, ret == 0 ? 0 : -1, err, -1, -1);

@@ -139,7 +139,7 @@ static int write_header(int64_t session_ns)
 #undef XIO_OP_NAME
             ";" XIO_KIND_NAMES;
     struct file_header h = {.magic = "XSTACKIO", .version = XIO_VERSION, .pid = xio.pid, .ppid = xio.ppid,
-                            .start_ns = xio.start_ns, .mode = (uint32_t)xio.mode, .flags = xio.forked ? 1u : 0u,
+                            .start_ns = xio.start_ns, .mode = (uint32_t)xio.mode, .flags = (xio.forked ? 1u : 0u) | (xio.tsc ? 2u : 0u),
                             .seq = xio.seq, .record_bytes = sizeof(struct xio_rec), .session_ns = session_ns};
     char *p = buf + sizeof h;
     long exe = xio_sys_readlink("/proc/self/exe", p, PATH_MAX);

@@ -53,6 +53,8 @@ struct stream {
     /* the flusher's (under xio.lock) */
     uint64_t tail __attribute__((aligned(64)));
     uint64_t flushing;
+    uint64_t converted;           /* slots before this one hold ns (clock.c) */
+    int64_t out_base_ticks, out_base_ns; /* the last TIME slot converted, before and after */
     struct ops_header hdr;
 } __attribute__((aligned(64)));
 
@@ -120,7 +122,7 @@ static int admit(const struct xio_ev *ev, uint32_t *grant)
 
 static void restart_locked(struct stream *s)
 {
-    s->head = s->tail_seen = s->tail = s->flushing = 0;
+    s->head = s->tail_seen = s->tail = s->flushing = s->converted = 0;
     s->base_valid = 0;
     s->grant = 0;
     s->gen = xio.gen;
@@ -187,7 +189,7 @@ static void timed_flush(void)
 {
     if (pthread_mutex_trylock(&xio.lock) != 0)
         return; /* another thread is flushing */
-    if ((uint64_t)(xio_now() - xio.last_flush_ns) > XIO_FLUSH_INTERVAL_NS)
+    if ((uint64_t)(xio_ticks() - xio.last_flush) > (uint64_t)xio.flush_interval)
         xio_flush_locked(XIO_END_RUNNING);
     pthread_mutex_unlock(&xio.lock);
 }
@@ -204,7 +206,7 @@ static void emit_shared(const struct xio_ev *ev)
         s->slots[s->head & STREAM_MASK] = (struct xio_rec){.offset = ev->start_ns, .bytes = tid,
                                                             .flags = XIO_SLOT_THREAD | XIO_SLOT_TIME};
         __atomic_store_n(&s->head, encode(s->slots, s->head + 1, ev, 0), __ATOMIC_RELEASE);
-        if ((uint64_t)(ev->end_ns - xio.last_flush_ns) > XIO_FLUSH_INTERVAL_NS)
+        if ((uint64_t)(ev->end_ns - xio.last_flush) > (uint64_t)xio.flush_interval)
             xio_flush_locked(XIO_END_RUNNING);
     }
     pthread_mutex_unlock(&xio.lock);
@@ -239,8 +241,8 @@ void xio_emit(const struct xio_ev *ev)
         delta = 0;
     }
     __atomic_store_n(&s->head, encode(s->slots, head, ev, (uint32_t)delta), __ATOMIC_RELEASE);
-    if (XIO_UNLIKELY((uint64_t)(ev->end_ns - __atomic_load_n(&xio.last_flush_ns, __ATOMIC_RELAXED)) >
-                     XIO_FLUSH_INTERVAL_NS))
+    if (XIO_UNLIKELY((uint64_t)(ev->end_ns - __atomic_load_n(&xio.last_flush, __ATOMIC_RELAXED)) >
+                     (uint64_t)xio.flush_interval))
         timed_flush();
 }
 
@@ -276,10 +278,39 @@ static uint64_t count_calls(const struct stream *s, uint64_t from, uint64_t to)
     return n;
 }
 
+static uint32_t clamp_u32(int64_t v) { return v < 0 ? 0u : v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
+
+/* Ticks to ns in the slots [from, head) of a stream, in place: the flusher owns them until it moves `tail`. A
+ * TIME slot's base becomes ns; a call's start stays relative to it; durations are scaled. */
+static void convert_slots(struct stream *s, uint64_t head, const struct xio_clock_map *m)
+{
+    uint64_t i = s->converted > s->tail ? s->converted : s->tail;
+    for (; i < head; i++) {
+        struct xio_rec *r = &s->slots[i & STREAM_MASK];
+        if (r->flags & (XIO_SLOT_TIME | XIO_SLOT_THREAD)) {
+            if (r->flags & XIO_SLOT_TIME) {
+                s->out_base_ticks = r->offset;
+                s->out_base_ns = r->offset = xio_clock_ns(m, r->offset);
+            }
+            continue;
+        }
+        r->start = clamp_u32(xio_clock_ns(m, s->out_base_ticks + r->start) - s->out_base_ns);
+        if (r->flags & XIO_SLOT_WIDE) {
+            struct xio_ext *x = (struct xio_ext *)&s->slots[++i & STREAM_MASK];
+            x->dur = x->dur > 0 ? (int64_t)((double)x->dur * m->slope) : 0; /* < 0: TSC skew between CPUs */
+        } else {
+            r->dur = clamp_u32((int64_t)((double)r->dur * m->slope));
+        }
+    }
+    s->converted = i;
+}
+
 /* Adds a stream's unwritten slots to `iov` (header, then one or two slices of the ring). */
-static int add_stream(struct stream *s, struct iovec *iov)
+static int add_stream(struct stream *s, struct iovec *iov, const struct xio_clock_map *m)
 {
     uint64_t head = __atomic_load_n(&s->head, __ATOMIC_ACQUIRE), tail = s->tail;
+    if (m)
+        convert_slots(s, head, m);
     uint64_t count = head - tail;
     s->flushing = head;
     xio.records += count_calls(s, tail, head);
@@ -332,12 +363,13 @@ void xio_flush_locked(int end)
         iov[n++] = (struct iovec){&bp, sizeof bp};
         iov[n++] = (struct iovec){pbuf, pused};
     }
+    struct xio_clock_map map, *m = xio_clock_map(&map) ? &map : NULL; /* taken after the records it converts */
     uint32_t batch_from = 0, in_batch = 0;
     for (uint32_t i = 0; i < nstreams; i++) {
         struct stream *s = &streams[i];
         if (s->state == STREAM_FREE || s->gen != xio.gen || __atomic_load_n(&s->head, __ATOMIC_ACQUIRE) == s->tail)
             continue;
-        n += add_stream(s, iov + n);
+        n += add_stream(s, iov + n, m);
         if (++in_batch == STREAMS_PER_WRITE) { /* many threads: write in parts, the status comes last */
             xio_output_write(iov, n);
             release_streams(batch_from, i + 1);
@@ -346,13 +378,13 @@ void xio_flush_locked(int end)
             n = 0;
         }
     }
-    int64_t end_ns = xio_status_iov(end, iov + n);
+    xio_status_iov(end, iov + n);
     n += 2;
     xio_output_write(iov, n);
     release_streams(batch_from, nstreams);
     pused = 0;
     npaths_buffered = 0;
-    __atomic_store_n(&xio.last_flush_ns, end_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&xio.last_flush, xio_ticks(), __ATOMIC_RELAXED);
 }
 
 /* ---- set-up, new files, fork ---- */

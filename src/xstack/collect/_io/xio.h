@@ -90,7 +90,7 @@ struct xio_block_header {
 
 /* One call as a wrapper saw it, before it is encoded into its thread's record stream (streams.c). */
 struct xio_ev {
-    int64_t start_ns;
+    int64_t start_ns; /* in ticks (xio_ticks) until the stream's flush converts them */
     int64_t end_ns;
     int64_t offset;    /* start offset (reads, writes, mmap), resulting offset (seeks); -1 n/a */
     int64_t bytes;     /* bytes moved, -1 on failure or n/a */
@@ -168,9 +168,11 @@ struct xio_state {
     volatile int ended; /* the final status was written: record nothing more */
     uint32_t gen;       /* bumped at every new file (session start, fork child): streams and paths restart */
     int fd_cap;
-    struct xio_fd *fds; /* the descriptor table (paths.c) */
-    int64_t last_flush_ns;
+    struct xio_fd *fds;     /* the descriptor table (paths.c) */
+    int64_t last_flush;     /* in ticks (xio_ticks) */
+    int64_t flush_interval; /* XIO_FLUSH_INTERVAL_NS in ticks */
     volatile int init_state; /* 0 not started, 1 running, 2 done */
+    int tsc;                 /* the wrappers' clock is the TSC (clock.c), else CLOCK_REALTIME ns */
     pid_t pid;
     pid_t ppid;
     int forked;
@@ -221,6 +223,33 @@ static inline int64_t xio_now(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+/* ---- clock.c: the records' clock ---- */
+static inline int64_t xio_tsc(void)
+{
+#if defined(__x86_64__)
+    return (int64_t)__builtin_ia32_rdtsc();
+#else
+    return 0;
+#endif
+}
+
+/* What the wrappers time calls with: TSC ticks where clock.c found the TSC safe to use, else CLOCK_REALTIME
+ * ns. Records hold ticks until a flush converts them (xio_clock_map); the file holds ns. */
+static inline int64_t xio_ticks(void) { return XIO_LIKELY(xio.tsc) ? xio_tsc() : xio_now(); }
+
+/* ns = ns + (t - ticks) * slope: the conversion of one flush's records. */
+struct xio_clock_map {
+    int64_t ticks, ns;
+    double slope;
+};
+static inline int64_t xio_clock_ns(const struct xio_clock_map *m, int64_t t)
+{
+    return m->ns + (int64_t)((double)(t - m->ticks) * m->slope);
+}
+void xio_clock_init(void);    /* at a session's start: chooses the clock, calibrates, anchors */
+void xio_clock_restart(void); /* in a fork child: a new anchor, the rate kept */
+int xio_clock_map(struct xio_clock_map *m); /* at a flush (under xio.lock): 0 when times are ns already */
 
 /* Call the wrapper's real function, resolving it on first use (a wrapper can run before our constructor). */
 #define REAL(fn) (XIO_LIKELY(real_##fn != NULL) ? real_##fn : (xio_resolve_reals(-1), real_##fn))
