@@ -10,9 +10,12 @@ Configurations (the files are read once before timing, so every configuration re
 - ``io``: the workload with the io level's interposition library preloaded into it and its workers
   (``collect._io_native.preload_env``), recording every call to files as ``xstack run --levels ...,io`` does;
 - ``strace``: the workload under ``strace -f -qq -e trace=%file,%desc -o FILE``, tracing the same calls.
-``none`` and ``io`` alternate (each leads every other round), ``--repeat`` runs each; ``strace`` runs last.
-Overhead is the median time of a configuration over the median time of ``none``, minus one; "paired" is the
-median of the overheads of runs taken side by side, which machine-wide drift disturbs less. Also reported:
+- ``none again``: the workload alone once more, the A/A control: its "overhead" is the machine's noise.
+``none``, ``none again`` and ``io`` rotate (each leads every third round), ``--repeat`` runs each; ``strace``
+runs last. Overhead is the median time of a configuration over the median time of ``none``, minus one;
+"paired" is the median of the overheads of runs taken side by side, which machine-wide drift disturbs less.
+The same two figures are given for the CPU time of the main process and its workers together, which other
+load on the machine disturbs far less than the wall time. Also reported:
 the quartiles and minimum of the times, the CPU time of the main process and of the workers over the region
 (``os.times``; the workers' counts once they are joined), the records written and the time
 ``collect._io_records.read_trace`` takes to read them back (the work done after the program ends).
@@ -161,13 +164,23 @@ def per_call_ns(data: Path, scratch: Path, count: int) -> dict[str, float] | Non
     return {"none_ns": best["none"], "io_ns": best["io"], "added_ns": round(best["io"] - best["none"], 1)}
 
 
+TIMED = ["none", "none again", "io"]
+"""The configurations timed side by side in every round; ``none again`` is the A/A control: the same
+unprofiled workload, whose difference from ``none`` is what the machine's noise alone gives."""
+
+
 def _rounds(configs: list[str], repeat: int, strace_repeat: int) -> list[str]:
-    """Run order: ``none`` and ``io`` alternate, each leading every other round, so that drift in the
-    machine's state hits both alike; ``strace`` runs (much slower, and measured far less finely) come last."""
+    """Run order: ``TIMED`` rotate, each leading every third round, so that drift in the machine's state hits
+    all alike; ``strace`` runs (much slower, and measured far less finely) come last."""
     order: list[str] = []
     for i in range(repeat):
-        order += ["none", "io"] if i % 2 == 0 else ["io", "none"]
+        order += TIMED[i % 3 :] + TIMED[: i % 3]
     return order + ["strace"] * (strace_repeat if "strace" in configs else 0)
+
+
+def _cpu(run: dict[str, float]) -> float:
+    """CPU time of the main process and its workers over the region."""
+    return run["main_cpu_s"] + run["workers_cpu_s"]
 
 
 def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, float]]) -> dict[str, object]:
@@ -177,6 +190,8 @@ def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, flo
     base_median = statistics.median(r["seconds"] for r in base)
     quartiles = statistics.quantiles(seconds, n=4) if len(seconds) > 1 else [seconds[0]] * 3
     paired = [r["seconds"] / b["seconds"] - 1 for r, b in zip(runs, base, strict=False)]
+    cpu, base_cpu = [_cpu(r) for r in runs], [_cpu(b) for b in base]
+    paired_cpu = [c / b - 1 for c, b in zip(cpu, base_cpu, strict=False)]
     row: dict[str, object] = {
         "config": config, "runs": len(runs), "median_s": round(statistics.median(seconds), 4),
         "min_s": round(seconds[0], 4), "p25_s": round(quartiles[0], 4), "p75_s": round(quartiles[2], 4),
@@ -184,6 +199,8 @@ def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, flo
         "paired_overhead_pct": round(100 * statistics.median(paired), 2),
         "main_cpu_s": round(statistics.median(r["main_cpu_s"] for r in runs), 3),
         "workers_cpu_s": round(statistics.median(r["workers_cpu_s"] for r in runs), 3),
+        "cpu_overhead_pct": round(100 * (statistics.median(cpu) / statistics.median(base_cpu) - 1), 2),
+        "paired_cpu_overhead_pct": round(100 * statistics.median(paired_cpu), 2),
         "runs_s": [round(r["seconds"], 4) for r in runs],
     }  # fmt: skip
     if config == "io":
@@ -194,23 +211,25 @@ def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, flo
 
 
 def _print(args: argparse.Namespace, summary: list[dict[str, object]]) -> None:
-    print(f"{args.files} files of {args.size} B x {args.epochs} epochs, DataLoader with 2 workers; none and io "
-          f"{args.repeat} runs each (alternating), strace {args.strace_repeat}")  # fmt: skip
-    print("  config    median      min   p25-p75           overhead  paired   cpu main  workers")
+    print(f"{args.files} files of {args.size} B x {args.epochs} epochs, DataLoader with 2 workers; "
+          f"{', '.join(TIMED)}: {args.repeat} runs each (rotating), strace {args.strace_repeat}")  # fmt: skip
+    print("  config       median      min   p25-p75           overhead   paired  cpu main  workers  "
+          "cpu overhead  paired")  # fmt: skip
     for row in summary:
         extra = ""
         if "records" in row:
-            extra = f"\n            {row['records']} records, read back in {row['read_back_s']} s"
-        print(f"  {row['config']:<7} {row['median_s']:7.3f} s {row['min_s']:7.3f} s  {row['p25_s']:.3f}-"
+            extra = f"\n               {row['records']} records, read back in {row['read_back_s']} s"
+        print(f"  {row['config']:<10} {row['median_s']:7.3f} s {row['min_s']:7.3f} s  {row['p25_s']:.3f}-"
               f"{row['p75_s']:.3f} s  {row['overhead_pct']:+8.2f} % {row['paired_overhead_pct']:+7.2f} %  "
-              f"{row['main_cpu_s']:6.2f} s {row['workers_cpu_s']:6.2f} s{extra}")  # fmt: skip
+              f"{row['main_cpu_s']:6.2f} s {row['workers_cpu_s']:6.2f} s  {row['cpu_overhead_pct']:+9.2f} % "
+              f"{row['paired_cpu_overhead_pct']:+7.2f} %{extra}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=4096, help="bytes per file (default 4096)")
-    parser.add_argument("--repeat", type=int, default=15, help="runs of none and of io (default 15)")
+    parser.add_argument("--repeat", type=int, default=15, help="runs of none, none again and io (default 15)")
     parser.add_argument("--strace-repeat", type=int, default=3, help="runs under strace (default 3)")
     parser.add_argument("--epochs", type=int, default=3,
                         help="passes over the files per run (default 3: a region of about a second, long enough "
@@ -218,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="folder of the files (default: a temp folder, removed)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    configs = ["none", "io"] + (["strace"] if shutil.which("strace") and args.strace_repeat > 0 else [])
+    configs = TIMED + (["strace"] if shutil.which("strace") and args.strace_repeat > 0 else [])
     runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="xstack-io-bench-") as tmp:
         data = args.data or Path(tmp) / "files"

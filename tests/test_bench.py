@@ -74,3 +74,28 @@ def test_system_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
     summary = {row["config"]: row for row in json.loads(out.read_text())["summary"]}
     assert {"none", "model", "model+system 10ms", "model+system 1ms"} <= set(summary)
     assert all(row["median_ms"] > 0 for row in summary.values())
+
+
+@needs_torch
+def test_io_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
+    from xstack.collect import _io_native
+
+    if _io_native.unavailable_reason() is not None:
+        pytest.skip(f"io library unavailable: {_io_native.unavailable_reason()}")
+    out = tmp_path / "io.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "io_overhead.py"), "--files", "300", "--repeat", "1", "--epochs", "1",
+         "--strace-repeat", "0", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    summary = {row["config"]: row for row in figures["summary"]}
+    assert set(summary) == {"none", "none again", "io"}
+    # every file was read once by a worker: open, fstat, two lseeks, fstat, two reads and close, at least
+    assert summary["io"]["records"] >= 300 * 8 and summary["io"]["processes"] >= 3
+    assert all(row["median_s"] > 0 and row["main_cpu_s"] >= 0 for row in summary.values())
+    if figures["per_call"] is not None:
+        assert figures["per_call"]["io_ns"] > 0
