@@ -333,6 +333,10 @@ def test_syscalls_land_in_the_stage_that_made_them(staged: tuple[Path, list[Path
     forked = [c for c in calls if c["pid"] != main_pid and c["name"] == "read"]
     assert forked and all(c["stage"] is None and c["tid"] == c["pid"] for c in forked)  # the worker's own pid
     assert all(c["attrs"][A.SYS_TOOL] == "strace" for c in calls)
+    # the sampler opens and reads its /proc files on its own thread, whose calls are left out
+    own = ('"/proc/stat"', '"/proc/meminfo"', f'"/proc/{main_pid}/')
+    assert not [c for c in calls if c["name"] in ("open", "openat") and any(p in c["attrs"][A.SYS_ARGS] for p in own)]
+    assert not [c for c in calls if c["name"] == "pread64" and '"cpu ' in c["attrs"][A.SYS_ARGS]]
     with Store.open(store) as s:
         levels, config = s.query("SELECT levels, config FROM runs")[0]
         health = dict(s.query('SELECT "check", count FROM health'))

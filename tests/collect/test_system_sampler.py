@@ -300,3 +300,19 @@ def test_xstack_collectors_lists_the_system_level_as_ready() -> None:
     assert proc.returncode == 0, proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if line.strip("│ ").startswith("system ")]
     assert "xstack.collect.system:" in line and line.rstrip("│ ").endswith("ready")
+
+
+def test_a_sampler_that_cannot_open_proc_fails_its_start_on_the_programs_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/proc is opened on the sampler's thread (the syscall pass leaves that thread out); what goes wrong there
+    is raised by ``start``, where the program called it, and the thread is gone."""
+
+    def unreadable() -> None:
+        raise PermissionError(13, "Permission denied", "/proc/stat")
+
+    monkeypatch.setattr(system, "Machine", unreadable)
+    sampler = system.Sampler(10_000_000)
+    with pytest.raises(PermissionError, match="/proc/stat"):
+        sampler.start()
+    assert sampler._thread is not None and not sampler._thread.is_alive()

@@ -2,7 +2,8 @@
 machine's cores and memory, and the GPUs, as counters on the run's clock.
 
 A daemon thread samples every ``interval`` (``XSTACK_SYSTEM_INTERVAL_MS``, default 10 ms), once when the level
-starts and once when it stops, so that the region's both ends are covered. Samples come at two depths:
+starts and once when it stops (``start`` waits for the first), so that the region's both ends are covered.
+Samples come at two depths:
 
 - every sample: the profiled process's CPU time user/system and its voluntary/involuntary context switches
   (``getrusage``: two system calls, no file read);
@@ -53,7 +54,7 @@ from typing import Any
 from xstack.collect._recorder import Recorder
 from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
 from xstack.collect._system_proc import PROC_STRIDE, Machine, ProcessTree, write_machine, write_processes
-from xstack.errors import UsageError
+from xstack.errors import UsageError, XstackError
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import Store
@@ -140,14 +141,11 @@ class Sampler:
         self.interval_ns = interval_ns
         self.step = 1
         """Intervals between two samples: doubles each time the buffer is halved."""
-        self.tree = ProcessTree(os.getpid())
-        try:
-            self.machine = Machine()
-        except BaseException:
-            self.tree.close()
-            raise
+        self.tree: ProcessTree
+        self.machine: Machine
         self.gpus = Gpus()
-        self.nvml_reason = self.gpus.open()
+        self.nvml_reason: str | None = None
+        self._open_error: BaseException | None = None
         self.machine_rows: array[int] = array("q")
         self.proc_rows: array[int] = array("q")
         self.gpu_rows: array[int] = array("q")
@@ -167,14 +165,34 @@ class Sampler:
         self._stop = threading.Lock()
         """Held while the sampler runs; ``stop`` releases it, which wakes the thread."""
         self._stop.acquire()
+        self._started = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Take the first sample here, then start the thread."""
+        """Start the thread and wait until it has opened its /proc files (and NVML) and taken the first
+        sample: all of the sampler's system calls are made on its own thread, which the syscall pass leaves
+        out. Raises what opening raised (``/proc`` unreadable)."""
         self._start = time.monotonic_ns()
-        self._take(0, full=True, in_thread=False)
         self._thread = threading.Thread(target=self._run, name="xstack-system-sampler", daemon=True)
         self._thread.start()
+        if not self._started.wait(JOIN_TIMEOUT_S):
+            self.stuck = True
+            if self._stop.locked():
+                self._stop.release()  # the thread ends as soon as it gets past what hung
+            raise XstackError(f"the system level's sampler took no first sample within {JOIN_TIMEOUT_S:g} s "
+                              "(reading /proc or NVML hung)")  # fmt: skip
+        if self._open_error is not None:
+            self._thread.join(JOIN_TIMEOUT_S)
+            raise self._open_error
+
+    def _open(self) -> None:
+        self.tree = ProcessTree(os.getpid())
+        try:
+            self.machine = Machine()
+        except BaseException:
+            self.tree.close()
+            raise
+        self.nvml_reason = self.gpus.open()
 
     def stop(self) -> None:
         """Wake the thread, which takes the last sample and ends; wait for it."""
@@ -186,18 +204,26 @@ class Sampler:
 
     def _run(self) -> None:
         self.thread_tid = threading.get_native_id()
+        try:
+            self._open()
+        except BaseException as exc:  # handed to start(), on the program's thread
+            self._open_error = exc
+            self._started.set()
+            return
         k = 0
         try:
+            self._take(0, full=True)
+            self._started.set()
             while self._failing < MAX_ERRORS:
                 k = self._next(k)
                 delay_ns = self._start + k * self.interval_ns - time.monotonic_ns()
                 if self._stop.acquire(timeout=max(delay_ns, 0) / 1e9):
                     break
-                self._take(k, full=False, in_thread=True)
+                self._take(k, full=False)
                 if self._nbytes() >= BUFFER_CAP_BYTES:
                     self._halve()
         finally:  # the region's end, whatever happened
-            self._take(k + 1, full=True, in_thread=True)
+            self._take(k + 1, full=True)
             use = resource.getrusage(resource.RUSAGE_THREAD)
             self.thread_cpu_ns = int((use.ru_utime + use.ru_stime) * 1e9)
             self._close()
@@ -213,13 +239,13 @@ class Sampler:
             due = later
         return due
 
-    def _take(self, k: int, *, full: bool, in_thread: bool) -> None:
+    def _take(self, k: int, *, full: bool) -> None:
         t0 = time.monotonic_ns()
         try:
             ts = time.time_ns()
             full = full or t0 - self._last_full >= FULL_PERIOD_NS
-            own = resource.getrusage(resource.RUSAGE_THREAD) if in_thread else None
-            own_ctx = (own.ru_nvcsw, own.ru_nivcsw) if own is not None else (0, 0)
+            own = resource.getrusage(resource.RUSAGE_THREAD)
+            own_ctx = (own.ru_nvcsw, own.ru_nivcsw)
             self.tree.sample(k, ts, t0, own_ctx, self.proc_rows, full)
             if full:
                 self.tree.bytes_read += self.machine.sample(k, ts, self.machine_rows)
