@@ -23,6 +23,10 @@ the DataLoader (its workers start and prefetch before the block, untimed) and it
 which other processes (not this one nor its workers) kept more than ``--max-others`` cores busy is redone (up
 to ``--retries`` times).
 
+Then the interpreter lock's worst case: ``--python-rounds`` runs of a pure-Python loop that holds the lock
+throughout and allocates nothing, under ``none``, ``model`` and the two sampler intervals, order rotating;
+its time against ``model`` (pooled medians and paired) and the share of the sampler's samples that came late.
+
 Reported per configuration: ``median ms`` (all kept iterations of all rounds), ``vs none %`` and ``vs model %``
 (pooled medians), ``paired %`` (per round against that round's ``model`` block, median over rounds) and its
 interquartile range; for the sampler, from each run's ``config.system``: samples per second, the share of
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import shlex
@@ -184,6 +189,63 @@ def run_block(cfg: Config, loop: Loop, n: int, workdir: Path) -> Block:
     return Block(times, others, wall, config.get(A.CONFIG_SYSTEM) or {})
 
 
+def _python_loop(n: int) -> None:
+    """Pure Python that holds the interpreter lock throughout and allocates nothing (``itertools.repeat``
+    and small ints), so that the heap's state left by earlier runs does not change its speed."""
+    s = 0
+    for _ in itertools.repeat(None, n):
+        s = (s * 31 + 7) & 255
+
+
+def python_rounds(rounds: int, n: int, workdir: Path) -> list[dict[str, Any]]:
+    """The interpreter lock's worst case: the sampler's thread must take the lock from a program that never
+    lets it go (the program's thread gives it up only when the sampler asks, after the switch interval).
+    ``rounds`` rounds of every configuration but ``none again`` on ``_python_loop(n)``, order rotating."""
+    configs = [c for c in CONFIGS if c.name != "none again"]
+    times: dict[str, list[float]] = {c.name: [] for c in configs}
+    system: dict[str, list[dict[str, Any]]] = {c.name: [] for c in configs}
+    for rnd in range(rounds):
+        k = rnd % len(configs)
+        for cfg in configs[k:] + configs[:k]:
+            gc.collect()
+            if cfg.levels is None:
+                t0 = time.perf_counter()
+                _python_loop(n)
+                times[cfg.name].append(time.perf_counter() - t0)
+                continue
+            os.environ[INTERVAL_ENV] = str(cfg.interval_ms or 10.0)
+            path = workdir / "python.duckdb"
+            try:
+                with xstack.profile(levels=cfg.levels, path=path, name="system-overhead-python") as prof:
+                    t0 = time.perf_counter()
+                    _python_loop(n)
+                    times[cfg.name].append(time.perf_counter() - t0)
+            finally:
+                os.environ.pop(INTERVAL_ENV, None)
+            with prof.open() as store:
+                sampled = orjson.loads(store.query("SELECT config FROM runs")[0][0]).get(A.CONFIG_SYSTEM)
+            if sampled:
+                system[cfg.name].append(sampled)
+            for leftover in workdir.glob("python.duckdb*"):
+                leftover.unlink()
+    rows = []
+    for cfg in configs:
+        row: dict[str, Any] = {
+            "config": cfg.name,
+            "median_ms": 1e3 * statistics.median(times[cfg.name]),
+            "vs_model_pct": _pct(statistics.median(times[cfg.name]), statistics.median(times["model"])),
+            "paired_vs_model_pct": statistics.median(
+                _pct(t, m) for t, m in zip(times[cfg.name], times["model"], strict=True)
+            ),
+        }
+        if system[cfg.name]:
+            samples = sum(x["samples"] for x in system[cfg.name])
+            late = sum(x["late_samples"] for x in system[cfg.name])
+            row["late_pct"] = 100.0 * late / (samples + late)
+        rows.append(row)
+    return rows
+
+
 def summarize(blocks: dict[str, list[Block]], discard: int) -> list[dict[str, Any]]:
     """One row per configuration: medians, overhead against none and against model (pooled and paired)."""
 
@@ -279,12 +341,17 @@ def main(argv: list[str] | None = None) -> int:
         help="redo a block when other processes kept more than this many cores busy (0.25)",
     )
     ap.add_argument("--retries", type=int, default=2, help="times a block may be redone for --max-others (2)")
+    ap.add_argument("--python-rounds", type=int, default=9,
+                    help="rounds of the pure-Python loop, the interpreter lock's worst case (9)")  # fmt: skip
+    ap.add_argument("--python-iters", type=int, default=6_000_000,
+                    help="iterations of the pure-Python loop per run (6,000,000: about 0.15 s)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 3 iterations")
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write raw times, summary and machine to PATH")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.iters, args.block_warmup, args.warmup, args.retries = 2, 3, 1, 2, 0
+        args.python_rounds, args.python_iters = 1, 100_000
     info = machine()
     command = shlex.join(["python", "bench/system_overhead.py", *(sys.argv[1:] if argv is None else argv)])
     print(f"command: {command}")
@@ -322,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 blocks[cfg.name].append(block)
             print(f"round {rnd + 1}/{args.rounds} ({time.perf_counter() - t_round:.1f} s, {redone} blocks redone), "
                   f"order: {', '.join(c.name for c in order)}", flush=True)  # fmt: skip
+        python_rows = python_rounds(args.python_rounds, args.python_iters, workdir)
     elapsed = time.perf_counter() - started
     rows = summarize(blocks, args.block_warmup)
     print()
@@ -333,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target: sampler at 10 ms under {TARGET_PCT:g} % of the model configuration: "
           f"{ten['vs_model_pct']:+.2f} % -> {verdict} (paired {ten['paired_vs_model_pct']:+.2f} %); "
           f"A/A control {aa['vs_none_pct']:+.2f} %")  # fmt: skip
+    print(f"pure-Python loop ({args.python_rounds} rounds of {args.python_iters:,} iterations; the program never "
+          "lets the interpreter lock go):")  # fmt: skip
+    for r in python_rows:
+        late = f", {r['late_pct']:.0f} % of samples late" if "late_pct" in r else ""
+        print(f"  {r['config']:<18} {r['median_ms']:8.1f} ms  vs model {r['vs_model_pct']:+6.2f} % "
+              f"(paired {r['paired_vs_model_pct']:+6.2f} %){late}")  # fmt: skip
     print(f"took {elapsed:.1f} s; load average at end {_loadavg()}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -344,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             "block_warmup": args.block_warmup,
             "elapsed_s": elapsed,
             "summary": rows,
+            "python_loop": python_rows,
             "raw_ns": {name: [b.times_ns for b in bs] for name, bs in blocks.items()},
             "system": {name: [b.system for b in bs] for name, bs in blocks.items()},
             "others_cores": {name: [b.others for b in bs] for name, bs in blocks.items()},

@@ -71,9 +71,13 @@ def test_system_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    summary = {row["config"]: row for row in json.loads(out.read_text())["summary"]}
+    doc = json.loads(out.read_text())
+    summary = {row["config"]: row for row in doc["summary"]}
     assert {"none", "model", "model+system 10ms", "model+system 1ms"} <= set(summary)
     assert all(row["median_ms"] > 0 for row in summary.values())
+    python_loop = {row["config"]: row for row in doc["python_loop"]}
+    assert set(python_loop) == {"none", "model", "model+system 10ms", "model+system 1ms"}
+    assert "late_pct" in python_loop["model+system 10ms"] and "late_pct" not in python_loop["model"]
 
 
 @needs_torch
