@@ -1,0 +1,279 @@
+"""The ``xstack`` subcommands: each takes the parsed arguments, calls the library, prints, and returns the exit
+code (``COMMANDS``, by subcommand name)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from xstack.errors import UsageError
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from xstack.importers.api import import_files
+
+    out = args.output or Path("xstack-out") / (_stem(args.traces[0]) + ".duckdb")
+    runs = import_files(args.traces, out, force=args.force, append=args.append)
+    console = Console(highlight=False)
+    files = _io_file_rows(out, [r.run_id for r in runs])
+    for r in runs:
+        issues = sum(n for _, n, _ in r.health)
+        io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
+        console.print(
+            f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
+            f"{issues:,} health findings",
+            soft_wrap=True,
+        )
+    console.print(f"wrote {out}", soft_wrap=True)
+    return 0
+
+
+def _io_file_rows(out: Path, run_ids: list[int]) -> dict[int, int]:
+    from xstack.trace.store import Store
+
+    with Store.open(out) as store:
+        rows = store.query("SELECT run_id, count(*) FROM io_files GROUP BY run_id")
+    return {int(r): int(n) for r, n in rows if r in run_ids}
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import print_summary
+    from xstack.trace.store import Store
+
+    with Store.open(args.store) as store:
+        print_summary(summarize(store, args.run, top=args.top))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from xstack.export.perfetto import export_perfetto
+    from xstack.trace.store import Store
+
+    out = args.output or args.store.with_suffix(".perfetto.json")
+    with Store.open(args.store) as store:
+        stats = export_perfetto(store, out, run_id=args.run)
+    console = Console(highlight=False)
+    console.print(f"wrote {out} ({stats.describe()}); open it in https://ui.perfetto.dev", soft_wrap=True)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from xstack.analyze.pipeline import analyze
+    from xstack.trace.store import Store
+
+    to_stdout = args.output == "-"
+    if to_stdout and args.format == "html":
+        raise UsageError("xstack report: -o - prints md, json or csv; the HTML report needs a file (-o report.html)")
+    out = Path(args.output) if args.output and not to_stdout else args.store.with_suffix("." + args.format)
+    console = Console(highlight=False, stderr=to_stdout)
+    with Store.open(args.store) as store:
+        analysis = analyze(store, args.run)
+        compare = None
+        if args.compare is not None:
+            from xstack.analyze.diff import diff_profiles
+
+            other = store if args.compare.resolve() == args.store.resolve() else args.compare
+            compare = diff_profiles(other, store, None, analysis.summary.run_id)
+        if args.format == "html":
+            from xstack.report.html import write_report
+
+            console.print(f"wrote {write_report(analysis, out, store=store, compare=compare).describe()}",
+                          soft_wrap=True)  # fmt: skip
+            return 0
+    from xstack.report.formats import render_text
+
+    text = render_text(analysis, args.format, compare=compare)
+    if to_stdout:
+        sys.stdout.write(text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        console.print(f"wrote {out}", soft_wrap=True)
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from xstack.profile import parse_levels
+    from xstack.runner import Measured, parse_program, run_program
+
+    if args.syscalls:
+        from xstack.collect.syscalls import SYSCALLS_ENV
+
+        args.levels = f"{args.levels},system"
+        os.environ[SYSCALLS_ENV] = "1"  # read by run_program, here or in a pass's child
+    _set_system_interval(args)
+    levels = parse_levels(args.levels)  # a bad level is reported before anything runs
+    argv = args.program[1:] if args.program[:1] == ["--"] else args.program
+    measured = None
+    if args.warmup is not None and args.iters is None:
+        raise UsageError("xstack run: --warmup needs --iters (the iterations to record after the warm-up)")
+    if args.iters is not None:
+        from xstack.leveled.passes import check_iterations
+
+        args.warmup = args.warmup or 0
+        check_iterations(args.warmup, args.iters, "xstack run")
+        index, _, count = (args.pass_index or "1/1").partition("/")
+        name = args.pass_name or "+".join(levels)
+        measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
+                            progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
+    _set_ncu_options(args)
+    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured)
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from xstack.leveled.script import profile_program
+    from xstack.runner import parse_program
+
+    argv = args.program[1:] if args.program[:1] == ["--"] else args.program
+    program = parse_program(argv, "xstack profile")
+    _set_ncu_options(args)
+    _set_system_interval(args)
+    return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
+                           metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io,
+                           system=args.system)  # fmt: skip
+
+
+def _set_ncu_options(args: argparse.Namespace) -> None:
+    import os
+
+    from xstack.collect.metrics import CLOCK_CONTROL_ENV, REPLAY_ENV
+
+    # read where ncu is started, in this process or a child of it; a child inherits its parent's choice
+    if args.clock_control:
+        os.environ[CLOCK_CONTROL_ENV] = args.clock_control
+    if args.replay_mode:
+        os.environ[REPLAY_ENV] = args.replay_mode
+
+
+def _set_system_interval(args: argparse.Namespace) -> None:
+    if args.system_interval is None:
+        return
+    if not args.system_interval > 0:  # also refuses nan
+        raise UsageError(f"--system-interval: must be > 0 ms (got {args.system_interval:g})")
+    from xstack.collect.system import INTERVAL_ENV
+
+    os.environ[INTERVAL_ENV] = f"{args.system_interval:g}"  # read by the sampler, here or in a pass's child
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from xstack.analyze.context import pick_run
+    from xstack.analyze.model import model_information
+    from xstack.leveled.sweep import parse_batch_sizes, sweep_program
+    from xstack.runner import parse_program
+    from xstack.trace.store import Store
+
+    sizes = parse_batch_sizes(args.batch_sizes)
+    target = args.latency_target
+    if target is not None and not target > 0:
+        raise UsageError(f"xstack sweep: --latency-target must be a positive number of milliseconds (got {target:g})")
+    argv = args.program[1:] if args.program[:1] == ["--"] else args.program
+    program = parse_program(argv, "xstack sweep")
+    out = args.output or Path("xstack-out") / f"{program.name}-sweep.duckdb"
+    code = sweep_program(program, sizes, passes=args.passes, warmup=args.warmup, iters=args.iters, out=out,
+                         latency_target_ms=target)  # fmt: skip
+    with Store.open(out) as store:
+        result = model_information(store, pick_run(store, None))
+    console = Console(highlight=False)
+    console.print(result)
+    optimal = result.facts.get("optimal_batch_size")
+    console.print(f"optimal batch size: {optimal if optimal is not None else '-'} ({result.facts.get('reason')})",
+                  soft_wrap=True)  # fmt: skip
+    return code
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from xstack.analyze.diff import diff_profiles
+
+    if args.threshold < 0 or (args.top is not None and args.top < 1):
+        raise UsageError("xstack diff: need --threshold >= 0 and --top >= 1")
+    top = args.top if args.top is not None or args.format in ("json", "csv") else 20
+    diff = diff_profiles(args.a, args.b, args.run_a, args.run_b, threshold=args.threshold / 100, top=top)
+    if args.format == "json":
+        import orjson
+
+        sys.stdout.write(orjson.dumps(diff.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.format == "md":
+        sys.stdout.write(diff.to_markdown())
+    elif args.format == "csv":
+        sys.stdout.write(diff.to_csv())
+    else:
+        Console(highlight=False).print(diff)
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from xstack.device import calibrate as cal
+
+    console = Console(highlight=False)
+    if args.apply is not None:
+        if args.store is None:
+            raise UsageError("xstack calibrate: --apply FILE.json needs --store STORE (the store to write it into)")
+        if args.quick or args.output or args.device:
+            raise UsageError("xstack calibrate: --apply applies a saved calibration: drop --device, --quick and -o")
+        entries = cal.read_results(args.apply)
+    else:
+        devices = cal.resolve_devices(args.device)
+        entries = cal.calibrate(devices, quick=args.quick, on_device=lambda d: console.print(f"measuring {d} ..."))
+        console.print(f"cached in {cal.save(entries)}", soft_wrap=True)
+        if args.output is not None:
+            cal.write_results(entries, args.output)
+            console.print(f"wrote {args.output}", soft_wrap=True)
+    for entry in entries:
+        console.print(cal.result_table(entry))
+    if args.store is not None:
+        updated, skipped = cal.apply_to_store(args.store, entries)
+        for run_id, device, source in updated:
+            console.print(f"run {run_id} ({device}): config.peaks set ({source})", soft_wrap=True)
+        if skipped:
+            console.print(f"runs left alone (no calibration of their device): {', '.join(map(str, skipped))}")
+    return 0
+
+
+def _cmd_collectors(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from xstack import collect
+
+    table = Table(title="Live collectors", title_justify="left")
+    table.add_column("level")
+    table.add_column("collector")
+    table.add_column("status", overflow="fold")
+    for level, path, reason in collect.status():
+        table.add_row(level, path, f"[red]cannot run here:[/] {reason}" if reason else "[green]ready[/]")
+    for level in collect.PLANNED:
+        table.add_row(level, "-", "[dim]no live collector yet[/]")
+    Console().print(table)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from xstack.demo import run_demo
+
+    run_demo(args.output_dir, steps=args.steps)
+    return 0
+
+
+def _stem(path: Path) -> str:
+    from xstack.importers.kineto import trace_name
+
+    return trace_name(path).removesuffix(".csv")
+
+
+COMMANDS = {
+    "import": _cmd_import,
+    "summary": _cmd_summary,
+    "export": _cmd_export,
+    "report": _cmd_report,
+    "run": _cmd_run,
+    "profile": _cmd_profile,
+    "sweep": _cmd_sweep,
+    "diff": _cmd_diff,
+    "calibrate": _cmd_calibrate,
+    "collectors": _cmd_collectors,
+    "demo": _cmd_demo,
+}
