@@ -1,9 +1,13 @@
-"""Build of the io level's native interposition library; the package's metadata lives in pyproject.toml.
+"""Build of the native libraries; the package's metadata lives in pyproject.toml.
 
-The library is a plain shared object preloaded into profiled programs (or dlopen'ed by ctypes), never
-imported as a Python module: it is built as ``xstack/collect/_io/libxstack_io.so``, without the interpreter's
-ABI tag in its name. The build is optional: without a C compiler the package still installs, and
-``xstack.collect._io_native.unavailable_reason()`` says how to get the library.
+- the io level's interposition library, preloaded into profiled programs (or dlopen'ed by ctypes):
+  ``xstack/collect/_io/libxstack_io.so``;
+- the system level's sampler thread, loaded by ctypes: ``xstack/collect/_sampler/libxstack_sampler.so``.
+
+Both are plain shared objects, never imported as Python modules, so they are built without the interpreter's
+ABI tag in their names. The builds are optional: without a C compiler the package still installs,
+``xstack.collect._io_native.unavailable_reason()`` says how to get the io library, and the system level falls
+back to its Python sampler.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from setuptools.command.build_ext import build_ext
 
 LIBRARY = "xstack.collect._io.libxstack_io"
 SOURCE_DIR = "src/xstack/collect/_io"
+SAMPLER = "xstack.collect._sampler.libxstack_sampler"
 SOURCES = ["core.c", "output.c", "api.c", "paths.c", "records.c", "streams.c", "attach.c", "coverage.c", "clock.c"]
 SOURCES += ["hooks_posix.c", "hooks_stat.c", "hooks_stdio.c", "hooks_proc.c"]
 
@@ -24,13 +29,13 @@ class BuildSharedLibrary(build_ext):
 
     def get_ext_filename(self, fullname: str) -> str:
         # called with the dotted name and, from get_ext_fullpath, with its last component alone
-        if fullname in (LIBRARY, LIBRARY.rpartition(".")[2]):
+        if fullname in (LIBRARY, LIBRARY.rpartition(".")[2], SAMPLER, SAMPLER.rpartition(".")[2]):
             return os.path.join(*fullname.split(".")) + ".so"
         return str(super().get_ext_filename(fullname))
 
     def get_export_symbols(self, ext: Extension) -> list[str]:
-        if ext.name == LIBRARY:
-            return []  # no PyInit_ function: the library exports its wrappers and xstack_io_* only
+        if ext.name in (LIBRARY, SAMPLER):
+            return []  # no PyInit_ function: the libraries export their own C interfaces only
         return list(super().get_export_symbols(ext))
 
 
@@ -43,4 +48,12 @@ io_library = Extension(
     optional=True,
 )
 
-setup(ext_modules=[io_library], cmdclass={"build_ext": BuildSharedLibrary})
+sampler_library = Extension(
+    SAMPLER,
+    sources=["src/xstack/collect/_sampler/sampler.c"],
+    extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden"],
+    libraries=["pthread"],
+    optional=True,
+)
+
+setup(ext_modules=[io_library, sampler_library], cmdclass={"build_ext": BuildSharedLibrary})

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import orjson
 import pytest
 
 import xstack
-from xstack.collect import _system_nvml, system
+from xstack.collect import _system_native, _system_nvml, system
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -110,10 +111,24 @@ def _after(series: list[tuple[int, float]], ts: int) -> float:
     return next(v for t, v in series if t >= ts)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    """One profile of the whole workload at the default interval."""
+NATIVE_MISSING = None if _system_native.library_path() is not None else "the C sampler library was not built"
+BACKENDS = [pytest.param("native", marks=pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))),
+            "python"]  # fmt: skip
+"""The two samplers, which must give the same counters: the C thread (the default) and the Python one."""
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(_system_native.BACKEND_ENV, request.param)
+    return str(request.param)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One profile of the whole workload at the default interval, with each sampler."""
     saved = os.environ.pop(system.INTERVAL_ENV, None)
+    saved_backend = os.environ.get(_system_native.BACKEND_ENV)
+    os.environ[_system_native.BACKEND_ENV] = request.param
     tmp = tmp_path_factory.mktemp("system")
     data = tmp / "data.bin"
     data.write_bytes(os.urandom(READ_BYTES))
@@ -150,6 +165,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     finally:
         if saved is not None:
             os.environ[system.INTERVAL_ENV] = saved
+        if saved_backend is None:
+            os.environ.pop(_system_native.BACKEND_ENV, None)
+        else:
+            os.environ[_system_native.BACKEND_ENV] = saved_backend
     yield _load(tmp / "p.duckdb", out)
 
 
@@ -223,6 +242,8 @@ def test_config_and_health_say_how_the_sampler_ran(run: Run) -> None:
     assert cfg["late_samples"] == run.health.get("system_late_samples", (0, ""))[0]
     assert cfg["torch_threads"] >= 1 and cfg["syscalls"] is False and cfg["syscall_tool"] is None
     assert cfg["sampler_cpu_ns"] > 0 and cfg["sample_us"] > 0
+    assert cfg["sampler"] in ("native", "python") and cfg["sampler_tid"] in cfg["sampler_tids"]
+    assert cfg["sampler_tid"] != threading.get_native_id()
     if cfg["nvml"] is not None:  # no GPU telemetry here: no counters, the reason kept
         assert cfg["gpus"] == [] and not any(d.startswith("cuda") for *_, d in run.counters)
         expected = _system_nvml.gpus_expected()
@@ -237,12 +258,12 @@ def _profile_sleeping(path: Path, seconds: float) -> Run:
 
 @pytest.mark.parametrize(("interval_ms", "low", "high"), [(1.0, 150, 600), (50.0, 6, 14)])
 def test_the_interval_is_configurable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_ms: float, low: int, high: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_ms: float, low: int, high: int, backend: str
 ) -> None:
     monkeypatch.setenv(system.INTERVAL_ENV, str(interval_ms))
     run = _profile_sleeping(tmp_path / "p.duckdb", 0.5)
     cfg = run.config[A.CONFIG_SYSTEM]
-    assert cfg["interval_ms"] == interval_ms
+    assert cfg["interval_ms"] == interval_ms and cfg["sampler"] == backend
     assert low <= cfg["samples"] <= high, cfg
     assert low <= len(run.series(A.PROC_CPU_USER_NS, os.getpid())) <= high
 
@@ -256,7 +277,7 @@ def test_a_bad_interval_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_a_full_buffer_halves_the_samples_and_keeps_the_whole_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     monkeypatch.setenv(system.INTERVAL_ENV, "1")
     monkeypatch.setattr(system, "BUFFER_CAP_BYTES", 8 * system.PROC_STRIDE * 40)
@@ -312,7 +333,44 @@ def test_a_sampler_that_cannot_open_proc_fails_its_start_on_the_programs_thread(
         raise PermissionError(13, "Permission denied", "/proc/stat")
 
     monkeypatch.setattr(system, "Machine", unreadable)
+    monkeypatch.setenv(_system_native.BACKEND_ENV, "python")
     sampler = system.Sampler(10_000_000)
     with pytest.raises(PermissionError, match="/proc/stat"):
         sampler.start()
     assert sampler._thread is not None and not sampler._thread.is_alive()
+
+
+@pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
+def test_the_c_sampler_names_the_file_it_cannot_open() -> None:
+    gone = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0,))
+    gone.start()
+    gone.join()
+    sampler = _system_native.NativeSampler(gone.pid or 0, 10_000_000, 50_000_000, 100_000_000, 1 << 20, 100)
+    with pytest.raises(FileNotFoundError, match=f"/proc/{gone.pid}/stat"):
+        sampler.start()
+    assert not sampler.running
+
+
+def test_a_sampler_choice_that_is_not_one_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_system_native.BACKEND_ENV, "rust")
+    with pytest.raises(UsageError, match=_system_native.BACKEND_ENV):
+        system.Sampler(10_000_000)
+
+
+@pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
+def test_the_c_sampler_never_takes_the_interpreter_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the C sampler the only Python thread the system level starts opens NVML and, with no GPU, ends:
+    a program that holds the interpreter lock throughout still gets every sample on time."""
+    monkeypatch.setenv(system.INTERVAL_ENV, "5")
+    monkeypatch.setenv(_system_native.BACKEND_ENV, "native")
+    with xstack.profile(levels=["model", "system"], path=tmp_path / "p.duckdb"):
+        end = time.monotonic() + 0.4
+        while time.monotonic() < end:  # pure Python: lets the lock go only when another thread asks
+            pass
+        python_threads = [t.name for t in threading.enumerate() if t.name == "xstack-system-sampler"]
+    run = _load(tmp_path / "p.duckdb")
+    cfg = run.config[A.CONFIG_SYSTEM]
+    if cfg["gpus"]:
+        pytest.skip("GPUs here: a Python thread samples them")
+    assert python_threads == []
+    assert cfg["samples"] >= 60 and cfg["late_samples"] <= 0.1 * cfg["samples"], cfg

@@ -155,6 +155,11 @@ class ProcessTree:
             out.extend((k, ts_ns, pid, *row))  # one call: a row is never left half written
             self.seen.add(pid)
 
+    @property
+    def io_unreadable_count(self) -> int:
+        """Processes whose ``/proc/PID/io`` could not be read."""
+        return len(self.io_unreadable)
+
     def close(self) -> None:
         """Close every descriptor."""
         for pid in list(self.procs):

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from xstack.collect._strace import Call, StraceParser
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
@@ -119,7 +121,7 @@ def ingest_run(store: Store, run_id: int, path: Path) -> list[tuple[str, int, st
     first_id = _last_span_id(store, run_id)
     parser = StraceParser()
     outside = kept = own = 0
-    sampler = _sampler_tid(store, run_id)
+    sampler = _sampler_tids(store, run_id)
     sink = Sink(store, run_id)
     try:
         with path.open(encoding="utf-8", errors="replace", newline="\n") as lines:
@@ -127,7 +129,7 @@ def ingest_run(store: Store, run_id: int, path: Path) -> list[tuple[str, int, st
                 if not lo <= call.start_ns <= hi:
                     outside += 1
                     continue
-                if call.tid == sampler:  # the system level's sampler reading /proc: the profiler's own calls
+                if call.tid in sampler:  # the system level's sampler reading /proc: the profiler's own calls
                     own += 1
                     continue
                 kept += 1
@@ -145,12 +147,12 @@ def ingest_run(store: Store, run_id: int, path: Path) -> list[tuple[str, int, st
     return health
 
 
-def _sampler_tid(store: Store, run_id: int) -> int | None:
-    """The Linux tid of the run's sampler thread (``config.system.sampler_tid``), if it recorded one."""
-    found = store.query(
-        f"SELECT TRY_CAST(config->>'$.{A.CONFIG_SYSTEM}.sampler_tid' AS BIGINT) FROM _runs WHERE run_id = ?", [run_id]
-    )
-    return int(found[0][0]) if found and found[0][0] is not None else None
+def _sampler_tids(store: Store, run_id: int) -> set[int]:
+    """The Linux tids of the run's sampler threads (``config.system.sampler_tids``, or ``sampler_tid``)."""
+    found = store.query(f"SELECT config->'$.{A.CONFIG_SYSTEM}' FROM _runs WHERE run_id = ?", [run_id])
+    system = orjson.loads(found[0][0]) if found and found[0][0] else {}
+    tids = system.get("sampler_tids") or [system.get("sampler_tid")]
+    return {int(t) for t in tids if t is not None}
 
 
 def set_system_parents(con: Any, run_id: int) -> None:

@@ -1,6 +1,14 @@
 """The ``system`` level's sampler: CPU, memory, context switches and I/O of the profiled process tree, the
 machine's cores and memory, and the GPUs, as counters on the run's clock.
 
+**Two samplers.** By default the process tree and the machine are sampled by a thread in C
+(``collect._system_native``, ``collect/_sampler/sampler.c``) that does what is described below with raw system
+calls and never takes the interpreter lock, and a Python thread samples only the GPUs (it opens NVML, and
+ends at once where there is none). ``XSTACK_SYSTEM_SAMPLER=python``, or a package built without a C compiler,
+uses the Python thread below for everything. Both write the same rows and are tested alike. Why: a Python
+sampler must take the lock for every sample; a program whose thread holds it must then hand it over and wait
+to get it back, and the sampler's samples come late (``bench/system_overhead.py``, pure-Python loop).
+
 A daemon thread samples every ``interval`` (``XSTACK_SYSTEM_INTERVAL_MS``, default 10 ms), once when the level
 starts and once when it stops (``start`` waits for the first), so that the region's both ends are covered.
 Samples come at two depths:
@@ -52,8 +60,17 @@ from array import array
 from typing import Any
 
 from xstack.collect._recorder import Recorder
+from xstack.collect._system_native import NativeSampler, use_native
 from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
-from xstack.collect._system_proc import PROC_STRIDE, Machine, ProcessTree, write_machine, write_processes
+from xstack.collect._system_proc import (
+    MACHINE_HEAD,
+    PROC_STRIDE,
+    REDISCOVER_NS,
+    Machine,
+    ProcessTree,
+    write_machine,
+    write_processes,
+)
 from xstack.errors import UsageError, XstackError
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -141,8 +158,18 @@ class Sampler:
         self.interval_ns = interval_ns
         self.step = 1
         """Intervals between two samples: doubles each time the buffer is halved."""
-        self.tree: ProcessTree
-        self.machine: Machine
+        self.tree: ProcessTree | _TreeSummary
+        self.machine: Machine | _CpuNames
+        self._ptree: ProcessTree  # the same objects, for the Python sampler's own use
+        self._pmachine: Machine
+        self.native = (
+            NativeSampler(os.getpid(), interval_ns, FULL_PERIOD_NS, REDISCOVER_NS, BUFFER_CAP_BYTES, MAX_ERRORS)
+            if use_native()
+            else None
+        )
+        """The C sampler thread for the process tree and the machine (``_system_native``), or None: this
+        Python thread samples them. GPUs are sampled by a Python thread either way."""
+        self.gpu_tid: int | None = None
         self.gpus = Gpus()
         self.nvml_reason: str | None = None
         self._open_error: BaseException | None = None
@@ -173,25 +200,39 @@ class Sampler:
         sample: all of the sampler's system calls are made on its own thread, which the syscall pass leaves
         out. Raises what opening raised (``/proc`` unreadable)."""
         self._start = time.monotonic_ns()
-        self._thread = threading.Thread(target=self._run, name="xstack-system-sampler", daemon=True)
+        target = self._run
+        if self.native is not None:
+            self.native.start()  # raises OSError naming the file it could not open
+            self.machine = _CpuNames(self.native.cpus())
+            self.thread_tid = self.native.stats["tid"]
+            target = self._run_gpus
+        self._thread = threading.Thread(target=target, name="xstack-system-sampler", daemon=True)
         self._thread.start()
         if not self._started.wait(JOIN_TIMEOUT_S):
             self.stuck = True
             if self._stop.locked():
                 self._stop.release()  # the thread ends as soon as it gets past what hung
+            if self.native is not None:
+                self.native.stop()
+                self.native.close()
             raise XstackError(f"the system level's sampler took no first sample within {JOIN_TIMEOUT_S:g} s "
                               "(reading /proc or NVML hung)")  # fmt: skip
         if self._open_error is not None:
             self._thread.join(JOIN_TIMEOUT_S)
             raise self._open_error
+        if self.native is not None and not self.gpus.handles:
+            # no GPU: the thread only opened NVML for its reason; it must be gone before the region runs, or
+            # its last steps would take the interpreter lock from the program's thread
+            self._thread.join(JOIN_TIMEOUT_S)
 
     def _open(self) -> None:
-        self.tree = ProcessTree(os.getpid())
+        tree = ProcessTree(os.getpid())
         try:
-            self.machine = Machine()
+            machine = Machine()
         except BaseException:
-            self.tree.close()
+            tree.close()
             raise
+        self.tree, self.machine = self._ptree, self._pmachine = tree, machine
         self.nvml_reason = self.gpus.open()
 
     def stop(self) -> None:
@@ -201,6 +242,63 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(JOIN_TIMEOUT_S)
             self.stuck = self._thread.is_alive()
+        if self.native is not None:
+            self._collect_native(self.native)
+
+    def _collect_native(self, native: NativeSampler) -> None:
+        """Stop the C thread and take its rows and counts (the GPU thread's are already here)."""
+        if not native.running:
+            return
+        native.stop()
+        st = native.stats
+        self.proc_rows, self.machine_rows = native.proc_rows(), native.machine_rows()
+        self.tree = _TreeSummary(native.seen(), st["max_children"], native.io_unreadable(), st["io_unreadable"],
+                                 bool(st["children_listed"]))  # fmt: skip
+        self.samples, self.late, self.halvings = st["samples"], st["late"], self.halvings + st["halvings"]
+        self.errors += st["errors"]
+        self.first_error = self.first_error or native.first_error()
+        self.busy_ns, self.step = st["busy_ns"], st["step"]
+        self.thread_cpu_ns += st["thread_cpu_ns"]
+        self.stuck = self.stuck or bool(st["stuck"])
+        native.close()
+
+    def _run_gpus(self) -> None:
+        """With the C sampler: the GPUs only, every ``max(GPU_PERIOD_NS, interval)``, until ``stop``."""
+        self.gpu_tid = threading.get_native_id()
+        try:
+            self.nvml_reason = self.gpus.open()
+        finally:
+            self._started.set()
+        period = max(GPU_PERIOD_NS, self.interval_ns)
+        j = 0
+        try:
+            while self.gpus.handles and self._failing < MAX_ERRORS:
+                j = max(j + 1, (time.monotonic_ns() - self._start) // period + 1)
+                if self._stop.acquire(timeout=max(self._start + j * period - time.monotonic_ns(), 0) / 1e9):
+                    break
+                self._take_gpus(j * period // self.interval_ns)
+            if self.gpus.handles:
+                self._take_gpus((time.monotonic_ns() - self._start) // self.interval_ns)
+        finally:
+            use = resource.getrusage(resource.RUSAGE_THREAD)
+            self.thread_cpu_ns += int((use.ru_utime + use.ru_stime) * 1e9)
+            self.gpus.close()
+
+    def _take_gpus(self, k: int) -> None:
+        g0 = time.monotonic_ns()
+        try:
+            self.gpus.sample(k, time.time_ns(), self.gpu_rows)
+            self.gpu_samples += 1
+            self._failing = 0
+        except Exception as exc:  # never into the program: counted, the first kept for health
+            self.errors += 1
+            self._failing += 1
+            if self.first_error is None:
+                self.first_error = f"{type(exc).__name__}: {exc}"
+        self.gpu_ns += time.monotonic_ns() - g0
+        if 8 * len(self.gpu_rows) >= BUFFER_CAP_BYTES // 4:  # keep every other GPU sample
+            self.halvings += 1
+            self.gpu_rows = _every_other(self.gpu_rows, GPU_STRIDE)
 
     def _run(self) -> None:
         self.thread_tid = threading.get_native_id()
@@ -246,9 +344,9 @@ class Sampler:
             full = full or t0 - self._last_full >= FULL_PERIOD_NS
             own = resource.getrusage(resource.RUSAGE_THREAD)
             own_ctx = (own.ru_nvcsw, own.ru_nivcsw)
-            self.tree.sample(k, ts, t0, own_ctx, self.proc_rows, full)
+            self._ptree.sample(k, ts, t0, own_ctx, self.proc_rows, full)
             if full:
-                self.tree.bytes_read += self.machine.sample(k, ts, self.machine_rows)
+                self._ptree.bytes_read += self._pmachine.sample(k, ts, self.machine_rows)
                 self._last_full = t0
             if self.gpus.handles and (full or t0 - self._last_gpu >= GPU_PERIOD_NS):
                 g0 = self._last_gpu = time.monotonic_ns()
@@ -276,8 +374,10 @@ class Sampler:
         self.gpu_rows = _every(self.gpu_rows, GPU_STRIDE, self.step)
 
     def _close(self) -> None:
-        self.tree.close()
-        self.machine.close()
+        if isinstance(self.tree, ProcessTree):
+            self.tree.close()
+        if isinstance(self.machine, Machine):
+            self.machine.close()
         self.gpus.close()
 
     # -- after the run --------------------------------------------------------------------------------------
@@ -307,7 +407,9 @@ class Sampler:
             "nvml": self.nvml_reason,
             "workers": self.tree.max_children,
             "sampler_cpu_ns": self.thread_cpu_ns,
+            "sampler": "native" if self.native is not None else "python",
             "sampler_tid": self.thread_tid,
+            "sampler_tids": [t for t in (self.thread_tid, self.gpu_tid) if t is not None],
             "sample_us": round(self.busy_ns / self.samples / 1e3, 1) if self.samples else None,
             "gpu_sample_us": round(self.gpu_ns / self.gpu_samples / 1e3, 1) if self.gpu_samples else None,
         }
@@ -328,7 +430,7 @@ class Sampler:
         ]  # fmt: skip
         if tree.io_unreadable:
             pid, why = next(iter(tree.io_unreadable.items()))
-            rows.append(("system_io_unreadable", len(tree.io_unreadable), f"processes whose /proc/PID/io could not "
+            rows.append(("system_io_unreadable", tree.io_unreadable_count, f"processes whose /proc/PID/io could not "
                          f"be read: their I/O counters are left out (pid {pid}: {why})"))  # fmt: skip
         if not tree.children_listed:
             rows.append(("system_children_unlisted", 1, "this kernel has no /proc/PID/task/TID/children "
@@ -367,3 +469,28 @@ def _every(rows: array[int], stride: int, step: int) -> array[int]:
 def _whole(rows: array[int], stride: int) -> array[int]:
     """``rows`` without a trailing partial row (a thread that did not stop may still be appending)."""
     return rows[: len(rows) - len(rows) % stride]
+
+
+def _every_other(rows: array[int], stride: int) -> array[int]:
+    """Every other row of ``rows`` (``stride`` values each), the first kept."""
+    out = array("q")
+    for at in range(0, len(rows) - stride + 1, 2 * stride):
+        out.extend(rows[at : at + stride])
+    return out
+
+
+class _TreeSummary:
+    """What ``health`` and ``config`` read of a process tree, from the C sampler's counts."""
+
+    def __init__(self, seen: set[int], max_children: int, io_unreadable: dict[int, str], io_unreadable_count: int,
+                 children_listed: bool) -> None:  # fmt: skip
+        self.seen, self.max_children, self.children_listed = seen, max_children, children_listed
+        self.io_unreadable, self.io_unreadable_count = io_unreadable, io_unreadable_count
+
+
+class _CpuNames:
+    """The machine's cpu line names and its rows' stride, as the C sampler read them."""
+
+    def __init__(self, cpus: list[str]) -> None:
+        self.cpus = cpus
+        self.stride = MACHINE_HEAD + 2 * len(cpus)

@@ -375,5 +375,7 @@ most child processes alive at once, ``gpus`` the ``cuda:N`` devices sampled and 
 skipped because the one before came too late. The sampler adds ``"full_interval_ms": float`` (the period of
 full samples), ``"gpu_interval_ms": float | None`` (of GPU samples), ``"gpu_names": {"cuda:N": str}``,
 ``"sampler_cpu_ns": int`` (the CPU time the sampler thread used), ``"sample_us": float`` (the mean wall time
-of one sample), ``"gpu_sample_us": float | None`` (of reading the GPUs, where it did) and ``"sampler_tid":
-int`` (the sampler thread's Linux tid: the syscall pass leaves its calls out)."""
+of one sample), ``"gpu_sample_us": float | None`` (of reading the GPUs, where it did), ``"sampler": "native" |
+"python"`` (the C sampler thread, or the Python one), ``"sampler_tid": int`` (the Linux tid of the thread that
+sampled the processes and the machine) and ``"sampler_tids": [int]`` (every thread of the sampler's, the GPU
+thread's included: the syscall pass leaves their calls out)."""
