@@ -11,7 +11,8 @@ Configurations, timed per iteration in one process:
 * ``none``: no profiling; ``none again``: the same, an A/A control (its "overhead" is what noise looks like);
 * ``model``: ``xstack.profile(levels="model")`` around the block, ``prof.step()`` after each iteration;
 * ``model+system 10ms`` and ``model+system 1ms``: the same with the ``system`` level, its sampler at
-  ``XSTACK_SYSTEM_INTERVAL_MS`` = 10 and 1.
+  ``XSTACK_SYSTEM_INTERVAL_MS`` = 10 and 1;
+* ``model+system 10ms py``: at 10 ms with the Python sampler (``XSTACK_SYSTEM_SAMPLER=python``), side by side.
 
 The sampler's overhead is ``median_cfg / median_model - 1``, against the ``model`` configuration, so that the
 model level's own cost is not counted; the target is under 1 % at 10 ms.
@@ -41,6 +42,7 @@ direct cost: CPU the program's threads and workers could have used), and the mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import itertools
 import json
@@ -50,7 +52,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,7 @@ from overhead import CLK_TCK, _cpu_now, _loadavg, _others, _pct, machine  # noqa
 
 import xstack  # noqa: E402
 from xstack import demo  # noqa: E402
+from xstack.collect._system_native import BACKEND_ENV  # noqa: E402
 from xstack.collect.system import INTERVAL_ENV  # noqa: E402
 from xstack.trace import attrs as A  # noqa: E402
 
@@ -75,6 +78,8 @@ class Config:
     name: str
     levels: str | None = None
     interval_ms: float | None = None
+    sampler: str = "native"
+    """``XSTACK_SYSTEM_SAMPLER``: the C sampler thread (the default) or the Python one."""
 
 
 CONFIGS = (
@@ -83,6 +88,7 @@ CONFIGS = (
     Config("model", "model"),
     Config("model+system 10ms", "model,system", 10.0),
     Config("model+system 1ms", "model,system", 1.0),
+    Config("model+system 10ms py", "model,system", 10.0, "python"),
 )
 
 
@@ -169,24 +175,31 @@ def run_block(cfg: Config, loop: Loop, n: int, workdir: Path) -> Block:
         times, others = _timed(lambda: loop.step(batches), n, None)
         return Block(times, others)
     path = workdir / "block.duckdb"
-    saved = os.environ.get(INTERVAL_ENV)
-    if cfg.interval_ms is not None:
-        os.environ[INTERVAL_ENV] = str(cfg.interval_ms)
-    try:
-        with xstack.profile(levels=cfg.levels, path=path, name="system-overhead") as prof:
-            t0 = time.perf_counter()
-            times, others = _timed(lambda: loop.step(batches), n, prof.step)
-            wall = time.perf_counter() - t0
-    finally:
-        if saved is None:
-            os.environ.pop(INTERVAL_ENV, None)
-        else:
-            os.environ[INTERVAL_ENV] = saved
+    with _sampler_env(cfg), xstack.profile(levels=cfg.levels, path=path, name="system-overhead") as prof:
+        t0 = time.perf_counter()
+        times, others = _timed(lambda: loop.step(batches), n, prof.step)
+        wall = time.perf_counter() - t0
     with prof.open() as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
     for leftover in workdir.glob("block.duckdb*"):
         leftover.unlink()
     return Block(times, others, wall, config.get(A.CONFIG_SYSTEM) or {})
+
+
+@contextlib.contextmanager
+def _sampler_env(cfg: Config) -> Iterator[None]:
+    """``cfg``'s interval and sampler in the environment, where the system level reads them; restored after."""
+    saved = {name: os.environ.get(name) for name in (INTERVAL_ENV, BACKEND_ENV)}
+    os.environ[INTERVAL_ENV] = str(cfg.interval_ms or 10.0)
+    os.environ[BACKEND_ENV] = cfg.sampler
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _python_loop(n: int) -> None:
@@ -213,15 +226,11 @@ def python_rounds(rounds: int, n: int, workdir: Path) -> list[dict[str, Any]]:
                 _python_loop(n)
                 times[cfg.name].append(time.perf_counter() - t0)
                 continue
-            os.environ[INTERVAL_ENV] = str(cfg.interval_ms or 10.0)
             path = workdir / "python.duckdb"
-            try:
-                with xstack.profile(levels=cfg.levels, path=path, name="system-overhead-python") as prof:
-                    t0 = time.perf_counter()
-                    _python_loop(n)
-                    times[cfg.name].append(time.perf_counter() - t0)
-            finally:
-                os.environ.pop(INTERVAL_ENV, None)
+            with _sampler_env(cfg), xstack.profile(levels=cfg.levels, path=path, name="system-overhead-py") as prof:
+                t0 = time.perf_counter()
+                _python_loop(n)
+                times[cfg.name].append(time.perf_counter() - t0)
             with prof.open() as store:
                 sampled = orjson.loads(store.query("SELECT config FROM runs")[0][0]).get(A.CONFIG_SYSTEM)
             if sampled:
@@ -341,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         help="redo a block when other processes kept more than this many cores busy (0.25)",
     )
     ap.add_argument("--retries", type=int, default=2, help="times a block may be redone for --max-others (2)")
-    ap.add_argument("--python-rounds", type=int, default=9,
-                    help="rounds of the pure-Python loop, the interpreter lock's worst case (9)")  # fmt: skip
+    ap.add_argument("--python-rounds", type=int, default=15,
+                    help="rounds of the pure-Python loop, the interpreter lock's worst case (15)")  # fmt: skip
     ap.add_argument("--python-iters", type=int, default=6_000_000,
                     help="iterations of the pure-Python loop per run (6,000,000: about 0.15 s)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 3 iterations")
@@ -405,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
           "lets the interpreter lock go):")  # fmt: skip
     for r in python_rows:
         late = f", {r['late_pct']:.0f} % of samples late" if "late_pct" in r else ""
-        print(f"  {r['config']:<18} {r['median_ms']:8.1f} ms  vs model {r['vs_model_pct']:+6.2f} % "
+        print(f"  {r['config']:<21} {r['median_ms']:8.1f} ms  vs model {r['vs_model_pct']:+6.2f} % "
               f"(paired {r['paired_vs_model_pct']:+6.2f} %){late}")  # fmt: skip
     print(f"took {elapsed:.1f} s; load average at end {_loadavg()}")
     if args.json:

@@ -73,10 +73,10 @@ def test_system_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     summary = {row["config"]: row for row in doc["summary"]}
-    assert {"none", "model", "model+system 10ms", "model+system 1ms"} <= set(summary)
+    assert {"none", "model", "model+system 10ms", "model+system 1ms", "model+system 10ms py"} <= set(summary)
     assert all(row["median_ms"] > 0 for row in summary.values())
     python_loop = {row["config"]: row for row in doc["python_loop"]}
-    assert set(python_loop) == {"none", "model", "model+system 10ms", "model+system 1ms"}
+    assert set(python_loop) == {"none", "model", "model+system 10ms", "model+system 1ms", "model+system 10ms py"}
     assert "late_pct" in python_loop["model+system 10ms"] and "late_pct" not in python_loop["model"]
 
 
