@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +55,22 @@ def _burn(seconds: float) -> int:
 def _child(seconds: float) -> None:
     _burn(seconds)
     time.sleep(0.15)  # alive past a full sample after the burn, so that its whole CPU time is seen
+
+
+def _threaded_child(threads: int, sleeps: int) -> None:
+    """A process whose ``threads`` threads each sleep ``sleeps`` times 5 ms, then some more so the last full
+    sample sees it whole."""
+
+    def sleeper() -> None:
+        for _ in range(sleeps):
+            time.sleep(0.005)
+
+    workers = [threading.Thread(target=sleeper) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    time.sleep(0.15)
 
 
 def _stat_cpu_ns() -> int:
@@ -374,3 +391,34 @@ def test_the_c_sampler_never_takes_the_interpreter_lock(tmp_path: Path, monkeypa
         pytest.skip("GPUs here: a Python thread samples them")
     assert python_threads == []
     assert cfg["samples"] >= 60 and cfg["late_samples"] <= 0.1 * cfg["samples"], cfg
+
+
+@pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
+def test_the_c_sampler_thread_blocks_signals_so_the_programs_threads_get_them() -> None:
+    sampler = _system_native.NativeSampler(os.getpid(), 10_000_000, 50_000_000, 100_000_000, 1 << 20, 100)
+    sampler.start()
+    try:
+        with open(f"/proc/{os.getpid()}/task/{sampler.stats['tid']}/status") as f:
+            blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+    finally:
+        sampler.stop()
+        sampler.close()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR1):
+        assert blocked >> (signum - 1) & 1, signum
+
+
+def test_a_threaded_child_counts_its_threads_and_their_switches(tmp_path: Path, backend: str) -> None:
+    """A worker process with 3 threads that each sleep 30 times: its thread count and its voluntary context
+    switches summed over the threads the sampler listed (every 100 ms at most), those that ended included. A
+    thread that starts and ends between two listings is not seen, so the sum may fall short of all 90."""
+    with xstack.profile(levels=["model", "system"], path=tmp_path / "p.duckdb"):
+        child = multiprocessing.get_context("fork").Process(target=_threaded_child, args=(3, 30))
+        child.start()
+        child.join()
+    run = _load(tmp_path / "p.duckdb")
+    assert run.config[A.CONFIG_SYSTEM]["sampler"] == backend
+    threads = [v for _, v in run.series(A.PROC_THREADS, child.pid)]
+    assert threads and max(threads) == 4, threads  # the main thread and its 3
+    voluntary = [v for _, v in run.series(A.PROC_CTX_VOLUNTARY, child.pid)]
+    assert voluntary == sorted(voluntary), voluntary  # ended threads keep their count
+    assert voluntary[-1] >= 30, voluntary

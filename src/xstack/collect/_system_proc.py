@@ -22,7 +22,8 @@ gives clock ticks, 10 ms) and its context switches summed over all its threads, 
 no file, the interpreter lock never let go); a full one adds the root's RSS, threads and I/O, and every
 descendant. The sampler thread's own switches are taken out, and so are the bytes it read from /proc out of
 ``rchar``: they are the profiler's, not the program's. Child processes' switches are summed over their
-threads' ``/proc/PID/task/TID/status``.
+threads' ``/proc/PID/task/TID/status`` (a thread that starts and ends between two listings of the tree, at
+most ``REDISCOVER_NS`` apart, is not seen).
 """
 
 from __future__ import annotations

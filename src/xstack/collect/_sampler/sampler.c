@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -820,7 +821,13 @@ XS_EXPORT struct xs_sampler *xs_start(const struct xs_params *p, int *err_no, ch
     pthread_cond_init(&s->cv, &attr);
     pthread_condattr_destroy(&attr);
     s->start_ns = mono_ns();
+    /* The thread blocks every signal (it inherits the mask it is created with): a signal sent to the process
+     * is then delivered to one of the program's threads, and interrupts its system calls as it would have. */
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
     int rc = pthread_create(&s->thread, NULL, run, s);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (rc != 0) {
         *err_no = rc;
         snprintf(err, errlen, "the system sampler's thread");
