@@ -148,15 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`xstack summary STORE` shows the merged profile and what each level adds to the step latency.",
         formatter_class=fmt,
     )
-    p.add_argument(
-        "--pass",
-        dest="passes",
-        action="append",
-        metavar="LEVELS",
-        help="a pass's levels, e.g. model,layer; repeat for each pass (default: the four above that can run here)",
-    )
-    p.add_argument("--warmup", type=int, default=5, metavar="W", help="warm-up iterations per pass (default 5)")
-    p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")
+    _pass_options(p, "the four above that can run here")
     p.add_argument(
         "--metrics",
         action="store_true",
@@ -205,15 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimal batch size = the largest whose median latency is at most MS milliseconds (default: the "
         "smallest after which doubling the batch size raises throughput by at most 5%%)",
     )
-    p.add_argument(
-        "--pass",
-        dest="passes",
-        action="append",
-        metavar="LEVELS",
-        help="a pass's levels, e.g. model,layer; repeat for each pass (default: as xstack profile)",
-    )
-    p.add_argument("--warmup", type=int, default=5, metavar="W", help="warm-up iterations per pass (default 5)")
-    p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")
+    _pass_options(p, "as xstack profile")
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>-sweep.duckdb)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
@@ -290,3 +274,16 @@ def _system_interval_option(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="system level: sampling interval in milliseconds (default 10)",
     )
+
+
+def _pass_options(p: argparse.ArgumentParser, default_passes: str) -> None:
+    """``--pass``, ``--warmup`` and ``--iters`` of the leveled commands (profile, sweep)."""
+    p.add_argument(
+        "--pass",
+        dest="passes",
+        action="append",
+        metavar="LEVELS",
+        help=f"a pass's levels, e.g. model,layer; repeat for each pass (default: {default_passes})",
+    )
+    p.add_argument("--warmup", type=int, default=5, metavar="W", help="warm-up iterations per pass (default 5)")
+    p.add_argument("--iters", type=int, default=20, metavar="N", help="measured iterations per pass (default 20)")

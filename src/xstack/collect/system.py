@@ -291,10 +291,7 @@ class Sampler:
             self.gpu_samples += 1
             self._failing = 0
         except Exception as exc:  # never into the program: counted, the first kept for health
-            self.errors += 1
-            self._failing += 1
-            if self.first_error is None:
-                self.first_error = f"{type(exc).__name__}: {exc}"
+            self._failed(exc)
         self.gpu_ns += time.monotonic_ns() - g0
         if 8 * len(self.gpu_rows) >= BUFFER_CAP_BYTES // 4:  # keep every other GPU sample
             self.halvings += 1
@@ -356,11 +353,15 @@ class Sampler:
             self.samples += 1
             self._failing = 0
         except Exception as exc:  # never into the program: counted, the first kept for health
-            self.errors += 1
-            self._failing += 1
-            if self.first_error is None:
-                self.first_error = f"{type(exc).__name__}: {exc}"
+            self._failed(exc)
         self.busy_ns += time.monotonic_ns() - t0
+
+    def _failed(self, exc: Exception) -> None:
+        """A sample that failed: counted (``MAX_ERRORS`` in a row stop the thread), the first error kept."""
+        self.errors += 1
+        self._failing += 1
+        if self.first_error is None:
+            self.first_error = f"{type(exc).__name__}: {exc}"
 
     def _nbytes(self) -> int:
         return 8 * (len(self.machine_rows) + len(self.proc_rows) + len(self.gpu_rows))
