@@ -7,6 +7,7 @@ machine). Python's own files are recognised before system ones, so ``/usr/lib/py
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -43,6 +44,7 @@ _STREAM = re.compile(r"^(?:(?:pipe|socket|anon_inode):.*|/dev/(?:pts/.*|tty.*|st
 _PYTHON = re.compile(r"/(?:site-packages|dist-packages)(?:/|$)|/lib(?:32|64)?/python\d+(?:\.\d+)?t?(?:/|$)")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def path_class(path: str) -> str:
     """The ``io.path_class`` of ``path``: ``stream`` (standard streams, pipes, sockets, terminals), ``python``
     (inside ``site-packages``, ``dist-packages`` or a ``lib/pythonX.Y`` folder), ``system`` (under one of
