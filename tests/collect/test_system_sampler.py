@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -422,3 +423,23 @@ def test_a_threaded_child_counts_its_threads_and_their_switches(tmp_path: Path, 
     voluntary = [v for _, v in run.series(A.PROC_CTX_VOLUNTARY, child.pid)]
     assert voluntary == sorted(voluntary), voluntary  # ended threads keep their count
     assert voluntary[-1] >= 30, voluntary
+
+
+def test_the_gpu_threads_own_switches_are_taken_out_of_the_programs() -> None:
+    """With the C sampler, the GPU thread's switches (read at each of its samples) leave the root's rows: each
+    row loses the last counts read at or before its time; other processes' rows are left alone."""
+    root, child = 100, 200
+    stride = system.PROC_STRIDE
+    vol, invol = system.PROC_STRIDE_CTX
+
+    def row(k: int, ts: int, pid: int, v: int, iv: int) -> list[int]:
+        out = [k, ts, pid] + [0] * (stride - 3)
+        out[vol], out[invol] = v, iv
+        return out
+
+    rows = array(
+        "q", row(0, 5, root, 10, 1) + row(1, 15, root, 20, 2) + row(1, 15, child, 7, 7) + row(2, 30, root, 40, 3)
+    )
+    system._without_own_switches(rows, root, [(10, 3, 1), (20, 6, 1)])
+    got = [(rows[i + 2], rows[i + vol], rows[i + invol]) for i in range(0, len(rows), stride)]
+    assert got == [(root, 10, 1), (root, 17, 1), (child, 7, 7), (root, 34, 2)]

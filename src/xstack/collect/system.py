@@ -51,6 +51,7 @@ Errors inside the thread never reach the program: they are counted and the first
 
 from __future__ import annotations
 
+import bisect
 import os
 import resource
 import sys
@@ -64,6 +65,7 @@ from xstack.collect._system_native import NativeSampler, use_native
 from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
 from xstack.collect._system_proc import (
     MACHINE_HEAD,
+    PROC_FIELDS,
     PROC_STRIDE,
     REDISCOVER_NS,
     Machine,
@@ -89,6 +91,8 @@ BUFFER_CAP_BYTES = 64 << 20
 MAX_ERRORS = 100
 """Failed samples in a row after which the sampler gives up."""
 JOIN_TIMEOUT_S = 5.0
+PROC_STRIDE_CTX = (3 + PROC_FIELDS.index(A.PROC_CTX_VOLUNTARY), 3 + PROC_FIELDS.index(A.PROC_CTX_INVOLUNTARY))
+"""Where a process row holds its voluntary and involuntary context switches."""
 
 
 def interval_ms() -> float:
@@ -170,6 +174,8 @@ class Sampler:
         """The C sampler thread for the process tree and the machine (``_system_native``), or None: this
         Python thread samples them. GPUs are sampled by a Python thread either way."""
         self.gpu_tid: int | None = None
+        self._gpu_ctx: list[tuple[int, int, int]] = []
+        """(ts_ns, voluntary, involuntary) switches of the GPU thread at each of its samples (C sampler)."""
         self.gpus = Gpus()
         self.nvml_reason: str | None = None
         self._open_error: BaseException | None = None
@@ -252,6 +258,7 @@ class Sampler:
         native.stop()
         st = native.stats
         self.proc_rows, self.machine_rows = native.proc_rows(), native.machine_rows()
+        _without_own_switches(self.proc_rows, os.getpid(), self._gpu_ctx)
         self.tree = _TreeSummary(native.seen(), st["max_children"], native.io_unreadable(), st["io_unreadable"],
                                  bool(st["children_listed"]))  # fmt: skip
         self.samples, self.late, self.halvings = st["samples"], st["late"], self.halvings + st["halvings"]
@@ -286,6 +293,8 @@ class Sampler:
 
     def _take_gpus(self, k: int) -> None:
         g0 = time.monotonic_ns()
+        own = resource.getrusage(resource.RUSAGE_THREAD)  # this thread's switches are the profiler's
+        self._gpu_ctx.append((time.time_ns(), own.ru_nvcsw, own.ru_nivcsw))
         try:
             self.gpus.sample(k, time.time_ns(), self.gpu_rows)
             self.gpu_samples += 1
@@ -495,3 +504,20 @@ class _CpuNames:
     def __init__(self, cpus: list[str]) -> None:
         self.cpus = cpus
         self.stride = MACHINE_HEAD + 2 * len(cpus)
+
+
+def _without_own_switches(rows: array[int], root: int, own: list[tuple[int, int, int]]) -> None:
+    """Take the GPU thread's context switches out of the profiled process's rows, in place: ``own`` holds its
+    cumulative (ts_ns, voluntary, involuntary) counts in time order; each row of ``root`` loses the last
+    counts read at or before its time (the C thread takes out only its own)."""
+    if not own:
+        return
+    times = [t for t, _, _ in own]
+    vol, invol = PROC_STRIDE_CTX
+    for at in range(0, len(rows), PROC_STRIDE):
+        if rows[at + 2] != root:
+            continue
+        i = bisect.bisect_right(times, rows[at + 1]) - 1
+        if i >= 0:
+            rows[at + vol] -= own[i][1]
+            rows[at + invol] -= own[i][2]
