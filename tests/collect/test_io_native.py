@@ -157,9 +157,11 @@ def _tsc_usable() -> bool:
 def test_call_times_are_on_clock_realtime_within_the_windows_the_program_saw(
     tmp_path: Path, data: Path, clock: str
 ) -> None:
-    """Each read lies inside the CLOCK_REALTIME window Python read around it (2 us of slack), and a read that
-    blocked ~30 ms lasted what the window says (100 us of slack): the TSC's conversion to ns holds across
-    flushes and in a fork child, and XSTACK_IO_CLOCK=realtime turns it off."""
+    """Each read lies inside the CLOCK_REALTIME window Python read around it (2 us of slack), and the reads that
+    blocked ~30 ms lasted what their windows say (median shortfall under 150 us, where a rate 0.5 % off would
+    lose 150 us): the TSC's conversion to ns holds across flushes and in a fork child, and
+    XSTACK_IO_CLOCK=realtime turns it off. (A median, as a busy machine may pause the program between reading
+    the clock and entering a call, which widens that one window.)"""
     env = dict(os.environ)
     if clock == "realtime":
         env["XSTACK_IO_CLOCK"] = "realtime"
@@ -174,10 +176,12 @@ def test_call_times_are_on_clock_realtime_within_the_windows_the_program_saw(
         recorded = [op for op in trace.ops if op.pid == pid and (
             (op.op == "read" and op.fd_kind == "pipe") or (op.op == "pread" and op.path == str(known)))]  # fmt: skip
         assert [op.fd_kind for op in recorded] == [kind for kind, _, _ in windows]
+        shortfalls = []
         for op, (kind, before, after) in zip(recorded, windows, strict=True):
             assert before - 2_000 <= op.start_ns and op.start_ns + op.dur_ns <= after + 2_000, (kind, op, before, after)
             if kind == "pipe":
-                assert op.dur_ns >= after - before - 100_000, (op, before, after)
+                shortfalls.append(after - before - op.dur_ns)
+        assert sorted(shortfalls)[len(shortfalls) // 2] < 150_000, shortfalls
     # the pipe reads waited for the writer: the windows are long, so the check above measured the clock's rate
     assert min(after - before for kind, before, after in out["parent"] if kind == "pipe") > 5_000_000
 

@@ -321,7 +321,7 @@ def test_syscalls_land_in_the_stage_that_made_them(staged: tuple[Path, list[Path
     calls = _calls(store)
     sleeps = [c for c in calls if c["name"] in ("clock_nanosleep", "nanosleep", "select")]
     in_sleep = [c for c in sleeps if c["stage"] == "sleep"]
-    assert len(in_sleep) == 1 and abs(in_sleep[0]["dur_ns"] - 200e6) < 60e6, in_sleep
+    assert len(in_sleep) == 1 and 195e6 <= in_sleep[0]["dur_ns"] < 400e6, in_sleep  # a busy machine wakes it late
     main_pid = in_sleep[0]["pid"]
     reads = [c for c in calls if c["stage"] == "read" and c["name"] == "read"]
     bytes_read = sum(int(c["attrs"][A.SYS_RET]) for c in reads if c["attrs"].get(A.SYS_RET, "-1") != "-1")
