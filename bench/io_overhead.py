@@ -9,9 +9,12 @@ Configurations (the files are read once before timing, so every configuration re
 - ``none``: the workload alone;
 - ``io``: the workload with the io level's interposition library preloaded into it and its workers
   (``collect._io_native.preload_env``), recording every call to files as ``xstack run --levels ...,io`` does;
-- ``strace``: the workload under ``strace -f -qq -e trace=%file,%desc -o FILE``, tracing the same calls.
+- ``strace``: the workload under ``strace -f -qq -e trace=%file,%desc -o FILE``, tracing the same calls;
+- ``perf``: the workload under ``perf record`` on the ``raw_syscalls`` tracepoints, as the system level's
+  syscall pass runs it with ``XSTACK_SYSCALL_TOOL=perf`` (every system call, no arguments decoded).
 - ``none again``: the workload alone once more, the A/A control: its "overhead" is the machine's noise.
 ``none``, ``none again`` and ``io`` rotate (each leads every third round), ``--repeat`` runs each; ``strace``
+and ``perf`` (``--strace-repeat`` runs each)
 runs last. Overhead is the median time of a configuration over the median time of ``none``, minus one;
 "paired" is the median of the overheads of runs taken side by side, which machine-wide drift disturbs less.
 The same two figures are given for the CPU time of the main process and its workers together, which other
@@ -129,6 +132,10 @@ def run_once(config: str, script: Path, data: Path, scratch: Path, epochs: int) 
         env = _io_native.preload_env(out)
     elif config == "strace":
         command = ["strace", "-f", "-qq", "-e", "trace=%file,%desc", "-o", str(out / "strace.txt"), *command]
+    elif config == "perf":
+        from xstack.collect._perf_trace import RECORD_OPTIONS
+
+        command = ["perf", *RECORD_OPTIONS, "-o", str(out / "perf.data"), "--", *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     if config == "io":
@@ -175,7 +182,7 @@ def _rounds(configs: list[str], repeat: int, strace_repeat: int) -> list[str]:
     order: list[str] = []
     for i in range(repeat):
         order += TIMED[i % 3 :] + TIMED[: i % 3]
-    return order + ["strace"] * (strace_repeat if "strace" in configs else 0)
+    return order + [c for c in ("strace", "perf") if c in configs for _ in range(strace_repeat)]
 
 
 def _cpu(run: dict[str, float]) -> float:
@@ -212,7 +219,7 @@ def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, flo
 
 def _print(args: argparse.Namespace, summary: list[dict[str, object]]) -> None:
     print(f"{args.files} files of {args.size} B x {args.epochs} epochs, DataLoader with 2 workers; "
-          f"{', '.join(TIMED)}: {args.repeat} runs each (rotating), strace {args.strace_repeat}")  # fmt: skip
+          f"{', '.join(TIMED)}: {args.repeat} runs each (rotating), strace and perf {args.strace_repeat}")  # fmt: skip
     print("  config       median      min   p25-p75           overhead   paired  cpu main  workers  "
           "cpu overhead  paired")  # fmt: skip
     for row in summary:
@@ -230,14 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=4096, help="bytes per file (default 4096)")
     parser.add_argument("--repeat", type=int, default=15, help="runs of none, none again and io (default 15)")
-    parser.add_argument("--strace-repeat", type=int, default=3, help="runs under strace (default 3)")
+    parser.add_argument("--strace-repeat", type=int, default=3, help="runs under strace and under perf (default 3)")
     parser.add_argument("--epochs", type=int, default=3,
                         help="passes over the files per run (default 3: a region of about a second, long enough "
                         "that process start-up jitter does not swamp a few %%)")  # fmt: skip
     parser.add_argument("--data", type=Path, help="folder of the files (default: a temp folder, removed)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    configs = TIMED + (["strace"] if shutil.which("strace") and args.strace_repeat > 0 else [])
+    from xstack.collect import syscalls
+
+    tracers = [t for t in ("strace", "perf") if args.strace_repeat > 0 and syscalls._reason(t) is None]
+    configs = TIMED + tracers
     runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="xstack-io-bench-") as tmp:
         data = args.data or Path(tmp) / "files"

@@ -22,7 +22,7 @@ from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
 from xstack.collect.io import run_preloaded
 from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV, run_under_ncu
 from xstack.collect.syscalls import requested as syscalls_requested
-from xstack.collect.syscalls import run_under_strace
+from xstack.collect.syscalls import run_traced
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
@@ -109,7 +109,7 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
         if tracers:  # one tracer at a time: each would trace the other, and time its own overhead
             raise UsageError(f"system calls cannot be traced together with the {tracers[0]} level (one tracer "
                              f"at a time): record {tracers[0]} in a run or pass of its own")  # fmt: skip
-        return run_under_strace(child_command(program, parsed, store, measured, syscalls=True), store)
+        return run_traced(child_command(program, parsed, store, measured, syscalls=True), store)
     if "metrics" in parsed and not os.environ.get(NCU_CHILD_ENV):
         return run_under_ncu(child_command(program, parsed, store, measured), store,
                              clock_control=os.environ.get(CLOCK_CONTROL_ENV, "none"),

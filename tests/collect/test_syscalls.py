@@ -16,8 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
+from xstack.collect import syscalls
+from xstack.collect._perf_trace import PerfParser
 from xstack.collect._strace import Call, StraceParser
-from xstack.collect.syscalls import ingest, unavailable_reason
+from xstack.collect.syscalls import ingest
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -231,9 +233,57 @@ def test_ingest_keeps_calls_of_the_region_under_their_stage(tmp_path: Path) -> N
     assert system["interval_ms"] == 10.0 and system["syscalls"] is True and system["syscall_tool"].startswith("strace")
 
 
-# -- end to end under strace -------------------------------------------------------------------------------------
-def _live_unavailable() -> str | None:
-    reason = unavailable_reason()
+# -- perf's lines -----------------------------------------------------------------------------------------------
+def _perf(text: str, offset_ns: int = 0) -> tuple[list[Call], PerfParser]:
+    parser = PerfParser(offset_ns)
+    parser.names = {0: "read", 59: "execve", 60: "exit", 202: "futex", 257: "openat", 435: "clone3"}
+    return list(parser.calls(textwrap.dedent(text).strip("\n").splitlines(keepends=True))), parser
+
+
+def test_perf_lines_pair_entries_and_exits_per_thread() -> None:
+    calls, parser = _perf(
+        """
+         10/10  100.000000100: raw_syscalls:sys_exit: NR 59 = 0
+         10/11  100.000000200: raw_syscalls:sys_exit: NR 435 = 0
+         10/10  100.000001000: raw_syscalls:sys_enter: NR 257 (ffffff9c, 7f00, 80000, 0, 0, 0)
+         10/11  100.000001500: raw_syscalls:sys_enter: NR 202 (7f10, 80, 2, 0, 0, 0)
+         10/10  100.000003000: raw_syscalls:sys_exit: NR 257 = 3
+         10/10  100.000004000: raw_syscalls:sys_enter: NR 0 (3, 7f20, 1000, 0, 0, 0)
+         10/10  100.000006500: raw_syscalls:sys_exit: NR 0 = -2
+         10/11  100.200001500: raw_syscalls:sys_exit: NR 202 = 0
+    """,
+        offset_ns=1_000,
+    )
+    got = [(c.tid, c.name, c.start_ns, c.dur_ns, c.ret, c.errno) for c in calls]
+    assert got == [
+        (10, "openat", 100_000_002_000, 2_000, "3", None),
+        (10, "read", 100_000_005_000, 2_500, "-1", "ENOENT"),
+        (11, "futex", 100_000_002_500, 200_000_000, "0", None),
+    ]
+    assert calls[0].args == "(ffffff9c, 7f00, 80000, 0, 0, 0)"
+    assert parser.pid_of(11) == 10 and set(parser.tids) == {10, 11}
+    assert parser.skipped == 0  # exits whose entries were the caller's (exec, a new thread's clone3): expected
+
+
+def test_perf_lost_events_unfinished_calls_and_unknown_numbers() -> None:
+    calls, parser = _perf("""
+         5/5  1.000000000: raw_syscalls:sys_enter: NR 0 (3, 7f20, 1000, 0, 0, 0)
+         5/5  1.000000500: raw_syscalls:sys_enter: NR 999 (0, 0, 0, 0, 0, 0)
+        LOST 17 events!
+         5/5  1.000000900: raw_syscalls:sys_exit: NR 999 = 0
+         5/6  1.000001000: raw_syscalls:sys_exit: NR 0 = 4
+         5/5  1.000002000: raw_syscalls:sys_enter: NR 60 (0, 0, 0, 0, 0, 0)
+         5/7  1.000003000: raw_syscalls:sys_enter: NR 0 (3, 7f20, 1000, 0, 0, 0)
+    """)
+    got = [(c.tid, c.name, c.dur_ns, c.unfinished) for c in calls]
+    # the read's exit was lost: it ends where the next call begins; exit never returns; thread 7 was cut off
+    assert got == [(5, "read", 500, True), (5, "syscall_999", 400, False), (5, "exit", 0, False), (7, "read", 0, True)]
+    assert parser.lost == 17 and parser.skipped == 1 and parser.unfinished == 2
+
+
+# -- end to end under strace and perf ----------------------------------------------------------------------------
+def _live_unavailable(tool: str = "strace") -> str | None:
+    reason = syscalls._reason(tool)
     if reason:
         return reason
     if importlib.util.find_spec("xstack.collect.system") is None:
@@ -241,7 +291,10 @@ def _live_unavailable() -> str | None:
     return None
 
 
-live = pytest.mark.skipif(_live_unavailable() is not None, reason=f"cannot trace here: {_live_unavailable()}")
+TOOLS = [pytest.param(t, marks=pytest.mark.skipif(_live_unavailable(t) is not None,
+                                                   reason=f"cannot trace with {t} here: {_live_unavailable(t)}"))
+         for t in ("strace", "perf")]  # fmt: skip
+"""Both tracers, each where it can trace."""
 sampler = pytest.mark.skipif(importlib.util.find_spec("xstack.collect.system") is None,
                              reason="the system level's sampler (xstack.collect.system) is not installed")  # fmt: skip
 
@@ -286,23 +339,24 @@ if len(sys.argv) > 4:
 """
 
 
-def _xstack(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _xstack(*args: str, cwd: Path, tool: str = "strace") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "xstack", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)  # fmt: skip
+                          cwd=cwd, env=os.environ | {syscalls.TOOL_ENV: tool})  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def staged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
-    root = tmp_path_factory.mktemp("syscalls")
+@pytest.fixture(scope="module", params=TOOLS)
+def staged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], str]:
+    tool = str(request.param)
+    root = tmp_path_factory.mktemp(f"syscalls-{tool}")
     files = [root / f"data{i}.bin" for i in range(3)]
     for i, f in enumerate(files):
         f.write_bytes(os.urandom(3000 + 5000 * i))
     (root / "stages.py").write_text(STAGES)
     store = root / "stages.duckdb"
     done = _xstack("run", "--syscalls", "--levels", "model,system", "-o", str(store), "--", "python", "stages.py",
-                   *map(str, files), cwd=root)  # fmt: skip
+                   *map(str, files), cwd=root, tool=tool)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return store, files
+    return store, files, tool
 
 
 def _calls(store: Path) -> list[dict[str, Any]]:
@@ -315,9 +369,8 @@ def _calls(store: Path) -> list[dict[str, Any]]:
             for r in rows]  # fmt: skip
 
 
-@live
-def test_syscalls_land_in_the_stage_that_made_them(staged: tuple[Path, list[Path]]) -> None:
-    store, files = staged
+def test_syscalls_land_in_the_stage_that_made_them(staged: tuple[Path, list[Path], str]) -> None:
+    store, files, tool = staged
     calls = _calls(store)
     sleeps = [c for c in calls if c["name"] in ("clock_nanosleep", "nanosleep", "select")]
     in_sleep = [c for c in sleeps if c["stage"] == "sleep"]
@@ -327,33 +380,39 @@ def test_syscalls_land_in_the_stage_that_made_them(staged: tuple[Path, list[Path
     bytes_read = sum(int(c["attrs"][A.SYS_RET]) for c in reads if c["attrs"].get(A.SYS_RET, "-1") != "-1")
     assert bytes_read == sum(f.stat().st_size for f in files)
     opened = [c["attrs"][A.SYS_ARGS] for c in calls if c["stage"] == "read" and c["name"] == "openat"]
-    assert all(any(f.name in args for args in opened) for f in files)
+    if tool == "strace":  # perf's tracepoints hold the arguments as raw integers: no path
+        assert all(any(f.name in args for args in opened) for f in files)
+    else:
+        assert len(opened) == len(files)
     waits = [c for c in calls if c["stage"] == "lock" and c["name"] == "futex"]
     assert waits and 0.1e9 < sum(c["dur_ns"] for c in waits) < 0.3e9, waits
     forked = [c for c in calls if c["pid"] != main_pid and c["name"] == "read"]
     assert forked and all(c["stage"] is None and c["tid"] == c["pid"] for c in forked)  # the worker's own pid
-    assert all(c["attrs"][A.SYS_TOOL] == "strace" for c in calls)
+    assert all(c["attrs"][A.SYS_TOOL] == tool for c in calls)
     # the sampler opens and reads its /proc files on its own thread, whose calls are left out
     own = ('"/proc/stat"', '"/proc/meminfo"', f'"/proc/{main_pid}/')
     assert not [c for c in calls if c["name"] in ("open", "openat") and any(p in c["attrs"][A.SYS_ARGS] for p in own)]
     assert not [c for c in calls if c["name"] == "pread64" and '"cpu ' in c["attrs"][A.SYS_ARGS]]
+    assert not [
+        c for c in calls if c["name"] == "pread64" and c["stage"] in ("sleep", "lock")
+    ]  # the program makes none
     with Store.open(store) as s:
         levels, config = s.query("SELECT levels, config FROM runs")[0]
         health = dict(s.query('SELECT "check", count FROM health'))
     assert "system" in levels
     system = orjson.loads(config)[A.CONFIG_SYSTEM]
-    assert system["syscalls"] is True and system["syscall_tool"].startswith("strace ")
+    assert system["syscalls"] is True and system["syscall_tool"].startswith(f"{tool} ")
     assert health.get("syscalls_outside_region", 0) > 0  # interpreter start-up
-    assert "syscall_lines_skipped" not in health
-    assert not list(store.parent.glob("*.strace"))  # strace's output is removed once read
+    assert health.get("syscalls_sampler", 0) > 0
+    assert "syscall_lines_skipped" not in health and "syscalls_lost" not in health
+    assert not list(store.parent.glob("*.strace")) and not list(store.parent.glob("*.perf.data*"))  # removed once read
 
 
-@live
-def test_a_crashing_program_keeps_its_calls_and_exit_code(staged: tuple[Path, list[Path]]) -> None:
-    store, files = staged
+def test_a_crashing_program_keeps_its_calls_and_exit_code(staged: tuple[Path, list[Path], str]) -> None:
+    store, files, tool = staged
     crashed = store.with_name("crash.duckdb")
     done = _xstack("run", "--syscalls", "--levels", "model,system", "-o", str(crashed), "--", "python", "stages.py",
-                   *map(str, files), "3", cwd=store.parent)  # fmt: skip
+                   *map(str, files), "3", cwd=store.parent, tool=tool)  # fmt: skip
     assert done.returncode == 3, done.stderr
     calls = _calls(crashed)
     assert any(c["stage"] == "crash" for c in calls) and any(c["stage"] == "sleep" for c in calls)

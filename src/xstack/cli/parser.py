@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--syscalls",
         action="store_true",
-        help="also trace every system call of the program and its workers under strace (implies the system level; "
-        "slow: not with metrics or io)",
+        help="also trace every system call of the program and its workers, under strace (or perf record with "
+        "XSTACK_SYSCALL_TOOL=perf: far cheaper, arguments as raw numbers); implies the system level; not with "
+        "metrics or io",
     )
     _system_interval_option(p)
     p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--system",
         action="store_true",
         help="add a model,system pass (CPU, memory and GPU telemetry) and a model,layer,system pass tracing system "
-        "calls under strace",
+        "calls (strace, or perf with XSTACK_SYSCALL_TOOL=perf)",
     )
     _system_interval_option(p)
     _ncu_options(p)

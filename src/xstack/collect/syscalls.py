@@ -10,20 +10,30 @@ error, arguments (cut to ``A.SYS_ARGS_MAX``) and the tool (``A.SYS_*``). Calls o
 imports, the store being written) are counted in health, not kept.
 
 strace prints wall-clock times (CLOCK_REALTIME) to the microsecond: the clock of the run's live spans.
+
+``XSTACK_SYSCALL_TOOL=perf`` traces with ``perf record`` on the kernel's ``raw_syscalls`` tracepoints instead
+(``collect._perf_trace``): the program is not stopped at each call, so the pass costs far less, but arguments
+are six raw integers (no strings) and events may be lost when the buffer fills (said in health). Without the
+variable, strace is used where it can trace, else perf.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from xstack.collect import _perf_trace
+from xstack.collect._perf_trace import PerfParser
 from xstack.collect._strace import Call, StraceParser
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
@@ -35,6 +45,9 @@ SYSCALLS_ENV = "XSTACK_SYSCALLS"
 CHILD_ENV = "XSTACK_SYSCALLS_CHILD"
 """Set in the program ``xstack run`` restarted under strace: the parent reads the trace once it has ended."""
 TOOL = "strace"
+TOOL_ENV = "XSTACK_SYSCALL_TOOL"
+"""``strace`` or ``perf``: what traces the system calls (default: strace where it can trace, else perf)."""
+TOOLS = ("strace", "perf")
 
 STRACE_OPTIONS = ("-f", "-ttt", "-T", "-qq", "-s", "64")
 """Follow forks and threads; wall-clock times to the microsecond; time in each call; no attach or exit
@@ -46,85 +59,136 @@ def requested() -> bool:
     return os.environ.get(SYSCALLS_ENV, "") not in ("", "0") and not os.environ.get(CHILD_ENV)
 
 
-@functools.cache
+def tool() -> str:
+    """The tracer this run uses (``TOOL_ENV``, else strace where it can trace, else perf where it can)."""
+    chosen = os.environ.get(TOOL_ENV, "").strip().lower()
+    if chosen:
+        if chosen not in TOOLS:
+            raise UsageError(f"{TOOL_ENV}={chosen!r}: must be one of {', '.join(TOOLS)}")
+        return chosen
+    if _reason("strace") is None or _reason("perf") is not None:
+        return "strace"
+    return "perf"
+
+
 def unavailable_reason() -> str | None:
-    """Why system calls cannot be traced here (and how to fix it), or None; checked once by tracing ``true``."""
-    if not sys.platform.startswith("linux"):
-        return f"tracing system calls needs Linux and strace (this is {sys.platform})"
-    strace = shutil.which("strace")
-    if strace is None:
-        return "strace is not on PATH: install it (apt-get install strace, dnf install strace)"
-    try:
-        done = subprocess.run([strace, "-f", "-qq", "-o", os.devnull, "true"], capture_output=True, text=True,
-                              timeout=30)  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"{strace} could not be run: {exc}"
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return (f"{strace} cannot trace here ({said}): ptrace is not permitted; allow it (in a container: "
-                "docker run --cap-add=SYS_PTRACE; else sysctl kernel.yama.ptrace_scope=0 or 1)")  # fmt: skip
-    return None
+    """Why system calls cannot be traced here with ``tool()`` (and how to fix it), or None."""
+    return _reason(tool())
 
 
 @functools.cache
-def tool_version() -> str:
-    """``strace 6.1``: the tracer and its version (``strace -V``), for ``config.system.syscall_tool``."""
+def _reason(name: str) -> str | None:
+    """Why ``name`` cannot trace here, or None; checked once by tracing ``true``."""
+    if not sys.platform.startswith("linux"):
+        return f"tracing system calls needs Linux and strace or perf (this is {sys.platform})"
+    path = shutil.which(name)
+    if path is None:
+        return f"{name} is not on PATH: install it (apt-get install {'strace' if name == 'strace' else 'linux-perf'})"
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="xstack-syscalls-") as tmp:
+        command = [path, "-f", "-qq", "-o", os.devnull, "true"] if name == "strace" else [
+            path, *_perf_trace.RECORD_OPTIONS, "-o", str(Path(tmp) / "probe.data"), "--", "true"]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{path} could not be run: {exc}"
+    if done.returncode == 0:
+        return None
+    said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    if name == "strace":
+        return (f"{path} cannot trace here ({said}): ptrace is not permitted; allow it (in a container: "
+                "docker run --cap-add=SYS_PTRACE; else sysctl kernel.yama.ptrace_scope=0 or 1)")  # fmt: skip
+    return (f"{path} cannot record the raw_syscalls tracepoints here ({said}): run as root or allow it (sysctl "
+            "kernel.perf_event_paranoid=-1), with tracefs mounted")  # fmt: skip
+
+
+@functools.cache
+def tool_version(name: str = TOOL) -> str:
+    """``strace 6.1`` or ``perf 6.1.187``: the tracer and its version, for ``config.system.syscall_tool``."""
     try:
-        first = subprocess.run(["strace", "-V"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+        out = subprocess.run([name, "-V" if name == "strace" else "version"], capture_output=True, text=True,
+                             timeout=30).stdout.splitlines()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return TOOL
-    version = first[0].rsplit(" ", 1)[-1] if first else ""
-    return f"{TOOL} {version}".strip()
+        return name
+    version = out[0].rsplit(" ", 1)[-1] if out else ""
+    return f"{name} {version}".strip()
 
 
-def trace_path(store: Path) -> Path:
-    """Where ``run_under_strace`` has strace write its output for ``store`` (beside it; removed after)."""
-    return store.with_name(store.name.removesuffix(".duckdb") + ".strace")
+def trace_path(store: Path, name: str = TOOL) -> Path:
+    """Where the tracer writes its output for ``store`` (beside it; removed once read)."""
+    return store.with_name(store.name.removesuffix(".duckdb") + (".strace" if name == "strace" else ".perf.data"))
 
 
-def run_under_strace(child: list[str], store: Path) -> int:
-    """Run ``child`` (an ``xstack run`` command line writing ``store``) under ``strace -f``, then read the calls
-    into the run it recorded; returns the program's exit code (128 + N when signal N killed it)."""
-    reason = unavailable_reason()
+def run_traced(child: list[str], store: Path) -> int:
+    """Run ``child`` (an ``xstack run`` command line writing ``store``) under ``tool()``, then read the calls into
+    the run it recorded; returns the program's exit code (128 + N when signal N killed it)."""
+    name = tool()
+    reason = _reason(name)
     if reason:
         raise UsageError(f"system calls cannot be traced here: {reason}")
-    trace = trace_path(store)
-    trace.parent.mkdir(parents=True, exist_ok=True)  # strace opens its output before the program makes the store
+    trace = trace_path(store, name)
+    trace.parent.mkdir(parents=True, exist_ok=True)  # the tracer opens its output before the program makes the store
     trace.unlink(missing_ok=True)
-    command = ["strace", *STRACE_OPTIONS, "-o", str(trace), *child]
+    if name == "strace":
+        command = ["strace", *STRACE_OPTIONS, "-o", str(trace), *child]
+    else:
+        command = ["perf", *_perf_trace.RECORD_OPTIONS, "-o", str(trace), "--", *child]
+    offset_ns = time.time_ns() - time.monotonic_ns()  # perf's CLOCK_MONOTONIC to the run's clock
     process = subprocess.Popen(command, env=os.environ | {CHILD_ENV: "1"})
     try:
         code = process.wait()
-    except KeyboardInterrupt:  # the program got the same Ctrl-C (strace ignores it): let it write its store
+    except KeyboardInterrupt:  # the program got the same Ctrl-C (the tracer ignores it): let it write its store
         code = process.wait() or 130
     try:
         if store.exists() and trace.exists():
-            ingest(store, trace)
+            ingest(store, trace, name, offset_ns)
     finally:
         trace.unlink(missing_ok=True)
     return 128 - code if code < 0 else code
 
 
-def ingest(store_path: Path, trace_file: Path) -> list[tuple[str, int, str]]:
-    """Read strace's output ``trace_file`` into the last run of the complete store at ``store_path`` (the run
-    the traced program recorded), in one transaction; returns the health rows written."""
+def ingest(store_path: Path, trace_file: Path, name: str = TOOL, offset_ns: int = 0) -> list[tuple[str, int, str]]:
+    """Read the tracer's output ``trace_file`` into the last run of the complete store at ``store_path`` (the run
+    the traced program recorded), in one transaction; returns the health rows written. ``offset_ns``: perf's
+    CLOCK_MONOTONIC to CLOCK_REALTIME."""
     from xstack.collect._ingest import into_last_run
 
-    return into_last_run(store_path, lambda store, run_id: ingest_run(store, run_id, trace_file))
+    return into_last_run(store_path, lambda store, run_id: ingest_run(store, run_id, trace_file, name, offset_ns))
 
 
-def ingest_run(store: Store, run_id: int, path: Path) -> list[tuple[str, int, str]]:
-    """Write the calls of strace's output ``path`` that started inside run ``run_id``'s region (its model
+@contextlib.contextmanager
+def _lines(path: Path, name: str) -> Iterator[Iterable[str]]:
+    """The lines of strace's output file, or of ``perf script`` reading perf's."""
+    if name == "strace":
+        with path.open(encoding="utf-8", errors="replace", newline="\n") as lines:
+            yield lines
+        return
+    script = subprocess.Popen(["perf", *_perf_trace.SCRIPT_OPTIONS, "-i", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, errors="replace")  # fmt: skip
+    try:
+        assert script.stdout is not None
+        yield script.stdout
+    finally:
+        if script.poll() is None:  # the reader stopped early (an error): perf script need not finish
+            script.kill()
+        script.wait()
+
+
+def ingest_run(
+    store: Store, run_id: int, path: Path, name: str = TOOL, offset_ns: int = 0
+) -> list[tuple[str, int, str]]:
+    """Write the calls of the tracer's output ``path`` that started inside run ``run_id``'s region (its model
     spans' first start to last end, ns) as ``system`` spans of the run, whose model and layer spans are already
     in the store; list ``system`` among its levels and record the tool in ``config.system``; returns health."""
     lo, hi = _region(store, run_id)
     first_id = _last_span_id(store, run_id)
-    parser = StraceParser()
+    parser: StraceParser | PerfParser = StraceParser() if name == "strace" else PerfParser(offset_ns)
     outside = kept = own = 0
     sampler = _sampler_tids(store, run_id)
     sink = Sink(store, run_id)
     try:
-        with path.open(encoding="utf-8", errors="replace", newline="\n") as lines:
+        with _lines(path, name) as lines:
             for call in parser.calls(lines):
                 if not lo <= call.start_ns <= hi:
                     outside += 1
@@ -134,12 +198,12 @@ def ingest_run(store: Store, run_id: int, path: Path) -> list[tuple[str, int, st
                     continue
                 kept += 1
                 sink.span(first_id + kept, None, "system", call.name, call.start_ns, call.dur_ns, call.tid,
-                          call.tid, _attrs(call))  # fmt: skip
+                          call.tid, _attrs(call, name))  # fmt: skip
     finally:
         sink.close()
     _set_pids(store.con, run_id, first_id, parser)
     set_system_parents(store.con, run_id)
-    _record(store, run_id)
+    _record(store, run_id, name)
     health = _health(parser, kept, outside)
     if own:
         health.append(("syscalls_sampler", own, "calls of the system level's sampler thread (its /proc reads): "
@@ -163,7 +227,7 @@ def set_system_parents(con: Any, run_id: int) -> None:
     set_parents(con, run_id, "system")
 
 
-def _set_pids(con: Any, run_id: int, first_id: int, parser: StraceParser) -> None:
+def _set_pids(con: Any, run_id: int, first_id: int, parser: StraceParser | PerfParser) -> None:
     """Spans were written with ``pid = tid``: true of each process's first thread; correct the other threads
     now that every clone's result has been read."""
     moved = {tid: pid for tid in parser.tids if (pid := parser.pid_of(tid)) != tid}
@@ -176,8 +240,8 @@ def _set_pids(con: Any, run_id: int, first_id: int, parser: StraceParser) -> Non
     )
 
 
-def _attrs(call: Call) -> dict[str, Any]:
-    attrs: dict[str, Any] = {A.SYS_ARGS: call.args[: A.SYS_ARGS_MAX], A.SYS_TOOL: TOOL}
+def _attrs(call: Call, name: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {A.SYS_ARGS: call.args[: A.SYS_ARGS_MAX], A.SYS_TOOL: name}
     if call.ret is not None:
         attrs[A.SYS_RET] = call.ret
     if call.errno:
@@ -200,7 +264,7 @@ def _last_span_id(store: Store, run_id: int) -> int:
     return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
 
 
-def _record(store: Store, run_id: int) -> None:
+def _record(store: Store, run_id: int, name: str) -> None:
     """List ``system`` among the run's levels and say in ``config.system`` that its calls were traced, and by
     what (a run still being recorded has no row yet)."""
     import orjson
@@ -215,18 +279,21 @@ def _record(store: Store, run_id: int) -> None:
     store.con.execute("UPDATE _runs SET levels = ? WHERE run_id = ?", [ordered, run_id])
     system = config.get(A.CONFIG_SYSTEM)
     system = system if isinstance(system, dict) else {}
-    store.set_run_config(run_id, A.CONFIG_SYSTEM, system | {"syscalls": True, "syscall_tool": tool_version()})
+    store.set_run_config(run_id, A.CONFIG_SYSTEM, system | {"syscalls": True, "syscall_tool": tool_version(name)})
 
 
-def _health(parser: StraceParser, kept: int, outside: int) -> list[tuple[str, int, str]]:
+def _health(parser: StraceParser | PerfParser, kept: int, outside: int) -> list[tuple[str, int, str]]:
     processes = len({parser.pid_of(tid) for tid in parser.tids})
     health = [
         ("syscalls_outside_region", outside, f"system calls before or after the profiled region (start-up, "
          f"imports, the store being written; {kept} kept, from {processes} process(es)): not kept"),
     ]  # fmt: skip
     if parser.skipped:
-        health.append(("syscall_lines_skipped", parser.skipped, f"lines of strace's output that are not a call, "
-                       f"a signal or an exit, left out (the first: {parser.first_skipped!r})"))  # fmt: skip
+        health.append(("syscall_lines_skipped", parser.skipped, f"lines of the tracer's output that are not a "
+                       f"call, a signal or an exit, left out (the first: {parser.first_skipped!r})"))  # fmt: skip
+    if isinstance(parser, PerfParser) and parser.lost:
+        health.append(("syscalls_lost", parser.lost, "events perf lost (its buffer filled faster than it was "
+                       "emptied): those calls are missing, or cut short"))  # fmt: skip
     if parser.unfinished:
         health.append(("syscalls_unfinished", parser.unfinished, "calls that had not returned when their process "
                        "ended or the trace did (killed?): their spans run to that point"))  # fmt: skip

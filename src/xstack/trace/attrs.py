@@ -263,7 +263,8 @@ SYS_UNFINISHED: Final = "sys.unfinished"
 """Boolean: the call had not returned when the trace ended (the process was killed or the trace cut); its
 duration runs to the end of the trace."""
 SYS_TOOL: Final = "sys.tool"
-"""String: what traced the call (``strace``)."""
+"""String: what traced the call (``strace``, or ``perf`` with ``XSTACK_SYSCALL_TOOL=perf``, whose ``sys.args`` are
+the six raw argument registers in hex)."""
 
 # -- system counters (``counters.name`` of the system level's sampler) --------------------------------------
 # Per process of the profiled tree (``counters.pid`` set, ``device`` 'cpu'). Cumulative since the process
