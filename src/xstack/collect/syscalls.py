@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -45,7 +46,7 @@ from xstack.trace.store import Store
 SYSCALLS_ENV = "XSTACK_SYSCALLS"
 """``1``: a program run with the ``system`` level has its system calls traced (``xstack run --syscalls``)."""
 CHILD_ENV = "XSTACK_SYSCALLS_CHILD"
-"""Set in the program ``xstack run`` restarted under strace: the parent reads the trace once it has ended."""
+"""Set in the program ``xstack run`` restarted under the tracer: the parent reads the trace once it has ended."""
 TOOL = "strace"
 TOOL_ENV = "XSTACK_SYSCALL_TOOL"
 """``strace`` or ``perf``: what traces the system calls (default: strace where it can trace, else perf)."""
@@ -86,8 +87,6 @@ def _reason(name: str) -> str | None:
     path = shutil.which(name)
     if path is None:
         return f"{name} is not on PATH: install it (apt-get install {'strace' if name == 'strace' else 'linux-perf'})"
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="xstack-syscalls-") as tmp:
         command = [path, "-f", "-qq", "-o", os.devnull, "true"] if name == "strace" else [
             path, *_perf_trace.RECORD_OPTIONS, "-o", str(Path(tmp) / "probe.data"), "--", "true"]  # fmt: skip
