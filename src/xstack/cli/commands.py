@@ -244,7 +244,9 @@ def _cmd_collectors(args: argparse.Namespace) -> int:
     table.add_column("collector")
     table.add_column("status", overflow="fold")
     for level, path, reason in collect.status():
-        table.add_row(level, path, f"[red]cannot run here:[/] {reason}" if reason else "[green]ready[/]")
+        note = getattr(collect.load(level), "describe", lambda: "")()  # how it will run, where it says
+        ready = "[green]ready[/]" + (f": {note}" if note else "")
+        table.add_row(level, path, f"[red]cannot run here:[/] {reason}" if reason else ready)
     for level in collect.PLANNED:
         table.add_row(level, "-", "[dim]no live collector yet[/]")
     Console().print(table)

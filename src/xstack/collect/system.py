@@ -126,6 +126,15 @@ class SystemCollector:
             return "/proc is not mounted or not readable here"
         return None
 
+    def describe(self) -> str:
+        """How the level will run here: which sampler, and what can trace system calls (``xstack collectors``)."""
+        from xstack.collect import syscalls
+
+        sampler = "sampler thread in C" if use_native() else "Python sampler thread"
+        tracers = [name for name in syscalls.TOOLS if syscalls._reason(name) is None]
+        traced = f"system calls with {' or '.join(tracers)}" if tracers else "no tracer for system calls"
+        return f"{sampler}; {traced} (--syscalls)"
+
     def configure(self, config: dict[str, Any]) -> None:
         """Keep the run's config: ``finish`` adds ``config["system"]`` to it."""
         self._config = config
