@@ -420,7 +420,9 @@ def test_syscalls_land_in_the_stage_that_made_them(staged: tuple[Path, list[Path
     assert system["syscalls"] is True and system["syscall_tool"].startswith(f"{tool} ")
     assert health.get("syscalls_outside_region", 0) > 0  # interpreter start-up
     assert health.get("syscalls_sampler", 0) > 0
-    assert "syscall_lines_skipped" not in health and "syscalls_lost" not in health
+    assert "syscalls_lost" not in health
+    # perf: a rare exit comes without its entry (about 1 in 100,000 calls on the io benchmark), counted, not kept
+    assert health.get("syscall_lines_skipped", 0) <= (len(calls) // 1000 if tool == "perf" else 0)
     assert not list(store.parent.glob("*.strace")) and not list(store.parent.glob("*.perf.data*"))  # removed once read
 
 
