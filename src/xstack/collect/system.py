@@ -314,6 +314,7 @@ class Sampler:
         if 8 * len(self.gpu_rows) >= BUFFER_CAP_BYTES // 4:  # keep every other GPU sample
             self.halvings += 1
             self.gpu_rows = _every_other(self.gpu_rows, GPU_STRIDE)
+            self._gpu_ctx = self._gpu_ctx[::2]  # bounded too: the counts subtracted are then a little older
 
     def _run(self) -> None:
         self.thread_tid = threading.get_native_id()
