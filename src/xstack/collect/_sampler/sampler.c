@@ -227,18 +227,23 @@ static void add_seen(struct xs_sampler *s, int pid)
     s->seen[s->nseen++] = pid;
 }
 
+/* A process whose /proc/PID/io cannot be read (`err`: EACCES or EPERM): counted, the first one kept. */
+static void io_unreadable(struct xs_sampler *s, int pid, int err)
+{
+    if (!s->io_unreadable++) {
+        s->io_unreadable_pid = pid;
+        snprintf(s->io_unreadable_reason, sizeof s->io_unreadable_reason, "[Errno %d] %s: '/proc/%d/io'", err,
+                 strerror(err), pid);
+    }
+}
+
 static int open_io(struct xs_sampler *s, int pid)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/io", pid);
     int fd = sys_open(path);
-    if (fd < 0 && (errno == EACCES || errno == EPERM)) {
-        if (!s->io_unreadable++) {
-            s->io_unreadable_pid = pid;
-            snprintf(s->io_unreadable_reason, sizeof s->io_unreadable_reason, "[Errno %d] %s: '%s'", errno,
-                     strerror(errno), path);
-        }
-    }
+    if (fd < 0 && (errno == EACCES || errno == EPERM))
+        io_unreadable(s, pid, errno);
     return fd;
 }
 
@@ -447,11 +452,7 @@ static int read_io(struct xs_sampler *s, struct proc *p, int own_bytes, int64_t 
     if (read_file(s, p->io_fd) < 0) {
         if (errno != EACCES && errno != EPERM)
             return -1;
-        if (!s->io_unreadable++) {
-            s->io_unreadable_pid = p->pid;
-            snprintf(s->io_unreadable_reason, sizeof s->io_unreadable_reason, "[Errno %d] %s: '/proc/%d/io'",
-                     errno, strerror(errno), p->pid);
-        }
+        io_unreadable(s, p->pid, errno);
         sys_close(p->io_fd);
         p->io_fd = -1;
         return 0;
