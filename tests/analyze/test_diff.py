@@ -104,7 +104,9 @@ def _merged_layer_ns(path: Path) -> dict[str, int]:
 # -- live profiles ----------------------------------------------------------------------------------------
 def test_added_layer_is_added_slowed_layer_slower_the_rest_unchanged(live: tuple[Path, Path]) -> None:
     a, b = live
-    diff = diff_profiles(a, b, threshold=LOOSE)
+    # a 20 us floor too: the ReLUs last ~4 us, and under load one moved by half of that between the two profiles
+    # (CI); the changes here are 70 to 210 us
+    diff = diff_profiles(a, b, threshold=LOOSE, min_delta_ns=20_000)
     layers = {(r["layer"], r["call"]): r for r in _rows(diff, "diff.layers")}
     assert layers[("5", 0)]["status"] == "added" and layers[("5", 0)]["A"] is None
     assert layers[("2", 0)]["status"] == "slower"
