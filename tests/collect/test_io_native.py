@@ -236,17 +236,22 @@ def test_threads_each_get_every_record(tmp_path: Path, data: Path) -> None:
 def test_forked_child_records_into_its_own_file_with_inherited_descriptors(tmp_path: Path, data: Path) -> None:
     inherited, fresh = data / "known.bin", data / "t0.bin"
     seen, trace = run(tmp_path, "fork", str(inherited), str(fresh))
-    parent, child = sorted(trace.processes, key=lambda p: p.forked)
+    parent, child, grandchild = sorted(trace.processes, key=lambda p: (p.forked, p.start_ns))
     assert child.pid == seen["child"] and child.ppid == parent.pid and child.forked
+    assert grandchild.pid == seen["grandchild"] and grandchild.ppid == child.pid and grandchild.forked
     assert child.end == "_exit" and child.clean_exit and parent.end == "exit"
     assert child.inherited[seen["fd"]] == str(inherited)
+    # the grandchild's paths were written by the process that opened each descriptor: its grandparent, its parent
+    assert grandchild.inherited[seen["fd"]] == str(inherited) and grandchild.inherited[seen["other"]] == str(fresh)
     assert [(o.pid, o.op, o.offset, o.bytes) for o in trace.ops if o.path == str(inherited) and o.op == "read"] == [
         (parent.pid, "read", 0, 10),
         (child.pid, "read", 10, 20),
+        (grandchild.pid, "read", 30, 7),
     ]
     assert [(o.pid, o.op, o.bytes) for o in trace.ops if o.path == str(fresh)] == [
         (child.pid, "open", -1),
         (child.pid, "read", 5),
+        (grandchild.pid, "read", 3),
     ]
     assert child.files[0].name.startswith(f"{child.pid}-") and child.files != parent.files
 
@@ -333,8 +338,8 @@ def test_an_idle_threads_records_are_flushed_by_the_others(tmp_path: Path, data:
     assert _calls_by_thread(trace, known)[seen["tid"]] == [("open", -1), ("read", 7)]
 
 
-def test_paths_keep_their_ids_while_the_path_index_grows(tmp_path: Path) -> None:
-    count = 5000  # the index starts at 4096 slots and doubles at half full
+def test_many_paths_each_keep_their_name(tmp_path: Path) -> None:
+    count = 5000  # about 12 times round a thread's stream of paths and records
     seen, trace = run(tmp_path, "many_paths", str(tmp_path), str(count), cases=STREAM_CASES)
     assert seen == {"failed": 2 * count}
     opens = [op.path for op in trace.ops if op.op == "open" and op.errno == errno.ENOENT and op.path]
@@ -504,7 +509,8 @@ def test_a_second_attach_restarts_every_threads_stream(tmp_path: Path, data: Pat
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     trace = read_trace(io_dir)
     reads = [(op.tid, op.bytes) for op in trace.ops if op.path == str(known) and op.op == "read"]
-    assert reads == [(seen["main"], 3), (seen["other"], 1), (seen["main"], 5), (seen["other"], 2)]
+    assert reads == [(seen["main"], 3), (seen["other"], 1), (seen["main"], 5), (seen["main"], 6), (seen["other"], 2)]
+    assert [op.op for op in trace.ops if op.path == str(known) and op.tid == seen["main"]][-2:] == ["read", "close"]
     (process,) = trace.processes
     assert len(process.files) == 2 and process.end == "detach" and process.records == len(trace.ops)
 

@@ -1,5 +1,6 @@
 """The io record reader (collect/_io_records) against files written by hand from the format documented in
-collect/_io/core.c: time bases, the shared stream's thread slots, failed and wide records, a cut file.
+collect/_io/core.c: time bases, the shared stream's thread slots, failed and wide records, paths in the
+streams and their ids across sessions and forks, a cut file.
 The library's own files are checked against real programs in test_io_native.py.
 """
 
@@ -14,8 +15,8 @@ from xstack.collect._io_records import IoOp, read_trace
 HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
 SLOT = struct.Struct("<IIqIiihBB")
 WIDE_VALUES = struct.Struct("<qqqii")
-NAMES = b"read,close;unknown,file"  # codes 1 and 2; kinds 0 and 1
-READ, CLOSE, FILE = 1, 2, 1
+NAMES = b"read,close,path,inherit;unknown,file"  # codes 1 to 4; kinds 0 and 1
+READ, CLOSE, PATH, INHERIT, FILE = 1, 2, 3, 4, 1
 FAILED, WIDE, TIME, THREAD = 0x10, 0x20, 0x40, 0x80
 PID = 4242
 
@@ -33,16 +34,18 @@ def ops(tid: int, *slots: bytes) -> bytes:
     return block(2, len(slots), struct.pack("<iI", tid, 0) + b"".join(slots))
 
 
-def record_file(path: Path, *blocks: bytes) -> None:
-    """A version 2 record file of process PID with the given blocks after its header."""
+def record_file(path: Path, *blocks: bytes, pid: int = PID, ppid: int = 1, start: int = 100, forked: bool = False,
+                seq: int = 0) -> None:  # fmt: skip
+    """A version 3 record file of process ``pid`` with the given blocks after its header."""
     tail = NAMES + bytes(-len(NAMES) % 8)
-    header = HEADER.pack(b"XSTACKIO", 2, HEADER.size + len(tail), PID, 1, 100, 1, 0, 0, 32, 0, 0, len(NAMES), 0, 100)
+    header = HEADER.pack(b"XSTACKIO", 3, HEADER.size + len(tail), pid, ppid, start, 1, int(forked), seq, 32, 0, 0,
+                         len(NAMES), 0, start)  # fmt: skip
     path.write_bytes(header + tail + b"".join(blocks))
 
 
-def paths_block(*paths: tuple[int, bytes]) -> bytes:
-    body = b"".join(struct.pack("<II", i, len(p)) + p + bytes(-(8 + len(p)) % 8) for i, p in paths)
-    return block(1, len(paths), body)
+def path_slots(path_id: int, path: bytes) -> bytes:
+    """A PATH slot and the path's bytes, zero-padded to whole slots."""
+    return slot(path=path_id, nbytes=len(path), op=PATH) + path + bytes(-len(path) % SLOT.size)
 
 
 def status_block(records: int) -> bytes:
@@ -53,6 +56,7 @@ def test_streams_time_bases_failed_and_wide_records(tmp_path: Path) -> None:
     first = ops(
         7,
         slot(offset=1_000_000, flags=TIME),
+        path_slots(1, b"/data/a.bin"),
         slot(start=5, dur=3, offset=0, path=1, nbytes=10, requested=10, fd=3, op=READ, flags=FILE),
         slot(start=9, dur=2, offset=10, path=1, nbytes=errno.EIO, requested=10, fd=3, op=READ, flags=FILE | FAILED),
         slot(start=20, offset=10, path=1, op=READ, flags=FILE | WIDE),
@@ -60,7 +64,7 @@ def test_streams_time_bases_failed_and_wide_records(tmp_path: Path) -> None:
     )
     later = ops(7, slot(start=50, dur=1, path=1, fd=3, op=CLOSE, flags=FILE))  # the base carries over
     shared = ops(0, slot(offset=2_000_000, nbytes=9, flags=THREAD | TIME), slot(dur=4, fd=5, op=CLOSE))
-    record_file(tmp_path / "4242-100-0.xio", paths_block((1, b"/data/a.bin")), first, later, shared, status_block(5))
+    record_file(tmp_path / "4242-100-0.xio", first, later, shared, status_block(5))
     trace = read_trace(tmp_path)
     assert trace.ops == [
         IoOp(PID, 7, "read", "POSIX", 1_000_005, 3, 3, "/data/a.bin", "file", 0, 10, 10, 0),
@@ -86,3 +90,61 @@ def test_a_wide_record_cut_before_its_second_slot_is_left_out(tmp_path: Path) ->
     assert [(op.op, op.start_ns, op.bytes) for op in trace.ops] == [("read", 1_001, 1)]
     assert len(trace.problems) == 1 and "truncated" in trace.problems[0]
     assert not trace.processes[0].clean_exit
+
+
+def test_paths_of_every_length_are_read_from_the_stream_and_interned(tmp_path: Path) -> None:
+    paths = [b"/", b"/d/" + b"x" * 29, b"/d/" + b"y" * 30, "/d/\u00e9t\u00e9/\u65e5.bin".encode(), b"/d/" + b"z" * 4000]
+    slots = [slot(offset=0, flags=TIME)]
+    for i, path in enumerate(paths, 1):  # 1, 32 and 33 bytes: the slot boundaries; then several slots
+        slots += [path_slots(i, path), slot(start=i, path=i, fd=3, op=CLOSE, flags=FILE)]
+    slots += [path_slots(9, paths[1]), slot(start=9, path=9, fd=3, op=CLOSE, flags=FILE)]  # the same path again
+    record_file(tmp_path / "4242-100-0.xio", ops(7, *slots), status_block(6))
+    trace = read_trace(tmp_path)
+    assert [op.path for op in trace.ops] == [p.decode() for p in [*paths, paths[1]]]
+    assert trace.ops[1].path is trace.ops[5].path  # one string for one path
+    assert trace.processes[0].records == 6 and not trace.problems
+
+
+def test_ids_name_one_path_across_an_images_sessions_and_a_fork_child_reads_its_parents(tmp_path: Path) -> None:
+    a, b, c = b"/data/a.bin", b"/data/b.bin", b"/data/c.bin"
+    # the parent's first session defines 1; its second session names 1 again and defines 2
+    record_file(tmp_path / "10-100-0.xio", ops(1, slot(offset=1_000, flags=TIME), path_slots(1, a),
+                                               slot(path=1, fd=3, op=READ, flags=FILE)), pid=10)  # fmt: skip
+    record_file(tmp_path / "10-100-1.xio", ops(1, slot(offset=3_000, flags=TIME), slot(path=1, fd=3, op=CLOSE),
+                                               path_slots(2, b), slot(start=1, path=2, fd=4, op=READ)),
+                pid=10, seq=1)  # fmt: skip
+    # a child forked at 2_000 inherits fd 3 (id 1, defined before the fork) and defines id 2 itself, as its
+    # parent does after the fork: its own definition wins for its records
+    record_file(tmp_path / "11-2000-0.xio", ops(11, slot(offset=2_000, flags=TIME), slot(path=1, fd=3, op=INHERIT),
+                                               slot(start=1, path=1, fd=3, op=READ), path_slots(2, c),
+                                               slot(start=2, path=2, fd=5, op=READ)),
+                pid=11, ppid=10, start=2_000, forked=True)  # fmt: skip
+    # a grandchild names its grandparent's id 1 and its parent's 2
+    record_file(tmp_path / "12-2500-0.xio", ops(12, slot(offset=2_500, flags=TIME), slot(path=1, fd=3, op=READ),
+                                               slot(start=1, path=2, fd=5, op=READ)),
+                pid=12, ppid=11, start=2_500, forked=True)  # fmt: skip
+    # an image that was not forked (a program exec'd in pid 11) resolves only its own ids
+    record_file(tmp_path / "11-9000-0.xio", ops(11, slot(offset=9_000, flags=TIME), slot(path=1, fd=3, op=READ)),
+                pid=11, ppid=10, start=9_000)  # fmt: skip
+    trace = read_trace(tmp_path)
+    seen = [(op.pid, op.start_ns, op.op, op.path) for op in trace.ops]
+    assert seen == [
+        (10, 1_000, "read", "/data/a.bin"),
+        (11, 2_001, "read", "/data/a.bin"),
+        (11, 2_002, "read", "/data/c.bin"),
+        (12, 2_500, "read", "/data/a.bin"),
+        (12, 2_501, "read", "/data/c.bin"),
+        (10, 3_000, "close", "/data/a.bin"),
+        (10, 3_001, "read", "/data/b.bin"),
+        (11, 9_000, "read", None),
+    ]
+    child = next(p for p in trace.processes if p.pid == 11 and p.forked)
+    assert child.inherited == {3: "/data/a.bin"}
+
+
+def test_a_path_cut_short_is_left_out(tmp_path: Path) -> None:
+    whole = ops(7, slot(offset=1_000, flags=TIME), slot(start=1, fd=3, op=READ), path_slots(1, b"/d/" + b"p" * 60))
+    record_file(tmp_path / "4242-100-0.xio", whole[:-40])
+    trace = read_trace(tmp_path)
+    assert [(op.op, op.path) for op in trace.ops] == [("read", None)]
+    assert len(trace.problems) == 1 and "truncated" in trace.problems[0]

@@ -2,13 +2,18 @@
 
 Each recorded process image writes ``<pid>-<start_ns>-<seq>.xio`` into ``$XSTACK_IO_DIR``: a header (pid,
 parent, start, mode, executable, argv and the names of the operation and descriptor-kind codes), then blocks
-of interned paths, of fixed-size operation records and of status (counters, and how the process ended; the
-last status block is the one that counts). A program the preload cannot reach (static binary, setuid, an
+of fixed-size operation records and of status (counters, and how the process ended; the last status block is
+the one that counts). A program the preload cannot reach (static binary, setuid, an
 environment without ``LD_PRELOAD``, any exec in attach mode) leaves ``notcovered-<pid>-<ns>.xnc``.
 
 Notes: each operation block holds 32-byte slots of one thread's record stream, decoded whole with
 ``struct.iter_unpack``: start times are relative to the stream's last time-base slot (which carries over
 between a thread's blocks in one file), and a call whose values do not fit one slot takes a second, wide one.
+A path travels in the stream before the first record that names it: a ``path`` slot with a new id and the
+path's bytes in the slots after it. An id means one path within a process image (across its attach
+sessions); a fork child's records also name the ids of the descriptors it inherited, which its parent's files
+define, so ids are resolved once every file is read. The library does not intern: the reader does, so that
+equal paths share one string.
 A file cut short (a process killed mid-write) keeps every whole record before the cut and adds a line to
 ``IoTrace.problems``.
 """
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import os
 import struct
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -24,7 +31,7 @@ from typing import NamedTuple
 from xstack.errors import BadInputError
 
 MAGIC = b"XSTACKIO"
-VERSION = 2
+VERSION = 3
 _HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
 _BLOCK = struct.Struct("<IIQ")
 _OPS_THREAD = struct.Struct("<iI")
@@ -32,8 +39,7 @@ _RECORD = struct.Struct("<IIqIiihBB")
 _WIDE_VALUES = struct.Struct("<qqqii")
 _KIND, _FAILED, _WIDE, _TIME, _THREAD = 0x0F, 0x10, 0x20, 0x40, 0x80
 _STATUS = struct.Struct("<IIqQQQQQQQ")
-_PATH = struct.Struct("<II")
-_BLOCK_PATHS, _BLOCK_OPS, _BLOCK_STATUS = 1, 2, 3
+_BLOCK_OPS, _BLOCK_STATUS = 2, 3
 _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
 _READS = frozenset({"read", "pread", "readv", "fread"})
 _WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
@@ -157,7 +163,7 @@ class _File:
     """What one record file holds, before files of one process are merged."""
 
     process: IoProcess
-    ops: list[IoOp]
+    blocks: _Blocks
     session_ns: int
     seq: int
 
@@ -168,9 +174,11 @@ def read_trace(directory: Path) -> IoTrace:
     Raises ``BadInputError`` naming the file when one is not an xstack io file (wrong magic or version).
     """
     problems: list[str] = []
-    parsed = [_read_file(path, problems) for path in sorted(directory.glob("*.xio"))]
+    strings: dict[bytes, str] = {}
+    parsed = [_read_file(path, problems, strings) for path in sorted(directory.glob("*.xio"))]
     processes = _merge_sessions(parsed)
-    ops = [op for one in parsed for op in one.ops]
+    _resolve_paths(parsed)
+    ops = [op for one in parsed for op in one.blocks.build_ops()]
     ops.sort(key=lambda op: op.start_ns)
     notes = [_read_note(path, problems) for path in sorted(directory.glob("*.xnc"))]
     return IoTrace(processes, ops, [note for note in notes if note is not None], problems)
@@ -200,7 +208,34 @@ def _merge_sessions(files: list[_File]) -> list[IoProcess]:
     return sorted(merged.values(), key=lambda p: (p.start_ns, p.pid))
 
 
-def _read_file(path: Path, problems: list[str]) -> _File:
+def _resolve_paths(files: list[_File]) -> None:
+    """Gives each file the paths its ids name: those of its process image (all its sessions) and, for a fork
+    child, those of the image it was forked from (the parent's files, the grandparent's, ...), its own first."""
+    images: dict[tuple[int, int], dict[int, str]] = {}
+    for one in sorted(files, key=lambda f: (f.process.pid, f.process.start_ns, f.seq)):
+        images.setdefault((one.process.pid, one.process.start_ns), {}).update(one.blocks.paths)
+    by_pid: dict[int, list[int]] = {}
+    for pid, start in images:
+        by_pid.setdefault(pid, []).append(start)
+    forked = {(f.process.pid, f.process.start_ns): f.process.ppid for f in files if f.process.forked}
+
+    def parent(image: tuple[int, int]) -> tuple[int, int] | None:
+        """The image a fork child was forked from: the latest of its parent's pid to start before it."""
+        ppid = forked.get(image)
+        starts = [start for start in by_pid.get(ppid, []) if start < image[1]] if ppid is not None else []
+        return (ppid, max(starts)) if ppid is not None and starts else None
+
+    for one in files:
+        image: tuple[int, int] | None = (one.process.pid, one.process.start_ns)
+        maps = []  # the image's own ids, then its parent's, ... (starts fall along the chain: no cycle)
+        while image is not None:
+            maps.append(images[image])
+            image = parent(image)
+        one.blocks.paths = maps[0]
+        one.blocks.inherited_paths = ChainMap(*maps[1:])  # looked in only for ids the image did not define
+
+
+def _read_file(path: Path, problems: list[str], strings: dict[bytes, str]) -> _File:
     data = path.read_bytes()
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         raise BadInputError(f"{path}: not an xstack io record file (no XSTACKIO header)")
@@ -231,28 +266,32 @@ def _read_file(path: Path, problems: list[str]) -> _File:
         clock="tsc" if h.flags & 2 else "realtime",
     )
     ops = ["none", *op_names.rstrip(",").split(",")]
-    decoded = _Blocks(path, process, ops, kind_names.split(","), problems)
+    decoded = _Blocks(path, process, ops, kind_names.split(","), problems, strings)
     decoded.read(data, h.header_bytes)
-    return _File(process, decoded.ops, h.session_ns, h.seq)
+    return _File(process, decoded, h.session_ns, h.seq)
 
 
 class _Blocks:
     """Decodes the blocks after a file's header into ops and the process's status."""
 
-    def __init__(self, path: Path, process: IoProcess, ops: list[str], kinds: list[str], problems: list[str]):
+    def __init__(
+        self, path: Path, process: IoProcess, ops: list[str], kinds: list[str], problems: list[str],
+        strings: dict[bytes, str],
+    ):  # fmt: skip
         self.path, self.process, self.op_names, self.kind_names = path, process, ops, kinds
-        self.problems = problems
-        self.paths: dict[int, str] = {}
+        self.problems, self.strings = problems, strings
+        self.paths: dict[int, str] = {}  # the ids this file defines; then (_resolve_paths) its image's
+        self.inherited_paths: Mapping[int, str] = {}  # the ids of the images it was forked from
         self.bases: dict[int, int] = {}  # thread -> its stream's time base
         self.raw: list[tuple[int, ...]] = []
-        self.ops: list[IoOp] = []
+        self.path_code = ops.index("path") if "path" in ops else -1
 
     def read(self, data: bytes, at: int) -> None:
         while at < len(data):
             if at + _BLOCK.size > len(data):
                 self._truncated(f"{len(data) - at} bytes of an incomplete block header at the end")
                 break
-            kind, count, size = _BLOCK.unpack_from(data, at)
+            kind, _count, size = _BLOCK.unpack_from(data, at)
             body = memoryview(data)[at + _BLOCK.size : at + _BLOCK.size + size]
             at += _BLOCK.size + size
             if len(body) < size:
@@ -261,35 +300,40 @@ class _Blocks:
                 tid = _OPS_THREAD.unpack_from(body)[0]
                 slots = body[_OPS_THREAD.size :]
                 self._slots(tid, slots[: len(slots) - len(slots) % _RECORD.size])
-            elif kind == _BLOCK_PATHS:
-                self._paths(body, count)
             elif kind == _BLOCK_STATUS and len(body) >= _STATUS.size:
                 self._status(body)
-            elif kind not in (_BLOCK_OPS, _BLOCK_PATHS, _BLOCK_STATUS):
+            elif kind not in (_BLOCK_OPS, _BLOCK_STATUS):
                 self.problems.append(f"{self.path}: unknown block kind {kind} at byte {at - size - _BLOCK.size}")
                 break
-        self._build_ops()
+        if self.raw:  # before the sessions of one image merge
+            self.process.end_ns = max(self.process.end_ns, max(r[0] + r[1] for r in self.raw))
 
     def _truncated(self, what: str) -> None:
         self.problems.append(f"{self.path}: truncated ({what}): the process was probably killed mid-write")
 
-    def _paths(self, body: memoryview, count: int) -> None:
-        at = 0
-        for _ in range(count):
-            if at + _PATH.size > len(body):
-                return
-            path_id, length = _PATH.unpack_from(body, at)
-            if at + _PATH.size + length > len(body):
-                return
-            self.paths[path_id] = os.fsdecode(bytes(body[at + _PATH.size : at + _PATH.size + length]))
-            at += (_PATH.size + length + 7) & ~7
+    def _path(self, body: memoryview, at: int, path_id: int, length: int) -> int:
+        """Reads the path that fills the slots from byte ``at``; the number of slots it takes."""
+        raw = bytes(body[at : at + length])
+        if len(raw) == length:
+            text = self.strings.get(raw)
+            if text is None:
+                text = self.strings[raw] = os.fsdecode(raw)
+            self.paths[path_id] = text
+        return -(-length // _RECORD.size)
 
     def _slots(self, stream: int, body: memoryview) -> None:
         """One block of a thread's stream (``stream`` 0: the shared one, whose THREAD slots name the thread)."""
-        tid, base, raw = stream, self.bases.get(stream, 0), self.raw
+        tid, base, raw, path_code = stream, self.bases.get(stream, 0), self.raw, self.path_code
         slots = _RECORD.iter_unpack(body)
-        for start, dur, offset, path_id, nbytes, requested, fd, code, flags in slots:
+        skipped = 0  # slots read past the loop's count (paths' bytes)
+        for i, (start, dur, offset, path_id, nbytes, requested, fd, code, flags) in enumerate(slots):
             err = 0
+            if code == path_code and not flags:
+                n = self._path(body, (i + skipped + 1) * _RECORD.size, path_id, nbytes)
+                for _ in range(n):
+                    next(slots, None)
+                skipped += n
+                continue
             if flags & ~_KIND:
                 if flags & (_TIME | _THREAD):
                     tid = nbytes if flags & _THREAD else tid
@@ -299,6 +343,7 @@ class _Blocks:
                     second = next(slots, None)  # its values, read again with the wide layout below
                     if second is None:
                         break  # cut off
+                    skipped += 1
                     nbytes, requested, dur, fd, err = _WIDE_VALUES.unpack(_RECORD.pack(*second))
                 else:
                     nbytes, err = -1, nbytes
@@ -322,23 +367,25 @@ class _Blocks:
     def _op(self, code: int) -> str:
         return self.op_names[code] if code < len(self.op_names) else f"op{code}"
 
-    def _build_ops(self) -> None:
+    def build_ops(self) -> list[IoOp]:
+        """The file's calls, once ``paths`` holds every id they may name (``_resolve_paths``)."""
         # codes are one byte: tables of 256 entries index without a bounds check per record
         names = [*self.op_names, *(f"op{code}" for code in range(len(self.op_names), 256))]
         modules = ["STDIO" if name in _STDIO else "POSIX" for name in names]
         kinds = [*self.kind_names, *["unknown"] * (256 - len(self.kind_names))]
         inherit = names.index("inherit") if "inherit" in self.op_names else -1
-        pid, paths, ops = self.process.pid, self.paths, self.ops
+        pid, paths, inherited, ops = self.process.pid, self.paths, self.inherited_paths, []
         for start, dur, offset, nbytes, requested, tid, fd, path_id, err, code, kind in self.raw:
             if code == inherit:
-                self.process.inherited[fd] = paths.get(path_id)
+                self.process.inherited[fd] = paths.get(path_id) or inherited.get(path_id)
                 continue
             path = paths.get(path_id)
+            if path is None and path_id:
+                path = inherited.get(path_id)
             ops.append(IoOp(pid, tid, names[code], modules[code], start, dur, fd, path, kinds[kind], offset, nbytes,
                             requested, err))  # fmt: skip
-        if ops:
-            self.process.end_ns = max(self.process.end_ns, max(op.start_ns + op.dur_ns for op in ops))
         self.raw = []
+        return ops
 
 
 def _read_note(path: Path, problems: list[str]) -> NotCovered | None:

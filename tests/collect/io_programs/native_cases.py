@@ -122,19 +122,29 @@ def threads(data_dir: str, count: str) -> dict[str, object]:
 
 
 def fork(inherited: str, fresh: str) -> dict[str, object]:
-    """The parent reads 10 bytes and forks; the child reads the inherited descriptor and a new file, then
-    leaves by os._exit (no destructors)."""
+    """The parent reads 10 bytes and forks; the child reads the inherited descriptor and a new file, forks a
+    grandchild that reads both (one descriptor opened by its grandparent, one by its parent), then leaves by
+    os._exit (no destructors)."""
     fd = os.open(inherited, os.O_RDONLY)
     os.read(fd, 10)
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.read(fd, 20)
         other = os.open(fresh, os.O_RDONLY)
         os.read(other, 5)
+        grandchild = os.fork()
+        if grandchild == 0:
+            os.read(fd, 7)
+            os.read(other, 3)
+            os._exit(0)
+        os.waitpid(grandchild, 0)
+        os.write(w, b"%d %d" % (grandchild, other))
         os._exit(0)
     _, status = os.waitpid(pid, 0)
+    grandchild, other = map(int, os.read(r, 100).split())
     os.close(fd)
-    return {"child": pid, "fd": fd, "status": status}
+    return {"child": pid, "fd": fd, "status": status, "grandchild": grandchild, "other": other}
 
 
 def fork_storm(data: str, forks: str) -> dict[str, object]:

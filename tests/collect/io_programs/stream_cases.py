@@ -74,8 +74,8 @@ def idle_thread(data: str) -> dict[str, object]:
 
 
 def many_paths(directory: str, count: str) -> dict[str, object]:
-    """Opens ``count`` distinct missing files twice over (the path index grows several times during the first
-    round; the second finds every path in the grown index)."""
+    """Opens ``count`` distinct missing files twice over: each open writes its path into the stream, which
+    wraps around many times."""
     failed = 0
     for _ in range(2):
         for i in range(int(count)):
@@ -88,7 +88,8 @@ def many_paths(directory: str, count: str) -> dict[str, object]:
 
 def reattach(data: str, io_dir: str) -> dict[str, object]:
     """Attaches, reads on two threads, detaches, reads (not recorded), attaches again and reads on both threads
-    again: the second thread's stream restarts in the second session's file."""
+    again: the second thread's stream restarts in the second session's file. A descriptor opened in the first
+    session is read and closed in the second: its path was written in the first session's file only."""
     from pathlib import Path
 
     from xstack.collect import _io_native
@@ -110,6 +111,7 @@ def reattach(data: str, io_dir: str) -> dict[str, object]:
 
     _io_native.attach(Path(io_dir))
     read(3)
+    kept = os.open(data, os.O_RDONLY)
     thread = threading.Thread(target=other)
     thread.start()
     first_done.wait()
@@ -117,6 +119,8 @@ def reattach(data: str, io_dir: str) -> dict[str, object]:
     read(4)
     _io_native.attach(Path(io_dir))
     read(5)
+    os.read(kept, 6)
+    os.close(kept)
     resume.set()
     thread.join()
     _io_native.detach()

@@ -7,7 +7,6 @@
  *           u32 pad, i64 session_ns; then exe, argv (NUL-separated /proc/self/cmdline), names
  *           ("open,openat,...;unknown,file,...": op then kind names by code), zero-padded to 8 bytes.
  *   blocks  u32 kind, u32 count, u64 payload_bytes, then the payload:
- *           1 PATHS:  count x (u32 id, u32 len, bytes, zero pad to 8)
  *           2 OPS:    i32 tid (0: given by THREAD slots), u32 pad, then count x 32-byte slots of that
  *                     thread's stream, in its order (struct xio_rec in xio.h):
  *                       u32 start (ns after the stream's time base), u32 dur (ns), i64 offset, u32 path_id,
@@ -16,13 +15,18 @@
  *                       i64 requested, i64 dur, i32 fd, i32 errno instead of the narrow fields; 0x40 TIME:
  *                       not a call, offset is the stream's new time base (CLOCK_REALTIME ns); 0x80 THREAD:
  *                       not a call, bytes is the thread of the slots that follow). A stream's time base
- *                       carries over from one of its blocks to the next within a file.
+ *                       carries over from one of its blocks to the next within a file. A slot with op
+ *                       "path" and no flags is no call either: path_id is a new id, bytes the path's length,
+ *                       and the path fills the next ceil(length / 32) slots, zero-padded. An id is defined
+ *                       once in a process image (across its sessions' files); a fork child's records also
+ *                       name the ids of the descriptors it inherited, defined in its parent's files.
  *           3 STATUS: u32 end, u32 nops, i64 end_ns, u64 records, max_records, dropped_bytes_read,
  *                     dropped_bytes_written, reentrant_skipped, paths_dropped, write_errors, nops x u64
  *                     calls dropped by the record cap, by op code.
- * Every flush writes its PATHS and OPS blocks and a STATUS block; the last STATUS tells how the process
- * ended (RUNNING: killed, or still running). Recording and flushing are in streams.c; the reader sorts the
- * records by start time.
+ *           (Kind 1, a block of paths, was written up to version 2.)
+ * Every flush writes its OPS blocks and a STATUS block; the last STATUS tells how the process ended
+ * (RUNNING: killed, or still running). Recording and flushing are in streams.c; the reader sorts the records
+ * by start time.
  */
 #include "xio.h"
 

@@ -41,7 +41,6 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         }                                                                                                        \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, flags, mode);                                                                \
-        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(path, flags, mode);                                                                  \
         int err = errno;                                                                                         \
@@ -65,7 +64,6 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
         }                                                                                                        \
         if (!xio_enter())                                                                                        \
             return REAL(name)(dirfd, path, flags, mode);                                                         \
-        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(dirfd, path, flags, mode);                                                           \
         int err = errno;                                                                                         \
@@ -82,7 +80,6 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, mode);                                                                       \
-        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(path, mode);                                                                         \
         int err = errno;                                                                                         \
@@ -100,7 +97,6 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, flags);                                                                      \
-        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(path, flags);                                                                        \
         int err = errno;                                                                                         \
@@ -117,7 +113,6 @@ static int64_t iov_bytes(const struct iovec *iov, int n)
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(dirfd, path, flags);                                                               \
-        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_ticks();                                                                                  \
         int fd = REAL(name)(dirfd, path, flags);                                                                 \
         int err = errno;                                                                                         \

@@ -52,7 +52,6 @@ static void record_fopen(int op, const char *path, FILE *f, int64_t t0, int64_t 
     {                                                                                                            \
         if (!xio_enter())                                                                                        \
             return REAL(name)(path, mode);                                                                       \
-        xio_path_prefetch(path);                                                                                 \
         int64_t t0 = xio_ticks();                                                                                  \
         FILE *f = REAL(name)(path, mode);                                                                        \
         int err = errno;                                                                                         \

@@ -1,5 +1,5 @@
-/* Records of calls by path: resolving the path (absolute, normalised, not excluded) for interning
- * (paths.c), and what a new descriptor is. The records of calls on a descriptor are built inline in the
+/* Records of calls by path: resolving the path (absolute, normalised, not excluded) and writing it into the
+ * record stream ahead of the record (streams.c), and what a new descriptor is. The records of calls on a descriptor are built inline in the
  * wrappers (xio.h); both go to xio_emit (streams.c), which takes them against the record cap (below). */
 #include "xio.h"
 
@@ -120,20 +120,11 @@ static long dir_of(int dirfd, char *buf, size_t cap)
         long n = syscall(SYS_getcwd, buf, cap);
         return n > 0 && buf[0] == '/' ? (long)strlen(buf) : -1;
     }
-    struct xio_fd *e = xio_fd_get(dirfd);
-    if (e && e->path_id) {
-        uint32_t len;
-        const char *p = xio_path_bytes(e->path_id, &len);
-        if (len >= cap)
-            return -1;
-        memcpy(buf, p, len);
-        return len;
-    }
-    return xio_fd_link(dirfd, buf, cap);
+    return xio_fd_link(dirfd, buf, cap); /* the library keeps no path bytes: the kernel's name for it */
 }
 
 /* 1 when an absolute, NUL-terminated path is already what normalize() makes of it (no "//", "." or ".."
- * component, no trailing slash): most are, and they are interned without a copy. */
+ * component, no trailing slash): most are, and they are written without a copy. */
 static int is_normal(const char *p, size_t n)
 {
     if (n < 2)
@@ -149,17 +140,17 @@ static int is_normal(const char *p, size_t n)
     return 1;
 }
 
-static uint32_t intern_unless_excluded(const char *p, size_t n, int *excluded)
+static uint32_t emit_unless_excluded(const char *p, size_t n, int *excluded)
 {
     if (xio_path_excluded(p, n)) {
         *excluded = 1;
         return 0;
     }
-    return xio_intern(p, n);
+    return xio_emit_path(p, n);
 }
 
-/* Resolves `path` (relative to dirfd or the cwd) and interns it; 0 when unknown, and when excluded (then
- * *excluded is set). */
+/* Resolves `path` (relative to dirfd or the cwd) and writes it into this thread's record stream; its new
+ * id, 0 when unknown, and when excluded (then *excluded is set). */
 uint32_t xio_path_at(int dirfd, const char *path, int *excluded)
 {
     char buf[PATH_MAX];
@@ -169,7 +160,7 @@ uint32_t xio_path_at(int dirfd, const char *path, int *excluded)
         return 0;
     len = strlen(path);
     if (path[0] == '/' && len < sizeof buf && is_normal(path, len))
-        return intern_unless_excluded(path, len, excluded);
+        return emit_unless_excluded(path, len, excluded);
     if (path[0] != '/') {
         long d = dir_of(dirfd, buf, sizeof buf);
         if (d < 0)
@@ -183,7 +174,7 @@ uint32_t xio_path_at(int dirfd, const char *path, int *excluded)
     }
     memcpy(buf + n, path, len);
     n = normalize(buf, n + len);
-    return intern_unless_excluded(buf, n, excluded);
+    return emit_unless_excluded(buf, n, excluded);
 too_long:
     __atomic_add_fetch(&xio.paths_dropped, 1, __ATOMIC_RELAXED);
     return 0;
@@ -221,10 +212,7 @@ void xio_rec_open(int op, int dirfd, const char *path, int64_t t0, int64_t t1, i
     r.kind = (uint8_t)kind;
     r.requested = flags;
     r.err = fd < 0 ? err : 0;
-    xio_emit(&r); /* queues the path for the file: the descriptor's records need not look again */
-    struct xio_fd *e = id ? xio_fd_get_known(fd) : NULL;
-    if (e && e->path_id == id)
-        e->path_gen = xio.gen;
+    xio_emit(&r);
 }
 
 /* stat family by path: the kind comes from the result's mode. */

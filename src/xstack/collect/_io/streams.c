@@ -1,5 +1,5 @@
 /* Per-thread record streams: each thread appends its calls to its own stream of 32-byte slots, without a
- * lock; a flush writes every stream's new slots, the new paths and a status block to the file in one writev.
+ * lock; a flush writes every stream's new slots and a status block to the file in one writev.
  *
  * Why per thread: the recording path is the cost the program pays per call, and a per-process buffer behind a
  * mutex cost two atomic operations and a cache line moving between threads on every call. A stream is a ring
@@ -16,6 +16,13 @@
  * destructor): the next flush writes what is left in it and frees it (a claim finding none free flushes
  * first). A fork child keeps only the forking thread's stream, emptied: what it held is the parent's to
  * write. The record cap is handed to the streams in chunks, so a stream never takes the lock to count.
+ *
+ * Paths: a call that names a path for the first time (an open, a stat, a descriptor met without its open)
+ * writes a PATH slot with a new id and the path's bytes into its stream just before its record, and the
+ * descriptor's later records name the id. Ids are handed to the streams in blocks, like the record cap, and
+ * are unique within the process image; the reader interns the paths (the same path opened twice has two
+ * ids). Copying a path of about 60 bytes into a line already in the cache costs a few ns, against a hash
+ * lookup with its cache misses, and a shared table growing in every new process, for an interned id.
  */
 #include "xio.h"
 
@@ -27,8 +34,8 @@
 #define STREAM_SLOTS 2048u /* 64 KiB per thread */
 #define STREAM_MASK (STREAM_SLOTS - 1)
 #define MAX_STREAMS 1024u /* threads with a stream of their own at one time */
-#define PBUF_CAP (64u << 10) /* paths waiting for the next flush */
 #define STREAMS_PER_WRITE 64
+#define PATH_ID_CHUNK 64u /* path ids a stream takes at a time */
 
 enum { STREAM_FREE = 0, STREAM_OWNED, STREAM_RETIRED };
 
@@ -45,6 +52,7 @@ struct stream {
     uint64_t tail_seen;
     int64_t base_ns;
     uint32_t grant;
+    uint32_t id_next, id_end; /* this stream's block of path ids */
     uint32_t gen; /* the file this stream writes into (xio.gen); changed under xio.lock */
     int base_valid;
     int state; /* STREAM_*, changed under xio.lock */
@@ -65,9 +73,6 @@ static pthread_key_t stream_key;
 static int key_ok;
 static __thread struct stream *tls_stream __attribute__((tls_model("initial-exec")));
 static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
-static char *pbuf;
-static size_t pused;
-static uint32_t npaths_buffered;
 
 static pid_t current_tid(void)
 {
@@ -101,6 +106,43 @@ static uint64_t encode(struct xio_rec *slots, uint64_t head, const struct xio_ev
     struct xio_ext *x = (struct xio_ext *)&slots[(head + 1) & STREAM_MASK];
     *x = (struct xio_ext){.bytes = ev->bytes, .requested = ev->requested, .dur = dur, .fd = ev->fd, .err = ev->err};
     return head + 2;
+}
+
+/* Writes a PATH slot and the path's bytes, zero-padded to whole slots, at `head`; the new head. */
+static uint64_t encode_path(struct xio_rec *slots, uint64_t head, uint32_t id, const char *path, size_t len)
+{
+    slots[head++ & STREAM_MASK] = (struct xio_rec){.path_id = id, .bytes = (int32_t)len, .op = XIO_OP_PATH};
+    for (size_t done = 0; done < len; head++, done += sizeof(struct xio_rec)) {
+        char *slot = (char *)&slots[head & STREAM_MASK];
+        size_t n = len - done < sizeof(struct xio_rec) ? len - done : sizeof(struct xio_rec);
+        if (n < sizeof(struct xio_rec))
+            memset(slot + n, 0, sizeof(struct xio_rec) - n);
+        memcpy(slot, path + done, n);
+    }
+    return head;
+}
+
+/* Slots a record starting at slot `i` spans beyond its first: a PATH slot's bytes, a WIDE slot's second. */
+static uint64_t extra_slots(const struct xio_rec *r)
+{
+    if (r->op == XIO_OP_PATH && !r->flags)
+        return XIO_PATH_SLOTS((uint32_t)r->bytes);
+    return (r->flags & (XIO_SLOT_TIME | XIO_SLOT_THREAD)) ? 0 : (r->flags & XIO_SLOT_WIDE) != 0;
+}
+
+/* A new path id from the stream's block; 0 once a process image has used 4G of them (counted). */
+static uint32_t new_path_id(struct stream *s)
+{
+    if (XIO_UNLIKELY(s->id_next == s->id_end)) {
+        uint64_t first = __atomic_fetch_add(&xio.path_ids, PATH_ID_CHUNK, __ATOMIC_RELAXED);
+        if (first + PATH_ID_CHUNK >= UINT32_MAX) {
+            __atomic_add_fetch(&xio.paths_dropped, 1, __ATOMIC_RELAXED);
+            return 0;
+        }
+        s->id_next = (uint32_t)first + 1; /* id 0 means "no path" */
+        s->id_end = (uint32_t)first + 1 + PATH_ID_CHUNK;
+    }
+    return s->id_next++;
 }
 
 /* ---- the record cap ---- */
@@ -194,6 +236,21 @@ static void timed_flush(void)
     pthread_mutex_unlock(&xio.lock);
 }
 
+/* Room for `need` more slots in a thread's own stream: flushes when the flusher has not freed enough. */
+static void make_room(struct stream *s, uint64_t need)
+{
+    uint64_t head = s->head;
+    if (XIO_LIKELY(head + need - s->tail_seen <= STREAM_SLOTS))
+        return;
+    s->tail_seen = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
+    if (head + need - s->tail_seen > STREAM_SLOTS) {
+        pthread_mutex_lock(&xio.lock);
+        xio_flush_locked(XIO_END_RUNNING);
+        pthread_mutex_unlock(&xio.lock);
+        s->tail_seen = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
+    }
+}
+
 /* Threads without a stream of their own: every record says its thread and time base. */
 static void emit_shared(const struct xio_ev *ev)
 {
@@ -214,8 +271,6 @@ static void emit_shared(const struct xio_ev *ev)
 
 void xio_emit(const struct xio_ev *ev)
 {
-    if (ev->path_id && !ev->path_queued)
-        xio_path_note_use(ev->path_id);
     struct stream *s = tls_stream;
     if (XIO_UNLIKELY(!s || s->gen != xio.gen) && !(s = stream_for_thread())) {
         emit_shared(ev);
@@ -223,16 +278,8 @@ void xio_emit(const struct xio_ev *ev)
     }
     if (!admit(ev, &s->grant))
         return;
+    make_room(s, 3);
     uint64_t head = s->head;
-    if (XIO_UNLIKELY(head + 3 - s->tail_seen > STREAM_SLOTS)) {
-        s->tail_seen = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
-        if (head + 3 - s->tail_seen > STREAM_SLOTS) {
-            pthread_mutex_lock(&xio.lock);
-            xio_flush_locked(XIO_END_RUNNING);
-            pthread_mutex_unlock(&xio.lock);
-            s->tail_seen = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
-        }
-    }
     int64_t delta = ev->start_ns - s->base_ns;
     if (XIO_UNLIKELY(!s->base_valid || delta < 0 || delta > UINT32_MAX)) {
         s->slots[head++ & STREAM_MASK] = (struct xio_rec){.offset = ev->start_ns, .flags = XIO_SLOT_TIME};
@@ -246,34 +293,43 @@ void xio_emit(const struct xio_ev *ev)
         timed_flush();
 }
 
-/* ---- flushing (under xio.lock) ---- */
-
-void xio_append_path_locked(uint32_t id)
+/* A path the calling thread's record names for the first time: a PATH slot with a new id and the path's bytes
+ * go into its stream (the shared one under the lock). Its id, or 0 when the record cap is reached (the
+ * record that would name it is dropped too) or the ids are spent. */
+uint32_t xio_emit_path(const char *path, size_t len)
 {
-    uint32_t len;
-    const char *bytes = xio_path_bytes(id, &len);
-    size_t need = (8 + len + 7) & ~(size_t)7;
-    if (pused + need > PBUF_CAP)
-        xio_flush_locked(XIO_END_RUNNING);
-    char *p = pbuf + pused;
-    memcpy(p, &id, 4);
-    memcpy(p + 4, &len, 4);
-    memcpy(p + 8, bytes, len);
-    memset(p + 8 + len, 0, need - 8 - len);
-    pused += need;
-    npaths_buffered++;
+    struct stream *s = tls_stream;
+    uint32_t id = 0;
+    if (XIO_UNLIKELY(!s || s->gen != xio.gen) && !(s = stream_for_thread())) {
+        s = &streams[0];
+        pthread_mutex_lock(&xio.lock);
+        if ((s->grant || xio_take_grant(&s->grant)) && (id = new_path_id(s)) != 0) {
+            if (s->head + 1 + XIO_PATH_SLOTS(len) - s->tail > STREAM_SLOTS)
+                xio_flush_locked(XIO_END_RUNNING);
+            __atomic_store_n(&s->head, encode_path(s->slots, s->head, id, path, len), __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&xio.lock);
+        return id;
+    }
+    if (XIO_UNLIKELY(s->grant == 0) && !xio_take_grant(&s->grant))
+        return 0;
+    if (!(id = new_path_id(s)))
+        return 0;
+    make_room(s, 1 + XIO_PATH_SLOTS(len));
+    __atomic_store_n(&s->head, encode_path(s->slots, s->head, id, path, len), __ATOMIC_RELEASE);
+    return id;
 }
 
-/* Calls among the slots [from, to) of a stream (TIME, THREAD and second slots are not calls). */
+/* ---- flushing (under xio.lock) ---- */
+
+/* Calls among the slots [from, to) of a stream (TIME, THREAD, PATH and second slots are not calls). */
 static uint64_t count_calls(const struct stream *s, uint64_t from, uint64_t to)
 {
     uint64_t n = 0;
     for (uint64_t i = from; i < to; i++) {
         const struct xio_rec *r = &s->slots[i & STREAM_MASK];
-        if (r->flags & (XIO_SLOT_TIME | XIO_SLOT_THREAD))
-            continue;
-        n += r->op != XIO_OP_INHERIT;
-        i += (r->flags & XIO_SLOT_WIDE) != 0;
+        n += !(r->flags & (XIO_SLOT_TIME | XIO_SLOT_THREAD)) && r->op != XIO_OP_INHERIT && r->op != XIO_OP_PATH;
+        i += extra_slots(r);
     }
     return n;
 }
@@ -287,6 +343,10 @@ static void convert_slots(struct stream *s, uint64_t head, const struct xio_cloc
     uint64_t i = s->converted > s->tail ? s->converted : s->tail;
     for (; i < head; i++) {
         struct xio_rec *r = &s->slots[i & STREAM_MASK];
+        if (r->op == XIO_OP_PATH && !r->flags) {
+            i += extra_slots(r);
+            continue;
+        }
         if (r->flags & (XIO_SLOT_TIME | XIO_SLOT_THREAD)) {
             if (r->flags & XIO_SLOT_TIME) {
                 s->out_base_ticks = r->offset;
@@ -343,7 +403,7 @@ static void release_streams(uint32_t from, uint32_t to)
     }
 }
 
-/* Writes the new paths, every stream's unwritten slots and a status block. After the final flush (a call
+/* Writes every stream's unwritten slots and a status block. After the final flush (a call
  * that was under way then, filling its stream), what is left is dropped: the file is complete. */
 void xio_flush_locked(int end)
 {
@@ -352,17 +412,10 @@ void xio_flush_locked(int end)
             if (streams[i].state != STREAM_FREE)
                 __atomic_store_n(&streams[i].tail, __atomic_load_n(&streams[i].head, __ATOMIC_ACQUIRE),
                                  __ATOMIC_RELEASE);
-        pused = 0;
-        npaths_buffered = 0;
         return;
     }
-    struct iovec iov[2 + 3 * STREAMS_PER_WRITE + 2];
-    struct xio_block_header bp = {XIO_BLOCK_PATHS, npaths_buffered, pused};
+    struct iovec iov[3 * STREAMS_PER_WRITE + 2];
     int n = 0;
-    if (pused) {
-        iov[n++] = (struct iovec){&bp, sizeof bp};
-        iov[n++] = (struct iovec){pbuf, pused};
-    }
     struct xio_clock_map map, *m = xio_clock_map(&map) ? &map : NULL; /* taken after the records it converts */
     uint32_t batch_from = 0, in_batch = 0;
     for (uint32_t i = 0; i < nstreams; i++) {
@@ -382,8 +435,6 @@ void xio_flush_locked(int end)
     n += 2;
     xio_output_write(iov, n);
     release_streams(batch_from, nstreams);
-    pused = 0;
-    npaths_buffered = 0;
     __atomic_store_n(&xio.last_flush, xio_ticks(), __ATOMIC_RELAXED);
 }
 
@@ -394,8 +445,7 @@ int xio_streams_init(void)
     if (streams)
         return 0;
     streams = xio_sys_mmap((MAX_STREAMS + 1) * sizeof *streams);
-    pbuf = xio_sys_mmap(PBUF_CAP);
-    if (!streams || !pbuf || !(streams[0].slots = xio_sys_mmap(STREAM_SLOTS * sizeof(struct xio_rec))))
+    if (!streams || !(streams[0].slots = xio_sys_mmap(STREAM_SLOTS * sizeof(struct xio_rec))))
         return -1;
     streams[0].state = STREAM_OWNED;
     key_ok = pthread_key_create(&stream_key, stream_release) == 0;
@@ -407,18 +457,20 @@ void xio_streams_new_file(void)
 {
     xio.gen++;
     xio.granted = xio.records = 0;
-    pused = 0;
-    npaths_buffered = 0;
     if (streams)
         restart_locked(&streams[0]);
 }
 
 /* In a fork child (one thread): the other threads' streams are gone with them; their records, and this
- * thread's unwritten ones, are the parent's to write. */
+ * thread's unwritten ones, are the parent's to write. The streams' blocks of path ids are dropped: the child
+ * takes new ones above every id its parent had handed out, so the ids it inherits (written in its parent's
+ * file) keep one meaning, and the reader finds them there. */
 void xio_streams_fork_child(void)
 {
     tls_tid = 0;
     nfree = nretired = 0;
+    for (uint32_t i = 0; streams && i < nstreams; i++)
+        streams[i].id_next = streams[i].id_end = 0;
     for (uint32_t i = 1; streams && i < nstreams; i++) {
         if (&streams[i] == tls_stream && streams[i].state == STREAM_OWNED) {
             restart_locked(&streams[i]);

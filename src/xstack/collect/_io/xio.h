@@ -3,7 +3,8 @@
  * The library is loaded into a profiled process either by LD_PRELOAD (preload mode: its exported wrappers
  * come first in the global symbol scope) or by dlopen from Python (attach mode: the wrappers are reached by
  * patching the GOT entries of the loaded objects, see attach.c). Every wrapper calls the real function,
- * then appends one 32-byte record to its thread's record stream (streams.c), which is written to
+ * then appends one 32-byte record to its thread's record stream (streams.c), after the bytes of the path a
+ * call names for the first time (an open, a stat, a descriptor seen without its open), which is written to
  * $XSTACK_IO_DIR/<pid>-<start_ns>-<seq>.xio. The file layout is documented in core.c and read by
  * xstack/collect/_io_records.py: keep the two in step (XIO_VERSION).
  *
@@ -40,7 +41,7 @@
 #define XIO_LIKELY(x) __builtin_expect(!!(x), 1)
 #define XIO_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define XIO_VERSION 2
+#define XIO_VERSION 3
 #define XIO_FLUSH_INTERVAL_NS 100000000LL /* a killed process loses at most this much */
 #define XIO_DEFAULT_MAX_RECORDS 8000000ULL
 
@@ -52,7 +53,7 @@
     X(FSYNC, "fsync") X(FDATASYNC, "fdatasync") X(MMAP, "mmap") X(STAT, "stat") X(LSTAT, "lstat")                 \
     X(FSTAT, "fstat") X(FSTATAT, "fstatat") X(STATX, "statx") X(DUP, "dup") X(FOPEN, "fopen")                     \
     X(FDOPEN, "fdopen") X(FREAD, "fread") X(FWRITE, "fwrite") X(FCLOSE, "fclose") X(FSEEK, "fseek")               \
-    X(FFLUSH, "fflush") X(INHERIT, "inherit")
+    X(FFLUSH, "fflush") X(INHERIT, "inherit") X(PATH, "path")
 
 enum xio_op {
     XIO_OP_NONE = 0,
@@ -80,8 +81,9 @@ enum xio_mode { XIO_MODE_OFF = 0, XIO_MODE_PRELOAD = 1, XIO_MODE_ATTACH = 2 };
 /* How a process image stopped recording (the status block's `end`). */
 enum xio_end { XIO_END_RUNNING = 0, XIO_END_EXIT, XIO_END__EXIT, XIO_END_EXEC, XIO_END_DETACH };
 
-/* The file's blocks (layout in core.c): a header, then the payload. */
-enum { XIO_BLOCK_PATHS = 1, XIO_BLOCK_OPS = 2, XIO_BLOCK_STATUS = 3 };
+/* The file's blocks (layout in core.c): a header, then the payload. Block kind 1 (paths, before version 3)
+ * is no longer written: paths travel in the record streams (XIO_OP_PATH). */
+enum { XIO_BLOCK_OPS = 2, XIO_BLOCK_STATUS = 3 };
 struct xio_block_header {
     uint32_t kind;
     uint32_t count;
@@ -100,7 +102,6 @@ struct xio_ev {
     uint32_t path_id; /* 0: no path */
     uint8_t op;
     uint8_t kind;
-    uint8_t path_queued; /* the path is known to be queued for the current file already */
 };
 
 /* One 32-byte slot of a thread's record stream, little-endian, struct format "<IIqIiihBB" (the file layout in
@@ -133,6 +134,9 @@ _Static_assert(sizeof(struct xio_ext) == 32, "record layout is part of the file 
 #define XIO_SLOT_WIDE 0x20   /* the next slot is a struct xio_ext */
 #define XIO_SLOT_TIME 0x40   /* no call: `offset` is the new time base */
 #define XIO_SLOT_THREAD 0x80 /* no call: `bytes` is the thread of the slots that follow */
+/* A slot with op XIO_OP_PATH and no flags is no call either: `path_id` is a new path id, `bytes` the path's
+ * length, and the path's bytes fill the next XIO_PATH_SLOTS(length) slots (zero-padded). */
+#define XIO_PATH_SLOTS(len) (((len) + sizeof(struct xio_rec) - 1) / sizeof(struct xio_rec))
 
 /* What the library knows about one descriptor. */
 struct xio_fd {
@@ -141,7 +145,6 @@ struct xio_fd {
     uint8_t kind;
     uint8_t append;
     uint8_t pad;
-    uint32_t path_gen; /* xio.gen when path_id was last queued for the file: records skip the path table */
     uint32_t pad2;
     int64_t offset;  /* POSIX file offset, tracked as Darshan does */
     int64_t soffset; /* position of the stdio stream on this descriptor */
@@ -166,7 +169,7 @@ struct xio_state {
     /* read on every call: one cache line, apart from the lock */
     volatile int mode;  /* enum xio_mode; OFF: wrappers pass straight through */
     volatile int ended; /* the final status was written: record nothing more */
-    uint32_t gen;       /* bumped at every new file (session start, fork child): streams and paths restart */
+    uint32_t gen;       /* bumped at every new file (session start, fork child): streams restart */
     int fd_cap;
     struct xio_fd *fds;     /* the descriptor table (paths.c) */
     int64_t last_flush;     /* in ticks (xio_ticks) */
@@ -178,8 +181,12 @@ struct xio_state {
     int forked;
     int64_t start_ns; /* when this process image (or fork child) started recording */
     uint32_t seq;     /* session number within the image (attach, detach, attach ...) */
-    /* Taken for everything that is not a thread's own stream: flushing, interning a new path, claiming a
-     * stream, the shared stream, session changes; and across fork (prepare handler). */
+    /* Path ids are handed to the streams in blocks from here; never reset within a process image, so that
+     * an id means one path across the image's sessions, and a fork child's ids (taken after the fork, see
+     * xio_streams_fork_child) never name a path its parent named before it. */
+    uint64_t path_ids __attribute__((aligned(64)));
+    /* Taken for everything that is not a thread's own stream: flushing, claiming a stream, the shared stream,
+     * session changes; and across fork (prepare handler). */
     pthread_mutex_t lock __attribute__((aligned(64)));
     int fork_locked;
     char dir[PATH_MAX];
@@ -214,7 +221,7 @@ int xio_streams_init(void);
 void xio_streams_new_file(void);
 void xio_streams_fork_child(void);
 void xio_flush_locked(int end);
-void xio_append_path_locked(uint32_t id);
+uint32_t xio_emit_path(const char *path, size_t len);
 
 /* CLOCK_REALTIME in ns (the vDSO: no system call), the clock every level of a run uses. */
 static inline int64_t xio_now(void)
@@ -281,7 +288,7 @@ static inline void xio_ev_init(struct xio_ev *ev, int op, int64_t start_ns, int6
                           .fd = -1, .op = (uint8_t)op};
 }
 
-/* ---- paths.c: descriptor table, path interning; records.c: path resolution, exclusions ---- */
+/* ---- paths.c: descriptor table; records.c: path resolution, exclusions ---- */
 int xio_tables_init(void);
 int xio_exclude_init(const char *spec);
 struct xio_fd *xio_fd_discover(int fd);
@@ -310,10 +317,6 @@ int xio_fd_max(void);
 uint32_t xio_path_at(int dirfd, const char *path, int *excluded);
 long xio_fd_link(int fd, char *buf, size_t cap);
 int xio_path_excluded(const char *path, size_t len);
-uint32_t xio_intern(const char *path, size_t len);
-void xio_path_prefetch(const char *path);
-const char *xio_path_bytes(uint32_t id, uint32_t *len);
-void xio_path_note_use(uint32_t id);
 int xio_fd_kind_raw(int fd);
 
 static inline int xio_kind_of_mode(mode_t mode)
@@ -351,17 +354,11 @@ long xio_sys_lseek(int fd, off_t off, int whence);
 
 static inline int xio_is_write(int op) { return op == XIO_OP_WRITE || op == XIO_OP_WRITEV; }
 
-/* The record is about `e`'s file: its path and kind. The path is queued for the current file once per
- * descriptor and file (the entry says when), which spares each record two cache misses in the path table. */
+/* The record is about `e`'s file: its path (the id its open or discovery wrote) and kind. */
 static inline void xio_ev_of_entry(struct xio_ev *r, struct xio_fd *e)
 {
     r->path_id = e->path_id;
     r->kind = e->kind;
-    if (e->path_id && e->path_gen != xio.gen) {
-        xio_path_note_use(e->path_id);
-        e->path_gen = xio.gen;
-    }
-    r->path_queued = 1;
 }
 
 /* Reads and writes. `ret`: bytes moved or -1; `pos` >= 0 for positional calls (pread, pwrite: the tracked
