@@ -118,8 +118,11 @@ def make_files(root: Path, count: int, size: int) -> None:
         (root / f"{i:06d}.bin").write_bytes(os.urandom(size))
 
 
-def run_once(config: str, script: Path, data: Path, scratch: Path, epochs: int) -> dict[str, float]:
-    """One timed run of the workload under ``config``; returns its figures."""
+def run_once(config: str, script: Path, data: Path, scratch: Path, epochs: int, other: Path | None = None
+             ) -> dict[str, float]:  # fmt: skip
+    """One timed run of the workload under ``config``; returns its figures. ``io other``: the io level with the
+    library file ``other`` preloaded instead of the installed one (an earlier build, to compare two versions
+    side by side); its records are not read back, since another version may write another format."""
     from xstack.collect import _io_native
     from xstack.collect._io_records import read_trace
 
@@ -128,8 +131,10 @@ def run_once(config: str, script: Path, data: Path, scratch: Path, epochs: int) 
     out = scratch / config
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    if config == "io":
+    if config in ("io", "io other"):
         env = _io_native.preload_env(out)
+        if config == "io other":
+            env["LD_PRELOAD"] = ":".join([str(other), *env["LD_PRELOAD"].split(":")[1:]])
     elif config == "strace":
         command = ["strace", "-f", "-qq", "-e", "trace=%file,%desc", "-o", str(out / "strace.txt"), *command]
     elif config == "perf":
@@ -176,12 +181,13 @@ TIMED = ["none", "none again", "io"]
 unprofiled workload, whose difference from ``none`` is what the machine's noise alone gives."""
 
 
-def _rounds(configs: list[str], repeat: int, strace_repeat: int) -> list[str]:
-    """Run order: ``TIMED`` rotate, each leading every third round, so that drift in the machine's state hits
-    all alike; ``strace`` runs (much slower, and measured far less finely) come last."""
+def _rounds(configs: list[str], repeat: int, strace_repeat: int, timed: list[str] = TIMED) -> list[str]:
+    """Run order: the ``timed`` configurations rotate, each leading in turn, so that drift in the machine's
+    state hits all alike; ``strace`` runs (much slower, and measured far less finely) come last."""
     order: list[str] = []
     for i in range(repeat):
-        order += TIMED[i % 3 :] + TIMED[: i % 3]
+        k = i % len(timed)
+        order += timed[k:] + timed[:k]
     return order + [c for c in ("strace", "perf") if c in configs for _ in range(strace_repeat)]
 
 
@@ -217,9 +223,11 @@ def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, flo
     return row
 
 
-def _print(args: argparse.Namespace, summary: list[dict[str, object]]) -> None:
+def _print(args: argparse.Namespace, summary: list[dict[str, object]], timed: list[str]) -> None:
     print(f"{args.files} files of {args.size} B x {args.epochs} epochs, DataLoader with 2 workers; "
-          f"{', '.join(TIMED)}: {args.repeat} runs each (rotating), strace and perf {args.strace_repeat}")  # fmt: skip
+          f"{', '.join(timed)}: {args.repeat} runs each (rotating), strace and perf {args.strace_repeat}")  # fmt: skip
+    if args.other_library:
+        print(f"  io other: {args.other_library}")
     print("  config       median      min   p25-p75           overhead   paired  cpu main  workers  "
           "cpu overhead  paired")  # fmt: skip
     for row in summary:
@@ -243,11 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                         "that process start-up jitter does not swamp a few %%)")  # fmt: skip
     parser.add_argument("--data", type=Path, help="folder of the files (default: a temp folder, removed)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--other-library", type=Path, metavar="FILE",
+                        help="also time `io other`: the io level with this build of libxstack_io.so "
+                        "preloaded instead of the installed one (a copy of an earlier build), in the same "
+                        "rotation")  # fmt: skip
     args = parser.parse_args(argv)
+    timed = TIMED + ["io other"] if args.other_library else TIMED
     from xstack.collect import syscalls
 
     tracers = [t for t in ("strace", "perf") if args.strace_repeat > 0 and syscalls._reason(t) is None]
-    configs = TIMED + tracers
+    configs = timed + tracers
     runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="xstack-io-bench-") as tmp:
         data = args.data or Path(tmp) / "files"
@@ -256,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         script.write_text(WORKLOAD)
         run_once("none", script, data, Path(tmp), 1)  # warm the page cache and the imports
         per_call = per_call_ns(data, Path(tmp), args.files)
-        for config in _rounds(configs, args.repeat, args.strace_repeat):
-            runs[config].append(run_once(config, script, data, Path(tmp), args.epochs))
+        for config in _rounds(configs, args.repeat, args.strace_repeat, timed):
+            runs[config].append(run_once(config, script, data, Path(tmp), args.epochs, args.other_library))
     summary = [_summary(config, runs[config], runs["none"]) for config in configs]
-    _print(args, summary)
+    _print(args, summary, timed)
     if per_call:
         print(f"  per call (C loop, CPU): {per_call['none_ns']:.0f} ns unprofiled, {per_call['io_ns']:.0f} ns with "
               f"the io level: +{per_call['added_ns']:.0f} ns per recorded call")  # fmt: skip
