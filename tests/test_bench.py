@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,10 +87,12 @@ def test_io_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
 
     if _io_native.unavailable_reason() is not None:
         pytest.skip(f"io library unavailable: {_io_native.unavailable_reason()}")
-    out = tmp_path / "io.json"
+    out, other = tmp_path / "io.json", tmp_path / "other" / _io_native.LIBRARY_NAME
+    other.parent.mkdir()
+    shutil.copy(str(_io_native.library_path()), other)  # a second build to compare: here, a copy
     proc = subprocess.run(
         [sys.executable, str(BENCH / "io_overhead.py"), "--files", "300", "--repeat", "1", "--epochs", "1",
-         "--strace-repeat", "0", "--json", str(out)],
+         "--strace-repeat", "0", "--json", str(out), "--other-library", str(other)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -97,7 +100,7 @@ def test_io_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     summary = {row["config"]: row for row in figures["summary"]}
-    assert set(summary) == {"none", "none again", "io"}
+    assert set(summary) == {"none", "none again", "io", "io other"}
     # every file was read once by a worker: open, fstat, two lseeks, fstat, two reads and close, at least
     assert summary["io"]["records"] >= 300 * 8 and summary["io"]["processes"] >= 3
     assert all(row["median_s"] > 0 and row["main_cpu_s"] >= 0 for row in summary.values())
