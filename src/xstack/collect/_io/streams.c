@@ -122,7 +122,7 @@ static uint64_t encode_path(struct xio_rec *slots, uint64_t head, uint32_t id, c
     return head;
 }
 
-/* Slots a record starting at slot `i` spans beyond its first: a PATH slot's bytes, a WIDE slot's second. */
+/* Slots that follow the slot `r` as part of it: a PATH slot's bytes, a WIDE slot's second. */
 static uint64_t extra_slots(const struct xio_rec *r)
 {
     if (r->op == XIO_OP_PATH && !r->flags)
