@@ -12,6 +12,22 @@ from xstack.trace.store import Store
 Health = list[tuple[str, int, str]]
 
 
+def measured_region(store: Store, run_id: int) -> tuple[int, int]:
+    """[first start, last end) of run ``run_id``'s model spans: the calls a tracer keeps; everything when the
+    run has none."""
+    row = store.query(
+        "SELECT min(start_ns), max(start_ns + dur_ns) FROM _spans WHERE run_id = ? AND level = 'model'", [run_id]
+    )[0]
+    if row[0] is None:
+        return 0, 2**63 - 1
+    return int(row[0]), int(row[1])
+
+
+def last_span_id(store: Store, run_id: int) -> int:
+    """The highest span id of run ``run_id`` so far (0 for none): a tracer's spans are numbered after it."""
+    return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
+
+
 def into_last_run(store_path: Path, write: Callable[[Store, int], Health]) -> Health:
     """Open the complete store at ``store_path``, call ``write(store, run_id)`` for its last run (the one the
     traced program recorded) and add the health rows it returns, all in one transaction: the run gets all of

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_counters import file_counters, op_path, op_path_class
 from xstack.collect._recorder import Recorder
 from xstack.errors import XstackError
@@ -157,11 +158,11 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     from xstack.collect._io_records import read_trace
 
     trace = read_trace(directory)
-    lo, hi = _region(store, run_id)
+    lo, hi = measured_region(store, run_id)
     ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
     sink = Sink(store, run_id)
     try:
-        first_id = _last_span_id(store, run_id)
+        first_id = last_span_id(store, run_id)
         for i, op in enumerate(ops):
             sink.span(first_id + i + 1, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, _span_attrs(op))
         for c in file_counters(ops):
@@ -179,19 +180,6 @@ def set_io_parents(con: Any, run_id: int) -> None:
     from xstack.collect._ingest import set_parents
 
     set_parents(con, run_id, "io")
-
-
-def _region(store: Store, run_id: int) -> tuple[int, int]:
-    row = store.query(
-        "SELECT min(start_ns), max(start_ns + dur_ns) FROM _spans WHERE run_id = ? AND level = 'model'", [run_id]
-    )[0]
-    if row[0] is None:
-        return 0, 2**63 - 1
-    return int(row[0]), int(row[1])
-
-
-def _last_span_id(store: Store, run_id: int) -> int:
-    return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
 
 
 def _span_attrs(op: Any) -> dict[str, Any]:
@@ -297,7 +285,7 @@ def _write_python_opens(
 
     sink = Sink(store, run_id)
     try:
-        first_id = _last_span_id(store, run_id)
+        first_id = last_span_id(store, run_id)
         for i, (ts, tid, path, pid) in enumerate(opens):
             attrs = {A.IO_PATH: path, A.IO_MODULE: "python", A.IO_PATH_CLASS: path_class(path)}
             sink.span(first_id + i + 1, None, "io", "open", ts, 0, pid, tid, attrs)

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from xstack.collect import _perf_trace
+from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._perf_trace import PerfParser
 from xstack.collect._strace import Call, StraceParser
 from xstack.errors import UsageError
@@ -191,8 +192,8 @@ def ingest_run(
     """Write the calls of the tracer's output ``path`` that started inside run ``run_id``'s region (its model
     spans' first start to last end, ns) as ``system`` spans of the run, whose model and layer spans are already
     in the store; list ``system`` among its levels and record the tool in ``config.system``; returns health."""
-    lo, hi = _region(store, run_id)
-    first_id = _last_span_id(store, run_id)
+    lo, hi = measured_region(store, run_id)
+    first_id = last_span_id(store, run_id)
     parser: StraceParser | PerfParser = StraceParser() if name == "strace" else PerfParser(offset_ns)
     outside = kept = own = 0
     sampler = _sampler_tids(store, run_id)
@@ -259,19 +260,6 @@ def _attrs(call: Call, name: str) -> dict[str, Any]:
     if call.unfinished:
         attrs[A.SYS_UNFINISHED] = True
     return attrs
-
-
-def _region(store: Store, run_id: int) -> tuple[int, int]:
-    row = store.query(
-        "SELECT min(start_ns), max(start_ns + dur_ns) FROM _spans WHERE run_id = ? AND level = 'model'", [run_id]
-    )[0]
-    if row[0] is None:
-        return 0, 2**63 - 1
-    return int(row[0]), int(row[1])
-
-
-def _last_span_id(store: Store, run_id: int) -> int:
-    return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
 
 
 def _record(store: Store, run_id: int, name: str) -> None:
