@@ -110,3 +110,58 @@ def test_existing_store_is_kept_without_force(tmp_path: Path, capsys: pytest.Cap
     assert main(["import", str(good), "-o", str(out), "--append"]) == 0
     with Store.open(out) as store:
         assert store.run_ids() == [1, 2]
+
+
+def test_force_replaces_only_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--force`` must not destroy the input trace or any other file given as the output by mistake."""
+    trace = tmp_path / "self.json.gz"
+    trace.write_bytes(kineto_fixture("cpu_only_gloo_rank34.json.gz").read_bytes())
+    before = trace.read_bytes()
+    assert main(["import", str(trace), "-o", str(trace), "--force"]) == 1
+    assert "is not an xstack store: not replacing it" in capsys.readouterr().err
+    assert trace.read_bytes() == before
+    other = tmp_path / "other.duckdb"  # a DuckDB database of someone else's
+    import duckdb
+
+    duckdb.connect(str(other)).execute("CREATE TABLE t AS SELECT 1 AS x").close()
+    assert main(["import", str(trace), "-o", str(other), "--force"]) == 1
+    assert "a DuckDB database but not an xstack store" in capsys.readouterr().err
+    assert duckdb.connect(str(other), read_only=True).execute("SELECT x FROM t").fetchall() == [(1,)]
+
+
+def test_outputs_that_cannot_be_written_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder given as the output, or an output under a file (so its folder cannot exist): exit 1, one line
+    naming the output, no traceback, nothing half-written left beside it."""
+    trace = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    store = tmp_path / "s.duckdb"
+    assert main(["import", str(trace), "-o", str(store)]) == 0
+    capsys.readouterr()
+    folder, blocker = tmp_path / "adir", tmp_path / "afile"
+    folder.mkdir()
+    blocker.write_text("")
+    commands = {
+        "import to a folder": (["import", str(trace), "-o", str(folder), "--force"], "is a directory"),
+        "import under a file": (["import", str(trace), "-o", str(blocker / "x.duckdb")], "afile is a file"),
+        "report to a folder": (["report", str(store), "-o", str(folder)], "is a directory"),
+        "md report under a file": (
+            ["report", str(store), "--format", "md", "-o", str(blocker / "r.md")],
+            "afile is a file",
+        ),
+        "html report under a file": (["report", str(store), "-o", str(blocker / "r.html")], "afile is a file"),
+        "export to a folder": (["export", str(store), "-o", str(folder)], "is a directory"),
+        "export under a file": (["export", str(store), "-o", str(blocker / "p.json")], "afile is a file"),
+    }
+    for what, (argv, expected) in commands.items():
+        assert main(argv) == 1, what
+        err = capsys.readouterr().err
+        assert expected in err, (what, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, (what, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile", "s.duckdb"]
+    assert list(folder.iterdir()) == []
+
+
+def test_summary_top_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(tmp_path / "s.duckdb"), "--top", "-1"]) == 2
+    assert "--top: must be at least 1" in capsys.readouterr().err

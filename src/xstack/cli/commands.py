@@ -91,8 +91,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if to_stdout:
         sys.stdout.write(text)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        from xstack.outfile import partial_file
+
+        with partial_file(out) as partial:
+            partial.write_text(text, encoding="utf-8")
         console.print(f"wrote {out}", soft_wrap=True)
     return 0
 

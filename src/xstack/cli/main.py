@@ -28,6 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except XstackError as exc:
         err.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
         return 1
+    except OSError as exc:
+        if exc.filename is None:  # not about a file the user named: a bug, keep its traceback
+            raise
+        err.print(f"[red]error:[/] {exc.filename}: {exc.strerror or exc}", markup=True, soft_wrap=True)
+        return 1
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130

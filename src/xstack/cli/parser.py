@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from xstack import __version__
 from xstack.errors import UsageError
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (else a usage error, exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum} (got {value})")
+        return value
+
+    return parse
+
 
 DESCRIPTION = """\
 xstack: an across-stack profiler for machine-learning workloads.
@@ -78,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("store", type=Path, metavar="STORE")
     p.add_argument("--run", type=int, metavar="ID", help="run id (default: the last run)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
+    p.add_argument("--top", type=_at_least(1), default=10, metavar="N", help="rows per table (default 10)")
 
     p = sub.add_parser("export", help="write a store as a Perfetto (Chrome-trace JSON) timeline", formatter_class=fmt)
     p.add_argument("store", type=Path, metavar="STORE")

@@ -22,7 +22,6 @@ Python heap stays flat (about 15 MiB) whatever the number of spans; DuckDB sorts
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import orjson
 
 from xstack.errors import UsageError
 from xstack.export import _system_counters as syscounters
+from xstack.outfile import partial_file
 from xstack.trace.schema import DEVICE_LEVELS, LEVELS
 from xstack.trace.store import Store
 
@@ -146,23 +146,16 @@ def export_perfetto(store: Store, out: Path, *, run_id: int | None = None) -> Pe
     out = Path(out)
     runs = _runs(store, run_id)
     stats = PerfettoStats(runs=len(runs))
-    partial = out.with_name(out.name + ".partial")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(partial, "wb") as fh:
-            fh.write(_header(store, runs))
-            writer = _Writer(fh)
-            tracks = _Tracks(writer)
-            for run in runs:
-                moved = _host_spans(store, run, tracks, writer, stats)
-                _device_spans(store, run, tracks, writer, stats, moved)
-                _counters(store, run, tracks, writer, stats)
-            writer.flush()
-            fh.write(b"\n]}\n")
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, out)
+    with partial_file(out) as partial, open(partial, "wb") as fh:
+        fh.write(_header(store, runs))
+        writer = _Writer(fh)
+        tracks = _Tracks(writer)
+        for run in runs:
+            moved = _host_spans(store, run, tracks, writer, stats)
+            _device_spans(store, run, tracks, writer, stats, moved)
+            _counters(store, run, tracks, writer, stats)
+        writer.flush()
+        fh.write(b"\n]}\n")
     return stats
 
 

@@ -20,6 +20,7 @@ from xstack import __version__
 from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Result
 from xstack.errors import XstackError
+from xstack.outfile import cannot_write, check_output, partial_file
 from xstack.report._html_results import anchor, result_section, results_index
 from xstack.report._html_sections import health, overhead, overview, recommendations, system, system_results
 from xstack.report._html_trace import DEFAULT_TRACE_CAP_BYTES, trace_section
@@ -70,17 +71,16 @@ def write_report(
     ``out_path.partial`` and renamed into place once complete.
     """
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_output(out)
     summary = analysis.summary
-    trace = trace_section(store, summary.run_id, summary.name, out, trace_cap_bytes)
-    page = render_html(analysis, compare=compare, trace_html=trace.html)
-    partial = out.with_name(out.name + ".partial")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        trace = trace_section(store, summary.run_id, summary.name, out, trace_cap_bytes)
+    except OSError as exc:
+        raise cannot_write(out, exc) from exc
+    page = render_html(analysis, compare=compare, trace_html=trace.html)
+    with partial_file(out) as partial:
         partial.write_text(page, encoding="utf-8")
-        os.replace(partial, out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     return Written(out, out.stat().st_size, trace.mode, trace.path)
 
 

@@ -20,9 +20,9 @@ import duckdb
 import orjson
 
 from xstack.errors import StoreError
+from xstack.outfile import PARTIAL_SUFFIX, os_reason
 from xstack.trace.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
-PARTIAL_SUFFIX = ".partial"
 DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "128MB")
 """DuckDB's memory limit for a store's connection; past it, temp tables, sorts and joins spill to disk.
 
@@ -95,14 +95,20 @@ class Store:
         ``path`` is replaced only with ``overwrite`` and only once the new one is complete.
         """
         final = Path(path)
+        if final.is_dir():
+            raise StoreError(f"{final}: is a directory, not a store path (give a file name: -o DIR/name.duckdb)")
         if final.exists() and not overwrite:
             raise StoreError(f"{final}: already exists (pass --force to replace it, or choose another -o path)")
-        if final.is_dir():
-            raise StoreError(f"{final}: is a directory, not a store path")
-        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            _check_replaceable(final)
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
-        _remove_db(partial)
-        con = duckdb.connect(str(partial))
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            _remove_db(partial)
+            con = duckdb.connect(str(partial))
+        except (OSError, duckdb.Error) as exc:
+            reason = os_reason(final, exc) if isinstance(exc, OSError) else _first_line(exc)
+            raise StoreError(f"{final}: cannot write the store here ({reason})") from exc
         store = cls(partial, con, read_only=False)
         try:
             _configure(con, partial)
@@ -287,6 +293,33 @@ def _parse_bytes(text: str) -> int | None:
     number, prefix, binary = match.groups()
     base = 1024 if binary else 1000
     return int(float(number) * base ** " KMGT".index(prefix or " "))
+
+
+def _check_replaceable(path: Path) -> None:
+    """Raise ``StoreError`` unless ``path`` is an xstack store (or a store another process holds open): an
+    existing file is replaced only when it is one, so that ``--force`` never overwrites a trace, a script or
+    any other file given as the output by mistake."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read it to check that it is a store ({exc.strerror})") from exc
+    if head[8:12] != b"DUCK":
+        raise StoreError(f"{path}: exists and is not an xstack store: not replacing it (remove it, or choose "
+                         "another -o path)")  # fmt: skip
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return  # held open (locked) by another process: a DuckDB file, most likely a store being read
+    try:
+        rows = dict(con.execute("SELECT key, value FROM _meta").fetchall())
+    except duckdb.Error:
+        rows = {}
+    finally:
+        con.close()
+    if rows.get("format") != FORMAT_NAME:
+        raise StoreError(f"{path}: a DuckDB database but not an xstack store: not replacing it (remove it, or "
+                         "choose another -o path)")  # fmt: skip
 
 
 def _remove_db(path: Path, *, keep_main: bool = False) -> None:
