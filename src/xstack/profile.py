@@ -142,8 +142,8 @@ class Profile:
             for collector in reversed(collectors):
                 try:  # one collector failing to stop must not leave the others' hooks installed
                     collector.stop()
-                except Exception as exc:
-                    health.append(("collector_failed", 1, f"{collector.level}: stop: {type(exc).__name__}: {exc}"))
+                except Exception as err:
+                    health.append(("collector_failed", 1, f"{collector.level}: stop: {type(err).__name__}: {err}"))
             open_step, self._step_span = self._step_span, None
             if open_step is not None:
                 recorder.end(open_step)  # counts spans the region left open inside it
@@ -155,9 +155,9 @@ class Profile:
             for collector in collectors:
                 try:
                     health += collector.finish(store, self.run_id)
-                except Exception as exc:  # keep the live spans; say what is missing and why
-                    health.append(("collector_failed", 1, f"{collector.level}: {type(exc).__name__}: {exc}"))
-            store.add_run(self._run_info(exc_type, store, open_step is not None))
+                except Exception as err:  # keep the live spans; say what is missing and why
+                    health.append(("collector_failed", 1, f"{collector.level}: {type(err).__name__}: {err}"))
+            store.add_run(self._run_info(exc_type, exc, store, open_step is not None))
             store.add_health(self.run_id, health)
         finally:
             global _current
@@ -187,7 +187,9 @@ class Profile:
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
 
-    def _run_info(self, exc_type: type[BaseException] | None, store: Store, open_step: bool) -> RunInfo:
+    def _run_info(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store, open_step: bool
+    ) -> RunInfo:
         import importlib.metadata as md
 
         try:
@@ -209,7 +211,7 @@ class Profile:
             config=self.config
             | {
                 "status": status,
-                "error": exc_type.__name__ if exc_type else None,
+                "error": describe_failure(exc_type, exc),
                 "steps": self._completed + open_step,
                 "steps_completed": self._completed,
                 "torch": torch_version,
@@ -218,6 +220,18 @@ class Profile:
             }
             | _peaks(device, self.config),
         )
+
+
+def describe_failure(exc_type: type[BaseException] | None, exc: BaseException | None) -> str | None:
+    """What ended a profile early, for ``config.error``: the exception's type and the first line of its message
+    (``ValueError: boom``), or a failed program's own description (``reason``: ``exit code 3``)."""
+    if exc_type is None:
+        return None
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str):
+        return reason
+    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
+    return f"{exc_type.__name__}: {text}" if text else exc_type.__name__
 
 
 _current: Profile | None = None

@@ -150,17 +150,19 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
 
 
 class _ProgramFailed(Exception):
-    """Carries a failed program's exit code out of the profile (which then records ``cut_short``)."""
+    """Carries a failed program's exit code out of the profile (which then records ``cut_short``), and what
+    ended it (``reason``, recorded as ``config.error``)."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, reason: str) -> None:
         super().__init__(code)
         self.code = code
+        self.reason = reason
 
 
 def _execute(program: Program) -> int:
     try:
         if program.script is not None:
-            runpy.run_path(str(program.script), run_name="__main__")
+            runpy.run_path(str(program.script.resolve()), run_name="__main__")  # __file__ absolute, as python's
         else:
             runpy.run_module(program.module or "", run_name="__main__", alter_sys=True)
     except PassComplete:
@@ -168,15 +170,26 @@ def _execute(program: Program) -> int:
     except SystemExit as exc:
         code = _exit_code(exc.code)
         if code:
-            raise _ProgramFailed(code) from None
+            raise _ProgramFailed(code, f"exit code {code}") from None
         return 0
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
-        raise _ProgramFailed(130) from None
-    except BaseException:
-        traceback.print_exc()
-        raise _ProgramFailed(1) from None
+        raise _ProgramFailed(130, "KeyboardInterrupt") from None
+    except BaseException as exc:
+        _print_program_traceback(exc)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise _ProgramFailed(1, f"{type(exc).__name__}: {text}" if text else type(exc).__name__) from None
     return 0
+
+
+def _print_program_traceback(exc: BaseException) -> None:
+    """The traceback as ``python script.py`` prints it: the program's frames, without the runner's and
+    runpy's above them."""
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
+                              or tb.tb_frame.f_code.co_filename.startswith("<frozen ")):  # fmt: skip
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
 
 
 def _exit_code(code: object) -> int:

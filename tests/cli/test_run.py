@@ -45,11 +45,15 @@ def _write(tmp: Path) -> Path:
     return script
 
 
+def _config(store: Path) -> dict[str, object]:
+    with Store.open(store) as s:
+        return orjson.loads(s.query("SELECT config FROM runs")[0][0])
+
+
 def _status(store: Path) -> tuple[str, int]:
     with Store.open(store) as s:
-        config = orjson.loads(s.query("SELECT config FROM runs")[0][0])
         layers = s.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
-    return config["status"], layers
+    return str(_config(store)["status"]), layers
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
@@ -68,6 +72,7 @@ def test_arguments_streams_and_exit_code_pass_through(tmp_path: Path, workers: s
     assert proc.stdout == plain.stdout  # same output (and results) with and without profiling
     status, layers = _status(tmp_path / "p.duckdb")
     assert status == "cut_short" and layers == 4 * 4  # 4 batches x (Sequential + 3 children)
+    assert _config(tmp_path / "p.duckdb")["error"] == "exit code 7"
 
 
 @pytest.mark.parametrize("levels", ["model,layer", "model,layer,op"])
@@ -76,9 +81,13 @@ def test_a_crash_keeps_the_trace_and_exits_1(tmp_path: Path, levels: str) -> Non
     proc = _run(tmp_path, "run", "--levels", levels, "--", str(script), "crash", "2")
     assert proc.returncode == 1
     assert "RuntimeError: exploded" in proc.stderr
+    # the traceback python itself would print: the program's frames only, its path absolute
+    assert "runner.py" not in proc.stderr and "runpy" not in proc.stderr, proc.stderr
+    assert f'File "{script}", line 14, in <module>' in proc.stderr, proc.stderr
     store = tmp_path / "xstack-out" / "train.duckdb"
     status, layers = _status(store)
     assert status == "cut_short" and layers == 16
+    assert _config(store)["error"] == "RuntimeError: exploded"
     with Store.open(store) as s:
         ops = s.query("SELECT count(*), count(parent_id) FROM spans WHERE level = 'op'")[0]
     if "op" in levels:  # the ops of the main process, each under its layer or model span

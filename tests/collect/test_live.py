@@ -136,7 +136,7 @@ def test_a_crash_keeps_what_was_traced_and_says_so(tmp_path: Path) -> None:
     assert {"0", "1"} <= {s["name"] for s in spans if s["level"] == "layer"}
     with prof.open() as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
-    assert config["status"] == "cut_short" and config["error"] == "ValueError"
+    assert config["status"] == "cut_short" and config["error"] == "ValueError: boom"
 
 
 def test_bad_levels_are_usage_errors(tmp_path: Path) -> None:
