@@ -129,9 +129,7 @@ def test_force_replaces_only_a_store(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert duckdb.connect(str(other), read_only=True).execute("SELECT x FROM t").fetchall() == [(1,)]
 
 
-def test_outputs_that_cannot_be_written_are_one_line_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A folder given as the output, or an output under a file (so its folder cannot exist): exit 1, one line
     naming the output, no traceback, nothing half-written left beside it."""
     trace = kineto_fixture("cpu_only_gloo_rank34.json.gz")
