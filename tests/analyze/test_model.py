@@ -202,3 +202,26 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
     result = model_information(store, 1)
     assert result.column("latency") == [step[0]] and result.column("batch_size") == [None]
     assert "xstack sweep" in result.hint
+
+
+def test_a_stage_nested_in_itself_counts_once(tmp_path: Path) -> None:
+    """An annotation inside another of the same name (as some Kineto traces have) is covered by its outer span:
+    summing both would give a stage more than 100% of the wall time."""
+    from xstack.analyze.health import stage_breakdown
+
+    with Store.create(tmp_path / "s.duckdb") as store:
+        store.add_run(RunInfo(1, "nested", levels=["model"], config={"status": "complete"}))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "forward", 0, 1000, 1, 1, {})
+        sink.span(2, 1, "model", "forward", 10, 900, 1, 1, {})  # the same stage inside itself
+        sink.span(3, 2, "model", "loss", 20, 100, 1, 1, {})
+        sink.span(4, 3, "model", "forward", 30, 50, 1, 1, {})  # again, under another stage
+        sink.span(5, None, "model", "step#0", 1000, 500, 1, 1, {})
+        sink.span(6, 5, "model", "step#1", 1100, 100, 1, 1, {})  # numbered names are one stage
+        sink.close()
+    with Store.open(tmp_path / "s.duckdb") as store:
+        rows = {r[0]: r for r in stage_breakdown(store, 1).rows}
+    assert rows["forward"][2:4] == (1, 1000)
+    assert rows["loss"][2:4] == (1, 100)
+    assert rows["step"][2:4] == (1, 500)
+    assert all(r[5] <= 100 for r in rows.values())

@@ -70,15 +70,25 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     spans; numbered names such as ``step#3`` count as one stage), calls, total and mean time (ns) and share of
     the run's wall time (%).
 
-    Notes: every model span of a stage is summed; stages of different names may nest (a forward inside a
-    step), so shares need not add up to 100. Data-loader waits are the time the loop waited for its next batch."""
+    Notes: every model span of a stage is summed, except one inside another span of the same stage (an
+    annotation nested in itself), which its outer span already covers; stages of different names may nest (a
+    forward inside a step), so shares need not add up to 100. Data-loader waits are the time the loop waited
+    for its next batch."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
     rows = store.query(
-        f"""SELECT regexp_replace(name, '#[0-9]+$', '') AS stage, coalesce(attrs->>'$."{A.MODEL_KIND}"', '-'),
-                   count(*), sum(dur_ns), avg(dur_ns)
-            FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu' GROUP BY ALL ORDER BY 4 DESC""",
+        f"""WITH RECURSIVE m AS (
+                SELECT span_id, parent_id, dur_ns, regexp_replace(name, '#[0-9]+$', '') AS stage,
+                       coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') AS kind
+                FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'),
+            up(span_id, stage, above) AS (  -- each span's model ancestors, nearest first
+                SELECT span_id, stage, parent_id FROM m
+                UNION ALL SELECT up.span_id, up.stage, m.parent_id FROM up JOIN m ON m.span_id = up.above
+                    WHERE m.stage <> up.stage),
+            nested AS (SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage)
+            SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns) FROM m ANTI JOIN nested USING (span_id)
+            GROUP BY ALL ORDER BY 4 DESC""",
         [ctx.run_id],
     )
     wall = int(
