@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from xstack.analyze.pipeline import analyze
 from xstack.trace.store import Store
 
 PROGRAMS = Path(__file__).parent / "io_programs"
@@ -167,8 +168,8 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(DATALOADER)
     store = tmp_path / "train.duckdb"
-    done = _xstack("profile", "--pass", "model", "--io", "--warmup", "1", "--iters", "3", "-o", str(store), "--",
-                   "python", str(script), str(files))  # fmt: skip
+    done = _xstack("profile", "--pass", "model", "--pass", "model,layer", "--io", "--warmup", "1", "--iters", "3",
+                   "-o", str(store), "--", "python", str(script), str(files))  # fmt: skip
     assert done.returncode == 0, done.stderr
     with Store.open(store) as s:
         runs = {p: (rid, lv) for rid, p, lv in s.query("SELECT run_id, pass, levels FROM runs")}
@@ -183,8 +184,18 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
                               [io_run, f"{files}/%"])  # fmt: skip
         merged_files = s.query("SELECT count(*) FROM io_files WHERE run_id = ?", [merged])[0][0]
         merged_io = s.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [merged])[0][0]
+        # each pass ran in its own process; the merged iteration is one process and thread, the config's pid
+        threads = s.query("SELECT DISTINCT pid, tid FROM spans WHERE run_id = ? AND level IN ('model', 'layer')",
+                          [merged])  # fmt: skip
+        config_pid = orjson.loads(s.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])["pid"]
+        merged_pids = {p for (p,) in s.query("SELECT DISTINCT pid FROM io_files WHERE run_id = ?", [merged])}
+        analysis = analyze(s, merged)
     assert workers == 2 and main not in {p for (p,) in worker_pids}
     assert merged_files > 0 and merged_io > 0
+    assert len(threads) == 1 and threads[0][0] == config_pid
+    assert config_pid in merged_pids and {p for (p,) in worker_pids} <= merged_pids  # main's counters: main's pid
+    labels = [str(r[0]) for r in analysis.result("io.processes").rows]
+    assert [label for label in labels if label.startswith("main")] == [f"main (pid {config_pid})"], labels
 
 
 ATTACH = textwrap.dedent(

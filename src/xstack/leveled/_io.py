@@ -12,24 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 from xstack.collect.io import set_io_parents
+from xstack.leveled._match import main_thread
 
 MOVED = """
 INSERT INTO _spans
-SELECT ?, ? + row_number() OVER (ORDER BY s.start_ns, s.span_id), NULL, s.level, s.name, s.start_ns + ?, s.dur_ns,
-    CASE WHEN s.pid = ? AND s.tid = ? THEN ? ELSE s.pid END, CASE WHEN s.pid = ? AND s.tid = ? THEN ? ELSE s.tid END,
-    s.device, s.stream, s.correlation_id, s.attrs
-FROM _spans s WHERE s.run_id = ? AND s.level = 'io' AND s.start_ns >= ? AND s.start_ns < ?
+SELECT $run, $last + row_number() OVER (ORDER BY s.start_ns, s.span_id), NULL, s.level, s.name, s.start_ns + $shift,
+    s.dur_ns, CASE WHEN s.pid = $pid THEN $to_pid ELSE s.pid END,
+    CASE WHEN s.pid = $pid AND s.tid = $tid THEN $to_tid ELSE s.tid END, s.device, s.stream, s.correlation_id, s.attrs
+FROM _spans s WHERE s.run_id = $io_run AND s.level = 'io' AND s.start_ns >= $start AND s.start_ns < $end
 """
 
 
 def copy_io(con: Any, run_id: int, io_run: int, first_iter: int, end_iter: int) -> list[tuple[str, int, str]]:
     """Copy the io pass ``io_run`` (measured iterations ``first_iter`` to ``end_iter``) into the merged run
     ``run_id``; returns health rows."""
-    con.execute(
-        "INSERT INTO _io_files SELECT ?, pid, path, module, opens, reads, writes, seeks, bytes_read, bytes_written, "
-        "read_time_ns, write_time_ns, meta_time_ns, attrs FROM _io_files WHERE run_id = ?",
-        [run_id, io_run],
-    )
     steps = con.execute(
         "SELECT start_ns, dur_ns, pid, tid FROM _spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL "
         "AND (attrs->>'$.\"model.step\"')::BIGINT >= ? AND (attrs->>'$.\"model.step\"')::BIGINT < ? "
@@ -37,18 +33,25 @@ def copy_io(con: Any, run_id: int, io_run: int, first_iter: int, end_iter: int) 
         [io_run, first_iter, end_iter],
     ).fetchall()
     target = con.execute(
-        "SELECT min(start_ns), any_value(pid), any_value(tid) FROM _spans WHERE run_id = ? AND level = 'model' "
-        "AND parent_id IS NULL",
-        [run_id],
+        "SELECT min(start_ns) FROM _spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL", [run_id]
     ).fetchone()
+    to_pid, to_tid = main_thread(con, run_id)
+    io_pid = main_thread(con, io_run)[0]
+    # the per-file counters of the pass's main process are the merged run's main process's
+    con.execute(
+        "INSERT INTO _io_files SELECT ?, CASE WHEN pid = ? THEN ? ELSE pid END, path, module, opens, reads, writes, "
+        "seeks, bytes_read, bytes_written, read_time_ns, write_time_ns, meta_time_ns, attrs FROM _io_files "
+        "WHERE run_id = ?",
+        [run_id, io_pid, to_pid, io_run],
+    )
     if not steps or target is None or target[0] is None:
         return [("io_not_merged", 1, f"io pass (run {io_run}) has no measured iteration: its operations are in "
                  "its own run only")]  # fmt: skip
     start, dur, pid, tid = steps[len(steps) // 2]
     last_id = con.execute("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id]).fetchone()[0]
     shift = int(target[0]) - int(start)
-    con.execute(MOVED, [run_id, last_id, shift, pid, tid, target[1], pid, tid, target[2], io_run, start,
-                        start + dur])  # fmt: skip
+    con.execute(MOVED, {"run": run_id, "last": last_id, "shift": shift, "pid": pid, "tid": tid, "to_pid": to_pid,
+                        "to_tid": to_tid, "io_run": io_run, "start": start, "end": start + dur})  # fmt: skip
     set_io_parents(con, run_id)
     moved = con.execute("SELECT count(*) FROM _spans WHERE run_id = ? AND level = 'io'", [run_id]).fetchone()[0]
     return [("io_merged", int(moved), f"file operations of the io pass's median iteration (run {io_run}), moved "

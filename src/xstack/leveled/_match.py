@@ -132,3 +132,13 @@ def drop(con: duckdb.DuckDBPyConnection) -> None:
     """Remove the temporary tables."""
     for table in TEMP_TABLES:
         con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def main_thread(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int]:
+    """The process and thread of a run's iterations: those of most of its top-level model spans."""
+    row = con.execute(
+        "SELECT pid, tid FROM _spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL "
+        "GROUP BY pid, tid ORDER BY count(*) DESC, pid, tid LIMIT 1",
+        [run_id],
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)

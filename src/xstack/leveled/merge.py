@@ -92,6 +92,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
         info = _run_info(run_id, passes, overhead, len(nodes))
+        info.config["pid"] = _match.main_thread(con, run_id)[0]  # the main process, as a live run's config says
         if any(check == "metrics_joined" and count for check, count, _ in joined):  # kernels carry counters
             info.levels.append("metrics")
         for p in counters:
@@ -199,12 +200,20 @@ def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]
                  [by_key[n.parent_key].span_id if n.parent_key is not None else None for n in nodes],
                  [n.start_ns for n in nodes]])  # fmt: skip
     names = {p.run_id: p.name for p in passes}
-    con.execute("CREATE OR REPLACE TEMP TABLE _lm_pass_names AS SELECT unnest(?) AS run_id, unnest(?) AS name",
-                [list(names), list(names.values())])  # fmt: skip
+    mains = {p.run_id: _match.main_thread(con, p.run_id) for p in passes}
+    pid, tid = mains[passes[0].run_id]
+    con.execute("CREATE OR REPLACE TEMP TABLE _lm_pass_names AS SELECT unnest(?) AS run_id, unnest(?) AS name, "
+                "unnest(?) AS main_pid, unnest(?) AS main_tid",
+                [list(names), list(names.values()), [m[0] for m in mains.values()],
+                 [m[1] for m in mains.values()]])  # fmt: skip
+    # Every pass ran in a process of its own: the merged spans of each pass's main process and thread go on
+    # one process and thread, the first pass's, so that the merged iteration is one process on the timeline.
     con.execute(
         f"""INSERT INTO _spans
-            SELECT ?, l.span_id, l.parent_span_id, b.level, b.name, l.start_ns, round(s.median_ns)::BIGINT, b.pid,
-                b.tid, b.device, b.stream, b.correlation_id,
+            SELECT ?, l.span_id, l.parent_span_id, b.level, b.name, l.start_ns, round(s.median_ns)::BIGINT,
+                CASE WHEN b.pid = n.main_pid THEN {pid} ELSE b.pid END,
+                CASE WHEN b.pid = n.main_pid AND b.tid = n.main_tid THEN {tid} ELSE b.tid END,
+                b.device, b.stream, b.correlation_id,
                 json_merge_patch(coalesce(b.attrs, '{{}}'), json_merge_patch({_stats.attrs_sql("s")},
                     json_object('{A.MERGE_PASS}', n.name)))
             FROM _lm_layout l JOIN _lm_stats s USING (key)
