@@ -103,6 +103,8 @@ def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
     done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--", "python", "train.py", "unmarked", "s.txt")
     assert done.returncode == 1
     assert "passes not merged" in done.stderr and "xstack.step()" in done.stderr
+    assert ".partial" not in done.stderr and "profile written" not in done.stderr, done.stderr
+    assert f"passes' own runs written to {tmp_path / 'p.duckdb'}, without a merged run" in done.stderr
     assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model"]
     with Store.open(tmp_path / "p.duckdb") as s:  # the failed merge left nothing behind
         assert s.query("SELECT DISTINCT run_id FROM spans") == [(1,)]

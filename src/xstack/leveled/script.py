@@ -71,7 +71,10 @@ def profile_program(
         merged = _gather(store_path, [s for s in stores if s.exists()])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"xstack: profile written to {store_path}", file=sys.stderr)
+    if merged:
+        print(f"xstack: profile written to {store_path}", file=sys.stderr)
+    else:
+        print(f"xstack: the passes' own runs written to {store_path}, without a merged run", file=sys.stderr)
     return code or (0 if merged else 1)
 
 
@@ -135,7 +138,8 @@ def _gather(store_path: Path, stores: list[Path]) -> bool:
         try:
             merge_passes(store)
         except UsageError as exc:  # keep the passes: they are what there is to look at
-            print(f"xstack: error: passes not merged: {exc}", file=sys.stderr)
+            why = str(exc).replace(str(store.path), str(store_path))  # the store is named as it will be, not .partial
+            print(f"xstack: error: passes not merged: {why}", file=sys.stderr)
             return False
         except Exception as exc:  # the merge is one transaction: the passes stay, whole, whatever failed
             print(f"xstack: error: passes not merged: {type(exc).__name__}: {exc}", file=sys.stderr)
