@@ -26,7 +26,7 @@ from xstack.collect.syscalls import run_traced
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
-from xstack.profile import PassComplete, Profile, parse_levels
+from xstack.profile import PassComplete, Profile, describe_failure, parse_levels
 
 
 @dataclass
@@ -177,8 +177,7 @@ def _execute(program: Program) -> int:
         raise _ProgramFailed(130, "KeyboardInterrupt") from None
     except BaseException as exc:
         _print_program_traceback(exc)
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise _ProgramFailed(1, f"{type(exc).__name__}: {text}" if text else type(exc).__name__) from None
+        raise _ProgramFailed(1, describe_failure(type(exc), exc) or "") from None
     return 0
 
 

@@ -81,7 +81,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
             )
         run_id = store.next_run_id()
         nodes, unplaced = _place(con, steps[passes[0].run_id][2])
-        _insert(con, run_id, nodes, passes)
+        main_pid = _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
@@ -92,7 +92,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
         info = _run_info(run_id, passes, overhead, len(nodes))
-        info.config["pid"] = _match.main_thread(con, run_id)[0]  # the main process, as a live run's config says
+        info.config["pid"] = main_pid  # the main process, as a live run's config says
         if any(check == "metrics_joined" and count for check, count, _ in joined):  # kernels carry counters
             info.levels.append("metrics")
         for p in counters:
@@ -192,7 +192,8 @@ def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
     return _layout.layout(nodes, root_start_ns)
 
 
-def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]) -> None:
+def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]) -> int:
+    """Insert the merged spans; returns the pid of the merged run's main process."""
     by_key = {n.key: n for n in nodes}
     con.execute("CREATE OR REPLACE TEMP TABLE _lm_layout AS SELECT unnest(?) AS key, unnest(?) AS span_id, "
                 "unnest(?) AS parent_span_id, unnest(?) AS start_ns",
@@ -223,6 +224,7 @@ def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]
     )
     con.execute("DROP TABLE _lm_layout")
     con.execute("DROP TABLE _lm_pass_names")
+    return pid
 
 
 def _children_longer_than_parent(nodes: list[_layout.Node]) -> tuple[str, int, str]:

@@ -131,11 +131,8 @@ class Store:
         store.path = final
 
     def _check_header(self) -> None:
-        try:
-            rows = dict(self.con.execute("SELECT key, value FROM _meta").fetchall())
-        except duckdb.Error as exc:
-            raise StoreError(f"{self.path}: a DuckDB database, but not an xstack trace store") from exc
-        if rows.get("format") != FORMAT_NAME:
+        rows = _meta(self.con)
+        if rows is None:
             raise StoreError(f"{self.path}: a DuckDB database, but not an xstack trace store")
         version = int(rows.get("schema_version", "0"))
         if version > SCHEMA_VERSION:
@@ -295,6 +292,15 @@ def _parse_bytes(text: str) -> int | None:
     return int(float(number) * base ** " KMGT".index(prefix or " "))
 
 
+def _meta(con: duckdb.DuckDBPyConnection) -> dict[str, str] | None:
+    """The ``_meta`` keys of an xstack store, or None when the database is not one."""
+    try:
+        rows = dict(con.execute("SELECT key, value FROM _meta").fetchall())
+    except duckdb.Error:
+        return None
+    return rows if rows.get("format") == FORMAT_NAME else None
+
+
 def _check_replaceable(path: Path) -> None:
     """Raise ``StoreError`` unless ``path`` is an xstack store (or a store another process holds open): an
     existing file is replaced only when it is one, so that ``--force`` never overwrites a trace, a script or
@@ -312,12 +318,10 @@ def _check_replaceable(path: Path) -> None:
     except duckdb.Error:
         return  # held open (locked) by another process: a DuckDB file, most likely a store being read
     try:
-        rows = dict(con.execute("SELECT key, value FROM _meta").fetchall())
-    except duckdb.Error:
-        rows = {}
+        rows = _meta(con)
     finally:
         con.close()
-    if rows.get("format") != FORMAT_NAME:
+    if rows is None:
         raise StoreError(f"{path}: a DuckDB database but not an xstack store: not replacing it (remove it, or "
                          "choose another -o path)")  # fmt: skip
 
