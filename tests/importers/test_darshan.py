@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, ROOT
+from xstack.analyze.summary import summarize
 from xstack.errors import BadInputError, UsageError
 from xstack.importers.api import import_files
 from xstack.importers.darshan import import_darshan, log_health
@@ -204,6 +205,20 @@ def test_job_metadata_and_modules_not_imported(store: Store) -> None:
     )
 
 
+@pytest.mark.parametrize("path", LOGS, ids=[p.stem for p in LOGS])
+def test_host_wall_time_is_the_jobs_run_time_without_dxt(store: Store, path: Path) -> None:
+    run = run_of(store, path.stem)
+    rep = report(path)
+    summary = summarize(store, run)
+    segments = sum(len(r["read_segments"]) + len(r["write_segments"]) for r in rep.records.get("DXT_POSIX", []))
+    if segments:  # DXT timed each operation: the wall time spans them, as for any traced run
+        first, last = store.query("SELECT min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = ?", [run])[0]
+        assert (summary.wall_ns, summary.wall_source) == (last - first, None)
+    else:
+        assert summary.wall_ns == round(rep.metadata["job"]["run_time"] * 1e9) > 0
+        assert summary.wall_source == "the Darshan log's job run time"
+
+
 def test_not_a_log_fails_and_leaves_no_store(tmp_path: Path) -> None:
     bad = tmp_path / "notes.darshan"
     bad.write_text("not a darshan log\n")
@@ -243,6 +258,13 @@ def test_cli_import_then_summary(tmp_path: Path) -> None:
     summary = subprocess.run([*cmd, "summary", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert summary.returncode == 0, summary.stderr
     assert "nonmpi_dxt_anonymized" in summary.stdout
+    out = tmp_path / "stdio.duckdb"
+    imported = subprocess.run(
+        [*cmd, "import", str(log_path("stdio_no_posix")), "-o", str(out)], capture_output=True, cwd=ROOT
+    )
+    assert imported.returncode == 0, imported.stderr
+    summary = subprocess.run([*cmd, "summary", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert "host wall time   1 s (the Darshan log's job run time)" in summary.stdout
 
 
 def test_health_of_partial_modules_and_dxt_gaps() -> None:

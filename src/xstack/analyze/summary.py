@@ -2,7 +2,8 @@
 
 Notes: times are summed per name over every call in the run. Layer and op times are inclusive (a call's
 nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
-run's host wall time (first start to last end of its host spans); of kernels, of all kernel time. Without a
+run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which
+gives no spans, the job's run time from the log's header); of kernels, of all kernel time. Without a
 run id, a store's last merged run is summarised (a leveled measurement's result: one iteration, each span's
 median from the pass that times its level), or else its last run. For a merged run the summary adds the
 passes and what each level added to the step latency of the levels above it (``config.overhead``).
@@ -73,6 +74,8 @@ class RunSummary:
     ``files``, ``processes`` (pipes and sockets left out)."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
+    wall_source: str | None = None
+    """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time)."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -86,10 +89,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     counts = dict(
         store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id])
     )
-    wall = store.query(
-        "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
-        [run_id],
-    )[0][0]
+    wall, wall_source = _wall(store, run_id, config)
     summary = RunSummary(
         run_id=run_id,
         name=row[1],
@@ -100,7 +100,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         pass_name=row[6],
         source=(config.get("source") or {}).get("path") or row[8],
         status=config.get("status"),
-        wall_ns=int(wall or 0),
+        wall_ns=wall,
+        wall_source=wall_source,
         span_counts={k: int(v) for k, v in counts.items()},
         counter_samples=int(store.query("SELECT count(*) FROM counters WHERE run_id = ?", [run_id])[0][0]),
         devices=[d for d in config.get("devices") or [] if isinstance(d, dict)],
@@ -131,6 +132,22 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         )
     ]
     return summary
+
+
+def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int, str | None]:
+    """The run's host wall time (ns): the extent of its host spans, else the job run time of an imported Darshan
+    log (``darshan_log_get_job_runtime``, as PyDarshan reports it), with where it came from (None: the spans)."""
+    extent = store.query(
+        "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
+        [run_id],
+    )[0][0]
+    if extent:
+        return int(extent), None
+    job = config.get("darshan")
+    run_time = job.get("run_time_s") if isinstance(job, dict) else None
+    if isinstance(run_time, (int, float)) and run_time > 0:
+        return round(run_time * 1e9), "the Darshan log's job run time"
+    return 0, None
 
 
 def _system(store: Store, run_id: int) -> dict[str, Any] | None:

@@ -57,7 +57,7 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
     if s.status:
         t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
-    t.add_row("host wall time", format_ns(s.wall_ns))
+    t.add_row("host wall time", format_ns(s.wall_ns) + (f" ({s.wall_source})" if s.wall_source else ""))
     for d in s.devices:
         mem = d.get("totalGlobalMem")
         extra = f", {mem / 2**30:.0f} GiB" if isinstance(mem, int) else ""
