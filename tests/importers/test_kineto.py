@@ -166,6 +166,21 @@ def test_cupti_counter_ranges_become_metrics_with_flops(import_store: Any) -> No
     assert health["metrics_without_kernel"] == 77
 
 
+def test_a_kernel_without_a_name_is_called_unnamed_and_counted(import_store: Any) -> None:
+    path = kineto_fixture("a100_alexnet_cupti_counters.json.gz")
+    ranges = [e for e in ref.load(path)["traceEvents"] if e.get("cat") == "cuda_profiler_range"]
+    position = next(i for i, e in enumerate(sorted(ranges, key=lambda e: e["ts"])) if e["name"] == "__missing__")
+    missing = next(e for e in ranges if e["name"] == "__missing__")
+    store = import_store(path)
+    assert store.query("SELECT count(*) FROM spans WHERE name = '__missing__'") == [(0,)]
+    assert store.query("SELECT start_ns, level FROM spans WHERE name = '(unnamed kernel)'") == [
+        (ref.ns(missing["ts"]), "metrics")
+    ]
+    count, detail = store.query("SELECT count, detail FROM health WHERE \"check\" = 'unnamed_kernels'")[0]
+    assert count == 1
+    assert detail.endswith(f"counter range {position + 1} of {len(ranges)} on cuda:0")
+
+
 def test_runs_hold_devices_distributed_info_and_metadata(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
     name, device, levels, pass_name, config, started = store.query(

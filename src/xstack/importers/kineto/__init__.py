@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from xstack.errors import BadInputError
-from xstack.importers.kineto import _sql
+from xstack.importers.kineto import _mapping, _sql
 from xstack.importers.kineto._reader import ChunkRejected, TraceReader
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import RunInfo, Store
@@ -185,10 +185,30 @@ def _check_is_trace(con: duckdb.DuckDBPyConnection, path: Path, reader: TraceRea
 
 def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int, str]]:
     rows = [(check, _scalar(con, sql), detail) for check, sql, detail in _sql.health_queries(run_id)]
+    rows.append(_unnamed_kernels(con, run_id))
     skipped = con.execute(_sql.SKIPPED).fetchall()
     for ph, cat, count in skipped:
         rows.append(("skipped_events", int(count), f"ph={ph} cat={cat}: not a span, counter or flow xstack maps"))
     return rows
+
+
+_UNNAMED_SHOWN = 5
+
+
+def _unnamed_kernels(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, int, str]:
+    """The health row of kernels recorded without a name, saying where each of the first few was launched."""
+    found = con.execute(_sql.UNNAMED_KERNELS, {"run": run_id}).fetchall()
+    where = [
+        f"counter range {n:,} of {total:,} on {device}" if level == "metrics" else
+        f"kernel {n:,} of {total:,} on {device} (correlation id {corr})"
+        for level, device, corr, n, total in found[:_UNNAMED_SHOWN]
+    ]  # fmt: skip
+    more = f"; {len(found) - _UNNAMED_SHOWN:,} more" if len(found) > _UNNAMED_SHOWN else ""
+    detail = (
+        f"kernels the profiler recorded without a name (CUPTI gave their launch no symbol; Kineto writes "
+        f"{_mapping.MISSING_NAME}), shown as {_mapping.UNNAMED_KERNEL}: " + "; ".join(where) + more
+    )
+    return "unnamed_kernels", len(found), detail
 
 
 def _run_info(con: duckdb.DuckDBPyConnection, run_id: int, name: str, path: Path, meta: dict[str, Any]) -> RunInfo:

@@ -39,6 +39,11 @@ GPU_CATEGORIES: Final = (
 
 MODULE_PREFIX: Final = "nn.Module: "
 
+MISSING_NAME: Final = "__missing__"
+"""The name Kineto gives a kernel whose launch CUPTI reported without a symbol."""
+UNNAMED_KERNEL: Final = "(unnamed kernel)"
+"""What such a kernel is called in the store: a placeholder no real kernel has, never a name to look up."""
+
 FLOW_CATEGORIES: Final = ("ac2g", "async_cpu_to_gpu", "fwdbwd")
 
 ABSURD_DURATION_NS: Final = 24 * 3600 * 10**9

@@ -139,7 +139,9 @@ WITH lv AS (
 )
 SELECT
     level, cat, on_gpu,
-    CASE WHEN level = 'layer' THEN substr(name, {len(M.MODULE_PREFIX) + 1}) ELSE name END AS name,
+    CASE WHEN level = 'layer' THEN substr(name, {len(M.MODULE_PREFIX) + 1})
+         WHEN level IN ('kernel', 'metrics') AND name = {_q(M.MISSING_NAME)} THEN {_q(M.UNNAMED_KERNEL)}
+         ELSE name END AS name,
     start_ns, dur_ns,
     CASE WHEN on_gpu THEN NULL ELSE TRY_CAST(pid AS BIGINT) END AS pid,
     CASE WHEN on_gpu THEN NULL ELSE TRY_CAST(tid AS BIGINT) END AS tid,
@@ -337,6 +339,20 @@ def health_queries(run_id: int) -> list[tuple[str, str, str]]:
             "runtime calls sharing a correlation id (device activity attributed to the first)",
         ),
     ]
+
+
+UNNAMED_KERNELS = f"""
+WITH k AS (
+    SELECT name, level, device, correlation_id,
+        row_number() OVER (PARTITION BY level, device ORDER BY start_ns, span_id) AS n,
+        count(*) OVER (PARTITION BY level, device) AS total
+    FROM _spans WHERE run_id = $run AND level IN ('kernel', 'metrics')
+)
+SELECT level, device, correlation_id, n, total FROM k WHERE name = {_q(M.UNNAMED_KERNEL)}
+ORDER BY level, device, n
+"""
+"""Where each unnamed kernel is: its level, device, correlation id and position among its device's kernels (or
+counter ranges, which the range profiler lays out in launch order)."""
 
 
 SKIPPED = f"""
