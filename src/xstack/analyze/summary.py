@@ -59,6 +59,7 @@ class RunSummary:
     span_counts: dict[str, int]
     counter_samples: int
     devices: list[dict[str, Any]]
+    """The GPUs the run used (kernels, copies, sets or counter ranges on them), as its trace describes them."""
     distributed: dict[str, Any] | None
     top: dict[str, list[TopRow]] = field(default_factory=dict)
     health: list[tuple[str, int, str]] = field(default_factory=list)
@@ -76,6 +77,10 @@ class RunSummary:
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
     wall_source: str | None = None
     """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time)."""
+    devices_unused: int = 0
+    """GPUs the trace lists on the host that ran nothing of this run."""
+    gpu_runtime: str | None = None
+    """``cuda`` or ``hip`` (AMD ROCm) for an imported trace, where known."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -90,6 +95,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id])
     )
     wall, wall_source = _wall(store, run_id, config)
+    devices, unused = _devices(store, run_id, config)
     summary = RunSummary(
         run_id=run_id,
         name=row[1],
@@ -104,7 +110,9 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         wall_source=wall_source,
         span_counts={k: int(v) for k, v in counts.items()},
         counter_samples=int(store.query("SELECT count(*) FROM counters WHERE run_id = ?", [run_id])[0][0]),
-        devices=[d for d in config.get("devices") or [] if isinstance(d, dict)],
+        devices=devices,
+        devices_unused=unused,
+        gpu_runtime=config.get("gpu_runtime"),
         distributed=config.get("distributed"),
         overhead=[o for o in config.get("overhead") or [] if isinstance(o, dict)],
     )
@@ -148,6 +156,25 @@ def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int, str |
     if isinstance(run_time, (int, float)) and run_time > 0:
         return round(run_time * 1e9), "the Darshan log's job run time"
     return 0, None
+
+
+_ACTIVE_LEVELS = ("kernel", "memcpy", "memset", "metrics")
+
+
+def _devices(store: Store, run_id: int, config: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The devices of ``config.devices`` (a trace lists every GPU of its host) that carry the run's kernels,
+    copies, sets or counter ranges, and how many others it lists."""
+    listed = [d for d in config.get("devices") or [] if isinstance(d, dict)]
+    active = {
+        str(r[0])
+        for r in store.query(
+            f"SELECT DISTINCT device FROM spans WHERE run_id = ? AND level IN {in_list(_ACTIVE_LEVELS)} "
+            "AND device <> 'cpu'",
+            [run_id],
+        )
+    }
+    used = [d for i, d in enumerate(listed) if f"cuda:{d.get('id', i)}" in active]
+    return used, len(listed) - len(used)
 
 
 def _system(store: Store, run_id: int) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
-from xstack.report.terminal import system_line
+from xstack.report.terminal import devices_line, system_line
 
 HEADLINE_RESULTS = (
     "A1",
@@ -58,8 +58,7 @@ def _cards(analysis: Analysis) -> str:
     if s.overhead and s.overhead[0].get("step_median_ns") is not None:
         first = s.overhead[0]
         cards.append((f"step latency ({first.get('pass')} pass median)", format_ns(first["step_median_ns"])))
-    devices = ", ".join(str(d.get("name") or d.get("id") or "?") for d in s.devices) or (s.device or "cpu")
-    cards.append(("devices", devices))
+    cards.append(("devices", devices_line(s)))
     cards.append(("levels", ", ".join(s.levels) or ", ".join(s.span_counts) or "-"))
     cards.append(("spans", f"{sum(s.span_counts.values()):,}"))
     kernel_rows = s.top.get("kernel") or []

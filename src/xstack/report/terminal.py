@@ -59,20 +59,13 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
     t.add_row("host wall time", format_ns(s.wall_ns) + (f" ({s.wall_source})" if s.wall_source else ""))
     for d in s.devices:
-        mem = d.get("totalGlobalMem")
-        extra = f", {mem / 2**30:.0f} GiB" if isinstance(mem, int) else ""
-        sms = f", {d['numSms']} SMs" if "numSms" in d else ""
-        cc = f", cc {d.get('computeMajor')}.{d.get('computeMinor')}" if "computeMajor" in d else ""
-        t.add_row(f"device {d.get('id', '?')}", f"{d.get('name', '?')}{extra}{sms}{cc}")
-    if not s.devices:
+        t.add_row(f"device {d.get('id', '?')}", device_line(d, s.gpu_runtime))
+    if s.devices_unused:
+        t.add_row("other devices" if s.devices else "devices", unused_devices_line(s))
+    elif not s.devices:
         t.add_row("devices", s.device or "cpu")
-    if s.distributed:
-        dist = s.distributed
-        t.add_row(
-            "distributed",
-            f"rank {dist.get('rank', '?')} of {dist.get('world_size', '?')}"
-            + (f", {dist['backend']}" if dist.get("backend") else ""),
-        )
+    if s.distributed and (rank := distributed_line(s.distributed)):
+        t.add_row("distributed", rank)
     t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
     if s.io:
         t.add_row("file I/O", io_line(s.io))
@@ -80,6 +73,62 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("system", system_line(s.system))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def device_line(d: dict[str, Any], gpu_runtime: str | None = None) -> str:
+    """One GPU as its trace describes it: "NVIDIA A100, 40 GiB, 108 SMs, cc 8.0"; an AMD GPU has compute units
+    and its gfx architecture where the trace names it (compute capability is NVIDIA's)."""
+    mem = d.get("totalGlobalMem")
+    parts = [str(d.get("name", "?"))] + ([f"{mem / 2**30:.0f} GiB"] if isinstance(mem, int) else [])
+    if is_amd(d, gpu_runtime):
+        parts += [f"{d['numSms']} CUs"] if "numSms" in d else []
+        arch = str(d.get("gcnArchName") or "").split(":")[0]
+        parts += [arch] if arch else []
+    else:
+        parts += [f"{d['numSms']} SMs"] if "numSms" in d else []
+        parts += [f"cc {d['computeMajor']}.{d.get('computeMinor', 0)}"] if "computeMajor" in d else []
+    return ", ".join(parts)
+
+
+def is_amd(d: dict[str, Any], gpu_runtime: str | None = None) -> bool:
+    """Whether a trace's device is an AMD GPU: a HIP trace, an AMD name, or properties only ROCm reports."""
+    name = str(d.get("name") or "")
+    return (
+        gpu_runtime == "hip"
+        or name.startswith("AMD")
+        or "gcnArchName" in d
+        or "maxSharedMemoryPerMultiProcessor" in d  # Kineto writes it under ROCm only
+    )
+
+
+def unused_devices_line(s: RunSummary) -> str:
+    """The GPUs the trace lists that ran nothing of the run, as a count."""
+    n = s.devices_unused
+    gpus = "GPUs" if n > 1 else "GPU"
+    if s.devices:
+        return f"{n} more {gpus} on the host, not used by this run"
+    return f"none used by this run ({n} {gpus} on the host)"
+
+
+def devices_line(s: RunSummary) -> str:
+    """The devices on one line: the GPUs the run used by name, and a count of the others on the host."""
+    used = ", ".join(str(d.get("name") or d.get("id") or "?") for d in s.devices)
+    if s.devices_unused:
+        return f"{used} (+{unused_devices_line(s)})" if used else unused_devices_line(s)
+    return used or s.device or "cpu"
+
+
+def distributed_line(dist: dict[str, Any]) -> str | None:
+    """A process's place in a distributed job: "rank 3 of 8, nccl"; "rank 0" when the world size is unknown;
+    None for a job of one process or when the trace gives no rank."""
+    rank, world = dist.get("rank"), dist.get("world_size")
+    if rank is None or world == 1:
+        return None
+    return (
+        f"rank {rank}"
+        + (f" of {world}" if world is not None else "")
+        + (f", {dist['backend']}" if dist.get("backend") else "")
+    )
 
 
 def system_line(system: dict[str, Any]) -> str:
