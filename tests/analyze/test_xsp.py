@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import kineto_fixture
+from tests.importers import kineto_reference as ref
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.result import Result
+from xstack.importers.kineto import import_kineto
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
 
 BERT = "h100_bert_small_infer_full.json.gz"
+CUPTI = "a100_alexnet_cupti_counters.json.gz"
 
 
 def _events(name: str) -> list[dict[str, Any]]:
@@ -198,3 +201,62 @@ def test_results_convert_to_dataframes_records_json_and_csv(import_store: Any) -
     assert json.loads(json.dumps(a10.to_dict()))["columns"][2] == {"name": "total", "unit": "ns", "help": ""}
     header, *lines = a10.to_csv().splitlines()
     assert header.startswith("kernel,calls [count],total [ns]") and len(lines) >= len(a10.rows)
+
+
+def test_kernels_with_counters_only_say_which_inputs_are_missing(import_store: Any) -> None:
+    # the CUPTI range profiler asked for FLOP counters only: no durations (Kineto spreads the ranges evenly over
+    # the session, 121 ms each here), no DRAM bytes, and an imported trace has no device peaks
+    store = import_store(kineto_fixture(CUPTI))
+    a8 = _one(store, "A8")
+    assert len(a8.rows) == 77 and a8.column("latency") == [None] * 77 and a8.column("FLOP/s") == [None] * 77
+    assert all(f is not None for f in a8.column("FLOPs")) and a8.column("AI") == [None] * 77
+    labels = " | ".join(a8.labels)
+    assert "latency and FLOP/s unknown: no kernel durations; collect gpu__time_duration.sum" in labels
+    assert "AI and bound unknown: no DRAM bytes; collect dram__bytes_read.sum and dram__bytes_write.sum" in labels
+    assert "bound unknown: no device peaks; measure them on the machine that recorded the trace" in labels
+    assert "xstack calibrate --apply peaks.json" in labels
+    a9 = _one(store, "A9")
+    assert a9.missing == ["DRAM bytes"] and not a9.rows
+    assert "dram__bytes_read.sum" in a9.hint and "profiler_metrics" in a9.hint
+    a10 = _one(store, "A10")
+    assert a10.column("total") == [None] * len(a10.rows) and a10.facts["kernel_time_ns"] is None
+    assert sum(a10.column("calls")) == 77
+    (a15,) = _one(store, "A15").rows
+    assert a15[3] is None and a15[5] is None  # kernel time and DRAM bytes unknown, not 0
+
+
+def test_a_kernel_trace_without_counters_or_shapes_says_the_roofline_lacks_flops_and_bytes(import_store: Any) -> None:
+    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))  # kernels, no counters, no op shapes
+    a9 = _one(store, "A9")
+    assert a9.missing == ["FLOPs", "DRAM bytes"] and not a9.rows
+    assert "sm__sass_thread_inst_executed_op_" in a9.hint and "record_shapes=True" in a9.hint
+    a8 = _one(store, "A8")
+    assert a8.rows and all(latency for latency in a8.column("latency"))  # kernel spans keep their own times
+    assert any(label.startswith("AI and FLOP/s unknown: no FLOPs;") for label in a8.labels)
+
+
+def test_range_profiler_durations_and_bytes_place_kernels_on_the_roofline(tmp_path: Path) -> None:
+    # the same trace as if the range profiler had also been asked for gpu__time_duration.sum and DRAM bytes
+    data = ref.load(kineto_fixture(CUPTI))
+    ranges = [e for e in data["traceEvents"] if e.get("cat") == "cuda_profiler_range"]
+    for i, e in enumerate(ranges):
+        e["args"] |= {
+            "gpu__time_duration.sum": 1000 + i,
+            "dram__bytes_read.sum": 4096 * (i + 1),
+            "dram__bytes_write.sum": 1024.0,
+            "sm__warps_active.avg.pct_of_peak_sustained_active": 50.5,
+        }
+    trace = tmp_path / "counters.json"
+    trace.write_text(json.dumps(data))
+    with Store.create(tmp_path / "s.duckdb") as store:
+        import_kineto(store, trace)
+    with Store.open(tmp_path / "s.duckdb") as store:
+        a8 = _one(store, "A8")
+        by_start = sorted(ranges, key=lambda e: e["ts"])
+        assert a8.column("latency") == [e["args"]["gpu__time_duration.sum"] for e in by_start]
+        assert a8.column("DRAM read") == [e["args"]["dram__bytes_read.sum"] for e in by_start]
+        assert a8.column("occupancy") == [50.5] * 77
+        assert not any("unknown: no" in label for label in a8.labels if not label.startswith("bound"))
+        a9 = _one(store, "A9")
+        assert not a9.missing and len(a9.rows) == sum(1 for f in a8.column("FLOPs") if f is not None)
+        assert a9.rows[0][1] == max(e["args"]["gpu__time_duration.sum"] for e in ranges)

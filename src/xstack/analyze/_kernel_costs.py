@@ -85,12 +85,17 @@ def op_costs(ctx: RunContext) -> str:
 
 def kernel_costs(ctx: RunContext) -> str:
     """Temp table of kernels: ``(span_id, name, start_ns, dur_ns, device, layer_id, flops, dram_read, dram_write,
-    occupancy, cost_source, occupancy_source, precision)``; the cost columns NULL where unknown."""
+    occupancy, cost_source, occupancy_source, precision)``; the cost columns NULL where unknown. Without kernel
+    spans the rows are the run's counter ranges (``metrics`` spans), timed by ``metrics.duration_ns`` (NULL
+    where the counters did not measure it)."""
     name = f"_ax_kcost_{ctx.run_id}"
     if name in ctx._tables:
         return name
     owners, ops = ctx.owners(), op_costs(ctx)
     level = "kernel" if "kernel" in ctx.levels else "metrics"
+    # a counter range is timed by the duration its profiler measured, where it has one (Kineto lays the CUPTI
+    # range profiler's ranges out evenly over the session: their span times are not the kernels')
+    dur = "s.dur_ns" if level == "kernel" else f"({_num(A.METRICS_DURATION_NS)})::BIGINT"
     hw_flops = " + ".join(f"coalesce({_num(k)}, 0)" for k in HARDWARE_FLOPS)
     has_hw = " OR ".join(
         f"json_exists(s.attrs, '$.\"{k}\"')" for k in (A.METRICS_FLOPS_FP32, A.METRICS_DRAM_BYTES_READ)
@@ -98,12 +103,12 @@ def kernel_costs(ctx: RunContext) -> str:
     ctx.store.con.execute(
         f"""CREATE OR REPLACE TEMP TABLE {name} AS
         WITH k AS (
-            SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.device, o.layer_id, o.cost_op_id,
+            SELECT s.span_id, s.name, s.start_ns, {dur} AS dur_ns, s.device, o.layer_id, o.cost_op_id,
                    CASE WHEN {has_hw} THEN {hw_flops} END AS hw_flops,
                    {_num(A.METRICS_DRAM_BYTES_READ)} AS hw_read, {_num(A.METRICS_DRAM_BYTES_WRITE)} AS hw_write,
                    {_num(A.METRICS_ACHIEVED_OCCUPANCY_PCT)} AS hw_occ,
                    nullif({_num(A.KERNEL_EST_OCCUPANCY_PCT)}, 0) AS est_occ,
-                   s.dur_ns / nullif(sum(s.dur_ns) OVER (PARTITION BY o.cost_op_id), 0) AS share
+                   {dur} / nullif(sum({dur}) OVER (PARTITION BY o.cost_op_id), 0) AS share
             FROM spans s LEFT JOIN {owners} o ON o.span_id = s.span_id
             WHERE s.run_id = $run AND s.level = '{level}'
         )
@@ -122,6 +127,26 @@ def kernel_costs(ctx: RunContext) -> str:
     )
     ctx._tables[name] = name
     return name
+
+
+GAP_EFFECTS = {
+    "kernel durations": "latency and FLOP/s unknown",
+    "FLOPs": "AI and FLOP/s unknown",
+    "DRAM bytes": "AI and bound unknown",
+}
+"""Inputs a kernel table can lack altogether, and the columns each leaves empty (``context.HINTS`` says how to
+get each)."""
+
+
+def cost_gaps(ctx: RunContext, table: str) -> list[str]:
+    """What none of the kernels of ``table`` has (``kernel durations``, ``FLOPs``, ``DRAM bytes``): the inputs
+    whose absence leaves columns empty, named so that a result can say how to get them."""
+    n, timed, flops, nbytes = ctx.store.query(
+        f"SELECT count(*), count(dur_ns), count(flops), count(dram_read + dram_write) FROM {table}"
+    )[0]
+    if not n:
+        return []
+    return [gap for gap, have in zip(GAP_EFFECTS, (timed, flops, nbytes), strict=True) if not have]
 
 
 @dataclass(frozen=True)

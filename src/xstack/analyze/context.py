@@ -30,7 +30,15 @@ HINTS = {
     "io": "profile with the io level (--levels model,io), or import a Darshan log",
     "metrics": "run with the metrics level (Nsight Compute counters per kernel)",
     "memory": "profile on CUDA (layer memory is recorded there), or import a trace taken with profile_memory=True",
-    "device peaks": "run xstack calibrate, or profile with the metrics level on the device, to know its peaks",
+    "device peaks": "run xstack calibrate --store STORE on the machine that ran it; a profile taken there after "
+    "a calibration records them itself",
+    "FLOPs": "record hardware counters: the metrics level (Nsight Compute), or ncu --metrics with "
+    "sm__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum; for an op trace, record_shapes=True "
+    "gives analytic counts of common ops",
+    "DRAM bytes": "collect dram__bytes_read.sum and dram__bytes_write.sum: the metrics level does; with ncu add "
+    "them to --metrics, with the PyTorch profiler's CUPTI range profiler to its profiler_metrics",
+    "kernel durations": "collect gpu__time_duration.sum with the counters, as the CUPTI range profiler does not "
+    "time its ranges, or profile with the kernel level",
     "batch sizes": "profile at several batch sizes: xstack sweep --batch-sizes 1,2,4,8 -- python script.py",
 }
 """How to get each level or input an analysis may need (shown when it is missing)."""
@@ -71,8 +79,18 @@ class RunContext:
 
     def lacking(self, id: str, title: str, *missing: str, notes: str = "") -> Result:
         """A result saying that ``missing`` (levels or inputs such as ``memory``) are absent, and how to get them."""
-        hint = " ".join(f"{m}: {HINTS.get(m, 'record it')}." for m in missing)
+        hint = " ".join(f"{m}: {self.hint(m)}." for m in missing)
         return missing_result(id, title, self.run_id, list(missing), hint, notes)
+
+    def hint(self, missing: str) -> str:
+        """How to get one missing level or input for this run (``HINTS``; device peaks of an imported trace are
+        those of the machine that recorded it, measured there)."""
+        if missing == "device peaks" and self.pass_name == "import":
+            return (
+                "measure them on the machine that recorded the trace with xstack calibrate -o peaks.json, and "
+                "apply them here with xstack calibrate --apply peaks.json --store STORE"
+            )
+        return HINTS.get(missing, "record it")
 
     def owners(self) -> str:
         """Name of a temp table ``(span_id, layer_id, model_id, cost_op_id)``: each span's nearest enclosing layer

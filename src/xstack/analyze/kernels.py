@@ -5,7 +5,10 @@ Notes common to all: arithmetic intensity (AI) = FLOPs / (DRAM bytes read + writ
 FLOPs / latency; a kernel is memory-bound iff its AI is below the ridge point (peak FLOP/s / peak DRAM
 bandwidth of the device, for the kernel's precision). Aggregates sum FLOPs and bytes first and then recompute
 AI; occupancy is averaged weighted by latency. FLOPs and bytes come from hardware counters when the run has
-them, else from an analytic count per op (labelled). Without device peaks, "bound" is left empty.
+them, else from an analytic count per op (labelled). Without device peaks, "bound" is left empty. A run
+without kernel spans is read from its counter ranges (``metrics`` spans), timed by the duration the counters
+measured, if any. An input that no kernel has (durations, FLOPs, DRAM bytes, device peaks) is named in the
+labels with how to get it; the rooflines (A9, A14) then name it as missing rather than show no rows.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import Any
 from xstack.analyze._kernel_costs import (
     ANALYTIC_LABEL,
     ESTIMATED_OCCUPANCY_LABEL,
+    GAP_EFFECTS,
     Peaks,
     bound,
+    cost_gaps,
     hardware_label,
     intensity,
     kernel_costs,
@@ -53,9 +58,12 @@ def _labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
         labels.append(hardware_label(ctx, table))
     if "estimated" in occ:
         labels.append(ESTIMATED_OCCUPANCY_LABEL)
+    gaps = cost_gaps(ctx, table)
     if "kernel" not in ctx.levels:
-        labels.append("no kernel spans: rows are the counter profiler's kernel ranges (durations under replay)")
-    labels.append(f"device peaks: {pk.source}" if pk else "bound unknown: no device peaks (run xstack calibrate)")
+        timed = "" if "kernel durations" in gaps else " (durations under replay)"
+        labels.append(f"no kernel spans: rows are the counter profiler's kernel ranges{timed}")
+    labels += [f"{GAP_EFFECTS[gap]}: no {gap}; {ctx.hint(gap)}" for gap in gaps]
+    labels.append(f"device peaks: {pk.source}" if pk else f"bound unknown: no device peaks; {ctx.hint('device peaks')}")
     return labels
 
 
@@ -118,10 +126,12 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
     t, pk = kernel_costs(ctx), peaks(ctx)
     rows = store.query(
         f"""SELECT name, dur_ns, precision, flops, dram_read, dram_write, occupancy FROM {t}
-            WHERE flops IS NOT NULL AND dram_read + dram_write > 0 ORDER BY dur_ns DESC"""
+            WHERE flops IS NOT NULL AND dram_read + dram_write > 0 ORDER BY dur_ns DESC NULLS LAST, name"""
         + (f" LIMIT {int(limit)}" if limit else "")
     )
     total = int(store.query(f"SELECT count(*) FROM {t} WHERE flops IS NOT NULL AND dram_read + dram_write > 0")[0][0])
+    if not total and (gaps := [g for g in cost_gaps(ctx, t) if g != "kernel durations"]):
+        return ctx.lacking("A9", "Kernel roofline", *gaps, notes=__doc__ or "")
     out = []
     for r in rows:
         c = _costs(r, pk, 1, r[2])
@@ -164,10 +174,14 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         f"""SELECT name, count(*), sum(dur_ns), avg(dur_ns), any_value(precision), sum(flops), sum(dram_read),
                    sum(dram_write),
                    sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0)
-            FROM {t} GROUP BY name ORDER BY 3 DESC, 1"""
+            FROM {t} GROUP BY name ORDER BY 3 DESC NULLS LAST, 6 DESC NULLS LAST, 2 DESC, 1"""
     )
-    total = sum(int(r[2]) for r in rows) or 1
-    out = [(r[0], r[1], int(r[2]), float(r[3]), 100.0 * int(r[2]) / total, *_costs(r, pk, 2, r[4])) for r in rows]
+    total = sum(int(r[2] or 0) for r in rows)
+    out = [
+        (r[0], r[1], _int(r[2]), r[3], 100.0 * r[2] / total if total and r[2] is not None else None,
+         *_costs(r, pk, 2, r[4]))
+        for r in rows
+    ]  # fmt: skip
     cols = [
         Column("kernel"),
         Column("calls", "count"),
@@ -177,7 +191,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         *_COST_COLUMNS,
     ]
     facts = {
-        "kernel_time_ns": total,
+        "kernel_time_ns": total if any(r[2] is not None for r in rows) else None,
         "top_kernel": out[0][0] if out else None,
         "top_share_pct": out[0][4] if out else None,
     }
@@ -218,7 +232,7 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
     if missing := _require_kernels(ctx, "A11", "Kernels by layer", "layer"):
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
-    out = [(r[0], r[1], r[2], r[3], int(r[4]), *_costs(r, pk, 4, r[5])) for r in _layer_rollup(ctx, t)]
+    out = [(r[0], r[1], r[2], r[3], _int(r[4]), *_costs(r, pk, 4, r[5])) for r in _layer_rollup(ctx, t)]
     cols = [
         Column("layer"),
         Column("type"),
@@ -349,11 +363,12 @@ def layer_roofline(store: Store, run_id: int) -> Result:
     ctx = run_context(store, run_id)
     if missing := ctx.require("A14", "Layer roofline", "layer"):
         return missing
-    pk = peaks(ctx)
+    pk, gaps = peaks(ctx), []
     if "kernel" in ctx.levels or "metrics" in ctx.levels:
         t = kernel_costs(ctx)
         rows = [(r[0], r[1], r[4], r[5], r[6], r[7], r[8]) for r in _layer_rollup(ctx, t)]  # time = kernel time
         labels = _labels(ctx, t, pk)
+        gaps = [g for g in cost_gaps(ctx, t) if g != "kernel durations"]
     else:
         if missing := ctx.require("A14", "Layer roofline", "op"):
             return missing
@@ -361,7 +376,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         labels = [
             "FLOPs and bytes: analytic (per-op count from shapes)",
             "time: the layer's host latency",
-            f"device peaks: {pk.source}" if pk else "bound unknown: no device peaks (run xstack calibrate)",
+            f"device peaks: {pk.source}" if pk else f"bound unknown: no device peaks; {ctx.hint('device peaks')}",
         ]
     out = []
     for path, ty, dur, prec, flops, read, write in rows:
@@ -389,6 +404,8 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         Column("FLOP/s", "flop/s"),
         Column("bound"),
     ]
+    if not out and gaps:
+        return ctx.lacking("A14", "Layer roofline", *gaps, notes=__doc__ or "")
     out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
         "A14",
@@ -432,9 +449,9 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
                 batch,
                 rid,
                 latency,
-                int(k[0] or 0) // steps,
+                None if k[0] is None else int(k[0]) // steps,
                 _int(flops),
-                _int((read or 0) + (write or 0)),
+                None if read is None and write is None else _int((read or 0) + (write or 0)),
                 k[5],
                 ai,
                 rate(flops, latency),

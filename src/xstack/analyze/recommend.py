@@ -201,6 +201,8 @@ def memory_bound_kernels(results: Results) -> Recommendation | None:
     for name, t, ai, b in zip(
         a10.column("kernel"), a10.column("total"), a10.column("AI"), a10.column("bound"), strict=True
     ):
+        if t is None:  # a counter range without a measured duration: no share of time to weigh
+            continue
         total += t
         if (b == "memory") if has_peaks else (ai is not None and ai < LOW_INTENSITY):
             bound_ns += t

@@ -129,8 +129,9 @@ Compute); part of the kernel's FLOPs."""
 METRICS_TENSOR_INST: Final = "metrics.tensor_inst"
 """Integer: warp instructions executed on the tensor pipe (``sm__inst_executed_pipe_tensor.sum``)."""
 METRICS_DURATION_NS: Final = "metrics.duration_ns"
-"""Integer: the kernel's duration as measured under Nsight Compute (``gpu__time_duration.sum``, replayed alone:
-not the span's timing)."""
+"""Integer: the kernel's duration as its counter profiler measured it (``gpu__time_duration.sum``, replayed
+alone: not the span's timing); absent where the counters do not include it (a CUPTI range profiler range's
+span is not timed at all)."""
 METRICS_L2_BYTES: Final = "metrics.l2_bytes"
 """Integer: bytes accessed in the L2 cache (``lts__t_bytes.sum``)."""
 METRICS_L1_BYTES: Final = "metrics.l1_bytes"

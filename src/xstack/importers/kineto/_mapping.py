@@ -104,6 +104,16 @@ COMMON_KEYS: Final = [("External id", A.KINETO_EXTERNAL_ID)]
 COLUMN_KEYS: Final = ("correlation", "device", "stream", "context")
 """Args that become span columns (or are implied by them) and so leave ``kineto.args``."""
 
+RANGE_METRICS: Final[dict[str, tuple[str, str]]] = {
+    "gpu__time_duration.sum": (A.METRICS_DURATION_NS, "BIGINT"),
+    "dram__bytes_read.sum": (A.METRICS_DRAM_BYTES_READ, "BIGINT"),
+    "dram__bytes_write.sum": (A.METRICS_DRAM_BYTES_WRITE, "BIGINT"),
+    "sm__warps_active.avg.pct_of_peak_sustained_active": (A.METRICS_ACHIEVED_OCCUPANCY_PCT, "DOUBLE"),
+}
+"""CUPTI range-profiler counters that become span attributes as they are (CUPTI reports base units: ns, bytes),
+with their SQL type: the kernel's duration (the range's own times are not measured: Kineto spreads the ranges
+evenly over the profiling session), DRAM traffic and achieved occupancy, where the trace asked for them."""
+
 FLOP_COUNTERS: Final[dict[str, str]] = {
     A.METRICS_FLOPS_FP64: "d",
     A.METRICS_FLOPS_FP32: "f",

@@ -112,6 +112,9 @@ def _extra_attrs(level: str) -> list[str]:
             terms = [f"TRY_CAST(args->>{_path(c.format(p, op))} AS HUGEINT)" for op in ("add", "mul")]
             fma = f"TRY_CAST(args->>{_path(c.format(p, 'fma'))} AS HUGEINT)"
             parts.append(f"{_q(key)}, {terms[0]} + {terms[1]} + 2 * {fma}")
+        for metric, (key, kind) in M.RANGE_METRICS.items():
+            parts.append(f"{_q(key)}, TRY_CAST(round(TRY_CAST(args->>{_path(metric)} AS DOUBLE)) AS {kind})"
+                         if kind == "BIGINT" else f"{_q(key)}, TRY_CAST(args->>{_path(metric)} AS {kind})")  # fmt: skip
         return parts
     return []
 
