@@ -3,7 +3,10 @@
 Notes: times are summed per name over every call in the run. Layer and op times are inclusive (a call's
 nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
 run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which
-gives no spans, the job's run time from the log's header); of kernels, of all kernel time. Without a
+gives no spans, the job's run time from the log's header); of kernels, of all kernel time. A run with hardware
+counters per kernel and no kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter
+ranges as its kernels, with their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown
+where they measured none, and then ordered by FLOPs. Without a
 run id, a store's last merged run is summarised (a leveled measurement's result: one iteration, each span's
 median from the pass that times its level), or else its last run. For a merged run the summary adds the
 passes and what each level added to the step latency of the levels above it (``config.overhead``).
@@ -27,19 +30,25 @@ from xstack.analyze._io_common import (
     WRITE_OPS,
     in_list,
 )
+from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze.context import pick_run
+from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 
 @dataclass
 class TopRow:
-    """One name's aggregate: call count, total and mean duration (ns), and its share in percent."""
+    """One name's aggregate: call count, total and mean duration (ns), and its share in percent. Kernels known
+    only by hardware counters also carry their FLOPs and DRAM bytes, and have no duration (None) where the
+    counters did not measure one."""
 
     name: str
     calls: int
-    total_ns: int
-    mean_ns: float
-    pct: float
+    total_ns: int | None
+    mean_ns: float | None
+    pct: float | None
+    flops: float | None = None
+    dram_bytes: float | None = None
 
 
 @dataclass
@@ -81,6 +90,9 @@ class RunSummary:
     """GPUs the trace lists on the host that ran nothing of this run."""
     gpu_runtime: str | None = None
     """``cuda`` or ``hip`` (AMD ROCm) for an imported trace, where known."""
+    kernels_from: str | None = None
+    """Where the top kernels come from when the run has no kernel trace but hardware counters per kernel
+    (``metrics`` spans: an Nsight Compute CSV, the CUPTI range profiler): what their rows can and cannot say."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -131,6 +143,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
         summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
+    if not summary.top["kernel"] and summary.span_counts.get("metrics"):
+        summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
     summary.health = [
@@ -193,6 +207,42 @@ def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int)
         TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else 0.0)
         for n, c, t, m in rows
     ]
+
+
+def _attr(key: str, kind: str = "DOUBLE") -> str:
+    return f"(attrs->>'$.\"{key}\"')::{kind}"
+
+
+_HAS_FLOPS = " OR ".join(f"json_exists(attrs, '$.\"{key}\"')" for key in HARDWARE_FLOPS)
+_COUNTED = f"""
+WITH k AS (
+    SELECT name, {_attr(A.METRICS_DURATION_NS, "BIGINT")} AS dur_ns,
+        CASE WHEN {_HAS_FLOPS} THEN {" + ".join(f"coalesce({_attr(key)}, 0)" for key in HARDWARE_FLOPS)} END AS flops,
+        {_attr(A.METRICS_DRAM_BYTES_READ)} + {_attr(A.METRICS_DRAM_BYTES_WRITE)} AS dram_bytes
+    FROM spans WHERE run_id = $run AND level = 'metrics'
+)
+SELECT name, count(*), sum(dur_ns), avg(dur_ns), sum(flops), sum(dram_bytes), sum(sum(dur_ns)) OVER ()
+FROM k GROUP BY name ORDER BY 3 DESC NULLS LAST, 5 DESC NULLS LAST, 2 DESC, 1 LIMIT $limit
+"""
+
+
+def _top_counted(store: Store, run_id: int, limit: int) -> tuple[list[TopRow], str]:
+    """The top kernels of a run that has hardware counters per kernel and no kernel trace: by measured duration
+    (``metrics.duration_ns``), else by FLOPs; and a note saying what the rows are."""
+    rows = store.con.execute(_COUNTED, {"run": run_id, "limit": limit}).fetchall()
+    out = [
+        TopRow(str(n), int(c), _maybe_int(t), m, 100.0 * t / all_ns if t is not None and all_ns else None, f, b)
+        for n, c, t, m, f, b, all_ns in rows
+    ]
+    if all(r.total_ns is None for r in out):
+        note = "no durations measured, as the counters lack gpu__time_duration.sum: ordered by FLOPs"
+    else:
+        note = "durations as measured under replay, each kernel alone (gpu__time_duration.sum)"
+    return out, f"hardware counters per kernel, no kernel trace; {note}"
+
+
+def _maybe_int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def _merging_run(store: Store, run_id: int) -> int | None:

@@ -62,7 +62,7 @@ def _cards(analysis: Analysis) -> str:
     cards.append(("levels", ", ".join(s.levels) or ", ".join(s.span_counts) or "-"))
     cards.append(("spans", f"{sum(s.span_counts.values()):,}"))
     kernel_rows = s.top.get("kernel") or []
-    if kernel_rows:
+    if kernel_rows and kernel_rows[0].pct is not None:
         cards.append(("top kernel share", f"{kernel_rows[0].pct:.1f}% of kernel time"))
     issues = sum(n for _, n, _ in s.health)
     cards.append(("health findings", f"{issues:,}"))
@@ -80,6 +80,15 @@ def _cards(analysis: Analysis) -> str:
 
 def _top_chart(level: str, rows: Sequence[TopRow]) -> str:
     share = "% of kernel time" if level == "kernel" else "% of wall"
+    if all(r.total_ns is None for r in rows):  # kernels known by their counters only, untimed: their FLOPs
+        result = Result(
+            id=f"top.{level}",
+            title=LEVEL_TITLES[level],
+            columns=[Column("name"), Column("calls", "count"), Column("FLOPs", "flops")],
+            rows=[(r.name, r.calls, r.flops) for r in rows],
+            chart=Chart("hbar", "name", ("FLOPs",)),
+        )
+        return render_chart(result)
     result = Result(
         id=f"top.{level}",
         title=LEVEL_TITLES[level],

@@ -29,7 +29,9 @@ def render_summary(summary: RunSummary) -> RenderableType:
         parts.append(_overhead_table(summary))
     for level, rows in summary.top.items():
         if rows:
-            parts.append(_top_table(LEVEL_TITLES[level], rows, "of kernel time" if level == "kernel" else "of wall"))
+            share = "of kernel time" if level == "kernel" else "of wall"
+            source = summary.kernels_from if level == "kernel" else None
+            parts.append(_top_table(LEVEL_TITLES[level], rows, share, f"from {source}" if source else None))
         else:
             parts.append(Text(f"{LEVEL_TITLES[level]}: none in this run ({_missing_hint(level)})", style="dim"))
     parts.append(_health_table(summary))
@@ -190,15 +192,28 @@ def _overhead_table(s: RunSummary) -> Table:
     return t
 
 
-def _top_table(title: str, rows: list[TopRow], pct_label: str) -> Table:
-    t = Table(title=title, title_justify="left")
+def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | None = None) -> Table:
+    """The top rows by name; of kernels known only by their counters, the columns something is known for."""
+    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    columns: list[tuple[str, Any]] = [
+        ("calls", lambda r: f"{r.calls:,}"),
+        ("total", lambda r: format_value(r.total_ns, "ns")),
+        ("mean", lambda r: format_value(r.mean_ns, "ns")),
+        (f"% {pct_label}", lambda r: format_value(r.pct, "pct")),
+        ("FLOPs", lambda r: format_value(r.flops, "flops")),
+        ("DRAM bytes", lambda r: format_value(r.dram_bytes, "bytes")),
+    ]
+    known = {"total": any(r.total_ns is not None for r in rows), "FLOPs": any(r.flops is not None for r in rows),
+             "DRAM bytes": any(r.dram_bytes is not None for r in rows)}  # fmt: skip
+    known[f"% {pct_label}"] = known["total"]
+    known["mean"] = known["total"] and not (known["FLOPs"] or known["DRAM bytes"])  # room for the counters
+    columns = [(name, cell) for name, cell in columns if known.get(name, True)]
     t.add_column("name", overflow="fold", max_width=80)
-    t.add_column("calls", justify="right")
-    t.add_column("total", justify="right")
-    t.add_column("mean", justify="right")
-    t.add_column(f"% {pct_label}", justify="right")
+    for name, _ in columns:
+        t.add_column(name, justify="right", no_wrap=name in ("total", "FLOPs", "DRAM bytes"))
     for r in rows:
-        t.add_row(r.name, f"{r.calls:,}", format_ns(r.total_ns), format_ns(r.mean_ns), f"{r.pct:.1f}")
+        # Text, not str: kernel names ("[lambda(int) (instance 1)]") must not be read as rich markup
+        t.add_row(Text(r.name), *(cell(r) for _, cell in columns))
     return t
 
 

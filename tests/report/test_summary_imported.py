@@ -1,0 +1,126 @@
+"""The summary of real imported traces and counter files: the GPUs a run used (the others counted), an AMD GPU
+described without NVIDIA's compute capability, a rank without a question mark, and the kernels of a run that has
+only their hardware counters (a CUPTI range-profiler trace, an Nsight Compute CSV)."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tests.conftest import kineto_fixture
+from tests.importers import kineto_reference as ref
+from xstack.analyze.pipeline import analyze
+from xstack.analyze.summary import RunSummary, summarize
+from xstack.cli.main import main
+from xstack.report.html import write_report
+from xstack.report.terminal import device_line, devices_line, distributed_line, print_summary
+from xstack.trace.store import Store
+
+NCU = Path(__file__).resolve().parents[1] / "data" / "ncu" / "raw_new_base.csv"
+
+
+def summary_of(import_store: Any, name: str) -> tuple[RunSummary, str]:
+    summary = summarize(import_store(kineto_fixture(name)))
+    console = Console(width=120, file=io.StringIO(), record=True)
+    print_summary(summary, console)
+    return summary, console.export_text()
+
+
+def test_only_the_gpus_with_device_activity_are_listed(import_store: Any) -> None:
+    # the MI250 host lists four GPUs; the run's kernels and copies are all on the third
+    summary, text = summary_of(import_store, "mi250_toy_train_rocm.json.gz")
+    assert [d["id"] for d in summary.devices] == [2] and summary.devices_unused == 3
+    assert "device 2 " in text and "device 0 " not in text and "device 3 " not in text
+    assert "other devices    3 more GPUs on the host, not used by this run" in text
+    # the 8-GPU A100 host: rank 0 of a 2-process NCCL job ran on GPU 0 only
+    summary, text = summary_of(import_store, "a100x8_nccl_allreduce_train.json.gz")
+    assert [d["id"] for d in summary.devices] == [0] and summary.devices_unused == 7
+    assert "device 0 " in text and "device 1 " not in text
+    assert devices_line(summary) == "NVIDIA A100-PG509-200 (+7 more GPUs on the host, not used by this run)"
+
+
+def test_counter_ranges_count_as_device_activity(import_store: Any) -> None:
+    summary, _ = summary_of(import_store, "a100_alexnet_cupti_counters.json.gz")
+    assert [d["id"] for d in summary.devices] == [0] and summary.devices_unused == 7
+
+
+def test_an_amd_gpu_has_compute_units_and_no_compute_capability(import_store: Any) -> None:
+    _, text = summary_of(import_store, "mi250_toy_train_rocm.json.gz")
+    assert "AMD Radeon Graphics, 64 GiB, 104 CUs" in text
+    assert "cc 9.0" not in text and "SMs" not in text
+    # where the properties name the gfx architecture (hipDeviceProp_t.gcnArchName), it is shown instead
+    mi250x = {"name": "AMD Instinct MI250X", "gcnArchName": "gfx90a:sramecc+:xnack-", "numSms": 110,
+              "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 68702699520}  # fmt: skip
+    assert device_line(mi250x) == "AMD Instinct MI250X, 64 GiB, 110 CUs, gfx90a"
+    _, text = summary_of(import_store, "h100_bert_small_infer_full.json.gz")
+    assert "NVIDIA H100 80GB HBM3, 79 GiB, 132 SMs, cc 9.0" in text
+
+
+def test_a_rank_without_a_world_size_has_no_question_mark(import_store: Any) -> None:
+    _, text = summary_of(import_store, "a100_alexnet_cupti_counters.json.gz")  # distributedInfo: {"rank": 0}
+    assert re.search(r"^ distributed +rank 0 *$", text, re.M) and "of ?" not in text
+    _, text = summary_of(import_store, "cpu_only_gloo_rank34.json.gz")
+    assert "rank 34 of 300, gloo" in text
+    assert distributed_line({"rank": 0, "world_size": 1, "backend": "nccl"}) is None  # one process: nothing to say
+    assert distributed_line({"backend": "nccl"}) is None
+
+
+def test_kernels_known_only_by_cupti_counters_are_listed_by_flops(import_store: Any) -> None:
+    path = kineto_fixture("a100_alexnet_cupti_counters.json.gz")
+    p = "smsp__sass_thread_inst_executed_op_"
+    flops: dict[str, int] = defaultdict(int)
+    calls: dict[str, int] = defaultdict(int)
+    for e in ref.load(path)["traceEvents"]:
+        if e.get("cat") == "cuda_profiler_range":
+            name = "(unnamed kernel)" if e["name"] == "__missing__" else e["name"]
+            a = e["args"]
+            calls[name] += 1
+            flops[name] += sum(a[f"{p}{x}{op}_pred_on.sum"] * (2 if op == "fma" else 1)
+                               for x in "dfh" for op in ("add", "mul", "fma"))  # fmt: skip
+    summary, text = summary_of(import_store, "a100_alexnet_cupti_counters.json.gz")
+    rows = summary.top["kernel"]
+    assert len(rows) == 10
+    assert [r.flops for r in rows] == sorted((float(f) for f in flops.values()), reverse=True)[:10]
+    assert all(r.flops == flops[r.name] and r.calls == calls[r.name] for r in rows)
+    # the range profiler times nothing (Kineto spreads its ranges evenly): no durations, rather than 121 ms each
+    assert all(r.total_ns is None and r.mean_ns is None and r.pct is None and r.dram_bytes is None for r in rows)
+    assert summary.kernels_from is not None and "no durations measured" in summary.kernels_from
+    assert "Top GPU kernels: none" not in text and "ampere_sgemm_32x32_sliced1x4_tn" in text
+    assert "121" not in text.split("Top GPU kernels")[1].split("Trace health")[0]
+
+
+def test_the_report_overview_charts_untimed_kernels_by_their_flops(import_store: Any, tmp_path: Path) -> None:
+    store = import_store(kineto_fixture("a100_alexnet_cupti_counters.json.gz"))
+    page = write_report(analyze(store), tmp_path / "r.html").path.read_text(encoding="utf-8")
+    overview = page.split('<section id="overview">')[1].split("</section>")[0]
+    top = overview.split('data-level="kernel"')[1]
+    assert "ampere_sgemm_32x32_sliced1x4_tn" in top and "GFLOP" in top
+    assert "top kernel share" not in overview  # no durations: no share of kernel time to give
+
+
+def test_an_ncu_csv_import_lists_its_kernels_with_durations_flops_and_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ncu.duckdb"
+    assert main(["import", str(NCU), "-o", str(out)]) == 0
+    with Store.open(out) as store:
+        want = store.query(
+            """SELECT name, dur_ns, (attrs->>'$."metrics.dram_bytes_read"')::BIGINT
+                   + (attrs->>'$."metrics.dram_bytes_write"')::BIGINT FROM spans ORDER BY dur_ns DESC"""
+        )
+        summary = summarize(store)
+    rows = summary.top["kernel"]
+    assert [(r.name, r.total_ns, r.dram_bytes) for r in rows] == want
+    assert rows[0].name == "ampere_sgemm_128x64_nn" and rows[0].flops == 2 * 1073741824
+    assert sum(r.pct or 0 for r in rows) == pytest.approx(100.0)
+    capsys.readouterr()
+    assert main(["summary", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Top GPU kernels: none" not in text
+    assert all(cell in text for cell in ("ampere_sgemm_1", "152.4 us", "72.7", "2.15 GFLOP", "12.0 MiB"))
