@@ -27,6 +27,7 @@ from xstack.analyze._io_common import (
     in_list,
 )
 from xstack.analyze.context import pick_run
+from xstack.analyze.health import run_health
 from xstack.trace.store import Store
 
 
@@ -61,6 +62,10 @@ class RunSummary:
     distributed: dict[str, Any] | None
     top: dict[str, list[TopRow]] = field(default_factory=dict)
     health: list[tuple[str, int, str]] = field(default_factory=list)
+    """The trace health findings ``(check, count, what it means)``: what the trace missed
+    (``xstack.analyze.health.run_health``)."""
+    health_info: list[tuple[str, int, str]] = field(default_factory=list)
+    """The informational health rows (``xstack.analyze.health.INFORMATIONAL``), never counted as findings."""
     overhead: list[dict[str, Any]] = field(default_factory=list)
     """Per pass of a merged run: ``pass``, ``levels_added``, ``iterations``, ``step_median_ns``, ``added_ns``,
     ``added_pct`` (None for the first pass)."""
@@ -124,12 +129,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
-    summary.health = [
-        (str(c), int(n), str(d or ""))
-        for c, n, d in store.query(
-            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC', [run_id]
-        )
-    ]
+    health = run_health(store, run_id)
+    summary.health, summary.health_info = health.findings, health.info
     return summary
 
 

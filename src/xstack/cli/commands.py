@@ -19,9 +19,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
     out = args.output or Path("xstack-out") / (_stem(args.traces[0]) + ".duckdb")
     runs = import_files(args.traces, out, force=args.force, append=args.append)
     console = Console(highlight=False)
-    files = _io_file_rows(out, [r.run_id for r in runs])
+    files, findings = _imported(out, [r.run_id for r in runs])
     for r in runs:
-        issues = sum(n for _, n, _ in r.health)
+        issues = findings[r.run_id]
         io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
         console.print(
             f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
@@ -32,12 +32,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _io_file_rows(out: Path, run_ids: list[int]) -> dict[int, int]:
+def _imported(out: Path, run_ids: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Per imported run: its rows of ``io_files``, and its health findings as the summary counts them."""
+    from xstack.analyze.health import run_health
     from xstack.trace.store import Store
 
     with Store.open(out) as store:
         rows = store.query("SELECT run_id, count(*) FROM io_files GROUP BY run_id")
-    return {int(r): int(n) for r, n in rows if r in run_ids}
+        findings = {r: run_health(store, r).count for r in run_ids}
+    return {int(r): int(n) for r, n in rows if r in run_ids}, findings
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:

@@ -25,8 +25,10 @@ import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Result, format_ns, format_value
+from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import Comparison
+from xstack.report.terminal import health_headline
 
 FORMATS = ("md", "json", "csv")
 """The text formats (``html`` is written by ``xstack.report.html.write_report``)."""
@@ -122,13 +124,19 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
                 f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} |"
             )
         out.append("")
-    out += ["## Trace health", ""]
+    return "\n".join(out + _md_health(s))
+
+
+def _md_health(s: RunSummary) -> list[str]:
+    """The findings (what the trace missed), then the informational rows, which are not findings."""
+    out = ["## Trace health", "", health_headline(s).capitalize() + ".", ""]
+    head = ["| check | count | what it means |", "|---|--:|---|"]
     if s.health:
-        out += ["| check | count | what it means |", "|---|--:|---|"]
-        out += [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health] + [""]
-    else:
-        out += ["No issues found.", ""]
-    return "\n".join(out)
+        out += head + [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health] + [""]
+    if s.health_info:
+        out += ["For information (not findings):", "", *head]
+        out += [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health_info] + [""]
+    return out
 
 
 def md_result(r: Result) -> list[str]:

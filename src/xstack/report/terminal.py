@@ -154,15 +154,35 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str) -> Table:
 
 
 def _health_table(s: RunSummary) -> RenderableType:
+    parts: list[RenderableType] = []
+    if s.health:
+        t = Table(title=f"Trace health: {health_headline(s)}", title_justify="left")
+        t.add_column("check")
+        t.add_column("count", justify="right")
+        t.add_column("what it means", overflow="fold")
+        for check, count, detail in s.health:
+            t.add_row(check, f"{count:,}", detail)
+        parts.append(t)
+    else:
+        parts.append(Text("Trace health: no findings", style="green"))
+    if s.health_info:
+        info = Table(title="For information (not findings)", title_justify="left", style="dim", header_style="dim")
+        info.add_column("check")
+        info.add_column("count", justify="right")
+        info.add_column("what it means", overflow="fold")
+        for check, count, detail in s.health_info:
+            info.add_row(check, f"{count:,}", detail)
+        parts.append(info)
+    return Group(*parts)
+
+
+def health_headline(s: RunSummary) -> str:
+    """The findings in one phrase: "94 findings in 3 checks" (spans or events concerned, summed over the checks
+    that found them), or "no findings"."""
     if not s.health:
-        return Text("Trace health: no issues found", style="green")
-    t = Table(title="Trace health", title_justify="left")
-    t.add_column("check")
-    t.add_column("count", justify="right")
-    t.add_column("what it means", overflow="fold")
-    for check, count, detail in s.health:
-        t.add_row(check, f"{count:,}", detail)
-    return t
+        return "no findings"
+    checks = len(s.health)
+    return f"{sum(n for _, n, _ in s.health):,} findings in {checks} check{'s' if checks > 1 else ''}"
 
 
 def _missing_hint(level: str) -> str:
