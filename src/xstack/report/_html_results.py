@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Result, Unit, format_value
+from xstack.analyze.result import Result, Unit, format_value, literal_parts
 from xstack.report._charts import render_chart
 from xstack.report._html_table import table_html
 from xstack.report._svg import clip, esc
@@ -72,6 +72,11 @@ def facts_html(facts: dict[str, Any], limit: int = 24) -> str:
     return f'<dl class="facts">{body}</dl>{more}'
 
 
+def prose_html(text: str) -> str:
+    """Text from a docstring or notes as HTML: escaped, its reST ``literals`` as ``<code>``."""
+    return "".join(f"<code>{esc(p)}</code>" if literal else esc(p) for p, literal in literal_parts(text))
+
+
 def labels_html(labels: Sequence[str]) -> str:
     """The result's caveats (e.g. "FLOPs and bytes: analytic") as badges shown beside it."""
     return "".join(f'<span class="label">{esc(lb)}</span>' for lb in labels)
@@ -94,7 +99,7 @@ def result_section(result: Result, prefix: str = "r") -> str:
             f'<p class="hint">How to get it: {esc(result.hint or "record the missing levels")}</p></div>'
         )
     if result.notes:
-        notes = f"<p>{esc(result.notes)}</p>"
+        notes = f"<p>{prose_html(result.notes)}</p>"
         parts.append(f'<details class="notes"><summary>How this is computed</summary>{notes}</details>')
     if not result.missing:
         parts.append(facts_html(result.facts))
