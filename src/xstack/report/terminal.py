@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from xstack.analyze.result import format_value
 from xstack.analyze.summary import RunSummary, TopRow
+
+PIPE_MAX_WIDTH = 1000
+"""The widest line printed to a pipe or a file (a table that needs more folds its longest cells)."""
 
 LEVEL_TITLES = {"layer": "Top layers", "op": "Top operators", "kernel": "Top GPU kernels"}
 
@@ -37,8 +42,19 @@ def render_summary(summary: RunSummary) -> RenderableType:
 
 
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
-    """Print the summary to the terminal (or the given console)."""
-    (console or Console()).print(render_summary(summary))
+    """Print the summary to the terminal (or the given console), unwrapped in a pipe or a file."""
+    print_fitted(render_summary(summary), console)
+
+
+def print_fitted(renderable: RenderableType, console: Console | None = None) -> None:
+    """Print ``renderable`` on ``console`` (default: stdout): on a terminal at its width; in a pipe or a file
+    at the width it needs (up to ``PIPE_MAX_WIDTH``), where rich would otherwise squeeze every table into its
+    80-column fallback. ``COLUMNS``, where set, is the width in both cases."""
+    console = console or Console(highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        needed = Measurement.get(console, console.options.update_width(PIPE_MAX_WIDTH), renderable).maximum
+        console.width = max(needed, 1)
+    console.print(renderable)
 
 
 def _run_table(s: RunSummary) -> Table:
