@@ -78,6 +78,11 @@ class RunSummary:
     ``files``, ``processes`` (pipes and sockets left out)."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
+    store: str | None = None
+    """The store's path, as it was opened."""
+    runs: list[tuple[int, str, str | None]] = field(default_factory=list)
+    """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
+    passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -131,6 +136,11 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     summary.system = _system(store, run_id)
     health = run_health(store, run_id)
     summary.health, summary.health_info = health.findings, health.info
+    summary.store = str(store.path)
+    summary.runs = [
+        (int(r), str(n), None if p is None else str(p))
+        for r, n, p in store.query("SELECT run_id, name, pass FROM runs ORDER BY run_id")
+    ]
     return summary
 
 

@@ -12,7 +12,7 @@ from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
-from xstack.report.terminal import health_headline, system_line
+from xstack.report.terminal import health_headline, runs_line, system_line
 
 HEADLINE_RESULTS = (
     "A1",
@@ -75,7 +75,9 @@ def _cards(analysis: Analysis) -> str:
         meta.append(f"status: {s.status} (the program stopped early)")
     line = " · ".join(m for m in meta if m)
     system = f'<p class="meta">system: {esc(system_line(s.system))}</p>' if s.system else ""
-    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + system
+    others = runs_line(s, "report")
+    runs = f'<p class="meta runs">store: {esc(others)}</p>' if others else ""
+    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + runs + system
 
 
 def _top_chart(level: str, rows: Sequence[TopRow]) -> str:

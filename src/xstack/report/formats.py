@@ -29,7 +29,7 @@ from xstack.analyze.result import Result, format_ns, format_value
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import Comparison
-from xstack.report.terminal import health_headline
+from xstack.report.terminal import health_headline, runs_line
 
 HEALTH = "health"
 """The id of the health analysis, which markdown shows once, in its closing Trace health section."""
@@ -109,6 +109,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("devices", ", ".join(str(d.get("name") or d.get("id")) for d in s.devices) or (s.device or "cpu")),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
     ]
+    if others := runs_line(s, "report"):
+        facts.insert(2, ("store", others))
     out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
     out += ["## Recommendations", ""]
     out += _md_recommendations(analysis.recommendations) or ["No rule fired on this run.", ""]

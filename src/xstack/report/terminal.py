@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -12,6 +13,9 @@ from rich.text import Text
 
 from xstack.analyze.result import format_value
 from xstack.analyze.summary import RunSummary, TopRow
+
+RUNS_LISTED = 12
+"""Runs of a store listed by name in a summary or a report (the rest are counted)."""
 
 PIPE_MAX_WIDTH = 1000
 """The widest line printed to a pipe or a file (a table that needs more folds its longest cells)."""
@@ -65,6 +69,8 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("started", str(s.started_at) if s.started_at else "unknown")
     t.add_row("framework", s.framework or "-")
     t.add_row("pass", s.pass_name or "-")
+    if others := runs_line(s, "summary"):
+        t.add_row("store", others)
     if s.pass_name == "merged":
         t.add_row("merged", "one iteration: each span's median from the pass that times its level")
         noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in s.noisy_spans.items() if n)
@@ -96,6 +102,22 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("system", system_line(s.system))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def runs_line(s: RunSummary, command: str) -> str | None:
+    """The store's other runs on one line, and the command that shows one of them ("xstack summary STORE --run
+    N"); None when the store holds this run only."""
+    if len(s.runs) < 2:
+        return None
+    one_name = len({name for _, name, _ in s.runs}) == 1
+    items = []
+    for run_id, name, pass_name in s.runs[:RUNS_LISTED]:
+        notes = [pass_name or "", "shown" if run_id == s.run_id else ""]
+        note = ", ".join(n for n in notes if n)
+        items.append(f"{run_id}" + ("" if one_name else f" {name}") + (f" ({note})" if note else ""))
+    more = f" and {len(s.runs) - RUNS_LISTED:,} more" if len(s.runs) > RUNS_LISTED else ""
+    store = shlex.quote(s.store) if s.store else "STORE"
+    return f"{len(s.runs):,} runs: {', '.join(items)}{more}; another one: xstack {command} {store} --run N"
 
 
 def system_line(system: dict[str, Any]) -> str:
