@@ -194,24 +194,23 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str) -> Table:
 def _health_table(s: RunSummary) -> RenderableType:
     parts: list[RenderableType] = []
     if s.health:
-        t = Table(title=f"Trace health: {health_headline(s)}", title_justify="left")
-        t.add_column("check")
-        t.add_column("count", justify="right")
-        t.add_column("what it means", overflow="fold")
-        for check, count, detail in s.health:
-            t.add_row(check, f"{count:,}", detail)
-        parts.append(t)
+        parts.append(_checks(f"Trace health: {health_headline(s)}", s.health))
     else:
         parts.append(Text("Trace health: no findings", style="green"))
     if s.health_info:
-        info = Table(title="For information (not findings)", title_justify="left", style="dim", header_style="dim")
-        info.add_column("check")
-        info.add_column("count", justify="right")
-        info.add_column("what it means", overflow="fold")
-        for check, count, detail in s.health_info:
-            info.add_row(check, f"{count:,}", detail)
-        parts.append(info)
+        parts.append(_checks("For information (not findings)", s.health_info, dim=True))
     return Group(*parts)
+
+
+def _checks(title: str, rows: list[tuple[str, int, str]], *, dim: bool = False) -> Table:
+    t = Table(title=title, title_justify="left", style="dim" if dim else "none",
+              header_style="dim" if dim else "table.header")  # fmt: skip
+    t.add_column("check")
+    t.add_column("count", justify="right")
+    t.add_column("what it means", overflow="fold")
+    for check, count, detail in rows:
+        t.add_row(check, f"{count:,}", detail)
+    return t
 
 
 def health_headline(s: RunSummary) -> str:
