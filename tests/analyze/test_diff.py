@@ -284,3 +284,17 @@ def test_cli_errors(tmp_path: Path, gpu: tuple[Path, Path]) -> None:
         proc = xstack(*args)
         assert proc.returncode == code, (args, proc.stderr)
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_markdown_shows_docstring_literals_as_code_spans(gpu: tuple[Path, Path]) -> None:
+    from xstack.analyze import _diff_format
+    from xstack.analyze.pipeline import analyze
+    from xstack.analyze.result import markdown_text
+
+    with Store.open(gpu[0]) as store:
+        a3 = analyze(store).result("A3")  # its notes come from a docstring: "draws the first ``chart_limit`` calls"
+    text = _diff_format.markdown("A: a\nB: b", [a3])
+    assert "the first `chart_limit` calls" in text and "``" not in text
+    # escaping stays outside code spans, where markdown would show a backslash literally
+    assert markdown_text("the ``io_files`` view, a_b", lambda t: t.replace("_", "\\_")) == "the `io_files` view, a\\_b"
+    assert markdown_text("``a`b``", str) == "`` a`b ``"

@@ -270,3 +270,38 @@ def test_a_run_without_io_says_so_in_each_io_section(bert_page: Loaded, bert: tu
     assert {r.id for r in bert[1].results if r.id.startswith("io.")} <= set(missing)
     assert "io level" in (page.text_content("#r-io-files .missing") or "")
     assert page.locator("header nav a:has-text('I/O')").count() == 0
+
+
+# -- long kernel names ------------------------------------------------------------------------------------------
+OVERFLOW = """() => {
+  const boxes = [...document.querySelectorAll('main section, .card, .rec')];
+  const over = boxes.filter(b => b.scrollWidth > b.clientWidth + 1).map(b => [b.id || b.className, b.scrollWidth,
+                                                                              b.clientWidth]);
+  const scrolls = [...document.querySelectorAll('#r-A10 .xtable .scroll')].map(s => [s.scrollWidth, s.clientWidth]);
+  return {over, page: [document.documentElement.scrollWidth, document.documentElement.clientWidth], scrolls};
+}"""
+
+
+def test_long_kernel_names_and_wide_tables_stay_inside_their_cards(browser: Any, tmp_path: Path) -> None:
+    from tests.conftest import kineto_fixture
+    from xstack.importers.kineto import import_kineto
+
+    # a real ROCm trace whose kernel names run to 938 characters (templates spelled out in full)
+    with Store.create(tmp_path / "rocm.duckdb") as store:
+        import_kineto(store, kineto_fixture("mi250_toy_train_rocm.json.gz"))
+    with Store.open(tmp_path / "rocm.duckdb") as store:
+        a = analyze(store)
+        out = write_report(a, tmp_path / "rocm.html", store=store)
+    assert max(len(r[0]) for r in a.result("A10").rows) > 500
+    for width in (1280, 800):
+        loaded = open_report(browser, out.path)
+        page = loaded.page
+        page.set_viewport_size({"width": width, "height": 900})
+        found = page.evaluate(OVERFLOW)
+        assert found["over"] == [], (width, found["over"])  # no card or section is wider than its box
+        assert found["page"][0] <= found["page"][1], (width, found["page"])  # nor the page than the window
+        if width == 800:  # the kernel table is wider than its card: it scrolls inside it
+            (scroll,) = found["scrolls"]
+            assert scroll[0] > scroll[1], scroll
+        loaded.check_clean()
+        page.context.close()

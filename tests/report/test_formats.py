@@ -52,6 +52,8 @@ def test_markdown_has_every_result_with_all_rows(bert: tuple[Store, Analysis]) -
     text = render_markdown(a)
     tables = md_tables(text)
     for r in a.results:
+        if r.id == "health":  # in the closing Trace health section
+            continue
         assert r.id in tables, r.id
         assert len(tables[r.id]) == len(r.rows), r.id
         if r.missing:
@@ -61,6 +63,16 @@ def test_markdown_has_every_result_with_all_rows(bert: tuple[Store, Analysis]) -
         assert cells == [md(format_value(v, c.unit)) for v, c in zip(row, a10.columns, strict=True)]
     for rec in a.recommendations:
         assert md(rec.action) in text
+
+
+def test_markdown_shows_trace_health_once(bert: tuple[Store, Analysis]) -> None:
+    _, a = bert
+    text = render_markdown(a)
+    health = a.result("health")
+    assert health.rows and re.findall(r"^#+ .*[Hh]ealth", text, re.M) == ["## Trace health"]
+    for check, count, *_ in health.rows:
+        assert len(re.findall(rf"^\| {re.escape(md(check))} \| {count:,} \|", text, re.M)) == 1, check
+    assert text.rstrip().endswith(md(health.rows[-1][2]) + " |")  # the section closes the document
 
 
 def test_json_parses_back_with_the_kernel_totals_from_sql(bert: tuple[Store, Analysis]) -> None:

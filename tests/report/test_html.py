@@ -16,7 +16,7 @@ from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Column, Result, format_value
 from xstack.export.perfetto import export_perfetto
 from xstack.report._html_results import anchor
-from xstack.report.html import write_report
+from xstack.report.html import render_html, write_report
 from xstack.trace.store import Store
 
 
@@ -176,3 +176,17 @@ def test_a_zero_cap_always_writes_beside(bert: tuple[Store, Analysis], tmp_path:
     store, a = bert
     assert write_report(a, tmp_path / "z.html", store=store, trace_cap_bytes=0).trace == "beside"
     assert re.search(r"over the .* this report embeds", (tmp_path / "z.html").read_text())
+
+
+def test_docstring_literals_show_as_code_not_backticks(bert: tuple[Store, Analysis]) -> None:
+    _, a = bert
+    page = render_html(a)
+    sections = re.findall(r'<section class="result[^"]*" id="[^"]*" data-result="([^"]+)">(.*?)</section>', page, re.S)
+    found = ((rid, re.search(r'<details class="notes">(.*?)</details>', body, re.S)) for rid, body in sections)
+    notes = {rid: m[1] for rid, m in found if m}
+    literal = [r for r in a.results if "``" in r.notes]
+    assert literal  # the real analyses' notes come from docstrings, which mark code in reST ``literals``
+    for r in literal:
+        assert "``" not in notes[r.id] and "<code>" in notes[r.id], r.id
+    # A3's "draws the first ``chart_limit`` calls": the name as code, between the words around it
+    assert "the first <code>chart_limit</code> calls" in notes["A3"]

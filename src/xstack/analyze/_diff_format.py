@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from xstack.analyze.result import Column, Result, format_value
+from xstack.analyze.result import Column, Result, format_value, markdown_text
 
 
 def markdown(heading: str, results: list[Result]) -> str:
@@ -32,7 +32,7 @@ def markdown(heading: str, results: list[Result]) -> str:
             out.append(f"\n{r.truncated:,} more rows (--format csv or json for all, or a larger --top)")
         out += [f"\n> {_cell(label)}" for label in r.labels]
         if r.notes:
-            out += ["", f"_{_cell(r.notes)}_"]
+            out += ["", f"_{markdown_text(r.notes, _cell)}_"]
     return "\n".join(out) + "\n"
 
 

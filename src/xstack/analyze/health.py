@@ -2,10 +2,14 @@
 
 Health rows come from the store's ``health`` view (written by importers, collectors and the leveled merge:
 orphans, dropped events, unpaired flows, pass mismatches, caps hit) plus counts computed here from the spans
-themselves, so that a store written by any producer is checked the same way.
+themselves, so that a store written by any producer is checked the same way. ``run_health`` is the one place
+that tells findings (what the trace missed) from informational rows (``INFORMATIONAL``); the summary, the
+reports and the health analysis all read it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from xstack.analyze.context import run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
@@ -25,17 +29,48 @@ _COMPUTED = {
 }
 
 
-def trace_health(store: Store, run_id: int) -> Result:
-    """Trace health: one row per check that found something (count, what it means), and the unattributed share
-    of device time (%).
+INFORMATIONAL = frozenset(
+    {
+        "io_merged",
+        "io_outside_region",
+        "metrics_joined",
+        "syscalls_outside_region",
+        "syscalls_sampler",
+        "system_passes",
+        "system_processes",
+        "system_samples",
+    }
+)
+"""Checks that say what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
+kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
+region, the profiler's own calls), not what its trace missed: shown for information, never counted as
+findings. Every other check, stored or computed here, is a finding."""
 
-    Notes: ``count`` is the number of spans or events concerned. A run with no findings has no rows and the
-    fact ``clean`` set."""
+HealthRow = tuple[str, int, str]
+"""``(check, count, what it means)``."""
+
+
+@dataclass(frozen=True)
+class Health:
+    """A run's health checks, split by ``INFORMATIONAL``: the findings (what the trace missed) and the rest."""
+
+    findings: list[HealthRow]
+    info: list[HealthRow]
+
+    @property
+    def count(self) -> int:
+        """The spans or events concerned by the findings, summed over the checks."""
+        return sum(n for _, n, _ in self.findings)
+
+
+def run_health(store: Store, run_id: int) -> Health:
+    """The run's health: the rows of the store's ``health`` view, and the checks computed here from its spans
+    (``unattributed_kernels``, ``ops_outside_layers``), findings first by count, then the informational ones."""
     ctx = run_context(store, run_id)
     rows = [
         (str(c), int(n), str(d or ""))
         for c, n, d in store.query(
-            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC', [ctx.run_id]
+            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC, "check"', [ctx.run_id]
         )
     ]
     seen = {r[0] for r in rows}
@@ -47,22 +82,34 @@ def trace_health(store: Store, run_id: int) -> Result:
         n = int(store.query(f"SELECT count(*) FROM spans WHERE run_id = ? AND {sql}", [ctx.run_id])[0][0])
         if n:
             rows.append((check, n, meaning))
+    findings = sorted((r for r in rows if r[0] not in INFORMATIONAL), key=lambda r: -r[1])
+    return Health(findings, [r for r in rows if r[0] in INFORMATIONAL])
+
+
+def trace_health(store: Store, run_id: int) -> Result:
+    """Trace health: one row per check that found something (count, what it means, kind), and the unattributed
+    share of device time (%).
+
+    Notes: ``count`` is the number of spans or events concerned. Findings (what the trace missed) come first;
+    rows of kind ``information`` say what the run holds or left out on purpose (``INFORMATIONAL``) and never
+    count as findings. A run without findings has the fact ``clean`` set."""
+    ctx = run_context(store, run_id)
+    health = run_health(store, ctx.run_id)
+    rows = [(*r, "finding") for r in health.findings] + [(*r, "information") for r in health.info]
     device = store.query(
         """SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE parent_id IS NULL), 0) FROM spans
            WHERE run_id = ? AND level IN ('kernel', 'memcpy', 'memset')""",
         [ctx.run_id],
     )[0]
     unattributed_pct = 100.0 * int(device[1]) / int(device[0]) if device[0] else None
-    cols = [Column("check"), Column("count", "count"), Column("what it means")]
-    return Result(
-        "health",
-        "Trace health",
-        cols,
-        rows,
-        notes=" ".join((trace_health.__doc__ or "").split()),
-        run_id=ctx.run_id,
-        facts={"clean": not rows, "findings": sum(r[1] for r in rows), "unattributed_device_pct": unattributed_pct},
-    )
+    cols = [Column("check"), Column("count", "count"), Column("what it means"), Column("kind")]
+    facts = {
+        "clean": not health.findings,
+        "findings": health.count,
+        "checks": len(health.findings),
+        "unattributed_device_pct": unattributed_pct,
+    }
+    return Result("health", "Trace health", cols, rows, notes=notes_of(trace_health), run_id=ctx.run_id, facts=facts)
 
 
 def stage_breakdown(store: Store, run_id: int) -> Result:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,6 +22,8 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     import pandas as pd
+
+_LITERAL = re.compile(r"``(.+?)``")
 
 Unit = Literal["", "ns", "bytes", "flops", "flop/s", "bytes/s", "pct", "count", "ratio", "flop/byte"]
 ChartKind = Literal["bar", "hbar", "stacked", "scatter", "line", "box", "roofline"]
@@ -65,7 +69,8 @@ class Result:
     columns: list[Column] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     notes: str = ""
-    """How the answer was computed (one short paragraph)."""
+    """How the answer was computed (one short paragraph); code is marked as docstrings mark it, in reST
+    ``double backticks`` (``literal_parts`` cuts it for each report)."""
     run_id: int | None = None
     missing: list[str] = field(default_factory=list)
     """Levels (or inputs such as ``device peaks``) the analysis needs and the run lacks."""
@@ -155,6 +160,34 @@ def notes_of(fn: Any) -> str:
     """An analysis's Notes paragraph from its docstring (the whole docstring when it has none), on one line."""
     doc = str(fn.__doc__ or "")
     return " ".join(doc.split("Notes:", 1)[-1].split())
+
+
+def literal_parts(text: str) -> list[tuple[str, bool]]:
+    """``text`` cut into pieces, each with whether it is a literal: code marked in reST ``double backticks``, as
+    docstrings and notes mark it, for reports to render as code (HTML ``<code>``, markdown backticks)."""
+    parts: list[tuple[str, bool]] = []
+    pos = 0
+    for m in _LITERAL.finditer(text):
+        if m.start() > pos:
+            parts.append((text[pos : m.start()], False))
+        parts.append((m.group(1), True))
+        pos = m.end()
+    if pos < len(text):
+        parts.append((text[pos:], False))
+    return parts
+
+
+def markdown_text(text: str, escape: Callable[[str], str]) -> str:
+    """``text`` as markdown: literals as code spans (`io_files`), the rest passed through ``escape``."""
+    out = []
+    for piece, literal in literal_parts(text):
+        if not literal:
+            out.append(escape(piece))
+        elif "`" in piece:  # a code span holding a backtick needs a longer fence, and spaces inside it
+            out.append(f"`` {piece} ``")
+        else:
+            out.append(f"`{piece}`")
+    return "".join(out)
 
 
 def format_value(value: Any, unit: Unit) -> str:

@@ -32,6 +32,7 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze.context import pick_run
+from xstack.analyze.health import run_health
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -72,6 +73,10 @@ class RunSummary:
     distributed: dict[str, Any] | None
     top: dict[str, list[TopRow]] = field(default_factory=dict)
     health: list[tuple[str, int, str]] = field(default_factory=list)
+    """The trace health findings ``(check, count, what it means)``: what the trace missed
+    (``xstack.analyze.health.run_health``)."""
+    health_info: list[tuple[str, int, str]] = field(default_factory=list)
+    """The informational health rows (``xstack.analyze.health.INFORMATIONAL``), never counted as findings."""
     overhead: list[dict[str, Any]] = field(default_factory=list)
     """Per pass of a merged run: ``pass``, ``levels_added``, ``iterations``, ``step_median_ns``, ``added_ns``,
     ``added_pct`` (None for the first pass)."""
@@ -93,6 +98,11 @@ class RunSummary:
     kernels_from: str | None = None
     """Where the top kernels come from when the run has no kernel trace but hardware counters per kernel
     (``metrics`` spans: an Nsight Compute CSV, the CUPTI range profiler): what their rows can and cannot say."""
+    store: str | None = None
+    """The store's path, as it was opened."""
+    runs: list[tuple[int, str, str | None]] = field(default_factory=list)
+    """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
+    passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -147,11 +157,12 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
-    summary.health = [
-        (str(c), int(n), str(d or ""))
-        for c, n, d in store.query(
-            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC', [run_id]
-        )
+    health = run_health(store, run_id)
+    summary.health, summary.health_info = health.findings, health.info
+    summary.store = str(store.path)
+    summary.runs = [
+        (int(r), str(n), None if p is None else str(p))
+        for r, n, p in store.query("SELECT run_id, name, pass FROM runs ORDER BY run_id")
     ]
     return summary
 

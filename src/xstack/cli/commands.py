@@ -19,9 +19,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
     out = args.output or Path("xstack-out") / (_stem(args.traces[0]) + ".duckdb")
     runs = import_files(args.traces, out, force=args.force, append=args.append)
     console = Console(highlight=False)
-    files = _io_file_rows(out, [r.run_id for r in runs])
+    files, findings = _imported(out, [r.run_id for r in runs])
     for r in runs:
-        issues = sum(n for _, n, _ in r.health)
+        issues = findings[r.run_id]
         io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
         console.print(
             f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
@@ -32,12 +32,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _io_file_rows(out: Path, run_ids: list[int]) -> dict[int, int]:
+def _imported(out: Path, run_ids: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Per imported run: its rows of ``io_files``, and its health findings as the summary counts them."""
+    from xstack.analyze.health import run_health
     from xstack.trace.store import Store
 
     with Store.open(out) as store:
         rows = store.query("SELECT run_id, count(*) FROM io_files GROUP BY run_id")
-    return {int(r): int(n) for r, n in rows if r in run_ids}
+        findings = {r: run_health(store, r).count for r in run_ids}
+    return {int(r): int(n) for r, n in rows if r in run_ids}, findings
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -166,6 +169,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from xstack.analyze.context import pick_run
     from xstack.analyze.model import model_information
     from xstack.leveled.sweep import parse_batch_sizes, sweep_program
+    from xstack.report.terminal import print_fitted
     from xstack.runner import parse_program
     from xstack.trace.store import Store
 
@@ -181,7 +185,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     with Store.open(out) as store:
         result = model_information(store, pick_run(store, None))
     console = Console(highlight=False)
-    console.print(result)
+    print_fitted(result, console)
     optimal = result.facts.get("optimal_batch_size")
     console.print(f"optimal batch size: {optimal if optimal is not None else '-'} ({result.facts.get('reason')})",
                   soft_wrap=True)  # fmt: skip
@@ -204,12 +208,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         sys.stdout.write(diff.to_csv())
     else:
-        Console(highlight=False).print(diff)
+        from xstack.report.terminal import print_fitted
+
+        print_fitted(diff)
     return 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from xstack.device import calibrate as cal
+    from xstack.report.terminal import print_fitted
 
     console = Console(highlight=False)
     if args.apply is not None:
@@ -226,7 +233,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             cal.write_results(entries, args.output)
             console.print(f"wrote {args.output}", soft_wrap=True)
     for entry in entries:
-        console.print(cal.result_table(entry))
+        print_fitted(cal.result_table(entry), console)
     if args.store is not None:
         updated, skipped = cal.apply_to_store(args.store, entries)
         for run_id, device, source in updated:
@@ -240,6 +247,7 @@ def _cmd_collectors(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from xstack import collect
+    from xstack.report.terminal import print_fitted
 
     table = Table(title="Live collectors", title_justify="left")
     table.add_column("level")
@@ -251,7 +259,7 @@ def _cmd_collectors(args: argparse.Namespace) -> int:
         table.add_row(level, path, f"[red]cannot run here:[/] {reason}" if reason else ready)
     for level in collect.PLANNED:
         table.add_row(level, "-", "[dim]no live collector yet[/]")
-    Console().print(table)
+    print_fitted(table)
     return 0
 
 

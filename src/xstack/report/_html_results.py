@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Result, Unit, format_value
+from xstack.analyze.result import Result, Unit, format_value, literal_parts
 from xstack.report._charts import render_chart
 from xstack.report._html_table import table_html
 from xstack.report._svg import clip, esc
@@ -24,6 +24,10 @@ _FACT_UNITS: tuple[tuple[str, Unit], ...] = (
     ("flops", "flops"),
 )
 """Units of facts, read from the ending of their keys (``busy_pct``, ``step_ns``, ``dram_bytes``)."""
+
+
+LONG_FACT_CHARS = 80
+"""Facts longer than this (in characters) are set as a paragraph rather than a headline number."""
 
 
 def anchor(result_id: str, prefix: str = "r") -> str:
@@ -64,12 +68,21 @@ def facts_html(facts: dict[str, Any], limit: int = 24) -> str:
     items = plain[:limit]
     if not items:
         return ""
-    body = "".join(
-        f'<div class="fact"><dt>{esc(fact_label(k))}</dt><dd>{esc(fact_text(k, v))}</dd></div>' for k, v in items
-    )
+    body = "".join(_fact(fact_label(k), fact_text(k, v)) for k, v in items)
     left = len(facts) - len(items)
     more = f'<p class="note">{left:,} more facts in the JSON report (--format json)</p>' if left else ""
     return f'<dl class="facts">{body}</dl>{more}'
+
+
+def prose_html(text: str) -> str:
+    """Text from a docstring or notes as HTML: escaped, its reST ``literals`` as ``<code>``."""
+    return "".join(f"<code>{esc(p)}</code>" if literal else esc(p) for p, literal in literal_parts(text))
+
+
+def _fact(label: str, text: str) -> str:
+    # a long name (a kernel's full template signature) takes a line of its own in plain type, wrapped anywhere
+    cls = "fact long" if len(text) > LONG_FACT_CHARS else "fact"
+    return f'<div class="{cls}"><dt>{esc(label)}</dt><dd>{esc(text)}</dd></div>'
 
 
 def labels_html(labels: Sequence[str]) -> str:
@@ -94,7 +107,7 @@ def result_section(result: Result, prefix: str = "r") -> str:
             f'<p class="hint">How to get it: {esc(result.hint or "record the missing levels")}</p></div>'
         )
     if result.notes:
-        notes = f"<p>{esc(result.notes)}</p>"
+        notes = f"<p>{prose_html(result.notes)}</p>"
         parts.append(f'<details class="notes"><summary>How this is computed</summary>{notes}</details>')
     if not result.missing:
         parts.append(facts_html(result.facts))

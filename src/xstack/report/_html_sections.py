@@ -12,7 +12,7 @@ from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
-from xstack.report.terminal import devices_line, system_line
+from xstack.report.terminal import devices_line, health_headline, runs_line, system_line
 
 HEADLINE_RESULTS = (
     "A1",
@@ -64,8 +64,7 @@ def _cards(analysis: Analysis) -> str:
     kernel_rows = s.top.get("kernel") or []
     if kernel_rows and kernel_rows[0].pct is not None:
         cards.append(("top kernel share", f"{kernel_rows[0].pct:.1f}% of kernel time"))
-    issues = sum(n for _, n, _ in s.health)
-    cards.append(("health findings", f"{issues:,}"))
+    cards.append(("health findings", health_headline(s)))
     cards.append(("recommendations", f"{len(analysis.recommendations):,}"))
     body = "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>' for k, v in cards
@@ -75,7 +74,9 @@ def _cards(analysis: Analysis) -> str:
         meta.append(f"status: {s.status} (the program stopped early)")
     line = " · ".join(m for m in meta if m)
     system = f'<p class="meta">system: {esc(system_line(s.system))}</p>' if s.system else ""
-    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + system
+    others = runs_line(s, "report")
+    runs = f'<p class="meta runs">store: {esc(others)}</p>' if others else ""
+    return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + runs + system
 
 
 def _top_chart(level: str, rows: Sequence[TopRow]) -> str:
@@ -180,13 +181,19 @@ def overhead(summary: RunSummary) -> str:
 
 
 def health(summary: RunSummary, results: Sequence[Result]) -> str:
-    """The trace's health checks: what the trace missed (orphans, dropped events, unpaired flows, caps hit)."""
+    """The trace's health: the findings (what the trace missed: orphans, dropped events, unpaired flows, caps
+    hit), then the informational rows, which are not findings."""
     parts = ['<section id="health"><h2>Trace health</h2>']
+    head = ["check", "count", "what it means"]
     if summary.health:
+        parts.append(f'<p class="note">{esc(health_headline(summary).capitalize())}.</p>')
         rows = [[check, f"{count:,}", detail] for check, count, detail in summary.health]
-        parts.append(static_table(["check", "count", "what it means"], rows, numeric=(1,)))
+        parts.append(static_table(head, rows, numeric=(1,)))
     else:
-        parts.append('<p class="note ok">No issues found: every span was attributed and no events were dropped.</p>')
+        parts.append('<p class="note ok">No findings: every span was attributed and no events were dropped.</p>')
+    if summary.health_info:
+        rows = [[check, f"{count:,}", detail] for check, count, detail in summary.health_info]
+        parts.append("<h4>For information (not findings)</h4>" + static_table(head, rows, numeric=(1,)))
     if any(r.id == "health" for r in results):
         parts.append(f'<p class="note">Details per check: <a href="#{anchor("health")}">the health analysis</a>.</p>')
     parts.append("</section>")

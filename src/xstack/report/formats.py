@@ -1,7 +1,8 @@
 """Reports for CI and scripts: an analysis as markdown, JSON or CSV text.
 
 - ``md``: the run, the recommendations, and every result as a table (all its rows, cells formatted with
-  units as in the terminal); a missing result is one line saying what is missing and how to get it.
+  units as in the terminal); a missing result is one line saying what is missing and how to get it. Trace
+  health closes the document, once: its findings, the informational rows, and the unattributed device time.
 - ``json``: one object: ``summary`` (the ``RunSummary`` fields), ``recommendations``, ``results`` (each
   ``Result.to_dict()``: columns with units, raw rows, facts, missing and hint) and, with a comparison,
   ``comparison`` (its results the same way).
@@ -25,9 +26,13 @@ import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Result, format_ns, format_value
+from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import Comparison
-from xstack.report.terminal import devices_line
+from xstack.report.terminal import devices_line, health_headline, runs_line
+
+HEALTH = "health"
+"""The id of the health analysis, which markdown shows once, in its closing Trace health section."""
 
 FORMATS = ("md", "json", "csv")
 """The text formats (``html`` is written by ``xstack.report.html.write_report``)."""
@@ -104,12 +109,15 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("devices", devices_line(s)),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
     ]
+    if others := runs_line(s, "report"):
+        facts.insert(2, ("store", others))
     out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
     out += ["## Recommendations", ""]
     out += _md_recommendations(analysis.recommendations) or ["No rule fired on this run.", ""]
     out += ["## Analyses", ""]
     for r in analysis.results:
-        out += md_result(r)
+        if r.id != HEALTH:  # the closing Trace health section shows it
+            out += md_result(r)
     if compare is not None:
         out += ["## Comparison", ""]
         for r in compare.results:
@@ -123,13 +131,23 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
                 f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} |"
             )
         out.append("")
-    out += ["## Trace health", ""]
+    return "\n".join(out + _md_health(s, next((r for r in analysis.results if r.id == HEALTH), None)))
+
+
+def _md_health(s: RunSummary, result: Result | None) -> list[str]:
+    """The findings (what the trace missed), then the informational rows, which are not findings; with the
+    health analysis, the unattributed share of device time."""
+    out = ["## Trace health", "", health_headline(s).capitalize() + ".", ""]
+    pct = result.facts.get("unattributed_device_pct") if result is not None else None
+    if pct is not None:
+        out += [f"Device time with no launching call (charged to no op or layer): {pct:.1f}%.", ""]
+    head = ["| check | count | what it means |", "|---|--:|---|"]
     if s.health:
-        out += ["| check | count | what it means |", "|---|--:|---|"]
-        out += [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health] + [""]
-    else:
-        out += ["No issues found.", ""]
-    return "\n".join(out)
+        out += head + [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health] + [""]
+    if s.health_info:
+        out += ["For information (not findings):", "", *head]
+        out += [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health_info] + [""]
+    return out
 
 
 def md_result(r: Result) -> list[str]:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from xstack.analyze.result import format_value
 from xstack.analyze.summary import RunSummary, TopRow
+
+RUNS_LISTED = 12
+"""Runs of a store listed by name in a summary or a report (the rest are counted)."""
+
+PIPE_MAX_WIDTH = 1000
+"""The widest line printed to a pipe or a file (a table that needs more folds its longest cells)."""
 
 LEVEL_TITLES = {"layer": "Top layers", "op": "Top operators", "kernel": "Top GPU kernels"}
 
@@ -39,8 +48,19 @@ def render_summary(summary: RunSummary) -> RenderableType:
 
 
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
-    """Print the summary to the terminal (or the given console)."""
-    (console or Console()).print(render_summary(summary))
+    """Print the summary to the terminal (or the given console), unwrapped in a pipe or a file."""
+    print_fitted(render_summary(summary), console)
+
+
+def print_fitted(renderable: RenderableType, console: Console | None = None) -> None:
+    """Print ``renderable`` on ``console`` (default: stdout): on a terminal at its width; in a pipe or a file
+    at the width it needs (up to ``PIPE_MAX_WIDTH``), where rich would otherwise squeeze every table into its
+    80-column fallback. ``COLUMNS``, where set, is the width in both cases."""
+    console = console or Console(highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        needed = Measurement.get(console, console.options.update_width(PIPE_MAX_WIDTH), renderable).maximum
+        console.width = max(needed, 1)
+    console.print(renderable)
 
 
 def _run_table(s: RunSummary) -> Table:
@@ -51,6 +71,8 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("started", str(s.started_at) if s.started_at else "unknown")
     t.add_row("framework", s.framework or "-")
     t.add_row("pass", s.pass_name or "-")
+    if others := runs_line(s, "summary"):
+        t.add_row("store", others)
     if s.pass_name == "merged":
         t.add_row("merged", "one iteration: each span's median from the pass that times its level")
         noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in s.noisy_spans.items() if n)
@@ -131,6 +153,22 @@ def distributed_line(dist: dict[str, Any]) -> str | None:
         + (f" of {world}" if world is not None else "")
         + (f", {dist['backend']}" if dist.get("backend") else "")
     )
+
+
+def runs_line(s: RunSummary, command: str) -> str | None:
+    """The store's other runs on one line, and the command that shows one of them ("xstack summary STORE --run
+    N"); None when the store holds this run only."""
+    if len(s.runs) < 2:
+        return None
+    one_name = len({name for _, name, _ in s.runs}) == 1
+    items = []
+    for run_id, name, pass_name in s.runs[:RUNS_LISTED]:
+        notes = [pass_name or "", "shown" if run_id == s.run_id else ""]
+        note = ", ".join(n for n in notes if n)
+        items.append(f"{run_id}" + ("" if one_name else f" {name}") + (f" ({note})" if note else ""))
+    more = f" and {len(s.runs) - RUNS_LISTED:,} more" if len(s.runs) > RUNS_LISTED else ""
+    store = shlex.quote(s.store) if s.store else "STORE"
+    return f"{len(s.runs):,} runs: {', '.join(items)}{more}; another one: xstack {command} {store} --run N"
 
 
 def system_line(system: dict[str, Any]) -> str:
@@ -218,15 +256,34 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
 
 
 def _health_table(s: RunSummary) -> RenderableType:
-    if not s.health:
-        return Text("Trace health: no issues found", style="green")
-    t = Table(title="Trace health", title_justify="left")
+    parts: list[RenderableType] = []
+    if s.health:
+        parts.append(_checks(f"Trace health: {health_headline(s)}", s.health))
+    else:
+        parts.append(Text("Trace health: no findings", style="green"))
+    if s.health_info:
+        parts.append(_checks("For information (not findings)", s.health_info, dim=True))
+    return Group(*parts)
+
+
+def _checks(title: str, rows: list[tuple[str, int, str]], *, dim: bool = False) -> Table:
+    t = Table(title=title, title_justify="left", style="dim" if dim else "none",
+              header_style="dim" if dim else "table.header")  # fmt: skip
     t.add_column("check")
     t.add_column("count", justify="right")
     t.add_column("what it means", overflow="fold")
-    for check, count, detail in s.health:
+    for check, count, detail in rows:
         t.add_row(check, f"{count:,}", detail)
     return t
+
+
+def health_headline(s: RunSummary) -> str:
+    """The findings in one phrase: "94 findings in 3 checks" (spans or events concerned, summed over the checks
+    that found them), or "no findings"."""
+    if not s.health:
+        return "no findings"
+    checks = len(s.health)
+    return f"{sum(n for _, n, _ in s.health):,} findings in {checks} check{'s' if checks > 1 else ''}"
 
 
 def _missing_hint(level: str) -> str:

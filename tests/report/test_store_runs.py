@@ -1,0 +1,59 @@
+"""A store of several runs says so wherever one run is shown: which runs it holds, which one is shown, and the
+command that shows another."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from xstack.analyze.pipeline import Analysis, analyze
+from xstack.report.formats import render_json, render_markdown
+from xstack.report.html import render_html
+from xstack.report.terminal import render_summary
+from xstack.trace.store import Store
+
+LISTED = "4 runs: 1 (model), 2 (model+layer+op), 3 (model+io), 4 (merged, shown)"
+"""The leveled measurement's three passes and its merged run, which is shown by default."""
+
+
+def _terminal(a: Analysis) -> str:
+    console = Console(width=300, record=True, file=io.StringIO())
+    console.print(render_summary(a.summary))
+    return console.export_text()
+
+
+def test_every_report_names_the_other_runs_and_how_to_show_them(leveled: Path) -> None:
+    with Store.open(leveled) as store:
+        merged, second = analyze(store), analyze(store, 2)
+    path = shlex.quote(str(leveled))
+    assert re.search(rf"store +{re.escape(f'{LISTED}; another one: xstack summary {path} --run N')}", _terminal(merged))
+    assert "2 (model+layer+op, shown), 3 (model+io), 4 (merged);" in _terminal(second)
+    page = render_html(merged)
+    assert f"{LISTED}; another one: xstack report {path} --run N" in page
+    assert f"| store | {LISTED}; another one: xstack report {path} --run N |" in render_markdown(merged)
+    doc = json.loads(render_json(merged))
+    assert doc["summary"]["runs"] == [[1, "leveled", "model"], [2, "leveled", "model+layer+op"],
+                                      [3, "leveled", "model+io"], [4, "leveled", "merged"]]  # fmt: skip
+
+
+def test_the_command_shown_shows_another_run(leveled: Path) -> None:
+    env = dict(os.environ, COLUMNS="300")
+    run = [sys.executable, "-m", "xstack", "summary", str(leveled)]
+    shown = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0 and LISTED in shown.stdout, shown.stderr
+    other = subprocess.run([*run, "--run", "1"], capture_output=True, text=True, env=env, timeout=120)
+    assert other.returncode == 0 and "Run 1: leveled" in other.stdout and "1 (model, shown)" in other.stdout
+
+
+def test_a_store_of_one_run_says_nothing_of_others(bert: tuple[Store, Analysis]) -> None:
+    _, a = bert
+    assert "another one" not in _terminal(a) and "another one" not in render_html(a)
+    assert "| store |" not in render_markdown(a)
