@@ -34,6 +34,7 @@ INFORMATIONAL = frozenset(
         "io_merged",
         "io_outside_region",
         "metrics_joined",
+        "ops_outside_layers",
         "syscalls_outside_region",
         "syscalls_sampler",
         "system_passes",
@@ -41,7 +42,8 @@ INFORMATIONAL = frozenset(
         "system_samples",
     }
 )
-"""Checks that say what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
+"""Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue
+between layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
 kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
 region, the profiler's own calls), not what its trace missed: shown for information, never counted as
 findings. Every other check, stored or computed here, is a finding."""
