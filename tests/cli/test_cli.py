@@ -95,8 +95,11 @@ def test_summary_rejects_an_unknown_run(tmp_path: Path) -> None:
 def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
     proc = xstack("demo", "-o", str(tmp_path / "out"), "--steps", "2", timeout=600)
     assert proc.returncode == 0, proc.stderr
-    for text in ("Top layers", "Top operators", "aten::conv2d", "Trace health", "SmallCNN", "encoder.layers.0"):
+    for text in ("Top layers", "Top operators", "Trace health", "SmallCNN", "VisionTransformer"):
         assert text in proc.stdout, text
+    # which operators lead depends on the machine's load over two steps; that they are the models' aten ops does not
+    ops = proc.stdout[proc.stdout.index("Top operators") : proc.stdout.index("Top GPU kernels")]
+    assert len(re.findall(r"│ aten::\w+ ", ops)) >= 3, ops
     data_dir = re.search(r"synthetic images to (\S+)", proc.stdout)
     assert data_dir and not Path(data_dir.group(1)).exists()  # the dataset was temporary
     events = json.loads((tmp_path / "out" / "demo.perfetto.json").read_text())["traceEvents"]
