@@ -191,3 +191,56 @@ def merged_store(path: Path, *, gpu: bool = False) -> Store:
         steps(sink, 1, STEP_NS)
         sink.close()
     return Store.open(path)
+
+
+FULL_NS = 50_000_000
+SHORT_STEP_NS = 4_500_000
+SHORT_FROM = 300_000_000
+WORKERS = (201, 202)
+
+
+def short_window_store(path: Path, *, steps_measured: int = 10, gpu: bool = False) -> Store:
+    """A run whose measured steps are shorter than the sampler's full period, as a short training loop's are:
+    one 300 ms warm-up step, then ``steps_measured`` steps of 4.5 ms. The main process's CPU time and switches
+    are sampled every 10 ms, its RSS and threads, the two workers (pids 201, 202, alive throughout, each
+    burning half a core) and the machine every 50 ms, the GPU (``gpu``) every 20 ms: ten measured steps (300 to
+    345 ms) hold four samples of the main process, two of the GPU and no full sample."""
+    with Store.create(path) as store:
+        config = run_config(workers=2, gpus=["cuda:0"] if gpu else None)
+        config["measure"] = {"warmup": 1, "iterations": steps_measured}
+        config[A.CONFIG_SYSTEM] |= {"full_interval_ms": FULL_NS / 1e6, "gpu_interval_ms": 20.0 if gpu else None}
+        store.add_run(RunInfo(1, "short", levels=["model", "system"], config=config))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "step#0", 0, SHORT_FROM, MAIN, MAIN, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        for k in range(1, steps_measured + 1):
+            sink.span(1 + k, None, "model", f"step#{k}", SHORT_FROM + (k - 1) * SHORT_STEP_NS, SHORT_STEP_NS, MAIN,
+                      MAIN, {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+        for ts in range(0, 400_000_001, INTERVAL_NS):
+            c = sink.counter
+            c(A.PROC_CPU_USER_NS, ts, 0.5 * ts, pid=MAIN)
+            c(A.PROC_CPU_SYSTEM_NS, ts, 0.1 * ts, pid=MAIN)
+            c(A.PROC_CTX_VOLUNTARY, ts, ts // 2_000_000, pid=MAIN)
+            c(A.PROC_CTX_INVOLUNTARY, ts, ts // 5_000_000, pid=MAIN)
+            if gpu and ts % 20_000_000 == 0:
+                c(A.GPU_UTIL_PCT, ts, 80.0, device="cuda:0")
+                c(A.GPU_SM_CLOCK_MHZ, ts, 1400.0, device="cuda:0")
+                c(A.GPU_THROTTLE_REASONS, ts, 0, device="cuda:0")
+            if ts % FULL_NS:
+                continue
+            c(A.PROC_RSS_BYTES, ts, 100 * MIB + ts / 1000, pid=MAIN)
+            c(A.PROC_THREADS, ts, 10, pid=MAIN)
+            for pid in WORKERS:
+                c(A.PROC_CPU_USER_NS, ts, 0.5 * ts, pid=pid)
+                c(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=pid)
+                c(A.PROC_CTX_VOLUNTARY, ts, ts // 10_000_000, pid=pid)
+                c(A.PROC_CTX_INVOLUNTARY, ts, 0, pid=pid)
+                c(A.PROC_RSS_BYTES, ts, 50 * MIB, pid=pid)
+                c(A.PROC_THREADS, ts, 3, pid=pid)
+            c(A.CPU_BUSY_PCT, ts, 60.0)
+            c(A.CPU_BUSY_PCT, ts, 60.0, device="cpu:0")
+            c(A.CPU_BUSY_PCT, ts, 60.0, device="cpu:1")
+            c(A.CPU_PROCS_RUNNING, ts, 3)
+            c(A.MEM_USED_BYTES, ts, 4 * 2**30)
+            c(A.MEM_AVAILABLE_BYTES, ts, 12 * 2**30)
+        sink.close()
+    return Store.open(path)

@@ -20,6 +20,7 @@ from tests.analyze.system_store import (
     cpu_store,
     merged_store,
     run_config,
+    short_window_store,
     steps,
     syscall_store,
 )
@@ -156,6 +157,14 @@ def test_a_worker_that_ended_no_longer_counts(tmp_path: Path) -> None:
     with Store.open(tmp_path / "gone.duckdb") as store:
         r = _one(store, "system.memory")
     assert r.column("workers") == [1, 0, 0] and r.column("workers RSS") == [30 * MIB, None, None]
+
+
+def test_workers_sampled_every_50_ms_count_at_every_point_between_their_samples(tmp_path: Path) -> None:
+    # the main process's RSS is read at the full samples too, but its CPU every 10 ms: a step's end 45 ms after
+    # the last full sample still has the two workers alive (they were in it), not none
+    with short_window_store(tmp_path / "short.duckdb") as store:
+        r = _one(store, "system.memory")
+    assert r.column("workers") == [2] * 10 and r.column("workers RSS") == [100 * MIB] * 10
 
 
 # -- GPU -------------------------------------------------------------------------------------------------------

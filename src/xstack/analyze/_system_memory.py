@@ -29,20 +29,22 @@ WITH t AS (SELECT unnest($ts) AS ts, unnest($k) AS k),
 c AS (SELECT pid, device, name, ts_ns, value FROM counters WHERE run_id = $run
       AND ((pid IS NOT NULL AND name = '{A.PROC_RSS_BYTES}')
            OR (pid IS NULL AND name IN ('{A.MEM_USED_BYTES}', '{A.MEM_AVAILABLE_BYTES}')))),
+fs AS (SELECT DISTINCT ts_ns FROM c WHERE name = '{A.PROC_RSS_BYTES}'),
+tf AS (SELECT t.ts, t.k, fs.ts_ns AS full_ts FROM t ASOF LEFT JOIN fs ON t.ts >= fs.ts_ns),
 keys AS (SELECT DISTINCT pid, name FROM c),
-q AS (SELECT keys.pid, keys.name, t.ts, t.k FROM keys CROSS JOIN t)
-SELECT q.k, q.pid, q.name, c.value, c.ts_ns FROM q
+q AS (SELECT keys.pid, keys.name, tf.ts, tf.k, tf.full_ts FROM keys CROSS JOIN tf)
+SELECT q.k, q.pid, q.name, c.value, c.ts_ns = q.full_ts FROM q
 ASOF JOIN c ON q.pid IS NOT DISTINCT FROM c.pid AND q.name = c.name AND q.ts >= c.ts_ns
 """
-"""Each series' last sample at or before each point (a process that ended keeps its last value: left out
-below when that sample is older than ``stale_ns``)."""
+"""Each series' last sample at or before each point, and whether it belongs to the last full sample before the
+point (the sampler reads every process's RSS at each full sample: a worker missing from it had ended)."""
 
 COLUMNS = [
     Column("step", "count", "the iteration (with no steps: the point's number)"),
     Column("time", "ns", "the step's end, from the run's first event"),
     Column("main RSS", "bytes", "resident memory of the profiled process"),
     Column("workers RSS", "bytes", "resident memory of its child processes, summed"),
-    Column("workers", "count", "child processes alive at the point"),
+    Column("workers", "count", "child processes alive at the point (in the last full sample before it)"),
     Column("machine used", "bytes", "MemTotal - MemAvailable"),
     Column("machine available", "bytes", "MemAvailable"),
 ]
@@ -54,13 +56,14 @@ def memory_growth(store: Store, run_id: int) -> Result:
     steps, and a leak suspicion flag.
 
     Notes: from the system level's sampler: each series' last sample at or before the step's end (``VmRSS``,
-    ``MemAvailable``). The slope is fitted over the measured steps' ends (warm-up left out, when allocators and
-    caches fill); the growth runs from the first measured step's start to the last one's end. Growth is
-    suspicious when it is steady, more than 1 MiB per step and rising in more than 80% of the steps, or when it
-    exceeds 10% of the resident memory at the start (and 1 MiB). RSS counts pages the process touched,
-    whatever holds them: Python objects, tensors, the allocator's caches, memory-mapped files; it cannot tell
-    a leak from a cache still filling, only that memory kept growing. Without step spans, the run's sampled
-    time is cut into 50 points.
+    ``MemAvailable``), which the sampler reads at its full samples (every 50 ms at the default interval); the
+    workers counted at a point are those the last full sample before it found. The slope is fitted over the
+    measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the first
+    measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per
+    step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
+    (and 1 MiB). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
+    allocator's caches, memory-mapped files; it cannot tell a leak from a cache still filling, only that memory
+    kept growing. Without step spans, the run's sampled time is cut into 50 points.
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -68,10 +71,8 @@ def memory_growth(store: Store, run_id: int) -> Result:
         return runs.missing(ID, TITLE)
     where = region(store, run)
     points, first = _points(where)
-    interval = runs.config.get("interval_ms")
-    stale = int(3 * float(interval) * 1e6) if isinstance(interval, (int, float)) and interval > 0 else 50_000_000
     found = rows(store, _AT, run.run_id, ts=[first, *(t for _, t in points)], k=[-1, *(k for k, _ in points)])
-    table, start = _table(runs, found, points, where.base_ns, stale)
+    table, start = _table(runs, found, points, where.base_ns)
     facts = _facts(run, where, table, start)
     return Result(
         ID,
@@ -100,17 +101,15 @@ def _points(where: Region) -> tuple[list[tuple[int, int]], int]:
     return [(k, where.start_ns + span * (k + 1) // POINTS) for k in range(POINTS)], where.start_ns
 
 
-def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]], base: int,
-           stale: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
-    at = dict(points)
+def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]],
+           base: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
     per: dict[int, dict[str, Any]] = {}
-    for k, pid, name, value, ts in found:
+    for k, pid, name, value, in_last_full in found:
         cell = per.setdefault(int(k), {"workers": [], "main": None})
         if name == A.PROC_RSS_BYTES and pid == runs.main_pid:
             cell["main"] = float(value)
         elif name == A.PROC_RSS_BYTES:
-            when = at.get(int(k))
-            if when is None or when - int(ts) <= stale:  # a worker that ended is no longer counted
+            if in_last_full:  # a worker that ended is no longer counted
                 cell["workers"].append(float(value))
         else:
             cell[name] = float(value)
