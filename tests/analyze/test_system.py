@@ -167,6 +167,36 @@ def test_workers_sampled_every_50_ms_count_at_every_point_between_their_samples(
     assert r.column("workers") == [2] * 10 and r.column("workers RSS") == [100 * MIB] * 10
 
 
+def test_a_window_shorter_than_the_samples_says_too_few_samples_instead_of_zero(tmp_path: Path) -> None:
+    # ten 4.5 ms steps: four samples of the main process (every 10 ms), two of the GPU, no full sample (50 ms)
+    with short_window_store(tmp_path / "short.duckdb", gpu=True) as store:
+        results = {r.id: r for r in run_analyses(store, None, ["system.cpu", "system.memory", "system.gpu"])}
+        line = system_line(summarize(store).system or {})
+        fired = {r.rule for r in analyze(store).recommendations}
+    cpu, memory, gpu = results["system.cpu"], results["system.memory"], results["system.gpu"]
+    short = (
+        "too few samples: the 10 measured steps last 45 ms and hold 4 samples of the main process (every 10 ms), "
+        "0 samples of the workers, the machine and RSS (every 50 ms); a figure over them needs at least 5: sample "
+        "every 9 ms or less (--system-interval 9) for the main process, measure at least 56 steps (xstack profile "
+        "--iters 56) for the workers, the machine and RSS"
+    )
+    assert cpu.facts["too_few_samples"] == short and short in cpu.labels
+    for row in cpu.to_records():  # no figure read across samples outside the steps: not 0% busy
+        assert row["CPU busy"] is None and row["user"] is None and row["voluntary switches per step"] is None
+    assert [(r["what"], r["samples"]) for r in cpu.to_records()] == [
+        ("main", 4), ("worker 201", 0), ("worker 202", 0), ("core 0", 0), ("core 1", 0), ("all cores", 0)]  # fmt: skip
+    f = cpu.facts
+    assert (f["busy_mean_pct"], f["saturated_pct"], f["main_cpu_pct"], f["workers_cpu_pct"]) == (None,) * 4
+    assert (f["main_samples"], f["full_samples"], f["workers"]) == (4, 0, 2)  # the workers are alive throughout
+    assert memory.facts["too_few_samples"] is not None and memory.facts["main_suspect"] is False
+    assert "main_growth_bytes" not in memory.facts  # not "+0 B over 10 steps"
+    assert gpu.rows == [("cuda:0", 2, *[None] * 13)] and gpu.facts["util_mean_pct"] is None
+    assert "2 samples of cuda:0 (every 20 ms)" in gpu.facts["too_few_samples"] and "No GPU telemetry" not in gpu.notes
+    assert line == ("CPU: too few samples (0 full samples in the 45 ms measured, at least 5 needed: see system.cpu), "
+                    "main RSS: too few samples, GPU: too few samples (see system.gpu)")  # fmt: skip
+    assert not fired & {"workers_exceed_cores", "thread_oversubscription", "host_memory_growth", "gpu_throttling"}
+
+
 # -- GPU -------------------------------------------------------------------------------------------------------
 def test_gpu_utilisation_clocks_and_throttle_reasons(sampled: Store) -> None:
     r = _one(sampled, "system.gpu")
@@ -258,7 +288,8 @@ def test_a_merged_run_whose_only_system_pass_traced_syscalls_uses_its_counters(t
                               config=run_config(syscalls=True)))  # fmt: skip
         sink = Sink(store, 1)
         steps(sink, 4, STEP_NS)
-        sink.counter(A.CPU_BUSY_PCT, 150_000_000, 50.0)
+        for ts in range(110_000_000, 400_000_001, 50_000_000):
+            sink.counter(A.CPU_BUSY_PCT, ts, 50.0)
         sink.close()
         merge = {"passes": [], "counter_passes": [{"pass": "model+system+syscalls", "run_id": 1}]}
         store.add_run(RunInfo(2, "m", levels=["model"], pass_name="merged", config={"merge": merge}))

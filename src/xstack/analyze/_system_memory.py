@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from xstack.analyze._system_common import Region, RunFacts, SystemRuns, data_note, region, slope, system_runs
+from xstack.analyze._system_common import (
+    MIN_SAMPLES,
+    Region,
+    RunFacts,
+    SystemRuns,
+    data_note,
+    process_samplings,
+    region,
+    shortfall,
+    slope,
+    system_runs,
+)
 from xstack.analyze._timeline_common import notes_of, rows
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace import attrs as A
@@ -63,7 +74,9 @@ def memory_growth(store: Store, run_id: int) -> Result:
     step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
     (and 1 MiB). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
     allocator's caches, memory-mapped files; it cannot tell a leak from a cache still filling, only that memory
-    kept growing. Without step spans, the run's sampled time is cut into 50 points.
+    kept growing. Without step spans, the run's sampled time is cut into 50 points. With fewer than five full
+    samples inside the measured steps, the readings are listed but no growth is computed (every step's end
+    would read the same few samples, and growth would read as zero).
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -73,7 +86,10 @@ def memory_growth(store: Store, run_id: int) -> Result:
     points, first = _points(where)
     found = rows(store, _AT, run.run_id, ts=[first, *(t for _, t in points)], k=[-1, *(k for k, _ in points)])
     table, start = _table(runs, found, points, where.base_ns)
-    facts = _facts(run, where, table, start)
+    full = process_samplings(store, runs, run, where)[1]
+    short = shortfall(where, [full])
+    facts = _facts(run, where, table, start, enough=full.enough)
+    facts |= {"full_samples": full.samples, "min_samples": MIN_SAMPLES, "too_few_samples": short}
     return Result(
         ID,
         TITLE,
@@ -89,7 +105,7 @@ def memory_growth(store: Store, run_id: int) -> Result:
             extra={"secondary_y": ["machine used"]},
         ),  # fmt: skip
         facts=facts,
-        labels=[] if where.steps else ["no measured steps: 50 points over the run"],
+        labels=([] if where.steps else ["no measured steps: 50 points over the run"]) + ([short] if short else []),
     )
 
 
@@ -123,9 +139,14 @@ def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[in
     return table, start
 
 
-def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None) -> dict[str, Any]:
+def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None, *,
+           enough: bool) -> dict[str, Any]:  # fmt: skip
+    """Growth figures; none (and no suspicion) without ``enough`` samples to tell."""
     facts: dict[str, Any] = {"source_run": run.run_id, "region": where.kind, "steps": len(where.steps)}
     for key, col in (("main", 2), ("workers", 3)):
+        if not enough:
+            facts[f"{key}_suspect"] = False
+            continue
         series = [float(r[col]) for r in table if r[col] is not None]
         first = start if key == "main" and start is not None else (series[0] if series else None)
         facts |= _growth(key, series, first, per_step=bool(where.steps))

@@ -34,7 +34,9 @@ __all__ = [
 def overview(store: Store, run_id: int) -> dict[str, Any] | None:
     """The run's system figures in brief, for summaries: machine CPU busy (%), cores, saturated samples (%),
     the main process's RSS growth (bytes) over the measured steps, GPU utilisation (%) and throttled samples
-    (%) or why there is no GPU telemetry, and the syscalls traced; None when the run has no system data."""
+    (%) or why there is no GPU telemetry, whether each had too few samples inside the measured steps (with
+    the full samples there, the number needed and the steps' length, ns), and the syscalls traced; None when
+    the run has no system data."""
     runs = system_runs(store, run_id)
     if runs.counters is None and runs.syscalls is None:
         return None
@@ -46,6 +48,10 @@ def overview(store: Store, run_id: int) -> dict[str, Any] | None:
         out |= {"gpus": gpu.get("gpus"), "gpu_util_mean_pct": gpu.get("util_mean_pct"),
                 "gpu_throttled_pct": gpu.get("throttled_pct"), "nvml": gpu.get("nvml"),
                 "counters_run": runs.counters.run_id}  # fmt: skip
+        out |= {"cpu_too_few": cpu.get("too_few_samples") is not None, "full_samples": cpu.get("full_samples"),
+                "min_samples": cpu.get("min_samples"), "region_ns": cpu.get("region_ns"),
+                "memory_too_few": memory.get("too_few_samples") is not None,
+                "gpu_too_few": gpu.get("too_few_samples") is not None}  # fmt: skip
     if runs.syscalls is not None:
         calls = syscall_time(store, run_id).facts
         out |= {"syscalls": calls.get("calls"), "syscall_ns": calls.get("in_syscalls_ns"),
