@@ -105,8 +105,15 @@ SYS_STEP_NS = 1_000_000
 SYS_STEPS = 3
 
 
-def syscall_run(sink: Sink, first_id: int = 1) -> None:
-    """The syscall pass described in the module docstring: model and layer spans, and ``system`` spans."""
+IDLE_TIDS = (110, 111, 112, 113)
+"""Idle helper threads of the main process (an intra-op pool, the pin-memory thread)."""
+WORKER_THREAD = 211
+
+
+def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False) -> None:
+    """The syscall pass described in the module docstring: model and layer spans, and ``system`` spans.
+    ``idle``: four more threads of the main process (``IDLE_TIDS``) and a second thread of the worker sit in one
+    wait each (futex, poll) across the whole pass, as a thread pool's idle threads do."""
     ids = iter(range(first_id + SYS_STEPS, first_id + 10_000))
     steps(sink, SYS_STEPS, SYS_STEP_NS, first_id)
 
@@ -132,6 +139,10 @@ def syscall_run(sink: Sink, first_id: int = 1) -> None:
         call(None, "read", s + 100_000, 2_000, tid=SAMPLER_TID)
         call(None, "read", s + 100_000, 100_000, pid=WORKER, tid=WORKER)
     call(None, "openat", SYS_STEPS * SYS_STEP_NS + 10_000, 1_000)
+    if idle:
+        for tid in IDLE_TIDS:
+            call(None, "futex", 0, SYS_STEPS * SYS_STEP_NS, tid=tid)
+        call(None, "poll", 0, SYS_STEPS * SYS_STEP_NS, pid=WORKER, tid=WORKER_THREAD)
 
 
 def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, **system: Any) -> Store:
@@ -147,12 +158,13 @@ def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, **sys
     return Store.open(path)
 
 
-def syscall_store(path: Path) -> Store:
-    """One run (``model``, ``layer``, ``system``) holding the syscall pass's spans and no counters."""
+def syscall_store(path: Path, *, idle: bool = False) -> Store:
+    """One run (``model``, ``layer``, ``system``) holding the syscall pass's spans and no counters (``idle``:
+    see ``syscall_run``)."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "traced", levels=["model", "layer", "system"], config=run_config(syscalls=True)))
         sink = Sink(store, 1)
-        syscall_run(sink)
+        syscall_run(sink, idle=idle)
         sink.close()
     return Store.open(path)
 

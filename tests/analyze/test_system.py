@@ -246,9 +246,33 @@ def test_syscall_time_per_stage_layer_thread_and_worker(traced: Store) -> None:
     worker = _row(r, f"worker {WORKER}")
     assert (worker["kind"], worker["read"], worker["span time"], worker["share"]) == ("worker", 300_000, None, None)
     f = r.facts
-    assert (f["calls"], f["in_syscalls_ns"], f["wait_ns"], f["failed"], f["steps"]) == (28, 1_402_000, 900_000, 1, 2)
-    assert f["per_step_ns"] == 260_000 + 55_000 + 50_000 + 100_000 + 2_000
+    assert (f["calls"], f["thread_time_ns"], f["wait_ns"], f["failed"], f["steps"]) == (28, 1_402_000, 900_000, 1, 2)
+    assert f["main_per_step_traced_ns"] == 260_000 + 55_000 + 50_000  # the main thread's, not the worker's too
     assert r.labels == ["strace: each call slowed by some microseconds"] and "strace" in r.notes
+
+
+def test_idle_helper_threads_are_kept_apart_from_the_main_thread(tmp_path: Path) -> None:
+    # four idle threads of the main process and a second worker thread each wait across the whole 3 ms pass:
+    # 15 ms of waits, summed over threads, against the main thread's 1.1 ms in syscalls
+    with syscall_store(tmp_path / "idle.duckdb", idle=True) as store:
+        r, names = _one(store, "system.syscalls"), _one(store, "system.syscall_names")
+        line = system_line(summarize(store).system or {})
+    f = r.facts
+    assert f["thread_time_ns"] == 1_402_000 + 5 * 3_000_000 and "in_syscalls_ns" not in f
+    assert (f["threads"], f["main_tid"], f["main_thread_ns"]) == (8, MAIN, 1_096_000)
+    # in the two measured steps (2 ms): 365 us per step on the main thread
+    assert (f["main_steps_ns"], f["steps_ns"], f["main_per_step_traced_ns"]) == (730_000, 2_000_000, 365_000)
+    assert f["main_share_pct"] == pytest.approx(36.5)
+    assert f["other_threads"] == 7  # the sampler-like reader, four idle threads, the worker's two
+    assert (f["other_threads_ns"], f["other_threads_wait_ns"]) == (6_000 + 300_000 + 5 * 3_000_000, 5 * 3_000_000)
+    assert (f["worker_processes"], f["pass_ns"], f["other_ns"]) == (1, 3_011_000, 0)  # other_ns: the class
+    assert _row(r, "other threads")["threads"] == 5 and _row(r, f"worker {WORKER}")["threads"] == 2
+    assert _row(r, "dataloader.next")["threads"] == 1
+    assert _row(names, "futex")["main thread"] == 600_000 and _row(names, "futex")["total"] == 12_600_000
+    assert names.facts["thread_time_ns"] == f["thread_time_ns"] and "in_syscalls_ns" not in names.facts
+    assert line == ("33 syscalls: the main thread was in them 36% of the measured steps (365.0 us per step under "
+                    "strace); 7 other threads: 98% of their syscall time idle in waits")  # fmt: skip
+    assert "16.4 ms" not in line  # the sum over threads is no wall time
 
 
 def test_syscalls_by_name(traced: Store) -> None:
@@ -355,7 +379,8 @@ def test_the_summary_line(sampled: Store, tmp_path: Path) -> None:
     )
     with merged_store(tmp_path / "merged.duckdb") as store:
         line = system_line(summarize(store).system or {})
-    assert line.endswith("GPU n/a, 28 syscalls, 1.4 ms in them")
+    assert line.endswith("GPU n/a, 28 syscalls: the main thread was in them 36% of the measured steps (365.0 us per "
+                         "step under strace); 2 other threads")  # fmt: skip
 
 
 def test_every_system_result_converts_to_json_and_csv(sampled: Store) -> None:

@@ -17,6 +17,7 @@ from xstack.analyze._system_cpu import cpu_over_time, cpu_saturation
 from xstack.analyze._system_gpu import gpu_over_time, gpu_utilisation
 from xstack.analyze._system_memory import memory_growth
 from xstack.analyze._system_syscalls import syscall_time, syscalls_by_name
+from xstack.analyze._timeline_common import pct
 from xstack.trace.store import Store
 
 __all__ = [
@@ -36,7 +37,9 @@ def overview(store: Store, run_id: int) -> dict[str, Any] | None:
     the main process's RSS growth (bytes) over the measured steps, GPU utilisation (%) and throttled samples
     (%) or why there is no GPU telemetry, whether each had too few samples inside the measured steps (with
     the full samples there, the number needed and the steps' length, ns), and the syscalls traced; None when
-    the run has no system data."""
+    the run has no system data. Syscalls: the calls, the main thread's share of the measured steps in them
+    (%) and its time per step under strace (ns), and the other threads with the share of their syscall time
+    spent in wait calls (%): never their sum, which counts each idle thread's wait in full."""
     runs = system_runs(store, run_id)
     if runs.counters is None and runs.syscalls is None:
         return None
@@ -54,6 +57,11 @@ def overview(store: Store, run_id: int) -> dict[str, Any] | None:
                 "gpu_too_few": gpu.get("too_few_samples") is not None}  # fmt: skip
     if runs.syscalls is not None:
         calls = syscall_time(store, run_id).facts
-        out |= {"syscalls": calls.get("calls"), "syscall_ns": calls.get("in_syscalls_ns"),
+        other_ns, other_wait = calls.get("other_threads_ns"), calls.get("other_threads_wait_ns")
+        out |= {"syscalls": calls.get("calls"), "syscall_main_share_pct": calls.get("main_share_pct"),
+                "syscall_main_share_of": calls.get("main_share_of"),
+                "syscall_main_per_step_ns": calls.get("main_per_step_traced_ns"),
+                "syscall_other_threads": calls.get("other_threads"),
+                "syscall_other_wait_pct": pct(other_wait, other_ns),
                 "syscalls_run": runs.syscalls.run_id}  # fmt: skip
     return out

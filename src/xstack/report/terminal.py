@@ -99,8 +99,22 @@ def system_line(system: dict[str, Any]) -> str:
             parts.append(f"main RSS {sign}{format_value(abs(growth), 'bytes')}{over}{flag}")
         parts.append(_gpu_part(system))
     if system.get("syscalls_run") is not None:
-        parts.append(f"{system.get('syscalls') or 0:,} syscalls, {format_ns(system.get('syscall_ns') or 0)} in them")
+        parts.append(_syscall_part(system))
     return ", ".join(parts)
+
+
+def _syscall_part(system: dict[str, Any]) -> str:
+    """The main thread's share of the steps in syscalls, and the other threads' waits: the threads' times are
+    never summed (idle threads each waiting through the whole pass would add up to many times its length)."""
+    text = f"{system.get('syscalls') or 0:,} syscalls"
+    if (share := system.get("syscall_main_share_pct")) is not None:
+        text += f": the main thread was in them {share:.0f}% of the {system.get('syscall_main_share_of')}"
+        if (per := system.get("syscall_main_per_step_ns")) is not None:
+            text += f" ({format_ns(per)} per step under strace)"
+    if others := system.get("syscall_other_threads"):
+        wait = system.get("syscall_other_wait_pct")
+        text += f"; {others} other threads" + (f": {wait:.0f}% of their syscall time idle in waits" if wait else "")
+    return text
 
 
 def _cpu_part(system: dict[str, Any]) -> str:
