@@ -172,10 +172,13 @@ def syscall_store(path: Path, *, idle: bool = False) -> Store:
 MERGED = 4
 
 
-def merged_store(path: Path, *, gpu: bool = False) -> Store:
+def merged_store(
+    path: Path, *, gpu: bool = False, step_ns: int = STEP_NS, stages: dict[str, int] | None = None
+) -> Store:
     """A ``model`` pass (run 1), a ``model+system`` pass (run 2: the counters), a syscall pass (run 3: syscall
     spans, and counters of its own with twice the main process's CPU and no memory growth, which the analyses
-    must not read) and the merged run (4). ``gpu``: the ``model+system`` pass samples a GPU too."""
+    must not read) and the merged run (4): one step of ``step_ns`` holding a stage span of each duration in
+    ``stages`` (by name). ``gpu``: the ``model+system`` pass samples a GPU too."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "m", levels=["model"], pass_name="model", config={"pid": MAIN}))
         store.add_run(RunInfo(2, "m", levels=["model", "system"], pass_name="model+system",
@@ -200,7 +203,11 @@ def merged_store(path: Path, *, gpu: bool = False) -> Store:
         }  # fmt: skip
         store.add_run(RunInfo(MERGED, "m", levels=["model"], pass_name="merged", config={"merge": merge}))
         sink = Sink(store, MERGED)
-        steps(sink, 1, STEP_NS)
+        steps(sink, 1, step_ns)
+        at = 0
+        for k, (name, dur) in enumerate((stages or {}).items()):
+            sink.span(2 + k, 1, "model", name, at, dur, MAIN, MAIN, {A.MODEL_KIND: "forward"})
+            at += dur
         sink.close()
     return Store.open(path)
 

@@ -10,7 +10,15 @@ from collections import defaultdict
 from typing import Any, Final
 
 from xstack.analyze._io_common import in_list
-from xstack.analyze._system_common import RunFacts, Step, SystemRuns, data_note, measured_steps, system_runs
+from xstack.analyze._system_common import (
+    STEP_SPAN,
+    RunFacts,
+    Step,
+    SystemRuns,
+    data_note,
+    measured_steps,
+    system_runs,
+)
 from xstack.analyze._timeline_common import notes_of, pct, rows
 from xstack.analyze.context import run_context
 from xstack.analyze.result import Chart, Column, Result
@@ -93,6 +101,17 @@ SELECT kind, place, pid, name, cls, count(*), sum(dur_ns), sum(dur_ns) FILTER (W
 FROM keyed GROUP BY ALL
 """
 
+_UNSLOWED = f"""
+WITH n AS (SELECT greatest(count(*), 1) AS steps FROM spans WHERE run_id = $run AND {STEP_SPAN})
+SELECT 'stage', CASE WHEN attrs->>'$."{A.MODEL_KIND}"' = 'step' THEN 'step' ELSE name END,
+    sum(dur_ns) / any_value(n.steps)
+FROM spans, n WHERE run_id = $run AND level = 'model' GROUP BY ALL
+UNION ALL
+SELECT 'layer', coalesce(attrs->>'$."{A.LAYER_PATH}"', name), sum(dur_ns) / any_value(n.steps)
+FROM spans, n WHERE run_id = $run AND level = 'layer' GROUP BY ALL
+"""
+"""Per stage and layer of a run without strace (the merged run): its duration per step."""
+
 _THREADS = f"""
 WITH st AS (SELECT unnest($s) AS s, unnest($e) AS e),
 sc AS (SELECT pid, tid, start_ns, dur_ns, {class_sql()} = 'wait' AS waits FROM spans
@@ -136,8 +155,13 @@ COLUMNS = [
     Column("span time", "ns", "the stage's or layer's own duration under strace, summed over its calls"),
     Column("share", "pct", "time in syscalls as a share of the span time"),
     Column("wait share", "pct", "time in wait calls as a share of the span time"),
-    Column("per step", "ns", "time in syscalls within the measured steps, per step, under strace (summed over "
-           "the row's threads)"),
+    Column("per step under strace", "ns", "time in syscalls within the measured steps, per step, as strace "
+           "slowed it (summed over the row's threads)"),
+    Column("span per step", "ns", "the stage's or layer's duration per step without strace (the merged "
+           "profile); none where the run was traced throughout or has no such span"),
+    Column("est. per step", "ns", "share x span per step: the time in syscalls per step, estimated without "
+           "strace's slowdown"),
+    Column("est. wait per step", "ns", "wait share x span per step"),
     Column("top call", help="the call with the most time here"),
     Column("top wait", help="the wait call with the most time here"),
 ]  # fmt: skip
@@ -145,23 +169,27 @@ COLUMNS = [
 
 def syscall_time(store: Store, run_id: int) -> Result:
     """Per stage, layer, other thread and worker process: system calls and the time in them (ns) by class
-    (wait, read, write, open/metadata, memory, other), their share of the stage's or layer's time (%), and the
-    time per measured step (ns).
+    (wait, read, write, open/metadata, memory, other), their share of the stage's or layer's time (%), the
+    time per measured step under strace (ns) and, in a merged profile, the shares applied to the duration
+    without strace (ns).
 
-    Notes: from the syscall pass (strace), whose ``system`` spans hang from the model or layer span open on
-    their thread when they started. A stage row counts the calls under that model span, those of the layers
-    in it included, but not those of stages nested in it (``step`` is a step outside its inner stages); a
-    layer row counts the calls made while it was the innermost layer. So stage and layer rows overlap, and a
-    call's time is its whole duration whether it blocked or ran in the kernel. Calls under no span are the
-    main thread's "outside any stage", the main process's other threads (the DataLoader's pin-memory thread
-    and the intra-op pool among them) and each worker process; a row of several threads sums their time, so a
-    pool of idle threads each blocked in a futex for the whole pass counts the pass once per thread. The
-    facts keep the thread that runs the loop (the one recording the model spans) apart: its time in syscalls
-    within the measured steps and its share of them, against the other threads' time and how much of it they
-    spent in wait calls, idle. Caveats: strace stops the thread at every call,
-    adding some microseconds to each and slowing the whole pass, so counts and the durations of calls that
-    block (waits, reads of pipes) are what to trust, not the time of short calls; calls still running when the
-    trace ended run to its end. What the program computes between calls is not seen here.
+    Notes: from the syscall pass (strace), whose ``system`` spans hang from the model or layer span open on their
+    thread when they started. A stage row counts the calls under that model span, those of the layers in it
+    included, but not those of stages nested in it (``step`` is a step outside its inner stages); a layer row counts
+    the calls made while it was the innermost layer. So stage and layer rows overlap, and a call's time is its whole
+    duration whether it blocked or ran in the kernel. Calls under no span are the main thread's "outside any stage",
+    the main process's other threads (the DataLoader's pin-memory thread and the intra-op pool among them) and each
+    worker process; a row of several threads sums their time, so a pool of idle threads each blocked in a futex for
+    the whole pass counts the pass once per thread. The facts keep the thread that runs the loop (the one recording
+    the model spans) apart: its time in syscalls within the measured steps and its share of them, against the other
+    threads' time and how much of it they spent in wait calls, idle. Caveats: strace stops the thread at every call,
+    adding some microseconds to each and slowing the whole pass, so counts and the durations of calls that block
+    (waits, reads of pipes) are what to trust, not the time of short calls; calls still running when the trace ended
+    run to its end. What the program computes between calls is not seen here. So no time measured under strace is
+    given as the program's own: where the run analysed is a merged profile, the shares measured under strace (strace
+    slows the calls more than the code between them, so they still overstate syscalls, less badly) are applied to
+    each stage's and layer's duration per step in the merged profile, whose passes ran without strace ("est."
+    columns).
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
@@ -170,8 +198,9 @@ def syscall_time(store: Store, run_id: int) -> Result:
     steps = measured_steps(store, run)
     found = _calls(store, runs, run, [s.start_ns for s in steps], [s.end_ns for s in steps])
     span_time = {(k, at, pid): int(t) for k, at, pid, t in rows(store, _SPAN_TIME, run.run_id)}
-    table = _table(runs, run, found, span_time, len(steps))
-    threads = _thread_facts(store, run, steps)
+    unslowed = _unslowed(store, runs, run)
+    table = _table(runs, run, found, span_time, len(steps), unslowed)
+    threads = _thread_facts(store, run, steps, unslowed.get(("stage", "step")))
     return Result(
         ID,
         TITLE,
@@ -180,9 +209,18 @@ def syscall_time(store: Store, run_id: int) -> Result:
         notes=f"{notes_of(syscall_time)} {data_note(runs, run, 'syscall spans')}",
         run_id=runs.run_id,
         chart=Chart("stacked", x="where", y=CLASS_NAMES, title="Time in system calls by class", limit=25),
-        facts=_facts(run, found) | threads,
-        labels=["strace: each call slowed by some microseconds"],
+        facts=_facts(run, found) | threads | {"unslowed_run": runs.run_id if unslowed else None},
+        labels=["strace: each call slowed by some microseconds"]
+        + ([] if unslowed else ["times measured under strace (no profile without it to weigh them by)"]),
     )
+
+
+def _unslowed(store: Store, runs: SystemRuns, run: RunFacts) -> dict[tuple[str, str], float]:
+    """Per (``stage`` or ``layer``, name): its duration per step (ns) in the run analysed, when that run is not
+    the syscall pass itself (a merged profile); empty otherwise."""
+    if runs.run_id == run.run_id:
+        return {}
+    return {(str(k), str(at)): float(t) for k, at, t in rows(store, _UNSLOWED, runs.run_id) if t is not None}
 
 
 def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], ends: list[int]) -> list[tuple[Any, ...]]:
@@ -191,8 +229,8 @@ def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], end
     return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main)
 
 
-def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
-           span_time: dict[tuple[Any, Any, Any], int], steps: int) -> list[tuple[Any, ...]]:  # fmt: skip
+def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]], span_time: dict[tuple[Any, Any, Any], int],
+           steps: int, unslowed: dict[tuple[str, str], float]) -> list[tuple[Any, ...]]:  # fmt: skip
     groups: dict[tuple[str, Any, Any], list[tuple[Any, ...]]] = defaultdict(list)
     for r in found:
         groups[(r[0], r[1], r[2])].append(r)
@@ -204,15 +242,21 @@ def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
         in_steps = sum(int(c[7] or 0) for c in calls)
         waits = [c for c in calls if c[4] == "wait"]
         tids = {int(t) for c in calls for t in c[11]}
+        share, wait_share = pct(total, span), pct(by_class["wait"], span)
+        per_step = unslowed.get((kind, str(at))) if kind in ("stage", "layer") else None
         table.append((
             _where(runs, run, kind, at, pid), kind, runs.label(pid, run), len(tids), sum(int(c[5]) for c in calls),
-            total,
-            *by_class.values(), span, pct(total, span), pct(by_class["wait"], span),
-            in_steps / steps if steps else None, max(calls, key=lambda c: int(c[6]))[3],
+            total, *by_class.values(), span, share, wait_share, in_steps / steps if steps else None, per_step,
+            _of(share, per_step), _of(wait_share, per_step), max(calls, key=lambda c: int(c[6]))[3],
             max(waits, key=lambda c: int(c[6]))[3] if waits else None,
         ))  # fmt: skip
     table.sort(key=lambda r: (-r[5], r[0]))
     return table
+
+
+def _of(share_pct: float | None, ns: float | None) -> float | None:
+    """``share_pct`` % of ``ns``."""
+    return None if share_pct is None or ns is None else share_pct / 100 * ns
 
 
 def _where(runs: SystemRuns, run: RunFacts, kind: str, at: Any, pid: Any) -> str:
@@ -231,6 +275,7 @@ def _facts(run: RunFacts, found: list[tuple[Any, ...]]) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "source_run": run.run_id,
         "tool": run.system.get("syscall_tool"),
+        "tracer": str(run.system.get("syscall_tool") or "strace").split()[0],
         "calls": sum(int(r[5]) for r in once),
         "thread_time_ns": sum(int(r[6]) for r in once),
         "failed": sum(int(r[8]) for r in once),
@@ -241,9 +286,10 @@ def _facts(run: RunFacts, found: list[tuple[Any, ...]]) -> dict[str, Any]:
     return facts
 
 
-def _thread_facts(store: Store, run: RunFacts, steps: list[Step]) -> dict[str, Any]:
+def _thread_facts(store: Store, run: RunFacts, steps: list[Step], step_ns: float | None) -> dict[str, Any]:
     """The loop's thread against the others: time in syscalls (ns, under strace), its share of the measured
-    steps (%), and how much of the other threads' time was waiting."""
+    steps (%) and that share of ``step_ns`` (a step without strace, when known), and how much of the other
+    threads' time was waiting."""
     per = rows(store, _THREADS, run.run_id, s=[s.start_ns for s in steps], e=[s.end_ns for s in steps])
     found = rows(store, _MAIN_TID, run.run_id)
     main = int(found[0][0]) if found else run.main_pid
@@ -264,6 +310,8 @@ def _thread_facts(store: Store, run: RunFacts, steps: list[Step]) -> dict[str, A
         "main_share_pct": pct(in_steps, steps_ns) if steps else pct(main_ns, pass_ns),
         "main_share_of": "measured steps" if steps else "traced region",
         "main_per_step_traced_ns": in_steps / len(steps) if steps else None,
+        "step_unslowed_ns": step_ns,
+        "main_per_step_est_ns": _of(pct(in_steps, steps_ns), step_ns) if steps else None,
         "other_threads": len(others),
         "other_threads_ns": sum(int(r[3]) for r in others),
         "other_threads_wait_ns": sum(int(r[4] or 0) for r in others),

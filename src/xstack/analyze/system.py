@@ -38,7 +38,8 @@ def overview(store: Store, run_id: int) -> dict[str, Any] | None:
     (%) or why there is no GPU telemetry, whether each had too few samples inside the measured steps (with
     the full samples there, the number needed and the steps' length, ns), and the syscalls traced; None when
     the run has no system data. Syscalls: the calls, the main thread's share of the measured steps in them
-    (%) and its time per step under strace (ns), and the other threads with the share of their syscall time
+    (%) and its time per step under the tracer (ns), that share of the step without the tracer (ns, with
+    the step's length, in a merged profile), and the other threads with the share of their syscall time
     spent in wait calls (%): never their sum, which counts each idle thread's wait in full."""
     runs = system_runs(store, run_id)
     if runs.counters is None and runs.syscalls is None:
@@ -61,6 +62,8 @@ def overview(store: Store, run_id: int) -> dict[str, Any] | None:
         out |= {"syscalls": calls.get("calls"), "syscall_main_share_pct": calls.get("main_share_pct"),
                 "syscall_main_share_of": calls.get("main_share_of"),
                 "syscall_main_per_step_ns": calls.get("main_per_step_traced_ns"),
+                "syscall_main_per_step_est_ns": calls.get("main_per_step_est_ns"),
+                "syscall_step_ns": calls.get("step_unslowed_ns"), "syscall_tracer": calls.get("tracer"),
                 "syscall_other_threads": calls.get("other_threads"),
                 "syscall_other_wait_pct": pct(other_wait, other_ns),
                 "syscalls_run": runs.syscalls.run_id}  # fmt: skip

@@ -107,10 +107,14 @@ def _syscall_part(system: dict[str, Any]) -> str:
     """The main thread's share of the steps in syscalls, and the other threads' waits: the threads' times are
     never summed (idle threads each waiting through the whole pass would add up to many times its length)."""
     text = f"{system.get('syscalls') or 0:,} syscalls"
+    tracer = system.get("syscall_tracer") or "strace"
     if (share := system.get("syscall_main_share_pct")) is not None:
         text += f": the main thread was in them {share:.0f}% of the {system.get('syscall_main_share_of')}"
-        if (per := system.get("syscall_main_per_step_ns")) is not None:
-            text += f" ({format_ns(per)} per step under strace)"
+        est, step = system.get("syscall_main_per_step_est_ns"), system.get("syscall_step_ns")
+        if est is not None and step:
+            text += f" under {tracer}: about {format_ns(est)} of the {format_ns(step)} step without it"
+        elif (per := system.get("syscall_main_per_step_ns")) is not None:
+            text += f" ({format_ns(per)} per step under {tracer})"
     if others := system.get("syscall_other_threads"):
         wait = system.get("syscall_other_wait_pct")
         text += f"; {others} other threads" + (f": {wait:.0f}% of their syscall time idle in waits" if wait else "")
