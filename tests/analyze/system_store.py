@@ -105,8 +105,15 @@ SYS_STEP_NS = 1_000_000
 SYS_STEPS = 3
 
 
-def syscall_run(sink: Sink, first_id: int = 1) -> None:
-    """The syscall pass described in the module docstring: model and layer spans, and ``system`` spans."""
+IDLE_TIDS = (110, 111, 112, 113)
+"""Idle helper threads of the main process (an intra-op pool, the pin-memory thread)."""
+WORKER_THREAD = 211
+
+
+def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False) -> None:
+    """The syscall pass described in the module docstring: model and layer spans, and ``system`` spans.
+    ``idle``: four more threads of the main process (``IDLE_TIDS``) and a second thread of the worker sit in one
+    wait each (futex, poll) across the whole pass, as a thread pool's idle threads do."""
     ids = iter(range(first_id + SYS_STEPS, first_id + 10_000))
     steps(sink, SYS_STEPS, SYS_STEP_NS, first_id)
 
@@ -132,6 +139,10 @@ def syscall_run(sink: Sink, first_id: int = 1) -> None:
         call(None, "read", s + 100_000, 2_000, tid=SAMPLER_TID)
         call(None, "read", s + 100_000, 100_000, pid=WORKER, tid=WORKER)
     call(None, "openat", SYS_STEPS * SYS_STEP_NS + 10_000, 1_000)
+    if idle:
+        for tid in IDLE_TIDS:
+            call(None, "futex", 0, SYS_STEPS * SYS_STEP_NS, tid=tid)
+        call(None, "poll", 0, SYS_STEPS * SYS_STEP_NS, pid=WORKER, tid=WORKER_THREAD)
 
 
 def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, **system: Any) -> Store:
@@ -147,12 +158,13 @@ def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, **sys
     return Store.open(path)
 
 
-def syscall_store(path: Path) -> Store:
-    """One run (``model``, ``layer``, ``system``) holding the syscall pass's spans and no counters."""
+def syscall_store(path: Path, *, idle: bool = False) -> Store:
+    """One run (``model``, ``layer``, ``system``) holding the syscall pass's spans and no counters (``idle``:
+    see ``syscall_run``)."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "traced", levels=["model", "layer", "system"], config=run_config(syscalls=True)))
         sink = Sink(store, 1)
-        syscall_run(sink)
+        syscall_run(sink, idle=idle)
         sink.close()
     return Store.open(path)
 
@@ -160,10 +172,13 @@ def syscall_store(path: Path) -> Store:
 MERGED = 4
 
 
-def merged_store(path: Path, *, gpu: bool = False) -> Store:
+def merged_store(
+    path: Path, *, gpu: bool = False, step_ns: int = STEP_NS, stages: dict[str, int] | None = None
+) -> Store:
     """A ``model`` pass (run 1), a ``model+system`` pass (run 2: the counters), a syscall pass (run 3: syscall
     spans, and counters of its own with twice the main process's CPU and no memory growth, which the analyses
-    must not read) and the merged run (4). ``gpu``: the ``model+system`` pass samples a GPU too."""
+    must not read) and the merged run (4): one step of ``step_ns`` holding a stage span of each duration in
+    ``stages`` (by name). ``gpu``: the ``model+system`` pass samples a GPU too."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "m", levels=["model"], pass_name="model", config={"pid": MAIN}))
         store.add_run(RunInfo(2, "m", levels=["model", "system"], pass_name="model+system",
@@ -188,6 +203,63 @@ def merged_store(path: Path, *, gpu: bool = False) -> Store:
         }  # fmt: skip
         store.add_run(RunInfo(MERGED, "m", levels=["model"], pass_name="merged", config={"merge": merge}))
         sink = Sink(store, MERGED)
-        steps(sink, 1, STEP_NS)
+        steps(sink, 1, step_ns)
+        at = 0
+        for k, (name, dur) in enumerate((stages or {}).items()):
+            sink.span(2 + k, 1, "model", name, at, dur, MAIN, MAIN, {A.MODEL_KIND: "forward"})
+            at += dur
+        sink.close()
+    return Store.open(path)
+
+
+FULL_NS = 50_000_000
+SHORT_STEP_NS = 4_500_000
+SHORT_FROM = 300_000_000
+WORKERS = (201, 202)
+
+
+def short_window_store(path: Path, *, steps_measured: int = 10, gpu: bool = False) -> Store:
+    """A run whose measured steps are shorter than the sampler's full period, as a short training loop's are:
+    one 300 ms warm-up step, then ``steps_measured`` steps of 4.5 ms. The main process's CPU time and switches
+    are sampled every 10 ms, its RSS and threads, the two workers (pids 201, 202, alive throughout, each
+    burning half a core) and the machine every 50 ms, the GPU (``gpu``) every 20 ms: ten measured steps (300 to
+    345 ms) hold four samples of the main process, two of the GPU and no full sample."""
+    with Store.create(path) as store:
+        config = run_config(workers=2, gpus=["cuda:0"] if gpu else None)
+        config["measure"] = {"warmup": 1, "iterations": steps_measured}
+        config[A.CONFIG_SYSTEM] |= {"full_interval_ms": FULL_NS / 1e6, "gpu_interval_ms": 20.0 if gpu else None}
+        store.add_run(RunInfo(1, "short", levels=["model", "system"], config=config))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "step#0", 0, SHORT_FROM, MAIN, MAIN, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        for k in range(1, steps_measured + 1):
+            sink.span(1 + k, None, "model", f"step#{k}", SHORT_FROM + (k - 1) * SHORT_STEP_NS, SHORT_STEP_NS, MAIN,
+                      MAIN, {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+        for ts in range(0, 400_000_001, INTERVAL_NS):
+            c = sink.counter
+            c(A.PROC_CPU_USER_NS, ts, 0.5 * ts, pid=MAIN)
+            c(A.PROC_CPU_SYSTEM_NS, ts, 0.1 * ts, pid=MAIN)
+            c(A.PROC_CTX_VOLUNTARY, ts, ts // 2_000_000, pid=MAIN)
+            c(A.PROC_CTX_INVOLUNTARY, ts, ts // 5_000_000, pid=MAIN)
+            if gpu and ts % 20_000_000 == 0:
+                c(A.GPU_UTIL_PCT, ts, 80.0, device="cuda:0")
+                c(A.GPU_SM_CLOCK_MHZ, ts, 1400.0, device="cuda:0")
+                c(A.GPU_THROTTLE_REASONS, ts, 0, device="cuda:0")
+            if ts % FULL_NS:
+                continue
+            c(A.PROC_RSS_BYTES, ts, 100 * MIB + ts / 1000, pid=MAIN)
+            c(A.PROC_THREADS, ts, 10, pid=MAIN)
+            for pid in WORKERS:
+                c(A.PROC_CPU_USER_NS, ts, 0.5 * ts, pid=pid)
+                c(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=pid)
+                c(A.PROC_CTX_VOLUNTARY, ts, ts // 10_000_000, pid=pid)
+                c(A.PROC_CTX_INVOLUNTARY, ts, 0, pid=pid)
+                c(A.PROC_RSS_BYTES, ts, 50 * MIB, pid=pid)
+                c(A.PROC_THREADS, ts, 3, pid=pid)
+            c(A.CPU_BUSY_PCT, ts, 60.0)
+            c(A.CPU_BUSY_PCT, ts, 60.0, device="cpu:0")
+            c(A.CPU_BUSY_PCT, ts, 60.0, device="cpu:1")
+            c(A.CPU_PROCS_RUNNING, ts, 3)
+            c(A.MEM_USED_BYTES, ts, 4 * 2**30)
+            c(A.MEM_AVAILABLE_BYTES, ts, 12 * 2**30)
         sink.close()
     return Store.open(path)

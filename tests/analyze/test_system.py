@@ -20,6 +20,7 @@ from tests.analyze.system_store import (
     cpu_store,
     merged_store,
     run_config,
+    short_window_store,
     steps,
     syscall_store,
 )
@@ -158,6 +159,44 @@ def test_a_worker_that_ended_no_longer_counts(tmp_path: Path) -> None:
     assert r.column("workers") == [1, 0, 0] and r.column("workers RSS") == [30 * MIB, None, None]
 
 
+def test_workers_sampled_every_50_ms_count_at_every_point_between_their_samples(tmp_path: Path) -> None:
+    # the main process's RSS is read at the full samples too, but its CPU every 10 ms: a step's end 45 ms after
+    # the last full sample still has the two workers alive (they were in it), not none
+    with short_window_store(tmp_path / "short.duckdb") as store:
+        r = _one(store, "system.memory")
+    assert r.column("workers") == [2] * 10 and r.column("workers RSS") == [100 * MIB] * 10
+
+
+def test_a_window_shorter_than_the_samples_says_too_few_samples_instead_of_zero(tmp_path: Path) -> None:
+    # ten 4.5 ms steps: four samples of the main process (every 10 ms), two of the GPU, no full sample (50 ms)
+    with short_window_store(tmp_path / "short.duckdb", gpu=True) as store:
+        results = {r.id: r for r in run_analyses(store, None, ["system.cpu", "system.memory", "system.gpu"])}
+        line = system_line(summarize(store).system or {})
+        fired = {r.rule for r in analyze(store).recommendations}
+    cpu, memory, gpu = results["system.cpu"], results["system.memory"], results["system.gpu"]
+    short = (
+        "too few samples: the 10 measured steps last 45 ms and hold 4 samples of the main process (every 10 ms), "
+        "0 samples of the workers, the machine and RSS (every 50 ms); a figure over them needs at least 5: sample "
+        "every 9 ms or less (--system-interval 9) for the main process, measure at least 56 steps (xstack profile "
+        "--iters 56) for the workers, the machine and RSS"
+    )
+    assert cpu.facts["too_few_samples"] == short and short in cpu.labels
+    for row in cpu.to_records():  # no figure read across samples outside the steps: not 0% busy
+        assert row["CPU busy"] is None and row["user"] is None and row["voluntary switches per step"] is None
+    assert [(r["what"], r["samples"]) for r in cpu.to_records()] == [
+        ("main", 4), ("worker 201", 0), ("worker 202", 0), ("core 0", 0), ("core 1", 0), ("all cores", 0)]  # fmt: skip
+    f = cpu.facts
+    assert (f["busy_mean_pct"], f["saturated_pct"], f["main_cpu_pct"], f["workers_cpu_pct"]) == (None,) * 4
+    assert (f["main_samples"], f["full_samples"], f["workers"]) == (4, 0, 2)  # the workers are alive throughout
+    assert memory.facts["too_few_samples"] is not None and memory.facts["main_suspect"] is False
+    assert "main_growth_bytes" not in memory.facts  # not "+0 B over 10 steps"
+    assert gpu.rows == [("cuda:0", 2, *[None] * 13)] and gpu.facts["util_mean_pct"] is None
+    assert "2 samples of cuda:0 (every 20 ms)" in gpu.facts["too_few_samples"] and "No GPU telemetry" not in gpu.notes
+    assert line == ("CPU: too few samples (0 full samples in the 45 ms measured, at least 5 needed: see system.cpu), "
+                    "main RSS: too few samples, GPU: too few samples (see system.gpu)")  # fmt: skip
+    assert not fired & {"workers_exceed_cores", "thread_oversubscription", "host_memory_growth", "gpu_throttling"}
+
+
 # -- GPU -------------------------------------------------------------------------------------------------------
 def test_gpu_utilisation_clocks_and_throttle_reasons(sampled: Store) -> None:
     r = _one(sampled, "system.gpu")
@@ -196,20 +235,48 @@ def test_syscall_time_per_stage_layer_thread_and_worker(traced: Store) -> None:
         "stage", 9, 780_000, 750_000, 30_000)  # fmt: skip
     assert (loader["span time"], loader["share"], loader["wait share"]) == (900_000, pytest.approx(780 / 9),
                                                                           pytest.approx(750 / 9))  # fmt: skip
-    assert (loader["per step"], loader["top call"], loader["top wait"]) == (260_000, "futex", "futex")
+    assert (loader["per step under strace"], loader["top call"], loader["top wait"]) == (260_000, "futex", "futex")
+    assert (loader["span per step"], loader["est. per step"], loader["est. wait per step"]) == (None,) * 3
     net, fc = _row(r, "Net"), _row(r, "fc")
     # the forward stage counts its own mmap and the calls of the layer inside it
     assert (net["calls"], net["memory"], net["write"], net["open/metadata"]) == (9, 60_000, 90_000, 15_000)
-    assert (fc["kind"], fc["in syscalls"], fc["span time"], fc["per step"]) == ("layer", 105_000, 1_200_000, 35_000)
+    assert (fc["kind"], fc["in syscalls"], fc["span time"], fc["per step under strace"]) == (
+        "layer", 105_000, 1_200_000, 35_000)  # fmt: skip
     step = _row(r, "step")
     assert (step["wait"], step["share"], step["top wait"]) == (150_000, pytest.approx(5.0), "clock_nanosleep")
     assert _row(r, "other threads")["in syscalls"] == 6_000 and _row(r, "outside any stage")["calls"] == 1
     worker = _row(r, f"worker {WORKER}")
     assert (worker["kind"], worker["read"], worker["span time"], worker["share"]) == ("worker", 300_000, None, None)
     f = r.facts
-    assert (f["calls"], f["in_syscalls_ns"], f["wait_ns"], f["failed"], f["steps"]) == (28, 1_402_000, 900_000, 1, 2)
-    assert f["per_step_ns"] == 260_000 + 55_000 + 50_000 + 100_000 + 2_000
-    assert r.labels == ["strace: each call slowed by some microseconds"] and "strace" in r.notes
+    assert (f["calls"], f["thread_time_ns"], f["wait_ns"], f["failed"], f["steps"]) == (28, 1_402_000, 900_000, 1, 2)
+    assert f["main_per_step_traced_ns"] == 260_000 + 55_000 + 50_000  # the main thread's, not the worker's too
+    assert r.labels == ["strace: each call slowed by some microseconds",
+                        "times measured under strace (no profile without it to weigh them by)"]  # fmt: skip
+    assert "strace" in r.notes and f["unslowed_run"] is None and f["main_per_step_est_ns"] is None
+
+
+def test_idle_helper_threads_are_kept_apart_from_the_main_thread(tmp_path: Path) -> None:
+    # four idle threads of the main process and a second worker thread each wait across the whole 3 ms pass:
+    # 15 ms of waits, summed over threads, against the main thread's 1.1 ms in syscalls
+    with syscall_store(tmp_path / "idle.duckdb", idle=True) as store:
+        r, names = _one(store, "system.syscalls"), _one(store, "system.syscall_names")
+        line = system_line(summarize(store).system or {})
+    f = r.facts
+    assert f["thread_time_ns"] == 1_402_000 + 5 * 3_000_000 and "in_syscalls_ns" not in f
+    assert (f["threads"], f["main_tid"], f["main_thread_ns"]) == (8, MAIN, 1_096_000)
+    # in the two measured steps (2 ms): 365 us per step on the main thread
+    assert (f["main_steps_ns"], f["steps_ns"], f["main_per_step_traced_ns"]) == (730_000, 2_000_000, 365_000)
+    assert f["main_share_pct"] == pytest.approx(36.5)
+    assert f["other_threads"] == 7  # the sampler-like reader, four idle threads, the worker's two
+    assert (f["other_threads_ns"], f["other_threads_wait_ns"]) == (6_000 + 300_000 + 5 * 3_000_000, 5 * 3_000_000)
+    assert (f["worker_processes"], f["pass_ns"], f["other_ns"]) == (1, 3_011_000, 0)  # other_ns: the class
+    assert _row(r, "other threads")["threads"] == 5 and _row(r, f"worker {WORKER}")["threads"] == 2
+    assert _row(r, "dataloader.next")["threads"] == 1
+    assert _row(names, "futex")["main thread"] == 600_000 and _row(names, "futex")["total"] == 12_600_000
+    assert names.facts["thread_time_ns"] == f["thread_time_ns"] and "in_syscalls_ns" not in names.facts
+    assert line == ("33 syscalls: the main thread was in them 36% of the measured steps (365.0 us per step under "
+                    "strace); 7 other threads: 98% of their syscall time idle in waits")  # fmt: skip
+    assert "16.4 ms" not in line  # the sum over threads is no wall time
 
 
 def test_syscalls_by_name(traced: Store) -> None:
@@ -249,7 +316,8 @@ def test_a_merged_run_whose_only_system_pass_traced_syscalls_uses_its_counters(t
                               config=run_config(syscalls=True)))  # fmt: skip
         sink = Sink(store, 1)
         steps(sink, 4, STEP_NS)
-        sink.counter(A.CPU_BUSY_PCT, 150_000_000, 50.0)
+        for ts in range(110_000_000, 400_000_001, 50_000_000):
+            sink.counter(A.CPU_BUSY_PCT, ts, 50.0)
         sink.close()
         merge = {"passes": [], "counter_passes": [{"pass": "model+system+syscalls", "run_id": 1}]}
         store.add_run(RunInfo(2, "m", levels=["model"], pass_name="merged", config={"merge": merge}))
@@ -294,7 +362,29 @@ def test_a_stage_blocked_in_waits(traced: Store) -> None:
     assert rec is not None and rec.title == "dataloader.next waits in the kernel"
     assert "stage dataloader.next spends 83% of its time blocked in wait calls" in rec.evidence[0]
     assert "mostly futex" in rec.evidence[0] and "num_workers" in rec.action
-    assert rec.impact_ns == 250_000  # the wait share of the stage's 260 us in syscalls per step
+    # a run traced throughout: no duration without strace, so no time at stake; the figure says it is strace's
+    assert rec.impact_ns is None and "250.0 us per step measured under strace" in rec.evidence[0]
+
+
+def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_path: Path) -> None:
+    # under strace dataloader.next waits 250 of its 300 us (83%); without strace it lasts 1.8 ms of a 2 ms step
+    with merged_store(tmp_path / "long.duckdb", step_ns=2_000_000, stages={"dataloader.next": 1_800_000}) as store:
+        r = _one(store, "system.syscalls", MERGED)
+        rec = _fired(store, "stage_blocked_in_waits", MERGED)
+        line = system_line(summarize(store, MERGED).system or {})
+    loader = _row(r, "dataloader.next")
+    assert (loader["per step under strace"], loader["span per step"]) == (260_000, 1_800_000)
+    assert loader["est. per step"] == pytest.approx(1_800_000 * 780 / 900)
+    assert loader["est. wait per step"] == pytest.approx(1_800_000 * 750 / 900)
+    assert _row(r, "step")["span per step"] == 2_000_000 and _row(r, "fc")["span per step"] is None  # no layer pass
+    assert r.facts["main_per_step_est_ns"] == pytest.approx(0.365 * 2_000_000)
+    assert rec is not None and rec.impact_ns == 1_500_000  # not the 250 us per step measured under strace
+    assert "its 1.8 ms per step without strace, about 1.5 ms of waiting per step" in rec.evidence[0]
+    assert "250" not in rec.evidence[0] and "750" not in rec.evidence[0]
+    assert "36% of the measured steps under strace: about 730.0 us of the 2 ms step without it" in line
+    # the same waits in a stage of 40 us (CrossEntropyLoss-like): 33 us per 2 ms step, nothing to recommend
+    with merged_store(tmp_path / "short.duckdb", step_ns=2_000_000, stages={"dataloader.next": 40_000}) as store:
+        assert _fired(store, "stage_blocked_in_waits", MERGED) is None
 
 
 def test_the_rules_stay_silent_without_system_data(tmp_path: Path) -> None:
@@ -315,7 +405,8 @@ def test_the_summary_line(sampled: Store, tmp_path: Path) -> None:
     )
     with merged_store(tmp_path / "merged.duckdb") as store:
         line = system_line(summarize(store).system or {})
-    assert line.endswith("GPU n/a, 28 syscalls, 1.4 ms in them")
+    assert line.endswith("GPU n/a, 28 syscalls: the main thread was in them 36% of the measured steps under strace: "
+                         "about 36.5 ms of the 100.0 ms step without it; 2 other threads")  # fmt: skip
 
 
 def test_every_system_result_converts_to_json_and_csv(sampled: Store) -> None:

@@ -53,9 +53,32 @@ if __name__ == "__main__":
 """
 
 
-def _xstack(tmp: Path, *argv: str) -> None:
+SHORT_STEPS = """
+import time, torch, xstack
+from torch import nn
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1024
+    def __getitem__(self, i):
+        return torch.full((32,), float(i)), i % 4
+
+if __name__ == "__main__":
+    model = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4))
+    loss_fn = nn.CrossEntropyLoss()
+    loader = torch.utils.data.DataLoader(Rows(), batch_size=8, num_workers=2)
+    for i, (x, y) in enumerate(loader):
+        if i == 0:
+            time.sleep(0.5)  # the sampler finds both workers before the measured steps
+        loss_fn(model(x), y).backward()
+        xstack.step()
+"""
+"""Ten measured steps of a few milliseconds each, with two DataLoader workers alive throughout."""
+
+
+def _xstack(tmp: Path, *argv: str, program: str = PROGRAM) -> None:
     script = tmp / "train.py"
-    script.write_text(textwrap.dedent(PROGRAM))
+    script.write_text(textwrap.dedent(program))
     done = subprocess.run([sys.executable, "-m", "xstack", *argv, "--", sys.executable, str(script)],
                           capture_output=True, text=True, cwd=tmp, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -105,3 +128,24 @@ def test_a_leveled_profile_with_the_syscall_pass(tmp_path: Path) -> None:
     assert wait["kind"] == "stage" and wait["wait"] > 0  # the 10 ms sleeps of the stage
     assert results["system.syscall_names"].rows
     assert a.summary.system is not None and a.summary.system["syscalls"] > 0
+
+
+def test_short_steps_say_too_few_samples_and_keep_the_workers(tmp_path: Path) -> None:
+    # samples every 200 ms: ten steps of a few ms hold fewer than five of any kind, unless the machine is so
+    # loaded that they last a second; either way no figure is read between samples outside the steps
+    _xstack(tmp_path, "profile", "--pass", "model", "--pass", "model,system", "--system-interval", "200",
+            "--warmup", "20", "--iters", "10", "-o", str(tmp_path / "p.duckdb"), program=SHORT_STEPS)  # fmt: skip
+    with Store.open(tmp_path / "p.duckdb") as store:
+        a = analyze(store)
+    cpu, memory = a.result("system.cpu"), a.result("system.memory")
+    f = cpu.facts
+    assert f["workers"] == 2 and memory.column("workers") == [2] * 10  # alive, whether sampled in a step or not
+    main = next(r for r in cpu.to_records() if r["what"] == "main")
+    workers = [r for r in cpu.to_records() if r["what"].startswith("worker")]
+    assert (main["CPU busy"] is None) == (f["main_samples"] < 5) and len(workers) == 2
+    assert all((r["CPU busy"] is None) == (f["full_samples"] < 5) for r in workers)
+    assert (f["busy_mean_pct"] is None) == (f["full_samples"] < 5)
+    if f["full_samples"] < 5:
+        assert f["too_few_samples"] in cpu.labels and "--iters" in f["too_few_samples"]
+        assert memory.facts["too_few_samples"] and "main_growth_bytes" not in memory.facts
+        assert a.summary.system is not None and a.summary.system["cpu_too_few"]

@@ -73,4 +73,4 @@ def test_the_terminal_summary_has_a_system_line(tmp_path: Path) -> None:
     print_summary(a.summary, console)
     text = console.export_text()
     assert "system" in text and "CPU 70% busy (2 cores, saturated 20% of samples)" in text
-    assert "28 syscalls, 1.4 ms in them" in text
+    assert "28 syscalls: the main thread was in them 36% of the measured steps" in text

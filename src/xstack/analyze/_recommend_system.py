@@ -25,7 +25,9 @@ THREADS_PER_CORE = 4
 GPU_THROTTLE_PCT = 10.0
 """Share of samples with a thermal or power throttle reason above which throttling costs throughput."""
 WAIT_SHARE_PCT = 30.0
-"""Share of a stage's time blocked in wait syscalls above which it is worth a look."""
+"""Share of a stage's time blocked in wait syscalls above which it is worth a look..."""
+WAIT_MIN_STEP_PCT = 5.0
+"""...provided those waits make at least this share of the step (a stage of 40 us in a 2 ms step is not)."""
 SYNC_ALLOC_LAYER_PCT = 20.0
 """Share of a layer's time in CUDA sync and allocation calls above which they are worth removing..."""
 SYNC_ALLOC_MIN_NS = 10_000
@@ -181,30 +183,56 @@ def _growth_line(facts: dict[str, Any], who: str) -> str:
 
 
 def stage_blocked_in_waits(results: Results) -> Recommendation | None:
-    """A stage spends a large share of its time blocked in wait syscalls (layers are left out: their waits are
-    mostly the framework's own thread pools joining, which strace slows further)."""
+    """A stage spends a large share of its time blocked in wait syscalls, and those waits are a noticeable part
+    of the step (layers are left out: their waits are mostly the framework's own thread pools joining, which
+    strace slows further)."""
     s = _get(results, "system.syscalls")
     if s is None or not s.rows:
         return None
-    rows = [r for r in s.to_records() if r["kind"] == "stage" and (r["wait share"] or 0) > WAIT_SHARE_PCT]
+    records = s.to_records()
+    step = next((r for r in records if r["kind"] == "stage" and r["where"] == "step"), None)
+    rows = [r for r in records if r["kind"] == "stage" and (r["wait share"] or 0) > WAIT_SHARE_PCT and _felt(r, step)]
     if not rows:
         return None
-    worst = max(rows, key=lambda r: r["wait"])
-    top = worst["top wait"]
-    on = WAIT_MEANING.get(str(top), "another thread or process")
-    evidence = [
-        f"stage {worst['where']} spends {worst['wait share']:.0f}% of its time blocked in wait calls "
-        f"(threshold {WAIT_SHARE_PCT:g}%), {format_ns(worst['wait'])} in all, mostly {top}: waiting on {on} "
-        "(system.syscalls)"
-    ]
+    worst = max(rows, key=lambda r: (r["est. wait per step"] or 0, r["wait"]))
+    tracer = str(s.facts.get("tracer") or "strace")
+    evidence = [_wait_line(worst, tracer)]
     others = [r for r in rows if r is not worst][:3]
     evidence += [f"also stage {r['where']}: {r['wait share']:.0f}% (system.syscalls)" for r in others]
-    per_step, total = worst["per step"], worst["in syscalls"]
     return Recommendation(
         "stage_blocked_in_waits", f"{worst['where']} waits in the kernel", _severity(worst["wait share"]), evidence,
-        [s.id], _wait_action(str(top), str(worst["where"])),
-        impact_ns=int(per_step * worst["wait"] / total) if per_step and total else None,
+        [s.id], _wait_action(str(worst["top wait"]), str(worst["where"])),
+        impact_ns=round(worst["est. wait per step"]) if worst["est. wait per step"] is not None else None,
     )  # fmt: skip
+
+
+def _felt(row: dict[str, Any], step: dict[str, Any] | None) -> bool:
+    """Whether a stage's waits are at least ``WAIT_MIN_STEP_PCT`` of the step: weighed by its duration without
+    the tracer where the profile has one, else by its share of the step under the tracer."""
+    if row is step or step is None:
+        return True
+    wait = row["est. wait per step"]
+    if wait is not None and step["span per step"]:
+        return 100.0 * wait / step["span per step"] >= WAIT_MIN_STEP_PCT
+    stage_pct = 100.0 * (row["span time"] or 0) / step["span time"] if step["span time"] else 100.0
+    return stage_pct * (row["wait share"] or 0) / 100 >= WAIT_MIN_STEP_PCT
+
+
+def _wait_line(row: dict[str, Any], tracer: str) -> str:
+    top = row["top wait"]
+    on = WAIT_MEANING.get(str(top), "another thread or process")
+    line = (
+        f"stage {row['where']} spends {row['wait share']:.0f}% of its time blocked in wait calls under {tracer} "
+        f"(threshold {WAIT_SHARE_PCT:g}%), mostly {top}: waiting on {on}"
+    )
+    if row["est. wait per step"] is not None:
+        return line + (f"; that share of its {format_ns(row['span per step'])} per step without {tracer}, about "
+                       f"{format_ns(row['est. wait per step'])} of waiting per step (system.syscalls)")  # fmt: skip
+    per_step, total = row["per step under strace"], row["in syscalls"]
+    if per_step and total:
+        line += (f"; {format_ns(per_step * row['wait'] / total)} per step measured under {tracer}, which slows "
+                 "every call (no profile without it to weigh the share by)")  # fmt: skip
+    return line + " (system.syscalls)"
 
 
 def _wait_action(call: str, where: str) -> str:

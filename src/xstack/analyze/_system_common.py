@@ -11,14 +11,17 @@ the syscall spans from the pass that traced them.
 
 from __future__ import annotations
 
+import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
+from xstack.analyze._timeline_common import rows
 from xstack.analyze.context import run_context
-from xstack.analyze.result import Result, missing_result
+from xstack.analyze.result import Result, format_ns, missing_result
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -33,6 +36,16 @@ HINT: Final = (
     "measurement (xstack profile --system); for syscalls, xstack run --syscalls"
 )
 """How to record what the system analyses need."""
+
+MIN_SAMPLES: Final = 5
+"""Samples of a kind that must fall inside the region for a figure over it (CPU busy, switches per step, RSS
+growth, GPU utilisation). A figure over the region is read between the samples nearest its ends: with five
+inside, those are at most a fifth of its length away; with none, both ends read the same sample, and every
+increase reads as zero."""
+FULL_PERIOD_MS: Final = 50.0
+"""The sampler's shortest time between two full samples, for runs whose ``config.system`` does not say."""
+GPU_PERIOD_MS: Final = 20.0
+"""The sampler's shortest time between two GPU samples, for runs whose ``config.system`` does not say."""
 
 STEP_SPAN: Final = f"level = 'model' AND attrs->>'$.\"{A.MODEL_KIND}\"' = 'step'"
 """A step span of a live run (``prof.step()`` / ``xstack.step()``)."""
@@ -283,3 +296,86 @@ def data_note(runs: SystemRuns, run: RunFacts, what: str) -> str:
     interval = run.system.get("interval_ms")
     every = f", sampled every {interval:g} ms" if isinstance(interval, (int, float)) else ""
     return f"Data: {what} of {runs.source(run)}{every}."
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One kind of sample and how many of them fell inside the region."""
+
+    who: str
+    """Whose samples, for messages: ``the main process``, ``workers, machine and RSS``, ``cuda:0``."""
+    samples: int
+    period_ms: float | None
+    """How often they come (ms), from the run's config; None when it does not say."""
+    floor_ms: float | None = None
+    """The shortest period a shorter sampling interval gives them (ms); None when it cannot shorten it."""
+
+    @property
+    def enough(self) -> bool:
+        return self.samples >= MIN_SAMPLES
+
+
+def periods_ms(config: dict[str, Any]) -> tuple[float | None, float, float]:
+    """The sampling interval, the full samples' period and the GPU samples' period of a run (ms), from its
+    ``config.system``."""
+    interval = config.get("interval_ms")
+    quick = float(interval) if isinstance(interval, (int, float)) and interval > 0 else None
+    full, gpu = config.get("full_interval_ms"), config.get("gpu_interval_ms")
+    return (
+        quick,
+        float(full) if isinstance(full, (int, float)) and full > 0 else max(FULL_PERIOD_MS, quick or 0.0),
+        float(gpu) if isinstance(gpu, (int, float)) and gpu > 0 else max(GPU_PERIOD_MS, quick or 0.0),
+    )
+
+
+_COUNTS = f"""
+SELECT count(DISTINCT ts_ns) FILTER (WHERE name = '{A.PROC_CPU_USER_NS}' AND pid = $main),
+    count(DISTINCT ts_ns) FILTER (WHERE name IN ('{A.PROC_RSS_BYTES}', '{A.CPU_PROCS_RUNNING}', '{A.CPU_BUSY_PCT}'))
+FROM counters WHERE run_id = $run AND ts_ns > $r0 AND ts_ns <= $r1
+"""
+
+
+def process_samplings(store: Store, runs: SystemRuns, run: RunFacts, where: Region) -> tuple[Sampling, Sampling]:
+    """The main process's samples (its CPU time and switches, every interval) and the full ones (its RSS and
+    threads, the workers, the machine) inside ``where``."""
+    main = runs.main_pid if runs.main_pid is not None else -1
+    quick, full = rows(store, _COUNTS, run.run_id, main=main, r0=where.start_ns, r1=where.end_ns)[0]
+    quick_ms, full_ms, _ = periods_ms(run.system)
+    return (
+        Sampling("the main process", int(quick), quick_ms, MIN_REMEDY_MS),
+        Sampling("the workers, the machine and RSS", int(full), full_ms, FULL_PERIOD_MS),
+    )
+
+
+MIN_REMEDY_MS: Final = 1.0
+"""The shortest sampling interval a message suggests (a shorter one costs the program more than it tells)."""
+
+
+def shortfall(where: Region, sampled: Sequence[Sampling]) -> str | None:
+    """What is short when a kind of sample has fewer than ``MIN_SAMPLES`` inside ``where``: how many came,
+    how often, and the sampling interval or the steps that would give enough; None when none is short."""
+    short = [s for s in sampled if not s.enough]
+    if not short:
+        return None
+    region = (f"the {len(where.steps)} measured steps last {format_ns(where.length_ns)}" if where.steps
+              else f"the sampled run lasts {format_ns(where.length_ns)}")  # fmt: skip
+    held = ", ".join(f"{s.samples} samples of {s.who}" + (f" (every {s.period_ms:g} ms)" if s.period_ms else "")
+                     for s in short)  # fmt: skip
+    return (f"too few samples: {region} and hold {held}; a figure over them needs at least {MIN_SAMPLES}: "
+            f"{_remedy(where, short)}")  # fmt: skip
+
+
+def _remedy(where: Region, short: list[Sampling]) -> str:
+    """For each kind of sample in ``short``: a sampling interval short enough, or enough steps."""
+    enough_ms = math.floor(where.length_ns / 1e6 / MIN_SAMPLES * 10) / 10
+    parts = []
+    for s in short:
+        if s.floor_ms is not None and s.floor_ms <= enough_ms and (s.period_ms is None or enough_ms < s.period_ms):
+            parts.append(f"sample every {enough_ms:g} ms or less (--system-interval {enough_ms:g}) for {s.who}")
+        elif where.steps and where.length_ns > 0:
+            step_ms = where.length_ns / len(where.steps) / 1e6
+            n = max(math.ceil(MIN_SAMPLES * (s.period_ms or FULL_PERIOD_MS) / step_ms), len(where.steps) + 1)
+            parts.append(f"measure at least {n} steps (xstack profile --iters {n}) for {s.who}")
+        else:
+            parts.append(f"a run of at least {MIN_SAMPLES * (s.period_ms or FULL_PERIOD_MS):g} ms for {s.who}")
+    return ", ".join(parts)

@@ -6,11 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from xstack.analyze._system_common import (
+    MIN_SAMPLES,
     Region,
     RunFacts,
+    Sampling,
     SystemRuns,
     data_note,
+    process_samplings,
     region,
+    shortfall,
     step_bounds,
     system_runs,
     time_bins,
@@ -65,6 +69,16 @@ FROM counters WHERE run_id = $run AND ts_ns > $r0 AND ts_ns <= $r1
 GROUP BY ALL
 """
 
+_OWN_SAMPLES = f"""
+SELECT pid, count(*) FROM counters
+WHERE run_id = $run AND name = '{A.PROC_CPU_USER_NS}' AND pid IS NOT NULL AND ts_ns > $r0 AND ts_ns <= $r1
+GROUP BY pid
+"""
+
+_CPU_DEVICES = f"""
+SELECT DISTINCT device FROM counters WHERE run_id = $run AND pid IS NULL AND name = '{A.CPU_BUSY_PCT}'
+"""
+
 _CONCURRENT = """
 SELECT coalesce(max(n), 0) FROM (
     SELECT ts_ns, count(DISTINCT pid) AS n FROM counters
@@ -90,6 +104,7 @@ COLUMNS = [
     Column("threads", "count", "most threads of the process at a sample"),
     Column("voluntary switches per step", "count", "the process blocked (I/O, locks, sleeps)"),
     Column("involuntary switches per step", "count", "the scheduler took the CPU from a runnable thread"),
+    Column("samples", "count", f"samples inside the measured steps (figures need at least {MIN_SAMPLES})"),
 ]
 
 
@@ -106,7 +121,11 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     included) exceeds the cores. Warm-up steps are left out; without step spans the whole run is used. The
     sampler cannot see what a process did between its samples, nor processes outside the profiled tree
     other than through the machine's figures; a process seen first inside the region counts its CPU time
-    from its start.
+    from its start. The main process's CPU time and switches are sampled every interval, the workers, the
+    machine and the threads at the full samples (every 50 ms at the default interval): a row whose kind of
+    sample fell fewer than five times inside the measured steps shows no figures (they would be read between
+    samples outside the steps, a zero when none is inside), and the result says how many came and what would
+    give enough.
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -117,12 +136,17 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     deltas = _step_deltas(store, run, where, _CPU_NAMES + _CTX_NAMES)
     p95 = dict(rows(store, _RATES, run.run_id, names=_CPU_NAMES, r0=where.start_ns, r1=where.end_ns))
     gauges = rows(store, _GAUGES, run.run_id, cores=cores, r0=where.start_ns, r1=where.end_ns)
+    own = {int(p): int(n) for p, n in rows(store, _OWN_SAMPLES, run.run_id, r0=where.start_ns, r1=where.end_ns)}
+    sampled = process_samplings(store, runs, run, where)
     length = _steps_length(where)
     steps = max(len(where.steps), 1)
-    table = _process_rows(runs, deltas, p95, gauges, length, steps) + _core_rows(gauges)
+    devices = [str(d) for (d,) in rows(store, _CPU_DEVICES, run.run_id)]
+    table = _process_rows(runs, deltas, p95, gauges, length, steps, own, sampled)
+    table += _core_rows(gauges, devices, sampled[1])
     main = runs.main_pid if runs.main_pid is not None else -1
     concurrent = int(rows(store, _CONCURRENT, run.run_id, main=main)[0][0])
-    facts = _facts(runs, run, where, table, gauges, cores, concurrent)
+    short = shortfall(where, sampled)
+    facts = _facts(runs, run, where, table, gauges, cores, concurrent, sampled) | {"too_few_samples": short}
     return Result(
         ID,
         TITLE,
@@ -132,7 +156,7 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
         run_id=runs.run_id,
         chart=Chart("hbar", x="what", y=("CPU busy",), title="CPU busy over the measured steps", limit=40),
         facts=facts,
-        labels=[] if where.steps else ["no measured steps: the whole run"],
+        labels=([] if where.steps else ["no measured steps: the whole run"]) + ([short] if short else []),
     )
 
 
@@ -149,7 +173,8 @@ def _steps_length(where: Region) -> int:
 
 
 def _process_rows(runs: SystemRuns, deltas: dict[tuple[int, str], float], p95: dict[Any, Any],
-                  gauges: list[tuple[Any, ...]], length: int, steps: int) -> list[tuple[Any, ...]]:  # fmt: skip
+                  gauges: list[tuple[Any, ...]], length: int, steps: int, own: dict[int, int],
+                  sampled: tuple[Sampling, Sampling]) -> list[tuple[Any, ...]]:  # fmt: skip
     threads = {int(g[0]): int(g[5]) for g in gauges if g[0] is not None and g[2] == A.PROC_THREADS}
     pids = sorted({pid for pid, _ in deltas} | set(threads))
 
@@ -158,26 +183,36 @@ def _process_rows(runs: SystemRuns, deltas: dict[tuple[int, str], float], p95: d
 
     table = []
     for pid in pids:
+        samples = own.get(pid, 0)
+        if not sampled[0 if pid == runs.main_pid else 1].enough:  # read between samples outside the steps
+            table.append((runs.label(pid), pid, None, None, None, None, threads.get(pid), None, None, samples))
+            continue
         user, system = pct(pid, A.PROC_CPU_USER_NS), pct(pid, A.PROC_CPU_SYSTEM_NS)
         busy = None if user is None or system is None else user + system
         vol = deltas.get((pid, A.PROC_CTX_VOLUNTARY))
         invol = deltas.get((pid, A.PROC_CTX_INVOLUNTARY))
         table.append((runs.label(pid), pid, busy, _float(p95.get(pid)), user, system, threads.get(pid),
-                      None if vol is None else vol / steps, None if invol is None else invol / steps))  # fmt: skip
+                      None if vol is None else vol / steps, None if invol is None else invol / steps,
+                      samples))  # fmt: skip
     table.sort(key=lambda r: (r[1] != runs.main_pid, -(r[2] or 0.0), r[1]))
     return table
 
 
-def _core_rows(gauges: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    busy = [g for g in gauges if g[2] == A.CPU_BUSY_PCT and g[0] is None]
-    cores = sorted((g for g in busy if str(g[1]).startswith("cpu:")), key=lambda g: _core_number(str(g[1])))
-    out = [(f"core {str(g[1]).partition(':')[2]}", None, float(g[3]), float(g[4]), None, None, None, None, None)
-           for g in cores]  # fmt: skip
-    out += [("all cores", None, float(g[3]), float(g[4]), None, None, None, None, None) for g in busy if g[1] == "cpu"]
+def _core_rows(gauges: list[tuple[Any, ...]], devices: list[str], full: Sampling) -> list[tuple[Any, ...]]:
+    """A row per core and one for all cores: each device the run sampled, with its samples inside the region."""
+    busy = {str(g[1]): g for g in gauges if g[2] == A.CPU_BUSY_PCT and g[0] is None}
+    cores = sorted((d for d in devices if d.startswith("cpu:")), key=_core_number)
+    named = [(f"core {d.partition(':')[2]}", d) for d in cores] + [("all cores", d) for d in devices if d == "cpu"]
+    out = []
+    for name, device in named:
+        g = busy.get(device)
+        values = (float(g[3]), float(g[4])) if g is not None and full.enough else (None, None)
+        out.append((name, None, *values, None, None, None, None, None, int(g[6]) if g is not None else 0))
     return out
 
 
 def _core_number(device: str) -> int:
+    """The core's number in ``cpu:N`` (any other name sorts last)."""
     tail = device.partition(":")[2]
     return int(tail) if tail.isdigit() else 1 << 30
 
@@ -187,9 +222,13 @@ def _float(value: Any) -> float | None:
 
 
 def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any, ...]],
-           gauges: list[tuple[Any, ...]], cores: int, concurrent: int) -> dict[str, Any]:  # fmt: skip
+           gauges: list[tuple[Any, ...]], cores: int, concurrent: int,
+           sampled: tuple[Sampling, Sampling]) -> dict[str, Any]:  # fmt: skip
+    full = sampled[1].enough
     machine = next((g for g in gauges if g[2] == A.CPU_BUSY_PCT and g[0] is None and g[1] == "cpu"), None)
     running = next((g for g in gauges if g[2] == A.CPU_PROCS_RUNNING and g[0] is None), None)
+    counted = int(running[6]) if running else (int(machine[6]) if machine else 0)
+    machine, running = (machine, running) if full else (None, None)
     main = next((r for r in table if r[1] is not None and r[1] == runs.main_pid), None)
     workers = [r for r in table if r[1] is not None and r[1] != runs.main_pid]
     configured = runs.config.get("workers")
@@ -202,12 +241,16 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
         "torch_threads": runs.config.get("torch_threads"),
         "busy_mean_pct": _float(machine[3]) if machine else None,
         "busy_p95_pct": _float(machine[4]) if machine else None,
-        "samples": int(running[6]) if running else (int(machine[6]) if machine else 0),
+        "samples": counted,
+        "main_samples": sampled[0].samples,
+        "full_samples": sampled[1].samples,
+        "min_samples": MIN_SAMPLES,
+        "region_ns": where.length_ns,
         "saturated_pct": 100.0 * int(running[7]) / int(running[6]) if running and cores and running[6] else None,
         "procs_running_mean": _float(running[3]) if running else None,
         "procs_running_max": _float(running[5]) if running else None,
         "workers": max(concurrent, configured if isinstance(configured, int) else 0),
-        "workers_cpu_pct": sum(r[2] or 0.0 for r in workers) if workers else None,
+        "workers_cpu_pct": sum(r[2] or 0.0 for r in workers) if workers and full else None,
     }
     if main is not None:
         facts |= {

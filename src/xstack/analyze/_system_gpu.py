@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from xstack.analyze._system_common import RunFacts, SystemRuns, data_note, region, system_runs, time_bins
+from xstack.analyze._system_common import (
+    GPU_PERIOD_MS,
+    MIN_SAMPLES,
+    RunFacts,
+    Sampling,
+    SystemRuns,
+    data_note,
+    periods_ms,
+    region,
+    shortfall,
+    system_runs,
+    time_bins,
+)
 from xstack.analyze._timeline_common import notes_of, rows
 from xstack.analyze.result import Chart, Column, Result
 from xstack.errors import UsageError
@@ -41,6 +53,10 @@ FROM counters WHERE run_id = $run AND starts_with(device, 'cuda') AND starts_wit
 GROUP BY device
 """
 
+_DEVICES = """
+SELECT DISTINCT device FROM counters WHERE run_id = $run AND starts_with(device, 'cuda') AND starts_with(name, 'gpu.')
+"""
+
 COLUMNS = [
     Column("device"),
     Column("samples", "count"),
@@ -71,21 +87,29 @@ def gpu_utilisation(store: Store, run_id: int) -> Result:
     thermal slowdown (software or hardware) and hardware slowdown; ``gpu_idle`` (no work, clocks lowered on
     purpose), application clock settings, sync boost and display clocks are listed but not counted. The SM
     clock's lowest value against its highest shows how far the clocks fell. NVML sees the whole device: other
-    processes' work counts too.
+    processes' work counts too. A GPU sampled fewer than five times inside the measured steps shows only its
+    sample count, and the result says what would give enough.
     """
     runs = system_runs(store, run_id)
     run = runs.counters
     if run is None:
         return runs.missing(ID, TITLE)
     where = region(store, run)
-    found = rows(store, _STATS, run.run_id, r0=where.start_ns, r1=where.end_ns)
-    found.sort(key=lambda r: _gpu_number(str(r[0])))
+    devices = sorted((str(d) for (d,) in rows(store, _DEVICES, run.run_id)), key=_gpu_number)
     notes = f"{notes_of(gpu_utilisation)} {data_note(runs, run, 'counters')}"
-    if not found:
+    if not devices:
         reason = runs.config.get("nvml") or "no GPU samples in the run"
         return Result(ID, TITLE, COLUMNS, [], notes=f"No GPU telemetry: {reason}. {notes}", run_id=runs.run_id,
                       facts={"gpus": 0, "nvml": reason}, labels=[f"no GPU telemetry: {reason}"])  # fmt: skip
-    table = [_row(r) for r in found]
+    stats = {str(r[0]): r for r in rows(store, _STATS, run.run_id, r0=where.start_ns, r1=where.end_ns)}
+    gpu_ms = periods_ms(run.system)[2]
+    sampled = [Sampling(d, int(stats[d][1]) if d in stats else 0, gpu_ms, GPU_PERIOD_MS) for d in devices]
+    short = shortfall(where, sampled)
+    found = [stats[s.who] for s in sampled if s.enough]
+    table = [_row(stats[s.who]) if s.enough else (s.who, s.samples, *[None] * (len(COLUMNS) - 2)) for s in sampled]
+    facts = _facts(run, where.kind, found, [_row(r) for r in found]) if found else {
+        "source_run": run.run_id, "region": where.kind, "gpus": len(devices), "util_mean_pct": None,
+        "throttled_pct": None, "thermal_pct": None, "power_pct": None}  # fmt: skip
     return Result(
         ID,
         TITLE,
@@ -94,8 +118,8 @@ def gpu_utilisation(store: Store, run_id: int) -> Result:
         notes=notes,
         run_id=runs.run_id,
         chart=Chart("hbar", x="device", y=("utilisation",), title="Mean GPU utilisation"),
-        facts=_facts(run, where.kind, found, table),
-        labels=[] if where.steps else ["no measured steps: the whole run"],
+        facts=facts | {"gpus": len(devices), "min_samples": MIN_SAMPLES, "too_few_samples": short},
+        labels=([] if where.steps else ["no measured steps: the whole run"]) + ([short] if short else []),
     )
 
 

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from xstack.analyze._system_common import Region, RunFacts, SystemRuns, data_note, region, slope, system_runs
+from xstack.analyze._system_common import (
+    MIN_SAMPLES,
+    Region,
+    RunFacts,
+    SystemRuns,
+    data_note,
+    process_samplings,
+    region,
+    shortfall,
+    slope,
+    system_runs,
+)
 from xstack.analyze._timeline_common import notes_of, rows
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace import attrs as A
@@ -29,20 +40,22 @@ WITH t AS (SELECT unnest($ts) AS ts, unnest($k) AS k),
 c AS (SELECT pid, device, name, ts_ns, value FROM counters WHERE run_id = $run
       AND ((pid IS NOT NULL AND name = '{A.PROC_RSS_BYTES}')
            OR (pid IS NULL AND name IN ('{A.MEM_USED_BYTES}', '{A.MEM_AVAILABLE_BYTES}')))),
+fs AS (SELECT DISTINCT ts_ns FROM c WHERE name = '{A.PROC_RSS_BYTES}'),
+tf AS (SELECT t.ts, t.k, fs.ts_ns AS full_ts FROM t ASOF LEFT JOIN fs ON t.ts >= fs.ts_ns),
 keys AS (SELECT DISTINCT pid, name FROM c),
-q AS (SELECT keys.pid, keys.name, t.ts, t.k FROM keys CROSS JOIN t)
-SELECT q.k, q.pid, q.name, c.value, c.ts_ns FROM q
+q AS (SELECT keys.pid, keys.name, tf.ts, tf.k, tf.full_ts FROM keys CROSS JOIN tf)
+SELECT q.k, q.pid, q.name, c.value, c.ts_ns = q.full_ts FROM q
 ASOF JOIN c ON q.pid IS NOT DISTINCT FROM c.pid AND q.name = c.name AND q.ts >= c.ts_ns
 """
-"""Each series' last sample at or before each point (a process that ended keeps its last value: left out
-below when that sample is older than ``stale_ns``)."""
+"""Each series' last sample at or before each point, and whether it belongs to the last full sample before the
+point (the sampler reads every process's RSS at each full sample: a worker missing from it had ended)."""
 
 COLUMNS = [
     Column("step", "count", "the iteration (with no steps: the point's number)"),
     Column("time", "ns", "the step's end, from the run's first event"),
     Column("main RSS", "bytes", "resident memory of the profiled process"),
     Column("workers RSS", "bytes", "resident memory of its child processes, summed"),
-    Column("workers", "count", "child processes alive at the point"),
+    Column("workers", "count", "child processes alive at the point (in the last full sample before it)"),
     Column("machine used", "bytes", "MemTotal - MemAvailable"),
     Column("machine available", "bytes", "MemAvailable"),
 ]
@@ -54,13 +67,16 @@ def memory_growth(store: Store, run_id: int) -> Result:
     steps, and a leak suspicion flag.
 
     Notes: from the system level's sampler: each series' last sample at or before the step's end (``VmRSS``,
-    ``MemAvailable``). The slope is fitted over the measured steps' ends (warm-up left out, when allocators and
-    caches fill); the growth runs from the first measured step's start to the last one's end. Growth is
-    suspicious when it is steady, more than 1 MiB per step and rising in more than 80% of the steps, or when it
-    exceeds 10% of the resident memory at the start (and 1 MiB). RSS counts pages the process touched,
-    whatever holds them: Python objects, tensors, the allocator's caches, memory-mapped files; it cannot tell
-    a leak from a cache still filling, only that memory kept growing. Without step spans, the run's sampled
-    time is cut into 50 points.
+    ``MemAvailable``), which the sampler reads at its full samples (every 50 ms at the default interval); the
+    workers counted at a point are those the last full sample before it found. The slope is fitted over the
+    measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the first
+    measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per
+    step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
+    (and 1 MiB). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
+    allocator's caches, memory-mapped files; it cannot tell a leak from a cache still filling, only that memory
+    kept growing. Without step spans, the run's sampled time is cut into 50 points. With fewer than five full
+    samples inside the measured steps, the readings are listed but no growth is computed (every step's end
+    would read the same few samples, and growth would read as zero).
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -68,11 +84,12 @@ def memory_growth(store: Store, run_id: int) -> Result:
         return runs.missing(ID, TITLE)
     where = region(store, run)
     points, first = _points(where)
-    interval = runs.config.get("interval_ms")
-    stale = int(3 * float(interval) * 1e6) if isinstance(interval, (int, float)) and interval > 0 else 50_000_000
     found = rows(store, _AT, run.run_id, ts=[first, *(t for _, t in points)], k=[-1, *(k for k, _ in points)])
-    table, start = _table(runs, found, points, where.base_ns, stale)
-    facts = _facts(run, where, table, start)
+    table, start = _table(runs, found, points, where.base_ns)
+    full = process_samplings(store, runs, run, where)[1]
+    short = shortfall(where, [full])
+    facts = _facts(run, where, table, start, enough=full.enough)
+    facts |= {"full_samples": full.samples, "min_samples": MIN_SAMPLES, "too_few_samples": short}
     return Result(
         ID,
         TITLE,
@@ -88,7 +105,7 @@ def memory_growth(store: Store, run_id: int) -> Result:
             extra={"secondary_y": ["machine used"]},
         ),  # fmt: skip
         facts=facts,
-        labels=[] if where.steps else ["no measured steps: 50 points over the run"],
+        labels=([] if where.steps else ["no measured steps: 50 points over the run"]) + ([short] if short else []),
     )
 
 
@@ -100,17 +117,15 @@ def _points(where: Region) -> tuple[list[tuple[int, int]], int]:
     return [(k, where.start_ns + span * (k + 1) // POINTS) for k in range(POINTS)], where.start_ns
 
 
-def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]], base: int,
-           stale: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
-    at = dict(points)
+def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]],
+           base: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
     per: dict[int, dict[str, Any]] = {}
-    for k, pid, name, value, ts in found:
+    for k, pid, name, value, in_last_full in found:
         cell = per.setdefault(int(k), {"workers": [], "main": None})
         if name == A.PROC_RSS_BYTES and pid == runs.main_pid:
             cell["main"] = float(value)
         elif name == A.PROC_RSS_BYTES:
-            when = at.get(int(k))
-            if when is None or when - int(ts) <= stale:  # a worker that ended is no longer counted
+            if in_last_full:  # a worker that ended is no longer counted
                 cell["workers"].append(float(value))
         else:
             cell[name] = float(value)
@@ -124,9 +139,14 @@ def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[in
     return table, start
 
 
-def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None) -> dict[str, Any]:
+def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None, *,
+           enough: bool) -> dict[str, Any]:  # fmt: skip
+    """Growth figures; none (and no suspicion) without ``enough`` samples to tell."""
     facts: dict[str, Any] = {"source_run": run.run_id, "region": where.kind, "steps": len(where.steps)}
     for key, col in (("main", 2), ("workers", 3)):
+        if not enough:
+            facts[f"{key}_suspect"] = False
+            continue
         series = [float(r[col]) for r in table if r[col] is not None]
         first = start if key == "main" and start is not None else (series[0] if series else None)
         facts |= _growth(key, series, first, per_step=bool(where.steps))

@@ -10,7 +10,15 @@ from collections import defaultdict
 from typing import Any, Final
 
 from xstack.analyze._io_common import in_list
-from xstack.analyze._system_common import RunFacts, SystemRuns, data_note, measured_steps, system_runs
+from xstack.analyze._system_common import (
+    STEP_SPAN,
+    RunFacts,
+    Step,
+    SystemRuns,
+    data_note,
+    measured_steps,
+    system_runs,
+)
 from xstack.analyze._timeline_common import notes_of, pct, rows
 from xstack.analyze.context import run_context
 from xstack.analyze.result import Chart, Column, Result
@@ -89,8 +97,41 @@ keyed AS (
         NULL, * FROM labelled WHERE model_id IS NULL
 )
 SELECT kind, place, pid, name, cls, count(*), sum(dur_ns), sum(dur_ns) FILTER (WHERE in_step),
-    count(*) FILTER (WHERE failed), count(*) FILTER (WHERE unfinished), max(dur_ns)
+    count(*) FILTER (WHERE failed), count(*) FILTER (WHERE unfinished), max(dur_ns), list(DISTINCT tid)
 FROM keyed GROUP BY ALL
+"""
+
+_UNSLOWED = f"""
+WITH n AS (SELECT greatest(count(*), 1) AS steps FROM spans WHERE run_id = $run AND {STEP_SPAN})
+SELECT 'stage', CASE WHEN attrs->>'$."{A.MODEL_KIND}"' = 'step' THEN 'step' ELSE name END,
+    sum(dur_ns) / any_value(n.steps)
+FROM spans, n WHERE run_id = $run AND level = 'model' GROUP BY ALL
+UNION ALL
+SELECT 'layer', coalesce(attrs->>'$."{A.LAYER_PATH}"', name), sum(dur_ns) / any_value(n.steps)
+FROM spans, n WHERE run_id = $run AND level = 'layer' GROUP BY ALL
+"""
+"""Per stage and layer of a run without strace (the merged run): its duration per step."""
+
+_THREADS = f"""
+WITH st AS (SELECT unnest($s) AS s, unnest($e) AS e),
+sc AS (SELECT pid, tid, start_ns, dur_ns, {class_sql()} = 'wait' AS waits FROM spans
+       WHERE run_id = $run AND level = 'system'),
+placed AS (
+    SELECT sc.*, st.e IS NOT NULL AND sc.start_ns < st.e AS in_step FROM sc ASOF LEFT JOIN st ON sc.start_ns >= st.s
+)
+SELECT pid, tid, count(*), sum(dur_ns), sum(dur_ns) FILTER (WHERE waits), sum(dur_ns) FILTER (WHERE in_step)
+FROM placed GROUP BY pid, tid
+"""
+"""Per thread: its calls, the time in them, in wait calls, and within the measured steps."""
+
+_MAIN_TID = """
+SELECT tid FROM spans WHERE run_id = $run AND level = 'model' AND tid IS NOT NULL
+GROUP BY tid ORDER BY count(*) DESC, tid LIMIT 1
+"""
+"""The thread that records the model spans: the training loop's."""
+
+_EXTENT = """
+SELECT min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = $run AND level IN ('model', 'system')
 """
 
 _SPAN_TIME = f"""
@@ -106,13 +147,21 @@ COLUMNS = [
            "or, for calls under no span: outside any stage (main thread), other threads, a worker process"),
     Column("kind", help="stage, layer, outside, thread (other threads of the main process) or worker"),
     Column("process"),
+    Column("threads", "count", "threads whose calls the row sums"),
     Column("calls", "count"),
-    Column("in syscalls", "ns", "time in the calls, summed"),
-    *(Column(cls, "ns", f"time in {cls} calls") for cls in CLASS_NAMES),
-    Column("span time", "ns", "the stage's or layer's own duration, summed over its calls"),
+    Column("in syscalls", "ns", "time in the calls under strace, summed over the row's threads: thread-time, "
+           "which exceeds the wall time where several threads wait at once"),
+    *(Column(cls, "ns", f"time in {cls} calls, summed over the row's threads") for cls in CLASS_NAMES),
+    Column("span time", "ns", "the stage's or layer's own duration under strace, summed over its calls"),
     Column("share", "pct", "time in syscalls as a share of the span time"),
     Column("wait share", "pct", "time in wait calls as a share of the span time"),
-    Column("per step", "ns", "time in syscalls within the measured steps, per step"),
+    Column("per step under strace", "ns", "time in syscalls within the measured steps, per step, as strace "
+           "slowed it (summed over the row's threads)"),
+    Column("span per step", "ns", "the stage's or layer's duration per step without strace (the merged "
+           "profile); none where the run was traced throughout or has no such span"),
+    Column("est. per step", "ns", "share x span per step: the time in syscalls per step, estimated without "
+           "strace's slowdown"),
+    Column("est. wait per step", "ns", "wait share x span per step"),
     Column("top call", help="the call with the most time here"),
     Column("top wait", help="the wait call with the most time here"),
 ]  # fmt: skip
@@ -120,19 +169,27 @@ COLUMNS = [
 
 def syscall_time(store: Store, run_id: int) -> Result:
     """Per stage, layer, other thread and worker process: system calls and the time in them (ns) by class
-    (wait, read, write, open/metadata, memory, other), their share of the stage's or layer's time (%), and the
-    time per measured step (ns).
+    (wait, read, write, open/metadata, memory, other), their share of the stage's or layer's time (%), the
+    time per measured step under strace (ns) and, in a merged profile, the shares applied to the duration
+    without strace (ns).
 
-    Notes: from the syscall pass (strace), whose ``system`` spans hang from the model or layer span open on
-    their thread when they started. A stage row counts the calls under that model span, those of the layers
-    in it included, but not those of stages nested in it (``step`` is a step outside its inner stages); a
-    layer row counts the calls made while it was the innermost layer. So stage and layer rows overlap, and a
-    call's time is its whole duration whether it blocked or ran in the kernel. Calls under no span are the
-    main thread's "outside any stage", the main process's other threads (the sampler's and the DataLoader's
-    pin-memory threads among them) and each worker process. Caveats: strace stops the thread at every call,
-    adding some microseconds to each and slowing the whole pass, so counts and the durations of calls that
-    block (waits, reads of pipes) are what to trust, not the time of short calls; calls still running when the
-    trace ended run to its end. What the program computes between calls is not seen here.
+    Notes: from the syscall pass (strace), whose ``system`` spans hang from the model or layer span open on their
+    thread when they started. A stage row counts the calls under that model span, those of the layers in it
+    included, but not those of stages nested in it (``step`` is a step outside its inner stages); a layer row counts
+    the calls made while it was the innermost layer. So stage and layer rows overlap, and a call's time is its whole
+    duration whether it blocked or ran in the kernel. Calls under no span are the main thread's "outside any stage",
+    the main process's other threads (the DataLoader's pin-memory thread and the intra-op pool among them) and each
+    worker process; a row of several threads sums their time, so a pool of idle threads each blocked in a futex for
+    the whole pass counts the pass once per thread. The facts keep the thread that runs the loop (the one recording
+    the model spans) apart: its time in syscalls within the measured steps and its share of them, against the other
+    threads' time and how much of it they spent in wait calls, idle. Caveats: strace stops the thread at every call,
+    adding some microseconds to each and slowing the whole pass, so counts and the durations of calls that block
+    (waits, reads of pipes) are what to trust, not the time of short calls; calls still running when the trace ended
+    run to its end. What the program computes between calls is not seen here. So no time measured under strace is
+    given as the program's own: where the run analysed is a merged profile, the shares measured under strace (strace
+    slows the calls more than the code between them, so they still overstate syscalls, less badly) are applied to
+    each stage's and layer's duration per step in the merged profile, whose passes ran without strace ("est."
+    columns).
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
@@ -141,7 +198,9 @@ def syscall_time(store: Store, run_id: int) -> Result:
     steps = measured_steps(store, run)
     found = _calls(store, runs, run, [s.start_ns for s in steps], [s.end_ns for s in steps])
     span_time = {(k, at, pid): int(t) for k, at, pid, t in rows(store, _SPAN_TIME, run.run_id)}
-    table = _table(runs, run, found, span_time, len(steps))
+    unslowed = _unslowed(store, runs, run)
+    table = _table(runs, run, found, span_time, len(steps), unslowed)
+    threads = _thread_facts(store, run, steps, unslowed.get(("stage", "step")))
     return Result(
         ID,
         TITLE,
@@ -150,9 +209,18 @@ def syscall_time(store: Store, run_id: int) -> Result:
         notes=f"{notes_of(syscall_time)} {data_note(runs, run, 'syscall spans')}",
         run_id=runs.run_id,
         chart=Chart("stacked", x="where", y=CLASS_NAMES, title="Time in system calls by class", limit=25),
-        facts=_facts(run, found, len(steps)),
-        labels=["strace: each call slowed by some microseconds"],
+        facts=_facts(run, found) | threads | {"unslowed_run": runs.run_id if unslowed else None},
+        labels=["strace: each call slowed by some microseconds"]
+        + ([] if unslowed else ["times measured under strace (no profile without it to weigh them by)"]),
     )
+
+
+def _unslowed(store: Store, runs: SystemRuns, run: RunFacts) -> dict[tuple[str, str], float]:
+    """Per (``stage`` or ``layer``, name): its duration per step (ns) in the run analysed, when that run is not
+    the syscall pass itself (a merged profile); empty otherwise."""
+    if runs.run_id == run.run_id:
+        return {}
+    return {(str(k), str(at)): float(t) for k, at, t in rows(store, _UNSLOWED, runs.run_id) if t is not None}
 
 
 def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], ends: list[int]) -> list[tuple[Any, ...]]:
@@ -161,8 +229,8 @@ def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], end
     return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main)
 
 
-def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
-           span_time: dict[tuple[Any, Any, Any], int], steps: int) -> list[tuple[Any, ...]]:  # fmt: skip
+def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]], span_time: dict[tuple[Any, Any, Any], int],
+           steps: int, unslowed: dict[tuple[str, str], float]) -> list[tuple[Any, ...]]:  # fmt: skip
     groups: dict[tuple[str, Any, Any], list[tuple[Any, ...]]] = defaultdict(list)
     for r in found:
         groups[(r[0], r[1], r[2])].append(r)
@@ -173,14 +241,22 @@ def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
         span = span_time.get((kind, at, pid))
         in_steps = sum(int(c[7] or 0) for c in calls)
         waits = [c for c in calls if c[4] == "wait"]
+        tids = {int(t) for c in calls for t in c[11]}
+        share, wait_share = pct(total, span), pct(by_class["wait"], span)
+        per_step = unslowed.get((kind, str(at))) if kind in ("stage", "layer") else None
         table.append((
-            _where(runs, run, kind, at, pid), kind, runs.label(pid, run), sum(int(c[5]) for c in calls), total,
-            *by_class.values(), span, pct(total, span), pct(by_class["wait"], span),
-            in_steps / steps if steps else None, max(calls, key=lambda c: int(c[6]))[3],
+            _where(runs, run, kind, at, pid), kind, runs.label(pid, run), len(tids), sum(int(c[5]) for c in calls),
+            total, *by_class.values(), span, share, wait_share, in_steps / steps if steps else None, per_step,
+            _of(share, per_step), _of(wait_share, per_step), max(calls, key=lambda c: int(c[6]))[3],
             max(waits, key=lambda c: int(c[6]))[3] if waits else None,
         ))  # fmt: skip
-    table.sort(key=lambda r: (-r[4], r[0]))
+    table.sort(key=lambda r: (-r[5], r[0]))
     return table
+
+
+def _of(share_pct: float | None, ns: float | None) -> float | None:
+    """``share_pct`` % of ``ns``."""
+    return None if share_pct is None or ns is None else share_pct / 100 * ns
 
 
 def _where(runs: SystemRuns, run: RunFacts, kind: str, at: Any, pid: Any) -> str:
@@ -193,23 +269,55 @@ def _where(runs: SystemRuns, run: RunFacts, kind: str, at: Any, pid: Any) -> str
     return runs.label(pid, run)
 
 
-def _facts(run: RunFacts, found: list[tuple[Any, ...]], steps: int) -> dict[str, Any]:
+def _facts(run: RunFacts, found: list[tuple[Any, ...]]) -> dict[str, Any]:
     # stage and layer rows overlap: the totals count each call once, from the rows that partition the calls
     once = [r for r in found if r[0] != "layer"]
-    total = sum(int(r[6]) for r in once)
     facts: dict[str, Any] = {
         "source_run": run.run_id,
         "tool": run.system.get("syscall_tool"),
+        "tracer": str(run.system.get("syscall_tool") or "strace").split()[0],
         "calls": sum(int(r[5]) for r in once),
-        "in_syscalls_ns": total,
+        "thread_time_ns": sum(int(r[6]) for r in once),
         "failed": sum(int(r[8]) for r in once),
         "unfinished": sum(int(r[9]) for r in once),
-        "steps": steps,
-        "per_step_ns": sum(int(r[7] or 0) for r in once) / steps if steps else None,
     }
     for cls in CLASS_NAMES:
         facts[f"{cls.replace('/', '_')}_ns"] = sum(int(r[6]) for r in once if r[4] == cls)
     return facts
+
+
+def _thread_facts(store: Store, run: RunFacts, steps: list[Step], step_ns: float | None) -> dict[str, Any]:
+    """The loop's thread against the others: time in syscalls (ns, under strace), its share of the measured
+    steps (%) and that share of ``step_ns`` (a step without strace, when known), and how much of the other
+    threads' time was waiting."""
+    per = rows(store, _THREADS, run.run_id, s=[s.start_ns for s in steps], e=[s.end_ns for s in steps])
+    found = rows(store, _MAIN_TID, run.run_id)
+    main = int(found[0][0]) if found else run.main_pid
+    lo, hi = rows(store, _EXTENT, run.run_id)[0]
+    mine = [r for r in per if r[1] == main]
+    others = [r for r in per if r[1] != main]
+    in_steps = sum(int(r[5] or 0) for r in mine)
+    steps_ns = sum(s.end_ns - s.start_ns for s in steps)
+    pass_ns = int(hi - lo) if lo is not None and hi is not None else None
+    main_ns = sum(int(r[3]) for r in mine)
+    return {
+        "steps": len(steps),
+        "threads": len(per),
+        "main_tid": main,
+        "main_thread_ns": main_ns,
+        "main_steps_ns": in_steps,
+        "steps_ns": steps_ns,
+        "main_share_pct": pct(in_steps, steps_ns) if steps else pct(main_ns, pass_ns),
+        "main_share_of": "measured steps" if steps else "traced region",
+        "main_per_step_traced_ns": in_steps / len(steps) if steps else None,
+        "step_unslowed_ns": step_ns,
+        "main_per_step_est_ns": _of(pct(in_steps, steps_ns), step_ns) if steps else None,
+        "other_threads": len(others),
+        "other_threads_ns": sum(int(r[3]) for r in others),
+        "other_threads_wait_ns": sum(int(r[4] or 0) for r in others),
+        "worker_processes": len({r[0] for r in others if r[0] != run.main_pid}),
+        "pass_ns": pass_ns,
+    }
 
 
 NAME_COLUMNS = [
@@ -217,16 +325,19 @@ NAME_COLUMNS = [
     Column("class"),
     Column("calls", "count"),
     Column("failed", "count", "calls that returned an error"),
-    Column("total", "ns"),
+    Column("total", "ns", "summed over every thread and process, under strace: thread-time, not wall time"),
+    Column("main thread", "ns", "on the thread that runs the loop (the one recording the model spans)"),
     Column("mean", "ns"),
     Column("longest", "ns"),
-    Column("share", "pct", "share of all time in system calls"),
+    Column("share", "pct", "share of all threads' time in system calls"),
     Column("processes", "count"),
+    Column("threads", "count"),
 ]
 
 _BY_NAME = f"""
 SELECT name, {class_sql()}, count(*), count(*) FILTER (WHERE attrs->>'$."{A.SYS_ERRNO}"' IS NOT NULL), sum(dur_ns),
-    avg(dur_ns), max(dur_ns), count(DISTINCT pid)
+    coalesce(sum(dur_ns) FILTER (WHERE tid = $main), 0), avg(dur_ns), max(dur_ns), count(DISTINCT pid),
+    count(DISTINCT tid)
 FROM spans WHERE run_id = $run AND level = 'system' GROUP BY name ORDER BY sum(dur_ns) DESC, name
 """
 
@@ -235,18 +346,21 @@ def syscalls_by_name(store: Store, run_id: int, *, limit: int | None = NAMES_LIM
     """Per system call name: its class, calls, failures, total, mean and longest time (ns) and its share of
     all time in system calls (%), over the whole syscall pass; the first ``limit`` names by total time.
 
-    Notes: from the syscall pass (strace), every process and thread of the profiled tree, warm-up included.
-    A failed call returned an error (``EAGAIN`` from a non-blocking read, ``ETIMEDOUT`` from a timed futex
-    wait: often the normal course of things). strace adds some microseconds to every call.
+    Notes: from the syscall pass (strace), every process and thread of the profiled tree, warm-up included:
+    the total sums every thread's calls, so idle threads each blocked in a wait for the whole pass add the
+    pass's length once per thread; the main thread column keeps the loop's own. A failed call returned an error
+    (``EAGAIN`` from a non-blocking read, ``ETIMEDOUT`` from a timed futex wait: often the normal course of
+    things). strace adds some microseconds to every call.
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
     if run is None:
         return runs.missing(NAMES_ID, NAMES_TITLE, "syscalls")
-    found = rows(store, _BY_NAME, run.run_id)
+    main = rows(store, _MAIN_TID, run.run_id)
+    found = rows(store, _BY_NAME, run.run_id, main=int(main[0][0]) if main else (run.main_pid or -1))
     total = sum(int(r[4]) for r in found)
-    table = [(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]), pct(int(r[4]), total), int(r[7]))
-             for r in found]  # fmt: skip
+    table = [(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5]), float(r[6]), int(r[7]), pct(int(r[4]), total),
+              int(r[8]), int(r[9])) for r in found]  # fmt: skip
     return Result(
         NAMES_ID,
         NAMES_TITLE,
@@ -258,7 +372,7 @@ def syscalls_by_name(store: Store, run_id: int, *, limit: int | None = NAMES_LIM
         facts={
             "names": len(table),
             "calls": sum(r[2] for r in table),
-            "in_syscalls_ns": total,
+            "thread_time_ns": total,
             "top": table[0][0] if table else None,
         },  # fmt: skip
         truncated=0 if limit is None else max(0, len(table) - limit),

@@ -173,14 +173,14 @@ def runs_line(s: RunSummary, command: str) -> str | None:
 
 def system_line(system: dict[str, Any]) -> str:
     """The run's system figures on one line: "CPU 87% busy (2 cores, saturated 40% of samples), main RSS +12 MiB
-    over 20 steps, GPU n/a", and the syscalls traced."""
+    over 20 steps, GPU n/a", and the syscalls traced; a figure the measured steps held too few samples for
+    says so."""
     parts = []
     if system.get("counters_run") is not None:
-        busy, cores, sat = system.get("busy_mean_pct"), system.get("cores"), system.get("saturated_pct")
-        cpu = "CPU " + ("n/a" if busy is None else f"{busy:.0f}% busy")
-        details = [f"{cores} cores" if cores else "", f"saturated {sat:.0f}% of samples" if sat is not None else ""]
-        parts.append(cpu + (f" ({', '.join(d for d in details if d)})" if any(details) else ""))
-        if (growth := system.get("main_growth_bytes")) is not None:
+        parts.append(_cpu_part(system))
+        if system.get("memory_too_few"):
+            parts.append("main RSS: too few samples")
+        elif (growth := system.get("main_growth_bytes")) is not None:
             sign = "+" if growth >= 0 else "-"
             steps = system.get("steps")
             over = f" over {steps} steps" if steps else " over the run"
@@ -188,14 +188,46 @@ def system_line(system: dict[str, Any]) -> str:
             parts.append(f"main RSS {sign}{format_value(abs(growth), 'bytes')}{over}{flag}")
         parts.append(_gpu_part(system))
     if system.get("syscalls_run") is not None:
-        parts.append(f"{system.get('syscalls') or 0:,} syscalls, {format_ns(system.get('syscall_ns') or 0)} in them")
+        parts.append(_syscall_part(system))
     return ", ".join(parts)
+
+
+def _syscall_part(system: dict[str, Any]) -> str:
+    """The main thread's share of the steps in syscalls, and the other threads' waits: the threads' times are
+    never summed (idle threads each waiting through the whole pass would add up to many times its length)."""
+    text = f"{system.get('syscalls') or 0:,} syscalls"
+    tracer = system.get("syscall_tracer") or "strace"
+    if (share := system.get("syscall_main_share_pct")) is not None:
+        text += f": the main thread was in them {share:.0f}% of the {system.get('syscall_main_share_of')}"
+        est, step = system.get("syscall_main_per_step_est_ns"), system.get("syscall_step_ns")
+        if est is not None and step:
+            text += f" under {tracer}: about {format_ns(est)} of the {format_ns(step)} step without it"
+        elif (per := system.get("syscall_main_per_step_ns")) is not None:
+            text += f" ({format_ns(per)} per step under {tracer})"
+    if others := system.get("syscall_other_threads"):
+        wait = system.get("syscall_other_wait_pct")
+        text += f"; {others} other threads" + (f": {wait:.0f}% of their syscall time idle in waits" if wait else "")
+    return text
+
+
+def _cpu_part(system: dict[str, Any]) -> str:
+    busy, cores, sat = system.get("busy_mean_pct"), system.get("cores"), system.get("saturated_pct")
+    if busy is None and system.get("cpu_too_few"):
+        length = system.get("region_ns")
+        within = f" in the {format_ns(length)} measured" if length else ""
+        return (f"CPU: too few samples ({system.get('full_samples') or 0} full samples{within}, at least "
+                f"{system.get('min_samples')} needed: see system.cpu)")  # fmt: skip
+    cpu = "CPU " + ("n/a" if busy is None else f"{busy:.0f}% busy")
+    details = [f"{cores} cores" if cores else "", f"saturated {sat:.0f}% of samples" if sat is not None else ""]
+    return cpu + (f" ({', '.join(d for d in details if d)})" if any(details) else "")
 
 
 def _gpu_part(system: dict[str, Any]) -> str:
     if not system.get("gpus"):
         return "GPU n/a"
     util, throttled = system.get("gpu_util_mean_pct"), system.get("gpu_throttled_pct")
+    if util is None and system.get("gpu_too_few"):
+        return "GPU: too few samples (see system.gpu)"
     text = f"GPU {util:.0f}% utilised" if util is not None else "GPU utilisation n/a"
     return text + (f" (throttled {throttled:.0f}% of samples)" if throttled else "")
 
