@@ -213,7 +213,7 @@ def _felt(row: dict[str, Any], step: dict[str, Any] | None) -> bool:
         return True
     wait = row["est. wait per step"]
     if wait is not None and step["span per step"]:
-        return 100.0 * wait / step["span per step"] >= WAIT_MIN_STEP_PCT
+        return bool(100.0 * wait / step["span per step"] >= WAIT_MIN_STEP_PCT)
     stage_pct = 100.0 * (row["span time"] or 0) / step["span time"] if step["span time"] else 100.0
     return stage_pct * (row["wait share"] or 0) / 100 >= WAIT_MIN_STEP_PCT
 

@@ -181,7 +181,7 @@ def _process_rows(runs: SystemRuns, deltas: dict[tuple[int, str], float], p95: d
     def pct(pid: int, name: str) -> float | None:
         return 100.0 * deltas.get((pid, name), 0.0) / length if length else None
 
-    table = []
+    table: list[tuple[Any, ...]] = []
     for pid in pids:
         samples = own.get(pid, 0)
         if not sampled[0 if pid == runs.main_pid else 1].enough:  # read between samples outside the steps
