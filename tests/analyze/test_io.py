@@ -174,6 +174,23 @@ def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store
     assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts
 
 
+def test_files_fold_directories_and_the_profiler_s_files_too(tmp_path: Path) -> None:
+    def meta(pid: int, path: str, cls: str, opens: int) -> tuple[Any, ...]:
+        return (pid, path, "POSIX", opens, 0, 0, 0, 0, 0, 0, 0, 10 * opens, {A.IO_FILE_PATH_CLASS: cls})
+
+    rows = [meta(MAIN, "/d", "directory", 1), meta(W1, "/d", "directory", 2), meta(MAIN, "/d/sub", "directory", 1),
+            meta(MAIN, "/src/xstack/runner.py", "profiler", 1)]  # fmt: skip
+    with files_store(tmp_path / "f.duckdb", FILES + rows) as store:
+        r = _one(store, "io.files")
+        listed = _one(store, "io.files", all_paths=True)
+    d = _row(r, "(directories)")
+    assert (d["class"], d["files"], d["processes"], d["opens"], d["time"]) == ("directory", 2, 2, 4, 40)
+    assert _row(r, "(profiler files)")["files"] == 1
+    assert not {"/d", "/d/sub", "/src/xstack/runner.py"} & set(r.column("path"))
+    assert {"/d", "/d/sub", "/src/xstack/runner.py"} <= set(listed.column("path"))
+    assert r.facts["data_files"] == 5  # neither is data
+
+
 def test_processes_from_the_counters_name_main_and_workers(tmp_path: Path) -> None:
     with files_store(tmp_path / "f.duckdb", FILES, config={"pid": MAIN}) as store:
         r = _one(store, "io.processes")
