@@ -413,6 +413,32 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
     assert any(e.endswith("(io.small_files)") for e in rec.evidence)
 
 
+def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_path: Path) -> None:
+    loader = {"index": 0, "dataset": "ImageFolder", "batch_size": 32, "num_workers": 4, "persistent_workers": False,
+              "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": True}  # fmt: skip
+    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [loader]}
+    with loop_store(tmp_path / "a.duckdb", config=config) as store:
+        r = _one(store, "io.input_bound")
+        rec = _fired(store, "input_bound")
+    shown = "DataLoader(ImageFolder, batch_size=32, num_workers=4, persistent_workers=False, pin_memory=False, "
+    shown += "prefetch_factor=2)"
+    # the built store's waits name no DataLoader: none counted for it
+    assert r.labels == [shown, "16 usable CPUs"] and r.facts["cores"] == 16
+    assert r.facts["dataloaders"] == [loader | {"batches": 0, "wait_ns": 0}]
+    assert rec is not None and f"the loop waits on {shown}; 16 usable CPUs (io.input_bound)" in rec.evidence
+    assert rec.action == (
+        f"{shown}: raise num_workers from 4 towards the 16 usable CPUs; set persistent_workers=True (workers kept "
+        "across epochs, not restarted); raise prefetch_factor from 2 (batches each worker loads ahead); set "
+        "pin_memory=True (faster copies to the GPU)."
+    )
+    done = loader | {"num_workers": 16, "persistent_workers": True, "pin_memory": True, "prefetch_factor": 4}
+    with loop_store(tmp_path / "b.duckdb", config=config | {A.CONFIG_DATALOADERS: [done]}) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and rec.action.endswith("): its 16 workers already match the 16 usable CPUs: make each "
+                                                   "batch cheaper to load (decode and augment less, or on the GPU; "
+                                                   "read fewer, larger files).")  # fmt: skip
+
+
 # -- terminal summary ---------------------------------------------------------------------------------------
 def test_summary_has_one_io_line(darshan_like: Store) -> None:
     s = summarize(darshan_like)
