@@ -171,7 +171,10 @@ def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store
     listed = _one(darshan_like, "io.files", all_paths=True)
     assert "/usr/lib/python3.11/os.py" in listed.column("path") and "/etc/hosts" in listed.column("path")
     top = _one(darshan_like, "io.files", limit=2)
-    assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts
+    assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts and f["rows"] == 8
+    assert r.labels == ["8 files in 8 rows: one per path and module, and one per folded class (python, system)"]
+    assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit "
+                          "(file_table(limit=None), or the io_files view, has every one)"]  # fmt: skip
 
 
 def test_files_fold_directories_and_the_profiler_s_files_too(tmp_path: Path) -> None:

@@ -118,6 +118,7 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     facts: dict[str, Any] = {k: as_count(v) for k, v in zip(keys, total, strict=True)}
     facts["time_ns"] = facts["read_time_ns"] + facts["write_time_ns"] + facts["meta_time_ns"]
     facts["top_path"] = table[0][0] if table else None
+    facts["rows"] = len(found)
     return Result(
         FILES_ID,
         FILES_TITLE,
@@ -127,8 +128,23 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         run_id=io.run_id,
         chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30),
         facts=facts,
-        truncated=0 if limit is None else max(0, len(found) - limit),
+        truncated=len(found) - len(table),
+        labels=[_counted(facts["files"], found, len(table))],
     )
+
+
+def _counted(files: int, found: list[tuple[Any, ...]], listed: int) -> str:
+    """How the rows stand for the files: how many files in how many rows, which classes are folded, and how many
+    rows the limit left out."""
+    names = {r[0] for r in found}
+    folded = [cls for cls, name in FOLDED.items() if name in names]
+    line = f"{files:,} files in {len(found):,} rows: one per path and module"
+    if folded:
+        line += f", and one per folded class ({', '.join(folded)})"
+    if listed < len(found):
+        line += (f"; the {listed:,} rows with the most I/O time are listed, {len(found) - listed:,} left out by the "
+                 "row limit (file_table(limit=None), or the io_files view, has every one)")  # fmt: skip
+    return line
 
 
 def _file_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
