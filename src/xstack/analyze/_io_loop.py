@@ -115,7 +115,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else the process of most
     model spans. Without model spans (an imported Darshan log) the waits cannot be known: the I/O time totals
     are still given, per process (from ``io_files`` when the run has no ``io`` spans: read + write + metadata
-    time). The labels give each DataLoader's settings (``runs.config.dataloaders``) with its batches and wait,
+    time). The labels give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it,
     and the CPUs the program could use (fact ``cores``); fact ``dataloaders`` holds them.
     """
     check_options(ID, threshold_pct=threshold_pct)

@@ -1,6 +1,6 @@
-"""A run's DataLoaders as its model level recorded them (``runs.config.dataloaders``), each with the batches the
-loop waited for and how long, and the CPUs the program could use: what the input-bound results show and the
-input-bound rule reads, so that its advice starts from the configuration the program already has."""
+"""A run's DataLoaders as its model level recorded them (``runs.config.dataloaders``), each with how often and
+how long the loop waited for its next batch, and the CPUs the program could use: what the input-bound results
+show and the input-bound rule reads, so that its advice starts from the configuration the program already has."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ SHOWN = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefe
 
 
 def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
-    """Each entry of ``runs.config.dataloaders`` plus ``batches`` (waits for a batch of it) and ``wait_ns`` (their
-    summed time); entries that are not objects are skipped. Empty for a run that recorded none."""
+    """Each entry of ``runs.config.dataloaders`` plus ``waits`` (its ``dataloader`` spans: a batch each, and one
+    at the end of each epoch, which found none) and ``wait_ns`` (their summed time); entries that are not objects
+    are skipped. Empty for a run that recorded none."""
     entries = ctx.config.get(A.CONFIG_DATALOADERS)
     if not isinstance(entries, list) or not entries:
         return []
@@ -31,8 +32,8 @@ def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     out = []
     for entry in entries:
         if isinstance(entry, dict):
-            batches, wait_ns = waits.get(entry.get("index"), (0, 0))
-            out.append(entry | {"batches": batches, "wait_ns": wait_ns})
+            count, wait_ns = waits.get(entry.get("index"), (0, 0))
+            out.append(entry | {"waits": count, "wait_ns": wait_ns})
     return out
 
 
@@ -59,10 +60,11 @@ def describe(entry: dict[str, Any]) -> str:
 
 
 def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
-    """One line per DataLoader (its settings, batches and wait), then the usable CPUs."""
+    """One line per DataLoader (its settings, and how often and long the loop waited for it), then the usable
+    CPUs."""
     out = []
     for e in entries:
-        waited = f": {e['batches']:,} batches, {format_ns(e['wait_ns'])} waited" if e.get("batches") else ""
+        waited = f": waited {format_ns(e['wait_ns'])} in {e['waits']:,} waits" if e.get("waits") else ""
         out.append(describe(e) + waited)
     if entries and cpus is not None:
         out.append(f"{cpus} usable CPUs")

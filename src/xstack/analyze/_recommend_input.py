@@ -55,7 +55,7 @@ def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:
 
 
 def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> str:
-    waited = f", {format_ns(loader['wait_ns'])} over {loader['batches']:,} batches" if loader.get("batches") else ""
+    waited = f", {format_ns(loader['wait_ns'])} in {loader['waits']:,} waits" if loader.get("waits") else ""
     cpus = f"; {cores} usable CPUs" if cores is not None else ""
     return f"the loop waits on {describe_loader(loader)}{waited}{cpus} ({source})"
 
