@@ -217,6 +217,7 @@ class Profile:
                 "torch": torch_version,
                 "python": platform.python_version(),
                 "pid": os.getpid(),
+                A.CONFIG_CPU_COUNT: usable_cpus(),
             }
             | _peaks(device, self.config),
         )
@@ -274,6 +275,15 @@ def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:
     while implied := {i for n in wanted for i in collect.IMPLIED.get(n, ())} - wanted:
         wanted |= implied
     return tuple(lv for lv in LEVELS if lv in wanted)
+
+
+def usable_cpus() -> int | None:
+    """The CPUs this process may run on (``runs.config.cpu_count``): its affinity mask, as PyTorch's DataLoader
+    counts them, else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def _synchronize_cuda() -> None:

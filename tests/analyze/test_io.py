@@ -171,7 +171,27 @@ def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store
     listed = _one(darshan_like, "io.files", all_paths=True)
     assert "/usr/lib/python3.11/os.py" in listed.column("path") and "/etc/hosts" in listed.column("path")
     top = _one(darshan_like, "io.files", limit=2)
-    assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts
+    assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts and f["rows"] == 8
+    assert r.labels == ["8 files in 8 rows: one per path and module, and one per folded class (python, system)"]
+    assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit "
+                          "(file_table(limit=None), or the io_files view, has every one)"]  # fmt: skip
+
+
+def test_files_fold_directories_and_the_profiler_s_files_too(tmp_path: Path) -> None:
+    def meta(pid: int, path: str, cls: str, opens: int) -> tuple[Any, ...]:
+        return (pid, path, "POSIX", opens, 0, 0, 0, 0, 0, 0, 0, 10 * opens, {A.IO_FILE_PATH_CLASS: cls})
+
+    rows = [meta(MAIN, "/d", "directory", 1), meta(W1, "/d", "directory", 2), meta(MAIN, "/d/sub", "directory", 1),
+            meta(MAIN, "/src/xstack/runner.py", "profiler", 1)]  # fmt: skip
+    with files_store(tmp_path / "f.duckdb", FILES + rows) as store:
+        r = _one(store, "io.files")
+        listed = _one(store, "io.files", all_paths=True)
+    d = _row(r, "(directories)")
+    assert (d["class"], d["files"], d["processes"], d["opens"], d["time"]) == ("directory", 2, 2, 4, 40)
+    assert _row(r, "(profiler files)")["files"] == 1
+    assert not {"/d", "/d/sub", "/src/xstack/runner.py"} & set(r.column("path"))
+    assert {"/d", "/d/sub", "/src/xstack/runner.py"} <= set(listed.column("path"))
+    assert r.facts["data_files"] == 5  # neither is data
 
 
 def test_processes_from_the_counters_name_main_and_workers(tmp_path: Path) -> None:
@@ -394,6 +414,32 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
         rec = _fired(store, "input_bound")
     assert rec is not None and "io.small_files" in rec.sources and "Stage the files" in rec.action
     assert any(e.endswith("(io.small_files)") for e in rec.evidence)
+
+
+def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_path: Path) -> None:
+    loader = {"index": 0, "dataset": "ImageFolder", "batch_size": 32, "num_workers": 4, "persistent_workers": False,
+              "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": True}  # fmt: skip
+    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [loader]}
+    with loop_store(tmp_path / "a.duckdb", config=config) as store:
+        r = _one(store, "io.input_bound")
+        rec = _fired(store, "input_bound")
+    shown = "DataLoader(ImageFolder, batch_size=32, num_workers=4, persistent_workers=False, pin_memory=False, "
+    shown += "prefetch_factor=2)"
+    # the built store's waits name no DataLoader: none counted for it
+    assert r.labels == [shown, "16 usable CPUs"] and r.facts["cores"] == 16
+    assert r.facts["dataloaders"] == [loader | {"waits": 0, "wait_ns": 0}]
+    assert rec is not None and f"the loop waits on {shown}; 16 usable CPUs (io.input_bound)" in rec.evidence
+    assert rec.action == (
+        f"{shown}: raise num_workers from 4 towards the 16 usable CPUs; set persistent_workers=True (workers kept "
+        "across epochs, not restarted); raise prefetch_factor from 2 (batches each worker loads ahead); set "
+        "pin_memory=True (faster copies to the GPU)."
+    )
+    done = loader | {"num_workers": 16, "persistent_workers": True, "pin_memory": True, "prefetch_factor": 4}
+    with loop_store(tmp_path / "b.duckdb", config=config | {A.CONFIG_DATALOADERS: [done]}) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and rec.action.endswith("): its 16 workers already match the 16 usable CPUs: make each "
+                                                   "batch cheaper to load (decode and augment less, or on the GPU; "
+                                                   "read fewer, larger files).")  # fmt: skip
 
 
 # -- terminal summary ---------------------------------------------------------------------------------------

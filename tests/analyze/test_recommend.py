@@ -3,6 +3,7 @@ does not."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -144,12 +145,12 @@ class _Slow(torch.utils.data.Dataset):  # type: ignore[misc]
         return self.batch
 
 
-def _train(tmp_path: Path, delay_s: float) -> Store:
+def _train(tmp_path: Path, delay_s: float, **loader: Any) -> Store:
     import xstack
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
-    loader = torch.utils.data.DataLoader(_Slow(delay_s), batch_size=None)
-    path = tmp_path / f"d{delay_s}.duckdb"
+    loader = torch.utils.data.DataLoader(_Slow(delay_s), batch_size=None, **loader)
+    path = tmp_path / f"d{delay_s}-{len(list(tmp_path.iterdir()))}.duckdb"
     with xstack.profile(levels="model,layer", path=path) as prof:
         for x in loader:
             for _ in range(100 if delay_s == 0 else 1):  # fast: compute outweighs collating a batch
@@ -164,3 +165,22 @@ def test_input_bound_fires_on_a_slow_loader_and_not_on_a_fast_one(tmp_path: Path
         assert "num_workers" in rec.action
     with _train(tmp_path, 0.0) as store:
         assert _fired(store, "input_bound") is None
+
+
+def test_input_bound_advises_from_the_dataloader_s_settings_and_the_cpus(tmp_path: Path, monkeypatch: Any) -> None:
+    profile_module = sys.modules["xstack.profile"]  # the package's `profile` is the function of that name
+    monkeypatch.setattr(profile_module, "usable_cpus", lambda: 8)
+    with _train(tmp_path, 0.04) as store:  # no workers
+        rec = _check(_fired(store, "input_bound"), "model.stages")
+    loader = "DataLoader(_Slow, batch_size=None, num_workers=0, persistent_workers=False, pin_memory=False"
+    assert any(e.startswith(f"the loop waits on {loader}") and e.endswith("; 8 usable CPUs (model.stages)")
+               for e in rec.evidence)  # fmt: skip
+    assert rec.action.startswith(f"{loader}, prefetch_factor=None): load in worker processes: raise num_workers "
+                                 "from 0 towards the 8 usable CPUs; set persistent_workers=True")  # fmt: skip
+    assert "set prefetch_factor above its default of 2" in rec.action and "pin_memory" not in rec.action.split(":")[1]
+    monkeypatch.setattr(profile_module, "usable_cpus", lambda: 2)
+    with _train(tmp_path, 0.04, num_workers=2, persistent_workers=True, prefetch_factor=4) as store:
+        rec = _check(_fired(store, "input_bound"), "model.stages")
+    # already persistent, prefetching 4, and as many workers as CPUs: only cheaper batches are left to advise
+    assert rec.action.endswith("): its 2 workers already match the 2 usable CPUs: make each batch cheaper to load "
+                               "(decode and augment less, or on the GPU; read fewer, larger files).")  # fmt: skip

@@ -187,10 +187,15 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
         # each pass ran in its own process; the merged iteration is one process and thread, the config's pid
         threads = s.query("SELECT DISTINCT pid, tid FROM spans WHERE run_id = ? AND level IN ('model', 'layer')",
                           [merged])  # fmt: skip
-        config_pid = orjson.loads(s.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])["pid"]
+        merged_config = orjson.loads(s.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
+        config_pid = merged_config["pid"]
         merged_pids = {p for (p,) in s.query("SELECT DISTINCT pid FROM io_files WHERE run_id = ?", [merged])}
         analysis = analyze(s, merged)
     assert workers == 2 and main not in {p for (p,) in worker_pids}
+    # the merged run keeps the DataLoader and the CPUs the model pass recorded
+    loaders = merged_config["dataloaders"]
+    assert [(d["dataset"], d["num_workers"], d["batch_size"]) for d in loaders] == [("Files", 2, 8)]
+    assert merged_config["cpu_count"] == len(os.sched_getaffinity(0))
     assert merged_files > 0 and merged_io > 0
     assert len(threads) == 1 and threads[0][0] == config_pid
     assert config_pid in merged_pids and {p for (p,) in worker_pids} <= merged_pids  # main's counters: main's pid

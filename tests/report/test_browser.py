@@ -264,6 +264,28 @@ def test_the_io_analyses_render_with_their_charts(io_page: tuple[Loaded, Analysi
     assert shot["variance"] > 100, shot  # the stacked wait/compute bars are painted
 
 
+def test_the_io_files_section_counts_its_files_one_way(browser: Any, tmp_path: Path) -> None:
+    from tests.analyze.io_store import data_file, files_store
+
+    rows = [data_file(5, f"/d/f{i:05d}.bin", 1000 + i, 2, read_ns=100 + i) for i in range(1097)]
+    with files_store(tmp_path / "files.duckdb", rows) as store:
+        a = analyze(store, ids=["io.files"])
+        out = write_report(a, tmp_path / "files.html", store=store)
+    loaded = open_report(browser, out.path)
+    loaded.check_clean()
+    section = loaded.page.locator("#r-io-files")
+    assert section.locator("svg.chart .mark").count() == 30
+    caption = section.locator("figcaption").inner_text()
+    assert caption == "showing the first 30 of 1,097 rows (the table has the first 1,000)"
+    assert section.locator(".labels").all_inner_texts() == [
+        "1,097 files in 1,097 rows: one per path and module; the 1,000 rows with the most I/O time are listed, 97 "
+        "left out by the row limit (file_table(limit=None), or the io_files view, has every one)"
+    ]
+    assert section.locator(".pageinfo").inner_text() == "rows 1\u201350 of 1,000, page 1 of 20"
+    assert section.locator("tbody tr").count() == 50
+    assert section.locator(".xtable > p.note").inner_text() == "97 more rows were left out by the analysis."
+
+
 def test_a_run_without_io_says_so_in_each_io_section(bert_page: Loaded, bert: tuple[Store, Analysis]) -> None:
     page = bert_page.page
     missing = page.eval_on_selector_all("section.result.missing", "ss => ss.map(s => s.dataset.result)")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from xstack.trace.io_paths import path_class
+import xstack
+from xstack.trace.io_paths import CLASSES, path_class
+
+PACKAGE = Path(xstack.__file__).parent
 
 
 @pytest.mark.parametrize(
@@ -28,7 +33,22 @@ from xstack.trace.io_paths import path_class
         ("/var/lib/dpkg/status", "system"),
         ("/snap/core/1/x", "system"),
         ("/usr", "system"),
+        ("/usr/bin/python3.11", "python"),
+        ("/home/u/venv/pyvenv.cfg", "python"),  # the virtual environment's, read as the interpreter starts
+        ("/home/u/venv/bin/python", "python"),
+        ("/opt/py/lib/libpython3.12.so.1.0", "python"),
+        ("/home/u/project/train.py", "python"),  # the program's own script and modules
+        ("/home/u/project/__pycache__/model.cpython-311.pyc", "python"),
+        ("/home/u/project/__pycache__", "python"),
+        ("/home/u/project/fast.cpython-311-x86_64-linux-gnu.so", "python"),
+        ("/home/u/project/fast.abi3.so", "python"),
+        (str(PACKAGE / "runner.py"), "profiler"),  # xstack's own modules and io library
+        (str(PACKAGE / "collect" / "_io" / "libxstack_io.so"), "profiler"),
+        (str(PACKAGE), "profiler"),
+        ("/home/u/venv/lib/python3.11/site-packages/xstack-0.1.0.dist-info/entry_points.txt", "profiler"),
         ("/data/train/img_001.npz", "data"),
+        ("/data/train/notes.pyx.txt", "data"),
+        ("/data/python", "data"),
         ("/home/u/project/lib/pythonic/data.bin", "data"),
         ("/usrdata/x", "data"),
         ("/var/tmp/x.bin", "data"),
@@ -39,3 +59,8 @@ from xstack.trace.io_paths import path_class
 )
 def test_path_class(path: str, expected: str) -> None:
     assert path_class(path) == expected
+
+
+def test_every_class_is_described() -> None:
+    classes = {path_class(p) for p in ("/d", "/usr/x", "/usr/lib/python3/os.py", "<pipe>", "x", str(PACKAGE))}
+    assert classes | {"directory"} == set(CLASSES)  # directories are known from the calls (collect._io_classes)

@@ -32,13 +32,15 @@ FILES_ID, FILES_TITLE = "io.files", "I/O per file"
 PROCESSES_ID, PROCESSES_TITLE = "io.processes", "I/O per process"
 ROW_LIMIT = 1000
 """Files listed by default (the most I/O time first); the facts count them all."""
-FOLDED = ("python", "system")
+FOLDED = {"python": "(python files)", "profiler": "(profiler files)", "system": "(system files)",
+          "directory": "(directories)"}  # fmt: skip
+"""Classes of files that are not the program's own, listed as one row each (by that name) unless ``all_paths``."""
 
+_FOLD = " ".join(f"WHEN '{cls}' THEN '{name}'" for cls, name in FOLDED.items())
 _FILES = f"""
 WITH f AS (
     SELECT *, {FILE_CLASS} AS class, {FILE_TIME} AS time_ns,
-        CASE WHEN NOT $all_paths AND {FILE_CLASS} IN {in_list(FOLDED)} THEN '(' || {FILE_CLASS} || ' files)'
-             ELSE path END AS name
+        CASE WHEN $all_paths THEN path ELSE CASE {FILE_CLASS} {_FOLD} ELSE path END END AS name
     FROM io_files WHERE run_id = $run
 )
 SELECT name, module, any_value(class), count(DISTINCT path), count(DISTINCT pid), sum(opens), sum(reads),
@@ -73,9 +75,12 @@ FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE} GROUP BY pid
 """
 
 FILE_COLUMNS = [
-    Column("path", help="the file; system and Python files are one row per class unless all_paths=True"),
+    Column(
+        "path",
+        help="the file; Python, profiler and system files and directories are one row per class unless all_paths=True",
+    ),
     Column("module", help="POSIX (descriptors) or STDIO (streams)"),
-    Column("class", help="data, python, system, stream or unknown"),
+    Column("class", help="data, directory, python, profiler, system, stream or unknown"),
     Column("files", "count"),
     Column("processes", "count"),
     Column("opens", "count"),
@@ -96,10 +101,10 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     (bytes/s), sequential and consecutive read shares (%) and zero-length reads; the most I/O time first.
 
     Notes: one row per (path, module) of ``io_files``, its counters summed over the processes that used the
-    file (Darshan keeps one record per process). Files of the Python installation and of the system are folded
-    into one row per class (``all_paths=True`` lists them). Time is read + write + metadata time (open, close,
-    seek, stat); bandwidth divides the bytes by the read and write time only. The shares are of the file's
-    reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (None: all).
+    file (Darshan keeps one record per process). Python's files, the profiler's, the system's and directories
+    are folded into one row per class (``all_paths=True`` lists them). Time is read + write + metadata time
+    (open, close, seek, stat); bandwidth divides the bytes by the read and write time only. The shares are of
+    the file's reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (None: all).
     """
     check_options(FILES_ID, limit=limit)
     io = io_run(store, run_id)
@@ -113,6 +118,7 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     facts: dict[str, Any] = {k: as_count(v) for k, v in zip(keys, total, strict=True)}
     facts["time_ns"] = facts["read_time_ns"] + facts["write_time_ns"] + facts["meta_time_ns"]
     facts["top_path"] = table[0][0] if table else None
+    facts["rows"] = len(found)
     return Result(
         FILES_ID,
         FILES_TITLE,
@@ -122,8 +128,23 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         run_id=io.run_id,
         chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30),
         facts=facts,
-        truncated=0 if limit is None else max(0, len(found) - limit),
+        truncated=len(found) - len(table),
+        labels=[_counted(facts["files"], found, len(table))],
     )
+
+
+def _counted(files: int, found: list[tuple[Any, ...]], listed: int) -> str:
+    """How the rows stand for the files: how many files in how many rows, which classes are folded, and how many
+    rows the limit left out."""
+    names = {r[0] for r in found}
+    folded = [cls for cls, name in FOLDED.items() if name in names]
+    line = f"{files:,} files in {len(found):,} rows: one per path and module"
+    if folded:
+        line += f", and one per folded class ({', '.join(folded)})"
+    if listed < len(found):
+        line += (f"; the {listed:,} rows with the most I/O time are listed, {len(found) - listed:,} left out by the "
+                 "row limit (file_table(limit=None), or the io_files view, has every one)")  # fmt: skip
+    return line
 
 
 def _file_row(r: tuple[Any, ...]) -> tuple[Any, ...]:

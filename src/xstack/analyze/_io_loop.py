@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
     FILE_STORAGE,
     FILE_TIME,
@@ -114,7 +115,8 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else the process of most
     model spans. Without model spans (an imported Darshan log) the waits cannot be known: the I/O time totals
     are still given, per process (from ``io_files`` when the run has no ``io`` spans: read + write + metadata
-    time).
+    time). The labels give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it,
+    and the CPUs the program could use (fact ``cores``); fact ``dataloaders`` holds them.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -127,8 +129,10 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
         return _totals_only(io, per_pid, facts)
     table = _per_iteration(store, io, iterations)
     kind = str(iterations[0][2])
+    loaders = _loaders.dataloaders(store, io.ctx)
     # the verdict and the shares first: the overview shows a result's first facts
-    facts = {**_loop_facts(table, threshold_pct, kind), **_totals(io, per_pid)}
+    facts = {**_loop_facts(table, threshold_pct, kind), **_totals(io, per_pid), "dataloaders": loaders}
+    labels = [] if kind == "steps" else ["no step spans: iterations run from one DataLoader wait to the next"]
     return Result(
         ID,
         TITLE,
@@ -140,7 +144,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
             "stacked", x="iteration", y=("wait", "compute"), title="Each iteration: waiting for data vs the rest"
         ),
         facts=facts,
-        labels=[] if kind == "steps" else ["no step spans: iterations run from one DataLoader wait to the next"],
+        labels=labels + _loaders.labels(loaders, facts["cores"]),
     )
 
 
@@ -212,14 +216,5 @@ def _totals(io: IoRun, per_pid: list[tuple[Any, ...]]) -> dict[str, Any]:
         "main_io_ns": sum(as_count(r[1]) for r in per_pid if r[0] == io.main_pid) if known else None,
         "worker_io_ns": sum(as_count(r[1]) for r in workers) if known else None,
         "workers": len(workers) if known else None,
-        "cores": _cores(io.ctx.config),
+        "cores": _loaders.cores(io.ctx.config),
     }
-
-
-def _cores(config: dict[str, Any]) -> int | None:
-    """Logical cores of the machine, where the run recorded them (``cpu_count``, or the CPU's peaks)."""
-    peaks = config.get("peaks")
-    for value in (config.get("cpu_count"), peaks.get("cores") if isinstance(peaks, dict) else None):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None

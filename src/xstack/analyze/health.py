@@ -10,7 +10,9 @@ reports and the health analysis all read it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from xstack.analyze._loaders import cores, dataloaders
 from xstack.analyze.context import run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
@@ -122,7 +124,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     Notes: every model span of a stage is summed, except one inside another span of the same stage (an
     annotation nested in itself), which its outer span already covers; stages of different names may nest (a
     forward inside a step), so shares need not add up to 100. Data-loader waits are the time the loop waited
-    for its next batch."""
+    for its next batch; facts ``dataloaders`` and ``cores`` give each DataLoader's settings with its waits, and
+    the CPUs the program could use, where the run recorded them."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
@@ -152,13 +155,15 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     steps = [r for r in out if r[1] == "step" or r[0] == "ProfilerStep"]
     loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
     step_total = sum(r[3] for r in steps)
-    facts = {
+    facts: dict[str, Any] = {
         "wall_ns": wall,
         "steps": sum(r[2] for r in steps),
         "step_total_ns": step_total,
         "dataloader_ns": loader,
         "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
     }
+    if entries := dataloaders(store, ctx):  # what the input-bound rule advises from
+        facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
     cols = [
         Column("stage"),
         Column("kind"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from xstack.analyze import _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
+from xstack.analyze._recommend_input import io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, format_ns
 
@@ -81,17 +82,22 @@ def input_bound(results: Results) -> Recommendation | None:
         impact = int(_num(io.facts, "median_wait_ns") or 0) or None
     if not evidence:
         return None
-    action = (
-        "Load batches ahead of the model: raise DataLoader(num_workers=...) towards the free cores, set "
-        "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off the "
-        "critical path; stage many small files to faster storage (profile with the io level to see them)."
-    )
-    if io is not None:
-        action = _io_input_action(io.facts)
-        if (staging := small_files(results)) is not None:
-            evidence += [e for e in staging.evidence if e not in evidence]
-            sources.append("io.small_files")
-            action += " " + staging.action
+    if (advice := loader_advice(results)) is not None:  # the settings of the DataLoader it waits on
+        line, source, action = advice
+        evidence.append(line)
+        sources += [] if source in sources else [source]
+    elif io is not None:
+        action = io_input_action(io.facts)
+    else:
+        action = (
+            "Load batches ahead of the model: raise DataLoader(num_workers=...) towards the free cores, set "
+            "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off "
+            "the critical path; stage many small files to faster storage (profile with the io level to see them)."
+        )
+    if io is not None and (staging := small_files(results)) is not None:
+        evidence += [e for e in staging.evidence if e not in evidence]
+        sources.append("io.small_files")
+        action += " " + staging.action
     return Recommendation(
         "input_bound", "Training is input-bound: the model waits for data", _severity(pct), evidence, sources, action,
         impact_ns=impact,
@@ -112,23 +118,6 @@ def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
     if (main_io := _num(facts, "main_io_wait_ns")) is not None and main_io > 0:
         line += f"; the main process spent {format_ns(main_io)} in file I/O while waiting"
     return line + " (io.input_bound)"
-
-
-def _io_input_action(facts: dict[str, Any]) -> str:
-    workers, cores = _num(facts, "workers"), _num(facts, "cores")
-    if workers is not None and cores is not None and workers >= cores:
-        first = f"The {int(workers)} workers already match the {int(cores)} cores: make each batch cheaper to load"
-        first += " (decode and augment less, or on the GPU);"
-    elif workers is not None and cores is not None:
-        first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores;"
-    elif workers == 0:
-        first = "Load in worker processes: DataLoader(num_workers=...) above 0, towards the free cores;"
-    else:
-        first = "Raise DataLoader(num_workers=...) towards the free cores;"
-    return (
-        f"{first} set pin_memory=True, persistent_workers=True (workers kept across epochs) and a higher "
-        "prefetch_factor (batches each worker loads ahead)."
-    )
 
 
 def launch_bound(results: Results) -> Recommendation | None:

@@ -16,12 +16,14 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xstack.trace import attrs as A
-from xstack.trace.io_paths import path_class
+
+if TYPE_CHECKING:
+    from xstack.collect._io_classes import PathClasses
 
 READS = frozenset({"read", "pread", "readv", "fread"})
 WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
@@ -69,13 +71,6 @@ def op_path(op: Op) -> str:
     return STREAM_PATHS.get(op.fd_kind, f"<fd {op.fd}>")
 
 
-def op_path_class(op: Op) -> str:
-    """``trace.attrs.IO_PATH_CLASS`` of an operation's file."""
-    if op.path:
-        return path_class(op.path)
-    return "stream" if op.fd_kind in STREAM_PATHS else "unknown"
-
-
 @dataclass
 class FileCounters:
     """The counters of one (process, file, module): the ``io_files`` columns and attributes."""
@@ -84,6 +79,7 @@ class FileCounters:
     path: str
     module: str
     fd_kind: str
+    path_class: str
     opens: int = 0
     reads: int = 0
     writes: int = 0
@@ -197,7 +193,7 @@ class FileCounters:
             A.IO_FILE_FSYNCS: self.fsyncs,
             A.IO_FILE_MMAPS: self.mmaps,
             A.IO_FILE_RW_SWITCHES: self.rw_switches,
-            A.IO_FILE_PATH_CLASS: path_class(self.path) if not self.path.startswith("<") else _stream(self.fd_kind),
+            A.IO_FILE_PATH_CLASS: self.path_class,
             A.IO_FILE_FIRST_NS: self.first_ns,
             A.IO_FILE_LAST_NS: self.last_ns,
             A.IO_FILE_SOURCE: "io",
@@ -206,12 +202,13 @@ class FileCounters:
         }
 
 
-def _stream(fd_kind: str) -> str:
-    return "stream" if fd_kind in STREAM_PATHS else "unknown"
+def file_counters(ops: Sequence[Op], classes: PathClasses | None = None) -> list[FileCounters]:
+    """The counters of every (process, file, module) that ``ops`` touched, ``ops`` taken in time order; each
+    file's class from ``classes`` (default: what ``ops`` themselves say)."""
+    if classes is None:
+        from xstack.collect._io_classes import PathClasses
 
-
-def file_counters(ops: Iterable[Op]) -> list[FileCounters]:
-    """The counters of every (process, file, module) that ``ops`` touched, ``ops`` taken in time order."""
+        classes = PathClasses(ops)
     records: dict[tuple[int, str, str], FileCounters] = {}
     for op in ops:
         if op.errno or op.op == "close" and op.fd_kind == "unknown" and not op.path:
@@ -220,6 +217,6 @@ def file_counters(ops: Iterable[Op]) -> list[FileCounters]:
         key = (op.pid, path, op.module)
         record = records.get(key)
         if record is None:
-            record = records[key] = FileCounters(op.pid, path, op.module, op.fd_kind)
+            record = records[key] = FileCounters(op.pid, path, op.module, op.fd_kind, classes.of(op.path, op.fd_kind))
         record.add(op)
     return list(records.values())

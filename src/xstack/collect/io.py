@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from xstack.collect._ingest import last_span_id, measured_region
-from xstack.collect._io_counters import file_counters, op_path, op_path_class
+from xstack.collect._io_classes import PathClasses
+from xstack.collect._io_counters import file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.errors import XstackError
 from xstack.trace import attrs as A
@@ -160,12 +161,14 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     trace = read_trace(directory)
     lo, hi = measured_region(store, run_id)
     ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
+    classes = PathClasses(trace.ops)  # the calls before the region say what the standard streams are, too
     sink = Sink(store, run_id)
     try:
         first_id = last_span_id(store, run_id)
         for i, op in enumerate(ops):
-            sink.span(first_id + i + 1, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, _span_attrs(op))
-        for c in file_counters(ops):
+            attrs = _span_attrs(op, classes.of(op.path, op.fd_kind))
+            sink.span(first_id + i + 1, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, attrs)
+        for c in file_counters(ops, classes):
             sink.io_file(c.pid, c.path, c.module, _columns(c), c.attrs())
     finally:
         sink.close()
@@ -182,13 +185,13 @@ def set_io_parents(con: Any, run_id: int) -> None:
     set_parents(con, run_id, "io")
 
 
-def _span_attrs(op: Any) -> dict[str, Any]:
+def _span_attrs(op: Any, path_class: str) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         A.IO_PATH: op_path(op),
         A.IO_FD: op.fd,
         A.IO_MODULE: op.module,
         A.IO_FD_KIND: op.fd_kind,
-        A.IO_PATH_CLASS: op_path_class(op),
+        A.IO_PATH_CLASS: path_class,
     }
     if op.offset >= 0:
         attrs[A.IO_OFFSET] = op.offset

@@ -2,7 +2,8 @@
 
 Users mark stages with ``xstack.span("preprocess")`` (a context manager and a decorator). Where no stage is
 marked, each top-level model call, each optimizer step and each wait for a DataLoader's next batch becomes a
-model span of its own.
+model span of its own. The configuration of each DataLoader the program iterates goes into the run's
+``config.dataloaders``, and each wait names its DataLoader (``collect._dataloaders``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from xstack.collect import _module_hooks
+from xstack.collect._dataloaders import DataLoaders
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.collect._roots import RootWatcher
 from xstack.trace import attrs as A
@@ -61,9 +63,15 @@ class ModelCollector:
         self._handles: list[Any] = []
         self._patched: tuple[Any, Any] | None = None
         self._roots: RootWatcher | None = None
+        self._loaders = DataLoaders()
+        self._config: dict[str, Any] | None = None
 
     def unavailable_reason(self) -> str | None:
         return None  # stage marks need nothing; automatic stages need PyTorch and are skipped without it
+
+    def configure(self, config: dict[str, Any]) -> None:
+        """Keep the run's config: ``finish`` adds ``config["dataloaders"]`` to it."""
+        self._config = config
 
     def start(self, recorder: Recorder) -> None:
         global _active
@@ -96,9 +104,12 @@ class ModelCollector:
             cls, original = self._patched
             cls.__next__ = original
             self._patched = None
+        self._loaders.stop()
         _active = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
+        if self._config is not None:
+            self._config[A.CONFIG_DATALOADERS] = self._loaders.config()
         return []  # every span went through the recorder
 
     # -- top-level model calls ----------------------------------------------------------------------------
@@ -134,10 +145,12 @@ class ModelCollector:
     def _patch_dataloader(self, torch: Any) -> None:
         cls: Any = torch.utils.data.dataloader._BaseDataLoaderIter
         original = cls.__next__
-        collector = self
+        collector, loaders = self, self._loaders
 
         def __next__(it: Any) -> Any:  # noqa: N807 - replaces the iterator's __next__
-            opened = collector._begin_auto("dataloader", "dataloader.next")
+            index = loaders.index_of(it)
+            extra = {A.MODEL_DATALOADER: index} if index is not None else None
+            opened = collector._begin_auto("dataloader", "dataloader.next", extra)
             try:
                 return original(it)
             finally:
@@ -145,9 +158,10 @@ class ModelCollector:
 
         cls.__next__ = __next__
         self._patched = (cls, original)
+        self._loaders.start(torch)
 
     # -- shared -------------------------------------------------------------------------------------------
-    def _begin_auto(self, kind: str, name: str) -> OpenSpan | None:
+    def _begin_auto(self, kind: str, name: str, extra: dict[str, Any] | None = None) -> OpenSpan | None:
         """Open an automatic stage unless the user marked one that is open on this thread."""
         recorder = self._recorder
         if recorder is None:
@@ -155,7 +169,7 @@ class ModelCollector:
         for s in recorder.stack():
             if s.attrs.get(A.MODEL_KIND) == "user":
                 return None
-        return recorder.begin("model", name, {A.MODEL_KIND: kind})
+        return recorder.begin("model", name, {A.MODEL_KIND: kind, **(extra or {})})
 
     def _end_auto(self, opened: OpenSpan | None) -> None:
         if opened is not None and self._recorder is not None:

@@ -328,6 +328,8 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
     levels = sorted({lv for p in passes for lv in p.levels}, key=LEVELS.index)
     deepest_config = orjson.loads(deepest[3]) if deepest[3] else {}
     peaks = deepest_config.get("peaks") if isinstance(deepest_config, dict) else None
+    first_config = orjson.loads(first[3]) if first[3] else {}
+    program = {k: first_config[k] for k in (A.CONFIG_CPU_COUNT, A.CONFIG_DATALOADERS) if k in first_config}
     return RunInfo(
         run_id=run_id,
         name=str(first[4]),
@@ -346,5 +348,6 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
             },
             "overhead": overhead,
         }
+        | program  # the machine and the DataLoaders, as the pass whose model spans the merged run keeps saw them
         | ({"peaks": peaks} if peaks else {}),
     )

@@ -109,7 +109,8 @@ def first_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], lis
     limit = min(chart.limit, cap) if chart.limit else cap
     total = len(rows) + (0 if key else result.truncated)
     if total > limit:
-        notes.append(f"showing the first {min(limit, len(rows)):,} of {total:,} rows (the table has them all)")
+        table = "them all" if key or not result.truncated else f"the first {len(result.rows):,}"
+        notes.append(f"showing the first {min(limit, len(rows)):,} of {total:,} rows (the table has {table})")
     return rows[:limit], notes
 
 

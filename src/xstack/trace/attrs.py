@@ -180,9 +180,11 @@ IO_FD_KIND: Final = "io.fd_kind"
 """String: what the descriptor is: ``file``, ``dir``, ``pipe``, ``socket``, ``chr`` (a device), ``blk`` or
 ``unknown``."""
 IO_PATH_CLASS: Final = "io.path_class"
-"""String: where the path lives: ``data`` (the program's own files), ``python`` (the interpreter's and installed
-packages' files), ``system`` (``/usr``, ``/lib``, ``/etc``, ``/proc``, ``/sys``, ``/dev``, ...), ``stream``
-(pipes, sockets, terminals) or ``unknown``."""
+"""String: what the file is to the program (``trace.io_paths.CLASSES``): ``data`` (the program's own files),
+``directory`` (a directory, listed or stat'ed), ``python`` (the interpreter, installed packages, virtual
+environments, and Python source and bytecode anywhere, the program's script included), ``profiler`` (xstack's
+own files), ``system`` (``/usr``, ``/lib``, ``/etc``, ``/proc``, ``/sys``, ``/dev``, ...), ``stream`` (standard
+streams, pipes, sockets, terminals, and the file standard output or error was redirected to) or ``unknown``."""
 
 # -- io_files.attrs (per-file counters beyond the view's columns; Darshan's meanings) ---------------------
 IO_FILE_CONSEC_READS: Final = "consec_reads"
@@ -340,6 +342,10 @@ MODEL_KIND: Final = "model.kind"
 top-level model call), ``optimizer`` (an optimizer step) or ``dataloader`` (waiting for the next batch)."""
 MODEL_STEP: Final = "model.step"
 """Integer: the iteration a step span stands for, counted from 0."""
+MODEL_DATALOADER: Final = "model.dataloader"
+"""Integer, on ``dataloader`` spans: which DataLoader the wait was for, its ``index`` in
+``runs.config.dataloaders`` (``CONFIG_DATALOADERS``); absent when its iterator was made before the profile
+started."""
 
 # -- leveled measurement (spans of a merged run) ------------------------------------------------------------
 MERGE_PASS: Final = "merge.pass"
@@ -369,6 +375,15 @@ CONFIG_SWEEP: Final = "sweep"
 """Object, a key of ``runs.config``: the sweep a run belongs to, ``{"batch_sizes": [...],
 "latency_target_ms": float}`` (every batch size asked for, in order, and the user's latency target, in ms,
 when one was given)."""
+CONFIG_CPU_COUNT: Final = "cpu_count"
+"""Integer, a key of ``runs.config``: the CPUs the profiled process may run on (its affinity mask, which is
+what PyTorch's DataLoader counts too; the machine's count where the mask cannot be read)."""
+CONFIG_DATALOADERS: Final = "dataloaders"
+"""List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
+first did, as ``{"index": int, "dataset": str (the dataset's class), "batch_size": int | None, "num_workers":
+int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | None (None without workers),
+"iterated": int (times iteration started: epochs), "cuda": bool (the program had CUDA initialised by the end of
+the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
 CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int,
 "samples": int, "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU

@@ -2,20 +2,40 @@
 Darshan importer so that both sort files the same way.
 
 Notes: the class is read from the path's text alone (no ``stat``: an imported log's files are on another
-machine). Python's own files are recognised before system ones, so ``/usr/lib/python3.11/os.py`` is ``python``.
+machine), first match wins: standard streams and pipes, then the profiler's own files, then Python's (its
+installation, installed packages, virtual environments, and Python source and bytecode wherever they are, the
+program's own modules included), then the system's, so ``/usr/lib/python3.11/os.py`` is ``python``. What only
+the calls can tell, that a path is a directory or that the program's output was redirected to it, the live io
+level adds (``collect._io_classes``).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 from typing import Final
 
 DATA: Final = "data"
+DIRECTORY: Final = "directory"
 PYTHON: Final = "python"
+PROFILER: Final = "profiler"
 SYSTEM: Final = "system"
 STREAM: Final = "stream"
 UNKNOWN: Final = "unknown"
+
+CLASSES: Final = {
+    DATA: "the program's own files: everything the other classes leave",
+    DIRECTORY: "directories, opened for listing or stat'ed (known from the calls: the io level only)",
+    PYTHON: "the interpreter, its library, installed packages, virtual environments (pyvenv.cfg), and Python "
+    "source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), the program's script included",
+    PROFILER: "xstack's own files (its package, its io library)",
+    SYSTEM: "the operating system's: /usr, /lib, /etc, /proc, /sys, /dev, ...",
+    STREAM: "standard streams, pipes, sockets and terminals, and a file the program's standard output or error "
+    "was redirected to (known from the calls: the io level only)",
+    UNKNOWN: "a name that says nothing of where the file is (relative, <fd 7>, anonymised by Darshan)",
+}
+"""Every ``io.path_class``, with what it holds."""
 
 SYSTEM_ROOTS: Final = (
     "/usr",
@@ -39,23 +59,42 @@ SYSTEM_ROOTS: Final = (
 )
 """Folders of the operating system and its packages: a path inside one of them is ``system``."""
 
+PROFILER_ROOTS: Final = tuple(dict.fromkeys((str(Path(__file__).parent.parent.absolute()),
+                                             str(Path(__file__).parent.parent.resolve()))))  # fmt: skip
+"""The folder of the xstack package that classifies (as imported, and with links resolved): a path inside it is
+``profiler``."""
+
 _STREAM_NAMES: Final = frozenset({"<stdin>", "<stdout>", "<stderr>", "<pipe>", "<socket>", "<tty>"})
 _STREAM = re.compile(r"^(?:(?:pipe|socket|anon_inode):.*|/dev/(?:pts/.*|tty.*|std(?:in|out|err)|console))$")
-_PYTHON = re.compile(r"/(?:site-packages|dist-packages)(?:/|$)|/lib(?:32|64)?/python\d+(?:\.\d+)?t?(?:/|$)")
+_PROFILER = re.compile(r"/xstack-[^/]*\.dist-info(?:/|$)")
+_PYTHON = re.compile(
+    r"/(?:site-packages|dist-packages|__pycache__)(?:/|$)"  # installed packages, bytecode caches
+    r"|/lib(?:32|64)?/python\d+(?:\.\d+)?t?(?:/|$)"  # the standard library
+    r"|\.(?:py|pyc|pyo|pyi|pyw|pyd|pth)$|\.(?:cpython-[^/]*|abi3)\.so$"  # source, bytecode, extension modules
+    r"|/pyvenv\.cfg$|/bin/python\d*(?:\.\d+)?t?$|/libpython\d[^/]*$"  # virtual environments, the interpreter
+)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def path_class(path: str) -> str:
-    """The ``io.path_class`` of ``path``: ``stream`` (standard streams, pipes, sockets, terminals), ``python``
-    (inside ``site-packages``, ``dist-packages`` or a ``lib/pythonX.Y`` folder), ``system`` (under one of
-    ``SYSTEM_ROOTS``), ``data`` (any other absolute path) or ``unknown`` (empty, relative or anonymised names,
-    such as ``<fd 7>`` or the hashes of an anonymised Darshan log, that say nothing of where the file is)."""
+    """The ``io.path_class`` of ``path`` from its text (``CLASSES`` says what each holds): ``stream`` (standard
+    streams, pipes, sockets, terminals), ``unknown`` (empty, relative or anonymised names, such as ``<fd 7>``
+    or the hashes of an anonymised Darshan log, that say nothing of where the file is), ``profiler`` (inside
+    ``PROFILER_ROOTS``), ``python`` (inside ``site-packages``, ``dist-packages``, ``__pycache__`` or a
+    ``lib/pythonX.Y`` folder, a ``.py``/``.pyc``/extension module anywhere, ``pyvenv.cfg``, the interpreter),
+    ``system`` (under one of ``SYSTEM_ROOTS``) or ``data`` (any other absolute path)."""
     if path.lower() in _STREAM_NAMES or _STREAM.match(path):
         return STREAM
     if not path.startswith("/"):
         return UNKNOWN
+    if _inside(path, PROFILER_ROOTS) or _PROFILER.search(path):
+        return PROFILER
     if _PYTHON.search(path):
         return PYTHON
-    if any(path == root or path.startswith(root + "/") for root in SYSTEM_ROOTS):
+    if _inside(path, SYSTEM_ROOTS):
         return SYSTEM
     return DATA
+
+
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in roots)

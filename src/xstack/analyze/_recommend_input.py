@@ -1,0 +1,91 @@
+"""What the input-bound rule (``recommend.input_bound``) advises: from the settings of the DataLoader the loop
+waited on longest and the CPUs the program could use (``runs.config``), leaving out what the DataLoader already
+does; or, for a run that did not record them, from the worker processes the io level saw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._loaders import describe as describe_loader
+from xstack.analyze._loaders import waited_on
+from xstack.analyze.result import Result, format_ns
+
+Results = dict[str, Result]
+
+
+def loader_advice(results: Results) -> tuple[str, str, str] | None:
+    """(evidence line, the analysis it quotes, action) for the DataLoader the loop waited on longest; None where
+    the run recorded no DataLoader settings (an imported trace)."""
+    loader, cores, source = _loader(results)
+    if loader is None:
+        return None
+    return _loader_evidence(loader, cores, source), source, _loader_action(loader, cores)
+
+
+def io_input_action(facts: dict[str, Any]) -> str:
+    """The advice where the run did not record its DataLoaders' settings: from the worker processes seen."""
+    workers, cores = facts.get("workers"), facts.get("cores")
+    if workers is not None and cores is not None and workers >= cores:
+        first = f"The {int(workers)} workers already match the {int(cores)} cores: make each batch cheaper to load"
+        first += " (decode and augment less, or on the GPU);"
+    elif workers is not None and cores is not None:
+        first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores;"
+    elif workers == 0:
+        first = "Load in worker processes: DataLoader(num_workers=...) above 0, towards the free cores;"
+    else:
+        first = "Raise DataLoader(num_workers=...) towards the free cores;"
+    return (
+        f"{first} set pin_memory=True, persistent_workers=True (workers kept across epochs) and a higher "
+        "prefetch_factor (batches each worker loads ahead)."
+    )
+
+
+def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:
+    """The DataLoader the loop waited on longest, the usable CPUs and the analysis they came from (io.input_bound,
+    else model.stages); no DataLoader where the run did not record their settings (an imported trace)."""
+    for id in ("io.input_bound", "model.stages"):
+        r = results.get(id)
+        if r is None or not r.available or not isinstance(entries := r.facts.get("dataloaders"), list):
+            continue
+        if (loader := waited_on(entries)) is not None:
+            cores = r.facts.get("cores")
+            return loader, cores if isinstance(cores, int) else None, id
+    return None, None, ""
+
+
+def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> str:
+    waited = f", {format_ns(loader['wait_ns'])} in {loader['waits']:,} waits" if loader.get("waits") else ""
+    cpus = f"; {cores} usable CPUs" if cores is not None else ""
+    return f"the loop waits on {describe_loader(loader)}{waited}{cpus} ({source})"
+
+
+def _loader_action(loader: dict[str, Any], cores: int | None) -> str:
+    """What to change in this DataLoader, leaving out what it already does: more workers only while the CPUs
+    allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers and more prefetching only
+    with workers and where not set already, pinned memory only where the program uses CUDA."""
+    workers = int(loader.get("num_workers") or 0)
+    cheaper = "make each batch cheaper to load (decode and augment less, or on the GPU; read fewer, larger files)"
+    if cores is not None and workers >= cores > 0:
+        steps = [f"its {workers} workers already match the {cores} usable CPUs: {cheaper}"]
+    elif cores == 1:
+        steps = [f"with 1 usable CPU, worker processes would only take turns with the loop: {cheaper}"]
+    elif workers == 0:
+        steps = [f"load in worker processes: raise num_workers from 0 towards the {_cpus(cores)}"]
+    else:
+        steps = [f"raise num_workers from {workers} towards the {_cpus(cores)}"]
+    if workers > 0 or cores != 1:  # it has workers, or is told to have them
+        if not loader.get("persistent_workers"):
+            steps.append("set persistent_workers=True (workers kept across epochs, not restarted)")
+        prefetch = loader.get("prefetch_factor")
+        if prefetch is None:  # no workers yet
+            steps.append("set prefetch_factor above its default of 2 (batches each worker loads ahead)")
+        elif prefetch <= 2:  # not raised from PyTorch's default
+            steps.append(f"raise prefetch_factor from {prefetch} (batches each worker loads ahead)")
+    if loader.get("cuda") and not loader.get("pin_memory"):
+        steps.append("set pin_memory=True (faster copies to the GPU)")
+    return f"{describe_loader(loader)}: " + "; ".join(steps) + "."
+
+
+def _cpus(cores: int | None) -> str:
+    return f"{cores} usable CPUs" if cores is not None else "free CPUs"

@@ -1,0 +1,88 @@
+"""The DataLoaders a profiled program iterates: each one's configuration (``runs.config.dataloaders``), and which
+of them an iterator belongs to, so that each wait for a batch names its DataLoader (``model.dataloader``).
+
+``DataLoader.__iter__`` is wrapped for the region: it is where a loader and its iterator meet (with
+``persistent_workers`` one iterator serves every epoch). Recording must never break the program: a loader
+whose attributes cannot be read is recorded with what could be, and the wrapper returns the iterator as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import weakref
+from typing import Any
+
+
+class DataLoaders:
+    """Watches ``torch.utils.data.DataLoader`` between ``start`` and ``stop``."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self._loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._iterators: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._patched: tuple[Any, Any] | None = None
+
+    def start(self, torch: Any) -> None:
+        cls: Any = torch.utils.data.DataLoader
+        original = cls.__iter__
+        watch = self
+
+        def __iter__(loader: Any) -> Any:  # noqa: N807 - replaces DataLoader.__iter__
+            iterator = original(loader)
+            with contextlib.suppress(Exception):  # an odd loader must not fail the program: it goes unrecorded
+                watch._seen(loader, iterator)
+            return iterator
+
+        cls.__iter__ = __iter__
+        self._patched = (cls, original)
+
+    def stop(self) -> None:
+        if self._patched is not None:
+            cls, original = self._patched
+            cls.__iter__ = original
+            self._patched = None
+
+    def index_of(self, iterator: Any) -> int | None:
+        """The index of the DataLoader that made ``iterator`` (None: made before the region, or not watched)."""
+        try:
+            return self._iterators.get(iterator)
+        except TypeError:  # not weakly referenceable
+            return None
+
+    def config(self) -> list[dict[str, Any]]:
+        """``runs.config.dataloaders`` (``trace.attrs.CONFIG_DATALOADERS``), as it stands at the end of the run."""
+        torch = sys.modules.get("torch")
+        cuda = bool(torch is not None and torch.cuda.is_initialized())  # asks nothing of the driver
+        return [entry | {"cuda": cuda} for entry in self.entries]
+
+    def _seen(self, loader: Any, iterator: Any) -> None:
+        with self._lock:
+            index = self._loaders.get(loader)
+            if index is None:
+                index = self._loaders[loader] = len(self.entries)
+                self.entries.append(describe(loader, index))
+            self.entries[index]["iterated"] += 1
+            self._iterators[iterator] = index
+
+
+def describe(loader: Any, index: int) -> dict[str, Any]:
+    """One entry of ``runs.config.dataloaders`` for ``loader`` (``trace.attrs.CONFIG_DATALOADERS`` says what each
+    key is)."""
+    batch_size = getattr(loader, "batch_size", None)
+    if batch_size is None:  # batches from a batch sampler of the user's
+        batch_size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    workers = getattr(loader, "num_workers", 0)
+    prefetch = getattr(loader, "prefetch_factor", None)
+    return {
+        "index": index,
+        "dataset": type(getattr(loader, "dataset", None)).__qualname__,
+        "batch_size": batch_size if isinstance(batch_size, int) else None,
+        "num_workers": workers if isinstance(workers, int) else 0,
+        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+        "pin_memory": bool(getattr(loader, "pin_memory", False)),
+        "prefetch_factor": prefetch if isinstance(prefetch, int) and workers else None,
+        "iterated": 0,
+    }

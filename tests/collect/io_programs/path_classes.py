@@ -1,0 +1,21 @@
+"""A program that touches a file of every class, for the io level's path classes (tests/collect/test_io_classes.py).
+
+argv: DATA_DIR. It checks that DATA_DIR is a directory (a stat) and lists it, reads the files in it (data),
+writes to its standard output and error (which the test redirects to files) and starts a second interpreter
+(which reads its pyvenv.cfg, when it runs from a virtual environment). The interpreter reads this script
+itself, and xstack's modules.
+"""
+
+import os
+import subprocess
+import sys
+
+data = sys.argv[1]
+if not os.path.isdir(data):
+    sys.exit(f"{data}: not a directory")
+for name in sorted(os.listdir(data)):
+    with open(os.path.join(data, name), "rb") as f:
+        f.read()
+print("read", flush=True)
+print("warned", file=sys.stderr, flush=True)
+subprocess.run([sys.executable, "-c", "print('child')"], check=True)

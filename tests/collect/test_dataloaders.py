@@ -1,0 +1,87 @@
+"""The DataLoaders a profiled program iterates: their settings in ``runs.config.dataloaders`` with the CPUs the
+program could use, each wait for a batch naming its DataLoader, and the input-bound result and rule built on
+them, for a real program with real DataLoaders profiled through the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from xstack.analyze.pipeline import analyze
+from xstack.profile import usable_cpus
+from xstack.report.html import render_html
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+torch = pytest.importorskip("torch")
+PROGRAM = Path(__file__).parent / "io_programs" / "dataloaders.py"
+FILES = 16
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from xstack.collect.io import IoCollector
+
+    if (reason := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {reason}")
+    root = tmp_path_factory.mktemp("loaders")
+    data = root / "data"
+    data.mkdir()
+    for i in range(FILES):
+        (data / f"{i:02d}.bin").write_bytes(os.urandom(64))
+    store = root / "train.duckdb"
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
+                           "python", str(PROGRAM), str(data)], capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n"
+    return store
+
+
+def test_each_iterated_dataloader_is_recorded_with_its_settings(profiled: Path) -> None:
+    with Store.open(profiled) as s:
+        config = orjson.loads(s.query("SELECT config FROM runs")[0][0])
+        waits = s.query(
+            f"""SELECT attrs->>'$."{A.MODEL_DATALOADER}"', count(*) FROM spans
+                WHERE level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1 ORDER BY 1"""
+        )
+    assert config[A.CONFIG_CPU_COUNT] == usable_cpus() == len(os.sched_getaffinity(0))
+    common = {"pin_memory": False, "cuda": False}
+    assert config[A.CONFIG_DATALOADERS] == [  # the unused one is not there
+        {"index": 0, "dataset": "Files", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
+         "prefetch_factor": 3, "iterated": 2, **common},
+        {"index": 1, "dataset": "Validation", "batch_size": 8, "num_workers": 0, "persistent_workers": False,
+         "prefetch_factor": None, "iterated": 1, **common},
+    ]  # fmt: skip
+    # each epoch waits once more than it has batches: for the StopIteration that ends it
+    assert waits == [("0", 2 * (FILES // 4 + 1)), ("1", FILES // 8 + 1)]
+
+
+def test_the_input_bound_result_and_rule_start_from_the_settings(profiled: Path) -> None:
+    cpus = usable_cpus()
+    with Store.open(profiled) as s:
+        a = analyze(s)
+    r = a.result("io.input_bound")
+    train = (
+        "DataLoader(Files, batch_size=4, num_workers=2, persistent_workers=True, pin_memory=False, prefetch_factor=3)"
+    )
+    assert r.facts["cores"] == cpus and [d["dataset"] for d in r.facts["dataloaders"]] == ["Files", "Validation"]
+    assert re.fullmatch(re.escape(train) + r": waited \S+ \S+ in 10 waits", r.labels[0]), r.labels
+    assert re.fullmatch(r"DataLoader\(Validation, batch_size=8, num_workers=0, .*\): waited .* in 3 waits", r.labels[1])
+    assert r.labels[2:] == [f"{cpus} usable CPUs"]
+    rec = next(rec for rec in a.recommendations if rec.rule == "input_bound")
+    assert any(e.startswith(f"the loop waits on {train}") for e in rec.evidence)
+    assert rec.action.startswith(train + ": ")
+    # what it already does is not advised: persistent workers, a raised prefetch_factor, and no GPU to pin for
+    assert not re.search("persistent_workers=True \\(|prefetch_factor from|pin_memory=True", rec.action)
+    if cpus > 2:
+        assert f"raise num_workers from 2 towards the {cpus} usable CPUs" in rec.action
+    else:
+        assert "num_workers from" not in rec.action and "make each batch cheaper to load" in rec.action
+    section = render_html(a).split('id="r-io-input_bound"')[1].split("</section>")[0]
+    assert r.labels[0] in section  # the settings show in the report's input section

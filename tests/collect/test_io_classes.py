@@ -1,0 +1,112 @@
+"""The io level's path classes from what the calls say (a directory, the standard output's file), on hand-made
+call sequences, and end to end: a program profiled with its output redirected to files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import xstack
+from xstack.collect._io_classes import PathClasses
+from xstack.collect._io_counters import file_counters
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+PROGRAMS = Path(__file__).parent / "io_programs"
+
+
+@dataclass
+class Op:
+    op: str
+    path: str | None
+    fd: int = 3
+    fd_kind: str = "file"
+    pid: int = 100
+    errno: int = 0
+    offset: int = -1
+    bytes: int = -1
+    start_ns: int = 0
+    dur_ns: int = 10
+    module: str = "POSIX"
+    tid: int = 100
+    requested: int = -1
+
+
+def test_a_path_the_calls_found_to_be_a_directory_is_a_directory_wherever_it_is() -> None:
+    ops = [
+        Op("openat", "/data/train", fd_kind="dir"),
+        Op("close", "/data/train", fd_kind="dir"),
+        Op("stat", "/usr/lib/python3.11/json", fd=-1, fd_kind="dir"),
+        Op("stat", "/data/gone", fd=-1, errno=2),
+    ]
+    classes = PathClasses(ops)
+    assert classes.of("/data/train", "unknown") == "directory"  # a later failed call on it too
+    assert classes.of("/usr/lib/python3.11/json", "dir") == "directory"
+    assert classes.of("/data/gone", "unknown") == "data"  # nothing said it was a directory
+
+
+def test_the_files_standard_output_and_error_went_to_are_streams() -> None:
+    ops = [
+        Op("write", "/home/u/out.txt", fd=1, bytes=5),  # inherited from the shell: `> out.txt`
+        Op("write", "/home/u/err.txt", fd=2, pid=101, bytes=5),  # a worker, inherited from its parent
+        Op("open", "/home/u/log.txt", fd=7),
+        Op("dup", "/home/u/log.txt", fd=1, requested=7),  # dup2(log, 1): still the standard output
+        Op("write", "/home/u/log.txt", fd=1, bytes=5),
+        Op("open", "/data/a.bin", fd=2, pid=102),  # a process that closed 2 and opened a file on it
+        Op("read", "/data/a.bin", fd=2, pid=102, bytes=5),
+        Op("write", "/data/b.bin", fd=5, bytes=5),
+        Op("write", None, fd=1, fd_kind="pipe", bytes=5),
+    ]
+    classes = PathClasses(ops)
+    assert classes.outputs == {"/home/u/out.txt", "/home/u/err.txt", "/home/u/log.txt"}
+    found = {c.path: c.attrs()[A.IO_FILE_PATH_CLASS] for c in file_counters(ops)}
+    assert found == {"/home/u/out.txt": "stream", "/home/u/err.txt": "stream", "/home/u/log.txt": "stream",
+                     "/data/a.bin": "data", "/data/b.bin": "data", "<pipe>": "stream"}  # fmt: skip
+
+
+def _unavailable() -> str | None:
+    from xstack.collect.io import IoCollector
+
+    return IoCollector().unavailable_reason()
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"io level unavailable: {_unavailable()}")
+def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        (data / f"{i}.bin").write_bytes(b"x" * 100)
+    store, out, err = tmp_path / "c.duckdb", tmp_path / "out.txt", tmp_path / "err.txt"
+    script = PROGRAMS / "path_classes.py"
+    with out.open("wb") as stdout, err.open("wb") as stderr:  # xstack run ... > out.txt 2> err.txt
+        command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
+                   str(script), str(data)]  # fmt: skip
+        done = subprocess.run(command, stdout=stdout, stderr=stderr, timeout=240)
+    assert done.returncode == 0, err.read_text()
+    assert out.read_text() == "read\nchild\n" and "warned" in err.read_text()  # the program's output is intact
+    with Store.open(store) as s:
+        classes: dict[str, set[str]] = {}
+        for path, cls in s.query(f"SELECT path, attrs->>'$.{A.IO_FILE_PATH_CLASS}' FROM io_files"):
+            classes.setdefault(path, set()).add(cls)
+        spans = dict(s.query(f"""SELECT attrs->>'$."{A.IO_PATH}"', any_value(attrs->>'$."{A.IO_PATH_CLASS}"')
+                                 FROM spans WHERE level = 'io' GROUP BY 1"""))  # fmt: skip
+    package = Path(xstack.__file__).parent
+    expected = {
+        **{str(data / f"{i}.bin"): "data" for i in range(3)},
+        str(data): "directory",
+        str(out): "stream",
+        str(err): "stream",
+        str(script): "python",
+        str(package / "runner.py"): "profiler",
+    }
+    venv = Path(sys.prefix) / "pyvenv.cfg"
+    if venv.exists():  # the second interpreter reads it as it starts
+        expected[str(venv)] = "python"
+    assert {path: classes.get(path) for path in expected} == {path: {cls} for path, cls in expected.items()}
+    assert {path: spans.get(path) for path in expected} == expected
+    data_paths = {path for path, cls in classes.items() if "data" in cls}
+    assert data_paths == {str(data / f"{i}.bin") for i in range(3)}, data_paths
