@@ -388,6 +388,33 @@ def test_zero_reads_rule(tmp_path: Path) -> None:
         assert _fired(store, "zero_reads") is None  # too few reads to matter
 
 
+def _whole_file_reads(path: Path, zero_ns: int) -> Store:
+    """100 files read whole as Python's f.read() does: a read of the file (10 us), then one finding its end."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "reads", levels=["io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        for k in range(100):
+            name, t = f"/d/{k}.bin", 20_000 * k
+            io_span(sink, 2 * k + 1, None, "read", t, 10_000, MAIN, name, 4096, offset=0)
+            io_span(sink, 2 * k + 2, None, "read", t + 10_000, zero_ns, MAIN, name, 0, offset=4096)
+        sink.close()
+        add_files(store, [data_file(MAIN, f"/d/{k}.bin", 4096, 2, zero_reads=1) for k in range(100)])
+    return Store.open(path)
+
+
+def test_zero_reads_rule_is_weighed_by_the_time_the_reads_took(tmp_path: Path) -> None:
+    # f.read() on each file: half the reads return nothing, but each takes 300 ns against 10 us for the data
+    with _whole_file_reads(tmp_path / "a.duckdb", 300) as store:
+        rec = _fired(store, "zero_reads")
+    assert rec is not None and rec.severity == "low" and rec.impact_ns == 30_000
+    assert "100 of 200 data-file reads (50.0%" in rec.evidence[0] and "(2.9%)" in rec.evidence[0]
+    assert "f.read() with no size" in rec.action
+    # end-of-file reads that cost (a network file system asking the server each time) are worth more
+    with _whole_file_reads(tmp_path / "b.duckdb", 5_000) as store:
+        rec = _fired(store, "zero_reads")
+    assert rec is not None and rec.severity == "medium" and "(33.3%)" in rec.evidence[0]
+
+
 def test_small_reads_rule(tmp_path: Path) -> None:
     small = data_file(5, "/d/a", 200 * 500, 200, size_read_hist={"100_1K": 200})
     with files_store(tmp_path / "a.duckdb", [small]) as store:

@@ -40,7 +40,7 @@ FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads
 
 _SPAN_READS = f"""
 SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
-    median({SPAN_BYTES})
+    median({SPAN_BYTES}), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns)
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
     AND {SPAN_STORAGE} GROUP BY 1
 """
@@ -66,10 +66,12 @@ def access_pattern(store: Store, run_id: int) -> Result:
     Notes: Darshan's counters from ``io_files``: consecutive reads start at the byte after the previous read's
     last, sequential ones anywhere after it (consecutive reads are sequential too), random = reads -
     sequential. Zero-length reads return nothing at the end of a file (tf-Darshan found half the reads of an
-    input-bound ImageNet run were these). Small reads return 1 to 4095 bytes: counted exactly from the ``io``
-    spans when the run has them (shares then of the reads the spans hold); else estimated from Darshan's
-    size buckets (the 1K-10K bucket taken as spread evenly), and the median read size too (interpolated in its
-    bucket). Pipes and sockets are left out. The facts are over the data files (classes data and unknown).
+    input-bound ImageNet run were these; Python's ``f.read()`` makes one per file read whole), and with io spans
+    the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all data-file reads). Small reads return
+    1 to 4095 bytes: counted exactly from the ``io`` spans when the run has them (shares then of the reads the
+    spans hold); else estimated from Darshan's size buckets (the 1K-10K bucket taken as spread evenly), and the
+    median read size too (interpolated in its bucket). Pipes and sockets are left out. The facts are over the
+    data files (classes data and unknown).
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
@@ -77,7 +79,8 @@ def access_pattern(store: Store, run_id: int) -> Result:
     per_class = {str(r[0]): r for r in rows(store, _FROM_FILES, io.run_id)}
     exact = _span_reads(store, io)
     table = [_row(cls, r, exact.get(cls)) for cls, r in per_class.items()]
-    data = _data_row(per_class, exact.get("data files"))
+    data_spans = exact.get("data files")
+    data = _data_row(per_class, data_spans)
     facts: dict[str, Any] = {
         "reads": data[1],
         "consecutive_pct": data[2],
@@ -89,6 +92,9 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "small_read_pct": data[8],
         "median_read_bytes": data[9],
         "small_reads_exact": bool(exact),
+        # the time the zero-length reads took, and all the data-file reads, where the run has io spans
+        "zero_read_ns": data_spans[3] if data_spans else None,
+        "read_ns": data_spans[4] if data_spans else None,
     }
     return Result(
         ID,
@@ -108,20 +114,25 @@ def access_pattern(store: Store, run_id: int) -> Result:
     )
 
 
-def _span_reads(store: Store, io: IoRun) -> dict[str, tuple[int, int, float | None]]:
-    """Per class, and for the data files together (``data files``): reads in spans, small reads, median size."""
+SpanReads = tuple[int, int, float | None, int, int]
+"""Reads in spans, small reads, median size (bytes), time in zero-length reads and in all reads (ns)."""
+
+
+def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
+    """Per class, and for the data files together (``data files``): ``SpanReads``."""
     if not io.has_spans:
         return {}
     out = {}
     data = f"CASE WHEN {SPAN_CLASS} IN {in_list(DATA_CLASSES)} THEN 'data files' END"
     for key in (SPAN_CLASS, data):
-        for cls, n, small, mid in rows(store, _SPAN_READS.format(key=key), io.run_id):
+        for cls, n, small, mid, zero_ns, read_ns in rows(store, _SPAN_READS.format(key=key), io.run_id):
             if cls is not None:
-                out[str(cls)] = (int(n), int(small), None if mid is None else float(mid))
+                out[str(cls)] = (int(n), int(small), None if mid is None else float(mid), int(zero_ns or 0),
+                                 int(read_ns or 0))  # fmt: skip
     return out
 
 
-def _row(cls: str, r: tuple[Any, ...], exact: tuple[int, int, float | None] | None) -> tuple[Any, ...]:
+def _row(cls: str, r: tuple[Any, ...], exact: SpanReads | None) -> tuple[Any, ...]:
     reads, seq, consec, zero = (as_count(v) for v in r[1:5])
     hist = dict(zip(BUCKETS, (as_count(v) for v in r[5:]), strict=True))
     if exact is not None:
@@ -133,7 +144,7 @@ def _row(cls: str, r: tuple[Any, ...], exact: tuple[int, int, float | None] | No
             pct(zero, reads), small, small_pct, mid)  # fmt: skip
 
 
-def _data_row(per_class: dict[str, tuple[Any, ...]], exact: tuple[int, int, float | None] | None) -> tuple[Any, ...]:
+def _data_row(per_class: dict[str, tuple[Any, ...]], exact: SpanReads | None) -> tuple[Any, ...]:
     kept = [r for cls, r in per_class.items() if cls in DATA_CLASSES]
     if not kept:
         return ("data files", 0, None, None, None, 0, None, 0, None, None)

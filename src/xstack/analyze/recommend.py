@@ -41,6 +41,9 @@ SMALL_FILES_BYTES_PCT = 10.0
 """...while holding less than this share of the bytes (many operations, few bytes: the metadata-bound files)."""
 ZERO_READS_PCT = 20.0
 """Share of data-file reads that return nothing (end of file) above which read-until-EOF loops cost calls."""
+ZERO_READS_TIME_PCT = 10.0
+"""Share of the data-file read time spent in zero-length reads from which the zero-read rule is of medium
+severity (below it, or with no per-call times, low: such a read moves no data)."""
 MIN_READS = 100
 """Data-file reads below which the read-size and zero-read rules stay silent (too few calls to matter)."""
 
@@ -316,15 +319,22 @@ def zero_reads(results: Results) -> Recommendation | None:
     if (_num(r.facts, "reads") or 0) < MIN_READS:
         return None
     n, reads = int(_num(r.facts, "zero_reads") or 0), int(_num(r.facts, "reads") or 0)
-    evidence = [
-        f"{n:,} of {reads:,} data-file reads ({share:.1f}%, threshold {ZERO_READS_PCT:g}%) returned no bytes: "
-        "they only found the end of the file (io.pattern)"
-    ]
+    line = (f"{n:,} of {reads:,} data-file reads ({share:.1f}%, threshold {ZERO_READS_PCT:g}%) returned no bytes: "
+            "they only found the end of the file")  # fmt: skip
+    zero_ns, read_ns = _num(r.facts, "zero_read_ns"), _num(r.facts, "read_ns")
+    time_pct = None
+    if zero_ns is not None and read_ns:
+        time_pct = 100.0 * zero_ns / read_ns
+        line += f", in {format_ns(zero_ns)} of the {format_ns(read_ns)} spent in data-file reads ({time_pct:.1f}%)"
+    # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
+    severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
     return Recommendation(
-        "zero_reads", "Reads that return nothing: files read until EOF", "medium" if share >= 40 else "low",
-        evidence, ["io.pattern"],
+        "zero_reads", "Reads that return nothing: files read until EOF", severity, [line + " (io.pattern)"],
+        ["io.pattern"],
         "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
-        "np.fromfile / torch.load on the path) instead of looping until read() returns b''.",
+        "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
+        "with no size does: one more system call per file).",
+        impact_ns=int(zero_ns) if zero_ns else None,
     )  # fmt: skip
 
 
