@@ -294,14 +294,14 @@ def _synchronize_cuda() -> None:
 
 def _peaks(device: str, config: dict[str, Any]) -> dict[str, Any]:
     """``{"peaks": ...}``: the peaks of the run's main device (its first CUDA device, else the CPU), calibrated or
-    read off the device; empty where the caller gave peaks, none are known, or reading them fails (which must
-    never fail a profile)."""
+    read off the device; empty where the caller gave peaks, none are known, the run used GPUs of different
+    models, or reading them fails (which must never fail a profile)."""
     if "peaks" in config:
         return {}
     try:
-        from xstack.device.calibrate import main_device, peaks_for
+        from xstack.device.calibrate import peaks_for
 
-        peaks = peaks_for(main_device(device))
+        peaks = peaks_for(device)
     except Exception:
         return {}
     return {"peaks": peaks} if peaks else {}

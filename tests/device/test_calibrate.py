@@ -164,6 +164,8 @@ def test_peaks_for_gpus_and_other_devices() -> None:
         peaks = cal.peaks_for("cpu, cuda:1 NVIDIA H100 80GB HBM3, cuda:0 NVIDIA H100 80GB HBM3")
         assert peaks is not None and peaks["flops_per_s"] == {"bf16": 7e14}
         assert cal.peaks_for("cuda:0 NVIDIA A100-SXM4-80GB") is None
+    # GPUs of two models: no one set of peaks fits the kernels of both
+    assert cal.peaks_for("cuda:0 NVIDIA H100 80GB HBM3, cuda:1 NVIDIA A100-SXM4-80GB") is None
     assert cal.peaks_for("mps") is None
     assert cal.main_device("cpu, cuda:1 X") == "cuda:1 X" and cal.main_device("") == "cpu"
     assert cal.parse_device("cuda:3 NVIDIA A10") == ("cuda", 3, "NVIDIA A10")
@@ -190,7 +192,7 @@ def test_apply_to_store_sets_matching_runs(tmp_path: Path) -> None:
         store.add_run(RunInfo(2, "gpu run", host="far", device="cuda:0 NVIDIA H100"))
     entry = _entry("far", "cpu", {"fp32": 1e11}, 2e10)
     updated, skipped = cal.apply_to_store(path, [entry])
-    assert [(r, d) for r, d, _ in updated] == [(1, "cpu")] and skipped == [2]
+    assert [(r, d) for r, d, _ in updated] == [(1, "cpu")] and skipped == [(2, "no calibration of cuda:0 NVIDIA H100")]
     with Store.open(path) as store:
         configs = [orjson.loads(c) for (c,) in store.query("SELECT config FROM runs ORDER BY run_id")]
         with pytest.raises(StoreError, match="read-only"):

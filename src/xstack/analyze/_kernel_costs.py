@@ -16,6 +16,7 @@ import orjson
 from xstack.analyze._costs import op_cost
 from xstack.analyze.context import RunContext
 from xstack.trace import attrs as A
+from xstack.trace.devices import gpus, run_device
 
 HARDWARE_FLOPS = (A.METRICS_FLOPS_FP64, A.METRICS_FLOPS_FP32, A.METRICS_FLOPS_FP16, A.METRICS_FLOPS_TENSOR)
 """The hardware FLOP counts a kernel's FLOPs add up: SASS add + mul + 2 * fma per precision, and tensor-core ops."""
@@ -170,15 +171,45 @@ class Peaks:
 
 
 def peaks(ctx: RunContext) -> Peaks | None:
-    """The run's device peaks from ``config.peaks`` (measured by calibration or read off the device), if any."""
+    """The run's device peaks from ``config.peaks`` (measured by calibration or read off the device), if any and
+    if they are of the GPU its kernels ran on (``peaks_mismatch``)."""
     p: Any = ctx.config.get("peaks")
     if not isinstance(p, dict):
         return None
     flops = {str(k): float(v) for k, v in (p.get("flops_per_s") or {}).items() if isinstance(v, (int, float)) and v}
     bw = p.get("dram_bytes_per_s")
-    if not flops or not isinstance(bw, (int, float)) or bw <= 0:
+    if not flops or not isinstance(bw, (int, float)) or bw <= 0 or peaks_mismatch(ctx):
         return None
     return Peaks(flops, float(bw), str(p.get("source") or "unknown"))
+
+
+def peaks_mismatch(ctx: RunContext) -> str | None:
+    """Why ``config.peaks`` cannot place the run's kernels, or None: they name another GPU than the one the
+    kernels ran on (a store imported when a trace's device was the first GPU of its host), or the kernels ran on
+    GPUs of different models, which one set of peaks cannot all fit."""
+    if "peaks_mismatch" not in ctx._tables:
+        ctx._tables["peaks_mismatch"] = _peaks_mismatch(ctx) or ""
+    return ctx._tables["peaks_mismatch"] or None
+
+
+def _peaks_mismatch(ctx: RunContext) -> str | None:
+    p: Any = ctx.config.get("peaks")
+    if not isinstance(p, dict):
+        return None
+    device = run_device(ctx.store.con, ctx.run_id)
+    used = gpus(device)
+    if len(used) > 1 and len({name for _, name in used}) > 1:
+        return f"the kernels ran on GPUs of different models ({device}) and config.peaks holds one set of peaks"
+    named = str(p.get("device") or "")
+    if used and used[0][1] and named and named != used[0][1]:
+        return f"config.peaks are of {named}, but the kernels ran on {device}"
+    return None
+
+
+def missing_peaks(ctx: RunContext) -> str:
+    """Why the bound of the run's kernels is unknown, and how to get their device's peaks."""
+    why = peaks_mismatch(ctx) or "no device peaks"
+    return f"bound unknown: {why}; {ctx.hint('device peaks')}"
 
 
 def bound(ai: float | None, pk: Peaks | None, precision: str | None = None) -> str | None:

@@ -25,6 +25,7 @@ from xstack.analyze._kernel_costs import (
     hardware_label,
     intensity,
     kernel_costs,
+    missing_peaks,
     op_costs,
     peaks,
     rate,
@@ -63,7 +64,7 @@ def _labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
         timed = "" if "kernel durations" in gaps else " (durations under replay)"
         labels.append(f"no kernel spans: rows are the counter profiler's kernel ranges{timed}")
     labels += [f"{GAP_EFFECTS[gap]}: no {gap}; {ctx.hint(gap)}" for gap in gaps]
-    labels.append(f"device peaks: {pk.source}" if pk else f"bound unknown: no device peaks; {ctx.hint('device peaks')}")
+    labels.append(f"device peaks: {pk.source}" if pk else missing_peaks(ctx))
     return labels
 
 
@@ -376,7 +377,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         labels = [
             "FLOPs and bytes: analytic (per-op count from shapes)",
             "time: the layer's host latency",
-            f"device peaks: {pk.source}" if pk else f"bound unknown: no device peaks; {ctx.hint('device peaks')}",
+            f"device peaks: {pk.source}" if pk else missing_peaks(ctx),
         ]
     out = []
     for path, ty, dur, prec, flops, read, write in rows:

@@ -34,6 +34,7 @@ from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze.context import pick_run
 from xstack.analyze.health import run_health
 from xstack.trace import attrs as A
+from xstack.trace.devices import active_devices, used_devices
 from xstack.trace.store import Store
 
 
@@ -183,23 +184,10 @@ def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int, str |
     return 0, None
 
 
-_ACTIVE_LEVELS = ("kernel", "memcpy", "memset", "metrics")
-
-
 def _devices(store: Store, run_id: int, config: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """The devices of ``config.devices`` (a trace lists every GPU of its host) that carry the run's kernels,
     copies, sets or counter ranges, and how many others it lists."""
-    listed = [d for d in config.get("devices") or [] if isinstance(d, dict)]
-    active = {
-        str(r[0])
-        for r in store.query(
-            f"SELECT DISTINCT device FROM spans WHERE run_id = ? AND level IN {in_list(_ACTIVE_LEVELS)} "
-            "AND device <> 'cpu'",
-            [run_id],
-        )
-    }
-    used = [d for i, d in enumerate(listed) if f"cuda:{d.get('id', i)}" in active]
-    return used, len(listed) - len(used)
+    return used_devices(config.get("devices") or [], active_devices(store.con, run_id))
 
 
 def _system(store: Store, run_id: int) -> dict[str, Any] | None:

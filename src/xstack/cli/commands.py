@@ -238,8 +238,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         updated, skipped = cal.apply_to_store(args.store, entries)
         for run_id, device, source in updated:
             console.print(f"run {run_id} ({device}): config.peaks set ({source})", soft_wrap=True)
-        if skipped:
-            console.print(f"runs left alone (no calibration of their device): {', '.join(map(str, skipped))}")
+        for run_id, why in skipped:
+            console.print(f"run {run_id}: left alone ({why})", soft_wrap=True)
     return 0
 
 

@@ -23,9 +23,10 @@ from xstack.device import _bench
 from xstack.device._cache import cache_path, cached_entries, entry_key, read_entries, save_entries, write_entries
 from xstack.device.peaks import DRAM_KEY, cpu_info, cpu_peaks, device_gpu_peaks
 from xstack.errors import UsageError
+from xstack.trace.devices import gpus, run_device
 
 __all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "peaks_for", "read_results", "resolve_devices",
-           "result_table", "save", "write_results"]  # fmt: skip
+           "result_table", "run_entry", "save", "write_results"]  # fmt: skip
 
 
 def resolve_devices(spec: str | None) -> list[str]:
@@ -108,7 +109,10 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 def peaks_for(device: str) -> dict[str, Any] | None:
     """The peaks of a run's device (``cpu``, ``cuda:0 NVIDIA H100 80GB HBM3``, or a run's device list, whose first
     CUDA device counts): this host's cached calibration, combined with the peaks read off the device (measured
-    values win key by key), or either alone; None for a device neither knows. Cheap: no benchmark runs."""
+    values win key by key), or either alone; None for a device neither knows, and for a run on GPUs of different
+    models, which no one set of peaks fits. Cheap: no benchmark runs."""
+    if mixed_gpus(device):
+        return None
     kind, index, name = parse_device(main_device(device))
     host = socket.gethostname()
     derived: dict[str, Any] | None
@@ -121,6 +125,12 @@ def peaks_for(device: str) -> dict[str, Any] | None:
     else:
         return None
     return combine(measured["peaks"] if measured else None, derived)
+
+
+def mixed_gpus(device: str) -> bool:
+    """Whether a run's devices name GPUs of more than one model (or several GPUs, not all named)."""
+    found = gpus(device)
+    return len(found) > 1 and len({name for _, name in found}) > 1
 
 
 def combine(measured: dict[str, Any] | None, derived: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -169,24 +179,46 @@ def _gpu_derived(index: int, name: str) -> dict[str, Any] | None:
 
 
 # -- writing peaks into a store -----------------------------------------------------------------------------------
-def apply_to_store(store_path: Path, entries: list[dict[str, Any]]) -> tuple[list[tuple[int, str, str]], list[int]]:
-    """Write ``config.peaks`` into every run of the store whose main device one of ``entries`` calibrated (CPU runs
-    get the CPU's, CUDA runs those of the GPU with their device's name, or index where the run names none).
-    Entries of this host are combined with the peaks read off the device. Returns the runs updated
-    ``(run_id, device, source)`` and the ids of those left alone."""
+def apply_to_store(
+    store_path: Path, entries: list[dict[str, Any]]
+) -> tuple[list[tuple[int, str, str]], list[tuple[int, str]]]:
+    """Write ``config.peaks`` into every run of the store whose GPU (or CPU) one of ``entries`` calibrated: CPU
+    runs get the CPU's, CUDA runs those of the GPU their kernels ran on, matched by its name (or index where the
+    run names none); a run on GPUs calibrated as different devices gets none, as one set of peaks cannot place
+    all its kernels. Entries of this host are combined with the peaks read off the device. Returns the runs
+    updated ``(run_id, device, source)`` and those left alone ``(run_id, why)``."""
     from xstack.trace.store import Store
 
     updated, skipped = [], []
     with Store.open(store_path, read_only=False) as store:
-        for run_id, device, host in store.query("SELECT run_id, device, host FROM runs ORDER BY run_id"):
-            entry = match_entry(str(device or "cpu"), host, entries)
+        for run_id, host in store.query("SELECT run_id, host FROM runs ORDER BY run_id"):
+            device = run_device(store.con, int(run_id))
+            entry, why = run_entry(device, host, entries)
             if entry is None:
-                skipped.append(int(run_id))
+                skipped.append((int(run_id), why))
                 continue
             peaks = combine(entry["peaks"], _local_derived(entry)) or entry["peaks"]
             store.set_run_config(int(run_id), "peaks", peaks)
-            updated.append((int(run_id), str(device or "cpu"), str(peaks["source"])))
+            updated.append((int(run_id), device, str(peaks["source"])))
     return updated, skipped
+
+
+def run_entry(device: str, host: str | None, entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+    """The calibration entry for a run that used ``device`` (``runs.device``: its GPUs, else ``cpu``), or None and
+    why: one of its GPUs has no calibration, or its GPUs were calibrated as different devices."""
+    targets = [f"{gpu} {name}".strip() for gpu, name in gpus(device)] or [main_device(device)]
+    matched = []
+    for target in targets:
+        entry = match_entry(target, host, entries)
+        if entry is None:
+            return None, f"no calibration of {target}"
+        matched.append((target, entry))
+    if len({entry_key(e) for _, e in matched}) > 1:
+        calibrated = ", ".join(f"{t}: {e.get('name') or e.get('key')}" for t, e in matched)
+        return None, (
+            f"its kernels ran on GPUs calibrated as different devices ({calibrated}), and a run holds one set of peaks"
+        )
+    return matched[0][1], ""
 
 
 def match_entry(device: str, host: str | None, entries: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ import duckdb
 from xstack.errors import BadInputError
 from xstack.importers.kineto import _mapping, _sql
 from xstack.importers.kineto._reader import ChunkRejected, TraceReader
+from xstack.trace.devices import active_devices, describe_devices
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import RunInfo, Store
 
@@ -217,10 +218,7 @@ def _run_info(con: duckdb.DuckDBPyConnection, run_id: int, name: str, path: Path
     first = con.execute(f"SELECT min(start_ns) FROM _spans WHERE run_id = {run_id}").fetchone()
     first_ns = int(first[0]) if first and first[0] is not None else None
     devices = meta.get("deviceProperties") or []
-    device = (
-        ", ".join(f"cuda:{d.get('id', i)} {d.get('name', '?')}" for i, d in enumerate(devices) if isinstance(d, dict))
-        or "cpu"
-    )
+    device = describe_devices(active_devices(con, run_id), devices)  # the GPUs it used, not all of the host's
     processes: dict[str, dict[str, Any]] = {}
     for kind, pid, tid, value in con.execute(_sql.NAMES).fetchall():
         entry = processes.setdefault(str(pid), {"threads": {}})
