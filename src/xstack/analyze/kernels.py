@@ -428,7 +428,8 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
 
     Notes: one row per batch size found in the store (``config.batch_size`` of its runs, the merged run of each
     where there is one, as ``xstack sweep`` records them), else one row for the run. Model latency is the median
-    step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent."""
+    step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent; unknown,
+    with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV)."""
     ctx = run_context(store, run_id)
     if missing := _require_kernels(ctx, "A15", "Model-level kernel aggregate"):
         return missing
@@ -495,8 +496,9 @@ def _runs_by_batch(store: Store, ctx: RunContext) -> list[tuple[int | None, int]
     return [(int(bs), int(merged if merged is not None else last)) for bs, merged, last in rows]
 
 
-def _model_latency(ctx: RunContext) -> tuple[int, int]:
-    """(number of steps, median step latency in ns) of a run; one step of the host extent when none is marked."""
+def _model_latency(ctx: RunContext) -> tuple[int, int | None]:
+    """(number of steps, median step latency in ns) of a run; one step of the host extent when none is marked,
+    of unknown latency (None) when the run has no host spans (an Nsight Compute CSV)."""
     row = ctx.store.query(
         f"""SELECT count(*), median(dur_ns)::BIGINT FROM spans WHERE run_id = ? AND level = 'model'
             AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%') AND device = 'cpu'""",
@@ -505,7 +507,6 @@ def _model_latency(ctx: RunContext) -> tuple[int, int]:
     if row[0]:
         return int(row[0]), int(row[1])
     extent = ctx.store.query(
-        "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
-        [ctx.run_id],
+        "SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND device = 'cpu'", [ctx.run_id]
     )[0][0]
-    return 1, int(extent)
+    return 1, None if extent is None else int(extent)

@@ -3,7 +3,8 @@
 Notes: times are summed per name over every call in the run. Layer and op times are inclusive (a call's
 nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
 run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which
-gives no spans, the job's run time from the log's header); of kernels, of all kernel time. A run with hardware
+gives no spans, the job's run time from the log's header; unknown, and no percentages, for a run without a host
+trace such as an Nsight Compute CSV); of kernels, of all kernel time. A run with hardware
 counters per kernel and no kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter
 ranges as its kernels, with their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown
 where they measured none, and then ordered by FLOPs. Without a
@@ -66,7 +67,8 @@ class RunSummary:
     pass_name: str | None
     source: str | None
     status: str | None
-    wall_ns: int
+    wall_ns: int | None
+    """The run's host wall time (ns); None where it has no host trace (an Nsight Compute CSV), never 0."""
     span_counts: dict[str, int]
     counter_samples: int
     devices: list[dict[str, Any]]
@@ -91,7 +93,8 @@ class RunSummary:
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
     wall_source: str | None = None
-    """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time)."""
+    """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time); or why it is
+    unknown, where it is None."""
     devices_unused: int = 0
     """GPUs the trace lists on the host that ran nothing of this run."""
     gpu_runtime: str | None = None
@@ -153,7 +156,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     )[0][0]
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
-        summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
+        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None)
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
@@ -168,12 +171,16 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     return summary
 
 
-def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int, str | None]:
+_NO_HOST_TRACE = {"ncu-csv": "an Nsight Compute CSV has no host trace, only the kernels it replayed"}
+"""Why a run imported from a source format has no host wall time."""
+
+
+def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int | None, str | None]:
     """The run's host wall time (ns): the extent of its host spans, else the job run time of an imported Darshan
-    log (``darshan_log_get_job_runtime``, as PyDarshan reports it), with where it came from (None: the spans)."""
+    log (``darshan_log_get_job_runtime``, as PyDarshan reports it), with where it came from (None: the spans);
+    else None (unknown) with why."""
     extent = store.query(
-        "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
-        [run_id],
+        "SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND device = 'cpu'", [run_id]
     )[0][0]
     if extent:
         return int(extent), None
@@ -181,7 +188,11 @@ def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int, str |
     run_time = job.get("run_time_s") if isinstance(job, dict) else None
     if isinstance(run_time, (int, float)) and run_time > 0:
         return round(run_time * 1e9), "the Darshan log's job run time"
-    return 0, None
+    if extent is not None:
+        return int(extent), None
+    source = config.get("source")
+    fmt = source.get("format") if isinstance(source, dict) else None
+    return None, _NO_HOST_TRACE.get(str(fmt), "no host trace: the run has no host spans")
 
 
 def _devices(store: Store, run_id: int, config: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
@@ -196,14 +207,16 @@ def _system(store: Store, run_id: int) -> dict[str, Any] | None:
     return overview(store, run_id)
 
 
-def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int) -> list[TopRow]:
+def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None) -> list[TopRow]:
+    """The top ``limit`` names of ``level`` by total time, with their share of ``denominator_ns`` (None where it
+    is unknown)."""
     rows = store.query(
         """SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM spans
            WHERE run_id = ? AND level = ? GROUP BY name ORDER BY 3 DESC, 1 LIMIT ?""",
         [run_id, level, limit],
     )
     return [
-        TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else 0.0)
+        TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else None)
         for n, c, t, m in rows
     ]
 

@@ -12,7 +12,7 @@ from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
-from xstack.report.terminal import devices_line, health_headline, runs_line, system_line
+from xstack.report.terminal import devices_line, health_headline, runs_line, system_line, wall_line
 
 HEADLINE_RESULTS = (
     "A1",
@@ -54,7 +54,7 @@ def overview(analysis: Analysis) -> str:
 
 def _cards(analysis: Analysis) -> str:
     s = analysis.summary
-    cards = [("run", f"{s.run_id}: {s.name}"), ("host wall time", format_ns(s.wall_ns))]
+    cards = [("run", f"{s.run_id}: {s.name}"), ("host wall time", wall_line(s))]
     if s.overhead and s.overhead[0].get("step_median_ns") is not None:
         first = s.overhead[0]
         cards.append((f"step latency ({first.get('pass')} pass median)", format_ns(first["step_median_ns"])))

@@ -81,7 +81,7 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
     if s.status:
         t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
-    t.add_row("host wall time", format_ns(s.wall_ns) + (f" ({s.wall_source})" if s.wall_source else ""))
+    t.add_row("host wall time", wall_line(s))
     for d in s.devices:
         t.add_row(f"device {d.get('id', '?')}", device_line(d, s.gpu_runtime))
     if s.devices_unused:
@@ -97,6 +97,13 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("system", system_line(s.system))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def wall_line(s: RunSummary) -> str:
+    """The run's host wall time with where it came from, or "unknown" with why (a run without a host trace)."""
+    if s.wall_ns is None:
+        return f"unknown ({s.wall_source or 'no host trace'})"
+    return format_ns(s.wall_ns) + (f" ({s.wall_source})" if s.wall_source else "")
 
 
 def device_line(d: dict[str, Any], gpu_runtime: str | None = None) -> str:
