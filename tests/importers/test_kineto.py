@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,10 @@ import pytest
 
 from tests.conftest import all_kineto_fixtures, kineto_fixture
 from tests.importers import kineto_reference as ref
+from xstack.analyze.health import trace_health
+from xstack.cli.main import main
 from xstack.importers.kineto import import_kineto
+from xstack.importers.kineto._mapping import LAUNCH_PATTERN
 from xstack.trace.schema import DEVICE_LEVELS
 from xstack.trace.store import Store
 
@@ -162,8 +166,42 @@ def test_cupti_counter_ranges_become_metrics_with_flops(import_store: Any) -> No
         [ref.ns(first["ts"])],
     )
     assert [int(g[0]) for g in got] == [want]
-    health = dict(store.query('SELECT "check", count FROM health'))
-    assert health["metrics_without_kernel"] == 77
+
+
+def test_a_range_profiler_trace_says_what_its_mode_leaves_out_instead_of_counting_gaps(
+    import_store: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Kineto traces no device activity while the CUPTI range profiler runs: a range matches no kernel, a launch
+    # has no device side and a CPU-to-GPU flow no GPU end because of the mode, not because events were lost
+    path = kineto_fixture("a100_alexnet_cupti_counters.json.gz")
+    events = ref.load(path)["traceEvents"]
+    ranges = sum(1 for e in events if e.get("cat") == "cuda_profiler_range")
+    launches = sum(1 for e in events if ref.level_of(e) == "runtime" and re.search(LAUNCH_PATTERN, e["name"]))
+    flows: dict[Any, set[str]] = defaultdict(set)
+    for e in events:
+        if e.get("ph") in ("s", "f") and e.get("cat") == "ac2g":
+            flows[e["id"]].add(e["ph"])
+    assert all(phases != {"s", "f"} for phases in flows.values())
+    store = import_store(path)
+    health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+    assert not {"metrics_without_kernel", "launches_without_device_event", "unpaired_flows"} & set(health)
+    count, detail = health["cupti_range_profiler"]
+    assert count == ranges == 77 and detail.startswith("not a gap in the trace: taken with the CUPTI range profiler")
+    assert f"{ranges} counter ranges match no kernel span, {launches} launch/copy/set calls" in detail
+    assert f"{len(flows):,} CPU-to-GPU flow arrows have no GPU end" in detail
+    # informational rows are listed, not counted as findings
+    assert main(["import", str(path), "-o", str(tmp_path / "c.duckdb")]) == 0
+    real = sum(n for c, (n, _) in health.items() if c != "cupti_range_profiler")
+    assert f"{real} health findings" in capsys.readouterr().out and real == 2
+    result = trace_health(store, 1)
+    assert result.facts["findings"] == real and "cupti_range_profiler" in result.column("check")
+
+
+def test_a_trace_with_kernels_still_counts_launches_without_device_activity(import_store: Any) -> None:
+    store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
+    checks = dict(store.query('SELECT "check", count FROM health'))
+    assert "cupti_range_profiler" not in checks
+    assert checks["launches_without_device_event"] == 3 and checks["unpaired_flows"] > 0
 
 
 def test_a_kernel_without_a_name_is_called_unnamed_and_counted(import_store: Any) -> None:

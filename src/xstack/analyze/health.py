@@ -33,6 +33,7 @@ _COMPUTED = {
 
 INFORMATIONAL = frozenset(
     {
+        "cupti_range_profiler",
         "io_merged",
         "io_outside_region",
         "metrics_joined",
@@ -47,8 +48,9 @@ INFORMATIONAL = frozenset(
 """Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue
 between layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
 kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
-region, the profiler's own calls), not what its trace missed: shown for information, never counted as
-findings. Every other check, stored or computed here, is a finding."""
+region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity),
+not what its trace missed: shown for information, never counted as findings. Every other check, stored or
+computed here, is a finding."""
 
 HealthRow = tuple[str, int, str]
 """``(check, count, what it means)``."""

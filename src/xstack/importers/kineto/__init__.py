@@ -185,12 +185,33 @@ def _check_is_trace(con: duckdb.DuckDBPyConnection, path: Path, reader: TraceRea
 
 
 def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int, str]]:
-    rows = [(check, _scalar(con, sql), detail) for check, sql, detail in _sql.health_queries(run_id)]
+    mode = _range_profiler_mode(con, run_id)
+    queries = _sql.health_queries(run_id, device_traced=mode is None)
+    rows = [(check, _scalar(con, sql), detail) for check, sql, detail in queries]
+    if mode is not None:
+        rows.append(mode)
     rows.append(_unnamed_kernels(con, run_id))
     skipped = con.execute(_sql.SKIPPED).fetchall()
     for ph, cat, count in skipped:
         rows.append(("skipped_events", int(count), f"ph={ph} cat={cat}: not a span, counter or flow xstack maps"))
     return rows
+
+
+def _range_profiler_mode(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, int, str] | None:
+    """The informational health row of a trace taken with the CUPTI range profiler, which Kineto runs instead of
+    tracing device activity: what that mode leaves out, so that it is not read as gaps. None for other traces."""
+    row = con.execute(_sql.range_profiler_mode(run_id)).fetchone()
+    ranges, device, launches, flows = (int(v or 0) for v in row) if row else (0, 0, 0, 0)
+    if not ranges or device:
+        return None
+    return (
+        _mapping.RANGE_PROFILER_CHECK,
+        ranges,
+        f"not a gap in the trace: taken with the CUPTI range profiler (hardware counters per kernel), and Kineto "
+        f"traces no kernels, copies or sets while it runs; so its {ranges:,} counter ranges match no kernel span, "
+        f"{launches:,} launch/copy/set calls have no device activity, {flows:,} CPU-to-GPU flow arrows have no GPU "
+        "end, and the ranges' times are Kineto's even layout over the session, not the kernels'",
+    )
 
 
 _UNNAMED_SHOWN = 5

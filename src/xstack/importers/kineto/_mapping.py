@@ -45,6 +45,11 @@ UNNAMED_KERNEL: Final = "(unnamed kernel)"
 """What such a kernel is called in the store: a placeholder no real kernel has, never a name to look up."""
 
 FLOW_CATEGORIES: Final = ("ac2g", "async_cpu_to_gpu", "fwdbwd")
+CPU_TO_GPU_FLOWS: Final = ("ac2g", "async_cpu_to_gpu")
+"""Flow arrows from a launch to its device activity (``fwdbwd`` links forward and backward ops on the host)."""
+RANGE_PROFILER_CHECK: Final = "cupti_range_profiler"
+"""The health check of a trace taken with the CUPTI range profiler: what the mode leaves out (no device activity
+is traced), informational (``analyze.health.INFORMATIONAL``), so that its consequences are not read as gaps."""
 
 ABSURD_DURATION_NS: Final = 24 * 3600 * 10**9
 """A span longer than a day is a clock or unit error, not a measurement: it is skipped and counted."""

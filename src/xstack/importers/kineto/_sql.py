@@ -274,13 +274,44 @@ UNION ALL SELECT {run_id}, name || '.' || k, ts_ns, TRY_CAST(args->>('$."' || k 
 """
 
 
-def health_queries(run_id: int) -> list[tuple[str, str, str]]:
-    """(check, SQL returning one count, detail) for the counted checks of one imported run."""
+def _launches_without_device_event(run_id: int) -> str:
     dev = ", ".join(_q(lv) for lv in DEVICE_LEVELS)
-    launch = _q(M.LAUNCH_PATTERN)
-    flows = ", ".join(_q(c) for c in M.FLOW_CATEGORIES)
     s = f"FROM _spans WHERE run_id = {run_id}"
-    return [
+    return f"""SELECT count(*) {s} AND level = 'runtime' AND regexp_matches(name, {_q(M.LAUNCH_PATTERN)})
+             AND correlation_id NOT IN (SELECT correlation_id {s} AND level IN ({dev})
+                                        AND correlation_id IS NOT NULL)"""
+
+
+def _unpaired_flows(categories: tuple[str, ...]) -> str:
+    return f"""SELECT count(*) FROM (SELECT lower(cat) AS c, id FROM raw
+             WHERE ph IN ('s', 'f') AND lower(cat) IN ({", ".join(_q(c) for c in categories)}) GROUP BY ALL
+             HAVING NOT (bool_or(ph = 's') AND bool_or(ph = 'f')))"""
+
+
+def range_profiler_mode(run_id: int) -> str:
+    """SQL of one row: the run's CUPTI range-profiler ranges, its kernel/copy/set spans, its launch/copy/set calls
+    without device activity and its unpaired CPU-to-GPU flow arrows. Kineto traces no device activity while the
+    range profiler runs: a run with ranges and no device activity was taken in that mode, and the last two
+    counts are what the mode implies, not gaps."""
+    s = f"FROM _spans WHERE run_id = {run_id}"
+    return f"""SELECT
+        (SELECT count(*) {s} AND level = 'metrics'
+            AND attrs->>'$."{A.METRICS_SOURCE}"' = 'cupti_range_profiler'),
+        (SELECT count(*) {s} AND level IN ('kernel', 'memcpy', 'memset')),
+        ({_launches_without_device_event(run_id)}),
+        ({_unpaired_flows(M.CPU_TO_GPU_FLOWS)})"""
+
+
+def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str, str, str]]:
+    """(check, SQL returning one count, detail) for the counted checks of one imported run. A run whose device
+    activity was not traced (``device_traced`` False: taken with the CUPTI range profiler) is not checked for
+    launches without device activity, counter ranges without a kernel or CPU-to-GPU flows without a GPU end."""
+    dev = ", ".join(_q(lv) for lv in DEVICE_LEVELS)
+    s = f"FROM _spans WHERE run_id = {run_id}"
+    flows = M.FLOW_CATEGORIES if device_traced else tuple(c for c in M.FLOW_CATEGORIES if c not in M.CPU_TO_GPU_FLOWS)
+    named = ", ".join(dict.fromkeys(c if c not in M.CPU_TO_GPU_FLOWS else "ac2g" for c in flows))
+    untraced = ("launches_without_device_event", "metrics_without_kernel")
+    rows = [
         (
             "device_events_without_launch",
             f"SELECT count(*) {s} AND level IN ({dev}) AND parent_id IS NULL",
@@ -288,17 +319,13 @@ def health_queries(run_id: int) -> list[tuple[str, str, str]]:
         ),
         (
             "launches_without_device_event",
-            f"""SELECT count(*) {s} AND level = 'runtime' AND regexp_matches(name, {launch})
-             AND correlation_id NOT IN (SELECT correlation_id {s} AND level IN ({dev})
-                                        AND correlation_id IS NOT NULL)""",
+            _launches_without_device_event(run_id),
             "launch/copy/set runtime calls with no device activity of the same correlation id",
         ),
         (
             "unpaired_flows",
-            f"""SELECT count(*) FROM (SELECT lower(cat) AS c, id FROM raw
-             WHERE ph IN ('s', 'f') AND lower(cat) IN ({flows}) GROUP BY ALL
-             HAVING NOT (bool_or(ph = 's') AND bool_or(ph = 'f')))""",
-            "flow arrows (ac2g, fwdbwd) with a start and no finish, or a finish and no start",
+            _unpaired_flows(flows),
+            f"flow arrows ({named}) with a start and no finish, or a finish and no start",
         ),
         (
             "negative_duration",
@@ -342,6 +369,7 @@ def health_queries(run_id: int) -> list[tuple[str, str, str]]:
             "runtime calls sharing a correlation id (device activity attributed to the first)",
         ),
     ]
+    return [r for r in rows if device_traced or r[0] not in untraced]
 
 
 UNNAMED_KERNELS = f"""
