@@ -23,6 +23,7 @@ from tests.conftest import all_kineto_fixtures, kineto_fixture
 from xstack.errors import UsageError, XstackError
 from xstack.export.perfetto import PerfettoStats, export_perfetto
 from xstack.importers.kineto import import_kineto
+from xstack.importers.ncu import import_ncu
 from xstack.trace.schema import DEVICE_LEVELS
 from xstack.trace.store import RunInfo, Store
 
@@ -177,9 +178,58 @@ def test_device_spans_sit_on_a_process_per_device_and_a_track_per_stream(exporte
             assert thread == config.get(str(pid), {}).get("threads", {}).get(str(tid), f"thread {tid}")
         else:
             assert processes[e["pid"]].startswith(f"GPU {device.split(':')[1]} ({device})")
-            assert thread == (f"stream {stream}" if stream is not None else "no stream")
+            if e["cat"] == "metrics":  # counter ranges are not timed: never on a stream's timeline
+                assert thread.startswith("counter ranges, not timed (")
+            else:
+                assert thread == (f"stream {stream}" if stream is not None else "no stream")
     device_levels = {e["cat"] for e in exported.of("X") if processes[e["pid"]].startswith("GPU")}
     assert device_levels <= {*DEVICE_LEVELS, "model", "metrics"}
+
+
+def test_cupti_counter_ranges_sit_on_an_untimed_track_with_their_counters(tmp_path: Path) -> None:
+    # Kineto spreads the range profiler's ranges evenly over the session: their times are not the kernels'
+    trace = kineto_fixture("a100_alexnet_cupti_counters.json.gz")
+    ranges = {_ns(e["ts"]): e for e in _source_events(trace) if e.get("cat") == "cuda_profiler_range"}
+    with Store.create(tmp_path / "c.duckdb") as store:
+        import_kineto(store, trace)
+    with Store.open(tmp_path / "c.duckdb") as store:
+        export_perfetto(store, tmp_path / "c.json")
+    doc = json.loads((tmp_path / "c.json").read_bytes())
+    events, base_ns = doc["traceEvents"], doc["otherData"]["xstack"]["runs"][0]["time_base_ns"]
+    threads = _names(events, "thread_name")
+    metrics = [e for e in events if e["ph"] == "X" and e["cat"] == "metrics"]
+    assert len(metrics) == len(ranges) == 77
+    assert {threads[(e["pid"], e["tid"])] for e in metrics} == {
+        "counter ranges, not timed (CUPTI range profiler: spaced evenly by Kineto, in launch order)"
+    }
+    untimed = {(e["pid"], e["tid"]) for e in metrics}
+    assert not any(e["ph"] == "X" and e["cat"] != "metrics" and (e["pid"], e["tid"]) in untimed for e in events)
+    for e in metrics:  # the counters travel as args, with how the range was placed
+        counters = ranges[base_ns + _ns(e["ts"])]["args"]
+        assert (
+            e["args"]["kineto.args"]["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+            == (counters["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"])
+        )
+        assert "metrics.flops_fp32" in e["args"]
+        assert e["args"]["xstack.timing"].startswith("not timed: Kineto lays the CUPTI range profiler's ranges")
+
+
+def test_nsight_compute_kernels_sit_on_an_untimed_track_not_their_stream(tmp_path: Path) -> None:
+    csv = Path(__file__).resolve().parents[1] / "data" / "ncu" / "raw_new_base.csv"
+    with Store.create(tmp_path / "n.duckdb") as store:
+        import_ncu(store, csv)
+    with Store.open(tmp_path / "n.duckdb") as store:
+        export_perfetto(store, tmp_path / "n.json")
+        n = store.query("SELECT count(*) FROM spans WHERE level = 'metrics'")[0][0]
+    events = json.loads((tmp_path / "n.json").read_bytes())["traceEvents"]
+    threads = _names(events, "thread_name")
+    metrics = [e for e in events if e["ph"] == "X" and e["cat"] == "metrics"]
+    assert len(metrics) == n == 4
+    assert {threads[(e["pid"], e["tid"])] for e in metrics} == {
+        "counter ranges, not timed (Nsight Compute: replayed one kernel at a time, in order)"
+    }
+    assert all(e["args"]["xstack.timing"].startswith("not timed: Nsight Compute replays") for e in metrics)
+    assert not any(name.startswith("stream") for name in threads.values())
 
 
 # -- several runs in one store ------------------------------------------------------------------------------
@@ -264,7 +314,7 @@ def test_odd_names_stay_valid_json_and_partial_overlaps_get_their_own_track(tmp_
     runtime = next(e for e in events if e["ph"] == "X" and e["cat"] == "runtime")
     assert threads[(runtime["pid"], runtime["tid"])] == "main (overlap 1)"
     metrics = next(e for e in events if e["ph"] == "X" and e["cat"] == "metrics")
-    assert threads[(metrics["pid"], metrics["tid"])] == "no stream"
+    assert threads[(metrics["pid"], metrics["tid"])] == "counter ranges, not timed (hardware counters)"
     start = next(e for e in events if e["ph"] == "s")
     assert _location(start) == _location(runtime)  # the arrow leaves the launch on its overlap track
     assert any('odd "run"' in n for n in _names(events, "process_name").values())

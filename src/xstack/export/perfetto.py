@@ -4,7 +4,11 @@ Layout: each host process of each run is one process, named with the run, with o
 from ``runs.config.processes``), where ``model`` > ``layer`` > ``op`` > ``runtime`` > ``io`` spans nest by time;
 in a run with I/O, its main process and its workers (processes whose spans are all ``io`` spans) are named so:
 "dataloader worker (pid N)". An ``io`` span carries its attributes (path, offset, bytes) as args. Each
-device of each run is one process ("GPU 0 (cuda:0)") with one track per stream ("stream 7"). A flow arrow
+device of each run is one process ("GPU 0 (cuda:0)") with one track per stream ("stream 7"), and a track of
+its hardware-counter ranges (``metrics`` spans), named "counter ranges, not timed": their times are not the
+kernels' (Kineto lays the CUPTI range profiler's ranges out evenly over the session; Nsight Compute replays each
+kernel alone and records no time), so they stay off the stream tracks, each with its counters and an
+``xstack.timing`` arg that says how it was placed. A flow arrow
 (``cat: ac2g``) runs from each host span to each device span it is the parent of: launch -> kernel, copy, set
 or sync (``launch``), CPU -> GPU annotation (``annotation``). Counters are counter tracks of their host process
 or device; the system level's machine-wide counters are tracks of one "machine" process, and its cumulative
@@ -34,6 +38,7 @@ import orjson
 from xstack.errors import UsageError
 from xstack.export import _system_counters as syscounters
 from xstack.outfile import partial_file
+from xstack.trace import attrs as A
 from xstack.trace.schema import DEVICE_LEVELS, LEVELS
 from xstack.trace.store import Store
 
@@ -89,6 +94,8 @@ class _Run:
         return f"{name} (pid {'?' if key is None else key})"
 
     def thread_name(self, kind: str, key: Any, sub: Any) -> str:
+        if kind == "device" and isinstance(sub, tuple):  # (UNTIMED, metrics.source)
+            return f"counter ranges, not timed ({UNTIMED_TRACKS.get(sub[1], 'hardware counters')})"
         if kind == "device":
             return "no stream" if sub is None else f"stream {sub}"
         threads = self._entry(key).get("threads")
@@ -122,10 +129,26 @@ FROM spans s WHERE s.run_id = ? AND {_host("s")} ORDER BY s.pid, s.tid, {_order(
 """
 
 _DEVICE_SPANS = f"""
-SELECT d.level, d.name, d.start_ns, d.dur_ns, d.device, d.stream, {_args("d")}, p.span_id, p.pid, p.tid, p.start_ns
+SELECT d.level, d.name, d.start_ns, d.dur_ns, d.device, d.stream, {_args("d")}, p.span_id, p.pid, p.tid, p.start_ns,
+    CASE WHEN d.level = 'metrics' THEN coalesce(d.attrs->>'$."{A.METRICS_SOURCE}"', '') END
 FROM spans d LEFT JOIN spans p ON p.run_id = d.run_id AND p.span_id = d.parent_id AND {_host("p")}
-WHERE d.run_id = ? AND NOT {_host("d")} ORDER BY d.device, d.stream NULLS FIRST, {_order("d")}
+WHERE d.run_id = ? AND NOT {_host("d")}
+ORDER BY d.device, d.level = 'metrics', d.stream NULLS FIRST, {_order("d")}
 """
+
+UNTIMED = "counter ranges"
+UNTIMED_TRACKS = {
+    "cupti_range_profiler": "CUPTI range profiler: spaced evenly by Kineto, in launch order",
+    "ncu": "Nsight Compute: replayed one kernel at a time, in order",
+}
+"""What the track of a device's counter ranges says of their placement, by ``metrics.source``."""
+UNTIMED_ARGS = {
+    "cupti_range_profiler": "not timed: Kineto lays the CUPTI range profiler's ranges out evenly over the session, "
+    "in launch order; this position and length are not the kernel's (metrics.duration_ns is, where measured)",
+    "ncu": "not timed: Nsight Compute replays each kernel alone and records no time; the ranges are placed in "
+    "order, each as long as its replay (metrics.duration_ns), not when the kernel ran",
+}
+"""The ``xstack.timing`` arg of a counter range, by ``metrics.source``."""
 
 _COUNTERS = "SELECT name, ts_ns, value, pid, device FROM counters WHERE run_id = ? ORDER BY device, pid, name, ts_ns"
 
@@ -232,8 +255,12 @@ def _device_spans(
     store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats, moved: dict[int, int]
 ) -> None:
     rows = _rows(store, _DEVICE_SPANS, [run.run_id])
-    for level, name, start, dur, device, stream, args, parent, ppid, ptid, pstart in rows:
-        pid_out, tid_out = tracks.thread(run, "device", device, stream)
+    for level, name, start, dur, device, stream, args, parent, ppid, ptid, pstart, source in rows:
+        if source is not None:  # a counter range: on its device's untimed track, saying how it was placed
+            pid_out, tid_out = tracks.thread(run, "device", device, (UNTIMED, source))
+            args = _untimed_args(args, source)
+        else:
+            pid_out, tid_out = tracks.thread(run, "device", device, stream)
         lane = tracks.place(pid_out, tid_out, start, start + dur)
         writer.emit(_slice(level, name, start - run.base_ns, dur, pid_out, lane, args))
         stats._add_span(level, lane != tid_out)
@@ -274,6 +301,11 @@ def _counters(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: 
             }
         )
         stats.counter_samples += 1
+
+
+def _untimed_args(args: str, source: str) -> str:
+    timing = UNTIMED_ARGS.get(source, "not timed: hardware counters, placed where their profiler put them")
+    return orjson.dumps(orjson.loads(args) | {"xstack.timing": timing}).decode()
 
 
 def _slice(level: str, name: str, start: int, dur: int, pid: int, tid: int, args: str) -> dict[str, Any]:
