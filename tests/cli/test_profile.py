@@ -143,3 +143,19 @@ def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: 
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert refused.returncode == 2 and "--warmup needs --iters" in refused.stderr
+
+
+def test_an_existing_store_is_refused_before_any_pass_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:
+    argv = ["--pass", "model", "--warmup", "0", "--iters", "2", "--", "python", "train.py", "0", "starts.txt"]
+    assert _profile(tmp_path, *argv).returncode == 0
+    refused = _profile(tmp_path, *argv)
+    assert refused.returncode == 1 and (tmp_path / "starts.txt").read_text().count("run") == 1  # no pass ran
+    assert f"error: {tmp_path / 'p.duckdb'}: already exists (pass --force to replace it" in refused.stderr
+    added = _profile(tmp_path, "--append", *argv)
+    assert added.returncode == 0 and f"profile added to {tmp_path / 'p.duckdb'}" in added.stderr, added.stderr
+    runs = _runs(tmp_path / "p.duckdb")
+    assert [r[0] for r in runs] == ["model", "merged", "model", "merged"]
+    merged = runs[3][1]["merge"]
+    assert [p["run_id"] for p in merged["passes"]] == [3]  # type: ignore[index]  # the appended pass alone
+    assert _profile(tmp_path, "--force", *argv).returncode == 0
+    assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model", "merged"]

@@ -110,3 +110,30 @@ def test_bad_programs_and_levels(tmp_path: Path) -> None:
     assert module.returncode == 1 and "No module named" in module.stderr
     levels = _run(tmp_path, "run", "--levels", "model,warp", "--", "python", "x.py")
     assert levels.returncode == 2 and "unknown level 'warp'" in levels.stderr
+
+
+def test_an_existing_store_is_refused_before_the_program_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:
+    """As ``xstack import`` (and nsys, ncu): an existing store is never replaced without a word."""
+    script = _write(tmp_path)
+    store = tmp_path / "p.duckdb"
+    argv = ["--", "python", str(script), "0", "0"]
+    assert _run(tmp_path, "run", "-o", str(store), *argv).returncode == 0
+    before = store.read_bytes()
+    refused = _run(tmp_path, "run", "-o", str(store), *argv)
+    assert refused.returncode == 1 and refused.stdout == ""  # the program did not run
+    assert refused.stderr.strip().splitlines() == [
+        f"error: {store}: already exists (pass --force to replace it, --append to add to it, or choose another -o path)"
+    ]
+    assert store.read_bytes() == before
+    added = _run(tmp_path, "run", "--append", "-o", str(store), *argv)
+    assert added.returncode == 0 and f"profile added to {store} as run 2" in added.stderr, added.stderr
+    with Store.open(store) as s:
+        assert s.query("SELECT run_id, count(*) FROM spans WHERE level = 'layer' GROUP BY 1 ORDER BY 1") == [
+            (1, 16), (2, 16)
+        ]  # fmt: skip
+    assert _run(tmp_path, "run", "--force", "-o", str(store), *argv).returncode == 0
+    with Store.open(store) as s:
+        assert s.run_ids() == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.duckdb", "train.py"]  # no scratch left
+    both = _run(tmp_path, "run", "--force", "--append", "-o", str(store), *argv)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

@@ -124,7 +124,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
                             progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
     _set_ncu_options(args)
-    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured)
+    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured, force=args.force,
+                       append=args.append)  # fmt: skip
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -137,7 +138,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     _set_system_interval(args)
     return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
                            metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io,
-                           system=args.system)  # fmt: skip
+                           system=args.system, force=args.force, append=args.append)  # fmt: skip
 
 
 def _set_ncu_options(args: argparse.Namespace) -> None:
@@ -177,7 +178,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     program = parse_program(argv, "xstack sweep")
     out = args.output or Path("xstack-out") / f"{program.name}-sweep.duckdb"
     code = sweep_program(program, sizes, passes=args.passes, warmup=args.warmup, iters=args.iters, out=out,
-                         latency_target_ms=target)  # fmt: skip
+                         latency_target_ms=target, force=args.force)  # fmt: skip
     with Store.open(out) as store:
         result = model_information(store, pick_run(store, None))
     console = Console(highlight=False)

@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "metrics or io",
     )
     _system_interval_option(p)
-    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
+    _store_options(p, append=True)
     p.add_argument(
         "--iters",
         type=int,
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _system_interval_option(p)
     _ncu_options(p)
-    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
+    _store_options(p, append=True)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
     p = sub.add_parser(
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "smallest after which doubling the batch size raises throughput by at most 5%%)",
     )
     _pass_options(p, "as xstack profile")
-    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>-sweep.duckdb)")
+    _store_options(p, append=False, default="xstack-out/<name>-sweep.duckdb")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
     p = sub.add_parser(
@@ -269,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=4, metavar="N", help="profiled training steps (default 4)")
     return parser
+
+
+def _store_options(p: argparse.ArgumentParser, *, append: bool, default: str = "xstack-out/<name>.duckdb") -> None:
+    """``-o STORE`` of the commands that profile a program, and what to do when STORE exists (as ``import``)."""
+    p.add_argument("-o", "--output", type=Path, metavar="STORE", help=f"store (default: {default})")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="replace STORE if it exists")
+    if append:
+        mode.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
 
 
 def _ncu_options(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xstack.importers.kineto import ImportedRun, import_kineto
-from xstack.trace.store import Store
+from xstack.trace.store import Store, check_new, scratch_path
 
 
 def import_file(store: Store, path: str | Path) -> ImportedRun:
@@ -33,11 +33,12 @@ def import_files(
     into a scratch store beside ``out`` first and its runs then copied into ``out`` in one transaction.
     """
     if not append:
+        check_new(out, overwrite=force, can_append=True)
         with Store.create(out, overwrite=force) as store:
             return [import_file(store, t) for t in traces]
     target = Store.open(out, read_only=False)  # fails early, and clearly, on a missing or foreign store
     try:
-        scratch = Path(out).with_name(Path(out).name + ".append")
+        scratch = scratch_path(out)
         with Store.create(scratch, overwrite=True) as store:
             runs = [import_file(store, t) for t in traces]
         try:
