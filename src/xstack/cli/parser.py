@@ -86,9 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STORE",
         help="store to write (default: xstack-out/<first trace name>.duckdb)",
     )
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--force", action="store_true", help="replace STORE if it exists")
-    mode.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace STORE if it exists; import a file given twice, or (with --append) already imported into STORE",
+    )
+    p.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
 
     p = sub.add_parser(
         "summary", help="print a run's devices, top layers/ops/kernels and trace health", formatter_class=fmt
