@@ -58,6 +58,9 @@ class Profile:
         self.done = False
         self.on_step: Callable[[int], None] | None = None
         """Called with the number of iterations ended, after each ``step()`` (progress bars)."""
+        self.shortfall: str | None = None
+        """After the region, when it ended normally before recording its ``steps``: what was asked and what was
+        measured (also in the run's health, ``iterations_short``)."""
         self._completed = 0
         self._given_store = store
         self._exit = ExitStack()
@@ -152,6 +155,9 @@ class Profile:
             health.append(
                 ("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")
             )
+            if exc_type is None and self.steps is not None and not self.done:
+                self.shortfall = self._shortfall()
+                health.append(("iterations_short", self.steps - self._completed, self.shortfall))
             for collector in collectors:
                 try:
                     health += collector.finish(store, self.run_id)
@@ -164,6 +170,16 @@ class Profile:
             _current = None
             self._recorder = None
             self._exit.close()  # completes the store even when the region raised: keep what was traced
+
+    def _shortfall(self) -> str:
+        """Says that the region ended after fewer iterations than its ``steps``, and how many were measured."""
+        measure = self.config.get("measure")
+        warmup = int(measure.get("warmup", 0)) if isinstance(measure, dict) else 0
+        warmup = min(warmup, self.steps or 0)
+        measured = max(self._completed - warmup, 0)
+        got = f"{measured} measured" if measured else "none measured: every one was a warm-up iteration"
+        return (f"pass {self.pass_name}: the program's loop ended after {self._completed} iterations, fewer than the "
+                f"{self.steps} asked ({warmup} warm-up + {(self.steps or 0) - warmup} measured): {got}")  # fmt: skip
 
     def summary(self, top: int = 10) -> Any:
         """Print the run's summary to the terminal and return it."""

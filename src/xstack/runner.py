@@ -177,6 +177,9 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         sys.stdout.flush()
     if prof.done and (measured is None or not measured.quiet):
         print(f"xstack: {prof.steps} iterations recorded; the program was stopped there", file=sys.stderr)
+    if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
+        print(f"xstack: warning: {prof.shortfall} (lower --warmup or --iters, or let the program run longer)",
+              file=sys.stderr)  # fmt: skip
     return code
 
 
