@@ -148,7 +148,8 @@ class Profile:
                 except Exception as err:
                     health.append(("collector_failed", 1, f"{collector.level}: stop: {type(err).__name__}: {err}"))
             open_step, self._step_span = self._step_span, None
-            if open_step is not None:
+            if open_step is not None:  # no step() ended it: not an iteration, but what came after the last one
+                _as_tail(open_step, self._completed)
                 recorder.end(open_step)  # counts spans the region left open inside it
             recorder.close_all()
             sink.close()
@@ -163,7 +164,7 @@ class Profile:
                     health += collector.finish(store, self.run_id)
                 except Exception as err:  # keep the live spans; say what is missing and why
                     health.append(("collector_failed", 1, f"{collector.level}: {type(err).__name__}: {err}"))
-            store.add_run(self._run_info(exc_type, exc, store, open_step is not None))
+            store.add_run(self._run_info(exc_type, exc, store))
             store.add_health(self.run_id, health)
         finally:
             global _current
@@ -203,9 +204,7 @@ class Profile:
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
 
-    def _run_info(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store, open_step: bool
-    ) -> RunInfo:
+    def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
         import importlib.metadata as md
 
         try:
@@ -228,7 +227,7 @@ class Profile:
             | {
                 "status": status,
                 "error": describe_failure(exc_type, exc),
-                "steps": self._completed + open_step,
+                "steps": self._completed,
                 "steps_completed": self._completed,
                 "torch": torch_version,
                 "python": platform.python_version(),
@@ -248,6 +247,15 @@ def describe_failure(exc_type: type[BaseException] | None, exc: BaseException | 
         return reason
     text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
     return f"{exc_type.__name__}: {text}" if text else exc_type.__name__
+
+
+def _as_tail(span: OpenSpan, completed: int) -> None:
+    """Turn the step span still open when the region ends into what it is: the stretch after the last
+    ``step()`` (``after-last-step``, kind ``tail``), or the whole region when no ``step()`` was called
+    (``region``, kind ``region``). Neither is an iteration, so no per-iteration statistic counts it."""
+    span.name, kind = ("after-last-step", "tail") if completed else ("region", "region")
+    span.attrs.pop(A.MODEL_STEP, None)
+    span.attrs[A.MODEL_KIND] = kind
 
 
 _current: Profile | None = None

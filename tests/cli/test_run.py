@@ -137,3 +137,29 @@ def test_an_existing_store_is_refused_before_the_program_runs_unless_forced_or_a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.duckdb", "train.py"]  # no scratch left
     both = _run(tmp_path, "run", "--force", "--append", "-o", str(store), *argv)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+LOOP = """
+import sys, time, torch, xstack
+from torch import nn
+model = nn.Linear(4, 2)
+for i in range(5):
+    if i == 0:
+        time.sleep(0.05)  # start-up, as the first CUDA call or the DataLoader's workers cost
+    model(torch.randn(2, 4))
+    xstack.step()
+time.sleep(0.05)  # after the loop: saving, logging
+"""
+
+
+def test_what_follows_the_last_step_is_kept_but_is_no_iteration(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(textwrap.dedent(LOOP))
+    assert _run(tmp_path, "run", "-o", "p.duckdb", "--", "python", "loop.py").returncode == 0
+    config = _config(tmp_path / "p.duckdb")
+    assert (config["steps"], config["steps_completed"]) == (5, 5)
+    with Store.open(tmp_path / "p.duckdb") as s:
+        roots = s.query("SELECT name, attrs->>'$.\"model.kind\"', attrs->>'$.\"model.step\"', dur_ns FROM spans "
+                        "WHERE level = 'model' AND parent_id IS NULL ORDER BY start_ns")  # fmt: skip
+    steps = [(f"step#{i}", "step", str(i)) for i in range(5)]
+    assert [r[:3] for r in roots] == [*steps, ("after-last-step", "tail", None)]
+    assert roots[-1][3] >= 50_000_000  # kept, as what it is

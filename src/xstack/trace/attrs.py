@@ -335,7 +335,8 @@ GPU_THROTTLE_BITS: Final = {
 
 # -- model ------------------------------------------------------------------------------------------------
 MODEL_KIND: Final = "model.kind"
-"""String: ``step`` (an iteration marked by ``prof.step()``), ``user`` (``xstack.span``), ``forward`` (a
+"""String: ``step`` (an iteration marked by ``prof.step()``), ``tail`` (what followed the last ``step()``:
+not an iteration), ``region`` (a profile with no ``step()``), ``user`` (``xstack.span``), ``forward`` (a
 top-level model call), ``optimizer`` (an optimizer step) or ``dataloader`` (waiting for the next batch)."""
 MODEL_STEP: Final = "model.step"
 """Integer: the iteration a step span stands for, counted from 0."""
