@@ -26,6 +26,8 @@ from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
 
 DEFAULT_LEVELS = ("model", "layer")
+DEFAULT_WARMUP = 1
+"""Warm-up iterations of a profile that is not a measured pass: the first, which also pays for start-up."""
 
 
 class Profile:
@@ -41,18 +43,29 @@ class Profile:
         pass_name: str = "live",
         config: dict[str, Any] | None = None,
         steps: int | None = None,
+        warmup: int | None = None,
     ) -> None:
         """``store``: write into this open store as its next run instead of creating ``path`` (the passes of
         ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row. ``steps``:
         record that many iterations; the ``prof.step()`` that ends the last one opens no other and sets
         ``done`` (``xstack.step()`` then stops the program: see ``PassComplete``). With ``steps``, each
         ``prof.step()`` first waits for the GPU (``torch.cuda.synchronize()``, where CUDA is in use), so that
-        an iteration's span includes its device work, as a latency measurement needs."""
+        an iteration's span includes its device work, as a latency measurement needs.
+
+        ``warmup``: how many of the first iterations are warm-up, left out of per-iteration statistics
+        (``config.warmup_steps``); default: a measured pass's ``config.measure.warmup``, else 1, since the first
+        iteration also pays for start-up (lazy initialisation, the first CUDA calls, DataLoader workers)."""
+        if warmup is not None and warmup < 0:
+            raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
         self.levels = parse_levels(levels)
         self.name = name or "profile"
         self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
         self.pass_name = pass_name
         self.config = config or {}
+        measure = self.config.get("measure")
+        if warmup is None:
+            warmup = int(measure.get("warmup", 0)) if isinstance(measure, dict) else DEFAULT_WARMUP
+        self.warmup = warmup
         self.run_id = 1
         self.steps = steps
         self.done = False
@@ -229,6 +242,7 @@ class Profile:
                 "error": describe_failure(exc_type, exc),
                 "steps": self._completed,
                 "steps_completed": self._completed,
+                A.CONFIG_WARMUP_STEPS: self.warmup,
                 "torch": torch_version,
                 "python": platform.python_version(),
                 "pid": os.getpid(),
@@ -280,9 +294,12 @@ def profile(
     levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
     path: str | os.PathLike[str] | None = None,
     name: str | None = None,
+    *,
+    warmup: int = DEFAULT_WARMUP,
 ) -> Profile:
-    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence) into ``path``."""
-    return Profile(levels, path, name)
+    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence) into ``path``; the
+    first ``warmup`` iterations (ended by ``prof.step()``) are left out of per-iteration statistics."""
+    return Profile(levels, path, name, warmup=warmup)
 
 
 def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:

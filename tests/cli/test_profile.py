@@ -139,10 +139,10 @@ def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: 
     assert name == "model+layer" and config["steps_completed"] == 3 and config["status"] == "complete"
     assert config["measure"] == {"warmup": 1, "iterations": 2, "passes": ["model+layer"]}
     refused = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--warmup", "2", "--", "python", "train.py", "0", "s.txt"],
+        [sys.executable, "-m", "xstack", "run", "--warmup", "-1", "--", "python", "train.py", "0", "s.txt"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
-    assert refused.returncode == 2 and "--warmup needs --iters" in refused.stderr
+    assert refused.returncode == 2 and "--warmup must be >= 0 (got -1)" in refused.stderr
 
 
 def test_an_existing_store_is_refused_before_any_pass_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:

@@ -163,3 +163,22 @@ def test_what_follows_the_last_step_is_kept_but_is_no_iteration(tmp_path: Path) 
     steps = [(f"step#{i}", "step", str(i)) for i in range(5)]
     assert [r[:3] for r in roots] == [*steps, ("after-last-step", "tail", None)]
     assert roots[-1][3] >= 50_000_000  # kept, as what it is
+
+
+def test_the_first_iteration_is_warm_up_unless_asked_otherwise(tmp_path: Path) -> None:
+    from xstack.analyze.model import model_information
+
+    (tmp_path / "loop.py").write_text(textwrap.dedent(LOOP))
+    for out, extra in (("p.duckdb", []), ("all.duckdb", ["--warmup", "0"]), ("iters.duckdb", ["--iters", "2"])):
+        assert _run(tmp_path, "run", *extra, "-o", out, "--", "python", "loop.py").returncode == 0
+    assert _config(tmp_path / "p.duckdb")["warmup_steps"] == 1
+    iters = _config(tmp_path / "iters.duckdb")  # --iters N alone: the warm-up iteration comes first, then N
+    assert (iters["steps"], iters["warmup_steps"], iters["measure"]["warmup"]) == (3, 1, 1)  # type: ignore[index]
+    with Store.open(tmp_path / "p.duckdb") as s:
+        a1 = model_information(s, 1)
+    assert a1.facts["per_batch"][0]["iterations"] == 4 and a1.rows[0][1] < 50_000_000  # iteration 1 left out
+    with Store.open(tmp_path / "all.duckdb") as s:
+        assert model_information(s, 1).facts["per_batch"][0]["iterations"] == 5
+    summary = " ".join(_run(tmp_path, "summary", str(tmp_path / "p.duckdb")).stdout.split())
+    assert "4 measured, after 1 warm-up (left out of per-iteration statistics)" in summary
+    assert "after the last step() (not an iteration)" in summary

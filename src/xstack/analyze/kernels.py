@@ -24,7 +24,7 @@ from xstack.analyze._kernel_costs import (
     peaks,
     rate,
 )
-from xstack.analyze.context import RunContext, run_context
+from xstack.analyze.context import RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -478,10 +478,12 @@ def _runs_by_batch(store: Store, ctx: RunContext) -> list[tuple[int | None, int]
 
 
 def _model_latency(ctx: RunContext) -> tuple[int, int]:
-    """(number of steps, median step latency in ns) of a run; one step of the host extent when none is marked."""
+    """(number of steps, median step latency in ns) of a run; one step of the host extent when none is marked.
+    The median leaves the warm-up out; the count does not (it divides the whole run's kernel totals)."""
     row = ctx.store.query(
-        f"""SELECT count(*), median(dur_ns)::BIGINT FROM spans WHERE run_id = ? AND level = 'model'
-            AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%') AND device = 'cpu'""",
+        f"""SELECT count(*), (median(dur_ns) FILTER (WHERE {past_warmup(ctx.warmup)}))::BIGINT FROM spans
+            WHERE run_id = ? AND level = 'model' AND device = 'cpu'
+            AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%')""",
         [ctx.run_id],
     )[0]
     if row[0]:

@@ -5,7 +5,9 @@ nested calls count in it too); kernel times are device busy time. Percentages of
 run's host wall time (first start to last end of its host spans); of kernels, of all kernel time. Without a
 run id, a store's last merged run is summarised (a leveled measurement's result: one iteration, each span's
 median from the pass that times its level), or else its last run. For a merged run the summary adds the
-passes and what each level added to the step latency of the levels above it (``config.overhead``).
+passes and what each level added to the step latency of the levels above it (``config.overhead``); for any
+other run with iterations, how many were measured, how many were warm-up (left out of per-iteration statistics)
+and the time after the last ``step()``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from xstack.analyze._io_common import (
     WRITE_OPS,
     in_list,
 )
-from xstack.analyze.context import pick_run
+from xstack.analyze.context import STEP_SPAN, past_warmup, pick_run, run_context
+from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 
@@ -73,6 +76,9 @@ class RunSummary:
     ``files``, ``processes`` (pipes and sockets left out)."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
+    iterations: dict[str, int] | None = None
+    """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
+    and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -122,6 +128,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
         summary.top[level] = _top(store, run_id, level, top, int(denominator or 0))
+    if summary.pass_name != "merged":
+        summary.iterations = _iterations(store, run_id)
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
     summary.health = [
@@ -131,6 +139,20 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         )
     ]
     return summary
+
+
+def _iterations(store: Store, run_id: int) -> dict[str, int] | None:
+    """How many of the run's iterations were warm-up and measured, and the time after the last (ns)."""
+    warmup = run_context(store, run_id).warmup
+    row = store.query(
+        f"""SELECT count(*) FILTER (WHERE {STEP_SPAN}), count(*) FILTER (WHERE {STEP_SPAN} AND {past_warmup(warmup)}),
+                coalesce(sum(dur_ns) FILTER (WHERE attrs->>'$."{A.MODEL_KIND}"' = 'tail'), 0)
+            FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL""",
+        [run_id],
+    )[0]
+    if not row[0]:
+        return None
+    return {"measured": int(row[1]), "warmup": int(row[0]) - int(row[1]), "tail_ns": int(row[2])}
 
 
 def _system(store: Store, run_id: int) -> dict[str, Any] | None:

@@ -152,7 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="record --warmup + N iterations (each ended by xstack.step()), then stop the program",
     )
-    p.add_argument("--warmup", type=int, metavar="W", help="with --iters: iterations before the N (default 0)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        metavar="W",
+        help="the first W iterations are warm-up, left out of per-iteration statistics (default 1: the first "
+        "iteration also pays for start-up); with --iters, recorded before the N",
+    )
     for hidden in ("--pass-name", "--pass-index", "--passes"):  # set by xstack profile for each pass it runs
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)

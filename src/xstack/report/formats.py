@@ -27,6 +27,7 @@ from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Result, format_ns, format_value
 from xstack.errors import UsageError
 from xstack.report.html import Comparison
+from xstack.report.terminal import iterations_line
 
 FORMATS = ("md", "json", "csv")
 """The text formats (``html`` is written by ``xstack.report.html.write_report``)."""
@@ -100,6 +101,7 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("source", s.source or "-"),
         ("pass", s.pass_name or "-"),
         ("host wall time", format_ns(s.wall_ns)),
+        *([("iterations", iterations_line(s.iterations))] if s.iterations else []),
         ("devices", ", ".join(str(d.get("name") or d.get("id")) for d in s.devices) or (s.device or "cpu")),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
     ]

@@ -58,6 +58,8 @@ def _run_table(s: RunSummary) -> Table:
     if s.status:
         t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
     t.add_row("host wall time", format_ns(s.wall_ns))
+    if s.iterations:
+        t.add_row("iterations", iterations_line(s.iterations))
     for d in s.devices:
         mem = d.get("totalGlobalMem")
         extra = f", {mem / 2**30:.0f} GiB" if isinstance(mem, int) else ""
@@ -80,6 +82,18 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("system", system_line(s.system))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def iterations_line(iterations: dict[str, int]) -> str:
+    """The run's iterations on one line: "19 measured, after 1 warm-up (left out of per-iteration statistics);
+    20.4 ms after the last step()"."""
+    warmup = iterations["warmup"]
+    text = f"{iterations['measured']:,} measured"
+    if warmup:
+        text += f", after {warmup:,} warm-up (left out of per-iteration statistics)"
+    if iterations["tail_ns"]:
+        text += f"; {format_ns(iterations['tail_ns'])} after the last step() (not an iteration)"
+    return text
 
 
 def system_line(system: dict[str, Any]) -> str:

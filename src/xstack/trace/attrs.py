@@ -365,6 +365,9 @@ STATS_NOISY: Final = "stats.noisy"
 CONFIG_BATCH_SIZE: Final = "batch_size"
 """Integer, a key of ``runs.config``: the batch size the run was measured at (``xstack sweep`` sets it on every
 pass and merged run of a sweep)."""
+CONFIG_WARMUP_STEPS: Final = "warmup_steps"
+"""Integer, a key of ``runs.config`` of a live run: how many of its first iterations (step spans) are warm-up,
+left out of per-iteration statistics (1 by default: the first also pays for start-up; a pass's --warmup)."""
 CONFIG_SWEEP: Final = "sweep"
 """Object, a key of ``runs.config``: the sweep a run belongs to, ``{"batch_sizes": [...],
 "latency_target_ms": float}`` (every batch size asked for, in order, and the user's latency target, in ms,
