@@ -26,6 +26,8 @@ from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
 
 DEFAULT_LEVELS = ("model", "layer")
+DEFAULT_WARMUP = 1
+"""Warm-up iterations of a profile that is not a measured pass: the first, which also pays for start-up."""
 
 
 class Profile:
@@ -41,23 +43,37 @@ class Profile:
         pass_name: str = "live",
         config: dict[str, Any] | None = None,
         steps: int | None = None,
+        warmup: int | None = None,
     ) -> None:
         """``store``: write into this open store as its next run instead of creating ``path`` (the passes of
         ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row. ``steps``:
         record that many iterations; the ``prof.step()`` that ends the last one opens no other and sets
         ``done`` (``xstack.step()`` then stops the program: see ``PassComplete``). With ``steps``, each
         ``prof.step()`` first waits for the GPU (``torch.cuda.synchronize()``, where CUDA is in use), so that
-        an iteration's span includes its device work, as a latency measurement needs."""
+        an iteration's span includes its device work, as a latency measurement needs.
+
+        ``warmup``: how many of the first iterations are warm-up, left out of per-iteration statistics
+        (``config.warmup_steps``); default: a measured pass's ``config.measure.warmup``, else 1, since the first
+        iteration also pays for start-up (lazy initialisation, the first CUDA calls, DataLoader workers)."""
+        if warmup is not None and warmup < 0:
+            raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
         self.levels = parse_levels(levels)
         self.name = name or "profile"
         self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
         self.pass_name = pass_name
         self.config = config or {}
+        measure = self.config.get("measure")
+        if warmup is None:
+            warmup = int(measure.get("warmup", 0)) if isinstance(measure, dict) else DEFAULT_WARMUP
+        self.warmup = warmup
         self.run_id = 1
         self.steps = steps
         self.done = False
         self.on_step: Callable[[int], None] | None = None
         """Called with the number of iterations ended, after each ``step()`` (progress bars)."""
+        self.shortfall: str | None = None
+        """After the region, when it ended normally before recording its ``steps``: what was asked and what was
+        measured (also in the run's health, ``iterations_short``)."""
         self._completed = 0
         self._given_store = store
         self._exit = ExitStack()
@@ -145,25 +161,39 @@ class Profile:
                 except Exception as err:
                     health.append(("collector_failed", 1, f"{collector.level}: stop: {type(err).__name__}: {err}"))
             open_step, self._step_span = self._step_span, None
-            if open_step is not None:
+            if open_step is not None:  # no step() ended it: not an iteration, but what came after the last one
+                _as_tail(open_step, self._completed)
                 recorder.end(open_step)  # counts spans the region left open inside it
             recorder.close_all()
             sink.close()
             health.append(
                 ("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")
             )
+            if exc_type is None and self.steps is not None and not self.done:
+                self.shortfall = self._shortfall()
+                health.append(("iterations_short", self.steps - self._completed, self.shortfall))
             for collector in collectors:
                 try:
                     health += collector.finish(store, self.run_id)
                 except Exception as err:  # keep the live spans; say what is missing and why
                     health.append(("collector_failed", 1, f"{collector.level}: {type(err).__name__}: {err}"))
-            store.add_run(self._run_info(exc_type, exc, store, open_step is not None))
+            store.add_run(self._run_info(exc_type, exc, store))
             store.add_health(self.run_id, health)
         finally:
             global _current
             _current = None
             self._recorder = None
             self._exit.close()  # completes the store even when the region raised: keep what was traced
+
+    def _shortfall(self) -> str:
+        """Says that the region ended after fewer iterations than its ``steps``, and how many were measured."""
+        measure = self.config.get("measure")
+        warmup = int(measure.get("warmup", 0)) if isinstance(measure, dict) else 0
+        warmup = min(warmup, self.steps or 0)
+        measured = max(self._completed - warmup, 0)
+        got = f"{measured} measured" if measured else "none measured: every one was a warm-up iteration"
+        return (f"pass {self.pass_name}: the program's loop ended after {self._completed} iterations, fewer than the "
+                f"{self.steps} asked ({warmup} warm-up + {(self.steps or 0) - warmup} measured): {got}")  # fmt: skip
 
     def summary(self, top: int = 10) -> Any:
         """Print the run's summary to the terminal and return it."""
@@ -187,9 +217,7 @@ class Profile:
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
 
-    def _run_info(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store, open_step: bool
-    ) -> RunInfo:
+    def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
         import importlib.metadata as md
 
         try:
@@ -212,8 +240,9 @@ class Profile:
             | {
                 "status": status,
                 "error": describe_failure(exc_type, exc),
-                "steps": self._completed + open_step,
+                "steps": self._completed,
                 "steps_completed": self._completed,
+                A.CONFIG_WARMUP_STEPS: self.warmup,
                 "torch": torch_version,
                 "python": platform.python_version(),
                 "pid": os.getpid(),
@@ -233,6 +262,15 @@ def describe_failure(exc_type: type[BaseException] | None, exc: BaseException | 
         return reason
     text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
     return f"{exc_type.__name__}: {text}" if text else exc_type.__name__
+
+
+def _as_tail(span: OpenSpan, completed: int) -> None:
+    """Turn the step span still open when the region ends into what it is: the stretch after the last
+    ``step()`` (``after-last-step``, kind ``tail``), or the whole region when no ``step()`` was called
+    (``region``, kind ``region``). Neither is an iteration, so no per-iteration statistic counts it."""
+    span.name, kind = ("after-last-step", "tail") if completed else ("region", "region")
+    span.attrs.pop(A.MODEL_STEP, None)
+    span.attrs[A.MODEL_KIND] = kind
 
 
 _current: Profile | None = None
@@ -257,9 +295,12 @@ def profile(
     levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
     path: str | os.PathLike[str] | None = None,
     name: str | None = None,
+    *,
+    warmup: int = DEFAULT_WARMUP,
 ) -> Profile:
-    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence) into ``path``."""
-    return Profile(levels, path, name)
+    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence) into ``path``; the
+    first ``warmup`` iterations (ended by ``prof.step()``) are left out of per-iteration statistics."""
+    return Profile(levels, path, name, warmup=warmup)
 
 
 def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:

@@ -21,12 +21,14 @@ from typing import Any
 from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
 from xstack.collect.io import run_preloaded
 from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV, run_under_ncu
+from xstack.collect.syscalls import CHILD_ENV as SYSCALLS_CHILD_ENV
 from xstack.collect.syscalls import requested as syscalls_requested
 from xstack.collect.syscalls import run_traced
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
 from xstack.profile import PassComplete, Profile, describe_failure, parse_levels
+from xstack.trace.store import Store, append_store, check_new, scratch_path
 
 
 @dataclass
@@ -82,12 +84,15 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
 
 
 def child_command(program: Program, levels: Sequence[str], out: Path, measured: Measured | None, *,
-                  syscalls: bool = False) -> list[str]:  # fmt: skip
-    """The ``xstack run`` command line that records ``program`` at ``levels`` into ``out`` (as ``measured``;
-    tracing its system calls with ``syscalls``)."""
-    command = [sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(out)]
+                  syscalls: bool = False, warmup: int | None = None) -> list[str]:  # fmt: skip
+    """The ``xstack run`` command line that records ``program`` at ``levels`` into ``out`` (as ``measured``, or
+    with ``warmup`` iterations; tracing its system calls with ``syscalls``). The caller has checked ``out`` (a
+    pass's fresh path, or the output its own run may write), so the child replaces whatever is there."""
+    command = [sys.executable, "-m", "xstack", "run", "--levels", ",".join(levels), "-o", str(out), "--force"]
     if syscalls:
         command.append("--syscalls")
+    if measured is None and warmup is not None:
+        command += ["--warmup", str(warmup)]
     if measured is not None:
         command += [
             *("--warmup", str(measured.warmup), "--iters", str(measured.iters), "--pass-name", measured.pass_name),
@@ -98,27 +103,59 @@ def child_command(program: Program, levels: Sequence[str], out: Path, measured: 
     return [*command, "--", *program.argv()]
 
 
-def run_program(program: Program, *, levels: str, out: Path | None, measured: Measured | None = None) -> int:
+def run_program(program: Program, *, levels: str, out: Path | None, measured: Measured | None = None,
+                force: bool = False, append: bool = False, warmup: int | None = None) -> int:  # fmt: skip
     """Run ``program`` under a profile at ``levels`` into ``out``; returns its exit code. With the ``metrics``
     level, the program is restarted under Nsight Compute (``collect.metrics``); with the ``system`` level and
-    system calls asked for (``XSTACK_SYSCALLS=1``), under strace (``collect.syscalls``)."""
+    system calls asked for (``XSTACK_SYSCALLS=1``), under strace (``collect.syscalls``). ``warmup``: the
+    iterations of a run that is not ``measured`` left out of per-iteration statistics (default: the first).
+
+    An existing store at ``out`` is refused before the program starts, unless ``force`` (replace it) or
+    ``append`` (record into a scratch store beside it, whose run is then added to it in one transaction)."""
     store = out or Path("xstack-out") / f"{program.name}.duckdb"
     parsed = parse_levels(levels)
+    if append:
+        with Store.open(store, read_only=False):  # fails now, and clearly, on a missing or foreign store
+            pass
+        target = scratch_path(store)
+    else:
+        check_new(store, overwrite=force, can_append=True)
+        target = store
+    code = _record(program, levels, parsed, target, measured, warmup)
+    if measured is not None and measured.quiet or _wrapped_child():
+        return code  # the process that started this one speaks for it
+    if append and target.exists():
+        ids = append_store(store, target)
+        print(f"xstack: profile added to {store} as run {', '.join(map(str, ids))}", file=sys.stderr)
+    elif target.exists():
+        print(f"xstack: profile written to {store}", file=sys.stderr)
+    return code
+
+
+def _wrapped_child() -> bool:
+    """Whether this process is the program restarted under a tracer (ncu, the io library, strace) by an ``xstack
+    run`` that reads the tracer's output once it ends."""
+    return any(os.environ.get(name) for name in (IO_CHILD_ENV, NCU_CHILD_ENV, SYSCALLS_CHILD_ENV))
+
+
+def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path, measured: Measured | None,
+            warmup: int | None) -> int:  # fmt: skip
+    """Record ``program`` into ``store`` (replaced if it exists), under a tracer where a level needs one."""
     if "system" in parsed and syscalls_requested():
         tracers = [level for level in ("metrics", "io") if level in parsed]
         if tracers:  # one tracer at a time: each would trace the other, and time its own overhead
             raise UsageError(f"system calls cannot be traced together with the {tracers[0]} level (one tracer "
                              f"at a time): record {tracers[0]} in a run or pass of its own")  # fmt: skip
-        return run_traced(child_command(program, parsed, store, measured, syscalls=True), store)
+        return run_traced(child_command(program, parsed, store, measured, syscalls=True, warmup=warmup), store)
     if "metrics" in parsed and not os.environ.get(NCU_CHILD_ENV):
-        return run_under_ncu(child_command(program, parsed, store, measured), store,
+        return run_under_ncu(child_command(program, parsed, store, measured, warmup=warmup), store,
                              clock_control=os.environ.get(CLOCK_CONTROL_ENV, "none"),
                              replay=os.environ.get(REPLAY_ENV, "kernel"))  # fmt: skip
     if "io" in parsed and not os.environ.get(IO_CHILD_ENV):
-        return run_preloaded(child_command(program, parsed, store, measured), store)
+        return run_preloaded(child_command(program, parsed, store, measured, warmup=warmup), store)
     bar: AbstractContextManager[Any] = nullcontext()
     if measured is None:
-        prof = Profile(levels, store, program.name)
+        prof = Profile(levels, store, program.name, warmup=warmup)
     else:
         config = pass_config(measured.warmup, measured.iters, measured.passes)
         steps = measured.warmup + measured.iters
@@ -142,10 +179,11 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         sys.stdout.flush()
-    if measured is None or not measured.quiet:
-        if prof.done:
-            print(f"xstack: {prof.steps} iterations recorded; the program was stopped there", file=sys.stderr)
-        print(f"xstack: profile written to {store}", file=sys.stderr)
+    if prof.done and (measured is None or not measured.quiet):
+        print(f"xstack: {prof.steps} iterations recorded; the program was stopped there", file=sys.stderr)
+    if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
+        print(f"xstack: warning: {prof.shortfall} (lower --warmup or --iters, or let the program run longer)",
+              file=sys.stderr)  # fmt: skip
     return code
 
 

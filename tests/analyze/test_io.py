@@ -90,13 +90,31 @@ def test_a_run_without_io_says_it_lacks_the_io_level(tmp_path: Path) -> None:
 
 
 # -- io.input_bound ------------------------------------------------------------------------------------------
+def test_input_bound_shows_the_warm_up_marked_and_leaves_it_out_of_the_verdict(tmp_path: Path) -> None:
+    """A live run's first iteration also starts the DataLoader's workers: its long wait is shown (faded in the
+    chart, marked in the table) but is no evidence of an input-bound loop."""
+    from xstack.report._charts import render_chart
+
+    with loop_store(tmp_path / "warm.duckdb", config={"pid": MAIN, A.CONFIG_WARMUP_STEPS: 1},
+                    waits=(900, 100, 50)) as store:  # fmt: skip
+        r = _one(store, "io.input_bound")
+    assert [(row[0], row[4], row[8]) for row in r.rows] == [(1, 90.0, "yes"), (2, 10.0, ""), (3, 5.0, "")]
+    f = r.facts
+    assert (f["iterations"], f["warmup_iterations"], f["loop_ns"], f["wait_ns"]) == (2, 1, 2000, 150)
+    assert (f["median_wait_share_pct"], f["input_bound"]) == (7.5, False)
+    assert r.labels == ["iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"]
+    svg = render_chart(r)
+    assert ">1 (warm-up)<" in svg and svg.count('fill-opacity="0.4"') == 2  # its wait and compute bars
+    assert "faded: warm-up, left out of the verdict and the shares" in svg
+
+
 def test_input_bound_splits_each_step_into_wait_and_compute_and_places_the_io(loop: Store) -> None:
     r = _one(loop, "io.input_bound")
-    # iteration, duration, wait, compute, share, main io in wait, main io in compute, worker io
+    # iteration, duration, wait, compute, share, main io in wait, main io in compute, worker io, warm-up
     assert r.rows == [
-        (1, 1000, 300, 700, 30.0, 50, 20, 150),  # read 100-150 in the wait, open 500-520 after; workers 100 + 50
-        (2, 1000, 100, 900, 10.0, 50, 50, 150),  # read 1050-1150 straddles the wait's end; workers 50 + 100
-        (3, 1000, 500, 500, 50.0, 0, 0, 300),
+        (1, 1000, 300, 700, 30.0, 50, 20, 150, ""),  # read 100-150 in the wait, open 500-520 after; workers 100 + 50
+        (2, 1000, 100, 900, 10.0, 50, 50, 150, ""),  # read 1050-1150 straddles the wait's end; workers 50 + 100
+        (3, 1000, 500, 500, 50.0, 0, 0, 300, ""),
     ]
     f = r.facts
     assert (f["iterations"], f["iteration_kind"]) == (3, "steps")

@@ -225,3 +225,48 @@ def test_a_stage_nested_in_itself_counts_once(tmp_path: Path) -> None:
     assert rows["loss"][2:4] == (1, 100)
     assert rows["step"][2:4] == (1, 500)
     assert all(r[5] <= 100 for r in rows.values())
+
+
+def _live(store: Store, durations: Sequence[int], *, warmup: int | None, tail_ns: int = 0) -> int:
+    """A run as ``xstack run`` writes one: its iterations, then what followed the last ``step()``."""
+    config: dict[str, Any] = {"status": "complete", "steps": len(durations), "steps_completed": len(durations)}
+    if warmup is not None:
+        config[A.CONFIG_WARMUP_STEPS] = warmup
+    run_id = store.next_run_id()
+    store.add_run(RunInfo(run_id, "live", levels=["model"], pass_name="live", config=config))
+    sink = Sink(store, run_id)
+    start = 0
+    for i, dur in enumerate(durations):
+        sink.span(i + 1, None, "model", f"step#{i}", start, dur, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+        start += dur
+    if tail_ns:
+        sink.span(len(durations) + 1, None, "model", "after-last-step", start, tail_ns, 1, 1, {A.MODEL_KIND: "tail"})
+    sink.close()
+    return run_id
+
+
+def test_a_live_runs_first_iteration_is_warm_up_and_what_follows_the_last_step_is_no_iteration(build: Any) -> None:
+    """The first iteration pays for start-up (lazy initialisation, DataLoader workers): it is shown, marked, and
+    kept out of the latency and the stage means, as the stretch after the last step() is."""
+    durations = [900_000, 100, 110, 120, 130]
+    store = build(lambda b: (_live(b.store, durations, warmup=1, tail_ns=500_000),
+                             _live(b.store, durations, warmup=0), _live(b.store, [900_000], warmup=1)))  # fmt: skip
+    a1 = model_information(store, 1)
+    (point,) = a1.facts["per_batch"]
+    assert (point["iterations"], point["latency_ns"], a1.facts["warmup_steps"]) == (4, 115, 1)
+    assert a1.rows[0][3] <= 130  # p95 of the steady iterations
+    assert "iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)" in a1.labels
+    stages = load("model.stages")(store, 1)
+    assert [r[:5] for r in stages.rows] == [
+        ("step", "warm-up", 1, 900_000, 900_000.0),
+        ("after-last-step", "tail", 1, 500_000, 500_000.0),
+        ("step", "step", 4, 460, 115.0),
+    ]
+    assert (stages.facts["steps"], stages.facts["warmup_steps"]) == (4, 1)
+    assert stages.labels == a1.labels[1:2]
+    asked_otherwise = model_information(store, 2)  # --warmup 0: every iteration counts
+    assert asked_otherwise.facts["per_batch"][0]["iterations"] == 5 and asked_otherwise.facts["warmup_steps"] == 0
+    assert not any("warm-up" in label for label in asked_otherwise.labels)
+    only_warmup = model_information(store, 3)  # nothing past the warm-up: counted rather than nothing at all
+    assert only_warmup.facts["per_batch"][0]["iterations"] == 1
+    assert "every iteration is within the 1 of warm-up: all of them counted" in only_warmup.labels

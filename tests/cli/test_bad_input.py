@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -107,7 +108,45 @@ def test_existing_store_is_kept_without_force(tmp_path: Path, capsys: pytest.Cap
     assert main(["import", str(good), "-o", str(out)]) == 1
     assert "already exists" in capsys.readouterr().err
     assert main(["import", str(good), "-o", str(out), "--force"]) == 0
-    assert main(["import", str(good), "-o", str(out), "--append"]) == 0
+    other = kineto_fixture("a100_multistream_event_sync.json.gz")
+    assert main(["import", str(other), "-o", str(out), "--append"]) == 0
+    with Store.open(out) as store:
+        assert store.run_ids() == [1, 2]
+
+
+def test_a_file_imported_twice_is_refused_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same file (same size and SHA-256) given twice, or appended to a store that has it, would count one
+    measurement twice: refused with one line naming the file and its run, unless --force."""
+    trace, copy, other = tmp_path / "a.json.gz", tmp_path / "copy.json.gz", tmp_path / "b.json.gz"
+    trace.write_bytes(kineto_fixture("cpu_only_gloo_rank34.json.gz").read_bytes())
+    copy.write_bytes(trace.read_bytes())
+    other.write_bytes(kineto_fixture("a100_multistream_event_sync.json.gz").read_bytes())
+    out = tmp_path / "s.duckdb"
+
+    def refused(argv: list[str]) -> str:
+        assert main(["import", *argv, "-o", str(out)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        return err
+
+    assert refused([str(trace), str(other), str(trace)]) == (
+        f"error: {trace}: given twice, already run 1 of this import: pass --force to import it twice"
+    )
+    assert not out.exists()
+    assert main(["import", str(trace), "-o", str(out)]) == 0
+    assert refused([str(trace), "--append"]) == (
+        f"error: {trace}: already imported as run 1 of {out} (same size and SHA-256): pass --force to import it again"
+    )
+    assert refused([str(other), str(copy), "--append"]) == (
+        f"error: {copy}: already imported as run 1 of {out} (same size and SHA-256, imported from {trace}): pass "
+        "--force to import it again"
+    )
+    with Store.open(out) as store:
+        assert store.run_ids() == [1]  # nothing of a refused append was added
+        sha, size = store.query("SELECT config->>'$.source.sha256', config->>'$.source.bytes' FROM runs")[0]
+    assert (sha, int(size)) == (hashlib.sha256(trace.read_bytes()).hexdigest(), trace.stat().st_size)
+    assert main(["import", str(other), str(copy), "-o", str(out), "--append", "--force"]) == 0
+    assert main(["import", str(trace), str(trace), "-o", str(out), "--force"]) == 0
     with Store.open(out) as store:
         assert store.run_ids() == [1, 2]
 

@@ -27,7 +27,7 @@ torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(8, 16), torch.randn(8, 4)
-for i in range(1000):
+for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1000):  # the loop's length, when given
     opt.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
     opt.step()
@@ -139,7 +139,51 @@ def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: 
     assert name == "model+layer" and config["steps_completed"] == 3 and config["status"] == "complete"
     assert config["measure"] == {"warmup": 1, "iterations": 2, "passes": ["model+layer"]}
     refused = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--warmup", "2", "--", "python", "train.py", "0", "s.txt"],
+        [sys.executable, "-m", "xstack", "run", "--warmup", "-1", "--", "python", "train.py", "0", "s.txt"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
-    assert refused.returncode == 2 and "--warmup needs --iters" in refused.stderr
+    assert refused.returncode == 2 and "--warmup must be >= 0 (got -1)" in refused.stderr
+
+
+def test_an_existing_store_is_refused_before_any_pass_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:
+    argv = ["--pass", "model", "--warmup", "0", "--iters", "2", "--", "python", "train.py", "0", "starts.txt"]
+    assert _profile(tmp_path, *argv).returncode == 0
+    refused = _profile(tmp_path, *argv)
+    assert refused.returncode == 1 and (tmp_path / "starts.txt").read_text().count("run") == 1  # no pass ran
+    assert f"error: {tmp_path / 'p.duckdb'}: already exists (pass --force to replace it" in refused.stderr
+    added = _profile(tmp_path, "--append", *argv)
+    assert added.returncode == 0 and f"profile added to {tmp_path / 'p.duckdb'}" in added.stderr, added.stderr
+    runs = _runs(tmp_path / "p.duckdb")
+    assert [r[0] for r in runs] == ["model", "merged", "model", "merged"]
+    merged = runs[3][1]["merge"]
+    assert [p["run_id"] for p in merged["passes"]] == [3]  # type: ignore[index]  # the appended pass alone
+    assert _profile(tmp_path, "--force", *argv).returncode == 0
+    assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model", "merged"]
+
+
+def test_a_loop_shorter_than_the_iterations_asked_is_said_and_recorded_in_health(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--pass", "model", "--pass", "model,layer", "--warmup", "2", "--iters", "5", "--",
+                    "python", "train.py", "0", "starts.txt", "4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for name in ("model", "model+layer"):
+        warning = (f"xstack: warning: pass {name}: the program's loop ended after 4 iterations, fewer than the 7 "
+                   "asked (2 warm-up + 5 measured): 2 measured (lower --warmup or --iters, or let the program run "
+                   "longer)")  # fmt: skip
+        assert warning in done.stderr, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as s:
+        health = s.query("SELECT run_id, count, detail FROM health WHERE \"check\" = 'iterations_short' ORDER BY 1, 3")
+    assert [(r[0], r[1]) for r in health] == [(1, 3), (2, 3), (3, 3), (3, 3)]  # each pass, and the merged run
+    pass_details = {r[2] for r in health if r[0] in (1, 2)}
+    assert {r[2] for r in health if r[0] == 3} == {f"{d} (run {1 if d.startswith('pass model:') else 2})"
+                                                   for d in pass_details}  # fmt: skip
+    runs = _runs(tmp_path / "p.duckdb")
+    assert runs[2][0] == "merged" and [o["iterations"] for o in runs[2][1]["overhead"]] == [2, 2]  # type: ignore[union-attr]
+
+
+def test_a_loop_that_ends_within_the_warm_up_measures_nothing_and_says_so(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--pass", "model", "--warmup", "3", "--iters", "2", "--", "python", "train.py", "0",
+                    "starts.txt", "2")  # fmt: skip
+    assert done.returncode == 1
+    assert ("pass model: the program's loop ended after 2 iterations, fewer than the 5 asked (3 warm-up + 2 "
+            "measured): none measured: every one was a warm-up iteration") in done.stderr  # fmt: skip
+    assert "passes not merged" in done.stderr

@@ -110,3 +110,75 @@ def test_bad_programs_and_levels(tmp_path: Path) -> None:
     assert module.returncode == 1 and "No module named" in module.stderr
     levels = _run(tmp_path, "run", "--levels", "model,warp", "--", "python", "x.py")
     assert levels.returncode == 2 and "unknown level 'warp'" in levels.stderr
+
+
+def test_an_existing_store_is_refused_before_the_program_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:
+    """As ``xstack import`` (and nsys, ncu): an existing store is never replaced without a word."""
+    script = _write(tmp_path)
+    store = tmp_path / "p.duckdb"
+    argv = ["--", "python", str(script), "0", "0"]
+    assert _run(tmp_path, "run", "-o", str(store), *argv).returncode == 0
+    before = store.read_bytes()
+    refused = _run(tmp_path, "run", "-o", str(store), *argv)
+    assert refused.returncode == 1 and refused.stdout == ""  # the program did not run
+    assert refused.stderr.strip().splitlines() == [
+        f"error: {store}: already exists (pass --force to replace it, --append to add to it, or choose another -o path)"
+    ]
+    assert store.read_bytes() == before
+    added = _run(tmp_path, "run", "--append", "-o", str(store), *argv)
+    assert added.returncode == 0 and f"profile added to {store} as run 2" in added.stderr, added.stderr
+    with Store.open(store) as s:
+        assert s.query("SELECT run_id, count(*) FROM spans WHERE level = 'layer' GROUP BY 1 ORDER BY 1") == [
+            (1, 16), (2, 16)
+        ]  # fmt: skip
+    assert _run(tmp_path, "run", "--force", "-o", str(store), *argv).returncode == 0
+    with Store.open(store) as s:
+        assert s.run_ids() == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.duckdb", "train.py"]  # no scratch left
+    both = _run(tmp_path, "run", "--force", "--append", "-o", str(store), *argv)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+LOOP = """
+import sys, time, torch, xstack
+from torch import nn
+model = nn.Linear(4, 2)
+for i in range(5):
+    if i == 0:
+        time.sleep(0.05)  # start-up, as the first CUDA call or the DataLoader's workers cost
+    model(torch.randn(2, 4))
+    xstack.step()
+time.sleep(0.05)  # after the loop: saving, logging
+"""
+
+
+def test_what_follows_the_last_step_is_kept_but_is_no_iteration(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(textwrap.dedent(LOOP))
+    assert _run(tmp_path, "run", "-o", "p.duckdb", "--", "python", "loop.py").returncode == 0
+    config = _config(tmp_path / "p.duckdb")
+    assert (config["steps"], config["steps_completed"]) == (5, 5)
+    with Store.open(tmp_path / "p.duckdb") as s:
+        roots = s.query("SELECT name, attrs->>'$.\"model.kind\"', attrs->>'$.\"model.step\"', dur_ns FROM spans "
+                        "WHERE level = 'model' AND parent_id IS NULL ORDER BY start_ns")  # fmt: skip
+    steps = [(f"step#{i}", "step", str(i)) for i in range(5)]
+    assert [r[:3] for r in roots] == [*steps, ("after-last-step", "tail", None)]
+    assert roots[-1][3] >= 50_000_000  # kept, as what it is
+
+
+def test_the_first_iteration_is_warm_up_unless_asked_otherwise(tmp_path: Path) -> None:
+    from xstack.analyze.model import model_information
+
+    (tmp_path / "loop.py").write_text(textwrap.dedent(LOOP))
+    for out, extra in (("p.duckdb", []), ("all.duckdb", ["--warmup", "0"]), ("iters.duckdb", ["--iters", "2"])):
+        assert _run(tmp_path, "run", *extra, "-o", out, "--", "python", "loop.py").returncode == 0
+    assert _config(tmp_path / "p.duckdb")["warmup_steps"] == 1
+    iters = _config(tmp_path / "iters.duckdb")  # --iters N alone: the warm-up iteration comes first, then N
+    assert (iters["steps"], iters["warmup_steps"], iters["measure"]["warmup"]) == (3, 1, 1)  # type: ignore[index]
+    with Store.open(tmp_path / "p.duckdb") as s:
+        a1 = model_information(s, 1)
+    assert a1.facts["per_batch"][0]["iterations"] == 4 and a1.rows[0][1] < 50_000_000  # iteration 1 left out
+    with Store.open(tmp_path / "all.duckdb") as s:
+        assert model_information(s, 1).facts["per_batch"][0]["iterations"] == 5
+    summary = " ".join(_run(tmp_path, "summary", str(tmp_path / "p.duckdb")).stdout.split())
+    assert "4 measured, after 1 warm-up (left out of per-iteration statistics)" in summary
+    assert "after the last step() (not an iteration)" in summary

@@ -19,6 +19,7 @@ from xstack.analyze._io_common import (
     median,
 )
 from xstack.analyze._timeline_common import DATALOADER, STEP, merged, notes_of, pct, rows
+from xstack.analyze.context import past_warmup
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace.store import Store
 
@@ -28,18 +29,21 @@ WAIT_SHARE_PCT = 10.0
 """Default threshold: a loop whose median iteration waits longer than this share of its time is input-bound."""
 
 _ITERATIONS = f"""
-WITH steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {STEP}),
+WITH steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e, NOT {{measured}} AS warm FROM spans
+               WHERE run_id = $run AND {STEP}),
 loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {DATALOADER}),
 waits AS (
     SELECT s, coalesce(lead(s) OVER (ORDER BY s, e), greatest(e, (SELECT max(start_ns + dur_ns) FROM spans
         WHERE run_id = $run AND level = 'model' AND pid = $main))) AS e
     FROM loader_spans WHERE $main IS NOT NULL
 )
-SELECT s, e, 'steps' FROM steps
+SELECT s, e, 'steps', warm FROM steps
 UNION ALL
-SELECT s, e, 'dataloader waits' FROM waits WHERE NOT EXISTS (SELECT 1 FROM steps)
+SELECT s, e, 'dataloader waits', false FROM waits WHERE NOT EXISTS (SELECT 1 FROM steps)
 ORDER BY 1, 2
 """
+"""The iterations: step spans (``warm`` for the warm-up ones), else the stretches between DataLoader waits;
+``{measured}`` is the SQL that tells a step past the warm-up (``context.past_warmup``)."""
 
 _PER_ITERATION = f"""
 WITH it AS (SELECT k, s, e FROM _io_iterations),
@@ -86,6 +90,12 @@ COLUMNS = [
     Column("main io in wait", "ns", "file I/O of the main process while it waited"),
     Column("main io in compute", "ns", "file I/O of the main process during the rest"),
     Column("worker io", "ns", "file I/O of the worker processes during the iteration, summed over them"),
+    Column(
+        "warm-up",
+        "",
+        "a warm-up iteration (a live run's first also pays for start-up, DataLoader workers "
+        "included): shown, left out of the verdict, the shares and the totals",
+    ),  # fmt: skip
 ]
 
 
@@ -105,25 +115,27 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
 
     Verdict (fact ``input_bound``): the median iteration waits more than ``threshold_pct`` percent of its time.
 
-    Notes: iterations are the step spans (``prof.step()``, ``ProfilerStep#N``); without them, the stretches from
-    the start of one DataLoader wait to the start of the next (the last ends with the main process's last model
-    span). The wait is the union of the DataLoader spans (``model.kind = 'dataloader'``, the profiler's
-    ``enumerate(DataLoader)`` annotations) within the iteration; the rest is compute (forward, backward,
-    optimizer, logging). I/O time is the summed duration of ``io`` spans, clipped to the iteration (and to the
-    waits for the main process's share); workers' calls run in parallel, so their sum may exceed the
-    iteration. Pipes and sockets are left out: the main process blocks reading them while it waits for a worker,
-    which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else the process of most
-    model spans. Without model spans (an imported Darshan log) the waits cannot be known: the I/O time totals
-    are still given, per process (from ``io_files`` when the run has no ``io`` spans: read + write + metadata
-    time). The labels give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it,
-    and the CPUs the program could use (fact ``cores``); fact ``dataloaders`` holds them.
+    Notes: iterations are the step spans (``prof.step()``, ``ProfilerStep#N``); without them, the stretches from the
+    start of one DataLoader wait to the start of the next (the last ends with the main process's last model span).
+    Warm-up steps (a live run's first, which also starts the DataLoader's workers; a pass's --warmup) are shown,
+    marked, and left out of the verdict, the shares and the totals. The wait is the union of the DataLoader spans
+    (``model.kind = 'dataloader'``, the profiler's ``enumerate(DataLoader)`` annotations) within the iteration; the
+    rest is compute (forward, backward, optimizer, logging). I/O time is the summed duration of ``io`` spans,
+    clipped to the iteration (and to the waits for the main process's share); workers' calls run in parallel, so
+    their sum may exceed the iteration. Pipes and sockets are left out: the main process blocks reading them while
+    it waits for a worker, which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else
+    the process of most model spans. Without model spans (an imported Darshan log) the waits cannot be known: the
+    I/O time totals are still given, per process (from ``io_files`` when the run has no ``io`` spans: read + write +
+    metadata time). The labels give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits
+    for it, and the CPUs the program could use (fact ``cores``); fact ``dataloaders`` holds them.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
     per_pid = rows(store, _TOTALS_FROM_SPANS if io.has_spans else _TOTALS_FROM_FILES, io.run_id)
-    iterations = rows(store, _ITERATIONS, io.run_id, main=io.main_pid)
+    iterations = rows(store, _ITERATIONS.replace("{measured}", past_warmup(io.ctx.warmup)), io.run_id,
+                      main=io.main_pid)  # fmt: skip
     if not iterations:
         facts = {"lacking": "model", "input_bound": None, "threshold_pct": threshold_pct, **_totals(io, per_pid)}
         return _totals_only(io, per_pid, facts)
@@ -132,7 +144,6 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     loaders = _loaders.dataloaders(store, io.ctx)
     # the verdict and the shares first: the overview shows a result's first facts
     facts = {**_loop_facts(table, threshold_pct, kind), **_totals(io, per_pid), "dataloaders": loaders}
-    labels = [] if kind == "steps" else ["no step spans: iterations run from one DataLoader wait to the next"]
     return Result(
         ID,
         TITLE,
@@ -141,11 +152,22 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
         notes=notes_of(input_wait),
         run_id=io.run_id,
         chart=Chart(
-            "stacked", x="iteration", y=("wait", "compute"), title="Each iteration: waiting for data vs the rest"
+            "stacked",
+            x="iteration",
+            y=("wait", "compute"),
+            title="Each iteration: waiting for data vs the rest",
+            extra={"mark": "warm-up", "mark_note": "faded: warm-up, left out of the verdict and the shares"},
         ),
         facts=facts,
-        labels=labels + _loaders.labels(loaders, facts["cores"]),
+        labels=_labels(io, kind, table) + _loaders.labels(loaders, facts["cores"]),
     )
+
+
+def _labels(io: IoRun, kind: str, table: list[tuple[Any, ...]]) -> list[str]:
+    if kind != "steps":
+        return ["no step spans: iterations run from one DataLoader wait to the next"]
+    warmup = io.ctx.warmup_label()
+    return [warmup] if warmup and any(r[-1] for r in table) else []
 
 
 def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any]) -> Result:
@@ -169,7 +191,7 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -
     con = store.con
     con.execute("CREATE OR REPLACE TEMP TABLE _io_iterations (k INTEGER, s BIGINT, e BIGINT)")
     con.executemany(
-        "INSERT INTO _io_iterations VALUES (?, ?, ?)", [(k, s, e) for k, (s, e, _) in enumerate(iterations, 1)]
+        "INSERT INTO _io_iterations VALUES (?, ?, ?)", [(k, s, e) for k, (s, e, _, _) in enumerate(iterations, 1)]
     )
     try:
         found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid)
@@ -178,11 +200,14 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -
     out = []
     for k, dur, wait, main_wait, main_io, worker_io in found:
         d, w, mw = as_count(dur), as_count(wait), as_count(main_wait)
-        out.append((int(k), d, w, d - w, pct(w, d), mw, as_count(main_io) - mw, as_count(worker_io)))
+        warm = "yes" if iterations[int(k) - 1][3] else ""
+        out.append((int(k), d, w, d - w, pct(w, d), mw, as_count(main_io) - mw, as_count(worker_io), warm))
     return out
 
 
-def _loop_facts(table: list[tuple[Any, ...]], threshold_pct: float, kind: str) -> dict[str, Any]:
+def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str) -> dict[str, Any]:
+    """The verdict, shares and totals of the measured iterations (the warm-up left out)."""
+    table = [r for r in rows if not r[8]]
     loop, wait = sum(r[1] for r in table), sum(r[2] for r in table)
     shares = [r[4] for r in table if r[4] is not None]
     median_share = median(shares)
@@ -193,6 +218,7 @@ def _loop_facts(table: list[tuple[Any, ...]], threshold_pct: float, kind: str) -
         "wait_share_pct": pct(wait, loop),
         "median_wait_ns": median([r[2] for r in table]),
         "iterations": len(table),
+        "warmup_iterations": len(rows) - len(table),
         "iteration_kind": kind,
         "loop_ns": loop,
         "wait_ns": wait,

@@ -210,16 +210,14 @@ def _process_names(config: dict[str, Any]) -> dict[int, str]:
 
 
 def measured_steps(store: Store, run: RunFacts) -> list[Step]:
-    """The run's step spans after its warm-up (``config.measure.warmup``; none when the run has no such
-    config), in time order. Steps without an iteration number are numbered in time order."""
+    """The run's step spans after its warm-up (``RunContext.warmup``: a pass's --warmup, the first iteration
+    of a live run), in time order. Steps without an iteration number are numbered in time order."""
     found = store.query(
         f"SELECT TRY_CAST(attrs->>'$.\"{A.MODEL_STEP}\"' AS BIGINT), start_ns, start_ns + dur_ns FROM spans "
         f"WHERE run_id = ? AND {STEP_SPAN} ORDER BY start_ns, span_id",
         [run.run_id],
     )
-    measure = run.config.get("measure")
-    warmup = measure.get("warmup", 0) if isinstance(measure, dict) else 0
-    warmup = warmup if isinstance(warmup, int) else 0
+    warmup = run_context(store, run.run_id).warmup
     steps = [Step(int(i) if i is not None else k, int(s), int(e)) for k, (i, s, e) in enumerate(found)]
     return [s for s in steps if s.index >= warmup]
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from xstack.analyze.context import past_warmup, run_context
 from xstack.trace.store import Store
 
 DEVICE_ACTIVITY: Final = "('kernel', 'memcpy', 'memset')"
@@ -52,7 +53,11 @@ SYNC_FILTER: Final = (
 """A host sync call among runtime spans (bind ``$sync`` to ``SYNC_CALLS``); the cheap ``contains`` tests
 keep the regular expression off most of the run's runtime calls."""
 
-STEPS_CTE: Final = f"steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {STEP})"
+STEPS_CTE: Final = (
+    f"steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {STEP} "
+    "AND {measured})"
+)
+"""The run's measured step spans: ``{measured}`` is replaced by the SQL that leaves out the warm-up."""
 
 ACTIVITY_CTE: Final = f"""activity AS (
     SELECT d.device, d.start_ns AS s, d.start_ns + d.dur_ns AS e, r.start_ns AS launch
@@ -87,12 +92,12 @@ def merged(source: str) -> str:
     GROUP BY grp"""
 
 
-def windows_ctes() -> str:
+def windows_ctes(warmup: int = 0) -> str:
     """CTEs ``steps``, ``activity`` and ``windows(s, e)``: the run's measured window as disjoint intervals.
 
-    The window is the union of the step spans, each stretched to the end of the device work launched in it;
-    without steps, the extent of all the run's spans."""
-    return WINDOWS_CTES.replace("{merged}", merged("raw_windows"))
+    The window is the union of the step spans after the first ``warmup`` iterations, each stretched to the end
+    of the device work launched in it; without steps, the extent of all the run's spans."""
+    return WINDOWS_CTES.replace("{merged}", merged("raw_windows")).replace("{measured}", past_warmup(warmup))
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,8 @@ class Window:
 
     table: str
     kind: str
-    """``steps`` (the union of the step spans) or ``extent`` (the whole run: it has no steps)."""
+    """``steps`` (the union of the step spans after the warm-up) or ``extent`` (the whole run: it has no
+    steps)."""
     steps: int
     length_ns: int
 
@@ -110,13 +116,16 @@ _WINDOWS: weakref.WeakKeyDictionary[Store, dict[int, Window]] = weakref.WeakKeyD
 
 
 def measured_window(store: Store, run_id: int) -> Window:
-    """The run's measured window (computed once per open store and run; see ``windows_ctes``)."""
+    """The run's measured window (computed once per open store and run; see ``windows_ctes``), its warm-up
+    (``RunContext.warmup``) left out."""
     per_store = _WINDOWS.setdefault(store, {})
     if run_id not in per_store:
         table = f"_tl_window_{run_id}"
-        store.con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS WITH {windows_ctes()} SELECT s, e FROM windows",
-                          {"run": run_id})  # fmt: skip
-        steps = int(rows(store, f"SELECT count(*) FROM spans WHERE run_id = $run AND {STEP}", run_id)[0][0])
+        warmup = run_context(store, run_id).warmup
+        store.con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS WITH {windows_ctes(warmup)} SELECT s, e FROM "
+                          "windows", {"run": run_id})  # fmt: skip
+        steps = int(rows(store, f"SELECT count(*) FROM spans WHERE run_id = $run AND {STEP} AND {past_warmup(warmup)}",
+                         run_id)[0][0])  # fmt: skip
         length = rows(store, f"SELECT coalesce(sum(e - s), 0) FROM {table}", run_id)[0][0]
         per_store[run_id] = Window(table, "steps" if steps else "extent", steps, int(length))
     return per_store[run_id]

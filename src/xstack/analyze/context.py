@@ -17,6 +17,7 @@ import orjson
 
 from xstack.analyze.result import Result, missing_result
 from xstack.errors import UsageError
+from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 HINTS = {
@@ -65,6 +66,32 @@ class RunContext:
     config: dict[str, Any]
     pass_name: str | None
     _tables: dict[str, str] = field(default_factory=dict)
+    _warmup: int | None = None
+
+    @property
+    def warmup(self) -> int:
+        """The first iterations (step spans) left out of per-iteration statistics: ``warmup_steps(config)``, or 0
+        when no step span lies past them (a run whose every iteration is warm-up counts them all)."""
+        if self._warmup is None:
+            wanted = warmup_steps(self.config)
+            past = self.store.query(
+                f"SELECT count(*) FROM spans WHERE run_id = ? AND level = 'model' AND {STEP_SPAN} "
+                f"AND {past_warmup(wanted)}",
+                [self.run_id],
+            )[0][0]
+            self._warmup = wanted if past else 0
+        return self._warmup
+
+    def warmup_label(self) -> str | None:
+        """What the run's per-iteration statistics leave out, for a result's labels; None when nothing."""
+        wanted = warmup_steps(self.config)
+        if not wanted or self.pass_name == "merged":
+            return None
+        if not self.warmup:
+            return f"every iteration is within the {wanted} of warm-up: all of them counted"
+        if wanted == 1 and "measure" not in self.config:  # the default of a live run, not a pass's --warmup
+            return "iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"
+        return f"iterations 1-{wanted} left out as warm-up" if wanted > 1 else "iteration 1 left out as warm-up"
 
     def has(self, level: str) -> bool:
         """True when the run holds spans of ``level`` (``metrics``: kernels with hardware counters)."""
@@ -132,6 +159,27 @@ class RunContext:
             )
             self._tables["has_metrics"] = "yes" if row[0][0] else "no"
         return self._tables["has_metrics"] == "yes"
+
+
+STEP_SPAN = f"""(attrs->>'$."{A.MODEL_KIND}"' = 'step' OR regexp_matches(name, '^ProfilerStep#[0-9]+$'))"""
+"""An iteration among model spans: one marked by ``prof.step()`` (live) or the profiler's ``ProfilerStep#N``."""
+
+
+def warmup_steps(config: dict[str, Any]) -> int:
+    """How many of a run's first iterations are warm-up, as recorded: ``config.warmup_steps`` (live runs), else
+    ``config.measure.warmup`` (the passes of stores written before it), else 0 (imported traces, merged runs)."""
+    measure = config.get("measure")
+    for value in (config.get(A.CONFIG_WARMUP_STEPS), measure.get("warmup") if isinstance(measure, dict) else None):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return max(value, 0)
+    return 0
+
+
+def past_warmup(warmup: int, alias: str = "") -> str:
+    """SQL: a step span (of ``alias``) is past the first ``warmup`` iterations; spans without an iteration
+    number (``ProfilerStep#N`` of imported traces, whose warm-up the profiler's schedule left out) always are."""
+    col = f"{alias}.attrs" if alias else "attrs"
+    return f"""coalesce(TRY_CAST({col}->>'$."{A.MODEL_STEP}"' AS BIGINT) >= {int(warmup)}, true)"""
 
 
 _CACHE: weakref.WeakKeyDictionary[Store, dict[int, RunContext]] = weakref.WeakKeyDictionary()

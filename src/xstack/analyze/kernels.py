@@ -30,7 +30,7 @@ from xstack.analyze._kernel_costs import (
     peaks,
     rate,
 )
-from xstack.analyze.context import RunContext, run_context
+from xstack.analyze.context import RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -498,10 +498,12 @@ def _runs_by_batch(store: Store, ctx: RunContext) -> list[tuple[int | None, int]
 
 def _model_latency(ctx: RunContext) -> tuple[int, int | None]:
     """(number of steps, median step latency in ns) of a run; one step of the host extent when none is marked,
-    of unknown latency (None) when the run has no host spans (an Nsight Compute CSV)."""
+    of unknown latency (None) when the run has no host spans (an Nsight Compute CSV).
+    The median leaves the warm-up out; the count does not (it divides the whole run's kernel totals)."""
     row = ctx.store.query(
-        f"""SELECT count(*), median(dur_ns)::BIGINT FROM spans WHERE run_id = ? AND level = 'model'
-            AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%') AND device = 'cpu'""",
+        f"""SELECT count(*), (median(dur_ns) FILTER (WHERE {past_warmup(ctx.warmup)}))::BIGINT FROM spans
+            WHERE run_id = ? AND level = 'model' AND device = 'cpu'
+            AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%')""",
         [ctx.run_id],
     )[0]
     if row[0]:

@@ -21,7 +21,8 @@ GAIN_THRESHOLD_PCT = 5.0
 
 NOTES = (
     "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces; "
-    "else the top-level model span with the most time), warm-up iterations left out; p5/p95 are its 5th and "
+    "else the top-level model span with the most time), warm-up iterations left out (a pass's --warmup; the "
+    "first iteration of a live run, which also pays for start-up, unless asked otherwise); p5/p95 are its 5th and "
     "95th percentiles. For each batch size the merged (leveled) run is read, whose step timing comes from the "
     "model pass alone; without one, the batch size's complete run with the fewest levels. Throughput = batch "
     "size / latency, in samples per second; speed-up = throughput over the previous batch size's. The optimal "
@@ -118,6 +119,9 @@ def model_information(
         result.labels.append("one batch size: xstack sweep --batch-sizes 1,2,4,8 measures several")
     if failed:
         result.labels.append(f"failed (cut short) at batch size {', '.join(map(str, failed))}")
+    if (warmup := ctx.warmup_label()) is not None and _batch_size(ctx.config) is None:
+        result.labels.append(warmup)
+    result.facts["warmup_steps"] = ctx.warmup
     unleveled = [p for p in points if p.timing != "leveled"]
     if unleveled:
         which = "" if len(points) == 1 else " at batch size " + ", ".join(str(p.batch_size) for p in unleveled)
@@ -170,8 +174,7 @@ def doubling_gain_pct(b: int, latency_ns: float, b_next: int, latency_next_ns: f
 def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: int | None) -> Point | None:
     """One run's iteration latency: median and p5/p95 over its measured step spans (a merged run's single step
     carries them in its ``stats.*`` attributes); None when the run has no model span."""
-    measure = config.get("measure")
-    first = int(measure.get("warmup", 0)) if isinstance(measure, dict) else 0
+    first = run_context(store, run_id).warmup
     completed = config.get("steps_completed")
     end = completed if isinstance(completed, int) else 2**62
     row: tuple[Any, ...] | None = store.query(

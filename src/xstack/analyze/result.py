@@ -44,7 +44,8 @@ class Chart:
 
     ``y`` may name several columns (stacked or grouped series). ``series`` names a column whose values split
     the points into groups (e.g. ``bound``). ``extra`` carries kind-specific values (a roofline's peaks; a
-    box plot's quantile columns).
+    box plot's quantile columns); for bars, ``extra["mark"]`` names a column whose non-empty value marks a row
+    (its bars drawn faded, the column's name after its label: ``1 (warm-up)``) and ``extra["mark_note"]`` says why.
     """
 
     kind: ChartKind

@@ -10,7 +10,9 @@ ranges as its kernels, with their FLOPs and DRAM bytes, timed by the duration th
 where they measured none, and then ordered by FLOPs. Without a
 run id, a store's last merged run is summarised (a leveled measurement's result: one iteration, each span's
 median from the pass that times its level), or else its last run. For a merged run the summary adds the
-passes and what each level added to the step latency of the levels above it (``config.overhead``).
+passes and what each level added to the step latency of the levels above it (``config.overhead``); for any
+other run with iterations, how many were measured, how many were warm-up (left out of per-iteration statistics)
+and the time after the last ``step()``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from xstack.analyze._io_common import (
     in_list,
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
-from xstack.analyze.context import pick_run
+from xstack.analyze.context import STEP_SPAN, past_warmup, pick_run, run_context
 from xstack.analyze.health import run_health
 from xstack.trace import attrs as A
 from xstack.trace.devices import active_devices, used_devices
@@ -107,6 +109,9 @@ class RunSummary:
     runs: list[tuple[int, str, str | None]] = field(default_factory=list)
     """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
     passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
+    iterations: dict[str, int] | None = None
+    """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
+    and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -159,6 +164,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None)
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
+    if summary.pass_name != "merged":
+        summary.iterations = _iterations(store, run_id)
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
     health = run_health(store, run_id)
@@ -199,6 +206,20 @@ def _devices(store: Store, run_id: int, config: dict[str, Any]) -> tuple[list[di
     """The devices of ``config.devices`` (a trace lists every GPU of its host) that carry the run's kernels,
     copies, sets or counter ranges, and how many others it lists."""
     return used_devices(config.get("devices") or [], active_devices(store.con, run_id))
+
+
+def _iterations(store: Store, run_id: int) -> dict[str, int] | None:
+    """How many of the run's iterations were warm-up and measured, and the time after the last (ns)."""
+    warmup = run_context(store, run_id).warmup
+    row = store.query(
+        f"""SELECT count(*) FILTER (WHERE {STEP_SPAN}), count(*) FILTER (WHERE {STEP_SPAN} AND {past_warmup(warmup)}),
+                coalesce(sum(dur_ns) FILTER (WHERE attrs->>'$."{A.MODEL_KIND}"' = 'tail'), 0)
+            FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL""",
+        [run_id],
+    )[0]
+    if not row[0]:
+        return None
+    return {"measured": int(row[1]), "warmup": int(row[0]) - int(row[1]), "tail_ns": int(row[2])}
 
 
 def _system(store: Store, run_id: int) -> dict[str, Any] | None:

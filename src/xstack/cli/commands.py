@@ -115,19 +115,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     levels = parse_levels(args.levels)  # a bad level is reported before anything runs
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     measured = None
-    if args.warmup is not None and args.iters is None:
-        raise UsageError("xstack run: --warmup needs --iters (the iterations to record after the warm-up)")
+    if args.warmup is not None and args.warmup < 0:
+        raise UsageError(f"xstack run: --warmup must be >= 0 (got {args.warmup})")
     if args.iters is not None:
         from xstack.leveled.passes import check_iterations
+        from xstack.profile import DEFAULT_WARMUP
 
-        args.warmup = args.warmup or 0
+        args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
         check_iterations(args.warmup, args.iters, "xstack run")
         index, _, count = (args.pass_index or "1/1").partition("/")
         name = args.pass_name or "+".join(levels)
         measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
                             progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
     _set_ncu_options(args)
-    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured)
+    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured, force=args.force,
+                       append=args.append, warmup=args.warmup)  # fmt: skip
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -140,7 +142,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     _set_system_interval(args)
     return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
                            metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io,
-                           system=args.system)  # fmt: skip
+                           system=args.system, force=args.force, append=args.append)  # fmt: skip
 
 
 def _set_ncu_options(args: argparse.Namespace) -> None:
@@ -181,7 +183,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     program = parse_program(argv, "xstack sweep")
     out = args.output or Path("xstack-out") / f"{program.name}-sweep.duckdb"
     code = sweep_program(program, sizes, passes=args.passes, warmup=args.warmup, iters=args.iters, out=out,
-                         latency_target_ms=target)  # fmt: skip
+                         latency_target_ms=target, force=args.force)  # fmt: skip
     with Store.open(out) as store:
         result = model_information(store, pick_run(store, None))
     console = Console(highlight=False)

@@ -86,9 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STORE",
         help="store to write (default: xstack-out/<first trace name>.duckdb)",
     )
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--force", action="store_true", help="replace STORE if it exists")
-    mode.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace STORE if it exists; import a file given twice, or (with --append) already imported into STORE",
+    )
+    p.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
 
     p = sub.add_parser(
         "summary", help="print a run's devices, top layers/ops/kernels and trace health", formatter_class=fmt
@@ -142,14 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
         "metrics or io",
     )
     _system_interval_option(p)
-    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
+    _store_options(p, append=True)
     p.add_argument(
         "--iters",
         type=int,
         metavar="N",
         help="record --warmup + N iterations (each ended by xstack.step()), then stop the program",
     )
-    p.add_argument("--warmup", type=int, metavar="W", help="with --iters: iterations before the N (default 0)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        metavar="W",
+        help="the first W iterations are warm-up, left out of per-iteration statistics (default 1: the first "
+        "iteration also pays for start-up); with --iters, recorded before the N",
+    )
     for hidden in ("--pass-name", "--pass-index", "--passes"):  # set by xstack profile for each pass it runs
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
@@ -193,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _system_interval_option(p)
     _ncu_options(p)
-    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>.duckdb)")
+    _store_options(p, append=True)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
     p = sub.add_parser(
@@ -216,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "smallest after which doubling the batch size raises throughput by at most 5%%)",
     )
     _pass_options(p, "as xstack profile")
-    p.add_argument("-o", "--output", type=Path, metavar="STORE", help="store (default: xstack-out/<name>-sweep.duckdb)")
+    _store_options(p, append=False, default="xstack-out/<name>-sweep.duckdb")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
 
     p = sub.add_parser(
@@ -269,6 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=4, metavar="N", help="profiled training steps (default 4)")
     return parser
+
+
+def _store_options(p: argparse.ArgumentParser, *, append: bool, default: str = "xstack-out/<name>.duckdb") -> None:
+    """``-o STORE`` of the commands that profile a program, and what to do when STORE exists (as ``import``)."""
+    p.add_argument("-o", "--output", type=Path, metavar="STORE", help=f"store (default: {default})")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="replace STORE if it exists")
+    if append:
+        mode.add_argument("--append", action="store_true", help="add the runs to an existing STORE")
 
 
 def _ncu_options(p: argparse.ArgumentParser) -> None:

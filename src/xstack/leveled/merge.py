@@ -63,6 +63,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
     merged run) into a new run; returns what was made. Passes that did not complete are left out and said so.
     """
     passes, counters, health = _read_passes(store, run_ids)
+    health += _short_passes(store, [p.run_id for p in passes + counters])
     con = store.con
     con.execute("BEGIN TRANSACTION")  # all of the merged run or, on any error, nothing of it
     try:
@@ -164,6 +165,17 @@ def _read_passes(
                 f"{shallow.name} records"
             )
     return passes, counters, health
+
+
+def _short_passes(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]]:
+    """The passes' ``iterations_short`` findings (a loop that ended before the iterations asked), for the merged
+    run: its statistics come from fewer iterations than the measurement was set up for."""
+    rows = store.query(
+        "SELECT run_id, count, detail FROM health WHERE \"check\" = 'iterations_short' AND list_contains(?, run_id) "
+        "ORDER BY run_id",
+        [run_ids],
+    )
+    return [("iterations_short", int(n), f"{detail} (run {run_id})") for run_id, n, detail in rows]
 
 
 def _counter_pass(p: Pass) -> bool:

@@ -19,7 +19,7 @@ from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, pass_name, resolve_passes
 from xstack.runner import Measured, Program, child_command
-from xstack.trace.store import Store
+from xstack.trace.store import Store, append_store, check_new, scratch_path
 
 SYSCALLS_SUFFIX = "+syscalls"
 """Ends the name of a pass whose system calls are traced: ``model+layer+system+syscalls``."""
@@ -37,9 +37,14 @@ def profile_program(
     metrics_iters: int = 1,
     io: bool = False,
     system: bool = False,
+    force: bool = False,
+    append: bool = False,
 ) -> int:
     """Measure ``program`` once per level set of ``passes`` (default: ``DEFAULT_PASSES`` that can run here)
     into ``out`` and merge the passes; returns the program's exit code (0 when every pass ran).
+
+    An existing store at ``out`` is refused before the first pass runs, unless ``force`` (it is replaced) or
+    ``append`` (the passes and their merged run are added to it).
 
     ``metrics`` adds a ``model,metrics`` pass (hardware counters by Nsight Compute) after the others; a pass
     with the ``metrics`` level records ``metrics_iters`` iterations (each kernel is replayed many times), and
@@ -53,6 +58,11 @@ def profile_program(
     check_iterations(warmup, metrics_iters, "xstack profile (metrics pass)")
     level_sets, names = _passes(passes, metrics=metrics, io=io, system=system)
     store_path = out or Path("xstack-out") / f"{program.name}.duckdb"
+    if append:
+        with Store.open(store_path, read_only=False):  # fails now, and clearly, on a missing or foreign store
+            pass
+    else:
+        check_new(store_path, overwrite=force, can_append=True)
     work = store_path.with_name(f".{store_path.name}.passes")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -68,13 +78,14 @@ def profile_program(
             if code:
                 print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
                 break
-        merged = _gather(store_path, [s for s in stores if s.exists()])
+        merged = _gather(store_path, [s for s in stores if s.exists()], append=append)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    written = "added to" if append else "written to"
     if merged:
-        print(f"xstack: profile written to {store_path}", file=sys.stderr)
+        print(f"xstack: profile {written} {store_path}", file=sys.stderr)
     else:
-        print(f"xstack: the passes' own runs written to {store_path}, without a merged run", file=sys.stderr)
+        print(f"xstack: the passes' own runs {written} {store_path}, without a merged run", file=sys.stderr)
     return code or (0 if merged else 1)
 
 
@@ -123,25 +134,46 @@ def _run(command: list[str]) -> int:
         return child.wait() or 130
 
 
-def _gather(store_path: Path, stores: list[Path]) -> bool:
-    """Copy the passes' runs into one store and merge them; whether they were merged."""
+def _gather(store_path: Path, stores: list[Path], *, append: bool) -> bool:
+    """Copy the passes' runs into one store (a new one, or with ``append`` the existing one, all of them in one
+    transaction) and merge them; whether they were merged."""
     if not stores:
         raise XstackError(f"{store_path}: no pass left a profile (the program failed before xstack could start)")
-    with Store.create(store_path, overwrite=True) as store:
-        for path in stores:
-            with Store.open(path):  # checks that the pass's store is complete
-                pass
-            store.append_runs_from(path)
-        complete = store.query("SELECT count(*) FROM runs WHERE config->>'$.status' = 'complete'")[0][0]
-        if not complete:
-            return False
-        try:
-            merge_passes(store)
-        except UsageError as exc:  # keep the passes: they are what there is to look at
-            why = str(exc).replace(str(store.path), str(store_path))  # the store is named as it will be, not .partial
-            print(f"xstack: error: passes not merged: {why}", file=sys.stderr)
-            return False
-        except Exception as exc:  # the merge is one transaction: the passes stay, whole, whatever failed
-            print(f"xstack: error: passes not merged: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return False
+    if not append:
+        with Store.create(store_path, overwrite=True) as store:  # checked before the passes ran
+            return _merge(store, store_path, _copy_passes(store, stores))
+    scratch = scratch_path(store_path)
+    with Store.create(scratch, overwrite=True) as store:
+        _copy_passes(store, stores)
+    ids = append_store(store_path, scratch)
+    with Store.open(store_path, read_only=False) as store:
+        return _merge(store, store_path, ids)
+
+
+def _copy_passes(store: Store, stores: list[Path]) -> list[int]:
+    """Copy the runs of the passes' complete stores into ``store``; their ids there."""
+    ids = []
+    for path in stores:
+        with Store.open(path):  # checks that the pass's store is complete
+            pass
+        ids += store.append_runs_from(path)
+    return ids
+
+
+def _merge(store: Store, store_path: Path, ids: list[int]) -> bool:
+    """Merge the passes ``ids`` of ``store`` (to be found at ``store_path``); whether they were merged."""
+    complete = store.query(
+        "SELECT count(*) FROM runs WHERE config->>'$.status' = 'complete' AND list_contains(?, run_id)", [ids]
+    )[0][0]
+    if not complete:
+        return False
+    try:
+        merge_passes(store, ids)
+    except UsageError as exc:  # keep the passes: they are what there is to look at
+        why = str(exc).replace(str(store.path), str(store_path))  # the store is named as it will be, not .partial
+        print(f"xstack: error: passes not merged: {why}", file=sys.stderr)
+        return False
+    except Exception as exc:  # the merge is one transaction: the passes stay, whole, whatever failed
+        print(f"xstack: error: passes not merged: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return False
     return True

@@ -38,7 +38,7 @@ from xstack.leveled.script import pass_command
 from xstack.profile import Profile
 from xstack.runner import Program
 from xstack.trace import attrs as A
-from xstack.trace.store import Store
+from xstack.trace.store import Store, check_new
 
 BATCH_SIZE_ENV: Final = "XSTACK_BATCH_SIZE"
 """Environment variable that tells a swept program its batch size (a decimal integer)."""
@@ -97,14 +97,16 @@ def sweep_program(
     out: Path | None = None,
     latency_target_ms: float | None = None,
     progress: bool = True,
+    force: bool = False,
 ) -> int:
     """Measure ``program`` at each of ``batch_sizes`` (in order) with the passes of ``xstack profile``, all into
     the store ``out``; returns the program's exit code (0 when every batch size ran and merged, 1 when one did
-    not merge)."""
+    not merge). An existing store at ``out`` is refused before anything runs, unless ``force`` (replace it)."""
     check_iterations(warmup, iters, "xstack sweep")
     sizes = check_batch_sizes(batch_sizes, "xstack sweep")
     level_sets = resolve_passes(passes or None, "xstack sweep")
     store_path = out or Path("xstack-out") / f"{program.name}-sweep.duckdb"
+    check_new(store_path, overwrite=force)
     work = store_path.with_name(f".{store_path.name}.sweep")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -145,7 +145,7 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     c = Cols.of(result, chart)
     rows, notes = first_rows(result, chart)
     groups, names = bar_colors(result, chart, rows, c)
-    labels = [clip_label(category(r[c.x], result.columns[c.x].unit), 26) for r in rows]
+    labels = [clip_label(marked_label(result, chart, r, category(r[c.x], result.columns[c.x].unit)), 26) for r in rows]
     left, top, plot_h = slant_margin(labels), 12.0 + legend_height(names, 90.0), 220.0
     every = label_step((WIDTH - left - 10) / max(len(rows), 1))
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
@@ -165,7 +165,7 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
             x = x0 if stack else x0 + j * inner
             parts.append(
                 f'<rect class="mark" x="{x:.1f}" y="{min(y0, y1):.1f}" width="{max(inner - 1, 0.6):.1f}" '
-                f'height="{abs(y0 - y1):.1f}" fill="{color(groups[k] if groups else j)}">'
+                f'height="{abs(y0 - y1):.1f}" fill="{color(groups[k] if groups else j)}"{faded(result, chart, row)}>'
                 f"{tooltip(result, row, [c.x, c.ys[j]])}</rect>"
             )
         if k % every == 0:
@@ -177,7 +177,7 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     if every > 1:
         notes.append(f"one label in {every} shown")
     parts.append("</svg>")
-    return Drawn("".join(parts), notes)
+    return Drawn("".join(parts), notes + mark_notes(result, chart, rows))
 
 
 def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
@@ -195,7 +195,7 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     parts.append(x_axis(sx, top, top + plot_h, c.units[0], axis_title(["total"] if stack else c.names, c.units[0])))
     for k, (row, st) in enumerate(zip(rows, stacks, strict=True)):
         y0 = top + k * row_h + 3
-        label = category(row[c.x], result.columns[c.x].unit)
+        label = marked_label(result, chart, row, category(row[c.x], result.columns[c.x].unit))
         parts.append(
             f'<text class="tick" x="{left - 6:.1f}" y="{y0 + row_h / 2 + 1:.1f}" text-anchor="end">'
             f"{esc(clip_label(label, 42))}{title_tag([label])}</text>"
@@ -207,8 +207,8 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
             y = y0 if stack else y0 + j * bar_h
             parts.append(
                 f'<rect class="mark" x="{min(x0, x1):.1f}" y="{y:.1f}" width="{abs(x1 - x0):.1f}" '
-                f'height="{max(bar_h - 1, 1):.1f}" fill="{color(groups[k] if groups else j)}">'
-                f"{tooltip(result, row, [c.x, c.ys[j]])}</rect>"
+                f'height="{max(bar_h - 1, 1):.1f}" fill="{color(groups[k] if groups else j)}"'
+                f"{faded(result, chart, row)}>{tooltip(result, row, [c.x, c.ys[j]])}</rect>"
             )
         if st and (stack or len(c.ys) == 1):
             end = max(hi for _, _, hi in st)
@@ -218,7 +218,32 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
                 f'y="{y0 + row_h / 2 + 1:.1f}">{esc(format_value(value, c.units[0]))}</text>'
             )
     parts.append("</svg>")
-    return Drawn("".join(parts), notes)
+    return Drawn("".join(parts), notes + mark_notes(result, chart, rows))
+
+
+def _mark(result: Result, chart: Chart, row: Sequence[Any]) -> str:
+    """The name of the ``extra["mark"]`` column (``warm-up``, say) when its value marks the row, else ``""``."""
+    key = chart.extra.get("mark")
+    if not isinstance(key, str) or not any(c.name == key for c in result.columns):
+        return ""
+    return key if row[result.column_index(key)] not in (None, "", False, 0, "no") else ""
+
+
+def marked_label(result: Result, chart: Chart, row: Sequence[Any], label: str) -> str:
+    """A category label with the row's mark after it: ``1 (warm-up)``."""
+    mark = _mark(result, chart, row)
+    return f"{label} ({mark})" if mark else label
+
+
+def faded(result: Result, chart: Chart, row: Sequence[Any]) -> str:
+    """SVG attributes that draw a marked row's bars faded (shown, and told apart from the others)."""
+    return ' fill-opacity="0.4"' if _mark(result, chart, row) else ""
+
+
+def mark_notes(result: Result, chart: Chart, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The chart's ``extra["mark_note"]`` when a row drawn is marked."""
+    note = chart.extra.get("mark_note")
+    return [note] if isinstance(note, str) and any(_mark(result, chart, r) for r in rows) else []
 
 
 def bar_colors(result: Result, chart: Chart, rows: Sequence[tuple[Any, ...]], c: Cols) -> tuple[list[int], list[str]]:
@@ -285,7 +310,7 @@ def boxes(result: Result, chart: Chart) -> Drawn:
         raise ChartError(f"{result.id}: a box plot needs 1, 3 or 5 quantile columns, not {len(quantiles)}")
     c = Cols.of(result, replace(chart, y=quantiles))
     rows, notes = first_rows(result, chart)
-    labels = [clip_label(category(r[c.x], result.columns[c.x].unit), 26) for r in rows]
+    labels = [clip_label(marked_label(result, chart, r, category(r[c.x], result.columns[c.x].unit)), 26) for r in rows]
     left, top, plot_h = slant_margin(labels), 12.0, 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     values = [v for r in rows for i in c.ys if (v := num(r[i])) is not None]

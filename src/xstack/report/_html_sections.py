@@ -12,7 +12,7 @@ from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
-from xstack.report.terminal import devices_line, health_headline, runs_line, system_line, wall_line
+from xstack.report.terminal import devices_line, health_headline, iterations_line, runs_line, system_line, wall_line
 
 HEADLINE_RESULTS = (
     "A1",
@@ -72,6 +72,8 @@ def _cards(analysis: Analysis) -> str:
     meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"source: {s.source}" if s.source else ""]
     if s.status and s.status != "complete":
         meta.append(f"status: {s.status} (the program stopped early)")
+    if s.iterations:
+        meta.append(f"iterations: {iterations_line(s.iterations)}")
     line = " · ".join(m for m in meta if m)
     system = f'<p class="meta">system: {esc(system_line(s.system))}</p>' if s.system else ""
     others = runs_line(s, "report")

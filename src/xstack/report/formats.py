@@ -29,7 +29,7 @@ from xstack.analyze.result import Result, format_ns, format_value
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import Comparison
-from xstack.report.terminal import devices_line, health_headline, runs_line, wall_line
+from xstack.report.terminal import devices_line, health_headline, iterations_line, runs_line, wall_line
 
 HEALTH = "health"
 """The id of the health analysis, which markdown shows once, in its closing Trace health section."""
@@ -106,6 +106,7 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("source", s.source or "-"),
         ("pass", s.pass_name or "-"),
         ("host wall time", wall_line(s)),
+        *([("iterations", iterations_line(s.iterations))] if s.iterations else []),
         ("devices", devices_line(s)),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
     ]

@@ -82,6 +82,8 @@ def _run_table(s: RunSummary) -> Table:
     if s.status:
         t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
     t.add_row("host wall time", wall_line(s))
+    if s.iterations:
+        t.add_row("iterations", iterations_line(s.iterations))
     for d in s.devices:
         t.add_row(f"device {d.get('id', '?')}", device_line(d, s.gpu_runtime))
     if s.devices_unused:
@@ -176,6 +178,18 @@ def runs_line(s: RunSummary, command: str) -> str | None:
     more = f" and {len(s.runs) - RUNS_LISTED:,} more" if len(s.runs) > RUNS_LISTED else ""
     store = shlex.quote(s.store) if s.store else "STORE"
     return f"{len(s.runs):,} runs: {', '.join(items)}{more}; another one: xstack {command} {store} --run N"
+
+
+def iterations_line(iterations: dict[str, int]) -> str:
+    """The run's iterations on one line: "19 measured, after 1 warm-up (left out of per-iteration statistics);
+    20.4 ms after the last step()"."""
+    warmup = iterations["warmup"]
+    text = f"{iterations['measured']:,} measured"
+    if warmup:
+        text += f", after {warmup:,} warm-up (left out of per-iteration statistics)"
+    if iterations["tail_ns"]:
+        text += f"; {format_ns(iterations['tail_ns'])} after the last step() (not an iteration)"
+    return text
 
 
 def system_line(system: dict[str, Any]) -> str:

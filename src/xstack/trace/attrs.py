@@ -338,7 +338,8 @@ GPU_THROTTLE_BITS: Final = {
 
 # -- model ------------------------------------------------------------------------------------------------
 MODEL_KIND: Final = "model.kind"
-"""String: ``step`` (an iteration marked by ``prof.step()``), ``user`` (``xstack.span``), ``forward`` (a
+"""String: ``step`` (an iteration marked by ``prof.step()``), ``tail`` (what followed the last ``step()``:
+not an iteration), ``region`` (a profile with no ``step()``), ``user`` (``xstack.span``), ``forward`` (a
 top-level model call), ``optimizer`` (an optimizer step) or ``dataloader`` (waiting for the next batch)."""
 MODEL_STEP: Final = "model.step"
 """Integer: the iteration a step span stands for, counted from 0."""
@@ -371,6 +372,9 @@ STATS_NOISY: Final = "stats.noisy"
 CONFIG_BATCH_SIZE: Final = "batch_size"
 """Integer, a key of ``runs.config``: the batch size the run was measured at (``xstack sweep`` sets it on every
 pass and merged run of a sweep)."""
+CONFIG_WARMUP_STEPS: Final = "warmup_steps"
+"""Integer, a key of ``runs.config`` of a live run: how many of its first iterations (step spans) are warm-up,
+left out of per-iteration statistics (1 by default: the first also pays for start-up; a pass's --warmup)."""
 CONFIG_SWEEP: Final = "sweep"
 """Object, a key of ``runs.config``: the sweep a run belongs to, ``{"batch_sizes": [...],
 "latency_target_ms": float}`` (every batch size asked for, in order, and the user's latency target, in ms,

@@ -95,12 +95,7 @@ class Store:
         ``path`` is replaced only with ``overwrite`` and only once the new one is complete.
         """
         final = Path(path)
-        if final.is_dir():
-            raise StoreError(f"{final}: is a directory, not a store path (give a file name: -o DIR/name.duckdb)")
-        if final.exists() and not overwrite:
-            raise StoreError(f"{final}: already exists (pass --force to replace it, or choose another -o path)")
-        if final.exists():
-            _check_replaceable(final)
+        check_new(final, overwrite=overwrite)
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -258,6 +253,37 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_new(path: str | os.PathLike[str], *, overwrite: bool = False, can_append: bool = False) -> None:
+    """Raise ``StoreError`` unless a new store can be created at ``path``: not a directory, and not an existing
+    file unless ``overwrite`` (and then only an xstack store). Commands that run for a while (a profiled program)
+    call it before they start, so that a refusal comes first, not after the work. ``can_append``: the command
+    has ``--append``, which the refusal then suggests too."""
+    final = Path(path)
+    if final.is_dir():
+        raise StoreError(f"{final}: is a directory, not a store path (give a file name: -o DIR/name.duckdb)")
+    if final.exists() and not overwrite:
+        append = ", --append to add to it" if can_append else ""
+        raise StoreError(f"{final}: already exists (pass --force to replace it{append}, or choose another -o path)")
+    if final.exists():
+        _check_replaceable(final)
+
+
+def scratch_path(path: str | os.PathLike[str]) -> Path:
+    """Where runs to be appended to the store ``path`` are written first (beside it): they are copied into it
+    in one transaction once complete, so that the store gets all of them or none."""
+    final = Path(path)
+    return final.with_name(final.name + ".append")
+
+
+def append_store(path: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> list[int]:
+    """Copy every run of the complete store ``scratch`` into the store at ``path`` in one transaction, then
+    remove ``scratch``; returns the runs' ids in ``path``."""
+    with Store.open(path, read_only=False) as store:
+        ids = store.append_runs_from(Path(scratch))
+    _remove_db(Path(scratch))
+    return ids
 
 
 def _configure(con: duckdb.DuckDBPyConnection, path: Path, *, spill_beside: bool = True) -> None:
