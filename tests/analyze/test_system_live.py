@@ -31,7 +31,7 @@ class Files(torch.utils.data.Dataset):
     def __init__(self, path):
         self.path = path
     def __len__(self):
-        return 64
+        return 256  # 32 steps of over 10 ms: enough 50 ms samples after the warm-up step
     def __getitem__(self, i):
         with open(self.path, "rb") as fh:
             return torch.frombuffer(bytearray(fh.read(256)), dtype=torch.uint8).float()
