@@ -181,7 +181,16 @@ def _short_passes(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]
 def _counter_pass(p: Pass) -> bool:
     """Passes that add counters or operations to the merged spans, never timings: metrics, io and system (its
     sampler and traced system calls slow the levels it runs with)."""
-    return "metrics" in p.levels or "io" in p.levels or "system" in p.levels
+    return counter_levels(p.levels)
+
+
+COUNTER_LEVELS = ("metrics", "io", "system")
+"""Levels whose passes add counters or operations to the merged spans and never time them."""
+
+
+def counter_levels(levels: Sequence[str]) -> bool:
+    """Whether a pass recording ``levels`` is a counter pass (see ``COUNTER_LEVELS``)."""
+    return any(level in levels for level in COUNTER_LEVELS)
 
 
 def _system_passes(system: list[Pass]) -> tuple[str, int, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from xstack.errors import UsageError
-from xstack.leveled.merge import merge_passes
+from xstack.leveled.merge import COUNTER_LEVELS, counter_levels, merge_passes
 from xstack.leveled.progress import PassProgress
 from xstack.profile import Profile, parse_levels
 from xstack.trace.store import Store
@@ -64,6 +64,14 @@ def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> li
     level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
     if not level_sets:
         raise UsageError(f"{who}: no passes given")
+    if all(counter_levels(levels) for levels in level_sets):  # nothing would time the merged spans
+        named = ", ".join(pass_name(levels) for levels in level_sets)
+        which = f"pass {named} records" if len(level_sets) == 1 else f"passes {named} each record"
+        raise UsageError(
+            f"{who}: {which} a level that adds counters ({', '.join(COUNTER_LEVELS)}) and slows what it runs "
+            "with, so nothing would time the merged profile: add a pass without them (levels model, or "
+            "model,layer)"
+        )
     for levels in level_sets:  # before any pass runs, not after the first ones
         for level in levels:
             reason = collect.load(level).unavailable_reason()
