@@ -380,8 +380,9 @@ CONFIG_SWEEP: Final = "sweep"
 "latency_target_ms": float}`` (every batch size asked for, in order, and the user's latency target, in ms,
 when one was given)."""
 CONFIG_CPU_COUNT: Final = "cpu_count"
-"""Integer, a key of ``runs.config``: the CPUs the profiled process may run on (its affinity mask, which is
-what PyTorch's DataLoader counts too; the machine's count where the mask cannot be read)."""
+"""Integer, a key of ``runs.config``: the CPUs the profiled process may use: its affinity mask, which is what
+PyTorch's DataLoader counts too (the machine's count where the mask cannot be read), lowered to its cgroup's CPU
+quota, rounded up, where it has one (a container's ``--cpus``)."""
 CONFIG_DATALOADERS: Final = "dataloaders"
 """List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
 first did, as ``{"index": int, "dataset": str (the dataset's class), "batch_size": int | None, "num_workers":
