@@ -23,6 +23,8 @@ from typing import Any
 import orjson
 
 from xstack.analyze._io_common import (
+    DATA_FILE,
+    DATA_SPAN,
     FILE_OPS,
     FILE_STORAGE,
     FILE_TIME,
@@ -90,8 +92,9 @@ class RunSummary:
     merged_into: int | None = None
     """For one pass of a leveled measurement: the run that merges it."""
     io: dict[str, Any] | None = None
-    """The run's file I/O in total, when it has any: ``ops``, ``bytes_read``, ``bytes_written``, ``time_ns``,
-    ``files``, ``processes`` (pipes and sockets left out)."""
+    """The run's file I/O, when it has any: ``ops``, ``bytes_read``, ``bytes_written``, ``time_ns``, ``files``,
+    ``processes`` of its data files (classes data and unknown), and ``all_ops``, ``all_files`` of every class
+    (the interpreter's imports included); pipes and sockets left out."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
     wall_source: str | None = None
@@ -286,26 +289,27 @@ def _merging_run(store: Store, run_id: int) -> int | None:
     return None
 
 
-_IO_FROM_FILES = f"""
-SELECT sum({FILE_OPS}), sum(bytes_read), sum(bytes_written), sum({FILE_TIME}),
-    count(DISTINCT path), count(DISTINCT pid)
-FROM io_files WHERE run_id = ? AND {FILE_STORAGE}
+_IO_TOTALS = """
+SELECT sum({ops}) FILTER (WHERE {data}), sum({read}) FILTER (WHERE {data}), sum({written}) FILTER (WHERE {data}),
+    sum({time}) FILTER (WHERE {data}), count(DISTINCT {path}) FILTER (WHERE {data}),
+    count(DISTINCT pid) FILTER (WHERE {data}), sum({ops}), count(DISTINCT {path})
+FROM {table} WHERE run_id = ? AND {storage}
 """
-
-_IO_FROM_SPANS = f"""
-SELECT count(*), sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)}),
-    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(WRITE_OPS)}), sum(dur_ns), count(DISTINCT {SPAN_PATH}),
-    count(DISTINCT pid)
-FROM spans WHERE run_id = ? AND level = 'io' AND {SPAN_STORAGE}
-"""
+_IO_FROM_FILES = _IO_TOTALS.format(ops=FILE_OPS, read="bytes_read", written="bytes_written", time=FILE_TIME,
+                                   path="path", data=DATA_FILE, table="io_files", storage=FILE_STORAGE)  # fmt: skip
+_IO_FROM_SPANS = _IO_TOTALS.format(ops="1", read=f"CASE WHEN name IN {in_list(READ_OPS)} THEN {SPAN_BYTES} END",
+                                   written=f"CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} END",
+                                   time="dur_ns", path=SPAN_PATH, data=DATA_SPAN,
+                                   table="spans", storage=f"level = 'io' AND {SPAN_STORAGE}")  # fmt: skip
 
 
 def _io_totals(store: Store, run_id: int, io_spans: int) -> dict[str, Any] | None:
-    """The run's file I/O totals from ``io_files`` (else from its ``io`` spans); None without I/O data."""
+    """The run's file I/O totals from ``io_files`` (else from its ``io`` spans): those of its data files, and
+    the operations and files of every class (Python, system, profiler files, directories); None without I/O."""
     row = store.query(_IO_FROM_FILES, [run_id])[0]
-    if not row[5] and io_spans:
+    if not row[7] and io_spans:
         row = store.query(_IO_FROM_SPANS, [run_id])[0]
-    if not row[5]:
+    if not row[7]:
         return None
-    keys = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes")
+    keys = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes", "all_ops", "all_files")
     return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}

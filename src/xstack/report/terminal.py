@@ -254,12 +254,16 @@ def _gpu_part(system: dict[str, Any]) -> str:
 
 
 def io_line(io: dict[str, Any]) -> str:
-    """The run's file I/O on one line: operations, processes, files, bytes read and written, time in I/O."""
-    return (
-        f"{io['ops']:,} operations by {io['processes']:,} process(es) on {io['files']:,} files: "
+    """The run's file I/O on one line: the data files' operations, processes, files, bytes read and written and
+    time in I/O, then the operations on every file (the interpreter's imports, system and profiler files)."""
+    text = (
+        f"{io['ops']:,} operations by {io['processes']:,} process(es) on {io['files']:,} data files: "
         f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
         f"{format_ns(io['time_ns'])} in I/O"
     )
+    if io.get("all_ops", io["ops"]) != io["ops"]:
+        text += f"; {io['all_ops']:,} operations on {io['all_files']:,} files in all (Python, system and other files)"
+    return text
 
 
 def _overhead_table(s: RunSummary) -> Table:
