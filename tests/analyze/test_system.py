@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.analyze.system_store import (
@@ -235,12 +236,12 @@ def test_syscall_time_per_stage_layer_thread_and_worker(traced: Store) -> None:
         "stage", 9, 780_000, 750_000, 30_000)  # fmt: skip
     assert (loader["span time"], loader["share"], loader["wait share"]) == (900_000, pytest.approx(780 / 9),
                                                                           pytest.approx(750 / 9))  # fmt: skip
-    assert (loader["per step under strace"], loader["top call"], loader["top wait"]) == (260_000, "futex", "futex")
+    assert (loader["per step traced"], loader["top call"], loader["top wait"]) == (260_000, "futex", "futex")
     assert (loader["span per step"], loader["est. per step"], loader["est. wait per step"]) == (None,) * 3
     net, fc = _row(r, "Net"), _row(r, "fc")
     # the forward stage counts its own mmap and the calls of the layer inside it
     assert (net["calls"], net["memory"], net["write"], net["open/metadata"]) == (9, 60_000, 90_000, 15_000)
-    assert (fc["kind"], fc["in syscalls"], fc["span time"], fc["per step under strace"]) == (
+    assert (fc["kind"], fc["in syscalls"], fc["span time"], fc["per step traced"]) == (
         "layer", 105_000, 1_200_000, 35_000)  # fmt: skip
     step = _row(r, "step")
     assert (step["wait"], step["share"], step["top wait"]) == (150_000, pytest.approx(5.0), "clock_nanosleep")
@@ -253,6 +254,18 @@ def test_syscall_time_per_stage_layer_thread_and_worker(traced: Store) -> None:
     assert r.labels == ["strace: each call slowed by some microseconds",
                         "times measured under strace (no profile without it to weigh them by)"]  # fmt: skip
     assert "strace" in r.notes and f["unslowed_run"] is None and f["main_per_step_est_ns"] is None
+
+
+def test_a_pass_traced_with_perf_is_labelled_as_perf(tmp_path: Path) -> None:
+    with syscall_store(tmp_path / "perf.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = 1")[0][0])
+    config[A.CONFIG_SYSTEM]["syscall_tool"] = "perf 6.1.187"
+    with Store.open(tmp_path / "perf.duckdb", read_only=False) as store:
+        store.set_run_config(1, A.CONFIG_SYSTEM, config[A.CONFIG_SYSTEM])
+        r = _one(store, "system.syscalls")
+    assert r.labels == ["perf record (raw_syscalls tracepoints): each call slowed far less than under strace",
+                        "times measured under perf (no profile without it to weigh them by)"]  # fmt: skip
+    assert r.facts["tracer"] == "perf" and not any("strace" in c.name for c in r.columns)
 
 
 def test_idle_helper_threads_are_kept_apart_from_the_main_thread(tmp_path: Path) -> None:
@@ -373,7 +386,7 @@ def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_
         rec = _fired(store, "stage_blocked_in_waits", MERGED)
         line = system_line(summarize(store, MERGED).system or {})
     loader = _row(r, "dataloader.next")
-    assert (loader["per step under strace"], loader["span per step"]) == (260_000, 1_800_000)
+    assert (loader["per step traced"], loader["span per step"]) == (260_000, 1_800_000)
     assert loader["est. per step"] == pytest.approx(1_800_000 * 780 / 900)
     assert loader["est. wait per step"] == pytest.approx(1_800_000 * 750 / 900)
     assert _row(r, "step")["span per step"] == 2_000_000 and _row(r, "fc")["span per step"] is None  # no layer pass

@@ -228,7 +228,7 @@ def _wait_line(row: dict[str, Any], tracer: str) -> str:
     if row["est. wait per step"] is not None:
         return line + (f"; that share of its {format_ns(row['span per step'])} per step without {tracer}, about "
                        f"{format_ns(row['est. wait per step'])} of waiting per step (system.syscalls)")  # fmt: skip
-    per_step, total = row["per step under strace"], row["in syscalls"]
+    per_step, total = row["per step traced"], row["in syscalls"]
     if per_step and total:
         line += (f"; {format_ns(per_step * row['wait'] / total)} per step measured under {tracer}, which slows "
                  "every call (no profile without it to weigh the share by)")  # fmt: skip

@@ -149,18 +149,18 @@ COLUMNS = [
     Column("process"),
     Column("threads", "count", "threads whose calls the row sums"),
     Column("calls", "count"),
-    Column("in syscalls", "ns", "time in the calls under strace, summed over the row's threads: thread-time, "
+    Column("in syscalls", "ns", "time in the calls under the tracer, summed over the row's threads: thread-time, "
            "which exceeds the wall time where several threads wait at once"),
     *(Column(cls, "ns", f"time in {cls} calls, summed over the row's threads") for cls in CLASS_NAMES),
-    Column("span time", "ns", "the stage's or layer's own duration under strace, summed over its calls"),
+    Column("span time", "ns", "the stage's or layer's own duration under the tracer, summed over its calls"),
     Column("share", "pct", "time in syscalls as a share of the span time"),
     Column("wait share", "pct", "time in wait calls as a share of the span time"),
-    Column("per step under strace", "ns", "time in syscalls within the measured steps, per step, as strace "
+    Column("per step traced", "ns", "time in syscalls within the measured steps, per step, as the tracer "
            "slowed it (summed over the row's threads)"),
-    Column("span per step", "ns", "the stage's or layer's duration per step without strace (the merged "
+    Column("span per step", "ns", "the stage's or layer's duration per step without the tracer (the merged "
            "profile); none where the run was traced throughout or has no such span"),
     Column("est. per step", "ns", "share x span per step: the time in syscalls per step, estimated without "
-           "strace's slowdown"),
+           "the tracer's slowdown"),
     Column("est. wait per step", "ns", "wait share x span per step"),
     Column("top call", help="the call with the most time here"),
     Column("top wait", help="the wait call with the most time here"),
@@ -173,23 +173,24 @@ def syscall_time(store: Store, run_id: int) -> Result:
     time per measured step under strace (ns) and, in a merged profile, the shares applied to the duration
     without strace (ns).
 
-    Notes: from the syscall pass (strace), whose ``system`` spans hang from the model or layer span open on their
-    thread when they started. A stage row counts the calls under that model span, those of the layers in it
-    included, but not those of stages nested in it (``step`` is a step outside its inner stages); a layer row counts
-    the calls made while it was the innermost layer. So stage and layer rows overlap, and a call's time is its whole
-    duration whether it blocked or ran in the kernel. Calls under no span are the main thread's "outside any stage",
-    the main process's other threads (the DataLoader's pin-memory thread and the intra-op pool among them) and each
-    worker process; a row of several threads sums their time, so a pool of idle threads each blocked in a futex for
-    the whole pass counts the pass once per thread. The facts keep the thread that runs the loop (the one recording
-    the model spans) apart: its time in syscalls within the measured steps and its share of them, against the other
-    threads' time and how much of it they spent in wait calls, idle. Caveats: strace stops the thread at every call,
-    adding some microseconds to each and slowing the whole pass, so counts and the durations of calls that block
-    (waits, reads of pipes) are what to trust, not the time of short calls; calls still running when the trace ended
-    run to its end. What the program computes between calls is not seen here. So no time measured under strace is
-    given as the program's own: where the run analysed is a merged profile, the shares measured under strace (strace
-    slows the calls more than the code between them, so they still overstate syscalls, less badly) are applied to
-    each stage's and layer's duration per step in the merged profile, whose passes ran without strace ("est."
-    columns).
+    Notes: from the syscall pass (strace; perf record where ``XSTACK_SYSCALL_TOOL=perf`` chose it, which slows each
+    call far less: the first label names the tracer, and what follows of strace holds of it too), whose ``system``
+    spans hang from the model or layer span open on their thread when they started. A stage row counts the calls
+    under that model span, those of the layers in it included, but not those of stages nested in it (``step`` is a
+    step outside its inner stages); a layer row counts the calls made while it was the innermost layer. So stage and
+    layer rows overlap, and a call's time is its whole duration whether it blocked or ran in the kernel. Calls under
+    no span are the main thread's "outside any stage", the main process's other threads (the DataLoader's pin-memory
+    thread and the intra-op pool among them) and each worker process; a row of several threads sums their time, so a
+    pool of idle threads each blocked in a futex for the whole pass counts the pass once per thread. The facts keep
+    the thread that runs the loop (the one recording the model spans) apart: its time in syscalls within the
+    measured steps and its share of them, against the other threads' time and how much of it they spent in wait
+    calls, idle. Caveats: strace stops the thread at every call, adding some microseconds to each and slowing the
+    whole pass, so counts and the durations of calls that block (waits, reads of pipes) are what to trust, not the
+    time of short calls; calls still running when the trace ended run to its end. What the program computes between
+    calls is not seen here. So no time measured under strace is given as the program's own: where the run analysed
+    is a merged profile, the shares measured under strace (strace slows the calls more than the code between them,
+    so they still overstate syscalls, less badly) are applied to each stage's and layer's duration per step in the
+    merged profile, whose passes ran without strace ("est." columns).
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
@@ -210,9 +211,20 @@ def syscall_time(store: Store, run_id: int) -> Result:
         run_id=runs.run_id,
         chart=Chart("stacked", x="where", y=CLASS_NAMES, title="Time in system calls by class", limit=25),
         facts=_facts(run, found) | threads | {"unslowed_run": runs.run_id if unslowed else None},
-        labels=["strace: each call slowed by some microseconds"]
-        + ([] if unslowed else ["times measured under strace (no profile without it to weigh them by)"]),
+        labels=[_slowdown(tracer := _tracer(run))]
+        + ([] if unslowed else [f"times measured under {tracer} (no profile without it to weigh them by)"]),
     )
+
+
+def _tracer(run: RunFacts) -> str:
+    """The syscall pass's tracer: ``strace`` or ``perf`` (``config.system.syscall_tool``)."""
+    return str(run.system.get("syscall_tool") or "strace").split()[0]
+
+
+def _slowdown(tracer: str) -> str:
+    if tracer == "perf":
+        return "perf record (raw_syscalls tracepoints): each call slowed far less than under strace"
+    return f"{tracer}: each call slowed by some microseconds"
 
 
 def _unslowed(store: Store, runs: SystemRuns, run: RunFacts) -> dict[tuple[str, str], float]:
@@ -275,7 +287,7 @@ def _facts(run: RunFacts, found: list[tuple[Any, ...]]) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "source_run": run.run_id,
         "tool": run.system.get("syscall_tool"),
-        "tracer": str(run.system.get("syscall_tool") or "strace").split()[0],
+        "tracer": _tracer(run),
         "calls": sum(int(r[5]) for r in once),
         "thread_time_ns": sum(int(r[6]) for r in once),
         "failed": sum(int(r[8]) for r in once),
@@ -325,7 +337,7 @@ NAME_COLUMNS = [
     Column("class"),
     Column("calls", "count"),
     Column("failed", "count", "calls that returned an error"),
-    Column("total", "ns", "summed over every thread and process, under strace: thread-time, not wall time"),
+    Column("total", "ns", "summed over every thread and process, under the tracer: thread-time, not wall time"),
     Column("main thread", "ns", "on the thread that runs the loop (the one recording the model spans)"),
     Column("mean", "ns"),
     Column("longest", "ns"),
