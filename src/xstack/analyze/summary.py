@@ -112,6 +112,9 @@ class RunSummary:
     runs: list[tuple[int, str, str | None]] = field(default_factory=list)
     """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
     passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
+    share_of: dict[str, str] = field(default_factory=dict)
+    """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
+    merged run, "of step (PASS)": the step median of the pass that timed that level."""
     iterations: dict[str, int] | None = None
     """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
     and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
@@ -162,8 +165,19 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     kernel_total = store.query(
         "SELECT coalesce(sum(dur_ns), 0) FROM spans WHERE run_id = ? AND level = 'kernel'", [run_id]
     )[0][0]
+    # a merged run's layers and ops are timed in their own passes, each slower than the one laying out the
+    # iteration: their shares are of the step median of the pass that timed them
+    pass_step = {
+        level: (int(o["step_median_ns"]), str(o.get("pass")))
+        for o in summary.overhead[1:]  # the first pass lays out the iteration: its levels are of the wall time
+        if o.get("step_median_ns")
+        for level in o.get("levels_added") or []
+    }
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
+        if level != "kernel" and level in pass_step:
+            denominator, timed_by = pass_step[level]
+            summary.share_of[level] = f"of step ({timed_by})"
         summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None)
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)

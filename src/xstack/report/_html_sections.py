@@ -47,7 +47,8 @@ def overview(analysis: Analysis) -> str:
     for level, title in LEVEL_TITLES.items():
         rows = s.top.get(level) or []
         if rows:
-            parts.append(f'<div class="top" data-level="{level}"><h4>{esc(title)}</h4>{_top_chart(level, rows)}</div>')
+            chart = _top_chart(level, rows, s.share_of.get(level))
+            parts.append(f'<div class="top" data-level="{level}"><h4>{esc(title)}</h4>{chart}</div>')
     parts.append("</div></section>")
     return "".join(parts)
 
@@ -81,8 +82,8 @@ def _cards(analysis: Analysis) -> str:
     return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + runs + system
 
 
-def _top_chart(level: str, rows: Sequence[TopRow]) -> str:
-    share = "% of kernel time" if level == "kernel" else "% of wall"
+def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) -> str:
+    share = f"% {share_of}" if share_of else "% of kernel time" if level == "kernel" else "% of wall"
     if all(r.total_ns is None for r in rows):  # kernels known by their counters only, untimed: their FLOPs
         result = Result(
             id=f"top.{level}",

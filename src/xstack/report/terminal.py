@@ -38,7 +38,7 @@ def render_summary(summary: RunSummary) -> RenderableType:
         parts.append(_overhead_table(summary))
     for level, rows in summary.top.items():
         if rows:
-            share = "of kernel time" if level == "kernel" else "of wall"
+            share = summary.share_of.get(level) or ("of kernel time" if level == "kernel" else "of wall")
             source = summary.kernels_from if level == "kernel" else None
             parts.append(_top_table(LEVEL_TITLES[level], rows, share, f"from {source}" if source else None))
         else:
