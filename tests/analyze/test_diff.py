@@ -18,10 +18,12 @@ import pytest
 from rich.console import Console
 
 from tests.conftest import kineto_fixture
-from xstack.analyze._diff_read import Timing
+from xstack.analyze._diff_read import Timing, read_side
 from xstack.analyze.diff import ProfileDiff, Rule, diff_profiles
 from xstack.importers.kineto import import_kineto
-from xstack.trace.store import Store
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
 
 BERT = "h100_bert_small_infer_full"
 VIT = "h100_vit_image_cls_infer_full"
@@ -298,3 +300,34 @@ def test_markdown_shows_docstring_literals_as_code_spans(gpu: tuple[Path, Path])
     # escaping stays outside code spans, where markdown would show a backslash literally
     assert markdown_text("the ``io_files`` view, a_b", lambda t: t.replace("_", "\\_")) == "the `io_files` view, a\\_b"
     assert markdown_text("``a`b``", str) == "`` a`b ``"
+
+
+def _live_store(path: Path, warmup_ns: int, step_ns: int) -> Path:
+    """A live run of two iterations, the first warm-up (config.warmup_steps = 1): each step holds layer fc,
+    which takes all of the warm-up's extra time."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "live", levels=["model", "layer"], config={A.CONFIG_WARMUP_STEPS: 1}))
+        sink = Sink(store, 1)
+        start = 0
+        for k, dur in enumerate((warmup_ns, step_ns)):
+            sink.span(1 + 2 * k, None, "model", f"step#{k}", start, dur, 1, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+            sink.span(2 + 2 * k, 1 + 2 * k, "layer", "fc", start + 100, dur - 1000, 1, 1,
+                      {A.LAYER_PATH: "fc", A.LAYER_TYPE: "Linear", A.LAYER_CALL_INDEX: 0})  # fmt: skip
+            start += dur
+        sink.close()
+    return path
+
+
+def test_a_live_run_s_warm_up_step_is_left_out(tmp_path: Path) -> None:
+    # the same steady step (10 ms), after a 100 ms and a 10 ms first iteration: no change
+    a = _live_store(tmp_path / "a.duckdb", 100_000_000, 10_000_000)
+    b = _live_store(tmp_path / "b.duckdb", 10_000_000, 10_000_000)
+    with Store.open(a) as sa:
+        side = read_side(sa, 1)
+    assert side.steps == 1 and side.step is not None and side.step.value_ns == 10_000_000
+    assert side.layers[("fc", 0)].value_ns == 10_000_000 - 1000 and side.layers[("fc", 0)].count == 1
+    with Store.open(a) as sa, Store.open(b) as sb:
+        d = diff_profiles(sa, sb)
+    assert [r["status"] for r in _rows(d, "diff.layers")] == ["unchanged"]
+    assert d.summary.facts["step_status"] == "unchanged"

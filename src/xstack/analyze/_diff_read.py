@@ -4,7 +4,9 @@ Keys follow the structure, not span ids: a layer is ``(layer.path, call)``, ``ca
 or, where a trace lacks it (imported traces), the call's order among the calls of that path in its step; an op
 is ``(layer path, layer call, op name, occurrence)``, the occurrence counting the op's earlier calls of the
 same name under the same nearest layer (or in the same step, for ops outside layers); a kernel is its name.
-A key seen in several steps (a run that is not merged) takes the median of its occurrences. Times are ns.
+A key seen in several steps (a run that is not merged) takes the median of its occurrences, over the steps
+past the run's warm-up (``RunContext.warmup``: a live run's first iteration, a pass's --warmup): the step latency
+and the layers and ops in warm-up steps are left out; kernels are summed over the whole run. Times are ns.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xstack.analyze.context import run_context
+from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -75,26 +77,32 @@ def _stat(alias: str, key: str, kind: str) -> str:
 
 
 _HOST = "(device = 'cpu' OR device IS NULL)"
-_STEPS = f"""SELECT span_id, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
-        {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("spans", A.STATS_N, "BIGINT")} AS n
-    FROM spans WHERE run_id = $run AND level = 'model' AND {_HOST}
-      AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR regexp_matches(name, '^ProfilerStep#[0-9]+$'))"""
 
 
-def _spans_in_steps(level: str) -> str:
-    """The run's spans of ``level`` with their statistics and the host step whose time holds their start."""
+def _steps(warmup: int) -> str:
+    """The run's host step spans with their statistics, and whether each is past the ``warmup`` first."""
+    return f"""SELECT span_id, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
+        {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("spans", A.STATS_N, "BIGINT")} AS n,
+        {past_warmup(warmup)} AS measured
+    FROM spans WHERE run_id = $run AND level = 'model' AND {_HOST} AND {STEP_SPAN}"""
+
+
+def _spans_in_steps(level: str, warmup: int) -> str:
+    """The run's spans of ``level`` with their statistics and the host step whose time holds their start; those
+    that start in a warm-up step (or after it, before the next) are left out."""
     return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
             CASE WHEN s.start_ns < st.end_ns THEN st.span_id END AS step_id
         FROM (SELECT * FROM spans WHERE run_id = $run AND level = '{level}') s
-        ASOF LEFT JOIN ({_STEPS}) st ON s.start_ns >= st.start_ns"""
+        ASOF LEFT JOIN ({_steps(warmup)}) st ON s.start_ns >= st.start_ns
+        WHERE st.measured IS NOT FALSE"""
 
 
 def read_side(store: Store, run_id: int) -> Side:
     """Read one run for a diff (``run_id`` must be a run of ``store``)."""
     ctx = run_context(store, run_id)
     name = store.query("SELECT name FROM runs WHERE run_id = ?", [run_id])[0][0]
-    steps, step = _step(store, run_id)
+    steps, step = _step(store, run_id, ctx.warmup)
     side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step)
     table = f"_dx_layers_{run_id}"
     if ctx.has("layer") or ctx.has("op"):
@@ -102,7 +110,7 @@ def read_side(store: Store, run_id: int) -> Side:
             f"""CREATE OR REPLACE TEMP TABLE {table} AS
             WITH l AS (
                 SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
-                FROM ({_spans_in_steps("layer")})
+                FROM ({_spans_in_steps("layer", ctx.warmup)})
             )
             SELECT span_id, dur_ns, p5_ns, n, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
                 coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
@@ -116,7 +124,7 @@ def read_side(store: Store, run_id: int) -> Side:
         ).fetchall()
         side.layers = {(str(r[0]), int(r[1])): _timing(r[2:6], info=r[6]) for r in rows}
     if ctx.has("op"):
-        side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None)
+        side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None, ctx.warmup)
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(f"DROP TABLE IF EXISTS {table}")
     if ctx.has("kernel"):
@@ -138,14 +146,14 @@ _AGG = (
 """Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations."""
 
 
-def _ops(store: Store, run_id: int, owners: str, layers: str | None) -> dict[OpKey, Timing]:
+def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int) -> dict[OpKey, Timing]:
     layer_join = (
         f"LEFT JOIN {layers} l ON l.span_id = w.layer_id"
         if layers
         else "LEFT JOIN (SELECT NULL::BIGINT AS span_id, NULL AS path, NULL::BIGINT AS call) l ON false"
     )
     rows = store.con.execute(
-        f"""WITH o AS ({_spans_in_steps("op")}),
+        f"""WITH o AS ({_spans_in_steps("op", warmup)}),
         k AS (
             SELECT o.dur_ns, o.p5_ns, o.n, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
                 coalesce(l.call, -1) AS call,
@@ -159,10 +167,12 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None) -> dict[OpK
     return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:8]) for r in rows}
 
 
-def _step(store: Store, run_id: int) -> tuple[int, Timing | None]:
+def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
+    """The measured steps (past the warm-up) and their median, else the run's host wall time as one step."""
     row = store.con.execute(
         f"SELECT count(*), quantile_cont(dur_ns, 0.5), "
-        f"CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n) FROM ({_STEPS})",
+        f"CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n) FROM ({_steps(warmup)}) "
+        "WHERE measured",
         {"run": run_id},
     ).fetchone()
     if row is not None and row[0]:
