@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from xstack.analyze.health import INFORMATIONAL
+from xstack.analyze.health import INFORMATIONAL, run_health
 from xstack.analyze.pipeline import Analysis, analyze
 from xstack.report.formats import render_json, render_markdown
 from xstack.report.html import render_html
 from xstack.report.terminal import render_summary
-from xstack.trace.store import Store
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
 
 
 def _analysis(path: Path) -> Analysis:
@@ -83,3 +84,28 @@ def test_findings_and_information_are_told_apart_the_same_way_everywhere(
     doc = json.loads(render_json(a))
     assert {c: n for c, n, _ in doc["summary"]["health"]} == findings
     assert {c: n for c, n, _ in doc["summary"]["health_info"]} == info
+
+
+def test_kernels_without_a_launch_counted_by_the_importer_are_not_counted_again(tmp_path: Path) -> None:
+    # two kernels whose correlation matched no runtime call: the Kineto importer's device_events_without_launch
+    # counts them; the computed unattributed_kernels would count the same two
+    with Store.create(tmp_path / "k.duckdb") as store:
+        store.add_run(RunInfo(1, "imported", levels=["op", "runtime", "kernel"]))
+        sink = Sink(store, 1)
+        sink.span(1, None, "kernel", "gemm", 0, 100, 1, 7, {}, device="cuda:0")
+        sink.span(2, None, "kernel", "gemm", 200, 100, 1, 7, {}, device="cuda:0")
+        sink.close()
+        store.add_health(
+            1, [("device_events_without_launch", 2, "kernel records whose correlation id matches no call")]
+        )
+    with Store.open(tmp_path / "k.duckdb") as store:
+        assert run_health(store, 1).findings == [
+            ("device_events_without_launch", 2, "kernel records whose correlation id matches no call")
+        ]
+    with Store.create(tmp_path / "live.duckdb") as store:  # no importer's count: the computed check counts them
+        store.add_run(RunInfo(1, "live", levels=["kernel"]))
+        sink = Sink(store, 1)
+        sink.span(1, None, "kernel", "gemm", 0, 100, 1, 7, {}, device="cuda:0")
+        sink.close()
+    with Store.open(tmp_path / "live.duckdb") as store:
+        assert [(c, n) for c, n, _ in run_health(store, 1).findings] == [("unattributed_kernels", 1)]

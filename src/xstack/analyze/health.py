@@ -69,6 +69,11 @@ class Health:
         return sum(n for _, n, _ in self.findings)
 
 
+_SAME_AS_UNATTRIBUTED = frozenset({"device_events_without_launch"})
+"""Stored checks that count the spans ``unattributed_kernels`` would (device activity without a launching call,
+as the Kineto importer finds it): where one is there, the computed check is not added, not to count them twice."""
+
+
 def run_health(store: Store, run_id: int) -> Health:
     """The run's health: the rows of the store's ``health`` view, and the checks computed here from its spans
     (``unattributed_kernels``, ``ops_outside_layers``), findings first by count, then the informational ones."""
@@ -83,6 +88,8 @@ def run_health(store: Store, run_id: int) -> Health:
     has_layers = "TRUE" if "layer" in ctx.levels else "FALSE"
     for check, (where, meaning) in _COMPUTED.items():
         if check in seen or (check == "ops_outside_layers" and has_layers == "FALSE"):
+            continue
+        if check == "unattributed_kernels" and _SAME_AS_UNATTRIBUTED & seen:  # the importer counted them already
             continue
         sql = where.format(owners=ctx.owners() if "{owners}" in where else "", has_layers=has_layers)
         n = int(store.query(f"SELECT count(*) FROM spans WHERE run_id = ? AND {sql}", [ctx.run_id])[0][0])
