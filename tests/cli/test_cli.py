@@ -128,3 +128,18 @@ def test_collectors_lists_each_level_and_whether_it_can_run() -> None:
         assert text in proc.stdout
     torch_present = importlib.util.find_spec("torch") is not None
     assert ("ready" in proc.stdout) and (torch_present or "PyTorch is not installed" in proc.stdout)
+
+
+def test_report_takes_its_format_from_the_output_suffix_and_export_writes_to_stdout(tmp_path: Path) -> None:
+    store = tmp_path / "s.duckdb"
+    assert xstack("import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store)).returncode == 0
+    for name, start in (("r.md", "# xstack report"), ("r.json", "{"), ("r.html", "<!DOCTYPE html>")):
+        done = xstack("report", str(store), "-o", str(tmp_path / name))
+        assert done.returncode == 0 and (tmp_path / name).read_text().startswith(start), (name, done.stderr)
+    assert xstack("report", str(store), "-o", "-").stdout.startswith("# xstack report")  # markdown to stdout
+    mixed = xstack("report", str(store), "--format", "md", "-o", str(tmp_path / "m.html"))
+    assert mixed.returncode == 0 and "warning: writing md to" in mixed.stderr
+    assert (tmp_path / "m.html").read_text().startswith("# xstack report")  # what --format asked for
+    done = xstack("export", str(store), "-o", "-", cwd=tmp_path)
+    assert done.returncode == 0 and not (tmp_path / "-").exists()
+    assert json.loads(done.stdout)["traceEvents"] and "exported 1 run(s)" in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -57,6 +58,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from xstack.export.perfetto import export_perfetto
     from xstack.trace.store import Store
 
+    if args.output is not None and str(args.output) == "-":  # the JSON to standard output, the rest to stderr
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="xstack-export-") as tmp, Store.open(args.store) as store:
+            stats = export_perfetto(store, Path(tmp) / "trace.json", run_id=args.run)
+            with open(Path(tmp) / "trace.json", "rb") as fh:
+                shutil.copyfileobj(fh, sys.stdout.buffer)
+            sys.stdout.flush()
+        Console(highlight=False, stderr=True).print(f"exported {stats.describe()}", soft_wrap=True)
+        return 0
     out = args.output or args.store.with_suffix(".perfetto.json")
     with Store.open(args.store) as store:
         stats = export_perfetto(store, out, run_id=args.run)
@@ -65,11 +76,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".csv": "csv"}
+"""The report format an output file's suffix names (``xstack report -o FILE`` without ``--format``)."""
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from xstack.analyze.pipeline import analyze
     from xstack.trace.store import Store
 
     to_stdout = args.output == "-"
+    named = REPORT_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output and not to_stdout else None
+    if args.format is None:  # the output's suffix chooses it (markdown to stdout), else HTML
+        args.format = named or ("md" if to_stdout else "html")
+    elif named is not None and named != args.format:
+        print(f"xstack: warning: writing {args.format} to {args.output}, whose suffix names {named}", file=sys.stderr)
     if to_stdout and args.format == "html":
         raise UsageError("xstack report: -o - prints md, json or csv; the HTML report needs a file (-o report.html)")
     out = Path(args.output) if args.output and not to_stdout else args.store.with_suffix("." + args.format)

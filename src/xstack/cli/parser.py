@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a store as a Perfetto (Chrome-trace JSON) timeline", formatter_class=fmt)
     p.add_argument("store", type=Path, metavar="STORE")
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (perfetto)")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="output file (default: STORE.perfetto.json)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="output file, - for stdout (default: STORE.perfetto.json)")  # fmt: skip
     p.add_argument("--run", type=int, metavar="ID", help="export one run only (default: all)")
 
     p = sub.add_parser(
@@ -119,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="output file, - for stdout (md, json, csv; default: STORE "
                    "with the format's suffix, e.g. prof.html)")  # fmt: skip
     p.add_argument("--run", type=int, metavar="ID", help="run id (default: the last merged run, else the last run)")
-    p.add_argument("--format", choices=["html", "md", "json", "csv"], default="html", help="output format (html)")
+    p.add_argument("--format", choices=["html", "md", "json", "csv"], default=None,
+                   help="output format (default: the one -o's suffix names, md for -o -, else html)")  # fmt: skip
     p.add_argument("--compare", type=Path, metavar="OTHER_STORE",
                    help="add a comparison with this baseline profile (as xstack diff OTHER_STORE STORE)")  # fmt: skip
 
