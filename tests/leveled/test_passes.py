@@ -82,3 +82,18 @@ def test_default_passes_leave_out_what_cannot_run_here() -> None:
     names = ["+".join(p) for p in default_passes()]
     assert names[:3] == ["model", "model+layer", "model+layer+op"]
     assert ("model+layer+op+runtime+kernel" in names) == torch.cuda.is_available()
+
+
+def test_counter_passes_added_by_flags_join_the_timing_passes_and_alone_are_refused() -> None:
+    from xstack.leveled.script import _passes
+
+    # --io and --system add their passes to the timing ones: accepted, whatever the order they are resolved in
+    level_sets, names = _passes(None, metrics=False, io=True, system=False)
+    assert ("model", "io") in level_sets and any("io" not in levels for levels in level_sets)
+    level_sets, _ = _passes(["model"], metrics=False, io=True, system=False)
+    assert level_sets == [("model",), ("model", "io")]
+    # only counter passes: nothing would time the merged profile
+    with pytest.raises(UsageError, match="pass model\\+io records a level that adds counters"):
+        _passes(["model,io"], metrics=False, io=False, system=False)
+    with pytest.raises(UsageError, match="measure: passes model\\+io, model\\+system each record"):
+        xstack.measure(lambda: None, passes=["model,io", "model,system"], warmup=0, iters=1)

@@ -64,7 +64,18 @@ def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> li
     level_sets = default_passes() if passes is None else [parse_levels(p) for p in passes]
     if not level_sets:
         raise UsageError(f"{who}: no passes given")
-    if all(counter_levels(levels) for levels in level_sets):  # nothing would time the merged spans
+    for levels in level_sets:  # before any pass runs, not after the first ones
+        for level in levels:
+            reason = collect.load(level).unavailable_reason()
+            if reason:
+                raise UsageError(f"{who}: pass {pass_name(levels)}: level {level!r} cannot run here: {reason}")
+    return level_sets
+
+
+def check_timed(level_sets: Sequence[Sequence[str]], who: str) -> None:
+    """Raise ``UsageError`` when every pass of a measurement records a counter level (``COUNTER_LEVELS``):
+    those never time the merged spans, so nothing would."""
+    if level_sets and all(counter_levels(levels) for levels in level_sets):
         named = ", ".join(pass_name(levels) for levels in level_sets)
         which = f"pass {named} records" if len(level_sets) == 1 else f"passes {named} each record"
         raise UsageError(
@@ -72,12 +83,6 @@ def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> li
             "with, so nothing would time the merged profile: add a pass without them (levels model, or "
             "model,layer)"
         )
-    for levels in level_sets:  # before any pass runs, not after the first ones
-        for level in levels:
-            reason = collect.load(level).unavailable_reason()
-            if reason:
-                raise UsageError(f"{who}: pass {pass_name(levels)}: level {level!r} cannot run here: {reason}")
-    return level_sets
 
 
 def measure(
@@ -98,6 +103,7 @@ def measure(
     """
     check_iterations(warmup, iters, "measure")
     level_sets = resolve_passes(passes, "measure")
+    check_timed(level_sets, "measure")
     if any("metrics" in levels for levels in level_sets):
         raise UsageError(
             "measure: the metrics level restarts the program under Nsight Compute, which a function measured in "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, pass_name, resolve_passes
+from xstack.leveled.passes import check_iterations, check_timed, pass_name, resolve_passes
 from xstack.runner import Measured, Program, child_command
 from xstack.trace.store import Store, append_store, check_new, scratch_path
 
@@ -105,6 +105,7 @@ def _passes(passes: Sequence[str] | None, *, metrics: bool, io: bool, system: bo
             raise UsageError(f"xstack profile --system: system calls cannot be traced here: {reason}")
         level_sets += resolve_passes(["model,system", "model,layer,system"], "xstack profile")
         traced = len(level_sets) - 1
+    check_timed(level_sets, "xstack profile")
     names = [pass_name(levels) + (SYSCALLS_SUFFIX if i == traced else "") for i, levels in enumerate(level_sets)]
     return level_sets, names
 

@@ -32,7 +32,7 @@ import orjson
 
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, pass_config, pass_name, resolve_passes
+from xstack.leveled.passes import check_iterations, check_timed, pass_config, pass_name, resolve_passes
 from xstack.leveled.progress import PassProgress
 from xstack.leveled.script import pass_command
 from xstack.profile import Profile
@@ -105,6 +105,7 @@ def sweep_program(
     check_iterations(warmup, iters, "xstack sweep")
     sizes = check_batch_sizes(batch_sizes, "xstack sweep")
     level_sets = resolve_passes(passes or None, "xstack sweep")
+    check_timed(level_sets, "xstack sweep")
     store_path = out or Path("xstack-out") / f"{program.name}-sweep.duckdb"
     check_new(store_path, overwrite=force)
     work = store_path.with_name(f".{store_path.name}.sweep")
@@ -194,6 +195,7 @@ def sweep(
     check_iterations(warmup, iters, "xstack.sweep")
     sizes = check_batch_sizes(batch_sizes, "xstack.sweep")
     level_sets = resolve_passes(passes, "xstack.sweep")
+    check_timed(level_sets, "xstack.sweep")
     out = Path(path) if path is not None else Path("xstack-out") / f"{name}.duckdb"
     with ExitStack() as stack:
         created = Store.create(out, overwrite=True)
