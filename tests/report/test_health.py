@@ -47,8 +47,8 @@ def test_findings_and_information_are_told_apart_the_same_way_everywhere(
     assert not set(findings) & INFORMATIONAL and set(info) <= INFORMATIONAL
     assert findings if which == "bert" else info
     total = sum(findings.values())
-    checks = f"check{'s' if len(findings) > 1 else ''}"
-    headline = f"{total:,} findings in {len(findings)} {checks}" if findings else "no findings"
+    checks = f"{len(findings)} check{'s' if len(findings) > 1 else ''}"
+    headline = f"{total:,} finding{'s' if total != 1 else ''} in {checks}" if findings else "no findings"
 
     health = a.result("health")
     assert {r[0]: r[1] for r in health.rows if r[3] == "finding"} == findings

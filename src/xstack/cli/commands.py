@@ -26,7 +26,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
         console.print(
             f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
-            f"{issues:,} health findings",
+            f"{issues:,} health finding{'s' if issues != 1 else ''}",
             soft_wrap=True,
         )
     console.print(f"wrote {out}", soft_wrap=True)

@@ -340,7 +340,8 @@ def health_headline(s: RunSummary) -> str:
     if not s.health:
         return "no findings"
     checks = len(s.health)
-    return f"{sum(n for _, n, _ in s.health):,} findings in {checks} check{'s' if checks > 1 else ''}"
+    total = sum(n for _, n, _ in s.health)
+    return f"{total:,} finding{'s' if total != 1 else ''} in {checks} check{'s' if checks > 1 else ''}"
 
 
 def _missing_hint(level: str) -> str:
