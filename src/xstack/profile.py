@@ -216,7 +216,9 @@ class Profile:
         if self._recorder is None:
             raise UsageError("the profile is not running")
         step = self._recorder.step
-        self._step_span = self._recorder.begin("model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step})
+        self._step_span = self._recorder.begin(
+            "model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step}, floating=True
+        )
 
     def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
         import importlib.metadata as md

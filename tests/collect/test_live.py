@@ -152,3 +152,34 @@ def test_span_outside_a_profile_does_nothing() -> None:
 
     with xstack.span("outside"):
         assert work(1) == 2
+
+
+def test_spans_around_and_across_iterations_are_written_once(tmp_path: Path) -> None:
+    # an "epoch" span around three steps, and a "train" span around a step() call: each crosses an iteration's
+    # boundary; each is written once, with its real extent, and the iterations stay top-level and counted right
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        for _ in range(2):
+            with xstack.span("epoch"):
+                for _ in range(3):
+                    with xstack.span("work"):
+                        sum(range(1000))
+                    prof.step()
+        with xstack.span("train"):
+            sum(range(1000))
+            prof.step()
+    spans = _spans(prof)
+    ids = [s["span_id"] for s in spans]
+    assert len(ids) == len(set(ids))
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for s in spans:
+        by_name.setdefault(s["name"], []).append(s)
+    assert [s["name"] for s in spans if s["attrs"].get("model.kind") == "step"] == [f"step#{k}" for k in range(7)]
+    assert all(s["parent_id"] is None for s in spans if s["attrs"].get("model.kind") == "step")
+    assert len(by_name["epoch"]) == 2 and len(by_name["work"]) == 6 and len(by_name["train"]) == 1
+    for epoch in by_name["epoch"]:  # it holds its three work spans
+        inside = [
+            w for w in by_name["work"] if epoch["start_ns"] <= w["start_ns"] <= epoch["start_ns"] + epoch["dur_ns"]
+        ]
+        assert len(inside) == 3
+    with xstack.open_store(tmp_path / "p.duckdb") as store:
+        assert dict(store.query('SELECT "check", count FROM health')).get("unclosed_spans", 0) == 0

@@ -28,6 +28,8 @@ class OpenSpan:
     start_ns: int
     tid: int
     attrs: dict[str, Any] = field(default_factory=dict)
+    floating: bool = False
+    """An iteration (step span): top-level, and it outlives the spans around it (see ``Recorder.end``)."""
 
 
 _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
@@ -78,33 +80,49 @@ class Recorder:
             self._local.tid = threading.get_native_id()
         return stack
 
-    def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None) -> OpenSpan:
-        """Open a span on the calling thread, a child of the innermost open one."""
+    def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None, *, floating: bool = False) -> OpenSpan:
+        """Open a span on the calling thread, a child of the innermost open one (``floating``: an iteration,
+        top-level whatever is open)."""
         stack = self.stack()
         span = OpenSpan(
             next(self._ids),
-            stack[-1].span_id if stack else None,
+            stack[-1].span_id if stack and not floating else None,
             level,
             name,
             time.time_ns(),
             self._local.tid,
             attrs or {},
+            floating,
         )
         stack.append(span)
         return span
 
     def end(self, span: OpenSpan, attrs: dict[str, Any] | None = None) -> None:
-        """Close ``span`` (and any span opened inside it and left open, which is counted) and write it."""
+        """Close ``span`` and write it. Spans opened inside it and still open are closed with it (counted as
+        unclosed), except where an iteration and the user's spans cross: an iteration (``floating``) open inside
+        the span ending stays open, with what was opened in it (an ``epoch`` span around several steps); a span
+        open inside an iteration that ends stays open too, moved up to the iteration's parent (a span around a
+        ``step()`` call). A span no longer open is not written again."""
         if self.disabled:
             return
         end_ns = self.now_ns()
         stack = self.stack()
-        while stack:
-            top = stack.pop()
-            if top is span:
-                break
-            self.unclosed += 1
-            self._write(top, end_ns)
+        if not any(open_span is span for open_span in stack):
+            return
+        inside = []
+        while (top := stack.pop()) is not span:
+            inside.append(top)
+        kept, keep_rest = [], span.floating
+        for open_span in reversed(inside):  # outermost first
+            keep_rest = keep_rest or open_span.floating
+            if not keep_rest:
+                self.unclosed += 1
+                self._write(open_span, end_ns)
+                continue
+            if open_span.parent_id == span.span_id:
+                open_span.parent_id = span.parent_id
+            kept.append(open_span)
+        stack.extend(kept)
         if attrs:
             span.attrs.update(attrs)
         self._write(span, end_ns)
