@@ -463,7 +463,7 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
 
 def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_path: Path) -> None:
     loader = {"index": 0, "dataset": "ImageFolder", "batch_size": 32, "num_workers": 4, "persistent_workers": False,
-              "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": True}  # fmt: skip
+              "pin_memory": False, "prefetch_factor": 2, "iterated": 3, "cuda": True}  # fmt: skip
     config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [loader]}
     with loop_store(tmp_path / "a.duckdb", config=config) as store:
         r = _one(store, "io.input_bound")
@@ -476,9 +476,17 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
     assert rec is not None and f"the loop waits on {shown}; 16 usable CPUs (io.input_bound)" in rec.evidence
     assert rec.action == (
         f"{shown}: raise num_workers from 4 towards the 16 usable CPUs; set persistent_workers=True (workers kept "
-        "across epochs, not restarted); raise prefetch_factor from 2 (batches each worker loads ahead); set "
+        "across its 3 epochs, not restarted); raise prefetch_factor from 2 (batches each worker loads ahead); set "
         "pin_memory=True (faster copies to the GPU)."
     )
+    once = loader | {"iterated": 1}  # one epoch: no workers are restarted, persistent ones would change nothing
+    with loop_store(tmp_path / "c.duckdb", config=config | {A.CONFIG_DATALOADERS: [once]}) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "persistent_workers=True" not in rec.action and "raise prefetch_factor" in rec.action
+    full = loader | {"num_workers": 16}  # workers that fill the CPUs: loading further ahead is no faster
+    with loop_store(tmp_path / "d.duckdb", config=config | {A.CONFIG_DATALOADERS: [full]}) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "prefetch_factor from" not in rec.action and "persistent_workers=True" in rec.action
     done = loader | {"num_workers": 16, "persistent_workers": True, "pin_memory": True, "prefetch_factor": 4}
     with loop_store(tmp_path / "b.duckdb", config=config | {A.CONFIG_DATALOADERS: [done]}) as store:
         rec = _fired(store, "input_bound")

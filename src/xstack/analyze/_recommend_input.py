@@ -62,8 +62,9 @@ def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> 
 
 def _loader_action(loader: dict[str, Any], cores: int | None) -> str:
     """What to change in this DataLoader, leaving out what it already does: more workers only while the CPUs
-    allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers and more prefetching only
-    with workers and where not set already, pinned memory only where the program uses CUDA."""
+    allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers only for a DataLoader
+    iterated over several epochs, more prefetching only with workers that do not already fill the CPUs, and
+    neither where set already; pinned memory only where the program uses CUDA."""
     workers = int(loader.get("num_workers") or 0)
     cheaper = "make each batch cheaper to load (decode and augment less, or on the GPU; read fewer, larger files)"
     if cores is not None and workers >= cores > 0:
@@ -74,12 +75,16 @@ def _loader_action(loader: dict[str, Any], cores: int | None) -> str:
         steps = [f"load in worker processes: raise num_workers from 0 towards the {_cpus(cores)}"]
     else:
         steps = [f"raise num_workers from {workers} towards the {_cpus(cores)}"]
+    saturated = cores is not None and workers >= cores > 0
     if workers > 0 or cores != 1:  # it has workers, or is told to have them
-        if not loader.get("persistent_workers"):
-            steps.append("set persistent_workers=True (workers kept across epochs, not restarted)")
+        epochs = int(loader.get("iterated") or 0)
+        if not loader.get("persistent_workers") and epochs > 1:  # restarted at each of its epochs
+            steps.append(f"set persistent_workers=True (workers kept across its {epochs} epochs, not restarted)")
         prefetch = loader.get("prefetch_factor")
-        if prefetch is None:  # no workers yet
-            steps.append("set prefetch_factor above its default of 2 (batches each worker loads ahead)")
+        if saturated:
+            pass  # loading further ahead does not load faster when the workers already fill the CPUs
+        elif prefetch is None:  # no workers yet (PyTorch accepts prefetch_factor only with workers)
+            steps.append("with workers, set prefetch_factor above its default of 2 (batches each worker loads ahead)")
         elif prefetch <= 2:  # not raised from PyTorch's default
             steps.append(f"raise prefetch_factor from {prefetch} (batches each worker loads ahead)")
     if loader.get("cuda") and not loader.get("pin_memory"):
