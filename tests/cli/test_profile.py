@@ -119,7 +119,7 @@ def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
         ([], "xstack profile: no program given"),
         # a counter pass alone: nothing would time the merged profile (refused before the program runs)
         (["--pass", "model,system", "--", "python", "train.py"], "xstack profile: pass model+system records a level"),
-        (["--pass", "model,io", "--pass", "model,metrics", "--", "python", "train.py"], "add a pass without them"),
+        (["--pass", "model,io", "--pass", "model,system", "--", "python", "train.py"], "add a pass without them"),
     ],
 )
 def test_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
