@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import kineto_fixture
 from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
 from xstack.analyze.pipeline import load
+from xstack.analyze.summary import summarize
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -202,6 +203,25 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
     result = model_information(store, 1)
     assert result.column("latency") == [step[0]] and result.column("batch_size") == [None]
     assert "xstack sweep" in result.hint
+
+
+def test_the_profilers_empty_last_step_is_no_iteration(import_store: Any) -> None:
+    """ROCm trace: ProfilerStep#1 is the iteration (9.29 ms); ProfilerStep#2, 0.049 ms with nothing in it, is the
+    profiler stopping. Counted, it made the latency the mean of the two and p5 a twentieth of an iteration."""
+    store = import_store(kineto_fixture("mi250_toy_train_rocm.json.gz"))
+    durations = dict(store.query("SELECT name, dur_ns FROM spans WHERE name LIKE 'ProfilerStep#%' AND device = 'cpu'"))
+    assert durations == {"ProfilerStep#1": 9_288_291, "ProfilerStep#2": 49_073}
+    a1 = model_information(store, 1)
+    (point,) = a1.facts["per_batch"]
+    assert (point["iterations"], point["latency_ns"]) == (1, 9_288_291)
+    assert a1.rows[0][1:4] == (9_288_291, 9_288_291, 9_288_291)
+    assert "ProfilerStep#2 left out: it holds no work (the profiler stopping; health: empty_last_step)" in a1.labels
+    stages = {(r[0], r[1]): r for r in load("model.stages")(store, 1).rows}
+    assert stages[("ProfilerStep", "-")][2:4] == (1, 9_288_291)
+    assert stages[("ProfilerStep", "tail")][2:4] == (1, 49_073)
+    assert load("model.stages")(store, 1).facts["steps"] == 1
+    summary = summarize(store, 1)
+    assert summary.iterations == {"measured": 1, "warmup": 0, "tail_ns": 49_073}
 
 
 def test_a_stage_nested_in_itself_counts_once(tmp_path: Path) -> None:

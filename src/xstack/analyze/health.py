@@ -34,6 +34,7 @@ _COMPUTED = {
 INFORMATIONAL = frozenset(
     {
         "cupti_range_profiler",
+        "empty_last_step",
         "io_merged",
         "io_outside_region",
         "metrics_joined",
@@ -48,7 +49,8 @@ INFORMATIONAL = frozenset(
 """Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue
 between layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
 kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
-region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity),
+region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity,
+an imported trace's last ProfilerStep that holds no work, left out of the iterations),
 not what its trace missed: shown for information, never counted as findings. Every other check, stored or
 computed here, is a finding."""
 
@@ -165,7 +167,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     out = [
         (str(n), str(k), int(c), int(t), float(m), 100.0 * int(t) / wall if wall else None) for n, k, c, t, m in rows
     ]
-    steps = [r for r in out if r[1] == "step" or r[0] == "ProfilerStep"]
+    steps = [r for r in out if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
     loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
     loader -= _loader_in(store, ctx.run_id, warmup) if ctx.warmup else 0
     step_total = sum(r[3] for r in steps)

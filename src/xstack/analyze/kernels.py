@@ -30,7 +30,7 @@ from xstack.analyze._kernel_costs import (
     peaks,
     rate,
 )
-from xstack.analyze.context import RunContext, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -502,8 +502,7 @@ def _model_latency(ctx: RunContext) -> tuple[int, int | None]:
     The median leaves the warm-up out; the count does not (it divides the whole run's kernel totals)."""
     row = ctx.store.query(
         f"""SELECT count(*), (median(dur_ns) FILTER (WHERE {past_warmup(ctx.warmup)}))::BIGINT FROM spans
-            WHERE run_id = ? AND level = 'model' AND device = 'cpu'
-            AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%')""",
+            WHERE run_id = ? AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}""",
         [ctx.run_id],
     )[0]
     if row[0]:
