@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import kineto_fixture
 from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
 from xstack.analyze.pipeline import load
+from xstack.analyze.summary import summarize
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -204,6 +205,25 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
     assert "xstack sweep" in result.hint
 
 
+def test_the_profilers_empty_last_step_is_no_iteration(import_store: Any) -> None:
+    """ROCm trace: ProfilerStep#1 is the iteration (9.29 ms); ProfilerStep#2, 0.049 ms with nothing in it, is the
+    profiler stopping. Counted, it made the latency the mean of the two and p5 a twentieth of an iteration."""
+    store = import_store(kineto_fixture("mi250_toy_train_rocm.json.gz"))
+    durations = dict(store.query("SELECT name, dur_ns FROM spans WHERE name LIKE 'ProfilerStep#%' AND device = 'cpu'"))
+    assert durations == {"ProfilerStep#1": 9_288_291, "ProfilerStep#2": 49_073}
+    a1 = model_information(store, 1)
+    (point,) = a1.facts["per_batch"]
+    assert (point["iterations"], point["latency_ns"]) == (1, 9_288_291)
+    assert a1.rows[0][1:4] == (9_288_291, 9_288_291, 9_288_291)
+    assert "ProfilerStep#2 left out: it holds no work (the profiler stopping; health: empty_last_step)" in a1.labels
+    stages = {(r[0], r[1]): r for r in load("model.stages")(store, 1).rows}
+    assert stages[("ProfilerStep", "-")][2:4] == (1, 9_288_291)
+    assert stages[("ProfilerStep", "tail")][2:4] == (1, 49_073)
+    assert load("model.stages")(store, 1).facts["steps"] == 1
+    summary = summarize(store, 1)
+    assert summary.iterations == {"measured": 1, "warmup": 0, "tail_ns": 49_073}
+
+
 def test_a_stage_nested_in_itself_counts_once(tmp_path: Path) -> None:
     """An annotation inside another of the same name (as some Kineto traces have) is covered by its outer span:
     summing both would give a stage more than 100% of the wall time."""
@@ -224,7 +244,35 @@ def test_a_stage_nested_in_itself_counts_once(tmp_path: Path) -> None:
     assert rows["forward"][2:4] == (1, 1000)
     assert rows["loss"][2:4] == (1, 100)
     assert rows["step"][2:4] == (1, 500)
-    assert all(r[5] <= 100 for r in rows.values())
+    assert all(r[-1] <= 100 for r in rows.values())
+
+
+def test_stages_on_parallel_threads_share_the_wall_time_once(import_store: Any) -> None:
+    """CPU trace of a gloo rank: 10 all-reduce spans on 2 threads, each pair at the same time. Their durations add
+    up to 2.14 s in a 1.28 s trace; the share of wall counts the time at least one of them ran."""
+    path = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    store = import_store(path)
+    spans = store.query(
+        "SELECT start_ns, start_ns + dur_ns, tid FROM spans WHERE name = 'gloo:all_reduce' ORDER BY start_ns"
+    )
+    covered, end = 0, None
+    for s, e, _ in spans:  # the union of the intervals, by hand
+        if end is None or s > end:
+            covered, end = covered + e - s, e
+        elif e > end:
+            covered, end = covered + e - end, e
+    (wall,) = store.query("SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans")[0]
+    result = load("model.stages")(store, 1)
+    row = dict(zip([c.name for c in result.columns], result.rows[0], strict=True))
+    assert row["stage"] == "gloo:all_reduce" and row["calls"] == len(spans) == 10
+    assert row["total"] == sum(e - s for s, e, _ in spans) > wall  # the calls summed: more than the trace lasts
+    assert (row["threads"], row["wall time"]) == (2, covered)
+    assert row["share of wall"] == pytest.approx(100 * covered / wall) and covered < wall
+    assert all(0 <= share <= 100 for share in result.column("share of wall"))
+    assert (
+        "gloo:all_reduce: its calls overlap on 2 threads: total sums them (2.14 s), wall time counts the time at "
+        "least one ran (1.1 s)" in result.labels
+    )
 
 
 def _live(store: Store, durations: Sequence[int], *, warmup: int | None, tail_ns: int = 0) -> int:

@@ -232,6 +232,49 @@ def test_kernels_with_counters_only_say_which_inputs_are_missing(import_store: A
     assert a15[3] is None and a15[5] is None  # kernel time and DRAM bytes unknown, not 0
 
 
+def test_a15_gives_no_model_latency_or_flop_rate_from_the_range_profilers_replays(import_store: Any) -> None:
+    # the CUPTI range profiler replays each kernel to read its counters: the host spans of this AlexNet trace
+    # last 11.8 s, the replays' time, so FLOPs over it would be a rate the model never ran at
+    store = import_store(kineto_fixture(CUPTI))
+    (host,) = store.query("SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE device = 'cpu'")[0]
+    assert host > 10e9
+    a15 = _one(store, "A15")
+    (row,) = a15.to_records()
+    flops = sum(f for f in _one(store, "A8").column("FLOPs") if f is not None)
+    assert row["FLOPs"] == flops > 0  # the counters themselves are not perturbed
+    assert row["model latency"] is None and row["FLOP/s"] is None
+    assert (
+        "model latency and FLOP/s unknown: the CUPTI range profiler replays each kernel to read its counters, so "
+        "the run's host time (11.8 s) is the replays', not the model's; time the model in a trace recorded "
+        "without counters" in a15.labels
+    )
+    bert = _one(import_store(kineto_fixture(BERT)), "A15")  # a trace of kernels: timed as it ran
+    assert bert.to_records()[0]["model latency"] and not any("replays" in label for label in bert.labels)
+
+
+def test_a15_on_a_metrics_pass_timed_under_nsight_compute_gives_no_model_latency(tmp_path: Path) -> None:
+    # a model,metrics pass as xstack profile --metrics records it: its steps ran under ncu's kernel replays
+    path = tmp_path / "m.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "metrics pass", levels=["model", "metrics"], pass_name="model+metrics"))
+        sink = Sink(store, 1)
+        for step in range(2):
+            sink.span(10 * step + 1, None, "model", f"step#{step}", step * 10**9, 9 * 10**8, 1, 1,
+                      {"model.kind": "step", "model.step": step})  # fmt: skip
+            sink.span(10 * step + 2, 10 * step + 1, "metrics", "gemm", step * 10**9, 1000, 1, 0,
+                      {"metrics.source": "ncu", "metrics.flops_fp32": 2e6, "metrics.duration_ns": 1000})  # fmt: skip
+        sink.close()
+    with Store.open(path) as store:
+        (row,) = _one(store, "A15").to_records()
+        assert row["FLOPs"] == 2_000_000 and row["kernel time"] == 1000  # per step
+        assert row["model latency"] is None and row["FLOP/s"] is None
+        assert any(
+            label.startswith("model latency and FLOP/s unknown: Nsight Compute replays each kernel")
+            and "host time (900.0 ms)" in label
+            for label in _one(store, "A15").labels
+        )
+
+
 def test_a_kernel_trace_without_counters_or_shapes_says_the_roofline_lacks_flops_and_bytes(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))  # kernels, no counters, no op shapes
     a9 = _one(store, "A9")

@@ -197,6 +197,45 @@ def test_a_range_profiler_trace_says_what_its_mode_leaves_out_instead_of_countin
     assert result.facts["findings"] == real and "cupti_range_profiler" in result.column("check")
 
 
+def _stop_steps(data: dict[str, Any]) -> set[str]:
+    """The last host ProfilerStep of each thread, after earlier ones, during which no other event ran."""
+    events = ref.complete_events(data)
+    steps: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e["cat"] == "user_annotation" and re.fullmatch(r"ProfilerStep#[0-9]+", e["name"]):
+            steps[(e["pid"], e["tid"])].append(e)
+    found = set()
+    for thread in steps.values():
+        if len(thread) < 2:
+            continue
+        last = max(thread, key=lambda e: e["ts"])
+        s, t = ref.ns(last["ts"]), ref.ns(last["ts"]) + ref.ns(last["dur"])
+        others = (e for e in events if e is not last and ref.level_of(e) != "metrics")
+        if not any(ref.ns(e["ts"]) < t and ref.ns(e["ts"]) + ref.ns(e["dur"]) > s for e in others):
+            found.add(last["name"])
+    return found
+
+
+@pytest.mark.parametrize("trace", FIXTURES, ids=IDS)
+def test_a_last_profiler_step_that_holds_no_work_is_no_iteration(trace: Path, import_store: Any) -> None:
+    """The profiler closes a last step when it stops: one with nothing in it is marked kind tail, not counted."""
+    expected = _stop_steps(ref.load(trace))
+    store = import_store(trace)
+    tails = store.query(
+        """SELECT name FROM spans WHERE level = 'model' AND device = 'cpu' AND name LIKE 'ProfilerStep#%'
+           AND attrs->>'$."model.kind"' = 'tail'"""
+    )
+    assert {t[0] for t in tails} == expected
+    health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+    assert health.get("empty_last_step", (0, ""))[0] == len(expected)
+    assert "empty_last_step" not in {r[0] for r in trace_health(store, 1).rows if r[3] == "finding"}
+    if trace.name == "mi250_toy_train_rocm.json.gz":  # the profiler's stop: 0.049 ms after a 9.29 ms step
+        assert expected == {"ProfilerStep#2"}
+        assert health["empty_last_step"][1].endswith(
+            "ProfilerStep#2, 0.0491 ms (the median of the 1 before it: 9.29 ms)"
+        )
+
+
 def test_a_trace_with_kernels_still_counts_launches_without_device_activity(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
     checks = dict(store.query('SELECT "check", count FROM health'))

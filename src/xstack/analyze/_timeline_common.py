@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from xstack.analyze.context import past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
 from xstack.trace.store import Store
 
 DEVICE_ACTIVITY: Final = "('kernel', 'memcpy', 'memset')"
@@ -25,10 +25,7 @@ NEG: Final = -(1 << 62)
 POS: Final = 1 << 62
 """Stand-ins for minus and plus infinity on the ns clock (gaps before the first and after the last activity)."""
 
-STEP: Final = (
-    "level = 'model' AND device = 'cpu' AND "
-    "(attrs->>'$.\"model.kind\"' = 'step' OR regexp_matches(name, '^ProfilerStep#[0-9]+$'))"
-)
+STEP: Final = f"level = 'model' AND device = 'cpu' AND {STEP_SPAN}"
 """A host step span: one marked by ``prof.step()`` (live) or the profiler's ``ProfilerStep#N`` (imported)."""
 
 DATALOADER: Final = (

@@ -161,8 +161,12 @@ class RunContext:
         return self._tables["has_metrics"] == "yes"
 
 
-STEP_SPAN = f"""(attrs->>'$."{A.MODEL_KIND}"' = 'step' OR regexp_matches(name, '^ProfilerStep#[0-9]+$'))"""
-"""An iteration among model spans: one marked by ``prof.step()`` (live) or the profiler's ``ProfilerStep#N``."""
+STEP_SPAN = (
+    f"""(attrs->>'$."{A.MODEL_KIND}"' = 'step' OR (attrs->>'$."{A.MODEL_KIND}"' IS NULL """
+    "AND regexp_matches(name, '^ProfilerStep#[0-9]+$')))"
+)
+"""An iteration among model spans: one marked by ``prof.step()`` (live) or the profiler's ``ProfilerStep#N``,
+except a last one that holds no work, which the importer marks kind ``tail`` (the profiler stopping)."""
 
 
 def warmup_steps(config: dict[str, Any]) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
 from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
-from xstack.analyze.result import Chart, Column, Result, notes_of
+from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -34,6 +34,7 @@ _COMPUTED = {
 INFORMATIONAL = frozenset(
     {
         "cupti_range_profiler",
+        "empty_last_step",
         "io_merged",
         "io_outside_region",
         "metrics_joined",
@@ -48,7 +49,8 @@ INFORMATIONAL = frozenset(
 """Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue
 between layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
 kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
-region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity),
+region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity,
+an imported trace's last ProfilerStep that holds no work, left out of the iterations),
 not what its trace missed: shown for information, never counted as findings. Every other check, stored or
 computed here, is a finding."""
 
@@ -127,35 +129,25 @@ def trace_health(store: Store, run_id: int) -> Result:
 
 def stage_breakdown(store: Store, run_id: int) -> Result:
     """Model-level stages: per stage name (load, preprocess, step, forward, optimizer, data-loader waits, user
-    spans; numbered names such as ``step#3`` count as one stage), calls, total and mean time (ns) and share of
-    the run's wall time (%).
+    spans; numbered names such as ``step#3`` count as one stage), calls, total and mean time (ns), the threads
+    the calls ran on, the wall time during which at least one call ran (ns) and its share of the run's wall time (%).
 
-    Notes: every model span of a stage is summed, except one inside another span of the same stage (an
-    annotation nested in itself), which its outer span already covers; stages of different names may nest (a
-    forward inside a step), so shares need not add up to 100. Warm-up iterations (the first of a live run, which
-    also pays for start-up; a pass's --warmup) are a row of their own (kind ``warm-up``), so that the step row's
-    mean is the steady state's; what follows the last ``step()`` is ``after-last-step`` (kind ``tail``), not an
-    iteration. Data-loader waits are the time the loop waited for its next batch; the share of step time they
-    take leaves the warm-up out, both waits and steps; facts ``dataloaders`` and ``cores`` give each DataLoader's
-    settings with its waits, and the CPUs the program could use, where the run recorded them."""
+    Notes: total sums the durations of the stage's calls, except a call inside another of the same stage (an
+    annotation nested in itself), which its outer call already covers; calls that run at the same time on
+    several threads each count, so a total can exceed the run's wall time. Wall time is the union of the calls'
+    intervals, and the share of wall is that union over the run's wall time: never above 100. Stages of
+    different names may nest (a forward inside a step), so shares need not add up to 100. Warm-up iterations
+    (the first of a live run, which also pays for start-up; a pass's --warmup) are a row of their own (kind
+    ``warm-up``), so that the step row's mean is the steady state's; what follows the last ``step()`` is
+    ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for
+    its next batch; the share of step time they take leaves the warm-up out, both waits and steps; facts
+    ``dataloaders`` and ``cores`` give each DataLoader's settings with its waits, and the CPUs the program could
+    use, where the run recorded them."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
     warmup = f"{STEP_SPAN} AND NOT {past_warmup(ctx.warmup)}"
-    rows = store.query(
-        f"""WITH RECURSIVE m AS (
-                SELECT span_id, parent_id, dur_ns, regexp_replace(name, '#[0-9]+$', '') AS stage,
-                       CASE WHEN {warmup} THEN 'warm-up' ELSE coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') END AS kind
-                FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'),
-            up(span_id, stage, above) AS (  -- each span's model ancestors, nearest first
-                SELECT span_id, stage, parent_id FROM m
-                UNION ALL SELECT up.span_id, up.stage, m.parent_id FROM up JOIN m ON m.span_id = up.above
-                    WHERE m.stage <> up.stage),
-            nested AS (SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage)
-            SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns) FROM m ANTI JOIN nested USING (span_id)
-            GROUP BY ALL ORDER BY 4 DESC""",
-        [ctx.run_id],
-    )
+    rows = store.query(_STAGES.format(warmup=warmup, kind=A.MODEL_KIND), [ctx.run_id])
     wall = int(
         store.query(
             "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
@@ -163,9 +155,10 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         )[0][0]
     )
     out = [
-        (str(n), str(k), int(c), int(t), float(m), 100.0 * int(t) / wall if wall else None) for n, k, c, t, m in rows
+        (str(n), str(k), int(c), int(t), float(m), int(th), int(w), 100.0 * int(w) / wall if wall else None)
+        for n, k, c, t, m, th, w in rows
     ]
-    steps = [r for r in out if r[1] == "step" or r[0] == "ProfilerStep"]
+    steps = [r for r in out if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
     loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
     loader -= _loader_in(store, ctx.run_id, warmup) if ctx.warmup else 0
     step_total = sum(r[3] for r in steps)
@@ -180,18 +173,16 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     if entries := dataloaders(store, ctx):  # what the input-bound rule advises from
         facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
     labels = [label] if (label := ctx.warmup_label()) else []
-    cols = [
-        Column("stage"),
-        Column("kind"),
-        Column("calls", "count"),
-        Column("total", "ns"),
-        Column("mean", "ns"),
-        Column("share of wall", "pct"),
+    labels += [
+        f"{n}: its calls overlap on {th} threads: total sums them ({format_ns(t)}), wall time counts the time at "
+        f"least one ran ({format_ns(w)})"
+        for n, _, _, t, _, th, w, _ in out
+        if t > w
     ]
     return Result(
         "model.stages",
         "Model stages",
-        cols,
+        list(_STAGE_COLUMNS),
         out,
         notes=notes_of(stage_breakdown),
         run_id=ctx.run_id,
@@ -199,6 +190,47 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30),
         labels=labels,
     )
+
+
+_STAGE_COLUMNS = (
+    Column("stage"),
+    Column("kind"),
+    Column("calls", "count"),
+    Column("total", "ns", "the calls' durations summed: calls at the same time on several threads each count"),
+    Column("mean", "ns", "total / calls"),
+    Column("threads", "count", "threads the calls ran on"),
+    Column("wall time", "ns", "time during which at least one call ran: the union of the calls' intervals"),
+    Column("share of wall", "pct", "wall time over the run's wall time"),
+)
+
+_STAGES = """
+WITH RECURSIVE m AS (
+    SELECT span_id, parent_id, start_ns, dur_ns, pid, tid, regexp_replace(name, '#[0-9]+$', '') AS stage,
+           CASE WHEN {warmup} THEN 'warm-up' ELSE coalesce(attrs->>'$."{kind}"', '-') END AS kind
+    FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'),
+up(span_id, stage, above) AS (  -- each span's model ancestors, nearest first
+    SELECT span_id, stage, parent_id FROM m
+    UNION ALL SELECT up.span_id, up.stage, m.parent_id FROM up JOIN m ON m.span_id = up.above
+        WHERE m.stage <> up.stage),
+nested AS (SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage),
+calls AS (SELECT * FROM m ANTI JOIN nested USING (span_id)),
+ordered AS (  -- per stage, the calls in time order with the latest end of those before each
+    SELECT stage, kind, start_ns AS s, start_ns + dur_ns AS e,
+           coalesce(max(start_ns + dur_ns) OVER (PARTITION BY stage, kind ORDER BY start_ns, dur_ns
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns - 1)
+               AS prev
+    FROM calls),
+grouped AS (  -- a call that starts after every earlier one has ended opens a new stretch
+    SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY stage, kind ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS stretch
+    FROM ordered),
+covered AS (
+    SELECT stage, kind, sum(e - s) AS wall_ns
+    FROM (SELECT stage, kind, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, stretch) GROUP BY ALL)
+SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid)), any_value(c.wall_ns)
+FROM calls JOIN covered c USING (stage, kind)
+GROUP BY stage, kind ORDER BY 4 DESC, 1, 2
+"""
 
 
 def _loader_in(store: Store, run_id: int, steps: str) -> int:

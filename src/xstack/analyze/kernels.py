@@ -29,8 +29,9 @@ from xstack.analyze._kernel_costs import (
     op_costs,
     peaks,
     rate,
+    replayed_timing,
 )
-from xstack.analyze.context import RunContext, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -429,7 +430,9 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
     Notes: one row per batch size found in the store (``config.batch_size`` of its runs, the merged run of each
     where there is one, as ``xstack sweep`` records them), else one row for the run. Model latency is the median
     step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent; unknown,
-    with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV)."""
+    with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV) and for a run that recorded
+    its counters itself with a profiler that replays each kernel (a trace taken with the CUPTI range profiler),
+    whose host time is the replays'."""
     ctx = run_context(store, run_id)
     if missing := _require_kernels(ctx, "A15", "Model-level kernel aggregate"):
         return missing
@@ -440,6 +443,9 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
             continue
         t, pk = kernel_costs(c), peaks(c)
         steps, latency = _model_latency(c)
+        if latency is not None and (replayed := replayed_timing(c, latency)) is not None:
+            latency = None  # the replays' time: no latency, and no FLOP/s over it
+            labels.add(replayed)
         k = store.query(
             f"""SELECT sum(dur_ns), sum(flops), sum(dram_read), sum(dram_write), any_value(precision),
                 sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0) FROM {t}"""
@@ -502,8 +508,7 @@ def _model_latency(ctx: RunContext) -> tuple[int, int | None]:
     The median leaves the warm-up out; the count does not (it divides the whole run's kernel totals)."""
     row = ctx.store.query(
         f"""SELECT count(*), (median(dur_ns) FILTER (WHERE {past_warmup(ctx.warmup)}))::BIGINT FROM spans
-            WHERE run_id = ? AND level = 'model' AND device = 'cpu'
-            AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%')""",
+            WHERE run_id = ? AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}""",
         [ctx.run_id],
     )[0]
     if row[0]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.context import HINTS, run_context
+from xstack.analyze.context import HINTS, STEP_SPAN, run_context
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -20,8 +20,9 @@ GAIN_THRESHOLD_PCT = 5.0
 """Default: the optimal batch size is the smallest after which doubling raises throughput by at most this %."""
 
 NOTES = (
-    "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces; "
-    "else the top-level model span with the most time), warm-up iterations left out (a pass's --warmup; the "
+    "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces, "
+    "but for a last one that holds no work, the profiler stopping; else the top-level model span with the most "
+    "time), warm-up iterations left out (a pass's --warmup; the "
     "first iteration of a live run, which also pays for start-up, unless asked otherwise); p5/p95 are its 5th and "
     "95th percentiles. For each batch size the merged (leveled) run is read, whose step timing comes from the "
     "model pass alone; without one, the batch size's complete run with the fewest levels. Throughput = batch "
@@ -121,6 +122,8 @@ def model_information(
         result.labels.append(f"failed (cut short) at batch size {', '.join(map(str, failed))}")
     if (warmup := ctx.warmup_label()) is not None and _batch_size(ctx.config) is None:
         result.labels.append(warmup)
+    for name in _stop_steps(store, [p.run_id for p in points]):
+        result.labels.append(f"{name} left out: it holds no work (the profiler stopping; health: empty_last_step)")
     result.facts["warmup_steps"] = ctx.warmup
     unleveled = [p for p in points if p.timing != "leveled"]
     if unleveled:
@@ -183,7 +186,7 @@ def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: i
                 any_value(TRY_CAST(attrs->>'$."{A.STATS_P95_NS}"' AS DOUBLE)),
                 any_value(TRY_CAST(attrs->>'$."{A.STATS_N}"' AS BIGINT))
             FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL
-                AND (attrs->>'$."{A.MODEL_KIND}"' = 'step' OR name LIKE 'ProfilerStep#%')
+                AND {STEP_SPAN}
                 AND coalesce(TRY_CAST(attrs->>'$."{A.MODEL_STEP}"' AS BIGINT) BETWEEN ? AND ?, true)""",
         [run_id, first, end - 1],
     )[0]
@@ -210,6 +213,19 @@ def _main_model_span(store: Store, run_id: int) -> tuple[str, tuple[Any, ...] | 
         [run_id],
     )
     return (str(rows[0][0]), tuple(rows[0][1:])) if rows else ("", None)
+
+
+def _stop_steps(store: Store, run_ids: list[int]) -> list[str]:
+    """The ProfilerStep spans of these runs that the importer left out of the iterations (kind ``tail``)."""
+    if not run_ids:
+        return []
+    rows = store.query(
+        f"""SELECT DISTINCT name FROM spans WHERE list_contains(?, run_id) AND level = 'model' AND device = 'cpu'
+            AND regexp_matches(name, '^ProfilerStep#[0-9]+$') AND attrs->>'$."{A.MODEL_KIND}"' = 'tail'
+            ORDER BY name""",
+        [run_ids],
+    )
+    return [str(r[0]) for r in rows]
 
 
 def _batch_points(store: Store) -> tuple[list[Point], list[int]]:

@@ -3,7 +3,9 @@
 Notes: events are staged in DuckDB chunk by chunk (see ``_reader``), then mapped and linked in SQL
 (``_sql``): kernels, copies, sets and syncs to the runtime call of the same correlation id; host spans to the
 innermost span enclosing them on their thread; Python frames by the profiler's frame ids; GPU annotations to
-the CPU annotation of the same external id. What cannot be linked is kept and counted in ``health``.
+the CPU annotation of the same external id. What cannot be linked is kept and counted in ``health``. A last
+``ProfilerStep#N`` that holds no work (the profiler stopping, see ``_steps``) is marked kind ``tail``, not an
+iteration.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import duckdb
 
 from xstack.errors import BadInputError
-from xstack.importers.kineto import _mapping, _sql
+from xstack.importers.kineto import _mapping, _sql, _steps
 from xstack.importers.kineto._reader import ChunkRejected, TraceReader
 from xstack.trace.devices import active_devices, describe_devices
 from xstack.trace.schema import LEVELS
@@ -83,7 +85,7 @@ def import_kineto(
                 f"{path}: not a PyTorch profiler (Kineto) trace: none of its {total} events is an op, runtime "
                 "call, kernel, copy, annotation or memory record"
             )
-        health = _health(con, run_id)
+        health = [*_health(con, run_id), _steps.mark_stop_steps(con, run_id)]
         store.add_health(run_id, health)
         store.add_run(_run_info(con, run_id, name or trace_name(path), path, reader.metadata))
     finally:
