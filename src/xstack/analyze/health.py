@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
-from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.context import run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -128,20 +128,23 @@ def trace_health(store: Store, run_id: int) -> Result:
 def stage_breakdown(store: Store, run_id: int) -> Result:
     """Model-level stages: per stage name (load, preprocess, step, forward, optimizer, data-loader waits, user
     spans; numbered names such as ``step#3`` count as one stage), calls, total and mean time (ns) and share of
-    the run's wall time (%).
+    the run's wall time past the warm-up (%).
 
     Notes: every model span of a stage is summed, except one inside another span of the same stage (an
     annotation nested in itself), which its outer span already covers; stages of different names may nest (a
     forward inside a step), so shares need not add up to 100. Warm-up iterations (the first of a live run, which
-    also pays for start-up; a pass's --warmup) are a row of their own (kind ``warm-up``), so that the step row's
-    mean is the steady state's; what follows the last ``step()`` is ``after-last-step`` (kind ``tail``), not an
-    iteration. Data-loader waits are the time the loop waited for its next batch; the share of step time they
-    take leaves the warm-up out, both waits and steps; facts ``dataloaders`` and ``cores`` give each DataLoader's
+    also pays for start-up; a pass's --warmup) are left out of every stage's calls, total, mean and share: the
+    spans that start in them (the warm-up step itself, and the stages and data-loader waits inside it, whatever
+    ran before the first ``step()`` of a live run included) are rows of their own, of kind ``warm-up`` and with
+    no share, so that each stage's mean is the steady state's. Shares are of the wall time less the warm-up's
+    (facts ``measured_wall_ns``, ``warmup_ns``). What follows the last ``step()`` is ``after-last-step`` (kind
+    ``tail``), not an iteration. Data-loader waits are the time the loop waited for its next batch; the share of
+    step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give each DataLoader's
     settings with its waits, and the CPUs the program could use, where the run recorded them."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
-    warmup = f"{STEP_SPAN} AND NOT {past_warmup(ctx.warmup)}"
+    warmup = ctx.in_warmup()
     rows = store.query(
         f"""WITH RECURSIVE m AS (
                 SELECT span_id, parent_id, dur_ns, regexp_replace(name, '#[0-9]+$', '') AS stage,
@@ -162,17 +165,21 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
             [ctx.run_id],
         )[0][0]
     )
+    measured = max(wall - ctx.warmup_ns(), 0)
     out = [
-        (str(n), str(k), int(c), int(t), float(m), 100.0 * int(t) / wall if wall else None) for n, k, c, t, m in rows
+        (str(n), str(k), int(c), int(t), float(m), 100.0 * int(t) / measured if measured and k != "warm-up" else None)
+        for n, k, c, t, m in rows
     ]
-    steps = [r for r in out if r[1] == "step" or r[0] == "ProfilerStep"]
-    loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
-    loader -= _loader_in(store, ctx.run_id, warmup) if ctx.warmup else 0
+    kept = [r for r in out if r[1] != "warm-up"]
+    steps = [r for r in kept if r[1] == "step" or r[0] == "ProfilerStep"]
+    loader = sum(r[3] for r in kept if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
     step_total = sum(r[3] for r in steps)
     facts: dict[str, Any] = {
         "wall_ns": wall,
+        "measured_wall_ns": measured,
+        "warmup_ns": wall - measured,
         "steps": sum(r[2] for r in steps),
-        "warmup_steps": sum(r[2] for r in out if r[1] == "warm-up"),
+        "warmup_steps": ctx.warmup,
         "step_total_ns": step_total,
         "dataloader_ns": loader,
         "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
@@ -186,7 +193,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         Column("calls", "count"),
         Column("total", "ns"),
         Column("mean", "ns"),
-        Column("share of wall", "pct"),
+        Column("share of wall", "pct", "of the wall time past the warm-up; none for warm-up rows"),
     ]
     return Result(
         "model.stages",
@@ -198,20 +205,4 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         facts=facts,
         chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30),
         labels=labels,
-    )
-
-
-def _loader_in(store: Store, run_id: int, steps: str) -> int:
-    """Time (ns) of the data-loader waits that start inside the step spans matching ``steps`` (SQL)."""
-    return int(
-        store.con.execute(
-            f"""SELECT coalesce(sum(d.dur_ns), 0) FROM spans d
-                JOIN (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
-                      WHERE run_id = $run AND level = 'model' AND device = 'cpu' AND {steps}) st
-                  ON d.start_ns >= st.s AND d.start_ns < st.e
-                WHERE d.run_id = $run AND d.level = 'model' AND d.device = 'cpu'
-                  AND (d.attrs->>'$."{A.MODEL_KIND}"' = 'dataloader'
-                       OR starts_with(d.name, 'enumerate(DataLoader)'))""",
-            {"run": run_id},
-        ).fetchall()[0][0]
     )
