@@ -406,10 +406,11 @@ def test_zero_reads_rule(tmp_path: Path) -> None:
         assert _fired(store, "zero_reads") is None  # too few reads to matter
 
 
-def _whole_file_reads(path: Path, zero_ns: int) -> Store:
+def _whole_file_reads(path: Path, zero_ns: int, config: dict[str, Any] | None = None,
+                      more_files: list[Any] | None = None) -> Store:  # fmt: skip
     """100 files read whole as Python's f.read() does: a read of the file (10 us), then one finding its end."""
     with Store.create(path) as store:
-        store.add_run(RunInfo(1, "reads", levels=["model", "io"], config={"pid": MAIN}))
+        store.add_run(RunInfo(1, "reads", levels=["model", "io"], config={"pid": MAIN, **(config or {})}))
         sink = Sink(store, 1)
         for k in range(4):  # four iterations of 25 files each
             sink.span(1000 + k, None, "model", f"step#{k}", 500_000 * k, 500_000, MAIN, MAIN,
@@ -419,7 +420,8 @@ def _whole_file_reads(path: Path, zero_ns: int) -> Store:
             io_span(sink, 2 * k + 1, None, "read", t, 10_000, MAIN, name, 4096, offset=0)
             io_span(sink, 2 * k + 2, None, "read", t + 10_000, zero_ns, MAIN, name, 0, offset=4096)
         sink.close()
-        add_files(store, [data_file(MAIN, f"/d/{k}.bin", 4096, 2, zero_reads=1) for k in range(100)])
+        rows = [data_file(MAIN, f"/d/{k}.bin", 4096, 2, zero_reads=1, read_ns=10_000 + zero_ns) for k in range(100)]
+        add_files(store, rows + (more_files or []))
     return Store.open(path)
 
 
@@ -434,6 +436,23 @@ def test_zero_reads_rule_is_weighed_by_the_time_the_reads_took(tmp_path: Path) -
     with _whole_file_reads(tmp_path / "b.duckdb", 5_000) as store:
         rec = _fired(store, "zero_reads")
     assert rec is not None and rec.severity == "medium" and "(33.3%)" in rec.evidence[0]
+
+
+def test_the_io_time_at_stake_per_iteration_leaves_the_warm_up_out(tmp_path: Path) -> None:
+    """A live run's first iteration is warm-up: the I/O done in it (files 0-24 of the 100, read in the first of
+    the four 500 us steps) is not spread over the three measured ones."""
+    big = [data_file(MAIN, "/d/big.tar", 100 * 2**20, 10, read_ns=50_000)]  # the bytes, in few operations
+    with _whole_file_reads(tmp_path / "a.duckdb", 300, {A.CONFIG_WARMUP_STEPS: 1}, big) as store:
+        zero, small = _fired(store, "zero_reads"), _fired(store, "small_files")
+        facts = {r.id: r.facts for r in run_analyses(store, None, ["io.pattern", "io.small_files"])}
+    assert zero is not None and zero.impact_ns == (30_000 - 25 * 300) // 3
+    assert (facts["io.pattern"]["zero_read_ns"], facts["io.pattern"]["zero_read_warmup_ns"]) == (30_000, 7_500)
+    # each small file: its two reads (10.3 us) and its open (10 ns, counters only): the warm-up's reads left out
+    small_ns = facts["io.small_files"]["small_time_ns"]
+    assert (small_ns, facts["io.small_files"]["small_time_warmup_ns"]) == (100 * 10_310, 25 * 10_300)
+    assert small is not None and small.impact_ns == round((small_ns - 25 * 10_300) / 3)
+    with _whole_file_reads(tmp_path / "b.duckdb", 300, {A.CONFIG_WARMUP_STEPS: 0}, big) as store:
+        assert (_fired(store, "zero_reads") or zero).impact_ns == 30_000 // 4  # every iteration measured
 
 
 def test_small_reads_rule(tmp_path: Path) -> None:
@@ -475,7 +494,7 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
     shown += "prefetch_factor=2)"
     # the built store's waits name no DataLoader: none counted for it
     assert r.labels == [shown, "16 usable CPUs"] and r.facts["cores"] == 16
-    assert r.facts["dataloaders"] == [loader | {"waits": 0, "wait_ns": 0}]
+    assert r.facts["dataloaders"] == [loader | {"waits": 0, "wait_ns": 0, "warmup_waits": 0, "warmup_wait_ns": 0}]
     assert rec is not None and f"the loop waits on {shown}; 16 usable CPUs (io.input_bound)" in rec.evidence
     assert rec.action == (
         f"{shown}: raise num_workers from 4 towards the 16 usable CPUs; set persistent_workers=True (workers kept "

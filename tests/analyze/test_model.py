@@ -318,3 +318,42 @@ def test_a_live_runs_first_iteration_is_warm_up_and_what_follows_the_last_step_i
     only_warmup = model_information(store, 3)  # nothing past the warm-up: counted rather than nothing at all
     assert only_warmup.facts["per_batch"][0]["iterations"] == 1
     assert "every iteration is within the 1 of warm-up: all of them counted" in only_warmup.labels
+
+
+def test_the_stages_inside_a_warm_up_iteration_are_rows_of_their_own(build: Any) -> None:
+    """The first iteration's stages pay for start-up too (the DataLoader's workers, lazy initialisation): each
+    stage's calls, total, mean and share are those of the measured iterations, its warm-up part a row apart."""
+
+    def fill(b: Builder) -> None:
+        config = {"status": "complete", "steps": 3, "steps_completed": 3, A.CONFIG_WARMUP_STEPS: 1}
+        b.store.add_run(RunInfo(1, "live", levels=["model"], pass_name="live", config=config))
+        sink = Sink(b.store, 1)
+        sink.span(1, None, "model", "load", 0, 50_000, 1, 1, {A.MODEL_KIND: "user"})  # inside step 0, as live
+        waits, predicts = (400_000, 1_000, 3_000), (500_000, 9_000, 7_000)
+        start = 0
+        for i, dur in enumerate((1_000_000, 10_000, 10_000)):
+            sid = 10 * (i + 1)
+            sink.span(sid, None, "model", f"step#{i}", start, dur, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+            wait_at = start + (50_000 if i == 0 else 0)
+            sink.span(sid + 1, sid, "model", "dataloader.next", wait_at, waits[i], 1, 1, {A.MODEL_KIND: "dataloader"})
+            sink.span(sid + 2, sid, "model", "predict", wait_at + waits[i], predicts[i], 1, 1, {A.MODEL_KIND: "user"})
+            start += dur
+        sink.close()
+
+    store = build(fill)
+    stages = load("model.stages")(store, 1)
+    rows = {(r[0], r[1]): r[2:] for r in stages.rows}
+    assert rows == {
+        ("step", "warm-up"): (1, 1_000_000, 1_000_000.0, 1, 1_000_000, None),
+        ("step", "step"): (2, 20_000, 10_000.0, 1, 20_000, 100.0),  # shares of the 20 us past the warm-up
+        ("predict", "warm-up"): (1, 500_000, 500_000.0, 1, 500_000, None),
+        ("predict", "user"): (2, 16_000, 8_000.0, 1, 16_000, 80.0),
+        ("dataloader.next", "warm-up"): (1, 400_000, 400_000.0, 1, 400_000, None),
+        ("dataloader.next", "dataloader"): (2, 4_000, 2_000.0, 1, 4_000, 20.0),
+        ("load", "warm-up"): (1, 50_000, 50_000.0, 1, 50_000, None),
+    }
+    f = stages.facts
+    assert (f["wall_ns"], f["measured_wall_ns"], f["warmup_ns"]) == (1_020_000, 20_000, 1_000_000)
+    assert (f["steps"], f["warmup_steps"], f["dataloader_ns"], f["dataloader_pct_of_steps"]) == (2, 1, 4_000, 20.0)
+    assert stages.labels == ["iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"]
+    assert "left out of every stage's calls, total, mean and share" in stages.notes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import subprocess
 import sys
 import textwrap
@@ -182,3 +183,57 @@ def test_the_first_iteration_is_warm_up_unless_asked_otherwise(tmp_path: Path) -
     summary = " ".join(_run(tmp_path, "summary", str(tmp_path / "p.duckdb")).stdout.split())
     assert "4 measured, after 1 warm-up (left out of per-iteration statistics)" in summary
     assert "after the last step() (not an iteration)" in summary
+
+
+LAZY = """
+import time, torch, xstack
+from torch import nn
+
+
+class Lazy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.ready = nn.Linear(4, 2), False
+
+    def forward(self, x):
+        if not self.ready:  # lazy initialisation: the first call pays for it
+            time.sleep(0.1)
+            self.ready = True
+        return self.fc(x)
+
+
+model = Lazy()
+for i in range(5):
+    with xstack.span("predict"):
+        model(torch.randn(2, 4))
+    xstack.step()
+"""
+
+
+def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_ops(tmp_path: Path) -> None:
+    """A first call that pays for lazy initialisation is warm-up: it is not in the stage's calls and total, nor in
+    the top layers' and operators', whose shares are of the wall time after it."""
+    from rich.console import Console
+
+    from xstack.analyze.health import stage_breakdown
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import render_summary
+
+    (tmp_path / "lazy.py").write_text(textwrap.dedent(LAZY))
+    done = _run(tmp_path, "run", "--levels", "model,layer,op", "-o", "p.duckdb", "--", "python", "lazy.py")
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as s:
+        stages = {(r[0], r[1]): r[2:] for r in stage_breakdown(s, 1).rows}
+        summary = summarize(s)
+    assert stages[("predict", "warm-up")][:1] == (1,) and stages[("predict", "warm-up")][1] >= 100_000_000
+    assert stages[("predict", "user")][:1] == (4,) and stages[("predict", "user")][1] < 100_000_000
+    assert stages[("predict", "user")][3] is not None and stages[("predict", "warm-up")][3] is None
+    layer = next(r for r in summary.top["layer"] if r.name == "Lazy")
+    assert layer.calls == 4 and layer.total_ns is not None and layer.total_ns < 100_000_000
+    assert layer.pct is not None and layer.pct < 100
+    linear = next(r for r in summary.top["op"] if r.name == "aten::linear")
+    assert linear.calls == 4
+    assert summary.share_of == {"layer": "of wall after warm-up", "op": "of wall after warm-up"}
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render_summary(summary))
+    assert "% of wall after warm-up" in console.export_text()

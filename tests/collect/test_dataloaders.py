@@ -73,11 +73,13 @@ def test_the_input_bound_result_and_rule_start_from_the_settings(profiled: Path)
     assert r.facts["cores"] == cpus and [d["dataset"] for d in r.facts["dataloaders"]] == ["Files", "Validation"]
     # the warm-up label first (iteration 1 is left out of the verdict), then the DataLoaders and the CPUs
     assert r.labels[0].startswith("iteration 1 left out as warm-up"), r.labels
-    assert re.fullmatch(re.escape(train) + r": waited \S+ \S+ in 10 waits", r.labels[1]), r.labels
+    # the warm-up's wait (the workers starting) is told apart from the 9 waits after it
+    assert re.fullmatch(re.escape(train) + r": waited \S+ \S+ in 9 waits, and \S+ \S+ in the warm-up", r.labels[1])
     assert re.fullmatch(r"DataLoader\(Validation, batch_size=8, num_workers=0, .*\): waited .* in 3 waits", r.labels[2])
     assert r.labels[3:] == [f"{cpus} usable CPUs"]
     rec = next(rec for rec in a.recommendations if rec.rule == "input_bound")
-    assert any(e.startswith(f"the loop waits on {train}") for e in rec.evidence)
+    assert any(e.startswith(f"the loop waits on {train}") and " in 9 waits past the warm-up;" in e
+               for e in rec.evidence)  # fmt: skip
     assert rec.action.startswith(train + ": ")
     # what it already does is not advised: persistent workers, a raised prefetch_factor, and no GPU to pin for
     assert not re.search("persistent_workers=True \\(|prefetch_factor from|pin_memory=True", rec.action)
@@ -87,3 +89,24 @@ def test_the_input_bound_result_and_rule_start_from_the_settings(profiled: Path)
         assert "num_workers from" not in rec.action and "make each batch cheaper to load" in rec.action
     section = render_html(a).split('id="r-io-input_bound"')[1].split("</section>")[0]
     assert r.labels[0] in section  # the settings show in the report's input section
+
+
+def test_the_waits_for_each_dataloader_leave_the_warm_up_out(profiled: Path) -> None:
+    """The first iteration's wait also starts the workers: the figures the advice reads are those of the
+    measured iterations, the warm-up's kept apart."""
+    with Store.open(profiled) as s:
+        a = analyze(s)
+        warm_end = s.query(
+            f"""SELECT start_ns + dur_ns FROM spans WHERE level = 'model' AND attrs->>'$."{A.MODEL_STEP}"' = '0'"""
+        )[0][0]
+        waits = s.query(
+            f"""SELECT start_ns < ?, count(*), sum(dur_ns) FROM spans WHERE level = 'model'
+                AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' AND attrs->>'$."{A.MODEL_DATALOADER}"' = '0'
+                GROUP BY 1""",
+            [warm_end],
+        )
+    in_warmup = {bool(w): (int(n), int(ns)) for w, n, ns in waits}
+    for id in ("io.input_bound", "model.stages"):
+        train = a.result(id).facts["dataloaders"][0]
+        assert (train["waits"], train["wait_ns"]) == in_warmup[False], id
+        assert (train["warmup_waits"], train["warmup_wait_ns"]) == in_warmup[True] == (1, in_warmup[True][1]), id

@@ -40,7 +40,8 @@ FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads
 
 _SPAN_READS = f"""
 SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
-    median({SPAN_BYTES}), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns)
+    median({SPAN_BYTES}), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns),
+    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}})
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
     AND {SPAN_STORAGE} GROUP BY 1
 """
@@ -67,11 +68,12 @@ def access_pattern(store: Store, run_id: int) -> Result:
     last, sequential ones anywhere after it (consecutive reads are sequential too), random = reads -
     sequential. Zero-length reads return nothing at the end of a file (tf-Darshan found half the reads of an
     input-bound ImageNet run were these; Python's ``f.read()`` makes one per file read whole), and with io spans
-    the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all data-file reads). Small reads return
-    1 to 4095 bytes: counted exactly from the ``io`` spans when the run has them (shares then of the reads the
-    spans hold); else estimated from Darshan's size buckets (the 1K-10K bucket taken as spread evenly), and the
-    median read size too (interpolated in its bucket). Pipes and sockets are left out. The facts are over the
-    data files (classes data and unknown).
+    the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all data-file reads; ``zero_read_warmup_ns``
+    the part in the warm-up iterations, ``RunContext.in_warmup``). Small reads return 1 to 4095 bytes: counted
+    exactly from the ``io`` spans when the run has them (shares then of the reads the spans hold); else estimated
+    from Darshan's size buckets (the 1K-10K bucket taken as spread evenly), and the median read size too
+    (interpolated in its bucket). Pipes and sockets are left out. The facts are over the data files (classes data
+    and unknown).
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
@@ -92,8 +94,9 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "small_read_pct": data[8],
         "median_read_bytes": data[9],
         "small_reads_exact": bool(exact),
-        # the time the zero-length reads took, and all the data-file reads, where the run has io spans
+        # the time the zero-length reads took (and in the warm-up), and all the data-file reads, from io spans
         "zero_read_ns": data_spans[3] if data_spans else None,
+        "zero_read_warmup_ns": data_spans[5] if data_spans else None,
         "read_ns": data_spans[4] if data_spans else None,
     }
     return Result(
@@ -114,8 +117,9 @@ def access_pattern(store: Store, run_id: int) -> Result:
     )
 
 
-SpanReads = tuple[int, int, float | None, int, int]
-"""Reads in spans, small reads, median size (bytes), time in zero-length reads and in all reads (ns)."""
+SpanReads = tuple[int, int, float | None, int, int, int]
+"""Reads in spans, small reads, median size (bytes), time in zero-length reads and in all reads, and in the
+zero-length reads of the warm-up iterations (ns)."""
 
 
 def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
@@ -125,10 +129,11 @@ def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
     out = {}
     data = f"CASE WHEN {SPAN_CLASS} IN {in_list(DATA_CLASSES)} THEN 'data files' END"
     for key in (SPAN_CLASS, data):
-        for cls, n, small, mid, zero_ns, read_ns in rows(store, _SPAN_READS.format(key=key), io.run_id):
+        sql = _SPAN_READS.format(key=key, warm=io.ctx.in_warmup())
+        for cls, n, small, mid, zero_ns, read_ns, warm_ns in rows(store, sql, io.run_id):
             if cls is not None:
                 out[str(cls)] = (int(n), int(small), None if mid is None else float(mid), int(zero_ns or 0),
-                                 int(read_ns or 0))  # fmt: skip
+                                 int(read_ns or 0), int(warm_ns or 0))  # fmt: skip
     return out
 
 

@@ -154,8 +154,9 @@ def small_file_staging(
     (``all_paths=True``: every file), and files never read or written (no size known) are left out of every
     share. Operations are opens, reads, writes, seeks, stats, syncs and mmaps; time is read + write + metadata
     time. The facts describe ``threshold_bytes`` (tf-Darshan's 2 MiB by default); rows show the thresholds
-    256 KiB, 1, 2, 4 and 16 MiB as well. Small files that carry many operations but few bytes are the ones to
-    stage or to pack into larger shards.
+    256 KiB, 1, 2, 4 and 16 MiB as well; fact ``small_time_warmup_ns`` is the part of the small files' time
+    spent in the warm-up iterations (``RunContext.in_warmup``; from the io spans, None without them). Small files
+    that carry many operations but few bytes are the ones to stage or to pack into larger shards.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
     io = io_run(store, run_id)
@@ -177,6 +178,7 @@ def small_file_staging(
         table.append((t, n, pct(n, totals[0]), ops, pct(ops, totals[1]), nbytes, pct(nbytes, totals[2]), time,
                       pct(time, totals[3]), "yes" if t == threshold_bytes else ""))  # fmt: skip
     chosen = next(r for r in table if r[0] == threshold_bytes)
+    warmup_ns = _warmup_time(store, io, all_paths, threshold_bytes)
     return Result(
         SMALL_ID,
         SMALL_TITLE,
@@ -204,6 +206,21 @@ def small_file_staging(
             "time_ns": totals[3],
             "small_time_ns": chosen[7],
             "small_time_pct": chosen[8],
+            "small_time_warmup_ns": warmup_ns,
         },
         labels=[] if all_paths else ["data files only (all_paths=True for every file)"],
     )
+
+
+def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:
+    """The time (ns) of the successful calls on the files of at most ``threshold_bytes`` that started in the
+    warm-up iterations, from the io spans (None where the run has none)."""
+    if not io.has_spans:
+        return None
+    if not io.ctx.warmup_windows():
+        return 0
+    sql = f"""WITH {files_cte(io, all_paths)}
+        SELECT coalesce(sum(dur_ns), 0) FROM spans
+        WHERE run_id = $run AND level = 'io' AND {io.ctx.in_warmup()} AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+            AND {SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {int(threshold_bytes)})"""
+    return as_count(rows(store, sql, io.run_id)[0][0])

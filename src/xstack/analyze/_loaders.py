@@ -13,8 +13,10 @@ from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 _WAITS = f"""
-SELECT TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER), count(*), sum(dur_ns) FROM spans
-WHERE run_id = ? AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
+SELECT TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER), count(*) FILTER (WHERE NOT {{warm}}),
+    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}}), 0), count(*) FILTER (WHERE {{warm}}),
+    coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0)
+FROM spans WHERE run_id = ? AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
 """
 
 SHOWN = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
@@ -23,17 +25,22 @@ SHOWN = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefe
 
 def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     """Each entry of ``runs.config.dataloaders`` plus ``waits`` (its ``dataloader`` spans: a batch each, and one
-    at the end of each epoch, which found none) and ``wait_ns`` (their summed time); entries that are not objects
-    are skipped. Empty for a run that recorded none."""
+    at the end of each epoch, which found none) and ``wait_ns`` (their summed time), past the warm-up
+    (``RunContext.in_warmup``: a live run's first iteration, which also starts the workers); and
+    ``warmup_waits`` and ``warmup_wait_ns``, those of the warm-up. Entries that are not objects are skipped.
+    Empty for a run that recorded none."""
     entries = ctx.config.get(A.CONFIG_DATALOADERS)
     if not isinstance(entries, list) or not entries:
         return []
-    waits = {i: (int(n), int(ns or 0)) for i, n, ns in store.query(_WAITS, [ctx.run_id])} if ctx.has("model") else {}
+    waits: dict[Any, tuple[int, ...]] = {}
+    if ctx.has("model"):
+        found = store.query(_WAITS.replace("{warm}", ctx.in_warmup()), [ctx.run_id])
+        waits = {i: tuple(int(v) for v in counts) for i, *counts in found}
     out = []
     for entry in entries:
         if isinstance(entry, dict):
-            count, wait_ns = waits.get(entry.get("index"), (0, 0))
-            out.append(entry | {"waits": count, "wait_ns": wait_ns})
+            count, wait_ns, warm, warm_ns = waits.get(entry.get("index"), (0, 0, 0, 0))
+            out.append(entry | {"waits": count, "wait_ns": wait_ns, "warmup_waits": warm, "warmup_wait_ns": warm_ns})
     return out
 
 
@@ -60,12 +67,15 @@ def describe(entry: dict[str, Any]) -> str:
 
 
 def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
-    """One line per DataLoader (its settings, and how often and long the loop waited for it), then the usable
-    CPUs."""
+    """One line per DataLoader (its settings, and how often and long the loop waited for it past the warm-up,
+    then in the warm-up), then the usable CPUs."""
     out = []
     for e in entries:
-        waited = f": waited {format_ns(e['wait_ns'])} in {e['waits']:,} waits" if e.get("waits") else ""
-        out.append(describe(e) + waited)
+        waited = [f"waited {format_ns(e['wait_ns'])} in {e['waits']:,} waits"] if e.get("waits") else []
+        if e.get("warmup_waits"):
+            waited.append(f"{format_ns(e['warmup_wait_ns'])} in the warm-up" if waited else
+                          f"waited {format_ns(e['warmup_wait_ns'])} in the warm-up only")  # fmt: skip
+        out.append(describe(e) + (": " + ", and ".join(waited) if waited else ""))
     if entries and cpus is not None:
         out.append(f"{cpus} usable CPUs")
     return out

@@ -55,7 +55,10 @@ def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:
 
 
 def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> str:
+    """The DataLoader, the loop's waits for it past the warm-up (the warm-up's also start its workers) and the
+    usable CPUs."""
     waited = f", {format_ns(loader['wait_ns'])} in {loader['waits']:,} waits" if loader.get("waits") else ""
+    waited += " past the warm-up" if waited and loader.get("warmup_waits") else ""
     cpus = f"; {cores} usable CPUs" if cores is not None else ""
     return f"the loop waits on {describe_loader(loader)}{waited}{cpus} ({source})"
 

@@ -67,6 +67,7 @@ class RunContext:
     pass_name: str | None
     _tables: dict[str, str] = field(default_factory=dict)
     _warmup: int | None = None
+    _warmup_windows: list[tuple[int, int]] | None = None
 
     @property
     def warmup(self) -> int:
@@ -81,6 +82,38 @@ class RunContext:
             )[0][0]
             self._warmup = wanted if past else 0
         return self._warmup
+
+    def warmup_windows(self) -> list[tuple[int, int]]:
+        """The time the warm-up iterations took, as ``(start_ns, end_ns)`` extents of their step spans (adjoining
+        ones joined), in order; empty when no iteration is left out (``warmup`` is 0)."""
+        if self._warmup_windows is None:
+            found = []
+            if self.warmup:
+                found = self.store.query(
+                    f"SELECT start_ns, start_ns + dur_ns FROM spans WHERE run_id = ? AND level = 'model' "
+                    f"AND {STEP_SPAN} AND NOT {past_warmup(self.warmup)} ORDER BY 1, 2",
+                    [self.run_id],
+                )
+            windows: list[tuple[int, int]] = []
+            for s, e in found:
+                if windows and s <= windows[-1][1]:
+                    windows[-1] = (windows[-1][0], max(windows[-1][1], int(e)))
+                else:
+                    windows.append((int(s), int(e)))
+            self._warmup_windows = windows
+        return self._warmup_windows
+
+    def in_warmup(self, column: str = "start_ns") -> str:
+        """SQL: the time ``column`` (ns, on the run's clock) falls in a warm-up iteration (``warmup_windows``);
+        ``FALSE`` where none is left out. A span is taken to belong where it starts."""
+        windows = self.warmup_windows()
+        if not windows:
+            return "FALSE"
+        return "(" + " OR ".join(f"({column} >= {s} AND {column} < {e})" for s, e in windows) + ")"
+
+    def warmup_ns(self) -> int:
+        """The time (ns) the warm-up iterations took: the length of ``warmup_windows``."""
+        return sum(e - s for s, e in self.warmup_windows())
 
     def warmup_label(self) -> str | None:
         """What the run's per-iteration statistics leave out, for a result's labels; None when nothing."""

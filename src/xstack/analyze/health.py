@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
-from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.context import run_context
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -130,42 +130,57 @@ def trace_health(store: Store, run_id: int) -> Result:
 def stage_breakdown(store: Store, run_id: int) -> Result:
     """Model-level stages: per stage name (load, preprocess, step, forward, optimizer, data-loader waits, user
     spans; numbered names such as ``step#3`` count as one stage), calls, total and mean time (ns), the threads
-    the calls ran on, the wall time during which at least one call ran (ns) and its share of the run's wall time (%).
+    the calls ran on, the wall time during which at least one call ran (ns) and its share of the run's wall time
+    past the warm-up (%).
 
     Notes: total sums the durations of the stage's calls, except a call inside another of the same stage (an
     annotation nested in itself), which its outer call already covers; calls that run at the same time on
     several threads each count, so a total can exceed the run's wall time. Wall time is the union of the calls'
-    intervals, and the share of wall is that union over the run's wall time: never above 100. Stages of
-    different names may nest (a forward inside a step), so shares need not add up to 100. Warm-up iterations
-    (the first of a live run, which also pays for start-up; a pass's --warmup) are a row of their own (kind
-    ``warm-up``), so that the step row's mean is the steady state's; what follows the last ``step()`` is
+    intervals, and the share of wall is that union over the run's wall time less the warm-up's: never above
+    100. Stages of different names may nest (a forward inside a step), so shares need not add up to 100.
+    Warm-up iterations (the first of a live run, which also pays for start-up; a pass's --warmup) are left out
+    of every stage's calls, total, mean and share: the spans that start in them (the warm-up step itself, and
+    the stages and data-loader waits inside it, whatever ran before the first ``step()`` of a live run
+    included) are rows of their own, of kind ``warm-up`` and with no share, so that each stage's mean is the
+    steady state's (facts ``measured_wall_ns``, ``warmup_ns``). What follows the last ``step()`` is
     ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for
-    its next batch; the share of step time they take leaves the warm-up out, both waits and steps; facts
-    ``dataloaders`` and ``cores`` give each DataLoader's settings with its waits, and the CPUs the program could
-    use, where the run recorded them."""
+    its next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and
+    ``cores`` give each DataLoader's settings with its waits, and the CPUs the program could use, where the run
+    recorded them."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
-    warmup = f"{STEP_SPAN} AND NOT {past_warmup(ctx.warmup)}"
-    rows = store.query(_STAGES.format(warmup=warmup, kind=A.MODEL_KIND), [ctx.run_id])
+    rows = store.query(_STAGES.format(warmup=ctx.in_warmup(), kind=A.MODEL_KIND), [ctx.run_id])
     wall = int(
         store.query(
             "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
             [ctx.run_id],
         )[0][0]
     )
+    measured = max(wall - ctx.warmup_ns(), 0)
     out = [
-        (str(n), str(k), int(c), int(t), float(m), int(th), int(w), 100.0 * int(w) / wall if wall else None)
+        (
+            str(n),
+            str(k),
+            int(c),
+            int(t),
+            float(m),
+            int(th),
+            int(w),
+            100.0 * int(w) / measured if measured and k != "warm-up" else None,
+        )
         for n, k, c, t, m, th, w in rows
     ]
-    steps = [r for r in out if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
-    loader = sum(r[3] for r in out if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
-    loader -= _loader_in(store, ctx.run_id, warmup) if ctx.warmup else 0
+    kept = [r for r in out if r[1] != "warm-up"]
+    steps = [r for r in kept if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
+    loader = sum(r[3] for r in kept if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
     step_total = sum(r[3] for r in steps)
     facts: dict[str, Any] = {
         "wall_ns": wall,
+        "measured_wall_ns": measured,
+        "warmup_ns": wall - measured,
         "steps": sum(r[2] for r in steps),
-        "warmup_steps": sum(r[2] for r in out if r[1] == "warm-up"),
+        "warmup_steps": ctx.warmup,
         "step_total_ns": step_total,
         "dataloader_ns": loader,
         "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
@@ -200,7 +215,7 @@ _STAGE_COLUMNS = (
     Column("mean", "ns", "total / calls"),
     Column("threads", "count", "threads the calls ran on"),
     Column("wall time", "ns", "time during which at least one call ran: the union of the calls' intervals"),
-    Column("share of wall", "pct", "wall time over the run's wall time"),
+    Column("share of wall", "pct", "wall time over the run's wall time past the warm-up; none for warm-up rows"),
 )
 
 _STAGES = """
@@ -231,19 +246,3 @@ SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid
 FROM calls JOIN covered c USING (stage, kind)
 GROUP BY stage, kind ORDER BY 4 DESC, 1, 2
 """
-
-
-def _loader_in(store: Store, run_id: int, steps: str) -> int:
-    """Time (ns) of the data-loader waits that start inside the step spans matching ``steps`` (SQL)."""
-    return int(
-        store.con.execute(
-            f"""SELECT coalesce(sum(d.dur_ns), 0) FROM spans d
-                JOIN (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
-                      WHERE run_id = $run AND level = 'model' AND device = 'cpu' AND {steps}) st
-                  ON d.start_ns >= st.s AND d.start_ns < st.e
-                WHERE d.run_id = $run AND d.level = 'model' AND d.device = 'cpu'
-                  AND (d.attrs->>'$."{A.MODEL_KIND}"' = 'dataloader'
-                       OR starts_with(d.name, 'enumerate(DataLoader)'))""",
-            {"run": run_id},
-        ).fetchall()[0][0]
-    )

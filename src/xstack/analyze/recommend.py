@@ -53,14 +53,16 @@ def _get(results: Results, id: str) -> Result | None:
     return r if r is not None and r.available else None
 
 
-def _per_iteration(results: Results, total_ns: float | None) -> int | None:
-    """A run's total time (I/O in some files, some calls) spread over its iterations (``model.stages``: the
-    measured steps), for ``Recommendation.impact_ns``; None without iterations to spread it over."""
+def _per_iteration(results: Results, total_ns: float | None, warmup_ns: float | None = None) -> int | None:
+    """A run's total time (I/O in some files, some calls) less the part of it in the warm-up iterations
+    (``warmup_ns``), spread over the measured iterations (``model.stages``: the steps past the warm-up), for
+    ``Recommendation.impact_ns``; None without iterations to spread it over."""
     stages = _get(results, "model.stages")
     steps = _num(stages.facts, "steps") if stages is not None else None
-    if not total_ns or not steps:
+    measured = max((total_ns or 0) - (warmup_ns or 0), 0)
+    if not measured or not steps:
         return None
-    return round(total_ns / steps)
+    return round(measured / steps)
 
 
 def _severity(pct: float) -> Severity:
@@ -317,7 +319,7 @@ def small_files(results: Results) -> Recommendation | None:
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
         "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
         "sequentially.",
-        impact_ns=_per_iteration(results, time),
+        impact_ns=_per_iteration(results, time, _num(r.facts, "small_time_warmup_ns")),
     )  # fmt: skip
 
 
@@ -344,7 +346,7 @@ def zero_reads(results: Results) -> Recommendation | None:
         "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
         "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
         "with no size does: one more system call per file).",
-        impact_ns=_per_iteration(results, zero_ns),
+        impact_ns=_per_iteration(results, zero_ns, _num(r.facts, "zero_read_warmup_ns")),
     )  # fmt: skip
 
 

@@ -1,18 +1,19 @@
 """The run summary: what ran, on which devices, the top layers, ops and kernels by time, and trace health.
 
-Notes: times are summed per name over every call in the run. Layer and op times are inclusive (a call's
-nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
-run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which
+Notes: times are summed per name over every call in the run, except that a live run's warm-up iterations
+(``RunContext.warmup``: its first, which pays for lazy initialisation and first calls) are left out of its layers
+and ops, and their time out of the wall time those are a share of. Layer and op times are inclusive (a call's nested
+calls count in it too); kernel times are device busy time, warm-up included. Percentages of layers and ops are of
+the run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which
 gives no spans, the job's run time from the log's header; unknown, and no percentages, for a run without a host
-trace such as an Nsight Compute CSV); of kernels, of all kernel time. A run with hardware
-counters per kernel and no kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter
-ranges as its kernels, with their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown
-where they measured none, and then ordered by FLOPs. Without a
-run id, a store's last merged run is summarised (a leveled measurement's result: one iteration, each span's
-median from the pass that times its level), or else its last run. For a merged run the summary adds the
-passes and what each level added to the step latency of the levels above it (``config.overhead``); for any
-other run with iterations, how many were measured, how many were warm-up (left out of per-iteration statistics)
-and the time after the last ``step()``.
+trace such as an Nsight Compute CSV); of kernels, of all kernel time. A run with hardware counters per kernel and no
+kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter ranges as its kernels, with
+their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown where they measured none, and then
+ordered by FLOPs. Without a run id, a store's last merged run is summarised (a leveled measurement's result: one
+iteration, each span's median from the pass that times its level), or else its last run. For a merged run the
+summary adds the passes and what each level added to the step latency of the levels above it (``config.overhead``);
+for any other run with iterations, how many were measured, how many were warm-up (left out of per-iteration
+statistics) and the time after the last ``step()``.
 """
 
 from __future__ import annotations
@@ -173,12 +174,20 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         if o.get("step_median_ns")
         for level in o.get("levels_added") or []
     }
+    # a live run's warm-up iterations (first calls: lazy initialisation, allocator growth) are left out of its
+    # layers and ops, and out of the wall time they are a share of
+    ctx = run_context(store, run_id)
+    warm = ctx.in_warmup()
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
+        left_out = "FALSE" if level == "kernel" else warm
         if level != "kernel" and level in pass_step:
             denominator, timed_by = pass_step[level]
             summary.share_of[level] = f"of step ({timed_by})"
-        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None)
+        elif left_out != "FALSE" and denominator:
+            denominator -= ctx.warmup_ns()
+            summary.share_of[level] = "of wall after warm-up"
+        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, left_out)
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     if summary.pass_name != "merged":
@@ -245,12 +254,13 @@ def _system(store: Store, run_id: int) -> dict[str, Any] | None:
     return overview(store, run_id)
 
 
-def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None) -> list[TopRow]:
+def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None,
+         left_out: str = "FALSE") -> list[TopRow]:  # fmt: skip
     """The top ``limit`` names of ``level`` by total time, with their share of ``denominator_ns`` (None where it
-    is unknown)."""
+    is unknown); spans matching the SQL ``left_out`` (those of the warm-up) are not counted."""
     rows = store.query(
-        """SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM spans
-           WHERE run_id = ? AND level = ? GROUP BY name ORDER BY 3 DESC, 1 LIMIT ?""",
+        f"""SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM spans
+            WHERE run_id = ? AND level = ? AND NOT {left_out} GROUP BY name ORDER BY 3 DESC, 1 LIMIT ?""",
         [run_id, level, limit],
     )
     return [
