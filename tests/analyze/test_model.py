@@ -357,3 +357,22 @@ def test_the_stages_inside_a_warm_up_iteration_are_rows_of_their_own(build: Any)
     assert (f["steps"], f["warmup_steps"], f["dataloader_ns"], f["dataloader_pct_of_steps"]) == (2, 1, 4_000, 20.0)
     assert stages.labels == ["iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"]
     assert "left out of every stage's calls, total, mean and share" in stages.notes
+
+
+def test_the_wait_that_ends_the_loop_is_not_charged_to_the_steps(build: Any) -> None:
+    """The DataLoader's last wait (the one that finds the epoch over) comes after the last ``step()``: it is in
+    no step, so the share of step time the loop waited for data leaves it out."""
+
+    def fill(b: Builder) -> None:
+        config = {"status": "complete", "steps": 2, "steps_completed": 2, A.CONFIG_WARMUP_STEPS: 0}
+        b.store.add_run(RunInfo(1, "live", levels=["model"], pass_name="live", config=config))
+        sink = Sink(b.store, 1)
+        for i in range(2):
+            sid, start = 10 * (i + 1), 10_000 * i
+            sink.span(sid, None, "model", f"step#{i}", start, 10_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+            sink.span(sid + 1, sid, "model", "dataloader.next", start, 2_000, 1, 1, {A.MODEL_KIND: "dataloader"})
+        sink.span(30, None, "model", "dataloader.next", 20_000, 30_000, 1, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+
+    facts = load("model.stages")(build(fill), 1).facts
+    assert (facts["step_total_ns"], facts["dataloader_ns"], facts["dataloader_pct_of_steps"]) == (20_000, 4_000, 20.0)

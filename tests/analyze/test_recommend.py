@@ -138,7 +138,7 @@ class _Slow(torch.utils.data.Dataset):  # type: ignore[misc]
         self.batch = torch.randn(4, 64)  # whole batches: no collation cost in the fast case
 
     def __len__(self) -> int:
-        return 4
+        return 8  # with 2 workers, the measured iterations past the warm-up still wait for some
 
     def __getitem__(self, i: int) -> Any:
         time.sleep(self.delay_s)

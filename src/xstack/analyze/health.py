@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
-from xstack.analyze.context import run_context
+from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -173,7 +173,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     ]
     kept = [r for r in out if r[1] != "warm-up"]
     steps = [r for r in kept if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
-    loader = sum(r[3] for r in kept if r[1] == "dataloader" or r[0].startswith("enumerate(DataLoader)"))
+    loader = _loader_in(store, ctx.run_id, f"{STEP_SPAN} AND {past_warmup(ctx.warmup)}")
     step_total = sum(r[3] for r in steps)
     facts: dict[str, Any] = {
         "wall_ns": wall,
@@ -246,3 +246,20 @@ SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid
 FROM calls JOIN covered c USING (stage, kind)
 GROUP BY stage, kind ORDER BY 4 DESC, 1, 2
 """
+
+
+def _loader_in(store: Store, run_id: int, steps: str) -> int:
+    """Time (ns) of the data-loader waits that start inside the step spans matching ``steps`` (SQL): the wait
+    that ends the loop, after the last ``step()``, is in no step and would inflate the share of step time."""
+    return int(
+        store.con.execute(
+            f"""SELECT coalesce(sum(d.dur_ns), 0) FROM spans d
+                JOIN (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
+                      WHERE run_id = $run AND level = 'model' AND device = 'cpu' AND {steps}) st
+                  ON d.start_ns >= st.s AND d.start_ns < st.e
+                WHERE d.run_id = $run AND d.level = 'model' AND d.device = 'cpu'
+                  AND (d.attrs->>'$."{A.MODEL_KIND}"' = 'dataloader'
+                       OR starts_with(d.name, 'enumerate(DataLoader)'))""",
+            {"run": run_id},
+        ).fetchall()[0][0]
+    )
