@@ -5,9 +5,9 @@ machine, sampled every 10 ms from 0 to 400 ms (samples 0..40). The main process 
 user mode and 0.1 in the kernel, has 10 threads, 5 voluntary and 2 involuntary switches per sample, and an RSS
 of 100 MiB growing 2 MiB per step. One worker (pid 201) appears at 150 ms and burns one core, 1 involuntary
 switch per sample, 50 MiB. The machine is 70% busy (core 0 60%, core 1 80%); 3 threads are runnable at every
-fifth sample (more than the cores), 1 otherwise. With ``gpu``: one GPU at 90% utilisation on even samples and
-50% on odd ones, its SM clock at 1400 MHz except every fourth sample, when it runs at 1000 MHz with the
-software thermal slowdown bit set; the idle bit is set at samples 11, 21, 31...
+fifth sample (more than the cores), 1 otherwise; ``Load`` changes these figures. With ``gpu``: one GPU at 90%
+utilisation on even samples and 50% on odd ones, its SM clock at 1400 MHz except every fourth sample, when it
+runs at 1000 MHz with the software thermal slowdown bit set; the idle bit is set at samples 11, 21, 31...
 
 ``syscall_run``: the syscall pass of three 1 ms steps (the first a warm-up), each with a ``dataloader.next``
 stage (a 200 us futex wait, a 50 us poll, a 10 us read), a ``Net`` forward stage (a 20 us mmap) holding the
@@ -20,6 +20,7 @@ the syscalls in the ``model+layer+system+syscalls`` pass.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,28 +62,46 @@ def steps(sink: Sink, n: int, step_ns: int, first_id: int = 1) -> None:
                   {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
 
 
-def sampler_run(sink: Sink, *, gpu: bool = False, cpu_scale: float = 1.0, rss_step: float = 2 * MIB) -> None:
-    """The counters described in the module docstring (``cpu_scale`` scales the main process's CPU)."""
+@dataclass(frozen=True)
+class Load:
+    """What the sampled processes and the machine do; the defaults are the module docstring's figures."""
+
+    main_cpu: float = 0.6
+    """Cores the main process keeps busy (five sixths in user mode, one sixth in the kernel)."""
+    worker_cpu: float = 1.0
+    """Cores the worker keeps busy once it appears (in user mode)."""
+    machine_pct: float = 70.0
+    """The machine's CPU busy (%): core 0 ten points below, core 1 ten above."""
+    runnable_every: int = 5
+    """Every so many samples, 3 threads are runnable (more than the cores); 1 at the others."""
+    main_threads: int = 10
+    main_involuntary: int = 2
+    """Involuntary context switches of the main process per sample."""
+    worker_threads: int = 3
+
+
+def sampler_run(sink: Sink, *, gpu: bool = False, load: Load = Load(), rss_step: float = 2 * MIB) -> None:
+    """The counters described in the module docstring, with the figures of ``load``."""
     for i in range(SAMPLES):
         ts = i * INTERVAL_NS
         c = sink.counter
-        c(A.PROC_CPU_USER_NS, ts, 0.5 * cpu_scale * ts, pid=MAIN)
-        c(A.PROC_CPU_SYSTEM_NS, ts, 0.1 * cpu_scale * ts, pid=MAIN)
-        c(A.PROC_THREADS, ts, 10, pid=MAIN)
+        c(A.PROC_CPU_USER_NS, ts, load.main_cpu * 5 / 6 * ts, pid=MAIN)
+        c(A.PROC_CPU_SYSTEM_NS, ts, load.main_cpu / 6 * ts, pid=MAIN)
+        c(A.PROC_THREADS, ts, load.main_threads, pid=MAIN)
         c(A.PROC_CTX_VOLUNTARY, ts, 5 * i, pid=MAIN)
-        c(A.PROC_CTX_INVOLUNTARY, ts, 2 * i, pid=MAIN)
+        c(A.PROC_CTX_INVOLUNTARY, ts, load.main_involuntary * i, pid=MAIN)
         c(A.PROC_RSS_BYTES, ts, 100 * MIB + rss_step * ts / STEP_NS, pid=MAIN)
         if i >= WORKER_FROM:
-            c(A.PROC_CPU_USER_NS, ts, ts - WORKER_FROM * INTERVAL_NS, pid=WORKER)
+            c(A.PROC_CPU_USER_NS, ts, load.worker_cpu * (ts - WORKER_FROM * INTERVAL_NS), pid=WORKER)
             c(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=WORKER)
-            c(A.PROC_THREADS, ts, 3, pid=WORKER)
+            c(A.PROC_THREADS, ts, load.worker_threads, pid=WORKER)
             c(A.PROC_CTX_VOLUNTARY, ts, 0, pid=WORKER)
             c(A.PROC_CTX_INVOLUNTARY, ts, i - WORKER_FROM, pid=WORKER)
             c(A.PROC_RSS_BYTES, ts, 50 * MIB, pid=WORKER)
-        c(A.CPU_BUSY_PCT, ts, 70.0)
-        c(A.CPU_BUSY_PCT, ts, 60.0, device="cpu:0")
-        c(A.CPU_BUSY_PCT, ts, 80.0, device="cpu:1")
-        c(A.CPU_PROCS_RUNNING, ts, 3 if i % 5 == 0 else 1)
+        c(A.CPU_BUSY_PCT, ts, load.machine_pct)
+        c(A.CPU_BUSY_PCT, ts, load.machine_pct - 10, device="cpu:0")
+        c(A.CPU_BUSY_PCT, ts, load.machine_pct + 10, device="cpu:1")
+        c(A.CPU_PROCS_RUNNING, ts, 3 if i % load.runnable_every == 0 else 1)
         c(A.MEM_USED_BYTES, ts, 4 * 2**30)
         c(A.MEM_AVAILABLE_BYTES, ts, 12 * 2**30)
         if gpu:
@@ -145,15 +164,17 @@ def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False) -> None:
         call(None, "poll", 0, SYS_STEPS * SYS_STEP_NS, pid=WORKER, tid=WORKER_THREAD)
 
 
-def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, **system: Any) -> Store:
+def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, load: Load = Load(),
+              config: dict[str, Any] | None = None, **system: Any) -> Store:  # fmt: skip
     """One run (``model``, ``system``) with the sampler's counters and its four steps (``system``: keys of
-    ``system_config``; ``rss_step``: the main process's RSS growth per step)."""
+    ``system_config``; ``rss_step``: the main process's RSS growth per step; ``load``: see ``Load``;
+    ``config``: more keys of the run's config, such as ``cpu_count`` and ``dataloaders``)."""
     with Store.create(path) as store:
-        store.add_run(RunInfo(1, "sampled", levels=["model", "system"],
-                              config=run_config(gpus=["cuda:0"] if gpu else None, **system)))  # fmt: skip
+        run = run_config(gpus=["cuda:0"] if gpu else None, **system) | (config or {})
+        store.add_run(RunInfo(1, "sampled", levels=["model", "system"], config=run))
         sink = Sink(store, 1)
         steps(sink, STEPS, STEP_NS)
-        sampler_run(sink, gpu=gpu, rss_step=rss_step)
+        sampler_run(sink, gpu=gpu, rss_step=rss_step, load=load)
         sink.close()
     return Store.open(path)
 
@@ -194,7 +215,7 @@ def merged_store(
         sink.close()
         sink = Sink(store, 3)
         syscall_run(sink)
-        sampler_run(sink, cpu_scale=2.0, rss_step=0.0)
+        sampler_run(sink, load=Load(main_cpu=1.2), rss_step=0.0)
         sink.close()
         merge = {
             "passes": [{"pass": "model", "run_id": 1, "levels": ["model"]}],

@@ -1,6 +1,6 @@
-"""The recommendation rules over the system analyses and the CUDA API analysis: too many DataLoader workers for
-the cores, oversubscribed threads, GPU clock throttling, host memory growth, stages blocked in wait syscalls,
-and host time lost to CUDA syncs and allocations inside layers.
+"""The recommendation rules over the system analyses and the CUDA API analysis: GPU clock throttling, host memory
+growth, stages blocked in wait syscalls, and host time lost to CUDA syncs and allocations inside layers (the CPU
+rules are in ``_recommend_cpu``).
 
 Each rule reads the ``facts`` and rows of the results it names and stays silent when they are missing or do
 not show the problem; its thresholds are module constants, quoted in the evidence where they decide.
@@ -16,12 +16,6 @@ from xstack.analyze.result import Result, format_ns, format_value
 
 Results = dict[str, Result]
 
-SATURATED_PCT = 20.0
-"""Share of samples with more runnable threads than cores above which the CPU counts as saturated."""
-INVOLUNTARY_PER_STEP = 100.0
-"""Involuntary context switches of the main process per step above which its threads fight for the cores."""
-THREADS_PER_CORE = 4
-"""Threads of the main process per core above which it has far more threads than the machine can run."""
 GPU_THROTTLE_PCT = 10.0
 """Share of samples with a thermal or power throttle reason above which throttling costs throughput."""
 WAIT_SHARE_PCT = 30.0
@@ -46,75 +40,6 @@ def _num(facts: dict[str, Any], key: str) -> float | None:
 
 def _severity(pct: float) -> Severity:
     return "high" if pct >= 50 else "medium" if pct >= 25 else "low"
-
-
-def workers_exceed_cores(results: Results) -> Recommendation | None:
-    """More DataLoader workers (plus the main process) than cores, and the CPU saturated."""
-    c = _get(results, "system.cpu")
-    if c is None:
-        return None
-    workers, cores, sat = _num(c.facts, "workers"), _num(c.facts, "cores"), _num(c.facts, "saturated_pct")
-    if not workers or not cores or sat is None or workers + 1 <= cores or sat < SATURATED_PCT:
-        return None
-    busy = _num(c.facts, "busy_mean_pct")
-    evidence = [
-        f"{int(workers)} worker process(es) and the main process run on {int(cores)} core(s); more threads than "
-        f"cores were runnable at {sat:.0f}% of the samples (threshold {SATURATED_PCT:g}%)"
-        + (f", the machine was {busy:.0f}% busy" if busy is not None else "")
-        + " (system.cpu)"
-    ]
-    if (invol := _num(c.facts, "main_involuntary_per_step")) is not None:
-        evidence.append(f"the scheduler took the CPU from the main process {invol:,.0f} times per step (system.cpu)")
-    return Recommendation(
-        "workers_exceed_cores", "More DataLoader workers than cores", _severity(sat), evidence, [c.id],
-        f"Lower DataLoader(num_workers=...) to {max(int(cores) - 1, 1)} (the cores less one for the main process): "
-        "extra workers only take turns on the same cores and take CPU from the training loop; if loading is then "
-        "too slow, make each batch cheaper (decode and augment less, or on the GPU) or use a machine with more "
-        "cores.",
-    )  # fmt: skip
-
-
-def thread_oversubscription(results: Results) -> Recommendation | None:
-    """Intra-op threads times processes exceed the cores (with contention seen), or the main process has far more
-    threads than cores and is switched out often."""
-    c = _get(results, "system.cpu")
-    if c is None or not (cores := _num(c.facts, "cores")):
-        return None
-    threads, workers = _num(c.facts, "torch_threads"), _num(c.facts, "workers") or 0.0
-    invol, sat = _num(c.facts, "main_involuntary_per_step"), _num(c.facts, "saturated_pct")
-    main_threads = _num(c.facts, "main_threads_max")
-    contended = (sat is not None and sat >= SATURATED_PCT) or (invol is not None and invol >= INVOLUNTARY_PER_STEP)
-    evidence = []
-    if threads and threads * (1 + workers) > cores and contended:
-        evidence.append(
-            f"torch runs {int(threads)} intra-op threads per process and {int(workers)} worker(s) run beside the "
-            f"main process: up to {int(threads * (1 + workers))} busy threads for {int(cores)} cores (system.cpu)"
-        )
-    switched = invol is not None and invol >= INVOLUNTARY_PER_STEP
-    if main_threads and main_threads >= THREADS_PER_CORE * cores and switched:
-        evidence.append(f"the main process has {int(main_threads)} threads for {int(cores)} cores (system.cpu)")
-    if not evidence:
-        return None
-    evidence.append(_contention(sat, invol))
-    share = int(max(cores - workers, 1))
-    return Recommendation(
-        "thread_oversubscription", "Threads oversubscribe the cores", "medium" if sat and sat >= 25 else "low",
-        evidence, [c.id],
-        f"Give each process its share of the cores: torch.set_num_threads({share}) in the main process (or "
-        f"OMP_NUM_THREADS={share}), and one thread per worker: DataLoader(worker_init_fn=...) calling "
-        "torch.set_num_threads(1) and setting OMP_NUM_THREADS/MKL_NUM_THREADS=1 (cv2.setNumThreads(0) for "
-        "OpenCV) before the worker's libraries start their own pools.",
-    )  # fmt: skip
-
-
-def _contention(sat: float | None, invol: float | None) -> str:
-    parts = []
-    if sat is not None:
-        parts.append(f"more threads than cores were runnable at {sat:.0f}% of the samples")
-    if invol is not None:
-        parts.append(f"the main process was switched out involuntarily {invol:,.0f} times per step "
-                     f"(threshold {INVOLUNTARY_PER_STEP:g})")  # fmt: skip
-    return "; ".join(parts) + " (system.cpu)"
 
 
 def gpu_throttling(results: Results) -> Recommendation | None:
@@ -278,8 +203,6 @@ def cuda_sync_alloc_in_layers(results: Results) -> Recommendation | None:
 
 
 RULES = {
-    "workers_exceed_cores": workers_exceed_cores,
-    "thread_oversubscription": thread_oversubscription,
     "gpu_throttling": gpu_throttling,
     "host_memory_growth": host_memory_growth,
     "stage_blocked_in_waits": stage_blocked_in_waits,

@@ -125,7 +125,10 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     machine and the threads at the full samples (every 50 ms at the default interval): a row whose kind of
     sample fell fewer than five times inside the measured steps shows no figures (they would be read between
     samples outside the steps, a zero when none is inside), and the result says how many came and what would
-    give enough.
+    give enough. The facts keep the program's own load apart from the machine's, for the rules: the main
+    process's and its workers' CPU busy summed (``own_cpu_pct``, % of one core), the CPUs the program could use
+    (``usable_cpus``: ``runs.config.cpu_count``, else the cores), the DataLoaders it recorded, and whether the
+    counters were sampled while the syscall tracer ran (``counters_traced``: its load then counts too).
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -231,6 +234,7 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
     machine, running = (machine, running) if full else (None, None)
     main = next((r for r in table if r[1] is not None and r[1] == runs.main_pid), None)
     workers = [r for r in table if r[1] is not None and r[1] != runs.main_pid]
+    workers_cpu = sum(r[2] or 0.0 for r in workers) if workers and full else None
     configured = runs.config.get("workers")
     facts: dict[str, Any] = {
         "source_run": run.run_id,
@@ -250,7 +254,12 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
         "procs_running_mean": _float(running[3]) if running else None,
         "procs_running_max": _float(running[5]) if running else None,
         "workers": max(concurrent, configured if isinstance(configured, int) else 0),
-        "workers_cpu_pct": sum(r[2] or 0.0 for r in workers) if workers and full else None,
+        "workers_cpu_pct": workers_cpu,
+        "own_cpu_pct": _own_cpu(main, workers_cpu, not workers or full),
+        "usable_cpus": _usable(run.config, cores),
+        "workers_threads_max": max((int(r[6]) for r in workers if r[6] is not None), default=None),
+        "dataloaders": [e for e in run.config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)],
+        "counters_traced": run.traced_syscalls,
     }
     if main is not None:
         facts |= {
@@ -262,6 +271,22 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
             "main_involuntary_per_step": main[8],
         }
     return facts
+
+
+def _own_cpu(main: tuple[Any, ...] | None, workers_cpu: float | None, workers_known: bool) -> float | None:
+    """The main process's CPU busy plus its workers' (% of one core); None where either is unknown."""
+    if main is None or main[2] is None or not workers_known:
+        return None
+    return float(main[2]) + (workers_cpu or 0.0)
+
+
+def _usable(config: dict[str, Any], cores: int) -> int | None:
+    """The CPUs the program could use (``runs.config.cpu_count``: its affinity mask and CPU quota), else the
+    machine's cores."""
+    value = config.get(A.CONFIG_CPU_COUNT)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return cores or None
 
 
 _BINNED = """

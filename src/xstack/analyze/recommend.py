@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xstack.analyze import _recommend_system
+from xstack.analyze import _recommend_cpu, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze._recommend_input import io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
@@ -387,9 +387,11 @@ RULES: dict[str, Rule] = {
     "small_files": small_files,
     "zero_reads": zero_reads,
     "small_reads": small_reads,
+    **_recommend_cpu.RULES,
     **_recommend_system.RULES,
 }
-"""The built-in rules, by id (the system and CUDA API rules are in ``_recommend_system``)."""
+"""The built-in rules, by id (the CPU rules are in ``_recommend_cpu``, the other system and the CUDA API rules in
+``_recommend_system``)."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 

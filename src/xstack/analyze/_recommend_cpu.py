@@ -1,0 +1,229 @@
+"""The recommendation rules over CPU saturation (``system.cpu``): more worker processes than usable CPUs,
+threads oversubscribing them, and other processes taking them.
+
+The first two fire only on the program's own figures (its processes' CPU busy and the main process's
+involuntary context switches), never on the machine's alone, which counts every other process too; and they
+advise only what the run did not already do (``config.system.torch_threads``, ``config.dataloaders``,
+``config.cpu_count``). All three stay silent on counters sampled while the syscall tracer ran: its own load, and
+the program's under it, would be taken for the program's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._recommend_system import Results, _get, _num, _severity
+from xstack.analyze.pipeline import Recommendation, Severity
+from xstack.analyze.result import Result
+
+SATURATED_PCT = 20.0
+"""Share of samples with more runnable threads than cores above which the CPU counts as saturated."""
+INVOLUNTARY_PER_STEP = 100.0
+"""Involuntary context switches of the main process per step above which its threads fight for the CPUs."""
+OWN_BUSY_PCT = 80.0
+"""Share of the usable CPUs the program's own processes (main and workers) keep busy above which they fill them."""
+OTHERS_BUSY_PCT = 50.0
+"""Share of the machine's cores that processes outside the program keep busy above which they took the CPUs."""
+THREADS_PER_CORE = 4
+"""Threads of the main process per usable CPU above which it has far more threads than it can run."""
+WORKER_THREADS = 4
+"""Threads of a DataLoader worker above which a library runs a thread pool in it (a worker's own are its loop
+and its queues' threads; PyTorch gives its torch ops one thread)."""
+
+
+def _cpu(results: Results) -> Result | None:
+    """``system.cpu`` where its counters were sampled without the syscall tracer."""
+    c = _get(results, "system.cpu")
+    return None if c is None or c.facts.get("counters_traced") else c
+
+
+def _usable(c: Result) -> float | None:
+    return _num(c.facts, "usable_cpus") or _num(c.facts, "cores")
+
+
+def _own_pct(c: Result, usable: float) -> float | None:
+    """The program's processes' CPU busy as a share of the usable CPUs (%)."""
+    own = _num(c.facts, "own_cpu_pct")
+    return None if own is None else own / usable
+
+
+def workers_exceed_cores(results: Results) -> Recommendation | None:
+    """More worker processes (plus the main process) than usable CPUs, and the program's own processes keep
+    those CPUs busy."""
+    c = _cpu(results)
+    if c is None or not (usable := _usable(c)) or not (workers := _num(c.facts, "workers")):
+        return None
+    own = _own_pct(c, usable)
+    if workers + 1 <= usable or own is None or own < OWN_BUSY_PCT:
+        return None
+    main, theirs = _num(c.facts, "main_cpu_pct") or 0.0, _num(c.facts, "workers_cpu_pct") or 0.0
+    evidence = [
+        f"{int(workers)} worker process(es) and the main process ran on {int(usable)} usable CPUs and kept them "
+        f"{own:.0f}% busy (threshold {OWN_BUSY_PCT:g}%): the main process {main:.0f}%, the workers {theirs:.0f}% of "
+        "one core (system.cpu)"
+    ]
+    invol = _num(c.facts, "main_involuntary_per_step")
+    if invol is not None:
+        evidence.append(f"the scheduler took the CPU from the main process {invol:,.0f} times per step (system.cpu)")
+    severity: Severity = "high" if invol is not None and invol >= INVOLUNTARY_PER_STEP else "medium"
+    title, action = _workers_action(c.facts.get("dataloaders") or [], int(workers), int(usable))
+    return Recommendation("workers_exceed_cores", title, severity, evidence, [c.id], action)
+
+
+def _workers_action(loaders: list[dict[str, Any]], workers: int, usable: int) -> tuple[str, str]:
+    """The title and action: lower the recorded DataLoaders' num_workers where above the usable CPUs less one;
+    where none is, the other child processes are the cause."""
+    target = max(usable - 1, 0)
+    why = ("(the usable CPUs less one for the main process): extra workers only take turns on the same CPUs and "
+           "take CPU from the training loop; if loading is then too slow, make each batch cheaper (decode and "
+           "augment less, or on the GPU) or use a machine with more CPUs.")  # fmt: skip
+    if not loaders:
+        return "More DataLoader workers than usable CPUs", f"Lower DataLoader(num_workers=...) to {target} {why}"
+    above = [e for e in loaders if int(e.get("num_workers") or 0) > target]
+    if above:
+        named = " and ".join(_loader(e) for e in above)
+        return "More DataLoader workers than usable CPUs", f"Lower num_workers to {target} in {named} {why}"
+    named = ", ".join(_loader(e) for e in loaders)
+    asks = "asks" if len(loaders) == 1 else "ask"
+    return "More child processes than usable CPUs", (
+        f"{named} {asks} for no more workers than the usable CPUs less one for the main process ({target}), yet "
+        f"{workers} child processes ran at once: the workers of several DataLoaders iterated together, or "
+        "processes the program or its libraries start (system.cpu lists them by pid). Keep the processes alive at "
+        f"once within the {usable} usable CPUs: let one DataLoader's workers end before another's start "
+        "(persistent_workers=False on the one iterated less often)."
+    )
+
+
+def _loader(entry: dict[str, Any]) -> str:
+    return f"DataLoader({entry.get('dataset') or '?'}, num_workers={int(entry.get('num_workers') or 0)})"
+
+
+def cpus_taken_by_others(results: Results) -> Recommendation | None:
+    """The machine was saturated while the program's own processes used little of it: other processes took the
+    CPUs. Only where the program could use every core (else the others may have run on cores it could not)."""
+    c = _cpu(results)
+    if c is None or not (cores := _num(c.facts, "cores")) or _usable(c) != cores:
+        return None
+    busy, own, sat = _num(c.facts, "busy_mean_pct"), _num(c.facts, "own_cpu_pct"), _num(c.facts, "saturated_pct")
+    if busy is None or own is None or sat is None or sat < SATURATED_PCT:
+        return None
+    others = busy * cores / 100 - own / 100
+    if 100 * others / cores < OTHERS_BUSY_PCT:
+        return None
+    main, theirs = _num(c.facts, "main_cpu_pct") or 0.0, _num(c.facts, "workers_cpu_pct") or 0.0
+    workers = int(_num(c.facts, "workers") or 0)
+    evidence = [
+        f"the machine's {int(cores)} cores were {busy:.0f}% busy ({busy * cores / 100:.2f} cores) while the program's "
+        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%, its {workers} worker process(es) "
+        f"{theirs:.0f}% of one core): other processes took about {others:.2f} cores, {100 * others / cores:.0f}% of "
+        f"the machine (threshold {OTHERS_BUSY_PCT:g}%) (system.cpu)",
+        f"more threads than cores were runnable at {sat:.0f}% of the samples (threshold {SATURATED_PCT:g}%) "
+        "(system.cpu)",
+    ]
+    return Recommendation(
+        "cpus_taken_by_others", "Other processes kept the CPUs busy", _severity(sat), evidence, [c.id],
+        "Other processes competed with the program for the CPUs while it ran, so its times carry their load and "
+        "the CPU figures are not the program's alone: profile again on an idle machine, or on CPUs kept for it "
+        "(taskset -c, a cgroup cpuset, fewer jobs per node); ps -eo pid,pcpu,comm --sort=-pcpu during the run "
+        "names the others.",
+    )  # fmt: skip
+
+
+def thread_oversubscription(results: Results) -> Recommendation | None:
+    """The program's processes contend for the usable CPUs (they fill them, or the main process is switched out
+    often) and run more threads than they can: torch's intra-op pool beyond the CPUs the workers leave it, far
+    more threads than CPUs in the main process, or a library's thread pool in a worker."""
+    c = _cpu(results)
+    if c is None or not (usable := _usable(c)):
+        return None
+    invol, own = _num(c.facts, "main_involuntary_per_step"), _own_pct(c, usable)
+    switched = invol is not None and invol >= INVOLUNTARY_PER_STEP
+    if not switched and (own is None or own < OWN_BUSY_PCT):
+        return None
+    evidence, actions = _intra_op(c.facts, usable)
+    if switched:
+        more, todo = _main_threads(c.facts, usable)
+        evidence += more
+        actions += todo
+    more, todo = _worker_pools(c.facts)
+    evidence += more
+    actions += todo
+    if not evidence:
+        return None
+    evidence.append(_contention(own, usable, invol))
+    return Recommendation(
+        "thread_oversubscription", "Threads oversubscribe the CPUs", "medium" if switched else "low", evidence,
+        [c.id], "Give each process its share of the CPUs: " + "; ".join(dict.fromkeys(actions)) + ".",
+    )  # fmt: skip
+
+
+def _share(facts: dict[str, Any], usable: float) -> int:
+    """The CPUs left to the main process's intra-op pool beside the workers (at least one)."""
+    return int(max(usable - (_num(facts, "workers") or 0.0), 1))
+
+
+def _intra_op(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str]]:
+    """torch's intra-op pool in the main process above its share: each worker runs one thread (PyTorch's
+    DataLoader sets it), so the pool is what to shrink."""
+    threads, workers, share = _num(facts, "torch_threads"), int(_num(facts, "workers") or 0), _share(facts, usable)
+    if not threads or threads <= share:
+        return [], []
+    line = (f"torch runs {int(threads)} intra-op threads in the main process beside {workers} worker process(es) of "
+            f"one thread each (PyTorch's DataLoader sets it): up to {int(threads) + workers} busy threads for "
+            f"{int(usable)} usable CPUs (system.cpu)")  # fmt: skip
+    return [line], [f"torch.set_num_threads({share}) in the main process (or OMP_NUM_THREADS={share} in its "
+                    f"environment), its share of the {int(usable)} usable CPUs beside {workers} worker(s)"]  # fmt: skip
+
+
+def _main_threads(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str]]:
+    """Far more threads than CPUs in the main process; where torch's intra-op pool is within its share, the
+    other pools are what to cap."""
+    found = _num(facts, "main_threads_max")
+    if not found or found < THREADS_PER_CORE * usable:
+        return [], []
+    evidence = [f"the main process has up to {int(found)} threads for {int(usable)} usable CPUs (system.cpu)"]
+    threads, share = _num(facts, "torch_threads"), _share(facts, usable)
+    if threads and threads > share:
+        return evidence, []  # the intra-op pool's advice covers it
+    if threads:
+        evidence.append(
+            f"torch's intra-op pool has {int(threads)} thread(s), within the {share} usable CPU(s) its "
+            f"{int(_num(facts, 'workers') or 0)} worker process(es) leave it: the other threads belong to other "
+            "pools (system.cpu)"
+        )
+    return evidence, [
+        "cap the main process's other thread pools: torch.set_num_interop_threads(...) for PyTorch's inter-op pool, "
+        "threadpoolctl.threadpool_limits(...) for numpy's BLAS and OpenMP, cv2.setNumThreads(...) for OpenCV, and "
+        "the program's own thread pools (py-spy dump --pid PID lists every thread)"
+    ]
+
+
+def _worker_pools(facts: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A worker with more threads than a DataLoader worker's own: a library's pool, which PyTorch does not limit."""
+    found = _num(facts, "workers_threads_max")
+    if found is None or found <= WORKER_THREADS:
+        return [], []
+    line = (f"a worker process has up to {int(found)} threads, more than the {WORKER_THREADS} of a DataLoader "
+            "worker's own: a library runs a thread pool in it (system.cpu)")  # fmt: skip
+    return [line], ["one thread per library in each worker: DataLoader(worker_init_fn=...) calling "
+                    "threadpoolctl.threadpool_limits(1) (numpy's BLAS, OpenMP) and cv2.setNumThreads(0) (OpenCV); "
+                    "PyTorch already runs each worker's torch ops on one thread"]  # fmt: skip
+
+
+def _contention(own: float | None, usable: float, invol: float | None) -> str:
+    parts = []
+    if own is not None:
+        parts.append(f"the program's processes kept {own:.0f}% of the {int(usable)} usable CPUs busy (threshold "
+                     f"{OWN_BUSY_PCT:g}%)")  # fmt: skip
+    if invol is not None:
+        parts.append(f"the main process was switched out involuntarily {invol:,.0f} times per step "
+                     f"(threshold {INVOLUNTARY_PER_STEP:g})")  # fmt: skip
+    return "; ".join(parts) + " (system.cpu)"
+
+
+RULES = {
+    "workers_exceed_cores": workers_exceed_cores,
+    "thread_oversubscription": thread_oversubscription,
+    "cpus_taken_by_others": cpus_taken_by_others,
+}
+"""The rules of this module, by id (``recommend.RULES`` includes them)."""
