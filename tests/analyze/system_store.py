@@ -129,10 +129,12 @@ IDLE_TIDS = (110, 111, 112, 113)
 WORKER_THREAD = 211
 
 
-def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False) -> None:
+def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False, measured_waits: float = 1.0) -> None:
     """The syscall pass described in the module docstring: model and layer spans, and ``system`` spans.
     ``idle``: four more threads of the main process (``IDLE_TIDS``) and a second thread of the worker sit in one
-    wait each (futex, poll) across the whole pass, as a thread pool's idle threads do."""
+    wait each (futex, poll) across the whole pass, as a thread pool's idle threads do. ``measured_waits``: the
+    ``dataloader.next`` futex and poll of the measured steps last this share of the warm-up's (a loader that
+    waited for its workers to start in the warm-up only)."""
     ids = iter(range(first_id + SYS_STEPS, first_id + 10_000))
     steps(sink, SYS_STEPS, SYS_STEP_NS, first_id)
 
@@ -148,8 +150,9 @@ def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False) -> None:
         sink.span(forward, step, "model", "Net", s + 300_000, 600_000, MAIN, MAIN, {A.MODEL_KIND: "forward"})
         sink.span(fc, forward, "layer", "fc", s + 400_000, 400_000, MAIN, MAIN, {A.LAYER_PATH: "fc"})
         extra = {A.SYS_ERRNO: "ETIMEDOUT", A.SYS_RET: "-1"} if k == 1 else {}
-        call(loader, "futex", s + 10_000, 200_000, attrs=extra)
-        call(loader, "poll", s + 220_000, 50_000)
+        scale = 1.0 if k < WARMUP else measured_waits
+        call(loader, "futex", s + 10_000, round(200_000 * scale), attrs=extra)
+        call(loader, "poll", s + 220_000, round(50_000 * scale))
         call(loader, "read", s + 280_000, 10_000)
         call(forward, "mmap", s + 310_000, 20_000)
         call(fc, "write", s + 410_000, 30_000)
@@ -194,12 +197,18 @@ MERGED = 4
 
 
 def merged_store(
-    path: Path, *, gpu: bool = False, step_ns: int = STEP_NS, stages: dict[str, int] | None = None
+    path: Path,
+    *,
+    gpu: bool = False,
+    step_ns: int = STEP_NS,
+    stages: dict[str, int] | None = None,
+    measured_waits: float = 1.0,
 ) -> Store:
     """A ``model`` pass (run 1), a ``model+system`` pass (run 2: the counters), a syscall pass (run 3: syscall
     spans, and counters of its own with twice the main process's CPU and no memory growth, which the analyses
     must not read) and the merged run (4): one step of ``step_ns`` holding a stage span of each duration in
-    ``stages`` (by name). ``gpu``: the ``model+system`` pass samples a GPU too."""
+    ``stages`` (by name). ``gpu``: the ``model+system`` pass samples a GPU too; ``measured_waits``: see
+    ``syscall_run``."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "m", levels=["model"], pass_name="model", config={"pid": MAIN}))
         store.add_run(RunInfo(2, "m", levels=["model", "system"], pass_name="model+system",
@@ -214,7 +223,7 @@ def merged_store(
         sampler_run(sink, gpu=gpu)
         sink.close()
         sink = Sink(store, 3)
-        syscall_run(sink)
+        syscall_run(sink, measured_waits=measured_waits)
         sampler_run(sink, load=Load(main_cpu=1.2), rss_step=0.0)
         sink.close()
         merge = {

@@ -382,6 +382,21 @@ def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_
         assert _fired(store, "stage_blocked_in_waits", MERGED) is None
 
 
+def test_waits_of_the_warm_up_step_are_left_out(tmp_path: Path) -> None:
+    # the syscall pass's warm-up waits 250 us in dataloader.next (its workers starting), each measured step 25 us
+    # of the stage's 300: 8% of it, not the 33% the whole pass gives
+    with merged_store(tmp_path / "warm.duckdb", step_ns=2_000_000, stages={"dataloader.next": 1_800_000},
+                      measured_waits=0.1) as store:  # fmt: skip
+        r = _one(store, "system.syscalls", MERGED)
+        rec = _fired(store, "stage_blocked_in_waits", MERGED)
+    loader = _row(r, "dataloader.next")
+    assert (loader["wait"], loader["span time"]) == (300_000, 900_000)  # the whole pass, warm-up included
+    assert loader["wait share"] == pytest.approx(100 * 25 / 300)
+    assert loader["share"] == pytest.approx(100 * 35 / 300)
+    assert loader["est. wait per step"] == pytest.approx(1_800_000 * 25 / 300)
+    assert rec is None
+
+
 def test_the_rules_stay_silent_without_system_data(tmp_path: Path) -> None:
     with Store.create(tmp_path / "plain.duckdb") as store:
         store.add_run(RunInfo(1, "plain", levels=["model"]))

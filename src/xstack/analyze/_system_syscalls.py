@@ -135,12 +135,17 @@ SELECT min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = $run AND 
 """
 
 _SPAN_TIME = f"""
-SELECT 'stage', CASE WHEN attrs->>'$."{A.MODEL_KIND}"' = 'step' THEN 'step' ELSE name END, pid, sum(dur_ns)
-FROM spans WHERE run_id = $run AND level = 'model' GROUP BY ALL
-UNION ALL
-SELECT 'layer', coalesce(attrs->>'$."{A.LAYER_PATH}"', name), pid, sum(dur_ns)
-FROM spans WHERE run_id = $run AND level = 'layer' GROUP BY ALL
+WITH st AS (SELECT unnest($s) AS s, unnest($e) AS e),
+sp AS (
+    SELECT CASE WHEN level = 'model' THEN 'stage' ELSE 'layer' END AS kind,
+        CASE WHEN level = 'layer' THEN coalesce(attrs->>'$."{A.LAYER_PATH}"', name)
+             WHEN attrs->>'$."{A.MODEL_KIND}"' = 'step' THEN 'step' ELSE name END AS place, pid, start_ns, dur_ns
+    FROM spans WHERE run_id = $run AND level IN ('model', 'layer')
+)
+SELECT kind, place, pid, sum(dur_ns), coalesce(sum(dur_ns) FILTER (WHERE st.e IS NOT NULL AND start_ns < st.e), 0)
+FROM sp ASOF LEFT JOIN st ON sp.start_ns >= st.s GROUP BY ALL
 """
+"""Per stage and layer: its duration over the pass, and within the measured steps (spans that start in one)."""
 
 COLUMNS = [
     Column("where", help="a stage (model span; step: in a step outside its inner stages), a layer (module path), "
@@ -153,8 +158,9 @@ COLUMNS = [
            "which exceeds the wall time where several threads wait at once"),
     *(Column(cls, "ns", f"time in {cls} calls, summed over the row's threads") for cls in CLASS_NAMES),
     Column("span time", "ns", "the stage's or layer's own duration under the tracer, summed over its calls"),
-    Column("share", "pct", "time in syscalls as a share of the span time"),
-    Column("wait share", "pct", "time in wait calls as a share of the span time"),
+    Column("share", "pct", "time in syscalls as a share of the span time, both within the measured steps (over "
+           "the whole pass where it has none)"),
+    Column("wait share", "pct", "time in wait calls as a share of the span time, both within the measured steps"),
     Column("per step traced", "ns", "time in syscalls within the measured steps, per step, as the tracer "
            "slowed it (summed over the row's threads)"),
     Column("span per step", "ns", "the stage's or layer's duration per step without the tracer (the merged "
@@ -190,15 +196,19 @@ def syscall_time(store: Store, run_id: int) -> Result:
     calls is not seen here. So no time measured under strace is given as the program's own: where the run analysed
     is a merged profile, the shares measured under strace (strace slows the calls more than the code between them,
     so they still overstate syscalls, less badly) are applied to each stage's and layer's duration per step in the
-    merged profile, whose passes ran without strace ("est." columns).
+    merged profile, whose passes ran without strace ("est." columns). Shares are of the measured steps (calls and
+    spans starting in one: the warm-up, whose first wait also waits for the workers to start, is left out), of
+    the whole pass where it has none.
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
     if run is None:
         return runs.missing(ID, TITLE, "syscalls")
     steps = measured_steps(store, run)
-    found = _calls(store, runs, run, [s.start_ns for s in steps], [s.end_ns for s in steps])
-    span_time = {(k, at, pid): int(t) for k, at, pid, t in rows(store, _SPAN_TIME, run.run_id)}
+    starts, ends = [s.start_ns for s in steps], [s.end_ns for s in steps]
+    found = _calls(store, runs, run, starts, ends)
+    span_time = {(k, at, pid): (int(t), int(m)) for k, at, pid, t, m in rows(store, _SPAN_TIME, run.run_id, s=starts,
+                                                                             e=ends)}  # fmt: skip
     unslowed = _unslowed(store, runs, run)
     table = _table(runs, run, found, span_time, len(steps), unslowed)
     threads = _thread_facts(store, run, steps, unslowed.get(("stage", "step")))
@@ -241,8 +251,9 @@ def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], end
     return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main)
 
 
-def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]], span_time: dict[tuple[Any, Any, Any], int],
-           steps: int, unslowed: dict[tuple[str, str], float]) -> list[tuple[Any, ...]]:  # fmt: skip
+def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
+           span_time: dict[tuple[Any, Any, Any], tuple[int, int]], steps: int,
+           unslowed: dict[tuple[str, str], float]) -> list[tuple[Any, ...]]:  # fmt: skip
     groups: dict[tuple[str, Any, Any], list[tuple[Any, ...]]] = defaultdict(list)
     for r in found:
         groups[(r[0], r[1], r[2])].append(r)
@@ -250,11 +261,15 @@ def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]], span_t
     for (kind, at, pid), calls in groups.items():
         by_class = {cls: sum(int(c[6]) for c in calls if c[4] == cls) for cls in CLASS_NAMES}
         total = sum(by_class.values())
-        span = span_time.get((kind, at, pid))
+        span, span_in_steps = span_time.get((kind, at, pid), (None, None))
         in_steps = sum(int(c[7] or 0) for c in calls)
         waits = [c for c in calls if c[4] == "wait"]
         tids = {int(t) for c in calls for t in c[11]}
-        share, wait_share = pct(total, span), pct(by_class["wait"], span)
+        if steps:  # the warm-up, which also pays for start-up, is left out as in the per-step columns
+            wait_in_steps = sum(int(c[7] or 0) for c in waits)
+            share, wait_share = pct(in_steps, span_in_steps), pct(wait_in_steps, span_in_steps)
+        else:
+            share, wait_share = pct(total, span), pct(by_class["wait"], span)
         per_step = unslowed.get((kind, str(at))) if kind in ("stage", "layer") else None
         table.append((
             _where(runs, run, kind, at, pid), kind, runs.label(pid, run), len(tids), sum(int(c[5]) for c in calls),
