@@ -207,8 +207,8 @@ def merged_store(
     """A ``model`` pass (run 1), a ``model+system`` pass (run 2: the counters), a syscall pass (run 3: syscall
     spans, and counters of its own with twice the main process's CPU and no memory growth, which the analyses
     must not read) and the merged run (4): one step of ``step_ns`` holding a stage span of each duration in
-    ``stages`` (by name). ``gpu``: the ``model+system`` pass samples a GPU too; ``measured_waits``: see
-    ``syscall_run``."""
+    ``stages`` (by name; a ``dataloader.*`` stage waits for a batch, the others are forward passes). ``gpu``:
+    the ``model+system`` pass samples a GPU too; ``measured_waits``: see ``syscall_run``."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "m", levels=["model"], pass_name="model", config={"pid": MAIN}))
         store.add_run(RunInfo(2, "m", levels=["model", "system"], pass_name="model+system",
@@ -236,7 +236,8 @@ def merged_store(
         steps(sink, 1, step_ns)
         at = 0
         for k, (name, dur) in enumerate((stages or {}).items()):
-            sink.span(2 + k, 1, "model", name, at, dur, MAIN, MAIN, {A.MODEL_KIND: "forward"})
+            kind = "dataloader" if name.startswith("dataloader") else "forward"
+            sink.span(2 + k, 1, "model", name, at, dur, MAIN, MAIN, {A.MODEL_KIND: kind})
             at += dur
         sink.close()
     return Store.open(path)

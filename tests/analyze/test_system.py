@@ -352,13 +352,38 @@ def test_gpu_throttling_and_memory_growth_fire_with_their_numbers(sampled: Store
     assert "loss.item()" in memory.action
 
 
-def test_a_stage_blocked_in_waits(traced: Store) -> None:
-    rec = _fired(traced, "stage_blocked_in_waits")
+def test_a_run_traced_throughout_has_no_time_without_strace_to_weigh_its_waits_by(tmp_path: Path) -> None:
+    # dataloader.next waits 250 of its 300 us under strace (83%) and takes 30% of the step: the tracer's figures,
+    # which it inflates; a merged profile times the same stage without it (1.8 ms of a 2 ms step) and fires
+    with syscall_store(tmp_path / "traced.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store)}
+    assert _row(results["system.syscalls"], "dataloader.next")["wait share"] == pytest.approx(750 / 9)
+    assert results["system.syscalls"].facts["timed_under_tracer"] is True
+    assert results["model.stages"].facts["dataloader_pct_of_steps"] == pytest.approx(30)
+    assert RULES["stage_blocked_in_waits"](results) is None and RULES["input_bound"](results) is None
+    with merged_store(tmp_path / "merged.duckdb", step_ns=2_000_000, stages={"dataloader.next": 1_800_000}) as store:
+        results = {r.id: r for r in run_analyses(store, MERGED)}
+    assert results["system.syscalls"].facts["timed_under_tracer"] is False
+    rec = RULES["stage_blocked_in_waits"](results)
     assert rec is not None and rec.title == "dataloader.next waits in the kernel"
-    assert "stage dataloader.next spends 83% of its time blocked in wait calls" in rec.evidence[0]
+    assert "stage dataloader.next spends 83% of its time in the measured steps blocked in wait calls" in rec.evidence[0]
     assert "mostly futex" in rec.evidence[0] and "num_workers" in rec.action
-    # a run traced throughout: no duration without strace, so no time at stake; the figure says it is strace's
-    assert rec.impact_ns is None and "250.0 us per step measured under strace" in rec.evidence[0]
+    assert RULES["input_bound"](results) is not None  # the merged run's stages ran without strace
+
+
+def test_waits_of_the_warm_up_step_are_left_out(tmp_path: Path) -> None:
+    # the syscall pass's warm-up waits 250 us in dataloader.next (its workers starting), each measured step 25 us
+    # of the stage's 300: 8% of it, not the 33% the whole pass gives
+    with merged_store(tmp_path / "warm.duckdb", step_ns=2_000_000, stages={"dataloader.next": 1_800_000},
+                      measured_waits=0.1) as store:  # fmt: skip
+        r = _one(store, "system.syscalls", MERGED)
+        rec = _fired(store, "stage_blocked_in_waits", MERGED)
+    loader = _row(r, "dataloader.next")
+    assert (loader["wait"], loader["span time"]) == (300_000, 900_000)  # the whole pass, warm-up included
+    assert loader["wait share"] == pytest.approx(100 * 25 / 300)
+    assert loader["share"] == pytest.approx(100 * 35 / 300)
+    assert loader["est. wait per step"] == pytest.approx(1_800_000 * 25 / 300)
+    assert rec is None
 
 
 def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_path: Path) -> None:
@@ -380,21 +405,6 @@ def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_
     # the same waits in a stage of 40 us (CrossEntropyLoss-like): 33 us per 2 ms step, nothing to recommend
     with merged_store(tmp_path / "short.duckdb", step_ns=2_000_000, stages={"dataloader.next": 40_000}) as store:
         assert _fired(store, "stage_blocked_in_waits", MERGED) is None
-
-
-def test_waits_of_the_warm_up_step_are_left_out(tmp_path: Path) -> None:
-    # the syscall pass's warm-up waits 250 us in dataloader.next (its workers starting), each measured step 25 us
-    # of the stage's 300: 8% of it, not the 33% the whole pass gives
-    with merged_store(tmp_path / "warm.duckdb", step_ns=2_000_000, stages={"dataloader.next": 1_800_000},
-                      measured_waits=0.1) as store:  # fmt: skip
-        r = _one(store, "system.syscalls", MERGED)
-        rec = _fired(store, "stage_blocked_in_waits", MERGED)
-    loader = _row(r, "dataloader.next")
-    assert (loader["wait"], loader["span time"]) == (300_000, 900_000)  # the whole pass, warm-up included
-    assert loader["wait share"] == pytest.approx(100 * 25 / 300)
-    assert loader["share"] == pytest.approx(100 * 35 / 300)
-    assert loader["est. wait per step"] == pytest.approx(1_800_000 * 25 / 300)
-    assert rec is None
 
 
 def test_the_rules_stay_silent_without_system_data(tmp_path: Path) -> None:

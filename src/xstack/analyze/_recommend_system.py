@@ -108,56 +108,48 @@ def _growth_line(facts: dict[str, Any], who: str) -> str:
 
 
 def stage_blocked_in_waits(results: Results) -> Recommendation | None:
-    """A stage spends a large share of its time blocked in wait syscalls, and those waits are a noticeable part
-    of the step (layers are left out: their waits are mostly the framework's own thread pools joining, which
-    strace slows further)."""
+    """A stage spends a large share of its time in the measured steps blocked in wait syscalls, and those waits,
+    weighed by the stage's duration without the tracer, are a noticeable part of the step (layers are left out:
+    their waits are mostly the framework's own thread pools joining, which strace slows further). Silent where
+    no profile without the tracer gives those durations (a run traced throughout): the tracer slows the threads
+    and processes waited on, so the waits it measures are longer than the program's."""
     s = _get(results, "system.syscalls")
     if s is None or not s.rows:
         return None
     records = s.to_records()
     step = next((r for r in records if r["kind"] == "stage" and r["where"] == "step"), None)
+    if step is None or not step["span per step"]:
+        return None
     rows = [r for r in records if r["kind"] == "stage" and (r["wait share"] or 0) > WAIT_SHARE_PCT and _felt(r, step)]
     if not rows:
         return None
-    worst = max(rows, key=lambda r: (r["est. wait per step"] or 0, r["wait"]))
+    worst = max(rows, key=lambda r: (r["est. wait per step"], r["wait"]))
     tracer = str(s.facts.get("tracer") or "strace")
     evidence = [_wait_line(worst, tracer)]
     others = [r for r in rows if r is not worst][:3]
     evidence += [f"also stage {r['where']}: {r['wait share']:.0f}% (system.syscalls)" for r in others]
     return Recommendation(
         "stage_blocked_in_waits", f"{worst['where']} waits in the kernel", _severity(worst["wait share"]), evidence,
-        [s.id], _wait_action(str(worst["top wait"]), str(worst["where"])),
-        impact_ns=round(worst["est. wait per step"]) if worst["est. wait per step"] is not None else None,
+        [s.id], _wait_action(str(worst["top wait"]), str(worst["where"])), impact_ns=round(worst["est. wait per step"]),
     )  # fmt: skip
 
 
-def _felt(row: dict[str, Any], step: dict[str, Any] | None) -> bool:
-    """Whether a stage's waits are at least ``WAIT_MIN_STEP_PCT`` of the step: weighed by its duration without
-    the tracer where the profile has one, else by its share of the step under the tracer."""
-    if row is step or step is None:
-        return True
+def _felt(row: dict[str, Any], step: dict[str, Any]) -> bool:
+    """Whether a stage's waits, weighed by its duration per measured step without the tracer, are at least
+    ``WAIT_MIN_STEP_PCT`` of the step without it."""
     wait = row["est. wait per step"]
-    if wait is not None and step["span per step"]:
-        return bool(100.0 * wait / step["span per step"] >= WAIT_MIN_STEP_PCT)
-    stage_pct = 100.0 * (row["span time"] or 0) / step["span time"] if step["span time"] else 100.0
-    return stage_pct * (row["wait share"] or 0) / 100 >= WAIT_MIN_STEP_PCT
+    return wait is not None and 100.0 * wait / step["span per step"] >= WAIT_MIN_STEP_PCT
 
 
 def _wait_line(row: dict[str, Any], tracer: str) -> str:
     top = row["top wait"]
     on = WAIT_MEANING.get(str(top), "another thread or process")
-    line = (
-        f"stage {row['where']} spends {row['wait share']:.0f}% of its time blocked in wait calls under {tracer} "
-        f"(threshold {WAIT_SHARE_PCT:g}%), mostly {top}: waiting on {on}"
+    return (
+        f"stage {row['where']} spends {row['wait share']:.0f}% of its time in the measured steps blocked in wait "
+        f"calls under {tracer} (threshold {WAIT_SHARE_PCT:g}%), mostly {top}: waiting on {on}; that share of its "
+        f"{format_ns(row['span per step'])} per step without {tracer}, about {format_ns(row['est. wait per step'])} "
+        "of waiting per step (system.syscalls)"
     )
-    if row["est. wait per step"] is not None:
-        return line + (f"; that share of its {format_ns(row['span per step'])} per step without {tracer}, about "
-                       f"{format_ns(row['est. wait per step'])} of waiting per step (system.syscalls)")  # fmt: skip
-    per_step, total = row["per step traced"], row["in syscalls"]
-    if per_step and total:
-        line += (f"; {format_ns(per_step * row['wait'] / total)} per step measured under {tracer}, which slows "
-                 "every call (no profile without it to weigh the share by)")  # fmt: skip
-    return line + " (system.syscalls)"
 
 
 def _wait_action(call: str, where: str) -> str:

@@ -198,7 +198,7 @@ def syscall_time(store: Store, run_id: int) -> Result:
     so they still overstate syscalls, less badly) are applied to each stage's and layer's duration per step in the
     merged profile, whose passes ran without strace ("est." columns). Shares are of the measured steps (calls and
     spans starting in one: the warm-up, whose first wait also waits for the workers to start, is left out), of
-    the whole pass where it has none.
+    the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the syscall pass itself.
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
@@ -212,6 +212,7 @@ def syscall_time(store: Store, run_id: int) -> Result:
     unslowed = _unslowed(store, runs, run)
     table = _table(runs, run, found, span_time, len(steps), unslowed)
     threads = _thread_facts(store, run, steps, unslowed.get(("stage", "step")))
+    origin = {"unslowed_run": runs.run_id if unslowed else None, "timed_under_tracer": runs.run_id == run.run_id}
     return Result(
         ID,
         TITLE,
@@ -220,7 +221,7 @@ def syscall_time(store: Store, run_id: int) -> Result:
         notes=f"{notes_of(syscall_time)} {data_note(runs, run, 'syscall spans')}",
         run_id=runs.run_id,
         chart=Chart("stacked", x="where", y=CLASS_NAMES, title="Time in system calls by class", limit=25),
-        facts=_facts(run, found) | threads | {"unslowed_run": runs.run_id if unslowed else None},
+        facts=_facts(run, found) | threads | origin,
         labels=[_slowdown(tracer := _tracer(run))]
         + ([] if unslowed else [f"times measured under {tracer} (no profile without it to weigh them by)"]),
     )

@@ -75,7 +75,12 @@ def _num(facts: dict[str, Any], key: str) -> float | None:
 
 
 def input_bound(results: Results) -> Recommendation | None:
-    """The device or the training loop waits for the next batch for a large share of the step."""
+    """The device or the training loop waits for the next batch for a large share of the step. Silent on a run
+    timed under the syscall tracer (``xstack run --syscalls``): it slows the workers and the loop by amounts of
+    its own, so the waits it times are not the program's."""
+    s = _get(results, "system.syscalls")
+    if s is not None and s.facts.get("timed_under_tracer"):
+        return None
     evidence, sources, pct = [], [], 0.0
     b = _get(results, "timeline.breakdown")
     if b and (p := _num(b.facts, "input_wait_pct")) is not None and p >= INPUT_WAIT_PCT:
