@@ -319,6 +319,41 @@ def _live_store(path: Path, warmup_ns: int, step_ns: int) -> Path:
     return path
 
 
+def _live_gpu_store(path: Path) -> Path:
+    """A live run of two 10 ms iterations, the first warm-up: each launches kernel gemm at its end, which runs on
+    after the host moved on (the warm-up's into the second iteration); the warm-up also launches autotune."""
+    with Store.create(path) as store:
+        levels = ["model", "layer", "runtime", "kernel"]
+        store.add_run(RunInfo(1, "live", levels=levels, config={A.CONFIG_WARMUP_STEPS: 1}))
+        sink = Sink(store, 1)
+        launches = [(10, "gemm", 9_600_000, 2_000_000), (20, "gemm", 19_600_000, 2_000_000),
+                    (30, "autotune", 100_000, 5_000_000)]  # fmt: skip
+        for k in (0, 1):
+            start = k * 10_000_000
+            sink.span(1 + k, None, "model", f"step#{k}", start, 10_000_000, 1, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+        for sid, name, at, dur in launches:
+            sink.span(sid, None, "runtime", "cudaLaunchKernel", at, 10_000, 1, 1, correlation_id=sid)
+            sink.span(sid + 1, sid, "kernel", name, at + 500_000, dur, 1, 7, device="cuda:0", stream=7,
+                      correlation_id=sid)  # fmt: skip
+        sink.close()
+    return path
+
+
+def test_kernels_launched_in_a_warm_up_step_are_left_out_of_the_diff_and_the_summary(tmp_path: Path) -> None:
+    """A kernel belongs to the step whose host launched it, as in the timeline's windows: the warm-up's gemm,
+    which runs into the next step, and its autotuning are not counted, in the diff as in the summary's top
+    kernels."""
+    from xstack.analyze.summary import summarize
+
+    with Store.open(_live_gpu_store(tmp_path / "g.duckdb")) as store:
+        side = read_side(store, 1)
+        summary = summarize(store, 1)
+    assert side.kernels == {"gemm": Timing(2_000_000.0, None, None, 1)}
+    assert [(r.name, r.calls, r.total_ns, r.pct) for r in summary.top["kernel"]] == [("gemm", 1, 2_000_000, 100.0)]
+    assert summary.share_of["kernel"] == "of kernel time after warm-up"
+
+
 def test_a_live_run_s_warm_up_step_is_left_out(tmp_path: Path) -> None:
     # the same steady step (10 ms), after a 100 ms and a 10 ms first iteration: no change
     a = _live_store(tmp_path / "a.duckdb", 100_000_000, 10_000_000)

@@ -15,6 +15,7 @@ from tests.importers import kineto_reference as ref
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.result import Result
 from xstack.importers.kineto import import_kineto
+from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
 
@@ -146,6 +147,51 @@ def test_layer_tables_on_a_built_profile(tmp_path: Path) -> None:
         for id in ("A8", "A9", "A10", "A11", "A13", "A15"):
             r = _one(store, id)
             assert r.missing == ["kernel"] and "kernel level" in r.hint and not r.rows, id
+
+
+def _warm_layer_store(path: Path) -> Store:
+    """Two runs of three steps, the first of which is warm-up in run 1 (``warmup_steps`` 1) and measured in run 2
+    (``--warmup 0``): in it the model initialises lazily (a call of its own) and its allocations are larger."""
+    with Store.create(path) as store:
+        for run, warmup in ((1, 1), (2, 0)):
+            config = {"status": "complete", "steps": 3, "steps_completed": 3, A.CONFIG_WARMUP_STEPS: warmup}
+            store.add_run(RunInfo(run, "live", levels=["model", "layer"], pass_name="live", config=config))
+            sink = Sink(store, run)
+            for i, (start, dur) in enumerate(((0, 10_000), (10_000, 2_000), (12_000, 2_000))):
+                sid, warm = 10 * (i + 1), i == 0
+                sink.span(sid, None, "model", f"step#{i}", start, dur, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+                layers = [(sid + 1, sid, "net", "Net", 100, 9_000 if warm else 1_000, 8_192 if warm else 1_024),
+                          (sid + 2, sid + 1, "net.fc", "Linear", 200, 600, 4_096 if warm else 512)]  # fmt: skip
+                if warm:
+                    layers.append((sid + 3, sid + 1, "net.init", "LazyInit", 900, 8_000, 0))
+                for span_id, parent, lpath, ty, offset, ldur, mem in layers:
+                    attrs = {"layer.path": lpath, "layer.type": ty, A.LAYER_MEMORY_ALLOCATED_BYTES: mem}
+                    sink.span(span_id, parent, "layer", lpath, start + offset, ldur, 1, 1, attrs)
+            sink.close()
+    return Store.open(path)
+
+
+def test_layer_calls_in_the_warm_up_are_marked_and_left_out_of_the_sums_per_type(tmp_path: Path) -> None:
+    """The first iteration's calls pay for lazy initialisation and allocator growth: A2-A4 list them marked,
+    A5-A7 (calls, self time, memory per type) and A4's largest allocation are of the measured calls only."""
+    with _warm_layer_store(tmp_path / "w.duckdb") as store:
+        a2, a3, a4 = (run_analyses(store, 1, [id])[0] for id in ("A2", "A3", "A4"))
+        assert [c.name for c in a2.columns][-1] == "warm-up" and a2.column("warm-up") == ["yes"] * 3 + [""] * 4
+        assert a2.facts == {"layers": 7, "warmup_calls": 3}
+        assert a3.column("warm-up") == a2.column("warm-up") and a4.column("warm-up") == a2.column("warm-up")
+        assert a3.chart is not None and a3.chart.extra["mark"] == "warm-up"
+        assert a4.facts == {"largest_path": "net", "largest_bytes": 1_024}  # not the warm-up's 8,192
+        a5, a6, a7 = (run_analyses(store, 1, [id])[0] for id in ("A5", "A6", "A7"))
+        assert a5.rows == [("Linear", 2, 50.0), ("Net", 2, 50.0)]  # no LazyInit: it ran in the warm-up only
+        assert a6.rows == [("Linear", 2, 1_200, 60.0, 1_200), ("Net", 2, 800, 40.0, 2_000)]
+        assert a7.rows == [("Linear", 2, 1_024, 50.0), ("Net", 2, 1_024, 50.0)]
+        label = "iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"
+        assert all(r.labels == [label] for r in (a5, a6, a7))
+        # with --warmup 0 every call counts, and the tables have no warm-up column
+        b2, b5, b6 = (run_analyses(store, 2, [id])[0] for id in ("A2", "A5", "A6"))
+        assert "warm-up" not in [c.name for c in b2.columns] and "warmup_calls" not in b2.facts
+        assert dict(b5.rows[i][:2] for i in range(3)) == {"Linear": 3, "Net": 3, "LazyInit": 1}
+        assert sum(b6.column("self")) == 9_000 + 2 * 1_000 and not b5.labels
 
 
 def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:

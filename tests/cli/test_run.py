@@ -212,10 +212,12 @@ for i in range(5):
 
 def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_ops(tmp_path: Path) -> None:
     """A first call that pays for lazy initialisation is warm-up: it is not in the stage's calls and total, nor in
-    the top layers' and operators', whose shares are of the wall time after it."""
+    the top layers' and operators', whose shares are of the wall time after it, nor in the layer type's self time
+    (A6); the table of every layer call (A2) lists it, marked."""
     from rich.console import Console
 
     from xstack.analyze.health import stage_breakdown
+    from xstack.analyze.pipeline import run_analyses
     from xstack.analyze.summary import summarize
     from xstack.report.terminal import render_summary
 
@@ -227,13 +229,20 @@ def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_
         summary = summarize(s)
     assert stages[("predict", "warm-up")][:1] == (1,) and stages[("predict", "warm-up")][1] >= 100_000_000
     assert stages[("predict", "user")][:1] == (4,) and stages[("predict", "user")][1] < 100_000_000
-    assert stages[("predict", "user")][3] is not None and stages[("predict", "warm-up")][3] is None
+    assert stages[("predict", "user")][5] is not None and stages[("predict", "warm-up")][5] is None  # share of wall
     layer = next(r for r in summary.top["layer"] if r.name == "Lazy")
     assert layer.calls == 4 and layer.total_ns is not None and layer.total_ns < 100_000_000
     assert layer.pct is not None and layer.pct < 100
     linear = next(r for r in summary.top["op"] if r.name == "aten::linear")
     assert linear.calls == 4
     assert summary.share_of == {"layer": "of wall after warm-up", "op": "of wall after warm-up"}
+    with Store.open(tmp_path / "p.duckdb") as s:
+        a2, a6 = (run_analyses(s, 1, [id])[0] for id in ("A2", "A6"))
+    assert [(p, w) for p, w in zip(a2.column("path"), a2.column("warm-up"), strict=True) if p == "Lazy"] == [
+        ("Lazy", "yes")
+    ] + [("Lazy", "")] * 4
+    lazy = next(r for r in a6.rows if r[0] == "Lazy")
+    assert lazy[1] == 4 and lazy[2] < 100_000_000  # calls, self time: the lazy initialisation is not in them
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(render_summary(summary))
     assert "% of wall after warm-up" in console.export_text()

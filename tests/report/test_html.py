@@ -190,3 +190,36 @@ def test_docstring_literals_show_as_code_not_backticks(bert: tuple[Store, Analys
         assert "``" not in notes[r.id] and "<code>" in notes[r.id], r.id
     # A3's "draws the first ``chart_limit`` calls": the name as code, between the words around it
     assert "the first <code>chart_limit</code> calls" in notes["A3"]
+
+
+def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -> None:
+    """The stages inside a warm-up iteration are rows of their own, of the same names: the chart draws one bar per
+    stage, of its measured calls, and says that the warm-up rows are left out."""
+    from xstack.analyze.pipeline import analyze
+    from xstack.trace import attrs as A
+    from xstack.trace.sink import Sink
+    from xstack.trace.store import RunInfo
+
+    with Store.create(tmp_path / "s.duckdb") as store:
+        config = {"status": "complete", "steps": 3, "steps_completed": 3, A.CONFIG_WARMUP_STEPS: 1}
+        store.add_run(RunInfo(1, "live", levels=["model"], pass_name="live", config=config))
+        sink = Sink(store, 1)
+        for i, (start, dur) in enumerate(((0, 1_000_000), (1_000_000, 10_000), (1_010_000, 10_000))):
+            sid = 10 * (i + 1)
+            sink.span(sid, None, "model", f"step#{i}", start, dur, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+            sink.span(sid + 1, sid, "model", "predict", start, dur // 2, 1, 1, {A.MODEL_KIND: "user"})
+        sink.close()
+        a = analyze(store, ids=["model.stages"])
+    stages = a.result("model.stages")
+    assert [(r[0], r[1]) for r in stages.rows] == [
+        ("step", "warm-up"), ("predict", "warm-up"), ("step", "step"), ("predict", "user")
+    ]  # fmt: skip
+    html = render_html(a)
+    section = re.search(r'<section[^>]*data-result="model.stages".*?</section>', html, re.S)
+    assert section is not None
+    figure = re.search(r"<figure.*?</figure>", section[0], re.S)
+    assert figure is not None
+    labels = re.findall(r'<text class="tick"[^>]*>([^<]*)<title>', figure[0])  # the bars' names, with a tooltip
+    assert labels == ["step", "predict"]  # one bar each, not two
+    assert figure[0].count('class="mark"') == 2
+    assert "rows where kind is not warm-up: 2 of 4" in figure[0]

@@ -6,7 +6,9 @@ is ``(layer path, layer call, op name, occurrence)``, the occurrence counting th
 same name under the same nearest layer (or in the same step, for ops outside layers); a kernel is its name.
 A key seen in several steps (a run that is not merged) takes the median of its occurrences, over the steps
 past the run's warm-up (``RunContext.warmup``: a live run's first iteration, a pass's --warmup): the step latency
-and the layers and ops in warm-up steps are left out; kernels are summed over the whole run. Times are ns.
+and the layers and ops in warm-up steps are left out; kernels are summed over the rest of the run, those launched
+in warm-up steps left out (a kernel belongs to the step whose runtime call launched it, as in the timeline's
+windows; to the step it starts in, where no launch is known). Times are ns.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, launched, past_warmup, run_context
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -88,13 +90,19 @@ def _steps(warmup: int) -> str:
 
 
 def _spans_in_steps(level: str, warmup: int) -> str:
-    """The run's spans of ``level`` with their statistics and the host step whose time holds their start; those
-    that start in a warm-up step (or after it, before the next) are left out."""
+    """The run's spans of ``level`` with their statistics and the host step whose time holds their start (of
+    kernels, their launch: ``context.launched``); those that start in a warm-up step (or after it, before the
+    next) are left out."""
+    source, at = (
+        (launched(level), "launch_ns")
+        if level == "kernel"
+        else (f"(SELECT * FROM spans WHERE run_id = $run AND level = '{level}')", "start_ns")
+    )
     return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
-            CASE WHEN s.start_ns < st.end_ns THEN st.span_id END AS step_id
-        FROM (SELECT * FROM spans WHERE run_id = $run AND level = '{level}') s
-        ASOF LEFT JOIN ({_steps(warmup)}) st ON s.start_ns >= st.start_ns
+            CASE WHEN s.{at} < st.end_ns THEN st.span_id END AS step_id
+        FROM {source} s
+        ASOF LEFT JOIN ({_steps(warmup)}) st ON s.{at} >= st.start_ns
         WHERE st.measured IS NOT FALSE"""
 
 
@@ -128,14 +136,11 @@ def read_side(store: Store, run_id: int) -> Side:
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(f"DROP TABLE IF EXISTS {table}")
     if ctx.has("kernel"):
-        rows = store.query(
+        rows = store.con.execute(
             f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
-            FROM (SELECT name, dur_ns, {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns,
-                         {_stat("spans", A.STATS_N, "BIGINT")} AS n
-                  FROM spans WHERE run_id = ? AND level = 'kernel')
-            GROUP BY name""",
-            [run_id],
-        )
+            FROM ({_spans_in_steps("kernel", ctx.warmup)}) GROUP BY name""",
+            {"run": run_id},
+        ).fetchall()
         side.kernels = {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
     return side
 

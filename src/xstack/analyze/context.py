@@ -219,6 +219,16 @@ def past_warmup(warmup: int, alias: str = "") -> str:
     return f"""coalesce(TRY_CAST({col}->>'$."{A.MODEL_STEP}"' AS BIGINT) >= {int(warmup)}, true)"""
 
 
+def launched(level: str = "kernel") -> str:
+    """SQL (a table): the spans of the device ``level`` (kernel, memcpy, memset) of run ``$run``, with
+    ``launch_ns``: the start of the runtime call that launched each (its parent), else, where none is known, its
+    own start. Device work belongs to the iteration whose host launched it, as in the timeline's measured window
+    (``_timeline_common.WINDOWS_CTES``), even where it runs on after the host moved on."""
+    return f"""(SELECT d.*, coalesce(r.start_ns, d.start_ns) AS launch_ns FROM spans d
+        LEFT JOIN spans r ON r.run_id = $run AND r.span_id = d.parent_id AND r.level = 'runtime'
+        WHERE d.run_id = $run AND d.level = '{level}')"""
+
+
 _CACHE: weakref.WeakKeyDictionary[Store, dict[int, RunContext]] = weakref.WeakKeyDictionary()
 
 

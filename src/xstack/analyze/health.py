@@ -134,19 +134,18 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     past the warm-up (%).
 
     Notes: total sums the durations of the stage's calls, except a call inside another of the same stage (an
-    annotation nested in itself), which its outer call already covers; calls that run at the same time on
-    several threads each count, so a total can exceed the run's wall time. Wall time is the union of the calls'
-    intervals, and the share of wall is that union over the run's wall time less the warm-up's: never above
-    100. Stages of different names may nest (a forward inside a step), so shares need not add up to 100.
-    Warm-up iterations (the first of a live run, which also pays for start-up; a pass's --warmup) are left out
-    of every stage's calls, total, mean and share: the spans that start in them (the warm-up step itself, and
-    the stages and data-loader waits inside it, whatever ran before the first ``step()`` of a live run
-    included) are rows of their own, of kind ``warm-up`` and with no share, so that each stage's mean is the
-    steady state's (facts ``measured_wall_ns``, ``warmup_ns``). What follows the last ``step()`` is
-    ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for
-    its next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and
-    ``cores`` give each DataLoader's settings with its waits, and the CPUs the program could use, where the run
-    recorded them."""
+    annotation nested in itself), which its outer call already covers; calls that run at the same time on several
+    threads each count, so a total can exceed the run's wall time. Wall time is the union of the calls' intervals,
+    and the share of wall is that union over the run's wall time less the warm-up's: never above 100. Stages of
+    different names may nest (a forward inside a step), so shares need not add up to 100. Warm-up iterations (the
+    first of a live run, which also pays for start-up; a pass's --warmup) are left out of every stage's calls,
+    total, mean and share: the spans that start in them (the warm-up step itself, and the stages and data-loader
+    waits inside it, whatever ran before the first ``step()`` of a live run included) are rows of their own, of kind
+    ``warm-up`` and with no share, so that each stage's mean is the steady state's (facts ``measured_wall_ns``,
+    ``warmup_ns``); the chart draws the measured rows only. What follows the last ``step()`` is ``after-last-step``
+    (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for its next batch; the share
+    of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give each DataLoader's
+    settings with its waits, and the CPUs the program could use, where the run recorded them."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
@@ -202,7 +201,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         notes=notes_of(stage_breakdown),
         run_id=ctx.run_id,
         facts=facts,
-        chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30),
+        # the warm-up rows share their stage's name: drawn, they would be a second bar of that name
+        chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30, extra={"exclude": {"kind": "warm-up"}}),
         labels=labels,
     )
 

@@ -4,6 +4,8 @@ A layer is one ``nn.Module`` call (a ``layer`` span). Layers nest (a block conta
 per type use each call's *self* time: its latency minus that of the layers it calls directly; self times of
 all layers add up to the root layers' latency, with nothing counted twice. Latencies are the run's span
 durations: for a merged (leveled) run, the median over measured iterations from the pass that times layers.
+A live run's warm-up iterations (``RunContext.in_warmup``: its first, which pays for lazy initialisation and
+allocator growth) are left out of the sums per type; the tables of every call mark the calls that start in them.
 """
 
 from __future__ import annotations
@@ -25,13 +27,27 @@ _MEMORY_NOTE = (
 )
 
 
+_WARMUP_NOTE = (
+    "Layer calls that start in a warm-up iteration (a live run's first, which also pays for lazy initialisation "
+    "and allocator growth; a pass's --warmup) are left out; A2-A4 list them, marked in column ``warm-up``."
+)
+
+WARMUP_COLUMN = Column(
+    "warm-up",
+    "",
+    "a call that starts in a warm-up iteration (a live run's first also pays for start-up: lazy initialisation, "
+    "allocator growth): shown, left out of the sums per type (A5-A7)",
+)
+"""The column that marks the calls of a warm-up iteration in A2-A4, for a run that leaves one out."""
+
 ROW_LIMIT = 20_000
-"""Rows kept by the per-call tables (A2-A4) unless asked otherwise; the per-type tables aggregate every call."""
+"""Rows kept by the per-call tables (A2-A4) unless asked otherwise; the per-type tables aggregate every call past
+the warm-up."""
 
 
 def _table(ctx: RunContext) -> str:
     """Temp table of layer calls: id, parent, name, path, type, depth, start, dur, self, shapes, params, memory
-    (own and of its direct sub-layers), p5/p95, leaf."""
+    (own and of its direct sub-layers), p5/p95, leaf, and whether the call starts in a warm-up iteration."""
     key = f"_ax_layers_{ctx.run_id}"
     if key not in ctx._tables:
         ctx.store.con.execute(
@@ -52,7 +68,7 @@ def _table(ctx: RunContext) -> str:
                    (l.attrs->>'$."{A.LAYER_MEMORY_ALLOCATED_BYTES}"')::BIGINT AS memory_bytes,
                    (l.attrs->>'$."{A.STATS_P5_NS}"')::BIGINT AS p5_ns,
                    (l.attrs->>'$."{A.STATS_P95_NS}"')::BIGINT AS p95_ns,
-                   k.parent_id IS NULL AS leaf, l.pid, l.device
+                   k.parent_id IS NULL AS leaf, l.pid, l.device, {ctx.in_warmup("l.start_ns")} AS warmup
             FROM l JOIN depth d USING (span_id) LEFT JOIN kids k ON k.parent_id = l.span_id""",
             {"run": ctx.run_id},
         )
@@ -63,11 +79,11 @@ def _table(ctx: RunContext) -> str:
 
 def _layers(ctx: RunContext, limit: int | None) -> tuple[list[tuple[Any, ...]], int]:
     """Layer calls in execution order (the first ``limit``): id, name, path, type, depth, start, dur, self,
-    input and output shapes, params, memory, p5, p95, leaf; and how many calls there are in all."""
+    input and output shapes, params, memory, p5, p95, leaf, warm-up; and how many calls there are in all."""
     t = _table(ctx)
     rows = ctx.store.query(
         f"""SELECT span_id, name, path, type, depth, start_ns, dur_ns, self_ns, input_shapes, output_shapes,
-                   params, memory_bytes, p5_ns, p95_ns, leaf FROM {t} ORDER BY start_ns, depth"""
+                   params, memory_bytes, p5_ns, p95_ns, leaf, warmup FROM {t} ORDER BY start_ns, depth"""
         + (f" LIMIT {int(limit)}" if limit else "")
     )
     return rows, int(ctx.store.query(f"SELECT count(*) FROM {t}")[0][0])
@@ -91,6 +107,24 @@ def _fill_memory_from_counters(ctx: RunContext, table: str) -> None:
     )
 
 
+def _warm_columns(ctx: RunContext) -> list[Column]:
+    """``WARMUP_COLUMN`` for a run that leaves warm-up iterations out; none for the others (imported traces,
+    merged runs, ``--warmup 0``), whose tables stay as they were."""
+    return [WARMUP_COLUMN] if ctx.warmup_windows() else []
+
+
+def _warm(ctx: RunContext, layer: tuple[Any, ...]) -> tuple[str, ...]:
+    """The ``warm-up`` cell of one call of ``_layers`` (``yes`` or empty), where the run has the column."""
+    return ("yes" if layer[15] else "",) if ctx.warmup_windows() else ()
+
+
+def _warm_chart(ctx: RunContext) -> dict[str, Any]:
+    """Chart options that draw the warm-up calls faded and marked, where the run has the column."""
+    if not ctx.warmup_windows():
+        return {}
+    return {"mark": WARMUP_COLUMN.name, "mark_note": "faded: warm-up, left out of the sums per type"}
+
+
 def _json(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str) else value
 
@@ -100,12 +134,18 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
     (ns), parameters and allocated memory (bytes).
 
     Notes: the index counts calls in execution order (by start time, outer before inner); self time is the
-    latency minus that of the layers called directly inside. Allocated memory: see A4."""
+    latency minus that of the layers called directly inside. Allocated memory: see A4. In a live run, the calls
+    that start in a warm-up iteration (its first, which also pays for lazy initialisation and allocator growth;
+    a pass's --warmup) are listed and marked in column ``warm-up`` (fact ``warmup_calls``); the sums per type
+    (A5-A7) leave them out."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A2", "Layer information", "layer"):
         return missing
     layers, total = _layers(ctx, limit)
-    rows = [(i, r[2], r[3], r[4], _json(r[8]), _json(r[9]), r[6], r[7], r[10], r[11]) for i, r in enumerate(layers)]
+    rows = [
+        (i, r[2], r[3], r[4], _json(r[8]), _json(r[9]), r[6], r[7], r[10], r[11], *_warm(ctx, r))
+        for i, r in enumerate(layers)
+    ]
     cols = [
         Column("index", "count"),
         Column("path"),
@@ -117,7 +157,11 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
         Column("self", "ns"),
         Column("params", "count"),
         Column("allocated", "bytes"),
+        *_warm_columns(ctx),
     ]
+    facts: dict[str, Any] = {"layers": total}
+    if ctx.warmup_windows():
+        facts["warmup_calls"] = int(ctx.store.query(f"SELECT count(*) FROM {_table(ctx)} WHERE warmup")[0][0])
     return Result(
         "A2",
         "Layer information",
@@ -125,7 +169,7 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
         rows,
         notes=notes_of(layer_information),
         run_id=ctx.run_id,
-        facts={"layers": total},
+        facts=facts,
         truncated=total - len(rows),
     )
 
@@ -135,12 +179,14 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
     merged run (a box per layer in the chart).
 
     Notes: the chart draws the first ``chart_limit`` calls of the deepest layers only (those that call no other
-    layer), since a parent's bar would repeat its children's time."""
+    layer), since a parent's bar would repeat its children's time. In a live run, the calls that start in a
+    warm-up iteration (its first, which also pays for lazy initialisation; a pass's --warmup) are marked in column
+    ``warm-up`` and drawn faded."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A3", "Layer latency", "layer"):
         return missing
     layers, total = _layers(ctx, limit)
-    rows = [(i, r[2], r[3], r[6], r[12], r[13], bool(r[14])) for i, r in enumerate(layers)]
+    rows = [(i, r[2], r[3], r[6], r[12], r[13], bool(r[14]), *_warm(ctx, r)) for i, r in enumerate(layers)]
     cols = [
         Column("index", "count"),
         Column("path"),
@@ -149,6 +195,7 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
         Column("p5", "ns"),
         Column("p95", "ns"),
         Column("leaf"),
+        *_warm_columns(ctx),
     ]
     has_stats = any(r[4] is not None for r in rows)
     chart = Chart(
@@ -157,7 +204,7 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
         ("latency",),
         "Latency per layer call (leaf layers)",
         limit=chart_limit,
-        extra={"low": "p5", "high": "p95", "filter": "leaf"},
+        extra={"low": "p5", "high": "p95", "filter": "leaf", **_warm_chart(ctx)},
     )
     labels = [] if has_stats else ["single pass: no spread across iterations (use xstack profile for p5/p95)"]
     return Result(
@@ -179,35 +226,50 @@ def layer_memory(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) ->
     if missing := ctx.require("A4", "Layer memory allocation", "layer"):
         return missing
     t = _table(ctx)
-    peak = ctx.store.query(f"SELECT path, memory_bytes FROM {t} WHERE memory_bytes IS NOT NULL ORDER BY 2 DESC LIMIT 1")
+    # the largest allocation is that of a measured call: the warm-up's first calls grow the allocator's pools
+    # (the warm-up's only where no measured call has a known allocation)
+    peak = ctx.store.query(
+        f"SELECT path, memory_bytes FROM {t} WHERE memory_bytes IS NOT NULL ORDER BY warmup, 2 DESC LIMIT 1"
+    )
     if not peak:
         return ctx.lacking("A4", "Layer memory allocation", "memory")
     layers, total = _layers(ctx, limit)
-    rows = [(i, r[2], r[3], r[11]) for i, r in enumerate(layers)]
-    cols = [Column("index", "count"), Column("path"), Column("type"), Column("allocated", "bytes")]
+    rows = [(i, r[2], r[3], r[11], *_warm(ctx, r)) for i, r in enumerate(layers)]
+    cols = [Column("index", "count"), Column("path"), Column("type"), Column("allocated", "bytes"), *_warm_columns(ctx)]
+    warm_note = (
+        " The calls that start in a warm-up iteration are marked in column ``warm-up`` and drawn faded; the "
+        "largest allocation (facts) is of the calls past it."
+        if ctx.warmup_windows()
+        else ""
+    )
     return Result(
         "A4",
         "Layer memory allocation",
         cols,
         rows,
-        notes=_MEMORY_NOTE,
+        notes=_MEMORY_NOTE + warm_note,
         run_id=ctx.run_id,
-        chart=Chart("bar", "path", ("allocated",), "Memory allocated per layer call", limit=300),
+        chart=Chart(
+            "bar", "path", ("allocated",), "Memory allocated per layer call", limit=300, extra=_warm_chart(ctx)
+        ),  # fmt: skip
         facts={"largest_path": peak[0][0], "largest_bytes": int(peak[0][1])},
         truncated=total - len(rows),
     )
 
 
 def layer_type_distribution(store: Store, run_id: int) -> Result:
-    """A5: how many calls each layer type has (count), most frequent first."""
+    """A5: how many calls each layer type has (count), most frequent first, with its share of all calls (%).
+
+    Notes: layer calls that start in a warm-up iteration (a live run's first, which also pays for lazy
+    initialisation; a pass's --warmup) are left out; A2-A4 list them, marked in column ``warm-up``."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A5", "Layer type distribution", "layer"):
         return missing
     rows = [
         (str(ty), int(n), float(pct))
         for ty, n, pct in store.query(
-            f"SELECT type, count(*), 100.0 * count(*) / sum(count(*)) OVER () FROM {_table(ctx)} GROUP BY type "
-            "ORDER BY 2 DESC, 1"
+            f"SELECT type, count(*), 100.0 * count(*) / sum(count(*)) OVER () FROM {_table(ctx)} WHERE NOT warmup "
+            "GROUP BY type ORDER BY 2 DESC, 1"
         )
     ]
     return Result(
@@ -218,14 +280,22 @@ def layer_type_distribution(store: Store, run_id: int) -> Result:
         notes=notes_of(layer_type_distribution),
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("calls",), "Calls per layer type", limit=40),
+        labels=_warm_labels(ctx),
     )
+
+
+def _warm_labels(ctx: RunContext) -> list[str]:
+    """What the sums per type leave out (``RunContext.warmup_label``), for their labels."""
+    return [label] if (label := ctx.warmup_label()) else []
 
 
 def layer_latency_by_type(store: Store, run_id: int) -> Result:
     """A6: latency (ns) summed per layer type: self time (with its share of all self time, %) and inclusive.
 
     Notes: shares are of the summed self time of all layers, which equals the root layers' latency; the
-    inclusive sum counts nested layers of the same type more than once and is shown for reference."""
+    inclusive sum counts nested layers of the same type more than once and is shown for reference. Layer calls
+    that start in a warm-up iteration (a live run's first, which also pays for lazy initialisation; a pass's
+    --warmup) are left out of both; A2-A4 list them, marked in column ``warm-up``."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A6", "Layer latency by type", "layer"):
         return missing
@@ -233,7 +303,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         (str(ty), int(n), int(own), float(pct) if pct is not None else None, int(inc))
         for ty, n, own, pct, inc in store.query(
             f"""SELECT type, count(*), sum(self_ns), 100.0 * sum(self_ns) / nullif(sum(sum(self_ns)) OVER (), 0),
-                       sum(dur_ns) FROM {_table(ctx)} GROUP BY type ORDER BY 3 DESC, 1"""
+                       sum(dur_ns) FROM {_table(ctx)} WHERE NOT warmup GROUP BY type ORDER BY 3 DESC, 1"""
         )
     ]
     cols = [
@@ -252,6 +322,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("self",), "Self time per layer type", limit=40),
         facts={"top_type": rows[0][0] if rows else None, "top_share_pct": rows[0][3] if rows else None},
+        labels=_warm_labels(ctx),
     )
 
 
@@ -266,13 +337,14 @@ def layer_memory_by_type(store: Store, run_id: int) -> Result:
         return ctx.lacking("A7", "Layer memory by type", "memory")
     # a call whose memory is unknown (no memory sample before it started) has no self allocation: left out,
     # not taken as 0 minus its children's
-    unknown = int(store.query(f"SELECT count(*) FROM {t} WHERE memory_bytes IS NULL")[0][0])
+    unknown = int(store.query(f"SELECT count(*) FROM {t} WHERE memory_bytes IS NULL AND NOT warmup")[0][0])
     rows = [
         (str(ty), int(n), int(own), float(pct) if pct is not None else None)
         for ty, n, own, pct in store.query(
             f"""WITH kids AS (SELECT parent_id, sum(coalesce(memory_bytes, 0)) AS child FROM {t} GROUP BY 1),
                 own AS (SELECT l.type, l.memory_bytes - coalesce(k.child, 0) AS own FROM {t} l
-                        LEFT JOIN kids k ON k.parent_id = l.span_id WHERE l.memory_bytes IS NOT NULL)
+                        LEFT JOIN kids k ON k.parent_id = l.span_id
+                        WHERE l.memory_bytes IS NOT NULL AND NOT l.warmup)
                 SELECT type, count(*), sum(own), 100.0 * abs(sum(own)) / nullif(sum(abs(sum(own))) OVER (), 0)
                 FROM own GROUP BY type ORDER BY abs(sum(own)) DESC, 1"""
         )
@@ -283,10 +355,13 @@ def layer_memory_by_type(store: Store, run_id: int) -> Result:
         "Layer memory by type",
         cols,
         rows,
-        notes=_MEMORY_NOTE,
+        notes=f"{_MEMORY_NOTE} {_WARMUP_NOTE}",
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("allocated (self)",), "Memory allocated per layer type", limit=40),
-        labels=[f"{unknown:,} layer call(s) of unknown memory left out (no memory sample before they started)"]
-        if unknown
-        else [],
+        labels=_warm_labels(ctx)
+        + (
+            [f"{unknown:,} layer call(s) of unknown memory left out (no memory sample before they started)"]
+            if unknown
+            else []
+        ),  # fmt: skip
     )

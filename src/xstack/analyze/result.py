@@ -45,7 +45,9 @@ class Chart:
     ``y`` may name several columns (stacked or grouped series). ``series`` names a column whose values split
     the points into groups (e.g. ``bound``). ``extra`` carries kind-specific values (a roofline's peaks; a
     box plot's quantile columns); for bars, ``extra["mark"]`` names a column whose non-empty value marks a row
-    (its bars drawn faded, the column's name after its label: ``1 (warm-up)``) and ``extra["mark_note"]`` says why.
+    (its bars drawn faded, the column's name after its label: ``1 (warm-up)``) and ``extra["mark_note"]`` says why;
+    ``extra["filter"]`` names a column whose true rows alone are drawn, and ``extra["exclude"]`` maps column names
+    to a value whose rows are not drawn (``{"kind": "warm-up"}``).
     """
 
     kind: ChartKind

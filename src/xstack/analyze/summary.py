@@ -1,19 +1,21 @@
 """The run summary: what ran, on which devices, the top layers, ops and kernels by time, and trace health.
 
 Notes: times are summed per name over every call in the run, except that a live run's warm-up iterations
-(``RunContext.warmup``: its first, which pays for lazy initialisation and first calls) are left out of its layers
-and ops, and their time out of the wall time those are a share of. Layer and op times are inclusive (a call's nested
-calls count in it too); kernel times are device busy time, warm-up included. Percentages of layers and ops are of
-the run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which
-gives no spans, the job's run time from the log's header; unknown, and no percentages, for a run without a host
-trace such as an Nsight Compute CSV); of kernels, of all kernel time. A run with hardware counters per kernel and no
-kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter ranges as its kernels, with
-their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown where they measured none, and then
-ordered by FLOPs. Without a run id, a store's last merged run is summarised (a leveled measurement's result: one
-iteration, each span's median from the pass that times its level), or else its last run. For a merged run the
-summary adds the passes and what each level added to the step latency of the levels above it (``config.overhead``);
-for any other run with iterations, how many were measured, how many were warm-up (left out of per-iteration
-statistics) and the time after the last ``step()``.
+(``RunContext.warmup``: its first, which pays for lazy initialisation and first calls) are left out of its layers,
+ops and kernels, and their time out of the wall time layers and ops are a share of. A layer or op is in the warm-up
+when it starts there; a kernel when the runtime call that launched it does (its own start, where no launch is
+known), as the timeline's windows give device work to the step that launched it. Layer and op times are inclusive (a
+call's nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
+run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which gives
+no spans, the job's run time from the log's header; unknown, and no percentages, for a run without a host trace such
+as an Nsight Compute CSV); of kernels, of all kernel time (past the warm-up). A run with hardware counters per
+kernel and no kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter ranges as its
+kernels, with their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown where they measured
+none, and then ordered by FLOPs. Without a run id, a store's last merged run is summarised (a leveled measurement's
+result: one iteration, each span's median from the pass that times its level), or else its last run. For a merged
+run the summary adds the passes and what each level added to the step latency of the levels above it
+(``config.overhead``); for any other run with iterations, how many were measured, how many were warm-up (left out of
+per-iteration statistics) and the time after the last ``step()``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from xstack.analyze._io_common import (
     in_list,
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
-from xstack.analyze.context import STEP_SPAN, past_warmup, pick_run, run_context
+from xstack.analyze.context import STEP_SPAN, launched, past_warmup, pick_run, run_context
 from xstack.analyze.health import run_health
 from xstack.trace import attrs as A
 from xstack.trace.devices import active_devices, used_devices
@@ -115,7 +117,8 @@ class RunSummary:
     passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
-    merged run, "of step (PASS)": the step median of the pass that timed that level."""
+    merged run, "of step (PASS)": the step median of the pass that timed that level; in a live run with warm-up,
+    "of wall after warm-up" (layers, ops) and "of kernel time after warm-up"."""
     iterations: dict[str, int] | None = None
     """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
     and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
@@ -163,9 +166,13 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.noisy_spans = {str(lv): (int(n), int(total)) for lv, n, total in rows}
     else:
         summary.merged_into = _merging_run(store, run_id)
-    kernel_total = store.query(
-        "SELECT coalesce(sum(dur_ns), 0) FROM spans WHERE run_id = ? AND level = 'kernel'", [run_id]
-    )[0][0]
+    # a live run's warm-up iterations (first calls: lazy initialisation, allocator growth, autotuning) are left
+    # out of its layers, ops and kernels, and out of the wall time layers and ops are a share of
+    ctx = run_context(store, run_id)
+    warm = dict.fromkeys(("layer", "op"), ctx.in_warmup()) | {"kernel": ctx.in_warmup("launch_ns")}
+    kernel_total = store.con.execute(
+        f"SELECT coalesce(sum(dur_ns), 0) FROM {launched()} WHERE NOT {warm['kernel']}", {"run": run_id}
+    ).fetchall()[0][0]
     # a merged run's layers and ops are timed in their own passes, each slower than the one laying out the
     # iteration: their shares are of the step median of the pass that timed them
     pass_step = {
@@ -174,20 +181,17 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         if o.get("step_median_ns")
         for level in o.get("levels_added") or []
     }
-    # a live run's warm-up iterations (first calls: lazy initialisation, allocator growth) are left out of its
-    # layers and ops, and out of the wall time they are a share of
-    ctx = run_context(store, run_id)
-    warm = ctx.in_warmup()
     for level in ("layer", "op", "kernel"):
         denominator = kernel_total if level == "kernel" else summary.wall_ns
-        left_out = "FALSE" if level == "kernel" else warm
         if level != "kernel" and level in pass_step:
             denominator, timed_by = pass_step[level]
             summary.share_of[level] = f"of step ({timed_by})"
-        elif left_out != "FALSE" and denominator:
+        elif warm[level] != "FALSE" and denominator and level == "kernel":
+            summary.share_of[level] = "of kernel time after warm-up"  # kernel_total leaves the warm-up out
+        elif warm[level] != "FALSE" and denominator:
             denominator -= ctx.warmup_ns()
             summary.share_of[level] = "of wall after warm-up"
-        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, left_out)
+        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, warm[level])
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     if summary.pass_name != "merged":
@@ -257,12 +261,14 @@ def _system(store: Store, run_id: int) -> dict[str, Any] | None:
 def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None,
          left_out: str = "FALSE") -> list[TopRow]:  # fmt: skip
     """The top ``limit`` names of ``level`` by total time, with their share of ``denominator_ns`` (None where it
-    is unknown); spans matching the SQL ``left_out`` (those of the warm-up) are not counted."""
-    rows = store.query(
-        f"""SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM spans
-            WHERE run_id = ? AND level = ? AND NOT {left_out} GROUP BY name ORDER BY 3 DESC, 1 LIMIT ?""",
-        [run_id, level, limit],
-    )
+    is unknown); spans matching the SQL ``left_out`` (those of the warm-up; of kernels, by ``launch_ns``) are not
+    counted."""
+    source = launched() if level == "kernel" else "(SELECT * FROM spans WHERE run_id = $run AND level = $level)"
+    rows = store.con.execute(
+        f"SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM {source} WHERE NOT {left_out} "
+        "GROUP BY name ORDER BY 3 DESC, 1 LIMIT $limit",
+        {"run": run_id, "limit": limit} | ({} if level == "kernel" else {"level": level}),
+    ).fetchall()
     return [
         TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else None)
         for n, c, t, m in rows

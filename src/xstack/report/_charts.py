@@ -98,18 +98,28 @@ def render_chart(result: Result) -> str:
 
 def first_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], list[str]]:
     """The rows a chart draws and a note when some are left out: those whose ``extra["filter"]`` column is
-    true (when it names one), then the first ``Chart.limit`` (at most the kind's cap)."""
+    true (when it names one), less those whose column has the value ``extra["exclude"]`` gives it (when any
+    does), then the first ``Chart.limit`` (at most the kind's cap)."""
     rows, notes = result.rows, []
     key = chart.extra.get("filter")
     if isinstance(key, str) and any(c.name == key for c in result.columns):
         i = result.column_index(key)
         rows = [r for r in rows if r[i] not in (None, "", False, 0, "no")]
         notes.append(f"rows where {key} is true: {len(rows):,} of {len(result.rows):,}")
+    exclude = chart.extra.get("exclude")
+    selected = isinstance(key, str)
+    for name, value in exclude.items() if isinstance(exclude, dict) else ():
+        if any(c.name == name for c in result.columns):
+            i = result.column_index(name)
+            kept = [r for r in rows if r[i] != value]
+            if len(kept) < len(rows):
+                notes.append(f"rows where {name} is not {value}: {len(kept):,} of {len(rows):,}")
+                rows, selected = kept, True
     cap = CAPS[chart.kind]
     limit = min(chart.limit, cap) if chart.limit else cap
-    total = len(rows) + (0 if key else result.truncated)
+    total = len(rows) + (0 if selected else result.truncated)
     if total > limit:
-        table = "them all" if key or not result.truncated else f"the first {len(result.rows):,}"
+        table = "them all" if selected or not result.truncated else f"the first {len(result.rows):,}"
         notes.append(f"showing the first {min(limit, len(rows)):,} of {total:,} rows (the table has {table})")
     return rows[:limit], notes
 

@@ -64,7 +64,8 @@ def _cards(analysis: Analysis) -> str:
     cards.append(("spans", f"{sum(s.span_counts.values()):,}"))
     kernel_rows = s.top.get("kernel") or []
     if kernel_rows and kernel_rows[0].pct is not None:
-        cards.append(("top kernel share", f"{kernel_rows[0].pct:.1f}% of kernel time"))
+        share = s.share_of.get("kernel", "of kernel time")
+        cards.append(("top kernel share", f"{kernel_rows[0].pct:.1f}% {share}"))
     cards.append(("health findings", health_headline(s)))
     cards.append(("recommendations", f"{len(analysis.recommendations):,}"))
     body = "".join(
