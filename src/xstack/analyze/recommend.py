@@ -349,22 +349,26 @@ def zero_reads(results: Results) -> Recommendation | None:
 
 
 def small_reads(results: Results) -> Recommendation | None:
-    """The median read of a data file is under a page: the I/O is many calls moving little each."""
+    """The median read of a data file that returned data is under a page: the I/O is many calls moving little
+    each (zero-length reads are the zero-read rule's)."""
     r = _get(results, "io.pattern")
     if r is None or (size := _num(r.facts, "median_read_bytes")) is None or size >= SMALL_READ_BYTES:
         return None
-    if (reads := _num(r.facts, "reads") or 0) < MIN_READS:
+    if (sized := _num(r.facts, "sized_reads") or 0) < MIN_READS:
         return None
+    reads = _num(r.facts, "reads") or 0
+    source = str(r.facts.get("small_reads_source") or "")
+    of = {"DXT": "traced by DXT", "io spans": "traced", "size buckets": "in Darshan's size buckets"}.get(source, "")
     how = "exact" if r.facts.get("small_reads_exact") else "estimated from Darshan's size buckets"
     small = _num(r.facts, "small_read_pct")
-    evidence = [
-        f"the median data-file read returns {size:,.0f} bytes ({how}), under {SMALL_READ_BYTES:,} bytes, over "
-        f"{int(reads):,} reads"
-        + (f"; {small:.0f}% of them are 1-4095 bytes" if small is not None else "")
-        + " (io.pattern)"
-    ]
+    line = (f"the median data-file read returns {size:,.0f} bytes ({how}, zero-length reads left out), under "
+            f"{SMALL_READ_BYTES:,} bytes")  # fmt: skip
+    if small is not None:
+        line += f"; {small:.0f}% of the {int(sized):,} reads {of} are 1-4095 bytes"
+    if sized < reads:
+        line += f" ({int(reads):,} data-file reads in all, the others of unknown size)"
     return Recommendation(
-        "small_reads", "Small reads: many calls moving little data", "low", evidence, ["io.pattern"],
+        "small_reads", "Small reads: many calls moving little data", "low", [line + " (io.pattern)"], ["io.pattern"],
         "Read in larger pieces: buffered streams (open(path, 'rb', buffering=1 << 20)), one read of the whole "
         "record or file, or a format that reads whole chunks (shards, memory-mapped arrays).",
     )  # fmt: skip
