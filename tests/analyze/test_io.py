@@ -417,6 +417,21 @@ def test_small_files_rule_fires_on_many_small_files_only(tmp_path: Path) -> None
         assert _fired(store, "small_files") is None  # 27% of operations: under the threshold
 
 
+def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) -> None:
+    # an image dataset of 10 KiB files and nothing else: the small files hold all the bytes, as they must
+    rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(500)]
+    with files_store(tmp_path / "a.duckdb", rows) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and rec.title.startswith("Only small files")
+    assert rec.evidence[0] == (
+        "all 500 data files are of at most 2 MiB (10.0 KiB on average): every one of the 1,500 I/O operations, 3.0 "
+        "per file, goes to a small file, 505.0 us of I/O time (io.small_files)"
+    )
+    assert rec.action.startswith("Stage the files of at most 2 MiB") and "shards" in rec.action
+    with files_store(tmp_path / "b.duckdb", rows[:5]) as store:
+        assert _fired(store, "small_files") is None  # five files are no dataset to stage
+
+
 def test_zero_reads_rule(tmp_path: Path) -> None:
     with files_store(tmp_path / "a.duckdb", [data_file(5, "/d/a", 10**6, 200, zero_reads=50)]) as store:
         rec = _fired(store, "zero_reads")

@@ -14,7 +14,7 @@ from xstack.analyze import _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze._recommend_input import io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
-from xstack.analyze.result import Result, format_ns
+from xstack.analyze.result import Result, format_ns, format_value
 
 Results = dict[str, Result]
 Rule = Callable[[Results], Recommendation | None]
@@ -38,7 +38,10 @@ UNATTRIBUTED_PCT = 5.0
 SMALL_FILES_OPS_PCT = 30.0
 """Share of the I/O operations that files under the size threshold must carry for staging them to pay off."""
 SMALL_FILES_BYTES_PCT = 10.0
-"""...while holding less than this share of the bytes (many operations, few bytes: the metadata-bound files)."""
+"""...while holding less than this share of the bytes (many operations, few bytes: the metadata-bound files),
+unless every data file is small: then nothing larger holds the bytes, and the operations per file are the cost."""
+SMALL_FILES_MIN = 10
+"""Small files below which the small-file rule stays silent (a few files are no dataset to stage)."""
 ZERO_READS_PCT = 20.0
 """Share of data-file reads that return nothing (end of file) above which read-until-EOF loops cost calls."""
 ZERO_READS_TIME_PCT = 10.0
@@ -295,25 +298,33 @@ def unattributed_time(results: Results) -> Recommendation | None:
 
 
 def small_files(results: Results) -> Recommendation | None:
-    """Files under the size threshold carry many of the I/O operations and few of the bytes (tf-Darshan)."""
+    """Files under the size threshold carry many of the I/O operations and few of the bytes, or every data file
+    is under it (tf-Darshan's staging candidates)."""
     r = _get(results, "io.small_files")
     if r is None or (ops := _num(r.facts, "small_ops_pct")) is None or ops <= SMALL_FILES_OPS_PCT:
         return None
-    if (nbytes := _num(r.facts, "small_bytes_pct")) is None or nbytes >= SMALL_FILES_BYTES_PCT:
+    files, nbytes = int(_num(r.facts, "small_files") or 0), _num(r.facts, "small_bytes_pct")
+    every = files == int(_num(r.facts, "files") or 0)
+    if files < SMALL_FILES_MIN or nbytes is None or (nbytes >= SMALL_FILES_BYTES_PCT and not every):
         return None
     limit = _size(_num(r.facts, "threshold_bytes") or 0)
-    files, share = int(_num(r.facts, "small_files") or 0), _num(r.facts, "small_files_pct") or 0.0
     time, time_pct = _num(r.facts, "small_time_ns") or 0, _num(r.facts, "small_time_pct")
-    evidence = [
-        f"{files:,} data files of at most {limit} ({share:.0f}% of the files) take {ops:.0f}% of the I/O "
-        f"operations but hold {nbytes:.1f}% of the bytes (thresholds: > {SMALL_FILES_OPS_PCT:g}% of operations, "
-        f"< {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
-        + (f", {time_pct:.0f}% of it" if time_pct is not None else "")
-        + " (io.small_files)"
-    ]
+    if every:
+        n_ops, n_bytes = _num(r.facts, "small_ops") or 0, _num(r.facts, "small_bytes") or 0
+        average = format_value(n_bytes / files, "bytes")
+        line = (f"all {files:,} data files are of at most {limit} ({average} on average): every one of the "
+                f"{int(n_ops):,} I/O operations, {n_ops / files:,.1f} per file, goes to a small file, "
+                f"{format_ns(time)} of I/O time")  # fmt: skip
+        title = "Only small files: operations per file, not bytes, cost the I/O time"
+    else:
+        share = _num(r.facts, "small_files_pct") or 0.0
+        line = (f"{files:,} data files of at most {limit} ({share:.0f}% of the files) take {ops:.0f}% of the I/O "
+                f"operations but hold {nbytes:.1f}% of the bytes (thresholds: > {SMALL_FILES_OPS_PCT:g}% of "
+                f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
+                + (f", {time_pct:.0f}% of it" if time_pct is not None else ""))  # fmt: skip
+        title = "Many small files: operations, not bytes, cost the I/O time"
     return Recommendation(
-        "small_files", "Many small files: operations, not bytes, cost the I/O time", _severity(ops / 2), evidence,
-        ["io.small_files"],
+        "small_files", title, _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"],
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
         "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
         "sequentially.",
