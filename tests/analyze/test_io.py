@@ -27,6 +27,7 @@ from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
+from xstack.report.formats import render_markdown
 from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -411,6 +412,8 @@ def test_small_files_rule_fires_on_many_small_files_only(tmp_path: Path) -> None
     assert rec is not None and rec.sources == ["io.small_files"] and "(io.small_files)" in rec.evidence[0]
     assert "1,000 data files of at most 2 MiB" in rec.evidence[0] and "Stage" in rec.action and "shards" in rec.action
     assert "take 100% of the I/O operations" in rec.evidence[0] and "8.9% of the bytes" in rec.evidence[0]
+    # a log has no iterations: the I/O time of the small files is at stake over the run
+    assert (rec.impact_ns, rec.impact_per) == (1000 * 1000 + 1000 * 10, "run")
     with files_store(tmp_path / "b.duckdb", _small_files_rows(small=1)) as store:
         assert _fired(store, "small_files") is None  # 3 of 14 operations
     with files_store(tmp_path / "c.duckdb", FILES) as store:
@@ -579,6 +582,27 @@ def test_a_real_darshan_log(tmp_path: Path, name: str) -> None:
     assert (files["reads"], files["bytes_read"], files["files"]) == tuple(int(v or 0) for v in counted)
     assert results["io.input_bound"].facts["lacking"] == "model"
     assert results["io.bandwidth"].rows  # estimated without DXT, measured with it
+
+
+def test_a_real_dxt_log_s_recommendations_are_per_run_and_say_what_dxt_traced(tmp_path: Path) -> None:
+    darshan = pytest.importorskip("xstack.importers.darshan", reason="the Darshan importer is not there")
+    log = FIXTURES / "nonmpi_dxt_anonymized.darshan"
+    if not log.exists():
+        pytest.skip(f"{log} is not present")
+    with Store.create(tmp_path / "d.duckdb") as store:
+        darshan.import_darshan(store, log)
+    with Store.open(tmp_path / "d.duckdb") as store:
+        analysis = analyze(store)
+        dxt_reads = store.query("SELECT count(*) FROM spans WHERE level = 'io' AND name = 'read'")[0][0]
+    recs = {r.rule: r for r in analysis.recommendations}
+    # a log has no iterations: the small files' I/O time is at stake over the run (the job)
+    staged, small = recs["small_files"], analysis.result("io.small_files").facts
+    assert (staged.impact_ns, staged.impact_per) == (small["small_time_ns"], "run")
+    assert "at stake: about 626.3 ms per run" in render_markdown(analysis)
+    # DXT traced the 7,822 POSIX reads; the counters also hold 26,246 STDIO reads, of no known size
+    (line,) = recs["small_reads"].evidence
+    assert dxt_reads == 7822 and f"66% of the {dxt_reads:,} reads traced by DXT are 1-4095 bytes" in line
+    assert "(34,068 data-file reads in all, the others of unknown size)" in line
 
 
 def test_io_module_exports_every_registered_analysis() -> None:

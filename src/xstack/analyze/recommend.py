@@ -12,11 +12,14 @@ from typing import Any
 
 from xstack.analyze import _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
+from xstack.analyze._recommend_common import Results, at_stake
+from xstack.analyze._recommend_common import get as _get
+from xstack.analyze._recommend_common import num as _num
+from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, format_ns, format_value
 
-Results = dict[str, Result]
 Rule = Callable[[Results], Recommendation | None]
 
 INPUT_WAIT_PCT = 10.0
@@ -49,30 +52,6 @@ ZERO_READS_TIME_PCT = 10.0
 severity (below it, or with no per-call times, low: such a read moves no data)."""
 MIN_READS = 100
 """Data-file reads below which the read-size and zero-read rules stay silent (too few calls to matter)."""
-
-
-def _get(results: Results, id: str) -> Result | None:
-    r = results.get(id)
-    return r if r is not None and r.available else None
-
-
-def _per_iteration(results: Results, total_ns: float | None) -> int | None:
-    """A run's total time (I/O in some files, some calls) spread over its iterations (``model.stages``: the
-    measured steps), for ``Recommendation.impact_ns``; None without iterations to spread it over."""
-    stages = _get(results, "model.stages")
-    steps = _num(stages.facts, "steps") if stages is not None else None
-    if not total_ns or not steps:
-        return None
-    return round(total_ns / steps)
-
-
-def _severity(pct: float) -> Severity:
-    return "high" if pct >= 30 else "medium" if pct >= 10 else "low"
-
-
-def _num(facts: dict[str, Any], key: str) -> float | None:
-    v = facts.get(key)
-    return float(v) if isinstance(v, (int, float)) else None
 
 
 def input_bound(results: Results) -> Recommendation | None:
@@ -222,6 +201,7 @@ def memory_bound_kernels(results: Results) -> Recommendation | None:
     ]
     if any("analytic" in label for label in a10.labels):
         evidence.append("FLOPs and bytes are analytic estimates from op shapes (A10 labels)")
+    impact, per = at_stake(results, bound_ns)
     return Recommendation(
         "memory_bound_kernels",
         "Memory-bound kernels dominate GPU time",
@@ -230,7 +210,8 @@ def memory_bound_kernels(results: Results) -> Recommendation | None:
         ["A10"],
         "Fuse the element-wise and normalisation ops around them (torch.compile, fused LayerNorm/optimizer "
         "kernels) so tensors make fewer round trips through DRAM; use bf16/fp16 to halve the bytes moved.",
-        impact_ns=bound_ns,
+        impact_ns=impact,
+        impact_per=per,
     )
 
 
@@ -323,12 +304,13 @@ def small_files(results: Results) -> Recommendation | None:
                 f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
                 + (f", {time_pct:.0f}% of it" if time_pct is not None else ""))  # fmt: skip
         title = "Many small files: operations, not bytes, cost the I/O time"
+    impact, per = at_stake(results, time)
     return Recommendation(
         "small_files", title, _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"],
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
         "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
         "sequentially.",
-        impact_ns=_per_iteration(results, time),
+        impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
 
@@ -347,6 +329,7 @@ def zero_reads(results: Results) -> Recommendation | None:
     if zero_ns is not None and read_ns:
         time_pct = 100.0 * zero_ns / read_ns
         line += f", in {format_ns(zero_ns)} of the {format_ns(read_ns)} spent in data-file reads ({time_pct:.1f}%)"
+    impact, per = at_stake(results, zero_ns)
     # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
     return Recommendation(
@@ -355,7 +338,7 @@ def zero_reads(results: Results) -> Recommendation | None:
         "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
         "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
         "with no size does: one more system call per file).",
-        impact_ns=_per_iteration(results, zero_ns),
+        impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
 
