@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xstack.analyze import _recommend_system
+from xstack.analyze import _recommend_gpu, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze._recommend_common import Results, at_stake
 from xstack.analyze._recommend_common import get as _get
@@ -24,16 +24,8 @@ Rule = Callable[[Results], Recommendation | None]
 
 INPUT_WAIT_PCT = 10.0
 """Share of the step the device (or the loop) waits for input data above which training is input-bound."""
-HOST_WAIT_PCT = 30.0
-"""Share of the step the device idles waiting for the host to launch work above which it is host-bound."""
-SHORT_KERNELS_PCT = 50.0
-"""Share of kernels shorter than the launch threshold above which the host's launch rate is what limits."""
 SYNC_BLOCKED_PCT = 5.0
 """Share of the step the host spends blocked in synchronisations above which they are worth removing."""
-MEMORY_BOUND_SHARE_PCT = 25.0
-"""Share of kernel time in memory-bound kernels above which fusion is recommended."""
-LOW_INTENSITY = 1.0
-"""FLOP/byte below which a kernel is memory-bound on any current GPU (every ridge point is far above it)."""
 PAGEABLE_SHARE_PCT = 50.0
 """Share of host-to-device bytes copied from pageable memory above which pinning is recommended."""
 UNATTRIBUTED_PCT = 5.0
@@ -115,39 +107,6 @@ def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
     return line + " (io.input_bound)"
 
 
-def launch_bound(results: Results) -> Recommendation | None:
-    """The device idles waiting for the host, and most kernels are shorter than it takes to launch them."""
-    b, launches = _get(results, "timeline.breakdown"), _get(results, "timeline.launches")
-    if b is None or launches is None or (wait := _num(b.facts, "host_wait_pct")) is None or wait < HOST_WAIT_PCT:
-        return None
-    short = _num(launches.facts, "short_pct")
-    if short is None or short < SHORT_KERNELS_PCT:
-        return None
-    busy = _num(b.facts, "busy_pct")
-    evidence = [
-        f"the GPU idles waiting for the host {wait:.1f}% of the measured window"
-        + (f" and is busy only {busy:.1f}%" if busy is not None else "")
-        + " (timeline.breakdown)"
-    ]
-    threshold = format_ns(_num(launches.facts, "short_threshold_ns") or 0)
-    line = f"{short:.0f}% of {int(_num(launches.facts, 'launches') or 0):,} kernels run under {threshold}"
-    kernel_ns, n = _num(launches.facts, "kernel_ns"), _num(launches.facts, "launches")
-    if (launch := _num(launches.facts, "median_launch_ns")) is not None and kernel_ns and n:
-        line += f"; a kernel runs {format_ns(kernel_ns / n)} on average, its launch call takes {format_ns(launch)}"
-    if (per_step := _num(launches.facts, "kernels_per_step")) is not None:
-        line += f"; {per_step:,.0f} launches per step"
-    evidence.append(line + " (timeline.launches)")
-    return Recommendation(
-        "launch_bound",
-        "The GPU waits for the host: launch overhead dominates",
-        _severity(wait),
-        evidence,
-        [b.id, launches.id],
-        "Cut launches per step: capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-        "torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel does more.",
-    )
-
-
 def sync_in_loop(results: Results) -> Recommendation | None:
     """The host blocks on synchronisations inside the step (``.item()``, ``.cpu()``, explicit syncs)."""
     s = _get(results, "timeline.syncs")
@@ -172,46 +131,6 @@ def sync_in_loop(results: Results) -> Recommendation | None:
         f"Remove the sync at {where}: keep values on the device (accumulate losses as tensors and call .item() "
         "once per logging interval), avoid .cpu()/.numpy()/print of CUDA tensors in the step, and use "
         "non_blocking=True copies from pinned memory.",
-    )
-
-
-def memory_bound_kernels(results: Results) -> Recommendation | None:
-    """Memory-bound kernels (against the device's ridge, or below 1 FLOP/byte) take a large share of GPU time."""
-    a10 = _get(results, "A10")
-    if a10 is None or not a10.rows:
-        return None
-    total, bound_ns, names = 0, 0, []
-    has_peaks = any(v is not None for v in a10.column("bound"))
-    for name, t, ai, b in zip(
-        a10.column("kernel"), a10.column("total"), a10.column("AI"), a10.column("bound"), strict=True
-    ):
-        if t is None:  # a counter range without a measured duration: no share of time to weigh
-            continue
-        total += t
-        if (b == "memory") if has_peaks else (ai is not None and ai < LOW_INTENSITY):
-            bound_ns += t
-            names.append(name)
-    pct = 100.0 * bound_ns / total if total else 0.0
-    if pct < MEMORY_BOUND_SHARE_PCT:
-        return None
-    rule = "below the ridge point of the device" if has_peaks else f"below {LOW_INTENSITY:g} FLOP/byte"
-    evidence = [
-        f"{len(names)} memory-bound kernel names ({rule}) take {pct:.1f}% of kernel time, {format_ns(bound_ns)} (A10)",
-        f"the largest: {names[0][:120]}",
-    ]
-    if any("analytic" in label for label in a10.labels):
-        evidence.append("FLOPs and bytes are analytic estimates from op shapes (A10 labels)")
-    impact, per = at_stake(results, bound_ns)
-    return Recommendation(
-        "memory_bound_kernels",
-        "Memory-bound kernels dominate GPU time",
-        _severity(pct),
-        evidence,
-        ["A10"],
-        "Fuse the element-wise and normalisation ops around them (torch.compile, fused LayerNorm/optimizer "
-        "kernels) so tensors make fewer round trips through DRAM; use bf16/fp16 to halve the bytes moved.",
-        impact_ns=impact,
-        impact_per=per,
     )
 
 
@@ -374,9 +293,10 @@ def _size(nbytes: float) -> str:
 
 RULES: dict[str, Rule] = {
     "input_bound": input_bound,
-    "launch_bound": launch_bound,
+    "launch_bound": _recommend_gpu.launch_bound,
+    "host_bound": _recommend_gpu.host_bound,
     "sync_in_loop": sync_in_loop,
-    "memory_bound_kernels": memory_bound_kernels,
+    "memory_bound_kernels": _recommend_gpu.memory_bound_kernels,
     "optimal_batch_size": optimal_batch_size,
     "pageable_copies": pageable_copies,
     "unattributed_time": unattributed_time,
@@ -385,7 +305,8 @@ RULES: dict[str, Rule] = {
     "small_reads": small_reads,
     **_recommend_system.RULES,
 }
-"""The built-in rules, by id (the system and CUDA API rules are in ``_recommend_system``)."""
+"""The built-in rules, by id (the device timeline and kernel rules are in ``_recommend_gpu``, the system and CUDA
+API rules in ``_recommend_system``)."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 
