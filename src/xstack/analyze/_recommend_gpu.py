@@ -3,13 +3,15 @@ kernels.
 
 The GPU that waits for the host is launch-bound when many short kernels are launched one after another faster
 than the GPU runs them, and host-bound otherwise (the host is busy with other work between launches); the two
-rules never both fire. Thresholds are module constants, quoted in the evidence where they decide.
+rules never both fire. Faster kernels only shorten a step that keeps the GPU busy, so the memory-bound rule stays
+silent while the GPU is mostly idle. Thresholds are module constants, quoted in the evidence where they decide.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from xstack.analyze._kernel_precision import kernel_precision
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, format_ns
@@ -23,10 +25,16 @@ MIN_LAUNCHES_PER_STEP = 20
 """...provided a step launches at least this many kernels: a handful of launches cost the host tens of us, too
 little to keep the GPU waiting for a third of the step (a single slow first launch, say); the host-bound rule
 speaks instead."""
+GPU_BUSY_PCT = 50.0
+"""Share of the measured window the GPU must be busy for faster kernels to shorten the step: below it the GPU
+mostly waits for the host, and the memory-bound rule stays silent."""
 MEMORY_BOUND_SHARE_PCT = 25.0
 """Share of kernel time in memory-bound kernels above which fusion is recommended."""
 LOW_INTENSITY = 1.0
 """FLOP/byte below which a kernel is memory-bound on any current GPU (every ridge point is far above it)."""
+FP32_SHARE_PCT = 50.0
+"""Share of the memory-bound kernels' time in fp32 kernels (by their names) from which bf16 is advised: kernels
+that already move 16-bit data would gain nothing."""
 OUTSIDE_OPS_PCT = 50.0
 """Share of the host wait with no operator running above which the host-bound advice starts from Python code."""
 
@@ -193,10 +201,15 @@ def _short(name: str, limit: int = 80) -> str:
 
 
 def memory_bound_kernels(results: Results) -> Recommendation | None:
-    """Memory-bound kernels (against the device's ridge, or below 1 FLOP/byte) take a large share of GPU time."""
+    """Memory-bound kernels (against the device's ridge, or below 1 FLOP/byte) take a large share of GPU time,
+    and the GPU is busy enough for faster kernels to shorten the step."""
     a10 = get(results, "A10")
     if a10 is None or not a10.rows:
         return None
+    b = get(results, "timeline.breakdown")
+    busy = num(b.facts, "busy_pct") if b is not None else None
+    if busy is not None and busy < GPU_BUSY_PCT:
+        return None  # the GPU mostly waits: faster kernels would only wait longer (the host-bound rules speak)
     found = _memory_bound(a10)
     if found is None:
         return None
@@ -208,11 +221,25 @@ def memory_bound_kernels(results: Results) -> Recommendation | None:
     ]
     if any("analytic" in label for label in a10.labels):
         evidence.append("FLOPs and bytes are analytic estimates from op shapes (A10 labels)")
+    sources = ["A10"]
+    if busy is not None and b is not None:
+        evidence.append(f"the GPU is busy {busy:.1f}% of the measured window (timeline.breakdown)")
+        sources.append(b.id)
+    precision_line, fp32 = _precision(bound, bound_ns)
+    if precision_line is not None:
+        evidence.append(precision_line)
+    action = (
+        "Fuse the element-wise and normalisation ops around them (torch.compile, fused LayerNorm/optimizer "
+        "kernels) so tensors make fewer round trips through DRAM"
+    )
+    action += (
+        "; run them in bf16 (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) to halve the bytes they move."
+        if fp32
+        else "."
+    )
     impact, per = at_stake(results, bound_ns)
     return Recommendation(
-        "memory_bound_kernels", "Memory-bound kernels dominate GPU time", severity(pct), evidence, ["A10"],
-        "Fuse the element-wise and normalisation ops around them (torch.compile, fused LayerNorm/optimizer "
-        "kernels) so tensors make fewer round trips through DRAM; use bf16/fp16 to halve the bytes moved.",
+        "memory_bound_kernels", "Memory-bound kernels dominate GPU time", severity(pct), evidence, sources, action,
         impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
@@ -237,3 +264,22 @@ def _memory_bound(a10: Result) -> tuple[float, int, list[tuple[str, int]]] | Non
             bound.append((str(name), int(t)))
     pct = 100.0 * bound_ns / total if total else 0.0
     return (pct, bound_ns, bound) if pct >= MEMORY_BOUND_SHARE_PCT else None
+
+
+def _precision(bound: list[tuple[str, int]], bound_ns: int) -> tuple[str | None, bool]:
+    """The evidence line on the memory-bound kernels' data type (from their names), and whether the fp32 ones
+    hold enough of their time for bf16 to be worth advising."""
+    by: dict[str, int] = {}
+    for name, t in bound:
+        precision = kernel_precision(name)
+        by[precision or "unknown"] = by.get(precision or "unknown", 0) + t
+    fp32 = 100.0 * by.get("fp32", 0) / bound_ns if bound_ns else 0.0
+    narrow = 100.0 * (by.get("16-bit", 0) + by.get("8-bit", 0)) / bound_ns if bound_ns else 0.0
+    if fp32 >= FP32_SHARE_PCT:
+        return (
+            f"{fp32:.0f}% of that time is in fp32 kernels (float, sgemm or tf32 in their names; threshold "
+            f"{FP32_SHARE_PCT:g}%): 16-bit data would halve their bytes (A10)"
+        ), True
+    if narrow:
+        return f"{narrow:.0f}% of that time is in kernels that already move 16-bit or narrower data (A10)", False
+    return None, False
