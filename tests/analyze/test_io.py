@@ -27,6 +27,7 @@ from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
+from xstack.report.formats import render_markdown
 from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -333,11 +334,15 @@ def test_pattern_splits_reads_per_class(darshan_like: Store) -> None:
     )
     small = 4 + 2 - 4 + 3071 / 9216  # buckets under 1 KiB less the empty reads, a third of 1K-10K
     assert data["small reads"] == round(small) and data["small share"] == pytest.approx(100 * small / 15)
-    py = _row(r, "python")
-    assert (py["random"], py["zero share"], py["small reads"], py["median read"]) == (100.0, 50.0, 0, 100.0)
+    # the median of the 11 reads that returned data: the 6th, 2.5 into the 7 of 100K_1M (3 below it)
+    assert data["sized reads"] == 15 and data["median read"] == pytest.approx(102_401 + (1_048_576 - 102_401) * 2.5 / 7)
+    py = _row(r, "python")  # one empty read and one of 10K-100K per file: the median is of the latter
+    assert (py["random"], py["zero share"], py["small reads"]) == (100.0, 50.0, 0)
+    assert py["median read"] == pytest.approx(10_241 + (102_400 - 10_241) * 0.5)
     assert _row(r, "system")["median read"] == pytest.approx(101 + 923 * 0.5)
     f = r.facts
     assert (f["reads"], f["zero_reads"], f["small_reads_exact"]) == (15, 4, False)
+    assert (f["sized_reads"], f["small_reads_source"]) == (15, "size buckets")
     assert f["sequential_pct"] == pytest.approx(60.0) and f["random_pct"] == pytest.approx(40.0)
     assert "estimated" in r.labels[0]
 
@@ -348,7 +353,24 @@ def test_pattern_counts_small_reads_exactly_from_spans(loop: Store) -> None:
     assert (
         f["small_reads_exact"] is True and f["small_reads"] == 2 and f["small_read_pct"] == pytest.approx(100 * 2 / 6)
     )
-    assert f["median_read_bytes"] == (999 + 3000) / 2 and not r.labels
+    # the median of the reads that returned data (the two empty ones are the zero reads')
+    assert f["median_read_bytes"] == (3000 + 4096) / 2
+    assert (f["sized_reads"], f["small_reads_source"]) == (6, "io spans")
+    # the built store's counters hold more reads than its spans: the shares say which they are of
+    label = "small share and median read: of the 6 data-file reads traced one by one (io spans), of 15 counted"
+    assert r.labels == [label]
+
+
+def test_pattern_small_share_is_of_the_reads_the_buckets_sized(tmp_path: Path) -> None:
+    # a Darshan log's STDIO module keeps no size buckets: its reads are counted, but of no known size
+    posix = data_file(5, "/d/a", 200 * 500, 200, size_read_hist={"100_1K": 200})
+    stdio = (5, "/d/b", "STDIO", 1, 1000, 0, 0, 1000, 0, 100, 0, 10, {A.IO_FILE_PATH_CLASS: "data"})
+    with files_store(tmp_path / "s.duckdb", [posix, stdio]) as store:
+        r = _one(store, "io.pattern")
+    f = r.facts
+    assert (f["reads"], f["sized_reads"], f["small_reads"], f["small_read_pct"]) == (1200, 200, 200, 100.0)
+    assert r.labels[1] == ("small share and median read: of the 200 data-file reads in Darshan's size buckets, "
+                           "of 1,200 counted")  # fmt: skip
 
 
 def test_small_files_tabulate_every_threshold(darshan_like: Store) -> None:
@@ -390,10 +412,27 @@ def test_small_files_rule_fires_on_many_small_files_only(tmp_path: Path) -> None
     assert rec is not None and rec.sources == ["io.small_files"] and "(io.small_files)" in rec.evidence[0]
     assert "1,000 data files of at most 2 MiB" in rec.evidence[0] and "Stage" in rec.action and "shards" in rec.action
     assert "take 100% of the I/O operations" in rec.evidence[0] and "8.9% of the bytes" in rec.evidence[0]
+    # a log has no iterations: the I/O time of the small files is at stake over the run
+    assert (rec.impact_ns, rec.impact_per) == (1000 * 1000 + 1000 * 10, "run")
     with files_store(tmp_path / "b.duckdb", _small_files_rows(small=1)) as store:
         assert _fired(store, "small_files") is None  # 3 of 14 operations
     with files_store(tmp_path / "c.duckdb", FILES) as store:
         assert _fired(store, "small_files") is None  # 27% of operations: under the threshold
+
+
+def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) -> None:
+    # an image dataset of 10 KiB files and nothing else: the small files hold all the bytes, as they must
+    rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(500)]
+    with files_store(tmp_path / "a.duckdb", rows) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and rec.title.startswith("Only small files")
+    assert rec.evidence[0] == (
+        "all 500 data files are of at most 2 MiB (10.0 KiB on average): every one of the 1,500 I/O operations, 3.0 "
+        "per file, goes to a small file, 505.0 us of I/O time (io.small_files)"
+    )
+    assert rec.action.startswith("Stage the files of at most 2 MiB") and "shards" in rec.action
+    with files_store(tmp_path / "b.duckdb", rows[:5]) as store:
+        assert _fired(store, "small_files") is None  # five files are no dataset to stage
 
 
 def test_zero_reads_rule(tmp_path: Path) -> None:
@@ -453,6 +492,15 @@ def test_the_io_time_at_stake_per_iteration_leaves_the_warm_up_out(tmp_path: Pat
     assert small is not None and small.impact_ns == round((small_ns - 25 * 10_300) / 3)
     with _whole_file_reads(tmp_path / "b.duckdb", 300, {A.CONFIG_WARMUP_STEPS: 0}, big) as store:
         assert (_fired(store, "zero_reads") or zero).impact_ns == 30_000 // 4  # every iteration measured
+
+
+def test_small_reads_rule_leaves_the_empty_reads_out_of_the_median(tmp_path: Path) -> None:
+    # f.read() on 100 files of 4 KiB: 100 reads of 4096 bytes and 100 empty reads finding the end; the reads
+    # that move data are not small (the empty ones are the zero-read rule's)
+    with _whole_file_reads(tmp_path / "a.duckdb", 300) as store:
+        assert _one(store, "io.pattern").facts["median_read_bytes"] == 4096
+        assert _fired(store, "small_reads") is None
+        assert _fired(store, "zero_reads") is not None
 
 
 def test_small_reads_rule(tmp_path: Path) -> None:
@@ -545,10 +593,35 @@ def test_a_real_darshan_log(tmp_path: Path, name: str) -> None:
         results = {r.id: r for r in run_analyses(store, ids=IO_IDS)}
         counted = store.query("SELECT sum(reads), sum(bytes_read), count(DISTINCT path) FROM io_files")[0]
     assert all(r.available for r in results.values())
+    pattern = results["io.pattern"].facts
+    if pattern["small_reads_exact"]:  # DXT traced the POSIX reads only, not the STDIO ones: its share is of those
+        assert pattern["small_reads_source"] == "DXT" and pattern["sized_reads"] < pattern["reads"]
+        assert pattern["small_read_pct"] == pytest.approx(100 * pattern["small_reads"] / pattern["sized_reads"])
     files = results["io.files"].facts
     assert (files["reads"], files["bytes_read"], files["files"]) == tuple(int(v or 0) for v in counted)
     assert results["io.input_bound"].facts["lacking"] == "model"
     assert results["io.bandwidth"].rows  # estimated without DXT, measured with it
+
+
+def test_a_real_dxt_log_s_recommendations_are_per_run_and_say_what_dxt_traced(tmp_path: Path) -> None:
+    darshan = pytest.importorskip("xstack.importers.darshan", reason="the Darshan importer is not there")
+    log = FIXTURES / "nonmpi_dxt_anonymized.darshan"
+    if not log.exists():
+        pytest.skip(f"{log} is not present")
+    with Store.create(tmp_path / "d.duckdb") as store:
+        darshan.import_darshan(store, log)
+    with Store.open(tmp_path / "d.duckdb") as store:
+        analysis = analyze(store)
+        dxt_reads = store.query("SELECT count(*) FROM spans WHERE level = 'io' AND name = 'read'")[0][0]
+    recs = {r.rule: r for r in analysis.recommendations}
+    # a log has no iterations: the small files' I/O time is at stake over the run (the job)
+    staged, small = recs["small_files"], analysis.result("io.small_files").facts
+    assert (staged.impact_ns, staged.impact_per) == (small["small_time_ns"], "run")
+    assert "at stake: about 626.3 ms per run" in render_markdown(analysis)
+    # DXT traced the 7,822 POSIX reads; the counters also hold 26,246 STDIO reads, of no known size
+    (line,) = recs["small_reads"].evidence
+    assert dxt_reads == 7822 and f"66% of the {dxt_reads:,} reads traced by DXT are 1-4095 bytes" in line
+    assert "(34,068 data-file reads in all, the others of unknown size)" in line
 
 
 def test_io_module_exports_every_registered_analysis() -> None:

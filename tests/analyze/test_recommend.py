@@ -13,11 +13,15 @@ import pytest
 from tests.conftest import kineto_fixture
 from xstack.analyze.pipeline import Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
+from xstack.importers.kineto import import_kineto
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
 
 BERT = "h100_bert_small_infer_full.json.gz"
 ALEXNET = "a100_alexnet_train_sync.json.gz"
+MI250 = "mi250_toy_train_rocm.json.gz"
+TRITON = "a100_torch_compile_triton.json.gz"
+NCCL = "a100x8_nccl_allreduce_train.json.gz"
 
 
 def _fired(store: Store, rule: str) -> Recommendation | None:
@@ -44,6 +48,74 @@ def test_launch_bound_fires_on_bert_inference_and_not_on_alexnet_training(bert: 
     assert "CUDA graph" in rec.action and rec.severity == "high"
     assert "89.5%" in rec.evidence[0]  # the GPU waits for the host most of the step
     assert _fired(import_store(kineto_fixture(ALEXNET)), "launch_bound") is None  # long kernels: not launch-bound
+    assert _fired(bert, "host_bound") is None  # the launches explain the wait: one rule speaks
+
+
+def test_launch_bound_needs_many_launches_per_step(import_store: Any) -> None:
+    # MI250 toy training: 14 launches in its one step, and one hipLaunchKernel of 6.5 ms (the module loaded at its first
+    # launch) holds the GPU waiting; torch.compile's Triton trace: one kernel in its step
+    for trace, launches in ((MI250, "14 kernel launches per step"), (TRITON, "1 kernel launch per step")):
+        store = import_store(kineto_fixture(trace))
+        assert _fired(store, "launch_bound") is None
+        rec = _check(_fired(store, "host_bound"), "timeline.breakdown", "timeline.launches")
+        assert any(e.startswith(f"launches do not explain it: {launches}") for e in rec.evidence)
+
+
+def test_host_bound_says_what_the_host_ran_while_the_gpu_waited(import_store: Any) -> None:
+    # 8 x A100 DDP training: 900 launches per step, but most kernels are long; the host's own work holds it up
+    store = import_store(kineto_fixture(NCCL))
+    rec = _check(_fired(store, "host_bound"), "timeline.breakdown", "timeline.launches")
+    assert rec.severity == "high" and rec.evidence[0].startswith("the GPU idles waiting for the host 76.1%")
+    assert "900 kernel launches per step, 43% of the kernels under 10 us" in rec.evidence[1]
+    assert rec.evidence[2].startswith("while the GPU waited, the host ran aten::batch_norm (15%), "
+                                      "aten::unflatten_dense_tensors (13%)")  # fmt: skip
+    assert "aten::batch_norm first" in rec.action and "torch.compile" in rec.action and "batch size" in rec.action
+    assert rec.impact_ns == 169_201_730 and rec.impact_per == "iteration"  # the host wait of each of 3 steps
+    assert _fired(store, "launch_bound") is None
+
+
+def test_host_bound_of_a_trace_without_steps_says_start_up_counts(import_store: Any) -> None:
+    # AlexNet's trace has no ProfilerStep: its window is the whole trace, CUDA and cuDNN start-up included
+    rec = _check(_fired(import_store(kineto_fixture(ALEXNET)), "host_bound"), "timeline.breakdown")
+    assert rec.severity == "medium" and any(e.startswith("no step spans") for e in rec.evidence)
+    assert "79 kernel launches in the whole trace" in rec.evidence[1] and "aten::to (69%)" in rec.evidence[2]
+    assert rec.action.startswith("Profile a few steps past start-up") and rec.impact_per == "run"
+
+
+def _launches_store(path: Path, first_launch_ns: int, every_ns: int, kernel_ns: int, n: int = 30) -> Store:
+    """One step: an op whose first launch call takes ``first_launch_ns`` (its module loading), then ``n`` launches
+    of the same kernel, one every ``every_ns`` (each call 1.5 us), each kernel ``kernel_ns`` long."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "launches", levels=["model", "op", "runtime", "kernel"]))
+        sink = Sink(store, 1)
+        sink.span(2, 1, "op", "aten::add", 0, first_launch_ns + (n + 1) * every_ns, 1, 1)
+        t, queue = 0, 0
+        for i in range(n + 1):
+            call = first_launch_ns if i == 0 else 1500
+            rt, k = 10 + 2 * i, 11 + 2 * i
+            sink.span(rt, 2, "runtime", "cudaLaunchKernel", t, call, 1, 1, correlation_id=k)
+            start = max(t + call, queue)
+            sink.span(k, rt, "kernel", "add_kernel", start, kernel_ns, None, None, device="cuda:0", stream=7,
+                      correlation_id=k)  # fmt: skip
+            queue, t = start + kernel_ns, t + call + (every_ns - 1500 if i else 0)
+        sink.span(1, None, "model", "step", 0, t, 1, 1, {"model.kind": "step"})
+        sink.close()
+    return Store.open(path)
+
+
+def test_one_slow_first_launch_does_not_make_a_step_launch_bound(tmp_path: Path) -> None:
+    # a 5 ms first launch, then 30 launches every 2 us of 5 us kernels: the GPU waits 97% of the step for that
+    # one call; the launches after it come faster than the kernels run
+    with _launches_store(tmp_path / "slow.duckdb", 5_000_000, 2_000, 5_000) as store:
+        assert _fired(store, "launch_bound") is None
+        rec = _check(_fired(store, "host_bound"), "timeline.breakdown", "timeline.launches")
+        assert "the median kernel runs 5 us, the host issues a launch every 2 us" in rec.evidence[1]
+        assert "aten::add (100%) of the wait" in rec.evidence[2]
+    # the same kernels launched one every 20 us: the GPU waits between them
+    with _launches_store(tmp_path / "paced.duckdb", 1_500, 20_000, 5_000) as store:
+        rec = _check(_fired(store, "launch_bound"), "timeline.breakdown", "timeline.launches")
+        assert "the median kernel runs 5 us while the host issues a launch every 20 us" in rec.evidence[1]
+        assert _fired(store, "host_bound") is None
 
 
 def test_pageable_copies_fire_on_alexnet_and_not_on_bert(bert: Store, import_store: Any) -> None:
@@ -58,14 +130,14 @@ def test_quiet_rules_on_bert(bert: Store) -> None:
 
 
 def _kernel_store(path: Path, kernels: list[tuple[str, int, float, float]], *, orphan_ns: int = 0,
-                  sync_ns: int = 0) -> Store:  # fmt: skip
-    """A step of one layer launching ``kernels`` (name, ns, FLOPs, DRAM bytes) with counters and peaks; an
-    optional kernel with no launching call and a cudaDeviceSynchronize under a Python frame."""
+                  sync_ns: int = 0, step_ns: int = 1_000_000) -> Store:  # fmt: skip
+    """A step of ``step_ns`` of one layer launching ``kernels`` (name, ns, FLOPs, DRAM bytes) with counters and
+    peaks; an optional kernel with no launching call and a cudaDeviceSynchronize under a Python frame."""
     peaks = {"flops_per_s": {"fp32": 100e12}, "dram_bytes_per_s": 2e12, "source": "test"}
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "k", levels=["model", "layer", "op", "runtime", "kernel"], config={"peaks": peaks}))
         sink = Sink(store, 1)
-        sink.span(1, None, "model", "step", 0, 1_000_000, 1, 1, {"model.kind": "step"})
+        sink.span(1, None, "model", "step", 0, step_ns, 1, 1, {"model.kind": "step"})
         sink.span(2, 1, "layer", "net", 1000, 900_000, 1, 1, {"layer.path": "net", "layer.type": "Net"})
         t = 2000
         for i, (name, ns, flops, nbytes) in enumerate(kernels):
@@ -86,13 +158,62 @@ def _kernel_store(path: Path, kernels: list[tuple[str, int, float, float]], *, o
 
 
 def test_memory_bound_kernels_fire_when_they_dominate_and_not_otherwise(tmp_path: Path) -> None:
-    # ridge = 100e12 / 2e12 = 50 FLOP/byte
-    with _kernel_store(tmp_path / "m.duckdb", [("gemm", 100_000, 1e10, 1e8), ("add", 300_000, 1e6, 1e9)]) as store:
-        rec = _check(_fired(store, "memory_bound_kernels"), "A10")
+    # ridge = 100e12 / 2e12 = 50 FLOP/byte; the step ends with its kernels: the GPU is busy 98% of it
+    kernels = [("gemm", 100_000, 1e10, 1e8), ("add", 300_000, 1e6, 1e9)]
+    with _kernel_store(tmp_path / "m.duckdb", kernels, step_ns=410_000) as store:
+        rec = _check(_fired(store, "memory_bound_kernels"), "A10", "timeline.breakdown")
         assert "75.0% of kernel time" in rec.evidence[0] and "ridge" in rec.evidence[0]
-        assert rec.impact_ns == 300_000
-    with _kernel_store(tmp_path / "c.duckdb", [("gemm", 300_000, 1e10, 1e8), ("add", 50_000, 1e6, 1e9)]) as store:
+        assert "the GPU is busy 97.6%" in rec.evidence[2]
+        assert (rec.impact_ns, rec.impact_per) == (300_000, "iteration")  # the run's one step
+    kernels = [("gemm", 300_000, 1e10, 1e8), ("add", 50_000, 1e6, 1e9)]
+    with _kernel_store(tmp_path / "c.duckdb", kernels, step_ns=360_000) as store:
         assert _fired(store, "memory_bound_kernels") is None
+
+
+@pytest.fixture
+def bert_with_peaks(tmp_path: Path) -> Store:
+    """The BERT trace with its H100's peaks applied (dense bf16 tensor and fp32 rates, HBM3 bandwidth), as
+    ``xstack calibrate --apply`` writes them: most of its kernels then fall below the ridge."""
+    path = tmp_path / "bert.duckdb"
+    with Store.create(path) as store:
+        import_kineto(store, kineto_fixture(BERT))
+        peaks = {"flops_per_s": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12}, "dram_bytes_per_s": 3.35e12,
+                 "source": "H100 SXM", "device": "NVIDIA H100 80GB HBM3"}  # fmt: skip
+        store.set_run_config(1, "peaks", peaks)
+    return Store.open(path)
+
+
+def test_memory_bound_kernels_stay_silent_while_the_gpu_waits_for_the_host(bert_with_peaks: Store) -> None:
+    with bert_with_peaks as store:
+        results = {r.id: r for r in run_analyses(store)}
+        a10 = results["A10"]
+        bound = sum(t for t, b in zip(a10.column("total"), a10.column("bound"), strict=True) if b == "memory")
+        assert bound / a10.facts["kernel_time_ns"] > 0.25  # memory-bound kernels do dominate its GPU time...
+        assert results["timeline.breakdown"].facts["busy_pct"] < 10  # ...but the GPU is busy 7% of the step
+        assert RULES["memory_bound_kernels"](results) is None
+        assert {r.rule for r in analyze(store).recommendations} == {"launch_bound"}
+
+
+def _names(store: Store, *parts: str) -> list[str]:
+    """Kernel names of a real trace, one per pattern (SQL LIKE)."""
+    return [store.query("SELECT min(name) FROM spans WHERE level = 'kernel' AND name LIKE ?", [p])[0][0]
+            for p in parts]  # fmt: skip
+
+
+def test_memory_bound_kernels_advise_bf16_for_fp32_kernels_only(tmp_path: Path, import_store: Any) -> None:
+    # the same work under the names the real traces give it: fp32 on the A100 (AlexNet), bf16 on the H100 (BERT)
+    fp32 = _names(import_store(kineto_fixture(ALEXNET)), "%sgemm%", "%CUDAFunctor_add<float>%")
+    bf16 = _names(import_store(kineto_fixture(BERT)), "%bf16_s16816gemm%", "%CUDAFunctor_add<c10::BFloat16>%")
+    for names, advised in ((fp32, True), (bf16, False)):
+        kernels = [(names[0], 100_000, 1e10, 1e8), (names[1], 300_000, 1e6, 1e9)]
+        with _kernel_store(tmp_path / f"{advised}.duckdb", kernels, step_ns=410_000) as store:
+            rec = _check(_fired(store, "memory_bound_kernels"), "A10")
+        assert ("bf16" in rec.action) is advised and "fp16" not in rec.action
+        if advised:
+            assert "100% of that time is in fp32 kernels" in rec.evidence[-1] and "halve" in rec.action
+        else:
+            assert "100% of that time is in kernels that already move 16-bit or narrower data" in rec.evidence[-1]
+            assert rec.action.endswith("fewer round trips through DRAM.")
 
 
 def test_unattributed_time_fires_on_orphan_kernels_only(tmp_path: Path, bert: Store) -> None:

@@ -162,9 +162,12 @@ def built_store(
     syncs: Sequence[tuple[int, int]] = (),
     loaders: Sequence[tuple[int, int, str, str | None]] = (),
     step: bool = True,
+    ops: Sequence[tuple[int, int, str, int, int, int]] = (),
 ) -> Store:
+    """Spans of one step (``kernels``, ``syncs``, ``loaders``; ``ops``: span id, parent id, name, start, end,
+    thread)."""
     with Store.create(path) as store:
-        store.add_run(RunInfo(1, "built", levels=["model", "runtime", "kernel"]))
+        store.add_run(RunInfo(1, "built", levels=["model", "runtime", "kernel", *(["op"] if ops else [])]))
         sink = Sink(store, 1)
         if step:
             sink.span(1, None, "model", "step#0", 100, 300, 1, 1, {"model.kind": "step", "model.step": 0})
@@ -176,6 +179,8 @@ def built_store(
             sink.span(100 + i, 1, "runtime", "cudaDeviceSynchronize", s, e - s, 1, 1)
         for i, (s, e, name, kind) in enumerate(loaders):
             sink.span(200 + i, 1, "model", name, s, e - s, 1, 1, {"model.kind": kind} if kind else None)
+        for span_id, parent, name, s, e, tid in ops:
+            sink.span(span_id, parent, "op", name, s, e - s, 1, tid)
         sink.close()
     return Store.open(path)
 
@@ -189,6 +194,23 @@ def test_each_idle_cause_is_found_only_where_it_happened(tmp_path: Path, scenari
     got = {c: f[f"{c}_ns"] for c in ("host_wait", "sync_wait", "input_wait", "other_idle")}
     assert got == {c: expect.get(c, 0) for c in got}
     assert f["window_ns"] == window and f["busy_ns"] == window - sum(expect.values())
+
+
+def test_host_wait_names_the_operators_the_host_ran(tmp_path: Path) -> None:
+    # the "host" scenario: the GPU waits for the host over [200, 300]; an op runs there on the main thread over
+    # [210, 260] (its child op counts as part of it), another on a second thread over [240, 270], and one inside
+    # a data-loading span, which is input wait, not host work
+    kernels, loaders = [(90, 100, 200), (295, 300, 400)], [(280, 300, "dataloader.next", "dataloader")]
+    with built_store(tmp_path / "s.duckdb", kernels, loaders=loaders, ops=[
+        (300, 1, "aten::copy_", 210, 260, 1), (301, 300, "aten::empty", 215, 220, 1),
+        (302, 1, "aten::item", 240, 270, 2), (303, 200, "aten::decode", 281, 290, 1),
+    ]) as store:  # fmt: skip
+        f = timeline.temporal_breakdown(store, 1).facts
+    assert (f["host_wait_ns"], f["input_wait_ns"]) == (80, 20)
+    assert f["host_wait_ops"] == [{"op": "aten::copy_", "ns": 50, "pct": 62.5}, {"op": "aten::item", "ns": 30,
+                                   "pct": 37.5}]  # fmt: skip
+    # [210, 270] had an operator running: the rest of the host wait (20 of 80 ns) none
+    assert (f["host_wait_outside_ops_ns"], f["host_wait_outside_ops_pct"]) == (20, 25.0)
 
 
 def test_without_steps_the_window_is_the_run_extent(tmp_path: Path) -> None:
@@ -213,6 +235,15 @@ def test_launch_statistics_match_the_trace(stores: Callable[[str], Store]) -> No
     assert f["median_delay_ns"] == round(statistics.median(delay))
     assert f["short_kernels"] == sum(k["end_ns"] - k["ts_ns"] < 10_000 for k in kernels)
     assert f["total_launch_ns"] == sum(launch)  # one kernel per call in this trace
+    # what one launch costs, each kernel name's first launch left out: the call, the time to the next call
+    first = _first_launches(kernels, calls)
+    starts = sorted((calls[k["args"]["correlation"]]["ts_ns"], k["args"]["correlation"]) for k in kernels)
+    steady = [calls[c]["end_ns"] - calls[c]["ts_ns"] for _, c in starts if c not in first]
+    gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:], strict=False) if a[1] not in first]
+    assert f["steady_launch_ns"] == round(statistics.median(steady))
+    assert f["launch_interval_ns"] == round(statistics.median(gaps))
+    assert f["median_kernel_ns"] == round(statistics.median(k["end_ns"] - k["ts_ns"] for k in kernels))
+    assert f["window_launches"] == 60
     by_name: dict[str, list[dict[str, Any]]] = {}
     for k in kernels:
         by_name.setdefault(k["name"], []).append(k)
@@ -221,6 +252,14 @@ def test_launch_statistics_match_the_trace(stores: Callable[[str], Store]) -> No
     assert r.column("launch time") == sorted(r.column("launch time"), reverse=True)
     top = timeline.launch_statistics(stores(BERT), 1, limit=3)
     assert top.rows == r.rows[:3] and top.truncated == len(by_name) - 3 and top.facts == f
+
+
+def _first_launches(kernels: list[dict[str, Any]], calls: dict[Any, dict[str, Any]]) -> set[Any]:
+    """The correlation ids of the first launch of each kernel name."""
+    seen: dict[str, Any] = {}
+    for k in sorted(kernels, key=lambda k: calls[k["args"]["correlation"]]["ts_ns"]):
+        seen.setdefault(k["name"], k["args"]["correlation"])
+    return set(seen.values())
 
 
 def _outliers(kernels: list[dict[str, Any]], calls: dict[Any, dict[str, Any]]) -> int:

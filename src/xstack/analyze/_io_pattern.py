@@ -34,13 +34,14 @@ BUCKETS = [b[0] for b in A.IO_SIZE_BUCKETS]
 _FROM_FILES = f"""
 SELECT {FILE_CLASS} AS class, sum(reads), sum({file_int(A.IO_FILE_SEQ_READS)}),
     sum({file_int(A.IO_FILE_CONSEC_READS)}), sum({file_int(A.IO_FILE_ZERO_READS)}),
+    sum({file_int(A.IO_FILE_ZERO_READS)}) FILTER (WHERE json_exists(attrs, '$.{A.IO_FILE_SIZE_READ_HIST}')),
     {", ".join(f"sum({hist_count(A.IO_FILE_SIZE_READ_HIST, b)})" for b in BUCKETS)}
 FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads) > 0 ORDER BY 2 DESC, 1
 """
 
 _SPAN_READS = f"""
 SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
-    median({SPAN_BYTES}), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns),
+    median({SPAN_BYTES}) FILTER (WHERE {SPAN_BYTES} > 0), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns),
     sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}})
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
     AND {SPAN_STORAGE} GROUP BY 1
@@ -54,9 +55,10 @@ COLUMNS = [
     Column("random", "pct", "the other reads: backwards, or the first after an open"),
     Column("zero reads", "count", "reads that returned no bytes (end of file)"),
     Column("zero share", "pct"),
+    Column("sized reads", "count", "reads of known size, the base of the small share and the median"),
     Column("small reads", "count", f"reads of 1 to {SMALL_READ_BYTES - 1} bytes"),
-    Column("small share", "pct"),
-    Column("median read", "bytes", "median bytes a read returned"),
+    Column("small share", "pct", "of the sized reads"),
+    Column("median read", "bytes", "median bytes a sized read returned, zero-length reads left out"),
 ]
 
 
@@ -69,11 +71,15 @@ def access_pattern(store: Store, run_id: int) -> Result:
     sequential. Zero-length reads return nothing at the end of a file (tf-Darshan found half the reads of an
     input-bound ImageNet run were these; Python's ``f.read()`` makes one per file read whole), and with io spans
     the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all data-file reads; ``zero_read_warmup_ns``
-    the part in the warm-up iterations, ``RunContext.in_warmup``). Small reads return 1 to 4095 bytes: counted
-    exactly from the ``io`` spans when the run has them (shares then of the reads the spans hold); else estimated
-    from Darshan's size buckets (the 1K-10K bucket taken as spread evenly), and the median read size too
-    (interpolated in its bucket). Pipes and sockets are left out. The facts are over the data files (classes data
-    and unknown).
+    the part in the warm-up iterations, ``RunContext.in_warmup``). Small reads return
+    1 to 4095 bytes. The small reads, their share and the median read size come from one source, and their
+    share is of the reads that source sized (``sized reads``, fact ``sized_reads``, source
+    ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT
+    traces only some modules, POSIX but not STDIO, so its spans may hold fewer reads than the counters); else
+    Darshan's size buckets, estimated (the 1K-10K bucket taken as spread evenly, the median interpolated in its
+    bucket), of the reads the buckets hold (STDIO keeps none). The median leaves out zero-length reads (they
+    are counted apart): it is the size of the reads that returned data. Pipes and sockets are left out. The
+    facts are over the data files (classes data and unknown).
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
@@ -83,6 +89,7 @@ def access_pattern(store: Store, run_id: int) -> Result:
     table = [_row(cls, r, exact.get(cls)) for cls, r in per_class.items()]
     data_spans = exact.get("data files")
     data = _data_row(per_class, data_spans)
+    source = ("DXT" if io.source == "darshan" else "io spans") if data_spans else "size buckets"
     facts: dict[str, Any] = {
         "reads": data[1],
         "consecutive_pct": data[2],
@@ -90,11 +97,13 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "random_pct": data[4],
         "zero_reads": data[5],
         "zero_read_pct": data[6],
-        "small_reads": data[7],
-        "small_read_pct": data[8],
-        "median_read_bytes": data[9],
-        "small_reads_exact": bool(exact),
-        # the time the zero-length reads took (and in the warm-up), and all the data-file reads, from io spans
+        "sized_reads": data[7],
+        "small_reads": data[8],
+        "small_read_pct": data[9],
+        "median_read_bytes": data[10],
+        "small_reads_exact": bool(data_spans),
+        "small_reads_source": source,
+        # the time the zero-length reads took, and all the data-file reads, where the run has io spans
         "zero_read_ns": data_spans[3] if data_spans else None,
         "zero_read_warmup_ns": data_spans[5] if data_spans else None,
         "read_ns": data_spans[4] if data_spans else None,
@@ -113,8 +122,18 @@ def access_pattern(store: Store, run_id: int) -> Result:
             title="Reads by pattern (% of each class's reads)",
         ),  # fmt: skip
         facts=facts,
-        labels=[] if exact or not per_class else ["small reads and median size estimated from Darshan's buckets"],
+        labels=_labels(facts, source, bool(per_class)),
     )
+
+
+def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:
+    """Where the small reads and the median size come from, and how many of the data-file reads that covers."""
+    labels = ["small reads and median size estimated from Darshan's buckets"] if source == "size buckets" else []
+    sized, reads = facts["sized_reads"], facts["reads"]
+    if any_reads and sized < reads:
+        by = "in Darshan's size buckets" if source == "size buckets" else f"traced one by one ({source})"
+        labels.append(f"small share and median read: of the {sized:,} data-file reads {by}, of {reads:,} counted")
+    return labels
 
 
 SpanReads = tuple[int, int, float | None, int, int, int]
@@ -138,20 +157,22 @@ def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
 
 
 def _row(cls: str, r: tuple[Any, ...], exact: SpanReads | None) -> tuple[Any, ...]:
-    reads, seq, consec, zero = (as_count(v) for v in r[1:5])
-    hist = dict(zip(BUCKETS, (as_count(v) for v in r[5:]), strict=True))
-    if exact is not None:
-        small, small_pct, mid = exact[1], pct(exact[1], exact[0]), exact[2]
-    else:
-        estimate = small_from_hist(hist, zero)
-        small, small_pct, mid = round(estimate), pct(estimate, reads), bucket_median(hist)
+    reads, seq, consec, zero, hist_zero = (as_count(v) for v in r[1:6])
+    hist = dict(zip(BUCKETS, (as_count(v) for v in r[6:]), strict=True))
+    if exact is not None:  # the spans' reads, counted one by one
+        sized, small, mid = exact[0], exact[1], exact[2]
+        small_pct = pct(small, sized)
+    else:  # the reads in the size buckets (the empty ones among them are in the lowest)
+        sized, estimate = sum(hist.values()), small_from_hist(hist, hist_zero)
+        small, small_pct = round(estimate), pct(estimate, sum(hist.values()))
+        mid = bucket_median({**hist, BUCKETS[0]: max(hist[BUCKETS[0]] - hist_zero, 0)})
     return (cls, reads, pct(consec, reads), pct(seq - consec, reads), pct(reads - seq, reads), zero,
-            pct(zero, reads), small, small_pct, mid)  # fmt: skip
+            pct(zero, reads), sized, small, small_pct, mid)  # fmt: skip
 
 
 def _data_row(per_class: dict[str, tuple[Any, ...]], exact: SpanReads | None) -> tuple[Any, ...]:
     kept = [r for cls, r in per_class.items() if cls in DATA_CLASSES]
     if not kept:
-        return ("data files", 0, None, None, None, 0, None, 0, None, None)
+        return ("data files", 0, None, None, None, 0, None, 0, 0, None, None)
     summed = tuple(sum(as_count(r[i]) for r in kept) for i in range(1, len(kept[0])))
     return _row("data files", ("data files", *summed), exact)

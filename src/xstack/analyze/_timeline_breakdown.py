@@ -7,6 +7,7 @@ from typing import Any
 from xstack.analyze._timeline_common import (
     ACTIVITY_CTE,
     DATALOADER,
+    DEVICE_ACTIVITY,
     NEG,
     POS,
     SYNC_CALLS,
@@ -26,7 +27,8 @@ ID = "timeline.breakdown"
 TITLE = "Temporal breakdown per device"
 CAUSES = ("host_wait", "sync_wait", "input_wait", "other_idle")
 
-_QUERY = """
+_PIECES = """
+CREATE OR REPLACE TEMP TABLE {table} AS
 WITH {activity},
 windows AS (SELECT s, e FROM {window}),
 busy_rows AS (
@@ -57,33 +59,60 @@ syncs AS (
     -- the default RANGE frame gives calls that start together the same reach)
     SELECT start_ns AS s, max(start_ns + dur_ns) OVER (ORDER BY start_ns) AS reach
     FROM spans WHERE run_id = $run AND {sync_filter}
-),
-classed AS (
-    SELECT p.device, p.p0, p.p1,
-        CASE WHEN coalesce(sy.reach >= p.p0, false) THEN 'sync_wait'
-             WHEN p.trailing OR p.next_launch >= p.p0 THEN 'host_wait'
-             ELSE 'other_idle' END AS cause
-    FROM pieces p ASOF LEFT JOIN syncs sy ON sy.s <= p.p0
-    WHERE p.p1 > p.p0
-),
-loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {loader}),
+)
+SELECT p.device, p.p0, p.p1,
+    CASE WHEN coalesce(sy.reach >= p.p0, false) THEN 'sync_wait'
+         WHEN p.trailing OR p.next_launch >= p.p0 THEN 'host_wait'
+         ELSE 'other_idle' END AS cause
+FROM pieces p ASOF LEFT JOIN syncs sy ON sy.s <= p.p0
+WHERE p.p1 > p.p0
+"""
+"""Every idle piece of the window per device, with its cause (before the input-wait split), as a temp table."""
+
+_LOADER = "loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {loader})"
+
+_IDLE = """
+WITH {loader_spans},
 loading AS ({loading}),
 input AS (
     SELECT c.device, c.p0, sum(least(c.p1, l.e) - greatest(c.p0, l.s)) AS ns
-    FROM classed c JOIN loading l ON l.s < c.p1 AND l.e > c.p0 GROUP BY c.device, c.p0
+    FROM {pieces} c JOIN loading l ON l.s < c.p1 AND l.e > c.p0 GROUP BY c.device, c.p0
 ),
 idle AS (
     SELECT c.device, sum(c.p1 - c.p0) AS idle_ns, sum(coalesce(i.ns, 0)) AS input_wait,
         sum(c.p1 - c.p0 - coalesce(i.ns, 0)) FILTER (WHERE c.cause = 'host_wait') AS host_wait,
         sum(c.p1 - c.p0 - coalesce(i.ns, 0)) FILTER (WHERE c.cause = 'sync_wait') AS sync_wait,
         sum(c.p1 - c.p0 - coalesce(i.ns, 0)) FILTER (WHERE c.cause = 'other_idle') AS other_idle
-    FROM classed c LEFT JOIN input i USING (device, p0) GROUP BY c.device
+    FROM {pieces} c LEFT JOIN input i USING (device, p0) GROUP BY c.device
 )
 SELECT d.device, coalesce(idle_ns, 0), coalesce(host_wait, 0),
     coalesce(sync_wait, 0), coalesce(input_wait, 0), coalesce(other_idle, 0)
-FROM (SELECT DISTINCT device FROM activity) d LEFT JOIN idle USING (device)
+FROM (SELECT DISTINCT device FROM spans WHERE run_id = $run AND level IN {device_levels}) d
+LEFT JOIN idle USING (device)
 ORDER BY d.device
 """
+
+_HOST_OPS = """
+WITH {loader_spans},
+waits AS (SELECT p0, p1 FROM {pieces} WHERE device = $device AND cause = 'host_wait'),
+ops AS (
+    -- the outermost operators (an op's child ops are part of it), data loading left out: it is input wait
+    SELECT o.name, o.start_ns AS s, o.start_ns + o.dur_ns AS e
+    FROM spans o LEFT JOIN spans p ON p.run_id = $run AND p.span_id = o.parent_id
+    WHERE o.run_id = $run AND o.level = 'op' AND o.dur_ns > 0 AND (p.level IS NULL OR p.level <> 'op')
+        AND NOT EXISTS (SELECT 1 FROM loader_spans l WHERE o.start_ns >= l.s AND o.start_ns < l.e)
+),
+clipped AS (
+    SELECT o.name, greatest(o.s, w.p0) AS s, least(o.e, w.p1) AS e FROM ops o JOIN waits w ON o.s < w.p1 AND o.e > w.p0
+),
+covered AS ({covered})
+SELECT name, sum(e - s) AS ns, (SELECT coalesce(sum(e - s), 0) FROM covered)
+FROM clipped GROUP BY name ORDER BY ns DESC, name LIMIT $top
+"""
+"""The operators the host ran while the device waited for it, and the time any ran (on any thread)."""
+
+HOST_OPS_TOP = 5
+"""Operators named in the facts (``host_wait_ops``)."""
 
 
 def temporal_breakdown(store: Store, run_id: int) -> Result:
@@ -102,20 +131,30 @@ def temporal_breakdown(store: Store, run_id: int) -> Result:
     more was launched in the window; else other (the work was already queued and waited on something
     else: another stream, an event, the device's scheduler; HTA's "kernel wait" falls here). The part of any
     gap that overlaps a data-loading span (``model.kind = 'dataloader'`` or ``enumerate(DataLoader)#...``)
-    is waiting for input instead, whatever the rest of the gap's cause.
+    is waiting for input instead, whatever the rest of the gap's cause. For the main device (the busiest),
+    with the op level, the facts also say what the host did while the device waited for it: the outermost
+    operators that ran in those waits (on any thread; data loading left out), by the time they ran there
+    (``host_wait_ops``), and the wait during which no operator ran at all (``host_wait_outside_ops_ns``:
+    Python code between operators, or work the trace does not record).
     """
     ctx = run_context(store, run_id)
     missing = None if any(map(ctx.has, DEVICE_LEVELS)) else ctx.require(ID, TITLE, "kernel")
     if missing is not None:
         return missing
     window = measured_window(store, ctx.run_id)
-    sql = _QUERY.format(activity=ACTIVITY_CTE, window=window.table, loader=DATALOADER, sync_filter=SYNC_FILTER,
-                        loading=merged("loader_spans"), neg=NEG, pos=POS)  # fmt: skip
-    per_device = {str(r[0]): _device_facts(window.length_ns, r) for r in rows(store, sql, ctx.run_id, sync=SYNC_CALLS)}
+    pieces = f"_tl_idle_{ctx.run_id}"
+    rows(store, _PIECES.format(table=pieces, activity=ACTIVITY_CTE, window=window.table, sync_filter=SYNC_FILTER,
+                               neg=NEG, pos=POS), ctx.run_id, sync=SYNC_CALLS)  # fmt: skip
+    loader_spans = _LOADER.format(loader=DATALOADER)
+    sql = _IDLE.format(loader_spans=loader_spans, loading=merged("loader_spans"), pieces=pieces,
+                       device_levels=DEVICE_ACTIVITY)  # fmt: skip
+    per_device = {str(r[0]): _device_facts(window.length_ns, r) for r in rows(store, sql, ctx.run_id)}
     main = max(per_device, key=lambda d: (per_device[d]["busy_ns"], d)) if per_device else None
     facts: dict[str, Any] = {"devices": per_device, "device": main, "window": window.kind, "steps": window.steps}
     if main is not None:
         facts.update(per_device[main])
+        if ctx.has("op"):
+            facts.update(_host_ops(store, ctx.run_id, pieces, main, per_device[main]["host_wait_ns"]))
     return Result(
         id=ID,
         title=TITLE,
@@ -159,6 +198,19 @@ def _device_facts(window: int, r: tuple[Any, ...]) -> dict[str, Any]:
     for key in ("busy", "idle", *CAUSES):
         facts[f"{key}_pct"] = pct(facts[f"{key}_ns"], window)
     return facts
+
+
+def _host_ops(store: Store, run_id: int, pieces: str, device: str, host_wait_ns: int) -> dict[str, Any]:
+    """What the host ran while ``device`` waited for it: the top operators by the time they ran in those waits
+    (``host_wait_ops``: op, ns, pct of the host wait) and the wait time when no operator ran at all."""
+    sql = _HOST_OPS.format(loader_spans=_LOADER.format(loader=DATALOADER), pieces=pieces, covered=merged("clipped"))
+    found = rows(store, sql, run_id, device=device, top=HOST_OPS_TOP)
+    covered = int(found[0][2]) if found else 0
+    return {
+        "host_wait_ops": [{"op": str(r[0]), "ns": int(r[1]), "pct": pct(int(r[1]), host_wait_ns)} for r in found],
+        "host_wait_outside_ops_ns": max(host_wait_ns - covered, 0),
+        "host_wait_outside_ops_pct": pct(max(host_wait_ns - covered, 0), host_wait_ns),
+    }
 
 
 def _row(device: str, f: dict[str, Any]) -> tuple[Any, ...]:

@@ -20,7 +20,8 @@ MIN_OUTLIER_CALLS = 5
 _LAUNCHES = """
 launches AS (
     SELECT k.name, k.dur_ns, r.span_id AS call_id, r.dur_ns AS launch_ns, k.start_ns - r.start_ns AS delay_ns,
-        r.start_ns AS call_start
+        r.start_ns AS call_start, r.pid AS call_pid, r.tid AS call_tid,
+        row_number() OVER (PARTITION BY k.name ORDER BY coalesce(r.start_ns, k.start_ns), k.span_id) = 1 AS first
     FROM spans k LEFT JOIN spans r ON r.run_id = $run AND r.span_id = k.parent_id AND r.level = 'runtime'
     WHERE k.run_id = $run AND k.level = 'kernel'
 )"""
@@ -54,11 +55,24 @@ placed AS (
     SELECT l.*, w.s IS NOT NULL AS in_steps
     FROM launches l LEFT JOIN {{window}} w ON l.call_start >= w.s AND l.call_start < w.e
 ),
-calls AS (SELECT DISTINCT call_id, launch_ns, in_steps FROM placed WHERE call_id IS NOT NULL)
+calls AS (SELECT DISTINCT call_id, launch_ns, in_steps FROM placed WHERE call_id IS NOT NULL),
+steady AS (
+    -- the launch calls in the window, each marked when it made the first launch of a kernel name
+    SELECT call_id, launch_ns, call_start, call_pid, call_tid, bool_or(first) AS first
+    FROM placed WHERE call_id IS NOT NULL AND in_steps GROUP BY ALL
+),
+intervals AS (
+    SELECT lead(call_start) OVER (PARTITION BY call_pid, call_tid ORDER BY call_start, call_id) - call_start AS gap,
+        first
+    FROM steady
+)
 SELECT count(*), count(call_id), median(launch_ns), quantile_cont(launch_ns, 0.95), median(delay_ns),
     quantile_cont(delay_ns, 0.95), count(*) FILTER (WHERE dur_ns < $short), sum(dur_ns),
     (SELECT sum(launch_ns) FROM calls), count(*) FILTER (WHERE in_steps),
-    (SELECT sum(launch_ns) FROM calls WHERE in_steps)
+    (SELECT sum(launch_ns) FROM calls WHERE in_steps),
+    median(dur_ns) FILTER (WHERE in_steps),
+    (SELECT median(launch_ns) FROM steady WHERE NOT first),
+    (SELECT median(gap) FROM intervals WHERE NOT first)
 FROM placed
 """
 
@@ -101,6 +115,12 @@ def launch_statistics(
     launch call (unattributed) count in the launches and durations but not in the launch figures. The total
     launch time counts each call once (a graph launch starts several kernels). Kernels and launch time per
     step count the launches whose call starts within the run's measured window (its step spans).
+
+    What one launch costs, in the window (facts ``steady_launch_ns``, ``launch_interval_ns``,
+    ``median_kernel_ns``): the median launch call, the median time from a launch call to the next on its
+    thread (the host's time per launch, its work between launches included) and the median kernel duration.
+    The first launch of each kernel name is left out of the first two: it loads the kernel's module (lazy
+    loading), and a single slow one must not make every launch look slow.
     """
     if short_ns < 0 or outlier_iqrs < 0 or min_outlier_calls < 1 or (limit is not None and limit < 0):
         raise UsageError(f"{ID}: short_ns, outlier_iqrs and limit must be >= 0 and min_outlier_calls >= 1")
@@ -145,4 +165,8 @@ def _facts(t: tuple[Any, ...], outliers: int, steps: int) -> dict[str, Any]:
         "steps": steps,
         "kernels_per_step": in_steps / steps if steps else None,
         "launch_ns_per_step": (as_int(t[10]) or 0) / steps if steps else None,
+        "window_launches": in_steps,
+        "median_kernel_ns": as_int(t[11]),
+        "steady_launch_ns": as_int(t[12]),
+        "launch_interval_ns": as_int(t[13]),
     }

@@ -64,6 +64,7 @@ ANALYSES: dict[str, str] = {
 the system analyses (CPU, syscalls, GPU telemetry, host memory), the I/O analyses, trace health."""
 
 Severity = Literal["high", "medium", "low"]
+ImpactPer = Literal["iteration", "run"]
 
 
 @dataclass
@@ -81,7 +82,10 @@ class Recommendation:
     action: str
     """The concrete change to make."""
     impact_ns: int | None = None
-    """Time at stake per iteration, in ns, where it can be estimated."""
+    """Time at stake per iteration (per ``impact_per``), in ns, where it can be estimated."""
+    impact_per: ImpactPer = "iteration"
+    """What ``impact_ns`` is counted over: an iteration, or the whole run where it has no iterations (a Darshan
+    log, a run without step marks)."""
 
 
 @dataclass

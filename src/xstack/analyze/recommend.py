@@ -10,27 +10,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xstack.analyze import _recommend_cpu, _recommend_system
+from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
+from xstack.analyze._recommend_common import Results, at_stake
+from xstack.analyze._recommend_common import get as _get
+from xstack.analyze._recommend_common import num as _num
+from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
-from xstack.analyze.result import Result, format_ns
+from xstack.analyze.result import Result, format_ns, format_value
 
-Results = dict[str, Result]
 Rule = Callable[[Results], Recommendation | None]
 
 INPUT_WAIT_PCT = 10.0
 """Share of the step the device (or the loop) waits for input data above which training is input-bound."""
-HOST_WAIT_PCT = 30.0
-"""Share of the step the device idles waiting for the host to launch work above which it is host-bound."""
-SHORT_KERNELS_PCT = 50.0
-"""Share of kernels shorter than the launch threshold above which the host's launch rate is what limits."""
 SYNC_BLOCKED_PCT = 5.0
 """Share of the step the host spends blocked in synchronisations above which they are worth removing."""
-MEMORY_BOUND_SHARE_PCT = 25.0
-"""Share of kernel time in memory-bound kernels above which fusion is recommended."""
-LOW_INTENSITY = 1.0
-"""FLOP/byte below which a kernel is memory-bound on any current GPU (every ridge point is far above it)."""
 PAGEABLE_SHARE_PCT = 50.0
 """Share of host-to-device bytes copied from pageable memory above which pinning is recommended."""
 UNATTRIBUTED_PCT = 5.0
@@ -38,7 +33,10 @@ UNATTRIBUTED_PCT = 5.0
 SMALL_FILES_OPS_PCT = 30.0
 """Share of the I/O operations that files under the size threshold must carry for staging them to pay off."""
 SMALL_FILES_BYTES_PCT = 10.0
-"""...while holding less than this share of the bytes (many operations, few bytes: the metadata-bound files)."""
+"""...while holding less than this share of the bytes (many operations, few bytes: the metadata-bound files),
+unless every data file is small: then nothing larger holds the bytes, and the operations per file are the cost."""
+SMALL_FILES_MIN = 10
+"""Small files below which the small-file rule stays silent (a few files are no dataset to stage)."""
 ZERO_READS_PCT = 20.0
 """Share of data-file reads that return nothing (end of file) above which read-until-EOF loops cost calls."""
 ZERO_READS_TIME_PCT = 10.0
@@ -46,32 +44,6 @@ ZERO_READS_TIME_PCT = 10.0
 severity (below it, or with no per-call times, low: such a read moves no data)."""
 MIN_READS = 100
 """Data-file reads below which the read-size and zero-read rules stay silent (too few calls to matter)."""
-
-
-def _get(results: Results, id: str) -> Result | None:
-    r = results.get(id)
-    return r if r is not None and r.available else None
-
-
-def _per_iteration(results: Results, total_ns: float | None, warmup_ns: float | None = None) -> int | None:
-    """A run's total time (I/O in some files, some calls) less the part of it in the warm-up iterations
-    (``warmup_ns``), spread over the measured iterations (``model.stages``: the steps past the warm-up), for
-    ``Recommendation.impact_ns``; None without iterations to spread it over."""
-    stages = _get(results, "model.stages")
-    steps = _num(stages.facts, "steps") if stages is not None else None
-    measured = max((total_ns or 0) - (warmup_ns or 0), 0)
-    if not measured or not steps:
-        return None
-    return round(measured / steps)
-
-
-def _severity(pct: float) -> Severity:
-    return "high" if pct >= 30 else "medium" if pct >= 10 else "low"
-
-
-def _num(facts: dict[str, Any], key: str) -> float | None:
-    v = facts.get(key)
-    return float(v) if isinstance(v, (int, float)) else None
 
 
 def input_bound(results: Results) -> Recommendation | None:
@@ -140,39 +112,6 @@ def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
     return line + " (io.input_bound)"
 
 
-def launch_bound(results: Results) -> Recommendation | None:
-    """The device idles waiting for the host, and most kernels are shorter than it takes to launch them."""
-    b, launches = _get(results, "timeline.breakdown"), _get(results, "timeline.launches")
-    if b is None or launches is None or (wait := _num(b.facts, "host_wait_pct")) is None or wait < HOST_WAIT_PCT:
-        return None
-    short = _num(launches.facts, "short_pct")
-    if short is None or short < SHORT_KERNELS_PCT:
-        return None
-    busy = _num(b.facts, "busy_pct")
-    evidence = [
-        f"the GPU idles waiting for the host {wait:.1f}% of the measured window"
-        + (f" and is busy only {busy:.1f}%" if busy is not None else "")
-        + " (timeline.breakdown)"
-    ]
-    threshold = format_ns(_num(launches.facts, "short_threshold_ns") or 0)
-    line = f"{short:.0f}% of {int(_num(launches.facts, 'launches') or 0):,} kernels run under {threshold}"
-    kernel_ns, n = _num(launches.facts, "kernel_ns"), _num(launches.facts, "launches")
-    if (launch := _num(launches.facts, "median_launch_ns")) is not None and kernel_ns and n:
-        line += f"; a kernel runs {format_ns(kernel_ns / n)} on average, its launch call takes {format_ns(launch)}"
-    if (per_step := _num(launches.facts, "kernels_per_step")) is not None:
-        line += f"; {per_step:,.0f} launches per step"
-    evidence.append(line + " (timeline.launches)")
-    return Recommendation(
-        "launch_bound",
-        "The GPU waits for the host: launch overhead dominates",
-        _severity(wait),
-        evidence,
-        [b.id, launches.id],
-        "Cut launches per step: capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-        "torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel does more.",
-    )
-
-
 def sync_in_loop(results: Results) -> Recommendation | None:
     """The host blocks on synchronisations inside the step (``.item()``, ``.cpu()``, explicit syncs)."""
     s = _get(results, "timeline.syncs")
@@ -197,44 +136,6 @@ def sync_in_loop(results: Results) -> Recommendation | None:
         f"Remove the sync at {where}: keep values on the device (accumulate losses as tensors and call .item() "
         "once per logging interval), avoid .cpu()/.numpy()/print of CUDA tensors in the step, and use "
         "non_blocking=True copies from pinned memory.",
-    )
-
-
-def memory_bound_kernels(results: Results) -> Recommendation | None:
-    """Memory-bound kernels (against the device's ridge, or below 1 FLOP/byte) take a large share of GPU time."""
-    a10 = _get(results, "A10")
-    if a10 is None or not a10.rows:
-        return None
-    total, bound_ns, names = 0, 0, []
-    has_peaks = any(v is not None for v in a10.column("bound"))
-    for name, t, ai, b in zip(
-        a10.column("kernel"), a10.column("total"), a10.column("AI"), a10.column("bound"), strict=True
-    ):
-        if t is None:  # a counter range without a measured duration: no share of time to weigh
-            continue
-        total += t
-        if (b == "memory") if has_peaks else (ai is not None and ai < LOW_INTENSITY):
-            bound_ns += t
-            names.append(name)
-    pct = 100.0 * bound_ns / total if total else 0.0
-    if pct < MEMORY_BOUND_SHARE_PCT:
-        return None
-    rule = "below the ridge point of the device" if has_peaks else f"below {LOW_INTENSITY:g} FLOP/byte"
-    evidence = [
-        f"{len(names)} memory-bound kernel names ({rule}) take {pct:.1f}% of kernel time, {format_ns(bound_ns)} (A10)",
-        f"the largest: {names[0][:120]}",
-    ]
-    if any("analytic" in label for label in a10.labels):
-        evidence.append("FLOPs and bytes are analytic estimates from op shapes (A10 labels)")
-    return Recommendation(
-        "memory_bound_kernels",
-        "Memory-bound kernels dominate GPU time",
-        _severity(pct),
-        evidence,
-        ["A10"],
-        "Fuse the element-wise and normalisation ops around them (torch.compile, fused LayerNorm/optimizer "
-        "kernels) so tensors make fewer round trips through DRAM; use bf16/fp16 to halve the bytes moved.",
-        impact_ns=bound_ns,
     )
 
 
@@ -302,29 +203,38 @@ def unattributed_time(results: Results) -> Recommendation | None:
 
 
 def small_files(results: Results) -> Recommendation | None:
-    """Files under the size threshold carry many of the I/O operations and few of the bytes (tf-Darshan)."""
+    """Files under the size threshold carry many of the I/O operations and few of the bytes, or every data file
+    is under it (tf-Darshan's staging candidates)."""
     r = _get(results, "io.small_files")
     if r is None or (ops := _num(r.facts, "small_ops_pct")) is None or ops <= SMALL_FILES_OPS_PCT:
         return None
-    if (nbytes := _num(r.facts, "small_bytes_pct")) is None or nbytes >= SMALL_FILES_BYTES_PCT:
+    files, nbytes = int(_num(r.facts, "small_files") or 0), _num(r.facts, "small_bytes_pct")
+    every = files == int(_num(r.facts, "files") or 0)
+    if files < SMALL_FILES_MIN or nbytes is None or (nbytes >= SMALL_FILES_BYTES_PCT and not every):
         return None
     limit = _size(_num(r.facts, "threshold_bytes") or 0)
-    files, share = int(_num(r.facts, "small_files") or 0), _num(r.facts, "small_files_pct") or 0.0
     time, time_pct = _num(r.facts, "small_time_ns") or 0, _num(r.facts, "small_time_pct")
-    evidence = [
-        f"{files:,} data files of at most {limit} ({share:.0f}% of the files) take {ops:.0f}% of the I/O "
-        f"operations but hold {nbytes:.1f}% of the bytes (thresholds: > {SMALL_FILES_OPS_PCT:g}% of operations, "
-        f"< {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
-        + (f", {time_pct:.0f}% of it" if time_pct is not None else "")
-        + " (io.small_files)"
-    ]
+    if every:
+        n_ops, n_bytes = _num(r.facts, "small_ops") or 0, _num(r.facts, "small_bytes") or 0
+        average = format_value(n_bytes / files, "bytes")
+        line = (f"all {files:,} data files are of at most {limit} ({average} on average): every one of the "
+                f"{int(n_ops):,} I/O operations, {n_ops / files:,.1f} per file, goes to a small file, "
+                f"{format_ns(time)} of I/O time")  # fmt: skip
+        title = "Only small files: operations per file, not bytes, cost the I/O time"
+    else:
+        share = _num(r.facts, "small_files_pct") or 0.0
+        line = (f"{files:,} data files of at most {limit} ({share:.0f}% of the files) take {ops:.0f}% of the I/O "
+                f"operations but hold {nbytes:.1f}% of the bytes (thresholds: > {SMALL_FILES_OPS_PCT:g}% of "
+                f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
+                + (f", {time_pct:.0f}% of it" if time_pct is not None else ""))  # fmt: skip
+        title = "Many small files: operations, not bytes, cost the I/O time"
+    impact, per = at_stake(results, time, _num(r.facts, "small_time_warmup_ns"))
     return Recommendation(
-        "small_files", "Many small files: operations, not bytes, cost the I/O time", _severity(ops / 2), evidence,
-        ["io.small_files"],
+        "small_files", title, _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"],
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
         "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
         "sequentially.",
-        impact_ns=_per_iteration(results, time, _num(r.facts, "small_time_warmup_ns")),
+        impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
 
@@ -343,6 +253,7 @@ def zero_reads(results: Results) -> Recommendation | None:
     if zero_ns is not None and read_ns:
         time_pct = 100.0 * zero_ns / read_ns
         line += f", in {format_ns(zero_ns)} of the {format_ns(read_ns)} spent in data-file reads ({time_pct:.1f}%)"
+    impact, per = at_stake(results, zero_ns, _num(r.facts, "zero_read_warmup_ns"))
     # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
     return Recommendation(
@@ -351,27 +262,31 @@ def zero_reads(results: Results) -> Recommendation | None:
         "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
         "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
         "with no size does: one more system call per file).",
-        impact_ns=_per_iteration(results, zero_ns, _num(r.facts, "zero_read_warmup_ns")),
+        impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
 
 def small_reads(results: Results) -> Recommendation | None:
-    """The median read of a data file is under a page: the I/O is many calls moving little each."""
+    """The median read of a data file that returned data is under a page: the I/O is many calls moving little
+    each (zero-length reads are the zero-read rule's)."""
     r = _get(results, "io.pattern")
     if r is None or (size := _num(r.facts, "median_read_bytes")) is None or size >= SMALL_READ_BYTES:
         return None
-    if (reads := _num(r.facts, "reads") or 0) < MIN_READS:
+    if (sized := _num(r.facts, "sized_reads") or 0) < MIN_READS:
         return None
+    reads = _num(r.facts, "reads") or 0
+    source = str(r.facts.get("small_reads_source") or "")
+    of = {"DXT": "traced by DXT", "io spans": "traced", "size buckets": "in Darshan's size buckets"}.get(source, "")
     how = "exact" if r.facts.get("small_reads_exact") else "estimated from Darshan's size buckets"
     small = _num(r.facts, "small_read_pct")
-    evidence = [
-        f"the median data-file read returns {size:,.0f} bytes ({how}), under {SMALL_READ_BYTES:,} bytes, over "
-        f"{int(reads):,} reads"
-        + (f"; {small:.0f}% of them are 1-4095 bytes" if small is not None else "")
-        + " (io.pattern)"
-    ]
+    line = (f"the median data-file read returns {size:,.0f} bytes ({how}, zero-length reads left out), under "
+            f"{SMALL_READ_BYTES:,} bytes")  # fmt: skip
+    if small is not None:
+        line += f"; {small:.0f}% of the {int(sized):,} reads {of} are 1-4095 bytes"
+    if sized < reads:
+        line += f" ({int(reads):,} data-file reads in all, the others of unknown size)"
     return Recommendation(
-        "small_reads", "Small reads: many calls moving little data", "low", evidence, ["io.pattern"],
+        "small_reads", "Small reads: many calls moving little data", "low", [line + " (io.pattern)"], ["io.pattern"],
         "Read in larger pieces: buffered streams (open(path, 'rb', buffering=1 << 20)), one read of the whole "
         "record or file, or a format that reads whole chunks (shards, memory-mapped arrays).",
     )  # fmt: skip
@@ -383,9 +298,10 @@ def _size(nbytes: float) -> str:
 
 RULES: dict[str, Rule] = {
     "input_bound": input_bound,
-    "launch_bound": launch_bound,
+    "launch_bound": _recommend_gpu.launch_bound,
+    "host_bound": _recommend_gpu.host_bound,
     "sync_in_loop": sync_in_loop,
-    "memory_bound_kernels": memory_bound_kernels,
+    "memory_bound_kernels": _recommend_gpu.memory_bound_kernels,
     "optimal_batch_size": optimal_batch_size,
     "pageable_copies": pageable_copies,
     "unattributed_time": unattributed_time,
@@ -395,8 +311,8 @@ RULES: dict[str, Rule] = {
     **_recommend_cpu.RULES,
     **_recommend_system.RULES,
 }
-"""The built-in rules, by id (the CPU rules are in ``_recommend_cpu``, the other system and the CUDA API rules in
-``_recommend_system``)."""
+"""The built-in rules, by id (the CPU rules are in ``_recommend_cpu``, the device timeline and kernel rules in
+``_recommend_gpu``, the other system and the CUDA API rules in ``_recommend_system``)."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 

@@ -142,7 +142,7 @@ def recommendations(recs: Sequence[Recommendation], results: Sequence[Result]) -
         sources = ", ".join(
             f'<a href="#{esc(anchor(src))}">{esc(src)}</a>' if src in known else esc(src) for src in rec.sources
         )
-        stake = f"At stake: about {format_ns(rec.impact_ns)} per iteration" if rec.impact_ns else ""
+        stake = f"At stake: about {format_ns(rec.impact_ns)} per {rec.impact_per}" if rec.impact_ns else ""
         impact = f'<p class="impact">{esc(stake)}</p>' if stake else ""
         evidence = "".join(f"<li>{esc(e)}</li>" for e in rec.evidence)
         parts.append(

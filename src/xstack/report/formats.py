@@ -181,7 +181,7 @@ def _md_recommendations(recs: Sequence[Recommendation]) -> list[str]:
         lines += [f"### [{rec.severity.upper()}] {md(rec.title)}", ""]
         lines += [f"- {md(e)}" for e in rec.evidence]
         lines += ["", f"**Do:** {md(rec.action)}", ""]
-        stake = f"; at stake: about {format_ns(rec.impact_ns)} per iteration" if rec.impact_ns else ""
+        stake = f"; at stake: about {format_ns(rec.impact_ns)} per {rec.impact_per}" if rec.impact_ns else ""
         lines += [f"From: {md(', '.join(rec.sources) or '-')}{stake}", ""]
     return lines
 

@@ -1,0 +1,48 @@
+"""What the recommendation rules share: reading a result's facts, and the time a finding puts at stake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze.pipeline import ImpactPer, Severity
+from xstack.analyze.result import Result
+
+Results = dict[str, Result]
+
+
+def get(results: Results, id: str) -> Result | None:
+    """The result ``id`` when it was run and is available (its levels were recorded), else None."""
+    r = results.get(id)
+    return r if r is not None and r.available else None
+
+
+def num(facts: dict[str, Any], key: str) -> float | None:
+    """A numeric fact, None when absent or not a number."""
+    v = facts.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def severity(pct: float) -> Severity:
+    """High from 30% (of the step, of the time), medium from 10%, else low."""
+    return "high" if pct >= 30 else "medium" if pct >= 10 else "low"
+
+
+def steps(results: Results) -> int | None:
+    """The run's measured iterations: ``model.stages`` (the steps marked live or ``ProfilerStep#N``), else
+    the steps of ``timeline.breakdown``'s window; None for a run without iterations (a Darshan log)."""
+    for id in ("model.stages", "timeline.breakdown"):
+        r = get(results, id)
+        if r is not None and (n := num(r.facts, "steps")):
+            return int(n)
+    return None
+
+
+def at_stake(results: Results, total_ns: float | None, warmup_ns: float | None = None) -> tuple[int | None, ImpactPer]:
+    """A run's total time (I/O in some files, some calls, some kernels) as ``(Recommendation.impact_ns,
+    impact_per)``: less the part of it in the warm-up iterations (``warmup_ns``), spread over the measured
+    iterations, or the run's whole where it has none (a Darshan log)."""
+    total = max((total_ns or 0) - (warmup_ns or 0), 0)
+    if not total:
+        return None, "iteration"
+    n = steps(results)
+    return (round(total / n), "iteration") if n else (round(total), "run")
