@@ -127,6 +127,7 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
         run_id=ctx.run_id,
         facts={"layers": total},
         truncated=total - len(rows),
+        labels=ctx.replayed_labels("latency and self time"),
     )
 
 
@@ -160,6 +161,7 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
         extra={"low": "p5", "high": "p95", "filter": "leaf"},
     )
     labels = [] if has_stats else ["single pass: no spread across iterations (use xstack profile for p5/p95)"]
+    labels += ctx.replayed_labels("latencies")
     return Result(
         "A3",
         "Layer latency",
@@ -252,6 +254,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("self",), "Self time per layer type", limit=40),
         facts={"top_type": rows[0][0] if rows else None, "top_share_pct": rows[0][3] if rows else None},
+        labels=ctx.replayed_labels("self and inclusive times"),
     )
 
 
