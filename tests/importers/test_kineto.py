@@ -243,6 +243,26 @@ def test_a_trace_with_kernels_still_counts_launches_without_device_activity(impo
     assert checks["launches_without_device_event"] == 3 and checks["unpaired_flows"] > 0
 
 
+def test_launches_without_device_activity_are_named(import_store: Any) -> None:
+    # BERT's 22 unmatched calls are all cudaMemsetAsync: Kineto recorded no memset activity for them
+    path = kineto_fixture("h100_bert_small_infer_full.json.gz")
+    events = ref.load(path)["traceEvents"]
+    device = {e["args"]["correlation"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    unmatched: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and re.search(LAUNCH_PATTERN, e["name"]):
+            unmatched[e["name"]] += e["args"]["correlation"] not in device
+    assert {k: v for k, v in unmatched.items() if v} == {"cudaMemsetAsync": 22}
+    store = import_store(path)
+    ((count, detail),) = store.query(
+        "SELECT count, detail FROM health WHERE \"check\" = 'launches_without_device_event'"
+    )
+    assert count == 22
+    assert detail == (
+        "launch/copy/set runtime calls with no device activity of the same correlation id: cudaMemsetAsync 22"
+    )
+
+
 def test_a_kernel_without_a_name_is_called_unnamed_and_counted(import_store: Any) -> None:
     path = kineto_fixture("a100_alexnet_cupti_counters.json.gz")
     ranges = [e for e in ref.load(path)["traceEvents"] if e.get("cat") == "cuda_profiler_range"]

@@ -274,12 +274,17 @@ UNION ALL SELECT {run_id}, name || '.' || k, ts_ns, TRY_CAST(args->>('$."' || k 
 """
 
 
-def _launches_without_device_event(run_id: int) -> str:
+def _launches_without_device_event(run_id: int, select: str = "count(*)") -> str:
     dev = ", ".join(_q(lv) for lv in DEVICE_LEVELS)
     s = f"FROM _spans WHERE run_id = {run_id}"
-    return f"""SELECT count(*) {s} AND level = 'runtime' AND regexp_matches(name, {_q(M.LAUNCH_PATTERN)})
+    return f"""SELECT {select} {s} AND level = 'runtime' AND regexp_matches(name, {_q(M.LAUNCH_PATTERN)})
              AND correlation_id NOT IN (SELECT correlation_id {s} AND level IN ({dev})
                                         AND correlation_id IS NOT NULL)"""
+
+
+def launches_without_device_event_by_name(run_id: int) -> str:
+    """SQL: the launch/copy/set calls with no device activity, ``(name, count)`` per call name, most first."""
+    return _launches_without_device_event(run_id, "name, count(*)") + " GROUP BY name ORDER BY 2 DESC, 1"
 
 
 def _unpaired_flows(categories: tuple[str, ...]) -> str:
