@@ -77,6 +77,7 @@ def import_kineto(
             con.execute(_sql.OTHER_PARENTS)
             con.execute(_sql.insert_spans(run_id))
             con.execute(_sql.layer_paths(run_id))
+            con.execute(_sql.copy_sizes(run_id))
             con.execute(_sql.insert_counters(run_id))
         spans = _scalar(con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id}")
         counters = _scalar(con, f"SELECT count(*) FROM _counters WHERE run_id = {run_id}")
@@ -128,6 +129,7 @@ def merge_live(
         con.execute(_sql.HOST_PARENTS)
         con.execute(_sql.OTHER_PARENTS)
         con.execute(_sql.insert_spans(run_id, after_span_id=last))
+        con.execute(_sql.copy_sizes(run_id))
         con.execute(_sql.insert_counters(run_id, base_ns=base_ns))
         return _health(con, run_id)
     finally:

@@ -425,3 +425,15 @@ FROM (
 ) lp
 WHERE _spans.run_id = {run_id} AND _spans.span_id = lp.span_id
 """
+
+
+def copy_sizes(run_id: int) -> str:
+    """Set ``memcpy.bytes`` of each copy whose record has no ``bytes`` from its launching call's ``size`` (a
+    ROCm trace records the size on the ``hipMemcpy*`` call, not on the copy)."""
+    size = f"TRY_CAST(r.attrs->'$.\"{A.KINETO_ARGS}\"'->>'size' AS BIGINT)"
+    return f"""
+UPDATE _spans SET attrs = json_merge_patch(_spans.attrs, json_object('{A.MEMCPY_BYTES}', {size}))
+FROM _spans r
+WHERE _spans.run_id = {run_id} AND _spans.level = 'memcpy' AND NOT json_exists(_spans.attrs, '$."{A.MEMCPY_BYTES}"')
+  AND r.run_id = {run_id} AND r.span_id = _spans.parent_id AND r.level = 'runtime' AND {size} >= 0
+"""
