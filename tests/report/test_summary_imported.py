@@ -141,6 +141,19 @@ def test_a_trace_timed_under_counter_replay_says_so_wherever_it_shows_host_time(
     assert bert.summary.replayed is None and "counter replay" not in render_markdown(bert)
 
 
+def test_the_report_overview_gives_a_single_runs_latency(import_store: Any, tmp_path: Path) -> None:
+    # the overview's A1 card showed the optimal batch size, the gain threshold and the warm-up, not the latency
+    store = import_store(kineto_fixture("h100_bert_small_infer_full.json.gz"))
+    ((step,),) = store.query("SELECT dur_ns FROM spans WHERE name LIKE 'ProfilerStep#%' AND device = 'cpu'")
+    analysis = analyze(store)
+    facts = analysis.result("A1").facts
+    assert list(facts)[:4] == ["latency_ns", "p5_ns", "p95_ns", "iterations"]
+    assert (facts["latency_ns"], facts["iterations"]) == (step, 1)
+    html = write_report(analysis, tmp_path / "r.html").path.read_text(encoding="utf-8")
+    card = html.split('<section id="overview">')[1].split('<div class="headline">')[1].split("</div></div>")[0]
+    assert "A1</a> Model information" in card and "<dt>latency</dt><dd>4.43 ms</dd>" in card
+
+
 def test_an_ncu_csv_import_lists_its_kernels_with_durations_flops_and_bytes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -84,7 +84,8 @@ def model_information(
 ) -> Result:
     """A1: per batch size in the store, the model's latency (ns, median with p5/p95), throughput (samples/s)
     and speed-up over the previous batch size, and the optimal batch size (facts ``optimal_batch_size``,
-    ``reason``, ``per_batch``).
+    ``reason``, ``per_batch``; for a single run, ``latency_ns``, ``p5_ns``, ``p95_ns`` and ``iterations``
+    first).
 
     ``run_id`` picks the profile: when its run records a batch size (``xstack sweep``), every batch size's run
     of the store is read; otherwise that run alone. ``latency_target_ms`` (default: the sweep's own) switches
@@ -279,9 +280,20 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
               if p.spans != "step" and p.replayed is None][:1]  # fmt: skip
     labels += [f"latency and throughput unknown: the run's host times are {why}; {REPLAYED_ADVICE}"
                for why in dict.fromkeys(p.replayed for p in points if p.replayed is not None)]  # fmt: skip
+    # one run's latency first, where the report's overview shows it; a sweep's are per batch size
+    single: dict[str, Any] = (
+        {
+            "latency_ns": _round(points[0].latency_ns),
+            "p5_ns": _round(points[0].p5_ns),
+            "p95_ns": _round(points[0].p95_ns),
+            "iterations": points[0].iterations,
+        }
+        if len(points) == 1
+        else {}
+    )
     return Result(
         id=ID, title=TITLE, columns=list(COLUMNS), rows=rows, notes=NOTES, run_id=run_id, chart=chart,
-        facts={"optimal_batch_size": optimal, "reason": reason, "per_batch": per_batch,
+        facts={**single, "optimal_batch_size": optimal, "reason": reason, "per_batch": per_batch,
                "batch_sizes": [p.batch_size for p in known]},
         labels=labels,
     )  # fmt: skip
