@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import FIXTURES, ROOT
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.summary import summarize
+from xstack.cli.main import main
 from xstack.errors import BadInputError, UsageError
 from xstack.importers.api import import_files
 from xstack.importers.darshan import import_darshan, log_health
@@ -265,6 +266,24 @@ def test_missing_pydarshan_names_the_install(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "darshan" else real(name, *a))
     with Store.create(tmp_path / "s.duckdb") as s, pytest.raises(UsageError, match="pip install darshan"):
         import_darshan(s, log_path("stdio_no_posix"))
+
+
+def test_a_timeline_of_a_log_without_dxt_says_it_has_nothing_to_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a log of counters only: the export wrote an empty timeline and said "open it in https://ui.perfetto.dev"
+    import_files([log_path("stdio_no_posix")], tmp_path / "s.duckdb")
+    assert main(["export", str(tmp_path / "s.duckdb"), "--format", "perfetto", "-o", str(tmp_path / "t.json")]) == 0
+    said = capsys.readouterr().out
+    assert json.loads((tmp_path / "t.json").read_bytes())["traceEvents"] == []
+    assert "0 spans" in said and "ui.perfetto.dev" not in said
+    assert "nothing on its timeline: the run has no timed spans and no counter samples" in said
+    assert main(["export", str(tmp_path / "s.duckdb"), "--format", "perfetto", "-o", "-"]) == 0
+    assert "nothing on its timeline" in capsys.readouterr().err
+    # a log with DXT segments has a timeline to open
+    import_files([log_path("nonmpi_dxt_anonymized")], tmp_path / "d.duckdb")
+    assert main(["export", str(tmp_path / "d.duckdb"), "--format", "perfetto", "-o", str(tmp_path / "d.json")]) == 0
+    assert "open it in https://ui.perfetto.dev" in capsys.readouterr().out
 
 
 def test_cli_import_then_summary(tmp_path: Path) -> None:
