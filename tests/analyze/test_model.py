@@ -205,6 +205,51 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
     assert "xstack sweep" in result.hint
 
 
+REPLAYED = (
+    "inflated by counter replay, not the program's own timing (the CUPTI range profiler replays each kernel to read "
+    "its counters, and the host waits for the replays)"
+)
+
+
+def test_a_trace_timed_under_counter_replay_has_no_latency(import_store: Any) -> None:
+    # the CUPTI range profiler replays each kernel to read its counters and the host waits for it: the AlexNet
+    # trace's one top-level model span, [param|cuda], lasts 11.8 s, the replays' time, not the model's
+    store = import_store(kineto_fixture("a100_alexnet_cupti_counters.json.gz"))
+    (span,) = store.query("SELECT dur_ns FROM spans WHERE name = '[param|cuda]'")[0]
+    assert span > 10e9
+    a1 = model_information(store, 1)
+    assert a1.rows == [(None, None, None, None, None, None, "")]
+    assert a1.facts["per_batch"][0]["latency_ns"] is None
+    assert (
+        f"latency and throughput unknown: the run's host times are {REPLAYED}; time the model in a trace recorded "
+        "without counters" in a1.labels
+    )
+    assert not any(label.startswith("latency of model span") or "not leveled" in label for label in a1.labels)
+    # the shares of model.stages are of that time too: shown, and said to be inflated
+    stages = load("model.stages")(store, 1)
+    assert stages.column("total")[0] == span and f"stage times and shares of wall {REPLAYED}" in stages.labels
+
+
+def test_a_metrics_pass_timed_under_nsight_compute_has_no_latency(build: Any) -> None:
+    def fill(b: Builder) -> None:
+        run_id = b.plain(None, [9 * 10**8, 9 * 10**8], levels=("model", "layer", "kernel", "metrics"))
+        sink = Sink(b.store, run_id)
+        sink.span(100, 1, "metrics", "gemm", 10, 1000, 1, 0, {A.METRICS_SOURCE: "ncu", A.METRICS_FLOPS_FP32: 2e6})
+        sink.span(101, 2, "kernel", "gemm", 20, 1000, 1, 7, device="cuda:0")
+        sink.close()
+
+    store = build(fill)
+    a1 = model_information(store, 1)
+    assert a1.column("latency") == [None] and a1.column("p95") == [None]
+    assert any(label.startswith("latency and throughput unknown: the run's host times are inflated by counter "
+                                "replay, not the program's own timing (Nsight Compute replays each kernel")
+               for label in a1.labels)  # fmt: skip
+    # the layers' times are shown, said to be the replays'
+    for id in ("model.stages", "A2", "A3", "A6", "A13"):
+        result = load(id)(store, 1)
+        assert result.rows and any("inflated by counter replay" in label for label in result.labels), id
+
+
 def test_the_profilers_empty_last_step_is_no_iteration(import_store: Any) -> None:
     """ROCm trace: ProfilerStep#1 is the iteration (9.29 ms); ProfilerStep#2, 0.049 ms with nothing in it, is the
     profiler stopping. Counted, it made the latency the mean of the two and p5 a twentieth of an iteration."""

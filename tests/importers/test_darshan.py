@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, ROOT
+from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.summary import summarize
+from xstack.cli.main import main
 from xstack.errors import BadInputError, UsageError
 from xstack.importers.api import import_files
 from xstack.importers.darshan import import_darshan, log_health
@@ -141,6 +143,24 @@ def test_dxt_segments_become_io_spans(store: Store) -> None:
     assert zero == (sum(1 for s in segments["read"] if s["length"] == 0), len(rep.records["DXT_POSIX"]))
 
 
+def test_the_io_time_of_a_dxt_log_is_the_same_in_every_table(store: Store) -> None:
+    # DXT traced 17,652 of the log's 74,743 operations (POSIX reads and writes, no STDIO, no opens): their
+    # segments summed 690 ms, the counters 1.43 s; without model spans io.input_bound gave the segments' sum
+    # as the process's I/O time beside io.processes and the summary giving the counters'
+    run = run_of(store, "nonmpi_dxt_anonymized")
+    (counted,) = store.query(
+        "SELECT sum(read_time_ns + write_time_ns + meta_time_ns) FROM io_files WHERE run_id = ?",
+        [run],
+    )[0]
+    (traced,) = store.query("SELECT sum(dur_ns) FROM spans WHERE run_id = ? AND level = 'io'", [run])[0]
+    assert traced < counted / 2
+    loop, processes = run_analyses(store, run, ["io.input_bound", "io.processes"])
+    assert loop.facts["lacking"] == "model"
+    assert loop.column("io time") == processes.column("io time") == [pytest.approx(counted, abs=1000)]
+    io = summarize(store, run).io
+    assert io is not None and loop.facts["io_ns"] == processes.facts["io_ns"] == io["time_ns"]
+
+
 def test_attrs_keep_every_counter(store: Store) -> None:
     path = log_path("dlio_python3_a")
     run = run_of(store, path.stem)
@@ -246,6 +266,24 @@ def test_missing_pydarshan_names_the_install(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "darshan" else real(name, *a))
     with Store.create(tmp_path / "s.duckdb") as s, pytest.raises(UsageError, match="pip install darshan"):
         import_darshan(s, log_path("stdio_no_posix"))
+
+
+def test_a_timeline_of_a_log_without_dxt_says_it_has_nothing_to_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a log of counters only: the export wrote an empty timeline and said "open it in https://ui.perfetto.dev"
+    import_files([log_path("stdio_no_posix")], tmp_path / "s.duckdb")
+    assert main(["export", str(tmp_path / "s.duckdb"), "--format", "perfetto", "-o", str(tmp_path / "t.json")]) == 0
+    said = capsys.readouterr().out
+    assert json.loads((tmp_path / "t.json").read_bytes())["traceEvents"] == []
+    assert "0 spans" in said and "ui.perfetto.dev" not in said
+    assert "nothing on its timeline: the run has no timed spans and no counter samples" in said
+    assert main(["export", str(tmp_path / "s.duckdb"), "--format", "perfetto", "-o", "-"]) == 0
+    assert "nothing on its timeline" in capsys.readouterr().err
+    # a log with DXT segments has a timeline to open
+    import_files([log_path("nonmpi_dxt_anonymized")], tmp_path / "d.duckdb")
+    assert main(["export", str(tmp_path / "d.duckdb"), "--format", "perfetto", "-o", str(tmp_path / "d.json")]) == 0
+    assert "open it in https://ui.perfetto.dev" in capsys.readouterr().out
 
 
 def test_cli_import_then_summary(tmp_path: Path) -> None:

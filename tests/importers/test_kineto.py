@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import all_kineto_fixtures, kineto_fixture
 from tests.importers import kineto_reference as ref
 from xstack.analyze.health import trace_health
+from xstack.analyze.pipeline import run_analyses
 from xstack.cli.main import main
 from xstack.importers.kineto import import_kineto
 from xstack.importers.kineto._mapping import LAUNCH_PATTERN
@@ -241,6 +242,48 @@ def test_a_trace_with_kernels_still_counts_launches_without_device_activity(impo
     checks = dict(store.query('SELECT "check", count FROM health'))
     assert "cupti_range_profiler" not in checks
     assert checks["launches_without_device_event"] == 3 and checks["unpaired_flows"] > 0
+
+
+def test_a_rocm_copy_takes_its_size_from_its_launching_call(import_store: Any) -> None:
+    # ROCm writes the size on hipMemcpyWithStream ("size": "2560"), none on the copy: timeline.memcpy had no
+    # bytes and no bandwidth for the MI250 trace's two copies
+    path = kineto_fixture("mi250_toy_train_rocm.json.gz")
+    events = ref.load(path)["traceEvents"]
+    sizes = {e["args"]["correlation"]: int(e["args"]["size"]) for e in events if e["name"] == "hipMemcpyWithStream"}
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    assert len(copies) == 2 and not any("bytes" in e["args"] for e in copies)
+    store = import_store(path)
+    got = store.query(
+        """SELECT correlation_id, (attrs->>'$."memcpy.bytes"')::BIGINT FROM spans WHERE level = 'memcpy'
+           ORDER BY start_ns"""
+    )
+    assert got == [(e["args"]["correlation"], sizes[e["args"]["correlation"]]) for e in copies]
+    memcpy = run_analyses(store, 1, ["timeline.memcpy"])[0]
+    assert memcpy.column("bytes") == [5120] and memcpy.column("bandwidth")[0] is not None
+    # a CUDA copy keeps the bytes its own record gives
+    cuda = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
+    assert cuda.query("""SELECT count(*) FROM spans WHERE level = 'memcpy'
+                         AND (attrs->>'$."memcpy.bytes"')::BIGINT = 92928""")[0][0] >= 1  # fmt: skip
+
+
+def test_launches_without_device_activity_are_named(import_store: Any) -> None:
+    # BERT's 22 unmatched calls are all cudaMemsetAsync: Kineto recorded no memset activity for them
+    path = kineto_fixture("h100_bert_small_infer_full.json.gz")
+    events = ref.load(path)["traceEvents"]
+    device = {e["args"]["correlation"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    unmatched: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and re.search(LAUNCH_PATTERN, e["name"]):
+            unmatched[e["name"]] += e["args"]["correlation"] not in device
+    assert {k: v for k, v in unmatched.items() if v} == {"cudaMemsetAsync": 22}
+    store = import_store(path)
+    ((count, detail),) = store.query(
+        "SELECT count, detail FROM health WHERE \"check\" = 'launches_without_device_event'"
+    )
+    assert count == 22
+    assert detail == (
+        "launch/copy/set runtime calls with no device activity of the same correlation id: cudaMemsetAsync 22"
+    )
 
 
 def test_a_kernel_without_a_name_is_called_unnamed_and_counted(import_store: Any) -> None:

@@ -18,6 +18,7 @@ from tests.importers import kineto_reference as ref
 from xstack.analyze.pipeline import analyze
 from xstack.analyze.summary import RunSummary, summarize
 from xstack.cli.main import main
+from xstack.report.formats import render_markdown
 from xstack.report.html import write_report
 from xstack.report.terminal import device_line, devices_line, distributed_line, print_summary
 from xstack.trace.store import Store
@@ -102,6 +103,55 @@ def test_the_report_overview_charts_untimed_kernels_by_their_flops(import_store:
     top = overview.split('data-level="kernel"')[1]
     assert "ampere_sgemm_32x32_sliced1x4_tn" in top and "GFLOP" in top
     assert "top kernel share" not in overview  # no durations: no share of kernel time to give
+
+
+REPLAYED = (
+    "inflated by counter replay, not the program's own timing (the CUPTI range profiler replays each kernel to read "
+    "its counters, and the host waits for the replays)"
+)
+
+
+def test_a_trace_timed_under_counter_replay_says_so_wherever_it_shows_host_time(
+    import_store: Any, tmp_path: Path
+) -> None:
+    # the host of the CUPTI range-profiler trace waited 11.8 s for the kernels' replays: its wall time, op
+    # times and every share of them are the replays', not AlexNet's
+    store = import_store(kineto_fixture("a100_alexnet_cupti_counters.json.gz"))
+    summary = summarize(store)
+    console = Console(width=120, file=io.StringIO(), record=True)
+    print_summary(summary, console)
+    text = console.export_text()
+    assert summary.replayed == REPLAYED
+    flat = " ".join(text.split())
+    assert f"host wall time 11.8 s, {REPLAYED}" in flat
+    ops = flat.split("Top operators")[1].split("Top GPU kernels")[0]
+    assert "aten::conv2d" in ops and f"times and shares {REPLAYED}" in ops
+    analysis = analyze(store)
+    page = render_markdown(analysis)
+    assert f"| host wall time | 11.8 s, {REPLAYED} |" in page
+    shown = ("model.stages", "A1", "A15", "timeline.syncs", "runtime.api", "runtime.api_calls")
+    assert all(any(REPLAYED in label for label in analysis.result(id).labels) for id in shown)
+    assert analysis.result("A1").column("latency") == [None]
+    html = write_report(analysis, tmp_path / "r.html").path.read_text(encoding="utf-8")
+    overview = html.split('<section id="overview">')[1].split("</section>")[0]
+    assert f"11.8 s, {REPLAYED}".replace("'", "&#x27;") in overview
+    assert f"times and shares {REPLAYED}".replace("'", "&#x27;") in overview.split('data-level="op"')[1]
+    # a trace timed as it ran says nothing of the kind
+    bert = analyze(import_store(kineto_fixture("h100_bert_small_infer_full.json.gz")))
+    assert bert.summary.replayed is None and "counter replay" not in render_markdown(bert)
+
+
+def test_the_report_overview_gives_a_single_runs_latency(import_store: Any, tmp_path: Path) -> None:
+    # the overview's A1 card showed the optimal batch size, the gain threshold and the warm-up, not the latency
+    store = import_store(kineto_fixture("h100_bert_small_infer_full.json.gz"))
+    ((step,),) = store.query("SELECT dur_ns FROM spans WHERE name LIKE 'ProfilerStep#%' AND device = 'cpu'")
+    analysis = analyze(store)
+    facts = analysis.result("A1").facts
+    assert list(facts)[:4] == ["latency_ns", "p5_ns", "p95_ns", "iterations"]
+    assert (facts["latency_ns"], facts["iterations"]) == (step, 1)
+    html = write_report(analysis, tmp_path / "r.html").path.read_text(encoding="utf-8")
+    card = html.split('<section id="overview">')[1].split('<div class="headline">')[1].split("</div></div>")[0]
+    assert "A1</a> Model information" in card and "<dt>latency</dt><dd>4.43 ms</dd>" in card
 
 
 def test_an_ncu_csv_import_lists_its_kernels_with_durations_flops_and_bytes(

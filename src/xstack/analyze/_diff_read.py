@@ -63,6 +63,8 @@ class Side:
     layers: dict[LayerKey, Timing] = field(default_factory=dict)
     ops: dict[OpKey, Timing] = field(default_factory=dict)
     kernels: dict[str, Timing] = field(default_factory=dict)
+    replayed: str | None = None
+    """Why the run's host times are not the program's own (counter replay: ``RunContext.replayed_timing``)."""
 
     @property
     def merged(self) -> bool:
@@ -112,6 +114,7 @@ def read_side(store: Store, run_id: int) -> Side:
     name = store.query("SELECT name FROM runs WHERE run_id = ?", [run_id])[0][0]
     steps, step = _step(store, run_id, ctx.warmup)
     side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step)
+    side.replayed = ctx.replayed_timing()
     table = f"_dx_layers_{run_id}"
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(

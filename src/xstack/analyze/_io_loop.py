@@ -125,20 +125,23 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     their sum may exceed the iteration. Pipes and sockets are left out: the main process blocks reading them while
     it waits for a worker, which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else
     the process of most model spans. Without model spans (an imported Darshan log) the waits cannot be known: the
-    I/O time totals are still given, per process (from ``io_files`` when the run has no ``io`` spans: read + write +
-    metadata time). The labels give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits
-    for it, and the CPUs the program could use (fact ``cores``); fact ``dataloaders`` holds them.
+    I/O time totals are still given, per process, as ``io.processes`` counts them (read + write + metadata time from
+    ``io_files``, from the ``io`` spans when the run has no per-file counters: a Darshan log's DXT segments trace
+    its POSIX reads and writes only, up to DXT's limit). The labels give each DataLoader's settings
+    (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the program could use (fact
+    ``cores``); fact ``dataloaders`` holds them.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
-    per_pid = rows(store, _TOTALS_FROM_SPANS if io.has_spans else _TOTALS_FROM_FILES, io.run_id)
     iterations = rows(store, _ITERATIONS.replace("{measured}", past_warmup(io.ctx.warmup)), io.run_id,
                       main=io.main_pid)  # fmt: skip
-    if not iterations:
+    if not iterations:  # the run's totals, as io.processes counts them: a DXT trace holds only some operations
+        per_pid = rows(store, _TOTALS_FROM_FILES if io.has_files else _TOTALS_FROM_SPANS, io.run_id)
         facts = {"lacking": "model", "input_bound": None, "threshold_pct": threshold_pct, **_totals(io, per_pid)}
         return _totals_only(io, per_pid, facts)
+    per_pid = rows(store, _TOTALS_FROM_SPANS if io.has_spans else _TOTALS_FROM_FILES, io.run_id)
     table = _per_iteration(store, io, iterations)
     kind = str(iterations[0][2])
     loaders = _loaders.dataloaders(store, io.ctx)

@@ -15,7 +15,6 @@ import orjson
 
 from xstack.analyze._costs import op_cost
 from xstack.analyze.context import RunContext
-from xstack.analyze.result import format_ns
 from xstack.trace import attrs as A
 from xstack.trace.devices import gpus, run_device
 
@@ -233,28 +232,3 @@ def rate(amount: float | None, dur_ns: float | None) -> float | None:
     if amount is None or not dur_ns:
         return None
     return amount * 1e9 / dur_ns
-
-
-REPLAYING_PROFILERS = {"cupti_range_profiler": "the CUPTI range profiler", "ncu": "Nsight Compute"}
-"""Counter profilers (``metrics.source``) that replay each kernel to read its counters, by name for a label."""
-
-
-def replayed_timing(ctx: RunContext, host_ns: int) -> str | None:
-    """Why the run's host timing (``host_ns``, ns) is not the model's, or None: the run itself recorded counter
-    ranges (``metrics`` spans) with a profiler that replays each kernel to read its counters, which the host waits
-    for; a merged run takes its counters from a pass of their own and is timed without them."""
-    if "metrics" not in ctx.levels:
-        return None
-    rows = ctx.store.query(
-        f"""SELECT DISTINCT attrs->>'$."{A.METRICS_SOURCE}"' FROM spans WHERE run_id = ? AND level = 'metrics'
-            ORDER BY 1""",
-        [ctx.run_id],
-    )
-    who = [REPLAYING_PROFILERS[str(r[0])] for r in rows if str(r[0]) in REPLAYING_PROFILERS]
-    if not who:
-        return None
-    return (
-        f"model latency and FLOP/s unknown: {' and '.join(who)} replays each kernel to read its counters, so the "
-        f"run's host time ({format_ns(host_ns)}) is the replays', not the model's; time the model in a trace "
-        "recorded without counters"
-    )

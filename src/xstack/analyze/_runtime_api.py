@@ -128,6 +128,7 @@ def api_by_layer(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("stacked", x="layer", y=CLASSES, title="Host time in CUDA API calls by class", limit=25),
         facts=_facts(found, table, window.steps),
+        labels=ctx.replayed_labels("host times and shares"),
     )
 
 
@@ -220,4 +221,5 @@ def api_calls(store: Store, run_id: int, *, limit: int | None = LIMIT) -> Result
             "top": table[0][0] if table else None,
         },  # fmt: skip
         truncated=0 if limit is None else max(0, len(table) - limit),
+        labels=ctx.replayed_labels("host times"),
     )

@@ -126,7 +126,8 @@ def sync_points(store: Store, run_id: int) -> Result:
         notes=notes_of(sync_points),
         chart=Chart("hbar", x="python line", y=("blocked",), title="Host time blocked, per sync point", limit=20),
         facts=_facts(found, table, window.steps, window.length_ns, window.kind),
-        labels=[] if has_frames else ["no Python frames in the run: record with with_stack=True for the lines"],
+        labels=([] if has_frames else ["no Python frames in the run: record with with_stack=True for the lines"])
+        + ctx.replayed_labels("blocked times and shares"),
     )
 
 

@@ -126,6 +126,36 @@ class RunContext:
             return "iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"
         return f"iterations 1-{wanted} left out as warm-up" if wanted > 1 else "iteration 1 left out as warm-up"
 
+    def replayed_timing(self) -> str | None:
+        """Why the run's host times are not the program's own, or None: the run itself recorded counter ranges
+        (``metrics`` spans) with a profiler that replays each kernel to read its counters, and the host waits for
+        the replays (a merged run takes its counters from a pass of their own and is timed without them). The
+        phrase, "inflated by counter replay, not the program's own timing (...)", is what the analyses and the
+        summary say of such a run's host times: a latency, throughput or FLOP/s over them is left unknown, and
+        times shown anyway carry it."""
+        if "metrics" not in self.levels:
+            return None
+        if "replayed" not in self._tables:
+            rows = self.store.query(
+                f"""SELECT DISTINCT attrs->>'$."{A.METRICS_SOURCE}"' FROM spans
+                    WHERE run_id = ? AND level = 'metrics' ORDER BY 1""",
+                [self.run_id],
+            )
+            who = [REPLAYING_PROFILERS[str(r[0])] for r in rows if str(r[0]) in REPLAYING_PROFILERS]
+            replays = "replays" if len(who) == 1 else "replay"
+            self._tables["replayed"] = (
+                f"inflated by counter replay, not the program's own timing ({' and '.join(who)} {replays} each "
+                "kernel to read its counters, and the host waits for the replays)"
+                if who
+                else ""
+            )
+        return self._tables["replayed"] or None
+
+    def replayed_labels(self, what: str) -> list[str]:
+        """A result's label for host times it shows of a run timed under counter replay ("``what`` inflated by
+        counter replay, ..."), or none."""
+        return [f"{what} {why}"] if (why := self.replayed_timing()) is not None else []
+
     def has(self, level: str) -> bool:
         """True when the run holds spans of ``level`` (``metrics``: kernels with hardware counters)."""
         if level == "metrics":
@@ -192,6 +222,13 @@ class RunContext:
             )
             self._tables["has_metrics"] = "yes" if row[0][0] else "no"
         return self._tables["has_metrics"] == "yes"
+
+
+REPLAYING_PROFILERS = {"cupti_range_profiler": "the CUPTI range profiler", "ncu": "Nsight Compute"}
+"""Counter profilers (``metrics.source``) that replay each kernel to read its counters, by name for a label."""
+
+REPLAYED_ADVICE = "time the model in a trace recorded without counters"
+"""What to do for a latency or rate that counter replay left unknown."""
 
 
 STEP_SPAN = (

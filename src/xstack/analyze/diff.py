@@ -251,6 +251,9 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
             f"the runs hold {a.steps} and {b.steps} steps: kernel totals are per run, not per step"
         )
     summary = _summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
+    replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b)) if s.replayed]
+    for result in (summary, layers[0], ops[0]):
+        result.labels += [] if result.missing else replayed
     return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0])
 
 
@@ -336,8 +339,13 @@ def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fal
     pct = (
         100.0 * (b.step.value_ns - a.step.value_ns) / a.step.value_ns if a.step and b.step and a.step.value_ns else None
     )
-    rows: list[tuple[Any, ...]] = [(item, status if step_delta is not None else "not recorded", None, _ns(a.step),
-                                    _ns(b.step), step_delta, pct, _ns_or_none(noise))]  # fmt: skip
+    verdict: str = status
+    if step_delta is None:
+        verdict = "not recorded"
+    elif a.replayed or b.replayed:  # the replays' time, not the program's: no verdict on it
+        verdict, noise = "not compared", None
+    rows: list[tuple[Any, ...]] = [(item, verdict, None, _ns(a.step), _ns(b.step), step_delta, pct,
+                                    _ns_or_none(noise))]  # fmt: skip
     facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": step_delta,
                              "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
     for level, t in tables.items():
@@ -357,9 +365,10 @@ def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fal
         facts[level] = {**t.counts, **totals}
     notes = (
         "The first row compares the step latency (median of the host step spans; without any, the run's host "
-        "wall time). Then per level and status: the items and their summed time in A and B; the net change of a "
-        "level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops "
-        f"nest, so their times overlap and do not add up to the step. {_RULE_NOTE}"
+        "wall time), not compared where a run's host times are inflated by counter replay. Then per level and "
+        "status: the items and their summed time in A and B; the net change of a level is added - removed + lost "
+        "(slower) - gained (faster), changes beyond noise only. Layers and ops nest, so their times overlap and do "
+        f"not add up to the step. {_RULE_NOTE}"
     )
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=[fallback] if fallback else [], facts=facts)  # fmt: skip

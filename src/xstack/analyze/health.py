@@ -186,7 +186,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     }
     if entries := dataloaders(store, ctx):  # what the input-bound rule advises from
         facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
-    labels = [label] if (label := ctx.warmup_label()) else []
+    labels = ctx.replayed_labels("stage times and shares of wall")
+    labels += [label] if (label := ctx.warmup_label()) else []
     labels += [
         f"{n}: its calls overlap on {th} threads: total sums them ({format_ns(t)}), wall time counts the time at "
         f"least one ran ({format_ns(w)})"

@@ -29,9 +29,8 @@ from xstack.analyze._kernel_costs import (
     op_costs,
     peaks,
     rate,
-    replayed_timing,
 )
-from xstack.analyze.context import STEP_SPAN, RunContext, past_warmup, run_context
+from xstack.analyze.context import REPLAYED_ADVICE, STEP_SPAN, RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -356,6 +355,7 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("stacked", "layer", ("GPU time", "non-GPU time"), "GPU and non-GPU time per layer", limit=300),
         truncated=cut,
+        labels=ctx.replayed_labels("latency and non-GPU time"),
     )
 
 
@@ -443,9 +443,9 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
             continue
         t, pk = kernel_costs(c), peaks(c)
         steps, latency = _model_latency(c)
-        if latency is not None and (replayed := replayed_timing(c, latency)) is not None:
+        if latency is not None and (replayed := c.replayed_timing()) is not None:
             latency = None  # the replays' time: no latency, and no FLOP/s over it
-            labels.add(replayed)
+            labels.add(f"model latency and FLOP/s unknown: the run's host times are {replayed}; {REPLAYED_ADVICE}")
         k = store.query(
             f"""SELECT sum(dur_ns), sum(flops), sum(dram_read), sum(dram_write), any_value(precision),
                 sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0) FROM {t}"""

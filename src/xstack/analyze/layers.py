@@ -171,6 +171,7 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
         run_id=ctx.run_id,
         facts=facts,
         truncated=total - len(rows),
+        labels=ctx.replayed_labels("latency and self time"),
     )
 
 
@@ -207,6 +208,7 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
         extra={"low": "p5", "high": "p95", "filter": "leaf", **_warm_chart(ctx)},
     )
     labels = [] if has_stats else ["single pass: no spread across iterations (use xstack profile for p5/p95)"]
+    labels += ctx.replayed_labels("latencies")
     return Result(
         "A3",
         "Layer latency",
@@ -322,7 +324,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("self",), "Self time per layer type", limit=40),
         facts={"top_type": rows[0][0] if rows else None, "top_share_pct": rows[0][3] if rows else None},
-        labels=_warm_labels(ctx),
+        labels=_warm_labels(ctx) + ctx.replayed_labels("self and inclusive times"),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.context import HINTS, STEP_SPAN, run_context
+from xstack.analyze.context import HINTS, REPLAYED_ADVICE, STEP_SPAN, run_context
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -24,12 +24,13 @@ NOTES = (
     "but for a last one that holds no work, the profiler stopping; else the top-level model span with the most "
     "time), warm-up iterations left out (a pass's --warmup; the "
     "first iteration of a live run, which also pays for start-up, unless asked otherwise); p5/p95 are its 5th and "
-    "95th percentiles. For each batch size the merged (leveled) run is read, whose step timing comes from the "
-    "model pass alone; without one, the batch size's complete run with the fewest levels. Throughput = batch "
-    "size / latency, in samples per second; speed-up = throughput over the previous batch size's. The optimal "
-    "batch size is the smallest whose next size raises throughput by at most the gain threshold per doubling "
-    "((T_next / T) ** (1 / log2(b_next / b)) - 1, the plain gain when the next size is the double); with a "
-    "latency target, the largest batch size whose median latency meets it."
+    "95th percentiles; all unknown for a run whose host times are inflated by counter replay (a trace taken with "
+    "the CUPTI range profiler, an Nsight Compute metrics pass). For each batch size the merged (leveled) run is "
+    "read, whose step timing comes from the model pass alone; without one, the batch size's complete run with "
+    "the fewest levels. Throughput = batch size / latency, in samples per second; speed-up = throughput over the "
+    "previous batch size's. The optimal batch size is the smallest whose next size raises throughput by at most "
+    "the gain threshold per doubling ((T_next / T) ** (1 / log2(b_next / b)) - 1, the plain gain when the next "
+    "size is the double); with a latency target, the largest batch size whose median latency meets it."
 )
 SWEEP_HINT = (
     "For latency and throughput across batch sizes and the optimal batch size, "
@@ -50,22 +51,26 @@ COLUMNS = [
 
 @dataclass
 class Point:
-    """One batch size's latency (ns) as read from one run; ``batch_size`` None where no run recorded it."""
+    """One batch size's latency (ns) as read from one run; ``batch_size`` None where no run recorded it, latency
+    None where the run's host times are not the program's own (``replayed``)."""
 
     batch_size: int | None
     run_id: int
-    latency_ns: float
+    latency_ns: float | None
     p5_ns: float | None
     p95_ns: float | None
     iterations: int
     timing: str
     spans: str
     """Which spans the latency is the median of (``step`` or a model span's name)."""
+    replayed: str | None = None
+    """Why the latency is unknown: the run's host times are inflated by counter replay
+    (``RunContext.replayed_timing``)."""
 
     @property
     def throughput(self) -> float | None:
-        """Samples per second, where the batch size is known."""
-        if self.batch_size is None or self.latency_ns <= 0:
+        """Samples per second, where the batch size and the latency are known."""
+        if self.batch_size is None or self.latency_ns is None or self.latency_ns <= 0:
             return None
         return self.batch_size * 1e9 / self.latency_ns
 
@@ -79,7 +84,8 @@ def model_information(
 ) -> Result:
     """A1: per batch size in the store, the model's latency (ns, median with p5/p95), throughput (samples/s)
     and speed-up over the previous batch size, and the optimal batch size (facts ``optimal_batch_size``,
-    ``reason``, ``per_batch``).
+    ``reason``, ``per_batch``; for a single run, ``latency_ns``, ``p5_ns``, ``p95_ns`` and ``iterations``
+    first).
 
     ``run_id`` picks the profile: when its run records a batch size (``xstack sweep``), every batch size's run
     of the store is read; otherwise that run alone. ``latency_target_ms`` (default: the sweep's own) switches
@@ -104,7 +110,7 @@ def model_information(
     else:
         points, failed = _batch_points(store)
     optimal, reason = choose_batch_size(
-        [(p.batch_size, p.latency_ns) for p in points if p.batch_size is not None],
+        [(p.batch_size, p.latency_ns) for p in points if p.batch_size is not None and p.latency_ns is not None],
         gain_threshold_pct=gain_threshold_pct,
         latency_target_ms=latency_target_ms,
     )
@@ -125,7 +131,7 @@ def model_information(
     for name in _stop_steps(store, [p.run_id for p in points]):
         result.labels.append(f"{name} left out: it holds no work (the profiler stopping; health: empty_last_step)")
     result.facts["warmup_steps"] = ctx.warmup
-    unleveled = [p for p in points if p.timing != "leveled"]
+    unleveled = [p for p in points if p.timing != "leveled" and p.replayed is None]
     if unleveled:
         which = "" if len(points) == 1 else " at batch size " + ", ".join(str(p.batch_size) for p in unleveled)
         result.labels.append(f"latency{which} from a run's own timing, with its levels' overhead (not leveled)")
@@ -176,7 +182,8 @@ def doubling_gain_pct(b: int, latency_ns: float, b_next: int, latency_next_ns: f
 
 def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: int | None) -> Point | None:
     """One run's iteration latency: median and p5/p95 over its measured step spans (a merged run's single step
-    carries them in its ``stats.*`` attributes); None when the run has no model span."""
+    carries them in its ``stats.*`` attributes), unknown where the run's host times are inflated by counter
+    replay; None when the run has no model span."""
     first = run_context(store, run_id).warmup
     completed = config.get("steps_completed")
     end = completed if isinstance(completed, int) else 2**62
@@ -199,6 +206,8 @@ def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: i
     if n == 1 and stats_p5 is not None:  # a merged span: one representative, the statistics in its attributes
         p5, p95, n = stats_p5, stats_p95, stats_n or 1
     timing = "leveled" if config.get("merge") else "run"
+    if (replayed := run_context(store, run_id).replayed_timing()) is not None:
+        return Point(batch_size, run_id, None, None, None, int(n), timing, spans, replayed)
     return Point(batch_size, run_id, float(median), _float(p5), _float(p95), int(n), timing, spans)
 
 
@@ -257,19 +266,34 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
         if previous is not None and p.throughput and previous.throughput:
             speedup = p.throughput / previous.throughput
         mark = "yes" if optimal is not None and p.batch_size == optimal else ""
-        rows.append((p.batch_size, round(p.latency_ns), _round(p.p5_ns), _round(p.p95_ns), p.throughput, speedup, mark))
+        latency = (_round(p.latency_ns), _round(p.p5_ns), _round(p.p95_ns))
+        rows.append((p.batch_size, *latency, p.throughput, speedup, mark))
         previous = p
     known = [p for p in points if p.batch_size is not None]
     chart = None
     if len(known) >= 2:
         chart = Chart("line", x="batch_size", y=("throughput",), title="Throughput and latency by batch size",
                       log_x=True, extra={"secondary_y": ["latency"]})  # fmt: skip
-    per_batch = [{"batch_size": p.batch_size, "latency_ns": round(p.latency_ns), "throughput": p.throughput,
+    per_batch = [{"batch_size": p.batch_size, "latency_ns": _round(p.latency_ns), "throughput": p.throughput,
                   "iterations": p.iterations, "timing": p.timing, "run_id": p.run_id} for p in points]  # fmt: skip
-    labels = [f"latency of model span {p.spans!r} (no iterations marked)" for p in points if p.spans != "step"][:1]
+    labels = [f"latency of model span {p.spans!r} (no iterations marked)" for p in points
+              if p.spans != "step" and p.replayed is None][:1]  # fmt: skip
+    labels += [f"latency and throughput unknown: the run's host times are {why}; {REPLAYED_ADVICE}"
+               for why in dict.fromkeys(p.replayed for p in points if p.replayed is not None)]  # fmt: skip
+    # one run's latency first, where the report's overview shows it; a sweep's are per batch size
+    single: dict[str, Any] = (
+        {
+            "latency_ns": _round(points[0].latency_ns),
+            "p5_ns": _round(points[0].p5_ns),
+            "p95_ns": _round(points[0].p95_ns),
+            "iterations": points[0].iterations,
+        }
+        if len(points) == 1
+        else {}
+    )
     return Result(
         id=ID, title=TITLE, columns=list(COLUMNS), rows=rows, notes=NOTES, run_id=run_id, chart=chart,
-        facts={"optimal_batch_size": optimal, "reason": reason, "per_batch": per_batch,
+        facts={**single, "optimal_batch_size": optimal, "reason": reason, "per_batch": per_batch,
                "batch_sizes": [p.batch_size for p in known]},
         labels=labels,
     )  # fmt: skip

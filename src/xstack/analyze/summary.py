@@ -8,7 +8,9 @@ known), as the timeline's windows give device work to the step that launched it.
 call's nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
 run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which gives
 no spans, the job's run time from the log's header; unknown, and no percentages, for a run without a host trace such
-as an Nsight Compute CSV); of kernels, of all kernel time (past the warm-up). A run with hardware counters per
+as an Nsight Compute CSV); of kernels, of all kernel time (past the warm-up). A run that recorded its counters with a
+profiler that replays each kernel (the CUPTI range profiler) has host times inflated by the replays: its wall
+time, layers and ops say so. A run with hardware counters per
 kernel and no kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter ranges as its
 kernels, with their FLOPs and DRAM bytes, timed by the duration the counters measured: unknown where they measured
 none, and then ordered by FLOPs. Without a run id, a store's last merged run is summarised (a leveled measurement's
@@ -122,6 +124,9 @@ class RunSummary:
     iterations: dict[str, int] | None = None
     """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
     and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
+    replayed: str | None = None
+    """Why the run's host times (its wall time, its layers' and ops' times and shares) are not the program's own:
+    "inflated by counter replay, ..." (``RunContext.replayed_timing``); None where they are."""
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
@@ -196,6 +201,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     if summary.pass_name != "merged":
         summary.iterations = _iterations(store, run_id)
+    summary.replayed = run_context(store, run_id).replayed_timing()
     summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
     health = run_health(store, run_id)

@@ -66,14 +66,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
             with open(Path(tmp) / "trace.json", "rb") as fh:
                 shutil.copyfileobj(fh, sys.stdout.buffer)
             sys.stdout.flush()
-        Console(highlight=False, stderr=True).print(f"exported {stats.describe()}", soft_wrap=True)
+        empty = f"; {NOTHING_ON_THE_TIMELINE}" if stats.empty else ""
+        Console(highlight=False, stderr=True).print(f"exported {stats.describe()}{empty}", soft_wrap=True)
         return 0
     out = args.output or args.store.with_suffix(".perfetto.json")
     with Store.open(args.store) as store:
         stats = export_perfetto(store, out, run_id=args.run)
-    console = Console(highlight=False)
-    console.print(f"wrote {out} ({stats.describe()}); open it in https://ui.perfetto.dev", soft_wrap=True)
+    then = NOTHING_ON_THE_TIMELINE if stats.empty else "open it in https://ui.perfetto.dev"
+    Console(highlight=False).print(f"wrote {out} ({stats.describe()}); {then}", soft_wrap=True)
     return 0
+
+
+NOTHING_ON_THE_TIMELINE = (
+    "nothing on its timeline: the run has no timed spans and no counter samples (per-file I/O counters, all a "
+    "Darshan log without DXT holds, are in xstack summary and xstack report)"
+)
 
 
 REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".csv": "csv"}

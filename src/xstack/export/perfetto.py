@@ -62,6 +62,11 @@ class PerfettoStats:
     overlap_spans: int = 0
     """Spans put on an "(overlap N)" track because they partly overlap a span on their own."""
 
+    @property
+    def empty(self) -> bool:
+        """True when the export holds no slice and no counter sample: nothing for a timeline to show."""
+        return not self.spans and not self.counter_samples
+
     def describe(self) -> str:
         """One line for the terminal."""
         text = (

@@ -12,7 +12,15 @@ from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
-from xstack.report.terminal import devices_line, health_headline, iterations_line, runs_line, system_line, wall_line
+from xstack.report.terminal import (
+    devices_line,
+    health_headline,
+    iterations_line,
+    runs_line,
+    system_line,
+    top_caption,
+    wall_line,
+)
 
 HEADLINE_RESULTS = (
     "A1",
@@ -48,7 +56,8 @@ def overview(analysis: Analysis) -> str:
         rows = s.top.get(level) or []
         if rows:
             chart = _top_chart(level, rows, s.share_of.get(level))
-            parts.append(f'<div class="top" data-level="{level}"><h4>{esc(title)}</h4>{chart}</div>')
+            note = f'<p class="meta">{esc(caption)}</p>' if (caption := top_caption(s, level)) else ""
+            parts.append(f'<div class="top" data-level="{level}"><h4>{esc(title)}</h4>{note}{chart}</div>')
     parts.append("</div></section>")
     return "".join(parts)
 

@@ -39,8 +39,7 @@ def render_summary(summary: RunSummary) -> RenderableType:
     for level, rows in summary.top.items():
         if rows:
             share = summary.share_of.get(level) or ("of kernel time" if level == "kernel" else "of wall")
-            source = summary.kernels_from if level == "kernel" else None
-            parts.append(_top_table(LEVEL_TITLES[level], rows, share, f"from {source}" if source else None))
+            parts.append(_top_table(LEVEL_TITLES[level], rows, share, top_caption(summary, level)))
         else:
             parts.append(Text(f"{LEVEL_TITLES[level]}: none in this run ({_missing_hint(level)})", style="dim"))
     parts.append(_health_table(summary))
@@ -102,10 +101,23 @@ def _run_table(s: RunSummary) -> Table:
 
 
 def wall_line(s: RunSummary) -> str:
-    """The run's host wall time with where it came from, or "unknown" with why (a run without a host trace)."""
+    """The run's host wall time with where it came from, or "unknown" with why (a run without a host trace);
+    said to be inflated by counter replay where it is."""
     if s.wall_ns is None:
         return f"unknown ({s.wall_source or 'no host trace'})"
-    return format_ns(s.wall_ns) + (f" ({s.wall_source})" if s.wall_source else "")
+    return (
+        format_ns(s.wall_ns)
+        + (f" ({s.wall_source})" if s.wall_source else "")
+        + (f", {s.replayed}" if s.replayed else "")
+    )
+
+
+def top_caption(s: RunSummary, level: str) -> str | None:
+    """What a level's top rows are, where they need saying: kernels known by their counters only; layer and op
+    times inflated by counter replay."""
+    if level == "kernel":
+        return f"from {s.kernels_from}" if s.kernels_from else None
+    return f"times and shares {s.replayed}" if s.replayed else None
 
 
 def device_line(d: dict[str, Any], gpu_runtime: str | None = None) -> str:

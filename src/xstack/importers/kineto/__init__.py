@@ -77,6 +77,7 @@ def import_kineto(
             con.execute(_sql.OTHER_PARENTS)
             con.execute(_sql.insert_spans(run_id))
             con.execute(_sql.layer_paths(run_id))
+            con.execute(_sql.copy_sizes(run_id))
             con.execute(_sql.insert_counters(run_id))
         spans = _scalar(con, f"SELECT count(*) FROM _spans WHERE run_id = {run_id}")
         counters = _scalar(con, f"SELECT count(*) FROM _counters WHERE run_id = {run_id}")
@@ -128,6 +129,7 @@ def merge_live(
         con.execute(_sql.HOST_PARENTS)
         con.execute(_sql.OTHER_PARENTS)
         con.execute(_sql.insert_spans(run_id, after_span_id=last))
+        con.execute(_sql.copy_sizes(run_id))
         con.execute(_sql.insert_counters(run_id, base_ns=base_ns))
         return _health(con, run_id)
     finally:
@@ -190,6 +192,8 @@ def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int,
     mode = _range_profiler_mode(con, run_id)
     queries = _sql.health_queries(run_id, device_traced=mode is None)
     rows = [(check, _scalar(con, sql), detail) for check, sql, detail in queries]
+    rows = [(c, n, detail + _launch_names(con, run_id) if c == "launches_without_device_event" and n else detail)
+            for c, n, detail in rows]  # fmt: skip
     if mode is not None:
         rows.append(mode)
     rows.append(_unnamed_kernels(con, run_id))
@@ -197,6 +201,12 @@ def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int,
     for ph, cat, count in skipped:
         rows.append(("skipped_events", int(count), f"ph={ph} cat={cat}: not a span, counter or flow xstack maps"))
     return rows
+
+
+def _launch_names(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    """The calls of the launches_without_device_event check by name, for its detail: ": cudaMemsetAsync 22"."""
+    found = con.execute(_sql.launches_without_device_event_by_name(run_id)).fetchall()
+    return ": " + ", ".join(f"{name} {int(n):,}" for name, n in found)
 
 
 def _range_profiler_mode(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, int, str] | None:

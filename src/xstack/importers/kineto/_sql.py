@@ -274,12 +274,17 @@ UNION ALL SELECT {run_id}, name || '.' || k, ts_ns, TRY_CAST(args->>('$."' || k 
 """
 
 
-def _launches_without_device_event(run_id: int) -> str:
+def _launches_without_device_event(run_id: int, select: str = "count(*)") -> str:
     dev = ", ".join(_q(lv) for lv in DEVICE_LEVELS)
     s = f"FROM _spans WHERE run_id = {run_id}"
-    return f"""SELECT count(*) {s} AND level = 'runtime' AND regexp_matches(name, {_q(M.LAUNCH_PATTERN)})
+    return f"""SELECT {select} {s} AND level = 'runtime' AND regexp_matches(name, {_q(M.LAUNCH_PATTERN)})
              AND correlation_id NOT IN (SELECT correlation_id {s} AND level IN ({dev})
                                         AND correlation_id IS NOT NULL)"""
+
+
+def launches_without_device_event_by_name(run_id: int) -> str:
+    """SQL: the launch/copy/set calls with no device activity, ``(name, count)`` per call name, most first."""
+    return _launches_without_device_event(run_id, "name, count(*)") + " GROUP BY name ORDER BY 2 DESC, 1"
 
 
 def _unpaired_flows(categories: tuple[str, ...]) -> str:
@@ -419,4 +424,16 @@ FROM (
     SELECT span_id, path FROM chain WHERE ancestor IS NULL
 ) lp
 WHERE _spans.run_id = {run_id} AND _spans.span_id = lp.span_id
+"""
+
+
+def copy_sizes(run_id: int) -> str:
+    """Set ``memcpy.bytes`` of each copy whose record has no ``bytes`` from its launching call's ``size`` (a
+    ROCm trace records the size on the ``hipMemcpy*`` call, not on the copy)."""
+    size = f"TRY_CAST(r.attrs->'$.\"{A.KINETO_ARGS}\"'->>'size' AS BIGINT)"
+    return f"""
+UPDATE _spans SET attrs = json_merge_patch(_spans.attrs, json_object('{A.MEMCPY_BYTES}', {size}))
+FROM _spans r
+WHERE _spans.run_id = {run_id} AND _spans.level = 'memcpy' AND NOT json_exists(_spans.attrs, '$."{A.MEMCPY_BYTES}"')
+  AND r.run_id = {run_id} AND r.span_id = _spans.parent_id AND r.level = 'runtime' AND {size} >= 0
 """
