@@ -124,7 +124,9 @@ def test_added_layer_is_added_slowed_layer_slower_the_rest_unchanged(live: tuple
     facts = diff.summary.facts["layer"]
     assert (facts["added"], facts["removed"], facts["slower"], facts["faster"], facts["unchanged"]) == (1, 0, 2, 0, 4)
     assert facts["added_ns"] == ns_b["5"]
-    assert facts["lost_ns"] == ns_b["2"] - ns_a["2"] + ns_b["Sequential"] - ns_a["Sequential"]
+    # sums of self times: the Sequential's own time beside its children's, each counted once
+    self_a, self_b = ({**ns, "Sequential": 2 * ns["Sequential"] - sum(ns.values())} for ns in (ns_a, ns_b))
+    assert facts["lost_ns"] == self_b["2"] - self_a["2"] + self_b["Sequential"] - self_a["Sequential"]
     assert diff.summary.facts["step_status"] == "slower" and not diff.layers.labels  # both runs have statistics
     assert [r["status"] for r in _rows(diff, "diff.layers")][:3] != ["unchanged"] * 3  # changes come first
 
@@ -150,8 +152,8 @@ def test_a_profile_against_itself_has_no_changes(live: tuple[Path, Path], gpu: t
         with Store.open(path) as store:
             diff = diff_profiles(store, store)
         for id in ("diff.layers", "diff.ops", "diff.kernels"):
-            rows = diff.result(id).rows
-            assert all(r[0] == "unchanged" for r in rows) and all(r[-3] == 0 for r in rows)
+            rows = _rows(diff, id)
+            assert all(r["status"] == "unchanged" and r["delta"] == r.get("self_delta", 0) == 0 for r in rows)
         assert diff.summary.facts["step_delta_ns"] == 0 and diff.summary.facts["step_status"] == "unchanged"
         assert {r[1] for r in diff.summary.rows} <= {"unchanged", "not compared"}
 
@@ -331,3 +333,44 @@ def test_a_live_run_s_warm_up_step_is_left_out(tmp_path: Path) -> None:
         d = diff_profiles(sa, sb)
     assert [r["status"] for r in _rows(d, "diff.layers")] == ["unchanged"]
     assert d.summary.facts["step_status"] == "unchanged"
+
+
+def _nested_store(path: Path, outer_ns: int, inner_ns: int) -> Path:
+    """Three steps, each a layer ``net`` holding ``net.a`` (``inner_ns``) and ``net.b`` (4 ms), ``net.a`` an op
+    ``aten::linear`` holding ``aten::addmm``; ``outer_ns`` is ``net``'s time and the step lasts 1 ms more."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "nested", levels=["model", "layer", "op"]))
+        sink = Sink(store, 1)
+        start, ids = 0, iter(range(1, 1000))
+        for k in range(3):
+            step, net, a, b, linear, addmm = (next(ids) for _ in range(6))
+            sink.span(step, None, "model", f"step#{k}", start, outer_ns + 1_000_000, 1, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+            sink.span(net, step, "layer", "net", start, outer_ns, 1, 1, {A.LAYER_PATH: "net", A.LAYER_CALL_INDEX: 0})
+            sink.span(a, net, "layer", "a", start, inner_ns, 1, 1, {A.LAYER_PATH: "net.a", A.LAYER_CALL_INDEX: 0})
+            sink.span(linear, a, "op", "aten::linear", start, inner_ns - 500_000, 1, 1)
+            sink.span(addmm, linear, "op", "aten::addmm", start, inner_ns - 1_000_000, 1, 1)
+            sink.span(b, net, "layer", "b", start + inner_ns, 4_000_000, 1, 1,
+                      {A.LAYER_PATH: "net.b", A.LAYER_CALL_INDEX: 0})  # fmt: skip
+            start += outer_ns + 1_000_000
+        sink.close()
+    return path
+
+
+def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
+    # B's net.a (and the addmm inside it) takes 4 ms more; so do net, which holds it, and aten::linear
+    a = _nested_store(tmp_path / "a.duckdb", 9_000_000, 4_000_000)
+    b = _nested_store(tmp_path / "b.duckdb", 13_000_000, 8_000_000)
+    d = diff_profiles(a, b)
+    assert d.summary.facts["step_delta_ns"] == 4_000_000
+    layers = {r["layer"]: r for r in _rows(d, "diff.layers")}
+    assert {p: (r["status"], r["delta"], r["self_delta"]) for p, r in layers.items()} == {
+        "net": ("slower", 4_000_000, 0), "net.a": ("slower", 4_000_000, 4_000_000), "net.b": ("unchanged", 0, 0)
+    }  # fmt: skip
+    ops = {r["op"]: (r["status"], r["delta"], r["self_delta"]) for r in _rows(d, "diff.ops")}
+    assert ops == {"aten::linear": ("slower", 4_000_000, 0), "aten::addmm": ("slower", 4_000_000, 4_000_000)}
+    for level in ("layer", "op"):  # the time lost is the step's change, not twice it
+        assert d.summary.facts[level]["lost_ns"] == d.summary.facts[level]["net_ns"] == 4_000_000
+    summary = {(r["item"], r["status"]): r for r in d.summary.to_records()}
+    unchanged = summary[("layers (self time)", "unchanged")]
+    assert unchanged["A"] == unchanged["B"] == 4_000_000  # net.b alone

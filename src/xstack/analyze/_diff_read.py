@@ -6,7 +6,9 @@ is ``(layer path, layer call, op name, occurrence)``, the occurrence counting th
 same name under the same nearest layer (or in the same step, for ops outside layers); a kernel is its name.
 A key seen in several steps (a run that is not merged) takes the median of its occurrences, over the steps
 past the run's warm-up (``RunContext.warmup``: a live run's first iteration, a pass's --warmup): the step latency
-and the layers and ops in warm-up steps are left out; kernels are summed over the whole run. Times are ns.
+and the layers and ops in warm-up steps are left out; kernels are summed over the whole run. Layers and ops also
+carry the median of their self time (less the spans of their level they parent), which the diff's sums add.
+Times are ns.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ class Timing:
     """Occurrences in the run (a kernel name: its calls)."""
     info: str = ""
     """The layer type, where known."""
+    self_ns: float | None = None
+    """Median self time per call: the time less that of the spans of the same level it encloses (layers, ops);
+    None where items do not nest (kernels, stages)."""
+
+    @property
+    def own_ns(self) -> float:
+        """The time a level's sums add: the self time where items nest, else the time."""
+        return self.value_ns if self.self_ns is None else self.self_ns
 
     def spread_ns(self, min_n: int) -> float | None:
         """``value_ns - p5_ns``: the low side of the distribution, or None without enough statistics."""
@@ -88,12 +98,16 @@ def _steps(warmup: int) -> str:
 
 
 def _spans_in_steps(level: str, warmup: int) -> str:
-    """The run's spans of ``level`` with their statistics and the host step whose time holds their start; those
-    that start in a warm-up step (or after it, before the next) are left out."""
+    """The run's spans of ``level`` with their statistics, their self time (less the spans of the level that they
+    parent; never below 0, as merged medians of children may exceed their parent's) and the host step whose time
+    holds their start; those that start in a warm-up step (or after it, before the next) are left out."""
     return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
+            greatest(s.dur_ns - coalesce(k.child_ns, 0), 0) AS self_ns,
             CASE WHEN s.start_ns < st.end_ns THEN st.span_id END AS step_id
         FROM (SELECT * FROM spans WHERE run_id = $run AND level = '{level}') s
+        LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans WHERE run_id = $run AND level = '{level}'
+                   GROUP BY parent_id) k ON k.parent_id = s.span_id
         ASOF LEFT JOIN ({_steps(warmup)}) st ON s.start_ns >= st.start_ns
         WHERE st.measured IS NOT FALSE"""
 
@@ -112,7 +126,7 @@ def read_side(store: Store, run_id: int) -> Side:
                 SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
                 FROM ({_spans_in_steps("layer", ctx.warmup)})
             )
-            SELECT span_id, dur_ns, p5_ns, n, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
+            SELECT span_id, dur_ns, p5_ns, n, self_ns, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
                 coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
                          row_number() OVER (PARTITION BY step_id, path ORDER BY start_ns, span_id) - 1) AS call
             FROM l""",
@@ -122,7 +136,7 @@ def read_side(store: Store, run_id: int) -> Side:
         rows = store.con.execute(
             f"SELECT path, call, {_AGG}, any_value(type) FROM {table} GROUP BY path, call"
         ).fetchall()
-        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:6], info=r[6]) for r in rows}
+        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:7], info=r[7]) for r in rows}
     if ctx.has("op"):
         side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None, ctx.warmup)
     if ctx.has("layer") or ctx.has("op"):
@@ -141,9 +155,11 @@ def read_side(store: Store, run_id: int) -> Side:
 
 
 _AGG = (
-    "count(*), quantile_cont(dur_ns, 0.5), CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n)"
+    "count(*), quantile_cont(dur_ns, 0.5), CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, "
+    "min(n), quantile_cont(self_ns, 0.5)"
 )
-"""Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations."""
+"""Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations, median
+self time."""
 
 
 def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int) -> dict[OpKey, Timing]:
@@ -155,7 +171,7 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
     rows = store.con.execute(
         f"""WITH o AS ({_spans_in_steps("op", warmup)}),
         k AS (
-            SELECT o.dur_ns, o.p5_ns, o.n, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
+            SELECT o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
                 coalesce(l.call, -1) AS call,
                 row_number() OVER (PARTITION BY coalesce(w.layer_id, o.step_id, -1), o.name
                                    ORDER BY o.start_ns, o.span_id) - 1 AS occ
@@ -164,7 +180,7 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
         SELECT layer, call, name, occ, {_AGG} FROM k GROUP BY layer, call, name, occ""",
         {"run": run_id},
     ).fetchall()
-    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:8]) for r in rows}
+    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
 
 
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
@@ -184,8 +200,8 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
 
 
 def _timing(agg: tuple[Any, ...], info: Any = None) -> Timing:
-    count, median, p5, n = agg
-    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""))
+    count, median, p5, n, self_ns = agg
+    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""), _float(self_ns))
 
 
 def _float(v: Any) -> float | None:

@@ -2,7 +2,9 @@
 
 ``diff_profiles(a, b)`` matches the layers, ops and kernels of one run of each store by structure and
 classifies every item as added, removed, slower, faster or unchanged; it totals the time added, removed,
-lost (slower items) and gained (faster items) per level and compares the step latency. Its tables are
+lost (slower items) and gained (faster items) per level and compares the step latency. Layers and ops nest, so
+their totals add self times (an item's time less that of the items of its level it encloses): no time is
+counted twice, and a level's totals never exceed the time its top items cover. Its tables are
 ``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``) that print in a terminal,
 render in the HTML report and convert to JSON, markdown or CSV.
 
@@ -40,6 +42,8 @@ from xstack.trace.store import Store
 Status = Literal["added", "removed", "slower", "faster", "unchanged"]
 STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
 K = TypeVar("K", bound=Hashable)
+NESTED = ("layer", "op")
+"""Levels whose items nest: their sums add self times, so that no time is counted twice."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,9 @@ _TIMES = [
     Column("noise", "ns", "the combined spread the change had to exceed (-: judged by the floors only)"),
 ]
 _STATUS = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
+_SELF_DELTA = Column(
+    "self_delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
+)
 
 
 @dataclass
@@ -205,24 +212,33 @@ def _classify(
     b: dict[K, Timing],
     rule: Rule,
     cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
+    nested: bool = False,
 ) -> _Table:
-    rows: list[tuple[Any, ...]] = []
+    """Classify every item; a ``nested`` level's rows end with the change of the self time, and its sums add self
+    times (a layer's time holds its sub-layers', which are items of their own)."""
+    keyed: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
     zero: dict[str, int] = dict.fromkeys(STATUSES, 0)
-    t = _Table(rows, dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
+    t = _Table([], dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
     for key in list(a) + [k for k in b if k not in a]:
         ta, tb = a.get(key), b.get(key)
         status, noise = rule.classify(ta, tb)
         t.counts[status] += 1
-        t.sum_a[status] += _ns(ta) or 0
-        t.sum_b[status] += _ns(tb) or 0
+        t.sum_a[status] += _own(ta)
+        t.sum_b[status] += _own(tb)
         if ta is not None and tb is not None:
             t.matched += 1
             t.floors_only += noise is None
         delta = (_ns(tb) or 0) - (_ns(ta) or 0)
         pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
-        rows.append((status, *cells(key, ta, tb), _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise)))
-    rows.sort(key=lambda r: (r[0] == "unchanged", -abs(r[-3]), str(r[1:-5])))
+        row = (status, *cells(key, ta, tb), _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise))
+        order = (status == "unchanged", -abs(delta), str(row[1:-5]))
+        keyed.append((order, row + ((_own(tb) - _own(ta),) if nested else ())))
+    t.rows = [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
     return t
+
+
+def _own(t: Timing | None) -> int:
+    return 0 if t is None else round(t.own_ns)
 
 
 def _ns_or_none(v: float | None) -> int | None:
@@ -294,8 +310,10 @@ def _level(
         hint = f"{which} recorded no {level} spans; to compare them, {HINTS[level]}."
         return Result(id=id, title=title, missing=[level], hint=hint, notes=f"{how} {_RULE_NOTE}"), None
     rule, fallback, top = opts
-    t = _classify(items_a, items_b, rule, cells)
-    return _result(id, title, [_STATUS, *columns, *_TIMES], t, how, fallback, top, rule), t
+    nested = level in NESTED
+    t = _classify(items_a, items_b, rule, cells, nested)
+    times = [*_TIMES, _SELF_DELTA] if nested else _TIMES
+    return _result(id, title, [_STATUS, *columns, *times], t, how, fallback, top, rule), t
 
 
 def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fallback: str | None,
@@ -341,8 +359,9 @@ def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fal
     facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": step_delta,
                              "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
     for level, t in tables.items():
+        item = f"{level}s (self time)" if level in NESTED else f"{level}s"
         if t is None:
-            rows.append((f"{level}s", "not compared", *([None] * 6)))
+            rows.append((item, "not compared", *([None] * 6)))
             continue
         totals = t.totals
         for s in STATUSES:
@@ -350,16 +369,18 @@ def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fal
                 pct = (
                     100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
                 )
-                rows.append((f"{level}s", s, t.counts[s], t.sum_a[s] if s != "added" else None,
+                rows.append((item, s, t.counts[s], t.sum_a[s] if s != "added" else None,
                              t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
         if any(t.counts[s] for s in STATUSES if s != "unchanged"):
-            rows.append((f"{level}s", "net change", None, None, None, totals["net_ns"], None, None))
+            rows.append((item, "net change", None, None, None, totals["net_ns"], None, None))
         facts[level] = {**t.counts, **totals}
     notes = (
         "The first row compares the step latency (median of the host step spans; without any, the run's host "
         "wall time). Then per level and status: the items and their summed time in A and B; the net change of a "
         "level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops "
-        f"nest, so their times overlap and do not add up to the step. {_RULE_NOTE}"
+        "nest (a block holds its sub-layers, an op the ops it calls), so their sums add self times: each item's "
+        "time less that of the items of its level it encloses, which counts no time twice. A row's status is that "
+        f"of its items, judged on their whole time. {_RULE_NOTE}"
     )
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=[fallback] if fallback else [], facts=facts)  # fmt: skip
