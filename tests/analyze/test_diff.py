@@ -374,3 +374,33 @@ def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
     summary = {(r["item"], r["status"]): r for r in d.summary.to_records()}
     unchanged = summary[("layers (self time)", "unchanged")]
     assert unchanged["A"] == unchanged["B"] == 4_000_000  # net.b alone
+
+
+def _staged_profile(path: Path, preprocess_s: float) -> Path:
+    """A live profile of a program's stages: load once, then three iterations of preprocess and predict."""
+    import time
+
+    import xstack
+
+    with xstack.profile("model", path, warmup=0) as prof:
+        with xstack.span("load"):
+            time.sleep(0.02)
+        for _ in range(3):
+            with xstack.span("preprocess"):
+                time.sleep(preprocess_s)
+            with xstack.span("predict"):
+                time.sleep(0.02)
+            prof.step()
+    return path
+
+
+def test_each_model_stage_has_its_row(tmp_path: Path) -> None:
+    a = _staged_profile(tmp_path / "a.duckdb", 0.002)
+    b = _staged_profile(tmp_path / "b.duckdb", 0.05)  # preprocess alone 48 ms slower
+    d = diff_profiles(a, b, threshold=LOOSE)
+    rows = {r["item"]: r for r in d.summary.to_records()}
+    assert rows["step latency"]["status"] == "slower"
+    assert rows["stage preprocess"]["status"] == "slower" and rows["stage preprocess"]["delta"] >= 45_000_000
+    assert rows["stage load"]["status"] == rows["stage predict"]["status"] == "unchanged"
+    assert list(rows).index("stage load") < list(rows).index("stage preprocess") < list(rows).index("stage predict")
+    assert d.summary.facts["stages"]["preprocess"] == "slower"

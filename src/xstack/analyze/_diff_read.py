@@ -1,14 +1,15 @@
-"""One side of a profile diff: a run's step latency, layers, ops and kernels, keyed so that two runs match.
+"""One side of a profile diff: a run's step latency, model stages, layers, ops and kernels, keyed so that two runs
+match.
 
-Keys follow the structure, not span ids: a layer is ``(layer.path, call)``, ``call`` being ``layer.call_index``
-or, where a trace lacks it (imported traces), the call's order among the calls of that path in its step; an op
-is ``(layer path, layer call, op name, occurrence)``, the occurrence counting the op's earlier calls of the
-same name under the same nearest layer (or in the same step, for ops outside layers); a kernel is its name.
-A key seen in several steps (a run that is not merged) takes the median of its occurrences, over the steps
-past the run's warm-up (``RunContext.warmup``: a live run's first iteration, a pass's --warmup): the step latency
-and the layers and ops in warm-up steps are left out; kernels are summed over the whole run. Layers and ops also
-carry the median of their self time (less the spans of their level they parent), which the diff's sums add.
-Times are ns.
+Keys follow the structure, not span ids: a model stage (other than the step) is its name; a layer is
+``(layer.path, call)``, ``call`` being ``layer.call_index`` or, where a trace lacks it (imported traces), the
+call's order among the calls of that path in its step; an op is ``(layer path, layer call, op name,
+occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or
+in the same step, for ops outside layers); a kernel is its name. A key seen in several steps (a run that is not
+merged) takes the median of its occurrences, over the steps past the run's warm-up (``RunContext.warmup``: a
+live run's first iteration, a pass's --warmup): the step latency and the stages, layers and ops in warm-up steps
+are left out; kernels are summed over the whole run. Layers and ops also carry the median of their self time
+(less the spans of their level they parent), which the diff's sums add. Times are ns.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class Side:
     layers: dict[LayerKey, Timing] = field(default_factory=dict)
     ops: dict[OpKey, Timing] = field(default_factory=dict)
     kernels: dict[str, Timing] = field(default_factory=dict)
+    stages: dict[str, Timing] = field(default_factory=dict)
+    """Model stages other than the step (``load``, ``preprocess``, a forward call...) by name, in order of start."""
 
     @property
     def merged(self) -> bool:
@@ -119,6 +122,8 @@ def read_side(store: Store, run_id: int) -> Side:
     steps, step = _step(store, run_id, ctx.warmup)
     side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step)
     table = f"_dx_layers_{run_id}"
+    if ctx.has("model"):
+        side.stages = _stages(store, run_id, ctx.warmup)
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(
             f"""CREATE OR REPLACE TEMP TABLE {table} AS
@@ -181,6 +186,16 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
         {"run": run_id},
     ).fetchall()
     return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
+
+
+def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
+    """The run's model spans other than steps, by name: median per call, spread, calls (warm-up steps left out)."""
+    rows = store.con.execute(
+        f"""SELECT name, {_AGG} FROM ({_spans_in_steps("model", warmup)}) WHERE NOT {STEP_SPAN}
+        GROUP BY name ORDER BY min(start_ns), name""",
+        {"run": run_id},
+    ).fetchall()
+    return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
 
 
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:

@@ -347,40 +347,64 @@ def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
 
 
 def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fallback: str | None) -> Result:
-    columns = [Column("item"), _STATUS, Column("items", "count", "items of this status (the step: -)"), *_TIMES]
-    status, noise = rule.classify(a.step, b.step) if a.step and b.step else ("unchanged", None)
-    item = "step latency" if a.steps and b.steps else "run wall time (no step spans)"
-    step_delta = (_ns(b.step) or 0) - (_ns(a.step) or 0) if a.step and b.step else None
-    pct = (
-        100.0 * (b.step.value_ns - a.step.value_ns) / a.step.value_ns if a.step and b.step and a.step.value_ns else None
-    )
-    rows: list[tuple[Any, ...]] = [(item, status if step_delta is not None else "not recorded", None, _ns(a.step),
-                                    _ns(b.step), step_delta, pct, _ns_or_none(noise))]  # fmt: skip
-    facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": step_delta,
+    items = Column("items", "count", "items of this status (the step and stages: -)")
+    columns = [Column("item"), _STATUS, items, *_TIMES]
+    rows = [_step_row(a, b, rule)]
+    facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": rows[0][5],
                              "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
+    stage_rows = _stage_rows(a, b, rule)
+    rows += stage_rows
+    facts["stages"] = {str(r[0]).removeprefix("stage "): r[1] for r in stage_rows}
     for level, t in tables.items():
-        item = f"{level}s (self time)" if level in NESTED else f"{level}s"
-        if t is None:
-            rows.append((item, "not compared", *([None] * 6)))
-            continue
-        totals = t.totals
-        for s in STATUSES:
-            if t.counts[s]:
-                pct = (
-                    100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
-                )
-                rows.append((item, s, t.counts[s], t.sum_a[s] if s != "added" else None,
-                             t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
-        if any(t.counts[s] for s in STATUSES if s != "unchanged"):
-            rows.append((item, "net change", None, None, None, totals["net_ns"], None, None))
-        facts[level] = {**t.counts, **totals}
+        rows += _level_rows(level, t)
+        if t is not None:
+            facts[level] = {**t.counts, **t.totals}
     notes = (
         "The first row compares the step latency (median of the host step spans; without any, the run's host "
-        "wall time). Then per level and status: the items and their summed time in A and B; the net change of a "
-        "level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops "
-        "nest (a block holds its sub-layers, an op the ops it calls), so their sums add self times: each item's "
-        "time less that of the items of its level it encloses, which counts no time twice. A row's status is that "
-        f"of its items, judged on their whole time. {_RULE_NOTE}"
+        "wall time); then each model stage other than the step (load, preprocess, a forward call, ...: model "
+        "spans matched by name, median per call). Then per level and status: the items and their summed time in "
+        "A and B; the net change of a level is added - removed + lost (slower) - gained (faster), changes beyond "
+        "noise only. Layers and ops nest (a block holds its sub-layers, an op the ops it calls), so their sums "
+        "add self times: each item's time less that of the items of its level it encloses, which counts no time "
+        f"twice. A row's status is that of its items, judged on their whole time. {_RULE_NOTE}"
     )
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=[fallback] if fallback else [], facts=facts)  # fmt: skip
+
+
+def _pair_row(item: str, ta: Timing | None, tb: Timing | None, rule: Rule) -> tuple[Any, ...]:
+    """A summary row comparing one item: status, A, B, delta, change and noise (no item count)."""
+    status, noise = rule.classify(ta, tb)
+    delta = (_ns(tb) or 0) - (_ns(ta) or 0)
+    pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
+    return (item, status, None, _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise))
+
+
+def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
+    item = "step latency" if a.steps and b.steps else "run wall time (no step spans)"
+    if a.step is None or b.step is None:
+        return (item, "not recorded", None, _ns(a.step), _ns(b.step), None, None, None)
+    return _pair_row(item, a.step, b.step, rule)
+
+
+def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:
+    """One row per model stage of either run, A's order first; one row saying so where a run has no model level."""
+    if "model" not in a.levels or "model" not in b.levels:
+        return [("stages", "not compared", *([None] * 6))] if a.stages or b.stages else []
+    names = list(a.stages) + [n for n in b.stages if n not in a.stages]
+    return [_pair_row(f"stage {n}", a.stages.get(n), b.stages.get(n), rule) for n in names]
+
+
+def _level_rows(level: str, t: _Table | None) -> list[tuple[Any, ...]]:
+    """Per status, the level's items and their summed times (self times where items nest), then its net change."""
+    item = f"{level}s (self time)" if level in NESTED else f"{level}s"
+    if t is None:
+        return [(item, "not compared", *([None] * 6))]
+    rows: list[tuple[Any, ...]] = []
+    for s in (s for s in STATUSES if t.counts[s]):
+        pct = 100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
+        rows.append((item, s, t.counts[s], t.sum_a[s] if s != "added" else None,
+                     t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
+    if any(t.counts[s] for s in STATUSES if s != "unchanged"):
+        rows.append((item, "net change", None, None, None, t.totals["net_ns"], None, None))
+    return rows

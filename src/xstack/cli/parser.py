@@ -232,11 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "diff",
-        help="compare two profiles: layers, ops and kernels added, removed, slower, faster (beyond noise)",
+        help="compare two profiles: stages, layers, ops and kernels added, removed, slower, faster (beyond noise)",
         description="Compare run B of store B with run A of store A (default runs: each store's last merged run, "
-        "else its last run). Layers match by module path and call index, ops by enclosing layer, name and "
-        "occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's time and 1 us "
-        "and, for merged (leveled) runs, the spread of both runs' iterations.",
+        "else its last run). Model stages match by name, layers by module path and call index, ops by enclosing "
+        "layer, name and occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's "
+        "time and 1 us and, for merged (leveled) runs, the spread of both runs' iterations.",
         formatter_class=fmt,
     )
     p.add_argument("a", type=Path, metavar="A", help="the baseline store")
