@@ -404,3 +404,65 @@ def test_each_model_stage_has_its_row(tmp_path: Path) -> None:
     assert rows["stage load"]["status"] == rows["stage predict"]["status"] == "unchanged"
     assert list(rows).index("stage load") < list(rows).index("stage preprocess") < list(rows).index("stage predict")
     assert d.summary.facts["stages"]["preprocess"] == "slower"
+
+
+# -- runs that hold part of the picture -------------------------------------------------------------------
+NCU = Path(__file__).resolve().parents[1] / "data" / "ncu"
+
+
+def _ncu_store(tmp_path: Path, name: str) -> Path:
+    from xstack.importers.ncu import import_ncu
+
+    with Store.create(tmp_path / f"{name}.duckdb") as store:
+        import_ncu(store, NCU / f"{name}.csv")
+    return tmp_path / f"{name}.duckdb"
+
+
+def test_kernels_replayed_by_nsight_compute_compare_with_each_other(tmp_path: Path) -> None:
+    from xstack.importers.ncu import DURATION, read_ncu_csv
+
+    a, b = _ncu_store(tmp_path, "raw_new_base"), _ncu_store(tmp_path, "details_new_auto")
+    d = diff_profiles(a, b)
+    durations = {k.name: round(k.metrics[DURATION]) for k in read_ncu_csv(NCU / "details_new_auto.csv").kernels}
+    rows = _rows(d, "diff.kernels")
+    assert {r["kernel"]: r["B"] for r in rows} == durations and len(durations) == 4
+    assert all(r["status"] == "unchanged" and r["a_calls"] == r["b_calls"] == 1 for r in rows)  # same kernels
+    assert any("replayed alone" in label for label in d.kernels.labels)
+    # neither CSV has a host trace: the wall time row says so instead of a number
+    summary = d.summary.to_records()
+    assert summary[0]["status"] == "not recorded" and summary[0]["A"] is None
+    assert "B: no host wall time (an Nsight Compute CSV has no host trace" in " ".join(d.summary.labels)
+
+
+def test_a_kernel_trace_and_replayed_kernels_are_not_compared_and_say_why(
+    tmp_path: Path, gpu: tuple[Path, Path]
+) -> None:
+    d = diff_profiles(gpu[0], _ncu_store(tmp_path, "raw_new_base"))
+    assert d.kernels.missing and "replayed alone" in d.kernels.hint and "B (" in d.kernels.hint
+    assert d.layers.rows == [] and d.layers.missing == ["layer"]  # B has none: said, the rest still compared
+    rows = {r["item"]: r for r in d.summary.to_records()}
+    assert rows["kernels"]["status"] == "not compared"
+    assert rows["run wall time (no step spans in B)"]["A"] is not None
+
+
+def test_darshan_logs_compare_by_their_job_run_times(tmp_path: Path) -> None:
+    pytest.importorskip("darshan", reason="PyDarshan is not installed (pip install darshan)")
+    from tests.conftest import FIXTURES
+    from xstack.importers.darshan import import_darshan
+
+    paths = []
+    for name in ("dlio_python3_a", "dlio_python3_b"):
+        log = FIXTURES / "darshan" / f"{name}.darshan"
+        if not log.exists():
+            pytest.skip(f"real-log fixture {log} is not present (expected ../shared/fixtures beside the repo)")
+        with Store.create(tmp_path / f"{name}.duckdb") as store:
+            import_darshan(store, log)
+            config = json.loads(store.query("SELECT config FROM runs")[0][0])
+        paths.append((tmp_path / f"{name}.duckdb", round(config["darshan"]["run_time_s"] * 1e9)))
+    d = diff_profiles(paths[0][0], paths[1][0])
+    row = d.summary.to_records()[0]
+    assert row["item"] == "run wall time (no step spans in A and B)"
+    assert (row["A"], row["B"], row["delta"]) == (paths[0][1], paths[1][1], paths[1][1] - paths[0][1])
+    assert "A: wall time is the Darshan log's job run time" in d.summary.labels
+    staged = diff_profiles(_staged_profile(tmp_path / "live.duckdb", 0.001), paths[0][0])
+    assert {r["item"]: r["status"] for r in staged.summary.to_records()}["stages"] == "not compared"

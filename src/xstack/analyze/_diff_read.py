@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.summary import host_wall
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -67,8 +68,19 @@ class Side:
     pass_name: str | None
     levels: frozenset[str]
     steps: int
-    """Host step spans in the run (0: none, the run's host wall time stands for the step)."""
+    """Measured host step spans in the run (0: none, the run's host wall time stands for the step)."""
     step: Timing | None
+    """The median of the measured steps; None without steps."""
+    wall: Timing | None = None
+    """The run's host wall time; None where it has no host trace."""
+    wall_source: str | None = None
+    """Where ``wall`` came from when not from the run's host spans (a Darshan log's job run time), or why it is
+    None."""
+    kernel_source: str | None = None
+    """Where the kernel times come from: ``trace`` (kernel spans), ``replay`` (counters per kernel, each kernel
+    replayed alone: ``metrics.duration_ns``), ``untimed`` (counters without a duration); None: no kernels."""
+    untimed_kernels: int = 0
+    """Replayed kernels without a duration, left out."""
     layers: dict[LayerKey, Timing] = field(default_factory=dict)
     ops: dict[OpKey, Timing] = field(default_factory=dict)
     kernels: dict[str, Timing] = field(default_factory=dict)
@@ -120,7 +132,9 @@ def read_side(store: Store, run_id: int) -> Side:
     ctx = run_context(store, run_id)
     name = store.query("SELECT name FROM runs WHERE run_id = ?", [run_id])[0][0]
     steps, step = _step(store, run_id, ctx.warmup)
-    side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step)
+    wall_ns, wall_source = host_wall(store, run_id, ctx.config)
+    wall = Timing(float(wall_ns)) if wall_ns is not None else None
+    side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step, wall, wall_source)
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
         side.stages = _stages(store, run_id, ctx.warmup)
@@ -147,15 +161,10 @@ def read_side(store: Store, run_id: int) -> Side:
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(f"DROP TABLE IF EXISTS {table}")
     if ctx.has("kernel"):
-        rows = store.query(
-            f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
-            FROM (SELECT name, dur_ns, {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns,
-                         {_stat("spans", A.STATS_N, "BIGINT")} AS n
-                  FROM spans WHERE run_id = ? AND level = 'kernel')
-            GROUP BY name""",
-            [run_id],
-        )
-        side.kernels = {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
+        side.kernels, side.kernel_source = _kernels(store, run_id), "trace"
+    elif "metrics" in ctx.levels:
+        side.kernels, side.untimed_kernels = _replayed_kernels(store, run_id)
+        side.kernel_source = "replay" if side.kernels else "untimed"
     return side
 
 
@@ -198,8 +207,35 @@ def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
     return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
 
 
+def _kernels(store: Store, run_id: int) -> dict[str, Timing]:
+    """Kernel spans by name: the total of their calls, the summed p5 where every call has one, the calls."""
+    rows = store.query(
+        f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
+        FROM (SELECT name, dur_ns, {_stat("spans", A.STATS_P5_NS, "DOUBLE")} AS p5_ns,
+                     {_stat("spans", A.STATS_N, "BIGINT")} AS n
+              FROM spans WHERE run_id = ? AND level = 'kernel')
+        GROUP BY name""",
+        [run_id],
+    )
+    return {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
+
+
+def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int]:
+    """Kernels known by their counters alone (``metrics`` spans: an Nsight Compute CSV), by name: the total of the
+    durations measured under replay (``metrics.duration_ns``) and the calls; and how many calls have none."""
+    rows = store.query(
+        f"""SELECT name, count(dur_ns), sum(dur_ns), count(*) - count(dur_ns)
+        FROM (SELECT name, {_stat("spans", A.METRICS_DURATION_NS, "BIGINT")} AS dur_ns
+              FROM spans WHERE run_id = ? AND level = 'metrics')
+        GROUP BY name""",
+        [run_id],
+    )
+    timed = {str(r[0]): Timing(float(r[2]), count=int(r[1])) for r in rows if r[1]}
+    return timed, sum(int(r[3]) for r in rows)
+
+
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
-    """The measured steps (past the warm-up) and their median, else the run's host wall time as one step."""
+    """The measured steps (past the warm-up) and their median; (0, None) without any."""
     row = store.con.execute(
         f"SELECT count(*), quantile_cont(dur_ns, 0.5), "
         f"CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n) FROM ({_steps(warmup)}) "
@@ -208,10 +244,7 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
     ).fetchone()
     if row is not None and row[0]:
         return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]))
-    wall = store.query(
-        f"SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND {_HOST}", [run_id]
-    )[0][0]
-    return 0, (Timing(float(wall)) if wall is not None else None)
+    return 0, None
 
 
 def _timing(agg: tuple[Any, ...], info: Any = None) -> Timing:

@@ -4,7 +4,10 @@
 classifies every item as added, removed, slower, faster or unchanged; it totals the time added, removed,
 lost (slower items) and gained (faster items) per level and compares the step latency. Layers and ops nest, so
 their totals add self times (an item's time less that of the items of its level it encloses): no time is
-counted twice, and a level's totals never exceed the time its top items cover. Its tables are
+counted twice, and a level's totals never exceed the time its top items cover. What only one run has (a level,
+steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
+log's job run time), and kernels known by their counters alone (an Nsight Compute CSV) compare with those of
+another such run, never with a kernel trace's, whose times are measured otherwise. Its tables are
 ``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``) that print in a terminal,
 render in the HTML report and convert to JSON, markdown or CSV.
 
@@ -303,17 +306,58 @@ def _level(
     how: str,
     opts: tuple[Rule, str | None, int | None],
 ) -> tuple[Result, _Table | None]:
-    """One level's table, or the result saying which run lacks the level."""
-    lacking = [s for s in (a, b) if level not in s.levels]
-    if lacking:
-        which = " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in lacking)
-        hint = f"{which} recorded no {level} spans; to compare them, {HINTS[level]}."
-        return Result(id=id, title=title, missing=[level], hint=hint, notes=f"{how} {_RULE_NOTE}"), None
+    """One level's table, or the result saying what one run lacks, or why the two cannot be compared."""
+    gap = _kernel_gap(a, b) if level == "kernel" else _level_gap(level, a, b)
+    if gap is not None:
+        return Result(id=id, title=title, missing=[gap[0]], hint=gap[1], notes=f"{how} {_RULE_NOTE}"), None
     rule, fallback, top = opts
     nested = level in NESTED
     t = _classify(items_a, items_b, rule, cells, nested)
     times = [*_TIMES, _SELF_DELTA] if nested else _TIMES
-    return _result(id, title, [_STATUS, *columns, *times], t, how, fallback, top, rule), t
+    result = _result(id, title, [_STATUS, *columns, *times], t, how, fallback, top, rule)
+    if level == "kernel" and a.kernel_source == "replay":
+        result.labels.append(_REPLAYED)
+    for name, s in (("A", a), ("B", b)):
+        if level == "kernel" and s.untimed_kernels:
+            result.labels.append(f"{s.untimed_kernels:,} kernel calls of {name} have no duration: left out")
+    return result, t
+
+
+_REPLAYED = (
+    "kernel times as Nsight Compute measured them, each kernel replayed alone (gpu__time_duration.sum), in both runs"
+)
+
+
+def _level_gap(level: str, a: Side, b: Side) -> tuple[str, str] | None:
+    """What is missing and how to get it, where a run lacks the level; None where both have it."""
+    lacking = [s for s in (a, b) if level not in s.levels]
+    if not lacking:
+        return None
+    return level, f"{_which(a, lacking)} recorded no {level} spans; to compare them, {HINTS[level]}."
+
+
+def _kernel_gap(a: Side, b: Side) -> tuple[str, str] | None:
+    """Kernels compare when both runs time them the same way: both from a kernel trace, or both replayed by
+    Nsight Compute (durations measured alone, under its clock and cache control, differ from a trace's)."""
+    lacking = [s for s in (a, b) if s.kernel_source is None]
+    if lacking:
+        return "kernel", f"{_which(a, lacking)} recorded no kernel spans; to compare them, {HINTS['kernel']}."
+    untimed = [s for s in (a, b) if s.kernel_source == "untimed"]
+    if untimed:
+        return "kernel durations", (f"The kernels of {_which(a, untimed)} carry counters but no duration; "
+                                    f"to compare them, {HINTS['kernel durations']}.")  # fmt: skip
+    if a.kernel_source != b.kernel_source:
+        replayed = [s for s in (a, b) if s.kernel_source == "replay"]
+        return "kernel times measured alike", (
+            f"The kernel times of {_which(a, replayed)} were measured by Nsight Compute, each kernel replayed alone "
+            "(its clocks and caches set for the replay), the other run's on its kernel trace: they do not compare. "
+            "To compare kernels, profile both with the kernel level, or import an Nsight Compute CSV of each."
+        )
+    return None
+
+
+def _which(a: Side, sides: list[Side]) -> str:
+    return " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in sides)
 
 
 def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fallback: str | None,
@@ -350,7 +394,7 @@ def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fal
     items = Column("items", "count", "items of this status (the step and stages: -)")
     columns = [Column("item"), _STATUS, items, *_TIMES]
     rows = [_step_row(a, b, rule)]
-    facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": rows[0][5],
+    facts: dict[str, Any] = {"step_a_ns": rows[0][3], "step_b_ns": rows[0][4], "step_delta_ns": rows[0][5],
                              "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
     stage_rows = _stage_rows(a, b, rule)
     rows += stage_rows
@@ -368,8 +412,9 @@ def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fal
         "add self times: each item's time less that of the items of its level it encloses, which counts no time "
         f"twice. A row's status is that of its items, judged on their whole time. {_RULE_NOTE}"
     )
+    labels = ([fallback] if fallback else []) + _wall_labels(a, b)
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
-                  labels=[fallback] if fallback else [], facts=facts)  # fmt: skip
+                  labels=labels, facts=facts)  # fmt: skip
 
 
 def _pair_row(item: str, ta: Timing | None, tb: Timing | None, rule: Rule) -> tuple[Any, ...]:
@@ -381,10 +426,21 @@ def _pair_row(item: str, ta: Timing | None, tb: Timing | None, rule: Rule) -> tu
 
 
 def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
-    item = "step latency" if a.steps and b.steps else "run wall time (no step spans)"
-    if a.step is None or b.step is None:
-        return (item, "not recorded", None, _ns(a.step), _ns(b.step), None, None, None)
-    return _pair_row(item, a.step, b.step, rule)
+    """The step latency where both runs have steps, else the runs' host wall times."""
+    if a.steps and b.steps:
+        return _pair_row("step latency", a.step, b.step, rule)
+    item = f"run wall time (no step spans in {' and '.join(n for n, s in (('A', a), ('B', b)) if not s.steps)})"
+    if a.wall is None or b.wall is None:
+        return (item, "not recorded", None, _ns(a.wall), _ns(b.wall), None, None, None)
+    return _pair_row(item, a.wall, b.wall, rule)
+
+
+def _wall_labels(a: Side, b: Side) -> list[str]:
+    """Where a wall time compared in place of the step came from, or why a run has none."""
+    if a.steps and b.steps:
+        return []
+    return [f"{n}: no host wall time ({s.wall_source})" if s.wall is None else f"{n}: wall time is {s.wall_source}"
+            for n, s in (("A", a), ("B", b)) if s.wall_source]  # fmt: skip
 
 
 def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:

@@ -131,7 +131,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     counts = dict(
         store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id])
     )
-    wall, wall_source = _wall(store, run_id, config)
+    wall, wall_source = host_wall(store, run_id, config)
     devices, unused = _devices(store, run_id, config)
     summary = RunSummary(
         run_id=run_id,
@@ -199,7 +199,7 @@ _NO_HOST_TRACE = {"ncu-csv": "an Nsight Compute CSV has no host trace, only the 
 """Why a run imported from a source format has no host wall time."""
 
 
-def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int | None, str | None]:
+def host_wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int | None, str | None]:
     """The run's host wall time (ns): the extent of its host spans, else the job run time of an imported Darshan
     log (``darshan_log_get_job_runtime``, as PyDarshan reports it), with where it came from (None: the spans);
     else None (unknown) with why."""
