@@ -93,8 +93,9 @@ class Side:
         return self.pass_name == "merged"
 
     def describe(self) -> str:
-        """``path run N (pass)`` for headings."""
-        return f"{self.path} run {self.run_id} ({self.pass_name or 'single pass'})"
+        """``path run N "name" (pass)`` for headings."""
+        label = f' "{self.name}"' if self.name else ""
+        return f"{self.path} run {self.run_id}{label} ({self.pass_name or 'single pass'})"
 
 
 def _stat(alias: str, key: str, kind: str) -> str:

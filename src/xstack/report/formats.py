@@ -28,7 +28,7 @@ from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Result, format_ns, format_value
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
-from xstack.report.html import Comparison
+from xstack.report.html import COMPARISON_LEAD, Comparison
 from xstack.report.terminal import devices_line, health_headline, iterations_line, runs_line, wall_line
 
 HEALTH = "health"
@@ -120,7 +120,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         if r.id != HEALTH:  # the closing Trace health section shows it
             out += md_result(r)
     if compare is not None:
-        out += ["## Comparison", ""]
+        out += ["## Comparison", "", md(COMPARISON_LEAD), ""]
+        out += [f"- {md(line)}" for line in compare.heading().splitlines()] + [""]
         for r in compare.results:
             out += md_result(r)
     if s.overhead:
