@@ -71,6 +71,7 @@ class RunSummary:
     pass_name: str | None
     source: str | None
     status: str | None
+    """``complete``, or ``cut_short`` where the program stopped early (crashed, interrupted); None where unknown."""
     wall_ns: int | None
     """The run's host wall time (ns); None where it has no host trace (an Nsight Compute CSV), never 0."""
     span_counts: dict[str, int]
@@ -115,6 +116,8 @@ class RunSummary:
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
     merged run, "of step (PASS)": the step median of the pass that timed that level."""
+    error: str | None = None
+    """What stopped the program early (``config.error``: ``ValueError: boom``, ``exit code 3``); None otherwise."""
     iterations: dict[str, int] | None = None
     """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
     and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
@@ -143,6 +146,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         pass_name=row[6],
         source=(config.get("source") or {}).get("path") or row[8],
         status=config.get("status"),
+        error=str(config["error"]) if config.get("error") else None,
         wall_ns=wall,
         wall_source=wall_source,
         span_counts={k: int(v) for k, v in counts.items()},

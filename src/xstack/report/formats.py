@@ -29,7 +29,14 @@ from xstack.analyze.result import Result, format_ns, format_value
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
-from xstack.report.terminal import devices_line, health_headline, iterations_line, runs_line, wall_line
+from xstack.report.terminal import (
+    devices_line,
+    health_headline,
+    iterations_line,
+    runs_line,
+    status_line,
+    wall_line,
+)
 
 HEALTH = "health"
 """The id of the health analysis, which markdown shows once, in its closing Trace health section."""
@@ -110,6 +117,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("devices", devices_line(s)),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
     ]
+    if status := status_line(s):
+        facts.insert(2, ("status", status))
     if others := runs_line(s, "report"):
         facts.insert(2, ("store", others))
     out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
