@@ -80,11 +80,16 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
     data.mkdir()
     for i in range(3):
         (data / f"{i}.bin").write_bytes(b"x" * 100)
+    src = tmp_path / "src"  # what `pip install -e` leaves beside the package's source: its metadata
+    for name in ("mypkg", "xstack"):
+        (src / f"{name}.egg-info").mkdir(parents=True)
+        (src / f"{name}.egg-info" / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (src / f"{name}.egg-info" / "entry_points.txt").write_text(f"[console_scripts]\n{name} = {name}:main\n")
     store, out, err = tmp_path / "c.duckdb", tmp_path / "out.txt", tmp_path / "err.txt"
     script = PROGRAMS / "path_classes.py"
     with out.open("wb") as stdout, err.open("wb") as stderr:  # xstack run ... > out.txt 2> err.txt
         command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
-                   str(script), str(data)]  # fmt: skip
+                   str(script), str(data), str(src)]  # fmt: skip
         done = subprocess.run(command, stdout=stdout, stderr=stderr, timeout=240)
     assert done.returncode == 0, err.read_text()
     assert out.read_text() == "read\nchild\n" and "warned" in err.read_text()  # the program's output is intact
@@ -102,6 +107,8 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
         str(err): "stream",
         str(script): "python",
         str(package / "runner.py"): "profiler",
+        str(src / "mypkg.egg-info" / "entry_points.txt"): "python",
+        str(src / "xstack.egg-info" / "entry_points.txt"): "profiler",
     }
     venv = Path(sys.prefix) / "pyvenv.cfg"
     if venv.exists():  # the second interpreter reads it as it starts

@@ -46,6 +46,12 @@ PACKAGE = Path(xstack.__file__).parent
         (str(PACKAGE / "collect" / "_io" / "libxstack_io.so"), "profiler"),
         (str(PACKAGE), "profiler"),
         ("/home/u/venv/lib/python3.11/site-packages/xstack-0.1.0.dist-info/entry_points.txt", "profiler"),
+        ("/home/u/xstack/src/xstack.egg-info/entry_points.txt", "profiler"),  # an editable install of xstack
+        ("/home/u/project/src/mypkg.egg-info/entry_points.txt", "python"),  # of the program's own package
+        ("/home/u/project/src/mypkg.egg-info", "python"),
+        ("/opt/tools/thing-2.0.dist-info/METADATA", "python"),
+        ("/home/u/venv/src/mypkg.egg-link", "python"),
+        ("/data/train/shard.info/part-0", "data"),
         ("/data/train/img_001.npz", "data"),
         ("/data/train/notes.pyx.txt", "data"),
         ("/data/python", "data"),

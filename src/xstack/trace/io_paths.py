@@ -27,9 +27,10 @@ UNKNOWN: Final = "unknown"
 CLASSES: Final = {
     DATA: "the program's own files: everything the other classes leave",
     DIRECTORY: "directories, opened for listing or stat'ed (known from the calls: the io level only)",
-    PYTHON: "the interpreter, its library, installed packages, virtual environments (pyvenv.cfg), and Python "
-    "source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), the program's script included",
-    PROFILER: "xstack's own files (its package, its io library)",
+    PYTHON: "the interpreter, its library, installed packages and their metadata (*.dist-info, *.egg-info, an "
+    "editable install's too), virtual environments (pyvenv.cfg), and Python source and bytecode anywhere (.py, "
+    ".pyc, __pycache__, extension modules), the program's script included",
+    PROFILER: "xstack's own files (its package, its io library, its package metadata)",
     SYSTEM: "the operating system's: /usr, /lib, /etc, /proc, /sys, /dev, ...",
     STREAM: "standard streams, pipes, sockets and terminals, and a file the program's standard output or error "
     "was redirected to (known from the calls: the io level only)",
@@ -66,12 +67,13 @@ PROFILER_ROOTS: Final = tuple(dict.fromkeys((str(Path(__file__).parent.parent.ab
 
 _STREAM_NAMES: Final = frozenset({"<stdin>", "<stdout>", "<stderr>", "<pipe>", "<socket>", "<tty>"})
 _STREAM = re.compile(r"^(?:(?:pipe|socket|anon_inode):.*|/dev/(?:pts/.*|tty.*|std(?:in|out|err)|console))$")
-_PROFILER = re.compile(r"/xstack-[^/]*\.dist-info(?:/|$)")
+_PROFILER = re.compile(r"/xstack(?:-[^/]*)?\.(?:dist|egg)-info(?:/|$)")
 _PYTHON = re.compile(
     r"/(?:site-packages|dist-packages|__pycache__)(?:/|$)"  # installed packages, bytecode caches
     r"|/lib(?:32|64)?/python\d+(?:\.\d+)?t?(?:/|$)"  # the standard library
     r"|\.(?:py|pyc|pyo|pyi|pyw|pyd|pth)$|\.(?:cpython-[^/]*|abi3)\.so$"  # source, bytecode, extension modules
     r"|/pyvenv\.cfg$|/bin/python\d*(?:\.\d+)?t?$|/libpython\d[^/]*$"  # virtual environments, the interpreter
+    r"|\.(?:dist|egg)-info(?:/|$)|\.egg-link$"  # package metadata, wherever it is (an editable install's too)
 )
 
 
@@ -80,8 +82,9 @@ def path_class(path: str) -> str:
     """The ``io.path_class`` of ``path`` from its text (``CLASSES`` says what each holds): ``stream`` (standard
     streams, pipes, sockets, terminals), ``unknown`` (empty, relative or anonymised names, such as ``<fd 7>``
     or the hashes of an anonymised Darshan log, that say nothing of where the file is), ``profiler`` (inside
-    ``PROFILER_ROOTS``), ``python`` (inside ``site-packages``, ``dist-packages``, ``__pycache__`` or a
-    ``lib/pythonX.Y`` folder, a ``.py``/``.pyc``/extension module anywhere, ``pyvenv.cfg``, the interpreter),
+    ``PROFILER_ROOTS``, or its package metadata), ``python`` (inside ``site-packages``, ``dist-packages``,
+    ``__pycache__`` or a ``lib/pythonX.Y`` folder, a ``.py``/``.pyc``/extension module anywhere, package metadata
+    (``*.dist-info``, ``*.egg-info``) anywhere, ``pyvenv.cfg``, the interpreter),
     ``system`` (under one of ``SYSTEM_ROOTS``) or ``data`` (any other absolute path)."""
     if path.lower() in _STREAM_NAMES or _STREAM.match(path):
         return STREAM
