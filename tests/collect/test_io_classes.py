@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +70,22 @@ def test_the_files_standard_output_and_error_went_to_are_streams() -> None:
                      "/data/a.bin": "data", "/data/b.bin": "data", "<pipe>": "stream"}  # fmt: skip
 
 
+def test_tempfile_s_probe_of_a_temporary_folder_is_python() -> None:
+    name = "/tmp/v52ns_va"
+    probe = [Op("open", name, fd=9), Op("write", name, fd=9, bytes=4), Op("close", name)]
+    lookalikes = [
+        Op("open", "/tmp/labels01", fd=9), Op("write", "/tmp/labels01", fd=9, bytes=4),  # then read back: data
+        Op("read", "/tmp/labels01", fd=9, bytes=4), Op("close", "/tmp/labels01"),
+        Op("open", "/tmp/abcd1234", fd=9), Op("write", "/tmp/abcd1234", fd=9, bytes=400), Op("close", "/tmp/abcd1234"),
+        Op("open", "/data/v52ns_vb", fd=9), Op("write", "/data/v52ns_vb", fd=9, bytes=4), Op("close", "/data/v52ns_vb"),
+    ]  # fmt: skip
+    classes = PathClasses(probe + lookalikes)
+    assert classes.probes == {"/tmp/v52ns_va"}
+    assert [classes.of(p, "file") for p in ("/tmp/v52ns_va", "/tmp/labels01", "/tmp/abcd1234", "/data/v52ns_vb")] == [
+        "python", "data", "data", "data"
+    ]  # fmt: skip
+
+
 def _unavailable() -> str | None:
     from xstack.collect.io import IoCollector
 
@@ -117,3 +135,36 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
     assert {path: spans.get(path) for path in expected} == expected
     data_paths = {path for path, cls in classes.items() if "data" in cls}
     assert data_paths == {str(data / f"{i}.bin") for i in range(3)}, data_paths
+
+
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Path]]:
+    """A program that starts a worker as multiprocessing's spawn mode does, profiled with the io level; the store
+    (open read-only) and the worker's data file."""
+    if _unavailable() is not None:
+        pytest.skip(f"io level unavailable: {_unavailable()}")
+    tmp = tmp_path_factory.mktemp("spawned")
+    data = tmp / "data.txt"
+    data.write_text("hello")
+    store = tmp / "s.duckdb"
+    command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
+               str(PROGRAMS / "spawn_workers.py"), str(data)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and done.stdout == "copied hello\n", done.stderr
+    with Store.open(store) as s:
+        yield s, data
+
+
+def test_a_spawned_worker_s_shared_and_temporary_files_are_not_data(spawned: tuple[Store, Path]) -> None:
+    store, data = spawned
+    classes: dict[str, set[str]] = {}
+    for path, cls in store.query(f"""SELECT attrs->>'$."{A.IO_PATH}"', attrs->>'$."{A.IO_PATH_CLASS}"'
+                                     FROM spans WHERE level = 'io'"""):  # fmt: skip
+        classes.setdefault(str(path), set()).add(str(cls))
+    # the worker's interpreter looks for pythonXY.zip and ._pth files as it starts: python, not data
+    assert {path for path, cls in classes.items() if "data" in cls} == {str(data)}
+    shared = [path for path in classes if path.startswith("/dev/shm/psm_")]  # multiprocessing.shared_memory
+    sockets = [path for path in classes if "/pymp-" in path and "/listener-" in path]  # the worker's listener
+    assert shared and sockets and all(classes[p] == {"ipc"} for p in shared + sockets)
+    probes = [p for p in classes if Path(p).parent == Path(tempfile.gettempdir()) and len(Path(p).name) == 8]
+    assert probes and all(classes[p] == {"python"} for p in probes)  # tempfile's, as the worker made its folder

@@ -35,10 +35,11 @@ SPAN_BYTES: Final = f"TRY_CAST(attrs->>'$.\"{A.IO_BYTES}\"' AS BIGINT)"
 SPAN_CLASS: Final = f"coalesce(attrs->>'$.\"{A.IO_PATH_CLASS}\"', 'unknown')"
 SPAN_PATH: Final = f"attrs->>'$.\"{A.IO_PATH}\"'"
 FILE_CLASS: Final = f"coalesce(attrs->>'$.{A.IO_FILE_PATH_CLASS}', 'unknown')"
-FILE_STORAGE: Final = f"{FILE_CLASS} <> 'stream'"
-SPAN_STORAGE: Final = f"{SPAN_CLASS} <> 'stream'"
-"""Conditions leaving out pipes and sockets: they carry batches between processes (a main process blocks reading
-them while it waits for a worker), so the analyses of storage I/O count the other files only."""
+FILE_STORAGE: Final = f"{FILE_CLASS} NOT IN ('stream', 'ipc')"
+SPAN_STORAGE: Final = f"{SPAN_CLASS} NOT IN ('stream', 'ipc')"
+"""Conditions leaving out pipes, sockets and shared memory (classes ``stream`` and ``ipc``): they carry batches
+between processes (a main process blocks reading them while it waits for a worker), so the analyses of storage
+I/O count the other files only."""
 
 
 def file_int(key: str) -> str:

@@ -184,8 +184,8 @@ IO_PATH_CLASS: Final = "io.path_class"
 ``directory`` (a directory, listed or stat'ed), ``python`` (the interpreter, installed packages and their
 metadata, virtual environments, and Python source and bytecode anywhere, the program's script included),
 ``profiler`` (xstack's own files), ``system`` (``/usr``, ``/lib``, ``/etc``, ``/proc``, ``/sys``, ``/dev``,
-...), ``stream`` (standard streams, pipes, sockets, terminals, and the file standard output or error was
-redirected to) or ``unknown``."""
+...), ``ipc`` (shared memory, semaphores, multiprocessing's temporary files and sockets), ``stream`` (standard
+streams, pipes, sockets, terminals, and the file standard output or error was redirected to) or ``unknown``."""
 
 # -- io_files.attrs (per-file counters beyond the view's columns; Darshan's meanings) ---------------------
 IO_FILE_CONSEC_READS: Final = "consec_reads"
