@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import xstack
-from xstack.collect._io_classes import PathClasses
+from xstack.collect._io_classes import PathClasses, process_roles
 from xstack.collect._io_counters import file_counters
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -84,6 +84,27 @@ def test_tempfile_s_probe_of_a_temporary_folder_is_python() -> None:
     assert [classes.of(p, "file") for p in ("/tmp/v52ns_va", "/tmp/labels01", "/tmp/abcd1234", "/data/v52ns_vb")] == [
         "python", "data", "data", "data"
     ]  # fmt: skip
+
+
+@dataclass
+class Process:
+    pid: int
+    argv: list[str]
+    forked: bool = False
+
+
+def test_the_helpers_of_multiprocessing_are_told_by_their_command_lines() -> None:
+    python = "/venv/bin/python"
+    processes = [
+        Process(10, [python, "train.py"]),
+        Process(11, [python, "-B", "-c", "from multiprocessing.resource_tracker import main;main(6)"]),
+        Process(12, [python, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"]),
+        Process(13, [python, "-c", "from multiprocessing.forkserver import main; main(9)"], forked=True),  # a worker
+        Process(14, [python, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
+                     "pipe_handle=13)", "--multiprocessing-fork"]),  # a spawned worker
+        Process(15, [python, "-c", "print('from multiprocessing.resource_tracker import mainly')"]),
+    ]  # fmt: skip
+    assert process_roles(processes) == {11: "resource_tracker", 12: "forkserver"}  # type: ignore[arg-type]
 
 
 def _unavailable() -> str | None:
@@ -168,3 +189,13 @@ def test_a_spawned_worker_s_shared_and_temporary_files_are_not_data(spawned: tup
     assert shared and sockets and all(classes[p] == {"ipc"} for p in shared + sockets)
     probes = [p for p in classes if Path(p).parent == Path(tempfile.gettempdir()) and len(Path(p).name) == 8]
     assert probes and all(classes[p] == {"python"} for p in probes)  # tempfile's, as the worker made its folder
+
+
+def test_the_resource_tracker_is_not_a_worker(spawned: tuple[Store, Path]) -> None:
+    from xstack.analyze.io import input_wait, process_table
+
+    store, _ = spawned
+    processes = process_table(store, 1)
+    roles = sorted(r["role"] for r in processes.to_records())
+    assert roles == ["main", "resource tracker", "worker"]
+    assert processes.facts["workers"] == input_wait(store, 1).facts["workers"] == 1

@@ -10,6 +10,9 @@
 - a file that the standard library's ``tempfile`` made to probe a temporary folder (it picks the folder the first
   time a temporary file or folder is asked for, as multiprocessing does in each worker it spawns) is ``python``:
   an eight-character random name in a temporary folder, opened once, ``b"blat"`` written, closed, nothing else.
+
+The processes' command lines tell the helpers of ``multiprocessing`` (``process_roles``): they are processes of
+the program, not its workers.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 
 from xstack.collect._io_counters import OPENS, STREAM_PATHS, WRITES, Op
+from xstack.collect._io_records import IoProcess
 from xstack.trace.io_paths import DIRECTORY, PYTHON, STREAM, UNKNOWN, path_class
 
 _STANDARD_OUTPUT = (1, 2)
@@ -87,3 +91,21 @@ def _probe_calls(ops: list[Op]) -> bool:
         len({op.pid for op in ops}) == 1 and opens == 1 and written == _PROBE_BYTES
         and all(op.op in _PROBE_CALLS for op in ops)
     )  # fmt: skip
+
+
+_HELPERS = re.compile(r"\bfrom multiprocessing\.(resource_tracker|semaphore_tracker|forkserver) import main\b")
+"""The code ``multiprocessing`` starts its helper processes with (``python -c CODE``): the resource tracker (the
+semaphore tracker before Python 3.8) and the forkserver."""
+
+
+def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:
+    """The processes that are helpers of ``multiprocessing``, not workers (``A.IO_PROCESS_ROLE``), by pid: those
+    started with a helper's code. A process forked from one (a worker the forkserver forked) inherits its command
+    line, and is not one."""
+    roles: dict[int, str] = {}
+    for p in processes:
+        code = next((p.argv[i + 1] for i, arg in enumerate(p.argv[:-1]) if arg == "-c"), "")
+        found = _HELPERS.search(code) if not p.forked else None
+        if found:
+            roles[p.pid] = "forkserver" if found.group(1) == "forkserver" else "resource_tracker"
+    return roles
