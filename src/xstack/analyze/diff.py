@@ -26,54 +26,37 @@ trace), are judged by the two floors alone, and the tables say so in a label.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from xstack.analyze import _diff_format
 from xstack.analyze._diff_read import LayerKey, OpKey, Side, Timing, read_side
+from xstack.analyze._diff_rule import (
+    NESTED,
+    RULE_NOTE,
+    SELF_DELTA,
+    STATUS_COLUMN,
+    STATUSES,
+    TIMES,
+    K,
+    Rule,
+    Status,
+    Table,
+    classify,
+)
+from xstack.analyze._diff_summary import summary as diff_summary
 from xstack.analyze.context import HINTS, pick_run
 from xstack.analyze.result import Chart, Column, Result, format_ns, render_result
 from xstack.errors import StoreError, UsageError
 from xstack.trace.store import Store
 
-Status = Literal["added", "removed", "slower", "faster", "unchanged"]
-STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
-K = TypeVar("K", bound=Hashable)
-NESTED = ("layer", "op")
-"""Levels whose items nest: their sums add self times, so that no time is counted twice."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """When a difference counts: both floors, and the spread where both sides have statistics."""
-
-    threshold: float = 0.05
-    """Relative floor: a fraction of A's time."""
-    min_delta_ns: int = 1_000
-    """Absolute floor, in ns."""
-    min_iterations: int = 3
-    """Fewest measured iterations for a side's spread to be used."""
-
-    def classify(self, a: Timing | None, b: Timing | None) -> tuple[Status, float | None]:
-        """The status of one matched item, and the spread its change was measured against (None: floors only)."""
-        if a is None:
-            return "added", None
-        if b is None:
-            return "removed", None
-        delta = b.value_ns - a.value_ns
-        spread_a, spread_b = a.spread_ns(self.min_iterations), b.spread_ns(self.min_iterations)
-        noise = spread_a + spread_b if spread_a is not None and spread_b is not None else None
-        if abs(delta) < max(self.threshold * a.value_ns, self.min_delta_ns, 1) or (
-            noise is not None and abs(delta) <= noise
-        ):
-            return "unchanged", noise
-        return ("slower" if delta > 0 else "faster"), noise
+__all__ = ["STATUSES", "ProfileDiff", "Rule", "Status", "diff_profiles"]
 
 
 @dataclass
@@ -176,82 +159,6 @@ def _side_dict(s: Side) -> dict[str, Any]:
             "steps": s.steps}  # fmt: skip
 
 
-# -- tables -----------------------------------------------------------------------------------------------
-_TIMES = [
-    Column("A", "ns", "time in A: median per call (a kernel name: total of its calls)"),
-    Column("B", "ns", "time in B"),
-    Column("delta", "ns", "B - A (added: B's time; removed: minus A's time)"),
-    Column("change", "pct", "delta in percent of A's time"),
-    Column("noise", "ns", "the combined spread the change had to exceed (-: judged by the floors only)"),
-]
-_STATUS = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
-_SELF_DELTA = Column(
-    "self_delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
-)
-
-
-@dataclass
-class _Table:
-    """The classified rows of one level, and per status the items and their summed times (ns)."""
-
-    rows: list[tuple[Any, ...]]
-    counts: dict[str, int]
-    sum_a: dict[str, int]
-    sum_b: dict[str, int]
-    floors_only: int
-    matched: int
-
-    @property
-    def totals(self) -> dict[str, int]:
-        """Time added (items only B has), removed (only A), lost (slower items) and gained (faster), and the net."""
-        t = {"added_ns": self.sum_b["added"], "removed_ns": self.sum_a["removed"],
-             "lost_ns": self.sum_b["slower"] - self.sum_a["slower"],
-             "gained_ns": self.sum_a["faster"] - self.sum_b["faster"]}  # fmt: skip
-        return {**t, "net_ns": t["added_ns"] - t["removed_ns"] + t["lost_ns"] - t["gained_ns"]}
-
-
-def _classify(
-    a: dict[K, Timing],
-    b: dict[K, Timing],
-    rule: Rule,
-    cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
-    nested: bool = False,
-) -> _Table:
-    """Classify every item; a ``nested`` level's rows end with the change of the self time, and its sums add self
-    times (a layer's time holds its sub-layers', which are items of their own)."""
-    keyed: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
-    zero: dict[str, int] = dict.fromkeys(STATUSES, 0)
-    t = _Table([], dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
-    for key in list(a) + [k for k in b if k not in a]:
-        ta, tb = a.get(key), b.get(key)
-        status, noise = rule.classify(ta, tb)
-        t.counts[status] += 1
-        t.sum_a[status] += _own(ta)
-        t.sum_b[status] += _own(tb)
-        if ta is not None and tb is not None:
-            t.matched += 1
-            t.floors_only += noise is None
-        delta = (_ns(tb) or 0) - (_ns(ta) or 0)
-        pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
-        row = (status, *cells(key, ta, tb), _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise))
-        order = (status == "unchanged", -abs(delta), str(row[1:-5]))
-        keyed.append((order, row + ((_own(tb) - _own(ta),) if nested else ())))
-    t.rows = [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
-    return t
-
-
-def _own(t: Timing | None) -> int:
-    return 0 if t is None else round(t.own_ns)
-
-
-def _ns_or_none(v: float | None) -> int | None:
-    return None if v is None else round(v)
-
-
-def _ns(t: Timing | None) -> int | None:
-    return None if t is None else round(t.value_ns)
-
-
 def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
     fallback = _fallback_label(a, b, rule)
     opts = (rule, fallback, top)
@@ -269,7 +176,7 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
         kernels[0].labels.append(
             f"the runs hold {a.steps} and {b.steps} steps: kernel totals are per run, not per step"
         )
-    summary = _summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
+    summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
     return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0])
 
 
@@ -305,16 +212,16 @@ def _level(
     cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
     how: str,
     opts: tuple[Rule, str | None, int | None],
-) -> tuple[Result, _Table | None]:
+) -> tuple[Result, Table | None]:
     """One level's table, or the result saying what one run lacks, or why the two cannot be compared."""
     gap = _kernel_gap(a, b) if level == "kernel" else _level_gap(level, a, b)
     if gap is not None:
-        return Result(id=id, title=title, missing=[gap[0]], hint=gap[1], notes=f"{how} {_RULE_NOTE}"), None
+        return Result(id=id, title=title, missing=[gap[0]], hint=gap[1], notes=f"{how} {RULE_NOTE}"), None
     rule, fallback, top = opts
     nested = level in NESTED
-    t = _classify(items_a, items_b, rule, cells, nested)
-    times = [*_TIMES, _SELF_DELTA] if nested else _TIMES
-    result = _result(id, title, [_STATUS, *columns, *times], t, how, fallback, top, rule)
+    t = classify(items_a, items_b, rule, cells, nested)
+    times = [*TIMES, SELF_DELTA] if nested else TIMES
+    result = _result(id, title, [STATUS_COLUMN, *columns, *times], t, how, fallback, top, rule)
     if level == "kernel" and a.kernel_source == "replay":
         result.labels.append(_REPLAYED)
     for name, s in (("A", a), ("B", b)):
@@ -360,7 +267,7 @@ def _which(a: Side, sides: list[Side]) -> str:
     return " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in sides)
 
 
-def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fallback: str | None,
+def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fallback: str | None,
             top: int | None, rule: Rule) -> Result:  # fmt: skip
     rows = t.rows if top is None else t.rows[:top]
     labels = [fallback] if fallback else []
@@ -370,16 +277,10 @@ def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fal
     x = columns[1].name if id != "diff.ops" else "op"
     return Result(
         id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), labels=labels,
-        notes=f"{how} Rows: changes first, each group by |delta|. {_RULE_NOTE}",
+        notes=f"{how} Rows: changes first, each group by |delta|. {RULE_NOTE}",
         chart=Chart("hbar", x=x, y=("delta",), title="B - A", series="status", limit=20),
         facts={**t.counts, **t.totals},
     )  # fmt: skip
-
-
-_RULE_NOTE = (
-    "A change counts when |delta| reaches the relative and absolute floors and, where both runs have iteration "
-    "statistics, exceeds the combined low-side spread (median - p5) of the two runs."
-)
 
 
 def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
@@ -388,79 +289,3 @@ def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
         return None
     return (f"no iteration statistics in {' and '.join(plain)}: changes judged by the floors only "
             f"({rule.threshold * 100:g}%, {format_ns(rule.min_delta_ns)})")  # fmt: skip
-
-
-def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fallback: str | None) -> Result:
-    items = Column("items", "count", "items of this status (the step and stages: -)")
-    columns = [Column("item"), _STATUS, items, *_TIMES]
-    rows = [_step_row(a, b, rule)]
-    facts: dict[str, Any] = {"step_a_ns": rows[0][3], "step_b_ns": rows[0][4], "step_delta_ns": rows[0][5],
-                             "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
-    stage_rows = _stage_rows(a, b, rule)
-    rows += stage_rows
-    facts["stages"] = {str(r[0]).removeprefix("stage "): r[1] for r in stage_rows}
-    for level, t in tables.items():
-        rows += _level_rows(level, t)
-        if t is not None:
-            facts[level] = {**t.counts, **t.totals}
-    notes = (
-        "The first row compares the step latency (median of the host step spans; without any, the run's host "
-        "wall time); then each model stage other than the step (load, preprocess, a forward call, ...: model "
-        "spans matched by name, median per call). Then per level and status: the items and their summed time in "
-        "A and B; the net change of a level is added - removed + lost (slower) - gained (faster), changes beyond "
-        "noise only. Layers and ops nest (a block holds its sub-layers, an op the ops it calls), so their sums "
-        "add self times: each item's time less that of the items of its level it encloses, which counts no time "
-        f"twice. A row's status is that of its items, judged on their whole time. {_RULE_NOTE}"
-    )
-    labels = ([fallback] if fallback else []) + _wall_labels(a, b)
-    return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
-                  labels=labels, facts=facts)  # fmt: skip
-
-
-def _pair_row(item: str, ta: Timing | None, tb: Timing | None, rule: Rule) -> tuple[Any, ...]:
-    """A summary row comparing one item: status, A, B, delta, change and noise (no item count)."""
-    status, noise = rule.classify(ta, tb)
-    delta = (_ns(tb) or 0) - (_ns(ta) or 0)
-    pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
-    return (item, status, None, _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise))
-
-
-def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
-    """The step latency where both runs have steps, else the runs' host wall times."""
-    if a.steps and b.steps:
-        return _pair_row("step latency", a.step, b.step, rule)
-    item = f"run wall time (no step spans in {' and '.join(n for n, s in (('A', a), ('B', b)) if not s.steps)})"
-    if a.wall is None or b.wall is None:
-        return (item, "not recorded", None, _ns(a.wall), _ns(b.wall), None, None, None)
-    return _pair_row(item, a.wall, b.wall, rule)
-
-
-def _wall_labels(a: Side, b: Side) -> list[str]:
-    """Where a wall time compared in place of the step came from, or why a run has none."""
-    if a.steps and b.steps:
-        return []
-    return [f"{n}: no host wall time ({s.wall_source})" if s.wall is None else f"{n}: wall time is {s.wall_source}"
-            for n, s in (("A", a), ("B", b)) if s.wall_source]  # fmt: skip
-
-
-def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:
-    """One row per model stage of either run, A's order first; one row saying so where a run has no model level."""
-    if "model" not in a.levels or "model" not in b.levels:
-        return [("stages", "not compared", *([None] * 6))] if a.stages or b.stages else []
-    names = list(a.stages) + [n for n in b.stages if n not in a.stages]
-    return [_pair_row(f"stage {n}", a.stages.get(n), b.stages.get(n), rule) for n in names]
-
-
-def _level_rows(level: str, t: _Table | None) -> list[tuple[Any, ...]]:
-    """Per status, the level's items and their summed times (self times where items nest), then its net change."""
-    item = f"{level}s (self time)" if level in NESTED else f"{level}s"
-    if t is None:
-        return [(item, "not compared", *([None] * 6))]
-    rows: list[tuple[Any, ...]] = []
-    for s in (s for s in STATUSES if t.counts[s]):
-        pct = 100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
-        rows.append((item, s, t.counts[s], t.sum_a[s] if s != "added" else None,
-                     t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
-    if any(t.counts[s] for s in STATUSES if s != "unchanged"):
-        rows.append((item, "net change", None, None, None, t.totals["net_ns"], None, None))
-    return rows
