@@ -124,7 +124,9 @@ def test_added_layer_is_added_slowed_layer_slower_the_rest_unchanged(live: tuple
     facts = diff.summary.facts["layer"]
     assert (facts["added"], facts["removed"], facts["slower"], facts["faster"], facts["unchanged"]) == (1, 0, 2, 0, 4)
     assert facts["added_ns"] == ns_b["5"]
-    assert facts["lost_ns"] == ns_b["2"] - ns_a["2"] + ns_b["Sequential"] - ns_a["Sequential"]
+    # sums of self times: the Sequential's own time beside its children's, each counted once
+    self_a, self_b = ({**ns, "Sequential": 2 * ns["Sequential"] - sum(ns.values())} for ns in (ns_a, ns_b))
+    assert facts["lost_ns"] == self_b["2"] - self_a["2"] + self_b["Sequential"] - self_a["Sequential"]
     assert diff.summary.facts["step_status"] == "slower" and not diff.layers.labels  # both runs have statistics
     assert [r["status"] for r in _rows(diff, "diff.layers")][:3] != ["unchanged"] * 3  # changes come first
 
@@ -150,8 +152,8 @@ def test_a_profile_against_itself_has_no_changes(live: tuple[Path, Path], gpu: t
         with Store.open(path) as store:
             diff = diff_profiles(store, store)
         for id in ("diff.layers", "diff.ops", "diff.kernels"):
-            rows = diff.result(id).rows
-            assert all(r[0] == "unchanged" for r in rows) and all(r[-3] == 0 for r in rows)
+            rows = _rows(diff, id)
+            assert all(r["status"] == "unchanged" and r["delta"] == r.get("self_delta", 0) == 0 for r in rows)
         assert diff.summary.facts["step_delta_ns"] == 0 and diff.summary.facts["step_status"] == "unchanged"
         assert {r[1] for r in diff.summary.rows} <= {"unchanged", "not compared"}
 
@@ -378,7 +380,7 @@ def test_a_trace_timed_under_counter_replay_gets_no_verdict_on_its_wall_time(tmp
         stores.append(tmp_path / f"{name}.duckdb")
     diff = diff_profiles(*stores)
     step = _rows(diff, "diff.summary")[0]
-    assert step["item"] == "run wall time (no step spans)" and step["status"] == "not compared"
+    assert step["item"] == "run wall time (no step spans in A and B)" and step["status"] == "not compared"
     assert step["B"] == pytest.approx(11.8e9, rel=0.01) and diff.summary.facts["step_status"] == "not compared"
     replayed = (
         "B's host times are inflated by counter replay, not the program's own timing (the CUPTI range profiler "
@@ -386,3 +388,136 @@ def test_a_trace_timed_under_counter_replay_gets_no_verdict_on_its_wall_time(tmp
     )
     assert replayed in diff.summary.labels and replayed in diff.ops.labels
     assert not any("counter replay" in label for label in diff_profiles(stores[0], stores[0]).summary.labels)
+
+
+def _nested_store(path: Path, outer_ns: int, inner_ns: int) -> Path:
+    """Three steps, each a layer ``net`` holding ``net.a`` (``inner_ns``) and ``net.b`` (4 ms), ``net.a`` an op
+    ``aten::linear`` holding ``aten::addmm``; ``outer_ns`` is ``net``'s time and the step lasts 1 ms more."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "nested", levels=["model", "layer", "op"]))
+        sink = Sink(store, 1)
+        start, ids = 0, iter(range(1, 1000))
+        for k in range(3):
+            step, net, a, b, linear, addmm = (next(ids) for _ in range(6))
+            sink.span(step, None, "model", f"step#{k}", start, outer_ns + 1_000_000, 1, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+            sink.span(net, step, "layer", "net", start, outer_ns, 1, 1, {A.LAYER_PATH: "net", A.LAYER_CALL_INDEX: 0})
+            sink.span(a, net, "layer", "a", start, inner_ns, 1, 1, {A.LAYER_PATH: "net.a", A.LAYER_CALL_INDEX: 0})
+            sink.span(linear, a, "op", "aten::linear", start, inner_ns - 500_000, 1, 1)
+            sink.span(addmm, linear, "op", "aten::addmm", start, inner_ns - 1_000_000, 1, 1)
+            sink.span(b, net, "layer", "b", start + inner_ns, 4_000_000, 1, 1,
+                      {A.LAYER_PATH: "net.b", A.LAYER_CALL_INDEX: 0})  # fmt: skip
+            start += outer_ns + 1_000_000
+        sink.close()
+    return path
+
+
+def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
+    # B's net.a (and the addmm inside it) takes 4 ms more; so do net, which holds it, and aten::linear
+    a = _nested_store(tmp_path / "a.duckdb", 9_000_000, 4_000_000)
+    b = _nested_store(tmp_path / "b.duckdb", 13_000_000, 8_000_000)
+    d = diff_profiles(a, b)
+    assert d.summary.facts["step_delta_ns"] == 4_000_000
+    layers = {r["layer"]: r for r in _rows(d, "diff.layers")}
+    assert {p: (r["status"], r["delta"], r["self_delta"]) for p, r in layers.items()} == {
+        "net": ("slower", 4_000_000, 0), "net.a": ("slower", 4_000_000, 4_000_000), "net.b": ("unchanged", 0, 0)
+    }  # fmt: skip
+    ops = {r["op"]: (r["status"], r["delta"], r["self_delta"]) for r in _rows(d, "diff.ops")}
+    assert ops == {"aten::linear": ("slower", 4_000_000, 0), "aten::addmm": ("slower", 4_000_000, 4_000_000)}
+    for level in ("layer", "op"):  # the time lost is the step's change, not twice it
+        assert d.summary.facts[level]["lost_ns"] == d.summary.facts[level]["net_ns"] == 4_000_000
+    summary = {(r["item"], r["status"]): r for r in d.summary.to_records()}
+    unchanged = summary[("layers (self time)", "unchanged")]
+    assert unchanged["A"] == unchanged["B"] == 4_000_000  # net.b alone
+
+
+def _staged_profile(path: Path, preprocess_s: float) -> Path:
+    """A live profile of a program's stages: load once, then three iterations of preprocess and predict."""
+    import time
+
+    import xstack
+
+    with xstack.profile("model", path, warmup=0) as prof:
+        with xstack.span("load"):
+            time.sleep(0.02)
+        for _ in range(3):
+            with xstack.span("preprocess"):
+                time.sleep(preprocess_s)
+            with xstack.span("predict"):
+                time.sleep(0.02)
+            prof.step()
+    return path
+
+
+def test_each_model_stage_has_its_row(tmp_path: Path) -> None:
+    a = _staged_profile(tmp_path / "a.duckdb", 0.002)
+    b = _staged_profile(tmp_path / "b.duckdb", 0.05)  # preprocess alone 48 ms slower
+    d = diff_profiles(a, b, threshold=LOOSE)
+    rows = {r["item"]: r for r in d.summary.to_records()}
+    assert rows["step latency"]["status"] == "slower"
+    assert rows["stage preprocess"]["status"] == "slower" and rows["stage preprocess"]["delta"] >= 45_000_000
+    assert rows["stage load"]["status"] == rows["stage predict"]["status"] == "unchanged"
+    assert list(rows).index("stage load") < list(rows).index("stage preprocess") < list(rows).index("stage predict")
+    assert d.summary.facts["stages"]["preprocess"] == "slower"
+
+
+# -- runs that hold part of the picture -------------------------------------------------------------------
+NCU = Path(__file__).resolve().parents[1] / "data" / "ncu"
+
+
+def _ncu_store(tmp_path: Path, name: str) -> Path:
+    from xstack.importers.ncu import import_ncu
+
+    with Store.create(tmp_path / f"{name}.duckdb") as store:
+        import_ncu(store, NCU / f"{name}.csv")
+    return tmp_path / f"{name}.duckdb"
+
+
+def test_kernels_replayed_by_nsight_compute_compare_with_each_other(tmp_path: Path) -> None:
+    from xstack.importers.ncu import DURATION, read_ncu_csv
+
+    a, b = _ncu_store(tmp_path, "raw_new_base"), _ncu_store(tmp_path, "details_new_auto")
+    d = diff_profiles(a, b)
+    durations = {k.name: round(k.metrics[DURATION]) for k in read_ncu_csv(NCU / "details_new_auto.csv").kernels}
+    rows = _rows(d, "diff.kernels")
+    assert {r["kernel"]: r["B"] for r in rows} == durations and len(durations) == 4
+    assert all(r["status"] == "unchanged" and r["a_calls"] == r["b_calls"] == 1 for r in rows)  # same kernels
+    assert any("replayed alone" in label for label in d.kernels.labels)
+    # neither CSV has a host trace: the wall time row says so instead of a number
+    summary = d.summary.to_records()
+    assert summary[0]["status"] == "not recorded" and summary[0]["A"] is None
+    assert "B: no host wall time (an Nsight Compute CSV has no host trace" in " ".join(d.summary.labels)
+
+
+def test_a_kernel_trace_and_replayed_kernels_are_not_compared_and_say_why(
+    tmp_path: Path, gpu: tuple[Path, Path]
+) -> None:
+    d = diff_profiles(gpu[0], _ncu_store(tmp_path, "raw_new_base"))
+    assert d.kernels.missing and "replayed alone" in d.kernels.hint and "B (" in d.kernels.hint
+    assert d.layers.rows == [] and d.layers.missing == ["layer"]  # B has none: said, the rest still compared
+    rows = {r["item"]: r for r in d.summary.to_records()}
+    assert rows["kernels"]["status"] == "not compared"
+    assert rows["run wall time (no step spans in B)"]["A"] is not None
+
+
+def test_darshan_logs_compare_by_their_job_run_times(tmp_path: Path) -> None:
+    pytest.importorskip("darshan", reason="PyDarshan is not installed (pip install darshan)")
+    from tests.conftest import FIXTURES
+    from xstack.importers.darshan import import_darshan
+
+    paths = []
+    for name in ("dlio_python3_a", "dlio_python3_b"):
+        log = FIXTURES / "darshan" / f"{name}.darshan"
+        if not log.exists():
+            pytest.skip(f"real-log fixture {log} is not present (expected ../shared/fixtures beside the repo)")
+        with Store.create(tmp_path / f"{name}.duckdb") as store:
+            import_darshan(store, log)
+            config = json.loads(store.query("SELECT config FROM runs")[0][0])
+        paths.append((tmp_path / f"{name}.duckdb", round(config["darshan"]["run_time_s"] * 1e9)))
+    d = diff_profiles(paths[0][0], paths[1][0])
+    row = d.summary.to_records()[0]
+    assert row["item"] == "run wall time (no step spans in A and B)"
+    assert (row["A"], row["B"], row["delta"]) == (paths[0][1], paths[1][1], paths[1][1] - paths[0][1])
+    assert "A: wall time is the Darshan log's job run time" in d.summary.labels
+    staged = diff_profiles(_staged_profile(tmp_path / "live.duckdb", 0.001), paths[0][0])
+    assert {r["item"]: r["status"] for r in staged.summary.to_records()}["stages"] == "not compared"

@@ -289,9 +289,9 @@ def test_bert_sync_is_attributed_to_its_python_line_and_layer(stores: Callable[[
     (row,) = [x for x in r.to_records() if x["kind"] == "implicit"]
     assert row["python line"] == line and row["op"] == "aten::is_nonzero"  # `if mask:` -> item() -> sync
     assert row["layer"] == "BertLMHeadModel_0.BertModel_0" and row["call"] == "cudaStreamSynchronize"
-    assert row["blocked"] == sync["end_ns"] - sync["ts_ns"] and row["count"] == 1
+    assert row["blocked (run)"] == sync["end_ns"] - sync["ts_ns"] and row["calls (run)"] == 1
     explicit = sum(e["name"] == "cudaDeviceSynchronize" for e in evs)
-    assert r.facts["syncs"] == 1 + explicit and r.facts["explicit"] == explicit
+    assert r.facts["syncs_in_run"] == 1 + explicit and r.facts["explicit_in_run"] == explicit
 
 
 def test_alexnet_syncs_count_the_blocking_copies(stores: Callable[[str], Store]) -> None:
@@ -300,10 +300,10 @@ def test_alexnet_syncs_count_the_blocking_copies(stores: Callable[[str], Store])
     streams = [e for e in evs if e["name"] == "cudaStreamSynchronize"]
     by_kind = {(x["kind"], x["op"], x["call"]): 0 for x in r.to_records()}
     for x in r.to_records():
-        by_kind[(x["kind"], x["op"], x["call"])] += x["count"]
+        by_kind[(x["kind"], x["op"], x["call"])] += x["calls (run)"]
     # .to("cuda") of pageable weights: cudaMemcpyAsync then a stream sync inside aten::to
     assert by_kind[("implicit", "aten::to", "cudaStreamSynchronize")] == len(streams) == 16
-    assert r.facts["blocked_ns"] == sum(e["end_ns"] - e["ts_ns"] for e in evs if e["cat"] == "cuda_runtime"
+    assert r.facts["blocked_in_run_ns"] == sum(e["end_ns"] - e["ts_ns"] for e in evs if e["cat"] == "cuda_runtime"
                                         and re.fullmatch(r"cuda(Device|Stream)Synchronize", e["name"]))  # fmt: skip
     assert all(x["python line"].startswith("no Python frames") for x in r.to_records())
     assert any("(model span: [param|cuda])" in x["python line"] for x in r.to_records())
@@ -332,11 +332,39 @@ def test_sync_lines_skip_library_frames_and_take_the_innermost_own_frame(tmp_pat
     with Store.open(path) as store:
         r = timeline.sync_points(store, 1)
     (item,) = [x for x in r.to_records() if x["kind"] == "implicit"]
-    got = (item["op"], item["python line"], item["layer"], item["blocked"])
+    got = (item["op"], item["python line"], item["layer"], item["blocked (run)"])
     assert got == ("aten::item", "train.py(43): inner", "net.head", 150)
-    explicit = sorted((x["python line"], x["count"]) for x in r.to_records() if x["kind"] == "explicit")
+    explicit = sorted((x["python line"], x["calls (run)"]) for x in r.to_records() if x["kind"] == "explicit")
     assert explicit == [("no frame of the program's own code", 1), ("train.py(7): later", 1)]
-    assert "cudaStreamWaitEvent" not in r.column("call") and r.facts["syncs"] == 3 and r.facts["window"] == "extent"
+    assert "cudaStreamWaitEvent" not in r.column("call")
+    assert r.facts["syncs_in_run"] == 3 and r.facts["window"] == "extent"
+
+
+def test_sync_figures_say_whether_they_are_of_the_window_or_the_run(tmp_path: Path) -> None:
+    # a 1000 ns sync while loading, before the steps; two 100 ns syncs in the two steps (1000 ns each)
+    path = tmp_path / "w.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "built", levels=["model", "runtime"]))
+        sink = Sink(store, 1)
+        sink.span(1, None, "runtime", "cudaDeviceSynchronize", 0, 1000, 1, 1)
+        for k in range(2):
+            start = 2000 + 1000 * k
+            sink.span(10 + k, None, "model", f"step#{k}", start, 1000, 1, 1, {"model.kind": "step", "model.step": k})
+            sink.span(20 + k, 10 + k, "runtime", "cudaDeviceSynchronize", start + 500, 100, 1, 1)
+        sink.close()
+    with Store.open(path) as store:
+        r = timeline.sync_points(store, 1)
+    # rows (one per model span around the call) by the time blocked in the window first: the steps' syncs, then
+    # the one before them, which blocked longest over the run
+    scopes = [(x["calls (window)"], x["blocked (window)"], x["share of window"], x["calls (run)"], x["blocked (run)"],
+               x["longest (run)"]) for x in r.to_records()]  # fmt: skip
+    assert scopes == [(1, 100, 5.0, 1, 100, 100)] * 2 + [(0, 0, 0.0, 1, 1000, 1000)]
+    f = r.facts
+    assert (f["window"], f["steps_in_window"], f["window_ns"]) == ("steps", 2, 2000)
+    assert (f["syncs_in_window"], f["blocked_in_window_ns"], f["blocked_in_window_pct"]) == (2, 200, 10.0)
+    assert (f["syncs_per_step"], f["blocked_per_step_ns"]) == (1.0, 100.0)
+    assert (f["syncs_in_run"], f["blocked_in_run_ns"], f["explicit_in_run"]) == (3, 1200, 3)
+    assert (f["top"]["calls_in_window"], f["top"]["blocked_in_window_ns"]) == (1, 100)
 
 
 # -- memcpy --------------------------------------------------------------------------------------------------

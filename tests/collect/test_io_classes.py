@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import xstack
-from xstack.collect._io_classes import PathClasses
+from xstack.collect._io_classes import PathClasses, process_roles
 from xstack.collect._io_counters import file_counters
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -68,6 +70,43 @@ def test_the_files_standard_output_and_error_went_to_are_streams() -> None:
                      "/data/a.bin": "data", "/data/b.bin": "data", "<pipe>": "stream"}  # fmt: skip
 
 
+def test_tempfile_s_probe_of_a_temporary_folder_is_python() -> None:
+    name = "/tmp/v52ns_va"
+    probe = [Op("open", name, fd=9), Op("write", name, fd=9, bytes=4), Op("close", name)]
+    lookalikes = [
+        Op("open", "/tmp/labels01", fd=9), Op("write", "/tmp/labels01", fd=9, bytes=4),  # then read back: data
+        Op("read", "/tmp/labels01", fd=9, bytes=4), Op("close", "/tmp/labels01"),
+        Op("open", "/tmp/abcd1234", fd=9), Op("write", "/tmp/abcd1234", fd=9, bytes=400), Op("close", "/tmp/abcd1234"),
+        Op("open", "/data/v52ns_vb", fd=9), Op("write", "/data/v52ns_vb", fd=9, bytes=4), Op("close", "/data/v52ns_vb"),
+    ]  # fmt: skip
+    classes = PathClasses(probe + lookalikes)
+    assert classes.probes == {"/tmp/v52ns_va"}
+    assert [classes.of(p, "file") for p in ("/tmp/v52ns_va", "/tmp/labels01", "/tmp/abcd1234", "/data/v52ns_vb")] == [
+        "python", "data", "data", "data"
+    ]  # fmt: skip
+
+
+@dataclass
+class Process:
+    pid: int
+    argv: list[str]
+    forked: bool = False
+
+
+def test_the_helpers_of_multiprocessing_are_told_by_their_command_lines() -> None:
+    python = "/venv/bin/python"
+    processes = [
+        Process(10, [python, "train.py"]),
+        Process(11, [python, "-B", "-c", "from multiprocessing.resource_tracker import main;main(6)"]),
+        Process(12, [python, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"]),
+        Process(13, [python, "-c", "from multiprocessing.forkserver import main; main(9)"], forked=True),  # a worker
+        Process(14, [python, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
+                     "pipe_handle=13)", "--multiprocessing-fork"]),  # a spawned worker
+        Process(15, [python, "-c", "print('from multiprocessing.resource_tracker import mainly')"]),
+    ]  # fmt: skip
+    assert process_roles(processes) == {11: "resource_tracker", 12: "forkserver"}  # type: ignore[arg-type]
+
+
 def _unavailable() -> str | None:
     from xstack.collect.io import IoCollector
 
@@ -80,11 +119,16 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
     data.mkdir()
     for i in range(3):
         (data / f"{i}.bin").write_bytes(b"x" * 100)
+    src = tmp_path / "src"  # what `pip install -e` leaves beside the package's source: its metadata
+    for name in ("mypkg", "xstack"):
+        (src / f"{name}.egg-info").mkdir(parents=True)
+        (src / f"{name}.egg-info" / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (src / f"{name}.egg-info" / "entry_points.txt").write_text(f"[console_scripts]\n{name} = {name}:main\n")
     store, out, err = tmp_path / "c.duckdb", tmp_path / "out.txt", tmp_path / "err.txt"
     script = PROGRAMS / "path_classes.py"
     with out.open("wb") as stdout, err.open("wb") as stderr:  # xstack run ... > out.txt 2> err.txt
         command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
-                   str(script), str(data)]  # fmt: skip
+                   str(script), str(data), str(src)]  # fmt: skip
         done = subprocess.run(command, stdout=stdout, stderr=stderr, timeout=240)
     assert done.returncode == 0, err.read_text()
     assert out.read_text() == "read\nchild\n" and "warned" in err.read_text()  # the program's output is intact
@@ -102,6 +146,8 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
         str(err): "stream",
         str(script): "python",
         str(package / "runner.py"): "profiler",
+        str(src / "mypkg.egg-info" / "entry_points.txt"): "python",
+        str(src / "xstack.egg-info" / "entry_points.txt"): "profiler",
     }
     venv = Path(sys.prefix) / "pyvenv.cfg"
     if venv.exists():  # the second interpreter reads it as it starts
@@ -110,3 +156,46 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
     assert {path: spans.get(path) for path in expected} == expected
     data_paths = {path for path, cls in classes.items() if "data" in cls}
     assert data_paths == {str(data / f"{i}.bin") for i in range(3)}, data_paths
+
+
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Path]]:
+    """A program that starts a worker as multiprocessing's spawn mode does, profiled with the io level; the store
+    (open read-only) and the worker's data file."""
+    if _unavailable() is not None:
+        pytest.skip(f"io level unavailable: {_unavailable()}")
+    tmp = tmp_path_factory.mktemp("spawned")
+    data = tmp / "data.txt"
+    data.write_text("hello")
+    store = tmp / "s.duckdb"
+    command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
+               str(PROGRAMS / "spawn_workers.py"), str(data)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and done.stdout == "copied hello\n", done.stderr
+    with Store.open(store) as s:
+        yield s, data
+
+
+def test_a_spawned_worker_s_shared_and_temporary_files_are_not_data(spawned: tuple[Store, Path]) -> None:
+    store, data = spawned
+    classes: dict[str, set[str]] = {}
+    for path, cls in store.query(f"""SELECT attrs->>'$."{A.IO_PATH}"', attrs->>'$."{A.IO_PATH_CLASS}"'
+                                     FROM spans WHERE level = 'io'"""):  # fmt: skip
+        classes.setdefault(str(path), set()).add(str(cls))
+    # the worker's interpreter looks for pythonXY.zip and ._pth files as it starts: python, not data
+    assert {path for path, cls in classes.items() if "data" in cls} == {str(data)}
+    shared = [path for path in classes if path.startswith("/dev/shm/psm_")]  # multiprocessing.shared_memory
+    sockets = [path for path in classes if "/pymp-" in path and "/listener-" in path]  # the worker's listener
+    assert shared and sockets and all(classes[p] == {"ipc"} for p in shared + sockets)
+    probes = [p for p in classes if Path(p).parent == Path(tempfile.gettempdir()) and len(Path(p).name) == 8]
+    assert probes and all(classes[p] == {"python"} for p in probes)  # tempfile's, as the worker made its folder
+
+
+def test_the_resource_tracker_is_not_a_worker(spawned: tuple[Store, Path]) -> None:
+    from xstack.analyze.io import input_wait, process_table
+
+    store, _ = spawned
+    processes = process_table(store, 1)
+    roles = sorted(r["role"] for r in processes.to_records())
+    assert roles == ["main", "resource tracker", "worker"]
+    assert processes.facts["workers"] == input_wait(store, 1).facts["workers"] == 1

@@ -126,6 +126,9 @@ def test_comparison_results_are_included() -> None:
     class Diff:
         results = [Result("diff.kernels", "Kernels", a.results[0].columns, a.results[0].rows)]
 
+        def heading(self) -> str:
+            return "A: base.duckdb run 1\nB: new.duckdb run 2"
+
     assert "## Comparison" in render_markdown(a, compare=Diff())
     assert json.loads(render_json(a, compare=Diff()))["comparison"][0]["id"] == "diff.kernels"
     rows = list(csv.DictReader(io.StringIO(render_csv(a, compare=Diff()))))
@@ -158,3 +161,42 @@ def test_cli_report_formats(bert_path: Path, tmp_path: Path) -> None:
     assert xstack("report", str(store), "--format", "html", "-o", "-", cwd=tmp_path).returncode == 2  # needs a file
     assert xstack("report", str(store), "--run", "9", cwd=tmp_path).returncode == 2
     assert xstack("report", str(tmp_path / "nope.duckdb"), cwd=tmp_path).returncode == 1
+
+
+def test_markdown_comparison_names_run_a_and_run_b(bert_path: Path, tmp_path: Path) -> None:
+    new, base = tmp_path / "new.duckdb", tmp_path / "base.duckdb"
+    for path in (new, base):
+        path.write_bytes(bert_path.read_bytes())
+    proc = xstack("report", str(new), "-o", "-", "--compare", str(base), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    section = proc.stdout.split("## Comparison", 1)[1].split("###", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    assert lines[:2] == [f'- A: {md(str(base))} run 1 "h100_bert_small_infer_full" (import)',
+                         f'- B: {md(str(new))} run 1 "h100_bert_small_infer_full" (import)']  # fmt: skip
+    assert "This report's run is B; A is the baseline given with --compare." in section
+
+
+CRASHING = """
+import xstack
+for _ in range(2):
+    with xstack.span("work"):
+        sum(range(1000))
+    xstack.step()
+raise ValueError("bad batch shape [2, 3]")
+"""
+
+
+def test_a_crashed_run_shows_its_status_and_why_in_every_report(tmp_path: Path) -> None:
+    from tests.report.test_html import Page
+
+    (tmp_path / "crash.py").write_text(CRASHING)
+    proc = xstack("run", "--levels", "model", "-o", "crash.duckdb", "--", sys.executable, "crash.py", cwd=tmp_path)
+    assert proc.returncode == 1 and "ValueError" in proc.stderr, proc.stderr
+    status = "cut_short (the program stopped early: ValueError: bad batch shape [2, 3])"
+    text = xstack("report", "crash.duckdb", "-o", "-", cwd=tmp_path).stdout
+    assert f"| status | {md(status)} |" in text
+    assert xstack("report", "crash.duckdb", "-o", "crash.html", cwd=tmp_path).returncode == 0
+    page = Page((tmp_path / "crash.html").read_text(encoding="utf-8"))
+    assert status in page.text
+    summary = xstack("summary", "crash.duckdb", cwd=tmp_path).stdout
+    assert status in summary

@@ -10,12 +10,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.report.handmade import HOSTILE, analysis
 from xstack.analyze.diff import diff_profiles
 from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Column, Result, format_value
 from xstack.export.perfetto import export_perfetto
-from xstack.report._html_results import anchor
+from xstack.report._html_results import anchor, fact_text
 from xstack.report.html import render_html, write_report
 from xstack.trace.store import Store
 
@@ -223,3 +225,36 @@ def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -
     assert labels == ["step", "predict"]  # one bar each, not two
     assert figure[0].count('class="mark"') == 2
     assert "rows where kind is not warm-up: 2 of 4" in figure[0]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "text"),
+    [
+        ("launch_ns_per_step", 324734.0, "324.7 us"),  # the unit word in the middle of the key
+        ("bytes_read", 11227249277, "10.5 GiB"),
+        ("bytes_per_step", 1536.0, "1.50 KiB"),  # not a rate
+        ("peak_dram_bytes_per_s", 3.2e11, "298 GiB/s"),
+        ("dataloader_pct_of_steps", 12.345, "12.3"),
+        ("interval_ms", 10.0, "10 ms"),
+        ("run_time_s", 135.28, "135.3 s"),
+        ("temp_max_c", 71.0, "71 °C"),
+        ("main_pid", 26674, "26674"),
+        ("ratio", 324734.6, "324,735"),  # no unit: separators, no exponent
+        ("ratio", 0.000012345, "0.000012345"),
+        ("ratio", 3.14159, "3.14"),
+        ("calls", 46060, "46,060"),
+        ("calls_per_step", 2.0, "2"),
+    ],
+)
+def test_facts_read_as_numbers_for_people(key: str, value: float, text: str) -> None:
+    assert fact_text(key, value) == text
+
+
+def test_no_fact_of_a_real_report_is_in_exponent_notation(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    _, a = bert
+    html = write_report(a, tmp_path / "bert.html").path.read_text(encoding="utf-8")
+    facts = re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", html)
+    assert len(facts) > 50
+    assert not [f for f in facts if re.search(r"\de[+-]\d", f[1])]
+    launches = next(r for r in a.results if r.id == "timeline.launches").facts
+    assert ("launch per step", format_value(launches["launch_ns_per_step"], "ns")) in facts

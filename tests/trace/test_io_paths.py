@@ -46,6 +46,25 @@ PACKAGE = Path(xstack.__file__).parent
         (str(PACKAGE / "collect" / "_io" / "libxstack_io.so"), "profiler"),
         (str(PACKAGE), "profiler"),
         ("/home/u/venv/lib/python3.11/site-packages/xstack-0.1.0.dist-info/entry_points.txt", "profiler"),
+        ("/home/u/xstack/src/xstack.egg-info/entry_points.txt", "profiler"),  # an editable install of xstack
+        ("/home/u/project/src/mypkg.egg-info/entry_points.txt", "python"),  # of the program's own package
+        ("/home/u/project/src/mypkg.egg-info", "python"),
+        ("/opt/tools/thing-2.0.dist-info/METADATA", "python"),
+        ("/home/u/venv/src/mypkg.egg-link", "python"),
+        ("/data/train/shard.info/part-0", "data"),
+        ("/dev/shm/torch_29770_3913507187_0", "ipc"),  # a tensor a DataLoader worker hands over
+        ("/dev/shm/torch_29770_3913507187_0 (deleted)", "ipc"),  # the same, named through /proc/self/fd
+        ("/dev/shm/sem.mp-2k1ab3cd", "ipc"),  # a POSIX semaphore
+        ("/dev/shm/psm_b128b029", "ipc"),  # multiprocessing.shared_memory
+        ("/run/shm/x", "ipc"),
+        ("/memfd:pytorch (deleted)", "ipc"),
+        ("/tmp/pymp-i9nazalg/listener-49o1hglo", "ipc"),  # multiprocessing's folder: a socket to hand a descriptor
+        ("/scratch/job/pymp-ys2wdqpk", "ipc"),
+        ("/data/pymp-notes.txt", "data"),
+        ("/root/.pyenv/versions/3.11.7/lib/python311.zip", "python"),  # what an interpreter looks for as it starts
+        ("/root/.pyenv/versions/3.11.7/bin/pybuilddir.txt", "python"),
+        ("/work/venv/bin/python._pth", "python"),
+        ("/root/.pyenv/versions/3.11.7/bin/Modules/Setup.local", "python"),
         ("/data/train/img_001.npz", "data"),
         ("/data/train/notes.pyx.txt", "data"),
         ("/data/python", "data"),
@@ -62,5 +81,6 @@ def test_path_class(path: str, expected: str) -> None:
 
 
 def test_every_class_is_described() -> None:
-    classes = {path_class(p) for p in ("/d", "/usr/x", "/usr/lib/python3/os.py", "<pipe>", "x", str(PACKAGE))}
+    paths = ("/d", "/usr/x", "/usr/lib/python3/os.py", "<pipe>", "x", str(PACKAGE), "/dev/shm/x")
+    classes = {path_class(p) for p in paths}
     assert classes | {"directory"} == set(CLASSES)  # directories are known from the calls (collect._io_classes)

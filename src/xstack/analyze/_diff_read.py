@@ -1,14 +1,17 @@
-"""One side of a profile diff: a run's step latency, layers, ops and kernels, keyed so that two runs match.
+"""One side of a profile diff: a run's step latency, model stages, layers, ops and kernels, keyed so that two runs
+match.
 
-Keys follow the structure, not span ids: a layer is ``(layer.path, call)``, ``call`` being ``layer.call_index``
-or, where a trace lacks it (imported traces), the call's order among the calls of that path in its step; an op
-is ``(layer path, layer call, op name, occurrence)``, the occurrence counting the op's earlier calls of the
-same name under the same nearest layer (or in the same step, for ops outside layers); a kernel is its name.
-A key seen in several steps (a run that is not merged) takes the median of its occurrences, over the steps
-past the run's warm-up (``RunContext.warmup``: a live run's first iteration, a pass's --warmup): the step latency
-and the layers and ops in warm-up steps are left out; kernels are summed over the rest of the run, those launched
-in warm-up steps left out (a kernel belongs to the step whose runtime call launched it, as in the timeline's
-windows; to the step it starts in, where no launch is known). Times are ns.
+Keys follow the structure, not span ids: a model stage (other than the step) is its name; a layer is
+``(layer.path, call)``, ``call`` being ``layer.call_index`` or, where a trace lacks it (imported traces), the
+call's order among the calls of that path in its step; an op is ``(layer path, layer call, op name,
+occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or
+in the same step, for ops outside layers); a kernel is its name. A key seen in several steps (a run that is not
+merged) takes the median of its occurrences, over the steps past the run's warm-up (``RunContext.warmup``: a
+live run's first iteration, a pass's --warmup): the step latency and the stages, layers and ops in warm-up steps
+are left out; kernels are summed over the rest of the run, those launched in warm-up steps left out (a kernel
+belongs to the step whose runtime call launched it, as in the timeline's windows; to the step it starts in,
+where no launch is known). Layers and ops also carry the median of their self time (less the spans of their
+level they parent), which the diff's sums add. Times are ns.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xstack.analyze.context import STEP_SPAN, launched, past_warmup, run_context
+from xstack.analyze.summary import host_wall
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -40,6 +44,14 @@ class Timing:
     """Occurrences in the run (a kernel name: its calls)."""
     info: str = ""
     """The layer type, where known."""
+    self_ns: float | None = None
+    """Median self time per call: the time less that of the spans of the same level it encloses (layers, ops);
+    None where items do not nest (kernels, stages)."""
+
+    @property
+    def own_ns(self) -> float:
+        """The time a level's sums add: the self time where items nest, else the time."""
+        return self.value_ns if self.self_ns is None else self.self_ns
 
     def spread_ns(self, min_n: int) -> float | None:
         """``value_ns - p5_ns``: the low side of the distribution, or None without enough statistics."""
@@ -58,13 +70,26 @@ class Side:
     pass_name: str | None
     levels: frozenset[str]
     steps: int
-    """Host step spans in the run (0: none, the run's host wall time stands for the step)."""
+    """Measured host step spans in the run (0: none, the run's host wall time stands for the step)."""
     step: Timing | None
+    """The median of the measured steps; None without steps."""
+    wall: Timing | None = None
+    """The run's host wall time; None where it has no host trace."""
+    wall_source: str | None = None
+    """Where ``wall`` came from when not from the run's host spans (a Darshan log's job run time), or why it is
+    None."""
+    kernel_source: str | None = None
+    """Where the kernel times come from: ``trace`` (kernel spans), ``replay`` (counters per kernel, each kernel
+    replayed alone: ``metrics.duration_ns``), ``untimed`` (counters without a duration); None: no kernels."""
+    untimed_kernels: int = 0
+    """Replayed kernels without a duration, left out."""
     layers: dict[LayerKey, Timing] = field(default_factory=dict)
     ops: dict[OpKey, Timing] = field(default_factory=dict)
     kernels: dict[str, Timing] = field(default_factory=dict)
     replayed: str | None = None
     """Why the run's host times are not the program's own (counter replay: ``RunContext.replayed_timing``)."""
+    stages: dict[str, Timing] = field(default_factory=dict)
+    """Model stages other than the step (``load``, ``preprocess``, a forward call...) by name, in order of start."""
 
     @property
     def merged(self) -> bool:
@@ -72,8 +97,9 @@ class Side:
         return self.pass_name == "merged"
 
     def describe(self) -> str:
-        """``path run N (pass)`` for headings."""
-        return f"{self.path} run {self.run_id} ({self.pass_name or 'single pass'})"
+        """``path run N "name" (pass)`` for headings."""
+        label = f' "{self.name}"' if self.name else ""
+        return f"{self.path} run {self.run_id}{label} ({self.pass_name or 'single pass'})"
 
 
 def _stat(alias: str, key: str, kind: str) -> str:
@@ -92,9 +118,10 @@ def _steps(warmup: int) -> str:
 
 
 def _spans_in_steps(level: str, warmup: int) -> str:
-    """The run's spans of ``level`` with their statistics and the host step whose time holds their start (of
-    kernels, their launch: ``context.launched``); those that start in a warm-up step (or after it, before the
-    next) are left out."""
+    """The run's spans of ``level`` with their statistics, their self time (less the spans of the level that they
+    parent; never below 0, as merged medians of children may exceed their parent's) and the host step whose time
+    holds their start (of kernels, their launch: ``context.launched``); those that start in a warm-up step (or
+    after it, before the next) are left out."""
     source, at = (
         (launched(level), "launch_ns")
         if level == "kernel"
@@ -102,8 +129,11 @@ def _spans_in_steps(level: str, warmup: int) -> str:
     )
     return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
+            greatest(s.dur_ns - coalesce(k.child_ns, 0), 0) AS self_ns,
             CASE WHEN s.{at} < st.end_ns THEN st.span_id END AS step_id
         FROM {source} s
+        LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans WHERE run_id = $run AND level = '{level}'
+                   GROUP BY parent_id) k ON k.parent_id = s.span_id
         ASOF LEFT JOIN ({_steps(warmup)}) st ON s.{at} >= st.start_ns
         WHERE st.measured IS NOT FALSE"""
 
@@ -113,9 +143,13 @@ def read_side(store: Store, run_id: int) -> Side:
     ctx = run_context(store, run_id)
     name = store.query("SELECT name FROM runs WHERE run_id = ?", [run_id])[0][0]
     steps, step = _step(store, run_id, ctx.warmup)
-    side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step)
+    wall_ns, wall_source = host_wall(store, run_id, ctx.config)
+    wall = Timing(float(wall_ns)) if wall_ns is not None else None
+    side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step, wall, wall_source)
     side.replayed = ctx.replayed_timing()
     table = f"_dx_layers_{run_id}"
+    if ctx.has("model"):
+        side.stages = _stages(store, run_id, ctx.warmup)
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(
             f"""CREATE OR REPLACE TEMP TABLE {table} AS
@@ -123,7 +157,7 @@ def read_side(store: Store, run_id: int) -> Side:
                 SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
                 FROM ({_spans_in_steps("layer", ctx.warmup)})
             )
-            SELECT span_id, dur_ns, p5_ns, n, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
+            SELECT span_id, dur_ns, p5_ns, n, self_ns, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
                 coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
                          row_number() OVER (PARTITION BY step_id, path ORDER BY start_ns, span_id) - 1) AS call
             FROM l""",
@@ -133,25 +167,25 @@ def read_side(store: Store, run_id: int) -> Side:
         rows = store.con.execute(
             f"SELECT path, call, {_AGG}, any_value(type) FROM {table} GROUP BY path, call"
         ).fetchall()
-        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:6], info=r[6]) for r in rows}
+        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:7], info=r[7]) for r in rows}
     if ctx.has("op"):
         side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None, ctx.warmup)
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(f"DROP TABLE IF EXISTS {table}")
     if ctx.has("kernel"):
-        rows = store.con.execute(
-            f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
-            FROM ({_spans_in_steps("kernel", ctx.warmup)}) GROUP BY name""",
-            {"run": run_id},
-        ).fetchall()
-        side.kernels = {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
+        side.kernels, side.kernel_source = _kernels(store, run_id, ctx.warmup), "trace"
+    elif "metrics" in ctx.levels:
+        side.kernels, side.untimed_kernels = _replayed_kernels(store, run_id)
+        side.kernel_source = "replay" if side.kernels else "untimed"
     return side
 
 
 _AGG = (
-    "count(*), quantile_cont(dur_ns, 0.5), CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n)"
+    "count(*), quantile_cont(dur_ns, 0.5), CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, "
+    "min(n), quantile_cont(self_ns, 0.5)"
 )
-"""Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations."""
+"""Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations, median
+self time."""
 
 
 def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int) -> dict[OpKey, Timing]:
@@ -163,7 +197,7 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
     rows = store.con.execute(
         f"""WITH o AS ({_spans_in_steps("op", warmup)}),
         k AS (
-            SELECT o.dur_ns, o.p5_ns, o.n, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
+            SELECT o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
                 coalesce(l.call, -1) AS call,
                 row_number() OVER (PARTITION BY coalesce(w.layer_id, o.step_id, -1), o.name
                                    ORDER BY o.start_ns, o.span_id) - 1 AS occ
@@ -172,11 +206,46 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
         SELECT layer, call, name, occ, {_AGG} FROM k GROUP BY layer, call, name, occ""",
         {"run": run_id},
     ).fetchall()
-    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:8]) for r in rows}
+    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
+
+
+def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
+    """The run's model spans other than steps, by name: median per call, spread, calls (warm-up steps left out)."""
+    rows = store.con.execute(
+        f"""SELECT name, {_AGG} FROM ({_spans_in_steps("model", warmup)}) WHERE NOT {STEP_SPAN}
+        GROUP BY name ORDER BY min(start_ns), name""",
+        {"run": run_id},
+    ).fetchall()
+    return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
+
+
+def _kernels(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
+    """Kernel spans by name, those launched in warm-up steps left out: the total of their calls, the summed p5
+    where every call has one, the calls."""
+    rows = store.con.execute(
+        f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
+        FROM ({_spans_in_steps("kernel", warmup)}) GROUP BY name""",
+        {"run": run_id},
+    ).fetchall()
+    return {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
+
+
+def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int]:
+    """Kernels known by their counters alone (``metrics`` spans: an Nsight Compute CSV), by name: the total of the
+    durations measured under replay (``metrics.duration_ns``) and the calls; and how many calls have none."""
+    rows = store.query(
+        f"""SELECT name, count(dur_ns), sum(dur_ns), count(*) - count(dur_ns)
+        FROM (SELECT name, {_stat("spans", A.METRICS_DURATION_NS, "BIGINT")} AS dur_ns
+              FROM spans WHERE run_id = ? AND level = 'metrics')
+        GROUP BY name""",
+        [run_id],
+    )
+    timed = {str(r[0]): Timing(float(r[2]), count=int(r[1])) for r in rows if r[1]}
+    return timed, sum(int(r[3]) for r in rows)
 
 
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
-    """The measured steps (past the warm-up) and their median, else the run's host wall time as one step."""
+    """The measured steps (past the warm-up) and their median; (0, None) without any."""
     row = store.con.execute(
         f"SELECT count(*), quantile_cont(dur_ns, 0.5), "
         f"CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n) FROM ({_steps(warmup)}) "
@@ -185,15 +254,12 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
     ).fetchone()
     if row is not None and row[0]:
         return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]))
-    wall = store.query(
-        f"SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND {_HOST}", [run_id]
-    )[0][0]
-    return 0, (Timing(float(wall)) if wall is not None else None)
+    return 0, None
 
 
 def _timing(agg: tuple[Any, ...], info: Any = None) -> Timing:
-    count, median, p5, n = agg
-    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""))
+    count, median, p5, n, self_ns = agg
+    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""), _float(self_ns))
 
 
 def _float(v: Any) -> float | None:

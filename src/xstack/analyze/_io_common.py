@@ -3,8 +3,9 @@
 
 A run has I/O data when it holds ``io`` spans (the io level, or a Darshan log with DXT tracing) or ``io_files``
 rows (any Darshan log). The main process is the one that ran the training loop: ``runs.config.pid`` when the
-run recorded it, else the process of most model spans; every other process with I/O is a worker (DataLoader
-workers are processes of their own).
+run recorded it, else the process of most model spans; the helpers of ``multiprocessing`` (its resource tracker
+and forkserver, which the io level tells by their command lines: ``io.process_role``) are neither; every other
+process with I/O is a worker (DataLoader workers are processes of their own).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import statistics
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from xstack.analyze.context import RunContext, run_context
@@ -35,10 +36,11 @@ SPAN_BYTES: Final = f"TRY_CAST(attrs->>'$.\"{A.IO_BYTES}\"' AS BIGINT)"
 SPAN_CLASS: Final = f"coalesce(attrs->>'$.\"{A.IO_PATH_CLASS}\"', 'unknown')"
 SPAN_PATH: Final = f"attrs->>'$.\"{A.IO_PATH}\"'"
 FILE_CLASS: Final = f"coalesce(attrs->>'$.{A.IO_FILE_PATH_CLASS}', 'unknown')"
-FILE_STORAGE: Final = f"{FILE_CLASS} <> 'stream'"
-SPAN_STORAGE: Final = f"{SPAN_CLASS} <> 'stream'"
-"""Conditions leaving out pipes and sockets: they carry batches between processes (a main process blocks reading
-them while it waits for a worker), so the analyses of storage I/O count the other files only."""
+FILE_STORAGE: Final = f"{FILE_CLASS} NOT IN ('stream', 'ipc')"
+SPAN_STORAGE: Final = f"{SPAN_CLASS} NOT IN ('stream', 'ipc')"
+"""Conditions leaving out pipes, sockets and shared memory (classes ``stream`` and ``ipc``): they carry batches
+between processes (a main process blocks reading them while it waits for a worker), so the analyses of storage
+I/O count the other files only."""
 
 
 def file_int(key: str) -> str:
@@ -87,16 +89,26 @@ class IoRun:
     main_pid: int | None
     source: str
     """``io`` (the io level), ``darshan`` (an imported log) or ``-`` when the rows do not say."""
+    helpers: dict[int, str] = field(default_factory=dict)
+    """The helpers of ``multiprocessing`` by pid, with their role (``resource_tracker``, ``forkserver``)."""
 
     @property
     def run_id(self) -> int:
         return self.ctx.run_id
 
     def role(self, pid: int | None) -> str:
-        """``main``, ``worker`` or ``-`` (no main process known: a Darshan log has no model spans)."""
+        """``main``, ``worker``, a helper's role (``resource tracker``, ``forkserver``: not workers) or ``-`` (no
+        main process known: a Darshan log has no model spans)."""
+        if pid is not None and pid in self.helpers:
+            return self.helpers[pid].replace("_", " ")
         if self.main_pid is None or pid is None:
             return "-"
         return "main" if pid == self.main_pid else "worker"
+
+    @property
+    def helper_pids(self) -> list[int]:
+        """The pids of the helpers, for SQL (``list_contains``)."""
+        return sorted(self.helpers)
 
     def process(self, pid: int | None) -> str:
         """A process as the tables and charts name it: ``main (pid 12)``, ``worker (pid 13)``, ``pid 14``."""
@@ -121,10 +133,22 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
         files = store.query(
             f"SELECT count(*), any_value(attrs->>'$.{A.IO_FILE_SOURCE}') FROM io_files WHERE run_id = ?", [ctx.run_id]
         )[0]
+        source = str(files[1] or ("io" if ctx.has("io") else "-"))
         per_store[ctx.run_id] = IoRun(
-            ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), str(files[1] or ("io" if ctx.has("io") else "-"))
+            ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source, _helpers(store, ctx.run_id)
         )
     return per_store[ctx.run_id]
+
+
+def _helpers(store: Store, run_id: int) -> dict[int, str]:
+    rows = store.con.execute(
+        f"""SELECT pid, any_value(attrs->>'$.{A.IO_FILE_PROCESS_ROLE}') FROM io_files
+        WHERE run_id = $run AND attrs->>'$.{A.IO_FILE_PROCESS_ROLE}' IS NOT NULL GROUP BY pid
+        UNION SELECT pid, any_value(attrs->>'$."{A.IO_PROCESS_ROLE}"') FROM spans
+        WHERE run_id = $run AND level = 'io' AND attrs->>'$."{A.IO_PROCESS_ROLE}"' IS NOT NULL GROUP BY pid""",
+        {"run": run_id},
+    ).fetchall()
+    return {int(pid): str(role) for pid, role in rows if pid is not None}
 
 
 def _main_pid(store: Store, ctx: RunContext) -> int | None:

@@ -33,7 +33,7 @@ PROCESSES_ID, PROCESSES_TITLE = "io.processes", "I/O per process"
 ROW_LIMIT = 1000
 """Files listed by default (the most I/O time first); the facts count them all."""
 FOLDED = {"python": "(python files)", "profiler": "(profiler files)", "system": "(system files)",
-          "directory": "(directories)"}  # fmt: skip
+          "ipc": "(shared memory and multiprocessing files)", "directory": "(directories)"}  # fmt: skip
 """Classes of files that are not the program's own, listed as one row each (by that name) unless ``all_paths``."""
 
 _FOLD = " ".join(f"WHEN '{cls}' THEN '{name}'" for cls, name in FOLDED.items())
@@ -101,10 +101,11 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     (bytes/s), sequential and consecutive read shares (%) and zero-length reads; the most I/O time first.
 
     Notes: one row per (path, module) of ``io_files``, its counters summed over the processes that used the
-    file (Darshan keeps one record per process). Python's files, the profiler's, the system's and directories
-    are folded into one row per class (``all_paths=True`` lists them). Time is read + write + metadata time
-    (open, close, seek, stat); bandwidth divides the bytes by the read and write time only. The shares are of
-    the file's reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (None: all).
+    file (Darshan keeps one record per process). Python's files, the profiler's, the system's, the files processes
+    share (shared memory, multiprocessing's) and directories are folded into one row per class (``all_paths=True``
+    lists them). Time is read + write + metadata time (open, close, seek, stat); bandwidth divides the bytes by the
+    read and write time only. The shares are of the file's reads (Darshan: consecutive reads are sequential too).
+    ``limit`` rows at most (None: all).
     """
     check_options(FILES_ID, limit=limit)
     io = io_run(store, run_id)
@@ -155,7 +156,11 @@ def _file_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 PROCESS_COLUMNS = [
-    Column("process", help="main: the process of the training loop; worker: any other (DataLoader workers)"),
+    Column(
+        "process",
+        help="main: the process of the training loop; resource tracker, forkserver: helpers of "
+        "multiprocessing; worker: any other (DataLoader workers)",
+    ),  # fmt: skip
     Column("pid"),
     Column("role"),
     Column("ops", "count", "opens, reads, writes, seeks, stats, syncs and mmaps"),
@@ -176,7 +181,8 @@ def process_table(store: Store, run_id: int) -> Result:
 
     Notes: counted from ``io_files`` (from the ``io`` spans when the run has no per-file counters); pipes and
     sockets are left out (they carry batches between processes). The main process is ``runs.config.pid``,
-    else the process of most model spans; the others are workers (DataLoader workers are processes of their
+    else the process of most model spans; the helpers of multiprocessing (its resource tracker and forkserver,
+    ``io.process_role``) are named as such; the others are workers (DataLoader workers are processes of their
     own). I/O time is read + write + metadata time; bandwidth divides the bytes by the read and write time.
     """
     io = io_run(store, run_id)

@@ -60,7 +60,8 @@ main_waiting AS (
 wait AS (SELECT it.k, sum(least(l.e, it.e) - greatest(l.s, it.s)) AS ns FROM it JOIN loading l
          ON l.s < it.e AND l.e > it.s GROUP BY it.k),
 io_in AS (SELECT it.k, sum(least(io.e, it.e) - greatest(io.s, it.s)) FILTER (WHERE io.pid = $main) AS main_ns,
-                 sum(least(io.e, it.e) - greatest(io.s, it.s)) FILTER (WHERE io.pid IS DISTINCT FROM $main) AS worker_ns
+                 sum(least(io.e, it.e) - greatest(io.s, it.s))
+                     FILTER (WHERE io.pid IS DISTINCT FROM $main AND NOT list_contains($helpers, io.pid)) AS worker_ns
           FROM it JOIN io ON io.s < it.e AND io.e > it.s GROUP BY it.k),
 main_wait AS (SELECT it.k, sum(least(m.e, it.e) - greatest(m.s, it.s)) AS ns FROM it JOIN main_waiting m
               ON m.s < it.e AND m.e > it.s GROUP BY it.k)
@@ -124,7 +125,8 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     clipped to the iteration (and to the waits for the main process's share); workers' calls run in parallel, so
     their sum may exceed the iteration. Pipes and sockets are left out: the main process blocks reading them while
     it waits for a worker, which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else
-    the process of most model spans. Without model spans (an imported Darshan log) the waits cannot be known: the
+    the process of most model spans; the helpers of multiprocessing (resource tracker, forkserver) are not
+    workers. Without model spans (an imported Darshan log) the waits cannot be known: the
     I/O time totals are still given, per process, as ``io.processes`` counts them (read + write + metadata time from
     ``io_files``, from the ``io`` spans when the run has no per-file counters: a Darshan log's DXT segments trace
     its POSIX reads and writes only, up to DXT's limit). The labels give each DataLoader's settings
@@ -197,7 +199,7 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -
         "INSERT INTO _io_iterations VALUES (?, ?, ?)", [(k, s, e) for k, (s, e, _, _) in enumerate(iterations, 1)]
     )
     try:
-        found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid)
+        found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []
@@ -236,7 +238,7 @@ def _totals(io: IoRun, per_pid: list[tuple[Any, ...]]) -> dict[str, Any]:
     """I/O time of the whole run (ns): all of it, read, write and metadata time, the main process's and the
     workers'; and the worker count (None where no main process is known)."""
     known = io.main_pid is not None
-    workers = [r for r in per_pid if r[0] != io.main_pid]
+    workers = [r for r in per_pid if io.role(r[0]) == "worker"]
     return {
         "io_ns": sum(as_count(r[1]) for r in per_pid),
         "read_time_ns": sum(as_count(r[2]) for r in per_pid),

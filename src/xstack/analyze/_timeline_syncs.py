@@ -75,7 +75,7 @@ SELECT CASE WHEN o.op IS NULL THEN 'explicit' ELSE 'implicit' END AS kind, coale
     coalesce(o.layer, '-') AS layer, count(*) AS n, sum(p.dur_ns) AS blocked, max(p.dur_ns) AS longest,
     count(*) FILTER (WHERE p.in_window), sum(p.dur_ns) FILTER (WHERE p.in_window)
 FROM placed p LEFT JOIN owner o ON o.sync_id = p.span_id LEFT JOIN line l ON l.sync_id = p.span_id
-GROUP BY ALL ORDER BY blocked DESC, n DESC, call, line, layer
+GROUP BY ALL ORDER BY 10 DESC NULLS LAST, blocked DESC, n DESC, call, line, layer
 """
 
 COLUMNS = [
@@ -84,17 +84,22 @@ COLUMNS = [
     Column("call", help="the runtime call that blocked the host"),
     Column("python line", help="the innermost frame of the program's own code around the call"),
     Column("layer", help="the innermost layer around the call"),
-    Column("count", "count"),
-    Column("blocked", "ns", "host time in these calls, summed"),
-    Column("longest", "ns"),
-    Column("blocked share", "pct", "share of the measured window the host spent blocked in these calls"),
+    Column("calls (window)", "count", "calls that start in the measured window"),
+    Column("blocked (window)", "ns", "host time in those calls, summed"),
+    Column("share of window", "pct", "blocked (window) in percent of the measured window"),
+    Column("calls (run)", "count", "calls in the whole run, set-up and warm-up included"),
+    Column("blocked (run)", "ns", "host time in the run's calls, summed"),
+    Column("longest (run)", "ns", "the longest of the run's calls"),
 ]
 
 
 def sync_points(store: Store, run_id: int) -> Result:
     """Every place the host waited for the device, aggregated by kind, op, call, Python line and layer.
 
-    Blocked times are ns (the durations of the blocking calls); shares are percent of the measured window.
+    Blocked times are ns (the durations of the blocking calls); shares are percent of the measured window. Each
+    figure says its scope: ``(window)`` and ``_in_window`` count the calls that start in the measured window,
+    per-step figures divide those by its steps; ``(run)`` and ``_in_run`` count every call of the run, set-up
+    and warm-up included.
 
     Notes: a sync point is a runtime call that blocks the host until the device, a stream or an event has
     caught up: ``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, ``cudaEventSynchronize``, synchronous
@@ -116,7 +121,8 @@ def sync_points(store: Store, run_id: int) -> Result:
     no_line = "no frame of the program's own code" if has_frames else "no Python frames"
     found = rows(store, _QUERY.format(window=window.table), ctx.run_id, sync=SYNC_CALLS, not_user=NOT_USER_CODE,
                  stdlib=STDLIB, no_line=no_line)  # fmt: skip
-    table = [(*r[:5], int(r[5]), int(r[6]), int(r[7]), pct(r[9], window.length_ns)) for r in found]
+    table = [(*r[:5], int(r[8]), int(r[9] or 0), pct(r[9] or 0, window.length_ns), int(r[5]), int(r[6]), int(r[7]))
+             for r in found]  # fmt: skip
     return Result(
         id=ID,
         title=TITLE,
@@ -124,7 +130,13 @@ def sync_points(store: Store, run_id: int) -> Result:
         columns=COLUMNS,
         rows=table,
         notes=notes_of(sync_points),
-        chart=Chart("hbar", x="python line", y=("blocked",), title="Host time blocked, per sync point", limit=20),
+        chart=Chart(
+            "hbar",
+            x="python line",
+            y=("blocked (window)",),
+            title="Host time blocked in the measured window, per sync point",
+            limit=20,
+        ),
         facts=_facts(found, table, window.steps, window.length_ns, window.kind),
         labels=([] if has_frames else ["no Python frames in the run: record with with_stack=True for the lines"])
         + ctx.replayed_labels("blocked times and shares"),
@@ -133,22 +145,24 @@ def sync_points(store: Store, run_id: int) -> Result:
 
 def _facts(found: list[tuple[Any, ...]], table: list[tuple[Any, ...]], steps: int, window_ns: int,
            window: str) -> dict[str, Any]:  # fmt: skip
+    """The window's figures first (what the step pays), then the whole run's; each key names its scope."""
     in_window = sum(int(r[8]) for r in found)
     blocked_in = sum(int(r[9] or 0) for r in found)
     facts: dict[str, Any] = {
-        "syncs": sum(int(r[5]) for r in found),
-        "explicit": sum(int(r[5]) for r in found if r[0] == "explicit"),
-        "implicit": sum(int(r[5]) for r in found if r[0] == "implicit"),
-        "blocked_ns": sum(int(r[6]) for r in found),
         "window": window,
-        "steps": steps,
+        "steps_in_window": steps,
+        "window_ns": window_ns,
         "syncs_in_window": in_window,
         "blocked_in_window_ns": blocked_in,
-        "blocked_share_pct": pct(blocked_in, window_ns),
+        "blocked_in_window_pct": pct(blocked_in, window_ns),
         "syncs_per_step": in_window / steps if steps else None,
         "blocked_per_step_ns": blocked_in / steps if steps else None,
+        "syncs_in_run": sum(int(r[5]) for r in found),
+        "explicit_in_run": sum(int(r[5]) for r in found if r[0] == "explicit"),
+        "implicit_in_run": sum(int(r[5]) for r in found if r[0] == "implicit"),
+        "blocked_in_run_ns": sum(int(r[6]) for r in found),
     }
-    if table:
-        names = ("kind", "op", "call", "python_line", "layer", "count", "blocked_ns")
+    if table:  # the first row: the most blocked in the window (else in the run)
+        names = ("kind", "op", "call", "python_line", "layer", "calls_in_window", "blocked_in_window_ns")
         facts["top"] = dict(zip(names, table[0][:7], strict=True))
     return facts

@@ -2,7 +2,12 @@
 
 ``diff_profiles(a, b)`` matches the layers, ops and kernels of one run of each store by structure and
 classifies every item as added, removed, slower, faster or unchanged; it totals the time added, removed,
-lost (slower items) and gained (faster items) per level and compares the step latency. Its tables are
+lost (slower items) and gained (faster items) per level and compares the step latency. Layers and ops nest, so
+their totals add self times (an item's time less that of the items of its level it encloses): no time is
+counted twice, and a level's totals never exceed the time its top items cover. What only one run has (a level,
+steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
+log's job run time), and kernels known by their counters alone (an Nsight Compute CSV) compare with those of
+another such run, never with a kernel trace's, whose times are measured otherwise. Its tables are
 ``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``) that print in a terminal,
 render in the HTML report and convert to JSON, markdown or CSV.
 
@@ -21,52 +26,37 @@ trace), are judged by the two floors alone, and the tables say so in a label.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from xstack.analyze import _diff_format
 from xstack.analyze._diff_read import LayerKey, OpKey, Side, Timing, read_side
+from xstack.analyze._diff_rule import (
+    NESTED,
+    RULE_NOTE,
+    SELF_DELTA,
+    STATUS_COLUMN,
+    STATUSES,
+    TIMES,
+    K,
+    Rule,
+    Status,
+    Table,
+    classify,
+)
+from xstack.analyze._diff_summary import summary as diff_summary
 from xstack.analyze.context import HINTS, pick_run
 from xstack.analyze.result import Chart, Column, Result, format_ns, render_result
 from xstack.errors import StoreError, UsageError
 from xstack.trace.store import Store
 
-Status = Literal["added", "removed", "slower", "faster", "unchanged"]
-STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
-K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """When a difference counts: both floors, and the spread where both sides have statistics."""
-
-    threshold: float = 0.05
-    """Relative floor: a fraction of A's time."""
-    min_delta_ns: int = 1_000
-    """Absolute floor, in ns."""
-    min_iterations: int = 3
-    """Fewest measured iterations for a side's spread to be used."""
-
-    def classify(self, a: Timing | None, b: Timing | None) -> tuple[Status, float | None]:
-        """The status of one matched item, and the spread its change was measured against (None: floors only)."""
-        if a is None:
-            return "added", None
-        if b is None:
-            return "removed", None
-        delta = b.value_ns - a.value_ns
-        spread_a, spread_b = a.spread_ns(self.min_iterations), b.spread_ns(self.min_iterations)
-        noise = spread_a + spread_b if spread_a is not None and spread_b is not None else None
-        if abs(delta) < max(self.threshold * a.value_ns, self.min_delta_ns, 1) or (
-            noise is not None and abs(delta) <= noise
-        ):
-            return "unchanged", noise
-        return ("slower" if delta > 0 else "faster"), noise
+__all__ = ["STATUSES", "ProfileDiff", "Rule", "Status", "diff_profiles"]
 
 
 @dataclass
@@ -169,70 +159,6 @@ def _side_dict(s: Side) -> dict[str, Any]:
             "steps": s.steps}  # fmt: skip
 
 
-# -- tables -----------------------------------------------------------------------------------------------
-_TIMES = [
-    Column("A", "ns", "time in A: median per call (a kernel name: total of its calls)"),
-    Column("B", "ns", "time in B"),
-    Column("delta", "ns", "B - A (added: B's time; removed: minus A's time)"),
-    Column("change", "pct", "delta in percent of A's time"),
-    Column("noise", "ns", "the combined spread the change had to exceed (-: judged by the floors only)"),
-]
-_STATUS = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
-
-
-@dataclass
-class _Table:
-    """The classified rows of one level, and per status the items and their summed times (ns)."""
-
-    rows: list[tuple[Any, ...]]
-    counts: dict[str, int]
-    sum_a: dict[str, int]
-    sum_b: dict[str, int]
-    floors_only: int
-    matched: int
-
-    @property
-    def totals(self) -> dict[str, int]:
-        """Time added (items only B has), removed (only A), lost (slower items) and gained (faster), and the net."""
-        t = {"added_ns": self.sum_b["added"], "removed_ns": self.sum_a["removed"],
-             "lost_ns": self.sum_b["slower"] - self.sum_a["slower"],
-             "gained_ns": self.sum_a["faster"] - self.sum_b["faster"]}  # fmt: skip
-        return {**t, "net_ns": t["added_ns"] - t["removed_ns"] + t["lost_ns"] - t["gained_ns"]}
-
-
-def _classify(
-    a: dict[K, Timing],
-    b: dict[K, Timing],
-    rule: Rule,
-    cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
-) -> _Table:
-    rows: list[tuple[Any, ...]] = []
-    zero: dict[str, int] = dict.fromkeys(STATUSES, 0)
-    t = _Table(rows, dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
-    for key in list(a) + [k for k in b if k not in a]:
-        ta, tb = a.get(key), b.get(key)
-        status, noise = rule.classify(ta, tb)
-        t.counts[status] += 1
-        t.sum_a[status] += _ns(ta) or 0
-        t.sum_b[status] += _ns(tb) or 0
-        if ta is not None and tb is not None:
-            t.matched += 1
-            t.floors_only += noise is None
-        delta = (_ns(tb) or 0) - (_ns(ta) or 0)
-        pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
-        rows.append((status, *cells(key, ta, tb), _ns(ta), _ns(tb), delta, pct, _ns_or_none(noise)))
-    rows.sort(key=lambda r: (r[0] == "unchanged", -abs(r[-3]), str(r[1:-5])))
-    return t
-
-
-def _ns_or_none(v: float | None) -> int | None:
-    return None if v is None else round(v)
-
-
-def _ns(t: Timing | None) -> int | None:
-    return None if t is None else round(t.value_ns)
-
-
 def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
     fallback = _fallback_label(a, b, rule)
     opts = (rule, fallback, top)
@@ -250,7 +176,7 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
         kernels[0].labels.append(
             f"the runs hold {a.steps} and {b.steps} steps: kernel totals are per run, not per step"
         )
-    summary = _summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
+    summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
     replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b)) if s.replayed]
     for result in (summary, layers[0], ops[0]):
         result.labels += [] if result.missing else replayed
@@ -289,19 +215,62 @@ def _level(
     cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
     how: str,
     opts: tuple[Rule, str | None, int | None],
-) -> tuple[Result, _Table | None]:
-    """One level's table, or the result saying which run lacks the level."""
-    lacking = [s for s in (a, b) if level not in s.levels]
-    if lacking:
-        which = " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in lacking)
-        hint = f"{which} recorded no {level} spans; to compare them, {HINTS[level]}."
-        return Result(id=id, title=title, missing=[level], hint=hint, notes=f"{how} {_RULE_NOTE}"), None
+) -> tuple[Result, Table | None]:
+    """One level's table, or the result saying what one run lacks, or why the two cannot be compared."""
+    gap = _kernel_gap(a, b) if level == "kernel" else _level_gap(level, a, b)
+    if gap is not None:
+        return Result(id=id, title=title, missing=[gap[0]], hint=gap[1], notes=f"{how} {RULE_NOTE}"), None
     rule, fallback, top = opts
-    t = _classify(items_a, items_b, rule, cells)
-    return _result(id, title, [_STATUS, *columns, *_TIMES], t, how, fallback, top, rule), t
+    nested = level in NESTED
+    t = classify(items_a, items_b, rule, cells, nested)
+    times = [*TIMES, SELF_DELTA] if nested else TIMES
+    result = _result(id, title, [STATUS_COLUMN, *columns, *times], t, how, fallback, top, rule)
+    if level == "kernel" and a.kernel_source == "replay":
+        result.labels.append(_REPLAYED)
+    for name, s in (("A", a), ("B", b)):
+        if level == "kernel" and s.untimed_kernels:
+            result.labels.append(f"{s.untimed_kernels:,} kernel calls of {name} have no duration: left out")
+    return result, t
 
 
-def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fallback: str | None,
+_REPLAYED = (
+    "kernel times as Nsight Compute measured them, each kernel replayed alone (gpu__time_duration.sum), in both runs"
+)
+
+
+def _level_gap(level: str, a: Side, b: Side) -> tuple[str, str] | None:
+    """What is missing and how to get it, where a run lacks the level; None where both have it."""
+    lacking = [s for s in (a, b) if level not in s.levels]
+    if not lacking:
+        return None
+    return level, f"{_which(a, lacking)} recorded no {level} spans; to compare them, {HINTS[level]}."
+
+
+def _kernel_gap(a: Side, b: Side) -> tuple[str, str] | None:
+    """Kernels compare when both runs time them the same way: both from a kernel trace, or both replayed by
+    Nsight Compute (durations measured alone, under its clock and cache control, differ from a trace's)."""
+    lacking = [s for s in (a, b) if s.kernel_source is None]
+    if lacking:
+        return "kernel", f"{_which(a, lacking)} recorded no kernel spans; to compare them, {HINTS['kernel']}."
+    untimed = [s for s in (a, b) if s.kernel_source == "untimed"]
+    if untimed:
+        return "kernel durations", (f"The kernels of {_which(a, untimed)} carry counters but no duration; "
+                                    f"to compare them, {HINTS['kernel durations']}.")  # fmt: skip
+    if a.kernel_source != b.kernel_source:
+        replayed = [s for s in (a, b) if s.kernel_source == "replay"]
+        return "kernel times measured alike", (
+            f"The kernel times of {_which(a, replayed)} were measured by Nsight Compute, each kernel replayed alone "
+            "(its clocks and caches set for the replay), the other run's on its kernel trace: they do not compare. "
+            "To compare kernels, profile both with the kernel level, or import an Nsight Compute CSV of each."
+        )
+    return None
+
+
+def _which(a: Side, sides: list[Side]) -> str:
+    return " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in sides)
+
+
+def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fallback: str | None,
             top: int | None, rule: Rule) -> Result:  # fmt: skip
     rows = t.rows if top is None else t.rows[:top]
     labels = [fallback] if fallback else []
@@ -311,16 +280,10 @@ def _result(id: str, title: str, columns: list[Column], t: _Table, how: str, fal
     x = columns[1].name if id != "diff.ops" else "op"
     return Result(
         id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), labels=labels,
-        notes=f"{how} Rows: changes first, each group by |delta|. {_RULE_NOTE}",
+        notes=f"{how} Rows: changes first, each group by |delta|. {RULE_NOTE}",
         chart=Chart("hbar", x=x, y=("delta",), title="B - A", series="status", limit=20),
         facts={**t.counts, **t.totals},
     )  # fmt: skip
-
-
-_RULE_NOTE = (
-    "A change counts when |delta| reaches the relative and absolute floors and, where both runs have iteration "
-    "statistics, exceeds the combined low-side spread (median - p5) of the two runs."
-)
 
 
 def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
@@ -329,46 +292,3 @@ def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
         return None
     return (f"no iteration statistics in {' and '.join(plain)}: changes judged by the floors only "
             f"({rule.threshold * 100:g}%, {format_ns(rule.min_delta_ns)})")  # fmt: skip
-
-
-def _summary(a: Side, b: Side, rule: Rule, tables: dict[str, _Table | None], fallback: str | None) -> Result:
-    columns = [Column("item"), _STATUS, Column("items", "count", "items of this status (the step: -)"), *_TIMES]
-    status, noise = rule.classify(a.step, b.step) if a.step and b.step else ("unchanged", None)
-    item = "step latency" if a.steps and b.steps else "run wall time (no step spans)"
-    step_delta = (_ns(b.step) or 0) - (_ns(a.step) or 0) if a.step and b.step else None
-    pct = (
-        100.0 * (b.step.value_ns - a.step.value_ns) / a.step.value_ns if a.step and b.step and a.step.value_ns else None
-    )
-    verdict: str = status
-    if step_delta is None:
-        verdict = "not recorded"
-    elif a.replayed or b.replayed:  # the replays' time, not the program's: no verdict on it
-        verdict, noise = "not compared", None
-    rows: list[tuple[Any, ...]] = [(item, verdict, None, _ns(a.step), _ns(b.step), step_delta, pct,
-                                    _ns_or_none(noise))]  # fmt: skip
-    facts: dict[str, Any] = {"step_a_ns": _ns(a.step), "step_b_ns": _ns(b.step), "step_delta_ns": step_delta,
-                             "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
-    for level, t in tables.items():
-        if t is None:
-            rows.append((f"{level}s", "not compared", *([None] * 6)))
-            continue
-        totals = t.totals
-        for s in STATUSES:
-            if t.counts[s]:
-                pct = (
-                    100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
-                )
-                rows.append((f"{level}s", s, t.counts[s], t.sum_a[s] if s != "added" else None,
-                             t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
-        if any(t.counts[s] for s in STATUSES if s != "unchanged"):
-            rows.append((f"{level}s", "net change", None, None, None, totals["net_ns"], None, None))
-        facts[level] = {**t.counts, **totals}
-    notes = (
-        "The first row compares the step latency (median of the host step spans; without any, the run's host "
-        "wall time), not compared where a run's host times are inflated by counter replay. Then per level and "
-        "status: the items and their summed time in A and B; the net change of a level is added - removed + lost "
-        "(slower) - gained (faster), changes beyond noise only. Layers and ops nest, so their times overlap and do "
-        f"not add up to the step. {_RULE_NOTE}"
-    )
-    return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
-                  labels=[fallback] if fallback else [], facts=facts)  # fmt: skip

@@ -115,7 +115,7 @@ def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
 def sync_in_loop(results: Results) -> Recommendation | None:
     """The host blocks on synchronisations inside the step (``.item()``, ``.cpu()``, explicit syncs)."""
     s = _get(results, "timeline.syncs")
-    if s is None or (pct := _num(s.facts, "blocked_share_pct")) is None or pct < SYNC_BLOCKED_PCT or not s.rows:
+    if s is None or (pct := _num(s.facts, "blocked_in_window_pct")) is None or pct < SYNC_BLOCKED_PCT or not s.rows:
         return None
     per_step = _num(s.facts, "syncs_per_step")
     top = s.facts["top"] if isinstance(s.facts.get("top"), dict) else {}

@@ -76,6 +76,7 @@ class RunSummary:
     pass_name: str | None
     source: str | None
     status: str | None
+    """``complete``, or ``cut_short`` where the program stopped early (crashed, interrupted); None where unknown."""
     wall_ns: int | None
     """The run's host wall time (ns); None where it has no host trace (an Nsight Compute CSV), never 0."""
     span_counts: dict[str, int]
@@ -121,6 +122,8 @@ class RunSummary:
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
     merged run, "of step (PASS)": the step median of the pass that timed that level; in a live run with warm-up,
     "of wall after warm-up" (layers, ops) and "of kernel time after warm-up"."""
+    error: str | None = None
+    """What stopped the program early (``config.error``: ``ValueError: boom``, ``exit code 3``); None otherwise."""
     iterations: dict[str, int] | None = None
     """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
     and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
@@ -140,7 +143,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     counts = dict(
         store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id])
     )
-    wall, wall_source = _wall(store, run_id, config)
+    wall, wall_source = host_wall(store, run_id, config)
     devices, unused = _devices(store, run_id, config)
     summary = RunSummary(
         run_id=run_id,
@@ -152,6 +155,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         pass_name=row[6],
         source=(config.get("source") or {}).get("path") or row[8],
         status=config.get("status"),
+        error=str(config["error"]) if config.get("error") else None,
         wall_ns=wall,
         wall_source=wall_source,
         span_counts={k: int(v) for k, v in counts.items()},
@@ -218,7 +222,7 @@ _NO_HOST_TRACE = {"ncu-csv": "an Nsight Compute CSV has no host trace, only the 
 """Why a run imported from a source format has no host wall time."""
 
 
-def _wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int | None, str | None]:
+def host_wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int | None, str | None]:
     """The run's host wall time (ns): the extent of its host spans, else the job run time of an imported Darshan
     log (``darshan_log_get_job_runtime``, as PyDarshan reports it), with where it came from (None: the spans);
     else None (unknown) with why."""

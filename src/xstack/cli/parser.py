@@ -232,11 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "diff",
-        help="compare two profiles: layers, ops and kernels added, removed, slower, faster (beyond noise)",
+        help="compare two profiles: stages, layers, ops and kernels added, removed, slower, faster (beyond noise)",
         description="Compare run B of store B with run A of store A (default runs: each store's last merged run, "
-        "else its last run). Layers match by module path and call index, ops by enclosing layer, name and "
-        "occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's time and 1 us "
-        "and, for merged (leveled) runs, the spread of both runs' iterations.",
+        "else its last run). Model stages match by name, layers by module path and call index, ops by enclosing "
+        "layer, name and occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's "
+        "time and 1 us and, for merged (leveled) runs, the spread of both runs' iterations. Runs without step "
+        "spans compare by their host wall time (a Darshan log's: its job run time); kernels of an Nsight Compute "
+        "CSV compare with those of another; what only one run has is named, and the rest compared.",
         formatter_class=fmt,
     )
     p.add_argument("a", type=Path, metavar="A", help="the baseline store")

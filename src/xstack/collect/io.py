@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from xstack.collect._ingest import last_span_id, measured_region
-from xstack.collect._io_classes import PathClasses
+from xstack.collect._io_classes import PathClasses, process_roles
 from xstack.collect._io_counters import file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.errors import XstackError
@@ -162,14 +162,18 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     lo, hi = measured_region(store, run_id)
     ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
     classes = PathClasses(trace.ops)  # the calls before the region say what the standard streams are, too
+    roles = process_roles(trace.processes)
     sink = Sink(store, run_id)
     try:
         first_id = last_span_id(store, run_id)
         for i, op in enumerate(ops):
             attrs = _span_attrs(op, classes.of(op.path, op.fd_kind))
+            if op.pid in roles:
+                attrs[A.IO_PROCESS_ROLE] = roles[op.pid]
             sink.span(first_id + i + 1, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, attrs)
         for c in file_counters(ops, classes):
-            sink.io_file(c.pid, c.path, c.module, _columns(c), c.attrs())
+            role = {A.IO_FILE_PROCESS_ROLE: roles[c.pid]} if c.pid in roles else {}
+            sink.io_file(c.pid, c.path, c.module, _columns(c), c.attrs() | role)
     finally:
         sink.close()
     set_io_parents(store.con, run_id)

@@ -2,28 +2,37 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Result, Unit, format_value, literal_parts
+from xstack.analyze.result import Result, Unit, format_ns, format_value, literal_parts
 from xstack.report._charts import render_chart
 from xstack.report._html_table import table_html
 from xstack.report._svg import clip, esc
 
-_FACT_UNITS: tuple[tuple[str, Unit], ...] = (
-    ("bytes_per_s", "bytes/s"),
-    ("bandwidth", "bytes/s"),
-    ("flop_per_s", "flop/s"),
-    ("flops_per_s", "flop/s"),
-    ("_ns", "ns"),
-    ("pct", "pct"),
-    ("bytes", "bytes"),
-    ("flops", "flops"),
+_RATES: tuple[tuple[re.Pattern[str], Unit], ...] = (
+    (re.compile(r"(^|_)bytes_per_s($|_)|(^|_)bandwidth($|_)"), "bytes/s"),
+    (re.compile(r"(^|_)flops?_per_s($|_)"), "flop/s"),
 )
-"""Units of facts, read from the ending of their keys (``busy_pct``, ``step_ns``, ``dram_bytes``)."""
+"""Rates, read from anywhere in a fact's key (``peak_dram_bytes_per_s``, ``dtoh_bandwidth``; not
+``bytes_per_step``)."""
+
+_IDS = {"pid", "tid", "id"}
+"""Last words of keys whose values are identifiers, shown as they are (no thousands separators)."""
+
+_UNIT_WORDS: dict[str, Unit] = {"ns": "ns", "pct": "pct", "bytes": "bytes", "flops": "flops"}
+"""Units named by a word of a fact's key, the last such word winning (``launch_ns_per_step``, ``bytes_read``,
+``dataloader_pct_of_steps``)."""
+
+_SECONDS = {"s": 1e9, "ms": 1e6, "us": 1e3}
+"""Durations named by the last word of a key (``interval_ms``, ``run_time_s``), as nanoseconds per unit."""
+
+_SUFFIXES = {"c": "°C", "w": "W", "mhz": "MHz"}
+"""Other units named by the last word of a key (``temp_max_c``)."""
 
 
 LONG_FACT_CHARS = 80
@@ -36,29 +45,66 @@ def anchor(result_id: str, prefix: str = "r") -> str:
 
 
 def fact_text(key: str, value: Any) -> str:
-    """A fact's value as text, its unit taken from the key's ending (``_ns``, ``_pct``, ``_bytes``...)."""
+    """A fact's value as text for people: its unit taken from the key (``_ns``, ``_pct``, ``bytes``, ``_ms``...)
+    and the value scaled to it, else a plain number with thousands separators and no exponent."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        for ending, unit in _FACT_UNITS:
-            if key.endswith(ending):
-                return format_value(value, unit)
-        return format_value(value, "count" if isinstance(value, int) else "")
+        return _number_text(key, value)
     if isinstance(value, str):
         return value
     return clip(orjson.dumps(value, default=str).decode(), 200)
 
 
+def _number_text(key: str, value: float) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "-"
+    last = key.lower().split("_")[-1]
+    if last in _IDS:
+        return str(value)
+    unit = fact_unit(key)
+    if unit in ("bytes/s", "flop/s"):
+        return format_value(value, unit)
+    if last in _SECONDS:
+        return format_ns(value * _SECONDS[last])
+    if last in _SUFFIXES:
+        return f"{plain_number(value)} {_SUFFIXES[last]}"
+    return format_value(value, unit) if unit else plain_number(value)
+
+
+def fact_unit(key: str) -> Unit:
+    """The unit a fact's key names in its words (``""`` where none; durations in ``_s``/``_ms`` aside)."""
+    low = key.lower()
+    for pattern, unit in _RATES:
+        if pattern.search(low):
+            return unit
+    return next((_UNIT_WORDS[w] for w in reversed(low.split("_")) if w in _UNIT_WORDS), "")
+
+
+def plain_number(value: float) -> str:
+    """A number without a unit: integers with thousands separators, others to three significant digits (whole
+    numbers from 100 up), never in exponent notation."""
+    if isinstance(value, int) or value.is_integer():
+        return f"{int(value):,}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1e-4:
+        return f"{value:.3g}"  # no exponent in this range
+    return f"{value:.10f}".rstrip("0")
+
+
 def fact_label(key: str) -> str:
-    """A fact's key as a label, without the unit ending its value shows: ``busy_ns`` -> "busy", ``busy_pct`` ->
-    "busy %"."""
-    for ending in ("_ns", "_bytes"):
-        if key.endswith(ending) and len(key) > len(ending):
-            key = key.removesuffix(ending)
-            break
-    return key.replace("_pct", " %").replace("_", " ")
+    """A fact's key as a label, without the unit its value shows: ``busy_ns`` -> "busy", ``busy_pct`` ->
+    "busy %", ``launch_ns_per_step`` -> "launch per step", ``interval_ms`` -> "interval"."""
+    words = key.split("_")
+    if words[-2:] == ["per", "s"] and len(words) > 2:  # a rate: its value says "/s"
+        words = words[:-2]
+    elif len(words) > 1 and words[-1].lower() in {*_SECONDS, *_SUFFIXES, "bytes"}:
+        words = words[:-1]
+    words = [w for w in words if w != "ns"] or words
+    return " ".join("%" if w == "pct" else w for w in words)
 
 
 def facts_html(facts: dict[str, Any], limit: int = 24) -> str:

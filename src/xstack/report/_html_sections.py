@@ -17,6 +17,7 @@ from xstack.report.terminal import (
     health_headline,
     iterations_line,
     runs_line,
+    status_line,
     system_line,
     top_caption,
     wall_line,
@@ -64,7 +65,10 @@ def overview(analysis: Analysis) -> str:
 
 def _cards(analysis: Analysis) -> str:
     s = analysis.summary
-    cards = [("run", f"{s.run_id}: {s.name}"), ("host wall time", wall_line(s))]
+    cards = [("run", f"{s.run_id}: {s.name}")]
+    if status := status_line(s):
+        cards.append(("status", status))
+    cards.append(("host wall time", wall_line(s)))
     if s.overhead and s.overhead[0].get("step_median_ns") is not None:
         first = s.overhead[0]
         cards.append((f"step latency ({first.get('pass')} pass median)", format_ns(first["step_median_ns"])))
@@ -81,8 +85,6 @@ def _cards(analysis: Analysis) -> str:
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>' for k, v in cards
     )
     meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"source: {s.source}" if s.source else ""]
-    if s.status and s.status != "complete":
-        meta.append(f"status: {s.status} (the program stopped early)")
     if s.iterations:
         meta.append(f"iterations: {iterations_line(s.iterations)}")
     line = " · ".join(m for m in meta if m)

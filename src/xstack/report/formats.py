@@ -28,8 +28,15 @@ from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Result, format_ns, format_value
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
-from xstack.report.html import Comparison
-from xstack.report.terminal import devices_line, health_headline, iterations_line, runs_line, wall_line
+from xstack.report.html import COMPARISON_LEAD, Comparison
+from xstack.report.terminal import (
+    devices_line,
+    health_headline,
+    iterations_line,
+    runs_line,
+    status_line,
+    wall_line,
+)
 
 HEALTH = "health"
 """The id of the health analysis, which markdown shows once, in its closing Trace health section."""
@@ -110,6 +117,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("devices", devices_line(s)),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
     ]
+    if status := status_line(s):
+        facts.insert(2, ("status", status))
     if others := runs_line(s, "report"):
         facts.insert(2, ("store", others))
     out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
@@ -120,7 +129,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         if r.id != HEALTH:  # the closing Trace health section shows it
             out += md_result(r)
     if compare is not None:
-        out += ["## Comparison", ""]
+        out += ["## Comparison", "", md(COMPARISON_LEAD), ""]
+        out += [f"- {md(line)}" for line in compare.heading().splitlines()] + [""]
         for r in compare.results:
             out += md_result(r)
     if s.overhead:

@@ -27,17 +27,22 @@ from xstack.report._html_trace import DEFAULT_TRACE_CAP_BYTES, trace_section
 from xstack.report._svg import esc
 from xstack.trace.store import Store
 
-__all__ = ["DEFAULT_TRACE_CAP_BYTES", "Comparison", "Written", "render_html", "write_report"]
+__all__ = ["COMPARISON_LEAD", "DEFAULT_TRACE_CAP_BYTES", "Comparison", "Written", "render_html", "write_report"]
+
+COMPARISON_LEAD = "This report's run is B; A is the baseline given with --compare."
 
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:"
 """The page may run and style only what it carries: no request can leave it (downloads are navigations)."""
 
 
 class Comparison(Protocol):
-    """What the report needs of a comparison of two profiles (``xstack.analyze.diff``): its results."""
+    """What the report needs of a comparison of two profiles (``xstack.analyze.diff``): its results, and a
+    heading that names both runs (``A: path run N "name" (pass)``, then ``B: ...``)."""
 
     @property
     def results(self) -> Sequence[Result]: ...
+
+    def heading(self) -> str: ...
 
 
 @dataclass
@@ -134,10 +139,9 @@ def _analyses(results: Sequence[Result]) -> str:
 def _comparison(compare: Comparison) -> str:
     results = list(compare.results)
     body = "".join(result_section(r, prefix="cmp") for r in results)
-    heading = getattr(compare, "heading", None)  # a ProfileDiff names both runs and the rule
-    lead = heading() if callable(heading) else "This profile against the one given with --compare."
     return (
-        f'<section id="comparison"><h2>Comparison</h2><pre class="note">{esc(lead)}</pre>'
+        f'<section id="comparison"><h2>Comparison</h2><p class="note">{esc(COMPARISON_LEAD)}</p>'
+        f'<pre class="note">{esc(compare.heading())}</pre>'
         f"{results_index(results, prefix='cmp')}{body}</section>"
     )
 

@@ -78,8 +78,8 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("noisy spans", f"{noisy} (p95 - p5 over half the median)" if noisy else "none")
     elif s.merged_into is not None:
         t.add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
-    if s.status:
-        t.add_row("status", s.status if s.status == "complete" else f"[red]{s.status}[/] (the program stopped early)")
+    if status := status_line(s):
+        t.add_row("status", Text(status, style="" if s.status == "complete" else "red"))  # an error may hold "["
     t.add_row("host wall time", wall_line(s))
     if s.iterations:
         t.add_row("iterations", iterations_line(s.iterations))
@@ -98,6 +98,16 @@ def _run_table(s: RunSummary) -> Table:
         t.add_row("system", system_line(s.system))
     t.add_row("counter samples", f"{s.counter_samples:,}")
     return t
+
+
+def status_line(s: RunSummary) -> str | None:
+    """The run's status, with what stopped the program where it stopped early ("cut_short (the program stopped
+    early: ValueError: boom)"); None where the run records none (an imported trace)."""
+    if s.status is None and s.error is None:
+        return None
+    if s.status == "complete" and not s.error:
+        return "complete"
+    return f"{s.status or 'unknown'} (the program stopped early{': ' + s.error if s.error else ''})"
 
 
 def wall_line(s: RunSummary) -> str:

@@ -179,11 +179,16 @@ IO_ERRNO: Final = "io.errno"
 IO_FD_KIND: Final = "io.fd_kind"
 """String: what the descriptor is: ``file``, ``dir``, ``pipe``, ``socket``, ``chr`` (a device), ``blk`` or
 ``unknown``."""
+IO_PROCESS_ROLE: Final = "io.process_role"
+"""String, only on the calls of a helper process of Python's ``multiprocessing`` (known from its command line):
+``resource_tracker`` (it removes the shared memory and semaphores the program leaves) or ``forkserver`` (it forks
+the workers); neither is a worker, though it is a process of the program's own."""
 IO_PATH_CLASS: Final = "io.path_class"
 """String: what the file is to the program (``trace.io_paths.CLASSES``): ``data`` (the program's own files),
-``directory`` (a directory, listed or stat'ed), ``python`` (the interpreter, installed packages, virtual
-environments, and Python source and bytecode anywhere, the program's script included), ``profiler`` (xstack's
-own files), ``system`` (``/usr``, ``/lib``, ``/etc``, ``/proc``, ``/sys``, ``/dev``, ...), ``stream`` (standard
+``directory`` (a directory, listed or stat'ed), ``python`` (the interpreter, installed packages and their
+metadata, virtual environments, and Python source and bytecode anywhere, the program's script included),
+``profiler`` (xstack's own files), ``system`` (``/usr``, ``/lib``, ``/etc``, ``/proc``, ``/sys``, ``/dev``,
+...), ``ipc`` (shared memory, semaphores, multiprocessing's temporary files and sockets), ``stream`` (standard
 streams, pipes, sockets, terminals, and the file standard output or error was redirected to) or ``unknown``."""
 
 # -- io_files.attrs (per-file counters beyond the view's columns; Darshan's meanings) ---------------------
@@ -221,6 +226,8 @@ IO_FILE_FIRST_NS: Final = "first_ns"
 without a start time)."""
 IO_FILE_LAST_NS: Final = "last_ns"
 """Integer: end of the last operation on the file."""
+IO_FILE_PROCESS_ROLE: Final = "process_role"
+"""String: ``IO_PROCESS_ROLE`` of the row's process, where it is a helper of ``multiprocessing``."""
 IO_FILE_SOURCE: Final = "source"
 """String: ``io`` (recorded by the io level) or ``darshan`` (imported from a Darshan log)."""
 IO_FILE_DARSHAN: Final = "darshan"

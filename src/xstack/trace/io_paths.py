@@ -4,9 +4,11 @@ Darshan importer so that both sort files the same way.
 Notes: the class is read from the path's text alone (no ``stat``: an imported log's files are on another
 machine), first match wins: standard streams and pipes, then the profiler's own files, then Python's (its
 installation, installed packages, virtual environments, and Python source and bytecode wherever they are, the
-program's own modules included), then the system's, so ``/usr/lib/python3.11/os.py`` is ``python``. What only
-the calls can tell, that a path is a directory or that the program's output was redirected to it, the live io
-level adds (``collect._io_classes``).
+program's own modules included), then the files processes share (shared memory, semaphores, multiprocessing's
+temporary folder), then the system's, so ``/usr/lib/python3.11/os.py`` is ``python`` and ``/dev/shm/x``
+``ipc``. What only the calls can tell, that a path is a directory, that the program's output was redirected to
+it, or that it was the standard library's probe of a temporary folder, the live io level adds
+(``collect._io_classes``).
 """
 
 from __future__ import annotations
@@ -22,17 +24,22 @@ PYTHON: Final = "python"
 PROFILER: Final = "profiler"
 SYSTEM: Final = "system"
 STREAM: Final = "stream"
+IPC: Final = "ipc"
 UNKNOWN: Final = "unknown"
 
 CLASSES: Final = {
     DATA: "the program's own files: everything the other classes leave",
     DIRECTORY: "directories, opened for listing or stat'ed (known from the calls: the io level only)",
-    PYTHON: "the interpreter, its library, installed packages, virtual environments (pyvenv.cfg), and Python "
-    "source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), the program's script included",
-    PROFILER: "xstack's own files (its package, its io library)",
+    PYTHON: "the interpreter (and the files it looks for as it starts: pythonXY.zip, ._pth), its library, installed "
+    "packages and their metadata (*.dist-info, *.egg-info, an editable install's too), virtual environments "
+    "(pyvenv.cfg), and Python source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), the "
+    "program's script included",
+    PROFILER: "xstack's own files (its package, its io library, its package metadata)",
     SYSTEM: "the operating system's: /usr, /lib, /etc, /proc, /sys, /dev, ...",
     STREAM: "standard streams, pipes, sockets and terminals, and a file the program's standard output or error "
     "was redirected to (known from the calls: the io level only)",
+    IPC: "shared memory and semaphores (/dev/shm: PyTorch's torch_* tensors that workers hand over, sem.*), and "
+    "the temporary files and sockets of Python's multiprocessing (its pymp-* folder)",
     UNKNOWN: "a name that says nothing of where the file is (relative, <fd 7>, anonymised by Darshan)",
 }
 """Every ``io.path_class``, with what it holds."""
@@ -66,12 +73,15 @@ PROFILER_ROOTS: Final = tuple(dict.fromkeys((str(Path(__file__).parent.parent.ab
 
 _STREAM_NAMES: Final = frozenset({"<stdin>", "<stdout>", "<stderr>", "<pipe>", "<socket>", "<tty>"})
 _STREAM = re.compile(r"^(?:(?:pipe|socket|anon_inode):.*|/dev/(?:pts/.*|tty.*|std(?:in|out|err)|console))$")
-_PROFILER = re.compile(r"/xstack-[^/]*\.dist-info(?:/|$)")
+_IPC = re.compile(r"^/(?:dev|run)/shm(?:/|$)|^/memfd:|/pymp-[a-z0-9_]{8}(?:/|$)")
+_PROFILER = re.compile(r"/xstack(?:-[^/]*)?\.(?:dist|egg)-info(?:/|$)")
 _PYTHON = re.compile(
     r"/(?:site-packages|dist-packages|__pycache__)(?:/|$)"  # installed packages, bytecode caches
     r"|/lib(?:32|64)?/python\d+(?:\.\d+)?t?(?:/|$)"  # the standard library
     r"|\.(?:py|pyc|pyo|pyi|pyw|pyd|pth)$|\.(?:cpython-[^/]*|abi3)\.so$"  # source, bytecode, extension modules
     r"|/pyvenv\.cfg$|/bin/python\d*(?:\.\d+)?t?$|/libpython\d[^/]*$"  # virtual environments, the interpreter
+    r"|\.(?:dist|egg)-info(?:/|$)|\.egg-link$"  # package metadata, wherever it is (an editable install's too)
+    r"|/python\d+\.zip$|/pybuilddir\.txt$|\._pth$|/Modules/Setup\.local$"  # what the interpreter looks for as it starts
 )
 
 
@@ -80,9 +90,11 @@ def path_class(path: str) -> str:
     """The ``io.path_class`` of ``path`` from its text (``CLASSES`` says what each holds): ``stream`` (standard
     streams, pipes, sockets, terminals), ``unknown`` (empty, relative or anonymised names, such as ``<fd 7>``
     or the hashes of an anonymised Darshan log, that say nothing of where the file is), ``profiler`` (inside
-    ``PROFILER_ROOTS``), ``python`` (inside ``site-packages``, ``dist-packages``, ``__pycache__`` or a
-    ``lib/pythonX.Y`` folder, a ``.py``/``.pyc``/extension module anywhere, ``pyvenv.cfg``, the interpreter),
-    ``system`` (under one of ``SYSTEM_ROOTS``) or ``data`` (any other absolute path)."""
+    ``PROFILER_ROOTS``, or its package metadata), ``python`` (inside ``site-packages``, ``dist-packages``,
+    ``__pycache__`` or a ``lib/pythonX.Y`` folder, a ``.py``/``.pyc``/extension module anywhere, package metadata
+    (``*.dist-info``, ``*.egg-info``) anywhere, ``pyvenv.cfg``, the interpreter), ``ipc`` (``/dev/shm``,
+    ``/run/shm``, memfd files, multiprocessing's ``pymp-*`` folders), ``system`` (under one of ``SYSTEM_ROOTS``) or
+    ``data`` (any other absolute path)."""
     if path.lower() in _STREAM_NAMES or _STREAM.match(path):
         return STREAM
     if not path.startswith("/"):
@@ -91,6 +103,8 @@ def path_class(path: str) -> str:
         return PROFILER
     if _PYTHON.search(path):
         return PYTHON
+    if _IPC.search(path):
+        return IPC
     if _inside(path, SYSTEM_ROOTS):
         return SYSTEM
     return DATA

@@ -1,16 +1,20 @@
 """A program that touches a file of every class, for the io level's path classes (tests/collect/test_io_classes.py).
 
-argv: DATA_DIR. It checks that DATA_DIR is a directory (a stat) and lists it, reads the files in it (data),
-writes to its standard output and error (which the test redirects to files) and starts a second interpreter
-(which reads its pyvenv.cfg, when it runs from a virtual environment). The interpreter reads this script
-itself, and xstack's modules.
+argv: DATA_DIR SRC_DIR. It checks that DATA_DIR is a directory (a stat) and lists it, reads the files in it
+(data), reads the entry points of the packages installed in SRC_DIR as an editable install leaves them
+(``NAME.egg-info``), writes to its standard output and error (which the test redirects to files) and starts a
+second interpreter (which reads its pyvenv.cfg, when it runs from a virtual environment). The interpreter reads
+this script itself, and xstack's modules.
 """
 
+import importlib.metadata
 import os
 import subprocess
 import sys
 
 data = sys.argv[1]
+for dist in importlib.metadata.distributions(path=[sys.argv[2]]):
+    dist.entry_points  # noqa: B018 - reads NAME.egg-info/entry_points.txt
 if not os.path.isdir(data):
     sys.exit(f"{data}: not a directory")
 for name in sorted(os.listdir(data)):

@@ -1,0 +1,128 @@
+"""The rule of a profile diff and the classification of one level's matched items: each item's status, its row,
+and per status the items and their summed times (ns)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from xstack.analyze._diff_read import Timing
+from xstack.analyze.result import Column
+
+Status = Literal["added", "removed", "slower", "faster", "unchanged"]
+STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
+K = TypeVar("K", bound=Hashable)
+NESTED = ("layer", "op")
+"""Levels whose items nest: their sums add self times, so that no time is counted twice."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a difference counts: both floors, and the spread where both sides have statistics."""
+
+    threshold: float = 0.05
+    """Relative floor: a fraction of A's time."""
+    min_delta_ns: int = 1_000
+    """Absolute floor, in ns."""
+    min_iterations: int = 3
+    """Fewest measured iterations for a side's spread to be used."""
+
+    def classify(self, a: Timing | None, b: Timing | None) -> tuple[Status, float | None]:
+        """The status of one matched item, and the spread its change was measured against (None: floors only)."""
+        if a is None:
+            return "added", None
+        if b is None:
+            return "removed", None
+        delta = b.value_ns - a.value_ns
+        spread_a, spread_b = a.spread_ns(self.min_iterations), b.spread_ns(self.min_iterations)
+        noise = spread_a + spread_b if spread_a is not None and spread_b is not None else None
+        if abs(delta) < max(self.threshold * a.value_ns, self.min_delta_ns, 1) or (
+            noise is not None and abs(delta) <= noise
+        ):
+            return "unchanged", noise
+        return ("slower" if delta > 0 else "faster"), noise
+
+
+TIMES = [
+    Column("A", "ns", "time in A: median per call (a kernel name: total of its calls)"),
+    Column("B", "ns", "time in B"),
+    Column("delta", "ns", "B - A (added: B's time; removed: minus A's time)"),
+    Column("change", "pct", "delta in percent of A's time"),
+    Column("noise", "ns", "the combined spread the change had to exceed (-: judged by the floors only)"),
+]
+STATUS_COLUMN = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
+SELF_DELTA = Column(
+    "self_delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
+)
+
+
+@dataclass
+class Table:
+    """The classified rows of one level, and per status the items and their summed times (ns)."""
+
+    rows: list[tuple[Any, ...]]
+    counts: dict[str, int]
+    sum_a: dict[str, int]
+    sum_b: dict[str, int]
+    floors_only: int
+    matched: int
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Time added (items only B has), removed (only A), lost (slower items) and gained (faster), and the net."""
+        t = {"added_ns": self.sum_b["added"], "removed_ns": self.sum_a["removed"],
+             "lost_ns": self.sum_b["slower"] - self.sum_a["slower"],
+             "gained_ns": self.sum_a["faster"] - self.sum_b["faster"]}  # fmt: skip
+        return {**t, "net_ns": t["added_ns"] - t["removed_ns"] + t["lost_ns"] - t["gained_ns"]}
+
+
+def classify(
+    a: dict[K, Timing],
+    b: dict[K, Timing],
+    rule: Rule,
+    cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
+    nested: bool = False,
+) -> Table:
+    """Classify every item; a ``nested`` level's rows end with the change of the self time, and its sums add self
+    times (a layer's time holds its sub-layers', which are items of their own)."""
+    keyed: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
+    zero: dict[str, int] = dict.fromkeys(STATUSES, 0)
+    t = Table([], dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
+    for key in list(a) + [k for k in b if k not in a]:
+        ta, tb = a.get(key), b.get(key)
+        status, noise = rule.classify(ta, tb)
+        t.counts[status] += 1
+        t.sum_a[status] += own_ns(ta)
+        t.sum_b[status] += own_ns(tb)
+        if ta is not None and tb is not None:
+            t.matched += 1
+            t.floors_only += noise is None
+        delta = (ns(tb) or 0) - (ns(ta) or 0)
+        pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
+        row = (status, *cells(key, ta, tb), ns(ta), ns(tb), delta, pct, ns_or_none(noise))
+        order = (status == "unchanged", -abs(delta), str(row[1:-5]))
+        keyed.append((order, row + ((own_ns(tb) - own_ns(ta),) if nested else ())))
+    t.rows = [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
+    return t
+
+
+def own_ns(t: Timing | None) -> int:
+    """What a level's sums add of an item, in whole ns (``Timing.own_ns``; 0 for an item a side lacks)."""
+    return 0 if t is None else round(t.own_ns)
+
+
+def ns_or_none(v: float | None) -> int | None:
+    """``v`` in whole ns, None staying None."""
+    return None if v is None else round(v)
+
+
+def ns(t: Timing | None) -> int | None:
+    """An item's time in whole ns (None for an item a side lacks)."""
+    return None if t is None else round(t.value_ns)
+
+
+RULE_NOTE = (
+    "A change counts when |delta| reaches the relative and absolute floors and, where both runs have iteration "
+    "statistics, exceeds the combined low-side spread (median - p5) of the two runs."
+)

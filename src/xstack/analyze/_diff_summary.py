@@ -1,0 +1,94 @@
+"""The summary table of a profile diff: the step latency (or the host wall time), each model stage, and per level
+and status the items and their summed times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._diff_read import Side, Timing
+from xstack.analyze._diff_rule import NESTED, RULE_NOTE, STATUS_COLUMN, STATUSES, TIMES, Rule, Table, ns, ns_or_none
+from xstack.analyze.result import Column, Result
+
+
+def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], fallback: str | None) -> Result:
+    """``diff.summary``: the step (or wall time) row, a row per model stage, then per level (``tables``, None where
+    not compared) and status the items and their summed times (ns); ``fallback`` labels runs without statistics."""
+    items = Column("items", "count", "items of this status (the step and stages: -)")
+    columns = [Column("item"), STATUS_COLUMN, items, *TIMES]
+    rows = [_step_row(a, b, rule)]
+    facts: dict[str, Any] = {"step_a_ns": rows[0][3], "step_b_ns": rows[0][4], "step_delta_ns": rows[0][5],
+                             "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
+    stage_rows = _stage_rows(a, b, rule)
+    rows += stage_rows
+    facts["stages"] = {str(r[0]).removeprefix("stage "): r[1] for r in stage_rows}
+    for level, t in tables.items():
+        rows += _level_rows(level, t)
+        if t is not None:
+            facts[level] = {**t.counts, **t.totals}
+    notes = (
+        "The first row compares the step latency (median of the host step spans; without any, the run's host "
+        "wall time; not compared where a run's host times are inflated by counter replay); then each model stage "
+        "other than the step (load, preprocess, a forward call, ...: model spans matched by name, median per "
+        "call). Then per level and status: the items and their summed time in A and B; the net change of a level "
+        "is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops nest (a "
+        "block holds its sub-layers, an op the ops it calls), so their sums add self times: each item's time less "
+        "that of the items of its level it encloses, which counts no time twice. A row's status is that of its "
+        f"items, judged on their whole time. {RULE_NOTE}"
+    )
+    labels = ([fallback] if fallback else []) + _wall_labels(a, b)
+    return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
+                  labels=labels, facts=facts)  # fmt: skip
+
+
+def _pair_row(item: str, ta: Timing | None, tb: Timing | None, rule: Rule) -> tuple[Any, ...]:
+    """A summary row comparing one item: status, A, B, delta, change and noise (no item count)."""
+    status, noise = rule.classify(ta, tb)
+    delta = (ns(tb) or 0) - (ns(ta) or 0)
+    pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
+    return (item, status, None, ns(ta), ns(tb), delta, pct, ns_or_none(noise))
+
+
+def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
+    """The step latency where both runs have steps, else the runs' host wall times; no verdict where a run's host
+    times are inflated by counter replay (the replays' time, not the program's)."""
+    if a.steps and b.steps:
+        row = _pair_row("step latency", a.step, b.step, rule)
+    else:
+        item = f"run wall time (no step spans in {' and '.join(n for n, s in (('A', a), ('B', b)) if not s.steps)})"
+        if a.wall is None or b.wall is None:
+            return (item, "not recorded", None, ns(a.wall), ns(b.wall), None, None, None)
+        row = _pair_row(item, a.wall, b.wall, rule)
+    if a.replayed or b.replayed:
+        return (row[0], "not compared", *row[2:7], None)
+    return row
+
+
+def _wall_labels(a: Side, b: Side) -> list[str]:
+    """Where a wall time compared in place of the step came from, or why a run has none."""
+    if a.steps and b.steps:
+        return []
+    return [f"{n}: no host wall time ({s.wall_source})" if s.wall is None else f"{n}: wall time is {s.wall_source}"
+            for n, s in (("A", a), ("B", b)) if s.wall_source]  # fmt: skip
+
+
+def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:
+    """One row per model stage of either run, A's order first; one row saying so where a run has no model level."""
+    if "model" not in a.levels or "model" not in b.levels:
+        return [("stages", "not compared", *([None] * 6))] if a.stages or b.stages else []
+    names = list(a.stages) + [n for n in b.stages if n not in a.stages]
+    return [_pair_row(f"stage {n}", a.stages.get(n), b.stages.get(n), rule) for n in names]
+
+
+def _level_rows(level: str, t: Table | None) -> list[tuple[Any, ...]]:
+    """Per status, the level's items and their summed times (self times where items nest), then its net change."""
+    item = f"{level}s (self time)" if level in NESTED else f"{level}s"
+    if t is None:
+        return [(item, "not compared", *([None] * 6))]
+    rows: list[tuple[Any, ...]] = []
+    for s in (s for s in STATUSES if t.counts[s]):
+        pct = 100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
+        rows.append((item, s, t.counts[s], t.sum_a[s] if s != "added" else None,
+                     t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
+    if any(t.counts[s] for s in STATUSES if s != "unchanged"):
+        rows.append((item, "net change", None, None, None, t.totals["net_ns"], None, None))
+    return rows
