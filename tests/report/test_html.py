@@ -228,6 +228,21 @@ def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (12345.6, "ratio", "12,346"),  # too large for its significant digits: whole units, no exponent
+        (999.7, "flop/byte", "1,000"),
+        (123.45, "ratio", "123"),
+        (123456.7, "", "123,457"),
+        (1234.5, "", "1234"),  # four significant digits hold it
+        (0.5, "ratio", "0.5"),
+    ],
+)
+def test_table_cells_print_no_exponent(value: float, unit: Any, text: str) -> None:
+    assert format_value(value, unit) == text
+
+
+@pytest.mark.parametrize(
     ("key", "value", "text"),
     [
         ("launch_ns_per_step", 324734.0, "324.7 us"),  # the unit word in the middle of the key

@@ -208,14 +208,21 @@ def format_value(value: Any, unit: Unit) -> str:
     if unit == "pct":
         return f"{value:.1f}"
     if unit in ("ratio", "flop/byte"):
-        return f"{value:.3g}"
+        return _significant(value, 3)
     if unit == "count":
         return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return _significant(value, 4)
     if isinstance(value, (list, tuple)):
         return str(list(value))
     return str(value)
+
+
+def _significant(value: float, digits: int) -> str:
+    """``value`` to ``digits`` significant digits, but a number too large for them in whole units with thousands
+    separators (12,346, not 1.235e+04): tables are read by people."""
+    text = f"{value:.{digits}g}"
+    return f"{value:,.0f}" if "e+" in text else text
 
 
 def format_ns(ns: float) -> str:
