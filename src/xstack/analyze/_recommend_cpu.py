@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from xstack.analyze._recommend_system import Results, _get, _num, _severity
+from xstack.analyze._recommend_common import Results
+from xstack.analyze._recommend_common import get as _get
+from xstack.analyze._recommend_common import num as _num
+from xstack.analyze._recommend_system import _severity
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from xstack.analyze._recommend_common import Results
+from xstack.analyze._recommend_common import get as _get
+from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._system_syscalls import WAIT_MEANING
 from xstack.analyze.pipeline import Recommendation, Severity
-from xstack.analyze.result import Result, format_ns, format_value
-
-Results = dict[str, Result]
+from xstack.analyze.result import format_ns, format_value
 
 GPU_THROTTLE_PCT = 10.0
 """Share of samples with a thermal or power throttle reason above which throttling costs throughput."""
@@ -26,16 +27,6 @@ SYNC_ALLOC_LAYER_PCT = 20.0
 """Share of a layer's time in CUDA sync and allocation calls above which they are worth removing..."""
 SYNC_ALLOC_MIN_NS = 10_000
 """...provided they add up to at least this much host time (10 us)."""
-
-
-def _get(results: Results, id: str) -> Result | None:
-    r = results.get(id)
-    return r if r is not None and r.available else None
-
-
-def _num(facts: dict[str, Any], key: str) -> float | None:
-    v = facts.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _severity(pct: float) -> Severity:
