@@ -205,6 +205,20 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
     assert "xstack sweep" in result.hint
 
 
+def test_a_step_past_the_profilers_stop_is_timed_by_the_activity_recorded_in_it(import_store: Any) -> None:
+    """torch.compile trace: ProfilerStep#1 ends 13.3 s after it began, long after the profiler stopped (1.84 ms in);
+    its ops, kernel and sync end 1.53 ms in. The latency and the wall time are those 1.53 ms, and A1 says why."""
+    store = import_store(kineto_fixture("a100_torch_compile_triton.json.gz"))
+    a1 = model_information(store, 1)
+    assert a1.facts["latency_ns"] == 1_530_844 and a1.rows[0][1:4] == (1_530_844,) * 3
+    assert (
+        "ProfilerStep#1 cut to the 1.53 ms of activity recorded in it: the trace has it run 13.3 s, past the "
+        "profiler's stop (health: steps_past_recording)" in a1.labels
+    )
+    assert summarize(store, 1).wall_ns == 1_530_844
+    assert load("A15")(store, 1).column("model latency") == [1_530_844]
+
+
 REPLAYED = (
     "inflated by counter replay, not the program's own timing (the CUPTI range profiler replays each kernel to read "
     "its counters, and the host waits for the replays)"

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.context import HINTS, REPLAYED_ADVICE, STEP_SPAN, run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -21,9 +21,10 @@ GAIN_THRESHOLD_PCT = 5.0
 
 NOTES = (
     "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces, "
-    "but for a last one that holds no work, the profiler stopping; else the top-level model span with the most "
-    "time), warm-up iterations left out (a pass's --warmup; the "
-    "first iteration of a live run, which also pays for start-up, unless asked otherwise); p5/p95 are its 5th and "
+    "but for a last one that holds no work, the profiler stopping, and cut to the activity recorded in it where "
+    "one ends after the profiler stopped recording; else the top-level model span with the most time), warm-up "
+    "iterations left out (a pass's --warmup; the first iteration of a live run, which also pays for start-up, unless "
+    "asked otherwise); p5/p95 are its 5th and "
     "95th percentiles; all unknown for a run whose host times are inflated by counter replay (a trace taken with "
     "the CUPTI range profiler, an Nsight Compute metrics pass). For each batch size the merged (leveled) run is "
     "read, whose step timing comes from the model pass alone; without one, the batch size's complete run with "
@@ -130,6 +131,11 @@ def model_information(
         result.labels.append(warmup)
     for name in _stop_steps(store, [p.run_id for p in points]):
         result.labels.append(f"{name} left out: it holds no work (the profiler stopping; health: empty_last_step)")
+    for name, kept, recorded in _cut_steps(store, [p.run_id for p in points]):
+        result.labels.append(
+            f"{name} cut to the {format_ns(kept)} of activity recorded in it: the trace has it run "
+            f"{format_ns(recorded)}, past the profiler's stop (health: steps_past_recording)"
+        )
     result.facts["warmup_steps"] = ctx.warmup
     unleveled = [p for p in points if p.timing != "leveled" and p.replayed is None]
     if unleveled:
@@ -235,6 +241,20 @@ def _stop_steps(store: Store, run_ids: list[int]) -> list[str]:
         [run_ids],
     )
     return [str(r[0]) for r in rows]
+
+
+def _cut_steps(store: Store, run_ids: list[int]) -> list[tuple[str, int, int]]:
+    """The ProfilerStep spans of these runs that the importer cut, as they ended after the profiler stopped
+    recording: ``(name, kept ns, duration in the trace ns)``."""
+    if not run_ids:
+        return []
+    rows = store.query(
+        f"""SELECT name, dur_ns, TRY_CAST(attrs->>'$."{A.KINETO_DUR_NS}"' AS BIGINT) AS recorded FROM spans
+            WHERE list_contains(?, run_id) AND level = 'model' AND recorded IS NOT NULL
+            ORDER BY run_id, start_ns, span_id""",
+        [run_ids],
+    )
+    return [(str(name), int(kept), int(recorded)) for name, kept, recorded in rows]
 
 
 def _batch_points(store: Store) -> tuple[list[Point], list[int]]:
