@@ -219,6 +219,28 @@ def test_a_step_past_the_profilers_stop_is_timed_by_the_activity_recorded_in_it(
     assert load("A15")(store, 1).column("model latency") == [1_530_844]
 
 
+def test_a_model_span_latency_names_the_start_up_call_that_takes_most_of_it(import_store: Any) -> None:
+    """AlexNet trace without ProfilerStep: the latency is that of its top-level model span, [param|cuda], 43.4 s, of
+    which the run's first CUDA call (cudaDeviceGetStreamPriorityRange in aten::to) takes 29.9 s: CUDA starting up."""
+    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
+    a1 = model_information(store, 1)
+    assert a1.facts["latency_ns"] == 43_425_283_000
+    start_up = (
+        "69% of it (29.9 s) is one call, cudaDeviceGetStreamPriorityRange in aten::to: the run's first CUDA call, "
+        "which pays for CUDA's start-up (context creation)"
+    )
+    assert f"latency of model span '[param|cuda]' (no iterations marked); {start_up}" in a1.labels
+    assert a1.facts["longest_call"] == {"name": "cudaDeviceGetStreamPriorityRange", "op": "aten::to",
+                                        "dur_ns": 29_927_377_000, "share_pct": pytest.approx(68.9, abs=0.05),
+                                        "first": True}  # fmt: skip
+    a15 = load("A15")(store, 1)
+    assert a15.column("model latency") == [43_425_365_000]  # the host extent, a little past [param|cuda]
+    assert f"model latency of run 1: its host extent (no step spans); {start_up}" in a15.labels
+    # a step latency, or one no single call dominates, names no call
+    bert = model_information(import_store(kineto_fixture("h100_bert_small_infer_full.json.gz")), 1)
+    assert bert.facts["longest_call"] is None and not any("is one call" in label for label in bert.labels)
+
+
 REPLAYED = (
     "inflated by counter replay, not the program's own timing (the CUPTI range profiler replays each kernel to read "
     "its counters, and the host waits for the replays)"
