@@ -431,8 +431,8 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
     Notes: one row per batch size found in the store (``config.batch_size`` of its runs, the merged run of each
     where there is one, as ``xstack sweep`` records them), else one row for the run. Model latency is the median
     step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent (a label
-    names a single runtime call that takes more than half of it, such as the first CUDA call's start-up); unknown,
-    with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV) and for a run that recorded
+    names a single runtime call that takes more than half of it, such as the first CUDA or HIP call's start-up);
+    unknown, with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV) and for a run that recorded
     its counters itself with a profiler that replays each kernel (a trace taken with the CUPTI range profiler),
     whose host time is the replays'."""
     ctx = run_context(store, run_id)
