@@ -309,6 +309,24 @@ def test_alexnet_syncs_count_the_blocking_copies(stores: Callable[[str], Store])
     assert any("(model span: [param|cuda])" in x["python line"] for x in r.to_records())
 
 
+def test_a_sync_outside_the_measured_steps_says_why_its_share_is_empty(stores: Callable[[str], Store]) -> None:
+    # NCCL training: the one cudaDeviceSynchronize comes after the last ProfilerStep, so no step holds it and its
+    # blocked share, of the steps, is empty; the table said nothing of why
+    name = "a100x8_nccl_allreduce_train.json.gz"
+    evs = events(name)
+    (sync,) = [e for e in evs if e["name"] == "cudaDeviceSynchronize"]
+    steps = [e for e in evs if re.fullmatch(r"ProfilerStep#[0-9]+", e["name"]) and e["cat"] == "user_annotation"]
+    assert steps and not any(s["ts_ns"] <= sync["ts_ns"] < s["end_ns"] for s in steps)
+    r = timeline.sync_points(stores(name), 1)
+    (row,) = [x for x in r.to_records() if x["call"] == "cudaDeviceSynchronize"]
+    assert row["blocked share"] is None and row["count"] == 1
+    assert (
+        f"blocked share empty where the calls fall outside the measured window (the run's {r.facts['steps']} "
+        "steps): cudaDeviceSynchronize" in r.labels
+    )
+    assert not any("outside the measured window" in label for label in timeline.sync_points(stores(BERT), 1).labels)
+
+
 def test_sync_lines_skip_library_frames_and_take_the_innermost_own_frame(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     with Store.create(path) as store:

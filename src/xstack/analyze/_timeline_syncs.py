@@ -127,8 +127,18 @@ def sync_points(store: Store, run_id: int) -> Result:
         chart=Chart("hbar", x="python line", y=("blocked",), title="Host time blocked, per sync point", limit=20),
         facts=_facts(found, table, window.steps, window.length_ns, window.kind),
         labels=([] if has_frames else ["no Python frames in the run: record with with_stack=True for the lines"])
+        + _outside_label(found, window.steps)
         + ctx.replayed_labels("blocked times and shares"),
     )
+
+
+def _outside_label(found: list[tuple[Any, ...]], steps: int) -> list[str]:
+    """Why a row's blocked share is empty: none of its calls falls within the measured window (the steps)."""
+    outside = list(dict.fromkeys(str(r[2]) for r in found if not r[8]))
+    if not outside or not steps:
+        return []
+    return [f"blocked share empty where the calls fall outside the measured window (the run's {steps:,} steps): "
+            + ", ".join(outside)]  # fmt: skip
 
 
 def _facts(found: list[tuple[Any, ...]], table: list[tuple[Any, ...]], steps: int, window_ns: int,
