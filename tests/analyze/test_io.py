@@ -185,13 +185,17 @@ def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store
     assert _row(r, "(system files)")["module"] == "STDIO"
     assert _row(r, "/out/ckpt.pt")["sequential share"] is None  # no reads
     f = r.facts
-    assert (f["files"], f["data_files"], f["processes"], f["opens"], f["reads"], f["writes"]) == (8, 5, 3, 9, 25, 9)
+    assert (f["files"], f["data_files"], f["processes"], f["opens"], f["reads"], f["writes"]) == (7, 5, 3, 9, 25, 9)
+    assert f["streams"] == 1  # <pipe>: a row of its own, not a file, as in io.processes and the summary
     assert (f["bytes_read"], f["bytes_written"], f["time_ns"]) == (5_327_580, 8_389_108, 1_003_890)
     listed = _one(darshan_like, "io.files", all_paths=True)
     assert "/usr/lib/python3.11/os.py" in listed.column("path") and "/etc/hosts" in listed.column("path")
     top = _one(darshan_like, "io.files", limit=2)
     assert top.rows == r.rows[:2] and top.truncated == 6 and top.facts == r.facts and f["rows"] == 8
-    assert r.labels == ["8 files in 8 rows: one per path and module, and one per folded class (python, system)"]
+    assert r.labels == [
+        "7 files, and 1 stream (<pipe>) that io.processes, the other I/O analyses and the summary "
+        "leave out, in 8 rows: one per path and module, and one per folded class (python, system)"
+    ]
     assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit "
                           "(file_table(limit=None), or the io_files view, has every one)"]  # fmt: skip
 
@@ -570,10 +574,11 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
     s = summarize(darshan_like)
     # the data files' figures (os.py twice and /etc/hosts are not data), then every file's operations
     assert s.io == {"ops": 29, "bytes_read": 5_246_880, "bytes_written": 8_388_608, "time_ns": 3740, "files": 5,
-                    "processes": 3, "all_ops": 37, "all_files": 7}  # fmt: skip
+                    "processes": 3, "all_ops": 37, "all_files": 7, "streams": 1}  # fmt: skip
     assert io_line(s.io) == (
         "29 operations by 3 process(es) on 5 data files: 5.00 MiB read, 8.00 MiB written, 3.74 us in I/O; "
-        "37 operations on 7 files in all (Python, system and other files)"
+        "37 operations on 7 files in all (Python, system and other files; 1 stream (standard streams, pipes, "
+        "sockets) left out)"
     )
 
 
@@ -591,7 +596,10 @@ def test_a_real_darshan_log(tmp_path: Path, name: str) -> None:
         importer(store, log)
     with Store.open(tmp_path / "d.duckdb") as store:
         results = {r.id: r for r in run_analyses(store, ids=IO_IDS)}
-        counted = store.query("SELECT sum(reads), sum(bytes_read), count(DISTINCT path) FROM io_files")[0]
+        counted = store.query(
+            "SELECT sum(reads), sum(bytes_read), "
+            "count(DISTINCT path) FILTER (WHERE attrs->>'$.path_class' <> 'stream') FROM io_files"
+        )[0]
     assert all(r.available for r in results.values())
     pattern = results["io.pattern"].facts
     if pattern["small_reads_exact"]:  # DXT traced the POSIX reads only, not the STDIO ones: its share is of those

@@ -205,6 +205,42 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
     assert "xstack sweep" in result.hint
 
 
+def test_a_step_past_the_profilers_stop_is_timed_by_the_activity_recorded_in_it(import_store: Any) -> None:
+    """torch.compile trace: ProfilerStep#1 ends 13.3 s after it began, long after the profiler stopped (1.84 ms in);
+    its ops, kernel and sync end 1.53 ms in. The latency and the wall time are those 1.53 ms, and A1 says why."""
+    store = import_store(kineto_fixture("a100_torch_compile_triton.json.gz"))
+    a1 = model_information(store, 1)
+    assert a1.facts["latency_ns"] == 1_530_844 and a1.rows[0][1:4] == (1_530_844,) * 3
+    assert (
+        "ProfilerStep#1 cut to the 1.53 ms of activity recorded in it: the trace has it run 13.3 s, past the "
+        "profiler's stop (health: steps_past_recording)" in a1.labels
+    )
+    assert summarize(store, 1).wall_ns == 1_530_844
+    assert load("A15")(store, 1).column("model latency") == [1_530_844]
+
+
+def test_a_model_span_latency_names_the_start_up_call_that_takes_most_of_it(import_store: Any) -> None:
+    """AlexNet trace without ProfilerStep: the latency is that of its top-level model span, [param|cuda], 43.4 s, of
+    which the run's first CUDA call (cudaDeviceGetStreamPriorityRange in aten::to) takes 29.9 s: CUDA starting up."""
+    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
+    a1 = model_information(store, 1)
+    assert a1.facts["latency_ns"] == 43_425_283_000
+    start_up = (
+        "69% of it (29.9 s) is one call, cudaDeviceGetStreamPriorityRange in aten::to: the run's first CUDA call, "
+        "which pays for CUDA's start-up (context creation)"
+    )
+    assert f"latency of model span '[param|cuda]' (no iterations marked); {start_up}" in a1.labels
+    assert a1.facts["longest_call"] == {"name": "cudaDeviceGetStreamPriorityRange", "op": "aten::to",
+                                        "dur_ns": 29_927_377_000, "share_pct": pytest.approx(68.9, abs=0.05),
+                                        "first": True}  # fmt: skip
+    a15 = load("A15")(store, 1)
+    assert a15.column("model latency") == [43_425_365_000]  # the host extent, a little past [param|cuda]
+    assert f"model latency of run 1: its host extent (no step spans); {start_up}" in a15.labels
+    # a step latency, or one no single call dominates, names no call
+    bert = model_information(import_store(kineto_fixture("h100_bert_small_infer_full.json.gz")), 1)
+    assert bert.facts["longest_call"] is None and not any("is one call" in label for label in bert.labels)
+
+
 REPLAYED = (
     "inflated by counter replay, not the program's own timing (the CUPTI range profiler replays each kernel to read "
     "its counters, and the host waits for the replays)"

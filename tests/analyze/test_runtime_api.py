@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,10 @@ import pytest
 
 from tests.conftest import kineto_fixture
 from xstack.analyze._runtime_api import OUTSIDE
-from xstack.analyze.pipeline import run_analyses
+from xstack.analyze.pipeline import analyze, run_analyses
 from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result
+from xstack.report.formats import render_markdown
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -112,10 +115,11 @@ def test_each_call_belongs_to_its_innermost_layer(import_store: ImportStore) -> 
     assert RULES["cuda_sync_alloc_in_layers"](_by_id(store)) is None  # launches dominate this trace's layers
 
 
-def _built(path: Path) -> Store:
+def _built(path: Path, runtime: str = "cuda") -> Store:
     """A layer ``head`` (100 us) whose ``aten::item`` op syncs for 30 us and whose ``aten::empty`` allocates
-    for 10 us, beside a 5 us launch; a layer ``body`` (200 us) that only launches; a sync outside layers."""
-    with Store.create(path) as store:
+    for 10 us, beside a 5 us launch; a layer ``body`` (200 us) that only launches; a sync outside layers. The
+    calls are CUDA's, or with ``runtime="hip"`` HIP's (``hipStreamSynchronize``, ``hipMalloc``, ...)."""
+    with Store.create(path) as store, _runtime_names(store, runtime):
         store.add_run(RunInfo(1, "built", levels=["model", "layer", "op", "runtime"]))
         sink = Sink(store, 1)
         sink.span(1, None, "model", "step#0", 0, 1_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
@@ -132,6 +136,18 @@ def _built(path: Path) -> Store:
         sink.span(12, 1, "runtime", "cudaDeviceSynchronize", 900_000, 50_000, 1, 1)
         sink.close()
     return Store.open(path)
+
+
+@contextmanager
+def _runtime_names(store: Store, runtime: str) -> Iterator[None]:
+    """Rename the runtime calls written inside the block to ``runtime``'s (``cuda`` keeps them)."""
+    yield
+    if runtime != "cuda":
+        store.con.execute(
+            "UPDATE _spans SET name = regexp_replace(regexp_replace(name, '^cuda', ?), '^cu([A-Z])', ? || 'Module\\1') "
+            "WHERE level = 'runtime'",
+            [runtime, runtime],
+        )
 
 
 def test_classes_shares_and_the_sync_alloc_rule(tmp_path: Path) -> None:
@@ -164,3 +180,31 @@ def test_a_run_without_runtime_calls_lacks_the_runtime_level(tmp_path: Path) -> 
     with Store.open(tmp_path / "plain.duckdb") as store:
         results: dict[str, Any] = _by_id(store)
     assert all(r.missing == ["runtime"] for r in results.values())
+
+
+def test_a_rocm_run_names_hip_not_cuda(tmp_path: Path, import_store: ImportStore) -> None:
+    """The MI250 trace's calls are all hip*: the API tables, the sync/alloc rule and the advice to capture a graph
+    name HIP, where they said CUDA; a CUDA trace keeps CUDA."""
+    rocm = import_store(kineto_fixture("mi250_toy_train_rocm.json.gz"))
+    results = _by_id(rocm)
+    assert results["runtime.api"].title == "Host time in HIP API calls, per layer"
+    assert results["runtime.api"].chart is not None and results["runtime.api"].chart.title == (
+        "Host time in HIP API calls by class"
+    )
+    assert results["runtime.api_calls"].title == "HIP API calls by host time"
+    assert results["runtime.api"].facts["runtime"] == results["runtime.api_calls"].facts["runtime"] == "HIP"
+    analysis = analyze(rocm)
+    host_bound = next(r for r in analysis.recommendations if r.rule == "host_bound")
+    assert "capturing the step in a HIP graph" in host_bound.action
+    page = render_markdown(analysis)
+    assert not re.search(r"CUDA (API|graph|sync|context)|profile on CUDA|of CUDA tensors", page)
+    assert "### runtime.api_calls HIP API calls by host time" in page
+    cuda = _by_id(import_store(kineto_fixture("h100_bert_small_infer_full.json.gz")))
+    assert cuda["runtime.api_calls"].title == "CUDA API calls by host time"
+    with _built(tmp_path / "hip.duckdb", "hip") as store:
+        built = _by_id(store)
+    assert "hipStreamSynchronize" in built["runtime.api_calls"].column("call")
+    rec = RULES["cuda_sync_alloc_in_layers"](built)
+    assert rec is not None and rec.title == "HIP syncs and allocations inside head"
+    assert "layer head spends 40% of its time in HIP sync and allocation calls (threshold 20%)" in rec.evidence[0]
+    assert "hipMalloc/hipFree calls" in rec.action and "PYTORCH_HIP_ALLOC_CONF" in rec.action

@@ -309,6 +309,20 @@ def test_alexnet_syncs_count_the_blocking_copies(stores: Callable[[str], Store])
     assert any("(model span: [param|cuda])" in x["python line"] for x in r.to_records())
 
 
+def test_a_sync_outside_the_measured_steps_counts_in_the_run_not_in_the_window(stores: Callable[[str], Store]) -> None:
+    # NCCL training: the one cudaDeviceSynchronize comes after the last ProfilerStep, so no step holds it: its row
+    # counts it in the run's columns and none of it in the window's, rather than leaving a share empty
+    name = "a100x8_nccl_allreduce_train.json.gz"
+    evs = events(name)
+    (sync,) = [e for e in evs if e["name"] == "cudaDeviceSynchronize"]
+    steps = [e for e in evs if re.fullmatch(r"ProfilerStep#[0-9]+", e["name"]) and e["cat"] == "user_annotation"]
+    assert steps and not any(s["ts_ns"] <= sync["ts_ns"] < s["end_ns"] for s in steps)
+    r = timeline.sync_points(stores(name), 1)
+    (row,) = [x for x in r.to_records() if x["call"] == "cudaDeviceSynchronize"]
+    assert (row["calls (window)"], row["blocked (window)"], row["share of window"]) == (0, 0, 0.0)
+    assert (row["calls (run)"], row["blocked (run)"]) == (1, sync["end_ns"] - sync["ts_ns"])
+
+
 def test_sync_lines_skip_library_frames_and_take_the_innermost_own_frame(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     with Store.create(path) as store:

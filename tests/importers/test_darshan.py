@@ -19,6 +19,7 @@ from xstack.errors import BadInputError, UsageError
 from xstack.importers.api import import_files
 from xstack.importers.darshan import import_darshan, log_health
 from xstack.importers.darshan._reader import DarshanLog, DxtRecord, Record, Segment
+from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -159,6 +160,30 @@ def test_the_io_time_of_a_dxt_log_is_the_same_in_every_table(store: Store) -> No
     assert loop.column("io time") == processes.column("io time") == [pytest.approx(counted, abs=1000)]
     io = summarize(store, run).io
     assert io is not None and loop.facts["io_ns"] == processes.facts["io_ns"] == io["time_ns"]
+
+
+def test_the_files_counted_are_the_same_in_every_table_and_the_streams_are_said(store: Store) -> None:
+    # DLIO's log holds 36 files (14 data, 22 Python) and 2 standard streams, <STDIN> and <STDERR>: io.files said
+    # "38 files", io.processes and the summary 36, and none said which streams were left out or counted
+    run = run_of(store, "dlio_python3_a")
+    (files, streams) = store.query(
+        "SELECT count(DISTINCT path) FILTER (WHERE NOT starts_with(path, '<')), "
+        "count(DISTINCT path) FILTER (WHERE starts_with(path, '<')) FROM io_files WHERE run_id = ?",
+        [run],
+    )[0]
+    assert (files, streams) == (36, 2)
+    table, processes = run_analyses(store, run, ["io.files", "io.processes"])
+    assert (table.facts["files"], table.facts["streams"]) == (36, 2)
+    assert table.labels[0].startswith(
+        "36 files, and 2 streams (<STDERR>, <STDIN>) that io.processes, the other I/O analyses and the summary "
+        "leave out, in 19 rows"
+    )
+    assert processes.column("files") == [36] and "streams" in processes.columns[-1].help
+    io = summarize(store, run).io
+    assert io is not None and (io["all_files"], io["streams"]) == (36, 2)
+    assert io_line(io).endswith(
+        "on 36 files in all (Python, system and other files; 2 streams (standard streams, pipes, sockets) left out)"
+    )
 
 
 def test_attrs_keep_every_counter(store: Store) -> None:

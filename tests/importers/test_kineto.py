@@ -237,6 +237,53 @@ def test_a_last_profiler_step_that_holds_no_work_is_no_iteration(trace: Path, im
         )
 
 
+def _past_recording(data: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """The host ProfilerSteps that end after the profiler stopped recording (its session span, Record Window End
+    and every other event), with the duration to keep (to the end of the last other event starting within it)
+    and the trace's own, in ns."""
+    marks = [ref.ns(e["ts"]) + ref.ns(e["dur"]) for e in data["traceEvents"]
+             if e.get("ph") == "X" and e.get("cat") == "Trace"]  # fmt: skip
+    marks += [ref.ns(e["ts"]) for e in data["traceEvents"] if e.get("name") == "Record Window End"]
+    if not marks:
+        return {}
+    events = ref.complete_events(data)
+    steps = [e for e in events if e["cat"] == "user_annotation" and re.fullmatch(r"ProfilerStep#[0-9]+", e["name"])]
+    others = [e for e in events if e not in steps]
+    recorded = max([*marks, *(ref.ns(e["ts"]) + ref.ns(e["dur"]) for e in others)])
+    found = {}
+    for step in steps:
+        s, t = ref.ns(step["ts"]), ref.ns(step["ts"]) + ref.ns(step["dur"])
+        if s < recorded < t:
+            within = [ref.ns(e["ts"]) + ref.ns(e["dur"]) for e in others if s <= ref.ns(e["ts"]) < recorded]
+            found[step["name"]] = ((max(within) if within else recorded) - s, t - s)
+    return found
+
+
+@pytest.mark.parametrize("trace", FIXTURES, ids=IDS)
+def test_a_step_that_ends_after_the_profiler_stopped_is_cut_to_its_activity(trace: Path, import_store: Any) -> None:
+    """The torch.compile trace's ProfilerStep#1 runs 13.3 s, from a pid no other event has, while its ops, kernel
+    and the profiler's session all end within 1.84 ms of its start: that end was never measured, and taken as it
+    is it made the step's latency and the run's wall time 13.3 s. Every other trace keeps its steps as written."""
+    expected = _past_recording(ref.load(trace))
+    store = import_store(trace)
+    cut = store.query(
+        """SELECT name, dur_ns, (attrs->>'$."kineto.dur_ns"')::BIGINT FROM spans
+           WHERE level = 'model' AND attrs->>'$."kineto.dur_ns"' IS NOT NULL"""
+    )
+    assert {name: (kept, recorded) for name, kept, recorded in cut} == expected
+    health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+    assert health.get("steps_past_recording", (0, ""))[0] == len(expected)
+    if trace.name == "a100_torch_compile_triton.json.gz":
+        assert expected == {"ProfilerStep#1": (1_530_844, 13_336_315_805)}
+        assert "steps_past_recording" in {r[0] for r in trace_health(store, 1).rows if r[3] == "finding"}
+        assert health["steps_past_recording"][1].endswith(
+            "ProfilerStep#1 runs 13.3 s in the trace, though the profiler stopped 1.84 ms after it began (its pid "
+            "3100453 has no other event in the trace): 1.53 ms kept"
+        )
+    else:
+        assert not expected
+
+
 def test_a_trace_with_kernels_still_counts_launches_without_device_activity(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
     checks = dict(store.query('SELECT "check", count FROM health'))

@@ -51,9 +51,10 @@ FROM f GROUP BY name, module ORDER BY sum(time_ns) DESC, name, module
 """
 
 _FILE_TOTALS = f"""
-SELECT count(DISTINCT path), count(DISTINCT path) FILTER (WHERE {DATA_FILE}), count(DISTINCT pid),
-    sum(opens), sum(reads), sum(writes), sum(bytes_read), sum(bytes_written), sum(read_time_ns),
-    sum(write_time_ns), sum(meta_time_ns)
+SELECT count(DISTINCT path) FILTER (WHERE {FILE_STORAGE}), count(DISTINCT path) FILTER (WHERE {DATA_FILE}),
+    count(DISTINCT pid), sum(opens), sum(reads), sum(writes), sum(bytes_read), sum(bytes_written), sum(read_time_ns),
+    sum(write_time_ns), sum(meta_time_ns), count(DISTINCT path) FILTER (WHERE NOT ({FILE_STORAGE})),
+    string_agg(DISTINCT path, ', ' ORDER BY path) FILTER (WHERE NOT ({FILE_STORAGE}))
 FROM io_files WHERE run_id = $run
 """
 
@@ -103,9 +104,11 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     Notes: one row per (path, module) of ``io_files``, its counters summed over the processes that used the
     file (Darshan keeps one record per process). Python's files, the profiler's, the system's, the files processes
     share (shared memory, multiprocessing's) and directories are folded into one row per class (``all_paths=True``
-    lists them). Time is read + write + metadata time (open, close, seek, stat); bandwidth divides the bytes by the
-    read and write time only. The shares are of the file's reads (Darshan: consecutive reads are sequential too).
-    ``limit`` rows at most (None: all).
+    lists them). Standard streams, pipes and sockets keep rows of their own (class stream) but are not counted
+    among the files (fact ``streams``), as ``io.processes`` and the summary leave them out. Time is read + write +
+    metadata time (open, close, seek, stat); bandwidth divides the bytes by the read and write time only. The
+    shares are of the file's reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (None:
+    all).
     """
     check_options(FILES_ID, limit=limit)
     io = io_run(store, run_id)
@@ -115,8 +118,8 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     table = [_file_row(r) for r in found[:limit]]
     total = rows(store, _FILE_TOTALS, io.run_id)[0]
     keys = ("files", "data_files", "processes", "opens", "reads", "writes", "bytes_read", "bytes_written",
-            "read_time_ns", "write_time_ns", "meta_time_ns")  # fmt: skip
-    facts: dict[str, Any] = {k: as_count(v) for k, v in zip(keys, total, strict=True)}
+            "read_time_ns", "write_time_ns", "meta_time_ns", "streams")  # fmt: skip
+    facts: dict[str, Any] = {k: as_count(v) for k, v in zip(keys, total[: len(keys)], strict=True)}
     facts["time_ns"] = facts["read_time_ns"] + facts["write_time_ns"] + facts["meta_time_ns"]
     facts["top_path"] = table[0][0] if table else None
     facts["rows"] = len(found)
@@ -130,22 +133,31 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30),
         facts=facts,
         truncated=len(found) - len(table),
-        labels=[_counted(facts["files"], found, len(table))],
+        labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table))],
     )
 
 
-def _counted(files: int, found: list[tuple[Any, ...]], listed: int) -> str:
-    """How the rows stand for the files: how many files in how many rows, which classes are folded, and how many
-    rows the limit left out."""
+def _counted(files: int, streams: int, stream_names: str | None, found: list[tuple[Any, ...]], listed: int) -> str:
+    """How the rows stand for the files: how many files (and streams, which the other I/O analyses leave out) in
+    how many rows, which classes are folded, and how many rows the limit left out."""
     names = {r[0] for r in found}
     folded = [cls for cls, name in FOLDED.items() if name in names]
-    line = f"{files:,} files in {len(found):,} rows: one per path and module"
+    line = f"{files:,} files"
+    if streams:
+        which = stream_names if streams <= _STREAMS_NAMED and stream_names else "standard streams, pipes, sockets"
+        line += f", and {streams:,} stream{'s' if streams != 1 else ''} ({which}) that io.processes, the other I/O "
+        line += "analyses and the summary leave out,"
+    line += f" in {len(found):,} rows: one per path and module"
     if folded:
         line += f", and one per folded class ({', '.join(folded)})"
     if listed < len(found):
         line += (f"; the {listed:,} rows with the most I/O time are listed, {len(found) - listed:,} left out by the "
                  "row limit (file_table(limit=None), or the io_files view, has every one)")  # fmt: skip
     return line
+
+
+_STREAMS_NAMED = 5
+"""Streams named in the label of ``io.files`` where there are at most this many."""
 
 
 def _file_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -171,7 +183,7 @@ PROCESS_COLUMNS = [
     Column("data bytes read", "bytes", "bytes read from data files (path class data, or unknown)"),
     Column("io time", "ns", "time in file operations"),
     Column("bandwidth", "bytes/s", "bytes read and written / read and write time"),
-    Column("files", "count", "files touched"),
+    Column("files", "count", "files touched (standard streams, pipes and sockets left out)"),
 ]
 
 

@@ -22,6 +22,16 @@ def num(facts: dict[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def gpu_runtime(results: Results) -> str:
+    """The GPU runtime the run used, ``CUDA`` or ``HIP`` (AMD ROCm), as ``runtime.api`` or ``runtime.api_calls``
+    found it; ``CUDA`` where neither ran."""
+    for id in ("runtime.api", "runtime.api_calls"):
+        r = results.get(id)
+        if r is not None and isinstance(r.facts.get("runtime"), str):
+            return str(r.facts["runtime"])
+    return "CUDA"
+
+
 def severity(pct: float) -> Severity:
     """High from 30% (of the step, of the time), medium from 10%, else low."""
     return "high" if pct >= 30 else "medium" if pct >= 10 else "low"

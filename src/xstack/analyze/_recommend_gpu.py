@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from xstack.analyze._kernel_precision import kernel_precision
-from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
+from xstack.analyze._recommend_common import Results, at_stake, get, gpu_runtime, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, format_ns
 
@@ -54,8 +54,9 @@ def launch_bound(results: Results) -> Recommendation | None:
         severity(wait),
         [_wait_line(b.facts, wait), line],
         [b.id, launches.id],
-        "Cut launches per step: capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-        "torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel does more.",
+        f"Cut launches per step: capture the step in a {gpu_runtime(results)} graph (torch.compile(mode='reduce-"
+        "overhead') or torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel "
+        "does more.",
     )
 
 
@@ -118,15 +119,16 @@ def host_bound(results: Results) -> Recommendation | None:
     if (other := _other_waits_line(b.facts)) is not None:
         evidence.append(other)
     whole_run = b.facts.get("window") != "steps"
+    runtime = gpu_runtime(results)
     if whole_run:
         evidence.append(
-            "no step spans: the window is the whole trace, start-up included (CUDA context creation, cuDNN "
-            "autotuning, compilation) (timeline.breakdown)"
+            f"no step spans: the window is the whole trace, start-up included ({runtime} context creation, "
+            f"{'MIOpen' if runtime == 'HIP' else 'cuDNN'} autotuning, compilation) (timeline.breakdown)"
         )
     impact, per = at_stake(results, num(b.facts, "host_wait_ns"))
     return Recommendation(
         "host_bound", "The GPU waits for the host: host work between launches dominates",
-        "medium" if whole_run else severity(wait), evidence, sources, _host_action(b.facts, whole_run),
+        "medium" if whole_run else severity(wait), evidence, sources, _host_action(b.facts, whole_run, runtime),
         impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
@@ -171,7 +173,7 @@ def _other_waits_line(f: dict[str, Any]) -> str | None:
     return f"besides, the GPU waits {' and '.join(named)} of the measured window (timeline.breakdown)"
 
 
-def _host_action(f: dict[str, Any], whole_run: bool) -> str:
+def _host_action(f: dict[str, Any], whole_run: bool, runtime: str) -> str:
     ops = f.get("host_wait_ops") if isinstance(f.get("host_wait_ops"), list) else None
     outside = num(f, "host_wait_outside_ops_pct")
     if ops is None:
@@ -186,7 +188,7 @@ def _host_action(f: dict[str, Any], whole_run: bool) -> str:
     steps = (
         "move work that needs no GPU (data preparation, logging, metrics, checkpoints, .cpu()/.item()) out of the "
         "step or into DataLoader workers, cut the framework's per-op overhead with torch.compile or by capturing "
-        "the step in a CUDA graph (torch.compile(mode='reduce-overhead')), or raise the batch size so the host's "
+        f"the step in a {runtime} graph (torch.compile(mode='reduce-overhead')), or raise the batch size so the host's "
         "cost per step covers more samples."
     )
     action = first + steps if first else steps[0].upper() + steps[1:]

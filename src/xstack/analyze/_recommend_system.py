@@ -1,5 +1,5 @@
-"""The recommendation rules over the system analyses and the CUDA API analysis: GPU clock throttling, host memory
-growth, stages blocked in wait syscalls, and host time lost to CUDA syncs and allocations inside layers (the CPU
+"""The recommendation rules over the system analyses and the CUDA/HIP API analysis: GPU clock throttling, host memory
+growth, stages blocked in wait syscalls, and host time lost to runtime syncs and allocations inside layers (the CPU
 rules are in ``_recommend_cpu``).
 
 Each rule reads the ``facts`` and rows of the results it names and stays silent when they are missing or do
@@ -156,10 +156,12 @@ def _wait_action(call: str, where: str) -> str:
 
 
 def cuda_sync_alloc_in_layers(results: Results) -> Recommendation | None:
-    """A layer spends much of its time in CUDA synchronisation or allocation calls."""
+    """A layer spends much of its time in CUDA (or HIP) synchronisation or allocation calls."""
     r = _get(results, "runtime.api")
     if r is None or not r.rows:
         return None
+    runtime = str(r.facts.get("runtime") or "CUDA")
+    prefix = runtime.lower()
     found = [
         row for row in r.to_records()
         if (row["sync+alloc share"] or 0) >= SYNC_ALLOC_LAYER_PCT and row["sync"] + row["alloc"] >= SYNC_ALLOC_MIN_NS
@@ -168,20 +170,20 @@ def cuda_sync_alloc_in_layers(results: Results) -> Recommendation | None:
         return None
     worst = max(found, key=lambda row: row["sync"] + row["alloc"])
     evidence = [
-        f"layer {worst['layer']} spends {worst['sync+alloc share']:.0f}% of its time in CUDA sync and allocation "
+        f"layer {worst['layer']} spends {worst['sync+alloc share']:.0f}% of its time in {runtime} sync and allocation "
         f"calls (threshold {SYNC_ALLOC_LAYER_PCT:g}%): {format_ns(worst['sync'])} in {worst['sync calls']:,} "
         f"syncs, {format_ns(worst['alloc'])} in {worst['alloc calls']:,} allocations (runtime.api)"
     ]
     others = [row for row in found if row is not worst][:3]
     evidence += [f"also layer {row['layer']}: {row['sync+alloc share']:.0f}% (runtime.api)" for row in others]
     return Recommendation(
-        "cuda_sync_alloc_in_layers", f"CUDA syncs and allocations inside {worst['layer']}",
+        "cuda_sync_alloc_in_layers", f"{runtime} syncs and allocations inside {worst['layer']}",
         _severity(worst["sync+alloc share"]), evidence, [r.id],
         "Syncs inside a layer come from reading device values on the host: .item(), .cpu(), .tolist(), print, "
         "if tensor:, and ops with data-dependent shapes (nonzero, masked_select, unique); keep them on the "
-        "device or move them out of the step. cudaMalloc/cudaFree calls mean PyTorch's caching allocator missed: "
-        "shapes that change every step, torch.cuda.empty_cache() in the loop, or fragmentation "
-        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).",
+        f"device or move them out of the step. {prefix}Malloc/{prefix}Free calls mean PyTorch's caching allocator "
+        "missed: shapes that change every step, torch.cuda.empty_cache() in the loop, or fragmentation "
+        f"(PYTORCH_{runtime}_ALLOC_CONF=expandable_segments:True).",
     )  # fmt: skip
 
 

@@ -17,9 +17,10 @@ from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 ID = "runtime.api"
-TITLE = "Host time in CUDA API calls, per layer"
+TITLE = "Host time in {runtime} API calls, per layer"
 CALLS_ID = "runtime.api_calls"
-CALLS_TITLE = "CUDA API calls by host time"
+CALLS_TITLE = "{runtime} API calls by host time"
+"""The titles, for the runtime the run used (``RunContext.gpu_runtime``: CUDA or HIP)."""
 OUTSIDE = "outside any layer"
 LIMIT = 200
 
@@ -108,10 +109,12 @@ def api_by_layer(store: Store, run_id: int) -> Result:
     rest (``cudaGetDevice``, ``cudaEventRecord``, attribute queries). A layer's share is its calls' host time
     over its own duration (a call in a nested layer counts there, not in its parent). The host time per step
     (facts) counts the calls that start within the measured window (the run's steps). Calls the profiler did
-    not record (CUDA graphs replayed, code outside the profiled region) are not seen.
+    not record (CUDA or HIP graphs replayed, code outside the profiled region) are not seen. The title names the
+    runtime the run used: HIP on AMD ROCm, else CUDA (fact ``runtime``).
     """
     ctx = run_context(store, run_id)
-    missing = ctx.require(ID, TITLE, "runtime")
+    title = TITLE.format(runtime=ctx.gpu_runtime)
+    missing = ctx.require(ID, title, "runtime")
     if missing is not None:
         return missing
     window = measured_window(store, ctx.run_id)
@@ -121,13 +124,15 @@ def api_by_layer(store: Store, run_id: int) -> Result:
     table = _layer_rows(found, layer_time)
     return Result(
         ID,
-        TITLE,
+        title,
         COLUMNS,
         table,
         notes=notes_of(api_by_layer),
         run_id=ctx.run_id,
-        chart=Chart("stacked", x="layer", y=CLASSES, title="Host time in CUDA API calls by class", limit=25),
-        facts=_facts(found, table, window.steps),
+        chart=Chart(
+            "stacked", x="layer", y=CLASSES, title=f"Host time in {ctx.gpu_runtime} API calls by class", limit=25
+        ),  # fmt: skip
+        facts={**_facts(found, table, window.steps), "runtime": ctx.gpu_runtime},
         labels=ctx.replayed_labels("host times and shares"),
     )
 
@@ -199,7 +204,8 @@ def api_calls(store: Store, run_id: int, *, limit: int | None = LIMIT) -> Result
     if limit is not None and limit < 0:
         raise UsageError(f"{CALLS_ID}: limit must be >= 0")
     ctx = run_context(store, run_id)
-    missing = ctx.require(CALLS_ID, CALLS_TITLE, "runtime")
+    title = CALLS_TITLE.format(runtime=ctx.gpu_runtime)
+    missing = ctx.require(CALLS_ID, title, "runtime")
     if missing is not None:
         return missing
     found = rows(store, _BY_CALL.format(owners=ctx.owners()), ctx.run_id, **class_params())
@@ -208,7 +214,7 @@ def api_calls(store: Store, run_id: int, *, limit: int | None = LIMIT) -> Result
               pct(int(r[6] or 0), int(r[3]))) for r in found]  # fmt: skip
     return Result(
         CALLS_ID,
-        CALLS_TITLE,
+        title,
         CALL_COLUMNS,
         table[:limit],
         notes=notes_of(api_calls),
@@ -219,6 +225,7 @@ def api_calls(store: Store, run_id: int, *, limit: int | None = LIMIT) -> Result
             "calls": sum(r[2] for r in table),
             "host_ns": total,
             "top": table[0][0] if table else None,
+            "runtime": ctx.gpu_runtime,
         },  # fmt: skip
         truncated=0 if limit is None else max(0, len(table) - limit),
         labels=ctx.replayed_labels("host times"),

@@ -30,7 +30,8 @@ HINTS = {
     "recorded on a GPU",
     "io": "profile with the io level (--levels model,io), or import a Darshan log",
     "metrics": "run with the metrics level (Nsight Compute counters per kernel)",
-    "memory": "profile on CUDA (layer memory is recorded there), or import a trace taken with profile_memory=True",
+    "memory": "profile on a GPU, CUDA or ROCm (layer memory is recorded there), or import a trace taken with "
+    "profile_memory=True",
     "device peaks": "run xstack calibrate --store STORE on the machine that ran it; a profile taken there after "
     "a calibration records them itself",
     "FLOPs": "record hardware counters: the metrics level (Nsight Compute), or ncu --metrics with "
@@ -150,6 +151,20 @@ class RunContext:
                 else ""
             )
         return self._tables["replayed"] or None
+
+    @property
+    def gpu_runtime(self) -> str:
+        """``HIP`` for a run on AMD ROCm (its importer recorded ``config.gpu_runtime`` as ``hip``, or its runtime
+        calls are ``hip*``), else ``CUDA``: the name to give its runtime API calls, graphs and start-up."""
+        if "gpu_runtime" not in self._tables:
+            hip = self.config.get("gpu_runtime") == "hip" or bool(
+                self.store.query(
+                    "SELECT count(*) FROM spans WHERE run_id = ? AND level = 'runtime' AND starts_with(name, 'hip')",
+                    [self.run_id],
+                )[0][0]
+            )
+            self._tables["gpu_runtime"] = "HIP" if hip else "CUDA"
+        return self._tables["gpu_runtime"]
 
     def replayed_labels(self, what: str) -> list[str]:
         """A result's label for host times it shows of a run timed under counter replay ("``what`` inflated by

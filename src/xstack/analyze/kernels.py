@@ -31,6 +31,7 @@ from xstack.analyze._kernel_costs import (
     rate,
 )
 from xstack.analyze.context import REPLAYED_ADVICE, STEP_SPAN, RunContext, past_warmup, run_context
+from xstack.analyze.model import longest_call
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -429,8 +430,9 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
 
     Notes: one row per batch size found in the store (``config.batch_size`` of its runs, the merged run of each
     where there is one, as ``xstack sweep`` records them), else one row for the run. Model latency is the median
-    step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent; unknown,
-    with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV) and for a run that recorded
+    step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent (a label
+    names a single runtime call that takes more than half of it, such as the first CUDA or HIP call's start-up);
+    unknown, with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV) and for a run that recorded
     its counters itself with a profiler that replays each kernel (a trace taken with the CUPTI range profiler),
     whose host time is the replays'."""
     ctx = run_context(store, run_id)
@@ -442,10 +444,12 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
         if "kernel" not in c.levels and "metrics" not in c.levels:
             continue
         t, pk = kernel_costs(c), peaks(c)
-        steps, latency = _model_latency(c)
+        steps, latency, marked = _model_latency(c)
         if latency is not None and (replayed := c.replayed_timing()) is not None:
             latency = None  # the replays' time: no latency, and no FLOP/s over it
             labels.add(f"model latency and FLOP/s unknown: the run's host times are {replayed}; {REPLAYED_ADVICE}")
+        elif latency is not None and not marked and (call := longest_call(store, rid, _EXTENT)) is not None:
+            labels.add(f"model latency of run {rid}: its host extent (no step spans); {call.describe()}")
         k = store.query(
             f"""SELECT sum(dur_ns), sum(flops), sum(dram_read), sum(dram_write), any_value(precision),
                 sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0) FROM {t}"""
@@ -502,9 +506,14 @@ def _runs_by_batch(store: Store, ctx: RunContext) -> list[tuple[int | None, int]
     return [(int(bs), int(merged if merged is not None else last)) for bs, merged, last in rows]
 
 
-def _model_latency(ctx: RunContext) -> tuple[int, int | None]:
-    """(number of steps, median step latency in ns) of a run; one step of the host extent when none is marked,
-    of unknown latency (None) when the run has no host spans (an Nsight Compute CSV).
+_EXTENT = "SELECT min(start_ns) AS s, max(start_ns + dur_ns) AS e, NULL AS pid, NULL AS tid FROM spans " \
+    "WHERE run_id = $run AND device = 'cpu'"  # fmt: skip
+"""The run's host extent, as the window of ``longest_call``."""
+
+
+def _model_latency(ctx: RunContext) -> tuple[int, int | None, bool]:
+    """(number of steps, median step latency in ns, whether steps are marked) of a run; one step of the host
+    extent when none is marked, of unknown latency (None) when the run has no host spans (an Nsight Compute CSV).
     The median leaves the warm-up out; the count does not (it divides the whole run's kernel totals)."""
     row = ctx.store.query(
         f"""SELECT count(*), (median(dur_ns) FILTER (WHERE {past_warmup(ctx.warmup)}))::BIGINT FROM spans
@@ -512,8 +521,8 @@ def _model_latency(ctx: RunContext) -> tuple[int, int | None]:
         [ctx.run_id],
     )[0]
     if row[0]:
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), True
     extent = ctx.store.query(
         "SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND device = 'cpu'", [ctx.run_id]
     )[0][0]
-    return 1, None if extent is None else int(extent)
+    return 1, None if extent is None else int(extent), False

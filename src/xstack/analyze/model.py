@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.context import HINTS, REPLAYED_ADVICE, STEP_SPAN, run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -21,9 +21,12 @@ GAIN_THRESHOLD_PCT = 5.0
 
 NOTES = (
     "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces, "
-    "but for a last one that holds no work, the profiler stopping; else the top-level model span with the most "
-    "time), warm-up iterations left out (a pass's --warmup; the "
-    "first iteration of a live run, which also pays for start-up, unless asked otherwise); p5/p95 are its 5th and "
+    "but for a last one that holds no work, the profiler stopping, and cut to the activity recorded in it where "
+    "one ends after the profiler stopped recording; else the top-level model span with the most time, where a "
+    "single runtime call that takes more than half of it is named, the run's first CUDA/HIP call paying for "
+    "start-up), warm-up "
+    "iterations left out (a pass's --warmup; the first iteration of a live run, which also pays for start-up, unless "
+    "asked otherwise); p5/p95 are its 5th and "
     "95th percentiles; all unknown for a run whose host times are inflated by counter replay (a trace taken with "
     "the CUPTI range profiler, an Nsight Compute metrics pass). For each batch size the merged (leveled) run is "
     "read, whose step timing comes from the model pass alone; without one, the batch size's complete run with "
@@ -66,6 +69,8 @@ class Point:
     replayed: str | None = None
     """Why the latency is unknown: the run's host times are inflated by counter replay
     (``RunContext.replayed_timing``)."""
+    longest_call: LongCall | None = None
+    """Where the latency is a model span's (no iterations marked): the one runtime call that takes most of it."""
 
     @property
     def throughput(self) -> float | None:
@@ -130,6 +135,11 @@ def model_information(
         result.labels.append(warmup)
     for name in _stop_steps(store, [p.run_id for p in points]):
         result.labels.append(f"{name} left out: it holds no work (the profiler stopping; health: empty_last_step)")
+    for name, kept, recorded in _cut_steps(store, [p.run_id for p in points]):
+        result.labels.append(
+            f"{name} cut to the {format_ns(kept)} of activity recorded in it: the trace has it run "
+            f"{format_ns(recorded)}, past the profiler's stop (health: steps_past_recording)"
+        )
     result.facts["warmup_steps"] = ctx.warmup
     unleveled = [p for p in points if p.timing != "leveled" and p.replayed is None]
     if unleveled:
@@ -208,7 +218,75 @@ def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: i
     timing = "leveled" if config.get("merge") else "run"
     if (replayed := run_context(store, run_id).replayed_timing()) is not None:
         return Point(batch_size, run_id, None, None, None, int(n), timing, spans, replayed)
-    return Point(batch_size, run_id, float(median), _float(p5), _float(p95), int(n), timing, spans)
+    call = None
+    if spans != "step":
+        windows = ("SELECT start_ns AS s, start_ns + dur_ns AS e, pid, tid FROM spans WHERE run_id = $run "
+                   "AND level = 'model' AND parent_id IS NULL AND name = $name")  # fmt: skip
+        call = longest_call(store, run_id, windows, name=spans)
+    return Point(batch_size, run_id, float(median), _float(p5), _float(p95), int(n), timing, spans, longest_call=call)
+
+
+MOST_OF_IT_PCT = 50.0
+"""A single runtime call taking more than this share of the latency's span is named beside the latency."""
+
+
+@dataclass(frozen=True)
+class LongCall:
+    """The longest runtime call within a latency's span: its name, the outermost op above it, its duration (ns),
+    its share of the span (%), and whether it is the run's first runtime call (where CUDA or HIP starts up)."""
+
+    name: str
+    op: str | None
+    dur_ns: int
+    share_pct: float
+    first: bool
+
+    def describe(self) -> str:
+        """``69% of it (29.9 s) is one call, cudaDeviceGetStreamPriorityRange in aten::to: ...``."""
+        where = f" in {self.op}" if self.op else ""
+        text = f"{self.share_pct:.0f}% of it ({format_ns(self.dur_ns)}) is one call, {self.name}{where}"
+        if self.first:
+            runtime = "HIP" if self.name.startswith("hip") else "CUDA"
+            text += f": the run's first {runtime} call, which pays for {runtime}'s start-up (context creation)"
+        return text
+
+
+_LONGEST_CALL = """
+WITH w AS ({windows})
+SELECT r.span_id, r.parent_id, r.name, r.dur_ns, w.e - w.s,
+    r.start_ns = (SELECT min(start_ns) FROM spans WHERE run_id = $run AND level = 'runtime') AS first
+FROM spans r JOIN w ON r.start_ns >= w.s AND r.start_ns + r.dur_ns <= w.e
+    AND (w.pid IS NULL OR (r.pid = w.pid AND r.tid IS NOT DISTINCT FROM w.tid))
+WHERE r.run_id = $run AND r.level = 'runtime'
+ORDER BY r.dur_ns DESC, r.span_id LIMIT 1
+"""
+
+
+def longest_call(store: Store, run_id: int, windows: str, **params: Any) -> LongCall | None:
+    """The longest runtime call that lies within one of the ``windows`` (SQL of rows ``s``, ``e`` in ns, and
+    ``pid``, ``tid``, NULL for any thread; it may use ``$run`` and the named ``params``), where it takes more than
+    ``MOST_OF_IT_PCT`` of its window; else None."""
+    sql = _LONGEST_CALL.format(windows=windows)
+    found = store.con.execute(sql, {"run": run_id, **params}).fetchall()
+    if not found:
+        return None
+    _, parent, name, dur, length, first = found[0]
+    if not length or 100.0 * dur / length <= MOST_OF_IT_PCT:
+        return None
+    return LongCall(str(name), _outermost_op(store, run_id, parent), int(dur), 100.0 * dur / length, bool(first))
+
+
+def _outermost_op(store: Store, run_id: int, span_id: int | None) -> str | None:
+    """The outermost of the ops directly above a span (``aten::to`` above ``aten::_to_copy``), None if none."""
+    op = None
+    while span_id is not None:
+        rows = store.query(
+            "SELECT parent_id, level, name FROM spans WHERE run_id = ? AND span_id = ?", [run_id, span_id]
+        )
+        if not rows or rows[0][1] != "op":
+            break
+        span_id, op = rows[0][0], str(rows[0][2])
+    return op
 
 
 def _main_model_span(store: Store, run_id: int) -> tuple[str, tuple[Any, ...] | None]:
@@ -235,6 +313,20 @@ def _stop_steps(store: Store, run_ids: list[int]) -> list[str]:
         [run_ids],
     )
     return [str(r[0]) for r in rows]
+
+
+def _cut_steps(store: Store, run_ids: list[int]) -> list[tuple[str, int, int]]:
+    """The ProfilerStep spans of these runs that the importer cut, as they ended after the profiler stopped
+    recording: ``(name, kept ns, duration in the trace ns)``."""
+    if not run_ids:
+        return []
+    rows = store.query(
+        f"""SELECT name, dur_ns, TRY_CAST(attrs->>'$."{A.KINETO_DUR_NS}"' AS BIGINT) AS recorded FROM spans
+            WHERE list_contains(?, run_id) AND level = 'model' AND recorded IS NOT NULL
+            ORDER BY run_id, start_ns, span_id""",
+        [run_ids],
+    )
+    return [(str(name), int(kept), int(recorded)) for name, kept, recorded in rows]
 
 
 def _batch_points(store: Store) -> tuple[list[Point], list[int]]:
@@ -276,8 +368,9 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
                       log_x=True, extra={"secondary_y": ["latency"]})  # fmt: skip
     per_batch = [{"batch_size": p.batch_size, "latency_ns": _round(p.latency_ns), "throughput": p.throughput,
                   "iterations": p.iterations, "timing": p.timing, "run_id": p.run_id} for p in points]  # fmt: skip
-    labels = [f"latency of model span {p.spans!r} (no iterations marked)" for p in points
-              if p.spans != "step" and p.replayed is None][:1]  # fmt: skip
+    labels = [f"latency of model span {p.spans!r} (no iterations marked)"
+              + (f"; {p.longest_call.describe()}" if p.longest_call else "")
+              for p in points if p.spans != "step" and p.replayed is None][:1]  # fmt: skip
     labels += [f"latency and throughput unknown: the run's host times are {why}; {REPLAYED_ADVICE}"
                for why in dict.fromkeys(p.replayed for p in points if p.replayed is not None)]  # fmt: skip
     # one run's latency first, where the report's overview shows it; a sweep's are per batch size
@@ -287,6 +380,7 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
             "p5_ns": _round(points[0].p5_ns),
             "p95_ns": _round(points[0].p95_ns),
             "iterations": points[0].iterations,
+            "longest_call": _call_facts(points[0].longest_call),
         }
         if len(points) == 1
         else {}
@@ -297,6 +391,13 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
                "batch_sizes": [p.batch_size for p in known]},
         labels=labels,
     )  # fmt: skip
+
+
+def _call_facts(call: LongCall | None) -> dict[str, Any] | None:
+    if call is None:
+        return None
+    return {"name": call.name, "op": call.op, "dur_ns": call.dur_ns, "share_pct": call.share_pct,
+            "first": call.first}  # fmt: skip
 
 
 def _batch_size(config: dict[str, Any]) -> int | None:

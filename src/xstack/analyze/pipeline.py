@@ -60,7 +60,7 @@ ANALYSES: dict[str, str] = {
     "io.small_files": "xstack.analyze.io:small_file_staging",
     "health": "xstack.analyze.health:trace_health",
 }
-"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, host time in CUDA API calls,
+"""Built-in analyses by id, in report order: XSP's A1-A15, the timeline analyses, host time in CUDA/HIP API calls,
 the system analyses (CPU, syscalls, GPU telemetry, host memory), the I/O analyses, trace health."""
 
 Severity = Literal["high", "medium", "low"]

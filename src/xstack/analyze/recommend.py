@@ -134,7 +134,7 @@ def sync_in_loop(results: Results) -> Recommendation | None:
         evidence,
         [s.id],
         f"Remove the sync at {where}: keep values on the device (accumulate losses as tensors and call .item() "
-        "once per logging interval), avoid .cpu()/.numpy()/print of CUDA tensors in the step, and use "
+        "once per logging interval), avoid .cpu()/.numpy()/print of GPU tensors in the step, and use "
         "non_blocking=True copies from pinned memory.",
     )
 
@@ -312,7 +312,7 @@ RULES: dict[str, Rule] = {
     **_recommend_system.RULES,
 }
 """The built-in rules, by id (the CPU rules are in ``_recommend_cpu``, the device timeline and kernel rules in
-``_recommend_gpu``, the other system and the CUDA API rules in ``_recommend_system``)."""
+``_recommend_gpu``, the other system and the CUDA/HIP API rules in ``_recommend_system``)."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 

@@ -100,7 +100,8 @@ class RunSummary:
     io: dict[str, Any] | None = None
     """The run's file I/O, when it has any: ``ops``, ``bytes_read``, ``bytes_written``, ``time_ns``, ``files``,
     ``processes`` of its data files (classes data and unknown), and ``all_ops``, ``all_files`` of every class
-    (the interpreter's imports included); pipes and sockets left out."""
+    (the interpreter's imports included); standard streams, pipes and sockets left out, and counted in
+    ``streams``."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
     wall_source: str | None = None
@@ -332,15 +333,17 @@ def _merging_run(store: Store, run_id: int) -> int | None:
 _IO_TOTALS = """
 SELECT sum({ops}) FILTER (WHERE {data}), sum({read}) FILTER (WHERE {data}), sum({written}) FILTER (WHERE {data}),
     sum({time}) FILTER (WHERE {data}), count(DISTINCT {path}) FILTER (WHERE {data}),
-    count(DISTINCT pid) FILTER (WHERE {data}), sum({ops}), count(DISTINCT {path})
-FROM {table} WHERE run_id = ? AND {storage}
+    count(DISTINCT pid) FILTER (WHERE {data}), sum({ops}) FILTER (WHERE {storage}),
+    count(DISTINCT {path}) FILTER (WHERE {storage}), count(DISTINCT {path}) FILTER (WHERE NOT ({storage}))
+FROM {table} WHERE run_id = ?{where}
 """
 _IO_FROM_FILES = _IO_TOTALS.format(ops=FILE_OPS, read="bytes_read", written="bytes_written", time=FILE_TIME,
-                                   path="path", data=DATA_FILE, table="io_files", storage=FILE_STORAGE)  # fmt: skip
+                                   path="path", data=DATA_FILE, table="io_files", storage=FILE_STORAGE,
+                                   where="")  # fmt: skip
 _IO_FROM_SPANS = _IO_TOTALS.format(ops="1", read=f"CASE WHEN name IN {in_list(READ_OPS)} THEN {SPAN_BYTES} END",
                                    written=f"CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} END",
                                    time="dur_ns", path=SPAN_PATH, data=DATA_SPAN,
-                                   table="spans", storage=f"level = 'io' AND {SPAN_STORAGE}")  # fmt: skip
+                                   table="spans", storage=SPAN_STORAGE, where=" AND level = 'io'")  # fmt: skip
 
 
 def _io_totals(store: Store, run_id: int, io_spans: int) -> dict[str, Any] | None:
@@ -351,5 +354,5 @@ def _io_totals(store: Store, run_id: int, io_spans: int) -> dict[str, Any] | Non
         row = store.query(_IO_FROM_SPANS, [run_id])[0]
     if not row[7]:
         return None
-    keys = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes", "all_ops", "all_files")
+    keys = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes", "all_ops", "all_files", "streams")
     return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}

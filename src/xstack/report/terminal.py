@@ -283,9 +283,15 @@ def io_line(io: dict[str, Any]) -> str:
         f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
         f"{format_ns(io['time_ns'])} in I/O"
     )
-    if io.get("all_ops", io["ops"]) != io["ops"]:
-        text += f"; {io['all_ops']:,} operations on {io['all_files']:,} files in all (Python, system and other files)"
+    streams = io.get("streams") or 0
+    if io.get("all_ops", io["ops"]) != io["ops"] or streams:
+        left_out = f"; {streams:,} stream{'s' if streams != 1 else ''} {_STREAMS} left out" if streams else ""
+        text += (f"; {io['all_ops']:,} operations on {io['all_files']:,} files in all (Python, system and other "
+                 f"files{left_out})")  # fmt: skip
     return text
+
+
+_STREAMS = "(standard streams, pipes, sockets)"
 
 
 def _overhead_table(s: RunSummary) -> Table:

@@ -14,6 +14,9 @@ KINETO_ARGS: Final = "kineto.args"
 """Object: the Kineto ``args`` of the event that xstack did not map to a key of its own, unrenamed."""
 KINETO_EXTERNAL_ID: Final = "kineto.external_id"
 """Integer: Kineto's ``External id``; links an op to its launches and a GPU annotation to its CPU one."""
+KINETO_DUR_NS: Final = "kineto.dur_ns"
+"""Integer: the duration (ns) the trace gave a span the importer cut, ``dur_ns`` holding what was kept: a
+``ProfilerStep#N`` that ends after the profiler stopped recording (health ``steps_past_recording``)."""
 
 # -- layer ------------------------------------------------------------------------------------------------
 LAYER_PATH: Final = "layer.path"

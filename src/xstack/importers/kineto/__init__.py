@@ -5,7 +5,7 @@ Notes: events are staged in DuckDB chunk by chunk (see ``_reader``), then mapped
 innermost span enclosing them on their thread; Python frames by the profiler's frame ids; GPU annotations to
 the CPU annotation of the same external id. What cannot be linked is kept and counted in ``health``. A last
 ``ProfilerStep#N`` that holds no work (the profiler stopping, see ``_steps``) is marked kind ``tail``, not an
-iteration.
+iteration; a step that ends after the profiler stopped recording is cut to the activity recorded within it.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def import_kineto(
                 f"{path}: not a PyTorch profiler (Kineto) trace: none of its {total} events is an op, runtime "
                 "call, kernel, copy, annotation or memory record"
             )
-        health = [*_health(con, run_id), _steps.mark_stop_steps(con, run_id)]
+        health = [*_health(con, run_id), _steps.cut_steps_past_recording(con, run_id),
+                  _steps.mark_stop_steps(con, run_id)]  # fmt: skip
         store.add_health(run_id, health)
         store.add_run(_run_info(con, run_id, name or trace_name(path), path, reader.metadata))
     finally:
