@@ -446,3 +446,49 @@ def test_the_gpu_threads_own_switches_are_taken_out_of_the_programs() -> None:
     system._without_own_switches(rows, root, [(10, 3, 1), (20, 6, 1)])
     got = [(rows[i + 2], rows[i + vol], rows[i + invol]) for i in range(0, len(rows), stride)]
     assert got == [(root, 10, 1), (root, 17, 1), (child, 7, 7), (root, 34, 2)]
+
+
+SPAWNED = """
+import multiprocessing, time
+
+def work():
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")  # starts the resource tracker, as a spawn DataLoader does
+    for _ in range(2):
+        p = ctx.Process(target=work)
+        p.start()
+        p.join()
+"""
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
+def test_the_resource_tracker_is_named_and_not_a_worker(backend: str, tmp_path: Path) -> None:
+    """A spawn context starts multiprocessing's resource tracker beside its workers: the sampler tells it by its
+    command line, and system.cpu shows it named, out of the worker count and the workers' CPU."""
+    from xstack.analyze._system_cpu import cpu_saturation
+
+    (tmp_path / "spawned.py").write_text(SPAWNED)
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
+         "python", "spawned.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+        result = cpu_saturation(store, 1)
+    roles = config[A.CONFIG_SYSTEM]["process_roles"]
+    assert list(roles.values()) == ["resource_tracker"], roles
+    tracker = int(next(iter(roles)))
+    named = {r[1]: r[0] for r in result.rows if r[1] is not None}
+    assert named[tracker] == f"resource tracker {tracker}"
+    workers = [pid for pid, name in named.items() if name.startswith("worker ")]
+    assert len(workers) == 2  # one after the other
+    assert result.facts["workers"] == 1
+    assert config[A.CONFIG_SYSTEM]["workers"] == 1
+    assert list(result.facts["helpers"]) == [f"resource tracker {tracker}"]
+    busy = {r[1]: r[2] for r in result.rows if r[1] is not None}
+    assert result.facts["workers_cpu_pct"] == pytest.approx(sum(busy[p] or 0.0 for p in workers))

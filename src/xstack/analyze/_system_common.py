@@ -94,6 +94,9 @@ class SystemRuns:
     syscalls: RunFacts | None
     names: dict[int, str] = field(default_factory=dict)
     """Process names the run's config gives (``config.processes``), by pid."""
+    roles: dict[int, str] = field(default_factory=dict)
+    """The helpers of ``multiprocessing`` the sampler found (``config.system.process_roles``: the resource
+    tracker, a forkserver), by pid: processes of the program, not its workers."""
 
     @property
     def main_pid(self) -> int | None:
@@ -120,7 +123,14 @@ class SystemRuns:
             return "machine"
         if pid == (run.main_pid if run is not None else self.main_pid):
             return "main"
+        if pid in self.roles:
+            return f"{self.roles[pid].replace('_', ' ')} {pid}"
         return self.names.get(pid) or f"worker {pid}"
+
+    def is_worker(self, pid: int | None, run: RunFacts | None = None) -> bool:
+        """A child process of the profiled one that is not a helper of ``multiprocessing`` (``roles``)."""
+        main = run.main_pid if run is not None else self.main_pid
+        return pid is not None and pid != main and pid not in self.roles
 
     def source(self, run: RunFacts | None) -> str:
         """Where a number came from, for the notes: ``run 3 (pass model+system)``."""
@@ -151,7 +161,8 @@ def system_runs(store: Store, run_id: int | None) -> SystemRuns:
         syscalls = with_spans[0] if with_spans else None
         anchor = counters or syscalls
         names = _process_names(anchor.config if anchor is not None else ctx.config)
-        per_store[ctx.run_id] = SystemRuns(ctx.run_id, counters, syscalls, names)
+        roles = _process_roles(anchor.system if anchor is not None else {})
+        per_store[ctx.run_id] = SystemRuns(ctx.run_id, counters, syscalls, names, roles)
     return per_store[ctx.run_id]
 
 
@@ -207,6 +218,13 @@ def _process_names(config: dict[str, Any]) -> dict[int, str]:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str) and str(pid).lstrip("-").isdigit():
             names[int(pid)] = entry["name"]
     return names
+
+
+def _process_roles(system: dict[str, Any]) -> dict[int, str]:
+    roles = system.get("process_roles")
+    if not isinstance(roles, dict):
+        return {}
+    return {int(pid): role for pid, role in roles.items() if isinstance(role, str) and str(pid).isdigit()}
 
 
 def measured_steps(store: Store, run: RunFacts) -> list[Step]:

@@ -82,15 +82,17 @@ SELECT DISTINCT device FROM counters WHERE run_id = $run AND pid IS NULL AND nam
 _CONCURRENT = """
 SELECT coalesce(max(n), 0) FROM (
     SELECT ts_ns, count(DISTINCT pid) AS n FROM counters
-    WHERE run_id = $run AND pid IS NOT NULL AND pid <> $main AND starts_with(name, 'proc.') GROUP BY ts_ns
+    WHERE run_id = $run AND pid IS NOT NULL AND pid <> $main AND NOT list_contains($helpers, pid)
+        AND starts_with(name, 'proc.') GROUP BY ts_ns
 )
 """
 
 COLUMNS = [
     Column(
         "what",
-        help="main: the profiled process; worker N: a process it started (DataLoader workers); "
-        "core N: one logical CPU; all cores: the whole machine",
+        help="main: the profiled process; worker N: a process it started (DataLoader workers); resource tracker "
+        "N, forkserver N: helpers of multiprocessing, not workers; core N: one logical CPU; all cores: the whole "
+        "machine",
     ),  # fmt: skip
     Column("pid"),
     Column(
@@ -128,7 +130,10 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     give enough. The facts keep the program's own load apart from the machine's, for the rules: the main
     process's and its workers' CPU busy summed (``own_cpu_pct``, % of one core), the CPUs the program could use
     (``usable_cpus``: ``runs.config.cpu_count``, else the cores), the DataLoaders it recorded, and whether the
-    counters were sampled while the syscall tracer ran (``counters_traced``: its load then counts too).
+    counters were sampled while the syscall tracer ran (``counters_traced``: its load then counts too). The
+    helpers of ``multiprocessing`` (the resource tracker, a forkserver: told by their command lines as the
+    sampler stops, ``config.system.process_roles``) are rows of their own, named, and not workers: the worker
+    count, the workers' CPU and ``own_cpu_pct`` leave them out (``helpers``: their CPU busy, by name).
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -147,7 +152,7 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     table = _process_rows(runs, deltas, p95, gauges, length, steps, own, sampled)
     table += _core_rows(gauges, devices, sampled[1])
     main = runs.main_pid if runs.main_pid is not None else -1
-    concurrent = int(rows(store, _CONCURRENT, run.run_id, main=main)[0][0])
+    concurrent = int(rows(store, _CONCURRENT, run.run_id, main=main, helpers=sorted(runs.roles))[0][0])
     short = shortfall(where, sampled)
     facts = _facts(runs, run, where, table, gauges, cores, concurrent, sampled) | {"too_few_samples": short}
     return Result(
@@ -233,7 +238,7 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
     counted = int(running[6]) if running else (int(machine[6]) if machine else 0)
     machine, running = (machine, running) if full else (None, None)
     main = next((r for r in table if r[1] is not None and r[1] == runs.main_pid), None)
-    workers = [r for r in table if r[1] is not None and r[1] != runs.main_pid]
+    workers = [r for r in table if runs.is_worker(r[1])]
     workers_cpu = sum(r[2] or 0.0 for r in workers) if workers and full else None
     configured = runs.config.get("workers")
     facts: dict[str, Any] = {
@@ -257,6 +262,7 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
         "workers_cpu_pct": workers_cpu,
         "own_cpu_pct": _own_cpu(main, workers_cpu, not workers or full),
         "usable_cpus": _usable(run.config, cores),
+        "helpers": {runs.label(r[1]): r[2] for r in table if r[1] in runs.roles},
         "workers_threads_max": max((int(r[6]) for r in workers if r[6] is not None), default=None),
         "dataloaders": [e for e in run.config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)],
         "counters_traced": run.traced_syscalls,
@@ -314,7 +320,8 @@ def cpu_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
     Notes: a process's CPU in a bin is the increase of its cumulative CPU time (user + kernel) over the sample
     intervals ending in the bin, divided by their length; the machine's is the mean of its ``cpu.busy_pct``
     samples in the bin. The main process and the six busiest workers get lines of their own; the other workers
-    are summed into one. The whole run is shown, warm-up included.
+    are summed into one; the helpers of ``multiprocessing`` (the resource tracker, a forkserver) get lines of
+    their own. The whole run is shown, warm-up included.
     """
     if bins < 1:
         raise UsageError(f"{TIME_ID}: bins must be >= 1")
@@ -357,7 +364,8 @@ def cpu_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
 def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, offset: int,
           width: int) -> tuple[list[Column], list[tuple[Any, ...]]]:  # fmt: skip
     procs = [p for p in per if p is not None]
-    workers = sorted((p for p in procs if p != runs.main_pid), key=lambda p: (-sum(per[p].values()), p))
+    workers = sorted((p for p in procs if runs.is_worker(p)), key=lambda p: (-sum(per[p].values()), p))
+    helpers = sorted(p for p in procs if p in runs.roles)
     series: list[tuple[str, list[int | None], str]] = []
     if None in per:
         series.append(("all cores", [None], "% of the whole machine (right axis)"))
@@ -366,6 +374,7 @@ def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, 
     series += [(runs.label(p), [p], "% of one core") for p in workers[:SERIES]]
     if len(workers) > SERIES:
         series.append((f"{len(workers) - SERIES} other workers", list(workers[SERIES:]), "summed, % of one core"))
+    series += [(runs.label(p), [p], "% of one core (a helper of multiprocessing)") for p in helpers]
     columns = [Column("time", "ns", "start of the bin, from the run's first event")]
     columns += [Column(name, "pct", meaning) for name, _, meaning in series]
     table = []

@@ -104,8 +104,17 @@ def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:
     line, and is not one."""
     roles: dict[int, str] = {}
     for p in processes:
-        code = next((p.argv[i + 1] for i, arg in enumerate(p.argv[:-1]) if arg == "-c"), "")
-        found = _HELPERS.search(code) if not p.forked else None
-        if found:
-            roles[p.pid] = "forkserver" if found.group(1) == "forkserver" else "resource_tracker"
+        role = helper_role(p.argv) if not p.forked else None
+        if role:
+            roles[p.pid] = role
     return roles
+
+
+def helper_role(argv: list[str]) -> str | None:
+    """``forkserver`` or ``resource_tracker`` where the command line ``argv`` runs a helper's code (``python -c
+    CODE``), else None. A process forked from a helper has its command line too: the caller tells them apart."""
+    code = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-c"), "")
+    found = _HELPERS.search(code)
+    if not found:
+        return None
+    return "forkserver" if found.group(1) == "forkserver" else "resource_tracker"

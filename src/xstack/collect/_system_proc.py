@@ -31,8 +31,9 @@ from __future__ import annotations
 import os
 import resource
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from xstack.collect._io_classes import helper_role
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 
@@ -401,3 +402,38 @@ def write_processes(sink: Sink, rows: Sequence[int]) -> int:
                 sink.counter(name, ts, value, pid=pid, device="cpu")
                 written += 1
     return written
+
+
+def helper_roles(pids: Iterable[int]) -> dict[int, str]:
+    """The processes among ``pids`` (those still running) that are helpers of ``multiprocessing`` (the resource
+    tracker, a forkserver), by pid: their command line (``/proc/PID/cmdline``) runs a helper's code, as the io
+    level tells them (``_io_classes.helper_role``). A process forked from a helper (a worker the forkserver
+    forked) has the same command line as its parent, and is not one."""
+    roles: dict[int, str] = {}
+    for pid in pids:
+        argv = _cmdline(pid)
+        role = helper_role(argv) if argv else None
+        if role and _cmdline(_parent(pid)) != argv:
+            roles[pid] = role
+    return roles
+
+
+def _cmdline(pid: int | None) -> list[str]:
+    if pid is None:
+        return []
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 else None

@@ -70,6 +70,7 @@ from xstack.collect._system_proc import (
     REDISCOVER_NS,
     Machine,
     ProcessTree,
+    helper_roles,
     write_machine,
     write_processes,
 )
@@ -209,6 +210,9 @@ class Sampler:
         self._stop.acquire()
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
+        self.roles: dict[int, str] = {}
+        """The helpers of ``multiprocessing`` among the child processes (``helper_roles``), by pid: read as the
+        sampler stops, while they still run (they live as long as the program)."""
 
     def start(self) -> None:
         """Start the thread and wait until it has opened its /proc files (and NVML) and taken the first
@@ -259,6 +263,8 @@ class Sampler:
             self.stuck = self._thread.is_alive()
         if self.native is not None:
             self._collect_native(self.native)
+        tree = getattr(self, "tree", None)  # none where the thread failed to open its files
+        self.roles = helper_roles(tree.seen - {os.getpid()}) if tree is not None else {}
 
     def _collect_native(self, native: NativeSampler) -> None:
         """Stop the C thread and take its rows and counts (the GPU thread's are already here)."""
@@ -425,7 +431,8 @@ class Sampler:
             "full_interval_ms": max(FULL_PERIOD_NS, self.interval_ns) / 1e6,
             "gpu_interval_ms": gpu_ns / 1e6 if self.gpus.handles else None,
             "nvml": self.nvml_reason,
-            "workers": self.tree.max_children,
+            "workers": max(self.tree.max_children - len(self.roles), 0),
+            "process_roles": {str(pid): role for pid, role in sorted(self.roles.items())},
             "sampler_cpu_ns": self.thread_cpu_ns,
             "sampler": "native" if self.native is not None else "python",
             "sampler_tid": self.thread_tid,
