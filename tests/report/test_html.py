@@ -273,3 +273,16 @@ def test_no_fact_of_a_real_report_is_in_exponent_notation(bert: tuple[Store, Ana
     assert not [f for f in facts if re.search(r"\de[+-]\d", f[1])]
     launches = next(r for r in a.results if r.id == "timeline.launches").facts
     assert ("launch per step", format_value(launches["launch_ns_per_step"], "ns")) in facts
+
+
+def test_facts_of_one_result_have_distinct_labels(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    # timeline.breakdown states what its window is ("window": "steps") and how long it is ("window_ns")
+    _, a = bert
+    html = write_report(a, tmp_path / "bert.html").path.read_text(encoding="utf-8")
+    lists = re.findall(r'<dl class="facts">(.*?)</dl>', html)
+    assert lists
+    for dl in lists:
+        labels = re.findall(r"<dt>(.*?)</dt>", dl)
+        assert len(labels) == len(set(labels)), labels
+    breakdown = next(r for r in a.results if r.id == "timeline.breakdown").facts
+    assert f"<dt>window length</dt><dd>{format_value(breakdown['window_ns'], 'ns')}</dd>" in html
