@@ -242,6 +242,12 @@ def test_table_cells_print_no_exponent(value: float, unit: Any, text: str) -> No
     assert format_value(value, unit) == text
 
 
+@pytest.mark.parametrize(("value", "text"), [(-0.0004, "0.0"), (-0.0, "0.0"), (-0.06, "-0.1"), (0.04, "0.0")])
+def test_a_percentage_that_rounds_to_zero_has_no_sign(value: float, text: str) -> None:
+    # a diff's change of -4 ns in 41 us: "-0.0" would read as a change the table calls unchanged
+    assert format_value(value, "pct") == text
+
+
 @pytest.mark.parametrize(
     ("key", "value", "text"),
     [
