@@ -4,6 +4,7 @@ log when its importer is there."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -416,6 +417,8 @@ def test_small_files_rule_fires_on_many_small_files_only(tmp_path: Path) -> None
     assert rec is not None and rec.sources == ["io.small_files"] and "(io.small_files)" in rec.evidence[0]
     assert "1,000 data files of at most 2 MiB" in rec.evidence[0] and "Stage" in rec.action and "shards" in rec.action
     assert "take 100% of the I/O operations" in rec.evidence[0] and "8.9% of the bytes" in rec.evidence[0]
+    # the time is the small files' own, its share one of all the data files' I/O time
+    assert re.search(r"; they spend 1\.01 ms in I/O, \d+% of the data files' I/O time \(", rec.evidence[0])
     # a log has no iterations: the I/O time of the small files is at stake over the run
     assert (rec.impact_ns, rec.impact_per) == (1000 * 1000 + 1000 * 10, "run")
     with files_store(tmp_path / "b.duckdb", _small_files_rows(small=1)) as store:

@@ -74,6 +74,14 @@ def test_host_bound_says_what_the_host_ran_while_the_gpu_waited(import_store: An
     assert _fired(store, "launch_bound") is None
 
 
+def test_host_bound_does_not_advise_torch_compile_to_a_compiled_step(import_store: Any) -> None:
+    # the Triton trace's host wait is torch.compile's own region (88%): compiling again would change nothing
+    rec = _check(_fired(import_store(kineto_fixture(TRITON)), "host_bound"), "timeline.breakdown")
+    assert "Torch-Compiled Region: 0/0 (88%)" in rec.evidence[2]
+    assert "with torch.compile or" not in rec.action
+    assert "by capturing the step in a CUDA graph (torch.compile(mode='reduce-overhead'))" in rec.action
+
+
 def test_host_bound_of_a_trace_without_steps_says_start_up_counts(import_store: Any) -> None:
     # AlexNet's trace has no ProfilerStep: its window is the whole trace, CUDA and cuDNN start-up included
     rec = _check(_fired(import_store(kineto_fixture(ALEXNET)), "host_bound"), "timeline.breakdown")

@@ -242,6 +242,12 @@ def test_table_cells_print_no_exponent(value: float, unit: Any, text: str) -> No
     assert format_value(value, unit) == text
 
 
+@pytest.mark.parametrize(("value", "text"), [(-0.0004, "0.0"), (-0.0, "0.0"), (-0.06, "-0.1"), (0.04, "0.0")])
+def test_a_percentage_that_rounds_to_zero_has_no_sign(value: float, text: str) -> None:
+    # a diff's change of -4 ns in 41 us: "-0.0" would read as a change the table calls unchanged
+    assert format_value(value, "pct") == text
+
+
 @pytest.mark.parametrize(
     ("key", "value", "text"),
     [
@@ -273,3 +279,16 @@ def test_no_fact_of_a_real_report_is_in_exponent_notation(bert: tuple[Store, Ana
     assert not [f for f in facts if re.search(r"\de[+-]\d", f[1])]
     launches = next(r for r in a.results if r.id == "timeline.launches").facts
     assert ("launch per step", format_value(launches["launch_ns_per_step"], "ns")) in facts
+
+
+def test_facts_of_one_result_have_distinct_labels(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
+    # timeline.breakdown states what its window is ("window": "steps") and how long it is ("window_ns")
+    _, a = bert
+    html = write_report(a, tmp_path / "bert.html").path.read_text(encoding="utf-8")
+    lists = re.findall(r'<dl class="facts">(.*?)</dl>', html)
+    assert lists
+    for dl in lists:
+        labels = re.findall(r"<dt>(.*?)</dt>", dl)
+        assert len(labels) == len(set(labels)), labels
+    breakdown = next(r for r in a.results if r.id == "timeline.breakdown").facts
+    assert f"<dt>window length</dt><dd>{format_value(breakdown['window_ns'], 'ns')}</dd>" in html

@@ -37,6 +37,9 @@ FP32_SHARE_PCT = 50.0
 that already move 16-bit data would gain nothing."""
 OUTSIDE_OPS_PCT = 50.0
 """Share of the host wait with no operator running above which the host-bound advice starts from Python code."""
+COMPILED_OPS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "## Call CompiledFxGraph")
+"""Beginnings of the names of the host ranges torch.compile records (dynamo's frame and guards, AOTAutograd's
+function, Inductor's graph call): a step that runs them already runs compiled."""
 
 
 def launch_bound(results: Results) -> Recommendation | None:
@@ -185,11 +188,16 @@ def _host_action(f: dict[str, Any], whole_run: bool, runtime: str) -> str:
         first = f"Shorten what the host runs between launches, {_short(str(ops[0]['op']))} first; then "
     else:
         first = ""
+    graph = f"the step in a {runtime} graph (torch.compile(mode='reduce-overhead'))"
+    overhead = (
+        f"cut the host's cost of each call of the compiled code (its guards and Python wrapper) by capturing {graph}"
+        if _compiled(ops or [])
+        else f"cut the framework's per-op overhead with torch.compile or by capturing {graph}"
+    )
     steps = (
         "move work that needs no GPU (data preparation, logging, metrics, checkpoints, .cpu()/.item()) out of the "
-        "step or into DataLoader workers, cut the framework's per-op overhead with torch.compile or by capturing "
-        f"the step in a {runtime} graph (torch.compile(mode='reduce-overhead')), or raise the batch size so the host's "
-        "cost per step covers more samples."
+        f"step or into DataLoader workers, {overhead}, or raise the batch size so the host's cost per step covers "
+        "more samples."
     )
     action = first + steps if first else steps[0].upper() + steps[1:]
     if whole_run:
@@ -285,3 +293,8 @@ def _precision(bound: list[tuple[str, int]], bound_ns: int) -> tuple[str | None,
     if narrow:
         return f"{narrow:.0f}% of that time is in kernels that already move 16-bit or narrower data (A10)", False
     return None, False
+
+
+def _compiled(ops: list[dict[str, Any]]) -> bool:
+    """Whether the host ran torch.compile's code while the GPU waited: advice to compile would be moot."""
+    return any(str(o.get("op", "")).startswith(COMPILED_OPS) for o in ops)

@@ -225,8 +225,8 @@ def small_files(results: Results) -> Recommendation | None:
         share = _num(r.facts, "small_files_pct") or 0.0
         line = (f"{files:,} data files of at most {limit} ({share:.0f}% of the files) take {ops:.0f}% of the I/O "
                 f"operations but hold {nbytes:.1f}% of the bytes (thresholds: > {SMALL_FILES_OPS_PCT:g}% of "
-                f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); {format_ns(time)} of I/O time"
-                + (f", {time_pct:.0f}% of it" if time_pct is not None else ""))  # fmt: skip
+                f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); they spend {format_ns(time)} in I/O"
+                + (f", {time_pct:.0f}% of the data files' I/O time" if time_pct is not None else ""))  # fmt: skip
         title = "Many small files: operations, not bytes, cost the I/O time"
     impact, per = at_stake(results, time, _num(r.facts, "small_time_warmup_ns"))
     return Recommendation(

@@ -206,7 +206,8 @@ def format_value(value: Any, unit: Unit) -> str:
     if unit in ("flops", "flop/s"):
         return _scaled(value, 1000.0, ("", "K", "M", "G", "T", "P"), "FLOP/s" if unit == "flop/s" else "FLOP")
     if unit == "pct":
-        return f"{value:.1f}"
+        text = f"{value:.1f}"
+        return "0.0" if text == "-0.0" else text  # a change too small to show has no direction
     if unit in ("ratio", "flop/byte"):
         return _significant(value, 3)
     if unit == "count":

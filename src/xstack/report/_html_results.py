@@ -114,7 +114,11 @@ def facts_html(facts: dict[str, Any], limit: int = 24) -> str:
     items = plain[:limit]
     if not items:
         return ""
-    body = "".join(_fact(fact_label(k), fact_text(k, v)) for k, v in items)
+    labels = [fact_label(k) for k, _ in items]
+    # a duration and the word that says what it measures ("window": "steps", "window_ns") would read the same
+    labels = [f"{lb} length" if labels.count(lb) > 1 and k.split("_")[-1] in {"ns", *_SECONDS} else lb
+              for lb, (k, _) in zip(labels, items, strict=True)]  # fmt: skip
+    body = "".join(_fact(lb, fact_text(k, v)) for lb, (k, v) in zip(labels, items, strict=True))
     left = len(facts) - len(items)
     more = f'<p class="note">{left:,} more facts in the JSON report (--format json)</p>' if left else ""
     return f'<dl class="facts">{body}</dl>{more}'
