@@ -90,13 +90,14 @@ def test_host_bound_of_a_trace_without_steps_says_start_up_counts(import_store: 
     assert rec.action.startswith("Profile a few steps past start-up") and rec.impact_per == "run"
 
 
-def _launches_store(path: Path, first_launch_ns: int, every_ns: int, kernel_ns: int, n: int = 30) -> Store:
+def _launches_store(path: Path, first_launch_ns: int, every_ns: int, kernel_ns: int, n: int = 30,
+                    op: str = "aten::add") -> Store:  # fmt: skip
     """One step: an op whose first launch call takes ``first_launch_ns`` (its module loading), then ``n`` launches
     of the same kernel, one every ``every_ns`` (each call 1.5 us), each kernel ``kernel_ns`` long."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "launches", levels=["model", "op", "runtime", "kernel"]))
         sink = Sink(store, 1)
-        sink.span(2, 1, "op", "aten::add", 0, first_launch_ns + (n + 1) * every_ns, 1, 1)
+        sink.span(2, 1, "op", op, 0, first_launch_ns + (n + 1) * every_ns, 1, 1)
         t, queue = 0, 0
         for i in range(n + 1):
             call = first_launch_ns if i == 0 else 1500
@@ -124,6 +125,11 @@ def test_one_slow_first_launch_does_not_make_a_step_launch_bound(tmp_path: Path)
         rec = _check(_fired(store, "launch_bound"), "timeline.breakdown", "timeline.launches")
         assert "the median kernel runs 5 us while the host issues a launch every 20 us" in rec.evidence[1]
         assert _fired(store, "host_bound") is None
+        assert "fuse small ops with torch.compile" in rec.action
+    # the same launches from torch.compile's code: compiling is done already, a graph is what is left
+    with _launches_store(tmp_path / "compiled.duckdb", 1_500, 20_000, 5_000, op="Torch-Compiled Region: 0/0") as store:
+        rec = _check(_fired(store, "launch_bound"), "timeline.breakdown", "timeline.launches")
+        assert "torch.compile," not in rec.action and "the step already runs compiled code" in rec.action
 
 
 def test_pageable_copies_fire_on_alexnet_and_not_on_bert(bert: Store, import_store: Any) -> None:

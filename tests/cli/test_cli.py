@@ -142,4 +142,4 @@ def test_report_takes_its_format_from_the_output_suffix_and_export_writes_to_std
     assert (tmp_path / "m.html").read_text().startswith("# xstack report")  # what --format asked for
     done = xstack("export", str(store), "-o", "-", cwd=tmp_path)
     assert done.returncode == 0 and not (tmp_path / "-").exists()
-    assert json.loads(done.stdout)["traceEvents"] and "exported 1 run(s)" in done.stderr
+    assert json.loads(done.stdout)["traceEvents"] and "exported 1 run, " in done.stderr

@@ -51,15 +51,25 @@ def launch_bound(results: Results) -> Recommendation | None:
     line = _launch_evidence(launches.facts)
     if line is None:
         return None
+    ops = b.facts.get("host_wait_ops")
+    graph = (
+        f"capture the step in a {gpu_runtime(results)} graph (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs)"
+    )
+    action = (
+        f"Cut launches per step: the step already runs compiled code, so {graph}, or raise the batch size so each "
+        "kernel does more."
+        if isinstance(ops, list) and _compiled(ops)
+        else f"Cut launches per step: {graph}, fuse small ops with torch.compile, or raise the batch size so each "
+        "kernel does more."
+    )
     return Recommendation(
         "launch_bound",
         "The GPU waits for the host: launch overhead dominates",
         severity(wait),
         [_wait_line(b.facts, wait), line],
         [b.id, launches.id],
-        f"Cut launches per step: capture the step in a {gpu_runtime(results)} graph (torch.compile(mode='reduce-"
-        "overhead') or torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size so each kernel "
-        "does more.",
+        action,
     )
 
 

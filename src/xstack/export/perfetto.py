@@ -69,10 +69,11 @@ class PerfettoStats:
 
     def describe(self) -> str:
         """One line for the terminal."""
-        text = (
-            f"{self.runs} run(s), {sum(self.spans.values()):,} spans, {self.flows:,} flows, "
-            f"{self.counter_samples:,} counter samples"
-        )
+        text = ", ".join(
+            _count(n, word)
+            for n, word in ((self.runs, "run"), (sum(self.spans.values()), "span"), (self.flows, "flow"),
+                            (self.counter_samples, "counter sample"))
+        )  # fmt: skip
         return text + (f", {self.overlap_spans:,} on overlap tracks" if self.overlap_spans else "")
 
     def _add_span(self, level: str, overlapping: bool) -> None:
@@ -424,3 +425,8 @@ class _Tracks:
     def _next_id(self) -> int:
         self._last_id += 1
         return self._last_id
+
+
+def _count(n: int, word: str) -> str:
+    """``1 flow``, ``2 flows``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
