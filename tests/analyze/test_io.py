@@ -23,7 +23,7 @@ from tests.analyze.io_store import (
 )
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
-from xstack.analyze.recommend import RULES
+from xstack.analyze.recommend import RULES, recommend
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
@@ -533,6 +533,16 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
         rec = _fired(store, "input_bound")
     assert rec is not None and "io.small_files" in rec.sources and "Stage the files" in rec.action
     assert any(e.endswith("(io.small_files)") for e in rec.evidence)
+
+
+def test_a_rule_that_input_bound_took_in_whole_is_not_said_again(tmp_path: Path) -> None:
+    with loop_store(tmp_path / "a.duckdb", more_files=_small_files_rows()) as store:
+        fired = {rec.rule: rec for rec in recommend(run_analyses(store))}
+    # the small-file staging is one of the input-bound rule's facts and actions: one recommendation says it
+    assert "input_bound" in fired and "small_files" not in fired
+    assert "io.small_files" in fired["input_bound"].sources
+    with files_store(tmp_path / "b.duckdb", _small_files_rows()) as store:
+        assert "small_files" in {rec.rule for rec in recommend(run_analyses(store))}  # no wait: on its own
 
 
 def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_path: Path) -> None:
