@@ -586,7 +586,7 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
     assert s.io == {"ops": 29, "bytes_read": 5_246_880, "bytes_written": 8_388_608, "time_ns": 3740, "files": 5,
                     "processes": 3, "all_ops": 37, "all_files": 7, "streams": 1}  # fmt: skip
     assert io_line(s.io) == (
-        "29 operations by 3 process(es) on 5 data files: 5.00 MiB read, 8.00 MiB written, 3.74 us in I/O; "
+        "29 operations by 3 processes on 5 data files: 5.00 MiB read, 8.00 MiB written, 3.74 us in I/O; "
         "37 operations on 7 files in all (Python, system and other files; 1 stream (standard streams, pipes, "
         "sockets) left out)"
     )

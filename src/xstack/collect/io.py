@@ -234,7 +234,8 @@ def _add_level(store: Store, run_id: int) -> None:
 def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
     health: list[tuple[str, int, str]] = [
         ("io_outside_region", outside, f"file operations before or after the profiled region (start-up, imports; "
-         f"{kept} kept, from {len(trace.processes)} process(es)): not kept"),
+         f"{kept:,} kept, from {len(trace.processes):,} process{'es' if len(trace.processes) != 1 else ''}): not "
+         "kept"),
     ]  # fmt: skip
     dropped = sum(sum(p.dropped.values()) for p in trace.processes)
     if dropped:
