@@ -24,7 +24,7 @@ from tests.analyze.io_store import (
 )
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
-from xstack.analyze.recommend import RULES
+from xstack.analyze.recommend import RULES, recommend
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
@@ -538,6 +538,16 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
     assert any(e.endswith("(io.small_files)") for e in rec.evidence)
 
 
+def test_a_rule_that_input_bound_took_in_whole_is_not_said_again(tmp_path: Path) -> None:
+    with loop_store(tmp_path / "a.duckdb", more_files=_small_files_rows()) as store:
+        fired = {rec.rule: rec for rec in recommend(run_analyses(store))}
+    # the small-file staging is one of the input-bound rule's facts and actions: one recommendation says it
+    assert "input_bound" in fired and "small_files" not in fired
+    assert "io.small_files" in fired["input_bound"].sources
+    with files_store(tmp_path / "b.duckdb", _small_files_rows()) as store:
+        assert "small_files" in {rec.rule for rec in recommend(run_analyses(store))}  # no wait: on its own
+
+
 def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_path: Path) -> None:
     loader = {"index": 0, "dataset": "ImageFolder", "batch_size": 32, "num_workers": 4, "persistent_workers": False,
               "pin_memory": False, "prefetch_factor": 2, "iterated": 3, "cuda": True}  # fmt: skip
@@ -579,7 +589,7 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
     assert s.io == {"ops": 29, "bytes_read": 5_246_880, "bytes_written": 8_388_608, "time_ns": 3740, "files": 5,
                     "processes": 3, "all_ops": 37, "all_files": 7, "streams": 1}  # fmt: skip
     assert io_line(s.io) == (
-        "29 operations by 3 process(es) on 5 data files: 5.00 MiB read, 8.00 MiB written, 3.74 us in I/O; "
+        "29 operations by 3 processes on 5 data files: 5.00 MiB read, 8.00 MiB written, 3.74 us in I/O; "
         "37 operations on 7 files in all (Python, system and other files; 1 stream (standard streams, pipes, "
         "sockets) left out)"
     )

@@ -429,6 +429,14 @@ def test_the_summary_line(sampled: Store, tmp_path: Path) -> None:
                          "about 36.5 ms of the 100.0 ms step without it; 2 other threads")  # fmt: skip
 
 
+def test_the_summary_line_counts_one_sample_and_one_thread_in_the_singular() -> None:
+    system = {"counters_run": 2, "cpu_too_few": True, "full_samples": 1, "region_ns": 16_400_000, "min_samples": 5,
+              "memory_too_few": True, "syscalls_run": 3, "syscalls": 12_345, "syscall_other_threads": 1}  # fmt: skip
+    assert system_line(system) == ("CPU: too few samples (1 full sample in the 16.4 ms measured, at least 5 needed: "
+                                   "see system.cpu), main RSS: too few samples, GPU n/a, 12,345 syscalls; 1 other "
+                                   "thread")  # fmt: skip
+
+
 def test_every_system_result_converts_to_json_and_csv(sampled: Store) -> None:
     for r in run_analyses(sampled, None, SYSTEM_IDS):
         assert r.to_dict()["id"] == r.id

@@ -234,3 +234,34 @@ def test_in_process_profile_attaches_at_run_time(tmp_path: Path) -> None:
         health = {c: d for c, n, d in s.query('SELECT "check", count, detail FROM health') if n}
     assert paths == {"inside.bin": 321}
     assert "io_attached" in health
+
+
+OPS_AND_IO = textwrap.dedent(
+    """
+    import sys
+    import torch
+    import xstack
+
+    model = torch.nn.Linear(8, 8)
+    for _ in range(3):
+        with open(sys.argv[1], "rb") as f:
+            f.read()
+        model(torch.randn(4, 8)).sum().backward()
+        xstack.step()
+    """
+)
+
+
+def test_the_op_levels_scratch_trace_is_not_the_programs_io(tmp_path: Path) -> None:
+    (tmp_path / "sample.bin").write_bytes(b"z" * 500)
+    script = tmp_path / "ops.py"
+    script.write_text(OPS_AND_IO)
+    store = tmp_path / "ops.duckdb"
+    done = _xstack("run", "--levels", "model,op,io", "-o", str(store), "--", "python", str(script),
+                   str(tmp_path / "sample.bin"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(store) as s:
+        data = {p for (p,) in s.query("SELECT DISTINCT path FROM io_files WHERE attrs->>'path_class' = 'data'")}
+        ops = s.query("SELECT count(*) FROM spans WHERE level = 'op'")[0][0]
+    # torch.profiler's trace, which the op level writes to a scratch folder as the run ends, is xstack's own
+    assert ops > 0 and data == {str(tmp_path / "sample.bin")}

@@ -21,7 +21,7 @@ import orjson
 
 from xstack.analyze._timeline_common import rows
 from xstack.analyze.context import run_context
-from xstack.analyze.result import Result, format_ns, missing_result
+from xstack.analyze.result import Result, counted, format_ns, missing_result
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -373,10 +373,10 @@ def shortfall(where: Region, sampled: Sequence[Sampling]) -> str | None:
     short = [s for s in sampled if not s.enough]
     if not short:
         return None
-    region = (f"the {len(where.steps)} measured steps last {format_ns(where.length_ns)}" if where.steps
+    region = (f"the {counted(len(where.steps), 'measured step')} last {format_ns(where.length_ns)}" if where.steps
               else f"the sampled run lasts {format_ns(where.length_ns)}")  # fmt: skip
-    held = ", ".join(f"{s.samples} samples of {s.who}" + (f" (every {s.period_ms:g} ms)" if s.period_ms else "")
-                     for s in short)  # fmt: skip
+    held = ", ".join(f"{counted(s.samples, 'sample')} of {s.who}"
+                     + (f" (every {s.period_ms:g} ms)" if s.period_ms else "") for s in short)  # fmt: skip
     return (f"too few samples: {region} and hold {held}; a figure over them needs at least {MIN_SAMPLES}: "
             f"{_remedy(where, short)}")  # fmt: skip
 

@@ -318,7 +318,16 @@ _ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
 def recommend(results: Iterable[Result], rules: dict[str, Rule] | None = None) -> list[Recommendation]:
-    """Every rule that fires on these results, most severe first."""
+    """Every rule that fires on these results, most severe first; one whose facts and action another took in
+    whole (the input-bound rule takes the small-file staging's) is not said again on its own."""
     by_id = {r.id: r for r in results}
     fired = [rec for rule in (rules or RULES).values() if (rec := rule(by_id)) is not None]
-    return sorted(fired, key=lambda r: (_ORDER[r.severity], -(r.impact_ns or 0)))
+    kept = [rec for i, rec in enumerate(fired)
+            if not any(_took_in(other, rec) and (j < i or not _took_in(rec, other))
+                       for j, other in enumerate(fired) if j != i)]  # fmt: skip
+    return sorted(kept, key=lambda r: (_ORDER[r.severity], -(r.impact_ns or 0)))
+
+
+def _took_in(whole: Recommendation, part: Recommendation) -> bool:
+    """``whole`` states every fact of ``part`` and its action."""
+    return set(part.evidence) <= set(whole.evidence) and part.action in whole.action

@@ -226,6 +226,11 @@ def _significant(value: float, digits: int) -> str:
     return f"{value:,.0f}" if "e+" in text else text
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, in the plural unless ``n`` is 1 ("1 sample", "2,048 samples", "3 processes")."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def format_ns(ns: float) -> str:
     """A duration in the unit that keeps 3-4 significant digits (ns, us, ms, s)."""
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):

@@ -32,6 +32,7 @@ from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_classes import PathClasses, process_roles
 from xstack.collect._io_counters import file_counters, op_path
 from xstack.collect._recorder import Recorder
+from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
 from xstack.errors import XstackError
 from xstack.trace import attrs as A
 from xstack.trace.sink import SCRATCH_PREFIX, Sink
@@ -111,9 +112,10 @@ class IoCollector:
 
 
 def exclusions(store: Path) -> list[str]:
-    """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files) and the
-    sink's scratch files."""
-    return [str(store.resolve()), str(Path(tempfile.gettempdir()).resolve() / SCRATCH_PREFIX)]
+    """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files), the
+    sink's scratch files and the trace the op level writes as it ends."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    return [str(store.resolve()), str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
 
 
 def run_preloaded(child: list[str], store: Path) -> int:
@@ -232,7 +234,8 @@ def _add_level(store: Store, run_id: int) -> None:
 def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
     health: list[tuple[str, int, str]] = [
         ("io_outside_region", outside, f"file operations before or after the profiled region (start-up, imports; "
-         f"{kept} kept, from {len(trace.processes)} process(es)): not kept"),
+         f"{kept:,} kept, from {len(trace.processes):,} process{'es' if len(trace.processes) != 1 else ''}): not "
+         "kept"),
     ]  # fmt: skip
     dropped = sum(sum(p.dropped.values()) for p in trace.processes)
     if dropped:

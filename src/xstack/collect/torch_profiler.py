@@ -16,6 +16,10 @@ from typing import Any
 from xstack.collect._recorder import Recorder
 from xstack.trace.store import Store
 
+SCRATCH_PREFIX = "xstack-kineto-"
+"""Name prefix of the folder under the temp directory that the profiler's trace is written to as the profile
+ends, to be merged (the io level leaves its I/O out: it is xstack's, not the program's)."""
+
 TORCH_OWN_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "ProfilerStep#")
 """PyTorch's own ``record_function`` marks for what the model level records itself: left out of a merge
 when the model level is live, so that an optimizer step is not a model span twice."""
@@ -30,7 +34,7 @@ class _Session:
 
         self.recorder = recorder
         self.members = 0
-        self._tmp = tempfile.TemporaryDirectory(prefix="xstack-kineto-")
+        self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
         self.trace: Path | None = None
         activities = [ProfilerActivity.CPU]
         if recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():

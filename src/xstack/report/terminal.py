@@ -11,7 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from xstack.analyze.result import format_value
+from xstack.analyze.result import counted, format_value
 from xstack.analyze.summary import RunSummary, TopRow
 
 RUNS_LISTED = 12
@@ -249,7 +249,8 @@ def _syscall_part(system: dict[str, Any]) -> str:
             text += f" ({format_ns(per)} per step under {tracer})"
     if others := system.get("syscall_other_threads"):
         wait = system.get("syscall_other_wait_pct")
-        text += f"; {others} other threads" + (f": {wait:.0f}% of their syscall time idle in waits" if wait else "")
+        idle = f": {wait:.0f}% of their syscall time idle in waits" if wait else ""
+        text += f"; {counted(int(others), 'other thread')}{idle}"
     return text
 
 
@@ -258,7 +259,8 @@ def _cpu_part(system: dict[str, Any]) -> str:
     if busy is None and system.get("cpu_too_few"):
         length = system.get("region_ns")
         within = f" in the {format_ns(length)} measured" if length else ""
-        return (f"CPU: too few samples ({system.get('full_samples') or 0} full samples{within}, at least "
+        full = counted(int(system.get("full_samples") or 0), "full sample")
+        return (f"CPU: too few samples ({full}{within}, at least "
                 f"{system.get('min_samples')} needed: see system.cpu)")  # fmt: skip
     cpu = "CPU " + ("n/a" if busy is None else f"{busy:.0f}% busy")
     details = [f"{cores} cores" if cores else "", f"saturated {sat:.0f}% of samples" if sat is not None else ""]
@@ -279,7 +281,8 @@ def io_line(io: dict[str, Any]) -> str:
     """The run's file I/O on one line: the data files' operations, processes, files, bytes read and written and
     time in I/O, then the operations on every file (the interpreter's imports, system and profiler files)."""
     text = (
-        f"{io['ops']:,} operations by {io['processes']:,} process(es) on {io['files']:,} data files: "
+        f"{io['ops']:,} operations by {counted(io['processes'], 'process', 'processes')} on "
+        f"{io['files']:,} data files: "
         f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
         f"{format_ns(io['time_ns'])} in I/O"
     )
