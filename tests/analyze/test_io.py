@@ -525,7 +525,7 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
         rec = _fired(store, "input_bound")
     assert rec is not None and rec.sources == ["model.stages", "io.input_bound"]
     line = next(e for e in rec.evidence if e.endswith("(io.input_bound)"))
-    assert "median iteration waits 30.0%" in line and "2 worker process(es)" in line
+    assert "median iteration waits 30.0%" in line and "2 worker processes" in line
     assert "from 2 towards the 8 cores" in rec.action and "prefetch_factor" in rec.action
     assert rec.impact_ns == 300 and "Stage" not in rec.action
     with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, "cpu_count": 2}) as store:

@@ -38,7 +38,7 @@ def test_more_workers_than_cpus_fire_when_the_program_s_own_processes_fill_them(
         rec = _fired(store, "workers_exceed_cores")
     assert rec is not None and rec.sources == ["system.cpu"] and rec.title == "More DataLoader workers than usable CPUs"
     assert rec.evidence[0] == (
-        "2 worker process(es) and the main process ran on 2 usable CPUs and kept them 87% busy (threshold 80%): the "
+        "2 worker processes and the main process ran on 2 usable CPUs and kept them 87% busy (threshold 80%): the "
         "main process 90%, the workers 83% of one core (system.cpu)"
     )
     assert rec.severity == "medium"  # the main process was switched out 20 times per step, under 100
@@ -61,7 +61,7 @@ def test_a_machine_filled_by_other_processes_is_not_the_program_s_workers(tmp_pa
     assert rec is not None and rec.title == "Other processes kept the CPUs busy" and rec.sources == ["system.cpu"]
     assert rec.evidence == [
         "the machine's 2 cores were 90% busy (1.80 cores) while the program's processes used 0.10 of a core (the "
-        "main process 6%, its 3 worker process(es) 4% of one core): other processes took about 1.70 cores, 85% of "
+        "main process 6%, its 3 worker processes 4% of one core): other processes took about 1.70 cores, 85% of "
         "the machine (threshold 50%) (system.cpu)",
         "more threads than cores were runnable at 100% of the samples (threshold 20%) (system.cpu)",
     ]
@@ -100,7 +100,7 @@ def test_thread_oversubscription_by_torch_s_intra_op_pool(tmp_path: Path) -> Non
     with cpu_store(tmp_path / "two.duckdb", load=BUSY) as store:  # 2 intra-op threads, 1 worker, 2 CPUs
         rec = _fired(store, "thread_oversubscription")
     assert rec is not None and rec.evidence[0] == (
-        "torch runs 2 intra-op threads in the main process beside 1 worker process(es) of one thread each (PyTorch's "
+        "torch runs 2 intra-op threads in the main process beside 1 worker process of one thread each (PyTorch's "
         "DataLoader sets it): up to 3 busy threads for 2 usable CPUs (system.cpu)"
     )
     assert rec.evidence[-1] == (
@@ -125,7 +125,7 @@ def test_thread_advice_already_followed_is_left_out(tmp_path: Path) -> None:
     assert rec is not None and rec.severity == "medium"
     assert rec.evidence[:2] == [
         "the main process has up to 40 threads for 2 usable CPUs (system.cpu)",
-        "torch's intra-op pool has 1 thread(s), within the 1 usable CPU(s) its 1 worker process(es) leave it: the "
+        "torch's intra-op pool has 1 thread, within the 1 usable CPU its 1 worker process leaves it: the "
         "other threads belong to other pools (system.cpu)",
     ]
     assert "set_num_threads" not in rec.action and "OMP_NUM_THREADS" not in rec.action

@@ -17,7 +17,7 @@ from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_system import _severity
 from xstack.analyze.pipeline import Recommendation, Severity
-from xstack.analyze.result import Result
+from xstack.analyze.result import Result, counted
 
 SATURATED_PCT = 20.0
 """Share of samples with more runnable threads than cores above which the CPU counts as saturated."""
@@ -61,7 +61,8 @@ def workers_exceed_cores(results: Results) -> Recommendation | None:
         return None
     main, theirs = _num(c.facts, "main_cpu_pct") or 0.0, _num(c.facts, "workers_cpu_pct") or 0.0
     evidence = [
-        f"{int(workers)} worker process(es) and the main process ran on {int(usable)} usable CPUs and kept them "
+        f"{_procs(int(workers))} and the main process ran on "
+        f"{counted(int(usable), 'usable CPU')} and kept them "
         f"{own:.0f}% busy (threshold {OWN_BUSY_PCT:g}%): the main process {main:.0f}%, the workers {theirs:.0f}% of "
         "one core (system.cpu)"
     ]
@@ -117,7 +118,7 @@ def cpus_taken_by_others(results: Results) -> Recommendation | None:
     workers = int(_num(c.facts, "workers") or 0)
     evidence = [
         f"the machine's {int(cores)} cores were {busy:.0f}% busy ({busy * cores / 100:.2f} cores) while the program's "
-        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%, its {workers} worker process(es) "
+        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%, its {_procs(workers)} "
         f"{theirs:.0f}% of one core): other processes took about {others:.2f} cores, {100 * others / cores:.0f}% of "
         f"the machine (threshold {OTHERS_BUSY_PCT:g}%) (system.cpu)",
         f"more threads than cores were runnable at {sat:.0f}% of the samples (threshold {SATURATED_PCT:g}%) "
@@ -160,6 +161,11 @@ def thread_oversubscription(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
+def _procs(n: int) -> str:
+    """``1 worker process``, ``2 worker processes``."""
+    return counted(n, "worker process", "worker processes")
+
+
 def _share(facts: dict[str, Any], usable: float) -> int:
     """The CPUs left to the main process's intra-op pool beside the workers (at least one)."""
     return int(max(usable - (_num(facts, "workers") or 0.0), 1))
@@ -171,11 +177,12 @@ def _intra_op(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str
     threads, workers, share = _num(facts, "torch_threads"), int(_num(facts, "workers") or 0), _share(facts, usable)
     if not threads or threads <= share:
         return [], []
-    line = (f"torch runs {int(threads)} intra-op threads in the main process beside {workers} worker process(es) of "
+    line = (f"torch runs {int(threads)} intra-op threads in the main process beside {_procs(workers)} of "
             f"one thread each (PyTorch's DataLoader sets it): up to {int(threads) + workers} busy threads for "
             f"{int(usable)} usable CPUs (system.cpu)")  # fmt: skip
     return [line], [f"torch.set_num_threads({share}) in the main process (or OMP_NUM_THREADS={share} in its "
-                    f"environment), its share of the {int(usable)} usable CPUs beside {workers} worker(s)"]  # fmt: skip
+                    f"environment), its share of the {int(usable)} usable CPUs beside "
+                    f"{counted(workers, 'worker')}"]  # fmt: skip
 
 
 def _main_threads(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str]]:
@@ -189,10 +196,11 @@ def _main_threads(facts: dict[str, Any], usable: float) -> tuple[list[str], list
     if threads and threads > share:
         return evidence, []  # the intra-op pool's advice covers it
     if threads:
+        workers = int(_num(facts, "workers") or 0)
         evidence.append(
-            f"torch's intra-op pool has {int(threads)} thread(s), within the {share} usable CPU(s) its "
-            f"{int(_num(facts, 'workers') or 0)} worker process(es) leave it: the other threads belong to other "
-            "pools (system.cpu)"
+            f"torch's intra-op pool has {counted(int(threads), 'thread')}, within the "
+            f"{counted(share, 'usable CPU')} its {_procs(workers)} leave{'s' if workers == 1 else ''} it: the other "
+            "threads belong to other pools (system.cpu)"
         )
     return evidence, [
         "cap the main process's other thread pools: torch.set_num_interop_threads(...) for PyTorch's inter-op pool, "

@@ -18,7 +18,7 @@ from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
-from xstack.analyze.result import Result, format_ns, format_value
+from xstack.analyze.result import Result, counted, format_ns, format_value
 
 Rule = Callable[[Results], Recommendation | None]
 
@@ -104,7 +104,7 @@ def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
     )
     workers = _num(facts, "workers")
     if workers is not None:
-        line += f"; {int(workers)} worker process(es) with I/O"
+        line += f"; {counted(int(workers), 'worker process', 'worker processes')} with I/O"
         if (worker_io := _num(facts, "worker_io_per_iteration_ns")) is not None:
             line += f", {format_ns(worker_io)} of worker I/O per iteration"
     if (main_io := _num(facts, "main_io_wait_ns")) is not None and main_io > 0:

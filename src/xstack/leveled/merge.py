@@ -313,8 +313,9 @@ def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
             what = f"{level} {div + 1} is {got!r}" if got else f"{level} {div + 1} is missing"
         check = "pass_mismatch" if across else "iteration_mismatch"
         detail = (
-            f"{names[run]} step {it}: {where}, {what}, {ref}; {count} sequence(s) diverge, "
-            f"{excluded} span(s) of {names[run]} not merged"
+            f"{names[run]} step {it}: {where}, {what}, {ref}; {count:,} sequence{'' if count == 1 else 's'} "
+            f"diverge{'s' if count == 1 else ''}, {excluded:,} span{'' if excluded == 1 else 's'} of {names[run]} "
+            "not merged"
         )
         rows.append((check, int(count), detail))
     return rows
