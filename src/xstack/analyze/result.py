@@ -20,6 +20,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from xstack.text import counted as counted  # the analyses' name for it
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -224,11 +226,6 @@ def _significant(value: float, digits: int) -> str:
     separators (12,346, not 1.235e+04): tables are read by people."""
     text = f"{value:.{digits}g}"
     return f"{value:,.0f}" if "e+" in text else text
-
-
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and ``noun``, in the plural unless ``n`` is 1 ("1 sample", "2,048 samples", "3 processes")."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def format_ns(ns: float) -> str:

@@ -34,6 +34,7 @@ from xstack.collect._io_counters import file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
 from xstack.errors import XstackError
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.sink import SCRATCH_PREFIX, Sink
 from xstack.trace.store import Store
@@ -234,8 +235,7 @@ def _add_level(store: Store, run_id: int) -> None:
 def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
     health: list[tuple[str, int, str]] = [
         ("io_outside_region", outside, f"file operations before or after the profiled region (start-up, imports; "
-         f"{kept:,} kept, from {len(trace.processes):,} process{'es' if len(trace.processes) != 1 else ''}): not "
-         "kept"),
+         f"{kept:,} kept, from {counted(len(trace.processes), 'process', 'processes')}): not kept"),
     ]  # fmt: skip
     dropped = sum(sum(p.dropped.values()) for p in trace.processes)
     if dropped:

@@ -40,6 +40,7 @@ from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._perf_trace import PerfParser
 from xstack.collect._strace import Call, StraceParser
 from xstack.errors import UsageError
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import Store
@@ -284,8 +285,8 @@ def _health(parser: StraceParser | PerfParser, kept: int, outside: int) -> list[
     processes = len({parser.pid_of(tid) for tid in parser.tids})
     health = [
         ("syscalls_outside_region", outside, f"system calls before or after the profiled region (start-up, "
-         f"imports, the store being written; {kept:,} kept, from {processes:,} "
-         f"process{'es' if processes != 1 else ''}): not kept"),
+         f"imports, the store being written; {kept:,} kept, from "
+         f"{counted(processes, 'process', 'processes')}): not kept"),
     ]  # fmt: skip
     if parser.skipped:
         health.append(("syscall_lines_skipped", parser.skipped, f"lines of the tracer's output that are not a "

@@ -38,6 +38,7 @@ import orjson
 from xstack.errors import UsageError
 from xstack.export import _system_counters as syscounters
 from xstack.outfile import partial_file
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.schema import DEVICE_LEVELS, LEVELS
 from xstack.trace.store import Store
@@ -70,7 +71,7 @@ class PerfettoStats:
     def describe(self) -> str:
         """One line for the terminal."""
         text = ", ".join(
-            _count(n, word)
+            counted(n, word)
             for n, word in ((self.runs, "run"), (sum(self.spans.values()), "span"), (self.flows, "flow"),
                             (self.counter_samples, "counter sample"))
         )  # fmt: skip
@@ -425,8 +426,3 @@ class _Tracks:
     def _next_id(self) -> int:
         self._last_id += 1
         return self._last_id
-
-
-def _count(n: int, word: str) -> str:
-    """``1 flow``, ``2 flows``."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"

@@ -26,6 +26,7 @@ from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import RunInfo, Store
@@ -313,9 +314,8 @@ def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
             what = f"{level} {div + 1} is {got!r}" if got else f"{level} {div + 1} is missing"
         check = "pass_mismatch" if across else "iteration_mismatch"
         detail = (
-            f"{names[run]} step {it}: {where}, {what}, {ref}; {count:,} sequence{'' if count == 1 else 's'} "
-            f"diverge{'s' if count == 1 else ''}, {excluded:,} span{'' if excluded == 1 else 's'} of {names[run]} "
-            "not merged"
+            f"{names[run]} step {it}: {where}, {what}, {ref}; {counted(int(count), 'sequence')} "
+            f"diverge{'s' if count == 1 else ''}, {counted(int(excluded), 'span')} of {names[run]} not merged"
         )
         rows.append((check, int(count), detail))
     return rows
