@@ -244,7 +244,7 @@ def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
     proc = xstack(a, b, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert [r["id"] for r in data["results"]] == ["diff.summary", "diff.layers", "diff.ops", "diff.kernels"]
+    assert [r["id"] for r in data["results"]] == ["diff.summary", "diff.layers", "diff.ops", "diff.kernels", "diff.io"]
     assert data["results"][3]["rows"] == [list(r) for r in expected.kernels.rows]
     assert data["a"]["store"] == a and data["rule"]["threshold_pct"] == 5
 
@@ -252,7 +252,7 @@ def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
     assert proc.returncode == 0, proc.stderr
     records = list(csv.DictReader(io.StringIO(proc.stdout)))
     kernels = [r for r in records if r["table"] == "diff.kernels"]
-    assert {r["table"] for r in records} == {"diff.summary", "diff.layers", "diff.ops", "diff.kernels"}
+    assert {r["table"] for r in records} == {"diff.summary", "diff.layers", "diff.ops", "diff.kernels"}  # no io rows
     assert len(kernels) == len(expected.kernels.rows)
     assert {r["kernel"] for r in kernels if r["status"] == "added"} == {
         r[1] for r in expected.kernels.rows if r[0] == "added"

@@ -8,8 +8,9 @@ counted twice, and a level's totals never exceed the time its top items cover. W
 steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
 log's job run time), and kernels known by their counters alone (an Nsight Compute CSV) compare with those of
 another such run, never with a kernel trace's, whose times are measured otherwise. Its tables are
-``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``) that print in a terminal,
-render in the HTML report and convert to JSON, markdown or CSV.
+``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``, and ``diff.io``: the runs'
+file I/O, each measure in its own unit, ``_diff_io``) that print in a terminal, render in the HTML report and
+convert to JSON, markdown or CSV.
 
 Notes: the change of an item is ``delta = B - A`` of its median time per call (kernels: the total time of
 every call of a name). It counts as a change only when ``|delta|`` reaches both floors, ``threshold`` times A's
@@ -36,6 +37,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from xstack.analyze import _diff_format
+from xstack.analyze._diff_io import io_result, read_io
 from xstack.analyze._diff_read import LayerKey, OpKey, Side, Timing, read_side
 from xstack.analyze._diff_rule import (
     NESTED,
@@ -61,7 +63,7 @@ __all__ = ["STATUSES", "ProfileDiff", "Rule", "Status", "diff_profiles"]
 
 @dataclass
 class ProfileDiff:
-    """Two runs compared: which runs, the rule, and the four tables."""
+    """Two runs compared: which runs, the rule, and the five tables."""
 
     a: Side
     b: Side
@@ -70,11 +72,12 @@ class ProfileDiff:
     layers: Result
     ops: Result
     kernels: Result
+    io: Result
 
     @property
     def results(self) -> list[Result]:
         """The tables, summary first."""
-        return [self.summary, self.layers, self.ops, self.kernels]
+        return [self.summary, self.layers, self.ops, self.kernels, self.io]
 
     def result(self, id: str) -> Result:
         """One table by id (``diff.layers``); KeyError when there is none."""
@@ -133,7 +136,8 @@ def diff_profiles(
         b = a if _same(store_a, store_b) else _open(store_b, stack)
         side_a = read_side(a, _run(a, run_a))
         side_b = read_side(b, _run(b, run_b))
-    return _build(side_a, side_b, rule, top)
+        io = io_result(read_io(a, side_a.run_id, "A"), read_io(b, side_b.run_id, "B"), rule, top)
+    return _build(side_a, side_b, rule, top, io)
 
 
 def _open(store: Store | str | os.PathLike[str], stack: ExitStack) -> Store:
@@ -159,7 +163,7 @@ def _side_dict(s: Side) -> dict[str, Any]:
             "steps": s.steps}  # fmt: skip
 
 
-def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
+def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> ProfileDiff:
     fallback = _fallback_label(a, b, rule)
     opts = (rule, fallback, top)
     layer_cols = [Column("layer"), Column("call", "count", "call index of the path in a step"), Column("type")]
@@ -180,7 +184,7 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
     replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b)) if s.replayed]
     for result in (summary, layers[0], ops[0]):
         result.labels += [] if result.missing else replayed
-    return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0])
+    return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0], io)
 
 
 _HOW = {

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
-from xstack.analyze.result import Result, format_ns, format_value
+from xstack.analyze.result import Result, cell_units, format_ns, format_value
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
@@ -171,10 +171,10 @@ def md_result(r: Result) -> list[str]:
     if not r.rows:
         return [*lines, "No rows: nothing of this kind in the run.", ""]
     head = [md(c.name + (" (%)" if c.unit == "pct" else "")) for c in r.columns]
-    align = ["--:" if c.unit else "---" for c in r.columns]
+    align = ["--:" if c.numeric else "---" for c in r.columns]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(md(format_value(v, c.unit)) for v, c in zip(row, r.columns, strict=True)) + " |"
-              for row in r.rows]  # fmt: skip
+    lines += ["| " + " | ".join(md(format_value(v, u)) for v, u in zip(row, units, strict=True)) + " |"
+              for row, units in zip(r.rows, cell_units(r.columns, r.rows), strict=True)]  # fmt: skip
     if r.truncated:
         lines += ["", f"{r.truncated:,} more rows left out by the analysis."]
     return [*lines, ""]
