@@ -68,8 +68,11 @@ def _wall_labels(a: Side, b: Side) -> list[str]:
     """Where a wall time compared in place of the step came from, or why a run has none."""
     if a.steps and b.steps:
         return []
-    return [f"{n}: no host wall time ({s.wall_source})" if s.wall is None else f"{n}: wall time is {s.wall_source}"
-            for n, s in (("A", a), ("B", b)) if s.wall_source]  # fmt: skip
+    said = {n: f"no host wall time ({s.wall_source})" if s.wall is None else f"wall time is {s.wall_source}"
+            for n, s in (("A", a), ("B", b)) if s.wall_source}  # fmt: skip
+    if len(said) == 2 and said["A"] == said["B"]:  # two runs of one kind (two Nsight Compute CSVs): said once
+        return [f"A and B: {said['A']}"]
+    return [f"{n}: {text}" for n, text in said.items()]
 
 
 def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:

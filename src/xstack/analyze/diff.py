@@ -186,7 +186,9 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
         )
     summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]},
                            fallback or _spread_label(a, b))  # fmt: skip
-    replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b)) if s.replayed]
+    # a run without host times (an Nsight Compute CSV) has none to be inflated: its wall label says so
+    replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b))
+                if s.replayed and (s.steps or s.wall is not None)]  # fmt: skip
     for result in (summary, layers[0], ops[0]):
         result.labels += [] if result.missing else replayed
     return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0])
