@@ -153,7 +153,7 @@ def test_a_profile_against_itself_has_no_changes(live: tuple[Path, Path], gpu: t
             diff = diff_profiles(store, store)
         for id in ("diff.layers", "diff.ops", "diff.kernels"):
             rows = _rows(diff, id)
-            assert all(r["status"] == "unchanged" and r["delta"] == r.get("self_delta", 0) == 0 for r in rows)
+            assert all(r["status"] == "unchanged" and r["delta"] == r.get("self delta", 0) == 0 for r in rows)
         assert diff.summary.facts["step_delta_ns"] == 0 and diff.summary.facts["step_status"] == "unchanged"
         assert {r[1] for r in diff.summary.rows} <= {"unchanged", "not compared"}
 
@@ -204,7 +204,7 @@ def test_kernels_added_and_removed_are_the_set_differences(gpu: tuple[Path, Path
     assert {k for k, r in rows.items() if r["status"] == "added"} == set(vit) - set(bert)
     assert {k for k, r in rows.items() if r["status"] == "removed"} == set(bert) - set(vit)
     for name, (calls, total_ns) in vit.items():
-        assert rows[name]["b_calls"] == calls and rows[name]["B"] == pytest.approx(total_ns, abs=calls)
+        assert rows[name]["calls B"] == calls and rows[name]["B"] == pytest.approx(total_ns, abs=calls)
     for name in set(bert) & set(vit):
         r = rows[name]
         floor = max(0.05 * r["A"], 1000)
@@ -265,7 +265,7 @@ def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
 
     proc = xstack(a, b, "--format", "md", "--top", "5")
     assert proc.returncode == 0, proc.stderr
-    assert "## diff.kernels" in proc.stdout and "| status | kernel | a\\_calls |" in proc.stdout
+    assert "## diff.kernels" in proc.stdout and "| status | kernel | calls A | calls B |" in proc.stdout
     assert proc.stdout.count("\n| added |") + proc.stdout.count("\n| removed |") >= 5
 
     proc = xstack(*map(str, live))
@@ -424,10 +424,10 @@ def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
     d = diff_profiles(a, b)
     assert d.summary.facts["step_delta_ns"] == 4_000_000
     layers = {r["layer"]: r for r in _rows(d, "diff.layers")}
-    assert {p: (r["status"], r["delta"], r["self_delta"]) for p, r in layers.items()} == {
+    assert {p: (r["status"], r["delta"], r["self delta"]) for p, r in layers.items()} == {
         "net": ("slower", 4_000_000, 0), "net.a": ("slower", 4_000_000, 4_000_000), "net.b": ("unchanged", 0, 0)
     }  # fmt: skip
-    ops = {r["op"]: (r["status"], r["delta"], r["self_delta"]) for r in _rows(d, "diff.ops")}
+    ops = {r["op"]: (r["status"], r["delta"], r["self delta"]) for r in _rows(d, "diff.ops")}
     assert ops == {"aten::linear": ("slower", 4_000_000, 0), "aten::addmm": ("slower", 4_000_000, 4_000_000)}
     for level in ("layer", "op"):  # the time lost is the step's change, not twice it
         assert d.summary.facts[level]["lost_ns"] == d.summary.facts[level]["net_ns"] == 4_000_000
@@ -486,7 +486,7 @@ def test_kernels_replayed_by_nsight_compute_compare_with_each_other(tmp_path: Pa
     durations = {k.name: round(k.metrics[DURATION]) for k in read_ncu_csv(NCU / "details_new_auto.csv").kernels}
     rows = _rows(d, "diff.kernels")
     assert {r["kernel"]: r["B"] for r in rows} == durations and len(durations) == 4
-    assert all(r["status"] == "unchanged" and r["a_calls"] == r["b_calls"] == 1 for r in rows)  # same kernels
+    assert all(r["status"] == "unchanged" and r["calls A"] == r["calls B"] == 1 for r in rows)  # same kernels
     assert any("replayed alone" in label for label in d.kernels.labels)
     # neither CSV has a host trace: the wall time row says so instead of a number
     summary = d.summary.to_records()

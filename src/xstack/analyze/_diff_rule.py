@@ -58,7 +58,7 @@ TIMES = [
 ]
 STATUS_COLUMN = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
 SELF_DELTA = Column(
-    "self_delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
+    "self delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
 )
 
 

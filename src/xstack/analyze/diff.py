@@ -177,7 +177,11 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
                Column("op"), Column("occurrence", "count", "earlier calls of the name in that layer call")]  # fmt: skip
     ops = _level("op", a, b, a.ops, b.ops, "diff.ops", "Ops: added, removed, slower, faster", op_cols,
                  _op_cells, _HOW["op"], opts)  # fmt: skip
-    kernel_cols = [Column("kernel"), Column("a_calls", "count"), Column("b_calls", "count")]
+    kernel_cols = [
+        Column("kernel"),
+        Column("calls A", "count", "the name's calls in A"),
+        Column("calls B", "count", "the name's calls in B"),
+    ]
     kernels = _level("kernel", a, b, a.kernels, b.kernels, "diff.kernels", "Kernels by name: added, removed, "
                      "slower, faster", kernel_cols, _kernel_cells, _HOW["kernel"], opts)  # fmt: skip
     if a.kernels and b.kernels and a.steps != b.steps and not (a.merged and b.merged):
