@@ -643,3 +643,22 @@ def test_a_live_run_with_too_few_measured_iterations_is_judged_by_the_floors_and
     assert mixed.layers.labels == [
         "B (run 1: live) has 2 measured iterations, fewer than 3: changes judged by the floors only (5%, 1 us)"
     ]
+
+
+def test_an_imported_trace_s_annotations_are_stages_with_their_own_spread(tmp_path: Path) -> None:
+    """``record_function`` ranges (``## forward ##``, ``nccl:all_reduce``) carry no ``model.kind``: stages all the
+    same, compared on the host (the trace's GPU-side copies of the ranges left out), with the spread of 3 steps."""
+    path = tmp_path / "ddp.duckdb"
+    with Store.create(path) as store:
+        import_kineto(store, kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
+        side = read_side(store, 1)
+        host = dict(store.query("SELECT name, count(*) FROM spans WHERE level = 'model' AND device = 'cpu' GROUP BY 1"))
+    assert side.steps == 3 and not side.merged
+    assert {"## forward ##", "## backward ##", "## optimizer ##", "nccl:all_reduce"} <= set(side.stages)
+    assert {name: t.count for name, t in side.stages.items()} == {
+        name: n for name, n in host.items() if not name.startswith("ProfilerStep#")
+    }
+    assert side.stages["nccl:all_reduce"].n == 3 and side.stages["## forward ##"].spread_ns(3)
+    d = diff_profiles(path, path)
+    rows = {r["item"]: r for r in d.summary.to_records()}
+    assert rows["stage ## forward ##"]["status"] == "unchanged" and rows["stage ## forward ##"]["noise"] > 0

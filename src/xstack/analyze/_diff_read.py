@@ -151,7 +151,7 @@ def _spans_in_steps(level: str, warmup: int) -> str:
         if level == "kernel"
         else (f"(SELECT * FROM spans WHERE run_id = $run AND level = '{level}')", "start_ns")
     )
-    return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
+    return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.device, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
             greatest(s.dur_ns - coalesce(k.child_ns, 0), 0) AS self_ns,
             CASE WHEN s.{at} < st.end_ns THEN st.span_id END AS step_id
@@ -243,8 +243,9 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
 
 
 def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
-    """The run's model spans other than steps, by name: median per call, spread, calls (warm-up steps left out)."""
-    stages = f"(SELECT * FROM ({_spans_in_steps('model', warmup)}) WHERE NOT {STEP_SPAN})"
+    """The run's host model spans other than steps, by name: median per call, spread, calls (warm-up steps left
+    out). A span without ``model.kind`` (a trace's ``record_function`` range) is a stage unless named as a step."""
+    stages = f"(SELECT * FROM ({_spans_in_steps('model', warmup)}) WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false))"
     rows = store.con.execute(
         f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": run_id}
     ).fetchall()
