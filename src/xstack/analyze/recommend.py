@@ -62,7 +62,11 @@ def input_bound(results: Results) -> Recommendation | None:
     s = _get(results, "model.stages")
     if s and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None and p >= INPUT_WAIT_PCT:
         waited = format_ns(_num(s.facts, "dataloader_ns") or 0)
-        evidence.append(f"the loop waited {waited} for DataLoader batches, {p:.1f}% of step time (model.stages)")
+        steps = int(_num(s.facts, "steps") or 0)
+        evidence.append(
+            f"the loop waited {waited} for DataLoader batches within its {counted(steps, 'measured step')}, "
+            f"{p:.1f}% of their time (model.stages)"
+        )
         sources.append(s.id)
         pct = max(pct, p)
     io = _get(results, "io.input_bound")

@@ -16,6 +16,7 @@ from xstack.report.terminal import (
     devices_line,
     health_headline,
     iterations_line,
+    overhead_note,
     runs_line,
     status_line,
     system_line,
@@ -185,8 +186,9 @@ def overhead(summary: RunSummary) -> str:
             format_ns(o.get("step_median_ns") or 0),
             "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
             "-" if pct is None else f"{pct:+.1f}%",
+            overhead_note(o),
         ])  # fmt: skip
-    head = ["pass", "adds levels", "iterations", "step median", "added", "added %"]
+    head = ["pass", "adds levels", "iterations", "step median", "added", "added %", "vs noise"]
     parts.append(static_table(head, rows, numeric=(2, 3, 4, 5)))
     noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in summary.noisy_spans.items() if n)
     if summary.pass_name == "merged":

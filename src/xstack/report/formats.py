@@ -33,6 +33,7 @@ from xstack.report.terminal import (
     devices_line,
     health_headline,
     iterations_line,
+    overhead_note,
     runs_line,
     status_line,
     wall_line,
@@ -134,12 +135,14 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         for r in compare.results:
             out += md_result(r)
     if s.overhead:
-        out += ["## Per-level overhead", "", "| pass | adds levels | step median | added |", "|---|---|--:|--:|"]
+        out += ["## Per-level overhead", "", "| pass | adds levels | step median | added | vs noise |",
+                "|---|---|--:|--:|---|"]  # fmt: skip
         for o in s.overhead:
             added = o.get("added_ns")
             out.append(
                 f"| {md(o.get('pass'))} | {md(', '.join(o.get('levels_added') or []) or '-')} | "
-                f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} |"
+                f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} | "
+                f"{md(overhead_note(o))} |"
             )
         out.append("")
     return "\n".join(out + _md_health(s, next((r for r in analysis.results if r.id == HEALTH), None)))

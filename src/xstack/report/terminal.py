@@ -305,6 +305,7 @@ def _overhead_table(s: RunSummary) -> Table:
     t.add_column("step median", justify="right")
     t.add_column("added", justify="right")
     t.add_column("added %", justify="right")
+    t.add_column("vs noise")
     for o in s.overhead:
         added, pct = o.get("added_ns"), o.get("added_pct")
         t.add_row(
@@ -314,8 +315,27 @@ def _overhead_table(s: RunSummary) -> Table:
             format_ns(o.get("step_median_ns") or 0),
             "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
             "-" if pct is None else f"{pct:+.1f}",
+            overhead_note(o),
         )
     return t
+
+
+def overhead_note(o: dict[str, Any]) -> str:
+    """Whether a pass's added latency stands out of the passes' iteration noise (``leveled._overhead``): within
+    noise, beyond it, or negative beyond it (the passes ran under different conditions, which no level saves);
+    empty for the reference pass and for rows stored before the judgement existed."""
+    added = o.get("added_ns")
+    if added is None or "within_noise" not in o:
+        return ""
+    within, pct, noise = o.get("within_noise"), o.get("noise_pct"), o.get("noise_ns")
+    if within is None:
+        return "not judged: under 3 measured steps in a pass"
+    band = f"±{pct:.1f}%" if pct is not None else f"±{format_ns(noise or 0)}"
+    if within:
+        return f"within noise ({band})"
+    if added < 0:
+        return f"negative beyond noise ({band}): the passes ran under different conditions"
+    return f"beyond noise ({band})"
 
 
 def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | None = None) -> Table:
