@@ -147,12 +147,15 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
     best = a1.facts["optimal_batch_size"]
     reason = str(a1.facts.get("reason") or "")
     target = a1.facts.get("latency_target_ms")
-    # under a latency target the sizes past the optimum may still raise throughput: they miss the target
-    larger = (
-        f"larger batches miss the {target:g} ms latency target"
-        if target is not None
-        else "larger batches add latency without raising throughput"
-    )
+    failed = [f for f in a1.facts.get("failed_batch_sizes") or [] if f > best]
+    # the sizes past the optimum may still raise throughput: under a latency target they miss it, and a size
+    # that failed (out of memory, typically) does not run at all
+    if target is not None:
+        larger = f"larger batches miss the {target:g} ms latency target"
+    elif failed and best == max(a1.facts.get("batch_sizes") or [best]):
+        larger = f"batch size {min(failed)} failed (cut short)"
+    else:
+        larger = "larger batches add latency without raising throughput"
     return Recommendation(
         "optimal_batch_size",
         f"Use batch size {best}",
