@@ -14,6 +14,7 @@ from tests.conftest import kineto_fixture
 from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
 from xstack.analyze.pipeline import load
 from xstack.analyze.summary import summarize
+from xstack.report.formats import md_result
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -118,6 +119,9 @@ def test_throughput_still_rising_at_the_largest_size_says_to_sweep_further(build
     result = model_information(build(_sweep({1: 1000, 2: 1100, 4: 1300})), 3)
     assert result.facts["optimal_batch_size"] is None and result.column("optimal") == ["", "", ""]
     assert "largest measured" in result.facts["reason"] and "sweep larger batch sizes" in result.facts["reason"]
+    # the optimal column is empty: the result says why beside its table, in the terminal and in markdown
+    assert result.labels == [f"no optimal batch size: {result.facts['reason']}"]
+    assert "_no optimal batch size: throughput still rises" in "\n".join(md_result(result))
 
 
 def test_throughput_still_rising_where_the_next_size_failed_makes_the_largest_that_ran_optimal(build: Any) -> None:
@@ -142,7 +146,7 @@ def test_a_latency_target_picks_the_largest_batch_that_meets_it(build: Any) -> N
     none = model_information(store, 1, latency_target_ms=0.3)
     assert none.facts["optimal_batch_size"] is None and "no batch size meets the 0.3 ms" in none.facts["reason"]
     assert "(batch size 1 takes 400" in none.facts["reason"] and none.facts["reason"].endswith(" us)")  # not 0.4 ms
-    assert none.column("optimal") == [""] * 5
+    assert none.column("optimal") == [""] * 5 and none.labels == [f"no optimal batch size: {none.facts['reason']}"]
 
 
 def test_the_sweeps_own_latency_target_is_the_default(build: Any) -> None:

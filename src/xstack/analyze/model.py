@@ -133,6 +133,8 @@ def model_information(
     if len(known) < 2:
         result.hint = SWEEP_HINT
         result.labels.append("one batch size: xstack sweep --batch-sizes 1,2,4,8 measures several")
+    elif optimal is None:  # the table's optimal column is empty: every report says why beside it
+        result.labels.append(f"no optimal batch size: {reason}")
     if failed:
         result.labels.append(f"failed (cut short) at batch size {', '.join(map(str, failed))}")
     if (warmup := ctx.warmup_label()) is not None and _batch_size(ctx.config) is None:

@@ -216,8 +216,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     print_fitted(result, console)
     optimal = result.facts.get("optimal_batch_size")
-    console.print(f"optimal batch size: {optimal if optimal is not None else '-'} ({result.facts.get('reason')})",
-                  soft_wrap=True)  # fmt: skip
+    if optimal is not None:  # else the table's caption says why there is none
+        console.print(f"optimal batch size: {optimal} ({result.facts.get('reason')})", soft_wrap=True)
     return code
 
 
