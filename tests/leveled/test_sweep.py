@@ -163,6 +163,16 @@ def test_usage_errors(tmp_path: Path, monkeypatch: Any, capsys: Any, argv: list[
     assert not list(tmp_path.rglob("*.duckdb"))
 
 
+def test_a_store_path_under_a_file_is_refused_naming_the_store(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "infer.py").write_text("raise SystemExit('the program must not run')")
+    (tmp_path / "taken").write_text("a file, not a folder")
+    assert main(["sweep", "--batch-sizes", "1,2", "-o", "taken/s.duckdb", "--", "python", "infer.py"]) == 1
+    err = capsys.readouterr().err
+    assert "error: taken/s.duckdb: cannot write the store here (taken is a file, not a folder)" in err
+    assert ".sweep" not in err  # the passes' folder is xstack's own, never named to the user
+
+
 def _make_step(fail_at: int | None = None) -> Any:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
