@@ -150,6 +150,8 @@ def test_a_good_batch_size_list_keeps_its_order() -> None:
         (["--batch-sizes", "1,two", "--", "python", "infer.py"], "'two' is not an integer"),
         (["--", "python", "infer.py"], "the following arguments are required: --batch-sizes"),
         (["--batch-sizes", "1,2", "--latency-target", "0", "--", "python", "infer.py"], "--latency-target must be"),
+        (["--batch-sizes", "1,2", "--latency-target", "inf", "--", "python", "infer.py"], "milliseconds (got inf)"),
+        (["--batch-sizes", "1,2", "--latency-target", "nan", "--", "python", "infer.py"], "milliseconds (got nan)"),
         (["--batch-sizes", "1,2", "--iters", "0", "--", "python", "infer.py"], "need warmup >= 0 and iters >= 1"),
         (["--batch-sizes", "1,2", "--", "python", "missing.py"], "xstack sweep: missing.py: no such script"),
         (["--batch-sizes", "1,2"], "xstack sweep: no program given"),

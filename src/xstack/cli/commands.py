@@ -4,6 +4,7 @@ code (``COMMANDS``, by subcommand name)."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -204,7 +205,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     sizes = parse_batch_sizes(args.batch_sizes)
     target = args.latency_target
-    if target is not None and not target > 0:
+    if target is not None and not 0 < target < math.inf:  # nan and inf too: the store's JSON cannot hold them
         raise UsageError(f"xstack sweep: --latency-target must be a positive number of milliseconds (got {target:g})")
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack sweep")
