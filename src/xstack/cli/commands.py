@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from xstack.errors import UsageError
+from xstack.errors import UsageError, XstackError
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -257,6 +257,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         entries = cal.read_results(args.apply)
     else:
         devices = cal.resolve_devices(args.device)
+        _check_calibrate_outputs(args.output, args.store)  # before the measurement, which takes a while
         entries = cal.calibrate(devices, quick=args.quick, on_device=lambda d: console.print(f"measuring {d} ..."))
         console.print(f"cached in {cal.save(entries)}", soft_wrap=True)
         if args.output is not None:
@@ -271,6 +272,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         for run_id, why in skipped:
             console.print(f"run {run_id}: left alone ({why})", soft_wrap=True)
     return 0
+
+
+def _check_calibrate_outputs(output: Path | None, store: Path | None) -> None:
+    """Refuse an ``-o`` that is a folder and a ``--store`` that cannot be opened, naming them."""
+    from xstack.outfile import check_output
+    from xstack.trace.store import Store
+
+    if output is not None:
+        check_output(output)
+        folder = next(p for p in output.parents if p.exists())
+        if not folder.is_dir():
+            raise XstackError(f"{output}: cannot write the calibration file ({folder} is a file, not a folder)")
+    if store is not None:
+        with Store.open(store):  # a missing, foreign or incomplete store says so here
+            pass
 
 
 def _cmd_collectors(args: argparse.Namespace) -> int:

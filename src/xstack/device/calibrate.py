@@ -22,7 +22,8 @@ from rich.table import Table
 from xstack.device import _bench
 from xstack.device._cache import cache_path, cached_entries, entry_key, read_entries, save_entries, write_entries
 from xstack.device.peaks import DRAM_KEY, cpu_info, cpu_peaks, device_gpu_peaks
-from xstack.errors import UsageError
+from xstack.errors import UsageError, XstackError
+from xstack.outfile import os_reason
 from xstack.trace.devices import gpus, run_device
 
 __all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "peaks_for", "read_results", "resolve_devices",
@@ -96,8 +97,14 @@ def save(entries: list[dict[str, Any]]) -> Path:
 
 
 def write_results(entries: list[dict[str, Any]], path: Path) -> None:
-    """Write the entries as a calibration file (``-o``), for ``--apply`` on another machine."""
-    write_entries({entry_key(e): e for e in entries}, path)
+    """Write the entries as a calibration file (``-o``), for ``--apply`` on another machine; an ``XstackError``
+    naming ``path`` where it cannot be written."""
+    try:
+        write_entries({entry_key(e): e for e in entries}, path)
+    except OSError as exc:
+        temporary = Path(exc.filename or "").name.startswith(f"{Path(path).name}.")  # means nothing to the user
+        why = exc.strerror or str(exc) if temporary else os_reason(Path(path), exc)
+        raise XstackError(f"{path}: cannot write the calibration file ({why})") from exc
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
