@@ -202,6 +202,24 @@ def test_apply_to_store_sets_matching_runs(tmp_path: Path) -> None:
     assert "peaks" not in configs[1]
 
 
+def test_a_calibration_from_another_host_is_applied_saying_so(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "live", host="node-7", device="cpu"))
+        store.add_run(RunInfo(2, "imported", device="cpu"))  # a Kineto trace names no host
+    entry = _entry("node-3", "cpu", {"fp32": 1e11}, 2e10, name="AMD EPYC 9654")
+    entry["peaks"]["source"] = "measured by xstack calibrate on 2026-01-01"
+    updated, skipped = cal.apply_to_store(path, [entry])
+    assert not skipped and [r for r, _, _ in updated] == [1, 2]
+    assert updated[0][2].endswith(
+        "on 2026-01-01; on host node-3, not the run's host node-7: right only if both have the same AMD EPYC 9654"
+    )
+    assert "host" not in updated[1][2]  # nothing to compare with
+    with Store.open(path) as store:
+        (source,) = store.query("SELECT config->>'$.peaks.source' FROM runs WHERE run_id = 1")[0]
+    assert "node-3" not in source  # said, not stored: the peaks themselves record their host
+
+
 def test_resolve_devices() -> None:
     assert cal.resolve_devices("cpu") == ["cpu"]
     assert cal.resolve_devices(None)[0] == "cpu"

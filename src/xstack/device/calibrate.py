@@ -193,7 +193,8 @@ def apply_to_store(
     runs get the CPU's, CUDA runs those of the GPU their kernels ran on, matched by its name (or index where the
     run names none); a run on GPUs calibrated as different devices gets none, as one set of peaks cannot place
     all its kernels. Entries of this host are combined with the peaks read off the device. Returns the runs
-    updated ``(run_id, device, source)`` and those left alone ``(run_id, why)``."""
+    updated ``(run_id, device, source)`` and those left alone ``(run_id, why)``; the source says where the
+    peaks were measured when that is not the run's host (a cluster's twin node, or another machine)."""
     from xstack.trace.store import Store
 
     updated, skipped = [], []
@@ -206,8 +207,17 @@ def apply_to_store(
                 continue
             peaks = combine(entry["peaks"], _local_derived(entry)) or entry["peaks"]
             store.set_run_config(int(run_id), "peaks", peaks)
-            updated.append((int(run_id), device, str(peaks["source"])))
+            updated.append((int(run_id), device, str(peaks["source"]) + _elsewhere(entry, host)))
     return updated, skipped
+
+
+def _elsewhere(entry: dict[str, Any], run_host: str | None) -> str:
+    """Where a calibration applied to a run was measured, when the run records another host: its peaks are
+    right only if that machine's device is the same model as the run's."""
+    host = entry.get("host")
+    if not run_host or not host or host == run_host:
+        return ""
+    return f"; on host {host}, not the run's host {run_host}: right only if both have the same {entry.get('name')}"
 
 
 def run_entry(device: str, host: str | None, entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
