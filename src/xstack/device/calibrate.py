@@ -269,8 +269,11 @@ def result_table(entry: dict[str, Any]) -> Table:
 
     peaks, details = entry["peaks"], entry.get("details") or {}
     bandwidth = peaks.get(DRAM_KEY)
+    # where and when: a file given to --apply may come from another machine, or be months old
+    where = f" on host {entry['host']}" if entry.get("host") else ""
+    when = f" on {str(entry['when'])[:10]}" if entry.get("when") else ""
     table = Table(
-        title=f"{entry['device']} {entry['name']}: measured in {entry['duration_s']:.1f} s"
+        title=f"{entry['device']} {entry['name']}: measured{where}{when} in {entry['duration_s']:.1f} s"
         + (" (quick)" if entry.get("quick") else ""),
         title_justify="left",
     )
