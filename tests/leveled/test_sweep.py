@@ -175,6 +175,16 @@ def test_a_store_path_under_a_file_is_refused_naming_the_store(tmp_path: Path, m
     assert ".sweep" not in err  # the passes' folder is xstack's own, never named to the user
 
 
+def test_a_program_that_fails_before_its_first_step_says_no_size_was_measured(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "infer.py").write_text("raise SystemExit(3)")
+    assert main(["sweep", "--batch-sizes", "1,2", "--pass", "model", "-o", "s.duckdb", "--", "python", "infer.py"]) == 3
+    out = capsys.readouterr().out
+    assert out == "optimal batch size: - (no batch size with a known latency)\n"  # no empty A1 table
+
+
 def _make_step(fail_at: int | None = None) -> Any:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()

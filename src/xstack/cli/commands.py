@@ -215,10 +215,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     with Store.open(out) as store:
         result = model_information(store, pick_run(store, None))
     console = Console(highlight=False)
-    print_fitted(result, console)
+    if result.rows:  # none where no batch size got as far as a step: the line below says so
+        print_fitted(result, console)
     optimal = result.facts.get("optimal_batch_size")
-    if optimal is not None:  # else the table's caption says why there is none
-        console.print(f"optimal batch size: {optimal} ({result.facts.get('reason')})", soft_wrap=True)
+    if optimal is not None or len(result.rows) < 2:  # else the table's caption says why there is none
+        shown = "-" if optimal is None else optimal
+        console.print(f"optimal batch size: {shown} ({result.facts.get('reason')})", soft_wrap=True)
     return code
 
 
