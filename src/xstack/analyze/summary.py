@@ -121,6 +121,9 @@ class RunSummary:
     runs: list[tuple[int, str, str | None]] = field(default_factory=list)
     """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
     passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+    """The batch size of each run of the store that records one (``config.batch_size``: the runs of a sweep),
+    by run id."""
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
     merged run, "of step (PASS)": the step median of the pass that timed that level; in a live run with warm-up,
@@ -214,10 +217,11 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     health = run_health(store, run_id)
     summary.health, summary.health_info = health.findings, health.info
     summary.store = str(store.path)
-    summary.runs = [
-        (int(r), str(n), None if p is None else str(p))
-        for r, n, p in store.query("SELECT run_id, name, pass FROM runs ORDER BY run_id")
-    ]
+    runs = store.query(
+        f"SELECT run_id, name, pass, TRY_CAST(config->>'$.{A.CONFIG_BATCH_SIZE}' AS BIGINT) FROM runs ORDER BY run_id"
+    )
+    summary.runs = [(int(r), str(n), None if p is None else str(p)) for r, n, p, _ in runs]
+    summary.batch_sizes = {int(r): int(b) for r, _, _, b in runs if b is not None}
     return summary
 
 

@@ -13,6 +13,7 @@ from xstack.report._html_results import anchor, facts_html, labels_html, result_
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
 from xstack.report.terminal import (
+    batch_size_line,
     devices_line,
     health_headline,
     iterations_line,
@@ -85,7 +86,9 @@ def _cards(analysis: Analysis) -> str:
     body = "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>' for k, v in cards
     )
-    meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"source: {s.source}" if s.source else ""]
+    size = batch_size_line(s)
+    meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"batch size: {size}" if size else "",
+            f"source: {s.source}" if s.source else ""]  # fmt: skip
     if s.iterations:
         meta.append(f"iterations: {iterations_line(s.iterations)}")
     line = " · ".join(m for m in meta if m)

@@ -30,6 +30,7 @@ from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
 from xstack.report.terminal import (
+    batch_size_line,
     devices_line,
     health_headline,
     iterations_line,
@@ -122,6 +123,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         facts.insert(2, ("status", status))
     if others := runs_line(s, "report"):
         facts.insert(2, ("store", others))
+    if size := batch_size_line(s):
+        facts.insert(2, ("batch size", size))
     out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
     out += ["## Recommendations", ""]
     out += _md_recommendations(analysis.recommendations) or ["No rule fired on this run.", ""]

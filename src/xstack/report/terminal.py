@@ -70,6 +70,8 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("started", str(s.started_at) if s.started_at else "unknown")
     t.add_row("framework", s.framework or "-")
     t.add_row("pass", s.pass_name or "-")
+    if size := batch_size_line(s):
+        t.add_row("batch size", size)
     if others := runs_line(s, "summary"):
         t.add_row("store", others)
     if s.pass_name == "merged":
@@ -194,12 +196,25 @@ def runs_line(s: RunSummary, command: str) -> str | None:
     one_name = len({name for _, name, _ in s.runs}) == 1
     items = []
     for run_id, name, pass_name in s.runs[:RUNS_LISTED]:
-        notes = [pass_name or "", "shown" if run_id == s.run_id else ""]
+        size = s.batch_sizes.get(run_id)
+        notes = [pass_name or "", "" if size is None else f"batch size {size}", "shown" if run_id == s.run_id else ""]
         note = ", ".join(n for n in notes if n)
         items.append(f"{run_id}" + ("" if one_name else f" {name}") + (f" ({note})" if note else ""))
     more = f" and {len(s.runs) - RUNS_LISTED:,} more" if len(s.runs) > RUNS_LISTED else ""
     store = shlex.quote(s.store) if s.store else "STORE"
     return f"{len(s.runs):,} runs: {', '.join(items)}{more}; another one: xstack {command} {store} --run N"
+
+
+def batch_size_line(s: RunSummary) -> str | None:
+    """The shown run's batch size, where it records one, among the store's others ("4, of 1, 2, 4 (the sweep's
+    sizes, compared in A1)"); None where it records none."""
+    size = s.batch_sizes.get(s.run_id)
+    if size is None:
+        return None
+    sizes = sorted(set(s.batch_sizes.values()))
+    if len(sizes) < 2:
+        return f"{size:,}"
+    return f"{size:,}, of {', '.join(f'{b:,}' for b in sizes)} (the sweep's sizes, compared in A1)"
 
 
 def iterations_line(iterations: dict[str, int]) -> str:
