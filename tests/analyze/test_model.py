@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from tests.conftest import kineto_fixture
 from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
 from xstack.analyze.pipeline import load
 from xstack.analyze.summary import summarize
+from xstack.report._html_results import result_section
 from xstack.report.formats import md_result
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -122,6 +124,8 @@ def test_throughput_still_rising_at_the_largest_size_says_to_sweep_further(build
     # the optimal column is empty: the result says why beside its table, in the terminal and in markdown
     assert result.labels == [f"no optimal batch size: {result.facts['reason']}"]
     assert "_no optimal batch size: throughput still rises" in "\n".join(md_result(result))
+    page = result_section(result)  # the HTML says it once, in the label, not again among the facts
+    assert page.count(html.escape(result.facts["reason"])) == 1 and "<dt>optimal batch size</dt>" in page
 
 
 def test_throughput_still_rising_where_the_next_size_failed_makes_the_largest_that_ran_optimal(build: Any) -> None:

@@ -107,10 +107,12 @@ def fact_label(key: str) -> str:
     return " ".join("%" if w == "pct" else w for w in words)
 
 
-def facts_html(facts: dict[str, Any], limit: int = 24) -> str:
+def facts_html(facts: dict[str, Any], limit: int = 24, labels: Sequence[str] = ()) -> str:
     """A result's headline numbers as a definition list: the first ``limit`` plain values (nested ones, such
-    as per-device breakdowns, are in the JSON report)."""
+    as per-device breakdowns, are in the JSON report); a text that one of the result's ``labels`` (shown beside
+    it) already says is left out."""
     plain = [(k, v) for k, v in facts.items() if v is None or isinstance(v, (str, int, float, bool))]
+    plain = [(k, v) for k, v in plain if not (isinstance(v, str) and len(v) > 20 and any(v in lb for lb in labels))]
     items = plain[:limit]
     if not items:
         return ""
@@ -160,7 +162,7 @@ def result_section(result: Result, prefix: str = "r") -> str:
         notes = f"<p>{prose_html(result.notes)}</p>"
         parts.append(f'<details class="notes"><summary>How this is computed</summary>{notes}</details>')
     if not result.missing:
-        parts.append(facts_html(result.facts))
+        parts.append(facts_html(result.facts, labels=result.labels))
         if result.rows:
             parts.append(render_chart(result))
             parts.append(table_html(f"{sid}-table", result))

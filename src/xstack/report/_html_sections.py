@@ -52,7 +52,7 @@ def overview(analysis: Analysis) -> str:
         if r.id in HEADLINE_RESULTS and not r.missing and r.facts:
             parts.append(
                 f'<div class="headline"><h4><a href="#{esc(anchor(r.id))}">{esc(r.id)}</a> {esc(r.title)}'
-                f"{labels_html(r.labels)}</h4>{facts_html(r.facts, limit=12)}</div>"
+                f"{labels_html(r.labels)}</h4>{facts_html(r.facts, limit=12, labels=r.labels)}</div>"
             )
     parts.append('<div class="tops">')
     for level, title in LEVEL_TITLES.items():
