@@ -42,6 +42,7 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     device = "cuda" if torch.cuda.is_available() else "cpu"
     levels = "model,layer,op" + (",runtime,kernel" if device == "cuda" else "")
     store_path = out_dir / "demo.duckdb"
+    replaced = " (replaced the one that was there)" if store_path.exists() else ""
     what = f"a small CNN and vision transformer on {device} for {counted(steps, 'step')} ({levels})"
     console.print(f"profiling {what} ...", soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="xstack-demo-data-") as data_dir:
@@ -52,7 +53,7 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     with Store.open(store_path) as store:
         export_perfetto(store, timeline)
         print_summary(summarize(store), console)
-    console.print(f"store: {store_path}", soft_wrap=True)
+    console.print(f"store: {store_path}{replaced}", soft_wrap=True)
     console.print(f"timeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
     return store_path
 

@@ -93,8 +93,12 @@ def test_summary_rejects_an_unknown_run(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    with Store.create(tmp_path / "out" / "demo.duckdb"):  # an earlier demo's store: replaced, and said
+        pass
     proc = xstack("demo", "-o", str(tmp_path / "out"), "--steps", "2", timeout=600)
     assert proc.returncode == 0, proc.stderr
+    assert f"store: {tmp_path / 'out' / 'demo.duckdb'} (replaced the one that was there)\n" in proc.stdout
     assert "vision transformer on cpu for 2 steps (model,layer,op) ...\n" in proc.stdout or "cuda" in proc.stdout
     for text in ("Top layers", "Top operators", "Trace health", "SmallCNN", "VisionTransformer"):
         assert text in proc.stdout, text
