@@ -112,6 +112,21 @@ def test_the_5pct_edge(build: Any, latency_8: int, optimal: int) -> None:
     assert doubling_gain_pct(4, 2100, 8, latency_8) == pytest.approx(gain)
 
 
+def test_a_batch_size_whose_iterations_spread_widely_is_labelled_noisy(build: Any) -> None:
+    def fill(b: Builder) -> None:
+        b.merged(1, 1000, 995, 1007)
+        b.merged(2, 1100, 1000, 32_000)  # p95 - p5 = 31 us over a 1.1 us median: another process took the CPU
+        b.merged(4, 1300, 1000, 1700)  # 700 ns, just over half the median
+
+    result = model_information(build(fill), 3)
+    assert result.labels[-1] == (
+        "noisy at batch size 2, 4: the iterations' p95 - p5 exceeds 50% of the median latency, so the latency and "
+        "the optimum may move between runs (measure more iterations, on a quieter machine)"
+    )
+    quiet = model_information(build(_sweep({1: 1000, 2: 1100, 4: 1300})), 3)
+    assert not any(label.startswith("noisy") for label in quiet.labels)
+
+
 def test_a_gain_threshold_option(build: Any) -> None:
     store = build(_sweep({1: 1000, 2: 1000, 4: 1200, 8: 2300}))
     assert model_information(store, 1, gain_threshold_pct=70.0).facts["optimal_batch_size"] == 2

@@ -11,6 +11,7 @@ import orjson
 
 from xstack.analyze.context import HINTS, REPLAYED_ADVICE, STEP_SPAN, run_context
 from xstack.analyze.result import Chart, Column, Result, format_ns
+from xstack.leveled._stats import NOISY_SPREAD
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -135,6 +136,14 @@ def model_information(
         result.labels.append("one batch size: xstack sweep --batch-sizes 1,2,4,8 measures several")
     elif optimal is None:  # the table's optimal column is empty: every report says why beside it
         result.labels.append(f"no optimal batch size: {reason}")
+    if noisy := [p for p in points if _noisy(p)]:
+        sizes = ", ".join(str(p.batch_size) for p in noisy if p.batch_size is not None)
+        result.labels.append(
+            (f"noisy at batch size {sizes}" if sizes else "noisy")
+            + f": the iterations' p95 - p5 exceeds {NOISY_SPREAD:.0%} of the median latency, so the latency"
+            + (" and the optimum" if len(known) >= 2 else "")
+            + " may move between runs (measure more iterations, on a quieter machine)"
+        )
     if failed:
         result.labels.append(f"failed (cut short) at batch size {', '.join(map(str, failed))}")
     if (warmup := ctx.warmup_label()) is not None and _batch_size(ctx.config) is None:
@@ -365,6 +374,13 @@ def _batch_points(store: Store) -> tuple[list[Point], list[int]]:
             best[size] = (rank, int(run_id), config)
     points = [run_latency(store, rid, config, size) for size, (_, rid, config) in sorted(best.items())]
     return [p for p in points if p is not None], sorted(failed)
+
+
+def _noisy(p: Point) -> bool:
+    """True where the point's iterations spread as the merged statistics call noisy (``stats.noisy``)."""
+    if p.latency_ns is None or p.p5_ns is None or p.p95_ns is None:
+        return False
+    return p.p95_ns - p.p5_ns > NOISY_SPREAD * p.latency_ns
 
 
 def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) -> Result:
