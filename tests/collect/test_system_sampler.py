@@ -395,8 +395,8 @@ def test_the_c_sampler_never_takes_the_interpreter_lock(tmp_path: Path, monkeypa
         pytest.skip("GPUs here: a Python thread samples them")
     assert python_threads == []
     # a sampler that needed the lock would wait up to the 5 ms switch interval for it and skip about every other
-    # tick (some 40 samples, half of them late); other load
-    # on the machine makes about one in ten late (8 of 75 with three busy processes on two cores)
+    # tick (some 40 samples, half of them late); other load on the machine makes about one in ten late (8 of 75
+    # with three busy processes on two cores)
     assert cfg["samples"] >= 60 and cfg["late_samples"] <= 0.25 * cfg["samples"], cfg
 
 
