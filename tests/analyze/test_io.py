@@ -435,7 +435,7 @@ def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) ->
     assert rec is not None and rec.title.startswith("Only small files")
     assert rec.evidence[0] == (
         "all 500 data files are of at most 2 MiB (10.0 KiB on average): every one of the 1,500 I/O operations, 3.0 "
-        "per file, goes to a small file, 505.0 us of I/O time (io.small_files)"
+        "per file, goes to a small file, 505 us of I/O time (io.small_files)"
     )
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "shards" in rec.action
     with files_store(tmp_path / "b.duckdb", rows[:5]) as store:
@@ -638,7 +638,7 @@ def test_a_real_dxt_log_s_recommendations_are_per_run_and_say_what_dxt_traced(tm
     # a log has no iterations: the small files' I/O time is at stake over the run (the job)
     staged, small = recs["small_files"], analysis.result("io.small_files").facts
     assert (staged.impact_ns, staged.impact_per) == (small["small_time_ns"], "run")
-    assert "at stake: about 626.3 ms per run" in render_markdown(analysis)
+    assert "at stake: about 626 ms per run" in render_markdown(analysis)
     # DXT traced the 7,822 POSIX reads; the counters also hold 26,246 STDIO reads, of no known size
     (line,) = recs["small_reads"].evidence
     assert dxt_reads == 7822 and f"66% of the {dxt_reads:,} reads traced by DXT are 1-4095 bytes" in line

@@ -352,7 +352,7 @@ def test_stages_on_parallel_threads_share_the_wall_time_once(import_store: Any) 
     assert all(0 <= share <= 100 for share in result.column("share of wall"))
     assert (
         "gloo:all_reduce: its calls overlap on 2 threads: total sums them (2.14 s), wall time counts the time at "
-        "least one ran (1.1 s)" in result.labels
+        "least one ran (1.10 s)" in result.labels
     )
 
 

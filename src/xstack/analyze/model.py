@@ -164,9 +164,9 @@ def choose_batch_size(
         if not meeting:
             b, lat = pts[0]
             return None, f"no batch size meets the {latency_target_ms:g} ms latency target (batch size {b} takes " \
-                f"{lat / 1e6:.3g} ms)"  # fmt: skip
+                f"{format_ns(lat)})"  # fmt: skip
         b, lat = meeting[-1]
-        return b, f"the largest batch size whose latency ({lat / 1e6:.3g} ms) meets the {latency_target_ms:g} ms target"
+        return b, f"the largest batch size whose latency ({format_ns(lat)}) meets the {latency_target_ms:g} ms target"
     if len(pts) < 2:
         return None, f"only batch size {pts[0][0]} was measured: the optimum needs several"
     gain = 0.0

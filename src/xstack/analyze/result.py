@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from xstack.text import counted as counted  # the analyses' name for it
+from xstack.text import format_ns as format_ns  # a duration cell's text, shared with every report
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -226,14 +227,6 @@ def _significant(value: float, digits: int) -> str:
     separators (12,346, not 1.235e+04): tables are read by people."""
     text = f"{value:.{digits}g}"
     return f"{value:,.0f}" if "e+" in text else text
-
-
-def format_ns(ns: float) -> str:
-    """A duration in the unit that keeps 3-4 significant digits (ns, us, ms, s)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if abs(ns) / scale < 100 else f"{ns / scale:.1f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def render_result(result: Result, max_rows: int = 25) -> RenderableType:
