@@ -82,7 +82,7 @@ def test_throughput_speedup_and_the_smallest_batch_after_which_doubling_gains_at
     store = build(_sweep(latencies))
     result = model_information(store, 5)
     assert result.available and result.id == "A1"
-    assert result.column("batch_size") == [1, 2, 4, 8, 16]
+    assert result.column("batch size") == [1, 2, 4, 8, 16]
     assert result.column("latency") == list(latencies.values())
     assert result.column("p5") == [v - 5 for v in latencies.values()]
     assert result.column("p95") == [v + 7 for v in latencies.values()]
@@ -94,7 +94,7 @@ def test_throughput_speedup_and_the_smallest_batch_after_which_doubling_gains_at
     assert "4 to 8" in result.facts["reason"] and "4.3%" in result.facts["reason"]
     assert result.column("optimal") == ["", "", "yes", "", ""]
     assert [p["run_id"] for p in result.facts["per_batch"]] == [1, 2, 3, 4, 5]
-    assert result.chart is not None and result.chart.kind == "line" and result.chart.x == "batch_size"
+    assert result.chart is not None and result.chart.kind == "line" and result.chart.x == "batch size"
     assert not result.hint and not result.labels
     assert load("A1") is model_information
 
@@ -157,7 +157,7 @@ def test_merged_runs_win_then_the_plain_run_with_fewest_levels_with_warmup_left_
     store = build(fill)
     result = model_information(store, 2)
     measured = durations[2:]
-    assert result.column("batch_size") == [1, 2]
+    assert result.column("batch size") == [1, 2]
     assert result.column("latency") == [900, round(float(np.median(measured)))]
     assert result.column("p5")[1] == round(float(np.percentile(measured, 5)))
     assert result.column("p95")[1] == round(float(np.percentile(measured, 95)))
@@ -201,7 +201,7 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
         "SELECT dur_ns FROM spans WHERE level = 'model' AND name LIKE 'ProfilerStep#%' AND device = 'cpu'"
     )
     result = model_information(store, 1)
-    assert result.column("latency") == [step[0]] and result.column("batch_size") == [None]
+    assert result.column("latency") == [step[0]] and result.column("batch size") == [None]
     assert "xstack sweep" in result.hint
 
 

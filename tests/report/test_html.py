@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tests.report.handmade import HOSTILE, analysis
 from xstack.analyze import result
@@ -302,6 +303,19 @@ def test_no_fact_of_a_real_report_is_in_exponent_notation(bert: tuple[Store, Ana
     assert not [f for f in facts if re.search(r"\de[+-]\d", f[1])]
     launches = next(r for r in a.results if r.id == "timeline.launches").facts
     assert ("launch per step", format_value(launches["launch_ns_per_step"], "ns")) in facts
+
+
+def test_column_headers_are_words_not_identifiers(bert: tuple[Store, Analysis]) -> None:
+    # a table's column names are its headers in every report: "batch size", as A15 has it, not "batch_size"
+    _, a = bert
+    named = {r.id: [c.name for c in r.columns] for r in a.results if r.columns}
+    assert "batch size" in named["A1"]
+    assert {id: [n for n in names if re.search(r"[a-z]_[a-z]", n)] for id, names in named.items()} == {
+        id: [] for id in named
+    }
+    console = Console(record=True, width=200)
+    console.print(next(r for r in a.results if r.id == "A1"))
+    assert "batch size" in console.export_text() and "batch_size" not in console.export_text()
 
 
 def test_facts_of_one_result_have_distinct_labels(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
