@@ -29,3 +29,15 @@ def format_ns(ns: float) -> str:
         if abs(ns / scale) < 999.5:  # 999.6 us is "1.00 ms", not "1,000 us"
             return f"{three_digits(ns / scale)} {unit}"
     return f"{three_digits(ns / 1e9)} s"
+
+
+_NS_PER = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def format_ns_in_steps(ns: float, step_ns: float) -> str:
+    """``ns`` in the unit and to the decimals that ``format_ns`` gives ``step_ns``: the starts of equal time bins
+    (``step_ns`` wide) all read alike, ``0.00 ms``, ``2.40 ms``, ``117.60 ms``, where each in its own unit would
+    read ``0 ns``, ``2.40 ms``, ``1.01 s``."""
+    number, unit = format_ns(step_ns).split(" ")
+    decimals = len(number.partition(".")[2])
+    return f"{ns / _NS_PER[unit]:,.{decimals}f} {unit}"

@@ -28,7 +28,7 @@ from xstack.analyze.recommend import RULES, recommend
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
-from xstack.report.formats import render_markdown
+from xstack.report.formats import md_result, render_markdown
 from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -293,6 +293,22 @@ def test_bandwidth_of_a_darshan_log_without_dxt_is_an_estimate(tmp_path: Path) -
     assert [x[2] for x in r.rows if x[1] == "all"] == pytest.approx([250.0] * 4)
     assert [x[0] for x in r.rows if x[1] == "all"] == [0, 250, 500, 750]
     assert r.labels and r.labels[0].startswith("estimated")
+
+
+def test_bandwidth_bins_are_labelled_in_one_unit_from_first_to_last(tmp_path: Path) -> None:
+    # reads at 0 and near 120 ms, 50 bins of 2.40 ms: the first bin starts at "0.00 ms", not "0 ns", and the
+    # last at "117.60 ms", not "118 ms"
+    with Store.create(tmp_path / "b.duckdb") as store:
+        store.add_run(RunInfo(1, "reads", levels=["io"]))
+        sink = Sink(store, 1)
+        io_span(sink, 1, None, "read", 0, 1_000, MAIN, "/d/a", 4096)
+        io_span(sink, 2, None, "read", 119_999_000, 1_000, MAIN, "/d/a", 4096)
+        sink.close()
+    with Store.open(tmp_path / "b.duckdb") as store:
+        r = _one(store, "io.bandwidth")
+    assert r.facts["bin_ns"] == 2_400_000 and r.labels == ["time bins of 2.40 ms, each labelled by its start"]
+    cells = [line.split(" | ")[0].removeprefix("| ") for line in md_result(r) if " | all | " in line]
+    assert cells[:3] == ["0.00 ms", "2.40 ms", "4.80 ms"] and cells[-1] == "117.60 ms" and len(cells) == 50
 
 
 # -- io.sizes, io.pattern, io.small_files ---------------------------------------------------------------------

@@ -17,10 +17,11 @@ from tests.report.handmade import HOSTILE, analysis
 from xstack.analyze import result
 from xstack.analyze.diff import diff_profiles
 from xstack.analyze.pipeline import Analysis
-from xstack.analyze.result import Column, Result, format_value
+from xstack.analyze.result import Column, Result, bin_column, format_value
 from xstack.export.perfetto import export_perfetto
 from xstack.report import terminal
 from xstack.report._html_results import anchor, fact_text
+from xstack.report._html_table import table_payload
 from xstack.report.html import render_html, write_report
 from xstack.trace.store import Store
 
@@ -104,6 +105,16 @@ def test_tables_carry_raw_values_and_the_terminal_formatting(tmp_path: Path) -> 
     assert [c["name"] for c in data["cols"]] == [c.name for c in r.columns]
     for row, disp in zip(r.rows, data["disp"], strict=True):
         assert disp == [format_value(row[i], r.columns[i].unit) for i in shown]
+
+
+def test_time_bins_read_alike_in_every_table() -> None:
+    # the starts of equal time bins in the unit of their width: not "0 ns", "2.40 ms", "118 ms"
+    cols = [bin_column(2_400_000), Column("bandwidth", "bytes/s")]
+    r = Result("io.bandwidth", "I/O bandwidth over time", cols, [(b * 2_400_000, 1024.0) for b in (0, 1, 49)])
+    assert [d[0] for d in table_payload(r.columns, r.rows)["disp"]] == ["0.00 ms", "2.40 ms", "117.60 ms"]
+    console = Console(record=True, width=100)
+    console.print(r)
+    assert re.findall(r"[0-9.]+ [a-z]+s? ", console.export_text())[:3] == ["0.00 ms ", "2.40 ms ", "117.60 ms "]
 
 
 def test_self_contained_no_external_reference(bert: tuple[Store, Analysis], tmp_path: Path) -> None:

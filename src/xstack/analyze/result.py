@@ -22,6 +22,7 @@ from rich.text import Text
 
 from xstack.text import counted as counted  # the analyses' name for it
 from xstack.text import format_ns as format_ns  # a duration cell's text, shared with every report
+from xstack.text import format_ns_in_steps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,6 +40,9 @@ class Column:
     name: str
     unit: Unit = ""
     help: str = ""
+    bin_ns: int | None = None
+    """For a ``ns`` column of equal time bins' starts: the bins' width, so that every cell prints in one unit with
+    the same decimals (``format_cell``)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,26 @@ def markdown_text(text: str, escape: Callable[[str], str]) -> str:
     return "".join(out)
 
 
+def bin_column(bin_ns: int) -> Column:
+    """The ``time`` column of a result in equal time bins ``bin_ns`` wide: each bin's start, from the run's first
+    event."""
+    return Column("time", "ns", f"start of the bin, from the run's first event; bins of {format_ns(bin_ns)}", bin_ns)
+
+
+def bin_label(bin_ns: int) -> str:
+    """The label that states the bins' width of a result in equal time bins (its ``bin_column`` gives their
+    starts)."""
+    return f"time bins of {format_ns(bin_ns)}, each labelled by its start"
+
+
+def format_cell(value: Any, column: Column) -> str:
+    """A cell of ``column`` as text: as ``format_value`` has it, but a time bin's start in the unit of the bins'
+    width (``0.00 ms``, ``2.40 ms``), so the column reads alike from the first bin to the last."""
+    if column.bin_ns and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return format_ns_in_steps(value, column.bin_ns)
+    return format_value(value, column.unit)
+
+
 def format_value(value: Any, unit: Unit) -> str:
     """A cell as text: durations, bytes, FLOPs and rates scaled to a readable unit."""
     if value is None:
@@ -254,7 +278,7 @@ def render_result(result: Result, max_rows: int = 25) -> RenderableType:
         )
     for row in result.rows[:max_rows]:
         # Text, not str: names from traces ("[param|cuda]") must not be read as rich markup
-        table.add_row(*(Text(format_value(v, c.unit)) for v, c in zip(row, result.columns, strict=True)))
+        table.add_row(*(Text(format_cell(v, c)) for v, c in zip(row, result.columns, strict=True)))
     if not result.rows:
         return Group(Text(heading, style="bold"), Text("  no rows: nothing of this kind in the run", style="dim"))
     return table

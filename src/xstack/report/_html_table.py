@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Column, Result, format_value
+from xstack.analyze.result import Column, Result, format_cell
 from xstack.report._svg import esc
 
 PAGE_ROWS = 50
@@ -39,14 +39,13 @@ def table_payload(columns: Sequence[Column], rows: Sequence[Sequence[Any]], trun
     fmt = [c.unit != "" or any(v is not None and not isinstance(v, str) for v in _column(rows, i))
            for i, c in enumerate(columns)]  # fmt: skip
     shown = [i for i, f in enumerate(fmt) if f]
-    units = [columns[i].unit for i in shown]
     return {
         "cols": [
             {"name": c.name, "unit": c.unit, "help": c.help, "fmt": f, "num": c.unit != ""}
             for c, f in zip(columns, fmt, strict=True)
         ],
         "rows": rows,  # serialised as they are (NaN as null, tuples as lists): converting each cell costs seconds
-        "disp": [[format_value(r[i], units[k]) for k, i in enumerate(shown)] for r in rows],
+        "disp": [[format_cell(r[i], columns[i]) for i in shown] for r in rows],
         "truncated": truncated,
         "page": PAGE_ROWS,
     }

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
-from xstack.analyze.result import Result, format_ns, format_value
+from xstack.analyze.result import Result, format_cell, format_ns
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
@@ -173,7 +173,7 @@ def md_result(r: Result) -> list[str]:
     head = [md(c.name + (" (%)" if c.unit == "pct" else "")) for c in r.columns]
     align = ["--:" if c.unit else "---" for c in r.columns]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(md(format_value(v, c.unit)) for v, c in zip(row, r.columns, strict=True)) + " |"
+    lines += ["| " + " | ".join(md(format_cell(v, c)) for v, c in zip(row, r.columns, strict=True)) + " |"
               for row in r.rows]  # fmt: skip
     if r.truncated:
         lines += ["", f"{r.truncated:,} more rows left out by the analysis."]
