@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 
 from xstack.errors import UsageError, XstackError
+from xstack.outfile import os_reason
+from xstack.text import counted
 
 TORCH_HINT = "install it with: pip install 'torch==2.13.0' (the CPU build here; CUDA builds on GPU machines)"
 
@@ -33,14 +35,15 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     from xstack.trace.store import Store
 
     if steps < 1:
-        raise UsageError("demo: --steps must be at least 1")
+        raise UsageError(f"xstack demo: --steps must be at least 1 (got {steps})")
+    _make_folder(out_dir)  # before PyTorch loads, which takes seconds
     torch = _import_torch()
     console = console or Console(highlight=False)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     levels = "model,layer,op" + (",runtime,kernel" if device == "cuda" else "")
-    out_dir.mkdir(parents=True, exist_ok=True)
     store_path = out_dir / "demo.duckdb"
-    console.print(f"profiling a small CNN and vision transformer on {device} for {steps} steps ({levels}) ...")
+    what = f"a small CNN and vision transformer on {device} for {counted(steps, 'step')} ({levels})"
+    console.print(f"profiling {what} ...", soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="xstack-demo-data-") as data_dir:
         files = write_dataset(Path(data_dir), images=steps * BATCH)
         console.print(f"wrote {len(files)} synthetic images to {data_dir}", soft_wrap=True)
@@ -52,6 +55,19 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     console.print(f"store: {store_path}", soft_wrap=True)
     console.print(f"timeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
     return store_path
+
+
+def _make_folder(out_dir: Path) -> None:
+    """Create the output folder; an ``XstackError`` naming it where it is a file or cannot be made."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise XstackError(f"{out_dir}: is a file, not a folder (xstack demo -o DIR writes demo.duckdb and "
+                          "demo.perfetto.json into DIR)")  # fmt: skip
+    if not (parent := next(p for p in out_dir.parents if p.exists())).is_dir():
+        raise XstackError(f"{out_dir}: cannot make the folder ({parent} is a file, not a folder)")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise XstackError(f"{out_dir}: cannot make the folder ({os_reason(out_dir, exc)})") from exc
 
 
 def write_dataset(folder: Path, *, images: int, seed: int = 0) -> list[Path]:

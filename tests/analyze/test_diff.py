@@ -153,18 +153,21 @@ def test_a_profile_against_itself_has_no_changes(live: tuple[Path, Path], gpu: t
             diff = diff_profiles(store, store)
         for id in ("diff.layers", "diff.ops", "diff.kernels"):
             rows = _rows(diff, id)
-            assert all(r["status"] == "unchanged" and r["delta"] == r.get("self_delta", 0) == 0 for r in rows)
+            assert all(r["status"] == "unchanged" and r["delta"] == r.get("self delta", 0) == 0 for r in rows)
         assert diff.summary.facts["step_delta_ns"] == 0 and diff.summary.facts["step_status"] == "unchanged"
         assert {r[1] for r in diff.summary.rows} <= {"unchanged", "not compared"}
 
 
-def test_the_pass_runs_have_no_statistics_and_say_so(live: tuple[Path, Path]) -> None:
+def test_the_pass_runs_take_their_spread_from_their_own_iterations_and_say_so(live: tuple[Path, Path]) -> None:
     diff = diff_profiles(live[0], live[1], run_a=2, run_b=2, threshold=LOOSE)  # the model+layer passes
-    assert diff.a.pass_name == "model+layer" and not diff.a.merged
-    assert any("no iteration statistics" in label for label in diff.layers.labels)
+    assert diff.a.pass_name == "model+layer" and not diff.a.merged and diff.a.steps == diff.b.steps == 30
+    assert not diff.layers.labels  # no fallback to the floors: each pass has its 30 measured iterations
+    assert "over A's and B's 30 measured iterations each" in diff.summary.labels[0]
     layers = {r["layer"]: r for r in _rows(diff, "diff.layers")}
     assert layers["5"]["status"] == "added" and layers["2"]["status"] == "slower"
-    assert all(r["noise"] is None for r in layers.values())
+    assert all(r["noise"] is not None and r["noise"] > 0 for p, r in layers.items() if p != "5")
+    assert layers["2"]["delta"] > layers["2"]["noise"]
+    assert _rows(diff, "diff.summary")[0]["noise"] > 0  # the step latency too
     assert diff.ops.missing == ["op"]  # the model+layer pass records no ops
 
 
@@ -201,19 +204,21 @@ def test_kernels_added_and_removed_are_the_set_differences(gpu: tuple[Path, Path
     assert {k for k, r in rows.items() if r["status"] == "added"} == set(vit) - set(bert)
     assert {k for k, r in rows.items() if r["status"] == "removed"} == set(bert) - set(vit)
     for name, (calls, total_ns) in vit.items():
-        assert rows[name]["b_calls"] == calls and rows[name]["B"] == pytest.approx(total_ns, abs=calls)
+        assert rows[name]["calls B"] == calls and rows[name]["B"] == pytest.approx(total_ns, abs=calls)
     for name in set(bert) & set(vit):
         r = rows[name]
         floor = max(0.05 * r["A"], 1000)
         expected = "slower" if r["delta"] >= floor else "faster" if -r["delta"] >= floor else "unchanged"
         assert r["status"] == expected and r["noise"] is None
-    assert any("no iteration statistics" in label for label in diff.kernels.labels)
+    # each trace holds one profiler step: too few for a spread, and the label says so
+    few = "(run 1: import) have 1 measured iteration each, fewer than 3: changes judged by the floors only"
+    assert any(few in label for label in diff.kernels.labels)
     facts = diff.summary.facts["kernel"]
     added = sum(total for k, (_, total) in vit.items() if k not in bert)
     assert facts["added_ns"] == pytest.approx(added, abs=len(vit) * 50)
     assert diff.summary.facts["step_a_ns"] < diff.summary.facts["step_b_ns"]
     text = _render(diff)
-    assert "diff.kernels" in text and "added" in text and "no iteration statistics" in text
+    assert "diff.kernels" in text and "added" in text and "1 measured iteration each" in text
 
 
 def _render(diff: ProfileDiff) -> str:
@@ -244,7 +249,7 @@ def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
     proc = xstack(a, b, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert [r["id"] for r in data["results"]] == ["diff.summary", "diff.layers", "diff.ops", "diff.kernels"]
+    assert [r["id"] for r in data["results"]] == ["diff.summary", "diff.layers", "diff.ops", "diff.kernels", "diff.io"]
     assert data["results"][3]["rows"] == [list(r) for r in expected.kernels.rows]
     assert data["a"]["store"] == a and data["rule"]["threshold_pct"] == 5
 
@@ -252,7 +257,7 @@ def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
     assert proc.returncode == 0, proc.stderr
     records = list(csv.DictReader(io.StringIO(proc.stdout)))
     kernels = [r for r in records if r["table"] == "diff.kernels"]
-    assert {r["table"] for r in records} == {"diff.summary", "diff.layers", "diff.ops", "diff.kernels"}
+    assert {r["table"] for r in records} == {"diff.summary", "diff.layers", "diff.ops", "diff.kernels"}  # no io rows
     assert len(kernels) == len(expected.kernels.rows)
     assert {r["kernel"] for r in kernels if r["status"] == "added"} == {
         r[1] for r in expected.kernels.rows if r[0] == "added"
@@ -260,7 +265,7 @@ def test_cli_formats(gpu: tuple[Path, Path], live: tuple[Path, Path]) -> None:
 
     proc = xstack(a, b, "--format", "md", "--top", "5")
     assert proc.returncode == 0, proc.stderr
-    assert "## diff.kernels" in proc.stdout and "| status | kernel | a\\_calls |" in proc.stdout
+    assert "## diff.kernels" in proc.stdout and "| status | kernel | calls A | calls B |" in proc.stdout
     assert proc.stdout.count("\n| added |") + proc.stdout.count("\n| removed |") >= 5
 
     proc = xstack(*map(str, live))
@@ -351,7 +356,7 @@ def test_kernels_launched_in_a_warm_up_step_are_left_out_of_the_diff_and_the_sum
     with Store.open(_live_gpu_store(tmp_path / "g.duckdb")) as store:
         side = read_side(store, 1)
         summary = summarize(store, 1)
-    assert side.kernels == {"gemm": Timing(2_000_000.0, None, None, 1)}
+    assert side.kernels == {"gemm": Timing(2_000_000.0, 2_000_000.0, 1, 1)}  # one measured step: no spread
     assert [(r.name, r.calls, r.total_ns, r.pct) for r in summary.top["kernel"]] == [("gemm", 1, 2_000_000, 100.0)]
     assert summary.share_of["kernel"] == "of kernel time after warm-up"
 
@@ -419,10 +424,10 @@ def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
     d = diff_profiles(a, b)
     assert d.summary.facts["step_delta_ns"] == 4_000_000
     layers = {r["layer"]: r for r in _rows(d, "diff.layers")}
-    assert {p: (r["status"], r["delta"], r["self_delta"]) for p, r in layers.items()} == {
+    assert {p: (r["status"], r["delta"], r["self delta"]) for p, r in layers.items()} == {
         "net": ("slower", 4_000_000, 0), "net.a": ("slower", 4_000_000, 4_000_000), "net.b": ("unchanged", 0, 0)
     }  # fmt: skip
-    ops = {r["op"]: (r["status"], r["delta"], r["self_delta"]) for r in _rows(d, "diff.ops")}
+    ops = {r["op"]: (r["status"], r["delta"], r["self delta"]) for r in _rows(d, "diff.ops")}
     assert ops == {"aten::linear": ("slower", 4_000_000, 0), "aten::addmm": ("slower", 4_000_000, 4_000_000)}
     for level in ("layer", "op"):  # the time lost is the step's change, not twice it
         assert d.summary.facts[level]["lost_ns"] == d.summary.facts[level]["net_ns"] == 4_000_000
@@ -481,12 +486,14 @@ def test_kernels_replayed_by_nsight_compute_compare_with_each_other(tmp_path: Pa
     durations = {k.name: round(k.metrics[DURATION]) for k in read_ncu_csv(NCU / "details_new_auto.csv").kernels}
     rows = _rows(d, "diff.kernels")
     assert {r["kernel"]: r["B"] for r in rows} == durations and len(durations) == 4
-    assert all(r["status"] == "unchanged" and r["a_calls"] == r["b_calls"] == 1 for r in rows)  # same kernels
+    assert all(r["status"] == "unchanged" and r["calls A"] == r["calls B"] == 1 for r in rows)  # same kernels
     assert any("replayed alone" in label for label in d.kernels.labels)
     # neither CSV has a host trace: the wall time row says so instead of a number
     summary = d.summary.to_records()
     assert summary[0]["status"] == "not recorded" and summary[0]["A"] is None
-    assert "B: no host wall time (an Nsight Compute CSV has no host trace" in " ".join(d.summary.labels)
+    # said once for both, and nothing of host times inflated by counter replay: a CSV has no host times at all
+    assert "A and B: no host wall time (an Nsight Compute CSV has no host trace" in " ".join(d.summary.labels)
+    assert not any("counter replay" in label for r in d.results for label in r.labels)
 
 
 def test_a_kernel_trace_and_replayed_kernels_are_not_compared_and_say_why(
@@ -518,6 +525,140 @@ def test_darshan_logs_compare_by_their_job_run_times(tmp_path: Path) -> None:
     row = d.summary.to_records()[0]
     assert row["item"] == "run wall time (no step spans in A and B)"
     assert (row["A"], row["B"], row["delta"]) == (paths[0][1], paths[1][1], paths[1][1] - paths[0][1])
-    assert "A: wall time is the Darshan log's job run time" in d.summary.labels
+    assert "A and B: wall time is the Darshan log's job run time" in d.summary.labels
     staged = diff_profiles(_staged_profile(tmp_path / "live.duckdb", 0.001), paths[0][0])
     assert {r["item"]: r["status"] for r in staged.summary.to_records()}["stages"] == "not compared"
+
+
+# -- the spread of a run that is not merged ---------------------------------------------------------------
+NOISY = (1.0, 0.8, 1.2, 0.9, 1.1, 0.85, 1.15, 0.95, 1.05, 1.0)
+"""Per-step factors of a time that varies by +-20% from iteration to iteration."""
+STEADY = (1.0, 0.99, 1.01, 1.0, 0.995, 1.005, 1.0, 0.99, 1.01, 1.0)
+"""+-1%."""
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (DuckDB's ``quantile_cont``)."""
+    v = sorted(values)
+    at = q * (len(v) - 1)
+    lo = int(at)
+    return v[lo] + (at - lo) * (v[min(lo + 1, len(v) - 1)] - v[lo])
+
+
+def _low_spread(values: list[float]) -> float:
+    return _quantile(values, 0.5) - _quantile(values, 0.05)
+
+
+def _per_step_store(path: Path, noisy_ns: int, shifted_ns: int, steps: int = len(NOISY)) -> Path:
+    """A live run of a warm-up step, then ``steps`` measured ones. Each step holds layer ``noisy``
+    (``noisy_ns`` times the step's NOISY factor), layer ``steady`` (``shifted_ns`` times STEADY) with op
+    ``aten::mm`` in it, two calls of model stage ``fetch`` (20 and 40 us times NOISY) and two launches of kernel
+    ``gemm`` (100 and 300 us times NOISY); the warm-up step takes 5x as long."""
+    factors = [5.0, *(NOISY * 2)[:steps]]
+    steady = [5.0, *(STEADY * 2)[:steps]]
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "loop", levels=["model", "layer", "op", "kernel"], pass_name="live",
+                              config={A.CONFIG_WARMUP_STEPS: 1}))  # fmt: skip
+        sink = Sink(store, 1)
+        ids, start = iter(range(1, 100_000)), 0
+        for k, (f, g) in enumerate(zip(factors, steady, strict=True)):
+            parts = [("noisy", round(noisy_ns * f)), ("steady", round(shifted_ns * g))]
+            fetch = [round(20_000 * f), round(40_000 * f)]
+            step_ns = sum(d for _, d in parts) + sum(fetch) + 1_000
+            step = next(ids)
+            sink.span(step, None, "model", f"step#{k}", start, step_ns, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: k})
+            t = start
+            for name, dur in parts:
+                layer = next(ids)
+                sink.span(layer, step, "layer", name, t, dur, 1, 1, {A.LAYER_PATH: name, A.LAYER_CALL_INDEX: 0})
+                sink.span(next(ids), layer, "op", "aten::mm", t, dur - 500, 1, 1)
+                t += dur
+            for dur in fetch:
+                sink.span(next(ids), step, "model", "fetch", t, dur, 1, 1, {A.MODEL_KIND: "user"})
+                t += dur
+            for i, base in enumerate((100_000, 300_000)):
+                sink.span(next(ids), None, "kernel", "gemm", start + 10 * i, round(base * f), 1, 7, device="cuda:0",
+                          stream=7)  # fmt: skip
+            start += step_ns
+        sink.close()
+    return path
+
+
+def test_a_live_run_s_changes_are_judged_against_its_own_iteration_spread(tmp_path: Path) -> None:
+    # layer noisy: 8% slower in B, but each run's iterations spread by +-20%; layer steady (+-1%): 40% slower
+    a = _per_step_store(tmp_path / "a.duckdb", 100_000, 50_000)
+    b = _per_step_store(tmp_path / "b.duckdb", 108_000, 70_000)
+    d = diff_profiles(a, b)
+    assert not d.a.merged and d.a.steps == d.b.steps == len(NOISY)
+    layers = {r["layer"]: r for r in _rows(d, "diff.layers")}
+    spread_a = _low_spread([100_000 * f for f in NOISY])
+    spread_b = _low_spread([108_000 * f for f in NOISY])
+    noisy = layers["noisy"]
+    assert (noisy["A"], noisy["B"], noisy["delta"]) == (100_000, 108_000, 8_000)  # 8%: beyond the 5% floor
+    assert noisy["noise"] == pytest.approx(spread_a + spread_b, abs=1) and noisy["noise"] > 30_000
+    assert noisy["status"] == "unchanged"
+    steady = layers["steady"]
+    assert steady["status"] == "slower" and steady["delta"] == 20_000 and 0 < steady["noise"] < 2_000
+    ops = {r["layer"]: r for r in _rows(d, "diff.ops")}
+    assert (ops["noisy"]["status"], ops["steady"]["status"]) == ("unchanged", "slower")
+    assert ops["noisy"]["noise"] == pytest.approx(spread_a + spread_b, abs=1)
+    summary = {r["item"]: r for r in d.summary.to_records()}
+    # fetch runs twice per step: its spread is that of its mean call per step, (20 + 40) / 2 us times NOISY
+    fetch_spread = _low_spread([30_000 * f for f in NOISY])
+    assert summary["stage fetch"]["noise"] == pytest.approx(2 * fetch_spread, abs=1)
+    assert summary["stage fetch"]["status"] == "unchanged"
+    assert summary["step latency"]["status"] == "unchanged"  # +28 us (13%), within the steps' own spread
+    steps = [[n * f + s * g + 60_000 * f + 1_000 for f, g in zip(NOISY, STEADY, strict=True)]
+             for n, s in ((100_000, 50_000), (108_000, 70_000))]  # fmt: skip
+    assert summary["step latency"]["noise"] == pytest.approx(sum(map(_low_spread, steps)), abs=1)
+    # kernel gemm: a total over the run (400 us times NOISY per step), its spread per step times the 10 steps
+    gemm = _rows(d, "diff.kernels")[0]
+    assert gemm["A"] == gemm["B"] == round(sum(400_000 * f for f in NOISY))
+    assert gemm["noise"] == pytest.approx(2 * len(NOISY) * _low_spread([400_000 * f for f in NOISY]), abs=1)
+    assert not d.layers.labels and not d.kernels.labels  # nothing judged by the floors alone
+    assert d.summary.labels == [
+        "noise: each item's low-side spread (median - p5) over A's and B's 10 measured iterations each (per step: "
+        "an item's time per call, a kernel name's total)"
+    ]
+    # the same run against itself: no change, and the spread still shown
+    same = diff_profiles(a, a)
+    assert {r["status"] for r in _rows(same, "diff.layers")} == {"unchanged"}
+
+
+def test_a_live_run_with_too_few_measured_iterations_is_judged_by_the_floors_and_says_why(tmp_path: Path) -> None:
+    a = _per_step_store(tmp_path / "a.duckdb", 100_000, 50_000, steps=2)
+    b = _per_step_store(tmp_path / "b.duckdb", 108_000, 70_000, steps=2)
+    d = diff_profiles(a, b)
+    layers = {r["layer"]: r for r in _rows(d, "diff.layers")}
+    assert layers["noisy"]["status"] == "slower" and layers["noisy"]["noise"] is None  # 8%, by the floors
+    label = (
+        "A (run 1: live) and B (run 1: live) have 2 measured iterations each, fewer than 3: changes judged by the "
+        "floors only (5%, 1.00 us)"
+    )
+    for result in (d.summary, d.layers, d.ops, d.kernels):
+        assert result.labels == [label], result.id
+    # a run with enough of them against it: the other alone is named
+    c = _per_step_store(tmp_path / "c.duckdb", 100_000, 50_000)
+    mixed = diff_profiles(c, b)
+    assert mixed.layers.labels == [
+        "B (run 1: live) has 2 measured iterations, fewer than 3: changes judged by the floors only (5%, 1.00 us)"
+    ]
+
+
+def test_an_imported_trace_s_annotations_are_stages_with_their_own_spread(tmp_path: Path) -> None:
+    """``record_function`` ranges (``## forward ##``, ``nccl:all_reduce``) carry no ``model.kind``: stages all the
+    same, compared on the host (the trace's GPU-side copies of the ranges left out), with the spread of 3 steps."""
+    path = tmp_path / "ddp.duckdb"
+    with Store.create(path) as store:
+        import_kineto(store, kineto_fixture("a100x8_nccl_allreduce_train.json.gz"))
+        side = read_side(store, 1)
+        host = dict(store.query("SELECT name, count(*) FROM spans WHERE level = 'model' AND device = 'cpu' GROUP BY 1"))
+    assert side.steps == 3 and not side.merged
+    assert {"## forward ##", "## backward ##", "## optimizer ##", "nccl:all_reduce"} <= set(side.stages)
+    assert {name: t.count for name, t in side.stages.items()} == {
+        name: n for name, n in host.items() if not name.startswith("ProfilerStep#")
+    }
+    assert side.stages["nccl:all_reduce"].n == 3 and side.stages["## forward ##"].spread_ns(3)
+    d = diff_profiles(path, path)
+    rows = {r["item"]: r for r in d.summary.to_records()}
+    assert rows["stage ## forward ##"]["status"] == "unchanged" and rows["stage ## forward ##"]["noise"] > 0

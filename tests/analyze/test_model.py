@@ -14,6 +14,7 @@ from tests.conftest import kineto_fixture
 from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
 from xstack.analyze.pipeline import load
 from xstack.analyze.summary import summarize
+from xstack.report.formats import md_result
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -118,15 +119,34 @@ def test_throughput_still_rising_at_the_largest_size_says_to_sweep_further(build
     result = model_information(build(_sweep({1: 1000, 2: 1100, 4: 1300})), 3)
     assert result.facts["optimal_batch_size"] is None and result.column("optimal") == ["", "", ""]
     assert "largest measured" in result.facts["reason"] and "sweep larger batch sizes" in result.facts["reason"]
+    # the optimal column is empty: the result says why beside its table, in the terminal and in markdown
+    assert result.labels == [f"no optimal batch size: {result.facts['reason']}"]
+    assert "_no optimal batch size: throughput still rises" in "\n".join(md_result(result))
+
+
+def test_throughput_still_rising_where_the_next_size_failed_makes_the_largest_that_ran_optimal(build: Any) -> None:
+    def fill(b: Builder) -> None:
+        _sweep({1: 1000, 2: 1100})(b)
+        b.plain(4, [3000, 3100], status="cut_short")  # out of memory: a larger sweep cannot help
+
+    result = model_information(build(fill), 2)
+    assert result.facts["optimal_batch_size"] == 2 and result.column("optimal") == ["", "yes"]
+    assert result.facts["reason"] == (
+        "the largest batch size that ran: throughput still rises 81.8% per doubling up to it, and batch size 4 "
+        "failed (cut short)"
+    )
+    assert "sweep larger" not in result.facts["reason"]
 
 
 def test_a_latency_target_picks_the_largest_batch_that_meets_it(build: Any) -> None:
     store = build(_sweep({1: 400_000, 2: 600_000, 4: 1_000_000, 8: 1_900_000, 16: 3_500_000}))
-    assert model_information(store, 1, latency_target_ms=2.0).facts["optimal_batch_size"] == 8
+    met = model_information(store, 1, latency_target_ms=2.0)
+    assert met.facts["optimal_batch_size"] == 8 and "latency (1.90 ms) meets the 2 ms target" in met.facts["reason"]
     assert model_information(store, 1, latency_target_ms=1.0).facts["optimal_batch_size"] == 4  # 1 ms meets 1 ms
     none = model_information(store, 1, latency_target_ms=0.3)
     assert none.facts["optimal_batch_size"] is None and "no batch size meets the 0.3 ms" in none.facts["reason"]
-    assert none.column("optimal") == [""] * 5
+    assert "(batch size 1 takes 400" in none.facts["reason"] and none.facts["reason"].endswith(" us)")  # not 0.4 ms
+    assert none.column("optimal") == [""] * 5 and none.labels == [f"no optimal batch size: {none.facts['reason']}"]
 
 
 def test_the_sweeps_own_latency_target_is_the_default(build: Any) -> None:

@@ -244,10 +244,18 @@ def test_sync_in_loop_names_the_python_line(tmp_path: Path, bert: Store) -> None
     assert _fired(bert, "sync_in_loop") is None  # 0.3% of the step
 
 
-def _sweep_store(path: Path, latencies: dict[int, int]) -> Store:
+def _sweep_store(path: Path, latencies: dict[int, int], latency_target_ms: float | None = None,
+                 failed: int | None = None) -> Store:  # fmt: skip
+    """A sweep's merged runs with the given step latencies; ``failed``: a batch size whose pass was cut short."""
+    sweep = {"batch_sizes": list(latencies)} | ({"latency_target_ms": latency_target_ms} if latency_target_ms else {})
     with Store.create(path) as store:
+        if failed is not None:
+            config = {"batch_size": failed, "sweep": sweep, "status": "cut_short"}
+            store.add_run(RunInfo(len(latencies) + 1, f"bs{failed}", levels=["model"], pass_name="model",
+                                  config=config))  # fmt: skip
         for run, (bs, ns) in enumerate(latencies.items(), start=1):
-            store.add_run(RunInfo(run, f"bs{bs}", levels=["model"], pass_name="merged", config={"batch_size": bs}))
+            config = {"batch_size": bs, "sweep": sweep}
+            store.add_run(RunInfo(run, f"bs{bs}", levels=["model"], pass_name="merged", config=config))
             sink = Sink(store, run)
             sink.span(1, None, "model", "step", 0, ns, 1, 1, {"model.kind": "step"})
             sink.close()
@@ -262,6 +270,24 @@ def test_optimal_batch_size_fires_after_a_sweep_only(tmp_path: Path, bert: Store
     with _sweep_store(tmp_path / "one.duckdb", {8: 2_000_000}) as store:
         assert _fired(store, "optimal_batch_size") is None
     assert _fired(bert, "optimal_batch_size") is None
+
+
+def test_optimal_batch_size_where_the_next_size_failed_says_it_failed(tmp_path: Path) -> None:
+    # throughput 1000, 1900 samples/s, then batch size 4 ran out of memory
+    with _sweep_store(tmp_path / "f.duckdb", {1: 1_000_000, 2: 1_052_632}, failed=4) as store:
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+    assert rec.title == "Use batch size 2" and "batch size 4 failed (cut short)" in rec.evidence[0]
+    assert rec.action == "Run at batch size 2: batch size 4 failed (cut short), smaller ones leave throughput unused."
+
+
+def test_optimal_batch_size_under_a_latency_target_says_larger_batches_miss_it(tmp_path: Path) -> None:
+    # throughput 1000, 1900, 3400, 5000 samples/s: past 4 it still rises, but 8 takes 1.6 ms, over the 1.5 ms target
+    with _sweep_store(tmp_path / "t.duckdb", {1: 1_000_000, 2: 1_052_632, 4: 1_176_471, 8: 1_600_000},
+                      latency_target_ms=1.5) as store:  # fmt: skip
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+    assert rec.title == "Use batch size 4" and "meets the 1.5 ms target" in rec.evidence[0]
+    assert "larger batches miss the 1.5 ms latency target" in rec.action
+    assert "without raising throughput" not in rec.action
 
 
 torch = pytest.importorskip("torch")

@@ -50,6 +50,29 @@ def test_more_workers_than_cpus_fire_when_the_program_s_own_processes_fill_them(
         assert _fired(store, "workers_exceed_cores") is None
 
 
+def test_more_workers_than_cpus_fire_on_a_machine_others_fill_the_rest_of(tmp_path: Path) -> None:
+    # the program's processes keep 46% of the 2 CPUs busy, other processes the rest: the CPUs are full all the same
+    shared = Load(main_cpu=0.5, worker_cpu=0.5, machine_pct=95.0, runnable_every=1)
+    with cpu_store(tmp_path / "shared.duckdb", workers=3, load=shared) as store:
+        rec = _fired(store, "workers_exceed_cores")
+    assert rec is not None and rec.evidence[:2] == [
+        "3 worker processes and the main process ran on 2 usable CPUs and kept them 46% busy (threshold 40% on a "
+        "full machine): the main process 50%, the workers 42% of one core (system.cpu)",
+        "with other processes the machine's 2 cores were 95% busy (threshold 80%) and more threads than cores were "
+        "runnable at 100% of the samples (threshold 20%): no CPU was free for the workers beyond the program's share "
+        "(system.cpu)",
+    ]
+    # the same share of a machine with CPU to spare, or a machine the program could not wholly use: silent
+    spare = Load(main_cpu=0.5, worker_cpu=0.5, machine_pct=60.0, runnable_every=1)
+    with cpu_store(tmp_path / "spare.duckdb", workers=3, load=spare) as store:
+        assert _fired(store, "workers_exceed_cores") is None
+    with cpu_store(tmp_path / "pinned.duckdb", workers=3, load=shared, config={"cpu_count": 1}) as store:
+        assert _fired(store, "workers_exceed_cores") is not None  # 92% of its one CPU: its own processes fill it
+    little = Load(main_cpu=0.3, worker_cpu=0.3, machine_pct=95.0, runnable_every=1)
+    with cpu_store(tmp_path / "little.duckdb", workers=3, load=little) as store:
+        assert _fired(store, "workers_exceed_cores") is None  # 27% of the CPUs: the others fill them
+
+
 def test_a_machine_filled_by_other_processes_is_not_the_program_s_workers(tmp_path: Path) -> None:
     with cpu_store(tmp_path / "others.duckdb", workers=3, load=IDLE) as store:
         results = {r.id: r for r in run_analyses(store, None, ["system.cpu"])}

@@ -309,6 +309,36 @@ def test_the_sampler_thread_is_another_thread(traced: Store) -> None:
     assert _row(_one(traced, "system.syscalls"), "other threads")["calls"] == calls == 3
 
 
+def _roles(store: Store, run_id: int, roles: dict[str, str]) -> None:
+    system = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [run_id])[0][0])[A.CONFIG_SYSTEM]
+    store.set_run_config(run_id, A.CONFIG_SYSTEM, system | {"process_roles": roles})
+
+
+def test_a_helper_of_multiprocessing_making_syscalls_is_no_worker_process(tmp_path: Path) -> None:
+    """The resource tracker the sampler told by its command line (``config.system.process_roles``) is named and
+    left out of the worker processes, as system.cpu leaves it out of the workers."""
+    with syscall_store(tmp_path / "sys.duckdb"):
+        pass
+    with Store.open(tmp_path / "sys.duckdb", read_only=False) as store:
+        _roles(store, 1, {str(WORKER): "resource_tracker"})
+        r = _one(store, "system.syscalls")
+    assert (r.facts["worker_processes"], r.facts["helper_processes"]) == (0, [f"resource tracker {WORKER}"])
+    assert _row(r, f"resource tracker {WORKER}")["kind"] == "helper"
+
+
+def test_a_merged_runs_syscall_pass_tells_helpers_by_its_own_roles(tmp_path: Path) -> None:
+    """Each pass runs in processes of its own: the syscall pass's helpers are those its own sampler found,
+    not the pids the counters pass gave roles to."""
+    with merged_store(tmp_path / "merged.duckdb"):
+        pass
+    with Store.open(tmp_path / "merged.duckdb", read_only=False) as store:
+        _roles(store, 2, {str(WORKER + 7): "resource_tracker"})  # the counters pass's own tracker
+        _roles(store, 3, {str(WORKER): "resource_tracker"})
+        r = _one(store, "system.syscalls", MERGED)
+    assert r.facts["source_run"] == 3
+    assert (r.facts["worker_processes"], r.facts["helper_processes"]) == (0, [f"resource tracker {WORKER}"])
+
+
 # -- merged runs -----------------------------------------------------------------------------------------------
 def test_a_merged_run_reads_counters_from_the_pass_without_syscalls(tmp_path: Path) -> None:
     with merged_store(tmp_path / "merged.duckdb") as store:

@@ -95,6 +95,7 @@ def test_summary_rejects_an_unknown_run(tmp_path: Path) -> None:
 def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
     proc = xstack("demo", "-o", str(tmp_path / "out"), "--steps", "2", timeout=600)
     assert proc.returncode == 0, proc.stderr
+    assert "vision transformer on cpu for 2 steps (model,layer,op) ...\n" in proc.stdout or "cuda" in proc.stdout
     for text in ("Top layers", "Top operators", "Trace health", "SmallCNN", "VisionTransformer"):
         assert text in proc.stdout, text
     # which operators lead depends on the machine's load over two steps; that they are the models' aten ops does not
@@ -119,6 +120,23 @@ def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -
         assert {"features.0.0", "features.1.0", "embed.proj"} == {r[0] for r in conv}
         checks = {r[0] for r in store.query('SELECT "check" FROM health')}
         assert not checks & {"nesting_conflicts", "unattributed_ops", "unclosed_spans"}, checks
+
+
+def test_demo_refuses_an_output_that_is_a_file_and_too_few_steps(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file, not a folder")
+    proc = xstack("demo", "-o", "taken", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr == (
+        "error: taken: is a file, not a folder (xstack demo -o DIR writes demo.duckdb and demo.perfetto.json into "
+        "DIR)\n"
+    )
+    proc = xstack("demo", "-o", "taken/out", cwd=tmp_path)
+    assert (
+        proc.returncode == 1
+        and proc.stderr == "error: taken/out: cannot make the folder (taken is a file, not a folder)\n"
+    )
+    proc = xstack("demo", "-o", "out", "--steps", "0", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == "error: xstack demo: --steps must be at least 1 (got 0)\n"
+    assert not (tmp_path / "out").exists()
 
 
 def test_collectors_lists_each_level_and_whether_it_can_run() -> None:

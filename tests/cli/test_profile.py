@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -190,3 +191,36 @@ def test_a_loop_that_ends_within_the_warm_up_measures_nothing_and_says_so(tmp_pa
     assert ("pass model: the program's loop ended after 2 iterations, fewer than the 5 asked (3 warm-up + 2 "
             "measured): none measured: every one was a warm-up iteration") in done.stderr  # fmt: skip
     assert "passes not merged" in done.stderr
+
+
+NOISY = """
+import time, xstack
+from pathlib import Path
+starts = Path("starts.txt")
+starts.write_text(starts.read_text() + "run\\n" if starts.exists() else "run\\n")
+first = starts.read_text().count("run") == 1
+waits = (0.002, 0.008) if first else (0.001, 0.006)  # every other step waits for its input, longer in pass 1
+for i in range(100):
+    time.sleep(waits[i % 2])
+    xstack.step()
+"""
+
+
+def test_a_negative_overhead_within_the_passes_spread_is_said_to_be_noise(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(textwrap.dedent(NOISY))
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "profile", "-o", "p.duckdb", "--pass", "model", "--pass", "model,layer",
+         "--warmup", "1", "--iters", "6", "--", "python", "noisy.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (_, merged), *_ = [r for r in _runs(tmp_path / "p.duckdb") if r[0] == "merged"]
+    row = merged["overhead"][1]  # type: ignore[index]
+    assert row["added_ns"] < 0 and row["within_noise"] is True, row
+    assert row["noise_ns"] > -row["added_ns"] and row["step_p5_ns"] < row["step_median_ns"] < row["step_p95_ns"]
+    summary = subprocess.run(
+        [sys.executable, "-m", "xstack", "summary", "p.duckdb"], capture_output=True, text=True, cwd=tmp_path,
+        env=os.environ | {"COLUMNS": "160"},
+    )  # fmt: skip
+    line = next(ln for ln in summary.stdout.splitlines() if "model+layer" in ln and "ms" in ln)
+    assert f"{row['added_pct']:+.1f}" in line and f"within noise (±{row['noise_pct']:.1f}%)" in line, line

@@ -24,12 +24,16 @@ PROGRAM = Path(__file__).parent / "io_programs" / "dataloaders.py"
 FILES = 16
 
 
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _needs_io() -> None:
     from xstack.collect.io import IoCollector
 
     if (reason := IoCollector().unavailable_reason()) is not None:
         pytest.skip(f"io level unavailable: {reason}")
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _needs_io()
     root = tmp_path_factory.mktemp("loaders")
     data = root / "data"
     data.mkdir()
@@ -74,11 +78,14 @@ def test_the_input_bound_result_and_rule_start_from_the_settings(profiled: Path)
     # the warm-up label first (iteration 1 is left out of the verdict), then the DataLoaders and the CPUs
     assert r.labels[0].startswith("iteration 1 left out as warm-up"), r.labels
     # the warm-up's wait (the workers starting) is told apart from the 9 waits after it
-    assert re.fullmatch(re.escape(train) + r": waited \S+ \S+ in 9 waits, and \S+ \S+ in the warm-up", r.labels[1])
-    assert re.fullmatch(r"DataLoader\(Validation, batch_size=8, num_workers=0, .*\): waited .* in 3 waits", r.labels[2])
+    # and the wait that found the end of the last epoch, after the last step(), is told apart from those in steps
+    assert re.fullmatch(re.escape(train) + r": waited \S+ \S+ in 9 waits \(\S+ \S+ of it in the wait after the last "
+                        r"step\(\)\), and \S+ \S+ in the warm-up", r.labels[1])  # fmt: skip
+    assert re.fullmatch(r"DataLoader\(Validation, batch_size=8, num_workers=0, .*\): waited \S+ \S+ in 3 waits, all "
+                        r"after the last step\(\)", r.labels[2])  # fmt: skip
     assert r.labels[3:] == [f"{cpus} usable CPUs"]
     rec = next(rec for rec in a.recommendations if rec.rule == "input_bound")
-    assert any(e.startswith(f"the loop waits on {train}") and " in 9 waits past the warm-up;" in e
+    assert any(e.startswith(f"the loop waits on {train}") and " in 9 waits past the warm-up (" in e
                for e in rec.evidence)  # fmt: skip
     assert rec.action.startswith(train + ": ")
     # what it already does is not advised: persistent workers, a raised prefetch_factor, and no GPU to pin for
@@ -110,3 +117,51 @@ def test_the_waits_for_each_dataloader_leave_the_warm_up_out(profiled: Path) -> 
         train = a.result(id).facts["dataloaders"][0]
         assert (train["waits"], train["wait_ns"]) == in_warmup[False], id
         assert (train["warmup_waits"], train["warmup_wait_ns"]) == in_warmup[True] == (1, in_warmup[True][1]), id
+        assert train["after_last_step_waits"] == 1, id  # the StopIteration that ends the second epoch
+
+
+CRASHING = """
+import time, torch, xstack
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        time.sleep(0.005)  # decoding, say: the loop waits for each batch
+        return torch.zeros(8)
+
+for i, batch in enumerate(DataLoader(Slow(), batch_size=2)):
+    if i == 5:
+        raise RuntimeError("bad batch")
+    batch.sum()
+    xstack.step()
+"""
+
+
+def test_a_crashed_loops_advice_says_which_waits_each_figure_counts(tmp_path: Path) -> None:
+    """The program raises after its fifth step(), waiting for a sixth batch: that wait is in no measured step.
+    model.stages' share counts the waits within the steps, the DataLoader's total also counts that one, and the
+    advice says so of each figure."""
+    _needs_io()
+    (tmp_path / "prog.py").write_text(CRASHING)
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "s.duckdb", "--",
+                           "python", "prog.py"], capture_output=True, text=True, cwd=tmp_path, timeout=240)  # fmt: skip
+    assert done.returncode == 1 and "RuntimeError: bad batch" in done.stderr, done.stderr
+    report = subprocess.run([sys.executable, "-m", "xstack", "report", "s.duckdb", "-o", "-"], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=240)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    evidence = report.stdout.split("Training is input-bound")[1].split("**Do:**")[0]
+    stages = re.search(r"the loop waited (\S+ \S+) for DataLoader batches within its 4 measured steps, [\d.]+% of "
+                       r"their time \(model.stages\)", evidence)  # fmt: skip
+    loader = re.search(r"the loop waits on DataLoader\(Slow, batch_size=2, .*\), (\S+ \S+) in 5 waits past the "
+                       r"warm-up \((\S+ \S+) of it in the wait after the last step\(\)\); \d+ usable CPUs "
+                       r"\(io.input_bound\)", evidence)  # fmt: skip
+    assert stages and loader, evidence
+    with Store.open(tmp_path / "s.duckdb") as s:
+        a = analyze(s)
+    facts = a.result("model.stages").facts
+    (entry,) = a.result("io.input_bound").facts["dataloaders"]
+    assert entry["after_last_step_waits"] == 1 and entry["waits"] == 5
+    assert facts["dataloader_ns"] == entry["wait_ns"] - entry["after_last_step_wait_ns"]  # the two figures agree

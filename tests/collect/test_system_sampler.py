@@ -492,3 +492,59 @@ def test_the_resource_tracker_is_named_and_not_a_worker(backend: str, tmp_path: 
     assert list(result.facts["helpers"]) == [f"resource tracker {tracker}"]
     busy = {r[1]: r[2] for r in result.rows if r[1] is not None}
     assert result.facts["workers_cpu_pct"] == pytest.approx(sum(busy[p] or 0.0 for p in workers))
+
+
+SHORT_LIVED_HELPER = """
+import multiprocessing, time
+from multiprocessing import resource_tracker, shared_memory
+
+def work():
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        pass
+
+if __name__ == "__main__":
+    shm = shared_memory.SharedMemory(create=True, size=64)  # registered with the resource tracker, which starts
+    shm.close()
+    shm.unlink()
+    time.sleep(0.4)
+    resource_tracker._resource_tracker._stop()  # the tracker ends long before the program does
+    ctx = multiprocessing.get_context("fork")  # then two workers at once, with the program's command line
+    workers = [ctx.Process(target=work) for _ in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join()
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
+def test_a_helper_that_ends_before_the_sampler_is_told_by_its_command_line_at_first_sight(
+    backend: str, tmp_path: Path
+) -> None:
+    """The resource tracker is gone by the time the sampler stops: its role comes from the command line read
+    when it was first seen, so it is no worker, and does not take the place of one in the count either."""
+    (tmp_path / "helper.py").write_text(SHORT_LIVED_HELPER)
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
+         "python", "helper.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])[A.CONFIG_SYSTEM]
+        sampled = {int(r[0]) for r in store.query("SELECT DISTINCT pid FROM counters WHERE starts_with(name, 'proc.')")}
+    assert config["sampler"] == backend
+    roles = config["process_roles"]
+    assert list(roles.values()) == ["resource_tracker"], roles
+    assert int(next(iter(roles))) in sampled and len(sampled) == 4  # the program, the tracker, two workers
+    assert config["workers"] == 2
+
+
+def test_a_process_with_its_parents_command_line_is_no_helper() -> None:
+    """A worker the forkserver forked has the forkserver's command line: inherited, it is not a helper."""
+    code = "from multiprocessing.forkserver import main; main(8, 9, ['__main__'])"
+    tracker = "from multiprocessing.resource_tracker import main;main(5)"
+    lines = [(11, ["python", "-c", code], False), (12, ["python", "-c", code], True), (13, ["python", "t.py"], False),
+             (14, [], False), (15, ["python", "-c", tracker], False)]  # fmt: skip
+    assert system.helper_roles(lines) == {11: "forkserver", 15: "resource_tracker"}

@@ -3,6 +3,8 @@ matching calibrations to the runs of a store."""
 
 from __future__ import annotations
 
+import io
+import re
 import socket
 import threading
 import time
@@ -11,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.console import Console
 
 from xstack.device import calibrate as cal
 from xstack.device._cache import cache_path, cached_entries
@@ -200,6 +203,34 @@ def test_apply_to_store_sets_matching_runs(tmp_path: Path) -> None:
     assert configs[0]["status"] == "complete"  # other keys kept
     assert configs[0]["peaks"]["flops_per_s"] == {"fp32": 1e11}  # another host's calibration: measured only
     assert "peaks" not in configs[1]
+
+
+def test_a_calibration_from_another_host_is_applied_saying_so(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "live", host="node-7", device="cpu"))
+        store.add_run(RunInfo(2, "imported", device="cpu"))  # a Kineto trace names no host
+    entry = _entry("node-3", "cpu", {"fp32": 1e11}, 2e10, name="AMD EPYC 9654")
+    entry["peaks"]["source"] = "measured by xstack calibrate on 2026-01-01"
+    updated, skipped = cal.apply_to_store(path, [entry])
+    assert not skipped and [r for r, _, _ in updated] == [1, 2]
+    assert updated[0][2].endswith(
+        "on 2026-01-01; on host node-3, not the run's host node-7: right only if both have the same AMD EPYC 9654"
+    )
+    assert "host" not in updated[1][2]  # nothing to compare with
+    with Store.open(path) as store:
+        (source,) = store.query("SELECT config->>'$.peaks.source' FROM runs WHERE run_id = 1")[0]
+    assert "node-3" not in source  # said, not stored: the peaks themselves record their host
+
+
+def test_the_table_of_a_calibration_says_where_and_when_it_was_measured() -> None:
+    entry = _entry("node-3", "cpu", {"fp32": 1e11}, 2e10, name="AMD EPYC 9654", duration_s=2.04, quick=True)
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(cal.result_table(entry))
+    text = console.export_text()
+    title = "cpu AMD EPYC 9654: measured on host node-3 on 2026-01-01 in 2.0 s (quick)"
+    assert title in " ".join(text.split())  # the title wraps at the width of this narrow table
+    assert re.search(r"fp32 +│ +100 GFLOP/s +│ +5 +│", text)  # the ridge: 1e11 FLOP/s over 2e10 bytes/s
 
 
 def test_resolve_devices() -> None:

@@ -72,3 +72,21 @@ def test_calibrate_errors_name_the_problem(tmp_path: Path, calibration_cache: Pa
         assert proc.returncode == 2 and "no CUDA device" in proc.stderr
     proc = _xstack("--apply", "bad.json", cache=calibration_cache, cwd=tmp_path)
     assert proc.returncode == 2 and "--store" in proc.stderr
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_measuring(tmp_path: Path, calibration_cache: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "taken").write_text("a file, not a folder")
+    (tmp_path / "notes.json").write_text("{}")
+    for argv, message in [
+        (["-o", "out"], "out: is a directory; give a file name"),
+        (
+            ["-o", "taken/peaks.json"],
+            "taken/peaks.json: cannot write the calibration file (taken is a file, not a folder)",
+        ),
+        (["--store", "missing.duckdb"], "missing.duckdb: no such store"),
+        (["--store", "notes.json"], "notes.json: not a DuckDB database"),
+    ]:
+        proc = _xstack("--device", "cpu", "--quick", *argv, cache=calibration_cache, cwd=tmp_path)
+        assert proc.returncode == 1 and f"error: {message}" in proc.stderr, proc.stderr
+        assert "measuring" not in proc.stdout and not calibration_cache.exists()  # nothing was measured

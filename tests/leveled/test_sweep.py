@@ -150,6 +150,8 @@ def test_a_good_batch_size_list_keeps_its_order() -> None:
         (["--batch-sizes", "1,two", "--", "python", "infer.py"], "'two' is not an integer"),
         (["--", "python", "infer.py"], "the following arguments are required: --batch-sizes"),
         (["--batch-sizes", "1,2", "--latency-target", "0", "--", "python", "infer.py"], "--latency-target must be"),
+        (["--batch-sizes", "1,2", "--latency-target", "inf", "--", "python", "infer.py"], "milliseconds (got inf)"),
+        (["--batch-sizes", "1,2", "--latency-target", "nan", "--", "python", "infer.py"], "milliseconds (got nan)"),
         (["--batch-sizes", "1,2", "--iters", "0", "--", "python", "infer.py"], "need warmup >= 0 and iters >= 1"),
         (["--batch-sizes", "1,2", "--", "python", "missing.py"], "xstack sweep: missing.py: no such script"),
         (["--batch-sizes", "1,2"], "xstack sweep: no program given"),
@@ -161,6 +163,26 @@ def test_usage_errors(tmp_path: Path, monkeypatch: Any, capsys: Any, argv: list[
     assert main(["sweep", *argv]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.duckdb"))
+
+
+def test_a_store_path_under_a_file_is_refused_naming_the_store(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "infer.py").write_text("raise SystemExit('the program must not run')")
+    (tmp_path / "taken").write_text("a file, not a folder")
+    assert main(["sweep", "--batch-sizes", "1,2", "-o", "taken/s.duckdb", "--", "python", "infer.py"]) == 1
+    err = capsys.readouterr().err
+    assert "error: taken/s.duckdb: cannot write the store here (taken is a file, not a folder)" in err
+    assert ".sweep" not in err  # the passes' folder is xstack's own, never named to the user
+
+
+def test_a_program_that_fails_before_its_first_step_says_no_size_was_measured(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "infer.py").write_text("raise SystemExit(3)")
+    assert main(["sweep", "--batch-sizes", "1,2", "--pass", "model", "-o", "s.duckdb", "--", "python", "infer.py"]) == 3
+    out = capsys.readouterr().out
+    assert out == "optimal batch size: - (no batch size with a known latency)\n"  # no empty A1 table
 
 
 def _make_step(fail_at: int | None = None) -> Any:

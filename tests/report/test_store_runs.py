@@ -57,3 +57,20 @@ def test_a_store_of_one_run_says_nothing_of_others(bert: tuple[Store, Analysis])
     _, a = bert
     assert "another one" not in _terminal(a) and "another one" not in render_html(a)
     assert "| store |" not in render_markdown(a)
+
+
+def test_a_sweep_store_names_each_runs_batch_size(tmp_path: Path) -> None:
+    import xstack
+
+    path = xstack.sweep(lambda size: lambda: sum(range(size * 100)), [1, 4], passes=["model"], warmup=0, iters=2,
+                        path=tmp_path / "sweep.duckdb", progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        shown, first = analyze(store), analyze(store, 1)
+    listed = (
+        "4 runs: 1 (model, batch size 1), 2 (merged, batch size 1), 3 (model, batch size 4), 4 (merged, batch size 4"
+    )
+    assert re.search(r"batch size +4, of 1, 4 \(the sweep's sizes, compared in A1\)", _terminal(shown))
+    assert f"{listed}, shown);" in _terminal(shown)
+    assert "1 (model, batch size 1, shown)" in _terminal(first) and "batch size       1, of 1, 4" in _terminal(first)
+    assert "| batch size | 4, of 1, 4 (the sweep's sizes, compared in A1) |" in render_markdown(shown)
+    assert "batch size: 4, of 1, 4" in render_html(shown) and f"{listed}, shown)" in render_html(shown)

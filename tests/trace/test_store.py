@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -80,14 +82,31 @@ def test_create_writes_a_partial_file_and_renames_only_on_success(tmp_path: Path
 def test_foreign_files_are_refused_with_a_clear_error(tmp_path: Path) -> None:
     text = tmp_path / "notes.duckdb"
     text.write_text("hello")
-    with pytest.raises(StoreError, match="not a DuckDB database"):
+    with pytest.raises(StoreError) as err:
         Store.open(text)
+    assert str(err.value) == f"{text}: not a DuckDB database (no DuckDB header), so not an xstack store"
+    json_file = tmp_path / "peaks.json"  # DuckDB's own error for this name speaks of in-memory databases
+    json_file.write_text('{"a": 1}')
+    with pytest.raises(StoreError, match=r"peaks\.json: not a DuckDB database \(no DuckDB header\)"):
+        Store.open(json_file)
     other = tmp_path / "other.duckdb"
     duckdb.connect(str(other)).execute("CREATE TABLE t (x INT)").close()
     with pytest.raises(StoreError, match="not an xstack trace store"):
         Store.open(other)
     with pytest.raises(StoreError, match="no such store"):
         Store.open(tmp_path / "missing.duckdb")
+
+
+def test_a_store_another_process_writes_is_said_to_be_in_use(tmp_path: Path) -> None:
+    path = _new(tmp_path / "s.duckdb")
+    code = f"import duckdb, sys; c = duckdb.connect({str(path)!r}); print('open', flush=True); sys.stdin.read()"
+    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None and p.stdout.readline() == "open\n"
+        try:
+            with pytest.raises(StoreError, match=r"s\.duckdb: in use by another process that has it open for writing"):
+                Store.open(path)
+        finally:
+            p.communicate("")
 
 
 @pytest.mark.parametrize(("version", "message"), [(SCHEMA_VERSION + 1, "newer xstack"), (0, "cannot be migrated")])

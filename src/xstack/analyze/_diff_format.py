@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from xstack.analyze.result import Column, Result, format_value, markdown_text
+from xstack.analyze.result import Column, Result, cell_units, format_value, markdown_text
 
 
 def markdown(heading: str, results: list[Result]) -> str:
@@ -21,13 +21,9 @@ def markdown(heading: str, results: list[Result]) -> str:
             out.append("No rows: nothing of this kind in either run.")
         else:
             out.append("| " + " | ".join(_header(c) for c in r.columns) + " |")
-            out.append("|" + "|".join("---:" if c.unit else "---" for c in r.columns) + "|")
-            for row in r.rows:
-                out.append(
-                    "| "
-                    + " | ".join(_cell(format_value(v, c.unit)) for v, c in zip(row, r.columns, strict=True))
-                    + " |"
-                )
+            out.append("|" + "|".join("---:" if c.numeric else "---" for c in r.columns) + "|")
+            for row, units in zip(r.rows, cell_units(r.columns, r.rows), strict=True):
+                out.append("| " + " | ".join(_cell(format_value(v, u)) for v, u in zip(row, units, strict=True)) + " |")
         if r.truncated:
             out.append(f"\n{r.truncated:,} more rows (--format csv or json for all, or a larger --top)")
         out += [f"\n> {_cell(label)}" for label in r.labels]
@@ -39,17 +35,22 @@ def markdown(heading: str, results: list[Result]) -> str:
 def csv_text(results: list[Result]) -> str:
     """Every result's rows in one CSV: a ``table`` column (the result's id), then the union of the columns
     (a column the row's table lacks is empty). Units follow the column names in brackets."""
-    columns: dict[str, Column] = {}
+    columns: dict[str, Column] = {}  # by header: a name in two units is two columns (A [ns], A with a unit per row)
     for r in results:
         for c in r.columns:
-            columns.setdefault(c.name, c)
+            columns.setdefault(_csv_header(c), c)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["table", *(f"{c.name} [{c.unit}]" if c.unit else c.name for c in columns.values())])
+    w.writerow(["table", *columns])
     for r in results:
-        for row in r.to_records():
-            w.writerow([r.id, *(_csv_value(row.get(name)) for name in columns)])
+        for row in r.rows:
+            cells = {_csv_header(c): v for c, v in zip(r.columns, row, strict=True)}
+            w.writerow([r.id, *(_csv_value(cells.get(header)) for header in columns)])
     return buf.getvalue()
+
+
+def _csv_header(c: Column) -> str:
+    return f"{c.name} [{c.unit}]" if c.unit else c.name
 
 
 def _header(c: Column) -> str:

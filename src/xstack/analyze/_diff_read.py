@@ -12,6 +12,19 @@ are left out; kernels are summed over the rest of the run, those launched in war
 belongs to the step whose runtime call launched it, as in the timeline's windows; to the step it starts in,
 where no launch is known). Layers and ops also carry the median of their self time (less the spans of their
 level they parent), which the diff's sums add. Times are ns.
+
+The spread the diff judges a change against (``Timing.p5_ns``, ``Timing.n``) comes from the spans' own iteration
+statistics where every call of a key carries them (a merged leveled run: ``stats.p5_ns``, ``stats.n``), else from
+the run's measured steps: per key, its time in each measured step divided by its calls in that step (the time
+per call in that iteration, the unit of the median), and the 5th percentile of those per-step values over the
+steps it occurs in; ``p5_ns`` is then the median per call less that low-side spread (median - p5 of the per-step
+values), and ``n`` the steps. A key called once per step (most layers and ops) thus has the spread of its own
+calls; one called k times per step the spread of its mean call per iteration, which is what a slower iteration
+moves. The step latency takes the 5th percentile of the measured steps. A kernel name's time is a total over the
+run, so its spread is the low-side spread of its per-step totals times the steps they come from: a change of the
+total counts when the change per step exceeds the spread per step. Calls outside every step (a ``load`` before
+the loop) count in the time, not in the spread; a run with fewer measured steps than the diff's
+``min_iterations`` is judged by the floors alone.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from typing import Any
 
 from xstack.analyze.context import STEP_SPAN, launched, past_warmup, run_context
 from xstack.analyze.summary import host_wall
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -37,9 +51,10 @@ class Timing:
 
     value_ns: float
     p5_ns: float | None = None
-    """5th percentile over the measured iterations (a kernel name: the sum over its calls); None without stats."""
+    """5th percentile over the measured iterations (a kernel name: the sum over its calls); in a run that is not
+    merged, ``value_ns`` less the low-side spread of the per-step values (module docstring); None without stats."""
     n: int | None = None
-    """Measured iterations behind ``p5_ns``."""
+    """Measured iterations behind ``p5_ns`` (in a run that is not merged: the steps the item occurs in)."""
     count: int = 1
     """Occurrences in the run (a kernel name: its calls)."""
     info: str = ""
@@ -96,6 +111,15 @@ class Side:
         """True for a merged leveled run, whose spans carry iteration statistics."""
         return self.pass_name == "merged"
 
+    def has_spread(self, min_n: int) -> bool:
+        """True where the run has iteration statistics: a merged run's ``stats.*``, or ``min_n`` measured steps or
+        more (else its items are judged by the floors alone)."""
+        return self.merged or self.steps >= min_n
+
+    def spread_source(self) -> str:
+        """Where the run's spread comes from, for a label (a run that ``has_spread``)."""
+        return "merged-pass statistics (stats.*)" if self.merged else counted(self.steps, "measured iteration")
+
     def describe(self) -> str:
         """``path run N "name" (pass)`` for headings."""
         label = f' "{self.name}"' if self.name else ""
@@ -127,7 +151,7 @@ def _spans_in_steps(level: str, warmup: int) -> str:
         if level == "kernel"
         else (f"(SELECT * FROM spans WHERE run_id = $run AND level = '{level}')", "start_ns")
     )
-    return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.attrs,
+    return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.device, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
             greatest(s.dur_ns - coalesce(k.child_ns, 0), 0) AS self_ns,
             CASE WHEN s.{at} < st.end_ns THEN st.span_id END AS step_id
@@ -157,16 +181,14 @@ def read_side(store: Store, run_id: int) -> Side:
                 SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
                 FROM ({_spans_in_steps("layer", ctx.warmup)})
             )
-            SELECT span_id, dur_ns, p5_ns, n, self_ns, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
+            SELECT span_id, step_id, dur_ns, p5_ns, n, self_ns, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
                 coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
                          row_number() OVER (PARTITION BY step_id, path ORDER BY start_ns, span_id) - 1) AS call
             FROM l""",
             {"run": run_id},
         )
     if ctx.has("layer"):
-        rows = store.con.execute(
-            f"SELECT path, call, {_AGG}, any_value(type) FROM {table} GROUP BY path, call"
-        ).fetchall()
+        rows = store.con.execute(_keyed(table, "path, call", "any_value(type) AS x")).fetchall()
         side.layers = {(str(r[0]), int(r[1])): _timing(r[2:7], info=r[7]) for r in rows}
     if ctx.has("op"):
         side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None, ctx.warmup)
@@ -180,12 +202,23 @@ def read_side(store: Store, run_id: int) -> Side:
     return side
 
 
-_AGG = (
-    "count(*), quantile_cont(dur_ns, 0.5), CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, "
-    "min(n), quantile_cont(self_ns, 0.5)"
-)
-"""Per key: occurrences, median time, median p5 (only when every occurrence has one), fewest iterations, median
-self time."""
+def _keyed(source: str, keys: str, extra: str = "") -> str:
+    """SQL: per key (``keys``, columns of ``source``, whose rows carry dur_ns, p5_ns, n, self_ns and step_id):
+    the keys, calls, the median time per call, its p5 and the iterations behind it, the median self time, then
+    ``extra`` (one aggregate, ``... AS x``). The p5 and iterations are the spans' statistics where every call has
+    them (a merged run), else the spread over the measured steps (module docstring): the median less the
+    low-side spread of the key's time per call in each step, and the steps."""
+    return f"""WITH src AS MATERIALIZED (SELECT * FROM {source}),
+    per_step AS (SELECT {keys}, avg(dur_ns) AS v FROM src WHERE step_id IS NOT NULL GROUP BY {keys}, step_id),
+    spread AS (SELECT {keys}, count(*) AS steps, quantile_cont(v, 0.5) - quantile_cont(v, 0.05) AS spread
+               FROM per_step GROUP BY {keys}),
+    agg AS (SELECT {keys}, count(*) AS calls, quantile_cont(dur_ns, 0.5) AS median,
+                CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END AS p5, min(n) AS n,
+                quantile_cont(self_ns, 0.5) AS self_ns{f", {extra}" if extra else ""}
+            FROM src GROUP BY {keys})
+    SELECT {keys}, calls, median, coalesce(p5, median - spread), CASE WHEN p5 IS NULL THEN steps ELSE n END,
+        self_ns{", x" if extra else ""}
+    FROM agg LEFT JOIN spread USING ({keys})"""
 
 
 def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int) -> dict[OpKey, Timing]:
@@ -195,39 +228,50 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
         else "LEFT JOIN (SELECT NULL::BIGINT AS span_id, NULL AS path, NULL::BIGINT AS call) l ON false"
     )
     rows = store.con.execute(
-        f"""WITH o AS ({_spans_in_steps("op", warmup)}),
-        k AS (
-            SELECT o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
-                coalesce(l.call, -1) AS call,
+        _keyed(
+            f"""(WITH o AS ({_spans_in_steps("op", warmup)})
+            SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, -1) AS call,
+                coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
                 row_number() OVER (PARTITION BY coalesce(w.layer_id, o.step_id, -1), o.name
                                    ORDER BY o.start_ns, o.span_id) - 1 AS occ
-            FROM o LEFT JOIN {owners} w ON w.span_id = o.span_id {layer_join}
-        )
-        SELECT layer, call, name, occ, {_AGG} FROM k GROUP BY layer, call, name, occ""",
+            FROM o LEFT JOIN {owners} w ON w.span_id = o.span_id {layer_join})""",
+            "layer, call, name, occ",
+        ),
         {"run": run_id},
     ).fetchall()
     return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
 
 
 def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
-    """The run's model spans other than steps, by name: median per call, spread, calls (warm-up steps left out)."""
+    """The run's host model spans other than steps, by name: median per call, spread, calls (warm-up steps left
+    out). A span without ``model.kind`` (a trace's ``record_function`` range) is a stage unless named as a step."""
+    stages = f"(SELECT * FROM ({_spans_in_steps('model', warmup)}) WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false))"
     rows = store.con.execute(
-        f"""SELECT name, {_AGG} FROM ({_spans_in_steps("model", warmup)}) WHERE NOT {STEP_SPAN}
-        GROUP BY name ORDER BY min(start_ns), name""",
-        {"run": run_id},
+        f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": run_id}
     ).fetchall()
     return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
 
 
 def _kernels(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
-    """Kernel spans by name, those launched in warm-up steps left out: the total of their calls, the summed p5
-    where every call has one, the calls."""
+    """Kernel spans by name, those launched in warm-up steps left out: the total of their calls, the calls, and
+    the summed p5 where every call has one (a merged run), else the total less the steps times the low-side spread
+    of the name's per-step totals (module docstring)."""
     rows = store.con.execute(
-        f"""SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n)
-        FROM ({_spans_in_steps("kernel", warmup)}) GROUP BY name""",
+        f"""WITH k AS MATERIALIZED ({_spans_in_steps("kernel", warmup)}),
+        per_step AS (SELECT name, sum(dur_ns) AS v FROM k WHERE step_id IS NOT NULL GROUP BY name, step_id),
+        spread AS (SELECT name, count(*) AS steps, quantile_cont(v, 0.5) - quantile_cont(v, 0.05) AS spread
+                   FROM per_step GROUP BY name)
+        SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n),
+            any_value(steps), any_value(spread)
+        FROM k LEFT JOIN spread USING (name) GROUP BY name""",
         {"run": run_id},
     ).fetchall()
-    return {str(r[0]): Timing(float(r[2]), _float(r[3]), _int(r[4]), int(r[1])) for r in rows}
+    out: dict[str, Timing] = {}
+    for name, calls, total, p5, n, steps, spread in rows:
+        if p5 is None and steps is not None:
+            p5, n = float(total) - steps * float(spread), steps
+        out[str(name)] = Timing(float(total), _float(p5), _int(n), int(calls))
+    return out
 
 
 def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int]:
@@ -245,11 +289,13 @@ def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int
 
 
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
-    """The measured steps (past the warm-up) and their median; (0, None) without any."""
+    """The measured steps (past the warm-up) and their median, with the steps' own statistics (a merged run) or
+    the 5th percentile of the measured steps; (0, None) without any."""
     row = store.con.execute(
-        f"SELECT count(*), quantile_cont(dur_ns, 0.5), "
-        f"CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END, min(n) FROM ({_steps(warmup)}) "
-        "WHERE measured",
+        f"""SELECT count(*), quantile_cont(dur_ns, 0.5),
+            CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) ELSE quantile_cont(dur_ns, 0.05) END,
+            CASE WHEN count(p5_ns) = count(*) THEN min(n) ELSE count(*) END
+        FROM ({_steps(warmup)}) WHERE measured""",
         {"run": run_id},
     ).fetchone()
     if row is not None and row[0]:

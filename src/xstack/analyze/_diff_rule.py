@@ -49,11 +49,16 @@ TIMES = [
     Column("B", "ns", "time in B"),
     Column("delta", "ns", "B - A (added: B's time; removed: minus A's time)"),
     Column("change", "pct", "delta in percent of A's time"),
-    Column("noise", "ns", "the combined spread the change had to exceed (-: judged by the floors only)"),
+    Column(
+        "noise",
+        "ns",
+        "the combined low-side spread (median - p5) of the two runs' iterations that the change "
+        "had to exceed (-: judged by the floors only)",
+    ),
 ]
 STATUS_COLUMN = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
 SELF_DELTA = Column(
-    "self_delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
+    "self delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
 )
 
 
@@ -124,5 +129,7 @@ def ns(t: Timing | None) -> int | None:
 
 RULE_NOTE = (
     "A change counts when |delta| reaches the relative and absolute floors and, where both runs have iteration "
-    "statistics, exceeds the combined low-side spread (median - p5) of the two runs."
+    "statistics, exceeds the combined low-side spread (median - p5) of the two runs: a merged run's statistics, "
+    "else the run's measured steps (per step, an item's time per call; a kernel name's total, the spread times "
+    "the steps)."
 )

@@ -10,9 +10,10 @@ from xstack.analyze._diff_rule import NESTED, RULE_NOTE, STATUS_COLUMN, STATUSES
 from xstack.analyze.result import Column, Result
 
 
-def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], fallback: str | None) -> Result:
+def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise: str | None) -> Result:
     """``diff.summary``: the step (or wall time) row, a row per model stage, then per level (``tables``, None where
-    not compared) and status the items and their summed times (ns); ``fallback`` labels runs without statistics."""
+    not compared) and status the items and their summed times (ns); ``noise`` labels where the spreads come from,
+    or why there are none."""
     items = Column("items", "count", "items of this status (the step and stages: -)")
     columns = [Column("item"), STATUS_COLUMN, items, *TIMES]
     rows = [_step_row(a, b, rule)]
@@ -35,7 +36,7 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], fallb
         "that of the items of its level it encloses, which counts no time twice. A row's status is that of its "
         f"items, judged on their whole time. {RULE_NOTE}"
     )
-    labels = ([fallback] if fallback else []) + _wall_labels(a, b)
+    labels = ([noise] if noise else []) + _wall_labels(a, b)
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -67,8 +68,11 @@ def _wall_labels(a: Side, b: Side) -> list[str]:
     """Where a wall time compared in place of the step came from, or why a run has none."""
     if a.steps and b.steps:
         return []
-    return [f"{n}: no host wall time ({s.wall_source})" if s.wall is None else f"{n}: wall time is {s.wall_source}"
-            for n, s in (("A", a), ("B", b)) if s.wall_source]  # fmt: skip
+    said = {n: f"no host wall time ({s.wall_source})" if s.wall is None else f"wall time is {s.wall_source}"
+            for n, s in (("A", a), ("B", b)) if s.wall_source}  # fmt: skip
+    if len(said) == 2 and said["A"] == said["B"]:  # two runs of one kind (two Nsight Compute CSVs): said once
+        return [f"A and B: {said['A']}"]
+    return [f"{n}: {text}" for n, text in said.items()]
 
 
 def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:

@@ -7,16 +7,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from xstack.analyze.context import RunContext
+from xstack.analyze.context import STEP_SPAN, RunContext
 from xstack.analyze.result import format_ns
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 _WAITS = f"""
+WITH last AS (
+    SELECT max(start_ns + dur_ns) AS end_ns FROM spans WHERE run_id = $run AND level = 'model' AND {STEP_SPAN}
+)
 SELECT TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER), count(*) FILTER (WHERE NOT {{warm}}),
     coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}}), 0), count(*) FILTER (WHERE {{warm}}),
-    coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0)
-FROM spans WHERE run_id = ? AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
+    coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0),
+    count(*) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns),
+    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns), 0)
+FROM spans, last
+WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
 """
 
 SHOWN = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
@@ -27,21 +33,41 @@ def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     """Each entry of ``runs.config.dataloaders`` plus ``waits`` (its ``dataloader`` spans: a batch each, and one
     at the end of each epoch, which found none) and ``wait_ns`` (their summed time), past the warm-up
     (``RunContext.in_warmup``: a live run's first iteration, which also starts the workers); and
-    ``warmup_waits`` and ``warmup_wait_ns``, those of the warm-up. Entries that are not objects are skipped.
-    Empty for a run that recorded none."""
+    ``warmup_waits`` and ``warmup_wait_ns``, those of the warm-up; ``after_last_step_waits`` and
+    ``after_last_step_wait_ns``, those of the waits past the warm-up that start after the last ``step()`` ended
+    (the one that ends the loop, or finds a crash): counted in ``waits`` and ``wait_ns``, never in a measured
+    step, so not in ``model.stages``' share of step time. Entries that are not objects are skipped. Empty for a
+    run that recorded none."""
     entries = ctx.config.get(A.CONFIG_DATALOADERS)
     if not isinstance(entries, list) or not entries:
         return []
     waits: dict[Any, tuple[int, ...]] = {}
     if ctx.has("model"):
-        found = store.query(_WAITS.replace("{warm}", ctx.in_warmup()), [ctx.run_id])
+        found = store.con.execute(_WAITS.replace("{warm}", ctx.in_warmup()), {"run": ctx.run_id}).fetchall()
         waits = {i: tuple(int(v) for v in counts) for i, *counts in found}
     out = []
     for entry in entries:
         if isinstance(entry, dict):
-            count, wait_ns, warm, warm_ns = waits.get(entry.get("index"), (0, 0, 0, 0))
-            out.append(entry | {"waits": count, "wait_ns": wait_ns, "warmup_waits": warm, "warmup_wait_ns": warm_ns})
+            count, wait_ns, warm, warm_ns, after, after_ns = waits.get(entry.get("index"), (0,) * 6)
+            out.append(entry | {"waits": count, "wait_ns": wait_ns, "warmup_waits": warm, "warmup_wait_ns": warm_ns,
+                                "after_last_step_waits": after, "after_last_step_wait_ns": after_ns})  # fmt: skip
     return out
+
+
+def waits_line(entry: dict[str, Any], where: str = "") -> str:
+    """How often and how long the loop waited for the DataLoader ``entry`` past the warm-up (``where`` follows
+    the count: `` past the warm-up``), and how much of it after the last ``step()`` (in no measured step); empty
+    when it never waited there."""
+    if not entry.get("waits"):
+        return ""
+    line = f"{format_ns(entry['wait_ns'])} in {entry['waits']:,} waits{where}"
+    after = entry.get("after_last_step_waits")
+    if after and after == entry["waits"]:
+        line += ", all after the last step()"
+    elif after:
+        waits = "the wait" if after == 1 else f"the {after:,} waits"
+        line += f" ({format_ns(entry.get('after_last_step_wait_ns') or 0)} of it in {waits} after the last step())"
+    return line
 
 
 def cores(config: dict[str, Any]) -> int | None:
@@ -71,7 +97,7 @@ def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
     then in the warm-up), then the usable CPUs."""
     out = []
     for e in entries:
-        waited = [f"waited {format_ns(e['wait_ns'])} in {e['waits']:,} waits"] if e.get("waits") else []
+        waited = [f"waited {line}"] if (line := waits_line(e)) else []
         if e.get("warmup_waits"):
             waited.append(f"{format_ns(e['warmup_wait_ns'])} in the warm-up" if waited else
                           f"waited {format_ns(e['warmup_wait_ns'])} in the warm-up only")  # fmt: skip

@@ -25,6 +25,9 @@ INVOLUNTARY_PER_STEP = 100.0
 """Involuntary context switches of the main process per step above which its threads fight for the CPUs."""
 OWN_BUSY_PCT = 80.0
 """Share of the usable CPUs the program's own processes (main and workers) keep busy above which they fill them."""
+SHARED_OWN_PCT = 40.0
+"""Share of the usable CPUs the program's own processes keep busy above which, on a machine that other processes
+fill the rest of (saturated, ``OWN_BUSY_PCT`` busy in all), its workers are part of what fills the CPUs."""
 OTHERS_BUSY_PCT = 50.0
 """Share of the machine's cores that processes outside the program keep busy above which they took the CPUs."""
 THREADS_PER_CORE = 4
@@ -51,27 +54,49 @@ def _own_pct(c: Result, usable: float) -> float | None:
 
 
 def workers_exceed_cores(results: Results) -> Recommendation | None:
-    """More worker processes (plus the main process) than usable CPUs, and the program's own processes keep
-    those CPUs busy."""
+    """More worker processes (plus the main process) than usable CPUs, and the CPUs are full: the program's own
+    processes keep them busy, or they keep a good part of them busy (``SHARED_OWN_PCT``) on a machine that other
+    processes fill the rest of (saturated and ``OWN_BUSY_PCT`` busy in all; only where the program could use
+    every core, as the machine's figures count them all)."""
     c = _cpu(results)
     if c is None or not (usable := _usable(c)) or not (workers := _num(c.facts, "workers")):
         return None
     own = _own_pct(c, usable)
-    if workers + 1 <= usable or own is None or own < OWN_BUSY_PCT:
+    if workers + 1 > usable and own is not None and own >= OWN_BUSY_PCT:
+        shared = None
+    elif workers + 1 > usable and own is not None and own >= SHARED_OWN_PCT:
+        if (shared := _shared(c, usable)) is None:
+            return None
+    else:
         return None
     main, theirs = _num(c.facts, "main_cpu_pct") or 0.0, _num(c.facts, "workers_cpu_pct") or 0.0
+    threshold = f"threshold {OWN_BUSY_PCT:g}%" if shared is None else f"threshold {SHARED_OWN_PCT:g}% on a full machine"
     evidence = [
         f"{_procs(int(workers))} and the main process ran on "
         f"{counted(int(usable), 'usable CPU')} and kept them "
-        f"{own:.0f}% busy (threshold {OWN_BUSY_PCT:g}%): the main process {main:.0f}%, the workers {theirs:.0f}% of "
+        f"{own:.0f}% busy ({threshold}): the main process {main:.0f}%, the workers {theirs:.0f}% of "
         "one core (system.cpu)"
     ]
+    if shared is not None:
+        evidence.append(shared)
     invol = _num(c.facts, "main_involuntary_per_step")
     if invol is not None:
         evidence.append(f"the scheduler took the CPU from the main process {invol:,.0f} times per step (system.cpu)")
     severity: Severity = "high" if invol is not None and invol >= INVOLUNTARY_PER_STEP else "medium"
     title, action = _workers_action(c.facts.get("dataloaders") or [], int(workers), int(usable))
     return Recommendation("workers_exceed_cores", title, severity, evidence, [c.id], action)
+
+
+def _shared(c: Result, usable: float) -> str | None:
+    """The evidence that other processes filled the rest of the machine the program could wholly use, or None."""
+    cores, busy, sat = _num(c.facts, "cores"), _num(c.facts, "busy_mean_pct"), _num(c.facts, "saturated_pct")
+    if cores != usable or busy is None or sat is None or busy < OWN_BUSY_PCT or sat < SATURATED_PCT:
+        return None
+    return (
+        f"with other processes the machine's {counted(int(cores), 'core')} were {busy:.0f}% busy (threshold "
+        f"{OWN_BUSY_PCT:g}%) and more threads than cores were runnable at {sat:.0f}% of the samples (threshold "
+        f"{SATURATED_PCT:g}%): no CPU was free for the workers beyond the program's share (system.cpu)"
+    )
 
 
 def _workers_action(loaders: list[dict[str, Any]], workers: int, usable: int) -> tuple[str, str]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from xstack.analyze._loaders import describe as describe_loader
-from xstack.analyze._loaders import waited_on
-from xstack.analyze.result import Result, format_ns
+from xstack.analyze._loaders import waited_on, waits_line
+from xstack.analyze.result import Result
 
 Results = dict[str, Result]
 
@@ -55,10 +55,11 @@ def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:
 
 
 def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> str:
-    """The DataLoader, the loop's waits for it past the warm-up (the warm-up's also start its workers) and the
-    usable CPUs."""
-    waited = f", {format_ns(loader['wait_ns'])} in {loader['waits']:,} waits" if loader.get("waits") else ""
-    waited += " past the warm-up" if waited and loader.get("warmup_waits") else ""
+    """The DataLoader, the loop's waits for it past the warm-up (the warm-up's also start its workers), with
+    those after the last ``step()`` apart (in no measured step: not in ``model.stages``' share), and the usable
+    CPUs."""
+    waited = waits_line(loader, " past the warm-up" if loader.get("warmup_waits") else "")
+    waited = f", {waited}" if waited else ""
     cpus = f"; {cores} usable CPUs" if cores is not None else ""
     return f"the loop waits on {describe_loader(loader)}{waited}{cpus} ({source})"
 

@@ -123,14 +123,23 @@ class SystemRuns:
             return "machine"
         if pid == (run.main_pid if run is not None else self.main_pid):
             return "main"
-        if pid in self.roles:
-            return f"{self.roles[pid].replace('_', ' ')} {pid}"
+        roles = self.roles_of(run)
+        if pid in roles:
+            return f"{roles[pid].replace('_', ' ')} {pid}"
         return self.names.get(pid) or f"worker {pid}"
 
     def is_worker(self, pid: int | None, run: RunFacts | None = None) -> bool:
-        """A child process of the profiled one that is not a helper of ``multiprocessing`` (``roles``)."""
+        """A child process of the profiled one of ``run`` (default: the counters run) that is not a helper of
+        ``multiprocessing`` (``roles_of``)."""
         main = run.main_pid if run is not None else self.main_pid
-        return pid is not None and pid != main and pid not in self.roles
+        return pid is not None and pid != main and pid not in self.roles_of(run)
+
+    def roles_of(self, run: RunFacts | None) -> dict[int, str]:
+        """The helpers of ``multiprocessing`` by pid in ``run``, as its own sampler found them (each pass runs
+        in processes of its own: the syscall pass's pids are not the counters pass's); default: ``roles``."""
+        if run is None or run is self.counters or (self.counters is None and run is self.syscalls):
+            return self.roles
+        return _process_roles(run.system)
 
     def source(self, run: RunFacts | None) -> str:
         """Where a number came from, for the notes: ``run 3 (pass model+system)``."""

@@ -132,7 +132,7 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     (``usable_cpus``: ``runs.config.cpu_count``, else the cores), the DataLoaders it recorded, and whether the
     counters were sampled while the syscall tracer ran (``counters_traced``: its load then counts too). The
     helpers of ``multiprocessing`` (the resource tracker, a forkserver: told by their command lines as the
-    sampler stops, ``config.system.process_roles``) are rows of their own, named, and not workers: the worker
+    sampler first saw them, ``config.system.process_roles``) are rows of their own, named, and not workers: the worker
     count, the workers' CPU and ``own_cpu_pct`` leave them out (``helpers``: their CPU busy, by name).
     """
     runs = system_runs(store, run_id)

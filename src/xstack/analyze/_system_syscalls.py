@@ -93,7 +93,8 @@ labelled AS (
 keyed AS (
     SELECT 'stage' AS kind, stage AS place, * FROM labelled WHERE model_id IS NOT NULL
     UNION ALL SELECT 'layer', layer, * FROM labelled WHERE layer_id IS NOT NULL
-    UNION ALL SELECT CASE WHEN pid IS DISTINCT FROM $main THEN 'worker' WHEN tid = pid THEN 'outside' ELSE 'thread' END,
+    UNION ALL SELECT CASE WHEN pid IS DISTINCT FROM $main AND list_contains($helpers, pid) THEN 'helper'
+        WHEN pid IS DISTINCT FROM $main THEN 'worker' WHEN tid = pid THEN 'outside' ELSE 'thread' END,
         NULL, * FROM labelled WHERE model_id IS NULL
 )
 SELECT kind, place, pid, name, cls, count(*), sum(dur_ns), sum(dur_ns) FILTER (WHERE in_step),
@@ -149,8 +150,9 @@ FROM sp ASOF LEFT JOIN st ON sp.start_ns >= st.s GROUP BY ALL
 
 COLUMNS = [
     Column("where", help="a stage (model span; step: in a step outside its inner stages), a layer (module path), "
-           "or, for calls under no span: outside any stage (main thread), other threads, a worker process"),
-    Column("kind", help="stage, layer, outside, thread (other threads of the main process) or worker"),
+           "or, for calls under no span: outside any stage (main thread), other threads, a worker process, a "
+           "helper of multiprocessing (its resource tracker, a forkserver)"),
+    Column("kind", help="stage, layer, outside, thread (other threads of the main process), worker or helper"),
     Column("process"),
     Column("threads", "count", "threads whose calls the row sums"),
     Column("calls", "count"),
@@ -186,19 +188,22 @@ def syscall_time(store: Store, run_id: int) -> Result:
     step outside its inner stages); a layer row counts the calls made while it was the innermost layer. So stage and
     layer rows overlap, and a call's time is its whole duration whether it blocked or ran in the kernel. Calls under
     no span are the main thread's "outside any stage", the main process's other threads (the DataLoader's pin-memory
-    thread and the intra-op pool among them) and each worker process; a row of several threads sums their time, so a
-    pool of idle threads each blocked in a futex for the whole pass counts the pass once per thread. The facts keep
-    the thread that runs the loop (the one recording the model spans) apart: its time in syscalls within the
-    measured steps and its share of them, against the other threads' time and how much of it they spent in wait
-    calls, idle. Caveats: strace stops the thread at every call, adding some microseconds to each and slowing the
-    whole pass, so counts and the durations of calls that block (waits, reads of pipes) are what to trust, not the
-    time of short calls; calls still running when the trace ended run to its end. What the program computes between
-    calls is not seen here. So no time measured under strace is given as the program's own: where the run analysed
-    is a merged profile, the shares measured under strace (strace slows the calls more than the code between them,
-    so they still overstate syscalls, less badly) are applied to each stage's and layer's duration per step in the
-    merged profile, whose passes ran without strace ("est." columns). Shares are of the measured steps (calls and
-    spans starting in one: the warm-up, whose first wait also waits for the workers to start, is left out), of
-    the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the syscall pass itself.
+    thread and the intra-op pool among them), each worker process and each helper of ``multiprocessing`` (the
+    resource tracker, a forkserver: told as ``system.cpu`` tells them, by the roles the syscall pass's own sampler
+    recorded, ``config.system.process_roles``; fact ``worker_processes`` leaves them out); a row of several threads
+    sums their time, so a pool of idle threads each blocked in a futex for the whole pass counts the pass once per
+    thread. The facts keep the thread that runs the loop (the one recording the model spans) apart: its time in
+    syscalls within the measured steps and its share of them, against the other threads' time and how much of it
+    they spent in wait calls, idle. Caveats: strace stops the thread at every call, adding some microseconds to each
+    and slowing the whole pass, so counts and the durations of calls that block (waits, reads of pipes) are what to
+    trust, not the time of short calls; calls still running when the trace ended run to its end. What the program
+    computes between calls is not seen here. So no time measured under strace is given as the program's own: where
+    the run analysed is a merged profile, the shares measured under strace (strace slows the calls more than the
+    code between them, so they still overstate syscalls, less badly) are applied to each stage's and layer's
+    duration per step in the merged profile, whose passes ran without strace ("est." columns). Shares are of the
+    measured steps (calls and spans starting in one: the warm-up, whose first wait also waits for the workers to
+    start, is left out), of the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the
+    syscall pass itself.
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
@@ -211,7 +216,7 @@ def syscall_time(store: Store, run_id: int) -> Result:
                                                                              e=ends)}  # fmt: skip
     unslowed = _unslowed(store, runs, run)
     table = _table(runs, run, found, span_time, len(steps), unslowed)
-    threads = _thread_facts(store, run, steps, unslowed.get(("stage", "step")))
+    threads = _thread_facts(store, runs, run, steps, unslowed.get(("stage", "step")))
     origin = {"unslowed_run": runs.run_id if unslowed else None, "timed_under_tracer": runs.run_id == run.run_id}
     return Result(
         ID,
@@ -249,7 +254,8 @@ def _unslowed(store: Store, runs: SystemRuns, run: RunFacts) -> dict[tuple[str, 
 def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], ends: list[int]) -> list[tuple[Any, ...]]:
     owners = run_context(store, run.run_id).owners()
     main = run.main_pid if run.main_pid is not None else -1
-    return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main)
+    helpers = sorted(runs.roles_of(run))
+    return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main, helpers=helpers)
 
 
 def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
@@ -314,10 +320,12 @@ def _facts(run: RunFacts, found: list[tuple[Any, ...]]) -> dict[str, Any]:
     return facts
 
 
-def _thread_facts(store: Store, run: RunFacts, steps: list[Step], step_ns: float | None) -> dict[str, Any]:
+def _thread_facts(store: Store, runs: SystemRuns, run: RunFacts, steps: list[Step],
+                  step_ns: float | None) -> dict[str, Any]:  # fmt: skip
     """The loop's thread against the others: time in syscalls (ns, under strace), its share of the measured
-    steps (%) and that share of ``step_ns`` (a step without strace, when known), and how much of the other
-    threads' time was waiting."""
+    steps (%) and that share of ``step_ns`` (a step without strace, when known), how much of the other
+    threads' time was waiting, and the worker processes (the helpers of ``multiprocessing``, told as
+    ``system.cpu`` tells them, apart)."""
     per = rows(store, _THREADS, run.run_id, s=[s.start_ns for s in steps], e=[s.end_ns for s in steps])
     found = rows(store, _MAIN_TID, run.run_id)
     main = int(found[0][0]) if found else run.main_pid
@@ -343,7 +351,8 @@ def _thread_facts(store: Store, run: RunFacts, steps: list[Step], step_ns: float
         "other_threads": len(others),
         "other_threads_ns": sum(int(r[3]) for r in others),
         "other_threads_wait_ns": sum(int(r[4] or 0) for r in others),
-        "worker_processes": len({r[0] for r in others if r[0] != run.main_pid}),
+        "worker_processes": len({r[0] for r in others if runs.is_worker(r[0], run)}),
+        "helper_processes": sorted({runs.label(r[0], run) for r in others if r[0] in runs.roles_of(run)}),
         "pass_ns": pass_ns,
     }
 

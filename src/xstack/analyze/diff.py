@@ -8,19 +8,27 @@ counted twice, and a level's totals never exceed the time its top items cover. W
 steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
 log's job run time), and kernels known by their counters alone (an Nsight Compute CSV) compare with those of
 another such run, never with a kernel trace's, whose times are measured otherwise. Its tables are
-``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``) that print in a terminal,
-render in the HTML report and convert to JSON, markdown or CSV.
+``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``, and ``diff.io``: the runs'
+file I/O, each measure in its own unit, ``_diff_io``) that print in a terminal, render in the HTML report and
+convert to JSON, markdown or CSV.
 
 Notes: the change of an item is ``delta = B - A`` of its median time per call (kernels: the total time of
 every call of a name). It counts as a change only when ``|delta|`` reaches both floors, ``threshold`` times A's
-time (default 5%) and ``min_delta_ns`` (default 1 us), and, where both runs carry iteration statistics
-(merged leveled runs, ``stats.*``), when it also exceeds the combined spread of the two distributions:
-``|delta| > (median_A - p5_A) + (median_B - p5_B)``. The spread is taken on the low side on purpose: noise on a
-shared machine makes iterations slower, never faster, so a few descheduled iterations inflate p95 and the
-standard deviation (a p5..p95 overlap test would then hide even a 5x slowdown), while the median and p5
+time (default 5%) and ``min_delta_ns`` (default 1 us), and, where both runs carry iteration statistics, when it
+also exceeds the combined spread of the two distributions: ``|delta| > (median_A - p5_A) + (median_B - p5_B)``.
+A merged leveled run carries them on its spans (``stats.*``). A run that is not merged (a live run, a pass of a
+leveled run, an imported trace with ``ProfilerStep`` spans) takes them from its own measured steps, past the
+warm-up: an item's p5 is that of its time per call in each step, over the steps it occurs in (an item called
+once per step: its calls' own spread); a kernel name's time being a total over the run, its spread is that of
+its per-step totals times the steps, so that its change counts when the change per step exceeds the spread per
+step; the step latency's is that of the steps (``_diff_read``). The spread is taken on the low side on purpose:
+noise on a shared machine makes iterations slower, never faster, so a few descheduled iterations inflate p95 and
+the standard deviation (a p5..p95 overlap test would then hide even a 5x slowdown), while the median and p5
 stay put. For normally spread timings the rule asks for about 1.6 (sigma_A + sigma_B). Items whose statistics
-come from fewer than ``min_iterations`` iterations, and runs without statistics (a single pass, an imported
-trace), are judged by the two floors alone, and the tables say so in a label.
+come from fewer than ``min_iterations`` iterations (default 3), runs with fewer measured steps than that, and
+runs with neither steps nor statistics (a Darshan log, an Nsight Compute CSV, a trace without steps) are judged
+by the two floors alone, and the tables say so in a label (naming the run's measured iterations where it has
+too few); where a run that is not merged gives the spread, the summary's label says over how many iterations.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from xstack.analyze import _diff_format
+from xstack.analyze._diff_io import io_result, read_io
 from xstack.analyze._diff_read import LayerKey, OpKey, Side, Timing, read_side
 from xstack.analyze._diff_rule import (
     NESTED,
@@ -54,6 +63,7 @@ from xstack.analyze._diff_summary import summary as diff_summary
 from xstack.analyze.context import HINTS, pick_run
 from xstack.analyze.result import Chart, Column, Result, format_ns, render_result
 from xstack.errors import StoreError, UsageError
+from xstack.text import counted
 from xstack.trace.store import Store
 
 __all__ = ["STATUSES", "ProfileDiff", "Rule", "Status", "diff_profiles"]
@@ -61,7 +71,7 @@ __all__ = ["STATUSES", "ProfileDiff", "Rule", "Status", "diff_profiles"]
 
 @dataclass
 class ProfileDiff:
-    """Two runs compared: which runs, the rule, and the four tables."""
+    """Two runs compared: which runs, the rule, and the five tables."""
 
     a: Side
     b: Side
@@ -70,11 +80,12 @@ class ProfileDiff:
     layers: Result
     ops: Result
     kernels: Result
+    io: Result
 
     @property
     def results(self) -> list[Result]:
         """The tables, summary first."""
-        return [self.summary, self.layers, self.ops, self.kernels]
+        return [self.summary, self.layers, self.ops, self.kernels, self.io]
 
     def result(self, id: str) -> Result:
         """One table by id (``diff.layers``); KeyError when there is none."""
@@ -133,7 +144,8 @@ def diff_profiles(
         b = a if _same(store_a, store_b) else _open(store_b, stack)
         side_a = read_side(a, _run(a, run_a))
         side_b = read_side(b, _run(b, run_b))
-    return _build(side_a, side_b, rule, top)
+        io = io_result(read_io(a, side_a.run_id, "A"), read_io(b, side_b.run_id, "B"), rule, top)
+    return _build(side_a, side_b, rule, top, io)
 
 
 def _open(store: Store | str | os.PathLike[str], stack: ExitStack) -> Store:
@@ -159,7 +171,7 @@ def _side_dict(s: Side) -> dict[str, Any]:
             "steps": s.steps}  # fmt: skip
 
 
-def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
+def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> ProfileDiff:
     fallback = _fallback_label(a, b, rule)
     opts = (rule, fallback, top)
     layer_cols = [Column("layer"), Column("call", "count", "call index of the path in a step"), Column("type")]
@@ -169,18 +181,25 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None) -> ProfileDiff:
                Column("op"), Column("occurrence", "count", "earlier calls of the name in that layer call")]  # fmt: skip
     ops = _level("op", a, b, a.ops, b.ops, "diff.ops", "Ops: added, removed, slower, faster", op_cols,
                  _op_cells, _HOW["op"], opts)  # fmt: skip
-    kernel_cols = [Column("kernel"), Column("a_calls", "count"), Column("b_calls", "count")]
+    kernel_cols = [
+        Column("kernel"),
+        Column("calls A", "count", "the name's calls in A"),
+        Column("calls B", "count", "the name's calls in B"),
+    ]
     kernels = _level("kernel", a, b, a.kernels, b.kernels, "diff.kernels", "Kernels by name: added, removed, "
                      "slower, faster", kernel_cols, _kernel_cells, _HOW["kernel"], opts)  # fmt: skip
     if a.kernels and b.kernels and a.steps != b.steps and not (a.merged and b.merged):
         kernels[0].labels.append(
             f"the runs hold {a.steps} and {b.steps} steps: kernel totals are per run, not per step"
         )
-    summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]}, fallback)
-    replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b)) if s.replayed]
+    summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]},
+                           fallback or _spread_label(a, b))  # fmt: skip
+    # a run without host times (an Nsight Compute CSV) has none to be inflated: its wall label says so
+    replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b))
+                if s.replayed and (s.steps or s.wall is not None)]  # fmt: skip
     for result in (summary, layers[0], ops[0]):
         result.labels += [] if result.missing else replayed
-    return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0])
+    return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0], io)
 
 
 _HOW = {
@@ -287,8 +306,33 @@ def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fall
 
 
 def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
-    plain = [f"{n} (run {s.run_id}: {s.pass_name or 'single pass'})" for n, s in (("A", a), ("B", b)) if not s.merged]
-    if not plain:
+    """Why the changes are judged by the floors alone, where a run has no spread (no steps nor statistics, or too
+    few measured steps); None where both have one."""
+    lacking = [(f"{n} (run {s.run_id}: {s.pass_name or 'single pass'})", s.steps)
+               for n, s in (("A", a), ("B", b)) if not s.has_spread(rule.min_iterations)]  # fmt: skip
+    if not lacking:
         return None
-    return (f"no iteration statistics in {' and '.join(plain)}: changes judged by the floors only "
+    parts = []
+    if none := [run for run, steps in lacking if not steps]:
+        parts.append(f"no iteration statistics in {' and '.join(none)}")
+    if few := [(run, steps) for run, steps in lacking if steps]:
+        if len(few) == 2 and few[0][1] == few[1][1]:
+            counts = f"{few[0][0]} and {few[1][0]} have {counted(few[0][1], 'measured iteration')} each"
+        else:
+            counts = " and ".join(f"{run} has {counted(steps, 'measured iteration')}" for run, steps in few)
+        parts.append(f"{counts}, fewer than {rule.min_iterations}")
+    return (f"{'; '.join(parts)}: changes judged by the floors only "
             f"({rule.threshold * 100:g}%, {format_ns(rule.min_delta_ns)})")  # fmt: skip
+
+
+def _spread_label(a: Side, b: Side) -> str | None:
+    """Where the spreads a change had to exceed come from, where a run that is not merged gives its own (both
+    runs having one); None for two merged runs, whose statistics the notes describe."""
+    if a.merged and b.merged:
+        return None
+    src_a, src_b = a.spread_source(), b.spread_source()
+    over = f"A's and B's {src_a} each" if src_a == src_b else f"A's {src_a} and B's {src_b}"
+    return (
+        f"noise: each item's low-side spread (median - p5) over {over} (per step: an item's time per call, a "
+        "kernel name's total)"
+    )

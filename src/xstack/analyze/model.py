@@ -33,7 +33,9 @@ NOTES = (
     "the fewest levels. Throughput = batch size / latency, in samples per second; speed-up = throughput over the "
     "previous batch size's. The optimal batch size is the smallest whose next size raises throughput by at most "
     "the gain threshold per doubling ((T_next / T) ** (1 / log2(b_next / b)) - 1, the plain gain when the next "
-    "size is the double); with a latency target, the largest batch size whose median latency meets it."
+    "size is the double), or, where throughput still rises at the largest size measured and a larger one failed "
+    "(out of memory, typically), that largest size; with a latency target, the largest batch size whose median "
+    "latency meets it."
 )
 SWEEP_HINT = (
     "For latency and throughput across batch sizes and the optimal batch size, "
@@ -99,8 +101,9 @@ def model_information(
     Notes: latency is the median duration of the measured iterations (step spans), read from each batch size's
     merged run (its step timed by the model pass alone, p5/p95 from its ``stats.*``) or, without one, from its
     complete run with the fewest levels; throughput = batch size / latency. The optimum is the smallest size
-    whose next size gains at most ``gain_threshold_pct`` throughput per doubling; with a target, the largest
-    size whose median latency meets it.
+    whose next size gains at most ``gain_threshold_pct`` throughput per doubling (or the largest measured, where
+    throughput still rises there and a larger size failed); with a target, the largest size whose median
+    latency meets it.
     """
     ctx = run_context(store, run_id)
     missing = ctx.require(ID, TITLE, "model", notes=NOTES)
@@ -118,6 +121,7 @@ def model_information(
         [(p.batch_size, p.latency_ns) for p in points if p.batch_size is not None and p.latency_ns is not None],
         gain_threshold_pct=gain_threshold_pct,
         latency_target_ms=latency_target_ms,
+        failed=failed,
     )
     if points and all(p.batch_size is None for p in points):
         reason = "the run records no batch size, so no throughput and no optimum (xstack sweep records both)"
@@ -129,6 +133,8 @@ def model_information(
     if len(known) < 2:
         result.hint = SWEEP_HINT
         result.labels.append("one batch size: xstack sweep --batch-sizes 1,2,4,8 measures several")
+    elif optimal is None:  # the table's optimal column is empty: every report says why beside it
+        result.labels.append(f"no optimal batch size: {reason}")
     if failed:
         result.labels.append(f"failed (cut short) at batch size {', '.join(map(str, failed))}")
     if (warmup := ctx.warmup_label()) is not None and _batch_size(ctx.config) is None:
@@ -153,9 +159,12 @@ def choose_batch_size(
     *,
     gain_threshold_pct: float = GAIN_THRESHOLD_PCT,
     latency_target_ms: float | None = None,
+    failed: Sequence[int] = (),
 ) -> tuple[int | None, str]:
     """The optimal batch size among ``(batch size, latency ns)`` points and why; None when there is none (no
-    size meets the latency target, or throughput still rises by more than the threshold at the largest)."""
+    size meets the latency target, or throughput still rises by more than the threshold at the largest and no
+    larger size was tried). ``failed``: batch sizes whose run was cut short (out of memory, typically); where
+    one is larger than every measured size and throughput still rises, the largest that ran is the optimum."""
     pts = sorted(points)
     if not pts:
         return None, "no batch size with a known latency"
@@ -167,7 +176,10 @@ def choose_batch_size(
                 f"{format_ns(lat)})"  # fmt: skip
         b, lat = meeting[-1]
         return b, f"the largest batch size whose latency ({format_ns(lat)}) meets the {latency_target_ms:g} ms target"
+    larger_failed = min((f for f in failed if f > pts[-1][0]), default=None)
     if len(pts) < 2:
+        if larger_failed is not None:
+            return pts[0][0], f"the only batch size that ran: batch size {larger_failed} failed (cut short)"
         return None, f"only batch size {pts[0][0]} was measured: the optimum needs several"
     gain = 0.0
     for (b, lat), (b_next, lat_next) in zip(pts, pts[1:], strict=False):
@@ -177,6 +189,11 @@ def choose_batch_size(
                 f"going from batch size {b} to {b_next} raises throughput by {gain:.1f}% per doubling, at most "
                 f"{gain_threshold_pct:g}%: larger batches add latency, not throughput"
             )
+    if larger_failed is not None:  # throughput still rises where the next size no longer runs
+        return pts[-1][0], (
+            f"the largest batch size that ran: throughput still rises {gain:.1f}% per doubling up to it, and batch "
+            f"size {larger_failed} failed (cut short)"
+        )
     # no size has been found past which throughput levels off: the optimum lies beyond the sweep
     return None, (
         f"throughput still rises {gain:.1f}% per doubling up to batch size {pts[-1][0]}, the largest measured: "

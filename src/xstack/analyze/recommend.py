@@ -62,7 +62,11 @@ def input_bound(results: Results) -> Recommendation | None:
     s = _get(results, "model.stages")
     if s and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None and p >= INPUT_WAIT_PCT:
         waited = format_ns(_num(s.facts, "dataloader_ns") or 0)
-        evidence.append(f"the loop waited {waited} for DataLoader batches, {p:.1f}% of step time (model.stages)")
+        steps = int(_num(s.facts, "steps") or 0)
+        evidence.append(
+            f"the loop waited {waited} for DataLoader batches within its {counted(steps, 'measured step')}, "
+            f"{p:.1f}% of their time (model.stages)"
+        )
         sources.append(s.id)
         pct = max(pct, p)
     io = _get(results, "io.input_bound")
@@ -146,14 +150,23 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
         return None
     best = a1.facts["optimal_batch_size"]
     reason = str(a1.facts.get("reason") or "")
+    target = a1.facts.get("latency_target_ms")
+    failed = [f for f in a1.facts.get("failed_batch_sizes") or [] if f > best]
+    # the sizes past the optimum may still raise throughput: under a latency target they miss it, and a size
+    # that failed (out of memory, typically) does not run at all
+    if target is not None:
+        larger = f"larger batches miss the {target:g} ms latency target"
+    elif failed and best == max(a1.facts.get("batch_sizes") or [best]):
+        larger = f"batch size {min(failed)} failed (cut short)"
+    else:
+        larger = "larger batches add latency without raising throughput"
     return Recommendation(
         "optimal_batch_size",
         f"Use batch size {best}",
         "medium",
         [f"{reason} (A1)" if reason else f"A1 found batch size {best} optimal across {len(a1.rows)} sizes (A1)"],
         ["A1"],
-        f"Run at batch size {best}: larger batches add latency without raising throughput, smaller ones leave "
-        "throughput unused.",
+        f"Run at batch size {best}: {larger}, smaller ones leave throughput unused.",
     )
 
 

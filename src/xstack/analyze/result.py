@@ -12,9 +12,9 @@ import csv
 import io
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -40,9 +40,17 @@ class Column:
     name: str
     unit: Unit = ""
     help: str = ""
+    unit_from: str = ""
+    """For a table whose rows measure different things (counts, bytes, times): the column holding each row's
+    unit, which then formats this column's cell in that row (``unit`` stays empty)."""
     bin_ns: int | None = None
     """For a ``ns`` column of equal time bins' starts: the bins' width, so that every cell prints in one unit with
     the same decimals (``format_cell``)."""
+
+    @property
+    def numeric(self) -> bool:
+        """True for a column of numbers (a unit, or a unit per row): right-aligned, sorted largest first."""
+        return self.unit != "" or self.unit_from != ""
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ class Result:
             "hint": self.hint,
             "notes": self.notes,
             "labels": self.labels,
-            "columns": [{"name": c.name, "unit": c.unit, "help": c.help} for c in self.columns],
+            "columns": [_column_dict(c) for c in self.columns],
             "rows": [[_json_value(v) for v in r] for r in self.rows],
             "truncated": self.truncated,
             "facts": {k: _json_value(v) for k, v in self.facts.items()},
@@ -159,6 +167,24 @@ class Result:
 
     def __rich__(self) -> RenderableType:
         return render_result(self)
+
+
+def _column_dict(c: Column) -> dict[str, str]:
+    out = {"name": c.name, "unit": c.unit, "help": c.help}
+    return {**out, "unit_from": c.unit_from} if c.unit_from else out
+
+
+def cell_units(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> list[list[Unit]]:
+    """The unit of each cell of ``rows``: its column's, or where the column takes its unit from another
+    (``Column.unit_from``), that column's value in the row."""
+    plain = [c.unit for c in columns]
+    if not any(c.unit_from for c in columns):
+        return [plain] * len(rows)
+    names = {c.name: i for i, c in enumerate(columns)}
+    source = [names[c.unit_from] if c.unit_from else -1 for c in columns]
+    return [
+        [cast(Unit, str(row[k] or "")) if k >= 0 else u for u, k in zip(plain, source, strict=True)] for row in rows
+    ]
 
 
 def missing_result(id: str, title: str, run_id: int, missing: list[str], hint: str, notes: str = "") -> Result:
@@ -203,7 +229,8 @@ def markdown_text(text: str, escape: Callable[[str], str]) -> str:
 def bin_column(bin_ns: int) -> Column:
     """The ``time`` column of a result in equal time bins ``bin_ns`` wide: each bin's start, from the run's first
     event."""
-    return Column("time", "ns", f"start of the bin, from the run's first event; bins of {format_ns(bin_ns)}", bin_ns)
+    help = f"start of the bin, from the run's first event; bins of {format_ns(bin_ns)}"
+    return Column("time", "ns", help, bin_ns=bin_ns)
 
 
 def bin_label(bin_ns: int) -> str:
@@ -212,12 +239,13 @@ def bin_label(bin_ns: int) -> str:
     return f"time bins of {format_ns(bin_ns)}, each labelled by its start"
 
 
-def format_cell(value: Any, column: Column) -> str:
-    """A cell of ``column`` as text: as ``format_value`` has it, but a time bin's start in the unit of the bins'
-    width (``0.00 ms``, ``2.40 ms``), so the column reads alike from the first bin to the last."""
+def format_cell(value: Any, column: Column, unit: Unit | None = None) -> str:
+    """A cell of ``column`` as text: as ``format_value`` has it in ``unit`` (default: the column's; a row's own
+    from ``cell_units``), but a time bin's start in the unit of the bins' width (``0.00 ms``, ``2.40 ms``), so the
+    column reads alike from the first bin to the last."""
     if column.bin_ns and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return format_ns_in_steps(value, column.bin_ns)
-    return format_value(value, column.unit)
+    return format_value(value, column.unit if unit is None else unit)
 
 
 def format_value(value: Any, unit: Unit) -> str:
@@ -269,16 +297,17 @@ def render_result(result: Result, max_rows: int = 25) -> RenderableType:
         caption_justify="left",
     )
     for c in result.columns:
-        numeric = c.unit != ""
+        numeric = c.numeric
         table.add_column(
             c.name + (f" ({_unit_label(c.unit)})" if c.unit in ("pct",) else ""),
             justify="right" if numeric else "left",
             overflow="fold",
             max_width=None if numeric else 70,
         )
-    for row in result.rows[:max_rows]:
+    shown = result.rows[:max_rows]
+    for row, units in zip(shown, cell_units(result.columns, shown), strict=True):
         # Text, not str: names from traces ("[param|cuda]") must not be read as rich markup
-        table.add_row(*(Text(format_cell(v, c)) for v, c in zip(row, result.columns, strict=True)))
+        table.add_row(*(Text(format_cell(v, c, u)) for v, c, u in zip(row, result.columns, units, strict=True)))
     if not result.rows:
         return Group(Text(heading, style="bold"), Text("  no rows: nothing of this kind in the run", style="dim"))
     return table

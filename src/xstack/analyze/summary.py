@@ -33,11 +33,13 @@ from xstack.analyze._io_common import (
     FILE_OPS,
     FILE_STORAGE,
     FILE_TIME,
+    OPEN_OPS,
     READ_OPS,
     SPAN_BYTES,
     SPAN_PATH,
     SPAN_STORAGE,
     WRITE_OPS,
+    file_int,
     in_list,
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
@@ -119,6 +121,9 @@ class RunSummary:
     runs: list[tuple[int, str, str | None]] = field(default_factory=list)
     """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
     passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+    """The batch size of each run of the store that records one (``config.batch_size``: the runs of a sweep),
+    by run id."""
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
     merged run, "of step (PASS)": the step median of the pass that timed that level; in a live run with warm-up,
@@ -207,15 +212,16 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     if summary.pass_name != "merged":
         summary.iterations = _iterations(store, run_id)
     summary.replayed = run_context(store, run_id).replayed_timing()
-    summary.io = _io_totals(store, run_id, summary.span_counts.get("io", 0))
+    summary.io = io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
     health = run_health(store, run_id)
     summary.health, summary.health_info = health.findings, health.info
     summary.store = str(store.path)
-    summary.runs = [
-        (int(r), str(n), None if p is None else str(p))
-        for r, n, p in store.query("SELECT run_id, name, pass FROM runs ORDER BY run_id")
-    ]
+    runs = store.query(
+        f"SELECT run_id, name, pass, TRY_CAST(config->>'$.{A.CONFIG_BATCH_SIZE}' AS BIGINT) FROM runs ORDER BY run_id"
+    )
+    summary.runs = [(int(r), str(n), None if p is None else str(p)) for r, n, p, _ in runs]
+    summary.batch_sizes = {int(r): int(b) for r, _, _, b in runs if b is not None}
     return summary
 
 
@@ -334,25 +340,50 @@ _IO_TOTALS = """
 SELECT sum({ops}) FILTER (WHERE {data}), sum({read}) FILTER (WHERE {data}), sum({written}) FILTER (WHERE {data}),
     sum({time}) FILTER (WHERE {data}), count(DISTINCT {path}) FILTER (WHERE {data}),
     count(DISTINCT pid) FILTER (WHERE {data}), sum({ops}) FILTER (WHERE {storage}),
-    count(DISTINCT {path}) FILTER (WHERE {storage}), count(DISTINCT {path}) FILTER (WHERE NOT ({storage}))
+    count(DISTINCT {path}) FILTER (WHERE {storage}), count(DISTINCT {path}) FILTER (WHERE NOT ({storage})),
+    sum({opens}) FILTER (WHERE {data}), sum({reads}) FILTER (WHERE {data}), sum({writes}) FILTER (WHERE {data}),
+    sum({read_time}) FILTER (WHERE {data}), sum({write_time}) FILTER (WHERE {data}),
+    sum({meta_time}) FILTER (WHERE {data}), sum({zero_reads}) FILTER (WHERE {data}),
+    count(*) FILTER (WHERE {data} AND NOT ({zero_known}))
 FROM {table} WHERE run_id = ?{where}
 """
 _IO_FROM_FILES = _IO_TOTALS.format(ops=FILE_OPS, read="bytes_read", written="bytes_written", time=FILE_TIME,
                                    path="path", data=DATA_FILE, table="io_files", storage=FILE_STORAGE,
-                                   where="")  # fmt: skip
-_IO_FROM_SPANS = _IO_TOTALS.format(ops="1", read=f"CASE WHEN name IN {in_list(READ_OPS)} THEN {SPAN_BYTES} END",
-                                   written=f"CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} END",
+                                   where="", opens="opens", reads="reads", writes="writes",
+                                   read_time="read_time_ns", write_time="write_time_ns", meta_time="meta_time_ns",
+                                   zero_reads=file_int(A.IO_FILE_ZERO_READS),
+                                   zero_known=f"json_exists(attrs, '$.{A.IO_FILE_ZERO_READS}')")  # fmt: skip
+_SPAN_READ, _SPAN_WRITE = f"name IN {in_list(READ_OPS)}", f"name IN {in_list(WRITE_OPS)}"
+_IO_FROM_SPANS = _IO_TOTALS.format(ops="1", read=f"CASE WHEN {_SPAN_READ} THEN {SPAN_BYTES} END",
+                                   written=f"CASE WHEN {_SPAN_WRITE} THEN {SPAN_BYTES} END",
                                    time="dur_ns", path=SPAN_PATH, data=DATA_SPAN,
-                                   table="spans", storage=SPAN_STORAGE, where=" AND level = 'io'")  # fmt: skip
+                                   table="spans", storage=SPAN_STORAGE, where=" AND level = 'io'",
+                                   opens=f"CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END",
+                                   reads=f"CASE WHEN {_SPAN_READ} THEN 1 ELSE 0 END",
+                                   writes=f"CASE WHEN {_SPAN_WRITE} THEN 1 ELSE 0 END",
+                                   read_time=f"CASE WHEN {_SPAN_READ} THEN dur_ns ELSE 0 END",
+                                   write_time=f"CASE WHEN {_SPAN_WRITE} THEN dur_ns ELSE 0 END",
+                                   meta_time=f"CASE WHEN {_SPAN_READ} OR {_SPAN_WRITE} THEN 0 ELSE dur_ns END",
+                                   zero_reads=f"CASE WHEN {_SPAN_READ} AND {SPAN_BYTES} = 0 THEN 1 ELSE 0 END",
+                                   zero_known="TRUE")  # fmt: skip
+IO_TOTAL_KEYS = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes", "all_ops", "all_files",
+                 "streams")  # fmt: skip
+"""The keys of ``RunSummary.io``."""
+IO_DETAIL_KEYS = ("opens", "reads", "writes", "read_time_ns", "write_time_ns", "meta_time_ns", "zero_reads",
+                  "zero_reads_unknown")  # fmt: skip
+"""The keys ``io_totals(detail=True)`` adds, of the data files too: ``zero_reads_unknown`` counts the records that
+do not know their zero-length reads (a Darshan log without DXT tracing)."""
 
 
-def _io_totals(store: Store, run_id: int, io_spans: int) -> dict[str, Any] | None:
-    """The run's file I/O totals from ``io_files`` (else from its ``io`` spans): those of its data files, and
-    the operations and files of every class (Python, system, profiler files, directories); None without I/O."""
+def io_totals(store: Store, run_id: int, io_spans: int, *, detail: bool = False) -> dict[str, Any] | None:
+    """The run's file I/O totals from ``io_files`` (else from its ``io`` spans, where it has ``io_spans``): those of
+    its data files (classes ``DATA_CLASSES``), and the operations and files of every class (Python, system,
+    profiler files, directories); with ``detail``, the data files' opens, reads, writes, read, write and metadata
+    times (ns) and zero-length reads too (``IO_DETAIL_KEYS``); None without I/O. Times are ns, bytes bytes."""
     row = store.query(_IO_FROM_FILES, [run_id])[0]
     if not row[7] and io_spans:
         row = store.query(_IO_FROM_SPANS, [run_id])[0]
     if not row[7]:
         return None
-    keys = ("ops", "bytes_read", "bytes_written", "time_ns", "files", "processes", "all_ops", "all_files", "streams")
-    return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}
+    keys = IO_TOTAL_KEYS + IO_DETAIL_KEYS if detail else IO_TOTAL_KEYS
+    return {k: int(v or 0) for k, v in zip(keys, row, strict=False)}

@@ -4,6 +4,7 @@ code (``COMMANDS``, by subcommand name)."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from xstack.errors import UsageError
+from xstack.errors import UsageError, XstackError
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -204,7 +205,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     sizes = parse_batch_sizes(args.batch_sizes)
     target = args.latency_target
-    if target is not None and not target > 0:
+    if target is not None and not 0 < target < math.inf:  # nan and inf too: the store's JSON cannot hold them
         raise UsageError(f"xstack sweep: --latency-target must be a positive number of milliseconds (got {target:g})")
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack sweep")
@@ -214,10 +215,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     with Store.open(out) as store:
         result = model_information(store, pick_run(store, None))
     console = Console(highlight=False)
-    print_fitted(result, console)
+    if result.rows:  # none where no batch size got as far as a step: the line below says so
+        print_fitted(result, console)
     optimal = result.facts.get("optimal_batch_size")
-    console.print(f"optimal batch size: {optimal if optimal is not None else '-'} ({result.facts.get('reason')})",
-                  soft_wrap=True)  # fmt: skip
+    if optimal is not None or len(result.rows) < 2:  # else the table's caption says why there is none
+        shown = "-" if optimal is None else optimal
+        console.print(f"optimal batch size: {shown} ({result.facts.get('reason')})", soft_wrap=True)
     return code
 
 
@@ -256,6 +259,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         entries = cal.read_results(args.apply)
     else:
         devices = cal.resolve_devices(args.device)
+        _check_calibrate_outputs(args.output, args.store)  # before the measurement, which takes a while
         entries = cal.calibrate(devices, quick=args.quick, on_device=lambda d: console.print(f"measuring {d} ..."))
         console.print(f"cached in {cal.save(entries)}", soft_wrap=True)
         if args.output is not None:
@@ -270,6 +274,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         for run_id, why in skipped:
             console.print(f"run {run_id}: left alone ({why})", soft_wrap=True)
     return 0
+
+
+def _check_calibrate_outputs(output: Path | None, store: Path | None) -> None:
+    """Refuse an ``-o`` that is a folder and a ``--store`` that cannot be opened, naming them."""
+    from xstack.outfile import check_output
+    from xstack.trace.store import Store
+
+    if output is not None:
+        check_output(output)
+        folder = next(p for p in output.parents if p.exists())
+        if not folder.is_dir():
+            raise XstackError(f"{output}: cannot write the calibration file ({folder} is a file, not a folder)")
+    if store is not None:
+        with Store.open(store):  # a missing, foreign or incomplete store says so here
+            pass
 
 
 def _cmd_collectors(args: argparse.Namespace) -> int:

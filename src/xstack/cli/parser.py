@@ -50,6 +50,7 @@ examples:
                                                 recommendations, health and the Perfetto trace
   xstack report prof.duckdb --format md -o -   the same as markdown on stdout (also json, csv) for CI
   xstack diff before.duckdb after.duckdb        layers, ops and kernels added, removed, slower, faster
+                                                and the runs' file I/O compared
   xstack calibrate --store prof.duckdb          measure this machine's peak FLOP/s and memory bandwidth
                                                 (rooflines), cache them and record them in the store's runs
 
@@ -232,13 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "diff",
-        help="compare two profiles: stages, layers, ops and kernels added, removed, slower, faster (beyond noise)",
+        help="compare two profiles: stages, layers, ops and kernels added, removed, slower, faster (beyond noise); "
+        "the runs' file I/O",
         description="Compare run B of store B with run A of store A (default runs: each store's last merged run, "
         "else its last run). Model stages match by name, layers by module path and call index, ops by enclosing "
         "layer, name and occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's "
         "time and 1 us and, for merged (leveled) runs, the spread of both runs' iterations. Runs without step "
         "spans compare by their host wall time (a Darshan log's: its job run time); kernels of an Nsight Compute "
-        "CSV compare with those of another; what only one run has is named, and the rest compared.",
+        "CSV compare with those of another; what only one run has is named, and the rest compared. The runs' file I/O "
+        "(diff.io: data files' counts and bytes exactly, times beyond the floors, the loop's wait for data, the data "
+        "files that changed most) is compared where both have it (the io level, an imported Darshan log).",
         formatter_class=fmt,
     )
     p.add_argument("a", type=Path, metavar="A", help="the baseline store")
@@ -247,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-b", type=int, metavar="ID", help="run of B (default: its last merged run, else its last)")
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
                    help="smallest change that counts, in percent of A's time (default 5)")  # fmt: skip
-    p.add_argument("--top", type=int, metavar="N", help="rows per table (default: 20 in text and md, all in json, csv)")
+    p.add_argument("--top", type=int, metavar="N",
+                   help="rows per table (default: 20 in text and md, all in json, csv); diff.io: data files listed "
+                   "(default: 20 in text and md, 10 in json, csv)")  # fmt: skip
     p.add_argument("--format", choices=["text", "md", "json", "csv"], default="text", help="output (default text)")
 
     p = sub.add_parser(

@@ -28,6 +28,7 @@ most ``REDISCOVER_NS`` apart, is not seen).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from array import array
@@ -130,6 +131,12 @@ class ProcessTree:
         """Bytes this sampler read from /proc: the root's ``rchar`` is reported without them."""
         self.children_listed = os.path.exists(f"/proc/{root}/task/{root}/children")
         """False on kernels without ``CONFIG_PROC_CHILDREN``: only the root is sampled."""
+        self.command_lines: dict[int, tuple[list[str], bool]] = {}
+        """pid -> a descendant's command line when first seen, and whether it was its parent's (a forked process):
+        what ``helper_roles`` tells the helpers of ``multiprocessing`` by, read while they run."""
+        self._recheck: set[int] = set()
+        """Descendants whose command line was their parent's: read again at the next listing, once (one seen
+        between its fork and its exec had not taken its own yet)."""
         self._next_listing = 0
         stat = ProcFile(f"/proc/{root}/stat")
         self.procs[root] = _Process(root, stat, self._open_io(root))
@@ -242,8 +249,15 @@ class ProcessTree:
         alive = {self.root}
         todo = [self.root]
         while todo:
-            proc = self.procs.get(todo[-1]) or self._add(todo[-1])
-            todo.pop()
+            pid = todo.pop()
+            proc = self.procs.get(pid)
+            if proc is not None and pid in self._recheck:
+                self._recheck.discard(pid)
+                self._note_cmdline(proc)
+            elif proc is None and (proc := self._add(pid)) is not None and pid != self.root:
+                self._note_cmdline(proc)
+                if self.command_lines[pid][1]:
+                    self._recheck.add(pid)
             for child in self._children(proc) if proc is not None else ():
                 if child not in alive:
                     alive.add(child)
@@ -290,6 +304,27 @@ class ProcessTree:
             return None
         proc = self.procs[pid] = _Process(pid, stat, self._open_io(pid))
         return proc
+
+    def _note_cmdline(self, proc: _Process) -> None:
+        """Read the command line of ``proc`` and of its parent (``/proc/PID/stat``) into ``command_lines``."""
+        argv = self._cmdline(proc.pid)
+        parent: list[str] = []
+        if argv:
+            with contextlib.suppress(OSError, ValueError, IndexError):  # the process ended
+                parent = self._cmdline(int(self._stat(proc)[1]))
+        self.command_lines[proc.pid] = (argv, bool(argv) and argv == parent)
+
+    def _cmdline(self, pid: int) -> list[str]:
+        f = _open(f"/proc/{pid}/cmdline")
+        if f is None:
+            return []
+        try:
+            raw = self._read(f)
+        except OSError:
+            return []
+        finally:
+            f.close()
+        return raw.decode(errors="replace").split("\0")[:-1]
 
     def _open_io(self, pid: int) -> ProcFile | None:
         try:
@@ -404,36 +439,16 @@ def write_processes(sink: Sink, rows: Sequence[int]) -> int:
     return written
 
 
-def helper_roles(pids: Iterable[int]) -> dict[int, str]:
-    """The processes among ``pids`` (those still running) that are helpers of ``multiprocessing`` (the resource
-    tracker, a forkserver), by pid: their command line (``/proc/PID/cmdline``) runs a helper's code, as the io
-    level tells them (``_io_classes.helper_role``). A process forked from a helper (a worker the forkserver
-    forked) has the same command line as its parent, and is not one."""
+def helper_roles(command_lines: Iterable[tuple[int, list[str], bool]]) -> dict[int, str]:
+    """The helpers of ``multiprocessing`` (the resource tracker, a forkserver) among the descendants whose
+    ``(pid, command line, inherited)`` the sampler read when it first saw them, by pid: their command line runs a
+    helper's code, as the io level tells them (``_io_classes.helper_role``). A process whose command line was
+    its parent's (``inherited``: a worker the forkserver forked) is not one. Read at first sight, not as the
+    sampler stops: a helper may have ended by then (a resource tracker stopped, a forkserver of an earlier
+    DataLoader), and ``/proc`` no longer tells it."""
     roles: dict[int, str] = {}
-    for pid in pids:
-        argv = _cmdline(pid)
-        role = helper_role(argv) if argv else None
-        if role and _cmdline(_parent(pid)) != argv:
+    for pid, argv, inherited in command_lines:
+        role = helper_role(argv) if argv and not inherited else None
+        if role:
             roles[pid] = role
     return roles
-
-
-def _cmdline(pid: int | None) -> list[str]:
-    if pid is None:
-        return []
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return []
-    return raw.decode(errors="replace").split("\0")[:-1]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[1]) if len(fields) > 1 else None

@@ -58,6 +58,7 @@ import sys
 import threading
 import time
 from array import array
+from collections import Counter
 from typing import Any
 
 from xstack.collect._recorder import Recorder
@@ -211,8 +212,12 @@ class Sampler:
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
         self.roles: dict[int, str] = {}
-        """The helpers of ``multiprocessing`` among the child processes (``helper_roles``), by pid: read as the
-        sampler stops, while they still run (they live as long as the program)."""
+        """The helpers of ``multiprocessing`` among the child processes (``helper_roles``), by pid: told by the
+        command lines read when each was first seen, so that one that ended before the sampler stops is told too."""
+        self.command_lines: list[tuple[int, list[str], bool]] = []
+        self.workers = 0
+        """The most child processes other than helpers sampled at once (``config.system.workers``)."""
+        """Each child process's ``(pid, command line, inherited)`` as first seen (``ProcessTree.command_lines``)."""
 
     def start(self) -> None:
         """Start the thread and wait until it has opened its /proc files (and NVML) and taken the first
@@ -264,7 +269,10 @@ class Sampler:
         if self.native is not None:
             self._collect_native(self.native)
         tree = getattr(self, "tree", None)  # none where the thread failed to open its files
-        self.roles = helper_roles(tree.seen - {os.getpid()}) if tree is not None else {}
+        if isinstance(tree, ProcessTree):
+            self.command_lines = [(pid, argv, inherited) for pid, (argv, inherited) in tree.command_lines.items()]
+        self.roles = helper_roles(self.command_lines)
+        self.workers = _most_workers(_whole(self.proc_rows, PROC_STRIDE), os.getpid(), self.roles)
 
     def _collect_native(self, native: NativeSampler) -> None:
         """Stop the C thread and take its rows and counts (the GPU thread's are already here)."""
@@ -282,6 +290,7 @@ class Sampler:
         self.busy_ns, self.step = st["busy_ns"], st["step"]
         self.thread_cpu_ns += st["thread_cpu_ns"]
         self.stuck = self.stuck or bool(st["stuck"])
+        self.command_lines = native.command_lines()
         native.close()
 
     def _run_gpus(self) -> None:
@@ -431,7 +440,7 @@ class Sampler:
             "full_interval_ms": max(FULL_PERIOD_NS, self.interval_ns) / 1e6,
             "gpu_interval_ms": gpu_ns / 1e6 if self.gpus.handles else None,
             "nvml": self.nvml_reason,
-            "workers": max(self.tree.max_children - len(self.roles), 0),
+            "workers": self.workers,
             "process_roles": {str(pid): role for pid, role in sorted(self.roles.items())},
             "sampler_cpu_ns": self.thread_cpu_ns,
             "sampler": "native" if self.native is not None else "python",
@@ -491,6 +500,14 @@ def _every(rows: array[int], stride: int, step: int) -> array[int]:
         if rows[i] % step == 0:
             kept.extend(rows[i : i + stride])
     return kept
+
+
+def _most_workers(rows: array[int], root: int, helpers: dict[int, str]) -> int:
+    """The most processes other than ``root`` and ``helpers`` in one sample of the process ``rows``: a helper that
+    ended before the workers started does not take a worker's place in the count."""
+    per = Counter(k for k, pid in zip(rows[0::PROC_STRIDE], rows[2::PROC_STRIDE], strict=True)
+                  if pid != root and pid not in helpers)  # fmt: skip
+    return max(per.values(), default=0)
 
 
 def _whole(rows: array[int], stride: int) -> array[int]:

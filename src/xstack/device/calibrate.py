@@ -22,7 +22,8 @@ from rich.table import Table
 from xstack.device import _bench
 from xstack.device._cache import cache_path, cached_entries, entry_key, read_entries, save_entries, write_entries
 from xstack.device.peaks import DRAM_KEY, cpu_info, cpu_peaks, device_gpu_peaks
-from xstack.errors import UsageError
+from xstack.errors import UsageError, XstackError
+from xstack.outfile import os_reason
 from xstack.trace.devices import gpus, run_device
 
 __all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "peaks_for", "read_results", "resolve_devices",
@@ -96,8 +97,14 @@ def save(entries: list[dict[str, Any]]) -> Path:
 
 
 def write_results(entries: list[dict[str, Any]], path: Path) -> None:
-    """Write the entries as a calibration file (``-o``), for ``--apply`` on another machine."""
-    write_entries({entry_key(e): e for e in entries}, path)
+    """Write the entries as a calibration file (``-o``), for ``--apply`` on another machine; an ``XstackError``
+    naming ``path`` where it cannot be written."""
+    try:
+        write_entries({entry_key(e): e for e in entries}, path)
+    except OSError as exc:
+        temporary = Path(exc.filename or "").name.startswith(f"{Path(path).name}.")  # means nothing to the user
+        why = exc.strerror or str(exc) if temporary else os_reason(Path(path), exc)
+        raise XstackError(f"{path}: cannot write the calibration file ({why})") from exc
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -186,7 +193,8 @@ def apply_to_store(
     runs get the CPU's, CUDA runs those of the GPU their kernels ran on, matched by its name (or index where the
     run names none); a run on GPUs calibrated as different devices gets none, as one set of peaks cannot place
     all its kernels. Entries of this host are combined with the peaks read off the device. Returns the runs
-    updated ``(run_id, device, source)`` and those left alone ``(run_id, why)``."""
+    updated ``(run_id, device, source)`` and those left alone ``(run_id, why)``; the source says where the
+    peaks were measured when that is not the run's host (a cluster's twin node, or another machine)."""
     from xstack.trace.store import Store
 
     updated, skipped = [], []
@@ -199,8 +207,17 @@ def apply_to_store(
                 continue
             peaks = combine(entry["peaks"], _local_derived(entry)) or entry["peaks"]
             store.set_run_config(int(run_id), "peaks", peaks)
-            updated.append((int(run_id), device, str(peaks["source"])))
+            updated.append((int(run_id), device, str(peaks["source"]) + _elsewhere(entry, host)))
     return updated, skipped
+
+
+def _elsewhere(entry: dict[str, Any], run_host: str | None) -> str:
+    """Where a calibration applied to a run was measured, when the run records another host: its peaks are
+    right only if that machine's device is the same model as the run's."""
+    host = entry.get("host")
+    if not run_host or not host or host == run_host:
+        return ""
+    return f"; on host {host}, not the run's host {run_host}: right only if both have the same {entry.get('name')}"
 
 
 def run_entry(device: str, host: str | None, entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
@@ -252,8 +269,11 @@ def result_table(entry: dict[str, Any]) -> Table:
 
     peaks, details = entry["peaks"], entry.get("details") or {}
     bandwidth = peaks.get(DRAM_KEY)
+    # where and when: a file given to --apply may come from another machine, or be months old
+    where = f" on host {entry['host']}" if entry.get("host") else ""
+    when = f" on {str(entry['when'])[:10]}" if entry.get("when") else ""
     table = Table(
-        title=f"{entry['device']} {entry['name']}: measured in {entry['duration_s']:.1f} s"
+        title=f"{entry['device']} {entry['name']}: measured{where}{when} in {entry['duration_s']:.1f} s"
         + (" (quick)" if entry.get("quick") else ""),
         title_justify="left",
     )

@@ -9,7 +9,8 @@ iterations disagree (autotuning, dynamic shapes, data-dependent branches), the f
 in ``health`` and only what matches is merged.
 
 Notes: the merged run's ``config.overhead`` gives, per pass, the median step latency and what the pass's new
-levels added to it over the pass before (in ns and %); ``config.merge`` counts the spans merged and not.
+levels added to it over the pass before (in ns and %), judged against the passes' iteration noise
+(``_overhead``); ``config.merge`` counts the spans merged and not.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
+from xstack.leveled._overhead import overhead as step_overhead
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
@@ -71,10 +73,11 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _match.match(con, [(p.run_id, p.first_iter, p.end_iter) for p in passes])
         _stats.compute(con)
         roots = con.execute(
-            "SELECT run_id, count(*), quantile_cont(dur_ns, 0.5), min(start_ns) FROM _lm_tree "
+            "SELECT run_id, list(dur_ns ORDER BY iter), min(start_ns) FROM _lm_tree "
             "WHERE parent_key IS NULL GROUP BY run_id"
         ).fetchall()
-        steps = {int(r[0]): (int(r[1]), float(r[2]), int(r[3])) for r in roots}
+        steps = {int(r[0]): [int(d) for d in r[1]] for r in roots}
+        first_step_ns = {int(r[0]): int(r[2]) for r in roots}
         missing = [p for p in passes if p.run_id not in steps]
         if missing:
             raise UsageError(
@@ -82,14 +85,14 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
                 "mark iterations with prof.step() / xstack.step(), and run more of them than the warm-up"
             )
         run_id = store.next_run_id()
-        nodes, unplaced = _place(con, steps[passes[0].run_id][2])
+        nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
         main_pid = _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
         _match.drop(con)
         con.execute("DROP TABLE _lm_stats")
-        overhead = _overhead(passes, steps)
+        overhead = step_overhead(passes, steps)
         metric_passes = [p.run_id for p in counters if "metrics" in p.levels]
         joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
@@ -319,29 +322,6 @@ def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
         )
         rows.append((check, int(count), detail))
     return rows
-
-
-def _overhead(passes: list[Pass], steps: dict[int, tuple[int, float, int]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    previous: Pass | None = None
-    for p in passes:
-        iterations, median, _ = steps[p.run_id]
-        row: dict[str, Any] = {
-            "pass": p.name,
-            "run_id": p.run_id,
-            "levels_added": [lv for lv in p.levels if previous is None or lv not in previous.levels],
-            "iterations": iterations,
-            "step_median_ns": round(median),
-            "added_ns": None,
-            "added_pct": None,
-        }
-        if previous is not None:
-            before = steps[previous.run_id][1]
-            row["added_ns"] = round(median - before)
-            row["added_pct"] = 100.0 * (median - before) / before if before else None
-        out.append(row)
-        previous = p
-    return out
 
 
 def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], spans: int) -> RunInfo:

@@ -30,11 +30,12 @@ from typing import Any, Final
 
 import orjson
 
-from xstack.errors import UsageError, XstackError
+from xstack.errors import StoreError, UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, check_timed, pass_config, pass_name, resolve_passes
 from xstack.leveled.progress import PassProgress
 from xstack.leveled.script import pass_command
+from xstack.outfile import os_reason
 from xstack.profile import Profile
 from xstack.runner import Program
 from xstack.trace import attrs as A
@@ -108,9 +109,7 @@ def sweep_program(
     check_timed(level_sets, "xstack sweep")
     store_path = out or Path("xstack-out") / f"{program.name}-sweep.duckdb"
     check_new(store_path, overwrite=force)
-    work = store_path.with_name(f".{store_path.name}.sweep")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = _work_folder(store_path)
     ran: dict[int, list[Path]] = {}
     code = 0
     try:
@@ -129,6 +128,19 @@ def sweep_program(
         shutil.rmtree(work, ignore_errors=True)
     _say(f"sweep written to {store_path}")
     return code or (0 if merged else 1)
+
+
+def _work_folder(store_path: Path) -> Path:
+    """The emptied folder beside the store where each pass writes its own store; a ``StoreError`` naming the
+    store (not the folder, which the user never named) where it cannot be made."""
+    work = store_path.with_name(f".{store_path.name}.sweep")
+    try:
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+    except OSError as exc:
+        raise StoreError(f"{store_path}: cannot write the store here ({os_reason(store_path, exc)})") from exc
+    return work
 
 
 def _run_passes(program: Program, size: int, level_sets: list[tuple[str, ...]], warmup: int, iters: int,

@@ -13,9 +13,11 @@ from xstack.report._html_results import anchor, facts_html, labels_html, result_
 from xstack.report._html_table import static_table
 from xstack.report._svg import esc
 from xstack.report.terminal import (
+    batch_size_line,
     devices_line,
     health_headline,
     iterations_line,
+    overhead_note,
     runs_line,
     status_line,
     system_line,
@@ -84,7 +86,9 @@ def _cards(analysis: Analysis) -> str:
     body = "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>' for k, v in cards
     )
-    meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"source: {s.source}" if s.source else ""]
+    size = batch_size_line(s)
+    meta = [f"pass: {s.pass_name}" if s.pass_name else "", f"batch size: {size}" if size else "",
+            f"source: {s.source}" if s.source else ""]  # fmt: skip
     if s.iterations:
         meta.append(f"iterations: {iterations_line(s.iterations)}")
     line = " · ".join(m for m in meta if m)
@@ -185,8 +189,9 @@ def overhead(summary: RunSummary) -> str:
             format_ns(o.get("step_median_ns") or 0),
             "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
             "-" if pct is None else f"{pct:+.1f}%",
+            overhead_note(o),
         ])  # fmt: skip
-    head = ["pass", "adds levels", "iterations", "step median", "added", "added %"]
+    head = ["pass", "adds levels", "iterations", "step median", "added", "added %", "vs noise"]
     parts.append(static_table(head, rows, numeric=(2, 3, 4, 5)))
     noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in summary.noisy_spans.items() if n)
     if summary.pass_name == "merged":

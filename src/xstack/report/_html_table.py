@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Column, Result, format_cell
+from xstack.analyze.result import Column, Result, cell_units, format_cell
 from xstack.report._svg import esc
 
 PAGE_ROWS = 50
@@ -36,16 +36,19 @@ def table_payload(columns: Sequence[Column], rows: Sequence[Sequence[Any]], trun
     ``cols[i].fmt`` marks columns whose cells show formatted text (``disp``, in the order of those columns)
     rather than the raw value: numbers with units, and anything that is not plain text.
     """
-    fmt = [c.unit != "" or any(v is not None and not isinstance(v, str) for v in _column(rows, i))
+    fmt = [c.numeric or any(v is not None and not isinstance(v, str) for v in _column(rows, i))
            for i, c in enumerate(columns)]  # fmt: skip
     shown = [i for i, f in enumerate(fmt) if f]
     return {
         "cols": [
-            {"name": c.name, "unit": c.unit, "help": c.help, "fmt": f, "num": c.unit != ""}
+            {"name": c.name, "unit": c.unit, "help": c.help, "fmt": f, "num": c.numeric}
             for c, f in zip(columns, fmt, strict=True)
         ],
         "rows": rows,  # serialised as they are (NaN as null, tuples as lists): converting each cell costs seconds
-        "disp": [[format_cell(r[i], columns[i]) for i in shown] for r in rows],
+        "disp": [
+            [format_cell(r[i], columns[i], units[i]) for i in shown]
+            for r, units in zip(rows, cell_units(columns, rows), strict=True)
+        ],  # fmt: skip
         "truncated": truncated,
         "page": PAGE_ROWS,
     }

@@ -25,14 +25,16 @@ from typing import Any
 import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
-from xstack.analyze.result import Result, format_cell, format_ns
+from xstack.analyze.result import Result, cell_units, format_cell, format_ns
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
 from xstack.report.terminal import (
+    batch_size_line,
     devices_line,
     health_headline,
     iterations_line,
+    overhead_note,
     runs_line,
     status_line,
     wall_line,
@@ -121,6 +123,8 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         facts.insert(2, ("status", status))
     if others := runs_line(s, "report"):
         facts.insert(2, ("store", others))
+    if size := batch_size_line(s):
+        facts.insert(2, ("batch size", size))
     out += ["| run | |", "|---|---|", *(f"| {k} | {md(v)} |" for k, v in facts), ""]
     out += ["## Recommendations", ""]
     out += _md_recommendations(analysis.recommendations) or ["No rule fired on this run.", ""]
@@ -134,12 +138,14 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         for r in compare.results:
             out += md_result(r)
     if s.overhead:
-        out += ["## Per-level overhead", "", "| pass | adds levels | step median | added |", "|---|---|--:|--:|"]
+        out += ["## Per-level overhead", "", "| pass | adds levels | step median | added | vs noise |",
+                "|---|---|--:|--:|---|"]  # fmt: skip
         for o in s.overhead:
             added = o.get("added_ns")
             out.append(
                 f"| {md(o.get('pass'))} | {md(', '.join(o.get('levels_added') or []) or '-')} | "
-                f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} |"
+                f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} | "
+                f"{md(overhead_note(o))} |"
             )
         out.append("")
     return "\n".join(out + _md_health(s, next((r for r in analysis.results if r.id == HEALTH), None)))
@@ -171,10 +177,10 @@ def md_result(r: Result) -> list[str]:
     if not r.rows:
         return [*lines, "No rows: nothing of this kind in the run.", ""]
     head = [md(c.name + (" (%)" if c.unit == "pct" else "")) for c in r.columns]
-    align = ["--:" if c.unit else "---" for c in r.columns]
+    align = ["--:" if c.numeric else "---" for c in r.columns]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(md(format_cell(v, c)) for v, c in zip(row, r.columns, strict=True)) + " |"
-              for row in r.rows]  # fmt: skip
+    lines += ["| " + " | ".join(md(format_cell(v, c, u)) for v, c, u in zip(row, r.columns, units, strict=True))
+              + " |" for row, units in zip(r.rows, cell_units(r.columns, r.rows), strict=True)]  # fmt: skip
     if r.truncated:
         lines += ["", f"{r.truncated:,} more rows left out by the analysis."]
     return [*lines, ""]

@@ -62,6 +62,8 @@ def _run_table(s: RunSummary) -> Table:
     t.add_row("started", str(s.started_at) if s.started_at else "unknown")
     t.add_row("framework", s.framework or "-")
     t.add_row("pass", s.pass_name or "-")
+    if size := batch_size_line(s):
+        t.add_row("batch size", size)
     if others := runs_line(s, "summary"):
         t.add_row("store", others)
     if s.pass_name == "merged":
@@ -186,12 +188,25 @@ def runs_line(s: RunSummary, command: str) -> str | None:
     one_name = len({name for _, name, _ in s.runs}) == 1
     items = []
     for run_id, name, pass_name in s.runs[:RUNS_LISTED]:
-        notes = [pass_name or "", "shown" if run_id == s.run_id else ""]
+        size = s.batch_sizes.get(run_id)
+        notes = [pass_name or "", "" if size is None else f"batch size {size}", "shown" if run_id == s.run_id else ""]
         note = ", ".join(n for n in notes if n)
         items.append(f"{run_id}" + ("" if one_name else f" {name}") + (f" ({note})" if note else ""))
     more = f" and {len(s.runs) - RUNS_LISTED:,} more" if len(s.runs) > RUNS_LISTED else ""
     store = shlex.quote(s.store) if s.store else "STORE"
     return f"{len(s.runs):,} runs: {', '.join(items)}{more}; another one: xstack {command} {store} --run N"
+
+
+def batch_size_line(s: RunSummary) -> str | None:
+    """The shown run's batch size, where it records one, among the store's others ("4, of 1, 2, 4 (the sweep's
+    sizes, compared in A1)"); None where it records none."""
+    size = s.batch_sizes.get(s.run_id)
+    if size is None:
+        return None
+    sizes = sorted(set(s.batch_sizes.values()))
+    if len(sizes) < 2:
+        return f"{size:,}"
+    return f"{size:,}, of {', '.join(f'{b:,}' for b in sizes)} (the sweep's sizes, compared in A1)"
 
 
 def iterations_line(iterations: dict[str, int]) -> str:
@@ -297,6 +312,7 @@ def _overhead_table(s: RunSummary) -> Table:
     t.add_column("step median", justify="right")
     t.add_column("added", justify="right")
     t.add_column("added %", justify="right")
+    t.add_column("vs noise")
     for o in s.overhead:
         added, pct = o.get("added_ns"), o.get("added_pct")
         t.add_row(
@@ -306,8 +322,27 @@ def _overhead_table(s: RunSummary) -> Table:
             format_ns(o.get("step_median_ns") or 0),
             "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
             "-" if pct is None else f"{pct:+.1f}",
+            overhead_note(o),
         )
     return t
+
+
+def overhead_note(o: dict[str, Any]) -> str:
+    """Whether a pass's added latency stands out of the passes' iteration noise (``leveled._overhead``): within
+    noise, beyond it, or negative beyond it (the passes ran under different conditions, which no level saves);
+    empty for the reference pass and for rows stored before the judgement existed."""
+    added = o.get("added_ns")
+    if added is None or "within_noise" not in o:
+        return ""
+    within, pct, noise = o.get("within_noise"), o.get("noise_pct"), o.get("noise_ns")
+    if within is None:
+        return "not judged: under 3 measured steps in a pass"
+    band = f"±{pct:.1f}%" if pct is not None else f"±{format_ns(noise or 0)}"
+    if within:
+        return f"within noise ({band})"
+    if added < 0:
+        return f"negative beyond noise ({band}): the passes ran under different conditions"
+    return f"beyond noise ({band})"
 
 
 def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | None = None) -> Table:

@@ -403,8 +403,9 @@ CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int,
 "samples": int, "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU
 telemetry is absent), "syscalls": bool, "syscall_tool": str | None, "workers": int}``, where ``workers`` is the
-most child processes alive at once, ``gpus`` the ``cuda:N`` devices sampled and ``late_samples`` the samples
-skipped because the one before came too late. The sampler adds ``"full_interval_ms": float`` (the period of
+most child processes sampled at once, the helpers of ``multiprocessing`` (``"process_roles": {pid: role}``, told
+by their command lines when first seen) left out, ``gpus`` the ``cuda:N`` devices sampled and ``late_samples``
+the samples skipped because the one before came too late. The sampler adds ``"full_interval_ms": float`` (the period of
 full samples), ``"gpu_interval_ms": float | None`` (of GPU samples), ``"gpu_names": {"cuda:N": str}``,
 ``"sampler_cpu_ns": int`` (the CPU time the sampler thread used), ``"sample_us": float`` (the mean wall time
 of one sample), ``"gpu_sample_us": float | None`` (of reading the GPUs, where it did), ``"sampler": "native" |

@@ -76,7 +76,7 @@ class Store:
         try:
             con = duckdb.connect(str(p), read_only=read_only)
         except duckdb.Error as exc:
-            raise StoreError(f"{p}: not a DuckDB database, so not an xstack store ({_first_line(exc)})") from exc
+            raise StoreError(_open_error(p, exc)) from exc
         store = cls(p, con, read_only)
         try:
             store._check_header()
@@ -359,6 +359,27 @@ def _remove_db(path: Path, *, keep_main: bool = False) -> None:
     spill = path.with_name(path.name + ".tmp")
     if spill.is_dir():
         shutil.rmtree(spill, ignore_errors=True)
+
+
+DUCKDB_MAGIC = b"DUCK"
+"""The bytes a DuckDB database file holds at offset 8 (its main header)."""
+
+
+def _open_error(p: Path, exc: duckdb.Error) -> str:
+    """Why DuckDB could not open ``p``: not a DuckDB file at all (its own error would then speak of catalogs or
+    in-memory databases), held by another process, or DuckDB's reason."""
+    try:
+        with p.open("rb") as f:
+            magic = f.read(12)[8:12]
+    except OSError as e:
+        return f"{p}: cannot read it ({e.strerror or e})"
+    if magic != DUCKDB_MAGIC:
+        return f"{p}: not a DuckDB database (no DuckDB header), so not an xstack store"
+    reason = _first_line(exc)
+    if "lock" in reason.lower():
+        return (f"{p}: in use by another process that has it open for writing (a profile or import still running?); "
+                f"wait for it to end ({reason})")  # fmt: skip
+    return f"{p}: a DuckDB database this DuckDB cannot open ({reason})"
 
 
 def _first_line(exc: BaseException) -> str:

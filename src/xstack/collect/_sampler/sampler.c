@@ -19,7 +19,10 @@
  *    /proc/PID/task/TID/children every rediscover_ns; their context switches summed over their threads'
  *    status files, ended threads kept), and the machine (/proc/stat per core, procs running/blocked,
  *    /proc/meminfo);
- *  - past buffer_cap_bytes of rows, every other sample is dropped and the interval doubles.
+ *  - past buffer_cap_bytes of rows, every other sample is dropped and the interval doubles;
+ *  - each descendant's command line is read when it is first seen, and whether it is its parent's (a forked
+ *    process; read once more at the next listing, in case it was seen between its fork and its exec): Python
+ *    tells the helpers of multiprocessing by it, and a helper may end long before the sampler stops.
  * The /proc files stay open and are re-read with pread from offset 0. Every file operation is a raw system
  * call, so the io level's interposition library, when preloaded, never sees the sampler's reads.
  */
@@ -67,9 +70,15 @@ struct tfile { /* a thread's children or status file */
 
 struct proc {
     int pid, stat_fd, io_fd, nthreads, listed;
+    int cmd; /* its entry in xs_sampler.cmds, or -1 */
     struct tfile *kids, *status;
     int nkids, capkids, nstatus, capstatus;
     int64_t dead_vol, dead_invol;
+};
+
+struct cmd { /* a descendant's command line, as first read */
+    int32_t pid, inherited, recheck, len; /* inherited: the parent's command line too (a forked process) */
+    char *argv;                           /* NUL-separated, as /proc/PID/cmdline; NULL when unreadable */
 };
 
 struct vec { /* int64 rows */
@@ -89,6 +98,8 @@ struct xs_sampler {
     int nprocs, capprocs;
     int32_t *seen;
     int nseen, capseen;
+    struct cmd *cmds;
+    int ncmds, capcmds;
     int64_t max_children, bytes_read, next_listing;
     int children_listed, io_unreadable, io_unreadable_pid;
     char io_unreadable_reason[160];
@@ -273,7 +284,7 @@ static struct proc *add_proc(struct xs_sampler *s, int pid)
         s->capprocs = cap;
     }
     struct proc *p = &s->procs[s->nprocs++];
-    *p = (struct proc){.pid = pid, .stat_fd = fd, .listed = -1};
+    *p = (struct proc){.pid = pid, .stat_fd = fd, .listed = -1, .cmd = -1};
     p->io_fd = open_io(s, pid);
     return p;
 }
@@ -387,6 +398,54 @@ done:
     sys_close(dir);
 }
 
+/* A copy of /proc/PID/cmdline (its length in *len), or NULL. */
+static char *read_cmdline(struct xs_sampler *s, int pid, int *len)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    int fd = sys_open(path);
+    if (fd < 0)
+        return NULL;
+    long n = read_file(s, fd);
+    sys_close(fd);
+    char *copy = n > 0 ? malloc(n) : NULL;
+    if (copy) {
+        memcpy(copy, s->buf, n);
+        *len = (int)n;
+    }
+    return copy;
+}
+
+/* Read the command line of descendant `p` and its parent's into its cmds entry (made at first sight): a
+ * process whose command line is its parent's is checked again at the next listing, once. */
+static void note_cmdline(struct xs_sampler *s, struct proc *p)
+{
+    if (p->cmd < 0) {
+        if (s->ncmds == s->capcmds) {
+            int cap = s->capcmds ? s->capcmds * 2 : 16;
+            struct cmd *bigger = realloc(s->cmds, cap * sizeof *bigger);
+            if (!bigger)
+                return;
+            s->cmds = bigger;
+            s->capcmds = cap;
+        }
+        p->cmd = s->ncmds++;
+        s->cmds[p->cmd] = (struct cmd){.pid = p->pid, .recheck = 1};
+    }
+    struct cmd *c = &s->cmds[p->cmd];
+    int len = 0, plen = 0;
+    int64_t f[2];
+    char *argv = read_cmdline(s, p->pid, &len), *parent = NULL;
+    if (argv && read_file(s, p->stat_fd) >= 0 && stat_fields(s->buf, f, 2) == 2)
+        parent = read_cmdline(s, (int)f[1], &plen);
+    free(c->argv);
+    c->argv = argv;
+    c->len = argv ? len : 0;
+    c->inherited = argv && parent && len == plen && memcmp(argv, parent, len) == 0;
+    c->recheck = c->recheck && c->inherited; /* set at first sight only */
+    free(parent);
+}
+
 /* Find the descendants through each thread's children file, recursively; open the new ones' files and close
  * those of the processes gone. */
 static void relist(struct xs_sampler *s)
@@ -407,8 +466,15 @@ static void relist(struct xs_sampler *s)
     while (next < nalive) {
         int pid = alive[next++];
         struct proc *p = find(s, pid);
-        if (!p && !(p = add_proc(s, pid)))
-            continue;
+        if (p && p->cmd >= 0 && s->cmds[p->cmd].recheck) {
+            s->cmds[p->cmd].recheck = 0; /* the second and last reading */
+            note_cmdline(s, p);
+        } else if (!p) {
+            if (!(p = add_proc(s, pid)))
+                continue;
+            if (pid != s->p.root)
+                note_cmdline(s, p);
+        }
         if (p->listed != p->nthreads)
             list_threads(s, p);
         for (int i = 0; i < p->nkids; i++) {
@@ -790,6 +856,9 @@ static void release(struct xs_sampler *s)
     sys_close(s->meminfo_fd);
     free(s->procs);
     free(s->seen);
+    for (int i = 0; i < s->ncmds; i++)
+        free(s->cmds[i].argv);
+    free(s->cmds);
     free(s->proc_rows.v);
     free(s->machine_rows.v);
     free(s->buf);
@@ -891,6 +960,17 @@ XS_EXPORT const int64_t *xs_proc_rows(const struct xs_sampler *s) { return s->pr
 XS_EXPORT const int64_t *xs_machine_rows(const struct xs_sampler *s) { return s->machine_rows.v; }
 XS_EXPORT const int32_t *xs_seen(const struct xs_sampler *s) { return s->seen; }
 XS_EXPORT const char *xs_cpu_names(const struct xs_sampler *s) { return s->cpu_names; }
+XS_EXPORT int xs_ncmds(const struct xs_sampler *s) { return s->ncmds; }
+
+/* The command line of the i-th descendant seen (NUL-separated, *len bytes; NULL when unreadable), its pid and
+ * whether it was its parent's. */
+XS_EXPORT const char *xs_cmd(const struct xs_sampler *s, int i, int32_t *pid, int32_t *inherited, int32_t *len)
+{
+    *pid = s->cmds[i].pid;
+    *inherited = s->cmds[i].inherited;
+    *len = s->cmds[i].len;
+    return s->cmds[i].argv;
+}
 XS_EXPORT const char *xs_first_error(const struct xs_sampler *s) { return s->first_error; }
 XS_EXPORT const char *xs_io_unreadable_reason(const struct xs_sampler *s) { return s->io_unreadable_reason; }
 

@@ -1,0 +1,278 @@
+"""``diff.io``: the file I/O of two runs compared, with each measure in its own unit.
+
+The totals are those of the run's data files (path classes ``data`` and ``unknown``: ``_io_common.DATA_CLASSES``),
+as the summary counts them (``summary.io_totals``): Python's imports, the system's files, the profiler's own and
+directories would swamp a change in the program's data, so they are one row of their own (files touched);
+standard streams, pipes and sockets are left out. Then the time the loop waited for data (``io.input_bound``),
+where both runs have it, and per data file (matched by path) the bytes and read time of the files that changed
+most. A run without I/O data (neither the io level nor an imported Darshan log) is not compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xstack.analyze._diff_rule import Rule
+from xstack.analyze._io_common import (
+    DATA_CLASSES,
+    DATA_FILE,
+    DATA_SPAN,
+    READ_OPS,
+    SPAN_BYTES,
+    SPAN_PATH,
+    WRITE_OPS,
+    as_count,
+    in_list,
+    io_run,
+)
+from xstack.analyze._io_loop import input_wait
+from xstack.analyze.context import HINTS
+from xstack.analyze.result import Column, Result, format_ns, notes_of
+from xstack.analyze.summary import io_totals
+from xstack.trace.store import Store
+
+ID, TITLE = "diff.io", "I/O: B against A"
+FILES_LISTED = 10
+"""Data files listed by default (those that changed most); the facts count them all."""
+
+TOTALS = (
+    ("files", "files", "count"),  # data files with I/O recorded: opened, read, written or stat'ed
+    ("opens", "opens", "count"),  # Darshan's OPENS: dups included
+    ("reads", "reads", "count"),
+    ("writes", "writes", "count"),
+    ("bytes read", "bytes_read", "bytes"),
+    ("bytes written", "bytes_written", "bytes"),
+    ("read time", "read_time_ns", "ns"),
+    ("write time", "write_time_ns", "ns"),  # syncs included
+    ("metadata time", "meta_time_ns", "ns"),  # opens, closes, seeks, stats, mmaps
+    ("zero-length reads", "zero_reads", "count"),  # reads that returned no bytes (end of file)
+)
+"""The measures of the data files: row label, ``summary.io_totals`` key, unit."""
+OTHER = "other files"
+"""The item of the row counting the files of the other classes."""
+LOOP = "the loop"
+"""The item of the rows of the loop's wait for data."""
+ALL_DATA = "data files"
+"""The item of the totals' rows."""
+
+COLUMNS = [
+    Column("item", help="data files: their totals; the loop: its wait for data; a path: one data file"),
+    Column("measure"),
+    Column("unit", help="the unit of A, B and delta in this row"),
+    Column("A", unit_from="unit"),
+    Column("B", unit_from="unit"),
+    Column("delta", unit_from="unit", help="B - A (added: B's value; removed: minus A's)"),
+    Column("change", "pct", "delta in percent of A"),
+    Column(
+        "status",
+        help="more, less or unchanged beyond the floor; added, removed (a file only one run has); "
+        "not compared (a measure one run lacks)",
+    ),  # fmt: skip
+    Column("floor", help="the smallest |delta| that counts: counts and bytes exactly, times both floors"),
+]
+
+
+@dataclass
+class IoSide:
+    """What ``diff.io`` reads from one run (times ns, bytes bytes)."""
+
+    name: str
+    """``A`` or ``B``."""
+    run: str
+    """The store and run: ``a.duckdb run 1``."""
+    source: str | None
+    """``io`` (the io level), ``darshan`` (an imported log), ``-`` (not said); None: the run has no I/O data."""
+    totals: dict[str, int] = field(default_factory=dict)
+    wait: dict[str, Any] | None = None
+    """``io.input_bound``'s facts, where the run has iterations to wait in; None otherwise."""
+    files: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """Per data file path: bytes read, bytes written, read time (ns), summed over its processes and modules."""
+
+    @property
+    def has_io(self) -> bool:
+        return self.source is not None
+
+
+def read_io(store: Store, run_id: int, name: str) -> IoSide:
+    """One run's I/O for ``diff.io`` (``name``: ``A`` or ``B``)."""
+    io = io_run(store, run_id)
+    if not (io.has_spans or io.has_files):
+        return IoSide(name, f"{store.path} run {run_id}", None)
+    totals = io_totals(store, run_id, int(io.has_spans), detail=True) or {}
+    wait = input_wait(store, run_id)
+    facts = wait.facts if not wait.missing and "lacking" not in wait.facts and wait.facts.get("iterations") else None
+    per_file = _FILES_FROM_FILES if io.has_files else _FILES_FROM_SPANS
+    files = {str(r[0]): (as_count(r[1]), as_count(r[2]), as_count(r[3]))
+             for r in store.query(per_file, [run_id])}  # fmt: skip
+    source = io.source if io.has_files else "io spans"
+    return IoSide(name, f"{store.path} run {run_id}", source, totals, facts, files)
+
+
+_FILES_FROM_FILES = f"""
+SELECT path, sum(bytes_read), sum(bytes_written), sum(read_time_ns) FROM io_files
+WHERE run_id = ? AND {DATA_FILE} GROUP BY path
+"""
+_FILES_FROM_SPANS = f"""
+SELECT {SPAN_PATH} AS path, sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)}),
+    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
+    sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)})
+FROM spans WHERE run_id = ? AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL GROUP BY 1
+"""
+
+
+def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
+    """``diff.io``: the data files' totals, the files of other classes, the loop's wait for data, then the
+    ``top`` data files that changed most (default ``FILES_LISTED``); or, where a run has no I/O data, what is
+    missing and how to get it.
+
+    Notes: counts and bytes are exact: any difference counts (more or less). Times count as in the rest of the
+    diff: when ``|delta|`` reaches both floors, the relative one (``threshold`` of A's time, default 5%) and the
+    absolute one (``min_delta_ns``, default 1 us); the rows give the floor each used. The totals are those of
+    the data files (path classes data and unknown) summed over every process, as ``io.files`` and the summary
+    count them; the files of the other classes (Python's imports, system, profiler files, directories) count in
+    one row, and standard streams, pipes and sockets are left out. The wait for data is ``io.input_bound``'s: the
+    DataLoader waits in the measured iterations (warm-up left out), with the iterations and the median wait;
+    compared only where both runs have iterations (an imported Darshan log has no model spans). Zero-length reads
+    are compared where every data-file record of both runs counts them (a Darshan log does only with DXT
+    tracing). Files are matched by path; a file only one run has is added or removed; they are ranked by their
+    change as a share of the runs' data bytes or read time, whichever is larger, and files that did not change
+    are not listed.
+    """
+    lacking = [s for s in (a, b) if not s.has_io]
+    if lacking:
+        which = " and ".join(f"{s.name} ({s.run}) has no I/O level" for s in lacking)
+        hint = (f"Not compared: {which} (neither the io level nor an imported Darshan log). To compare I/O, "
+                f"{HINTS['io']}.")  # fmt: skip
+        return Result(ID, TITLE, missing=["io"], hint=hint, notes=notes_of(io_result))
+    floors = _Floors(rule)
+    rows, facts, labels = _total_rows(a, b, floors)
+    file_rows, listed, changed, left_out = _file_rows(a, b, floors, FILES_LISTED if top is None else top)
+    rows += file_rows
+    facts |= {"classes": list(DATA_CLASSES), "files_changed": changed, "files_listed": listed}
+    labels.insert(0, f"data files: path classes {', '.join(DATA_CLASSES)}; {OTHER}: python, profiler, system, "
+                     "directory; standard streams, pipes and sockets left out")  # fmt: skip
+    if changed > listed:
+        labels.append(f"{listed:,} of {changed:,} changed data files listed (those that changed most), "
+                      f"{changed - listed:,} left out: a larger --top lists more")  # fmt: skip
+    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(io_result), facts=facts, labels=labels, truncated=left_out)
+
+
+@dataclass(frozen=True)
+class _Floors:
+    """When a difference counts: counts and bytes exactly, times past both floors of the diff's rule."""
+
+    rule: Rule
+
+    def text(self, unit: str) -> str:
+        if unit != "ns":
+            return "exact"
+        return f"{self.rule.threshold * 100:g}% and {format_ns(self.rule.min_delta_ns)}"
+
+    def status(self, va: float | None, vb: float | None, unit: str) -> str:
+        if va is None:
+            return "added"
+        if vb is None:
+            return "removed"
+        delta = vb - va
+        floor = max(self.rule.threshold * va, self.rule.min_delta_ns, 1) if unit == "ns" else 1
+        if abs(delta) < floor:
+            return "unchanged"
+        return "more" if delta > 0 else "less"
+
+    def row(self, item: str, measure: str, unit: str, va: float | None, vb: float | None) -> tuple[Any, ...]:
+        """One compared row: the status, B - A and the change in percent of A."""
+        delta = (vb or 0) - (va or 0)
+        pct = 100.0 * delta / va if va and vb is not None else None
+        return (item, measure, unit, va, vb, delta, pct, self.status(va, vb, unit), self.text(unit))
+
+
+def _not_compared(item: str, measure: str, unit: str, va: Any, vb: Any) -> tuple[Any, ...]:
+    return (item, measure, unit, va, vb, None, None, "not compared", "")
+
+
+def _total_rows(a: IoSide, b: IoSide, floors: _Floors) -> tuple[list[tuple[Any, ...]], dict[str, Any], list[str]]:
+    """The data files' measures, the other files, and the loop's wait: rows, facts and what is not compared."""
+    rows, facts, labels = [], {}, []
+    for label, key, unit in TOTALS:
+        va, vb = a.totals.get(key, 0), b.totals.get(key, 0)
+        if key == "zero_reads" and (unknown := [s for s in (a, b) if s.totals.get("zero_reads_unknown")]):
+            rows.append(_not_compared(ALL_DATA, label, unit, *(None if s in unknown else v for s, v in
+                                                                 ((a, va), (b, vb)))))  # fmt: skip
+            labels.append(f"not compared: zero-length reads ({_names(unknown)} from a Darshan log without DXT "
+                          "tracing, which does not count them)")  # fmt: skip
+            continue
+        row = floors.row(ALL_DATA, label, unit, va, vb)
+        rows.append(row)
+        facts[key] = {"a": va, "b": vb, "delta": row[5], "status": row[7]}
+    other_a, other_b = (s.totals.get("all_files", 0) - s.totals.get("files", 0) for s in (a, b))
+    if a.source == b.source:
+        rows.append(floors.row(OTHER, "files", "count", other_a, other_b))
+        facts["other_files"] = {"a": other_a, "b": other_b, "delta": other_b - other_a, "status": rows[-1][7]}
+    else:  # Darshan leaves out system directories (and often Python's) by default, the io level records them
+        rows.append(_not_compared(OTHER, "files", "count", other_a, other_b))
+        labels.append(f"A's I/O from {_source(a)}, B's from {_source(b)}: the data files' counters compare "
+                      "(Darshan's meanings in both); the other files do not, as Darshan leaves out system "
+                      "directories by default")  # fmt: skip
+    rows += _wait_rows(a, b, floors, facts, labels)
+    return rows, facts, labels
+
+
+def _wait_rows(a: IoSide, b: IoSide, floors: _Floors, facts: dict[str, Any], labels: list[str]) -> list[Any]:
+    measures = (("iterations", "iterations", "count"), ("waited for data", "wait_ns", "ns"),
+                ("median wait per iteration", "median_wait_ns", "ns"))  # fmt: skip
+    if a.wait is None or b.wait is None:
+        without = [s for s in (a, b) if s.wait is None]
+        labels.append(
+            f"not compared: the loop's wait for data ({_names(without)} without iterations: no step or "
+            f"DataLoader spans{', as an imported Darshan log has none' if _darshan(without) else ''})"
+        )
+        return []
+    rows = []
+    for label, key, unit in measures:
+        va, vb = _waited(a, key), _waited(b, key)
+        rows.append(floors.row(LOOP, label, unit, va, vb) if va is not None and vb is not None
+                    else _not_compared(LOOP, label, unit, va, vb))  # fmt: skip
+    facts["wait_ns"] = {"a": rows[1][3], "b": rows[1][4], "delta": rows[1][5], "status": rows[1][7]}
+    if a.wait.get("iteration_kind") != b.wait.get("iteration_kind"):
+        labels.append(f"iterations: A's are {a.wait.get('iteration_kind')}, B's {b.wait.get('iteration_kind')}")
+    return rows
+
+
+def _waited(s: IoSide, key: str) -> int | None:
+    value = (s.wait or {}).get(key)
+    return None if value is None else round(value)
+
+
+def _names(sides: list[IoSide]) -> str:
+    return " and ".join(s.name for s in sides)
+
+
+def _darshan(sides: list[IoSide]) -> bool:
+    return any(s.source == "darshan" for s in sides)
+
+
+def _source(s: IoSide) -> str:
+    return {"io": "the io level", "darshan": "an imported Darshan log"}.get(str(s.source), str(s.source))
+
+
+_FILE_MEASURES = (("bytes read", 0, "bytes"), ("bytes written", 1, "bytes"), ("read time", 2, "ns"))
+
+
+def _file_rows(a: IoSide, b: IoSide, floors: _Floors, limit: int) -> tuple[list[tuple[Any, ...]], int, int, int]:
+    """The rows of the ``limit`` data files that changed most (a row per measure either run has of the file),
+    how many files were listed, how many changed, and the rows of those left out."""
+    scale = [max(sum(f[i] for f in s.files.values()) for s in (a, b)) or 1 for i in range(3)]
+    ranked = []
+    for path in list(a.files) + [p for p in b.files if p not in a.files]:
+        fa, fb = a.files.get(path), b.files.get(path)
+        done = [i for _, i, _ in _FILE_MEASURES if (fa and fa[i]) or (fb and fb[i])] or [0]  # none: bytes read
+        rows = [floors.row(path, label, unit, fa[i] if fa else None, fb[i] if fb else None)
+                for label, i, unit in _FILE_MEASURES if i in done]  # fmt: skip
+        if any(r[7] != "unchanged" for r in rows):
+            change = max(abs((fb[i] if fb else 0) - (fa[i] if fa else 0)) / scale[i] for i in range(3))
+            ranked.append((-change, path, rows))
+    ranked.sort(key=lambda r: r[:2])
+    listed = ranked[:limit]
+    return ([row for *_, rows in listed for row in rows], len(listed), len(ranked),
+            sum(len(rows) for *_, rows in ranked[limit:]))  # fmt: skip

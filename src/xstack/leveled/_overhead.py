@@ -1,0 +1,96 @@
+"""What each pass of a leveled measurement adds to the step latency of the pass before it, and whether that
+difference stands out of the passes' own iteration noise.
+
+Notes: a pass's step latency is the median of its measured steps' durations; the difference of two passes is
+judged with the rule ``xstack diff`` applies to a changed item: it is within noise when
+``|median_B - median_A| <= (median_A - p5_A) + (median_B - p5_B)``, the low sides of the two distributions
+(noise on a shared machine makes steps slower, never faster, so the median's distance to the 5th percentile
+measures it where the 95th percentile would be inflated by a few descheduled steps). Percentiles interpolate
+linearly, as DuckDB's ``quantile_cont``. A pass with fewer than ``MIN_ITERATIONS`` measured steps has no
+usable spread, and its difference is not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+MIN_ITERATIONS: Final = 3
+"""Fewest measured steps of each pass for their difference to be judged against noise."""
+
+
+class _Pass(Protocol):
+    name: str
+    run_id: int
+    levels: list[str]
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """One pass's measured step durations, summarised (ns)."""
+
+    n: int
+    median_ns: float
+    p5_ns: float
+    p95_ns: float
+
+    @classmethod
+    def of(cls, durations_ns: Sequence[int]) -> StepTimes:
+        """The summary of ``durations_ns`` (at least one)."""
+        ordered = sorted(durations_ns)
+        return cls(len(ordered), _quantile(ordered, 0.5), _quantile(ordered, 0.05), _quantile(ordered, 0.95))
+
+
+def _quantile(ordered: Sequence[int], q: float) -> float:
+    """The ``q`` quantile of sorted values, interpolated linearly between the two nearest ranks."""
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def noise_ns(before: StepTimes, after: StepTimes) -> float | None:
+    """The difference of medians two passes' own spreads account for (ns), or None when either pass measured
+    fewer than ``MIN_ITERATIONS`` steps."""
+    if min(before.n, after.n) < MIN_ITERATIONS:
+        return None
+    return max(0.0, before.median_ns - before.p5_ns) + max(0.0, after.median_ns - after.p5_ns)
+
+
+def overhead(passes: Sequence[_Pass], durations_ns: Mapping[int, Sequence[int]]) -> list[dict[str, Any]]:
+    """One row per pass (shallowest first; ``durations_ns`` maps each pass's run id to its measured steps'
+    durations): its step median, p5 and p95, and, after the first, what its new levels add to the step median
+    of the pass before (``added_ns``, ``added_pct``), the noise that difference is judged against (``noise_ns``,
+    ``noise_pct``, in percent of the pass before's median; None when not judged) and ``within_noise``."""
+    out: list[dict[str, Any]] = []
+    previous: tuple[_Pass, StepTimes] | None = None
+    for p in passes:
+        times = StepTimes.of(durations_ns[p.run_id])
+        row: dict[str, Any] = {
+            "pass": p.name,
+            "run_id": p.run_id,
+            "levels_added": [lv for lv in p.levels if previous is None or lv not in previous[0].levels],
+            "iterations": times.n,
+            "step_median_ns": round(times.median_ns),
+            "step_p5_ns": round(times.p5_ns),
+            "step_p95_ns": round(times.p95_ns),
+            "added_ns": None,
+            "added_pct": None,
+            "noise_ns": None,
+            "noise_pct": None,
+            "within_noise": None,
+        }
+        if previous is not None:
+            before = previous[1].median_ns
+            added = times.median_ns - before
+            row["added_ns"] = round(added)
+            row["added_pct"] = 100.0 * added / before if before else None
+            noise = noise_ns(previous[1], times)
+            if noise is not None:
+                row["noise_ns"] = round(noise)
+                row["noise_pct"] = 100.0 * noise / before if before else None
+                row["within_noise"] = abs(added) <= noise
+        out.append(row)
+        previous = (p, times)
+    return out

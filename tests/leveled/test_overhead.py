@@ -1,0 +1,74 @@
+"""The per-level overhead rows of a leveled merge, judged against the passes' own iteration noise, on synthetic
+step durations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import pytest
+
+from xstack.leveled._overhead import StepTimes, noise_ns, overhead
+from xstack.report.terminal import overhead_note
+
+MS = 1_000_000
+
+
+@dataclass
+class _Pass:
+    name: str
+    run_id: int
+    levels: list[str] = field(default_factory=list)
+
+
+PASSES = [_Pass("model", 1, ["model"]), _Pass("model+layer", 2, ["model", "layer"])]
+
+
+def test_percentiles_interpolate_as_duckdb_quantile_cont() -> None:
+    durations = [7 * MS, 1 * MS, 30 * MS, 2 * MS, 2 * MS, 11 * MS, 5 * MS]
+    times = StepTimes.of(durations)
+    want = duckdb.sql(
+        "SELECT quantile_cont(d, 0.5), quantile_cont(d, 0.05), quantile_cont(d, 0.95) FROM "
+        f"(SELECT unnest({durations}) AS d)"
+    ).fetchall()[0]
+    assert (times.median_ns, times.p5_ns, times.p95_ns) == pytest.approx(want)
+    assert times.n == 7
+
+
+def test_a_negative_difference_between_noisy_input_bound_passes_is_within_noise() -> None:
+    # every other step waits for its batch: the medians sit between the two modes and move with them
+    rows = overhead(PASSES, {1: [2 * MS, 8 * MS] * 10, 2: [1 * MS, 6 * MS] * 10})
+    assert rows[0]["added_ns"] is None and rows[0]["within_noise"] is None and overhead_note(rows[0]) == ""
+    row = rows[1]
+    assert row["step_median_ns"] == 3_500_000 and row["step_p5_ns"] == 1 * MS and row["step_p95_ns"] == 6 * MS
+    assert row["added_ns"] == -1_500_000 and row["added_pct"] == pytest.approx(-30.0)
+    assert row["noise_ns"] == 3 * MS + 2_500_000 and row["noise_pct"] == pytest.approx(110.0)
+    assert row["within_noise"] is True
+    assert overhead_note(row) == "within noise (±110.0%)"
+
+
+def test_a_level_that_costs_more_than_the_spread_is_beyond_noise() -> None:
+    steady = [10 * MS + i * 10_000 for i in range(20)]  # 10.0 .. 10.19 ms
+    slower = [d + 3 * MS for d in steady]
+    row = overhead(PASSES, {1: steady, 2: slower})[1]
+    assert row["added_ns"] == 3 * MS and row["within_noise"] is False
+    assert overhead_note(row).startswith("beyond noise (±1.")
+    faster = overhead(PASSES, {1: slower, 2: steady})[1]
+    assert faster["added_ns"] == -3 * MS and faster["within_noise"] is False
+    assert overhead_note(faster).startswith("negative beyond noise (±")
+    assert overhead_note(faster).endswith("the passes ran under different conditions")
+
+
+def test_a_few_descheduled_steps_do_not_hide_a_level_cost() -> None:
+    # slow outliers inflate p95, not the low side the rule reads
+    before = [10 * MS] * 18 + [60 * MS, 80 * MS]
+    after = [12 * MS] * 18 + [70 * MS, 90 * MS]
+    assert noise_ns(StepTimes.of(before), StepTimes.of(after)) == 0
+    assert overhead(PASSES, {1: before, 2: after})[1]["within_noise"] is False
+
+
+def test_passes_with_under_three_steps_are_not_judged() -> None:
+    row = overhead(PASSES, {1: [2 * MS, 8 * MS], 2: [1 * MS, 6 * MS, 3 * MS]})[1]
+    assert row["added_ns"] == -2 * MS and row["noise_ns"] is None and row["within_noise"] is None
+    assert overhead_note(row) == "not judged: under 3 measured steps in a pass"
+    assert overhead_note({"pass": "model+layer", "added_ns": 5}) == ""  # a row stored before the judgement
