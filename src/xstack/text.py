@@ -6,3 +6,38 @@ from __future__ import annotations
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun``, in the plural unless ``n`` is 1 ("1 sample", "2,048 samples", "3 processes")."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def three_digits(value: float) -> str:
+    """``value`` to three significant digits in fixed notation, the decimals set by its size alone: ``1.50``,
+    ``71.0``, ``187``, ``12,346``. A column of such numbers never drops a trailing zero in one cell and keeps
+    it in the next, and never turns to an exponent (``1.23e+04``)."""
+    for decimals, below in ((2, 10.0), (1, 100.0)):
+        text = f"{value:.{decimals}f}"
+        if abs(float(text)) < below:  # rounded first: 9.996 is "10.0", not "10.00"
+            return "0." + "0" * decimals if float(text) == 0 else text  # no "-0.00"
+    return f"{value:,.0f}"
+
+
+def format_ns(ns: float) -> str:
+    """A duration given in nanoseconds, in the largest unit (ns, us, ms, s) that keeps it at 1 or more, to three
+    significant digits (``three_digits``): ``850 ns``, ``1.50 us``, ``71.0 us``, ``187 us``, ``12.3 s``.
+    Nanoseconds print whole: the store's clock counts whole nanoseconds."""
+    if abs(ns) < 999.5:
+        return f"{ns:.0f} ns" if round(ns) != 0 else "0 ns"
+    for unit, scale in (("us", 1e3), ("ms", 1e6)):
+        if abs(ns / scale) < 999.5:  # 999.6 us is "1.00 ms", not "1,000 us"
+            return f"{three_digits(ns / scale)} {unit}"
+    return f"{three_digits(ns / 1e9)} s"
+
+
+_NS_PER = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def format_ns_in_steps(ns: float, step_ns: float) -> str:
+    """``ns`` in the unit and to the decimals that ``format_ns`` gives ``step_ns``: the starts of equal time bins
+    (``step_ns`` wide) all read alike, ``0.00 ms``, ``2.40 ms``, ``117.60 ms``, where each in its own unit would
+    read ``0 ns``, ``2.40 ms``, ``1.01 s``."""
+    number, unit = format_ns(step_ns).split(" ")
+    decimals = len(number.partition(".")[2])
+    return f"{ns / _NS_PER[unit]:,.{decimals}f} {unit}"

@@ -88,3 +88,26 @@ def test_bytes_are_inputs_read_and_output_written() -> None:
     assert gather is not None and gather.flops is None and gather.read_bytes == 141 * 8 + 141 * 512 * 2
     assert op_cost("aten::view", [[2, 3], []], ["float", "ScalarList"]) is not None  # bytes only, FLOPs unknown
     assert op_cost("aten::add", "not a list", []) is None
+
+
+def test_per_layer_call_tables_say_which_iteration_holds_each_call(tmp_path: Path) -> None:
+    """Three iterations of the same model make A12 and A14 list each layer three times: the rows say which
+    iteration each call ran in, and mark the warm-up's as A2 does."""
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval(), torch.randn(2, 16)
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        for _ in range(3):
+            model(x)
+            prof.step()
+    with prof.open() as store:
+        a2, a12, a14 = run_analyses(store, None, ["A2", "A12", "A14"])
+    for r in (a12, a14):
+        names = [c.name for c in r.columns]
+        assert names[0] == "iteration" and names[-1] == "warm-up", r.id
+        assert r.column("iteration") == [1, 1, 2, 2, 3, 3], r.id
+        assert r.column("warm-up") == ["yes", "yes", "", "", "", ""], r.id
+        assert r.column("layer") == ["0", "1"] * 3, r.id
+    # the same calls A2 marks (A2 also lists the Sequential, which does no work of its own)
+    assert [w for w, t in zip(a2.column("warm-up"), a2.column("type"), strict=True) if t != "Sequential"] == (
+        a12.column("warm-up")
+    )
+    assert a12.chart is not None and a12.chart.extra["mark"] == "warm-up"

@@ -28,7 +28,7 @@ from xstack.analyze.recommend import RULES, recommend
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
-from xstack.report.formats import render_markdown
+from xstack.report.formats import md_result, render_markdown
 from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -295,6 +295,22 @@ def test_bandwidth_of_a_darshan_log_without_dxt_is_an_estimate(tmp_path: Path) -
     assert r.labels and r.labels[0].startswith("estimated")
 
 
+def test_bandwidth_bins_are_labelled_in_one_unit_from_first_to_last(tmp_path: Path) -> None:
+    # reads at 0 and near 120 ms, 50 bins of 2.40 ms: the first bin starts at "0.00 ms", not "0 ns", and the
+    # last at "117.60 ms", not "118 ms"
+    with Store.create(tmp_path / "b.duckdb") as store:
+        store.add_run(RunInfo(1, "reads", levels=["io"]))
+        sink = Sink(store, 1)
+        io_span(sink, 1, None, "read", 0, 1_000, MAIN, "/d/a", 4096)
+        io_span(sink, 2, None, "read", 119_999_000, 1_000, MAIN, "/d/a", 4096)
+        sink.close()
+    with Store.open(tmp_path / "b.duckdb") as store:
+        r = _one(store, "io.bandwidth")
+    assert r.facts["bin_ns"] == 2_400_000 and r.labels == ["time bins of 2.40 ms, each labelled by its start"]
+    cells = [line.split(" | ")[0].removeprefix("| ") for line in md_result(r) if " | all | " in line]
+    assert cells[:3] == ["0.00 ms", "2.40 ms", "4.80 ms"] and cells[-1] == "117.60 ms" and len(cells) == 50
+
+
 # -- io.sizes, io.pattern, io.small_files ---------------------------------------------------------------------
 def test_sizes_sum_the_histograms_and_estimate_file_sizes(darshan_like: Store) -> None:
     r = _one(darshan_like, "io.sizes")
@@ -435,7 +451,7 @@ def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) ->
     assert rec is not None and rec.title.startswith("Only small files")
     assert rec.evidence[0] == (
         "all 500 data files are of at most 2 MiB (10.0 KiB on average): every one of the 1,500 I/O operations, 3.0 "
-        "per file, goes to a small file, 505.0 us of I/O time (io.small_files)"
+        "per file, goes to a small file, 505 us of I/O time (io.small_files)"
     )
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "shards" in rec.action
     with files_store(tmp_path / "b.duckdb", rows[:5]) as store:
@@ -640,7 +656,7 @@ def test_a_real_dxt_log_s_recommendations_are_per_run_and_say_what_dxt_traced(tm
     # a log has no iterations: the small files' I/O time is at stake over the run (the job)
     staged, small = recs["small_files"], analysis.result("io.small_files").facts
     assert (staged.impact_ns, staged.impact_per) == (small["small_time_ns"], "run")
-    assert "at stake: about 626.3 ms per run" in render_markdown(analysis)
+    assert "at stake: about 626 ms per run" in render_markdown(analysis)
     # DXT traced the 7,822 POSIX reads; the counters also hold 26,246 STDIO reads, of no known size
     (line,) = recs["small_reads"].evidence
     assert dxt_reads == 7822 and f"66% of the {dxt_reads:,} reads traced by DXT are 1-4095 bytes" in line

@@ -85,7 +85,7 @@ def test_throughput_speedup_and_the_smallest_batch_after_which_doubling_gains_at
     store = build(_sweep(latencies))
     result = model_information(store, 5)
     assert result.available and result.id == "A1"
-    assert result.column("batch_size") == [1, 2, 4, 8, 16]
+    assert result.column("batch size") == [1, 2, 4, 8, 16]
     assert result.column("latency") == list(latencies.values())
     assert result.column("p5") == [v - 5 for v in latencies.values()]
     assert result.column("p95") == [v + 7 for v in latencies.values()]
@@ -97,7 +97,7 @@ def test_throughput_speedup_and_the_smallest_batch_after_which_doubling_gains_at
     assert "4 to 8" in result.facts["reason"] and "4.3%" in result.facts["reason"]
     assert result.column("optimal") == ["", "", "yes", "", ""]
     assert [p["run_id"] for p in result.facts["per_batch"]] == [1, 2, 3, 4, 5]
-    assert result.chart is not None and result.chart.kind == "line" and result.chart.x == "batch_size"
+    assert result.chart is not None and result.chart.kind == "line" and result.chart.x == "batch size"
     assert not result.hint and not result.labels
     assert load("A1") is model_information
 
@@ -160,7 +160,7 @@ def test_throughput_still_rising_where_the_next_size_failed_makes_the_largest_th
 def test_a_latency_target_picks_the_largest_batch_that_meets_it(build: Any) -> None:
     store = build(_sweep({1: 400_000, 2: 600_000, 4: 1_000_000, 8: 1_900_000, 16: 3_500_000}))
     met = model_information(store, 1, latency_target_ms=2.0)
-    assert met.facts["optimal_batch_size"] == 8 and "latency (1.9 ms) meets the 2 ms target" in met.facts["reason"]
+    assert met.facts["optimal_batch_size"] == 8 and "latency (1.90 ms) meets the 2 ms target" in met.facts["reason"]
     assert model_information(store, 1, latency_target_ms=1.0).facts["optimal_batch_size"] == 4  # 1 ms meets 1 ms
     none = model_information(store, 1, latency_target_ms=0.3)
     assert none.facts["optimal_batch_size"] is None and "no batch size meets the 0.3 ms" in none.facts["reason"]
@@ -196,7 +196,7 @@ def test_merged_runs_win_then_the_plain_run_with_fewest_levels_with_warmup_left_
     store = build(fill)
     result = model_information(store, 2)
     measured = durations[2:]
-    assert result.column("batch_size") == [1, 2]
+    assert result.column("batch size") == [1, 2]
     assert result.column("latency") == [900, round(float(np.median(measured)))]
     assert result.column("p5")[1] == round(float(np.percentile(measured, 5)))
     assert result.column("p95")[1] == round(float(np.percentile(measured, 95)))
@@ -240,7 +240,7 @@ def test_an_imported_trace_uses_its_profiler_step(import_store: Any) -> None:
         "SELECT dur_ns FROM spans WHERE level = 'model' AND name LIKE 'ProfilerStep#%' AND device = 'cpu'"
     )
     result = model_information(store, 1)
-    assert result.column("latency") == [step[0]] and result.column("batch_size") == [None]
+    assert result.column("latency") == [step[0]] and result.column("batch size") == [None]
     assert "xstack sweep" in result.hint
 
 
@@ -391,7 +391,7 @@ def test_stages_on_parallel_threads_share_the_wall_time_once(import_store: Any) 
     assert all(0 <= share <= 100 for share in result.column("share of wall"))
     assert (
         "gloo:all_reduce: its calls overlap on 2 threads: total sums them (2.14 s), wall time counts the time at "
-        "least one ran (1.1 s)" in result.labels
+        "least one ran (1.10 s)" in result.labels
     )
 
 

@@ -66,7 +66,7 @@ def test_host_bound_says_what_the_host_ran_while_the_gpu_waited(import_store: An
     store = import_store(kineto_fixture(NCCL))
     rec = _check(_fired(store, "host_bound"), "timeline.breakdown", "timeline.launches")
     assert rec.severity == "high" and rec.evidence[0].startswith("the GPU idles waiting for the host 76.1%")
-    assert "900 kernel launches per step, 43% of the kernels under 10 us" in rec.evidence[1]
+    assert "900 kernel launches per step, 43% of the kernels under 10.0 us" in rec.evidence[1]
     assert rec.evidence[2].startswith("while the GPU waited, the host ran aten::batch_norm (15%), "
                                       "aten::unflatten_dense_tensors (13%)")  # fmt: skip
     assert "aten::batch_norm first" in rec.action and "torch.compile" in rec.action and "batch size" in rec.action
@@ -118,12 +118,12 @@ def test_one_slow_first_launch_does_not_make_a_step_launch_bound(tmp_path: Path)
     with _launches_store(tmp_path / "slow.duckdb", 5_000_000, 2_000, 5_000) as store:
         assert _fired(store, "launch_bound") is None
         rec = _check(_fired(store, "host_bound"), "timeline.breakdown", "timeline.launches")
-        assert "the median kernel runs 5 us, the host issues a launch every 2 us" in rec.evidence[1]
+        assert "the median kernel runs 5.00 us, the host issues a launch every 2.00 us" in rec.evidence[1]
         assert "aten::add (100%) of the wait" in rec.evidence[2]
     # the same kernels launched one every 20 us: the GPU waits between them
     with _launches_store(tmp_path / "paced.duckdb", 1_500, 20_000, 5_000) as store:
         rec = _check(_fired(store, "launch_bound"), "timeline.breakdown", "timeline.launches")
-        assert "the median kernel runs 5 us while the host issues a launch every 20 us" in rec.evidence[1]
+        assert "the median kernel runs 5.00 us while the host issues a launch every 20.0 us" in rec.evidence[1]
         assert _fired(store, "host_bound") is None
         assert "fuse small ops with torch.compile" in rec.action
     # the same launches from torch.compile's code: compiling is done already, a graph is what is left

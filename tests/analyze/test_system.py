@@ -176,7 +176,7 @@ def test_a_window_shorter_than_the_samples_says_too_few_samples_instead_of_zero(
         fired = {r.rule for r in analyze(store).recommendations}
     cpu, memory, gpu = results["system.cpu"], results["system.memory"], results["system.gpu"]
     short = (
-        "too few samples: the 10 measured steps last 45 ms and hold 4 samples of the main process (every 10 ms), "
+        "too few samples: the 10 measured steps last 45.0 ms and hold 4 samples of the main process (every 10 ms), "
         "0 samples of the workers, the machine and RSS (every 50 ms); a figure over them needs at least 5: sample "
         "every 9 ms or less (--system-interval 9) for the main process, measure at least 56 steps (xstack profile "
         "--iters 56) for the workers, the machine and RSS"
@@ -193,7 +193,7 @@ def test_a_window_shorter_than_the_samples_says_too_few_samples_instead_of_zero(
     assert "main_growth_bytes" not in memory.facts  # not "+0 B over 10 steps"
     assert gpu.rows == [("cuda:0", 2, *[None] * 13)] and gpu.facts["util_mean_pct"] is None
     assert "2 samples of cuda:0 (every 20 ms)" in gpu.facts["too_few_samples"] and "No GPU telemetry" not in gpu.notes
-    assert line == ("CPU: too few samples (0 full samples in the 45 ms measured, at least 5 needed: see system.cpu), "
+    assert line == ("CPU: too few samples (0 full samples in the 45.0 ms measured, at least 5 needed: see system.cpu), "
                     "main RSS: too few samples, GPU: too few samples (see system.gpu)")  # fmt: skip
     assert not fired & {"workers_exceed_cores", "thread_oversubscription", "cpus_taken_by_others", "host_memory_growth",
                         "gpu_throttling"}  # fmt: skip
@@ -288,7 +288,7 @@ def test_idle_helper_threads_are_kept_apart_from_the_main_thread(tmp_path: Path)
     assert _row(r, "dataloader.next")["threads"] == 1
     assert _row(names, "futex")["main thread"] == 600_000 and _row(names, "futex")["total"] == 12_600_000
     assert names.facts["thread_time_ns"] == f["thread_time_ns"] and "in_syscalls_ns" not in names.facts
-    assert line == ("33 syscalls: the main thread was in them 36% of the measured steps (365.0 us per step under "
+    assert line == ("33 syscalls: the main thread was in them 36% of the measured steps (365 us per step under "
                     "strace); 7 other threads: 98% of their syscall time idle in waits")  # fmt: skip
     assert "16.4 ms" not in line  # the sum over threads is no wall time
 
@@ -429,9 +429,9 @@ def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_
     assert _row(r, "step")["span per step"] == 2_000_000 and _row(r, "fc")["span per step"] is None  # no layer pass
     assert r.facts["main_per_step_est_ns"] == pytest.approx(0.365 * 2_000_000)
     assert rec is not None and rec.impact_ns == 1_500_000  # not the 250 us per step measured under strace
-    assert "its 1.8 ms per step without strace, about 1.5 ms of waiting per step" in rec.evidence[0]
+    assert "its 1.80 ms per step without strace, about 1.50 ms of waiting per step" in rec.evidence[0]
     assert "250" not in rec.evidence[0] and "750" not in rec.evidence[0]
-    assert "36% of the measured steps under strace: about 730.0 us of the 2 ms step without it" in line
+    assert "36% of the measured steps under strace: about 730 us of the 2.00 ms step without it" in line
     # the same waits in a stage of 40 us (CrossEntropyLoss-like): 33 us per 2 ms step, nothing to recommend
     with merged_store(tmp_path / "short.duckdb", step_ns=2_000_000, stages={"dataloader.next": 40_000}) as store:
         assert _fired(store, "stage_blocked_in_waits", MERGED) is None
@@ -456,7 +456,7 @@ def test_the_summary_line(sampled: Store, tmp_path: Path) -> None:
     with merged_store(tmp_path / "merged.duckdb") as store:
         line = system_line(summarize(store).system or {})
     assert line.endswith("GPU n/a, 28 syscalls: the main thread was in them 36% of the measured steps under strace: "
-                         "about 36.5 ms of the 100.0 ms step without it; 2 other threads")  # fmt: skip
+                         "about 36.5 ms of the 100 ms step without it; 2 other threads")  # fmt: skip
 
 
 def test_the_summary_line_counts_one_sample_and_one_thread_in_the_singular() -> None:

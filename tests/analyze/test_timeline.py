@@ -18,6 +18,8 @@ from tests.conftest import kineto_fixture
 from xstack.analyze import timeline
 from xstack.analyze.pipeline import load
 from xstack.importers.kineto import import_kineto
+from xstack.report.formats import md_result
+from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
 
@@ -379,6 +381,34 @@ def test_sync_figures_say_whether_they_are_of_the_window_or_the_run(tmp_path: Pa
     assert (f["syncs_per_step"], f["blocked_per_step_ns"]) == (1.0, 100.0)
     assert (f["syncs_in_run"], f["blocked_in_run_ns"], f["explicit_in_run"]) == (3, 1200, 3)
     assert (f["top"]["calls_in_window"], f["top"]["blocked_in_window_ns"]) == (1, 100)
+
+
+def test_sync_rows_only_partly_in_the_window_are_marked(tmp_path: Path) -> None:
+    # three 1000 ns steps, the first warm-up, each with a 100 ns sync (one row: the same call in the same model
+    # span); a sync in the last step that runs 300 ns past its end; one before the steps
+    path = tmp_path / "p.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "built", levels=["model", "runtime"], config={A.CONFIG_WARMUP_STEPS: 1}))
+        sink = Sink(store, 1)
+        sink.span(1, None, "runtime", "cudaDeviceSynchronize", 0, 500, 1, 1)
+        for k in range(3):
+            start = 1000 + 1000 * k
+            sink.span(10 + k, None, "model", "step", start, 1000, 1, 1, {"model.kind": "step", "model.step": k})
+            sink.span(20 + k, 10 + k, "runtime", "cudaDeviceSynchronize", start + 500, 100, 1, 1)
+        sink.span(30, 12, "runtime", "cudaStreamSynchronize", 3800, 500, 1, 1)
+        sink.close()
+    with Store.open(path) as store:
+        r = timeline.sync_points(store, 1)
+    got = {x["call"] + (" in steps" if "step" in x["python line"] else ""): x for x in r.to_records()}
+    steps, crossing, before = (got[k] for k in ("cudaDeviceSynchronize in steps", "cudaStreamSynchronize in steps",
+                                                "cudaDeviceSynchronize"))  # fmt: skip
+    assert steps["in window"] == "partly: 2 of 3 calls within"  # the warm-up's is not
+    assert (steps["calls (window)"], steps["calls (run)"]) == (2, 3)
+    assert crossing["in window"] == "partly: 1 call across its edge"
+    assert crossing["blocked (window)"] == 500  # counted whole: the mark says so
+    assert before["in window"] == "none"
+    markdown = "\n".join(md_result(r))
+    assert "| partly: 2 of 3 calls within |" in markdown and "| none |" in markdown
 
 
 # -- memcpy --------------------------------------------------------------------------------------------------

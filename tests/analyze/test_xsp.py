@@ -71,9 +71,10 @@ def test_kernel_time_per_layer_matches_the_trace(import_store: Any) -> None:
     for name, ns in expected.items():
         assert got[name] == pytest.approx(ns, abs=len(a11.rows))
     a13 = _one(store, "A13")
-    root = a13.rows[0]
-    assert root[0] == "BertLMHeadModel_0"
-    assert root[3] == pytest.approx(sum(v for k, v in expected.items() if k != "(outside any layer)"), abs=100)
+    assert a13.column("layer")[0] == "BertLMHeadModel_0"
+    assert a13.column("GPU time")[0] == pytest.approx(
+        sum(v for k, v in expected.items() if k != "(outside any layer)"), abs=100
+    )
 
 
 def test_analytic_costs_of_a_gemm_are_labelled_and_exact(import_store: Any) -> None:
@@ -192,6 +193,56 @@ def test_layer_calls_in_the_warm_up_are_marked_and_left_out_of_the_sums_per_type
         assert "warm-up" not in [c.name for c in b2.columns] and "warmup_calls" not in b2.facts
         assert dict(b5.rows[i][:2] for i in range(3)) == {"Linear": 3, "Net": 3, "LazyInit": 1}
         assert sum(b6.column("self")) == 9_000 + 2 * 1_000 and not b5.labels
+
+
+def _kernel_steps_store(path: Path, steps: int) -> Store:
+    """A GPU run of ``steps`` steps (the first warm-up), each a layer ``fc`` whose op launches one kernel with
+    counters; after the last step, a kernel launched outside any layer."""
+    peaks = {"flops_per_s": {"fp32": 100e9}, "dram_bytes_per_s": 10e9, "source": "test"}
+    config = {A.CONFIG_WARMUP_STEPS: 1, "peaks": peaks}
+    metrics = {"metrics.flops_fp32": 4e6, "metrics.dram_bytes_read": 1e5, "metrics.dram_bytes_write": 1e5}
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "k", levels=["model", "layer", "op", "runtime", "kernel"], config=config))
+        sink = Sink(store, 1)
+
+        def launch(span_id: int, parent: int | None, name: str, start: int) -> None:
+            op, rt, k = span_id, span_id + 1, span_id + 2
+            sink.span(op, parent, "op", f"aten::{name}", start, 3_000, 1, 1)
+            sink.span(rt, op, "runtime", "cudaLaunchKernel", start + 100, 100, 1, 1, correlation_id=k)
+            sink.span(k, rt, "kernel", name, start + 500, 2_000, 1, 7, device="cuda:0", stream=7, correlation_id=k,
+                      attrs=metrics)  # fmt: skip
+
+        for i in range(steps):
+            sid, start = 100 * (i + 1), 10_000 * i
+            sink.span(sid, None, "model", f"step#{i}", start, 10_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+            sink.span(
+                sid + 1, sid, "layer", "fc", start + 100, 5_000, 1, 1, {"layer.path": "fc", "layer.type": "Linear"}
+            )
+            launch(sid + 10, sid + 1, "gemm", start + 200)
+        launch(10_000, None, "copy", 10_000 * steps + 100)
+        sink.close()
+    return Store.open(path)
+
+
+def test_per_layer_call_kernel_tables_say_which_iteration_holds_each_call(tmp_path: Path) -> None:
+    """A11-A14 list one row per layer call: the same layer once per iteration, told apart by column
+    ``iteration`` (from 1, as the warm-up labels count) and the warm-up's marked as A2 marks it; the kernels
+    launched outside any layer, one row over the whole run, belong to no iteration."""
+    with _kernel_steps_store(tmp_path / "k.duckdb", 3) as store:
+        a2 = _one(store, "A2")
+        for id in ("A11", "A12", "A13", "A14"):
+            r = _one(store, id)
+            names = [c.name for c in r.columns]
+            assert names[0] == "iteration" and names[-1] == "warm-up", id
+            calls = [row for row in r.rows if row[names.index("layer")] == "fc"]
+            assert [c[0] for c in calls] == [1, 2, 3] and [c[-1] for c in calls] == ["yes", "", ""], id
+            assert [c[-1] for c in calls] == a2.column("warm-up"), id
+            outside = [row for row in r.rows if row[names.index("layer")] == "(outside any layer)"]
+            assert [(c[0], c[-1]) for c in outside] == ([(None, "")] if id in ("A11", "A12", "A14") else []), id
+    # one iteration, none of it warm-up: nothing to tell apart, and the tables are as they were
+    with _kernel_steps_store(tmp_path / "one.duckdb", 1) as store:
+        a12 = _one(store, "A12")
+        assert [c.name for c in a12.columns] == ["layer", "type", "FLOPs", "DRAM read", "DRAM write"]
 
 
 def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:

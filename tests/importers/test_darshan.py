@@ -327,7 +327,7 @@ def test_cli_import_then_summary(tmp_path: Path) -> None:
     )
     assert imported.returncode == 0, imported.stderr
     summary = subprocess.run([*cmd, "summary", str(out)], capture_output=True, text=True, cwd=ROOT)
-    assert "host wall time   1 s (the Darshan log's job run time)" in summary.stdout
+    assert "host wall time   1.00 s (the Darshan log's job run time)" in summary.stdout
 
 
 def test_health_of_partial_modules_and_dxt_gaps() -> None:

@@ -232,9 +232,7 @@ def test_a_last_profiler_step_that_holds_no_work_is_no_iteration(trace: Path, im
     assert "empty_last_step" not in {r[0] for r in trace_health(store, 1).rows if r[3] == "finding"}
     if trace.name == "mi250_toy_train_rocm.json.gz":  # the profiler's stop: 0.049 ms after a 9.29 ms step
         assert expected == {"ProfilerStep#2"}
-        assert health["empty_last_step"][1].endswith(
-            "ProfilerStep#2, 0.0491 ms (the median of the 1 before it: 9.29 ms)"
-        )
+        assert health["empty_last_step"][1].endswith("ProfilerStep#2, 49.1 us (the median of the 1 before it: 9.29 ms)")
 
 
 def _past_recording(data: dict[str, Any]) -> dict[str, tuple[int, int]]:

@@ -89,7 +89,7 @@ def test_a_sweep_measures_each_batch_size_into_one_store_with_a_merged_run_each(
     steps = _merged_steps(tmp_path / "s.duckdb")
     with xstack.open_store(tmp_path / "s.duckdb") as store:
         a1 = model_information(store, 9)
-    assert a1.column("batch_size") == [1, 2, 4]
+    assert a1.column("batch size") == [1, 2, 4]
     assert a1.column("latency") == [steps[1], steps[2], steps[4]]  # the leveled (merged) timing
     assert a1.column("throughput") == pytest.approx([b * 1e9 / steps[b] for b in (1, 2, 4)])
     assert a1.facts["optimal_batch_size"] == 4  # every size meets a 1 s target
@@ -113,7 +113,7 @@ def test_a_failing_batch_size_stops_the_sweep_keeps_the_sizes_before_and_passes_
     ]  # fmt: skip
     with xstack.open_store(tmp_path / "s.duckdb") as store:
         a1 = model_information(store, 4)
-    assert a1.column("batch_size") == [1, 2] and a1.facts["failed_batch_sizes"] == [4]
+    assert a1.column("batch size") == [1, 2] and a1.facts["failed_batch_sizes"] == [4]
     assert "A1  Model information" in done.stdout
 
 

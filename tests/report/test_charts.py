@@ -113,9 +113,9 @@ def test_line_downsampling_keeps_the_peak() -> None:
 
 
 def test_secondary_axis_and_box_roles() -> None:
-    cols = [Column("batch_size", "count"), Column("throughput", "count"), Column("latency", "ns")]
+    cols = [Column("batch size", "count"), Column("throughput", "count"), Column("latency", "ns")]
     rows = [(b, 100.0 * b, 1e6 * b) for b in (1, 2, 4, 8)]
-    figure = render_chart(result("line", rows, cols, "batch_size", ("throughput",), extra={"secondary_y": ["latency"]}))
+    figure = render_chart(result("line", rows, cols, "batch size", ("throughput",), extra={"secondary_y": ["latency"]}))
     svg, _ = parse(figure)
     assert len(marks(svg)) == 2 and "(right axis)" in figure
     cols = [Column("path"), Column("latency", "ns"), Column("p5", "ns"), Column("p95", "ns")]

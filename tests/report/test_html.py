@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tests.report.handmade import HOSTILE, analysis
+from xstack.analyze import result
 from xstack.analyze.diff import diff_profiles
 from xstack.analyze.pipeline import Analysis
-from xstack.analyze.result import Column, Result, format_value
+from xstack.analyze.result import Column, Result, bin_column, format_value
 from xstack.export.perfetto import export_perfetto
+from xstack.report import terminal
 from xstack.report._html_results import anchor, fact_text
+from xstack.report._html_table import table_payload
 from xstack.report.html import render_html, write_report
 from xstack.trace.store import Store
 
@@ -88,7 +92,7 @@ def test_every_result_has_its_section_missing_ones_say_how(tmp_path: Path) -> No
     assert "No rows: nothing of this kind in the run." in visible
     for section in ("overview", "recommendations", "analyses", "overhead", "health", "trace"):
         assert section in ids
-    assert "+400.0 us" in visible and "+10.0%" in visible  # the per-level overhead table
+    assert "+400 us" in visible and "+10.0%" in visible  # the per-level overhead table
     assert "No trace: the report was written without its store" in visible
 
 
@@ -101,6 +105,16 @@ def test_tables_carry_raw_values_and_the_terminal_formatting(tmp_path: Path) -> 
     assert [c["name"] for c in data["cols"]] == [c.name for c in r.columns]
     for row, disp in zip(r.rows, data["disp"], strict=True):
         assert disp == [format_value(row[i], r.columns[i].unit) for i in shown]
+
+
+def test_time_bins_read_alike_in_every_table() -> None:
+    # the starts of equal time bins in the unit of their width: not "0 ns", "2.40 ms", "118 ms"
+    cols = [bin_column(2_400_000), Column("bandwidth", "bytes/s")]
+    r = Result("io.bandwidth", "I/O bandwidth over time", cols, [(b * 2_400_000, 1024.0) for b in (0, 1, 49)])
+    assert [d[0] for d in table_payload(r.columns, r.rows)["disp"]] == ["0.00 ms", "2.40 ms", "117.60 ms"]
+    console = Console(record=True, width=100)
+    console.print(r)
+    assert re.findall(r"[0-9.]+ [a-z]+s? ", console.export_text())[:3] == ["0.00 ms ", "2.40 ms ", "117.60 ms "]
 
 
 def test_self_contained_no_external_reference(bert: tuple[Store, Analysis], tmp_path: Path) -> None:
@@ -242,6 +256,27 @@ def test_table_cells_print_no_exponent(value: float, unit: Any, text: str) -> No
     assert format_value(value, unit) == text
 
 
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (71_000, "71.0 us"),  # not "71 us" above a "187.0 us": three significant digits, decimals by size alone
+        (187_000, "187 us"),
+        (1_500, "1.50 us"),
+        (99_960, "100 us"),  # rounds into the next decade: no "100.0 us"
+        (999_600, "1.00 ms"),  # rounds into the next unit: no "1,000 us"
+        (1_100_000_000, "1.10 s"),
+        (4_000e9, "4,000 s"),  # no exponent
+        (850, "850 ns"),  # the store's clock counts whole nanoseconds
+        (-71_000, "-71.0 us"),
+        (-0.3, "0 ns"),
+    ],
+)
+def test_durations_print_three_significant_digits_everywhere(ns: float, text: str) -> None:
+    assert format_value(ns, "ns") == text
+    # the summary, the recommendations and every report print a duration with the one helper
+    assert terminal.format_ns(ns) == result.format_ns(ns) == text
+
+
 @pytest.mark.parametrize(("value", "text"), [(-0.0004, "0.0"), (-0.0, "0.0"), (-0.06, "-0.1"), (0.04, "0.0")])
 def test_a_percentage_that_rounds_to_zero_has_no_sign(value: float, text: str) -> None:
     # a diff's change of -4 ns in 41 us: "-0.0" would read as a change the table calls unchanged
@@ -251,13 +286,13 @@ def test_a_percentage_that_rounds_to_zero_has_no_sign(value: float, text: str) -
 @pytest.mark.parametrize(
     ("key", "value", "text"),
     [
-        ("launch_ns_per_step", 324734.0, "324.7 us"),  # the unit word in the middle of the key
+        ("launch_ns_per_step", 324734.0, "325 us"),  # the unit word in the middle of the key
         ("bytes_read", 11227249277, "10.5 GiB"),
         ("bytes_per_step", 1536.0, "1.50 KiB"),  # not a rate
         ("peak_dram_bytes_per_s", 3.2e11, "298 GiB/s"),
         ("dataloader_pct_of_steps", 12.345, "12.3"),
-        ("interval_ms", 10.0, "10 ms"),
-        ("run_time_s", 135.28, "135.3 s"),
+        ("interval_ms", 10.0, "10.0 ms"),
+        ("run_time_s", 135.28, "135 s"),
         ("temp_max_c", 71.0, "71 °C"),
         ("main_pid", 26674, "26674"),
         ("ratio", 324734.6, "324,735"),  # no unit: separators, no exponent
@@ -279,6 +314,19 @@ def test_no_fact_of_a_real_report_is_in_exponent_notation(bert: tuple[Store, Ana
     assert not [f for f in facts if re.search(r"\de[+-]\d", f[1])]
     launches = next(r for r in a.results if r.id == "timeline.launches").facts
     assert ("launch per step", format_value(launches["launch_ns_per_step"], "ns")) in facts
+
+
+def test_column_headers_are_words_not_identifiers(bert: tuple[Store, Analysis]) -> None:
+    # a table's column names are its headers in every report: "batch size", as A15 has it, not "batch_size"
+    _, a = bert
+    named = {r.id: [c.name for c in r.columns] for r in a.results if r.columns}
+    assert "batch size" in named["A1"]
+    assert {id: [n for n in names if re.search(r"[a-z]_[a-z]", n)] for id, names in named.items()} == {
+        id: [] for id in named
+    }
+    console = Console(record=True, width=200)
+    console.print(next(r for r in a.results if r.id == "A1"))
+    assert "batch size" in console.export_text() and "batch_size" not in console.export_text()
 
 
 def test_facts_of_one_result_have_distinct_labels(bert: tuple[Store, Analysis], tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from xstack.analyze._io_common import (
     io_run,
 )
 from xstack.analyze._timeline_common import notes_of, rows
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -96,7 +96,7 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
     return Result(
         ID,
         TITLE,
-        COLUMNS,
+        [bin_column(width), *COLUMNS[1:]],
         table,
         notes=notes_of(bandwidth_over_time),
         run_id=io.run_id,
@@ -110,7 +110,8 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
             "mean_active_bandwidth": sum(r[6] for r in active) / len(active) if active else None,
             "active_bins": len(active),
         },
-        labels=[] if io.has_spans else ["estimated: each file's bytes spread over its first to last access (no DXT)"],
+        labels=([] if io.has_spans else ["estimated: each file's bytes spread over its first to last access (no DXT)"])
+        + [bin_label(width)],
     )
 
 

@@ -20,7 +20,7 @@ from xstack.analyze._system_common import (
     time_bins,
 )
 from xstack.analyze._timeline_common import notes_of, rows
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -358,6 +358,7 @@ def cpu_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
             extra={"secondary_y": secondary},
         ),  # fmt: skip
         facts={"bins": bins, "bin_ns": width, "processes": sum(1 for p in per if p is not None)},
+        labels=[bin_label(width)],
     )
 
 
@@ -375,7 +376,7 @@ def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, 
     if len(workers) > SERIES:
         series.append((f"{len(workers) - SERIES} other workers", list(workers[SERIES:]), "summed, % of one core"))
     series += [(runs.label(p), [p], "% of one core (a helper of multiprocessing)") for p in helpers]
-    columns = [Column("time", "ns", "start of the bin, from the run's first event")]
+    columns = [bin_column(width)]
     columns += [Column(name, "pct", meaning) for name, _, meaning in series]
     table = []
     for b in range(bins):

@@ -18,7 +18,7 @@ from xstack.analyze._system_common import (
     time_bins,
 )
 from xstack.analyze._timeline_common import notes_of, rows
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -211,7 +211,7 @@ def _wide(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]], bins: i
           width: int) -> Result:  # fmt: skip
     devices = sorted({str(r[0]) for r in found}, key=_gpu_number)[:MAX_GPUS]
     values = {(str(r[0]), int(r[1])): (r[2], r[3]) for r in found}
-    columns = [Column("time", "ns", "start of the bin, from the run's first event")]
+    columns = [bin_column(width)]
     for d in devices:
         columns += [Column(f"{d} utilisation", "pct"), Column(f"{d} SM clock (MHz)", "")]
     table = []
@@ -238,4 +238,5 @@ def _wide(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]], bins: i
             extra={"secondary_y": clocks},
         ),  # fmt: skip
         facts={"bins": bins, "bin_ns": width, "gpus": len(devices)},
+        labels=[bin_label(width)],
     )

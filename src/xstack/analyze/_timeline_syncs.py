@@ -7,7 +7,7 @@ from typing import Any
 
 from xstack.analyze._timeline_common import SYNC_CALLS, SYNC_FILTER, measured_window, notes_of, pct, rows
 from xstack.analyze.context import run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, counted
 from xstack.trace.store import Store
 
 ID = "timeline.syncs"
@@ -67,13 +67,15 @@ line AS (
     WHERE p.depth > 0
 ),
 placed AS (
-    SELECT sy.*, w.s IS NOT NULL AS in_window FROM sync sy
-    LEFT JOIN {{window}} w ON sy.start_ns >= w.s AND sy.start_ns < w.e
+    SELECT sy.*, w.s IS NOT NULL AS in_window, coalesce(sy.start_ns + sy.dur_ns <= w.e, false) AS inside,
+        EXISTS (SELECT 1 FROM {{window}} x WHERE sy.start_ns < x.e AND sy.start_ns + sy.dur_ns > x.s) AS touches
+    FROM sync sy LEFT JOIN {{window}} w ON sy.start_ns >= w.s AND sy.start_ns < w.e
 )
 SELECT CASE WHEN o.op IS NULL THEN 'explicit' ELSE 'implicit' END AS kind, coalesce(o.op, '-') AS op,
     p.name AS call, coalesce(l.line, $no_line || coalesce(' (model span: ' || o.model || ')', '')) AS line,
     coalesce(o.layer, '-') AS layer, count(*) AS n, sum(p.dur_ns) AS blocked, max(p.dur_ns) AS longest,
-    count(*) FILTER (WHERE p.in_window), sum(p.dur_ns) FILTER (WHERE p.in_window)
+    count(*) FILTER (WHERE p.in_window), sum(p.dur_ns) FILTER (WHERE p.in_window),
+    count(*) FILTER (WHERE p.inside), count(*) FILTER (WHERE p.touches AND NOT p.inside)
 FROM placed p LEFT JOIN owner o ON o.sync_id = p.span_id LEFT JOIN line l ON l.sync_id = p.span_id
 GROUP BY ALL ORDER BY 10 DESC NULLS LAST, blocked DESC, n DESC, call, line, layer
 """
@@ -87,6 +89,12 @@ COLUMNS = [
     Column("calls (window)", "count", "calls that start in the measured window"),
     Column("blocked (window)", "ns", "host time in those calls, summed"),
     Column("share of window", "pct", "blocked (window) in percent of the measured window"),
+    Column(
+        "in window",
+        help="where the row's calls lie: all within the measured window, none, or partly (some calls outside it, "
+        "or one running across its edge): the (window) columns then hold only the calls that start in it, each "
+        "counted whole",
+    ),
     Column("calls (run)", "count", "calls in the whole run, set-up and warm-up included"),
     Column("blocked (run)", "ns", "host time in the run's calls, summed"),
     Column("longest (run)", "ns", "the longest of the run's calls"),
@@ -110,7 +118,9 @@ def sync_points(store: Store, run_id: int) -> Result:
     span above the call. The Python line is the innermost Python frame open around the call on its thread
     that is the program's own code: not built-in, not PyTorch, not an installed package, not the standard
     library. Where the run has no Python frames (record with ``with_stack=True``), the row says so and names
-    the model span around the call. The measured window is the run's step spans (else its whole extent).
+    the model span around the call. The measured window is the run's step spans (else its whole extent);
+    column ``in window`` marks the rows whose calls lie only partly in it (some before, after or in the warm-up,
+    or one running across its edge), whose ``(window)`` figures are then a part of the ``(run)`` ones.
     """
     ctx = run_context(store, run_id)
     missing = ctx.require(ID, TITLE, "runtime")
@@ -121,8 +131,8 @@ def sync_points(store: Store, run_id: int) -> Result:
     no_line = "no frame of the program's own code" if has_frames else "no Python frames"
     found = rows(store, _QUERY.format(window=window.table), ctx.run_id, sync=SYNC_CALLS, not_user=NOT_USER_CODE,
                  stdlib=STDLIB, no_line=no_line)  # fmt: skip
-    table = [(*r[:5], int(r[8]), int(r[9] or 0), pct(r[9] or 0, window.length_ns), int(r[5]), int(r[6]), int(r[7]))
-             for r in found]  # fmt: skip
+    table = [(*r[:5], int(r[8]), int(r[9] or 0), pct(r[9] or 0, window.length_ns), _in_window(r), int(r[5]),
+              int(r[6]), int(r[7])) for r in found]  # fmt: skip
     return Result(
         id=ID,
         title=TITLE,
@@ -141,6 +151,19 @@ def sync_points(store: Store, run_id: int) -> Result:
         labels=([] if has_frames else ["no Python frames in the run: record with with_stack=True for the lines"])
         + ctx.replayed_labels("blocked times and shares"),
     )
+
+
+def _in_window(row: tuple[Any, ...]) -> str:
+    """Where a row's calls lie against the measured window: ``all`` within it, ``none``, or ``partly: ...`` with
+    how many lie within and how many run across its edge (their time only partly the window's)."""
+    calls, inside, across = int(row[5]), int(row[10]), int(row[11])
+    if inside == calls:
+        return "all"
+    if not inside and not across:
+        return "none"
+    parts = [f"{inside:,} of {counted(calls, 'call')} within"] if inside else []
+    parts += [f"{counted(across, 'call')} across its edge"] if across else []
+    return "partly: " + ", ".join(parts)
 
 
 def _facts(found: list[tuple[Any, ...]], table: list[tuple[Any, ...]], steps: int, window_ns: int,

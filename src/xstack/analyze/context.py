@@ -8,6 +8,7 @@ analysing a store opened read-only writes nothing to it.
 
 from __future__ import annotations
 
+import bisect
 import os
 import weakref
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class RunContext:
     _tables: dict[str, str] = field(default_factory=dict)
     _warmup: int | None = None
     _warmup_windows: list[tuple[int, int]] | None = None
+    _iterations: list[tuple[int, int, bool]] | None = None
 
     @property
     def warmup(self) -> int:
@@ -111,6 +113,31 @@ class RunContext:
         if not windows:
             return "FALSE"
         return "(" + " OR ".join(f"({column} >= {s} AND {column} < {e})" for s, e in windows) + ")"
+
+    def iterations(self) -> list[tuple[int, int, bool]]:
+        """The run's iterations: ``(start_ns, end_ns, warm-up)`` of its host step spans in start order (a trace's
+        copy of a step on the GPU timeline is not another iteration), the first numbered 1 (as ``io.input_bound``
+        and the warm-up labels number them); empty for a run without steps."""
+        if self._iterations is None:
+            found = self.store.query(
+                f"SELECT start_ns, start_ns + dur_ns, NOT {past_warmup(self.warmup)} FROM spans "
+                f"WHERE run_id = ? AND level = 'model' AND device = 'cpu' AND {STEP_SPAN} ORDER BY 1, 2",
+                [self.run_id],
+            )
+            self._iterations = [(int(s), int(e), bool(w)) for s, e, w in found]
+        return self._iterations
+
+    def iteration_of(self, start_ns: int | None) -> tuple[int | None, bool]:
+        """The iteration (numbered from 1) of a call that starts at ``start_ns``, and whether it is a warm-up one;
+        ``(None, False)`` for a call outside every step. A call belongs to the step it starts in, as in
+        ``in_warmup``."""
+        steps = self.iterations()
+        if start_ns is None or not steps:
+            return None, False
+        i = bisect.bisect_right(steps, (start_ns, 2**63, True)) - 1  # the last step that starts by then
+        if i < 0 or start_ns >= steps[i][1]:
+            return None, False
+        return i + 1, steps[i][2]
 
     def warmup_ns(self) -> int:
         """The time (ns) the warm-up iterations took: the length of ``warmup_windows``."""

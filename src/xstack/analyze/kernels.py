@@ -13,6 +13,7 @@ labels with how to get it; the rooflines (A9, A14) then name it as missing rathe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from xstack.analyze._kernel_costs import (
@@ -50,6 +51,37 @@ _COST_COLUMNS = [
 ]
 
 
+ITERATION_COLUMN = Column("iteration", "count", "the iteration (step) the layer call starts in, from 1")
+"""The column of the per-layer-call tables (A11-A14) that tells one iteration's calls from the next's."""
+
+WARMUP_COLUMN = Column(
+    "warm-up",
+    "",
+    "a call that starts in a warm-up iteration (a live run's first also pays for start-up: lazy initialisation, "
+    "allocator growth, autotuning)",
+)
+"""The column of the per-layer-call tables (A11-A14) that marks the calls of a warm-up iteration, as A2-A4 do."""
+
+
+def _call_columns(ctx: RunContext) -> tuple[list[Column], list[Column]]:
+    """The columns that place a layer call (before the others, after them): ``iteration`` for a run of several
+    iterations, ``warm-up`` for a run that leaves warm-up iterations out (as A2-A4 show it)."""
+    return ([ITERATION_COLUMN] if len(ctx.iterations()) > 1 else []), ([WARMUP_COLUMN] if ctx.warmup_windows() else [])
+
+
+def _placed(ctx: RunContext, start_ns: int | None, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` of a layer call that starts at ``start_ns`` (None: the row of calls outside any layer), between
+    its ``_call_columns`` cells: the iteration, and ``yes`` for a call of a warm-up iteration."""
+    first, last = _call_columns(ctx)
+    iteration, warm = ctx.iteration_of(start_ns)
+    return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
+
+
+def _warm_chart(ctx: RunContext) -> dict[str, Any]:
+    """Chart options that draw the calls of warm-up iterations faded and marked, where the run has the column."""
+    return {"mark": WARMUP_COLUMN.name, "mark_note": "faded: warm-up"} if ctx.warmup_windows() else {}
+
+
 def _labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
     sources = {str(r[0]) for r in ctx.store.query(f"SELECT DISTINCT cost_source FROM {table}") if r[0]}
     occ = {str(r[0]) for r in ctx.store.query(f"SELECT DISTINCT occupancy_source FROM {table}") if r[0]}
@@ -69,7 +101,7 @@ def _labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
     return labels
 
 
-def _costs(row: tuple[Any, ...], pk: Peaks | None, dur_index: int, precision: str | None = None) -> tuple[Any, ...]:
+def _costs(row: Sequence[Any], pk: Peaks | None, dur_index: int, precision: str | None = None) -> tuple[Any, ...]:
     """(FLOPs, read, write, occupancy, AI, FLOP/s, bound) from a row ending in flops, read, write, occupancy."""
     flops, read, write, occ = row[-4:]
     ai = intensity(flops, read, write)
@@ -211,10 +243,11 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
 
 
 def _layer_rollup(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
-    """Per layer call: path, type, latency, kernel count and time, flops, read, write, weighted occupancy, over the
-    kernels the layer launched itself (not through a nested layer)."""
+    """Per layer call: its start (ns; None for the kernels launched outside any layer), path, type, latency, kernel
+    count and time, flops, read, write, weighted occupancy, over the kernels the layer launched itself (not through
+    a nested layer)."""
     return ctx.store.query(
-        f"""SELECT coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+        f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), count(k.span_id),
                    sum(k.dur_ns), any_value(k.precision), sum(k.flops), sum(k.dram_read), sum(k.dram_write),
                    sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0)
@@ -234,14 +267,20 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
     if missing := _require_kernels(ctx, "A11", "Kernels by layer", "layer"):
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
-    out = [(r[0], r[1], r[2], r[3], _int(r[4]), *_costs(r, pk, 4, r[5])) for r in _layer_rollup(ctx, t)]
+    out = [
+        _placed(ctx, start, (r[0], r[1], r[2], r[3], _int(r[4]), *_costs(r, pk, 4, r[5])))
+        for start, *r in _layer_rollup(ctx, t)
+    ]
+    first, last = _call_columns(ctx)
     cols = [
+        *first,
         Column("layer"),
         Column("type"),
         Column("latency", "ns"),
         Column("kernels", "count"),
         Column("kernel time", "ns"),
         *_COST_COLUMNS,
+        *last,
     ]
     out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
@@ -252,7 +291,7 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
         notes=notes_of(kernels_by_layer),
         run_id=ctx.run_id,
         labels=_labels(ctx, t, pk),
-        chart=Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300),
+        chart=Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300, extra=_warm_chart(ctx)),
         truncated=cut,
     )
 
@@ -266,21 +305,27 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
     if "kernel" not in ctx.levels and "metrics" not in ctx.levels:
         if missing := ctx.require("A12", "Metrics per layer", "layer", "op"):
             return missing
-        rows = _op_layer_rollup(ctx)
-        out = [(r[0], r[1], _int(r[3]), _int(r[4]), _int(r[5])) for r in rows]
+        out = [
+            _placed(ctx, start, (r[0], r[1], _int(r[3]), _int(r[4]), _int(r[5]))) for start, *r in _op_layer_rollup(ctx)
+        ]
         labels = ["FLOPs and bytes: analytic (per-op count from shapes; no kernels in this run)"]
     else:
         if missing := _require_kernels(ctx, "A12", "Metrics per layer", "layer"):
             return missing
         t = kernel_costs(ctx)
-        out = [(r[0], r[1], _int(r[6]), _int(r[7]), _int(r[8])) for r in _layer_rollup(ctx, t)]
+        out = [
+            _placed(ctx, start, (r[0], r[1], _int(r[6]), _int(r[7]), _int(r[8]))) for start, *r in _layer_rollup(ctx, t)
+        ]
         labels = [lb for lb in _labels(ctx, t, None) if not lb.startswith("bound")]
+    first, last = _call_columns(ctx)
     cols = [
+        *first,
         Column("layer"),
         Column("type"),
         Column("FLOPs", "flops"),
         Column("DRAM read", "bytes"),
         Column("DRAM write", "bytes"),
+        *last,
     ]
     out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
@@ -291,16 +336,19 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
         notes=notes_of(metrics_by_layer),
         run_id=ctx.run_id,
         labels=labels,
-        chart=Chart("stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300),
+        chart=Chart(
+            "stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300, extra=_warm_chart(ctx)
+        ),
         truncated=cut,
     )
 
 
 def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
-    """Per layer call: path, type, latency, flops, read, write, precision from its costed ops."""
+    """Per layer call: its start (ns; None for the ops outside any layer), path, type, latency, flops, read, write,
+    precision from its costed ops."""
     ops = op_costs(ctx)
     return ctx.store.query(
-        f"""SELECT coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+        f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), sum(c.flops),
                    sum(c.read_bytes), sum(c.write_bytes), any_value(c.precision)
             FROM {ops} c LEFT JOIN spans l ON l.run_id = ? AND l.span_id = c.layer_id
@@ -329,22 +377,27 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
             inc AS (SELECT up.ancestor AS span_id, sum(k.gpu_ns) AS gpu_ns FROM up JOIN k USING (layer_id)
                     GROUP BY 1)
             SELECT coalesce(s.attrs->>'$."{A.LAYER_PATH}"', s.name), coalesce(s.attrs->>'$."{A.LAYER_TYPE}"', '-'),
-                   s.dur_ns, coalesce(inc.gpu_ns, 0)
+                   s.dur_ns, coalesce(inc.gpu_ns, 0), s.start_ns
             FROM spans s LEFT JOIN inc USING (span_id) WHERE s.run_id = $run AND s.level = 'layer'
             ORDER BY s.start_ns""",
         {"run": ctx.run_id},
     ).fetchall()
     out = [
-        (p, ty, int(d), int(g), max(0, int(d) - int(g)), min(100.0, 100.0 * int(g) / d) if d else None)
-        for p, ty, d, g in rows
+        _placed(
+            ctx, start, (p, ty, int(d), int(g), max(0, int(d) - int(g)), min(100.0, 100.0 * int(g) / d) if d else None)
+        )
+        for p, ty, d, g, start in rows
     ]
+    first, last = _call_columns(ctx)
     cols = [
+        *first,
         Column("layer"),
         Column("type"),
         Column("latency", "ns"),
         Column("GPU time", "ns"),
         Column("non-GPU time", "ns"),
         Column("GPU share", "pct"),
+        *last,
     ]
     out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
     return Result(
@@ -354,7 +407,14 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
         out,
         notes=notes_of(gpu_vs_non_gpu),
         run_id=ctx.run_id,
-        chart=Chart("stacked", "layer", ("GPU time", "non-GPU time"), "GPU and non-GPU time per layer", limit=300),
+        chart=Chart(
+            "stacked",
+            "layer",
+            ("GPU time", "non-GPU time"),
+            "GPU and non-GPU time per layer",
+            limit=300,
+            extra=_warm_chart(ctx),
+        ),
         truncated=cut,
         labels=ctx.replayed_labels("latency and non-GPU time"),
     )
@@ -369,35 +429,27 @@ def layer_roofline(store: Store, run_id: int) -> Result:
     pk, gaps = peaks(ctx), []
     if "kernel" in ctx.levels or "metrics" in ctx.levels:
         t = kernel_costs(ctx)
-        rows = [(r[0], r[1], r[4], r[5], r[6], r[7], r[8]) for r in _layer_rollup(ctx, t)]  # time = kernel time
+        rows = [(r[0], r[1], r[2], r[5], r[6], r[7], r[8], r[9]) for r in _layer_rollup(ctx, t)]  # time: kernel time
         labels = _labels(ctx, t, pk)
         gaps = [g for g in cost_gaps(ctx, t) if g != "kernel durations"]
     else:
         if missing := ctx.require("A14", "Layer roofline", "op"):
             return missing
-        rows = [(r[0], r[1], r[2], r[6], r[3], r[4], r[5]) for r in _op_layer_rollup(ctx)]
+        rows = [(r[0], r[1], r[2], r[3], r[7], r[4], r[5], r[6]) for r in _op_layer_rollup(ctx)]
         labels = [
             "FLOPs and bytes: analytic (per-op count from shapes)",
             "time: the layer's host latency",
             f"device peaks: {pk.source}" if pk else missing_peaks(ctx),
         ]
     out = []
-    for path, ty, dur, prec, flops, read, write in rows:
+    for start, path, ty, dur, prec, flops, read, write in rows:
         ai = intensity(flops, read, write)
         if ai is not None:
-            out.append(
-                (
-                    path,
-                    ty,
-                    dur,
-                    _int(flops),
-                    _int((read or 0) + (write or 0)),
-                    ai,
-                    rate(flops, dur),
-                    bound(ai, pk, prec),
-                )
-            )
+            costs = (_int(flops), _int((read or 0) + (write or 0)), ai, rate(flops, dur), bound(ai, pk, prec))
+            out.append(_placed(ctx, start, (path, ty, dur, *costs)))
+    first, last = _call_columns(ctx)
     cols = [
+        *first,
         Column("layer"),
         Column("type"),
         Column("time", "ns"),
@@ -406,6 +458,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         Column("AI", "flop/byte"),
         Column("FLOP/s", "flop/s"),
         Column("bound"),
+        *last,
     ]
     if not out and gaps:
         return ctx.lacking("A14", "Layer roofline", *gaps, notes=__doc__ or "")

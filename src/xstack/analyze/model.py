@@ -45,7 +45,7 @@ SWEEP_HINT = (
     "argument)"
 )
 COLUMNS = [
-    Column("batch_size", "count", "samples per iteration"),
+    Column("batch size", "count", "samples per iteration"),
     Column("latency", "ns", "median iteration latency"),
     Column("p5", "ns", "5th percentile of the iteration latency"),
     Column("p95", "ns", "95th percentile of the iteration latency"),
@@ -397,7 +397,7 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
     known = [p for p in points if p.batch_size is not None]
     chart = None
     if len(known) >= 2:
-        chart = Chart("line", x="batch_size", y=("throughput",), title="Throughput and latency by batch size",
+        chart = Chart("line", x="batch size", y=("throughput",), title="Throughput and latency by batch size",
                       log_x=True, extra={"secondary_y": ["latency"]})  # fmt: skip
     per_batch = [{"batch_size": p.batch_size, "latency_ns": _round(p.latency_ns), "throughput": p.throughput,
                   "iterations": p.iterations, "timing": p.timing, "run_id": p.run_id} for p in points]  # fmt: skip

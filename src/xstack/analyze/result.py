@@ -21,6 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from xstack.text import counted as counted  # the analyses' name for it
+from xstack.text import format_ns as format_ns  # a duration cell's text, shared with every report
+from xstack.text import format_ns_in_steps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +43,9 @@ class Column:
     unit_from: str = ""
     """For a table whose rows measure different things (counts, bytes, times): the column holding each row's
     unit, which then formats this column's cell in that row (``unit`` stays empty)."""
+    bin_ns: int | None = None
+    """For a ``ns`` column of equal time bins' starts: the bins' width, so that every cell prints in one unit with
+    the same decimals (``format_cell``)."""
 
     @property
     def numeric(self) -> bool:
@@ -221,6 +226,28 @@ def markdown_text(text: str, escape: Callable[[str], str]) -> str:
     return "".join(out)
 
 
+def bin_column(bin_ns: int) -> Column:
+    """The ``time`` column of a result in equal time bins ``bin_ns`` wide: each bin's start, from the run's first
+    event."""
+    help = f"start of the bin, from the run's first event; bins of {format_ns(bin_ns)}"
+    return Column("time", "ns", help, bin_ns=bin_ns)
+
+
+def bin_label(bin_ns: int) -> str:
+    """The label that states the bins' width of a result in equal time bins (its ``bin_column`` gives their
+    starts)."""
+    return f"time bins of {format_ns(bin_ns)}, each labelled by its start"
+
+
+def format_cell(value: Any, column: Column, unit: Unit | None = None) -> str:
+    """A cell of ``column`` as text: as ``format_value`` has it in ``unit`` (default: the column's; a row's own
+    from ``cell_units``), but a time bin's start in the unit of the bins' width (``0.00 ms``, ``2.40 ms``), so the
+    column reads alike from the first bin to the last."""
+    if column.bin_ns and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return format_ns_in_steps(value, column.bin_ns)
+    return format_value(value, column.unit if unit is None else unit)
+
+
 def format_value(value: Any, unit: Unit) -> str:
     """A cell as text: durations, bytes, FLOPs and rates scaled to a readable unit."""
     if value is None:
@@ -254,14 +281,6 @@ def _significant(value: float, digits: int) -> str:
     return f"{value:,.0f}" if "e+" in text else text
 
 
-def format_ns(ns: float) -> str:
-    """A duration in the unit that keeps 3-4 significant digits (ns, us, ms, s)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if abs(ns) / scale < 100 else f"{ns / scale:.1f} {unit}"
-    return f"{ns:.0f} ns"
-
-
 def render_result(result: Result, max_rows: int = 25) -> RenderableType:
     """A result as a rich renderable: its table (first ``max_rows`` rows), labels and what is missing."""
     heading = f"{result.id}  {result.title}"
@@ -288,7 +307,7 @@ def render_result(result: Result, max_rows: int = 25) -> RenderableType:
     shown = result.rows[:max_rows]
     for row, units in zip(shown, cell_units(result.columns, shown), strict=True):
         # Text, not str: names from traces ("[param|cuda]") must not be read as rich markup
-        table.add_row(*(Text(format_value(v, u)) for v, u in zip(row, units, strict=True)))
+        table.add_row(*(Text(format_cell(v, c, u)) for v, c, u in zip(row, result.columns, units, strict=True)))
     if not result.rows:
         return Group(Text(heading, style="bold"), Text("  no rows: nothing of this kind in the run", style="dim"))
     return table

@@ -28,7 +28,7 @@ from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
 from xstack.leveled._overhead import overhead as step_overhead
-from xstack.text import counted
+from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import RunInfo, Store
@@ -272,7 +272,7 @@ def _children_longer_than_parent(nodes: list[_layout.Node]) -> tuple[str, int, s
         "merged spans whose children, timed in a deeper pass, last longer together than they do (the "
         "children run on past them on the timeline): a level's pass also records that level's nested calls "
         "(the hooks of sub-layers, the events of nested ops), which the pass timing the parent does not, and "
-        f"medians do not add up; the largest excess is {over[worst] / 1e3:.1f} us, under "
+        f"medians do not add up; the largest excess is {format_ns(over[worst])}, under "
         f"{by_key[worst].level} {by_key[worst].name!r}",
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from xstack.analyze.result import Chart, Result, Unit, format_value
+from xstack.analyze.result import Chart, Result, Unit, format_cell, format_value
 from xstack.report._svg import (
     WIDTH,
     Scale,
@@ -131,7 +131,7 @@ def category(value: object, unit: Unit) -> str:
 
 def tooltip(result: Result, row: Sequence[Any], cols: Sequence[int]) -> str:
     """A ``<title>`` naming the row's values in ``cols`` with their column names and units."""
-    return title_tag([f"{result.columns[i].name}: {format_value(row[i], result.columns[i].unit)}" for i in cols])
+    return title_tag([f"{result.columns[i].name}: {format_cell(row[i], result.columns[i])}" for i in cols])
 
 
 def bars(result: Result, chart: Chart) -> Drawn:

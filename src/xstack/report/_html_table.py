@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Column, Result, cell_units, format_value
+from xstack.analyze.result import Column, Result, cell_units, format_cell
 from xstack.report._svg import esc
 
 PAGE_ROWS = 50
@@ -46,7 +46,7 @@ def table_payload(columns: Sequence[Column], rows: Sequence[Sequence[Any]], trun
         ],
         "rows": rows,  # serialised as they are (NaN as null, tuples as lists): converting each cell costs seconds
         "disp": [
-            [format_value(r[i], units[i]) for i in shown]
+            [format_cell(r[i], columns[i], units[i]) for i in shown]
             for r, units in zip(rows, cell_units(columns, rows), strict=True)
         ],  # fmt: skip
         "truncated": truncated,

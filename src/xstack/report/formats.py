@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
-from xstack.analyze.result import Result, cell_units, format_ns, format_value
+from xstack.analyze.result import Result, cell_units, format_cell, format_ns
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
@@ -179,8 +179,8 @@ def md_result(r: Result) -> list[str]:
     head = [md(c.name + (" (%)" if c.unit == "pct" else "")) for c in r.columns]
     align = ["--:" if c.numeric else "---" for c in r.columns]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(md(format_value(v, u)) for v, u in zip(row, units, strict=True)) + " |"
-              for row, units in zip(r.rows, cell_units(r.columns, r.rows), strict=True)]  # fmt: skip
+    lines += ["| " + " | ".join(md(format_cell(v, c, u)) for v, c, u in zip(row, r.columns, units, strict=True))
+              + " |" for row, units in zip(r.rows, cell_units(r.columns, r.rows), strict=True)]  # fmt: skip
     if r.truncated:
         lines += ["", f"{r.truncated:,} more rows left out by the analysis."]
     return [*lines, ""]

@@ -11,7 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from xstack.analyze.result import counted, format_value
+from xstack.analyze.result import counted, format_ns, format_value
 from xstack.analyze.summary import RunSummary, TopRow
 
 RUNS_LISTED = 12
@@ -21,14 +21,6 @@ PIPE_MAX_WIDTH = 1000
 """The widest line printed to a pipe or a file (a table that needs more folds its longest cells)."""
 
 LEVEL_TITLES = {"layer": "Top layers", "op": "Top operators", "kernel": "Top GPU kernels"}
-
-
-def format_ns(ns: float) -> str:
-    """A duration in the unit that keeps 3-4 significant digits (ns, us, ms, s)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def render_summary(summary: RunSummary) -> RenderableType:

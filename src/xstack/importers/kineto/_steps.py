@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import duckdb
 
+from xstack.text import format_ns
 from xstack.trace import attrs as A
 
 PAST_RECORDING_CHECK = "steps_past_recording"
@@ -58,7 +59,7 @@ def mark_stop_steps(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, i
         [(f'{{"{A.MODEL_KIND}": "tail"}}', run_id, int(span_id)) for span_id, *_ in found],
     )
     steps = "; ".join(
-        f"{name}, {dur / 1e6:.3g} ms (the median of the {n:,} before it: {median / 1e6:.3g} ms)"
+        f"{name}, {format_ns(dur)} (the median of the {n:,} before it: {format_ns(median)})"
         for _, name, dur, n, median in found
     )
     detail = (
@@ -113,9 +114,9 @@ def cut_steps_past_recording(con: duckdb.DuckDBPyConnection, run_id: int) -> tup
         ],
     )
     steps = "; ".join(
-        f"{name} runs {_duration(dur)} in the trace, though the profiler stopped {_duration(window)} after it began"
+        f"{name} runs {format_ns(dur)} in the trace, though the profiler stopped {format_ns(window)} after it began"
         + (f" (its pid {pid} has no other event in the trace)" if foreign and pid is not None else "")
-        + f": {_duration(kept if kept is not None else window)} kept"
+        + f": {format_ns(kept if kept is not None else window)} kept"
         for _, name, pid, dur, window, kept, foreign in found
     )
     detail = (
@@ -124,11 +125,3 @@ def cut_steps_past_recording(con: duckdb.DuckDBPyConnection, run_id: int) -> tup
         f"(its duration in the trace kept in {A.KINETO_DUR_NS}): {steps}"
     )
     return PAST_RECORDING_CHECK, len(found), detail
-
-
-def _duration(ns: float) -> str:
-    """A duration in the unit that keeps about three significant digits (s, ms, us)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6)):
-        if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns / 1e3:.3g} us"
