@@ -250,6 +250,9 @@ def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -
         (123456.7, "", "123,457"),
         (1234.5, "", "1234"),  # four significant digits hold it
         (0.5, "ratio", "0.5"),
+        (10237, "bytes", "10.0 KiB"),  # rounded before its decimals are chosen: not "10.00 KiB"
+        (1_048_552, "bytes", "1.00 MiB"),  # rounds into the next unit: not "1024 KiB"
+        (1010 * 1024, "bytes", "1010 KiB"),
     ],
 )
 def test_table_cells_print_no_exponent(value: float, unit: Any, text: str) -> None:

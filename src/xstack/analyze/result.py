@@ -22,7 +22,7 @@ from rich.text import Text
 
 from xstack.text import counted as counted  # the analyses' name for it
 from xstack.text import format_ns as format_ns  # a duration cell's text, shared with every report
-from xstack.text import format_ns_in_steps
+from xstack.text import format_ns_in_steps, three_digits
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -331,8 +331,12 @@ def _scaled(value: float, base: float, prefixes: tuple[str, ...], suffix: str) -
         v, i = v / base, i + 1
     if i == 0 and float(value).is_integer():
         number = f"{v:.0f}"
-    else:  # three significant digits, never an exponent (1010 KiB, not 1.01e+03 KiB)
-        number = f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    else:  # three significant digits, never an exponent (1010 KiB, not 1.01e+03 KiB), rounded first (10237 B is
+        # "10.0 KiB", not "10.00 KiB"; 1048575 B is "1.00 MiB", not "1024 KiB")
+        number = three_digits(v).replace(",", "")
+        if abs(float(number)) >= base and i < len(prefixes) - 1:
+            v, i = v / base, i + 1
+            number = three_digits(v)
     if suffix in ("FLOP", "FLOP/s"):
         return f"{number} {prefixes[i]}{suffix}"
     return f"{number} {prefixes[i]}{suffix}" if suffix else f"{number} {prefixes[i]}"
