@@ -19,6 +19,15 @@ def three_digits(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def format_ns_setting(ns: float) -> str:
+    """A duration someone chose (a floor, an interval) rather than measured, in the largest unit that keeps it at 1
+    or more, with no more digits than it was given with: ``1 us``, ``2.5 ms``, ``500 ns``."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:g} {unit}"
+    return f"{ns:g} ns"
+
+
 def format_ns(ns: float) -> str:
     """A duration given in nanoseconds, in the largest unit (ns, us, ms, s) that keeps it at 1 or more, to three
     significant digits (``three_digits``): ``850 ns``, ``1.50 us``, ``71.0 us``, ``187 us``, ``12.3 s``.

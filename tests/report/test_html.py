@@ -23,6 +23,7 @@ from xstack.report import terminal
 from xstack.report._html_results import anchor, fact_text
 from xstack.report._html_table import table_payload
 from xstack.report.html import render_html, write_report
+from xstack.text import format_ns_setting
 from xstack.trace.store import Store
 
 
@@ -278,6 +279,12 @@ def test_durations_print_three_significant_digits_everywhere(ns: float, text: st
     assert format_value(ns, "ns") == text
     # the summary, the recommendations and every report print a duration with the one helper
     assert terminal.format_ns(ns) == result.format_ns(ns) == text
+
+
+@pytest.mark.parametrize(("ns", "text"), [(1_000, "1 us"), (10_000, "10 us"), (2_500_000, "2.5 ms"), (500, "500 ns")])
+def test_a_chosen_duration_prints_as_it_was_given(ns: float, text: str) -> None:
+    # a floor or a threshold someone set: "kernels under 10 us", not the measured style's "10.0 us"
+    assert format_ns_setting(ns) == text
 
 
 @pytest.mark.parametrize(("value", "text"), [(-0.0004, "0.0"), (-0.0, "0.0"), (-0.06, "-0.1"), (0.04, "0.0")])

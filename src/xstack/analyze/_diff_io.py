@@ -28,8 +28,9 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._io_loop import input_wait
 from xstack.analyze.context import HINTS
-from xstack.analyze.result import Column, Result, format_ns, notes_of
+from xstack.analyze.result import Column, Result, notes_of
 from xstack.analyze.summary import io_totals
+from xstack.text import format_ns_setting
 from xstack.trace.store import Store
 
 ID, TITLE = "diff.io", "I/O: B against A"
@@ -167,7 +168,7 @@ class _Floors:
     def text(self, unit: str) -> str:
         if unit != "ns":
             return "exact"
-        return f"{self.rule.threshold * 100:g}% and {format_ns(self.rule.min_delta_ns)}"
+        return f"{self.rule.threshold * 100:g}% and {format_ns_setting(self.rule.min_delta_ns)}"
 
     def status(self, va: float | None, vb: float | None, unit: str) -> str:
         if va is None:

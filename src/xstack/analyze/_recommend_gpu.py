@@ -15,6 +15,7 @@ from xstack.analyze._kernel_precision import kernel_precision
 from xstack.analyze._recommend_common import Results, at_stake, get, gpu_runtime, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, format_ns
+from xstack.text import format_ns_setting
 
 HOST_WAIT_PCT = 30.0
 """Share of the step the device idles waiting for the host to launch work above which it is host-bound (or
@@ -83,7 +84,7 @@ def _launch_evidence(f: dict[str, Any]) -> str | None:
         return None
     if kernel is None or interval is None or kernel >= interval:
         return None
-    threshold = format_ns(num(f, "short_threshold_ns") or 0)
+    threshold = format_ns_setting(num(f, "short_threshold_ns") or 0)
     call = f", each launch call {format_ns(v)}" if (v := num(f, "steady_launch_ns")) is not None else ""
     return (
         f"{short:.0f}% of {int(num(f, 'launches') or 0):,} kernels run under {threshold}; the median kernel runs "
@@ -157,8 +158,8 @@ def _few_launches_line(f: dict[str, Any]) -> str | None:
             if kernel is not None and interval is not None else "")  # fmt: skip
     return (
         f"launches do not explain it: {launches}, {short:.0f}% of the kernels under "
-        f"{format_ns(num(f, 'short_threshold_ns') or 0)}{pace} (launch-bound: {MIN_LAUNCHES_PER_STEP} or more per "
-        f"step, over {SHORT_KERNELS_PCT:g}% of them short, the median kernel shorter than the time between "
+        f"{format_ns_setting(num(f, 'short_threshold_ns') or 0)}{pace} (launch-bound: {MIN_LAUNCHES_PER_STEP} or more "
+        f"per step, over {SHORT_KERNELS_PCT:g}% of them short, the median kernel shorter than the time between "
         "launches) (timeline.launches)"
     )
 
