@@ -90,7 +90,7 @@ def test_throughput_speedup_and_the_smallest_batch_after_which_doubling_gains_at
     assert result.column("p5") == [v - 5 for v in latencies.values()]
     assert result.column("p95") == [v + 7 for v in latencies.values()]
     throughput = [b * 1e9 / lat for b, lat in latencies.items()]
-    assert result.column("throughput") == pytest.approx(throughput)
+    assert result.column("throughput (samples/s)") == pytest.approx(throughput)
     assert result.column("speedup") == pytest.approx([None, 2.0, 4 / 1.2 / 2, 8 / 2.3 / (4 / 1.2), 16 / 4 / (8 / 2.3)])
     # 1 -> 2: +100%, 2 -> 4: +66.7%, 4 -> 8: +4.3%: 4 is the optimum
     assert result.facts["optimal_batch_size"] == 4
@@ -218,7 +218,7 @@ def test_one_run_without_a_batch_size_reports_its_latency_and_how_to_sweep(build
 
 def test_one_batch_size_gives_its_throughput(build: Any) -> None:
     result = model_information(build(lambda b: b.merged(8, 2_000_000, 1_900_000, 2_200_000)), 1)
-    assert result.column("throughput") == [pytest.approx(4000.0)]  # 8 samples in 2 ms
+    assert result.column("throughput (samples/s)") == [pytest.approx(4000.0)]  # 8 samples in 2 ms
     assert result.facts["optimal_batch_size"] is None and "only batch size 8" in result.facts["reason"]
     assert "xstack sweep" in result.hint
 

@@ -91,7 +91,7 @@ def test_a_sweep_measures_each_batch_size_into_one_store_with_a_merged_run_each(
         a1 = model_information(store, 9)
     assert a1.column("batch size") == [1, 2, 4]
     assert a1.column("latency") == [steps[1], steps[2], steps[4]]  # the leveled (merged) timing
-    assert a1.column("throughput") == pytest.approx([b * 1e9 / steps[b] for b in (1, 2, 4)])
+    assert a1.column("throughput (samples/s)") == pytest.approx([b * 1e9 / steps[b] for b in (1, 2, 4)])
     assert a1.facts["optimal_batch_size"] == 4  # every size meets a 1 s target
     assert "A1  Model information" in done.stdout and "optimal batch size: 4" in done.stdout
     assert not list(tmp_path.glob(".s.duckdb.sweep*"))  # the passes' own stores are gone

@@ -49,7 +49,7 @@ COLUMNS = [
     Column("latency", "ns", "median iteration latency"),
     Column("p5", "ns", "5th percentile of the iteration latency"),
     Column("p95", "ns", "95th percentile of the iteration latency"),
-    Column("throughput", "count", "samples per second: batch size / latency"),
+    Column("throughput (samples/s)", "count", "samples per second: batch size / latency"),
     Column("speedup", "ratio", "throughput over the previous batch size's"),
     Column("optimal", "", "the optimal batch size"),
 ]
@@ -397,8 +397,8 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
     known = [p for p in points if p.batch_size is not None]
     chart = None
     if len(known) >= 2:
-        chart = Chart("line", x="batch size", y=("throughput",), title="Throughput and latency by batch size",
-                      log_x=True, extra={"secondary_y": ["latency"]})  # fmt: skip
+        chart = Chart("line", x="batch size", y=("throughput (samples/s)",), log_x=True,
+                      title="Throughput and latency by batch size", extra={"secondary_y": ["latency"]})  # fmt: skip
     per_batch = [{"batch_size": p.batch_size, "latency_ns": _round(p.latency_ns), "throughput": p.throughput,
                   "iterations": p.iterations, "timing": p.timing, "run_id": p.run_id} for p in points]  # fmt: skip
     labels = [f"latency of model span {p.spans!r} (no iterations marked)"
