@@ -164,4 +164,6 @@ def test_a_crashed_loops_advice_says_which_waits_each_figure_counts(tmp_path: Pa
     facts = a.result("model.stages").facts
     (entry,) = a.result("io.input_bound").facts["dataloaders"]
     assert entry["after_last_step_waits"] == 1 and entry["waits"] == 5
-    assert facts["dataloader_ns"] == entry["wait_ns"] - entry["after_last_step_wait_ns"]  # the two figures agree
+    assert (
+        facts["dataloader_in_steps_ns"] == entry["wait_ns"] - entry["after_last_step_wait_ns"]
+    )  # the two figures agree

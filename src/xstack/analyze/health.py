@@ -181,7 +181,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         "steps": sum(r[2] for r in steps),
         "warmup_steps": ctx.warmup,
         "step_total_ns": step_total,
-        "dataloader_ns": loader,
+        "dataloader_in_steps_ns": loader,
         "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
     }
     if entries := dataloaders(store, ctx):  # what the input-bound rule advises from

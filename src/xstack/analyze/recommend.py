@@ -61,7 +61,7 @@ def input_bound(results: Results) -> Recommendation | None:
         pct = max(pct, p)
     s = _get(results, "model.stages")
     if s and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None and p >= INPUT_WAIT_PCT:
-        waited = format_ns(_num(s.facts, "dataloader_ns") or 0)
+        waited = format_ns(_num(s.facts, "dataloader_in_steps_ns") or 0)
         steps = int(_num(s.facts, "steps") or 0)
         evidence.append(
             f"the loop waited {waited} for DataLoader batches within its {counted(steps, 'measured step')}, "
