@@ -230,6 +230,9 @@ def _render(diff: ProfileDiff) -> str:
 def test_top_keeps_the_largest_changes_and_the_totals(gpu: tuple[Path, Path]) -> None:
     full, top = diff_profiles(*gpu), diff_profiles(*gpu, top=3)
     assert top.kernels.rows == full.kernels.rows[:3] and top.kernels.truncated == len(full.kernels.rows) - 3
+    more = f"{top.kernels.truncated:,} more rows (a larger --top lists more; --format csv or json without --top " \
+           "lists all)"  # fmt: skip
+    assert more in top.to_markdown() and more in " ".join(_render(top).split())  # the caption wraps
     assert top.summary.facts == full.summary.facts
     deltas = [abs(r[-3]) for r in full.kernels.rows if r[0] != "unchanged"]
     assert deltas == sorted(deltas, reverse=True)

@@ -36,6 +36,8 @@ from xstack.trace.store import Store
 ID, TITLE = "diff.io", "I/O: B against A"
 FILES_LISTED = 10
 """Data files listed by default (those that changed most); the facts count them all."""
+MORE = "the rows of the data files that changed less: a larger --top lists more, in every format"
+"""How to list the file rows left out: ``--top`` bounds the files listed in every format, json and csv too."""
 
 TOTALS = (
     ("files", "files", "count"),  # data files with I/O recorded: opened, read, written or stat'ed
@@ -156,7 +158,8 @@ def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
     if changed > listed:
         labels.append(f"{listed:,} of {changed:,} changed data files listed (those that changed most), "
                       f"{changed - listed:,} left out: a larger --top lists more")  # fmt: skip
-    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(io_result), facts=facts, labels=labels, truncated=left_out)
+    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(io_result), facts=facts, labels=labels, truncated=left_out,
+                  more=MORE)  # fmt: skip
 
 
 @dataclass(frozen=True)

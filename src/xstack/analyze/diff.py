@@ -202,6 +202,9 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> Profile
     return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0], io)
 
 
+MORE = "a larger --top lists more; --format csv or json without --top lists all"
+"""How to list the rows ``--top`` left out of the layers', ops' and kernels' tables."""
+
 _HOW = {
     "layer": "Layers are matched by layer.path and call index (the call's order among the path's calls in a step).",
     "op": "Ops are matched by their nearest enclosing layer (path and call), name and occurrence within it.",
@@ -298,7 +301,7 @@ def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fall
                       "iterations on a side: judged by the floors only")  # fmt: skip
     x = columns[1].name if id != "diff.ops" else "op"
     return Result(
-        id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), labels=labels,
+        id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), more=MORE, labels=labels,
         notes=f"{how} Rows: changes first, each group by |delta|. {RULE_NOTE}",
         chart=Chart("hbar", x=x, y=("delta",), title="B - A", series="status", limit=20),
         facts={**t.counts, **t.totals},
