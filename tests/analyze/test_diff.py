@@ -467,6 +467,10 @@ def test_each_model_stage_has_its_row(tmp_path: Path) -> None:
     assert rows["stage load"]["status"] == rows["stage predict"]["status"] == "unchanged"
     assert list(rows).index("stage load") < list(rows).index("stage preprocess") < list(rows).index("stage predict")
     assert d.summary.facts["stages"]["preprocess"] == "slower"
+    with Store.open(b) as store:  # what followed the last step() is teardown, not a stage of the loop
+        tails = store.query(f"SELECT name FROM spans WHERE attrs->>'$.\"{A.MODEL_KIND}\"' = 'tail'")
+        assert tails == [("after-last-step",)] and "after-last-step" not in read_side(store, 1).stages
+    assert "stage after-last-step" not in rows and set(d.summary.facts["stages"]) == {"load", "preprocess", "predict"}
 
 
 # -- runs that hold part of the picture -------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 ``diff_profiles(a, b)`` matches the layers, ops and kernels of one run of each store by structure and
 classifies every item as added, removed, slower, faster or unchanged; it totals the time added, removed,
-lost (slower items) and gained (faster items) per level and compares the step latency. Layers and ops nest, so
+lost (slower items) and gained (faster items) per level and compares the step latency and the model stages (a
+run's tail, what followed its last step, left out: teardown, not a stage of the loop). Layers and ops nest, so
 their totals add self times (an item's time less that of the items of its level it encloses): no time is
 counted twice, and a level's totals never exceed the time its top items cover. What only one run has (a level,
 steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
