@@ -110,4 +110,7 @@ def test_per_layer_call_tables_say_which_iteration_holds_each_call(tmp_path: Pat
     assert [w for w, t in zip(a2.column("warm-up"), a2.column("type"), strict=True) if t != "Sequential"] == (
         a12.column("warm-up")
     )
+    assert [i for i, t in zip(a2.column("iteration"), a2.column("type"), strict=True) if t != "Sequential"] == (
+        a12.column("iteration")
+    )
     assert a12.chart is not None and a12.chart.extra["mark"] == "warm-up"

@@ -230,6 +230,9 @@ def _render(diff: ProfileDiff) -> str:
 def test_top_keeps_the_largest_changes_and_the_totals(gpu: tuple[Path, Path]) -> None:
     full, top = diff_profiles(*gpu), diff_profiles(*gpu, top=3)
     assert top.kernels.rows == full.kernels.rows[:3] and top.kernels.truncated == len(full.kernels.rows) - 3
+    more = f"{top.kernels.truncated:,} more rows (a larger --top lists more; --format csv or json without --top " \
+           "lists all)"  # fmt: skip
+    assert more in top.to_markdown() and more in " ".join(_render(top).split())  # the caption wraps
     assert top.summary.facts == full.summary.facts
     deltas = [abs(r[-3]) for r in full.kernels.rows if r[0] != "unchanged"]
     assert deltas == sorted(deltas, reverse=True)
@@ -464,6 +467,10 @@ def test_each_model_stage_has_its_row(tmp_path: Path) -> None:
     assert rows["stage load"]["status"] == rows["stage predict"]["status"] == "unchanged"
     assert list(rows).index("stage load") < list(rows).index("stage preprocess") < list(rows).index("stage predict")
     assert d.summary.facts["stages"]["preprocess"] == "slower"
+    with Store.open(b) as store:  # what followed the last step() is teardown, not a stage of the loop
+        tails = store.query(f"SELECT name FROM spans WHERE attrs->>'$.\"{A.MODEL_KIND}\"' = 'tail'")
+        assert tails == [("after-last-step",)] and "after-last-step" not in read_side(store, 1).stages
+    assert "stage after-last-step" not in rows and set(d.summary.facts["stages"]) == {"load", "preprocess", "predict"}
 
 
 # -- runs that hold part of the picture -------------------------------------------------------------------

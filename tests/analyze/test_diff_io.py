@@ -238,3 +238,43 @@ def test_a_live_run_and_a_darshan_log_compare_what_both_have(runs: dict[str, Pat
     assert not any(item == "the loop" for item, _ in rows)
     assert any(lb.startswith("not compared: the loop's wait for data (B without iterations") for lb in d.io.labels)
     assert any(lb.startswith("A's I/O from the io level, B's from an imported Darshan log") for lb in d.io.labels)
+
+
+def test_the_note_on_files_left_out_names_top_in_every_format(tmp_path: Path) -> None:
+    from tests.analyze.io_store import data_file, files_store
+
+    # 15 data files, each read twice as much in B: all change, the default --top lists 10 (20 in text and md)
+    for name, scale in (("a", 1), ("b", 2)):
+        files_store(tmp_path / f"{name}.duckdb", [data_file(5, f"/d/{i:02d}.bin", 1000 * scale * (i + 1), 2)
+                                                   for i in range(15)]).close()  # fmt: skip
+    a, b = str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")
+    d = diff_profiles(a, b, top=4)
+    assert d.io.facts["files_listed"] == 4 and d.io.truncated == 22  # two rows a file: bytes read, read time
+    more = "22 more rows (the rows of the data files that changed less: a larger --top lists more, in every format)"
+    assert more in d.to_markdown()
+    console = Console(width=300, record=True, file=io.StringIO())
+    console.print(d)
+    assert more in " ".join(console.export_text().split())  # the caption wraps at the table's width
+    proc = _xstack("diff", a, b, "--format", "csv")  # --top bounds the files in csv too: the note's "every format"
+    assert proc.returncode == 0, proc.stderr
+    files = {r["item"] for r in csv.DictReader(io.StringIO(proc.stdout)) if r["table"] == "diff.io"}
+    assert len(files - {"data files", "other files"}) == 10
+
+
+def test_one_file_s_read_time_counts_past_10_us_the_totals_past_1_us(tmp_path: Path) -> None:
+    from tests.analyze.io_store import data_file, files_store
+
+    # small: read in 3 us, then 6 us (noise at that size); big: 40 us, then 80 us; both read twice the bytes in B
+    for name, scale in (("a", 1), ("b", 2)):
+        rows = [data_file(5, "/d/small.bin", 1000 * scale, 1, read_ns=3_000 * scale),
+                data_file(5, "/d/big.bin", 9000 * scale, 1, read_ns=40_000 * scale)]  # fmt: skip
+        files_store(tmp_path / f"{name}.duckdb", rows).close()
+    d = diff_profiles(tmp_path / "a.duckdb", tmp_path / "b.duckdb")
+    rows = _rows(d)
+    small, big = rows[("/d/small.bin", "read time")], rows[("/d/big.bin", "read time")]
+    assert (small["delta"], small["status"], small["floor"]) == (3_000, "unchanged", "5% and 10 us")
+    assert (big["delta"], big["status"], big["floor"]) == (40_000, "more", "5% and 10 us")
+    assert rows[("/d/small.bin", "bytes read")]["status"] == "more"
+    total = rows[("data files", "read time")]  # the totals keep the diff's floors
+    assert (total["delta"], total["status"], total["floor"]) == (43_000, "more", "5% and 1 us")
+    assert "at least 10 us" in d.io.notes

@@ -195,6 +195,25 @@ def test_layer_calls_in_the_warm_up_are_marked_and_left_out_of_the_sums_per_type
         assert sum(b6.column("self")) == 9_000 + 2 * 1_000 and not b5.labels
 
 
+def test_layer_calls_say_which_iteration_holds_each_as_a11_to_a14_do(tmp_path: Path) -> None:
+    """A2-A4 list every layer call; in a run of several iterations column ``iteration`` (from 1) tells the same
+    layer's calls in one iteration from the next's, as A11-A14 do; a run of one iteration has no such column."""
+    with _warm_layer_store(tmp_path / "w.duckdb") as store:
+        a2, a3, a4 = (run_analyses(store, 1, [id])[0] for id in ("A2", "A3", "A4"))
+        for r in (a2, a3, a4):
+            assert [c.name for c in r.columns][:3] == ["index", "iteration", "path"], r.id
+            assert r.column("iteration") == [1, 1, 1, 2, 2, 3, 3], r.id  # net, net.fc, net.init; then net, net.fc
+            assert "``iteration``" in r.notes, r.id
+        assert a2.column("path")[3:5] == ["net", "net.fc"] and a4.column("allocated")[3] == 1_024
+    with _kernel_steps_store(tmp_path / "k.duckdb", 3) as store:
+        a2, a11 = _one(store, "A2"), _one(store, "A11")
+        calls = [row for row in a11.rows if row[a11.column_index("layer")] == "fc"]
+        assert a2.column("iteration") == [row[0] for row in calls] == [1, 2, 3]
+    with _kernel_steps_store(tmp_path / "one.duckdb", 1) as store:
+        for id in ("A2", "A3"):
+            assert "iteration" not in [c.name for c in _one(store, id).columns], id
+
+
 def _kernel_steps_store(path: Path, steps: int) -> Store:
     """A GPU run of ``steps`` steps (the first warm-up), each a layer ``fc`` whose op launches one kernel with
     counters; after the last step, a kernel launched outside any layer."""

@@ -327,3 +327,32 @@ def test_long_kernel_names_and_wide_tables_stay_inside_their_cards(browser: Any,
             assert scroll[0] > scroll[1], scroll
         loaded.check_clean()
         page.context.close()
+
+
+# -- a table whose unit comes per row ------------------------------------------------------------------------------
+def test_a_column_with_a_unit_per_row_sorts_within_each_unit(browser: Any, tmp_path: Path) -> None:
+    from tests.analyze.io_store import data_file, files_store
+    from xstack.analyze.diff import diff_profiles
+    from xstack.report._html_results import anchor
+
+    # bytes, counts and times in one delta column: B reads more of some files, less of others, and one file more
+    a_rows = [data_file(5, f"/d/f{i}.bin", 1000 * (i + 1), 2, read_ns=50_000 * (i + 1)) for i in range(4)]
+    b_rows = [data_file(5, f"/d/f{i}.bin", 1000 * (4 - i), 3, read_ns=20_000 * (i + 1)) for i in range(5)]
+    with files_store(tmp_path / "a.duckdb", a_rows) as sa, files_store(tmp_path / "b.duckdb", b_rows) as sb:
+        diff = diff_profiles(sa, sb)
+        out = write_report(analyze(sb, ids=["io.files"]), tmp_path / "cmp.html", store=sb, compare=diff)
+    io = diff.io
+    names = [c.name for c in io.columns]
+    unit, delta = names.index("unit"), names.index("delta")
+    assert {r[unit] for r in io.rows} == {"bytes", "count", "ns"}
+    loaded = open_report(browser, out.path)
+    page, table = loaded.page, f"{anchor(io.id, 'cmp')}-table"
+    head = f"#{table} th[data-col='{delta}']"
+    assert "grouped by unit first, then sorted within each unit" in (page.get_attribute(head, "title") or "")
+    for direction in (-1, 1):  # numbers: largest first, then smallest first; within each unit, missing ones last
+        page.click(head)
+        want = sorted(io.rows, key=lambda r: (r[unit], r[delta] is None, direction * (r[delta] or 0)))
+        assert cells(page, table, unit) == [r[unit] for r in want][:50]
+        assert cells(page, table, delta) == [format_value(r[delta], r[unit]) for r in want][:50]
+    assert any(r[delta] is None for r in io.rows)  # a measure not compared: its missing delta sorts last
+    loaded.check_clean()

@@ -25,7 +25,7 @@ def markdown(heading: str, results: list[Result]) -> str:
             for row, units in zip(r.rows, cell_units(r.columns, r.rows), strict=True):
                 out.append("| " + " | ".join(_cell(format_value(v, u)) for v, u in zip(row, units, strict=True)) + " |")
         if r.truncated:
-            out.append(f"\n{r.truncated:,} more rows (--format csv or json for all, or a larger --top)")
+            out.append(f"\n{r.truncated:,} more rows ({r.more or '--format csv or json for all'})")
         out += [f"\n> {_cell(label)}" for label in r.labels]
         if r.notes:
             out += ["", f"_{markdown_text(r.notes, _cell)}_"]

@@ -36,6 +36,8 @@ from xstack.trace.store import Store
 ID, TITLE = "diff.io", "I/O: B against A"
 FILES_LISTED = 10
 """Data files listed by default (those that changed most); the facts count them all."""
+MORE = "the rows of the data files that changed less: a larger --top lists more, in every format"
+"""How to list the file rows left out: ``--top`` bounds the files listed in every format, json and csv too."""
 
 TOTALS = (
     ("files", "files", "count"),  # data files with I/O recorded: opened, read, written or stat'ed
@@ -56,6 +58,9 @@ LOOP = "the loop"
 """The item of the rows of the loop's wait for data."""
 ALL_DATA = "data files"
 """The item of the totals' rows."""
+FILE_MIN_DELTA_NS = 10_000
+"""The absolute floor of one file's read time (ns), where the diff's (default 1 us) is lower: a file read in a few
+microseconds moves by more than 1 us, and by more than 5%, from one run of the same work to the next."""
 
 COLUMNS = [
     Column("item", help="data files: their totals; the loop: its wait for data; a path: one data file"),
@@ -70,7 +75,11 @@ COLUMNS = [
         help="more, less or unchanged beyond the floor; added, removed (a file only one run has); "
         "not compared (a measure one run lacks)",
     ),  # fmt: skip
-    Column("floor", help="the smallest |delta| that counts: counts and bytes exactly, times both floors"),
+    Column(
+        "floor",
+        help="the smallest |delta| that counts: counts and bytes exactly, times both floors (one "
+        "file's read time: at least 10 us)",
+    ),
 ]
 
 
@@ -129,7 +138,9 @@ def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
 
     Notes: counts and bytes are exact: any difference counts (more or less). Times count as in the rest of the
     diff: when ``|delta|`` reaches both floors, the relative one (``threshold`` of A's time, default 5%) and the
-    absolute one (``min_delta_ns``, default 1 us); the rows give the floor each used. The totals are those of
+    absolute one (``min_delta_ns``, default 1 us); one file's read time counts past the same relative floor and at
+    least 10 us (``FILE_MIN_DELTA_NS``), as a file read in a few microseconds is mostly noise (the page cache, the
+    scheduler); the rows give the floor each used. The totals are those of
     the data files (path classes data and unknown) summed over every process, as ``io.files`` and the summary
     count them; the files of the other classes (Python's imports, system, profiler files, directories) count in
     one row, and standard streams, pipes and sockets are left out. The wait for data is ``io.input_bound``'s: the
@@ -156,7 +167,8 @@ def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
     if changed > listed:
         labels.append(f"{listed:,} of {changed:,} changed data files listed (those that changed most), "
                       f"{changed - listed:,} left out: a larger --top lists more")  # fmt: skip
-    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(io_result), facts=facts, labels=labels, truncated=left_out)
+    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(io_result), facts=facts, labels=labels, truncated=left_out,
+                  more=MORE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -165,27 +177,33 @@ class _Floors:
 
     rule: Rule
 
-    def text(self, unit: str) -> str:
+    def min_ns(self, per_file: bool) -> int:
+        """The absolute floor of a time: the rule's, and at least ``FILE_MIN_DELTA_NS`` for one file's."""
+        return max(self.rule.min_delta_ns, FILE_MIN_DELTA_NS) if per_file else self.rule.min_delta_ns
+
+    def text(self, unit: str, per_file: bool = False) -> str:
         if unit != "ns":
             return "exact"
-        return f"{self.rule.threshold * 100:g}% and {format_ns_setting(self.rule.min_delta_ns)}"
+        return f"{self.rule.threshold * 100:g}% and {format_ns_setting(self.min_ns(per_file))}"
 
-    def status(self, va: float | None, vb: float | None, unit: str) -> str:
+    def status(self, va: float | None, vb: float | None, unit: str, per_file: bool = False) -> str:
         if va is None:
             return "added"
         if vb is None:
             return "removed"
         delta = vb - va
-        floor = max(self.rule.threshold * va, self.rule.min_delta_ns, 1) if unit == "ns" else 1
+        floor = max(self.rule.threshold * va, self.min_ns(per_file), 1) if unit == "ns" else 1
         if abs(delta) < floor:
             return "unchanged"
         return "more" if delta > 0 else "less"
 
-    def row(self, item: str, measure: str, unit: str, va: float | None, vb: float | None) -> tuple[Any, ...]:
-        """One compared row: the status, B - A and the change in percent of A."""
+    def row(self, item: str, measure: str, unit: str, va: float | None, vb: float | None,
+            per_file: bool = False) -> tuple[Any, ...]:  # fmt: skip
+        """One compared row: the status, B - A and the change in percent of A (``per_file``: one file's)."""
         delta = (vb or 0) - (va or 0)
         pct = 100.0 * delta / va if va and vb is not None else None
-        return (item, measure, unit, va, vb, delta, pct, self.status(va, vb, unit), self.text(unit))
+        status = self.status(va, vb, unit, per_file)
+        return (item, measure, unit, va, vb, delta, pct, status, self.text(unit, per_file))
 
 
 def _not_compared(item: str, measure: str, unit: str, va: Any, vb: Any) -> tuple[Any, ...]:
@@ -268,7 +286,7 @@ def _file_rows(a: IoSide, b: IoSide, floors: _Floors, limit: int) -> tuple[list[
     for path in list(a.files) + [p for p in b.files if p not in a.files]:
         fa, fb = a.files.get(path), b.files.get(path)
         done = [i for _, i, _ in _FILE_MEASURES if (fa and fa[i]) or (fb and fb[i])] or [0]  # none: bytes read
-        rows = [floors.row(path, label, unit, fa[i] if fa else None, fb[i] if fb else None)
+        rows = [floors.row(path, label, unit, fa[i] if fa else None, fb[i] if fb else None, per_file=True)
                 for label, i, unit in _FILE_MEASURES if i in done]  # fmt: skip
         if any(r[7] != "unchanged" for r in rows):
             change = max(abs((fb[i] if fb else 0) - (fa[i] if fa else 0)) / scale[i] for i in range(3))

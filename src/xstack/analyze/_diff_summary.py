@@ -30,11 +30,12 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         "The first row compares the step latency (median of the host step spans; without any, the run's host "
         "wall time; not compared where a run's host times are inflated by counter replay); then each model stage "
         "other than the step (load, preprocess, a forward call, ...: model spans matched by name, median per "
-        "call). Then per level and status: the items and their summed time in A and B; the net change of a level "
-        "is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops nest (a "
-        "block holds its sub-layers, an op the ops it calls), so their sums add self times: each item's time less "
-        "that of the items of its level it encloses, which counts no time twice. A row's status is that of its "
-        f"items, judged on their whole time. {RULE_NOTE}"
+        "call; a run's tail, such as a live run's after-last-step, what followed the last step(), is teardown "
+        "and left out). Then per level and status: the items and their summed time in A and B; the net change of "
+        "a level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops "
+        "nest (a block holds its sub-layers, an op the ops it calls), so their sums add self times: each item's "
+        "time less that of the items of its level it encloses, which counts no time twice. A row's status is that "
+        f"of its items, judged on their whole time. {RULE_NOTE}"
     )
     labels = ([noise] if noise else []) + _wall_labels(a, b)
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,

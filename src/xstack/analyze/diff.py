@@ -2,7 +2,8 @@
 
 ``diff_profiles(a, b)`` matches the layers, ops and kernels of one run of each store by structure and
 classifies every item as added, removed, slower, faster or unchanged; it totals the time added, removed,
-lost (slower items) and gained (faster items) per level and compares the step latency. Layers and ops nest, so
+lost (slower items) and gained (faster items) per level and compares the step latency and the model stages (a
+run's tail, what followed its last step, left out: teardown, not a stage of the loop). Layers and ops nest, so
 their totals add self times (an item's time less that of the items of its level it encloses): no time is
 counted twice, and a level's totals never exceed the time its top items cover. What only one run has (a level,
 steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
@@ -202,6 +203,9 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> Profile
     return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0], io)
 
 
+MORE = "a larger --top lists more; --format csv or json without --top lists all"
+"""How to list the rows ``--top`` left out of the layers', ops' and kernels' tables."""
+
 _HOW = {
     "layer": "Layers are matched by layer.path and call index (the call's order among the path's calls in a step).",
     "op": "Ops are matched by their nearest enclosing layer (path and call), name and occurrence within it.",
@@ -298,7 +302,7 @@ def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fall
                       "iterations on a side: judged by the floors only")  # fmt: skip
     x = columns[1].name if id != "diff.ops" else "op"
     return Result(
-        id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), labels=labels,
+        id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), more=MORE, labels=labels,
         notes=f"{how} Rows: changes first, each group by |delta|. {RULE_NOTE}",
         chart=Chart("hbar", x=x, y=("delta",), title="B - A", series="status", limit=20),
         facts={**t.counts, **t.totals},

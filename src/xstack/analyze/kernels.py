@@ -32,6 +32,7 @@ from xstack.analyze._kernel_costs import (
     rate,
 )
 from xstack.analyze.context import REPLAYED_ADVICE, STEP_SPAN, RunContext, past_warmup, run_context
+from xstack.analyze.layers import ITERATION_COLUMN
 from xstack.analyze.model import longest_call
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
@@ -50,9 +51,6 @@ _COST_COLUMNS = [
     Column("bound"),
 ]
 
-
-ITERATION_COLUMN = Column("iteration", "count", "the iteration (step) the layer call starts in, from 1")
-"""The column of the per-layer-call tables (A11-A14) that tells one iteration's calls from the next's."""
 
 WARMUP_COLUMN = Column(
     "warm-up",

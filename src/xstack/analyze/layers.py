@@ -5,7 +5,8 @@ per type use each call's *self* time: its latency minus that of the layers it ca
 all layers add up to the root layers' latency, with nothing counted twice. Latencies are the run's span
 durations: for a merged (leveled) run, the median over measured iterations from the pass that times layers.
 A live run's warm-up iterations (``RunContext.in_warmup``: its first, which pays for lazy initialisation and
-allocator growth) are left out of the sums per type; the tables of every call mark the calls that start in them.
+allocator growth) are left out of the sums per type; the tables of every call mark the calls that start in them
+and, in a run of several iterations, give the iteration each call starts in (``RunContext.iteration_of``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ WARMUP_COLUMN = Column(
     "allocator growth): shown, left out of the sums per type (A5-A7)",
 )
 """The column that marks the calls of a warm-up iteration in A2-A4, for a run that leaves one out."""
+
+ITERATION_COLUMN = Column("iteration", "count", "the iteration (step) the layer call starts in, from 1")
+"""The column of the per-layer-call tables (A2-A4, A11-A14) that tells one iteration's calls from the next's."""
 
 ROW_LIMIT = 20_000
 """Rows kept by the per-call tables (A2-A4) unless asked otherwise; the per-type tables aggregate every call past
@@ -107,6 +111,17 @@ def _fill_memory_from_counters(ctx: RunContext, table: str) -> None:
     )
 
 
+def _iteration_columns(ctx: RunContext) -> list[Column]:
+    """``ITERATION_COLUMN`` for a run of several iterations (host steps); none for the others, whose calls need
+    no telling apart."""
+    return [ITERATION_COLUMN] if len(ctx.iterations()) > 1 else []
+
+
+def _iteration(ctx: RunContext, layer: tuple[Any, ...]) -> tuple[int | None, ...]:
+    """The ``iteration`` cell of one call of ``_layers`` (None: outside every step), where the run has it."""
+    return (ctx.iteration_of(layer[5])[0],) if len(ctx.iterations()) > 1 else ()
+
+
 def _warm_columns(ctx: RunContext) -> list[Column]:
     """``WARMUP_COLUMN`` for a run that leaves warm-up iterations out; none for the others (imported traces,
     merged runs, ``--warmup 0``), whose tables stay as they were."""
@@ -133,21 +148,23 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
     """A2: one row per layer call in execution order: index, path, type, depth, shapes, latency (ns), self time
     (ns), parameters and allocated memory (bytes).
 
-    Notes: the index counts calls in execution order (by start time, outer before inner); self time is the
-    latency minus that of the layers called directly inside. Allocated memory: see A4. In a live run, the calls
-    that start in a warm-up iteration (its first, which also pays for lazy initialisation and allocator growth;
-    a pass's --warmup) are listed and marked in column ``warm-up`` (fact ``warmup_calls``); the sums per type
-    (A5-A7) leave them out."""
+    Notes: the index counts calls in execution order (by start time, outer before inner); in a run of several
+    iterations, column ``iteration`` gives the one the call starts in (from 1; empty outside every step), as in
+    A11-A14. Self time is the latency minus that of the layers called directly inside. Allocated memory: see A4.
+    In a live run, the calls that start in a warm-up iteration (its first, which also pays for lazy initialisation
+    and allocator growth; a pass's --warmup) are listed and marked in column ``warm-up`` (fact ``warmup_calls``);
+    the sums per type (A5-A7) leave them out."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A2", "Layer information", "layer"):
         return missing
     layers, total = _layers(ctx, limit)
     rows = [
-        (i, r[2], r[3], r[4], _json(r[8]), _json(r[9]), r[6], r[7], r[10], r[11], *_warm(ctx, r))
+        (i, *_iteration(ctx, r), r[2], r[3], r[4], _json(r[8]), _json(r[9]), r[6], r[7], r[10], r[11], *_warm(ctx, r))
         for i, r in enumerate(layers)
     ]
     cols = [
         Column("index", "count"),
+        *_iteration_columns(ctx),
         Column("path"),
         Column("type"),
         Column("depth", "count"),
@@ -180,16 +197,21 @@ def layer_latency(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, c
     merged run (a box per layer in the chart).
 
     Notes: the chart draws the first ``chart_limit`` calls of the deepest layers only (those that call no other
-    layer), since a parent's bar would repeat its children's time. In a live run, the calls that start in a
+    layer), since a parent's bar would repeat its children's time. In a run of several iterations, column
+    ``iteration`` gives the one each call starts in (from 1), as in A2. In a live run, the calls that start in a
     warm-up iteration (its first, which also pays for lazy initialisation; a pass's --warmup) are marked in column
     ``warm-up`` and drawn faded."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A3", "Layer latency", "layer"):
         return missing
     layers, total = _layers(ctx, limit)
-    rows = [(i, r[2], r[3], r[6], r[12], r[13], bool(r[14]), *_warm(ctx, r)) for i, r in enumerate(layers)]
+    rows = [
+        (i, *_iteration(ctx, r), r[2], r[3], r[6], r[12], r[13], bool(r[14]), *_warm(ctx, r))
+        for i, r in enumerate(layers)
+    ]
     cols = [
         Column("index", "count"),
+        *_iteration_columns(ctx),
         Column("path"),
         Column("type"),
         Column("latency", "ns"),
@@ -236,14 +258,17 @@ def layer_memory(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) ->
     if not peak:
         return ctx.lacking("A4", "Layer memory allocation", "memory")
     layers, total = _layers(ctx, limit)
-    rows = [(i, r[2], r[3], r[11], *_warm(ctx, r)) for i, r in enumerate(layers)]
-    cols = [Column("index", "count"), Column("path"), Column("type"), Column("allocated", "bytes"), *_warm_columns(ctx)]
+    rows = [(i, *_iteration(ctx, r), r[2], r[3], r[11], *_warm(ctx, r)) for i, r in enumerate(layers)]
+    cols = [Column("index", "count"), *_iteration_columns(ctx), Column("path"), Column("type"),
+            Column("allocated", "bytes"), *_warm_columns(ctx)]  # fmt: skip
     warm_note = (
         " The calls that start in a warm-up iteration are marked in column ``warm-up`` and drawn faded; the "
         "largest allocation (facts) is of the calls past it."
         if ctx.warmup_windows()
         else ""
     )
+    if len(ctx.iterations()) > 1:
+        warm_note = " Column ``iteration`` gives the iteration each call starts in (from 1), as in A2." + warm_note
     return Result(
         "A4",
         "Layer memory allocation",

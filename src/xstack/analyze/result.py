@@ -101,6 +101,8 @@ class Result:
     """Caveats shown wherever the result appears, e.g. ``FLOPs and bytes: analytic``."""
     truncated: int = 0
     """Rows left out of ``rows`` (the analysis was asked for a limit)."""
+    more: str = ""
+    """How to list the rows left out (``truncated``), said beside their count; empty: ``--format csv``."""
 
     @property
     def available(self) -> bool:
@@ -317,7 +319,9 @@ def _caption(result: Result, max_rows: int) -> str | None:
     parts = list(result.labels)
     hidden = max(0, len(result.rows) - max_rows) + result.truncated
     if hidden:
-        parts.append(f"{hidden:,} more rows (--format csv for all)")
+        parts.append(
+            f"{hidden:,} more rows ({result.more if result.truncated and result.more else '--format csv for all'})"
+        )
     return "; ".join(parts) or None
 
 

@@ -34,14 +34,18 @@ def table_payload(columns: Sequence[Column], rows: Sequence[Sequence[Any]], trun
     """What the page's script needs to draw, sort and page a table.
 
     ``cols[i].fmt`` marks columns whose cells show formatted text (``disp``, in the order of those columns)
-    rather than the raw value: numbers with units, and anything that is not plain text.
+    rather than the raw value: numbers with units, and anything that is not plain text. ``cols[i].by``, for a
+    column whose unit comes per row (``Column.unit_from``), is the index of the column holding the unit: raw
+    bytes, counts and ns do not compare, so the script sorts such a column by unit first, then by value.
     """
     fmt = [c.numeric or any(v is not None and not isinstance(v, str) for v in _column(rows, i))
            for i, c in enumerate(columns)]  # fmt: skip
     shown = [i for i, f in enumerate(fmt) if f]
+    names = {c.name: i for i, c in enumerate(columns)}
     return {
         "cols": [
             {"name": c.name, "unit": c.unit, "help": c.help, "fmt": f, "num": c.numeric}
+            | ({"by": names[c.unit_from]} if c.unit_from else {})
             for c, f in zip(columns, fmt, strict=True)
         ],
         "rows": rows,  # serialised as they are (NaN as null, tuples as lists): converting each cell costs seconds

@@ -56,7 +56,10 @@
       // Cells carry their unit (9.8 us, 1.2 GiB) except percentages and ratios: name those in the header.
       const unit = { pct: "%", "flop/byte": "FLOP/byte", ratio: "ratio" }[c.unit];
       const label = unit && c.name.indexOf(unit) < 0 ? c.name + " (" + unit + ")" : c.name;
-      const th = el("th", { className: c.num ? "num" : "", title: (c.help ? c.help + " " : "") + "(click to sort)" }, label);
+      // A unit per row (bytes, counts, ns in one column): raw values compare only within a unit.
+      const how = c.by === undefined ? "(click to sort)"
+        : "(click to sort: rows grouped by " + cols[c.by].name + " first, then sorted within each " + cols[c.by].name + ")";
+      const th = el("th", { className: c.num ? "num" : "", title: (c.help ? c.help + " " : "") + how }, label);
       th.dataset.col = String(i);
       th.addEventListener("click", function () { sortBy(i); });
       head.append(th);
@@ -98,10 +101,19 @@
       });
     }
 
+    function directed(x, y) {
+      // The direction reverses values only: a missing one stays last.
+      const missing = x === null || x === undefined || y === null || y === undefined;
+      return missing ? compare(x, y) : sortDir * compare(x, y);
+    }
+
     function sortBy(i) {
       sortDir = sortCol === i ? -sortDir : (cols[i].num ? -1 : 1);  // numbers: largest first
       sortCol = i;
-      order = order.slice().sort(function (a, b) { return sortDir * compare(rows[a][i], rows[b][i]) || a - b; });
+      const by = cols[i].by;
+      order = order.slice().sort(function (a, b) {
+        return (by === undefined ? 0 : compare(rows[a][by], rows[b][by])) || directed(rows[a][i], rows[b][i]) || a - b;
+      });
       ths.forEach(function (th, j) { th.setAttribute("aria-sort", j === i ? (sortDir > 0 ? "ascending" : "descending") : "none"); });
       applyFilter();
       page = 0;
