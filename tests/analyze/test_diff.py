@@ -440,6 +440,24 @@ def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
     assert unchanged["A"] == unchanged["B"] == 4_000_000  # net.b alone
 
 
+def test_a_run_without_steps_compares_its_wall_time_once_and_its_stages(tmp_path: Path) -> None:
+    import time
+
+    import xstack
+
+    def run(path: Path, load_s: float) -> Path:
+        with xstack.profile("model", path, warmup=0), xstack.span("load"):
+            time.sleep(load_s)
+        return path
+
+    d = diff_profiles(run(tmp_path / "a.duckdb", 0.01), run(tmp_path / "b.duckdb", 0.05))
+    with Store.open(tmp_path / "b.duckdb") as store:  # the profiled region is a span of its own: the wall time
+        assert store.query(f"SELECT name FROM spans WHERE attrs->>'$.\"{A.MODEL_KIND}\"' = 'region'") == [("region",)]
+    items = [r["item"] for r in d.summary.to_records()]
+    assert "stage load" in items and "stage region" not in items
+    assert set(d.summary.facts["stages"]) == {"load"}
+
+
 def _staged_profile(path: Path, preprocess_s: float) -> Path:
     """A live profile of a program's stages: load once, then three iterations of preprocess and predict."""
     import time

@@ -1,8 +1,9 @@
 """One side of a profile diff: a run's step latency, model stages, layers, ops and kernels, keyed so that two runs
 match.
 
-Keys follow the structure, not span ids: a model stage (other than the step, and other than a tail: what
-followed the last step, the program's teardown) is its name; a layer is
+Keys follow the structure, not span ids: a model stage (other than the step, a tail: what followed the last
+step, the program's teardown, and a region: the whole profiled region of a run without steps, its wall time)
+is its name; a layer is
 ``(layer.path, call)``, ``call`` being ``layer.call_index`` or, where a trace lacks it (imported traces), the
 call's order among the calls of that path in its step; an op is ``(layer path, layer call, op name,
 occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or
@@ -248,9 +249,11 @@ def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
     """The run's host model spans other than steps, by name: median per call, spread, calls (warm-up steps left
     out). A span without ``model.kind`` (a trace's ``record_function`` range) is a stage unless named as a step.
     Tails (kind ``tail``: a live run's ``after-last-step``, a trace's last ``ProfilerStep`` that only stops the
-    profiler) are left out: teardown, not a stage of the loop, and timed once, so only the floors would judge it."""
+    profiler) are left out: teardown, not a stage of the loop, and timed once, so only the floors would judge it;
+    so is a region (kind ``region``: the profiled region of a live run without steps), the wall time the summary
+    compares already."""
     stages = f"""(SELECT * FROM ({_spans_in_steps("model", warmup)})
-        WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false) AND {_KIND} IS DISTINCT FROM 'tail')"""
+        WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false) AND coalesce({_KIND} NOT IN ('tail', 'region'), true))"""
     rows = store.con.execute(
         f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": run_id}
     ).fetchall()
