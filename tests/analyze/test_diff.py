@@ -28,11 +28,11 @@ from xstack.trace.store import RunInfo, Store
 BERT = "h100_bert_small_infer_full"
 VIT = "h100_vit_image_cls_infer_full"
 LEVELS = ["model", "model,layer", "model,layer,op"]
-LOOSE = 1.0
-"""Relative floor of the live comparisons: the slowed layer changes ~9x, while a busy 2-core machine can move
-an unchanged layer by 10-55% between two measurements (the spread rule sees only the noise within each), and
-B's heavier layers leave colder caches for the layers of its next iteration, which a 25% floor caught twice and
-a 50% floor once, under load."""
+LOOSE = 0.75
+"""Relative floor of the live comparisons: the slowed layer changes ~9x (the Sequential holding it and the added
+layer, and the step, ~2.9x), while a busy 2-core machine can move an unchanged layer by 10-55% between two
+measurements (the spread rule sees only the noise within each), and B's heavier layers leave colder caches for
+the layers of its next iteration, which a 25% floor caught twice and a 50% floor once, under load."""
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------
