@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,20 @@ def kineto_fixture(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"real-trace fixture {path} is not present (expected ../shared/fixtures beside the repo)")
     return path
+
+
+def alexnet_without_param_calls(out: Path) -> Path:
+    """The real AlexNet trace (PARAM's discrete mode) written to ``out`` without the spans PARAM opens around
+    each call, as its continuous modes record it: one span per phase, so no iterations, the whole run the
+    latency's span. Returns ``out``."""
+    with gzip.open(kineto_fixture("a100_alexnet_train_sync.json.gz")) as f:
+        data = json.load(f)
+    phases = [e for e in data["traceEvents"] if re.search(r"\|(warmup|measure)\|forward\]$", e.get("name", ""))]
+    calls = {id(e) for e in phases if any(o is not e and o["name"] == e["name"] and o["ts"] <= e["ts"] for o in phases)}
+    assert len(calls) == 2
+    data["traceEvents"] = [e for e in data["traceEvents"] if id(e) not in calls]
+    out.write_text(json.dumps(data))
+    return out
 
 
 def all_kineto_fixtures() -> list[Path]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import html
+import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import kineto_fixture
+from tests.conftest import alexnet_without_param_calls, kineto_fixture
 from xstack.analyze.model import choose_batch_size, doubling_gain_pct, model_information
 from xstack.analyze.pipeline import load
 from xstack.analyze.summary import summarize
@@ -258,10 +260,46 @@ def test_a_step_past_the_profilers_stop_is_timed_by_the_activity_recorded_in_it(
     assert load("A15")(store, 1).column("model latency") == [1_530_844]
 
 
-def test_a_model_span_latency_names_the_start_up_call_that_takes_most_of_it(import_store: Any) -> None:
-    """AlexNet trace without ProfilerStep: the latency is that of its top-level model span, [param|cuda], 43.4 s, of
-    which the run's first CUDA call (cudaDeviceGetStreamPriorityRange in aten::to) takes 29.9 s: CUDA starting up."""
-    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
+def test_a_param_trace_s_latency_is_its_measured_call(import_store: Any) -> None:
+    """AlexNet trace recorded by PARAM, without ProfilerStep: the latency is that of the measured forward call (the
+    [param|...|measure|forward] inside the phase span of that name), its warm-up call apart, not the whole run."""
+    path = kineto_fixture("a100_alexnet_train_sync.json.gz")
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    name = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+    phase, call = sorted((e for e in events if e.get("name") == name), key=lambda e: e["ts"])
+    assert phase["ts"] <= call["ts"] and call["ts"] + call["dur"] <= phase["ts"] + phase["dur"]
+    store = import_store(path)
+    a1 = model_information(store, 1)
+    assert a1.facts["latency_ns"] == round(call["dur"] * 1000) == 36_356_000
+    assert a1.facts["iterations"] == 1 and a1.facts["warmup_steps"] == 1 and a1.facts["longest_call"] is None
+    assert (
+        "iteration 1 left out as warm-up: PARAM's warm-up phase, as its annotations in the trace mark it" in a1.labels
+    )
+    assert not any(label.startswith("latency of model span") for label in a1.labels)
+    assert load("A15")(store, 1).column("model latency") == [36_356_000]
+    summary = summarize(store, 1)
+    assert summary.iterations == {"measured": 1, "warmup": 1, "tail_ns": 0}
+    assert summary.wall_ns == 43_425_365_000  # the run's host extent: CUDA's start-up included
+    # the stages: the measured call a step of its own beside its phase; the warm-up held by the run's span is not
+    # counted in its wall time, so no share passes 100%
+    stages = load("model.stages")(store, 1)
+    rows = {(r[0], r[1]): r for r in stages.rows}
+    assert rows[(name, "step")][2:4] == (1, 36_356_000) and rows[(name, "-")][3] == 79_678_000
+    assert rows[("[param|pytorch.model.alex_net|0|0|0|warmup|forward]", "warm-up")][3] == 12_743_640_000
+    assert stages.facts["steps"] == 1 and max(r[7] for r in stages.rows if r[7] is not None) <= 100.0
+    assert "[param|cuda]: its calls hold 12.7 s of warm-up iterations, left out of its wall time and share" in (
+        stages.labels
+    )
+
+
+def test_a_model_span_latency_names_the_start_up_call_that_takes_most_of_it(import_store: Any, tmp_path: Path) -> None:
+    """The AlexNet trace as PARAM's continuous mode records it (one span per phase, no span per call, so no
+    iterations): the latency is that of its top-level model span, [param|cuda], 43.4 s, of which the run's first
+    CUDA call (cudaDeviceGetStreamPriorityRange in aten::to) takes 29.9 s: CUDA starting up."""
+    store = import_store(alexnet_without_param_calls(tmp_path / "alexnet_loop.json"))
+    ((count, detail),) = store.query("""SELECT count, detail FROM health WHERE "check" = 'param_iterations'""")
+    assert count == 2 and "none that times one call" in detail
     a1 = model_information(store, 1)
     assert a1.facts["latency_ns"] == 43_425_283_000
     start_up = (

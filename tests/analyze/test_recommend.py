@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import kineto_fixture
+from tests.conftest import alexnet_without_param_calls, kineto_fixture
 from xstack.analyze.pipeline import Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
 from xstack.importers.kineto import import_kineto
@@ -82,9 +82,11 @@ def test_host_bound_does_not_advise_torch_compile_to_a_compiled_step(import_stor
     assert "by capturing the step in a CUDA graph (torch.compile(mode='reduce-overhead'))" in rec.action
 
 
-def test_host_bound_of_a_trace_without_steps_says_start_up_counts(import_store: Any) -> None:
-    # AlexNet's trace has no ProfilerStep: its window is the whole trace, CUDA and cuDNN start-up included
-    rec = _check(_fired(import_store(kineto_fixture(ALEXNET)), "host_bound"), "timeline.breakdown")
+def test_host_bound_of_a_trace_without_steps_says_start_up_counts(import_store: Any, tmp_path: Path) -> None:
+    # AlexNet's trace without PARAM's per-call spans has no iterations: its window is the whole trace, CUDA and
+    # cuDNN start-up included
+    store = import_store(alexnet_without_param_calls(tmp_path / "alexnet_loop.json"))
+    rec = _check(_fired(store, "host_bound"), "timeline.breakdown")
     assert rec.severity == "medium" and any(e.startswith("no step spans") for e in rec.evidence)
     assert "79 kernel launches in the whole trace" in rec.evidence[1] and "aten::to (69%)" in rec.evidence[2]
     assert rec.action.startswith("Profile a few steps past start-up") and rec.impact_per == "run"

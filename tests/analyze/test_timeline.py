@@ -86,8 +86,10 @@ def overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
 
 def reference_busy(name: str, store: Store) -> tuple[int, int]:
     """(window ns, busy ns) of cuda:0, computed from the JSON: steps stretched to the end of the device work
-    launched in them (else the store's span extent), device intervals unioned over all streams."""
+    launched in them (else the store's span extent), device intervals unioned over all streams. Steps are the
+    ProfilerStep spans, else PARAM's measured calls: a ``|measure|`` annotation inside one of its own name."""
     evs = events(name)
+    annotations = [e for e in evs if e["cat"] == "user_annotation"]
     launch = {
         e["args"]["correlation"]: e["ts_ns"]
         for e in evs
@@ -98,6 +100,14 @@ def reference_busy(name: str, store: Store) -> tuple[int, int]:
         (e["ts_ns"], e["end_ns"])
         for e in evs
         if e["cat"] == "user_annotation" and re.fullmatch(r"ProfilerStep#\d+", e["name"])
+    ] or [
+        (e["ts_ns"], e["end_ns"])
+        for e in annotations
+        if re.fullmatch(r"\[param\|.+\|measure\|\w+\]", e["name"])
+        and any(
+            o is not e and o["name"] == e["name"] and o["ts_ns"] <= e["ts_ns"] and e["end_ns"] <= o["end_ns"]
+            for o in annotations
+        )
     ]
     windows = []
     for s, e in steps:

@@ -357,7 +357,8 @@ def test_a15_gives_no_model_latency_or_flop_rate_from_the_range_profilers_replay
     a15 = _one(store, "A15")
     (row,) = a15.to_records()
     flops = sum(f for f in _one(store, "A8").column("FLOPs") if f is not None)
-    assert row["FLOPs"] == flops > 0  # the counters themselves are not perturbed
+    # the counters themselves are not perturbed: the run's, per iteration (PARAM's warm-up and measured calls)
+    assert row["FLOPs"] == flops / 2 > 0
     assert row["model latency"] is None and row["FLOP/s"] is None
     assert (
         "model latency and FLOP/s unknown: the run's host times are inflated by counter replay, not the program's "

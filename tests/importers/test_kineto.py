@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import all_kineto_fixtures, kineto_fixture
 from tests.importers import kineto_reference as ref
-from xstack.analyze.health import trace_health
+from xstack.analyze.health import INFORMATIONAL, trace_health
 from xstack.analyze.pipeline import run_analyses
 from xstack.cli.main import main
 from xstack.importers.kineto import import_kineto
@@ -192,7 +192,7 @@ def test_a_range_profiler_trace_says_what_its_mode_leaves_out_instead_of_countin
     assert f"{len(flows):,} CPU-to-GPU flow arrows have no GPU end" in detail
     # informational rows are listed, not counted as findings
     assert main(["import", str(path), "-o", str(tmp_path / "c.duckdb")]) == 0
-    real = sum(n for c, (n, _) in health.items() if c != "cupti_range_profiler")
+    real = sum(n for c, (n, _) in health.items() if c not in INFORMATIONAL)  # PARAM's iterations, the mode
     assert f"{real} health findings" in capsys.readouterr().out and real == 2
     result = trace_health(store, 1)
     assert result.facts["findings"] == real and "cupti_range_profiler" in result.column("check")
@@ -473,3 +473,128 @@ def test_span_ids_follow_time_order_and_attrs_hold_no_nulls(name: str, import_st
 def test_context_sync_without_a_stream_has_no_stream(import_store: Any) -> None:
     store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
     assert store.query("SELECT max(stream) FROM spans")[0][0] < 2**31
+
+
+# -- PARAM's annotations: the iterations of a trace recorded by the PARAM benchmark harness --------------------
+def _param_calls(events: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
+    """PARAM's per-call spans of phase ``tag``: a ``[param|...|tag|pass]`` annotation inside one of its own name
+    (``_benchmark_discrete``: the phase's range, then one range of the same name per call)."""
+    found = [e for e in events if e["cat"] == "user_annotation" and f"|{tag}|" in e["name"]]
+    return sorted(
+        (
+            e
+            for e in found
+            if any(o is not e and o["name"] == e["name"] and o["ts"] <= e["ts"]
+                   and e["ts"] + e["dur"] <= o["ts"] + o["dur"] for o in found)
+        ),
+        key=lambda e: e["ts"],
+    )  # fmt: skip
+
+
+def _steps(store: Store) -> list[tuple[str, int, int]]:
+    return store.query(
+        """SELECT name, dur_ns, (attrs->>'$."model.step"')::BIGINT FROM spans
+           WHERE level = 'model' AND attrs->>'$."model.kind"' = 'step' ORDER BY start_ns"""
+    )
+
+
+def test_a_param_trace_takes_its_iterations_from_param_s_annotations(import_store: Any) -> None:
+    """The AlexNet trace has no ProfilerStep; PARAM marked one warm-up call and one measured call, each inside a
+    phase span of its name beside [param|clear_cache]: those calls are the iterations, the warm-up one first."""
+    path = kineto_fixture("a100_alexnet_train_sync.json.gz")
+    events = ref.complete_events(ref.load(path))
+    warmup, measure = _param_calls(events, "warmup"), _param_calls(events, "measure")
+    assert len(warmup) == len(measure) == 1
+    store = import_store(path)
+    assert _steps(store) == [(e["name"], ref.ns(e["dur"]), i) for i, e in enumerate([*warmup, *measure])]
+    assert _steps(store)[1][1] == 36_356_000
+    config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    assert config["warmup_steps"] == 1
+    assert config["param"] == {"benchmark": "pytorch.model.alex_net|0|0|0", "warmup": 1, "measure": 1}
+    # the phase spans around the calls, clear_cache and the benchmark stay model spans of no kind
+    others = store.query(
+        """SELECT name, count(*) FROM spans WHERE level = 'model' AND attrs->>'$."model.kind"' IS NULL
+           GROUP BY 1 ORDER BY 1"""
+    )
+    assert others == [
+        ("[param|clear_cache]", 2),
+        ("[param|cuda]", 1),
+        ("[param|pytorch.model.alex_net|0|0|0]", 1),
+        ("[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
+        ("[param|pytorch.model.alex_net|0|0|0|warmup|forward]", 1),
+    ]
+    ((count, detail),) = store.query("""SELECT count, detail FROM health WHERE "check" = 'param_iterations'""")
+    assert count == 2 and detail.startswith("iterations from PARAM's annotations (the trace has no ProfilerStep)")
+    assert detail.endswith("; the first is warm-up")
+    assert "param_iterations" not in {r[0] for r in trace_health(store, 1).rows if r[3] == "finding"}
+
+
+def _param_trace(path: Path, warmup: int, measure: int, *, profiler_steps: bool = False,
+                 benchmarks: tuple[str, ...] = ("m|0|0|0",)) -> Path:  # fmt: skip
+    """A small trace as PARAM's discrete mode writes it: per benchmark, its span, then per phase a span holding,
+    per call, [param|clear_cache] and a span of the phase's name around one aten::mm; optionally a ProfilerStep
+    around each phase too."""
+    events: list[dict[str, Any]] = []
+    t = 0
+
+    def span(name: str, ts: float, dur: float, cat: str = "user_annotation") -> None:
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+
+    for bench in benchmarks:
+        start = t
+        for tag, count in (("warmup", warmup), ("measure", measure)):
+            if not count:
+                continue
+            name, phase = f"[param|{bench}|{tag}|forward]", t
+            for _ in range(count):
+                span("[param|clear_cache]", t + 1, 3)
+                span(name, t + 5, 10)
+                span("aten::mm", t + 6, 8, "cpu_op")
+                t += 20
+            span(name, phase, t - phase)
+            if profiler_steps:
+                span(f"ProfilerStep#{len(events)}", phase, t - phase)
+            t += 5
+        span(f"[param|{bench}]", start, t - start)
+        t += 5
+    path.write_text(json.dumps(_tiny_trace(events)))
+    return path
+
+
+def test_param_s_warm_up_calls_come_first_and_are_counted_as_warm_up(tmp_path: Path, import_store: Any) -> None:
+    store = import_store(_param_trace(tmp_path / "p.json", 2, 3))
+    steps = _steps(store)
+    warmup, measure = "[param|m|0|0|0|warmup|forward]", "[param|m|0|0|0|measure|forward]"
+    assert [(n, i) for n, _, i in steps] == [(warmup, 0), (warmup, 1), (measure, 2), (measure, 3), (measure, 4)]
+    assert {d for _, d, _ in steps} == {10_000}
+    config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    assert config["warmup_steps"] == 2 and config["param"]["measure"] == 3
+    detail = store.query("""SELECT detail FROM health WHERE "check" = 'param_iterations'""")[0][0]
+    assert "(2 [param|m|0|0|0|warmup|forward] and 3 [param|m|0|0|0|measure|forward]); the first 2 are warm-up" in detail
+
+
+def test_profiler_steps_stay_the_iterations_of_a_param_trace(tmp_path: Path, import_store: Any) -> None:
+    store = import_store(_param_trace(tmp_path / "p.json", 2, 3, profiler_steps=True))
+    assert _steps(store) == []  # the ProfilerStep spans are the iterations, of no kind
+    assert store.query("SELECT count(*) FROM spans WHERE name LIKE 'ProfilerStep#%'")[0][0] == 2
+    config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    assert "warmup_steps" not in config and "param" not in config
+    assert store.query("""SELECT count(*) FROM health WHERE "check" = 'param_iterations'""")[0][0] == 0
+
+
+def test_several_param_benchmarks_or_no_per_call_spans_give_no_iterations(tmp_path: Path, import_store: Any) -> None:
+    # one warm-up count cannot hold for two benchmarks' interleaved warm-up and measured calls
+    store = import_store(_param_trace(tmp_path / "two.json", 1, 2, benchmarks=("a|0|0|0", "b|0|0|0")))
+    assert _steps(store) == []
+    assert "warmup_steps" not in orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    ((count, detail),) = store.query("""SELECT count, detail FROM health WHERE "check" = 'param_iterations'""")
+    assert count == 6 and "of 2 benchmarks (a|0|0|0, b|0|0|0): none taken" in detail
+    # a continuous mode's one span per phase times the whole loop: no call of its own, no iteration
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"[param|m|0|{tag}|forward]", "pid": 1, "tid": 1,
+               "ts": ts, "dur": 50} for ts, tag in ((0, "warmup"), (100, "measure"))]  # fmt: skip
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 110, "dur": 5})
+    (tmp_path / "loop.json").write_text(json.dumps(_tiny_trace(events)))
+    store = import_store(tmp_path / "loop.json")
+    assert _steps(store) == []
+    ((count, detail),) = store.query("""SELECT count, detail FROM health WHERE "check" = 'param_iterations'""")
+    assert count == 2 and "none that times one call" in detail

@@ -150,6 +150,9 @@ class RunContext:
             return None
         if not self.warmup:
             return f"every iteration is within the {wanted} of warm-up: all of them counted"
+        if isinstance(self.config.get("param"), dict):  # an imported trace: PARAM's own warm-up phase
+            which = f"iterations 1-{wanted}" if wanted > 1 else "iteration 1"
+            return f"{which} left out as warm-up: PARAM's warm-up phase, as its annotations in the trace mark it"
         if wanted == 1 and "measure" not in self.config:  # the default of a live run, not a pass's --warmup
             return "iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)"
         return f"iterations 1-{wanted} left out as warm-up" if wanted > 1 else "iteration 1 left out as warm-up"

@@ -39,6 +39,7 @@ INFORMATIONAL = frozenset(
         "io_outside_region",
         "metrics_joined",
         "ops_outside_layers",
+        "param_iterations",
         "syscalls_outside_region",
         "syscalls_sampler",
         "system_passes",
@@ -50,7 +51,8 @@ INFORMATIONAL = frozenset(
 between layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
 kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
 region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity,
-an imported trace's last ProfilerStep that holds no work, left out of the iterations),
+an imported trace's last ProfilerStep that holds no work, left out of the iterations, the iterations of a trace
+taken from PARAM's annotations),
 not what its trace missed: shown for information, never counted as findings. Every other check, stored or
 computed here, is a finding."""
 
@@ -134,22 +136,26 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     past the warm-up (%).
 
     Notes: total sums the durations of the stage's calls, except a call inside another of the same stage (an
-    annotation nested in itself), which its outer call already covers; calls that run at the same time on several
-    threads each count, so a total can exceed the run's wall time. Wall time is the union of the calls' intervals,
-    and the share of wall is that union over the run's wall time less the warm-up's: never above 100. Stages of
-    different names may nest (a forward inside a step), so shares need not add up to 100. Warm-up iterations (the
-    first of a live run, which also pays for start-up; a pass's --warmup) are left out of every stage's calls,
-    total, mean and share: the spans that start in them (the warm-up step itself, and the stages and data-loader
-    waits inside it, whatever ran before the first ``step()`` of a live run included) are rows of their own, of kind
-    ``warm-up`` and with no share, so that each stage's mean is the steady state's (facts ``measured_wall_ns``,
-    ``warmup_ns``); the chart draws the measured rows only. What follows the last ``step()`` is ``after-last-step``
-    (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for its next batch; the share
-    of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give each DataLoader's
-    settings with its waits, and the CPUs the program could use, where the run recorded them."""
+    annotation nested in itself), which its outer call already covers (but for an iteration: PARAM marks each call
+    with the name of the phase span around it, and the call is a row of its own, of kind step); calls that run at
+    the same time on several threads each count, so a total can exceed the run's wall time. Wall time is the union
+    of the calls' intervals, less the warm-up iterations a call holds (a phase that began before them, as PARAM's
+    annotations mark one), and the share of wall is that union over the run's wall time less the warm-up's: never
+    above 100. Stages of different names may nest (a forward inside a step), so shares need not add up to 100.
+    Warm-up iterations (the first of a live run, which also pays for start-up; a pass's --warmup) are left out of
+    every stage's calls, total, mean and share: the spans that start in them (the warm-up step itself, and the
+    stages and data-loader waits inside it, whatever ran before the first ``step()`` of a live run included) are
+    rows of their own, of kind ``warm-up`` and with no share, so that each stage's mean is the steady state's (facts
+    ``measured_wall_ns``, ``warmup_ns``); the chart draws the measured rows only. What follows the last ``step()``
+    is ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for its
+    next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give
+    each DataLoader's settings with its waits, and the CPUs the program could use, where the run recorded them."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
-    rows = store.query(_STAGES.format(warmup=ctx.in_warmup(), kind=A.MODEL_KIND), [ctx.run_id])
+    windows = ", ".join(f"({int(a)}, {int(b)})" for a, b in ctx.warmup_windows())
+    windows = f"(VALUES {windows})" if windows else "(SELECT 0, 0 WHERE false)"
+    rows = store.query(_STAGES.format(warmup=ctx.in_warmup(), kind=A.MODEL_KIND, windows=windows), [ctx.run_id])
     wall = int(
         store.query(
             "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
@@ -192,7 +198,12 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         f"{n}: its calls overlap on {th} threads: total sums them ({format_ns(t)}), wall time counts the time at "
         f"least one ran ({format_ns(w)})"
         for n, _, _, t, _, th, w, _ in out
-        if t > w
+        if t > w and th > 1
+    ]
+    labels += [  # one thread's calls of a stage never overlap: what wall time leaves out is warm-up they hold
+        f"{n}: its calls hold {format_ns(t - w)} of warm-up iterations, left out of its wall time and share"
+        for n, _, _, t, _, th, w, _ in out
+        if t > w and th <= 1
     ]
     return Result(
         "model.stages",
@@ -222,13 +233,15 @@ _STAGE_COLUMNS = (
 _STAGES = """
 WITH RECURSIVE m AS (
     SELECT span_id, parent_id, start_ns, dur_ns, pid, tid, regexp_replace(name, '#[0-9]+$', '') AS stage,
-           CASE WHEN {warmup} THEN 'warm-up' ELSE coalesce(attrs->>'$."{kind}"', '-') END AS kind
+           CASE WHEN {warmup} THEN 'warm-up' ELSE coalesce(attrs->>'$."{kind}"', '-') END AS kind,
+           coalesce(attrs->>'$."{kind}"' = 'step', false) AS step
     FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'),
-up(span_id, stage, above) AS (  -- each span's model ancestors, nearest first
-    SELECT span_id, stage, parent_id FROM m
-    UNION ALL SELECT up.span_id, up.stage, m.parent_id FROM up JOIN m ON m.span_id = up.above
-        WHERE m.stage <> up.stage),
-nested AS (SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage),
+up(span_id, stage, step, above) AS (  -- each span's model ancestors, nearest first
+    SELECT span_id, stage, step, parent_id FROM m
+    UNION ALL SELECT up.span_id, up.stage, up.step, m.parent_id FROM up JOIN m ON m.span_id = up.above
+        WHERE m.stage <> up.stage OR m.step <> up.step),
+nested AS (  -- a step inside a span of its name is a call of its own (PARAM's call in its phase)
+    SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage AND m.step = up.step),
 calls AS (SELECT * FROM m ANTI JOIN nested USING (span_id)),
 ordered AS (  -- per stage, the calls in time order with the latest end of those before each
     SELECT stage, kind, start_ns AS s, start_ns + dur_ns AS e,
@@ -240,9 +253,11 @@ grouped AS (  -- a call that starts after every earlier one has ended opens a ne
     SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END)
                   OVER (PARTITION BY stage, kind ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS stretch
     FROM ordered),
-covered AS (
-    SELECT stage, kind, sum(e - s) AS wall_ns
-    FROM (SELECT stage, kind, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, stretch) GROUP BY ALL)
+stretches AS (SELECT stage, kind, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, stretch),
+covered AS (  -- less the warm-up a call holds where it began before it (a phase span around PARAM's warm-up)
+    SELECT stage, kind, sum(e - s - CASE WHEN kind = 'warm-up' THEN 0 ELSE coalesce(
+        (SELECT sum(greatest(least(e, we) - greatest(s, ws), 0)) FROM {windows} w(ws, we)), 0) END) AS wall_ns
+    FROM stretches GROUP BY ALL)
 SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid)), any_value(c.wall_ns)
 FROM calls JOIN covered c USING (stage, kind)
 GROUP BY stage, kind ORDER BY 4 DESC, 1, 2

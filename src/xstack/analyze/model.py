@@ -23,11 +23,12 @@ GAIN_THRESHOLD_PCT = 5.0
 NOTES = (
     "Latency is the median duration of the run's iterations (step spans; ProfilerStep spans in imported traces, "
     "but for a last one that holds no work, the profiler stopping, and cut to the activity recorded in it where "
-    "one ends after the profiler stopped recording; else the top-level model span with the most time, where a "
+    "one ends after the profiler stopped recording; without them, in a trace recorded by the PARAM benchmark "
+    "harness, the calls its annotations time one by one; else the top-level model span with the most time, where a "
     "single runtime call that takes more than half of it is named, the run's first CUDA/HIP call paying for "
     "start-up), warm-up "
     "iterations left out (a pass's --warmup; the first iteration of a live run, which also pays for start-up, unless "
-    "asked otherwise); p5/p95 are its 5th and "
+    "asked otherwise; PARAM's warm-up calls); p5/p95 are its 5th and "
     "95th percentiles; all unknown for a run whose host times are inflated by counter replay (a trace taken with "
     "the CUPTI range profiler, an Nsight Compute metrics pass). For each batch size the merged (leveled) run is "
     "read, whose step timing comes from the model pass alone; without one, the batch size's complete run with "
@@ -228,8 +229,9 @@ def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: i
                 any_value(TRY_CAST(attrs->>'$."{A.STATS_P5_NS}"' AS DOUBLE)),
                 any_value(TRY_CAST(attrs->>'$."{A.STATS_P95_NS}"' AS DOUBLE)),
                 any_value(TRY_CAST(attrs->>'$."{A.STATS_N}"' AS BIGINT))
-            FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL
-                AND {STEP_SPAN}
+            FROM spans WHERE run_id = ? AND level = 'model' AND {STEP_SPAN}
+                -- not a trace's GPU copy of a step (under its CPU one); a marked step may nest (PARAM's calls)
+                AND (parent_id IS NULL OR attrs->>'$."{A.MODEL_KIND}"' = 'step')
                 AND coalesce(TRY_CAST(attrs->>'$."{A.MODEL_STEP}"' AS BIGINT) BETWEEN ? AND ?, true)""",
         [run_id, first, end - 1],
     )[0]

@@ -261,7 +261,8 @@ def _iterations(store: Store, run_id: int) -> dict[str, int] | None:
     row = store.query(
         f"""SELECT count(*) FILTER (WHERE {STEP_SPAN}), count(*) FILTER (WHERE {STEP_SPAN} AND {past_warmup(warmup)}),
                 coalesce(sum(dur_ns) FILTER (WHERE attrs->>'$."{A.MODEL_KIND}"' = 'tail'), 0)
-            FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL""",
+            FROM spans WHERE run_id = ? AND level = 'model'
+                AND (parent_id IS NULL OR attrs->>'$."{A.MODEL_KIND}"' = 'step')""",
         [run_id],
     )[0]
     if not row[0]:

@@ -5,7 +5,9 @@ Notes: events are staged in DuckDB chunk by chunk (see ``_reader``), then mapped
 innermost span enclosing them on their thread; Python frames by the profiler's frame ids; GPU annotations to
 the CPU annotation of the same external id. What cannot be linked is kept and counted in ``health``. A last
 ``ProfilerStep#N`` that holds no work (the profiler stopping, see ``_steps``) is marked kind ``tail``, not an
-iteration; a step that ends after the profiler stopped recording is cut to the activity recorded within it.
+iteration; a step that ends after the profiler stopped recording is cut to the activity recorded within it. A
+trace without ``ProfilerStep#N`` recorded by the PARAM benchmark harness takes its iterations, warm-up first, from
+PARAM's phase annotations (``_param``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import duckdb
 
 from xstack.errors import BadInputError
-from xstack.importers.kineto import _mapping, _sql, _steps
+from xstack.importers.kineto import _mapping, _param, _sql, _steps
 from xstack.importers.kineto._reader import ChunkRejected, TraceReader
 from xstack.trace.devices import active_devices, describe_devices
 from xstack.trace.schema import LEVELS
@@ -86,10 +88,13 @@ def import_kineto(
                 f"{path}: not a PyTorch profiler (Kineto) trace: none of its {total} events is an op, runtime "
                 "call, kernel, copy, annotation or memory record"
             )
+        param, iterations = _param.mark_param_steps(con, run_id)
         health = [*_health(con, run_id), _steps.cut_steps_past_recording(con, run_id),
-                  _steps.mark_stop_steps(con, run_id)]  # fmt: skip
+                  _steps.mark_stop_steps(con, run_id), param]  # fmt: skip
         store.add_health(run_id, health)
-        store.add_run(_run_info(con, run_id, name or trace_name(path), path, reader.metadata))
+        info = _run_info(con, run_id, name or trace_name(path), path, reader.metadata)
+        info.config.update(iterations)
+        store.add_run(info)
     finally:
         for table in _TEMP_TABLES:
             con.execute(f"DROP TABLE IF EXISTS temp.{table}")
