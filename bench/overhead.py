@@ -60,6 +60,7 @@ when the pooled overhead is at or under it; the paired verdict and the A/A contr
     python bench/overhead.py --quick              # a smoke run, seconds
     python bench/overhead.py --train --json bench/out/overhead-train.json
     python bench/overhead.py --models cnn --configs model --rounds 40   # one comparison, more rounds
+    python bench/overhead.py --direct             # only the direct per-iteration / per-call costs, ~30 s
 
 The table goes to stdout (``--markdown`` also prints it as a Markdown table); ``--json PATH`` writes every
 raw per-iteration time, the per-block exit times and others, the summary and the machine.
@@ -461,6 +462,23 @@ def fixed_costs(workdir: Path, rounds: int = 7, calls: int = 4000) -> dict[str, 
     return {"model_us": statistics.median(model), "layer_us": statistics.median(layer)}
 
 
+def direct(rounds: int, argv: list[str] | None) -> int:
+    """``--direct``: ``fixed_costs`` alone, printed with what was measured."""
+    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", "bench/overhead.py", *argv])
+    info = machine()
+    dirty = f" + uncommitted changes: {'; '.join(info['src_modified'])}" if info["src_modified"] else ""
+    print(f"command: {command}")
+    print(f"xstack: {info['xstack_commit']}{dirty} ({Path(xstack.__file__).parent})")
+    with tempfile.TemporaryDirectory(prefix="xstack-overhead-") as tmp:
+        fixed = fixed_costs(Path(tmp), rounds=rounds)
+    print(
+        f"measured directly on trivial modules, median of {rounds} alternating blocks: the model level adds "
+        f"{fixed['model_us']:.1f} us to an iteration (one top-level call and prof.step()); the layer level "
+        f"{fixed['layer_us']:.1f} us per module call"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=14, help="rounds; each runs every configuration once (default 14)")
@@ -484,7 +502,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 5 iterations")
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write raw times, summary and machine to PATH")
+    ap.add_argument(
+        "--direct",
+        action="store_true",
+        help="only the direct measurement of the model level per iteration and the layer level per module call, "
+        "over --rounds alternating blocks (~15 s with --rounds 7)",
+    )
     args = ap.parse_args(argv)
+    if args.direct:
+        return direct(args.rounds, argv)
     if args.quick:
         args.rounds, args.iters, args.block_warmup, args.warmup, args.retries = 2, 5, 2, 3, 0
     if args.threads:

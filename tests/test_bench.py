@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,22 @@ def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
     configs = {row["config"] for row in summary}
     assert {"none", "model", "model+layer", "model+layer+op", "torch.profiler"} <= configs
     assert all(row["median_ms"] > 0 for row in summary)
+
+
+@needs_torch
+def test_overhead_benchmark_direct_mode_prints_both_fixed_costs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "overhead.py"), "--direct", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    match = re.search(r"model level adds ([0-9.]+) us to an iteration .* layer level ([0-9.]+) us per module call",
+                      proc.stdout)  # fmt: skip
+    assert match is not None, proc.stdout
+    assert float(match[1]) > 0 and float(match[2]) > 0
+    assert "configurations:" not in proc.stdout  # the latency table did not run
 
 
 @needs_torch

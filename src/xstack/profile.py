@@ -29,6 +29,7 @@ from xstack.trace.store import RunInfo, Store
 DEFAULT_LEVELS = ("model", "layer")
 DEFAULT_WARMUP = 1
 """Warm-up iterations of a profile that is not a measured pass: the first, which also pays for start-up."""
+_KIND, _STEP = A.MODEL_KIND, A.MODEL_STEP
 
 
 class Profile:
@@ -83,6 +84,8 @@ class Profile:
         self._sink: Sink | None = None
         self._store: Store | None = None
         self._step_span: OpenSpan | None = None
+        self._step_begins: list[Callable[[int], None]] = []
+        self._step_ends: list[Callable[[int], None]] = []
 
     def __enter__(self) -> Profile:
         collectors = [collect.load(level) for level in self.levels]
@@ -106,6 +109,10 @@ class Profile:
                     configure(self.config)
                 collector.start(self._recorder)
                 self._collectors.append(collector)
+            # ``step_begin``/``step_end`` of the collectors that mark iterations (NVTX ranges for ncu), looked up
+            # once rather than at every ``step()``
+            self._step_begins = [h for c in self._collectors if (h := getattr(c, "step_begin", None)) is not None]
+            self._step_ends = [h for c in self._collectors if (h := getattr(c, "step_end", None)) is not None]
             global _current
             _current = self
         except BaseException as exc:
@@ -121,13 +128,15 @@ class Profile:
 
     def step(self) -> None:
         """Mark the end of one iteration and the start of the next."""
-        if self._recorder is None:
+        recorder = self._recorder
+        if recorder is None:
             raise UsageError("prof.step() called outside the profiled region")
         if self._step_span is not None:
             if self.steps is not None:  # a measured pass: an iteration ends when its GPU work does
                 _synchronize_cuda()
-            self._step_hooks("step_end")
-            self._recorder.end(self._step_span)
+            for hook in self._step_ends:
+                hook(recorder.step)
+            recorder.end(self._step_span)
             self._step_span = None
             self._completed += 1
             if self.on_step is not None:
@@ -135,17 +144,10 @@ class Profile:
         if self.steps is not None and self._completed >= self.steps:
             self.done = True
             return
-        self._recorder.step += 1
+        recorder.step += 1
         self._open_step()
-        self._step_hooks("step_begin")
-
-    def _step_hooks(self, name: str) -> None:
-        """Call ``step_begin``/``step_end`` of the collectors that mark iterations (NVTX ranges for ncu)."""
-        assert self._recorder is not None
-        for collector in self._collectors:
-            hook = getattr(collector, name, None)
-            if hook is not None:
-                hook(self._recorder.step)
+        for hook in self._step_begins:
+            hook(recorder.step)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -216,9 +218,7 @@ class Profile:
         if self._recorder is None:
             raise UsageError("the profile is not running")
         step = self._recorder.step
-        self._step_span = self._recorder.begin(
-            "model", f"step#{step}", {A.MODEL_KIND: "step", A.MODEL_STEP: step}, floating=True
-        )
+        self._step_span = self._recorder.begin("model", f"step#{step}", {_KIND: "step", _STEP: step}, floating=True)
 
     def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
         import importlib.metadata as md

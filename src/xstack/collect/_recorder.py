@@ -32,6 +32,8 @@ class OpenSpan:
     """An iteration (step span): top-level, and it outlives the spans around it (see ``Recorder.end``)."""
 
 
+_time_ns = time.time_ns
+
 _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
@@ -57,6 +59,7 @@ class Recorder:
 
     def __init__(self, sink: Sink, levels: frozenset[str] = frozenset()) -> None:
         self.sink = sink
+        self._sink_span = sink.span
         self.levels = levels
         """Every level of the profile, so that collectors sharing one mechanism can configure it once."""
         self.pid = os.getpid()
@@ -70,7 +73,7 @@ class Recorder:
 
     def now_ns(self) -> int:
         """The run's clock, in nanoseconds since the Unix epoch."""
-        return time.time_ns()
+        return _time_ns()
 
     def stack(self) -> list[OpenSpan]:
         """The spans open on the calling thread, outermost first."""
@@ -83,14 +86,19 @@ class Recorder:
     def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None, *, floating: bool = False) -> OpenSpan:
         """Open a span on the calling thread, a child of the innermost open one (``floating``: an iteration,
         top-level whatever is open)."""
-        stack = self.stack()
+        # On the path of every recorded call: one attribute read for the stack, one clock read.
+        local = self._local
+        try:
+            stack: list[OpenSpan] = local.stack
+        except AttributeError:
+            stack = self.stack()
         span = OpenSpan(
             next(self._ids),
             stack[-1].span_id if stack and not floating else None,
             level,
             name,
-            time.time_ns(),
-            self._local.tid,
+            _time_ns(),
+            local.tid,
             attrs or {},
             floating,
         )
@@ -105,27 +113,45 @@ class Recorder:
         ``step()`` call). A span no longer open is not written again."""
         if self.disabled:
             return
-        end_ns = self.now_ns()
-        stack = self.stack()
-        if not any(open_span is span for open_span in stack):
-            return
-        inside = []
-        while (top := stack.pop()) is not span:
-            inside.append(top)
-        kept, keep_rest = [], span.floating
-        for open_span in reversed(inside):  # outermost first
-            keep_rest = keep_rest or open_span.floating
-            if not keep_rest:
-                self.unclosed += 1
-                self._write(open_span, end_ns)
-                continue
-            if open_span.parent_id == span.span_id:
-                open_span.parent_id = span.parent_id
-            kept.append(open_span)
-        stack.extend(kept)
+        end_ns = _time_ns()
+        try:
+            stack: list[OpenSpan] = self._local.stack
+        except AttributeError:
+            stack = self.stack()
+        if stack and stack[-1] is span:
+            stack.pop()  # the usual case: the innermost open span ends
+        else:
+            if not any(open_span is span for open_span in stack):
+                return
+            inside = []
+            while (top := stack.pop()) is not span:
+                inside.append(top)
+            kept, keep_rest = [], span.floating
+            for open_span in reversed(inside):  # outermost first
+                keep_rest = keep_rest or open_span.floating
+                if not keep_rest:
+                    self.unclosed += 1
+                    self._write(open_span, end_ns)
+                    continue
+                if open_span.parent_id == span.span_id:
+                    open_span.parent_id = span.parent_id
+                kept.append(open_span)
+            stack.extend(kept)
         if attrs:
             span.attrs.update(attrs)
-        self._write(span, end_ns)
+        start_ns = span.start_ns
+        with self._lock:  # ``_write`` inlined
+            self._sink_span(
+                span.span_id,
+                span.parent_id,
+                span.level,
+                span.name,
+                start_ns,
+                end_ns - start_ns,
+                self.pid,
+                span.tid,
+                span.attrs,
+            )
 
     def close_all(self) -> None:
         """At stop: close what the calling thread left open (counted as unclosed)."""
@@ -139,7 +165,7 @@ class Recorder:
         if self.disabled:
             return
         with self._lock:
-            self.sink.span(
+            self._sink_span(
                 span.span_id,
                 span.parent_id,
                 span.level,

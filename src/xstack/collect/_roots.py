@@ -27,14 +27,17 @@ from typing import Any
 
 
 class RootWatcher:
-    """Calls ``begin(module)`` and ``end(module)`` around every top-level module call on every thread."""
+    """Calls ``begin(module)`` at the start of every top-level module call on every thread, and ``end(opened)``
+    at its end with what that ``begin`` returned."""
 
-    def __init__(self, begin: Callable[[Any], None], end: Callable[[Any], None]) -> None:
+    def __init__(self, begin: Callable[[Any], Any], end: Callable[[Any], None]) -> None:
         self._begin = begin
         self._end = end
         # module -> its hook handles; weak, as ids of collected modules are reused by new ones
         self._roots: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         self._sentinel: Any = None
+        self._sentinel_id = -1
+        self._sentinel_fn: Callable[[Any, tuple[Any, ...]], None] = self._sentinel_hook
         self._running = 0  # watched calls in progress, all threads
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -47,7 +50,8 @@ class RootWatcher:
         self._watching = True
         # One registration for the whole profile; taking the sentinel away and putting it back is then a
         # dict operation on PyTorch's table of global pre-hooks, cheaper than a new handle each time.
-        self._sentinel = torch_module.register_module_forward_pre_hook(self._sentinel_hook)
+        self._sentinel = torch_module.register_module_forward_pre_hook(self._sentinel_fn)
+        self._sentinel_id = self._sentinel.id
         self._hooks = torch_module._global_forward_pre_hooks
 
     def stop(self) -> None:
@@ -61,12 +65,13 @@ class RootWatcher:
                     handle.remove()
             self._roots.clear()
 
+    # The three hooks below run on every top-level call: locals instead of repeated attribute lookups.
     def _sentinel_hook(self, module: Any, args: tuple[Any, ...]) -> None:
         if getattr(self._local, "depth", 0):
             return  # another thread put the sentinel back while this one is inside a watched call
         with self._lock:
             if self._sentinel is not None:
-                self._hooks.pop(self._sentinel.id, None)
+                self._hooks.pop(self._sentinel_id, None)
             if module not in self._roots:
                 self._roots[module] = [
                     module.register_forward_pre_hook(self._pre),
@@ -75,21 +80,24 @@ class RootWatcher:
                 self._pre(module, args)  # its own pre-hook was not listed for this call
 
     def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
-        depth = getattr(self._local, "depth", 0)
-        self._local.depth = depth + 1
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
         if depth == 0:
             with self._lock:
                 self._running += 1
-            self._begin(module)
+            local.opened = self._begin(module)
 
     def _post(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        depth = getattr(self._local, "depth", 0) - 1
+        local = self._local
+        depth = getattr(local, "depth", 0) - 1
         if depth < 0:
             return  # the watcher started inside this call
-        self._local.depth = depth
+        local.depth = depth
         if depth == 0:
-            self._end(module)
+            opened, local.opened = local.opened, None
+            self._end(opened)
             with self._lock:
                 self._running -= 1
                 if self._running == 0 and self._watching and self._sentinel is not None:
-                    self._hooks[self._sentinel.id] = self._sentinel_hook
+                    self._hooks[self._sentinel_id] = self._sentinel_fn

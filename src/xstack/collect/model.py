@@ -20,6 +20,8 @@ from xstack.collect._roots import RootWatcher
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
+_KIND = A.MODEL_KIND
+
 _active: Recorder | None = None
 """The recorder of the profile in progress, if any: ``span`` records nothing without one."""
 
@@ -119,19 +121,27 @@ class ModelCollector:
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         if depth == 0:
-            self._root_begin(module)
+            self._local.forward = self._root_begin(module)
 
     def after(self, module: Any, output: Any) -> None:
         self._local.depth -= 1
         if self._local.depth == 0:
-            self._root_end(module)
+            self._root_end(getattr(self._local, "forward", None))
+            self._local.forward = None
 
-    def _root_begin(self, module: Any) -> None:
-        self._local.forward = self._begin_auto("forward", type(module).__name__)
+    def _root_begin(self, module: Any) -> OpenSpan | None:
+        """``_begin_auto("forward", ...)`` without its layers: this runs on every top-level call."""
+        recorder = self._recorder
+        if recorder is None:
+            return None
+        for s in recorder.stack():
+            if s.attrs.get(_KIND) == "user":
+                return None
+        return recorder.begin("model", type(module).__name__, {_KIND: "forward"})
 
-    def _root_end(self, module: Any) -> None:
-        self._end_auto(getattr(self._local, "forward", None))
-        self._local.forward = None
+    def _root_end(self, opened: OpenSpan | None) -> None:
+        if opened is not None and self._recorder is not None:
+            self._recorder.end(opened)
 
     # -- optimizer steps ----------------------------------------------------------------------------------
     def _optimizer_before(self, optimizer: Any, args: Any, kwargs: Any) -> None:

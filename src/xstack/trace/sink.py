@@ -26,6 +26,7 @@ SCRATCH_PREFIX = "xstack-sink-"
 """Name prefix of the sink's scratch folders under the temp directory (the io level leaves their I/O out)."""
 
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+_dumps = orjson.dumps
 
 
 class Sink:
@@ -40,6 +41,7 @@ class Sink:
         self.io_files_written = 0
         self._buffers = {"_spans": bytearray(), "_counters": bytearray(), "_io_files": bytearray()}
         self._pending = {"_spans": 0, "_counters": 0, "_io_files": 0}
+        self._spans = self._buffers["_spans"]
         self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
         self._columns = {table: _columns(store, table) for table in self._buffers}
 
@@ -75,7 +77,12 @@ class Sink:
             "correlation_id": correlation_id,
             "attrs": attrs or None,
         }
-        self._add("_spans", row)
+        # ``_add`` inlined: this runs for every live span
+        buffer = self._spans
+        buffer += _dumps(row, option=_OPTIONS, default=str)
+        self._pending["_spans"] += 1
+        if len(buffer) >= self.batch_bytes:
+            self._insert("_spans")
 
     def counter(self, name: str, ts_ns: int, value: float, *, pid: int | None = None, device: str = "cpu") -> None:
         """Queue one counter sample."""
