@@ -88,7 +88,10 @@ class RunContext:
 
     def warmup_windows(self) -> list[tuple[int, int]]:
         """The time the warm-up iterations took, as ``(start_ns, end_ns)`` extents of their step spans (adjoining
-        ones joined), in order; empty when no iteration is left out (``warmup`` is 0)."""
+        ones joined), in order; empty when no iteration is left out (``warmup`` is 0). The first begins with the
+        run's first event: what ran before the first iteration is start-up, which the warm-up stands for (a live
+        run's first step begins with the profile; a PARAM trace's start-up, CUDA's and the model's move to the GPU,
+        comes before its warm-up call)."""
         if self._warmup_windows is None:
             found = []
             if self.warmup:
@@ -97,6 +100,9 @@ class RunContext:
                     f"AND {STEP_SPAN} AND NOT {past_warmup(self.warmup)} ORDER BY 1, 2",
                     [self.run_id],
                 )
+                first = self.store.query("SELECT min(start_ns) FROM spans WHERE run_id = ?", [self.run_id])[0][0]
+                if found and first is not None and first < found[0][0]:
+                    found[0] = (first, found[0][1])
             windows: list[tuple[int, int]] = []
             for s, e in found:
                 if windows and s <= windows[-1][1]:

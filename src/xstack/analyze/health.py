@@ -202,8 +202,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     ]
     labels += [  # one thread's calls of a stage never overlap: what wall time leaves out is warm-up they hold
         f"{n}: its calls hold {format_ns(t - w)} of warm-up iterations, left out of its wall time and share"
-        for n, _, _, t, _, th, w, _ in out
-        if t > w and th <= 1
+        for n, kind, _, t, _, th, w, _ in out
+        if t > w and th <= 1 and kind != "warm-up"
     ]
     return Result(
         "model.stages",
