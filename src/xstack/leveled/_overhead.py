@@ -16,8 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-MIN_ITERATIONS: Final = 3
-"""Fewest measured steps of each pass for their difference to be judged against noise."""
+from xstack.analyze._diff_read import Timing
+from xstack.analyze._diff_rule import Rule
+
+MIN_ITERATIONS: Final = Rule.min_iterations
+"""Fewest measured steps of each pass for their difference to be judged against noise (the diff's)."""
 
 
 class _Pass(Protocol):
@@ -53,9 +56,8 @@ def _quantile(ordered: Sequence[int], q: float) -> float:
 def noise_ns(before: StepTimes, after: StepTimes) -> float | None:
     """The difference of medians two passes' own spreads account for (ns), or None when either pass measured
     fewer than ``MIN_ITERATIONS`` steps."""
-    if min(before.n, after.n) < MIN_ITERATIONS:
-        return None
-    return max(0.0, before.median_ns - before.p5_ns) + max(0.0, after.median_ns - after.p5_ns)
+    spreads = [Timing(t.median_ns, t.p5_ns, t.n).spread_ns(MIN_ITERATIONS) for t in (before, after)]
+    return None if None in spreads else sum(s for s in spreads if s is not None)
 
 
 def overhead(passes: Sequence[_Pass], durations_ns: Mapping[int, Sequence[int]]) -> list[dict[str, Any]]:
