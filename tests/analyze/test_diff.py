@@ -660,7 +660,7 @@ def test_a_live_run_with_too_few_measured_iterations_is_judged_by_the_floors_and
     assert layers["noisy"]["status"] == "slower" and layers["noisy"]["noise"] is None  # 8%, by the floors
     label = (
         "A (run 1: live) and B (run 1: live) have 2 measured iterations each, fewer than 3: changes judged by the "
-        "floors only (5%, 1 us)"
+        "floors only (5% and 1 us)"
     )
     for result in (d.summary, d.layers, d.ops, d.kernels):
         assert result.labels == [label], result.id
@@ -668,7 +668,7 @@ def test_a_live_run_with_too_few_measured_iterations_is_judged_by_the_floors_and
     c = _per_step_store(tmp_path / "c.duckdb", 100_000, 50_000)
     mixed = diff_profiles(c, b)
     assert mixed.layers.labels == [
-        "B (run 1: live) has 2 measured iterations, fewer than 3: changes judged by the floors only (5%, 1 us)"
+        "B (run 1: live) has 2 measured iterations, fewer than 3: changes judged by the floors only (5% and 1 us)"
     ]
 
 

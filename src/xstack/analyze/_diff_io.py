@@ -30,7 +30,6 @@ from xstack.analyze._io_loop import input_wait
 from xstack.analyze.context import HINTS
 from xstack.analyze.result import Column, Result, notes_of
 from xstack.analyze.summary import io_totals
-from xstack.text import format_ns_setting
 from xstack.trace.store import Store
 
 ID, TITLE = "diff.io", "I/O: B against A"
@@ -184,7 +183,7 @@ class _Floors:
     def text(self, unit: str, per_file: bool = False) -> str:
         if unit != "ns":
             return "exact"
-        return f"{self.rule.threshold * 100:g}% and {format_ns_setting(self.min_ns(per_file))}"
+        return self.rule.floors(self.min_ns(per_file))
 
     def status(self, va: float | None, vb: float | None, unit: str, per_file: bool = False) -> str:
         if va is None:

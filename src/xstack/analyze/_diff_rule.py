@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeVar
 
 from xstack.analyze._diff_read import Timing
 from xstack.analyze.result import Column
+from xstack.text import format_ns_setting
 
 Status = Literal["added", "removed", "slower", "faster", "unchanged"]
 STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
@@ -27,6 +28,11 @@ class Rule:
     """Absolute floor, in ns."""
     min_iterations: int = 3
     """Fewest measured iterations for a side's spread to be used."""
+
+    def floors(self, min_delta_ns: int | None = None) -> str:
+        """``5% and 1 us``: the two floors as set (``min_delta_ns`` in place of the rule's absolute one)."""
+        floor = self.min_delta_ns if min_delta_ns is None else min_delta_ns
+        return f"{self.threshold * 100:g}% and {format_ns_setting(floor)}"
 
     def classify(self, a: Timing | None, b: Timing | None) -> tuple[Status, float | None]:
         """The status of one matched item, and the spread its change was measured against (None: floors only)."""

@@ -64,7 +64,7 @@ from xstack.analyze._diff_summary import summary as diff_summary
 from xstack.analyze.context import HINTS, pick_run
 from xstack.analyze.result import Chart, Column, Result, render_result
 from xstack.errors import StoreError, UsageError
-from xstack.text import counted, format_ns_setting
+from xstack.text import counted
 from xstack.trace.store import Store
 
 __all__ = ["STATUSES", "ProfileDiff", "Rule", "Status", "diff_profiles"]
@@ -97,10 +97,7 @@ class ProfileDiff:
 
     def heading(self) -> str:
         """Which runs are compared, and the floors."""
-        return (
-            f"A: {self.a.describe()}\nB: {self.b.describe()}\nchange = B - A; counted beyond "
-            f"{self.rule.threshold * 100:g}% and {format_ns_setting(self.rule.min_delta_ns)}"
-        )
+        return f"A: {self.a.describe()}\nB: {self.b.describe()}\nchange = B - A; counted beyond {self.rule.floors()}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description: both runs, the rule and every table (``Result.to_dict``)."""
@@ -326,7 +323,7 @@ def _fallback_label(a: Side, b: Side, rule: Rule) -> str | None:
             counts = " and ".join(f"{run} has {counted(steps, 'measured iteration')}" for run, steps in few)
         parts.append(f"{counts}, fewer than {rule.min_iterations}")
     return (f"{'; '.join(parts)}: changes judged by the floors only "
-            f"({rule.threshold * 100:g}%, {format_ns_setting(rule.min_delta_ns)})")  # fmt: skip
+            f"({rule.floors()})")  # fmt: skip
 
 
 def _spread_label(a: Side, b: Side) -> str | None:
