@@ -139,19 +139,7 @@ class Recorder:
             stack.extend(kept)
         if attrs:
             span.attrs.update(attrs)
-        start_ns = span.start_ns
-        with self._lock:  # ``_write`` inlined
-            self._sink_span(
-                span.span_id,
-                span.parent_id,
-                span.level,
-                span.name,
-                start_ns,
-                end_ns - start_ns,
-                self.pid,
-                span.tid,
-                span.attrs,
-            )
+        self._write(span, end_ns)
 
     def close_all(self) -> None:
         """At stop: close what the calling thread left open (counted as unclosed)."""
