@@ -291,6 +291,8 @@ def test_cli_errors(tmp_path: Path, gpu: tuple[Path, Path]) -> None:
         ([a, str(tmp_path / "notes.txt")], 1, "not a DuckDB database"),
         ([a, a, "--run-b", "7"], 2, "no run 7 (runs: 1)"),
         ([a, a, "--threshold", "-3"], 2, "--threshold"),
+        ([a, a, "--min-iterations", "1"], 2, "--min-iterations >= 2"),
+        ([a, a, "--min-delta", "-1"], 2, "--min-delta >= 0"),
         ([a, a, "--format", "xml"], 2, "invalid choice"),
         ([a], 2, "required"),
     ]
@@ -393,6 +395,10 @@ def test_a_trace_timed_under_counter_replay_gets_no_verdict_on_its_wall_time(tmp
     step = _rows(diff, "diff.summary")[0]
     assert step["item"] == "step latency" and step["status"] == "not compared"
     assert (step["A"], step["B"]) == (36_356_000, 1_974_571_000) and diff.summary.facts["step_status"] == "not compared"
+    # nor the stages, timed on the same host clock (the replays made the warm-up forward 45% "faster")
+    stages = [r for r in _rows(diff, "diff.summary") if r["item"].startswith("stage ")]
+    assert len(stages) == 4 and {r["status"] for r in stages} == {"not compared"}
+    assert set(diff.summary.facts["stages"].values()) == {"not compared"} and all(r["A"] and r["B"] for r in stages)
     replayed = (
         "B's host times are inflated by counter replay, not the program's own timing (the CUPTI range profiler "
         "replays each kernel to read its counters, and the host waits for the replays)"
@@ -671,6 +677,14 @@ def test_a_live_run_with_too_few_measured_iterations_is_judged_by_the_floors_and
     assert mixed.layers.labels == [
         "B (run 1: live) has 2 measured iterations, fewer than 3: changes judged by the floors only (5% and 1 us)"
     ]
+    # on the command line: two iterations are enough when --min-iterations says so; --min-delta raises the floor
+    proc = xstack(str(a), str(b), "--format", "json", "--min-iterations", "2", "--min-delta", "2.5")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    expected = diff_profiles(a, b, min_iterations=2, min_delta_ns=2_500)
+    assert data["rule"]["min_iterations"] == 2 and data["results"][1]["rows"] == [list(r) for r in expected.layers.rows]
+    assert not expected.layers.labels and any(r["noise"] is not None for r in _rows(expected, "diff.layers"))
+    assert json.loads(xstack(str(a), str(b), "--format", "json").stdout)["results"][1]["labels"] == [label]
 
 
 def test_an_imported_trace_s_annotations_are_stages_with_their_own_spread(tmp_path: Path) -> None:

@@ -27,15 +27,15 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         if t is not None:
             facts[level] = {**t.counts, **t.totals}
     notes = (
-        "The first row compares the step latency (median of the host step spans; without any, the run's host "
-        "wall time; not compared where a run's host times are inflated by counter replay); then each model stage "
-        "other than the step (load, preprocess, a forward call, ...: model spans matched by name, median per "
-        "call; a run's tail, such as a live run's after-last-step, what followed the last step(), is teardown "
-        "and left out). Then per level and status: the items and their summed time in A and B; the net change of "
-        "a level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops "
-        "nest (a block holds its sub-layers, an op the ops it calls), so their sums add self times: each item's "
-        "time less that of the items of its level it encloses, which counts no time twice. A row's status is that "
-        f"of its items, judged on their whole time. {RULE_NOTE}"
+        "The first row compares the step latency (median of the host step spans; without any, the run's host wall "
+        "time; not compared where a run's host times are inflated by counter replay, nor are the stages); then each "
+        "model stage other than the step (load, preprocess, a forward call, ...: model spans matched by name, median "
+        "per call; a run's tail, such as a live run's after-last-step, what followed the last step(), is teardown and "
+        "left out). Then per level and status: the items and their summed time in A and B; the net change of a level "
+        "is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops nest (a block"
+        " holds its sub-layers, an op the ops it calls), so their sums add self times: each item's time less that of "
+        "the items of its level it encloses, which counts no time twice. A row's status is that of its items, judged "
+        f"on their whole time. {RULE_NOTE}"
     )
     labels = ([noise] if noise else []) + _wall_labels(a, b)
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
@@ -60,9 +60,12 @@ def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
         if a.wall is None or b.wall is None:
             return (item, "not recorded", None, ns(a.wall), ns(b.wall), None, None, None)
         row = _pair_row(item, a.wall, b.wall, rule)
-    if a.replayed or b.replayed:
-        return (row[0], "not compared", *row[2:7], None)
-    return row
+    return _unjudged(row) if a.replayed or b.replayed else row
+
+
+def _unjudged(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A host-time row of a run whose host times are inflated by counter replay: its times, no verdict."""
+    return (row[0], "not compared", *row[2:7], None)
 
 
 def _wall_labels(a: Side, b: Side) -> list[str]:
@@ -81,7 +84,10 @@ def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:
     if "model" not in a.levels or "model" not in b.levels:
         return [("stages", "not compared", *([None] * 6))] if a.stages or b.stages else []
     names = list(a.stages) + [n for n in b.stages if n not in a.stages]
-    return [_pair_row(f"stage {n}", a.stages.get(n), b.stages.get(n), rule) for n in names]
+    rows = [_pair_row(f"stage {n}", a.stages.get(n), b.stages.get(n), rule) for n in names]
+    if a.replayed or b.replayed:  # a stage one run lacks is still added or removed
+        return [_unjudged(r) if r[1] in ("slower", "faster", "unchanged") else r for r in rows]
+    return rows
 
 
 def _level_rows(level: str, t: Table | None) -> list[tuple[Any, ...]]:

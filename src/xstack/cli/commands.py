@@ -227,10 +227,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_diff(args: argparse.Namespace) -> int:
     from xstack.analyze.diff import diff_profiles
 
-    if args.threshold < 0 or (args.top is not None and args.top < 1):
-        raise UsageError("xstack diff: need --threshold >= 0 and --top >= 1")
+    if args.threshold < 0 or args.min_delta < 0 or args.min_iterations < 2 or (args.top is not None and args.top < 1):
+        raise UsageError("xstack diff: need --threshold >= 0, --min-delta >= 0, --min-iterations >= 2 and --top >= 1")
     top = args.top if args.top is not None or args.format in ("json", "csv") else 20
-    diff = diff_profiles(args.a, args.b, args.run_a, args.run_b, threshold=args.threshold / 100, top=top)
+    floors = {"threshold": args.threshold / 100, "min_delta_ns": round(args.min_delta * 1000)}
+    diff = diff_profiles(args.a, args.b, args.run_a, args.run_b, **floors, min_iterations=args.min_iterations, top=top)
     if args.format == "json":
         import orjson
 

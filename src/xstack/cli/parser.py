@@ -238,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare run B of store B with run A of store A (default runs: each store's last merged run, "
         "else its last run). Model stages match by name, layers by module path and call index, ops by enclosing "
         "layer, name and occurrence, kernels by name. A change counts when it exceeds --threshold percent of A's "
-        "time and 1 us and, for merged (leveled) runs, the spread of both runs' iterations. Runs without step "
+        "time and --min-delta (1 us) and, where both runs have iteration statistics (merged leveled runs, or runs "
+        "with at least --min-iterations measured steps), the spread of both runs' iterations. Runs without step "
         "spans compare by their host wall time (a Darshan log's: its job run time); kernels of an Nsight Compute "
         "CSV compare with those of another; what only one run has is named, and the rest compared. The runs' file I/O "
         "(diff.io: data files' counts and bytes exactly, times beyond the floors, the loop's wait for data, the data "
@@ -251,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-b", type=int, metavar="ID", help="run of B (default: its last merged run, else its last)")
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
                    help="smallest change that counts, in percent of A's time (default 5)")  # fmt: skip
+    p.add_argument("--min-delta", type=float, default=1.0, metavar="US",
+                   help="smallest change that counts, in microseconds (default 1)")  # fmt: skip
+    p.add_argument("--min-iterations", type=int, default=3, metavar="N",
+                   help="fewest measured steps for a run that is not merged to be judged by its own spread; with "
+                   "fewer, by the floors alone (default 3)")  # fmt: skip
     p.add_argument("--top", type=int, metavar="N",
                    help="rows per table (default: 20 in text and md, all in json, csv); diff.io: data files listed "
                    "(default: 20 in text and md, 10 in json, csv)")  # fmt: skip
