@@ -395,7 +395,8 @@ def test_sync_figures_say_whether_they_are_of_the_window_or_the_run(tmp_path: Pa
 
 def test_sync_rows_only_partly_in_the_window_are_marked(tmp_path: Path) -> None:
     # three 1000 ns steps, the first warm-up, each with a 100 ns sync (one row: the same call in the same model
-    # span); a sync in the last step that runs 300 ns past its end; one before the steps
+    # span); a sync in the last step that runs 300 ns past its end, one in the warm-up that runs 100 ns into the
+    # first measured step; one before the steps
     path = tmp_path / "p.duckdb"
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "built", levels=["model", "runtime"], config={A.CONFIG_WARMUP_STEPS: 1}))
@@ -406,6 +407,7 @@ def test_sync_rows_only_partly_in_the_window_are_marked(tmp_path: Path) -> None:
             sink.span(10 + k, None, "model", "step", start, 1000, 1, 1, {"model.kind": "step", "model.step": k})
             sink.span(20 + k, 10 + k, "runtime", "cudaDeviceSynchronize", start + 500, 100, 1, 1)
         sink.span(30, 12, "runtime", "cudaStreamSynchronize", 3800, 500, 1, 1)
+        sink.span(31, 10, "runtime", "cudaEventSynchronize", 1900, 200, 1, 1)  # from the warm-up into step 1
         sink.close()
     with Store.open(path) as store:
         r = timeline.sync_points(store, 1)
@@ -415,7 +417,11 @@ def test_sync_rows_only_partly_in_the_window_are_marked(tmp_path: Path) -> None:
     assert steps["in window"] == "partly: 2 of 3 calls within"  # the warm-up's is not
     assert (steps["calls (window)"], steps["calls (run)"]) == (2, 3)
     assert crossing["in window"] == "partly: 1 call across its edge"
-    assert crossing["blocked (window)"] == 500  # counted whole: the mark says so
+    assert (crossing["blocked (window)"], crossing["blocked (run)"]) == (200, 500)  # clipped at the window's end
+    into = got["cudaEventSynchronize in steps"]
+    assert (into["in window"], into["calls (window)"], into["blocked (window)"]) == ("partly: 1 call across its edge",
+                                                                                   1, 100)  # fmt: skip
+    assert r.facts["blocked_in_window_ns"] == 2 * 100 + 200 + 100 and r.facts["syncs_in_window"] == 4
     assert before["in window"] == "none"
     markdown = "\n".join(md_result(r))
     assert "| partly: 2 of 3 calls within |" in markdown and "| none |" in markdown

@@ -67,15 +67,17 @@ line AS (
     WHERE p.depth > 0
 ),
 placed AS (
-    SELECT sy.*, w.s IS NOT NULL AS in_window, coalesce(sy.start_ns + sy.dur_ns <= w.e, false) AS inside,
-        EXISTS (SELECT 1 FROM {{window}} x WHERE sy.start_ns < x.e AND sy.start_ns + sy.dur_ns > x.s) AS touches
+    -- a call's time within the window: the parts of it inside each measured span (a call across an edge, clipped)
+    SELECT sy.*, coalesce(sy.start_ns + sy.dur_ns <= w.e, false) AS inside,
+        (SELECT sum(least(sy.start_ns + sy.dur_ns, x.e) - greatest(sy.start_ns, x.s)) FROM {{window}} x
+         WHERE sy.start_ns < x.e AND sy.start_ns + greatest(sy.dur_ns, 1) > x.s) AS in_window_ns
     FROM sync sy LEFT JOIN {{window}} w ON sy.start_ns >= w.s AND sy.start_ns < w.e
 )
 SELECT CASE WHEN o.op IS NULL THEN 'explicit' ELSE 'implicit' END AS kind, coalesce(o.op, '-') AS op,
     p.name AS call, coalesce(l.line, $no_line || coalesce(' (model span: ' || o.model || ')', '')) AS line,
     coalesce(o.layer, '-') AS layer, count(*) AS n, sum(p.dur_ns) AS blocked, max(p.dur_ns) AS longest,
-    count(*) FILTER (WHERE p.in_window), sum(p.dur_ns) FILTER (WHERE p.in_window),
-    count(*) FILTER (WHERE p.inside), count(*) FILTER (WHERE p.touches AND NOT p.inside)
+    count(*) FILTER (WHERE p.in_window_ns IS NOT NULL), sum(p.in_window_ns),
+    count(*) FILTER (WHERE p.inside), count(*) FILTER (WHERE p.in_window_ns IS NOT NULL AND NOT p.inside)
 FROM placed p LEFT JOIN owner o ON o.sync_id = p.span_id LEFT JOIN line l ON l.sync_id = p.span_id
 GROUP BY ALL ORDER BY 10 DESC NULLS LAST, blocked DESC, n DESC, call, line, layer
 """
@@ -86,14 +88,17 @@ COLUMNS = [
     Column("call", help="the runtime call that blocked the host"),
     Column("python line", help="the innermost frame of the program's own code around the call"),
     Column("layer", help="the innermost layer around the call"),
-    Column("calls (window)", "count", "calls that start in the measured window"),
-    Column("blocked (window)", "ns", "host time in those calls, summed"),
+    Column("calls (window)", "count", "calls that lie in the measured window, wholly or in part"),
+    Column(
+        "blocked (window)",
+        "ns",
+        "host time in those calls within the window, summed (a call across its edge: the part inside)",
+    ),  # fmt: skip
     Column("share of window", "pct", "blocked (window) in percent of the measured window"),
     Column(
         "in window",
         help="where the row's calls lie: all within the measured window, none, or partly (some calls outside it, "
-        "or one running across its edge): the (window) columns then hold only the calls that start in it, each "
-        "counted whole",
+        "or one running across its edge, of which the (window) columns hold the part inside)",
     ),
     Column("calls (run)", "count", "calls in the whole run, set-up and warm-up included"),
     Column("blocked (run)", "ns", "host time in the run's calls, summed"),
@@ -105,8 +110,9 @@ def sync_points(store: Store, run_id: int) -> Result:
     """Every place the host waited for the device, aggregated by kind, op, call, Python line and layer.
 
     Blocked times are ns (the durations of the blocking calls); shares are percent of the measured window. Each
-    figure says its scope: ``(window)`` and ``_in_window`` count the calls that start in the measured window,
-    per-step figures divide those by its steps; ``(run)`` and ``_in_run`` count every call of the run, set-up
+    figure says its scope: ``(window)`` and ``_in_window`` count the calls that lie in the measured window and
+    their time inside it (a call running across its edge: the part inside), per-step figures divide those by
+    its steps; ``(run)`` and ``_in_run`` count every call of the run, set-up
     and warm-up included.
 
     Notes: a sync point is a runtime call that blocks the host until the device, a stream or an event has
@@ -120,7 +126,8 @@ def sync_points(store: Store, run_id: int) -> Result:
     library. Where the run has no Python frames (record with ``with_stack=True``), the row says so and names
     the model span around the call. The measured window is the run's step spans (else its whole extent);
     column ``in window`` marks the rows whose calls lie only partly in it (some before, after or in the warm-up,
-    or one running across its edge), whose ``(window)`` figures are then a part of the ``(run)`` ones.
+    or one running across its edge: its part inside counts), whose ``(window)`` figures are then a part of the
+    ``(run)`` ones.
     """
     ctx = run_context(store, run_id)
     missing = ctx.require(ID, TITLE, "runtime")
