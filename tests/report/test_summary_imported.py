@@ -174,3 +174,17 @@ def test_an_ncu_csv_import_lists_its_kernels_with_durations_flops_and_bytes(
     text = capsys.readouterr().out
     assert "Top GPU kernels: none" not in text
     assert all(cell in text for cell in ("ampere_sgemm_1", "152 us", "72.7", "2.15 GFLOP", "12.0 MiB"))
+
+
+def test_names_from_the_trace_are_printed_as_they_are_not_read_as_markup(import_store: Any, tmp_path: Path) -> None:
+    # PARAM names its phases "[param|...|warmup|forward]": rich read them as markup tags and dropped them, so
+    # the health detail said "(1  and 1 )"; a file named "...[rank0]..." lost that part of the run's name too
+    trace = tmp_path / "alexnet[rank0].json.gz"
+    trace.write_bytes(kineto_fixture("a100_alexnet_train_sync.json.gz").read_bytes())
+    summary = summarize(import_store(trace))
+    console = Console(width=400, file=io.StringIO(), record=True)
+    print_summary(summary, console)
+    text = console.export_text()
+    assert "Run 1: alexnet[rank0]" in text and "alexnet[rank0].json.gz" in text
+    phases = "(1 [param|pytorch.model.alex_net|0|0|0|warmup|forward] and 1 [param|pytorch.model.alex_net|0|0|0|"
+    assert phases + "measure|forward])" in text

@@ -55,42 +55,49 @@ def print_fitted(renderable: RenderableType, console: Console | None = None) -> 
 
 
 def _run_table(s: RunSummary) -> Table:
-    t = Table(title=f"Run {s.run_id}: {s.name}", show_header=False, title_justify="left", box=None)
+    # Text, not str, wherever a value comes from the trace (a run or file name, a PARAM annotation
+    # "[param|cuda]"): rich reads "[...]" in a str as markup and drops it
+    t = Table(title=Text(f"Run {s.run_id}: {s.name}", style="table.title"), show_header=False,
+              title_justify="left", box=None)  # fmt: skip
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("source", s.source or "-")
-    t.add_row("started", str(s.started_at) if s.started_at else "unknown")
-    t.add_row("framework", s.framework or "-")
-    t.add_row("pass", s.pass_name or "-")
+
+    def add_row(label: str, value: str | Text) -> None:
+        t.add_row(label, value if isinstance(value, Text) else Text(value))
+
+    add_row("source", s.source or "-")
+    add_row("started", str(s.started_at) if s.started_at else "unknown")
+    add_row("framework", s.framework or "-")
+    add_row("pass", s.pass_name or "-")
     if size := batch_size_line(s):
-        t.add_row("batch size", size)
+        add_row("batch size", size)
     if others := runs_line(s, "summary"):
-        t.add_row("store", others)
+        add_row("store", others)
     if s.pass_name == "merged":
-        t.add_row("merged", "one iteration: each span's median from the pass that times its level")
+        add_row("merged", "one iteration: each span's median from the pass that times its level")
         noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in s.noisy_spans.items() if n)
-        t.add_row("noisy spans", f"{noisy} (p95 - p5 over half the median)" if noisy else "none")
+        add_row("noisy spans", f"{noisy} (p95 - p5 over half the median)" if noisy else "none")
     elif s.merged_into is not None:
-        t.add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
+        add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
     if status := status_line(s):
-        t.add_row("status", Text(status, style="" if s.status == "complete" else "red"))  # an error may hold "["
-    t.add_row("host wall time", wall_line(s))
+        add_row("status", Text(status, style="" if s.status == "complete" else "red"))
+    add_row("host wall time", wall_line(s))
     if s.iterations:
-        t.add_row("iterations", iterations_line(s.iterations))
+        add_row("iterations", iterations_line(s.iterations))
     for d in s.devices:
-        t.add_row(f"device {d.get('id', '?')}", device_line(d, s.gpu_runtime))
+        add_row(f"device {d.get('id', '?')}", device_line(d, s.gpu_runtime))
     if s.devices_unused:
-        t.add_row("other devices" if s.devices else "devices", unused_devices_line(s))
+        add_row("other devices" if s.devices else "devices", unused_devices_line(s))
     elif not s.devices:
-        t.add_row("devices", s.device or "cpu")
+        add_row("devices", s.device or "cpu")
     if s.distributed and (rank := distributed_line(s.distributed)):
-        t.add_row("distributed", rank)
-    t.add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
+        add_row("distributed", rank)
+    add_row("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none")
     if s.io:
-        t.add_row("file I/O", io_line(s.io))
+        add_row("file I/O", io_line(s.io))
     if s.system:
-        t.add_row("system", system_line(s.system))
-    t.add_row("counter samples", f"{s.counter_samples:,}")
+        add_row("system", system_line(s.system))
+    add_row("counter samples", f"{s.counter_samples:,}")
     return t
 
 
@@ -388,7 +395,7 @@ def _checks(title: str, rows: list[tuple[str, int, str]], *, dim: bool = False) 
     t.add_column("count", justify="right")
     t.add_column("what it means", overflow="fold")
     for check, count, detail in rows:
-        t.add_row(check, f"{count:,}", detail)
+        t.add_row(check, f"{count:,}", Text(detail))  # a detail names spans from the trace: "[param|cuda]"
     return t
 
 
