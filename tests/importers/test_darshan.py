@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tests.conftest import FIXTURES, ROOT
 from xstack.analyze.pipeline import run_analyses
@@ -19,7 +21,7 @@ from xstack.errors import BadInputError, UsageError
 from xstack.importers.api import import_files
 from xstack.importers.darshan import import_darshan, log_health
 from xstack.importers.darshan._reader import DarshanLog, DxtRecord, Record, Segment
-from xstack.report.terminal import io_line
+from xstack.report.terminal import io_line, print_summary
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -217,6 +219,18 @@ def test_stdio_only_log(store: Store) -> None:
         0
     ]
     assert (path, klass) == ("/home/laytonjb/PROJECTS/DARSHAN/TEST/jeff.txt", "data")
+
+
+def test_the_summary_of_a_log_says_it_holds_file_io_only(store: Store) -> None:
+    # it told the user of a Darshan log to record nn.Module calls and run on a GPU, and of one data file
+    # "1 data files"
+    console = Console(width=200, file=io.StringIO(), record=True)
+    print_summary(summarize(store, run_of(store, "stdio_no_posix")), console)
+    text = console.export_text()
+    for title in ("Top layers", "Top operators", "Top GPU kernels"):
+        assert f"{title}: none in this run (a Darshan log records file I/O only)" in text
+    assert "nn.Module" not in text and "on a GPU" not in text
+    assert "11 operations by 1 process on 1 data file: 0 B read, 151 B written" in text
 
 
 def test_empty_log_is_an_empty_run(store: Store) -> None:

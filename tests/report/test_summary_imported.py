@@ -188,3 +188,17 @@ def test_names_from_the_trace_are_printed_as_they_are_not_read_as_markup(import_
     assert "Run 1: alexnet[rank0]" in text and "alexnet[rank0].json.gz" in text
     phases = "(1 [param|pytorch.model.alex_net|0|0|0|warmup|forward] and 1 [param|pytorch.model.alex_net|0|0|0|"
     assert phases + "measure|forward])" in text
+
+
+def test_an_ncu_csv_has_no_layers_or_operators_by_its_format(tmp_path: Path) -> None:
+    # the summary told the user of an Nsight Compute CSV to record nn.Module calls and operator events
+    out = tmp_path / "ncu.duckdb"
+    assert main(["import", str(NCU), "-o", str(out)]) == 0
+    with Store.open(out) as store:
+        summary = summarize(store)
+    console = Console(width=200, file=io.StringIO(), record=True)
+    print_summary(summary, console)
+    text = console.export_text()
+    for title in ("Top layers", "Top operators"):
+        assert f"{title}: none in this run (an Nsight Compute CSV records the kernels it replayed only)" in text
+    assert "nn.Module" not in text and "ampere_sgemm_128x64_nn" in text

@@ -121,6 +121,9 @@ class RunSummary:
     runs: list[tuple[int, str, str | None]] = field(default_factory=list)
     """Every run of the store, this one included: ``(run_id, name, pass)`` (imports with ``--append``, the
     passes of a leveled measurement and their merged run, the batch sizes of a sweep)."""
+    source_format: str | None = None
+    """The format an imported run was read from (``config.source.format``: ``kineto``, ``darshan``, ``ncu-csv``);
+    None for a live run."""
     batch_sizes: dict[int, int] = field(default_factory=dict)
     """The batch size of each run of the store that records one (``config.batch_size``: the runs of a sweep),
     by run id."""
@@ -160,6 +163,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         levels=list(row[5] or []),
         pass_name=row[6],
         source=(config.get("source") or {}).get("path") or row[8],
+        source_format=(config.get("source") or {}).get("format"),
         status=config.get("status"),
         error=str(config["error"]) if config.get("error") else None,
         wall_ns=wall,

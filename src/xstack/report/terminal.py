@@ -33,7 +33,8 @@ def render_summary(summary: RunSummary) -> RenderableType:
             share = summary.share_of.get(level) or ("of kernel time" if level == "kernel" else "of wall")
             parts.append(_top_table(LEVEL_TITLES[level], rows, share, top_caption(summary, level)))
         else:
-            parts.append(Text(f"{LEVEL_TITLES[level]}: none in this run ({_missing_hint(level)})", style="dim"))
+            why = missing_hint(level, summary.source_format)
+            parts.append(Text(f"{LEVEL_TITLES[level]}: none in this run ({why})", style="dim"))
     parts.append(_health_table(summary))
     return Group(*parts)
 
@@ -296,7 +297,7 @@ def io_line(io: dict[str, Any]) -> str:
     time in I/O, then the operations on every file (the interpreter's imports, system and profiler files)."""
     text = (
         f"{io['ops']:,} operations by {counted(io['processes'], 'process', 'processes')} on "
-        f"{io['files']:,} data files: "
+        f"{counted(io['files'], 'data file')}: "
         f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
         f"{format_ns(io['time_ns'])} in I/O"
     )
@@ -409,7 +410,18 @@ def health_headline(s: RunSummary) -> str:
     return f"{total:,} finding{'s' if total != 1 else ''} in {checks} check{'s' if checks > 1 else ''}"
 
 
-def _missing_hint(level: str) -> str:
+_FORMAT_HOLDS = {
+    "darshan": "a Darshan log records file I/O only",
+    "ncu-csv": "an Nsight Compute CSV records the kernels it replayed only",
+}
+"""What an imported format can hold, where it can never hold layers, operators or kernels."""
+
+
+def missing_hint(level: str, source_format: str | None = None) -> str:
+    """Why a run has no spans of ``level`` ("layer", "op", "kernel") and how to get them; for a run imported
+    from a format that cannot hold them (a Darshan log; of layers and ops, an Nsight Compute CSV), what it holds."""
+    if source_format in _FORMAT_HOLDS and not (source_format == "ncu-csv" and level == "kernel"):
+        return _FORMAT_HOLDS[str(source_format)]
     if level == "layer":
         return "record nn.Module calls: profile with the layer level, or a trace taken with with_stack=True"
     if level == "kernel":
