@@ -26,7 +26,9 @@ def _write_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
         "foreign_events": (tmp / "foreign.json", "not a PyTorch profiler (Kineto) trace"),
         "empty_trace": (tmp / "empty_trace.json", "empty trace"),
         "empty_file": (tmp / "empty.json", "empty file"),
-        "scalar": (tmp / "scalar.json", "not an object"),
+        "scalar": (tmp / "scalar.json", "does not start with a JSON object (found '4' at byte 0)"),
+        "plain_text": (tmp / "notes.txt", "does not start with a JSON object (found 'h' at byte 0)"),
+        "store": (tmp / "prof.duckdb", "a DuckDB database (an xstack store?), not a file to import"),
         "directory": (tmp, "is a directory"),
     }
     cases["truncated_gzip"][0].write_bytes(real[: len(real) // 2])
@@ -42,6 +44,9 @@ def _write_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
     cases["empty_trace"][0].write_text('{"schemaVersion": 1, "traceEvents": []}')
     cases["empty_file"][0].write_text("")
     cases["scalar"][0].write_text("42")
+    cases["plain_text"][0].write_text("hello\n")
+    with Store.create(cases["store"][0]):
+        pass
     return cases
 
 
@@ -56,6 +61,8 @@ CASES = [
     "empty_trace",
     "empty_file",
     "scalar",
+    "plain_text",
+    "store",
     "directory",
 ]
 

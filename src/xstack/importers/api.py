@@ -11,12 +11,13 @@ import orjson
 
 from xstack.errors import BadInputError
 from xstack.importers.kineto import ImportedRun, import_kineto
-from xstack.trace.store import Store, check_new, scratch_path
+from xstack.trace.store import DUCKDB_MAGIC, Store, check_new, scratch_path
 
 
 def import_file(store: Store, path: str | Path) -> ImportedRun:
     """Import one file as a run of ``store``, by its kind: an Nsight Compute CSV (``.csv``), a Darshan log
     (``.darshan``) or a Kineto trace."""
+    _refuse_store(Path(path))
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         from xstack.importers.ncu import import_ncu
@@ -27,6 +28,19 @@ def import_file(store: Store, path: str | Path) -> ImportedRun:
 
         return import_darshan(store, path)
     return import_kineto(store, path)
+
+
+def _refuse_store(path: Path) -> None:
+    """Raise ``BadInputError`` where ``path`` is a DuckDB database (a store given where a trace belongs): read
+    as a trace, it failed on its first bytes with a message that never said what the file was."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return  # missing, a directory, unreadable: the importer says which, naming the file
+    if head[8:12] == DUCKDB_MAGIC:
+        raise BadInputError(f"{path}: a DuckDB database (an xstack store?), not a file to import: read a store with "
+                            f"xstack summary {path}")  # fmt: skip
 
 
 def import_files(

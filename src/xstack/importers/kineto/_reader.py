@@ -150,7 +150,9 @@ class TraceReader:
         elif c == -1:
             raise BadInputError(f"{self.path}: empty file, not a trace")
         else:
-            raise BadInputError(f"{self.path}: not a PyTorch/Chrome trace: the JSON document is not an object")
+            found = repr(chr(c)) if 32 <= c < 127 else f"byte 0x{c:02x}"
+            raise BadInputError(f"{self.path}: not a PyTorch/Chrome trace: it does not start with a JSON object "
+                                f"(found {found} at byte {self._base + self._pos})")  # fmt: skip
         if self._skip_ws() != -1:
             raise self._syntax("extra data after the end of the JSON document")
         self.bytes_read = self._base + self._pos
