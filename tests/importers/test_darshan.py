@@ -241,6 +241,17 @@ def test_empty_log_is_an_empty_run(store: Store) -> None:
     assert store.query('SELECT "check", count FROM health WHERE run_id = ?', [run]) == [("darshan_no_records", 1)]
 
 
+def test_the_analyses_of_a_log_without_records_say_so(store: Store) -> None:
+    # they told the user who had imported a Darshan log to "import a Darshan log"
+    files, processes = run_analyses(store, run_of(store, "empty_log"), ["io.files", "io.processes"])
+    for result in (files, processes):
+        assert result.missing == ["io"] and "import a Darshan log" not in result.hint
+        assert "the Darshan log holds no POSIX or STDIO record" in result.hint
+    # one file is "1 file in 1 row", not "1 files in 1 rows"
+    (table,) = run_analyses(store, run_of(store, "stdio_no_posix"), ["io.files"])
+    assert any(label.startswith("1 file in 1 row: one per path and module") for label in table.labels)
+
+
 def test_job_metadata_and_modules_not_imported(store: Store) -> None:
     path = log_path("dlio_python3_b")
     run = run_of(store, path.stem)

@@ -25,6 +25,7 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
 from xstack.analyze.result import Chart, Column, Result
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -142,12 +143,12 @@ def _counted(files: int, streams: int, stream_names: str | None, found: list[tup
     how many rows, which classes are folded, and how many rows the limit left out."""
     names = {r[0] for r in found}
     folded = [cls for cls, name in FOLDED.items() if name in names]
-    line = f"{files:,} files"
+    line = counted(files, "file")
     if streams:
         which = stream_names if streams <= _STREAMS_NAMED and stream_names else "standard streams, pipes, sockets"
         line += f", and {streams:,} stream{'s' if streams != 1 else ''} ({which}) that io.processes, the other I/O "
         line += "analyses and the summary leave out,"
-    line += f" in {len(found):,} rows: one per path and module"
+    line += f" in {counted(len(found), 'row')}: one per path and module"
     if folded:
         line += f", and one per folded class ({', '.join(folded)})"
     if listed < len(found):

@@ -225,7 +225,11 @@ class RunContext:
 
     def hint(self, missing: str) -> str:
         """How to get one missing level or input for this run (``HINTS``; device peaks of an imported trace are
-        those of the machine that recorded it, measured there)."""
+        those of the machine that recorded it, measured there; a Darshan log without I/O holds none to import)."""
+        source = self.config.get("source")
+        if missing == "io" and isinstance(source, dict) and source.get("format") == "darshan":
+            return ("the Darshan log holds no POSIX or STDIO record (see the health table): Darshan kept no file I/O "
+                    "of this job")  # fmt: skip
         if missing == "device peaks" and self.pass_name == "import":
             return (
                 "measure them on the machine that recorded the trace with xstack calibrate -o peaks.json, and "
