@@ -51,13 +51,22 @@ def test_markdown_has_every_result_with_all_rows(bert: tuple[Store, Analysis]) -
     _, a = bert
     text = render_markdown(a)
     tables = md_tables(text)
+    missing = [r for r in a.results if r.missing]
     for r in a.results:
-        if r.id == "health":  # in the closing Trace health section
+        if r.id == "health" or r.missing:  # in the closing Trace health section; in the table of missing ones
             continue
         assert r.id in tables, r.id
         assert len(tables[r.id]) == len(r.rows), r.id
-        if r.missing:
-            assert f"Not available: missing {md(', '.join(r.missing))}" in text
+    # the analyses the run lacks a level for: one table, a row per missing level naming every analysis needing it
+    assert missing and "Not" in tables and "Not available: missing" not in text
+    needed = {row[0]: row[2].split("; ") for row in tables["Not"]}
+    for r in missing:
+        assert r.id not in tables, r.id
+        for level in r.missing:
+            assert md(f"{r.id} {r.title}") in needed[md(level)], (r.id, level)
+    assert sum(map(len, needed.values())) == sum(len(r.missing) for r in missing)
+    system = next(row for row in tables["Not"] if row[0] == "system")
+    assert system[1] == md(a.result("system.cpu").hint.removeprefix("system: "))
     a10 = a.result("A10")
     for row, cells in zip(a10.rows, tables["A10"], strict=True):
         assert cells == [md(format_value(v, c.unit)) for v, c in zip(row, a10.columns, strict=True)]
@@ -110,7 +119,11 @@ def test_handmade_missing_and_hostile_names() -> None:
     assert md(HOSTILE) in text and "\\<script\\>" in text
     tables = md_tables(text)
     assert tables["H.table"][0][0] == md(HOSTILE) and len(tables["H.table"]) == 2
-    assert tables["H.missing"] == [] and "run with " + md(HOSTILE) in text
+    # a hint not of the form "level: how." stands whole beside each missing level
+    assert [row[:2] for row in tables["Not"]] == [
+        ["metrics", "run with " + md(HOSTILE)],
+        [md(HOSTILE), "run with " + md(HOSTILE)],
+    ]
     rows = list(csv.DictReader(io.StringIO(render_csv(a))))
     (missing,) = [r for r in rows if r["analysis"] == "H.missing"]
     assert missing["missing"] == "metrics, " + HOSTILE and missing["hint"] == "run with " + HOSTILE

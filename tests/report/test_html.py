@@ -89,7 +89,9 @@ def test_every_result_has_its_section_missing_ones_say_how(tmp_path: Path) -> No
     for r in a.results:
         assert anchor(r.id) in ids
     visible = " ".join(page.text)
-    assert "Not available:" in visible and "missing metrics, " + HOSTILE in visible
+    # the missing ones in one closing table: a row per missing level, how to get it, the analyses needing it
+    assert "Not available for this run" in visible and "1 analysis needs what this run did not record." in visible
+    assert "metrics" in visible and HOSTILE in visible and visible.count("run with " + HOSTILE) == 2
     assert "No rows: nothing of this kind in the run." in visible
     for section in ("overview", "recommendations", "analyses", "overhead", "health", "trace"):
         assert section in ids

@@ -194,6 +194,32 @@ def missing_result(id: str, title: str, run_id: int, missing: list[str], hint: s
     return Result(id=id, title=title, run_id=run_id, missing=missing, hint=hint, notes=notes)
 
 
+def missing_by_level(results: Sequence[Result]) -> dict[str, tuple[str, list[Result]]]:
+    """Per missing level (or input) of ``results``, in order of first need: how to get it, and the results that
+    need it (a result missing two levels is under both)."""
+    needs: dict[str, tuple[str, list[Result]]] = {}
+    for r in results:
+        for level, hint in _hints(r).items():
+            needs.setdefault(level, (hint, []))[1].append(r)
+    return needs
+
+
+def not_available_lead(n: int) -> str:
+    """The sentence over the table of ``n`` results that lack a level: "3 analyses need what this run did not
+    record"."""
+    return f"{n:,} {'analysis needs' if n == 1 else 'analyses need'} what this run did not record"
+
+
+def _hints(r: Result) -> dict[str, str]:
+    """A missing result's hint split per missing level (``RunContext.lacking`` writes "level: how." for each in
+    turn); the whole hint for each where it is not of that form."""
+    starts = [r.hint.find(f"{m}: ") for m in r.missing]
+    if any(a < 0 for a in starts) or starts != sorted(starts) or (starts and starts[0] != 0):
+        return dict.fromkeys(r.missing, r.hint or "record it")
+    ends = [*starts[1:], len(r.hint)]
+    return {m: r.hint[a + len(m) + 2 : b].strip() for m, a, b in zip(r.missing, starts, ends, strict=True)}
+
+
 def notes_of(fn: Any) -> str:
     """An analysis's Notes paragraph from its docstring (the whole docstring when it has none), on one line."""
     doc = str(fn.__doc__ or "")

@@ -9,7 +9,15 @@ from typing import Any
 
 import orjson
 
-from xstack.analyze.result import Result, Unit, format_ns, format_value, literal_parts
+from xstack.analyze.result import (
+    Result,
+    Unit,
+    format_ns,
+    format_value,
+    literal_parts,
+    missing_by_level,
+    not_available_lead,
+)
 from xstack.report._charts import render_chart
 from xstack.report._html_table import table_html
 from xstack.report._svg import clip, esc
@@ -170,6 +178,31 @@ def result_section(result: Result, prefix: str = "r") -> str:
             parts.append('<p class="note">No rows: nothing of this kind in the run.</p>')
     parts.append("</section>")
     return "".join(parts)
+
+
+def missing_section(results: Sequence[Result], prefix: str = "r") -> str:
+    """The results the run lacks a level (or input) for, in one section after the others: a row per missing
+    level with how to get it and the results that need it, each result's name carrying its anchor (the index
+    links to it); empty when none is missing."""
+    missing = [r for r in results if r.missing]
+    if not missing:
+        return ""
+    seen: set[str] = set()
+    rows = []
+    for level, (hint, rs) in missing_by_level(missing).items():
+        names = []
+        for r in rs:  # the anchor on a result's first mention (a result missing two levels is named twice)
+            at = f' id="{esc(anchor(r.id, prefix))}" data-result="{esc(r.id)}"' if r.id not in seen else ""
+            seen.add(r.id)
+            names.append(f'<span class="needed"{at}><span class="rid">{esc(r.id)}</span> {esc(r.title)}</span>')
+        rows.append(f"<tr><th>{esc(level)}</th><td>{esc(hint)}</td><td>{'; '.join(names)}</td></tr>")
+    lead = not_available_lead(len(missing)) + "."
+    return (
+        f'<section class="result missing" id="{esc(anchor("not-available", prefix))}">'
+        f'<h3>Not available for this run</h3><p class="note">{esc(lead)}</p>'
+        '<table class="missing-levels"><thead><tr><th>missing</th><th>how to get it</th><th>needed by</th></tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table></section>"
+    )
 
 
 def results_index(results: Sequence[Result], prefix: str = "r") -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze.pipeline import Analysis, Recommendation
-from xstack.analyze.result import Result, cell_units, format_cell, format_ns
+from xstack.analyze.result import Result, cell_units, format_cell, format_ns, missing_by_level, not_available_lead
 from xstack.analyze.summary import RunSummary
 from xstack.errors import UsageError
 from xstack.report.html import COMPARISON_LEAD, Comparison
@@ -129,9 +129,11 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
     out += ["## Recommendations", ""]
     out += _md_recommendations(analysis.recommendations) or ["No rule fired on this run.", ""]
     out += ["## Analyses", ""]
-    for r in analysis.results:
-        if r.id != HEALTH:  # the closing Trace health section shows it
+    shown = [r for r in analysis.results if r.id != HEALTH]  # the closing Trace health section shows it
+    for r in shown:
+        if not r.missing:
             out += md_result(r)
+    out += _md_not_available([r for r in shown if r.missing])
     if compare is not None:
         out += ["## Comparison", "", md(COMPARISON_LEAD), ""]
         out += [f"- {md(line)}" for line in compare.heading().splitlines()] + [""]
@@ -165,6 +167,18 @@ def _md_health(s: RunSummary, result: Result | None) -> list[str]:
         out += ["For information (not findings):", "", *head]
         out += [f"| {md(c)} | {n:,} | {md(d)} |" for c, n, d in s.health_info] + [""]
     return out
+
+
+def _md_not_available(results: Sequence[Result]) -> list[str]:
+    """The analyses the run lacks a level (or input) for, in one table after the others: a row per missing level
+    with how to get it and every analysis that needs it, instead of a section each repeating the hint."""
+    if not results:
+        return []
+    out = ["### Not available for this run", "", not_available_lead(len(results)) + ":", ""]
+    out += ["| missing | how to get it | needed by |", "|---|---|---|"]
+    for level, (hint, rs) in missing_by_level(results).items():
+        out.append(f"| {md(level)} | {md(hint)} | {md('; '.join(f'{r.id} {r.title}' for r in rs))} |")
+    return [*out, ""]
 
 
 def md_result(r: Result) -> list[str]:

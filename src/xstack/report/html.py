@@ -21,7 +21,7 @@ from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Result
 from xstack.errors import XstackError
 from xstack.outfile import cannot_write, check_output, partial_file
-from xstack.report._html_results import anchor, result_section, results_index
+from xstack.report._html_results import anchor, missing_section, result_section, results_index
 from xstack.report._html_sections import health, overhead, overview, recommendations, system, system_results
 from xstack.report._html_trace import DEFAULT_TRACE_CAP_BYTES, trace_section
 from xstack.report._svg import esc
@@ -127,9 +127,10 @@ def render_html(analysis: Analysis, *, compare: Comparison | None = None, trace_
 
 
 def _analyses(results: Sequence[Result]) -> str:
-    body = "".join(result_section(r) for r in results)
+    body = "".join(result_section(r) for r in results if not r.missing) + missing_section(results)
     missing = sum(1 for r in results if r.missing)
-    lead = f"{len(results)} analyses" + (f"; {missing} not available for this run (each says why)" if missing else "")
+    lead = f"{len(results)} analyses" + (f"; {missing} not available for this run (listed last, with what they need)"
+                                         if missing else "")  # fmt: skip
     return (
         f'<section id="analyses"><h2>Analyses</h2><p class="note">{esc(lead)}.</p>'
         f"{results_index(results)}{body}</section>"
