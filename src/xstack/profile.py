@@ -98,6 +98,7 @@ class Profile:
         else:
             self._store = self._exit.enter_context(Store.create(self.path, overwrite=True))
         self.run_id = self._store.next_run_id()
+        self._command = " ".join(sys.argv) or None  # the program's, as the region starts (runpy rewrites argv[0])
         try:
             self._sink = Sink(self._store, run_id=self.run_id)
             self._recorder = Recorder(self._sink, frozenset(self.levels))
@@ -233,7 +234,7 @@ class Profile:
             run_id=self.run_id,
             name=self.name,
             started_at_ns=self._started_ns,
-            command=" ".join(sys.argv) or None,
+            command=self._command,
             host=socket.gethostname(),
             framework="pytorch" if torch_version else None,
             device=device,

@@ -1,9 +1,10 @@
 """``xstack run``: run a Python program, unmodified, inside a profile, as ``python`` itself would run it.
 
 The program runs in this process (so module hooks reach it) with its own ``sys.argv``, standard streams and
-exit code. Whatever happens to it, its store is completed: a crash or Ctrl-C marks the run ``cut_short``.
-Given a ``Measured`` pass, the profile records that many iterations (ended by ``xstack.step()``) and then
-stops the program, which is how ``xstack profile`` runs each pass of a leveled measurement.
+exit code. Whatever happens to it, its store is completed: a crash, ``os._exit(N)`` (N > 0) or Ctrl-C marks the
+run ``cut_short``. Given a ``Measured`` pass, the profile records that many iterations (ended by
+``xstack.step()``) and then stops the program, which is how ``xstack profile`` runs each pass of a leveled
+measurement.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
 from xstack.collect.io import run_preloaded
@@ -121,14 +122,18 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
     else:
         check_new(store, overwrite=force, can_append=True)
         target = store
-    code = _record(program, levels, parsed, target, measured, warmup)
-    if measured is not None and measured.quiet or _wrapped_child():
-        return code  # the process that started this one speaks for it
-    if append and target.exists():
-        ids = append_store(store, target)
-        print(f"xstack: profile added to {store} as run {', '.join(map(str, ids))}", file=sys.stderr)
-    elif target.exists():
-        print(f"xstack: profile written to {store}", file=sys.stderr)
+
+    def publish() -> None:
+        if measured is not None and measured.quiet or _wrapped_child():
+            return  # the process that started this one speaks for it
+        if append and target.exists():
+            ids = append_store(store, target)
+            print(f"xstack: profile added to {store} as run {', '.join(map(str, ids))}", file=sys.stderr)
+        elif target.exists():
+            print(f"xstack: profile written to {store}", file=sys.stderr)
+
+    code = _record(program, levels, parsed, target, measured, warmup, publish)
+    publish()
     return code
 
 
@@ -139,8 +144,10 @@ def _wrapped_child() -> bool:
 
 
 def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path, measured: Measured | None,
-            warmup: int | None) -> int:  # fmt: skip
-    """Record ``program`` into ``store`` (replaced if it exists), under a tracer where a level needs one."""
+            warmup: int | None, publish: Callable[[], None]) -> int:  # fmt: skip
+    """Record ``program`` into ``store`` (replaced if it exists), under a tracer where a level needs one;
+    ``publish`` is called once the store is complete if the program ends with ``os._exit``, which returns to
+    no caller."""
     if "system" in parsed and syscalls_requested():
         tracers = [level for level in ("metrics", "io") if level in parsed]
         if tracers:  # one tracer at a time: each would trace the other, and time its own overhead
@@ -172,7 +179,7 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         sys.path.insert(0, os.getcwd())
     code = 0
     try:
-        with prof, bar:
+        with prof, bar, _completed_at_os_exit(lambda code: _finish_at_os_exit(code, prof, bar, publish)):
             code = _execute(program)
     except _ProgramFailed as failed:
         code = failed.code
@@ -185,6 +192,43 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         print(f"xstack: warning: {prof.shortfall} (lower --warmup or --iters, or let the program run longer)",
               file=sys.stderr)  # fmt: skip
     return code
+
+
+@contextmanager
+def _completed_at_os_exit(finish: Callable[[int], None]) -> Iterator[None]:
+    """``os._exit`` ends the process on the spot, so a profile left open there would be lost with it: while the
+    program runs, ``os._exit`` in this process first calls ``finish(code)``. Forked children (DataLoader workers)
+    exit as they would, and the program's ``finally`` blocks and handlers stay skipped, as ``os._exit`` skips
+    them."""
+    real, pid = os._exit, os.getpid()
+
+    def _exit(status: int) -> NoReturn:
+        if os.getpid() == pid:
+            os._exit = real
+            try:
+                finish(status)
+            except Exception as err:  # the process ends anyway: say why the profile may be incomplete
+                print(f"xstack: the profile could not be completed at os._exit: {type(err).__name__}: {err}",
+                      file=sys.stderr)  # fmt: skip
+        real(status)
+
+    os._exit = _exit
+    try:
+        yield
+    finally:
+        if os._exit is _exit:
+            os._exit = real
+
+
+def _finish_at_os_exit(code: int, prof: Profile, bar: AbstractContextManager[Any], publish: Callable[[], None]) -> None:
+    """Complete ``prof`` as the program calls ``os._exit(code)`` (``cut_short`` unless ``code`` is 0), then
+    ``publish`` it."""
+    failed = _ProgramFailed(code, f"os._exit({code})") if code else None
+    sys.stdout.flush()
+    bar.__exit__(None, None, None)
+    prof.__exit__(type(failed) if failed else None, failed, None)
+    publish()
+    sys.stderr.flush()
 
 
 class _ProgramFailed(Exception):

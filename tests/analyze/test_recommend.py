@@ -350,3 +350,35 @@ def test_input_bound_advises_from_the_dataloader_s_settings_and_the_cpus(tmp_pat
     # already persistent, prefetching 4, and as many workers as CPUs: only cheaper batches are left to advise
     assert rec.action.endswith("): its 2 workers already match the 2 usable CPUs: make each batch cheaper to load "
                                "(decode and augment less, or on the GPU; read fewer, larger files).")  # fmt: skip
+
+
+def test_input_bound_over_one_measured_iteration_speaks_of_one_wait_and_one_iteration(tmp_path: Path) -> None:
+    import xstack
+
+    model = torch.nn.Linear(64, 64)
+    loader = torch.utils.data.DataLoader(_Slow(0.05), batch_size=None)
+    with xstack.profile(levels="model,io", path=tmp_path / "one.duckdb") as prof:
+        for i, x in enumerate(loader):
+            model(x).sum().backward()
+            prof.step()
+            if i == 1:  # one warm-up and one measured iteration, no wait after the last step()
+                break
+    with Store.open(tmp_path / "one.duckdb") as store:
+        rec = _check(_fired(store, "input_bound"), "model.stages", "io.input_bound")
+    assert any(" in 1 wait past the warm-up" in e for e in rec.evidence), rec.evidence
+    assert any(" per iteration over 1 iteration" in e for e in rec.evidence), rec.evidence
+
+
+def test_unattributed_time_quotes_a_mismatch_whole_or_cut_at_a_word(tmp_path: Path) -> None:
+    detail = ("model+layer+op step 6: under model 'dataloader.next', op 3 is 'aten::empty', which model+layer+op "
+              "lacks; 2 sequences diverge, 4 spans of model+layer+op not merged")  # fmt: skip
+    long = "under model 'step', op 3 is " + " ".join(f"'void gemm_kernel_{i}<float, 128>'" for i in range(20))
+    with _kernel_store(tmp_path / "m.duckdb", [("gemm", 100_000, 1e10, 1e8)]) as store:
+        pass
+    with Store.open(tmp_path / "m.duckdb", read_only=False) as store:
+        store.add_health(1, [("iteration_mismatch", 2, detail), ("pass_mismatch", 1, long)])
+    with Store.open(tmp_path / "m.duckdb") as store:
+        rec = _check(_fired(store, "unattributed_time"), "health")
+    assert f"iteration_mismatch: 2 ({detail}) (health)" in rec.evidence
+    cut = next(e for e in rec.evidence if e.startswith("pass_mismatch"))
+    assert cut.endswith(" 'void ...) (health)") and len(cut) < len(long), cut

@@ -17,7 +17,7 @@ from xstack.trace.store import Store
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 
 PROGRAM = """
-import sys, torch, xstack
+import os, sys, torch, xstack
 from torch import nn
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -30,6 +30,9 @@ for (x,) in data:
 print(sys.stdin.readline().strip(), repr(round(total, 6)))
 if sys.argv[1] == "crash":
     raise RuntimeError("exploded")
+if sys.argv[1] == "os._exit":
+    sys.stdout.flush()
+    os._exit(3)
 sys.exit(int(sys.argv[1]))
 """
 
@@ -95,6 +98,25 @@ def test_a_crash_keeps_the_trace_and_exits_1(tmp_path: Path, levels: str) -> Non
         assert ops[0] > 16 and ops[0] == ops[1]
     else:
         assert ops == (0, 0)
+
+
+@pytest.mark.parametrize("levels", ["model,layer", "model,layer,io"])
+def test_os_exit_keeps_the_trace_and_passes_its_code_on(tmp_path: Path, levels: str) -> None:
+    """os._exit skips every handler of the program: the profile is completed before the process ends; the
+    DataLoader workers, which end with os._exit too, exit as they would."""
+    script = _write(tmp_path)
+    proc = _run(tmp_path, "run", "--levels", levels, "-o", "p.duckdb", "--", str(script), "os._exit", "2")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.startswith("hi "), proc.stdout
+    assert "xstack: profile written to p.duckdb" in proc.stderr, proc.stderr
+    status, layers = _status(tmp_path / "p.duckdb")
+    assert status == "cut_short" and layers == 16
+    config = _config(tmp_path / "p.duckdb")
+    assert config["error"] == "os._exit(3)" and config["steps"] == 4
+    with Store.open(tmp_path / "p.duckdb") as s:
+        assert s.query("SELECT command FROM runs")[0][0] == f"{script} os._exit 2"
+        io = s.query("SELECT count(DISTINCT pid) FROM io_files")[0][0]
+    assert io == (3 if "io" in levels else 0)  # the main process and its 2 workers
 
 
 def test_success_and_module_mode(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,8 @@ class Process:
     pid: int
     argv: list[str]
     forked: bool = False
+    ppid: int = 1
+    start_ns: int = 0
 
 
 def test_the_helpers_of_multiprocessing_are_told_by_their_command_lines() -> None:
@@ -105,6 +108,26 @@ def test_the_helpers_of_multiprocessing_are_told_by_their_command_lines() -> Non
         Process(15, [python, "-c", "print('from multiprocessing.resource_tracker import mainly')"]),
     ]  # fmt: skip
     assert process_roles(processes) == {11: "resource_tracker", 12: "forkserver"}  # type: ignore[arg-type]
+
+
+def test_programs_started_by_exec_are_subprocesses_not_workers() -> None:
+    python = "/venv/bin/python"
+    processes = [
+        Process(10, [python, "-m", "xstack", "run", "--", "train.py"], ppid=9),  # the root: its parent is not traced
+        Process(11, [python, "train.py"], forked=True, ppid=10, start_ns=1),  # a forked DataLoader worker
+        Process(12, [python, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
+                     "pipe_handle=13)", "--multiprocessing-fork"], ppid=10, start_ns=2),  # a spawned worker
+        Process(13, [python, "train.py"], forked=True, ppid=10, start_ns=3),  # subprocess.run forks, then execs
+        Process(13, ["/bin/sh", "-c", "cat x > /dev/null"], ppid=10, start_ns=4),
+        Process(14, ["/bin/sh", "-c", "cat x > /dev/null"], forked=True, ppid=13, start_ns=5),  # sh forks cat
+        Process(14, ["cat", "x"], ppid=13, start_ns=6),
+        Process(15, [python, "-c", "open('x').read()"], ppid=11, start_ns=7),  # run by a worker
+        Process(16, [python, "-c", "from multiprocessing.resource_tracker import main;main(6)"], ppid=10,
+                start_ns=8),
+    ]  # fmt: skip
+    assert process_roles(processes) == {  # type: ignore[arg-type]
+        13: "subprocess", 14: "subprocess", 15: "subprocess", 16: "resource_tracker"
+    }  # fmt: skip
 
 
 def _unavailable() -> str | None:
@@ -199,3 +222,42 @@ def test_the_resource_tracker_is_not_a_worker(spawned: tuple[Store, Path]) -> No
     roles = sorted(r["role"] for r in processes.to_records())
     assert roles == ["main", "resource tracker", "worker"]
     assert processes.facts["workers"] == input_wait(store, 1).facts["workers"] == 1
+
+
+def test_a_subprocess_s_io_is_its_own_not_a_worker_s(tmp_path: Path) -> None:
+    """A program that reads a file in a child Python (subprocess.run), has cat read another (os.system) and a
+    forked worker read a third: each read is counted in its own process, the children's as subprocesses."""
+    if _unavailable() is not None:
+        pytest.skip(f"io level unavailable: {_unavailable()}")
+    from xstack.analyze.io import input_wait, process_table
+
+    files = {name: tmp_path / f"{name}.bin" for name in ("child", "cat", "worker")}
+    for i, path in enumerate(files.values()):
+        path.write_bytes(b"x" * (1000 + i))
+    program = tmp_path / "children.py"
+    program.write_text(
+        textwrap.dedent(f"""
+        import multiprocessing, os, subprocess, sys
+        subprocess.run([sys.executable, "-c", "open({str(files["child"])!r}, 'rb').read()"], check=True)
+        os.system("cat {files["cat"]} > /dev/null")
+        worker = multiprocessing.get_context("fork").Process(target=lambda: open({str(files["worker"])!r}, "rb").read())
+        worker.start()
+        worker.join()
+    """)
+    )
+    store = tmp_path / "c.duckdb"
+    command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
+               str(program)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    with Store.open(store) as s:
+        read = {str(path): (int(pid), int(n)) for path, pid, n in s.query(
+            "SELECT path, pid, bytes_read FROM io_files WHERE bytes_read > 0 AND path IN (?, ?, ?)",
+            [str(p) for p in files.values()])}  # fmt: skip
+        assert {path: n for path, (_, n) in read.items()} == {str(p): p.stat().st_size for p in files.values()}
+        table = process_table(s, 1)
+        role = {r["pid"]: r["role"] for r in table.to_records()}
+        assert [role[read[str(files[name])][0]] for name in ("child", "cat", "worker")] == [
+            "subprocess", "subprocess", "worker"
+        ]  # fmt: skip
+        assert table.facts["workers"] == input_wait(s, 1).facts["workers"] == 1

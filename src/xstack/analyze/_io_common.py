@@ -4,8 +4,9 @@
 A run has I/O data when it holds ``io`` spans (the io level, or a Darshan log with DXT tracing) or ``io_files``
 rows (any Darshan log). The main process is the one that ran the training loop: ``runs.config.pid`` when the
 run recorded it, else the process of most model spans; the helpers of ``multiprocessing`` (its resource tracker
-and forkserver, which the io level tells by their command lines: ``io.process_role``) are neither; every other
-process with I/O is a worker (DataLoader workers are processes of their own).
+and forkserver, which the io level tells by their command lines) and the programs started by exec (``subprocess``)
+are neither (``io.process_role``); every other process with I/O is a worker (DataLoader workers are processes of
+their own).
 """
 
 from __future__ import annotations
@@ -92,15 +93,16 @@ class IoRun:
     source: str
     """``io`` (the io level), ``darshan`` (an imported log) or ``-`` when the rows do not say."""
     helpers: dict[int, str] = field(default_factory=dict)
-    """The helpers of ``multiprocessing`` by pid, with their role (``resource_tracker``, ``forkserver``)."""
+    """The processes that are neither main nor workers, by pid, with their role (``io.process_role``: the helpers
+    of ``multiprocessing``, ``resource_tracker`` and ``forkserver``, and ``subprocess``)."""
 
     @property
     def run_id(self) -> int:
         return self.ctx.run_id
 
     def role(self, pid: int | None) -> str:
-        """``main``, ``worker``, a helper's role (``resource tracker``, ``forkserver``: not workers) or ``-`` (no
-        main process known: a Darshan log has no model spans)."""
+        """``main``, ``worker``, another role (``resource tracker``, ``forkserver``, ``subprocess``: not workers) or
+        ``-`` (no main process known: a Darshan log has no model spans)."""
         if pid is not None and pid in self.helpers:
             return self.helpers[pid].replace("_", " ")
         if self.main_pid is None or pid is None:

@@ -172,7 +172,8 @@ PROCESS_COLUMNS = [
     Column(
         "process",
         help="main: the process of the training loop; resource tracker, forkserver: helpers of "
-        "multiprocessing; worker: any other (DataLoader workers)",
+        "multiprocessing; subprocess: a program started by exec (subprocess.run, os.system); worker: any other "
+        "(DataLoader workers)",
     ),  # fmt: skip
     Column("pid"),
     Column("role"),
@@ -194,9 +195,10 @@ def process_table(store: Store, run_id: int) -> Result:
 
     Notes: counted from ``io_files`` (from the ``io`` spans when the run has no per-file counters); pipes and
     sockets are left out (they carry batches between processes). The main process is ``runs.config.pid``,
-    else the process of most model spans; the helpers of multiprocessing (its resource tracker and forkserver,
-    ``io.process_role``) are named as such; the others are workers (DataLoader workers are processes of their
-    own). I/O time is read + write + metadata time; bandwidth divides the bytes by the read and write time.
+    else the process of most model spans; the helpers of multiprocessing (its resource tracker and forkserver)
+    and the programs started by exec (``subprocess``; ``io.process_role`` says which) are named as such; the
+    others are workers (DataLoader workers are processes of their own). I/O time is read + write + metadata
+    time; bandwidth divides the bytes by the read and write time.
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(PROCESSES_ID, PROCESSES_TITLE)) is not None:

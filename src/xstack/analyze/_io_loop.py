@@ -125,13 +125,13 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     clipped to the iteration (and to the waits for the main process's share); workers' calls run in parallel, so
     their sum may exceed the iteration. Pipes and sockets are left out: the main process blocks reading them while
     it waits for a worker, which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else
-    the process of most model spans; the helpers of multiprocessing (resource tracker, forkserver) are not
-    workers. Without model spans (an imported Darshan log) the waits cannot be known: the
-    I/O time totals are still given, per process, as ``io.processes`` counts them (read + write + metadata time from
-    ``io_files``, from the ``io`` spans when the run has no per-file counters: a Darshan log's DXT segments trace
-    its POSIX reads and writes only, up to DXT's limit). The labels give each DataLoader's settings
-    (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the program could use (fact
-    ``cores``); fact ``dataloaders`` holds them.
+    the process of most model spans; the helpers of multiprocessing (resource tracker, forkserver) and the
+    programs started by exec (``subprocess``) are not workers. Without model spans (an imported Darshan log) the
+    waits cannot be known: the I/O time totals are still given, per process, as ``io.processes`` counts them
+    (read + write + metadata time from ``io_files``, from the ``io`` spans when the run has no per-file counters:
+    a Darshan log's DXT segments trace its POSIX reads and writes only, up to DXT's limit). The labels give each
+    DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the program
+    could use (fact ``cores``); fact ``dataloaders`` holds them.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xstack.analyze.context import STEP_SPAN, RunContext
-from xstack.analyze.result import format_ns
+from xstack.analyze.result import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -60,7 +60,7 @@ def waits_line(entry: dict[str, Any], where: str = "") -> str:
     when it never waited there."""
     if not entry.get("waits"):
         return ""
-    line = f"{format_ns(entry['wait_ns'])} in {entry['waits']:,} waits{where}"
+    line = f"{format_ns(entry['wait_ns'])} in {counted(entry['waits'], 'wait')}{where}"
     after = entry.get("after_last_step_waits")
     if after and after == entry["waits"]:
         line += ", all after the last step()"

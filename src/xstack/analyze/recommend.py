@@ -8,6 +8,7 @@ stays silent. Thresholds are module constants, stated in the evidence where they
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from textwrap import shorten
 from typing import Any
 
 from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_system
@@ -104,7 +105,7 @@ def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
     line = (
         f"the median iteration waits {median_pct:.1f}% of its time for the DataLoader (threshold "
         f"{_num(facts, 'threshold_pct') or INPUT_WAIT_PCT:g}%), {format_ns(_num(facts, 'median_wait_ns') or 0)} "
-        f"per iteration over {int(_num(facts, 'iterations') or 0):,} iterations"
+        f"per iteration over {counted(int(_num(facts, 'iterations') or 0), 'iteration')}"
     )
     workers = _num(facts, "workers")
     if workers is not None:
@@ -202,7 +203,7 @@ def unattributed_time(results: Results) -> Recommendation | None:
     evidence = []
     if pct >= UNATTRIBUTED_PCT:
         evidence.append(f"{pct:.1f}% of device time has no launching call and is charged to no op or layer (health)")
-    evidence += [f"{r[0]}: {r[1]:,} ({r[2][:160]}) (health)" for r in mismatch]
+    evidence += [f"{r[0]}: {r[1]:,} ({shorten(r[2], 240, placeholder=' ...')}) (health)" for r in mismatch]
     return Recommendation(
         "unattributed_time",
         "Part of the profile could not be attributed",

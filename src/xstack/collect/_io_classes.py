@@ -98,16 +98,35 @@ _HELPERS = re.compile(r"\bfrom multiprocessing\.(resource_tracker|semaphore_trac
 semaphore tracker before Python 3.8) and the forkserver."""
 
 
+_SPAWNED_WORKER = "--multiprocessing-fork"
+"""The argument ``multiprocessing`` starts a worker with in spawn mode (``python -c 'from multiprocessing.spawn
+import spawn_main; ...' --multiprocessing-fork``)."""
+
+
 def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:
-    """The processes that are helpers of ``multiprocessing``, not workers (``A.IO_PROCESS_ROLE``), by pid: those
-    started with a helper's code. A process forked from one (a worker the forkserver forked) inherits its command
-    line, and is not one."""
+    """The processes that are not the program's workers (``A.IO_PROCESS_ROLE``), by pid: the helpers of
+    ``multiprocessing``, started with a helper's code (a process forked from one, a worker the forkserver forked,
+    inherits its command line, and is not one); and ``subprocess``, a program the profiled one (or one of its
+    workers) started by exec (``subprocess.run``, ``os.system``: ``cat``, a shell, another Python), other than a
+    worker ``multiprocessing`` spawned, with the processes forked from it. The process ``xstack run`` started, the
+    root of the tree, is none of them."""
+    processes = list(processes)
+    recorded = {p.pid for p in processes}
     roles: dict[int, str] = {}
-    for p in processes:
-        role = helper_role(p.argv) if not p.forked else None
-        if role:
+    for p in sorted(processes, key=lambda p: p.start_ns):  # a fork child after the image it was forked from
+        if p.forked:
+            role = "subprocess" if roles.get(p.ppid) == "subprocess" else None
+        else:
+            role = helper_role(p.argv) or _exec_role(p, recorded)
+        if role and roles.get(p.pid) in (None, "subprocess"):
             roles[p.pid] = role
     return roles
+
+
+def _exec_role(p: IoProcess, recorded: set[int]) -> str | None:
+    """``subprocess`` for an exec'd image whose parent was recorded (so not the tree's root) and that is not a
+    worker ``multiprocessing`` spawned."""
+    return "subprocess" if p.ppid in recorded and _SPAWNED_WORKER not in p.argv else None
 
 
 def helper_role(argv: list[str]) -> str | None:

@@ -183,9 +183,11 @@ IO_FD_KIND: Final = "io.fd_kind"
 """String: what the descriptor is: ``file``, ``dir``, ``pipe``, ``socket``, ``chr`` (a device), ``blk`` or
 ``unknown``."""
 IO_PROCESS_ROLE: Final = "io.process_role"
-"""String, only on the calls of a helper process of Python's ``multiprocessing`` (known from its command line):
-``resource_tracker`` (it removes the shared memory and semaphores the program leaves) or ``forkserver`` (it forks
-the workers); neither is a worker, though it is a process of the program's own."""
+"""String, only on the calls of a process that is not one of the program's workers: a helper process of Python's
+``multiprocessing`` (known from its command line), ``resource_tracker`` (it removes the shared memory and
+semaphores the program leaves) or ``forkserver`` (it forks the workers); or ``subprocess``, a program started by
+exec (``subprocess.run``, ``os.system``), other than a worker ``multiprocessing`` spawned, and the processes
+forked from it."""
 IO_PATH_CLASS: Final = "io.path_class"
 """String: what the file is to the program (``trace.io_paths.CLASSES``): ``data`` (the program's own files),
 ``directory`` (a directory, listed or stat'ed), ``python`` (the interpreter, installed packages and their
@@ -230,7 +232,8 @@ without a start time)."""
 IO_FILE_LAST_NS: Final = "last_ns"
 """Integer: end of the last operation on the file."""
 IO_FILE_PROCESS_ROLE: Final = "process_role"
-"""String: ``IO_PROCESS_ROLE`` of the row's process, where it is a helper of ``multiprocessing``."""
+"""String: ``IO_PROCESS_ROLE`` of the row's process, where it is not a worker (a helper of ``multiprocessing``, a
+subprocess)."""
 IO_FILE_SOURCE: Final = "source"
 """String: ``io`` (recorded by the io level) or ``darshan`` (imported from a Darshan log)."""
 IO_FILE_DARSHAN: Final = "darshan"
