@@ -110,6 +110,23 @@ def test_input_bound_shows_the_warm_up_marked_and_leaves_it_out_of_the_verdict(t
     assert "faded: warm-up, left out of the verdict and the shares" in svg
 
 
+def test_input_bound_judges_the_loop_s_whole_wait_not_the_median_iteration(tmp_path: Path) -> None:
+    """Two workers: a long wait while both are busy, then short ones for the batches they queued. The median
+    iteration hardly waits (1%), yet the loop loses 28.6% of its time: that is the verdict and the time at stake."""
+    with loop_store(tmp_path / "alt.duckdb", waits=(700, 10, 10, 700, 10)) as store:
+        r = _one(store, "io.input_bound")
+        rec = _fired(store, "input_bound")
+    f = r.facts
+    assert (f["median_wait_share_pct"], f["median_wait_ns"]) == (1.0, 10.0)
+    assert (f["wait_share_pct"], f["mean_wait_ns"], f["input_bound"]) == (28.6, 286.0, True)
+    assert rec is not None and rec.impact_ns == 286
+    line = next(e for e in rec.evidence if e.endswith("(io.input_bound)"))
+    assert (
+        "the loop waits 28.6% of its time" in line
+        and "286 ns per iteration on average over 5 iterations (median" in line
+    )
+
+
 def test_input_bound_splits_each_step_into_wait_and_compute_and_places_the_io(loop: Store) -> None:
     r = _one(loop, "io.input_bound")
     # iteration, duration, wait, compute, share, main io in wait, main io in compute, worker io, warm-up
@@ -541,7 +558,8 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
         rec = _fired(store, "input_bound")
     assert rec is not None and rec.sources == ["model.stages", "io.input_bound"]
     line = next(e for e in rec.evidence if e.endswith("(io.input_bound)"))
-    assert "median iteration waits 30.0%" in line and "2 worker processes" in line
+    assert "the loop waits 30.0% of its time" in line and "2 worker processes" in line
+    assert "300 ns per iteration on average over 3 iterations (median 300 ns)" in line
     assert "from 2 towards the 8 cores" in rec.action and "prefetch_factor" in rec.action
     assert rec.impact_ns == 300 and "Stage" not in rec.action
     with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, "cpu_count": 2}) as store:

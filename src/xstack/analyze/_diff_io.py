@@ -135,20 +135,19 @@ def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
     ``top`` data files that changed most (default ``FILES_LISTED``); or, where a run has no I/O data, what is
     missing and how to get it.
 
-    Notes: counts and bytes are exact: any difference counts (more or less). Times count as in the rest of the
-    diff: when ``|delta|`` reaches both floors, the relative one (``threshold`` of A's time, default 5%) and the
-    absolute one (``min_delta_ns``, default 1 us); one file's read time counts past the same relative floor and at
-    least 10 us (``FILE_MIN_DELTA_NS``), as a file read in a few microseconds is mostly noise (the page cache, the
-    scheduler); the rows give the floor each used. The totals are those of
-    the data files (path classes data and unknown) summed over every process, as ``io.files`` and the summary
-    count them; the files of the other classes (Python's imports, system, profiler files, directories) count in
-    one row, and standard streams, pipes and sockets are left out. The wait for data is ``io.input_bound``'s: the
-    DataLoader waits in the measured iterations (warm-up left out), with the iterations and the median wait;
-    compared only where both runs have iterations (an imported Darshan log has no model spans). Zero-length reads
-    are compared where every data-file record of both runs counts them (a Darshan log does only with DXT
-    tracing). Files are matched by path; a file only one run has is added or removed; they are ranked by their
-    change as a share of the runs' data bytes or read time, whichever is larger, and files that did not change
-    are not listed.
+    Notes: counts and bytes are exact: any difference counts (more or less). Times count as in the rest of the diff:
+    when ``|delta|`` reaches both floors, the relative one (``threshold`` of A's time, default 5%) and the absolute
+    one (``min_delta_ns``, default 1 us); one file's read time counts past the same relative floor and at least 10
+    us (``FILE_MIN_DELTA_NS``), as a file read in a few microseconds is mostly noise (the page cache, the
+    scheduler); the rows give the floor each used. The totals are those of the data files (path classes data and
+    unknown) summed over every process, as ``io.files`` and the summary count them; the files of the other classes
+    (Python's imports, system, profiler files, directories) count in one row, and standard streams, pipes and
+    sockets are left out. The wait for data is ``io.input_bound``'s: the DataLoader waits in the measured iterations
+    (warm-up left out), with the iterations and the mean wait per iteration; compared only where both runs have
+    iterations (an imported Darshan log has no model spans). Zero-length reads are compared where every data-file
+    record of both runs counts them (a Darshan log does only with DXT tracing). Files are matched by path; a file
+    only one run has is added or removed; they are ranked by their change as a share of the runs' data bytes or read
+    time, whichever is larger, and files that did not change are not listed.
     """
     lacking = [s for s in (a, b) if not s.has_io]
     if lacking:
@@ -238,7 +237,7 @@ def _total_rows(a: IoSide, b: IoSide, floors: _Floors) -> tuple[list[tuple[Any, 
 
 def _wait_rows(a: IoSide, b: IoSide, floors: _Floors, facts: dict[str, Any], labels: list[str]) -> list[Any]:
     measures = (("iterations", "iterations", "count"), ("waited for data", "wait_ns", "ns"),
-                ("median wait per iteration", "median_wait_ns", "ns"))  # fmt: skip
+                ("mean wait per iteration", "mean_wait_ns", "ns"))  # fmt: skip
     if a.wait is None or b.wait is None:
         without = [s for s in (a, b) if s.wait is None]
         labels.append(

@@ -72,11 +72,11 @@ def input_bound(results: Results) -> Recommendation | None:
         pct = max(pct, p)
     io = _get(results, "io.input_bound")
     impact = None
-    if io and io.facts.get("input_bound") and (p := _num(io.facts, "median_wait_share_pct")) is not None:
+    if io and io.facts.get("input_bound") and (p := _num(io.facts, "wait_share_pct")) is not None:
         evidence.append(_io_wait_evidence(io.facts, p))
         sources.append(io.id)
         pct = max(pct, p)
-        impact = int(_num(io.facts, "median_wait_ns") or 0) or None
+        impact = round(_num(io.facts, "mean_wait_ns") or 0) or None
     if not evidence:
         return None
     if (advice := loader_advice(results)) is not None:  # the settings of the DataLoader it waits on
@@ -101,12 +101,15 @@ def input_bound(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
-def _io_wait_evidence(facts: dict[str, Any], median_pct: float) -> str:
+def _io_wait_evidence(facts: dict[str, Any], share_pct: float) -> str:
+    n = int(_num(facts, "iterations") or 0)
     line = (
-        f"the median iteration waits {median_pct:.1f}% of its time for the DataLoader (threshold "
-        f"{_num(facts, 'threshold_pct') or INPUT_WAIT_PCT:g}%), {format_ns(_num(facts, 'median_wait_ns') or 0)} "
-        f"per iteration over {counted(int(_num(facts, 'iterations') or 0), 'iteration')}"
+        f"the loop waits {share_pct:.1f}% of its time for the DataLoader (threshold "
+        f"{_num(facts, 'threshold_pct') or INPUT_WAIT_PCT:g}%): {format_ns(_num(facts, 'mean_wait_ns') or 0)} per "
+        f"iteration on average over {counted(n, 'iteration')}"
     )
+    if n > 1 and (med := _num(facts, "median_wait_ns")) is not None:
+        line += f" (median {format_ns(med)})"
     workers = _num(facts, "workers")
     if workers is not None:
         line += f"; {counted(int(workers), 'worker process', 'worker processes')} with I/O"
