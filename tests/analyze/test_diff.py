@@ -66,17 +66,34 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]
             for _, model in models:  # pays for it and its first layers come out slower than B's
                 for _ in range(20):
                     model(x)
-        for name, model in models:
+        for _attempt in range(QUIET_ATTEMPTS):
+            paths = []
+            for name, model in models:
 
-            def step(model: Any = model) -> None:
-                with torch.no_grad():
-                    model(x)
+                def step(model: Any = model) -> None:
+                    with torch.no_grad():
+                        model(x)
 
-            paths.append(xstack.measure(step, passes=LEVELS, warmup=3, iters=30, path=tmp / f"{name}.duckdb",
-                                        progress=False))  # fmt: skip
+                paths.append(xstack.measure(step, passes=LEVELS, warmup=3, iters=30, path=tmp / f"{name}.duckdb",
+                                            progress=False))  # fmt: skip
+            if _quiet(*paths):
+                break
     finally:
         torch.set_num_threads(threads)
     yield paths[0], paths[1]
+
+
+QUIET_ATTEMPTS = 3
+"""Measurements of A and B taken at most, until one pair passes ``_quiet``."""
+
+
+def _quiet(a: Path, b: Path) -> bool:
+    """Whether the two measurements were taken in comparable conditions: the convolutions both models share
+    unchanged ("0" and "4", ~50-110 us) within 50% of each other, read straight from the stores. Other work on the
+    machine (CI's 2 cores, shared) once slowed B's layer "0" by more than the 75% the tests allow; a pair that
+    fails this is measured again, so that the tests judge the diff, not the machine's load."""
+    ns_a, ns_b = _merged_layer_ns(a), _merged_layer_ns(b)
+    return all(abs(ns_b[p] - ns_a[p]) <= 0.5 * ns_a[p] for p in ("0", "4"))
 
 
 @pytest.fixture(scope="module")
