@@ -50,3 +50,35 @@ def format_ns_in_steps(ns: float, step_ns: float) -> str:
     number, unit = format_ns(step_ns).split(" ")
     decimals = len(number.partition(".")[2])
     return f"{ns / _NS_PER[unit]:,.{decimals}f} {unit}"
+
+
+def short_name(name: str, limit: int = 160) -> str:
+    """A kernel's demangled name, short enough for a terminal: ``void`` and anonymous namespaces dropped, the
+    arguments of templates nested in the outer one's as ``<…>`` and every parameter list as ``(…)`` (an empty one,
+    ``operator()``, kept), then cut at ``limit`` characters with ``…``. Names without them come back whole:
+    ``at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<…>(…)::{lambda(…)#1}>(…)``."""
+    text = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    out: list[str] = []
+    stack: list[str] = []
+    hidden_at: int | None = None  # the depth of the open bracket whose contents are hidden
+    for i, ch in enumerate(text):
+        if ch in "<(":
+            call = ch == "(" and i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_>)")  # not "(unnamed kernel)"
+            if hidden_at is None and (call or (ch == "<" and "<" in stack)):
+                empty = i + 1 < len(text) and text[i + 1] == {"<": ">", "(": ")"}[ch]
+                out.append(ch if empty else ch + "…")
+                hidden_at = None if empty else len(stack)
+            elif hidden_at is None:
+                out.append(ch)
+            stack.append(ch)
+        elif ch in ">)" and stack and stack[-1] == {">": "<", ")": "("}[ch]:
+            stack.pop()
+            if hidden_at is None:
+                out.append(ch)
+            elif hidden_at == len(stack):
+                out.append(ch)
+                hidden_at = None
+        elif hidden_at is None:
+            out.append(ch)
+    short = "".join(out) if not stack else text  # unbalanced (not a C++ signature): as it is
+    return short if len(short) <= limit else short[: limit - 1] + "…"

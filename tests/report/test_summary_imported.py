@@ -96,6 +96,36 @@ def test_kernels_known_only_by_cupti_counters_are_listed_by_flops(import_store: 
     assert "121" not in text.split("Top GPU kernels")[1].split("Trace health")[0]
 
 
+def test_long_kernel_names_are_shortened_at_the_terminal_and_said_so(import_store: Any) -> None:
+    # one kernel's demangled name runs to 5,123 characters: it filled about 80 lines of the table
+    summary, text = summary_of(import_store, "a100_alexnet_cupti_counters.json.gz")
+    table = text.split("Top GPU kernels")[1].split("Trace health")[0]
+    lines = [line for line in table.splitlines() if line.startswith("│")]
+    assert len(lines) < 2 * len(summary.top["kernel"]) + 1, table
+    assert "xmma_new::gemm::kernel<xmma_new::implicit_gemm::fprop::Kernel_traits<…> >(…)" in table
+    assert "ampere_sgemm_32x32_sliced1x4_tn" in table and "(unnamed kernel)" in table  # whole where nothing to cut
+    caption = " ".join(table.split())
+    assert "names shortened: nested template arguments <…>, parameter lists (…); xstack report gives them whole" in (
+        caption
+    )
+    assert max(len(r.name) for r in summary.top["kernel"]) > 5000  # the summary itself keeps the names whole
+
+
+def test_short_names_keep_the_outer_template_and_collapse_the_rest() -> None:
+    from xstack.text import short_name
+
+    cases = {
+        "void f<int, g<h<int>>>(int, float)": "f<int, g<…>>(…)",
+        "at::native::(anonymous namespace)::k<float>(x (*)(int))": "at::native::k<float>(…)",
+        "void k<a>::{lambda()#1}::operator()() const": "k<a>::{lambda()#1}::operator()() const",
+        "(unnamed kernel)": "(unnamed kernel)",
+        "ampere_sgemm_32x32_sliced1x4_tn": "ampere_sgemm_32x32_sliced1x4_tn",
+        "a<b": "a<b",  # unbalanced: not a signature, kept as it is
+    }
+    assert {name: short_name(name) for name in cases} == cases
+    assert short_name("k<" + "x" * 300 + ">()", limit=40) == "k<" + "x" * 37 + "…"
+
+
 def test_the_report_overview_charts_untimed_kernels_by_their_flops(import_store: Any, tmp_path: Path) -> None:
     store = import_store(kineto_fixture("a100_alexnet_cupti_counters.json.gz"))
     page = write_report(analyze(store), tmp_path / "r.html").path.read_text(encoding="utf-8")

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from xstack.analyze.result import counted, format_ns, format_value
 from xstack.analyze.summary import RunSummary, TopRow
+from xstack.text import short_name
 
 RUNS_LISTED = 12
 """Runs of a store listed by name in a summary or a report (the rest are counted)."""
@@ -355,6 +356,11 @@ def overhead_note(o: dict[str, Any]) -> str:
 
 def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | None = None) -> Table:
     """The top rows by name; of kernels known only by their counters, the columns something is known for."""
+    names = [short_name(r.name) for r in rows]
+    if any(n != r.name for n, r in zip(names, rows, strict=True)):
+        shortened = ("names shortened: nested template arguments <…>, parameter lists (…); xstack report gives them "
+                     "whole")  # fmt: skip
+        caption = f"{caption}; {shortened}" if caption else shortened
     t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     columns: list[tuple[str, Any]] = [
         ("calls", lambda r: f"{r.calls:,}"),
@@ -372,9 +378,9 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
     t.add_column("name", overflow="fold", max_width=80)
     for name, _ in columns:
         t.add_column(name, justify="right", no_wrap=name in ("total", "FLOPs", "DRAM bytes"))
-    for r in rows:
+    for r, name in zip(rows, names, strict=True):
         # Text, not str: kernel names ("[lambda(int) (instance 1)]") must not be read as rich markup
-        t.add_row(Text(r.name), *(cell(r) for _, cell in columns))
+        t.add_row(Text(name), *(cell(r) for _, cell in columns))
     return t
 
 
