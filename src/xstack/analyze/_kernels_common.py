@@ -1,0 +1,107 @@
+"""What the kernel analyses (A8-A15, ``kernels``) share: the cost columns and their cells, the columns that place
+a layer call in its iteration, the labels that say where costs come from and what is missing, the roofline chart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xstack.analyze._kernel_costs import (
+    ANALYTIC_LABEL,
+    ESTIMATED_OCCUPANCY_LABEL,
+    GAP_EFFECTS,
+    Peaks,
+    bound,
+    cost_gaps,
+    hardware_label,
+    intensity,
+    missing_peaks,
+    rate,
+)
+from xstack.analyze.context import RunContext
+from xstack.analyze.layers import ITERATION_COLUMN
+from xstack.analyze.result import Chart, Column, Result
+
+ROW_LIMIT = 20_000
+"""Rows kept by the per-call tables (A8, A9) unless asked otherwise: a long trace has 10^5 kernels or more."""
+
+COST_COLUMNS = [
+    Column("FLOPs", "flops"),
+    Column("DRAM read", "bytes"),
+    Column("DRAM write", "bytes"),
+    Column("occupancy", "pct"),
+    Column("AI", "flop/byte"),
+    Column("FLOP/s", "flop/s"),
+    Column("bound"),
+]
+
+
+WARMUP_COLUMN = Column(
+    "warm-up",
+    "",
+    "a call that starts in a warm-up iteration (a live run's first also pays for start-up: lazy initialisation, "
+    "allocator growth, autotuning)",
+)
+"""The column of the per-layer-call tables (A11-A14) that marks the calls of a warm-up iteration, as A2-A4 do."""
+
+
+def call_columns(ctx: RunContext) -> tuple[list[Column], list[Column]]:
+    """The columns that place a layer call (before the others, after them): ``iteration`` for a run of several
+    iterations, ``warm-up`` for a run that leaves warm-up iterations out (as A2-A4 show it)."""
+    return ([ITERATION_COLUMN] if len(ctx.iterations()) > 1 else []), ([WARMUP_COLUMN] if ctx.warmup_windows() else [])
+
+
+def placed(ctx: RunContext, start_ns: int | None, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` of a layer call that starts at ``start_ns`` (None: the row of calls outside any layer), between
+    its ``call_columns`` cells: the iteration, and ``yes`` for a call of a warm-up iteration."""
+    first, last = call_columns(ctx)
+    iteration, warm = ctx.iteration_of(start_ns)
+    return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
+
+
+def warm_chart(ctx: RunContext) -> dict[str, Any]:
+    """Chart options that draw the calls of warm-up iterations faded and marked, where the run has the column."""
+    return {"mark": WARMUP_COLUMN.name, "mark_note": "faded: warm-up"} if ctx.warmup_windows() else {}
+
+
+def cost_labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
+    sources = {str(r[0]) for r in ctx.store.query(f"SELECT DISTINCT cost_source FROM {table}") if r[0]}
+    occ = {str(r[0]) for r in ctx.store.query(f"SELECT DISTINCT occupancy_source FROM {table}") if r[0]}
+    labels = []
+    if "analytic" in sources:
+        labels.append(ANALYTIC_LABEL)
+    if "hardware" in sources:
+        labels.append(hardware_label(ctx, table))
+    if "estimated" in occ:
+        labels.append(ESTIMATED_OCCUPANCY_LABEL)
+    gaps = cost_gaps(ctx, table)
+    if "kernel" not in ctx.levels:
+        timed = "" if "kernel durations" in gaps else " (durations under replay)"
+        labels.append(f"no kernel spans: rows are the counter profiler's kernel ranges{timed}")
+    labels += [f"{GAP_EFFECTS[gap]}: no {gap}; {ctx.hint(gap)}" for gap in gaps]
+    labels.append(f"device peaks: {pk.source}" if pk else missing_peaks(ctx))
+    return labels
+
+
+def costs(row: Sequence[Any], pk: Peaks | None, dur_index: int, precision: str | None = None) -> tuple[Any, ...]:
+    """(FLOPs, read, write, occupancy, AI, FLOP/s, bound) from a row ending in flops, read, write, occupancy."""
+    flops, read, write, occ = row[-4:]
+    ai = intensity(flops, read, write)
+    return (as_int(flops), as_int(read), as_int(write), occ, ai, rate(flops, row[dur_index]), bound(ai, pk, precision))
+
+
+def as_int(v: Any) -> int | None:
+    return None if v is None else int(round(v))
+
+
+def require_kernels(ctx: RunContext, id: str, title: str, *more: str) -> Result | None:
+    if "kernel" in ctx.levels or "metrics" in ctx.levels:
+        return ctx.require(id, title, *more)
+    return ctx.require(id, title, "kernel", *more)
+
+
+def roofline_chart(title: str, pk: Peaks | None, limit: int) -> Chart:
+    extra: dict[str, Any] = {}
+    if pk:
+        extra = {"peak_flops_per_s": pk.flops_per_s, "peak_dram_bytes_per_s": pk.dram_bytes_per_s}
+    return Chart("roofline", "AI", ("FLOP/s",), title, log_x=True, log_y=True, series="bound", limit=limit, extra=extra)

@@ -1,0 +1,269 @@
+"""XSP's per-layer kernel analyses A11-A14: each layer call's kernels, its FLOPs and DRAM bytes, its GPU and
+non-GPU time, and its place on the roofline (the notes of ``kernels`` hold for them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze._kernel_costs import (
+    bound,
+    cost_gaps,
+    intensity,
+    kernel_costs,
+    missing_peaks,
+    op_costs,
+    peaks,
+    rate,
+)
+from xstack.analyze._kernels_common import (
+    COST_COLUMNS,
+    ROW_LIMIT,
+    as_int,
+    call_columns,
+    cost_labels,
+    costs,
+    placed,
+    require_kernels,
+    roofline_chart,
+    warm_chart,
+)
+from xstack.analyze.context import RunContext, run_context
+from xstack.analyze.result import Chart, Column, Result, notes_of
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+
+def _layer_rollup(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
+    """Per layer call: its start (ns; None for the kernels launched outside any layer), path, type, latency, kernel
+    count and time, flops, read, write, weighted occupancy, over the kernels the layer launched itself (not through
+    a nested layer)."""
+    return ctx.store.query(
+        f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+                   coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), count(k.span_id),
+                   sum(k.dur_ns), any_value(k.precision), sum(k.flops), sum(k.dram_read), sum(k.dram_write),
+                   sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0)
+            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id
+            GROUP BY k.layer_id, l.attrs, l.name ORDER BY min(k.start_ns)""",
+        [ctx.run_id],
+    )
+
+
+def kernels_by_layer(store: Store, run_id: int) -> Result:
+    """A11: per layer call, the kernels it launched: layer latency, kernel count and summed kernel latency (ns),
+    FLOPs, DRAM bytes, occupancy, AI and bound.
+
+    Notes: a kernel belongs to the innermost layer whose call launched it (through its op and runtime call);
+    kernels launched outside any layer get one row of their own."""
+    ctx = run_context(store, run_id)
+    if missing := require_kernels(ctx, "A11", "Kernels by layer", "layer"):
+        return missing
+    t, pk = kernel_costs(ctx), peaks(ctx)
+    out = [
+        placed(ctx, start, (r[0], r[1], r[2], r[3], as_int(r[4]), *costs(r, pk, 4, r[5])))
+        for start, *r in _layer_rollup(ctx, t)
+    ]
+    first, last = call_columns(ctx)
+    cols = [
+        *first,
+        Column("layer"),
+        Column("type"),
+        Column("latency", "ns"),
+        Column("kernels", "count"),
+        Column("kernel time", "ns"),
+        *COST_COLUMNS,
+        *last,
+    ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
+    return Result(
+        "A11",
+        "Kernels by layer",
+        cols,
+        out,
+        notes=notes_of(kernels_by_layer),
+        run_id=ctx.run_id,
+        labels=cost_labels(ctx, t, pk),
+        chart=Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300, extra=warm_chart(ctx)),
+        truncated=cut,
+    )
+
+
+def metrics_by_layer(store: Store, run_id: int) -> Result:
+    """A12: FLOPs and DRAM bytes read and written per layer call (the work it did itself, not its sub-layers').
+
+    Notes: on a GPU run the sums are over the layer's kernels (A11); without kernels (a CPU run) over its ops'
+    analytic counts."""
+    ctx = run_context(store, run_id)
+    if "kernel" not in ctx.levels and "metrics" not in ctx.levels:
+        if missing := ctx.require("A12", "Metrics per layer", "layer", "op"):
+            return missing
+        out = [
+            placed(ctx, start, (r[0], r[1], as_int(r[3]), as_int(r[4]), as_int(r[5])))
+            for start, *r in _op_layer_rollup(ctx)
+        ]
+        labels = ["FLOPs and bytes: analytic (per-op count from shapes; no kernels in this run)"]
+    else:
+        if missing := require_kernels(ctx, "A12", "Metrics per layer", "layer"):
+            return missing
+        t = kernel_costs(ctx)
+        out = [
+            placed(ctx, start, (r[0], r[1], as_int(r[6]), as_int(r[7]), as_int(r[8])))
+            for start, *r in _layer_rollup(ctx, t)
+        ]
+        labels = [lb for lb in cost_labels(ctx, t, None) if not lb.startswith("bound")]
+    first, last = call_columns(ctx)
+    cols = [
+        *first,
+        Column("layer"),
+        Column("type"),
+        Column("FLOPs", "flops"),
+        Column("DRAM read", "bytes"),
+        Column("DRAM write", "bytes"),
+        *last,
+    ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
+    return Result(
+        "A12",
+        "Metrics per layer",
+        cols,
+        out,
+        notes=notes_of(metrics_by_layer),
+        run_id=ctx.run_id,
+        labels=labels,
+        chart=Chart(
+            "stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300, extra=warm_chart(ctx)
+        ),
+        truncated=cut,
+    )
+
+
+def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
+    """Per layer call: its start (ns; None for the ops outside any layer), path, type, latency, flops, read, write,
+    precision from its costed ops."""
+    ops = op_costs(ctx)
+    return ctx.store.query(
+        f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+                   coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), sum(c.flops),
+                   sum(c.read_bytes), sum(c.write_bytes), any_value(c.precision)
+            FROM {ops} c LEFT JOIN spans l ON l.run_id = ? AND l.span_id = c.layer_id
+            GROUP BY c.layer_id, l.attrs, l.name ORDER BY min(l.start_ns)""",
+        [ctx.run_id],
+    )
+
+
+def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
+    """A13: per layer call: latency, GPU time (summed latency of the kernels it launched, its sub-layers'
+    included) and non-GPU time = latency - GPU time (ns), with the GPU share (%).
+
+    Notes: PyTorch launches kernels asynchronously, so a layer's kernels may still run after its host call has
+    returned; when they take longer than the call, non-GPU time is 0 and the share is capped at 100%."""
+    ctx = run_context(store, run_id)
+    if missing := ctx.require("A13", "GPU vs non-GPU time per layer", "layer", "kernel"):
+        return missing
+    t = kernel_costs(ctx)
+    rows = store.con.execute(
+        f"""WITH RECURSIVE l AS (SELECT span_id, parent_id FROM spans WHERE run_id = $run AND level = 'layer'),
+            up(layer_id, ancestor) AS (
+                SELECT span_id, span_id FROM l
+                UNION ALL SELECT up.layer_id, l.parent_id FROM up JOIN l ON l.span_id = up.ancestor
+                WHERE l.parent_id IN (SELECT span_id FROM l)
+            ), k AS (SELECT layer_id, sum(dur_ns) AS gpu_ns FROM {t} GROUP BY layer_id),
+            inc AS (SELECT up.ancestor AS span_id, sum(k.gpu_ns) AS gpu_ns FROM up JOIN k USING (layer_id)
+                    GROUP BY 1)
+            SELECT coalesce(s.attrs->>'$."{A.LAYER_PATH}"', s.name), coalesce(s.attrs->>'$."{A.LAYER_TYPE}"', '-'),
+                   s.dur_ns, coalesce(inc.gpu_ns, 0), s.start_ns
+            FROM spans s LEFT JOIN inc USING (span_id) WHERE s.run_id = $run AND s.level = 'layer'
+            ORDER BY s.start_ns""",
+        {"run": ctx.run_id},
+    ).fetchall()
+    out = [
+        placed(
+            ctx, start, (p, ty, int(d), int(g), max(0, int(d) - int(g)), min(100.0, 100.0 * int(g) / d) if d else None)
+        )
+        for p, ty, d, g, start in rows
+    ]
+    first, last = call_columns(ctx)
+    cols = [
+        *first,
+        Column("layer"),
+        Column("type"),
+        Column("latency", "ns"),
+        Column("GPU time", "ns"),
+        Column("non-GPU time", "ns"),
+        Column("GPU share", "pct"),
+        *last,
+    ]
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
+    return Result(
+        "A13",
+        "GPU vs non-GPU time per layer",
+        cols,
+        out,
+        notes=notes_of(gpu_vs_non_gpu),
+        run_id=ctx.run_id,
+        chart=Chart(
+            "stacked",
+            "layer",
+            ("GPU time", "non-GPU time"),
+            "GPU and non-GPU time per layer",
+            limit=300,
+            extra=warm_chart(ctx),
+        ),
+        truncated=cut,
+        labels=ctx.replayed_labels("latency and non-GPU time"),
+    )
+
+
+def layer_roofline(store: Store, run_id: int) -> Result:
+    """A14: layers against the roofline: per layer call, its own FLOPs and DRAM bytes (from its kernels, or its
+    ops' analytic counts on a CPU run), AI (FLOP/byte), achieved FLOP/s over its latency, bound."""
+    ctx = run_context(store, run_id)
+    if missing := ctx.require("A14", "Layer roofline", "layer"):
+        return missing
+    pk, gaps = peaks(ctx), []
+    if "kernel" in ctx.levels or "metrics" in ctx.levels:
+        t = kernel_costs(ctx)
+        rows = [(r[0], r[1], r[2], r[5], r[6], r[7], r[8], r[9]) for r in _layer_rollup(ctx, t)]  # time: kernel time
+        labels = cost_labels(ctx, t, pk)
+        gaps = [g for g in cost_gaps(ctx, t) if g != "kernel durations"]
+    else:
+        if missing := ctx.require("A14", "Layer roofline", "op"):
+            return missing
+        rows = [(r[0], r[1], r[2], r[3], r[7], r[4], r[5], r[6]) for r in _op_layer_rollup(ctx)]
+        labels = [
+            "FLOPs and bytes: analytic (per-op count from shapes)",
+            "time: the layer's host latency",
+            f"device peaks: {pk.source}" if pk else missing_peaks(ctx),
+        ]
+    out = []
+    for start, path, ty, dur, prec, flops, read, write in rows:
+        ai = intensity(flops, read, write)
+        if ai is not None:
+            costs = (as_int(flops), as_int((read or 0) + (write or 0)), ai, rate(flops, dur), bound(ai, pk, prec))
+            out.append(placed(ctx, start, (path, ty, dur, *costs)))
+    first, last = call_columns(ctx)
+    cols = [
+        *first,
+        Column("layer"),
+        Column("type"),
+        Column("time", "ns"),
+        Column("FLOPs", "flops"),
+        Column("DRAM bytes", "bytes"),
+        Column("AI", "flop/byte"),
+        Column("FLOP/s", "flop/s"),
+        Column("bound"),
+        *last,
+    ]
+    if not out and gaps:
+        return ctx.lacking("A14", "Layer roofline", *gaps, notes=__doc__ or "")
+    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
+    return Result(
+        "A14",
+        "Layer roofline",
+        cols,
+        out,
+        notes=__doc__ or "",
+        run_id=ctx.run_id,
+        labels=labels,
+        chart=roofline_chart("Layers against the roofline", pk, 5000),
+        truncated=cut,
+    )
