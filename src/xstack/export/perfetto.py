@@ -204,7 +204,9 @@ def _runs(store: Store, run_id: int | None) -> list[_Run]:
             main_pid = parsed.get("pid") if isinstance(parsed, dict) else None
             if has_io:
                 run.roles = _io_roles(store, rid, main_pid)
-            run.roles = syscounters.roles(store, rid, main_pid) | run.roles
+            system = parsed.get(A.CONFIG_SYSTEM) if isinstance(parsed, dict) else None
+            process_roles = system.get("process_roles") if isinstance(system, dict) else None
+            run.roles = syscounters.roles(store, rid, main_pid, process_roles) | run.roles
             runs.append(run)
     return runs
 
