@@ -228,8 +228,13 @@ def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store
         "7 files, and 1 stream (<pipe>) that io.processes, the other I/O analyses and the summary "
         "leave out, in 8 rows: one per path and module, and one per folded class (python, system)"
     ]
-    assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit "
-                          "(file_table(limit=None), or the io_files view, has every one)"]  # fmt: skip
+    assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit: "
+                          f"the store's io_files view has every file, a row per process (duckdb -readonly "
+                          f"{darshan_like.path} \"SELECT * FROM io_files WHERE run_id = 1\"; in Python, "
+                          "file_table(store, 1, limit=None) lists every row)"]  # fmt: skip
+    query = top.labels[0].split('"')[1]  # what a user of the CLI runs: every file, every process
+    assert len(darshan_like.query(query)) == len(FILES) and "SELECT * FROM io_files WHERE run_id = N" in top.notes
+    assert len(io.file_table(darshan_like, 1, limit=None).rows) == f["rows"]
 
 
 def test_files_fold_directories_and_the_profiler_s_files_too(tmp_path: Path) -> None:
