@@ -124,6 +124,25 @@ def test_cpu_over_time_in_bins_of_two_samples(sampled: Store) -> None:
     assert r.chart is not None and r.chart.extra["secondary_y"] == ["all cores"]
     with pytest.raises(UsageError, match="bins"):
         _one(sampled, "system.cpu_time", bins=0)
+    assert r.labels == [
+        "time bins of 20.0 ms, each labelled by its start"
+    ]  # the machine is in every bin: nothing to explain
+
+
+def test_cpu_over_time_says_why_all_cores_is_blank_between_full_samples(tmp_path: Path) -> None:
+    """The machine is read at the full samples (every 50 ms), the main process at every 10 ms sample: bins of
+    20 ms leave some without the machine, which the column's help and a label say."""
+    with short_window_store(tmp_path / "short.duckdb") as store:
+        r = _one(store, "system.cpu_time")
+    machine = r.column("all cores")
+    blank = machine.count(None)
+    assert r.facts["bin_ns"] == 20_000_000 and blank and all(v is not None for v in r.column("main")[1:])
+    assert r.labels[1] == (f"all cores: '-' in {blank} bins between two full samples (the machine is read every "
+                           "50 ms, the processes' CPU time at every sample)")  # fmt: skip
+    help = next(c.help for c in r.columns if c.name == "all cores")
+    assert help == (
+        "% of the whole machine (right axis), read at the full samples only (every 50 ms): '-' in a bin that holds none"
+    )
 
 
 # -- memory ----------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from xstack.analyze._system_common import (
     time_bins,
 )
 from xstack.analyze._timeline_common import notes_of, rows
-from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label
+from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label, counted
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -32,6 +32,8 @@ TIME_TITLE = "CPU busy over time"
 BINS = 100
 SERIES = 6
 """Worker processes drawn as lines of their own (the busiest first); the others are summed into one line."""
+FULL_MS = 50.0
+"""The sampler's full samples' interval (ms) at the default interval, where the run's config does not say."""
 
 _ROLE_MEANINGS = {
     "subprocess": "a program started by exec",
@@ -373,8 +375,23 @@ def cpu_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
             extra={"secondary_y": secondary},
         ),  # fmt: skip
         facts={"bins": bins, "bin_ns": width, "processes": sum(1 for p in per if p is not None)},
-        labels=[bin_label(width)],
+        labels=[bin_label(width)] + _sparse_machine(runs, per.get(None), bins),
     )
+
+
+def _full_ms(runs: SystemRuns) -> float:
+    """Milliseconds between the sampler's full samples (``config.system.full_interval_ms``; 50 by default)."""
+    full = runs.config.get("full_interval_ms")
+    return float(full) if isinstance(full, int | float) and full > 0 else FULL_MS
+
+
+def _sparse_machine(runs: SystemRuns, machine: dict[int, float] | None, bins: int) -> list[str]:
+    """A label where "all cores" has bins without a value: the machine is read at the full samples only, which
+    bins narrower than their interval fall between."""
+    if machine is None or len(machine) == bins:
+        return []
+    return [f"all cores: '-' in {counted(bins - len(machine), 'bin')} between two full samples (the machine is "
+            f"read every {_full_ms(runs):g} ms, the processes' CPU time at every sample)"]  # fmt: skip
 
 
 def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, offset: int,
@@ -384,7 +401,8 @@ def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, 
     helpers = sorted(p for p in procs if p in runs.roles)
     series: list[tuple[str, list[int | None], str]] = []
     if None in per:
-        series.append(("all cores", [None], "% of the whole machine (right axis)"))
+        series.append(("all cores", [None], f"% of the whole machine (right axis), read at the full samples only "
+                       f"(every {_full_ms(runs):g} ms): '-' in a bin that holds none"))  # fmt: skip
     if runs.main_pid in per:
         series.append(("main", [runs.main_pid], "% of one core"))
     series += [(runs.label(p), [p], "% of one core") for p in workers[:SERIES]]
