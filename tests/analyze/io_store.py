@@ -72,9 +72,11 @@ def io_span(sink: Sink, span_id: int, parent: int | None, op: str, start: int, d
 
 
 def loop_store(path: Path, *, steps: bool = True, files: bool = True, config: dict[str, Any] | None = None,
-               waits: tuple[int, ...] = WAITS, more_files: list[FileRow] | None = None) -> Store:  # fmt: skip
+               waits: tuple[int, ...] = WAITS, more_files: list[FileRow] | None = None,
+               dataloader: bool = True) -> Store:  # fmt: skip
     """The training loop described in the module docstring (``steps=False``: DataLoader waits and a forward
-    span, no step spans), with ``FILES`` (and ``more_files``) as its ``io_files`` rows."""
+    span, no step spans; ``dataloader=False``: steps with no DataLoader spans, a loop that loads its data
+    itself), with ``FILES`` (and ``more_files``) as its ``io_files`` rows."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "loop", levels=["model", "io"], config={"pid": MAIN} if config is None else config))
         sink = Sink(store, 1)
@@ -82,8 +84,9 @@ def loop_store(path: Path, *, steps: bool = True, files: bool = True, config: di
             if steps:
                 sink.span(1 + k, None, "model", f"step#{k}", 1000 * k, 1000, MAIN, 1,
                           {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
-            sink.span(10 + k, 1 + k if steps else None, "model", "dataloader.next", 1000 * k, wait, MAIN, 1,
-                      {A.MODEL_KIND: "dataloader"})  # fmt: skip
+            if dataloader:
+                sink.span(10 + k, 1 + k if steps else None, "model", "dataloader.next", 1000 * k, wait, MAIN, 1,
+                          {A.MODEL_KIND: "dataloader"})  # fmt: skip
         if not steps:
             sink.span(20, None, "model", "Net", 2600, 300, MAIN, 1, {A.MODEL_KIND: "forward"})
         io_span(sink, 100, 10, "read", 100, 50, MAIN, "/d/a.bin", 4096, offset=0, tid=1)

@@ -162,6 +162,20 @@ def test_without_steps_iterations_run_from_one_dataloader_wait_to_the_next(tmp_p
     assert r.facts["iteration_kind"] == "dataloader waits" and "no step spans" in r.labels[0]
 
 
+def test_a_loop_with_no_dataloader_says_its_waits_are_zero_by_construction_and_gives_no_verdict(tmp_path: Path) -> None:
+    """Steps that load their data themselves: no enumerate(DataLoader) spans, so nothing to wait on. Every wait is
+    0, which the result says, and it does not call the loop 'not input-bound' (nor does the rule fire)."""
+    with loop_store(tmp_path / "nodl.duckdb", dataloader=False) as store:
+        r = _one(store, "io.input_bound")
+        rec = _fired(store, "input_bound")
+    assert [row[2] for row in r.rows] == [0, 0, 0]
+    assert r.facts["input_bound"] is None and r.facts["dataloader_waits"] is False
+    assert r.labels[0].startswith("no DataLoader waits: the loop has no enumerate(DataLoader) spans, so every wait")
+    assert rec is None
+    with loop_store(tmp_path / "dl.duckdb") as store:
+        assert _one(store, "io.input_bound").facts["dataloader_waits"] is True
+
+
 def test_without_model_spans_the_io_totals_are_still_given(darshan_like: Store) -> None:
     r = _one(darshan_like, "io.input_bound")
     assert r.available and r.facts["lacking"] == "model" and r.facts["input_bound"] is None
@@ -214,8 +228,13 @@ def test_files_fold_system_and_python_files_and_sort_by_time(darshan_like: Store
         "7 files, and 1 stream (<pipe>) that io.processes, the other I/O analyses and the summary "
         "leave out, in 8 rows: one per path and module, and one per folded class (python, system)"
     ]
-    assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit "
-                          "(file_table(limit=None), or the io_files view, has every one)"]  # fmt: skip
+    assert top.labels == [r.labels[0] + "; the 2 rows with the most I/O time are listed, 6 left out by the row limit: "
+                          f"the store's io_files view has every file, a row per process (duckdb -readonly "
+                          f"{darshan_like.path} \"SELECT * FROM io_files WHERE run_id = 1\"; in Python, "
+                          "file_table(store, 1, limit=None) lists every row)"]  # fmt: skip
+    query = top.labels[0].split('"')[1]  # what a user of the CLI runs: every file, every process
+    assert len(darshan_like.query(query)) == len(FILES) and "SELECT * FROM io_files WHERE run_id = N" in top.notes
+    assert len(io.file_table(darshan_like, 1, limit=None).rows) == f["rows"]
 
 
 def test_files_fold_directories_and_the_profiler_s_files_too(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.console import Console
 
 from tests.analyze.system_store import (
     MAIN,
@@ -31,7 +32,7 @@ from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
-from xstack.report.terminal import system_line
+from xstack.report.terminal import print_summary, system_line
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -123,6 +124,25 @@ def test_cpu_over_time_in_bins_of_two_samples(sampled: Store) -> None:
     assert r.chart is not None and r.chart.extra["secondary_y"] == ["all cores"]
     with pytest.raises(UsageError, match="bins"):
         _one(sampled, "system.cpu_time", bins=0)
+    assert r.labels == [
+        "time bins of 20.0 ms, each labelled by its start"
+    ]  # the machine is in every bin: nothing to explain
+
+
+def test_cpu_over_time_says_why_all_cores_is_blank_between_full_samples(tmp_path: Path) -> None:
+    """The machine is read at the full samples (every 50 ms), the main process at every 10 ms sample: bins of
+    20 ms leave some without the machine, which the column's help and a label say."""
+    with short_window_store(tmp_path / "short.duckdb") as store:
+        r = _one(store, "system.cpu_time")
+    machine = r.column("all cores")
+    blank = machine.count(None)
+    assert r.facts["bin_ns"] == 20_000_000 and blank and all(v is not None for v in r.column("main")[1:])
+    assert r.labels[1] == (f"all cores: '-' in {blank} bins between two full samples (the machine is read every "
+                           "50 ms, the processes' CPU time at every sample)")  # fmt: skip
+    help = next(c.help for c in r.columns if c.name == "all cores")
+    assert help == (
+        "% of the whole machine (right axis), read at the full samples only (every 50 ms): '-' in a bin that holds none"
+    )
 
 
 # -- memory ----------------------------------------------------------------------------------------------------
@@ -457,6 +477,22 @@ def test_the_summary_line(sampled: Store, tmp_path: Path) -> None:
         line = system_line(summarize(store).system or {})
     assert line.endswith("GPU n/a, 28 syscalls: the main thread was in them 36% of the measured steps under strace: "
                          "about 36.5 ms of the 100 ms step without it; 2 other threads")  # fmt: skip
+
+
+def test_a_merged_run_s_counter_samples_are_said_to_be_in_its_system_pass(sampled: Store, tmp_path: Path) -> None:
+    """A merged run keeps no copy of its passes' counters: the summary says where they are, in the run the
+    system analyses read them from (their source_run), with that run's count, not a bare 0."""
+    assert summarize(sampled).counter_source is None
+    with merged_store(tmp_path / "merged.duckdb") as store:
+        s = summarize(store)
+        held = store.query("SELECT count(*) FROM counters WHERE run_id = 2")[0][0]
+        source = run_analyses(store, MERGED, ["system.cpu"])[0].facts["source_run"]
+        console = Console(width=200, record=True)
+        print_summary(s, console)
+    assert s.counter_samples == 0 and held > 0 and s.counter_source == (source, "model+system", held)
+    assert f"counter samples  none in this run; {held:,} in the system pass, run 2 (model+system)" in (
+        console.export_text()
+    )
 
 
 def test_the_summary_line_counts_one_sample_and_one_thread_in_the_singular() -> None:

@@ -23,6 +23,7 @@ import pytest
 import xstack
 from xstack.collect import _system_native, _system_nvml, system
 from xstack.errors import UsageError
+from xstack.export.perfetto import export_perfetto
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -497,6 +498,54 @@ def test_the_resource_tracker_is_named_and_not_a_worker(backend: str, tmp_path: 
     assert result.facts["workers_cpu_pct"] == pytest.approx(sum(busy[p] or 0.0 for p in workers))
 
 
+EXECS = """
+import multiprocessing, os, subprocess, sys, time
+
+def work():
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        pass
+
+if __name__ == "__main__":
+    worker = multiprocessing.get_context("fork").Process(target=work)
+    worker.start()
+    subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)"], check=True)
+    worker.join()
+"""
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
+def test_a_program_started_by_exec_is_a_subprocess_not_a_worker(backend: str, tmp_path: Path) -> None:
+    """Another Python run by subprocess.run beside a forked worker: the sampler gives it the role the io level
+    gives it, and system.cpu and system.memory count the worker alone."""
+    from xstack.analyze._system_cpu import cpu_saturation
+    from xstack.analyze._system_memory import memory_growth
+
+    (tmp_path / "execs.py").write_text(EXECS)
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
+         "python", "execs.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])[A.CONFIG_SYSTEM]
+        cpu, memory = cpu_saturation(store, 1), memory_growth(store, 1)
+        export_perfetto(store, tmp_path / "p.json")
+    assert config["sampler"] == backend
+    roles = config["process_roles"]
+    assert list(roles.values()) == ["subprocess"], roles
+    child = int(next(iter(roles)))
+    named = {r[1]: r[0] for r in cpu.rows if r[1] is not None}
+    assert named[child] == f"subprocess {child}"
+    assert [name for name in named.values() if name.startswith("worker ")] != []
+    assert config["workers"] == cpu.facts["workers"] == 1
+    assert list(cpu.facts["subprocesses"]) == [f"subprocess {child}"] and cpu.facts["helpers"] == {}
+    assert max(memory.column("workers")) == 1 and any(memory.column("others RSS"))
+    tracks = {e["args"]["name"].split(" [run")[0] for e in orjson.loads((tmp_path / "p.json").read_bytes())
+              ["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    assert f"subprocess (pid {child})" in tracks
+
+
 SHORT_LIVED_HELPER = """
 import multiprocessing, time
 from multiprocessing import resource_tracker, shared_memory
@@ -548,6 +597,20 @@ def test_a_process_with_its_parents_command_line_is_no_helper() -> None:
     """A worker the forkserver forked has the forkserver's command line: inherited, it is not a helper."""
     code = "from multiprocessing.forkserver import main; main(8, 9, ['__main__'])"
     tracker = "from multiprocessing.resource_tracker import main;main(5)"
-    lines = [(11, ["python", "-c", code], False), (12, ["python", "-c", code], True), (13, ["python", "t.py"], False),
-             (14, [], False), (15, ["python", "-c", tracker], False)]  # fmt: skip
-    assert system.helper_roles(lines) == {11: "forkserver", 15: "resource_tracker"}
+    lines = [(11, ["python", "-c", code], False), (12, ["python", "-c", code], True), (14, [], False),
+             (15, ["python", "-c", tracker], False)]  # fmt: skip
+    assert system.process_roles(lines, ["python", "train.py"]) == {11: "forkserver", 15: "resource_tracker"}
+
+
+def test_programs_started_by_exec_are_subprocesses_as_the_io_level_tells_them() -> None:
+    """A command line of its own is a program started by exec (cat, another Python), and a process forked from
+    one is too; a DataLoader worker (the program's command line, inherited) and a worker multiprocessing
+    spawned (exec'd, with --multiprocessing-fork) are workers."""
+    root = ["python", "train.py"]
+    spawned = ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
+               "pipe_handle=9)", "--multiprocessing-fork"]  # fmt: skip
+    forks = ["python", "-c", "import os; os.fork()"]
+    lines = [(11, root, True), (12, spawned, False), (13, ["cat", "x.bin"], False), (14, ["sh", "-c", "cat x"], False),
+             (15, forks, False), (16, forks, True), (17, root, False)]  # fmt: skip
+    assert system.process_roles(lines, root) == {13: "subprocess", 14: "subprocess", 15: "subprocess",
+                                                 16: "subprocess", 17: "subprocess"}  # fmt: skip

@@ -10,6 +10,9 @@ import gzip
 import json
 import math
 import re
+import subprocess
+import sys
+import textwrap
 import tracemalloc
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from xstack.errors import UsageError, XstackError
 from xstack.export.perfetto import PerfettoStats, export_perfetto
 from xstack.importers.kineto import import_kineto
 from xstack.importers.ncu import import_ncu
+from xstack.trace import attrs as A
 from xstack.trace.schema import DEVICE_LEVELS
 from xstack.trace.store import RunInfo, Store
 
@@ -381,3 +385,49 @@ def test_io_workers_of_a_run_without_a_dataloader_are_worker_processes(tmp_path:
     names = sorted(n.split(" [run")[0] for n in _names(json.loads((tmp_path / "w.json").read_bytes())["traceEvents"],
                                                          "process_name").values())  # fmt: skip
     assert names == ["main process (pid 5)", "worker process (pid 6)"]
+
+
+def test_a_program_started_by_exec_is_a_subprocess_not_a_dataloader_worker(tmp_path: Path) -> None:
+    """A program with a DataLoader worker that also runs ``cat``: cat's track is a subprocess's, as the io level
+    recorded its role, and the worker's stays a DataLoader worker's."""
+    from xstack.collect.io import IoCollector
+
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    data = tmp_path / "data.txt"
+    data.write_text("hello")
+    program = tmp_path / "prog.py"
+    program.write_text(
+        textwrap.dedent("""
+        import subprocess, sys
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Files(Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, i):
+                with open(sys.argv[1], "rb") as f:
+                    return torch.tensor(len(f.read()))
+
+        subprocess.run(["cat", sys.argv[1]], check=True, stdout=subprocess.DEVNULL)
+        for batch in DataLoader(Files(), batch_size=2, num_workers=1):
+            pass
+    """)
+    )
+    store, out = tmp_path / "p.duckdb", tmp_path / "p.json"
+    run = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
+           str(program), str(data)]  # fmt: skip
+    done = subprocess.run(run, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "xstack", "export", str(store), "-o", str(out)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(store) as s:
+        (cat,) = s.query("SELECT DISTINCT pid FROM io_files WHERE path = ? AND bytes_read > 0 AND "
+                         f"attrs->>'$.{A.IO_FILE_PROCESS_ROLE}' = 'subprocess'", [str(data)])[0]  # fmt: skip
+    names = sorted(n.split(" [run")[0] for n in _names(json.loads(out.read_bytes())["traceEvents"], "process_name")
+                   .values())  # fmt: skip
+    assert f"subprocess (pid {cat})" in names
+    assert [n.split(" (pid")[0] for n in names].count("dataloader worker") == 1, names

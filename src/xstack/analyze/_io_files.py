@@ -108,8 +108,9 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     lists them). Standard streams, pipes and sockets keep rows of their own (class stream) but are not counted
     among the files (fact ``streams``), as ``io.processes`` and the summary leave them out. Time is read + write +
     metadata time (open, close, seek, stat); bandwidth divides the bytes by the read and write time only. The
-    shares are of the file's reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (None:
-    all).
+    shares are of the file's reads (Darshan: consecutive reads are sequential too). ``limit`` rows at most (1,000
+    by default; None: all), the most I/O time first; the label says how many were left out, and the store's
+    ``io_files`` view holds every file, a row per process (``SELECT * FROM io_files WHERE run_id = N`` in DuckDB).
     """
     check_options(FILES_ID, limit=limit)
     io = io_run(store, run_id)
@@ -134,13 +135,15 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30),
         facts=facts,
         truncated=len(found) - len(table),
-        labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table))],
+        labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table), (str(store.path), io.run_id))],
     )
 
 
-def _counted(files: int, streams: int, stream_names: str | None, found: list[tuple[Any, ...]], listed: int) -> str:
+def _counted(files: int, streams: int, stream_names: str | None, found: list[tuple[Any, ...]], listed: int,
+             where: tuple[str, int]) -> str:  # fmt: skip
     """How the rows stand for the files: how many files (and streams, which the other I/O analyses leave out) in
-    how many rows, which classes are folded, and how many rows the limit left out."""
+    how many rows, which classes are folded, and how many rows the limit left out, with where to read them all
+    (``where``: the store's path and the run): the reports are read by users of the CLI."""
     names = {r[0] for r in found}
     folded = [cls for cls, name in FOLDED.items() if name in names]
     line = counted(files, "file")
@@ -152,8 +155,11 @@ def _counted(files: int, streams: int, stream_names: str | None, found: list[tup
     if folded:
         line += f", and one per folded class ({', '.join(folded)})"
     if listed < len(found):
+        store, run_id = where
         line += (f"; the {listed:,} rows with the most I/O time are listed, {len(found) - listed:,} left out by the "
-                 "row limit (file_table(limit=None), or the io_files view, has every one)")  # fmt: skip
+                 f"row limit: the store's io_files view has every file, a row per process (duckdb -readonly {store} "
+                 f"\"SELECT * FROM io_files WHERE run_id = {run_id}\"; in Python, file_table(store, {run_id}, "
+                 "limit=None) lists every row)")  # fmt: skip
     return line
 
 

@@ -70,6 +70,9 @@ SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coale
 FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
 """
 
+_ANY_WAIT = f"SELECT count(*) > 0 FROM spans WHERE run_id = $run AND {DATALOADER}"
+"""Whether the run has DataLoader spans at all (a loop without them has nothing to wait on)."""
+
 _TOTALS_FROM_SPANS = f"""
 SELECT pid, sum(dur_ns), sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}),
     sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
@@ -115,9 +118,11 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     and the file I/O time (ns) of the main process during the wait and during the rest, and of the workers.
 
     Verdict (fact ``input_bound``): the measured iterations wait more than ``threshold_pct`` percent of their
-    time, together (fact ``wait_share_pct``). Not the median iteration's share: with several workers the waits
-    often alternate (a long one while every worker is busy, then a few short ones for the batches they queued),
-    and the median then hides most of the time lost. The time at stake per iteration is the mean wait
+    time, together (fact ``wait_share_pct``); none (None, fact ``dataloader_waits`` false, and a label) for a
+    loop of steps with no DataLoader spans: its waits are 0 by construction, whatever it spends loading data.
+    Not the median iteration's share: with several workers the waits often alternate (a long one while every
+    worker is busy, then a few short ones for the batches they queued), and the median then hides most of the
+    time lost. The time at stake per iteration is the mean wait
     (``mean_wait_ns``); the medians are facts too.
 
     Notes: iterations are the step spans (``prof.step()``, ``ProfilerStep#N``); without them, the stretches from the
@@ -151,8 +156,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     table = _per_iteration(store, io, iterations)
     kind = str(iterations[0][2])
     loaders = _loaders.dataloaders(store, io.ctx)
+    waited = bool(rows(store, _ANY_WAIT, io.run_id)[0][0])
     # the verdict and the shares first: the overview shows a result's first facts
-    facts = {**_loop_facts(table, threshold_pct, kind), **_totals(io, per_pid), "dataloaders": loaders}
+    facts = {**_loop_facts(table, threshold_pct, kind, waited=waited), **_totals(io, per_pid), "dataloaders": loaders}
     return Result(
         ID,
         TITLE,
@@ -168,15 +174,22 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
             extra={"mark": "warm-up", "mark_note": "faded: warm-up, left out of the verdict and the shares"},
         ),
         facts=facts,
-        labels=_labels(io, kind, table) + _loaders.labels(loaders, facts["cores"]),
+        labels=_labels(io, kind, table, waited=waited) + _loaders.labels(loaders, facts["cores"]),
     )
 
 
-def _labels(io: IoRun, kind: str, table: list[tuple[Any, ...]]) -> list[str]:
+NO_WAITS = (
+    "no DataLoader waits: the loop has no enumerate(DataLoader) spans, so every wait is 0 by construction and "
+    "whether it is input-bound is not judged; data it loads itself is in its compute ('main io in compute')"
+)
+"""The label of a loop of steps that never waited on a DataLoader."""
+
+
+def _labels(io: IoRun, kind: str, table: list[tuple[Any, ...]], *, waited: bool) -> list[str]:
     if kind != "steps":
         return ["no step spans: iterations run from one DataLoader wait to the next"]
     warmup = io.ctx.warmup_label()
-    return [warmup] if warmup and any(r[-1] for r in table) else []
+    return ([] if waited else [NO_WAITS]) + ([warmup] if warmup and any(r[-1] for r in table) else [])
 
 
 def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any]) -> Result:
@@ -214,13 +227,15 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -
     return out
 
 
-def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str) -> dict[str, Any]:
-    """The verdict, shares and totals of the measured iterations (the warm-up left out)."""
+def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *, waited: bool) -> dict[str, Any]:
+    """The verdict, shares and totals of the measured iterations (the warm-up left out); no verdict (None) for a
+    loop that has no DataLoader spans (``waited`` False): its waits are 0 whatever it spends loading data."""
     table = [r for r in rows if not r[8]]
     loop, wait = sum(r[1] for r in table), sum(r[2] for r in table)
     share = pct(wait, loop) if table else None
     return {
-        "input_bound": None if share is None else share > threshold_pct,
+        "input_bound": None if share is None or not waited else share > threshold_pct,
+        "dataloader_waits": waited,
         "wait_share_pct": share,
         "threshold_pct": threshold_pct,
         "mean_wait_ns": wait / len(table) if table else None,

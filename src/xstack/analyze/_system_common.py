@@ -95,8 +95,9 @@ class SystemRuns:
     names: dict[int, str] = field(default_factory=dict)
     """Process names the run's config gives (``config.processes``), by pid."""
     roles: dict[int, str] = field(default_factory=dict)
-    """The helpers of ``multiprocessing`` the sampler found (``config.system.process_roles``: the resource
-    tracker, a forkserver), by pid: processes of the program, not its workers."""
+    """The child processes the sampler found not to be workers (``config.system.process_roles``), by pid, with
+    their role: the helpers of ``multiprocessing`` (``resource_tracker``, ``forkserver``) and the programs started
+    by exec (``subprocess``)."""
 
     @property
     def main_pid(self) -> int | None:
@@ -129,13 +130,13 @@ class SystemRuns:
         return self.names.get(pid) or f"worker {pid}"
 
     def is_worker(self, pid: int | None, run: RunFacts | None = None) -> bool:
-        """A child process of the profiled one of ``run`` (default: the counters run) that is not a helper of
-        ``multiprocessing`` (``roles_of``)."""
+        """A child process of the profiled one of ``run`` (default: the counters run) that has no role
+        (``roles_of``: not a helper of ``multiprocessing``, not a program started by exec)."""
         main = run.main_pid if run is not None else self.main_pid
         return pid is not None and pid != main and pid not in self.roles_of(run)
 
     def roles_of(self, run: RunFacts | None) -> dict[int, str]:
-        """The helpers of ``multiprocessing`` by pid in ``run``, as its own sampler found them (each pass runs
+        """The processes with a role (``roles``) by pid in ``run``, as its own sampler found them (each pass runs
         in processes of its own: the syscall pass's pids are not the counters pass's); default: ``roles``."""
         if run is None or run is self.counters or (self.counters is None and run is self.syscalls):
             return self.roles

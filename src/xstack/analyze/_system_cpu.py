@@ -20,7 +20,7 @@ from xstack.analyze._system_common import (
     time_bins,
 )
 from xstack.analyze._timeline_common import notes_of, rows
-from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label
+from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label, counted
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -32,6 +32,15 @@ TIME_TITLE = "CPU busy over time"
 BINS = 100
 SERIES = 6
 """Worker processes drawn as lines of their own (the busiest first); the others are summed into one line."""
+FULL_MS = 50.0
+"""The sampler's full samples' interval (ms) at the default interval, where the run's config does not say."""
+
+_ROLE_MEANINGS = {
+    "subprocess": "a program started by exec",
+    "resource_tracker": "a helper of multiprocessing",
+    "forkserver": "a helper of multiprocessing",
+}
+"""What a process with a role (``config.system.process_roles``) is, for its line's help."""
 
 _CPU_NAMES = [A.PROC_CPU_USER_NS, A.PROC_CPU_SYSTEM_NS]
 _CTX_NAMES = [A.PROC_CTX_VOLUNTARY, A.PROC_CTX_INVOLUNTARY]
@@ -91,8 +100,8 @@ COLUMNS = [
     Column(
         "what",
         help="main: the profiled process; worker N: a process it started (DataLoader workers); resource tracker "
-        "N, forkserver N: helpers of multiprocessing, not workers; core N: one logical CPU; all cores: the whole "
-        "machine",
+        "N, forkserver N: helpers of multiprocessing, not workers; subprocess N: a program it started by exec "
+        "(subprocess.run, os.system), not a worker; core N: one logical CPU; all cores: the whole machine",
     ),  # fmt: skip
     Column("pid"),
     Column(
@@ -131,9 +140,11 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     process's and its workers' CPU busy summed (``own_cpu_pct``, % of one core), the CPUs the program could use
     (``usable_cpus``: ``runs.config.cpu_count``, else the cores), the DataLoaders it recorded, and whether the
     counters were sampled while the syscall tracer ran (``counters_traced``: its load then counts too). The
-    helpers of ``multiprocessing`` (the resource tracker, a forkserver: told by their command lines as the
-    sampler first saw them, ``config.system.process_roles``) are rows of their own, named, and not workers: the worker
-    count, the workers' CPU and ``own_cpu_pct`` leave them out (``helpers``: their CPU busy, by name).
+    helpers of ``multiprocessing`` (the resource tracker, a forkserver) and the programs started by exec
+    (``subprocess``: ``cat``, a shell, another Python; told by their command lines as the sampler first saw them,
+    ``config.system.process_roles``, as the io level tells them) are rows of their own, named, and not workers:
+    the worker count, the workers' CPU and ``own_cpu_pct`` leave them out (``helpers``, ``subprocesses``: their
+    CPU busy, by name).
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -262,7 +273,8 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
         "workers_cpu_pct": workers_cpu,
         "own_cpu_pct": _own_cpu(main, workers_cpu, not workers or full),
         "usable_cpus": _usable(run.config, cores),
-        "helpers": {runs.label(r[1]): r[2] for r in table if r[1] in runs.roles},
+        "helpers": {runs.label(r[1]): r[2] for r in table if r[1] in runs.roles and not _subprocess(runs, r[1])},
+        "subprocesses": {runs.label(r[1]): r[2] for r in table if _subprocess(runs, r[1])},
         "workers_threads_max": max((int(r[6]) for r in workers if r[6] is not None), default=None),
         "dataloaders": [e for e in run.config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)],
         "counters_traced": run.traced_syscalls,
@@ -277,6 +289,11 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
             "main_involuntary_per_step": main[8],
         }
     return facts
+
+
+def _subprocess(runs: SystemRuns, pid: int | None) -> bool:
+    """True for a program the profiled one started by exec (role ``subprocess``)."""
+    return pid is not None and runs.roles.get(pid) == "subprocess"
 
 
 def _own_cpu(main: tuple[Any, ...] | None, workers_cpu: float | None, workers_known: bool) -> float | None:
@@ -320,8 +337,8 @@ def cpu_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
     Notes: a process's CPU in a bin is the increase of its cumulative CPU time (user + kernel) over the sample
     intervals ending in the bin, divided by their length; the machine's is the mean of its ``cpu.busy_pct``
     samples in the bin. The main process and the six busiest workers get lines of their own; the other workers
-    are summed into one; the helpers of ``multiprocessing`` (the resource tracker, a forkserver) get lines of
-    their own. The whole run is shown, warm-up included.
+    are summed into one; the helpers of ``multiprocessing`` (the resource tracker, a forkserver) and the programs
+    started by exec (``subprocess``) get lines of their own. The whole run is shown, warm-up included.
     """
     if bins < 1:
         raise UsageError(f"{TIME_ID}: bins must be >= 1")
@@ -358,8 +375,23 @@ def cpu_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
             extra={"secondary_y": secondary},
         ),  # fmt: skip
         facts={"bins": bins, "bin_ns": width, "processes": sum(1 for p in per if p is not None)},
-        labels=[bin_label(width)],
+        labels=[bin_label(width)] + _sparse_machine(runs, per.get(None), bins),
     )
+
+
+def _full_ms(runs: SystemRuns) -> float:
+    """Milliseconds between the sampler's full samples (``config.system.full_interval_ms``; 50 by default)."""
+    full = runs.config.get("full_interval_ms")
+    return float(full) if isinstance(full, int | float) and full > 0 else FULL_MS
+
+
+def _sparse_machine(runs: SystemRuns, machine: dict[int, float] | None, bins: int) -> list[str]:
+    """A label where "all cores" has bins without a value: the machine is read at the full samples only, which
+    bins narrower than their interval fall between."""
+    if machine is None or len(machine) == bins:
+        return []
+    return [f"all cores: '-' in {counted(bins - len(machine), 'bin')} between two full samples (the machine is "
+            f"read every {_full_ms(runs):g} ms, the processes' CPU time at every sample)"]  # fmt: skip
 
 
 def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, offset: int,
@@ -369,13 +401,15 @@ def _wide(runs: SystemRuns, per: dict[int | None, dict[int, float]], bins: int, 
     helpers = sorted(p for p in procs if p in runs.roles)
     series: list[tuple[str, list[int | None], str]] = []
     if None in per:
-        series.append(("all cores", [None], "% of the whole machine (right axis)"))
+        series.append(("all cores", [None], f"% of the whole machine (right axis), read at the full samples only "
+                       f"(every {_full_ms(runs):g} ms): '-' in a bin that holds none"))  # fmt: skip
     if runs.main_pid in per:
         series.append(("main", [runs.main_pid], "% of one core"))
     series += [(runs.label(p), [p], "% of one core") for p in workers[:SERIES]]
     if len(workers) > SERIES:
         series.append((f"{len(workers) - SERIES} other workers", list(workers[SERIES:]), "summed, % of one core"))
-    series += [(runs.label(p), [p], "% of one core (a helper of multiprocessing)") for p in helpers]
+    series += [(runs.label(p), [p], f"% of one core ({_ROLE_MEANINGS.get(runs.roles[p], 'not a worker')})")
+               for p in helpers]  # fmt: skip
     columns = [bin_column(width)]
     columns += [Column(name, "pct", meaning) for name, _, meaning in series]
     table = []

@@ -54,10 +54,16 @@ COLUMNS = [
     Column("step", "count", "the iteration (with no steps: the point's number)"),
     Column("time", "ns", "the step's end, from the run's first event"),
     Column("main RSS", "bytes", "resident memory of the profiled process"),
-    Column("workers RSS", "bytes", "resident memory of its child processes, summed"),
-    Column("workers", "count", "child processes alive at the point (in the last full sample before it)"),
+    Column("workers RSS", "bytes", "resident memory of its workers (DataLoader workers), summed"),
+    Column("workers", "count", "workers alive at the point (in the last full sample before it)"),
     Column("machine used", "bytes", "MemTotal - MemAvailable"),
     Column("machine available", "bytes", "MemAvailable"),
+    Column(
+        "others RSS",
+        "bytes",
+        "resident memory of its child processes that are not workers, summed: the "
+        "programs it started by exec (subprocess.run, os.system) and the helpers of multiprocessing",
+    ),
 ]
 
 
@@ -68,7 +74,9 @@ def memory_growth(store: Store, run_id: int) -> Result:
 
     Notes: from the system level's sampler: each series' last sample at or before the step's end (``VmRSS``,
     ``MemAvailable``), which the sampler reads at its full samples (every 50 ms at the default interval); the
-    workers counted at a point are those the last full sample before it found. The slope is fitted over the
+    workers counted at a point are those the last full sample before it found; the child processes with a role
+    (``config.system.process_roles``: a program started by exec, a helper of multiprocessing) are not workers,
+    and their RSS is summed apart (``others RSS``). The slope is fitted over the
     measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the first
     measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per
     step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
@@ -121,20 +129,21 @@ def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[in
            base: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
     per: dict[int, dict[str, Any]] = {}
     for k, pid, name, value, in_last_full in found:
-        cell = per.setdefault(int(k), {"workers": [], "main": None})
+        cell = per.setdefault(int(k), {"workers": [], "others": [], "main": None})
         if name == A.PROC_RSS_BYTES and pid == runs.main_pid:
             cell["main"] = float(value)
         elif name == A.PROC_RSS_BYTES:
-            if in_last_full:  # a worker that ended is no longer counted
-                cell["workers"].append(float(value))
+            if in_last_full:  # a process that ended is no longer counted
+                cell["workers" if runs.is_worker(pid) else "others"].append(float(value))
         else:
             cell[name] = float(value)
     table = []
     for k, t in points:
-        cell = per.get(k, {"workers": [], "main": None})
-        workers = cell["workers"]
+        cell = per.get(k, {"workers": [], "others": [], "main": None})
+        workers, others = cell["workers"], cell["others"]
         table.append((k, t - base, cell["main"], sum(workers) if workers else None, len(workers),
-                      cell.get(A.MEM_USED_BYTES), cell.get(A.MEM_AVAILABLE_BYTES)))  # fmt: skip
+                      cell.get(A.MEM_USED_BYTES), cell.get(A.MEM_AVAILABLE_BYTES),
+                      sum(others) if others else None))  # fmt: skip
     start = per.get(-1, {}).get("main")
     return table, start
 

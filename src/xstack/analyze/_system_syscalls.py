@@ -93,7 +93,8 @@ labelled AS (
 keyed AS (
     SELECT 'stage' AS kind, stage AS place, * FROM labelled WHERE model_id IS NOT NULL
     UNION ALL SELECT 'layer', layer, * FROM labelled WHERE layer_id IS NOT NULL
-    UNION ALL SELECT CASE WHEN pid IS DISTINCT FROM $main AND list_contains($helpers, pid) THEN 'helper'
+    UNION ALL SELECT CASE WHEN pid IS DISTINCT FROM $main AND list_contains($subprocesses, pid) THEN 'subprocess'
+        WHEN pid IS DISTINCT FROM $main AND list_contains($helpers, pid) THEN 'helper'
         WHEN pid IS DISTINCT FROM $main THEN 'worker' WHEN tid = pid THEN 'outside' ELSE 'thread' END,
         NULL, * FROM labelled WHERE model_id IS NULL
 )
@@ -151,8 +152,10 @@ FROM sp ASOF LEFT JOIN st ON sp.start_ns >= st.s GROUP BY ALL
 COLUMNS = [
     Column("where", help="a stage (model span; step: in a step outside its inner stages), a layer (module path), "
            "or, for calls under no span: outside any stage (main thread), other threads, a worker process, a "
-           "helper of multiprocessing (its resource tracker, a forkserver)"),
-    Column("kind", help="stage, layer, outside, thread (other threads of the main process), worker or helper"),
+           "helper of multiprocessing (its resource tracker, a forkserver), a program started by exec "
+           "(subprocess.run, os.system)"),
+    Column("kind", help="stage, layer, outside, thread (other threads of the main process), worker, helper or "
+           "subprocess"),
     Column("process"),
     Column("threads", "count", "threads whose calls the row sums"),
     Column("calls", "count"),
@@ -188,9 +191,10 @@ def syscall_time(store: Store, run_id: int) -> Result:
     step outside its inner stages); a layer row counts the calls made while it was the innermost layer. So stage and
     layer rows overlap, and a call's time is its whole duration whether it blocked or ran in the kernel. Calls under
     no span are the main thread's "outside any stage", the main process's other threads (the DataLoader's pin-memory
-    thread and the intra-op pool among them), each worker process and each helper of ``multiprocessing`` (the
-    resource tracker, a forkserver: told as ``system.cpu`` tells them, by the roles the syscall pass's own sampler
-    recorded, ``config.system.process_roles``; fact ``worker_processes`` leaves them out); a row of several threads
+    thread and the intra-op pool among them), each worker process, each helper of ``multiprocessing`` (the
+    resource tracker, a forkserver) and each program started by exec (``subprocess``: told as ``system.cpu`` tells
+    them, by the roles the syscall pass's own sampler recorded, ``config.system.process_roles``; fact
+    ``worker_processes`` leaves them out); a row of several threads
     sums their time, so a pool of idle threads each blocked in a futex for the whole pass counts the pass once per
     thread. The facts keep the thread that runs the loop (the one recording the model spans) apart: its time in
     syscalls within the measured steps and its share of them, against the other threads' time and how much of it
@@ -254,8 +258,11 @@ def _unslowed(store: Store, runs: SystemRuns, run: RunFacts) -> dict[tuple[str, 
 def _calls(store: Store, runs: SystemRuns, run: RunFacts, starts: list[int], ends: list[int]) -> list[tuple[Any, ...]]:
     owners = run_context(store, run.run_id).owners()
     main = run.main_pid if run.main_pid is not None else -1
-    helpers = sorted(runs.roles_of(run))
-    return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main, helpers=helpers)
+    roles = runs.roles_of(run)
+    helpers = sorted(p for p, role in roles.items() if role != "subprocess")
+    subprocesses = sorted(p for p, role in roles.items() if role == "subprocess")
+    return rows(store, _CALLS.format(owners=owners), run.run_id, s=starts, e=ends, main=main, helpers=helpers,
+                subprocesses=subprocesses)  # fmt: skip
 
 
 def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
@@ -324,14 +331,15 @@ def _thread_facts(store: Store, runs: SystemRuns, run: RunFacts, steps: list[Ste
                   step_ns: float | None) -> dict[str, Any]:  # fmt: skip
     """The loop's thread against the others: time in syscalls (ns, under strace), its share of the measured
     steps (%) and that share of ``step_ns`` (a step without strace, when known), how much of the other
-    threads' time was waiting, and the worker processes (the helpers of ``multiprocessing``, told as
-    ``system.cpu`` tells them, apart)."""
+    threads' time was waiting, and the worker processes (the helpers of ``multiprocessing`` and the
+    subprocesses, told as ``system.cpu`` tells them, apart)."""
     per = rows(store, _THREADS, run.run_id, s=[s.start_ns for s in steps], e=[s.end_ns for s in steps])
     found = rows(store, _MAIN_TID, run.run_id)
     main = int(found[0][0]) if found else run.main_pid
     lo, hi = rows(store, _EXTENT, run.run_id)[0]
     mine = [r for r in per if r[1] == main]
     others = [r for r in per if r[1] != main]
+    roles = runs.roles_of(run)
     in_steps = sum(int(r[5] or 0) for r in mine)
     steps_ns = sum(s.end_ns - s.start_ns for s in steps)
     pass_ns = int(hi - lo) if lo is not None and hi is not None else None
@@ -352,7 +360,10 @@ def _thread_facts(store: Store, runs: SystemRuns, run: RunFacts, steps: list[Ste
         "other_threads_ns": sum(int(r[3]) for r in others),
         "other_threads_wait_ns": sum(int(r[4] or 0) for r in others),
         "worker_processes": len({r[0] for r in others if runs.is_worker(r[0], run)}),
-        "helper_processes": sorted({runs.label(r[0], run) for r in others if r[0] in runs.roles_of(run)}),
+        "helper_processes": sorted(
+            {runs.label(r[0], run) for r in others if roles.get(r[0], "subprocess") != "subprocess"}
+        ),
+        "subprocesses": sorted({runs.label(r[0], run) for r in others if roles.get(r[0]) == "subprocess"}),
         "pass_ns": pass_ns,
     }
 

@@ -106,6 +106,10 @@ class RunSummary:
     ``streams``."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
+    counter_source: tuple[int, str, int] | None = None
+    """Where the counter samples of a merged run are when another run holds them: the system pass's ``(run id,
+    pass, samples)``, found as the system analyses find it (their fact ``source_run``). A merged run keeps
+    no copy of its passes' counters (``config.merge.counter_passes``)."""
     wall_source: str | None = None
     """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time); or why it is
     unknown, where it is None."""
@@ -218,6 +222,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     summary.replayed = run_context(store, run_id).replayed_timing()
     summary.io = io_totals(store, run_id, summary.span_counts.get("io", 0))
     summary.system = _system(store, run_id)
+    summary.counter_source = _counter_source(store, run_id)
     health = run_health(store, run_id)
     summary.health, summary.health_info = health.findings, health.info
     summary.store = str(store.path)
@@ -278,6 +283,16 @@ def _system(store: Store, run_id: int) -> dict[str, Any] | None:
     from xstack.analyze.system import overview  # the analyses import this module's neighbours: load on use
 
     return overview(store, run_id)
+
+
+def _counter_source(store: Store, run_id: int) -> tuple[int, str, int] | None:
+    """The run holding ``run_id``'s system counters, where it is another run: ``(run id, pass, samples)``."""
+    from xstack.analyze._system_common import system_runs  # load on use, as ``_system``
+
+    found = system_runs(store, run_id).counters
+    if found is None or found.run_id == run_id:
+        return None
+    return found.run_id, found.pass_name, found.counters
 
 
 def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None,

@@ -126,7 +126,13 @@ def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:
 def _exec_role(p: IoProcess, recorded: set[int]) -> str | None:
     """``subprocess`` for an exec'd image whose parent was recorded (so not the tree's root) and that is not a
     worker ``multiprocessing`` spawned."""
-    return "subprocess" if p.ppid in recorded and _SPAWNED_WORKER not in p.argv else None
+    return "subprocess" if p.ppid in recorded and not spawned_worker(p.argv) else None
+
+
+def spawned_worker(argv: list[str]) -> bool:
+    """True where the command line ``argv`` is a worker ``multiprocessing`` started in spawn mode: exec'd, yet
+    one of the program's workers, not a subprocess."""
+    return _SPAWNED_WORKER in argv
 
 
 def helper_role(argv: list[str]) -> str | None:

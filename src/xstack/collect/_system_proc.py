@@ -34,7 +34,7 @@ import resource
 from array import array
 from collections.abc import Iterable, Sequence
 
-from xstack.collect._io_classes import helper_role
+from xstack.collect._io_classes import helper_role, spawned_worker
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 
@@ -133,7 +133,8 @@ class ProcessTree:
         """False on kernels without ``CONFIG_PROC_CHILDREN``: only the root is sampled."""
         self.command_lines: dict[int, tuple[list[str], bool]] = {}
         """pid -> a descendant's command line when first seen, and whether it was its parent's (a forked process):
-        what ``helper_roles`` tells the helpers of ``multiprocessing`` by, read while they run."""
+        what ``process_roles`` tells the helpers of ``multiprocessing`` and the subprocesses by, read while they
+        run."""
         self._recheck: set[int] = set()
         """Descendants whose command line was their parent's: read again at the next listing, once (one seen
         between its fork and its exec had not taken its own yet)."""
@@ -439,16 +440,34 @@ def write_processes(sink: Sink, rows: Sequence[int]) -> int:
     return written
 
 
-def helper_roles(command_lines: Iterable[tuple[int, list[str], bool]]) -> dict[int, str]:
-    """The helpers of ``multiprocessing`` (the resource tracker, a forkserver) among the descendants whose
-    ``(pid, command line, inherited)`` the sampler read when it first saw them, by pid: their command line runs a
-    helper's code, as the io level tells them (``_io_classes.helper_role``). A process whose command line was
-    its parent's (``inherited``: a worker the forkserver forked) is not one. Read at first sight, not as the
-    sampler stops: a helper may have ended by then (a resource tracker stopped, a forkserver of an earlier
-    DataLoader), and ``/proc`` no longer tells it."""
+def own_command_line() -> list[str]:
+    """This process's command line, as ``/proc/self/cmdline`` holds it (empty where unreadable)."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def process_roles(command_lines: Iterable[tuple[int, list[str], bool]], root_argv: list[str]) -> dict[int, str]:
+    """The descendants that are not the program's workers, by pid, from the ``(pid, command line, inherited)``
+    the sampler read when it first saw each, as the io level tells them (``_io_classes.process_roles``): the
+    helpers of ``multiprocessing`` (``resource_tracker``, ``forkserver``: their command line runs a helper's
+    code); and ``subprocess``, a program started by exec (``subprocess.run``, ``os.system``: a shell, ``cat``,
+    another Python: a command line of its own) other than a worker ``multiprocessing`` spawned, with the
+    processes forked from one (its command line, inherited). A process whose command line was its parent's
+    (``inherited``: a DataLoader worker, or a worker the forkserver forked) is a worker, unless that command line
+    is a subprocess's and not the profiled program's (``root_argv``). An unreadable command line gives no role.
+    Read at first sight, not as the sampler stops: a helper may have ended by then (a resource tracker stopped,
+    a forkserver of an earlier DataLoader), and ``/proc`` no longer tells it."""
+    lines = [(pid, argv, inherited) for pid, argv, inherited in command_lines if argv]
     roles: dict[int, str] = {}
-    for pid, argv, inherited in command_lines:
-        role = helper_role(argv) if argv and not inherited else None
-        if role:
+    for pid, argv, inherited in lines:
+        if not inherited and (role := helper_role(argv) or (None if spawned_worker(argv) else "subprocess")):
             roles[pid] = role
+    execd = {tuple(argv) for pid, argv, inherited in lines if not inherited and roles.get(pid) == "subprocess"}
+    execd.discard(tuple(root_argv))
+    for pid, argv, inherited in lines:
+        if inherited and tuple(argv) in execd:
+            roles[pid] = "subprocess"
     return roles

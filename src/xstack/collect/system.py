@@ -71,7 +71,8 @@ from xstack.collect._system_proc import (
     REDISCOVER_NS,
     Machine,
     ProcessTree,
-    helper_roles,
+    own_command_line,
+    process_roles,
     write_machine,
     write_processes,
 )
@@ -212,12 +213,13 @@ class Sampler:
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
         self.roles: dict[int, str] = {}
-        """The helpers of ``multiprocessing`` among the child processes (``helper_roles``), by pid: told by the
-        command lines read when each was first seen, so that one that ended before the sampler stops is told too."""
+        """The child processes that are not workers (``process_roles``: the helpers of ``multiprocessing``, the
+        programs started by exec), by pid, with their role: told by the command lines read when each was first
+        seen, so that one that ended before the sampler stops is told too."""
         self.command_lines: list[tuple[int, list[str], bool]] = []
-        self.workers = 0
-        """The most child processes other than helpers sampled at once (``config.system.workers``)."""
         """Each child process's ``(pid, command line, inherited)`` as first seen (``ProcessTree.command_lines``)."""
+        self.workers = 0
+        """The most child processes other than those with a role sampled at once (``config.system.workers``)."""
 
     def start(self) -> None:
         """Start the thread and wait until it has opened its /proc files (and NVML) and taken the first
@@ -271,7 +273,7 @@ class Sampler:
         tree = getattr(self, "tree", None)  # none where the thread failed to open its files
         if isinstance(tree, ProcessTree):
             self.command_lines = [(pid, argv, inherited) for pid, (argv, inherited) in tree.command_lines.items()]
-        self.roles = helper_roles(self.command_lines)
+        self.roles = process_roles(self.command_lines, own_command_line())
         self.workers = _most_workers(_whole(self.proc_rows, PROC_STRIDE), os.getpid(), self.roles)
 
     def _collect_native(self, native: NativeSampler) -> None:

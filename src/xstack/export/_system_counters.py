@@ -53,13 +53,20 @@ def track_name(name: str, device: Any) -> str:
     return name
 
 
-def roles(store: Store, run_id: int, main_pid: Any) -> dict[Any, str]:
-    """Names of the processes the run's sampler saw: the main process (``main_pid``) and its children."""
+def roles(store: Store, run_id: int, main_pid: Any, process_roles: Any = None) -> dict[Any, str]:
+    """Names of the processes the run's sampler saw: the main process (``main_pid``) and its children, named by
+    the role the sampler gave them (``config.system.process_roles``: "subprocess", "resource tracker",
+    "forkserver"), else "child process"."""
+    named = process_roles if isinstance(process_roles, dict) else {}
     pids = store.query(
         "SELECT DISTINCT pid FROM counters WHERE run_id = ? AND pid IS NOT NULL AND starts_with(name, 'proc.')",
         [run_id],
     )
-    return {pid: "main process" if pid == main_pid else "child process" for (pid,) in pids}
+    return {pid: "main process" if pid == main_pid else _role_name(named.get(str(pid))) for (pid,) in pids}
+
+
+def _role_name(role: Any) -> str:
+    return str(role).replace("_", " ") if isinstance(role, str) and role else "child process"
 
 
 class Rates:

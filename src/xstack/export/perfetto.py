@@ -2,15 +2,16 @@
 
 Layout: each host process of each run is one process, named with the run, with one track per thread (names
 from ``runs.config.processes``), where ``model`` > ``layer`` > ``op`` > ``runtime`` > ``io`` spans nest by time;
-in a run with I/O, its main process and its workers (processes whose spans are all ``io`` spans) are named so:
-"dataloader worker (pid N)". An ``io`` span carries its attributes (path, offset, bytes) as args. Each
-device of each run is one process ("GPU 0 (cuda:0)") with one track per stream ("stream 7"), and a track of
-its hardware-counter ranges (``metrics`` spans), named "counter ranges, not timed": their times are not the
-kernels' (Kineto lays the CUPTI range profiler's ranges out evenly over the session; Nsight Compute replays each
-kernel alone and records no time), so they stay off the stream tracks, each with its counters and an
-``xstack.timing`` arg that says how it was placed. A flow arrow
-(``cat: ac2g``) runs from each host span to each device span it is the parent of: launch -> kernel, copy, set
-or sync (``launch``), CPU -> GPU annotation (``annotation``). Counters are counter tracks of their host process
+in a run with I/O, its main process and the processes whose spans are all ``io`` spans are named so:
+"dataloader worker (pid N)", "subprocess (pid N)" for a program it started by exec, "resource tracker (pid N)"
+for a helper of multiprocessing (``io.process_role``). An ``io`` span carries its attributes (path, offset,
+bytes) as args. Each device of each run is one process ("GPU 0 (cuda:0)") with one track per stream
+("stream 7"), and a track of its hardware-counter ranges (``metrics`` spans), named "counter ranges, not timed":
+their times are not the kernels' (Kineto lays the CUPTI range profiler's ranges out evenly over the session;
+Nsight Compute replays each kernel alone and records no time), so they stay off the stream tracks, each with
+its counters and an ``xstack.timing`` arg that says how it was placed. A flow arrow (``cat: ac2g``) runs from
+each host span to each device span it is the parent of: launch -> kernel, copy, set or sync (``launch``),
+CPU -> GPU annotation (``annotation``). Counters are counter tracks of their host process
 or device; the system level's machine-wide counters are tracks of one "machine" process, and its cumulative
 counters are drawn as rates (``_system_counters``).
 
@@ -203,29 +204,41 @@ def _runs(store: Store, run_id: int | None) -> list[_Run]:
             main_pid = parsed.get("pid") if isinstance(parsed, dict) else None
             if has_io:
                 run.roles = _io_roles(store, rid, main_pid)
-            run.roles = syscounters.roles(store, rid, main_pid) | run.roles
+            system = parsed.get(A.CONFIG_SYSTEM) if isinstance(parsed, dict) else None
+            process_roles = system.get("process_roles") if isinstance(system, dict) else None
+            run.roles = syscounters.roles(store, rid, main_pid, process_roles) | run.roles
             runs.append(run)
     return runs
 
 
-_PIDS = """
+_PIDS = f"""
 SELECT pid, count(*) FILTER (WHERE level = 'model'), bool_and(level = 'io'),
-    bool_or(level = 'model' AND attrs->>'$."model.kind"' = 'dataloader')
+    bool_or(level = 'model' AND attrs->>'$."model.kind"' = 'dataloader'),
+    any_value(attrs->>'$."{A.IO_PROCESS_ROLE}"') FILTER (WHERE level = 'io')
 FROM spans WHERE run_id = ? AND pid IS NOT NULL AND (device IS NULL OR device = 'cpu') GROUP BY pid
 """
+
+_ROLE_NAMES = {"subprocess": "subprocess", "resource_tracker": "resource tracker", "forkserver": "forkserver"}
+"""Track names of the processes the io level tells apart from workers (``io.process_role``)."""
 
 
 def _io_roles(store: Store, run_id: int, main_pid: Any) -> dict[Any, str]:
     """In a run with I/O, the main process (``runs.config.pid``, else the pid of most model spans) and the
-    processes that only did I/O: its workers, "dataloader worker" when the run waited on a DataLoader."""
+    processes that only did I/O: a program started by exec ("subprocess") or a helper of multiprocessing
+    ("resource tracker", "forkserver") as ``io.process_role`` says, as ``io.processes`` names them; the others
+    are its workers, "dataloader worker" when the run waited on a DataLoader."""
     pids = store.query(_PIDS, [run_id])
     if not isinstance(main_pid, int):
-        with_model = [(-n, pid) for pid, n, _, _ in pids if n]  # most model spans; the lowest pid on a tie
+        with_model = [(-n, pid) for pid, n, _, _, _ in pids if n]  # most model spans; the lowest pid on a tie
         main_pid = min(with_model)[1] if with_model else None
     if main_pid is None:
         return {}
     worker = "dataloader worker" if any(r[3] for r in pids) else "worker process"
-    roles = {pid: worker for pid, _, io_only, _ in pids if io_only and pid != main_pid}
+    roles = {
+        pid: _ROLE_NAMES.get(str(role), str(role).replace("_", " ")) if role else worker
+        for pid, _, io_only, _, role in pids
+        if io_only and pid != main_pid
+    }
     return {main_pid: "main process", **roles} if roles else roles
 
 

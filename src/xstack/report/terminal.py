@@ -99,8 +99,18 @@ def _run_table(s: RunSummary) -> Table:
         add_row("file I/O", io_line(s.io))
     if s.system:
         add_row("system", system_line(s.system))
-    add_row("counter samples", f"{s.counter_samples:,}")
+    add_row("counter samples", counters_line(s))
     return t
+
+
+def counters_line(s: RunSummary) -> str:
+    """The run's counter samples, and those of the system pass where that run holds them: "none in this run;
+    2,400 in the system pass, run 2 (model+system)"."""
+    if s.counter_source is None:
+        return f"{s.counter_samples:,}"
+    run_id, pass_name, samples = s.counter_source
+    own = f"{s.counter_samples:,}" if s.counter_samples else "none"
+    return f"{own} in this run; {samples:,} in the system pass, run {run_id} ({pass_name})"
 
 
 def status_line(s: RunSummary) -> str | None:
