@@ -115,6 +115,22 @@ def test_the_loop_s_wait_for_data_is_compared(runs: dict[str, Path]) -> None:
     assert wait["A"] > 0 and wait["B"] > 0 and wait["unit"] == "ns" and wait["floor"] == "5% and 1 us"
 
 
+def test_a_loop_without_dataloader_spans_has_its_zero_waits_not_compared(tmp_path: Path) -> None:
+    from tests.analyze.io_store import loop_store
+
+    with loop_store(tmp_path / "a.duckdb"):
+        pass
+    with loop_store(tmp_path / "b.duckdb", dataloader=False):  # loads its data itself: every wait is 0
+        pass
+    d = diff_profiles(tmp_path / "a.duckdb", tmp_path / "b.duckdb")
+    rows = _rows(d)
+    assert rows[("the loop", "iterations")]["status"] == "unchanged"
+    for measure in ("waited for data", "mean wait per iteration"):
+        assert rows[("the loop", measure)]["status"] == "not compared", measure
+    assert any(lb.startswith("not compared: the loop's wait for data (B without DataLoader spans: every wait is 0")
+               for lb in d.io.labels), d.io.labels  # fmt: skip
+
+
 def test_files_that_changed_most_are_listed_by_path(runs: dict[str, Path]) -> None:
     root = runs["root"]
     d = diff_profiles(runs["a"], runs["b"])

@@ -245,11 +245,15 @@ def _wait_rows(a: IoSide, b: IoSide, floors: _Floors, facts: dict[str, Any], lab
             f"DataLoader spans{', as an imported Darshan log has none' if _darshan(without) else ''})"
         )
         return []
+    unwaited = [s for s in (a, b) if s.wait.get("dataloader_waits") is False]
+    if unwaited:  # no DataLoader spans: the waits are 0 by construction, whatever the loop spends loading data
+        labels.append(f"not compared: the loop's wait for data ({_names(unwaited)} without DataLoader spans: "
+                      "every wait is 0 by construction; data loaded in the loop itself is in its compute)")  # fmt: skip
     rows = []
     for label, key, unit in measures:
         va, vb = _waited(a, key), _waited(b, key)
-        rows.append(floors.row(LOOP, label, unit, va, vb) if va is not None and vb is not None
-                    else _not_compared(LOOP, label, unit, va, vb))  # fmt: skip
+        compared = va is not None and vb is not None and (not unwaited or key == "iterations")
+        rows.append(floors.row(LOOP, label, unit, va, vb) if compared else _not_compared(LOOP, label, unit, va, vb))
     facts["wait_ns"] = {"a": rows[1][3], "b": rows[1][4], "delta": rows[1][5], "status": rows[1][7]}
     if a.wait.get("iteration_kind") != b.wait.get("iteration_kind"):
         labels.append(f"iterations: A's are {a.wait.get('iteration_kind')}, B's {b.wait.get('iteration_kind')}")
