@@ -127,6 +127,27 @@ def test_input_bound_judges_the_loop_s_whole_wait_not_the_median_iteration(tmp_p
     )
 
 
+def test_a_merged_run_s_input_bound_is_read_from_its_io_pass(tmp_path: Path) -> None:
+    """A merged run holds one iteration of medians: its one DataLoader wait is the median wait (10 ns), which
+    hides the long waits that alternate with short ones. The analysis reads the io pass's own iterations."""
+    with loop_store(tmp_path / "m.duckdb", waits=(700, 10, 10, 700, 10)):
+        pass
+    with Store.open(tmp_path / "m.duckdb", read_only=False) as store:
+        merge = {"passes": [], "counter_passes": [{"pass": "model+io", "run_id": 1}]}
+        store.add_run(
+            RunInfo(2, "loop", pass_name="merged", levels=["model", "io"], config={"pid": MAIN, "merge": merge})
+        )
+        sink = Sink(store, 2)
+        sink.span(1, None, "model", "step", 0, 1000, MAIN, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        sink.span(2, 1, "model", "dataloader.next", 0, 10, MAIN, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+        r = run_analyses(store, 2, ["io.input_bound"])[0]
+        pass_alone = run_analyses(store, 1, ["io.input_bound"])[0]
+    assert r.run_id == 2 and r.facts == {**pass_alone.facts, "source_run": 1} and r.rows == pass_alone.rows
+    assert (r.facts["wait_share_pct"], r.facts["input_bound"]) == (28.6, True)
+    assert r.labels[0].startswith("from the io pass (run 1, model+io): a merged run holds one iteration of medians")
+
+
 def test_input_bound_splits_each_step_into_wait_and_compute_and_places_the_io(loop: Store) -> None:
     r = _one(loop, "io.input_bound")
     # iteration, duration, wait, compute, share, main io in wait, main io in compute, worker io, warm-up

@@ -245,7 +245,7 @@ def _wait_rows(a: IoSide, b: IoSide, floors: _Floors, facts: dict[str, Any], lab
             f"DataLoader spans{', as an imported Darshan log has none' if _darshan(without) else ''})"
         )
         return []
-    unwaited = [s for s in (a, b) if s.wait.get("dataloader_waits") is False]
+    unwaited = [s for s in (a, b) if (s.wait or {}).get("dataloader_waits") is False]
     if unwaited:  # no DataLoader spans: the waits are 0 by construction, whatever the loop spends loading data
         labels.append(f"not compared: the loop's wait for data ({_names(unwaited)} without DataLoader spans: "
                       "every wait is 0 by construction; data loaded in the loop itself is in its compute)")  # fmt: skip
