@@ -22,6 +22,18 @@ from xstack.analyze.context import RunContext
 from xstack.analyze.layers import ITERATION_COLUMN
 from xstack.analyze.result import Chart, Column, Result
 
+NOTES = (
+    "Notes common to all: arithmetic intensity (AI) = FLOPs / (DRAM bytes read + written); achieved FLOP/s = "
+    "FLOPs / latency; a kernel is memory-bound iff its AI is below the ridge point (peak FLOP/s / peak DRAM "
+    "bandwidth of the device, for the kernel's precision). Aggregates sum FLOPs and bytes first and then recompute "
+    "AI; occupancy is averaged weighted by latency. FLOPs and bytes come from hardware counters when the run has "
+    'them, else from an analytic count per op (labelled). Without device peaks, "bound" is left empty. A run '
+    "without kernel spans is read from its counter ranges (``metrics`` spans), timed by the duration the counters "
+    "measured, if any. An input that no kernel has (durations, FLOPs, DRAM bytes, device peaks) is named in the "
+    "labels with how to get it; the rooflines (A9, A14) then name it as missing rather than show no rows."
+)
+"""The notes of every kernel analysis (A8-A15)."""
+
 ROW_LIMIT = 20_000
 """Rows kept by the per-call tables (A8, A9) unless asked otherwise: a long trace has 10^5 kernels or more."""
 
@@ -105,3 +117,13 @@ def roofline_chart(title: str, pk: Peaks | None, limit: int) -> Chart:
     if pk:
         extra = {"peak_flops_per_s": pk.flops_per_s, "peak_dram_bytes_per_s": pk.dram_bytes_per_s}
     return Chart("roofline", "AI", ("FLOP/s",), title, log_x=True, log_y=True, series="bound", limit=limit, extra=extra)
+
+
+def per_call_result(ctx: RunContext, id: str, title: str, columns: list[Column], rows: list[tuple[Any, ...]],
+                    *, notes: str, labels: list[str], chart: Chart) -> Result:  # fmt: skip
+    """A per-layer-call table (A11-A14): ``columns`` between the columns that place a call (``call_columns``; the
+    rows are ``placed``), the first ``ROW_LIMIT`` rows kept and the rest counted."""
+    first, last = call_columns(ctx)
+    kept = rows[:ROW_LIMIT]
+    return Result(id, title, [*first, *columns, *last], kept, notes=notes, run_id=ctx.run_id, labels=labels,
+                  chart=chart, truncated=len(rows) - len(kept))  # fmt: skip

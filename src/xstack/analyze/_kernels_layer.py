@@ -17,11 +17,11 @@ from xstack.analyze._kernel_costs import (
 )
 from xstack.analyze._kernels_common import (
     COST_COLUMNS,
-    ROW_LIMIT,
+    NOTES,
     as_int,
-    call_columns,
     cost_labels,
     costs,
+    per_call_result,
     placed,
     require_kernels,
     roofline_chart,
@@ -62,29 +62,11 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
         placed(ctx, start, (r[0], r[1], r[2], r[3], as_int(r[4]), *costs(r, pk, 4, r[5])))
         for start, *r in _layer_rollup(ctx, t)
     ]
-    first, last = call_columns(ctx)
-    cols = [
-        *first,
-        Column("layer"),
-        Column("type"),
-        Column("latency", "ns"),
-        Column("kernels", "count"),
-        Column("kernel time", "ns"),
-        *COST_COLUMNS,
-        *last,
-    ]
-    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
-    return Result(
-        "A11",
-        "Kernels by layer",
-        cols,
-        out,
-        notes=notes_of(kernels_by_layer),
-        run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk),
-        chart=Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300, extra=warm_chart(ctx)),
-        truncated=cut,
-    )
+    cols = [Column("layer"), Column("type"), Column("latency", "ns"), Column("kernels", "count"),
+            Column("kernel time", "ns"), *COST_COLUMNS]  # fmt: skip
+    chart = Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300, extra=warm_chart(ctx))
+    return per_call_result(ctx, "A11", "Kernels by layer", cols, out, notes=notes_of(kernels_by_layer),
+                           labels=cost_labels(ctx, t, pk), chart=chart)  # fmt: skip
 
 
 def metrics_by_layer(store: Store, run_id: int) -> Result:
@@ -110,30 +92,12 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
             for start, *r in _layer_rollup(ctx, t)
         ]
         labels = [lb for lb in cost_labels(ctx, t, None) if not lb.startswith("bound")]
-    first, last = call_columns(ctx)
-    cols = [
-        *first,
-        Column("layer"),
-        Column("type"),
-        Column("FLOPs", "flops"),
-        Column("DRAM read", "bytes"),
-        Column("DRAM write", "bytes"),
-        *last,
-    ]
-    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
-    return Result(
-        "A12",
-        "Metrics per layer",
-        cols,
-        out,
-        notes=notes_of(metrics_by_layer),
-        run_id=ctx.run_id,
-        labels=labels,
-        chart=Chart(
-            "stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300, extra=warm_chart(ctx)
-        ),
-        truncated=cut,
-    )
+    cols = [Column("layer"), Column("type"), Column("FLOPs", "flops"), Column("DRAM read", "bytes"),
+            Column("DRAM write", "bytes")]  # fmt: skip
+    chart = Chart("stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300,
+                  extra=warm_chart(ctx))  # fmt: skip
+    return per_call_result(ctx, "A12", "Metrics per layer", cols, out, notes=notes_of(metrics_by_layer),
+                           labels=labels, chart=chart)  # fmt: skip
 
 
 def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
@@ -181,36 +145,12 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
         )
         for p, ty, d, g, start in rows
     ]
-    first, last = call_columns(ctx)
-    cols = [
-        *first,
-        Column("layer"),
-        Column("type"),
-        Column("latency", "ns"),
-        Column("GPU time", "ns"),
-        Column("non-GPU time", "ns"),
-        Column("GPU share", "pct"),
-        *last,
-    ]
-    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
-    return Result(
-        "A13",
-        "GPU vs non-GPU time per layer",
-        cols,
-        out,
-        notes=notes_of(gpu_vs_non_gpu),
-        run_id=ctx.run_id,
-        chart=Chart(
-            "stacked",
-            "layer",
-            ("GPU time", "non-GPU time"),
-            "GPU and non-GPU time per layer",
-            limit=300,
-            extra=warm_chart(ctx),
-        ),
-        truncated=cut,
-        labels=ctx.replayed_labels("latency and non-GPU time"),
-    )
+    cols = [Column("layer"), Column("type"), Column("latency", "ns"), Column("GPU time", "ns"),
+            Column("non-GPU time", "ns"), Column("GPU share", "pct")]  # fmt: skip
+    chart = Chart("stacked", "layer", ("GPU time", "non-GPU time"), "GPU and non-GPU time per layer", limit=300,
+                  extra=warm_chart(ctx))  # fmt: skip
+    return per_call_result(ctx, "A13", "GPU vs non-GPU time per layer", cols, out, notes=notes_of(gpu_vs_non_gpu),
+                           labels=ctx.replayed_labels("latency and non-GPU time"), chart=chart)  # fmt: skip
 
 
 def layer_roofline(store: Store, run_id: int) -> Result:
@@ -240,9 +180,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         if ai is not None:
             costs = (as_int(flops), as_int((read or 0) + (write or 0)), ai, rate(flops, dur), bound(ai, pk, prec))
             out.append(placed(ctx, start, (path, ty, dur, *costs)))
-    first, last = call_columns(ctx)
     cols = [
-        *first,
         Column("layer"),
         Column("type"),
         Column("time", "ns"),
@@ -251,19 +189,8 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         Column("AI", "flop/byte"),
         Column("FLOP/s", "flop/s"),
         Column("bound"),
-        *last,
     ]
     if not out and gaps:
-        return ctx.lacking("A14", "Layer roofline", *gaps, notes=__doc__ or "")
-    out, cut = out[:ROW_LIMIT], max(0, len(out) - ROW_LIMIT)
-    return Result(
-        "A14",
-        "Layer roofline",
-        cols,
-        out,
-        notes=__doc__ or "",
-        run_id=ctx.run_id,
-        labels=labels,
-        chart=roofline_chart("Layers against the roofline", pk, 5000),
-        truncated=cut,
-    )
+        return ctx.lacking("A14", "Layer roofline", *gaps, notes=NOTES)
+    return per_call_result(ctx, "A14", "Layer roofline", cols, out, notes=NOTES, labels=labels,
+                           chart=roofline_chart("Layers against the roofline", pk, 5000))  # fmt: skip

@@ -1,14 +1,7 @@
 """XSP's kernel analyses A8-A15: each GPU kernel's latency, FLOPs, DRAM traffic, occupancy and roofline place,
 and their aggregates per kernel name, per layer and per model.
 
-Notes common to all: arithmetic intensity (AI) = FLOPs / (DRAM bytes read + written); achieved FLOP/s =
-FLOPs / latency; a kernel is memory-bound iff its AI is below the ridge point (peak FLOP/s / peak DRAM
-bandwidth of the device, for the kernel's precision). Aggregates sum FLOPs and bytes first and then recompute
-AI; occupancy is averaged weighted by latency. FLOPs and bytes come from hardware counters when the run has
-them, else from an analytic count per op (labelled). Without device peaks, "bound" is left empty. A run
-without kernel spans is read from its counter ranges (``metrics`` spans), timed by the duration the counters
-measured, if any. An input that no kernel has (durations, FLOPs, DRAM bytes, device peaks) is named in the
-labels with how to get it; the rooflines (A9, A14) then name it as missing rather than show no rows.
+The notes common to all are ``_kernels_common.NOTES``.
 """
 
 from __future__ import annotations
@@ -20,6 +13,7 @@ from xstack.analyze._kernel_costs import (
 )
 from xstack.analyze._kernels_common import (
     COST_COLUMNS,
+    NOTES,
     ROW_LIMIT,
     as_int,
     cost_labels,
@@ -59,7 +53,7 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
         "GPU kernel information",
         cols,
         out,
-        notes=__doc__ or "",
+        notes=NOTES,
         run_id=ctx.run_id,
         labels=cost_labels(ctx, t, pk),
         truncated=total - len(out),
@@ -82,7 +76,7 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
     )
     total = int(store.query(f"SELECT count(*) FROM {t} WHERE flops IS NOT NULL AND dram_read + dram_write > 0")[0][0])
     if not total and (gaps := [g for g in cost_gaps(ctx, t) if g != "kernel durations"]):
-        return ctx.lacking("A9", "Kernel roofline", *gaps, notes=__doc__ or "")
+        return ctx.lacking("A9", "Kernel roofline", *gaps, notes=NOTES)
     out = []
     for r in rows:
         c = costs(r, pk, 1, r[2])
@@ -99,7 +93,7 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
         "Kernel roofline",
         cols,
         out,
-        notes=__doc__ or "",
+        notes=NOTES,
         run_id=ctx.run_id,
         labels=cost_labels(ctx, t, pk),
         chart=roofline_chart("Kernels against the roofline", pk, chart_limit),
@@ -144,7 +138,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         "Kernels by name",
         cols,
         out,
-        notes=__doc__ or "",
+        notes=NOTES,
         run_id=ctx.run_id,
         labels=cost_labels(ctx, t, pk),
         facts=facts,
