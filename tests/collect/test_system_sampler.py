@@ -202,7 +202,12 @@ def test_cpu_time_covers_a_known_burn(run: Run) -> None:
     cpu = run.cpu(run.pid)
     used = _after(cpu, run.marks["burn1"]) - _before(cpu, run.marks["burn0"])
     assert used >= 0.8 * run.burned_ns, (used, run.burned_ns)
-    assert used <= run.burned_ns + 50e6  # the burning thread, plus what the idle others and the edges add
+    # the burning thread, plus what the idle others and the edges add: the samples around the burn may come late
+    # on a loaded machine (CI), and the workload goes on between the burn's end and the next sample, on one core
+    start = max(t for t, _ in cpu if t <= run.marks["burn0"])
+    end = min(t for t, _ in cpu if t >= run.marks["burn1"])
+    edges = (run.marks["burn0"] - start) + (end - run.marks["burn1"])
+    assert used <= run.burned_ns + edges + 50e6, (used, run.burned_ns, edges)
 
 
 def test_rss_follows_a_known_allocation(run: Run) -> None:
