@@ -474,19 +474,25 @@ if __name__ == "__main__":
 """
 
 
+def _sampled(tmp_path: Path, program: str) -> Path:
+    """``program`` profiled by ``xstack run --levels system`` into ``tmp_path/p.duckdb`` (the sampler: the one the
+    ``backend`` fixture set in the environment)."""
+    (tmp_path / "prog.py").write_text(program)
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
+         "python", "prog.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "p.duckdb"
+
+
 @pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
 def test_the_resource_tracker_is_named_and_not_a_worker(backend: str, tmp_path: Path) -> None:
     """A spawn context starts multiprocessing's resource tracker beside its workers: the sampler tells it by its
     command line, and system.cpu shows it named, out of the worker count and the workers' CPU."""
     from xstack.analyze._system_cpu import cpu_saturation
 
-    (tmp_path / "spawned.py").write_text(SPAWNED)
-    done = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
-         "python", "spawned.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
+    with Store.open(_sampled(tmp_path, SPAWNED)) as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
         result = cpu_saturation(store, 1)
     roles = config[A.CONFIG_SYSTEM]["process_roles"]
@@ -526,13 +532,7 @@ def test_a_program_started_by_exec_is_a_subprocess_not_a_worker(backend: str, tm
     from xstack.analyze._system_cpu import cpu_saturation
     from xstack.analyze._system_memory import memory_growth
 
-    (tmp_path / "execs.py").write_text(EXECS)
-    done = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
-         "python", "execs.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
+    with Store.open(_sampled(tmp_path, EXECS)) as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])[A.CONFIG_SYSTEM]
         cpu, memory = cpu_saturation(store, 1), memory_growth(store, 1)
         export_perfetto(store, tmp_path / "p.json")
@@ -582,13 +582,7 @@ def test_a_helper_that_ends_before_the_sampler_is_told_by_its_command_line_at_fi
 ) -> None:
     """The resource tracker is gone by the time the sampler stops: its role comes from the command line read
     when it was first seen, so it is no worker, and does not take the place of one in the count either."""
-    (tmp_path / "helper.py").write_text(SHORT_LIVED_HELPER)
-    done = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
-         "python", "helper.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
+    with Store.open(_sampled(tmp_path, SHORT_LIVED_HELPER)) as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])[A.CONFIG_SYSTEM]
         sampled = {int(r[0]) for r in store.query("SELECT DISTINCT pid FROM counters WHERE starts_with(name, 'proc.')")}
     assert config["sampler"] == backend
