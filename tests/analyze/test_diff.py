@@ -382,7 +382,7 @@ def test_kernels_launched_in_a_warm_up_step_are_left_out_of_the_diff_and_the_sum
         summary = summarize(store, 1)
     assert side.kernels == {"gemm": Timing(2_000_000.0, 2_000_000.0, 1, 1)}  # one measured step: no spread
     assert [(r.name, r.calls, r.total_ns, r.pct) for r in summary.top["kernel"]] == [("gemm", 1, 2_000_000, 100.0)]
-    assert summary.share_of["kernel"] == "of kernel time after warm-up"
+    assert summary.share_of["kernel"] == "of kernel time in measured steps"
 
 
 def test_a_live_run_s_warm_up_step_is_left_out(tmp_path: Path) -> None:

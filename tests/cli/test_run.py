@@ -234,7 +234,7 @@ for i in range(5):
 
 def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_ops(tmp_path: Path) -> None:
     """A first call that pays for lazy initialisation is warm-up: it is not in the stage's calls and total, nor in
-    the top layers' and operators', whose shares are of the wall time after it, nor in the layer type's self time
+    the top layers' and operators', whose shares are of the measured steps after it, nor in the layer type's self time
     (A6); the table of every layer call (A2) lists it, marked."""
     from rich.console import Console
 
@@ -257,7 +257,9 @@ def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_
     assert layer.pct is not None and layer.pct < 100
     linear = next(r for r in summary.top["op"] if r.name == "aten::linear")
     assert linear.calls == 4
-    assert summary.share_of == {"layer": "of wall after warm-up", "op": "of wall after warm-up"}
+    assert summary.share_of == {"layer": "of measured steps", "op": "of measured steps"}
+    assert summary.iterations is not None and summary.iterations["measured"] == 4
+    assert summary.outside_steps_ns is not None and summary.outside_steps_ns >= 100_000_000  # the lazy first call
     with Store.open(tmp_path / "p.duckdb") as s:
         a2, a6 = (run_analyses(s, 1, [id])[0] for id in ("A2", "A6"))
     assert [(p, w) for p, w in zip(a2.column("path"), a2.column("warm-up"), strict=True) if p == "Lazy"] == [
@@ -267,4 +269,5 @@ def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_
     assert lazy[1] == 4 and lazy[2] < 100_000_000  # calls, self time: the lazy initialisation is not in them
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(render_summary(summary))
-    assert "% of wall after warm-up" in console.export_text()
+    text = " ".join(console.export_text().split())
+    assert "% of measured steps" in text and "calls in the 4 measured steps only" in text

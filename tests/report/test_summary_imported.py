@@ -232,3 +232,25 @@ def test_an_ncu_csv_has_no_layers_or_operators_by_its_format(tmp_path: Path) -> 
     for title in ("Top layers", "Top operators"):
         assert f"{title}: none in this run (an Nsight Compute CSV records the kernels it replayed only)" in text
     assert "nn.Module" not in text and "ampere_sgemm_128x64_nn" in text
+
+
+def test_a_param_trace_s_top_rows_are_of_its_measured_call(import_store: Any) -> None:
+    """PARAM times one forward call per phase, after clearing the caches: the top operators count the measured
+    call's ops, their shares of its time (the convolutions are two thirds of AlexNet's forward pass), not of a
+    wall time that holds start-up, the cache clearing and the harness's work after the call."""
+    path = kineto_fixture("a100_alexnet_train_sync.json.gz")
+    events = ref.complete_events(ref.load(path))
+    step = min((e for e in events if e["name"].endswith("|measure|forward]")), key=lambda e: e["dur"])
+    in_step = [e for e in events if e.get("cat") == "cpu_op" and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+    conv = [e for e in in_step if e["name"] == "aten::conv2d"]
+    summary, text = summary_of(import_store, path.name)
+    assert summary.share_of["op"] == "of measured steps"
+    top = {r.name: r for r in summary.top["op"]}
+    assert top["aten::conv2d"].calls == len(conv) == 5
+    assert top["aten::conv2d"].total_ns == pytest.approx(sum(ref.ns(e["dur"]) for e in conv), abs=len(conv))
+    assert top["aten::conv2d"].pct == pytest.approx(100 * sum(e["dur"] for e in conv) / step["dur"], abs=0.05)
+    assert 60 < top["aten::conv2d"].pct < 70
+    # the cache clearing's ops ran outside the measured call: not in the table
+    assert {"aten::zeros", "aten::mul"}.isdisjoint(top) and {e["name"] for e in in_step}.issuperset(top)
+    assert summary.outside_steps_ns == summary.wall_ns - ref.ns(step["dur"])
+    assert "calls in the measured step only; 43.4 s of the wall time is outside it" in " ".join(text.split())

@@ -145,6 +145,30 @@ class RunContext:
             return None, False
         return i + 1, steps[i][2]
 
+    def measured_table(self) -> tuple[str, int] | None:
+        """The measured iterations (host step spans past the warm-up), as the name of a temp table ``(ws, we)`` of
+        their extents in ns (adjoining or nested ones joined, in order), and their summed length; None for a run
+        without them. Join it with ``ASOF JOIN table w ON t >= w.ws`` and keep ``t < w.we``: a time ``t`` then lies
+        in a measured iteration (a span belongs where it starts, as in ``in_warmup``)."""
+        name = f"_ax_measured_{self.run_id}"
+        if name not in self._tables:
+            self.store.con.execute(
+                f"""CREATE OR REPLACE TEMP TABLE {name} AS
+                WITH st AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
+                    WHERE run_id = $run AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}
+                        AND {past_warmup(self.warmup)}),
+                after AS (SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                    AS reach FROM st),
+                grouped AS (SELECT s, e, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
+                    OVER (ORDER BY s, e) AS grp FROM after)
+                SELECT min(s) AS ws, max(e) AS we FROM grouped GROUP BY grp""",
+                {"run": self.run_id},
+            )
+            total = self.store.con.execute(f"SELECT sum(we - ws) FROM {name}").fetchall()[0][0]
+            self._tables[name] = str(int(total or 0))
+        total_ns = int(self._tables[name])
+        return (name, total_ns) if total_ns else None
+
     def warmup_ns(self) -> int:
         """The time (ns) the warm-up iterations took: the length of ``warmup_windows``."""
         return sum(e - s for s, e in self.warmup_windows())
@@ -286,12 +310,19 @@ REPLAYED_ADVICE = "time the model in a trace recorded without counters"
 """What to do for a latency or rate that counter replay left unknown."""
 
 
-STEP_SPAN = (
-    f"""(attrs->>'$."{A.MODEL_KIND}"' = 'step' OR (attrs->>'$."{A.MODEL_KIND}"' IS NULL """
-    "AND regexp_matches(name, '^ProfilerStep#[0-9]+$')))"
-)
-"""An iteration among model spans: one marked by ``prof.step()`` (live) or the profiler's ``ProfilerStep#N``,
-except a last one that holds no work, which the importer marks kind ``tail`` (the profiler stopping)."""
+def step_span(alias: str = "") -> str:
+    """SQL: a model span (of ``alias``) is an iteration: one marked by ``prof.step()`` (live) or the profiler's
+    ``ProfilerStep#N``, except a last one that holds no work, which the importer marks kind ``tail`` (the
+    profiler stopping)."""
+    p = f"{alias}." if alias else ""
+    return (
+        f"""({p}attrs->>'$."{A.MODEL_KIND}"' = 'step' OR ({p}attrs->>'$."{A.MODEL_KIND}"' IS NULL """
+        f"AND regexp_matches({p}name, '^ProfilerStep#[0-9]+$')))"
+    )
+
+
+STEP_SPAN = step_span()
+"""An iteration among model spans (``step_span``)."""
 
 
 def warmup_steps(config: dict[str, Any]) -> int:

@@ -1,14 +1,17 @@
 """The run summary: what ran, on which devices, the top layers, ops and kernels by time, and trace health.
 
-Notes: times are summed per name over every call in the run, except that a live run's warm-up iterations
-(``RunContext.warmup``: its first, which pays for lazy initialisation and first calls) are left out of its layers,
-ops and kernels, and their time out of the wall time layers and ops are a share of. A layer or op is in the warm-up
-when it starts there; a kernel when the runtime call that launched it does (its own start, where no launch is
-known), as the timeline's windows give device work to the step that launched it. Layer and op times are inclusive (a
-call's nested calls count in it too); kernel times are device busy time. Percentages of layers and ops are of the
-run's host wall time (first start to last end of its host spans; for a Darshan log without DXT segments, which gives
-no spans, the job's run time from the log's header; unknown, and no percentages, for a run without a host trace such
-as an Nsight Compute CSV); of kernels, of all kernel time (past the warm-up). A run that recorded its counters with a
+Notes: in a run with iterations (step spans: ``prof.step()``, ``ProfilerStep#N``, PARAM's timed calls), the top
+layers, ops and kernels count the calls of the measured iterations only (past the warm-up, ``RunContext.warmup``:
+the first, which pays for lazy initialisation and first calls), and layers' and ops' percentages are of those
+iterations' summed time: start-up, a harness's work between the timed calls (PARAM clears the caches before each)
+and the time after the last step are not the model's iterations. A layer or op is in a step when it starts there; a
+kernel when the runtime call that launched it does (its own start, where no launch is known), as the timeline's
+windows give device work to the step that launched it. Without steps, times are summed over every call in the run
+and percentages of layers and ops are of the run's host wall time (first start to last end of its host spans; for a
+Darshan log without DXT segments, which gives no spans, the job's run time from the log's header; unknown, and no
+percentages, for a run without a host trace such as an Nsight Compute CSV), less a live run's warm-up. Layer and op
+times are inclusive (a call's nested calls count in it too); kernel times are device busy time, their percentages of
+all kernel time counted. A run that recorded its counters with a
 profiler that replays each kernel (the CUPTI range profiler) has host times inflated by the replays: its wall
 time, layers and ops say so. A run with hardware counters per
 kernel and no kernel trace (an Nsight Compute CSV, a CUPTI range-profiler trace) lists its counter ranges as its
@@ -133,8 +136,13 @@ class RunSummary:
     by run id."""
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
-    merged run, "of step (PASS)": the step median of the pass that timed that level; in a live run with warm-up,
-    "of wall after warm-up" (layers, ops) and "of kernel time after warm-up"."""
+    merged run, "of step (PASS)": the step median of the pass that timed that level; in a run with measured steps,
+    "of measured steps" (layers, ops: the steps' summed time) and "of kernel time in measured steps", their rows
+    counting only calls in those steps; in a run without steps but with warm-up, "of wall after warm-up" and "of
+    kernel time after warm-up"."""
+    outside_steps_ns: int | None = None
+    """In a run whose top rows count its measured steps only: the host wall time outside them (start-up, the
+    warm-up, work between steps, the time after the last), which they leave out; None otherwise."""
     error: str | None = None
     """What stopped the program early (``config.error``: ``ValueError: boom``, ``exit code 3``); None otherwise."""
     iterations: dict[str, int] | None = None
@@ -189,12 +197,26 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.noisy_spans = {str(lv): (int(n), int(total)) for lv, n, total in rows}
     else:
         summary.merged_into = _merging_run(store, run_id)
-    # a live run's warm-up iterations (first calls: lazy initialisation, allocator growth, autotuning) are left
-    # out of its layers, ops and kernels, and out of the wall time layers and ops are a share of
+    # a run with measured iterations (step spans past the warm-up) counts its layers, ops and kernels in them:
+    # their shares are of the iterations the run measures, not of start-up, a harness's work between its calls
+    # (PARAM clears the caches before each) or the time after the last step; without steps, a live run's warm-up
+    # (first calls: lazy initialisation, allocator growth, autotuning) is left out of them and of the wall time
     ctx = run_context(store, run_id)
-    warm = dict.fromkeys(("layer", "op"), ctx.in_warmup()) | {"kernel": ctx.in_warmup("launch_ns")}
+    measured = ctx.measured_table() if summary.pass_name != "merged" else None
+    keep: dict[str, tuple[str, str]]  # per level: a join and a condition on alias x
+    if measured:
+        window, steps_ns = measured
+        keep = {
+            level: (f"ASOF JOIN {window} w ON x.{col} >= w.ws", f"x.{col} < w.we")
+            for level, col in (("layer", "start_ns"), ("op", "start_ns"), ("kernel", "launch_ns"))
+        }
+        summary.outside_steps_ns = max(wall - steps_ns, 0) if wall else None
+    else:
+        keep = {level: ("", f"NOT {ctx.in_warmup()}") for level in ("layer", "op")}
+        keep["kernel"] = ("", f"NOT {ctx.in_warmup('x.launch_ns')}")
     kernel_total = store.con.execute(
-        f"SELECT coalesce(sum(dur_ns), 0) FROM {launched()} WHERE NOT {warm['kernel']}", {"run": run_id}
+        f"SELECT coalesce(sum(dur_ns), 0) FROM {launched()} x {keep['kernel'][0]} WHERE {keep['kernel'][1]}",
+        {"run": run_id},
     ).fetchall()[0][0]
     # a merged run's layers and ops are timed in their own passes, each slower than the one laying out the
     # iteration: their shares are of the step median of the pass that timed them
@@ -209,12 +231,16 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         if level != "kernel" and level in pass_step:
             denominator, timed_by = pass_step[level]
             summary.share_of[level] = f"of step ({timed_by})"
-        elif warm[level] != "FALSE" and denominator and level == "kernel":
+        elif measured:
+            denominator = kernel_total if level == "kernel" else measured[1]
+            if denominator:
+                summary.share_of[level] = ("of kernel time in" if level == "kernel" else "of") + " measured steps"
+        elif keep[level][1] != "NOT FALSE" and denominator and level == "kernel":
             summary.share_of[level] = "of kernel time after warm-up"  # kernel_total leaves the warm-up out
-        elif warm[level] != "FALSE" and denominator:
+        elif keep[level][1] != "NOT FALSE" and denominator:
             denominator -= ctx.warmup_ns()
             summary.share_of[level] = "of wall after warm-up"
-        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, warm[level])
+        summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, *keep[level])
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     if summary.pass_name != "merged":
@@ -295,15 +321,15 @@ def _counter_source(store: Store, run_id: int) -> tuple[int, str, int] | None:
     return found.run_id, found.pass_name, found.counters
 
 
-def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None,
-         left_out: str = "FALSE") -> list[TopRow]:  # fmt: skip
+def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int | None, join: str = "",
+         counted: str = "TRUE") -> list[TopRow]:  # fmt: skip
     """The top ``limit`` names of ``level`` by total time, with their share of ``denominator_ns`` (None where it
-    is unknown); spans matching the SQL ``left_out`` (those of the warm-up; of kernels, by ``launch_ns``) are not
-    counted."""
+    is unknown); only spans (alias ``x``) matching the SQL ``counted`` after ``join`` (those of the measured steps,
+    or those past the warm-up; kernels by their ``launch_ns``) are counted."""
     source = launched() if level == "kernel" else "(SELECT * FROM spans WHERE run_id = $run AND level = $level)"
     rows = store.con.execute(
-        f"SELECT name, count(*), sum(dur_ns), avg(dur_ns) FROM {source} WHERE NOT {left_out} "
-        "GROUP BY name ORDER BY 3 DESC, 1 LIMIT $limit",
+        f"SELECT x.name, count(*), sum(x.dur_ns), avg(x.dur_ns) FROM {source} x {join} WHERE {counted} "
+        "GROUP BY x.name ORDER BY 3 DESC, 1 LIMIT $limit",
         {"run": run_id, "limit": limit} | ({} if level == "kernel" else {"level": level}),
     ).fetchall()
     return [

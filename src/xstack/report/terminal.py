@@ -140,7 +140,15 @@ def top_caption(s: RunSummary, level: str) -> str | None:
     times inflated by counter replay."""
     if level == "kernel":
         return f"from {s.kernels_from}" if s.kernels_from else None
-    return f"times and shares {s.replayed}" if s.replayed else None
+    parts = [f"times and shares {s.replayed}"] if s.replayed else []
+    if s.outside_steps_ns and s.iterations:
+        n = s.iterations["measured"]
+        steps, them = ("the measured step", "it") if n == 1 else (f"the {n:,} measured steps", "them")
+        parts.append(
+            f"calls in {steps} only; {format_ns(s.outside_steps_ns)} of the wall time is outside {them} (start-up, "
+            "warm-up, the time between and after the steps)"
+        )
+    return "; ".join(parts) or None
 
 
 def device_line(d: dict[str, Any], gpu_runtime: str | None = None) -> str:
