@@ -11,9 +11,11 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import kineto_fixture
 from tests.report.handmade import HOSTILE, analysis
 from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Result, format_value
@@ -66,7 +68,7 @@ def test_markdown_has_every_result_with_all_rows(bert: tuple[Store, Analysis]) -
             assert md(f"{r.id} {r.title}") in needed[md(level)], (r.id, level)
     assert sum(map(len, needed.values())) == sum(len(r.missing) for r in missing)
     system = next(row for row in tables["Not"] if row[0] == "system")
-    assert system[1] == md(a.result("system.cpu").hint.removeprefix("system: "))
+    assert system[1] == md(a.result("system.cpu").hints["system"])
     a10 = a.result("A10")
     for row, cells in zip(a10.rows, tables["A10"], strict=True):
         assert cells == [md(format_value(v, c.unit)) for v, c in zip(row, a10.columns, strict=True)]
@@ -213,3 +215,31 @@ def test_a_crashed_run_shows_its_status_and_why_in_every_report(tmp_path: Path) 
     assert status in page.text
     summary = xstack("summary", "crash.duckdb", cwd=tmp_path).stdout
     assert status in summary
+
+
+def test_each_missing_level_has_its_own_hint_in_json_and_the_closing_table(import_store: Any) -> None:
+    """An analysis lacking two levels says how to get each: JSON keeps the hints by level, and the markdown
+    report's closing table gives each level's row its own hint, not the whole sentence of both."""
+    from xstack.analyze.context import run_context
+    from xstack.analyze.pipeline import analyze
+
+    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))  # no layers, no device peaks
+    analysis = analyze(store)
+    ctx = run_context(store)
+    results = {r["id"]: r for r in json.loads(render_json(analysis))["results"]}
+    two = [r for r in results.values() if len(r["missing"]) >= 2]
+    assert two, "expected an analysis lacking two levels (layers and device peaks) in this trace"
+    for r in (r for r in results.values() if r["missing"]):
+        assert list(r["hints"]) == r["missing"]
+        assert r["hint"] == " ".join(f"{m}: {h}." for m, h in r["hints"].items())
+    for r in two:
+        assert r["hints"] == {m: ctx.hint(m) for m in r["missing"]}
+    text = render_markdown(analysis)
+    closing = text[text.index("### Not available for this run") :]
+    rows = {
+        cells[0].replace("\\", ""): cells[1]
+        for line in closing.splitlines()[4:]
+        if line.startswith("| ") and (cells := [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+    }
+    for level in {m for r in two for m in r["missing"]}:
+        assert rows[level] == md(ctx.hint(level))

@@ -152,7 +152,7 @@ class SystemRuns:
 
     def missing(self, id: str, title: str, what: str = "system") -> Result:
         """A result saying that the system level (or, ``what="syscalls"``, its syscall pass) is missing."""
-        return missing_result(id, title, self.run_id, [what], f"{what}: {HINT}.")
+        return missing_result(id, title, self.run_id, {what: HINT})
 
 
 _RUNS: weakref.WeakKeyDictionary[Store, dict[int, SystemRuns]] = weakref.WeakKeyDictionary()

@@ -244,8 +244,7 @@ class RunContext:
 
     def lacking(self, id: str, title: str, *missing: str, notes: str = "") -> Result:
         """A result saying that ``missing`` (levels or inputs such as ``memory``) are absent, and how to get them."""
-        hint = " ".join(f"{m}: {self.hint(m)}." for m in missing)
-        return missing_result(id, title, self.run_id, list(missing), hint, notes)
+        return missing_result(id, title, self.run_id, {m: self.hint(m) for m in missing}, notes)
 
     def hint(self, missing: str) -> str:
         """How to get one missing level or input for this run (``HINTS``; device peaks of an imported trace are

@@ -94,6 +94,9 @@ class Result:
     """Levels (or inputs such as ``device peaks``) the analysis needs and the run lacks."""
     hint: str = ""
     """How to get what is missing, e.g. "run with the metrics level"."""
+    hints: dict[str, str] = field(default_factory=dict)
+    """How to get each of ``missing``, by level, where known apart (``hint`` is then their sentences in turn,
+    "level: how."): the reports' closing table of unavailable analyses has a row per missing level."""
     chart: Chart | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     """Headline numbers (totals, peaks, shares) that the overview and the recommendation rules read."""
@@ -151,6 +154,7 @@ class Result:
             "available": self.available,
             "missing": self.missing,
             "hint": self.hint,
+            "hints": self.hints,
             "notes": self.notes,
             "labels": self.labels,
             "columns": [_column_dict(c) for c in self.columns],
@@ -189,17 +193,20 @@ def cell_units(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> list
     ]
 
 
-def missing_result(id: str, title: str, run_id: int, missing: list[str], hint: str, notes: str = "") -> Result:
-    """A result that says which levels are missing and how to record them."""
-    return Result(id=id, title=title, run_id=run_id, missing=missing, hint=hint, notes=notes)
+def missing_result(id: str, title: str, run_id: int, hints: dict[str, str], notes: str = "") -> Result:
+    """A result saying which levels (or inputs) are missing and how to get each (``hints``, by level, in order)."""
+    hint = " ".join(f"{m}: {how}." for m, how in hints.items())
+    return Result(id=id, title=title, run_id=run_id, missing=list(hints), hint=hint, hints=dict(hints), notes=notes)
 
 
 def missing_by_level(results: Sequence[Result]) -> dict[str, tuple[str, list[Result]]]:
-    """Per missing level (or input) of ``results``, in order of first need: how to get it, and the results that
-    need it (a result missing two levels is under both)."""
+    """Per missing level (or input) of ``results``, in order of first need: how to get it (the result's hint for
+    that level; its whole hint where it has none apart), and the results that need it (a result missing two
+    levels is under both)."""
     needs: dict[str, tuple[str, list[Result]]] = {}
     for r in results:
-        for level, hint in _hints(r).items():
+        for level in r.missing:
+            hint = r.hints.get(level) or r.hint or "record it"
             needs.setdefault(level, (hint, []))[1].append(r)
     return needs
 
@@ -208,16 +215,6 @@ def not_available_lead(n: int) -> str:
     """The sentence over the table of ``n`` results that lack a level: "3 analyses need what this run did not
     record"."""
     return f"{n:,} {'analysis needs' if n == 1 else 'analyses need'} what this run did not record"
-
-
-def _hints(r: Result) -> dict[str, str]:
-    """A missing result's hint split per missing level (``RunContext.lacking`` writes "level: how." for each in
-    turn); the whole hint for each where it is not of that form."""
-    starts = [r.hint.find(f"{m}: ") for m in r.missing]
-    if any(a < 0 for a in starts) or starts != sorted(starts) or (starts and starts[0] != 0):
-        return dict.fromkeys(r.missing, r.hint or "record it")
-    ends = [*starts[1:], len(r.hint)]
-    return {m: r.hint[a + len(m) + 2 : b].strip() for m, a, b in zip(r.missing, starts, ends, strict=True)}
 
 
 def notes_of(fn: Any) -> str:
