@@ -476,11 +476,12 @@ if __name__ == "__main__":
 
 def _sampled(tmp_path: Path, program: str) -> Path:
     """``program`` profiled by ``xstack run --levels system`` into ``tmp_path/p.duckdb`` (the sampler: the one the
-    ``backend`` fixture set in the environment)."""
+    ``backend`` fixture set in the environment). The paths are relative to ``tmp_path``, the working directory:
+    a program that runs its own command line again in another folder finds its own copy and store there."""
     (tmp_path / "prog.py").write_text(program)
     done = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", str(tmp_path / "p.duckdb"), "--",
-         "python", "prog.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [sys.executable, "-m", "xstack", "run", "--levels", "system", "-o", "p.duckdb", "--", "python", "prog.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return tmp_path / "p.duckdb"
@@ -551,6 +552,63 @@ def test_a_program_started_by_exec_is_a_subprocess_not_a_worker(backend: str, tm
     assert f"subprocess (pid {child})" in tracks
 
 
+RERUN = """
+import json, os, shutil, subprocess, time
+
+COPY = "XSTACK_TEST_COPY"  # the copy's mark: an argument would change its command line
+
+
+def fork_worker():
+    pid = os.fork()
+    if pid == 0:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+        time.sleep(0.4)  # alive for a few listings of the tree after the burn
+        os._exit(0)
+    return pid
+
+
+if __name__ == "__main__":
+    if os.environ.get(COPY):  # the copy: two forked children
+        children = [fork_worker() for _ in range(2)]
+        for pid in children:
+            os.waitpid(pid, 0)
+        with open("pids.json", "w") as f:
+            json.dump({"children": children}, f)
+    else:  # the program: a worker of its own, and a copy of itself run with its very command line
+        own = fork_worker()
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = f.read().decode().split("\\0")[:-1]
+        os.mkdir("copy")  # where the copy's relative paths (its store, this file) lead to its own files
+        shutil.copy(__file__, "copy")
+        copy = subprocess.Popen(argv, cwd="copy", env=os.environ | {COPY: "1"})
+        if copy.wait():
+            raise SystemExit("the copy failed")
+        os.waitpid(own, 0)
+        with open("pids.json", "w") as f:
+            json.dump({"own": own, "copy": copy.pid, "argv": argv}, f)
+"""
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
+def test_a_copy_of_the_program_and_the_processes_it_forked_are_subprocesses(backend: str, tmp_path: Path) -> None:
+    """The program runs its own command line again (``xstack run`` and all, in another folder): the copy has the
+    command line of the program, and its forked children have it too, as the program's own forked worker does.
+    The copy is told by its stack (exec placed it anew), its children by their parent; the worker stays one."""
+    with Store.open(_sampled(tmp_path, RERUN)) as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])[A.CONFIG_SYSTEM]
+        sampled = {int(r[0]) for r in store.query("SELECT DISTINCT pid FROM counters WHERE starts_with(name, 'proc.')")}
+    pids = orjson.loads((tmp_path / "pids.json").read_bytes())
+    children = orjson.loads((tmp_path / "copy" / "pids.json").read_bytes())["children"]
+    assert pids["argv"][-2:] == ["python", "prog.py"] and "xstack" in pids["argv"]  # the copy's command line
+    assert config["sampler"] == backend
+    assert {pids["own"], pids["copy"], *children} <= sampled
+    roles = {int(pid): role for pid, role in config["process_roles"].items()}
+    assert roles == {pids["copy"]: "subprocess", children[0]: "subprocess", children[1]: "subprocess"}, roles
+    assert config["workers"] == 1
+
+
 SHORT_LIVED_HELPER = """
 import multiprocessing, time
 from multiprocessing import resource_tracker, shared_memory
@@ -596,20 +654,50 @@ def test_a_process_with_its_parents_command_line_is_no_helper() -> None:
     """A worker the forkserver forked has the forkserver's command line: inherited, it is not a helper."""
     code = "from multiprocessing.forkserver import main; main(8, 9, ['__main__'])"
     tracker = "from multiprocessing.resource_tracker import main;main(5)"
-    lines = [(11, ["python", "-c", code], False), (12, ["python", "-c", code], True), (14, [], False),
-             (15, ["python", "-c", tracker], False)]  # fmt: skip
+    lines = [(11, 10, ["python", "-c", code], False), (12, 11, ["python", "-c", code], True), (14, 10, [], False),
+             (15, 10, ["python", "-c", tracker], False)]  # fmt: skip
     assert system.process_roles(lines, ["python", "train.py"]) == {11: "forkserver", 15: "resource_tracker"}
+
+
+ROOT = ["python", "train.py"]
+"""The profiled program's command line (pid 10) in the records of the tests below."""
+SPAWNED_ARGV = ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
+                "pipe_handle=9)", "--multiprocessing-fork"]  # fmt: skip
 
 
 def test_programs_started_by_exec_are_subprocesses_as_the_io_level_tells_them() -> None:
     """A command line of its own is a program started by exec (cat, another Python), and a process forked from
     one is too; a DataLoader worker (the program's command line, inherited) and a worker multiprocessing
     spawned (exec'd, with --multiprocessing-fork) are workers."""
-    root = ["python", "train.py"]
-    spawned = ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
-               "pipe_handle=9)", "--multiprocessing-fork"]  # fmt: skip
     forks = ["python", "-c", "import os; os.fork()"]
-    lines = [(11, root, True), (12, spawned, False), (13, ["cat", "x.bin"], False), (14, ["sh", "-c", "cat x"], False),
-             (15, forks, False), (16, forks, True), (17, root, False)]  # fmt: skip
-    assert system.process_roles(lines, root) == {13: "subprocess", 14: "subprocess", 15: "subprocess",
+    lines = [(11, 10, ROOT, True), (12, 10, SPAWNED_ARGV, False), (13, 10, ["cat", "x.bin"], False),
+             (14, 10, ["sh", "-c", "cat x"], False), (15, 10, forks, False), (16, 15, forks, True),
+             (17, 10, ROOT, False)]  # fmt: skip
+    assert system.process_roles(lines, ROOT) == {13: "subprocess", 14: "subprocess", 15: "subprocess",
                                                  16: "subprocess", 17: "subprocess"}  # fmt: skip
+
+
+def test_the_processes_a_subprocess_started_are_subprocesses_whatever_their_command_line() -> None:
+    """A copy of the program started by exec with its very command line (a stack of its own: not inherited) is
+    a subprocess, and so is every process under it, by its parent: forked with that same command line (which a
+    worker of the program has too), a grandchild, a worker it spawned, its resource tracker, one whose command
+    line could not be read. The program's own forked worker is still a worker."""
+    tracker = ["python", "-c", "from multiprocessing.resource_tracker import main;main(5)"]
+    lines = [(20, 10, ROOT, False), (21, 20, ROOT, True), (22, 20, ROOT, True), (23, 21, ROOT, True),
+             (24, 20, SPAWNED_ARGV, False), (25, 20, tracker, False), (26, 20, [], False), (27, 10, ROOT, True),
+             (28, 27, ROOT, True), (29, 10, tracker, False), (30, 29, tracker, True)]  # fmt: skip
+    assert system.process_roles(lines, ROOT) == {
+        20: "subprocess", 21: "subprocess", 22: "subprocess", 23: "subprocess", 24: "subprocess",
+        25: "subprocess", 26: "subprocess", 29: "resource_tracker",
+    }  # fmt: skip
+    assert system.process_roles(reversed(lines), ROOT) == system.process_roles(lines, ROOT)  # children seen first
+
+
+def test_a_process_whose_parent_was_not_seen_is_told_by_its_command_line() -> None:
+    """The parent ended before the sampler saw its child (which went to pid 1): the command line alone tells.
+    A subprocess's command line, inherited, is a subprocess, and so are the processes forked from it; the
+    program's command line is a worker's. A pid reused into a loop of parents ends the walk."""
+    forks = ["python", "-c", "import os; os.fork()"]
+    lines = [(15, 10, forks, False), (31, 1, forks, True), (32, 31, forks, True), (33, 1, ROOT, True),
+             (34, 35, ROOT, True), (35, 34, ROOT, True)]  # fmt: skip
+    assert system.process_roles(lines, ROOT) == {15: "subprocess", 31: "subprocess", 32: "subprocess"}

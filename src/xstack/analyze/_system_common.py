@@ -97,7 +97,7 @@ class SystemRuns:
     roles: dict[int, str] = field(default_factory=dict)
     """The child processes the sampler found not to be workers (``config.system.process_roles``), by pid, with
     their role: the helpers of ``multiprocessing`` (``resource_tracker``, ``forkserver``) and the programs started
-    by exec (``subprocess``)."""
+    by exec, with the processes they started (``subprocess``)."""
 
     @property
     def main_pid(self) -> int | None:

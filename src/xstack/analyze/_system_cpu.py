@@ -141,8 +141,9 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     (``usable_cpus``: ``runs.config.cpu_count``, else the cores), the DataLoaders it recorded, and whether the
     counters were sampled while the syscall tracer ran (``counters_traced``: its load then counts too). The
     helpers of ``multiprocessing`` (the resource tracker, a forkserver) and the programs started by exec
-    (``subprocess``: ``cat``, a shell, another Python; told by their command lines as the sampler first saw them,
-    ``config.system.process_roles``, as the io level tells them) are rows of their own, named, and not workers:
+    (``subprocess``: ``cat``, a shell, another Python, with the processes they started; told by their parents
+    and command lines as the sampler first saw them, ``config.system.process_roles``, as the io level tells them)
+    are rows of their own, named, and not workers:
     the worker count, the workers' CPU and ``own_cpu_pct`` leave them out (``helpers``, ``subprocesses``: their
     CPU busy, by name).
     """

@@ -16,6 +16,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from xstack.collect._system_proc import Record
 from xstack.errors import UsageError
 
 LIBRARY_NAME = "libxstack_sampler.so"
@@ -73,7 +74,7 @@ def _load() -> ctypes.CDLL | None:
         lib.xs_ncmds.argtypes = [ctypes.c_void_p]
         lib.xs_ncmds.restype = ctypes.c_int
         out = ctypes.POINTER(ctypes.c_int32)
-        lib.xs_cmd.argtypes = [ctypes.c_void_p, ctypes.c_int, out, out, out]
+        lib.xs_cmd.argtypes = [ctypes.c_void_p, ctypes.c_int, out, out, out, out]
         lib.xs_cmd.restype = ctypes.c_void_p  # bytes with NULs: read with string_at and the length
         for name in ("xs_cpu_names", "xs_first_error", "xs_io_unreadable_reason"):
             getattr(lib, name).argtypes = [ctypes.c_void_p]
@@ -157,17 +158,18 @@ class NativeSampler:
         n = self.stats["nseen"]
         return set(self._lib.xs_seen(self._handle)[:n]) if n and self._handle is not None else set()
 
-    def command_lines(self) -> list[tuple[int, list[str], bool]]:
-        """Each descendant's ``(pid, command line, inherited)``, read when the thread first saw it (``inherited``:
-        it was its parent's, a forked process)."""
+    def command_lines(self) -> list[Record]:
+        """Each descendant's ``(pid, parent pid, command line, inherited)``, read when the thread first saw it
+        (``inherited``: forked from that parent and not exec'd since, as ``ProcessTree._note_cmdline`` tells)."""
         if self._handle is None:
             return []
-        out = []
-        pid, inherited, n = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+        out: list[Record] = []
+        pid, ppid, inherited, n = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
         for i in range(self._lib.xs_ncmds(self._handle)):
-            raw = self._lib.xs_cmd(self._handle, i, ctypes.byref(pid), ctypes.byref(inherited), ctypes.byref(n))
+            raw = self._lib.xs_cmd(self._handle, i, ctypes.byref(pid), ctypes.byref(ppid), ctypes.byref(inherited),
+                                   ctypes.byref(n))  # fmt: skip
             argv = ctypes.string_at(raw, n.value).decode(errors="replace").split("\0")[:-1] if raw else []
-            out.append((pid.value, argv, bool(inherited.value)))
+            out.append((pid.value, ppid.value, argv, bool(inherited.value)))
         return out
 
     def first_error(self) -> str | None:

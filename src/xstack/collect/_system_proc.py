@@ -43,6 +43,8 @@ NS_PER_TICK = 1_000_000_000 // CLK_TCK
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 REDISCOVER_NS = 100_000_000
 """How often the tree of child processes is listed again, in ns."""
+STACK_START = 25
+"""``startstack`` (field 28 of ``/proc/PID/stat``) among the fields after the name, which ``_stat`` splits."""
 MISSING = -1
 """A value not read (an unreadable ``/proc/PID/io``; what only a full sample reads) in a row."""
 _NO_IO = (MISSING, MISSING, MISSING, MISSING)
@@ -131,13 +133,13 @@ class ProcessTree:
         """Bytes this sampler read from /proc: the root's ``rchar`` is reported without them."""
         self.children_listed = os.path.exists(f"/proc/{root}/task/{root}/children")
         """False on kernels without ``CONFIG_PROC_CHILDREN``: only the root is sampled."""
-        self.command_lines: dict[int, tuple[list[str], bool]] = {}
-        """pid -> a descendant's command line when first seen, and whether it was its parent's (a forked process):
-        what ``process_roles`` tells the helpers of ``multiprocessing`` and the subprocesses by, read while they
-        run."""
+        self.command_lines: dict[int, tuple[int, list[str], bool]] = {}
+        """pid -> a descendant's parent pid and command line when first seen, and whether it was forked from that
+        parent (``inherited``: see ``_note_cmdline``): what ``process_roles`` tells the helpers of
+        ``multiprocessing`` and the subprocesses by, read while they run."""
         self._recheck: set[int] = set()
-        """Descendants whose command line was their parent's: read again at the next listing, once (one seen
-        between its fork and its exec had not taken its own yet)."""
+        """Descendants forked from their parent: read again at the next listing, once (one seen between its fork
+        and its exec had not taken its own command line yet)."""
         self._next_listing = 0
         stat = ProcFile(f"/proc/{root}/stat")
         self.procs[root] = _Process(root, stat, self._open_io(root))
@@ -257,7 +259,7 @@ class ProcessTree:
                 self._note_cmdline(proc)
             elif proc is None and (proc := self._add(pid)) is not None and pid != self.root:
                 self._note_cmdline(proc)
-                if self.command_lines[pid][1]:
+                if self.command_lines[pid][2]:
                     self._recheck.add(pid)
             for child in self._children(proc) if proc is not None else ():
                 if child not in alive:
@@ -307,25 +309,43 @@ class ProcessTree:
         return proc
 
     def _note_cmdline(self, proc: _Process) -> None:
-        """Read the command line of ``proc`` and of its parent (``/proc/PID/stat``) into ``command_lines``."""
+        """Read the parent pid (``/proc/PID/stat``, kept from the first sight: a parent that ends hands its
+        children to another) and the command line of ``proc`` into ``command_lines``, with whether it was forked
+        from that parent and has not exec'd since: its parent's command line, and its parent's stack.
+        ``exec`` places the stack anew, at a random address (ASLR), and a fork keeps it where its parent's is,
+        so a copy of its parent started by exec with the very same command line is not taken for a fork."""
         argv = self._cmdline(proc.pid)
-        parent: list[str] = []
-        if argv:
-            with contextlib.suppress(OSError, ValueError, IndexError):  # the process ended
-                parent = self._cmdline(int(self._stat(proc)[1]))
-        self.command_lines[proc.pid] = (argv, bool(argv) and argv == parent)
+        ppid = self.command_lines[proc.pid][0] if proc.pid in self.command_lines else 0
+        inherited = False
+        with contextlib.suppress(OSError, ValueError, IndexError):  # the process ended
+            f = self._stat(proc)
+            ppid = ppid or int(f[1])
+            if argv and argv == self._cmdline(ppid):
+                inherited = same_stack(int(f[STACK_START]) if len(f) > STACK_START else 0, self._stack_start(ppid))
+        self.command_lines[proc.pid] = (ppid, argv, inherited)
+
+    def _stack_start(self, pid: int) -> int:
+        """Where the stack of process ``pid`` starts (0 where unreadable)."""
+        data = self._read_once(f"/proc/{pid}/stat")
+        try:
+            return int(data[data.rindex(b")") + 2 :].split()[STACK_START])
+        except (ValueError, IndexError):
+            return 0
 
     def _cmdline(self, pid: int) -> list[str]:
-        f = _open(f"/proc/{pid}/cmdline")
+        return self._read_once(f"/proc/{pid}/cmdline").decode(errors="replace").split("\0")[:-1]
+
+    def _read_once(self, path: str) -> bytes:
+        """The text of a /proc file opened for one read (empty where the process is gone)."""
+        f = _open(path)
         if f is None:
-            return []
+            return b""
         try:
-            raw = self._read(f)
+            return self._read(f)
         except OSError:
-            return []
+            return b""
         finally:
             f.close()
-        return raw.decode(errors="replace").split("\0")[:-1]
 
     def _open_io(self, pid: int) -> ProcFile | None:
         try:
@@ -347,6 +367,13 @@ class ProcessTree:
         voluntary, involuntary = proc.last_ctx.pop(tid, (0, 0))
         proc.dead_ctx[0] += voluntary
         proc.dead_ctx[1] += involuntary
+
+
+def same_stack(own: int, parent: int) -> bool:
+    """Whether a process whose command line is its parent's has its parent's stack too (``startstack``), so was
+    forked and has not exec'd since. 0 is an address not shown (``/proc`` hides it from a reader not allowed
+    to trace the process, and a process that is ending has none): the command line alone tells then."""
+    return own == parent or not own or not parent
 
 
 def parse_ctx(status: bytes) -> tuple[int, int]:
@@ -449,25 +476,48 @@ def own_command_line() -> list[str]:
         return []
 
 
-def process_roles(command_lines: Iterable[tuple[int, list[str], bool]], root_argv: list[str]) -> dict[int, str]:
-    """The descendants that are not the program's workers, by pid, from the ``(pid, command line, inherited)``
-    the sampler read when it first saw each, as the io level tells them (``_io_classes.process_roles``): the
-    helpers of ``multiprocessing`` (``resource_tracker``, ``forkserver``: their command line runs a helper's
-    code); and ``subprocess``, a program started by exec (``subprocess.run``, ``os.system``: a shell, ``cat``,
-    another Python: a command line of its own) other than a worker ``multiprocessing`` spawned, with the
-    processes forked from one (its command line, inherited). A process whose command line was its parent's
-    (``inherited``: a DataLoader worker, or a worker the forkserver forked) is a worker, unless that command line
-    is a subprocess's and not the profiled program's (``root_argv``). An unreadable command line gives no role.
-    Read at first sight, not as the sampler stops: a helper may have ended by then (a resource tracker stopped,
-    a forkserver of an earlier DataLoader), and ``/proc`` no longer tells it."""
-    lines = [(pid, argv, inherited) for pid, argv, inherited in command_lines if argv]
-    roles: dict[int, str] = {}
-    for pid, argv, inherited in lines:
-        if not inherited and (role := helper_role(argv) or (None if spawned_worker(argv) else "subprocess")):
-            roles[pid] = role
-    execd = {tuple(argv) for pid, argv, inherited in lines if not inherited and roles.get(pid) == "subprocess"}
-    execd.discard(tuple(root_argv))
-    for pid, argv, inherited in lines:
-        if inherited and tuple(argv) in execd:
-            roles[pid] = "subprocess"
-    return roles
+Record = tuple[int, int, list[str], bool]
+"""What the sampler read of a descendant when it first saw it: ``(pid, parent pid, command line, inherited)``
+(0: parent unknown; an empty command line: unreadable; ``inherited``: forked from that parent, not exec'd
+since)."""
+
+
+def process_roles(records: Iterable[Record], root_argv: list[str]) -> dict[int, str]:
+    """The descendants that are not the program's workers, by pid, from the ``Record`` the sampler read when it
+    first saw each, by ancestry as the io level tells them by its records' parents (``_io_classes.process_roles``):
+
+    - ``subprocess``: a program started by exec (``subprocess.run``, ``os.system``: a shell, ``cat``, another
+      Python, a copy of the program itself: a command line or a stack of its own, not ``inherited``), other
+      than a helper or a worker ``multiprocessing`` spawned; and every process whose parent, or a nearer
+      ancestor the sampler saw, is a subprocess, whatever its command line (its DataLoader workers, its
+      ``os.fork`` children, its own helpers): they are that program's processes, not the profiled one's;
+    - the helpers of ``multiprocessing`` (``resource_tracker``, ``forkserver``): their command line runs a
+      helper's code. A process forked from one (a worker the forkserver forked) is a worker.
+
+    A process forked from the profiled program or from one of its workers (a DataLoader worker) is a worker.
+    Where the parent is unknown (it ended before the sampler saw its child, which then went to another parent),
+    the command line alone tells: one ``inherited`` from a subprocess's command line other than the profiled
+    program's (``root_argv``) is a subprocess. An unreadable command line gives no role of its own. Read at
+    first sight, not as the sampler stops: a helper may have ended by then (a resource tracker stopped, a
+    forkserver of an earlier DataLoader), and ``/proc`` no longer tells it."""
+    seen = {pid: (ppid, argv, inherited) for pid, ppid, argv, inherited in records}
+    own = {pid: role for pid, (_, argv, inherited) in seen.items() if argv and not inherited
+           and (role := helper_role(argv) or (None if spawned_worker(argv) else "subprocess"))}  # fmt: skip
+    execd = {tuple(seen[pid][1]) for pid, role in own.items() if role == "subprocess"} - {tuple(root_argv)}
+    roles: dict[int, str | None] = {}
+    for first in seen:
+        chain, at = [], first  # ``first`` and its ancestors not yet told, up to one told or not seen
+        while at in seen and at not in roles and at not in chain:  # a pid met twice (reused) ends it
+            chain.append(at)
+            at = seen[at][0]
+        above = roles.get(at)
+        for pid in reversed(chain):
+            ppid, argv, inherited = seen[pid]
+            if above == "subprocess":
+                roles[pid] = above
+            elif ppid in seen:
+                roles[pid] = own.get(pid)
+            else:  # the parent unknown (or the program itself): the command line alone
+                roles[pid] = own.get(pid) or ("subprocess" if inherited and tuple(argv) in execd else None)
+            above = roles[pid]
+    return {pid: role for pid, role in roles.items() if role}

@@ -71,6 +71,7 @@ from xstack.collect._system_proc import (
     REDISCOVER_NS,
     Machine,
     ProcessTree,
+    Record,
     own_command_line,
     process_roles,
     write_machine,
@@ -214,10 +215,12 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.roles: dict[int, str] = {}
         """The child processes that are not workers (``process_roles``: the helpers of ``multiprocessing``, the
-        programs started by exec), by pid, with their role: told by the command lines read when each was first
-        seen, so that one that ended before the sampler stops is told too."""
-        self.command_lines: list[tuple[int, list[str], bool]] = []
-        """Each child process's ``(pid, command line, inherited)`` as first seen (``ProcessTree.command_lines``)."""
+        programs started by exec and the processes they started), by pid, with their role: told by the parent
+        and command line read when each was first seen, so that one that ended before the sampler stops is told
+        too."""
+        self.command_lines: list[Record] = []
+        """Each child process's ``(pid, parent pid, command line, inherited)`` as first seen
+        (``ProcessTree.command_lines``)."""
         self.workers = 0
         """The most child processes other than those with a role sampled at once (``config.system.workers``)."""
 
@@ -272,7 +275,7 @@ class Sampler:
             self._collect_native(self.native)
         tree = getattr(self, "tree", None)  # none where the thread failed to open its files
         if isinstance(tree, ProcessTree):
-            self.command_lines = [(pid, argv, inherited) for pid, (argv, inherited) in tree.command_lines.items()]
+            self.command_lines = [(pid, *seen) for pid, seen in tree.command_lines.items()]
         self.roles = process_roles(self.command_lines, own_command_line())
         self.workers = _most_workers(_whole(self.proc_rows, PROC_STRIDE), os.getpid(), self.roles)
 

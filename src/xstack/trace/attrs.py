@@ -403,15 +403,15 @@ int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | No
 "iterated": int (times iteration started: epochs), "cuda": bool (the program had CUDA initialised by the end of
 the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
 CONFIG_SYSTEM: Final = "system"
-"""Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int,
-"samples": int, "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU
-telemetry is absent), "syscalls": bool, "syscall_tool": str | None, "workers": int}``, where ``workers`` is the
-most child processes sampled at once, the helpers of ``multiprocessing`` (``"process_roles": {pid: role}``, told
-by their command lines when first seen) left out, ``gpus`` the ``cuda:N`` devices sampled and ``late_samples``
-the samples skipped because the one before came too late. The sampler adds ``"full_interval_ms": float`` (the period of
-full samples), ``"gpu_interval_ms": float | None`` (of GPU samples), ``"gpu_names": {"cuda:N": str}``,
-``"sampler_cpu_ns": int`` (the CPU time the sampler thread used), ``"sample_us": float`` (the mean wall time
-of one sample), ``"gpu_sample_us": float | None`` (of reading the GPUs, where it did), ``"sampler": "native" |
-"python"`` (the C sampler thread, or the Python one), ``"sampler_tid": int`` (the Linux tid of the thread that
-sampled the processes and the machine) and ``"sampler_tids": [int]`` (every thread of the sampler's, the GPU
-thread's included: the syscall pass leaves their calls out)."""
+"""Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int, "samples": int,
+"late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU telemetry is absent),
+"syscalls": bool, "syscall_tool": str | None, "workers": int}``, where ``workers`` is the most child processes sampled
+at once, the helpers of ``multiprocessing`` and the subprocesses (``"process_roles": {pid: role}``, told by their
+parents and command lines when first seen) left out, ``gpus`` the ``cuda:N`` devices sampled and ``late_samples`` the
+samples skipped because the one before came too late. The sampler adds ``"full_interval_ms": float`` (the period of full
+samples), ``"gpu_interval_ms": float | None`` (of GPU samples), ``"gpu_names": {"cuda:N": str}``, ``"sampler_cpu_ns":
+int`` (the CPU time the sampler thread used), ``"sample_us": float`` (the mean wall time of one sample),
+``"gpu_sample_us": float | None`` (of reading the GPUs, where it did), ``"sampler": "native" | "python"`` (the C sampler
+thread, or the Python one), ``"sampler_tid": int`` (the Linux tid of the thread that sampled the processes and the
+machine) and ``"sampler_tids": [int]`` (every thread of the sampler's, the GPU thread's included: the syscall pass
+leaves their calls out)."""

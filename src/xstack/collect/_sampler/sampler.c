@@ -20,9 +20,11 @@
  *    status files, ended threads kept), and the machine (/proc/stat per core, procs running/blocked,
  *    /proc/meminfo);
  *  - past buffer_cap_bytes of rows, every other sample is dropped and the interval doubles;
- *  - each descendant's command line is read when it is first seen, and whether it is its parent's (a forked
- *    process; read once more at the next listing, in case it was seen between its fork and its exec): Python
- *    tells the helpers of multiprocessing by it, and a helper may end long before the sampler stops.
+ *  - each descendant's parent pid and command line are read when it is first seen, and whether it was forked
+ *    from that parent and has not exec'd since (its parent's command line and stack; read once more at the
+ *    next listing, in case it was seen between its fork and its exec): Python tells the helpers of
+ *    multiprocessing and the subprocesses with their own processes by them, and a helper may end long before
+ *    the sampler stops.
  * The /proc files stay open and are re-read with pread from offset 0. Every file operation is a raw system
  * call, so the io level's interposition library, when preloaded, never sees the sampler's reads.
  */
@@ -45,6 +47,7 @@
 #define PROC_FIELDS 10
 #define PROC_STRIDE (3 + PROC_FIELDS)
 #define MACHINE_HEAD 6
+#define STACK_START 25 /* startstack, field 28 of /proc/PID/stat, among stat_fields' fields */
 #define MAX_CPUS 4096
 #define JOIN_TIMEOUT_S 5
 
@@ -76,9 +79,9 @@ struct proc {
     int64_t dead_vol, dead_invol;
 };
 
-struct cmd { /* a descendant's command line, as first read */
-    int32_t pid, inherited, recheck, len; /* inherited: the parent's command line too (a forked process) */
-    char *argv;                           /* NUL-separated, as /proc/PID/cmdline; NULL when unreadable */
+struct cmd { /* a descendant's parent and command line, as first read */
+    int32_t pid, ppid, inherited, recheck, len; /* ppid: 0 unknown; inherited: forked from it, no exec since */
+    char *argv;                                 /* NUL-separated, as /proc/PID/cmdline; NULL when unreadable */
 };
 
 struct vec { /* int64 rows */
@@ -416,8 +419,27 @@ static char *read_cmdline(struct xs_sampler *s, int pid, int *len)
     return copy;
 }
 
-/* Read the command line of descendant `p` and its parent's into its cmds entry (made at first sight): a
- * process whose command line is its parent's is checked again at the next listing, once. */
+/* Where the stack of process `pid` starts (0 where unreadable). */
+static int64_t stack_start(struct xs_sampler *s, int pid)
+{
+    char path[64];
+    int64_t f[STACK_START + 1];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = sys_open(path);
+    if (fd < 0)
+        return 0;
+    long n = read_file(s, fd);
+    sys_close(fd);
+    return n > 0 && stat_fields(s->buf, f, STACK_START + 1) == STACK_START + 1 ? f[STACK_START] : 0;
+}
+
+/* Read the parent pid of descendant `p` (kept from the first sight: a parent that ends hands its children to
+ * another) and its command line into its cmds entry (made at first sight), with whether it was forked from that
+ * parent and has not exec'd since: the parent's command line, and the parent's stack. exec places the stack
+ * anew, at a random address (ASLR), and a fork keeps it where its parent's is, so a copy of its parent started
+ * by exec with the very same command line is not taken for a fork; 0, an address /proc does not show (to a
+ * reader not allowed to trace the process, or for one that is ending), leaves the command line alone to tell.
+ * A forked process is checked again at the next listing, once (as _system_proc.ProcessTree._note_cmdline). */
 static void note_cmdline(struct xs_sampler *s, struct proc *p)
 {
     if (p->cmd < 0) {
@@ -433,15 +455,24 @@ static void note_cmdline(struct xs_sampler *s, struct proc *p)
         s->cmds[p->cmd] = (struct cmd){.pid = p->pid, .recheck = 1};
     }
     struct cmd *c = &s->cmds[p->cmd];
-    int len = 0, plen = 0;
-    int64_t f[2];
+    int len = 0, plen = 0, nf = 0;
+    int64_t f[STACK_START + 1];
+    if (read_file(s, p->stat_fd) >= 0)
+        nf = stat_fields(s->buf, f, STACK_START + 1);
+    if (!c->ppid && nf >= 2)
+        c->ppid = (int32_t)f[1];
     char *argv = read_cmdline(s, p->pid, &len), *parent = NULL;
-    if (argv && read_file(s, p->stat_fd) >= 0 && stat_fields(s->buf, f, 2) == 2)
-        parent = read_cmdline(s, (int)f[1], &plen);
+    if (argv && c->ppid)
+        parent = read_cmdline(s, c->ppid, &plen);
+    int inherited = argv && parent && len == plen && memcmp(argv, parent, len) == 0;
+    if (inherited && nf == STACK_START + 1) {
+        int64_t own = f[STACK_START], theirs = stack_start(s, c->ppid);
+        inherited = own == theirs || !own || !theirs;
+    }
     free(c->argv);
     c->argv = argv;
     c->len = argv ? len : 0;
-    c->inherited = argv && parent && len == plen && memcmp(argv, parent, len) == 0;
+    c->inherited = inherited;
     c->recheck = c->recheck && c->inherited; /* set at first sight only */
     free(parent);
 }
@@ -962,11 +993,13 @@ XS_EXPORT const int32_t *xs_seen(const struct xs_sampler *s) { return s->seen; }
 XS_EXPORT const char *xs_cpu_names(const struct xs_sampler *s) { return s->cpu_names; }
 XS_EXPORT int xs_ncmds(const struct xs_sampler *s) { return s->ncmds; }
 
-/* The command line of the i-th descendant seen (NUL-separated, *len bytes; NULL when unreadable), its pid and
- * whether it was its parent's. */
-XS_EXPORT const char *xs_cmd(const struct xs_sampler *s, int i, int32_t *pid, int32_t *inherited, int32_t *len)
+/* The command line of the i-th descendant seen (NUL-separated, *len bytes; NULL when unreadable), its pid, its
+ * parent's (0: unknown) and whether it was forked from that parent, not exec'd since. */
+XS_EXPORT const char *xs_cmd(const struct xs_sampler *s, int i, int32_t *pid, int32_t *ppid, int32_t *inherited,
+                             int32_t *len)
 {
     *pid = s->cmds[i].pid;
+    *ppid = s->cmds[i].ppid;
     *inherited = s->cmds[i].inherited;
     *len = s->cmds[i].len;
     return s->cmds[i].argv;
