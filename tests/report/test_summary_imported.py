@@ -254,3 +254,22 @@ def test_a_param_trace_s_top_rows_are_of_its_measured_call(import_store: Any) ->
     assert {"aten::zeros", "aten::mul"}.isdisjoint(top) and {e["name"] for e in in_step}.issuperset(top)
     assert summary.outside_steps_ns == summary.wall_ns - ref.ns(step["dur"])
     assert "calls in the measured step only; 43.4 s of the wall time is outside it" in " ".join(text.split())
+
+
+def test_ops_recorded_outside_the_measured_step_are_not_called_missing(import_store: Any) -> None:
+    """The gloo trace's four operators all ran after its one ProfilerStep: the table of the measured step has none,
+    and the summary said no operator events were recorded, which sends the user to re-record a trace that has
+    them."""
+    path = kineto_fixture("cpu_only_gloo_rank34.json.gz")
+    events = ref.complete_events(ref.load(path))
+    step = next(e for e in events if e["name"].startswith("ProfilerStep#"))
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert len(ops) == 4 and all(e["ts"] >= step["ts"] + step["dur"] for e in ops)
+    summary, text = summary_of(import_store, path.name)
+    assert summary.top["op"] == [] and summary.span_counts["op"] == 4
+    text = " ".join(text.split())
+    assert "no operator events were recorded" not in text
+    assert ("Top operators: none in the measured step (the run's 4 operator calls are all outside it: start-up, "
+            "warm-up, between or after the steps)") in text  # fmt: skip
+    # a level the run has no spans of still says how to record it
+    assert "Top GPU kernels: none in this run (no GPU activity was recorded" in text

@@ -38,6 +38,9 @@ FP32_SHARE_PCT = 50.0
 that already move 16-bit data would gain nothing."""
 OUTSIDE_OPS_PCT = 50.0
 """Share of the host wait with no operator running above which the host-bound advice starts from Python code."""
+HOST_CALL_PCT = 30.0
+"""Share of the host wait spent inside one runtime API call name above which the host-bound advice starts from
+that call: a cudaMalloc or a first launch, not the operator around it, is what to shorten."""
 COMPILED_OPS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "## Call CompiledFxGraph")
 """Beginnings of the names of the host ranges torch.compile records (dynamo's frame and guards, AOTAutograd's
 function, Inductor's graph call): a step that runs them already runs compiled."""
@@ -125,11 +128,19 @@ def host_bound(results: Results) -> Recommendation | None:
     if launches is not None and _launch_evidence(launches.facts) is not None:
         return None  # launch_bound speaks
     evidence, sources = [_wait_line(b.facts, wait)], [b.id]
-    if launches is not None and (line := _few_launches_line(launches.facts)) is not None:
+    held = _held_call(b.facts)
+    slow_launch = held is not None and held["class"] == "launch"
+    if launches is not None and (line := _few_launches_line(launches.facts, slow_launch)) is not None:
         evidence.append(line)
         sources.append(launches.id)
     if (doing := _host_work_line(b.facts)) is not None:
         evidence.append(doing)
+    if held is not None:
+        evidence.append(
+            f"for {held['pct']:.0f}% of the wait the host was inside {held['call']} ({held['calls']:,} "
+            f"call{'s' if held['calls'] != 1 else ''}, the longest {format_ns(held['longest_ns'])}) "
+            "(timeline.breakdown)"
+        )
     if (other := _other_waits_line(b.facts)) is not None:
         evidence.append(other)
     whole_run = b.facts.get("window") != "steps"
@@ -147,17 +158,19 @@ def host_bound(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
-def _few_launches_line(f: dict[str, Any]) -> str | None:
-    """Why the launch statistics do not make the wait launch-bound."""
+def _few_launches_line(f: dict[str, Any], slow_launch: bool = False) -> str | None:
+    """Why the launch statistics do not make the wait launch-bound; where a slow launch call holds the wait
+    (``slow_launch``), it is their count and pace that do not explain it."""
     per_step, short = _launches_per_step(f), num(f, "short_pct")
     if per_step is None or short is None:
         return None
     launches = _launch_count(f, per_step)
+    subject = "the launch count and pace do" if slow_launch else "launches do"
     kernel, interval = num(f, "median_kernel_ns"), num(f, "launch_interval_ns")
     pace = (f"; the median kernel runs {format_ns(kernel)}, the host issues a launch every {format_ns(interval)}"
             if kernel is not None and interval is not None else "")  # fmt: skip
     return (
-        f"launches do not explain it: {launches}, {short:.0f}% of the kernels under "
+        f"{subject} not explain it: {launches}, {short:.0f}% of the kernels under "
         f"{format_ns_setting(num(f, 'short_threshold_ns') or 0)}{pace} (launch-bound: {MIN_LAUNCHES_PER_STEP} or more "
         f"per step, over {SHORT_KERNELS_PCT:g}% of them short, the median kernel shorter than the time between "
         "launches) (timeline.launches)"
@@ -178,6 +191,36 @@ def _host_work_line(f: dict[str, Any]) -> str | None:
     return "; ".join(parts) + " (timeline.breakdown)" if parts else None
 
 
+def _held_call(f: dict[str, Any]) -> dict[str, Any] | None:
+    """The runtime API call the host was inside for at least ``HOST_CALL_PCT`` of the device's wait for it."""
+    calls = f.get("host_wait_calls")
+    if not isinstance(calls, list) or not calls or (calls[0].get("pct") or 0) < HOST_CALL_PCT:
+        return None
+    return dict(calls[0])
+
+
+def _call_action(held: dict[str, Any], runtime: str) -> str:
+    """What to do first about a runtime call that holds the host while the device waits."""
+    call, share = held["call"], f"{held['pct']:.0f}% of the wait"
+    if held["class"] == "alloc":
+        alloc_conf = "PYTORCH_HIP_ALLOC_CONF" if runtime == "HIP" else "PYTORCH_CUDA_ALLOC_CONF"
+        return (
+            f"Stop the device allocations in the step ({call}, {share}): the caching allocator asks the driver for "
+            "memory when its cache cannot serve a request, so keep the cache across steps (no "
+            "torch.cuda.empty_cache() in the loop), let warm-up steps reach the peak before measuring, or set "
+            f"{alloc_conf}=expandable_segments:True; then "
+        )
+    if held["class"] == "launch" and held["longest_ns"] * 2 >= held["ns"]:
+        eager = " or load kernels eagerly (CUDA_MODULE_LOADING=EAGER)" if runtime == "CUDA" else ""
+        return (
+            f"Measure past the first launches: one {call} call took {format_ns(held['longest_ns'])}, and a launch "
+            "that slow is the runtime loading the kernel's code at its first launch (lazy loading), paid in the "
+            f"first steps only: profile after warm-up steps (torch.profiler.schedule(wait=1, warmup=1, active=3))"
+            f"{eager}; then "
+        )
+    return f"Find what makes {call} slow ({share}; runtime.api_calls lists the calls) and shorten it first; then "
+
+
 def _other_waits_line(f: dict[str, Any]) -> str | None:
     """The GPU's other waits on the host, which the sync and input rules weigh: syncs, data loading."""
     waits = [(num(f, "sync_wait_pct"), "on host syncs"), (num(f, "input_wait_pct"), "for input data")]
@@ -190,7 +233,9 @@ def _other_waits_line(f: dict[str, Any]) -> str | None:
 def _host_action(f: dict[str, Any], whole_run: bool, runtime: str) -> str:
     ops = f.get("host_wait_ops") if isinstance(f.get("host_wait_ops"), list) else None
     outside = num(f, "host_wait_outside_ops_pct")
-    if ops is None:
+    if (held := _held_call(f)) is not None:
+        first = _call_action(held, runtime)
+    elif ops is None:
         first = "Record the op level (--levels model,layer,op) to see what the host runs while the GPU waits; then "
     elif outside is not None and outside >= OUTSIDE_OPS_PCT:
         first = ("Most of the wait is outside any operator: profile the step's Python code (with_stack=True, or a "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xstack.analyze._runtime_api import class_params, class_sql
 from xstack.analyze._timeline_common import (
     ACTIVITY_CTE,
     DATALOADER,
@@ -111,6 +112,29 @@ FROM clipped GROUP BY name ORDER BY ns DESC, name LIMIT $top
 """
 """The operators the host ran while the device waited for it, and the time any ran (on any thread)."""
 
+_HOST_CALLS = """
+WITH waits AS (SELECT p0, p1 FROM {pieces} WHERE device = $device AND cause = 'host_wait'),
+clipped AS (
+    SELECT r.span_id, r.name, r.dur_ns, greatest(r.start_ns, w.p0) AS s, least(r.start_ns + r.dur_ns, w.p1) AS e
+    FROM spans r JOIN waits w ON r.start_ns < w.p1 AND r.start_ns + r.dur_ns > w.p0
+    WHERE r.run_id = $run AND r.level = 'runtime' AND r.dur_ns > 0
+),
+grouped AS (
+    -- per call name, the union of its calls' time in the waits (calls on several threads overlap)
+    SELECT name, s, e, sum(CASE WHEN s > prev THEN 1 ELSE 0 END)
+        OVER (PARTITION BY name ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+    FROM (SELECT name, s, e, coalesce(max(e) OVER (PARTITION BY name ORDER BY s, e
+                                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s - 1) AS prev
+          FROM clipped)
+),
+held AS (SELECT name, sum(e - s) AS ns FROM (SELECT name, min(s) AS s, max(e) AS e FROM grouped GROUP BY name, grp)
+         GROUP BY name)
+SELECT h.name, {cls}, h.ns, count(DISTINCT c.span_id), max(c.dur_ns)
+FROM held h JOIN clipped c USING (name) GROUP BY ALL ORDER BY h.ns DESC, h.name LIMIT $top
+"""
+"""The runtime API calls the host was inside while the device waited for it: per call name, the time (ns) in
+the waits, the calls and the longest call's whole duration."""
+
 HOST_OPS_TOP = 5
 """Operators named in the facts (``host_wait_ops``)."""
 
@@ -135,7 +159,9 @@ def temporal_breakdown(store: Store, run_id: int) -> Result:
     with the op level, the facts also say what the host did while the device waited for it: the outermost
     operators that ran in those waits (on any thread; data loading left out), by the time they ran there
     (``host_wait_ops``), and the wait during which no operator ran at all (``host_wait_outside_ops_ns``:
-    Python code between operators, or work the trace does not record).
+    Python code between operators, or work the trace does not record); with the runtime level, the API calls
+    the host was inside during those waits, by the time (``host_wait_calls``: a ``cudaMalloc`` or a first
+    launch that loads a kernel's module can hold the host for milliseconds inside a short operator).
     """
     ctx = run_context(store, run_id)
     missing = None if any(map(ctx.has, DEVICE_LEVELS)) else ctx.require(ID, TITLE, "kernel")
@@ -155,6 +181,8 @@ def temporal_breakdown(store: Store, run_id: int) -> Result:
         facts.update(per_device[main])
         if ctx.has("op"):
             facts.update(_host_ops(store, ctx.run_id, pieces, main, per_device[main]["host_wait_ns"]))
+        if ctx.has("runtime"):
+            facts["host_wait_calls"] = _host_calls(store, ctx.run_id, pieces, main, per_device[main]["host_wait_ns"])
     return Result(
         id=ID,
         title=TITLE,
@@ -211,6 +239,24 @@ def _host_ops(store: Store, run_id: int, pieces: str, device: str, host_wait_ns:
         "host_wait_outside_ops_ns": max(host_wait_ns - covered, 0),
         "host_wait_outside_ops_pct": pct(max(host_wait_ns - covered, 0), host_wait_ns),
     }
+
+
+def _host_calls(store: Store, run_id: int, pieces: str, device: str, host_wait_ns: int) -> list[dict[str, Any]]:
+    """The runtime API calls the host was inside while ``device`` waited for it, by the time they held it there:
+    call, class (``runtime.api``'s), ns and pct of the host wait, calls, the longest call's duration (ns)."""
+    sql = _HOST_CALLS.format(pieces=pieces, cls=class_sql("h.name"))
+    found = rows(store, sql, run_id, device=device, top=HOST_OPS_TOP, **class_params())
+    return [
+        {
+            "call": str(r[0]),
+            "class": str(r[1]),
+            "ns": int(r[2]),
+            "pct": pct(int(r[2]), host_wait_ns),
+            "calls": int(r[3]),
+            "longest_ns": int(r[4]),
+        }  # fmt: skip
+        for r in found
+    ]
 
 
 def _row(device: str, f: dict[str, Any]) -> tuple[Any, ...]:

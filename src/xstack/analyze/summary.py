@@ -148,6 +148,10 @@ class RunSummary:
     iterations: dict[str, int] | None = None
     """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
     and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
+    counted_in: str | None = None
+    """Which calls the top layers, ops and kernels count, where not all of the run's: "the measured steps" (a
+    run with iterations, not merged) or "past the warm-up" (a run without steps that left a warm-up out); None
+    where they count every call."""
     replayed: str | None = None
     """Why the run's host times (its wall time, its layers' and ops' times and shares) are not the program's own:
     "inflated by counter replay, ..." (``RunContext.replayed_timing``); None where they are."""
@@ -211,9 +215,11 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
             for level, col in (("layer", "start_ns"), ("op", "start_ns"), ("kernel", "launch_ns"))
         }
         summary.outside_steps_ns = max(wall - steps_ns, 0) if wall else None
+        summary.counted_in = "the measured steps"
     else:
         keep = {level: ("", f"NOT {ctx.in_warmup()}") for level in ("layer", "op")}
         keep["kernel"] = ("", f"NOT {ctx.in_warmup('x.launch_ns')}")
+        summary.counted_in = "past the warm-up" if keep["op"][1] != "NOT FALSE" else None
     kernel_total = store.con.execute(
         f"SELECT coalesce(sum(dur_ns), 0) FROM {launched()} x {keep['kernel'][0]} WHERE {keep['kernel'][1]}",
         {"run": run_id},

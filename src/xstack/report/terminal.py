@@ -34,8 +34,7 @@ def render_summary(summary: RunSummary) -> RenderableType:
             share = summary.share_of.get(level) or ("of kernel time" if level == "kernel" else "of wall")
             parts.append(_top_table(LEVEL_TITLES[level], rows, share, top_caption(summary, level)))
         else:
-            why = missing_hint(level, summary.source_format)
-            parts.append(Text(f"{LEVEL_TITLES[level]}: none in this run ({why})", style="dim"))
+            parts.append(Text(none_line(summary, level), style="dim"))
     parts.append(_health_table(summary))
     return Group(*parts)
 
@@ -133,6 +132,24 @@ def wall_line(s: RunSummary) -> str:
         + (f" ({s.wall_source})" if s.wall_source else "")
         + (f", {s.replayed}" if s.replayed else "")
     )
+
+
+_LEVEL_CALLS = {"layer": "layer call", "op": "operator call", "kernel": "kernel"}
+
+
+def none_line(s: RunSummary, level: str) -> str:
+    """The line in place of a level's empty top table: why the run has none of that level, or, where it has
+    some that the table does not count (all outside the measured steps, or in the warm-up), how many and where."""
+    held = s.span_counts.get(level, 0)
+    if not held or s.counted_in is None:
+        return f"{LEVEL_TITLES[level]}: none in this run ({missing_hint(level, s.source_format)})"
+    what = f"{held:,} {_LEVEL_CALLS[level]}{'' if held == 1 else 's'}"
+    if s.counted_in == "the measured steps":
+        n = (s.iterations or {}).get("measured", 0)
+        steps, them = ("the measured step", "it") if n == 1 else ("the measured steps", "them")
+        return (f"{LEVEL_TITLES[level]}: none in {steps} (the run's {what} {'is' if held == 1 else 'are all'} "
+                f"outside {them}: start-up, warm-up, between or after the steps)")  # fmt: skip
+    return f"{LEVEL_TITLES[level]}: none past the warm-up (the run's {what} {'is' if held == 1 else 'are all'} in it)"
 
 
 def top_caption(s: RunSummary, level: str) -> str | None:
