@@ -100,6 +100,11 @@ def test_a_machine_filled_by_other_processes_is_not_the_program_s_workers(tmp_pa
         "more threads than cores were runnable at 100% of the samples (threshold 20%) (system.cpu)",
     ]
     assert "profile again on an idle machine" in rec.action and "num_workers" not in rec.action
+    # a loop without DataLoader workers: no "its 0 worker processes 0% of one core"
+    alone = Load(main_cpu=0.06, machine_pct=90.0, runnable_every=1, worker=False)
+    with cpu_store(tmp_path / "alone.duckdb", workers=0, load=alone) as store:
+        rec = _fired(store, "cpus_taken_by_others")
+    assert rec is not None and "(the main process 6% of one core, no workers): other processes" in rec.evidence[0]
 
 
 def test_other_processes_are_not_blamed_where_the_program_could_not_use_every_core(tmp_path: Path) -> None:

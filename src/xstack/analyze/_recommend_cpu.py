@@ -149,8 +149,9 @@ def cpus_taken_by_others(results: Results) -> Recommendation | None:
     workers = int(_num(c.facts, "workers") or 0)
     evidence = [
         f"the machine's {int(cores)} cores were {busy:.0f}% busy ({busy * cores / 100:.2f} cores) while the program's "
-        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%, its {_procs(workers)} "
-        f"{theirs:.0f}% of one core): other processes took about {others:.2f} cores, {100 * others / cores:.0f}% of "
+        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%"
+        + (f", its {_procs(workers)} {theirs:.0f}% of one core" if workers else " of one core, no workers")
+        + f"): other processes took about {others:.2f} cores, {100 * others / cores:.0f}% of "
         f"the machine (threshold {OTHERS_BUSY_PCT:g}%) (system.cpu)",
         f"more threads than cores were runnable at {sat:.0f}% of the samples (threshold {SATURATED_PCT:g}%) "
         "(system.cpu)",
