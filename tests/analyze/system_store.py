@@ -78,6 +78,8 @@ class Load:
     main_involuntary: int = 2
     """Involuntary context switches of the main process per sample."""
     worker_threads: int = 3
+    worker: bool = True
+    """Whether the worker process is sampled at all (False: a loop without DataLoader workers)."""
 
 
 def sampler_run(sink: Sink, *, gpu: bool = False, load: Load = Load(), rss_step: float = 2 * MIB) -> None:
@@ -91,7 +93,7 @@ def sampler_run(sink: Sink, *, gpu: bool = False, load: Load = Load(), rss_step:
         c(A.PROC_CTX_VOLUNTARY, ts, 5 * i, pid=MAIN)
         c(A.PROC_CTX_INVOLUNTARY, ts, load.main_involuntary * i, pid=MAIN)
         c(A.PROC_RSS_BYTES, ts, 100 * MIB + rss_step * ts / STEP_NS, pid=MAIN)
-        if i >= WORKER_FROM:
+        if load.worker and i >= WORKER_FROM:
             c(A.PROC_CPU_USER_NS, ts, load.worker_cpu * (ts - WORKER_FROM * INTERVAL_NS), pid=WORKER)
             c(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=WORKER)
             c(A.PROC_THREADS, ts, load.worker_threads, pid=WORKER)

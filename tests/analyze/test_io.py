@@ -515,6 +515,19 @@ def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) ->
         assert _fired(store, "small_files") is None  # five files are no dataset to stage
 
 
+def test_small_files_rule_gives_the_files_mean_size_not_the_bytes_read_per_file(tmp_path: Path) -> None:
+    # np.load reads a .npy's first 4 KiB page, then the array from past its header again: 16 KiB read from each
+    # 12,416-byte file; the files are 12.1 KiB on average, what was read of them is not their size
+    rows = [(W1, f"/d/img{i}.npy", "POSIX", 1, 2, 0, 1, 16_384, 0, 1000, 0, 10, {
+        A.IO_FILE_PATH_CLASS: "data", A.IO_FILE_MAX_BYTE_READ: 12_415, A.IO_FILE_MAX_BYTE_WRITTEN: -1,
+    }) for i in range(320)]  # fmt: skip
+    with files_store(tmp_path / "a.duckdb", rows) as store:
+        small = _one(store, "io.small_files")
+        rec = _fired(store, "small_files")
+    assert small.facts["small_size_mean_bytes"] == 12_416 and small.facts["small_bytes"] == 320 * 16_384
+    assert rec is not None and "all 320 data files are of at most 2 MiB (12.1 KiB on average)" in rec.evidence[0]
+
+
 def test_zero_reads_rule(tmp_path: Path) -> None:
     with files_store(tmp_path / "a.duckdb", [data_file(5, "/d/a", 10**6, 200, zero_reads=50)]) as store:
         rec = _fired(store, "zero_reads")

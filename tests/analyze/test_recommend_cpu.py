@@ -73,6 +73,17 @@ def test_more_workers_than_cpus_fire_on_a_machine_others_fill_the_rest_of(tmp_pa
         assert _fired(store, "workers_exceed_cores") is None  # 27% of the CPUs: the others fill them
 
 
+def test_more_workers_than_cpus_stay_silent_where_the_workers_use_almost_no_cpu(tmp_path: Path) -> None:
+    # a DataLoader whose 2 workers read a few small files per batch (2% of a core) beside a main process at 85% on
+    # a machine others fill: the 43% is the main process's; fewer workers would give the loop nothing back
+    idle_workers = Load(main_cpu=0.85, worker_cpu=0.02, machine_pct=100.0, runnable_every=1)
+    with cpu_store(tmp_path / "idle.duckdb", workers=2, load=idle_workers) as store:
+        assert _fired(store, "workers_exceed_cores") is None
+    busy_main = Load(main_cpu=1.7, worker_cpu=0.02)  # torch's two threads fill the CPUs, not the workers
+    with cpu_store(tmp_path / "main.duckdb", workers=2, load=busy_main) as store:
+        assert _fired(store, "workers_exceed_cores") is None
+
+
 def test_a_machine_filled_by_other_processes_is_not_the_program_s_workers(tmp_path: Path) -> None:
     with cpu_store(tmp_path / "others.duckdb", workers=3, load=IDLE) as store:
         results = {r.id: r for r in run_analyses(store, None, ["system.cpu"])}
@@ -89,6 +100,11 @@ def test_a_machine_filled_by_other_processes_is_not_the_program_s_workers(tmp_pa
         "more threads than cores were runnable at 100% of the samples (threshold 20%) (system.cpu)",
     ]
     assert "profile again on an idle machine" in rec.action and "num_workers" not in rec.action
+    # a loop without DataLoader workers: no "its 0 worker processes 0% of one core"
+    alone = Load(main_cpu=0.06, machine_pct=90.0, runnable_every=1, worker=False)
+    with cpu_store(tmp_path / "alone.duckdb", workers=0, load=alone) as store:
+        rec = _fired(store, "cpus_taken_by_others")
+    assert rec is not None and "(the main process 6% of one core, no workers): other processes" in rec.evidence[0]
 
 
 def test_other_processes_are_not_blamed_where_the_program_could_not_use_every_core(tmp_path: Path) -> None:

@@ -107,6 +107,24 @@ def test_model_spans_marked_and_automatic(tmp_path: Path) -> None:
     assert not [s for s in spans if s["level"] == "layer"]
 
 
+def test_a_user_stage_named_step_is_not_counted_with_the_warm_up_iteration(tmp_path: Path) -> None:
+    """README's loop: xstack.span("step") inside each iteration. In the warm-up, the iteration and the user's
+    stage of the same name made one row of 2 calls whose mean was half the iteration's."""
+    from xstack.analyze.health import stage_breakdown
+
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        _train(3, prof)
+    spans = [s for s in _spans(prof) if s["level"] == "model"]
+    with prof.open() as store:
+        rows = stage_breakdown(store, 1).rows
+    first = next(s for s in spans if s["name"] == "step#0")
+    inside = [s for s in spans if s["name"] == "step" and s["start_ns"] < first["start_ns"] + first["dur_ns"]]
+    warm = sorted(r[2:4] for r in rows if r[:2] == ("step", "warm-up"))
+    assert warm == sorted([(1, first["dur_ns"]), (len(inside), sum(s["dur_ns"] for s in inside))])
+    measured = {r[1]: r[2] for r in rows if r[0] == "step"}
+    assert (measured["step"], measured["user"]) == (2, 4)  # iterations 2 and 3, with 2 batches each
+
+
 def test_unmarked_training_gets_forward_and_optimizer_stages(tmp_path: Path) -> None:
     model = nn.Linear(4, 2)
     opt = torch.optim.Adam(model.parameters())

@@ -154,9 +154,11 @@ def small_file_staging(
     (``all_paths=True``: every file), and files never read or written (no size known) are left out of every
     share. Operations are opens, reads, writes, seeks, stats, syncs and mmaps; time is read + write + metadata
     time. The facts describe ``threshold_bytes`` (tf-Darshan's 2 MiB by default); rows show the thresholds
-    256 KiB, 1, 2, 4 and 16 MiB as well; fact ``small_time_warmup_ns`` is the part of the small files' time
-    spent in the warm-up iterations (``RunContext.in_warmup``; from the io spans, None without them). Small files
-    that carry many operations but few bytes are the ones to stage or to pack into larger shards.
+    256 KiB, 1, 2, 4 and 16 MiB as well; fact ``small_size_mean_bytes`` is the small files' mean size (not the
+    bytes moved per file, which count a part read twice twice); fact ``small_time_warmup_ns`` is the part of the
+    small files' time spent in the warm-up iterations (``RunContext.in_warmup``; from the io spans, None without
+    them). Small files that carry many operations but few bytes are the ones to stage or to pack into larger
+    shards.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
     io = io_run(store, run_id)
@@ -168,9 +170,10 @@ def small_file_staging(
         f"sum(nbytes) FILTER (WHERE size <= {t}), sum(time_ns) FILTER (WHERE size <= {t})"
         for t in limits
     )
-    sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), sum(ops), sum(nbytes), sum(time_ns), {parts}
-        FROM sized WHERE size > 0"""
-    found = [as_count(v) for v in rows(store, sql, io.run_id)[0]]
+    sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), sum(ops), sum(nbytes), sum(time_ns), {parts},
+        avg(size) FILTER (WHERE size <= {int(threshold_bytes)}) FROM sized WHERE size > 0"""
+    *found, mean_size = rows(store, sql, io.run_id)[0]
+    found = [as_count(v) for v in found]
     totals = found[:4]
     table = []
     for i, t in enumerate(limits):
@@ -197,6 +200,7 @@ def small_file_staging(
             "files": totals[0],
             "small_files": chosen[1],
             "small_files_pct": chosen[2],
+            "small_size_mean_bytes": None if mean_size is None else float(mean_size),
             "ops": totals[1],
             "small_ops": chosen[3],
             "small_ops_pct": chosen[4],

@@ -30,6 +30,9 @@ SHARED_OWN_PCT = 40.0
 fill the rest of (saturated, ``OWN_BUSY_PCT`` busy in all), its workers are part of what fills the CPUs."""
 OTHERS_BUSY_PCT = 50.0
 """Share of the machine's cores that processes outside the program keep busy above which they took the CPUs."""
+WORKERS_BUSY_PCT = 10.0
+"""Share of one core the workers together keep busy below which they take no CPU worth giving back: the CPUs are
+full of the main process's threads or of other processes, and fewer workers would free nothing."""
 THREADS_PER_CORE = 4
 """Threads of the main process per usable CPU above which it has far more threads than it can run."""
 WORKER_THREADS = 4
@@ -57,11 +60,14 @@ def workers_exceed_cores(results: Results) -> Recommendation | None:
     """More worker processes (plus the main process) than usable CPUs, and the CPUs are full: the program's own
     processes keep them busy, or they keep a good part of them busy (``SHARED_OWN_PCT``) on a machine that other
     processes fill the rest of (saturated and ``OWN_BUSY_PCT`` busy in all; only where the program could use
-    every core, as the machine's figures count them all)."""
+    every core, as the machine's figures count them all); and only where the workers themselves keep
+    ``WORKERS_BUSY_PCT`` of a core busy, else fewer of them would give the training loop nothing."""
     c = _cpu(results)
     if c is None or not (usable := _usable(c)) or not (workers := _num(c.facts, "workers")):
         return None
     own = _own_pct(c, usable)
+    if (_num(c.facts, "workers_cpu_pct") or 0.0) < WORKERS_BUSY_PCT:
+        return None
     if workers + 1 > usable and own is not None and own >= OWN_BUSY_PCT:
         shared = None
     elif workers + 1 > usable and own is not None and own >= SHARED_OWN_PCT:
@@ -143,8 +149,9 @@ def cpus_taken_by_others(results: Results) -> Recommendation | None:
     workers = int(_num(c.facts, "workers") or 0)
     evidence = [
         f"the machine's {int(cores)} cores were {busy:.0f}% busy ({busy * cores / 100:.2f} cores) while the program's "
-        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%, its {_procs(workers)} "
-        f"{theirs:.0f}% of one core): other processes took about {others:.2f} cores, {100 * others / cores:.0f}% of "
+        f"processes used {own / 100:.2f} of a core (the main process {main:.0f}%"
+        + (f", its {_procs(workers)} {theirs:.0f}% of one core" if workers else " of one core, no workers")
+        + f"): other processes took about {others:.2f} cores, {100 * others / cores:.0f}% of "
         f"the machine (threshold {OTHERS_BUSY_PCT:g}%) (system.cpu)",
         f"more threads than cores were runnable at {sat:.0f}% of the samples (threshold {SATURATED_PCT:g}%) "
         "(system.cpu)",

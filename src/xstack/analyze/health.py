@@ -145,7 +145,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     Warm-up iterations (the first of a live run, which also pays for start-up; a pass's --warmup) are left out of
     every stage's calls, total, mean and share: the spans that start in them (the warm-up step itself, and the
     stages and data-loader waits inside it, whatever ran before the first ``step()`` of a live run included) are
-    rows of their own, of kind ``warm-up`` and with no share, so that each stage's mean is the steady state's (facts
+    rows of their own, of kind ``warm-up`` and with no share (the iteration apart from a stage of its name inside
+    it, ``xstack.span("step")``, as their measured rows are), so that each stage's mean is the steady state's (facts
     ``measured_wall_ns``, ``warmup_ns``); the chart draws the measured rows only. What follows the last ``step()``
     is ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for its
     next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give
@@ -244,23 +245,23 @@ nested AS (  -- a step inside a span of its name is a call of its own (PARAM's c
     SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage AND m.step = up.step),
 calls AS (SELECT * FROM m ANTI JOIN nested USING (span_id)),
 ordered AS (  -- per stage, the calls in time order with the latest end of those before each
-    SELECT stage, kind, start_ns AS s, start_ns + dur_ns AS e,
-           coalesce(max(start_ns + dur_ns) OVER (PARTITION BY stage, kind ORDER BY start_ns, dur_ns
+    SELECT stage, kind, step, start_ns AS s, start_ns + dur_ns AS e,
+           coalesce(max(start_ns + dur_ns) OVER (PARTITION BY stage, kind, step ORDER BY start_ns, dur_ns
                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns - 1)
                AS prev
     FROM calls),
 grouped AS (  -- a call that starts after every earlier one has ended opens a new stretch
     SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY stage, kind ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS stretch
+                  OVER (PARTITION BY stage, kind, step ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS stretch
     FROM ordered),
-stretches AS (SELECT stage, kind, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, stretch),
+stretches AS (SELECT stage, kind, step, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, step, stretch),
 covered AS (  -- less the warm-up a call holds where it began before it (a phase span around PARAM's warm-up)
-    SELECT stage, kind, sum(e - s - CASE WHEN kind = 'warm-up' THEN 0 ELSE coalesce(
+    SELECT stage, kind, step, sum(e - s - CASE WHEN kind = 'warm-up' THEN 0 ELSE coalesce(
         (SELECT sum(greatest(least(e, we) - greatest(s, ws), 0)) FROM {windows} w(ws, we)), 0) END) AS wall_ns
     FROM stretches GROUP BY ALL)
 SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid)), any_value(c.wall_ns)
-FROM calls JOIN covered c USING (stage, kind)
-GROUP BY stage, kind ORDER BY 4 DESC, 1, 2
+FROM calls JOIN covered c USING (stage, kind, step)
+GROUP BY stage, kind, step ORDER BY 4 DESC, 1, 2
 """
 
 

@@ -232,9 +232,10 @@ def small_files(results: Results) -> Recommendation | None:
     limit = _size(_num(r.facts, "threshold_bytes") or 0)
     time, time_pct = _num(r.facts, "small_time_ns") or 0, _num(r.facts, "small_time_pct")
     if every:
-        n_ops, n_bytes = _num(r.facts, "small_ops") or 0, _num(r.facts, "small_bytes") or 0
-        average = format_value(n_bytes / files, "bytes")
-        line = (f"all {files:,} data files are of at most {limit} ({average} on average): every one of the "
+        n_ops = _num(r.facts, "small_ops") or 0
+        mean = _num(r.facts, "small_size_mean_bytes")
+        average = f" ({format_value(mean, 'bytes')} on average)" if mean else ""
+        line = (f"all {files:,} data files are of at most {limit}{average}: every one of the "
                 f"{int(n_ops):,} I/O operations, {n_ops / files:,.1f} per file, goes to a small file, "
                 f"{format_ns(time)} of I/O time")  # fmt: skip
         title = "Only small files: operations per file, not bytes, cost the I/O time"
