@@ -83,13 +83,16 @@ def test_a_run_without_system_data_says_how_to_record_it(tmp_path: Path) -> None
         assert summarize(store).system is None
     for r in results:
         assert r.missing == (["syscalls"] if "syscall" in r.id else ["system"]), r.id
-        assert "--levels model,system" in r.hint and not r.rows
+        assert ("xstack run --syscalls" if "syscall" in r.id else "--levels model,system") in r.hint and not r.rows
 
 
 def test_a_sampled_run_without_syscalls_lacks_only_the_syscall_pass(sampled: Store) -> None:
     results = {r.id: r for r in run_analyses(sampled, None, SYSTEM_IDS)}
     assert results["system.syscalls"].missing == ["syscalls"]
-    assert "xstack run --syscalls" in results["system.syscalls"].hint
+    assert results["system.syscalls"].hints["syscalls"].startswith("trace them in a run of their own")
+    assert (
+        "xstack run --syscalls" in results["system.syscalls"].hint and "--levels" not in results["system.syscalls"].hint
+    )
     assert all(r.available for i, r in results.items() if "syscall" not in i)
 
 

@@ -33,9 +33,14 @@ SYSTEM_COUNTER: Final = (
 
 HINT: Final = (
     "profile with the system level (xstack run --levels model,system -- ...), or add its passes to a leveled "
-    "measurement (xstack profile --system); for syscalls, xstack run --syscalls"
+    "measurement (xstack profile --system)"
 )
 """How to record what the system analyses need."""
+SYSCALLS_HINT: Final = (
+    "trace them in a run of their own, xstack run --syscalls -- ... (strace; XSTACK_SYSCALL_TOOL=perf for perf "
+    "record), or in the syscall pass of a leveled measurement (xstack profile --system)"
+)
+"""How to record the system calls the syscall analyses need (a run with the system level alone has none)."""
 
 MIN_SAMPLES: Final = 5
 """Samples of a kind that must fall inside the region for a figure over it (CPU busy, switches per step, RSS
@@ -152,7 +157,7 @@ class SystemRuns:
 
     def missing(self, id: str, title: str, what: str = "system") -> Result:
         """A result saying that the system level (or, ``what="syscalls"``, its syscall pass) is missing."""
-        return missing_result(id, title, self.run_id, {what: HINT})
+        return missing_result(id, title, self.run_id, {what: SYSCALLS_HINT if what == "syscalls" else HINT})
 
 
 _RUNS: weakref.WeakKeyDictionary[Store, dict[int, SystemRuns]] = weakref.WeakKeyDictionary()
