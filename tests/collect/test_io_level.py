@@ -92,6 +92,15 @@ def test_byte_counts_per_file_are_exact(known: Path) -> None:
     assert seeks["max_byte_read"] == 9_999 and seeks["seq_reads"] == 2 and seeks["consec_reads"] == 0
 
 
+def test_calls_outside_the_region_are_counted_not_kept(known: Path) -> None:
+    # the interpreter's start-up (imports) runs before the profiled region: its file operations are told apart
+    with Store.open(known) as s:
+        kept = s.query("SELECT count(*) FROM spans WHERE level = 'io'")[0][0]
+        count, detail = s.query("SELECT count, detail FROM health WHERE \"check\" = 'io_outside_region'")[0]
+    assert count > 0 and detail.startswith("file operations before or after the profiled region (start-up")
+    assert detail.endswith(f"not kept; the {kept:,} in it, from 2 processes, are"), (kept, detail)  # main, forked child
+
+
 def test_threads_and_forked_child_are_seen_with_their_own_ids(known: Path) -> None:
     files = _files(known)
     with Store.open(known) as s:
