@@ -289,8 +289,8 @@ def test_a_param_trace_s_latency_is_its_measured_call(import_store: Any) -> None
     # what ran before the measured call is warm-up: the warm-up phase and its call, each a row of its own as the
     # measured ones are (summed in one row, the call nested in the phase counted twice), and the start-up before
     # it, so the run's span, which starts with it, is a warm-up row
-    warm = sorted(r[2:4] + r[6:7] for r in stages.rows if r[:2] == (name.replace("measure", "warmup"), "warm-up"))
-    assert warm == [(1, 12_743_640_000, 12_743_640_000), (1, 12_757_093_000, 12_757_093_000)]
+    warm = {r[1]: r[2:4] + r[6:7] for r in stages.rows if r[0] == name.replace("measure", "warmup")}
+    assert warm == {"warm-up step": (1, 12_743_640_000, 12_743_640_000), "warm-up": (1, 12_757_093_000, 12_757_093_000)}
     assert rows[("[param|cuda]", "warm-up")][3] == 43_425_283_000
     assert stages.facts["steps"] == 1 and max(r[7] for r in stages.rows if r[7] is not None) <= 100.0
     assert not any("of warm-up iterations" in label for label in stages.labels)
@@ -471,7 +471,7 @@ def test_a_live_runs_first_iteration_is_warm_up_and_what_follows_the_last_step_i
     assert "iteration 1 left out as warm-up: it also pays for start-up (--warmup 0 counts it)" in a1.labels
     stages = load("model.stages")(store, 1)
     assert [r[:5] for r in stages.rows] == [
-        ("step", "warm-up", 1, 900_000, 900_000.0),
+        ("step", "warm-up step", 1, 900_000, 900_000.0),
         ("after-last-step", "tail", 1, 500_000, 500_000.0),
         ("step", "step", 4, 460, 115.0),
     ]
@@ -509,7 +509,7 @@ def test_the_stages_inside_a_warm_up_iteration_are_rows_of_their_own(build: Any)
     stages = load("model.stages")(store, 1)
     rows = {(r[0], r[1]): r[2:] for r in stages.rows}
     assert rows == {
-        ("step", "warm-up"): (1, 1_000_000, 1_000_000.0, 1, 1_000_000, None),
+        ("step", "warm-up step"): (1, 1_000_000, 1_000_000.0, 1, 1_000_000, None),
         ("step", "step"): (2, 20_000, 10_000.0, 1, 20_000, 100.0),  # shares of the 20 us past the warm-up
         ("predict", "warm-up"): (1, 500_000, 500_000.0, 1, 500_000, None),
         ("predict", "user"): (2, 16_000, 8_000.0, 1, 16_000, 80.0),

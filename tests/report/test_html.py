@@ -231,7 +231,7 @@ def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -
         a = analyze(store, ids=["model.stages"])
     stages = a.result("model.stages")
     assert [(r[0], r[1]) for r in stages.rows] == [
-        ("step", "warm-up"), ("predict", "warm-up"), ("step", "step"), ("predict", "user")
+        ("step", "warm-up step"), ("predict", "warm-up"), ("step", "step"), ("predict", "user")
     ]  # fmt: skip
     html = render_html(a)
     section = re.search(r'<section[^>]*data-result="model.stages".*?</section>', html, re.S)
@@ -241,7 +241,7 @@ def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -
     labels = re.findall(r'<text class="tick"[^>]*>([^<]*)<title>', figure[0])  # the bars' names, with a tooltip
     assert labels == ["step", "predict"]  # one bar each, not two
     assert figure[0].count('class="mark"') == 2
-    assert "rows where kind is not warm-up: 2 of 4" in figure[0]
+    assert "rows where kind is not warm-up or warm-up step: 2 of 4" in figure[0]
 
 
 @pytest.mark.parametrize(

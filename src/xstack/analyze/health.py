@@ -145,8 +145,9 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     Warm-up iterations (the first of a live run, which also pays for start-up; a pass's --warmup) are left out of
     every stage's calls, total, mean and share: the spans that start in them (the warm-up step itself, and the
     stages and data-loader waits inside it, whatever ran before the first ``step()`` of a live run included) are
-    rows of their own, of kind ``warm-up`` and with no share (the iteration apart from a stage of its name inside
-    it, ``xstack.span("step")``, as their measured rows are), so that each stage's mean is the steady state's (facts
+    rows of their own, of kind ``warm-up step`` (the iteration) or ``warm-up`` (what ran in it: a stage of the
+    iteration's name inside it, ``xstack.span("step")``, is told apart as its measured rows are) and with no share,
+    so that each stage's mean is the steady state's (facts
     ``measured_wall_ns``, ``warmup_ns``); the chart draws the measured rows only. What follows the last ``step()``
     is ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for its
     next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give
@@ -173,11 +174,11 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
             float(m),
             int(th),
             int(w),
-            100.0 * int(w) / measured if measured and k != "warm-up" else None,
+            100.0 * int(w) / measured if measured and not str(k).startswith("warm-up") else None,
         )
         for n, k, c, t, m, th, w in rows
     ]
-    kept = [r for r in out if r[1] != "warm-up"]
+    kept = [r for r in out if not r[1].startswith("warm-up")]
     steps = [r for r in kept if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
     loader = _loader_in(store, ctx.run_id, f"{STEP_SPAN} AND {past_warmup(ctx.warmup)}")
     step_total = sum(r[3] for r in steps)
@@ -204,7 +205,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     labels += [  # one thread's calls of a stage never overlap: what wall time leaves out is warm-up they hold
         f"{n}: its calls hold {format_ns(t - w)} of warm-up iterations, left out of its wall time and share"
         for n, kind, _, t, _, th, w, _ in out
-        if t > w and th <= 1 and kind != "warm-up"
+        if t > w and th <= 1 and not kind.startswith("warm-up")
     ]
     return Result(
         "model.stages",
@@ -215,10 +216,13 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         facts=facts,
         # the warm-up rows share their stage's name: drawn, they would be a second bar of that name
-        chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30, extra={"exclude": {"kind": "warm-up"}}),
+        chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30, extra={"exclude": {"kind": WARMUP_KINDS}}),
         labels=labels,
     )
 
+
+WARMUP_KINDS = ("warm-up", "warm-up step")
+"""The kinds of ``model.stages``' rows that started in the warm-up: a stage in it, and the iteration itself."""
 
 _STAGE_COLUMNS = (
     Column("stage"),
@@ -234,7 +238,8 @@ _STAGE_COLUMNS = (
 _STAGES = """
 WITH RECURSIVE m AS (
     SELECT span_id, parent_id, start_ns, dur_ns, pid, tid, regexp_replace(name, '#[0-9]+$', '') AS stage,
-           CASE WHEN {warmup} THEN 'warm-up' ELSE coalesce(attrs->>'$."{kind}"', '-') END AS kind,
+           CASE WHEN {warmup} AND attrs->>'$."{kind}"' = 'step' THEN 'warm-up step' WHEN {warmup} THEN 'warm-up'
+                ELSE coalesce(attrs->>'$."{kind}"', '-') END AS kind,
            coalesce(attrs->>'$."{kind}"' = 'step', false) AS step
     FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'),
 up(span_id, stage, step, above) AS (  -- each span's model ancestors, nearest first
@@ -256,7 +261,7 @@ grouped AS (  -- a call that starts after every earlier one has ended opens a ne
     FROM ordered),
 stretches AS (SELECT stage, kind, step, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, step, stretch),
 covered AS (  -- less the warm-up a call holds where it began before it (a phase span around PARAM's warm-up)
-    SELECT stage, kind, step, sum(e - s - CASE WHEN kind = 'warm-up' THEN 0 ELSE coalesce(
+    SELECT stage, kind, step, sum(e - s - CASE WHEN starts_with(kind, 'warm-up') THEN 0 ELSE coalesce(
         (SELECT sum(greatest(least(e, we) - greatest(s, ws), 0)) FROM {windows} w(ws, we)), 0) END) AS wall_ns
     FROM stretches GROUP BY ALL)
 SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid)), any_value(c.wall_ns)

@@ -62,7 +62,7 @@ class Chart:
     box plot's quantile columns); for bars, ``extra["mark"]`` names a column whose non-empty value marks a row
     (its bars drawn faded, the column's name after its label: ``1 (warm-up)``) and ``extra["mark_note"]`` says why;
     ``extra["filter"]`` names a column whose true rows alone are drawn, and ``extra["exclude"]`` maps column names
-    to a value whose rows are not drawn (``{"kind": "warm-up"}``).
+    to a value, or a tuple of values, whose rows are not drawn (``{"kind": ("warm-up", "warm-up step")}``).
     """
 
     kind: ChartKind
