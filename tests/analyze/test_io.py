@@ -737,3 +737,27 @@ def test_a_real_dxt_log_s_recommendations_are_per_run_and_say_what_dxt_traced(tm
 def test_io_module_exports_every_registered_analysis() -> None:
     for id in IO_IDS:
         assert getattr(io, ANALYSES[id].split(":")[1]).__doc__
+
+
+def test_a_merged_run_s_stage_evidence_is_of_its_median_step(tmp_path: Path) -> None:
+    """A merged run's one iteration stands for the passes' measured ones: the DataLoader wait of its steps is that
+    of its median step, not of '1 measured step'."""
+    with loop_store(tmp_path / "m.duckdb", waits=(300, 300, 300, 300)):
+        pass
+    with Store.open(tmp_path / "m.duckdb", read_only=False) as store:
+        merge = {"passes": [], "counter_passes": [{"pass": "model+io", "run_id": 1}]}
+        store.add_run(
+            RunInfo(2, "loop", pass_name="merged", levels=["model", "io"], config={"pid": MAIN, "merge": merge})
+        )
+        sink = Sink(store, 2)
+        sink.span(1, None, "model", "step", 0, 1000, MAIN, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        sink.span(2, 1, "model", "dataloader.next", 0, 300, MAIN, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+        merged = RULES["input_bound"]({r.id: r for r in run_analyses(store, 2)})
+        alone = RULES["input_bound"]({r.id: r for r in run_analyses(store, 1)})
+    assert merged is not None and alone is not None
+    line = next(e for e in merged.evidence if e.endswith("(model.stages)"))
+    assert line.startswith("the loop waited 300 ns for DataLoader batches within its median step (a merged profile")
+    assert "30.0% of its time" in line and "measured step" not in line
+    line = next(e for e in alone.evidence if e.endswith("(model.stages)"))
+    assert "within its 4 measured steps, 30.0% of their time" in line

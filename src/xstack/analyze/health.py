@@ -187,6 +187,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         "measured_wall_ns": measured,
         "warmup_ns": wall - measured,
         "steps": sum(r[2] for r in steps),
+        "merged": ctx.pass_name == "merged",  # one iteration of medians, standing for each pass's measured ones
         "warmup_steps": ctx.warmup,
         "step_total_ns": step_total,
         "dataloader_in_steps_ns": loader,

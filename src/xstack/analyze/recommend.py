@@ -64,9 +64,13 @@ def input_bound(results: Results) -> Recommendation | None:
     if s and (p := _num(s.facts, "dataloader_pct_of_steps")) is not None and p >= INPUT_WAIT_PCT:
         waited = format_ns(_num(s.facts, "dataloader_in_steps_ns") or 0)
         steps = int(_num(s.facts, "steps") or 0)
+        within, their = (
+            ("its median step (a merged profile's one iteration, each span the median of its pass's)", "its")
+            if s.facts.get("merged")
+            else (f"its {counted(steps, 'measured step')}", "their")
+        )
         evidence.append(
-            f"the loop waited {waited} for DataLoader batches within its {counted(steps, 'measured step')}, "
-            f"{p:.1f}% of their time (model.stages)"
+            f"the loop waited {waited} for DataLoader batches within {within}, {p:.1f}% of {their} time (model.stages)"
         )
         sources.append(s.id)
         pct = max(pct, p)
