@@ -11,8 +11,8 @@
   time a temporary file or folder is asked for, as multiprocessing does in each worker it spawns) is ``python``:
   an eight-character random name in a temporary folder, opened once, ``b"blat"`` written, closed, nothing else.
 
-The processes' command lines tell the helpers of ``multiprocessing`` (``process_roles``): they are processes of
-the program, not its workers.
+The processes' command lines tell the helpers of ``multiprocessing`` (``process_roles``, with the predicates the
+system level tells them by, ``_process_roles``): they are processes of the program, not its workers.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 
 from xstack.collect._io_counters import OPENS, STREAM_PATHS, WRITES, Op
 from xstack.collect._io_records import IoProcess
+from xstack.collect._process_roles import helper_role, spawned_worker
 from xstack.trace.io_paths import DIRECTORY, PYTHON, STREAM, UNKNOWN, path_class
 
 _STANDARD_OUTPUT = (1, 2)
@@ -93,16 +94,6 @@ def _probe_calls(ops: list[Op]) -> bool:
     )  # fmt: skip
 
 
-_HELPERS = re.compile(r"\bfrom multiprocessing\.(resource_tracker|semaphore_tracker|forkserver) import main\b")
-"""The code ``multiprocessing`` starts its helper processes with (``python -c CODE``): the resource tracker (the
-semaphore tracker before Python 3.8) and the forkserver."""
-
-
-_SPAWNED_WORKER = "--multiprocessing-fork"
-"""The argument ``multiprocessing`` starts a worker with in spawn mode (``python -c 'from multiprocessing.spawn
-import spawn_main; ...' --multiprocessing-fork``)."""
-
-
 def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:
     """The processes that are not the program's workers (``A.IO_PROCESS_ROLE``), by pid: the helpers of
     ``multiprocessing``, started with a helper's code (a process forked from one, a worker the forkserver forked,
@@ -127,19 +118,3 @@ def _exec_role(p: IoProcess, recorded: set[int]) -> str | None:
     """``subprocess`` for an exec'd image whose parent was recorded (so not the tree's root) and that is not a
     worker ``multiprocessing`` spawned."""
     return "subprocess" if p.ppid in recorded and not spawned_worker(p.argv) else None
-
-
-def spawned_worker(argv: list[str]) -> bool:
-    """True where the command line ``argv`` is a worker ``multiprocessing`` started in spawn mode: exec'd, yet
-    one of the program's workers, not a subprocess."""
-    return _SPAWNED_WORKER in argv
-
-
-def helper_role(argv: list[str]) -> str | None:
-    """``forkserver`` or ``resource_tracker`` where the command line ``argv`` runs a helper's code (``python -c
-    CODE``), else None. A process forked from a helper has its command line too: the caller tells them apart."""
-    code = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-c"), "")
-    found = _HELPERS.search(code)
-    if not found:
-        return None
-    return "forkserver" if found.group(1) == "forkserver" else "resource_tracker"
