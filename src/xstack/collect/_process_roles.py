@@ -1,7 +1,8 @@
 """The roles of the profiled program's child processes that are not its workers (``A.IO_PROCESS_ROLE``,
-``config.system.process_roles``), told by their ancestry and command lines: the system level's rule
-(``process_roles``, on the ``Record`` its sampler read of each descendant when it first saw it), and the
-command-line predicates the io level tells its processes by too (``_io_classes.process_roles``).
+``config.system.process_roles``), told by their ancestry and command lines. One rule for the system level
+(``system.Sampler``: the ``Record`` its sampler read of each descendant when it first saw it) and the io
+level (``_io_classes.process_roles``: a ``Record`` made of the images each process recorded), so that the two
+levels give a process the same role.
 
 The system level's records are read at first sight, not as the sampler stops: a helper may have ended by then
 (a resource tracker stopped, a forkserver of an earlier DataLoader), and ``/proc`` no longer tells it.
