@@ -16,6 +16,7 @@ import pytest
 import xstack
 from xstack.collect._io_classes import PathClasses, process_roles
 from xstack.collect._io_counters import file_counters
+from xstack.collect._process_roles import process_roles as system_roles
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -100,14 +101,18 @@ def test_the_helpers_of_multiprocessing_are_told_by_their_command_lines() -> Non
     python = "/venv/bin/python"
     processes = [
         Process(10, [python, "train.py"]),
-        Process(11, [python, "-B", "-c", "from multiprocessing.resource_tracker import main;main(6)"]),
-        Process(12, [python, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"]),
-        Process(13, [python, "-c", "from multiprocessing.forkserver import main; main(9)"], forked=True),  # a worker
+        Process(11, [python, "-B", "-c", "from multiprocessing.resource_tracker import main;main(6)"], ppid=10),
+        Process(12, [python, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"],
+                ppid=10),
+        Process(13, [python, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"],
+                forked=True, ppid=12),  # a worker the forkserver forked
         Process(14, [python, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
-                     "pipe_handle=13)", "--multiprocessing-fork"]),  # a spawned worker
-        Process(15, [python, "-c", "print('from multiprocessing.resource_tracker import mainly')"]),
+                     "pipe_handle=13)", "--multiprocessing-fork"], ppid=10),  # a spawned worker
+        Process(15, [python, "-c", "print('from multiprocessing.resource_tracker import mainly')"], ppid=10),
     ]  # fmt: skip
-    assert process_roles(processes) == {11: "resource_tracker", 12: "forkserver"}  # type: ignore[arg-type]
+    assert process_roles(processes) == {  # type: ignore[arg-type]
+        11: "resource_tracker", 12: "forkserver", 15: "subprocess"
+    }  # fmt: skip
 
 
 def test_programs_started_by_exec_are_subprocesses_not_workers() -> None:
@@ -128,6 +133,41 @@ def test_programs_started_by_exec_are_subprocesses_not_workers() -> None:
     assert process_roles(processes) == {  # type: ignore[arg-type]
         13: "subprocess", 14: "subprocess", 15: "subprocess", 16: "resource_tracker"
     }  # fmt: skip
+
+
+def test_the_processes_a_subprocess_started_are_subprocesses_as_the_system_level_tells_them() -> None:
+    """Under a program started by exec (a child Python, a copy of the program with its very command line) every
+    process is a subprocess, whatever its command line: its forks, a worker it spawned, its own resource tracker
+    and the worker's fork. The program's own spawned worker and resource tracker keep their roles, and the
+    system level, given what it would read of the same processes, tells every one the same."""
+    python = "/venv/bin/python"
+    root = [python, "train.py"]
+    spawned = [python, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, "
+               "pipe_handle=13)", "--multiprocessing-fork"]  # fmt: skip
+    tracker = [python, "-B", "-c", "from multiprocessing.resource_tracker import main;main(6)"]
+    child = [python, "child.py"]
+    processes = [
+        Process(10, root, ppid=9),
+        Process(11, root, forked=True, ppid=10, start_ns=1),  # the program's resource tracker: forked, then exec'd
+        Process(11, tracker, ppid=10, start_ns=2),
+        Process(12, spawned, ppid=10, start_ns=3),  # the program's spawned worker
+        Process(13, root, forked=True, ppid=10, start_ns=4),  # subprocess.run(child.py) forks, then execs
+        Process(13, child, ppid=10, start_ns=5),
+        Process(14, child, forked=True, ppid=13, start_ns=6),  # the child's resource tracker
+        Process(14, tracker, ppid=13, start_ns=7),
+        Process(15, spawned, ppid=13, start_ns=8),  # the child's spawned worker
+        Process(16, spawned, forked=True, ppid=15, start_ns=9),  # and the worker's fork
+        Process(17, root, ppid=10, start_ns=10),  # a copy of the program, with its very command line
+        Process(18, root, forked=True, ppid=17, start_ns=11),  # the copy's fork
+        Process(19, root, forked=True, ppid=10, start_ns=12),  # the program's forked worker
+    ]  # fmt: skip
+    roles = process_roles(processes)  # type: ignore[arg-type]
+    below = {pid: "subprocess" for pid in (13, 14, 15, 16, 17, 18)}
+    assert roles == {11: "resource_tracker", **below}
+    seen = [(11, 10, tracker, False), (12, 10, spawned, False), (13, 10, child, False), (14, 13, tracker, False),
+            (15, 13, spawned, False), (16, 15, spawned, True), (17, 10, root, False), (18, 17, root, True),
+            (19, 10, root, True)]  # fmt: skip
+    assert system_roles(seen, root) == roles
 
 
 def _unavailable() -> str | None:
@@ -261,3 +301,98 @@ def test_a_subprocess_s_io_is_its_own_not_a_worker_s(tmp_path: Path) -> None:
             "subprocess", "subprocess", "worker"
         ]  # fmt: skip
         assert table.facts["workers"] == input_wait(s, 1).facts["workers"] == 1
+
+
+def _profiled(tmp_path: Path, program: str) -> Path:
+    """``program`` profiled by ``xstack run --levels io`` into ``tmp_path/p.duckdb``, run in ``tmp_path``."""
+    if _unavailable() is not None:
+        pytest.skip(f"io level unavailable: {_unavailable()}")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(program))
+    command = [sys.executable, "-m", "xstack", "run", "--levels", "io", "-o", "p.duckdb", "--", "python", "prog.py"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "p.duckdb"
+
+
+def _readers(store: Store, *paths: Path) -> dict[str, list[str | None]]:
+    """The role of each process that read each of ``paths`` (None: a worker or the program), in pid order."""
+    found: dict[str, list[str | None]] = {str(p): [] for p in paths}
+    for path, role in store.query(
+        f"SELECT path, attrs->>'$.{A.IO_FILE_PROCESS_ROLE}' FROM io_files WHERE bytes_read > 0 AND path IN "
+        f"({', '.join('?' * len(paths))}) ORDER BY pid", [str(p) for p in paths]
+    ):  # fmt: skip
+        found[str(path)].append(role)
+    return found
+
+
+def test_a_worker_a_subprocess_spawned_and_its_resource_tracker_are_subprocesses(tmp_path: Path) -> None:
+    """The program spawns a worker, then runs a child Python that spawns one of its own: the child's worker and
+    the resource tracker the child started are the child's processes, subprocesses, not the program's worker
+    and helper, which keep their roles."""
+    from xstack.analyze.io import input_wait, process_table
+
+    own, childs = tmp_path / "own.bin", tmp_path / "child.bin"
+    own.write_bytes(b"x" * 1000)
+    childs.write_bytes(b"y" * 2000)
+    program = f"""
+        import multiprocessing, subprocess, sys
+
+        def read(path):
+            with open(path, "rb") as f:
+                f.read()
+
+        if __name__ == "__main__":
+            child = sys.argv[1:] == ["child"]
+            worker = multiprocessing.get_context("spawn").Process(target=read, args=({str(childs)!r} if child
+                                                                                      else {str(own)!r},))
+            worker.start()
+            worker.join()
+            if not child:
+                subprocess.run([sys.executable, __file__, "child"], check=True)
+    """
+    with Store.open(_profiled(tmp_path, program)) as store:
+        assert _readers(store, own, childs) == {str(own): [None], str(childs): ["subprocess"]}
+        table = process_table(store, 1)
+        roles = sorted(r["role"] for r in table.to_records())
+        assert roles == ["main", "resource tracker", "subprocess", "subprocess", "subprocess", "worker"], roles
+        assert table.facts["workers"] == input_wait(store, 1).facts["workers"] == 1
+
+
+def test_a_copy_of_the_program_and_the_processes_it_forked_are_subprocesses(tmp_path: Path) -> None:
+    """The program runs its own command line again (``xstack run`` and all, in another folder, told apart by a
+    variable): the copy and the children it forks are subprocesses, though they have the command line of the
+    program and of its own forked worker, which stays a worker."""
+    own, copied = tmp_path / "own.bin", tmp_path / "copy.bin"
+    own.write_bytes(b"x" * 1000)
+    copied.write_bytes(b"y" * 2000)
+    program = f"""
+        import os, shutil, subprocess
+
+        def fork_read(path):
+            pid = os.fork()
+            if pid == 0:
+                with open(path, "rb") as f:
+                    f.read()
+                os._exit(0)
+            return pid
+
+        if __name__ == "__main__":
+            if os.environ.get("XSTACK_TEST_COPY"):
+                for pid in [fork_read({str(copied)!r}) for _ in range(2)]:
+                    os.waitpid(pid, 0)
+            else:
+                os.waitpid(fork_read({str(own)!r}), 0)
+                with open("/proc/self/cmdline", "rb") as f:
+                    argv = f.read().decode().split("\\0")[:-1]
+                os.mkdir("copy")
+                shutil.copy(__file__, "copy")
+                subprocess.run(argv, cwd="copy", env=os.environ | {{"XSTACK_TEST_COPY": "1"}}, check=True)
+    """
+    with Store.open(_profiled(tmp_path, program)) as store:
+        script = tmp_path / "copy" / "prog.py"  # the copy reads it as it starts
+        found = _readers(store, own, copied, script)
+        assert found == {str(own): [None], str(copied): ["subprocess", "subprocess"], str(script): ["subprocess"]}
+        ((copy,),) = store.query("SELECT pid FROM io_files WHERE bytes_read > 0 AND path = ?", [str(script)])
+        roles = store.query(f"""SELECT DISTINCT attrs->>'$."{A.IO_PROCESS_ROLE}"' FROM spans
+                                WHERE level = 'io' AND pid = ?""", [copy])  # fmt: skip
+        assert roles == [("subprocess",)]

@@ -178,8 +178,8 @@ PROCESS_COLUMNS = [
     Column(
         "process",
         help="main: the process of the training loop; resource tracker, forkserver: helpers of "
-        "multiprocessing; subprocess: a program started by exec (subprocess.run, os.system); worker: any other "
-        "(DataLoader workers)",
+        "multiprocessing; subprocess: a program started by exec (subprocess.run, os.system), or a process started "
+        "under one; worker: any other (DataLoader workers)",
     ),  # fmt: skip
     Column("pid"),
     Column("role"),

@@ -11,8 +11,8 @@
   time a temporary file or folder is asked for, as multiprocessing does in each worker it spawns) is ``python``:
   an eight-character random name in a temporary folder, opened once, ``b"blat"`` written, closed, nothing else.
 
-The processes' command lines tell the helpers of ``multiprocessing`` (``process_roles``): they are processes of
-the program, not its workers.
+The processes' parents and command lines tell those that are not the program's workers (``process_roles``): the
+helpers of ``multiprocessing``, and the programs started by exec with every process below them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
+from xstack.collect import _process_roles
 from xstack.collect._io_counters import OPENS, STREAM_PATHS, WRITES, Op
 from xstack.collect._io_records import IoProcess
 from xstack.trace.io_paths import DIRECTORY, PYTHON, STREAM, UNKNOWN, path_class
@@ -93,53 +94,26 @@ def _probe_calls(ops: list[Op]) -> bool:
     )  # fmt: skip
 
 
-_HELPERS = re.compile(r"\bfrom multiprocessing\.(resource_tracker|semaphore_tracker|forkserver) import main\b")
-"""The code ``multiprocessing`` starts its helper processes with (``python -c CODE``): the resource tracker (the
-semaphore tracker before Python 3.8) and the forkserver."""
-
-
-_SPAWNED_WORKER = "--multiprocessing-fork"
-"""The argument ``multiprocessing`` starts a worker with in spawn mode (``python -c 'from multiprocessing.spawn
-import spawn_main; ...' --multiprocessing-fork``)."""
-
-
 def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:
-    """The processes that are not the program's workers (``A.IO_PROCESS_ROLE``), by pid: the helpers of
-    ``multiprocessing``, started with a helper's code (a process forked from one, a worker the forkserver forked,
-    inherits its command line, and is not one); and ``subprocess``, a program the profiled one (or one of its
-    workers) started by exec (``subprocess.run``, ``os.system``: ``cat``, a shell, another Python), other than a
-    worker ``multiprocessing`` spawned, with the processes forked from it. The process ``xstack run`` started, the
-    root of the tree, is none of them."""
-    processes = list(processes)
-    recorded = {p.pid for p in processes}
-    roles: dict[int, str] = {}
-    for p in sorted(processes, key=lambda p: p.start_ns):  # a fork child after the image it was forked from
-        if p.forked:
-            role = "subprocess" if roles.get(p.ppid) == "subprocess" else None
-        else:
-            role = helper_role(p.argv) or _exec_role(p, recorded)
-        if role and roles.get(p.pid) in (None, "subprocess"):
-            roles[p.pid] = role
-    return roles
+    """The processes that are not the program's workers (``A.IO_PROCESS_ROLE``), by pid, by the rule the system
+    level tells them by (``_process_roles.process_roles``): the helpers of ``multiprocessing``; ``subprocess``, a
+    program the profiled one (or one of its workers) started by exec, other than a helper or a worker
+    ``multiprocessing`` spawned, and every process below one (its forks, its spawned workers, its own helpers).
 
-
-def _exec_role(p: IoProcess, recorded: set[int]) -> str | None:
-    """``subprocess`` for an exec'd image whose parent was recorded (so not the tree's root) and that is not a
-    worker ``multiprocessing`` spawned."""
-    return "subprocess" if p.ppid in recorded and not spawned_worker(p.argv) else None
-
-
-def spawned_worker(argv: list[str]) -> bool:
-    """True where the command line ``argv`` is a worker ``multiprocessing`` started in spawn mode: exec'd, yet
-    one of the program's workers, not a subprocess."""
-    return _SPAWNED_WORKER in argv
-
-
-def helper_role(argv: list[str]) -> str | None:
-    """``forkserver`` or ``resource_tracker`` where the command line ``argv`` runs a helper's code (``python -c
-    CODE``), else None. A process forked from a helper has its command line too: the caller tells them apart."""
-    code = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-c"), "")
-    found = _HELPERS.search(code)
-    if not found:
-        return None
-    return "forkserver" if found.group(1) == "forkserver" else "resource_tracker"
+    A process may record several images (``subprocess.run`` forks, then execs): its parent is that of its first,
+    and what it runs that of its first exec'd image (a helper's code, a spawned worker's argument), or, where it
+    never exec'd, the command line it inherited. The process that started first, the root of the tree (the
+    process ``xstack run`` started), is none of them."""
+    images = sorted(processes, key=lambda p: (p.start_ns, p.pid))
+    if not images:
+        return {}
+    first: dict[int, IoProcess] = {}
+    execd: dict[int, IoProcess] = {}
+    for p in images:
+        first.setdefault(p.pid, p)
+        if not p.forked:
+            execd.setdefault(p.pid, p)
+    root = images[0].pid
+    records = [(pid, p.ppid, execd.get(pid, p).argv, pid not in execd) for pid, p in first.items() if pid != root]
+    root_argv = [p for p in images if p.pid == root][-1].argv  # what the root's forks inherit
+    return _process_roles.process_roles(records, root_argv)

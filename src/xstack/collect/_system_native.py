@@ -16,7 +16,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from xstack.collect._system_proc import Record
+from xstack.collect._process_roles import Record
 from xstack.errors import UsageError
 
 LIBRARY_NAME = "libxstack_sampler.so"

@@ -32,9 +32,8 @@ import contextlib
 import os
 import resource
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from xstack.collect._io_classes import helper_role, spawned_worker
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 
@@ -474,50 +473,3 @@ def own_command_line() -> list[str]:
             return f.read().decode(errors="replace").split("\0")[:-1]
     except OSError:
         return []
-
-
-Record = tuple[int, int, list[str], bool]
-"""What the sampler read of a descendant when it first saw it: ``(pid, parent pid, command line, inherited)``
-(0: parent unknown; an empty command line: unreadable; ``inherited``: forked from that parent, not exec'd
-since)."""
-
-
-def process_roles(records: Iterable[Record], root_argv: list[str]) -> dict[int, str]:
-    """The descendants that are not the program's workers, by pid, from the ``Record`` the sampler read when it
-    first saw each, by ancestry as the io level tells them by its records' parents (``_io_classes.process_roles``):
-
-    - ``subprocess``: a program started by exec (``subprocess.run``, ``os.system``: a shell, ``cat``, another
-      Python, a copy of the program itself: a command line or a stack of its own, not ``inherited``), other
-      than a helper or a worker ``multiprocessing`` spawned; and every process whose parent, or a nearer
-      ancestor the sampler saw, is a subprocess, whatever its command line (its DataLoader workers, its
-      ``os.fork`` children, its own helpers): they are that program's processes, not the profiled one's;
-    - the helpers of ``multiprocessing`` (``resource_tracker``, ``forkserver``): their command line runs a
-      helper's code. A process forked from one (a worker the forkserver forked) is a worker.
-
-    A process forked from the profiled program or from one of its workers (a DataLoader worker) is a worker.
-    Where the parent is unknown (it ended before the sampler saw its child, which then went to another parent),
-    the command line alone tells: one ``inherited`` from a subprocess's command line other than the profiled
-    program's (``root_argv``) is a subprocess. An unreadable command line gives no role of its own. Read at
-    first sight, not as the sampler stops: a helper may have ended by then (a resource tracker stopped, a
-    forkserver of an earlier DataLoader), and ``/proc`` no longer tells it."""
-    seen = {pid: (ppid, argv, inherited) for pid, ppid, argv, inherited in records}
-    own = {pid: role for pid, (_, argv, inherited) in seen.items() if argv and not inherited
-           and (role := helper_role(argv) or (None if spawned_worker(argv) else "subprocess"))}  # fmt: skip
-    execd = {tuple(seen[pid][1]) for pid, role in own.items() if role == "subprocess"} - {tuple(root_argv)}
-    roles: dict[int, str | None] = {}
-    for first in seen:
-        chain, at = [], first  # ``first`` and its ancestors not yet told, up to one told or not seen
-        while at in seen and at not in roles and at not in chain:  # a pid met twice (reused) ends it
-            chain.append(at)
-            at = seen[at][0]
-        above = roles.get(at)
-        for pid in reversed(chain):
-            ppid, argv, inherited = seen[pid]
-            if above == "subprocess":
-                roles[pid] = above
-            elif ppid in seen:
-                roles[pid] = own.get(pid)
-            else:  # the parent unknown (or the program itself): the command line alone
-                roles[pid] = own.get(pid) or ("subprocess" if inherited and tuple(argv) in execd else None)
-            above = roles[pid]
-    return {pid: role for pid, role in roles.items() if role}

@@ -61,6 +61,7 @@ from array import array
 from collections import Counter
 from typing import Any
 
+from xstack.collect._process_roles import Record, process_roles
 from xstack.collect._recorder import Recorder
 from xstack.collect._system_native import NativeSampler, use_native
 from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
@@ -71,9 +72,7 @@ from xstack.collect._system_proc import (
     REDISCOVER_NS,
     Machine,
     ProcessTree,
-    Record,
     own_command_line,
-    process_roles,
     write_machine,
     write_processes,
 )

@@ -186,8 +186,8 @@ IO_PROCESS_ROLE: Final = "io.process_role"
 """String, only on the calls of a process that is not one of the program's workers: a helper process of Python's
 ``multiprocessing`` (known from its command line), ``resource_tracker`` (it removes the shared memory and
 semaphores the program leaves) or ``forkserver`` (it forks the workers); or ``subprocess``, a program started by
-exec (``subprocess.run``, ``os.system``), other than a worker ``multiprocessing`` spawned, and the processes
-forked from it."""
+exec (``subprocess.run``, ``os.system``), other than a worker ``multiprocessing`` spawned, and every process
+started under it, whatever its command line (its forks, the workers it spawned, its own helpers)."""
 IO_PATH_CLASS: Final = "io.path_class"
 """String: what the file is to the program (``trace.io_paths.CLASSES``): ``data`` (the program's own files),
 ``directory`` (a directory, listed or stat'ed), ``python`` (the interpreter, installed packages and their
