@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import kineto_fixture
+from xstack.analyze import _timeline_launches as timeline_launches
 from xstack.analyze import timeline
 from xstack.analyze.pipeline import load
+from xstack.analyze.result import format_ns
 from xstack.importers.kineto import import_kineto
 from xstack.report.formats import md_result
 from xstack.trace import attrs as A
@@ -264,6 +266,26 @@ def test_launch_statistics_match_the_trace(stores: Callable[[str], Store]) -> No
     assert r.column("launch time") == sorted(r.column("launch time"), reverse=True)
     top = timeline.launch_statistics(stores(BERT), 1, limit=3)
     assert top.rows == r.rows[:3] and top.truncated == len(by_name) - 3 and top.facts == f
+
+
+def test_the_host_pace_says_how_few_times_between_launches_it_is_from(stores: Callable[[str], Store]) -> None:
+    """The multistream trace launches one kernel three times: with its first launch left out, one time between
+    launches is left, and the pace of a launch every 19 ms is that one gap, which the facts count and a label says."""
+    r = timeline.launch_statistics(stores(MULTISTREAM), 1)
+    evs = events(MULTISTREAM)
+    calls = {e["args"]["correlation"]: e for e in evs if e["cat"] in RUNTIME_CATS and "correlation" in e["args"]}
+    kernels = [e for e in evs if e["cat"] == "kernel"]
+    assert len(kernels) == 3 and len({k["name"] for k in kernels}) == 1
+    starts = sorted(calls[k["args"]["correlation"]]["ts_ns"] for k in kernels)
+    f = r.facts
+    assert f["steady_launches"] == 2 and f["launch_intervals"] == 1
+    assert f["launch_interval_ns"] == starts[2] - starts[1]
+    label = f"the host's pace, a launch every {format_ns(f['launch_interval_ns'])}, is a single time between launches"
+    assert r.labels == [f"{label} (3 launches of 1 kernel name in the window, each name's first left out)"]
+    assert "``launch_intervals``" in r.notes
+    # BERT's step has 60 launches of 20 names: a pace from many times, with no label
+    bert = timeline.launch_statistics(stores(BERT), 1)
+    assert bert.facts["launch_intervals"] >= timeline_launches.FEW_INTERVALS and not bert.labels
 
 
 def _first_launches(kernels: list[dict[str, Any]], calls: dict[Any, dict[str, Any]]) -> set[Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from xstack.analyze._timeline_common import as_int, measured_window, notes_of, pct, rows
 from xstack.analyze.context import run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.errors import UsageError
 from xstack.trace.store import Store
 
@@ -16,6 +16,10 @@ SHORT_NS = 10_000
 ROW_LIMIT = 20_000
 OUTLIER_IQRS = 3.0
 MIN_OUTLIER_CALLS = 5
+FEW_INTERVALS = 10
+"""Times between launches below which the host's pace (fact ``launch_interval_ns``) is labelled, and quoted in the
+recommendations, with how many it is the median of: three launches of one kernel leave a single one once its first
+launch is left out, and that is one gap, not a pace."""
 
 _LAUNCHES = """
 launches AS (
@@ -72,7 +76,10 @@ SELECT count(*), count(call_id), median(launch_ns), quantile_cont(launch_ns, 0.9
     (SELECT sum(launch_ns) FROM calls WHERE in_steps),
     median(dur_ns) FILTER (WHERE in_steps),
     (SELECT median(launch_ns) FROM steady WHERE NOT first),
-    (SELECT median(gap) FROM intervals WHERE NOT first)
+    (SELECT median(gap) FROM intervals WHERE NOT first),
+    (SELECT count(*) FROM steady WHERE NOT first),
+    (SELECT count(gap) FROM intervals WHERE NOT first),
+    count(DISTINCT name) FILTER (WHERE in_steps)
 FROM placed
 """
 
@@ -120,7 +127,10 @@ def launch_statistics(
     ``median_kernel_ns``): the median launch call, the median time from a launch call to the next on its
     thread (the host's time per launch, its work between launches included) and the median kernel duration.
     The first launch of each kernel name is left out of the first two: it loads the kernel's module (lazy
-    loading), and a single slow one must not make every launch look slow.
+    loading), and a single slow one must not make every launch look slow. Facts ``steady_launches`` and
+    ``launch_intervals`` count the launch calls and the times between launches those two medians are of: a
+    window of few launches, most of them firsts, leaves few (three launches of one kernel leave one interval),
+    and a median of a handful describes those launches, not the host's pace.
     """
     if short_ns < 0 or outlier_iqrs < 0 or min_outlier_calls < 1 or (limit is not None and limit < 0):
         raise UsageError(f"{ID}: short_ns, outlier_iqrs and limit must be >= 0 and min_outlier_calls >= 1")
@@ -144,7 +154,23 @@ def launch_statistics(
         notes=notes_of(launch_statistics),
         chart=Chart("hbar", x="kernel", y=("launch time",), title="Host time spent launching, per kernel", limit=20),
         facts=facts,
+        labels=_pace_labels(facts, int(totals[16] or 0)),
     )
+
+
+def _pace_labels(f: dict[str, Any], names: int) -> list[str]:
+    """Says how few times between launches the host's pace is from, when under ``FEW_INTERVALS``."""
+    n, launches = f["launch_intervals"], f["window_launches"]
+    if n >= FEW_INTERVALS or launches == 0:
+        return []
+    left = (
+        f"{launches:,} launch{'es' if launches != 1 else ''} of {names:,} kernel name{'s' if names != 1 else ''} in "
+        "the window, each name's first left out"
+    )
+    if n == 0:
+        return [f"no time between launches to give the host's pace from ({left})"]
+    of = "a single time" if n == 1 else f"the median of {n:,} times"
+    return [f"the host's pace, a launch every {format_ns(f['launch_interval_ns'])}, is {of} between launches ({left})"]
 
 
 def _facts(t: tuple[Any, ...], outliers: int, steps: int) -> dict[str, Any]:
@@ -168,5 +194,7 @@ def _facts(t: tuple[Any, ...], outliers: int, steps: int) -> dict[str, Any]:
         "window_launches": in_steps,
         "median_kernel_ns": as_int(t[11]),
         "steady_launch_ns": as_int(t[12]),
+        "steady_launches": int(t[14] or 0),
         "launch_interval_ns": as_int(t[13]),
+        "launch_intervals": int(t[15] or 0),
     }
