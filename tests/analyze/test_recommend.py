@@ -23,6 +23,7 @@ ALEXNET = "a100_alexnet_train_sync.json.gz"
 MI250 = "mi250_toy_train_rocm.json.gz"
 TRITON = "a100_torch_compile_triton.json.gz"
 NCCL = "a100x8_nccl_allreduce_train.json.gz"
+MULTISTREAM = "a100_multistream_event_sync.json.gz"
 
 
 def _fired(store: Store, rule: str) -> Recommendation | None:
@@ -61,6 +62,14 @@ def test_launch_bound_needs_many_launches_per_step(import_store: Any) -> None:
         assert _fired(store, "launch_bound") is None
         rec = _check(_fired(store, "host_bound"), "timeline.breakdown", "timeline.launches")
         assert any(e.startswith(launches) for e in rec.evidence)
+
+
+def test_host_bound_says_when_the_launch_pace_is_a_single_gap(import_store: Any) -> None:
+    """The multistream trace's three launches of one kernel leave one time between launches once the kernel's first
+    is left out: the evidence quotes that gap as one, with the caveat the launch-bound evidence carries."""
+    rec = _check(_fired(import_store(kineto_fixture(MULTISTREAM)), "host_bound"), "timeline.launches")
+    line = next(e for e in rec.evidence if e.startswith("launches do not explain it"))
+    assert "the host issues a launch every 19.0 ms (a single time between launches, each kernel's first launch " in line
 
 
 def _runtime_in_step(trace: str, call: str, step_name: str) -> tuple[float, float]:

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import kineto_fixture
+from xstack.analyze import _timeline_launches as timeline_launches
 from xstack.analyze import timeline
 from xstack.analyze.pipeline import load
+from xstack.analyze.result import format_ns
 from xstack.importers.kineto import import_kineto
 from xstack.report.formats import md_result
 from xstack.trace import attrs as A
@@ -264,6 +266,59 @@ def test_launch_statistics_match_the_trace(stores: Callable[[str], Store]) -> No
     assert r.column("launch time") == sorted(r.column("launch time"), reverse=True)
     top = timeline.launch_statistics(stores(BERT), 1, limit=3)
     assert top.rows == r.rows[:3] and top.truncated == len(by_name) - 3 and top.facts == f
+
+
+def test_the_host_pace_says_how_few_times_between_launches_it_is_from(stores: Callable[[str], Store]) -> None:
+    """The multistream trace launches one kernel three times: with its first launch left out, one time between
+    launches is left, and the pace of a launch every 19 ms is that one gap, which the facts count and a label says."""
+    r = timeline.launch_statistics(stores(MULTISTREAM), 1)
+    evs = events(MULTISTREAM)
+    calls = {e["args"]["correlation"]: e for e in evs if e["cat"] in RUNTIME_CATS and "correlation" in e["args"]}
+    kernels = [e for e in evs if e["cat"] == "kernel"]
+    assert len(kernels) == 3 and len({k["name"] for k in kernels}) == 1
+    starts = sorted(calls[k["args"]["correlation"]]["ts_ns"] for k in kernels)
+    f = r.facts
+    assert f["steady_launches"] == 2 and f["launch_intervals"] == 1
+    assert f["launch_interval_ns"] == starts[2] - starts[1]
+    label = f"the host's pace, a launch every {format_ns(f['launch_interval_ns'])}, is a single time between launches"
+    assert r.labels == [f"{label} (3 launches of 1 kernel name in the window, each name's first left out)"]
+    assert "``launch_intervals``" in r.notes
+    # BERT's step has 60 launches of 20 names: a pace from many times, with no label
+    bert = timeline.launch_statistics(stores(BERT), 1)
+    assert bert.facts["launch_intervals"] >= timeline_launches.FEW_INTERVALS and not bert.labels
+
+
+def test_launch_table_is_of_the_measured_window_not_the_warm_up(stores: Callable[[str], Store]) -> None:
+    """PARAM's AlexNet trace: a warm-up call, then the measured one. The warm-up's first launch of cuDNN's
+    computeOffsetsKernel queued 2.9 s behind the kernels' loading; the table, its facts and the step-based figures
+    are all of the measured call's launches, as the other timeline analyses are, and a label counts the rest."""
+    r = timeline.launch_statistics(stores(ALEXNET), 1)
+    evs = events(ALEXNET)
+    calls = {e["args"]["correlation"]: e for e in evs if e["cat"] in RUNTIME_CATS and "correlation" in e["args"]}
+    kernels = [e for e in evs if e["cat"] == "kernel"]
+    measured = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+    (call,) = [e for e in evs if e["name"] == measured and e["cat"] == "user_annotation" and e["dur"] < 50_000]
+    inside = [k for k in kernels if call["ts_ns"] <= calls[k["args"]["correlation"]]["ts_ns"] < call["end_ns"]]
+    f = r.facts
+    assert f["launches"] == f["window_launches"] == sum(r.column("launches")) == len(inside) == 39
+    assert f["launches_in_run"] == len(kernels) == 79
+    assert f["kernels_per_step"] == 39 and f["short_kernels"] == sum(r.column("short"))
+    by_name: dict[str, list[int]] = {}
+    for k in inside:
+        by_name.setdefault(k["name"], []).append(k["ts_ns"] - calls[k["args"]["correlation"]]["ts_ns"])
+    assert dict(zip(r.column("kernel"), r.column("launches"), strict=True)) == {n: len(v) for n, v in by_name.items()}
+    delays = dict(zip(r.column("kernel"), r.column("delay median"), strict=True))
+    assert {n: round(statistics.median(v)) for n, v in by_name.items()} == delays
+    offsets = next(n for n in delays if "computeOffsetsKernel" in n)
+    assert delays[offsets] < 1_000_000  # the warm-up's launch of it waited 2.9 s
+    assert f["median_delay_ns"] == round(statistics.median(d for v in by_name.values() for d in v))
+    assert r.labels[0].startswith("iteration 1 left out as warm-up")
+    assert r.labels[1].startswith("40 launches outside the measured window")
+    assert "1 kernel name launched only there" in r.labels[1]
+    assert "measured window" in r.notes and "``launches_in_run``" in r.notes
+    # a trace of one ProfilerStep holding every launch: nothing is left out, and nothing said about it
+    bert = timeline.launch_statistics(stores(BERT), 1)
+    assert bert.facts["launches"] == bert.facts["launches_in_run"] and not bert.labels
 
 
 def _first_launches(kernels: list[dict[str, Any]], calls: dict[Any, dict[str, Any]]) -> set[Any]:

@@ -110,6 +110,22 @@ def test_layer_memory_from_the_allocator_counter(import_store: Any) -> None:
     assert any("of unknown memory left out" in label for label in a7.labels)
 
 
+def test_layer_memory_shares_are_of_the_memory_allocated_not_of_frees(import_store: Any) -> None:
+    """A type whose calls free more than they allocate (ViT's blocks free their sub-layers' outputs) has a negative
+    self allocation and no share; the shares are of the memory the allocating types allocated and add up to 100."""
+    store = import_store(kineto_fixture("h100_vit_image_cls_infer_full.json.gz"))
+    a7 = _one(store, "A7")
+    assert [c.name for c in a7.columns][2:] == ["allocated (self)", "share of allocated"]
+    own = dict(zip(a7.column("type"), a7.column("allocated (self)"), strict=True))
+    share = dict(zip(a7.column("type"), a7.column("share of allocated"), strict=True))
+    assert own["ViTLayer"] < 0 and share["ViTLayer"] is None
+    allocated = sum(b for b in own.values() if b > 0)
+    for ty, b in own.items():
+        assert share[ty] == (pytest.approx(100.0 * b / allocated) if b > 0 else None), ty
+    assert sum(s for s in share.values() if s is not None) == pytest.approx(100.0)
+    assert "``share of allocated``" in a7.notes
+
+
 def _layer_store(path: Path, layers: list[tuple[int, int | None, str, str, int, int]], **config: Any) -> Store:
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "built", levels=["model", "layer"], config=config))

@@ -13,6 +13,7 @@ from typing import Any
 
 from xstack.analyze._kernel_precision import kernel_precision
 from xstack.analyze._recommend_common import Results, at_stake, get, gpu_runtime, num, severity
+from xstack.analyze._timeline_launches import FEW_INTERVALS
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, format_ns
 from xstack.text import format_ns_setting
@@ -91,10 +92,19 @@ def _launch_evidence(f: dict[str, Any]) -> str | None:
     call = f", each launch call {format_ns(v)}" if (v := num(f, "steady_launch_ns")) is not None else ""
     return (
         f"{short:.0f}% of {int(num(f, 'launches') or 0):,} kernels run under {threshold}; the median kernel runs "
-        f"{format_ns(kernel)} while the host issues a launch every {format_ns(interval)}{call} (medians, the first "
-        f"launch of each kernel left out); {_launch_count(f, per_step)} (threshold {MIN_LAUNCHES_PER_STEP} per "
-        "step) (timeline.launches)"
+        f"{format_ns(kernel)} while the host issues a launch every {format_ns(interval)}{call} ({_pace_basis(f)}); "
+        f"{_launch_count(f, per_step)} (threshold {MIN_LAUNCHES_PER_STEP} per step) (timeline.launches)"
     )
+
+
+def _pace_basis(f: dict[str, Any]) -> str:
+    """What the launch pace is the median of (``timeline.launches``' ``launch_intervals``): said in numbers when
+    they are few (under ``timeline.launches``' ``FEW_INTERVALS``), where a median of a handful of gaps is no pace."""
+    n = num(f, "launch_intervals")
+    if n is None or n >= FEW_INTERVALS:
+        return "medians, the first launch of each kernel left out"
+    of = "a single time" if n == 1 else f"the median of {int(n):,} times"
+    return f"{of} between launches, each kernel's first launch left out"
 
 
 def _launch_count(f: dict[str, Any], per_step: float) -> str:
@@ -167,8 +177,8 @@ def _few_launches_line(f: dict[str, Any], slow_launch: bool = False) -> str | No
     launches = _launch_count(f, per_step)
     subject = "the launch count and pace do" if slow_launch else "launches do"
     kernel, interval = num(f, "median_kernel_ns"), num(f, "launch_interval_ns")
-    pace = (f"; the median kernel runs {format_ns(kernel)}, the host issues a launch every {format_ns(interval)}"
-            if kernel is not None and interval is not None else "")  # fmt: skip
+    pace = (f"; the median kernel runs {format_ns(kernel)}, the host issues a launch every {format_ns(interval)} "
+            f"({_pace_basis(f)})" if kernel is not None and interval is not None else "")  # fmt: skip
     return (
         f"{subject} not explain it: {launches}, {short:.0f}% of the kernels under "
         f"{format_ns_setting(num(f, 'short_threshold_ns') or 0)}{pace} (launch-bound: {MIN_LAUNCHES_PER_STEP} or more "

@@ -354,8 +354,15 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
 
 
 def layer_memory_by_type(store: Store, run_id: int) -> Result:
-    """A7: device memory allocated (bytes) summed per layer type, self (minus the layers called inside), with %
-    (see the notes)."""
+    """A7: device memory allocated (bytes) summed per layer type, self (minus the layers called inside), with the
+    type's share of the memory allocated (%).
+
+    Notes: a call's self allocation is its net change in allocated memory less that of the layers it calls
+    directly, so a type's sum is signed: negative where its calls free more than they allocate (a block whose
+    sub-layers' outputs die at its end). Column ``share of allocated`` is the type's sum over the sum of the
+    positive ones (the memory the layers allocated, net of what each type freed); a type with a negative or zero
+    sum frees rather than allocates and has no share. Rows are ordered by the size of the sum, frees among
+    allocations."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A7", "Layer memory by type", "layer"):
         return missing
@@ -372,17 +379,28 @@ def layer_memory_by_type(store: Store, run_id: int) -> Result:
                 own AS (SELECT l.type, l.memory_bytes - coalesce(k.child, 0) AS own FROM {t} l
                         LEFT JOIN kids k ON k.parent_id = l.span_id
                         WHERE l.memory_bytes IS NOT NULL AND NOT l.warmup)
-                SELECT type, count(*), sum(own), 100.0 * abs(sum(own)) / nullif(sum(abs(sum(own))) OVER (), 0)
+                SELECT type, count(*), sum(own),
+                       CASE WHEN sum(own) > 0
+                            THEN 100.0 * sum(own) / sum(greatest(sum(own), 0)) OVER () END
                 FROM own GROUP BY type ORDER BY abs(sum(own)) DESC, 1"""
         )
     ]
-    cols = [Column("type"), Column("calls", "count"), Column("allocated (self)", "bytes"), Column("share", "pct")]
+    cols = [
+        Column("type"),
+        Column("calls", "count"),
+        Column("allocated (self)", "bytes", "net device memory the type's calls allocated; negative: freed"),
+        Column(
+            "share of allocated",
+            "pct",
+            "of the memory allocated: the sum of the types with a positive allocation; none for a type that frees",
+        ),
+    ]
     return Result(
         "A7",
         "Layer memory by type",
         cols,
         rows,
-        notes=f"{_MEMORY_NOTE} {_WARMUP_NOTE}",
+        notes=f"{notes_of(layer_memory_by_type)} {_MEMORY_NOTE} {_WARMUP_NOTE}",
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("allocated (self)",), "Memory allocated per layer type", limit=40),
         labels=_warm_labels(ctx)
