@@ -93,44 +93,63 @@ LEFT JOIN idle USING (device)
 ORDER BY d.device
 """
 
+_WAITED = """
+waits AS (
+    -- the device's host waits (disjoint), each with the wait time before it: the wait up to an instant t is
+    -- F(t) = before + least(t, p1) - p0 for the last wait with p0 <= t, and the wait inside [s, e) is F(e) - F(s)
+    SELECT p0, p1, coalesce(sum(p1 - p0) OVER (ORDER BY p0 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+        AS before
+    FROM {pieces} WHERE device = $device AND cause = 'host_wait'
+)"""
+"""The waits of ``$device`` for its host, with the cumulative wait before each (``_in_waits``)."""
+
+
+def _in_waits(source: str) -> str:
+    """SQL: the rows of ``source`` (with ``s``, ``e``) and ``waited``, the time of the host waits inside each
+    interval ``[s, e)``, by two ASOF joins on the cumulative wait (an inequality join of every interval with
+    every wait cost seconds on 10^5 of each)."""
+    return f"""SELECT x.*, coalesce(b.before + least(x.e, b.p1) - b.p0, 0)
+                   - coalesce(a.before + least(x.s, a.p1) - a.p0, 0) AS waited
+        FROM {source} x ASOF LEFT JOIN waits a ON x.s >= a.p0 ASOF LEFT JOIN waits b ON x.e >= b.p0"""
+
+
 _HOST_OPS = """
 WITH {loader_spans},
-waits AS (SELECT p0, p1 FROM {pieces} WHERE device = $device AND cause = 'host_wait'),
+loading AS ({loading}),
+{waited},
 ops AS (
     -- the outermost operators (an op's child ops are part of it), data loading left out: it is input wait
     SELECT o.name, o.start_ns AS s, o.start_ns + o.dur_ns AS e
     FROM spans o LEFT JOIN spans p ON p.run_id = $run AND p.span_id = o.parent_id
+        ASOF LEFT JOIN loading l ON o.start_ns >= l.s
     WHERE o.run_id = $run AND o.level = 'op' AND o.dur_ns > 0 AND (p.level IS NULL OR p.level <> 'op')
-        AND NOT EXISTS (SELECT 1 FROM loader_spans l WHERE o.start_ns >= l.s AND o.start_ns < l.e)
-),
-clipped AS (
-    SELECT o.name, greatest(o.s, w.p0) AS s, least(o.e, w.p1) AS e FROM ops o JOIN waits w ON o.s < w.p1 AND o.e > w.p0
+        AND (l.e IS NULL OR o.start_ns >= l.e)
 ),
 covered AS ({covered})
-SELECT name, sum(e - s) AS ns, (SELECT coalesce(sum(e - s), 0) FROM covered)
-FROM clipped GROUP BY name ORDER BY ns DESC, name LIMIT $top
+SELECT name, sum(waited) AS ns, (SELECT coalesce(sum(waited), 0) FROM ({covered_waited}))
+FROM ({ops_waited}) WHERE waited > 0 GROUP BY name ORDER BY ns DESC, name LIMIT $top
 """
 """The operators the host ran while the device waited for it, and the time any ran (on any thread)."""
 
 _HOST_CALLS = """
-WITH waits AS (SELECT p0, p1 FROM {pieces} WHERE device = $device AND cause = 'host_wait'),
-clipped AS (
-    SELECT r.span_id, r.name, r.dur_ns, greatest(r.start_ns, w.p0) AS s, least(r.start_ns + r.dur_ns, w.p1) AS e
-    FROM spans r JOIN waits w ON r.start_ns < w.p1 AND r.start_ns + r.dur_ns > w.p0
-    WHERE r.run_id = $run AND r.level = 'runtime' AND r.dur_ns > 0
+WITH {waited},
+calls AS (
+    SELECT span_id, name, dur_ns, start_ns AS s, start_ns + dur_ns AS e FROM spans
+    WHERE run_id = $run AND level = 'runtime' AND dur_ns > 0
 ),
+inside AS (SELECT * FROM ({calls_waited}) WHERE waited > 0),
 grouped AS (
-    -- per call name, the union of its calls' time in the waits (calls on several threads overlap)
+    -- per call name, the union of its calls (calls on several threads overlap)
     SELECT name, s, e, sum(CASE WHEN s > prev THEN 1 ELSE 0 END)
         OVER (PARTITION BY name ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
     FROM (SELECT name, s, e, coalesce(max(e) OVER (PARTITION BY name ORDER BY s, e
                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s - 1) AS prev
-          FROM clipped)
+          FROM inside)
 ),
-held AS (SELECT name, sum(e - s) AS ns FROM (SELECT name, min(s) AS s, max(e) AS e FROM grouped GROUP BY name, grp)
-         GROUP BY name)
+unions AS (SELECT name, min(s) AS s, max(e) AS e FROM grouped GROUP BY name, grp),
+held AS (SELECT name, sum(waited) AS ns FROM ({unions_waited}) GROUP BY name)
 SELECT h.name, {cls}, h.ns, count(DISTINCT c.span_id), max(c.dur_ns)
-FROM held h JOIN clipped c USING (name) GROUP BY ALL ORDER BY h.ns DESC, h.name LIMIT $top
+FROM held h JOIN inside c USING (name) GROUP BY ALL ORDER BY h.ns DESC, h.name LIMIT $top
 """
 """The runtime API calls the host was inside while the device waited for it: per call name, the time (ns) in
 the waits, the calls and the longest call's whole duration."""
@@ -231,7 +250,9 @@ def _device_facts(window: int, r: tuple[Any, ...]) -> dict[str, Any]:
 def _host_ops(store: Store, run_id: int, pieces: str, device: str, host_wait_ns: int) -> dict[str, Any]:
     """What the host ran while ``device`` waited for it: the top operators by the time they ran in those waits
     (``host_wait_ops``: op, ns, pct of the host wait) and the wait time when no operator ran at all."""
-    sql = _HOST_OPS.format(loader_spans=_LOADER.format(loader=DATALOADER), pieces=pieces, covered=merged("clipped"))
+    sql = _HOST_OPS.format(loader_spans=_LOADER.format(loader=DATALOADER), loading=merged("loader_spans"),
+                           waited=_WAITED.format(pieces=pieces), covered=merged("ops"),
+                           covered_waited=_in_waits("covered"), ops_waited=_in_waits("ops"))  # fmt: skip
     found = rows(store, sql, run_id, device=device, top=HOST_OPS_TOP)
     covered = int(found[0][2]) if found else 0
     return {
@@ -244,7 +265,8 @@ def _host_ops(store: Store, run_id: int, pieces: str, device: str, host_wait_ns:
 def _host_calls(store: Store, run_id: int, pieces: str, device: str, host_wait_ns: int) -> list[dict[str, Any]]:
     """The runtime API calls the host was inside while ``device`` waited for it, by the time they held it there:
     call, class (``runtime.api``'s), ns and pct of the host wait, calls, the longest call's duration (ns)."""
-    sql = _HOST_CALLS.format(pieces=pieces, cls=class_sql("h.name"))
+    sql = _HOST_CALLS.format(waited=_WAITED.format(pieces=pieces), calls_waited=_in_waits("calls"),
+                             unions_waited=_in_waits("unions"), cls=class_sql("h.name"))  # fmt: skip
     found = rows(store, sql, run_id, device=device, top=HOST_OPS_TOP, **class_params())
     return [
         {

@@ -30,8 +30,9 @@ launches AS (
     WHERE k.run_id = $run AND k.level = 'kernel'
 ),
 placed AS (
-    -- a launch is the window's when its call starts in it (a kernel without one: when the kernel starts in it)
-    SELECT l.*, w.s IS NOT NULL AS in_steps FROM launches l LEFT JOIN {window} w ON l.at >= w.s AND l.at < w.e
+    -- a launch is the window's when its call starts in it (a kernel without one: when the kernel starts in it);
+    -- the window's intervals are disjoint: the last one starting by then is the only one that can hold it
+    SELECT l.*, coalesce(l.at < w.e, false) AS in_steps FROM launches l ASOF LEFT JOIN {window} w ON l.at >= w.s
 )"""
 
 _PER_NAME = f"""
