@@ -104,6 +104,17 @@ def test_host_bound_starts_from_the_runtime_call_that_holds_the_host(import_stor
     assert "CUDA_MODULE_LOADING" not in rec.action and "AccumulateGrad first" not in rec.action
 
 
+def test_the_launch_pace_says_first_launches_were_left_out_only_where_the_window_had_some(import_store: Any) -> None:
+    # PARAM's warm-up call made every kernel's first launch: the measured call's pace leaves none out
+    rec = _check(_fired(import_store(kineto_fixture(ALEXNET)), "host_bound"), "timeline.breakdown")
+    pace = next(e for e in rec.evidence if "issues a launch every" in e)
+    assert "every 44.5 us (medians) (launch-bound" in pace and "first launch" not in pace
+    # a step of the 8 x A100 trace holds first launches: the median leaves them out, and says so
+    rec = _check(_fired(import_store(kineto_fixture(NCCL)), "host_bound"), "timeline.breakdown")
+    pace = next(e for e in rec.evidence if "issues a launch every" in e)
+    assert "(medians, the first launch of each kernel left out)" in pace
+
+
 def test_host_bound_leaves_runtime_calls_out_where_none_holds_the_host(import_store: Any) -> None:
     # the 8 x A100 step's launches and copies hold the host 3% and 2% of its wait: its own work is what to shorten
     rec = _check(_fired(import_store(kineto_fixture(NCCL)), "host_bound"), "timeline.breakdown")

@@ -99,12 +99,16 @@ def _launch_evidence(f: dict[str, Any]) -> str | None:
 
 def _pace_basis(f: dict[str, Any]) -> str:
     """What the launch pace is the median of (``timeline.launches``' ``launch_intervals``): said in numbers when
-    they are few (under ``timeline.launches``' ``FEW_INTERVALS``), where a median of a handful of gaps is no pace."""
+    they are few (under ``timeline.launches``' ``FEW_INTERVALS``), where a median of a handful of gaps is no pace;
+    the first launches left out said only where the window holds some (a warm-up before it made them all)."""
     n = num(f, "launch_intervals")
+    # no first launch in the window (a trace whose warm-up made them all): nothing was left out of it
+    steady, attributed = num(f, "steady_launches"), num(f, "attributed_launches")
+    left_out = steady is None or attributed is None or steady < attributed
     if n is None or n >= FEW_INTERVALS:
-        return "medians, the first launch of each kernel left out"
+        return "medians, the first launch of each kernel left out" if left_out else "medians"
     of = "a single time" if n == 1 else f"the median of {int(n):,} times"
-    return f"{of} between launches, each kernel's first launch left out"
+    return f"{of} between launches" + (", each kernel's first launch left out" if left_out else "")
 
 
 def _launch_count(f: dict[str, Any], per_step: float) -> str:
