@@ -104,7 +104,9 @@ class Profile:
             self._recorder = Recorder(self._sink, frozenset(self.levels))
             self._started_ns = self._recorder.now_ns()
             self._open_step()
-            for collector in collectors:
+            # the system sampler first: it then sees the other levels start too (starting torch's profiler
+            # imports torch._inductor, seconds of the warm-up step), and, stopped last, everything up to the end
+            for collector in sorted(collectors, key=lambda c: c.level != "system"):
                 configure = getattr(collector, "configure", None)
                 if configure is not None:  # collectors that act on the pass's settings (warm-up count)
                     configure(self.config)

@@ -701,3 +701,23 @@ def test_a_process_whose_parent_was_not_seen_is_told_by_its_command_line() -> No
     lines = [(15, 10, forks, False), (31, 1, forks, True), (32, 31, forks, True), (33, 1, ROOT, True),
              (34, 35, ROOT, True), (35, 34, ROOT, True)]  # fmt: skip
     assert system.process_roles(lines, ROOT) == {15: "subprocess", 31: "subprocess", 32: "subprocess"}
+
+
+@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
+def test_the_sampler_starts_before_the_other_levels(tmp_path: Path) -> None:
+    """The op level's start is seconds of the warm-up step in a fresh interpreter (torch's profiler imports
+    torch._inductor as it starts): the sampler, started first, covers it, where it used to begin after it."""
+    (tmp_path / "prog.py").write_text(
+        "import torch\nm = torch.nn.Linear(8, 8)\nfor _ in range(3):\n    m(torch.ones(2, 8))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "model,op,system", "-o", "p.duckdb", "--", "python",
+         "prog.py"], capture_output=True, text=True, cwd=tmp_path, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        start, first_op = store.query(
+            "SELECT min(start_ns), min(start_ns) FILTER (WHERE level = 'op') FROM spans WHERE device = 'cpu'"
+        )[0]
+        first_sample = store.query("SELECT min(ts_ns) FROM counters")[0][0]
+    assert first_sample < first_op and first_sample - start < 200_000_000, (first_sample - start, first_op - start)
