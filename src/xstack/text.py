@@ -12,6 +12,13 @@ def three_digits(value: float) -> str:
     """``value`` to three significant digits in fixed notation, the decimals set by its size alone: ``1.50``,
     ``71.0``, ``187``, ``12,346``. A column of such numbers never drops a trailing zero in one cell and keeps
     it in the next, and never turns to an exponent (``1.23e+04``)."""
+    size = abs(value)  # first the sizes far enough from 10 and 100 that rounding cannot cross them
+    if 0.005 < size < 9.99:
+        return f"{value:.2f}"
+    if 10.0 <= size < 99.9:
+        return f"{value:.1f}"
+    if size >= 100.0:
+        return f"{value:,.0f}"
     for decimals, below in ((2, 10.0), (1, 100.0)):
         text = f"{value:.{decimals}f}"
         if abs(float(text)) < below:  # rounded first: 9.996 is "10.0", not "10.00"

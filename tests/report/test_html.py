@@ -352,3 +352,50 @@ def test_facts_of_one_result_have_distinct_labels(bert: tuple[Store, Analysis], 
         assert len(labels) == len(set(labels)), labels
     breakdown = next(r for r in a.results if r.id == "timeline.breakdown").facts
     assert f"<dt>window length</dt><dd>{format_value(breakdown['window_ns'], 'ns')}</dd>" in html
+
+
+def test_table_cells_read_as_format_cell_has_them_whatever_repeats():
+    """The table's text of each cell is format_cell's, also where a column repeats a value: a float zero keeps its
+    sign, 1, 1.0 and True stay apart, NaN and None are '-', a column whose unit comes per row formats each row
+    in its own unit, and a time bin's start reads in the bins' unit."""
+    columns = [
+        Column("size", "bytes"),
+        Column("share", "pct"),
+        Column("n", "count"),
+        Column("value", "", unit_from="unit"),
+        Column("unit", ""),
+        bin_column(2_400_000),
+    ]
+    rows = [
+        [0.0, -0.0, 1, 1024, "bytes", 0],
+        [-0.0, 0.0, 1.0, 1024, "ns", 2_400_000],
+        [0.0, -0.0, True, 1024, "bytes", 0],
+        [float("nan"), None, 1, 1024, "count", 4_800_000],
+        [-0.0, -0.0, 1.0, 1024.0, "count", 2_400_000],
+        [1048575, 99.96, 12345, 1023.6, "bytes", 0],
+        [1048575, 99.96, 12345, 1023.6, "ns", 0],
+    ]
+    payload = table_payload(columns, rows)
+    units = result.cell_units(columns, rows)
+    shown = [i for i, c in enumerate(payload["cols"]) if c["fmt"]]
+    expected = [[result.format_cell(r[i], columns[i], u[i]) for i in shown] for r, u in zip(rows, units, strict=True)]
+    assert payload["disp"] == expected
+    assert payload["disp"][0][0] != payload["disp"][1][0]  # "0 B" beside "-0 B": the zero's sign is not cached away
+
+
+def test_three_digits_fast_ranges_match_rounding_at_every_boundary():
+    """three_digits rounds first, then picks the decimals: values on both sides of each boundary (0.005, 9.995,
+    99.95, 100) read as the rounded text says, never "10.00" or "100.0"."""
+    from xstack.text import three_digits
+
+    def by_rounding(value: float) -> str:
+        for decimals, below in ((2, 10.0), (1, 100.0)):
+            text = f"{value:.{decimals}f}"
+            if abs(float(text)) < below:
+                return "0." + "0" * decimals if float(text) == 0 else text
+        return f"{value:,.0f}"
+
+    values = [0.0, -0.0, 0.004, 0.005, 0.0051, 9.98, 9.99, 9.994, 9.995, 9.996, 10.0, 99.89, 99.9, 99.94, 99.95]
+    values += [99.96, 100.0, 12345.6, float("inf"), float("nan"), 3, 150]
+    for v in values + [-v for v in values] + [v * (1 + 1e-15) for v in values] + [v * (1 - 1e-15) for v in values]:
+        assert three_digits(v) == by_rounding(v), v

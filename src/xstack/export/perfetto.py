@@ -78,9 +78,21 @@ class PerfettoStats:
         )  # fmt: skip
         return text + (f", {self.overlap_spans:,} on overlap tracks" if self.overlap_spans else "")
 
-    def _add_span(self, level: str, overlapping: bool) -> None:
-        self.spans[level] = self.spans.get(level, 0) + 1
-        self.overlap_spans += overlapping
+
+class _Counts(dict[str, int]):
+    """Spans per level counted in an export's loop, added to ``stats.spans`` by ``close``, in the order of first
+    appearance, as the loop meets them."""
+
+    def __init__(self, stats: PerfettoStats) -> None:
+        super().__init__()
+        self._stats = stats
+
+    def __missing__(self, level: str) -> int:
+        return 0
+
+    def close(self) -> None:
+        for level, n in self.items():
+            self._stats.spans[level] = self._stats.spans.get(level, 0) + n
 
 
 @dataclass
@@ -261,13 +273,23 @@ def _rows(store: Store, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, 
 def _host_spans(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats) -> dict[int, int]:
     """Write the run's host spans; returns span_id -> tid for the (few) put on an overlap track."""
     moved: dict[int, int] = {}
+    # The rows come by thread: look its track up once per thread, and keep the loop's calls few (10^6 rows).
+    buf, place, base, counts = writer.buffer, tracks.place, run.base_ns, _Counts(stats)
+    thread: tuple[Any, Any] | None = None
+    pid_out = tid_out = 0
     for span_id, level, name, start, dur, pid, tid, args in _rows(store, _HOST_SPANS, [run.run_id]):
-        pid_out, tid_out = tracks.thread(run, "host", pid, tid)
-        lane = tracks.place(pid_out, tid_out, start, start + dur)
+        if thread != (pid, tid):
+            thread = (pid, tid)
+            pid_out, tid_out = tracks.thread(run, "host", pid, tid)
+        lane = place(pid_out, tid_out, start, start + dur)
         if lane != tid_out:
             moved[span_id] = lane
-        writer.emit(_slice(level, name, start - run.base_ns, dur, pid_out, lane, args))
-        stats._add_span(level, lane != tid_out)
+            stats.overlap_spans += 1
+        buf.append(_slice(level, name, start - base, dur, pid_out, lane, args))
+        if len(buf) >= BATCH_ROWS:
+            writer.flush()
+        counts[level] += 1
+    counts.close()
     return moved
 
 
@@ -275,21 +297,27 @@ def _device_spans(
     store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats, moved: dict[int, int]
 ) -> None:
     rows = _rows(store, _DEVICE_SPANS, [run.run_id])
+    buf, place, thread, base, counts = writer.buffer, tracks.place, tracks.thread, run.base_ns, _Counts(stats)
     for level, name, start, dur, device, stream, args, parent, ppid, ptid, pstart, source in rows:
         if source is not None:  # a counter range: on its device's untimed track, saying how it was placed
-            pid_out, tid_out = tracks.thread(run, "device", device, (UNTIMED, source))
+            pid_out, tid_out = thread(run, "device", device, (UNTIMED, source))
             args = _untimed_args(args, source)
         else:
-            pid_out, tid_out = tracks.thread(run, "device", device, stream)
-        lane = tracks.place(pid_out, tid_out, start, start + dur)
-        writer.emit(_slice(level, name, start - run.base_ns, dur, pid_out, lane, args))
-        stats._add_span(level, lane != tid_out)
+            pid_out, tid_out = thread(run, "device", device, stream)
+        lane = place(pid_out, tid_out, start, start + dur)
+        buf.append(_slice(level, name, start - base, dur, pid_out, lane, args))
+        counts[level] += 1
+        if lane != tid_out:
+            stats.overlap_spans += 1
         if parent is not None:
-            src_pid, src_tid = tracks.thread(run, "host", ppid, ptid)
+            src_pid, src_tid = thread(run, "host", ppid, ptid)
             stats.flows += 1
             kind = "launch" if level in DEVICE_LEVELS else "annotation"
-            writer.emit(_flow("s", stats.flows, kind, pstart - run.base_ns, src_pid, moved.get(parent, src_tid)))
-            writer.emit(_flow("f", stats.flows, kind, start - run.base_ns, pid_out, lane))
+            buf.append(_flow("s", stats.flows, kind, pstart - base, src_pid, moved.get(parent, src_tid)))
+            buf.append(_flow("f", stats.flows, kind, start - base, pid_out, lane))
+        if len(buf) >= BATCH_ROWS:
+            writer.flush()
+    counts.close()
 
 
 def _counters(store: Store, run: _Run, tracks: _Tracks, writer: _Writer, stats: PerfettoStats) -> None:
@@ -330,10 +358,12 @@ def _untimed_args(args: str, source: str) -> str:
 
 def _slice(level: str, name: str, start: int, dur: int, pid: int, tid: int, args: str) -> dict[str, Any]:
     # "ts" right after "ph": older Perfetto tokenizers scan an event's keys for "ts" and fail on some values.
+    # _us inlined: its loop runs for few values, and this is called once per span.
+    ts, us = start / 1000, dur / 1000
     return {
         "ph": "X",
-        "ts": _us(start),
-        "dur": _us(dur),
+        "ts": ts if int(ts * 1000) >= start else _us(start),
+        "dur": us if int(us * 1000) >= dur else _us(dur),
         "pid": pid,
         "tid": tid,
         "cat": level,
@@ -343,7 +373,16 @@ def _slice(level: str, name: str, start: int, dur: int, pid: int, tid: int, args
 
 
 def _flow(ph: str, flow_id: int, name: str, start: int, pid: int, tid: int) -> dict[str, Any]:
-    event = {"ph": ph, "ts": _us(start), "pid": pid, "tid": tid, "cat": FLOW_CATEGORY, "name": name, "id": flow_id}
+    ts = start / 1000
+    event = {
+        "ph": ph,
+        "ts": ts if int(ts * 1000) >= start else _us(start),
+        "pid": pid,
+        "tid": tid,
+        "cat": FLOW_CATEGORY,
+        "name": name,
+        "id": flow_id,
+    }
     if ph == "f":
         event["bp"] = "e"  # bind to the enclosing slice (the device span itself), not to the next one
     return event
@@ -365,6 +404,12 @@ class _Writer:
         self._fh = fh
         self._buf: list[dict[str, Any]] = []
         self._empty = True
+
+    @property
+    def buffer(self) -> list[dict[str, Any]]:
+        """The events not yet written, for a loop that appends to it and calls ``flush`` once it holds
+        ``BATCH_ROWS``, which saves ``emit``'s call per event; batches do not change the bytes written."""
+        return self._buf
 
     def emit(self, event: dict[str, Any]) -> None:
         self._buf.append(event)
@@ -416,7 +461,9 @@ class _Tracks:
     def place(self, pid: int, tid: int, start: int, end: int) -> int:
         """tid of the first lane of thread ``tid`` where [start, end] nests (spans arrive sorted by start,
         longest first); a new "(overlap N)" lane when it partly overlaps an open span in every lane."""
-        lanes = self._lanes.setdefault(tid, [(tid, [])])
+        lanes = self._lanes.get(tid)
+        if lanes is None:
+            lanes = self._lanes[tid] = [(tid, [])]
         for lane_tid, ends in lanes:
             while ends and ends[-1] <= start:
                 ends.pop()

@@ -49,13 +49,33 @@ def table_payload(columns: Sequence[Column], rows: Sequence[Sequence[Any]], trun
             for c, f in zip(columns, fmt, strict=True)
         ],
         "rows": rows,  # serialised as they are (NaN as null, tuples as lists): converting each cell costs seconds
-        "disp": [
-            [format_cell(r[i], columns[i], units[i]) for i in shown]
-            for r, units in zip(rows, cell_units(columns, rows), strict=True)
-        ],  # fmt: skip
+        "disp": _display(columns, rows, shown),
         "truncated": truncated,
         "page": PAGE_ROWS,
     }
+
+
+def _display(columns: Sequence[Column], rows: Sequence[Sequence[Any]], shown: Sequence[int]) -> list[list[str]]:
+    """The text of the ``shown`` columns' cells, as ``format_cell`` gives it. A table of 10^5 rows repeats most of
+    its values (iterations, layers, sizes), so each column keeps the text of a value it has formatted, by type,
+    value and unit; not of a float zero, whose sign (``-0.0 == 0.0``) can show."""
+    cols: list[tuple[int, Column, dict[tuple[type, Any, str], str]]] = [(i, columns[i], {}) for i in shown]
+    out: list[list[str]] = []
+    for r, units in zip(rows, cell_units(columns, rows), strict=True):
+        line: list[str] = []
+        for i, column, cache in cols:
+            value, unit = r[i], units[i]
+            kind = type(value)
+            if kind is int or kind is str or (kind is float and value != 0):
+                key = (kind, value, unit)
+                text = cache.get(key)
+                if text is None:
+                    text = cache[key] = format_cell(value, column, unit)
+            else:
+                text = format_cell(value, column, unit)
+            line.append(text)
+        out.append(line)
+    return out
 
 
 def table_html(table_id: str, result: Result) -> str:
