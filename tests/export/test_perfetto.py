@@ -431,3 +431,13 @@ def test_a_program_started_by_exec_is_a_subprocess_not_a_dataloader_worker(tmp_p
                    .values())  # fmt: skip
     assert f"subprocess (pid {cat})" in names
     assert [n.split(" (pid")[0] for n in names].count("dataloader worker") == 1, names
+
+
+def test_an_output_ending_in_gz_is_gzipped_and_holds_the_same_trace(exported: Exported, tmp_path: Path) -> None:
+    # a file named .gz that is plain JSON fails zcat and any reader that trusts the name
+    out = tmp_path / "trace.json.gz"
+    stats = export_perfetto(exported.store, out)
+    assert out.read_bytes()[:2] == b"\x1f\x8b" and not Path(f"{out}.partial").exists()
+    with gzip.open(out, "rb") as fh:
+        assert json.load(fh) == exported.doc
+    assert stats.describe() == exported.stats.describe()
