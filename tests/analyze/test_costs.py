@@ -114,3 +114,34 @@ def test_per_layer_call_tables_say_which_iteration_holds_each_call(tmp_path: Pat
         a12.column("iteration")
     )
     assert a12.chart is not None and a12.chart.extra["mark"] == "warm-up"
+
+
+class Residual(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(x)
+
+
+def test_cpu_layer_roofline_times_a_layer_by_its_self_time(tmp_path: Path) -> None:
+    """A14 on a CPU run counts a layer's own ops (the residual add, not its Linear's matmul), so its FLOP/s are
+    over the time it ran outside its sub-layers, not over a latency that holds the Linear's time too."""
+    model, x = Residual().eval(), torch.randn(16, 64)
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        model(x)
+    with prof.open() as store:
+        a2, a14 = run_analyses(store, None, ["A2", "A14"])
+    a2_rows = {
+        p: (lat, own) for p, lat, own in zip(a2.column("path"), a2.column("latency"), a2.column("self"), strict=True)
+    }
+    a14_rows = {p: (t, f, r) for p, t, f, r in zip(a14.column("layer"), a14.column("time"), a14.column("FLOPs"),
+                                                    a14.column("FLOP/s"), strict=True)}  # fmt: skip
+    latency, own = a2_rows["Residual"]
+    time_ns, flops, flops_per_s = a14_rows["Residual"]
+    assert flops == 16 * 64  # the add alone
+    assert own < latency and time_ns == own
+    assert flops_per_s == pytest.approx(flops * 1e9 / own)
+    assert a14_rows["fc"][0] == a2_rows["fc"][0]  # a leaf's self time is its latency
+    assert any("self time" in label for label in a14.labels)
