@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,65 @@ def test_per_layer_call_tables_say_which_iteration_holds_each_call(tmp_path: Pat
         a12.column("iteration")
     )
     assert a12.chart is not None and a12.chart.extra["mark"] == "warm-up"
+
+
+class Residual(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(x)
+
+
+def test_cpu_layer_roofline_times_a_layer_by_its_self_time(tmp_path: Path) -> None:
+    """A14 on a CPU run counts a layer's own ops (the residual add, not its Linear's matmul), so its FLOP/s are
+    over the time it ran outside its sub-layers, not over a latency that holds the Linear's time too."""
+    model, x = Residual().eval(), torch.randn(16, 64)
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        model(x)
+    with prof.open() as store:
+        a2, a14 = run_analyses(store, None, ["A2", "A14"])
+    a2_rows = {
+        p: (lat, own) for p, lat, own in zip(a2.column("path"), a2.column("latency"), a2.column("self"), strict=True)
+    }
+    a14_rows = {p: (t, f, r) for p, t, f, r in zip(a14.column("layer"), a14.column("time"), a14.column("FLOPs"),
+                                                    a14.column("FLOP/s"), strict=True)}  # fmt: skip
+    latency, own = a2_rows["Residual"]
+    time_ns, flops, flops_per_s = a14_rows["Residual"]
+    assert flops == 16 * 64  # the add alone
+    assert own < latency and time_ns == own
+    assert flops_per_s == pytest.approx(flops * 1e9 / own)
+    assert a14_rows["fc"][0] == a2_rows["fc"][0]  # a leaf's self time is its latency
+    assert any("self time" in label for label in a14.labels)
+
+
+def test_a_pooling_layer_reads_its_whole_input(tmp_path: Path) -> None:
+    """AdaptiveAvgPool2d reduces its input by a mean: without a formula for it, the division the mean ends with
+    was costed instead, 128 FLOPs and 512 B read for a pool over 512 KiB."""
+    model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+    x = torch.randn(4, 32, 32, 32)
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        model(x)
+        x.mean(dim=(-1, -2)).sum(1, keepdim=True)
+    with prof.open() as store:
+        (a12,) = run_analyses(store, None, ["A12"])
+    rows = {r[0]: r for r in zip(*(a12.column(c) for c in ("layer", "FLOPs", "DRAM read", "DRAM write")), strict=True)}
+    assert rows["0"][1:] == (x.numel(), x.numel() * 4, 4 * 32 * 4)
+    outside = rows["(outside any layer)"]  # the mean over the last two dims, then a sum of its 128 values
+    assert outside[1:] == (x.numel() + 4 * 32, x.numel() * 4 + 4 * 32 * 4, 4 * 32 * 4 + 4 * 4)
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes", "concrete", "write"),
+    [
+        ("aten::adaptive_max_pool1d", [[2, 3, 10], []], ["", "[5]"], 2 * 3 * 5),
+        ("aten::adaptive_avg_pool3d", [[2, 3, 4, 4, 4], []], ["", "[2]"], 2 * 3 * 8),
+        ("aten::sum", [[6, 7], [], [], []], ["", "[]", "False", ""], 1),
+        ("aten::amax", [[6, 7, 8], [], []], ["", "[0, 2]", "True"], 7),
+    ],
+)
+def test_reductions_write_what_they_keep(name: str, shapes: list, concrete: list, write: int) -> None:  # type: ignore[type-arg]
+    cost = op_cost(name, shapes, ["float"], concrete)
+    assert cost is not None and cost.flops == math.prod(shapes[0]) and cost.write_bytes == 4 * write
+    assert op_cost("aten::sum", [[6, 7], []], ["float", "Scalar"], ["", "6"]) is None  # a dtype, not dims

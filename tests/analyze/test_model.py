@@ -550,3 +550,14 @@ def test_the_wait_that_ends_the_loop_is_not_charged_to_the_steps(build: Any) -> 
         4_000,
         20.0,
     )
+
+
+def test_a_throughput_loss_at_the_next_size_is_said_as_a_loss() -> None:
+    # 2 -> 4 at 280 -> 600 us: throughput drops 6.7%, which read "raises throughput by -6.7%"
+    optimal, reason = choose_batch_size([(1, 317_000.0), (2, 280_000.0), (4, 600_000.0), (8, 1_072_000.0)])
+    assert optimal == 2
+    assert reason == (
+        "going from batch size 2 to 4 lowers throughput by 6.7% per doubling: the larger batch adds latency, not "
+        "throughput"
+    )
+    assert "raises throughput by 4.3% per doubling, at most 5%" in choose_batch_size([(4, 1.2), (8, 2.3)])[1]

@@ -335,6 +335,21 @@ def test_optimal_batch_size_fires_after_a_sweep_only(tmp_path: Path, bert: Store
     assert _fired(bert, "optimal_batch_size") is None
 
 
+def test_optimal_batch_size_does_not_deny_a_larger_sizes_small_gain(tmp_path: Path) -> None:
+    # throughput 3155, 7143, 6667, 7463 samples/s: 4 dips below 2, and 8 gains 4.5% over 2 (2.2% per doubling)
+    with _sweep_store(tmp_path / "d.duckdb", {1: 317_000, 2: 280_000, 4: 600_000, 8: 1_072_000}) as store:
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+    assert rec.title == "Use batch size 2"
+    assert rec.evidence[0].startswith("going from batch size 2 to 4 lowers throughput by 6.7% per doubling")
+    assert rec.action == (
+        "Run at batch size 2: the next batch size adds latency, not throughput (the most past it: batch size 8, "
+        "+4.5%), smaller ones leave throughput unused."
+    )
+    with _sweep_store(tmp_path / "flat.duckdb", {1: 1_000_000, 2: 500_000, 4: 1_000_000}) as store:
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+    assert "larger batches add latency without raising throughput" in rec.action
+
+
 def test_optimal_batch_size_where_the_next_size_failed_says_it_failed(tmp_path: Path) -> None:
     # throughput 1000, 1900 samples/s, then batch size 4 ran out of memory
     with _sweep_store(tmp_path / "f.duckdb", {1: 1_000_000, 2: 1_052_632}, failed=4) as store:

@@ -4,8 +4,9 @@ Used where hardware counters are absent, and always labelled "analytic". FLOPs f
 (``torch.utils.flop_counter``): a multiply-add is 2 FLOPs; matrix products 2*M*N*K; convolutions
 2 * batch * prod(weight shape) * prod(output spatial dims); scaled dot-product attention two batched products.
 Element-wise and normalisation ops, which that counter ignores, count FLOPs per output element (1, or 5 for
-softmax and norms) so that memory-bound work is visible. Bytes are the minimum traffic: every tensor input read
-once and the output written once (output shape inferred per op). Ops with no formula get no cost (unknown),
+softmax and norms) so that memory-bound work is visible, and reductions and adaptive pools one per element
+read. Bytes are the minimum traffic: every tensor input read once and the output written once (output shape
+inferred per op). Ops with no formula get no cost (unknown),
 never zero.
 """
 
@@ -65,10 +66,14 @@ _FIVE_PER_ELEMENT = {
     "aten::group_norm",
     "aten::native_group_norm",
 }
+_REDUCE = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"}
+_ADAPTIVE_POOL = {f"aten::adaptive_{kind}_pool{nd}d" for kind in ("avg", "max") for nd in (1, 2, 3)}
 _COPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::cat"}
 _GATHER = {"aten::embedding", "aten::index_select"}
 
-COSTED_OPS: frozenset[str] = frozenset(_MATMUL | _CONV | _SDPA | _ELEMENTWISE | _FIVE_PER_ELEMENT | _COPY | _GATHER)
+COSTED_OPS: frozenset[str] = frozenset(
+    _MATMUL | _CONV | _SDPA | _ELEMENTWISE | _FIVE_PER_ELEMENT | _REDUCE | _ADAPTIVE_POOL | _COPY | _GATHER
+)
 """Op names with a formula. The shallowest such op on a call path is costed; its nested ops are not again."""
 
 _DTYPE_BYTES = {
@@ -154,6 +159,8 @@ def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | No
         if not (_is_shape(q) and _is_shape(v) and q and v):
             return None
         return _numel(q[:-1]) * int(v[-1])
+    if name in _REDUCE or name in _ADAPTIVE_POOL:
+        return _reduced_numel(name, shapes, concrete)
     if name in _GATHER:
         weight, index = (shapes[0], shapes[1]) if name == "aten::embedding" else (shapes[0], shapes[2])
         if not (_is_shape(weight) and _is_shape(index) and len(weight) >= 2):
@@ -179,7 +186,33 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
         return out
     if name in _FIVE_PER_ELEMENT:
         return 5 * out
+    if name in _REDUCE or name in _ADAPTIVE_POOL:  # one add (or compare) per element read
+        return _numel(shapes[0])
     return None  # copies and gathers move bytes only
+
+
+def _reduced_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | None:
+    """Output elements of a reduction over the dims in its second input (``[]``: all of them) or of an adaptive
+    pool to the output size there; None where the input or that argument was not recorded."""
+    x = shapes[0] if shapes else None
+    if not _is_shape(x) or not x:
+        return None
+    text = str(concrete[1]).strip() if len(concrete) > 1 else ""
+    values = [int(v) for v in re.findall(r"-?\d+", text)]
+    if name in _ADAPTIVE_POOL:
+        nd = int(name[-2])
+        values = values * nd if len(values) == 1 else values
+        if len(values) != nd or len(x) <= nd:
+            return None
+        return _numel(x[:-nd]) * _numel(values)
+    if not text.startswith("["):  # not a list of dims (an overload without them, or a dtype)
+        return None
+    if text == "[]":
+        return 1
+    if not values or any(not -len(x) <= d < len(x) for d in values):
+        return None
+    reduced = {d % len(x) for d in values}
+    return _numel([n for i, n in enumerate(x) if i not in reduced])
 
 
 def _matmul_dims(name: str, shapes: list[Any]) -> tuple[int, int, int, int] | None:

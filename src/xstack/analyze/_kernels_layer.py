@@ -101,16 +101,21 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
 
 
 def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
-    """Per layer call: its start (ns; None for the ops outside any layer), path, type, latency, flops, read, write,
-    precision from its costed ops."""
+    """Per layer call: its start (ns; None for the ops outside any layer), path, type, self time (its latency less
+    that of the layers it calls directly, None where they last as long or longer: the costs are of its own ops,
+    so its sub-layers' time is not theirs), flops, read, write, precision from its costed ops."""
     ops = op_costs(ctx)
     return ctx.store.query(
-        f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
-                   coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), sum(c.flops),
+        f"""WITH kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
+                          WHERE run_id = $run AND level = 'layer' GROUP BY parent_id)
+            SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+                   coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'),
+                   nullif(greatest(any_value(l.dur_ns) - coalesce(any_value(k.child_ns), 0), 0), 0), sum(c.flops),
                    sum(c.read_bytes), sum(c.write_bytes), any_value(c.precision)
-            FROM {ops} c LEFT JOIN spans l ON l.run_id = ? AND l.span_id = c.layer_id
+            FROM {ops} c LEFT JOIN spans l ON l.run_id = $run AND l.span_id = c.layer_id
+                LEFT JOIN kids k ON k.parent_id = l.span_id
             GROUP BY c.layer_id, l.attrs, l.name ORDER BY min(l.start_ns)""",
-        [ctx.run_id],
+        {"run": ctx.run_id},
     )
 
 
@@ -155,7 +160,8 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
 
 def layer_roofline(store: Store, run_id: int) -> Result:
     """A14: layers against the roofline: per layer call, its own FLOPs and DRAM bytes (from its kernels, or its
-    ops' analytic counts on a CPU run), AI (FLOP/byte), achieved FLOP/s over its latency, bound."""
+    ops' analytic counts on a CPU run), AI (FLOP/byte), achieved FLOP/s over its time (its kernels' time; on a CPU
+    run its self time, its latency less its sub-layers', as its FLOPs are those of its own ops), bound."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A14", "Layer roofline", "layer"):
         return missing
@@ -171,7 +177,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         rows = [(r[0], r[1], r[2], r[3], r[7], r[4], r[5], r[6]) for r in _op_layer_rollup(ctx)]
         labels = [
             "FLOPs and bytes: analytic (per-op count from shapes)",
-            "time: the layer's host latency",
+            "time: the layer's host self time (its latency less its sub-layers', whose ops it does not count)",
             f"device peaks: {pk.source}" if pk else missing_peaks(ctx),
         ]
     out = []

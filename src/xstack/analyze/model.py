@@ -195,10 +195,7 @@ def choose_batch_size(
     for (b, lat), (b_next, lat_next) in zip(pts, pts[1:], strict=False):
         gain = doubling_gain_pct(b, lat, b_next, lat_next)
         if round(gain, 9) <= gain_threshold_pct:  # a gain of exactly the threshold, to float rounding, is in
-            return b, (
-                f"going from batch size {b} to {b_next} raises throughput by {gain:.1f}% per doubling, at most "
-                f"{gain_threshold_pct:g}%: larger batches add latency, not throughput"
-            )
+            return b, _levels_off(b, b_next, gain, gain_threshold_pct)
     if larger_failed is not None:  # throughput still rises where the next size no longer runs
         return pts[-1][0], (
             f"the largest batch size that ran: throughput still rises {gain:.1f}% per doubling up to it, and batch "
@@ -208,6 +205,20 @@ def choose_batch_size(
     return None, (
         f"throughput still rises {gain:.1f}% per doubling up to batch size {pts[-1][0]}, the largest measured: "
         "sweep larger batch sizes to find where it levels off"
+    )
+
+
+def _levels_off(b: int, b_next: int, gain: float, threshold_pct: float) -> str:
+    """Why ``b`` is optimal: going to ``b_next`` gains ``gain`` % per doubling, no more than the threshold; a loss
+    is said as one (not as a rise of -6.7%)."""
+    if round(gain, 1) < 0:
+        return (
+            f"going from batch size {b} to {b_next} lowers throughput by {-gain:.1f}% per doubling: the larger batch "
+            "adds latency, not throughput"
+        )
+    return (
+        f"going from batch size {b} to {b_next} raises throughput by {gain:.1f}% per doubling, at most "
+        f"{threshold_pct:g}%: the larger batch adds latency, not throughput"
     )
 
 

@@ -167,7 +167,7 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
     elif failed and best == max(a1.facts.get("batch_sizes") or [best]):
         larger = f"batch size {min(failed)} failed (cut short)"
     else:
-        larger = "larger batches add latency without raising throughput"
+        larger = _larger_batches(a1.facts.get("per_batch") or [], best)
     return Recommendation(
         "optimal_batch_size",
         f"Use batch size {best}",
@@ -176,6 +176,20 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
         ["A1"],
         f"Run at batch size {best}: {larger}, smaller ones leave throughput unused.",
     )
+
+
+def _larger_batches(per_batch: list[dict[str, Any]], best: int) -> str:
+    """What the sizes past the optimum give: no throughput, or (a dip or a plateau, then a rise) some, named with
+    its size and gain, so that the advice does not deny what A1's table shows."""
+    base = next((p.get("throughput") for p in per_batch if p.get("batch_size") == best), None)
+    more = [(p["throughput"], p["batch_size"]) for p in per_batch
+            if isinstance(p.get("batch_size"), int) and p["batch_size"] > best and base
+            and isinstance(p.get("throughput"), (int, float)) and p["throughput"] > base]  # fmt: skip
+    if not more or base is None:
+        return "larger batches add latency without raising throughput"
+    throughput, size = max(more)
+    gain = 100 * (throughput / base - 1)
+    return f"the next batch size adds latency, not throughput (the most past it: batch size {size}, +{gain:.1f}%)"
 
 
 def pageable_copies(results: Results) -> Recommendation | None:
