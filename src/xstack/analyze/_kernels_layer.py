@@ -105,7 +105,7 @@ def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
     that of the layers it calls directly, None where they last as long or longer: the costs are of its own ops,
     so its sub-layers' time is not theirs), flops, read, write, precision from its costed ops."""
     ops = op_costs(ctx)
-    return ctx.store.query(
+    return ctx.store.con.execute(
         f"""WITH kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
                           WHERE run_id = $run AND level = 'layer' GROUP BY parent_id)
             SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
@@ -116,7 +116,7 @@ def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
                 LEFT JOIN kids k ON k.parent_id = l.span_id
             GROUP BY c.layer_id, l.attrs, l.name ORDER BY min(l.start_ns)""",
         {"run": ctx.run_id},
-    )
+    ).fetchall()
 
 
 def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
