@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,20 +128,28 @@ def test_input_bound_judges_the_loop_s_whole_wait_not_the_median_iteration(tmp_p
     )
 
 
-def test_a_merged_run_s_input_bound_is_read_from_its_io_pass(tmp_path: Path) -> None:
-    """A merged run holds one iteration of medians: its one DataLoader wait is the median wait (10 ns), which
-    hides the long waits that alternate with short ones. The analysis reads the io pass's own iterations."""
-    with loop_store(tmp_path / "m.duckdb", waits=(700, 10, 10, 700, 10)):
+@contextmanager
+def _merged_loop(path: Path, waits: tuple[int, ...], *, median_wait: int) -> Iterator[Store]:
+    """The loop of ``waits`` as its io pass (run 1), and a merged run (run 2) of one 1 us step whose DataLoader
+    wait is ``median_wait``: the store, open for writing."""
+    with loop_store(path, waits=waits):
         pass
-    with Store.open(tmp_path / "m.duckdb", read_only=False) as store:
+    with Store.open(path, read_only=False) as store:
         merge = {"passes": [], "counter_passes": [{"pass": "model+io", "run_id": 1}]}
         store.add_run(
             RunInfo(2, "loop", pass_name="merged", levels=["model", "io"], config={"pid": MAIN, "merge": merge})
         )
         sink = Sink(store, 2)
         sink.span(1, None, "model", "step", 0, 1000, MAIN, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
-        sink.span(2, 1, "model", "dataloader.next", 0, 10, MAIN, 1, {A.MODEL_KIND: "dataloader"})
+        sink.span(2, 1, "model", "dataloader.next", 0, median_wait, MAIN, 1, {A.MODEL_KIND: "dataloader"})
         sink.close()
+        yield store
+
+
+def test_a_merged_run_s_input_bound_is_read_from_its_io_pass(tmp_path: Path) -> None:
+    """A merged run holds one iteration of medians: its one DataLoader wait is the median wait (10 ns), which
+    hides the long waits that alternate with short ones. The analysis reads the io pass's own iterations."""
+    with _merged_loop(tmp_path / "m.duckdb", (700, 10, 10, 700, 10), median_wait=10) as store:
         r = run_analyses(store, 2, ["io.input_bound"])[0]
         pass_alone = run_analyses(store, 1, ["io.input_bound"])[0]
     assert r.run_id == 2 and r.facts == {**pass_alone.facts, "source_run": 1} and r.rows == pass_alone.rows
@@ -742,17 +751,7 @@ def test_io_module_exports_every_registered_analysis() -> None:
 def test_a_merged_run_s_stage_evidence_is_of_its_median_step(tmp_path: Path) -> None:
     """A merged run's one iteration stands for the passes' measured ones: the DataLoader wait of its steps is that
     of its median step, not of '1 measured step'."""
-    with loop_store(tmp_path / "m.duckdb", waits=(300, 300, 300, 300)):
-        pass
-    with Store.open(tmp_path / "m.duckdb", read_only=False) as store:
-        merge = {"passes": [], "counter_passes": [{"pass": "model+io", "run_id": 1}]}
-        store.add_run(
-            RunInfo(2, "loop", pass_name="merged", levels=["model", "io"], config={"pid": MAIN, "merge": merge})
-        )
-        sink = Sink(store, 2)
-        sink.span(1, None, "model", "step", 0, 1000, MAIN, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
-        sink.span(2, 1, "model", "dataloader.next", 0, 300, MAIN, 1, {A.MODEL_KIND: "dataloader"})
-        sink.close()
+    with _merged_loop(tmp_path / "m.duckdb", (300, 300, 300, 300), median_wait=300) as store:
         merged = RULES["input_bound"]({r.id: r for r in run_analyses(store, 2)})
         alone = RULES["input_bound"]({r.id: r for r in run_analyses(store, 1)})
     assert merged is not None and alone is not None
