@@ -19,8 +19,8 @@ from xstack.analyze._io_common import (
     io_run,
     median,
 )
-from xstack.analyze._timeline_common import DATALOADER, STEP, merged, notes_of, pct, rows
-from xstack.analyze.context import past_warmup
+from xstack.analyze._timeline_common import DATALOADER, STEP, notes_of, pct, rows
+from xstack.analyze.context import merged, past_warmup
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace.store import Store
 

@@ -167,7 +167,7 @@ def host_bound(results: Results) -> Recommendation | None:
     impact, per = at_stake(results, num(b.facts, "host_wait_ns"))
     return Recommendation(
         "host_bound", "The GPU waits for the host: host work between launches dominates",
-        "medium" if whole_run else severity(wait), evidence, sources, _host_action(b.facts, whole_run, runtime),
+        "medium" if whole_run else severity(wait), evidence, sources, _host_action(b.facts, whole_run, runtime, held),
         impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
@@ -244,10 +244,10 @@ def _other_waits_line(f: dict[str, Any]) -> str | None:
     return f"besides, the GPU waits {' and '.join(named)} of the measured window (timeline.breakdown)"
 
 
-def _host_action(f: dict[str, Any], whole_run: bool, runtime: str) -> str:
+def _host_action(f: dict[str, Any], whole_run: bool, runtime: str, held: dict[str, Any] | None) -> str:
     ops = f.get("host_wait_ops") if isinstance(f.get("host_wait_ops"), list) else None
     outside = num(f, "host_wait_outside_ops_pct")
-    if (held := _held_call(f)) is not None:
+    if held is not None:  # the runtime call that holds the wait (_held_call)
         first = _call_action(held, runtime)
     elif ops is None:
         first = "Record the op level (--levels model,layer,op) to see what the host runs while the GPU waits; then "

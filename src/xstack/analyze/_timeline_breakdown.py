@@ -15,12 +15,11 @@ from xstack.analyze._timeline_common import (
     SYNC_FILTER,
     as_int,
     measured_window,
-    merged,
     notes_of,
     pct,
     rows,
 )
-from xstack.analyze.context import DEVICE_LEVELS, run_context
+from xstack.analyze.context import DEVICE_LEVELS, merged, run_context
 from xstack.analyze.result import Chart, Column, Result
 from xstack.trace.store import Store
 

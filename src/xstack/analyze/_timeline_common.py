@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, merged, past_warmup, run_context
 from xstack.trace.store import Store
 
 DEVICE_ACTIVITY: Final = "('kernel', 'memcpy', 'memset')"
@@ -77,16 +77,6 @@ raw_windows AS (
     WHERE run_id = $run AND NOT EXISTS (SELECT 1 FROM steps) HAVING count(*) > 0
 ),
 windows AS ({"{merged}"})"""
-
-
-def merged(source: str) -> str:
-    """SQL of the union of the intervals ``(s, e)`` in ``source``: disjoint ``(s, e)`` rows (intervals that
-    touch are joined). An interval opens a new group when it starts after every earlier one has ended."""
-    return f"""SELECT min(s) AS s, max(e) AS e FROM (
-        SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END) OVER (ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
-        FROM (SELECT s, e, coalesce(max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                                    s - 1) AS prev FROM {source}))
-    GROUP BY grp"""
 
 
 def windows_ctes(warmup: int = 0) -> str:

@@ -71,6 +71,7 @@ class RunContext:
     _warmup: int | None = None
     _warmup_windows: list[tuple[int, int]] | None = None
     _iterations: list[tuple[int, int, bool]] | None = None
+    _measured: tuple[str, int] | None = None
 
     @property
     def warmup(self) -> int:
@@ -150,24 +151,19 @@ class RunContext:
         their extents in ns (adjoining or nested ones joined, in order), and their summed length; None for a run
         without them. Join it with ``ASOF JOIN table w ON t >= w.ws`` and keep ``t < w.we``: a time ``t`` then lies
         in a measured iteration (a span belongs where it starts, as in ``in_warmup``)."""
-        name = f"_ax_measured_{self.run_id}"
-        if name not in self._tables:
+        if self._measured is None:
+            name = f"_ax_measured_{self.run_id}"
             self.store.con.execute(
                 f"""CREATE OR REPLACE TEMP TABLE {name} AS
-                WITH st AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
+                WITH steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
                     WHERE run_id = $run AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}
-                        AND {past_warmup(self.warmup)}),
-                after AS (SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                    AS reach FROM st),
-                grouped AS (SELECT s, e, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
-                    OVER (ORDER BY s, e) AS grp FROM after)
-                SELECT min(s) AS ws, max(e) AS we FROM grouped GROUP BY grp""",
+                        AND {past_warmup(self.warmup)})
+                SELECT s AS ws, e AS we FROM ({merged("steps")})""",
                 {"run": self.run_id},
             )
             total = self.store.con.execute(f"SELECT sum(we - ws) FROM {name}").fetchall()[0][0]
-            self._tables[name] = str(int(total or 0))
-        total_ns = int(self._tables[name])
-        return (name, total_ns) if total_ns else None
+            self._measured = (name, int(total or 0))
+        return self._measured if self._measured[1] else None
 
     def warmup_ns(self) -> int:
         """The time (ns) the warm-up iterations took: the length of ``warmup_windows``."""
@@ -322,6 +318,16 @@ def step_span(alias: str = "") -> str:
 
 STEP_SPAN = step_span()
 """An iteration among model spans (``step_span``)."""
+
+
+def merged(source: str) -> str:
+    """SQL of the union of the intervals ``(s, e)`` in ``source``: disjoint ``(s, e)`` rows (intervals that
+    touch are joined). An interval opens a new group when it starts after every earlier one has ended."""
+    return f"""SELECT min(s) AS s, max(e) AS e FROM (
+        SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END) OVER (ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+        FROM (SELECT s, e, coalesce(max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                                    s - 1) AS prev FROM {source}))
+    GROUP BY grp"""
 
 
 def warmup_steps(config: dict[str, Any]) -> int:

@@ -174,11 +174,11 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
             float(m),
             int(th),
             int(w),
-            100.0 * int(w) / measured if measured and not str(k).startswith("warm-up") else None,
+            100.0 * int(w) / measured if measured and k not in WARMUP_KINDS else None,
         )
         for n, k, c, t, m, th, w in rows
     ]
-    kept = [r for r in out if not r[1].startswith("warm-up")]
+    kept = [r for r in out if r[1] not in WARMUP_KINDS]
     steps = [r for r in kept if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
     loader = _loader_in(store, ctx.run_id, f"{STEP_SPAN} AND {past_warmup(ctx.warmup)}")
     step_total = sum(r[3] for r in steps)
@@ -206,7 +206,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     labels += [  # one thread's calls of a stage never overlap: what wall time leaves out is warm-up they hold
         f"{n}: its calls hold {format_ns(t - w)} of warm-up iterations, left out of its wall time and share"
         for n, kind, _, t, _, th, w, _ in out
-        if t > w and th <= 1 and not kind.startswith("warm-up")
+        if t > w and th <= 1 and kind not in WARMUP_KINDS
     ]
     return Result(
         "model.stages",

@@ -145,11 +145,19 @@ def none_line(s: RunSummary, level: str) -> str:
         return f"{LEVEL_TITLES[level]}: none in this run ({missing_hint(level, s.source_format)})"
     what = f"{held:,} {_LEVEL_CALLS[level]}{'' if held == 1 else 's'}"
     if s.counted_in == "the measured steps":
-        n = (s.iterations or {}).get("measured", 0)
-        steps, them = ("the measured step", "it") if n == 1 else ("the measured steps", "them")
+        steps, them = _steps_named(s, counted=False)
         return (f"{LEVEL_TITLES[level]}: none in {steps} (the run's {what} {'is' if held == 1 else 'are all'} "
                 f"outside {them}: start-up, warm-up, between or after the steps)")  # fmt: skip
     return f"{LEVEL_TITLES[level]}: none past the warm-up (the run's {what} {'is' if held == 1 else 'are all'} in it)"
+
+
+def _steps_named(s: RunSummary, *, counted: bool) -> tuple[str, str]:
+    """The run's measured steps as a phrase ("the measured step", "the 4 measured steps" where ``counted``) and
+    the pronoun for them."""
+    n = (s.iterations or {}).get("measured", 0)
+    if n == 1:
+        return "the measured step", "it"
+    return (f"the {n:,} measured steps" if counted else "the measured steps"), "them"
 
 
 def top_caption(s: RunSummary, level: str) -> str | None:
@@ -159,8 +167,7 @@ def top_caption(s: RunSummary, level: str) -> str | None:
         return f"from {s.kernels_from}" if s.kernels_from else None
     parts = [f"times and shares {s.replayed}"] if s.replayed else []
     if s.outside_steps_ns and s.iterations:
-        n = s.iterations["measured"]
-        steps, them = ("the measured step", "it") if n == 1 else (f"the {n:,} measured steps", "them")
+        steps, them = _steps_named(s, counted=True)
         parts.append(
             f"calls in {steps} only; {format_ns(s.outside_steps_ns)} of the wall time is outside {them} (start-up, "
             "warm-up, the time between and after the steps)"
