@@ -261,3 +261,33 @@ def test_merging_again_reads_the_passes_not_the_merged_run(tmp_path: Path) -> No
         first = store.query("SELECT count(*) FROM spans WHERE run_id = 3")[0][0]
         second = store.query("SELECT count(*) FROM spans WHERE run_id = ?", [again.run_id])[0][0]
     assert again.run_id == 4 and [p.run_id for p in again.passes] == [1, 2] and first == second
+
+
+def test_a_merged_runs_wall_time_is_its_step_where_deeper_levels_run_past_it(tmp_path: Path) -> None:
+    from xstack.analyze.health import stage_breakdown
+    from xstack.analyze.summary import summarize
+
+    class Adds(nn.Module):  # many tiny ops: each is slower in the op pass, which times them, than unprofiled
+        def forward(self, x: Any) -> Any:
+            for _ in range(500):
+                x = x + 1
+            return x
+
+    model, x = nn.Sequential(nn.Linear(4, 4), Adds()), torch.randn(2, 4)
+    path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        step, extent = store.query(
+            "SELECT max(dur_ns) FILTER (WHERE level = 'model' AND name LIKE 'step#%'), "
+            "max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ?",
+            [merged],
+        )[0]
+        summary = summarize(store, merged)
+        stages = stage_breakdown(store, merged)
+    assert extent > step  # the op pass's operators, laid out in the step, end after it
+    assert summary.wall_ns == step
+    assert summary.wall_source is not None and "past it" in summary.wall_source
+    share = {(r[0], r[1]): r[-1] for r in stages.rows}
+    assert share[("step", "step")] == pytest.approx(100.0)
+    assert stages.facts["wall_ns"] == step

@@ -165,6 +165,23 @@ class RunContext:
             self._measured = (name, int(total or 0))
         return self._measured if self._measured[1] else None
 
+    def host_extent(self) -> tuple[int | None, int]:
+        """The run's host wall time (ns; None where it has no host spans) and how far (ns) its host spans run on
+        past it. The wall time is the extent of the host spans, 0 past it; in a merged run, the extent of its
+        merged iteration (its step span, the median of the pass timing the model level): each deeper level is
+        timed in a pass of its own, whose added levels slow its spans, so the layers and operators laid out in
+        the step can run on past its end (health ``children_longer_than_parent``), and that overrun is no part
+        of the program's step."""
+        extent_sql = "SELECT min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = ? AND device = 'cpu'"
+        first, last = self.store.query(extent_sql, [self.run_id])[0]
+        if first is None:
+            return None, 0
+        if self.pass_name == "merged":
+            s, e = self.store.query(f"{extent_sql} AND level = 'model' AND {STEP_SPAN}", [self.run_id])[0]
+            if s is not None:
+                return int(e) - int(s), max(int(last) - int(e), 0)
+        return int(last) - int(first), 0
+
     def warmup_ns(self) -> int:
         """The time (ns) the warm-up iterations took: the length of ``warmup_windows``."""
         return sum(e - s for s, e in self.warmup_windows())

@@ -140,7 +140,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     with the name of the phase span around it, and the call is a row of its own, of kind step); calls that run at
     the same time on several threads each count, so a total can exceed the run's wall time. Wall time is the union
     of the calls' intervals, less the warm-up iterations a call holds (a phase that began before them, as PARAM's
-    annotations mark one), and the share of wall is that union over the run's wall time less the warm-up's: never
+    annotations mark one), and the share of wall is that union over the run's wall time (a merged run's: its step,
+    which the spans of deeper levels, timed in slower passes, can outlast) less the warm-up's: never
     above 100. Stages of different names may nest (a forward inside a step), so shares need not add up to 100.
     Warm-up iterations (the first of a live run, which also pays for start-up; a pass's --warmup) are left out of
     every stage's calls, total, mean and share: the spans that start in them (the warm-up step itself, and the
@@ -158,12 +159,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     windows = ", ".join(f"({int(a)}, {int(b)})" for a, b in ctx.warmup_windows())
     windows = f"(VALUES {windows})" if windows else "(SELECT 0, 0 WHERE false)"
     rows = store.query(_STAGES.format(warmup=ctx.in_warmup(), kind=A.MODEL_KIND, windows=windows), [ctx.run_id])
-    wall = int(
-        store.query(
-            "SELECT coalesce(max(start_ns + dur_ns) - min(start_ns), 0) FROM spans WHERE run_id = ? AND device = 'cpu'",
-            [ctx.run_id],
-        )[0][0]
-    )
+    wall = ctx.host_extent()[0] or 0  # a merged run's: its step, which deeper levels' spans can outlast
     measured = max(wall - ctx.warmup_ns(), 0)
     out = [
         (

@@ -48,6 +48,7 @@ from xstack.analyze._io_common import (
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze.context import STEP_SPAN, launched, past_warmup, pick_run, run_context
 from xstack.analyze.health import run_health
+from xstack.text import format_ns
 from xstack.trace import attrs as A
 from xstack.trace.devices import active_devices, used_devices
 from xstack.trace.store import Store
@@ -114,8 +115,9 @@ class RunSummary:
     pass, samples)``, found as the system analyses find it (their fact ``source_run``). A merged run keeps
     no copy of its passes' counters (``config.merge.counter_passes``)."""
     wall_source: str | None = None
-    """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time); or why it is
-    unknown, where it is None."""
+    """Where ``wall_ns`` came from when not from the run's host spans (a Darshan log's job run time), or not from
+    all of them (a merged run's step, where deeper levels' spans run past it); or why it is unknown, where it is
+    None."""
     devices_unused: int = 0
     """GPUs the trace lists on the host that ran nothing of this run."""
     gpu_runtime: str | None = None
@@ -271,14 +273,17 @@ _NO_HOST_TRACE = {"ncu-csv": "an Nsight Compute CSV has no host trace, only the 
 
 
 def host_wall(store: Store, run_id: int, config: dict[str, Any]) -> tuple[int | None, str | None]:
-    """The run's host wall time (ns): the extent of its host spans, else the job run time of an imported Darshan
-    log (``darshan_log_get_job_runtime``, as PyDarshan reports it), with where it came from (None: the spans);
-    else None (unknown) with why."""
-    extent = store.query(
-        "SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND device = 'cpu'", [run_id]
-    )[0][0]
+    """The run's host wall time (ns): the extent of its host spans (a merged run's: its merged step,
+    ``RunContext.host_extent``), else the job run time of an imported Darshan log (``darshan_log_get_job_runtime``,
+    as PyDarshan reports it), with where it came from (None: the spans); else None (unknown) with why."""
+    extent, overrun = run_context(store, run_id).host_extent()
+    if extent and overrun:
+        return extent, (
+            f"its merged step; the spans of deeper levels, timed in passes of their own that those levels slow, "
+            f"run {format_ns(overrun)} past it"
+        )
     if extent:
-        return int(extent), None
+        return extent, None
     job = config.get("darshan")
     run_time = job.get("run_time_s") if isinstance(job, dict) else None
     if isinstance(run_time, (int, float)) and run_time > 0:
