@@ -399,16 +399,28 @@ def test_a_live_run_s_warm_up_step_is_left_out(tmp_path: Path) -> None:
     assert d.summary.facts["step_status"] == "unchanged"
 
 
-def test_a_trace_timed_under_counter_replay_gets_no_verdict_on_its_wall_time(tmp_path: Path) -> None:
-    # the same AlexNet run twice on an A100, its iterations from PARAM's annotations: once timed (the measured
-    # forward call 36.4 ms), once under the CUPTI range profiler (1.97 s, the kernels' replays); "54x slower" would
-    # be the replays' doing
+@pytest.fixture(scope="module")
+def alexnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same AlexNet run twice on an A100, its iterations from PARAM's annotations: once timed (the measured
+    forward call 36.4 ms), once under the CUPTI range profiler (1.97 s, the kernels' replays), imported."""
+    tmp = tmp_path_factory.mktemp("diff_replayed")
     stores = []
     for name in ("a100_alexnet_train_sync", "a100_alexnet_cupti_counters"):
-        with Store.create(tmp_path / f"{name}.duckdb") as store:
+        with Store.create(tmp / f"{name}.duckdb") as store:
             import_kineto(store, kineto_fixture(f"{name}.json.gz"))
-        stores.append(tmp_path / f"{name}.duckdb")
-    diff = diff_profiles(*stores)
+        stores.append(tmp / f"{name}.duckdb")
+    return stores[0], stores[1]
+
+
+REPLAYED = (
+    "B's host times are inflated by counter replay, not the program's own timing (the CUPTI range profiler "
+    "replays each kernel to read its counters, and the host waits for the replays)"
+)
+
+
+def test_a_trace_timed_under_counter_replay_gets_no_verdict_on_its_wall_time(alexnet: tuple[Path, Path]) -> None:
+    # "54x slower" would be the replays' doing
+    diff = diff_profiles(*alexnet)
     step = _rows(diff, "diff.summary")[0]
     assert step["item"] == "step latency" and step["status"] == "not compared"
     assert (step["A"], step["B"]) == (36_356_000, 1_974_571_000) and diff.summary.facts["step_status"] == "not compared"
@@ -416,12 +428,75 @@ def test_a_trace_timed_under_counter_replay_gets_no_verdict_on_its_wall_time(tmp
     stages = [r for r in _rows(diff, "diff.summary") if r["item"].startswith("stage ")]
     assert len(stages) == 4 and {r["status"] for r in stages} == {"not compared"}
     assert set(diff.summary.facts["stages"].values()) == {"not compared"} and all(r["A"] and r["B"] for r in stages)
-    replayed = (
-        "B's host times are inflated by counter replay, not the program's own timing (the CUPTI range profiler "
-        "replays each kernel to read its counters, and the host waits for the replays)"
-    )
-    assert replayed in diff.summary.labels and replayed in diff.ops.labels
-    assert not any("counter replay" in label for label in diff_profiles(stores[0], stores[0]).summary.labels)
+    assert REPLAYED in diff.summary.labels
+    assert not any("counter replay" in label for label in diff_profiles(alexnet[0], alexnet[0]).summary.labels)
+
+
+def test_the_ops_of_a_trace_timed_under_counter_replay_get_no_verdict(alexnet: tuple[Path, Path]) -> None:
+    # judged on the replays' host times, 229 ops came out slower (the measured forward's second aten::conv2d,
+    # 15.0 ms -> 333 ms in the traces) and 18 faster
+    diff = diff_profiles(*alexnet)
+    ops = _rows(diff, "diff.ops")
+    assert len(ops) == 256 and {r["status"] for r in ops} == {"not compared"}
+    assert all(r["A"] is not None and r["B"] is not None and r["noise"] is None for r in ops)  # times, no noise
+    conv = next(r for r in ops if r["op"] == "aten::conv2d" and r["occurrence"] == 1)
+    assert (conv["A"], conv["B"], conv["delta"]) == (14_972_000, 333_018_000, 318_046_000)
+    assert [label for label in diff.ops.labels if "counter replay" in label] == [
+        f"{REPLAYED}: the items both runs have are not compared, their times shown (added and removed items still said)"
+    ]
+    assert not any("judged by the floors" in label for label in diff.ops.labels)  # nothing was judged
+    # the summary counts them apart, with no net change: nothing lost or gained, nor known not to be
+    summary = [r for r in _rows(diff, "diff.summary") if r["item"] == "ops (self time)"]
+    assert [(r["status"], r["items"]) for r in summary] == [("not compared", 256)]
+    facts = diff.summary.facts["op"]
+    assert (facts["slower"], facts["faster"], facts["unchanged"], facts["not compared"]) == (0, 0, 0, 256)
+    assert facts["lost_ns"] is facts["gained_ns"] is facts["net_ns"] is None and diff.ops.facts == facts
+    # the timed trace against itself is still judged
+    same = diff_profiles(alexnet[0], alexnet[0])
+    assert {r["status"] for r in _rows(same, "diff.ops")} == {"unchanged"} and same.summary.facts["op"]["net_ns"] == 0
+
+
+def _under_ncu(tmp_path: Path, store: Path) -> Path:
+    """A copy of ``store`` with the kernels of an Nsight Compute CSV attached as the metrics level attaches them
+    (``attach_csv``), as a run recorded with the kernel level under Nsight Compute holds them: its host times are
+    the replays', its kernel spans still the device's own."""
+    from xstack.importers.ncu._attach import attach_csv
+
+    copy = tmp_path / f"ncu_{store.name}"
+    copy.write_bytes(store.read_bytes())
+    attach_csv(copy, NCU / "raw_new_base.csv")
+    return copy
+
+
+def test_under_counter_replay_layers_and_ops_get_no_verdict_and_kernels_keep_theirs(
+    tmp_path: Path, gpu: tuple[Path, Path]
+) -> None:
+    bert, vit = gpu
+    replayed = _under_ncu(tmp_path, bert)
+    d = diff_profiles(bert, replayed)
+    for id, level in (("diff.layers", "layer"), ("diff.ops", "op")):
+        rows = _rows(d, id)
+        assert rows and {r["status"] for r in rows} == {"not compared"}, id  # the same trace: no change either
+        assert d.summary.facts[level]["not compared"] == len(rows) and d.summary.facts[level]["unchanged"] == 0
+    kernels = _rows(d, "diff.kernels")
+    assert kernels and {r["status"] for r in kernels} == {"unchanged"} and not d.kernels.missing
+    # the kernel times a run of another model measured on the device keep their verdicts against it
+    d = diff_profiles(vit, replayed)
+    assert {r["status"] for r in _rows(d, "diff.kernels")} == {"added", "removed", "slower", "faster"}
+    assert (d.summary.facts["kernel"]["slower"], d.summary.facts["kernel"]["faster"]) == (1, 4)
+    summary = {(r["item"], r["status"]) for r in _rows(d, "diff.summary")}
+    assert ("kernels", "net change") in summary and ("layers (self time)", "net change") not in summary
+
+
+def test_a_json_gate_on_slower_items_is_not_tripped_by_replayed_host_times(alexnet: tuple[Path, Path]) -> None:
+    # a gate reading the summary's facts (what slowed down, what was lost): the replayed run's slower host times
+    # are no regression, and diff exits 0 on them
+    proc = xstack(*map(str, alexnet), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)["results"][0]
+    facts = summary["facts"]
+    assert facts["step_status"] == "not compared" and facts["op"]["slower"] == 0 and facts["op"]["lost_ns"] is None
+    assert not [row for row in summary["rows"] if row[1] in ("slower", "faster", "net change")]
 
 
 def _nested_store(path: Path, outer_ns: int, inner_ns: int) -> Path:

@@ -11,11 +11,14 @@ from xstack.analyze._diff_read import Timing
 from xstack.analyze.result import Column
 from xstack.text import format_ns_setting
 
-Status = Literal["added", "removed", "slower", "faster", "unchanged"]
-STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged")
+Status = Literal["added", "removed", "slower", "faster", "unchanged", "not compared"]
+STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchanged", "not compared")
 K = TypeVar("K", bound=Hashable)
 NESTED = ("layer", "op")
 """Levels whose items nest: their sums add self times, so that no time is counted twice."""
+HOST_LEVELS = ("layer", "op")
+"""Levels timed on the host clock: where a run's host times are inflated by counter replay, their matched items
+get no verdict (kernel times, measured on the device, keep theirs)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,12 @@ TIMES = [
         "had to exceed (-: judged by the floors only)",
     ),
 ]
-STATUS_COLUMN = Column("status", "", "added, removed, slower, faster or unchanged (beyond noise)")
+STATUS_COLUMN = Column(
+    "status",
+    "",
+    "added, removed, slower, faster or unchanged (beyond noise); not compared: a host time of a run timed under "
+    "counter replay",
+)
 SELF_DELTA = Column(
     "self delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"
 )
@@ -78,14 +86,19 @@ class Table:
     sum_b: dict[str, int]
     floors_only: int
     matched: int
+    judged: bool = True
+    """False where the matched items got no verdict (``classify``'s ``judge``)."""
 
     @property
-    def totals(self) -> dict[str, int]:
-        """Time added (items only B has), removed (only A), lost (slower items) and gained (faster), and the net."""
-        t = {"added_ns": self.sum_b["added"], "removed_ns": self.sum_a["removed"],
-             "lost_ns": self.sum_b["slower"] - self.sum_a["slower"],
-             "gained_ns": self.sum_a["faster"] - self.sum_b["faster"]}  # fmt: skip
-        return {**t, "net_ns": t["added_ns"] - t["removed_ns"] + t["lost_ns"] - t["gained_ns"]}
+    def totals(self) -> dict[str, int | None]:
+        """Time added (items only B has), removed (only A), lost (slower items) and gained (faster), and the net;
+        lost, gained and net are None where the matched items got no verdict (unknown, not 0)."""
+        added, removed = self.sum_b["added"], self.sum_a["removed"]
+        if not self.judged:
+            return {"added_ns": added, "removed_ns": removed, "lost_ns": None, "gained_ns": None, "net_ns": None}
+        lost, gained = self.sum_b["slower"] - self.sum_a["slower"], self.sum_a["faster"] - self.sum_b["faster"]
+        return {"added_ns": added, "removed_ns": removed, "lost_ns": lost, "gained_ns": gained,
+                "net_ns": added - removed + lost - gained}  # fmt: skip
 
 
 def classify(
@@ -94,21 +107,23 @@ def classify(
     rule: Rule,
     cells: Callable[[K, Timing | None, Timing | None], tuple[Any, ...]],
     nested: bool = False,
+    judge: bool = True,
 ) -> Table:
     """Classify every item; a ``nested`` level's rows end with the change of the self time, and its sums add self
-    times (a layer's time holds its sub-layers', which are items of their own)."""
+    times (a layer's time holds its sub-layers', which are items of their own). Without ``judge`` (host times
+    inflated by counter replay), an item both runs have is "not compared": its times, no verdict nor noise."""
     keyed: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
     zero: dict[str, int] = dict.fromkeys(STATUSES, 0)
-    t = Table([], dict(zero), dict(zero), dict(zero), floors_only=0, matched=0)
+    t = Table([], dict(zero), dict(zero), dict(zero), floors_only=0, matched=0, judged=judge)
     for key in list(a) + [k for k in b if k not in a]:
         ta, tb = a.get(key), b.get(key)
-        status, noise = rule.classify(ta, tb)
+        status, noise = rule.classify(ta, tb) if judge or ta is None or tb is None else ("not compared", None)
         t.counts[status] += 1
         t.sum_a[status] += own_ns(ta)
         t.sum_b[status] += own_ns(tb)
         if ta is not None and tb is not None:
             t.matched += 1
-            t.floors_only += noise is None
+            t.floors_only += judge and noise is None
         delta = (ns(tb) or 0) - (ns(ta) or 0)
         pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
         row = (status, *cells(key, ta, tb), ns(ta), ns(tb), delta, pct, ns_or_none(noise))

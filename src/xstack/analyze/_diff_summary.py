@@ -28,11 +28,13 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
             facts[level] = {**t.counts, **t.totals}
     notes = (
         "The first row compares the step latency (median of the host step spans; without any, the run's host wall "
-        "time; not compared where a run's host times are inflated by counter replay, nor are the stages); then each "
-        "model stage other than the step (load, preprocess, a forward call, ...: model spans matched by name, median "
-        "per call; a run's tail, such as a live run's after-last-step, what followed the last step(), is teardown and "
-        "left out). Then per level and status: the items and their summed time in A and B; the net change of a level "
-        "is added - removed + lost (slower) - gained (faster), changes beyond noise only. Layers and ops nest (a block"
+        "time); then each model stage other than the step (load, preprocess, a forward call, ...: model spans matched "
+        "by name, median per call; a run's tail, such as a live run's after-last-step, what followed the last step(), "
+        "is teardown and left out). Then per level and status: the items and their summed time in A and B; the net "
+        "change of a level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Where a "
+        "run's host times are inflated by counter replay, the step, the stages, and the layers and ops both runs have "
+        "are not compared: their times are shown with no verdict and no net change (kernel times, measured on the "
+        "device, are compared). Layers and ops nest (a block"
         " holds its sub-layers, an op the ops it calls), so their sums add self times: each item's time less that of "
         "the items of its level it encloses, which counts no time twice. A row's status is that of its items, judged "
         f"on their whole time. {RULE_NOTE}"
@@ -97,9 +99,10 @@ def _level_rows(level: str, t: Table | None) -> list[tuple[Any, ...]]:
         return [(item, "not compared", *([None] * 6))]
     rows: list[tuple[Any, ...]] = []
     for s in (s for s in STATUSES if t.counts[s]):
-        pct = 100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if s in ("slower", "faster") and t.sum_a[s] else None
+        timed = s in ("slower", "faster", "not compared") and t.sum_a[s]
+        pct = 100.0 * (t.sum_b[s] - t.sum_a[s]) / t.sum_a[s] if timed else None
         rows.append((item, s, t.counts[s], t.sum_a[s] if s != "added" else None,
                      t.sum_b[s] if s != "removed" else None, t.sum_b[s] - t.sum_a[s], pct, None))  # fmt: skip
-    if any(t.counts[s] for s in STATUSES if s != "unchanged"):
+    if t.judged and any(t.counts[s] for s in STATUSES if s != "unchanged"):
         rows.append((item, "net change", None, None, None, t.totals["net_ns"], None, None))
     return rows

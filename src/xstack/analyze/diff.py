@@ -8,7 +8,12 @@ their totals add self times (an item's time less that of the items of its level 
 counted twice, and a level's totals never exceed the time its top items cover. What only one run has (a level,
 steps, a host trace) is named and the rest compared: runs without steps compare their host wall times (a Darshan
 log's job run time), and kernels known by their counters alone (an Nsight Compute CSV) compare with those of
-another such run, never with a kernel trace's, whose times are measured otherwise. Its tables are
+another such run, never with a kernel trace's, whose times are measured otherwise. Where a run's host times are
+inflated by counter replay (a trace taken under the CUPTI range profiler, a run under Nsight Compute:
+``RunContext.replayed_timing``), its host-time items get no verdict: the step (or wall time), the stages, and the
+layers and ops both runs have are "not compared", their times shown, and their levels have no time lost, gained
+or net (None in the facts); items only one run has are still added or removed, and kernel times, measured on the
+device, are judged as ever. Its tables are
 ``Result`` objects (``diff.summary``, ``diff.layers``, ``diff.ops``, ``diff.kernels``, and ``diff.io``: the runs'
 file I/O, each measure in its own unit, ``_diff_io``) that print in a terminal, render in the HTML report and
 convert to JSON, markdown or CSV.
@@ -48,6 +53,7 @@ from xstack.analyze import _diff_format
 from xstack.analyze._diff_io import io_result, read_io
 from xstack.analyze._diff_read import LayerKey, OpKey, Side, Timing, read_side
 from xstack.analyze._diff_rule import (
+    HOST_LEVELS,
     NESTED,
     RULE_NOTE,
     SELF_DELTA,
@@ -195,9 +201,15 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> Profile
     # a run without host times (an Nsight Compute CSV) has none to be inflated: its wall label says so
     replayed = [f"{n}'s host times are {s.replayed}" for n, s in (("A", a), ("B", b))
                 if s.replayed and (s.steps or s.wall is not None)]  # fmt: skip
-    for result in (summary, layers[0], ops[0]):
-        result.labels += [] if result.missing else replayed
+    summary.labels += replayed
+    for result in (layers[0], ops[0]):
+        result.labels += [] if result.missing else [f"{why}: {UNJUDGED}" for why in replayed]
     return ProfileDiff(a, b, rule, summary, layers[0], ops[0], kernels[0], io)
+
+
+UNJUDGED = "the items both runs have are not compared, their times shown (added and removed items still said)"
+"""What the layers' and ops' tables say of their matched items where a run's host times are inflated by counter
+replay."""
 
 
 MORE = "a larger --top lists more; --format csv or json without --top lists all"
@@ -242,9 +254,10 @@ def _level(
         return Result(id=id, title=title, missing=[gap[0]], hint=gap[1], notes=f"{how} {RULE_NOTE}"), None
     rule, fallback, top = opts
     nested = level in NESTED
-    t = classify(items_a, items_b, rule, cells, nested)
+    judge = level not in HOST_LEVELS or not (a.replayed or b.replayed)
+    t = classify(items_a, items_b, rule, cells, nested, judge)
     times = [*TIMES, SELF_DELTA] if nested else TIMES
-    result = _result(id, title, [STATUS_COLUMN, *columns, *times], t, how, fallback, top, rule)
+    result = _result(id, title, [STATUS_COLUMN, *columns, *times], t, how, fallback if judge else None, top, rule)
     if level == "kernel" and a.kernel_source == "replay":
         result.labels.append(_REPLAYED)
     for name, s in (("A", a), ("B", b)):

@@ -241,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
         "time and --min-delta (1 us) and, where both runs have iteration statistics (merged leveled runs, or runs "
         "with at least --min-iterations measured steps), the spread of both runs' iterations. Runs without step "
         "spans compare by their host wall time (a Darshan log's: its job run time); kernels of an Nsight Compute "
-        "CSV compare with those of another; what only one run has is named, and the rest compared. The runs' file I/O "
+        "CSV compare with those of another; what only one run has is named, and the rest compared. A run whose host "
+        "times are inflated by counter replay (a CUPTI range-profiler trace) has its step, stages, layers and ops "
+        "shown as not compared (no verdict); its kernels are compared. The runs' file I/O "
         "(diff.io: data files' counts and bytes exactly, times beyond the floors, the loop's wait for data, the data "
         "files that changed most) is compared where both have it (the io level, an imported Darshan log).",
         formatter_class=fmt,
