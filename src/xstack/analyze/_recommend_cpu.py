@@ -30,9 +30,10 @@ SHARED_OWN_PCT = 40.0
 fill the rest of (saturated, ``OWN_BUSY_PCT`` busy in all), its workers are part of what fills the CPUs."""
 OTHERS_BUSY_PCT = 50.0
 """Share of the machine's cores that processes outside the program keep busy above which they took the CPUs."""
-WORKERS_BUSY_PCT = 10.0
-"""Share of one core the workers together keep busy below which they take no CPU worth giving back: the CPUs are
-full of the main process's threads or of other processes, and fewer workers would free nothing."""
+WORKERS_FREED_PCT = 25.0
+"""Share of one core below which the workers beyond the advised count take no CPU worth giving back (the workers'
+CPU busy in proportion to how many of them would go): the CPUs are full of the main process's threads or of other
+processes, and fewer workers would free nothing for the training loop, only load its data more slowly."""
 THREADS_PER_CORE = 4
 """Threads of the main process per usable CPU above which it has far more threads than it can run."""
 WORKER_THREADS = 4
@@ -60,13 +61,14 @@ def workers_exceed_cores(results: Results) -> Recommendation | None:
     """More worker processes (plus the main process) than usable CPUs, and the CPUs are full: the program's own
     processes keep them busy, or they keep a good part of them busy (``SHARED_OWN_PCT``) on a machine that other
     processes fill the rest of (saturated and ``OWN_BUSY_PCT`` busy in all; only where the program could use
-    every core, as the machine's figures count them all); and only where the workers themselves keep
-    ``WORKERS_BUSY_PCT`` of a core busy, else fewer of them would give the training loop nothing."""
+    every core, as the machine's figures count them all); and only where the workers to go keep
+    ``WORKERS_FREED_PCT`` of a core busy, else fewer of them would give the training loop nothing."""
     c = _cpu(results)
     if c is None or not (usable := _usable(c)) or not (workers := _num(c.facts, "workers")):
         return None
     own = _own_pct(c, usable)
-    if (_num(c.facts, "workers_cpu_pct") or 0.0) < WORKERS_BUSY_PCT:
+    freed = (_num(c.facts, "workers_cpu_pct") or 0.0) * max(workers - max(usable - 1, 0), 0) / workers
+    if freed < WORKERS_FREED_PCT:
         return None
     if workers + 1 > usable and own is not None and own >= OWN_BUSY_PCT:
         shared = None
