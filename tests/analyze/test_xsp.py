@@ -166,6 +166,21 @@ def test_layer_tables_on_a_built_profile(tmp_path: Path) -> None:
             assert r.missing == ["kernel"] and "kernel level" in r.hint and not r.rows, id
 
 
+def test_a_layer_its_sub_layers_outlast_has_no_negative_self_time(tmp_path: Path) -> None:
+    # a merged run's medians: the root's sub-layers (520 + 500 ns) last longer together than the root (1,000 ns)
+    store = _layer_store(
+        tmp_path / "l.duckdb",
+        [(1, None, "net", "Net", 0, 1000), (2, 1, "net.a", "Linear", 0, 520), (3, 1, "net.b", "Linear", 520, 500)],
+    )
+    with store:
+        a2, a6 = _one(store, "A2"), _one(store, "A6")
+    assert a2.column("self") == [0, 520, 500]
+    assert dict(zip(a6.column("type"), a6.column("self"), strict=True)) == {"Linear": 1020, "Net": 0}
+    assert min(a6.column("share")) == 0.0
+    for result in (a2, a6):
+        assert any(label.startswith("1 layer call lasts less than its sub-layers together") for label in result.labels)
+
+
 def _warm_layer_store(path: Path) -> Store:
     """Two runs of three steps, the first of which is warm-up in run 1 (``warmup_steps`` 1) and measured in run 2
     (``--warmup 0``): in it the model initialises lazily (a call of its own) and its allocations are larger."""

@@ -2,7 +2,10 @@
 
 A layer is one ``nn.Module`` call (a ``layer`` span). Layers nest (a block contains its sub-layers), so sums
 per type use each call's *self* time: its latency minus that of the layers it calls directly; self times of
-all layers add up to the root layers' latency, with nothing counted twice. Latencies are the run's span
+all layers add up to the root layers' latency, with nothing counted twice. In a merged run a call's sub-layers
+can last longer together than it does (each latency is a median, and medians do not add up; the layer pass also
+times the hooks of sub-layers inside their parent): such a call's self time is 0, not negative, and the tables
+say how many there are (``_outlasted_label``). Latencies are the run's span
 durations: for a merged (leveled) run, the median over measured iterations from the pass that times layers.
 A live run's warm-up iterations (``RunContext.in_warmup``: its first, which pays for lazy initialisation and
 allocator growth) are left out of the sums per type; the tables of every call mark the calls that start in them
@@ -65,7 +68,8 @@ def _table(ctx: RunContext) -> str:
             ), kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM l GROUP BY parent_id)
             SELECT l.span_id, l.parent_id, l.name, coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name) AS path,
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', l.name) AS type, d.depth, l.start_ns, l.dur_ns,
-                   l.dur_ns - coalesce(k.child_ns, 0) AS self_ns,
+                   greatest(l.dur_ns - coalesce(k.child_ns, 0), 0) AS self_ns,
+                   coalesce(k.child_ns, 0) > l.dur_ns AS outlasted,
                    l.attrs->'$."{A.LAYER_INPUT_SHAPES}"' AS input_shapes,
                    l.attrs->'$."{A.LAYER_OUTPUT_SHAPES}"' AS output_shapes,
                    (l.attrs->>'$."{A.LAYER_PARAMS}"')::BIGINT AS params,
@@ -79,6 +83,21 @@ def _table(ctx: RunContext) -> str:
         _fill_memory_from_counters(ctx, key)
         ctx._tables[key] = key
     return key
+
+
+def _outlasted_label(ctx: RunContext, warm: bool = True) -> list[str]:
+    """The label saying how many layer calls (past the warm-up unless ``warm``) last less than their direct
+    sub-layers together and were given a self time of 0; none where no call does."""
+    n = int(
+        ctx.store.query(f"SELECT count(*) FROM {_table(ctx)} WHERE outlasted{'' if warm else ' AND NOT warmup'}")[0][0]
+    )
+    if not n:
+        return []
+    calls = "call lasts" if n == 1 else "calls last"
+    return [
+        f"{n:,} layer {calls} less than {'its' if n == 1 else 'their'} sub-layers together (medians of a merged "
+        "run need not add up, health children_longer_than_parent): self time 0, not negative"
+    ]
 
 
 def _layers(ctx: RunContext, limit: int | None) -> tuple[list[tuple[Any, ...]], int]:
@@ -188,7 +207,7 @@ def layer_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMI
         run_id=ctx.run_id,
         facts=facts,
         truncated=total - len(rows),
-        labels=ctx.replayed_labels("latency and self time"),
+        labels=ctx.replayed_labels("latency and self time") + _outlasted_label(ctx),
     )
 
 
@@ -319,7 +338,8 @@ def _warm_labels(ctx: RunContext) -> list[str]:
 def layer_latency_by_type(store: Store, run_id: int) -> Result:
     """A6: latency (ns) summed per layer type: self time (with its share of all self time, %) and inclusive.
 
-    Notes: shares are of the summed self time of all layers, which equals the root layers' latency; the
+    Notes: shares are of the summed self time of all layers, which equals the root layers' latency (but where a
+    merged run's call lasts less than its sub-layers together: its self time is 0); the
     inclusive sum counts nested layers of the same type more than once and is shown for reference. Layer calls
     that start in a warm-up iteration (a live run's first, which also pays for lazy initialisation; a pass's
     --warmup) are left out of both; A2-A4 list them, marked in column ``warm-up``."""
@@ -349,7 +369,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         run_id=ctx.run_id,
         chart=Chart("hbar", "type", ("self",), "Self time per layer type", limit=40),
         facts={"top_type": rows[0][0] if rows else None, "top_share_pct": rows[0][3] if rows else None},
-        labels=_warm_labels(ctx) + ctx.replayed_labels("self and inclusive times"),
+        labels=_warm_labels(ctx) + ctx.replayed_labels("self and inclusive times") + _outlasted_label(ctx, warm=False),
     )
 
 
