@@ -253,6 +253,7 @@ class Profile:
                 "python": platform.python_version(),
                 "pid": os.getpid(),
                 A.CONFIG_CPU_COUNT: usable_cpus(),
+                A.CONFIG_TORCH_THREADS: _torch_threads(),
             }
             | _peaks(device, self.config),
         )
@@ -397,6 +398,15 @@ def _synchronize_cuda() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op threads, where the program imported torch (None otherwise: nothing is imported here)."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:  # a half-imported or stubbed torch must never fail a profile
+        return None
 
 
 def _peaks(device: str, config: dict[str, Any]) -> dict[str, Any]:

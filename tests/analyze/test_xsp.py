@@ -295,9 +295,9 @@ def test_per_layer_call_kernel_tables_say_which_iteration_holds_each_call(tmp_pa
         assert [c.name for c in a12.columns] == ["layer", "type", "FLOPs", "DRAM read", "DRAM write"]
 
 
-def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:
-    peaks = {"flops_per_s": {"fp32": 100e9}, "dram_bytes_per_s": 10e9, "source": "test"}  # ridge 10 FLOP/byte
-    path = tmp_path / "k.duckdb"
+def _gemm_relu(path: Path, peaks: dict[str, Any]) -> Store:
+    """A GPU run of one layer, ``fc``, whose two kernels have hardware counts: ``gemm`` (4 GFLOP, 100 MB: AI 40,
+    1 PFLOP/s over its 4 us) and ``relu`` (1 MFLOP, 8 MB: AI 0.125, 250 GFLOP/s), with ``peaks``."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "k", levels=["layer", "op", "runtime", "kernel"], config={"peaks": peaks}))
         sink = Sink(store, 1)
@@ -326,7 +326,13 @@ def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:
                 },
             )
         sink.close()
-    with Store.open(path) as store:
+    return Store.open(path)
+
+
+def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:
+    # ridge 10 FLOP/byte; the peak above the gemm's 1 PFLOP/s, or the rows would be above it
+    peaks = {"flops_per_s": {"fp32": 2e15}, "dram_bytes_per_s": 2e14, "source": "test"}
+    with _gemm_relu(tmp_path / "k.duckdb", peaks) as store:
         a8 = _one(store, "A8")
         assert a8.column("AI") == [pytest.approx(40.0), pytest.approx(0.125)]
         assert a8.column("bound") == ["compute", "memory"]
@@ -341,7 +347,29 @@ def test_roofline_bound_uses_the_recorded_peaks(tmp_path: Path) -> None:
         assert a11.column("occupancy") == [pytest.approx(55.0)]  # weighted by latency
         assert a11.column("bound") == ["compute"]
         a9 = _one(store, "A9")
-        assert a9.chart is not None and a9.chart.extra["peak_dram_bytes_per_s"] == 10e9
+        assert a9.chart is not None and a9.chart.extra["peak_dram_bytes_per_s"] == 2e14
+        assert not any("above the peak" in label for id in ("A8", "A9", "A10", "A11", "A14", "A15")
+                       for label in _one(store, id).labels)  # fmt: skip
+
+
+def test_rows_above_the_peak_are_marked_and_named(tmp_path: Path) -> None:
+    """A kernel faster than the device's peak cannot be: its row is bound "above peak", not placed as compute-
+    bound, and a label names it with what may be wrong; the kernels under the peak keep their bound."""
+    peaks = {"flops_per_s": {"fp32": 1e12}, "dram_bytes_per_s": 1e11, "source": "test"}  # gemm: 1 PFLOP/s
+    with _gemm_relu(tmp_path / "k.duckdb", peaks) as store:
+        results = {id: _one(store, id) for id in ("A8", "A9", "A10", "A11", "A14", "A15")}
+    assert results["A8"].column("bound") == ["above peak", "memory"]
+    assert dict(zip(results["A9"].column("kernel"), results["A9"].column("bound"), strict=True)) == {
+        "gemm": "above peak", "relu": "memory"}  # fmt: skip
+    assert results["A10"].column("bound") == ["above peak", "memory"]
+    for id in ("A11", "A14", "A15"):  # the layer and the model sum both kernels: 4 GFLOP in 8 us, 500 TFLOP/s
+        assert results[id].column("bound") == ["above peak"], id
+    named = {"A8": "gemm", "A9": "gemm", "A10": "gemm", "A11": "fc", "A14": "fc", "A15": "run 1"}
+    for id, name in named.items():
+        (label,) = [lb for lb in results[id].labels if lb.startswith("above the peak")]
+        assert f"1 row exceeds the device's peak FLOP/s (fp32 1.00 TFLOP/s): {name};" in label, (id, label)
+        assert "relu" not in label
+        assert label.endswith("so the peak is wrong or the FLOP counts are too high"), label  # hardware counts
 
 
 def test_results_convert_to_dataframes_records_json_and_csv(import_store: Any) -> None:

@@ -197,6 +197,7 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
         threads = s.query("SELECT DISTINCT pid, tid FROM spans WHERE run_id = ? AND level IN ('model', 'layer')",
                           [merged])  # fmt: skip
         merged_config = orjson.loads(s.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
+        model_threads = s.query("SELECT config->>'$.torch_threads' FROM runs WHERE pass = 'model'")[0][0]
         config_pid = merged_config["pid"]
         merged_pids = {p for (p,) in s.query("SELECT DISTINCT pid FROM io_files WHERE run_id = ?", [merged])}
         analysis = analyze(s, merged)
@@ -205,6 +206,7 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
     loaders = merged_config["dataloaders"]
     assert [(d["dataset"], d["num_workers"], d["batch_size"]) for d in loaders] == [("Files", 2, 8)]
     assert merged_config["cpu_count"] == len(os.sched_getaffinity(0))
+    assert merged_config["torch_threads"] == int(model_threads) > 0  # what a CPU's calibration is compared with
     assert merged_files > 0 and merged_io > 0
     assert len(threads) == 1 and threads[0][0] == config_pid
     assert config_pid in merged_pids and {p for (p,) in worker_pids} <= merged_pids  # main's counters: main's pid

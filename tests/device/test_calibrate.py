@@ -205,6 +205,20 @@ def test_apply_to_store_sets_matching_runs(tmp_path: Path) -> None:
     assert "peaks" not in configs[1]
 
 
+def test_a_cpu_calibration_cached_before_its_peaks_held_the_threads_gives_them(tmp_path: Path) -> None:
+    """Entries cached before the peaks recorded their intra-op threads have them in the entry's details only."""
+    path = tmp_path / "s.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "cpu run", host="far", device="cpu", config={"torch_threads": 4}))
+    entry = _entry("far", "cpu", {"fp32": 1e11}, 2e10, details={"threads": 4, "torch": "2.5"})
+    assert cal.entry_peaks(entry)["details"] == {"threads": 4} and "details" not in entry["peaks"]
+    (updated,), _ = cal.apply_to_store(path, [entry])
+    assert "intra-op" not in updated[2]  # the run's own count
+    with Store.open(path) as store:
+        (threads,) = store.query("SELECT config->>'$.peaks.details.threads' FROM runs")[0]
+    assert threads == "4"
+
+
 def test_a_calibration_from_another_host_is_applied_saying_so(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     with Store.create(path) as store:

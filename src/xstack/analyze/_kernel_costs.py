@@ -150,6 +150,11 @@ def cost_gaps(ctx: RunContext, table: str) -> list[str]:
     return [gap for gap, have in zip(GAP_EFFECTS, (timed, flops, nbytes), strict=True) if not have]
 
 
+ABOVE_PEAK = "above peak"
+"""The bound of a row whose achieved FLOP/s exceeds the peak of its precision: a point above the roof, which says
+that the peak or the FLOP count is wrong (``_peak_checks.above_peak_labels`` names the rows and why)."""
+
+
 @dataclass(frozen=True)
 class Peaks:
     """Device peaks: FLOP/s per precision and DRAM bandwidth (bytes/s), and where they came from."""
@@ -157,6 +162,9 @@ class Peaks:
     flops_per_s: dict[str, float]
     dram_bytes_per_s: float
     source: str
+    threads: int | None = None
+    """The intra-op threads a CPU's measured GEMM peaks ran on (``config.peaks.details.threads``); None for a
+    GPU's peaks, those read off the device, and calibrations that did not record it."""
 
     def flops_for(self, precision: str | None) -> float | None:
         """Peak FLOP/s for a precision (``fp32`` when unknown), or the highest known when it has none."""
@@ -180,7 +188,18 @@ def peaks(ctx: RunContext) -> Peaks | None:
     bw = p.get("dram_bytes_per_s")
     if not flops or not isinstance(bw, (int, float)) or bw <= 0 or peaks_mismatch(ctx):
         return None
-    return Peaks(flops, float(bw), str(p.get("source") or "unknown"))
+    return Peaks(flops, float(bw), str(p.get("source") or "unknown"), _threads(p.get("details")))
+
+
+def _threads(details: Any) -> int | None:
+    """The intra-op threads in ``config.peaks.details``: its own (measured peaks alone) or its measured part's
+    (measured and derived peaks combined)."""
+    if not isinstance(details, dict):
+        return None
+    for d in (details, details.get("measured")):
+        if isinstance(d, dict) and isinstance(d.get("threads"), int) and d["threads"] > 0:
+            return int(d["threads"])
+    return None
 
 
 def peaks_mismatch(ctx: RunContext) -> str | None:
@@ -212,8 +231,14 @@ def missing_peaks(ctx: RunContext) -> str:
     return f"bound unknown: {why}; {ctx.hint('device peaks')}"
 
 
-def bound(ai: float | None, pk: Peaks | None, precision: str | None = None) -> str | None:
-    """``memory`` or ``compute`` against the ridge point; None when intensity or peaks are unknown."""
+def bound(
+    ai: float | None, pk: Peaks | None, precision: str | None = None, achieved: float | None = None
+) -> str | None:
+    """``memory`` or ``compute`` against the ridge point; ``above peak`` (``ABOVE_PEAK``) where the ``achieved``
+    FLOP/s exceed the peak of the precision, which no work can; None when intensity or peaks are unknown."""
+    peak = pk.flops_for(precision) if pk else None
+    if achieved is not None and peak and achieved > peak:
+        return ABOVE_PEAK
     ridge = pk.ridge(precision) if pk else None
     if ai is None or ridge is None:
         return None

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xstack.analyze._kernel_costs import (
+    ABOVE_PEAK,
     ANALYTIC_LABEL,
     ESTIMATED_OCCUPANCY_LABEL,
     GAP_EFFECTS,
@@ -15,9 +16,9 @@ from xstack.analyze._kernel_costs import (
     cost_gaps,
     hardware_label,
     intensity,
-    missing_peaks,
     rate,
 )
+from xstack.analyze._peak_checks import above_peak_labels, peaks_label
 from xstack.analyze.context import RunContext
 from xstack.analyze.layers import ITERATION_COLUMN
 from xstack.analyze.result import Chart, Column, Result
@@ -30,7 +31,11 @@ NOTES = (
     'them, else from an analytic count per op (labelled). Without device peaks, "bound" is left empty. A run '
     "without kernel spans is read from its counter ranges (``metrics`` spans), timed by the duration the counters "
     "measured, if any. An input that no kernel has (durations, FLOPs, DRAM bytes, device peaks) is named in the "
-    "labels with how to get it; the rooflines (A9, A14) then name it as missing rather than show no rows."
+    "labels with how to get it; the rooflines (A9, A14) then name it as missing rather than show no rows. A row "
+    'whose FLOP/s exceed the peak of its precision is bound "above peak", and a label names it: no work runs '
+    "faster than the peak, so the peak (a CPU's measured with fewer threads than the run used) or the FLOP count "
+    "is wrong. The peaks label gives the intra-op threads a CPU's peaks were measured with, and says where the "
+    "run used another count."
 )
 """The notes of every kernel analysis (A8-A15)."""
 
@@ -91,15 +96,27 @@ def cost_labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:
         timed = "" if "kernel durations" in gaps else " (durations under replay)"
         labels.append(f"no kernel spans: rows are the counter profiler's kernel ranges{timed}")
     labels += [f"{GAP_EFFECTS[gap]}: no {gap}; {ctx.hint(gap)}" for gap in gaps]
-    labels.append(f"device peaks: {pk.source}" if pk else missing_peaks(ctx))
+    labels.append(peaks_label(ctx, pk))
     return labels
 
 
+def above_peak(
+    ctx: RunContext, table: str, pk: Peaks | None, rows: Sequence[tuple[Any, str | None, str | None]]
+) -> list[str]:
+    """The label of the rows above the peak (``above_peak_labels``), from ``(name, precision, bound)`` per row,
+    for the kernels of ``table``: their FLOPs analytic where any of them are."""
+    if not any(b == ABOVE_PEAK for *_, b in rows):
+        return []
+    analytic = ctx.store.query(f"SELECT count(*) FROM {table} WHERE cost_source = 'analytic'")[0][0]
+    return above_peak_labels(ctx, pk, rows, analytic=bool(analytic))
+
+
 def costs(row: Sequence[Any], pk: Peaks | None, dur_index: int, precision: str | None = None) -> tuple[Any, ...]:
-    """(FLOPs, read, write, occupancy, AI, FLOP/s, bound) from a row ending in flops, read, write, occupancy."""
+    """(FLOPs, read, write, occupancy, AI, FLOP/s, bound) from a row ending in flops, read, write, occupancy; the
+    bound is ``above peak`` where the FLOP/s exceed the peak of ``precision``."""
     flops, read, write, occ = row[-4:]
-    ai = intensity(flops, read, write)
-    return (as_int(flops), as_int(read), as_int(write), occ, ai, rate(flops, row[dur_index]), bound(ai, pk, precision))
+    ai, achieved = intensity(flops, read, write), rate(flops, row[dur_index])
+    return (as_int(flops), as_int(read), as_int(write), occ, ai, achieved, bound(ai, pk, precision, achieved))
 
 
 def as_int(v: Any) -> int | None:

@@ -10,7 +10,6 @@ from xstack.analyze._kernel_costs import (
     cost_gaps,
     intensity,
     kernel_costs,
-    missing_peaks,
     op_costs,
     peaks,
     rate,
@@ -18,6 +17,7 @@ from xstack.analyze._kernel_costs import (
 from xstack.analyze._kernels_common import (
     COST_COLUMNS,
     NOTES,
+    above_peak,
     as_int,
     cost_labels,
     costs,
@@ -27,6 +27,7 @@ from xstack.analyze._kernels_common import (
     roofline_chart,
     warm_chart,
 )
+from xstack.analyze._peak_checks import above_peak_labels, peaks_label
 from xstack.analyze.context import RunContext, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.trace import attrs as A
@@ -58,15 +59,17 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
     if missing := require_kernels(ctx, "A11", "Kernels by layer", "layer"):
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
-    out = [
-        placed(ctx, start, (r[0], r[1], r[2], r[3], as_int(r[4]), *costs(r, pk, 4, r[5])))
-        for start, *r in _layer_rollup(ctx, t)
-    ]
+    out, flagged = [], []
+    for start, *r in _layer_rollup(ctx, t):
+        c = costs(r, pk, 4, r[5])
+        out.append(placed(ctx, start, (r[0], r[1], r[2], r[3], as_int(r[4]), *c)))
+        flagged.append((r[0], r[5], c[-1]))
     cols = [Column("layer"), Column("type"), Column("latency", "ns"), Column("kernels", "count"),
             Column("kernel time", "ns"), *COST_COLUMNS]  # fmt: skip
     chart = Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300, extra=warm_chart(ctx))
+    labels = cost_labels(ctx, t, pk) + above_peak(ctx, t, pk, flagged)
     return per_call_result(ctx, "A11", "Kernels by layer", cols, out, notes=notes_of(kernels_by_layer),
-                           labels=cost_labels(ctx, t, pk), chart=chart)  # fmt: skip
+                           labels=labels, chart=chart)  # fmt: skip
 
 
 def metrics_by_layer(store: Store, run_id: int) -> Result:
@@ -178,14 +181,20 @@ def layer_roofline(store: Store, run_id: int) -> Result:
         labels = [
             "FLOPs and bytes: analytic (per-op count from shapes)",
             "time: the layer's host self time (its latency less its sub-layers', whose ops it does not count)",
-            f"device peaks: {pk.source}" if pk else missing_peaks(ctx),
+            peaks_label(ctx, pk),
         ]
-    out = []
+    out, flagged = [], []
     for start, path, ty, dur, prec, flops, read, write in rows:
-        ai = intensity(flops, read, write)
+        ai, achieved = intensity(flops, read, write), rate(flops, dur)
         if ai is not None:
-            costs = (as_int(flops), as_int((read or 0) + (write or 0)), ai, rate(flops, dur), bound(ai, pk, prec))
-            out.append(placed(ctx, start, (path, ty, dur, *costs)))
+            place = bound(ai, pk, prec, achieved)
+            out.append(placed(ctx, start, (path, ty, dur, as_int(flops), as_int((read or 0) + (write or 0)), ai,
+                                           achieved, place)))  # fmt: skip
+            flagged.append((path, prec, place))
+    if "kernel" in ctx.levels or "metrics" in ctx.levels:
+        labels += above_peak(ctx, t, pk, flagged)
+    else:
+        labels += above_peak_labels(ctx, pk, flagged, analytic=True)
     cols = [
         Column("layer"),
         Column("type"),

@@ -4,6 +4,7 @@ sizes (the notes of ``kernels`` hold for it)."""
 from __future__ import annotations
 
 from xstack.analyze._kernel_costs import (
+    ABOVE_PEAK,
     bound,
     intensity,
     kernel_costs,
@@ -11,6 +12,7 @@ from xstack.analyze._kernel_costs import (
     rate,
 )
 from xstack.analyze._kernels_common import (
+    above_peak,
     as_int,
     cost_labels,
     require_kernels,
@@ -37,7 +39,7 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
     ctx = run_context(store, run_id)
     if missing := require_kernels(ctx, "A15", "Model-level kernel aggregate"):
         return missing
-    out, labels = [], set()
+    out, labels, flagged = [], set(), []
     for batch, rid in _runs_by_batch(store, ctx):
         c = run_context(store, rid)
         if "kernel" not in c.levels and "metrics" not in c.levels:
@@ -54,7 +56,10 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
                 sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0) FROM {t}"""
         )[0]
         flops, read, write = (None if v is None else v / steps for v in k[1:4])
-        ai = intensity(flops, read, write)
+        ai, achieved = intensity(flops, read, write), rate(flops, latency)
+        place = bound(ai, pk, k[4], achieved)
+        if place == ABOVE_PEAK:
+            flagged.append((c, t, pk, (f"batch size {batch}" if batch is not None else f"run {rid}", k[4], place)))
         out.append(
             (
                 batch,
@@ -65,8 +70,8 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
                 None if read is None and write is None else as_int((read or 0) + (write or 0)),
                 k[5],
                 ai,
-                rate(flops, latency),
-                bound(ai, pk, k[4]),
+                achieved,
+                place,
             )
         )
         labels.update(cost_labels(c, t, pk))
@@ -82,6 +87,9 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
         Column("FLOP/s", "flop/s"),
         Column("bound"),
     ]
+    if flagged:  # one label for every batch size above the peak, its causes as the first of them gives them
+        c, t, pk, _ = flagged[0]
+        labels.update(above_peak(c, t, pk, [row for *_, row in flagged]))
     chart = roofline_chart("The model against the roofline, per batch size", peaks(ctx), 1000)
     return Result(
         "A15",

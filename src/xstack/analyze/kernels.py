@@ -15,6 +15,7 @@ from xstack.analyze._kernels_common import (
     COST_COLUMNS,
     NOTES,
     ROW_LIMIT,
+    above_peak,
     as_int,
     cost_labels,
     costs,
@@ -48,6 +49,7 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
     total = int(store.query(f"SELECT count(*) FROM {t}")[0][0])
     out = [(i, r[0], r[1], r[2], *costs(r, pk, 2, r[3])) for i, r in enumerate(rows)]
     cols = [Column("index", "count"), Column("kernel"), Column("layer"), Column("latency", "ns"), *COST_COLUMNS]
+    above = above_peak(ctx, t, pk, [(o[1], r[3], o[-1]) for r, o in zip(rows, out, strict=True)])
     return Result(
         "A8",
         "GPU kernel information",
@@ -55,7 +57,7 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
         out,
         notes=NOTES,
         run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk),
+        labels=cost_labels(ctx, t, pk) + above,
         truncated=total - len(out),
         facts={"kernels": total},
     )
@@ -77,10 +79,11 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
     total = int(store.query(f"SELECT count(*) FROM {t} WHERE flops IS NOT NULL AND dram_read + dram_write > 0")[0][0])
     if not total and (gaps := [g for g in cost_gaps(ctx, t) if g != "kernel durations"]):
         return ctx.lacking("A9", "Kernel roofline", *gaps, notes=NOTES)
-    out = []
+    out, flagged = [], []
     for r in rows:
         c = costs(r, pk, 1, r[2])
         out.append((r[0], r[1], c[4], c[5], c[6]))
+        flagged.append((r[0], r[2], c[6]))
     cols = [
         Column("kernel"),
         Column("latency", "ns"),
@@ -95,7 +98,7 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
         out,
         notes=NOTES,
         run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk),
+        labels=cost_labels(ctx, t, pk) + above_peak(ctx, t, pk, flagged),
         chart=roofline_chart("Kernels against the roofline", pk, chart_limit),
         truncated=total - len(out),
     )
@@ -128,6 +131,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         Column("share", "pct"),
         *COST_COLUMNS,
     ]
+    above = above_peak(ctx, t, pk, [(o[0], r[4], o[-1]) for r, o in zip(rows, out, strict=True)])
     facts = {
         "kernel_time_ns": total if any(r[2] is not None for r in rows) else None,
         "top_kernel": out[0][0] if out else None,
@@ -140,7 +144,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         out,
         notes=NOTES,
         run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk),
+        labels=cost_labels(ctx, t, pk) + above,
         facts=facts,
         chart=Chart("hbar", "kernel", ("total",), "Kernel time by name", limit=25),
     )

@@ -89,12 +89,14 @@ def cpu_copy(plan: Plan) -> dict[str, Any]:
 
 
 def bench_cpu(plan: Plan) -> tuple[dict[str, float], float, dict[str, Any]]:
-    """(FLOP/s per precision, DRAM bytes/s, details) of this CPU: GEMM in fp32 and fp64, bf16 where it runs at a
-    useful rate (a probe first: without native support it can be slower than fp32 by a factor of ten or more,
-    and the full-size GEMM would then take minutes), and a streaming copy."""
+    """(FLOP/s per precision, DRAM bytes/s, details) of this CPU: GEMM in fp32 and fp64 on torch's intra-op
+    threads (``details["threads"]``, ``torch.get_num_threads()``), bf16 where it runs at a useful rate (a probe
+    first: without native support it can be slower than fp32 by a factor of ten or more, and the full-size GEMM
+    would then take minutes), and a streaming copy."""
     torch = _torch()
+    # the intra-op threads the GEMMs run on: a peak measured with 2 is not the peak of a run that uses 16
+    details: dict[str, Any] = {"threads": int(torch.get_num_threads()), "torch": torch.__version__}
     runs = {"fp32": cpu_gemm(torch.float32, plan.gemm_n, plan), "fp64": cpu_gemm(torch.float64, plan.gemm_n, plan)}
-    details: dict[str, Any] = {"threads": torch.get_num_threads(), "torch": torch.__version__}
     try:
         bf16, fp32 = _probe_bf16(plan)
     except RuntimeError as exc:

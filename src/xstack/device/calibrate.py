@@ -24,10 +24,11 @@ from xstack.device._cache import cache_path, cached_entries, entry_key, read_ent
 from xstack.device.peaks import DRAM_KEY, cpu_info, cpu_peaks, device_gpu_peaks
 from xstack.errors import UsageError, XstackError
 from xstack.outfile import os_reason
+from xstack.trace import attrs as A
 from xstack.trace.devices import gpus, run_device
 
-__all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "peaks_for", "read_results", "resolve_devices",
-           "result_table", "run_entry", "save", "write_results"]  # fmt: skip
+__all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "entry_peaks", "peaks_for", "read_results",
+           "resolve_devices", "result_table", "run_entry", "save", "write_results"]  # fmt: skip
 
 
 def resolve_devices(spec: str | None) -> list[str]:
@@ -84,7 +85,8 @@ def _calibrate_one(device: str, quick: bool) -> dict[str, Any]:
         "source": f"measured by xstack calibrate on {when:%Y-%m-%d}",
         "device": name,
         "measured": sorted(flops) + [DRAM_KEY],
-        "details": {"host": host, "when": stamp, "quick": quick},
+        "details": {"host": host, "when": stamp, "quick": quick}
+        | ({"threads": details["threads"]} if "threads" in details else {}),  # a CPU's intra-op threads
     }
     sizes = {"gemm_n": {p: r["n"] for p, r in details["gemm"].items()}, "copy_bytes": details["copy"]["buffer_bytes"]}
     return {"host": host, "device": device, "key": key, "name": name, "when": stamp, "quick": quick,
@@ -131,7 +133,19 @@ def peaks_for(device: str) -> dict[str, Any] | None:
         measured = cached_entries().get(f"{host}|cuda {name}") if name else None
     else:
         return None
-    return combine(measured["peaks"] if measured else None, derived)
+    return combine(entry_peaks(measured) if measured else None, derived)
+
+
+def entry_peaks(entry: dict[str, Any]) -> dict[str, Any]:
+    """A calibration entry's peaks, the intra-op threads of its CPU GEMMs in their ``details``: an entry cached
+    before the peaks recorded them has the count in its own ``details`` alone."""
+    peaks: dict[str, Any] = dict(entry["peaks"])
+    threads = (entry.get("details") or {}).get("threads")
+    held = peaks.get("details")
+    held = held if isinstance(held, dict) else {}
+    if isinstance(threads, int) and "threads" not in held:
+        peaks["details"] = {**held, "threads": threads}
+    return peaks
 
 
 def mixed_gpus(device: str) -> bool:
@@ -199,15 +213,21 @@ def apply_to_store(
 
     updated, skipped = [], []
     with Store.open(store_path, read_only=False) as store:
-        for run_id, host in store.query("SELECT run_id, host FROM runs ORDER BY run_id"):
+        runs = store.query(
+            f"""SELECT run_id, host, coalesce(config->>'$.{A.CONFIG_TORCH_THREADS}',
+                                              config->>'$.{A.CONFIG_SYSTEM}.torch_threads')::BIGINT
+                FROM runs ORDER BY run_id"""
+        )
+        for run_id, host, threads in runs:
             device = run_device(store.con, int(run_id))
             entry, why = run_entry(device, host, entries)
             if entry is None:
                 skipped.append((int(run_id), why))
                 continue
-            peaks = combine(entry["peaks"], _local_derived(entry)) or entry["peaks"]
+            peaks = combine(entry_peaks(entry), _local_derived(entry)) or entry_peaks(entry)
             store.set_run_config(int(run_id), "peaks", peaks)
-            updated.append((int(run_id), device, str(peaks["source"]) + _elsewhere(entry, host)))
+            source = str(peaks["source"]) + _elsewhere(entry, host) + _other_threads(entry, threads)
+            updated.append((int(run_id), device, source))
     return updated, skipped
 
 
@@ -218,6 +238,16 @@ def _elsewhere(entry: dict[str, Any], run_host: str | None) -> str:
     if not run_host or not host or host == run_host:
         return ""
     return f"; on host {host}, not the run's host {run_host}: right only if both have the same {entry.get('name')}"
+
+
+def _other_threads(entry: dict[str, Any], run_threads: int | None) -> str:
+    """What to know of a CPU calibration applied to a run that used another intra-op thread count: its GEMM
+    peaks are of the count they were measured with (no scaling is assumed, none being linear)."""
+    threads = (entry_peaks(entry).get("details") or {}).get("threads")
+    if not isinstance(threads, int) or not run_threads or run_threads == threads:
+        return ""
+    measured = f"{threads} intra-op thread{'' if threads == 1 else 's'}"
+    return f"; measured with {measured}, the run used {run_threads}: not the peaks of its count"
 
 
 def run_entry(device: str, host: str | None, entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
@@ -264,7 +294,8 @@ def _local_derived(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 def result_table(entry: dict[str, Any]) -> Table:
     """One calibration as a table: peak FLOP/s per precision with its ridge point (FLOP/byte, where the roofline
-    turns from memory- to compute-bound), and the DRAM bandwidth, each with how it was measured."""
+    turns from memory- to compute-bound), and the DRAM bandwidth, each with how it was measured (a CPU's GEMMs
+    with the intra-op threads they ran on)."""
     from xstack.analyze.result import format_value
 
     peaks, details = entry["peaks"], entry.get("details") or {}
@@ -281,9 +312,11 @@ def result_table(entry: dict[str, Any]) -> Table:
     table.add_column("peak", justify="right")
     table.add_column("ridge (FLOP/byte)", justify="right")
     table.add_column("how")
+    threads = details.get("threads")
+    on = f", {threads} intra-op thread{'' if threads == 1 else 's'}" if threads else ""
     for precision, flops in sorted(peaks["flops_per_s"].items(), key=lambda kv: -kv[1]):
         run = (details.get("gemm") or {}).get(precision) or {}
-        how = f"matmul {run.get('n')}x{run.get('n')}, best of {run.get('repeats')}" if run else ""
+        how = f"matmul {run.get('n')}x{run.get('n')}, best of {run.get('repeats')}{on}" if run else ""
         ridge = f"{flops / bandwidth:.3g}" if bandwidth else "-"
         table.add_row(precision, format_value(flops, "flop/s"), ridge, how)
     copy = details.get("copy") or {}

@@ -331,7 +331,11 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
     deepest_config = orjson.loads(deepest[3]) if deepest[3] else {}
     peaks = deepest_config.get("peaks") if isinstance(deepest_config, dict) else None
     first_config = orjson.loads(first[3]) if first[3] else {}
-    program = {k: first_config[k] for k in (A.CONFIG_CPU_COUNT, A.CONFIG_DATALOADERS) if k in first_config}
+    program = {
+        k: first_config[k]
+        for k in (A.CONFIG_CPU_COUNT, A.CONFIG_TORCH_THREADS, A.CONFIG_DATALOADERS)
+        if k in first_config
+    }
     return RunInfo(
         run_id=run_id,
         name=str(first[4]),

@@ -396,6 +396,10 @@ CONFIG_CPU_COUNT: Final = "cpu_count"
 """Integer, a key of ``runs.config``: the CPUs the profiled process may use: its affinity mask, which is what
 PyTorch's DataLoader counts too (the machine's count where the mask cannot be read), lowered to its cgroup's CPU
 quota, rounded up, where it has one (a container's ``--cpus``)."""
+CONFIG_TORCH_THREADS: Final = "torch_threads"
+"""Integer, a key of ``runs.config``: torch's intra-op threads (``torch.get_num_threads()``) at the end of a live
+run, where the program imported torch: a CPU's measured GEMM peak holds for the thread count it was measured with
+(``config.peaks.details.threads``)."""
 CONFIG_DATALOADERS: Final = "dataloaders"
 """List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
 first did, as ``{"index": int, "dataset": str (the dataset's class), "batch_size": int | None, "num_workers":
