@@ -82,3 +82,17 @@ def _no_leftover_hooks() -> Iterator[None]:
         data = torch.utils.data.dataloader
         for method in (data.DataLoader.__iter__, data._BaseDataLoaderIter.__next__):
             assert "<locals>" not in method.__qualname__, f"test left {method.__qualname__} in place of PyTorch's"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test, and every program it profiles, reads and writes a calibration cache of the session's own
+    (``$XSTACK_CALIBRATION``), empty at first: never the user's, whose measured peaks would change what the
+    roofline analyses say, and which a test must not overwrite. A test may still point it elsewhere."""
+    before = os.environ.get("XSTACK_CALIBRATION")
+    os.environ["XSTACK_CALIBRATION"] = str(tmp_path_factory.mktemp("calibration") / "calibration.json")
+    yield
+    if before is None:
+        os.environ.pop("XSTACK_CALIBRATION", None)
+    else:
+        os.environ["XSTACK_CALIBRATION"] = before
