@@ -5,6 +5,7 @@ only once complete, so that a failure never leaves a file that looks finished. A
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,3 +55,12 @@ def partial_file(path: str | os.PathLike[str]) -> Iterator[Path]:
         if isinstance(exc, OSError):
             raise cannot_write(out, exc) from exc
         raise
+
+
+@contextlib.contextmanager
+def gzip_writer(path: Path, name: str, *, level: int = 1) -> Iterator[gzip.GzipFile]:
+    """``path`` opened for writing gzip at ``level``, its header naming ``name`` (less a ``.gz``) and holding no
+    time: ``gzip.open`` stamps the current time and the path it writes (a ``.partial``, a temporary file), so
+    the same trace compressed twice gave different bytes."""
+    with open(path, "wb") as raw, gzip.GzipFile(name, "wb", level, raw, mtime=0) as fh:
+        yield fh

@@ -441,3 +441,8 @@ def test_an_output_ending_in_gz_is_gzipped_and_holds_the_same_trace(exported: Ex
     with gzip.open(out, "rb") as fh:
         assert json.load(fh) == exported.doc
     assert stats.describe() == exported.stats.describe()
+    # the header names the trace, not the .partial it was written as, and holds no time (RFC 1952: MTIME 0), so
+    # that the same store exported twice gives the same bytes
+    header = out.read_bytes()
+    assert header[3] & 0x08 and header[4:8] == b"\0\0\0\0"
+    assert header[10:].split(b"\0", 1)[0] == b"trace.json"

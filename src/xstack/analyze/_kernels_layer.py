@@ -36,15 +36,16 @@ from xstack.trace.store import Store
 
 def _layer_rollup(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
     """Per layer call: its start (ns; None for the kernels launched outside any layer), path, type, latency, kernel
-    count and time, flops, read, write, weighted occupancy, over the kernels the layer launched itself (not through
-    a nested layer)."""
+    count and time, precision, flops, read, write, weighted occupancy, over the kernels the layer launched itself
+    (not through a nested layer). The precision is that of its longest kernel."""
     return ctx.store.query(
         f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), count(k.span_id),
-                   sum(k.dur_ns), any_value(k.precision), sum(k.flops), sum(k.dram_read), sum(k.dram_write),
+                   sum(k.dur_ns), arg_max(k.precision, (k.dur_ns, -k.span_id)) FILTER (WHERE k.precision IS NOT NULL),
+                   sum(k.flops), sum(k.dram_read), sum(k.dram_write),
                    sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0)
             FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id
-            GROUP BY k.layer_id, l.attrs, l.name ORDER BY min(k.start_ns)""",
+            GROUP BY k.layer_id, l.attrs, l.name ORDER BY min(k.start_ns), k.layer_id NULLS FIRST""",
         [ctx.run_id],
     )
 
@@ -106,7 +107,8 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
 def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
     """Per layer call: its start (ns; None for the ops outside any layer), path, type, self time (its latency less
     that of the layers it calls directly, None where they last as long or longer: the costs are of its own ops,
-    so its sub-layers' time is not theirs), flops, read, write, precision from its costed ops."""
+    so its sub-layers' time is not theirs), flops, read, write and precision (that of its op with the most FLOPs)
+    from its costed ops."""
     ops = op_costs(ctx)
     return ctx.store.con.execute(
         f"""WITH kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
@@ -114,10 +116,11 @@ def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
             SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'),
                    nullif(greatest(any_value(l.dur_ns) - coalesce(any_value(k.child_ns), 0), 0), 0), sum(c.flops),
-                   sum(c.read_bytes), sum(c.write_bytes), any_value(c.precision)
+                   sum(c.read_bytes), sum(c.write_bytes),
+                   arg_max(c.precision, (c.flops, -c.span_id)) FILTER (WHERE c.precision IS NOT NULL)
             FROM {ops} c LEFT JOIN spans l ON l.run_id = $run AND l.span_id = c.layer_id
                 LEFT JOIN kids k ON k.parent_id = l.span_id
-            GROUP BY c.layer_id, l.attrs, l.name ORDER BY min(l.start_ns)""",
+            GROUP BY c.layer_id, l.attrs, l.name ORDER BY min(l.start_ns), any_value(l.dur_ns) DESC, c.layer_id""",
         {"run": ctx.run_id},
     ).fetchall()
 
@@ -144,7 +147,7 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
             SELECT coalesce(s.attrs->>'$."{A.LAYER_PATH}"', s.name), coalesce(s.attrs->>'$."{A.LAYER_TYPE}"', '-'),
                    s.dur_ns, coalesce(inc.gpu_ns, 0), s.start_ns
             FROM spans s LEFT JOIN inc USING (span_id) WHERE s.run_id = $run AND s.level = 'layer'
-            ORDER BY s.start_ns""",
+            ORDER BY s.start_ns, s.dur_ns DESC, s.span_id""",
         {"run": ctx.run_id},
     ).fetchall()
     out = [

@@ -28,21 +28,21 @@ WITH s AS (
         last_value(a IGNORE NULLS) OVER w AS allocated, last_value(r IGNORE NULLS) OVER w AS reserved,
         count(*) OVER (PARTITION BY device) AS n, min(ts_ns) OVER (PARTITION BY device) AS t0,
         max(ts_ns) OVER (PARTITION BY device) AS t1
-    FROM s WINDOW w AS (PARTITION BY device ORDER BY ts_ns ROWS UNBOUNDED PRECEDING)
+    FROM s WINDOW w AS (PARTITION BY device ORDER BY ts_ns, pid ROWS UNBOUNDED PRECEDING)
 ), bucketed AS (
-    SELECT *, CASE WHEN n <= $points THEN row_number() OVER (PARTITION BY device ORDER BY ts_ns)
+    SELECT *, CASE WHEN n <= $points THEN row_number() OVER (PARTITION BY device ORDER BY ts_ns, pid)
                    ELSE floor((ts_ns - t0) * $points / (t1 - t0 + 1)) END AS bucket
     FROM filled
 )
 -- one point per bucket: the sample with the most allocated, so that no peak is lost
-SELECT device, arg_max(ts_ns, (allocated, -ts_ns)), max(allocated), arg_max(reserved, (allocated, -ts_ns))
-FROM bucketed GROUP BY device, bucket ORDER BY device, 2
+SELECT device, arg_max(ts_ns, (allocated, -ts_ns)), max(allocated), arg_max(reserved, (allocated, -ts_ns, -pid))
+FROM bucketed GROUP BY device, bucket ORDER BY device, 2, 3, 4
 """
 
 _PEAKS = f"""
 SELECT device, max(value) FILTER (WHERE name = '{ALLOCATED}'),
     arg_min(ts_ns, (-value, ts_ns)) FILTER (WHERE name = '{ALLOCATED}'),
-    arg_min(pid, (-value, ts_ns)) FILTER (WHERE name = '{ALLOCATED}'),
+    arg_min(pid, (-value, ts_ns, pid)) FILTER (WHERE name = '{ALLOCATED}'),
     max(value) FILTER (WHERE name = '{RESERVED}'), count(DISTINCT ts_ns)
 FROM counters WHERE run_id = $run AND name IN ('{ALLOCATED}', '{RESERVED}') AND device <> 'cpu'
 GROUP BY device ORDER BY device
@@ -56,14 +56,20 @@ SELECT l.start_ns + l.dur_ns AS ts_ns, l.pid, (SELECT device FROM runs WHERE run
 FROM spans l LEFT JOIN spans p ON p.run_id = $run AND p.span_id = l.parent_id
 WHERE l.run_id = $run AND l.level = 'layer' AND coalesce(p.level, '') <> 'layer'
   AND json_exists(l.attrs, '$."layer.memory_allocated_bytes"')
-ORDER BY 1
+ORDER BY 1, l.span_id
 """
 
+# the innermost: the latest to start, the shortest, and of those (a module that only calls another starts and ends
+# with it on a microsecond clock) the one none of the others is the parent of
 _OPEN_AT = """
-SELECT coalesce(attrs->>'$."layer.path"', name), level FROM spans
-WHERE run_id = $run AND level IN ('layer', 'model') AND device = 'cpu' AND start_ns <= $t AND start_ns + dur_ns >= $t
-  AND ($pid IS NULL OR pid = $pid)
-ORDER BY level = 'layer' DESC, start_ns DESC, dur_ns LIMIT 1
+WITH open AS (
+    SELECT span_id, parent_id, coalesce(attrs->>'$."layer.path"', name) AS name, level, start_ns, dur_ns FROM spans
+    WHERE run_id = $run AND level IN ('layer', 'model') AND device = 'cpu' AND start_ns <= $t
+      AND start_ns + dur_ns >= $t AND ($pid IS NULL OR pid = $pid)
+)
+SELECT name, level FROM open
+ORDER BY level = 'layer' DESC, start_ns DESC, dur_ns,
+    EXISTS (SELECT 1 FROM open c WHERE c.parent_id = open.span_id), span_id DESC LIMIT 1
 """
 
 COLUMNS = [

@@ -79,7 +79,7 @@ SELECT CASE WHEN o.op IS NULL THEN 'explicit' ELSE 'implicit' END AS kind, coale
     count(*) FILTER (WHERE p.in_window_ns IS NOT NULL), sum(p.in_window_ns),
     count(*) FILTER (WHERE p.inside), count(*) FILTER (WHERE p.in_window_ns IS NOT NULL AND NOT p.inside)
 FROM placed p LEFT JOIN owner o ON o.sync_id = p.span_id LEFT JOIN line l ON l.sync_id = p.span_id
-GROUP BY ALL ORDER BY 10 DESC NULLS LAST, blocked DESC, n DESC, call, line, layer
+GROUP BY ALL ORDER BY 10 DESC NULLS LAST, blocked DESC, n DESC, call, line, layer, kind, op
 """
 
 COLUMNS = [

@@ -85,7 +85,8 @@ def run_health(store: Store, run_id: int) -> Health:
     rows = [
         (str(c), int(n), str(d or ""))
         for c, n, d in store.query(
-            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC, "check"', [ctx.run_id]
+            'SELECT "check", count, detail FROM health WHERE run_id = ? ORDER BY count DESC, "check", detail',
+            [ctx.run_id],
         )
     ]
     seen = {r[0] for r in rows}
@@ -263,7 +264,7 @@ covered AS (  -- less the warm-up a call holds where it began before it (a phase
     FROM stretches GROUP BY ALL)
 SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid)), any_value(c.wall_ns)
 FROM calls JOIN covered c USING (stage, kind, step)
-GROUP BY stage, kind, step ORDER BY 4 DESC, 1, 2
+GROUP BY stage, kind, step ORDER BY 4 DESC, 1, 2, step
 """
 
 

@@ -42,7 +42,7 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
     rows = store.query(
         f"""SELECT k.name, coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name), k.dur_ns, k.precision,
                    k.flops, k.dram_read, k.dram_write, k.occupancy
-            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id ORDER BY k.start_ns"""
+            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id ORDER BY k.start_ns, k.span_id"""
         + (f" LIMIT {int(limit)}" if limit else ""),
         [ctx.run_id],
     )
@@ -73,7 +73,8 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
     t, pk = kernel_costs(ctx), peaks(ctx)
     rows = store.query(
         f"""SELECT name, dur_ns, precision, flops, dram_read, dram_write, occupancy FROM {t}
-            WHERE flops IS NOT NULL AND dram_read + dram_write > 0 ORDER BY dur_ns DESC NULLS LAST, name"""
+            WHERE flops IS NOT NULL AND dram_read + dram_write > 0
+            ORDER BY dur_ns DESC NULLS LAST, name, start_ns, span_id"""
         + (f" LIMIT {int(limit)}" if limit else "")
     )
     total = int(store.query(f"SELECT count(*) FROM {t} WHERE flops IS NOT NULL AND dram_read + dram_write > 0")[0][0])
@@ -112,7 +113,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
     rows = store.query(
-        f"""SELECT name, count(*), sum(dur_ns), avg(dur_ns), any_value(precision), sum(flops), sum(dram_read),
+        f"""SELECT name, count(*), sum(dur_ns), avg(dur_ns), min(precision), sum(flops), sum(dram_read),
                    sum(dram_write),
                    sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0)
             FROM {t} GROUP BY name ORDER BY 3 DESC NULLS LAST, 6 DESC NULLS LAST, 2 DESC, 1"""

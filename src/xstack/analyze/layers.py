@@ -106,7 +106,7 @@ def _layers(ctx: RunContext, limit: int | None) -> tuple[list[tuple[Any, ...]], 
     t = _table(ctx)
     rows = ctx.store.query(
         f"""SELECT span_id, name, path, type, depth, start_ns, dur_ns, self_ns, input_shapes, output_shapes,
-                   params, memory_bytes, p5_ns, p95_ns, leaf, warmup FROM {t} ORDER BY start_ns, depth"""
+                   params, memory_bytes, p5_ns, p95_ns, leaf, warmup FROM {t} ORDER BY start_ns, depth, span_id"""
         + (f" LIMIT {int(limit)}" if limit else "")
     )
     return rows, int(ctx.store.query(f"SELECT count(*) FROM {t}")[0][0])
@@ -272,7 +272,8 @@ def layer_memory(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) ->
     # the largest allocation is that of a measured call: the warm-up's first calls grow the allocator's pools
     # (the warm-up's only where no measured call has a known allocation)
     peak = ctx.store.query(
-        f"SELECT path, memory_bytes FROM {t} WHERE memory_bytes IS NOT NULL ORDER BY warmup, 2 DESC LIMIT 1"
+        f"SELECT path, memory_bytes FROM {t} WHERE memory_bytes IS NOT NULL ORDER BY warmup, 2 DESC, start_ns, span_id "
+        "LIMIT 1"
     )
     if not peak:
         return ctx.lacking("A4", "Layer memory allocation", "memory")

@@ -51,6 +51,7 @@ from xstack.analyze.health import run_health
 from xstack.text import format_ns
 from xstack.trace import attrs as A
 from xstack.trace.devices import active_devices, used_devices
+from xstack.trace.schema import LEVELS
 from xstack.trace.store import Store
 
 
@@ -168,7 +169,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     )[0]
     config = orjson.loads(row[7]) if row[7] else {}
     counts = dict(
-        store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC", [run_id])
+        store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY level ORDER BY 2 DESC, 1", [run_id])
     )
     wall, wall_source = host_wall(store, run_id, config)
     devices, unused = _devices(store, run_id, config)
@@ -195,10 +196,11 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         overhead=[o for o in config.get("overhead") or [] if isinstance(o, dict)],
     )
     if summary.pass_name == "merged":
+        # in the levels' order, model first: a GROUP BY's rows come in no fixed order
         rows = store.query(
             "SELECT level, count(*) FILTER (WHERE (attrs->>'$.\"stats.noisy\"')::BOOLEAN), count(*) FROM spans "
-            "WHERE run_id = ? GROUP BY level",
-            [run_id],
+            "WHERE run_id = ? GROUP BY level ORDER BY list_position(?, level) NULLS LAST, level",
+            [run_id, list(LEVELS)],
         )
         summary.noisy_spans = {str(lv): (int(n), int(total)) for lv, n, total in rows}
     else:

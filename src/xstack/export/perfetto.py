@@ -26,6 +26,7 @@ Python heap stays flat (about 15 MiB) whatever the number of spans; DuckDB sorts
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import math
 import re
@@ -39,7 +40,7 @@ import orjson
 
 from xstack.errors import UsageError
 from xstack.export import _system_counters as syscounters
-from xstack.outfile import partial_file
+from xstack.outfile import gzip_writer, partial_file
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.schema import DEVICE_LEVELS, LEVELS
@@ -180,10 +181,11 @@ LEFT JOIN (SELECT run_id, min(ts_ns) AS t FROM counters GROUP BY run_id) c USING
 """
 
 
-def _open_out(path: Path, *, gzipped: bool) -> IO[bytes] | gzip.GzipFile:
-    """``path`` opened for writing bytes, through gzip (level 1: the trace of 10^6 spans is hundreds of MB, and
-    the fastest level already takes it to about a tenth) where ``gzipped``."""
-    return gzip.open(path, "wb", compresslevel=1) if gzipped else open(path, "wb")  # noqa: SIM115
+def _open_out(path: Path, out: Path) -> contextlib.AbstractContextManager[IO[bytes] | gzip.GzipFile]:
+    """``path`` (the ``.partial`` of ``out``) opened for writing bytes, through gzip where ``out`` ends in ``.gz``
+    (level 1: the trace of 10^6 spans is hundreds of MB, and the fastest level already takes it to about a
+    tenth)."""
+    return gzip_writer(path, out.name) if out.suffix == ".gz" else open(path, "wb")  # noqa: SIM115
 
 
 def export_perfetto(store: Store, out: Path, *, run_id: int | None = None) -> PerfettoStats:
@@ -197,7 +199,7 @@ def export_perfetto(store: Store, out: Path, *, run_id: int | None = None) -> Pe
     out = Path(out)
     runs = _runs(store, run_id)
     stats = PerfettoStats(runs=len(runs))
-    with partial_file(out) as partial, _open_out(partial, gzipped=out.suffix == ".gz") as fh:
+    with partial_file(out) as partial, _open_out(partial, out) as fh:
         fh.write(_header(store, runs))
         writer = _Writer(fh)
         tracks = _Tracks(writer)
