@@ -509,6 +509,21 @@ def test_memcpy_bytes_match_the_trace(stores: Callable[[str], Store], name: str)
     assert r.facts["pageable_share_pct"] == (100.0 * pageable / moved if moved else None)
 
 
+def test_copies_outside_the_measured_steps_are_counted_and_left_out_of_the_window_s_share(
+    stores: Callable[[str], Store],
+) -> None:
+    # PARAM's AlexNet moves its weights to the GPU (16 pageable copies, 233 MiB) before its warm-up call
+    r = timeline.memcpy_volume(stores(ALEXNET), 1)
+    assert r.facts["pageable_share_pct"] == 100.0 and r.facts["bytes_per_step"] == 0
+    assert r.facts["window_host_device_bytes"] == 0 and r.facts["window_pageable_share_pct"] is None
+    assert r.labels == [
+        "all 16 copies (233 MiB) outside the measured steps (start-up, warm-up, between and after the steps): no "
+        "part of a step's time"
+    ]
+    bert = timeline.memcpy_volume(stores(BERT), 1)  # its one copy is in its step
+    assert bert.labels == [] and bert.facts["window_host_device_bytes"] == 1
+
+
 # -- device memory -------------------------------------------------------------------------------------------
 def test_memory_peak_and_the_layer_at_it(stores: Callable[[str], Store]) -> None:
     store = stores(BERT)

@@ -9,11 +9,12 @@ call's order among the calls of that path in its step; an op is ``(layer path, l
 occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or
 in the same step, for ops outside layers); a kernel is its name. A key seen in several steps (a run that is not
 merged) takes the median of its occurrences, over the steps past the run's warm-up (``RunContext.warmup``: a
-live run's first iteration, a pass's --warmup): the step latency and the stages, layers and ops in warm-up steps
-are left out; kernels are summed over the rest of the run, those launched in warm-up steps left out (a kernel
-belongs to the step whose runtime call launched it, as in the timeline's windows; to the step it starts in,
-where no launch is known). Layers and ops also carry the median of their self time (less the spans of their
-level they parent), which the diff's sums add. Times are ns.
+live run's first iteration, a pass's --warmup, PARAM's warm-up call): the step latency and the stages, layers and
+ops that start in the warm-up (its steps, and the start-up before the first, as the summary counts them:
+``RunContext.in_warmup``) are left out; kernels are summed over the rest of the run, those launched in the
+warm-up left out (a kernel belongs to the step whose runtime call launched it, as in the timeline's windows; to
+the step it starts in, where no launch is known). Layers and ops also carry the median of their self time (less
+the spans of their level they parent), which the diff's sums add. Times are ns.
 
 The spread the diff judges a change against (``Timing.p5_ns``, ``Timing.n``) comes from the spans' own iteration
 statistics where every call of a key carries them (a merged leveled run: ``stats.p5_ns``, ``stats.n``), else from
@@ -34,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xstack.analyze.context import STEP_SPAN, launched, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, RunContext, launched, past_warmup, run_context
 from xstack.analyze.summary import host_wall
 from xstack.text import counted
 from xstack.trace import attrs as A
@@ -144,11 +145,12 @@ def _steps(warmup: int) -> str:
     FROM spans WHERE run_id = $run AND level = 'model' AND {_HOST} AND {STEP_SPAN}"""
 
 
-def _spans_in_steps(level: str, warmup: int) -> str:
+def _spans_in_steps(level: str, ctx: RunContext) -> str:
     """The run's spans of ``level`` with their statistics, their self time (less the spans of the level that they
     parent; never below 0, as merged medians of children may exceed their parent's) and the host step whose time
-    holds their start (of kernels, their launch: ``context.launched``); those that start in a warm-up step (or
-    after it, before the next) are left out."""
+    holds their start (of kernels, their launch: ``context.launched``); those that start in the warm-up
+    (``RunContext.in_warmup``: its steps, and the start-up before the first, as the summary leaves them out) are
+    left out."""
     source, at = (
         (launched(level), "launch_ns")
         if level == "kernel"
@@ -161,8 +163,8 @@ def _spans_in_steps(level: str, warmup: int) -> str:
         FROM {source} s
         LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans WHERE run_id = $run AND level = '{level}'
                    GROUP BY parent_id) k ON k.parent_id = s.span_id
-        ASOF LEFT JOIN ({_steps(warmup)}) st ON s.{at} >= st.start_ns
-        WHERE st.measured IS NOT FALSE"""
+        ASOF LEFT JOIN ({_steps(ctx.warmup)}) st ON s.{at} >= st.start_ns
+        WHERE NOT {ctx.in_warmup(f"s.{at}")}"""
 
 
 def read_side(store: Store, run_id: int) -> Side:
@@ -176,13 +178,13 @@ def read_side(store: Store, run_id: int) -> Side:
     side.replayed = ctx.replayed_timing()
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
-        side.stages = _stages(store, run_id, ctx.warmup)
+        side.stages = _stages(store, ctx)
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(
             f"""CREATE OR REPLACE TEMP TABLE {table} AS
             WITH l AS (
                 SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
-                FROM ({_spans_in_steps("layer", ctx.warmup)})
+                FROM ({_spans_in_steps("layer", ctx)})
             )
             SELECT span_id, step_id, dur_ns, p5_ns, n, self_ns, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
                 coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
@@ -194,11 +196,11 @@ def read_side(store: Store, run_id: int) -> Side:
         rows = store.con.execute(_keyed(table, "path, call", "any_value(type) AS x")).fetchall()
         side.layers = {(str(r[0]), int(r[1])): _timing(r[2:7], info=r[7]) for r in rows}
     if ctx.has("op"):
-        side.ops = _ops(store, ctx.run_id, ctx.owners(), table if ctx.has("layer") else None, ctx.warmup)
+        side.ops = _ops(store, ctx, table if ctx.has("layer") else None)
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(f"DROP TABLE IF EXISTS {table}")
     if ctx.has("kernel"):
-        side.kernels, side.kernel_source = _kernels(store, run_id, ctx.warmup), "trace"
+        side.kernels, side.kernel_source = _kernels(store, ctx), "trace"
     elif "metrics" in ctx.levels:
         side.kernels, side.untimed_kernels = _replayed_kernels(store, run_id)
         side.kernel_source = "replay" if side.kernels else "untimed"
@@ -224,7 +226,7 @@ def _keyed(source: str, keys: str, extra: str = "") -> str:
     FROM agg LEFT JOIN spread USING ({keys})"""
 
 
-def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int) -> dict[OpKey, Timing]:
+def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timing]:
     layer_join = (
         f"LEFT JOIN {layers} l ON l.span_id = w.layer_id"
         if layers
@@ -232,47 +234,47 @@ def _ops(store: Store, run_id: int, owners: str, layers: str | None, warmup: int
     )
     rows = store.con.execute(
         _keyed(
-            f"""(WITH o AS ({_spans_in_steps("op", warmup)})
+            f"""(WITH o AS ({_spans_in_steps("op", ctx)})
             SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, -1) AS call,
                 coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
                 row_number() OVER (PARTITION BY coalesce(w.layer_id, o.step_id, -1), o.name
                                    ORDER BY o.start_ns, o.span_id) - 1 AS occ
-            FROM o LEFT JOIN {owners} w ON w.span_id = o.span_id {layer_join})""",
+            FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join})""",
             "layer, call, name, occ",
         ),
-        {"run": run_id},
+        {"run": ctx.run_id},
     ).fetchall()
     return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
 
 
-def _stages(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
+def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
     """The run's host model spans other than steps, by name: median per call, spread, calls (warm-up steps left
     out). A span without ``model.kind`` (a trace's ``record_function`` range) is a stage unless named as a step.
     Tails (kind ``tail``: a live run's ``after-last-step``, a trace's last ``ProfilerStep`` that only stops the
     profiler) are left out: teardown, not a stage of the loop, and timed once, so only the floors would judge it;
     so is a region (kind ``region``: the profiled region of a live run without steps), the wall time the summary
     compares already."""
-    stages = f"""(SELECT * FROM ({_spans_in_steps("model", warmup)})
+    stages = f"""(SELECT * FROM ({_spans_in_steps("model", ctx)})
         WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false) AND coalesce({_KIND} NOT IN ('tail', 'region'), true))"""
     rows = store.con.execute(
-        f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": run_id}
+        f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": ctx.run_id}
     ).fetchall()
     return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
 
 
-def _kernels(store: Store, run_id: int, warmup: int) -> dict[str, Timing]:
-    """Kernel spans by name, those launched in warm-up steps left out: the total of their calls, the calls, and
+def _kernels(store: Store, ctx: RunContext) -> dict[str, Timing]:
+    """Kernel spans by name, those launched in the warm-up left out: the total of their calls, the calls, and
     the summed p5 where every call has one (a merged run), else the total less the steps times the low-side spread
     of the name's per-step totals (module docstring)."""
     rows = store.con.execute(
-        f"""WITH k AS MATERIALIZED ({_spans_in_steps("kernel", warmup)}),
+        f"""WITH k AS MATERIALIZED ({_spans_in_steps("kernel", ctx)}),
         per_step AS (SELECT name, sum(dur_ns) AS v FROM k WHERE step_id IS NOT NULL GROUP BY name, step_id),
         spread AS (SELECT name, count(*) AS steps, quantile_cont(v, 0.5) - quantile_cont(v, 0.05) AS spread
                    FROM per_step GROUP BY name)
         SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n),
             any_value(steps), any_value(spread)
         FROM k LEFT JOIN spread USING (name) GROUP BY name""",
-        {"run": run_id},
+        {"run": ctx.run_id},
     ).fetchall()
     out: dict[str, Timing] = {}
     for name, calls, total, p5, n, steps, spread in rows:

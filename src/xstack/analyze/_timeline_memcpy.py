@@ -6,7 +6,7 @@ from typing import Any
 
 from xstack.analyze._timeline_common import measured_window, notes_of, pct, rows
 from xstack.analyze.context import run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, counted, format_value
 from xstack.trace.store import Store
 
 ID = "timeline.memcpy"
@@ -59,7 +59,10 @@ def memcpy_volume(store: Store, run_id: int) -> Result:
     source, of a device-to-host copy its destination. A copy from or to pageable memory goes through a
     staging buffer, runs slower and blocks the host; the pageable share counts the bytes of host-device
     copies that used pageable memory. Bandwidth is computed over the copies whose size is known. Bytes per
-    step count the copies that start within the run's step spans.
+    step count the copies that start within the run's step spans, and so does the pageable share of the
+    measured window (facts ``window_host_device_bytes``, ``window_pageable_share_pct``; the whole run where it
+    has no steps): copies made once at start-up (the model's weights moved to the GPU) cost no step, and a label
+    counts those outside the steps.
     """
     ctx = run_context(store, run_id)
     if not (ctx.has("memcpy") or ctx.has("memset")):
@@ -79,7 +82,21 @@ def memcpy_volume(store: Store, run_id: int) -> Result:
         notes=notes_of(memcpy_volume) if found else "no copies or memsets in the run",
         chart=Chart("bar", x="direction", y=("bytes",), series="host memory", title="Bytes copied"),
         facts=_facts(found, window.steps),
+        labels=_outside(found) if window.kind == "steps" else [],
     )
+
+
+def _outside(found: list[tuple[Any, ...]]) -> list[str]:
+    """A label for the copies that start outside the measured steps, if any."""
+    copies = [r for r in found if r[0] != "Memset"]
+    n, total = _sum(copies, 2) - _sum(copies, 7), _sum(copies, 2)
+    if not n:
+        return []
+    which = f"all {counted(n, 'copy', 'copies')}" if n == total else f"{n} of {counted(total, 'copy', 'copies')}"
+    return [
+        f"{which} ({format_value(_sum(copies, 3) - _sum(copies, 8), 'bytes')}) outside the measured steps (start-up, "
+        "warm-up, between and after the steps): no part of a step's time"
+    ]
 
 
 def _facts(found: list[tuple[Any, ...]], steps: int) -> dict[str, Any]:
@@ -96,6 +113,10 @@ def _facts(found: list[tuple[Any, ...]], steps: int) -> dict[str, Any]:
         "pinned_bytes": _sum(pinned, 3),
         "pageable_share_pct": pct(_sum(pageable, 3), _sum(host_device, 3)),
         "pageable_copies": _sum(pageable, 2),
+        "window_host_device_bytes": _sum(host_device, 8) if steps else _sum(host_device, 3),
+        "window_pageable_share_pct": pct(_sum(pageable, 8), _sum(host_device, 8))
+        if steps
+        else pct(_sum(pageable, 3), _sum(host_device, 3)),
         "steps": steps,
         "bytes_per_step": _sum(copies, 8) / steps if steps else None,
         "copies_per_step": _sum(copies, 7) / steps if steps else None,

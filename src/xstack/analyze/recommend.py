@@ -194,17 +194,18 @@ def _larger_batches(per_batch: list[dict[str, Any]], best: int) -> str:
 
 def pageable_copies(results: Results) -> Recommendation | None:
     """Copies between host and device use pageable memory, which is slower and cannot overlap compute."""
-    m = _get(results, "timeline.memcpy")
-    if m is None or (pct := _num(m.facts, "pageable_share_pct")) is None or pct < PAGEABLE_SHARE_PCT:
+    m = _get(results, "timeline.memcpy")  # the measured steps' copies: a start-up copy costs no step
+    if m is None or (pct := _num(m.facts, "window_pageable_share_pct")) is None or pct < PAGEABLE_SHARE_PCT:
         return None
-    nbytes = _num(m.facts, "host_device_bytes") or 0
+    nbytes = _num(m.facts, "window_host_device_bytes") or 0
+    where = " in the measured steps" if m.facts.get("steps") else ""
     return Recommendation(
         "pageable_copies",
         "Copies between host and device use pageable memory",
         "low" if nbytes < 2**20 else "medium",
         [
-            f"{pct:.0f}% of the {nbytes / 2**20:.1f} MiB copied between host and device used pageable host memory "
-            "(timeline.memcpy)"
+            f"{pct:.0f}% of the {nbytes / 2**20:.1f} MiB copied between host and device{where} used pageable "
+            "host memory (timeline.memcpy)"
         ],
         [m.id],
         "Pin the source memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
