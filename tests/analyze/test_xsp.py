@@ -485,4 +485,41 @@ def test_range_profiler_durations_and_bytes_place_kernels_on_the_roofline(tmp_pa
         assert not any("unknown: no" in label for label in a8.labels if not label.startswith("bound"))
         a9 = _one(store, "A9")
         assert not a9.missing and len(a9.rows) == sum(1 for f in a8.column("FLOPs") if f is not None)
-        assert a9.rows[0][1] == max(e["args"]["gpu__time_duration.sum"] for e in ranges)
+        assert a9.column("latency")[0] == max(e["args"]["gpu__time_duration.sum"] for e in ranges)
+
+
+def test_kernel_aggregates_count_the_measured_step_as_the_summary_does(import_store: Any) -> None:
+    """PARAM's AlexNet runs a warm-up call, then the measured one; CUDA's start-up before them launches the weights'
+    initialisation. A10 counted 6 calls of ampere_sgemm (3 per call) and A15 gave 5.35 ms of kernels per step,
+    the start-up's and the warm-up's over both calls, where the summary counts the measured step: 3 calls, 5.32
+    ms. A8 lists every call, those of the start-up and warm-up marked."""
+    from xstack.analyze.summary import summarize
+
+    store = import_store(kineto_fixture("a100_alexnet_train_sync.json.gz"))
+    top = summarize(store, 1, top=1000).top["kernel"]
+    a10 = _one(store, "A10")
+    assert [(r["kernel"], r["calls"], r["total"]) for r in a10.to_records()] == [
+        (r.name, r.calls, r.total_ns) for r in top
+    ]
+    assert a10.to_records()[0]["kernel"] == "ampere_sgemm_32x32_sliced1x4_tn" and a10.to_records()[0]["calls"] == 3
+    assert a10.facts["kernel_time_ns"] == sum(r.total_ns for r in top) == 5_315_000
+    left_out = (
+        "calls launched in the measured step only (39 of 79 kernel calls): the 40 launched at start-up, in the "
+        "warm-up or between and after the steps are left out"
+    )
+    assert left_out in a10.labels
+    (row,) = _one(store, "A15").to_records()
+    assert row["kernel time"] == 5_315_000 and row["model latency"] == 36_356_000  # one measured step
+    assert left_out in _one(store, "A15").labels
+    a8 = _one(store, "A8")
+    records = a8.to_records()
+    assert len(records) == 79 and [r["iteration"] for r in records][:2] == [None, 1]  # start-up, then the warm-up
+    marked = [r for r in records if r["warm-up"] == "yes"]
+    assert len(marked) == 40 and {r["iteration"] for r in marked} == {None, 1}
+    assert sorted(r["kernel"] for r in records if r["iteration"] == 2) == sorted(
+        name for r in top for name in [r.name] * r.calls
+    )
+    assert (
+        "every kernel call listed: 40 of 79 were launched outside the measured steps (40 at start-up or in the "
+        "warm-up, marked warm-up), which the per-iteration aggregates (A10, A15) and the summary leave out"
+    ) in a8.labels

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from xstack.analyze._costs import op_cost
-from xstack.analyze.context import RunContext
+from xstack.analyze.context import RunContext, launched
 from xstack.trace import attrs as A
 from xstack.trace.devices import gpus, run_device
 
@@ -86,9 +86,12 @@ def op_costs(ctx: RunContext) -> str:
 
 def kernel_costs(ctx: RunContext) -> str:
     """Temp table of kernels: ``(span_id, name, start_ns, dur_ns, device, layer_id, flops, dram_read, dram_write,
-    occupancy, cost_source, occupancy_source, precision)``; the cost columns NULL where unknown. Without kernel
-    spans the rows are the run's counter ranges (``metrics`` spans), timed by ``metrics.duration_ns`` (NULL
-    where the counters did not measure it)."""
+    occupancy, cost_source, occupancy_source, precision, launch_ns, counted)``; the cost columns NULL where
+    unknown. ``launch_ns`` is the start of the runtime call that launched the kernel (its own start where none is
+    known, ``context.launched``), ``counted`` whether per-iteration statistics count it (``RunContext.counted``:
+    launched in a measured step, in a run with them). Without kernel spans the rows are the run's counter ranges
+    (``metrics`` spans), timed by ``metrics.duration_ns`` (NULL where the counters did not measure it), all
+    counted: their profiler lays them out over the session, not at their kernels' times."""
     name = f"_ax_kcost_{ctx.run_id}"
     if name in ctx._tables:
         return name
@@ -98,20 +101,20 @@ def kernel_costs(ctx: RunContext) -> str:
     # range profiler's ranges out evenly over the session: their span times are not the kernels')
     dur = "s.dur_ns" if level == "kernel" else f"({_num(A.METRICS_DURATION_NS)})::BIGINT"
     hw_flops = " + ".join(f"coalesce({_num(k)}, 0)" for k in HARDWARE_FLOPS)
+    join, counted = ctx.counted("k.launch_ns") if level == "kernel" else ("", "TRUE")
     has_hw = " OR ".join(
         f"json_exists(s.attrs, '$.\"{k}\"')" for k in (A.METRICS_FLOPS_FP32, A.METRICS_DRAM_BYTES_READ)
     )
     ctx.store.con.execute(
         f"""CREATE OR REPLACE TEMP TABLE {name} AS
         WITH k AS (
-            SELECT s.span_id, s.name, s.start_ns, {dur} AS dur_ns, s.device, o.layer_id, o.cost_op_id,
+            SELECT s.span_id, s.name, s.start_ns, {dur} AS dur_ns, s.device, o.layer_id, o.cost_op_id, s.launch_ns,
                    CASE WHEN {has_hw} THEN {hw_flops} END AS hw_flops,
                    {_num(A.METRICS_DRAM_BYTES_READ)} AS hw_read, {_num(A.METRICS_DRAM_BYTES_WRITE)} AS hw_write,
                    {_num(A.METRICS_ACHIEVED_OCCUPANCY_PCT)} AS hw_occ,
                    nullif({_num(A.KERNEL_EST_OCCUPANCY_PCT)}, 0) AS est_occ,
                    {dur} / nullif(sum({dur}) OVER (PARTITION BY o.cost_op_id), 0) AS share
-            FROM spans s LEFT JOIN {owners} o ON o.span_id = s.span_id
-            WHERE s.run_id = $run AND s.level = '{level}'
+            FROM {launched(level)} s LEFT JOIN {owners} o ON o.span_id = s.span_id
         )
         SELECT k.span_id, k.name, k.start_ns, k.dur_ns, k.device, k.layer_id,
                coalesce(k.hw_flops, c.flops * k.share) AS flops,
@@ -122,8 +125,8 @@ def kernel_costs(ctx: RunContext) -> str:
                     WHEN c.span_id IS NOT NULL THEN 'analytic' END AS cost_source,
                CASE WHEN k.hw_occ IS NOT NULL THEN 'achieved' WHEN k.est_occ IS NOT NULL THEN 'estimated' END
                    AS occupancy_source,
-               c.precision
-        FROM k LEFT JOIN {ops} c ON c.span_id = k.cost_op_id""",
+               c.precision, k.launch_ns, {counted} AS counted
+        FROM k LEFT JOIN {ops} c ON c.span_id = k.cost_op_id {join}""",
         {"run": ctx.run_id},
     )
     ctx._tables[name] = name

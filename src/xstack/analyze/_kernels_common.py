@@ -76,9 +76,72 @@ def placed(ctx: RunContext, start_ns: int | None, row: tuple[Any, ...]) -> tuple
     return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
 
 
+KERNEL_WARMUP_COLUMN = Column(
+    "warm-up",
+    "",
+    "a kernel launched in a warm-up iteration or the start-up before it (left out of the aggregates, as the summary "
+    "leaves them out)",
+)
+"""The column of the per-kernel-call tables (A8, A9) that marks the calls launched in the warm-up."""
+
+
+def kernel_call_columns(ctx: RunContext) -> tuple[list[Column], list[Column]]:
+    """The columns that place a kernel call (before the others, after them): ``iteration`` for a run of several
+    iterations, ``warm-up`` for a run that leaves warm-up iterations out; none for counter ranges without kernel
+    spans, which their profiler lays out over the session, not at their kernels' times."""
+    if "kernel" not in ctx.levels:
+        return [], []
+    first, last = call_columns(ctx)
+    return first, [KERNEL_WARMUP_COLUMN] if last else []
+
+
+def placed_kernel(ctx: RunContext, launch_ns: int | None, warm: bool, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` of a kernel call launched at ``launch_ns`` between its ``kernel_call_columns`` cells: the iteration
+    that launched it (None outside every step), and ``yes`` for one launched in the warm-up or the start-up
+    before it (``warm``: ``RunContext.in_warmup`` of its launch)."""
+    first, last = kernel_call_columns(ctx)
+    iteration = ctx.iteration_of(launch_ns)[0] if first else None
+    return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
+
+
+def outside_label(ctx: RunContext, table: str) -> list[str]:
+    """The label of a per-call listing of the kernels of ``table``: how many of its calls the aggregates leave out
+    (``counted_label``), and how they are marked."""
+    n, warm, total = ctx.store.query(
+        f"SELECT count(*) FILTER (WHERE NOT counted), count(*) FILTER (WHERE {ctx.in_warmup('launch_ns')}), "
+        f"count(*) FROM {table}"
+    )[0]
+    if not n:
+        return []
+    where = [f"{warm:,} at start-up or in the warm-up, marked warm-up"] if warm else []
+    where += [f"{n - warm:,} between or after the steps"] if n > warm else []
+    return [
+        f"every kernel call listed: {n:,} of {total:,} were launched outside the measured steps ({', '.join(where)}), "
+        "which the per-iteration aggregates (A10, A15) and the summary leave out"
+    ]
+
+
 def warm_chart(ctx: RunContext) -> dict[str, Any]:
     """Chart options that draw the calls of warm-up iterations faded and marked, where the run has the column."""
     return {"mark": WARMUP_COLUMN.name, "mark_note": "faded: warm-up"} if ctx.warmup_windows() else {}
+
+
+def counted_label(ctx: RunContext, table: str) -> list[str]:
+    """The label of an aggregate over the kernels of ``table`` that per-iteration statistics count (its
+    ``counted`` column, ``RunContext.counted``), where they are not all of the run's: which calls, how many."""
+    n, total = ctx.store.query(f"SELECT count(*) FILTER (WHERE counted), count(*) FROM {table}")[0]
+    if n == total:
+        return []
+    left = total - n
+    if ctx.pass_name != "merged" and ctx.measured_table() is not None:
+        steps = sum(1 for *_, warm in ctx.iterations() if not warm)
+        which = "the measured step" if steps == 1 else f"the {steps} measured steps"
+        where = "at start-up, in the warm-up or between and after the steps"
+    else:
+        which, where = "past the warm-up", "in the warm-up"
+    return [
+        f"calls launched in {which} only ({n:,} of {total:,} kernel calls): the {left:,} launched {where} are left out"
+    ]
 
 
 def cost_labels(ctx: RunContext, table: str, pk: Peaks | None) -> list[str]:

@@ -15,6 +15,7 @@ from xstack.analyze._kernels_common import (
     above_peak,
     as_int,
     cost_labels,
+    counted_label,
     require_kernels,
     roofline_chart,
 )
@@ -30,7 +31,10 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
     across batch sizes).
 
     Notes: one row per batch size found in the store (``config.batch_size`` of its runs, the merged run of each
-    where there is one, as ``xstack sweep`` records them), else one row for the run. Model latency is the median
+    where there is one, as ``xstack sweep`` records them), else one row for the run. The per-step figures are of
+    the measured steps, as the summary counts them: the kernels launched in the steps past the warm-up, over
+    those steps (start-up, warm-up and the time between and after the steps left out, and a label says how many
+    calls that leaves out), the whole run's over one step where it has no steps. Model latency is the median
     step span (``xstack.step()`` iterations or the profiler's ProfilerStep), else the run's host extent (a label
     names a single runtime call that takes more than half of it, such as the first CUDA or HIP call's start-up);
     unknown, with the FLOP/s over it, for a run without host spans (an Nsight Compute CSV) and for a run that recorded
@@ -53,7 +57,8 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
             labels.add(f"model latency of run {rid}: its host extent (no step spans); {call.describe()}")
         k = store.query(
             f"""SELECT sum(dur_ns), sum(flops), sum(dram_read), sum(dram_write), any_value(precision),
-                sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0) FROM {t}"""
+                sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0) FROM {t}
+                WHERE counted"""
         )[0]
         flops, read, write = (None if v is None else v / steps for v in k[1:4])
         ai, achieved = intensity(flops, read, write), rate(flops, latency)
@@ -75,6 +80,7 @@ def model_kernel_aggregate(store: Store, run_id: int) -> Result:
             )
         )
         labels.update(cost_labels(c, t, pk))
+        labels.update(lb if rid == ctx.run_id else f"run {rid}: {lb}" for lb in counted_label(c, t))
     cols = [
         Column("batch size", "count"),
         Column("run", "count"),
@@ -119,16 +125,19 @@ _EXTENT = "SELECT min(start_ns) AS s, max(start_ns + dur_ns) AS e, NULL AS pid, 
 
 
 def _model_latency(ctx: RunContext) -> tuple[int, int | None, bool]:
-    """(number of steps, median step latency in ns, whether steps are marked) of a run; one step of the host
-    extent when none is marked, of unknown latency (None) when the run has no host spans (an Nsight Compute CSV).
-    The median leaves the warm-up out; the count does not (it divides the whole run's kernel totals)."""
+    """(number of steps, median latency of the measured ones in ns, whether steps are marked) of a run. The steps
+    are those whose kernels ``kernel_costs`` counts: the measured ones, past the warm-up (a merged run's one
+    step); all of them for counter ranges without kernel spans, which are counted all, as their times place them
+    in no step. One step of the host extent when none is marked, of unknown latency (None) when the run has no
+    host spans (an Nsight Compute CSV)."""
+    measured = past_warmup(ctx.warmup)
     row = ctx.store.query(
-        f"""SELECT count(*), (median(dur_ns) FILTER (WHERE {past_warmup(ctx.warmup)}))::BIGINT FROM spans
-            WHERE run_id = ? AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}""",
+        f"""SELECT count(*) FILTER (WHERE {measured}), count(*), (median(dur_ns) FILTER (WHERE {measured}))::BIGINT
+            FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}""",
         [ctx.run_id],
     )[0]
-    if row[0]:
-        return int(row[0]), int(row[1]), True
+    if row[1]:
+        return int(row[0] if "kernel" in ctx.levels else row[1]), int(row[2]), True
     extent = ctx.store.query(
         "SELECT max(start_ns + dur_ns) - min(start_ns) FROM spans WHERE run_id = ? AND device = 'cpu'", [ctx.run_id]
     )[0][0]

@@ -165,6 +165,18 @@ class RunContext:
             self._measured = (name, int(total or 0))
         return self._measured if self._measured[1] else None
 
+    def counted(self, column: str) -> tuple[str, str]:
+        """What per-iteration statistics count (the summary's top layers, ops and kernels, the kernel aggregates
+        A10 and A15), as SQL: ``(join, condition)`` on the time ``column`` of the calls' alias (ns; a span belongs
+        where it starts, device work where its runtime call launched it, ``launched``). In a run with measured
+        iterations that is not merged, the calls in them (``measured_table``: start-up, warm-up, a harness's work
+        between the steps and the time after the last are left out); else those past the warm-up. The join is a
+        LEFT one and the condition never NULL, so that it can be selected as a column too."""
+        measured = self.measured_table() if self.pass_name != "merged" else None
+        if measured is None:
+            return "", f"NOT {self.in_warmup(column)}"
+        return f"ASOF LEFT JOIN {measured[0]} w ON {column} >= w.ws", f"coalesce({column} < w.we, false)"
+
     def host_extent(self) -> tuple[int | None, int]:
         """The run's host wall time (ns; None where it has no host spans) and how far (ns) its host spans run on
         past it. The wall time is the extent of the host spans, 0 past it; in a merged run, the extent of its

@@ -19,6 +19,10 @@ from xstack.analyze._kernels_common import (
     as_int,
     cost_labels,
     costs,
+    counted_label,
+    kernel_call_columns,
+    outside_label,
+    placed_kernel,
     require_kernels,
     roofline_chart,
 )
@@ -33,23 +37,32 @@ from xstack.trace.store import Store
 def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT) -> Result:
     """A8: one row per kernel call in launch order: name, layer, latency (ns), FLOPs, DRAM read and written
     (bytes), occupancy (%), arithmetic intensity (FLOP/byte), achieved FLOP/s and whether memory- or
-    compute-bound; the first ``limit`` calls (None: all), the rest counted in ``truncated`` (A10 aggregates
-    them all). See the module notes."""
+    compute-bound; in a run of several iterations, the iteration that launched it, and in a run with warm-up, a
+    mark on the calls launched in it or the start-up before it (a label counts the calls outside the measured
+    steps, which A10 and A15 leave out); the first ``limit`` calls (None: all), the rest counted in
+    ``truncated``. See the module notes."""
     ctx = run_context(store, run_id)
     if missing := require_kernels(ctx, "A8", "GPU kernel information"):
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
     rows = store.query(
-        f"""SELECT k.name, coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name), k.dur_ns, k.precision,
+        f"""SELECT k.launch_ns, {ctx.in_warmup("k.launch_ns")}, k.name,
+                   coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name), k.dur_ns, k.precision,
                    k.flops, k.dram_read, k.dram_write, k.occupancy
             FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id ORDER BY k.start_ns, k.span_id"""
         + (f" LIMIT {int(limit)}" if limit else ""),
         [ctx.run_id],
     )
     total = int(store.query(f"SELECT count(*) FROM {t}")[0][0])
-    out = [(i, r[0], r[1], r[2], *costs(r, pk, 2, r[3])) for i, r in enumerate(rows)]
-    cols = [Column("index", "count"), Column("kernel"), Column("layer"), Column("latency", "ns"), *COST_COLUMNS]
-    above = above_peak(ctx, t, pk, [(o[1], r[3], o[-1]) for r, o in zip(rows, out, strict=True)])
+    out, flagged = [], []
+    for i, (launch, warm, *r) in enumerate(rows):
+        c = costs(r, pk, 2, r[3])
+        out.append(placed_kernel(ctx, launch, warm, (i, r[0], r[1], r[2], *c)))
+        flagged.append((r[0], r[3], c[-1]))
+    first, last = kernel_call_columns(ctx)
+    cols = [*first, Column("index", "count"), Column("kernel"), Column("layer"), Column("latency", "ns"),
+            *COST_COLUMNS, *last]  # fmt: skip
+    above = above_peak(ctx, t, pk, flagged)
     return Result(
         "A8",
         "GPU kernel information",
@@ -57,7 +70,7 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
         out,
         notes=NOTES,
         run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk) + above,
+        labels=outside_label(ctx, t) + cost_labels(ctx, t, pk) + above,
         truncated=total - len(out),
         facts={"kernels": total},
     )
@@ -65,14 +78,16 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
 
 def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT, chart_limit: int = 5000) -> Result:
     """A9: every kernel call placed against the device roofline: AI (FLOP/byte) and achieved FLOP/s, latency
-    (ns), bound. Rows are sorted by latency, longest first, the first ``limit`` kept (None: all); the chart
+    (ns), bound, and where the run has them, the iteration that launched it and a mark on the calls of the
+    warm-up (as A8). Rows are sorted by latency, longest first, the first ``limit`` kept (None: all); the chart
     draws the ``chart_limit`` longest."""
     ctx = run_context(store, run_id)
     if missing := require_kernels(ctx, "A9", "Kernel roofline"):
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
     rows = store.query(
-        f"""SELECT name, dur_ns, precision, flops, dram_read, dram_write, occupancy FROM {t}
+        f"""SELECT launch_ns, {ctx.in_warmup("launch_ns")}, name, dur_ns, precision, flops, dram_read, dram_write,
+                   occupancy FROM {t}
             WHERE flops IS NOT NULL AND dram_read + dram_write > 0
             ORDER BY dur_ns DESC NULLS LAST, name, start_ns, span_id"""
         + (f" LIMIT {int(limit)}" if limit else "")
@@ -81,16 +96,19 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
     if not total and (gaps := [g for g in cost_gaps(ctx, t) if g != "kernel durations"]):
         return ctx.lacking("A9", "Kernel roofline", *gaps, notes=NOTES)
     out, flagged = [], []
-    for r in rows:
+    for launch, warm, *r in rows:
         c = costs(r, pk, 1, r[2])
-        out.append((r[0], r[1], c[4], c[5], c[6]))
+        out.append(placed_kernel(ctx, launch, warm, (r[0], r[1], c[4], c[5], c[6])))
         flagged.append((r[0], r[2], c[6]))
+    first, last = kernel_call_columns(ctx)
     cols = [
+        *first,
         Column("kernel"),
         Column("latency", "ns"),
         Column("AI", "flop/byte"),
         Column("FLOP/s", "flop/s"),
         Column("bound"),
+        *last,
     ]
     return Result(
         "A9",
@@ -99,7 +117,7 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
         out,
         notes=NOTES,
         run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk) + above_peak(ctx, t, pk, flagged),
+        labels=outside_label(ctx, t) + cost_labels(ctx, t, pk) + above_peak(ctx, t, pk, flagged),
         chart=roofline_chart("Kernels against the roofline", pk, chart_limit),
         truncated=total - len(out),
     )
@@ -107,7 +125,10 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
 
 def kernels_by_name(store: Store, run_id: int) -> Result:
     """A10: kernels aggregated by name: calls, total and mean latency (ns), share of kernel time (%), FLOPs,
-    DRAM bytes, latency-weighted occupancy, AI and bound. See the module notes."""
+    DRAM bytes, latency-weighted occupancy, AI and bound, over the calls launched in the measured steps in a
+    run with them (as the summary counts them: start-up, warm-up and the time between and after the steps left
+    out, and a label says how many calls that leaves out; A8 lists every call, marked), else over every call.
+    See the module notes."""
     ctx = run_context(store, run_id)
     if missing := require_kernels(ctx, "A10", "Kernels by name"):
         return missing
@@ -116,7 +137,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         f"""SELECT name, count(*), sum(dur_ns), avg(dur_ns), min(precision), sum(flops), sum(dram_read),
                    sum(dram_write),
                    sum(occupancy * dur_ns) / nullif(sum(dur_ns) FILTER (WHERE occupancy IS NOT NULL), 0)
-            FROM {t} GROUP BY name ORDER BY 3 DESC NULLS LAST, 6 DESC NULLS LAST, 2 DESC, 1"""
+            FROM {t} WHERE counted GROUP BY name ORDER BY 3 DESC NULLS LAST, 6 DESC NULLS LAST, 2 DESC, 1"""
     )
     total = sum(int(r[2] or 0) for r in rows)
     out = [
@@ -145,7 +166,7 @@ def kernels_by_name(store: Store, run_id: int) -> Result:
         out,
         notes=NOTES,
         run_id=ctx.run_id,
-        labels=cost_labels(ctx, t, pk) + above,
+        labels=counted_label(ctx, t) + cost_labels(ctx, t, pk) + above,
         facts=facts,
         chart=Chart("hbar", "kernel", ("total",), "Kernel time by name", limit=25),
     )

@@ -211,18 +211,13 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     # (first calls: lazy initialisation, allocator growth, autotuning) is left out of them and of the wall time
     ctx = run_context(store, run_id)
     measured = ctx.measured_table() if summary.pass_name != "merged" else None
-    keep: dict[str, tuple[str, str]]  # per level: a join and a condition on alias x
+    # per level: a join and a condition on alias x (``RunContext.counted``, which the kernel aggregates share)
+    keep = {level: ctx.counted(f"x.{col}") for level, col in (("layer", "start_ns"), ("op", "start_ns"),
+                                                               ("kernel", "launch_ns"))}  # fmt: skip
     if measured:
-        window, steps_ns = measured
-        keep = {
-            level: (f"ASOF JOIN {window} w ON x.{col} >= w.ws", f"x.{col} < w.we")
-            for level, col in (("layer", "start_ns"), ("op", "start_ns"), ("kernel", "launch_ns"))
-        }
-        summary.outside_steps_ns = max(wall - steps_ns, 0) if wall else None
+        summary.outside_steps_ns = max(wall - measured[1], 0) if wall else None
         summary.counted_in = "the measured steps"
     else:
-        keep = {level: ("", f"NOT {ctx.in_warmup()}") for level in ("layer", "op")}
-        keep["kernel"] = ("", f"NOT {ctx.in_warmup('x.launch_ns')}")
         summary.counted_in = "past the warm-up" if keep["op"][1] != "NOT FALSE" else None
     kernel_total = store.con.execute(
         f"SELECT coalesce(sum(dur_ns), 0) FROM {launched()} x {keep['kernel'][0]} WHERE {keep['kernel'][1]}",
