@@ -206,14 +206,44 @@ def test_rule_uses_the_low_side_spread_and_both_floors() -> None:
 
 
 # -- real GPU traces --------------------------------------------------------------------------------------
+def test_a_kernel_called_fewer_times_is_not_faster(gpu: tuple[Path, Path]) -> None:
+    """BERT launches the 64x64 CUTLASS GEMM 4 times per step, ViT once: compared by their totals (24.5 us against
+    6.88 us), it read "faster -71.9%" though each call got slower. Kernels are compared per call, as layers and
+    ops are, with their calls per step shown and the changed counts said."""
+    diff = diff_profiles(*gpu)
+    bert, vit = _kernels_from_json(BERT), _kernels_from_json(VIT)
+    gemm = "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x6_tn_align8"
+    rows = {r["kernel"]: r for r in _rows(diff, "diff.kernels")}
+    (name,) = [k for k in rows if gemm in k]
+    row = rows[name]
+    assert (row["calls A"], row["calls B"]) == (4, 1) == (bert[name][0], vit[name][0])
+    assert (row["A"], row["B"]) == (round(bert[name][1]), round(vit[name][1])) == (6_096, 6_879)
+    assert row["status"] == "unchanged"  # +783 ns a call: under the 1 us floor
+    for name in set(bert) & set(vit):  # every verdict follows the change per call
+        r = rows[name]
+        if r["status"] in ("slower", "faster"):
+            assert (r["status"] == "slower") == (vit[name][1] > bert[name][1]), name
+    changed = sum(bert[k][0] != vit[k][0] for k in set(bert) & set(vit))
+    assert (
+        changed == 5
+        and (
+            "all 5 kernel names both runs have are called a different number of times per step (calls A, calls B): "
+            "judged per call, as more or fewer calls do not make a kernel slower or faster; their time per step "
+            "changes with the calls too"
+        )
+        in diff.kernels.labels
+    )
+
+
 def _kernels_from_json(name: str) -> dict[str, tuple[int, float]]:
+    """Per kernel name of a trace: its calls and their median duration (ns)."""
     with gzip.open(kineto_fixture(f"{name}.json.gz")) as f:
         events = json.load(f)["traceEvents"]
     calls: dict[str, list[float]] = defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "kernel":
-            calls[e["name"]].append(float(e["dur"]))
-    return {k: (len(v), sum(v) * 1000) for k, v in calls.items()}
+            calls[e["name"]].append(float(e["dur"]) * 1000)
+    return {k: (len(v), _quantile(v, 0.5)) for k, v in calls.items()}
 
 
 def test_kernels_added_and_removed_are_the_set_differences(gpu: tuple[Path, Path]) -> None:
@@ -222,8 +252,8 @@ def test_kernels_added_and_removed_are_the_set_differences(gpu: tuple[Path, Path
     rows = {r["kernel"]: r for r in _rows(diff, "diff.kernels")}
     assert {k for k, r in rows.items() if r["status"] == "added"} == set(vit) - set(bert)
     assert {k for k, r in rows.items() if r["status"] == "removed"} == set(bert) - set(vit)
-    for name, (calls, total_ns) in vit.items():
-        assert rows[name]["calls B"] == calls and rows[name]["B"] == pytest.approx(total_ns, abs=calls)
+    for name, (calls, median_ns) in vit.items():  # one step: its calls are the calls per step
+        assert rows[name]["calls B"] == calls and rows[name]["B"] == pytest.approx(median_ns, abs=1)
     for name in set(bert) & set(vit):
         r = rows[name]
         floor = max(0.05 * r["A"], 1000)
@@ -233,8 +263,8 @@ def test_kernels_added_and_removed_are_the_set_differences(gpu: tuple[Path, Path
     few = "(run 1: import) have 1 measured iteration each, fewer than 3: changes judged by the floors only"
     assert any(few in label for label in diff.kernels.labels)
     facts = diff.summary.facts["kernel"]
-    added = sum(total for k, (_, total) in vit.items() if k not in bert)
-    assert facts["added_ns"] == pytest.approx(added, abs=len(vit) * 50)
+    added = sum(median for k, (_, median) in vit.items() if k not in bert)
+    assert facts["added_ns"] == pytest.approx(added, abs=len(vit))
     assert diff.summary.facts["step_a_ns"] < diff.summary.facts["step_b_ns"]
     text = _render(diff)
     assert "diff.kernels" in text and "added" in text and "1 measured iteration each" in text
@@ -380,7 +410,7 @@ def test_kernels_launched_in_a_warm_up_step_are_left_out_of_the_diff_and_the_sum
     with Store.open(_live_gpu_store(tmp_path / "g.duckdb")) as store:
         side = read_side(store, 1)
         summary = summarize(store, 1)
-    assert side.kernels == {"gemm": Timing(2_000_000.0, 2_000_000.0, 1, 1)}  # one measured step: no spread
+    assert side.kernels == {"gemm": Timing(2_000_000.0, 2_000_000.0, 1, 1, per_step=1.0)}  # one step: no spread
     assert [(r.name, r.calls, r.total_ns, r.pct) for r in summary.top["kernel"]] == [("gemm", 1, 2_000_000, 100.0)]
     assert summary.share_of["kernel"] == "of kernel time in measured steps"
 
@@ -477,12 +507,12 @@ def test_a_param_trace_s_start_up_and_warm_up_are_left_out_as_the_summary_leaves
     assert (longest[0][2], longest[1].value_ns) == ("aten::mul", 21_338_000)
     assert len(side.ops) == 96
     assert sum(t.self_ns or 0 for t in side.ops.values()) == 76_130_500
-    kernels = {name: (t.count, t.value_ns) for name, t in side.kernels.items()}
-    assert sum(n for n, _ in kernels.values()) == 39 and sum(ns for _, ns in kernels.values()) == 5_315_000
+    kernels = {name: (t.count, t.per_step) for name, t in side.kernels.items()}
+    assert sum(n for n, _ in kernels.values()) == 39 and all(n == per for n, per in kernels.values())  # 1 step
     assert not any("distribution_elementwise" in name for name in kernels)  # the start-up's weight init
-    assert {(r.name, r.calls, r.total_ns) for r in summary.top["kernel"]} <= {
-        (name, n, ns) for name, (n, ns) in kernels.items()
-    }
+    assert {(r.name, r.calls) for r in summary.top["kernel"]} <= {(name, n) for name, (n, _) in kernels.items()}
+    once = [r for r in summary.top["kernel"] if r.calls == 1]  # a name called once: its call's time
+    assert once and all(side.kernels[r.name].value_ns == r.total_ns for r in once)
 
 
 def _under_ncu(tmp_path: Path, store: Path) -> Path:
@@ -511,8 +541,8 @@ def test_under_counter_replay_layers_and_ops_get_no_verdict_and_kernels_keep_the
     assert kernels and {r["status"] for r in kernels} == {"unchanged"} and not d.kernels.missing
     # the kernel times a run of another model measured on the device keep their verdicts against it
     d = diff_profiles(vit, replayed)
-    assert {r["status"] for r in _rows(d, "diff.kernels")} == {"added", "removed", "slower", "faster"}
-    assert (d.summary.facts["kernel"]["slower"], d.summary.facts["kernel"]["faster"]) == (1, 4)
+    assert {r["status"] for r in _rows(d, "diff.kernels")} == {"added", "removed", "faster", "unchanged"}
+    assert (d.summary.facts["kernel"]["slower"], d.summary.facts["kernel"]["faster"]) == (0, 3)
     summary = {(r["item"], r["status"]) for r in _rows(d, "diff.summary")}
     assert ("kernels", "net change") in summary and ("layers (self time)", "net change") not in summary
 
@@ -766,14 +796,16 @@ def test_a_live_run_s_changes_are_judged_against_its_own_iteration_spread(tmp_pa
     steps = [[n * f + s * g + 60_000 * f + 1_000 for f, g in zip(NOISY, STEADY, strict=True)]
              for n, s in ((100_000, 50_000), (108_000, 70_000))]  # fmt: skip
     assert summary["step latency"]["noise"] == pytest.approx(sum(map(_low_spread, steps)), abs=1)
-    # kernel gemm: a total over the run (400 us times NOISY per step), its spread per step times the 10 steps
+    # kernel gemm, twice per step (100 and 300 us times NOISY): per call, as layers and ops; its spread that of
+    # its mean call per step (200 us times NOISY)
     gemm = _rows(d, "diff.kernels")[0]
-    assert gemm["A"] == gemm["B"] == round(sum(400_000 * f for f in NOISY))
-    assert gemm["noise"] == pytest.approx(2 * len(NOISY) * _low_spread([400_000 * f for f in NOISY]), abs=1)
+    assert gemm["A"] == gemm["B"] == round(_quantile([b * f for f in NOISY for b in (100_000, 300_000)], 0.5))
+    assert gemm["calls A"] == gemm["calls B"] == 2
+    assert gemm["noise"] == pytest.approx(2 * _low_spread([200_000 * f for f in NOISY]), abs=1)
     assert not d.layers.labels and not d.kernels.labels  # nothing judged by the floors alone
     assert d.summary.labels == [
         "noise: each item's low-side spread (median - p5) over A's and B's 10 measured iterations each (per step: "
-        "an item's time per call, a kernel name's total)"
+        "an item's time per call)"
     ]
     # the same run against itself: no change, and the spread still shown
     same = diff_profiles(a, a)

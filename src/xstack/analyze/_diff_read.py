@@ -9,12 +9,13 @@ call's order among the calls of that path in its step; an op is ``(layer path, l
 occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or
 in the same step, for ops outside layers); a kernel is its name. A key seen in several steps (a run that is not
 merged) takes the median of its occurrences, over the steps past the run's warm-up (``RunContext.warmup``: a
-live run's first iteration, a pass's --warmup, PARAM's warm-up call): the step latency and the stages, layers and
-ops that start in the warm-up (its steps, and the start-up before the first, as the summary counts them:
-``RunContext.in_warmup``) are left out; kernels are summed over the rest of the run, those launched in the
-warm-up left out (a kernel belongs to the step whose runtime call launched it, as in the timeline's windows; to
-the step it starts in, where no launch is known). Layers and ops also carry the median of their self time (less
-the spans of their level they parent), which the diff's sums add. Times are ns.
+live run's first iteration, a pass's --warmup, PARAM's warm-up call): the step latency and the stages, layers,
+ops and kernels that start in the warm-up (its steps, and the start-up before the first, as the summary counts
+them: ``RunContext.in_warmup``; a kernel where its runtime call launched it, as in the timeline's windows, or
+where it starts, where no launch is known) are left out. A kernel name, called many times per step, is timed
+per call as the other items are (the median of its calls), and carries its calls per measured step: a name
+called fewer times is not a faster kernel. Layers and ops also carry the median of their self time (less the
+spans of their level they parent), which the diff's sums add. Times are ns.
 
 The spread the diff judges a change against (``Timing.p5_ns``, ``Timing.n``) comes from the spans' own iteration
 statistics where every call of a key carries them (a merged leveled run: ``stats.p5_ns``, ``stats.n``), else from
@@ -23,11 +24,9 @@ per call in that iteration, the unit of the median), and the 5th percentile of t
 steps it occurs in; ``p5_ns`` is then the median per call less that low-side spread (median - p5 of the per-step
 values), and ``n`` the steps. A key called once per step (most layers and ops) thus has the spread of its own
 calls; one called k times per step the spread of its mean call per iteration, which is what a slower iteration
-moves. The step latency takes the 5th percentile of the measured steps. A kernel name's time is a total over the
-run, so its spread is the low-side spread of its per-step totals times the steps they come from: a change of the
-total counts when the change per step exceeds the spread per step. Calls outside every step (a ``load`` before
-the loop) count in the time, not in the spread; a run with fewer measured steps than the diff's
-``min_iterations`` is judged by the floors alone.
+moves (a kernel name is such a key). The step latency takes the 5th percentile of the measured steps. Calls
+outside every step (a ``load`` before the loop) count in the time, not in the spread; a run with fewer measured
+steps than the diff's ``min_iterations`` is judged by the floors alone.
 """
 
 from __future__ import annotations
@@ -50,12 +49,12 @@ OpKey = tuple[str, int, str, int]
 
 @dataclass(frozen=True)
 class Timing:
-    """One matched item on one side: its time (median per call, or a kernel name's total) and its spread."""
+    """One matched item on one side: its time (median per call) and its spread."""
 
     value_ns: float
     p5_ns: float | None = None
-    """5th percentile over the measured iterations (a kernel name: the sum over its calls); in a run that is not
-    merged, ``value_ns`` less the low-side spread of the per-step values (module docstring); None without stats."""
+    """5th percentile over the measured iterations; in a run that is not merged, ``value_ns`` less the low-side
+    spread of the per-step values (module docstring); None without stats."""
     n: int | None = None
     """Measured iterations behind ``p5_ns`` (in a run that is not merged: the steps the item occurs in)."""
     count: int = 1
@@ -65,6 +64,9 @@ class Timing:
     self_ns: float | None = None
     """Median self time per call: the time less that of the spans of the same level it encloses (layers, ops);
     None where items do not nest (kernels, stages)."""
+    per_step: float | None = None
+    """Calls per measured step (a kernel name: ``count`` over the run's measured steps); None in a run without
+    steps, whose ``count`` is the run's."""
 
     @property
     def own_ns(self) -> float:
@@ -200,7 +202,7 @@ def read_side(store: Store, run_id: int) -> Side:
     if ctx.has("layer") or ctx.has("op"):
         store.con.execute(f"DROP TABLE IF EXISTS {table}")
     if ctx.has("kernel"):
-        side.kernels, side.kernel_source = _kernels(store, ctx), "trace"
+        side.kernels, side.kernel_source = _kernels(store, ctx, steps), "trace"
     elif "metrics" in ctx.levels:
         side.kernels, side.untimed_kernels = _replayed_kernels(store, run_id)
         side.kernel_source = "replay" if side.kernels else "untimed"
@@ -262,33 +264,25 @@ def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
     return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
 
 
-def _kernels(store: Store, ctx: RunContext) -> dict[str, Timing]:
-    """Kernel spans by name, those launched in the warm-up left out: the total of their calls, the calls, and
-    the summed p5 where every call has one (a merged run), else the total less the steps times the low-side spread
-    of the name's per-step totals (module docstring)."""
-    rows = store.con.execute(
-        f"""WITH k AS MATERIALIZED ({_spans_in_steps("kernel", ctx)}),
-        per_step AS (SELECT name, sum(dur_ns) AS v FROM k WHERE step_id IS NOT NULL GROUP BY name, step_id),
-        spread AS (SELECT name, count(*) AS steps, quantile_cont(v, 0.5) - quantile_cont(v, 0.05) AS spread
-                   FROM per_step GROUP BY name)
-        SELECT name, count(*), sum(dur_ns), CASE WHEN count(p5_ns) = count(*) THEN sum(p5_ns) END, min(n),
-            any_value(steps), any_value(spread)
-        FROM k LEFT JOIN spread USING (name) GROUP BY name""",
-        {"run": ctx.run_id},
-    ).fetchall()
-    out: dict[str, Timing] = {}
-    for name, calls, total, p5, n, steps, spread in rows:
-        if p5 is None and steps is not None:
-            p5, n = float(total) - steps * float(spread), steps
-        out[str(name)] = Timing(float(total), _float(p5), _int(n), int(calls))
-    return out
+def _kernels(store: Store, ctx: RunContext, steps: int) -> dict[str, Timing]:
+    """Kernel spans by name, those launched in the warm-up left out: the median time per call, its p5 and the
+    iterations behind it (as ``_keyed`` gives them to layers and ops), the calls, and the calls per measured step
+    (of ``steps``; None without steps)."""
+    rows = store.con.execute(_keyed(f"({_spans_in_steps('kernel', ctx)})", "name"), {"run": ctx.run_id}).fetchall()
+    return {
+        str(r[0]): Timing(
+            float(r[2]), _float(r[3]), _int(r[4]), int(r[1]), per_step=int(r[1]) / steps if steps else None
+        )
+        for r in rows
+    }
 
 
 def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int]:
-    """Kernels known by their counters alone (``metrics`` spans: an Nsight Compute CSV), by name: the total of the
-    durations measured under replay (``metrics.duration_ns``) and the calls; and how many calls have none."""
+    """Kernels known by their counters alone (``metrics`` spans: an Nsight Compute CSV), by name: the median of
+    the durations measured under replay (``metrics.duration_ns``) per call and the calls; and how many calls have
+    none."""
     rows = store.query(
-        f"""SELECT name, count(dur_ns), sum(dur_ns), count(*) - count(dur_ns)
+        f"""SELECT name, count(dur_ns), quantile_cont(dur_ns, 0.5), count(*) - count(dur_ns)
         FROM (SELECT name, {_stat("spans", A.METRICS_DURATION_NS, "BIGINT")} AS dur_ns
               FROM spans WHERE run_id = ? AND level = 'metrics')
         GROUP BY name""",

@@ -54,7 +54,7 @@ class Rule:
 
 
 TIMES = [
-    Column("A", "ns", "time in A: median per call (a kernel name: total of its calls)"),
+    Column("A", "ns", "time in A: median per call"),
     Column("B", "ns", "time in B"),
     Column("delta", "ns", "B - A (added: B's time; removed: minus A's time)"),
     Column("change", "pct", "delta in percent of A's time"),
@@ -151,6 +151,5 @@ def ns(t: Timing | None) -> int | None:
 RULE_NOTE = (
     "A change counts when |delta| reaches the relative and absolute floors and, where both runs have iteration "
     "statistics, exceeds the combined low-side spread (median - p5) of the two runs: a merged run's statistics, "
-    "else the run's measured steps (per step, an item's time per call; a kernel name's total, the spread times "
-    "the steps)."
+    "else the run's measured steps (per step, an item's time per call)."
 )

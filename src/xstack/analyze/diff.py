@@ -18,23 +18,23 @@ device, are judged as ever. Its tables are
 file I/O, each measure in its own unit, ``_diff_io``) that print in a terminal, render in the HTML report and
 convert to JSON, markdown or CSV.
 
-Notes: the change of an item is ``delta = B - A`` of its median time per call (kernels: the total time of
-every call of a name). It counts as a change only when ``|delta|`` reaches both floors, ``threshold`` times A's
-time (default 5%) and ``min_delta_ns`` (default 1 us), and, where both runs carry iteration statistics, when it
-also exceeds the combined spread of the two distributions: ``|delta| > (median_A - p5_A) + (median_B - p5_B)``.
-A merged leveled run carries them on its spans (``stats.*``). A run that is not merged (a live run, a pass of a
-leveled run, an imported trace with ``ProfilerStep`` spans) takes them from its own measured steps, past the
-warm-up: an item's p5 is that of its time per call in each step, over the steps it occurs in (an item called
-once per step: its calls' own spread); a kernel name's time being a total over the run, its spread is that of
-its per-step totals times the steps, so that its change counts when the change per step exceeds the spread per
-step; the step latency's is that of the steps (``_diff_read``). The spread is taken on the low side on purpose:
-noise on a shared machine makes iterations slower, never faster, so a few descheduled iterations inflate p95 and
-the standard deviation (a p5..p95 overlap test would then hide even a 5x slowdown), while the median and p5
-stay put. For normally spread timings the rule asks for about 1.6 (sigma_A + sigma_B). Items whose statistics
-come from fewer than ``min_iterations`` iterations (default 3), runs with fewer measured steps than that, and
-runs with neither steps nor statistics (a Darshan log, an Nsight Compute CSV, a trace without steps) are judged
-by the two floors alone, and the tables say so in a label (naming the run's measured iterations where it has
-too few); where a run that is not merged gives the spread, the summary's label says over how many iterations.
+Notes: the change of an item is ``delta = B - A`` of its median time per call (a kernel name: of its calls, whose
+number per step each run shows: a name called fewer times is no faster kernel). It counts as a change only when
+``|delta|`` reaches both floors, ``threshold`` times A's time (default 5%) and ``min_delta_ns`` (default 1 us),
+and, where both runs carry iteration statistics, when it also exceeds the combined spread of the two
+distributions: ``|delta| > (median_A - p5_A) + (median_B - p5_B)``. A merged leveled run carries them on its spans
+(``stats.*``). A run that is not merged (a live run, a pass of a leveled run, an imported trace with
+``ProfilerStep`` spans) takes them from its own measured steps, past the warm-up: an item's p5 is that of its time
+per call in each step, over the steps it occurs in (an item called once per step: its calls' own spread; one
+called k times, its mean call per step's); the step latency's is that of the steps (``_diff_read``). The spread is
+taken on the low side on purpose: noise on a shared machine makes iterations slower, never faster, so a few
+descheduled iterations inflate p95 and the standard deviation (a p5..p95 overlap test would then hide even a 5x
+slowdown), while the median and p5 stay put. For normally spread timings the rule asks for about 1.6 (sigma_A +
+sigma_B). Items whose statistics come from fewer than ``min_iterations`` iterations (default 3), runs with fewer
+measured steps than that, and runs with neither steps nor statistics (a Darshan log, an Nsight Compute CSV, a
+trace without steps) are judged by the two floors alone, and the tables say so in a label (naming the run's
+measured iterations where it has too few); where a run that is not merged gives the spread, the summary's label
+says over how many iterations.
 """
 
 from __future__ import annotations
@@ -187,15 +187,12 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> Profile
                  _op_cells, _HOW["op"], opts)  # fmt: skip
     kernel_cols = [
         Column("kernel"),
-        Column("calls A", "count", "the name's calls in A"),
-        Column("calls B", "count", "the name's calls in B"),
+        Column("calls A", "count", "the name's calls per measured step in A (in the run, where it has no steps)"),
+        Column("calls B", "count", "the name's calls per measured step in B (in the run, where it has no steps)"),
     ]
     kernels = _level("kernel", a, b, a.kernels, b.kernels, "diff.kernels", "Kernels by name: added, removed, "
                      "slower, faster", kernel_cols, _kernel_cells, _HOW["kernel"], opts)  # fmt: skip
-    if a.kernels and b.kernels and a.steps != b.steps and not (a.merged and b.merged):
-        kernels[0].labels.append(
-            f"the runs hold {a.steps} and {b.steps} steps: kernel totals are per run, not per step"
-        )
+    kernels[0].labels += _calls_label(a, b)
     summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]},
                            fallback or _spread_label(a, b))  # fmt: skip
     # a run without host times (an Nsight Compute CSV) has none to be inflated: its wall label says so
@@ -218,7 +215,8 @@ MORE = "a larger --top lists more; --format csv or json without --top lists all"
 _HOW = {
     "layer": "Layers are matched by layer.path and call index (the call's order among the path's calls in a step).",
     "op": "Ops are matched by their nearest enclosing layer (path and call), name and occurrence within it.",
-    "kernel": "Kernels are matched by name; a name's time is the total of its calls in the run.",
+    "kernel": "Kernels are matched by name and compared by their median time per call, as layers and ops are: a "
+    "name called more or fewer times per step is not slower or faster for it (calls A and B show how often).",
 }
 
 
@@ -232,7 +230,33 @@ def _op_cells(key: OpKey, ta: Timing | None, tb: Timing | None) -> tuple[Any, ..
 
 
 def _kernel_cells(key: str, ta: Timing | None, tb: Timing | None) -> tuple[Any, ...]:
-    return (key, ta.count if ta else 0, tb.count if tb else 0)
+    return (key, _calls(ta), _calls(tb))
+
+
+def _calls(t: Timing | None) -> int | float:
+    """A kernel name's calls per measured step (whole where they are), or in the run where it has no steps."""
+    if t is None:
+        return 0
+    if t.per_step is None:
+        return t.count
+    return int(t.per_step) if t.per_step.is_integer() else round(t.per_step, 2)
+
+
+def _calls_label(a: Side, b: Side) -> list[str]:
+    """Where kernel names both runs have are called a different number of times (per step, or in runs without
+    steps), how many: compared per call, their time per step moved with the calls as well."""
+    both = [k for k in a.kernels if k in b.kernels]
+    changed = [k for k in both if _calls(a.kernels[k]) != _calls(b.kernels[k])]
+    if not changed:
+        return []
+    per = "per step" if a.steps and b.steps else "in the run"
+    which = f"{len(changed):,} of the {counted(len(both), 'kernel name')}" if len(changed) < len(both) else (
+        "the kernel name" if len(both) == 1 else f"all {len(both):,} kernel names")  # fmt: skip
+    return [
+        f"{which} both runs have {'is' if len(changed) == 1 else 'are'} called a different number of times {per} "
+        "(calls A, calls B): judged per call, as more or fewer calls do not make a kernel slower or faster; their "
+        "time per step changes with the calls too"
+    ]
 
 
 def _level(
@@ -346,7 +370,4 @@ def _spread_label(a: Side, b: Side) -> str | None:
         return None
     src_a, src_b = a.spread_source(), b.spread_source()
     over = f"A's and B's {src_a} each" if src_a == src_b else f"A's {src_a} and B's {src_b}"
-    return (
-        f"noise: each item's low-side spread (median - p5) over {over} (per step: an item's time per call, a "
-        "kernel name's total)"
-    )
+    return f"noise: each item's low-side spread (median - p5) over {over} (per step: an item's time per call)"
