@@ -93,6 +93,25 @@ def test_a_run_without_io_says_it_lacks_the_io_level(tmp_path: Path) -> None:
 
 
 # -- io.input_bound ------------------------------------------------------------------------------------------
+def test_a_run_that_recorded_the_io_level_and_read_no_file_is_analysed_not_sent_to_record_it(tmp_path: Path) -> None:
+    # an in-memory dataset: the io level ran over the whole region and found no file operation in it
+    with Store.create(tmp_path / "mem.duckdb") as store:
+        store.add_run(RunInfo(1, "mem", levels=["model", "io"], config={"pid": 1}))
+        sink = Sink(store, 1)
+        for k in range(3):
+            sink.span(1 + k, None, "model", f"step#{k}", 1000 * k, 1000, 1, 1, {A.MODEL_KIND: "step"})
+            sink.span(10 + k, 1 + k, "model", "dataloader.next", 1000 * k, 900, 1, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+    with Store.open(tmp_path / "mem.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store, ids=IO_IDS)}
+        rec = next(r for r in analyze(store).recommendations if r.rule == "input_bound")
+    assert not any(r.missing for r in results.values()), [r.id for r in results.values() if r.missing]
+    bound = results["io.input_bound"]
+    assert [row[:5] for row in bound.rows] == [(k + 1, 1000, 900, 100, 90.0) for k in range(3)]
+    assert bound.facts["input_bound"] is True and rec.sources == ["model.stages", "io.input_bound"]
+    assert not results["io.files"].rows and not results["io.small_files"].rows
+
+
 def test_input_bound_shows_the_warm_up_marked_and_leaves_it_out_of_the_verdict(tmp_path: Path) -> None:
     """A live run's first iteration also starts the DataLoader's workers: its long wait is shown (faded in the
     chart, marked in the table) but is no evidence of an input-bound loop."""
