@@ -161,16 +161,19 @@ class Profile:
         collectors, self._collectors = self._collectors, []
         health: list[tuple[str, int, str]] = []
         try:
-            for collector in reversed(collectors):
-                try:  # one collector failing to stop must not leave the others' hooks installed
-                    collector.stop()
-                except Exception as err:
-                    health.append(("collector_failed", 1, f"{collector.level}: stop: {type(err).__name__}: {err}"))
+            # The region ends where the program left it: stopping the collectors (the PyTorch profiler takes a
+            # few hundred milliseconds to stop and write its trace) is the profiler's time, not the program's
+            # after its last step() or in its region.
             open_step, self._step_span = self._step_span, None
             if open_step is not None:  # no step() ended it: not an iteration, but what came after the last one
                 _as_tail(open_step, self._completed)
                 recorder.end(open_step)  # counts spans the region left open inside it
             recorder.close_all()
+            for collector in reversed(collectors):
+                try:  # one collector failing to stop must not leave the others' hooks installed
+                    collector.stop()
+                except Exception as err:
+                    health.append(("collector_failed", 1, f"{collector.level}: stop: {type(err).__name__}: {err}"))
             sink.close()
             health.append(
                 ("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")

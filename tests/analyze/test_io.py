@@ -93,6 +93,25 @@ def test_a_run_without_io_says_it_lacks_the_io_level(tmp_path: Path) -> None:
 
 
 # -- io.input_bound ------------------------------------------------------------------------------------------
+def test_a_run_that_recorded_the_io_level_and_read_no_file_is_analysed_not_sent_to_record_it(tmp_path: Path) -> None:
+    # an in-memory dataset: the io level ran over the whole region and found no file operation in it
+    with Store.create(tmp_path / "mem.duckdb") as store:
+        store.add_run(RunInfo(1, "mem", levels=["model", "io"], config={"pid": 1}))
+        sink = Sink(store, 1)
+        for k in range(3):
+            sink.span(1 + k, None, "model", f"step#{k}", 1000 * k, 1000, 1, 1, {A.MODEL_KIND: "step"})
+            sink.span(10 + k, 1 + k, "model", "dataloader.next", 1000 * k, 900, 1, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+    with Store.open(tmp_path / "mem.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store, ids=IO_IDS)}
+        rec = next(r for r in analyze(store).recommendations if r.rule == "input_bound")
+    assert not any(r.missing for r in results.values()), [r.id for r in results.values() if r.missing]
+    bound = results["io.input_bound"]
+    assert [row[:5] for row in bound.rows] == [(k + 1, 1000, 900, 100, 90.0) for k in range(3)]
+    assert bound.facts["input_bound"] is True and rec.sources == ["model.stages", "io.input_bound"]
+    assert not results["io.files"].rows and not results["io.small_files"].rows
+
+
 def test_input_bound_shows_the_warm_up_marked_and_leaves_it_out_of_the_verdict(tmp_path: Path) -> None:
     """A live run's first iteration also starts the DataLoader's workers: its long wait is shown (faded in the
     chart, marked in the table) but is no evidence of an input-bound loop."""
@@ -393,7 +412,10 @@ def test_sizes_sum_the_histograms_and_estimate_file_sizes(darshan_like: Store) -
     assert f["median_file_bytes"] == (3000 + 5_242_880) / 2
     # the 8th of 15 reads falls in 100K_1M (7 before it): interpolated half a read into its 7
     assert f["median_read_bytes"] == pytest.approx(102_401 + (1_048_576 - 102_401) * 0.5 / 7)
-    assert r.labels == ["data files only (all_paths=True for every file)"]
+    assert r.labels == [
+        "data files only (all_paths=True for every file)",
+        "1 file never read or written (only opened or stat'ed), of unknown size, left out",
+    ]
     every = _one(darshan_like, "io.sizes", all_paths=True)
     assert dict(zip(every.column("size"), every.column("reads"), strict=True))["10K_100K"] == 2
     assert every.facts["files_unsized"] == 2  # the listing and the pipe
@@ -522,6 +544,27 @@ def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) ->
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "shards" in rec.action
     with files_store(tmp_path / "b.duckdb", rows[:5]) as store:
         assert _fired(store, "small_files") is None  # five files are no dataset to stage
+
+
+def test_small_files_say_which_files_they_could_not_size(tmp_path: Path) -> None:
+    # a dataset whose constructor checks every file with os.path.exists and whose loop reads some of them: the
+    # files only stat'ed have no size, so no share counts them, and the summary's count of data files holds them
+    read = [data_file(5, f"/d/s{i}.pt", 1917, 10, read_ns=1000) for i in range(272)]
+    stated = [(5, f"/d/s{i}.pt", "POSIX", 0, 0, 0, 0, 0, 0, 0, 0, 2, {
+        A.IO_FILE_PATH_CLASS: "data", A.IO_FILE_MAX_BYTE_READ: -1, A.IO_FILE_MAX_BYTE_WRITTEN: -1, "stats": 1,
+    }) for i in range(272, 320)]  # fmt: skip
+    with files_store(tmp_path / "a.duckdb", read + stated) as store:
+        small, sizes = _one(store, "io.small_files"), _one(store, "io.sizes")
+        rec = _fired(store, "small_files")
+        summary = summarize(store)
+    assert summary.io is not None and summary.io["files"] == 320
+    assert (small.facts["files"], small.facts["files_unsized"]) == (272, 48)
+    label = "48 files never read or written (only opened or stat'ed), of unknown size, left out"
+    assert label in small.labels and label in sizes.labels
+    assert rec is not None and rec.evidence[0].startswith(
+        "all 272 data files read or written are of at most 2 MiB (1.87 KiB on average); 48 others only opened or "
+        "stat'ed: every one of the 2,992 I/O operations on them, 11.0 per file, goes to a small file"
+    )
 
 
 def test_small_files_rule_gives_the_files_mean_size_not_the_bytes_read_per_file(tmp_path: Path) -> None:

@@ -485,6 +485,29 @@ def test_a_live_runs_first_iteration_is_warm_up_and_what_follows_the_last_step_i
     assert "every iteration is within the 1 of warm-up: all of them counted" in only_warmup.labels
 
 
+def test_a_run_without_steps_says_nothing_of_warm_up(build: Any) -> None:
+    """A live run whose program never calls step() (an inference loop) has no iterations: its labels say nothing
+    of iterations within the warm-up, as none was counted or left out."""
+
+    def fill(b: Builder) -> None:
+        config = {"status": "complete", "steps": 0, "steps_completed": 0, A.CONFIG_WARMUP_STEPS: 1}
+        b.store.add_run(RunInfo(1, "live", levels=["model", "layer"], pass_name="live", config=config))
+        sink = Sink(b.store, 1)
+        sink.span(1, None, "model", "region", 0, 1_000_000, 1, 1, {A.MODEL_KIND: "region"})
+        for i in range(3):
+            start = 100_000 + 200_000 * i
+            sink.span(2 + 2 * i, 1, "model", "Net", start, 50_000, 1, 1, {A.MODEL_KIND: "forward"})
+            sink.span(3 + 2 * i, 2 + 2 * i, "layer", "Net", start, 50_000, 1, 1,
+                      {A.LAYER_PATH: "Net", A.LAYER_TYPE: "Net"})  # fmt: skip
+        sink.close()
+
+    store = build(fill)
+    for analysis in ("A1", "model.stages", "A5", "A6"):
+        result = load(analysis)(store, 1)
+        assert not any("warm-up" in label for label in result.labels), (analysis, result.labels)
+    assert [r[:3] for r in load("model.stages")(store, 1).rows] == [("region", "region", 1), ("Net", "forward", 3)]
+
+
 def test_the_stages_inside_a_warm_up_iteration_are_rows_of_their_own(build: Any) -> None:
     """The first iteration's stages pay for start-up too (the DataLoader's workers, lazy initialisation): each
     stage's calls, total, mean and share are those of the measured iterations, its warm-up part a row apart."""

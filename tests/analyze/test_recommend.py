@@ -454,7 +454,7 @@ def test_input_bound_over_one_measured_iteration_speaks_of_one_wait_and_one_iter
 
 def test_unattributed_time_quotes_a_mismatch_whole_or_cut_at_a_word(tmp_path: Path) -> None:
     detail = ("model+layer+op step 6: under model 'dataloader.next', op 3 is 'aten::empty', which model+layer+op "
-              "lacks; 2 sequences diverge, 4 spans of model+layer+op not merged")  # fmt: skip
+              "step 2 lacks; 2 sequences diverge, 4 spans of model+layer+op not merged")  # fmt: skip
     long = "under model 'step', op 3 is " + " ".join(f"'void gemm_kernel_{i}<float, 128>'" for i in range(20))
     with _kernel_store(tmp_path / "m.duckdb", [("gemm", 100_000, 1e10, 1e8)]) as store:
         pass

@@ -210,3 +210,28 @@ def test_a_collector_failing_to_stop_is_reported_and_the_others_still_stop(
     assert "disk full" in health["collector_failed"]
     layers = _rows(path, "SELECT count(*) AS n FROM spans WHERE level = 'layer'")[0]["n"]
     assert layers == 7  # the live spans are kept; the autouse check sees no hook left behind
+
+
+def test_the_time_after_the_last_step_ends_with_the_program_not_with_the_profilers_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from xstack.collect import torch_profiler
+
+    stop = torch_profiler._Session.stop
+
+    def slow_stop(session: Any) -> None:  # a slower machine's profiler: stopping and writing its trace
+        stop(session)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(torch_profiler._Session, "stop", slow_stop)
+    path = tmp_path / "p.duckdb"
+    with xstack.profile(levels="model,layer,op", path=path) as prof:
+        _train("cpu", 2, prof)
+        left_ns = time.time_ns()  # the program's last moment in the region
+    tail = _rows(path, "SELECT start_ns, dur_ns FROM spans WHERE name = 'after-last-step'")[0]
+    assert left_ns - tail["start_ns"] <= tail["dur_ns"] < left_ns - tail["start_ns"] + 100_000_000
+    # every span of the run lies within the region the program spent: the profiler's stop is not the run's
+    extent = _rows(path, "SELECT max(start_ns + dur_ns) AS last FROM spans")[0]["last"]
+    assert extent == _end(tail)

@@ -209,6 +209,26 @@ def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_itera
     assert ops == [("aten::relu", 3), ("aten::add", 3)]  # the diverging iteration is not in their statistics
 
 
+def test_a_span_only_one_iteration_has_names_the_iteration_that_lacks_it(tmp_path: Path) -> None:
+    calls = 0
+
+    class Tail(nn.Module):
+        def forward(self, x: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            y = x + 1
+            return y * 2 if calls == 12 + 5 else y  # one more op in the op pass's 5th iteration (its step 4)
+
+    store, _, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Tail()), torch.randn(2, 4), tmp_path)
+    store.close()
+    assert [h[:2] for h in health] == [("iteration_mismatch", 1)]
+    # the pass has the op, in step 4: the sequence it is checked against, its step 2's, is the one that lacks it
+    assert (
+        "model+layer+op step 4: under layer '1 (Tail)', op 2 is 'aten::mul', which model+layer+op step 2 lacks;"
+        in (health[0][2])
+    )
+
+
 def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_not_merged(tmp_path: Path) -> None:
     calls = 0
 

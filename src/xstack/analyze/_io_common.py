@@ -95,6 +95,8 @@ class IoRun:
     helpers: dict[int, str] = field(default_factory=dict)
     """The processes that are neither main nor workers, by pid, with their role (``io.process_role``: the helpers
     of ``multiprocessing``, ``resource_tracker`` and ``forkserver``, and ``subprocess``)."""
+    recorded: bool = False
+    """The run recorded the io level (``runs.levels``), whether or not its region did any file I/O."""
 
     @property
     def run_id(self) -> int:
@@ -120,8 +122,9 @@ class IoRun:
         return f"pid {pid}" if role == "-" else f"{role} (pid {pid})"
 
     def lacking(self, id: str, title: str) -> Result | None:
-        """A result saying the io level is missing, or None when the run has I/O data."""
-        if self.has_spans or self.has_files:
+        """A result saying the io level is missing, or None when the run has I/O data or recorded the level (a
+        program whose region reads no file: an in-memory dataset)."""
+        if self.has_spans or self.has_files or self.recorded:
             return None
         return self.ctx.lacking(id, title, "io")
 
@@ -137,9 +140,11 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
         files = store.query(
             f"SELECT count(*), any_value(attrs->>'$.{A.IO_FILE_SOURCE}') FROM io_files WHERE run_id = ?", [ctx.run_id]
         )[0]
-        source = str(files[1] or ("io" if ctx.has("io") else "-"))
+        levels = store.query("SELECT levels FROM runs WHERE run_id = ?", [ctx.run_id])[0][0]
+        recorded = "io" in (levels or [])
+        source = str(files[1] or ("io" if ctx.has("io") or recorded else "-"))
         per_store[ctx.run_id] = IoRun(
-            ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source, _helpers(store, ctx.run_id)
+            ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source, _helpers(store, ctx.run_id), recorded
         )
     return per_store[ctx.run_id]
 

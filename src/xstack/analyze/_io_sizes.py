@@ -18,6 +18,7 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
 from xstack.analyze.result import Chart, Column, Result
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -126,7 +127,8 @@ def size_distribution(store: Store, run_id: int, *, all_paths: bool = False) -> 
             "median_file_bytes": None if stats[1] is None else float(stats[1]),
             "largest_file_bytes": None if stats[2] is None or stats[2] <= 0 else int(stats[2]),
         },
-        labels=[] if all_paths else ["data files only (all_paths=True for every file)"],
+        labels=([] if all_paths else ["data files only (all_paths=True for every file)"])
+        + _unsized_label(as_count(stats[0])),
     )
 
 
@@ -151,14 +153,14 @@ def small_file_staging(
     operations, of the bytes and of the I/O time (ns): what staging them on a faster tier would move.
 
     Notes: tf-Darshan's staging analysis. File sizes are estimated as in ``io.sizes``; only data files count
-    (``all_paths=True``: every file), and files never read or written (no size known) are left out of every
-    share. Operations are opens, reads, writes, seeks, stats, syncs and mmaps; time is read + write + metadata
-    time. The facts describe ``threshold_bytes`` (tf-Darshan's 2 MiB by default); rows show the thresholds
-    256 KiB, 1, 2, 4 and 16 MiB as well; fact ``small_size_mean_bytes`` is the small files' mean size (not the
-    bytes moved per file, which count a part read twice twice); fact ``small_time_warmup_ns`` is the part of the
-    small files' time spent in the warm-up iterations (``RunContext.in_warmup``; from the io spans, None without
-    them). Small files that carry many operations but few bytes are the ones to stage or to pack into larger
-    shards.
+    (``all_paths=True``: every file), and files never read or written (no size known) are left out of every share
+    (fact ``files_unsized`` counts them, as a label says). Operations are opens, reads, writes, seeks, stats, syncs
+    and mmaps; time is read + write + metadata time. The facts describe ``threshold_bytes`` (tf-Darshan's 2 MiB by
+    default); rows show the thresholds 256 KiB, 1, 2, 4 and 16 MiB as well; fact ``small_size_mean_bytes`` is the
+    small files' mean size (not the bytes moved per file, which count a part read twice twice); fact
+    ``small_time_warmup_ns`` is the part of the small files' time spent in the warm-up iterations
+    (``RunContext.in_warmup``; from the io spans, None without them). Small files that carry many operations but few
+    bytes are the ones to stage or to pack into larger shards.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
     io = io_run(store, run_id)
@@ -171,8 +173,10 @@ def small_file_staging(
         for t in limits
     )
     sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), sum(ops), sum(nbytes), sum(time_ns), {parts},
-        avg(size) FILTER (WHERE size <= {int(threshold_bytes)}) FROM sized WHERE size > 0"""
-    *found, mean_size = rows(store, sql, io.run_id)[0]
+        avg(size) FILTER (WHERE size <= {int(threshold_bytes)}),
+        (SELECT count(*) FROM sized WHERE size <= 0) FROM sized WHERE size > 0"""
+    *found, mean_size, unsized = rows(store, sql, io.run_id)[0]
+    unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
     table = []
@@ -211,9 +215,18 @@ def small_file_staging(
             "small_time_ns": chosen[7],
             "small_time_pct": chosen[8],
             "small_time_warmup_ns": warmup_ns,
+            "files_unsized": unsized,
         },
-        labels=[] if all_paths else ["data files only (all_paths=True for every file)"],
+        labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
     )
+
+
+def _unsized_label(unsized: int) -> list[str]:
+    """Says how many files no call read or wrote (opened or stat'ed only): with no size known, no share counts
+    them."""
+    if not unsized:
+        return []
+    return [f"{counted(unsized, 'file')} never read or written (only opened or stat'ed), of unknown size, left out"]
 
 
 def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:

@@ -203,6 +203,8 @@ class RunContext:
         wanted = warmup_steps(self.config)
         if not wanted or self.pass_name == "merged":
             return None
+        if not self.warmup and not self.iterations():  # no step() at all: no iteration to leave out or count
+            return None
         if not self.warmup:
             return f"every iteration is within the {wanted} of warm-up: all of them counted"
         if isinstance(self.config.get("param"), dict):  # an imported trace: PARAM's own warm-up phase

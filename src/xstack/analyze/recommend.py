@@ -254,8 +254,13 @@ def small_files(results: Results) -> Recommendation | None:
         n_ops = _num(r.facts, "small_ops") or 0
         mean = _num(r.facts, "small_size_mean_bytes")
         average = f" ({format_value(mean, 'bytes')} on average)" if mean else ""
-        line = (f"all {files:,} data files are of at most {limit}{average}: every one of the "
-                f"{int(n_ops):,} I/O operations, {n_ops / files:,.1f} per file, goes to a small file, "
+        unsized = int(_num(r.facts, "files_unsized") or 0)  # opened or stat'ed only: no size, no share
+        which, others, on_them = ("data files", "", "")
+        if unsized:
+            which, on_them = "data files read or written", " on them"
+            others = f"; {counted(unsized, 'other', 'others')} only opened or stat'ed"
+        line = (f"all {files:,} {which} are of at most {limit}{average}{others}: every one of the "
+                f"{int(n_ops):,} I/O operations{on_them}, {n_ops / files:,.1f} per file, goes to a small file, "
                 f"{format_ns(time)} of I/O time")  # fmt: skip
         title = "Only small files: operations per file, not bytes, cost the I/O time"
     else:

@@ -313,7 +313,8 @@ def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
             ref = "which no iteration of the pass that times it has"
             what = f"{level}s {got!r}..."
         else:
-            ref = f"where {names[ref_run]} step {ref_iter} has {want!r}" if want else f"which {names[ref_run]} lacks"
+            ref = f"{names[ref_run]} step {ref_iter}"  # the sequence most iterations have, which it is checked against
+            ref = f"where {ref} has {want!r}" if want else f"which {ref} lacks"
             what = f"{level} {div + 1} is {got!r}" if got else f"{level} {div + 1} is missing"
         check = "pass_mismatch" if across else "iteration_mismatch"
         detail = (
