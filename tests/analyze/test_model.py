@@ -584,3 +584,21 @@ def test_a_throughput_loss_at_the_next_size_is_said_as_a_loss() -> None:
         "throughput"
     )
     assert "raises throughput by 4.3% per doubling, at most 5%" in choose_batch_size([(4, 1.2), (8, 2.3)])[1]
+
+
+def test_a_merged_runs_wall_time_is_its_step_not_the_extent_of_the_spans_run_past_it(tmp_path: Path) -> None:
+    # a merged step of 1 ms whose operator, timed in the slower op pass, ends 2 ms after it
+    from xstack.analyze.health import stage_breakdown
+
+    with Store.create(tmp_path / "m.duckdb") as store:
+        store.add_run(RunInfo(1, "m", levels=["model", "op"], pass_name="merged", config={"merge": {"passes": []}}))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "step#0", 0, 1_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        sink.span(2, 1, "model", "forward", 0, 800_000, 1, 1, {A.MODEL_KIND: "forward"})
+        sink.span(3, 2, "op", "aten::addmm", 100_000, 2_900_000, 1, 1, {})
+        sink.close()
+        summary, stages = summarize(store, 1), stage_breakdown(store, 1)
+    assert summary.wall_ns == 1_000_000
+    assert summary.wall_source is not None and "run 2.00 ms past it" in summary.wall_source
+    share = {r[0]: r[-1] for r in stages.rows}
+    assert share == {"step": pytest.approx(100.0), "forward": pytest.approx(80.0)}
