@@ -255,6 +255,8 @@ def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_
     layer = next(r for r in summary.top["layer"] if r.name == "Lazy")
     assert layer.calls == 4 and layer.total_ns is not None and layer.total_ns < 100_000_000
     assert layer.pct is not None and layer.pct < 100
+    # a sub-layer's path says little ("fc"; a Sequential's children are "0", "1"): its module type beside it
+    assert {r.name: r.type for r in summary.top["layer"]} == {"Lazy": None, "fc": "Linear"}
     linear = next(r for r in summary.top["op"] if r.name == "aten::linear")
     assert linear.calls == 4
     assert summary.share_of == {"layer": "of measured steps", "op": "of measured steps"}
@@ -271,3 +273,4 @@ def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_
     console.print(render_summary(summary))
     text = " ".join(console.export_text().split())
     assert "% of measured steps" in text and "calls in the 4 measured steps only" in text
+    assert "┃ name ┃ type ┃ calls ┃" in text and "│ fc │ Linear │ 4 │" in text

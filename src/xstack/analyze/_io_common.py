@@ -141,7 +141,8 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
             f"SELECT count(*), any_value(attrs->>'$.{A.IO_FILE_SOURCE}') FROM io_files WHERE run_id = ?", [ctx.run_id]
         )[0]
         levels = store.query("SELECT levels FROM runs WHERE run_id = ?", [ctx.run_id])[0][0]
-        recorded = "io" in (levels or [])
+        # a live run that recorded the level; an imported log without records has none to analyse
+        recorded = "io" in (levels or []) and not isinstance(ctx.config.get("source"), dict)
         source = str(files[1] or ("io" if ctx.has("io") or recorded else "-"))
         per_store[ctx.run_id] = IoRun(
             ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source, _helpers(store, ctx.run_id), recorded

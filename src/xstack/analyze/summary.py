@@ -68,6 +68,9 @@ class TopRow:
     pct: float | None
     flops: float | None = None
     dram_bytes: float | None = None
+    type: str | None = None
+    """A layer's module type (``Linear``), where it says more than its path (a ``Sequential``'s children are
+    ``0``, ``1``, ...)."""
 
 
 @dataclass
@@ -335,14 +338,22 @@ def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int 
     is unknown); only spans (alias ``x``) matching the SQL ``counted`` after ``join`` (those of the measured steps,
     or those past the warm-up; kernels by their ``launch_ns``) are counted."""
     source = launched() if level == "kernel" else "(SELECT * FROM spans WHERE run_id = $run AND level = $level)"
+    kind = f"""min(x.attrs->>'$."{A.LAYER_TYPE}"')""" if level == "layer" else "NULL"
     rows = store.con.execute(
-        f"SELECT x.name, count(*), sum(x.dur_ns), avg(x.dur_ns) FROM {source} x {join} WHERE {counted} "
+        f"SELECT x.name, count(*), sum(x.dur_ns), avg(x.dur_ns), {kind} FROM {source} x {join} WHERE {counted} "
         "GROUP BY x.name ORDER BY 3 DESC, 1 LIMIT $limit",
         {"run": run_id, "limit": limit} | ({} if level == "kernel" else {"level": level}),
     ).fetchall()
     return [
-        TopRow(str(n), int(c), int(t), float(m), 100.0 * int(t) / denominator_ns if denominator_ns else None)
-        for n, c, t, m in rows
+        TopRow(
+            str(n),
+            int(c),
+            int(t),
+            float(m),
+            100.0 * int(t) / denominator_ns if denominator_ns else None,
+            type=str(k) if k and k != n else None,
+        )  # fmt: skip
+        for n, c, t, m, k in rows
     ]
 
 

@@ -418,11 +418,14 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
     known["mean"] = known["total"] and not (known["FLOPs"] or known["DRAM bytes"])  # room for the counters
     columns = [(name, cell) for name, cell in columns if known.get(name, True)]
     t.add_column("name", overflow="fold", max_width=80)
+    if typed := any(r.type for r in rows):  # layers: their module types
+        t.add_column("type", overflow="fold", max_width=40)
     for name, _ in columns:
         t.add_column(name, justify="right", no_wrap=name in ("total", "FLOPs", "DRAM bytes"))
     for r, name in zip(rows, names, strict=True):
         # Text, not str: kernel names ("[lambda(int) (instance 1)]") must not be read as rich markup
-        t.add_row(Text(name), *(cell(r) for _, cell in columns))
+        types = [Text(r.type or "")] if typed else []
+        t.add_row(Text(name), *types, *(cell(r) for _, cell in columns))
     return t
 
 
