@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ torch = pytest.importorskip("torch")
 import xstack  # noqa: E402
 from xstack.analyze._costs import op_cost  # noqa: E402
 from xstack.analyze.pipeline import run_analyses  # noqa: E402
+from xstack.trace.store import Store  # noqa: E402
 
 
 class Net(torch.nn.Module):  # type: ignore[misc]
@@ -115,6 +118,48 @@ def test_per_layer_call_tables_say_which_iteration_holds_each_call(tmp_path: Pat
         a12.column("iteration")
     )
     assert a12.chart is not None and a12.chart.extra["mark"] == "warm-up"
+
+
+TRAIN = """
+import torch, xstack
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randn(32, 10)
+for _ in range(3):
+    loss = torch.nn.functional.mse_loss(torch.relu(model(x)), y)  # the relu and the loss: outside any layer
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    xstack.step()
+print(float((x @ x.T).sum()))  # after the last step
+"""
+
+
+def test_ops_outside_any_layer_are_split_by_iteration(tmp_path: Path) -> None:
+    """A training loop run by ``xstack run``: the ops outside any layer (the loss, the backward pass, the
+    optimizer) get a row per iteration in A12 and A14, as the layer calls do, the warm-up's marked, and the ops
+    after the last step one of their own; one row summed them over the whole run, three iterations and the
+    tail, beside layer rows of one call each."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    command = [sys.executable, "-m", "xstack", "run", "--levels", "model,layer,op", "-o", "p.duckdb", "--", "python",
+               "train.py"]  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        a12, a14 = run_analyses(store, None, ["A12", "A14"])
+    for r in (a12, a14):
+        outside = [(row[0], row[1], row[-1]) for row in r.rows if row[1].startswith("(outside")]
+        assert outside == [
+            (1, "(outside any layer)", "yes"),
+            (2, "(outside any layer)", ""),
+            (3, "(outside any layer)", ""),
+            (None, "(outside any layer and step)", ""),
+        ], r.id
+        assert r.column("layer") == ["0", "1", "2", "(outside any layer)"] * 3 + ["(outside any layer and step)"]
+        flops = [f for f, layer in zip(r.column("FLOPs"), r.column("layer"), strict=True) if layer.startswith("(o")]
+        # every iteration does the same work; the tail does the matmul at least
+        assert flops[0] == flops[1] == flops[2] > 0 and flops[3] >= 2 * 32 * 32 * 64, r.id
 
 
 class Residual(torch.nn.Module):  # type: ignore[misc]

@@ -245,9 +245,11 @@ def test_layer_calls_say_which_iteration_holds_each_as_a11_to_a14_do(tmp_path: P
             assert "iteration" not in [c.name for c in _one(store, id).columns], id
 
 
-def _kernel_steps_store(path: Path, steps: int) -> Store:
+def _kernel_steps_store(path: Path, steps: int, *, outside: bool = False) -> Store:
     """A GPU run of ``steps`` steps (the first warm-up), each a layer ``fc`` whose op launches one kernel with
-    counters; after the last step, a kernel launched outside any layer."""
+    counters; after the last step, a kernel launched outside any layer. With ``outside``, the steps also launch
+    a kernel ``sgd`` each after their layer, outside it, and a kernel ``init`` is launched at start-up, before
+    the first step."""
     peaks = {"flops_per_s": {"fp32": 100e9}, "dram_bytes_per_s": 10e9, "source": "test"}
     config = {A.CONFIG_WARMUP_STEPS: 1, "peaks": peaks}
     metrics = {"metrics.flops_fp32": 4e6, "metrics.dram_bytes_read": 1e5, "metrics.dram_bytes_write": 1e5}
@@ -262,22 +264,27 @@ def _kernel_steps_store(path: Path, steps: int) -> Store:
             sink.span(k, rt, "kernel", name, start + 500, 2_000, 1, 7, device="cuda:0", stream=7, correlation_id=k,
                       attrs=metrics)  # fmt: skip
 
+        first = 5_000 if outside else 0
+        if outside:
+            launch(20_000, None, "init", 100)
         for i in range(steps):
-            sid, start = 100 * (i + 1), 10_000 * i
+            sid, start = 100 * (i + 1), first + 10_000 * i
             sink.span(sid, None, "model", f"step#{i}", start, 10_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
             sink.span(
                 sid + 1, sid, "layer", "fc", start + 100, 5_000, 1, 1, {"layer.path": "fc", "layer.type": "Linear"}
             )
             launch(sid + 10, sid + 1, "gemm", start + 200)
-        launch(10_000, None, "copy", 10_000 * steps + 100)
+            if outside:
+                launch(sid + 20, sid, "sgd", start + 6_000)
+        launch(10_000, None, "copy", first + 10_000 * steps + 100)
         sink.close()
     return Store.open(path)
 
 
 def test_per_layer_call_kernel_tables_say_which_iteration_holds_each_call(tmp_path: Path) -> None:
     """A11-A14 list one row per layer call: the same layer once per iteration, told apart by column
-    ``iteration`` (from 1, as the warm-up labels count) and the warm-up's marked as A2 marks it; the kernels
-    launched outside any layer, one row over the whole run, belong to no iteration."""
+    ``iteration`` (from 1, as the warm-up labels count) and the warm-up's marked as A2 marks it; the kernel
+    launched outside any layer after the last step belongs to no iteration."""
     with _kernel_steps_store(tmp_path / "k.duckdb", 3) as store:
         a2 = _one(store, "A2")
         for id in ("A11", "A12", "A13", "A14"):
@@ -287,12 +294,47 @@ def test_per_layer_call_kernel_tables_say_which_iteration_holds_each_call(tmp_pa
             calls = [row for row in r.rows if row[names.index("layer")] == "fc"]
             assert [c[0] for c in calls] == [1, 2, 3] and [c[-1] for c in calls] == ["yes", "", ""], id
             assert [c[-1] for c in calls] == a2.column("warm-up"), id
-            outside = [row for row in r.rows if row[names.index("layer")] == "(outside any layer)"]
-            assert [(c[0], c[-1]) for c in outside] == ([(None, "")] if id in ("A11", "A12", "A14") else []), id
+            outside = [(row[0], row[1], row[-1]) for row in r.rows if row[1].startswith("(outside")]
+            assert outside == ([(None, "(outside any layer and step)", "")] if id != "A13" else []), id
     # one iteration, none of it warm-up: nothing to tell apart, and the tables are as they were
     with _kernel_steps_store(tmp_path / "one.duckdb", 1) as store:
         a12 = _one(store, "A12")
         assert [c.name for c in a12.columns] == ["layer", "type", "FLOPs", "DRAM read", "DRAM write"]
+
+
+def test_kernels_outside_any_layer_are_split_by_iteration(tmp_path: Path) -> None:
+    """The kernels launched outside any layer (an optimizer's, a start-up's) get a row per iteration, as the
+    layer calls beside them do, the warm-up's and the start-up's marked: one row over the whole run summed the
+    start-up's, the warm-up's and every step's, where the layer calls and the summary count one step's. The
+    measured steps' rows add up to A10's kernel time, which counts them only."""
+    with _kernel_steps_store(tmp_path / "k.duckdb", 3, outside=True) as store:
+        for id in ("A11", "A12", "A14"):
+            r = _one(store, id)
+            layer = r.column("layer")
+            assert layer[0] == "(outside any layer and step)" and layer[-1] == "(outside any layer and step)", id
+            outside = [(row[0], row[1], row[-1]) for row in r.rows if row[1].startswith("(outside")]
+            assert outside == [
+                (None, "(outside any layer and step)", "yes"),  # start-up, before the warm-up
+                (1, "(outside any layer)", "yes"),
+                (2, "(outside any layer)", ""),
+                (3, "(outside any layer)", ""),
+                (None, "(outside any layer and step)", ""),  # after the last step
+            ], id
+            flops = [row[r.column_index("FLOPs")] for row in r.rows if row[1].startswith("(outside")]
+            assert flops == [4_000_000] * 5, id  # one kernel each
+        a11 = _one(store, "A11")
+        assert [row[a11.column_index("kernels")] for row in a11.rows] == [1, 1, 1, 1, 1, 1, 1, 1]
+        measured = [row for row in a11.rows if row[0] is not None and not row[-1]]
+        assert [row[1] for row in measured] == ["fc", "(outside any layer)"] * 2
+        a10 = _one(store, "A10")
+        assert sum(row[a11.column_index("kernel time")] for row in measured) == sum(a10.column("total")) == 8_000
+        assert "(outside" not in " ".join(_one(store, "A13").column("layer"))
+    # one step and no warm-up: no columns place the rows, so their names tell the step's from the rest
+    with _kernel_steps_store(tmp_path / "one.duckdb", 1, outside=True) as store:
+        a11 = _one(store, "A11")
+        assert [c.name for c in a11.columns][0] == "layer"
+        assert a11.column("layer") == ["(outside any layer and step)", "fc", "(outside any layer)"]
+        assert a11.column("kernels") == [2, 1, 1]  # the start-up's and the one after the step
 
 
 def _gemm_relu(path: Path, peaks: dict[str, Any]) -> Store:

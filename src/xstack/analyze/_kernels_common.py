@@ -19,7 +19,7 @@ from xstack.analyze._kernel_costs import (
     rate,
 )
 from xstack.analyze._peak_checks import above_peak_labels, peaks_label
-from xstack.analyze.context import RunContext
+from xstack.analyze.context import STEP_SPAN, RunContext
 from xstack.analyze.layers import ITERATION_COLUMN
 from xstack.analyze.result import Chart, Column, Result
 
@@ -69,11 +69,46 @@ def call_columns(ctx: RunContext) -> tuple[list[Column], list[Column]]:
 
 
 def placed(ctx: RunContext, start_ns: int | None, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``row`` of a layer call that starts at ``start_ns`` (None: the row of calls outside any layer), between
-    its ``call_columns`` cells: the iteration, and ``yes`` for a call of a warm-up iteration."""
+    """``row`` of a layer call that starts at ``start_ns`` (or of the work outside any layer of one iteration,
+    ``outside_group``, whose first call starts then; None: work placed nowhere), between its ``call_columns``
+    cells: the iteration, and ``yes`` for a call of a warm-up iteration or the start-up before it
+    (``RunContext.in_warmup``, as A2-A4 mark it)."""
     first, last = call_columns(ctx)
-    iteration, warm = ctx.iteration_of(start_ns)
+    iteration = ctx.iteration_of(start_ns)[0] if first else None
+    warm = bool(last) and start_ns is not None and any(s <= start_ns < e for s, e in ctx.warmup_windows())
     return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
+
+
+OUTSIDE = "(outside any layer)"
+"""The layer cell of the row of an iteration's work outside any layer (or of a run without iterations)."""
+
+OUTSIDE_STEPS = "(outside any layer and step)"
+"""The layer cell of the rows of the work outside any layer and every iteration: the start-up (marked warm-up
+where the run has a warm-up) and the time between and after the steps."""
+
+
+def outside_group(ctx: RunContext, at: str) -> tuple[str, str]:
+    """SQL that splits the work outside any layer by where it lies, as the layer calls beside it are split: ``(join,
+    key)``, an ASOF join of the run's iterations (host step spans, as ``RunContext.iterations``) on the time
+    ``at`` (ns: where an op starts, where a kernel's runtime call launched it) and the grouping key of a call
+    outside any layer: the start of the iteration it lies in, else (outside every step) whether it lies at
+    start-up or in a warm-up (``RunContext.in_warmup``), so that the start-up before the warm-up and the time
+    between and after the steps get rows of their own. ``at`` belongs to the step that starts last by then, as in
+    ``RunContext.iteration_of``."""
+    join = f"""ASOF LEFT JOIN (SELECT start_ns AS ws, start_ns + dur_ns AS we FROM spans
+        WHERE run_id = {int(ctx.run_id)} AND level = 'model' AND device = 'cpu' AND {STEP_SPAN}) st ON {at} >= st.ws"""
+    return join, f"CASE WHEN {at} < st.we THEN st.ws ELSE {ctx.in_warmup(at)}::INT - 2 END"
+
+
+def layer_cell(ctx: RunContext, path: str | None, start_ns: int | None) -> str:
+    """The layer cell of a row: ``path``, or for the work outside any layer (``path`` None) that starts at
+    ``start_ns``, ``OUTSIDE`` in an iteration, a run without them or placed nowhere (None), else
+    ``OUTSIDE_STEPS``."""
+    if path is not None:
+        return path
+    if start_ns is None or not ctx.iterations() or ctx.iteration_of(start_ns)[0] is not None:
+        return OUTSIDE
+    return OUTSIDE_STEPS
 
 
 KERNEL_WARMUP_COLUMN = Column(

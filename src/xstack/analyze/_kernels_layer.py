@@ -21,6 +21,8 @@ from xstack.analyze._kernels_common import (
     as_int,
     cost_labels,
     costs,
+    layer_cell,
+    outside_group,
     per_call_result,
     placed,
     require_kernels,
@@ -35,19 +37,25 @@ from xstack.trace.store import Store
 
 
 def _layer_rollup(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
-    """Per layer call: its start (ns; None for the kernels launched outside any layer), path, type, latency, kernel
-    count and time, precision, flops, read, write, weighted occupancy, over the kernels the layer launched itself
-    (not through a nested layer). The precision is that of its longest kernel."""
-    return ctx.store.query(
-        f"""SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+    """Per layer call: its start (ns), path, type, latency, kernel count and time, precision, flops, read, write,
+    weighted occupancy, over the kernels the layer launched itself (not through a nested layer). The precision is
+    that of its longest kernel. The kernels launched outside any layer get a row per iteration that launched them
+    (``outside_group``), started by the first launch, with no latency; a run's counter ranges without kernel spans,
+    which their profiler lays out over the session rather than at their kernels' times, one row placed nowhere."""
+    join, key = outside_group(ctx, "k.launch_ns") if "kernel" in ctx.levels else ("", "NULL")
+    first = "min(k.launch_ns)" if "kernel" in ctx.levels else "NULL"
+    rows = ctx.store.query(
+        f"""SELECT coalesce(any_value(l.start_ns), {first}), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), count(k.span_id),
                    sum(k.dur_ns), arg_max(k.precision, (k.dur_ns, -k.span_id)) FILTER (WHERE k.precision IS NOT NULL),
                    sum(k.flops), sum(k.dram_read), sum(k.dram_write),
                    sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0)
-            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id
-            GROUP BY k.layer_id, l.attrs, l.name ORDER BY min(k.start_ns), k.layer_id NULLS FIRST""",
+            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id {join}
+            GROUP BY k.layer_id, l.attrs, l.name, CASE WHEN k.layer_id IS NULL THEN {key} END
+            ORDER BY min(k.start_ns), k.layer_id NULLS FIRST""",
         [ctx.run_id],
     )
+    return [(start, layer_cell(ctx, path, start), *r) for start, path, *r in rows]
 
 
 def kernels_by_layer(store: Store, run_id: int) -> Result:
@@ -55,7 +63,9 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
     FLOPs, DRAM bytes, occupancy, AI and bound.
 
     Notes: a kernel belongs to the innermost layer whose call launched it (through its op and runtime call);
-    kernels launched outside any layer get one row of their own."""
+    kernels launched outside any layer get a row per iteration that launched them, "(outside any layer)", placed
+    and marked as the layer calls are, and those launched outside every step a row "(outside any layer and
+    step)" for the start-up (marked warm-up) and one for the time between and after the steps."""
     ctx = run_context(store, run_id)
     if missing := require_kernels(ctx, "A11", "Kernels by layer", "layer"):
         return missing
@@ -77,7 +87,7 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
     """A12: FLOPs and DRAM bytes read and written per layer call (the work it did itself, not its sub-layers').
 
     Notes: on a GPU run the sums are over the layer's kernels (A11); without kernels (a CPU run) over its ops'
-    analytic counts."""
+    analytic counts. The work outside any layer gets a row per iteration, as in A11."""
     ctx = run_context(store, run_id)
     if "kernel" not in ctx.levels and "metrics" not in ctx.levels:
         if missing := ctx.require("A12", "Metrics per layer", "layer", "op"):
@@ -105,24 +115,30 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
 
 
 def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
-    """Per layer call: its start (ns; None for the ops outside any layer), path, type, self time (its latency less
-    that of the layers it calls directly, None where they last as long or longer: the costs are of its own ops,
-    so its sub-layers' time is not theirs), flops, read, write and precision (that of its op with the most FLOPs)
-    from its costed ops."""
+    """Per layer call: its start (ns), path, type, self time (its latency less that of the layers it calls
+    directly, None where they last as long or longer: the costs are of its own ops, so its sub-layers' time is not
+    theirs), flops, read, write and precision (that of its op with the most FLOPs) from its costed ops. The ops
+    outside any layer get a row per iteration they lie in (``outside_group``), started by the first, with no self
+    time."""
     ops = op_costs(ctx)
-    return ctx.store.con.execute(
+    join, key = outside_group(ctx, "o.start_ns")
+    rows = ctx.store.con.execute(
         f"""WITH kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
                           WHERE run_id = $run AND level = 'layer' GROUP BY parent_id)
-            SELECT any_value(l.start_ns), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name, '(outside any layer)'),
+            SELECT coalesce(any_value(l.start_ns), min(o.start_ns)), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'),
                    nullif(greatest(any_value(l.dur_ns) - coalesce(any_value(k.child_ns), 0), 0), 0), sum(c.flops),
                    sum(c.read_bytes), sum(c.write_bytes),
                    arg_max(c.precision, (c.flops, -c.span_id)) FILTER (WHERE c.precision IS NOT NULL)
-            FROM {ops} c LEFT JOIN spans l ON l.run_id = $run AND l.span_id = c.layer_id
-                LEFT JOIN kids k ON k.parent_id = l.span_id
-            GROUP BY c.layer_id, l.attrs, l.name ORDER BY min(l.start_ns), any_value(l.dur_ns) DESC, c.layer_id""",
+            FROM {ops} c JOIN spans o ON o.run_id = $run AND o.span_id = c.span_id
+                LEFT JOIN spans l ON l.run_id = $run AND l.span_id = c.layer_id
+                LEFT JOIN kids k ON k.parent_id = l.span_id {join}
+            GROUP BY c.layer_id, l.attrs, l.name, CASE WHEN c.layer_id IS NULL THEN {key} END
+            ORDER BY coalesce(any_value(l.start_ns), min(o.start_ns)), any_value(l.dur_ns) DESC NULLS LAST,
+                     c.layer_id NULLS LAST""",
         {"run": ctx.run_id},
     ).fetchall()
+    return [(start, layer_cell(ctx, path, start), *r) for start, path, *r in rows]
 
 
 def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
@@ -167,7 +183,8 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
 def layer_roofline(store: Store, run_id: int) -> Result:
     """A14: layers against the roofline: per layer call, its own FLOPs and DRAM bytes (from its kernels, or its
     ops' analytic counts on a CPU run), AI (FLOP/byte), achieved FLOP/s over its time (its kernels' time; on a CPU
-    run its self time, its latency less its sub-layers', as its FLOPs are those of its own ops), bound."""
+    run its self time, its latency less its sub-layers', as its FLOPs are those of its own ops), bound; the work
+    outside any layer a row per iteration, as in A11 (with no time on a CPU run)."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("A14", "Layer roofline", "layer"):
         return missing
