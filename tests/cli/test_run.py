@@ -274,3 +274,45 @@ def test_the_warm_up_iteration_is_left_out_of_the_stages_and_the_top_layers_and_
     text = " ".join(console.export_text().split())
     assert "% of measured steps" in text and "calls in the 4 measured steps only" in text
     assert "┃ name ┃ type ┃ calls ┃" in text and "│ fc │ Linear │ 4 │" in text
+
+
+AFTER_LOOP = """
+import sys, time, torch, xstack
+from torch import nn
+model = nn.Linear(4, 2)
+for i in range(4):
+    with xstack.span("predict"):
+        model(torch.randn(2, 4))
+    xstack.step()
+with xstack.span("predict"):  # a final evaluation, in no iteration
+    time.sleep(0.1)
+    model(torch.randn(2, 4))
+if sys.argv[1] == "crash":  # the call a crash cuts short
+    with xstack.span("predict"):
+        time.sleep(0.05)
+        raise RuntimeError("exploded")
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "crash"])
+def test_the_stages_after_the_last_step_are_rows_of_their_own(tmp_path: Path, end: str) -> None:
+    """A stage called after the last ``step()`` (a final evaluation, the call a crash cuts short) runs in no
+    iteration: its calls are a row of kind ``after last step``, with no share, out of the chart, and the measured
+    row's calls, total and mean, the diff's median and the chart are the loop's alone."""
+    from xstack.analyze._diff_read import read_side
+    from xstack.analyze.health import stage_breakdown
+
+    (tmp_path / "after.py").write_text(textwrap.dedent(AFTER_LOOP))
+    done = _run(tmp_path, "run", "-o", "p.duckdb", "--", "python", "after.py", end)
+    assert done.returncode == (1 if end == "crash" else 0), done.stderr
+    with Store.open(tmp_path / "p.duckdb") as s:
+        result = stage_breakdown(s, 1)
+        side = read_side(s, 1)
+    stages = {(r[0], r[1]): r[2:] for r in result.rows}
+    measured, after = stages[("predict", "user")], stages[("predict", "after last step")]
+    assert measured[0] == 3 and measured[1] < 100_000_000 and measured[5] is not None  # iterations 2 to 4
+    assert after[0] == (2 if end == "crash" else 1) and after[1] >= 100_000_000 and after[5] is None
+    assert ("after-last-step", "tail") in stages  # the stretch itself, as before
+    assert result.chart is not None and "after last step" in result.chart.extra["exclude"]["kind"]
+    assert any("after the last step()" in label for label in result.labels)
+    assert side.stages["predict"].count == 3 and side.stages["predict"].value_ns < 100_000_000

@@ -167,3 +167,56 @@ def test_a_crashed_loops_advice_says_which_waits_each_figure_counts(tmp_path: Pa
     assert (
         facts["dataloader_in_steps_ns"] == entry["wait_ns"] - entry["after_last_step_wait_ns"]
     )  # the two figures agree
+
+
+VALIDATING = """
+import time, torch, xstack
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(0.002)  # decoding, say
+        return torch.zeros(8)
+
+model = torch.nn.Linear(8, 1)
+train, val = DataLoader(Slow(12), batch_size=2), DataLoader(Slow(4), batch_size=2)
+for i, batch in enumerate(train):
+    model(batch).sum().backward()
+    if i % 2 == 1:
+        with xstack.span("validate"), torch.no_grad():
+            for v in val:
+                model(v)
+    xstack.step()
+"""
+
+
+def test_the_waits_inside_a_marked_stage_are_recorded_nested_in_it(tmp_path: Path) -> None:
+    """A validation loop in ``xstack.span("validate")``, every other step: its DataLoader's waits are recorded,
+    nested in the marked stage, and the input-bound result counts them (it listed the DataLoader with no waits)."""
+    _needs_io()
+    (tmp_path / "prog.py").write_text(VALIDATING)
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "s.duckdb", "--",
+                           "python", "prog.py"], capture_output=True, text=True, cwd=tmp_path, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "s.duckdb") as s:
+        parents = s.query(
+            f"""SELECT p.name, p.attrs->>'$."{A.MODEL_KIND}"', count(*) FROM spans d JOIN spans p
+                ON p.run_id = d.run_id AND p.span_id = d.parent_id
+                WHERE d.level = 'model' AND d.attrs->>'$."{A.MODEL_KIND}"' = 'dataloader'
+                  AND d.attrs->>'$."{A.MODEL_DATALOADER}"' = '1' GROUP BY ALL"""
+        )
+        a = analyze(s)
+    assert parents == [("validate", "user", 9)]  # 3 validations of 2 batches, and the wait that ends each
+    stages = {(r[0], r[1]): r[2] for r in a.result("model.stages").rows}
+    assert stages[("validate", "user")] == 3 and stages[("dataloader.next", "dataloader")] >= 9
+    r = a.result("io.input_bound")
+    val = r.facts["dataloaders"][1]
+    assert (val["dataset"], val["waits"], val["after_last_step_waits"]) == ("Slow", 9, 0)
+    assert any(re.fullmatch(r"DataLoader\(Slow, batch_size=2, num_workers=0, .*\): waited \S+ \S+ in 9 waits", label)
+               for label in r.labels), r.labels  # fmt: skip

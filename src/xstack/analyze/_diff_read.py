@@ -255,9 +255,11 @@ def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
     Tails (kind ``tail``: a live run's ``after-last-step``, a trace's last ``ProfilerStep`` that only stops the
     profiler) are left out: teardown, not a stage of the loop, and timed once, so only the floors would judge it;
     so is a region (kind ``region``: the profiled region of a live run without steps), the wall time the summary
-    compares already."""
+    compares already, and the calls that start after the last step (``model.stages``' rows of kind ``after last
+    step``: a final evaluation, a call a crash cut short), in no iteration."""
     stages = f"""(SELECT * FROM ({_spans_in_steps("model", ctx)})
-        WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false) AND coalesce({_KIND} NOT IN ('tail', 'region'), true))"""
+        WHERE {_HOST} AND NOT coalesce({STEP_SPAN}, false) AND coalesce({_KIND} NOT IN ('tail', 'region'), true)
+            AND NOT {ctx.after_last_step()})"""
     rows = store.con.execute(
         f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": ctx.run_id}
     ).fetchall()

@@ -121,6 +121,20 @@ class RunContext:
             return "FALSE"
         return "(" + " OR ".join(f"({column} >= {s} AND {column} < {e})" for s, e in windows) + ")"
 
+    def after_last_step(self, column: str = "start_ns") -> str:
+        """SQL: the time ``column`` (ns, on the run's clock) falls in the run's tail, the stretch after its last
+        ``step()`` (a live run's ``after-last-step``, kind ``tail``): in no iteration, nor in the warm-up; ``FALSE``
+        for a run without one (a pass that ended at its last step, an imported trace, whose last ``ProfilerStep``
+        marked as tail holds no work, a run without steps). A span is taken to belong where it starts."""
+        tails = self.store.query(
+            f"""SELECT start_ns, start_ns + dur_ns FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'
+                AND attrs->>'$."{A.MODEL_KIND}"' = 'tail' ORDER BY 1""",
+            [self.run_id],
+        )
+        if not tails:
+            return "FALSE"
+        return "(" + " OR ".join(f"({column} >= {int(s)} AND {column} < {int(e)})" for s, e in tails) + ")"
+
     def iterations(self) -> list[tuple[int, int, bool]]:
         """The run's iterations: ``(start_ns, end_ns, warm-up)`` of its host step spans in start order (a trace's
         copy of a step on the GPU timeline is not another iteration), the first numbered 1 (as ``io.input_bound``

@@ -15,6 +15,7 @@ from typing import Any
 from xstack.analyze._loaders import cores, dataloaders
 from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -151,7 +152,9 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     iteration's name inside it, ``xstack.span("step")``, is told apart as its measured rows are) and with no share,
     so that each stage's mean is the steady state's (facts
     ``measured_wall_ns``, ``warmup_ns``); the chart draws the measured rows only. What follows the last ``step()``
-    is ``after-last-step`` (kind ``tail``), not an iteration. Data-loader waits are the time the loop waited for its
+    is ``after-last-step`` (kind ``tail``), not an iteration: the calls that start in it (a final evaluation, the call
+    a crash cut short) are rows of kind ``after last step``, left out of the
+    measured rows and the chart as the warm-up's are. Data-loader waits are the time the loop waited for its
     next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give
     each DataLoader's settings with its waits, and the CPUs the program could use, where the run recorded them."""
     ctx = run_context(store, run_id)
@@ -159,7 +162,14 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         return missing
     windows = ", ".join(f"({int(a)}, {int(b)})" for a, b in ctx.warmup_windows())
     windows = f"(VALUES {windows})" if windows else "(SELECT 0, 0 WHERE false)"
-    rows = store.query(_STAGES.format(warmup=ctx.in_warmup(), kind=A.MODEL_KIND, windows=windows), [ctx.run_id])
+    sql = _STAGES.format(
+        warmup=ctx.in_warmup(),
+        after=ctx.after_last_step(),
+        after_kind=AFTER_LAST_STEP,
+        kind=A.MODEL_KIND,
+        windows=windows,
+    )
+    rows = store.query(sql, [ctx.run_id])
     wall = ctx.host_extent()[0] or 0  # a merged run's: its step, which deeper levels' spans can outlast
     measured = max(wall - ctx.warmup_ns(), 0)
     out = [
@@ -171,11 +181,11 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
             float(m),
             int(th),
             int(w),
-            100.0 * int(w) / measured if measured and k not in WARMUP_KINDS else None,
+            100.0 * int(w) / measured if measured and k not in UNMEASURED_KINDS else None,
         )
         for n, k, c, t, m, th, w in rows
     ]
-    kept = [r for r in out if r[1] not in WARMUP_KINDS]
+    kept = [r for r in out if r[1] not in UNMEASURED_KINDS]
     steps = [r for r in kept if r[1] == "step" or (r[0] == "ProfilerStep" and r[1] == "-")]
     loader = _loader_in(store, ctx.run_id, f"{STEP_SPAN} AND {past_warmup(ctx.warmup)}")
     step_total = sum(r[3] for r in steps)
@@ -203,8 +213,14 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     labels += [  # one thread's calls of a stage never overlap: what wall time leaves out is warm-up they hold
         f"{n}: its calls hold {format_ns(t - w)} of warm-up iterations, left out of its wall time and share"
         for n, kind, _, t, _, th, w, _ in out
-        if t > w and th <= 1 and kind not in WARMUP_KINDS
+        if t > w and th <= 1 and kind not in UNMEASURED_KINDS
     ]
+    if after := [r for r in out if r[1] == AFTER_LAST_STEP]:
+        calls, total = sum(r[2] for r in after), sum(r[3] for r in after)
+        labels.append(
+            f"{counted(calls, 'call')} after the last step() ({format_ns(total)}), in no measured iteration: rows of "
+            f"kind {AFTER_LAST_STEP}, left out of the measured rows and the chart"
+        )
     return Result(
         "model.stages",
         "Model stages",
@@ -213,14 +229,23 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         notes=notes_of(stage_breakdown),
         run_id=ctx.run_id,
         facts=facts,
-        # the warm-up rows share their stage's name: drawn, they would be a second bar of that name
-        chart=Chart("hbar", "stage", ("total",), "Time per stage", limit=30, extra={"exclude": {"kind": WARMUP_KINDS}}),
+        # the warm-up and after-last-step rows share their stage's name: drawn, they would be a second bar of it
+        chart=Chart(
+            "hbar", "stage", ("total",), "Time per stage", limit=30, extra={"exclude": {"kind": UNMEASURED_KINDS}}
+        ),
         labels=labels,
     )
 
 
 WARMUP_KINDS = ("warm-up", "warm-up step")
 """The kinds of ``model.stages``' rows that started in the warm-up: a stage in it, and the iteration itself."""
+
+AFTER_LAST_STEP = "after last step"
+"""The kind of ``model.stages``' rows of the calls that started after the run's last step (a final evaluation,
+the call a crash cut short): in no iteration."""
+
+UNMEASURED_KINDS = (*WARMUP_KINDS, AFTER_LAST_STEP)
+"""The kinds of ``model.stages``' rows left out of the measured rows: no share of wall, not in the chart."""
 
 _STAGE_COLUMNS = (
     Column("stage"),
@@ -230,13 +255,18 @@ _STAGE_COLUMNS = (
     Column("mean", "ns", "total / calls"),
     Column("threads", "count", "threads the calls ran on"),
     Column("wall time", "ns", "time during which at least one call ran: the union of the calls' intervals"),
-    Column("share of wall", "pct", "wall time over the run's wall time past the warm-up; none for warm-up rows"),
+    Column(
+        "share of wall",
+        "pct",
+        "wall time over the run's wall time past the warm-up; none for warm-up and after-last-step rows",
+    ),
 )
 
 _STAGES = """
 WITH RECURSIVE m AS (
     SELECT span_id, parent_id, start_ns, dur_ns, pid, tid, regexp_replace(name, '#[0-9]+$', '') AS stage,
            CASE WHEN {warmup} AND attrs->>'$."{kind}"' = 'step' THEN 'warm-up step' WHEN {warmup} THEN 'warm-up'
+                WHEN {after} AND coalesce(attrs->>'$."{kind}"', '-') <> 'tail' THEN '{after_kind}'
                 ELSE coalesce(attrs->>'$."{kind}"', '-') END AS kind,
            coalesce(attrs->>'$."{kind}"' = 'step', false) AS step
     FROM spans WHERE run_id = ? AND level = 'model' AND device = 'cpu'),

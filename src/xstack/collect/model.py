@@ -1,8 +1,10 @@
 """The ``model`` level: pipeline stages.
 
 Users mark stages with ``xstack.span("preprocess")`` (a context manager and a decorator). Where no stage is
-marked, each top-level model call, each optimizer step and each wait for a DataLoader's next batch becomes a
-model span of its own. The configuration of each DataLoader the program iterates goes into the run's
+marked, each top-level model call and each optimizer step becomes a model span of its own: a marked stage stands
+for them. Each wait for a DataLoader's next batch becomes one everywhere, nested in the marked stage it runs in
+(a validation loop in ``xstack.span("validate")``): a wait is what the input-bound analyses measure, and a mark
+names the work around it, not the wait. The configuration of each DataLoader the program iterates goes into the run's
 ``config.dataloaders``, and each wait names its DataLoader (``collect._dataloaders``).
 """
 
@@ -55,7 +57,8 @@ class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: x
 
 
 class ModelCollector:
-    """Records marked stages and, where none is open, top-level model calls, optimizer steps and batch waits."""
+    """Records marked stages, batch waits and, where no marked stage is open, top-level model calls and optimizer
+    steps."""
 
     level = "model"
 
@@ -160,7 +163,7 @@ class ModelCollector:
         def __next__(it: Any) -> Any:  # noqa: N807 - replaces the iterator's __next__
             index = loaders.index_of(it)
             extra = {A.MODEL_DATALOADER: index} if index is not None else None
-            opened = collector._begin_auto("dataloader", "dataloader.next", extra)
+            opened = collector._begin_auto("dataloader", "dataloader.next", extra, in_marked=True)
             try:
                 return original(it)
             finally:
@@ -171,14 +174,16 @@ class ModelCollector:
         self._loaders.start(torch)
 
     # -- shared -------------------------------------------------------------------------------------------
-    def _begin_auto(self, kind: str, name: str, extra: dict[str, Any] | None = None) -> OpenSpan | None:
-        """Open an automatic stage unless the user marked one that is open on this thread."""
+    def _begin_auto(
+        self, kind: str, name: str, extra: dict[str, Any] | None = None, *, in_marked: bool = False
+    ) -> OpenSpan | None:
+        """Open an automatic stage unless the user marked one that is open on this thread (``in_marked``: even
+        then, nested in it)."""
         recorder = self._recorder
         if recorder is None:
             return None
-        for s in recorder.stack():
-            if s.attrs.get(A.MODEL_KIND) == "user":
-                return None
+        if not in_marked and any(s.attrs.get(A.MODEL_KIND) == "user" for s in recorder.stack()):
+            return None
         return recorder.begin("model", name, {A.MODEL_KIND: kind, **(extra or {})})
 
     def _end_auto(self, opened: OpenSpan | None) -> None:
