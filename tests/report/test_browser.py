@@ -21,7 +21,7 @@ import pytest
 
 from tests.report.synthetic import HOSTILE_LAYER, HOSTILE_NAMES, build_store
 from xstack.analyze.pipeline import Analysis, analyze
-from xstack.analyze.result import Column, Result, format_value
+from xstack.analyze.result import Chart, Column, Result, format_value
 from xstack.export.perfetto import export_perfetto
 from xstack.report.html import write_report
 from xstack.trace.store import Store
@@ -367,4 +367,54 @@ def test_a_column_with_a_unit_per_row_sorts_within_each_unit(browser: Any, tmp_p
         assert cells(page, table, unit) == [r[unit] for r in want][:50]
         assert cells(page, table, delta) == [format_value(r[delta], r[unit]) for r in want][:50]
     assert any(r[delta] is None for r in io.rows)  # a measure not compared: its missing delta sorts last
+    loaded.check_clean()
+
+
+# -- chart text: inside the chart, clear of the axis titles ------------------------------------------------------
+CHART_TEXT = """() => {
+  const outside = [], clash = [];
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    const id = svg.closest('section.result')?.dataset.result;
+    const box = svg.getBoundingClientRect();
+    const texts = [...svg.querySelectorAll('text')].map(t => [t, t.getBoundingClientRect()]).filter(e => e[1].width);
+    for (const [t, b] of texts)
+      if (b.left < box.left - 1 || b.right > box.right + 1 || b.top < box.top - 1 || b.bottom > box.bottom + 1)
+        outside.push([id, t.textContent]);
+    const ticks = texts.filter(e => e[0].classList.contains('tick') && !e[0].hasAttribute('transform'));
+    for (const [a, p] of texts.filter(e => e[0].classList.contains('axis-title')))
+      for (const [t, q] of ticks)
+        if (Math.min(p.right, q.right) - Math.max(p.left, q.left) > 1
+            && Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top) > 1)
+          clash.push([id, a.textContent, t.textContent]);
+  }
+  return {outside, clash};
+}"""
+
+
+def analysis_of(results: list[Result]) -> Analysis:
+    from tests.report.handmade import summary
+
+    return Analysis(summary("ticks"), results, [])
+
+
+def test_chart_text_stays_inside_the_chart_and_clear_of_the_axis_titles(bert_page: Loaded, browser: Any,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    # The real BERT trace: slanted layer paths (26 characters, the longest a label keeps) under the per-layer
+    # columns, and a memory timeline whose last time tick sits at the chart's right edge.
+    found = bert_page.page.evaluate(CHART_TEXT)
+    assert found == {"outside": [], "clash": []}, found
+    # Tick labels as long as they come: a roofline from GFLOP/s to PFLOP/s (the real ViT trace's kernels span
+    # 1.2 GFLOP/s to 280 TFLOP/s), a bandwidth in MiB/s on a second axis.
+    xy = [Column("kernel"), Column("AI", "flop/byte"), Column("FLOP/s", "flop/s")]
+    points = [("gemm", 340.0, 2.8e14), ("elementwise", 0.25, 1.2e9), ("softmax", 1.2, 6e11)]
+    line = [Column("time", "ns"), Column("bandwidth", "bytes/s"), Column("latency", "ns")]
+    a = analysis_of([
+        Result("H.roofline", "Roofline", xy, points, chart=Chart("roofline", "AI", ("FLOP/s",))),
+        Result("H.line", "Line", line, [(i * 10**6, 15.5 * 2**20 * (i % 3), 10**9 * i) for i in range(12)],
+               chart=Chart("line", "time", ("bandwidth",), extra={"secondary_y": ["latency"]})),
+    ])  # fmt: skip
+    loaded = open_report(browser, write_report(a, tmp_path / "ticks.html").path)
+    found = loaded.page.evaluate(CHART_TEXT)
+    assert found == {"outside": [], "clash": []}, found
+    assert loaded.page.locator("section.result[data-result^='H.'] svg.chart .axis-title").count() == 5
     loaded.check_clean()

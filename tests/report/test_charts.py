@@ -162,3 +162,22 @@ def test_series_colour_bars_and_split_lines() -> None:
     svg, _ = parse(render_chart(result("line", rows, cols, "time", ("allocated",), series="device")))
     paths = marks(svg)
     assert len(paths) == 2 and all(len((p.get("d") or "").split(" L")) == 10 for p in paths)
+
+
+def test_time_ticks_read_evenly_and_count_ticks_whole() -> None:
+    # Resident memory at each step's end 3.30 s to 3.45 s into a real run: quarter steps of 25 ms, which three
+    # significant digits round unevenly (3.33 s, 3.35 s, 3.38 s)
+    cols = [Column("time", "ns"), Column("rss", "bytes")]
+    rows = [(3_316_000_000 + 15_000_000 * i, 2**28 + i) for i in range(8)]
+    svg, _ = parse(render_chart(result("line", rows, cols, "time", ("rss",))))
+    ticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "tick" and "s" in (t.text or "")[-2:]]
+    assert ticks == ["3.300 s", "3.325 s", "3.350 s", "3.375 s", "3.400 s", "3.425 s"]
+    rows = [(i * 2_000_000, 1) for i in range(6)]  # 0 to 10 ms: one unit, as many decimals as the step has
+    svg, _ = parse(render_chart(result("line", rows, cols, "time", ("rss",))))
+    ticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "tick" and (t.text or "").endswith("ms")]
+    assert ticks == ["0 ms", "2 ms", "4 ms", "6 ms", "8 ms", "10 ms"]
+    # five layer types called once each: the calls axis counts whole calls, not 0.2 of one
+    counts = [Column("type"), Column("calls", "count")]
+    svg, _ = parse(render_chart(result("hbar", [(t, 1) for t in "ABCDE"], counts, "type", ("calls",))))
+    ticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "tick" and t.get("text-anchor") == "middle"]
+    assert ticks == ["0", "1"]

@@ -14,8 +14,10 @@ from typing import Any
 
 from xstack.analyze.result import Chart, Result, Unit, format_cell, format_value
 from xstack.report._svg import (
+    NAME_CHAR,
     WIDTH,
     Scale,
+    axis_margin,
     clip_label,
     color,
     esc,
@@ -160,12 +162,13 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     rows, notes = first_rows(result, chart)
     groups, names = bar_colors(result, chart, rows, c)
     labels = [clip_label(marked_label(result, chart, r, category(r[c.x], result.columns[c.x].unit)), 26) for r in rows]
-    left, top, plot_h = slant_margin(labels), 12.0 + legend_height(names, 90.0), 220.0
-    every = label_step((WIDTH - left - 10) / max(len(rows), 1))
+    top, plot_h = 12.0 + legend_height(names, 90.0), 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     stacks = [_stack(r, c.ys, stack) for r in rows]
     sy = Scale.fit([v for st in stacks for _, lo, hi in st for v in (lo, hi)], top + plot_h, top,
                    log=chart.log_y and not stack, unit=c.units[0])  # fmt: skip
+    left = max(slant_margin(labels), axis_margin(sy, c.units[0]))
+    every = label_step((WIDTH - left - 10) / max(len(rows), 1))
     band = (WIDTH - left - 10) / max(len(rows), 1)
     inner = band * 0.8 / (1 if stack else len(c.ys))
     parts = [open_svg(top + plot_h + bottom, chart.title or result.title), legend(names, left, 12.0)]
@@ -282,9 +285,17 @@ def series_index(result: Result, column: str, rows: Sequence[tuple[Any, ...]]) -
 
 
 def slant_margin(labels: Sequence[str]) -> float:
-    """Left margin that keeps the first slanted category label inside the chart (about 4.6 units a character
-    reach left at 40 degrees), at least the value axis's 90."""
-    return min(150.0, max(90.0, 4.6 * len(labels[0]) - 10)) if labels else 90.0
+    """Left margin that keeps the slanted category labels inside the chart: a label ends under the middle of its
+    category's band and, slanted at 40 degrees, reaches its length times cos 40 to the left of it, and some 9
+    units more for the height of its letters; the k-th label starts k bands further right. At least the value
+    axis's 90, at most 170 (labels are cut to 26 characters)."""
+    left = 90.0
+    for _ in range(3):  # a wider margin narrows the bands: settle on one that fits them
+        band = (WIDTH - left - 10) / max(len(labels), 1)
+        reach = max((NAME_CHAR * len(s) * math.cos(math.radians(40)) + 9 - (k + 0.5) * band
+                     for k, s in enumerate(labels)), default=0.0)  # fmt: skip
+        left = min(170.0, max(90.0, reach))
+    return left
 
 
 def label_step(band: float) -> int:
@@ -325,10 +336,11 @@ def boxes(result: Result, chart: Chart) -> Drawn:
     c = Cols.of(result, replace(chart, y=quantiles))
     rows, notes = first_rows(result, chart)
     labels = [clip_label(marked_label(result, chart, r, category(r[c.x], result.columns[c.x].unit)), 26) for r in rows]
-    left, top, plot_h = slant_margin(labels), 12.0, 220.0
+    top, plot_h = 12.0, 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     values = [v for r in rows for i in c.ys if (v := num(r[i])) is not None]
     sy = Scale.fit(values, top + plot_h, top, log=chart.log_y, zero=False, unit=c.units[0])
+    left = max(slant_margin(labels), axis_margin(sy, c.units[0]))
     band = (WIDTH - left - 10) / max(len(rows), 1)
     every = label_step(band)
     mid = len(c.ys) // 2

@@ -11,6 +11,7 @@ from xstack.report._charts import Cols, Drawn, axis_title, first_rows, series_in
 from xstack.report._svg import (
     WIDTH,
     Scale,
+    axis_margin,
     clip,
     color,
     esc,
@@ -78,8 +79,15 @@ def line(result: Result, chart: Chart) -> Drawn:
     right = [j for j, name in enumerate(c.names) if name in secondary]
     if not group_of and len(c.ys) > 1:
         names = [n + (" (right axis)" if j in right else "") for j, n in enumerate(c.names)]
-    plot_x1 = WIDTH - (80 if right else 20)
-    left, top, plot_h = 90.0, 12.0 + legend_height(names, 90.0), 260.0
+    top, plot_h = 12.0 + legend_height(names, 90.0), 260.0
+    sides = [s for s in ([j for j in range(len(c.ys)) if j not in right], right) if s]
+    scales = []
+    for side in sides:  # first the value scales: their tick labels set the margins
+        values = [v for keep in keeps for k in keep for j in side if (v := num(result.rows[k][c.ys[j]])) is not None]
+        unit = c.units[side[0]]
+        scales.append(Scale.fit(values, top + plot_h, top, log=chart.log_y, zero=not chart.log_y, unit=unit))
+    left = axis_margin(scales[0], c.units[sides[0][0]])
+    plot_x1 = WIDTH - (axis_margin(scales[-1], c.units[right[0]], right=True) if right else 20)
 
     def x_of(k: int) -> float:
         return float(k) if by_index else float(xs_raw[k] or 0.0)
@@ -89,12 +97,8 @@ def line(result: Result, chart: Chart) -> Drawn:
     parts = [open_svg(top + plot_h + 50, chart.title or result.title), legend(names, left, 12.0)]
     x_title = axis_title(["row" if by_index else result.columns[c.x].name], x_unit)
     parts.append(x_axis(sx, top, top + plot_h, x_unit, x_title))
-    for side in ([j for j in range(len(c.ys)) if j not in right], right):
-        if not side:
-            continue
+    for side, sy in zip(sides, scales, strict=True):
         unit = c.units[side[0]]
-        values = [v for keep in keeps for k in keep for j in side if (v := num(result.rows[k][c.ys[j]])) is not None]
-        sy = Scale.fit(values, top + plot_h, top, log=chart.log_y, zero=not chart.log_y, unit=unit)
         parts.append(y_axis(sy, left, plot_x1, unit, axis_title([c.names[j] for j in side], unit), right=side is right))
         for j in side:
             for g, keep in enumerate(keeps):
@@ -141,12 +145,13 @@ def _xy_plot(result: Result, chart: Chart, c: Cols, points: list[Point], notes: 
              extra_x: Sequence[float] = (), extra_y: Sequence[float] = (),
              roofs: tuple[list[tuple[str, float]], float | None] | None = None) -> Drawn:  # fmt: skip
     groups, series_names = _series(result, chart, points)
-    left, top, plot_h = 90.0, 12.0 + legend_height(series_names, 90.0), 300.0
+    top, plot_h = 12.0 + legend_height(series_names, 90.0), 300.0
     xs = [p[0] for p in points] + list(extra_x)
     ys = [p[1] for p in points] + list(extra_y)
     x_unit = result.columns[c.x].unit
-    sx = Scale.fit(xs, left, WIDTH - 20, log=chart.log_x, zero=False, unit=x_unit)
     sy = Scale.fit(ys, top + plot_h, top, log=chart.log_y, zero=False, unit=c.units[0])
+    left = axis_margin(sy, c.units[0])
+    sx = Scale.fit(xs, left, WIDTH - 20, log=chart.log_x, zero=False, unit=x_unit)
     parts = [open_svg(top + plot_h + 50, chart.title or result.title), legend(series_names, left, 12.0)]
     parts.append(y_axis(sy, left, WIDTH - 20, c.units[0], axis_title(c.names[:1], c.units[0])))
     parts.append(x_axis(sx, top, top + plot_h, x_unit, axis_title([result.columns[c.x].name], x_unit)))

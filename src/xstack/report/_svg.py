@@ -16,6 +16,12 @@ from xstack.analyze.result import Unit, format_value
 WIDTH = 760
 """Width of every chart in SVG user units (the page scales it down on narrow screens)."""
 
+TICK_CHAR = 6.5
+"""Width of a tick label's character in SVG units, a little over the mean of digits and unit letters at 11px."""
+
+NAME_CHAR = 6.8
+"""Width of a character of a name (a layer path, with its capitals and underscores) at 11px."""
+
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f", "#bab0ac")
 """Categorical colours (Tableau 10 without its pink); series past the ninth reuse them in order."""
 
@@ -102,6 +108,8 @@ class Scale:
         if unit in ("bytes", "bytes/s"):
             scale = 1024.0 ** max(0, math.floor(math.log(max(abs(lo), abs(hi)), 1024)))
         step = nice_step((hi - lo) / scale / 5) * scale
+        if unit == "count":  # whole calls, files, launches: no tick at 0.2 of one
+            step = max(step, 1.0)
         return cls(math.floor(lo / step) * step, math.ceil(hi / step) * step, r0, r1, step=step)
 
     def __call__(self, v: float) -> float:
@@ -133,21 +141,53 @@ def nice_step(raw: float) -> float:
     return 10.0 * power
 
 
+_NS_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
+
+
+def tick_texts(scale: Scale, unit: Unit) -> list[tuple[float, str]]:
+    """The scale's ticks and their labels. A linear time axis gives all its labels one unit and the decimals
+    its step needs (``3.300 s``, ``3.325 s``), where each in its own unit to three digits would round the
+    quarter steps unevenly (``3.33 s``, ``3.38 s``) and could print two ticks alike."""
+    ticks = scale.ticks()
+    if unit != "ns" or scale.log or not ticks:
+        return [(t, tick_text(t, unit)) for t in ticks]
+    top = max(abs(t) for t in ticks)
+    name, per = next(((n, p) for n, p in _NS_UNITS if top >= p), ("ns", 1.0))
+    values = [t / per for t in ticks]
+    decimals = next((d for d in range(7) if all(abs(round(v, d) - v) <= 1e-9 * max(1.0, abs(v)) for v in values)), 6)
+    return [(t, f"{0.0 if v == 0 else v:,.{decimals}f} {name}") for t, v in zip(ticks, values, strict=True)]
+
+
+def label_reach(scale: Scale, unit: Unit, *, right: bool = False) -> float:
+    """How far from its axis the baseline of a vertical value axis's title sits: past the widest tick label.
+    The title is turned a quarter left, so its letters lie on the left of its baseline, 12 units deep."""
+    widest = TICK_CHAR * max((len(text) for _, text in tick_texts(scale, unit)), default=0)
+    return max(62.0, 6 + widest + (16 if right else 4))
+
+
+def axis_margin(scale: Scale, unit: Unit, *, right: bool = False) -> float:
+    """The margin a vertical value axis needs beside the plot for its tick labels and title (on the left at
+    least the 90 the charts have, on the right 80), so that a long label (``1.00 TFLOP/s``) neither runs under
+    the title nor pushes it off the chart."""
+    reach = label_reach(scale, unit, right=right)
+    return max(80.0, reach + 6) if right else max(90.0, reach + 14)
+
+
 def y_axis(scale: Scale, x0: float, x1: float, unit: Unit, title: str, *, right: bool = False) -> str:
     """Grid lines and tick labels of a vertical value axis for a plot spanning pixels ``x0``..``x1``; a
-    ``right`` axis (a second series' scale) has its labels on the right and no grid."""
+    ``right`` axis (a second series' scale) has its labels on the right and no grid. The title sits past the
+    widest tick label (``axis_margin`` gives the room it needs)."""
     parts = []
-    for t in scale.ticks():
+    for t, text in tick_texts(scale, unit):
         y = scale(t)
         if right:
             parts.append(f'<line class="tickmark" x1="{x1:.1f}" x2="{x1 + 4:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>')
         else:
             parts.append(f'<line class="grid" x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>')
         x, anchor = (x1 + 6, "start") if right else (x0 - 6, "end")
-        parts.append(
-            f'<text class="tick" x="{x:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}">{esc(tick_text(t, unit))}</text>'
-        )
-    mid, tx = (scale.r0 + scale.r1) / 2, (x1 + 62 if right else x0 - 62)
+        parts.append(f'<text class="tick" x="{x:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}">{esc(text)}</text>')
+    reach = label_reach(scale, unit, right=right)
+    mid, tx = (scale.r0 + scale.r1) / 2, (x1 + reach if right else x0 - reach)
     parts.append(
         f'<text class="axis-title" transform="translate({tx:.1f},{mid:.1f}) rotate(-90)" '
         f'text-anchor="middle">{esc(title)}</text>'
@@ -155,14 +195,17 @@ def y_axis(scale: Scale, x0: float, x1: float, unit: Unit, title: str, *, right:
     return "".join(parts)
 
 
-def x_axis(scale: Scale, y0: float, y1: float, unit: Unit, title: str) -> str:
-    """Vertical grid lines and tick labels for a horizontal value axis spanning pixels ``y0`` (top)..``y1``."""
+def x_axis(scale: Scale, y0: float, y1: float, unit: Unit, title: str, width: float = WIDTH) -> str:
+    """Vertical grid lines and tick labels for a horizontal value axis spanning pixels ``y0`` (top)..``y1``; a
+    label centred on a tick near an edge of the ``width`` wide chart is moved in, not cut off."""
     parts = []
-    for t in scale.ticks():
+    for t, text in tick_texts(scale, unit):
         x = scale(t)
+        half = TICK_CHAR * len(text) / 2
+        tx = min(max(x, half + 2), width - half - 2)
         parts.append(
             f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{y0:.1f}" y2="{y1:.1f}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{y1 + 16:.1f}" text-anchor="middle">{esc(tick_text(t, unit))}</text>'
+            f'<text class="tick" x="{tx:.1f}" y="{y1 + 16:.1f}" text-anchor="middle">{esc(text)}</text>'
         )
     mid = (scale.r0 + scale.r1) / 2
     parts.append(f'<text class="axis-title" x="{mid:.1f}" y="{y1 + 36:.1f}" text-anchor="middle">{esc(title)}</text>')
