@@ -96,9 +96,18 @@ def test_roofline_draws_roofs_from_the_kernel_analyses_extra() -> None:
     rows = [("a", 1.0, 1e12), ("b", 100.0, 5e13), ("c", 0.0, 1e12)]  # c: AI 0 cannot sit on a log axis
     figure = render_chart(result("roofline", rows, cols, "AI", ("FLOP/s",), extra=extra))
     svg, caption = parse(figure)
-    assert len(marks(svg)) == 2 and "1 rows without a positive" in caption
+    assert len(marks(svg)) == 2 and "1 row without a positive intensity and rate left out" in caption
     assert len([e for e in svg.iter(f"{SVG}path") if e.get("class") == "roof"]) == 2
     assert "bf16" in figure and format_value(3e12, "bytes/s") in figure
+
+
+def test_a_single_row_left_out_is_one_row() -> None:
+    cols = [Column("kernel"), Column("AI", "flop/byte"), Column("FLOP/s", "flop/s")]
+    rows = [("a", 1.0, 1e12), ("b", None, 2e12), ("c", None, 3e12)]
+    _, caption = parse(render_chart(result("scatter", rows, cols, "AI", ("FLOP/s",))))
+    assert caption == "2 rows without a value left out"
+    _, caption = parse(render_chart(result("scatter", rows[:2], cols, "AI", ("FLOP/s",))))
+    assert caption == "1 row without a value left out"
 
 
 def test_line_downsampling_keeps_the_peak() -> None:

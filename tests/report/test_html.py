@@ -20,8 +20,8 @@ from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import Column, Result, bin_column, format_value
 from xstack.export.perfetto import export_perfetto
 from xstack.report import terminal
-from xstack.report._html_results import anchor, fact_text
-from xstack.report._html_table import table_payload
+from xstack.report._html_results import anchor, fact_text, results_index
+from xstack.report._html_table import table_html, table_payload
 from xstack.report.html import render_html, write_report
 from xstack.text import format_ns_setting
 from xstack.trace.store import Store
@@ -242,6 +242,14 @@ def test_the_time_per_stage_chart_draws_the_measured_rows_only(tmp_path: Path) -
     assert labels == ["step", "predict"]  # one bar each, not two
     assert figure[0].count('class="mark"') == 2
     assert "rows where kind is not warm-up or warm-up step: 2 of 4" in figure[0]
+
+
+def test_a_result_of_one_row_says_one_row() -> None:
+    one = Result("T1", "one", [Column("name")], [("a",)])
+    two = Result("T2", "two", [Column("name")], [("a",), ("b",)])
+    index = results_index([one, two])
+    assert "(1 row)" in index and "(2 rows)" in index
+    assert '<p class="note">1 row: this table needs JavaScript' in table_html("t", one)
 
 
 @pytest.mark.parametrize(

@@ -156,9 +156,10 @@ def _counted(files: int, streams: int, stream_names: str | None, found: list[tup
         line += f", and one per folded class ({', '.join(folded)})"
     if listed < len(found):
         store, run_id = where
-        line += (f"; the {listed:,} rows with the most I/O time are listed, {len(found) - listed:,} left out by the "
-                 f"row limit: the store's io_files view has every file, a row per process (duckdb -readonly {store} "
-                 f"\"SELECT * FROM io_files WHERE run_id = {run_id}\"; in Python, file_table(store, {run_id}, "
+        are = "is" if listed == 1 else "are"
+        line += (f"; the {counted(listed, 'row')} with the most I/O time {are} listed, {len(found) - listed:,} left "
+                 "out by the row limit: the store's io_files view has every file, a row per process (duckdb -readonly "
+                 f"{store} \"SELECT * FROM io_files WHERE run_id = {run_id}\"; in Python, file_table(store, {run_id}, "
                  "limit=None) lists every row)")  # fmt: skip
     return line
 

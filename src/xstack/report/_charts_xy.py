@@ -22,6 +22,7 @@ from xstack.report._svg import (
     x_axis,
     y_axis,
 )
+from xstack.text import counted
 
 Point = tuple[float, float, tuple[Any, ...]]
 
@@ -32,7 +33,8 @@ def scatter(result: Result, chart: Chart) -> Drawn:
     rows, notes = first_rows(result, chart)
     points, dropped = _points(rows, c.x, c.ys[0], chart.log_x, chart.log_y)
     if dropped:
-        notes.append(f"{dropped:,} rows without a value{' above zero' if chart.log_x or chart.log_y else ''} left out")
+        value = "a value above zero" if chart.log_x or chart.log_y else "a value"
+        notes.append(f"{counted(dropped, 'row')} without {value} left out")
     return _xy_plot(result, chart, c, points, notes)
 
 
@@ -47,7 +49,7 @@ def roofline(result: Result, chart: Chart) -> Drawn:
     rows, notes = first_rows(result, chart)
     points, dropped = _points(rows, c.x, c.ys[0], True, True)
     if dropped:
-        notes.append(f"{dropped:,} rows without a positive intensity and rate left out")
+        notes.append(f"{counted(dropped, 'row')} without a positive intensity and rate left out")
     peaks, bandwidth = roofs(chart.extra)
     if not peaks and bandwidth is None:
         notes.append("no device peaks known: roofs not drawn")

@@ -21,6 +21,7 @@ from xstack.analyze.result import (
 from xstack.report._charts import render_chart
 from xstack.report._html_table import table_html
 from xstack.report._svg import clip, esc
+from xstack.text import counted
 
 _RATES: tuple[tuple[re.Pattern[str], Unit], ...] = (
     (re.compile(r"(^|_)bytes_per_s($|_)|(^|_)bandwidth($|_)"), "bytes/s"),
@@ -209,7 +210,7 @@ def results_index(results: Sequence[Result], prefix: str = "r") -> str:
     """A compact list of the results, each linking to its section and saying whether it is available."""
     items = []
     for r in results:
-        state = "missing " + ", ".join(r.missing) if r.missing else f"{len(r.rows):,} rows"
+        state = "missing " + ", ".join(r.missing) if r.missing else counted(len(r.rows), "row")
         cls = "missing" if r.missing else "ok"
         items.append(
             f'<li class="{cls}"><a href="#{esc(anchor(r.id, prefix))}">{esc(r.id)}</a> {esc(r.title)} '

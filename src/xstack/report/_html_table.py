@@ -15,6 +15,7 @@ import orjson
 
 from xstack.analyze.result import Column, Result, cell_units, format_cell
 from xstack.report._svg import esc
+from xstack.text import counted
 
 PAGE_ROWS = 50
 """Rows shown per page of a table."""
@@ -81,7 +82,7 @@ def _display(columns: Sequence[Column], rows: Sequence[Sequence[Any]], shown: Se
 def table_html(table_id: str, result: Result) -> str:
     """A box the page's script turns into a sortable, filterable, paginated table of the result's rows."""
     payload = script_json(table_payload(result.columns, result.rows, result.truncated))
-    note = f"{len(result.rows):,} rows"
+    note = counted(len(result.rows), "row")
     if result.truncated:
         note += f"; {result.truncated:,} more left out by the analysis"
     return (

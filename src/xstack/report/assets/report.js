@@ -71,7 +71,7 @@
     const scroll = el("div", { className: "scroll" });
     scroll.append(table);
     box.append(controls, scroll);
-    if (data.truncated) box.append(el("p", { className: "note" }, data.truncated.toLocaleString("en-US") + " more rows were left out by the analysis."));
+    if (data.truncated) box.append(el("p", { className: "note" }, data.truncated.toLocaleString("en-US") + (data.truncated === 1 ? " more row was" : " more rows were") + " left out by the analysis."));
 
     function pages() { return Math.max(1, Math.ceil(view.length / size)); }
 
