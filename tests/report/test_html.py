@@ -252,6 +252,35 @@ def test_a_result_of_one_row_says_one_row() -> None:
     assert '<p class="note">1 row: this table needs JavaScript' in table_html("t", one)
 
 
+def test_a_user_span_named_like_the_iteration_is_a_bar_named_apart(tmp_path: Path) -> None:
+    """``xstack.span("step")`` inside each step is a stage of the iteration's name, of kind user: its bar reads
+    ``step (user)`` beside the iteration's ``step``; names that do not collide keep their label."""
+    from xstack.analyze.pipeline import analyze
+    from xstack.trace import attrs as A
+    from xstack.trace.sink import Sink
+    from xstack.trace.store import RunInfo
+
+    with Store.create(tmp_path / "s.duckdb") as store:
+        store.add_run(RunInfo(1, "live", levels=["model"], pass_name="live", config={"status": "complete"}))
+        sink = Sink(store, 1)
+        for i in range(3):
+            sid, start = 10 * (i + 1), i * 100_000
+            sink.span(sid, None, "model", f"step#{i}", start, 90_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+            sink.span(sid + 1, sid, "model", "step", start + 1000, 60_000, 1, 1, {A.MODEL_KIND: "user"})
+            sink.span(sid + 2, sid + 1, "model", "predict", start + 2000, 20_000, 1, 1, {A.MODEL_KIND: "user"})
+        sink.close()
+        a = analyze(store, ids=["model.stages"])
+    assert [(r[0], r[1]) for r in a.result("model.stages").rows] == [
+        ("step", "step"), ("step", "user"), ("predict", "user")
+    ]  # fmt: skip
+    section = re.search(r'<section[^>]*data-result="model.stages".*?</section>', render_html(a), re.S)
+    assert section is not None
+    figure = re.search(r"<figure.*?</figure>", section[0], re.S)
+    assert figure is not None
+    assert re.findall(r'<text class="tick"[^>]*>([^<]*)<title>', figure[0]) == ["step", "step (user)", "predict"]
+    assert "stage: step\nkind: user\ntotal: 180 us" in figure[0]
+
+
 @pytest.mark.parametrize(
     ("value", "unit", "text"),
     [

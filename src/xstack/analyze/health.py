@@ -229,9 +229,15 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         notes=notes_of(stage_breakdown),
         run_id=ctx.run_id,
         facts=facts,
-        # the warm-up and after-last-step rows share their stage's name: drawn, they would be a second bar of it
+        # the warm-up and after-last-step rows share their stage's name: drawn, they would be a second bar of it;
+        # a user's span named like the iteration (step of kind user) is a bar of its own, named apart
         chart=Chart(
-            "hbar", "stage", ("total",), "Time per stage", limit=30, extra={"exclude": {"kind": UNMEASURED_KINDS}}
+            "hbar",
+            "stage",
+            ("total",),
+            "Time per stage",
+            limit=30,
+            extra={"exclude": {"kind": UNMEASURED_KINDS}, "tell_apart": "kind"},
         ),
         labels=labels,
     )

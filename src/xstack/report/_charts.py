@@ -8,6 +8,7 @@ the analysis so that the first ones matter most, and the caption says how many o
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -140,6 +141,14 @@ def tooltip(result: Result, row: Sequence[Any], cols: Sequence[int]) -> str:
     return title_tag([f"{result.columns[i].name}: {format_cell(row[i], result.columns[i])}" for i in cols])
 
 
+def tip_columns(result: Result, chart: Chart) -> list[int]:
+    """The columns a bar's tooltip names between its category and its value: ``extra["tell_apart"]`` and those
+    ``extra["tip"]`` lists, where the result has them."""
+    names = [chart.extra.get("tell_apart"), *(chart.extra.get("tip") or ())]
+    have = {c.name for c in result.columns}
+    return [result.column_index(n) for n in dict.fromkeys(names) if isinstance(n, str) and n in have]
+
+
 def bars(result: Result, chart: Chart) -> Drawn:
     """Vertical bars, one group per row, one bar per ``y`` column."""
     return _columns(result, chart, stack=False)
@@ -161,7 +170,8 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     c = Cols.of(result, chart)
     rows, notes = first_rows(result, chart)
     groups, names = bar_colors(result, chart, rows, c)
-    labels = [clip_label(marked_label(result, chart, r, category(r[c.x], result.columns[c.x].unit)), 26) for r in rows]
+    labels = [clip_label(label, 26) for label in category_labels(result, chart, rows, c.x)]
+    tips = tip_columns(result, chart)
     top, plot_h = 12.0 + legend_height(names, 90.0), 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     stacks = [_stack(r, c.ys, stack) for r in rows]
@@ -183,7 +193,7 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
             parts.append(
                 f'<rect class="mark" x="{x:.1f}" y="{min(y0, y1):.1f}" width="{max(inner - 1, 0.6):.1f}" '
                 f'height="{abs(y0 - y1):.1f}" fill="{color(groups[k] if groups else j)}"{faded(result, chart, row)}>'
-                f"{tooltip(result, row, [c.x, c.ys[j]])}</rect>"
+                f"{tooltip(result, row, [c.x, *tips, c.ys[j]])}</rect>"
             )
         if k % every == 0:
             cx, cy = x0 + band * 0.4, top + plot_h + 12
@@ -210,9 +220,9 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     bar_h = (row_h - 6) / (1 if stack else len(c.ys))
     parts = [open_svg(top + plot_h + 44, chart.title or result.title), legend(names, left, 12.0)]
     parts.append(x_axis(sx, top, top + plot_h, c.units[0], axis_title(["total"] if stack else c.names, c.units[0])))
-    for k, (row, st) in enumerate(zip(rows, stacks, strict=True)):
+    labels, tips = category_labels(result, chart, rows, c.x), tip_columns(result, chart)
+    for k, (row, st, label) in enumerate(zip(rows, stacks, labels, strict=True)):
         y0 = top + k * row_h + 3
-        label = marked_label(result, chart, row, category(row[c.x], result.columns[c.x].unit))
         parts.append(
             f'<text class="tick" x="{left - 6:.1f}" y="{y0 + row_h / 2 + 1:.1f}" text-anchor="end">'
             f"{esc(clip_label(label, 42))}{title_tag([label])}</text>"
@@ -225,7 +235,7 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
             parts.append(
                 f'<rect class="mark" x="{min(x0, x1):.1f}" y="{y:.1f}" width="{abs(x1 - x0):.1f}" '
                 f'height="{max(bar_h - 1, 1):.1f}" fill="{color(groups[k] if groups else j)}"'
-                f"{faded(result, chart, row)}>{tooltip(result, row, [c.x, c.ys[j]])}</rect>"
+                f"{faded(result, chart, row)}>{tooltip(result, row, [c.x, *tips, c.ys[j]])}</rect>"
             )
         if st and (stack or len(c.ys) == 1):
             end = max(hi for _, _, hi in st)
@@ -236,6 +246,23 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
             )
     parts.append("</svg>")
     return Drawn("".join(parts), notes + mark_notes(result, chart, rows))
+
+
+def category_labels(result: Result, chart: Chart, rows: Sequence[Sequence[Any]], x: int) -> list[str]:
+    """The rows' category labels, each with its mark (``marked_label``); where two drawn rows would read alike,
+    each whose ``extra["tell_apart"]`` column holds another word than its label has that word after it (a user's
+    span named like the iteration, ``step`` of kind ``user``, reads ``step (user)`` beside the iteration's
+    ``step``)."""
+    labels = [marked_label(result, chart, r, category(r[x], result.columns[x].unit)) for r in rows]
+    key = chart.extra.get("tell_apart")
+    if not isinstance(key, str) or not any(c.name == key for c in result.columns):
+        return labels
+    i, seen = result.column_index(key), Counter(labels)
+    words = [format_cell(r[i], result.columns[i]) for r in rows]
+    return [
+        f"{label} ({word})" if seen[label] > 1 and word not in ("", "-", label) else label
+        for label, word in zip(labels, words, strict=True)
+    ]
 
 
 def _mark(result: Result, chart: Chart, row: Sequence[Any]) -> str:
@@ -335,7 +362,7 @@ def boxes(result: Result, chart: Chart) -> Drawn:
         raise ChartError(f"{result.id}: a box plot needs 1, 3 or 5 quantile columns, not {len(quantiles)}")
     c = Cols.of(result, replace(chart, y=quantiles))
     rows, notes = first_rows(result, chart)
-    labels = [clip_label(marked_label(result, chart, r, category(r[c.x], result.columns[c.x].unit)), 26) for r in rows]
+    labels = [clip_label(label, 26) for label in category_labels(result, chart, rows, c.x)]
     top, plot_h = 12.0, 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     values = [v for r in rows for i in c.ys if (v := num(r[i])) is not None]
