@@ -99,7 +99,7 @@ COLUMNS = [
         "warm-up",
         "",
         "a warm-up iteration (a live run's first also pays for start-up, DataLoader workers "
-        "included): shown, left out of the verdict, the shares and the totals",
+        "included): in the table, left out of the chart, the verdict, the shares and the totals",
     ),  # fmt: skip
 ]
 
@@ -128,20 +128,20 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
 
     Notes: iterations are the step spans (``prof.step()``, ``ProfilerStep#N``); without them, the stretches from the
     start of one DataLoader wait to the start of the next (the last ends with the main process's last model span).
-    Warm-up steps (a live run's first, which also starts the DataLoader's workers; a pass's --warmup) are shown,
-    marked, and left out of the verdict, the shares and the totals. The wait is the union of the DataLoader spans
-    (``model.kind = 'dataloader'``, the profiler's ``enumerate(DataLoader)`` annotations) within the iteration; the
-    rest is compute (forward, backward, optimizer, logging). I/O time is the summed duration of ``io`` spans,
-    clipped to the iteration (and to the waits for the main process's share); workers' calls run in parallel, so
-    their sum may exceed the iteration. Pipes and sockets are left out: the main process blocks reading them while
-    it waits for a worker, which is the wait itself, not storage I/O. The main process is ``runs.config.pid``, else
-    the process of most model spans; the helpers of multiprocessing (resource tracker, forkserver) and the
-    programs started by exec (``subprocess``) are not workers. Without model spans (an imported Darshan log) the
-    waits cannot be known: the I/O time totals are still given, per process, as ``io.processes`` counts them
-    (read + write + metadata time from ``io_files``, from the ``io`` spans when the run has no per-file counters:
-    a Darshan log's DXT segments trace its POSIX reads and writes only, up to DXT's limit). The labels give each
-    DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the program
-    could use (fact ``cores``); fact ``dataloaders`` holds them.
+    Warm-up steps (a live run's first, which also starts the DataLoader's workers; a pass's --warmup) are rows of
+    the table, marked, and left out of the chart, the verdict, the shares and the totals. The wait is the union of
+    the DataLoader spans (``model.kind = 'dataloader'``, the profiler's ``enumerate(DataLoader)`` annotations)
+    within the iteration; the rest is compute (forward, backward, optimizer, logging). I/O time is the summed
+    duration of ``io`` spans, clipped to the iteration (and to the waits for the main process's share); workers'
+    calls run in parallel, so their sum may exceed the iteration. Pipes and sockets are left out: the main process
+    blocks reading them while it waits for a worker, which is the wait itself, not storage I/O. The main process is
+    ``runs.config.pid``, else the process of most model spans; the helpers of multiprocessing (resource tracker,
+    forkserver) and the programs started by exec (``subprocess``) are not workers. Without model spans (an imported
+    Darshan log) the waits cannot be known: the I/O time totals are still given, per process, as ``io.processes``
+    counts them (read + write + metadata time from ``io_files``, from the ``io`` spans when the run has no per-file
+    counters: a Darshan log's DXT segments trace its POSIX reads and writes only, up to DXT's limit). The labels
+    give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the
+    program could use (fact ``cores``); fact ``dataloaders`` holds them.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -174,7 +174,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
             x="iteration",
             y=("wait", "compute"),
             title="Each iteration: waiting for data vs the rest",
-            extra={"mark": "warm-up", "mark_note": "faded: warm-up, left out of the verdict and the shares"},
+            # a live run's first iteration also starts the workers: drawn, it sets the scale (seconds against the
+            # measured iterations' milliseconds); it stays in the table, left out as model.stages' chart leaves it
+            extra={"exclude": {"warm-up": "yes"}},
         ),
         facts=facts,
         labels=_labels(io, kind, table, waited=waited) + _loaders.labels(loaders, facts["cores"]),

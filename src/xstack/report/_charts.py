@@ -102,8 +102,8 @@ def render_chart(result: Result) -> str:
 def first_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], list[str]]:
     """The rows a chart draws and a note when some are left out: those whose ``extra["filter"]`` column is
     true (when it names one), less those whose column has the value (or one of the values) ``extra["exclude"]``
-    gives it (when any does; the note names the values the rows hold), then the first ``Chart.limit`` (at most
-    the kind's cap)."""
+    gives it (when any does; the note names the values the rows hold, or the column of a flag, ``yes``: "rows not
+    marked warm-up"), then the first ``Chart.limit`` (at most the kind's cap)."""
     rows, notes = result.rows, []
     key = chart.extra.get("filter")
     if isinstance(key, str) and any(c.name == key for c in result.columns):
@@ -120,7 +120,8 @@ def first_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], lis
             if len(kept) < len(rows):
                 left = [str(v) for v in values if any(r[i] == v for r in rows)]  # those the table has
                 named = f"{', '.join(left[:-1])} or {left[-1]}" if len(left) > 1 else left[0]
-                notes.append(f"rows where {name} is not {named}: {len(kept):,} of {len(rows):,}")
+                which = f"not marked {name}" if left == ["yes"] else f"where {name} is not {named}"  # a flag column
+                notes.append(f"rows {which}: {len(kept):,} of {len(rows):,}")
                 rows, selected = kept, True
     cap = CAPS[chart.kind]
     limit = min(chart.limit, cap) if chart.limit else cap
