@@ -372,6 +372,27 @@ def test_bandwidth_draws_six_processes_and_sums_the_rest(tmp_path: Path) -> None
     assert others == pytest.approx(1000 + 1001)
 
 
+def test_bandwidth_of_one_process_draws_its_line_once(tmp_path: Path, loop: Store) -> None:
+    """The total of a run whose I/O is one process's is that process's line: drawn too, it lay hidden under it,
+    a legend entry with no line to be seen. The table keeps it; with several processes it is drawn."""
+    from xstack.report._charts import render_chart
+
+    with Store.create(tmp_path / "one.duckdb") as store:
+        store.add_run(RunInfo(1, "one", levels=["io"]))
+        sink = Sink(store, 1)
+        for i in range(4):
+            io_span(sink, i + 1, None, "read", 100 * i, 10, 300, f"/d/{i}", 1000 + i)
+        sink.close()
+    with Store.open(tmp_path / "one.duckdb") as store:
+        r = _one(store, "io.bandwidth", bins=4)
+    assert list(dict.fromkeys(r.column("process"))) == ["all", "pid 300"]
+    svg = render_chart(r)
+    assert re.findall(r'class="legend"[^>]*>([^<]*)<', svg) == ["pid 300"] and svg.count('class="mark line"') == 1
+    assert "<figcaption>all not drawn: only pid 300 read or wrote, its line is the total</figcaption>" in svg
+    svg = render_chart(_one(loop, "io.bandwidth", bins=10))
+    assert re.findall(r'class="legend"[^>]*>([^<]*)<', svg)[0] == "all" and svg.count('class="mark line"') == 4
+
+
 def test_bandwidth_of_a_darshan_log_without_dxt_is_an_estimate(tmp_path: Path) -> None:
     row = data_file(7, "/d/x", 1000, 4, first_ns=0, last_ns=1000)
     with files_store(tmp_path / "f.duckdb", [row]) as store:

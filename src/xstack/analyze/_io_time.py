@@ -75,10 +75,11 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
 
     Notes: each read or write counts its bytes in the bins its call overlaps, in proportion to the overlap (a
     call within one bin counts wholly there). Pipes and sockets are left out. Lines are drawn for all processes
-    together and for the six that moved the most bytes; the rest are summed into one line. Without ``io``
-    spans (a Darshan log without DXT tracing) the per-operation times are unknown: each file's bytes are spread
-    evenly from its first to its last access (an estimate, and labelled so). Time counts from the run's first
-    span (so it lines up with the Perfetto trace), else from the first I/O.
+    together (not where one process did all the I/O: that line is its own) and for the six that moved the most
+    bytes; the rest are summed into one line. Without ``io`` spans (a Darshan log without DXT tracing) the
+    per-operation times are unknown: each file's bytes are spread evenly from its first to its last access (an
+    estimate, and labelled so). Time counts from the run's first span (so it lines up with the Perfetto trace),
+    else from the first I/O.
     """
     check_options(ID, bins=bins)
     io = io_run(store, run_id)
@@ -100,7 +101,14 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
         table,
         notes=notes_of(bandwidth_over_time),
         run_id=io.run_id,
-        chart=Chart("line", x="time", y=("bandwidth",), series="process", title="Bytes read and written per second"),
+        chart=Chart(
+            "line",
+            x="time",
+            y=("bandwidth",),
+            series="process",
+            title="Bytes read and written per second",
+            extra=_one_process(table),
+        ),
         facts={
             "bins": int(bins),
             "bin_ns": width,
@@ -113,6 +121,16 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
         labels=([] if io.has_spans else ["estimated: each file's bytes spread over its first to last access (no DXT)"])
         + [bin_label(width)],
     )
+
+
+def _one_process(table: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The chart's extra for a run whose I/O is one process's: its ``all`` line is that process's, drawn under
+    it, a legend entry with no line of its own to be seen; it is left out of the chart and the caption says so."""
+    processes = {r[1] for r in table} - {"all"}
+    if len(processes) != 1:
+        return {}
+    note = f"all not drawn: only {processes.pop()} read or wrote, its line is the total"
+    return {"exclude": {"process": "all"}, "exclude_note": note}
 
 
 def _run_base(store: Store, io: IoRun, t0: int) -> int:

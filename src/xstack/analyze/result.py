@@ -62,7 +62,8 @@ class Chart:
     box plot's quantile columns); for bars, ``extra["mark"]`` names a column whose non-empty value marks a row
     (its bars drawn faded, the column's name after its label: ``1 (warm-up)``) and ``extra["mark_note"]`` says why;
     ``extra["filter"]`` names a column whose true rows alone are drawn, and ``extra["exclude"]`` maps column names
-    to a value, or a tuple of values, whose rows are not drawn (``{"kind": ("warm-up", "warm-up step")}``);
+    to a value, or a tuple of values, whose rows are not drawn (``{"kind": ("warm-up", "warm-up step")}``), the
+    caption saying how many are drawn, or ``extra["exclude_note"]``;
     ``extra["tell_apart"]`` names a column whose value follows a category's label where two drawn rows share it
     (``step (user)`` beside ``step``), and is named in the bars' tooltips, as are the columns ``extra["tip"]``
     lists.

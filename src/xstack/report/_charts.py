@@ -100,10 +100,24 @@ def render_chart(result: Result) -> str:
 
 
 def first_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """The rows a chart draws and a note when some are left out: those whose ``extra["filter"]`` column is
-    true (when it names one), less those whose column has the value (or one of the values) ``extra["exclude"]``
-    gives it (when any does; the note names the values the rows hold, or the column of a flag, ``yes``: "rows not
-    marked warm-up"), then the first ``Chart.limit`` (at most the kind's cap)."""
+    """The rows a chart draws and a note when some are left out: those ``selected_rows`` keeps, then the first
+    ``Chart.limit`` (at most the kind's cap)."""
+    rows, notes, selected = selected_rows(result, chart)
+    cap = CAPS[chart.kind]
+    limit = min(chart.limit, cap) if chart.limit else cap
+    total = len(rows) + (0 if selected else result.truncated)
+    if total > limit:
+        table = "them all" if selected or not result.truncated else f"the first {len(result.rows):,}"
+        notes.append(f"showing the first {min(limit, len(rows)):,} of {total:,} rows (the table has {table})")
+    return rows[:limit], notes
+
+
+def selected_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], list[str], bool]:
+    """The rows a chart may draw, a note for each choice that left some out, and whether any choice was made:
+    those whose ``extra["filter"]`` column is true (when it names one), less those whose column has the value (or
+    one of the values) ``extra["exclude"]`` gives it (when any does; the note names the values the rows hold, or
+    the column of a flag, ``yes``: "rows not marked warm-up"; ``extra["exclude_note"]`` where it says why
+    instead)."""
     rows, notes = result.rows, []
     key = chart.extra.get("filter")
     if isinstance(key, str) and any(c.name == key for c in result.columns):
@@ -121,15 +135,10 @@ def first_rows(result: Result, chart: Chart) -> tuple[list[tuple[Any, ...]], lis
                 left = [str(v) for v in values if any(r[i] == v for r in rows)]  # those the table has
                 named = f"{', '.join(left[:-1])} or {left[-1]}" if len(left) > 1 else left[0]
                 which = f"not marked {name}" if left == ["yes"] else f"where {name} is not {named}"  # a flag column
-                notes.append(f"rows {which}: {len(kept):,} of {len(rows):,}")
+                why = chart.extra.get("exclude_note")
+                notes.append(why if isinstance(why, str) else f"rows {which}: {len(kept):,} of {len(rows):,}")
                 rows, selected = kept, True
-    cap = CAPS[chart.kind]
-    limit = min(chart.limit, cap) if chart.limit else cap
-    total = len(rows) + (0 if selected else result.truncated)
-    if total > limit:
-        table = "them all" if selected or not result.truncated else f"the first {len(result.rows):,}"
-        notes.append(f"showing the first {min(limit, len(rows)):,} of {total:,} rows (the table has {table})")
-    return rows[:limit], notes
+    return rows, notes, selected
 
 
 def category(value: object, unit: Unit) -> str:

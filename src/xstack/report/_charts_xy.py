@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from xstack.analyze.result import Chart, Result, format_value
-from xstack.report._charts import Cols, Drawn, axis_title, first_rows, series_index, tooltip
+from xstack.report._charts import Cols, Drawn, axis_title, first_rows, selected_rows, series_index, tooltip
 from xstack.report._svg import (
     WIDTH,
     Scale,
@@ -66,16 +66,16 @@ def line(result: Result, chart: Chart) -> Drawn:
     peaks stay visible."""
     secondary = [n for n in chart.extra.get("secondary_y") or [] if any(c.name == n for c in result.columns)]
     c = Cols.of(result, replace(chart, y=tuple(chart.y) + tuple(n for n in secondary if n not in chart.y)))
-    xs_raw = [num(r[c.x]) for r in result.rows]
+    rows, notes, _ = selected_rows(result, chart)  # every row of those: downsampled below, not cut
+    xs_raw = [num(r[c.x]) for r in rows]
     by_index = any(v is None for v in xs_raw)
-    order = sorted(range(len(result.rows)), key=lambda k: k if by_index else (xs_raw[k] or 0.0))
+    order = sorted(range(len(rows)), key=lambda k: k if by_index else (xs_raw[k] or 0.0))
     group_of: list[int] = []
     names: list[str] = []
     if chart.series and len(c.ys) == 1 and any(col.name == chart.series for col in result.columns):
-        group_of, names = series_index(result, chart.series, result.rows)
+        group_of, names = series_index(result, chart.series, rows)
     buckets = [[k for k in order if group_of[k] == g] for g in range(len(names))] if group_of else [order]
-    keeps = [_downsample(b, [num(result.rows[k][c.ys[0]]) for k in b]) for b in buckets]
-    notes = []
+    keeps = [_downsample(b, [num(rows[k][c.ys[0]]) for k in b]) for b in buckets]
     if sum(map(len, keeps)) < len(order):
         notes.append(f"{len(order):,} points drawn as {sum(map(len, keeps)):,}: each bucket's lowest and highest kept")
     right = [j for j, name in enumerate(c.names) if name in secondary]
@@ -85,7 +85,7 @@ def line(result: Result, chart: Chart) -> Drawn:
     sides = [s for s in ([j for j in range(len(c.ys)) if j not in right], right) if s]
     scales = []
     for side in sides:  # first the value scales: their tick labels set the margins
-        values = [v for keep in keeps for k in keep for j in side if (v := num(result.rows[k][c.ys[j]])) is not None]
+        values = [v for keep in keeps for k in keep for j in side if (v := num(rows[k][c.ys[j]])) is not None]
         unit = c.units[side[0]]
         scales.append(Scale.fit(values, top + plot_h, top, log=chart.log_y, zero=not chart.log_y, unit=unit))
     left = axis_margin(scales[0], c.units[sides[0][0]])
@@ -104,7 +104,7 @@ def line(result: Result, chart: Chart) -> Drawn:
         parts.append(y_axis(sy, left, plot_x1, unit, axis_title([c.names[j] for j in side], unit), right=side is right))
         for j in side:
             for g, keep in enumerate(keeps):
-                path = [(x_of(k), v) for k in keep if (v := num(result.rows[k][c.ys[j]])) is not None]
+                path = [(x_of(k), v) for k in keep if (v := num(rows[k][c.ys[j]])) is not None]
                 parts.append(_polyline(path, sx, sy, color(g if group_of else j)))
     parts.append("</svg>")
     return Drawn("".join(parts), notes)
