@@ -4,6 +4,7 @@ iteration, are shares of the step of the pass that timed them."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,20 @@ def test_a_merged_run_s_layers_and_ops_are_shares_of_the_step_of_the_pass_that_t
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(render_summary(s))
     assert "% of step (model+layer+op)" in console.export_text()
+
+
+def test_the_html_overview_says_each_level_of_a_merged_run_is_timed_in_its_own_pass(leveled: Path) -> None:
+    """The top layers of a merged run are timed in the model+layer+op pass, their shares of its step: the overview's
+    charts say so, as the terminal's share column does, and each bar's tooltip gives its share."""
+    from xstack.analyze.pipeline import analyze
+    from xstack.report._html_sections import overview
+
+    with Store.open(leveled) as store:
+        html = overview(analyze(store, ids=["model.stages"]))
+    for level in ("layer", "op"):
+        top = re.search(rf'<div class="top" data-level="{level}">.*?</figure>', html, re.S)
+        assert top is not None, level
+        caption = re.search(r'<p class="meta">([^<]*)</p>', top[0])
+        assert caption is not None and caption[1].startswith("each level is timed in a pass of its own"), level
+        assert "shares are % of step (model+layer+op)" in caption[1]
+        assert re.search(r"<title>name: [^<]*\n% of step \(model\+layer\+op\): [0-9.]+\ntotal: ", top[0]), level

@@ -59,7 +59,8 @@ def overview(analysis: Analysis) -> str:
         rows = s.top.get(level) or []
         if rows:
             chart = _top_chart(level, rows, s.share_of.get(level))
-            note = f'<p class="meta">{esc(caption)}</p>' if (caption := top_caption(s, level)) else ""
+            captions = [c for c in (share_caption(s, level), top_caption(s, level)) if c]
+            note = f'<p class="meta">{esc("; ".join(captions))}</p>' if captions else ""
             parts.append(f'<div class="top" data-level="{level}"><h4>{esc(title)}</h4>{note}{chart}</div>')
     parts.append("</div></section>")
     return "".join(parts)
@@ -98,6 +99,18 @@ def _cards(analysis: Analysis) -> str:
     return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + runs + system
 
 
+def share_caption(s: RunSummary, level: str) -> str | None:
+    """What a level's shares are of, as the terminal's share column names it ("% of step (model+layer)"), where
+    not of the wall time; in a merged run, that each level is timed in a pass of its own, so that a layer's time
+    is not comparable with a model stage's or an operator's."""
+    share = s.share_of.get(level)
+    if not share:
+        return None
+    if s.pass_name == "merged" and level != "kernel":
+        return f"each level is timed in a pass of its own (the levels below slow those above); shares are % {share}"
+    return f"shares are % {share}"
+
+
 def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) -> str:
     share = f"% {share_of}" if share_of else "% of kernel time" if level == "kernel" else "% of wall"
     if all(r.total_ns is None for r in rows):  # kernels known by their counters only, untimed: their FLOPs
@@ -114,7 +127,7 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
         title=LEVEL_TITLES[level],
         columns=[Column("name"), Column("calls", "count"), Column("total", "ns"), Column(share, "pct")],
         rows=[(f"{r.name} ({r.type})" if r.type else r.name, r.calls, r.total_ns, r.pct) for r in rows],
-        chart=Chart("hbar", "name", ("total",)),
+        chart=Chart("hbar", "name", ("total",), extra={"tip": (share,)}),
     )
     return render_chart(result)
 
