@@ -21,6 +21,7 @@ from typing import Any
 from xstack import collect
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.errors import UsageError
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
 from xstack.trace.sink import Sink
@@ -298,7 +299,7 @@ def step() -> None:
     if _current is not None and _current._recorder is not None:
         _current.step()
         if _current.done:
-            raise PassComplete(f"{_current.steps} iterations recorded")
+            raise PassComplete(f"{counted(_current.steps or 0, 'iteration')} recorded")
 
 
 def profile(

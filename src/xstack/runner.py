@@ -29,6 +29,7 @@ from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
 from xstack.profile import PassComplete, Profile, describe_failure, parse_levels
+from xstack.text import counted
 from xstack.trace.store import Store, append_store, check_new, scratch_path
 
 
@@ -187,7 +188,9 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         sys.argv, sys.path[:] = saved_argv, saved_path
         sys.stdout.flush()
     if prof.done and (measured is None or not measured.quiet):
-        print(f"xstack: {prof.steps} iterations recorded; the program was stopped there", file=sys.stderr)
+        print(
+            f"xstack: {counted(prof.steps or 0, 'iteration')} recorded; the program was stopped there", file=sys.stderr
+        )
     if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
         print(f"xstack: warning: {prof.shortfall} (lower --warmup or --iters, or let the program run longer)",
               file=sys.stderr)  # fmt: skip

@@ -129,6 +129,17 @@ def test_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
     assert not (tmp_path / "p.duckdb").exists()
 
 
+def test_one_iteration_recorded_is_said_in_the_singular(tmp_path: Path) -> None:
+    _write(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--warmup", "0", "--iters", "1", "-o", "r.duckdb", "--",
+         "python", "train.py", "0", "s.txt"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "xstack: 1 iteration recorded; the program was stopped there" in done.stderr
+
+
 def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: Path) -> None:
     _write(tmp_path)
     done = subprocess.run(

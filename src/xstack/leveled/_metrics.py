@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from xstack.text import counted
 from xstack.trace import attrs as A
 
 _KEEP = "metrics."
@@ -57,7 +58,7 @@ def join_metrics(con: Any, merged_run: int, metric_runs: list[int]) -> list[tupl
             iterations += 1
             for pos, kernel in enumerate(kernels):
                 if pos >= len(measured):
-                    mismatches.append(f"{label}: {len(measured)} kernels profiled, the merged profile has "
+                    mismatches.append(f"{label}: {counted(len(measured), 'kernel')} profiled, the merged profile has "
                                       f"{len(kernels)}")  # fmt: skip
                     break
                 why = _disagree(kernel[1], _attrs(kernel[2]), measured[pos][0], measured[pos][1])
@@ -67,7 +68,7 @@ def join_metrics(con: Any, merged_run: int, metric_runs: list[int]) -> list[tupl
                 found.setdefault(int(kernel[0]), []).append(measured[pos][1])
             else:
                 if len(measured) > len(kernels):
-                    mismatches.append(f"{label}: {len(measured)} kernels profiled, the merged profile has "
+                    mismatches.append(f"{label}: {counted(len(measured), 'kernel')} profiled, the merged profile has "
                                       f"{len(kernels)}: the extra ones not joined")  # fmt: skip
     patches = [(orjson.dumps(_median(found[k])).decode(), merged_run, k) for k in found]
     if patches:

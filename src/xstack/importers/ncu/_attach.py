@@ -18,6 +18,7 @@ import orjson
 from xstack.errors import BadInputError
 from xstack.importers.ncu import DURATION, csv_health, kernel_attrs
 from xstack.importers.ncu._csv import Kernel, NcuCsv, read_ncu_csv
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
 from xstack.trace.store import Store
@@ -87,8 +88,8 @@ def _iterations(
         per = len(kernels) // len(measured)
         return [(k, measured[i // per]) for i, k in enumerate(kernels)], []
     detail = (
-        f"{len(kernels)} kernels without an xstack.step NVTX range do not split evenly over "
-        f"{len(measured)} measured iterations: all kept under iteration {measured[0]}"
+        f"{counted(len(kernels), 'kernel')} without an xstack.step NVTX range do not split evenly over "
+        f"{counted(len(measured), 'measured iteration')}: all kept under iteration {measured[0]}"
     )
     return [(k, measured[0]) for k in kernels], [("metrics_iterations_unknown", len(kernels), detail)]
 
