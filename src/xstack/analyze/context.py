@@ -385,6 +385,16 @@ def warmup_steps(config: dict[str, Any]) -> int:
     return 0
 
 
+def iteration_numbers(table: str = "spans") -> str:
+    """SQL (a table ``(run_id, span_id, iteration)``): each host step span of ``table`` with the number the reports
+    give its iteration (``RunContext.iteration_of``: from 1, in start order within its run, warm-up included), not
+    the ``N`` of its name: ``step#N`` counts from 0, and an imported ``ProfilerStep#N`` from where the profiler's
+    schedule began."""
+    return f"""(SELECT run_id, span_id, row_number() OVER (
+                    PARTITION BY run_id ORDER BY start_ns, start_ns + dur_ns, span_id) AS iteration
+                FROM {table} WHERE level = 'model' AND device = 'cpu' AND {STEP_SPAN})"""
+
+
 def past_warmup(warmup: int, alias: str = "") -> str:
     """SQL: a step span (of ``alias``) is past the first ``warmup`` iterations; spans without an iteration
     number (``ProfilerStep#N`` of imported traces, whose warm-up the profiler's schedule left out) always are."""

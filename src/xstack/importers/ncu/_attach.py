@@ -88,7 +88,7 @@ def _iterations(
         return [(k, measured[i // per]) for i, k in enumerate(kernels)], []
     detail = (
         f"{len(kernels)} kernels without an xstack.step NVTX range do not split evenly over "
-        f"{len(measured)} measured iterations: all kept under iteration {measured[0]}"
+        f"{len(measured)} measured iterations: all kept under iteration {steps.index(measured[0]) + 1}"
     )
     return [(k, measured[0]) for k in kernels], [("metrics_iterations_unknown", len(kernels), detail)]
 
