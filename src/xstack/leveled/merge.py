@@ -348,7 +348,7 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
     first_config = orjson.loads(first[3]) if first[3] else {}
     program = {
         k: first_config[k]
-        for k in (A.CONFIG_CPU_COUNT, A.CONFIG_TORCH_THREADS, A.CONFIG_DATALOADERS)
+        for k in (A.CONFIG_CPU_COUNT, A.CONFIG_TORCH_THREADS, A.CONFIG_DATALOADERS, A.CONFIG_CUDA)
         if k in first_config
     }
     return RunInfo(
