@@ -258,6 +258,7 @@ class Profile:
                 "pid": os.getpid(),
                 A.CONFIG_CPU_COUNT: usable_cpus(),
                 A.CONFIG_TORCH_THREADS: _torch_threads(),
+                A.CONFIG_CUDA: _cuda_initialised(),
             }
             | _peaks(device, self.config),
         )
@@ -411,6 +412,15 @@ def _torch_threads() -> int | None:
         return int(torch.get_num_threads()) if torch is not None else None
     except Exception:  # a half-imported or stubbed torch must never fail a profile
         return None
+
+
+def _cuda_initialised() -> bool:
+    """Whether the program had CUDA initialised (``config.cuda``); False where it did not import torch."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())  # asks nothing of the driver
+    except Exception:  # a half-imported or stubbed torch must never fail a profile
+        return False
 
 
 def _peaks(device: str, config: dict[str, Any]) -> dict[str, Any]:

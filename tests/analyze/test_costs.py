@@ -158,8 +158,8 @@ def test_ops_outside_any_layer_are_split_by_iteration(tmp_path: Path) -> None:
         ], r.id
         assert r.column("layer") == ["0", "1", "2", "(outside any layer)"] * 3 + ["(outside any layer and step)"]
         flops = [f for f, layer in zip(r.column("FLOPs"), r.column("layer"), strict=True) if layer.startswith("(o")]
-        # every iteration does the same work; the tail does the matmul at least
-        assert flops[0] == flops[1] == flops[2] > 0 and flops[3] >= 2 * 32 * 32 * 64, r.id
+        # every iteration does the same work; the tail does the matmul, then sums its 32 x 32 elements
+        assert flops[0] == flops[1] == flops[2] > 0 and flops[3] == 2 * 32 * 64 * 32 + 32 * 32, r.id
 
 
 class Residual(torch.nn.Module):  # type: ignore[misc]
@@ -221,4 +221,34 @@ def test_a_pooling_layer_reads_its_whole_input(tmp_path: Path) -> None:
 def test_reductions_write_what_they_keep(name: str, shapes: list, concrete: list, write: int) -> None:  # type: ignore[type-arg]
     cost = op_cost(name, shapes, ["float"], concrete)
     assert cost is not None and cost.flops == math.prod(shapes[0]) and cost.write_bytes == 4 * write
-    assert op_cost("aten::sum", [[6, 7], []], ["float", "Scalar"], ["", "6"]) is None  # a dtype, not dims
+    assert op_cost("aten::amax", [[6, 7], []], ["float", ""], ["", ""]) is None  # dims not recorded
+
+
+@pytest.mark.parametrize("name", ["aten::sum", "aten::mean"])
+@pytest.mark.parametrize("dtype", ["", "6"])  # x.sum(), x.sum(dtype=torch.float32): every element, no dims
+def test_a_reduction_over_every_element_is_costed(name: str, dtype: str) -> None:
+    cost = op_cost(name, [[6, 7], []], ["float", "ScalarType" if dtype else ""], ["", dtype])
+    assert cost is not None and (cost.flops, cost.read_bytes, cost.write_bytes) == (42, 42 * 4, 4)
+
+
+def test_a_sum_after_the_loop_adds_its_flops_to_the_matmul_it_reduces(tmp_path: Path) -> None:
+    """``(x @ w).sum()`` after the last step(), profiled by ``xstack run``: the sum reads the product's 32 x 64
+    elements, one add each; it was recorded as ``aten::sum(self, dtype)``, without dims, and costed nothing."""
+    (tmp_path / "prog.py").write_text(
+        "import torch, xstack\n"
+        "m = torch.nn.Linear(8, 8)\n"
+        "for _ in range(3):\n"
+        "    m(torch.randn(4, 8))\n"
+        "    xstack.step()\n"
+        "x, w = torch.randn(32, 32), torch.randn(32, 64)\n"
+        "(x @ w).sum()\n"
+    )
+    argv = ["run", "--levels", "model,layer,op", "-o", "s.duckdb", "--", sys.executable, "prog.py"]
+    done = subprocess.run([sys.executable, "-m", "xstack", *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "s.duckdb") as store:
+        (a12,) = run_analyses(store, None, ["A12"])
+    rows = dict(zip(a12.column("layer"), zip(a12.column("FLOPs"), a12.column("DRAM read"), strict=True), strict=True))
+    matmul, total = 2 * 32 * 32 * 64, 32 * 64
+    assert rows["(outside any layer and step)"] == (matmul + total, (32 * 32 + 32 * 64) * 4 + total * 4)

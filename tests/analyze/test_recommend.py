@@ -465,3 +465,40 @@ def test_unattributed_time_quotes_a_mismatch_whole_or_cut_at_a_word(tmp_path: Pa
     assert f"iteration_mismatch: 2 ({detail}) (health)" in rec.evidence
     cut = next(e for e in rec.evidence if e.startswith("pass_mismatch"))
     assert cut.endswith(" 'void ...) (health)") and len(cut) < len(long), cut
+    # a GPU run: autotuning may change its kernels; every kernel has its launch, so the levels are not at fault
+    assert "cudnn.benchmark" in rec.action and "kernel level" not in rec.action, rec.action
+
+
+def test_orphan_kernels_are_told_to_record_their_launches(tmp_path: Path) -> None:
+    with _kernel_store(tmp_path / "o.duckdb", [("gemm", 100_000, 1e10, 1e8)], orphan_ns=50_000) as store:
+        rec = _check(_fired(store, "unattributed_time"), "health")
+    assert rec.action.startswith("Record the runtime level with the kernel level"), rec.action
+    assert "Make the measured iterations" not in rec.action  # no mismatch to fix
+
+
+def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_path: Path) -> None:
+    """A real CPU program measured in passes, a validation every third step: the advice is what it can change."""
+    import torch
+    from torch import nn
+
+    import xstack
+
+    model, x, calls = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4), 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x)
+        if calls % 3 == 0:
+            with xstack.span("validate"):
+                model(x)
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=4, path=tmp_path / "v.duckdb",
+                          progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        assert store.query("SELECT config->>'$.cuda' FROM runs WHERE pass = 'merged'")[0][0] == "false"
+        rec = _check(_fired(store, "unattributed_time"), "health")
+    assert any("'validate'" in e for e in rec.evidence), rec.evidence
+    assert "kernel level" not in rec.action and "cudnn" not in rec.action, rec.action
+    assert rec.action.startswith("Make the measured iterations repeat the same work (fixed input shapes"), rec.action
+    assert "(a validation or a checkpoint every N steps) out of the profiled loop" in rec.action

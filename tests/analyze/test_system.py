@@ -151,7 +151,7 @@ def test_cpu_over_time_says_why_all_cores_is_blank_between_full_samples(tmp_path
 # -- memory ----------------------------------------------------------------------------------------------------
 def test_rss_at_step_ends_its_slope_and_the_leak_flag(sampled: Store) -> None:
     r = _one(sampled, "system.memory")
-    assert [row[0] for row in r.rows] == [1, 2, 3]
+    assert [row[0] for row in r.rows] == [2, 3, 4]  # the measured iterations, numbered from 1 as A2-A4 number them
     assert r.column("main RSS") == [104 * MIB, 106 * MIB, 108 * MIB]
     assert r.column("workers RSS") == [50 * MIB] * 3 and r.column("workers") == [1] * 3
     assert r.column("machine used") == [4 * 2**30] * 3

@@ -187,3 +187,14 @@ def test_xstack_import_of_a_failed_ncu_run_names_the_fix_and_writes_no_store(
     err = capsys.readouterr().err
     assert "ERR_NVGPUCTRPERM" in err and "no_permission.csv" in err
     assert not out.exists()
+
+
+def test_kernels_that_do_not_split_over_the_iterations_name_the_one_they_are_kept_under_as_the_reports_do() -> None:
+    from xstack.importers.ncu._attach import _iterations
+    from xstack.importers.ncu._csv import Kernel
+
+    kernels = [Kernel(id=i, name="k") for i in range(3)]  # untagged: 3 kernels over 2 measured iterations
+    placed, health = _iterations(kernels, list(range(7)), {"measure": {"warmup": 5}})
+    assert [step for _, step in placed] == [5, 5, 5]  # the span step#5 ...
+    assert health[0][0] == "metrics_iterations_unknown"
+    assert health[0][2].endswith("all kept under iteration 6")  # ... which A2-A4 and A11-A14 call iteration 6

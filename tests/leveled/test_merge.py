@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 nn = torch.nn
 
 import xstack  # noqa: E402
+from xstack.analyze.context import run_context  # noqa: E402
 from xstack.errors import UsageError  # noqa: E402
 from xstack.leveled.merge import merge_passes  # noqa: E402
 
@@ -202,9 +203,15 @@ def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_itera
                WHERE c.run_id = ? AND p.name = '1' ORDER BY c.start_ns""",
             [merged],
         )
+        # the iteration as A2-A4 and A11-A14 number it: the op pass's sigmoid is in the one the detail names
+        op_pass = store.query("SELECT run_id FROM runs WHERE pass = 'model+layer+op'")[0][0]
+        sigmoid = store.query("SELECT start_ns FROM spans WHERE run_id = ? AND name = 'aten::sigmoid'", [op_pass])[0][0]
+        iteration = run_context(store, op_pass).iteration_of(sigmoid)[0]
     assert [h[:2] for h in health] == [("iteration_mismatch", 1)]
     detail = health[0][2]
-    assert "model+layer+op step 4" in detail and "'1 (Branchy)'" in detail
+    assert iteration == 5 and "step" not in detail.split(":")[0]
+    assert f"model+layer+op iteration {iteration}:" in detail and "'1 (Branchy)'" in detail
+    assert "where model+layer+op iteration 3 has 'aten::relu'" in detail  # the first measured one
     assert "'aten::sigmoid'" in detail and "'aten::relu'" in detail
     assert ops == [("aten::relu", 3), ("aten::add", 3)]  # the diverging iteration is not in their statistics
 
@@ -217,15 +224,16 @@ def test_a_span_only_one_iteration_has_names_the_iteration_that_lacks_it(tmp_pat
             nonlocal calls
             calls += 1
             y = x + 1
-            return y * 2 if calls == 12 + 5 else y  # one more op in the op pass's 5th iteration (its step 4)
+            return y * 2 if calls == 12 + 5 else y  # one more op in the op pass's 5th iteration (span step#4)
 
     store, _, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Tail()), torch.randn(2, 4), tmp_path)
     store.close()
     assert [h[:2] for h in health] == [("iteration_mismatch", 1)]
-    # the pass has the op, in step 4: the sequence it is checked against, its step 2's, is the one that lacks it
+    # the pass has the op, in iteration 5: the sequence it is checked against, its iteration 3's (the first
+    # measured one), is the one that lacks it
     assert (
-        "model+layer+op step 4: under layer '1 (Tail)', op 2 is 'aten::mul', which model+layer+op step 2 lacks;"
-        in (health[0][2])
+        "model+layer+op iteration 5: under layer '1 (Tail)', op 2 is 'aten::mul', which model+layer+op "
+        "iteration 3 lacks;" in (health[0][2])
     )
 
 
@@ -257,8 +265,8 @@ def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_
         )[0][0]
     assert [h[:2] for h in health] == [("pass_mismatch", 4)]  # one diverging sequence per measured iteration
     detail = health[0][2]
-    assert detail.startswith("model+layer+op step 2: under layer '1 (Gate)', layer 1 is '1.extra (ReLU)'")
-    assert "where model+layer step 2 has '1.tail (Tanh)'" in detail
+    assert detail.startswith("model+layer+op iteration 3: under layer '1 (Gate)', layer 1 is '1.extra (ReLU)'")
+    assert "where model+layer iteration 3 has '1.tail (Tanh)'" in detail
     assert layers == ["Sequential", "0", "1", "1.tail"]  # timed in the layer pass, which matches
     assert tail_ops == 0  # their ops come from the op pass, where the sequence diverged: not merged
 

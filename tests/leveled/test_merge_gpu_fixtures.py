@@ -104,7 +104,8 @@ def test_an_op_changed_in_the_kernel_pass_is_reported_and_its_kernels_left_out(t
     mismatches = [h for h in result.health if h[0].endswith("mismatch")]
     assert [h[:2] for h in mismatches] == [("pass_mismatch", 1)]
     detail = mismatches[0][2]
-    assert detail.startswith("import (run 2) step 6: under layer ") and "Linear_5 (Linear)'" in detail
-    assert "op 1 is 'aten::linear_autotuned', where import (run 1) step 6 has 'aten::linear'" in detail
+    # the trace's one step, ProfilerStep#6, is its iteration 1, as the reports number it
+    assert detail.startswith("import (run 2) iteration 1: under layer ") and "Linear_5 (Linear)'" in detail
+    assert "op 1 is 'aten::linear_autotuned', where import (run 1) iteration 1 has 'aten::linear'" in detail
     assert kernels[0][0] == len(_step_kernels(doc)) - 1  # the changed op's GEMM is not merged
     assert renamed[0][0] == 0  # the op pass times the ops: its name stands

@@ -149,7 +149,8 @@ def _check_stop(store: Store) -> None:
         assert a[A.METRICS_FLOPS_FP32] == 2 * ((i + 1) * 1000 + (1 if both else 0)), i
     count, detail = _health(store, run)["metrics_mismatch"]
     assert count == 1
-    assert "step 6: kernel 21: profiled 'void other_kernel<float>(float*)'" in detail
+    # step#6 is the pass's second step span: its iteration 2, as the reports number that run's iterations
+    assert "metrics pass (run 2) iteration 2: kernel 21: profiled 'void other_kernel<float>(float*)'" in detail
 
 
 def test_a_different_launch_configuration_is_not_glued_on(tmp_path: Path) -> None:

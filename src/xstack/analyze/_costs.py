@@ -67,6 +67,9 @@ _FIVE_PER_ELEMENT = {
     "aten::native_group_norm",
 }
 _REDUCE = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"}
+_REDUCE_ALL = {"aten::sum", "aten::mean"}
+"""Reductions with an overload over every element, ``(self, *, dtype)``: ``x.sum()``, ``x.mean()``; its two
+inputs tell it from the overloads over dims (``sum.dim_IntList``: self, dims, keepdim, dtype)."""
 _ADAPTIVE_POOL = {f"aten::adaptive_{kind}_pool{nd}d" for kind in ("avg", "max") for nd in (1, 2, 3)}
 _COPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::cat"}
 _GATHER = {"aten::embedding", "aten::index_select"}
@@ -205,8 +208,8 @@ def _reduced_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | N
         if len(values) != nd or len(x) <= nd:
             return None
         return _numel(x[:-nd]) * _numel(values)
-    if not text.startswith("["):  # not a list of dims (an overload without them, or a dtype)
-        return None
+    if not text.startswith("["):  # not a list of dims: the overload over every element, or dims not recorded
+        return 1 if name in _REDUCE_ALL and len(shapes) == 2 else None
     if text == "[]":
         return 1
     if not values or any(not -len(x) <= d < len(x) for d in values):

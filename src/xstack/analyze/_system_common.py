@@ -61,8 +61,11 @@ class Step:
     """One measured step: its iteration number and its span's bounds (ns on the run's clock)."""
 
     index: int
+    """The ``N`` of its span ``step#N`` (from 0; the warm-up is the first ``RunContext.warmup``)."""
     start_ns: int
     end_ns: int
+    iteration: int
+    """Its number in the reports (``RunContext.iteration_of``: from 1, in start order, warm-up included)."""
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ def measured_steps(store: Store, run: RunFacts) -> list[Step]:
         [run.run_id],
     )
     warmup = run_context(store, run.run_id).warmup
-    steps = [Step(int(i) if i is not None else k, int(s), int(e)) for k, (i, s, e) in enumerate(found)]
+    steps = [Step(int(i) if i is not None else k, int(s), int(e), k + 1) for k, (i, s, e) in enumerate(found)]
     return [s for s in steps if s.index >= warmup]
 
 

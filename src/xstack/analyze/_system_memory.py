@@ -51,7 +51,7 @@ ASOF JOIN c ON q.pid IS NOT DISTINCT FROM c.pid AND q.name = c.name AND q.ts >= 
 point (the sampler reads every process's RSS at each full sample: a worker missing from it had ended)."""
 
 COLUMNS = [
-    Column("step", "count", "the iteration (with no steps: the point's number)"),
+    Column("step", "count", "the iteration, from 1 as in A2-A4 (with no steps: the point's number)"),
     Column("time", "ns", "the step's end, from the run's first event"),
     Column("main RSS", "bytes", "resident memory of the profiled process"),
     Column("workers RSS", "bytes", "resident memory of its workers (DataLoader workers), summed"),
@@ -120,9 +120,9 @@ def memory_growth(store: Store, run_id: int) -> Result:
 def _points(where: Region) -> tuple[list[tuple[int, int]], int]:
     """(step number, time) of each point and the time growth counts from."""
     if where.steps:
-        return [(s.index, s.end_ns) for s in where.steps], where.steps[0].start_ns
+        return [(s.iteration, s.end_ns) for s in where.steps], where.steps[0].start_ns
     span = max(where.length_ns, 1)
-    return [(k, where.start_ns + span * (k + 1) // POINTS) for k in range(POINTS)], where.start_ns
+    return [(k + 1, where.start_ns + span * (k + 1) // POINTS) for k in range(POINTS)], where.start_ns
 
 
 def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]],

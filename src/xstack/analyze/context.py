@@ -267,6 +267,23 @@ class RunContext:
             self._tables["gpu_runtime"] = "HIP" if hip else "CUDA"
         return self._tables["gpu_runtime"]
 
+    @property
+    def used_gpu(self) -> bool:
+        """Whether the run used a GPU, so that its kernels could be recorded: the program had CUDA initialised
+        (``config.cuda``), an imported trace lists GPUs (``config.devices``), or spans ran on a device or are
+        kernels or runtime calls (a merged run of such passes, an older store)."""
+        if "used_gpu" not in self._tables:
+            used = bool(self.config.get(A.CONFIG_CUDA)) or bool(self.config.get("devices"))
+            used = used or bool(
+                self.store.query(
+                    "SELECT count(*) FROM spans WHERE run_id = ? AND (device <> 'cpu' OR level IN "
+                    "('runtime', 'kernel', 'memcpy', 'memset'))",
+                    [self.run_id],
+                )[0][0]
+            )
+            self._tables["used_gpu"] = "yes" if used else ""
+        return bool(self._tables["used_gpu"])
+
     def replayed_labels(self, what: str) -> list[str]:
         """A result's label for host times it shows of a run timed under counter replay ("``what`` inflated by
         counter replay, ..."), or none."""
@@ -383,6 +400,16 @@ def warmup_steps(config: dict[str, Any]) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return max(value, 0)
     return 0
+
+
+def iteration_numbers(table: str = "spans") -> str:
+    """SQL (a table ``(run_id, span_id, iteration)``): each host step span of ``table`` with the number the reports
+    give its iteration (``RunContext.iteration_of``: from 1, in start order within its run, warm-up included), not
+    the ``N`` of its name: ``step#N`` counts from 0, and an imported ``ProfilerStep#N`` from where the profiler's
+    schedule began."""
+    return f"""(SELECT run_id, span_id, row_number() OVER (
+                    PARTITION BY run_id ORDER BY start_ns, start_ns + dur_ns, span_id) AS iteration
+                FROM {table} WHERE level = 'model' AND device = 'cpu' AND {STEP_SPAN})"""
 
 
 def past_warmup(warmup: int, alias: str = "") -> str:

@@ -111,7 +111,8 @@ def trace_health(store: Store, run_id: int) -> Result:
 
     Notes: ``count`` is the number of spans or events concerned. Findings (what the trace missed) come first;
     rows of kind ``information`` say what the run holds or left out on purpose (``INFORMATIONAL``) and never
-    count as findings. A run without findings has the fact ``clean`` set."""
+    count as findings. A run without findings has the fact ``clean`` set, and one that used a GPU (whose kernels
+    could be recorded) the fact ``gpu``."""
     ctx = run_context(store, run_id)
     health = run_health(store, ctx.run_id)
     rows = [(*r, "finding") for r in health.findings] + [(*r, "information") for r in health.info]
@@ -127,6 +128,7 @@ def trace_health(store: Store, run_id: int) -> Result:
         "findings": health.count,
         "checks": len(health.findings),
         "unattributed_device_pct": unattributed_pct,
+        "gpu": ctx.used_gpu,
     }
     return Result("health", "Trace health", cols, rows, notes=notes_of(trace_health), run_id=ctx.run_id, facts=facts)
 

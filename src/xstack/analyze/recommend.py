@@ -232,10 +232,28 @@ def unattributed_time(results: Results) -> Recommendation | None:
         "medium" if pct >= 20 or mismatch else "low",
         evidence,
         ["health"],
-        "Make iterations repeat the same work before measuring (fixed shapes, warm-up past autotuning such as "
-        "cudnn.benchmark) and record the kernel level with the runtime calls that launch kernels, so that every "
-        "span has its parent.",
+        _unattributed_action(mismatch=bool(mismatch), orphans=pct >= UNATTRIBUTED_PCT, gpu=h.facts.get("gpu")),
     )
+
+
+def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any) -> str:
+    """What to change for a profile that could not be attributed, as far as the run can record it: a run with no
+    GPU launched no kernels, so neither autotuning nor the kernel level is any help there."""
+    parts = []
+    if mismatch:
+        what = "fixed input shapes, the same branches taken"
+        what += ", warm-up past autotuning such as cudnn.benchmark" if gpu else ""
+        parts.append(
+            f"Make the measured iterations repeat the same work ({what}): move what runs only every few "
+            "iterations (a validation or a checkpoint every N steps) out of the profiled loop, or profile fewer "
+            "iterations than its period, so that every pass and iteration has the same spans to merge"
+        )
+    if orphans:
+        parts.append(
+            "Record the runtime level with the kernel level, so that every kernel has the launching call that "
+            "charges it to an op and a layer"
+        )
+    return " ".join(f"{p}." for p in parts)
 
 
 def small_files(results: Results) -> Recommendation | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from xstack.analyze.context import iteration_numbers
 from xstack.text import counted
 from xstack.trace import attrs as A
 
@@ -86,15 +87,18 @@ def join_metrics(con: Any, merged_run: int, metric_runs: list[int]) -> list[tupl
 def _iterations(con: Any, run: int) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
     """The profiled kernels of each iteration of a metrics pass, in launch order: ``(label, [(name, attrs)])``."""
     rows = con.execute(
-        f"""SELECT s.attrs->>'$."{A.MODEL_STEP}"', m.name, m.attrs FROM _spans m
+        f"""SELECT coalesce('iteration ' || n.iteration, 'step#' || (s.attrs->>'$."{A.MODEL_STEP}"')),
+                m.name, m.attrs FROM _spans m
             JOIN _spans s ON s.run_id = m.run_id AND s.span_id = m.parent_id
+            LEFT JOIN {iteration_numbers("_spans")} n ON n.run_id = s.run_id AND n.span_id = s.span_id
             WHERE m.run_id = ? AND m.level = 'metrics'
-            ORDER BY 1::BIGINT, (m.attrs->>'$."{A.METRICS_NCU_ID}"')::BIGINT, m.span_id""",
+            ORDER BY (s.attrs->>'$."{A.MODEL_STEP}"')::BIGINT, (m.attrs->>'$."{A.METRICS_NCU_ID}"')::BIGINT,
+                m.span_id""",
         [run],
     ).fetchall()
     out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for step, name, attrs in rows:
-        out.setdefault(f"metrics pass (run {run}) step {step}", []).append((name, _attrs(attrs)))
+    for iteration, name, attrs in rows:
+        out.setdefault(f"metrics pass (run {run}) {iteration}", []).append((name, _attrs(attrs)))
     return list(out.items())
 
 

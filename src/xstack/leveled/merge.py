@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from xstack.analyze.context import iteration_numbers
 from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
@@ -304,6 +305,18 @@ def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
     """One health row per pass and kind (across passes, across iterations): how many child sequences
     diverged, the first divergence, and how many of the pass's spans were not merged."""
     names = {p.run_id: p.name for p in passes}
+    numbers = {
+        (int(run), int(it)): int(n)
+        for run, it, n in con.execute(
+            f"""SELECT t.run_id, t.iter, n.iteration FROM _lm_tree t
+                JOIN {iteration_numbers("_spans")} n USING (run_id, span_id) WHERE t.parent_key IS NULL"""
+        ).fetchall()
+    }
+
+    def iteration(run: int, it: int) -> str:  # as the reports number it, not as its span step#N is named
+        n = numbers.get((run, it))
+        return f"iteration {n}" if n is not None else f"step#{it}"
+
     rows = []
     for run, across, it, level, div, plevel, pname, got, want, ref_run, ref_iter, excluded, count in con.execute(
         _DIVERGENCE_ROWS
@@ -313,12 +326,13 @@ def _divergences(con: Any, passes: list[Pass]) -> list[tuple[str, int, str]]:
             ref = "which no iteration of the pass that times it has"
             what = f"{level}s {got!r}..."
         else:
-            ref = f"{names[ref_run]} step {ref_iter}"  # the sequence most iterations have, which it is checked against
+            # the sequence most iterations have, which it is checked against
+            ref = f"{names[ref_run]} {iteration(ref_run, ref_iter)}"
             ref = f"where {ref} has {want!r}" if want else f"which {ref} lacks"
             what = f"{level} {div + 1} is {got!r}" if got else f"{level} {div + 1} is missing"
         check = "pass_mismatch" if across else "iteration_mismatch"
         detail = (
-            f"{names[run]} step {it}: {where}, {what}, {ref}; {counted(int(count), 'sequence')} "
+            f"{names[run]} {iteration(run, it)}: {where}, {what}, {ref}; {counted(int(count), 'sequence')} "
             f"diverge{'s' if count == 1 else ''}, {counted(int(excluded), 'span')} of {names[run]} not merged"
         )
         rows.append((check, int(count), detail))
@@ -334,7 +348,7 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
     first_config = orjson.loads(first[3]) if first[3] else {}
     program = {
         k: first_config[k]
-        for k in (A.CONFIG_CPU_COUNT, A.CONFIG_TORCH_THREADS, A.CONFIG_DATALOADERS)
+        for k in (A.CONFIG_CPU_COUNT, A.CONFIG_TORCH_THREADS, A.CONFIG_DATALOADERS, A.CONFIG_CUDA)
         if k in first_config
     }
     return RunInfo(

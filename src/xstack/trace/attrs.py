@@ -400,6 +400,11 @@ CONFIG_TORCH_THREADS: Final = "torch_threads"
 """Integer, a key of ``runs.config``: torch's intra-op threads (``torch.get_num_threads()``) at the end of a live
 run, where the program imported torch: a CPU's measured GEMM peak holds for the thread count it was measured with
 (``config.peaks.details.threads``)."""
+CONFIG_CUDA: Final = "cuda"
+"""Boolean, a key of ``runs.config``: whether the profiled program had CUDA (HIP on a ROCm build) initialised by
+the end of a live run (``torch.cuda.is_initialized()``, which asks nothing of the driver): a run without it launched
+no kernels, and recording the kernel level would add nothing. Absent from imported traces (their
+``config.devices`` lists the GPUs) and from runs of older versions."""
 CONFIG_DATALOADERS: Final = "dataloaders"
 """List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
 first did, as ``{"index": int, "dataset": str (the dataset's class), "batch_size": int | None, "num_workers":

@@ -89,7 +89,7 @@ def _iterations(
         return [(k, measured[i // per]) for i, k in enumerate(kernels)], []
     detail = (
         f"{counted(len(kernels), 'kernel')} without an xstack.step NVTX range do not split evenly over "
-        f"{counted(len(measured), 'measured iteration')}: all kept under iteration {measured[0]}"
+        f"{counted(len(measured), 'measured iteration')}: all kept under iteration {steps.index(measured[0]) + 1}"
     )
     return [(k, measured[0]) for k in kernels], [("metrics_iterations_unknown", len(kernels), detail)]
 
