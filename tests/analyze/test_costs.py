@@ -252,3 +252,37 @@ def test_a_sum_after_the_loop_adds_its_flops_to_the_matmul_it_reduces(tmp_path: 
     rows = dict(zip(a12.column("layer"), zip(a12.column("FLOPs"), a12.column("DRAM read"), strict=True), strict=True))
     matmul, total = 2 * 32 * 32 * 64, 32 * 64
     assert rows["(outside any layer and step)"] == (matmul + total, (32 * 32 + 32 * 64) * 4 + total * 4)
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes", "concrete", "write"),
+    [
+        ("aten::max", [[6, 7]], [""], 1),  # x.max()
+        ("aten::min", [[6, 7], [], []], ["", "1", "False"], 6),  # x.min(dim=1): values (and indices)
+        ("aten::argmax", [[6, 7], [], []], ["", "", "False"], 1),  # x.argmax(): dim None
+        ("aten::argmin", [[6, 7], [], []], ["", "-2", "False"], 7),
+        ("aten::prod", [[6, 7], []], ["", ""], 1),  # x.prod()
+        ("aten::prod", [[6, 7], [], [], []], ["", "0", "False", ""], 7),
+    ],
+)
+def test_reductions_over_one_dim_or_every_element(name: str, shapes: list, concrete: list, write: int) -> None:  # type: ignore[type-arg]
+    cost = op_cost(name, shapes, ["float"], concrete)
+    assert cost is not None and (cost.flops, cost.read_bytes, cost.write_bytes) == (42, 42 * 4, 4 * write)
+
+
+def test_max_of_two_tensors_is_elementwise() -> None:
+    for name in ("aten::max", "aten::maximum", "aten::minimum"):
+        cost = op_cost(name, [[6, 7], [6, 7]], ["float", "float"], ["", ""])
+        assert cost is not None and (cost.flops, cost.read_bytes, cost.write_bytes) == (42, 2 * 42 * 4, 42 * 4)
+    assert op_cost("aten::max", [[6, 7], [], []], ["float"], ["", "9", "False"]) is None  # no such dim
+
+
+def test_max_argmax_and_prod_of_a_live_run_are_costed(tmp_path: Path) -> None:
+    x, y, layer = torch.randn(32, 64), torch.randn(32, 64), torch.nn.Identity()
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        layer(x)
+        x.max(), x.argmax(dim=1), torch.max(x, y), x.prod()
+    with prof.open() as store:
+        (a12,) = run_analyses(store, None, ["A12"])
+    (outside,) = [f for layer, f in zip(a12.column("layer"), a12.column("FLOPs"), strict=True) if "outside" in layer]
+    assert outside == 4 * x.numel()  # one compare (or multiply) per element each

@@ -50,6 +50,8 @@ _ELEMENTWISE = {
         "threshold",
         "dropout",
         "masked_fill",
+        "maximum",
+        "minimum",
     )
     for suffix in ("", "_")
 }
@@ -70,12 +72,25 @@ _REDUCE = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"}
 _REDUCE_ALL = {"aten::sum", "aten::mean"}
 """Reductions with an overload over every element, ``(self, *, dtype)``: ``x.sum()``, ``x.mean()``; its two
 inputs tell it from the overloads over dims (``sum.dim_IntList``: self, dims, keepdim, dtype)."""
+_REDUCE_DIM = {"aten::max", "aten::min", "aten::argmax", "aten::argmin", "aten::prod"}
+"""Reductions over every element or over one dim given as an integer: ``x.max()`` (self alone), ``x.prod()``
+(self, dtype), ``x.argmax()`` (self, dim None, keepdim); ``x.max(dim=1)``, ``argmax(x, 1)``, ``prod(x, 1)`` (self,
+dim, keepdim...). ``max(self, other)`` and ``min(self, other)`` are elementwise (``_binary_max``)."""
 _ADAPTIVE_POOL = {f"aten::adaptive_{kind}_pool{nd}d" for kind in ("avg", "max") for nd in (1, 2, 3)}
 _COPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::cat"}
 _GATHER = {"aten::embedding", "aten::index_select"}
 
 COSTED_OPS: frozenset[str] = frozenset(
-    _MATMUL | _CONV | _SDPA | _ELEMENTWISE | _FIVE_PER_ELEMENT | _REDUCE | _ADAPTIVE_POOL | _COPY | _GATHER
+    _MATMUL
+    | _CONV
+    | _SDPA
+    | _ELEMENTWISE
+    | _FIVE_PER_ELEMENT
+    | _REDUCE
+    | _REDUCE_DIM
+    | _ADAPTIVE_POOL
+    | _COPY
+    | _GATHER
 )
 """Op names with a formula. The shallowest such op on a call path is costed; its nested ops are not again."""
 
@@ -162,7 +177,9 @@ def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | No
         if not (_is_shape(q) and _is_shape(v) and q and v):
             return None
         return _numel(q[:-1]) * int(v[-1])
-    if name in _REDUCE or name in _ADAPTIVE_POOL:
+    if _binary_max(name, shapes):  # elementwise, broadcast
+        return max(_numel(s) for s in shapes[:2])
+    if name in _REDUCE or name in _REDUCE_DIM or name in _ADAPTIVE_POOL:
         return _reduced_numel(name, shapes, concrete)
     if name in _GATHER:
         weight, index = (shapes[0], shapes[1]) if name == "aten::embedding" else (shapes[0], shapes[2])
@@ -185,11 +202,11 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
             return None
         batch = _numel(q[:-2])
         return int(2 * batch * q[-2] * k[-2] * (q[-1] + v[-1]))
-    if name in _ELEMENTWISE:
+    if name in _ELEMENTWISE or _binary_max(name, shapes):
         return out
     if name in _FIVE_PER_ELEMENT:
         return 5 * out
-    if name in _REDUCE or name in _ADAPTIVE_POOL:  # one add (or compare) per element read
+    if name in _REDUCE or name in _REDUCE_DIM or name in _ADAPTIVE_POOL:  # one add (or compare) per element read
         return _numel(shapes[0])
     return None  # copies and gathers move bytes only
 
@@ -208,6 +225,13 @@ def _reduced_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | N
         if len(values) != nd or len(x) <= nd:
             return None
         return _numel(x[:-nd]) * _numel(values)
+    if name in _REDUCE_DIM:
+        if re.fullmatch(r"-?\d+", text):  # one dim
+            d = int(text)
+            return _numel([n for i, n in enumerate(x) if i != d % len(x)]) if -len(x) <= d < len(x) else None
+        every = len(shapes) == 1 or (name == "aten::prod" and len(shapes) == 2)  # x.max(), x.prod(dtype)
+        every = every or (name in ("aten::argmax", "aten::argmin") and text in ("", "None"))  # dim=None
+        return 1 if every else None
     if not text.startswith("["):  # not a list of dims: the overload over every element, or dims not recorded
         return 1 if name in _REDUCE_ALL and len(shapes) == 2 else None
     if text == "[]":
@@ -216,6 +240,11 @@ def _reduced_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | N
         return None
     reduced = {d % len(x) for d in values}
     return _numel([n for i, n in enumerate(x) if i not in reduced])
+
+
+def _binary_max(name: str, shapes: list[Any]) -> bool:
+    """``max(self, other)`` / ``min(self, other)``: two tensors, compared element by element."""
+    return name in ("aten::max", "aten::min") and len(shapes) == 2 and all(_is_shape(s) and s for s in shapes)
 
 
 def _matmul_dims(name: str, shapes: list[Any]) -> tuple[int, int, int, int] | None:
