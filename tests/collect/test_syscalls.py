@@ -240,6 +240,32 @@ def _perf(text: str, offset_ns: int = 0) -> tuple[list[Call], PerfParser]:
     return list(parser.calls(textwrap.dedent(text).strip("\n").splitlines(keepends=True))), parser
 
 
+def test_calls_running_past_the_region_end_with_it(tmp_path: Path) -> None:
+    """An idle thread blocked in a futex from the last step until the process exits (the trace's end, after the
+    store was written) is cut at the region's end: the run's wall time is its model spans', not the trace's."""
+    from xstack.analyze.summary import host_wall
+
+    store_path = tmp_path / "p.duckdb"
+    _run_with_stages(store_path)  # the region: T0 to T0 + 2.5 ms
+    trace = tmp_path / "p.strace"
+    trace.write_text(
+        textwrap.dedent("""\
+        501 1700000000.002000 futex(0x1, FUTEX_WAIT_PRIVATE, 0, NULL) = 0 <1.300000>
+        500 1700000000.002100 read(3, "abc", 3) = 3 <0.000010>
+    """)
+    )
+    health = {check: (count, detail) for check, count, detail in ingest(store_path, trace)}
+    with Store.open(store_path) as store:
+        spans = store.query("SELECT name, dur_ns, attrs FROM spans WHERE run_id = 1 AND level = 'system' "
+                            "ORDER BY start_ns")  # fmt: skip
+        wall, _ = host_wall(store, 1, {})
+    assert wall == 2_500_000
+    (futex, futex_ns, futex_attrs), (read, read_ns, read_attrs) = spans
+    assert (futex, futex_ns, orjson.loads(futex_attrs)[A.SYS_PAST_REGION_NS]) == ("futex", 500_000, 1_299_500_000)
+    assert (read, read_ns) == ("read", 10_000) and A.SYS_PAST_REGION_NS not in orjson.loads(read_attrs)
+    assert health["syscalls_past_region"][0] == 1
+
+
 def test_perf_lines_pair_entries_and_exits_per_thread() -> None:
     calls, parser = _perf(
         """

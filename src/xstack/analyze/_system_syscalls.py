@@ -200,14 +200,14 @@ def syscall_time(store: Store, run_id: int) -> Result:
     syscalls within the measured steps and its share of them, against the other threads' time and how much of it
     they spent in wait calls, idle. Caveats: strace stops the thread at every call, adding some microseconds to each
     and slowing the whole pass, so counts and the durations of calls that block (waits, reads of pipes) are what to
-    trust, not the time of short calls; calls still running when the trace ended run to its end. What the program
-    computes between calls is not seen here. So no time measured under strace is given as the program's own: where
-    the run analysed is a merged profile, the shares measured under strace (strace slows the calls more than the
-    code between them, so they still overstate syscalls, less badly) are applied to each stage's and layer's
-    duration per step in the merged profile, whose passes ran without strace ("est." columns). Shares are of the
-    measured steps (calls and spans starting in one: the warm-up, whose first wait also waits for the workers to
-    start, is left out), of the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the
-    syscall pass itself.
+    trust, not the time of short calls; calls still running when the profiled region ended (an idle thread's wait) end
+    with it. What the program computes between calls is not seen here. So no time measured under strace is given as the
+    program's own: where the run analysed is a merged profile, the shares measured under strace (strace slows the calls
+    more than the code between them, so they still overstate syscalls, less badly) are applied to each stage's and
+    layer's duration per step in the merged profile, whose passes ran without strace ("est." columns). Shares are of the
+    measured steps (calls and spans starting in one: the warm-up, whose first wait also waits for the workers to start,
+    is left out), of the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the syscall pass
+    itself.
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
