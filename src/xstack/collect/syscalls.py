@@ -297,7 +297,7 @@ def _health(parser: StraceParser | PerfParser, kept: int, outside: int) -> list[
     health = [
         ("syscalls_outside_region", outside, f"system calls before or after the profiled region (start-up, "
          f"imports, the store being written), not kept; the {kept:,} in it, from "
-         f"{counted(processes, 'process', 'processes')}, are"),
+         f"{counted(processes, 'process', 'processes')}, are kept"),
     ]  # fmt: skip
     if parser.skipped:
         health.append(("syscall_lines_skipped", parser.skipped, f"lines of the tracer's output that are not a "
