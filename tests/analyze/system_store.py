@@ -170,15 +170,19 @@ def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False, measured_w
 
 
 def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, load: Load = Load(),
-              config: dict[str, Any] | None = None, **system: Any) -> Store:  # fmt: skip
+              config: dict[str, Any] | None = None, waits_ns: int = 0, **system: Any) -> Store:  # fmt: skip
     """One run (``model``, ``system``) with the sampler's counters and its four steps (``system``: keys of
     ``system_config``; ``rss_step``: the main process's RSS growth per step; ``load``: see ``Load``;
-    ``config``: more keys of the run's config, such as ``cpu_count`` and ``dataloaders``)."""
+    ``config``: more keys of the run's config, such as ``cpu_count`` and ``dataloaders``; ``waits_ns``: a
+    ``dataloader.next`` stage that long at the start of each step)."""
     with Store.create(path) as store:
         run = run_config(gpus=["cuda:0"] if gpu else None, **system) | (config or {})
         store.add_run(RunInfo(1, "sampled", levels=["model", "system"], config=run))
         sink = Sink(store, 1)
         steps(sink, STEPS, STEP_NS)
+        for k in range(STEPS if waits_ns else 0):
+            sink.span(STEPS + 1 + k, 1 + k, "model", "dataloader.next", k * STEP_NS, waits_ns, MAIN, MAIN,
+                      {A.MODEL_KIND: "dataloader"})  # fmt: skip
         sampler_run(sink, gpu=gpu, rss_step=rss_step, load=load)
         sink.close()
     return Store.open(path)

@@ -91,6 +91,20 @@ def test_more_workers_than_cpus_stay_silent_where_the_workers_use_almost_no_cpu(
         assert RULES["workers_exceed_cores"](results) is None
 
 
+def test_more_workers_than_cpus_stay_silent_where_the_loop_waits_for_their_batches(tmp_path: Path) -> None:
+    # 2 workers each burning 40 ms of CPU per batch, a loop computing 10 ms per step on 2 CPUs that others fill:
+    # the loop waits for its batches 45% of the step, so one worker fewer would only leave it waiting longer
+    waiting = Load(main_cpu=0.23, worker_cpu=0.85, machine_pct=99.0, runnable_every=1)
+    config = {"cpu_count": 2, "dataloaders": [_loader(2)]}
+    for waits_ns, fires in ((45_000_000, False), (5_000_000, True)):
+        with cpu_store(tmp_path / f"{waits_ns}.duckdb", workers=2, load=waiting, config=config,
+                       waits_ns=waits_ns) as store:  # fmt: skip
+            results = {r.id: r for r in run_analyses(store, None, ["system.cpu", "model.stages"])}
+        assert results["model.stages"].facts["dataloader_pct_of_steps"] == pytest.approx(waits_ns / 1e6)
+        assert (RULES["workers_exceed_cores"](results) is not None) is fires, waits_ns
+        assert (RULES["input_bound"](results) is not None) is not fires, waits_ns
+
+
 def test_a_machine_filled_by_other_processes_is_not_the_program_s_workers(tmp_path: Path) -> None:
     with cpu_store(tmp_path / "others.duckdb", workers=3, load=IDLE) as store:
         results = {r.id: r for r in run_analyses(store, None, ["system.cpu"])}

@@ -460,6 +460,20 @@ def test_a_stage_blocked_in_waits_is_weighed_by_its_duration_without_strace(tmp_
         assert _fired(store, "stage_blocked_in_waits", MERGED) is None
 
 
+def test_the_loop_s_syscall_time_without_strace_is_its_stages_estimates_summed(tmp_path: Path) -> None:
+    # under strace the 1 ms step spends 260 us of dataloader.next's 300 in calls, 55 us of Net's 600 and 50 us of
+    # its own: 36.5% of it. Without strace dataloader.next takes 1.8 ms of the 2 ms step and Net 100 us: 87% of
+    # the first, 9% of the second and 5% of the step are 1.56 ms + 9.2 us + 100 us, not 36.5% of 2 ms (730 us)
+    stages = {"dataloader.next": 1_800_000, "Net": 100_000}
+    with merged_store(tmp_path / "m.duckdb", step_ns=2_000_000, stages=stages) as store:
+        r = _one(store, "system.syscalls", MERGED)
+        line = system_line(summarize(store, MERGED).system or {})
+    estimates = [_row(r, name)["est. per step"] for name in ("dataloader.next", "Net", "step")]
+    assert estimates == pytest.approx([1_800_000 * 260 / 300, 100_000 * 55 / 600, 2_000_000 * 50 / 1000])
+    assert r.facts["main_per_step_est_ns"] == pytest.approx(sum(estimates))
+    assert "36% of the measured steps under strace: about 1.67 ms of the 2.00 ms step without it" in line
+
+
 def test_the_rules_stay_silent_without_system_data(tmp_path: Path) -> None:
     with Store.create(tmp_path / "plain.duckdb") as store:
         store.add_run(RunInfo(1, "plain", levels=["model"]))

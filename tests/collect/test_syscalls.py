@@ -225,7 +225,7 @@ def test_ingest_keeps_calls_of_the_region_under_their_stage(tmp_path: Path) -> N
     assert len(attrs[6][A.SYS_ARGS]) == A.SYS_ARGS_MAX
     assert A.SYS_RET not in attrs[7]
     outside, detail = health["syscalls_outside_region"]
-    assert outside == 2 and detail.endswith("not kept; the 10 in it, from 2 processes, are")
+    assert outside == 2 and detail.endswith("not kept; the 10 in it, from 2 processes, are kept")
     assert health["syscall_lines_skipped"][0] == 1 and "bad line" in health["syscall_lines_skipped"][1]
     assert stored_health["syscalls_outside_region"] == 2
     assert run[0] == ["model", "layer", "system"]
@@ -238,6 +238,32 @@ def _perf(text: str, offset_ns: int = 0) -> tuple[list[Call], PerfParser]:
     parser = PerfParser(offset_ns)
     parser.names = {0: "read", 59: "execve", 60: "exit", 202: "futex", 257: "openat", 435: "clone3"}
     return list(parser.calls(textwrap.dedent(text).strip("\n").splitlines(keepends=True))), parser
+
+
+def test_calls_running_past_the_region_end_with_it(tmp_path: Path) -> None:
+    """An idle thread blocked in a futex from the last step until the process exits (the trace's end, after the
+    store was written) is cut at the region's end: the run's wall time is its model spans', not the trace's."""
+    from xstack.analyze.summary import host_wall
+
+    store_path = tmp_path / "p.duckdb"
+    _run_with_stages(store_path)  # the region: T0 to T0 + 2.5 ms
+    trace = tmp_path / "p.strace"
+    trace.write_text(
+        textwrap.dedent("""\
+        501 1700000000.002000 futex(0x1, FUTEX_WAIT_PRIVATE, 0, NULL) = 0 <1.300000>
+        500 1700000000.002100 read(3, "abc", 3) = 3 <0.000010>
+    """)
+    )
+    health = {check: (count, detail) for check, count, detail in ingest(store_path, trace)}
+    with Store.open(store_path) as store:
+        spans = store.query("SELECT name, dur_ns, attrs FROM spans WHERE run_id = 1 AND level = 'system' "
+                            "ORDER BY start_ns")  # fmt: skip
+        wall, _ = host_wall(store, 1, {})
+    assert wall == 2_500_000
+    (futex, futex_ns, futex_attrs), (read, read_ns, read_attrs) = spans
+    assert (futex, futex_ns, orjson.loads(futex_attrs)[A.SYS_PAST_REGION_NS]) == ("futex", 500_000, 1_299_500_000)
+    assert (read, read_ns) == ("read", 10_000) and A.SYS_PAST_REGION_NS not in orjson.loads(read_attrs)
+    assert health["syscalls_past_region"][0] == 1
 
 
 def test_perf_lines_pair_entries_and_exits_per_thread() -> None:

@@ -9,6 +9,9 @@ from xstack.analyze.result import Result
 
 Results = dict[str, Result]
 
+INPUT_WAIT_PCT = 10.0
+"""Share of the step the device (or the loop) waits for input data above which training is input-bound."""
+
 
 def get(results: Results, id: str) -> Result | None:
     """The result ``id`` when it was run and is available (its levels were recorded), else None."""
@@ -56,3 +59,11 @@ def at_stake(results: Results, total_ns: float | None, warmup_ns: float | None =
         return None, "iteration"
     n = steps(results)
     return (round(total / n), "iteration") if n else (round(total), "run")
+
+
+def loop_waits_for_data(results: Results) -> float | None:
+    """The share (%) of the measured steps the loop waited for DataLoader batches (``model.stages``) where it is
+    ``INPUT_WAIT_PCT`` or more: the loop is input-bound, its workers on its critical path; else None."""
+    s = get(results, "model.stages")
+    pct = None if s is None else num(s.facts, "dataloader_pct_of_steps")
+    return pct if pct is not None and pct >= INPUT_WAIT_PCT else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xstack.analyze._recommend_common import Results
+from xstack.analyze._recommend_common import Results, loop_waits_for_data
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_system import _severity
@@ -62,9 +62,13 @@ def workers_exceed_cores(results: Results) -> Recommendation | None:
     processes keep them busy, or they keep a good part of them busy (``SHARED_OWN_PCT``) on a machine that other
     processes fill the rest of (saturated and ``OWN_BUSY_PCT`` busy in all; only where the program could use
     every core, as the machine's figures count them all); and only where the workers to go keep
-    ``WORKERS_FREED_PCT`` of a core busy, else fewer of them would give the training loop nothing."""
+    ``WORKERS_FREED_PCT`` of a core busy, else fewer of them would give the training loop nothing. Silent where the
+    loop waits for its batches (``INPUT_WAIT_PCT`` of the steps, the input-bound rule's threshold): the workers
+    are then what it waits on, and fewer of them would load its data more slowly, not give it CPU it lacks."""
     c = _cpu(results)
     if c is None or not (usable := _usable(c)) or not (workers := _num(c.facts, "workers")):
+        return None
+    if loop_waits_for_data(results) is not None:
         return None
     own = _own_pct(c, usable)
     freed = (_num(c.facts, "workers_cpu_pct") or 0.0) * max(workers - max(usable - 1, 0), 0) / workers

@@ -200,14 +200,14 @@ def syscall_time(store: Store, run_id: int) -> Result:
     syscalls within the measured steps and its share of them, against the other threads' time and how much of it
     they spent in wait calls, idle. Caveats: strace stops the thread at every call, adding some microseconds to each
     and slowing the whole pass, so counts and the durations of calls that block (waits, reads of pipes) are what to
-    trust, not the time of short calls; calls still running when the trace ended run to its end. What the program
-    computes between calls is not seen here. So no time measured under strace is given as the program's own: where
-    the run analysed is a merged profile, the shares measured under strace (strace slows the calls more than the
-    code between them, so they still overstate syscalls, less badly) are applied to each stage's and layer's
-    duration per step in the merged profile, whose passes ran without strace ("est." columns). Shares are of the
-    measured steps (calls and spans starting in one: the warm-up, whose first wait also waits for the workers to
-    start, is left out), of the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the
-    syscall pass itself.
+    trust, not the time of short calls; calls still running when the profiled region ended (an idle thread's wait) end
+    with it. What the program computes between calls is not seen here. So no time measured under strace is given as the
+    program's own: where the run analysed is a merged profile, the shares measured under strace (strace slows the calls
+    more than the code between them, so they still overstate syscalls, less badly) are applied to each stage's and
+    layer's duration per step in the merged profile, whose passes ran without strace ("est." columns). Shares are of the
+    measured steps (calls and spans starting in one: the warm-up, whose first wait also waits for the workers to start,
+    is left out), of the whole pass where it has none. Fact ``timed_under_tracer``: the run analysed is the syscall pass
+    itself.
     """
     runs = system_runs(store, run_id)
     run = runs.syscalls
@@ -220,7 +220,7 @@ def syscall_time(store: Store, run_id: int) -> Result:
                                                                              e=ends)}  # fmt: skip
     unslowed = _unslowed(store, runs, run)
     table = _table(runs, run, found, span_time, len(steps), unslowed)
-    threads = _thread_facts(store, runs, run, steps, unslowed.get(("stage", "step")))
+    threads = _thread_facts(store, runs, run, steps, unslowed.get(("stage", "step")), _stages_estimate(table))
     origin = {"unslowed_run": runs.run_id if unslowed else None, "timed_under_tracer": runs.run_id == run.run_id}
     return Result(
         ID,
@@ -295,6 +295,20 @@ def _table(runs: SystemRuns, run: RunFacts, found: list[tuple[Any, ...]],
     return table
 
 
+_AT = {c.name: i for i, c in enumerate(COLUMNS)}
+
+
+def _stages_estimate(table: list[tuple[Any, ...]]) -> float | None:
+    """The loop's time in syscalls per step without the tracer (ns): the stage rows' estimates summed (they
+    partition the calls made under model spans, each weighed by its stage's own duration without the tracer,
+    which slows the stages that make many calls far more than the others); None where a stage that made calls
+    in the measured steps has no duration without the tracer."""
+    stages = [r for r in table if r[_AT["kind"]] == "stage" and r[_AT["per step traced"]]]
+    if not stages or any(r[_AT["est. per step"]] is None for r in stages):
+        return None
+    return float(sum(r[_AT["est. per step"]] for r in stages))
+
+
 def _of(share_pct: float | None, ns: float | None) -> float | None:
     """``share_pct`` % of ``ns``."""
     return None if share_pct is None or ns is None else share_pct / 100 * ns
@@ -328,9 +342,10 @@ def _facts(run: RunFacts, found: list[tuple[Any, ...]]) -> dict[str, Any]:
 
 
 def _thread_facts(store: Store, runs: SystemRuns, run: RunFacts, steps: list[Step],
-                  step_ns: float | None) -> dict[str, Any]:  # fmt: skip
+                  step_ns: float | None, by_stage: float | None) -> dict[str, Any]:  # fmt: skip
     """The loop's thread against the others: time in syscalls (ns, under strace), its share of the measured
-    steps (%) and that share of ``step_ns`` (a step without strace, when known), how much of the other
+    steps (%) and its time per step without strace (``by_stage``, the stages' estimates summed; else that
+    share of ``step_ns``, a step without strace, when known), how much of the other
     threads' time was waiting, and the worker processes (the helpers of ``multiprocessing`` and the
     subprocesses, told as ``system.cpu`` tells them, apart)."""
     per = rows(store, _THREADS, run.run_id, s=[s.start_ns for s in steps], e=[s.end_ns for s in steps])
@@ -355,7 +370,9 @@ def _thread_facts(store: Store, runs: SystemRuns, run: RunFacts, steps: list[Ste
         "main_share_of": "measured steps" if steps else "traced region",
         "main_per_step_traced_ns": in_steps / len(steps) if steps else None,
         "step_unslowed_ns": step_ns,
-        "main_per_step_est_ns": _of(pct(in_steps, steps_ns), step_ns) if steps else None,
+        "main_per_step_est_ns": (by_stage if by_stage is not None else _of(pct(in_steps, steps_ns), step_ns))
+        if steps
+        else None,
         "other_threads": len(others),
         "other_threads_ns": sum(int(r[3]) for r in others),
         "other_threads_wait_ns": sum(int(r[4] or 0) for r in others),

@@ -42,18 +42,19 @@ INFORMATIONAL = frozenset(
         "ops_outside_layers",
         "param_iterations",
         "syscalls_outside_region",
+        "syscalls_past_region",
         "syscalls_sampler",
         "system_passes",
         "system_processes",
         "system_samples",
     }
 )
-"""Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue
-between layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step,
-kernels given counters, the system level's samples, processes and passes, calls before or after the profiled
-region, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device activity,
-an imported trace's last ProfilerStep that holds no work, left out of the iterations, the iterations of a trace
-taken from PARAM's annotations),
+"""Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue between
+layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step, kernels given
+counters, the system level's samples, processes and passes, calls before or after the profiled region or the part of a
+call past its end, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device
+activity, an imported trace's last ProfilerStep that holds no work, left out of the iterations, the iterations of a
+trace taken from PARAM's annotations),
 not what its trace missed: shown for information, never counted as findings. Every other check, stored or
 computed here, is a finding."""
 

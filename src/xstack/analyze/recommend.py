@@ -13,7 +13,7 @@ from typing import Any
 
 from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
-from xstack.analyze._recommend_common import Results, at_stake
+from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
@@ -23,8 +23,6 @@ from xstack.analyze.result import Result, counted, format_ns, format_value
 
 Rule = Callable[[Results], Recommendation | None]
 
-INPUT_WAIT_PCT = 10.0
-"""Share of the step the device (or the loop) waits for input data above which training is input-bound."""
 SYNC_BLOCKED_PCT = 5.0
 """Share of the step the host spends blocked in synchronisations above which they are worth removing."""
 PAGEABLE_SHARE_PCT = 50.0

@@ -235,7 +235,7 @@ def _add_level(store: Store, run_id: int) -> None:
 def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
     health: list[tuple[str, int, str]] = [
         ("io_outside_region", outside, f"file operations before or after the profiled region (start-up, imports), "
-         f"not kept; the {kept:,} in it, from {counted(len(trace.processes), 'process', 'processes')}, are"),
+         f"not kept; the {kept:,} in it, from {counted(len(trace.processes), 'process', 'processes')}, are kept"),
     ]  # fmt: skip
     dropped = sum(sum(p.dropped.values()) for p in trace.processes)
     if dropped:

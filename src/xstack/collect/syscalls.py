@@ -7,7 +7,9 @@ io level restarts it preloaded, and once the whole tree has ended reads strace's
 into ``system`` spans of the run the child recorded: one per call that started inside the profiled region,
 under the model or layer span open on its thread at the time (``design.md`` §2), with the call's result,
 error, arguments (cut to ``A.SYS_ARGS_MAX``) and the tool (``A.SYS_*``). Calls outside the region (start-up,
-imports, the store being written) are counted in health, not kept.
+imports, the store being written) are counted in health, not kept; a call still running when the region ended
+(an idle thread blocked until the process exits) is cut at its end (``A.SYS_PAST_REGION_NS``), so that the run's
+spans, and its wall time, end where its model spans do.
 
 strace prints wall-clock times (CLOCK_REALTIME) to the microsecond: the clock of the run's live spans.
 
@@ -196,7 +198,7 @@ def ingest_run(
     lo, hi = measured_region(store, run_id)
     first_id = last_span_id(store, run_id)
     parser: StraceParser | PerfParser = StraceParser() if name == "strace" else PerfParser(offset_ns)
-    outside = kept = own = 0
+    outside = kept = own = cut = 0
     sampler = _sampler_tids(store, run_id)
     sink = Sink(store, run_id)
     try:
@@ -209,14 +211,23 @@ def ingest_run(
                     own += 1
                     continue
                 kept += 1
-                sink.span(first_id + kept, None, "system", call.name, call.start_ns, call.dur_ns, call.tid,
-                          call.tid, _attrs(call, name))  # fmt: skip
+                attrs = _attrs(call, name)
+                dur_ns = call.dur_ns
+                if call.start_ns + dur_ns > hi:  # still blocked when the region ended: the rest is not the run's
+                    cut += 1
+                    dur_ns = hi - call.start_ns
+                    attrs[A.SYS_PAST_REGION_NS] = call.dur_ns - dur_ns
+                sink.span(first_id + kept, None, "system", call.name, call.start_ns, dur_ns, call.tid, call.tid, attrs)
     finally:
         sink.close()
     _set_pids(store.con, run_id, first_id, parser)
     set_system_parents(store.con, run_id)
     _record(store, run_id, name)
     health = _health(parser, kept, outside)
+    if cut:
+        health.append(("syscalls_past_region", cut, "calls still running when the profiled region ended (threads "
+                       "blocked as the loop finished, idle pools): cut at its end, the rest in "
+                       f"{A.SYS_PAST_REGION_NS}"))  # fmt: skip
     if own:
         health.append(("syscalls_sampler", own, "calls of the system level's sampler thread (its /proc reads): "
                        "the profiler's own, not kept"))  # fmt: skip
@@ -286,7 +297,7 @@ def _health(parser: StraceParser | PerfParser, kept: int, outside: int) -> list[
     health = [
         ("syscalls_outside_region", outside, f"system calls before or after the profiled region (start-up, "
          f"imports, the store being written), not kept; the {kept:,} in it, from "
-         f"{counted(processes, 'process', 'processes')}, are"),
+         f"{counted(processes, 'process', 'processes')}, are kept"),
     ]  # fmt: skip
     if parser.skipped:
         health.append(("syscall_lines_skipped", parser.skipped, f"lines of the tracer's output that are not a "

@@ -277,7 +277,11 @@ SYS_ARGS_MAX: Final = 160
 """Characters of the arguments kept per call."""
 SYS_UNFINISHED: Final = "sys.unfinished"
 """Boolean: the call had not returned when the trace ended (the process was killed or the trace cut); its
-duration runs to the end of the trace."""
+duration runs to the end of the trace, or of the profiled region where that comes first (``sys.past_region_ns``)."""
+SYS_PAST_REGION_NS: Final = "sys.past_region_ns"
+"""Integer (ns): how long the call went on past the end of the profiled region (a thread still blocked when the
+loop ended, an idle pool thread's wait that lasts until the process exits), cut from its duration so that the
+run's spans end with the region, as its model spans do."""
 SYS_TOOL: Final = "sys.tool"
 """String: what traced the call (``strace``, or ``perf`` with ``XSTACK_SYSCALL_TOOL=perf``, whose ``sys.args`` are
 the six raw argument registers in hex)."""
