@@ -857,3 +857,34 @@ def test_an_imported_trace_s_annotations_are_stages_with_their_own_spread(tmp_pa
     d = diff_profiles(path, path)
     rows = {r["item"]: r for r in d.summary.to_records()}
     assert rows["stage ## forward ##"]["status"] == "unchanged" and rows["stage ## forward ##"]["noise"] > 0
+
+
+def _sweep_store(path: Path) -> Path:
+    """A sweep's two merged runs, at batch sizes 1 (step 1 ms) and 8 (step 4 ms, layer fc within it)."""
+    with Store.create(path) as store:
+        for run, (size, step_ns) in enumerate(((1, 1_000_000), (8, 4_000_000)), start=1):
+            config = {A.CONFIG_BATCH_SIZE: size, A.CONFIG_SWEEP: {"batch_sizes": [1, 8]}}
+            store.add_run(RunInfo(run, "infer", levels=["model", "layer"], pass_name="merged", config=config))
+            sink = Sink(store, run)
+            sink.span(1, None, "model", "step#0", 0, step_ns, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+            sink.span(2, 1, "layer", "fc", 100, step_ns - 1000, 1, 1,
+                      {A.LAYER_PATH: "fc", A.LAYER_TYPE: "Linear", A.LAYER_CALL_INDEX: 0})  # fmt: skip
+            sink.close()
+    return path
+
+
+def test_two_batch_sizes_of_a_sweep_are_named_and_said_to_compare_per_step(tmp_path: Path) -> None:
+    path = _sweep_store(tmp_path / "s.duckdb")
+    diff = diff_profiles(path, path, 1, 2)
+    assert diff.heading().splitlines()[:2] == [
+        f'A: {path} run 1 "infer" (merged, batch size 1)',
+        f'B: {path} run 2 "infer" (merged, batch size 8)',
+    ]
+    assert diff.summary.labels[0] == (
+        "A ran batch size 1 and B batch size 8: the times compared are per step and per call, not per sample, so the "
+        "larger batch reads as slower (A1, in xstack report, compares throughput across a sweep's batch sizes)"
+    )
+    assert diff.to_dict()["b"]["batch_size"] == 8
+    same = diff_profiles(path, path, 2, 2)
+    assert not any("batch size" in label for label in same.summary.labels)
+    assert same.heading().startswith(f'A: {path} run 2 "infer" (merged, batch size 8)')

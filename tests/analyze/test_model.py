@@ -159,6 +159,36 @@ def test_throughput_still_rising_where_the_next_size_failed_makes_the_largest_th
     assert "sweep larger" not in result.facts["reason"]
 
 
+def test_throughput_still_rising_where_the_largest_size_failed_in_a_deeper_pass_asks_no_larger_sweep(
+    build: Any,
+) -> None:
+    # batch size 4 timed in its model pass, then its model+layer+op pass ran out of memory: the sweep stopped there
+    def fill(b: Builder) -> None:
+        _sweep({2: 1000, 4: 1200})(b)
+        b.plain(4, [3000, 3100], levels=("model", "layer", "op"), status="cut_short")
+
+    result = model_information(build(fill), 2)
+    assert result.facts["optimal_batch_size"] is None and result.facts["failed_batch_sizes"] == [4]
+    assert result.facts["reason"] == (
+        "throughput still rises 66.7% per doubling up to batch size 4, the largest measured, but a run at that size "
+        "failed (cut short), so no larger size ran: where throughput levels off is unknown"
+    )
+    assert not any("sweep larger" in label for label in result.labels)
+
+
+def test_a_sweep_that_measured_no_size_says_which_failed_not_to_run_a_sweep(build: Any) -> None:
+    sweep = {"batch_sizes": [8, 16]}
+    result = model_information(build(lambda b: b.plain(8, [5000], status="cut_short", sweep=sweep)), 1)
+    assert result.rows == [] and result.facts["optimal_batch_size"] is None
+    assert result.facts["reason"] == "no batch size with a known latency: batch size 8 failed (cut short)"
+    assert result.labels == ["batch sizes measured: none of the sweep's 8, 16", "failed (cut short) at batch size 8"]
+    assert not result.hint
+    one = build(lambda b: (b.merged(8, 2000, 1900, 2100, sweep=sweep), b.plain(16, [5000], status="cut_short")))
+    result = model_information(one, 1)
+    assert result.facts["optimal_batch_size"] == 8 and "batch size 16 failed" in result.facts["reason"]
+    assert result.labels[0] == "batch sizes measured: 8 of the sweep's 8, 16" and not result.hint
+
+
 def test_a_latency_target_picks_the_largest_batch_that_meets_it(build: Any) -> None:
     store = build(_sweep({1: 400_000, 2: 600_000, 4: 1_000_000, 8: 1_900_000, 16: 3_500_000}))
     met = model_information(store, 1, latency_target_ms=2.0)

@@ -374,6 +374,25 @@ def test_optimal_batch_size_under_a_latency_target_says_larger_batches_miss_it(t
     assert "without raising throughput" not in rec.action
 
 
+def test_optimal_batch_size_under_a_latency_target_met_by_the_largest_size_claims_nothing_of_larger_ones(
+    tmp_path: Path,
+) -> None:
+    # every size meets the 2 ms target: 8 is the largest measured, so no larger batch was seen to miss it
+    with _sweep_store(tmp_path / "t.duckdb", {1: 1_000_000, 2: 1_052_632, 4: 1_176_471, 8: 1_600_000},
+                      latency_target_ms=2.0) as store:  # fmt: skip
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+    assert rec.title == "Use batch size 8" and "meets the 2 ms target" in rec.evidence[0]
+    assert "miss" not in rec.action
+    assert rec.action == (
+        "Run at batch size 8: no larger batch size was measured (a sweep past it shows whether one meets the 2 ms "
+        "target), smaller ones leave throughput unused."
+    )
+    # under a target, a larger size that failed is said to have failed, not to miss the target
+    with _sweep_store(tmp_path / "f.duckdb", {1: 1_000_000, 2: 1_052_632}, latency_target_ms=2.0, failed=4) as store:
+        rec = _check(_fired(store, "optimal_batch_size"), "A1")
+    assert rec.action == "Run at batch size 2: batch size 4 failed (cut short), smaller ones leave throughput unused."
+
+
 torch = pytest.importorskip("torch")
 
 

@@ -182,7 +182,7 @@ def test_a_program_that_fails_before_its_first_step_says_no_size_was_measured(
     (tmp_path / "infer.py").write_text("raise SystemExit(3)")
     assert main(["sweep", "--batch-sizes", "1,2", "--pass", "model", "-o", "s.duckdb", "--", "python", "infer.py"]) == 3
     out = capsys.readouterr().out
-    assert out == "optimal batch size: - (no batch size with a known latency)\n"  # no empty A1 table
+    assert out == "optimal batch size: - (no batch size with a known latency: batch size 1 failed (cut short))\n"
 
 
 def _make_step(fail_at: int | None = None) -> Any:

@@ -11,7 +11,9 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from rich.console import Console
 
 from xstack.analyze.pipeline import Analysis, analyze
@@ -74,3 +76,23 @@ def test_a_sweep_store_names_each_runs_batch_size(tmp_path: Path) -> None:
     assert "1 (model, batch size 1, shown)" in _terminal(first) and "batch size       1, of 1, 4" in _terminal(first)
     assert "| batch size | 4, of 1, 4 (the sweep's sizes, compared in A1) |" in render_markdown(shown)
     assert "batch size: 4, of 1, 4" in render_html(shown) and f"{listed}, shown)" in render_html(shown)
+
+
+def test_a_sweep_that_stopped_names_the_sizes_it_asked_for_and_did_not_measure(tmp_path: Path) -> None:
+    import xstack
+
+    def make_step(size: int) -> Any:
+        if size == 4:
+            raise MemoryError("out of memory at batch size 4")
+        return lambda: sum(range(size * 100))
+
+    path = tmp_path / "sweep.duckdb"
+    with pytest.raises(MemoryError):
+        xstack.sweep(make_step, [1, 2, 4, 8], passes=["model"], warmup=0, iters=2, path=path, progress=False)
+    with Store.open(path) as store:
+        shown = analyze(store)
+    line = (
+        "2, of 1, 2, 4, 8 (the sweep's sizes, compared in A1; 4, 8 not measured: the sweep stopped at a size that "
+        "failed)"
+    )
+    assert f"| batch size | {line} |" in render_markdown(shown)

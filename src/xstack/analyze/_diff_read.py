@@ -110,6 +110,8 @@ class Side:
     """Why the run's host times are not the program's own (counter replay: ``RunContext.replayed_timing``)."""
     stages: dict[str, Timing] = field(default_factory=dict)
     """Model stages other than the step (``load``, ``preprocess``, a forward call...) by name, in order of start."""
+    batch_size: int | None = None
+    """The batch size the run was measured at (``runs.config.batch_size``: a sweep's runs), None where unrecorded."""
 
     @property
     def merged(self) -> bool:
@@ -128,7 +130,8 @@ class Side:
     def describe(self) -> str:
         """``path run N "name" (pass)`` for headings."""
         label = f' "{self.name}"' if self.name else ""
-        return f"{self.path} run {self.run_id}{label} ({self.pass_name or 'single pass'})"
+        batch = f", batch size {self.batch_size}" if self.batch_size is not None else ""
+        return f"{self.path} run {self.run_id}{label} ({self.pass_name or 'single pass'}{batch})"
 
 
 def _stat(alias: str, key: str, kind: str) -> str:
@@ -178,6 +181,8 @@ def read_side(store: Store, run_id: int) -> Side:
     wall = Timing(float(wall_ns)) if wall_ns is not None else None
     side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step, wall, wall_source)
     side.replayed = ctx.replayed_timing()
+    size = ctx.config.get(A.CONFIG_BATCH_SIZE)
+    side.batch_size = size if isinstance(size, int) and not isinstance(size, bool) else None
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
         side.stages = _stages(store, ctx)

@@ -40,7 +40,7 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         "the items of its level it encloses, which counts no time twice. A row's status is that of its items, judged "
         f"on their whole time. {RULE_NOTE}"
     )
-    labels = ([noise] if noise else []) + _wall_labels(a, b)
+    labels = _batch_labels(a, b) + ([noise] if noise else []) + _wall_labels(a, b)
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -69,6 +69,18 @@ def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
 def _unjudged(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A host-time row of a run whose host times are inflated by counter replay: its times, no verdict."""
     return (row[0], "not compared", *row[2:7], None)
+
+
+def _batch_labels(a: Side, b: Side) -> list[str]:
+    """Where the runs were measured at different batch sizes: their times are per step (per call), not per
+    sample, so a larger batch reads as slower."""
+    if a.batch_size is None or b.batch_size is None or a.batch_size == b.batch_size:
+        return []
+    return [
+        f"A ran batch size {a.batch_size} and B batch size {b.batch_size}: the times compared are per step and per "
+        "call, not per sample, so the larger batch reads as slower (A1, in xstack report, compares throughput "
+        "across a sweep's batch sizes)"
+    ]
 
 
 def _wall_labels(a: Side, b: Side) -> list[str]:

@@ -172,7 +172,7 @@ def _run(store: Store, run_id: int | None) -> int:
 
 def _side_dict(s: Side) -> dict[str, Any]:
     return {"store": s.path, "run_id": s.run_id, "name": s.name, "pass": s.pass_name, "merged": s.merged,
-            "steps": s.steps}  # fmt: skip
+            "steps": s.steps, "batch_size": s.batch_size}  # fmt: skip
 
 
 def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> ProfileDiff:

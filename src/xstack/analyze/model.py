@@ -36,7 +36,8 @@ NOTES = (
     "previous batch size's. The optimal batch size is the smallest whose next size raises throughput by at most "
     "the gain threshold per doubling ((T_next / T) ** (1 / log2(b_next / b)) - 1, the plain gain when the next "
     "size is the double), or, where throughput still rises at the largest size measured and a larger one failed "
-    "(out of memory, typically), that largest size; with a latency target, the largest batch size whose median "
+    "(out of memory, typically), that largest size (none where a pass at that largest size failed itself: no "
+    "larger size ran); with a latency target, the largest batch size whose median "
     "latency meets it."
 )
 SWEEP_HINT = (
@@ -132,7 +133,11 @@ def model_information(
         latency_target_ms=latency_target_ms, gain_threshold_pct=gain_threshold_pct, failed_batch_sizes=failed
     )
     known = [p for p in points if p.batch_size is not None]
-    if len(known) < 2:
+    asked = sweep.get("batch_sizes") if isinstance(sweep, dict) else None
+    if len(known) < 2 and isinstance(asked, list) and len(asked) > 1:  # a sweep that measured fewer than it asked
+        measured = ", ".join(str(p.batch_size) for p in known) or "none"
+        result.labels.append(f"batch sizes measured: {measured} of the sweep's {', '.join(map(str, asked))}")
+    elif len(known) < 2:
         result.hint = SWEEP_HINT
         result.labels.append("one batch size: xstack sweep --batch-sizes 1,2,4,8 measures several")
     elif optimal is None:  # the table's optimal column is empty: every report says why beside it
@@ -177,7 +182,9 @@ def choose_batch_size(
     one is larger than every measured size and throughput still rises, the largest that ran is the optimum."""
     pts = sorted(points)
     if not pts:
-        return None, "no batch size with a known latency"
+        return None, "no batch size with a known latency" + (
+            f": batch size {min(failed)} failed (cut short)" if failed else ""
+        )
     if latency_target_ms is not None:
         meeting = [(b, lat) for b, lat in pts if lat <= latency_target_ms * 1e6]
         if not meeting:
@@ -200,6 +207,11 @@ def choose_batch_size(
         return pts[-1][0], (
             f"the largest batch size that ran: throughput still rises {gain:.1f}% per doubling up to it, and batch "
             f"size {larger_failed} failed (cut short)"
+        )
+    if pts[-1][0] in failed:  # timed in one run, cut short in another (a deeper pass out of memory): no sweep past it
+        return None, (
+            f"throughput still rises {gain:.1f}% per doubling up to batch size {pts[-1][0]}, the largest measured, "
+            "but a run at that size failed (cut short), so no larger size ran: where throughput levels off is unknown"
         )
     # no size has been found past which throughput levels off: the optimum lies beyond the sweep
     return None, (

@@ -158,12 +158,16 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
     reason = str(a1.facts.get("reason") or "")
     target = a1.facts.get("latency_target_ms")
     failed = [f for f in a1.facts.get("failed_batch_sizes") or [] if f > best]
+    largest = best == max(a1.facts.get("batch_sizes") or [best])
     # the sizes past the optimum may still raise throughput: under a latency target they miss it, and a size
-    # that failed (out of memory, typically) does not run at all
-    if target is not None:
-        larger = f"larger batches miss the {target:g} ms latency target"
-    elif failed and best == max(a1.facts.get("batch_sizes") or [best]):
+    # that failed (out of memory, typically) does not run at all; a target met by the largest size measured
+    # says nothing of larger ones
+    if failed and largest:
         larger = f"batch size {min(failed)} failed (cut short)"
+    elif target is not None and largest:
+        larger = f"no larger batch size was measured (a sweep past it shows whether one meets the {target:g} ms target)"
+    elif target is not None:
+        larger = f"larger batches miss the {target:g} ms latency target"
     else:
         larger = _larger_batches(a1.facts.get("per_batch") or [], best)
     return Recommendation(

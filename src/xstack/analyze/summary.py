@@ -140,6 +140,9 @@ class RunSummary:
     batch_sizes: dict[int, int] = field(default_factory=dict)
     """The batch size of each run of the store that records one (``config.batch_size``: the runs of a sweep),
     by run id."""
+    sweep_sizes: list[int] = field(default_factory=list)
+    """The batch sizes the shown run's sweep asked for (``config.sweep.batch_sizes``), in order; empty outside a
+    sweep. A sweep that stopped at a failing size has no runs for those after it."""
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
     merged run, "of step (PASS)": the step median of the pass that timed that level; in a run with measured steps,
@@ -265,6 +268,9 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     )
     summary.runs = [(int(r), str(n), None if p is None else str(p)) for r, n, p, _ in runs]
     summary.batch_sizes = {int(r): int(b) for r, _, _, b in runs if b is not None}
+    sweep = run_context(store, run_id).config.get(A.CONFIG_SWEEP)
+    asked = sweep.get("batch_sizes") if isinstance(sweep, dict) else None
+    summary.sweep_sizes = [b for b in asked if isinstance(b, int)] if isinstance(asked, list) else []
     return summary
 
 

@@ -249,15 +249,23 @@ def runs_line(s: RunSummary, command: str) -> str | None:
 
 
 def batch_size_line(s: RunSummary) -> str | None:
-    """The shown run's batch size, where it records one, among the store's others ("4, of 1, 2, 4 (the sweep's
-    sizes, compared in A1)"); None where it records none."""
+    """The shown run's batch size, where it records one, among the sizes its sweep asked for ("4, of 1, 2, 4 (the
+    sweep's sizes, compared in A1)", naming those not measured), else the store's; None where it records
+    none."""
     size = s.batch_sizes.get(s.run_id)
     if size is None:
         return None
-    sizes = sorted(set(s.batch_sizes.values()))
+    measured = set(s.batch_sizes.values())
+    sizes = s.sweep_sizes or sorted(measured)
     if len(sizes) < 2:
         return f"{size:,}"
-    return f"{size:,}, of {', '.join(f'{b:,}' for b in sizes)} (the sweep's sizes, compared in A1)"
+    unrun = [b for b in sizes if b not in measured]  # from the size where the sweep stopped on
+    stopped = f"; {_sizes(unrun)} not measured: the sweep stopped at a size that failed" if unrun else ""
+    return f"{size:,}, of {_sizes(sizes)} (the sweep's sizes, compared in A1{stopped})"
+
+
+def _sizes(sizes: list[int]) -> str:
+    return ", ".join(f"{b:,}" for b in sizes)
 
 
 def iterations_line(iterations: dict[str, int]) -> str:
