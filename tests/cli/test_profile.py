@@ -129,25 +129,25 @@ def test_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
     assert not (tmp_path / "p.duckdb").exists()
 
 
-def test_one_iteration_recorded_is_said_in_the_singular(tmp_path: Path) -> None:
+def _run_iters(tmp_path: Path, warmup: int, iters: int) -> subprocess.CompletedProcess[str]:
+    """``xstack run --warmup W --iters N`` of the training program into ``r.duckdb``, which must succeed."""
     _write(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--warmup", "0", "--iters", "1", "-o", "r.duckdb", "--",
-         "python", "train.py", "0", "s.txt"],
+        [sys.executable, "-m", "xstack", "run", "--warmup", str(warmup), "--iters", str(iters), "-o", "r.duckdb",
+         "--", "python", "train.py", "0", "s.txt"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_one_iteration_recorded_is_said_in_the_singular(tmp_path: Path) -> None:
+    done = _run_iters(tmp_path, 0, 1)
     assert "xstack: 1 iteration recorded; the program was stopped there" in done.stderr
 
 
 def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: Path) -> None:
-    _write(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "xstack", "run", "--warmup", "1", "--iters", "2", "-o", "r.duckdb", "--",
-         "python", "train.py", "0", "s.txt"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = _run_iters(tmp_path, 1, 2)
     assert "iteration 2\n" in done.stdout and "iteration 3\n" not in done.stdout
     assert "xstack: 3 iterations recorded; the program was stopped there" in done.stderr
     ((name, config),) = _runs(tmp_path / "r.duckdb")
