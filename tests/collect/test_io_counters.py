@@ -83,3 +83,12 @@ def test_size_buckets_use_darshans_edges() -> None:
     assert [A.size_bucket(n) for n in (0, 100, 101, 1024, 1025, 10240, 10241, 1 << 20, (1 << 20) + 1)] == [
         "0_100", "0_100", "100_1K", "100_1K", "1K_10K", "1K_10K", "10K_100K", "100K_1M", "1M_4M"]  # fmt: skip
     assert A.size_bucket(1 << 40) == "1G_PLUS"
+
+
+def test_a_directory_listing_is_an_open_and_metadata_time_of_the_directory() -> None:
+    d = "/data/images"
+    ops = _seq(Op("opendir", path=d, fd_kind="dir", dur_ns=30),
+               Op("readdir", -1, 52, path=d, fd_kind="dir", dur_ns=500),
+               Op("closedir", path=d, fd_kind="dir", dur_ns=20, start_ns=800))  # fmt: skip
+    (c,) = file_counters(ops)
+    assert (c.opens, c.reads, c.bytes_read, c.meta_time_ns, c.read_time_ns) == (1, 0, 0, 550, 0)

@@ -186,6 +186,52 @@ def test_call_times_are_on_clock_realtime_within_the_windows_the_program_saw(
     assert min(after - before for kind, before, after in out["parent"] if kind == "pipe") > 5_000_000
 
 
+def test_directory_listings_are_recorded_as_runs_of_readdir_calls(tmp_path: Path, data: Path) -> None:
+    for sub in ("tree/a/b", "tree/c"):
+        (data / sub).mkdir(parents=True)
+    for f in ("tree/f1", "tree/a/f2", "tree/a/b/f3"):
+        (data / f).write_bytes(b"")
+    out, trace = run(tmp_path, "listing", str(data))
+    entries = len(os.listdir(data)) + 2
+    mine = [(op.op, op.fd_kind, op.bytes, op.requested, op.errno) for op in trace.ops
+            if op.path and op.path.startswith(str(data)) and op.op not in ("stat", "lstat")]  # fmt: skip
+    d, dr = os.O_RDONLY | os.O_DIRECTORY, os.O_RDONLY | os.O_CLOEXEC
+    dirfd = out["dirfd"]
+    assert mine == [
+        # os.listdir: the whole listing is one run of calls, the last one at the end of the directory
+        ("opendir", "dir", -1, d, 0), ("readdir", "dir", entries, entries + 1, 0), ("closedir", "dir", -1, -1, 0),
+        # os.scandir, one entry taken, a file read, then the rest: the read splits the run in two
+        ("opendir", "dir", -1, d, 0), ("readdir", "dir", 1, 1, 0),
+        ("open", "file", -1, dr, 0), ("fstat", "file", -1, -1, 0), ("lseek", "file", -1, os.SEEK_CUR, 0),
+        ("read", "file", 4096, 4096, 0), ("close", "file", -1, -1, 0),
+        ("readdir", "dir", entries - 1, entries, 0), ("closedir", "dir", -1, -1, 0),
+        # os.walk, top down
+        ("opendir", "dir", -1, d, 0), ("readdir", "dir", 5, 6, 0), ("closedir", "dir", -1, -1, 0),
+        ("opendir", "dir", -1, d, 0), ("readdir", "dir", 2, 3, 0), ("closedir", "dir", -1, -1, 0),
+        ("opendir", "dir", -1, d, 0), ("readdir", "dir", 4, 5, 0), ("closedir", "dir", -1, -1, 0),
+        ("opendir", "dir", -1, d, 0), ("readdir", "dir", 3, 4, 0), ("closedir", "dir", -1, -1, 0),
+        # os.listdir(fd): a dup of the descriptor, read by fdopendir's stream, closed by closedir
+        ("open", "dir", -1, d | os.O_CLOEXEC, 0), ("dup", "dir", -1, dirfd, 0),
+        ("readdir", "dir", entries, entries + 1, 0),
+        ("closedir", "dir", -1, -1, 0), ("close", "dir", -1, -1, 0),
+        ("opendir", "unknown", -1, d, errno.ENOENT),
+    ]  # fmt: skip
+    assert [op.path for op in trace.ops if op.op == "opendir" and op.path.startswith(str(data))] == [
+        str(data), str(data), str(data / "tree"), str(data / "tree/c"), str(data / "tree/a"), str(data / "tree/a/b"),
+        str(data / "missing"),
+    ]  # fmt: skip
+    # the readdir run started at its first call and lasted the calls' time: it ends before the next record
+    ops = [op for op in trace.ops if op.pid == trace.processes[0].pid]
+    for op, nxt in zip(ops, ops[1:], strict=False):
+        if op.op == "readdir":
+            assert op.start_ns + op.dur_ns <= nxt.start_ns
+    # closedir closed the dup through glibc's own close: the pipe that took its number is a pipe, not the directory
+    r, _ = out["pipe"]
+    last_read = [op for op in trace.ops if op.fd == r and op.op == "read"][-1]
+    assert (last_read.fd_kind, last_read.path, last_read.bytes) == ("pipe", None, 3)
+    assert out["missing"] == errno.ENOENT and out["names"] == entries - 2 and out["rest"] == entries - 3
+
+
 def test_relative_paths_resolve_against_the_cwd_and_directory_descriptors(tmp_path: Path, data: Path) -> None:
     _, trace = run(tmp_path, "relative", str(data))
     known = str(data / "known.bin")
@@ -492,6 +538,9 @@ def test_attach_records_only_the_attached_window_and_restores_the_calls(
     assert process.mode == "attach" and process.end == "detach" and process.clean_exit
     assert [op.op for op in trace.ops if op.path == str(first)][:2] == ["open", "fstat"]
     assert ("read", 2000) in [(op.op, op.bytes) for op in trace.ops if op.path == str(first)]
+    assert [(op.op, op.bytes) for op in trace.ops if op.path == str(data)] == [
+        ("opendir", -1), ("readdir", seen["listed"] + 2), ("closedir", -1),
+    ]  # fmt: skip
     # loaded after attach: patched by the dlopen wrapper
     assert [(op.op, op.bytes) for op in trace.ops if op.path == str(plugin_target)] == [
         ("open", -1), ("read", 2000), ("read", 0), ("close", -1),
@@ -598,7 +647,7 @@ def test_op_names_in_the_files_are_the_documented_ones(tmp_path: Path, data: Pat
     documented = {
         "open", "openat", "creat", "close", "read", "pread", "readv", "write", "pwrite", "writev", "lseek",
         "fsync", "fdatasync", "mmap", "stat", "lstat", "fstat", "fstatat", "statx", "dup", "fopen", "fdopen",
-        "fread", "fwrite", "fclose", "fseek", "fflush",
+        "fread", "fwrite", "fclose", "fseek", "fflush", "opendir", "readdir", "closedir",
     }  # fmt: skip
     assert {op.op for op in trace.ops} <= documented
     assert {op.fd_kind for op in trace.ops} <= {"file", "dir", "pipe", "socket", "chr", "blk", "unknown"}

@@ -27,7 +27,7 @@ READ_OPS: Final = ("read", "pread", "pread64", "readv", "preadv", "preadv2", "fr
 """Span names of the calls that read a file (their ``io.bytes`` is what they returned)."""
 WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev2", "fwrite")
 """Span names of the calls that write a file."""
-OPEN_OPS: Final = ("open", "openat", "creat", "dup", "fopen", "fdopen")
+OPEN_OPS: Final = ("open", "openat", "creat", "dup", "fopen", "fdopen", "opendir")
 """Span names of the calls Darshan counts as opens (``dup`` included, as its ``OPENS`` counts dups)."""
 
 DATA_CLASSES: Final = ("data", "unknown")

@@ -11,6 +11,8 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
 - read, write and metadata times add each call's duration without counting an overlap twice (calls of
   several threads on one file): only the part after the end of the last counted call of that kind is added;
 - ``fsync``/``fdatasync`` time counts as write time; open, close, seek, stat and mmap are metadata;
+- directory streams, which Darshan does not wrap, count as metadata of the directory: ``opendir`` as an open,
+  ``readdir`` and ``closedir`` as their time;
 - access sizes go into Darshan's buckets by the bytes the call moved (``trace.attrs.IO_SIZE_BUCKETS``).
 """
 
@@ -27,11 +29,12 @@ if TYPE_CHECKING:
 
 READS = frozenset({"read", "pread", "readv", "fread"})
 WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
-OPENS = frozenset({"open", "openat", "creat", "dup", "fopen", "fdopen"})
+OPENS = frozenset({"open", "openat", "creat", "dup", "fopen", "fdopen", "opendir"})
 SEEKS = frozenset({"lseek", "fseek"})
 SYNCS = frozenset({"fsync", "fdatasync", "fflush"})
 STATS = frozenset({"stat", "lstat", "fstat", "fstatat", "statx"})
-META = OPENS | SEEKS | STATS | frozenset({"close", "fclose", "mmap"})
+DIRS = frozenset({"readdir", "closedir"})
+META = OPENS | SEEKS | STATS | DIRS | frozenset({"close", "fclose", "mmap"})
 
 STREAM_PATHS = {"pipe": "<pipe>", "socket": "<socket>", "chr": "<device>"}
 """What a descriptor with no path is called, by its kind."""

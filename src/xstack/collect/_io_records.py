@@ -61,7 +61,9 @@ class IoOp:
     ``offset``: where a read, write or mmap started (bytes), where a seek left the descriptor, -1 when not
     applicable (open, stat, pipes and sockets). ``requested``: bytes asked for (reads, writes, mmap length),
     the open(2) flags for opens (fopen's mode as flags), ``whence`` for seeks, the old descriptor for dup, -1
-    otherwise. ``bytes``: bytes moved (>= 0), -1 on failure or not applicable.
+    otherwise. ``bytes``: bytes moved (>= 0), -1 on failure or not applicable. A ``readdir`` record is a run
+    of calls on one directory (``_io/hooks_dir.c``): ``bytes`` is the entries returned, ``requested`` the calls,
+    ``dur_ns`` the time spent inside them.
     """
 
     pid: int

@@ -174,6 +174,13 @@ IO_BYTES: Final = "io.bytes"
 """Integer: bytes the operation moved (its return value for reads and writes; 0 at end of file)."""
 IO_REQUESTED_BYTES: Final = "io.requested_bytes"
 """Integer: bytes the caller asked for (read/write count, mmap length)."""
+IO_DIR_ENTRIES: Final = "io.entries"
+"""Integer, on ``readdir`` spans only: the directory entries the calls returned. A ``readdir`` span is a run of
+calls on one directory by one thread, with nothing else recorded between them: it starts at the first call and
+lasts the time spent inside the calls."""
+IO_CALLS: Final = "io.calls"
+"""Integer, on ``readdir`` spans only: the calls of the run (the entries, and one more where the run reached the
+end of the directory)."""
 IO_MODULE: Final = "io.module"
 """String: ``POSIX`` (open, read, write, ... on descriptors) or ``STDIO`` (fopen, fread, ... on streams), the
 two Darshan modules."""

@@ -266,9 +266,9 @@ def close_all(out: str) -> dict[str, object]:
 
 
 def attach(first: str, second: str, io_dir: str, outer: str = "", plugin_target: str = "") -> dict[str, object]:
-    """Attaches the library at run time, reads a file with Python's open() and, through a shared object loaded
-    after attaching (``outer``, which dlopens its neighbour by name), another file; runs a child program;
-    detaches and reads one more file."""
+    """Attaches the library at run time, reads a file with Python's open(), lists its folder and, through a
+    shared object loaded after attaching (``outer``, which dlopens its neighbour by name), reads another file;
+    runs a child program; detaches and reads one more file."""
     import ctypes
     import subprocess
 
@@ -280,6 +280,7 @@ def attach(first: str, second: str, io_dir: str, outer: str = "", plugin_target:
     patched = int(library.xstack_io_patched())
     with open(first, "rb") as f:
         f.read()
+    listed = len(os.listdir(os.path.dirname(first)))
     plugin = None
     if outer:
         outer_read = ctypes.CDLL(outer).outer_read
@@ -291,7 +292,8 @@ def attach(first: str, second: str, io_dir: str, outer: str = "", plugin_target:
     _io_native.detach()  # idempotent
     with open(second, "rb") as f:
         f.read()
-    return {"patched": patched, "after": int(library.xstack_io_patched()), "rc": child.returncode, "plugin": plugin}
+    return {"patched": patched, "after": int(library.xstack_io_patched()), "rc": child.returncode, "plugin": plugin,
+            "listed": listed}  # fmt: skip
 
 
 def dataloader(data_dir: str) -> dict[str, object]:
@@ -351,6 +353,33 @@ def timing(data: str, child_out: str) -> dict[str, object]:
     return {"parent": parent, "child": json.loads(Path(child_out).read_text()), "child_pid": pid}
 
 
+def listing(data_dir: str) -> dict[str, object]:
+    """Directory listings: os.listdir, a scandir run interrupted by a read, os.walk, a listing by descriptor
+    (whose descriptor number a pipe then takes), and a directory that does not exist."""
+    names = os.listdir(data_dir)
+    with os.scandir(data_dir) as it:
+        first = next(it).name
+        with open(os.path.join(data_dir, "known.bin"), "rb") as f:
+            f.read(10)
+        rest = [e.name for e in it]
+    walked = [(root, sorted(dirs), sorted(files)) for root, dirs, files in os.walk(os.path.join(data_dir, "tree"))]
+    dirfd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
+    by_fd = os.listdir(dirfd)  # a dup of dirfd, listed by fdopendir, closed by closedir
+    r, w = os.pipe()
+    os.write(w, b"abc")
+    got = os.read(r, 3)
+    os.close(r)
+    os.close(w)
+    os.close(dirfd)
+    try:
+        os.listdir(os.path.join(data_dir, "missing"))
+        missing = 0
+    except FileNotFoundError as e:
+        missing = e.errno or 0
+    return {"names": len(names), "first": first, "rest": len(rest), "walked": walked, "by_fd": len(by_fd),
+            "pipe": [r, w], "got": got.decode(), "missing": missing, "dirfd": dirfd}  # fmt: skip
+
+
 CASES = {
     "timing": timing,
     "posix": posix,
@@ -369,6 +398,7 @@ CASES = {
     "close_all": close_all,
     "attach": attach,
     "dataloader": dataloader,
+    "listing": listing,
 }
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ static void *find_real(void *handle, const struct xio_hook *h)
 /* attach: 1 attach mode (global lookup), 0 preload (RTLD_NEXT), -1 lazy call from a wrapper. */
 void xio_resolve_reals(int attach)
 {
-    static const struct xio_hook *const tables[] = {xio_hooks_posix, xio_hooks_stat, xio_hooks_stdio,
+    static const struct xio_hook *const tables[] = {xio_hooks_posix, xio_hooks_stat, xio_hooks_stdio, xio_hooks_dir,
                                                     xio_hooks_proc, xio_hooks_attach_only};
     if (attach < 0)
         attach = xio.mode == XIO_MODE_ATTACH;

@@ -71,7 +71,7 @@ int xio_attach_supported(void)
 
 static const struct xio_hook *find_hook(const char *name)
 {
-    static const struct xio_hook *const tables[] = {xio_hooks_posix, xio_hooks_stat, xio_hooks_stdio,
+    static const struct xio_hook *const tables[] = {xio_hooks_posix, xio_hooks_stat, xio_hooks_stdio, xio_hooks_dir,
                                                     xio_hooks_proc, xio_hooks_attach_only};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (const struct xio_hook *h = tables[t]; h->name; h++)

@@ -53,7 +53,8 @@
     X(FSYNC, "fsync") X(FDATASYNC, "fdatasync") X(MMAP, "mmap") X(STAT, "stat") X(LSTAT, "lstat")                 \
     X(FSTAT, "fstat") X(FSTATAT, "fstatat") X(STATX, "statx") X(DUP, "dup") X(FOPEN, "fopen")                     \
     X(FDOPEN, "fdopen") X(FREAD, "fread") X(FWRITE, "fwrite") X(FCLOSE, "fclose") X(FSEEK, "fseek")               \
-    X(FFLUSH, "fflush") X(INHERIT, "inherit") X(PATH, "path")
+    X(FFLUSH, "fflush") X(INHERIT, "inherit") X(PATH, "path") X(OPENDIR, "opendir") X(READDIR, "readdir")        \
+    X(CLOSEDIR, "closedir")
 
 enum xio_op {
     XIO_OP_NONE = 0,
@@ -204,7 +205,17 @@ struct xio_state {
 extern struct xio_state xio;
 /* initial-exec: a preloaded library has static TLS, and this avoids a __tls_get_addr call per access */
 extern __thread int xio_guard __attribute__((tls_model("initial-exec")));
-extern int xio_vfork_active; /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
+extern int xio_vfork_active;
+/* A thread's run of readdir calls on one directory, not yet recorded (hooks_dir.c); `calls` 0: none. */
+struct xio_dir_run {
+    int64_t first; /* ticks: the run's first call */
+    int64_t busy;  /* ticks spent inside the calls */
+    uint32_t calls, entries, path_id;
+    int fd;
+    uint8_t kind;
+};
+extern __thread struct xio_dir_run xio_dir_run __attribute__((tls_model("initial-exec")));
+void xio_dir_flush(void); /* records the calling thread's run of readdir calls, if any */ /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
 
 int xio_init_early(void);
 pid_t xio_sys_getpid(void);
@@ -438,6 +449,7 @@ void *xio_sys_mmap(size_t len);
 extern const struct xio_hook xio_hooks_posix[];
 extern const struct xio_hook xio_hooks_stat[];
 extern const struct xio_hook xio_hooks_stdio[];
+extern const struct xio_hook xio_hooks_dir[];
 extern const struct xio_hook xio_hooks_proc[];
 extern const struct xio_hook xio_hooks_attach_only[];
 void xio_proc_set_libname(const char *path);
