@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from xstack.analyze._system_common import STEP_SPAN
 from xstack.analyze.pipeline import analyze
 from xstack.trace.store import Store
 
@@ -198,6 +199,8 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
         threads = s.query("SELECT DISTINCT pid, tid FROM spans WHERE run_id = ? AND level IN ('model', 'layer')",
                           [merged])  # fmt: skip
         merged_config = orjson.loads(s.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
+        io_steps = s.query(f"SELECT median(dur_ns) FROM spans WHERE run_id = ? AND {STEP_SPAN} AND name <> 'step#0'",
+                           [io_run])[0][0]  # fmt: skip
         model_threads = s.query("SELECT config->>'$.torch_threads' FROM runs WHERE pass = 'model'")[0][0]
         config_pid = merged_config["pid"]
         merged_pids = {p for (p,) in s.query("SELECT DISTINCT pid FROM io_files WHERE run_id = ?", [merged])}
@@ -213,6 +216,11 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
     assert config_pid in merged_pids and {p for (p,) in worker_pids} <= merged_pids  # main's counters: main's pid
     labels = [str(r[0]) for r in analysis.result("io.processes").rows]
     assert [label for label in labels if label.startswith("main")] == [f"main (pid {config_pid})"], labels
+    # the io pass's cost is stated, against the pass that records its other levels
+    (io_row,) = [o for o in merged_config["overhead"] if o["pass"] == "model+io"]
+    assert (io_row["levels_added"], io_row["against"], io_row["iterations"]) == (["io"], "model", 3)
+    assert io_row["step_median_ns"] == round(io_steps)
+    assert [o["pass"] for o in merged_config["overhead"]] == ["model", "model+layer", "model+io"]
 
 
 ATTACH = textwrap.dedent(

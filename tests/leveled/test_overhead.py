@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import duckdb
 import pytest
 
-from xstack.leveled._overhead import StepTimes, noise_ns, overhead
-from xstack.report.terminal import overhead_note
+from xstack.leveled._overhead import StepTimes, counter_overhead, noise_ns, overhead
+from xstack.report.terminal import overhead_adds, overhead_note
 
 MS = 1_000_000
 
@@ -72,3 +72,17 @@ def test_passes_with_under_three_steps_are_not_judged() -> None:
     assert row["added_ns"] == -2 * MS and row["noise_ns"] is None and row["within_noise"] is None
     assert overhead_note(row) == "not judged: under 3 measured steps in a pass"
     assert overhead_note({"pass": "model+layer", "added_ns": 5}) == ""  # a row stored before the judgement
+
+
+def test_a_counter_pass_is_judged_against_the_timing_pass_of_its_other_levels() -> None:
+    io, syscalls = _Pass("model+io", 3, ["model", "io"]), _Pass("model+layer+system", 4, ["model", "layer", "system"])
+    steady = [10 * MS, 10 * MS, 10 * MS, 10 * MS, 11 * MS]
+    durations = {1: steady, 2: [12 * MS] * 5, 3: [11 * MS] * 5, 4: [30 * MS] * 5}
+    rows = counter_overhead([(io, PASSES[0]), (syscalls, PASSES[1])], durations)
+    assert [(r["pass"], r["levels_added"], r["against"], r["added_ns"]) for r in rows] == [
+        ("model+io", ["io"], "model", 1 * MS), ("model+layer+system", ["system"], "model+layer", 18 * MS),
+    ]  # fmt: skip
+    assert rows[0]["added_pct"] == pytest.approx(10.0) and rows[0]["within_noise"] is False
+    assert overhead_adds(rows[0]) == "io (against model)"
+    # a counter pass with no measured step has no row
+    assert counter_overhead([(io, PASSES[0])], {1: steady, 3: []}) == []

@@ -69,30 +69,51 @@ def overhead(passes: Sequence[_Pass], durations_ns: Mapping[int, Sequence[int]])
     previous: tuple[_Pass, StepTimes] | None = None
     for p in passes:
         times = StepTimes.of(durations_ns[p.run_id])
-        row: dict[str, Any] = {
-            "pass": p.name,
-            "run_id": p.run_id,
-            "levels_added": [lv for lv in p.levels if previous is None or lv not in previous[0].levels],
-            "iterations": times.n,
-            "step_median_ns": round(times.median_ns),
-            "step_p5_ns": round(times.p5_ns),
-            "step_p95_ns": round(times.p95_ns),
-            "added_ns": None,
-            "added_pct": None,
-            "noise_ns": None,
-            "noise_pct": None,
-            "within_noise": None,
-        }
-        if previous is not None:
-            before = previous[1].median_ns
-            added = times.median_ns - before
-            row["added_ns"] = round(added)
-            row["added_pct"] = 100.0 * added / before if before else None
-            noise = noise_ns(previous[1], times)
-            if noise is not None:
-                row["noise_ns"] = round(noise)
-                row["noise_pct"] = 100.0 * noise / before if before else None
-                row["within_noise"] = abs(added) <= noise
-        out.append(row)
+        out.append(_row(p, times, previous))
         previous = (p, times)
     return out
+
+
+def counter_overhead(
+    pairs: Sequence[tuple[_Pass, _Pass]], durations_ns: Mapping[int, Sequence[int]]
+) -> list[dict[str, Any]]:
+    """One row per counter pass (io, system, metrics: ``leveled.merge.COUNTER_LEVELS``), given as (counter pass,
+    the timing pass that records its other levels): what its counter levels add to that pass's step median,
+    judged as ``overhead`` judges a timing pass; ``against`` names the pass compared with. A counter pass with
+    no measured step is left out."""
+    out = []
+    for p, base in pairs:
+        if durations_ns.get(p.run_id) and durations_ns.get(base.run_id):
+            before = StepTimes.of(durations_ns[base.run_id])
+            row = _row(p, StepTimes.of(durations_ns[p.run_id]), (base, before))
+            row["against"] = base.name
+            out.append(row)
+    return out
+
+
+def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "pass": p.name,
+        "run_id": p.run_id,
+        "levels_added": [lv for lv in p.levels if previous is None or lv not in previous[0].levels],
+        "iterations": times.n,
+        "step_median_ns": round(times.median_ns),
+        "step_p5_ns": round(times.p5_ns),
+        "step_p95_ns": round(times.p95_ns),
+        "added_ns": None,
+        "added_pct": None,
+        "noise_ns": None,
+        "noise_pct": None,
+        "within_noise": None,
+    }
+    if previous is not None:
+        before = previous[1].median_ns
+        added = times.median_ns - before
+        row["added_ns"] = round(added)
+        row["added_pct"] = 100.0 * added / before if before else None
+        noise = noise_ns(previous[1], times)
+        if noise is not None:
+            row["noise_ns"] = round(noise)
+            row["noise_pct"] = 100.0 * noise / before if before else None
+            row["within_noise"] = abs(added) <= noise
+    return row

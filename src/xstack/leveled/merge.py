@@ -10,7 +10,8 @@ in ``health`` and only what matches is merged.
 
 Notes: the merged run's ``config.overhead`` gives, per pass, the median step latency and what the pass's new
 levels added to it over the pass before (in ns and %), judged against the passes' iteration noise
-(``_overhead``); ``config.merge`` counts the spans merged and not.
+(``_overhead``), then the same for each counter pass (io, system, metrics) against the timing pass that records
+its other levels (``against``); ``config.merge`` counts the spans merged and not.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
+from xstack.leveled._overhead import counter_overhead
 from xstack.leveled._overhead import overhead as step_overhead
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
@@ -94,6 +96,8 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _match.drop(con)
         con.execute("DROP TABLE _lm_stats")
         overhead = step_overhead(passes, steps)
+        pairs = _counter_bases(passes, counters)
+        overhead += counter_overhead(pairs, steps | {c.run_id: _step_durations(con, c) for c, _ in pairs})
         metric_passes = [p.run_id for p in counters if "metrics" in p.levels]
         joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
@@ -181,6 +185,32 @@ def _short_passes(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]
         [run_ids],
     )
     return [("iterations_short", int(n), f"{detail} (run {run_id})") for run_id, n, detail in rows]
+
+
+def _counter_bases(passes: list[Pass], counters: list[Pass]) -> list[tuple[Pass, Pass]]:
+    """Each counter pass with the timing pass that records its other levels (``model+io`` with ``model``, the
+    syscall pass ``model+layer+system`` with ``model+layer``), where there is one."""
+    pairs = []
+    for c in counters:
+        others = {lv for lv in c.levels if lv not in COUNTER_LEVELS}
+        base = next((p for p in passes if set(p.levels) == others), None)
+        if base is not None:
+            pairs.append((c, base))
+    return pairs
+
+
+def _step_durations(con: Any, p: Pass) -> list[int]:
+    """The durations of a pass's measured steps, in order, as ``_match`` takes a timing pass's."""
+    rows = con.execute(
+        """SELECT dur_ns FROM (
+               SELECT dur_ns, coalesce(TRY_CAST(attrs->>'$."model.step"' AS BIGINT),
+                   TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) AS BIGINT)) AS iter
+               FROM _spans WHERE run_id = ? AND parent_id IS NULL AND level = 'model'
+                   AND (attrs->>'$."model.kind"' = 'step' OR regexp_matches(name, '^ProfilerStep#[0-9]+$')))
+           WHERE iter >= ? AND iter < ? ORDER BY iter""",
+        [p.run_id, p.first_iter, p.end_iter],
+    ).fetchall()
+    return [int(r[0]) for r in rows]
 
 
 def _counter_pass(p: Pass) -> bool:

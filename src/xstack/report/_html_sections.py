@@ -17,6 +17,7 @@ from xstack.report.terminal import (
     devices_line,
     health_headline,
     iterations_line,
+    overhead_adds,
     overhead_note,
     runs_line,
     status_line,
@@ -197,7 +198,7 @@ def overhead(summary: RunSummary) -> str:
         added, pct = o.get("added_ns"), o.get("added_pct")
         rows.append([
             str(o.get("pass")),
-            ", ".join(o.get("levels_added") or []) or "-",
+            overhead_adds(o),
             str(o.get("iterations", "-")),
             format_ns(o.get("step_median_ns") or 0),
             "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),

@@ -34,6 +34,7 @@ from xstack.report.terminal import (
     devices_line,
     health_headline,
     iterations_line,
+    overhead_adds,
     overhead_note,
     runs_line,
     status_line,
@@ -145,7 +146,7 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         for o in s.overhead:
             added = o.get("added_ns")
             out.append(
-                f"| {md(o.get('pass'))} | {md(', '.join(o.get('levels_added') or []) or '-')} | "
+                f"| {md(o.get('pass'))} | {md(overhead_adds(o))} | "
                 f"{format_ns(o.get('step_median_ns') or 0)} | {'reference' if added is None else format_ns(added)} | "
                 f"{md(overhead_note(o))} |"
             )

@@ -376,7 +376,7 @@ def _overhead_table(s: RunSummary) -> Table:
         added, pct = o.get("added_ns"), o.get("added_pct")
         t.add_row(
             str(o.get("pass")),
-            ", ".join(o.get("levels_added") or []) or "-",
+            overhead_adds(o),
             str(o.get("iterations", "-")),
             format_ns(o.get("step_median_ns") or 0),
             "reference" if added is None else ("+" if added >= 0 else "") + format_ns(added),
@@ -384,6 +384,12 @@ def _overhead_table(s: RunSummary) -> Table:
             overhead_note(o),
         )
     return t
+
+
+def overhead_adds(o: dict[str, Any]) -> str:
+    """The levels a pass adds, and for a counter pass (io, system, metrics) the timing pass it is compared with."""
+    adds = ", ".join(o.get("levels_added") or []) or "-"
+    return f"{adds} (against {o['against']})" if o.get("against") else adds
 
 
 def overhead_note(o: dict[str, Any]) -> str:
