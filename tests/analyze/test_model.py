@@ -193,11 +193,24 @@ def test_a_latency_target_picks_the_largest_batch_that_meets_it(build: Any) -> N
     store = build(_sweep({1: 400_000, 2: 600_000, 4: 1_000_000, 8: 1_900_000, 16: 3_500_000}))
     met = model_information(store, 1, latency_target_ms=2.0)
     assert met.facts["optimal_batch_size"] == 8 and "latency (1.90 ms) meets the 2 ms target" in met.facts["reason"]
+    assert met.facts["reason"].endswith("and the one of most throughput")
     assert model_information(store, 1, latency_target_ms=1.0).facts["optimal_batch_size"] == 4  # 1 ms meets 1 ms
     none = model_information(store, 1, latency_target_ms=0.3)
     assert none.facts["optimal_batch_size"] is None and "no batch size meets the 0.3 ms" in none.facts["reason"]
     assert "(batch size 1 takes 400" in none.facts["reason"] and none.facts["reason"].endswith(" us)")  # not 0.4 ms
     assert none.column("optimal") == [""] * 5 and none.labels == [f"no optimal batch size: {none.facts['reason']}"]
+
+
+def test_a_latency_target_picks_the_size_of_most_throughput_among_those_that_meet_it(build: Any) -> None:
+    # 8 meets the 5 ms target but its throughput fell (8 / 4.2 ms = 1,905/s) below 4's (4 / 1.0 ms = 4,000/s)
+    store = build(_sweep({1: 400_000, 2: 600_000, 4: 1_000_000, 8: 4_200_000}))
+    met = model_information(store, 1, latency_target_ms=5.0)
+    assert met.facts["optimal_batch_size"] == 4
+    assert met.facts["reason"] == (
+        "of the batch sizes whose latency meets the 5 ms target, the one of most throughput (4,000 samples/s at "
+        "1.00 ms): the larger batch size 8 meets it too (4.20 ms) with less (1,905 samples/s)"
+    )
+    assert met.column("optimal") == ["", "", "yes", ""]
 
 
 def test_the_sweeps_own_latency_target_is_the_default(build: Any) -> None:

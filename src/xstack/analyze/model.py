@@ -37,8 +37,8 @@ NOTES = (
     "the gain threshold per doubling ((T_next / T) ** (1 / log2(b_next / b)) - 1, the plain gain when the next "
     "size is the double), or, where throughput still rises at the largest size measured and a larger one failed "
     "(out of memory, typically), that largest size (none where a pass at that largest size failed itself: no "
-    "larger size ran); with a latency target, the largest batch size whose median "
-    "latency meets it."
+    "larger size ran); with a latency target, of the batch sizes whose median latency meets it, the one of most "
+    "throughput (the largest, unless a larger one's throughput fell)."
 )
 SWEEP_HINT = (
     "For latency and throughput across batch sizes and the optimal batch size, "
@@ -99,7 +99,7 @@ def model_information(
 
     ``run_id`` picks the profile: when its run records a batch size (``xstack sweep``), every batch size's run
     of the store is read; otherwise that run alone. ``latency_target_ms`` (default: the sweep's own) switches
-    the choice to the largest batch size whose median latency meets it.
+    the choice to the batch size of most throughput among those whose median latency meets it.
 
     Notes: latency is the median duration of the measured iterations (step spans), read from each batch size's
     merged run (its step timed by the model pass alone, p5/p95 from its ``stats.*``) or, without one, from its
@@ -191,8 +191,16 @@ def choose_batch_size(
             b, lat = pts[0]
             return None, f"no batch size meets the {latency_target_ms:g} ms latency target (batch size {b} takes " \
                 f"{format_ns(lat)})"  # fmt: skip
-        b, lat = meeting[-1]
-        return b, f"the largest batch size whose latency ({format_ns(lat)}) meets the {latency_target_ms:g} ms target"
+        b, lat = max(meeting, key=lambda p: (p[0] / p[1], -p[0]))  # the most throughput; a tie: the lower latency
+        largest, largest_lat = meeting[-1]
+        if b == largest:
+            return b, (f"the largest batch size whose latency ({format_ns(lat)}) meets the {latency_target_ms:g} ms "
+                       "target, and the one of most throughput")  # fmt: skip
+        return b, (
+            f"of the batch sizes whose latency meets the {latency_target_ms:g} ms target, the one of most throughput "
+            f"({b * 1e9 / lat:,.0f} samples/s at {format_ns(lat)}): the larger batch size {largest} meets it too "
+            f"({format_ns(largest_lat)}) with less ({largest * 1e9 / largest_lat:,.0f} samples/s)"
+        )
     larger_failed = min((f for f in failed if f > pts[-1][0]), default=None)
     if len(pts) < 2:
         if larger_failed is not None:

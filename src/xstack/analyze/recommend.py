@@ -167,7 +167,7 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
     elif target is not None and largest:
         larger = f"no larger batch size was measured (a sweep past it shows whether one meets the {target:g} ms target)"
     elif target is not None:
-        larger = f"larger batches miss the {target:g} ms latency target"
+        larger = _larger_under_target(a1.facts.get("per_batch") or [], best, target)
     else:
         larger = _larger_batches(a1.facts.get("per_batch") or [], best)
     return Recommendation(
@@ -178,6 +178,18 @@ def optimal_batch_size(results: Results) -> Recommendation | None:
         ["A1"],
         f"Run at batch size {best}: {larger}, smaller ones leave throughput unused.",
     )
+
+
+def _larger_under_target(per_batch: list[dict[str, Any]], best: int, target_ms: float) -> str:
+    """What the sizes past the optimum give under a latency target: they miss it, or those that meet it give less
+    throughput (A1 chose the size of most throughput among those meeting the target)."""
+    meeting = [p["batch_size"] for p in per_batch
+               if isinstance(p.get("batch_size"), int) and p["batch_size"] > best
+               and isinstance(p.get("latency_ns"), (int, float)) and p["latency_ns"] <= target_ms * 1e6]  # fmt: skip
+    if not meeting:
+        return f"larger batches miss the {target_ms:g} ms latency target"
+    sizes = ", ".join(map(str, meeting))
+    return f"larger batches miss the {target_ms:g} ms latency target or, as {sizes}, meet it with less throughput"
 
 
 def _larger_batches(per_batch: list[dict[str, Any]], best: int) -> str:

@@ -224,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--latency-target",
         type=float,
         metavar="MS",
-        help="optimal batch size = the largest whose median latency is at most MS milliseconds (default: the "
+        help="optimal batch size = of those whose median latency is at most MS milliseconds, the one of most "
+        "throughput (default: the "
         "smallest after which doubling the batch size raises throughput by at most 5%%)",
     )
     _pass_options(p, "as xstack profile")
