@@ -500,6 +500,24 @@ def test_unattributed_time_quotes_a_mismatch_whole_or_cut_at_a_word(tmp_path: Pa
     assert cut.endswith(" 'void ...) (health)") and len(cut) < len(long), cut
     # a GPU run: autotuning may change its kernels; every kernel has its launch, so the levels are not at fault
     assert "cudnn.benchmark" in rec.action and "kernel level" not in rec.action, rec.action
+    assert rec.action.endswith("The divergence inside the DataLoader's fetch (dataloader.next) needs no change: its "
+                               "own operators differ with whether a batch was ready when the loop asked for it, and "
+                               "only the spans under it from the divergence on are left out of the merge.")  # fmt: skip
+    assert rec.severity == "medium"
+
+
+def test_a_divergence_inside_the_dataloaders_fetch_only_is_explained_not_given_work(tmp_path: Path) -> None:
+    detail = ("model+layer+op iteration 6: under model 'dataloader.next', op 3 is 'aten::empty', which model+layer+op "
+              "iteration 2 lacks; 2 sequences diverge, 4 spans of model+layer+op not merged")  # fmt: skip
+    with _kernel_store(tmp_path / "d.duckdb", [("gemm", 100_000, 1e10, 1e8)]) as store:
+        pass
+    with Store.open(tmp_path / "d.duckdb", read_only=False) as store:
+        store.add_health(1, [("iteration_mismatch", 2, detail)])
+    with Store.open(tmp_path / "d.duckdb") as store:
+        rec = _check(_fired(store, "unattributed_time"), "health")
+    assert rec.severity == "low" and f"iteration_mismatch: 2 ({detail}) (health)" in rec.evidence
+    assert rec.action.startswith("Nothing to change for the divergence inside the DataLoader's fetch"), rec.action
+    assert "Make the measured iterations" not in rec.action
 
 
 def test_orphan_kernels_are_told_to_record_their_launches(tmp_path: Path) -> None:

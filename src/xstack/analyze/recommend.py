@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from textwrap import shorten
-from typing import Any
+from typing import Any, Final
 
 from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
@@ -240,20 +240,34 @@ def unattributed_time(results: Results) -> Recommendation | None:
     if pct >= UNATTRIBUTED_PCT:
         evidence.append(f"{pct:.1f}% of device time has no launching call and is charged to no op or layer (health)")
     evidence += [f"{r[0]}: {r[1]:,} ({shorten(r[2], 240, placeholder=' ...')}) (health)" for r in mismatch]
+    # the DataLoader's own ops differ with whether a batch was ready when asked for: nothing the program can change
+    loader = [r for r in mismatch if LOADER_DIVERGENCE in str(r[2])]
+    program = len(mismatch) > len(loader)
     return Recommendation(
         "unattributed_time",
         "Part of the profile could not be attributed",
-        "medium" if pct >= 20 or mismatch else "low",
+        "medium" if pct >= 20 or program else "low",
         evidence,
         ["health"],
-        _unattributed_action(mismatch=bool(mismatch), orphans=pct >= UNATTRIBUTED_PCT, gpu=h.facts.get("gpu")),
+        _unattributed_action(
+            mismatch=program, orphans=pct >= UNATTRIBUTED_PCT, gpu=h.facts.get("gpu"), loader=bool(loader)
+        ),  # fmt: skip
     )
 
 
-def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any) -> str:
+LOADER_DIVERGENCE: Final = "under model 'dataloader.next'"
+"""How a mismatch detail (``leveled.merge``) names a divergence inside a DataLoader's fetch."""
+
+
+def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any, loader: bool = False) -> str:
     """What to change for a profile that could not be attributed, as far as the run can record it: a run with no
-    GPU launched no kernels, so neither autotuning nor the kernel level is any help there."""
+    GPU launched no kernels, so neither autotuning nor the kernel level is any help there; a divergence inside the
+    DataLoader's fetch only, which the program does not choose, is explained, not given work."""
     parts = []
+    why = ("its own operators differ with whether a batch was ready when the loop asked for it, and only the spans "
+           "under it from the divergence on are left out of the merge")  # fmt: skip
+    if loader and not mismatch:
+        parts.append(f"Nothing to change for the divergence inside the DataLoader's fetch (dataloader.next): {why}")
     if mismatch:
         what = "fixed input shapes, the same branches taken"
         what += ", warm-up past autotuning such as cudnn.benchmark" if gpu else ""
@@ -262,6 +276,8 @@ def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any) -> str:
             "iterations (a validation or a checkpoint every N steps) out of the profiled loop, or profile fewer "
             "iterations than its period, so that every pass and iteration has the same spans to merge"
         )
+        if loader:
+            parts.append(f"The divergence inside the DataLoader's fetch (dataloader.next) needs no change: {why}")
     if orphans:
         parts.append(
             "Record the runtime level with the kernel level, so that every kernel has the launching call that "
