@@ -50,7 +50,8 @@ void xio_session_flush(int end, int final)
     if (xio.mode == XIO_MODE_OFF || xio.ended || xio_sys_getpid() != xio.pid)
         return; /* not recording, or a vfork child that shares the parent's memory: touch nothing */
     int saved_errno = errno, saved_guard = xio_guard;
-    xio_dir_flush(); /* this thread's readdir run, if one is open */
+    if (!saved_guard)
+        xio_dir_flush(); /* this thread's readdir run, if one is open (not from inside a wrapper: a signal) */
     xio_guard = 1;
     pthread_mutex_lock(&xio.lock);
     xio_flush_locked(end);
