@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import kineto_fixture
 from tests.importers import kineto_reference as ref
+from xstack.analyze.context import run_context
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.result import Result
 from xstack.importers.kineto import import_kineto
@@ -279,6 +280,19 @@ def _kernel_steps_store(path: Path, steps: int, *, outside: bool = False) -> Sto
         launch(10_000, None, "copy", first + 10_000 * steps + 100)
         sink.close()
     return Store.open(path)
+
+
+def test_a_call_belongs_to_the_step_it_starts_in_at_every_boundary(tmp_path: Path) -> None:
+    """The per-call tables look the iteration of 10^5 calls up with ``iteration_finder`` (the steps read once):
+    it answers as ``iteration_of``, a call at a step's end belonging to the next step or to none."""
+    with _kernel_steps_store(tmp_path / "k.duckdb", 3) as store:  # steps [0, 10,000), [10,000, 20,000), ...
+        ctx = run_context(store, 1)
+        find = ctx.iteration_finder()
+        assert find is ctx.iteration_finder()
+        expected = {None: None, -1: None, 0: 1, 9_999: 1, 10_000: 2, 19_999: 2, 20_000: 3, 29_999: 3, 30_000: None}
+        assert {t: find(t)[0] for t in expected} == expected
+        assert [find(t) for t in (0, 10_000)] == [(1, True), (2, False)]  # the first step is warm-up
+        assert all(ctx.iteration_of(t) == find(t) for t in expected)
 
 
 def test_per_layer_call_kernel_tables_say_which_iteration_holds_each_call(tmp_path: Path) -> None:

@@ -441,6 +441,10 @@ def test_an_output_ending_in_gz_is_gzipped_and_holds_the_same_trace(exported: Ex
     with gzip.open(out, "rb") as fh:
         assert json.load(fh) == exported.doc
     assert stats.describe() == exported.stats.describe()
+    # the JSON bytes are counted as they are written, gzipped or not (the report says how large the trace is)
+    plain = export_perfetto(exported.store, tmp_path / "trace.json")
+    assert stats.json_bytes == plain.json_bytes == (tmp_path / "trace.json").stat().st_size
+    assert stats.json_bytes == len(gzip.decompress(out.read_bytes()))
     # the header names the trace, not the .partial it was written as, and holds no time (RFC 1952: MTIME 0), so
     # that the same store exported twice gives the same bytes
     header = out.read_bytes()

@@ -3,7 +3,7 @@ a layer call in its iteration, the labels that say where costs come from and wha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from xstack.analyze._kernel_costs import (
@@ -68,15 +68,23 @@ def call_columns(ctx: RunContext) -> tuple[list[Column], list[Column]]:
     return ([ITERATION_COLUMN] if len(ctx.iterations()) > 1 else []), ([WARMUP_COLUMN] if ctx.warmup_windows() else [])
 
 
-def placed(ctx: RunContext, start_ns: int | None, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``row`` of a layer call that starts at ``start_ns`` (or of the work outside any layer of one iteration,
-    ``outside_group``, whose first call starts then; None: work placed nowhere), between its ``call_columns``
-    cells: the iteration, and ``yes`` for a call of a warm-up iteration or the start-up before it
-    (``RunContext.in_warmup``, as A2-A4 mark it)."""
+def placer(ctx: RunContext) -> Callable[[int | None, tuple[Any, ...]], tuple[Any, ...]]:
+    """A function of ``(start_ns, row)``: ``row`` of a layer call that starts at ``start_ns`` (or of the work
+    outside any layer of one iteration, ``outside_group``, whose first call starts then; None: work placed
+    nowhere), between its ``call_columns`` cells: the iteration, and ``yes`` for a call of a warm-up iteration or
+    the start-up before it (``RunContext.in_warmup``, as A2-A4 mark it). The run's columns, steps and warm-up are
+    looked up once, for a loop over many calls."""
     first, last = call_columns(ctx)
-    iteration = ctx.iteration_of(start_ns)[0] if first else None
-    warm = bool(last) and start_ns is not None and any(s <= start_ns < e for s, e in ctx.warmup_windows())
-    return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
+    iteration_of, windows = ctx.iteration_finder(), ctx.warmup_windows()
+
+    def place(start_ns: int | None, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        head = (iteration_of(start_ns)[0],) if first else ()
+        if not last:
+            return (*head, *row)
+        warm = start_ns is not None and any(s <= start_ns < e for s, e in windows)
+        return (*head, *row, "yes" if warm else "")
+
+    return place
 
 
 OUTSIDE = "(outside any layer)"
@@ -130,13 +138,19 @@ def kernel_call_columns(ctx: RunContext) -> tuple[list[Column], list[Column]]:
     return first, [KERNEL_WARMUP_COLUMN] if last else []
 
 
-def placed_kernel(ctx: RunContext, launch_ns: int | None, warm: bool, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``row`` of a kernel call launched at ``launch_ns`` between its ``kernel_call_columns`` cells: the iteration
-    that launched it (None outside every step), and ``yes`` for one launched in the warm-up or the start-up
-    before it (``warm``: ``RunContext.in_warmup`` of its launch)."""
+def kernel_placer(ctx: RunContext) -> Callable[[int | None, bool, tuple[Any, ...]], tuple[Any, ...]]:
+    """A function of ``(launch_ns, warm, row)``: ``row`` of a kernel call launched at ``launch_ns`` between its
+    ``kernel_call_columns`` cells: the iteration that launched it (None outside every step), and ``yes`` for one
+    launched in the warm-up or the start-up before it (``warm``: ``RunContext.in_warmup`` of its launch). The
+    run's columns and steps are looked up once, for a loop over many calls."""
     first, last = kernel_call_columns(ctx)
-    iteration = ctx.iteration_of(launch_ns)[0] if first else None
-    return (*([iteration] if first else []), *row, *(["yes" if warm else ""] if last else []))
+    iteration_of = ctx.iteration_finder()
+
+    def place(launch_ns: int | None, warm: bool, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        head = (iteration_of(launch_ns)[0],) if first else ()
+        return (*head, *row, "yes" if warm else "") if last else (*head, *row)
+
+    return place
 
 
 def outside_label(ctx: RunContext, table: str) -> list[str]:
@@ -214,7 +228,16 @@ def costs(row: Sequence[Any], pk: Peaks | None, dur_index: int, precision: str |
     bound is ``above peak`` where the FLOP/s exceed the peak of ``precision``."""
     flops, read, write, occ = row[-4:]
     ai, achieved = intensity(flops, read, write), rate(flops, row[dur_index])
-    return (as_int(flops), as_int(read), as_int(write), occ, ai, achieved, bound(ai, pk, precision, achieved))
+    # as_int inlined: this runs once per layer or kernel call
+    return (
+        None if flops is None else int(round(flops)),
+        None if read is None else int(round(read)),
+        None if write is None else int(round(write)),
+        occ,
+        ai,
+        achieved,
+        bound(ai, pk, precision, achieved),
+    )
 
 
 def as_int(v: Any) -> int | None:
@@ -237,7 +260,7 @@ def roofline_chart(title: str, pk: Peaks | None, limit: int) -> Chart:
 def per_call_result(ctx: RunContext, id: str, title: str, columns: list[Column], rows: list[tuple[Any, ...]],
                     *, notes: str, labels: list[str], chart: Chart) -> Result:  # fmt: skip
     """A per-layer-call table (A11-A14): ``columns`` between the columns that place a call (``call_columns``; the
-    rows are ``placed``), the first ``ROW_LIMIT`` rows kept and the rest counted."""
+    rows are placed by ``placer``), the first ``ROW_LIMIT`` rows kept and the rest counted."""
     first, last = call_columns(ctx)
     kept = rows[:ROW_LIMIT]
     return Result(id, title, [*first, *columns, *last], kept, notes=notes, run_id=ctx.run_id, labels=labels,

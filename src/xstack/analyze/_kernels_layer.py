@@ -24,7 +24,7 @@ from xstack.analyze._kernels_common import (
     layer_cell,
     outside_group,
     per_call_result,
-    placed,
+    placer,
     require_kernels,
     roofline_chart,
     warm_chart,
@@ -37,6 +37,14 @@ from xstack.trace.store import Store
 
 
 def _layer_rollup(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
+    """``_layer_rollup_rows``, queried once per run and kernel table (A11, A12 and A14 share it)."""
+    key = f"layer_rollup {t}"
+    if key not in ctx._rows:
+        ctx._rows[key] = _layer_rollup_rows(ctx, t)
+    return ctx._rows[key]
+
+
+def _layer_rollup_rows(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
     """Per layer call: its start (ns), path, type, latency, kernel count and time, precision, flops, read, write,
     weighted occupancy, over the kernels the layer launched itself (not through a nested layer). The precision is
     that of its longest kernel. The kernels launched outside any layer get a row per iteration that launched them
@@ -70,10 +78,10 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
     if missing := require_kernels(ctx, "A11", "Kernels by layer", "layer"):
         return missing
     t, pk = kernel_costs(ctx), peaks(ctx)
-    out, flagged = [], []
+    out, flagged, place = [], [], placer(ctx)
     for start, *r in _layer_rollup(ctx, t):
         c = costs(r, pk, 4, r[5])
-        out.append(placed(ctx, start, (r[0], r[1], r[2], r[3], as_int(r[4]), *c)))
+        out.append(place(start, (r[0], r[1], r[2], r[3], as_int(r[4]), *c)))
         flagged.append((r[0], r[5], c[-1]))
     cols = [Column("layer"), Column("type"), Column("latency", "ns"), Column("kernels", "count"),
             Column("kernel time", "ns"), *COST_COLUMNS]  # fmt: skip
@@ -92,18 +100,18 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
     if "kernel" not in ctx.levels and "metrics" not in ctx.levels:
         if missing := ctx.require("A12", "Metrics per layer", "layer", "op"):
             return missing
+        place = placer(ctx)
         out = [
-            placed(ctx, start, (r[0], r[1], as_int(r[3]), as_int(r[4]), as_int(r[5])))
-            for start, *r in _op_layer_rollup(ctx)
+            place(start, (r[0], r[1], as_int(r[3]), as_int(r[4]), as_int(r[5]))) for start, *r in _op_layer_rollup(ctx)
         ]
         labels = ["FLOPs and bytes: analytic (per-op count from shapes; no kernels in this run)"]
     else:
         if missing := require_kernels(ctx, "A12", "Metrics per layer", "layer"):
             return missing
         t = kernel_costs(ctx)
+        place = placer(ctx)
         out = [
-            placed(ctx, start, (r[0], r[1], as_int(r[6]), as_int(r[7]), as_int(r[8])))
-            for start, *r in _layer_rollup(ctx, t)
+            place(start, (r[0], r[1], as_int(r[6]), as_int(r[7]), as_int(r[8]))) for start, *r in _layer_rollup(ctx, t)
         ]
         labels = [lb for lb in cost_labels(ctx, t, None) if not lb.startswith("bound")]
     cols = [Column("layer"), Column("type"), Column("FLOPs", "flops"), Column("DRAM read", "bytes"),
@@ -166,10 +174,9 @@ def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
             ORDER BY s.start_ns, s.dur_ns DESC, s.span_id""",
         {"run": ctx.run_id},
     ).fetchall()
+    place = placer(ctx)
     out = [
-        placed(
-            ctx, start, (p, ty, int(d), int(g), max(0, int(d) - int(g)), min(100.0, 100.0 * int(g) / d) if d else None)
-        )
+        place(start, (p, ty, int(d), int(g), max(0, int(d) - int(g)), min(100.0, 100.0 * int(g) / d) if d else None))
         for p, ty, d, g, start in rows
     ]
     cols = [Column("layer"), Column("type"), Column("latency", "ns"), Column("GPU time", "ns"),
@@ -203,14 +210,14 @@ def layer_roofline(store: Store, run_id: int) -> Result:
             "time: the layer's host self time (its latency less its sub-layers', whose ops it does not count)",
             peaks_label(ctx, pk),
         ]
-    out, flagged = [], []
+    out, flagged, place = [], [], placer(ctx)
     for start, path, ty, dur, prec, flops, read, write in rows:
         ai, achieved = intensity(flops, read, write), rate(flops, dur)
         if ai is not None:
-            place = bound(ai, pk, prec, achieved)
-            out.append(placed(ctx, start, (path, ty, dur, as_int(flops), as_int((read or 0) + (write or 0)), ai,
-                                           achieved, place)))  # fmt: skip
-            flagged.append((path, prec, place))
+            where = bound(ai, pk, prec, achieved)
+            out.append(place(start, (path, ty, dur, as_int(flops), as_int((read or 0) + (write or 0)), ai, achieved,
+                                     where)))  # fmt: skip
+            flagged.append((path, prec, where))
     if "kernel" in ctx.levels or "metrics" in ctx.levels:
         labels += above_peak(ctx, t, pk, flagged)
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,9 @@ class RunContext:
     _warmup_windows: list[tuple[int, int]] | None = None
     _iterations: list[tuple[int, int, bool]] | None = None
     _measured: tuple[str, int] | None = None
+    _finder: Callable[[int | None], tuple[int | None, bool]] | None = None
+    _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    """Query results several analyses share (the per-layer-call rollup of A11, A12 and A14), by name."""
 
     @property
     def warmup(self) -> int:
@@ -152,13 +156,26 @@ class RunContext:
         """The iteration (numbered from 1) of a call that starts at ``start_ns``, and whether it is a warm-up one;
         ``(None, False)`` for a call outside every step. A call belongs to the step it starts in, as in
         ``in_warmup``."""
+        return self.iteration_finder()(start_ns)
+
+    def iteration_finder(self) -> Callable[[int | None], tuple[int | None, bool]]:
+        """``iteration_of`` as a function with the run's steps looked up once, for a loop over many calls."""
+        if self._finder is not None:
+            return self._finder
         steps = self.iterations()
-        if start_ns is None or not steps:
-            return None, False
-        i = bisect.bisect_right(steps, (start_ns, 2**63, True)) - 1  # the last step that starts by then
-        if i < 0 or start_ns >= steps[i][1]:
-            return None, False
-        return i + 1, steps[i][2]
+        starts = [s for s, _, _ in steps]
+        find = bisect.bisect_right
+
+        def iteration_of(start_ns: int | None) -> tuple[int | None, bool]:
+            if start_ns is None or not steps:
+                return None, False
+            i = find(starts, start_ns) - 1  # the last step that starts by then
+            if i < 0 or start_ns >= steps[i][1]:
+                return None, False
+            return i + 1, steps[i][2]
+
+        self._finder = iteration_of
+        return iteration_of
 
     def measured_table(self) -> tuple[str, int] | None:
         """The measured iterations (host step spans past the warm-up), as the name of a temp table ``(ws, we)`` of

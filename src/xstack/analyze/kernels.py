@@ -21,8 +21,8 @@ from xstack.analyze._kernels_common import (
     costs,
     counted_label,
     kernel_call_columns,
+    kernel_placer,
     outside_label,
-    placed_kernel,
     require_kernels,
     roofline_chart,
 )
@@ -54,10 +54,10 @@ def kernel_information(store: Store, run_id: int, *, limit: int | None = ROW_LIM
         [ctx.run_id],
     )
     total = int(store.query(f"SELECT count(*) FROM {t}")[0][0])
-    out, flagged = [], []
+    out, flagged, place = [], [], kernel_placer(ctx)
     for i, (launch, warm, *r) in enumerate(rows):
         c = costs(r, pk, 2, r[3])
-        out.append(placed_kernel(ctx, launch, warm, (i, r[0], r[1], r[2], *c)))
+        out.append(place(launch, warm, (i, r[0], r[1], r[2], *c)))
         flagged.append((r[0], r[3], c[-1]))
     first, last = kernel_call_columns(ctx)
     cols = [*first, Column("index", "count"), Column("kernel"), Column("layer"), Column("latency", "ns"),
@@ -95,10 +95,10 @@ def kernel_roofline(store: Store, run_id: int, *, limit: int | None = ROW_LIMIT,
     total = int(store.query(f"SELECT count(*) FROM {t} WHERE flops IS NOT NULL AND dram_read + dram_write > 0")[0][0])
     if not total and (gaps := [g for g in cost_gaps(ctx, t) if g != "kernel durations"]):
         return ctx.lacking("A9", "Kernel roofline", *gaps, notes=NOTES)
-    out, flagged = [], []
+    out, flagged, place = [], [], kernel_placer(ctx)
     for launch, warm, *r in rows:
         c = costs(r, pk, 1, r[2])
-        out.append(placed_kernel(ctx, launch, warm, (r[0], r[1], c[4], c[5], c[6])))
+        out.append(place(launch, warm, (r[0], r[1], c[4], c[5], c[6])))
         flagged.append((r[0], r[2], c[6]))
     first, last = kernel_call_columns(ctx)
     cols = [

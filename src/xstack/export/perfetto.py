@@ -65,6 +65,8 @@ class PerfettoStats:
     """Counter rows without a finite value (JSON has no NaN): left out."""
     overlap_spans: int = 0
     """Spans put on an "(overlap N)" track because they partly overlap a span on their own."""
+    json_bytes: int = 0
+    """Bytes of JSON written (before gzip, for an ``out`` ending in ``.gz``)."""
 
     @property
     def empty(self) -> bool:
@@ -200,7 +202,8 @@ def export_perfetto(store: Store, out: Path, *, run_id: int | None = None) -> Pe
     runs = _runs(store, run_id)
     stats = PerfettoStats(runs=len(runs))
     with partial_file(out) as partial, _open_out(partial, out) as fh:
-        fh.write(_header(store, runs))
+        header = _header(store, runs)
+        fh.write(header)
         writer = _Writer(fh)
         tracks = _Tracks(writer)
         for run in runs:
@@ -209,6 +212,7 @@ def export_perfetto(store: Store, out: Path, *, run_id: int | None = None) -> Pe
             _counters(store, run, tracks, writer, stats)
         writer.flush()
         fh.write(b"\n]}\n")
+    stats.json_bytes = len(header) + writer.written + 4
     return stats
 
 
@@ -414,6 +418,8 @@ class _Writer:
         self._fh = fh
         self._buf: list[dict[str, Any]] = []
         self._empty = True
+        self.written = 0
+        """Bytes written so far."""
 
     @property
     def buffer(self) -> list[dict[str, Any]]:
@@ -433,6 +439,7 @@ class _Writer:
         # between tokens, where a newline is plain whitespace.
         text = orjson.dumps(self._buf)[1:-1].replace(b'},{"ph":', b'},\n{"ph":')
         self._fh.write(text if self._empty else b",\n" + text)
+        self.written += len(text) + (0 if self._empty else 2)
         self._buf.clear()
         self._empty = False
 

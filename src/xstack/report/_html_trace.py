@@ -16,7 +16,6 @@ from typing import Literal
 from urllib.parse import quote
 
 from xstack.analyze.result import format_value
-from xstack.outfile import gzip_writer
 from xstack.report._svg import esc
 from xstack.trace.store import Store
 
@@ -46,12 +45,11 @@ def trace_section(store: Store | None, run_id: int, run_name: str, out: Path, ca
 
     name = (re.sub(r"[^A-Za-z0-9._-]+", "_", run_name).strip("._") or "trace") + ".perfetto.json"
     with tempfile.TemporaryDirectory(prefix="xstack-report-") as tmp:
-        raw, packed = Path(tmp) / name, Path(tmp) / (name + ".gz")
-        stats = export_perfetto(store, raw, run_id=run_id)
-        # Level 1: twice as fast as the default 6 on a 280 MB trace, for a file a quarter larger.
-        with open(raw, "rb") as src, gzip_writer(packed, name) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        json_bytes, gzip_bytes = raw.stat().st_size, packed.stat().st_size
+        # Gzipped as it is written (level 1: twice as fast as the default 6 on a 280 MB trace, for a file a
+        # quarter larger), its header naming ``name``: the JSON itself never goes to disk.
+        packed = Path(tmp) / (name + ".gz")
+        stats = export_perfetto(store, packed, run_id=run_id)
+        json_bytes, gzip_bytes = stats.json_bytes, packed.stat().st_size
         what = f"{stats.describe()}; {format_value(json_bytes, 'bytes')} of JSON"
         if gzip_bytes <= cap_bytes:
             data = base64.b64encode(packed.read_bytes()).decode("ascii")
