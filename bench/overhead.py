@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: leave PyTorch's default)")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda when available")
     ap.add_argument("--configs", nargs="+", metavar="NAME", help="run only these configurations (none always runs)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 5 iterations")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 round of 1 + 2 iterations")
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write raw times, summary and machine to PATH")
     ap.add_argument(
@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.direct:
         return direct(args.rounds, argv)
     if args.quick:
-        args.rounds, args.iters, args.block_warmup, args.warmup, args.retries = 2, 5, 2, 3, 0
+        args.rounds, args.iters, args.block_warmup, args.warmup, args.retries = 1, 2, 1, 1, 0
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"

@@ -354,12 +354,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="rounds of the pure-Python loop, the interpreter lock's worst case (15)")  # fmt: skip
     ap.add_argument("--python-iters", type=int, default=6_000_000,
                     help="iterations of the pure-Python loop per run (6,000,000: about 0.15 s)")  # fmt: skip
-    ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 3 iterations")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 round of 1 + 2 iterations")
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write raw times, summary and machine to PATH")
     args = ap.parse_args(argv)
     if args.quick:
-        args.rounds, args.iters, args.block_warmup, args.warmup, args.retries = 2, 3, 1, 2, 0
+        args.rounds, args.iters, args.block_warmup, args.warmup, args.retries = 1, 2, 1, 1, 0
         args.python_rounds, args.python_iters = 1, 100_000
     info = machine()
     command = shlex.join(["python", "bench/system_overhead.py", *(sys.argv[1:] if argv is None else argv)])

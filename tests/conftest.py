@@ -1,12 +1,16 @@
-"""Shared test fixtures: the real traces in ../shared/fixtures and fresh stores built from them."""
+"""Shared test fixtures: the real traces in ../shared/fixtures and fresh stores built from them, and one live
+profile with the system passes that several test files read."""
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +100,62 @@ def _own_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         os.environ.pop("XSTACK_CALIBRATION", None)
     else:
         os.environ["XSTACK_CALIBRATION"] = before
+
+
+LOADER_PROGRAM = """
+import os, tempfile, time, torch, xstack
+from torch import nn
+
+class Files(torch.utils.data.Dataset):
+    def __init__(self, path):
+        self.path = path
+    def __len__(self):
+        return 256  # 32 steps of over 10 ms: enough 50 ms samples after the warm-up step
+    def __getitem__(self, i):
+        with open(self.path, "rb") as fh:
+            return torch.frombuffer(bytearray(fh.read(256)), dtype=torch.uint8).float()
+
+if __name__ == "__main__":
+    fd, path = tempfile.mkstemp()
+    os.write(fd, os.urandom(4096))
+    os.close(fd)
+    model = nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 2))
+    loader = torch.utils.data.DataLoader(Files(path), batch_size=8, num_workers=1)
+    kept = []
+    for x in loader:
+        with xstack.span("wait"):
+            time.sleep(0.01)
+        model(x).sum().backward()
+        kept.append(torch.ones(1 << 16))
+        xstack.step()
+    os.unlink(path)
+"""
+"""A tiny training loop: a DataLoader worker reading a file, a ``wait`` stage sleeping 10 ms each step, a
+backward pass, memory that grows."""
+
+
+@pytest.fixture(scope="session")
+def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``xstack profile --pass model --pass model,layer --system --warmup 1 --iters 3`` of ``LOADER_PROGRAM``,
+    once for the session: its two timing passes, the sampler pass (``model+system``) and the syscall pass
+    (``model+layer+system+syscalls``, under strace or perf) are six interpreter starts with PyTorch and a traced
+    one, so the tests that read the store share it. Skips, with the reason, where system calls cannot be traced
+    or PyTorch is not installed."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch is not installed")
+    if importlib.util.find_spec("xstack.collect.system") is None:
+        pytest.skip("the system level's sampler (xstack.collect.system) is not installed")
+    from xstack.collect.syscalls import unavailable_reason
+
+    if (reason := unavailable_reason()) is not None:
+        pytest.skip(f"the syscall pass cannot run here: {reason}")
+    tmp = tmp_path_factory.mktemp("system-profile")
+    script, store = tmp / "train.py", tmp / "p.duckdb"
+    script.write_text(textwrap.dedent(LOADER_PROGRAM))
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "profile", "--pass", "model", "--pass", "model,layer", "--system",
+         "--warmup", "1", "--iters", "3", "-o", str(store), "--", sys.executable, str(script)],
+        capture_output=True, text=True, cwd=tmp, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return store

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import LOADER_PROGRAM
 from xstack.analyze.pipeline import ANALYSES, analyze
-from xstack.collect.syscalls import unavailable_reason
 from xstack.export.perfetto import export_perfetto
 from xstack.report.html import render_html
 from xstack.trace.store import Store
@@ -23,36 +23,6 @@ from xstack.trace.store import Store
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 
 SYSTEM_IDS = [i for i in ANALYSES if i.startswith("system.")]
-
-PROGRAM = """
-import os, tempfile, time, torch, xstack
-from torch import nn
-
-class Files(torch.utils.data.Dataset):
-    def __init__(self, path):
-        self.path = path
-    def __len__(self):
-        return 256  # 32 steps of over 10 ms: enough 50 ms samples after the warm-up step
-    def __getitem__(self, i):
-        with open(self.path, "rb") as fh:
-            return torch.frombuffer(bytearray(fh.read(256)), dtype=torch.uint8).float()
-
-if __name__ == "__main__":
-    fd, path = tempfile.mkstemp()
-    os.write(fd, os.urandom(4096))
-    os.close(fd)
-    model = nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 2))
-    loader = torch.utils.data.DataLoader(Files(path), batch_size=8, num_workers=1)
-    kept = []
-    for x in loader:
-        with xstack.span("wait"):
-            time.sleep(0.01)
-        model(x).sum().backward()
-        kept.append(torch.ones(1 << 16))
-        xstack.step()
-    os.unlink(path)
-"""
-
 
 SHORT_STEPS = """
 import time, torch, xstack
@@ -77,7 +47,7 @@ if __name__ == "__main__":
 """Ten measured steps of a few milliseconds each, with two DataLoader workers alive throughout."""
 
 
-def _xstack(tmp: Path, *argv: str, program: str = PROGRAM) -> None:
+def _xstack(tmp: Path, *argv: str, program: str = LOADER_PROGRAM) -> None:
     script = tmp / "train.py"
     script.write_text(textwrap.dedent(program))
     done = subprocess.run([sys.executable, "-m", "xstack", *argv, "--", sys.executable, str(script)],
@@ -112,12 +82,8 @@ def test_a_sampled_run(tmp_path: Path) -> None:
     assert any(n.startswith("main process (pid") for n in names)
 
 
-def test_a_leveled_profile_with_the_syscall_pass(tmp_path: Path) -> None:
-    if (reason := unavailable_reason()) is not None:
-        pytest.skip(f"the syscall pass cannot run here: {reason}")
-    _xstack(tmp_path, "profile", "--pass", "model", "--system", "--warmup", "1", "--iters", "3",
-            "-o", str(tmp_path / "p.duckdb"))  # fmt: skip
-    with Store.open(tmp_path / "p.duckdb") as store:
+def test_a_leveled_profile_with_the_syscall_pass(system_profile: Path) -> None:
+    with Store.open(system_profile) as store:
         a = analyze(store)
         passes = dict(store.query("SELECT run_id, pass FROM runs"))
     results = {r.id: r for r in a.results if r.id in SYSTEM_IDS}

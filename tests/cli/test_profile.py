@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from xstack.cli.main import main
 from xstack.trace.store import Store
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
@@ -95,13 +96,14 @@ def test_a_pass_that_crashes_ends_the_measurement_keeps_what_ran_and_passes_the_
 
 def test_a_program_that_exits_early_with_a_code_passes_it_on(tmp_path: Path) -> None:
     done = _profile(tmp_path, "--warmup", "0", "--iters", "2000", "--pass", "model", "--", "python", "train.py",
-                    "3", "starts.txt")  # fmt: skip
+                    "3", "starts.txt", "20")  # fmt: skip
     assert done.returncode == 3
     assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model"]  # cut short: nothing to merge
 
 
 def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
-    done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--", "python", "train.py", "unmarked", "s.txt")
+    done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--", "python", "train.py", "unmarked", "s.txt",
+                    "20")  # fmt: skip
     assert done.returncode == 1
     assert "passes not merged" in done.stderr and "xstack.step()" in done.stderr
     assert ".partial" not in done.stderr and "profile written" not in done.stderr, done.stderr
@@ -123,10 +125,14 @@ def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
         (["--pass", "model,io", "--pass", "model,system", "--", "python", "train.py"], "add a pass without them"),
     ],
 )
-def test_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
-    done = _profile(tmp_path, *argv)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
-    assert not (tmp_path / "p.duckdb").exists()
+def test_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                     argv: list[str], message: str) -> None:  # fmt: skip
+    _write(tmp_path)
+    monkeypatch.chdir(tmp_path)  # in-process: each is refused before a program starts
+    assert main(["profile", "-o", "p.duckdb", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert not (tmp_path / "p.duckdb").exists() and not (tmp_path / "starts.txt").exists()
 
 
 def _run_iters(tmp_path: Path, warmup: int, iters: int) -> subprocess.CompletedProcess[str]:

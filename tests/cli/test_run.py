@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from xstack.cli.main import main
 from xstack.trace.store import Store
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
@@ -126,13 +127,16 @@ def test_success_and_module_mode(tmp_path: Path) -> None:
     assert _status(tmp_path / "m.duckdb") == ("complete", 16)
 
 
-def test_bad_programs_and_levels(tmp_path: Path) -> None:
-    missing = _run(tmp_path, "run", "--", "python", "nope.py")
-    assert missing.returncode == 2 and "nope.py: no such script" in missing.stderr
+def test_bad_programs_and_levels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # the two refused before the program starts run in-process
+    assert main(["run", "--", "python", "nope.py"]) == 2
+    assert "nope.py: no such script" in capsys.readouterr().err
+    assert main(["run", "--levels", "model,warp", "--", "python", "x.py"]) == 2
+    assert "unknown level 'warp'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
     module = _run(tmp_path, "run", "-o", "x.duckdb", "--", "python", "-m", "no_such_module_here")
     assert module.returncode == 1 and "No module named" in module.stderr
-    levels = _run(tmp_path, "run", "--levels", "model,warp", "--", "python", "x.py")
-    assert levels.returncode == 2 and "unknown level 'warp'" in levels.stderr
 
 
 def test_an_existing_store_is_refused_before_the_program_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:

@@ -4,9 +4,6 @@ timings from and whose counters and calls stay in their own runs."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import orjson
@@ -16,18 +13,6 @@ from xstack.collect.syscalls import unavailable_reason
 from xstack.trace.store import Store
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
-
-STEPS = """
-import time, torch, xstack
-from torch import nn
-model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-x = torch.randn(2, 8)
-for i in range(100):
-    with xstack.span("load"):
-        time.sleep(0.003)
-    model(x)
-    xstack.step()
-"""
 
 
 def _health(store: Store, run_id: int) -> dict[str, tuple[int, str]]:
@@ -83,22 +68,8 @@ def test_system_adds_two_passes_unless_one_records_system() -> None:
     assert names == ["model", "model+system"]  # the user's own system pass: nothing added, nothing traced
 
 
-def _unavailable() -> str | None:
-    if importlib.util.find_spec("xstack.collect.system") is None:
-        return "the system level's sampler (xstack.collect.system) is not installed"
-    return unavailable_reason()
-
-
-@pytest.mark.skipif(_unavailable() is not None, reason=f"cannot trace system calls here: {_unavailable()}")
-def test_profile_system_adds_a_sampler_pass_and_a_syscall_pass(tmp_path: Path) -> None:
-    (tmp_path / "steps.py").write_text(textwrap.dedent(STEPS))
-    store_path = tmp_path / "p.duckdb"
-    done = subprocess.run(
-        [sys.executable, "-m", "xstack", "profile", "--pass", "model", "--pass", "model,layer", "--system",
-         "--warmup", "1", "--iters", "3", "-o", str(store_path), "--", "python", "steps.py"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def test_profile_system_adds_a_sampler_pass_and_a_syscall_pass(system_profile: Path) -> None:
+    store_path = system_profile  # --pass model --pass model,layer --system, of a loop whose "wait" stage sleeps
     with Store.open(store_path) as store:
         runs = {r[1]: (int(r[0]), list(r[2]), orjson.loads(r[3])) for r in store.query(
             "SELECT run_id, pass, levels, config FROM runs ORDER BY run_id")}  # fmt: skip
@@ -112,7 +83,7 @@ def test_profile_system_adds_a_sampler_pass_and_a_syscall_pass(tmp_path: Path) -
         untraced = store.query("SELECT count(*) FROM spans WHERE run_id IN (?, ?) AND level = 'system'",
                                [sampler, merged])[0][0]  # fmt: skip
         health = _health(store, merged)
-    assert any(name in ("clock_nanosleep", "nanosleep", "select") and stage == "load" for name, stage, _ in calls)
+    assert any(name in ("clock_nanosleep", "nanosleep", "select") and stage == "wait" for name, stage, _ in calls)
     assert untraced == 0
     assert runs["model+layer+system+syscalls"][2]["system"]["syscalls"] is True
     assert not runs["model+system"][2].get("system", {}).get("syscalls")
