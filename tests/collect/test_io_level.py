@@ -16,6 +16,7 @@ import pytest
 
 from xstack.analyze._system_common import STEP_SPAN
 from xstack.analyze.pipeline import analyze
+from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 PROGRAMS = Path(__file__).parent / "io_programs"
@@ -91,6 +92,27 @@ def test_byte_counts_per_file_are_exact(known: Path) -> None:
     assert chunked["attrs"][0]["consec_reads"] == 5
     seeks = files[("seeks.bin", "POSIX")]["attrs"][0]
     assert seeks["max_byte_read"] == 9_999 and seeks["seq_reads"] == 2 and seeks["consec_reads"] == 0
+
+
+def test_a_program_that_never_imports_torch_is_not_made_to(tmp_path: Path) -> None:
+    # the model level hooks PyTorch when the program imports it: importing it first read thousands of files in
+    # the region, which the io level kept as the program's own
+    script = tmp_path / "plain.py"
+    script.write_text("import sys, xstack\nwith xstack.span('load'):\n    open(sys.argv[0], 'rb').read()\n"
+                      "print('torch' in sys.modules)\n")  # fmt: skip
+    store = tmp_path / "plain.duckdb"
+    done = _xstack("run", "--levels", "model,io", "-o", str(store), "--", "python", str(script))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "False"
+    with Store.open(store) as s:
+        torch_files, reads = s.query(
+            f"SELECT count(*) FILTER (WHERE attrs->>'$.\"{A.IO_PATH}\"' LIKE '%/torch/%'), "
+            f"count(*) FILTER (WHERE name = 'read' AND attrs->>'$.\"{A.IO_PATH}\"' = ?) FROM spans "
+            "WHERE level = 'io'",
+            [str(script)],
+        )[0]
+        stages = s.query("SELECT name FROM spans WHERE level = 'model'")
+    assert torch_files == 0 and reads >= 1 and ("load",) in stages
 
 
 def test_calls_outside_the_region_are_counted_not_kept(known: Path) -> None:

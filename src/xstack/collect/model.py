@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from xstack.collect import _module_hooks
+from xstack.collect._after_import import AfterImport, after_import
 from xstack.collect._dataloaders import DataLoaders
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.collect._roots import RootWatcher
@@ -70,6 +71,8 @@ class ModelCollector:
         self._roots: RootWatcher | None = None
         self._loaders = DataLoaders()
         self._config: dict[str, Any] | None = None
+        self._waiting: AfterImport | None = None
+        self._hook_error: str | None = None
 
     def unavailable_reason(self) -> str | None:
         return None  # stage marks need nothing; automatic stages need PyTorch and are skipped without it
@@ -81,6 +84,18 @@ class ModelCollector:
     def start(self, recorder: Recorder) -> None:
         global _active
         self._recorder = _active = recorder
+        self._hook_error = None
+        # PyTorch is hooked where the program uses it: importing it here would cost a program that does not
+        # seconds and thousands of file reads, which the io and system levels would record as the program's
+        self._waiting = after_import("torch", self._start_torch, self._torch_failed)
+
+    def _torch_failed(self, error: BaseException) -> None:
+        self._hook_error = f"{type(error).__name__}: {error}"
+
+    def _start_torch(self) -> None:
+        recorder = self._recorder
+        if recorder is None:
+            return
         try:
             import torch
             import torch.optim.optimizer as optim
@@ -99,6 +114,9 @@ class ModelCollector:
 
     def stop(self) -> None:
         global _active
+        if self._waiting is not None:
+            self._waiting.remove()
+            self._waiting = None
         _module_hooks.unsubscribe(self)
         if self._roots is not None:
             self._roots.stop()
@@ -115,7 +133,11 @@ class ModelCollector:
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         if self._config is not None:
             self._config[A.CONFIG_DATALOADERS] = self._loaders.config()
-        return []  # every span went through the recorder
+        if self._hook_error is not None:  # every span went through the recorder; this says what was not hooked
+            why = f"hooking them when the program imported torch failed ({self._hook_error})"
+            return [("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits are not "
+                     f"recorded: {why}")]  # fmt: skip
+        return []
 
     # -- top-level model calls ----------------------------------------------------------------------------
     # With the layer level, every module call goes through the shared dispatcher (``before``/``after``);

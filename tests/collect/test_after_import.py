@@ -1,0 +1,72 @@
+"""Hooking a module once the program imports it, without importing it first (``collect._after_import``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from xstack.collect._after_import import AfterImport, after_import
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh importable package ``xs_probe_pkg`` whose code sets ``READY``."""
+    root = tmp_path / "xs_probe_pkg"
+    root.mkdir()
+    (root / "__init__.py").write_text("READY = True\n")
+    (root / "sub.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "xs_probe_pkg"
+    for name in [n for n in sys.modules if n.startswith("xs_probe_pkg")]:
+        del sys.modules[name]
+
+
+def test_the_callback_runs_once_after_the_modules_code_and_the_watcher_leaves(package: str) -> None:
+    seen: list[bool] = []
+    watcher = after_import(package, lambda: seen.append(sys.modules[package].READY), lambda e: None)
+    assert isinstance(watcher, AfterImport) and watcher in sys.meta_path and package not in sys.modules
+    __import__(f"{package}.sub")  # a submodule imports its package first
+    assert seen == [True] and watcher not in sys.meta_path
+    del sys.modules[package]
+    __import__(package)  # a second import of the module: the watcher is gone
+    assert seen == [True]
+
+
+def test_an_imported_module_runs_the_callback_now(package: str) -> None:
+    __import__(package)
+    seen: list[int] = []
+    assert after_import(package, lambda: seen.append(1), lambda e: None) is None and seen == [1]
+
+
+def test_a_failing_callback_never_fails_the_programs_import(package: str) -> None:
+    errors: list[BaseException] = []
+
+    def boom() -> None:
+        raise RuntimeError("no hooks")
+
+    after_import(package, boom, errors.append)
+    module = __import__(package)
+    assert module.READY and [str(e) for e in errors] == ["no hooks"]
+
+
+def test_a_watcher_removed_before_the_import_calls_nothing(package: str) -> None:
+    seen: list[int] = []
+    watcher = after_import(package, lambda: seen.append(1), lambda e: None)
+    assert watcher is not None
+    watcher.remove()
+    watcher.remove()  # idempotent
+    __import__(package)
+    assert seen == [] and watcher not in sys.meta_path
+
+
+def test_a_module_that_does_not_exist_is_left_to_fail_as_it_would(package: str) -> None:
+    watcher = after_import("xs_probe_missing", lambda: None, lambda e: None)
+    try:
+        with pytest.raises(ModuleNotFoundError):
+            __import__("xs_probe_missing")
+    finally:
+        assert watcher is not None
+        watcher.remove()
