@@ -320,3 +320,14 @@ def test_the_stages_after_the_last_step_are_rows_of_their_own(tmp_path: Path, en
     assert result.chart is not None and "after last step" in result.chart.extra["exclude"]["kind"]
     assert any("after the last step()" in label for label in result.labels)
     assert side.stages["predict"].count == 3 and side.stages["predict"].value_ns < 100_000_000
+
+
+@pytest.mark.parametrize("levels", ["model", "model,io"])
+def test_a_program_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path, levels: str) -> None:
+    """The out-of-memory killer's SIGKILL, or a SIGTERM: a shell sees 128 + the signal's number, as for the program
+    run alone, whether it ran in xstack's process (model: killed with it) or in one restarted under the io library
+    (whose exit code says so), never the negative code modulo 256 (241)."""
+    script = tmp_path / "killed.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    proc = _run(tmp_path, "run", "--levels", levels, "-o", "p.duckdb", "--", "python", str(script))
+    assert (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode) == 128 + 15, proc.stderr

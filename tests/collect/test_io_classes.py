@@ -187,11 +187,14 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
         (src / f"{name}.egg-info").mkdir(parents=True)
         (src / f"{name}.egg-info" / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
         (src / f"{name}.egg-info" / "entry_points.txt").write_text(f"[console_scripts]\n{name} = {name}:main\n")
+    listed = tmp_path / "listed"  # listed through a descriptor: only its readdir says it is a directory
+    listed.mkdir()
+    (listed / "a.bin").write_bytes(b"x")
     store, out, err = tmp_path / "c.duckdb", tmp_path / "out.txt", tmp_path / "err.txt"
     script = PROGRAMS / "path_classes.py"
     with out.open("wb") as stdout, err.open("wb") as stderr:  # xstack run ... > out.txt 2> err.txt
         command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--", "python",
-                   str(script), str(data), str(src)]  # fmt: skip
+                   str(script), str(data), str(src), str(listed)]  # fmt: skip
         done = subprocess.run(command, stdout=stdout, stderr=stderr, timeout=240)
     assert done.returncode == 0, err.read_text()
     assert out.read_text() == "read\nchild\n" and "warned" in err.read_text()  # the program's output is intact
@@ -205,6 +208,7 @@ def test_a_profiled_program_s_files_are_classed_by_what_they_are(tmp_path: Path)
     expected = {
         **{str(data / f"{i}.bin"): "data" for i in range(3)},
         str(data): "directory",
+        str(listed): "directory",
         str(out): "stream",
         str(err): "stream",
         str(script): "python",

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_classes import PathClasses, process_roles
 from xstack.collect._io_counters import file_counters, op_path
@@ -136,10 +137,7 @@ def run_preloaded(child: list[str], store: Path) -> int:
     directory.mkdir(parents=True)
     env = _io_native.preload_env(directory, exclude=exclusions(store)) | {CHILD_ENV: "1"}
     process = subprocess.Popen(child, env=env)
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:  # the child got the same Ctrl-C; let it finish writing what it traced
-        code = process.wait() or 130
+    code = _child.wait(process)  # the child gets a Ctrl-C too: it finishes writing what it traced
     try:
         if store.exists():
             ingest(store, directory)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xstack.collect import _child
 from xstack.collect._recorder import Recorder
 from xstack.trace.store import Store
 
@@ -172,10 +173,7 @@ def run_under_ncu(child: list[str], store: Path, *, clock_control: str = "none",
                *child]  # fmt: skip
     print(f"xstack: running the program under Nsight Compute: {' '.join(command[:3])} ...", file=sys.stderr)
     process = subprocess.Popen(command, env=os.environ | {NCU_CHILD_ENV: "1"})
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        code = process.wait() or 130
+    code = _child.wait(process)
     if store.exists():
         attach_csv(store, csv_path)
     return code

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from xstack.collect import _perf_trace
+from xstack.collect import _child, _perf_trace
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._perf_trace import PerfParser
 from xstack.collect._strace import Call, StraceParser
@@ -141,10 +141,7 @@ def run_traced(child: list[str], store: Path) -> int:
         command = ["perf", *_perf_trace.RECORD_OPTIONS, "-o", str(trace), "--", *child]
     offset_ns = _realtime_offset_ns()  # perf's CLOCK_MONOTONIC to the run's clock
     process = subprocess.Popen(command, env=os.environ | {CHILD_ENV: "1"})
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:  # the program got the same Ctrl-C (the tracer ignores it): let it write its store
-        code = process.wait() or 130
+    code = _child.wait(process)  # the program gets a Ctrl-C too (the tracer ignores it): it writes its store
     try:
         if store.exists() and trace.exists():
             ingest(store, trace, name, offset_ns)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from xstack.collect import _child
 from xstack.errors import UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, check_timed, pass_name, resolve_passes
@@ -128,11 +129,7 @@ def _keep_ncu_csv(pass_store: Path, store_path: Path) -> None:
 
 
 def _run(command: list[str]) -> int:
-    child = subprocess.Popen(command)
-    try:
-        return child.wait()
-    except KeyboardInterrupt:  # the child got the same Ctrl-C: let it complete its store
-        return child.wait() or 130
+    return _child.wait(subprocess.Popen(command))  # a Ctrl-C reaches it too: it completes its store
 
 
 def _gather(store_path: Path, stores: list[Path], *, append: bool) -> bool:

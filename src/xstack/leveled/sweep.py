@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import orjson
 
+from xstack.collect import _child
 from xstack.errors import StoreError, UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, check_timed, pass_config, pass_name, resolve_passes
@@ -159,11 +160,7 @@ def _run_passes(program: Program, size: int, level_sets: list[tuple[str, ...]], 
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:
-    child = subprocess.Popen(command, env=env)
-    try:
-        return child.wait()
-    except KeyboardInterrupt:  # the child got the same Ctrl-C: let it complete its store
-        return child.wait() or 130
+    return _child.wait(subprocess.Popen(command, env=env))  # a Ctrl-C reaches it too: it completes its store
 
 
 def _gather(store_path: Path, ran: dict[int, list[Path]], sizes: list[int], target: float | None) -> bool:

@@ -1,10 +1,11 @@
 """A program that touches a file of every class, for the io level's path classes (tests/collect/test_io_classes.py).
 
-argv: DATA_DIR SRC_DIR. It checks that DATA_DIR is a directory (a stat) and lists it, reads the files in it
+argv: DATA_DIR SRC_DIR LISTED_DIR. It checks that DATA_DIR is a directory (a stat) and lists it, reads the files in it
 (data), reads the entry points of the packages installed in SRC_DIR as an editable install leaves them
 (``NAME.egg-info``), writes to its standard output and error (which the test redirects to files) and starts a
 second interpreter (which reads its pyvenv.cfg, when it runs from a virtual environment). The interpreter reads
-this script itself, and xstack's modules.
+this script itself, and xstack's modules. It lists LISTED_DIR through a descriptor that ``os.open`` opened without
+``O_DIRECTORY`` and nothing stat'ed (``os.listdir(fd)``: ``fdopendir``, then ``readdir``).
 """
 
 import importlib.metadata
@@ -20,6 +21,9 @@ if not os.path.isdir(data):
 for name in sorted(os.listdir(data)):
     with open(os.path.join(data, name), "rb") as f:
         f.read()
+fd = os.open(sys.argv[3], os.O_RDONLY)
+os.listdir(fd)
+os.close(fd)
 print("read", flush=True)
 print("warned", file=sys.stderr, flush=True)
 subprocess.run([sys.executable, "-c", "print('child')"], check=True)

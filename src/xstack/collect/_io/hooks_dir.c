@@ -55,7 +55,9 @@ static void note_readdir(int fd, int64_t t0, int64_t t1, int got, int err)
             return;
         p->fd = fd;
         p->path_id = e ? e->path_id : 0;
-        p->kind = e ? e->kind : XIO_KIND_DIR;
+        /* whatever its open said: a descriptor opened without O_DIRECTORY (os.open, then os.listdir(fd) or
+         * os.scandir(fd) through fdopendir, which is not wrapped) was taken for a regular file */
+        p->kind = XIO_KIND_DIR;
         p->first = t0;
         p->busy = 0;
         p->entries = 0;
