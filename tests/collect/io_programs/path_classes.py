@@ -4,14 +4,17 @@ argv: DATA_DIR SRC_DIR LISTED_DIR. It checks that DATA_DIR is a directory (a sta
 (data), reads the entry points of the packages installed in SRC_DIR as an editable install leaves them
 (``NAME.egg-info``), writes to its standard output and error (which the test redirects to files) and starts a
 second interpreter (which reads its pyvenv.cfg, when it runs from a virtual environment). The interpreter reads
-this script itself, and xstack's modules. It lists LISTED_DIR through a descriptor that ``os.open`` opened without
-``O_DIRECTORY`` and nothing stat'ed (``os.listdir(fd)``: ``fdopendir``, then ``readdir``).
+this script itself; it reads one of xstack's modules as a traceback through the profiler would. It lists LISTED_DIR
+through a descriptor that ``os.open`` opened without ``O_DIRECTORY`` and nothing stat'ed (``os.listdir(fd)``:
+``fdopendir``, then ``readdir``).
 """
 
 import importlib.metadata
 import os
 import subprocess
 import sys
+
+import xstack
 
 data = sys.argv[1]
 for dist in importlib.metadata.distributions(path=[sys.argv[2]]):
@@ -21,6 +24,8 @@ if not os.path.isdir(data):
 for name in sorted(os.listdir(data)):
     with open(os.path.join(data, name), "rb") as f:
         f.read()
+with open(os.path.join(os.path.dirname(xstack.__file__), "runner.py"), "rb") as f:
+    f.read()
 fd = os.open(sys.argv[3], os.O_RDONLY)
 os.listdir(fd)
 os.close(fd)
