@@ -463,6 +463,7 @@ def test_pattern_splits_reads_per_class(darshan_like: Store) -> None:
     assert (data["consecutive"], data["sequential, not consecutive"], data["random"]) == pytest.approx(
         (700 / 15, 200 / 15, 600 / 15)
     )
+    assert data["first after an open"] is None  # a Darshan log counts them with the random reads
     small = 4 + 2 - 4 + 3071 / 9216  # buckets under 1 KiB less the empty reads, a third of 1K-10K
     assert data["small reads"] == round(small) and data["small share"] == pytest.approx(100 * small / 15)
     # the median of the 11 reads that returned data: the 6th, 2.5 into the 7 of 100K_1M (3 below it)
@@ -476,6 +477,19 @@ def test_pattern_splits_reads_per_class(darshan_like: Store) -> None:
     assert (f["sized_reads"], f["small_reads_source"]) == (15, "size buckets")
     assert f["sequential_pct"] == pytest.approx(60.0) and f["random_pct"] == pytest.approx(40.0)
     assert "estimated" in r.labels[0]
+
+
+def test_pattern_tells_the_first_read_after_an_open_from_random_reads(tmp_path: Path) -> None:
+    # 100 files read whole in one read each (and an empty read at the end), then one read back after a seek
+    whole = data_file(5, "/d/a", 400_000, 200, opens=100, seq_reads=100, consec_reads=100, open_reads=100)
+    seeked = data_file(5, "/d/b", 1000, 2, opens=1, seq_reads=0, consec_reads=0, open_reads=1)
+    with files_store(tmp_path / "o.duckdb", [whole, seeked]) as store:
+        r = _one(store, "io.pattern")
+    data = _row(r, "data")
+    assert (data["reads"], data["consecutive"], data["first after an open"], data["random"]) == pytest.approx(
+        (202, 100 * 100 / 202, 100 * 101 / 202, 100 * 1 / 202)
+    )
+    assert r.facts["open_read_pct"] == pytest.approx(100 * 101 / 202)
 
 
 def test_pattern_counts_small_reads_exactly_from_spans(loop: Store) -> None:

@@ -39,6 +39,7 @@ def test_whole_file_read_in_chunks_then_eof() -> None:
     # the first read after an open is neither sequential nor consecutive (Darshan's last_byte_read starts at 0)
     assert (c.seq_reads, c.consec_reads) == (3, 3)
     assert c.max_byte_read == 8291
+    assert c.open_reads == 1  # the first read, from the start of the file: neither sequential nor random
     assert c.read_hist == {"1K_10K": 2, "0_100": 2}
     attrs = c.attrs()
     assert attrs[A.IO_FILE_SOURCE] == "io" and attrs[A.IO_FILE_PATH_CLASS] == "data"
@@ -51,6 +52,7 @@ def test_seeks_backwards_are_not_sequential_and_reopen_resets() -> None:
     assert (c.opens, c.seeks, c.reads, c.bytes_read) == (2, 2, 4, 40)
     assert c.seq_reads == 1  # only the read at 100 (after byte 9); not the one back at 0, nor those after opens
     assert c.consec_reads == 0
+    assert c.open_reads == 2  # the first read of each open; the read back at 0 after a seek is random
 
 
 def test_failed_calls_are_not_counted_and_writes_switch() -> None:

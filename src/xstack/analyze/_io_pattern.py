@@ -35,6 +35,7 @@ _FROM_FILES = f"""
 SELECT {FILE_CLASS} AS class, sum(reads), sum({file_int(A.IO_FILE_SEQ_READS)}),
     sum({file_int(A.IO_FILE_CONSEC_READS)}), sum({file_int(A.IO_FILE_ZERO_READS)}),
     sum({file_int(A.IO_FILE_ZERO_READS)}) FILTER (WHERE json_exists(attrs, '$.{A.IO_FILE_SIZE_READ_HIST}')),
+    sum({file_int(A.IO_FILE_OPEN_READS)}), count(*) FILTER (WHERE NOT json_exists(attrs, '$.{A.IO_FILE_OPEN_READS}')),
     {", ".join(f"sum({hist_count(A.IO_FILE_SIZE_READ_HIST, b)})" for b in BUCKETS)}
 FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads) > 0 ORDER BY 2 DESC, 1
 """
@@ -52,7 +53,19 @@ COLUMNS = [
     Column("reads", "count"),
     Column("consecutive", "pct", "reads that started right at the previous read's end"),
     Column("sequential, not consecutive", "pct", "reads that started past the previous read's end"),
-    Column("random", "pct", "the other reads: backwards, or the first after an open"),
+    Column(
+        "first after an open",
+        "pct",
+        "reads that were the first after an open, from the start of the file (a "
+        "file read whole in one read is one): neither sequential nor consecutive by Darshan's rule; unknown "
+        "for a Darshan log, which counts them as random",
+    ),
+    Column(
+        "random",
+        "pct",
+        "the other reads: backwards, or elsewhere than past the last one (with the first "
+        "after an open where those are unknown)",
+    ),
     Column("zero reads", "count", "reads that returned no bytes (end of file)"),
     Column("zero share", "pct"),
     Column("sized reads", "count", "reads of known size, the base of the small share and the median"),
@@ -66,20 +79,22 @@ def access_pattern(store: Store, run_id: int) -> Result:
     """Per class of path (data, python, system, unknown): reads (count), consecutive, sequential-only and random
     shares (%), zero-length and small reads (count and %), and the median read size (bytes).
 
-    Notes: Darshan's counters from ``io_files``: consecutive reads start at the byte after the previous read's
-    last, sequential ones anywhere after it (consecutive reads are sequential too), random = reads -
-    sequential. Zero-length reads return nothing at the end of a file (tf-Darshan found half the reads of an
-    input-bound ImageNet run were these; Python's ``f.read()`` makes one per file read whole), and with io spans
-    the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all data-file reads; ``zero_read_warmup_ns``
-    the part in the warm-up iterations, ``RunContext.in_warmup``). Small reads return
-    1 to 4095 bytes. The small reads, their share and the median read size come from one source, and their
-    share is of the reads that source sized (``sized reads``, fact ``sized_reads``, source
-    ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT
-    traces only some modules, POSIX but not STDIO, so its spans may hold fewer reads than the counters); else
-    Darshan's size buckets, estimated (the 1K-10K bucket taken as spread evenly, the median interpolated in its
-    bucket), of the reads the buckets hold (STDIO keeps none). The median leaves out zero-length reads (they
-    are counted apart): it is the size of the reads that returned data. Pipes and sockets are left out. The
-    facts are over the data files (classes data and unknown).
+    Notes: Darshan's counters from ``io_files``: consecutive reads start at the byte after the previous read's last,
+    sequential ones anywhere after it (consecutive reads are sequential too); the first read after an open, from the
+    start of the file, is neither: it is counted apart (``open_reads``, fact ``open_read_pct``), as Darshan does not
+    (a Darshan log's runs count it as random), so that files read whole in one read each do not read as random
+    access; random = reads - sequential - first after an open. Zero-length reads return nothing at the end of a file
+    (tf-Darshan found half the reads of an input-bound ImageNet run were these; Python's ``f.read()`` makes one per
+    file read whole), and with io spans the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all
+    data-file reads; ``zero_read_warmup_ns`` the part in the warm-up iterations, ``RunContext.in_warmup``). Small
+    reads return 1 to 4095 bytes. The small reads, their share and the median read size come from one source, and
+    their share is of the reads that source sized (``sized reads``, fact ``sized_reads``, source
+    ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
+    only some modules, POSIX but not STDIO, so its spans may hold fewer reads than the counters); else Darshan's
+    size buckets, estimated (the 1K-10K bucket taken as spread evenly, the median interpolated in its bucket), of
+    the reads the buckets hold (STDIO keeps none). The median leaves out zero-length reads (they are counted apart):
+    it is the size of the reads that returned data. Pipes and sockets are left out. The facts are over the data
+    files (classes data and unknown).
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
@@ -94,13 +109,14 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "reads": data[1],
         "consecutive_pct": data[2],
         "sequential_pct": None if data[2] is None else data[2] + data[3],
-        "random_pct": data[4],
-        "zero_reads": data[5],
-        "zero_read_pct": data[6],
-        "sized_reads": data[7],
-        "small_reads": data[8],
-        "small_read_pct": data[9],
-        "median_read_bytes": data[10],
+        "open_read_pct": data[4],
+        "random_pct": data[5],
+        "zero_reads": data[6],
+        "zero_read_pct": data[7],
+        "sized_reads": data[8],
+        "small_reads": data[9],
+        "small_read_pct": data[10],
+        "median_read_bytes": data[11],
         "small_reads_exact": bool(data_spans),
         "small_reads_source": source,
         # the time the zero-length reads took, and all the data-file reads, where the run has io spans
@@ -118,7 +134,7 @@ def access_pattern(store: Store, run_id: int) -> Result:
         chart=Chart(
             "stacked",
             x="class",
-            y=("consecutive", "sequential, not consecutive", "random"),
+            y=("consecutive", "sequential, not consecutive", "first after an open", "random"),
             title="Reads by pattern (% of each class's reads)",
         ),  # fmt: skip
         facts=facts,
@@ -157,8 +173,9 @@ def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
 
 
 def _row(cls: str, r: tuple[Any, ...], exact: SpanReads | None) -> tuple[Any, ...]:
-    reads, seq, consec, zero, hist_zero = (as_count(v) for v in r[1:6])
-    hist = dict(zip(BUCKETS, (as_count(v) for v in r[6:]), strict=True))
+    reads, seq, consec, zero, hist_zero, opened, unknown = (as_count(v) for v in r[1:8])
+    hist = dict(zip(BUCKETS, (as_count(v) for v in r[8:]), strict=True))
+    first = None if unknown else opened  # a Darshan log's files do not have them
     if exact is not None:  # the spans' reads, counted one by one
         sized, small, mid = exact[0], exact[1], exact[2]
         small_pct = pct(small, sized)
@@ -166,13 +183,13 @@ def _row(cls: str, r: tuple[Any, ...], exact: SpanReads | None) -> tuple[Any, ..
         sized, estimate = sum(hist.values()), small_from_hist(hist, hist_zero)
         small, small_pct = round(estimate), pct(estimate, sum(hist.values()))
         mid = bucket_median({**hist, BUCKETS[0]: max(hist[BUCKETS[0]] - hist_zero, 0)})
-    return (cls, reads, pct(consec, reads), pct(seq - consec, reads), pct(reads - seq, reads), zero,
-            pct(zero, reads), sized, small, small_pct, mid)  # fmt: skip
+    return (cls, reads, pct(consec, reads), pct(seq - consec, reads), None if first is None else pct(first, reads),
+            pct(reads - seq - (first or 0), reads), zero, pct(zero, reads), sized, small, small_pct, mid)  # fmt: skip
 
 
 def _data_row(per_class: dict[str, tuple[Any, ...]], exact: SpanReads | None) -> tuple[Any, ...]:
     kept = [r for cls, r in per_class.items() if cls in DATA_CLASSES]
     if not kept:
-        return ("data files", 0, None, None, None, 0, None, 0, 0, None, None)
+        return ("data files", 0, None, None, None, None, 0, None, 0, 0, None, None)
     summed = tuple(sum(as_count(r[i]) for r in kept) for i in range(1, len(kept[0])))
     return _row("data files", ("data files", *summed), exact)

@@ -8,6 +8,8 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
   read and written, so the first read after an open is neither sequential nor consecutive;
 - a read is *sequential* when it starts after the last byte the previous read of the file ended on, and
   *consecutive* when it starts right at the next byte (consecutive reads are also sequential); writes alike;
+  the first read after an open that is neither (it starts at the start of the file) is counted apart too
+  (``open_reads``), which Darshan leaves among the random reads;
 - read, write and metadata times add each call's duration without counting an overlap twice (calls of
   several threads on one file): only the part after the end of the last counted call of that kind is added;
 - ``fsync``/``fdatasync`` time counts as write time; open, close, seek, stat and mmap are metadata;
@@ -101,6 +103,7 @@ class FileCounters:
     consec_reads: int = 0
     consec_writes: int = 0
     zero_reads: int = 0
+    open_reads: int = 0
     rw_switches: int = 0
     max_byte_read: int = -1
     max_byte_written: int = -1
@@ -112,6 +115,7 @@ class FileCounters:
     _last_byte_read: int = 0
     _last_byte_written: int = 0
     _last_io: str = ""
+    _opened: bool = False  # an open since the last read: the next read is its first
     _ends: dict[str, int] = field(default_factory=dict)
 
     def add(self, op: Op) -> None:
@@ -139,6 +143,7 @@ class FileCounters:
             self.dups += name == "dup"
             if name != "dup":  # a dup shares the descriptor's position; a new open starts over (Darshan)
                 self._last_byte_read = self._last_byte_written = 0
+                self._opened = True
         elif name in SEEKS:
             self.seeks += 1
         elif name in STATS:
@@ -148,8 +153,11 @@ class FileCounters:
 
     def _read(self, op: Op) -> None:
         offset, size = max(op.offset, 0), op.bytes
-        self.seq_reads += offset > self._last_byte_read
+        sequential = offset > self._last_byte_read
+        self.seq_reads += sequential
         self.consec_reads += offset == self._last_byte_read + 1
+        self.open_reads += self._opened and not sequential
+        self._opened = False
         self._last_byte_read = offset + size - 1
         self.max_byte_read = max(self.max_byte_read, offset + size - 1)
         self.bytes_read += size
@@ -190,6 +198,7 @@ class FileCounters:
             A.IO_FILE_SIZE_READ_HIST: self.read_hist,
             A.IO_FILE_SIZE_WRITE_HIST: self.write_hist,
             A.IO_FILE_ZERO_READS: self.zero_reads,
+            A.IO_FILE_OPEN_READS: self.open_reads,
             A.IO_FILE_MAX_BYTE_READ: self.max_byte_read,
             A.IO_FILE_MAX_BYTE_WRITTEN: self.max_byte_written,
             A.IO_FILE_STATS: self.stats,

@@ -219,6 +219,10 @@ IO_FILE_SIZE_WRITE_HIST: Final = "size_write_hist"
 """Object: writes per access-size bucket (``IO_SIZE_BUCKETS``)."""
 IO_FILE_ZERO_READS: Final = "zero_reads"
 """Integer: reads that returned 0 bytes (end of file)."""
+IO_FILE_OPEN_READS: Final = "open_reads"
+"""Integer: reads that were the first after an open and started at the start of the file, so neither sequential nor
+consecutive by Darshan's rule (an open sets the last byte read to 0): a file read whole in one read is one. Not
+in a Darshan log, which counts them with the random reads."""
 IO_FILE_MAX_BYTE_READ: Final = "max_byte_read"
 """Integer: the highest offset read (Darshan ``MAX_BYTE_READ``: offset of the last byte, so size - 1)."""
 IO_FILE_MAX_BYTE_WRITTEN: Final = "max_byte_written"
