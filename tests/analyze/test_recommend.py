@@ -14,6 +14,7 @@ from tests.conftest import alexnet_without_param_calls, kineto_fixture
 from tests.importers import kineto_reference as ref
 from xstack.analyze.pipeline import Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
 from xstack.importers.kineto import import_kineto
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -465,6 +466,21 @@ def test_input_bound_advises_from_the_dataloader_s_settings_and_the_cpus(tmp_pat
     # already persistent, prefetching 4, and as many workers as CPUs: only cheaper batches are left to advise
     assert rec.action.endswith("): its 2 workers already match the 2 usable CPUs: make each batch cheaper to load "
                                "(decode and augment less, or on the GPU; read fewer, larger files).")  # fmt: skip
+
+
+def test_input_bound_of_a_merged_run_says_its_wait_share_is_the_io_pass_s(tmp_path: Path) -> None:
+    # the merged step's medians give one share (model.stages), the io pass's own steps another: each says which
+    facts = {"input_bound": True, "wait_share_pct": 37.5, "iterations": 4, "mean_wait_ns": 3_000_000,
+             "median_wait_ns": 2_500_000, "threshold_pct": 10.0, "source_run": 2}  # fmt: skip
+    rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound", facts=facts)})
+    assert rec is not None
+    assert rec.evidence[0].startswith(
+        "the loop waits 37.5% of its time for the DataLoader in the io pass (run 2), step by step, where the merged "
+        "step's medians smooth the waits (threshold 10%): 3.00 ms per iteration on average over 4 iterations"
+    ), rec.evidence[0]
+    del facts["source_run"]  # a run of its own: its steps are the loop's
+    rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound", facts=facts)})
+    assert rec is not None and rec.evidence[0].startswith("the loop waits 37.5% of its time for the DataLoader (")
 
 
 def test_input_bound_over_one_measured_iteration_speaks_of_one_wait_and_one_iteration(tmp_path: Path) -> None:

@@ -105,8 +105,11 @@ def input_bound(results: Results) -> Recommendation | None:
 
 def _io_wait_evidence(facts: dict[str, Any], share_pct: float) -> str:
     n = int(_num(facts, "iterations") or 0)
+    source = facts.get("source_run")  # a merged run's: measured on its io pass, whose steps are its own
+    where = (f" in the io pass (run {source}), step by step, where the merged step's medians smooth the waits"
+             if source is not None else "")  # fmt: skip
     line = (
-        f"the loop waits {share_pct:.1f}% of its time for the DataLoader (threshold "
+        f"the loop waits {share_pct:.1f}% of its time for the DataLoader{where} (threshold "
         f"{_num(facts, 'threshold_pct') or INPUT_WAIT_PCT:g}%): {format_ns(_num(facts, 'mean_wait_ns') or 0)} per "
         f"iteration on average over {counted(n, 'iteration')}"
     )
