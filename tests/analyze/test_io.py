@@ -770,6 +770,12 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
         "37 operations on 7 files in all (Python, system and other files; 1 stream (standard streams, pipes, "
         "sockets) left out)"
     )
+    # a program that only listed folders and read Python's files: no data file, said so, not "0 operations by 0"
+    listing = {"ops": 0, "bytes_read": 0, "bytes_written": 0, "time_ns": 0, "files": 0, "processes": 0,
+               "all_ops": 12, "all_files": 3, "streams": 0}  # fmt: skip
+    assert io_line(listing) == (
+        "no operation on a data file; 12 operations on 3 files in all (Python, system and other files)"
+    )
 
 
 # -- a real Darshan log -------------------------------------------------------------------------------------

@@ -346,12 +346,15 @@ def _gpu_part(system: dict[str, Any]) -> str:
 def io_line(io: dict[str, Any]) -> str:
     """The run's file I/O on one line: the data files' operations, processes, files, bytes read and written and
     time in I/O, then the operations on every file (the interpreter's imports, system and profiler files)."""
-    text = (
-        f"{io['ops']:,} operations by {counted(io['processes'], 'process', 'processes')} on "
-        f"{counted(io['files'], 'data file')}: "
-        f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
-        f"{format_ns(io['time_ns'])} in I/O"
-    )
+    if io["ops"]:
+        text = (
+            f"{io['ops']:,} operations by {counted(io['processes'], 'process', 'processes')} on "
+            f"{counted(io['files'], 'data file')}: "
+            f"{format_value(io['bytes_read'], 'bytes')} read, {format_value(io['bytes_written'], 'bytes')} written, "
+            f"{format_ns(io['time_ns'])} in I/O"
+        )
+    else:  # no data file touched: the rest (directories listed, Python's own files) is all there is
+        text = "no operation on a data file"
     streams = io.get("streams") or 0
     if io.get("all_ops", io["ops"]) != io["ops"] or streams:
         left_out = f"; {streams:,} stream{'s' if streams != 1 else ''} {_STREAMS} left out" if streams else ""
