@@ -3,6 +3,7 @@ measurement, and passing its exit status on as a shell would."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 
@@ -22,3 +23,15 @@ def wait(process: subprocess.Popen[bytes]) -> int:
     except KeyboardInterrupt:
         code = process.wait() or 130
     return exit_code(code)
+
+
+def killed_by(returncode: int) -> str:
+    """What a negative ``returncode`` (``subprocess``'s -N) says: ``the program was killed by SIGKILL (signal 9)``."""
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    else:
+        name = f"{name} (signal {number})"
+    return f"the program was killed by {name}"

@@ -141,6 +141,9 @@ def run_preloaded(child: list[str], store: Path) -> int:
     try:
         if store.exists():
             ingest(store, directory)
+        elif process.returncode < 0:  # killed (SIGKILL, the out-of-memory killer's): it could write nothing
+            print(f"xstack: {_child.killed_by(process.returncode)} before its profile was written: no profile "
+                  f"in {store}", file=sys.stderr)  # fmt: skip
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return code
