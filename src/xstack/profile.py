@@ -215,6 +215,11 @@ class Profile:
         print_summary(result)
         return result
 
+    def recording_busy(self) -> bool:
+        """Whether the recorder is writing a span right now (``Recorder.busy``)."""
+        recorder = self._recorder
+        return recorder is not None and recorder.busy()
+
     def open(self) -> Store:
         """The finished profile, opened read-only."""
         if self._recorder is not None:

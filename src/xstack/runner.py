@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -180,7 +182,12 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         sys.path.insert(0, os.getcwd())
     code = 0
     try:
-        with prof, bar, _completed_at_os_exit(lambda code: _finish_at_os_exit(code, prof, bar, publish)):
+        with (
+            prof,
+            bar,
+            _completed_at_os_exit(lambda code: _finish_early(code, f"os._exit({code})", prof, bar, publish)),
+            _completed_at_sigterm(lambda: _finish_early(128 + signal.SIGTERM, "SIGTERM", prof, bar, publish)),
+        ):
             code = _execute(program)
     except _ProgramFailed as failed:
         code = failed.code
@@ -223,10 +230,64 @@ def _completed_at_os_exit(finish: Callable[[int], None]) -> Iterator[None]:
             os._exit = real
 
 
-def _finish_at_os_exit(code: int, prof: Profile, bar: AbstractContextManager[Any], publish: Callable[[], None]) -> None:
-    """Complete ``prof`` as the program calls ``os._exit(code)`` (``cut_short`` unless ``code`` is 0), then
-    ``publish`` it."""
-    failed = _ProgramFailed(code, f"os._exit({code})") if code else None
+_sigterm_handler: Any = None
+"""The handler ``_completed_at_sigterm`` installed, while it is installed (a forked child puts the default back)."""
+
+
+def _default_sigterm_in_child() -> None:
+    if _sigterm_handler is not None and signal.getsignal(signal.SIGTERM) is _sigterm_handler:
+        with suppress(ValueError):  # forked from a thread other than the main one: the handler is not its own
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_sigterm_in_child)
+
+
+@contextmanager
+def _completed_at_sigterm(finish: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM (``kill``, a batch scheduler's time limit or preemption) ends a program that leaves it at its
+    default action on the spot, and the profile open in it with it. While the program runs with that default, a
+    SIGTERM first calls ``finish()``, then ends the process by the signal itself, as it would have ended: exit
+    status 128 + 15 to a shell, none of the program's ``finally`` blocks run. More SIGTERMs while ``finish`` runs
+    are ignored (SIGKILL still ends it). Where the recording is in the middle of taking its lock, the profile
+    cannot be completed safely and is not. A program that sets its own handler replaces this one."""
+    global _sigterm_handler
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if os.getpid() == pid:
+            try:
+                finish()
+            except Exception as err:  # the process ends anyway: say why the profile may be incomplete
+                print(f"xstack: the profile could not be completed at SIGTERM: {type(err).__name__}: {err}",
+                      file=sys.stderr)  # fmt: skip
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+    _sigterm_handler = handler
+    try:
+        yield
+    finally:
+        _sigterm_handler = None
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _finish_early(code: int, reason: str, prof: Profile, bar: AbstractContextManager[Any],
+                  publish: Callable[[], None]) -> None:  # fmt: skip
+    """Complete ``prof`` as the program ends without returning: ``os._exit(code)`` or a signal (``cut_short``
+    unless ``code`` is 0, ``reason`` recorded as ``config.error``), then ``publish`` it."""
+    if prof.recording_busy():
+        raise RuntimeError("the recorder was interrupted in the middle of an update")
+    failed = _ProgramFailed(code, reason) if code else None
     sys.stdout.flush()
     bar.__exit__(None, None, None)
     prof.__exit__(type(failed) if failed else None, failed, None)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -322,15 +324,55 @@ def test_the_stages_after_the_last_step_are_rows_of_their_own(tmp_path: Path, en
     assert side.stages["predict"].count == 3 and side.stages["predict"].value_ns < 100_000_000
 
 
+TERMINATED = """
+import os, sys, time
+import xstack
+for i in range(10_000):
+    with xstack.span("load"):
+        with open(sys.argv[0], "rb") as f:
+            f.read()
+    xstack.step()
+    if i == 3:
+        open(sys.argv[1], "w").close()  # the test sends its SIGTERM from here on
+    time.sleep(0.01)
+"""
+
+
 @pytest.mark.parametrize("levels", ["model", "model,io"])
-def test_a_program_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path, levels: str) -> None:
+def test_a_program_terminated_by_sigterm_keeps_its_profile_and_dies_by_the_signal(tmp_path: Path, levels: str) -> None:
+    """A scheduler's time limit: SIGTERM to xstack's process (for the io level, the launcher, which passes it on)
+    completes the profile recorded so far, and the process still ends by the signal (a shell sees 143)."""
+    script, marker = tmp_path / "long.py", tmp_path / "started"
+    script.write_text(TERMINATED)
+    command = [sys.executable, "-m", "xstack", "run", "--levels", levels, "-o", "t.duckdb", "--", "python",
+               str(script), str(marker)]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode) == 128 + 15, err
+    with Store.open(tmp_path / "t.duckdb") as store:
+        status, error = store.query("SELECT config->>'$.status', config->>'$.error' FROM runs")[0]
+        loads = store.query("SELECT count(*) FROM spans WHERE level = 'model' AND name = 'load'")[0][0]
+        reads = store.query("SELECT count(*) FROM spans WHERE level = 'io' AND name = 'read'")[0][0]
+    assert (status, error) == ("cut_short", "SIGTERM") and loads >= 4
+    assert reads >= 4 if levels == "model,io" else reads == 0
+
+
+@pytest.mark.parametrize("levels", ["model", "model,io"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_program_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path, levels: str, sig: int) -> None:
     """The out-of-memory killer's SIGKILL, or a SIGTERM: a shell sees 128 + the signal's number, as for the program
     run alone, whether it ran in xstack's process (model: killed with it) or in one restarted under the io library
     (whose exit code says so), never the negative code modulo 256 (241)."""
     script = tmp_path / "killed.py"
-    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    script.write_text(f"import os\nos.kill(os.getpid(), {int(sig)})\n")
     proc = _run(tmp_path, "run", "--levels", levels, "-o", "p.duckdb", "--", "python", str(script))
-    assert (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode) == 128 + 15, proc.stderr
-    if levels == "model,io":  # the profiler outlived the program: it says why there is no profile
-        assert "xstack: the program was killed by SIGTERM (signal 15) before its profile was written" in proc.stderr
+    assert (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode) == 128 + sig, proc.stderr
+    if sig == signal.SIGTERM:  # caught: the profile is completed first
+        assert (tmp_path / "p.duckdb").exists() and "xstack: profile written to p.duckdb" in proc.stderr
+    elif levels == "model,io":  # the launcher outlived the program: it says why there is no profile
+        assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written" in proc.stderr
         assert not (tmp_path / "p.duckdb").exists()

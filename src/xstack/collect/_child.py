@@ -3,8 +3,11 @@ measurement, and passing its exit status on as a shell would."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
+import threading
+from typing import Any
 
 
 def exit_code(returncode: int) -> int:
@@ -14,14 +17,30 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def wait(process: subprocess.Popen[bytes]) -> int:
+def wait(process: subprocess.Popen[bytes], *, forward_sigterm: bool = True) -> int:
     """Wait for ``process`` and return its exit code (``exit_code``). A Ctrl-C reaches it as well (one process
     group): it is waited for again, so that it can complete what it writes, and ends with 130 unless it chose a
-    code of its own."""
+    code of its own. A SIGTERM to this process (a scheduler's, or ``kill`` of its pid alone) is passed on to the
+    child, which completes its profile at it, and waited for the same way: this process then reads what the child
+    wrote, and its exit code says the child ended by the signal. Not where the child is a tracer running the
+    program (``forward_sigterm`` false: strace, ncu), which would stop tracing it and leave it running."""
+    main = forward_sigterm and threading.current_thread() is threading.main_thread()
+    previous: Any = signal.SIG_DFL
+    if main:
+
+        def forward(signum: int, frame: Any) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+
+        previous = signal.signal(signal.SIGTERM, forward)
     try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        code = process.wait() or 130
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            code = process.wait() or 130
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     return exit_code(code)
 
 

@@ -71,6 +71,11 @@ class Recorder:
         self.disabled = False
         _recorders.add(self)
 
+    def busy(self) -> bool:
+        """Whether a span is being written (its lock is held): a signal handler of the thread writing it would find
+        the sink in the middle of an update."""
+        return self._lock.locked()
+
     def now_ns(self) -> int:
         """The run's clock, in nanoseconds since the Unix epoch."""
         return _time_ns()

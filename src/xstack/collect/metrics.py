@@ -173,7 +173,7 @@ def run_under_ncu(child: list[str], store: Path, *, clock_control: str = "none",
                *child]  # fmt: skip
     print(f"xstack: running the program under Nsight Compute: {' '.join(command[:3])} ...", file=sys.stderr)
     process = subprocess.Popen(command, env=os.environ | {NCU_CHILD_ENV: "1"})
-    code = _child.wait(process)
+    code = _child.wait(process, forward_sigterm=False)
     if store.exists():
         attach_csv(store, csv_path)
     return code

@@ -141,7 +141,8 @@ def run_traced(child: list[str], store: Path) -> int:
         command = ["perf", *_perf_trace.RECORD_OPTIONS, "-o", str(trace), "--", *child]
     offset_ns = _realtime_offset_ns()  # perf's CLOCK_MONOTONIC to the run's clock
     process = subprocess.Popen(command, env=os.environ | {CHILD_ENV: "1"})
-    code = _child.wait(process)  # the program gets a Ctrl-C too (the tracer ignores it): it writes its store
+    # the program gets a Ctrl-C too (the tracer ignores it): it writes its store
+    code = _child.wait(process, forward_sigterm=False)
     try:
         if store.exists() and trace.exists():
             ingest(store, trace, name, offset_ns)
