@@ -468,6 +468,32 @@ def test_input_bound_advises_from_the_dataloader_s_settings_and_the_cpus(tmp_pat
                                "(decode and augment less, or on the GPU; read fewer, larger files).")  # fmt: skip
 
 
+def _slow_start(worker_id: int) -> None:
+    time.sleep(0.4)  # a worker that takes long to start: imports, opening a dataset
+
+
+def test_input_bound_leads_with_persistent_workers_where_the_epochs_restarts_are_the_waiting(tmp_path: Path) -> None:
+    import xstack
+
+    model = torch.nn.Linear(64, 64)
+    loader = torch.utils.data.DataLoader(_Slow(0.0), batch_size=None, num_workers=2, worker_init_fn=_slow_start,
+                                         multiprocessing_context="fork")  # fmt: skip
+    path = tmp_path / "restarts.duckdb"
+    with xstack.profile(levels="model", path=path) as prof:
+        for _epoch in range(3):
+            for x in loader:
+                model(x).sum().backward()
+                prof.step()
+    with Store.open(path) as store:
+        firsts = store.query("SELECT count(*) FROM spans WHERE attrs->>'$.\"model.dataloader_first\"' = 'true'")
+        (config,) = store.query("SELECT config->'$.dataloaders[0]' FROM runs")[0]
+        rec = _check(_fired(store, "input_bound"), "model.stages")
+    assert firsts == [(3,)] and '"start_method":"fork"' in config.replace(" ", "")
+    head = rec.action.split(": ", 1)[1]
+    assert head.startswith("set persistent_workers=True: its workers start again at each epoch, and the 2 first "
+                           "waits of the epochs past the warm-up took "), rec.action  # fmt: skip
+
+
 def test_input_bound_of_a_merged_run_says_its_wait_share_is_the_io_pass_s(tmp_path: Path) -> None:
     # the merged step's medians give one share (model.stages), the io pass's own steps another: each says which
     facts = {"input_bound": True, "wait_share_pct": 37.5, "iterations": 4, "mean_wait_ns": 3_000_000,
@@ -569,3 +595,15 @@ def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_pat
     assert "kernel level" not in rec.action and "cudnn" not in rec.action, rec.action
     assert rec.action.startswith("Make the measured iterations repeat the same work (fixed input shapes"), rec.action
     assert "(a validation or a checkpoint every N steps) out of the profiled loop" in rec.action
+
+
+def test_worker_restarts_under_spawn_say_each_worker_is_a_new_interpreter() -> None:
+    from xstack.analyze._recommend_input import _startup
+
+    loader = {"first_waits": 3, "first_wait_ns": 6_000_000_000, "wait_ns": 7_000_000_000, "start_method": "spawn"}
+    assert _startup(loader) == (
+        "its workers start again at each epoch (start method spawn: each worker is a new interpreter that imports the "
+        "program's modules again), and the 3 first waits of the epochs past the warm-up took 6.00 s of its 7.00 s "
+        "of waiting"
+    )
+    assert _startup(loader | {"first_wait_ns": 3_000_000_000}) == ""  # under half of the waiting: not the lead

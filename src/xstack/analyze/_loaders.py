@@ -12,6 +12,9 @@ from xstack.analyze.result import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
+FIRST = f"coalesce(TRY_CAST(attrs->>'$.\"{A.MODEL_DATALOADER_FIRST}\"' AS BOOLEAN), false)"
+"""An iterator's first wait (``model.dataloader_first``)."""
+
 _WAITS = f"""
 WITH last AS (
     SELECT max(start_ns + dur_ns) AS end_ns FROM spans WHERE run_id = $run AND level = 'model' AND {STEP_SPAN}
@@ -20,7 +23,9 @@ SELECT TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER), count(*) FILTER 
     coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}}), 0), count(*) FILTER (WHERE {{warm}}),
     coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0),
     count(*) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns),
-    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns), 0)
+    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns), 0),
+    count(*) FILTER (WHERE NOT {{warm}} AND {FIRST}),
+    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND {FIRST}), 0)
 FROM spans, last
 WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
 """
@@ -36,8 +41,9 @@ def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     ``warmup_waits`` and ``warmup_wait_ns``, those of the warm-up; ``after_last_step_waits`` and
     ``after_last_step_wait_ns``, those of the waits past the warm-up that start after the last ``step()`` ended
     (the one that ends the loop, or finds a crash): counted in ``waits`` and ``wait_ns``, never in a measured
-    step, so not in ``model.stages``' share of step time. Entries that are not objects are skipped. Empty for a
-    run that recorded none."""
+    step, so not in ``model.stages``' share of step time; ``first_waits`` and ``first_wait_ns``, those of the waits
+    past the warm-up that were an iterator's first (an epoch's first batch, where workers that do not persist
+    start). Entries that are not objects are skipped. Empty for a run that recorded none."""
     entries = ctx.config.get(A.CONFIG_DATALOADERS)
     if not isinstance(entries, list) or not entries:
         return []
@@ -48,9 +54,10 @@ def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     out = []
     for entry in entries:
         if isinstance(entry, dict):
-            count, wait_ns, warm, warm_ns, after, after_ns = waits.get(entry.get("index"), (0,) * 6)
+            count, wait_ns, warm, warm_ns, after, after_ns, first, first_ns = waits.get(entry.get("index"), (0,) * 8)
             out.append(entry | {"waits": count, "wait_ns": wait_ns, "warmup_waits": warm, "warmup_wait_ns": warm_ns,
-                                "after_last_step_waits": after, "after_last_step_wait_ns": after_ns})  # fmt: skip
+                                "after_last_step_waits": after, "after_last_step_wait_ns": after_ns,
+                                "first_waits": first, "first_wait_ns": first_ns})  # fmt: skip
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from xstack.analyze._loaders import describe as describe_loader
 from xstack.analyze._loaders import waited_on, waits_line
-from xstack.analyze.result import Result
+from xstack.analyze.result import Result, counted, format_ns
 
 Results = dict[str, Result]
 
@@ -83,7 +83,11 @@ def _loader_action(loader: dict[str, Any], cores: int | None) -> str:
     if workers > 0 or cores != 1:  # it has workers, or is told to have them
         epochs = int(loader.get("iterated") or 0)
         if not loader.get("persistent_workers") and epochs > 1:  # restarted at each of its epochs
-            steps.append(f"set persistent_workers=True (workers kept across its {epochs} epochs, not restarted)")
+            startup = _startup(loader)
+            if startup:  # the restarts are most of the waiting: that first
+                steps.insert(0, f"set persistent_workers=True: {startup}")
+            else:
+                steps.append(f"set persistent_workers=True (workers kept across its {epochs} epochs, not restarted)")
         prefetch = loader.get("prefetch_factor")
         if saturated:
             pass  # loading further ahead does not load faster when the workers already fill the CPUs
@@ -94,6 +98,25 @@ def _loader_action(loader: dict[str, Any], cores: int | None) -> str:
     if loader.get("cuda") and not loader.get("pin_memory"):
         steps.append("set pin_memory=True (faster copies to the GPU)")
     return f"{describe_loader(loader)}: " + "; ".join(steps) + "."
+
+
+STARTUP_SHARE_PCT = 50.0
+"""Share of a DataLoader's waits past the warm-up in its epochs' first waits (where workers that do not persist
+start) from which their start-up leads the advice."""
+
+
+def _startup(loader: dict[str, Any]) -> str:
+    """Where a DataLoader's epochs' first waits, which start its workers again, hold most of its waiting past the
+    warm-up: what they cost and why (a spawned worker is a new interpreter); empty otherwise."""
+    first, waited = int(loader.get("first_wait_ns") or 0), int(loader.get("wait_ns") or 0)
+    if not first or not waited or 100.0 * first / waited < STARTUP_SHARE_PCT:
+        return ""
+    n = int(loader.get("first_waits") or 0)
+    method = loader.get("start_method")
+    how = (f" (start method {method}: each worker is a new interpreter that imports the program's modules again)"
+           if method in ("spawn", "forkserver") else "")  # fmt: skip
+    return (f"its workers start again at each epoch{how}, and the {counted(n, 'first wait')} of the epochs past the "
+            f"warm-up took {format_ns(first)} of its {format_ns(waited)} of waiting")  # fmt: skip
 
 
 def _cpus(cores: int | None) -> str:

@@ -22,6 +22,7 @@ class DataLoaders:
         self.entries: list[dict[str, Any]] = []
         self._loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._iterators: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._started: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators that gave a batch (or tried)
         self._lock = threading.Lock()
         self._patched: tuple[Any, Any] | None = None
 
@@ -51,6 +52,17 @@ class DataLoaders:
             return self._iterators.get(iterator)
         except TypeError:  # not weakly referenceable
             return None
+
+    def first_next(self, iterator: Any) -> bool:
+        """Whether this is the first ``next()`` of ``iterator`` since ``iter()`` made it (with persistent workers,
+        one iterator serves every epoch: only its first ever)."""
+        try:
+            if iterator in self._started:
+                return False
+            self._started.add(iterator)
+        except TypeError:  # not weakly referenceable: not told
+            return False
+        return True
 
     def config(self) -> list[dict[str, Any]]:
         """``runs.config.dataloaders`` (``trace.attrs.CONFIG_DATALOADERS``), as it stands at the end of the run."""
@@ -85,4 +97,18 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "pin_memory": bool(getattr(loader, "pin_memory", False)),
         "prefetch_factor": prefetch if isinstance(prefetch, int) and workers else None,
         "iterated": 0,
+        "start_method": _start_method(loader) if isinstance(workers, int) and workers > 0 else None,
     }
+
+
+def _start_method(loader: Any) -> str | None:
+    """How ``loader``'s workers start: its own ``multiprocessing_context``, else the process's default method."""
+    import multiprocessing
+
+    with contextlib.suppress(Exception):
+        context = getattr(loader, "multiprocessing_context", None)
+        if context is not None:
+            return str(context.get_start_method())
+        # not get_context(), which would fix the default for the program; the first listed is the default
+        return str(multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0])
+    return None

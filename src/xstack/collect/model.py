@@ -184,7 +184,9 @@ class ModelCollector:
 
         def __next__(it: Any) -> Any:  # noqa: N807 - replaces the iterator's __next__
             index = loaders.index_of(it)
-            extra = {A.MODEL_DATALOADER: index} if index is not None else None
+            extra: dict[str, Any] | None = {A.MODEL_DATALOADER: index} if index is not None else None
+            if loaders.first_next(it):  # an epoch's first batch: where workers that do not persist start
+                extra = (extra or {}) | {A.MODEL_DATALOADER_FIRST: True}
             opened = collector._begin_auto("dataloader", "dataloader.next", extra, in_marked=True)
             try:
                 return original(it)

@@ -375,6 +375,9 @@ MODEL_DATALOADER: Final = "model.dataloader"
 """Integer, on ``dataloader`` spans: which DataLoader the wait was for, its ``index`` in
 ``runs.config.dataloaders`` (``CONFIG_DATALOADERS``); absent when its iterator was made before the profile
 started."""
+MODEL_DATALOADER_FIRST: Final = "model.dataloader_first"
+"""Boolean, on ``dataloader`` spans: true on the first wait of an iterator (an epoch's first batch; with worker
+processes that are not persistent, the wait that starts them); absent on the others."""
 
 # -- leveled measurement (spans of a merged run) ------------------------------------------------------------
 MERGE_PASS: Final = "merge.pass"
@@ -424,8 +427,9 @@ CONFIG_DATALOADERS: Final = "dataloaders"
 """List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
 first did, as ``{"index": int, "dataset": str (the dataset's class), "batch_size": int | None, "num_workers":
 int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | None (None without workers),
-"iterated": int (times iteration started: epochs), "cuda": bool (the program had CUDA initialised by the end of
-the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
+"iterated": int (times iteration started: epochs), "start_method": str | None (how its worker processes start:
+``fork``, ``spawn`` or ``forkserver``; None without workers), "cuda": bool (the program had CUDA initialised by the
+end of the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
 CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int, "samples": int,
 "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU telemetry is absent),
