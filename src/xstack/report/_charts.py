@@ -19,7 +19,7 @@ from xstack.report._svg import (
     WIDTH,
     Scale,
     axis_margin,
-    clip_label,
+    clip_labels,
     color,
     esc,
     legend,
@@ -180,7 +180,7 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     c = Cols.of(result, chart)
     rows, notes = first_rows(result, chart)
     groups, names = bar_colors(result, chart, rows, c)
-    labels = [clip_label(label, 26) for label in category_labels(result, chart, rows, c.x)]
+    labels = clip_labels(category_labels(result, chart, rows, c.x), 26)
     tips = tip_columns(result, chart)
     top, plot_h = 12.0 + legend_height(names, 90.0), 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
@@ -231,11 +231,11 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     parts = [open_svg(top + plot_h + 44, chart.title or result.title), legend(names, left, 12.0)]
     parts.append(x_axis(sx, top, top + plot_h, c.units[0], axis_title(["total"] if stack else c.names, c.units[0])))
     labels, tips = category_labels(result, chart, rows, c.x), tip_columns(result, chart)
-    for k, (row, st, label) in enumerate(zip(rows, stacks, labels, strict=True)):
+    for k, (row, st, label, short) in enumerate(zip(rows, stacks, labels, clip_labels(labels, 42), strict=True)):
         y0 = top + k * row_h + 3
         parts.append(
             f'<text class="tick" x="{left - 6:.1f}" y="{y0 + row_h / 2 + 1:.1f}" text-anchor="end">'
-            f"{esc(clip_label(label, 42))}{title_tag([label])}</text>"
+            f"{esc(short)}{title_tag([label])}</text>"
         )
         for j, lo, hi in st:
             if sx.log and lo <= 0:
@@ -372,7 +372,7 @@ def boxes(result: Result, chart: Chart) -> Drawn:
         raise ChartError(f"{result.id}: a box plot needs 1, 3 or 5 quantile columns, not {len(quantiles)}")
     c = Cols.of(result, replace(chart, y=quantiles))
     rows, notes = first_rows(result, chart)
-    labels = [clip_label(label, 26) for label in category_labels(result, chart, rows, c.x)]
+    labels = clip_labels(category_labels(result, chart, rows, c.x), 26)
     top, plot_h = 12.0, 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     values = [v for r in rows for i in c.ys if (v := num(r[i])) is not None]
