@@ -29,6 +29,7 @@ from xstack.analyze.recommend import RULES, recommend
 from xstack.analyze.result import Result
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
+from xstack.report._charts import render_chart
 from xstack.report.formats import md_result, render_markdown
 from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
@@ -516,6 +517,17 @@ def test_pattern_small_share_is_of_the_reads_the_buckets_sized(tmp_path: Path) -
     assert (f["reads"], f["sized_reads"], f["small_reads"], f["small_read_pct"]) == (1200, 200, 200, 100.0)
     assert r.labels[1] == ("small share and median read: of the 200 data-file reads in Darshan's size buckets, "
                            "of 1,200 counted")  # fmt: skip
+
+
+def test_files_chart_tells_apart_a_path_read_by_both_modules(tmp_path: Path) -> None:
+    # torch.load opens a file as a stream (STDIO) and reads it through its descriptor (POSIX): two rows, one path
+    posix = data_file(5, "/d/22.pt", 4096, 2, read_ns=900)
+    stdio = (5, "/d/22.pt", "STDIO", 1, 0, 0, 0, 0, 0, 0, 0, 800, {A.IO_FILE_PATH_CLASS: "data"})
+    with files_store(tmp_path / "s.duckdb", [posix, stdio]) as store:
+        r = _one(store, "io.files")
+    svg = render_chart(r)
+    ticks = re.findall(r'<text class="tick"[^>]*text-anchor="end">([^<]*)<title>', svg)
+    assert sorted(ticks) == ["/d/22.pt (POSIX)", "/d/22.pt (STDIO)"]
 
 
 def test_small_files_tabulate_every_threshold(darshan_like: Store) -> None:

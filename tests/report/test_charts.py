@@ -12,7 +12,7 @@ import pytest
 from xstack.analyze.result import Chart, Column, Result, format_value
 from xstack.report._charts import render_chart
 from xstack.report._charts_xy import roofs
-from xstack.report._svg import Scale, clip_label
+from xstack.report._svg import TICK_CHAR, Scale, clip_label, clip_labels
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE = "<script>alert(1)</script> & \"q\" 'a' </svg>"
@@ -156,6 +156,42 @@ def test_scale_ticks_are_round_and_cover_the_data() -> None:
 def test_labels_keep_the_informative_end() -> None:
     assert clip_label("bert.encoder.layer.11.attention.self.query", 20).endswith("attention.self.query"[-19:])
     assert clip_label("void gemm<float, 128>(Params) with a long tail", 12).startswith("void gemm<f")
+
+
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, ...>(int)"
+GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>(int)"
+
+
+@pytest.mark.parametrize("kind", ["hbar", "bar", "box"])
+def test_names_cut_alike_get_labels_that_tell_them_apart(kind: str) -> None:
+    # two kernels that share their first 60 characters: cut at the start alone, both would read the same
+    rows = [(ADD, 3000, 0), (GELU, 2000, 0), ("short_kernel", 1000, 0)]
+    svg, _ = parse(render_chart(result(kind, rows, NAMED, "name", ("total",))))
+    ticks = [t.text or "" for t in svg.iter(f"{SVG}text") if (t.text or "").startswith(("void", "short"))]
+    assert len(ticks) == 3 and len(set(ticks)) == 3, ticks
+    assert "CUDAFunc" in ticks[0] and "GeluCUDA" in ticks[1] and ticks[2] == "short_kernel"
+    assert all(len(t) <= (42 if kind == "hbar" else 26) for t in ticks)
+
+
+def test_apart_labels_keep_their_length_and_plain_ones_stay() -> None:
+    names = ["a.b.layer.3.attention.self.query", "a.b.layer.11.attention.self.query", "x" * 50, "y" * 50, "z"]
+    labels = clip_labels(names, 20)
+    assert len(set(labels)) == 5 and all(len(s) <= 20 for s in labels)
+    assert labels[2:] == [clip_label("x" * 50, 20), clip_label("y" * 50, 20), "z"]  # apart already: as they were
+    assert "layer.3" in labels[0] and "layer.11" in labels[1]
+    assert clip_label("/data/train/shard_000123/file_0456.pt (STDIO)", 24).endswith("file_0456.pt (STDIO)")
+
+
+def test_bars_say_their_share_after_their_value_and_it_fits() -> None:
+    # the overview's top layers: the caption says what the shares are of, so each bar shows its share
+    cols = [Column("name"), Column("total", "ns"), Column("% of step", "pct")]
+    rows = [("Sequential", 49_900_000, 28.37), ("0 (Conv2d)", 21_200_000, 12.1), ("3 (Flatten)", 58_500, None)]
+    chart = result("hbar", rows, cols, "name", ("total",), extra={"share": "% of step"})
+    svg, _ = parse(render_chart(chart))
+    values = [t for t in svg.iter(f"{SVG}text") if t.get("class") == "value"]
+    assert [t.text for t in values] == ["49.9 ms (28.4%)", "21.2 ms (12.1%)", "58.5 us"]
+    width = float((svg.get("viewBox") or "").split()[2])
+    assert all(float(t.get("x") or 0) + TICK_CHAR * len(t.text or "") <= width for t in values)
 
 
 def test_series_colour_bars_and_split_lines() -> None:

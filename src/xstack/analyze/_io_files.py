@@ -132,7 +132,7 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         table,
         notes=notes_of(file_table) if io.has_files else "the run has io spans but no per-file counters (io_files)",
         run_id=io.run_id,
-        chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30),
+        chart=Chart("hbar", x="path", y=("time",), title="I/O time per file", limit=30, extra={"tell_apart": "module"}),
         facts=facts,
         truncated=len(found) - len(table),
         labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table), (str(store.path), io.run_id))],

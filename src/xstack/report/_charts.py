@@ -16,10 +16,11 @@ from typing import Any
 from xstack.analyze.result import Chart, Result, Unit, format_cell, format_value
 from xstack.report._svg import (
     NAME_CHAR,
+    TICK_CHAR,
     WIDTH,
     Scale,
     axis_margin,
-    clip_label,
+    clip_labels,
     color,
     esc,
     legend,
@@ -180,7 +181,7 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     c = Cols.of(result, chart)
     rows, notes = first_rows(result, chart)
     groups, names = bar_colors(result, chart, rows, c)
-    labels = [clip_label(label, 26) for label in category_labels(result, chart, rows, c.x)]
+    labels = clip_labels(category_labels(result, chart, rows, c.x), 26)
     tips = tip_columns(result, chart)
     top, plot_h = 12.0 + legend_height(names, 90.0), 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
@@ -224,18 +225,21 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     left, top, row_h = 300.0, 12.0 + legend_height(names, 300.0), 22.0
     plot_h = row_h * len(rows)
     stacks = [_stack(r, c.ys, stack) for r in rows]
+    values = [value_text(result, chart, r, st, c, stack) for r, st in zip(rows, stacks, strict=True)]
+    right = max(70.0, 10.0 + TICK_CHAR * max(map(len, values), default=0))  # the longest value fits after its bar
     log = (chart.log_x or chart.log_y) and not stack
-    sx = Scale.fit([v for st in stacks for _, lo, hi in st for v in (lo, hi)], left, WIDTH - 70, log=log,
+    sx = Scale.fit([v for st in stacks for _, lo, hi in st for v in (lo, hi)], left, WIDTH - right, log=log,
                    unit=c.units[0])  # fmt: skip
     bar_h = (row_h - 6) / (1 if stack else len(c.ys))
     parts = [open_svg(top + plot_h + 44, chart.title or result.title), legend(names, left, 12.0)]
     parts.append(x_axis(sx, top, top + plot_h, c.units[0], axis_title(["total"] if stack else c.names, c.units[0])))
     labels, tips = category_labels(result, chart, rows, c.x), tip_columns(result, chart)
-    for k, (row, st, label) in enumerate(zip(rows, stacks, labels, strict=True)):
+    shorts = clip_labels(labels, 42)
+    for k, (row, st, label, short, text) in enumerate(zip(rows, stacks, labels, shorts, values, strict=True)):
         y0 = top + k * row_h + 3
         parts.append(
             f'<text class="tick" x="{left - 6:.1f}" y="{y0 + row_h / 2 + 1:.1f}" text-anchor="end">'
-            f"{esc(clip_label(label, 42))}{title_tag([label])}</text>"
+            f"{esc(short)}{title_tag([label])}</text>"
         )
         for j, lo, hi in st:
             if sx.log and lo <= 0:
@@ -247,15 +251,28 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
                 f'height="{max(bar_h - 1, 1):.1f}" fill="{color(groups[k] if groups else j)}"'
                 f"{faded(result, chart, row)}>{tooltip(result, row, [c.x, *tips, c.ys[j]])}</rect>"
             )
-        if st and (stack or len(c.ys) == 1):
+        if text:
             end = max(hi for _, _, hi in st)
-            value = end if stack else row[c.ys[0]]
             parts.append(
                 f'<text class="value" x="{max(sx(end), sx(sx.lo if sx.log else 0.0)) + 4:.1f}" '
-                f'y="{y0 + row_h / 2 + 1:.1f}">{esc(format_value(value, c.units[0]))}</text>'
+                f'y="{y0 + row_h / 2 + 1:.1f}">{esc(text)}</text>'
             )
     parts.append("</svg>")
     return Drawn("".join(parts), notes + mark_notes(result, chart, rows))
+
+
+def value_text(result: Result, chart: Chart, row: Sequence[Any], st: Sequence[tuple[int, float, float]], c: Cols,
+               stack: bool) -> str:  # fmt: skip
+    """The text after a horizontal bar: its value (a stack's total), then the ``extra["share"]`` column's
+    percentage where the result has it (``49.9 ms (28.3%)``); empty for grouped bars and rows with no value."""
+    if not st or not (stack or len(c.ys) == 1):
+        return ""
+    text = format_value(max(hi for _, _, hi in st) if stack else row[c.ys[0]], c.units[0])
+    key = chart.extra.get("share")
+    if isinstance(key, str) and any(col.name == key for col in result.columns):
+        share = row[result.column_index(key)]
+        text += f" ({format_value(share, 'pct')}%)" if share is not None else ""
+    return text
 
 
 def category_labels(result: Result, chart: Chart, rows: Sequence[Sequence[Any]], x: int) -> list[str]:
@@ -372,7 +389,7 @@ def boxes(result: Result, chart: Chart) -> Drawn:
         raise ChartError(f"{result.id}: a box plot needs 1, 3 or 5 quantile columns, not {len(quantiles)}")
     c = Cols.of(result, replace(chart, y=quantiles))
     rows, notes = first_rows(result, chart)
-    labels = [clip_label(label, 26) for label in category_labels(result, chart, rows, c.x)]
+    labels = clip_labels(category_labels(result, chart, rows, c.x), 26)
     top, plot_h = 12.0, 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     values = [v for r in rows for i in c.ys if (v := num(r[i])) is not None]

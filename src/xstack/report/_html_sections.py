@@ -128,7 +128,7 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
         title=LEVEL_TITLES[level],
         columns=[Column("name"), Column("calls", "count"), Column("total", "ns"), Column(share, "pct")],
         rows=[(f"{r.name} ({r.type})" if r.type else r.name, r.calls, r.total_ns, r.pct) for r in rows],
-        chart=Chart("hbar", "name", ("total",), extra={"tip": (share,)}),
+        chart=Chart("hbar", "name", ("total",), extra={"tip": (share,), "share": share}),
     )
     return render_chart(result)
 

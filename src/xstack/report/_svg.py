@@ -37,13 +37,49 @@ def clip(text: str, n: int) -> str:
 
 
 def clip_label(text: str, n: int) -> str:
-    """A label cut to ``n`` characters: dotted paths (``encoder.layer.3.attention``) keep their end, where the
-    layers differ; other names (kernels) keep their start."""
+    """A label cut to ``n`` characters: dotted paths (``encoder.layer.3.attention``) and file paths keep their end,
+    where the layers and files differ, also with a word in parentheses after them (``/data/0.pt (STDIO)``);
+    other names (kernels) keep their start."""
     if len(text) <= n:
         return text
-    if "." in text and " " not in text:
+    base = text.rsplit(" (", 1)[0] if text.endswith(")") else text
+    if "." in base and " " not in base:
         return "\u2026" + text[len(text) - n + 1 :]
     return clip(text, n)
+
+
+def clip_labels(texts: Sequence[str], n: int) -> list[str]:
+    """Labels cut to ``n`` characters (``clip_label``) that stay apart: where two different names would be cut
+    to the same label (``void at::native::vectorized_elementwise_kernel<4, ...>`` of an add and of a GELU), each
+    keeps its first third, then ``…`` and the part from the start of the word where it first differs from the
+    names it was confused with."""
+    labels = [clip_label(t, n) for t in texts]
+    groups: dict[str, set[str]] = {}
+    for text, label in zip(texts, labels, strict=True):
+        groups.setdefault(label, set()).add(text)
+    head = n // 3
+    for k, (text, label) in enumerate(zip(texts, labels, strict=True)):
+        others = groups[label] - {text}
+        if not others:
+            continue
+        differ = max(_common_prefix(text, o) for o in others)
+        if differ < n - 1:  # the start tells them apart
+            labels[k] = clip(text, n)
+            continue
+        cut = max(text.rfind(d, head, differ) for d in " <(,:./_")  # the word where they differ, from its start
+        start = cut + 1 if cut >= differ - 12 else max(head, differ - 6)
+        window = text[start : start + n - head - 1]
+        tail = "\u2026" if start + len(window) < len(text) else ""
+        labels[k] = text[:head] + "\u2026" + (window[:-1] if tail else window) + tail
+    return labels
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share from their start."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
 
 
 def color(i: int) -> str:
