@@ -599,6 +599,37 @@ def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
     assert unchanged["A"] == unchanged["B"] == 4_000_000  # net.b alone
 
 
+def _typed_store(path: Path, act: str) -> Path:
+    """Three steps, each a layer ``net`` holding ``net.0`` (a Linear, 2 ms) and ``net.1`` (an ``act``, 1 ms)."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, act, levels=["model", "layer"]))
+        sink = Sink(store, 1)
+        ids = iter(range(1, 1000))
+        for k in range(3):
+            start, step = k * 4_000_000, next(ids)
+            sink.span(step, None, "model", f"step#{k}", start, 4_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: k})
+            net = next(ids)
+            sink.span(net, step, "layer", "net", start, 3_000_000, 1, 1,
+                      {A.LAYER_PATH: "net", A.LAYER_CALL_INDEX: 0, A.LAYER_TYPE: "Sequential"})  # fmt: skip
+            for sub, (kind, dur) in enumerate((("Linear", 2_000_000), (act, 1_000_000))):
+                sink.span(next(ids), net, "layer", str(sub), start + sub * 2_000_000, dur, 1, 1,
+                          {A.LAYER_PATH: f"net.{sub}", A.LAYER_CALL_INDEX: 0, A.LAYER_TYPE: kind})  # fmt: skip
+        sink.close()
+    return path
+
+
+def test_a_layer_whose_module_type_changed_says_both_types(tmp_path: Path) -> None:
+    # an activation swapped: net.1 is a ReLU in A, a GELU in B, matched by its path
+    d = diff_profiles(_typed_store(tmp_path / "a.duckdb", "ReLU"), _typed_store(tmp_path / "b.duckdb", "GELU"))
+    types = {r["layer"]: r["type"] for r in _rows(d, "diff.layers")}
+    assert types == {"net": "Sequential", "net.0": "Linear", "net.1": "ReLU -> GELU"}
+    labels = d.result("diff.layers").labels
+    said = "1 layer path holds a module of another type in B: net.1 (ReLU -> GELU)"
+    assert any(lab.startswith(said) for lab in labels)
+    same = diff_profiles(tmp_path / "a.duckdb", tmp_path / "a.duckdb")
+    assert not [lab for lab in same.result("diff.layers").labels if "another type" in lab]
+
+
 def test_a_run_without_steps_compares_its_wall_time_once_and_its_stages(tmp_path: Path) -> None:
     import time
 
