@@ -630,6 +630,28 @@ def test_a_layer_whose_module_type_changed_says_both_types(tmp_path: Path) -> No
     assert not [lab for lab in same.result("diff.layers").labels if "another type" in lab]
 
 
+def test_a_run_cut_short_before_its_first_step_is_named_and_its_time_to_the_crash_not_judged(tmp_path: Path) -> None:
+    import xstack
+
+    def make_step(size: int) -> Any:
+        def step() -> None:
+            if size == 4:  # out of memory at its first iteration: the run is recorded, cut short, with no step
+                raise MemoryError("out of memory at batch size 4")
+            sum(range(size * 100))
+
+        return step
+
+    path = tmp_path / "sweep.duckdb"
+    with pytest.raises(MemoryError):
+        xstack.sweep(make_step, [1, 4], passes=["model"], warmup=0, iters=3, path=path, progress=False)
+    d = diff_profiles(path, path, 2, 3)  # the merged run of batch size 1 against the run cut short
+    step = d.summary.to_records()[0]
+    assert step["item"] == "run wall time (no step spans in B)" and step["status"] == "not compared"
+    said = "B (run 3) was cut short (MemoryError: out of memory at batch size 4): it stopped before any measured step"
+    assert any(lab.startswith(said) for lab in d.summary.labels)
+    assert not [lab for lab in diff_profiles(path, path, 1, 2).summary.labels if "cut short" in lab]
+
+
 def test_a_run_without_steps_compares_its_wall_time_once_and_its_stages(tmp_path: Path) -> None:
     import time
 
