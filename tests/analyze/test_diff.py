@@ -599,6 +599,59 @@ def test_level_sums_count_nested_time_once(tmp_path: Path) -> None:
     assert unchanged["A"] == unchanged["B"] == 4_000_000  # net.b alone
 
 
+def _typed_store(path: Path, act: str) -> Path:
+    """Three steps, each a layer ``net`` holding ``net.0`` (a Linear, 2 ms) and ``net.1`` (an ``act``, 1 ms)."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, act, levels=["model", "layer"]))
+        sink = Sink(store, 1)
+        ids = iter(range(1, 1000))
+        for k in range(3):
+            start, step = k * 4_000_000, next(ids)
+            sink.span(step, None, "model", f"step#{k}", start, 4_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: k})
+            net = next(ids)
+            sink.span(net, step, "layer", "net", start, 3_000_000, 1, 1,
+                      {A.LAYER_PATH: "net", A.LAYER_CALL_INDEX: 0, A.LAYER_TYPE: "Sequential"})  # fmt: skip
+            for sub, (kind, dur) in enumerate((("Linear", 2_000_000), (act, 1_000_000))):
+                sink.span(next(ids), net, "layer", str(sub), start + sub * 2_000_000, dur, 1, 1,
+                          {A.LAYER_PATH: f"net.{sub}", A.LAYER_CALL_INDEX: 0, A.LAYER_TYPE: kind})  # fmt: skip
+        sink.close()
+    return path
+
+
+def test_a_layer_whose_module_type_changed_says_both_types(tmp_path: Path) -> None:
+    # an activation swapped: net.1 is a ReLU in A, a GELU in B, matched by its path
+    d = diff_profiles(_typed_store(tmp_path / "a.duckdb", "ReLU"), _typed_store(tmp_path / "b.duckdb", "GELU"))
+    types = {r["layer"]: r["type"] for r in _rows(d, "diff.layers")}
+    assert types == {"net": "Sequential", "net.0": "Linear", "net.1": "ReLU -> GELU"}
+    labels = d.result("diff.layers").labels
+    said = "1 layer path holds a module of another type in B: net.1 (ReLU -> GELU)"
+    assert any(lab.startswith(said) for lab in labels)
+    same = diff_profiles(tmp_path / "a.duckdb", tmp_path / "a.duckdb")
+    assert not [lab for lab in same.result("diff.layers").labels if "another type" in lab]
+
+
+def test_a_run_cut_short_before_its_first_step_is_named_and_its_time_to_the_crash_not_judged(tmp_path: Path) -> None:
+    import xstack
+
+    def make_step(size: int) -> Any:
+        def step() -> None:
+            if size == 4:  # out of memory at its first iteration: the run is recorded, cut short, with no step
+                raise MemoryError("out of memory at batch size 4")
+            sum(range(size * 100))
+
+        return step
+
+    path = tmp_path / "sweep.duckdb"
+    with pytest.raises(MemoryError):
+        xstack.sweep(make_step, [1, 4], passes=["model"], warmup=0, iters=3, path=path, progress=False)
+    d = diff_profiles(path, path, 2, 3)  # the merged run of batch size 1 against the run cut short
+    step = d.summary.to_records()[0]
+    assert step["item"] == "run wall time (no step spans in B)" and step["status"] == "not compared"
+    said = "B (run 3) was cut short (MemoryError: out of memory at batch size 4): it stopped before any measured step"
+    assert any(lab.startswith(said) for lab in d.summary.labels)
+    assert not [lab for lab in diff_profiles(path, path, 1, 2).summary.labels if "cut short" in lab]
+
+
 def test_a_run_without_steps_compares_its_wall_time_once_and_its_stages(tmp_path: Path) -> None:
     import time
 

@@ -96,3 +96,27 @@ def test_a_sweep_that_stopped_names_the_sizes_it_asked_for_and_did_not_measure(t
         "failed)"
     )
     assert f"| batch size | {line} |" in render_markdown(shown)
+
+
+def test_a_sweep_size_whose_run_failed_is_said_to_have_failed_not_measured(tmp_path: Path) -> None:
+    import xstack
+
+    def make_step(size: int) -> Any:
+        def step() -> None:
+            if size == 4:  # the run at batch size 4 starts, then runs out of memory: recorded, cut short
+                raise MemoryError("out of memory at batch size 4")
+            sum(range(size * 100))
+
+        return step
+
+    path = tmp_path / "sweep.duckdb"
+    with pytest.raises(MemoryError):
+        xstack.sweep(make_step, [1, 2, 4, 8], passes=["model"], warmup=0, iters=2, path=path, progress=False)
+    with Store.open(path) as store:
+        shown = analyze(store)
+    line = (
+        "2, of 1, 2, 4, 8 (the sweep's sizes, compared in A1; 4 failed: its run was cut short; 8 not measured: the "
+        "sweep stopped at a size that failed)"
+    )
+    assert f"| batch size | {line} |" in render_markdown(shown)
+    assert "compared in A1; 4 failed: its run was cut short; 8 not measured" in render_html(shown)

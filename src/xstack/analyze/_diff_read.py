@@ -112,6 +112,9 @@ class Side:
     """Model stages other than the step (``load``, ``preprocess``, a forward call...) by name, in order of start."""
     batch_size: int | None = None
     """The batch size the run was measured at (``runs.config.batch_size``: a sweep's runs), None where unrecorded."""
+    cut_short: str | None = None
+    """What stopped the program early (``config.status`` not ``complete``: a crash, out of memory, an interrupt),
+    None for a run that completed (or records no status: an import)."""
 
     @property
     def merged(self) -> bool:
@@ -183,6 +186,9 @@ def read_side(store: Store, run_id: int) -> Side:
     side.replayed = ctx.replayed_timing()
     size = ctx.config.get(A.CONFIG_BATCH_SIZE)
     side.batch_size = size if isinstance(size, int) and not isinstance(size, bool) else None
+    if ctx.config.get("status") not in (None, "complete"):
+        error = ctx.config.get("error")
+        side.cut_short = str(error) if error else "the program stopped early"
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
         side.stages = _stages(store, ctx)

@@ -8,6 +8,7 @@ from typing import Any
 from xstack.analyze._diff_read import Side, Timing
 from xstack.analyze._diff_rule import NESTED, RULE_NOTE, STATUS_COLUMN, STATUSES, TIMES, Rule, Table, ns, ns_or_none
 from xstack.analyze.result import Column, Result
+from xstack.text import counted
 
 
 def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise: str | None) -> Result:
@@ -40,7 +41,7 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         "the items of its level it encloses, which counts no time twice. A row's status is that of its items, judged "
         f"on their whole time. {RULE_NOTE}"
     )
-    labels = _batch_labels(a, b) + ([noise] if noise else []) + _wall_labels(a, b)
+    labels = _cut_short_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else []) + _wall_labels(a, b)
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -63,12 +64,30 @@ def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:
         if a.wall is None or b.wall is None:
             return (item, "not recorded", None, ns(a.wall), ns(b.wall), None, None, None)
         row = _pair_row(item, a.wall, b.wall, rule)
+        if any(s.cut_short and not s.steps for s in (a, b)):  # the time to a crash, not the program's to compare
+            return _unjudged(row)
     return _unjudged(row) if a.replayed or b.replayed else row
 
 
 def _unjudged(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A host-time row of a run whose host times are inflated by counter replay: its times, no verdict."""
     return (row[0], "not compared", *row[2:7], None)
+
+
+def _cut_short_labels(a: Side, b: Side) -> list[str]:
+    """Where a run stopped early, what stopped it and what its times cover: a run with no measured step has only
+    the time to the crash, not compared with the other run's."""
+    labels = []
+    for n, s in (("A", a), ("B", b)):
+        if s.cut_short is None:
+            continue
+        covers = (
+            f"its times cover its {counted(s.steps, 'measured step')} before it stopped"
+            if s.steps
+            else "it stopped before any measured step: its wall time, the time to the crash, is not compared"
+        )
+        labels.append(f"{n} (run {s.run_id}) was cut short ({s.cut_short}): {covers}")
+    return labels
 
 
 def _batch_labels(a: Side, b: Side) -> list[str]:

@@ -193,6 +193,8 @@ def _build(a: Side, b: Side, rule: Rule, top: int | None, io: Result) -> Profile
     kernels = _level("kernel", a, b, a.kernels, b.kernels, "diff.kernels", "Kernels by name: added, removed, "
                      "slower, faster", kernel_cols, _kernel_cells, _HOW["kernel"], opts)  # fmt: skip
     kernels[0].labels += _calls_label(a, b)
+    if not layers[0].missing:
+        layers[0].labels += _retyped_label(a, b)
     summary = diff_summary(a, b, rule, {"layer": layers[1], "op": ops[1], "kernel": kernels[1]},
                            fallback or _spread_label(a, b))  # fmt: skip
     # a run without host times (an Nsight Compute CSV) has none to be inflated: its wall label says so
@@ -221,8 +223,27 @@ _HOW = {
 
 
 def _layer_cells(key: LayerKey, ta: Timing | None, tb: Timing | None) -> tuple[Any, ...]:
-    known = tb if tb is not None else ta
-    return (key[0], key[1], known.info if known is not None else "")
+    return (key[0], key[1], _layer_type(ta, tb))
+
+
+def _layer_type(ta: Timing | None, tb: Timing | None) -> str:
+    """The layer's module type, ``A -> B`` where the path holds a module of another type in B (an activation
+    swapped): matched by path, its times compare two different modules."""
+    types = [t.info for t in (ta, tb) if t is not None and t.info]
+    return " -> ".join(types) if len(types) == 2 and types[0] != types[1] else (types[-1] if types else "")
+
+
+def _retyped_label(a: Side, b: Side) -> list[str]:
+    """Where layer paths both runs have hold modules of different types, which (matched by path, compared)."""
+    both = [(p, a.layers[(p, c)].info, b.layers[(p, c)].info) for p, c in a.layers if (p, c) in b.layers]
+    changed = sorted({row for row in both if row[1] and row[2] and row[1] != row[2]})
+    if not changed:
+        return []
+    named = ", ".join(f"{p} ({ta} -> {tb})" for p, ta, tb in changed[:5])
+    more = f" and {len(changed) - 5:,} more" if len(changed) > 5 else ""
+    verb = "holds" if len(changed) == 1 else "hold"
+    return [f"{counted(len(changed), 'layer path')} {verb} a module of another type in B: {named}{more}; matched "
+            "by path, their times compare the two modules"]  # fmt: skip
 
 
 def _op_cells(key: OpKey, ta: Timing | None, tb: Timing | None) -> tuple[Any, ...]:

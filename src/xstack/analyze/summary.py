@@ -143,6 +143,9 @@ class RunSummary:
     sweep_sizes: list[int] = field(default_factory=list)
     """The batch sizes the shown run's sweep asked for (``config.sweep.batch_sizes``), in order; empty outside a
     sweep. A sweep that stopped at a failing size has no runs for those after it."""
+    failed_batch_sizes: list[int] = field(default_factory=list)
+    """The batch sizes of the store with a run cut short (out of memory, typically: where a sweep stopped), as A1
+    counts them failed; in order."""
     share_of: dict[str, str] = field(default_factory=dict)
     """What a level's top rows are a share of, where not the host wall time (of kernels: all kernel time): in a
     merged run, "of step (PASS)": the step median of the pass that timed that level; in a run with measured steps,
@@ -264,10 +267,14 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
     summary.health, summary.health_info = health.findings, health.info
     summary.store = str(store.path)
     runs = store.query(
-        f"SELECT run_id, name, pass, TRY_CAST(config->>'$.{A.CONFIG_BATCH_SIZE}' AS BIGINT) FROM runs ORDER BY run_id"
+        f"SELECT run_id, name, pass, TRY_CAST(config->>'$.{A.CONFIG_BATCH_SIZE}' AS BIGINT), config->>'$.status' "
+        "FROM runs ORDER BY run_id"
     )
-    summary.runs = [(int(r), str(n), None if p is None else str(p)) for r, n, p, _ in runs]
-    summary.batch_sizes = {int(r): int(b) for r, _, _, b in runs if b is not None}
+    summary.runs = [(int(r), str(n), None if p is None else str(p)) for r, n, p, _, _ in runs]
+    summary.batch_sizes = {int(r): int(b) for r, _, _, b, _ in runs if b is not None}
+    summary.failed_batch_sizes = sorted(
+        {int(b) for *_, b, st in runs if b is not None and st not in (None, "complete")}
+    )
     sweep = run_context(store, run_id).config.get(A.CONFIG_SWEEP)
     asked = sweep.get("batch_sizes") if isinstance(sweep, dict) else None
     summary.sweep_sizes = [b for b in asked if isinstance(b, int)] if isinstance(asked, list) else []

@@ -259,8 +259,14 @@ def batch_size_line(s: RunSummary) -> str | None:
     sizes = s.sweep_sizes or sorted(measured)
     if len(sizes) < 2:
         return f"{size:,}"
+    failed = [b for b in sizes if b in s.failed_batch_sizes]
     unrun = [b for b in sizes if b not in measured]  # from the size where the sweep stopped on
-    stopped = f"; {_sizes(unrun)} not measured: the sweep stopped at a size that failed" if unrun else ""
+    stopped = (
+        f"; {_sizes(failed)} failed: {'its run was' if len(failed) == 1 else 'their runs were'} cut short"
+        if failed
+        else ""
+    )
+    stopped += f"; {_sizes(unrun)} not measured: the sweep stopped at a size that failed" if unrun else ""
     return f"{size:,}, of {_sizes(sizes)} (the sweep's sizes, compared in A1{stopped})"
 
 
