@@ -941,3 +941,32 @@ def test_two_batch_sizes_of_a_sweep_are_named_and_said_to_compare_per_step(tmp_p
     same = diff_profiles(path, path, 2, 2)
     assert not any("batch size" in label for label in same.summary.labels)
     assert same.heading().startswith(f'A: {path} run 2 "infer" (merged, batch size 8)')
+
+
+def test_passes_run_under_different_conditions_are_said_not_judged_silently() -> None:
+    """The same program profiled twice on a machine busy during one pass: B's op pass cost +375% where A's cost
+    +60%, and a pass of B ran faster than the one it adds to, beyond noise. The diff's verdicts may be the
+    machine's: it says so."""
+    from xstack.analyze._diff_read import Side, _pass_costs, _uneven_passes
+    from xstack.analyze._diff_summary import _uneven_labels
+
+    def side(overhead: list[dict[str, object]]) -> Side:
+        s = Side("s.duckdb", 4, "mlp", "merged", frozenset({"model", "layer", "op"}), 8, None)
+        s.pass_costs, s.uneven_passes = _pass_costs(overhead), _uneven_passes(overhead)
+        return s
+
+    first = {"pass": "model", "added_pct": None}
+    a = side([first, {"pass": "model+layer", "levels_added": ["layer"], "added_ns": 1_600_000, "added_pct": 104.0,
+                      "within_noise": False},
+              {"pass": "model+layer+op", "levels_added": ["op"], "added_ns": 1_900_000, "added_pct": 60.0,
+               "within_noise": False}])  # fmt: skip
+    b = side([first, {"pass": "model+layer", "levels_added": ["layer"], "added_ns": -400_000, "added_pct": -20.0,
+                      "within_noise": False},
+              {"pass": "model+layer+op", "levels_added": ["op"], "added_ns": 7_500_000, "added_pct": 375.0,
+               "within_noise": False}])  # fmt: skip
+    labels = _uneven_labels(a, b)
+    assert labels[0].startswith("B's passes ran under different conditions (pass model+layer's step ran 20% faster "
+                                "than pass model's, beyond their noise)")  # fmt: skip
+    assert labels[1].startswith("the layer level (model+layer) added +104% to the step in A and -20% in B; the op "
+                                "level (model+layer+op) added +60% to the step in A and +375% in B: ")  # fmt: skip
+    assert _uneven_labels(a, a) == []  # the same costs: nothing to say

@@ -36,7 +36,7 @@ from typing import Any
 
 from xstack.analyze.context import STEP_SPAN, RunContext, launched, past_warmup, run_context
 from xstack.analyze.summary import host_wall
-from xstack.text import counted
+from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -115,6 +115,12 @@ class Side:
     cut_short: str | None = None
     """What stopped the program early (``config.status`` not ``complete``: a crash, out of memory, an interrupt),
     None for a run that completed (or records no status: an import)."""
+    pass_costs: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """In a merged run, per pass after the first: the levels it adds and what they add to the step, in % of the
+    step of the pass it adds to (``config.overhead``'s ``added_pct``)."""
+    uneven_passes: str | None = None
+    """In a merged run, the first pass whose step ran faster than the pass it adds to, beyond their noise: the
+    passes ran under different conditions (``config.overhead``'s ``within_noise``), said as one clause."""
 
     @property
     def merged(self) -> bool:
@@ -175,6 +181,33 @@ def _spans_in_steps(level: str, ctx: RunContext) -> str:
         WHERE NOT {ctx.in_warmup(f"s.{at}")}"""
 
 
+def _uneven_passes(overhead: Any) -> str | None:
+    """The first pass of a merged run's ``config.overhead`` that ran faster than the pass it adds to beyond their
+    noise (no level makes a step faster: the machine was busier in one pass than in another), as a clause."""
+    previous = None
+    for row in overhead if isinstance(overhead, list) else []:
+        if not isinstance(row, dict):
+            continue
+        against = row.get("against") or previous
+        added, pct = row.get("added_ns"), row.get("added_pct")
+        if row.get("within_noise") is False and isinstance(added, (int, float)) and added < 0 and against:
+            by = f"{-pct:.0f}%" if isinstance(pct, (int, float)) else format_ns(-added)
+            return f"pass {row.get('pass')}'s step ran {by} faster than pass {against}'s, beyond their noise"
+        if not row.get("against"):
+            previous = row.get("pass")
+    return None
+
+
+def _pass_costs(overhead: Any) -> dict[str, tuple[str, float]]:
+    """Per pass of ``config.overhead`` with a cost: its added levels and ``added_pct``."""
+    out = {}
+    for row in overhead if isinstance(overhead, list) else []:
+        pct = row.get("added_pct") if isinstance(row, dict) else None
+        if isinstance(pct, (int, float)) and not isinstance(pct, bool):
+            out[str(row.get("pass"))] = (", ".join(row.get("levels_added") or []), float(pct))
+    return out
+
+
 def read_side(store: Store, run_id: int) -> Side:
     """Read one run for a diff (``run_id`` must be a run of ``store``)."""
     ctx = run_context(store, run_id)
@@ -189,6 +222,8 @@ def read_side(store: Store, run_id: int) -> Side:
     if ctx.config.get("status") not in (None, "complete"):
         error = ctx.config.get("error")
         side.cut_short = str(error) if error else "the program stopped early"
+    side.uneven_passes = _uneven_passes(ctx.config.get("overhead"))
+    side.pass_costs = _pass_costs(ctx.config.get("overhead"))
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
         side.stages = _stages(store, ctx)

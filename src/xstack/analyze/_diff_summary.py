@@ -41,7 +41,8 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         "the items of its level it encloses, which counts no time twice. A row's status is that of its items, judged "
         f"on their whole time. {RULE_NOTE}"
     )
-    labels = _cut_short_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else []) + _wall_labels(a, b)
+    labels = (_cut_short_labels(a, b) + _uneven_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else [])
+              + _wall_labels(a, b))  # fmt: skip
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -87,6 +88,38 @@ def _cut_short_labels(a: Side, b: Side) -> list[str]:
             else "it stopped before any measured step: its wall time, the time to the crash, is not compared"
         )
         labels.append(f"{n} (run {s.run_id}) was cut short ({s.cut_short}): {covers}")
+    return labels
+
+
+LEVEL_COST_MOVE_PCT = 50.0
+"""A level's cost (% of the step it adds to) that moves by more than this, and by more than half of itself,
+between the two runs is said: a whole pass run on a busier machine moves it so, which no spread within a pass
+shows."""
+
+
+def _uneven_labels(a: Side, b: Side) -> list[str]:
+    """Where a merged run's passes ran under different conditions (a pass faster than the one it adds to, beyond
+    noise), or where a level's cost moved far between the two runs: the noise rule, which sees each pass's spread
+    and not a whole pass slowed, may then judge the machine."""
+    labels = [
+        f"{n}'s passes ran under different conditions ({s.uneven_passes}): a machine busier during some passes "
+        "slows each level timed there, which no spread within a pass shows, so verdicts may be the machine's; "
+        "profile both on a quiet machine to tell"
+        for n, s in (("A", a), ("B", b))
+        if s.uneven_passes
+    ]
+    moved = []
+    for name, (levels, pa) in a.pass_costs.items():
+        if name not in b.pass_costs:
+            continue
+        pb = b.pass_costs[name][1]
+        if abs(pb - pa) > max(LEVEL_COST_MOVE_PCT, 0.5 * max(abs(pa), abs(pb))):
+            moved.append(f"the {levels} level{'s' if ', ' in levels else ''} ({name}) added {pa:+.0f}% to the step "
+                         f"in A and {pb:+.0f}% in B")  # fmt: skip
+    if moved:
+        labels.append(f"{'; '.join(moved)}: a level's cost moves this far with a machine busier during one pass "
+                      "(or with a change in how many calls a step makes), so the levels timed in those passes may "
+                      "not compare")  # fmt: skip
     return labels
 
 
