@@ -970,3 +970,15 @@ def test_passes_run_under_different_conditions_are_said_not_judged_silently() ->
     assert labels[1].startswith("the layer level (model+layer) added +104% to the step in A and -20% in B; the op "
                                 "level (model+layer+op) added +60% to the step in A and +375% in B: ")  # fmt: skip
     assert _uneven_labels(a, a) == []  # the same costs: nothing to say
+
+
+def test_nested_items_are_ordered_by_the_change_of_their_own_time() -> None:
+    """A model called 20 times a step: each root call carries the change of the layer inside it, so by total
+    time the 20 root calls would come first; by self time the layer that changed leads."""
+    from xstack.analyze._diff_read import Timing
+    from xstack.analyze._diff_rule import Rule, classify
+
+    a = {("root", i): Timing(100_000, self_ns=10_000) for i in range(3)} | {("fc", 0): Timing(60_000, self_ns=60_000)}
+    b = {("root", i): Timing(150_000, self_ns=10_500) for i in range(3)} | {("fc", 0): Timing(100_000, self_ns=100_000)}
+    t = classify(a, b, Rule(), lambda k, ta, tb: (k[0], k[1]), nested=True)
+    assert [r[1] for r in t.rows] == ["fc", "root", "root", "root"]

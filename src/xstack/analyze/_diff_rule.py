@@ -127,8 +127,11 @@ def classify(
         delta = (ns(tb) or 0) - (ns(ta) or 0)
         pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
         row = (status, *cells(key, ta, tb), ns(ta), ns(tb), delta, pct, ns_or_none(noise))
-        order = (status == "unchanged", -abs(delta), str(row[1:-5]))
-        keyed.append((order, row + ((own_ns(tb) - own_ns(ta),) if nested else ())))
+        own = own_ns(tb) - own_ns(ta)
+        # a nested level by the change of its own time first: a model called 20 times a step would otherwise
+        # fill the top rows with its root's calls, each carrying the change of the layer inside it
+        order = (status == "unchanged", -abs(own) if nested else 0, -abs(delta), str(row[1:-5]))
+        keyed.append((order, row + ((own,) if nested else ())))
     t.rows = [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
     return t
 

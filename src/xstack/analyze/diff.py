@@ -348,6 +348,11 @@ def _which(a: Side, sides: list[Side]) -> str:
     return " and ".join(("A" if s is a else "B") + f" ({s.describe()})" for s in sides)
 
 
+_NESTED_IDS = ("diff.layers", "diff.ops")
+_BY_SELF = " of the self time, then of the time"
+"""How the rows of a nested level (layers, ops) are ordered within a group."""
+
+
 def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fallback: str | None,
             top: int | None, rule: Rule) -> Result:  # fmt: skip
     rows = t.rows if top is None else t.rows[:top]
@@ -358,7 +363,7 @@ def _result(id: str, title: str, columns: list[Column], t: Table, how: str, fall
     x = columns[1].name if id != "diff.ops" else "op"
     return Result(
         id=id, title=title, columns=columns, rows=rows, truncated=len(t.rows) - len(rows), more=MORE, labels=labels,
-        notes=f"{how} Rows: changes first, each group by |delta|. {RULE_NOTE}",
+        notes=f"{how} Rows: changes first, each group by |delta|{_BY_SELF if id in _NESTED_IDS else ''}. {RULE_NOTE}",
         chart=Chart("hbar", x=x, y=("delta",), title="B - A", series="status", limit=20),
         facts={**t.counts, **t.totals},
     )  # fmt: skip
