@@ -982,3 +982,19 @@ def test_nested_items_are_ordered_by_the_change_of_their_own_time() -> None:
     b = {("root", i): Timing(150_000, self_ns=10_500) for i in range(3)} | {("fc", 0): Timing(100_000, self_ns=100_000)}
     t = classify(a, b, Rule(), lambda k, ta, tb: (k[0], k[1]), nested=True)
     assert [r[1] for r in t.rows] == ["fc", "root", "root", "root"]
+
+
+def test_a_warm_up_that_changed_far_is_said_as_it_is_left_out() -> None:
+    """DataLoader(num_workers=0) against 2 workers: the steps got faster, the workers' start moved into the
+    warm-up step (21.7 ms to 267 ms), which every comparison leaves out and the program's total time counts."""
+    from xstack.analyze._diff_read import Side
+    from xstack.analyze._diff_summary import _warmup_labels
+
+    a = Side("a.duckdb", 1, "dl", None, frozenset({"model"}), 16, None, warmup=(1, 21_700_000))
+    b = Side("b.duckdb", 1, "dl", None, frozenset({"model"}), 16, None, warmup=(1, 267_000_000))
+    assert _warmup_labels(a, b) == [
+        "the warm-up, left out of every comparison, took 21.7 ms in A (1 step) and 267 ms in B (1 step): start-up "
+        "(DataLoader workers starting, lazy initialisation) moved there, which the program's total time counts and "
+        "the steps compared do not"
+    ]
+    assert _warmup_labels(a, a) == [] and _warmup_labels(a, Side("m", 4, "dl", "merged", frozenset(), 1, None)) == []

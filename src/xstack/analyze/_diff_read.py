@@ -115,6 +115,9 @@ class Side:
     cut_short: str | None = None
     """What stopped the program early (``config.status`` not ``complete``: a crash, out of memory, an interrupt),
     None for a run that completed (or records no status: an import)."""
+    warmup: tuple[int, int] | None = None
+    """A run's warm-up steps (left out of every comparison) and their summed time (ns); None where it has none
+    (a merged run's one step)."""
     pass_costs: dict[str, tuple[str, float]] = field(default_factory=dict)
     """In a merged run, per pass after the first: the levels it adds and what they add to the step, in % of the
     step of the pass it adds to (``config.overhead``'s ``added_pct``)."""
@@ -223,6 +226,7 @@ def read_side(store: Store, run_id: int) -> Side:
         error = ctx.config.get("error")
         side.cut_short = str(error) if error else "the program stopped early"
     side.uneven_passes = _uneven_passes(ctx.config.get("overhead"))
+    side.warmup = _warmup(store, run_id, ctx.warmup)
     side.pass_costs = _pass_costs(ctx.config.get("overhead"))
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
@@ -353,6 +357,14 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
     if row is not None and row[0]:
         return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]))
     return 0, None
+
+
+def _warmup(store: Store, run_id: int, warmup: int) -> tuple[int, int] | None:
+    """The run's warm-up steps and their summed duration (ns), or None without any."""
+    row = store.con.execute(
+        f"SELECT count(*), sum(dur_ns) FROM ({_steps(warmup)}) WHERE NOT measured", {"run": run_id}
+    ).fetchall()
+    return (int(row[0][0]), int(row[0][1])) if row and row[0][0] else None
 
 
 def _timing(agg: tuple[Any, ...], info: Any = None) -> Timing:

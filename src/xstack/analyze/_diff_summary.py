@@ -8,7 +8,7 @@ from typing import Any
 from xstack.analyze._diff_read import Side, Timing
 from xstack.analyze._diff_rule import NESTED, RULE_NOTE, STATUS_COLUMN, STATUSES, TIMES, Rule, Table, ns, ns_or_none
 from xstack.analyze.result import Column, Result
-from xstack.text import counted
+from xstack.text import counted, format_ns
 
 
 def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise: str | None) -> Result:
@@ -42,7 +42,7 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         f"on their whole time. {RULE_NOTE}"
     )
     labels = (_cut_short_labels(a, b) + _uneven_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else [])
-              + _wall_labels(a, b))  # fmt: skip
+              + _wall_labels(a, b) + _warmup_labels(a, b))  # fmt: skip
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -89,6 +89,22 @@ def _cut_short_labels(a: Side, b: Side) -> list[str]:
         )
         labels.append(f"{n} (run {s.run_id}) was cut short ({s.cut_short}): {covers}")
     return labels
+
+
+def _warmup_labels(a: Side, b: Side) -> list[str]:
+    """Where the warm-up, left out of every comparison, changed far (at least twice as long, and by 1 ms or
+    more): start-up moved there (DataLoader workers starting, lazy initialisation), which a program's total time
+    counts and the steps compared do not."""
+    if a.warmup is None or b.warmup is None:
+        return []
+    (na, wa), (nb, wb) = a.warmup, b.warmup
+    if abs(wb - wa) < 1_000_000 or max(wa, wb) < 2 * min(wa, wb):
+        return []
+    return [
+        f"the warm-up, left out of every comparison, took {format_ns(wa)} in A ({counted(na, 'step')}) and "
+        f"{format_ns(wb)} in B ({counted(nb, 'step')}): start-up (DataLoader workers starting, lazy "
+        "initialisation) moved there, which the program's total time counts and the steps compared do not"
+    ]
 
 
 LEVEL_COST_MOVE_PCT = 50.0
