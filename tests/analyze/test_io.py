@@ -530,6 +530,16 @@ def test_files_chart_tells_apart_a_path_read_by_both_modules(tmp_path: Path) -> 
     assert sorted(ticks) == ["/d/22.pt (POSIX)", "/d/22.pt (STDIO)"]
 
 
+def test_files_chart_shows_a_file_of_microseconds_beside_a_class_of_hundreds_of_milliseconds(tmp_path: Path) -> None:
+    # the folded Python files take 221 ms, a data file 100 us: on a linear scale its bar would be under a pixel
+    python = (5, "/usr/lib/python3/os.py", "POSIX", 1, 1, 0, 0, 10, 0, 221_000_000, 0, 0,
+              {A.IO_FILE_PATH_CLASS: "python"})  # fmt: skip
+    with files_store(tmp_path / "l.duckdb", [python, data_file(5, "/d/a.bin", 4096, 1, read_ns=100_000)]) as store:
+        r = _one(store, "io.files")
+    widths = [float(w) for w in re.findall(r'<rect class="mark"[^>]* width="([0-9.]+)"', render_chart(r))]
+    assert len(widths) == 2 and min(widths) > 0.1 * max(widths), widths
+
+
 def test_small_files_tabulate_every_threshold(darshan_like: Store) -> None:
     r = _one(darshan_like, "io.small_files")
     assert r.column("threshold") == [256 * 1024, 2**20, 2 * 2**20, 4 * 2**20, 16 * 2**20]
@@ -747,7 +757,7 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
     # the built store's waits name no DataLoader: none counted for it
     assert r.labels == [shown, "16 usable CPUs"] and r.facts["cores"] == 16
     none = {"waits": 0, "wait_ns": 0, "warmup_waits": 0, "warmup_wait_ns": 0, "after_last_step_waits": 0,
-            "after_last_step_wait_ns": 0}  # fmt: skip
+            "after_last_step_wait_ns": 0, "first_waits": 0, "first_wait_ns": 0}  # fmt: skip
     assert r.facts["dataloaders"] == [loader | none]
     assert rec is not None and f"the loop waits on {shown}; 16 usable CPUs (io.input_bound)" in rec.evidence
     assert rec.action == (

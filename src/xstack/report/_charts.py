@@ -186,8 +186,8 @@ def _columns(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     top, plot_h = 12.0 + legend_height(names, 90.0), 220.0
     bottom = 30.0 + 6.0 * max((len(s) for s in labels), default=4)
     stacks = [_stack(r, c.ys, stack) for r in rows]
-    sy = Scale.fit([v for st in stacks for _, lo, hi in st for v in (lo, hi)], top + plot_h, top,
-                   log=chart.log_y and not stack, unit=c.units[0])  # fmt: skip
+    ends = [v for st in stacks for _, lo, hi in st for v in (lo, hi)]
+    sy = Scale.fit(ends, top + plot_h, top, log=chart.log_y and not stack, unit=c.units[0]).below(ends)
     left = max(slant_margin(labels), axis_margin(sy, c.units[0]))
     every = label_step((WIDTH - left - 10) / max(len(rows), 1))
     band = (WIDTH - left - 10) / max(len(rows), 1)
@@ -228,8 +228,8 @@ def _hbars(result: Result, chart: Chart, *, stack: bool) -> Drawn:
     values = [value_text(result, chart, r, st, c, stack) for r, st in zip(rows, stacks, strict=True)]
     right = max(70.0, 10.0 + TICK_CHAR * max(map(len, values), default=0))  # the longest value fits after its bar
     log = (chart.log_x or chart.log_y) and not stack
-    sx = Scale.fit([v for st in stacks for _, lo, hi in st for v in (lo, hi)], left, WIDTH - right, log=log,
-                   unit=c.units[0])  # fmt: skip
+    ends = [v for st in stacks for _, lo, hi in st for v in (lo, hi)]
+    sx = Scale.fit(ends, left, WIDTH - right, log=log, unit=c.units[0]).below(ends)
     bar_h = (row_h - 6) / (1 if stack else len(c.ys))
     parts = [open_svg(top + plot_h + 44, chart.title or result.title), legend(names, left, 12.0)]
     parts.append(x_axis(sx, top, top + plot_h, c.units[0], axis_title(["total"] if stack else c.names, c.units[0])))

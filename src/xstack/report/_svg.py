@@ -148,6 +148,14 @@ class Scale:
             step = max(step, 1.0)
         return cls(math.floor(lo / step) * step, math.ceil(hi / step) * step, r0, r1, step=step)
 
+    def below(self, values: Sequence[float]) -> Scale:
+        """This scale, a decade lower where it is a log scale whose bottom is within a factor of 2 of the smallest
+        positive value: a bar drawn from the bottom would have next to no length."""
+        pos = [v for v in values if v > 0]
+        if self.log and pos and 2.0 * self.lo > min(pos):
+            return Scale(self.lo / 10.0, self.hi, self.r0, self.r1, log=True)
+        return self
+
     def __call__(self, v: float) -> float:
         if self.log:
             lo, hi, v = math.log10(self.lo), math.log10(self.hi), math.log10(max(v, self.lo))
