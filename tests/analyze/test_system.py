@@ -204,6 +204,31 @@ def test_a_run_without_steps_judges_growth_from_its_loop_not_its_start_up(tmp_pa
         assert "0 measured steps" not in rec.evidence[0] and "of the points" in rec.evidence[0]
 
 
+def test_a_run_without_steps_judges_no_switches_per_step(tmp_path: Path) -> None:
+    """Without steps the switches columns hold the whole run's; read as per step, 805 involuntary switches
+    over a 5 s run (170 per second) passed the rule's 100 per step and advised capping thread pools."""
+    with Store.create(tmp_path / "stepless.duckdb") as store:
+        store.add_run(RunInfo(1, "stepless", levels=["model", "system"], config=run_config(workers=0)))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "region", 0, 400_000_000, MAIN, MAIN, {A.MODEL_KIND: "region"})
+        for i in range(41):
+            ts = i * 10_000_000
+            sink.counter(A.PROC_CPU_USER_NS, ts, 0.4 * ts, pid=MAIN)
+            sink.counter(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=MAIN)
+            sink.counter(A.PROC_THREADS, ts, 13, pid=MAIN)
+            sink.counter(A.PROC_CTX_INVOLUNTARY, ts, 20 * i, pid=MAIN)
+            sink.counter(A.PROC_CTX_VOLUNTARY, ts, 30 * i, pid=MAIN)
+            sink.counter(A.CPU_BUSY_PCT, ts, 40.0)
+            sink.counter(A.CPU_PROCS_RUNNING, ts, 1)
+        sink.close()
+    with Store.open(tmp_path / "stepless.duckdb") as store:
+        r = _one(store, "system.cpu")
+        assert _row(r, "main")["involuntary switches per step"] == 800  # the whole run, as one step
+        assert "the switches columns count its switches, as one step" in r.labels[0]
+        assert r.facts.get("main_involuntary_per_step") is None
+        assert _fired(store, "thread_oversubscription") is None
+
+
 def test_a_worker_that_ended_no_longer_counts(tmp_path: Path) -> None:
     with Store.create(tmp_path / "gone.duckdb") as store:
         store.add_run(RunInfo(1, "gone", levels=["model", "system"], config=run_config()))
