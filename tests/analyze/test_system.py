@@ -168,6 +168,67 @@ def test_flat_memory_is_not_suspected(tmp_path: Path) -> None:
         assert _fired(store, "host_memory_growth") is None
 
 
+def _stepless_store(path: Path, *, loop_rss_per_call: float) -> Store:
+    """A run without step spans: the RSS grows from 20 MiB to 300 MiB in a 200 ms start-up (importing torch,
+    building the model), then ten calls of ``Net`` 20 ms apart, each adding ``loop_rss_per_call``."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "stepless", levels=["model", "system"], config=run_config()))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "region", 0, 400_000_000, MAIN, MAIN, {A.MODEL_KIND: "region"})
+        for k in range(10):
+            sink.span(2 + k, 1, "model", "Net", 200_000_000 + k * 20_000_000, 10_000_000, MAIN, MAIN,
+                      {A.MODEL_KIND: "forward"})  # fmt: skip
+        for i in range(81):
+            ts = i * 5_000_000
+            start_up = 20 * MIB + 280 * MIB * min(ts, 200_000_000) / 200_000_000
+            calls = max(0, (ts - 200_000_000) // 20_000_000)
+            sink.counter(A.PROC_RSS_BYTES, ts, start_up + loop_rss_per_call * calls, pid=MAIN)
+        sink.close()
+    return Store.open(path)
+
+
+def test_a_run_without_steps_judges_growth_from_its_loop_not_its_start_up(tmp_path: Path) -> None:
+    """The imports and the model's building grow every program's RSS by hundreds of MiB: over the whole run,
+    every program without step() read as a leak."""
+    with _stepless_store(tmp_path / "flat.duckdb", loop_rss_per_call=0.0) as store:
+        r = _one(store, "system.memory")
+        assert r.facts["main_growth_bytes"] == 0 and r.facts["main_suspect"] is False
+        assert r.labels[0].startswith("no measured steps: 50 points from the second call of Net")
+        assert _fired(store, "host_memory_growth") is None
+        assert "main RSS +0 B from the 2nd call of Net on," in system_line(summarize(store).system or {})
+    with _stepless_store(tmp_path / "leak.duckdb", loop_rss_per_call=4 * MIB) as store:
+        r = _one(store, "system.memory")
+        assert r.facts["main_growth_bytes"] == pytest.approx(36 * MIB, abs=4 * MIB) and r.facts["main_suspect"]
+        rec = _fired(store, "host_memory_growth")
+        assert rec is not None and "from the second call of Net to the run's end (no measured steps)" in rec.evidence[0]
+        assert "0 measured steps" not in rec.evidence[0] and "of the points" in rec.evidence[0]
+
+
+def test_a_run_without_steps_judges_no_switches_per_step(tmp_path: Path) -> None:
+    """Without steps the switches columns hold the whole run's; read as per step, 805 involuntary switches
+    over a 5 s run (170 per second) passed the rule's 100 per step and advised capping thread pools."""
+    with Store.create(tmp_path / "stepless.duckdb") as store:
+        store.add_run(RunInfo(1, "stepless", levels=["model", "system"], config=run_config(workers=0)))
+        sink = Sink(store, 1)
+        sink.span(1, None, "model", "region", 0, 400_000_000, MAIN, MAIN, {A.MODEL_KIND: "region"})
+        for i in range(41):
+            ts = i * 10_000_000
+            sink.counter(A.PROC_CPU_USER_NS, ts, 0.4 * ts, pid=MAIN)
+            sink.counter(A.PROC_CPU_SYSTEM_NS, ts, 0, pid=MAIN)
+            sink.counter(A.PROC_THREADS, ts, 13, pid=MAIN)
+            sink.counter(A.PROC_CTX_INVOLUNTARY, ts, 20 * i, pid=MAIN)
+            sink.counter(A.PROC_CTX_VOLUNTARY, ts, 30 * i, pid=MAIN)
+            sink.counter(A.CPU_BUSY_PCT, ts, 40.0)
+            sink.counter(A.CPU_PROCS_RUNNING, ts, 1)
+        sink.close()
+    with Store.open(tmp_path / "stepless.duckdb") as store:
+        r = _one(store, "system.cpu")
+        assert _row(r, "main")["involuntary switches per step"] == 800  # the whole run, as one step
+        assert "the switches columns count its switches, as one step" in r.labels[0]
+        assert r.facts.get("main_involuntary_per_step") is None
+        assert _fired(store, "thread_oversubscription") is None
+
+
 def test_a_worker_that_ended_no_longer_counts(tmp_path: Path) -> None:
     with Store.create(tmp_path / "gone.duckdb") as store:
         store.add_run(RunInfo(1, "gone", levels=["model", "system"], config=run_config()))

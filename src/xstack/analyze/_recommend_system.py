@@ -86,15 +86,20 @@ OWNER = {"main": "the main process's", "workers": "the workers'"}
 def _growth_line(facts: dict[str, Any], who: str) -> str:
     growth, steps = _num(facts, f"{who}_growth_bytes") or 0.0, int(_num(facts, "steps") or 0)
     start, end = _num(facts, f"{who}_start_bytes") or 0.0, _num(facts, f"{who}_end_bytes") or 0.0
+    if steps:
+        over = f"over {steps} measured steps"
+    elif facts.get("loop_stage"):
+        over = f"from the second call of {facts['loop_stage']} to the run's end (no measured steps)"
+    else:
+        over = "over the run (no measured steps)"
     line = (
-        f"{OWNER[who]} resident memory grew by "
-        f"{format_value(growth, 'bytes')} over {steps} measured steps ({format_value(start, 'bytes')} to "
-        f"{format_value(end, 'bytes')})"
+        f"{OWNER[who]} resident memory grew by {format_value(growth, 'bytes')} {over} "
+        f"({format_value(start, 'bytes')} to {format_value(end, 'bytes')})"
     )
     if (slope := _num(facts, f"{who}_slope_per_step_bytes")) is not None:
         line += f", {format_value(slope, 'bytes')} per step"
     if (rising := _num(facts, f"{who}_rising_pct")) is not None:
-        line += f", rising in {rising:.0f}% of the steps"
+        line += f", rising in {rising:.0f}% of the {'steps' if steps else 'points'}"
     return line + " (system.memory)"
 
 

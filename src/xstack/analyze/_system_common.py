@@ -292,6 +292,23 @@ def region(store: Store, run: RunFacts) -> Region:
     return Region(int(t[0] or 0), int(t[1] or 0), [], base)
 
 
+def loop_start(store: Store, run: RunFacts) -> tuple[int, str] | None:
+    """Where a run without step spans starts its loop: the start of the second call of its first model stage
+    called more than once (a model call, optimizer step or DataLoader wait), and that stage's name. Everything
+    before it (imports, building the model, the first iteration, which fills the allocators and the optimizer's
+    state, as a warm-up step does) is start-up. None where no model stage was called twice."""
+    found = store.query(
+        f"WITH s AS (SELECT name, start_ns, row_number() OVER (PARTITION BY name ORDER BY start_ns, span_id) AS k "
+        f"FROM spans WHERE run_id = ? AND level = 'model' AND coalesce(attrs->>'$.\"{A.MODEL_KIND}\"', '') "
+        "NOT IN ('region', 'step', 'tail')), "
+        "f AS (SELECT name FROM s WHERE k = 1 AND name IN (SELECT name FROM s WHERE k = 2) ORDER BY start_ns, name "
+        "LIMIT 1) "
+        "SELECT s.start_ns, s.name FROM s JOIN f USING (name) WHERE s.k = 2",
+        [run.run_id],
+    )
+    return (int(found[0][0]), str(found[0][1])) if found else None
+
+
 def step_bounds(steps: list[Step], whole: Region) -> tuple[list[int], list[int]]:
     """Starts and ends of the steps as two lists for SQL (the region as one step when there are none)."""
     if steps:

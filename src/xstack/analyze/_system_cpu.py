@@ -3,7 +3,7 @@ runnable than there are cores, and the context switches per step."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from xstack.analyze._system_common import (
     MIN_SAMPLES,
@@ -129,7 +129,8 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
     core kept busy. Context switches per step are the increase of the cumulative counts across each measured
     step, averaged over the steps. Cores and the machine come from ``/proc/stat`` (iowait counts as idle).
     The machine is saturated at a sample when ``procs_running`` (runnable threads, the sampler's own
-    included) exceeds the cores. Warm-up steps are left out; without step spans the whole run is used. The
+    included) exceeds the cores. Warm-up steps are left out; without step spans the whole run is used, its
+    switches counted as one step's and given no per-step fact (a per-step threshold would judge the whole run). The
     sampler cannot see what a process did between its samples, nor processes outside the profiled tree
     other than through the machine's figures; a process seen first inside the region counts its CPU time
     from its start. The main process's CPU time and switches are sampled every interval, the workers, the
@@ -176,8 +177,11 @@ def cpu_saturation(store: Store, run_id: int) -> Result:
         run_id=runs.run_id,
         chart=Chart("hbar", x="what", y=("CPU busy",), title="CPU busy over the measured steps", limit=40),
         facts=facts,
-        labels=([] if where.steps else ["no measured steps: the whole run"]) + ([short] if short else []),
+        labels=([] if where.steps else [NO_STEPS]) + ([short] if short else []),
     )
+
+
+NO_STEPS: Final = "no measured steps: the whole run (the switches columns count its switches, as one step)"
 
 
 def _step_deltas(store: Store, run: RunFacts, where: Region, names: list[str]) -> dict[tuple[int, str], float]:
@@ -286,9 +290,9 @@ def _facts(runs: SystemRuns, run: RunFacts, where: Region, table: list[tuple[Any
             "main_user_pct": main[4],
             "main_system_pct": main[5],
             "main_threads_max": main[6],
-            "main_voluntary_per_step": main[7],
-            "main_involuntary_per_step": main[8],
         }
+        if where.steps:  # without steps the columns hold the whole run's switches, no per-step figure to judge
+            facts |= {"main_voluntary_per_step": main[7], "main_involuntary_per_step": main[8]}
     return facts
 
 

@@ -3,6 +3,7 @@ slope, and whether it looks like a leak."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 from xstack.analyze._system_common import (
@@ -11,6 +12,7 @@ from xstack.analyze._system_common import (
     RunFacts,
     SystemRuns,
     data_note,
+    loop_start,
     process_samplings,
     region,
     shortfall,
@@ -82,7 +84,10 @@ def memory_growth(store: Store, run_id: int) -> Result:
     step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
     (and 1 MiB). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
     allocator's caches, memory-mapped files; it cannot tell a leak from a cache still filling, only that memory
-    kept growing. Without step spans, the run's sampled time is cut into 50 points. With fewer than five full
+    kept growing. Without step spans, the time from the second call of the run's first model stage called more
+    than once (its loop's second iteration: the imports, the model's building and the first iteration, which
+    fill the allocators and the optimizer's state, left out) to the run's end is cut into 50 points (the whole
+    run's sampled time where no stage was called twice), and the growth runs over them. With fewer than five full
     samples inside the measured steps, the readings are listed but no growth is computed (every step's end
     would read the same few samples, and growth would read as zero).
     """
@@ -91,12 +96,16 @@ def memory_growth(store: Store, run_id: int) -> Result:
     if run is None:
         return runs.missing(ID, TITLE)
     where = region(store, run)
+    loop = None if where.steps else loop_start(store, run)
+    if loop is not None and loop[0] < where.end_ns:
+        where = replace(where, start_ns=max(where.start_ns, loop[0]))
     points, first = _points(where)
     found = rows(store, _AT, run.run_id, ts=[first, *(t for _, t in points)], k=[-1, *(k for k, _ in points)])
     table, start = _table(runs, found, points, where.base_ns)
     full = process_samplings(store, runs, run, where)[1]
     short = shortfall(where, [full])
     facts = _facts(run, where, table, start, enough=full.enough)
+    facts["loop_stage"] = loop[1] if loop is not None and not where.steps else None
     facts |= {"full_samples": full.samples, "min_samples": MIN_SAMPLES, "too_few_samples": short}
     return Result(
         ID,
@@ -113,8 +122,15 @@ def memory_growth(store: Store, run_id: int) -> Result:
             extra={"secondary_y": ["machine used"]},
         ),  # fmt: skip
         facts=facts,
-        labels=([] if where.steps else ["no measured steps: 50 points over the run"]) + ([short] if short else []),
+        labels=([] if where.steps else [_no_steps(loop)]) + ([short] if short else []),
     )
+
+
+def _no_steps(loop: tuple[int, str] | None) -> str:
+    if loop is None:
+        return f"no measured steps: {POINTS} points over the run"
+    return (f"no measured steps: {POINTS} points from the second call of {loop[1]} to the run's end (the start-up "
+            "before it left out, as a warm-up step is)")  # fmt: skip
 
 
 def _points(where: Region) -> tuple[list[tuple[int, int]], int]:

@@ -298,7 +298,8 @@ def system_line(system: dict[str, Any]) -> str:
         elif (growth := system.get("main_growth_bytes")) is not None:
             sign = "+" if growth >= 0 else "-"
             steps = system.get("steps")
-            over = f" over {steps} steps" if steps else " over the run"
+            loop = system.get("loop_stage")
+            over = f" over {steps} steps" if steps else f" from the 2nd call of {loop} on" if loop else " over the run"
             flag = " (leak suspected)" if system.get("main_suspect") else ""
             parts.append(f"main RSS {sign}{format_value(abs(growth), 'bytes')}{over}{flag}")
         parts.append(_gpu_part(system))
