@@ -410,6 +410,27 @@ def test_a_helper_of_multiprocessing_making_syscalls_is_no_worker_process(tmp_pa
     assert _row(r, f"resource tracker {WORKER}")["kind"] == "helper"
 
 
+def test_a_child_that_exec_d_a_program_between_two_samples_is_a_subprocess_not_a_worker(tmp_path: Path) -> None:
+    """A subprocess.run of a few tens of ms lives between two of the sampler's reads: the syscall pass's own
+    execve of another program names it a subprocess; a worker multiprocessing spawned stays a worker."""
+    with syscall_store(tmp_path / "sys.duckdb"):
+        pass
+    spawned = WORKER + 1
+    with Store.open(tmp_path / "sys.duckdb", read_only=False) as store:
+        first = store.query("SELECT max(span_id) FROM spans WHERE run_id = 1")[0][0] + 1
+        sink = Sink(store, 1)
+        for k, (pid, argv) in enumerate([
+            (WORKER, '"/usr/bin/python3", ["python3", "-c", "print(1)"], 0x7ffd /* 30 vars */'),
+            (spawned, '"/usr/bin/python3", ["python3", "-c", "from multiprocessing.spawn import spawn_main; spawn'),
+        ]):  # fmt: skip
+            sink.span(first + k, None, "system", "execve", 5_000 + k, 900, pid, pid, {A.SYS_ARGS: argv})
+            sink.span(first + 2 + k, None, "system", "read", 6_000 + k, 900, pid, pid, {A.SYS_ARGS: "3, ..."})
+        sink.close()
+        r = _one(store, "system.syscalls")
+    assert _row(r, f"subprocess {WORKER}")["kind"] == "subprocess"
+    assert _row(r, f"worker {spawned}")["kind"] == "worker" and r.facts["worker_processes"] == 1
+
+
 def test_a_merged_runs_syscall_pass_tells_helpers_by_its_own_roles(tmp_path: Path) -> None:
     """Each pass runs in processes of its own: the syscall pass's helpers are those its own sampler found,
     not the pids the counters pass gave roles to."""

@@ -205,7 +205,36 @@ def _run_facts(store: Store, run_id: int) -> RunFacts | None:
         return None
     parsed = orjson.loads(row[0][1]) if row[0][1] else {}
     config = parsed if isinstance(parsed, dict) else {}
-    return RunFacts(run_id, str(row[0][0] or run_id), config, counters, spans, _main_pid(store, run_id, config))
+    main = _main_pid(store, run_id, config)
+    if spans and (execs := _exec_roles(store, run_id, main)):
+        given = config.get("system")
+        system: dict[str, Any] = given if isinstance(given, dict) else {}
+        listed = system.get("process_roles")
+        sampled: dict[str, Any] = listed if isinstance(listed, dict) else {}
+        # the sampler's roles stand; a child that exec'd a program between two of its samples gets it from its call
+        config = config | {"system": system | {"process_roles": {str(p): r for p, r in execs.items()} | sampled}}
+    return RunFacts(run_id, str(row[0][0] or run_id), config, counters, spans, main)
+
+
+def _exec_roles(store: Store, run_id: int, main: int | None) -> dict[int, str]:
+    """The children that exec'd a program, by the syscall pass's own successful ``execve`` calls (their arguments
+    as the tracer printed them; perf's records have none): ``subprocess``, or the helper of ``multiprocessing``
+    its code names; a worker ``multiprocessing`` spawned is a worker, no role. The sampler misses children that
+    live between two of its samples (a ``subprocess.run`` of a few tens of ms)."""
+    found = store.query(
+        f"""SELECT pid, string_agg(coalesce(attrs->>'$."{A.SYS_ARGS}"', ''), ' ' ORDER BY start_ns) FROM spans
+            WHERE run_id = ? AND level = 'system' AND name IN ('execve', 'execveat') AND pid IS DISTINCT FROM ?
+              AND attrs->>'$."{A.SYS_ERRNO}"' IS NULL AND attrs->>'$."{A.SYS_ARGS}"' IS NOT NULL
+            GROUP BY pid""",
+        [run_id, main],
+    )
+    roles = {}
+    for pid, args in found:
+        if pid is None or "spawn_main" in args or "--multiprocessing-fork" in args:
+            continue
+        helper = "forkserver" if "forkserver" in args else "resource_tracker" if "resource_tracker" in args else None
+        roles[int(pid)] = helper or "subprocess"
+    return roles
 
 
 def _main_pid(store: Store, run_id: int, config: dict[str, Any]) -> int | None:
