@@ -209,3 +209,22 @@ def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path: Path, caps
 def test_summary_top_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(tmp_path / "s.duckdb"), "--top", "-1"]) == 2
     assert "--top: must be at least 1" in capsys.readouterr().err
+
+
+def test_a_trace_cut_short_before_its_events_says_where_it_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace cut in a value before ``traceEvents`` (a large ``distributedInfo``) is called truncated, with the
+    byte where the file ends; a malformed value names the byte of its error, not the byte where the value began."""
+    raw = gzip.decompress(kineto_fixture("cpu_only_gloo_rank34.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[:12596])  # inside distributedInfo's list of 300 ranks
+    assert main(["import", str(cut), "-o", str(tmp_path / "s.duckdb")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {cut}: truncated: the file ends at byte 12596, inside the value of 'distributedInfo'"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schemaVersion": 1, "deviceProperties": [1, 2,, 3], "traceEvents": []}')
+    assert main(["import", str(bad), "-o", str(tmp_path / "s.duckdb")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {bad}: invalid JSON at byte 47: Expecting value in the value of 'deviceProperties'"
+    assert not list(tmp_path.glob("s.duckdb*"))
