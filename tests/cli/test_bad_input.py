@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,36 @@ def test_a_trace_cut_short_before_its_events_says_where_it_ends(
     err = capsys.readouterr().err.strip()
     assert err == f"error: {bad}: invalid JSON at byte 47: Expecting value in the value of 'deviceProperties'"
     assert not list(tmp_path.glob("s.duckdb*"))
+
+
+def test_an_output_that_is_a_pipe_or_device_is_written_in_place(tmp_path: Path) -> None:
+    """``-o /dev/null`` or a named pipe gets the output itself: the ``.partial`` renamed onto it would replace the
+    device (as root) or the pipe with a regular file."""
+    import os
+    import stat
+    import threading
+
+    from xstack.device._cache import write_entries
+
+    store = tmp_path / "s.duckdb"
+    assert main(["import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store)]) == 0
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+
+    def through_the_pipe(write: Callable[[], object]) -> bytes:
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+        reader.start()
+        write()
+        assert stat.S_ISFIFO(pipe.stat().st_mode), "the pipe was replaced by a file"
+        assert not list(tmp_path.glob("pipe?*"))
+        reader.join(timeout=30)
+        return got[0]
+
+    assert through_the_pipe(lambda: main(["export", str(store), "-o", str(pipe)])).startswith(b"{")
+    md = through_the_pipe(lambda: main(["report", str(store), "--format", "md", "-o", str(pipe)]))
+    assert md.startswith(b"#")
+    html = through_the_pipe(lambda: main(["report", str(store), "--format", "html", "-o", str(pipe)]))
+    assert html.lstrip().lower().startswith(b"<!doctype html")
+    saved = through_the_pipe(lambda: write_entries({}, pipe))
+    assert json.loads(saved)["entries"] == {}
