@@ -262,3 +262,22 @@ def test_an_output_that_is_a_pipe_or_device_is_written_in_place(tmp_path: Path) 
     assert html.lstrip().lower().startswith(b"<!doctype html")
     saved = through_the_pipe(lambda: write_entries({}, pipe))
     assert json.loads(saved)["entries"] == {}
+
+
+@pytest.mark.parametrize("command", [["profile"], ["sweep", "--batch-sizes", "1,2"]])
+def test_a_program_killed_in_the_first_pass_passes_its_code_on(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A program killed by a signal (the out-of-memory killer's SIGKILL) before any pass could write its profile:
+    the code a shell would give (128 + 9), one line saying that no store was written, and an existing store kept."""
+    program = tmp_path / "oom.py"
+    program.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "s.duckdb"
+    assert main([*command, "-o", str(out), "--", "python", str(program)]) == 137
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: {out}: no ") and "the program exited with 137 in the first pass" in err[-1]
+    assert not out.exists() and not list(tmp_path.glob(".s.duckdb*"))
+    assert main(["import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(out)]) == 0
+    assert main([*command, "-o", str(out), "--force", "--", "python", str(program)]) == 137
+    with Store.open(out) as store:
+        assert store.query("SELECT name FROM runs") == [("cpu_only_gloo_rank34",)]
