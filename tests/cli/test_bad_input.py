@@ -281,3 +281,22 @@ def test_a_program_killed_in_the_first_pass_passes_its_code_on(
     assert main([*command, "-o", str(out), "--force", "--", "python", str(program)]) == 137
     with Store.open(out) as store:
         assert store.query("SELECT name FROM runs") == [("cpu_only_gloo_rank34",)]
+
+
+def test_a_module_that_does_not_exist_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-m`` with a module that cannot be found is a usage error, as a missing script is, not a traceback from
+    runpy and a store of a program that never ran; a module in the current folder is found, as python finds it."""
+    from xstack.runner import parse_program
+
+    out = tmp_path / "s.duckdb"
+    for command in (["run"], ["profile"], ["sweep", "--batch-sizes", "1"]):
+        assert main([*command, "-o", str(out), "--", "python", "-m", "no_such_module_of_xstack.tool"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"error: xstack {command[0]}: -m no_such_module_of_xstack.tool: no such module", err
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "mine.py").write_text("print('mine')\n")
+    monkeypatch.chdir(tmp_path)
+    assert parse_program(["python", "-m", "mine", "x"]).module == "mine"
+    assert parse_program(["-m", "json.tool"]).module == "json.tool"
