@@ -17,3 +17,12 @@ class BadInputError(XstackError):
 
 class StoreError(XstackError):
     """A trace store cannot be opened or written (foreign file, other schema version, ...)."""
+
+
+class ProgramFailedError(XstackError):
+    """The profiled program failed before anything of it was recorded: the CLI prints the message and exits with
+    the program's own code (``code``), as it does for a program whose profile was kept."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code

@@ -41,9 +41,17 @@ def check_output(path: Path) -> None:
 @contextlib.contextmanager
 def partial_file(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield the ``.partial`` path to write ``path``'s contents into; on success it is renamed to ``path``, on
-    any failure removed. ``OSError`` becomes an ``XstackError`` naming ``path``."""
+    any failure removed. ``OSError`` becomes an ``XstackError`` naming ``path``. A ``path`` that exists and is not a
+    regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is yielded itself: renaming a file onto it would
+    replace the device or pipe with that file (root may)."""
     out = Path(path)
     check_output(out)
+    if out.exists() and not out.is_file():  # /dev/null, /dev/stdout, a FIFO: written in place, never replaced
+        try:
+            yield out
+        except OSError as exc:
+            raise cannot_write(out, exc) from exc
+        return
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -78,6 +78,8 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
     if argv[0] == "-m":
         if len(argv) < 2:
             raise UsageError(f"{command}: -m needs a module name")
+        if not _module_exists(argv[1]):
+            raise UsageError(f"{command}: -m {argv[1]}: no such module")
         return Program(None, argv[1], argv[2:])
     if argv[0].startswith("-"):
         raise UsageError(f"{command}: unsupported python option {argv[0]!r} (only -m MODULE)")
@@ -85,6 +87,23 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
     if not script.is_file():
         raise UsageError(f"{command}: {script}: no such script")
     return Program(script, None, argv[1:])
+
+
+def _module_exists(name: str) -> bool:
+    """Whether the top-level package of module ``name`` can be found where the program will look (the current
+    folder first, as ``python -m`` does); nothing is imported: a package's own code runs only in the profile."""
+    import importlib.util
+
+    top = name.partition(".")[0]
+    if top in sys.modules:
+        return True
+    sys.path.insert(0, os.getcwd())
+    try:  # every finder, editable installs' too; a top-level name has no parent package to import
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return True  # let the program's run say what is wrong, as python would
+    finally:
+        sys.path.remove(os.getcwd())
 
 
 def child_command(program: Program, levels: Sequence[str], out: Path, measured: Measured | None, *,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,93 @@ def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path: Path, caps
 def test_summary_top_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(tmp_path / "s.duckdb"), "--top", "-1"]) == 2
     assert "--top: must be at least 1" in capsys.readouterr().err
+
+
+def test_a_trace_cut_short_before_its_events_says_where_it_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace cut in a value before ``traceEvents`` (a large ``distributedInfo``) is called truncated, with the
+    byte where the file ends; a malformed value names the byte of its error, not the byte where the value began."""
+    raw = gzip.decompress(kineto_fixture("cpu_only_gloo_rank34.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[:12596])  # inside distributedInfo's list of 300 ranks
+    assert main(["import", str(cut), "-o", str(tmp_path / "s.duckdb")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {cut}: truncated: the file ends at byte 12596, inside the value of 'distributedInfo'"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schemaVersion": 1, "deviceProperties": [1, 2,, 3], "traceEvents": []}')
+    assert main(["import", str(bad), "-o", str(tmp_path / "s.duckdb")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {bad}: invalid JSON at byte 47: Expecting value in the value of 'deviceProperties'"
+    assert not list(tmp_path.glob("s.duckdb*"))
+
+
+def test_an_output_that_is_a_pipe_or_device_is_written_in_place(tmp_path: Path) -> None:
+    """``-o /dev/null`` or a named pipe gets the output itself: the ``.partial`` renamed onto it would replace the
+    device (as root) or the pipe with a regular file."""
+    import os
+    import stat
+    import threading
+
+    from xstack.device._cache import write_entries
+
+    store = tmp_path / "s.duckdb"
+    assert main(["import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store)]) == 0
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+
+    def through_the_pipe(write: Callable[[], object]) -> bytes:
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+        reader.start()
+        write()
+        assert stat.S_ISFIFO(pipe.stat().st_mode), "the pipe was replaced by a file"
+        assert not list(tmp_path.glob("pipe?*"))
+        reader.join(timeout=30)
+        return got[0]
+
+    assert through_the_pipe(lambda: main(["export", str(store), "-o", str(pipe)])).startswith(b"{")
+    md = through_the_pipe(lambda: main(["report", str(store), "--format", "md", "-o", str(pipe)]))
+    assert md.startswith(b"#")
+    html = through_the_pipe(lambda: main(["report", str(store), "--format", "html", "-o", str(pipe)]))
+    assert html.lstrip().lower().startswith(b"<!doctype html")
+    saved = through_the_pipe(lambda: write_entries({}, pipe))
+    assert json.loads(saved)["entries"] == {}
+
+
+@pytest.mark.parametrize("command", [["profile"], ["sweep", "--batch-sizes", "1,2"]])
+def test_a_program_killed_in_the_first_pass_passes_its_code_on(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A program killed by a signal (the out-of-memory killer's SIGKILL) before any pass could write its profile:
+    the code a shell would give (128 + 9), one line saying that no store was written, and an existing store kept."""
+    program = tmp_path / "oom.py"
+    program.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "s.duckdb"
+    assert main([*command, "-o", str(out), "--", "python", str(program)]) == 137
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: {out}: no ") and "the program exited with 137 in the first pass" in err[-1]
+    assert not out.exists() and not list(tmp_path.glob(".s.duckdb*"))
+    assert main(["import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(out)]) == 0
+    assert main([*command, "-o", str(out), "--force", "--", "python", str(program)]) == 137
+    with Store.open(out) as store:
+        assert store.query("SELECT name FROM runs") == [("cpu_only_gloo_rank34",)]
+
+
+def test_a_module_that_does_not_exist_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-m`` with a module that cannot be found is a usage error, as a missing script is, not a traceback from
+    runpy and a store of a program that never ran; a module in the current folder is found, as python finds it."""
+    from xstack.runner import parse_program
+
+    out = tmp_path / "s.duckdb"
+    for command in (["run"], ["profile"], ["sweep", "--batch-sizes", "1"]):
+        assert main([*command, "-o", str(out), "--", "python", "-m", "no_such_module_of_xstack.tool"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"error: xstack {command[0]}: -m no_such_module_of_xstack.tool: no such module", err
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "mine.py").write_text("print('mine')\n")
+    monkeypatch.chdir(tmp_path)
+    assert parse_program(["python", "-m", "mine", "x"]).module == "mine"
+    assert parse_program(["-m", "json.tool"]).module == "json.tool"

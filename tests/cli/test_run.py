@@ -138,7 +138,8 @@ def test_bad_programs_and_levels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "unknown level 'warp'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
     module = _run(tmp_path, "run", "-o", "x.duckdb", "--", "python", "-m", "no_such_module_here")
-    assert module.returncode == 1 and "No module named" in module.stderr
+    assert module.returncode == 2 and "-m no_such_module_here: no such module" in module.stderr
+    assert not (tmp_path / "x.duckdb").exists()  # refused before it started, as a missing script is
 
 
 def test_an_existing_store_is_refused_before_the_program_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:

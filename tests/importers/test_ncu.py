@@ -198,3 +198,24 @@ def test_kernels_that_do_not_split_over_the_iterations_name_the_one_they_are_kep
     assert [step for _, step in placed] == [5, 5, 5]  # the span step#5 ...
     assert health[0][0] == "metrics_iterations_unknown"
     assert health[0][2].endswith("all kept under iteration 6")  # ... which A2-A4 and A11-A14 call iteration 6
+
+
+def test_a_table_without_its_identity_columns_or_with_decimal_commas_is_refused(tmp_path: Path) -> None:
+    """A table cut or edited by hand (no ``Kernel Name``) gave kernels named ''; a locale's decimal comma (``6,53``)
+    was dropped as text and then reported as a metric the CSV lacks. Both are now one error naming the file."""
+    text = (DATA / "raw_old_auto.csv").read_text()
+    cut = tmp_path / "cut.csv"
+    cut.write_text(text.replace('"Kernel Name",', "", 1))
+    with pytest.raises(BadInputError, match=r"cut\.csv: the ncu table has no 'Kernel Name' column \(its header: ID, "):
+        read_ncu_csv(cut)
+    german = tmp_path / "de.csv"
+    german.write_text(text.replace('"6.53"', '"6,53"'))
+    with pytest.raises(BadInputError) as exc:
+        read_ncu_csv(german)
+    assert str(exc.value) == (
+        f"{german}: kernel 0's gpu__time_duration.sum reads '6,53', a number with a decimal comma, which would be "
+        "misread (a comma separates thousands here): convert the file to decimal points"
+    )
+    thousands = tmp_path / "thousands.csv"  # a thousands separator is still read as one
+    thousands.write_text(text.replace('"2048"', '"2,048"'))
+    assert read_ncu_csv(thousands).kernels[0].metrics["launch__grid_size"] == 2048

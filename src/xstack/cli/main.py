@@ -10,7 +10,7 @@ from rich.console import Console
 
 from xstack.cli.commands import COMMANDS
 from xstack.cli.parser import build_parser
-from xstack.errors import UsageError, XstackError
+from xstack.errors import ProgramFailedError, UsageError, XstackError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except XstackError as exc:
         err.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
-        return 1
+        return exc.code if isinstance(exc, ProgramFailedError) else 1
     except OSError as exc:
         if exc.filename is None:  # not about a file the user named: a bug, keep its traceback
             raise

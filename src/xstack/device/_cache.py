@@ -92,9 +92,13 @@ def save_entries(entries: list[dict[str, Any]], path: Path | None = None) -> Pat
 
 
 def write_entries(entries: dict[str, dict[str, Any]], path: Path) -> None:
-    """Write a calibration file: to a temporary file beside it, then renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write a calibration file: to a temporary file beside it, then renamed into place (a device or named pipe
+    is written in place)."""
     data = orjson.dumps({"format": FORMAT, "version": VERSION, "entries": entries}, option=orjson.OPT_INDENT_2)
+    if path.exists() and not path.is_file():  # /dev/null, a named pipe: a rename would replace it with a file
+        path.write_bytes(data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xstack.collect import _child
-from xstack.errors import UsageError, XstackError
+from xstack.errors import ProgramFailedError, UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, check_timed, pass_name, resolve_passes
 from xstack.runner import Measured, Program, child_command
@@ -79,7 +79,11 @@ def profile_program(
             if code:
                 print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
                 break
-        merged = _gather(store_path, [s for s in stores if s.exists()], append=append)
+        kept = [s for s in stores if s.exists()]
+        if code and not kept:  # killed in the first pass (SIGKILL, SIGSEGV): its code says how, as a shell's would
+            raise ProgramFailedError(f"{store_path}: no profile written: the program exited with {code} in the first "
+                                     "pass, before its profile was written", code)  # fmt: skip
+        merged = _gather(store_path, kept, append=append)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     written = "added to" if append else "written to"

@@ -31,7 +31,7 @@ from typing import Any, Final
 import orjson
 
 from xstack.collect import _child
-from xstack.errors import StoreError, UsageError, XstackError
+from xstack.errors import ProgramFailedError, StoreError, UsageError, XstackError
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, check_timed, pass_config, pass_name, resolve_passes
 from xstack.leveled.progress import PassProgress
@@ -124,6 +124,9 @@ def sweep_program(
                 _say(f"the program exited with {code} at batch size {size} (pass {failed}): stopping the sweep; "
                      f"batch sizes measured before it: {kept}")  # fmt: skip
                 break
+        if code and not any(s.exists() for stores in ran.values() for s in stores):  # killed in the first pass
+            raise ProgramFailedError(f"{store_path}: no sweep written: the program exited with {code} in the first "
+                                     "pass, before its profile was written", code)  # fmt: skip
         merged = _gather(store_path, ran, sizes, latency_target_ms)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -189,6 +189,10 @@ class TraceReader:
                 if have:  # more bytes may complete the value
                     want *= 4
                     continue
+                if not text[exc.pos :].strip():  # the error is where the file ends: cut short, not malformed
+                    end = self._base + len(self._buf)
+                    raise BadInputError(f"{self.path}: truncated: the file ends at byte {end}, inside {what}") from None
+                self._pos += len(text[: exc.pos].encode("utf-8"))  # where the error is, not where the value began
                 raise self._syntax(f"{exc.msg} in {what}") from None
             self._pos += len(text[:end].encode("utf-8"))
             return value

@@ -28,10 +28,14 @@ ID_COLUMNS: Final = (
 )  # fmt: skip
 NVTX_THREAD: Final = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 NVTX_START_END: Final = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+REQUIRED_COLUMNS: Final = ("ID", "Kernel Name")
+"""Without them no kernel can be told apart or named: a table cut or edited by hand."""
 DETAIL_COLUMNS: Final = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS: Final = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 _TOOL_LINE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==")
 _NVTX_RANGE = re.compile(r'"([^"]*)"')
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d{1,3}(\.\d{3})*,\d+$|^[-+]?\d+,\d+$")
+"""``6,53`` or ``1.234,5``: what ``parse_number`` refuses and a decimal-comma locale writes."""
 
 PERMISSION_FIX: Final = (
     "ncu has no permission to read the GPU performance counters (ERR_NVGPUCTRPERM). Fix: run it as root "
@@ -111,6 +115,9 @@ def parse_ncu_csv(text: str, path: Path) -> NcuCsv:
     body = [line for line in lines[start:] if line.strip() and not _TOOL_LINE.match(line)]
     rows = list(csv.reader(io.StringIO("\n".join(body))))
     header = [c.strip() for c in rows[0]]
+    if missing := [name for name in REQUIRED_COLUMNS if name not in header]:
+        raise BadInputError(f"{path}: the ncu table has no {' or '.join(repr(m) for m in missing)} column (its "
+                            f"header: {', '.join(header[:8])}{', ...' if len(header) > 8 else ''})")  # fmt: skip
     out = NcuCsv(path, [], "details", "old" if "Kernel Time" in header else "new", lines[:start])
     if all(c in header for c in ("Metric Name", "Metric Value")):
         _read_details(out, header, rows[1:])
@@ -232,6 +239,11 @@ def _put(out: NcuCsv, kernel: Kernel, name: str, text: str, unit: str) -> None:
     try:
         value = parse_number(text)
     except ValueError:  # a textual metric (a name, an enum): kept out of the numbers
+        if _DECIMAL_COMMA.match(text.strip()):  # dropped, it would be reported as a metric the CSV lacks
+            raise BadInputError(
+                f"{out.path}: kernel {kernel.id}'s {name} reads {text.strip()!r}, a number with a decimal comma, "
+                "which would be misread (a comma separates thousands here): convert the file to decimal points"
+            ) from None
         return
     if value is None:
         out.not_available += 1
