@@ -165,3 +165,18 @@ def test_report_takes_its_format_from_the_output_suffix_and_export_writes_to_std
     done = xstack("export", str(store), "-o", "-", cwd=tmp_path)
     assert done.returncode == 0 and not (tmp_path / "-").exists()
     assert json.loads(done.stdout)["traceEvents"] and "exported 1 run, " in done.stderr
+
+
+def test_messages_print_names_with_brackets_whole(tmp_path: Path) -> None:
+    # rich reads "[a]" in a message as markup and drops it: the file named must come out as the user typed it
+    missing = tmp_path / "run[a].duckdb"
+    proc = xstack("summary", str(missing))
+    assert proc.returncode == 1 and f"{missing}: no such store" in proc.stderr, proc.stderr
+    store = tmp_path / "prof[1].duckdb"
+    proc = xstack("import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store))
+    assert proc.returncode == 0 and f"wrote {store}" in proc.stdout, proc.stdout
+    trace = tmp_path / "trace[bold].json"
+    proc = xstack("export", str(store), "-o", str(trace))
+    assert proc.returncode == 0 and f"wrote {trace} (" in proc.stdout, proc.stdout
+    proc = xstack("import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store))
+    assert proc.returncode == 1 and f"{store}: already exists" in proc.stderr, proc.stderr

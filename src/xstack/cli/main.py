@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from xstack.cli.commands import COMMANDS
 from xstack.cli.parser import build_parser
@@ -23,15 +24,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(COMMANDS[args.command](args))
     except UsageError as exc:
-        err.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
         return 2
     except XstackError as exc:
-        err.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
         return 1
     except OSError as exc:
         if exc.filename is None:  # not about a file the user named: a bug, keep its traceback
             raise
-        err.print(f"[red]error:[/] {exc.filename}: {exc.strerror or exc}", markup=True, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(f'{exc.filename}: {exc.strerror or exc}')}", markup=True, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         err.print("interrupted")
