@@ -180,3 +180,18 @@ def test_messages_print_names_with_brackets_whole(tmp_path: Path) -> None:
     assert proc.returncode == 0 and f"wrote {trace} (" in proc.stdout, proc.stdout
     proc = xstack("import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store))
     assert proc.returncode == 1 and f"{store}: already exists" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["export", "-o", "-"], ["report", "-o", "-"], ["summary"]])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, args: list[str]) -> None:
+    # `xstack export STORE -o - | head`: no traceback when head stops reading, exit 1 as for any other failure
+    store = tmp_path / "s.duckdb"
+    assert xstack("import", str(kineto_fixture("h100_bert_small_infer_full.json.gz")), "-o", str(store)).returncode == 0
+    command = [sys.executable, "-m", "xstack", args[0], str(store), *args[1:]]
+    env = dict(os.environ, COLUMNS="160")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command has written anything: its first write finds the pipe closed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err

@@ -3,6 +3,7 @@ codes as in design.md §5: 0 success, 1 failure, 2 usage error."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except XstackError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
         return 1
+    except BrokenPipeError:  # stdout's reader went away (xstack export STORE -o - | head): stop quietly
+        _discard_stdout()
+        return 1
     except OSError as exc:
         if exc.filename is None:  # not about a file the user named: a bug, keep its traceback
             raise
@@ -37,6 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing what is left in its buffer at exit raises nothing more (as
+    rich does on a broken pipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def entry() -> None:
