@@ -195,3 +195,9 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, 
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1, err
     assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+
+
+def test_summary_help_names_the_run_it_shows_by_default() -> None:
+    # summary, report and diff all show the last merged run by default (pick_run), and say so
+    for command in ("summary", "report"):
+        assert "(default: the last merged run, else the last run)" in " ".join(xstack(command, "-h").stdout.split())
