@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from xstack.errors import UsageError, XstackError
 from xstack.outfile import os_reason
@@ -47,14 +48,14 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     console.print(f"profiling {what} ...", soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="xstack-demo-data-") as data_dir:
         files = write_dataset(Path(data_dir), images=steps * BATCH)
-        console.print(f"wrote {len(files)} synthetic images to {data_dir}", soft_wrap=True)
+        console.print(escape(f"wrote {len(files)} synthetic images to {data_dir}"), soft_wrap=True)
         _profile(torch, device, steps, files, levels, store_path)
     timeline = out_dir / "demo.perfetto.json"
     with Store.open(store_path) as store:
         export_perfetto(store, timeline)
         print_summary(summarize(store), console)
-    console.print(f"store: {store_path}{replaced}", soft_wrap=True)
-    console.print(f"timeline: {timeline} (open it in https://ui.perfetto.dev)", soft_wrap=True)
+    console.print(escape(f"store: {store_path}{replaced}"), soft_wrap=True)
+    console.print(escape(f"timeline: {timeline} (open it in https://ui.perfetto.dev)"), soft_wrap=True)
     return store_path
 
 

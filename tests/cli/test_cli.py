@@ -165,3 +165,39 @@ def test_report_takes_its_format_from_the_output_suffix_and_export_writes_to_std
     done = xstack("export", str(store), "-o", "-", cwd=tmp_path)
     assert done.returncode == 0 and not (tmp_path / "-").exists()
     assert json.loads(done.stdout)["traceEvents"] and "exported 1 run, " in done.stderr
+
+
+def test_messages_print_names_with_brackets_whole(tmp_path: Path) -> None:
+    # rich reads "[a]" in a message as markup and drops it: the file named must come out as the user typed it
+    missing = tmp_path / "run[a].duckdb"
+    proc = xstack("summary", str(missing))
+    assert proc.returncode == 1 and f"{missing}: no such store" in proc.stderr, proc.stderr
+    store = tmp_path / "prof[1].duckdb"
+    proc = xstack("import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store))
+    assert proc.returncode == 0 and f"wrote {store}" in proc.stdout, proc.stdout
+    trace = tmp_path / "trace[bold].json"
+    proc = xstack("export", str(store), "-o", str(trace))
+    assert proc.returncode == 0 and f"wrote {trace} (" in proc.stdout, proc.stdout
+    proc = xstack("import", str(kineto_fixture("cpu_only_gloo_rank34.json.gz")), "-o", str(store))
+    assert proc.returncode == 1 and f"{store}: already exists" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["export", "-o", "-"], ["report", "-o", "-"], ["summary"]])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, args: list[str]) -> None:
+    # `xstack export STORE -o - | head`: no traceback when head stops reading, exit 1 as for any other failure
+    store = tmp_path / "s.duckdb"
+    assert xstack("import", str(kineto_fixture("h100_bert_small_infer_full.json.gz")), "-o", str(store)).returncode == 0
+    command = [sys.executable, "-m", "xstack", args[0], str(store), *args[1:]]
+    env = dict(os.environ, COLUMNS="160")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command has written anything: its first write finds the pipe closed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+
+
+def test_summary_help_names_the_run_it_shows_by_default() -> None:
+    # summary, report and diff all show the last merged run by default (pick_run), and say so
+    for command in ("summary", "report"):
+        assert "(default: the last merged run, else the last run)" in " ".join(xstack(command, "-h").stdout.split())

@@ -170,7 +170,7 @@ class RunSummary:
 
 
 def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunSummary:
-    """Summarise one run (the only or the last one when ``run_id`` is None)."""
+    """Summarise one run (by default the last merged run, else the last run: ``pick_run``)."""
     run_id = pick_run(store, run_id)
     row = store.query(
         "SELECT run_id, name, started_at, framework, device, levels, pass, config, command FROM runs WHERE run_id = ?",

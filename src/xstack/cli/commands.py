@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from xstack.errors import UsageError, XstackError
 
@@ -26,11 +27,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
         issues = findings[r.run_id]
         io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
         console.print(
-            f"run {r.run_id} [bold]{r.name}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
+            f"run {r.run_id} [bold]{escape(r.name)}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
             f"{issues:,} health finding{'s' if issues != 1 else ''}",
             soft_wrap=True,
         )
-    console.print(f"wrote {out}", soft_wrap=True)
+    console.print(f"wrote {escape(str(out))}", soft_wrap=True)
     return 0
 
 
@@ -68,13 +69,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 shutil.copyfileobj(fh, sys.stdout.buffer)
             sys.stdout.flush()
         empty = f"; {NOTHING_ON_THE_TIMELINE}" if stats.empty else ""
-        Console(highlight=False, stderr=True).print(f"exported {stats.describe()}{empty}", soft_wrap=True)
+        Console(highlight=False, stderr=True).print(escape(f"exported {stats.describe()}{empty}"), soft_wrap=True)
         return 0
     out = args.output or args.store.with_suffix(".perfetto.json")
     with Store.open(args.store) as store:
         stats = export_perfetto(store, out, run_id=args.run)
     then = NOTHING_ON_THE_TIMELINE if stats.empty else "open it in https://ui.perfetto.dev"
-    Console(highlight=False).print(f"wrote {out} ({stats.describe()}); {then}", soft_wrap=True)
+    Console(highlight=False).print(escape(f"wrote {out} ({stats.describe()}); {then}"), soft_wrap=True)
     return 0
 
 
@@ -113,7 +114,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if args.format == "html":
             from xstack.report.html import write_report
 
-            console.print(f"wrote {write_report(analysis, out, store=store, compare=compare).describe()}",
+            console.print(escape(f"wrote {write_report(analysis, out, store=store, compare=compare).describe()}"),
                           soft_wrap=True)  # fmt: skip
             return 0
     from xstack.report.formats import render_text
@@ -126,7 +127,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
         with partial_file(out) as partial:
             partial.write_text(text, encoding="utf-8")
-        console.print(f"wrote {out}", soft_wrap=True)
+        console.print(f"wrote {escape(str(out))}", soft_wrap=True)
     return 0
 
 
@@ -220,7 +221,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     optimal = result.facts.get("optimal_batch_size")
     if optimal is not None or len(result.rows) < 2:  # else the table's caption says why there is none
         shown = "-" if optimal is None else optimal
-        console.print(f"optimal batch size: {shown} ({result.facts.get('reason')})", soft_wrap=True)
+        console.print(escape(f"optimal batch size: {shown} ({result.facts.get('reason')})"), soft_wrap=True)
     return code
 
 
@@ -261,19 +262,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         devices = cal.resolve_devices(args.device)
         _check_calibrate_outputs(args.output, args.store)  # before the measurement, which takes a while
-        entries = cal.calibrate(devices, quick=args.quick, on_device=lambda d: console.print(f"measuring {d} ..."))
-        console.print(f"cached in {cal.save(entries)}", soft_wrap=True)
+        entries = cal.calibrate(
+            devices, quick=args.quick, on_device=lambda d: console.print(escape(f"measuring {d} ..."))
+        )
+        console.print(escape(f"cached in {cal.save(entries)}"), soft_wrap=True)
         if args.output is not None:
             cal.write_results(entries, args.output)
-            console.print(f"wrote {args.output}", soft_wrap=True)
+            console.print(escape(f"wrote {args.output}"), soft_wrap=True)
     for entry in entries:
         print_fitted(cal.result_table(entry), console)
     if args.store is not None:
         updated, skipped = cal.apply_to_store(args.store, entries)
         for run_id, device, source in updated:
-            console.print(f"run {run_id} ({device}): config.peaks set ({source})", soft_wrap=True)
+            console.print(escape(f"run {run_id} ({device}): config.peaks set ({source})"), soft_wrap=True)
         for run_id, why in skipped:
-            console.print(f"run {run_id}: left alone ({why})", soft_wrap=True)
+            console.print(escape(f"run {run_id}: left alone ({why})"), soft_wrap=True)
     return 0
 
 
@@ -304,8 +307,8 @@ def _cmd_collectors(args: argparse.Namespace) -> int:
     table.add_column("status", overflow="fold")
     for level, path, reason in collect.status():
         note = getattr(collect.load(level), "describe", lambda: "")()  # how it will run, where it says
-        ready = "[green]ready[/]" + (f": {note}" if note else "")
-        table.add_row(level, path, f"[red]cannot run here:[/] {reason}" if reason else ready)
+        ready = "[green]ready[/]" + (f": {escape(note)}" if note else "")
+        table.add_row(level, path, f"[red]cannot run here:[/] {escape(reason)}" if reason else ready)
     for level in collect.PLANNED:
         table.add_row(level, "-", "[dim]no live collector yet[/]")
     print_fitted(table)

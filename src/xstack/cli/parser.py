@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "summary", help="print a run's devices, top layers/ops/kernels and trace health", formatter_class=fmt
     )
     p.add_argument("store", type=Path, metavar="STORE")
-    p.add_argument("--run", type=int, metavar="ID", help="run id (default: the last run)")
+    p.add_argument("--run", type=int, metavar="ID", help="run id (default: the last merged run, else the last run)")
     p.add_argument("--top", type=_at_least(1), default=10, metavar="N", help="rows per table (default 10)")
 
     p = sub.add_parser("export", help="write a store as a Perfetto (Chrome-trace JSON) timeline", formatter_class=fmt)
