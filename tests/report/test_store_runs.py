@@ -79,27 +79,31 @@ def test_a_sweep_store_names_each_runs_batch_size(tmp_path: Path) -> None:
 
 
 def test_a_sweep_that_stopped_names_the_sizes_it_asked_for_and_did_not_measure(tmp_path: Path) -> None:
-    import xstack
 
     def make_step(size: int) -> Any:
         if size == 4:
             raise MemoryError("out of memory at batch size 4")
         return lambda: sum(range(size * 100))
 
-    path = tmp_path / "sweep.duckdb"
-    with pytest.raises(MemoryError):
-        xstack.sweep(make_step, [1, 2, 4, 8], passes=["model"], warmup=0, iters=2, path=path, progress=False)
-    with Store.open(path) as store:
-        shown = analyze(store)
     line = (
         "2, of 1, 2, 4, 8 (the sweep's sizes, compared in A1; 4, 8 not measured: the sweep stopped at a size that "
         "failed)"
     )
-    assert f"| batch size | {line} |" in render_markdown(shown)
+    assert f"| batch size | {line} |" in render_markdown(_sweep_out_of_memory_at_4(tmp_path, make_step))
+
+
+def _sweep_out_of_memory_at_4(tmp_path: Path, make_step: Any) -> Any:
+    """The analysed store of a sweep of 1, 2, 4, 8 whose ``make_step`` raises MemoryError at batch size 4."""
+    import xstack
+
+    path = tmp_path / "sweep.duckdb"
+    with pytest.raises(MemoryError):
+        xstack.sweep(make_step, [1, 2, 4, 8], passes=["model"], warmup=0, iters=2, path=path, progress=False)
+    with Store.open(path) as store:
+        return analyze(store)
 
 
 def test_a_sweep_size_whose_run_failed_is_said_to_have_failed_not_measured(tmp_path: Path) -> None:
-    import xstack
 
     def make_step(size: int) -> Any:
         def step() -> None:
@@ -109,11 +113,7 @@ def test_a_sweep_size_whose_run_failed_is_said_to_have_failed_not_measured(tmp_p
 
         return step
 
-    path = tmp_path / "sweep.duckdb"
-    with pytest.raises(MemoryError):
-        xstack.sweep(make_step, [1, 2, 4, 8], passes=["model"], warmup=0, iters=2, path=path, progress=False)
-    with Store.open(path) as store:
-        shown = analyze(store)
+    shown = _sweep_out_of_memory_at_4(tmp_path, make_step)
     line = (
         "2, of 1, 2, 4, 8 (the sweep's sizes, compared in A1; 4 failed: its run was cut short; 8 not measured: the "
         "sweep stopped at a size that failed)"
