@@ -95,6 +95,10 @@ def test_foreign_files_are_refused_with_a_clear_error(tmp_path: Path) -> None:
         Store.open(other)
     with pytest.raises(StoreError, match="no such store"):
         Store.open(tmp_path / "missing.duckdb")
+    # a run killed before it finished left only its partial file: named, not passed off as the store
+    (tmp_path / "killed.duckdb.partial").write_bytes(b"")
+    with pytest.raises(StoreError, match=r"killed\.duckdb: no such store: killed\.duckdb\.partial beside it is "):
+        Store.open(tmp_path / "killed.duckdb")
 
 
 def test_a_store_another_process_writes_is_said_to_be_in_use(tmp_path: Path) -> None:

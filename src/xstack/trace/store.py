@@ -70,6 +70,10 @@ class Store:
         """Open an existing store, checking that it is an xstack store of a schema version this code reads."""
         p = Path(path)
         if not p.exists():
+            partial = p.with_name(p.name + PARTIAL_SUFFIX)
+            if partial.exists():  # what a run that never finished left: not a store anyone may read as one
+                raise StoreError(f"{p}: no such store: {partial.name} beside it is what a run or import left that "
+                                 "did not finish (killed, or its machine stopped); run it again")  # fmt: skip
             raise StoreError(f"{p}: no such store (import a trace or run a profile to make one)")
         if p.is_dir():
             raise StoreError(f"{p}: is a directory, not a trace store")
