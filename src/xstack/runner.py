@@ -271,10 +271,8 @@ def _completed_at_sigterm(finish: Callable[[], None]) -> Iterator[None]:
     are ignored (SIGKILL still ends it). Where the recording is in the middle of taking its lock, the profile
     cannot be completed safely and is not. A program that sets its own handler replaces this one."""
     global _sigterm_handler
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # not ours to set, or the program's own
         yield
         return
     pid = os.getpid()
