@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from xstack import collect
+from xstack import collect, salvage
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.errors import UsageError
 from xstack.text import counted
@@ -87,6 +87,7 @@ class Profile:
         self._step_span: OpenSpan | None = None
         self._step_begins: list[Callable[[int], None]] = []
         self._step_ends: list[Callable[[int], None]] = []
+        self._journal: Path | None = None
 
     def __enter__(self) -> Profile:
         collectors = [collect.load(level) for level in self.levels]
@@ -101,9 +102,13 @@ class Profile:
         self.run_id = self._store.next_run_id()
         self._command = " ".join(sys.argv) or None  # the program's, as the region starts (runpy rewrites argv[0])
         try:
-            self._sink = Sink(self._store, run_id=self.run_id)
+            if self._given_store is None:  # a store of its own: a killed process leaves what it recorded to salvage
+                self._journal = salvage.new_journal(self.path)
+            self._sink = Sink(self._store, run_id=self.run_id, journal=self._journal)
             self._recorder = Recorder(self._sink, frozenset(self.levels))
             self._started_ns = self._recorder.now_ns()
+            if self._journal is not None:
+                salvage.write_header(self._journal, self._header())
             self._open_step()
             # the system sampler first: it then sees the other levels start too (starting torch's profiler
             # imports torch._inductor, seconds of the warm-up step), and, stopped last, everything up to the end
@@ -124,9 +129,12 @@ class Profile:
                 collector.stop()
             self._collectors.clear()
             self._recorder = None
-            if self._sink is not None:
-                self._sink.close()
-            self._exit.__exit__(type(exc), exc, exc.__traceback__)  # removes the partial store
+            try:
+                if self._sink is not None:
+                    self._sink.close()
+                self._exit.__exit__(type(exc), exc, exc.__traceback__)  # removes the partial store
+            finally:
+                salvage.remove_journal(self._journal)
             raise
         return self
 
@@ -141,6 +149,7 @@ class Profile:
             for hook in self._step_ends:
                 hook(recorder.step)
             recorder.end(self._step_span)
+            recorder.checkpoint()
             self._step_span = None
             self._completed += 1
             if self.on_step is not None:
@@ -193,7 +202,10 @@ class Profile:
             global _current
             _current = None
             self._recorder = None
-            self._exit.close()  # completes the store even when the region raised: keep what was traced
+            try:
+                self._exit.close()  # completes the store even when the region raised: keep what was traced
+            finally:
+                salvage.remove_journal(self._journal)
 
     def _shortfall(self) -> str:
         """Says that the region ended after fewer iterations than its ``steps``, and how many were measured."""
@@ -232,41 +244,63 @@ class Profile:
         step = self._recorder.step
         self._step_span = self._recorder.begin("model", f"step#{step}", {_KIND: "step", _STEP: step}, floating=True)
 
-    def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
+    def _header(self) -> dict[str, Any]:
+        """What the run's row holds that is known as it starts (kept in the journal for ``xstack.salvage``)."""
         import importlib.metadata as md
 
         try:
             torch_version: str | None = md.version("torch")
         except md.PackageNotFoundError:
             torch_version = None
-        status = "complete" if exc_type is None else "cut_short"
-        device = _devices(store, self.run_id)
-        return RunInfo(
-            run_id=self.run_id,
-            name=self.name,
-            started_at_ns=self._started_ns,
-            command=self._command,
-            host=socket.gethostname(),
-            framework="pytorch" if torch_version else None,
-            device=device,
-            levels=[lv for lv in LEVELS if lv in self.levels],
-            pass_name=self.pass_name,
-            config=self.config
+        return {
+            "run_id": self.run_id,
+            "name": self.name,
+            "started_at_ns": self._started_ns,
+            "command": self._command,
+            "host": socket.gethostname(),
+            "levels": [lv for lv in LEVELS if lv in self.levels],
+            "pass_name": self.pass_name,
+            "config": self.config
             | {
-                "status": status,
-                "error": describe_failure(exc_type, exc),
-                "steps": self._completed,
-                "steps_completed": self._completed,
                 A.CONFIG_WARMUP_STEPS: self.warmup,
                 "torch": torch_version,
                 "python": platform.python_version(),
                 "pid": os.getpid(),
                 A.CONFIG_CPU_COUNT: usable_cpus(),
-                A.CONFIG_TORCH_THREADS: _torch_threads(),
-                A.CONFIG_CUDA: _cuda_initialised(),
-            }
-            | _peaks(device, self.config),
-        )
+            },
+        }
+
+    def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
+        header = self._header()
+        header["config"] |= {A.CONFIG_TORCH_THREADS: _torch_threads(), A.CONFIG_CUDA: _cuda_initialised()}
+        return run_info(header, store, error=describe_failure(exc_type, exc), completed=self._completed,
+                        cut_short=exc_type is not None)  # fmt: skip
+
+
+def run_info(header: dict[str, Any], store: Store, *, error: str | None, completed: int, cut_short: bool) -> RunInfo:
+    """The run's row from its ``header`` (``Profile._header``) and how it ended: ``cut_short`` or complete,
+    ``error`` (``config.error``), ``completed`` iterations; its devices are read from its spans in ``store``."""
+    run_id = int(header["run_id"])
+    device = _devices(store, run_id)
+    torch_version = header["config"].get("torch")
+    config = header["config"] | {
+        "status": "cut_short" if cut_short else "complete",
+        "error": error,
+        "steps": completed,
+        "steps_completed": completed,
+    }
+    return RunInfo(
+        run_id=run_id,
+        name=header["name"],
+        started_at_ns=header["started_at_ns"],
+        command=header["command"],
+        host=header["host"],
+        framework="pytorch" if torch_version else None,
+        device=device,
+        levels=list(header["levels"]),
+        pass_name=header["pass_name"],
+        config=config | _peaks(device, config),
+    )
 
 
 def describe_failure(exc_type: type[BaseException] | None, exc: BaseException | None) -> str | None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from xstack import salvage
+from xstack.collect import _child
 from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
 from xstack.collect.io import run_preloaded
 from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV, run_under_ncu
@@ -154,9 +156,45 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
         elif target.exists():
             print(f"xstack: profile written to {store}", file=sys.stderr)
 
+    if _in_process(parsed) and not _wrapped_child():
+        watched = _watch(target)
+        if watched is not None:  # the program ran in the child, which published its store, or was salvaged here
+            code, salvaged = watched
+            if salvaged:
+                publish()
+            return code
     code = _record(program, levels, parsed, target, measured, warmup, publish)
     publish()
     return code
+
+
+def _in_process(parsed: tuple[str, ...]) -> bool:
+    """Whether ``_record`` runs the program in this process (no level needs it restarted under a tracer)."""
+    return not (("system" in parsed and syscalls_requested()) or ("metrics" in parsed and not os.environ.get(
+        NCU_CHILD_ENV)) or ("io" in parsed and not os.environ.get(IO_CHILD_ENV)))  # fmt: skip
+
+
+def _watch(store: Path) -> tuple[int, bool] | None:
+    """Fork: the child (``None`` returned) goes on to run and record the program; this process waits for it and
+    returns its exit code, and whether it completed the store that the child, killed outright (SIGKILL, a
+    segfault in native code), left behind (``xstack.salvage``). Where this process cannot fork safely (no
+    ``fork``, other threads running), ``None`` here: the program runs in this process, unwatched."""
+    if not hasattr(os, "fork") or threading.active_count() > 1 or os.environ.get(NO_WATCH_ENV):
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return None
+    forked = _child.Forked(pid)
+    code = _child.wait(forked)
+    returncode = forked.returncode if forked.returncode is not None else code
+    return code, salvage.after_child(store, code, returncode, read_after=())
+
+
+NO_WATCH_ENV = "XSTACK_NO_WATCH"
+"""Set (to anything): ``xstack run`` runs the program in its own process, with no process waiting to salvage
+its profile if it is killed outright (a debugger attached to the command's pid, say)."""
 
 
 def _wrapped_child() -> bool:

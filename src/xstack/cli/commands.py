@@ -322,6 +322,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_recover(args: argparse.Namespace) -> int:
+    from xstack import salvage
+    from xstack.text import counted
+
+    store = args.store
+    if not salvage.left(store):
+        raise XstackError(f"{store}: nothing to recover: no {store.name}.partial with its journal "
+                          f"({store.name}.journal) beside it")  # fmt: skip
+    spans = salvage.salvage(store, "the process ended before its profile was complete (completed by xstack recover)")
+    print(f"xstack: {counted(spans, 'span')} recovered: profile written to {store}", file=sys.stderr)
+    return 0
+
+
 def _stem(path: Path) -> str:
     from xstack.importers.kineto import trace_name
 
@@ -339,5 +352,6 @@ COMMANDS = {
     "diff": _cmd_diff,
     "calibrate": _cmd_calibrate,
     "collectors": _cmd_collectors,
+    "recover": _cmd_recover,
     "demo": _cmd_demo,
 }

@@ -285,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("collectors", help="list the live collectors and whether each can run here", formatter_class=fmt)
 
     p = sub.add_parser(
+        "recover",
+        help="complete the store of a profile whose process was killed outright (SIGKILL, a segfault) with no "
+        "xstack process waiting on it (xstack.profile in a program run without xstack run)",
+        formatter_class=fmt,
+    )
+    p.add_argument("store", type=Path, metavar="STORE", help="the store the profile was writing")
+
+    p = sub.add_parser(
         "demo", help="profile a small built-in model (needs PyTorch) and print its summary", formatter_class=fmt
     )
     p.add_argument(

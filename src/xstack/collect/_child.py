@@ -4,6 +4,7 @@ measurement, and passing its exit status on as a shell would."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import threading
@@ -17,7 +18,26 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def wait(process: subprocess.Popen[bytes], *, forward_sigterm: bool = True) -> int:
+class Forked:
+    """A forked child process, waited for as a ``subprocess.Popen`` is (``wait``, ``send_signal``,
+    ``returncode``: -N when signal N killed it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+
+def wait(process: subprocess.Popen[bytes] | Forked, *, forward_sigterm: bool = True) -> int:
     """Wait for ``process`` and return its exit code (``exit_code``). A Ctrl-C reaches it as well (one process
     group): it is waited for again, so that it can complete what it writes, and ends with 130 unless it chose a
     code of its own. A SIGTERM to this process (a scheduler's, or ``kill`` of its pid alone) is passed on to the

@@ -146,6 +146,14 @@ class Recorder:
             span.attrs.update(attrs)
         self._write(span, end_ns)
 
+    def checkpoint(self) -> None:
+        """Let the sink put what it holds where it outlives the process (``Sink.checkpoint``), between
+        iterations."""
+        if self.disabled:
+            return
+        with self._lock:
+            self.sink.checkpoint()
+
     def close_all(self) -> None:
         """At stop: close what the calling thread left open (counted as unclosed)."""
         end_ns = self.now_ns()

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xstack import salvage
 from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_classes import PathClasses, process_roles
@@ -139,11 +140,9 @@ def run_preloaded(child: list[str], store: Path) -> int:
     process = subprocess.Popen(child, env=env)
     code = _child.wait(process)  # the child gets a Ctrl-C too: it finishes writing what it traced
     try:
+        salvage.after_child(store, code, process.returncode)  # killed outright: keep what it wrote
         if store.exists():
             ingest(store, directory)
-        elif process.returncode < 0:  # killed (SIGKILL, the out-of-memory killer's): it could write nothing
-            print(f"xstack: {_child.killed_by(process.returncode)} before its profile was written: no profile "
-                  f"in {store}", file=sys.stderr)  # fmt: skip
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return code

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xstack import salvage
 from xstack.collect import _child
 from xstack.collect._recorder import Recorder
 from xstack.trace.store import Store
@@ -174,6 +175,7 @@ def run_under_ncu(child: list[str], store: Path, *, clock_control: str = "none",
     print(f"xstack: running the program under Nsight Compute: {' '.join(command[:3])} ...", file=sys.stderr)
     process = subprocess.Popen(command, env=os.environ | {NCU_CHILD_ENV: "1"})
     code = _child.wait(process, forward_sigterm=False)
+    salvage.after_child(store, code, process.returncode)  # killed outright: keep what it wrote
     if store.exists():
         attach_csv(store, csv_path)
     return code

@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from xstack import salvage
 from xstack.collect import _child, _perf_trace
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._perf_trace import PerfParser
@@ -144,6 +145,7 @@ def run_traced(child: list[str], store: Path) -> int:
     # the program gets a Ctrl-C too (the tracer ignores it): it writes its store
     code = _child.wait(process, forward_sigterm=False)
     try:
+        salvage.after_child(store, code, process.returncode)  # killed outright: keep what it wrote
         if store.exists() and trace.exists():
             ingest(store, trace, name, offset_ns)
     finally:

@@ -8,11 +8,21 @@ Measured on this design's alternatives (a 2-core VM): keeping a list of row dict
 1.4-1.8 us a row in page faults and garbage-collector walks; appending to one ``bytearray`` costs 0.3-0.4 us.
 Inserting costs about 2.5 us a row wherever it happens, so the default batch (32 MiB, about 100,000 spans)
 keeps a profile of that size from inserting anything before it ends.
+
+A buffer goes to DuckDB through a chunk file: the buffer is appended to its table's current chunk, and a chunk is
+inserted once it holds ``batch_bytes``. With a ``journal`` (a live profile's), the chunks are kept in that
+folder beside the store, the buffer is appended every ``JOURNAL_SPILL_BYTES`` and at each ``checkpoint()``
+(the profile's iterations), and a chunk's insert records its name in ``CHUNKS_TABLE`` in the same transaction,
+so that a process killed outright (SIGKILL, a segfault) leaves a store plus the chunks it had not inserted:
+``xstack.salvage`` completes the run from them. Without one the chunk is a scratch file written once per batch.
+Either way each byte is written to a file once, as before the insert.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +31,12 @@ import orjson
 from xstack.trace.store import Store
 
 DEFAULT_BATCH_BYTES = 32 << 20
+JOURNAL_SPILL_BYTES = 1 << 20
+"""A journaled buffer is appended to its chunk file at this size (about 3,000 spans): what a killed run loses."""
+CHECKPOINT_INTERVAL_S = 0.1
+"""``checkpoint()`` appends the buffers at most this often (a loop of short iterations calls it at each one)."""
+CHUNKS_TABLE = "_sink_chunks"
+"""In a store being written with a journal: the chunk files already inserted (dropped once the sink closes)."""
 
 SCRATCH_PREFIX = "xstack-sink-"
 """Name prefix of the sink's scratch folders under the temp directory (the io level leaves their I/O out)."""
@@ -32,7 +48,9 @@ _dumps = orjson.dumps
 class Sink:
     """Buffers span and counter rows of one run and inserts them into ``store`` in batches."""
 
-    def __init__(self, store: Store, run_id: int, *, batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+    def __init__(self, store: Store, run_id: int, *, batch_bytes: int = DEFAULT_BATCH_BYTES,
+                 journal: Path | None = None) -> None:  # fmt: skip
+        """``journal``: an empty folder for the chunk files, kept until ``close`` (see the module docstring)."""
         self.store = store
         self.run_id = run_id
         self.batch_bytes = batch_bytes
@@ -42,8 +60,21 @@ class Sink:
         self._buffers = {"_spans": bytearray(), "_counters": bytearray(), "_io_files": bytearray()}
         self._pending = {"_spans": 0, "_counters": 0, "_io_files": 0}
         self._spans = self._buffers["_spans"]
-        self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
-        self._columns = {table: _columns(store, table) for table in self._buffers}
+        self._columns = {table: table_columns(store, table) for table in self._buffers}
+        self._journal = journal
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if journal is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
+            self._dir = Path(self._tmp.name)
+            self._spill_bytes = batch_bytes
+        else:
+            self._dir = journal
+            self._spill_bytes = min(batch_bytes, JOURNAL_SPILL_BYTES)
+            store.con.execute(f"CREATE TABLE IF NOT EXISTS {CHUNKS_TABLE} (name VARCHAR)")
+        self._chunks: dict[str, tuple[Path, int, int, int] | None] = dict.fromkeys(self._buffers)
+        """Per table: the chunk file being filled, its descriptor, bytes and rows."""
+        self._seq = 0
+        self._checkpointed = time.monotonic()
 
     def span(
         self,
@@ -81,8 +112,8 @@ class Sink:
         buffer = self._spans
         buffer += _dumps(row, option=_OPTIONS, default=str)
         self._pending["_spans"] += 1
-        if len(buffer) >= self.batch_bytes:
-            self._insert("_spans")
+        if len(buffer) >= self._spill_bytes:
+            self._spill("_spans")
 
     def counter(self, name: str, ts_ns: int, value: float, *, pid: int | None = None, device: str = "cpu") -> None:
         """Queue one counter sample."""
@@ -99,35 +130,86 @@ class Sink:
     def flush(self) -> None:
         """Insert everything queued."""
         for table in self._buffers:
+            self._spill(table)
             self._insert(table)
 
+    def checkpoint(self) -> None:
+        """With a journal: append what is queued to the chunk files, if the last time was ``CHECKPOINT_INTERVAL_S``
+        ago or more, so that it outlives the process."""
+        if self._journal is None:
+            return
+        now = time.monotonic()
+        if now - self._checkpointed < CHECKPOINT_INTERVAL_S:
+            return
+        self._checkpointed = now
+        for table in self._buffers:
+            self._spill(table)
+
     def close(self) -> None:
-        """Flush and remove the scratch directory."""
+        """Flush and remove the scratch directory (with a journal: forget the inserted chunks; the folder is the
+        caller's)."""
         try:
             self.flush()
+            if self._journal is not None:
+                self.store.con.execute(f"DROP TABLE IF EXISTS {CHUNKS_TABLE}")
         finally:
-            self._tmp.cleanup()
+            for chunk in self._chunks.values():
+                if chunk is not None:
+                    os.close(chunk[1])
+            self._chunks = dict.fromkeys(self._buffers)
+            if self._tmp is not None:
+                self._tmp.cleanup()
 
     def _add(self, table: str, row: dict[str, Any]) -> None:
         buffer = self._buffers[table]
         buffer += orjson.dumps(row, option=_OPTIONS, default=str)
         self._pending[table] += 1
-        if len(buffer) >= self.batch_bytes:
-            self._insert(table)
+        if len(buffer) >= self._spill_bytes:
+            self._spill(table)
 
-    def _insert(self, table: str) -> None:
+    def _spill(self, table: str) -> None:
+        """Append ``table``'s buffer to its chunk file; insert the chunk once it holds a batch."""
         buffer, rows = self._buffers[table], self._pending[table]
         if not rows:
             return
-        path = Path(self._tmp.name) / "batch.ndjson"
-        path.write_bytes(buffer)
+        chunk = self._chunks[table]
+        if chunk is None:
+            self._seq += 1
+            path = self._dir / f"{self._seq:06d}{table}.ndjson"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+            chunk = (path, os.open(path, flags, 0o644), 0, 0)
+        path, fd, size, chunk_rows = chunk
+        with memoryview(buffer) as view:
+            done = 0
+            while done < len(view):  # a regular file takes it all at once; a full disk raises
+                done += os.write(fd, view[done:])
+        self._chunks[table] = (path, fd, size + len(buffer), chunk_rows + rows)
         buffer.clear()
         self._pending[table] = 0
-        self.store.con.execute(
-            f"INSERT INTO {table} BY NAME SELECT * FROM "
-            f"read_json(?, format = 'newline_delimited', columns = {self._columns[table]})",
-            [str(path)],
-        )
+        if size + done >= self.batch_bytes:
+            self._insert(table)
+
+    def _insert(self, table: str) -> None:
+        """Insert ``table``'s chunk file (with a journal, recording it as inserted in the same transaction)."""
+        chunk = self._chunks[table]
+        if chunk is None:
+            return
+        path, fd, _, rows = chunk
+        self._chunks[table] = None
+        os.close(fd)
+        con = self.store.con
+        if self._journal is None:
+            insert_chunk(con, table, path, self._columns[table])
+        else:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                insert_chunk(con, table, path, self._columns[table])
+                con.execute(f"INSERT INTO {CHUNKS_TABLE} VALUES (?)", [path.name])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        path.unlink()
         if table == "_spans":
             self.spans_written += rows
         elif table == "_counters":
@@ -136,7 +218,24 @@ class Sink:
             self.io_files_written += rows
 
 
-def _columns(store: Store, table: str) -> str:
+def insert_chunk(con: Any, table: str, path: Path, columns: str) -> None:
+    """Insert the newline-delimited JSON rows of ``path`` into ``table`` (``columns``: ``table_columns``)."""
+    con.execute(
+        f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format = 'newline_delimited', columns = {columns})",
+        [str(path)],
+    )
+
+
+def chunk_table(path: Path) -> str | None:
+    """The table a chunk file of a journal holds rows of, from its name (None: not a chunk file)."""
+    name = path.name
+    if not name.endswith(".ndjson") or not name[:6].isdigit():
+        return None
+    table = name[6 : -len(".ndjson")]
+    return table if table in ("_spans", "_counters", "_io_files") else None
+
+
+def table_columns(store: Store, table: str) -> str:
     """The ``columns`` argument of ``read_json`` for ``table``, read from the store's own schema."""
     rows = store.con.execute(
         "SELECT column_name, data_type FROM duckdb_columns() "

@@ -72,6 +72,11 @@ class Store:
         if not p.exists():
             partial = p.with_name(p.name + PARTIAL_SUFFIX)
             if partial.exists():  # what a run that never finished left: not a store anyone may read as one
+                from xstack import salvage  # which imports this module
+
+                if salvage.left(p):
+                    raise StoreError(f"{p}: no such store: {partial.name} beside it is what a profile left whose "
+                                     f"process was killed; `xstack recover {p}` keeps what it recorded")  # fmt: skip
                 raise StoreError(f"{p}: no such store: {partial.name} beside it is what a run or import left that "
                                  "did not finish (killed, or its machine stopped); run it again")  # fmt: skip
             raise StoreError(f"{p}: no such store (import a trace or run a profile to make one)")
@@ -118,18 +123,52 @@ class Store:
                 [("format", FORMAT_NAME), ("schema_version", str(SCHEMA_VERSION)), ("complete", "false")],
             )
             yield store
-            con.execute("UPDATE _meta SET value = 'true' WHERE key = 'complete'")
-            con.execute("CHECKPOINT")
-            con.close()
         except BaseException:
             con.close()
             _remove_db(partial)
             raise
-        _remove_db(final, keep_main=True)
-        os.replace(partial, final)
-        store.path = final
+        store._complete(final)
 
-    def _check_header(self) -> None:
+    @classmethod
+    @contextmanager
+    def reopen_partial(cls, path: str | os.PathLike[str]) -> Iterator[Store]:
+        """Open the ``path.partial`` that a process killed while writing the store left behind, to complete it:
+        renamed into place as ``create`` does once the block ends, removed if it raises (or cannot be read)."""
+        final = Path(path)
+        partial = final.with_name(final.name + PARTIAL_SUFFIX)
+        if not partial.exists():
+            raise StoreError(f"{final}: nothing to complete: no {partial.name} beside it")
+        try:
+            con = duckdb.connect(str(partial))  # replays its write-ahead log: what was committed is there
+        except duckdb.Error as exc:
+            _remove_db(partial)
+            raise StoreError(f"{partial}: left unreadable ({_first_line(exc)}): removed") from exc
+        store = cls(partial, con, read_only=False)
+        try:
+            store._check_header(complete=False)
+            _configure(con, partial)
+            yield store
+        except BaseException:
+            con.close()
+            _remove_db(partial)
+            raise
+        store._complete(final)
+
+    def _complete(self, final: Path) -> None:
+        """Mark the ``.partial`` store open for writing complete, close it and rename it to ``final``."""
+        try:
+            self.con.execute("UPDATE _meta SET value = 'true' WHERE key = 'complete'")
+            self.con.execute("CHECKPOINT")
+        except BaseException:
+            self.con.close()
+            _remove_db(self.path)
+            raise
+        self.con.close()
+        _remove_db(final, keep_main=True)
+        os.replace(self.path, final)
+        self.path = final
+
+    def _check_header(self, *, complete: bool = True) -> None:
         rows = _meta(self.con)
         if rows is None:
             raise StoreError(f"{self.path}: a DuckDB database, but not an xstack trace store")
@@ -144,7 +183,7 @@ class Store:
                 f"{self.path}: store schema {version} is older than this xstack's {SCHEMA_VERSION} and cannot be "
                 "migrated: re-import or re-profile to make a new store"
             )
-        if rows.get("complete") != "true":
+        if complete and rows.get("complete") != "true":
             raise StoreError(f"{self.path}: incomplete store (the run that wrote it did not finish)")
 
     # -- writing ------------------------------------------------------------------------------------------

@@ -1,0 +1,162 @@
+"""Keeping what a profiled process recorded when it is killed outright: SIGKILL (the out-of-memory killer's), a
+segmentation fault or an abort in native code, an ``exit()`` from C. No handler runs then, so the profile cannot
+complete itself as it does at an exception, ``os._exit`` or SIGTERM.
+
+A profile writing a store of its own keeps a journal beside it, ``STORE.journal/``: a header with what the run's
+row holds as it starts, and the sink's chunk files (``trace.sink``), appended at the end of an iteration (at most
+every 0.1 s) and every 1 MiB of rows. The process that started the program (``xstack run``'s, or the one
+running a tracer) calls ``after_child`` once it has ended: if the program left a ``.partial`` store and a
+journal, ``salvage`` inserts the chunks the store does not hold yet, adds the run's row (``cut_short``, with
+what ended it) and a health row saying what is missing, and renames the store into place.
+
+What a salvaged run lacks: the spans still open when the process died (the iteration in progress and the
+layers inside it), and the levels that are read as a run ends (``op``, ``runtime``, ``kernel``, ``system``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from xstack.errors import StoreError
+from xstack.outfile import PARTIAL_SUFFIX
+from xstack.text import counted, format_ns
+from xstack.trace import attrs as A
+from xstack.trace.sink import CHUNKS_TABLE, chunk_table, insert_chunk, table_columns
+from xstack.trace.store import Store
+
+JOURNAL_SUFFIX = ".journal"
+HEADER = "run.json"
+LIVE_LEVELS = ("model", "layer")
+"""The levels written as they happen: a salvaged run keeps them."""
+READ_BY_PARENT = ("io", "metrics")
+"""The levels the process that started the program reads from their own files (the io library's records,
+``ncu``'s CSV) once it ends, killed or not."""
+
+
+def journal_path(store: Path) -> Path:
+    """The journal of the store at ``store`` while a profile writes it."""
+    return store.with_name(store.name + JOURNAL_SUFFIX)
+
+
+def new_journal(store: Path) -> Path:
+    """An empty journal for ``store`` (one a killed run left is replaced, as its ``.partial`` is)."""
+    journal = journal_path(store)
+    shutil.rmtree(journal, ignore_errors=True)
+    journal.mkdir(parents=True)
+    return journal
+
+
+def write_header(journal: Path, header: dict[str, Any]) -> None:
+    """Keep the run's ``header`` (``Profile._header``) in ``journal``, written whole or not at all."""
+    tmp = journal / (HEADER + ".tmp")
+    tmp.write_bytes(orjson.dumps(header, default=str))
+    os.replace(tmp, journal / HEADER)
+
+
+def remove_journal(journal: Path | None) -> None:
+    if journal is not None:
+        shutil.rmtree(journal, ignore_errors=True)
+
+
+def left(store: Path) -> bool:
+    """Whether a killed profile left ``store`` to salvage: its ``.partial`` and a journal with its header."""
+    return store.with_name(store.name + PARTIAL_SUFFIX).exists() and (journal_path(store) / HEADER).exists()
+
+
+def salvage(store: Path, reason: str, *, read_after: tuple[str, ...] = READ_BY_PARENT) -> int:
+    """Complete the store a killed profile left at ``store`` (see the module docstring); ``reason``: what ended
+    the program (``config.error``), ``read_after``: the levels the caller reads into the run itself. Returns the
+    number of spans the run keeps. Raises ``StoreError`` when nothing can be kept (the leftovers are removed)."""
+    journal = journal_path(store)
+    try:
+        try:
+            header = orjson.loads((journal / HEADER).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise StoreError(f"{journal / HEADER}: cannot be read ({exc}): the run cannot be completed") from exc
+        with Store.reopen_partial(store) as partial:
+            con = partial.con
+            run_id = int(header["run_id"])
+            inserted: set[str] = set()
+            if partial.query("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [CHUNKS_TABLE]):
+                inserted = {name for (name,) in partial.query(f"SELECT name FROM {CHUNKS_TABLE}")}
+            for chunk in sorted(journal.iterdir()):
+                table = chunk_table(chunk)
+                if table is not None and chunk.name not in inserted and _whole_lines(chunk):
+                    insert_chunk(con, table, chunk, table_columns(partial, table))
+            con.execute(f"DROP TABLE IF EXISTS {CHUNKS_TABLE}")
+            ((spans, last),) = partial.query(
+                "SELECT count(*), max(start_ns + dur_ns) FROM _spans WHERE run_id = ?", [run_id]
+            )
+            if not spans:
+                raise NothingRecorded(f"{store}: nothing had been recorded")
+            if not partial.query("SELECT 1 FROM _runs WHERE run_id = ?", [run_id]):  # not killed after writing it
+                _add_run(partial, header, reason, read_after, int(spans), last)
+    finally:
+        remove_journal(journal)
+    return int(spans)
+
+
+def _add_run(store: Store, header: dict[str, Any], reason: str, read_after: tuple[str, ...], spans: int,
+             last_ns: int | None) -> None:  # fmt: skip
+    from xstack.profile import run_info  # which imports this module
+
+    run_id = int(header["run_id"])
+    ((steps,),) = store.query(
+        f"SELECT count(*) FROM _spans WHERE run_id = ? AND level = 'model' AND attrs->>'$.\"{A.MODEL_KIND}\"' = 'step'",
+        [run_id],
+    )
+    levels = list(header["levels"])
+    lost = [level for level in levels if level not in LIVE_LEVELS and level not in read_after]
+    header = header | {"levels": [level for level in levels if level not in lost]}
+    store.add_run(run_info(header, store, error=reason, completed=int(steps), cut_short=True))
+    until = f", until {format_ns(last_ns - int(header['started_at_ns']))} into the run" if last_ns else ""
+    missing = "the spans still open at that moment (the iteration in progress and the layers inside it)"
+    if lost:
+        missing += f", and the {', '.join(lost)} level{'s' if len(lost) > 1 else ''}, read as a run ends"
+    store.add_health(run_id, [("salvaged", 1, f"{reason} before its profile was complete: what it had written is "
+                               f"kept ({counted(spans, 'span')}{until}); missing: {missing}")])  # fmt: skip
+
+
+def _whole_lines(chunk: Path) -> bool:
+    """Cut a chunk file back to its last whole row (a process killed in the middle of appending to it); whether
+    any row is left."""
+    data = chunk.read_bytes()  # at most a batch and a spill: 33 MiB
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        os.truncate(chunk, end)
+    return end > 0
+
+
+def after_child(store: Path, code: int, returncode: int, *, read_after: tuple[str, ...] = READ_BY_PARENT) -> bool:
+    """In the process that started the program recording ``store``, once it has ended with ``returncode``
+    (``subprocess``'s: -N for signal N) and exit ``code``: salvage what it left, if it left anything, and say
+    so; say so too when it was killed before it wrote anything. Returns whether the store was completed here."""
+    from xstack.collect._child import killed_by
+
+    if not left(store):
+        if returncode < 0 and not store.exists():
+            print(f"xstack: {killed_by(returncode)} before its profile was written: no profile in {store}",
+                  file=sys.stderr)  # fmt: skip
+        return False
+    reason = killed_by(returncode) if returncode < 0 else (
+        f"the program ended with exit code {code} from native code (exit() or abort() outside Python)")  # fmt: skip
+    try:
+        spans = salvage(store, reason, read_after=read_after)
+    except NothingRecorded:
+        print(f"xstack: {reason} before its profile was written: no profile in {store}", file=sys.stderr)
+        return False
+    except StoreError as err:
+        print(f"xstack: {reason}; what it recorded could not be kept: {err}", file=sys.stderr)
+        return False
+    print(f"xstack: {reason}; the profile it had recorded ({counted(spans, 'span')}) was kept", file=sys.stderr)
+    return True
+
+
+class NothingRecorded(StoreError):
+    """A killed profile left a store without a span in it: there is nothing to keep."""

@@ -1,0 +1,213 @@
+"""A profiled program killed outright (SIGKILL, a segfault, ``exit()`` from C) keeps what was recorded until then:
+the sink's journal beside the store, completed by the process that started the program (``xstack.salvage``)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+
+from xstack import salvage
+from xstack.trace.sink import CHUNKS_TABLE, Sink
+from xstack.trace.store import Store
+
+# No torch: the model level's iterations and stages are enough, and each run starts in a fraction of a second.
+PROGRAM = """
+import ctypes, os, sys, time
+import xstack
+
+steps, how = int(sys.argv[1]), sys.argv[2]
+for i in range(steps):
+    with xstack.span("load"):
+        with open(__file__, "rb") as f:
+            f.read()
+    with xstack.span("predict"):
+        time.sleep(0.002)
+    if i == steps - 1:
+        time.sleep(0.12)  # past the checkpoint interval: the last iteration's end reaches the journal
+    xstack.step()
+with xstack.span("predict"):  # open when the process dies: lost with it
+    with open(__file__, "rb") as f:  # 0.1 s after the last flush: the io library writes the calls before it
+        f.read()
+    if how == "segv":
+        ctypes.string_at(0)
+    elif how == "kill":
+        os.kill(os.getpid(), 9)
+    elif how == "cexit":
+        ctypes.CDLL(None).exit(3)
+    elif how == "abort":
+        os.abort()
+"""
+
+
+def _run(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    script = tmp / "crash.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    return subprocess.run([sys.executable, "-m", "xstack", *argv], capture_output=True, text=True, cwd=tmp,
+                          timeout=300)  # fmt: skip
+
+
+def _leftovers(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.rglob("*") if p.name.endswith((".partial", ".journal", ".wal")))
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "reason"),
+    [
+        ("segv", 128 + signal.SIGSEGV, "the program was killed by SIGSEGV (signal 11)"),
+        ("kill", 128 + signal.SIGKILL, "the program was killed by SIGKILL (signal 9)"),
+        ("abort", 128 + signal.SIGABRT, "the program was killed by SIGABRT (signal 6)"),
+        ("cexit", 3, "the program ended with exit code 3 from native code"),
+    ],
+)
+def test_a_program_killed_outright_keeps_what_it_recorded(tmp_path: Path, how: str, code: int, reason: str) -> None:
+    """Killed where no handler runs: the exit code a shell would give, and a complete store holding every
+    iteration that had ended (the last one reached the journal at its checkpoint), marked cut short with the
+    cause, a health row saying what is missing, and no leftover beside it."""
+    proc = _run(tmp_path, "run", "-o", "out/c.duckdb", "--", "python", "crash.py", "5", how)
+    assert proc.returncode == code, proc.stderr
+    assert f"xstack: {reason}" in proc.stderr and "the profile it had recorded (" in proc.stderr, proc.stderr
+    assert "xstack: profile written to out/c.duckdb" in proc.stderr
+    with Store.open(tmp_path / "out" / "c.duckdb") as store:
+        status, error, steps = store.query(
+            "SELECT config->>'$.status', config->>'$.error', config->>'$.steps_completed' FROM runs"
+        )[0]
+        names = store.query("SELECT name, count(*) FROM spans WHERE level = 'model' GROUP BY 1 ORDER BY 1")
+        health = store.query('SELECT "check", detail FROM health')
+    assert (status, int(steps)) == ("cut_short", 5) and error.startswith(reason)
+    assert names == [("load", 5), ("predict", 5), *[(f"step#{i}", 1) for i in range(5)]]  # not the open predict
+    assert [check for check, _ in health] == ["salvaged"]
+    assert "missing: the spans still open at that moment" in health[0][1] and "(15 spans, until " in health[0][1]
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_program_killed_before_it_recorded_anything_leaves_no_store(tmp_path: Path) -> None:
+    """Nothing to keep: no store, one line saying so, and no leftover."""
+    proc = _run(tmp_path, "run", "-o", "c.duckdb", "--", "python", "crash.py", "0", "kill")
+    assert proc.returncode == 137
+    assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written: no profile in " \
+           "c.duckdb" in proc.stderr  # fmt: skip
+    assert not (tmp_path / "c.duckdb").exists() and _leftovers(tmp_path) == []
+
+
+def test_the_io_level_reads_its_records_into_a_salvaged_run(tmp_path: Path) -> None:
+    """Under the io library the program runs in a child of ``xstack run``, which completes the killed child's
+    store and then reads the io records into it: the reads of the iterations kept are there."""
+    proc = _run(tmp_path, "run", "--levels", "model,io", "-o", "c.duckdb", "--", "python", "crash.py", "5", "kill")
+    assert proc.returncode == 137, proc.stderr
+    with Store.open(tmp_path / "c.duckdb") as store:
+        levels, status = store.query("SELECT levels, config->>'$.status' FROM runs")[0]
+        reads = store.query("SELECT count(*) FROM spans WHERE level = 'io' AND name = 'read' AND "
+                            "attrs->>'$.\"io.path\"' LIKE '%crash.py'")[0][0]  # fmt: skip
+    assert status == "cut_short" and "io" in levels
+    assert reads >= 5
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_pass_killed_outright_keeps_its_run(tmp_path: Path) -> None:
+    """``xstack profile``: the pass whose program was killed keeps its run (the passes' own runs are written,
+    not merged), and the exit code is the program's."""
+    proc = _run(tmp_path, "profile", "--warmup", "1", "--iters", "8", "-o", "p.duckdb", "--", "python", "crash.py",
+                "3", "segv")  # fmt: skip
+    assert proc.returncode == 139, proc.stderr
+    assert "the passes' own runs written to p.duckdb, without a merged run" in proc.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        runs = store.query("SELECT pass, config->>'$.status', config->>'$.steps_completed' FROM runs")
+    assert runs == [("model", "cut_short", "3")]
+    assert _leftovers(tmp_path) == []
+
+
+KILLED_API = """
+import os, sys
+import xstack
+from xstack.trace import sink
+
+sink.Sink.__init__.__kwdefaults__["batch_bytes"] = 64 << 10  # chunks inserted along the way, not only at the end
+with xstack.profile("model", sys.argv[1]) as prof:
+    for i in range(int(sys.argv[2])):
+        for _ in range(40):
+            with xstack.span("load" + "x" * 200):
+                pass
+        prof.step()
+        sink.CHECKPOINT_INTERVAL_S = 0.0
+    os.kill(os.getpid(), 9)
+"""
+
+
+def test_salvage_inserts_each_chunk_once(tmp_path: Path) -> None:
+    """A process killed with some chunks already inserted into its ``.partial`` store and the last one still in
+    the journal, its last row cut in the middle: salvaging inserts the rows not yet in the store, each once, and
+    nothing of the cut row."""
+    script = tmp_path / "api.py"
+    script.write_text(KILLED_API)
+    store = tmp_path / "k.duckdb"
+    proc = subprocess.run([sys.executable, str(script), str(store), "30"], capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    journal = salvage.journal_path(store)
+    chunks = sorted(p.name for p in journal.iterdir() if p.suffix == ".ndjson")
+    assert salvage.left(store) and chunks
+    con = duckdb.connect(str(store) + ".partial", read_only=True)  # some chunks were inserted before the kill
+    try:
+        inserted = con.execute(f"SELECT count(*) FROM {CHUNKS_TABLE}").fetchall()[0][0]
+    finally:
+        con.close()
+    assert inserted > 0
+    (journal / chunks[-1]).open("ab").write(b'{"run_id": 1, "span_id": 99999, "na')
+    assert salvage.salvage(store, "killed by the test") == 30 * 41
+    with Store.open(store) as done:
+        spans = done.query("SELECT count(*), count(DISTINCT span_id) FROM spans")[0]
+        tables = done.query("SELECT table_name FROM duckdb_tables() WHERE table_name = ?", [CHUNKS_TABLE])
+        error = done.query("SELECT config->>'$.error' FROM runs")[0][0]
+    assert spans == (30 * 41, 30 * 41) and tables == [] and error == "killed by the test"
+    assert not journal.exists() and not salvage.left(store)
+
+
+def test_a_journaled_sink_keeps_rows_in_files_until_they_are_inserted(tmp_path: Path) -> None:
+    """``checkpoint`` appends what is queued to the journal's chunk files; the insert of a chunk records it in
+    the store; ``close`` inserts the rest and forgets the bookkeeping, and the journal is left empty."""
+    journal = tmp_path / "j"
+    journal.mkdir()
+    with Store.create(tmp_path / "s.duckdb") as store:
+        sink = Sink(store, 1, batch_bytes=4096, journal=journal)
+        for i in range(5):
+            sink.span(i + 1, None, "model", "load", i, 1, 1, 1, {"i": i})
+        sink._checkpointed = 0.0
+        sink.checkpoint()
+        rows = [orjson.loads(line) for p in sorted(journal.iterdir()) for line in p.read_bytes().splitlines()]
+        assert [r["span_id"] for r in rows] == [1, 2, 3, 4, 5]
+        assert store.query(f"SELECT count(*) FROM {CHUNKS_TABLE}") == [(0,)]
+        for i in range(5, 60):  # past a batch: a chunk is inserted and recorded
+            sink.span(i + 1, None, "model", "load", i, 1, 1, 1, {"i": i, "pad": "x" * 100})
+        assert store.query(f"SELECT count(*) FROM {CHUNKS_TABLE}")[0][0] >= 1
+        sink.close()
+        assert store.query("SELECT count(*) FROM _spans") == [(60,)]
+        assert store.query("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [CHUNKS_TABLE]) == []
+    assert list(journal.iterdir()) == []
+
+
+def test_xstack_recover_completes_what_a_killed_api_profile_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                ) -> None:  # fmt: skip
+    """``xstack.profile`` in a program run without ``xstack run`` has no process waiting on it: opening the store
+    says how to keep what it recorded, ``xstack recover`` does, and says there is nothing to recover after."""
+    from xstack.cli.main import main
+    from xstack.errors import StoreError
+
+    script = tmp_path / "api.py"
+    script.write_text(KILLED_API)
+    store = tmp_path / "k.duckdb"
+    assert subprocess.run([sys.executable, str(script), str(store), "3"], timeout=120).returncode == -9
+    with pytest.raises(StoreError, match=rf"k\.duckdb\.partial beside it is what a profile left whose process was "
+                                         rf"killed; `xstack recover {store}` keeps what it recorded"):  # fmt: skip
+        Store.open(store)
+    assert main(["recover", str(store)]) == 0
+    assert "xstack: 123 spans recovered: profile written to " in capsys.readouterr().err
+    with Store.open(store) as done:
+        assert done.query("SELECT config->>'$.status', config->>'$.steps_completed' FROM runs") == [("cut_short", "3")]
+    assert main(["recover", str(store)]) == 1
+    assert "nothing to recover: no k.duckdb.partial with its journal" in capsys.readouterr().err
