@@ -576,8 +576,8 @@ if __name__ == "__main__":
         children = [fork_worker() for _ in range(2)]
         for pid in children:
             os.waitpid(pid, 0)
-        with open("pids.json", "w") as f:
-            json.dump({"children": children}, f)
+        with open("pids.json", "w") as f:  # the copy is an xstack run: its program runs in a child of it
+            json.dump({"children": children, "program": os.getpid()}, f)
     else:  # the program: a worker of its own, and a copy of itself run with its very command line
         own = fork_worker()
         with open("/proc/self/cmdline", "rb") as f:
@@ -597,17 +597,19 @@ if __name__ == "__main__":
 def test_a_copy_of_the_program_and_the_processes_it_forked_are_subprocesses(backend: str, tmp_path: Path) -> None:
     """The program runs its own command line again (``xstack run`` and all, in another folder): the copy has the
     command line of the program, and its forked children have it too, as the program's own forked worker does.
-    The copy is told by its stack (exec placed it anew), its children by their parent; the worker stays one."""
+    The copy is told by its stack (exec placed it anew), its children by their parent (the copy's ``xstack run``
+    runs the program in a child of its own, which waits on it); the worker stays one."""
     with Store.open(_sampled(tmp_path, RERUN)) as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])[A.CONFIG_SYSTEM]
         sampled = {int(r[0]) for r in store.query("SELECT DISTINCT pid FROM counters WHERE starts_with(name, 'proc.')")}
     pids = orjson.loads((tmp_path / "pids.json").read_bytes())
-    children = orjson.loads((tmp_path / "copy" / "pids.json").read_bytes())["children"]
+    copied = orjson.loads((tmp_path / "copy" / "pids.json").read_bytes())
+    children = copied["children"]
     assert pids["argv"][-2:] == ["python", "prog.py"] and "xstack" in pids["argv"]  # the copy's command line
     assert config["sampler"] == backend
     assert {pids["own"], pids["copy"], *children} <= sampled
     roles = {int(pid): role for pid, role in config["process_roles"].items()}
-    assert roles == {pids["copy"]: "subprocess", children[0]: "subprocess", children[1]: "subprocess"}, roles
+    assert roles == {pid: "subprocess" for pid in (pids["copy"], copied["program"], *children)}, roles
     assert config["workers"] == 1
 
 
