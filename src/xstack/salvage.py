@@ -138,24 +138,40 @@ def after_child(store: Path, code: int, returncode: int, *, read_after: tuple[st
     (``subprocess``'s: -N for signal N) and exit ``code``: salvage what it left, if it left anything, and say
     so; say so too when it was killed before it wrote anything. Returns whether the store was completed here."""
     from xstack.collect._child import killed_by
+    from xstack.trace.store import scratch_path
 
+    # --append records into a scratch store beside the one named: what the user is told about is that one
+    appending_to = store.with_name(store.name.removesuffix(".append"))
+    if scratch_path(appending_to) != store or appending_to == store:
+        appending_to = None
+
+    existed = store.exists()  # what the program completed itself, or (--force) the store it would replace
     if not left(store):
-        if returncode < 0 and not store.exists():
-            print(f"xstack: {killed_by(returncode)} before its profile was written: no profile in {store}",
-                  file=sys.stderr)  # fmt: skip
+        if returncode < 0 and not existed:
+            print(f"xstack: {killed_by(returncode)} before its profile was written: "
+                  f"{_nothing_kept(store, appending_to, existed)}", file=sys.stderr)  # fmt: skip
         return False
     reason = killed_by(returncode) if returncode < 0 else (
         f"the program ended with exit code {code} from native code (exit() or abort() outside Python)")  # fmt: skip
     try:
         spans = salvage(store, reason, read_after=read_after)
     except NothingRecorded:
-        print(f"xstack: {reason} before its profile was written: no profile in {store}", file=sys.stderr)
+        print(f"xstack: {reason} before its profile was written: {_nothing_kept(store, appending_to, existed)}",
+              file=sys.stderr)  # fmt: skip
         return False
     except StoreError as err:
-        print(f"xstack: {reason}; what it recorded could not be kept: {err}", file=sys.stderr)
+        print(f"xstack: {reason}; what it recorded could not be kept ({_nothing_kept(store, appending_to, existed)})"
+              f": {err}", file=sys.stderr)  # fmt: skip
         return False
     print(f"xstack: {reason}; the profile it had recorded ({counted(spans, 'span')}) was kept", file=sys.stderr)
     return True
+
+
+def _nothing_kept(store: Path, appending_to: Path | None, existed: bool) -> str:
+    """What a killed program that left nothing to keep leaves behind."""
+    if appending_to is not None:
+        return f"nothing added to {appending_to}"
+    return f"{store} is left as it was" if existed else f"no profile in {store}"
 
 
 class NothingRecorded(StoreError):

@@ -96,6 +96,24 @@ def test_a_program_killed_before_it_recorded_anything_leaves_no_store(tmp_path: 
     assert not (tmp_path / "c.duckdb").exists() and _leftovers(tmp_path) == []
 
 
+def test_a_killed_program_that_recorded_nothing_leaves_the_store_it_would_replace_or_add_to(tmp_path: Path) -> None:
+    """``--force`` replaces a store only with what the killed program kept, and ``--append`` adds nothing: with
+    nothing recorded both stores stay as they were, and the line names them as the user did, not the scratch
+    store an appended run is recorded into."""
+    assert _run(tmp_path, "run", "-o", "c.duckdb", "--", "python", "crash.py", "1", "exit").returncode == 0
+    before = (tmp_path / "c.duckdb").read_bytes()
+    proc = _run(tmp_path, "run", "--force", "-o", "c.duckdb", "--", "python", "crash.py", "0", "kill")
+    assert proc.returncode == 137
+    assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written: c.duckdb is left " \
+           "as it was" in proc.stderr and "no profile in" not in proc.stderr, proc.stderr  # fmt: skip
+    proc = _run(tmp_path, "run", "--append", "-o", "c.duckdb", "--", "python", "crash.py", "0", "kill")
+    assert proc.returncode == 137
+    assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written: nothing added to " \
+           "c.duckdb\n" in proc.stderr and ".append" not in proc.stderr, proc.stderr  # fmt: skip
+    assert (tmp_path / "c.duckdb").read_bytes() == before and _leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.duckdb", "crash.py"]
+
+
 def test_the_io_level_reads_its_records_into_a_salvaged_run(tmp_path: Path) -> None:
     """Under the io library the program runs in a child of ``xstack run``, which completes the killed child's
     store and then reads the io records into it: the reads of the iterations kept are there."""
