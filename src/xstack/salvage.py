@@ -9,8 +9,9 @@ running a tracer) calls ``after_child`` once it has ended: if the program left a
 journal, ``salvage`` inserts the chunks the store does not hold yet, adds the run's row (``cut_short``, with
 what ended it) and a health row saying what is missing, and renames the store into place.
 
-What a salvaged run lacks: the spans still open when the process died (the iteration in progress and the
-layers inside it), and the levels that are read as a run ends (``op``, ``runtime``, ``kernel``, ``system``).
+What a salvaged run lacks: what ended after the journal was last written (the iterations that ended since), the
+spans still open when the process died (the iteration in progress and the layers inside it), and the levels that
+are read as a run ends (``op``, ``runtime``, ``kernel``, ``system``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from xstack.errors import StoreError
 from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
-from xstack.trace.sink import CHUNKS_TABLE, chunk_table, insert_chunk, table_columns
+from xstack.trace.sink import CHECKPOINT_INTERVAL_S, CHUNKS_TABLE, chunk_table, insert_chunk, table_columns
 from xstack.trace.store import Store
 
 JOURNAL_SUFFIX = ".journal"
@@ -116,7 +117,13 @@ def _add_run(store: Store, header: dict[str, Any], reason: str, read_after: tupl
     header = header | {"levels": [level for level in levels if level not in lost]}
     store.add_run(run_info(header, store, error=reason, completed=int(steps), cut_short=True))
     until = f", until {format_ns(last_ns - int(header['started_at_ns']))} into the run" if last_ns else ""
-    missing = "the spans still open at that moment (the iteration in progress and the layers inside it)"
+    # ended spans reach the journal at an iteration's end, at most every CHECKPOINT_INTERVAL_S: the last
+    # iterations before the death can be lost with the spans still open, however long ago they ended
+    inside = " and the layers inside it" if "layer" in levels else ""
+    missing = (
+        f"what ended after that (the journal is written at the end of an iteration, at most every "
+        f"{CHECKPOINT_INTERVAL_S:g} s) and the spans still open as it died (the iteration in progress{inside})"
+    )
     if lost:
         missing += f", and the {', '.join(lost)} level{'s' if len(lost) > 1 else ''}, read as a run ends"
     store.add_health(run_id, [("salvaged", 1, f"{reason} before its profile was complete: what it had written is "

@@ -83,7 +83,9 @@ def test_a_program_killed_outright_keeps_what_it_recorded(tmp_path: Path, how: s
     assert (status, int(steps)) == ("cut_short", 5) and error.startswith(reason)
     assert names == [("load", 5), ("predict", 5), *[(f"step#{i}", 1) for i in range(5)]]  # not the open predict
     assert [check for check, _ in health] == ["salvaged"]
-    assert "missing: the spans still open at that moment" in health[0][1] and "(15 spans, until " in health[0][1]
+    assert "(15 spans, until " in health[0][1] and "into the run); missing: what ended after that (the journal " \
+           "is written at the end of an iteration, at most every 0.1 s) and the spans still open as it died (the " \
+           "iteration in progress and the layers inside it)" in health[0][1]  # fmt: skip
     assert _leftovers(tmp_path) == []
 
 
@@ -123,7 +125,9 @@ def test_the_io_level_reads_its_records_into_a_salvaged_run(tmp_path: Path) -> N
         levels, status = store.query("SELECT levels, config->>'$.status' FROM runs")[0]
         reads = store.query("SELECT count(*) FROM spans WHERE level = 'io' AND name = 'read' AND "
                             "attrs->>'$.\"io.path\"' LIKE '%crash.py'")[0][0]  # fmt: skip
+        ((detail,),) = store.query("SELECT detail FROM health WHERE \"check\" = 'salvaged'")
     assert status == "cut_short" and "io" in levels
+    assert detail.endswith("the spans still open as it died (the iteration in progress)")  # no layer level
     assert reads >= 5
     assert _leftovers(tmp_path) == []
 
@@ -227,5 +231,8 @@ def test_xstack_recover_completes_what_a_killed_api_profile_left(tmp_path: Path,
     assert "xstack: 123 spans recovered: profile written to " in capsys.readouterr().err
     with Store.open(store) as done:
         assert done.query("SELECT config->>'$.status', config->>'$.steps_completed' FROM runs") == [("cut_short", "3")]
+        ((detail,),) = done.query("SELECT detail FROM health WHERE \"check\" = 'salvaged'")
+    assert detail.startswith("the process ended outright (its store completed by xstack recover) before its profile "
+                             "was complete: what it had written is kept (123 spans")  # fmt: skip
     assert main(["recover", str(store)]) == 1
     assert "nothing to recover: no k.duckdb.partial with its journal" in capsys.readouterr().err
