@@ -9,8 +9,9 @@ running a tracer) calls ``after_child`` once it has ended: if the program left a
 journal, ``salvage`` inserts the chunks the store does not hold yet, adds the run's row (``cut_short``, with
 what ended it) and a health row saying what is missing, and renames the store into place.
 
-What a salvaged run lacks: the spans still open when the process died (the iteration in progress and the
-layers inside it), and the levels that are read as a run ends (``op``, ``runtime``, ``kernel``, ``system``).
+What a salvaged run lacks: what ended after the journal was last written (the iterations that ended since), the
+spans still open when the process died (the iteration in progress and the layers inside it), and the levels that
+are read as a run ends (``op``, ``runtime``, ``kernel``, ``system``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from xstack.errors import StoreError
 from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
-from xstack.trace.sink import CHUNKS_TABLE, chunk_table, insert_chunk, table_columns
+from xstack.trace.sink import CHECKPOINT_INTERVAL_S, CHUNKS_TABLE, chunk_table, insert_chunk, table_columns
 from xstack.trace.store import Store
 
 JOURNAL_SUFFIX = ".journal"
@@ -116,7 +117,13 @@ def _add_run(store: Store, header: dict[str, Any], reason: str, read_after: tupl
     header = header | {"levels": [level for level in levels if level not in lost]}
     store.add_run(run_info(header, store, error=reason, completed=int(steps), cut_short=True))
     until = f", until {format_ns(last_ns - int(header['started_at_ns']))} into the run" if last_ns else ""
-    missing = "the spans still open at that moment (the iteration in progress and the layers inside it)"
+    # ended spans reach the journal at an iteration's end, at most every CHECKPOINT_INTERVAL_S: the last
+    # iterations before the death can be lost with the spans still open, however long ago they ended
+    inside = " and the layers inside it" if "layer" in levels else ""
+    missing = (
+        f"what ended after that (the journal is written at the end of an iteration, at most every "
+        f"{CHECKPOINT_INTERVAL_S:g} s) and the spans still open as it died (the iteration in progress{inside})"
+    )
     if lost:
         missing += f", and the {', '.join(lost)} level{'s' if len(lost) > 1 else ''}, read as a run ends"
     store.add_health(run_id, [("salvaged", 1, f"{reason} before its profile was complete: what it had written is "
@@ -138,24 +145,40 @@ def after_child(store: Path, code: int, returncode: int, *, read_after: tuple[st
     (``subprocess``'s: -N for signal N) and exit ``code``: salvage what it left, if it left anything, and say
     so; say so too when it was killed before it wrote anything. Returns whether the store was completed here."""
     from xstack.collect._child import killed_by
+    from xstack.trace.store import scratch_path
 
+    # --append records into a scratch store beside the one named: what the user is told about is that one
+    appending_to = store.with_name(store.name.removesuffix(".append"))
+    if scratch_path(appending_to) != store or appending_to == store:
+        appending_to = None
+
+    existed = store.exists()  # what the program completed itself, or (--force) the store it would replace
     if not left(store):
-        if returncode < 0 and not store.exists():
-            print(f"xstack: {killed_by(returncode)} before its profile was written: no profile in {store}",
-                  file=sys.stderr)  # fmt: skip
+        if returncode < 0 and not existed:
+            print(f"xstack: {killed_by(returncode)} before its profile was written: "
+                  f"{_nothing_kept(store, appending_to, existed)}", file=sys.stderr)  # fmt: skip
         return False
     reason = killed_by(returncode) if returncode < 0 else (
         f"the program ended with exit code {code} from native code (exit() or abort() outside Python)")  # fmt: skip
     try:
         spans = salvage(store, reason, read_after=read_after)
     except NothingRecorded:
-        print(f"xstack: {reason} before its profile was written: no profile in {store}", file=sys.stderr)
+        print(f"xstack: {reason} before its profile was written: {_nothing_kept(store, appending_to, existed)}",
+              file=sys.stderr)  # fmt: skip
         return False
     except StoreError as err:
-        print(f"xstack: {reason}; what it recorded could not be kept: {err}", file=sys.stderr)
+        print(f"xstack: {reason}; what it recorded could not be kept ({_nothing_kept(store, appending_to, existed)})"
+              f": {err}", file=sys.stderr)  # fmt: skip
         return False
     print(f"xstack: {reason}; the profile it had recorded ({counted(spans, 'span')}) was kept", file=sys.stderr)
     return True
+
+
+def _nothing_kept(store: Path, appending_to: Path | None, existed: bool) -> str:
+    """What a killed program that left nothing to keep leaves behind."""
+    if appending_to is not None:
+        return f"nothing added to {appending_to}"
+    return f"{store} is left as it was" if existed else f"no profile in {store}"
 
 
 class NothingRecorded(StoreError):

@@ -83,7 +83,9 @@ def test_a_program_killed_outright_keeps_what_it_recorded(tmp_path: Path, how: s
     assert (status, int(steps)) == ("cut_short", 5) and error.startswith(reason)
     assert names == [("load", 5), ("predict", 5), *[(f"step#{i}", 1) for i in range(5)]]  # not the open predict
     assert [check for check, _ in health] == ["salvaged"]
-    assert "missing: the spans still open at that moment" in health[0][1] and "(15 spans, until " in health[0][1]
+    assert "(15 spans, until " in health[0][1] and "into the run); missing: what ended after that (the journal " \
+           "is written at the end of an iteration, at most every 0.1 s) and the spans still open as it died (the " \
+           "iteration in progress and the layers inside it)" in health[0][1]  # fmt: skip
     assert _leftovers(tmp_path) == []
 
 
@@ -96,6 +98,24 @@ def test_a_program_killed_before_it_recorded_anything_leaves_no_store(tmp_path: 
     assert not (tmp_path / "c.duckdb").exists() and _leftovers(tmp_path) == []
 
 
+def test_a_killed_program_that_recorded_nothing_leaves_the_store_it_would_replace_or_add_to(tmp_path: Path) -> None:
+    """``--force`` replaces a store only with what the killed program kept, and ``--append`` adds nothing: with
+    nothing recorded both stores stay as they were, and the line names them as the user did, not the scratch
+    store an appended run is recorded into."""
+    assert _run(tmp_path, "run", "-o", "c.duckdb", "--", "python", "crash.py", "1", "exit").returncode == 0
+    before = (tmp_path / "c.duckdb").read_bytes()
+    proc = _run(tmp_path, "run", "--force", "-o", "c.duckdb", "--", "python", "crash.py", "0", "kill")
+    assert proc.returncode == 137
+    assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written: c.duckdb is left " \
+           "as it was" in proc.stderr and "no profile in" not in proc.stderr, proc.stderr  # fmt: skip
+    proc = _run(tmp_path, "run", "--append", "-o", "c.duckdb", "--", "python", "crash.py", "0", "kill")
+    assert proc.returncode == 137
+    assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written: nothing added to " \
+           "c.duckdb\n" in proc.stderr and ".append" not in proc.stderr, proc.stderr  # fmt: skip
+    assert (tmp_path / "c.duckdb").read_bytes() == before and _leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.duckdb", "crash.py"]
+
+
 def test_the_io_level_reads_its_records_into_a_salvaged_run(tmp_path: Path) -> None:
     """Under the io library the program runs in a child of ``xstack run``, which completes the killed child's
     store and then reads the io records into it: the reads of the iterations kept are there."""
@@ -105,7 +125,9 @@ def test_the_io_level_reads_its_records_into_a_salvaged_run(tmp_path: Path) -> N
         levels, status = store.query("SELECT levels, config->>'$.status' FROM runs")[0]
         reads = store.query("SELECT count(*) FROM spans WHERE level = 'io' AND name = 'read' AND "
                             "attrs->>'$.\"io.path\"' LIKE '%crash.py'")[0][0]  # fmt: skip
+        ((detail,),) = store.query("SELECT detail FROM health WHERE \"check\" = 'salvaged'")
     assert status == "cut_short" and "io" in levels
+    assert detail.endswith("the spans still open as it died (the iteration in progress)")  # no layer level
     assert reads >= 5
     assert _leftovers(tmp_path) == []
 
@@ -209,5 +231,8 @@ def test_xstack_recover_completes_what_a_killed_api_profile_left(tmp_path: Path,
     assert "xstack: 123 spans recovered: profile written to " in capsys.readouterr().err
     with Store.open(store) as done:
         assert done.query("SELECT config->>'$.status', config->>'$.steps_completed' FROM runs") == [("cut_short", "3")]
+        ((detail,),) = done.query("SELECT detail FROM health WHERE \"check\" = 'salvaged'")
+    assert detail.startswith("the process ended outright (its store completed by xstack recover) before its profile "
+                             "was complete: what it had written is kept (123 spans")  # fmt: skip
     assert main(["recover", str(store)]) == 1
     assert "nothing to recover: no k.duckdb.partial with its journal" in capsys.readouterr().err

@@ -330,7 +330,7 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     if not salvage.left(store):
         raise XstackError(f"{store}: nothing to recover: no {store.name}.partial with its journal "
                           f"({store.name}.journal) beside it")  # fmt: skip
-    spans = salvage.salvage(store, "the process ended before its profile was complete (completed by xstack recover)")
+    spans = salvage.salvage(store, "the process ended outright (its store completed by xstack recover)")
     print(f"xstack: {counted(spans, 'span')} recovered: profile written to {store}", file=sys.stderr)
     return 0
 
