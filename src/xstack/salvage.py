@@ -148,9 +148,8 @@ def after_child(store: Path, code: int, returncode: int, *, read_after: tuple[st
     from xstack.trace.store import scratch_path
 
     # --append records into a scratch store beside the one named: what the user is told about is that one
-    appending_to = store.with_name(store.name.removesuffix(".append"))
-    if scratch_path(appending_to) != store or appending_to == store:
-        appending_to = None
+    named = store.with_name(store.name.removesuffix(".append"))
+    appending_to = named if named != store and scratch_path(named) == store else None
 
     existed = store.exists()  # what the program completed itself, or (--force) the store it would replace
     if not left(store):
