@@ -3,11 +3,16 @@ the sink's journal beside the store, completed by the process that started the p
 
 from __future__ import annotations
 
+import os
+import pty
+import select
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import orjson
@@ -236,3 +241,63 @@ def test_xstack_recover_completes_what_a_killed_api_profile_left(tmp_path: Path,
                              "was complete: what it had written is kept (123 spans")  # fmt: skip
     assert main(["recover", str(store)]) == 1
     assert "nothing to recover: no k.duckdb.partial with its journal" in capsys.readouterr().err
+
+
+LOOP = """
+import time, xstack
+print("started", flush=True)
+for i in range(100_000):
+    with xstack.span("load"):
+        time.sleep(0.01)
+    xstack.step()
+"""
+
+
+def _until_started(stream: Any, proc: subprocess.Popen[str]) -> None:
+    assert stream.readline().strip() == "started", proc.stderr.read() if proc.stderr else ""
+
+
+def test_sigint_to_the_xstack_process_alone_reaches_the_program(tmp_path: Path) -> None:
+    """``kill -INT`` of ``xstack run``'s pid (a harness's ``send_signal``): the program, run in a child of it, gets
+    it too, stops with its KeyboardInterrupt, and the profile is complete (130, as for the program alone)."""
+    (tmp_path / "loop.py").write_text(LOOP)
+    proc = subprocess.Popen([sys.executable, "-m", "xstack", "run", "-o", "l.duckdb", "--", "python", "loop.py"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _until_started(proc.stdout, proc)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.count("KeyboardInterrupt") == 1, err
+    with Store.open(tmp_path / "l.duckdb") as store:
+        assert store.query("SELECT config->>'$.status', config->>'$.error' FROM runs") == [
+            ("cut_short", "KeyboardInterrupt")
+        ]
+
+
+def test_ctrl_c_at_the_terminal_stops_the_program_once(tmp_path: Path) -> None:
+    """Ctrl-C typed at a terminal reaches ``xstack run`` and the program both (one foreground group): it is not
+    passed on a second time, the program stops once, and the profile is complete."""
+    (tmp_path / "loop.py").write_text(LOOP)
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child execs at once
+        os.chdir(tmp_path)
+        os.execv(sys.executable, [sys.executable, "-m", "xstack", "run", "-o", "l.duckdb", "--", "python", "loop.py"])
+    out, sent, deadline = b"", False, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # the terminal's other side has closed: xstack has ended
+                break
+            if not data:
+                break
+            out += data
+        if b"started" in out and not sent:
+            time.sleep(0.3)
+            os.write(fd, b"\x03")
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 130 and text.count("KeyboardInterrupt") == 1, text
+    assert "xstack: profile written to l.duckdb" in text

@@ -100,7 +100,7 @@ def test_a_failing_batch_size_stops_the_sweep_keeps_the_sizes_before_and_passes_
     assert done.returncode == 1
     assert "MemoryError: out of memory at batch size 4" in done.stderr
     assert "exited with 1 at batch size 4 (pass model): stopping the sweep" in done.stderr
-    assert "batch sizes measured before it: 1, 2" in done.stderr
+    assert "batch sizes measured before it: 1, 2; what batch size 4 recorded is kept (1 run)" in done.stderr
     assert (tmp_path / "starts.txt").read_text().split() == ["1", "1", "2", "2", "4", "4"]  # 8 never ran
     runs = _runs(tmp_path / "s.duckdb")
     assert [(r[1], r[2]["batch_size"], r[2]["status"]) for r in runs] == [

@@ -32,36 +32,63 @@ class Forked:
             self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
     def send_signal(self, signum: int) -> None:
         if self.returncode is None:
             os.kill(self.pid, signum)
 
 
+SI_KERNEL = 0x80
+"""``si_code`` of a signal the kernel sent: the terminal's Ctrl-C, sent to its whole foreground process group."""
+
+
 def wait(process: subprocess.Popen[bytes] | Forked, *, forward_sigterm: bool = True) -> int:
-    """Wait for ``process`` and return its exit code (``exit_code``). A Ctrl-C reaches it as well (one process
-    group): it is waited for again, so that it can complete what it writes, and ends with 130 unless it chose a
-    code of its own. A SIGTERM to this process (a scheduler's, or ``kill`` of its pid alone) is passed on to the
-    child, which completes its profile at it, and waited for the same way: this process then reads what the child
-    wrote, and its exit code says the child ended by the signal. Not where the child is a tracer running the
-    program (``forward_sigterm`` false: strace, ncu), which would stop tracing it and leave it running."""
-    main = forward_sigterm and threading.current_thread() is threading.main_thread()
-    previous: Any = signal.SIG_DFL
-    if main:
+    """Wait for ``process`` and return its exit code (``exit_code``).
 
-        def forward(signum: int, frame: Any) -> None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signum)
+    - A Ctrl-C from the terminal reaches the child as well (one process group): it is waited for, so that it can
+      complete what it writes, and ends with 130 unless it chose a code of its own.
+    - A SIGINT sent to this process alone (``kill -INT`` of its pid, ``Popen.send_signal``) is passed on to the
+      child, then waited for the same way.
+    - A SIGTERM (a scheduler's, or ``kill`` of this pid) is passed on to the child, which completes its profile
+      at it: this process then reads what the child wrote, and its exit code says the child ended by the signal.
 
-        previous = signal.signal(signal.SIGTERM, forward)
-    try:
+    Neither is passed on where the child is a tracer running the program (``forward_sigterm`` false: strace,
+    ncu), which would stop tracing it and leave it running. Only the main thread can wait for signals; in
+    another, a Ctrl-C is waited through, as in the first case, and nothing is passed on."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "sigtimedwait"):
         try:
-            code = process.wait()
+            return exit_code(process.wait())
         except KeyboardInterrupt:
-            code = process.wait() or 130
+            return exit_code(process.wait() or 130)
+    watched = {signal.SIGINT, signal.SIGCHLD} | ({signal.SIGTERM} if forward_sigterm else set())
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    interrupted = False
+    try:
+        while (code := process.poll()) is None:
+            info = signal.sigtimedwait(watched, 0.25)  # SIGCHLD wakes it when the child ends
+            if info is not None:
+                interrupted |= _pass_on(process, info, forward_sigterm)
+        while (info := signal.sigtimedwait(watched, 0)) is not None:  # not to be raised here once unblocked
+            interrupted |= info.si_signo == signal.SIGINT
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-    return exit_code(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    return exit_code(code or (130 if interrupted else 0))
+
+
+def _pass_on(process: subprocess.Popen[bytes] | Forked, info: Any, forward: bool) -> bool:
+    """Pass the signal ``info`` on to ``process`` where ``wait`` says; returns whether it was a SIGINT."""
+    signo = info.si_signo
+    from_terminal = signo == signal.SIGINT and info.si_code == SI_KERNEL  # the child has its own copy
+    if forward and signo in (signal.SIGINT, signal.SIGTERM) and not from_terminal:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signo)
+    return bool(signo == signal.SIGINT)
 
 
 def killed_by(returncode: int) -> str:

@@ -39,6 +39,7 @@ from xstack.leveled.script import pass_command
 from xstack.outfile import os_reason
 from xstack.profile import Profile
 from xstack.runner import Program
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store, check_new
 
@@ -121,8 +122,10 @@ def sweep_program(
                                        ran[size])  # fmt: skip
             if code:
                 kept = ", ".join(map(str, sizes[: k - 1])) or "none"
+                ran_here = sum(s.exists() for s in ran[size])  # its passes before the failing one, and that one's
+                here = f"; what batch size {size} recorded is kept ({counted(ran_here, 'run')})" if ran_here else ""
                 _say(f"the program exited with {code} at batch size {size} (pass {failed}): stopping the sweep; "
-                     f"batch sizes measured before it: {kept}")  # fmt: skip
+                     f"batch sizes measured before it: {kept}{here}")  # fmt: skip
                 break
         if code and not any(s.exists() for stores in ran.values() for s in stores):  # killed in the first pass
             raise ProgramFailedError(f"{store_path}: no sweep written: the program exited with {code} in the first "
