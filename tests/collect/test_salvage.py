@@ -301,3 +301,20 @@ def test_ctrl_c_at_the_terminal_stops_the_program_once(tmp_path: Path) -> None:
     text = out.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 130 and text.count("KeyboardInterrupt") == 1, text
     assert "xstack: profile written to l.duckdb" in text
+
+
+def test_a_hangup_passed_on_to_the_program_leaves_what_it_recorded(tmp_path: Path) -> None:
+    """SIGHUP to ``xstack run`` (a closed terminal's, as a shell passes it on to its jobs): the program dies of it,
+    as it would alone (129), and what it recorded is kept."""
+    (tmp_path / "loop.py").write_text(LOOP)
+    proc = subprocess.Popen([sys.executable, "-m", "xstack", "run", "-o", "l.duckdb", "--", "python", "loop.py"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _until_started(proc.stdout, proc)
+    time.sleep(0.4)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert "xstack: the program was killed by SIGHUP (signal 1); the profile it had recorded (" in err
+    with Store.open(tmp_path / "l.duckdb") as store:
+        ((status, steps),) = store.query("SELECT config->>'$.status', config->>'$.steps_completed' FROM runs")
+    assert status == "cut_short" and int(steps) >= 5

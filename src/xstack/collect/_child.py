@@ -48,6 +48,10 @@ SI_KERNEL = 0x80
 """``si_code`` of a signal the kernel sent: the terminal's Ctrl-C, sent to its whole foreground process group."""
 
 
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""The signals ``wait`` passes on to the child, unless the terminal sent them (to the whole group)."""
+
+
 def wait(process: subprocess.Popen[bytes] | Forked, *, forward_sigterm: bool = True) -> int:
     """Wait for ``process`` and return its exit code (``exit_code``).
 
@@ -57,6 +61,8 @@ def wait(process: subprocess.Popen[bytes] | Forked, *, forward_sigterm: bool = T
       child, then waited for the same way.
     - A SIGTERM (a scheduler's, or ``kill`` of this pid) is passed on to the child, which completes its profile
       at it: this process then reads what the child wrote, and its exit code says the child ended by the signal.
+    - A SIGHUP (the terminal closed) or SIGQUIT (Ctrl-\\) is passed on the same way where the terminal did not
+      send it to the child too; a child that dies of it leaves its store to be salvaged (``xstack.salvage``).
 
     Neither is passed on where the child is a tracer running the program (``forward_sigterm`` false: strace,
     ncu), which would stop tracing it and leave it running. Only the main thread can wait for signals; in
@@ -66,7 +72,7 @@ def wait(process: subprocess.Popen[bytes] | Forked, *, forward_sigterm: bool = T
             return exit_code(process.wait())
         except KeyboardInterrupt:
             return exit_code(process.wait() or 130)
-    watched = {signal.SIGINT, signal.SIGCHLD} | ({signal.SIGTERM} if forward_sigterm else set())
+    watched = {signal.SIGINT, signal.SIGCHLD} | (set(PASSED_ON) if forward_sigterm else set())
     before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     interrupted = False
     try:
@@ -84,8 +90,8 @@ def wait(process: subprocess.Popen[bytes] | Forked, *, forward_sigterm: bool = T
 def _pass_on(process: subprocess.Popen[bytes] | Forked, info: Any, forward: bool) -> bool:
     """Pass the signal ``info`` on to ``process`` where ``wait`` says; returns whether it was a SIGINT."""
     signo = info.si_signo
-    from_terminal = signo == signal.SIGINT and info.si_code == SI_KERNEL  # the child has its own copy
-    if forward and signo in (signal.SIGINT, signal.SIGTERM) and not from_terminal:
+    from_terminal = signo != signal.SIGTERM and info.si_code == SI_KERNEL  # the child has its own copy
+    if forward and signo in PASSED_ON and not from_terminal:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signo)
     return bool(signo == signal.SIGINT)
