@@ -183,7 +183,10 @@ def _watch(store: Path) -> tuple[int, bool] | None:
         return None
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare (EAGAIN at a process limit, ENOMEM): run it here, unwatched
+        return None
     if pid == 0:
         return None
     forked = _child.Forked(pid)
