@@ -178,7 +178,7 @@ def _watch(store: Path) -> tuple[int, bool] | None:
     """Fork: the child (``None`` returned) goes on to run and record the program; this process waits for it and
     returns its exit code, and whether it completed the store that the child, killed outright (SIGKILL, a
     segfault in native code), left behind (``xstack.salvage``). Where this process cannot fork safely (no
-    ``fork``, other threads running), ``None`` here: the program runs in this process, unwatched."""
+    ``fork``, other threads running, a fork that fails), ``None`` here: the program runs in this process, unwatched."""
     if not hasattr(os, "fork") or threading.active_count() > 1 or os.environ.get(NO_WATCH_ENV):
         return None
     sys.stdout.flush()
