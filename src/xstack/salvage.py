@@ -4,7 +4,7 @@ complete itself as it does at an exception, ``os._exit`` or SIGTERM.
 
 A profile writing a store of its own keeps a journal beside it, ``STORE.journal/``: a header with what the run's
 row holds as it starts, and the sink's chunk files (``trace.sink``), appended at the end of an iteration (at most
-every 0.1 s) and every 1 MiB of rows. The process that started the program (``xstack run``'s, or the one
+every 0.02 s) and every 1 MiB of rows. The process that started the program (``xstack run``'s, or the one
 running a tracer) calls ``after_child`` once it has ended: if the program left a ``.partial`` store and a
 journal, ``salvage`` inserts the chunks the store does not hold yet, adds the run's row (``cut_short``, with
 what ended it) and a health row saying what is missing, and renames the store into place.

@@ -89,7 +89,7 @@ def test_a_program_killed_outright_keeps_what_it_recorded(tmp_path: Path, how: s
     assert names == [("load", 5), ("predict", 5), *[(f"step#{i}", 1) for i in range(5)]]  # not the open predict
     assert [check for check, _ in health] == ["salvaged"]
     assert "(15 spans, until " in health[0][1] and "into the run); missing: what ended after that (the journal " \
-           "is written at the end of an iteration, at most every 0.1 s) and the spans still open as it died (the " \
+           "is written at the end of an iteration, at most every 0.02 s) and the spans still open as it died (the " \
            "iteration in progress and the layers inside it)" in health[0][1]  # fmt: skip
     assert _leftovers(tmp_path) == []
 

@@ -33,8 +33,9 @@ from xstack.trace.store import Store
 DEFAULT_BATCH_BYTES = 32 << 20
 JOURNAL_SPILL_BYTES = 1 << 20
 """A journaled buffer is appended to its chunk file at this size (about 3,000 spans): what a killed run loses."""
-CHECKPOINT_INTERVAL_S = 0.1
-"""``checkpoint()`` appends the buffers at most this often (a loop of short iterations calls it at each one)."""
+CHECKPOINT_INTERVAL_S = 0.02
+"""``checkpoint()`` appends the buffers at most this often (a loop of short iterations calls it at each one): an
+append costs about 6 us, between two iterations, so at most 0.03% of the run, outside the iterations' times."""
 CHUNKS_TABLE = "_sink_chunks"
 """In a store being written with a journal: the chunk files already inserted (dropped once the sink closes)."""
 
