@@ -188,6 +188,10 @@ class Profile:
             health.append(
                 ("unclosed_spans", recorder.unclosed, "spans still open when their parent or the profile ended")
             )
+            if sink.journal_error is not None:
+                health.append(("journal_failed", 1, f"the journal beside the store stopped at {sink.journal_error}: "
+                               "had the program been killed outright, what it recorded after that would have been "
+                               "lost (the profile itself is complete)"))  # fmt: skip
             if exc_type is None and self.steps is not None and not self.done:
                 self.shortfall = self._shortfall()
                 health.append(("iterations_short", self.steps - self._completed, self.shortfall))

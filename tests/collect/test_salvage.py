@@ -318,3 +318,37 @@ def test_a_hangup_passed_on_to_the_program_leaves_what_it_recorded(tmp_path: Pat
     with Store.open(tmp_path / "l.duckdb") as store:
         ((status, steps),) = store.query("SELECT config->>'$.status', config->>'$.steps_completed' FROM runs")
     assert status == "cut_short" and int(steps) >= 5
+
+
+def test_a_journal_that_cannot_be_written_never_fails_the_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:  # fmt: skip
+    """A full disk under the journal: the append fails, is undone (no half row left in the chunk), and the rows
+    stay in memory, to be inserted at the end; nothing is raised into the program, and ``journal_error`` says
+    what stopped the journal (a health row of the run)."""
+    import errno
+    import types
+
+    from xstack.trace import sink as sink_module
+
+    real_write, full = os.write, [True]
+
+    def write(fd: int, data: Any) -> int:
+        if full[0]:
+            real_write(fd, bytes(data[:100]))  # a short write first, as a filling disk gives
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(sink_module, "os", types.SimpleNamespace(**{**vars(os), "write": write}))
+    journal = tmp_path / "j"
+    journal.mkdir()
+    with Store.create(tmp_path / "s.duckdb") as store:
+        sink = Sink(store, 1, batch_bytes=4 << 20, journal=journal)
+        for i in range(12_000):  # past the journal's 1 MiB appends
+            sink.span(i + 1, None, "model", "load", i, 1, 1, 1, {"pad": "x" * 100})
+        sink._checkpointed = 0.0
+        sink.checkpoint()
+        assert sink.journal_error == f"{journal}: No space left on device"
+        assert all(p.stat().st_size == 0 for p in journal.iterdir())  # the half row is gone
+        full[0] = False
+        sink.close()
+        assert store.query("SELECT count(*), count(DISTINCT span_id) FROM _spans") == [(12_000, 12_000)]

@@ -20,6 +20,7 @@ Either way each byte is written to a file once, as before the insert.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -76,6 +77,8 @@ class Sink:
         """Per table: the chunk file being filled, its descriptor, bytes and rows."""
         self._seq = 0
         self._checkpointed = time.monotonic()
+        self.journal_error: str | None = None
+        """Why the journal's appends stopped (a full disk), if they did: a killed run would lose what came after."""
 
     def span(
         self,
@@ -114,7 +117,7 @@ class Sink:
         buffer += _dumps(row, option=_OPTIONS, default=str)
         self._pending["_spans"] += 1
         if len(buffer) >= self._spill_bytes:
-            self._spill("_spans")
+            self._spill("_spans", optional=len(buffer) < self.batch_bytes)
 
     def counter(self, name: str, ts_ns: int, value: float, *, pid: int | None = None, device: str = "cpu") -> None:
         """Queue one counter sample."""
@@ -137,14 +140,14 @@ class Sink:
     def checkpoint(self) -> None:
         """With a journal: append what is queued to the chunk files, if the last time was ``CHECKPOINT_INTERVAL_S``
         ago or more, so that it outlives the process."""
-        if self._journal is None:
+        if self._journal is None or self.journal_error is not None:
             return
         now = time.monotonic()
         if now - self._checkpointed < CHECKPOINT_INTERVAL_S:
             return
         self._checkpointed = now
         for table in self._buffers:
-            self._spill(table)
+            self._spill(table, optional=True)
 
     def close(self) -> None:
         """Flush and remove the scratch directory (with a journal: forget the inserted chunks; the folder is the
@@ -166,24 +169,36 @@ class Sink:
         buffer += orjson.dumps(row, option=_OPTIONS, default=str)
         self._pending[table] += 1
         if len(buffer) >= self._spill_bytes:
-            self._spill(table)
+            self._spill(table, optional=len(buffer) < self.batch_bytes)
 
-    def _spill(self, table: str) -> None:
-        """Append ``table``'s buffer to its chunk file; insert the chunk once it holds a batch."""
+    def _spill(self, table: str, *, optional: bool = False) -> None:
+        """Append ``table``'s buffer to its chunk file; insert the chunk once it holds a batch. ``optional``: a
+        journal's append before a batch is due, which a failure (a full disk) turns off, the rows kept in memory
+        and ``journal_error`` set, rather than raise into the program."""
         buffer, rows = self._buffers[table], self._pending[table]
         if not rows:
             return
         chunk = self._chunks[table]
-        if chunk is None:
-            self._seq += 1
-            path = self._dir / f"{self._seq:06d}{table}.ndjson"
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
-            chunk = (path, os.open(path, flags, 0o644), 0, 0)
-        path, fd, size, chunk_rows = chunk
-        with memoryview(buffer) as view:
-            done = 0
-            while done < len(view):  # a regular file takes it all at once; a full disk raises
-                done += os.write(fd, view[done:])
+        try:
+            if chunk is None:
+                path = self._dir / f"{self._seq + 1:06d}{table}.ndjson"
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+                chunk = self._chunks[table] = (path, os.open(path, flags, 0o644), 0, 0)
+                self._seq += 1
+            path, fd, size, chunk_rows = chunk
+            with memoryview(buffer) as view:
+                done = 0
+                while done < len(view):  # a regular file takes it all at once; a full disk raises
+                    done += os.write(fd, view[done:])
+        except OSError as exc:
+            if chunk is not None:  # no row half written: what the buffer holds is appended whole, later
+                with contextlib.suppress(OSError):
+                    os.ftruncate(chunk[1], chunk[2])
+            if not optional:
+                raise
+            self.journal_error = f"{exc.filename or self._dir}: {exc.strerror or exc}"
+            self._spill_bytes = self.batch_bytes
+            return
         self._chunks[table] = (path, fd, size + len(buffer), chunk_rows + rows)
         buffer.clear()
         self._pending[table] = 0
