@@ -62,7 +62,8 @@ class Profile:
             raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
         self.levels = parse_levels(levels)
         self.name = name or "profile"
-        self.path = Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb"
+        # absolute: the program may change its working folder while the store is written (hydra does)
+        self.path = (Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb").absolute()
         self.pass_name = pass_name
         self.config = config or {}
         measure = self.config.get("measure")

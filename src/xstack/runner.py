@@ -137,27 +137,29 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
 
     An existing store at ``out`` is refused before the program starts, unless ``force`` (replace it) or
     ``append`` (record into a scratch store beside it, whose run is then added to it in one transaction)."""
-    store = out or Path("xstack-out") / f"{program.name}.duckdb"
+    shown = out or Path("xstack-out") / f"{program.name}.duckdb"
     parsed = parse_levels(levels)
     if append:
-        with Store.open(store, read_only=False):  # fails now, and clearly, on a missing or foreign store
+        with Store.open(shown, read_only=False):  # fails now, and clearly, on a missing or foreign store
             pass
-        target = scratch_path(store)
+        written = scratch_path(shown)
     else:
-        check_new(store, overwrite=force, can_append=True)
-        target = store
+        check_new(shown, overwrite=force, can_append=True)
+        written = shown
+    # what the program's process uses is absolute: the program may change its working folder (hydra does)
+    store, target = shown.absolute(), written.absolute()
 
     def publish() -> None:
         if measured is not None and measured.quiet or _wrapped_child():
             return  # the process that started this one speaks for it
         if append and target.exists():
             ids = append_store(store, target)
-            print(f"xstack: profile added to {store} as run {', '.join(map(str, ids))}", file=sys.stderr)
+            print(f"xstack: profile added to {shown} as run {', '.join(map(str, ids))}", file=sys.stderr)
         elif target.exists():
-            print(f"xstack: profile written to {store}", file=sys.stderr)
+            print(f"xstack: profile written to {shown}", file=sys.stderr)
 
     if _in_process(parsed) and not _wrapped_child():
-        watched = _watch(target)
+        watched = _watch(written)  # this process stays in the working folder the paths were given in
         if watched is not None:  # the program ran in the child, which published its store, or was salvaged here
             code, salvaged = watched
             if salvaged:

@@ -377,3 +377,34 @@ def test_a_program_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path: Path
     elif levels == "model,io":  # the launcher outlived the program: it says why there is no profile
         assert "xstack: the program was killed by SIGKILL (signal 9) before its profile was written" in proc.stderr
         assert not (tmp_path / "p.duckdb").exists()
+
+
+CHANGES_FOLDER = """
+import os, sys, time, xstack
+os.chdir(sys.argv[1])  # as hydra does: the run's outputs in a folder of their own
+for i in range(int(sys.argv[2])):
+    with xstack.span("load"):
+        time.sleep(0.01)
+    if i == 2:
+        time.sleep(0.05)  # past the journal's interval: this iteration's end reaches it
+    xstack.step()
+    if i == 2 and sys.argv[3] == "kill":
+        os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize(("argv", "how"), [(["-o", "out/c.duckdb"], "end"), (["-o", "out/c.duckdb"], "kill"),
+                                           (["--levels", "model,io", "-o", "out/c.duckdb"], "end")])  # fmt: skip
+def test_a_program_that_changes_its_working_folder_keeps_its_profile(tmp_path: Path, argv: list[str], how: str
+                                                                      ) -> None:  # fmt: skip
+    """The store's path is relative to the folder xstack was started in, wherever the program goes: it was
+    completed into the folder the program had moved to (and lost), its journal too."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cd.py").write_text(CHANGES_FOLDER)
+    proc = _run(tmp_path, "run", *argv, "--", "python", "cd.py", "elsewhere", "5", how)
+    assert proc.returncode == (137 if how == "kill" else 0), proc.stderr
+    assert "xstack: profile written to out/c.duckdb" in proc.stderr
+    with Store.open(tmp_path / "out" / "c.duckdb") as store:
+        steps = store.query("SELECT config->>'$.steps_completed' FROM runs")[0][0]
+    assert int(steps) == (3 if how == "kill" else 5)
+    assert not list((tmp_path / "elsewhere").iterdir())

@@ -105,7 +105,8 @@ class Store:
         """
         final = Path(path)
         check_new(final, overwrite=overwrite)
-        partial = final.with_name(final.name + PARTIAL_SUFFIX)
+        # absolute: the program a profile runs may change its working folder before the store is renamed
+        partial = final.absolute().with_name(final.name + PARTIAL_SUFFIX)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             _remove_db(partial)
@@ -127,17 +128,17 @@ class Store:
             con.close()
             _remove_db(partial)
             raise
-        store._complete(final)
+        store._complete(final.absolute())
 
     @classmethod
     @contextmanager
     def reopen_partial(cls, path: str | os.PathLike[str]) -> Iterator[Store]:
         """Open the ``path.partial`` that a process killed while writing the store left behind, to complete it:
         renamed into place as ``create`` does once the block ends, removed if it raises (or cannot be read)."""
-        final = Path(path)
+        final = Path(path).absolute()
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         if not partial.exists():
-            raise StoreError(f"{final}: nothing to complete: no {partial.name} beside it")
+            raise StoreError(f"{path}: nothing to complete: no {partial.name} beside it")
         try:
             con = duckdb.connect(str(partial))  # replays its write-ahead log: what was committed is there
         except duckdb.Error as exc:
