@@ -114,6 +114,9 @@ class Profile:
             # the system sampler first: it then sees the other levels start too (starting torch's profiler
             # imports torch._inductor, seconds of the warm-up step), and, stopped last, everything up to the end
             for collector in sorted(collectors, key=lambda c: c.level != "system"):
+                keep_journal = getattr(collector, "keep_journal", None)
+                if keep_journal is not None and self._journal is not None:  # collectors with rows of their own
+                    keep_journal(self._journal)
                 configure = getattr(collector, "configure", None)
                 if configure is not None:  # collectors that act on the pass's settings (warm-up count)
                     configure(self.config)

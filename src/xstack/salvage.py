@@ -9,9 +9,16 @@ running a tracer) calls ``after_child`` once it has ended: if the program left a
 journal, ``salvage`` inserts the chunks the store does not hold yet, adds the run's row (``cut_short``, with
 what ended it) and a health row saying what is missing, and renames the store into place.
 
+The ``system`` level's C sampler appends its rows to files of its own in the journal, at most every 0.25 s
+(``collect._system_native``): ``salvage`` writes their counters into the run as the sampler does at a run's end,
+with a ``config.system`` the system analyses read, so that the memory of the program and of the machine up to
+the kill (the out-of-memory killer's) is kept.
+
 What a salvaged run lacks: what ended after the journal was last written (the iterations that ended since), the
-spans still open when the process died (the iteration in progress and the layers inside it), and the levels that
-are read as a run ends (``op``, ``runtime``, ``kernel``, ``system``).
+spans still open when the process died (the iteration in progress and the layers inside it), the levels that
+are read as a run ends (``op``, ``runtime``, ``kernel``), and of the ``system`` level the samples after its last
+append, the GPU samples and the roles of the child processes (the Python sampler, ``XSTACK_SYSTEM_SAMPLER=python``,
+keeps none of it).
 """
 
 from __future__ import annotations
@@ -19,16 +26,18 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
+from xstack.collect._system_native import JOURNAL_PERIOD_S
 from xstack.errors import StoreError
 from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
-from xstack.trace.sink import CHECKPOINT_INTERVAL_S, CHUNKS_TABLE, chunk_table, insert_chunk, table_columns
+from xstack.trace.sink import CHECKPOINT_INTERVAL_S, CHUNKS_TABLE, Sink, chunk_table, insert_chunk, table_columns
 from xstack.trace.store import Store
 
 JOURNAL_SUFFIX = ".journal"
@@ -97,14 +106,80 @@ def salvage(store: Path, reason: str, *, read_after: tuple[str, ...] = READ_BY_P
             if not spans:
                 raise NothingRecorded(f"{store}: nothing had been recorded")
             if not partial.query("SELECT 1 FROM _runs WHERE run_id = ?", [run_id]):  # not killed after writing it
-                _add_run(partial, header, reason, read_after, int(spans), last)
+                system = _salvage_system(partial, journal, header)
+                _add_run(partial, header, reason, read_after, int(spans), last, system)
     finally:
         remove_journal(journal)
     return int(spans)
 
 
+class _System(NamedTuple):
+    """What the system level's journal gave a salvaged run."""
+
+    config: dict[str, Any] | None
+    """The run's ``config.system``; None when nothing was kept."""
+    last_ns: int | None
+    """The last sample's time."""
+    why_not: str | None
+    """Why nothing was kept, for the health row."""
+
+
+def _salvage_system(store: Store, journal: Path, header: dict[str, Any]) -> _System | None:
+    """Write the counters of the system samples the C sampler appended to ``journal`` into the run (the rows of
+    ``collect._system_native.read_journal_rows``, with the functions the sampler uses at a run's end), and the
+    ``config.system`` its analyses read; None where the run has no system level."""
+    from xstack.collect._system_native import JOURNAL_META, read_journal_rows
+    from xstack.collect._system_proc import PROC_STRIDE, write_machine, write_processes
+
+    if "system" not in header["levels"]:
+        return None
+    try:
+        meta = orjson.loads((journal / JOURNAL_META).read_bytes())
+    except FileNotFoundError:
+        return _System(None, None, "the sampler started no journal")
+    except (OSError, orjson.JSONDecodeError) as exc:
+        return _System(None, None, f"{journal / JOURNAL_META} cannot be read ({exc})")
+    if meta.get("sampler") != "native":
+        return _System(None, None, "the Python sampler (XSTACK_SYSTEM_SAMPLER=python) keeps its samples in memory "
+                       "until the run ends")  # fmt: skip
+    try:
+        cpus, stride, root = [str(c) for c in meta["cpus"]], int(meta["machine_stride"]), int(meta["pid"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return _System(None, None, f"{journal / JOURNAL_META} lacks what reading the samples needs ({exc!r})")
+    procs, machine = read_journal_rows(journal, stride)
+    if not procs and not machine:
+        return _System(None, None, "no sample had been appended to its journal")
+    run_id = int(header["run_id"])
+    sink = Sink(store, run_id)
+    try:
+        counters = write_machine(sink, machine, cpus) + write_processes(sink, procs)
+    finally:
+        sink.close()
+    others = Counter(k for k, pid in zip(procs[0::PROC_STRIDE], procs[2::PROC_STRIDE], strict=True) if pid != root)
+    last = max(procs[-PROC_STRIDE + 1] if procs else 0, machine[-stride + 1] if machine else 0)
+    config = {
+        "syscalls": False,
+        "syscall_tool": None,
+        "interval_ms": meta.get("interval_ms"),
+        "full_interval_ms": meta.get("full_interval_ms"),
+        "cores": meta.get("cores"),
+        "samples": len(set(procs[0::PROC_STRIDE])),
+        "counters": counters,
+        "torch_threads": None,
+        "gpus": [],
+        "gpu_names": {},
+        "gpu_interval_ms": None,
+        "nvml": "GPU samples are not kept when a program is killed outright (they stay in memory until the run ends)",
+        "workers": max(others.values(), default=0),  # the roles of the child processes are not known
+        "process_roles": {},
+        "sampler": "native",
+        "salvaged": True,
+    }
+    return _System(config, last, None)
+
+
 def _add_run(store: Store, header: dict[str, Any], reason: str, read_after: tuple[str, ...], spans: int,
-             last_ns: int | None) -> None:  # fmt: skip
+             last_ns: int | None, system: _System | None) -> None:  # fmt: skip
     from xstack.profile import run_info  # which imports this module
 
     run_id = int(header["run_id"])
@@ -113,8 +188,11 @@ def _add_run(store: Store, header: dict[str, Any], reason: str, read_after: tupl
         [run_id],
     )
     levels = list(header["levels"])
-    lost = [level for level in levels if level not in LIVE_LEVELS and level not in read_after]
+    kept = (*LIVE_LEVELS, *read_after, *(("system",) if system is not None and system.config is not None else ()))
+    lost = [level for level in levels if level not in kept]
     header = header | {"levels": [level for level in levels if level not in lost]}
+    if system is not None and system.config is not None:
+        header = header | {"config": header["config"] | {A.CONFIG_SYSTEM: system.config}}
     store.add_run(run_info(header, store, error=reason, completed=int(steps), cut_short=True))
     until = f", until {format_ns(last_ns - int(header['started_at_ns']))} into the run" if last_ns else ""
     # ended spans reach the journal at an iteration's end, at most every CHECKPOINT_INTERVAL_S: the last
@@ -124,8 +202,18 @@ def _add_run(store: Store, header: dict[str, Any], reason: str, read_after: tupl
         f"what ended after that (the journal is written at the end of an iteration, at most every "
         f"{CHECKPOINT_INTERVAL_S:g} s) and the spans still open as it died (the iteration in progress{inside})"
     )
+    sep = ", and"
+    if system is not None and system.config is not None:
+        sep = "; and"
+        until_system = f", until {format_ns(system.last_ns - int(header['started_at_ns']))} into the run" if (
+            system.last_ns) else ""  # fmt: skip
+        missing += (f"; of the system level (its CPU and memory samples are kept{until_system}): the samples "
+                    f"after its last append (at most every {JOURNAL_PERIOD_S:g} s), the GPU samples, and the roles "
+                    f"of the child processes (each counts as a worker)")  # fmt: skip
     if lost:
-        missing += f", and the {', '.join(lost)} level{'s' if len(lost) > 1 else ''}, read as a run ends"
+        missing += f"{sep} the {', '.join(lost)} level{'s' if len(lost) > 1 else ''}, read as a run ends"
+        if system is not None and system.why_not is not None:
+            missing += f" (system: {system.why_not})"
     store.add_health(run_id, [("salvaged", 1, f"{reason} before its profile was complete: what it had written is "
                                f"kept ({counted(spans, 'span')}{until}); missing: {missing}")])  # fmt: skip
 

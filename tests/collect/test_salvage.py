@@ -352,3 +352,72 @@ def test_a_journal_that_cannot_be_written_never_fails_the_program(tmp_path: Path
         full[0] = False
         sink.close()
         assert store.query("SELECT count(*), count(DISTINCT span_id) FROM _spans") == [(12_000, 12_000)]
+
+
+GROW = """
+import os, sys, time
+import xstack
+
+keep = []
+for i in range(8):
+    keep.append(bytearray(16 << 20))  # 16 MiB more each iteration, written: resident
+    time.sleep(0.08)
+    xstack.step()
+time.sleep(0.3)  # past the sampler's journal period: the last samples reach it
+with open("killed_at", "w") as f:
+    f.write(str(time.time_ns()))
+os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("sampler", ["native", "python"])
+def test_a_program_killed_outright_keeps_its_system_samples(tmp_path: Path, sampler: str) -> None:
+    """What a run killed by the out-of-memory killer most needs: the C sampler appends its rows to the journal
+    as it goes, and the salvaged run has the memory of the program climbing until the kill, with a
+    ``config.system`` on which ``xstack summary`` and ``xstack report`` run the system analyses. The Python
+    sampler keeps its rows in memory: the level is lost, and the health row says why."""
+    from xstack.collect._system_native import BACKEND_ENV, library_path
+
+    if sampler == "native" and library_path() is None:
+        pytest.skip("the C sampler is not built")
+    (tmp_path / "grow.py").write_text(textwrap.dedent(GROW))
+    env = os.environ | {BACKEND_ENV: sampler}
+    proc = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,system", "-o", "g.duckdb", "--",
+                           "python", "grow.py"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 137, proc.stderr
+    killed_at = int((tmp_path / "killed_at").read_text())
+    with Store.open(tmp_path / "g.duckdb") as store:
+        levels, pid, system = store.query("SELECT levels, config->>'$.pid', config->'$.system' FROM runs")[0]
+        rss = store.query("SELECT ts_ns, value FROM counters WHERE name = 'proc.rss_bytes' AND pid = ? "
+                          "ORDER BY ts_ns", [int(pid)])  # fmt: skip
+        machine = store.query("SELECT count(*) FROM counters WHERE name = 'mem.used_bytes'")[0][0]
+        ((detail,),) = store.query("SELECT detail FROM health WHERE \"check\" = 'salvaged'")
+    assert _leftovers(tmp_path) == []
+    if sampler == "python":
+        assert levels == ["model"] and system is None and not rss
+        assert detail.endswith(
+            ", and the system level, read as a run ends (system: the Python sampler "
+            "(XSTACK_SYSTEM_SAMPLER=python) keeps its samples in memory until the run ends)"
+        )
+        return
+    assert levels == ["model", "system"]
+    config = orjson.loads(system)
+    assert config["salvaged"] and config["interval_ms"] == 10.0 and config["full_interval_ms"] == 50.0
+    assert machine >= 10 and len(rss) >= 10
+    assert rss[-1][1] - rss[0][1] >= 7 * (16 << 20) * 0.9  # the memory rising step after step
+    assert killed_at - rss[-1][0] < 0.3e9 + 0.1e9  # up to the journal's last append before the kill
+    assert "; of the system level (its CPU and memory samples are kept, until " in detail
+    assert detail.endswith(
+        "the samples after its last append (at most every 0.25 s), the GPU samples, and the "
+        "roles of the child processes (each counts as a worker)"
+    )
+    summary = subprocess.run([sys.executable, "-m", "xstack", "summary", "g.duckdb"], capture_output=True,
+                             text=True, cwd=tmp_path, env=env | {"COLUMNS": "200"}, timeout=120)  # fmt: skip
+    assert summary.returncode == 0, summary.stderr
+    assert "main RSS +" in summary.stdout and "leak suspected" in summary.stdout, summary.stdout
+    report = subprocess.run([sys.executable, "-m", "xstack", "report", "g.duckdb", "-o", "-"], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    assert "Host memory grows step after step" in report.stdout and "### system.cpu " in report.stdout
+    assert "_no GPU telemetry: GPU samples are not kept when a program is killed outright" in report.stdout

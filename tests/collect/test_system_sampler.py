@@ -725,3 +725,64 @@ def test_the_sampler_starts_before_the_other_levels(tmp_path: Path) -> None:
         )[0]
         first_sample = store.query("SELECT min(ts_ns) FROM counters")[0][0]
     assert first_sample < first_op and first_sample - start < 200_000_000, (first_sample - start, first_op - start)
+
+
+@pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
+def test_the_c_sampler_appends_its_rows_to_a_journal_as_it_goes(tmp_path: Path) -> None:
+    """With journal files the thread appends every row it takes, once each, at most every 0.25 s: while it
+    runs the files hold the rows up to the last append, also across halvings of its buffer (which drop rows
+    from memory, not from the journal), and the reader ignores a last block the kill cut."""
+    fds = _system_native.open_journal(tmp_path)
+    # a buffer of a few samples: halved many times while it runs
+    sampler = _system_native.NativeSampler(os.getpid(), 2_000_000, 10_000_000, 100_000_000,
+                                           8 * system.PROC_STRIDE * 60, 100, fds)  # fmt: skip
+    try:
+        t0 = time.monotonic()
+        sampler.start()
+        stride = system.MACHINE_HEAD + 2 * len(sampler.cpus())
+        time.sleep(0.9)
+        procs, machine = _system_native.read_journal_rows(tmp_path, stride)  # as a kill would leave them
+        sampler.stop()
+        elapsed = time.monotonic() - t0
+        assert sampler.stats["halvings"] >= 2 and not sampler.stats["journal_failed"]
+        assert 2 <= sampler.stats["journal_appends"] <= elapsed / _system_native.JOURNAL_PERIOD_S + 1
+        kept = sampler.proc_rows()
+    finally:
+        sampler.close()
+        for fd in fds:
+            os.close(fd)
+    samples = list(procs[0 :: system.PROC_STRIDE])
+    assert samples == sorted(set(samples)) and samples[0] == 0  # each row once, in order, from the first
+    step = sampler.stats["step"]
+    assert any(k % step for k in samples)  # rows the halvings dropped from memory stay in the journal
+    assert len(machine) % stride == 0 and set(machine[0::stride]) <= set(samples)
+    ts = list(procs[1 :: system.PROC_STRIDE])
+    assert ts == sorted(ts) and ts[-1] <= kept[-system.PROC_STRIDE + 1]
+    # the rows the memory kept after halving are among the journal's
+    journal_rows = {tuple(procs[i : i + 3]) for i in range(0, len(procs), system.PROC_STRIDE)}
+    memory_rows = [tuple(kept[i : i + 3]) for i in range(0, len(kept), system.PROC_STRIDE) if kept[i + 1] <= ts[-1]]
+    assert memory_rows and all(row in journal_rows for row in memory_rows)
+    # a kill in the middle of an append: the cut block is left out, the whole ones before it kept
+    rows_file = tmp_path / _system_native.JOURNAL_ROWS[0]
+    whole = rows_file.read_bytes()
+    rows_file.write_bytes(whole[:-20])
+    cut_procs, cut_machine = _system_native.read_journal_rows(tmp_path, stride)
+    assert len(cut_procs) % system.PROC_STRIDE == 0 and len(cut_machine) % stride == 0
+    assert 0 < len(cut_procs) + len(cut_machine) < len(procs) + len(machine)
+    assert cut_procs == procs[: len(cut_procs)] and cut_machine == machine[: len(cut_machine)]
+    rows_file.write_bytes(whole + b"\x07" * 40)  # garbage after the last block: ignored too
+    assert _system_native.read_journal_rows(tmp_path, stride) == (procs, machine)
+
+
+def test_the_journal_reader_puts_the_newer_file_last(tmp_path: Path) -> None:
+    """Past its size the thread goes on in the other file, emptied first: the file whose rows start later holds
+    the newer ones, whichever its name."""
+    stride = system.PROC_STRIDE
+
+    def block(k: int, ts: int) -> bytes:
+        return array("q", [1, stride, k, ts, 7, *range(stride - 3)]).tobytes()
+
+    (tmp_path / _system_native.JOURNAL_ROWS[0]).write_bytes(block(5, 500) + block(6, 600))
+    (tmp_path / _system_native.JOURNAL_ROWS[1]).write_bytes(block(3, 300) + block(4, 400))
+    procs, machine = _system_native.read_journal_rows(tmp_path, system.MACHINE_HEAD + 4)
+    assert list(procs[0::stride]) == [3, 4, 5, 6] and not machine

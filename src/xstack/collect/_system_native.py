@@ -16,12 +16,24 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from xstack.collect._process_roles import Record
+from xstack.collect._system_proc import PROC_STRIDE
 from xstack.errors import UsageError
 
 LIBRARY_NAME = "libxstack_sampler.so"
 BACKEND_ENV = "XSTACK_SYSTEM_SAMPLER"
 """``native`` (the default where the library is built) or ``python``: which sampler the system level uses."""
+JOURNAL_META = "system.json"
+"""In a profile's journal folder (``xstack.salvage``): what reading the sampler's rows back needs."""
+JOURNAL_ROWS = ("system.0.rows", "system.1.rows")
+"""The two files the C thread appends its rows to, one after the other (``sampler.c``)."""
+JOURNAL_PERIOD_S = 0.25
+"""The C thread appends its rows at most this often (``JOURNAL_PERIOD_NS`` in ``sampler.c``)."""
+JOURNAL_FILE_MIB = 8
+"""Past this size the C thread goes on in the other file, emptied first (``JOURNAL_FILE_CAP``)."""
+_PROC_BLOCK, _MACHINE_BLOCK = 1, 2
 
 _library: ctypes.CDLL | None = None
 
@@ -34,15 +46,17 @@ class _Params(ctypes.Structure):
         ("buffer_cap_bytes", ctypes.c_int64),
         ("root", ctypes.c_int32),
         ("max_errors", ctypes.c_int32),
+        ("journal_fd", ctypes.c_int32 * 2),
     ]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_int64) for name in ("samples", "late", "halvings", "errors", "busy_ns", "thread_cpu_ns",
-                                              "step", "max_children", "proc_values", "machine_values", "bytes_read")),
-        *((name, ctypes.c_int32) for name in ("tid", "children_listed", "stuck", "nseen", "ncpus", "machine_stride",
-                                              "io_unreadable", "io_unreadable_pid")),
+                                              "step", "max_children", "proc_values", "machine_values", "bytes_read",
+                                              "journal_appends")),
+        *((name, ctypes.c_int32) for name in ("journal_failed", "tid", "children_listed", "stuck", "nseen", "ncpus",
+                                              "machine_stride", "io_unreadable", "io_unreadable_pid")),
     ]  # fmt: skip
 
 
@@ -100,14 +114,21 @@ class NativeSampler:
     """One run of the C sampler thread: ``start``, ``stop``, then read its rows and counts; ``close`` frees it."""
 
     def __init__(self, root: int, interval_ns: int, full_period_ns: int, rediscover_ns: int, buffer_cap_bytes: int,
-                 max_errors: int) -> None:  # fmt: skip
+                 max_errors: int, journal_fds: tuple[int, int] = (-1, -1)) -> None:  # fmt: skip
+        """``journal_fds``: two files open for appending, where the thread keeps the rows it takes as it goes
+        (``sampler.c``, read back by ``read_journal``), or -1."""
         lib = _load()
         if lib is None:
             raise RuntimeError("the system level's C sampler is not built")
         self._lib = lib
-        self._params = _Params(interval_ns, full_period_ns, rediscover_ns, buffer_cap_bytes, root, max_errors)
+        self._params = _Params(interval_ns, full_period_ns, rediscover_ns, buffer_cap_bytes, root, max_errors,
+                               (ctypes.c_int32 * 2)(*journal_fds))  # fmt: skip
         self._handle: int | None = None
         self.stats: dict[str, int] = {}
+
+    def set_journal(self, fds: tuple[int, int]) -> None:
+        """Before ``start``: the two files (``JOURNAL_ROWS``, open for appending) the thread appends its rows to."""
+        self._params.journal_fd[0], self._params.journal_fd[1] = fds
 
     def start(self) -> None:
         """Start the thread; returns once it has opened its files and taken the first sample. Raises
@@ -192,3 +213,55 @@ class NativeSampler:
         if self._handle is not None:
             self._lib.xs_free(self._handle)
             self._handle = None
+
+
+def open_journal(folder: Path) -> tuple[int, int]:
+    """The two ``JOURNAL_ROWS`` files in ``folder``, empty and open for appending (``OSError`` if they cannot be
+    made)."""
+    fds: list[int] = []
+    try:
+        for name in JOURNAL_ROWS:
+            fds.append(os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
+                               0o644))  # fmt: skip
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds[0], fds[1]
+
+
+def write_journal_meta(folder: Path, meta: dict[str, Any]) -> None:
+    """Keep ``meta`` (``JOURNAL_META``) in ``folder``, written whole or not at all."""
+    tmp = folder / (JOURNAL_META + ".tmp")
+    tmp.write_bytes(orjson.dumps(meta))
+    os.replace(tmp, folder / JOURNAL_META)
+
+
+def read_journal_rows(folder: Path, machine_stride: int) -> tuple[array[int], array[int]]:
+    """The process and machine rows the C thread appended to the ``JOURNAL_ROWS`` in ``folder``, in time order.
+    A file ends at its first block that is not whole (the process was killed while appending to it)."""
+    parts: list[tuple[int, array[int], array[int]]] = []
+    for name in JOURNAL_ROWS:
+        try:
+            data = (folder / name).read_bytes()  # at most JOURNAL_FILE_MIB
+        except FileNotFoundError:
+            continue
+        values = array("q")
+        values.frombytes(data[: len(data) - len(data) % 8])
+        procs, machine = array("q"), array("q")
+        at = 0
+        while at + 2 <= len(values):
+            kind, n = values[at], values[at + 1]
+            stride = PROC_STRIDE if kind == _PROC_BLOCK else machine_stride if kind == _MACHINE_BLOCK else 0
+            if not stride or n <= 0 or n % stride or at + 2 + n > len(values):
+                break
+            (procs if kind == _PROC_BLOCK else machine).extend(values[at + 2 : at + 2 + n])
+            at += 2 + n
+        first = procs[1] if procs else machine[1] if machine else None
+        if first is not None:
+            parts.append((first, procs, machine))
+    procs, machine = array("q"), array("q")
+    for _, p, m in sorted(parts, key=lambda part: part[0]):
+        procs.extend(p)
+        machine.extend(m)
+    return procs, machine

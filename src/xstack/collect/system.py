@@ -45,6 +45,11 @@ clock.
 sample is dropped and the interval doubles (said in health), so a long run keeps its whole length at a coarser
 step.
 
+**A program killed outright.** In a profile with a journal (``xstack.salvage``), the C thread also appends the
+rows it took to files in the journal folder, at most every 0.25 s (one ``writev``, on its own thread), and
+``salvage`` writes their counters into the run a killed program leaves: the memory of its processes and of the
+machine up to the kill. The GPU samples and the Python sampler's rows stay in memory until the run ends.
+
 Errors inside the thread never reach the program: they are counted and the first is kept for health; after
 ``MAX_ERRORS`` in a row the sampler stops.
 """
@@ -59,11 +64,17 @@ import threading
 import time
 from array import array
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from xstack.collect._process_roles import Record, process_roles
 from xstack.collect._recorder import Recorder
-from xstack.collect._system_native import NativeSampler, use_native
+from xstack.collect._system_native import (
+    NativeSampler,
+    open_journal,
+    use_native,
+    write_journal_meta,
+)
 from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
 from xstack.collect._system_proc import (
     MACHINE_HEAD,
@@ -121,6 +132,7 @@ class SystemCollector:
     def __init__(self) -> None:
         self.sampler: Sampler | None = None
         self._config: dict[str, Any] | None = None
+        self._journal: Path | None = None
 
     def unavailable_reason(self) -> str | None:
         if not sys.platform.startswith("linux"):
@@ -142,8 +154,13 @@ class SystemCollector:
         """Keep the run's config: ``finish`` adds ``config["system"]`` to it."""
         self._config = config
 
+    def keep_journal(self, folder: Path) -> None:
+        """Before ``start``: the profile's journal folder (``xstack.salvage``), where the C sampler keeps its rows
+        as it goes, so that a program killed outright keeps them."""
+        self._journal = folder
+
     def start(self, recorder: Recorder) -> None:
-        self.sampler = Sampler(int(interval_ms() * 1e6))
+        self.sampler = Sampler(int(interval_ms() * 1e6), journal=self._journal)
         self.sampler.start()
 
     def stop(self) -> None:
@@ -170,8 +187,13 @@ class SystemCollector:
 class Sampler:
     """The sampling thread and its buffers; ``start``, ``stop``, then ``write`` once."""
 
-    def __init__(self, interval_ns: int) -> None:
+    def __init__(self, interval_ns: int, *, journal: Path | None = None) -> None:
+        """``journal``: a folder where the C sampler appends its rows as it goes (``keep_journal``)."""
         self.interval_ns = interval_ns
+        self._journal = journal
+        self._journal_fds: tuple[int, int] | None = None
+        self.journal_error: str | None = None
+        """Why the journal could not be kept (``system_journal_failed``), or None."""
         self.step = 1
         """Intervals between two samples: doubles each time the buffer is halved."""
         self.tree: ProcessTree | _TreeSummary
@@ -230,10 +252,18 @@ class Sampler:
         self._start = time.monotonic_ns()
         target = self._run
         if self.native is not None:
-            self.native.start()  # raises OSError naming the file it could not open
+            self._open_journal(self.native)
+            try:
+                self.native.start()  # raises OSError naming the file it could not open
+            except BaseException:
+                self._close_journal()
+                raise
             self.machine = _CpuNames(self.native.cpus())
             self.thread_tid = self.native.stats["tid"]
             target = self._run_gpus
+            self._journal_meta()
+        elif self._journal is not None:  # the reader then says why there is nothing to read
+            self._journal_meta()
         self._thread = threading.Thread(target=target, name="xstack-system-sampler", daemon=True)
         self._thread.start()
         if not self._started.wait(JOIN_TIMEOUT_S):
@@ -242,6 +272,8 @@ class Sampler:
                 self._stop.release()  # the thread ends as soon as it gets past what hung
             if self.native is not None:
                 self.native.stop()
+                if not self.native.stats.get("stuck"):
+                    self._close_journal()
                 self.native.close()
             raise XstackError(f"the system level's sampler took no first sample within {JOIN_TIMEOUT_S:g} s "
                               "(reading /proc or NVML hung)")  # fmt: skip
@@ -252,6 +284,38 @@ class Sampler:
             # no GPU: the thread only opened NVML for its reason; it must be gone before the region runs, or
             # its last steps would take the interpreter lock from the program's thread
             self._thread.join(JOIN_TIMEOUT_S)
+
+    def _open_journal(self, native: NativeSampler) -> None:
+        """Give the C thread its journal files (a journal that cannot be made is said in health, never raised)."""
+        if self._journal is None:
+            return
+        try:
+            self._journal_fds = open_journal(self._journal)
+        except OSError as exc:
+            self.journal_error = str(exc)
+            return
+        native.set_journal(self._journal_fds)
+
+    def _journal_meta(self) -> None:
+        """Beside the rows: what reading them back needs (``salvage.salvage_system``)."""
+        if self._journal is None:
+            return
+        meta: dict[str, Any] = {"sampler": "python"}
+        if self.native is not None and self._journal_fds is not None:
+            meta = {"sampler": "native", "pid": os.getpid(), "cpus": self.machine.cpus,
+                    "interval_ms": self.interval_ns / 1e6,
+                    "full_interval_ms": max(FULL_PERIOD_NS, self.interval_ns) / 1e6, "cores": os.cpu_count(),
+                    "proc_stride": PROC_STRIDE, "machine_stride": self.machine.stride}  # fmt: skip
+        try:
+            write_journal_meta(self._journal, meta)
+        except OSError as exc:
+            self.journal_error = self.journal_error or str(exc)
+
+    def _close_journal(self) -> None:
+        """Once the C thread has ended (never while it may still append)."""
+        fds, self._journal_fds = self._journal_fds, None
+        for fd in fds or ():
+            os.close(fd)
 
     def _open(self) -> None:
         tree = ProcessTree(os.getpid())
@@ -295,6 +359,10 @@ class Sampler:
         self.thread_cpu_ns += st["thread_cpu_ns"]
         self.stuck = self.stuck or bool(st["stuck"])
         self.command_lines = native.command_lines()
+        if st["journal_failed"]:
+            self.journal_error = self.journal_error or "a write failed (a full disk?)"
+        if not st["stuck"]:
+            self._close_journal()
         native.close()
 
     def _run_gpus(self) -> None:
@@ -480,6 +548,10 @@ class Sampler:
         if self.halvings:
             rows.append(("system_interval_doubled", self.halvings, f"the samples reached {BUFFER_CAP_BYTES >> 20} "
                          f"MiB: every other one was dropped, and the run ends at {ms * self.step:g} ms"))  # fmt: skip
+        if self.journal_error is not None:
+            rows.append(("system_journal_failed", 1, f"the system samples could not be kept beside the store as "
+                         f"the run went ({self.journal_error}): had the program been killed outright, they would "
+                         "have been lost (the profile itself is complete)"))  # fmt: skip
         if self.stuck:
             rows.append(("system_sampler_stuck", 1, f"the sampler thread did not end within {JOIN_TIMEOUT_S:g} s"))
         return rows + self._gpu_health()

@@ -25,6 +25,12 @@
  *    next listing, in case it was seen between its fork and its exec): Python tells the helpers of
  *    multiprocessing and the subprocesses with their own processes by them, and a helper may end long before
  *    the sampler stops.
+ * Where Python gives it journal files (two fds), the thread also appends the rows it took since its last append
+ * to one of them, at most every JOURNAL_PERIOD_NS, after a sample (one writev): a process killed outright (the
+ * out-of-memory killer) then keeps its samples up to the last append, which xstack/salvage.py reads into the
+ * salvaged run. A block is two int64 (JOURNAL_PROC or JOURNAL_MACHINE, the number of values) then the values;
+ * past JOURNAL_FILE_CAP bytes the thread goes on in the other file, emptied first, so that the last minutes are
+ * kept in bounded space. Only this thread touches its row buffers, so no lock is needed.
  * The /proc files stay open and are re-read with pread from offset 0. Every file operation is a raw system
  * call, so the io level's interposition library, when preloaded, never sees the sampler's reads.
  */
@@ -39,6 +45,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +57,10 @@
 #define STACK_START 25 /* startstack, field 28 of /proc/PID/stat, among stat_fields' fields */
 #define MAX_CPUS 4096
 #define JOIN_TIMEOUT_S 5
+#define JOURNAL_PERIOD_NS 250000000LL
+#define JOURNAL_FILE_CAP (8LL << 20)
+#define JOURNAL_PROC 1
+#define JOURNAL_MACHINE 2
 
 struct xs_params {
     int64_t interval_ns;
@@ -58,12 +69,13 @@ struct xs_params {
     int64_t buffer_cap_bytes;
     int32_t root;
     int32_t max_errors;
+    int32_t journal_fd[2]; /* files to append the rows to (see the top), or -1 */
 };
 
 struct xs_stats {
     int64_t samples, late, halvings, errors, busy_ns, thread_cpu_ns, step, max_children;
-    int64_t proc_values, machine_values, bytes_read;
-    int32_t tid, children_listed, stuck, nseen, ncpus, machine_stride, io_unreadable, io_unreadable_pid;
+    int64_t proc_values, machine_values, bytes_read, journal_appends;
+    int32_t journal_failed, tid, children_listed, stuck, nseen, ncpus, machine_stride, io_unreadable, io_unreadable_pid;
 };
 
 struct tfile { /* a thread's children or status file */
@@ -116,6 +128,10 @@ struct xs_sampler {
     char first_error[256];
     char *buf;
     size_t bufcap;
+    /* the journal: values of each buffer appended, the newest row's time, the file in use, its size */
+    size_t journal_proc, journal_machine;
+    int64_t journal_proc_ts, journal_machine_ts, journal_last, journal_bytes, journal_appends;
+    int journal_file, journal_failed;
 };
 
 /* ---- raw system calls ---- */
@@ -813,12 +829,80 @@ static void keep_every(struct vec *v, size_t stride, int64_t step)
     v->n = w;
 }
 
+/* Where the rows of `v` after time `ts` begin (rows carry their time at index 1): the part not yet appended. */
+static size_t after_ts(const struct vec *v, size_t stride, int64_t ts)
+{
+    size_t r = v->n - v->n % stride;
+    while (r >= stride && v->v[r - stride + 1] > ts)
+        r -= stride;
+    return r;
+}
+
 static void halve(struct xs_sampler *s)
 {
+    size_t mstride = MACHINE_HEAD + 2 * s->ncpus;
     s->step *= 2;
     s->halvings++;
     keep_every(&s->proc_rows, PROC_STRIDE, s->step);
-    keep_every(&s->machine_rows, MACHINE_HEAD + 2 * s->ncpus, s->step);
+    keep_every(&s->machine_rows, mstride, s->step);
+    s->journal_proc = after_ts(&s->proc_rows, PROC_STRIDE, s->journal_proc_ts);
+    s->journal_machine = after_ts(&s->machine_rows, mstride, s->journal_machine_ts);
+}
+
+/* Append the rows taken since the last append to the journal (see the top); a file that cannot be written
+ * (a full disk) is cut back to its last whole block and the journal stops there. */
+static void journal_append(struct xs_sampler *s, int64_t now)
+{
+    if (s->p.journal_fd[0] < 0 || s->journal_failed || now - s->journal_last < JOURNAL_PERIOD_NS)
+        return;
+    size_t mstride = MACHINE_HEAD + 2 * s->ncpus;
+    size_t proc_end = s->proc_rows.n - s->proc_rows.n % PROC_STRIDE;
+    size_t machine_end = s->machine_rows.n - s->machine_rows.n % mstride;
+    int64_t head[4] = {JOURNAL_PROC, (int64_t)(proc_end - s->journal_proc), JOURNAL_MACHINE,
+                       (int64_t)(machine_end - s->journal_machine)};
+    struct iovec iov[4];
+    int n = 0;
+    int64_t bytes = 0;
+    if (head[1] > 0) {
+        iov[n++] = (struct iovec){head, 2 * sizeof *head};
+        iov[n++] = (struct iovec){s->proc_rows.v + s->journal_proc, head[1] * sizeof *head};
+        bytes += (2 + head[1]) * (int64_t)sizeof *head;
+    }
+    if (head[3] > 0) {
+        iov[n++] = (struct iovec){head + 2, 2 * sizeof *head};
+        iov[n++] = (struct iovec){s->machine_rows.v + s->journal_machine, head[3] * sizeof *head};
+        bytes += (2 + head[3]) * (int64_t)sizeof *head;
+    }
+    s->journal_last = now;
+    if (!n)
+        return;
+    if (s->journal_bytes && s->journal_bytes + bytes > JOURNAL_FILE_CAP) {
+        s->journal_file ^= 1; /* the other file, emptied: it held what came before the one just filled */
+        s->journal_bytes = 0;
+        if (syscall(SYS_ftruncate, s->p.journal_fd[s->journal_file], 0) != 0) {
+            s->journal_failed = 1;
+            return;
+        }
+    }
+    int fd = s->p.journal_fd[s->journal_file];
+    long wrote;
+    do
+        wrote = syscall(SYS_writev, fd, iov, n);
+    while (wrote < 0 && errno == EINTR);
+    if (wrote != bytes) {
+        if (wrote > 0)
+            syscall(SYS_ftruncate, fd, s->journal_bytes);
+        s->journal_failed = 1;
+        return;
+    }
+    s->journal_bytes += bytes;
+    s->journal_appends++;
+    s->journal_proc = proc_end;
+    s->journal_machine = machine_end;
+    if (proc_end)
+        s->journal_proc_ts = s->proc_rows.v[proc_end - PROC_STRIDE + 1];
+    if (machine_end)
+        s->journal_machine_ts = s->machine_rows.v[machine_end - mstride + 1];
 }
 
 static int open_all(struct xs_sampler *s)
@@ -845,8 +929,10 @@ static void *run(void *arg)
     s->tid = (int)syscall(SYS_gettid);
     int ok = open_all(s) == 0;
     int64_t k = 0;
-    if (ok)
+    if (ok) {
         take(s, 0, 1);
+        journal_append(s, mono_ns());
+    }
     pthread_mutex_lock(&s->mu);
     int abandoned = s->stopping; /* xs_start gave up waiting */
     s->started = ok ? 1 : -1;
@@ -868,6 +954,7 @@ static void *run(void *arg)
         take(s, k, 0);
         if (8 * (int64_t)(s->proc_rows.n + s->machine_rows.n) >= s->p.buffer_cap_bytes)
             halve(s);
+        journal_append(s, mono_ns());
     }
     take(s, k + 1, 1); /* the region's end, whatever happened */
     struct rusage use;
@@ -982,7 +1069,8 @@ XS_EXPORT void xs_stats(const struct xs_sampler *s, struct xs_stats *out)
         .samples = s->samples, .late = s->late, .halvings = s->halvings, .errors = s->errors,
         .busy_ns = s->busy_ns, .thread_cpu_ns = s->thread_cpu_ns, .step = s->step, .max_children = s->max_children,
         .proc_values = (int64_t)s->proc_rows.n, .machine_values = (int64_t)s->machine_rows.n,
-        .bytes_read = s->bytes_read, .tid = s->tid, .children_listed = s->children_listed, .stuck = s->stuck,
+        .bytes_read = s->bytes_read, .journal_appends = s->journal_appends, .journal_failed = s->journal_failed,
+        .tid = s->tid, .children_listed = s->children_listed, .stuck = s->stuck,
         .nseen = s->nseen, .ncpus = s->ncpus, .machine_stride = MACHINE_HEAD + 2 * s->ncpus,
         .io_unreadable = s->io_unreadable, .io_unreadable_pid = s->io_unreadable_pid};
 }
