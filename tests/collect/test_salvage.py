@@ -253,21 +253,23 @@ for i in range(100_000):
 """
 
 
-def _until_started(stream: Any, proc: subprocess.Popen[str]) -> None:
-    assert stream.readline().strip() == "started", proc.stderr.read() if proc.stderr else ""
+def _signalled(tmp_path: Path, signum: int, after_s: float) -> subprocess.CompletedProcess[str]:
+    """``xstack run`` of ``LOOP``, sent ``signum`` (to its pid alone) ``after_s`` after the loop started."""
+    (tmp_path / "loop.py").write_text(LOOP)
+    proc = subprocess.Popen([sys.executable, "-m", "xstack", "run", "-o", "l.duckdb", "--", "python", "loop.py"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "started", proc.communicate()
+    time.sleep(after_s)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_sigint_to_the_xstack_process_alone_reaches_the_program(tmp_path: Path) -> None:
     """``kill -INT`` of ``xstack run``'s pid (a harness's ``send_signal``): the program, run in a child of it, gets
     it too, stops with its KeyboardInterrupt, and the profile is complete (130, as for the program alone)."""
-    (tmp_path / "loop.py").write_text(LOOP)
-    proc = subprocess.Popen([sys.executable, "-m", "xstack", "run", "-o", "l.duckdb", "--", "python", "loop.py"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    _until_started(proc.stdout, proc)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.count("KeyboardInterrupt") == 1, err
+    proc = _signalled(tmp_path, signal.SIGINT, 0.3)
+    assert proc.returncode == 130 and proc.stderr.count("KeyboardInterrupt") == 1, proc.stderr
     with Store.open(tmp_path / "l.duckdb") as store:
         assert store.query("SELECT config->>'$.status', config->>'$.error' FROM runs") == [
             ("cut_short", "KeyboardInterrupt")
@@ -306,15 +308,9 @@ def test_ctrl_c_at_the_terminal_stops_the_program_once(tmp_path: Path) -> None:
 def test_a_hangup_passed_on_to_the_program_leaves_what_it_recorded(tmp_path: Path) -> None:
     """SIGHUP to ``xstack run`` (a closed terminal's, as a shell passes it on to its jobs): the program dies of it,
     as it would alone (129), and what it recorded is kept."""
-    (tmp_path / "loop.py").write_text(LOOP)
-    proc = subprocess.Popen([sys.executable, "-m", "xstack", "run", "-o", "l.duckdb", "--", "python", "loop.py"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    _until_started(proc.stdout, proc)
-    time.sleep(0.4)
-    proc.send_signal(signal.SIGHUP)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGHUP, err
-    assert "xstack: the program was killed by SIGHUP (signal 1); the profile it had recorded (" in err
+    proc = _signalled(tmp_path, signal.SIGHUP, 0.4)
+    assert proc.returncode == 128 + signal.SIGHUP, proc.stderr
+    assert "xstack: the program was killed by SIGHUP (signal 1); the profile it had recorded (" in proc.stderr
     with Store.open(tmp_path / "l.duckdb") as store:
         ((status, steps),) = store.query("SELECT config->>'$.status', config->>'$.steps_completed' FROM runs")
     assert status == "cut_short" and int(steps) >= 5
