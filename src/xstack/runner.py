@@ -9,6 +9,7 @@ measurement.
 
 from __future__ import annotations
 
+import itertools
 import os
 import runpy
 import signal
@@ -146,7 +147,9 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
     else:
         check_new(shown, overwrite=force, can_append=True)
         written = shown
-    # what the program's process uses is absolute: the program may change its working folder (hydra does)
+    # publishing uses absolute paths: the program may change its working folder (hydra does), and the profile in
+    # this process makes its own absolute; the command lines of children keep the paths as given, which a
+    # program that runs its own command line again in another folder (a copy of itself) relies on
     store, target = shown.absolute(), written.absolute()
 
     def publish() -> None:
@@ -165,7 +168,7 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
             if salvaged:
                 publish()
             return code
-    code = _record(program, levels, parsed, target, measured, warmup, publish)
+    code = _record(program, levels, parsed, written, measured, warmup, publish)  # a child's command line: as given
     publish()
     return code
 
@@ -248,7 +251,9 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
             prof,
             bar,
             _completed_at_os_exit(lambda code: _finish_early(code, f"os._exit({code})", prof, bar, publish)),
-            _completed_at_sigterm(lambda: _finish_early(128 + signal.SIGTERM, "SIGTERM", prof, bar, publish)),
+            _completed_at_sigterm(
+                lambda: _finish_early(128 + signal.SIGTERM, "SIGTERM", prof, bar, publish), prof.recording_busy
+            ),
         ):
             code = _execute(program)
     except _ProgramFailed as failed:
@@ -305,22 +310,31 @@ def _default_sigterm_in_child() -> None:
 os.register_at_fork(after_in_child=_default_sigterm_in_child)
 
 
+BUSY_RETRY_S, BUSY_RETRIES = 0.005, 200
+"""A SIGTERM that comes while a span is being written is delivered again this much later, so many times at most."""
+
+
 @contextmanager
-def _completed_at_sigterm(finish: Callable[[], None]) -> Iterator[None]:
+def _completed_at_sigterm(finish: Callable[[], None], busy: Callable[[], bool] = lambda: False) -> Iterator[None]:
     """SIGTERM (``kill``, a batch scheduler's time limit or preemption) ends a program that leaves it at its
     default action on the spot, and the profile open in it with it. While the program runs with that default, a
     SIGTERM first calls ``finish()``, then ends the process by the signal itself, as it would have ended: exit
     status 128 + 15 to a shell, none of the program's ``finally`` blocks run. More SIGTERMs while ``finish`` runs
-    are ignored (SIGKILL still ends it). Where the recording is in the middle of taking its lock, the profile
-    cannot be completed safely and is not. A program that sets its own handler replaces this one."""
+    are ignored (SIGKILL still ends it). One that comes while a span is being written (``busy``) is delivered
+    again ``BUSY_RETRY_S`` later; where the recording stays in the middle of taking its lock past
+    ``BUSY_RETRIES`` of those, the profile cannot be completed safely and is not (the process that waits on this
+    one keeps what the journal holds). A program that sets its own handler replaces this one."""
     global _sigterm_handler
     main = threading.current_thread() is threading.main_thread()
     if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # not ours to set, or the program's own
         yield
         return
-    pid = os.getpid()
+    pid, retries = os.getpid(), itertools.count()
 
     def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == pid and busy() and next(retries) < BUSY_RETRIES:  # a span is being written: come back
+            threading.Timer(BUSY_RETRY_S, os.kill, (pid, signal.SIGTERM)).start()
+            return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if os.getpid() == pid:
             try:

@@ -417,3 +417,25 @@ def test_a_program_killed_outright_keeps_its_system_samples(tmp_path: Path, samp
     assert report.returncode == 0, report.stderr
     assert "Host memory grows step after step" in report.stdout and "### system.cpu " in report.stdout
     assert "_no GPU telemetry: GPU samples are not kept when a program is killed outright" in report.stdout
+
+
+BUSY_AT_SIGTERM = """
+import os, signal, sys, time
+from xstack import runner
+
+answers = iter([True, True, True])  # a span is being written at the first three deliveries
+with runner._completed_at_sigterm(lambda: print("completed", flush=True), lambda: next(answers, False)):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+print("not reached")
+"""
+
+
+def test_a_sigterm_that_comes_while_a_span_is_written_completes_the_profile_a_moment_later(tmp_path: Path) -> None:
+    """SIGTERM while the recorder holds its lock (a span half written): not given up, as it was, but delivered
+    again a few ms later, until the span is written; then the profile is completed once and the process ends by
+    the signal."""
+    script = tmp_path / "busy.py"
+    script.write_text(BUSY_AT_SIGTERM)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM and proc.stdout == "completed\n", proc.stderr
