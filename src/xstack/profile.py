@@ -109,7 +109,7 @@ class Profile:
             self._recorder = Recorder(self._sink, frozenset(self.levels))
             self._started_ns = self._recorder.now_ns()
             if self._journal is not None:
-                salvage.write_header(self._journal, self._header())
+                salvage.write_json(self._journal, salvage.HEADER, self._header())
             self._open_step()
             # the system sampler first: it then sees the other levels start too (starting torch's profiler
             # imports torch._inductor, seconds of the warm-up step), and, stopped last, everything up to the end

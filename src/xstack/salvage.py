@@ -62,11 +62,12 @@ def new_journal(store: Path) -> Path:
     return journal
 
 
-def write_header(journal: Path, header: dict[str, Any]) -> None:
-    """Keep the run's ``header`` (``Profile._header``) in ``journal``, written whole or not at all."""
-    tmp = journal / (HEADER + ".tmp")
-    tmp.write_bytes(orjson.dumps(header, default=str))
-    os.replace(tmp, journal / HEADER)
+def write_json(journal: Path, name: str, data: dict[str, Any]) -> None:
+    """Keep ``data`` in ``journal`` as the file ``name`` (the run's ``HEADER``, a collector's own), written whole
+    or not at all."""
+    tmp = journal / (name + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, default=str))
+    os.replace(tmp, journal / name)
 
 
 def remove_journal(journal: Path | None) -> None:

@@ -16,8 +16,6 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from xstack.collect._process_roles import Record
 from xstack.collect._system_proc import PROC_STRIDE
 from xstack.errors import UsageError
@@ -228,13 +226,6 @@ def open_journal(folder: Path) -> tuple[int, int]:
             os.close(fd)
         raise
     return fds[0], fds[1]
-
-
-def write_journal_meta(folder: Path, meta: dict[str, Any]) -> None:
-    """Keep ``meta`` (``JOURNAL_META``) in ``folder``, written whole or not at all."""
-    tmp = folder / (JOURNAL_META + ".tmp")
-    tmp.write_bytes(orjson.dumps(meta))
-    os.replace(tmp, folder / JOURNAL_META)
 
 
 def read_journal_rows(folder: Path, machine_stride: int) -> tuple[array[int], array[int]]:

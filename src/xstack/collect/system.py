@@ -67,13 +67,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from xstack import salvage
 from xstack.collect._process_roles import Record, process_roles
 from xstack.collect._recorder import Recorder
 from xstack.collect._system_native import (
+    JOURNAL_META,
     NativeSampler,
     open_journal,
     use_native,
-    write_journal_meta,
 )
 from xstack.collect._system_nvml import GPU_PERIOD_NS, GPU_STRIDE, Gpus, gpus_expected, write_gpus
 from xstack.collect._system_proc import (
@@ -307,7 +308,7 @@ class Sampler:
                     "full_interval_ms": max(FULL_PERIOD_NS, self.interval_ns) / 1e6, "cores": os.cpu_count(),
                     "proc_stride": PROC_STRIDE, "machine_stride": self.machine.stride}  # fmt: skip
         try:
-            write_journal_meta(self._journal, meta)
+            salvage.write_json(self._journal, JOURNAL_META, meta)
         except OSError as exc:
             self.journal_error = self.journal_error or str(exc)
 
