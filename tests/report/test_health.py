@@ -78,7 +78,7 @@ def test_findings_and_information_are_told_apart_the_same_way_everywhere(
 
     md = render_markdown(a)
     part = md[md.index("## Trace health") :]
-    assert f"{headline}." in part
+    assert f"{headline.capitalize()}." in part  # the section's first sentence: "No findings." where none
     in_order(part)
 
     doc = json.loads(render_json(a))
