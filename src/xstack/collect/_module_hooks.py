@@ -3,11 +3,16 @@
 Subscribers are called in order before a module runs and in reverse order after it, so spans they open
 nest (a model span opened by the first subscriber encloses the layer span of the second). The hooks are
 installed while at least one subscriber is present and removed with the last.
+
+Under ``torch.compile`` (and ``torch.export``) the hooks do nothing while the model is traced (``compiling``).
+The compiled module's call is seen as one call (the modules inside it run as one graph); the op level shows
+what it runs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import warnings
+from typing import Any, Protocol, cast
 
 
 class ModuleSubscriber(Protocol):
@@ -19,6 +24,38 @@ class ModuleSubscriber(Protocol):
 _subscribers: list[ModuleSubscriber] = []
 _order: dict[int, int] = {}
 _handles: list[Any] = []
+_COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+"""torch's warning, on calling a ``torch.compile`` wrapper, that global hooks (the profiler's) fire for the
+wrapper too: the profiler's own doing, which it handles (the wrapper's call is the one it records), so not shown
+to the program while such hooks are installed."""
+_quiet = 0
+"""Users of global hooks (this module's, the model level's root watcher) that asked for that warning's silence."""
+
+
+def _not_compiling() -> bool:
+    return False
+
+
+compiling: Any = _not_compiling
+"""``torch.compiler.is_compiling`` once a hook is installed: True only while torch traces a graph
+(``torch.compile``, ``torch.export``). Every hook the profiler gives PyTorch returns at once when it is, so the
+traced graph holds none of the profiler's code: no graph break, no guard on its state, the same compiled program
+as without it."""
+
+
+def hooking(on: bool) -> None:
+    """Say that a global module hook of the profiler is installed (``on``) or removed: keeps ``compiling`` set
+    and torch's warning about global hooks silent while any is."""
+    global compiling, _quiet
+    _quiet += 1 if on else -1
+    if on and _quiet == 1:
+        import torch
+
+        compiling = torch.compiler.is_compiling
+        warnings.filterwarnings("ignore", _COMPILE_WARNING, UserWarning)
+    elif not on and _quiet == 0:
+        filters = cast(list[Any], warnings.filters)  # a list, typed as a sequence
+        filters[:] = [f for f in filters if not (f[1] and f[1].pattern == _COMPILE_WARNING)]
 
 
 def subscribe(subscriber: ModuleSubscriber, *, order: int) -> None:
@@ -29,6 +66,7 @@ def subscribe(subscriber: ModuleSubscriber, *, order: int) -> None:
     if not _handles:
         from torch.nn.modules import module as torch_module
 
+        hooking(True)
         _handles.append(torch_module.register_module_forward_pre_hook(_before))
         _handles.append(torch_module.register_module_forward_hook(_after, always_call=True))
 
@@ -38,16 +76,33 @@ def unsubscribe(subscriber: ModuleSubscriber) -> None:
     if subscriber in _subscribers:
         _subscribers.remove(subscriber)
         _order.pop(id(subscriber), None)
-    if not _subscribers:
+    if not _subscribers and _handles:
         while _handles:
             _handles.pop().remove()
+        hooking(False)
+
+
+def compiled_original(module: Any) -> Any:
+    """The module ``torch.compile(model)`` compiled, where ``module`` is the wrapper it returned (an
+    ``OptimizedModule``), else None."""
+    return getattr(module, "_orig_mod", None) if type(module).__name__ == "OptimizedModule" else None
+
+
+def model_name(module: Any) -> str:
+    """The name of a model called from outside any other module: its type's, the compiled model's for a
+    ``torch.compile`` wrapper, so a model is named alike compiled or not."""
+    return type(compiled_original(module) or module).__name__
 
 
 def _before(module: Any, args: tuple[Any, ...]) -> None:
+    if compiling():
+        return
     for s in _subscribers:
         s.before(module, args)
 
 
 def _after(module: Any, args: tuple[Any, ...], output: Any) -> None:
+    if compiling():
+        return
     for s in reversed(_subscribers):
         s.after(module, output)

@@ -14,6 +14,9 @@ the call in which the sentinel found it: the sentinel begins that call itself. P
 ``forward``, so the root's own post-hook ends it. A module that is a root and is also called inside another
 root (``model.encoder`` called alone, then inside ``model``) opens no span when nested.
 
+Under ``torch.compile`` the hooks do nothing while torch traces (``_module_hooks.compiling``): a model compiled
+in place (``model.compile()``), whose hooks run inside its compiled call, is not seen.
+
 Limit: while a watched call runs on one thread, the sentinel is away, so a first call of a new root made at
 that moment on another thread is not seen (later calls of known roots are).
 """
@@ -24,6 +27,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from xstack.collect import _module_hooks
 
 
 class RootWatcher:
@@ -47,6 +52,8 @@ class RootWatcher:
     def start(self) -> None:
         from torch.nn.modules import module as torch_module
 
+        if not self._watching:
+            _module_hooks.hooking(True)
         self._watching = True
         # One registration for the whole profile; taking the sentinel away and putting it back is then a
         # dict operation on PyTorch's table of global pre-hooks, cheaper than a new handle each time.
@@ -55,6 +62,8 @@ class RootWatcher:
         self._hooks = torch_module._global_forward_pre_hooks
 
     def stop(self) -> None:
+        if self._watching:
+            _module_hooks.hooking(False)
         with self._lock:
             self._watching = False
             if self._sentinel is not None:
@@ -67,7 +76,7 @@ class RootWatcher:
 
     # The three hooks below run on every top-level call: locals instead of repeated attribute lookups.
     def _sentinel_hook(self, module: Any, args: tuple[Any, ...]) -> None:
-        if getattr(self._local, "depth", 0):
+        if _module_hooks.compiling() or getattr(self._local, "depth", 0):
             return  # another thread put the sentinel back while this one is inside a watched call
         with self._lock:
             if self._sentinel is not None:
@@ -80,6 +89,8 @@ class RootWatcher:
                 self._pre(module, args)  # its own pre-hook was not listed for this call
 
     def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
+        if _module_hooks.compiling():
+            return
         local = self._local
         depth = getattr(local, "depth", 0)
         local.depth = depth + 1
@@ -89,6 +100,8 @@ class RootWatcher:
             local.opened = self._begin(module)
 
     def _post(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if _module_hooks.compiling():
+            return
         local = self._local
         depth = getattr(local, "depth", 0) - 1
         if depth < 0:

@@ -5,6 +5,12 @@ from ``named_modules()`` of the outermost module of the call, computed once per 
 part of that model (created on the fly, or another model called inside) gets its parent's path plus its type.
 Repeated and shared modules are told apart by ``layer.call_index``, the number of earlier calls of the same
 path in the same step.
+
+A model compiled with ``torch.compile(model)`` is one layer span per call, with the model's own path and the
+type ``Sequential (compiled)``: the modules inside run as one graph, with no call of their own to hook (the
+hooks do nothing while torch traces the model, see ``_module_hooks``). Modules that run eagerly after a graph
+break keep the paths they have in the model. A model compiled in place (``model.compile()``) runs its hooks
+inside the compiled call too, so none of its calls is seen; the op level shows its compiled regions.
 """
 
 from __future__ import annotations
@@ -54,7 +60,20 @@ class LayerCollector:
         self._recorder = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
-        return []  # every span went through the recorder
+        # every span went through the recorder; what it could not see is the models compiled in place
+        compiled = _compiled_in_place()
+        if not compiled:
+            return []
+        names = ", ".join(sorted(set(compiled))[:3]) + (", ..." if len(set(compiled)) > 3 else "")
+        return [
+            (
+                "layers_compiled_in_place",
+                len(compiled),
+                f"modules compiled in place with Module.compile() ({names}): their calls and those of the modules "
+                "in them run inside one compiled graph, unseen by the layer level (torch.compile(model) is seen: "
+                "one span per call); the op level shows the compiled regions",
+            )
+        ]
 
     def before(self, module: Any, args: tuple[Any, ...]) -> None:
         recorder = self._recorder
@@ -99,7 +118,14 @@ class LayerCollector:
         """Path, type and parameter count of every module in the model ``root`` (computed once)."""
         model = self._models.get(root)
         if model is None:
-            model = {id(m): _Info(name or type(root).__name__, m) for name, m in root.named_modules()}
+            named = list(root.named_modules())
+            model = {id(m): _Info(name or type(root).__name__, m) for name, m in named}
+            original = _module_hooks.compiled_original(root)
+            if original is not None:  # torch.compile's wrapper: paths as in the model it compiled
+                for name, m in named:
+                    path = "" if name == _COMPILED else name.removeprefix(f"{_COMPILED}.")
+                    model[id(m)] = _Info(path or _module_hooks.model_name(root), m)
+                model[id(root)].type_name = f"{type(original).__name__} (compiled)"
             self._models[root] = model
         return model
 
@@ -115,8 +141,23 @@ class _Info:
         self.params = sum(p.numel() for p in module.parameters())
 
 
+_COMPILED = "_orig_mod"
+"""The compiled model's name inside ``torch.compile``'s wrapper, the first part of its modules' paths there."""
+
 _Frame = tuple[Any, str, OpenSpan, int]
 """A module call in progress: the module, its path, its open span and the device memory at its start."""
+
+
+def _compiled_in_place() -> list[str]:
+    """Type names of the live modules compiled in place (``Module.compile()``), outermost only."""
+    import gc
+
+    import torch
+
+    module = torch.nn.Module  # type(), not isinstance: some objects warn when their __class__ is read
+    found = [o for o in gc.get_objects() if issubclass(type(o), module) and getattr(o, "_compiled_call_impl", None)]
+    inner = {id(m) for o in found for m in o.modules() if m is not o}
+    return [type(o).__name__ for o in found if id(o) not in inner]
 
 
 _Tensor: Any = ()

@@ -162,7 +162,7 @@ class ModelCollector:
         for s in recorder.stack():
             if s.attrs.get(_KIND) == "user":
                 return None
-        return recorder.begin("model", type(module).__name__, {_KIND: "forward"})
+        return recorder.begin("model", _module_hooks.model_name(module), {_KIND: "forward"})
 
     def _root_end(self, opened: OpenSpan | None) -> None:
         if opened is not None and self._recorder is not None:
@@ -170,9 +170,13 @@ class ModelCollector:
 
     # -- optimizer steps ----------------------------------------------------------------------------------
     def _optimizer_before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _module_hooks.compiling():  # a compiled optimizer step: nothing of the profiler in its graph
+            return
         self._local.optimizer = self._begin_auto("optimizer", f"{type(optimizer).__name__}.step")
 
     def _optimizer_after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _module_hooks.compiling():
+            return
         self._end_auto(getattr(self._local, "optimizer", None))
         self._local.optimizer = None
 

@@ -1,0 +1,152 @@
+"""Models compiled with ``torch.compile`` under the model and layer levels: the program runs and computes as it
+does without the profiler, and the layer level says what it sees of a compiled model.
+
+The ``eager`` backend keeps the tests fast: the profiler's hooks meet torch's tracer (dynamo), which every
+backend shares; only the code generated from the traced graph differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+
+import xstack  # noqa: E402
+
+
+class Breaking(nn.Module):
+    """A module whose forward cannot be traced whole: dynamo splits the graph there and runs it eagerly."""
+
+    def forward(self, x: Any) -> Any:
+        torch._dynamo.graph_break()
+        return x * 2
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _model(breaking: bool = False) -> Any:
+    torch.manual_seed(0)
+    layers = [nn.Linear(4, 8), nn.ReLU(), *([Breaking()] if breaking else []), nn.Linear(8, 2)]
+    return nn.Sequential(*layers)
+
+
+def _run(compiled: Any, model: Any, prof: Any = None) -> list[Any]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(3):
+        loss = compiled(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach().clone())
+        if prof is not None:
+            prof.step()
+    return losses
+
+
+def _spans(prof: Any, level: str) -> list[tuple[str, dict[str, Any]]]:
+    with prof.open() as store:
+        rows = store.query(f"SELECT name, attrs FROM spans WHERE level = '{level}' ORDER BY start_ns")
+    return [(name, orjson.loads(attrs or "{}")) for name, attrs in rows]
+
+
+def _health(prof: Any) -> dict[str, tuple[int, str]]:
+    with prof.open() as store:
+        return {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+
+
+def test_a_compiled_model_runs_and_computes_as_without_the_profiler(tmp_path: Path) -> None:
+    """The layer hooks ran inside torch's tracer, which failed on them: the program died with an
+    AssertionError from dynamo ("already tracked for mutation")."""
+    model = _model()
+    plain = _run(torch.compile(model, backend="eager"), model)
+    torch._dynamo.reset()
+    model = _model()
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        profiled = _run(torch.compile(model, backend="eager"), model, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    layers = _spans(prof, "layer")
+    # one span per call of the compiled model, named as the model is without torch.compile; no module inside it
+    assert [name for name, _ in layers] == ["Sequential"] * 3
+    assert {a["layer.type"] for _, a in layers} == {"Sequential (compiled)"}
+    assert layers[0][1]["layer.params"] == 4 * 8 + 8 + 8 * 2 + 2
+    assert [name for name, a in _spans(prof, "model") if a.get("model.kind") == "forward"] == ["Sequential"] * 3
+    assert "layers_compiled_in_place" not in _health(prof)
+
+
+def test_a_graph_break_inside_a_compiled_model(tmp_path: Path) -> None:
+    """Dynamo splits the model at the break and traces each part, hooks included: still one span per call of
+    the compiled model, and no path names torch.compile's wrapper (``_orig_mod``)."""
+    model = _model(breaking=True)
+    plain = _run(torch.compile(model, backend="eager"), model)
+    torch._dynamo.reset()
+    model = _model(breaking=True)
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        profiled = _run(torch.compile(model, backend="eager"), model, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    names = [name for name, _ in _spans(prof, "layer")]
+    assert names.count("Sequential") == 3 and not [n for n in names if "_orig_mod" in n]
+
+
+def test_a_model_compiled_in_place_is_a_finding(tmp_path: Path) -> None:
+    """``Module.compile()`` compiles the call itself, hooks included: the layer level sees none of its calls and
+    the run says so, instead of a layer table that is just empty."""
+    model = _model()
+    plain = _run(model, model)
+    model = _model()
+    model.compile(backend="eager")
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        profiled = _run(model, model, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    assert _spans(prof, "layer") == []
+    count, detail = _health(prof)["layers_compiled_in_place"]
+    assert count == 1 and "(Sequential)" in detail
+
+
+def _compiled_program(prof: Any = None) -> tuple[list[Any], dict[str, Any]]:
+    """A model compiled in place and a compiled optimizer step: the losses, and what torch compiled (graphs,
+    graph breaks and their reasons)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _model()
+    model.compile(backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(opt.step, backend="eager")
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(3):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        step()
+        opt.zero_grad()
+        losses.append(loss.detach().clone())
+        if prof is not None:
+            prof.step()
+    return losses, {k: dict(counters[k]) for k in ("graph_break", "stats", "recompiles")}
+
+
+@pytest.mark.parametrize("levels", ["model", "model,layer"])
+def test_torch_compiles_the_same_program_under_the_profiler(tmp_path: Path, levels: str) -> None:
+    """The model level's hooks (on top-level calls and optimizer steps) and the layer level's ran inside torch's
+    tracer: every one was a graph break (``time.time_ns``), the model level's one on a lock made torch give up
+    and run the model eagerly, and the graphs were split and compiled again at each step."""
+    plain, compiled = _compiled_program()
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        profiled, under_profiler = _compiled_program(prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    assert under_profiler == compiled
+    assert compiled["stats"]["unique_graphs"] >= 1
