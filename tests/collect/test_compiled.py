@@ -150,3 +150,13 @@ def test_torch_compiles_the_same_program_under_the_profiler(tmp_path: Path, leve
     assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
     assert under_profiler == compiled
     assert compiled["stats"]["unique_graphs"] >= 1
+
+
+def test_torch_compile_s_own_marks_are_ops(tmp_path: Path) -> None:
+    """The op level records torch.compile's marks (the phases of the compilation here) as operators: as model
+    spans they made the op pass of a leveled measurement disagree with its model pass."""
+    model = _model()
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        _run(torch.compile(model, backend="eager"), model, prof)
+    assert not [name for name, _ in _spans(prof, "model") if "compile_id=" in name]
+    assert [name for name, _ in _spans(prof, "op") if name.startswith("dynamo_data: compile_id=")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ def level_of(event: dict[str, Any]) -> str | None:
     cat = (event.get("cat") or "").lower()
     if cat == "python_function":
         return "layer" if event.get("name", "").startswith("nn.Module: ") else "python"
+    if cat == "user_annotation" and (
+        re.fullmatch(r"## .+ ##", event.get("name", "")) or "compile_id=" in event.get("name", "")
+    ):
+        return "op"  # torch.compile's own marks
     return LEVEL_OF_CAT.get(cat)
 
 

@@ -444,6 +444,29 @@ def test_small_chunks_and_tricky_strings_give_the_same_store(tmp_path: Path) -> 
     assert results[0][2][3] == "k\u00e9rnel \u2603" and results[0][2][1] == results[0][1][0]
 
 
+def test_torch_compile_s_own_annotations_are_ops_not_model_stages(tmp_path: Path) -> None:
+    """With shapes recorded, Kineto files torch.compile's marks as user annotations, which are the model level's:
+    a leveled measurement's op pass then held model spans its model pass had not, and was not merged."""
+    names = [
+        "my stage",
+        "## Call CompiledFxGraph fqhq5wawt5ne ##",
+        "dynamo_data: compile_id=0/1",
+        "backend_compile_data: fn_name=OutputGraph.call_user_compiler, compile_id=0/0",
+        "## not a mark",
+    ]
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0}
+        for i, name in enumerate(names)
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(_tiny_trace(events)))
+    with Store.create(tmp_path / "s.duckdb") as store:
+        import_kineto(store, src)
+        levels = dict(store.query("SELECT name, level FROM spans"))
+    assert levels == dict(zip(names, ["model", "op", "op", "op", "model"], strict=True))
+    assert [ref.level_of(e) for e in events] == list(levels.values())
+
+
 def test_plain_json_and_array_form_traces(tmp_path: Path) -> None:
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 3, "tid": 4, "ts": 1, "dur": 2}]
     plain = tmp_path / "plain.json"
