@@ -21,7 +21,7 @@ LIBRARY = "xstack.collect._io.libxstack_io"
 SOURCE_DIR = "src/xstack/collect/_io"
 SAMPLER = "xstack.collect._sampler.libxstack_sampler"
 SOURCES = ["core.c", "output.c", "api.c", "paths.c", "records.c", "streams.c", "attach.c", "coverage.c", "clock.c"]
-SOURCES += ["hooks_posix.c", "hooks_stat.c", "hooks_stdio.c", "hooks_dir.c", "hooks_proc.c"]
+SOURCES += ["hooks_posix.c", "hooks_stat.c", "hooks_stdio.c", "hooks_dir.c", "hooks_proc.c", "hooks_signal.c"]
 
 
 class BuildSharedLibrary(build_ext):

@@ -445,6 +445,64 @@ def test_killed_process_keeps_records_older_than_the_flush_interval(tmp_path: Pa
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("sig", "default_again"), [(signal.SIGTERM, ""), (signal.SIGHUP, ""), (signal.SIGINT, "SIGINT")]
+)
+def test_a_termination_signal_writes_the_buffered_records_and_still_kills(
+    tmp_path: Path, data: Path, sig: signal.Signals, default_again: str
+) -> None:
+    """A process killed by a signal left at its default action lost what it had not flushed: here every record,
+    as the reads come well within the flush interval. SIGINT is Python's own; the program sets it back to the
+    default, which the library then stands in for again."""
+    known = data / "known.bin"
+    env = _io_native.preload_env(tmp_path / "io")
+    proc = subprocess.Popen([sys.executable, str(CASES), "terminated", str(known), default_again], env=env,
+                            stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert proc.stdout is not None and json.loads(proc.stdout.readline()) == {"ready": True}
+    finally:
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+    assert proc.returncode == -sig  # killed by it, as without the library
+    (process,) = read_trace(tmp_path / "io").processes
+    assert process.clean_exit and process.end == sig.name
+    assert [(op.op, op.offset, op.bytes) for op in read_trace(tmp_path / "io").ops if op.path == str(known)] == [
+        ("open", -1, -1), ("read", 0, 10), ("read", 10, 20),
+    ]  # fmt: skip
+
+
+def test_the_program_sees_the_signal_actions_it_set(tmp_path: Path) -> None:
+    """The library's handler never shows: Python and sigaction see the default, a handler the program installs
+    replaces it (and runs), and an ignored signal stays ignored."""
+    seen, _ = run(tmp_path, "dispositions")
+    default = str(signal.Handlers.SIG_DFL)
+    assert seen == {
+        "python_at_start": default, "sigaction_at_start": 0, "replaced": default, "handled": [signal.SIGTERM],
+        "back_to_default": True, "sigaction_after": 0, "python_after": default,
+        "sighup_ignored": default, "sighup_now": str(signal.Handlers.SIG_IGN),
+    }  # fmt: skip
+
+
+def test_a_signal_the_program_starts_with_ignored_stays_ignored(tmp_path: Path, data: Path) -> None:
+    env = _io_native.preload_env(tmp_path / "io")
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print(signal.getsignal(signal.SIGTERM))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == str(signal.Handlers.SIG_IGN)
+    (process,) = read_trace(tmp_path / "io").processes
+    assert process.end == "exit"
+
+
+def test_a_terminated_pool_s_workers_keep_their_reads(tmp_path: Path, data: Path) -> None:
+    """``Pool.terminate()`` (what leaving ``with Pool(...)`` does) sends SIGTERM to workers still running or
+    waiting for work: they lost every read they had made since their last flush."""
+    result, trace = run(tmp_path, "pool", str(data))
+    workers = [p for p in trace.processes if p.forked]
+    assert [p.end for p in workers] == ["SIGTERM", "SIGTERM"]
+    reads = [op for op in trace.ops if op.op == "read" and op.path and op.path.startswith(str(data))]
+    assert sum(op.bytes for op in reads) == result["bytes"] == sum(f.stat().st_size for f in data.iterdir())
+
+
 def test_excluded_prefix_leaves_no_record(tmp_path: Path) -> None:
     hidden_dir = tmp_path / "store"
     hidden_dir.mkdir()

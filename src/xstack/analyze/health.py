@@ -38,6 +38,7 @@ INFORMATIONAL = frozenset(
         "empty_last_step",
         "io_merged",
         "io_outside_region",
+        "io_processes_signalled",
         "metrics_joined",
         "ops_outside_layers",
         "param_iterations",
@@ -51,7 +52,8 @@ INFORMATIONAL = frozenset(
 )
 """Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue between
 layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step, kernels given
-counters, the system level's samples, processes and passes, calls before or after the profiled region or the part of a
+counters, the system level's samples, processes and passes, the io level's processes killed by a signal after
+their records were written, calls before or after the profiled region or the part of a
 call past its end, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device
 activity, an imported trace's last ProfilerStep that holds no work, left out of the iterations, the iterations of a
 trace taken from PARAM's annotations),

@@ -21,6 +21,7 @@ A file cut short (a process killed mid-write) keeps every whole record before th
 from __future__ import annotations
 
 import os
+import signal
 import struct
 from collections import ChainMap
 from collections.abc import Mapping
@@ -41,6 +42,9 @@ _KIND, _FAILED, _WIDE, _TIME, _THREAD = 0x0F, 0x10, 0x20, 0x40, 0x80
 _STATUS = struct.Struct("<IIqQQQQQQQ")
 _BLOCK_OPS, _BLOCK_STATUS = 2, 3
 _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
+_END_SIGNAL = 5
+"""The status's end for a process killed by a termination signal it left at the default action: the library
+wrote its records and let the signal kill it (the signal's number in bits 8-15)."""
 _READS = frozenset({"read", "pread", "readv", "fread"})
 _WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
 _STDIO = frozenset({"fopen", "fdopen", "fread", "fwrite", "fclose", "fseek", "fflush"})
@@ -86,10 +90,11 @@ class IoProcess:
     """One recorded process image (a fork child is its own; an exec'd program starts a new one).
 
     ``end`` says how recording stopped: ``exit`` (normal exit), ``_exit`` (os._exit), ``exec`` (replaced by
-    another program), ``detach`` (attach mode ended) or ``running`` (killed, or the files were read while it
-    ran); ``clean_exit`` is False only for ``running``. ``records`` counts the calls written; ``dropped``
-    the calls the record cap (``XSTACK_IO_MAX_RECORDS``) left out, by operation, with their bytes.
-    ``inherited``: descriptor -> path of what a fork child inherited (None: no path, e.g. a pipe).
+    another program), ``detach`` (attach mode ended), the name of a termination signal that killed it after
+    its records were written (``SIGTERM``: a terminated pool worker) or ``running`` (killed otherwise, or the
+    files were read while it ran); ``clean_exit`` is False only for ``running``. ``records`` counts the calls
+    written; ``dropped`` the calls the record cap (``XSTACK_IO_MAX_RECORDS``) left out, by operation, with
+    their bytes. ``inherited``: descriptor -> path of what a fork child inherited (None: no path, e.g. a pipe).
     ``clock``: what the library timed the calls with, ``tsc`` (the CPU's time-stamp counter, converted to
     CLOCK_REALTIME ns as it flushed) or ``realtime``.
     """
@@ -358,7 +363,7 @@ class _Blocks:
         )
         dropped = struct.unpack_from(f"<{nops}Q", body, _STATUS.size) if len(body) >= _STATUS.size + 8 * nops else ()
         p = self.process
-        p.end = _ENDS.get(end, str(end))
+        p.end = _ENDS.get(end, str(end)) if end & 0xFF != _END_SIGNAL else _signal_name(end >> 8)
         p.clean_exit = end != 0
         p.end_ns = max(p.end_ns, end_ns)
         p.records, p.max_records, p.write_errors = records, max_records, write_errors
@@ -408,3 +413,11 @@ def _read_note(path: Path, problems: list[str]) -> NotCovered | None:
 
 
 __all__ = ["NOT_COVERED_REASONS", "IoOp", "IoProcess", "IoTrace", "NotCovered", "read_trace"]
+
+
+def _signal_name(number: int) -> str:
+    """``SIGTERM`` for 15; a number this platform does not name as ``signal 64``."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

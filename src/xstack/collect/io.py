@@ -254,6 +254,11 @@ def _health(trace: Any, kept: int, outside: int) -> list[tuple[str, int, str]]:
         pids = ", ".join(str(p.pid) for p in unclean[:5])
         health.append(("io_process_cut_short", len(unclean), f"processes that did not exit cleanly (killed?): "
                        f"their last calls may be missing (pids {pids})"))  # fmt: skip
+    signalled = [p for p in trace.processes if p.end.startswith("SIG")]
+    if signalled:
+        pids = ", ".join(f"{p.pid} ({p.end})" for p in signalled[:5])
+        health.append(("io_processes_signalled", len(signalled), "processes killed by a termination signal (a "
+                       f"pool's workers when it is terminated), their calls up to it kept: pids {pids}"))  # fmt: skip
     skipped = sum(p.reentrant_skipped for p in trace.processes)
     if skipped:
         health.append(("io_reentrant_skipped", skipped, "calls made inside a recorded call (signal handlers): "

@@ -214,6 +214,65 @@ def killed(data: str) -> dict[str, object]:
     return {}
 
 
+def terminated(data: str, default_again: str = "") -> dict[str, object]:
+    """Reads (records still buffered: no flush interval passes), then waits for a termination signal, left at
+    its default action or, with ``default_again``, set to a handler and back to the default."""
+    if default_again:
+        sig = signal.Signals[default_again]
+        signal.signal(sig, lambda *_: None)
+        signal.signal(sig, signal.SIG_DFL)
+    fd = os.open(data, os.O_RDONLY)
+    os.read(fd, 10)
+    os.read(fd, 20)
+    print(json.dumps({"ready": True}), flush=True)
+    time.sleep(60)
+    return {}
+
+
+def dispositions() -> dict[str, object]:
+    """What the program sees of SIGTERM's action (the library stands in for its default): through Python, and
+    through sigaction itself."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)  # a struct sigaction; its first field is the handler
+
+    def handler_by_sigaction() -> int:
+        assert libc.sigaction(signal.SIGTERM, None, buf) == 0
+        return ctypes.c_void_p.from_buffer(buf).value or 0
+
+    seen: dict[str, object] = {"python_at_start": str(signal.getsignal(signal.SIGTERM))}
+    seen["sigaction_at_start"] = handler_by_sigaction()
+    got: list[int] = []
+    seen["replaced"] = str(signal.signal(signal.SIGTERM, lambda sig, _: got.append(sig)))
+    os.kill(os.getpid(), signal.SIGTERM)  # the program's own handler runs, and the process lives on
+    seen["handled"] = got
+    seen["back_to_default"] = signal.signal(signal.SIGTERM, signal.SIG_DFL) is not signal.SIG_DFL
+    seen["sigaction_after"] = handler_by_sigaction()
+    seen["python_after"] = str(signal.getsignal(signal.SIGTERM))
+    seen["sighup_ignored"] = str(signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    seen["sighup_now"] = str(signal.getsignal(signal.SIGHUP))
+    os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing happens
+    return seen
+
+
+def pool(data_dir: str) -> dict[str, object]:
+    """A multiprocessing pool whose workers read files and are then terminated (SIGTERM) in their next task."""
+    import multiprocessing
+
+    paths = sorted(os.path.join(data_dir, name) for name in os.listdir(data_dir))
+    with multiprocessing.get_context("fork").Pool(2) as workers:
+        sizes = workers.map(_read_whole, paths, chunksize=1)
+        workers.map_async(time.sleep, [30, 30], chunksize=1)
+        time.sleep(0.05)  # the workers take their tasks
+    return {"bytes": sum(sizes)}  # leaving the with block terminated them
+
+
+def _read_whole(path: str) -> int:
+    with open(path, "rb") as f:
+        return len(f.read())
+
+
 def excluded(kept: str, hidden: str) -> dict[str, object]:
     """Reads a file under an excluded prefix (and its dup, fstat) and one outside it."""
     for path in (kept, hidden):
@@ -391,6 +450,9 @@ CASES = {
     "fork_storm": fork_storm,
     "signals": signals,
     "killed": killed,
+    "terminated": terminated,
+    "dispositions": dispositions,
+    "pool": pool,
     "excluded": excluded,
     "spawn": spawn,
     "spawn_clean_env": spawn_clean_env,

@@ -92,7 +92,7 @@ static void *find_real(void *handle, const struct xio_hook *h)
 void xio_resolve_reals(int attach)
 {
     static const struct xio_hook *const tables[] = {xio_hooks_posix, xio_hooks_stat, xio_hooks_stdio, xio_hooks_dir,
-                                                    xio_hooks_proc, xio_hooks_attach_only};
+                                                    xio_hooks_proc, xio_hooks_attach_only, xio_hooks_signal};
     if (attach < 0)
         attach = xio.mode == XIO_MODE_ATTACH;
     int saved_errno = errno;

@@ -64,6 +64,25 @@ void xio_session_flush(int end, int final)
     errno = saved_errno;
 }
 
+/* From the handler of a termination signal (hooks_signal.c): writes what is buffered and a final status naming
+ * the signal. It never waits: a thread that holds the lock (the handler interrupted a flush, or a fork) keeps
+ * it, and what it has not written is lost with the process. */
+void xio_session_flush_signal(int sig)
+{
+    if (xio.mode == XIO_MODE_OFF || xio.ended)
+        return;
+    int saved_errno = errno, saved_guard = xio_guard;
+    xio_guard = 1;
+    if (pthread_mutex_trylock(&xio.lock) == 0) {
+        xio_flush_locked(XIO_END_SIGNAL | sig << 8);
+        xio.ended = 1;
+        xio_output_close();
+        pthread_mutex_unlock(&xio.lock);
+    }
+    xio_guard = saved_guard;
+    errno = saved_errno;
+}
+
 /* A new file: counters from zero, every path written again, streams restarted. */
 static void new_file(void)
 {
@@ -238,9 +257,10 @@ static void init_once(void)
     if (preloaded()) {
         xio_resolve_reals(0);
         const char *dir = getenv("XSTACK_IO_DIR");
-        if (dir && *dir)
+        if (dir && *dir &&
             xio_session_start(XIO_MODE_PRELOAD, dir, getenv("XSTACK_IO_EXCLUDE"),
-                              parse_max_records(getenv("XSTACK_IO_MAX_RECORDS")));
+                              parse_max_records(getenv("XSTACK_IO_MAX_RECORDS"))) == 0)
+            xio_signals_init();
     }
     __atomic_store_n(&xio.init_state, 2, __ATOMIC_RELEASE);
     xio_guard = saved_guard;

@@ -80,7 +80,8 @@ enum xio_kind {
 enum xio_mode { XIO_MODE_OFF = 0, XIO_MODE_PRELOAD = 1, XIO_MODE_ATTACH = 2 };
 
 /* How a process image stopped recording (the status block's `end`). */
-enum xio_end { XIO_END_RUNNING = 0, XIO_END_EXIT, XIO_END__EXIT, XIO_END_EXEC, XIO_END_DETACH };
+enum xio_end { XIO_END_RUNNING = 0, XIO_END_EXIT, XIO_END__EXIT, XIO_END_EXEC, XIO_END_DETACH, XIO_END_SIGNAL };
+/* XIO_END_SIGNAL: killed by a termination signal, whose number is in bits 8-15 (hooks_signal.c). */
 
 /* The file's blocks (layout in core.c): a header, then the payload. Block kind 1 (paths, before version 3)
  * is no longer written: paths travel in the record streams (XIO_OP_PATH). */
@@ -222,6 +223,8 @@ pid_t xio_sys_getpid(void);
 void xio_resolve_reals(int attach);
 int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t max_records);
 void xio_session_flush(int end, int final);
+void xio_session_flush_signal(int sig); /* from a signal handler: never waits on the lock */
+void xio_signals_init(void);            /* hooks_signal.c: stand in for default termination actions */
 void xio_warn(const char *what, const char *path, int err);
 
 #define XIO_GRANT_CHUNK 256u /* records a stream takes from the cap at a time */
@@ -451,6 +454,7 @@ extern const struct xio_hook xio_hooks_stat[];
 extern const struct xio_hook xio_hooks_stdio[];
 extern const struct xio_hook xio_hooks_dir[];
 extern const struct xio_hook xio_hooks_proc[];
+extern const struct xio_hook xio_hooks_signal[]; /* preload only: never patched in attach mode */
 extern const struct xio_hook xio_hooks_attach_only[];
 void xio_proc_set_libname(const char *path);
 void xio_note_if_not_covered(pid_t pid, const char *path, char *const envp[]);
