@@ -235,3 +235,44 @@ def test_the_time_after_the_last_step_ends_with_the_program_not_with_the_profile
     # every span of the run lies within the region the program spent: the profiler's stop is not the run's
     extent = _rows(path, "SELECT max(start_ns + dur_ns) AS last FROM spans")[0]["last"]
     assert extent == _end(tail)
+
+
+def _own_profile(model: Any, x: Any) -> set[str]:
+    """The program profiles one forward with its own torch.profiler: the op names it got."""
+    with torch.profiler.profile() as own:
+        model(x)
+    return {e.name for e in own.events()}
+
+
+def test_a_program_starting_its_own_profiler_keeps_it_and_the_ops_before(tmp_path: Path) -> None:
+    """PyTorch runs one profiler at a time: the program's ended the op level's session, whose stop then crashed
+    the process (a segfault in export_chrome_trace)."""
+    from torch.autograd import profiler as autograd_profiler
+
+    original = autograd_profiler.profile._prepare_trace
+    model, x = nn.Linear(4, 4), torch.randn(2, 4)
+    alone = _own_profile(model, x)
+    with xstack.profile(levels="model,op", path=tmp_path / "p.duckdb") as prof:
+        torch.tanh(x)  # before the program's profiler: recorded
+        seen = _own_profile(model, x)
+        torch.sigmoid(x)  # after it: not
+    assert seen == alone and "aten::linear" in seen
+    with prof.open() as store:
+        ops = {name for (name,) in store.query("SELECT DISTINCT name FROM spans WHERE level = 'op'")}
+        health = dict(store.query('SELECT "check", detail FROM health'))
+    assert "aten::tanh" in ops and "aten::sigmoid" not in ops and "aten::linear" not in ops
+    assert "started a torch.profiler session of its own" in health["op_level_yielded"]
+    assert autograd_profiler.profile._prepare_trace is original
+
+
+def test_a_profile_started_inside_the_program_s_profiler_leaves_it_alone(tmp_path: Path) -> None:
+    model, x = nn.Linear(4, 4), torch.randn(2, 4)
+    with torch.profiler.profile() as own, xstack.profile(levels="model,op", path=tmp_path / "p.duckdb") as prof:
+        model(x)
+    assert "aten::linear" in {e.name for e in own.events()}
+    with prof.open() as store:
+        assert store.query("SELECT count(*) FROM spans WHERE level = 'op'") == [(0,)]
+        assert (
+            "was running when the profile started"
+            in dict(store.query('SELECT "check", detail FROM health'))["op_level_yielded"]
+        )

@@ -10,10 +10,12 @@ enclose them on their thread, kernels, copies and sets under the runtime call of
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from xstack.collect._recorder import Recorder
+from xstack.text import format_ns
 from xstack.trace.store import Store
 
 SCRATCH_PREFIX = "xstack-kineto-"
@@ -26,44 +28,111 @@ when the model level is live, so that an optimizer step is not a model span twic
 
 
 class _Session:
-    """One ``torch.profiler.profile`` shared by the profiler-level collectors of one profile."""
+    """One ``torch.profiler.profile`` shared by the profiler-level collectors of one profile.
+
+    PyTorch runs one profiler at a time, and a profiler started while another runs ends that one without a
+    trace (stopping it then crashed the process). So a program's own profiler comes first: where one runs
+    when the profile starts, this session does not start; where the program starts one later, this session
+    stops and writes its trace just before, keeping the operators up to that moment. Either is a health
+    finding (``op_level_yielded``).
+    """
 
     def __init__(self, recorder: Recorder) -> None:
         import torch
+        from torch.autograd import profiler as autograd_profiler
         from torch.profiler import ProfilerActivity, profile
 
         self.recorder = recorder
         self.members = 0
         self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
         self.trace: Path | None = None
+        self.yielded: str | None = None  # why the session stopped early or never started
+        self._stopped = False
         activities = [ProfilerActivity.CPU]
         if recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         self.profiler: Any = profile(activities=activities, record_shapes=True, with_flops=True)
+        if autograd_profiler._is_profiler_enabled:
+            self.yielded = "a torch.profiler session of the program's own was running when the profile started"
+            self._stopped = True
+            return
         self.profiler.start()
+        self._started_ns = time.time_ns()
+        _guard(autograd_profiler.profile)
 
-    def stop(self) -> None:
-        """Stop profiling and write the trace to a scratch file (once, when the last member stops)."""
+    def yield_to_program(self) -> None:
+        """The program prepares a profiler of its own: write what was recorded, before it ends the session."""
+        if not self._stopped:
+            at = format_ns(time.time_ns() - self._started_ns)
+            self.yielded = f"the program started a torch.profiler session of its own {at} into the profile"
+            try:
+                self._write()
+            except Exception as error:  # in the program's call: it must not fail for the profiler's sake
+                self.yielded += f" (writing what was recorded before it failed: {type(error).__name__}: {error})"
+                self.trace = None
+
+    def _write(self) -> None:
+        self._stopped = True
         self.profiler.stop()
         trace = Path(self._tmp.name) / "live.pt.trace.json"
         self.profiler.export_chrome_trace(str(trace))
         self.trace = trace
 
+    def stop(self) -> None:
+        """Stop profiling and write the trace to a scratch file (once, when the last member stops)."""
+        if not self._stopped:
+            self._write()
+
     def merge(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         """Merge the trace into the run and remove the scratch file."""
         from xstack.importers.kineto import merge_live
 
-        if self.trace is None:
-            return []
+        health: list[tuple[str, int, str]] = []
+        if self.yielded is not None:
+            levels = sorted(self.recorder.levels & {"op", "runtime", "kernel"})
+            what = "recorded nothing" if self.trace is None else "stopped there: what they record ends at that moment"
+            health.append(("op_level_yielded", 1, f"{self.yielded}; PyTorch runs one profiler at a time, so the "
+                           f"{', '.join(levels)} level{'s' if len(levels) > 1 else ''} {what} (the program's own "
+                           "trace can be imported: xstack import)"))  # fmt: skip
         try:
+            if self.trace is None:
+                return health
             drop = TORCH_OWN_ANNOTATIONS if "model" in self.recorder.levels else ()
-            return merge_live(store, self.trace, run_id, drop_annotations=drop)
+            return health + merge_live(store, self.trace, run_id, drop_annotations=drop)
         finally:
             self._tmp.cleanup()
 
 
 _sessions: dict[int, _Session] = {}
 """id(recorder) -> its session, while one is running."""
+
+_original_prepare: Any = None
+"""``torch.autograd.profiler.profile._prepare_trace`` while ``_guard`` stands in for it."""
+
+
+def _guard(cls: Any) -> None:
+    """Make every start of a profiler (each goes through ``cls._prepare_trace``) stop the running sessions
+    first; undone by ``_unguard`` once none runs."""
+    global _original_prepare
+    if _original_prepare is not None:
+        return
+    original = _original_prepare = cls._prepare_trace
+
+    def _prepare_trace(prof: Any, *args: Any, **kwargs: Any) -> Any:
+        for session in list(_sessions.values()):
+            session.yield_to_program()
+        return original(prof, *args, **kwargs)
+
+    cls._prepare_trace = _prepare_trace
+
+
+def _unguard() -> None:
+    global _original_prepare
+    if _original_prepare is not None and not _sessions:
+        from torch.autograd import profiler as autograd_profiler
+
+        autograd_profiler.profile._prepare_trace = _original_prepare
+        _original_prepare = None
 
 
 class TorchProfilerCollector:
@@ -98,7 +167,10 @@ class TorchProfilerCollector:
         session.members -= 1
         if session.members == 0:
             _sessions.pop(id(session.recorder), None)
-            session.stop()
+            try:
+                session.stop()
+            finally:
+                _unguard()
             self._finished = session
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
