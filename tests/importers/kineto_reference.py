@@ -35,7 +35,7 @@ def level_of(event: dict[str, Any]) -> str | None:
     if cat == "python_function":
         return "layer" if event.get("name", "").startswith("nn.Module: ") else "python"
     if cat == "user_annotation" and (
-        re.fullmatch(r"## .+ ##", event.get("name", "")) or "compile_id=" in event.get("name", "")
+        re.fullmatch(r"## Call CompiledFxGraph .* ##", event.get("name", "")) or "compile_id=" in event.get("name", "")
     ):
         return "op"  # torch.compile's own marks
     return LEVEL_OF_CAT.get(cat)

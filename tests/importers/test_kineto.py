@@ -452,7 +452,7 @@ def test_torch_compile_s_own_annotations_are_ops_not_model_stages(tmp_path: Path
         "## Call CompiledFxGraph fqhq5wawt5ne ##",
         "dynamo_data: compile_id=0/1",
         "backend_compile_data: fn_name=OutputGraph.call_user_compiler, compile_id=0/0",
-        "## not a mark",
+        "## forward ##",
     ]
     events = [
         {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0}

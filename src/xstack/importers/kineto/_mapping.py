@@ -25,12 +25,12 @@ CATEGORY_LEVELS: Final[dict[str, str]] = {
 }
 """Kineto ``cat`` (lower-cased) of a complete (``ph: X``) event -> xstack level."""
 
-TORCH_OWN_ANNOTATIONS: Final = r"^## .+ ##$|compile_id=[0-9]"
+TORCH_OWN_ANNOTATIONS: Final = r"^## Call CompiledFxGraph .* ##$|compile_id=[0-9]"
 """Names of PyTorch's own ``record_function`` marks that Kineto files as user annotations (``record_shapes``
 does that): ``torch.compile``'s calls of its compiled graphs (``## Call CompiledFxGraph <key> ##``) and the
 phases of a compilation (``dynamo_data: compile_id=0/1``). They are the framework's work, level ``op``, not
 stages of the program's model: a leveled measurement's op pass would otherwise hold model spans that the pass
-timing the model level has not."""
+timing the model level has not. A program's own marks in that style (``## forward ##``) stay model stages."""
 
 GPU_CATEGORIES: Final = (
     "kernel",
