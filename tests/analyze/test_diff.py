@@ -29,8 +29,10 @@ BERT = "h100_bert_small_infer_full"
 VIT = "h100_vit_image_cls_infer_full"
 LEVELS = ["model", "model,layer", "model,layer,op"]
 LOOSE = 0.75
-"""Relative floor of the live comparisons: the slowed layer changes ~20x (the Sequential holding it and the added
-layer, and the step, ~3.5x: at ~2.3x, a step of A slowed by load once came within 75% of B's, on CI), while a busy
+"""Relative floor of the live comparisons: the slowed layer changes ~20x or more (the Sequential holding it and the
+added layer, and the step, 3x or more: at ~2.3x, a step of A slowed by load once came within 75% of B's, on CI; with
+an 11x11 convolution, a CPU with AVX-512 made the step only ~1.9x slower; 17x17 and more leave oneDNN's fast path,
+and the ReLU after it then ran slower too, in colder caches), while a busy
 2-core machine can move an unchanged layer by 10-55% between two measurements (the spread rule sees only the noise
 within each), and B's heavier layers leave colder caches for the layers of its next iteration, which a 25% floor
 caught twice and a 50% floor once, under load."""
@@ -41,7 +43,7 @@ def _model(slow: bool, extra: bool) -> Any:
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     nn = torch.nn
     torch.manual_seed(0)
-    k = 11 if slow else 1  # layer "2": an 11x11 instead of a 1x1 convolution, same shapes, ~121x the FLOPs
+    k = 13 if slow else 1  # layer "2": a 13x13 instead of a 1x1 convolution, same shapes, ~169x the FLOPs
     layers = [nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, k, padding=k // 2), nn.ReLU(),
               nn.Conv2d(16, 16, 3, padding=1)]  # fmt: skip
     if extra:
@@ -125,9 +127,10 @@ def _merged_layer_ns(path: Path) -> dict[str, int]:
 # -- live profiles ----------------------------------------------------------------------------------------
 def test_added_layer_is_added_slowed_layer_slower_the_rest_unchanged(live: tuple[Path, Path]) -> None:
     a, b = live
-    # a 20 us floor too: the ReLUs last ~4 us, and under load one moved by half of that between the two profiles
-    # (CI); the changes here are 70 to 210 us
-    diff = diff_profiles(a, b, threshold=LOOSE, min_delta_ns=20_000)
+    # a 50 us floor too: the ReLUs last 4 to 20 us, and under load one moved by half of that between the two
+    # profiles (CI); the one after the slowed convolution runs up to 20 us longer in B (colder caches, on an Intel
+    # VM); the changes here are 100 us and more
+    diff = diff_profiles(a, b, threshold=LOOSE, min_delta_ns=50_000)
     layers = {(r["layer"], r["call"]): r for r in _rows(diff, "diff.layers")}
     assert layers[("5", 0)]["status"] == "added" and layers[("5", 0)]["A"] is None
     assert layers[("2", 0)]["status"] == "slower"
