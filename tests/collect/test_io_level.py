@@ -115,6 +115,33 @@ def test_a_program_that_never_imports_torch_is_not_made_to(tmp_path: Path) -> No
     assert torch_files == 0 and reads >= 1 and ("load",) in stages
 
 
+def test_a_file_read_through_a_memory_mapping_is_said_to_be_left_out(tmp_path: Path) -> None:
+    """``numpy.memmap`` (nanoGPT's loader) reads through page faults, which no call records: the file showed 0 B
+    read, as if the program had not read it."""
+    data = tmp_path / "train.bin"
+    data.write_bytes(os.urandom(1 << 20))
+    script = tmp_path / "mapped.py"
+    script.write_text(textwrap.dedent(f"""
+        import numpy as np, xstack
+        for _ in range(3):
+            with xstack.span("load"):
+                tokens = np.memmap({str(data)!r}, dtype=np.uint16, mode="r")
+                print(int(tokens[1000:1256].astype(np.int64).sum()) >= 0)
+            xstack.step()
+    """))  # fmt: skip
+    store = tmp_path / "mapped.duckdb"
+    done = _xstack("run", "--levels", "model,io", "-o", str(store), "--", "python", str(script))
+    assert done.returncode == 0, done.stderr
+    summary = _xstack("summary", str(store))
+    said = "1 data file mapped into memory (1.00 MiB): what the program reads through a mapping is page faults"
+    assert said in " ".join(summary.stdout.split()), summary.stdout
+    with Store.open(store) as s:
+        results = {r.id: r for r in analyze(s, None, ["io.files", "io.input_bound"]).results}
+    for id in ("io.files", "io.input_bound"):
+        assert any(label.startswith(said) for label in results[id].labels), results[id].labels
+    assert (results["io.files"].facts["mapped_files"], results["io.files"].facts["mapped_bytes"]) == (1, 1 << 20)
+
+
 def test_calls_outside_the_region_are_counted_not_kept(known: Path) -> None:
     # the interpreter's start-up (imports) runs before the profiled region: its file operations are told apart
     with Store.open(known) as s:

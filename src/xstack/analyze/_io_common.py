@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from xstack.analyze.context import RunContext, run_context
-from xstack.analyze.result import Result
+from xstack.analyze.result import Result, counted, format_value
 from xstack.errors import UsageError
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -178,6 +178,29 @@ def _main_pid(store: Store, ctx: RunContext) -> int | None:
 def class_filter(all_paths: bool, column: str = FILE_CLASS) -> str:
     """SQL condition keeping the data files (every file when ``all_paths``)."""
     return "TRUE" if all_paths else f"{column} IN {in_list(DATA_CLASSES)}"
+
+
+_MAPPED = f"""
+SELECT (SELECT count(DISTINCT path) FROM io_files
+        WHERE run_id = $run AND {DATA_FILE} AND {file_int(A.IO_FILE_MMAPS)} > 0), count(*), sum(size)
+FROM (SELECT {SPAN_PATH} AS path, max(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT)) AS size
+      FROM spans WHERE run_id = $run AND level = 'io' AND name = 'mmap' AND {DATA_SPAN} GROUP BY 1)
+"""
+
+
+def mapped_files(store: Store, run_id: int) -> tuple[int, int | None]:
+    """The data files the run mapped into memory (``mmap``: ``numpy.memmap``, Arrow datasets, ``torch.load``
+    with ``mmap=True``), and the bytes mapped, the largest mapping of each file summed (None without io spans:
+    a Darshan log counts mmaps only)."""
+    files, span_files, size = store.con.execute(_MAPPED, {"run": run_id}).fetchone() or (0, 0, None)
+    return max(int(files or 0), int(span_files or 0)), (int(size) if span_files and size is not None else None)
+
+
+def mapped_label(files: int, size: int | None) -> str:
+    """What a run's mapped data files leave out of its I/O figures, in one sentence."""
+    mapped = f" ({format_value(size, 'bytes')})" if size else ""
+    return (f"{counted(files, 'data file')} mapped into memory{mapped}: what the program reads through a mapping "
+            "is page faults, not calls, and is in none of the bytes read or I/O times")  # fmt: skip
 
 
 def check_options(id: str, **positive: float | None) -> None:

@@ -21,6 +21,8 @@ from xstack.analyze._io_common import (
     file_int,
     in_list,
     io_run,
+    mapped_files,
+    mapped_label,
     rate,
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
@@ -125,6 +127,7 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     facts["time_ns"] = facts["read_time_ns"] + facts["write_time_ns"] + facts["meta_time_ns"]
     facts["top_path"] = table[0][0] if table else None
     facts["rows"] = len(found)
+    facts["mapped_files"], facts["mapped_bytes"] = mapped_files(store, io.run_id)
     return Result(
         FILES_ID,
         FILES_TITLE,
@@ -143,7 +146,8 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         ),
         facts=facts,
         truncated=len(found) - len(table),
-        labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table), (str(store.path), io.run_id))],
+        labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table), (str(store.path), io.run_id))]
+        + _mapped(facts),
     )
 
 
@@ -251,3 +255,7 @@ def _process_row(name: str, role: str, r: tuple[Any, ...]) -> tuple[Any, ...]:
     ops, reads, writes, nread, nwritten, data_read, time, rw_time, files = (as_count(v) for v in r[1:])
     return (name, pid, role, ops, reads, writes, nread, nwritten, data_read, time, rate(nread + nwritten, rw_time),
             files)  # fmt: skip
+
+
+def _mapped(facts: dict[str, Any]) -> list[str]:
+    return [mapped_label(facts["mapped_files"], facts["mapped_bytes"])] if facts["mapped_files"] else []

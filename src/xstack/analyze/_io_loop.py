@@ -17,6 +17,8 @@ from xstack.analyze._io_common import (
     check_options,
     in_list,
     io_run,
+    mapped_files,
+    mapped_label,
     median,
 )
 from xstack.analyze._timeline_common import DATALOADER, STEP, notes_of, pct, rows
@@ -179,7 +181,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
             extra={"exclude": {"warm-up": "yes"}},
         ),
         facts=facts,
-        labels=_labels(io, kind, table, waited=waited) + _loaders.labels(loaders, facts["cores"]),
+        labels=_labels(io, kind, table, waited=waited) + _loaders.labels(loaders, facts["cores"]) + _mapped(store, io),
     )
 
 
@@ -212,6 +214,12 @@ def _from_pass(r: Result, run_id: int, source: int, pass_name: str) -> Result:
     said = (f"from the io pass (run {source}, {pass_name}): a merged run holds one iteration of medians, which hide "
             "waits that alternate from one step to the next")  # fmt: skip
     return dataclasses.replace(r, run_id=run_id, facts={**r.facts, "source_run": source}, labels=[said, *r.labels])
+
+
+def _mapped(store: Store, io: IoRun) -> list[str]:
+    """Where data files were mapped into memory, the I/O per iteration leaves their reads out."""
+    files, size = mapped_files(store, io.run_id)
+    return [mapped_label(files, size)] if files else []
 
 
 def _labels(io: IoRun, kind: str, table: list[tuple[Any, ...]], *, waited: bool) -> list[str]:

@@ -44,6 +44,7 @@ from xstack.analyze._io_common import (
     WRITE_OPS,
     file_int,
     in_list,
+    mapped_files,
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze.context import STEP_SPAN, launched, past_warmup, pick_run, run_context
@@ -111,7 +112,8 @@ class RunSummary:
     """The run's file I/O, when it has any: ``ops``, ``bytes_read``, ``bytes_written``, ``time_ns``, ``files``,
     ``processes`` of its data files (classes data and unknown), and ``all_ops``, ``all_files`` of every class
     (the interpreter's imports included); standard streams, pipes and sockets left out, and counted in
-    ``streams``."""
+    ``streams``; ``mapped_files`` and ``mapped_bytes`` (None where unknown) of the data files mapped into memory,
+    whose reads through the mapping are in no count."""
     system: dict[str, Any] | None = None
     """The run's system figures in brief (``xstack.analyze.system.overview``), when it has system data."""
     counter_source: tuple[int, str, int] | None = None
@@ -464,4 +466,6 @@ def io_totals(store: Store, run_id: int, io_spans: int, *, detail: bool = False)
     if not row[7]:
         return None
     keys = IO_TOTAL_KEYS + IO_DETAIL_KEYS if detail else IO_TOTAL_KEYS
-    return {k: int(v or 0) for k, v in zip(keys, row, strict=False)}
+    totals: dict[str, Any] = {k: int(v or 0) for k, v in zip(keys, row, strict=False)}
+    totals["mapped_files"], totals["mapped_bytes"] = mapped_files(store, run_id)
+    return totals

@@ -11,6 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from xstack.analyze._io_common import mapped_label
 from xstack.analyze.result import counted, format_ns, format_value
 from xstack.analyze.summary import RunSummary, TopRow
 from xstack.text import short_name
@@ -367,6 +368,8 @@ def io_line(io: dict[str, Any]) -> str:
         left_out = f"; {streams:,} stream{'s' if streams != 1 else ''} {_STREAMS} left out" if streams else ""
         text += (f"; {io['all_ops']:,} operations on {io['all_files']:,} files in all (Python, system and other "
                  f"files{left_out})")  # fmt: skip
+    if io.get("mapped_files"):
+        text += f"; {mapped_label(io['mapped_files'], io.get('mapped_bytes'))}"
     return text
 
 
