@@ -201,3 +201,24 @@ def test_spans_around_and_across_iterations_are_written_once(tmp_path: Path) -> 
         assert len(inside) == 3
     with xstack.open_store(tmp_path / "p.duckdb") as store:
         assert dict(store.query('SELECT "check", count FROM health')).get("unclosed_spans", 0) == 0
+
+
+def test_nested_tensors_of_the_transformer_fast_path(tmp_path: Path) -> None:
+    """A TransformerEncoder in eval with a padding mask runs its layers on a nested tensor, which has no shape:
+    reading it raised inside the layer hook and the program died."""
+
+    def infer() -> Any:
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+        x, mask = torch.randn(3, 6, 16), torch.zeros(3, 6, dtype=torch.bool)
+        mask[:, 4:] = True
+        with torch.inference_mode():
+            return encoder(x, src_key_padding_mask=mask)
+
+    plain = infer()
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        profiled = infer()
+    assert torch.equal(plain, profiled)
+    shapes = [s["attrs"]["layer.input_shapes"] for s in _spans(prof) if s["name"] == "layers.0"]
+    assert shapes == [[[3, -1, -1]]]  # the batch, then the ragged dimensions

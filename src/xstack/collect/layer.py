@@ -165,8 +165,16 @@ _Tensor: Any = ()
 
 
 def _shapes(value: Any) -> list[list[int]]:
-    """Shapes of the tensors in ``value`` (a tensor, or a tuple/list/dict of them, one level deep)."""
+    """Shapes of the tensors in ``value`` (a tensor, or a tuple/list/dict of them, one level deep). A nested
+    tensor (``torch.nested``, the transformer layers' fast path) has no shape: its batch size, then -1 for each
+    of its other dimensions."""
     if isinstance(value, _Tensor):
-        return [list(value.shape)]
+        return [_shape(value)]
     items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    return [list(v.shape) for v in items if isinstance(v, _Tensor)]
+    return [_shape(v) for v in items if isinstance(v, _Tensor)]
+
+
+def _shape(tensor: Any) -> list[int]:
+    if tensor.is_nested:
+        return [tensor.size(0)] + [-1] * (tensor.dim() - 1)
+    return list(tensor.shape)
