@@ -222,3 +222,22 @@ def test_nested_tensors_of_the_transformer_fast_path(tmp_path: Path) -> None:
     assert torch.equal(plain, profiled)
     shapes = [s["attrs"]["layer.input_shapes"] for s in _spans(prof) if s["name"] == "layers.0"]
     assert shapes == [[[3, -1, -1]]]  # the batch, then the ragged dimensions
+
+
+class _NoShape(torch.Tensor):
+    """A tensor subclass whose shape cannot be read, as some wrappers' cannot."""
+
+    @property
+    def shape(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("this tensor has no shape")
+
+
+def test_a_hook_failing_on_a_call_is_counted_and_the_program_runs_on(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Identity(), nn.Linear(4, 2))
+    x = torch.randn(3, 4).as_subclass(_NoShape)
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        out = model(x)
+    assert torch.equal(torch.Tensor(out), torch.Tensor(model(torch.Tensor(x))))
+    with prof.open() as store:
+        count, detail = store.query("SELECT count, detail FROM health WHERE \"check\" = 'layer_hook_failed'")[0]
+    assert count >= 1 and "RuntimeError: this tensor has no shape" in detail

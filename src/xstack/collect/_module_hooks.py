@@ -94,15 +94,35 @@ def model_name(module: Any) -> str:
     return type(compiled_original(module) or module).__name__
 
 
+_failures: dict[int, tuple[int, str]] = {}
+"""id(subscriber) -> (module calls its hooks failed on, the first error)."""
+
+
+def failures(subscriber: ModuleSubscriber) -> tuple[int, str] | None:
+    """How many module calls ``subscriber`` failed to record, and the first error; forgotten once asked."""
+    return _failures.pop(id(subscriber), None)
+
+
+def _failed(subscriber: ModuleSubscriber, error: Exception) -> None:
+    count, first = _failures.get(id(subscriber), (0, f"{type(error).__name__}: {error}"))
+    _failures[id(subscriber)] = (count + 1, first)
+
+
 def _before(module: Any, args: tuple[Any, ...]) -> None:
     if compiling():
         return
     for s in _subscribers:
-        s.before(module, args)
+        try:
+            s.before(module, args)
+        except Exception as error:  # the program's call goes on: a profiler fault is its health, not the program's
+            _failed(s, error)
 
 
 def _after(module: Any, args: tuple[Any, ...], output: Any) -> None:
     if compiling():
         return
     for s in reversed(_subscribers):
-        s.after(module, output)
+        try:
+            s.after(module, output)
+        except Exception as error:
+            _failed(s, error)

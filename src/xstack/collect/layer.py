@@ -60,20 +60,25 @@ class LayerCollector:
         self._recorder = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
-        # every span went through the recorder; what it could not see is the models compiled in place
+        # every span went through the recorder; what it could not see is the models compiled in place, and the
+        # calls its hooks failed on
+        health: list[tuple[str, int, str]] = []
+        if failed := _module_hooks.failures(self):
+            health.append(("layer_hook_failed", failed[0], f"module calls whose layer span could not be recorded "
+                           f"(the first: {failed[1]}); the program ran on"))  # fmt: skip
         compiled = _compiled_in_place()
-        if not compiled:
-            return []
-        names = ", ".join(sorted(set(compiled))[:3]) + (", ..." if len(set(compiled)) > 3 else "")
-        return [
-            (
-                "layers_compiled_in_place",
-                len(compiled),
-                f"modules compiled in place with Module.compile() ({names}): their calls and those of the modules "
-                "in them run inside one compiled graph, unseen by the layer level (torch.compile(model) is seen: "
-                "one span per call); the op level shows the compiled regions",
+        if compiled:
+            names = ", ".join(sorted(set(compiled))[:3]) + (", ..." if len(set(compiled)) > 3 else "")
+            health.append(
+                (
+                    "layers_compiled_in_place",
+                    len(compiled),
+                    f"modules compiled in place with Module.compile() ({names}): their calls and those of the "
+                    "modules in them run inside one compiled graph, unseen by the layer level (torch.compile(model) "
+                    "is seen: one span per call); the op level shows the compiled regions",
+                )
             )
-        ]
+        return health
 
     def before(self, module: Any, args: tuple[Any, ...]) -> None:
         recorder = self._recorder

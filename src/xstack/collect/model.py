@@ -133,11 +133,15 @@ class ModelCollector:
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         if self._config is not None:
             self._config[A.CONFIG_DATALOADERS] = self._loaders.config()
+        health: list[tuple[str, int, str]] = []
+        if failed := _module_hooks.failures(self):
+            health.append(("model_hook_failed", failed[0], f"model calls whose span could not be recorded (the "
+                           f"first: {failed[1]}); the program ran on"))  # fmt: skip
         if self._hook_error is not None:  # every span went through the recorder; this says what was not hooked
             why = f"hooking them when the program imported torch failed ({self._hook_error})"
-            return [("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits are not "
-                     f"recorded: {why}")]  # fmt: skip
-        return []
+            health.append(("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits "
+                           f"are not recorded: {why}"))  # fmt: skip
+        return health
 
     # -- top-level model calls ----------------------------------------------------------------------------
     # With the layer level, every module call goes through the shared dispatcher (``before``/``after``);
