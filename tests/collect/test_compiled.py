@@ -41,14 +41,17 @@ def _model(breaking: bool = False) -> Any:
     return nn.Sequential(*layers)
 
 
-def _run(compiled: Any, model: Any, prof: Any = None) -> list[Any]:
+def _run(compiled: Any, model: Any, prof: Any = None, *, compile_step: bool = False) -> list[Any]:
+    """Three training steps of ``compiled`` (``model``, or what torch.compile made of it); the losses.
+    ``compile_step``: the optimizer's step compiled too."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(opt.step, backend="eager") if compile_step else opt.step
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
     losses = []
     for _ in range(3):
         loss = compiled(x).pow(2).mean()
         loss.backward()
-        opt.step()
+        step()
         opt.zero_grad()
         losses.append(loss.detach().clone())
         if prof is not None:
@@ -124,18 +127,7 @@ def _compiled_program(prof: Any = None) -> tuple[list[Any], dict[str, Any]]:
     counters.clear()
     model = _model()
     model.compile(backend="eager")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = torch.compile(opt.step, backend="eager")
-    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(3):
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        step()
-        opt.zero_grad()
-        losses.append(loss.detach().clone())
-        if prof is not None:
-            prof.step()
+    losses = _run(model, model, prof, compile_step=True)
     return losses, {k: dict(counters[k]) for k in ("graph_break", "stats", "recompiles")}
 
 
