@@ -123,14 +123,14 @@ class LayerCollector:
         """Path, type and parameter count of every module in the model ``root`` (computed once)."""
         model = self._models.get(root)
         if model is None:
-            named = list(root.named_modules())
-            model = {id(m): _Info(name or type(root).__name__, m) for name, m in named}
             original = _module_hooks.compiled_original(root)
-            if original is not None:  # torch.compile's wrapper: paths as in the model it compiled
-                for name, m in named:
-                    path = "" if name == _COMPILED else name.removeprefix(f"{_COMPILED}.")
-                    model[id(m)] = _Info(path or _module_hooks.model_name(root), m)
-                model[id(root)].type_name = f"{type(original).__name__} (compiled)"
+            if original is None:
+                model = {id(m): _Info(name or type(root).__name__, m) for name, m in root.named_modules()}
+            else:  # torch.compile's wrapper: paths as in the model it compiled
+                name_of = type(original).__name__
+                model = {id(m): _Info(("" if name == _COMPILED else name.removeprefix(f"{_COMPILED}.")) or name_of, m)
+                         for name, m in root.named_modules()}  # fmt: skip
+                model[id(root)].type_name = f"{name_of} (compiled)"
             self._models[root] = model
         return model
 
@@ -154,9 +154,13 @@ _Frame = tuple[Any, str, OpenSpan, int]
 
 
 def _compiled_in_place() -> list[str]:
-    """Type names of the live modules compiled in place (``Module.compile()``), outermost only."""
+    """Type names of the live modules compiled in place (``Module.compile()``), outermost only. None can exist
+    before torch's compiler is imported; after, the live objects are searched once (about 0.1 s)."""
     import gc
+    import sys
 
+    if "torch._dynamo" not in sys.modules:
+        return []
     import torch
 
     module = torch.nn.Module  # type(), not isinstance: some objects warn when their __class__ is read
