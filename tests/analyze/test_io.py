@@ -786,7 +786,8 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
     s = summarize(darshan_like)
     # the data files' figures (os.py twice and /etc/hosts are not data), then every file's operations
     assert s.io == {"ops": 29, "bytes_read": 5_246_880, "bytes_written": 8_388_608, "time_ns": 3740, "files": 5,
-                    "processes": 3, "all_ops": 37, "all_files": 7, "streams": 1}  # fmt: skip
+                    "processes": 3, "all_ops": 37, "all_files": 7, "streams": 1, "mapped_files": 0,
+                    "mapped_bytes": None}  # fmt: skip
     assert io_line(s.io) == (
         "29 operations by 3 processes on 5 data files: 5.00 MiB read, 8.00 MiB written, 3.74 us in I/O; "
         "37 operations on 7 files in all (Python, system and other files; 1 stream (standard streams, pipes, "
@@ -797,6 +798,11 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
                "all_ops": 12, "all_files": 3, "streams": 0}  # fmt: skip
     assert io_line(listing) == (
         "no operation on a data file; 12 operations on 3 files in all (Python, system and other files)"
+    )
+    # data files mapped into memory (a Darshan log counts the mmaps, not their sizes): their reads are in no count
+    assert io_line({**listing, "mapped_files": 2, "mapped_bytes": None}).endswith(
+        "; 2 data files mapped into memory: what the program reads through a mapping is page faults, not calls, "
+        "and is in none of the bytes read or I/O times"
     )
 
 
