@@ -412,12 +412,12 @@ def _read_note(path: Path, problems: list[str]) -> NotCovered | None:
         return None
 
 
-__all__ = ["NOT_COVERED_REASONS", "IoOp", "IoProcess", "IoTrace", "NotCovered", "read_trace"]
-
-
 def _signal_name(number: int) -> str:
     """``SIGTERM`` for 15; a number this platform does not name as ``signal 64``."""
     try:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+__all__ = ["NOT_COVERED_REASONS", "IoOp", "IoProcess", "IoTrace", "NotCovered", "read_trace"]

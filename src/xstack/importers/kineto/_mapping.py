@@ -25,7 +25,7 @@ CATEGORY_LEVELS: Final[dict[str, str]] = {
 }
 """Kineto ``cat`` (lower-cased) of a complete (``ph: X``) event -> xstack level."""
 
-TORCH_OWN_ANNOTATIONS: Final = r"^## Call CompiledFxGraph .* ##$|compile_id=[0-9]"
+TORCH_COMPILE_MARKS: Final = r"^## Call CompiledFxGraph .* ##$|compile_id=[0-9]"
 """Names of PyTorch's own ``record_function`` marks that Kineto files as user annotations (``record_shapes``
 does that): ``torch.compile``'s calls of its compiled graphs (``## Call CompiledFxGraph <key> ##``) and the
 phases of a compilation (``dynamo_data: compile_id=0/1``). They are the framework's work, level ``op``, not

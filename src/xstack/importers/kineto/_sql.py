@@ -39,7 +39,7 @@ def _level_expr() -> str:
     whens = " ".join(f"WHEN {_q(cat)} THEN {_q(level)}" for cat, level in M.CATEGORY_LEVELS.items())
     return (
         f"CASE WHEN lower(cat) = 'python_function' AND starts_with(name, {_q(M.MODULE_PREFIX)}) THEN 'layer' "
-        f"WHEN lower(cat) = 'user_annotation' AND regexp_matches(name, {_q(M.TORCH_OWN_ANNOTATIONS)}) THEN 'op' "
+        f"WHEN lower(cat) = 'user_annotation' AND regexp_matches(name, {_q(M.TORCH_COMPILE_MARKS)}) THEN 'op' "
         f"ELSE CASE lower(cat) {whens} END END"
     )
 
