@@ -70,3 +70,15 @@ def test_a_module_that_does_not_exist_is_left_to_fail_as_it_would(package: str) 
     finally:
         assert watcher is not None
         watcher.remove()
+
+
+def test_two_watchers_of_one_module_each_run_in_the_order_they_were_set(package: str) -> None:
+    """The second watcher wraps the loader the first wrapped already: unwrapping it deleted the first one's
+    wrapper, and the program's import failed (AttributeError: no attribute 'exec_module')."""
+    seen: list[str] = []
+    after_import(package, lambda: seen.append("first"), lambda e: None)
+    after_import(package, lambda: seen.append("second"), lambda e: None)
+    module = __import__(package)
+    assert module.READY and seen == ["first", "second"]
+    loader = sys.modules[package].__spec__.loader
+    assert "exec_module" not in vars(loader)  # the loader's own method again

@@ -44,9 +44,14 @@ class AfterImport(importlib.abc.MetaPathFinder):
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
         original = loader.exec_module
+        # another watcher of the same module may have wrapped this loader first: put back what was there
+        wrapped = loader.__dict__.get("exec_module")
 
         def exec_module(module: ModuleType) -> None:
-            del loader.exec_module  # the loader's own method again
+            if wrapped is None:
+                del loader.exec_module  # the loader's own method again
+            else:
+                loader.exec_module = wrapped  # type: ignore[method-assign]
             original(module)
             self.remove()
             try:
