@@ -18,6 +18,8 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 nn = torch.nn
 
 import xstack  # noqa: E402
+from xstack.analyze.summary import summarize  # noqa: E402
+from xstack.report.terminal import none_line  # noqa: E402
 
 
 class Breaking(nn.Module):
@@ -116,6 +118,10 @@ def test_a_model_compiled_in_place_is_a_finding(tmp_path: Path) -> None:
     assert _spans(prof, "layer") == []
     count, detail = _health(prof)["layers_compiled_in_place"]
     assert count == 1 and "(Sequential)" in detail
+    # the summary's empty layer table says why, instead of asking for the layer level that was on
+    with prof.open() as store:
+        line = none_line(summarize(store), "layer")
+    assert "1 module compiled in place" in line and "layer level" in line and "profile with" not in line
 
 
 def _compiled_program(prof: Any = None) -> tuple[list[Any], dict[str, Any]]:
