@@ -224,6 +224,29 @@ def test_nested_tensors_of_the_transformer_fast_path(tmp_path: Path) -> None:
     assert shapes == [[[3, -1, -1]]]  # the batch, then the ragged dimensions
 
 
+class _Keyed(nn.Module):
+    """A model whose callers pass its tensors by keyword, as Hugging Face's do (``model(input_ids=x)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: Any, mask: Any = None, *, scale: float = 1.0) -> Any:
+        return self.fc(x * mask) * scale
+
+
+def test_tensors_passed_by_keyword_are_inputs_too(tmp_path: Path) -> None:
+    """A global pre-hook sees the positional arguments only: a model called by keyword had no input shapes."""
+    model, x, mask = _Keyed(), torch.randn(3, 4), torch.ones(3, 4)
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        model(x=x, mask=mask, scale=2.0)
+        model(x, mask=mask)
+        model(x[:1], mask[:1])
+    calls = sorted((s for s in _spans(prof) if s["level"] == "layer" and s["name"] == "_Keyed"),
+                   key=lambda s: s["start_ns"])  # fmt: skip
+    assert [s["attrs"]["layer.input_shapes"] for s in calls] == [[[3, 4], [3, 4]], [[3, 4], [3, 4]], [[1, 4], [1, 4]]]
+
+
 class _NoShape(torch.Tensor):
     """A tensor subclass whose shape cannot be read, as some wrappers' cannot."""
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, cast
 class ModuleSubscriber(Protocol):
     def before(self, module: Any, args: tuple[Any, ...]) -> None: ...
 
-    def after(self, module: Any, output: Any) -> None: ...
+    def after(self, module: Any, output: Any, kwargs: dict[str, Any]) -> None: ...
 
 
 _subscribers: list[ModuleSubscriber] = []
@@ -68,7 +68,8 @@ def subscribe(subscriber: ModuleSubscriber, *, order: int) -> None:
 
         hooking(True)
         _handles.append(torch_module.register_module_forward_pre_hook(_before))
-        _handles.append(torch_module.register_module_forward_hook(_after, always_call=True))
+        # the post-hook gets the call's keyword arguments (a pre-hook common to all modules cannot)
+        _handles.append(torch_module.register_module_forward_hook(_after, always_call=True, with_kwargs=True))
 
 
 def unsubscribe(subscriber: ModuleSubscriber) -> None:
@@ -118,11 +119,11 @@ def _before(module: Any, args: tuple[Any, ...]) -> None:
             _failed(s, error)
 
 
-def _after(module: Any, args: tuple[Any, ...], output: Any) -> None:
+def _after(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
     if compiling():
         return
     for s in reversed(_subscribers):
         try:
-            s.after(module, output)
+            s.after(module, output, kwargs)
         except Exception as error:
             _failed(s, error)

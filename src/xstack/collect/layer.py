@@ -109,12 +109,14 @@ class LayerCollector:
         memory = self._cuda.memory_allocated() if self._cuda is not None else 0
         stack.append((module, path, recorder.begin("layer", path, attrs), memory))
 
-    def after(self, module: Any, output: Any) -> None:
+    def after(self, module: Any, output: Any, kwargs: dict[str, Any]) -> None:
         stack: list[_Frame] | None = getattr(self._local, "stack", None)
         if not stack or stack[-1][0] is not module or self._recorder is None:
             return
         _, _, opened, memory = stack.pop()
         extra: dict[str, Any] = {A.LAYER_OUTPUT_SHAPES: _shapes(output)}
+        if kwargs:  # tensors passed by keyword (model(input_ids=x)) follow the positional ones, in their order
+            extra[A.LAYER_INPUT_SHAPES] = opened.attrs[A.LAYER_INPUT_SHAPES] + _shapes(kwargs)
         if self._cuda is not None:
             extra[A.LAYER_MEMORY_ALLOCATED_BYTES] = self._cuda.memory_allocated() - memory
         self._recorder.end(opened, extra)

@@ -152,7 +152,7 @@ class ModelCollector:
         if depth == 0:
             self._local.forward = self._root_begin(module)
 
-    def after(self, module: Any, output: Any) -> None:
+    def after(self, module: Any, output: Any, kwargs: dict[str, Any]) -> None:
         self._local.depth -= 1
         if self._local.depth == 0:
             self._root_end(getattr(self._local, "forward", None))
