@@ -47,6 +47,7 @@ class Profile:
         config: dict[str, Any] | None = None,
         steps: int | None = None,
         warmup: int | None = None,
+        optimizer_steps: bool = False,
     ) -> None:
         """``store``: write into this open store as its next run instead of creating ``path`` (the passes of
         ``xstack.measure`` share one store); ``pass_name`` and ``config`` go into the run's row. ``steps``:
@@ -57,7 +58,10 @@ class Profile:
 
         ``warmup``: how many of the first iterations are warm-up, left out of per-iteration statistics
         (``config.warmup_steps``); default: a measured pass's ``config.measure.warmup``, else 1, since the first
-        iteration also pays for start-up (lazy initialisation, the first CUDA calls, DataLoader workers)."""
+        iteration also pays for start-up (lazy initialisation, the first CUDA calls, DataLoader workers).
+
+        ``optimizer_steps``: with ``steps``, a program that never calls ``step()`` has its iterations ended by
+        an optimizer's ``step()`` (``_OptimizerSteps``), as ``xstack run --iters`` and ``xstack profile`` do."""
         if warmup is not None and warmup < 0:
             raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
         self.levels = parse_levels(levels)
@@ -89,6 +93,9 @@ class Profile:
         self._step_begins: list[Callable[[int], None]] = []
         self._step_ends: list[Callable[[int], None]] = []
         self._journal: Path | None = None
+        self._marked = False
+        """Whether the program ended an iteration itself (``step()``)."""
+        self._auto = _OptimizerSteps(self) if steps is not None and optimizer_steps else None
 
     def __enter__(self) -> Profile:
         collectors = [collect.load(level) for level in self.levels]
@@ -126,9 +133,13 @@ class Profile:
             # once rather than at every ``step()``
             self._step_begins = [h for c in self._collectors if (h := getattr(c, "step_begin", None)) is not None]
             self._step_ends = [h for c in self._collectors if (h := getattr(c, "step_end", None)) is not None]
+            if self._auto is not None:  # after the collectors: the model level's optimizer span ends first
+                self._auto.start()
             global _current
             _current = self
         except BaseException as exc:
+            if self._auto is not None:
+                self._auto.stop()
             for collector in reversed(self._collectors):
                 collector.stop()
             self._collectors.clear()
@@ -144,9 +155,21 @@ class Profile:
 
     def step(self) -> None:
         """Mark the end of one iteration and the start of the next."""
+        if self._recorder is None:
+            raise UsageError("prof.step() called outside the profiled region")
+        self._marked = True  # the program marks its iterations: no optimizer step ends one from now on
+        self._advance()
+
+    @property
+    def ended_by(self) -> str | None:
+        """The optimizer step whose calls ended the run's iterations (``"SGD.step()"``), where one did."""
+        return self._auto.name if self._auto is not None and self._auto.ended else None
+
+    def _advance(self) -> None:
+        """End the iteration in progress and, unless it was the last of ``steps``, open the next."""
         recorder = self._recorder
         if recorder is None:
-            raise UsageError("prof.step() called outside the profiled region")
+            return
         if self._step_span is not None:
             if self.steps is not None:  # a measured pass: an iteration ends when its GPU work does
                 _synchronize_cuda()
@@ -174,6 +197,9 @@ class Profile:
             return
         collectors, self._collectors = self._collectors, []
         health: list[tuple[str, int, str]] = []
+        if self._auto is not None:
+            self._auto.stop()
+            health += self._auto.health()
         try:
             # The region ends where the program left it: stopping the collectors (the PyTorch profiler takes a
             # few hundred milliseconds to stop and write its trace) is the profiler's time, not the program's
@@ -330,6 +356,86 @@ def _as_tail(span: OpenSpan, completed: int) -> None:
     span.name, kind = ("after-last-step", "tail") if completed else ("region", "region")
     span.attrs.pop(A.MODEL_STEP, None)
     span.attrs[A.MODEL_KIND] = kind
+
+
+class _OptimizerSteps:
+    """Iterations of a measured run (``Profile.steps``) whose program never calls ``step()``: one optimizer's
+    ``step()`` ends each. Which optimizer, and that the program marks none itself, is known at the second call
+    of one optimizer's ``step()`` with no ``step()`` of the program's before it: that call ends the first
+    iteration (which holds two of the loop's, and the start-up), and each later call of that optimizer ends one
+    more. A ``step()`` of the program's ends this for good."""
+
+    def __init__(self, profile: Profile) -> None:
+        self._profile = profile
+        self._seen: set[int] = set()
+        self._chosen: int | None = None
+        self.name = ""
+        self.ended = 0
+        self._waiting: Any = None
+        self._handle: Any = None
+        self._error: str | None = None
+
+    def start(self) -> None:
+        from xstack.collect._after_import import after_import
+
+        self._waiting = after_import("torch", self._hook, self._failed)
+
+    def _failed(self, error: BaseException) -> None:
+        self._error = f"{type(error).__name__}: {error}"
+
+    def _hook(self) -> None:
+        if self._profile._recorder is None:
+            return
+        try:
+            import torch.optim.optimizer as optim
+        except ImportError:
+            return
+        self._handle = optim.register_optimizer_step_post_hook(self._stepped)
+
+    def stop(self) -> None:
+        if self._waiting is not None:
+            self._waiting.remove()
+            self._waiting = None
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        profile = self._profile
+        if profile._marked or profile.done or profile._recorder is None:
+            return
+        from xstack.collect import _module_hooks
+
+        if _module_hooks.compiling():  # a compiled optimizer step: nothing of the profiler in its graph
+            return
+        key = id(optimizer)
+        if self._chosen is None:
+            if key not in self._seen:
+                self._seen.add(key)
+                return
+            self._chosen, self.name = key, f"{type(optimizer).__name__}.step()"
+        elif key != self._chosen:
+            return
+        self.ended += 1
+        profile._advance()
+        if profile.done:  # stops the program there, as ``xstack.step()`` does
+            raise PassComplete(f"{counted(profile.steps or 0, 'iteration')} recorded")
+
+    def health(self) -> list[tuple[str, int, str]]:
+        """The informational row that says where the run's iterations came from, when an optimizer ended any;
+        a finding where hooking the optimizers failed."""
+        rows: list[tuple[str, int, str]] = []
+        if self.ended:
+            then = ("; then the program called xstack.step(), which ended the others" if self._profile._marked
+                    else "")  # fmt: skip
+            rows.append(("steps_from_optimizer", self.ended,
+                         f"iterations ended by {self.name}: the program never called xstack.step(), so each call "
+                         f"of {self.name} ended one, from its second call on (the first iteration holds the "
+                         f"start-up and two of the loop's){then}"))  # fmt: skip
+        if self._error is not None:
+            rows.append(("steps_from_optimizer_failed", 1, f"optimizer steps could not end iterations: hooking "
+                         f"them when the program imported torch failed ({self._error})"))  # fmt: skip
+        return rows
 
 
 _current: Profile | None = None

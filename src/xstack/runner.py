@@ -234,7 +234,8 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
     else:
         config = pass_config(measured.warmup, measured.iters, measured.passes)
         steps = measured.warmup + measured.iters
-        prof = Profile(levels, store, program.name, pass_name=measured.pass_name, config=config, steps=steps)
+        prof = Profile(levels, store, program.name, pass_name=measured.pass_name, config=config, steps=steps,
+                       optimizer_steps=True)  # fmt: skip
         bar = progress = PassProgress([measured.pass_name], measured.warmup, measured.iters, enabled=measured.progress,
                                       first=measured.index, count=measured.count)  # fmt: skip
         prof.on_step = lambda done: progress.advance(0, done)
@@ -262,9 +263,9 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         sys.argv, sys.path[:] = saved_argv, saved_path
         sys.stdout.flush()
     if prof.done and (measured is None or not measured.quiet):
-        print(
-            f"xstack: {counted(prof.steps or 0, 'iteration')} recorded; the program was stopped there", file=sys.stderr
-        )
+        by = f" (ended by {prof.ended_by}: the program calls no xstack.step())" if prof.ended_by else ""
+        print(f"xstack: {counted(prof.steps or 0, 'iteration')} recorded{by}; the program was stopped there",
+              file=sys.stderr)  # fmt: skip
     if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
         print(f"xstack: warning: {prof.shortfall} (lower --warmup or --iters, or let the program run longer)",
               file=sys.stderr)  # fmt: skip

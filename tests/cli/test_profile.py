@@ -32,9 +32,10 @@ x, y = torch.randn(8, 16), torch.randn(8, 4)
 for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1000):  # the loop's length, when given
     opt.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
-    opt.step()
+    if sys.argv[1] != "inference":
+        opt.step()
     print("iteration", i)
-    if sys.argv[1] != "unmarked":
+    if sys.argv[1] not in ("unmarked", "inference"):
         xstack.step()
 sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
 """
@@ -101,10 +102,27 @@ def test_a_program_that_exits_early_with_a_code_passes_it_on(tmp_path: Path) -> 
     assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model"]  # cut short: nothing to merge
 
 
-def test_a_program_that_marks_no_iterations_is_told_how(tmp_path: Path) -> None:
-    done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--", "python", "train.py", "unmarked", "s.txt",
-                    "20")  # fmt: skip
+def test_a_program_that_marks_no_iterations_has_its_optimizer_steps_end_them(tmp_path: Path) -> None:
+    """It ran every pass to its end, measured nothing and merged nothing."""
+    done = _profile(tmp_path, "--warmup", "1", "--iters", "2", "--pass", "model", "--pass", "model,layer", "--",
+                    "python", "train.py", "unmarked", "starts.txt")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # the second opt.step() ends the first iteration, each later one another: stopped in the 4th loop's step
+    assert done.stdout.count("iteration 2\n") == 2 and "iteration 3\n" not in done.stdout
+    runs = _runs(tmp_path / "p.duckdb")
+    assert [r[0] for r in runs] == ["model", "model+layer", "merged"]
+    assert [c["steps_completed"] for _, c in runs[:2]] == [3, 3]
+    with Store.open(tmp_path / "p.duckdb") as s:
+        rows = s.query("SELECT run_id, count, detail FROM health WHERE \"check\" = 'steps_from_optimizer' ORDER BY 1")
+    assert [r[:2] for r in rows] == [(1, 3), (2, 3), (3, 3)] and "ended by SGD.step()" in rows[2][2]
+
+
+def test_a_program_with_no_iterations_at_all_is_told_how_after_one_pass(tmp_path: Path) -> None:
+    done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--pass", "model,layer", "--", "python", "train.py",
+                    "inference", "starts.txt", "20")  # fmt: skip
     assert done.returncode == 1
+    assert (tmp_path / "starts.txt").read_text().count("run") == 1  # the second pass would measure nothing too
+    assert "pass model measured no iteration, nor would the others: stopping" in done.stderr
     assert "passes not merged" in done.stderr and "xstack.step()" in done.stderr
     assert ".partial" not in done.stderr and "profile written" not in done.stderr, done.stderr
     assert f"passes' own runs written to {tmp_path / 'p.duckdb'}, without a merged run" in done.stderr
@@ -135,12 +153,12 @@ def test_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: p
     assert not (tmp_path / "p.duckdb").exists() and not (tmp_path / "starts.txt").exists()
 
 
-def _run_iters(tmp_path: Path, warmup: int, iters: int) -> subprocess.CompletedProcess[str]:
+def _run_iters(tmp_path: Path, warmup: int, iters: int, mode: str = "0") -> subprocess.CompletedProcess[str]:
     """``xstack run --warmup W --iters N`` of the training program into ``r.duckdb``, which must succeed."""
     _write(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "xstack", "run", "--warmup", str(warmup), "--iters", str(iters), "-o", "r.duckdb",
-         "--", "python", "train.py", "0", "s.txt"],
+         "--", "python", "train.py", mode, "s.txt"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -148,8 +166,10 @@ def _run_iters(tmp_path: Path, warmup: int, iters: int) -> subprocess.CompletedP
 
 
 def test_one_iteration_recorded_is_said_in_the_singular(tmp_path: Path) -> None:
-    done = _run_iters(tmp_path, 0, 1)
-    assert "xstack: 1 iteration recorded; the program was stopped there" in done.stderr
+    done = _run_iters(tmp_path, 0, 1, "unmarked")  # and where the optimizer's steps ended it, said so
+    assert ("xstack: 1 iteration recorded (ended by SGD.step(): the program calls no xstack.step()); the program "
+            "was stopped there") in done.stderr  # fmt: skip
+    assert done.stdout == "iteration 0\n"  # stopped inside the second loop's opt.step()
 
 
 def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: Path) -> None:

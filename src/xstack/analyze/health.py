@@ -42,6 +42,7 @@ INFORMATIONAL = frozenset(
         "metrics_joined",
         "ops_outside_layers",
         "param_iterations",
+        "steps_from_optimizer",
         "syscalls_outside_region",
         "syscalls_past_region",
         "syscalls_sampler",

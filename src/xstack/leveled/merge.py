@@ -85,7 +85,8 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         if missing:
             raise UsageError(
                 f"{store.path}: pass {missing[0].name} (run {missing[0].run_id}) has no measured iteration: "
-                "mark iterations with prof.step() / xstack.step(), and run more of them than the warm-up"
+                "mark iterations with prof.step() / xstack.step() (a program that calls neither has an optimizer's "
+                "step() end each), and run more of them than the warm-up"
             )
         run_id = store.next_run_id()
         nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
@@ -178,13 +179,20 @@ def _read_passes(
 
 def _short_passes(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]]:
     """The passes' ``iterations_short`` findings (a loop that ended before the iterations asked), for the merged
-    run: its statistics come from fewer iterations than the measurement was set up for."""
+    run: its statistics come from fewer iterations than the measurement was set up for; and the first pass's
+    ``steps_from_optimizer`` row, which says where the iterations came from (the same in every pass)."""
     rows = store.query(
         "SELECT run_id, count, detail FROM health WHERE \"check\" = 'iterations_short' AND list_contains(?, run_id) "
         "ORDER BY run_id",
         [run_ids],
     )
-    return [("iterations_short", int(n), f"{detail} (run {run_id})") for run_id, n, detail in rows]
+    carried = [("iterations_short", int(n), f"{detail} (run {run_id})") for run_id, n, detail in rows]
+    ended = store.query(
+        "SELECT count, detail FROM health WHERE \"check\" = 'steps_from_optimizer' AND list_contains(?, run_id) "
+        "ORDER BY run_id LIMIT 1",
+        [run_ids],
+    )
+    return carried + [("steps_from_optimizer", int(n), detail) for n, detail in ended]
 
 
 def _counter_bases(passes: list[Pass], counters: list[Pass]) -> list[tuple[Pass, Pass]]:

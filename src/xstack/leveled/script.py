@@ -79,6 +79,10 @@ def profile_program(
             if code:
                 print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
                 break
+            if index == 0 and _measured_none(stores[-1], warmup):  # every pass would run the program for nothing
+                print(f"xstack: pass {names[index]} measured no iteration, nor would the others: stopping",
+                      file=sys.stderr)  # fmt: skip
+                break
         kept = [s for s in stores if s.exists()]
         if code and not kept:  # killed in the first pass (SIGKILL, SIGSEGV): its code says how, as a shell's would
             raise ProgramFailedError(f"{store_path}: no profile written: the program exited with {code} in the first "
@@ -121,6 +125,15 @@ def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], 
     named ``...+syscalls`` traces its system calls."""
     measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True)
     return child_command(program, levels, out, measured, syscalls=names[index].endswith(SYSCALLS_SUFFIX))
+
+
+def _measured_none(pass_store: Path, warmup: int) -> bool:
+    """Whether the complete pass in ``pass_store`` ended fewer iterations than its ``warmup``: none measured."""
+    if not pass_store.exists():
+        return False
+    with Store.open(pass_store) as store:
+        rows = store.query("SELECT config->>'$.status', (config->>'$.steps_completed')::INT FROM runs")
+    return bool(rows) and rows[0][0] == "complete" and (rows[0][1] or 0) <= warmup
 
 
 def _keep_ncu_csv(pass_store: Path, store_path: Path) -> None:
