@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from xstack.errors import UsageError
-from xstack.leveled.merge import COUNTER_LEVELS, counter_levels, merge_passes
 from xstack.leveled.progress import PassProgress
 from xstack.profile import Profile, parse_levels
 from xstack.trace.store import Store
@@ -75,6 +74,8 @@ def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> li
 def check_timed(level_sets: Sequence[Sequence[str]], who: str) -> None:
     """Raise ``UsageError`` when every pass of a measurement records a counter level (``COUNTER_LEVELS``):
     those never time the merged spans, so nothing would."""
+    from xstack.leveled.merge import COUNTER_LEVELS, counter_levels  # the merge's imports are not the run's
+
     if level_sets and all(counter_levels(levels) for levels in level_sets):
         named = ", ".join(pass_name(levels) for levels in level_sets)
         which = f"pass {named} records" if len(level_sets) == 1 else f"passes {named} each record"
@@ -126,5 +127,7 @@ def measure(
                     step()
                     prof.step()
                     bar.advance(index, i + 1)
+        from xstack.leveled.merge import merge_passes
+
         merge_passes(store)
     return out
