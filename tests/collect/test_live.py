@@ -264,3 +264,38 @@ def test_a_hook_failing_on_a_call_is_counted_and_the_program_runs_on(tmp_path: P
     with prof.open() as store:
         count, detail = store.query("SELECT count, detail FROM health WHERE \"check\" = 'layer_hook_failed'")[0]
     assert count >= 1 and "RuntimeError: this tensor has no shape" in detail
+
+
+def _closure_training(prof: Any = None) -> list[float]:
+    """Three LBFGS steps (which call the closure several times each), then one SGD step given its closure by
+    position, as Lightning's automatic optimisation does by keyword; the losses the steps return."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    lbfgs = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure() -> Any:
+        lbfgs.zero_grad()
+        sgd.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    losses = [float(lbfgs.step(closure=closure).detach()) for _ in range(3)]
+    return [*losses, float(sgd.step(closure).detach())]
+
+
+def test_an_optimizer_closure_is_a_stage_of_its_own_inside_the_step(tmp_path: Path) -> None:
+    """The forward and backward run inside the optimizer's step: the step's stage held them, unseparated."""
+    plain = _closure_training()
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        profiled = _closure_training(prof)
+    assert profiled == plain
+    spans = _spans(prof)
+    by_id = {s["span_id"]: s for s in spans}
+    closures = [s for s in spans if s["attrs"].get("model.kind") == "closure"]
+    assert {s["name"] for s in closures} == {"LBFGS.step closure", "SGD.step closure"}
+    assert all(by_id[s["parent_id"]]["name"] == s["name"].removesuffix(" closure") for s in closures)
+    forwards = [s for s in spans if s["attrs"].get("model.kind") == "forward"]
+    assert len(forwards) == len(closures) > 4 and all(by_id[f["parent_id"]] in closures for f in forwards)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -173,10 +174,33 @@ class ModelCollector:
             self._recorder.end(opened)
 
     # -- optimizer steps ----------------------------------------------------------------------------------
-    def _optimizer_before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _optimizer_before(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         if _module_hooks.compiling():  # a compiled optimizer step: nothing of the profiler in its graph
-            return
-        self._local.optimizer = self._begin_auto("optimizer", f"{type(optimizer).__name__}.step")
+            return None
+        name = f"{type(optimizer).__name__}.step"
+        self._local.optimizer = opened = self._begin_auto("optimizer", name)
+        if opened is None:
+            return None
+        # A closure (Lightning's automatic optimisation, LBFGS) runs the forward and backward inside the step:
+        # its calls are a stage of their own, so that the step's own work is told from them. The optimizer
+        # calls it as it would the program's, and gets what it returns.
+        if kwargs.get("closure") is not None:
+            return args, {**kwargs, "closure": self._closure(kwargs["closure"], name)}
+        if len(args) > 1 and callable(args[1]):  # args[0] is the optimizer
+            return (args[0], self._closure(args[1], name), *args[2:]), kwargs
+        return None
+
+    def _closure(self, closure: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``closure`` recorded as a stage (kind ``closure``) each time the optimizer calls it."""
+
+        def closure_in_a_stage(*args: Any, **kwargs: Any) -> Any:
+            opened = self._begin_auto("closure", f"{name} closure")
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                self._end_auto(opened)
+
+        return closure_in_a_stage
 
     def _optimizer_after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _module_hooks.compiling():
