@@ -374,6 +374,7 @@ class _OptimizerSteps:
         self._waiting: Any = None
         self._handle: Any = None
         self._error: str | None = None
+        self._compiling: Callable[[], bool] = lambda: False
 
     def start(self) -> None:
         from xstack.collect._after_import import after_import
@@ -387,9 +388,11 @@ class _OptimizerSteps:
         if self._profile._recorder is None:
             return
         try:
+            import torch
             import torch.optim.optimizer as optim
         except ImportError:
             return
+        self._compiling = torch.compiler.is_compiling  # whatever levels run (the model level's hooks may not)
         self._handle = optim.register_optimizer_step_post_hook(self._stepped)
 
     def stop(self) -> None:
@@ -404,9 +407,7 @@ class _OptimizerSteps:
         profile = self._profile
         if profile._marked or profile.done or profile._recorder is None:
             return
-        from xstack.collect import _module_hooks
-
-        if _module_hooks.compiling():  # a compiled optimizer step: nothing of the profiler in its graph
+        if self._compiling():  # a compiled optimizer step: nothing of the profiler in its graph
             return
         key = id(optimizer)
         if self._chosen is None:

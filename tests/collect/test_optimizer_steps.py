@@ -101,3 +101,36 @@ def test_a_profile_that_is_no_measured_run_never_ends_iterations_itself(tmp_path
     with Profile("model", tmp_path / "q.duckdb", "gan", steps=5) as prof:  # the API's own: its caller marks them
         _gan(prof, 3)
     assert _iterations(prof)[1]["steps_completed"] == 0
+
+
+def _compiled_steps(prof: Profile | None) -> tuple[list[Any], dict[str, Any]]:
+    """Four steps of a compiled optimizer step: the weights after them, and what torch compiled."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(opt.step, backend="eager")
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    for _ in range(4):
+        model(x).sum().backward()
+        step()
+        opt.zero_grad()
+    compiled = {k: dict(counters[k]) for k in ("graph_break", "stats", "recompiles")}
+    torch._dynamo.reset()
+    return [p.detach().clone() for p in model.parameters()], compiled
+
+
+def test_a_compiled_optimizer_step_ends_no_iteration_and_compiles_as_without_the_profiler(tmp_path: Path) -> None:
+    """With no level that hooks modules (the op level alone), the hook ran inside torch's tracer, which ran it
+    and ended iterations from inside a compiled step."""
+    plain = _compiled_steps(None)
+    with Profile("op", tmp_path / "p.duckdb", "compiled", steps=20, optimizer_steps=True) as prof:
+        profiled = _compiled_steps(prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain[0], profiled[0], strict=True))
+    assert profiled[1] == plain[1]
+    with prof.open() as store:
+        ((completed,),) = store.query("SELECT (config->>'$.steps_completed')::INT FROM runs")
+    assert completed == 0 and prof.ended_by is None
