@@ -7,6 +7,7 @@ backend shares; only the code generated from the traced graph differs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,25 @@ def test_torch_compile_s_own_marks_are_ops(tmp_path: Path) -> None:
         _run(torch.compile(model, backend="eager"), model, prof)
     assert not [name for name, _ in _spans(prof, "model") if "compile_id=" in name]
     assert [name for name, _ in _spans(prof, "op") if name.startswith("dynamo_data: compile_id=")]
+
+
+def test_torch_jit_trace_traces_the_same_model_under_the_profiler(tmp_path: Path) -> None:
+    """``torch.jit.trace`` runs the model twice and checks that the two graphs agree. The layer hooks, which
+    read a model's parameters at its first call, were recorded into the first one: the trace failed ("Graphs
+    differed across invocations") and the program with it."""
+    model, x = _model().eval(), torch.randn(3, 4)
+    plain = torch.jit.trace(model, x)
+    model = _model().eval()
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        traced = torch.jit.trace(model, x)
+        out = traced(x)
+
+    def graph(module: Any) -> str:  # each trace names its classes apart (``___torch_mangle_N``)
+        return re.sub(r"___torch_mangle_\d+\.", "", str(module.graph))
+
+    assert graph(traced) == graph(plain) and torch.equal(out, plain(x))
+    # nothing of the tracer's own calls, at most the one eager call with which it checks the traced model's
+    # outputs (the model and its 3 modules); then the traced model's call, one span, named as the model
+    *checked, (name, attrs) = _spans(prof, "layer")
+    assert len(checked) in (0, 4) and name == "Sequential" and attrs["layer.type"] == "Sequential (TorchScript)"
+    assert attrs["layer.params"] == 4 * 8 + 8 + 8 * 2 + 2

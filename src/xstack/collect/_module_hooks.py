@@ -37,10 +37,20 @@ def _not_compiling() -> bool:
 
 
 compiling: Any = _not_compiling
-"""``torch.compiler.is_compiling`` once a hook is installed: True only while torch traces a graph
-(``torch.compile``, ``torch.export``). Every hook the profiler gives PyTorch returns at once when it is, so the
-traced graph holds none of the profiler's code: no graph break, no guard on its state, the same compiled program
-as without it."""
+"""Once a hook is installed, True only while torch traces a graph: ``torch.compile`` and ``torch.export``
+(``torch.compiler.is_compiling``), or ``torch.jit.trace``. Every hook the profiler gives PyTorch returns at once
+when it is, so the traced graph holds none of the profiler's code: no graph break, no guard on its state, the
+same compiled program as without it. (``torch.jit.trace`` records what the hooks read of the tensors, and
+checks that two traces agree: the first call of a model, which reads its parameters, failed that check.)"""
+
+
+def _tracing(is_compiling: Any, tracing_state: Any) -> Any:
+    """``compiling`` from torch's two tests: dynamo's (which it reads as a constant while it traces) first."""
+
+    def compiling_or_tracing() -> bool:
+        return bool(is_compiling() or tracing_state() is not None)
+
+    return compiling_or_tracing
 
 
 def hooking(on: bool) -> None:
@@ -51,7 +61,7 @@ def hooking(on: bool) -> None:
     if on and _quiet == 1:
         import torch
 
-        compiling = torch.compiler.is_compiling
+        compiling = _tracing(torch.compiler.is_compiling, torch._C._get_tracing_state)
         warnings.filterwarnings("ignore", _COMPILE_WARNING, UserWarning)
     elif not on and _quiet == 0:
         filters = cast(list[Any], warnings.filters)  # a list, typed as a sequence
@@ -89,10 +99,23 @@ def compiled_original(module: Any) -> Any:
     return getattr(module, "_orig_mod", None) if type(module).__name__ == "OptimizedModule" else None
 
 
+_SCRIPTED = frozenset({"RecursiveScriptModule", "TopLevelTracedModule", "TracedModule"})
+"""Types of ``torch.jit.script`` and ``torch.jit.trace`` results: their calls run inside TorchScript."""
+
+
+def scripted_name(module: Any) -> str | None:
+    """For a TorchScript module (``torch.jit.script``/``trace``), the type name of the model it was made from;
+    None for any other module."""
+    if type(module).__name__ not in _SCRIPTED:
+        return None
+    return str(getattr(module, "original_name", None) or type(module).__name__)
+
+
 def model_name(module: Any) -> str:
     """The name of a model called from outside any other module: its type's, the compiled model's for a
-    ``torch.compile`` wrapper, so a model is named alike compiled or not."""
-    return type(compiled_original(module) or module).__name__
+    ``torch.compile`` wrapper and the scripted model's for a TorchScript one, so a model is named alike compiled
+    or not."""
+    return scripted_name(module) or type(compiled_original(module) or module).__name__
 
 
 _failures: dict[int, tuple[int, str]] = {}

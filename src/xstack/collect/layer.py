@@ -126,7 +126,10 @@ class LayerCollector:
         model = self._models.get(root)
         if model is None:
             original = _module_hooks.compiled_original(root)
-            if original is None:
+            if (scripted := _module_hooks.scripted_name(root)) is not None:  # its modules run unhooked, inside it
+                model = {id(m): _Info(name or scripted, m) for name, m in root.named_modules()}
+                model[id(root)].type_name = f"{scripted} (TorchScript)"
+            elif original is None:
                 model = {id(m): _Info(name or type(root).__name__, m) for name, m in root.named_modules()}
             else:  # torch.compile's wrapper: paths as in the model it compiled
                 name_of = type(original).__name__
