@@ -118,9 +118,11 @@ def test_a_program_that_marks_no_iterations_has_its_optimizer_steps_end_them(tmp
 
 
 def test_a_program_with_no_iterations_at_all_is_told_how_after_one_pass(tmp_path: Path) -> None:
+    """Every pass ran the program to its end, to measure nothing."""
     done = _profile(tmp_path, "--iters", "2", "--pass", "model", "--pass", "model,layer", "--", "python", "train.py",
                     "inference", "starts.txt", "20")  # fmt: skip
     assert done.returncode == 1
+    assert done.stdout.count("iteration 19\n") == 1  # ran to its end, once
     assert (tmp_path / "starts.txt").read_text().count("run") == 1  # the second pass would measure nothing too
     assert "pass model measured no iteration, nor would the others: stopping" in done.stderr
     assert "passes not merged" in done.stderr and "xstack.step()" in done.stderr

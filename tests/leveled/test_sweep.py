@@ -181,6 +181,20 @@ def test_a_program_that_fails_before_its_first_step_says_no_size_was_measured(
     assert out == "optimal batch size: - (no batch size with a known latency: batch size 1 failed (cut short))\n"
 
 
+def test_a_program_with_no_iterations_stops_the_sweep_after_its_first_pass(tmp_path: Path) -> None:
+    """Every pass of every batch size ran the program to its end, to measure nothing."""
+    (tmp_path / "infer.py").write_text("with open('starts.txt', 'a') as log:\n    log.write('run\\n')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "sweep", "--batch-sizes", "1,2", *PASSES, "-o", "s.duckdb", "--", "python",
+         "infer.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (tmp_path / "starts.txt").read_text() == "run\n"
+    assert "batch size 1, pass model measured no iteration, nor would the others: stopping the sweep" in done.stderr
+    assert [(r[1], r[2]["batch_size"]) for r in _runs(tmp_path / "s.duckdb")] == [("model", 1)]
+
+
 def _make_step(fail_at: int | None = None) -> Any:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()

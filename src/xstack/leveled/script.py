@@ -79,7 +79,7 @@ def profile_program(
             if code:
                 print(f"xstack: the program exited with {code} in pass {names[index]}: stopping", file=sys.stderr)
                 break
-            if index == 0 and _measured_none(stores[-1], warmup):  # every pass would run the program for nothing
+            if index == 0 and measured_none(stores[-1], warmup):  # every pass would run the program for nothing
                 print(f"xstack: pass {names[index]} measured no iteration, nor would the others: stopping",
                       file=sys.stderr)  # fmt: skip
                 break
@@ -127,7 +127,7 @@ def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], 
     return child_command(program, levels, out, measured, syscalls=names[index].endswith(SYSCALLS_SUFFIX))
 
 
-def _measured_none(pass_store: Path, warmup: int) -> bool:
+def measured_none(pass_store: Path, warmup: int) -> bool:
     """Whether the complete pass in ``pass_store`` ended fewer iterations than its ``warmup``: none measured."""
     if not pass_store.exists():
         return False

@@ -35,7 +35,7 @@ from xstack.errors import ProgramFailedError, StoreError, UsageError, XstackErro
 from xstack.leveled.merge import merge_passes
 from xstack.leveled.passes import check_iterations, check_timed, pass_config, pass_name, resolve_passes
 from xstack.leveled.progress import PassProgress
-from xstack.leveled.script import pass_command
+from xstack.leveled.script import measured_none, pass_command
 from xstack.outfile import os_reason
 from xstack.profile import Profile
 from xstack.runner import Program
@@ -120,6 +120,10 @@ def sweep_program(
             ran[size] = []
             code, failed = _run_passes(program_at(program, size), size, level_sets, warmup, iters, work, progress,
                                        ran[size])  # fmt: skip
+            if not code and failed:  # no iteration measured: no other pass or batch size would measure one
+                _say(f"batch size {size}, pass {failed} measured no iteration, nor would the others: stopping the "
+                     "sweep")  # fmt: skip
+                break
             if code:
                 kept = ", ".join(map(str, sizes[: k - 1])) or "none"
                 ran_here = sum(s.exists() for s in ran[size])  # its passes before the failing one, and that one's
@@ -153,7 +157,8 @@ def _work_folder(store_path: Path) -> Path:
 def _run_passes(program: Program, size: int, level_sets: list[tuple[str, ...]], warmup: int, iters: int,
                 work: Path, progress: bool, stores: list[Path]) -> tuple[int, str]:  # fmt: skip
     """Run each pass of one batch size, appending its store's path to ``stores``; the exit code of the first
-    pass that failed and its name, else ``(0, "")``."""
+    pass that failed and its name; ``(0, name)`` where the first pass measured no iteration (the others are not
+    run); else ``(0, "")``."""
     names = [pass_name(levels) for levels in level_sets]
     env = {**os.environ, BATCH_SIZE_ENV: str(size)}
     for index, levels in enumerate(level_sets):
@@ -162,6 +167,8 @@ def _run_passes(program: Program, size: int, level_sets: list[tuple[str, ...]], 
         code = _run(pass_command(program, levels, names, index, stores[-1], warmup, iters, progress), env)
         if code:
             return code, names[index]
+        if index == 0 and measured_none(stores[-1], warmup):
+            return 0, names[index]
     return 0, ""
 
 
