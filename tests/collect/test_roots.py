@@ -106,3 +106,53 @@ def test_results_are_unchanged_at_the_model_level(tmp_path: Path) -> None:
     with xstack.profile(levels="model", path=tmp_path / "p.duckdb"):
         profiled = [outer(x) for _ in range(3)]
     assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+
+
+class _AutoEncoder(nn.Module):
+    """A module that is never called itself: its ``training_step`` calls its encoder and its decoder, as a
+    LightningModule's does; ``generate`` calls the module itself, as a Hugging Face model's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(8, 4), nn.ReLU())
+        self.decoder = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+
+    def forward(self, x: Any) -> Any:
+        return self.decoder(self.encoder(x))
+
+    def training_step(self, x: Any) -> Any:
+        return self.decoder(self.encoder(x))
+
+    def generate(self, x: Any) -> Any:
+        return self(x)
+
+
+class _Trainer:
+    """Calls the model from a method of its own, as a trainer does."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def step(self, x: Any) -> Any:
+        return self.model.encoder(x)
+
+
+@pytest.mark.parametrize("levels", ["model", "model,layer"])
+def test_models_called_by_the_module_that_holds_them_are_named_by_their_place_in_it(tmp_path: Path,
+                                                                                     levels: str) -> None:  # fmt: skip
+    """The encoder and the decoder were both ``Sequential``, and their layers both ``0`` and ``1``: the layer
+    tables added them up as one. (A model keeps the name found at its first call.)"""
+    module, x = _AutoEncoder(), torch.randn(2, 8)
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        module.training_step(x)
+        module.generate(x)  # the module calls itself: it is the model
+        _Trainer(_AutoEncoder()).step(x)  # something that is no module calls it: named by its type
+    with prof.open() as store:
+        rows = store.query("SELECT level, name FROM spans WHERE level IN ('model', 'layer') ORDER BY start_ns")
+    forwards = [name for level, name in rows if level == "model" and name != "region"]
+    assert forwards == ["encoder", "decoder", "_AutoEncoder", "Sequential"]
+    if "layer" in levels:
+        layers = [name for level, name in rows if level == "layer"]
+        assert layers[:6] == ["encoder", "encoder.0", "encoder.1", "decoder", "decoder.0", "decoder.1"]
+        assert layers[6:] == ["_AutoEncoder", "encoder", "encoder.0", "encoder.1", "decoder", "decoder.0", "decoder.1",
+                              "Sequential", "0", "1"]  # fmt: skip

@@ -11,7 +11,11 @@ what it runs.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+import weakref
+from types import FrameType
 from typing import Any, Protocol, cast
 
 
@@ -111,11 +115,54 @@ def scripted_name(module: Any) -> str | None:
     return str(getattr(module, "original_name", None) or type(module).__name__)
 
 
+_held_as: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)),)
+"""Frames of the profiler's hooks, skipped when looking for a model's caller."""
+
+
+def held_as(module: Any) -> str | None:
+    """Where a model called from outside any other module sits in the module whose method called it, when that
+    module is not itself being called (a LightningModule whose ``training_step`` calls ``self.encoder``):
+    ``encoder``, ``backbone.encoder``; None where no such module holds it (a model called by the program, or by
+    one of its own methods, such as ``generate``). Found once per model, from the caller's ``self``; without it
+    the encoder and the decoder of such a module were both ``Sequential``, their layers both ``0``, ``1``..."""
+    try:
+        return _held_as[module]
+    except KeyError:
+        pass
+    except TypeError:  # a module that cannot be weakly referenced: looked for at each call
+        return _find_holder(module)
+    found = _held_as[module] = _find_holder(module)
+    return found
+
+
+def _find_holder(module: Any) -> str | None:
+    import torch
+
+    skipped = _OWN_FILES + (os.path.dirname(os.path.abspath(torch.__file__)),)  # the hooks, torch's call machinery
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_HOLDER_FRAMES):
+        if frame is None:
+            return None
+        if not frame.f_code.co_filename.startswith(skipped):
+            owner = frame.f_locals.get("self")
+            if owner is not module:  # a model's own method calling it (generate) looks further up
+                if not isinstance(owner, torch.nn.Module):
+                    return None  # the program, or a method of something else (a trainer)
+                return next((name for name, inner in owner.named_modules() if inner is module and name), None)
+        frame = frame.f_back
+    return None
+
+
+_HOLDER_FRAMES = 12
+"""How far up the stack the caller's frame is looked for (the hooks and torch's call machinery come first)."""
+
+
 def model_name(module: Any) -> str:
-    """The name of a model called from outside any other module: its type's, the compiled model's for a
-    ``torch.compile`` wrapper and the scripted model's for a TorchScript one, so a model is named alike compiled
-    or not."""
-    return scripted_name(module) or type(compiled_original(module) or module).__name__
+    """The name of a model called from outside any other module: where a module that was not called holds it,
+    its path there (``held_as``); else its type's, the compiled model's for a ``torch.compile`` wrapper and the
+    scripted model's for a TorchScript one, so a model is named alike compiled or not."""
+    return held_as(module) or scripted_name(module) or type(compiled_original(module) or module).__name__
 
 
 _failures: dict[int, tuple[int, str]] = {}

@@ -136,6 +136,9 @@ class LayerCollector:
                 model = {id(m): _Info(("" if name == _COMPILED else name.removeprefix(f"{_COMPILED}.")) or name_of, m)
                          for name, m in root.named_modules()}  # fmt: skip
                 model[id(root)].type_name = f"{name_of} (compiled)"
+            if (held := _module_hooks.held_as(root)) is not None:  # encoder, decoder: not both Sequential
+                for info in model.values():
+                    info.path = held if info is model[id(root)] else f"{held}.{info.path}"
             self._models[root] = model
         return model
 
