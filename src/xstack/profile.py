@@ -301,7 +301,8 @@ class Profile:
                 "python": platform.python_version(),
                 "pid": os.getpid(),
                 A.CONFIG_CPU_COUNT: usable_cpus(),
-            },
+            }
+            | _distributed(),
         }
 
     def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
@@ -309,6 +310,25 @@ class Profile:
         header["config"] |= {A.CONFIG_TORCH_THREADS: _torch_threads(), A.CONFIG_CUDA: _cuda_initialised()}
         return run_info(header, store, error=describe_failure(exc_type, exc), completed=self._completed,
                         cut_short=exc_type is not None)  # fmt: skip
+
+
+def ranked() -> tuple[int, int] | None:
+    """``(rank, world size)`` of a process that a launcher of one process per rank started (torchrun sets
+    ``RANK`` and ``WORLD_SIZE``), None for a job of one process."""
+    rank, world = os.environ.get("RANK", "").strip(), os.environ.get("WORLD_SIZE", "").strip()
+    return (int(rank), int(world)) if rank.isdigit() and world.isdigit() and int(world) > 1 else None
+
+
+def _distributed() -> dict[str, Any]:
+    """``{"distributed": {"rank", "world_size", "local_rank"}}`` for a process that a launcher of one process per
+    rank started (torchrun sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``), as an imported trace's
+    ``distributedInfo``; empty for a job of one process."""
+    job = ranked()
+    if job is None:
+        return {}
+    local = os.environ.get("LOCAL_RANK", "").strip()
+    return {"distributed": {"rank": job[0], "world_size": job[1]} | ({"local_rank": int(local)} if local.isdigit()
+                                                                    else {})}  # fmt: skip
 
 
 def run_info(header: dict[str, Any], store: Store, *, error: str | None, completed: int, cut_short: bool) -> RunInfo:

@@ -33,7 +33,7 @@ from xstack.collect.syscalls import run_traced
 from xstack.errors import UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
-from xstack.profile import PassComplete, Profile, describe_failure, parse_levels
+from xstack.profile import PassComplete, Profile, describe_failure, parse_levels, ranked
 from xstack.text import counted
 from xstack.trace.store import Store, append_store, check_new, scratch_path
 
@@ -71,13 +71,37 @@ class Measured:
     """Print nothing of its own (``xstack profile`` speaks for its passes)."""
 
 
+LAUNCHERS = {
+    "torchrun": "torchrun",
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate": "accelerate launch",
+    "deepspeed": "deepspeed",
+}
+"""Programs that start the program to profile in processes of their own, one per rank."""
+
+
+def _launcher_error(launcher: str, command: str) -> UsageError:
+    """Why ``command`` does not run under ``launcher`` and how to profile each rank instead."""
+    module = "-m" if launcher != "deepspeed" else "--module"
+    return UsageError(
+        f"{command}: {launcher} starts the program in processes of its own, one per rank, which {command} would not "
+        f"profile: start xstack run inside it, one store per rank, as in: {launcher} ... {module} xstack run "
+        "--levels model,layer -o prof-{rank}.duckdb -- train.py ARGS"
+    )
+
+
 def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
-    """``[python] script.py ARGS`` or ``[python] -m module ARGS``; a leading python executable is optional."""
+    """``[python] script.py ARGS`` or ``[python] -m module ARGS``; a leading python executable is optional. A
+    launcher of one process per rank (``LAUNCHERS``) is refused, saying how to profile its ranks."""
     argv = list(argv)
     if argv and Path(argv[0]).name.startswith("python") and not argv[0].endswith(".py"):
         argv = argv[1:]
     if not argv:
         raise UsageError(f"{command}: no program given ({command} -- python script.py ARGS)")
+    if (launcher := LAUNCHERS.get(Path(argv[0]).name)) or (argv[0] == "-m" and (launcher := LAUNCHERS.get(
+            argv[1] if len(argv) > 1 else ""))):  # fmt: skip
+        raise _launcher_error(launcher, command)
     if argv[0] == "-m":
         if len(argv) < 2:
             raise UsageError(f"{command}: -m needs a module name")
@@ -90,6 +114,35 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
     if not script.is_file():
         raise UsageError(f"{command}: {script}: no such script")
     return Program(script, None, argv[1:])
+
+
+def refuse_ranked(command: str) -> None:
+    """A ``UsageError`` for ``command`` (``xstack profile``, ``xstack sweep``) started under a launcher of one
+    process per rank: it runs the program afresh for each pass, and the processes of a second pass cannot join
+    the job's rendezvous again (the launcher's store still holds the first pass's addresses)."""
+    if ranked() is not None:
+        raise UsageError(
+            f"{command} runs the program once per pass, and under a launcher of one process per rank (torchrun) "
+            "the processes of a second pass cannot join the job again: profile each rank with xstack run, one "
+            "store per rank, as in: torchrun ... -m xstack run --levels model,layer --iters 20 -o "
+            "prof-{rank}.duckdb -- train.py ARGS"
+        )
+
+
+def rank_path(out: Path | None, program: Program) -> Path | None:
+    """The store of this process: under a launcher of one process per rank (torchrun sets ``RANK`` and
+    ``WORLD_SIZE``), each rank's own, ``{rank}`` in ``out`` replaced by the rank, else ``.rankN`` added before
+    its suffix (the default path's too); ``{rank}`` outside such a launcher is rank 0."""
+    job = ranked()
+    rank = str(job[0]) if job is not None else "0"
+    if out is not None and "{rank}" in str(out):
+        return Path(str(out).replace("{rank}", rank))
+    if job is None:
+        return out
+    path = out or Path("xstack-out") / f"{program.name}.duckdb"
+    if path.stem.endswith(f".rank{rank}"):  # a restart of this rank's xstack run (under a tracer): named already
+        return path
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 def _module_exists(name: str) -> bool:

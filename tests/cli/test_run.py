@@ -408,3 +408,89 @@ def test_a_program_that_changes_its_working_folder_keeps_its_profile(tmp_path: P
         steps = store.query("SELECT config->>'$.steps_completed' FROM runs")[0][0]
     assert int(steps) == (3 if how == "kill" else 5)
     assert not list((tmp_path / "elsewhere").iterdir())
+
+
+RANKS = """
+import sys, torch, torch.distributed as dist, xstack
+from torch import nn
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(int(sys.argv[1])):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+with open(f"{sys.argv[2]}-{dist.get_rank()}.txt", "w") as out:  # the ranks' prints would interleave
+    out.write(repr(float(sum(p.sum() for p in model.parameters()))))
+dist.destroy_process_group()
+"""
+
+
+def test_each_rank_of_a_torchrun_job_writes_its_own_store(tmp_path: Path) -> None:
+    """``xstack run -- torchrun ...`` profiled the launcher, which runs no model: the workers went unseen, and
+    ranks under one launcher would all have written one store."""
+    (tmp_path / "ranks.py").write_text(textwrap.dedent(RANKS))
+    job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    plain = subprocess.run([*job, "ranks.py", "3", "plain"], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=120)  # fmt: skip
+    done = subprocess.run([*job, "-m", "xstack", "run", "-o", "prof-{rank}.duckdb", "--", "ranks.py", "3", "prof"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert plain.returncode == 0 and done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):  # the same results on each rank
+        assert (tmp_path / f"prof-{rank}.txt").read_text() == (tmp_path / f"plain-{rank}.txt").read_text()
+    for rank in (0, 1):
+        assert f"xstack: profile written to prof-{rank}.duckdb" in done.stderr
+        with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
+            (config,) = store.query("SELECT config FROM runs")[0]
+            layers = store.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
+        assert orjson.loads(config)["distributed"] == {"rank": rank, "world_size": 2, "local_rank": rank}
+        assert layers == 3 * 5  # each step: DistributedDataParallel, the module it wraps and its 3 layers
+    summary = _run(tmp_path, "summary", "prof-1.duckdb")
+    assert "rank 1 of 2" in summary.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "launcher"),
+    [(["torchrun", "--nproc-per-node", "2", "train.py"], "torchrun"),
+     (["python", "-m", "torch.distributed.run", "train.py"], "torchrun"),
+     (["accelerate", "launch", "train.py"], "accelerate launch")],
+)  # fmt: skip
+def test_a_launcher_of_ranks_is_refused_saying_how_to_profile_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                                   launcher: str) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{launcher} starts the program in processes of its own, one per rank" in err
+    assert "-m xstack run --levels model,layer -o prof-{rank}.duckdb -- train.py" in err
+    assert not (tmp_path / "xstack-out").exists()
+
+
+@pytest.mark.parametrize("command", ["profile", "sweep"])
+def test_passes_under_a_launcher_of_ranks_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], command: str) -> None:  # fmt: skip
+    """Their second pass could not join the job again: gloo failed to connect, and every pass was lost."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _write(tmp_path)
+    sizes = ["--batch-sizes", "1,2"] if command == "sweep" else []
+    assert main([command, *sizes, "--", "python", "train.py"]) == 2
+    assert "profile each rank with xstack run, one store per rank" in capsys.readouterr().err
+    assert not (tmp_path / "xstack-out").exists()
+
+
+def test_a_rank_s_store_is_named_after_its_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xstack.runner import Program, rank_path
+
+    program = Program(Path("train.py"), None, [])
+    assert rank_path(None, program) is None and rank_path(Path("p-{rank}.duckdb"), program) == Path("p-0.duckdb")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert rank_path(None, program) == Path("xstack-out/train.rank3.duckdb")
+    assert rank_path(Path("out/p.duckdb"), program) == Path("out/p.rank3.duckdb")
+    assert rank_path(Path("out/p.rank3.duckdb"), program) == Path("out/p.rank3.duckdb")  # a restart under a tracer
+    assert rank_path(Path("p-{rank}.duckdb"), program) == Path("p-3.duckdb")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert rank_path(Path("out/p.duckdb"), program) == Path("out/p.duckdb")

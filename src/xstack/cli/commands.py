@@ -133,7 +133,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from xstack.profile import parse_levels
-    from xstack.runner import Measured, parse_program, run_program
+    from xstack.runner import Measured, parse_program, rank_path, run_program
 
     if args.syscalls:
         from xstack.collect.syscalls import SYSCALLS_ENV
@@ -157,18 +157,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
         measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
                             progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
     _set_ncu_options(args)
-    return run_program(parse_program(argv), levels=args.levels, out=args.output, measured=measured, force=args.force,
+    program = parse_program(argv)
+    out = args.output if args.pass_index is not None else rank_path(args.output, program)  # a pass: as given
+    return run_program(program, levels=args.levels, out=out, measured=measured, force=args.force,
                        append=args.append, warmup=args.warmup)  # fmt: skip
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     from xstack.leveled.script import profile_program
-    from xstack.runner import parse_program
+    from xstack.runner import parse_program, refuse_ranked
 
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack profile")
     _set_ncu_options(args)
     _set_system_interval(args)
+    refuse_ranked("xstack profile")
     return profile_program(program, passes=args.passes, warmup=args.warmup, iters=args.iters, out=args.output,
                            metrics=args.metrics, metrics_iters=args.metrics_iters, io=args.io,
                            system=args.system, force=args.force, append=args.append)  # fmt: skip
@@ -201,7 +204,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from xstack.analyze.model import model_information
     from xstack.leveled.sweep import parse_batch_sizes, sweep_program
     from xstack.report.terminal import print_fitted
-    from xstack.runner import parse_program
+    from xstack.runner import parse_program, refuse_ranked
     from xstack.trace.store import Store
 
     sizes = parse_batch_sizes(args.batch_sizes)
@@ -210,6 +213,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"xstack sweep: --latency-target must be a positive number of milliseconds (got {target:g})")
     argv = args.program[1:] if args.program[:1] == ["--"] else args.program
     program = parse_program(argv, "xstack sweep")
+    refuse_ranked("xstack sweep")
     out = args.output or Path("xstack-out") / f"{program.name}-sweep.duckdb"
     code = sweep_program(program, sizes, passes=args.passes, warmup=args.warmup, iters=args.iters, out=out,
                          latency_target_ms=target, force=args.force)  # fmt: skip
