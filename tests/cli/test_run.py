@@ -468,8 +468,9 @@ def test_a_launcher_of_ranks_is_refused_saying_how_to_profile_them(tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", ["profile", "sweep"])
-def test_passes_under_a_launcher_of_ranks_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str], command: str) -> None:  # fmt: skip
+def test_passes_under_a_launcher_of_ranks_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
     """Their second pass could not join the job again: gloo failed to connect, and every pass was lost."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RANK", "1")
