@@ -161,6 +161,11 @@ class Profile:
         self._advance()
 
     @property
+    def completed(self) -> int:
+        """The iterations ended so far."""
+        return self._completed
+
+    @property
     def ended_by(self) -> str | None:
         """The optimizer step whose calls ended the run's iterations (``"SGD.step()"``), where one did."""
         return self._auto.name if self._auto is not None and self._auto.ended else None

@@ -320,8 +320,12 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         print(f"xstack: {counted(prof.steps or 0, 'iteration')} recorded{by}; the program was stopped there",
               file=sys.stderr)  # fmt: skip
     if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
-        print(f"xstack: warning: {prof.shortfall} (lower --warmup or --iters, or let the program run longer)",
-              file=sys.stderr)  # fmt: skip
+        advice = (
+            "end each iteration with xstack.step(): the program called it nowhere, and no optimizer stepped twice"
+            if prof.completed == 0
+            else "lower --warmup or --iters, or let the program run longer"
+        )
+        print(f"xstack: warning: {prof.shortfall} ({advice})", file=sys.stderr)  # fmt: skip
     return code
 
 

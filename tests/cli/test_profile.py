@@ -124,6 +124,9 @@ def test_a_program_with_no_iterations_at_all_is_told_how_after_one_pass(tmp_path
     assert done.returncode == 1
     assert done.stdout.count("iteration 19\n") == 1  # ran to its end, once
     assert (tmp_path / "starts.txt").read_text().count("run") == 1  # the second pass would measure nothing too
+    assert ("ended after 0 iterations, fewer than the 7 asked (5 warm-up + 2 measured): none measured: every one "
+            "was a warm-up iteration (end each iteration with xstack.step(): the program called it nowhere, and no "
+            "optimizer stepped twice)") in done.stderr  # fmt: skip
     assert "pass model measured no iteration, nor would the others: stopping" in done.stderr
     assert "passes not merged" in done.stderr and "xstack.step()" in done.stderr
     assert ".partial" not in done.stderr and "profile written" not in done.stderr, done.stderr
