@@ -125,6 +125,26 @@ def test_a_model_compiled_in_place_is_a_finding(tmp_path: Path) -> None:
     assert "1 module compiled in place" in line and "layer level" in line and "profile with" not in line
 
 
+@pytest.mark.parametrize("levels", ["model", "model,layer"])
+def test_a_model_compiled_in_place_while_profiled_is_one_call(tmp_path: Path, levels: str) -> None:
+    """``Module.compile()`` compiles the call itself, hooks included: no level saw any call of the model."""
+    model = _model()
+    plain = _run(model, model)
+    model = _model()
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        model.compile(backend="eager")
+        profiled = _run(model, model, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    assert [name for name, a in _spans(prof, "model") if a.get("model.kind") == "forward"] == ["Sequential"] * 3
+    if "layer" in levels:
+        layers = _spans(prof, "layer")
+        assert [name for name, _ in layers] == ["Sequential"] * 3
+        assert {a["layer.type"] for _, a in layers} == {"Sequential (compiled)"}
+        assert "layers_compiled_in_place" not in _health(prof)
+    assert not hasattr(torch.nn.Module.compile, "__wrapped__") and torch.nn.Module.compile.__module__.startswith(
+        "torch")  # fmt: skip  # put back
+
+
 def _compiled_program(prof: Any = None) -> tuple[list[Any], dict[str, Any]]:
     """A model compiled in place and a compiled optimizer step: the losses, and what torch compiled (graphs,
     graph breaks and their reasons)."""

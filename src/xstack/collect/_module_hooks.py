@@ -15,6 +15,7 @@ import os
 import sys
 import warnings
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol, cast
 
@@ -67,9 +68,80 @@ def hooking(on: bool) -> None:
 
         compiling = _tracing(torch.compiler.is_compiling, torch._C._get_tracing_state)
         warnings.filterwarnings("ignore", _COMPILE_WARNING, UserWarning)
+        _patch_compile(torch.nn.Module)
     elif not on and _quiet == 0:
         filters = cast(list[Any], warnings.filters)  # a list, typed as a sequence
         filters[:] = [f for f in filters if not (f[1] and f[1].pattern == _COMPILE_WARNING)]
+        _unpatch_compile()
+
+
+_in_place: list[tuple[Callable[..., None], Callable[..., None]]] = []
+"""What a call of a model compiled in place tells, as its hooks would: ``before(module, args)`` and
+``after(module, args, kwargs, output)`` of each watcher (the global hooks' subscribers, the model level's root
+watcher). The model's own hooks run inside its compiled call, where torch traced them doing nothing."""
+_compile_patch: tuple[Any, Any] | None = None
+SEEN = "_xstack_seen"
+"""Marks the compiled call of a model compiled in place while the profiler was watching: its calls are seen."""
+
+
+def watch_in_place(before: Callable[..., None], after: Callable[..., None]) -> Callable[[], None]:
+    """Add a watcher of calls of models compiled in place (see ``_in_place``); returns what removes it."""
+    entry = (before, after)
+    _in_place.append(entry)
+
+    def remove() -> None:
+        if entry in _in_place:
+            _in_place.remove(entry)
+
+    return remove
+
+
+def _patch_compile(module_type: Any) -> None:
+    """Make ``Module.compile()`` (which compiles the module's whole call, its hooks included, in place) give
+    the module a call the watchers see (``_in_place``), while the profiler watches."""
+    global _compile_patch
+    original = module_type.compile
+
+    def compile(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: A001 - Module.compile's own name
+        original(self, *args, **kwargs)
+        compiled = getattr(self, "_compiled_call_impl", None)
+        if compiled is not None and not getattr(compiled, SEEN, False):
+            self._compiled_call_impl = _seen_call(self, compiled)
+
+    module_type.compile = compile
+    _compile_patch = (module_type, original)
+
+
+def _unpatch_compile() -> None:
+    global _compile_patch
+    if _compile_patch is not None:
+        module_type, original = _compile_patch
+        module_type.compile = original
+        _compile_patch = None
+
+
+def _seen_call(module: Any, compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled`` (the module's compiled call), telling the watchers of ``_in_place`` of each call; the
+    program gets what the compiled call returns or raises."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        watchers = list(_in_place)
+        if not watchers or compiling():  # inside another compiled region: nothing of the profiler's traced
+            return compiled(*args, **kwargs)
+        for before, _ in watchers:
+            before(module, args)
+        try:
+            output = compiled(*args, **kwargs)
+        except BaseException:
+            for _, after in reversed(watchers):
+                after(module, args, kwargs, None)
+            raise
+        for _, after in reversed(watchers):
+            after(module, args, kwargs, output)
+        return output
+
+    setattr(call, SEEN, True)
+    return call
 
 
 def subscribe(subscriber: ModuleSubscriber, *, order: int) -> None:
@@ -84,6 +156,14 @@ def subscribe(subscriber: ModuleSubscriber, *, order: int) -> None:
         _handles.append(torch_module.register_module_forward_pre_hook(_before))
         # the post-hook gets the call's keyword arguments (a pre-hook common to all modules cannot)
         _handles.append(torch_module.register_module_forward_hook(_after, always_call=True, with_kwargs=True))
+        _handles.append(_InPlace(watch_in_place(_before, _after)))
+
+
+class _InPlace:
+    """A handle that removes an ``_in_place`` watcher, as a hook's handle removes its hook."""
+
+    def __init__(self, remove: Callable[[], None]) -> None:
+        self.remove = remove
 
 
 def unsubscribe(subscriber: ModuleSubscriber) -> None:

@@ -14,8 +14,9 @@ the call in which the sentinel found it: the sentinel begins that call itself. P
 ``forward``, so the root's own post-hook ends it. A module that is a root and is also called inside another
 root (``model.encoder`` called alone, then inside ``model``) opens no span when nested.
 
-Under ``torch.compile`` the hooks do nothing while torch traces (``_module_hooks.compiling``): a model compiled
-in place (``model.compile()``), whose hooks run inside its compiled call, is not seen.
+Under ``torch.compile`` the hooks do nothing while torch traces (``_module_hooks.compiling``). A model compiled
+in place (``model.compile()``) runs its hooks inside its compiled call: while the profiler watches, its compiled
+call tells the watcher itself (``_module_hooks.watch_in_place``); one compiled before is not seen.
 
 Limit: while a watched call runs on one thread, the sentinel is away, so a first call of a new root made at
 that moment on another thread is not seen (later calls of known roots are).
@@ -48,12 +49,15 @@ class RootWatcher:
         self._local = threading.local()
         self._watching = False
         self._hooks: dict[int, Any] = {}
+        self._unwatch: Callable[[], None] = lambda: None
 
     def start(self) -> None:
         from torch.nn.modules import module as torch_module
 
         if not self._watching:
             _module_hooks.hooking(True)
+            # a model compiled in place runs its hooks inside its compiled call: its call tells this directly
+            self._unwatch = _module_hooks.watch_in_place(self._pre, lambda m, a, kw, out: self._post(m, a, out))
         self._watching = True
         # One registration for the whole profile; taking the sentinel away and putting it back is then a
         # dict operation on PyTorch's table of global pre-hooks, cheaper than a new handle each time.
@@ -63,6 +67,7 @@ class RootWatcher:
 
     def stop(self) -> None:
         if self._watching:
+            self._unwatch()
             _module_hooks.hooking(False)
         with self._lock:
             self._watching = False

@@ -10,7 +10,9 @@ A model compiled with ``torch.compile(model)`` is one layer span per call, with 
 type ``Sequential (compiled)``: the modules inside run as one graph, with no call of their own to hook (the
 hooks do nothing while torch traces the model, see ``_module_hooks``). Modules that run eagerly after a graph
 break keep the paths they have in the model. A model compiled in place (``model.compile()``) runs its hooks
-inside the compiled call too, so none of its calls is seen; the op level shows its compiled regions.
+inside the compiled call too: compiled while the profile runs, its compiled call tells the hooks' subscribers
+itself (``_module_hooks.watch_in_place``), one span per call typed ``Sequential (compiled)``; compiled before,
+none of its calls is seen, and health says so; the op level shows its compiled regions.
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ class LayerCollector:
         self._recorder = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
-        # every span went through the recorder; what it could not see is the models compiled in place, and the
-        # calls its hooks failed on
+        # every span went through the recorder; what it could not see is the models compiled in place before it
+        # began, and the calls its hooks failed on
         health: list[tuple[str, int, str]] = []
         if failed := _module_hooks.failures(self):
             health.append(("layer_hook_failed", failed[0], f"module calls whose layer span could not be recorded "
@@ -73,9 +75,10 @@ class LayerCollector:
                 (
                     "layers_compiled_in_place",
                     len(compiled),
-                    f"modules compiled in place with Module.compile() ({names}): their calls and those of the "
-                    "modules in them run inside one compiled graph, unseen by the layer level (torch.compile(model) "
-                    "is seen: one span per call); the op level shows the compiled regions",
+                    f"modules compiled in place with Module.compile() before the profile began ({names}): their "
+                    "calls and those of the modules in them run inside one compiled graph, unseen by the layer "
+                    "level (one compiled while the profile runs is seen, as torch.compile(model) is: one span per "
+                    "call); the op level shows the compiled regions",
                 )
             )
         return health
@@ -131,6 +134,8 @@ class LayerCollector:
                 model[id(root)].type_name = f"{scripted} (TorchScript)"
             elif original is None:
                 model = {id(m): _Info(name or type(root).__name__, m) for name, m in root.named_modules()}
+                if getattr(root, "_compiled_call_impl", None) is not None:  # compiled in place: one call, seen whole
+                    model[id(root)].type_name = f"{type(root).__name__} (compiled)"
             else:  # torch.compile's wrapper: paths as in the model it compiled
                 name_of = type(original).__name__
                 model = {id(m): _Info(("" if name == _COMPILED else name.removeprefix(f"{_COMPILED}.")) or name_of, m)
@@ -162,8 +167,9 @@ _Frame = tuple[Any, str, OpenSpan, int]
 
 
 def _compiled_in_place() -> list[str]:
-    """Type names of the live modules compiled in place (``Module.compile()``), outermost only. None can exist
-    before torch's compiler is imported; after, the live objects are searched once (about 0.1 s)."""
+    """Type names of the live modules compiled in place (``Module.compile()``) before the profile began, whose
+    calls it could not see (those compiled while it runs are seen: ``_module_hooks.SEEN``), outermost only. None
+    can exist before torch's compiler is imported; after, the live objects are searched once (about 0.1 s)."""
     import gc
     import sys
 
@@ -172,7 +178,9 @@ def _compiled_in_place() -> list[str]:
     import torch
 
     module = torch.nn.Module  # type(), not isinstance: some objects warn when their __class__ is read
-    found = [o for o in gc.get_objects() if issubclass(type(o), module) and getattr(o, "_compiled_call_impl", None)]
+    gc.collect()  # a compiled model holds cycles: one the program dropped is garbage, not a model it runs
+    found = [o for o in gc.get_objects() if issubclass(type(o), module) and getattr(o, "_compiled_call_impl", None)
+             and not getattr(o._compiled_call_impl, _module_hooks.SEEN, False)]  # fmt: skip
     inner = {id(m) for o in found for m in o.modules() if m is not o}
     return [type(o).__name__ for o in found if id(o) not in inner]
 

@@ -144,8 +144,8 @@ def none_line(s: RunSummary, level: str) -> str:
     held = s.span_counts.get(level, 0)
     if not held and level == "layer" and (compiled := _compiled_in_place(s)):
         return (f"{LEVEL_TITLES[level]}: none seen ({compiled:,} module{'' if compiled == 1 else 's'} compiled in "
-                "place with Module.compile() ran inside the compiled graph, where the layer level cannot see; "
-                "torch.compile(model) is seen: see health)")  # fmt: skip
+                "place with Module.compile() before the profile began ran inside the compiled graph, where the "
+                "layer level cannot see; one compiled while it runs is seen: see health)")  # fmt: skip
     if not held or s.counted_in is None:
         return f"{LEVEL_TITLES[level]}: none in this run ({missing_hint(level, s.source_format)})"
     what = f"{held:,} {_LEVEL_CALLS[level]}{'' if held == 1 else 's'}"
