@@ -69,7 +69,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
     merged run) into a new run; returns what was made. Passes that did not complete are left out and said so.
     """
     passes, counters, health = _read_passes(store, run_ids)
-    health += _short_passes(store, [p.run_id for p in passes + counters])
+    health += _carried_health(store, [p.run_id for p in passes + counters])
     con = store.con
     con.execute("BEGIN TRANSACTION")  # all of the merged run or, on any error, nothing of it
     try:
@@ -177,10 +177,10 @@ def _read_passes(
     return passes, counters, health
 
 
-def _short_passes(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]]:
-    """The passes' ``iterations_short`` findings (a loop that ended before the iterations asked), for the merged
-    run: its statistics come from fewer iterations than the measurement was set up for; and the first pass's
-    ``steps_from_optimizer`` row, which says where the iterations came from (the same in every pass)."""
+def _carried_health(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]]:
+    """What the passes' health says of the merged run too: their ``iterations_short`` findings (a loop that ended
+    before the iterations asked: the merged statistics come from fewer iterations than the measurement was set up
+    for), and the first pass's ``steps_from_optimizer`` row (where the iterations came from, alike in every pass)."""
     rows = store.query(
         "SELECT run_id, count, detail FROM health WHERE \"check\" = 'iterations_short' AND list_contains(?, run_id) "
         "ORDER BY run_id",
