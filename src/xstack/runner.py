@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pkgutil  # noqa: F401  runpy.run_path imports it as it starts the program: its reads are not the program's
 import runpy
 import signal
 import sys

@@ -410,6 +410,41 @@ def test_a_program_that_changes_its_working_folder_keeps_its_profile(tmp_path: P
     assert not list((tmp_path / "elsewhere").iterdir())
 
 
+NO_TORCH_YET = """
+import sys, xstack
+print("torch" in sys.modules)
+with open("data.bin", "wb") as f:
+    f.write(bytes(4096))
+if sys.argv[1] == "later":
+    import torch
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    for _ in range(2):
+        model(torch.randn(3, 4))
+        xstack.step()
+"""
+
+
+def test_the_layer_level_leaves_pytorch_to_the_program_that_imports_it(tmp_path: Path) -> None:
+    """The layer level imported torch as the profile began: a program that never used it paid seconds for it,
+    and its io level recorded torch's thousands of files as the program's. PyTorch is now hooked where the
+    program imports it, as the model level always did. Nor are xstack's own looks for its io library and runpy's
+    import of pkgutil recorded as the program's: its files are its script, its output and its data."""
+    (tmp_path / "prog.py").write_text(NO_TORCH_YET)
+    proc = _run(tmp_path, "run", "--levels", "model,layer,io", "-o", "n.duckdb", "--", "python", "prog.py", "never")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "False\n"
+    with Store.open(tmp_path / "n.duckdb") as store:
+        files = {Path(f).name for (f,) in store.query("SELECT path FROM io_files")}
+        layers = store.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
+    assert files == {"prog.py", "data.bin", "<pipe>"}
+    assert layers == 0
+    proc = _run(tmp_path, "run", "-o", "l.duckdb", "--", "python", "prog.py", "later")
+    assert proc.returncode == 0, proc.stderr
+    with Store.open(tmp_path / "l.duckdb") as store:
+        names = store.query("SELECT name, count(*) FROM spans WHERE level = 'layer' GROUP BY name ORDER BY name")
+    assert names == [("0", 2), ("Sequential", 2)]
+
+
 RANKS = """
 import sys, torch, torch.distributed as dist, xstack
 from torch import nn

@@ -12,6 +12,7 @@ programs started by exec are not covered (each leaves a not-covered note). The r
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -31,8 +32,11 @@ _MODE_PRELOAD = 1
 _library: ctypes.CDLL | None = None
 
 
+@functools.cache
 def library_path() -> Path | None:
-    """The built library, or None when the package was installed without building it."""
+    """The built library, or None when the package was installed without building it. Looked for once: the
+    level checks it before it starts, and the file system calls of a second look would be recorded as the
+    program's."""
     path = Path(__file__).resolve().parent / "_io" / LIBRARY_NAME
     return path if path.is_file() else None
 

@@ -22,7 +22,9 @@ import weakref
 from typing import Any
 
 from xstack.collect import _module_hooks
+from xstack.collect._after_import import AfterImport, after_import
 from xstack.collect._recorder import OpenSpan, Recorder
+from xstack.collect._torch_build import torch_reason
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -39,25 +41,38 @@ class LayerCollector:
         self._models: weakref.WeakKeyDictionary[Any, dict[int, _Info]] = weakref.WeakKeyDictionary()
         self._calls: dict[str, int] = {}
         self._step = 0
-        self._cuda: Any = None
+        self._torch: Any = None
+        self._cuda: Any = None  # torch.cuda, once the program has initialised CUDA
+        self._waiting: AfterImport | None = None
+        self._hook_error: str | None = None
 
     def unavailable_reason(self) -> str | None:
-        try:
-            import torch.nn  # noqa: F401
-        except ImportError:
-            return "PyTorch is not installed (pip install 'torch==2.13.0')"
-        return None
+        return torch_reason()  # found, not imported: see start()
 
     def start(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+        self._hook_error = None
+        # module calls are hooked where the program imports PyTorch, as the model level's are: importing it here
+        # would cost a program that does not seconds and thousands of file reads, recorded as the program's
+        self._waiting = after_import("torch", self._start_torch, self._torch_failed)
+
+    def _torch_failed(self, error: BaseException) -> None:
+        self._hook_error = f"{type(error).__name__}: {error}"
+
+    def _start_torch(self) -> None:
         import torch
 
         global _Tensor
+        if self._recorder is None:
+            return
         _Tensor = torch.Tensor
-        self._recorder = recorder
-        self._cuda = torch.cuda if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        self._torch = torch
         _module_hooks.subscribe(self, order=1)
 
     def stop(self) -> None:
+        if self._waiting is not None:
+            self._waiting.remove()
+            self._waiting = None
         _module_hooks.unsubscribe(self)
         self._recorder = None
 
@@ -65,6 +80,9 @@ class LayerCollector:
         # every span went through the recorder; what it could not see is the models compiled in place before it
         # began, and the calls its hooks failed on
         health: list[tuple[str, int, str]] = []
+        if self._hook_error is not None:
+            why = f"hooking them when the program imported torch failed ({self._hook_error})"
+            health.append(("layer_hooks_failed", 1, f"module calls are not recorded: {why}; the program ran on"))
         if failed := _module_hooks.failures(self):
             health.append(("layer_hook_failed", failed[0], f"module calls whose layer span could not be recorded "
                            f"(the first: {failed[1]}); the program ran on"))  # fmt: skip
@@ -96,6 +114,8 @@ class LayerCollector:
         else:
             local.model = self._model(module)
             info = local.model[id(module)]
+            if self._cuda is None and self._torch.cuda.is_initialized():  # the program's own CUDA, never ours
+                self._cuda = self._torch.cuda
         path = info.path
         if recorder.step != self._step:  # call indices count within a step
             self._calls.clear()

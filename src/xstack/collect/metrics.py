@@ -22,6 +22,7 @@ from typing import Any
 from xstack import salvage
 from xstack.collect import _child
 from xstack.collect._recorder import Recorder
+from xstack.collect._torch_build import cuda_reason
 from xstack.trace.store import Store
 
 NCU_CHILD_ENV = "XSTACK_NCU_CHILD"
@@ -50,17 +51,6 @@ def find_ncu() -> str | None:
         for path in sorted(glob.glob(pattern), reverse=True):
             if os.access(path, os.X_OK):
                 return path
-    return None
-
-
-def cuda_reason() -> str | None:
-    """Why CUDA cannot be used here, or None."""
-    try:
-        import torch
-    except ImportError:
-        return "PyTorch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device (torch.cuda.is_available() is False)"
     return None
 
 

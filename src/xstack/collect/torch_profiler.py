@@ -9,12 +9,15 @@ enclose them on their thread, kernels, copies and sets under the runtime call of
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from xstack.collect._recorder import Recorder
+from xstack.collect._torch_build import cuda_reason, torch_reason
 from xstack.text import format_ns
 from xstack.trace.store import Store
 
@@ -144,14 +147,12 @@ class TorchProfilerCollector:
         self._finished: _Session | None = None
 
     def unavailable_reason(self) -> str | None:
-        try:
-            import torch
-            import torch.profiler  # noqa: F401
-        except ImportError:
-            return "PyTorch is not installed (pip install 'torch==2.13.0')"
-        if self.level in ("runtime", "kernel") and not torch.cuda.is_available():
-            return "no CUDA device here (torch.cuda.is_available() is False): runtime calls and kernels need one"
-        return None
+        if self.level in ("runtime", "kernel"):
+            reason = cuda_reason()
+            return (
+                f"{reason}: runtime calls and kernels need one" if reason and reason.startswith("no CUDA") else reason
+            )
+        return torch_reason()  # found, not imported (seconds): ops need no more
 
     def start(self, recorder: Recorder) -> None:
         session = _sessions.get(id(recorder))
