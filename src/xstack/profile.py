@@ -118,8 +118,8 @@ class Profile:
             if self._journal is not None:
                 salvage.write_json(self._journal, salvage.HEADER, self._header())
             self._open_step()
-            # the system sampler first: it then sees the other levels start too (starting torch's profiler
-            # imports torch._inductor, seconds of the warm-up step), and, stopped last, everything up to the end
+            # the system sampler first: it then sees the other levels start too (starting torch's profiler takes
+            # a tenth of a second of the warm-up step), and, stopped last, everything up to the end
             for collector in sorted(collectors, key=lambda c: c.level != "system"):
                 keep_journal = getattr(collector, "keep_journal", None)
                 if keep_journal is not None and self._journal is not None:  # collectors with rows of their own

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +279,33 @@ def test_a_profile_started_inside_the_program_s_profiler_leaves_it_alone(tmp_pat
             "was running when the profile started"
             in dict(store.query('SELECT "check", detail FROM health'))["op_level_yielded"]
         )
+
+
+COMPILER_UNUSED = """
+import os, sys, torch, xstack
+with xstack.profile(levels=["op"], path=sys.argv[1]):
+    torch.randn(4, 4).matmul(torch.randn(4, 4))
+print("torch._inductor" in sys.modules)
+from xstack.collect.torch_profiler import _start_without_compiler
+ours, theirs = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) for _ in range(2))
+_start_without_compiler(ours, torch)
+ours.stop()
+print("torch._inductor" in sys.modules, ours.has_cudagraphs)
+theirs.start()  # torch's own start imports the compiler to read the setting
+theirs.stop()
+print("torch._inductor" in sys.modules, theirs.has_cudagraphs)
+"""
+
+
+def test_the_op_level_starts_without_importing_torch_s_compiler(tmp_path: Path) -> None:
+    """Starting torch.profiler imported ``torch._inductor`` (``hasattr(torch, "_inductor")``): two seconds of the
+    first step, and its files in the io level, for a program that never compiles. The one setting torch reads
+    from it is its default then, which comes from the environment: the same answer as torch's own start."""
+    (tmp_path / "prog.py").write_text(COMPILER_UNUSED)
+    env = {**os.environ, "TORCHINDUCTOR_CUDAGRAPHS": "1"}  # not the default, to tell them apart
+    done = subprocess.run([sys.executable, "prog.py", "s.duckdb"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "True", "True", "True"]
+    ops = _rows(tmp_path / "s.duckdb", "SELECT name FROM spans WHERE level = 'op'")
+    assert "aten::matmul" in {row["name"] for row in ops}

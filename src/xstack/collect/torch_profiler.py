@@ -59,7 +59,7 @@ class _Session:
             self.yielded = "a torch.profiler session of the program's own was running when the profile started"
             self._stopped = True
             return
-        self.profiler.start()
+        _start_without_compiler(self.profiler, torch)
         self._started_ns = time.time_ns()
         _guard(autograd_profiler.profile)
 
@@ -104,6 +104,29 @@ class _Session:
             return health + merge_live(store, self.trace, run_id, drop_annotations=drop)
         finally:
             self._tmp.cleanup()
+
+
+def _start_without_compiler(profiler: Any, torch: Any) -> None:
+    """``profiler.start()``, without importing torch's compiler into a program that has not imported it.
+
+    ``torch.profiler.profile.prepare_trace`` reads inductor's CUDA-graphs setting behind ``hasattr(torch,
+    "_inductor")``, which imports the compiler: about two seconds of the first step, recorded by the io level as
+    the program's reads. Not imported yet, the setting is its default, which inductor reads from the environment
+    (``TORCHINDUCTOR_CUDAGRAPHS``); that check alone is answered so for the start, exactly as torch would."""
+    module = sys.modules[type(profiler).prepare_trace.__module__]
+    if "torch._inductor" in sys.modules or not hasattr(module, "torch"):
+        profiler.start()
+        return
+
+    def imported_only(obj: object, name: str) -> bool:
+        return False if obj is torch and name == "_inductor" else hasattr(obj, name)
+
+    profiler.has_cudagraphs = os.environ.get("TORCHINDUCTOR_CUDAGRAPHS") == "1"  # before start_trace reads it
+    setattr(module, "hasattr", imported_only)  # noqa: B010  the module's name for it, ahead of the builtin
+    try:
+        profiler.start()
+    finally:
+        delattr(module, "hasattr")
 
 
 _sessions: dict[int, _Session] = {}
