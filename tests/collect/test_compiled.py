@@ -201,3 +201,32 @@ def test_torch_jit_trace_traces_the_same_model_under_the_profiler(tmp_path: Path
     *checked, (name, attrs) = _spans(prof, "layer")
     assert len(checked) in (0, 4) and name == "Sequential" and attrs["layer.type"] == "Sequential (TorchScript)"
     assert attrs["layer.params"] == 4 * 8 + 8 + 8 * 2 + 2
+
+
+def _marked(x: Any) -> Any:
+    y = x * 2
+    with xstack.span("inside"):
+        y = y + 1
+    return y.sum()
+
+
+@pytest.mark.parametrize("levels", ["model", "model,layer"])
+def test_a_stage_marked_inside_compiled_code_leaves_the_graph_whole(tmp_path: Path, levels: str) -> None:
+    """``xstack.span`` inside a function torch.compile traces read the clock there: torch gave up on the whole
+    function and ran it eagerly under the profiler (compiled without it). It now does nothing while traced."""
+    from torch._dynamo.utils import counters
+
+    def run() -> tuple[list[Any], dict[str, Any]]:
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(_marked, backend="eager")
+        with xstack.span("outside"):
+            out = [compiled(torch.full((4,), float(i))) for i in range(3)]
+        return out, {k: dict(counters[k]) for k in ("graph_break", "stats", "recompiles")}
+
+    plain, plain_counters = run()
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        profiled, profiled_counters = run()
+    assert profiled_counters == plain_counters and plain_counters["stats"]["unique_graphs"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    assert [name for name, _ in _spans(prof, "model") if name in ("inside", "outside")] == ["outside"]

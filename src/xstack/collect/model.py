@@ -11,6 +11,7 @@ names the work around it, not the wait. The configuration of each DataLoader the
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -33,7 +34,10 @@ _active: Recorder | None = None
 class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: xstack.span("load")
     """Mark a pipeline stage: ``with xstack.span("load"):`` or ``@xstack.span("load")``.
 
-    Outside a profile it does nothing, so marks can stay in production code.
+    Outside a profile it does nothing, so marks can stay in production code. Inside code that ``torch.compile``
+    traces it does nothing either: the compiled graph runs as one, with no code of the profiler's in it (the
+    clock read it would add there made torch give up compiling the whole function); mark the stage around the
+    compiled call instead.
     """
 
     def __init__(self, name: str) -> None:
@@ -45,6 +49,10 @@ class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: x
         return span(self.name)  # each decorated call gets its own span
 
     def __enter__(self) -> span:
+        compiler = sys.modules.get("torch.compiler")  # torch is never imported for this
+        if compiler is not None and compiler.is_compiling():  # a constant for torch's tracer: nothing is traced
+            self._recorder = None
+            return self
         self._recorder = _active
         if self._recorder is not None:
             self._open = self._recorder.begin("model", self.name, {A.MODEL_KIND: "user"})
