@@ -19,8 +19,6 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 nn = torch.nn
 
 import xstack  # noqa: E402
-from xstack.analyze.summary import summarize  # noqa: E402
-from xstack.report.terminal import none_line  # noqa: E402
 
 
 class Breaking(nn.Module):
@@ -89,7 +87,7 @@ def test_a_compiled_model_runs_and_computes_as_without_the_profiler(tmp_path: Pa
     assert {a["layer.type"] for _, a in layers} == {"Sequential (compiled)"}
     assert layers[0][1]["layer.params"] == 4 * 8 + 8 + 8 * 2 + 2
     assert [name for name, a in _spans(prof, "model") if a.get("model.kind") == "forward"] == ["Sequential"] * 3
-    assert "layers_compiled_in_place" not in _health(prof)
+    assert not _health(prof)
 
 
 def test_a_graph_break_inside_a_compiled_model(tmp_path: Path) -> None:
@@ -106,33 +104,19 @@ def test_a_graph_break_inside_a_compiled_model(tmp_path: Path) -> None:
     assert names.count("Sequential") == 3 and not [n for n in names if "_orig_mod" in n]
 
 
-def test_a_model_compiled_in_place_is_a_finding(tmp_path: Path) -> None:
-    """``Module.compile()`` compiles the call itself, hooks included: the layer level sees none of its calls and
-    the run says so, instead of a layer table that is just empty."""
-    model = _model()
-    plain = _run(model, model)
-    model = _model()
-    model.compile(backend="eager")
-    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
-        profiled = _run(model, model, prof)
-    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
-    assert _spans(prof, "layer") == []
-    count, detail = _health(prof)["layers_compiled_in_place"]
-    assert count == 1 and "(Sequential)" in detail
-    # the summary's empty layer table says why, instead of asking for the layer level that was on
-    with prof.open() as store:
-        line = none_line(summarize(store), "layer")
-    assert "1 module compiled in place" in line and "layer level" in line and "profile with" not in line
-
-
 @pytest.mark.parametrize("levels", ["model", "model,layer"])
-def test_a_model_compiled_in_place_while_profiled_is_one_call(tmp_path: Path, levels: str) -> None:
-    """``Module.compile()`` compiles the call itself, hooks included: no level saw any call of the model."""
+@pytest.mark.parametrize("when", ["before", "while"])
+def test_a_model_compiled_in_place_is_one_call(tmp_path: Path, levels: str, when: str) -> None:
+    """``Module.compile()`` compiles the call itself, hooks included: no level saw any call of the model, compiled
+    while profiled or before (then health named it, and the layer table was empty)."""
     model = _model()
     plain = _run(model, model)
     model = _model()
-    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+    if when == "before":
         model.compile(backend="eager")
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        if when == "while":
+            model.compile(backend="eager")
         profiled = _run(model, model, prof)
     assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
     assert [name for name, a in _spans(prof, "model") if a.get("model.kind") == "forward"] == ["Sequential"] * 3
@@ -140,7 +124,7 @@ def test_a_model_compiled_in_place_while_profiled_is_one_call(tmp_path: Path, le
         layers = _spans(prof, "layer")
         assert [name for name, _ in layers] == ["Sequential"] * 3
         assert {a["layer.type"] for _, a in layers} == {"Sequential (compiled)"}
-        assert "layers_compiled_in_place" not in _health(prof)
+        assert not _health(prof)
     assert not hasattr(torch.nn.Module.compile, "__wrapped__") and torch.nn.Module.compile.__module__.startswith(
         "torch")  # fmt: skip  # put back
 

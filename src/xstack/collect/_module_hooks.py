@@ -69,6 +69,7 @@ def hooking(on: bool) -> None:
         compiling = _tracing(torch.compiler.is_compiling, torch._C._get_tracing_state)
         warnings.filterwarnings("ignore", _COMPILE_WARNING, UserWarning)
         _patch_compile(torch.nn.Module)
+        _adopt_compiled(torch.nn.Module)
     elif not on and _quiet == 0:
         filters = cast(list[Any], warnings.filters)  # a list, typed as a sequence
         filters[:] = [f for f in filters if not (f[1] and f[1].pattern == _COMPILE_WARNING)]
@@ -81,7 +82,7 @@ _in_place: list[tuple[Callable[..., None], Callable[..., None]]] = []
 watcher). The model's own hooks run inside its compiled call, where torch traced them doing nothing."""
 _compile_patch: tuple[Any, Any] | None = None
 SEEN = "_xstack_seen"
-"""Marks the compiled call of a model compiled in place while the profiler was watching: its calls are seen."""
+"""Marks the compiled call of a model compiled in place that tells the watchers of its calls (``_seen_call``)."""
 
 
 def watch_in_place(before: Callable[..., None], after: Callable[..., None]) -> Callable[[], None]:
@@ -110,6 +111,21 @@ def _patch_compile(module_type: Any) -> None:
 
     module_type.compile = compile
     _compile_patch = (module_type, original)
+
+
+def _adopt_compiled(module_type: Any) -> None:
+    """Give the models compiled in place before the profiler began watching the call ``Module.compile`` gives
+    them while it watches (``_seen_call``). None can exist before torch's compiler is imported; after, the live
+    objects are searched once (a tenth of a second for a large program)."""
+    if "torch._dynamo" not in sys.modules:
+        return
+    import gc
+
+    for found in gc.get_objects():
+        if issubclass(type(found), module_type):  # type(), not isinstance: some objects warn when asked
+            compiled = found.__dict__.get("_compiled_call_impl")
+            if compiled is not None and not getattr(compiled, SEEN, False):
+                found._compiled_call_impl = _seen_call(found, compiled)
 
 
 def _unpatch_compile() -> None:

@@ -15,8 +15,8 @@ the call in which the sentinel found it: the sentinel begins that call itself. P
 root (``model.encoder`` called alone, then inside ``model``) opens no span when nested.
 
 Under ``torch.compile`` the hooks do nothing while torch traces (``_module_hooks.compiling``). A model compiled
-in place (``model.compile()``) runs its hooks inside its compiled call: while the profiler watches, its compiled
-call tells the watcher itself (``_module_hooks.watch_in_place``); one compiled before is not seen.
+in place (``model.compile()``) runs its hooks inside its compiled call: its compiled call tells the watcher
+itself (``_module_hooks.watch_in_place``), whether it was compiled before the profiler began watching or after.
 
 Limit: while a watched call runs on one thread, the sentinel is away, so a first call of a new root made at
 that moment on another thread is not seen (later calls of known roots are).

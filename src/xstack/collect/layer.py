@@ -10,9 +10,9 @@ A model compiled with ``torch.compile(model)`` is one layer span per call, with 
 type ``Sequential (compiled)``: the modules inside run as one graph, with no call of their own to hook (the
 hooks do nothing while torch traces the model, see ``_module_hooks``). Modules that run eagerly after a graph
 break keep the paths they have in the model. A model compiled in place (``model.compile()``) runs its hooks
-inside the compiled call too: compiled while the profile runs, its compiled call tells the hooks' subscribers
-itself (``_module_hooks.watch_in_place``), one span per call typed ``Sequential (compiled)``; compiled before,
-none of its calls is seen, and health says so; the op level shows its compiled regions.
+inside the compiled call too, so its compiled call tells the hooks' subscribers itself
+(``_module_hooks.watch_in_place``): one span per call typed ``Sequential (compiled)``, whether it was compiled
+before the profile began or while it runs; the op level shows its compiled regions.
 """
 
 from __future__ import annotations
@@ -77,8 +77,7 @@ class LayerCollector:
         self._recorder = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
-        # every span went through the recorder; what it could not see is the models compiled in place before it
-        # began, and the calls its hooks failed on
+        # every span went through the recorder; what it could not see is the calls its hooks failed on
         health: list[tuple[str, int, str]] = []
         if self._hook_error is not None:
             why = f"hooking them when the program imported torch failed ({self._hook_error})"
@@ -86,19 +85,6 @@ class LayerCollector:
         if failed := _module_hooks.failures(self):
             health.append(("layer_hook_failed", failed[0], f"module calls whose layer span could not be recorded "
                            f"(the first: {failed[1]}); the program ran on"))  # fmt: skip
-        compiled = _compiled_in_place()
-        if compiled:
-            names = ", ".join(sorted(set(compiled))[:3]) + (", ..." if len(set(compiled)) > 3 else "")
-            health.append(
-                (
-                    "layers_compiled_in_place",
-                    len(compiled),
-                    f"modules compiled in place with Module.compile() before the profile began ({names}): their "
-                    "calls and those of the modules in them run inside one compiled graph, unseen by the layer "
-                    "level (one compiled while the profile runs is seen, as torch.compile(model) is: one span per "
-                    "call); the op level shows the compiled regions",
-                )
-            )
         return health
 
     def before(self, module: Any, args: tuple[Any, ...]) -> None:
@@ -184,25 +170,6 @@ _COMPILED = "_orig_mod"
 
 _Frame = tuple[Any, str, OpenSpan, int]
 """A module call in progress: the module, its path, its open span and the device memory at its start."""
-
-
-def _compiled_in_place() -> list[str]:
-    """Type names of the live modules compiled in place (``Module.compile()``) before the profile began, whose
-    calls it could not see (those compiled while it runs are seen: ``_module_hooks.SEEN``), outermost only. None
-    can exist before torch's compiler is imported; after, the live objects are searched once (about 0.1 s)."""
-    import gc
-    import sys
-
-    if "torch._dynamo" not in sys.modules:
-        return []
-    import torch
-
-    module = torch.nn.Module  # type(), not isinstance: some objects warn when their __class__ is read
-    gc.collect()  # a compiled model holds cycles: one the program dropped is garbage, not a model it runs
-    found = [o for o in gc.get_objects() if issubclass(type(o), module) and getattr(o, "_compiled_call_impl", None)
-             and not getattr(o._compiled_call_impl, _module_hooks.SEEN, False)]  # fmt: skip
-    inner = {id(m) for o in found for m in o.modules() if m is not o}
-    return [type(o).__name__ for o in found if id(o) not in inner]
 
 
 _Tensor: Any = ()

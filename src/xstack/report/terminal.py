@@ -142,10 +142,6 @@ def none_line(s: RunSummary, level: str) -> str:
     """The line in place of a level's empty top table: why the run has none of that level, or, where it has
     some that the table does not count (all outside the measured steps, or in the warm-up), how many and where."""
     held = s.span_counts.get(level, 0)
-    if not held and level == "layer" and (compiled := _compiled_in_place(s)):
-        return (f"{LEVEL_TITLES[level]}: none seen ({compiled:,} module{'' if compiled == 1 else 's'} compiled in "
-                "place with Module.compile() before the profile began ran inside the compiled graph, where the "
-                "layer level cannot see; one compiled while it runs is seen: see health)")  # fmt: skip
     if not held or s.counted_in is None:
         return f"{LEVEL_TITLES[level]}: none in this run ({missing_hint(level, s.source_format)})"
     what = f"{held:,} {_LEVEL_CALLS[level]}{'' if held == 1 else 's'}"
@@ -154,12 +150,6 @@ def none_line(s: RunSummary, level: str) -> str:
         return (f"{LEVEL_TITLES[level]}: none in {steps} (the run's {what} {'is' if held == 1 else 'are all'} "
                 f"outside {them}: start-up, warm-up, between or after the steps)")  # fmt: skip
     return f"{LEVEL_TITLES[level]}: none past the warm-up (the run's {what} {'is' if held == 1 else 'are all'} in it)"
-
-
-def _compiled_in_place(s: RunSummary) -> int:
-    """How many models the run's layer level found compiled in place (its ``layers_compiled_in_place`` health
-    row), 0 where none."""
-    return next((count for check, count, _ in s.health if check == "layers_compiled_in_place"), 0)
 
 
 def _steps_named(s: RunSummary, *, counted: bool) -> tuple[str, str]:
