@@ -283,15 +283,19 @@ def _profile_sleeping(path: Path, seconds: float) -> Run:
     return _load(path)
 
 
-@pytest.mark.parametrize(("interval_ms", "low", "high"), [(1.0, 150, 600), (50.0, 6, 14)])
+@pytest.mark.parametrize(("interval_ms", "low"), [(1.0, 150), (50.0, 6)])
 def test_the_interval_is_configurable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_ms: float, low: int, high: int, backend: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_ms: float, low: int, backend: str
 ) -> None:
+    """Half a second asleep: at least ``low`` samples, and no more than one per interval of the whole profile,
+    its start and end included (which take a tenth of a second or more on a loaded machine)."""
     monkeypatch.setenv(system.INTERVAL_ENV, str(interval_ms))
+    began = time.monotonic()
     run = _profile_sleeping(tmp_path / "p.duckdb", 0.5)
+    high = (time.monotonic() - began) * 1000 / interval_ms + 2
     cfg = run.config[A.CONFIG_SYSTEM]
     assert cfg["interval_ms"] == interval_ms and cfg["sampler"] == backend
-    assert low <= cfg["samples"] <= high, cfg
+    assert low <= cfg["samples"] <= high, (cfg, high)
     assert low <= len(run.series(A.PROC_CPU_USER_NS, os.getpid())) <= high
 
 
