@@ -14,7 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from xstack.analyze.summary import summarize
 from xstack.cli.main import main
+from xstack.report.terminal import none_line
 from xstack.trace.store import Store
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
@@ -424,25 +426,36 @@ if sys.argv[1] == "later":
 """
 
 
-def test_the_layer_level_leaves_pytorch_to_the_program_that_imports_it(tmp_path: Path) -> None:
-    """The layer level imported torch as the profile began: a program that never used it paid seconds for it,
-    and its io level recorded torch's thousands of files as the program's. PyTorch is now hooked where the
-    program imports it, as the model level always did. Nor are xstack's own looks for its io library and runpy's
-    import of pkgutil recorded as the program's: its files are its script, its output and its data."""
+def test_the_layer_and_op_levels_leave_pytorch_to_the_program_that_imports_it(tmp_path: Path) -> None:
+    """The layer and op levels imported torch as the profile began: a program that never used it paid seconds
+    for it, and its io level recorded torch's thousands of files as the program's. PyTorch is now hooked, and
+    its profiler started, where the program imports it, as the model level always did. Nor are xstack's own
+    looks for its io library and runpy's import of pkgutil recorded as the program's: its files are its
+    script, its output and its data."""
     (tmp_path / "prog.py").write_text(NO_TORCH_YET)
-    proc = _run(tmp_path, "run", "--levels", "model,layer,io", "-o", "n.duckdb", "--", "python", "prog.py", "never")
+    proc = _run(tmp_path, "run", "--levels", "model,layer,op,io", "-o", "n.duckdb", "--", "python", "prog.py",
+                "never")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "False\n"
     with Store.open(tmp_path / "n.duckdb") as store:
         files = {Path(f).name for (f,) in store.query("SELECT path FROM io_files")}
-        layers = store.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
+        levels = store.query("SELECT DISTINCT level FROM spans ORDER BY level")
+        health = dict(store.query('SELECT "check", detail FROM health'))
+        summary = summarize(store)
     assert files == {"prog.py", "data.bin", "<pipe>"}
-    assert layers == 0
-    proc = _run(tmp_path, "run", "-o", "l.duckdb", "--", "python", "prog.py", "later")
+    assert levels == [("io",), ("model",)]
+    assert "never imported torch" in health["op_level_without_torch"]
+    # the summary's empty tables say why, instead of asking for the levels that were on
+    assert none_line(summary, "op").endswith("(the op level was on: the program never imported torch)")
+    assert none_line(summary, "layer").endswith("(the layer level was on: the program made no nn.Module call)")
+    proc = _run(tmp_path, "run", "--levels", "model,layer,op", "-o", "l.duckdb", "--", "python", "prog.py", "later")
     assert proc.returncode == 0, proc.stderr
     with Store.open(tmp_path / "l.duckdb") as store:
         names = store.query("SELECT name, count(*) FROM spans WHERE level = 'layer' GROUP BY name ORDER BY name")
+        ops = store.query("SELECT count(*) FROM spans WHERE level = 'op' AND name = 'aten::linear'")[0][0]
+        health = store.query('SELECT "check" FROM health')
     assert names == [("0", 2), ("Sequential", 2)]
+    assert ops == 2 and ("op_level_without_torch",) not in health
 
 
 RANKS = """

@@ -40,6 +40,7 @@ INFORMATIONAL = frozenset(
         "io_outside_region",
         "io_processes_signalled",
         "metrics_joined",
+        "op_level_without_torch",
         "ops_outside_layers",
         "param_iterations",
         "steps_from_optimizer",
@@ -56,8 +57,9 @@ layers), or what a run holds or left out on purpose (the io pass's operations mo
 counters, the system level's samples, processes and passes, the io level's processes killed by a signal after
 their records were written, calls before or after the profiled region or the part of a
 call past its end, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device
-activity, an imported trace's last ProfilerStep that holds no work, left out of the iterations, the iterations of a
-trace taken from PARAM's annotations),
+activity, an op level left with nothing to profile by a program that never imported torch, an imported trace's
+last ProfilerStep that holds no work, left out of the iterations, the iterations of a trace taken from PARAM's
+annotations),
 not what its trace missed: shown for information, never counted as findings. Every other check, stored or
 computed here, is a finding."""
 

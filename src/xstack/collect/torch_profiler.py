@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xstack.collect._after_import import after_import
 from xstack.collect._recorder import Recorder
 from xstack.collect._torch_build import cuda_reason, torch_reason
 from xstack.text import format_ns
@@ -41,20 +42,34 @@ class _Session:
     """
 
     def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.members = 0
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.profiler: Any = None
+        self.trace: Path | None = None
+        self.yielded: str | None = None  # why the session stopped early or never started
+        self.hook_error: str | None = None  # why starting it where the program imported torch failed
+        self._stopped = False
+        # started where the program imports torch (now, where it has): importing it here would cost a program
+        # that never does seconds and thousands of file reads, as the model and layer levels' hooks would
+        self._waiting = after_import("torch", self._begin, self._failed)
+
+    def _failed(self, error: BaseException) -> None:
+        self.hook_error = f"{type(error).__name__}: {error}"
+
+    def _begin(self) -> None:
         import torch
         from torch.autograd import profiler as autograd_profiler
         from torch.profiler import ProfilerActivity, profile
 
-        self.recorder = recorder
-        self.members = 0
+        if self._stopped:
+            return
+        self._waiting = None
         self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
-        self.trace: Path | None = None
-        self.yielded: str | None = None  # why the session stopped early or never started
-        self._stopped = False
         activities = [ProfilerActivity.CPU]
-        if recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
+        if self.recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        self.profiler: Any = profile(activities=activities, record_shapes=True, with_flops=True)
+        self.profiler = profile(activities=activities, record_shapes=True, with_flops=True)
         if autograd_profiler._is_profiler_enabled:
             self.yielded = "a torch.profiler session of the program's own was running when the profile started"
             self._stopped = True
@@ -77,13 +92,19 @@ class _Session:
     def _write(self) -> None:
         self._stopped = True
         self.profiler.stop()
+        assert self._tmp is not None  # made as the profiler started
         trace = Path(self._tmp.name) / "live.pt.trace.json"
         self.profiler.export_chrome_trace(str(trace))
         self.trace = trace
 
     def stop(self) -> None:
         """Stop profiling and write the trace to a scratch file (once, when the last member stops)."""
-        if not self._stopped:
+        if self._waiting is not None:  # the program never imported torch
+            self._waiting.remove()
+            self._waiting = None
+        if self.profiler is None:
+            self._stopped = True
+        elif not self._stopped:
             self._write()
 
     def merge(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
@@ -91,19 +112,26 @@ class _Session:
         from xstack.importers.kineto import merge_live
 
         health: list[tuple[str, int, str]] = []
+        levels = sorted(self.recorder.levels & {"op", "runtime", "kernel"})
+        named = f"the {', '.join(levels)} level{'s' if len(levels) > 1 else ''}"
+        if self.hook_error is not None:
+            health.append(("op_level_failed", 1, f"starting torch.profiler where the program imported torch "
+                           f"failed ({self.hook_error}): {named} recorded nothing; the program ran on"))  # fmt: skip
+        elif self.profiler is None:
+            health.append(("op_level_without_torch", 1, f"the program never imported torch: {named} had nothing "
+                           "to record, and did not import it"))  # fmt: skip
         if self.yielded is not None:
-            levels = sorted(self.recorder.levels & {"op", "runtime", "kernel"})
             what = "recorded nothing" if self.trace is None else "stopped there: what they record ends at that moment"
-            health.append(("op_level_yielded", 1, f"{self.yielded}; PyTorch runs one profiler at a time, so the "
-                           f"{', '.join(levels)} level{'s' if len(levels) > 1 else ''} {what} (the program's own "
-                           "trace can be imported: xstack import)"))  # fmt: skip
+            health.append(("op_level_yielded", 1, f"{self.yielded}; PyTorch runs one profiler at a time, so "
+                           f"{named} {what} (the program's own trace can be imported: xstack import)"))  # fmt: skip
         try:
             if self.trace is None:
                 return health
             drop = TORCH_OWN_ANNOTATIONS if "model" in self.recorder.levels else ()
             return health + merge_live(store, self.trace, run_id, drop_annotations=drop)
         finally:
-            self._tmp.cleanup()
+            if self._tmp is not None:
+                self._tmp.cleanup()
 
 
 def _start_without_compiler(profiler: Any, torch: Any) -> None:

@@ -142,6 +142,17 @@ def none_line(s: RunSummary, level: str) -> str:
     """The line in place of a level's empty top table: why the run has none of that level, or, where it has
     some that the table does not count (all outside the measured steps, or in the warm-up), how many and where."""
     held = s.span_counts.get(level, 0)
+    if not held and s.source_format is None and level in s.levels and level != "kernel":  # on, and saw none
+        checks = {c for c, _, _ in (*s.health, *s.health_info)}
+        if "op_level_yielded" in checks and level == "op":
+            what = "it gave way to a torch.profiler of the program's own: see health"
+        elif "op_level_without_torch" in checks and level == "op":
+            what = "the program never imported torch"
+        elif {"op_level_failed", "layer_hooks_failed"} & checks:
+            what = "see health"
+        else:
+            what = f"the program made no {'nn.Module' if level == 'layer' else 'operator'} call"
+        return f"{LEVEL_TITLES[level]}: none in this run (the {level} level was on: {what})"
     if not held or s.counted_in is None:
         return f"{LEVEL_TITLES[level]}: none in this run ({missing_hint(level, s.source_format)})"
     what = f"{held:,} {_LEVEL_CALLS[level]}{'' if held == 1 else 's'}"
