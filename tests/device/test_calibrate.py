@@ -37,7 +37,11 @@ def cpu_entry() -> dict[str, Any]:
 def test_quick_cpu_calibration_is_plausible(cpu_entry: dict[str, Any]) -> None:
     peaks = cpu_entry["peaks"]
     fp32, bandwidth = peaks["flops_per_s"]["fp32"], peaks["dram_bytes_per_s"]
-    assert 1e9 < fp32 < cpu_peaks()["flops_per_s"]["fp32"] * 1.1
+    derived = cpu_peaks()
+    # cpufreq's maximum bounds the clock; a virtual machine's 'cpu MHz' is often its base clock, which the cores
+    # pass under load (2.1 GHz reported, about 2.5 GHz measured on the CI VM): only a gross excess is a fault
+    headroom = 1.1 if derived["details"]["inputs"]["clock_source"] == "cpuinfo_max_freq" else 2.0
+    assert 1e9 < fp32 < derived["flops_per_s"]["fp32"] * headroom
     assert 0 < peaks["flops_per_s"]["fp64"] < fp32 * 1.5
     assert 0.5 * GB < bandwidth < 500 * GB
     assert peaks["source"].startswith("measured by xstack calibrate on ")
