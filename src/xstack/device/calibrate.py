@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
+from xstack.collect._torch_build import cuda_reason
 from xstack.device import _bench
 from xstack.device._cache import cache_path, cached_entries, entry_key, read_entries, save_entries, write_entries
 from xstack.device.peaks import DRAM_KEY, cpu_info, cpu_peaks, device_gpu_peaks
@@ -33,22 +34,23 @@ __all__ = ["apply_to_store", "cache_path", "calibrate", "combine", "entry_peaks"
 
 def resolve_devices(spec: str | None) -> list[str]:
     """Devices to calibrate from ``--device``: ``cpu``, ``cuda`` (every CUDA device), ``cuda:N``, or ``all`` / None
-    (the CPU and every CUDA device present)."""
-    count = _cuda_count()
+    (the CPU and every CUDA device present). Torch is asked only where a device may be there to count."""
+    if spec == "cpu":
+        return ["cpu"]
+    if spec not in (None, "all", "cuda") and not (spec or "").startswith("cuda:"):
+        raise UsageError(f"xstack calibrate: unknown device {spec!r} (use cpu, cuda, cuda:N or all)")
+    reason = cuda_reason()
+    count = _cuda_count() if reason is None else 0
     cudas = [f"cuda:{i}" for i in range(count)]
     if spec in (None, "all"):
         return ["cpu", *cudas]
-    if spec == "cpu":
-        return ["cpu"]
-    if spec == "cuda" or (spec or "").startswith("cuda:"):
-        if not count:
-            raise UsageError(f"xstack calibrate --device {spec}: no CUDA device here ({_no_cuda_reason()})")
-        if spec == "cuda":
-            return cudas
-        if spec not in cudas:
-            raise UsageError(f"xstack calibrate --device {spec}: no such device (this machine has {', '.join(cudas)})")
-        return [str(spec)]
-    raise UsageError(f"xstack calibrate: unknown device {spec!r} (use cpu, cuda, cuda:N or all)")
+    if not count:
+        raise UsageError(f"xstack calibrate --device {spec}: {reason or 'no CUDA device (torch counts none)'}")
+    if spec == "cuda":
+        return cudas
+    if spec not in cudas:
+        raise UsageError(f"xstack calibrate --device {spec}: no such device (this machine has {', '.join(cudas)})")
+    return [str(spec)]
 
 
 def calibrate(
@@ -335,11 +337,3 @@ def _cuda_count() -> int:
     except ImportError:
         return 0
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
-
-
-def _no_cuda_reason() -> str:
-    try:
-        importlib.import_module("torch")
-    except ImportError:
-        return "PyTorch is not installed"
-    return "torch.cuda.is_available() is False"
