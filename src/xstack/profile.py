@@ -342,6 +342,9 @@ def run_info(header: dict[str, Any], store: Store, *, error: str | None, complet
     run_id = int(header["run_id"])
     device = _devices(store, run_id)
     torch_version = header["config"].get("torch")
+    # installed is not used: torch's thread count is known only where the program imported it (a salvaged run's
+    # header, written as the run began, lacks it: installed is all it can say)
+    used = header["config"].get(A.CONFIG_TORCH_THREADS, torch_version) is not None
     config = header["config"] | {
         "status": "cut_short" if cut_short else "complete",
         "error": error,
@@ -354,7 +357,7 @@ def run_info(header: dict[str, Any], store: Store, *, error: str | None, complet
         started_at_ns=header["started_at_ns"],
         command=header["command"],
         host=header["host"],
-        framework="pytorch" if torch_version else None,
+        framework="pytorch" if torch_version and used else None,
         device=device,
         levels=list(header["levels"]),
         pass_name=header["pass_name"],

@@ -441,8 +441,10 @@ def test_the_layer_and_op_levels_leave_pytorch_to_the_program_that_imports_it(tm
         files = {Path(f).name for (f,) in store.query("SELECT path FROM io_files")}
         levels = store.query("SELECT DISTINCT level FROM spans ORDER BY level")
         health = dict(store.query('SELECT "check", detail FROM health'))
+        framework = store.query("SELECT framework FROM runs")[0][0]
         summary = summarize(store)
     assert files == {"prog.py", "data.bin", "<pipe>"}
+    assert framework is None  # installed, never used
     assert levels == [("io",), ("model",)]
     assert "never imported torch" in health["op_level_without_torch"]
     # the summary's empty tables say why, instead of asking for the levels that were on
@@ -454,8 +456,9 @@ def test_the_layer_and_op_levels_leave_pytorch_to_the_program_that_imports_it(tm
         names = store.query("SELECT name, count(*) FROM spans WHERE level = 'layer' GROUP BY name ORDER BY name")
         ops = store.query("SELECT count(*) FROM spans WHERE level = 'op' AND name = 'aten::linear'")[0][0]
         health = store.query('SELECT "check" FROM health')
+        framework = store.query("SELECT framework FROM runs")[0][0]
     assert names == [("0", 2), ("Sequential", 2)]
-    assert ops == 2 and ("op_level_without_torch",) not in health
+    assert ops == 2 and ("op_level_without_torch",) not in health and framework == "pytorch"
 
 
 RANKS = """
