@@ -589,6 +589,44 @@ def test_small_files_rule_fires_on_many_small_files_only(tmp_path: Path) -> None
         assert _fired(store, "small_files") is None  # 27% of operations: under the threshold
 
 
+SMALL_FILES_LOOP = """
+import os, xstack
+os.makedirs("d", exist_ok=True)
+for i in range(40):
+    with open(f"d/{i}.bin", "wb") as f:
+        f.write(os.urandom(2048))
+for _ in range(8):
+    with xstack.span("load"):
+        data = [open(f"d/{i}.bin", "rb").read() for i in range(40)]
+    xstack.step()
+"""
+
+
+def test_a_merged_run_puts_the_small_files_time_of_one_iteration_at_stake(tmp_path: Path) -> None:
+    """A merged run's io_files hold its io pass whole (its 8 iterations and the files written before them),
+    and the rule put that whole time at stake per iteration: several times the merged step itself. It is now
+    the small files' time in the merged iteration, that of the io pass's median one."""
+    import subprocess
+    import sys
+
+    (tmp_path / "loop.py").write_text(SMALL_FILES_LOOP)
+    done = subprocess.run([sys.executable, "-m", "xstack", "profile", "--pass", "model", "--io", "--warmup", "2",
+                           "--iters", "6", "-o", "p.duckdb", "--", "python", "loop.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        (merged,) = [r for (r,) in store.query("SELECT run_id FROM runs WHERE pass = 'merged'")]
+        results = {r.id: r for r in run_analyses(store, merged)}
+        step_ns = store.query(f"SELECT dur_ns FROM spans WHERE run_id = ? AND attrs->>'$.\"{A.MODEL_KIND}\"' = 'step'",
+                              [merged])[0][0]  # fmt: skip
+    rec = RULES["small_files"](results)
+    facts = results["io.small_files"].facts
+    assert rec is not None and rec.impact_per == "iteration"
+    assert rec.impact_ns is not None and 0 < rec.impact_ns < step_ns
+    assert rec.impact_ns == facts["small_time_step_ns"]
+    assert facts["small_time_ns"] > 5 * rec.impact_ns  # the io pass's whole, as the evidence says
+
+
 def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) -> None:
     # an image dataset of 10 KiB files and nothing else: the small files hold all the bytes, as they must
     rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(500)]

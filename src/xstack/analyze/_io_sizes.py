@@ -159,7 +159,9 @@ def small_file_staging(
     default); rows show the thresholds 256 KiB, 1, 2, 4 and 16 MiB as well; fact ``small_size_mean_bytes`` is the
     small files' mean size (not the bytes moved per file, which count a part read twice twice); fact
     ``small_time_warmup_ns`` is the part of the small files' time spent in the warm-up iterations
-    (``RunContext.in_warmup``; from the io spans, None without them). Small files that carry many operations but few
+    (``RunContext.in_warmup``; from the io spans, None without them); in a merged run, whose files are its io
+    pass's whole and whose io spans are that pass's median iteration, fact ``small_time_step_ns`` is the small
+    files' time in that iteration. Small files that carry many operations but few
     bytes are the ones to stage or to pack into larger shards.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
@@ -186,6 +188,8 @@ def small_file_staging(
                       pct(time, totals[3]), "yes" if t == threshold_bytes else ""))  # fmt: skip
     chosen = next(r for r in table if r[0] == threshold_bytes)
     warmup_ns = _warmup_time(store, io, all_paths, threshold_bytes)
+    # a merged run's io_files hold its io pass whole, its io spans that pass's median iteration alone
+    step_ns = _span_time(store, io, all_paths, threshold_bytes) if io.ctx.config.get("merge") else None
     return Result(
         SMALL_ID,
         SMALL_TITLE,
@@ -215,6 +219,7 @@ def small_file_staging(
             "small_time_ns": chosen[7],
             "small_time_pct": chosen[8],
             "small_time_warmup_ns": warmup_ns,
+            "small_time_step_ns": step_ns,
             "files_unsized": unsized,
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
@@ -236,8 +241,16 @@ def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int)
         return None
     if not io.ctx.warmup_windows():
         return 0
+    return _span_time(store, io, all_paths, threshold_bytes, io.ctx.in_warmup())
+
+
+def _span_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, where: str = "true") -> int | None:
+    """The time (ns) of the io spans of successful calls on the files of at most ``threshold_bytes`` (those
+    ``where`` holds), None where the run has none."""
+    if not io.has_spans:
+        return None
     sql = f"""WITH {files_cte(io, all_paths)}
         SELECT coalesce(sum(dur_ns), 0) FROM spans
-        WHERE run_id = $run AND level = 'io' AND {io.ctx.in_warmup()} AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        WHERE run_id = $run AND level = 'io' AND {where} AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
             AND {SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {int(threshold_bytes)})"""
     return as_count(rows(store, sql, io.run_id)[0][0])

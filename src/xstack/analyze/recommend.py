@@ -334,7 +334,12 @@ def small_files(results: Results) -> Recommendation | None:
                 f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); they spend {format_ns(time)} in I/O"
                 + (f", {time_pct:.0f}% of the data files' I/O time" if time_pct is not None else ""))  # fmt: skip
         title = "Many small files: operations, not bytes, cost the I/O time"
-    impact, per = at_stake(results, time, _num(r.facts, "small_time_warmup_ns"))
+    step = _num(r.facts, "small_time_step_ns")  # a merged run: its one iteration's, not its io pass's whole
+    impact, per = (
+        at_stake(results, time, _num(r.facts, "small_time_warmup_ns"))
+        if step is None
+        else (round(step) or None, "iteration")
+    )
     return Recommendation(
         "small_files", title, _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"],
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
