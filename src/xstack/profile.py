@@ -399,18 +399,14 @@ class _OptimizerSteps:
         self._chosen: int | None = None
         self.name = ""
         self.ended = 0
-        self._waiting: Any = None
+        self._on_torch: Any = None  # an OnImport
         self._handle: Any = None
-        self._error: str | None = None
         self._compiling: Callable[[], bool] = lambda: False
 
     def start(self) -> None:
-        from xstack.collect._after_import import after_import
+        from xstack.collect._after_import import OnImport
 
-        self._waiting = after_import("torch", self._hook, self._failed)
-
-    def _failed(self, error: BaseException) -> None:
-        self._error = f"{type(error).__name__}: {error}"
+        self._on_torch = OnImport("torch", self._hook)
 
     def _hook(self) -> None:
         if self._profile._recorder is None:
@@ -424,9 +420,8 @@ class _OptimizerSteps:
         self._handle = optim.register_optimizer_step_post_hook(self._stepped)
 
     def stop(self) -> None:
-        if self._waiting is not None:
-            self._waiting.remove()
-            self._waiting = None
+        if self._on_torch is not None:
+            self._on_torch.remove()
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
@@ -461,9 +456,9 @@ class _OptimizerSteps:
                          f"iterations ended by {self.name}: the program never called xstack.step(), so each call "
                          f"of {self.name} ended one, from its second call on (the first iteration holds the "
                          f"start-up and two of the loop's){then}"))  # fmt: skip
-        if self._error is not None:
+        if (error := self._on_torch.error if self._on_torch is not None else None) is not None:
             rows.append(("steps_from_optimizer_failed", 1, f"optimizer steps could not end iterations: hooking "
-                         f"them when the program imported torch failed ({self._error})"))  # fmt: skip
+                         f"them when the program imported torch failed ({error})"))  # fmt: skip
         return rows
 
 

@@ -82,3 +82,32 @@ def test_two_watchers_of_one_module_each_run_in_the_order_they_were_set(package:
     assert module.READY and seen == ["first", "second"]
     loader = sys.modules[package].__spec__.loader
     assert "exec_module" not in vars(loader)  # the loader's own method again
+
+
+BROKEN_TORCH = """
+import sys, xstack
+with xstack.profile(levels="model,layer,op", path=sys.argv[1]):
+    import torch  # a stand-in without Tensor or autograd: the layer and op levels' hooking fails on it
+    print(torch.READY)
+    xstack.step()
+"""
+
+
+def test_hooking_that_fails_at_the_program_s_import_of_torch_is_each_level_s_health(tmp_path: Path) -> None:
+    """The layer and op levels hook PyTorch where the program imports it, as the model level does. Where that
+    fails, the program's import goes on and each level says what it did not record."""
+    import subprocess
+
+    from xstack.trace.store import Store
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("READY = 'imported'\n")
+    (tmp_path / "prog.py").write_text(BROKEN_TORCH)
+    env = {"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[2] / 'src'}", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "prog.py", "p.duckdb"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "imported\n", done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        health = dict(store.query('SELECT "check", detail FROM health'))
+    for check in ("layer_hooks_failed", "op_level_failed"):
+        assert "the program imported torch failed (" in health[check], (check, health)

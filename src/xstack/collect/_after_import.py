@@ -69,6 +69,24 @@ class AfterImport(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
+class OnImport:
+    """What a level hooks where the program imports module ``name``: ``callback()`` then (at once where it has),
+    what that failed on (``error``, for the level's health; the program's import goes on), and ``remove()``
+    when the level stops (idempotent; ``error`` stays)."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.error: str | None = None
+        self._watcher = after_import(name, callback, self._failed)
+
+    def _failed(self, error: BaseException) -> None:
+        self.error = f"{type(error).__name__}: {error}"
+
+    def remove(self) -> None:
+        if self._watcher is not None:
+            self._watcher.remove()
+            self._watcher = None
+
+
 def after_import(
     name: str, callback: Callable[[], None], on_error: Callable[[BaseException], None]
 ) -> AfterImport | None:

@@ -105,9 +105,7 @@ def _patch_compile(module_type: Any) -> None:
 
     def compile(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: A001 - Module.compile's own name
         original(self, *args, **kwargs)
-        compiled = getattr(self, "_compiled_call_impl", None)
-        if compiled is not None and not getattr(compiled, SEEN, False):
-            self._compiled_call_impl = _seen_call(self, compiled)
+        _see(self)
 
     module_type.compile = compile
     _compile_patch = (module_type, original)
@@ -123,9 +121,14 @@ def _adopt_compiled(module_type: Any) -> None:
 
     for found in gc.get_objects():
         if issubclass(type(found), module_type):  # type(), not isinstance: some objects warn when asked
-            compiled = found.__dict__.get("_compiled_call_impl")
-            if compiled is not None and not getattr(compiled, SEEN, False):
-                found._compiled_call_impl = _seen_call(found, compiled)
+            _see(found)
+
+
+def _see(module: Any) -> None:
+    """Give ``module``, where it is compiled in place, a compiled call that tells the watchers (once)."""
+    compiled = module.__dict__.get("_compiled_call_impl")
+    if compiled is not None and not getattr(compiled, SEEN, False):
+        module._compiled_call_impl = _seen_call(module, compiled)
 
 
 def _unpatch_compile() -> None:

@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from xstack.collect import _module_hooks
-from xstack.collect._after_import import AfterImport, after_import
+from xstack.collect._after_import import OnImport
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.collect._torch_build import torch_reason
 from xstack.trace import attrs as A
@@ -43,21 +43,16 @@ class LayerCollector:
         self._step = 0
         self._torch: Any = None
         self._cuda: Any = None  # torch.cuda, once the program has initialised CUDA
-        self._waiting: AfterImport | None = None
-        self._hook_error: str | None = None
+        self._on_torch: OnImport | None = None
 
     def unavailable_reason(self) -> str | None:
         return torch_reason()  # found, not imported: see start()
 
     def start(self, recorder: Recorder) -> None:
         self._recorder = recorder
-        self._hook_error = None
         # module calls are hooked where the program imports PyTorch, as the model level's are: importing it here
         # would cost a program that does not seconds and thousands of file reads, recorded as the program's
-        self._waiting = after_import("torch", self._start_torch, self._torch_failed)
-
-    def _torch_failed(self, error: BaseException) -> None:
-        self._hook_error = f"{type(error).__name__}: {error}"
+        self._on_torch = OnImport("torch", self._start_torch)
 
     def _start_torch(self) -> None:
         import torch
@@ -70,17 +65,16 @@ class LayerCollector:
         _module_hooks.subscribe(self, order=1)
 
     def stop(self) -> None:
-        if self._waiting is not None:
-            self._waiting.remove()
-            self._waiting = None
+        if self._on_torch is not None:
+            self._on_torch.remove()
         _module_hooks.unsubscribe(self)
         self._recorder = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         # every span went through the recorder; what it could not see is the calls its hooks failed on
         health: list[tuple[str, int, str]] = []
-        if self._hook_error is not None:
-            why = f"hooking them when the program imported torch failed ({self._hook_error})"
+        if self._on_torch is not None and self._on_torch.error is not None:
+            why = f"hooking them when the program imported torch failed ({self._on_torch.error})"
             health.append(("layer_hooks_failed", 1, f"module calls are not recorded: {why}; the program ran on"))
         if failed := _module_hooks.failures(self):
             health.append(("layer_hook_failed", failed[0], f"module calls whose layer span could not be recorded "

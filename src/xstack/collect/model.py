@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from xstack.collect import _module_hooks
-from xstack.collect._after_import import AfterImport, after_import
+from xstack.collect._after_import import OnImport
 from xstack.collect._dataloaders import DataLoaders
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.collect._roots import RootWatcher
@@ -80,8 +80,7 @@ class ModelCollector:
         self._roots: RootWatcher | None = None
         self._loaders = DataLoaders()
         self._config: dict[str, Any] | None = None
-        self._waiting: AfterImport | None = None
-        self._hook_error: str | None = None
+        self._on_torch: OnImport | None = None
 
     def unavailable_reason(self) -> str | None:
         return None  # stage marks need nothing; automatic stages need PyTorch and are skipped without it
@@ -93,13 +92,9 @@ class ModelCollector:
     def start(self, recorder: Recorder) -> None:
         global _active
         self._recorder = _active = recorder
-        self._hook_error = None
         # PyTorch is hooked where the program uses it: importing it here would cost a program that does not
         # seconds and thousands of file reads, which the io and system levels would record as the program's
-        self._waiting = after_import("torch", self._start_torch, self._torch_failed)
-
-    def _torch_failed(self, error: BaseException) -> None:
-        self._hook_error = f"{type(error).__name__}: {error}"
+        self._on_torch = OnImport("torch", self._start_torch)
 
     def _start_torch(self) -> None:
         recorder = self._recorder
@@ -123,9 +118,8 @@ class ModelCollector:
 
     def stop(self) -> None:
         global _active
-        if self._waiting is not None:
-            self._waiting.remove()
-            self._waiting = None
+        if self._on_torch is not None:
+            self._on_torch.remove()
         _module_hooks.unsubscribe(self)
         if self._roots is not None:
             self._roots.stop()
@@ -146,8 +140,8 @@ class ModelCollector:
         if failed := _module_hooks.failures(self):
             health.append(("model_hook_failed", failed[0], f"model calls whose span could not be recorded (the "
                            f"first: {failed[1]}); the program ran on"))  # fmt: skip
-        if self._hook_error is not None:  # every span went through the recorder; this says what was not hooked
-            why = f"hooking them when the program imported torch failed ({self._hook_error})"
+        if self._on_torch is not None and self._on_torch.error is not None:  # what was not hooked
+            why = f"hooking them when the program imported torch failed ({self._on_torch.error})"
             health.append(("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits "
                            f"are not recorded: {why}"))  # fmt: skip
         return health

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xstack.collect._after_import import after_import
+from xstack.collect._after_import import OnImport
 from xstack.collect._recorder import Recorder
 from xstack.collect._torch_build import cuda_reason, torch_reason
 from xstack.text import format_ns
@@ -48,14 +48,10 @@ class _Session:
         self.profiler: Any = None
         self.trace: Path | None = None
         self.yielded: str | None = None  # why the session stopped early or never started
-        self.hook_error: str | None = None  # why starting it where the program imported torch failed
         self._stopped = False
         # started where the program imports torch (now, where it has): importing it here would cost a program
         # that never does seconds and thousands of file reads, as the model and layer levels' hooks would
-        self._waiting = after_import("torch", self._begin, self._failed)
-
-    def _failed(self, error: BaseException) -> None:
-        self.hook_error = f"{type(error).__name__}: {error}"
+        self._on_torch = OnImport("torch", self._begin)
 
     def _begin(self) -> None:
         import torch
@@ -64,7 +60,6 @@ class _Session:
 
         if self._stopped:
             return
-        self._waiting = None
         self._tmp = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
         activities = [ProfilerActivity.CPU]
         if self.recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
@@ -99,9 +94,7 @@ class _Session:
 
     def stop(self) -> None:
         """Stop profiling and write the trace to a scratch file (once, when the last member stops)."""
-        if self._waiting is not None:  # the program never imported torch
-            self._waiting.remove()
-            self._waiting = None
+        self._on_torch.remove()  # where the program never imported torch
         if self.profiler is None:
             self._stopped = True
         elif not self._stopped:
@@ -114,9 +107,9 @@ class _Session:
         health: list[tuple[str, int, str]] = []
         levels = sorted(self.recorder.levels & {"op", "runtime", "kernel"})
         named = f"the {', '.join(levels)} level{'s' if len(levels) > 1 else ''}"
-        if self.hook_error is not None:
+        if (error := self._on_torch.error) is not None:
             health.append(("op_level_failed", 1, f"starting torch.profiler where the program imported torch "
-                           f"failed ({self.hook_error}): {named} recorded nothing; the program ran on"))  # fmt: skip
+                           f"failed ({error}): {named} recorded nothing; the program ran on"))  # fmt: skip
         elif self.profiler is None:
             health.append(("op_level_without_torch", 1, f"the program never imported torch: {named} had nothing "
                            "to record, and did not import it"))  # fmt: skip
