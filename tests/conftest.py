@@ -103,14 +103,14 @@ def _own_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 LOADER_PROGRAM = """
-import os, tempfile, time, torch, xstack
+import os, sys, tempfile, time, torch, xstack
 from torch import nn
 
 class Files(torch.utils.data.Dataset):
     def __init__(self, path):
         self.path = path
-    def __len__(self):
-        return 256  # 32 steps of over 10 ms: enough 50 ms samples after the warm-up step
+    def __len__(self):  # 32 steps of over 10 ms (or as many as the argument says): enough 50 ms samples
+        return 8 * (int(sys.argv[1]) if len(sys.argv) > 1 else 32)
     def __getitem__(self, i):
         with open(self.path, "rb") as fh:
             return torch.frombuffer(bytearray(fh.read(256)), dtype=torch.uint8).float()
@@ -131,13 +131,13 @@ if __name__ == "__main__":
     os.unlink(path)
 """
 """A tiny training loop: a DataLoader worker reading a file, a ``wait`` stage sleeping 10 ms each step, a
-backward pass, memory that grows."""
+backward pass, memory that grows; 32 steps, or as many as its argument says."""
 
 
 @pytest.fixture(scope="session")
 def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``xstack profile --pass model --pass model,layer --system --warmup 1 --iters 3`` of ``LOADER_PROGRAM``,
-    once for the session: its two timing passes, the sampler pass (``model+system``) and the syscall pass
+    of 100 steps, once for the session: its two timing passes, the sampler pass (``model+system``) and the syscall pass
     (``model+layer+system+syscalls``, under strace or perf) are six interpreter starts with PyTorch and a traced
     one, so the tests that read the store share it. Skips, with the reason, where system calls cannot be traced
     or PyTorch is not installed."""
@@ -154,7 +154,7 @@ def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script.write_text(textwrap.dedent(LOADER_PROGRAM))
     done = subprocess.run(
         [sys.executable, "-m", "xstack", "profile", "--pass", "model", "--pass", "model,layer", "--system",
-         "--warmup", "1", "--iters", "3", "-o", str(store), "--", sys.executable, str(script)],
+         "--warmup", "1", "--iters", "3", "-o", str(store), "--", sys.executable, str(script), "100"],
         capture_output=True, text=True, cwd=tmp, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -30,6 +30,8 @@ from xstack.trace.store import RunInfo, Store
 DEFAULT_LEVELS = ("model", "layer")
 DEFAULT_WARMUP = 1
 """Warm-up iterations of a profile that is not a measured pass: the first, which also pays for start-up."""
+MAX_MEASURED_STEPS = 10_000
+"""The most measured iterations a pass that must last a while (``config.measure.min_measured_s``) goes on to."""
 _KIND, _STEP = A.MODEL_KIND, A.MODEL_STEP
 
 
@@ -54,7 +56,10 @@ class Profile:
         record that many iterations; the ``prof.step()`` that ends the last one opens no other and sets
         ``done`` (``xstack.step()`` then stops the program: see ``PassComplete``). With ``steps``, each
         ``prof.step()`` first waits for the GPU (``torch.cuda.synchronize()``, where CUDA is in use), so that
-        an iteration's span includes its device work, as a latency measurement needs.
+        an iteration's span includes its device work, as a latency measurement needs. A pass whose
+        ``config.measure.min_measured_s`` is set goes on past ``steps`` until its measured iterations have lasted
+        that long (at most ``MAX_MEASURED_STEPS`` of them), and its run's ``config.measure.iterations`` then
+        says how many it measured.
 
         ``warmup``: how many of the first iterations are warm-up, left out of per-iteration statistics
         (``config.warmup_steps``); default: a measured pass's ``config.measure.warmup``, else 1, since the first
@@ -76,6 +81,8 @@ class Profile:
         self.warmup = warmup
         self.run_id = 1
         self.steps = steps
+        self._min_measured_ns = _min_measured_ns(measure) if steps is not None else 0
+        self._measured_from_ns: int | None = None
         self.done = False
         self.on_step: Callable[[int], None] | None = None
         """Called with the number of iterations ended, after each ``step()`` (progress bars)."""
@@ -115,6 +122,8 @@ class Profile:
             self._sink = Sink(self._store, run_id=self.run_id, journal=self._journal)
             self._recorder = Recorder(self._sink, frozenset(self.levels))
             self._started_ns = self._recorder.now_ns()
+            if not self.warmup:
+                self._measured_from_ns = self._started_ns
             if self._journal is not None:
                 salvage.write_json(self._journal, salvage.HEADER, self._header())
             self._open_step()
@@ -184,15 +193,27 @@ class Profile:
             recorder.checkpoint()
             self._step_span = None
             self._completed += 1
+            if self._completed == self.warmup:
+                self._measured_from_ns = recorder.now_ns()
             if self.on_step is not None:
                 self.on_step(self._completed)
-        if self.steps is not None and self._completed >= self.steps:
+        if self.steps is not None and self._completed >= self.steps and not self._measuring_on(recorder):
             self.done = True
             return
         recorder.step += 1
         self._open_step()
         for hook in self._step_begins:
             hook(recorder.step)
+
+    def _measuring_on(self, recorder: Recorder) -> bool:
+        """Whether a pass that has recorded its ``steps`` goes on: its measured iterations have not yet lasted
+        ``config.measure.min_measured_s`` (a sampling pass needs that long for enough samples), and it has not
+        measured ``MAX_MEASURED_STEPS``."""
+        if not self._min_measured_ns or self._measured_from_ns is None:
+            return False
+        if self._completed - self.warmup >= MAX_MEASURED_STEPS:
+            return False
+        return recorder.now_ns() - self._measured_from_ns < self._min_measured_ns
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -227,7 +248,7 @@ class Profile:
                 health.append(("journal_failed", 1, f"the journal beside the store stopped at {sink.journal_error}: "
                                "had the program been killed outright, what it recorded after that would have been "
                                "lost (the profile itself is complete)"))  # fmt: skip
-            if exc_type is None and self.steps is not None and not self.done:
+            if exc_type is None and self.steps is not None and self._completed < self.steps:
                 self.shortfall = self._shortfall()
                 health.append(("iterations_short", self.steps - self._completed, self.shortfall))
             for collector in collectors:
@@ -313,8 +334,18 @@ class Profile:
     def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
         header = self._header()
         header["config"] |= {A.CONFIG_TORCH_THREADS: _torch_threads(), A.CONFIG_CUDA: _cuda_initialised()}
+        measure = header["config"].get("measure")
+        if self._min_measured_ns and isinstance(measure, dict) and self._completed > (self.steps or 0):
+            # went on past its iterations to last long enough: the merge reads the iterations measured
+            header["config"]["measure"] = measure | {"iterations": self._completed - self.warmup}
         return run_info(header, store, error=describe_failure(exc_type, exc), completed=self._completed,
                         cut_short=exc_type is not None)  # fmt: skip
+
+
+def _min_measured_ns(measure: object) -> int:
+    """A measured pass's ``min_measured_s`` in ns (0 where its ``config.measure`` sets none)."""
+    value = measure.get("min_measured_s") if isinstance(measure, dict) else None
+    return round(value * 1e9) if isinstance(value, (int, float)) and value > 0 else 0
 
 
 def ranked() -> tuple[int, int] | None:
@@ -443,7 +474,7 @@ class _OptimizerSteps:
         self.ended += 1
         profile._advance()
         if profile.done:  # stops the program there, as ``xstack.step()`` does
-            raise PassComplete(f"{counted(profile.steps or 0, 'iteration')} recorded")
+            raise PassComplete(f"{counted(profile.completed, 'iteration')} recorded")
 
     def health(self) -> list[tuple[str, int, str]]:
         """The informational row that says where the run's iterations came from, when an optimizer ended any;
@@ -477,7 +508,7 @@ def step() -> None:
     if _current is not None and _current._recorder is not None:
         _current.step()
         if _current.done:
-            raise PassComplete(f"{counted(_current.steps or 0, 'iteration')} recorded")
+            raise PassComplete(f"{counted(_current.completed, 'iteration')} recorded")
 
 
 def profile(

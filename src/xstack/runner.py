@@ -70,6 +70,9 @@ class Measured:
     progress: bool = True
     quiet: bool = False
     """Print nothing of its own (``xstack profile`` speaks for its passes)."""
+    min_measured_s: float | None = None
+    """Go on past ``iters`` until the measured iterations have lasted this long (s): a pass sampling the
+    system level needs enough samples inside them."""
 
 
 LAUNCHERS = {
@@ -178,6 +181,7 @@ def child_command(program: Program, levels: Sequence[str], out: Path, measured: 
             *("--warmup", str(measured.warmup), "--iters", str(measured.iters), "--pass-name", measured.pass_name),
             *("--passes", ";".join(measured.passes)),
             *(["--pass-index", f"{measured.index}/{measured.count}"] if measured.quiet else []),
+            *(["--min-measured-s", f"{measured.min_measured_s:g}"] if measured.min_measured_s else []),
             *([] if measured.progress else ["--no-progress"]),
         ]
     return [*command, "--", *program.argv()]
@@ -286,7 +290,7 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
     if measured is None:
         prof = Profile(levels, store, program.name, warmup=warmup)
     else:
-        config = pass_config(measured.warmup, measured.iters, measured.passes)
+        config = pass_config(measured.warmup, measured.iters, measured.passes, measured.min_measured_s)
         steps = measured.warmup + measured.iters
         prof = Profile(levels, store, program.name, pass_name=measured.pass_name, config=config, steps=steps,
                        optimizer_steps=True)  # fmt: skip
@@ -318,7 +322,7 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         sys.stdout.flush()
     if prof.done and (measured is None or not measured.quiet):
         by = f" (ended by {prof.ended_by}: the program calls no xstack.step())" if prof.ended_by else ""
-        print(f"xstack: {counted(prof.steps or 0, 'iteration')} recorded{by}; the program was stopped there",
+        print(f"xstack: {counted(prof.completed, 'iteration')} recorded{by}; the program was stopped there",
               file=sys.stderr)  # fmt: skip
     if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
         advice = (

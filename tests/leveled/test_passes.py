@@ -97,3 +97,35 @@ def test_counter_passes_added_by_flags_join_the_timing_passes_and_alone_are_refu
         _passes(["model,io"], metrics=False, io=False, system=False)
     with pytest.raises(UsageError, match="measure: passes model\\+io, model\\+system each record"):
         xstack.measure(lambda: None, passes=["model,io", "model,system"], warmup=0, iters=1)
+
+
+def _timed_pass(tmp: Path, loops: int) -> tuple[int, dict[str, Any], list[str]]:
+    """A model pass of 1 warm-up + 2 iterations asked, that must measure at least 60 ms, over a loop of
+    ``loops`` steps of 5 ms: the iterations ended, the run's config and its health checks."""
+    import time
+
+    from xstack.leveled.passes import pass_config
+    from xstack.profile import Profile
+
+    prof = Profile("model", tmp / "p.duckdb", config=pass_config(1, 2, ["model"], 0.06), steps=3)
+    with prof:
+        for _ in range(loops):
+            time.sleep(0.005)
+            prof.step()
+            if prof.done:
+                break
+    with prof.open() as store:
+        (config,) = store.query("SELECT config FROM runs")[0]
+        health = [c for (c,) in store.query('SELECT "check" FROM health WHERE count > 0')]
+    return prof.completed, orjson.loads(config), health
+
+
+def test_a_pass_that_must_last_goes_on_past_its_iterations_as_long_as_its_loop_does(tmp_path: Path) -> None:
+    completed, config, health = _timed_pass(tmp_path, 1000)
+    assert 1 + 12 <= completed < 1 + 60  # 60 ms of 5 ms steps, and then it stopped
+    assert config["measure"]["iterations"] == completed - 1 and config["steps_completed"] == completed
+    assert "iterations_short" not in health
+    completed, config, health = _timed_pass(tmp_path, 5)  # a loop that ends first: nothing is short
+    assert completed == 5 and config["measure"]["iterations"] == 4 and "iterations_short" not in health
+    completed, config, health = _timed_pass(tmp_path, 2)  # short of the iterations asked, as ever
+    assert completed == 2 and config["measure"]["iterations"] == 2 and "iterations_short" in health

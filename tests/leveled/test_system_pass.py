@@ -93,3 +93,33 @@ def test_profile_system_adds_a_sampler_pass_and_a_syscall_pass(system_profile: P
     assert counter_passes == ["model+system", "model+layer+system+syscalls"]
     count, detail = health["system_passes"]
     assert count == 2 and "model+system (run 3)" in detail and "model+layer+system+syscalls (run 4)" in detail
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xstack.collect.system") is None or unavailable_reason() is not None,
+                    reason="the system level or strace is not available here")  # fmt: skip
+def test_the_sampler_pass_measures_long_enough_for_the_system_figures(system_profile: Path) -> None:
+    from xstack.analyze._system_common import STEP_SPAN
+    from xstack.analyze.pipeline import analyze
+    from xstack.collect.system import MEASURED_FULL_SAMPLES, measured_s
+
+    # three measured steps of ~10 ms asked: the sampler pass goes on to half a second, 10 full samples at 50 ms
+    with Store.open(system_profile) as store:
+        runs = {r[0]: (int(r[1]), orjson.loads(r[2])) for r in store.query("SELECT pass, run_id, config FROM runs")}
+        sampler, config = runs["model+system"]
+        steps = store.query(f"SELECT dur_ns FROM spans WHERE run_id = ? AND {STEP_SPAN} ORDER BY start_ns", [sampler])
+        health = _health(store, sampler)
+        a = analyze(store)
+    measured = config["measure"]["iterations"]
+    assert measured_s() == MEASURED_FULL_SAMPLES * 0.05 and config["measure"]["min_measured_s"] == measured_s()
+    assert 3 < measured < 99 and config["steps_completed"] == 1 + measured  # stopped once long enough
+    # the time from the warm-up's end to the last step's, less the gaps between steps
+    assert sum(d for (d,) in steps[1 : 1 + measured]) >= 0.95 * measured_s() * 1e9
+    assert sum(d for (d,) in steps[1:measured]) < measured_s() * 1e9  # one step fewer was not long enough
+    assert "iterations_short" not in health
+    for name in ("model", "model+layer", "model+layer+system+syscalls"):  # the others: the iterations asked
+        assert runs[name][1]["measure"]["iterations"] == 3 and "min_measured_s" not in runs[name][1]["measure"]
+    overhead = {o["pass"]: o for o in runs["merged"][1]["overhead"]}
+    assert overhead["model+system"]["iterations"] == measured
+    cpu = a.result("system.cpu")
+    assert cpu.facts["full_samples"] >= 5 and cpu.facts["busy_mean_pct"] is not None
+    assert a.summary.system is not None and not a.summary.system.get("cpu_too_few")

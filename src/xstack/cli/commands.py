@@ -155,7 +155,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         index, _, count = (args.pass_index or "1/1").partition("/")
         name = args.pass_name or "+".join(levels)
         measured = Measured(args.warmup, args.iters, name, (args.passes or name).split(";"), int(index), int(count),
-                            progress=not args.no_progress, quiet=args.pass_index is not None)  # fmt: skip
+                            progress=not args.no_progress, quiet=args.pass_index is not None,
+                            min_measured_s=args.min_measured_s)  # fmt: skip
     _set_ncu_options(args)
     program = parse_program(argv)
     out = args.output if args.pass_index is not None else rank_path(args.output, program)  # a pass: as given

@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for hidden in ("--pass-name", "--pass-index", "--passes"):  # set by xstack profile for each pass it runs
         p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--min-measured-s", type=float, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
     _ncu_options(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")

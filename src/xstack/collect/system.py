@@ -101,6 +101,9 @@ MIN_INTERVAL_MS = 0.1
 FULL_PERIOD_NS = 50_000_000
 """The shortest time between two full samples (the machine, the child processes, the profiled process's I/O
 and threads), in ns."""
+MEASURED_FULL_SAMPLES = 10
+"""Full samples a sampling pass of ``xstack profile`` lasts at least (the analyses need five inside the
+measured steps: ``measured_s``)."""
 BUFFER_CAP_BYTES = 64 << 20
 """Samples kept in memory before the sampler halves them and doubles its interval."""
 MAX_ERRORS = 100
@@ -123,6 +126,12 @@ def interval_ms() -> float:
     if not value >= MIN_INTERVAL_MS:  # also refuses nan
         raise UsageError(f"{INTERVAL_ENV}={text!r}: the interval must be at least {MIN_INTERVAL_MS} ms")
     return value
+
+
+def measured_s() -> float:
+    """How long (s) the measured iterations of a pass sampling the system level should last: for
+    ``MEASURED_FULL_SAMPLES`` full samples at the interval asked for (``interval_ms``), the rarest kind."""
+    return MEASURED_FULL_SAMPLES * max(FULL_PERIOD_NS / 1e9, interval_ms() / 1e3)
 
 
 class SystemCollector:

@@ -50,10 +50,15 @@ def check_iterations(warmup: int, iters: int, who: str) -> None:
         raise UsageError(f"{who}: need warmup >= 0 and iters >= 1 (got warmup={warmup}, iters={iters})")
 
 
-def pass_config(warmup: int, iters: int, passes: Sequence[str]) -> dict[str, Any]:
+def pass_config(warmup: int, iters: int, passes: Sequence[str], min_measured_s: float | None = None
+                ) -> dict[str, Any]:  # fmt: skip
     """The ``runs.config`` entry of one pass, which the merge reads: its warm-up and measured iteration
-    counts and the names of all the passes of its measurement."""
-    return {"measure": {"warmup": warmup, "iterations": iters, "passes": list(passes)}}
+    counts and the names of all the passes of its measurement; ``min_measured_s``: the pass measures more
+    iterations where ``iters`` last less than that (``Profile``)."""
+    measure: dict[str, Any] = {"warmup": warmup, "iterations": iters, "passes": list(passes)}
+    if min_measured_s:
+        measure["min_measured_s"] = min_measured_s
+    return {"measure": measure}
 
 
 def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> list[tuple[str, ...]]:

@@ -54,7 +54,8 @@ def profile_program(
     ``system`` adds a ``model,system`` pass (the sampler's CPU, memory and GPU counters) and a
     ``model,layer,system`` pass with its system calls traced (named ``model+layer+system+syscalls``), unless a
     pass of ``passes`` records ``system`` already; their runs keep their counters and calls (the merge never
-    takes timings from them)."""
+    takes timings from them). A pass sampling the system level whose calls are not traced measures more than
+    ``iters`` iterations where those would last less than ``collect.system.measured_s()``."""
     check_iterations(warmup, iters, "xstack profile")
     check_iterations(warmup, metrics_iters, "xstack profile (metrics pass)")
     level_sets, names = _passes(passes, metrics=metrics, io=io, system=system)
@@ -123,7 +124,12 @@ def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], 
                  warmup: int, iters: int, progress: bool) -> list[str]:  # fmt: skip
     """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``; a pass
     named ``...+syscalls`` traces its system calls."""
-    measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True)
+    from xstack.collect.system import measured_s
+
+    # a fast step would end a sampling pass before the sampler took enough samples for the system analyses
+    sampled = "system" in levels and not names[index].endswith(SYSCALLS_SUFFIX)
+    measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True,
+                        min_measured_s=measured_s() if sampled else None)  # fmt: skip
     return child_command(program, levels, out, measured, syscalls=names[index].endswith(SYSCALLS_SUFFIX))
 
 
