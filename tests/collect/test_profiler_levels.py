@@ -309,3 +309,30 @@ def test_the_op_level_starts_without_importing_torch_s_compiler(tmp_path: Path) 
     assert done.stdout.split() == ["False", "False", "True", "True", "True"]
     ops = _rows(tmp_path / "s.duckdb", "SELECT name FROM spans WHERE level = 'op'")
     assert "aten::matmul" in {row["name"] for row in ops}
+
+
+KINETO_LINES = """
+import os, sys, torch, xstack
+with xstack.profile(levels="model,op", path=sys.argv[1]):
+    torch.ones(4).sum()
+    print(os.environ.get("KINETO_LOG_LEVEL"))  # the program's own environment, as it was
+print(os.environ.get("KINETO_LOG_LEVEL"))
+"""
+
+
+@pytest.mark.skipif(CUDA, reason="the op level leaves Kineto's messages alone where it records CUDA activity")
+@pytest.mark.parametrize("level", [None, "0"])
+def test_kineto_s_start_and_stop_lines_are_not_the_program_s_unless_it_asks(tmp_path: Path, level: str | None) -> None:
+    """Kineto prints ``USDT: ... profiler_start`` and ``profiler_stop`` lines to the program's stderr as the op
+    level starts and stops: silenced, unless the program sets Kineto's log level itself."""
+    (tmp_path / "prog.py").write_text(KINETO_LINES)
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"} | (
+        {"KINETO_LOG_LEVEL": level} if level else {}
+    )
+    done = subprocess.run([sys.executable, "prog.py", "s.duckdb"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(level)] * 2
+    shown = [line for line in done.stderr.splitlines() if "profiler_st" in line]
+    assert len(shown) == (0 if level is None else 2), done.stderr  # level 0: every message, as the program asked
+    assert _rows(tmp_path / "s.duckdb", "SELECT count(*) AS n FROM spans WHERE level = 'op'")[0]["n"] > 0

@@ -13,6 +13,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,10 @@ from xstack.trace.store import Store
 SCRATCH_PREFIX = "xstack-kineto-"
 """Name prefix of the folder under the temp directory that the profiler's trace is written to as the profile
 ends, to be merged (the io level leaves its I/O out: it is xstack's, not the program's)."""
+
+KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
+KINETO_QUIET = "6"
+"""Kineto's log level above all its messages (it reads the variable at each message)."""
 
 TORCH_OWN_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "ProfilerStep#")
 """PyTorch's own ``record_function`` marks for what the model level records itself: left out of a merge
@@ -45,6 +51,7 @@ class _Session:
         self.recorder = recorder
         self.members = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._cpu_only = True
         self.profiler: Any = None
         self.trace: Path | None = None
         self.yielded: str | None = None  # why the session stopped early or never started
@@ -64,12 +71,14 @@ class _Session:
         activities = [ProfilerActivity.CPU]
         if self.recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+            self._cpu_only = False
         self.profiler = profile(activities=activities, record_shapes=True, with_flops=True)
         if autograd_profiler._is_profiler_enabled:
             self.yielded = "a torch.profiler session of the program's own was running when the profile started"
             self._stopped = True
             return
-        _start_without_compiler(self.profiler, torch)
+        with _kineto_quiet(self._cpu_only):
+            _start_without_compiler(self.profiler, torch)
         self._started_ns = time.time_ns()
         _guard(autograd_profiler.profile)
 
@@ -86,7 +95,8 @@ class _Session:
 
     def _write(self) -> None:
         self._stopped = True
-        self.profiler.stop()
+        with _kineto_quiet(self._cpu_only):
+            self.profiler.stop()
         assert self._tmp is not None  # made as the profiler started
         trace = Path(self._tmp.name) / "live.pt.trace.json"
         self.profiler.export_chrome_trace(str(trace))
@@ -125,6 +135,23 @@ class _Session:
         finally:
             if self._tmp is not None:
                 self._tmp.cleanup()
+
+
+@contextmanager
+def _kineto_quiet(cpu_only: bool) -> Iterator[None]:
+    """Kineto's messages silenced for a CPU-only session's start or stop, unless the program set their level.
+
+    Kineto writes a ``USDT: ... profiler_start`` and a ``profiler_stop`` line to the program's stderr at each,
+    which a program run with the op level would print for nothing. On CUDA its level is left alone: there the
+    same calls report what keeps the device activity from being recorded (CUPTI's permission errors)."""
+    if not cpu_only or KINETO_LOG_ENV in os.environ:
+        yield
+        return
+    os.environ[KINETO_LOG_ENV] = KINETO_QUIET
+    try:
+        yield
+    finally:
+        os.environ.pop(KINETO_LOG_ENV, None)
 
 
 def _start_without_compiler(profiler: Any, torch: Any) -> None:
