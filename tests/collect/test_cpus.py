@@ -3,15 +3,13 @@ quota, read from cgroup trees laid out as the kernel lays them out (v2, v1, none
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 import pytest
 
-from xstack.profile import cgroup_cpu_quota, usable_cpus
-
-profile = importlib.import_module("xstack.profile")  # the module: the package's ``profile`` is the function
+from xstack.collect import _cpus
+from xstack.collect._cpus import cgroup_cpu_quota, usable_cpus
 
 
 def _tree(root: Path, files: dict[str, str], cgroup: str) -> Path:
@@ -57,11 +55,11 @@ def test_no_cgroups_to_read_means_no_quota(tmp_path: Path) -> None:
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no affinity mask on this platform")
 def test_usable_cpus_is_the_mask_lowered_to_the_quota_rounded_up(monkeypatch: pytest.MonkeyPatch) -> None:
     mask = len(os.sched_getaffinity(0))
-    monkeypatch.setattr(profile, "cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(_cpus, "cgroup_cpu_quota", lambda: None)
     assert usable_cpus() == mask
-    monkeypatch.setattr(profile, "cgroup_cpu_quota", lambda: 0.5)
+    monkeypatch.setattr(_cpus, "cgroup_cpu_quota", lambda: 0.5)
     assert usable_cpus() == 1  # half a CPU still runs one worker
-    monkeypatch.setattr(profile, "cgroup_cpu_quota", lambda: mask + 0.5)
+    monkeypatch.setattr(_cpus, "cgroup_cpu_quota", lambda: mask + 0.5)
     assert usable_cpus() == mask  # a quota above the mask does not add CPUs
-    monkeypatch.setattr(profile, "cgroup_cpu_quota", lambda: 1.0)
+    monkeypatch.setattr(_cpus, "cgroup_cpu_quota", lambda: 1.0)
     assert usable_cpus() == 1

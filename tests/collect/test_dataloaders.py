@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from xstack.analyze.pipeline import analyze
-from xstack.profile import usable_cpus
+from xstack.collect._cpus import usable_cpus
 from xstack.report.html import render_html
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
