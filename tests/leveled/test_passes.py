@@ -129,3 +129,16 @@ def test_a_pass_that_must_last_goes_on_past_its_iterations_as_long_as_its_loop_d
     assert completed == 5 and config["measure"]["iterations"] == 4 and "iterations_short" not in health
     completed, config, health = _timed_pass(tmp_path, 2)  # short of the iterations asked, as ever
     assert completed == 2 and config["measure"]["iterations"] == 2 and "iterations_short" in health
+
+
+def test_the_progress_bar_grows_with_a_pass_that_goes_on_past_its_iterations() -> None:
+    from xstack.leveled.progress import PassProgress
+
+    bar = PassProgress(["model+system"], 1, 2)
+    bar._enabled = True  # as on a terminal
+    with bar:
+        for done in range(1, 7):
+            bar.advance(0, done)
+            task = bar._progress.tasks[0]
+            assert task.completed == done and task.total == max(3, done)  # never past its end
+        assert task.description == "pass 1/1 model+system (measured, until enough samples)"

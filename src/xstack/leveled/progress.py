@@ -53,10 +53,20 @@ class PassProgress:
             self._progress.__exit__(None, None, None)
 
     def advance(self, index: int, done: int) -> None:
-        """Iteration ``done`` (counted from 1) of pass ``index`` (of ``passes``, from 0) has ended."""
+        """Iteration ``done`` (counted from 1) of pass ``index`` (of ``passes``, from 0) has ended; past the
+        pass's iterations (a sampling pass goes on until it has lasted long enough), the bar grows with it."""
         if self._progress is not None:
+            task = self._progress.tasks[0]
+            if task.total is not None and task.completed + 1 > task.total:
+                self._progress.update(self._task, total=task.completed + 1)
             self._progress.update(self._task, advance=1, description=self._describe(index, done))
 
     def _describe(self, index: int, done: int) -> str:
-        phase = "warm-up" if done < self._warmup else "measured"
+        phase = (
+            "warm-up"
+            if done < self._warmup
+            else "measured"
+            if done <= self._per_pass
+            else "measured, until enough samples"
+        )
         return f"pass {self._first + index}/{self._count} {self._passes[index]} ({phase})"
