@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pytest
 
-from xstack.leveled._overhead import StepTimes, counter_overhead, noise_ns, overhead
+from xstack.leveled._overhead import StepTimes, counter_overhead, noise_ns, overhead, unsteady
 from xstack.report.terminal import overhead_adds, overhead_note
 
 MS = 1_000_000
@@ -86,3 +86,22 @@ def test_a_counter_pass_is_judged_against_the_timing_pass_of_its_other_levels() 
     assert overhead_adds(rows[0]) == "io (against model)"
     # a counter pass with no measured step has no row
     assert counter_overhead([(io, PASSES[0])], {1: steady, 3: []}) == []
+
+
+def test_a_pass_most_of_whose_steps_ran_slowed_is_unsteady() -> None:
+    steady = [2 * MS + i * 20_000 for i in range(20)]  # 2.0 .. 2.38 ms
+    layered = [d + 3 * MS for d in steady]  # the layer level's cost moves every step alike
+    assert unsteady(overhead(PASSES, {1: steady, 2: layered})) == ("pass_unsteady", 0, "")
+    # a busy machine during most of the layer pass: 15 of its 20 steps 30 to 170 times its fastest
+    busy = layered[:5] + [(150 + 50 * (i % 7)) * MS for i in range(15)]
+    check, count, detail = unsteady(overhead(PASSES, {1: steady, 2: busy}))
+    assert (check, count) == ("pass_unsteady", 1)
+    assert detail.startswith("pass model+layer's median step (225 ms) is 44.8x ")
+    assert "its fastest steps' (5.02 ms, the 5th percentile), and the merge times the layer level" in detail
+    assert "; against 1.08x in pass model: most of its steps ran slowed" in detail and detail.endswith(
+        "profile again on a quiet machine"
+    )
+    # steps that differ by themselves (inputs of varying size) do so in every pass: not unsteady
+    varied = [(2 + 6 * (i % 2)) * MS for i in range(20)]
+    assert unsteady(overhead(PASSES, {1: varied, 2: [d + 3 * MS for d in varied]}))[1] == 0
+    assert unsteady(overhead(PASSES, {1: steady[:2], 2: busy}))[1] == 0  # too few steps to compare with

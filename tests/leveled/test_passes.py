@@ -142,3 +142,19 @@ def test_the_progress_bar_grows_with_a_pass_that_goes_on_past_its_iterations() -
             task = bar._progress.tasks[0]
             assert task.completed == done and task.total == max(3, done)  # never past its end
         assert task.description == "pass 1/1 model+system (measured, until enough samples)"
+
+
+def test_a_pass_slowed_by_the_machine_is_said_to_be_unsteady_in_the_merged_health(tmp_path: Path) -> None:
+    import time
+
+    calls = []
+
+    def step() -> None:  # the second pass's last 8 measured steps meet a busy machine (10x slower)
+        calls.append(1)
+        time.sleep(0.02 if len(calls) > 1 + 10 + 1 + 2 else 0.002)
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=10, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        rows = store.query("SELECT count, detail FROM health WHERE \"check\" = 'pass_unsteady' AND run_id = 3")
+    assert len(rows) == 1 and rows[0][0] == 1 and rows[0][1].startswith("pass model+layer's median step"), rows

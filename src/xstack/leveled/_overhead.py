@@ -18,9 +18,13 @@ from typing import Any, Final, Protocol
 
 from xstack.analyze._diff_read import Timing
 from xstack.analyze._diff_rule import Rule
+from xstack.text import format_ns
 
 MIN_ITERATIONS: Final = Rule.min_iterations
 """Fewest measured steps of each pass for their difference to be judged against noise (the diff's)."""
+UNSTEADY_RATIO: Final = 2.0
+"""A timing pass is unsteady when its median step is over this many times as far above its 5th percentile, in
+ratio, as the steadiest pass's: most of its steps ran slowed by something the other passes did not meet."""
 
 
 class _Pass(Protocol):
@@ -117,3 +121,38 @@ def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -
             row["noise_pct"] = 100.0 * noise / before if before else None
             row["within_noise"] = abs(added) <= noise
     return row
+
+
+def unsteady(rows: Sequence[dict[str, Any]]) -> tuple[str, int, str]:
+    """The health row ``pass_unsteady`` of the timing passes' ``overhead`` rows: the passes whose median step
+    lasts over ``UNSTEADY_RATIO`` times as many times its 5th percentile as the steadiest pass's does (each with
+    ``MIN_ITERATIONS`` measured steps at least; two such passes needed to compare).
+
+    Notes: a level's overhead moves every step alike, so it leaves the ratio of a pass's median to its fastest
+    steps about where the steadiest pass has it; a machine busy during part of one pass (another process, a
+    throttled CPU) slows most of its steps and not its fastest, and its median, which the merge takes, with them.
+    A program whose steps differ by themselves (inputs of varying size) shows it in every pass."""
+    ratios = {
+        str(r["pass"]): (r["step_median_ns"] / r["step_p5_ns"], r)
+        for r in rows
+        if r.get("step_p5_ns") and r.get("iterations", 0) >= MIN_ITERATIONS
+    }
+    if len(ratios) < 2:
+        return ("pass_unsteady", 0, "")
+    steady, (low, _) = min(ratios.items(), key=lambda item: item[1][0])
+    slowed = [(name, ratio, r) for name, (ratio, r) in ratios.items() if ratio > UNSTEADY_RATIO * low]
+    if not slowed:
+        return ("pass_unsteady", 0, "")
+    said = "; ".join(
+        f"pass {name}'s median step ({format_ns(r['step_median_ns'])}) is {ratio:.1f}x its fastest steps' "
+        f"({format_ns(r['step_p5_ns'])}, the 5th percentile), and the merge times {_levels(r)} from its medians"
+        for name, ratio, r in slowed
+    )
+    return ("pass_unsteady", len(slowed), f"{said}; against {low:.2f}x in pass {steady}: most of its steps ran "
+            "slowed by what the other passes did not meet (a machine busy during it, a throttled CPU), so those "
+            "timings are more the machine's than the program's: profile again on a quiet machine")  # fmt: skip
+
+
+def _levels(row: dict[str, Any]) -> str:
+    added = list(row.get("levels_added") or [])
+    return f"the {', '.join(added)} level{'s' if len(added) > 1 else ''}" if added else "its levels"

@@ -29,7 +29,7 @@ from xstack.errors import UsageError
 from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
-from xstack.leveled._overhead import counter_overhead
+from xstack.leveled._overhead import counter_overhead, unsteady
 from xstack.leveled._overhead import overhead as step_overhead
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
@@ -97,6 +97,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         _match.drop(con)
         con.execute("DROP TABLE _lm_stats")
         overhead = step_overhead(passes, steps)
+        health.append(unsteady(overhead))
         pairs = _counter_bases(passes, counters)
         overhead += counter_overhead(pairs, steps | {c.run_id: _step_durations(con, c) for c, _ in pairs})
         metric_passes = [p.run_id for p in counters if "metrics" in p.levels]
