@@ -241,7 +241,8 @@ from pathlib import Path
 starts = Path("starts.txt")
 starts.write_text(starts.read_text() + "run\\n" if starts.exists() else "run\\n")
 first = starts.read_text().count("run") == 1
-waits = (0.002, 0.008) if first else (0.001, 0.006)  # every other step waits for its input, longer in pass 1
+# every other step waits for its input, longer in pass 1: by more than a loaded machine oversleeps
+waits = (0.004, 0.024) if first else (0.001, 0.012)
 for i in range(100):
     time.sleep(waits[i % 2])
     xstack.step()
