@@ -980,6 +980,16 @@ def test_passes_run_under_different_conditions_are_said_not_judged_silently() ->
     assert labels[1].startswith("the layer level (model+layer) added +104% to the step in A and -20% in B; the op "
                                 "level (model+layer+op) added +60% to the step in A and +375% in B: ")  # fmt: skip
     assert _uneven_labels(a, a) == []  # the same costs: nothing to say
+    # a pass whose steps mostly met a busy machine (health pass_unsteady), the merge marks its row so
+    c = side([first, {"pass": "model+layer", "levels_added": ["layer"], "added_ns": 1_500_000, "added_pct": 100.0,
+                      "within_noise": False, "step_median_ns": 81_400_000, "step_p5_ns": 4_470_000, "unsteady": True},
+              {"pass": "model+layer+op", "levels_added": ["op"], "added_ns": 1_900_000, "added_pct": 60.0,
+               "within_noise": False}])  # fmt: skip
+    assert _uneven_labels(a, c) == [
+        "B's passes ran under different conditions (pass model+layer's median step was 18.2x its fastest steps' "
+        "(pass_unsteady)): a machine busier during some passes slows each level timed there, which no spread within "
+        "a pass shows, so verdicts may be the machine's; profile both on a quiet machine to tell"
+    ]
 
 
 def test_nested_items_are_ordered_by_the_change_of_their_own_time() -> None:

@@ -157,4 +157,6 @@ def test_a_pass_slowed_by_the_machine_is_said_to_be_unsteady_in_the_merged_healt
                           progress=False)  # fmt: skip
     with xstack.open_store(path) as store:
         rows = store.query("SELECT count, detail FROM health WHERE \"check\" = 'pass_unsteady' AND run_id = 3")
+        (config,) = store.query("SELECT config FROM runs WHERE run_id = 3")[0]
     assert len(rows) == 1 and rows[0][0] == 1 and rows[0][1].startswith("pass model+layer's median step"), rows
+    assert [o.get("unsteady", False) for o in orjson.loads(config)["overhead"]] == [False, True]  # xstack diff reads it

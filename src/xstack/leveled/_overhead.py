@@ -126,7 +126,8 @@ def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -
 def unsteady(rows: Sequence[dict[str, Any]]) -> tuple[str, int, str]:
     """The health row ``pass_unsteady`` of the timing passes' ``overhead`` rows: the passes whose median step
     lasts over ``UNSTEADY_RATIO`` times as many times its 5th percentile as the steadiest pass's does (each with
-    ``MIN_ITERATIONS`` measured steps at least; two such passes needed to compare).
+    ``MIN_ITERATIONS`` measured steps at least; two such passes needed to compare). Their rows get
+    ``unsteady: true`` (``xstack diff`` reads it).
 
     Notes: a level's overhead moves every step alike, so it leaves the ratio of a pass's median to its fastest
     steps about where the steadiest pass has it; a machine busy during part of one pass (another process, a
@@ -143,6 +144,8 @@ def unsteady(rows: Sequence[dict[str, Any]]) -> tuple[str, int, str]:
     slowed = [(name, ratio, r) for name, (ratio, r) in ratios.items() if ratio > UNSTEADY_RATIO * low]
     if not slowed:
         return ("pass_unsteady", 0, "")
+    for _, _, row in slowed:
+        row["unsteady"] = True
     said = "; ".join(
         f"pass {name}'s median step ({format_ns(r['step_median_ns'])}) is {ratio:.1f}x its fastest steps' "
         f"({format_ns(r['step_p5_ns'])}, the 5th percentile), and the merge times {_levels(r)} from its medians"
