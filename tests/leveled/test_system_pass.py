@@ -123,3 +123,24 @@ def test_the_sampler_pass_measures_long_enough_for_the_system_figures(system_pro
     cpu = a.result("system.cpu")
     assert cpu.facts["full_samples"] >= 5 and cpu.facts["busy_mean_pct"] is not None
     assert a.summary.system is not None and not a.summary.system.get("cpu_too_few")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xstack.collect.system") is None, reason="the system level is not here")
+def test_a_measured_function_s_sampler_pass_lasts_long_enough_too(tmp_path: Path) -> None:
+    import time
+
+    import xstack
+    from xstack.collect.system import measured_s
+
+    path = xstack.measure(lambda: time.sleep(0.005), passes=["model", "model,system"], warmup=1, iters=3,
+                          path=tmp_path / "m.duckdb", progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        measures = dict(store.query("SELECT pass, config->'measure' FROM runs WHERE pass != 'merged'"))
+        (durations,) = store.query(
+            "SELECT sum(dur_ns) FROM spans WHERE run_id = 2 AND level = 'model' AND name != 'step#0' "
+            "AND attrs->>'$.\"model.kind\"' = 'step'"
+        )[0]
+    model, sampled = orjson.loads(measures["model"]), orjson.loads(measures["model+system"])
+    assert model["iterations"] == 3 and "min_measured_s" not in model
+    assert sampled["min_measured_s"] == measured_s() and sampled["iterations"] > 3
+    assert durations >= 0.95 * measured_s() * 1e9

@@ -61,6 +61,29 @@ def pass_config(warmup: int, iters: int, passes: Sequence[str], min_measured_s: 
     return {"measure": measure}
 
 
+def sampled_s(levels: Sequence[str], *, traced: bool = False) -> float | None:
+    """How long (s) the measured iterations of a pass at ``levels`` last at least: long enough for the system
+    level's sampler to take the samples its analyses need (``collect.system.measured_s``), where it samples and
+    its system calls are not ``traced`` (a traced pass is timed by the tracer's cost, not sampled); None for
+    others, whose iterations are as many as asked."""
+    if "system" not in levels or traced:
+        return None
+    from xstack.collect.system import measured_s
+
+    return measured_s()
+
+
+def record(step: Callable[[], Any], prof: Profile, bar: PassProgress, index: int) -> None:
+    """Call ``step`` once per iteration of the pass ``prof`` (pass ``index`` of ``bar``) until it has recorded
+    all it asks for (a sampling pass may go on past its iterations)."""
+    done = 0
+    while not prof.done:
+        step()
+        prof.step()
+        done += 1
+        bar.advance(index, done)
+
+
 def resolve_passes(passes: Sequence[str | Sequence[str]] | None, who: str) -> list[tuple[str, ...]]:
     """The level sets of ``passes`` (each parsed and checked), or the default passes when None."""
     from xstack import collect
@@ -124,14 +147,11 @@ def measure(
         names = [pass_name(s) for s in level_sets]
         bar = stack.enter_context(PassProgress(names, warmup, iters, enabled=progress))
         for index, levels in enumerate(level_sets):
-            config = pass_config(warmup, iters, names)
+            config = pass_config(warmup, iters, names, sampled_s(levels))
             with Profile(
                 levels, out, name, store=store, pass_name=pass_name(levels), config=config, steps=warmup + iters
             ) as prof:
-                for i in range(warmup + iters):
-                    step()
-                    prof.step()
-                    bar.advance(index, i + 1)
+                record(step, prof, bar, index)
         from xstack.leveled.merge import merge_passes
 
         merge_passes(store)

@@ -18,7 +18,7 @@ from pathlib import Path
 from xstack.collect import _child
 from xstack.errors import ProgramFailedError, UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, check_timed, pass_name, resolve_passes
+from xstack.leveled.passes import check_iterations, check_timed, pass_name, resolve_passes, sampled_s
 from xstack.runner import Measured, Program, child_command
 from xstack.trace.store import Store, append_store, check_new, scratch_path
 
@@ -124,12 +124,10 @@ def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], 
                  warmup: int, iters: int, progress: bool) -> list[str]:  # fmt: skip
     """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``; a pass
     named ``...+syscalls`` traces its system calls."""
-    from xstack.collect.system import measured_s
-
     # a fast step would end a sampling pass before the sampler took enough samples for the system analyses
-    sampled = "system" in levels and not names[index].endswith(SYSCALLS_SUFFIX)
+    sampled = sampled_s(levels, traced=names[index].endswith(SYSCALLS_SUFFIX))
     measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True,
-                        min_measured_s=measured_s() if sampled else None)  # fmt: skip
+                        min_measured_s=sampled)  # fmt: skip
     return child_command(program, levels, out, measured, syscalls=names[index].endswith(SYSCALLS_SUFFIX))
 
 

@@ -33,7 +33,15 @@ import orjson
 from xstack.collect import _child
 from xstack.errors import ProgramFailedError, StoreError, UsageError, XstackError
 from xstack.leveled.merge import merge_passes
-from xstack.leveled.passes import check_iterations, check_timed, pass_config, pass_name, resolve_passes
+from xstack.leveled.passes import (
+    check_iterations,
+    check_timed,
+    pass_config,
+    pass_name,
+    record,
+    resolve_passes,
+    sampled_s,
+)
 from xstack.leveled.progress import PassProgress
 from xstack.leveled.script import measured_none, pass_command
 from xstack.outfile import os_reason
@@ -243,14 +251,11 @@ def _measure_passes(store: Store, step: Callable[[], Any], level_sets: list[tupl
     names = [pass_name(levels) for levels in level_sets]
     with PassProgress(names, warmup, iters, enabled=progress) as bar:
         for index, levels in enumerate(level_sets):
-            run_config = pass_config(warmup, iters, names) | config
+            run_config = pass_config(warmup, iters, names, sampled_s(levels)) | config
             with Profile(levels, store.path, name, store=store, pass_name=names[index], config=run_config,
                          steps=warmup + iters) as prof:  # fmt: skip
                 ids.append(prof.run_id)
-                for i in range(warmup + iters):
-                    step()
-                    prof.step()
-                    bar.advance(index, i + 1)
+                record(step, prof, bar, index)
 
 
 # -- both ------------------------------------------------------------------------------------------------------
