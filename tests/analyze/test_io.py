@@ -819,6 +819,26 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
                                                    "read fewer, larger files).")  # fmt: skip
 
 
+def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_files(tmp_path: Path) -> None:
+    loader = {"index": 0, "dataset": "Rand", "batch_size": 32, "num_workers": 16, "persistent_workers": True,
+              "pin_memory": True, "prefetch_factor": 4, "iterated": 1, "cuda": True}  # fmt: skip
+    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [loader]}
+    # the workers' reads, 200 ns per iteration, against waits of 990 ns: under a quarter of them
+    with loop_store(tmp_path / "a.duckdb", config=config, waits=(990, 990, 990)) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and rec.action.endswith(
+        "its 16 workers already match the 16 usable CPUs: make each batch cheaper to build: the workers' file I/O "
+        "(200 ns per iteration, against 990 ns of waiting) is not what the loop waits for, building the items is "
+        "(the dataset's __getitem__, its transforms, the collation): decode and augment less, or on the GPU, or cache "
+        "prepared items."
+    )
+    assert any("; 2 worker processes, 200 ns of their file I/O per iteration;" in e for e in rec.evidence)
+    with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2}, waits=(990,) * 3) as store:
+        rec = _fired(store, "input_bound")  # no DataLoader settings recorded: from the workers the io level saw
+    assert rec is not None and rec.action.startswith("The 2 workers already match the 2 cores: make each batch "
+                                                     "cheaper to build: the workers' file I/O")  # fmt: skip
+
+
 # -- terminal summary ---------------------------------------------------------------------------------------
 def test_summary_has_one_io_line(darshan_like: Store) -> None:
     s = summarize(darshan_like)

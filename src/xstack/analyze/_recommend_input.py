@@ -14,21 +14,41 @@ from xstack.analyze.result import Result, counted, format_ns
 Results = dict[str, Result]
 
 
+FILES_SHARE_PCT = 25.0
+"""The workers' file I/O per iteration, in % of the loop's wait per iteration, under which reading files is not
+what the loop waits for: the advice to make batches cheaper then leaves out reading fewer, larger files."""
+
+
 def loader_advice(results: Results) -> tuple[str, str, str] | None:
     """(evidence line, the analysis it quotes, action) for the DataLoader the loop waited on longest; None where
     the run recorded no DataLoader settings (an imported trace)."""
     loader, cores, source = _loader(results)
     if loader is None:
         return None
-    return _loader_evidence(loader, cores, source), source, _loader_action(loader, cores)
+    return _loader_evidence(loader, cores, source), source, _loader_action(loader, cores, cheaper(results))
 
 
-def io_input_action(facts: dict[str, Any]) -> str:
-    """The advice where the run did not record its DataLoaders' settings: from the worker processes seen."""
+def cheaper(results: Results) -> str:
+    """How to make each batch cheaper to load: with reading fewer, larger files where the io level saw the
+    workers' file I/O take a real share of the loop's waits (or did not run), without it where it did not."""
+    io = results.get("io.input_bound")
+    facts = io.facts if io is not None and io.available else {}
+    worker_io, wait = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns")
+    if (isinstance(worker_io, (int, float)) and isinstance(wait, (int, float)) and wait > 0
+            and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
+        return (f"make each batch cheaper to build: the workers' file I/O ({format_ns(worker_io)} per iteration, "
+                f"against {format_ns(wait)} of waiting) is not what the loop waits for, building the items is (the "
+                "dataset's __getitem__, its transforms, the collation): decode and augment less, or on the GPU, or "
+                "cache prepared items")  # fmt: skip
+    return "make each batch cheaper to load (decode and augment less, or on the GPU; read fewer, larger files)"
+
+
+def io_input_action(facts: dict[str, Any], how: str) -> str:
+    """The advice where the run did not record its DataLoaders' settings: from the worker processes seen; ``how``
+    to make each batch cheaper to load (``cheaper``)."""
     workers, cores = facts.get("workers"), facts.get("cores")
     if workers is not None and cores is not None and workers >= cores:
-        first = f"The {int(workers)} workers already match the {int(cores)} cores: make each batch cheaper to load"
-        first += " (decode and augment less, or on the GPU);"
+        first = f"The {int(workers)} workers already match the {int(cores)} cores: {how};"
     elif workers is not None and cores is not None:
         first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores;"
     elif workers == 0:
@@ -64,13 +84,13 @@ def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> 
     return f"the loop waits on {describe_loader(loader)}{waited}{cpus} ({source})"
 
 
-def _loader_action(loader: dict[str, Any], cores: int | None) -> str:
+def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str) -> str:
     """What to change in this DataLoader, leaving out what it already does: more workers only while the CPUs
     allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers only for a DataLoader
     iterated over several epochs, more prefetching only with workers that do not already fill the CPUs, and
-    neither where set already; pinned memory only where the program uses CUDA."""
+    neither where set already; pinned memory only where the program uses CUDA. ``cheaper``: how to make each
+    batch cheaper to load, where the workers already fill the CPUs."""
     workers = int(loader.get("num_workers") or 0)
-    cheaper = "make each batch cheaper to load (decode and augment less, or on the GPU; read fewer, larger files)"
     if cores is not None and workers >= cores > 0:
         steps = [f"its {workers} workers already match the {cores} usable CPUs: {cheaper}"]
     elif cores == 1:

@@ -17,7 +17,7 @@ from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
-from xstack.analyze._recommend_input import io_input_action, loader_advice
+from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
 
@@ -98,7 +98,7 @@ def input_bound(results: Results) -> Recommendation | None:
         evidence.append(line)
         sources += [] if source in sources else [source]
     elif io is not None:
-        action = io_input_action(io.facts)
+        action = io_input_action(io.facts, cheaper(results))
     else:
         action = (
             "Load batches ahead of the model: raise DataLoader(num_workers=...) towards the free cores, set "
@@ -130,9 +130,9 @@ def _io_wait_evidence(facts: dict[str, Any], share_pct: float) -> str:
         line += f" (median {format_ns(med)})"
     workers = _num(facts, "workers")
     if workers is not None:
-        line += f"; {counted(int(workers), 'worker process', 'worker processes')} with I/O"
+        line += f"; {counted(int(workers), 'worker process', 'worker processes')}"
         if (worker_io := _num(facts, "worker_io_per_iteration_ns")) is not None:
-            line += f", {format_ns(worker_io)} of worker I/O per iteration"
+            line += f", {format_ns(worker_io)} of their file I/O per iteration"
     if (main_io := _num(facts, "main_io_wait_ns")) is not None and main_io > 0:
         line += f"; the main process spent {format_ns(main_io)} in file I/O while waiting"
     return line + " (io.input_bound)"
