@@ -170,11 +170,13 @@ def syscall_run(sink: Sink, first_id: int = 1, *, idle: bool = False, measured_w
 
 
 def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, load: Load = Load(),
-              config: dict[str, Any] | None = None, waits_ns: int = 0, **system: Any) -> Store:  # fmt: skip
+              config: dict[str, Any] | None = None, waits_ns: int = 0, ops: int = 0,
+              **system: Any) -> Store:  # fmt: skip
     """One run (``model``, ``system``) with the sampler's counters and its four steps (``system``: keys of
     ``system_config``; ``rss_step``: the main process's RSS growth per step; ``load``: see ``Load``;
     ``config``: more keys of the run's config, such as ``cpu_count`` and ``dataloaders``; ``waits_ns``: a
-    ``dataloader.next`` stage that long at the start of each step)."""
+    ``dataloader.next`` stage that long at the start of each step; ``ops``: that many op spans in the first
+    step, as the op level live in the same run records)."""
     with Store.create(path) as store:
         run = run_config(gpus=["cuda:0"] if gpu else None, **system) | (config or {})
         store.add_run(RunInfo(1, "sampled", levels=["model", "system"], config=run))
@@ -183,6 +185,8 @@ def cpu_store(path: Path, *, gpu: bool = False, rss_step: float = 2 * MIB, load:
         for k in range(STEPS if waits_ns else 0):
             sink.span(STEPS + 1 + k, 1 + k, "model", "dataloader.next", k * STEP_NS, waits_ns, MAIN, MAIN,
                       {A.MODEL_KIND: "dataloader"})  # fmt: skip
+        for k in range(ops):
+            sink.span(100 + k, 1, "op", "aten::mm", 10 + k, 1, MAIN, MAIN, {})
         sampler_run(sink, gpu=gpu, rss_step=rss_step, load=load)
         sink.close()
     return Store.open(path)

@@ -161,6 +161,24 @@ def test_rss_at_step_ends_its_slope_and_the_leak_flag(sampled: Store) -> None:
     assert f["main_suspect"] is True and f["workers_suspect"] is False
 
 
+def test_growth_with_torch_profiler_s_events_in_the_process_is_not_suspected(tmp_path: Path) -> None:
+    # the op level live in the sampled run: torch.profiler holds its events in the main process until the end,
+    # and the main process's RSS grew with them by +90 MiB in 29 steps of a small CNN
+    with cpu_store(tmp_path / "ops.duckdb", ops=3) as store:
+        r = _one(store, "system.memory")
+        assert r.facts["main_growth_bytes"] == 6 * MIB and r.facts["main_profiler_events"] == 3
+        assert r.facts["main_suspect"] is False and r.facts["workers_suspect"] is False
+        assert r.labels == ["torch.profiler (the op level) ran in the sampled process and kept its 3 events there "
+                            "until the run ended: the main process's RSS grows with them, so no leak is told from "
+                            "it; sample memory without the op level (xstack profile --system samples in a pass of "
+                            "its own)"]  # fmt: skip
+        assert _fired(store, "host_memory_growth") is None
+        system = summarize(store).system
+    assert system is not None and "main RSS +6.00 MiB over 3 steps (with the op level's events held in it)" in (
+        system_line(system)
+    )
+
+
 def test_flat_memory_is_not_suspected(tmp_path: Path) -> None:
     with cpu_store(tmp_path / "flat.duckdb", rss_step=0.0) as store:
         r = _one(store, "system.memory")

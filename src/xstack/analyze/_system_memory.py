@@ -20,7 +20,7 @@ from xstack.analyze._system_common import (
     system_runs,
 )
 from xstack.analyze._timeline_common import notes_of, rows
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -107,6 +107,10 @@ def memory_growth(store: Store, run_id: int) -> Result:
     facts = _facts(run, where, table, start, enough=full.enough)
     facts["loop_stage"] = loop[1] if loop is not None and not where.steps else None
     facts |= {"full_samples": full.samples, "min_samples": MIN_SAMPLES, "too_few_samples": short}
+    buffered = _profiler_events(store, run.run_id)
+    facts["main_profiler_events"] = buffered
+    if buffered:  # the main process's growth is the profiler's as much as the program's: no suspicion from it
+        facts["main_suspect"] = False
     return Result(
         ID,
         TITLE,
@@ -122,8 +126,23 @@ def memory_growth(store: Store, run_id: int) -> Result:
             extra={"secondary_y": ["machine used"]},
         ),  # fmt: skip
         facts=facts,
-        labels=([] if where.steps else [_no_steps(loop)]) + ([short] if short else []),
+        labels=([] if where.steps else [_no_steps(loop)])
+        + ([short] if short else [])
+        + ([_buffered(buffered)] if buffered else []),
     )
+
+
+def _profiler_events(store: Store, run_id: int) -> int:
+    """The op, runtime and device events torch.profiler recorded in the sampled run itself (the op, runtime or
+    kernel level live in it): it keeps them in the main process until the run ends."""
+    return int(rows(store, "SELECT count(*) FROM spans WHERE run_id = $run AND level IN "
+                    "('op', 'runtime', 'kernel', 'memcpy', 'memset')", run_id)[0][0])  # fmt: skip
+
+
+def _buffered(events: int) -> str:
+    return (f"torch.profiler (the op level) ran in the sampled process and kept its {counted(events, 'event')} there "
+            "until the run ended: the main process's RSS grows with them, so no leak is told from it; sample memory "
+            "without the op level (xstack profile --system samples in a pass of its own)")  # fmt: skip
 
 
 def _no_steps(loop: tuple[int, str] | None) -> str:

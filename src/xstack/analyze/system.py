@@ -48,7 +48,10 @@ def overview(store: Store, run_id: int) -> dict[str, Any] | None:
     if runs.counters is not None:
         cpu, memory, gpu = (fn(store, run_id).facts for fn in (cpu_saturation, memory_growth, gpu_utilisation))
         out |= {k: cpu.get(k) for k in ("cores", "busy_mean_pct", "saturated_pct", "workers")}
-        out |= {k: memory.get(k) for k in ("steps", "main_growth_bytes", "main_suspect", "loop_stage")}
+        out |= {
+            k: memory.get(k)
+            for k in ("steps", "main_growth_bytes", "main_suspect", "loop_stage", "main_profiler_events")
+        }
         out |= {"gpus": gpu.get("gpus"), "gpu_util_mean_pct": gpu.get("util_mean_pct"),
                 "gpu_throttled_pct": gpu.get("throttled_pct"), "nvml": gpu.get("nvml"),
                 "counters_run": runs.counters.run_id}  # fmt: skip
