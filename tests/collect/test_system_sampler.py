@@ -22,7 +22,7 @@ import pytest
 
 import xstack
 from xstack.cli.main import main
-from xstack.collect import _system_native, _system_nvml, system
+from xstack.collect import _system_native, _system_nvml, _system_sampler, system
 from xstack.errors import UsageError
 from xstack.export.perfetto import export_perfetto
 from xstack.trace import attrs as A
@@ -311,7 +311,7 @@ def test_a_full_buffer_halves_the_samples_and_keeps_the_whole_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     monkeypatch.setenv(system.INTERVAL_ENV, "1")
-    monkeypatch.setattr(system, "BUFFER_CAP_BYTES", 8 * system.PROC_STRIDE * 40)
+    monkeypatch.setattr(_system_sampler, "BUFFER_CAP_BYTES", 8 * _system_sampler.PROC_STRIDE * 40)
     with xstack.profile(levels=["model", "system"], path=tmp_path / "p.duckdb"):
         start = time.time_ns()
         time.sleep(0.4)
@@ -367,9 +367,9 @@ def test_a_sampler_that_cannot_open_proc_fails_its_start_on_the_programs_thread(
     def unreadable() -> None:
         raise PermissionError(13, "Permission denied", "/proc/stat")
 
-    monkeypatch.setattr(system, "Machine", unreadable)
+    monkeypatch.setattr(_system_sampler, "Machine", unreadable)
     monkeypatch.setenv(_system_native.BACKEND_ENV, "python")
-    sampler = system.Sampler(10_000_000)
+    sampler = _system_sampler.Sampler(10_000_000)
     with pytest.raises(PermissionError, match="/proc/stat"):
         sampler.start()
     assert sampler._thread is not None and not sampler._thread.is_alive()
@@ -389,7 +389,7 @@ def test_the_c_sampler_names_the_file_it_cannot_open() -> None:
 def test_a_sampler_choice_that_is_not_one_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_system_native.BACKEND_ENV, "rust")
     with pytest.raises(UsageError, match=_system_native.BACKEND_ENV):
-        system.Sampler(10_000_000)
+        _system_sampler.Sampler(10_000_000)
 
 
 @pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
@@ -449,8 +449,8 @@ def test_the_gpu_threads_own_switches_are_taken_out_of_the_programs() -> None:
     """With the C sampler, the GPU thread's switches (read at each of its samples) leave the root's rows: each
     row loses the last counts read at or before its time; other processes' rows are left alone."""
     root, child = 100, 200
-    stride = system.PROC_STRIDE
-    vol, invol = system.PROC_STRIDE_CTX
+    stride = _system_sampler.PROC_STRIDE
+    vol, invol = _system_sampler.PROC_STRIDE_CTX
 
     def row(k: int, ts: int, pid: int, v: int, iv: int) -> list[int]:
         out = [k, ts, pid] + [0] * (stride - 3)
@@ -460,7 +460,7 @@ def test_the_gpu_threads_own_switches_are_taken_out_of_the_programs() -> None:
     rows = array(
         "q", row(0, 5, root, 10, 1) + row(1, 15, root, 20, 2) + row(1, 15, child, 7, 7) + row(2, 30, root, 40, 3)
     )
-    system._without_own_switches(rows, root, [(10, 3, 1), (20, 6, 1)])
+    _system_sampler._without_own_switches(rows, root, [(10, 3, 1), (20, 6, 1)])
     got = [(rows[i + 2], rows[i + vol], rows[i + invol]) for i in range(0, len(rows), stride)]
     assert got == [(root, 10, 1), (root, 17, 1), (child, 7, 7), (root, 34, 2)]
 
@@ -666,7 +666,7 @@ def test_a_process_with_its_parents_command_line_is_no_helper() -> None:
     tracker = "from multiprocessing.resource_tracker import main;main(5)"
     lines = [(11, 10, ["python", "-c", code], False), (12, 11, ["python", "-c", code], True), (14, 10, [], False),
              (15, 10, ["python", "-c", tracker], False)]  # fmt: skip
-    assert system.process_roles(lines, ["python", "train.py"]) == {11: "forkserver", 15: "resource_tracker"}
+    assert _system_sampler.process_roles(lines, ["python", "train.py"]) == {11: "forkserver", 15: "resource_tracker"}
 
 
 ROOT = ["python", "train.py"]
@@ -683,7 +683,7 @@ def test_programs_started_by_exec_are_subprocesses_as_the_io_level_tells_them() 
     lines = [(11, 10, ROOT, True), (12, 10, SPAWNED_ARGV, False), (13, 10, ["cat", "x.bin"], False),
              (14, 10, ["sh", "-c", "cat x"], False), (15, 10, forks, False), (16, 15, forks, True),
              (17, 10, ROOT, False)]  # fmt: skip
-    assert system.process_roles(lines, ROOT) == {13: "subprocess", 14: "subprocess", 15: "subprocess",
+    assert _system_sampler.process_roles(lines, ROOT) == {13: "subprocess", 14: "subprocess", 15: "subprocess",
                                                  16: "subprocess", 17: "subprocess"}  # fmt: skip
 
 
@@ -696,11 +696,13 @@ def test_the_processes_a_subprocess_started_are_subprocesses_whatever_their_comm
     lines = [(20, 10, ROOT, False), (21, 20, ROOT, True), (22, 20, ROOT, True), (23, 21, ROOT, True),
              (24, 20, SPAWNED_ARGV, False), (25, 20, tracker, False), (26, 20, [], False), (27, 10, ROOT, True),
              (28, 27, ROOT, True), (29, 10, tracker, False), (30, 29, tracker, True)]  # fmt: skip
-    assert system.process_roles(lines, ROOT) == {
+    assert _system_sampler.process_roles(lines, ROOT) == {
         20: "subprocess", 21: "subprocess", 22: "subprocess", 23: "subprocess", 24: "subprocess",
         25: "subprocess", 26: "subprocess", 29: "resource_tracker",
     }  # fmt: skip
-    assert system.process_roles(reversed(lines), ROOT) == system.process_roles(lines, ROOT)  # children seen first
+    assert _system_sampler.process_roles(reversed(lines), ROOT) == _system_sampler.process_roles(
+        lines, ROOT
+    )  # children seen first
 
 
 def test_a_process_whose_parent_was_not_seen_is_told_by_its_command_line() -> None:
@@ -710,7 +712,7 @@ def test_a_process_whose_parent_was_not_seen_is_told_by_its_command_line() -> No
     forks = ["python", "-c", "import os; os.fork()"]
     lines = [(15, 10, forks, False), (31, 1, forks, True), (32, 31, forks, True), (33, 1, ROOT, True),
              (34, 35, ROOT, True), (35, 34, ROOT, True)]  # fmt: skip
-    assert system.process_roles(lines, ROOT) == {15: "subprocess", 31: "subprocess", 32: "subprocess"}
+    assert _system_sampler.process_roles(lines, ROOT) == {15: "subprocess", 31: "subprocess", 32: "subprocess"}
 
 
 @pytest.mark.skipif(_unavailable() is not None, reason=f"cannot sample here: {_unavailable()}")
@@ -741,11 +743,11 @@ def test_the_c_sampler_appends_its_rows_to_a_journal_as_it_goes(tmp_path: Path) 
     fds = _system_native.open_journal(tmp_path)
     # a buffer of a few samples: halved many times while it runs
     sampler = _system_native.NativeSampler(os.getpid(), 2_000_000, 10_000_000, 100_000_000,
-                                           8 * system.PROC_STRIDE * 60, 100, fds)  # fmt: skip
+                                           8 * _system_sampler.PROC_STRIDE * 60, 100, fds)  # fmt: skip
     try:
         t0 = time.monotonic()
         sampler.start()
-        stride = system.MACHINE_HEAD + 2 * len(sampler.cpus())
+        stride = _system_sampler.MACHINE_HEAD + 2 * len(sampler.cpus())
         time.sleep(0.9)
         procs, machine = _system_native.read_journal_rows(tmp_path, stride)  # as a kill would leave them
         sampler.stop()
@@ -757,23 +759,25 @@ def test_the_c_sampler_appends_its_rows_to_a_journal_as_it_goes(tmp_path: Path) 
         sampler.close()
         for fd in fds:
             os.close(fd)
-    samples = list(procs[0 :: system.PROC_STRIDE])
+    samples = list(procs[0 :: _system_sampler.PROC_STRIDE])
     assert samples == sorted(set(samples)) and samples[0] == 0  # each row once, in order, from the first
     step = sampler.stats["step"]
     assert any(k % step for k in samples)  # rows the halvings dropped from memory stay in the journal
     assert len(machine) % stride == 0 and set(machine[0::stride]) <= set(samples)
-    ts = list(procs[1 :: system.PROC_STRIDE])
-    assert ts == sorted(ts) and ts[-1] <= kept[-system.PROC_STRIDE + 1]
+    ts = list(procs[1 :: _system_sampler.PROC_STRIDE])
+    assert ts == sorted(ts) and ts[-1] <= kept[-_system_sampler.PROC_STRIDE + 1]
     # the rows the memory kept after halving are among the journal's
-    journal_rows = {tuple(procs[i : i + 3]) for i in range(0, len(procs), system.PROC_STRIDE)}
-    memory_rows = [tuple(kept[i : i + 3]) for i in range(0, len(kept), system.PROC_STRIDE) if kept[i + 1] <= ts[-1]]
+    journal_rows = {tuple(procs[i : i + 3]) for i in range(0, len(procs), _system_sampler.PROC_STRIDE)}
+    memory_rows = [
+        tuple(kept[i : i + 3]) for i in range(0, len(kept), _system_sampler.PROC_STRIDE) if kept[i + 1] <= ts[-1]
+    ]
     assert memory_rows and all(row in journal_rows for row in memory_rows)
     # a kill in the middle of an append: the cut block is left out, the whole ones before it kept
     rows_file = tmp_path / _system_native.JOURNAL_ROWS[0]
     whole = rows_file.read_bytes()
     rows_file.write_bytes(whole[:-20])
     cut_procs, cut_machine = _system_native.read_journal_rows(tmp_path, stride)
-    assert len(cut_procs) % system.PROC_STRIDE == 0 and len(cut_machine) % stride == 0
+    assert len(cut_procs) % _system_sampler.PROC_STRIDE == 0 and len(cut_machine) % stride == 0
     assert 0 < len(cut_procs) + len(cut_machine) < len(procs) + len(machine)
     assert cut_procs == procs[: len(cut_procs)] and cut_machine == machine[: len(cut_machine)]
     rows_file.write_bytes(whole + b"\x07" * 40)  # garbage after the last block: ignored too
@@ -783,12 +787,12 @@ def test_the_c_sampler_appends_its_rows_to_a_journal_as_it_goes(tmp_path: Path) 
 def test_the_journal_reader_puts_the_newer_file_last(tmp_path: Path) -> None:
     """Past its size the thread goes on in the other file, emptied first: the file whose rows start later holds
     the newer ones, whichever its name."""
-    stride = system.PROC_STRIDE
+    stride = _system_sampler.PROC_STRIDE
 
     def block(k: int, ts: int) -> bytes:
         return array("q", [1, stride, k, ts, 7, *range(stride - 3)]).tobytes()
 
     (tmp_path / _system_native.JOURNAL_ROWS[0]).write_bytes(block(5, 500) + block(6, 600))
     (tmp_path / _system_native.JOURNAL_ROWS[1]).write_bytes(block(3, 300) + block(4, 400))
-    procs, machine = _system_native.read_journal_rows(tmp_path, system.MACHINE_HEAD + 4)
+    procs, machine = _system_native.read_journal_rows(tmp_path, _system_sampler.MACHINE_HEAD + 4)
     assert list(procs[0::stride]) == [3, 4, 5, 6] and not machine
