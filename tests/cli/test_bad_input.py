@@ -30,6 +30,10 @@ def _write_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
         "scalar": (tmp / "scalar.json", "does not start with a JSON object (found '4' at byte 0)"),
         "plain_text": (tmp / "notes.txt", "does not start with a JSON object (found 'h' at byte 0)"),
         "store": (tmp / "prof.duckdb", "a DuckDB database (an xstack store?), not a file to import"),
+        "time_not_a_number": (
+            tmp / "bad_ts.json",
+            "an unreadable event: event 'op7' (ph 'X'): ts is \"soon\", not a number",
+        ),
         "directory": (tmp, "is a directory"),
     }
     cases["truncated_gzip"][0].write_bytes(real[: len(real) // 2])
@@ -42,6 +46,7 @@ def _write_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
     cases["foreign_events"][0].write_text(
         json.dumps({"traceEvents": [{"ph": "X", "cat": "v8", "name": "GC", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]})
     )
+    cases["time_not_a_number"][0].write_text(json.dumps({"traceEvents": [*events[:7], events[7] | {"ts": "soon"}]}))
     cases["empty_trace"][0].write_text('{"schemaVersion": 1, "traceEvents": []}')
     cases["empty_file"][0].write_text("")
     cases["scalar"][0].write_text("42")
@@ -64,6 +69,7 @@ CASES = [
     "scalar",
     "plain_text",
     "store",
+    "time_not_a_number",
     "directory",
 ]
 
@@ -77,6 +83,7 @@ def test_bad_trace_fails_cleanly(case: str, tmp_path: Path, capsys: pytest.Captu
     assert code == 1
     assert len(err.splitlines()) == 1, err
     assert str(path) in err and problem in err, err
+    assert "xstack-import-" not in err  # the importer's scratch files are not the user's to know
     assert not out.exists() and not list(out.parent.glob("*")) if out.parent.exists() else True
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -298,7 +299,42 @@ class TraceReader:
                 return False
             offset = self._base + self._pos + max(len(chars[: exc.pos].encode("utf-8")) - 1, 0)
             raise BadInputError(f"{self.path}: invalid JSON at byte {offset}: {exc.msg}") from None
-        raise BadInputError(f"{self.path}: traceEvents holds an unreadable event ({rejected})") from None
+        events = orjson.loads(text)
+        raise BadInputError(f"{self.path}: traceEvents holds an unreadable event: {_unreadable(events, rejected)}"
+                            ) from None  # fmt: skip
+
+
+NUMBERS = ("ts", "dur")
+"""The event fields that must be numbers (microseconds; a numeric string is read as one)."""
+
+
+def _unreadable(events: object, rejected: ChunkRejected) -> str:
+    """Which event of a chunk that parsed as JSON the loader refused, and why: the first that is not an object or
+    whose ``ts`` or ``dur`` is not a number; else the loader's own reason, without its scratch file's name."""
+    seen = events if isinstance(events, list) else []
+    for event in seen:
+        if not isinstance(event, dict):
+            return f"an event is {type(event).__name__} {_clip(event)}, not an object"
+        for key in NUMBERS:
+            value = event.get(key)
+            if value is not None and not isinstance(value, (int, float)) and not _numeric(value):
+                return f"event {event.get('name')!r} (ph {event.get('ph')!r}): {key} is {_clip(value)}, not a number"
+    return re.sub(r' in file "[^"]*",?', "", str(rejected))
+
+
+def _numeric(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _clip(value: object) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _last_boundary(buf: bytearray, start: int, end: int) -> tuple[int, int]:
