@@ -219,3 +219,43 @@ def test_a_table_without_its_identity_columns_or_with_decimal_commas_is_refused(
     thousands = tmp_path / "thousands.csv"  # a thousands separator is still read as one
     thousands.write_text(text.replace('"2048"', '"2,048"'))
     assert read_ncu_csv(thousands).kernels[0].metrics["launch__grid_size"] == 2048
+
+
+@pytest.mark.parametrize("name", [*WITH_COUNTERS, "details_old_sections.csv"])
+def test_a_file_cut_inside_a_kernel_row_is_refused_on_import_and_its_whole_kernels_kept_live(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (DATA / name).read_text(encoding="utf-8-sig")
+    whole = read_ncu_csv(DATA / name)
+    last = text.rindex('\n"3",')  # inside the last kernel's (first) row: ncu killed, or a copy interrupted
+    cut = tmp_path / name
+    cut.write_text(text[: last + 20], encoding="utf-8")
+    assert main(["import", str(cut), "-o", str(tmp_path / "p.duckdb")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {cut}: cut short: the file ends inside a kernel row, after ") and "columns" in err
+    assert not (tmp_path / "p.duckdb").exists()
+    kept = read_ncu_csv(cut, allow_cut=True)  # as the metrics level reads what ncu wrote before it was stopped
+    assert [k.id for k in kept.kernels] == [0, 1, 2] and kept.cut_short is not None
+    assert kept.cut_short.endswith(": kernel 3 left out")
+    assert [k.metrics for k in kept.kernels] == [k.metrics for k in whole.kernels[:3]]
+    assert whole.cut_short is None and (DATA / name).read_text().endswith("\n")
+
+
+def test_the_metrics_level_keeps_the_whole_kernels_of_an_output_ncu_did_not_finish(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from xstack.importers.ncu._attach import attach_csv
+    from xstack.trace.store import RunInfo
+
+    text = (DATA / "raw_new_base.csv").read_text(encoding="utf-8-sig")
+    cut = tmp_path / "p.ncu.csv"
+    cut.write_text(text[: text.rindex('\n"3",') + 20], encoding="utf-8")
+    with Store.create(tmp_path / "p.duckdb") as store:
+        store.add_run(RunInfo(1, "live", levels=["model", "metrics"], config={}))
+    rows = {check: (n, detail) for check, n, detail in attach_csv(tmp_path / "p.duckdb", cut)}
+    assert "metrics_failed" not in rows and "xstack: 3 kernel(s) measured by Nsight Compute" in capsys.readouterr().err
+    n, detail = rows["metrics_cut_short"]
+    assert n == 1 and detail.startswith("p.ncu.csv: cut short: the file ends inside a kernel row")
+    assert detail.endswith(": kernel 3 left out")
+    with Store.open(tmp_path / "p.duckdb") as store:
+        assert store.query("SELECT count(*) FROM spans WHERE level = 'metrics'")[0][0] == 3

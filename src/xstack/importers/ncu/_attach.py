@@ -33,12 +33,14 @@ def attach_csv(store_path: Path, csv_path: Path) -> list[tuple[str, int, str]]:
     with Store.open(store_path, read_only=False) as store:
         run_id = max(store.run_ids())
         try:
-            parsed = read_ncu_csv(csv_path)
+            parsed = read_ncu_csv(csv_path, allow_cut=True)  # what ncu wrote before it was stopped is kept
         except BadInputError as exc:
             rows = [("metrics_failed", 1, str(exc))]
             print(f"xstack: error: hardware metrics not recorded: {exc}", file=sys.stderr)
         else:
             rows = attach(store, run_id, parsed)
+            if parsed.cut_short is not None:
+                rows.append(("metrics_cut_short", 1, f"{csv_path.name}: {parsed.cut_short}"))
             print(f"xstack: {len(parsed.kernels)} kernel(s) measured by Nsight Compute", file=sys.stderr)
         store.add_health(run_id, rows)
         return rows

@@ -33,6 +33,8 @@ REQUIRED_COLUMNS: Final = ("ID", "Kernel Name")
 DETAIL_COLUMNS: Final = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS: Final = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 _TOOL_LINE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==")
+_KERNEL_ROW = re.compile(r'^"\d+",')
+"""A row of the kernel table (it starts with the kernel's ID)."""
 _NVTX_RANGE = re.compile(r'"([^"]*)"')
 _DECIMAL_COMMA = re.compile(r"^[-+]?\d{1,3}(\.\d{3})*,\d+$|^[-+]?\d+,\d+$")
 """``6,53`` or ``1.234,5``: what ``parse_number`` refuses and a decimal-comma locale writes."""
@@ -92,22 +94,26 @@ class NcuCsv:
     preamble: list[str]
     """Lines before the table: the program's output and the tool's own messages."""
     unknown_units: dict[str, str] = field(default_factory=dict)
+    cut_short: str | None = None
+    """Where the file ended inside a kernel's rows and that kernel was left out (read with ``allow_cut``)."""
     not_available: int = 0
     """Metric values given as ``n/a``."""
 
 
-def read_ncu_csv(path: str | Path) -> NcuCsv:
-    """Parse ``path``; ``BadInputError`` naming the file when it holds no kernel table."""
+def read_ncu_csv(path: str | Path, *, allow_cut: bool = False) -> NcuCsv:
+    """Parse ``path``; ``BadInputError`` naming the file when it holds no kernel table, or ends inside a kernel's
+    row unless ``allow_cut`` (that kernel is then left out, and ``cut_short`` says so)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_ncu_csv(text, path)
+    return parse_ncu_csv(text, path, allow_cut=allow_cut)
 
 
-def parse_ncu_csv(text: str, path: Path) -> NcuCsv:
-    """Parse the text of an ``ncu --csv`` output (``path`` names it in errors)."""
+def parse_ncu_csv(text: str, path: Path, *, allow_cut: bool = False) -> NcuCsv:
+    """Parse the text of an ``ncu --csv`` output (``path`` names it in errors; ``allow_cut``: see
+    ``read_ncu_csv``)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _is_header(line)), None)
     if start is None:
@@ -118,7 +124,17 @@ def parse_ncu_csv(text: str, path: Path) -> NcuCsv:
     if missing := [name for name in REQUIRED_COLUMNS if name not in header]:
         raise BadInputError(f"{path}: the ncu table has no {' or '.join(repr(m) for m in missing)} column (its "
                             f"header: {', '.join(header[:8])}{', ...' if len(header) > 8 else ''})")  # fmt: skip
+    cut = _cut_short(text, body, len(header), path)
+    if cut is not None and not allow_cut:
+        raise BadInputError(cut)
+    if cut is not None:  # the kernel whose rows the file ends inside, left out whole
+        kid = body[-1].split(",", 1)[0]
+        while len(body) > 1 and body[-1].startswith(f"{kid},"):
+            body.pop()
+        rows = list(csv.reader(io.StringIO("\n".join(body))))
     out = NcuCsv(path, [], "details", "old" if "Kernel Time" in header else "new", lines[:start])
+    if cut is not None:
+        out.cut_short = f"{cut.removeprefix(f'{path}: ')}: kernel {kid.strip(chr(34))} left out"
     if all(c in header for c in ("Metric Name", "Metric Value")):
         _read_details(out, header, rows[1:])
     else:
@@ -127,6 +143,20 @@ def parse_ncu_csv(text: str, path: Path) -> NcuCsv:
     if not out.kernels:
         raise BadInputError(f"{path}: the ncu table has no kernel rows{_tool_messages(lines)}")
     return out
+
+
+def _cut_short(text: str, body: list[str], columns: int, path: Path) -> str | None:
+    """Why the file ends inside its last kernel row (cut short: ncu still writing or killed, a copy interrupted),
+    which would be read as a kernel with what it lacks missing; None where it does not. ncu ends every row with
+    a newline; a file cut at a row's end is a whole table of fewer kernels, which nothing can tell."""
+    last = body[-1] if len(body) > 1 else ""
+    if text.endswith(("\n", "\r")) or not _KERNEL_ROW.match(last):
+        return None
+    fields = next(csv.reader([last]), [])
+    if last.count('"') % 2 == 0 and len(fields) >= columns:
+        return None
+    return (f"{path}: cut short: the file ends inside a kernel row, after {len(fields)} of its {columns} columns "
+            "(ncu still writing or killed, or a copy interrupted?)")  # fmt: skip
 
 
 def _is_header(line: str) -> bool:
