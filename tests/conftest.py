@@ -158,4 +158,5 @@ def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True, text=True, cwd=tmp, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    (tmp / "stderr.txt").write_text(done.stderr)  # beside the store, for the tests of what it said
     return store

@@ -116,6 +116,9 @@ def test_the_sampler_pass_measures_long_enough_for_the_system_figures(system_pro
     assert sum(d for (d,) in steps[1 : 1 + measured]) >= 0.95 * measured_s() * 1e9
     assert sum(d for (d,) in steps[1:measured]) < measured_s() * 1e9  # one step fewer was not long enough
     assert "iterations_short" not in health
+    said = (system_profile.parent / "stderr.txt").read_text()
+    assert "xstack: pass 3/4: model+system (measuring at least 0.5 s of steps for the sampler, past --iters if " in said
+    assert "xstack: pass 4/4: model+layer+system+syscalls\n" in said  # traced: timed by its tracer, not sampled
     for name in ("model", "model+layer", "model+layer+system+syscalls"):  # the others: the iterations asked
         assert runs[name][1]["measure"]["iterations"] == 3 and "min_measured_s" not in runs[name][1]["measure"]
     overhead = {o["pass"]: o for o in runs["merged"][1]["overhead"]}

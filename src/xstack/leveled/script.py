@@ -72,7 +72,13 @@ def profile_program(
     stores: list[Path] = []
     try:
         for index, levels in enumerate(level_sets):
-            print(f"xstack: pass {index + 1}/{len(level_sets)}: {names[index]}", file=sys.stderr, flush=True)
+            sampled = sampled_s(levels, traced=names[index].endswith(SYSCALLS_SUFFIX))
+            longer = (
+                f" (measuring at least {sampled:g} s of steps for the sampler, past --iters if need be)"
+                if sampled
+                else ""
+            )
+            print(f"xstack: pass {index + 1}/{len(level_sets)}: {names[index]}{longer}", file=sys.stderr, flush=True)
             stores.append(work / f"pass{index + 1}.duckdb")
             n = metrics_iters if "metrics" in levels else iters
             code = _run(pass_command(program, levels, names, index, stores[-1], warmup, n, progress))
