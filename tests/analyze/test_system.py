@@ -280,8 +280,9 @@ def test_a_window_shorter_than_the_samples_says_too_few_samples_instead_of_zero(
     short = (
         "too few samples: the 10 measured steps last 45.0 ms and hold 4 samples of the main process (every 10 ms), "
         "0 samples of the workers, the machine and RSS (every 50 ms); a figure over them needs at least 5: sample "
-        "every 9 ms or less (--system-interval 9) for the main process, measure at least 56 steps (xstack profile "
-        "--iters 56) for the workers, the machine and RSS"
+        "every 9 ms or less (--system-interval 9) for the main process, measure at least 56 steps (xstack run "
+        "--iters 56; the sampling pass of xstack profile does so by itself while the program's loop runs) for the "
+        "workers, the machine and RSS"
     )
     assert cpu.facts["too_few_samples"] == short and short in cpu.labels
     for row in cpu.to_records():  # no figure read across samples outside the steps: not 0% busy

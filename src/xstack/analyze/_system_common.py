@@ -455,7 +455,8 @@ def _remedy(where: Region, short: list[Sampling]) -> str:
         elif where.steps and where.length_ns > 0:
             step_ms = where.length_ns / len(where.steps) / 1e6
             n = max(math.ceil(MIN_SAMPLES * (s.period_ms or FULL_PERIOD_MS) / step_ms), len(where.steps) + 1)
-            parts.append(f"measure at least {n} steps (xstack profile --iters {n}) for {s.who}")
+            parts.append(f"measure at least {n} steps (xstack run --iters {n}; the sampling pass of xstack profile "
+                         f"does so by itself while the program's loop runs) for {s.who}")  # fmt: skip
         else:
             parts.append(f"a run of at least {MIN_SAMPLES * (s.period_ms or FULL_PERIOD_MS):g} ms for {s.who}")
     return ", ".join(parts)
