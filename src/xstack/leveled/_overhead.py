@@ -23,8 +23,8 @@ from xstack.text import format_ns
 MIN_ITERATIONS: Final = Rule.min_iterations
 """Fewest measured steps of each pass for their difference to be judged against noise (the diff's)."""
 UNSTEADY_RATIO: Final = 2.0
-"""A timing pass is unsteady when its median step is over this many times as far above its 5th percentile, in
-ratio, as the steadiest pass's: most of its steps ran slowed by something the other passes did not meet."""
+"""A timing pass is unsteady when the ratio of its median step to its 5th percentile is over this many times the
+steadiest pass's: most of its steps ran slowed by something the other passes did not meet."""
 
 
 class _Pass(Protocol):
@@ -124,10 +124,10 @@ def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -
 
 
 def unsteady(rows: Sequence[dict[str, Any]]) -> tuple[str, int, str]:
-    """The health row ``pass_unsteady`` of the timing passes' ``overhead`` rows: the passes whose median step
-    lasts over ``UNSTEADY_RATIO`` times as many times its 5th percentile as the steadiest pass's does (each with
-    ``MIN_ITERATIONS`` measured steps at least; two such passes needed to compare). Their rows get
-    ``unsteady: true`` (``xstack diff`` reads it).
+    """The health row ``pass_unsteady`` of the timing passes' ``overhead`` rows: the passes whose ratio of median
+    step to 5th percentile is over ``UNSTEADY_RATIO`` times the steadiest pass's (each with ``MIN_ITERATIONS``
+    measured steps at least; two such passes needed to compare). Their rows get ``unsteady: true`` (``xstack
+    diff`` reads it).
 
     Notes: a level's overhead moves every step alike, so it leaves the ratio of a pass's median to its fastest
     steps about where the steadiest pass has it; a machine busy during part of one pass (another process, a
