@@ -72,7 +72,7 @@ def profile_program(
     stores: list[Path] = []
     try:
         for index, levels in enumerate(level_sets):
-            sampled = sampled_s(levels, traced=names[index].endswith(SYSCALLS_SUFFIX))
+            sampled = _sampled(levels, names[index])
             longer = (
                 f" (measuring at least {sampled:g} s of steps for the sampler, past --iters if need be)"
                 if sampled
@@ -130,11 +130,16 @@ def pass_command(program: Program, levels: Sequence[str], names: Sequence[str], 
                  warmup: int, iters: int, progress: bool) -> list[str]:  # fmt: skip
     """The ``xstack run`` child that records pass ``index`` (of ``names``) of ``program`` into ``out``; a pass
     named ``...+syscalls`` traces its system calls."""
-    # a fast step would end a sampling pass before the sampler took enough samples for the system analyses
-    sampled = sampled_s(levels, traced=names[index].endswith(SYSCALLS_SUFFIX))
     measured = Measured(warmup, iters, names[index], list(names), index + 1, len(names), progress, quiet=True,
-                        min_measured_s=sampled)  # fmt: skip
+                        min_measured_s=_sampled(levels, names[index]))  # fmt: skip
     return child_command(program, levels, out, measured, syscalls=names[index].endswith(SYSCALLS_SUFFIX))
+
+
+def _sampled(levels: Sequence[str], name: str) -> float | None:
+    """How long the measured steps of pass ``name`` last at least (``passes.sampled_s``): a fast step would end a
+    sampling pass before the sampler took enough samples for the system analyses; a ``...+syscalls`` pass is
+    traced, not sampled."""
+    return sampled_s(levels, traced=name.endswith(SYSCALLS_SUFFIX))
 
 
 def measured_none(pass_store: Path, warmup: int) -> bool:

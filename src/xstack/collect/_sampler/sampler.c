@@ -8,8 +8,8 @@
  * cost a pure-Python loop up to a few percent (bench/system_overhead.py). This thread never touches the
  * interpreter: it only shares memory with Python, read after it has stopped.
  *
- * It does what the Python sampler (collect/_system_sampler.py, collect/_system_proc.py) does, row for row, so the two
- * are interchangeable and tested alike:
+ * It does what the Python sampler (collect/_system_sampler.py, collect/_system_proc.py) does, row for row, so
+ * the two are interchangeable and tested alike:
  *  - schedule: sample k is due at start + k * interval (CLOCK_MONOTONIC); a sample that comes too late to
  *    keep the next due time skips the ticks it missed and counts them late; stop wakes the thread at once
  *    (a condition variable on CLOCK_MONOTONIC);

@@ -119,22 +119,20 @@ def parse_ncu_csv(text: str, path: Path, *, allow_cut: bool = False) -> NcuCsv:
     if start is None:
         raise BadInputError(_why_no_table(path, lines))
     body = [line for line in lines[start:] if line.strip() and not _TOOL_LINE.match(line)]
-    rows = list(csv.reader(io.StringIO("\n".join(body))))
-    header = [c.strip() for c in rows[0]]
+    header = [c.strip() for c in next(csv.reader(body[:1]))]
     if missing := [name for name in REQUIRED_COLUMNS if name not in header]:
         raise BadInputError(f"{path}: the ncu table has no {' or '.join(repr(m) for m in missing)} column (its "
                             f"header: {', '.join(header[:8])}{', ...' if len(header) > 8 else ''})")  # fmt: skip
-    cut = _cut_short(text, body, len(header), path)
+    cut = _cut_short(text, body, len(header))
     if cut is not None and not allow_cut:
-        raise BadInputError(cut)
-    if cut is not None:  # the kernel whose rows the file ends inside, left out whole
-        kid = body[-1].split(",", 1)[0]
-        while len(body) > 1 and body[-1].startswith(f"{kid},"):
-            body.pop()
-        rows = list(csv.reader(io.StringIO("\n".join(body))))
+        raise BadInputError(f"{path}: {cut}")
+    kid = body[-1].split(",", 1)[0]
+    while cut is not None and len(body) > 1 and body[-1].startswith(f"{kid},"):  # that kernel left out whole
+        body.pop()
+    rows = list(csv.reader(io.StringIO("\n".join(body))))
     out = NcuCsv(path, [], "details", "old" if "Kernel Time" in header else "new", lines[:start])
     if cut is not None:
-        out.cut_short = f"{cut.removeprefix(f'{path}: ')}: kernel {kid.strip(chr(34))} left out"
+        out.cut_short = f"{cut}: kernel {kid.strip(chr(34))} left out"
     if all(c in header for c in ("Metric Name", "Metric Value")):
         _read_details(out, header, rows[1:])
     else:
@@ -145,7 +143,7 @@ def parse_ncu_csv(text: str, path: Path, *, allow_cut: bool = False) -> NcuCsv:
     return out
 
 
-def _cut_short(text: str, body: list[str], columns: int, path: Path) -> str | None:
+def _cut_short(text: str, body: list[str], columns: int) -> str | None:
     """Why the file ends inside its last kernel row (cut short: ncu still writing or killed, a copy interrupted),
     which would be read as a kernel with what it lacks missing; None where it does not. ncu ends every row with
     a newline; a file cut at a row's end is a whole table of fewer kernels, which nothing can tell."""
@@ -155,8 +153,8 @@ def _cut_short(text: str, body: list[str], columns: int, path: Path) -> str | No
     fields = next(csv.reader([last]), [])
     if last.count('"') % 2 == 0 and len(fields) >= columns:
         return None
-    return (f"{path}: cut short: the file ends inside a kernel row, after {len(fields)} of its {columns} columns "
-            "(ncu still writing or killed, or a copy interrupted?)")  # fmt: skip
+    return (f"cut short: the file ends inside a kernel row, after {len(fields)} of its {columns} columns (ncu "
+            "still writing or killed, or a copy interrupted?)")  # fmt: skip
 
 
 def _is_header(line: str) -> bool:
