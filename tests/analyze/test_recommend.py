@@ -588,8 +588,9 @@ def test_orphan_kernels_are_told_to_record_their_launches(tmp_path: Path) -> Non
     assert "Make the measured iterations" not in rec.action  # no mismatch to fix
 
 
-def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_path: Path) -> None:
-    """A real CPU program measured in passes, a validation every third step: the advice is what it can change."""
+def test_a_validation_every_third_step_is_costed_per_iteration_not_called_unattributed(tmp_path: Path) -> None:
+    """A real CPU program measured in passes, a validation every third step: the merged step is the usual
+    iteration, and the advice says what the validation adds to it and how to make it cheaper."""
     import torch
     from torch import nn
 
@@ -604,6 +605,40 @@ def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_pat
         if calls % 3 == 0:
             with xstack.span("validate"):
                 model(x)
+                time.sleep(0.002)
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=6, path=tmp_path / "v.duckdb",
+                          progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        assert _fired(store, "unattributed_time") is None  # nothing diverged: the validation is apart
+        rec = _check(_fired(store, "occasional_work"), "health")
+        merged = store.query("SELECT run_id FROM runs WHERE pass = 'merged'")[0][0]
+        step_ns = store.query("SELECT dur_ns FROM spans WHERE run_id = ? AND parent_id IS NULL", [merged])[0][0]
+    [evidence] = rec.evidence
+    assert evidence.startswith("model 'validate' in the step, in 2 of 6 iterations (every 3rd), "), evidence
+    assert evidence.endswith("% on top of the merged step (health)")
+    assert rec.impact_ns is not None and rec.impact_ns >= 2 * 2_000_000 / 6  # its sleeps, spread over 6 iterations
+    pct = 100 * rec.impact_ns / step_ns
+    assert rec.severity == ("high" if pct >= 30 else "medium" if pct >= 10 else "low")
+    assert "run them less often, or take them off the loop's critical path" in rec.action
+    assert "(run 1 for their timings)" in rec.action  # the model pass times a model-level span
+
+
+def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_path: Path) -> None:
+    """A real CPU program measured in passes whose third step takes another branch: the advice is what it can
+    change."""
+    import torch
+    from torch import nn
+
+    import xstack
+
+    model, x, calls = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4), 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        with xstack.span("validate" if calls % 3 == 0 else "train"):
+            model(x)
 
     path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=4, path=tmp_path / "v.duckdb",
                           progress=False)  # fmt: skip
@@ -614,6 +649,36 @@ def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_pat
     assert "kernel level" not in rec.action and "cudnn" not in rec.action, rec.action
     assert rec.action.startswith("Make the measured iterations repeat the same work (fixed input shapes"), rec.action
     assert "(a validation or a checkpoint every N steps) out of the profiled loop" in rec.action
+
+
+def test_occasional_work_under_the_threshold_is_not_advised() -> None:
+    from xstack.analyze.recommend import OCCASIONAL_PCT, occasional_work
+
+    def health(*pcts: float) -> dict[str, Result]:
+        occasional = [
+            {
+                "name": f"s{i}",
+                "level": "model",
+                "parent": "step",
+                "parent_level": "model",
+                "run_id": 1,
+                "count": 1,
+                "iterations_with": 1,
+                "iterations": 20,
+                "every": None,
+                "median_ns": 1000,
+                "total_ns": 1000,
+                "per_iteration_ns": 50,
+                "step_pct": pct,
+            }
+            for i, pct in enumerate(pcts)
+        ]
+        return {"health": Result("health", "Trace health", [], [], facts={"occasional": occasional})}  # fmt: skip
+
+    assert occasional_work(health(OCCASIONAL_PCT - 0.1)) is None
+    fired = occasional_work(health(OCCASIONAL_PCT / 2, OCCASIONAL_PCT / 2, 0.1, 0.1))  # together they count
+    assert fired is not None and fired.severity == "low" and len(fired.evidence) == 4
+    assert fired.evidence[-1] == "1 more occasional span (health)"
 
 
 def test_worker_restarts_under_spawn_say_each_worker_is_a_new_interpreter() -> None:

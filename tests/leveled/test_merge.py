@@ -17,6 +17,7 @@ nn = torch.nn
 
 import xstack  # noqa: E402
 from xstack.analyze.context import run_context  # noqa: E402
+from xstack.analyze.health import run_health  # noqa: E402
 from xstack.errors import UsageError  # noqa: E402
 from xstack.leveled.merge import merge_passes  # noqa: E402
 
@@ -216,25 +217,80 @@ def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_itera
     assert ops == [("aten::relu", 3), ("aten::add", 3)]  # the diverging iteration is not in their statistics
 
 
-def test_a_span_only_one_iteration_has_names_the_iteration_that_lacks_it(tmp_path: Path) -> None:
+def _occasional(store: Any, merged: int) -> list[dict[str, Any]]:
+    config = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
+    return list(config["merge"]["occasional"])
+
+
+def test_an_op_only_one_iteration_adds_is_reported_apart_and_the_rest_of_that_iteration_merged(
+    tmp_path: Path,
+) -> None:
     calls = 0
 
     class Tail(nn.Module):
         def forward(self, x: Any) -> Any:
             nonlocal calls
             calls += 1
-            y = x + 1
-            return y * 2 if calls == 12 + 5 else y  # one more op in the op pass's 5th iteration (span step#4)
+            y = x * 2 if calls == 12 + 5 else x  # one more op in the op pass's 5th iteration (span step#4)
+            return y + 1
 
-    store, _, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Tail()), torch.randn(2, 4), tmp_path)
-    store.close()
-    assert [h[:2] for h in health] == [("iteration_mismatch", 1)]
-    # the pass has the op, in iteration 5: the sequence it is checked against, its iteration 3's (the first
-    # measured one), is the one that lacks it
-    assert (
-        "model+layer+op iteration 5: under layer '1 (Tail)', op 2 is 'aten::mul', which model+layer+op "
-        "iteration 3 lacks;" in (health[0][2])
-    )
+    store, merged, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Tail()), torch.randn(2, 4), tmp_path)
+    with store:
+        ops = store.query(
+            """SELECT c.name, (c.attrs->>'$."stats.n"')::INT FROM spans c JOIN spans p
+                   ON p.run_id = c.run_id AND p.span_id = c.parent_id
+               WHERE c.run_id = ? AND p.name = '1' ORDER BY c.start_ns""",
+            [merged],
+        )
+        occasional = _occasional(store, merged)
+        row = store.query("SELECT count, detail FROM health WHERE run_id = ? AND \"check\" = 'occasional_spans'",
+                          [merged])  # fmt: skip
+    assert health == []  # not a mismatch: the iteration is the usual one with an op inserted
+    assert ops == [("aten::add", 4)]  # the op after it is matched in that iteration too
+    assert [(o["name"], o["level"], o["parent"], o["iterations_with"], o["iterations"], o["every"])
+            for o in occasional] == [("aten::mul", "op", "1 (Tail)", 1, 4, None)]  # fmt: skip
+    assert occasional[0]["per_iteration_ns"] == round(occasional[0]["total_ns"] / 4) > 0
+    assert row[0][0] == 1 and "op 'aten::mul' under layer '1 (Tail)', in 1 of 4 iterations, " in row[0][1]
+
+
+def test_a_stage_every_few_iterations_is_reported_apart_with_its_period_and_cost(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+    x = torch.randn(4, 16)
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        if calls % 3 == 0:  # before the forward: without its own key, it would shift every span after it
+            with xstack.span("checkpoint"):
+                torch.save(model.state_dict(), tmp_path / "ckpt.pt")
+                time.sleep(0.004)
+        model(x)
+
+    path = xstack.measure(step, passes=PASSES, warmup=2, iters=6, path=tmp_path / "m.duckdb", progress=False)
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        mismatches = store.query(
+            'SELECT "check" FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
+        )
+        names = [r[0] for r in store.query("SELECT name FROM spans WHERE run_id = ? ORDER BY start_ns", [merged])]
+        counts = {
+            str(name): int(n)
+            for name, n in store.query(
+                "SELECT name, (attrs->>'$.\"stats.n\"')::INT FROM spans WHERE run_id = ? AND level <> 'op'", [merged]
+            )
+        }
+        occasional = _occasional(store, merged)
+        health = run_health(store, merged)
+    assert mismatches == []
+    assert "checkpoint" not in names and "aten::detach" not in names  # torch.save's ops, under it, left out too
+    assert counts == {"step#2": 6, "Sequential": 6, "0": 6, "1": 6}  # every iteration merged
+    [o] = occasional
+    assert (o["name"], o["level"], o["parent"], o["run_id"]) == ("checkpoint", "model", "step", 1)
+    assert (o["count"], o["iterations_with"], o["iterations"], o["every"]) == (2, 2, 6, 3)
+    assert o["median_ns"] >= 4_000_000 and o["per_iteration_ns"] == round(o["total_ns"] / 6)
+    assert [r[0] for r in health.info].count("occasional_spans") == 1  # informational, not a finding
+    assert "occasional_spans" not in [r[0] for r in health.findings]
 
 
 def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_not_merged(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ iteration, are shares of the step of the pass that timed them."""
 from __future__ import annotations
 
 import io
+import time
 import re
 from pathlib import Path
 
@@ -46,3 +47,35 @@ def test_the_html_overview_says_each_level_of_a_merged_run_is_timed_in_its_own_p
         assert caption is not None and caption[1].startswith("each level is timed in a pass of its own"), level
         assert "shares are % of step (model+layer+op)" in caption[1]
         assert re.search(r"<title>name: [^<]*\n% of step \(model\+layer\+op\): [0-9.]+\ntotal: ", top[0]), level
+
+
+def test_work_only_some_iterations_run_is_named_with_its_cost_beside_the_merged_step(tmp_path: Path) -> None:
+    """A save every 4th step: the summary and the report's overhead section say what it adds per iteration to
+    the merged step, which leaves it out."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import xstack
+    from xstack.report._html_sections import overhead
+
+    model, x, calls = torch.nn.Linear(8, 8), torch.randn(2, 8), 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x)
+        if calls % 4 == 0:
+            with xstack.span("save"):
+                time.sleep(0.003)
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=8, path=tmp_path / "s.duckdb",
+                          progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        s = summarize(store)
+    [o] = s.occasional
+    assert (o["name"], o["iterations_with"], o["iterations"], o["every"]) == ("save", 2, 8, 4)
+    assert o["step_pct"] == pytest.approx(100.0 * o["per_iteration_ns"] / s.wall_ns)
+    console = Console(width=400, record=True, file=io.StringIO())
+    console.print(render_summary(s))
+    line = next(ln for ln in console.export_text().splitlines() if ln.strip().startswith("occasional"))
+    assert re.search(r"model 'save' in the step, in 2 of 8 iterations \(every 4th\), [0-9.]+ ms each, [0-9.]+ us "
+                     r"per iteration \([0-9.]+% on top of the step\); not in the merged step", line), line  # fmt: skip
+    assert "Only in some iterations: model &#x27;save&#x27; in the step, in 2 of 8 iterations" in overhead(s)

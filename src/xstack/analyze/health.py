@@ -40,6 +40,7 @@ INFORMATIONAL = frozenset(
         "io_outside_region",
         "io_processes_signalled",
         "metrics_joined",
+        "occasional_spans",
         "op_level_without_torch",
         "ops_outside_layers",
         "param_iterations",
@@ -54,14 +55,13 @@ INFORMATIONAL = frozenset(
 )
 """Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue between
 layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step, kernels given
-counters, the system level's samples, processes and passes, the io level's processes killed by a signal after
-their records were written, calls before or after the profiled region or the part of a
-call past its end, the profiler's own calls, a trace taken with the CUPTI range profiler, which traces no device
-activity, an op level left with nothing to profile by a program that never imported torch, an imported trace's
-last ProfilerStep that holds no work, left out of the iterations, the iterations of a trace taken from PARAM's
-annotations),
-not what its trace missed: shown for information, never counted as findings. Every other check, stored or
-computed here, is a finding."""
+counters, the spans only some iterations have, reported apart from the merged iteration, the system level's
+samples, processes and passes, the io level's processes killed by a signal after their records were written, calls
+before or after the profiled region or the part of a call past its end, the profiler's own calls, a trace taken with
+the CUPTI range profiler, which traces no device activity, an op level left with nothing to profile by a program
+that never imported torch, an imported trace's last ProfilerStep that holds no work, left out of the iterations,
+the iterations of a trace taken from PARAM's annotations), not what its trace missed: shown for information, never
+counted as findings. Every other check, stored or computed here, is a finding."""
 
 HealthRow = tuple[str, int, str]
 """``(check, count, what it means)``."""
@@ -118,7 +118,8 @@ def trace_health(store: Store, run_id: int) -> Result:
     Notes: ``count`` is the number of spans or events concerned. Findings (what the trace missed) come first;
     rows of kind ``information`` say what the run holds or left out on purpose (``INFORMATIONAL``) and never
     count as findings. A run without findings has the fact ``clean`` set, and one that used a GPU (whose kernels
-    could be recorded) the fact ``gpu``."""
+    could be recorded) the fact ``gpu``; a merged run's occasional spans are the fact ``occasional``
+    (``occasional_spans``)."""
     ctx = run_context(store, run_id)
     health = run_health(store, ctx.run_id)
     rows = [(*r, "finding") for r in health.findings] + [(*r, "information") for r in health.info]
@@ -135,8 +136,21 @@ def trace_health(store: Store, run_id: int) -> Result:
         "checks": len(health.findings),
         "unattributed_device_pct": unattributed_pct,
         "gpu": ctx.used_gpu,
+        "occasional": occasional_spans(store, ctx.run_id),
     }
     return Result("health", "Trace health", cols, rows, notes=notes_of(trace_health), run_id=ctx.run_id, facts=facts)
+
+
+def occasional_spans(store: Store, run_id: int) -> list[dict[str, Any]]:
+    """A merged run's occasional spans (``config.merge.occasional``: what only some measured iterations ran, left
+    out of the merged iteration), each with ``step_pct``, its cost per iteration as a share of the merged step."""
+    merge = run_context(store, run_id).config.get("merge")
+    occasional = merge.get("occasional") if isinstance(merge, dict) else None
+    if not isinstance(occasional, list) or not occasional:
+        return []
+    step = store.query("SELECT max(dur_ns) FROM spans WHERE run_id = ? AND parent_id IS NULL AND level = 'model'",
+                       [run_id])[0][0]  # fmt: skip
+    return [o | {"step_pct": 100.0 * o["per_iteration_ns"] / step if step else None} for o in occasional]
 
 
 def stage_breakdown(store: Store, run_id: int) -> Result:

@@ -20,6 +20,7 @@ from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
+from xstack.leveled.occasional import occasional_text
 
 Rule = Callable[[Results], Recommendation | None]
 
@@ -43,6 +44,9 @@ ZERO_READS_TIME_PCT = 10.0
 severity (below it, or with no per-call times, low: such a read moves no data)."""
 MIN_READS = 100
 """Data-file reads below which the read-size and zero-read rules stay silent (too few calls to matter)."""
+OCCASIONAL_PCT = 5.0
+"""What a merged run's occasional spans (work only some iterations run) must cost per iteration, as a share of the
+merged step, for the occasional-work rule to fire."""
 
 
 def input_bound(results: Results) -> Recommendation | None:
@@ -302,6 +306,33 @@ def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any, loader: boo
     return " ".join(f"{p}." for p in parts)
 
 
+def occasional_work(results: Results) -> Recommendation | None:
+    """Work that only some measured iterations run (a checkpoint or a validation every N steps), left out of the
+    merged iteration, costs ``OCCASIONAL_PCT`` or more of the step, spread over the iterations."""
+    h = _get(results, "health")
+    occasional = [o for o in (h.facts.get("occasional") or []) if o.get("step_pct") is not None] if h else []
+    pct = sum(o["step_pct"] for o in occasional)
+    if pct < OCCASIONAL_PCT:
+        return None
+    shown = occasional[:3]
+    evidence = [f"{occasional_text(o)}: {o['step_pct']:.1f}% on top of the merged step (health)" for o in shown]
+    if len(occasional) > len(shown):
+        evidence.append(f"{counted(len(occasional) - len(shown), 'more occasional span')} (health)")
+    runs = sorted({o["run_id"] for o in occasional})
+    return Recommendation(
+        "occasional_work",
+        "Work that runs only in some iterations is left out of the merged step",
+        _severity(pct),
+        evidence,
+        ["health"],
+        "The merged step is the usual iteration: add what these spans cost per iteration to it. To make them cheaper, "
+        "run them less often, or take them off the loop's critical path (save a checkpoint or run a validation in a "
+        "background thread or process, from a copy of what it needs). Their spans, and what ran under them, are in "
+        f"the passes' own runs ({', '.join(f'run {r}' for r in runs)} for their timings), not in the merged run.",
+        impact_ns=sum(int(o["per_iteration_ns"]) for o in occasional),
+    )
+
+
 def small_files(results: Results) -> Recommendation | None:
     """Files under the size threshold carry many of the I/O operations and few of the bytes, or every data file
     is under it (tf-Darshan's staging candidates)."""
@@ -416,6 +447,7 @@ RULES: dict[str, Rule] = {
     "optimal_batch_size": optimal_batch_size,
     "pageable_copies": pageable_copies,
     "unattributed_time": unattributed_time,
+    "occasional_work": occasional_work,
     "small_files": small_files,
     "zero_reads": zero_reads,
     "small_reads": small_reads,

@@ -48,7 +48,7 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze.context import STEP_SPAN, launched, past_warmup, pick_run, run_context
-from xstack.analyze.health import run_health
+from xstack.analyze.health import occasional_spans, run_health
 from xstack.text import format_ns
 from xstack.trace import attrs as A
 from xstack.trace.devices import active_devices, used_devices
@@ -106,6 +106,9 @@ class RunSummary:
     ``added_pct`` (None for the first pass)."""
     noisy_spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     """For a merged run, per level: spans flagged ``stats.noisy`` and all spans."""
+    occasional: list[dict[str, Any]] = field(default_factory=list)
+    """For a merged run, what only some measured iterations ran, left out of the merged step
+    (``xstack.analyze.health.occasional_spans``), most costly first."""
     merged_into: int | None = None
     """For one pass of a leveled measurement: the run that merges it."""
     io: dict[str, Any] | None = None
@@ -214,6 +217,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
             [run_id, list(LEVELS)],
         )
         summary.noisy_spans = {str(lv): (int(n), int(total)) for lv, n, total in rows}
+        summary.occasional = occasional_spans(store, run_id)
     else:
         summary.merged_into = _merging_run(store, run_id)
     # a run with measured iterations (step spans past the warm-up) counts its layers, ops and kernels in them:

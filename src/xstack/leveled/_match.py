@@ -10,6 +10,13 @@ What a key is called is checked separately: each parent's sequence of children o
 module path and type, the rest by name) must equal the reference sequence, taken from the pass that times
 that level (the sequence most of its iterations have). An instance that differs is matched up to its first
 difference only; the spans after it, and everything under them, are not merged.
+
+Occasional spans: where an iteration's sequence is the reference with spans inserted (a checkpoint every 5
+steps, an op one iteration adds), and the iteration's pass mostly has the reference sequence itself, the
+inserted spans are occasional (``_lm_extra``). They leave the sequence and the positions of their siblings, so
+that the rest of that iteration matches, and are keyed by parent, level, name and their rank among the
+inserted spans of that name (``occasional`` in ``_lm_tree``). Each finding of occasional spans builds the tree
+again, as positions below them change, up to ``MAX_ROUNDS`` times.
 """
 
 from __future__ import annotations
@@ -18,7 +25,13 @@ from typing import Final
 
 import duckdb
 
-TEMP_TABLES: Final = ("_lm_pass", "_lm_own", "_lm_base", "_lm_tree", "_lm_inst", "_lm_ref", "_lm_div", "_lm_ok")
+TEMP_TABLES: Final = (
+    "_lm_pass", "_lm_extra", "_lm_own", "_lm_base", "_lm_tree", "_lm_inst", "_lm_ref", "_lm_div", "_lm_ok"
+)  # fmt: skip
+_BUILT: Final = TEMP_TABLES[2:]
+"""The tables each round builds again (the passes and the occasional spans found so far stay)."""
+MAX_ROUNDS: Final = 8
+"""How many times the tree is built again for occasional spans found under spans the round before matched."""
 
 _ROOTS: Final = """
 CREATE TEMP TABLE _lm_base AS
@@ -29,8 +42,11 @@ SELECT s.run_id, s.span_id, s.parent_id,
     CASE WHEN s.level = 'layer'
         THEN coalesce(s.attrs->>'$."layer.path"', s.name) || ' (' || coalesce(s.attrs->>'$."layer.type"', '?') || ')'
         ELSE s.name END AS cname,
-    row_number() OVER (PARTITION BY s.run_id, s.parent_id, level ORDER BY s.start_ns, s.span_id) - 1 AS pos
-FROM _spans s JOIN _lm_pass p USING (run_id)
+    x.occ IS NOT NULL AS occasional, x.occ,
+    -- an occasional span takes no place among its siblings
+    row_number() OVER (PARTITION BY s.run_id, s.parent_id, level, x.occ IS NOT NULL ORDER BY s.start_ns, s.span_id)
+        - 1 AS pos
+FROM _spans s JOIN _lm_pass p USING (run_id) LEFT JOIN _lm_extra x USING (run_id, span_id)
 WHERE s.parent_id IS NOT NULL;
 
 -- a level's own pass, the one its durations come from: the shallowest pass that records it
@@ -49,14 +65,16 @@ WITH RECURSIVE roots AS (
     WHERE s.parent_id IS NULL AND s.level = 'model'
       AND (s.attrs->>'$."model.kind"' = 'step' OR regexp_matches(s.name, '^ProfilerStep#[0-9]+$'))
 ),
-t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns, dur_ns) AS (
+t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns, dur_ns, occasional) AS (
     SELECT r.run_id, r.span_id, NULL::BIGINT, r.iter, hash('step'), NULL::UBIGINT, 'model', 0, 'step',
-        r.start_ns, r.dur_ns
+        r.start_ns, r.dur_ns, false
     FROM roots r JOIN _lm_pass p USING (run_id)
     WHERE r.iter >= p.first_iter AND r.iter < p.end_iter
     UNION ALL
-    SELECT b.run_id, b.span_id, b.parent_id, t.iter, hash(t.key, b.level, b.pos), t.key, b.level, b.pos, b.cname,
-        b.start_ns, b.dur_ns
+    SELECT b.run_id, b.span_id, b.parent_id, t.iter,
+        CASE WHEN b.occasional THEN hash(t.key, b.level, 'occasional', b.cname, b.occ)
+            ELSE hash(t.key, b.level, b.pos) END,
+        t.key, b.level, b.pos, b.cname, b.start_ns, b.dur_ns, b.occasional
     FROM t JOIN _lm_base b ON b.run_id = t.run_id AND b.parent_id = t.span_id
 )
 SELECT * FROM t;
@@ -65,7 +83,7 @@ SELECT * FROM t;
 _INSTANCES: Final = """
 CREATE TEMP TABLE _lm_inst AS
 SELECT run_id, iter, parent_key, level, count(*) AS n, md5(string_agg(cname, chr(31) ORDER BY pos)) AS sig
-FROM _lm_tree WHERE parent_key IS NOT NULL
+FROM _lm_tree WHERE parent_key IS NOT NULL AND NOT occasional
 GROUP BY run_id, iter, parent_key, level;
 
 -- the reference sequence of each (parent, level): the one most iterations of the level's own pass have
@@ -85,12 +103,15 @@ WITH ref_rows AS (
     SELECT r.parent_key, r.level, t.pos, t.cname
     FROM _lm_ref r JOIN _lm_tree t
       ON t.run_id = r.run_id AND t.iter = r.iter AND t.parent_key = r.parent_key AND t.level = r.level
+    WHERE NOT t.occasional
 ),
 expected AS (
     SELECT i.run_id, i.iter, i.parent_key, i.level, rr.pos, rr.cname
     FROM _lm_inst i JOIN ref_rows rr USING (parent_key, level)
 ),
-got AS (SELECT run_id, iter, parent_key, level, pos, cname FROM _lm_tree WHERE parent_key IS NOT NULL)
+got AS (
+    SELECT run_id, iter, parent_key, level, pos, cname FROM _lm_tree WHERE parent_key IS NOT NULL AND NOT occasional
+)
 SELECT coalesce(g.run_id, e.run_id) AS run_id, coalesce(g.iter, e.iter) AS iter,
     coalesce(g.parent_key, e.parent_key) AS parent_key, coalesce(g.level, e.level) AS level,
     min(coalesce(g.pos, e.pos)) AS div
@@ -108,7 +129,7 @@ WITH RECURSIVE ok(run_id, span_id) AS (
     FROM ok JOIN _lm_tree t ON t.run_id = ok.run_id AND t.parent_id = ok.span_id
     LEFT JOIN _lm_div d ON d.run_id = t.run_id AND d.iter = t.iter AND d.parent_key = t.parent_key
         AND d.level = t.level
-    WHERE d.div IS NULL OR t.pos < d.div
+    WHERE t.occasional OR d.div IS NULL OR t.pos < d.div
 )
 SELECT * FROM ok;
 """
@@ -123,9 +144,75 @@ def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) ->
         "INSERT INTO _lm_pass VALUES (?, ?, ?, ?)",
         [(run_id, rank, first, end) for rank, (run_id, first, end) in enumerate(passes)],
     )
-    con.execute(_ROOTS)
-    con.execute(_INSTANCES)
-    con.execute(_DIVERGENCE)
+    con.execute("CREATE TEMP TABLE _lm_extra (run_id INTEGER, span_id BIGINT, occ INTEGER)")
+    for round_ in range(MAX_ROUNDS + 1):
+        if round_:
+            for table in _BUILT:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute(_ROOTS)
+        con.execute(_INSTANCES)
+        con.execute(_DIVERGENCE)
+        if round_ == MAX_ROUNDS or not _find_occasional(con):
+            break
+
+
+_INSERTIONS: Final = """
+WITH counted AS (SELECT run_id, parent_key, level, sig, count(*) AS n FROM _lm_inst GROUP BY ALL),
+usual AS (  -- the sequence most of a pass's iterations have
+    SELECT * FROM counted QUALIFY row_number() OVER (PARTITION BY run_id, parent_key, level ORDER BY n DESC, sig) = 1
+),
+ref AS (
+    SELECT r.parent_key, r.level, r.run_id, r.iter, i.sig FROM _lm_ref r JOIN _lm_inst i
+        ON i.run_id = r.run_id AND i.iter = r.iter AND i.parent_key = r.parent_key AND i.level = r.level
+),
+cand AS (
+    SELECT d.run_id, d.iter, d.parent_key, d.level, ref.run_id AS ref_run, ref.iter AS ref_iter
+    FROM _lm_div d
+    JOIN _lm_tree par ON par.run_id = d.run_id AND par.iter = d.iter AND par.key = d.parent_key
+    JOIN _lm_ok ok ON ok.run_id = par.run_id AND ok.span_id = par.span_id
+    JOIN usual u ON u.run_id = d.run_id AND u.parent_key = d.parent_key AND u.level = d.level
+    JOIN ref ON ref.parent_key = d.parent_key AND ref.level = d.level
+    WHERE u.sig = ref.sig
+)
+SELECT c.run_id,
+    (SELECT list([t.span_id::VARCHAR, t.cname] ORDER BY t.pos) FROM _lm_tree t
+     WHERE t.run_id = c.run_id AND t.iter = c.iter AND t.parent_key = c.parent_key AND t.level = c.level
+       AND NOT t.occasional),
+    (SELECT list(t.cname ORDER BY t.pos) FROM _lm_tree t
+     WHERE t.run_id = c.ref_run AND t.iter = c.ref_iter AND t.parent_key = c.parent_key AND t.level = c.level
+       AND NOT t.occasional)
+FROM cand c
+"""
+
+
+def _find_occasional(con: duckdb.DuckDBPyConnection) -> int:
+    """Add to ``_lm_extra`` the spans inserted into the reference sequence by the diverging instances under
+    matched parents, in passes whose iterations mostly have that sequence; returns how many were added."""
+    extra: list[tuple[int, int, int]] = []
+    for run_id, got, ref in con.execute(_INSERTIONS).fetchall():
+        inserted = _inserted(ref, [name for _, name in got])
+        if not inserted:
+            continue
+        ranks: dict[str, int] = {}
+        for i in inserted:
+            name = got[i][1]
+            extra.append((int(run_id), int(got[i][0]), ranks.setdefault(name, 0)))
+            ranks[name] += 1
+    if extra:
+        con.executemany("INSERT INTO _lm_extra VALUES (?, ?, ?)", extra)
+    return len(extra)
+
+
+def _inserted(ref: list[str], got: list[str]) -> list[int]:
+    """The positions of ``got`` left over when ``ref`` is matched in it in order (the earliest match of each),
+    or none where ``ref`` is not a subsequence of ``got``."""
+    left, j = [], 0
+    for i, name in enumerate(got):
+        if j < len(ref) and name == ref[j]:
+            j += 1
+        else:
+            left.append(i)
+    return left if j == len(ref) else []
 
 
 def drop(con: duckdb.DuckDBPyConnection) -> None:

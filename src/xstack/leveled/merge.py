@@ -31,6 +31,7 @@ from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
 from xstack.leveled._overhead import counter_overhead, unsteady
 from xstack.leveled._overhead import overhead as step_overhead
+from xstack.leveled.occasional import APART, find_occasional, occasional_row
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
@@ -89,13 +90,16 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
                 "step() end each), and run more of them than the warm-up"
             )
         run_id = store.next_run_id()
+        occasional = find_occasional(con)
         nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
         main_pid = _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
+        health.append(occasional_row(occasional))
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
         _match.drop(con)
         con.execute("DROP TABLE _lm_stats")
+        con.execute(f"DROP TABLE {APART}")
         overhead = step_overhead(passes, steps)
         health.append(unsteady(overhead))
         pairs = _counter_bases(passes, counters)
@@ -104,6 +108,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
         info = _run_info(run_id, passes, overhead, len(nodes))
+        info.config["merge"]["occasional"] = occasional
         info.config["pid"] = main_pid  # the main process, as a live run's config says
         if any(check == "metrics_joined" and count for check, count, _ in joined):  # kernels carry counters
             info.levels.append("metrics")
@@ -245,10 +250,12 @@ def _system_passes(system: list[Pass]) -> tuple[str, int, str]:
 
 
 def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
+    """The merged iteration's spans, placed: every matched key but the occasional spans and what they hold."""
     rows = con.execute(
-        """SELECT s.key, s.parent_key, s.level, round(s.median_ns)::BIGINT, s.offset_ns, s.parent_dur_ns, b.tid,
+        f"""SELECT s.key, s.parent_key, s.level, round(s.median_ns)::BIGINT, s.offset_ns, s.parent_dur_ns, b.tid,
                b.name
-           FROM _lm_stats s JOIN _spans b ON b.run_id = s.rep_run AND b.span_id = s.rep_span"""
+           FROM _lm_stats s JOIN _spans b ON b.run_id = s.rep_run AND b.span_id = s.rep_span
+           WHERE s.key NOT IN (SELECT key FROM {APART})"""
     ).fetchall()
     nodes = [
         _layout.Node(int(k), pk, lv, int(d), float(o or 0), float(pd or 0), t, name)
@@ -329,10 +336,10 @@ SELECT d.run_id, d.run_id <> d.own_run AS across_passes, d.iter, d.level, d.div,
 FROM d
 JOIN _lm_tree par ON par.run_id = d.run_id AND par.iter = d.iter AND par.key = d.parent_key
 LEFT JOIN _lm_tree got ON got.run_id = d.run_id AND got.iter = d.iter AND got.parent_key = d.parent_key
-    AND got.level = d.level AND got.pos = d.div
+    AND got.level = d.level AND got.pos = d.div AND NOT got.occasional
 LEFT JOIN _lm_ref r ON r.parent_key = d.parent_key AND r.level = d.level
 LEFT JOIN _lm_tree want ON want.run_id = r.run_id AND want.iter = r.iter AND want.parent_key = d.parent_key
-    AND want.level = d.level AND want.pos = d.div
+    AND want.level = d.level AND want.pos = d.div AND NOT want.occasional
 LEFT JOIN excluded ON excluded.run_id = d.run_id
 QUALIFY row_number() OVER (PARTITION BY d.run_id, d.run_id <> d.own_run
                            ORDER BY d.iter, coalesce(got.start_ns, par.start_ns)) = 1

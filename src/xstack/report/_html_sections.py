@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.analyze.summary import RunSummary, TopRow
+from xstack.leveled.occasional import occasional_line
 from xstack.report._charts import render_chart
 from xstack.report._html_results import anchor, facts_html, labels_html, result_section, results_index
 from xstack.report._html_table import static_table
@@ -210,6 +211,8 @@ def overhead(summary: RunSummary) -> str:
     noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in summary.noisy_spans.items() if n)
     if summary.pass_name == "merged":
         parts.append(f'<p class="note">Noisy spans (p95 - p5 over half the median): {esc(noisy or "none")}.</p>')
+    if summary.occasional:
+        parts.append(f'<p class="note">Only in some iterations: {esc(occasional_line(summary.occasional))}.</p>')
     parts.append("</section>")
     return "".join(parts)
 

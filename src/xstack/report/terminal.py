@@ -14,6 +14,7 @@ from rich.text import Text
 from xstack.analyze._io_common import mapped_label
 from xstack.analyze.result import counted, format_ns, format_value
 from xstack.analyze.summary import RunSummary, TopRow
+from xstack.leveled.occasional import occasional_line
 from xstack.text import short_name
 
 RUNS_LISTED = 12
@@ -79,6 +80,8 @@ def _run_table(s: RunSummary) -> Table:
         add_row("merged", "one iteration: each span's median from the pass that times its level")
         noisy = ", ".join(f"{lv} {n:,} of {total:,}" for lv, (n, total) in s.noisy_spans.items() if n)
         add_row("noisy spans", f"{noisy} (p95 - p5 over half the median)" if noisy else "none")
+        if s.occasional:
+            add_row("occasional", occasional_line(s.occasional))
     elif s.merged_into is not None:
         add_row("merged into", f"run {s.merged_into} (one pass of a leveled measurement; summarise that run)")
     if status := status_line(s):
