@@ -4,8 +4,8 @@ iteration, are shares of the step of the pass that timed them."""
 from __future__ import annotations
 
 import io
-import time
 import re
+import time
 from pathlib import Path
 
 import pytest

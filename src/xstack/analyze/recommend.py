@@ -20,7 +20,7 @@ from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
-from xstack.leveled.occasional import occasional_text
+from xstack.leveled.occasional import occasional_text, the_others, worth_naming
 
 Rule = Callable[[Results], Recommendation | None]
 
@@ -314,10 +314,10 @@ def occasional_work(results: Results) -> Recommendation | None:
     pct = sum(o["step_pct"] for o in occasional)
     if pct < OCCASIONAL_PCT:
         return None
-    shown = occasional[:3]
-    evidence = [f"{occasional_text(o)}: {o['step_pct']:.1f}% on top of the merged step (health)" for o in shown]
-    if len(occasional) > len(shown):
-        evidence.append(f"{counted(len(occasional) - len(shown), 'more occasional span')} (health)")
+    named = worth_naming(occasional)
+    evidence = [f"{occasional_text(o)}: {o['step_pct']:.1f}% on top of the merged step (health)" for o in named]
+    if others := [o for o in occasional if o not in named]:
+        evidence.append(f"{the_others(others)} (health)")
     runs = sorted({o["run_id"] for o in occasional})
     return Recommendation(
         "occasional_work",
@@ -327,8 +327,8 @@ def occasional_work(results: Results) -> Recommendation | None:
         ["health"],
         "The merged step is the usual iteration: add what these spans cost per iteration to it. To make them cheaper, "
         "run them less often, or take them off the loop's critical path (save a checkpoint or run a validation in a "
-        "background thread or process, from a copy of what it needs). Their spans, and what ran under them, are in "
-        f"the passes' own runs ({', '.join(f'run {r}' for r in runs)} for their timings), not in the merged run.",
+        "background thread or process, from a copy of what it needs). Their spans, and what ran under them, stay in "
+        f"the passes' own runs ({' and '.join(f'run {r}' for r in runs)}), not in the merged run.",
         impact_ns=sum(int(o["per_iteration_ns"]) for o in occasional),
     )
 

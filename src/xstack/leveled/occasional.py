@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from xstack.text import counted, format_ns
+from xstack.text import format_ns
 
 APART: Final = "_lm_apart"
 """The temporary table of the keys left out of the merged iteration: the occasional spans and what they hold."""
@@ -67,12 +67,30 @@ def find_occasional(con: Any) -> list[dict[str, Any]]:
 
 
 def occasional_row(occasional: list[dict[str, Any]]) -> tuple[str, int, str]:
+    """The health row of a merge's occasional spans: the three most costly, and what the others cost together."""
     if not occasional:
         return ("occasional_spans", 0, "")
     shown = [occasional_text(o) for o in occasional[:3]]
-    more = f"; and {counted(len(occasional) - 3, 'more')}" if len(occasional) > 3 else ""
     return ("occasional_spans", len(occasional), "spans that only some measured iterations have, left out of the "
-            f"merged iteration and reported apart (config.merge.occasional): {'; '.join(shown)}{more}")  # fmt: skip
+            f"merged iteration and reported apart (config.merge.occasional): {'; '.join(shown)}"
+            f"{'; ' + the_others(occasional[3:]) if len(occasional) > 3 else ''}")  # fmt: skip
+
+
+def the_others(others: list[dict[str, Any]]) -> str:
+    """``"2 more, 519 ns per iteration together"``."""
+    return f"{len(others):,} more, {format_ns(sum(o['per_iteration_ns'] for o in others))} per iteration together"
+
+
+def worth_naming(occasional: list[dict[str, Any]], most: int = 3) -> list[dict[str, Any]]:
+    """The occasional spans (with ``step_pct``) to name one by one: the ``most`` most costly of those that cost
+    ``NAMED_PCT`` of the step or more, else the most costly one."""
+    named = [o for o in occasional if (o.get("step_pct") or 0) >= NAMED_PCT][:most]
+    return named or occasional[:1]
+
+
+NAMED_PCT: Final = 1.0
+"""Share of the merged step an occasional span must cost per iteration to be named one by one in the summary and
+the recommendation (the others are counted, with their cost together)."""
 
 
 def occasional_text(o: dict[str, Any]) -> str:
@@ -94,13 +112,15 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def occasional_line(occasional: list[dict[str, Any]], shown: int = 3) -> str:
+def occasional_line(occasional: list[dict[str, Any]]) -> str:
     """A merged run's occasional spans (``xstack.analyze.health.occasional_spans``, with ``step_pct``) on one
-    line, the ``shown`` most costly: "model 'checkpoint' in the step, in 4 of 20 iterations (every 5th), 1.20 ms
-    each, 268 us per iteration (9.1% on top of the step); not in the merged step"."""
-    parts = []
-    for o in occasional[:shown]:
-        pct = o.get("step_pct")
-        parts.append(occasional_text(o) + (f" ({pct:.1f}% on top of the step)" if pct is not None else ""))
-    more = f"; {counted(len(occasional) - shown, 'more')}" if len(occasional) > shown else ""
-    return "; ".join(parts) + more + "; not in the merged step"
+    line, those ``worth_naming``: "model 'checkpoint' in the step, in 4 of 20 iterations (every 5th), 1.20 ms
+    each, 268 us per iteration (9.1% on top of the step); 2 more, 519 ns per iteration together; not in the
+    merged step"."""
+    named = worth_naming(occasional)
+    parts = [
+        occasional_text(o) + (f" ({o['step_pct']:.1f}% on top of the step)" if o.get("step_pct") is not None else "")
+        for o in named
+    ]
+    others = [o for o in occasional if o not in named]
+    return "; ".join(parts + ([the_others(others)] if others else []) + ["not in the merged step"])
