@@ -615,7 +615,8 @@ def test_a_validation_every_third_step_is_costed_per_iteration_not_called_unattr
         merged = store.query("SELECT run_id FROM runs WHERE pass = 'merged'")[0][0]
         step_ns = store.query("SELECT dur_ns FROM spans WHERE run_id = ? AND parent_id IS NULL", [merged])[0][0]
     [evidence] = rec.evidence
-    assert evidence.startswith("model 'validate' in the step, in 2 of 6 iterations (every 3rd), "), evidence
+    assert evidence.startswith("every 3rd iteration (2 of 6): model 'validate' ("), evidence
+    assert "those iterations take " in evidence and " the others in the model pass (medians" in evidence
     assert evidence.endswith("% on top of the merged step (health)")
     assert rec.impact_ns is not None and rec.impact_ns >= 2 * 2_000_000 / 6  # its sleeps, spread over 6 iterations
     pct = 100 * rec.impact_ns / step_ns
@@ -657,17 +658,26 @@ def test_occasional_work_under_the_threshold_is_not_advised() -> None:
     def health(*pcts: float) -> dict[str, Result]:
         occasional = [
             {
-                "name": f"s{i}",
-                "level": "model",
-                "parent": "step",
-                "parent_level": "model",
-                "run_id": 1,
-                "count": 1,
+                "steps": [i],
                 "iterations_with": 1,
                 "iterations": 20,
                 "every": None,
-                "median_ns": 1000,
-                "total_ns": 1000,
+                "pass": "model",
+                "run_id": 1,
+                "spans": [
+                    {
+                        "name": f"s{i}",
+                        "level": "model",
+                        "run_id": 1,
+                        "median_ns": 1000,
+                        "count": 1,
+                        "per_iteration_ns": 50,
+                    }
+                ],
+                "span_count": 1,
+                "spans_ns": 50,
+                "longer_ns": None,
+                "longer_beyond_noise": None,
                 "per_iteration_ns": 50,
                 "step_pct": pct,
             }
@@ -679,7 +689,10 @@ def test_occasional_work_under_the_threshold_is_not_advised() -> None:
     fired = occasional_work(health(OCCASIONAL_PCT / 2, OCCASIONAL_PCT / 2, 0.1, 0.1))  # together they count
     assert fired is not None and fired.severity == "low" and fired.impact_ns == 4 * 50
     # those under 1% of the step are counted, not named
-    assert [e.split(" in the step")[0] for e in fired.evidence[:2]] == ["model 's0'", "model 's1'"]
+    assert [e.split(" (")[0] for e in fired.evidence[:2]] == [
+        "in 1 of 20 iterations: model 's0'",
+        "in 1 of 20 iterations: model 's1'",
+    ]
     assert fired.evidence[2:] == ["2 more, 100 ns per iteration together (health)"]
 
 

@@ -18,7 +18,7 @@ from xstack.trace.store import Store
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 
 PROGRAM = """
-import sys, torch, xstack
+import sys, time, torch, xstack
 from pathlib import Path
 from torch import nn
 runs = Path(sys.argv[2])  # one line per time the program starts: tells the passes apart
@@ -34,6 +34,9 @@ for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1000):  # the loop's l
     nn.functional.mse_loss(model(x), y).backward()
     if sys.argv[1] != "inference":
         opt.step()
+    if sys.argv[1] == "checkpoint" and i % 4 == 3:  # every 4th iteration, in no span of its own
+        torch.save(model.state_dict(), "ckpt.pt")
+        time.sleep(0.005)
     print("iteration", i)
     if sys.argv[1] not in ("unmarked", "inference"):
         xstack.step()
@@ -79,6 +82,28 @@ def test_each_pass_runs_the_program_afresh_for_its_iterations_and_the_passes_are
     )
     assert summary.returncode == 0 and "Per-level overhead" in summary.stdout and "merged" in summary.stdout
     assert not list(tmp_path.glob(".p.duckdb.passes*"))  # the passes' own stores are gone
+
+
+def test_a_checkpoint_every_few_iterations_is_costed_in_the_model_pass_and_left_out_of_the_merged_step(
+    tmp_path: Path,
+) -> None:
+    """Each pass runs the program afresh, so its save falls in the same iterations of every pass: the op pass sees
+    its operators, and the model pass, the least slowed, what those iterations take beyond the others."""
+    done = _profile(tmp_path, "--warmup", "2", "--iters", "12", "--", "python", "train.py", "checkpoint", "starts.txt")
+    assert done.returncode == 0, done.stderr
+    runs = _runs(tmp_path / "p.duckdb")
+    merge = runs[-1][1]["merge"]
+    with Store.open(tmp_path / "p.duckdb") as s:
+        checks = [r[0] for r in s.query('SELECT "check" FROM health WHERE run_id = 4')]
+        n = s.query("SELECT min((attrs->>'$.\"stats.n\"')::INT) FROM spans WHERE run_id = 4")[0][0]
+    assert "iteration_mismatch" not in checks and "pass_mismatch" not in checks and "occasional_spans" in checks
+    assert n == 12  # every span of the merged step from all 12 iterations of its pass
+    [work] = merge["occasional_work"]
+    assert (work["pass"], work["steps"], work["every"], work["iterations"]) == ("model", [3, 7, 11], 4, 12)
+    assert work["longer_beyond_noise"] and work["longer_ns"] > 5_000_000
+    assert work["per_iteration_ns"] == round(work["longer_ns"] * 3 / 12)
+    assert {o["level"] for o in work["spans"]} == {"op"}  # what the op pass saw of it: far less than its time
+    assert work["spans_ns"] < work["per_iteration_ns"]
 
 
 def test_a_pass_that_crashes_ends_the_measurement_keeps_what_ran_and_passes_the_exit_code_on(tmp_path: Path) -> None:

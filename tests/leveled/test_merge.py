@@ -217,9 +217,9 @@ def test_an_op_sequence_that_changes_in_one_iteration_is_reported_and_that_itera
     assert ops == [("aten::relu", 3), ("aten::add", 3)]  # the diverging iteration is not in their statistics
 
 
-def _occasional(store: Any, merged: int) -> list[dict[str, Any]]:
+def _occasional(store: Any, merged: int, what: str = "occasional") -> list[dict[str, Any]]:
     config = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
-    return list(config["merge"]["occasional"])
+    return list(config["merge"][what])
 
 
 def test_an_op_only_one_iteration_adds_is_reported_apart_and_the_rest_of_that_iteration_merged(
@@ -250,7 +250,8 @@ def test_an_op_only_one_iteration_adds_is_reported_apart_and_the_rest_of_that_it
     assert [(o["name"], o["level"], o["parent"], o["iterations_with"], o["iterations"], o["every"])
             for o in occasional] == [("aten::mul", "op", "1 (Tail)", 1, 4, None)]  # fmt: skip
     assert occasional[0]["per_iteration_ns"] == round(occasional[0]["total_ns"] / 4) > 0
-    assert row[0][0] == 1 and "op 'aten::mul' under layer '1 (Tail)', in 1 of 4 iterations, " in row[0][1]
+    assert occasional[0]["steps"] == [4]  # the span step#4
+    assert row[0][0] == 1 and "in 1 of 4 iterations: op 'aten::mul' (" in row[0][1]
 
 
 def test_a_stage_every_few_iterations_is_reported_apart_with_its_period_and_cost(tmp_path: Path) -> None:
@@ -281,6 +282,9 @@ def test_a_stage_every_few_iterations_is_reported_apart_with_its_period_and_cost
             )
         }
         occasional = _occasional(store, merged)
+        [work] = _occasional(store, merged, "occasional_work")
+        steps = dict(store.query("SELECT (attrs->>'$.\"model.step\"')::INT, dur_ns FROM spans WHERE run_id = 1 "
+                                 "AND parent_id IS NULL AND (attrs->>'$.\"model.step\"')::INT >= 2"))  # fmt: skip
         health = run_health(store, merged)
     assert mismatches == []
     assert "checkpoint" not in names and "aten::detach" not in names  # torch.save's ops, under it, left out too
@@ -289,8 +293,49 @@ def test_a_stage_every_few_iterations_is_reported_apart_with_its_period_and_cost
     assert (o["name"], o["level"], o["parent"], o["run_id"]) == ("checkpoint", "model", "step", 1)
     assert (o["count"], o["iterations_with"], o["iterations"], o["every"]) == (2, 2, 6, 3)
     assert o["median_ns"] >= 4_000_000 and o["per_iteration_ns"] == round(o["total_ns"] / 6)
+    # the model pass's iterations that hold it against the others: medians, the difference spread over all 6
+    held, others = (
+        [d for i, d in steps.items() if i in o["steps"]],
+        [d for i, d in steps.items() if i not in o["steps"]],
+    )
+    assert len(held) == 2 and len(others) == 4 and work["steps"] == o["steps"] and work["every"] == 3
+    assert (work["pass"], work["run_id"], work["span_count"]) == ("model", 1, 1)
+    assert work["longer_ns"] == round(statistics.median(held) - statistics.median(others)) > 4_000_000
+    assert work["longer_beyond_noise"] is True
+    assert work["per_iteration_ns"] == max(o["per_iteration_ns"], round(work["longer_ns"] * 2 / 6))
     assert [r[0] for r in health.info].count("occasional_spans") == 1  # informational, not a finding
     assert "occasional_spans" not in [r[0] for r in health.findings]
+
+
+def test_work_no_span_marks_is_costed_by_how_much_longer_its_iterations_take(tmp_path: Path) -> None:
+    """A save every third step outside any span: the op pass sees a few ``aten::detach`` in those iterations,
+    which cost next to nothing; what those iterations take beyond the others in that pass is its cost."""
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+    x = torch.randn(4, 16)
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x)
+        if calls % 3 == 0:
+            torch.save(model.state_dict(), tmp_path / "ckpt.pt")
+            time.sleep(0.004)
+
+    path = xstack.measure(step, passes=PASSES, warmup=2, iters=6, path=tmp_path / "m.duckdb", progress=False)
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        [work] = _occasional(store, merged, "occasional_work")
+        op_pass = store.query("SELECT run_id FROM runs WHERE pass = 'model+layer+op'")[0][0]
+    assert (work["pass"], work["run_id"], work["iterations_with"], work["iterations"]) == (
+        "model+layer+op",
+        op_pass,
+        2,
+        6,
+    )
+    assert [o["name"] for o in work["spans"]] == ["aten::detach"]
+    assert work["spans_ns"] < 100_000 and work["longer_ns"] > 4_000_000 and work["longer_beyond_noise"]
+    assert work["per_iteration_ns"] == round(work["longer_ns"] * 2 / 6)  # the sleep and the save, not the ops
 
 
 def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_not_merged(tmp_path: Path) -> None:
@@ -375,3 +420,24 @@ def test_a_merged_runs_wall_time_is_its_step_where_deeper_levels_run_past_it(tmp
     share = {(r[0], r[1]): r[-1] for r in stages.rows}
     assert share[("step", "step")] == pytest.approx(100.0)
     assert stages.facts["wall_ns"] == step
+
+
+def test_occasional_work_is_costed_in_the_shallowest_pass_where_its_iterations_stand_out() -> None:
+    from xstack.leveled.occasional import _work
+
+    op = {"name": "aten::detach", "level": "op", "run_id": 3, "steps": [2, 5], "median_ns": 900, "count": 2,
+          "iterations": 6, "per_iteration_ns": 300}  # fmt: skip
+    names = {1: "model", 2: "model+layer", 3: "model+layer+op"}
+    flat = {i: 1_000_000 + 1_000 * i for i in range(6)}
+    slow_2_5 = flat | {2: 5_000_000, 5: 5_200_000}
+    # run afresh in each pass: the model pass's iterations 2 and 5 are the slow ones too, and it is the least slowed
+    [w] = _work([op], {1: slow_2_5, 2: slow_2_5, 3: {i: 2 * d for i, d in slow_2_5.items()}}, names)
+    assert (w["pass"], w["run_id"], w["longer_beyond_noise"]) == ("model", 1, True)
+    assert w["longer_ns"] == 5_100_000 - 1_002_000 and w["per_iteration_ns"] == round(w["longer_ns"] * 2 / 6)
+    # another phase in each pass (one step function measured pass after pass): only the op pass's stand out
+    slow_0_3 = flat | {0: 5_000_000, 3: 5_000_000}
+    [w] = _work([op], {1: slow_0_3, 2: slow_0_3, 3: slow_2_5}, names)
+    assert (w["pass"], w["run_id"], w["longer_beyond_noise"]) == ("model+layer+op", 3, True)
+    # nowhere beyond noise: the pass that times the spans, and the spans' own cost
+    [w] = _work([op], {1: flat, 2: flat, 3: flat}, names)
+    assert (w["pass"], w["longer_beyond_noise"], w["per_iteration_ns"]) == ("model+layer+op", False, 300)

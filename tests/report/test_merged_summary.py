@@ -71,11 +71,12 @@ def test_work_only_some_iterations_run_is_named_with_its_cost_beside_the_merged_
     with Store.open(path) as store:
         s = summarize(store)
     [o] = s.occasional
-    assert (o["name"], o["iterations_with"], o["iterations"], o["every"]) == ("save", 2, 8, 4)
+    assert (o["spans"][0]["name"], o["iterations_with"], o["iterations"], o["every"]) == ("save", 2, 8, 4)
     assert o["step_pct"] == pytest.approx(100.0 * o["per_iteration_ns"] / s.wall_ns)
     console = Console(width=400, record=True, file=io.StringIO())
     console.print(render_summary(s))
     line = next(ln for ln in console.export_text().splitlines() if ln.strip().startswith("occasional"))
-    assert re.search(r"model 'save' in the step, in 2 of 8 iterations \(every 4th\), [0-9.]+ ms each, [0-9.]+ us "
-                     r"per iteration \([0-9.]+% on top of the step\); not in the merged step", line), line  # fmt: skip
-    assert "Only in some iterations: model &#x27;save&#x27; in the step, in 2 of 8 iterations" in overhead(s)
+    assert re.search(r"every 4th iteration \(2 of 8\): model 'save' \([0-9.]+ ms each\); those iterations take "
+                     r"[0-9.]+ ms longer than the others in the model pass \(medians\): [0-9.]+ us per iteration "
+                     r"\([0-9.]+% on top of the step\); not in the merged step", line), line  # fmt: skip
+    assert "Only in some iterations: every 4th iteration (2 of 8): model &#x27;save&#x27; (" in overhead(s)

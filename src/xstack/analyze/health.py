@@ -118,7 +118,7 @@ def trace_health(store: Store, run_id: int) -> Result:
     Notes: ``count`` is the number of spans or events concerned. Findings (what the trace missed) come first;
     rows of kind ``information`` say what the run holds or left out on purpose (``INFORMATIONAL``) and never
     count as findings. A run without findings has the fact ``clean`` set, and one that used a GPU (whose kernels
-    could be recorded) the fact ``gpu``; a merged run's occasional spans are the fact ``occasional``
+    could be recorded) the fact ``gpu``; a merged run's occasional work is the fact ``occasional``
     (``occasional_spans``)."""
     ctx = run_context(store, run_id)
     health = run_health(store, ctx.run_id)
@@ -142,15 +142,16 @@ def trace_health(store: Store, run_id: int) -> Result:
 
 
 def occasional_spans(store: Store, run_id: int) -> list[dict[str, Any]]:
-    """A merged run's occasional spans (``config.merge.occasional``: what only some measured iterations ran, left
-    out of the merged iteration), each with ``step_pct``, its cost per iteration as a share of the merged step."""
+    """A merged run's occasional work (``config.merge.occasional_work``: what only some measured iterations ran,
+    left out of the merged iteration, grouped by those iterations), each group with ``step_pct``, its cost per
+    iteration as a share of the merged step."""
     merge = run_context(store, run_id).config.get("merge")
-    occasional = merge.get("occasional") if isinstance(merge, dict) else None
-    if not isinstance(occasional, list) or not occasional:
+    work = merge.get("occasional_work") if isinstance(merge, dict) else None
+    if not isinstance(work, list) or not work:
         return []
     step = store.query("SELECT max(dur_ns) FROM spans WHERE run_id = ? AND parent_id IS NULL AND level = 'model'",
                        [run_id])[0][0]  # fmt: skip
-    return [o | {"step_pct": 100.0 * o["per_iteration_ns"] / step if step else None} for o in occasional]
+    return [w | {"step_pct": 100.0 * w["per_iteration_ns"] / step if step else None} for w in work]
 
 
 def stage_breakdown(store: Store, run_id: int) -> Result:

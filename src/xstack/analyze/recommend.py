@@ -20,7 +20,7 @@ from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
-from xstack.leveled.occasional import occasional_text, the_others, worth_naming
+from xstack.leveled.occasional import the_others, work_text, worth_naming
 
 Rule = Callable[[Results], Recommendation | None]
 
@@ -315,10 +315,10 @@ def occasional_work(results: Results) -> Recommendation | None:
     if pct < OCCASIONAL_PCT:
         return None
     named = worth_naming(occasional)
-    evidence = [f"{occasional_text(o)}: {o['step_pct']:.1f}% on top of the merged step (health)" for o in named]
+    evidence = [f"{work_text(w)}: {w['step_pct']:.1f}% on top of the merged step (health)" for w in named]
     if others := [o for o in occasional if o not in named]:
         evidence.append(f"{the_others(others)} (health)")
-    runs = sorted({o["run_id"] for o in occasional})
+    runs = sorted({o["run_id"] for w in occasional for o in w["spans"]})
     return Recommendation(
         "occasional_work",
         "Work that runs only in some iterations is left out of the merged step",

@@ -11,11 +11,13 @@ module path and type, the rest by name) must equal the reference sequence, taken
 that level (the sequence most of its iterations have). An instance that differs is matched up to its first
 difference only; the spans after it, and everything under them, are not merged.
 
-Occasional spans: where an iteration's sequence is the reference with spans inserted (a checkpoint every 5
-steps, an op one iteration adds), and the iteration's pass mostly has the reference sequence itself, the
-inserted spans are occasional (``_lm_extra``). They leave the sequence and the positions of their siblings, so
-that the rest of that iteration matches, and are keyed by parent, level, name and their rank among the
-inserted spans of that name (``occasional`` in ``_lm_tree``). Each finding of occasional spans builds the tree
+The reference is the empty sequence where most iterations of the pass have the parent but no children of that
+level under it. Occasional spans: where an iteration's sequence is the reference with spans inserted (a
+checkpoint every 5 steps, an op one iteration adds), and most of the iteration's pass's iterations have the
+reference sequence itself, the inserted spans are occasional (``_lm_extra``). They leave the sequence and the
+positions of their siblings, so that the rest of that iteration matches, and are keyed by parent, level, name
+and their rank among the inserted spans of that name (``occasional`` in ``_lm_tree``). Each finding of
+occasional spans builds the tree
 again, as positions below them change, up to ``MAX_ROUNDS`` times.
 """
 
@@ -92,8 +94,19 @@ WITH counted AS (
     SELECT i.parent_key, i.level, i.sig, any_value(i.run_id) AS run_id, count(*) AS times, min(i.iter) AS iter
     FROM _lm_inst i JOIN _lm_own o ON o.level = i.level AND o.run_id = i.run_id
     GROUP BY i.parent_key, i.level, i.sig
+),
+-- the empty sequence: the iterations of the level's own pass that have the parent but none of its children of
+-- that level (a span that most iterations lack is checked against none)
+empty AS (
+    SELECT c.parent_key, c.level, '' AS sig, o.run_id, count(*) AS times, min(p.iter) AS iter
+    FROM (SELECT DISTINCT parent_key, level FROM counted) c
+    JOIN _lm_own o ON o.level = c.level
+    JOIN _lm_tree p ON p.run_id = o.run_id AND p.key = c.parent_key
+    WHERE NOT EXISTS (SELECT 1 FROM _lm_inst i WHERE i.run_id = p.run_id AND i.iter = p.iter
+                      AND i.parent_key = c.parent_key AND i.level = c.level)
+    GROUP BY ALL
 )
-SELECT parent_key, level, run_id, iter, times FROM counted
+SELECT parent_key, level, run_id, iter, times FROM (SELECT * FROM counted UNION ALL SELECT * FROM empty)
 QUALIFY row_number() OVER (PARTITION BY parent_key, level ORDER BY times DESC, iter) = 1;
 """
 
@@ -157,22 +170,21 @@ def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) ->
 
 
 _INSERTIONS: Final = """
-WITH counted AS (SELECT run_id, parent_key, level, sig, count(*) AS n FROM _lm_inst GROUP BY ALL),
-usual AS (  -- the sequence most of a pass's iterations have
-    SELECT * FROM counted QUALIFY row_number() OVER (PARTITION BY run_id, parent_key, level ORDER BY n DESC, sig) = 1
-),
-ref AS (
-    SELECT r.parent_key, r.level, r.run_id, r.iter, i.sig FROM _lm_ref r JOIN _lm_inst i
-        ON i.run_id = r.run_id AND i.iter = r.iter AND i.parent_key = r.parent_key AND i.level = r.level
+WITH diverging AS (SELECT run_id, parent_key, level, count(*) AS n FROM _lm_div GROUP BY ALL),
+parents AS (  -- how many iterations of each pass have the parent
+    SELECT t.run_id, t.key AS parent_key, count(*) AS n FROM _lm_tree t
+    JOIN (SELECT DISTINCT run_id, parent_key FROM _lm_div) d ON d.run_id = t.run_id AND d.parent_key = t.key
+    GROUP BY ALL
 ),
 cand AS (
-    SELECT d.run_id, d.iter, d.parent_key, d.level, ref.run_id AS ref_run, ref.iter AS ref_iter
+    SELECT d.run_id, d.iter, d.parent_key, d.level, r.run_id AS ref_run, r.iter AS ref_iter
     FROM _lm_div d
     JOIN _lm_tree par ON par.run_id = d.run_id AND par.iter = d.iter AND par.key = d.parent_key
     JOIN _lm_ok ok ON ok.run_id = par.run_id AND ok.span_id = par.span_id
-    JOIN usual u ON u.run_id = d.run_id AND u.parent_key = d.parent_key AND u.level = d.level
-    JOIN ref ON ref.parent_key = d.parent_key AND ref.level = d.level
-    WHERE u.sig = ref.sig
+    JOIN diverging v ON v.run_id = d.run_id AND v.parent_key = d.parent_key AND v.level = d.level
+    JOIN parents p ON p.run_id = d.run_id AND p.parent_key = d.parent_key
+    JOIN _lm_ref r ON r.parent_key = d.parent_key AND r.level = d.level
+    WHERE 2 * v.n < p.n  -- most of the pass's iterations have the reference sequence
 )
 SELECT c.run_id,
     (SELECT list([t.span_id::VARCHAR, t.cname] ORDER BY t.pos) FROM _lm_tree t
@@ -190,7 +202,7 @@ def _find_occasional(con: duckdb.DuckDBPyConnection) -> int:
     matched parents, in passes whose iterations mostly have that sequence; returns how many were added."""
     extra: list[tuple[int, int, int]] = []
     for run_id, got, ref in con.execute(_INSERTIONS).fetchall():
-        inserted = _inserted(ref, [name for _, name in got])
+        inserted = _inserted(ref or [], [name for _, name in got])
         if not inserted:
             continue
         ranks: dict[str, int] = {}

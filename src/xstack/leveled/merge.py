@@ -90,11 +90,11 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
                 "step() end each), and run more of them than the warm-up"
             )
         run_id = store.next_run_id()
-        occasional = find_occasional(con)
+        occasional, work = find_occasional(con, {p.run_id: p.name for p in passes})
         nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
         main_pid = _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
-        health.append(occasional_row(occasional))
+        health.append(occasional_row(work))
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
         _match.drop(con)
@@ -108,7 +108,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         joined = join_metrics(con, run_id, metric_passes) if metric_passes else []
         health += joined
         info = _run_info(run_id, passes, overhead, len(nodes))
-        info.config["merge"]["occasional"] = occasional
+        info.config["merge"] |= {"occasional": occasional, "occasional_work": work}
         info.config["pid"] = main_pid  # the main process, as a live run's config says
         if any(check == "metrics_joined" and count for check, count, _ in joined):  # kernels carry counters
             info.levels.append("metrics")

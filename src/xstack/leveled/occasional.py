@@ -1,12 +1,26 @@
 """Occasional spans in a merge: what only some measured iterations ran (a checkpoint every 5 steps, an op one
 iteration adds), found by ``_match`` as spans inserted into the sequence most iterations have. They are left
-out of the merged iteration, with everything under them, and reported apart: in the merged run's
-``config.merge.occasional`` (one entry per span that no other occasional span holds, from the pass that times
-its level) and its health (``occasional_spans``, informational).
+out of the merged iteration, with everything under them, and reported apart in the merged run's config:
+
+- ``merge.occasional``: per span name, level and parent, where no other occasional span holds it, from the pass
+  that times its level, the iterations that have it (``steps``, as its spans ``step#N`` number them), its median
+  and what it costs per measured iteration;
+- ``merge.occasional_work``: those spans grouped by the iterations that have them, each group with what those
+  iterations take beyond the others (by the medians of both) in the shallowest pass where they stand out beyond
+  noise (a program run afresh in each pass, as ``xstack profile`` runs it, does its periodic work in the same
+  iterations of every pass), else in the shallowest pass that times one of its spans, which counts the work no
+  span marks (a ``torch.save``
+  outside any ``xstack.span``, seen as a few operators only), and its cost per iteration: the larger of its
+  spans' costs together and that difference spread over every measured iteration, the latter only where every
+  iteration of the group is slower than the others' median by more than their spread (median - 5th
+  percentile), and the group holds two or more.
+
+The merged run's health has the row ``occasional_spans`` (informational).
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Final
 
 from xstack.text import format_ns
@@ -25,7 +39,7 @@ under(key) AS (
 SELECT key FROM under;
 
 WITH measured AS (SELECT run_id, count(*) AS n FROM _lm_tree WHERE parent_key IS NULL GROUP BY run_id)
-SELECT t.key, any_value(t.level), any_value(t.cname), any_value(par.level), any_value(par.cname), t.run_id,
+SELECT t.level, t.cname, any_value(par.level), any_value(par.cname), t.run_id,
     count(*), quantile_cont(t.dur_ns, 0.5), sum(t.dur_ns), list_sort(list_distinct(list(t.iter))), any_value(m.n)
 FROM _lm_tree t
 JOIN _lm_ok USING (run_id, span_id)
@@ -33,21 +47,20 @@ JOIN _lm_own o ON o.level = t.level AND o.run_id = t.run_id
 JOIN _lm_tree par ON par.run_id = t.run_id AND par.span_id = t.parent_id
 JOIN measured m ON m.run_id = t.run_id
 WHERE t.occasional AND t.parent_key NOT IN (SELECT key FROM {APART})  -- not under another occasional span
-GROUP BY t.key, t.run_id
+GROUP BY t.run_id, t.level, t.cname, t.parent_key
 """
 
 
-def find_occasional(con: Any) -> list[dict[str, Any]]:
+def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The occasional spans (``_match``) that no other occasional span holds, from the pass that times their
-    level: how many of its measured iterations have one, in which iterations (``every``: the gap between them,
-    where it is always the same), its median and what it costs per measured iteration, most costly first. Builds
-    ``APART``, the keys the merge leaves out of the merged iteration."""
-    out = []
-    for _, level, name, plevel, pname, run, count, median, total, iters, measured in con.execute(
-        _OCCASIONAL
-    ).fetchall():
-        gaps = {b - a for a, b in zip(iters, iters[1:], strict=False)}
-        out.append(
+    level, by name, level and parent: how many of its measured iterations have one, which (``every``: the gap
+    between them, where it is always the same), its median and what it costs per measured iteration; and the
+    work they make, grouped by those iterations (the module's notes). Both most costly first. ``names``: the
+    passes' names by run, shallowest first. Builds ``APART``, the keys the merge leaves out of the merged
+    iteration."""
+    spans = []
+    for level, name, plevel, pname, run, count, median, total, iters, measured in con.execute(_OCCASIONAL).fetchall():
+        spans.append(
             {
                 "name": name,
                 "level": level,
@@ -55,25 +68,90 @@ def find_occasional(con: Any) -> list[dict[str, Any]]:
                 "parent_level": plevel,
                 "run_id": int(run),
                 "count": int(count),
+                "steps": [int(i) for i in iters],
                 "iterations_with": len(iters),
                 "iterations": int(measured),
-                "every": gaps.pop() if len(gaps) == 1 else None,
+                "every": _every(iters),
                 "median_ns": round(median),
                 "total_ns": int(total),
                 "per_iteration_ns": round(int(total) / int(measured)),
             }
         )
-    return sorted(out, key=lambda o: (-o["per_iteration_ns"], o["name"]))
+    spans.sort(key=lambda o: (-o["per_iteration_ns"], o["name"]))
+    steps: dict[int, dict[int, int]] = {}
+    for run, it, dur in con.execute("SELECT run_id, iter, dur_ns FROM _lm_tree WHERE parent_key IS NULL").fetchall():
+        steps.setdefault(int(run), {})[int(it)] = int(dur)
+    return spans, _work(spans, steps, names)
 
 
-def occasional_row(occasional: list[dict[str, Any]]) -> tuple[str, int, str]:
-    """The health row of a merge's occasional spans: the three most costly, and what the others cost together."""
-    if not occasional:
+def _every(iters: list[int]) -> int | None:
+    gaps = {b - a for a, b in zip(iters, iters[1:], strict=False)}
+    return gaps.pop() if len(gaps) == 1 else None
+
+
+def _longer(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[int | None, bool | None, int]:
+    """How much longer the iterations ``iters`` of a pass take than its others (medians), whether that is beyond
+    the others' spread (every one of them longer than their median by more than its distance to their 5th
+    percentile, two of them at least), and how many of them the pass measured."""
+    held = [d for i, d in steps.items() if i in iters]
+    others = sorted(d for i, d in steps.items() if i not in iters)
+    if not held or len(others) < 2:
+        return None, None, len(held)
+    typical = statistics.median(others)
+    spread = typical - statistics.quantiles(others, n=20, method="inclusive")[0]
+    return round(statistics.median(held) - typical), len(held) >= 2 and min(held) > typical + spread, len(held)
+
+
+def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: dict[int, str]) -> list[dict[str, Any]]:
+    """The occasional spans grouped by the iterations that have them, each group costed against the steps of a
+    pass (the module's notes; ``steps``: per run, each measured iteration's step; ``names``: the passes, shallowest
+    first)."""
+    groups: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+    for o in spans:
+        groups.setdefault(tuple(o["steps"]), []).append(o)
+    order = list(names)
+    work = []
+    for iters, members in groups.items():
+        own = min((o["run_id"] for o in members), key=order.index)
+        # the shallowest pass whose iterations of these numbers stand out (a program run afresh in each pass
+        # does its periodic work in the same iterations of every pass), else the one that times the spans
+        tried = [(run, *_longer(steps.get(run, {}), iters)) for run in order[: order.index(own) + 1]]
+        run, longer, beyond, held = next((t for t in tried if t[2]), tried[-1])
+        spans_ns = sum(o["per_iteration_ns"] for o in members)
+        measured = len(steps.get(run, {})) or members[0]["iterations"]
+        per_iteration = max(spans_ns, round(longer * held / measured)) if beyond and longer else spans_ns
+        work.append(
+            {
+                "steps": list(iters),
+                "iterations_with": len(iters),
+                "iterations": measured,
+                "pass": names.get(run, str(run)),
+                "run_id": run,
+                "every": _every(list(iters)),
+                "spans": [
+                    {k: o[k] for k in ("name", "level", "run_id", "median_ns", "count", "per_iteration_ns")}
+                    for o in members[:3]
+                ],
+                "span_count": len(members),
+                "spans_ns": spans_ns,
+                "longer_ns": longer,
+                "longer_beyond_noise": beyond,
+                "per_iteration_ns": per_iteration,
+            }
+        )
+    return sorted(work, key=lambda w: (-w["per_iteration_ns"], w["steps"]))
+
+
+def occasional_row(work: list[dict[str, Any]]) -> tuple[str, int, str]:
+    """The health row of a merge's occasional work: the three most costly groups, and what the others cost
+    together; its count is of the spans."""
+    if not work:
         return ("occasional_spans", 0, "")
-    shown = [occasional_text(o) for o in occasional[:3]]
-    return ("occasional_spans", len(occasional), "spans that only some measured iterations have, left out of the "
-            f"merged iteration and reported apart (config.merge.occasional): {'; '.join(shown)}"
-            f"{'; ' + the_others(occasional[3:]) if len(occasional) > 3 else ''}")  # fmt: skip
+    shown = [work_text(w) for w in work[:3]]
+    rest = [the_others(work[3:])] if len(work) > 3 else []
+    return ("occasional_spans", sum(w["span_count"] for w in work), "spans that only some measured iterations have, "
+            f"left out of the merged iteration and reported apart (config.merge.occasional, occasional_work): "
+            f"{'; '.join(shown + rest)}")  # fmt: skip
 
 
 def the_others(others: list[dict[str, Any]]) -> str:
@@ -81,29 +159,36 @@ def the_others(others: list[dict[str, Any]]) -> str:
     return f"{len(others):,} more, {format_ns(sum(o['per_iteration_ns'] for o in others))} per iteration together"
 
 
-def worth_naming(occasional: list[dict[str, Any]], most: int = 3) -> list[dict[str, Any]]:
-    """The occasional spans (with ``step_pct``) to name one by one: the ``most`` most costly of those that cost
-    ``NAMED_PCT`` of the step or more, else the most costly one."""
-    named = [o for o in occasional if (o.get("step_pct") or 0) >= NAMED_PCT][:most]
-    return named or occasional[:1]
+def worth_naming(work: list[dict[str, Any]], most: int = 3) -> list[dict[str, Any]]:
+    """The occasional work (with ``step_pct``) to name one by one: the ``most`` most costly groups of those that
+    cost ``NAMED_PCT`` of the step or more, else the most costly one."""
+    named = [w for w in work if (w.get("step_pct") or 0) >= NAMED_PCT][:most]
+    return named or work[:1]
 
 
 NAMED_PCT: Final = 1.0
-"""Share of the merged step an occasional span must cost per iteration to be named one by one in the summary and
-the recommendation (the others are counted, with their cost together)."""
+"""Share of the merged step occasional work must cost per iteration to be named one by one in the summary and the
+recommendation (the rest is counted, with its cost together)."""
 
 
-def occasional_text(o: dict[str, Any]) -> str:
-    """One occasional span in words: "model 'checkpoint' in the step, in 4 of 20 iterations (every 5th), 1.24 ms
-    each, 248 us per iteration"."""
-    where = "in the step" if o["parent_level"] == "model" and o["parent"] == "step" else (
-        f"under {o['parent_level']} {o['parent']!r}")  # fmt: skip
-    every = f" (every {ordinal(o['every'])})" if o.get("every") else ""
-    times = f", {o['count']} times" if o["count"] != o["iterations_with"] else ""
-    return (
-        f"{o['level']} {o['name']!r} {where}, in {o['iterations_with']} of {o['iterations']} iterations{every}"
-        f"{times}, {format_ns(o['median_ns'])} each, {format_ns(o['per_iteration_ns'])} per iteration"
-    )
+def work_text(w: dict[str, Any]) -> str:
+    """A group of occasional work in words: "every 5th iteration (4 of 20): model 'checkpoint' (1.20 ms each);
+    those iterations take 1.31 ms longer than the others in the model pass (medians): 268 us per iteration"."""
+    when = f"every {ordinal(w['every'])} iteration ({w['iterations_with']} of {w['iterations']})" if w.get(
+        "every") else f"in {w['iterations_with']} of {w['iterations']} iterations"  # fmt: skip
+    spans = []
+    for o in w["spans"]:
+        times = f", {o['count']} times" if o["count"] != w["iterations_with"] else ""
+        spans.append(f"{o['level']} {o['name']!r} ({format_ns(o['median_ns'])} each{times})")
+    if w["span_count"] > len(spans):
+        spans.append(f"{w['span_count'] - len(spans):,} more spans")
+    longer = w.get("longer_ns")
+    steps = ""
+    if longer is not None:
+        how = f"{format_ns(longer)} longer than" if longer > 0 else "no longer than"
+        noise = "" if w.get("longer_beyond_noise") else ", within their spread"
+        steps = f"; those iterations take {how} the others in the {w.get('pass')} pass (medians{noise})"
+    return f"{when}: {', '.join(spans)}{steps}: {format_ns(w['per_iteration_ns'])} per iteration"
 
 
 def ordinal(n: int) -> str:
@@ -112,15 +197,15 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def occasional_line(occasional: list[dict[str, Any]]) -> str:
-    """A merged run's occasional spans (``xstack.analyze.health.occasional_spans``, with ``step_pct``) on one
-    line, those ``worth_naming``: "model 'checkpoint' in the step, in 4 of 20 iterations (every 5th), 1.20 ms
-    each, 268 us per iteration (9.1% on top of the step); 2 more, 519 ns per iteration together; not in the
+def occasional_line(work: list[dict[str, Any]]) -> str:
+    """A merged run's occasional work (``xstack.analyze.health.occasional_spans``, with ``step_pct``) on one line,
+    the groups ``worth_naming``, the others counted: "every 5th iteration (4 of 20): model 'checkpoint' (1.20 ms
+    each); ...: 268 us per iteration (9.1% on top of the step); 2 more, 519 ns per iteration together; not in the
     merged step"."""
-    named = worth_naming(occasional)
+    named = worth_naming(work)
     parts = [
-        occasional_text(o) + (f" ({o['step_pct']:.1f}% on top of the step)" if o.get("step_pct") is not None else "")
-        for o in named
+        work_text(w) + (f" ({w['step_pct']:.1f}% on top of the step)" if w.get("step_pct") is not None else "")
+        for w in named
     ]
-    others = [o for o in occasional if o not in named]
+    others = [w for w in work if w not in named]
     return "; ".join(parts + ([the_others(others)] if others else []) + ["not in the merged step"])
