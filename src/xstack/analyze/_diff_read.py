@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xstack.analyze.context import STEP_SPAN, RunContext, launched, past_warmup, run_context
+from xstack.analyze.health import occasional_spans
 from xstack.analyze.summary import host_wall
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
@@ -124,6 +125,9 @@ class Side:
     uneven_passes: str | None = None
     """In a merged run, the first pass whose step ran faster than the pass it adds to, beyond their noise: the
     passes ran under different conditions (``config.overhead``'s ``within_noise``), said as one clause."""
+    occasional: list[dict[str, Any]] = field(default_factory=list)
+    """In a merged run, the work only some iterations ran, left out of its step (``config.merge.occasional_work``,
+    with ``step_pct``: ``xstack.analyze.health.occasional_spans``)."""
 
     @property
     def merged(self) -> bool:
@@ -230,6 +234,7 @@ def read_side(store: Store, run_id: int) -> Side:
         error = ctx.config.get("error")
         side.cut_short = str(error) if error else "the program stopped early"
     side.uneven_passes = _uneven_passes(ctx.config.get("overhead"))
+    side.occasional = occasional_spans(store, run_id)
     side.warmup = _warmup(store, run_id, ctx.warmup)
     side.pass_costs = _pass_costs(ctx.config.get("overhead"))
     table = f"_dx_layers_{run_id}"

@@ -8,6 +8,7 @@ from typing import Any
 from xstack.analyze._diff_read import Side, Timing
 from xstack.analyze._diff_rule import NESTED, RULE_NOTE, STATUS_COLUMN, STATUSES, TIMES, Rule, Table, ns, ns_or_none
 from xstack.analyze.result import Column, Result
+from xstack.leveled.occasional import occasional_line
 from xstack.text import counted, format_ns
 
 
@@ -42,7 +43,9 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         f"on their whole time. {RULE_NOTE}"
     )
     labels = (_cut_short_labels(a, b) + _uneven_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else [])
-              + _wall_labels(a, b) + _warmup_labels(a, b))  # fmt: skip
+              + _wall_labels(a, b) + _warmup_labels(a, b) + _occasional_labels(a, b))  # fmt: skip
+    for n, side in (("a", a), ("b", b)):
+        facts[f"occasional_{n}_ns"] = sum(w["per_iteration_ns"] for w in side.occasional) if side.merged else None
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -111,6 +114,24 @@ LEVEL_COST_MOVE_PCT = 50.0
 """A level's cost (% of the step it adds to) that moves by more than this, and by more than half of itself,
 between the two runs is said: a whole pass run on a busier machine moves it so, which no spread within a pass
 shows."""
+
+
+def _occasional_labels(a: Side, b: Side) -> list[str]:
+    """What each merged run's step leaves out: the work only some of its iterations ran (a checkpoint every N
+    steps), which no row compares; said of both runs where one has some, so that a change there is seen."""
+    if not (a.occasional or b.occasional):
+        return []
+    said = []
+    for n, s in (("A", a), ("B", b)):
+        if s.occasional:
+            total = format_ns(sum(w["per_iteration_ns"] for w in s.occasional))
+            said.append(f"{n}: {total} per iteration ({occasional_line(s.occasional)})")
+        elif s.merged:
+            said.append(f"{n}: none")
+        else:
+            said.append(f"{n}: not looked for (not a merged run; the median of its steps leaves such work out too)")
+    return ["work that only some iterations run is left out of the merged step and compared by no row; "
+            + "; ".join(said)]  # fmt: skip
 
 
 def _uneven_labels(a: Side, b: Side) -> list[str]:
