@@ -8,21 +8,22 @@ exactly where the structure is.
 
 What a key is called is checked separately: each parent's sequence of children of one level (layers by
 module path and type, the rest by name) must equal the reference sequence, taken from the pass that times
-that level (the sequence most of its iterations have). An instance that differs is matched up to its first
-difference only; the spans after it, and everything under them, are not merged.
+that level (the sequence most of its iterations have). An instance that differs, and is not aligned (below), is
+matched up to its first difference only; the spans after it, and everything under them, are not merged.
 
 The reference is the empty sequence where most iterations of the pass have the parent but no children of that
-level under it. Occasional spans: where an iteration's sequence is the reference with spans inserted (a
-checkpoint every 5 steps, an op one iteration adds), and most of the iteration's pass's iterations have the
-reference sequence itself, the inserted spans are occasional (``_lm_extra``). They leave the sequence and the
-positions of their siblings, so that the rest of that iteration matches, and are keyed by parent, level, name
-and their rank among the inserted spans of that name (``occasional`` in ``_lm_tree``). Each finding of
-occasional spans builds the tree
-again, as positions below them change, up to ``MAX_ROUNDS`` times.
+level under it. Where most iterations of a pass have the reference sequence, an instance of that pass that
+differs from it (a checkpoint every 5 steps, an op one iteration adds or swaps, the first micro-batch of a
+gradient accumulation) is aligned with it instead (``_lm_extra``): its spans that match the reference's take
+their places (a place it lacks has one observation less), and the others are occasional. Occasional spans take no
+place among their siblings, so that the rest of that iteration matches, and are keyed by parent, level, name and
+their rank among the occasional spans of that name (``occasional`` in ``_lm_tree``). Each round of alignments
+builds the tree again, as keys below them change, up to ``MAX_ROUNDS`` times.
 """
 
 from __future__ import annotations
 
+from difflib import SequenceMatcher
 from typing import Final
 
 import duckdb
@@ -44,10 +45,11 @@ SELECT s.run_id, s.span_id, s.parent_id,
     CASE WHEN s.level = 'layer'
         THEN coalesce(s.attrs->>'$."layer.path"', s.name) || ' (' || coalesce(s.attrs->>'$."layer.type"', '?') || ')'
         ELSE s.name END AS cname,
-    x.occ IS NOT NULL AS occasional, x.occ,
-    -- an occasional span takes no place among its siblings
-    row_number() OVER (PARTITION BY s.run_id, s.parent_id, level, x.occ IS NOT NULL ORDER BY s.start_ns, s.span_id)
-        - 1 AS pos
+    x.occ IS NOT NULL AS occasional, x.occ, x.span_id IS NOT NULL AS aligned,
+    -- an occasional span takes no place among its siblings; the others of an aligned sequence take the place of
+    -- the reference's span they match
+    coalesce(x.pos, row_number() OVER (PARTITION BY s.run_id, s.parent_id, level, x.occ IS NOT NULL
+                                       ORDER BY s.start_ns, s.span_id) - 1) AS pos
 FROM _spans s JOIN _lm_pass p USING (run_id) LEFT JOIN _lm_extra x USING (run_id, span_id)
 WHERE s.parent_id IS NOT NULL;
 
@@ -67,16 +69,16 @@ WITH RECURSIVE roots AS (
     WHERE s.parent_id IS NULL AND s.level = 'model'
       AND (s.attrs->>'$."model.kind"' = 'step' OR regexp_matches(s.name, '^ProfilerStep#[0-9]+$'))
 ),
-t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns, dur_ns, occasional) AS (
+t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns, dur_ns, occasional, aligned) AS (
     SELECT r.run_id, r.span_id, NULL::BIGINT, r.iter, hash('step'), NULL::UBIGINT, 'model', 0, 'step',
-        r.start_ns, r.dur_ns, false
+        r.start_ns, r.dur_ns, false, false
     FROM roots r JOIN _lm_pass p USING (run_id)
     WHERE r.iter >= p.first_iter AND r.iter < p.end_iter
     UNION ALL
     SELECT b.run_id, b.span_id, b.parent_id, t.iter,
         CASE WHEN b.occasional THEN hash(t.key, b.level, 'occasional', b.cname, b.occ)
             ELSE hash(t.key, b.level, b.pos) END,
-        t.key, b.level, b.pos, b.cname, b.start_ns, b.dur_ns, b.occasional
+        t.key, b.level, b.pos, b.cname, b.start_ns, b.dur_ns, b.occasional, b.aligned
     FROM t JOIN _lm_base b ON b.run_id = t.run_id AND b.parent_id = t.span_id
 )
 SELECT * FROM t;
@@ -84,7 +86,8 @@ SELECT * FROM t;
 
 _INSTANCES: Final = """
 CREATE TEMP TABLE _lm_inst AS
-SELECT run_id, iter, parent_key, level, count(*) AS n, md5(string_agg(cname, chr(31) ORDER BY pos)) AS sig
+SELECT run_id, iter, parent_key, level, count(*) AS n, md5(string_agg(cname, chr(31) ORDER BY pos)) AS sig,
+    bool_or(aligned) AS aligned
 FROM _lm_tree WHERE parent_key IS NOT NULL AND NOT occasional
 GROUP BY run_id, iter, parent_key, level;
 
@@ -119,7 +122,7 @@ WITH ref_rows AS (
     WHERE NOT t.occasional
 ),
 expected AS (
-    SELECT i.run_id, i.iter, i.parent_key, i.level, rr.pos, rr.cname
+    SELECT i.run_id, i.iter, i.parent_key, i.level, rr.pos, rr.cname, i.aligned
     FROM _lm_inst i JOIN ref_rows rr USING (parent_key, level)
 ),
 got AS (
@@ -131,6 +134,7 @@ SELECT coalesce(g.run_id, e.run_id) AS run_id, coalesce(g.iter, e.iter) AS iter,
 FROM got g FULL JOIN expected e
   ON g.run_id = e.run_id AND g.iter = e.iter AND g.parent_key = e.parent_key AND g.level = e.level AND g.pos = e.pos
 WHERE g.cname IS DISTINCT FROM e.cname
+    AND NOT (g.cname IS NULL AND e.aligned)  -- an aligned sequence may lack some of the reference's spans
 GROUP BY ALL;
 
 -- spans matched all the way up to their step: their own place, and every ancestor's, before any divergence
@@ -157,7 +161,7 @@ def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) ->
         "INSERT INTO _lm_pass VALUES (?, ?, ?, ?)",
         [(run_id, rank, first, end) for rank, (run_id, first, end) in enumerate(passes)],
     )
-    con.execute("CREATE TEMP TABLE _lm_extra (run_id INTEGER, span_id BIGINT, occ INTEGER)")
+    con.execute("CREATE TEMP TABLE _lm_extra (run_id INTEGER, span_id BIGINT, occ INTEGER, pos INTEGER)")
     for round_ in range(MAX_ROUNDS + 1):
         if round_:
             for table in _BUILT:
@@ -169,7 +173,7 @@ def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) ->
             break
 
 
-_INSERTIONS: Final = """
+_ALIGN: Final = """
 WITH diverging AS (SELECT run_id, parent_key, level, count(*) AS n FROM _lm_div GROUP BY ALL),
 parents AS (  -- how many iterations of each pass have the parent
     SELECT t.run_id, t.key AS parent_key, count(*) AS n FROM _lm_tree t
@@ -198,33 +202,32 @@ FROM cand c
 
 
 def _find_occasional(con: duckdb.DuckDBPyConnection) -> int:
-    """Add to ``_lm_extra`` the spans inserted into the reference sequence by the diverging instances under
-    matched parents, in passes whose iterations mostly have that sequence; returns how many were added."""
-    extra: list[tuple[int, int, int]] = []
-    for run_id, got, ref in con.execute(_INSERTIONS).fetchall():
-        inserted = _inserted(ref or [], [name for _, name in got])
-        if not inserted:
-            continue
+    """Align with the reference sequence the diverging instances under matched parents, in passes whose
+    iterations mostly have that sequence: add to ``_lm_extra`` their spans the reference lacks (occasional) and
+    the place in the reference of the others; returns how many spans were added."""
+    extra: list[tuple[int, int, int | None, int | None]] = []
+    for run_id, got, ref in con.execute(_ALIGN).fetchall():
+        places = _align(ref or [], [name for _, name in got])
         ranks: dict[str, int] = {}
-        for i in inserted:
-            name = got[i][1]
-            extra.append((int(run_id), int(got[i][0]), ranks.setdefault(name, 0)))
-            ranks[name] += 1
+        for (span_id, name), place in zip(got, places, strict=True):
+            if place is None:
+                extra.append((int(run_id), int(span_id), ranks.setdefault(name, 0), None))
+                ranks[name] += 1
+            else:
+                extra.append((int(run_id), int(span_id), None, place))
     if extra:
-        con.executemany("INSERT INTO _lm_extra VALUES (?, ?, ?)", extra)
+        con.executemany("INSERT INTO _lm_extra VALUES (?, ?, ?, ?)", extra)
     return len(extra)
 
 
-def _inserted(ref: list[str], got: list[str]) -> list[int]:
-    """The positions of ``got`` left over when ``ref`` is matched in it in order (the earliest match of each),
-    or none where ``ref`` is not a subsequence of ``got``."""
-    left, j = [], 0
-    for i, name in enumerate(got):
-        if j < len(ref) and name == ref[j]:
-            j += 1
-        else:
-            left.append(i)
-    return left if j == len(ref) else []
+def _align(ref: list[str], got: list[str]) -> list[int | None]:
+    """For each span of ``got``, the position in ``ref`` of the span it matches (the longest runs of equal names
+    first, as ``difflib`` finds them), or None for one the reference lacks."""
+    places: list[int | None] = [None] * len(got)
+    for block in SequenceMatcher(None, ref, got, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            places[block.b + k] = block.a + k
+    return places
 
 
 def drop(con: duckdb.DuckDBPyConnection) -> None:
