@@ -47,6 +47,28 @@ def alexnet_without_param_calls(out: Path) -> Path:
     return out
 
 
+def periodic_save(path: Path, every: int | None, iters: int = 8) -> Path:
+    """A real leveled measurement (passes ``model`` and ``model,layer``, 1 + ``iters`` steps) of a linear layer's
+    forward with a 3 ms ``save`` span every ``every`` steps (none where None): work only some iterations run.
+    Returns the store's path."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import time
+
+    import xstack
+
+    model, x, calls = torch.nn.Linear(8, 8), torch.randn(2, 8), 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x)
+        if every and calls % every == 0:
+            with xstack.span("save"):
+                time.sleep(0.003)
+
+    return xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=iters, path=path, progress=False)
+
+
 def all_kineto_fixtures() -> list[Path]:
     """Every real Kineto trace, for parametrised tests (an empty list makes pytest skip them)."""
     return KINETO_TRACES

@@ -3,33 +3,14 @@ no row compares it, so the summary says what each run left out."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import pytest
-
+from tests.conftest import periodic_save
 from xstack.analyze.diff import diff_profiles
 
 
-def _measure(path: Path, every: int | None) -> Path:
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-    import xstack
-
-    model, x, calls = torch.nn.Linear(8, 8), torch.randn(2, 8), 0
-
-    def step() -> None:
-        nonlocal calls
-        calls += 1
-        model(x)
-        if every and calls % every == 0:
-            with xstack.span("save"):
-                time.sleep(0.003)
-
-    return xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=8, path=path, progress=False)
-
-
 def test_the_work_each_merged_step_leaves_out_is_said_of_both_runs(tmp_path: Path) -> None:
-    a, b = _measure(tmp_path / "a.duckdb", 4), _measure(tmp_path / "b.duckdb", None)
+    a, b = periodic_save(tmp_path / "a.duckdb", 4), periodic_save(tmp_path / "b.duckdb", None)
     diff = diff_profiles(a, b)
     facts = diff.summary.facts
     assert facts["occasional_a_ns"] >= 2 * 3_000_000 / 8 and facts["occasional_b_ns"] == 0  # two saves over 8 steps

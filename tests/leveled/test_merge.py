@@ -57,6 +57,24 @@ def _mismatches(model: Any, x: Any, tmp_path: Path) -> tuple[Any, int, list[tupl
     return store, merged, health
 
 
+def _children(store: Any, run_id: int, parent: str) -> list[tuple[str, int]]:
+    """The spans under the span ``parent`` of ``run_id``, in order, with the iterations their statistics hold."""
+    return [
+        (str(name), int(n))
+        for name, n in store.query(
+            """SELECT c.name, (c.attrs->>'$."stats.n"')::INT FROM spans c JOIN spans p
+                   ON p.run_id = c.run_id AND p.span_id = c.parent_id
+               WHERE c.run_id = ? AND p.name = ? ORDER BY c.start_ns""",
+            [run_id, parent],
+        )
+    ]
+
+
+def _occasional(store: Any, merged: int, what: str = "occasional") -> list[dict[str, Any]]:
+    config = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
+    return list(config["merge"][what])
+
+
 def _layer_durations(store: Any, run_id: int, path: str, warmup: int) -> list[int]:
     return [
         int(r[0])
@@ -196,12 +214,7 @@ def test_an_op_swapped_in_one_iteration_is_aligned_the_other_apart_and_the_rest_
 
     store, merged, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Branchy()), torch.randn(2, 4), tmp_path)
     with store:
-        ops = store.query(
-            """SELECT c.name, (c.attrs->>'$."stats.n"')::INT FROM spans c JOIN spans p
-                   ON p.run_id = c.run_id AND p.span_id = c.parent_id
-               WHERE c.run_id = ? AND p.name = '1' ORDER BY c.start_ns""",
-            [merged],
-        )
+        ops = _children(store, merged, "1")
         occasional = _occasional(store, merged)
     assert health == []  # most iterations have the usual sequence: that one is aligned with it, not cut
     # relu's place is lacking in that iteration; the add after it is matched there too
@@ -236,7 +249,9 @@ def test_a_sequence_that_half_the_iterations_have_is_a_mismatch_named_by_its_ite
                                    "'aten::sigmoid'")  # fmt: skip
 
 
-def test_a_branch_one_pass_takes_in_every_iteration_is_a_pass_mismatch(tmp_path: Path) -> None:
+def test_a_branch_the_pass_timing_its_level_takes_throughout_is_the_reference_and_nothing_is_apart(
+    tmp_path: Path,
+) -> None:
     calls = 0
 
     class Branchy(nn.Module):
@@ -258,11 +273,6 @@ def test_a_branch_one_pass_takes_in_every_iteration_is_a_pass_mismatch(tmp_path:
     assert health == [] and occasional == [] and [r[0] for r in ops] == ["aten::sigmoid", "aten::add"]
 
 
-def _occasional(store: Any, merged: int, what: str = "occasional") -> list[dict[str, Any]]:
-    config = orjson.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [merged])[0][0])
-    return list(config["merge"][what])
-
-
 def test_an_op_only_one_iteration_adds_is_reported_apart_and_the_rest_of_that_iteration_merged(
     tmp_path: Path,
 ) -> None:
@@ -277,12 +287,7 @@ def test_an_op_only_one_iteration_adds_is_reported_apart_and_the_rest_of_that_it
 
     store, merged, health = _mismatches(nn.Sequential(nn.Linear(4, 4), Tail()), torch.randn(2, 4), tmp_path)
     with store:
-        ops = store.query(
-            """SELECT c.name, (c.attrs->>'$."stats.n"')::INT FROM spans c JOIN spans p
-                   ON p.run_id = c.run_id AND p.span_id = c.parent_id
-               WHERE c.run_id = ? AND p.name = '1' ORDER BY c.start_ns""",
-            [merged],
-        )
+        ops = _children(store, merged, "1")
         occasional = _occasional(store, merged)
         row = store.query("SELECT count, detail FROM health WHERE run_id = ? AND \"check\" = 'occasional_spans'",
                           [merged])  # fmt: skip

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from tests.conftest import periodic_save
 from xstack.analyze.summary import summarize
 from xstack.report.terminal import render_summary
 from xstack.trace.store import Store
@@ -52,22 +52,9 @@ def test_the_html_overview_says_each_level_of_a_merged_run_is_timed_in_its_own_p
 def test_work_only_some_iterations_run_is_named_with_its_cost_beside_the_merged_step(tmp_path: Path) -> None:
     """A save every 4th step: the summary and the report's overhead section say what it adds per iteration to
     the merged step, which leaves it out."""
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-    import xstack
     from xstack.report._html_sections import overhead
 
-    model, x, calls = torch.nn.Linear(8, 8), torch.randn(2, 8), 0
-
-    def step() -> None:
-        nonlocal calls
-        calls += 1
-        model(x)
-        if calls % 4 == 0:
-            with xstack.span("save"):
-                time.sleep(0.003)
-
-    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=8, path=tmp_path / "s.duckdb",
-                          progress=False)  # fmt: skip
+    path = periodic_save(tmp_path / "s.duckdb", 4)
     with Store.open(path) as store:
         s = summarize(store)
     [o] = s.occasional
