@@ -4,9 +4,10 @@ Each span of the merged run stands for one span of the measured iteration, match
 iterations by structure (``_match``): its duration is the median over the measured iterations of the pass
 whose deepest level is its own level (the ``model`` pass for stages, ``model+layer`` for layers, ...), so no
 level's timing carries the overhead of the levels under it. The other statistics go into its attributes
-(``stats.*``, ``_stats``), and ``merge.pass`` names the pass they came from. Where the passes or the
-iterations disagree (autotuning, dynamic shapes, data-dependent branches), the first divergence is reported
-in ``health`` and only what matches is merged.
+(``stats.*``, ``_stats``), and ``merge.pass`` names the pass they came from. Work only some iterations run (a
+checkpoint every N steps) is aligned out of the iteration and reported apart (``occasional``); where the passes
+or the iterations disagree otherwise (autotuning, dynamic shapes, data-dependent branches), the first divergence
+is reported in ``health`` and only what matches is merged.
 
 Notes: the merged run's ``config.overhead`` gives, per pass, the median step latency and what the pass's new
 levels added to it over the pass before (in ns and %), judged against the passes' iteration noise
