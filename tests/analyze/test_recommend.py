@@ -652,6 +652,38 @@ def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_pat
     assert "(a validation or a checkpoint every N steps) out of the profiled loop" in rec.action
 
 
+def test_an_optimizer_step_every_few_iterations_is_costed_as_gradient_accumulation_not_given_work(
+    tmp_path: Path,
+) -> None:
+    """A real gradient accumulation over 4 micro-batches, each one an iteration: the optimizer's step is part of
+    training, so the advice costs it and asks for no change."""
+    import torch
+    from torch import nn
+
+    import xstack
+
+    model, calls = nn.Linear(64, 64), 0
+    opt, x = torch.optim.SGD(model.parameters(), lr=0.01), torch.randn(8, 64)
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x).sum().backward()
+        if calls % 4 == 0:
+            opt.step()
+            time.sleep(0.002)  # a step of a size that matters next to the micro-batch's
+            opt.zero_grad()
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=8, path=tmp_path / "g.duckdb",
+                          progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        rec = _check(_fired(store, "occasional_work"), "health")
+    assert rec.evidence[0].startswith("every 4th iteration (2 of 8): model 'SGD.step' ("), rec.evidence
+    assert rec.severity == "low"
+    assert "The optimizer's step every 4 iterations is a gradient accumulation's: it is part of training" in rec.action
+    assert "run them less often" not in rec.action
+
+
 def test_occasional_work_under_the_threshold_is_not_advised() -> None:
     from xstack.analyze.recommend import OCCASIONAL_PCT, occasional_work
 

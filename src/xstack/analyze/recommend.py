@@ -308,7 +308,9 @@ def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any, loader: boo
 
 def occasional_work(results: Results) -> Recommendation | None:
     """Work that only some measured iterations run (a checkpoint or a validation every N steps), left out of the
-    merged iteration, costs ``OCCASIONAL_PCT`` or more of the step, spread over the iterations."""
+    merged iteration, costs ``OCCASIONAL_PCT`` or more of the step, spread over the iterations. An optimizer's step
+    that only some iterations take (a gradient accumulation) is part of training: it is costed, not given work,
+    and alone makes the advice low."""
     h = _get(results, "health")
     occasional = [o for o in (h.facts.get("occasional") or []) if o.get("step_pct") is not None] if h else []
     pct = sum(o["step_pct"] for o in occasional)
@@ -319,16 +321,28 @@ def occasional_work(results: Results) -> Recommendation | None:
     if others := [o for o in occasional if o not in named]:
         evidence.append(f"{the_others(others)} (health)")
     runs = sorted({o["run_id"] for w in occasional for o in w["spans"]})
+    # an optimizer's step every N iterations: a gradient accumulation over N micro-batches, the training itself
+    stepping = [w for w in occasional if all(o.get("kind") == "optimizer" for o in w["spans"])]
+    other_pct = sum(w["step_pct"] for w in occasional if w not in stepping)
+    actions = ["The merged step is the usual iteration: add what these spans cost per iteration to it."]
+    if other_pct >= OCCASIONAL_PCT or not stepping:
+        actions.append("To make them cheaper, run them less often, or take them off the loop's critical path (save a "
+                       "checkpoint or run a validation in a background thread or process, from a copy of what it "
+                       "needs).")  # fmt: skip
+    if stepping:
+        every = stepping[0].get("every")
+        actions.append(f"The optimizer's step {f'every {every} iterations' if every else 'in some iterations'} is a "
+                       "gradient accumulation's: it is part of training, and a step of the accumulation costs the "
+                       "merged step plus its share.")  # fmt: skip
+    actions.append(f"Their spans, and what ran under them, stay in the passes' own runs "
+                   f"({' and '.join(f'run {r}' for r in runs)}), not in the merged run.")  # fmt: skip
     return Recommendation(
         "occasional_work",
         "Work that runs only in some iterations is left out of the merged step",
-        _severity(pct),
+        _severity(other_pct) if other_pct >= OCCASIONAL_PCT or not stepping else "low",
         evidence,
         ["health"],
-        "The merged step is the usual iteration: add what these spans cost per iteration to it. To make them cheaper, "
-        "run them less often, or take them off the loop's critical path (save a checkpoint or run a validation in a "
-        "background thread or process, from a copy of what it needs). Their spans, and what ran under them, stay in "
-        f"the passes' own runs ({' and '.join(f'run {r}' for r in runs)}), not in the merged run.",
+        " ".join(actions),
         impact_ns=sum(int(o["per_iteration_ns"]) for o in occasional),
     )
 

@@ -3,7 +3,8 @@ iteration adds), found by ``_match`` as spans inserted into the sequence most it
 out of the merged iteration, with everything under them, and reported apart in the merged run's config:
 
 - ``merge.occasional``: per span name, level and parent, where no other occasional span holds it, from the pass
-  that times its level, the iterations that have it (``steps``, as its spans ``step#N`` number them), its median
+  that times its level, its ``kind`` (a model span's ``model.kind``: ``optimizer`` for an optimizer's step), the
+  iterations that have it (``steps``, as its spans ``step#N`` number them), its median
   and what it costs per measured iteration;
 - ``merge.occasional_work``: those spans grouped by the iterations that have them, each group with what those
   iterations take beyond the others (by the medians of both) in the shallowest pass where they stand out beyond
@@ -24,6 +25,7 @@ import statistics
 from typing import Any, Final
 
 from xstack.text import format_ns
+from xstack.trace import attrs as A
 
 APART: Final = "_lm_apart"
 """The temporary table of the keys left out of the merged iteration: the occasional spans and what they hold."""
@@ -40,9 +42,11 @@ SELECT key FROM under;
 
 WITH measured AS (SELECT run_id, count(*) AS n FROM _lm_tree WHERE parent_key IS NULL GROUP BY run_id)
 SELECT t.level, t.cname, any_value(par.level), any_value(par.cname), t.run_id,
-    count(*), quantile_cont(t.dur_ns, 0.5), sum(t.dur_ns), list_sort(list_distinct(list(t.iter))), any_value(m.n)
+    count(*), quantile_cont(t.dur_ns, 0.5), sum(t.dur_ns), list_sort(list_distinct(list(t.iter))), any_value(m.n),
+    any_value(s.attrs->>'$."{A.MODEL_KIND}"') AS kind
 FROM _lm_tree t
-JOIN _lm_ok USING (run_id, span_id)
+JOIN _spans s ON s.run_id = t.run_id AND s.span_id = t.span_id
+JOIN _lm_ok ok ON ok.run_id = t.run_id AND ok.span_id = t.span_id
 JOIN _lm_own o ON o.level = t.level AND o.run_id = t.run_id
 JOIN _lm_tree par ON par.run_id = t.run_id AND par.span_id = t.parent_id
 JOIN measured m ON m.run_id = t.run_id
@@ -59,11 +63,13 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
     passes' names by run, shallowest first. Builds ``APART``, the keys the merge leaves out of the merged
     iteration."""
     spans = []
-    for level, name, plevel, pname, run, count, median, total, iters, measured in con.execute(_OCCASIONAL).fetchall():
+    rows = con.execute(_OCCASIONAL).fetchall()
+    for level, name, plevel, pname, run, count, median, total, iters, measured, kind in rows:
         spans.append(
             {
                 "name": name,
                 "level": level,
+                "kind": kind if level == "model" else None,
                 "parent": pname,
                 "parent_level": plevel,
                 "run_id": int(run),
@@ -129,7 +135,7 @@ def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: 
                 "run_id": run,
                 "every": _every(list(iters)),
                 "spans": [
-                    {k: o[k] for k in ("name", "level", "run_id", "median_ns", "count", "per_iteration_ns")}
+                    {k: o[k] for k in ("name", "level", "kind", "run_id", "median_ns", "count", "per_iteration_ns")}
                     for o in members[:3]
                 ],
                 "span_count": len(members),
