@@ -471,8 +471,8 @@ def test_a_merged_runs_wall_time_is_its_step_where_deeper_levels_run_past_it(tmp
 def test_occasional_work_is_costed_in_the_shallowest_pass_where_its_iterations_stand_out() -> None:
     from xstack.leveled.occasional import _work
 
-    op = {"name": "aten::detach", "level": "op", "run_id": 3, "steps": [2, 5], "median_ns": 900, "count": 2,
-          "iterations": 6, "per_iteration_ns": 300}  # fmt: skip
+    op = {"name": "aten::detach", "level": "op", "kind": None, "run_id": 3, "steps": [2, 5], "median_ns": 900,
+          "count": 2, "iterations": 6, "per_iteration_ns": 300}  # fmt: skip
     names = {1: "model", 2: "model+layer", 3: "model+layer+op"}
     flat = {i: 1_000_000 + 1_000 * i for i in range(6)}
     slow_2_5 = flat | {2: 5_000_000, 5: 5_200_000}
