@@ -32,9 +32,9 @@ TEMP_TABLES: Final = (
     "_lm_pass", "_lm_extra", "_lm_own", "_lm_base", "_lm_tree", "_lm_inst", "_lm_ref", "_lm_div", "_lm_ok"
 )  # fmt: skip
 _BUILT: Final = TEMP_TABLES[2:]
-"""The tables each round builds again (the passes and the occasional spans found so far stay)."""
+"""The tables each round builds again (the passes and the alignments made so far stay)."""
 MAX_ROUNDS: Final = 8
-"""How many times the tree is built again for occasional spans found under spans the round before matched."""
+"""How many times the tree is built again for instances aligned under spans the round before matched."""
 
 _ROOTS: Final = """
 CREATE TEMP TABLE _lm_base AS
@@ -169,7 +169,7 @@ def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) ->
         con.execute(_ROOTS)
         con.execute(_INSTANCES)
         con.execute(_DIVERGENCE)
-        if round_ == MAX_ROUNDS or not _find_occasional(con):
+        if round_ == MAX_ROUNDS or not _align_diverging(con):
             break
 
 
@@ -201,7 +201,7 @@ FROM cand c
 """
 
 
-def _find_occasional(con: duckdb.DuckDBPyConnection) -> int:
+def _align_diverging(con: duckdb.DuckDBPyConnection) -> int:
     """Align with the reference sequence the diverging instances under matched parents, in passes whose
     iterations mostly have that sequence: add to ``_lm_extra`` their spans the reference lacks (occasional) and
     the place in the reference of the others; returns how many spans were added."""
