@@ -8,11 +8,13 @@ exactly where the structure is.
 
 What a key is called is checked separately: each parent's sequence of children of one level (layers by
 module path and type, the rest by name) must equal the reference sequence, taken from the pass that times
-that level (the sequence most of its iterations have). An instance that differs, and is not aligned (below), is
+that level (the sequence most of its iterations have, below). An instance that differs, and is not aligned (below), is
 matched up to its first difference only; the spans after it, and everything under them, are not merged.
 
 The reference is the empty sequence where most iterations of the pass have the parent but no children of that
-level under it. Where most iterations of a pass have the reference sequence, an instance of that pass that
+level under it; of two sequences as many iterations have (work every 2nd step), the shorter one, then the one of the
+iterations holding fewer spans. Where at least half the iterations of a pass have the reference sequence, an
+instance of that pass that
 differs from it (a checkpoint every 5 steps, an op one iteration adds or swaps, the first micro-batch of a
 gradient accumulation) is aligned with it instead (``_lm_extra``): its spans that match the reference's take
 their places (a place it lacks has one observation less), and the others are occasional. Occasional spans take no
@@ -69,8 +71,9 @@ WITH RECURSIVE roots AS (
     WHERE s.parent_id IS NULL AND s.level = 'model'
       AND (s.attrs->>'$."model.kind"' = 'step' OR regexp_matches(s.name, '^ProfilerStep#[0-9]+$'))
 ),
-t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns, dur_ns, occasional, aligned) AS (
-    SELECT r.run_id, r.span_id, NULL::BIGINT, r.iter, hash('step'), NULL::UBIGINT, 'model', 0, 'step',
+t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, pcname, start_ns, dur_ns, occasional,
+  aligned) AS (
+    SELECT r.run_id, r.span_id, NULL::BIGINT, r.iter, hash('step'), NULL::UBIGINT, 'model', 0, 'step', NULL::VARCHAR,
         r.start_ns, r.dur_ns, false, false
     FROM roots r JOIN _lm_pass p USING (run_id)
     WHERE r.iter >= p.first_iter AND r.iter < p.end_iter
@@ -78,7 +81,7 @@ t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, start_ns
     SELECT b.run_id, b.span_id, b.parent_id, t.iter,
         CASE WHEN b.occasional THEN hash(t.key, b.level, 'occasional', b.cname, b.occ)
             ELSE hash(t.key, b.level, b.pos) END,
-        t.key, b.level, b.pos, b.cname, b.start_ns, b.dur_ns, b.occasional, b.aligned
+        t.key, b.level, b.pos, b.cname, t.cname, b.start_ns, b.dur_ns, b.occasional, b.aligned
     FROM t JOIN _lm_base b ON b.run_id = t.run_id AND b.parent_id = t.span_id
 )
 SELECT * FROM t;
@@ -87,30 +90,48 @@ SELECT * FROM t;
 _INSTANCES: Final = """
 CREATE TEMP TABLE _lm_inst AS
 SELECT run_id, iter, parent_key, level, count(*) AS n, md5(string_agg(cname, chr(31) ORDER BY pos)) AS sig,
-    bool_or(aligned) AS aligned
+    bool_or(aligned) AS aligned, any_value(pcname) AS pcname
 FROM _lm_tree WHERE parent_key IS NOT NULL AND NOT occasional
 GROUP BY run_id, iter, parent_key, level;
 
--- the reference sequence of each (parent, level): the one most iterations of the level's own pass have
+-- the reference sequence of each (parent, level): the one most iterations of the level's own pass have; of two
+-- that as many have (work every 2nd step), the shorter, which the other usually extends, then the one of the
+-- iterations that hold fewer spans in all, so that the references of all parents come from the same iterations.
+-- Only the children of the parent's usual name count (an iteration whose parent differs there is a divergence
+-- of the parent's level, not a sequence of this one).
 CREATE TEMP TABLE _lm_ref AS
-WITH counted AS (
-    SELECT i.parent_key, i.level, i.sig, any_value(i.run_id) AS run_id, count(*) AS times, min(i.iter) AS iter
+WITH sizes AS (SELECT run_id, iter, count(*) AS size FROM _lm_tree GROUP BY ALL),
+names AS (
+    SELECT t.run_id, t.key, t.cname FROM _lm_tree t JOIN sizes z USING (run_id, iter)
+    WHERE t.run_id IN (SELECT run_id FROM _lm_own)
+    GROUP BY t.run_id, t.key, t.cname
+    QUALIFY row_number() OVER (PARTITION BY t.run_id, t.key ORDER BY count(*) DESC, avg(z.size), min(t.iter)) = 1
+),
+counted AS (
+    SELECT i.parent_key, i.level, i.sig, any_value(i.run_id) AS run_id, count(*) AS times, min(i.iter) AS iter,
+        any_value(i.n) AS n, avg(z.size) AS size
     FROM _lm_inst i JOIN _lm_own o ON o.level = i.level AND o.run_id = i.run_id
+    JOIN names nm ON nm.run_id = i.run_id AND nm.key = i.parent_key AND nm.cname = i.pcname
+    JOIN sizes z ON z.run_id = i.run_id AND z.iter = i.iter
     GROUP BY i.parent_key, i.level, i.sig
 ),
 -- the empty sequence: the iterations of the level's own pass that have the parent but none of its children of
--- that level (a span that most iterations lack is checked against none)
+-- that level (a span that most iterations lack is checked against none); occasional children count, so that an
+-- instance aligned in one round is not taken for an empty one in the next
 empty AS (
-    SELECT c.parent_key, c.level, '' AS sig, o.run_id, count(*) AS times, min(p.iter) AS iter
-    FROM (SELECT DISTINCT parent_key, level FROM counted) c
+    SELECT c.parent_key, c.level, '' AS sig, o.run_id, count(*) AS times, min(p.iter) AS iter, 0 AS n,
+        avg(z.size) AS size
+    FROM (SELECT DISTINCT parent_key, level FROM _lm_inst) c
     JOIN _lm_own o ON o.level = c.level
     JOIN _lm_tree p ON p.run_id = o.run_id AND p.key = c.parent_key
-    WHERE NOT EXISTS (SELECT 1 FROM _lm_inst i WHERE i.run_id = p.run_id AND i.iter = p.iter
-                      AND i.parent_key = c.parent_key AND i.level = c.level)
+    JOIN names nm ON nm.run_id = p.run_id AND nm.key = p.key AND nm.cname = p.cname
+    JOIN sizes z ON z.run_id = p.run_id AND z.iter = p.iter
+    WHERE NOT EXISTS (SELECT 1 FROM _lm_tree k WHERE k.run_id = p.run_id AND k.parent_id = p.span_id
+                      AND k.level = c.level)
     GROUP BY ALL
 )
 SELECT parent_key, level, run_id, iter, times FROM (SELECT * FROM counted UNION ALL SELECT * FROM empty)
-QUALIFY row_number() OVER (PARTITION BY parent_key, level ORDER BY times DESC, iter) = 1;
+QUALIFY row_number() OVER (PARTITION BY parent_key, level ORDER BY times DESC, n, size, iter) = 1;
 """
 
 _DIVERGENCE: Final = """
@@ -188,7 +209,7 @@ cand AS (
     JOIN diverging v ON v.run_id = d.run_id AND v.parent_key = d.parent_key AND v.level = d.level
     JOIN parents p ON p.run_id = d.run_id AND p.parent_key = d.parent_key
     JOIN _lm_ref r ON r.parent_key = d.parent_key AND r.level = d.level
-    WHERE 2 * v.n < p.n  -- most of the pass's iterations have the reference sequence
+    WHERE 2 * v.n <= p.n  -- at least half the pass's iterations have the reference sequence
 )
 SELECT c.run_id,
     (SELECT list([t.span_id::VARCHAR, t.cname] ORDER BY t.pos) FROM _lm_tree t

@@ -1,6 +1,7 @@
 """Occasional spans in a merge: what only some measured iterations ran (a checkpoint every 5 steps, an op one
-iteration adds), found by ``_match`` as spans inserted into the sequence most iterations have. They are left
-out of the merged iteration, with everything under them, and reported apart in the merged run's config:
+iteration adds), found by ``_match`` as spans that iterations add to the usual sequence (the one at least half of
+them have). They are left out of the merged iteration, with everything under them, and reported apart in the
+merged run's config:
 
 - ``merge.occasional``: per span name, level and parent, where no other occasional span holds it, from the pass
   that times its level, its ``kind`` (a model span's ``model.kind``: ``optimizer`` for an optimizer's step), the
