@@ -12,9 +12,9 @@ that level (the sequence most of its iterations have, below). An instance that d
 matched up to its first difference only; the spans after it, and everything under them, are not merged.
 
 The reference is the empty sequence where most iterations of the pass have the parent but no children of that
-level under it; of two sequences as many iterations have (work every 2nd step), the shorter one, then the one of the
-iterations holding fewer spans. Where at least half the iterations of a pass have the reference sequence, an
-instance of that pass that
+level under it; of two sequences as many iterations have (work every 2nd step, give or take one iteration), the
+shorter one, then the one of the iterations holding fewer spans. Where at least half the iterations of a pass have
+the reference sequence (half rounded down for work every 2nd step), an instance of that pass that
 differs from it (a checkpoint every 5 steps, an op one iteration adds or swaps, the first micro-batch of a
 gradient accumulation) is aligned with it instead (``_lm_extra``): its spans that match the reference's take
 their places (a place it lacks has one observation less), and the others are occasional. Occasional spans take no
@@ -101,15 +101,25 @@ GROUP BY run_id, iter, parent_key, level;
 -- of the parent's level, not a sequence of this one).
 CREATE TEMP TABLE _lm_ref AS
 WITH sizes AS (SELECT run_id, iter, count(*) AS size FROM _lm_tree GROUP BY ALL),
-names AS (
-    SELECT t.run_id, t.key, t.cname FROM _lm_tree t JOIN sizes z USING (run_id, iter)
-    WHERE t.run_id IN (SELECT run_id FROM _lm_own)
-    GROUP BY t.run_id, t.key, t.cname
-    QUALIFY row_number() OVER (PARTITION BY t.run_id, t.key ORDER BY count(*) DESC, avg(z.size), min(t.iter)) = 1
+names AS (  -- ranked as the sequences are, below
+    SELECT run_id, key, cname FROM (
+        SELECT *, bool_and(alternate OR times < most - 1) OVER (PARTITION BY run_id, key) AS alternating FROM (
+            SELECT t.run_id, t.key, t.cname, count(*) AS times, avg(z.size) AS size, min(t.iter) AS iter,
+                (count(DISTINCT t.iter % 2) = 1 AND max(t.iter) - min(t.iter) = 2 * (count(*) - 1)) AS alternate,
+                max(count(*)) OVER (PARTITION BY t.run_id, t.key) AS most
+            FROM _lm_tree t JOIN sizes z USING (run_id, iter)
+            WHERE t.run_id IN (SELECT run_id FROM _lm_own)
+            GROUP BY t.run_id, t.key, t.cname
+        )
+    )
+    QUALIFY row_number() OVER (PARTITION BY run_id, key
+                               ORDER BY CASE WHEN most >= 3 AND alternating AND times >= most - 1 THEN most
+                                             ELSE times END DESC, size, iter) = 1
 ),
 counted AS (
     SELECT i.parent_key, i.level, i.sig, any_value(i.run_id) AS run_id, count(*) AS times, min(i.iter) AS iter,
-        any_value(i.n) AS n, avg(z.size) AS size
+        any_value(i.n) AS n, avg(z.size) AS size,
+        (count(DISTINCT i.iter % 2) = 1 AND max(i.iter) - min(i.iter) = 2 * (count(*) - 1)) AS alternate
     FROM _lm_inst i JOIN _lm_own o ON o.level = i.level AND o.run_id = i.run_id
     JOIN names nm ON nm.run_id = i.run_id AND nm.key = i.parent_key AND nm.cname = i.pcname
     JOIN sizes z ON z.run_id = i.run_id AND z.iter = i.iter
@@ -120,7 +130,8 @@ counted AS (
 -- instance aligned in one round is not taken for an empty one in the next
 empty AS (
     SELECT c.parent_key, c.level, '' AS sig, o.run_id, count(*) AS times, min(p.iter) AS iter, 0 AS n,
-        avg(z.size) AS size
+        avg(z.size) AS size,
+        (count(DISTINCT p.iter % 2) = 1 AND max(p.iter) - min(p.iter) = 2 * (count(*) - 1)) AS alternate
     FROM (SELECT DISTINCT parent_key, level FROM _lm_inst) c
     JOIN _lm_own o ON o.level = c.level
     JOIN _lm_tree p ON p.run_id = o.run_id AND p.key = c.parent_key
@@ -130,8 +141,17 @@ empty AS (
                       AND k.level = c.level)
     GROUP BY ALL
 )
-SELECT parent_key, level, run_id, iter, times FROM (SELECT * FROM counted UNION ALL SELECT * FROM empty)
-QUALIFY row_number() OVER (PARTITION BY parent_key, level ORDER BY times DESC, n, size, iter) = 1;
+SELECT parent_key, level, run_id, iter, times, alternating FROM (
+    SELECT *, bool_and(alternate OR times < most - 1) OVER (PARTITION BY parent_key, level) AS alternating FROM (
+        SELECT *, max(times) OVER (PARTITION BY parent_key, level) AS most
+        FROM (SELECT * FROM counted UNION ALL SELECT * FROM empty)
+    )
+)
+-- where the sequences most held, give or take one, of 3 or more, are each every 2nd iteration's (work every 2nd
+-- step over an odd number of iterations), they count as many
+QUALIFY row_number() OVER (PARTITION BY parent_key, level
+                           ORDER BY CASE WHEN most >= 3 AND alternating AND times >= most - 1 THEN most
+                                         ELSE times END DESC, n, size, iter) = 1;
 """
 
 _DIVERGENCE: Final = """
@@ -209,7 +229,9 @@ cand AS (
     JOIN diverging v ON v.run_id = d.run_id AND v.parent_key = d.parent_key AND v.level = d.level
     JOIN parents p ON p.run_id = d.run_id AND p.parent_key = d.parent_key
     JOIN _lm_ref r ON r.parent_key = d.parent_key AND r.level = d.level
-    WHERE 2 * v.n <= p.n  -- at least half the pass's iterations have the reference sequence
+    -- at least half the pass's iterations have the reference sequence (every 2nd iteration of 5 or more: half
+    -- rounded down)
+    WHERE 2 * v.n <= p.n OR (r.alternating AND p.n >= 5 AND 2 * v.n = p.n + 1)
 )
 SELECT c.run_id,
     (SELECT list([t.span_id::VARCHAR, t.cname] ORDER BY t.pos) FROM _lm_tree t
