@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import alexnet_without_param_calls, kineto_fixture
@@ -616,13 +617,49 @@ def test_a_validation_every_third_step_is_costed_per_iteration_not_called_unattr
         step_ns = store.query("SELECT dur_ns FROM spans WHERE run_id = ? AND parent_id IS NULL", [merged])[0][0]
     [evidence] = rec.evidence
     assert evidence.startswith("every 3rd iteration (2 of 6): model 'validate' ("), evidence
-    assert "those iterations take " in evidence and " the others in the model pass (medians" in evidence
+    assert (
+        "; 3 layer calls each time; those iterations take " in evidence
+    )  # no op pass: no backward to look for and " the others in the model pass (medians" in evidence
     assert evidence.endswith("% on top of the merged step (health)")
     assert rec.impact_ns is not None and rec.impact_ns >= 2 * 2_000_000 / 6  # its sleeps, spread over 6 iterations
     pct = 100 * rec.impact_ns / step_ns
     assert rec.severity == ("high" if pct >= 30 else "medium" if pct >= 10 else "low")
     assert "run them less often, or take them off the loop's critical path" in rec.action
     assert "stay in the passes' own runs (run 1), not in the merged run" in rec.action  # the model pass times it
+
+
+def test_a_validation_under_no_grad_is_told_apart_as_an_evaluation_where_ops_were_recorded(tmp_path: Path) -> None:
+    """A real training step with a validation every third step: the op pass sees that the validation's layers run
+    no backward, which names it an evaluation and gives the evaluation's advice, not the generic one."""
+    import torch
+    from torch import nn
+
+    import xstack
+
+    model, x, calls = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4), 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x).sum().backward()  # the training step's backward, outside the validation
+        if calls % 3 == 0:
+            with xstack.span("validate"), torch.no_grad():
+                model(x)
+                model(x)
+                time.sleep(0.003)
+
+    path = xstack.measure(step, passes=["model", "model,layer", "model,layer,op"], warmup=1, iters=6,
+                          path=tmp_path / "v.duckdb", progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        rec = _check(_fired(store, "occasional_work"), "health")
+        [work] = orjson.loads(store.query("SELECT config FROM runs WHERE pass = 'merged'")[0][0])["merge"][
+            "occasional_work"
+        ]
+    assert (work["layer_calls"], work["backward"]) == (6, False)  # 2 forwards of Sequential and its 2 layers
+    assert rec.evidence[0].startswith("every 3rd iteration (2 of 6): model 'validate' ("), rec.evidence
+    assert "; 6 layer calls each time, no backward: an evaluation; those iterations take " in rec.evidence[0]
+    assert "Evaluate less often or on fewer batches, or in another process from a copy of the weights." in rec.action
+    assert "run them less often" not in rec.action and "Checkpoint" not in rec.action
 
 
 def test_a_cpu_run_whose_iterations_differ_is_not_told_to_record_kernels(tmp_path: Path) -> None:

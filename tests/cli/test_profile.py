@@ -35,7 +35,7 @@ for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1000):  # the loop's l
     if sys.argv[1] != "inference":
         opt.step()
     if sys.argv[1] == "checkpoint" and i % 4 == 3:  # every 4th iteration, in no span of its own
-        torch.save(model.state_dict(), "ckpt.pt")
+        torch.save({"model": model.state_dict(), "buffer": torch.zeros(1 << 15)}, "ckpt.pt")  # 128 KiB and more
         time.sleep(0.005)
     print("iteration", i)
     if sys.argv[1] not in ("unmarked", "inference"):
@@ -88,14 +88,17 @@ def test_a_checkpoint_every_few_iterations_is_costed_in_the_model_pass_and_left_
     tmp_path: Path,
 ) -> None:
     """Each pass runs the program afresh, so its save falls in the same iterations of every pass: the op pass sees
-    its operators, and the model pass, the least slowed, what those iterations take beyond the others."""
-    done = _profile(tmp_path, "--warmup", "2", "--iters", "12", "--", "python", "train.py", "checkpoint", "starts.txt")
+    its operators, the model pass, the least slowed, what those iterations take beyond the others, and the io pass
+    the file they write, which tells a checkpoint with no span of its own for what it is."""
+    done = _profile(tmp_path, "--warmup", "2", "--iters", "12", "--io", "--", "python", "train.py", "checkpoint",
+                    "starts.txt")  # fmt: skip
     assert done.returncode == 0, done.stderr
     runs = _runs(tmp_path / "p.duckdb")
+    assert [r[0] for r in runs] == ["model", "model+layer", "model+layer+op", "model+io", "merged"]
     merge = runs[-1][1]["merge"]
     with Store.open(tmp_path / "p.duckdb") as s:
-        checks = [r[0] for r in s.query('SELECT "check" FROM health WHERE run_id = 4')]
-        n = s.query("SELECT min((attrs->>'$.\"stats.n\"')::INT) FROM spans WHERE run_id = 4")[0][0]
+        checks = [r[0] for r in s.query('SELECT "check" FROM health WHERE run_id = 5')]
+        n = s.query("SELECT min((attrs->>'$.\"stats.n\"')::INT) FROM spans WHERE run_id = 5 AND level <> 'io'")[0][0]
     assert "iteration_mismatch" not in checks and "pass_mismatch" not in checks and "occasional_spans" in checks
     assert n == 12  # every span of the merged step from all 12 iterations of its pass
     [work] = merge["occasional_work"]
@@ -104,6 +107,17 @@ def test_a_checkpoint_every_few_iterations_is_costed_in_the_model_pass_and_left_
     assert work["per_iteration_ns"] == round(work["longer_ns"] * 3 / 12)
     assert {o["level"] for o in work["spans"]} == {"op"}  # what the op pass saw of it: far less than its time
     assert work["spans_ns"] < work["per_iteration_ns"]
+    # the io pass's iterations 3, 7 and 11 write the file; the others write none
+    assert work["writes_bytes"] >= 128 * 1024 and work["writes_path"] == str(tmp_path / "ckpt.pt")
+    assert (work["layer_calls"], work["backward"]) == (0, False)  # no forward in it
+    report = subprocess.run(
+        [sys.executable, "-m", "xstack", "report", str(tmp_path / "p.duckdb"), "-o", "-"], capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    text = " ".join(report.stdout.split())
+    assert " KiB more written to files each time (" in text
+    assert "Checkpoint less often, or off the loop's critical path" in text, text
 
 
 def test_a_pass_that_crashes_ends_the_measurement_keeps_what_ran_and_passes_the_exit_code_on(tmp_path: Path) -> None:

@@ -326,9 +326,22 @@ def occasional_work(results: Results) -> Recommendation | None:
     other_pct = sum(w["step_pct"] for w in occasional if w not in stepping)
     actions = ["The merged step is the usual iteration: add what these spans cost per iteration to it."]
     if other_pct >= OCCASIONAL_PCT or not stepping:
-        actions.append("To make them cheaper, run them less often, or take them off the loop's critical path (save a "
-                       "checkpoint or run a validation in a background thread or process, from a copy of what it "
-                       "needs).")  # fmt: skip
+        work = [w for w in occasional if w not in stepping]
+        # what the work does, where the passes saw it: files written (a checkpoint), a forward with no backward
+        writing = [w for w in work if w.get("writes_bytes")]
+        evaluating = [w for w in work if w.get("layer_calls") and w.get("backward") is False and w not in writing]
+        rest = [w for w in work if w not in writing and w not in evaluating]
+        if writing:
+            actions.append("Checkpoint less often, or off the loop's critical path: copy the state to CPU memory and "
+                           "write the file from a background thread or process (torch.distributed.checkpoint's "
+                           "async_save does both).")  # fmt: skip
+        if evaluating:
+            actions.append("Evaluate less often or on fewer batches, or in another process from a copy of the "
+                           "weights.")  # fmt: skip
+        if not (writing or evaluating) or sum(w["step_pct"] for w in rest) >= OCCASIONAL_PCT:
+            actions.append(f"To make {'the others' if writing or evaluating else 'them'} cheaper, run them less "
+                           "often, or take them off the loop's critical path (save a checkpoint or run a validation "
+                           "in a background thread or process, from a copy of what it needs).")  # fmt: skip
     if stepping:
         every = stepping[0].get("every")
         actions.append(f"The optimizer's step {f'every {every} iterations' if every else 'in some iterations'} is a "

@@ -32,7 +32,7 @@ from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
 from xstack.leveled._overhead import counter_overhead, unsteady
 from xstack.leveled._overhead import overhead as step_overhead
-from xstack.leveled.occasional import APART, find_occasional, occasional_row
+from xstack.leveled.occasional import APART, add_writes, find_occasional, occasional_row
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
@@ -92,6 +92,9 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
             )
         run_id = store.next_run_id()
         occasional, work = find_occasional(con, {p.run_id: p.name for p in passes})
+        for p in counters:  # what the occasional iterations write, where an io pass saw it
+            if "io" in p.levels and "metrics" not in p.levels:
+                add_writes(con, work, p.run_id, p.first_iter, p.end_iter)
         nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
         main_pid = _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)

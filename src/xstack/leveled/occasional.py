@@ -15,17 +15,21 @@ merged run's config:
   outside any ``xstack.span``, seen as a few operators only), and its cost per iteration: the larger of its
   spans' costs together and that difference spread over every measured iteration, the latter only where every
   iteration of the group is slower than the others' median by more than their spread (median - 5th
-  percentile), and the group holds two or more.
+  percentile), and the group holds two or more. What the work does, where the passes saw it: ``layer_calls``
+  and ``backward`` (``_contents``: a forward with no backward is an evaluation) and, from an io pass,
+  ``writes_bytes`` and ``writes_path`` (``add_writes``: the files a checkpoint writes).
 
 The merged run's health has the row ``occasional_spans`` (informational).
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import Any, Final
 
-from xstack.text import format_ns
+from xstack.analyze.result import format_value
+from xstack.text import counted, format_ns, short_name
 from xstack.trace import attrs as A
 
 APART: Final = "_lm_apart"
@@ -44,7 +48,7 @@ SELECT key FROM under;
 WITH measured AS (SELECT run_id, count(*) AS n FROM _lm_tree WHERE parent_key IS NULL GROUP BY run_id)
 SELECT t.level, t.cname, any_value(par.level), any_value(par.cname), t.run_id,
     count(*), quantile_cont(t.dur_ns, 0.5), sum(t.dur_ns), list_sort(list_distinct(list(t.iter))), any_value(m.n),
-    any_value(s.attrs->>'$."{A.MODEL_KIND}"') AS kind
+    any_value(s.attrs->>'$."{A.MODEL_KIND}"') AS kind, t.parent_key
 FROM _lm_tree t
 JOIN _spans s ON s.run_id = t.run_id AND s.span_id = t.span_id
 JOIN _lm_ok ok ON ok.run_id = t.run_id AND ok.span_id = t.span_id
@@ -55,6 +59,48 @@ WHERE t.occasional AND t.parent_key NOT IN (SELECT key FROM {APART})  -- not und
 GROUP BY t.run_id, t.level, t.cname, t.parent_key
 """
 
+_CONTENTS = f"""
+WITH RECURSIVE keys AS (SELECT DISTINCT key, parent_key FROM _lm_tree),
+tops AS (  -- the occasional spans no other holds
+    SELECT DISTINCT key, parent_key, level, cname FROM _lm_tree
+    WHERE occasional AND parent_key NOT IN (SELECT key FROM {APART})
+),
+down(key, top) AS (
+    SELECT key, key FROM tops
+    UNION
+    SELECT k.key, d.top FROM keys k JOIN down d ON k.parent_key = d.key
+)
+SELECT tp.level, tp.cname, tp.parent_key, t.run_id, t.level, t.cname
+FROM down d JOIN tops tp ON tp.key = d.top JOIN _lm_tree t ON t.key = d.key
+WHERE t.level IN ('layer', 'op')
+"""
+
+_BACKWARD: Final = re.compile(r"Backward|^autograd::engine::evaluate_function")
+"""The names of the ops a backward pass runs (autograd's nodes, and the engine's calls of them)."""
+
+_WRITES = f"""
+WITH steps AS (
+    SELECT TRY_CAST(attrs->>'$."{A.MODEL_STEP}"' AS BIGINT) AS step, pid, start_ns, start_ns + dur_ns AS end_ns
+    FROM _spans WHERE run_id = $run AND level = 'model' AND parent_id IS NULL
+        AND TRY_CAST(attrs->>'$."{A.MODEL_STEP}"' AS BIGINT) >= $first
+        AND TRY_CAST(attrs->>'$."{A.MODEL_STEP}"' AS BIGINT) < $end
+),
+writes AS (  -- to files (not pipes, sockets or terminals)
+    SELECT pid, start_ns, coalesce(TRY_CAST(attrs->>'$."{A.IO_BYTES}"' AS BIGINT), 0) AS nbytes,
+        attrs->>'$."{A.IO_PATH}"' AS path
+    FROM _spans WHERE run_id = $run AND level = 'io' AND name IN ('write', 'pwrite', 'pwrite64', 'writev', 'pwritev',
+                                                                   'pwritev2', 'fwrite')
+        AND NOT starts_with(coalesce(attrs->>'$."{A.IO_PATH}"', '<'), '<')
+)
+SELECT s.step, coalesce(sum(w.nbytes), 0), arg_max(w.path, w.nbytes)
+FROM steps s LEFT JOIN writes w ON w.pid = s.pid AND w.start_ns >= s.start_ns AND w.start_ns < s.end_ns
+GROUP BY s.step
+"""
+
+WRITES_MIN: Final = 64 * 2**10
+"""How many more bytes an occasional group's iterations must write to files than the others (medians) for the
+group to be said to write them."""
+
 
 def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The occasional spans (``_match``) that no other occasional span holds, from the pass that times their
@@ -63,9 +109,10 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
     work they make, grouped by those iterations (the module's notes). Both most costly first. ``names``: the
     passes' names by run, shallowest first. Builds ``APART``, the keys the merge leaves out of the merged
     iteration."""
-    spans = []
+    spans, group_of = [], {}
     rows = con.execute(_OCCASIONAL).fetchall()
-    for level, name, plevel, pname, run, count, median, total, iters, measured, kind in rows:
+    for level, name, plevel, pname, run, count, median, total, iters, measured, kind, pkey in rows:
+        group_of[(level, name, pkey)] = tuple(int(i) for i in iters)
         spans.append(
             {
                 "name": name,
@@ -88,7 +135,50 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
     steps: dict[int, dict[int, int]] = {}
     for run, it, dur in con.execute("SELECT run_id, iter, dur_ns FROM _lm_tree WHERE parent_key IS NULL").fetchall():
         steps.setdefault(int(run), {})[int(it)] = int(dur)
-    return spans, _work(spans, steps, names)
+    work = _work(spans, steps, names)
+    _contents(con, work, group_of)
+    return spans, work
+
+
+def _contents(con: Any, work: list[dict[str, Any]], group_of: dict[tuple[str, str, int], tuple[int, ...]]) -> None:
+    """What each group's spans hold, in the passes that record it: ``layer_calls``, the nn.Module calls under them
+    per iteration that has them (None where no pass records layers), and ``backward``, whether any op under them
+    is a backward pass's (None where no pass records ops). A forward with no backward is an evaluation."""
+    recorded = {r[0] for r in con.execute("SELECT level FROM _lm_own").fetchall()}
+    layers: dict[tuple[int, ...], dict[int, int]] = {}
+    backward: set[tuple[int, ...]] = set()
+    for tlevel, tname, pkey, run, level, name in con.execute(_CONTENTS).fetchall():
+        group = group_of.get((tlevel, tname, pkey))
+        if group is None:
+            continue
+        if level == "layer":
+            layers.setdefault(group, {})[run] = layers.get(group, {}).get(run, 0) + 1
+        elif _BACKWARD.search(name):
+            backward.add(group)
+    for w in work:
+        group = tuple(w["steps"])
+        calls = max(layers.get(group, {}).values(), default=0)
+        w["layer_calls"] = round(calls / w["iterations_with"]) if "layer" in recorded else None
+        w["backward"] = group in backward if "op" in recorded else None
+
+
+def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: int, end_iter: int) -> None:
+    """Set ``writes_bytes`` and ``writes_path`` on the groups of ``work`` whose iterations, in the io pass
+    ``io_run`` (measured iterations ``first_iter`` to ``end_iter``), write ``WRITES_MIN`` or more bytes to files
+    than its other iterations (medians, the main process and its threads): a checkpoint, where no span says so.
+    ``writes_path`` is the file written most in them. The io pass numbers its iterations as the others do where
+    the program runs afresh in each pass (``xstack profile``)."""
+    rows = con.execute(_WRITES, {"run": io_run, "first": first_iter, "end": end_iter}).fetchall()
+    written = {int(step): (int(nbytes), path) for step, nbytes, path in rows if step is not None}
+    for w in work:
+        held = [written[i] for i in w["steps"] if i in written]
+        others = [n for i, (n, _) in written.items() if i not in w["steps"]]
+        if not held or not others:
+            continue
+        more = statistics.median(n for n, _ in held) - statistics.median(others)
+        if more >= WRITES_MIN:
+            w["writes_bytes"] = round(more)
+            w["writes_path"] = max(held, key=lambda h: h[0])[1]
 
 
 def _every(iters: list[int]) -> int | None:
@@ -189,13 +279,20 @@ def work_text(w: dict[str, Any]) -> str:
         spans.append(f"{o['level']} {o['name']!r} ({format_ns(o['median_ns'])} each{times})")
     if w["span_count"] > len(spans):
         spans.append(f"{w['span_count'] - len(spans):,} more spans")
+    held = ""
+    if w.get("writes_bytes"):
+        written = format_value(w["writes_bytes"], "bytes")
+        held += f"; {written} more written to files each time ({short_name(w['writes_path'], 80)})"
+    if w.get("layer_calls"):
+        held += f"; {counted(w['layer_calls'], 'layer call')} each time"
+        held += ", no backward: an evaluation" if w.get("backward") is False else ""
     longer = w.get("longer_ns")
     steps = ""
     if longer is not None:
         how = f"{format_ns(longer)} longer than" if longer > 0 else "no longer than"
         noise = "" if w.get("longer_beyond_noise") else ", within their spread"
         steps = f"; those iterations take {how} the others in the {w.get('pass')} pass (medians{noise})"
-    return f"{when}: {', '.join(spans)}{steps}: {format_ns(w['per_iteration_ns'])} per iteration"
+    return f"{when}: {', '.join(spans)}{held}{steps}: {format_ns(w['per_iteration_ns'])} per iteration"
 
 
 def ordinal(n: int) -> str:
