@@ -166,8 +166,9 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
     """Set ``writes_bytes`` and ``writes_path`` on the groups of ``work`` whose iterations, in the io pass
     ``io_run`` (measured iterations ``first_iter`` to ``end_iter``), write ``WRITES_MIN`` or more bytes to files
     than its other iterations (medians, the main process and its threads): a checkpoint, where no span says so.
-    ``writes_path`` is the file written most in them. The io pass numbers its iterations as the others do where
-    the program runs afresh in each pass (``xstack profile``)."""
+    ``writes_path`` is the file written most in them, ``writes_files`` how many files are written most in one of
+    them (one each time, or a new one each time: ``step5.pt``, ``step10.pt``). The io pass numbers its iterations
+    as the others do where the program runs afresh in each pass (``xstack profile``)."""
     rows = con.execute(_WRITES, {"run": io_run, "first": first_iter, "end": end_iter}).fetchall()
     written = {int(step): (int(nbytes), path) for step, nbytes, path in rows if step is not None}
     for w in work:
@@ -179,6 +180,7 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
         if more >= WRITES_MIN:
             w["writes_bytes"] = round(more)
             w["writes_path"] = max(held, key=lambda h: h[0])[1]
+            w["writes_files"] = len({path for _, path in held if path})  # one per iteration: step5.pt, step10.pt
 
 
 def _every(iters: list[int]) -> int | None:
@@ -282,7 +284,9 @@ def work_text(w: dict[str, Any]) -> str:
     held = ""
     if w.get("writes_bytes"):
         written = format_value(w["writes_bytes"], "bytes")
-        held += f"; {written} more written to files each time ({short_name(w['writes_path'], 80)})"
+        files = w.get("writes_files") or 1
+        where = short_name(w["writes_path"], 80) if files == 1 else f"{files} files, such as {w['writes_path']}"
+        held += f"; {written} more written to files each time ({where})"
     if w.get("layer_calls"):
         held += f"; {counted(w['layer_calls'], 'layer call')} each time"
         held += ", no backward: an evaluation" if w.get("backward") is False else ""
