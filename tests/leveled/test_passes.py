@@ -153,9 +153,11 @@ def test_a_pass_slowed_by_the_machine_is_said_to_be_unsteady_in_the_merged_healt
 
     calls = []
 
-    def step() -> None:  # the second pass's last 8 measured steps meet a busy machine (10x slower)
+    def step() -> None:  # the second pass's last 7 measured steps meet a busy machine (10x slower)
         calls.append(1)
-        time.sleep(0.02 if len(calls) > 1 + 10 + 1 + 2 else 0.002)
+        # 3 fast steps, not 2: the 5th percentile of 10 steps is read between the two fastest, and a real hiccup
+        # on one of only two would put it halfway to the slow ones
+        time.sleep(0.02 if len(calls) > 1 + 10 + 1 + 3 else 0.002)
 
     path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=10, path=tmp_path / "m.duckdb",
                           progress=False)  # fmt: skip
