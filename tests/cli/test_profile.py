@@ -101,7 +101,8 @@ def test_a_checkpoint_every_few_iterations_is_costed_in_the_model_pass_and_left_
         n = s.query("SELECT min((attrs->>'$.\"stats.n\"')::INT) FROM spans WHERE run_id = 5 AND level <> 'io'")[0][0]
     assert "iteration_mismatch" not in checks and "pass_mismatch" not in checks and "occasional_spans" in checks
     assert n == 12  # every span of the merged step from all 12 iterations of its pass
-    [work] = merge["occasional_work"]
+    # the save, seen by its ops (a machine busy at the time can make other iterations a group of their own)
+    [work] = [w for w in merge["occasional_work"] if w["spans"]]
     assert (work["pass"], work["steps"], work["every"], work["iterations"]) == ("model", [3, 7, 11], 4, 12)
     assert work["longer_beyond_noise"] and work["longer_ns"] > 5_000_000
     assert work["per_iteration_ns"] == round(work["longer_ns"] * 3 / 12)

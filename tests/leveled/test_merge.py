@@ -469,6 +469,48 @@ def test_work_no_span_marks_is_costed_by_how_much_longer_its_iterations_take(tmp
     assert work["per_iteration_ns"] == round(work["longer_ns"] * 2 / 6)  # the sleep and the save, not the ops
 
 
+def test_work_in_no_span_every_few_iterations_is_found_by_how_much_longer_they_take(tmp_path: Path) -> None:
+    """Plain Python every 4th step, in no span: no pass records anything of it, but the model pass's iterations
+    of one period and phase take longer than the others beyond their spread, outside every span."""
+    from xstack.analyze.recommend import occasional_work
+    from xstack.analyze.result import Result
+
+    model, x, calls = nn.Linear(8, 8), torch.randn(2, 8), 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        model(x)
+        if calls % 4 == 0:
+            time.sleep(0.004)
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=2, iters=12, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        [work] = _occasional(store, merged, "occasional_work")
+        steps = dict(store.query("SELECT (attrs->>'$.\"model.step\"')::INT, dur_ns FROM spans WHERE run_id = 1 "
+                                 "AND parent_id IS NULL AND (attrs->>'$.\"model.step\"')::INT >= 2"))  # fmt: skip
+        health = run_health(store, merged)
+        listed = _occasional(store, merged)
+    assert listed == []  # no span to list
+    # calls 4, 8 and 12 of the model pass: its iterations (steps) 3, 7 and 11
+    assert (work["steps"], work["every"], work["iterations"], work["pass"]) == ([3, 7, 11], 4, 12, "model")
+    assert work["unmarked"] is True and work["spans"] == [] and work["span_count"] == 0
+    held = [d for i, d in steps.items() if i in work["steps"]]
+    others = [d for i, d in steps.items() if i not in work["steps"]]
+    assert work["longer_ns"] == round(statistics.median(held) - statistics.median(others)) > 3_500_000
+    assert work["per_iteration_ns"] == round(work["longer_ns"] * 3 / 12)
+    [row] = [r for r in health.info if r[0] == "occasional_spans"]
+    assert (
+        row[1] == 1 and "every 4th iteration (3 of 12): time in no span (outside every span under the step)" in row[2]
+    )
+    facts = {"occasional": [dict(work, step_pct=50.0)]}
+    rec = occasional_work({"health": Result("health", "Trace health", [], [], facts=facts)})
+    assert rec is not None and "Wrap the work that takes the time in no span of its own in xstack.span" in rec.action
+    assert "gradient accumulation" not in rec.action and "own runs" not in rec.action
+
+
 def test_a_layer_called_only_in_one_pass_is_a_pass_mismatch_and_what_follows_is_not_merged(tmp_path: Path) -> None:
     calls = 0
 

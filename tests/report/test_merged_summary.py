@@ -64,6 +64,6 @@ def test_work_only_some_iterations_run_is_named_with_its_cost_beside_the_merged_
     console.print(render_summary(s))
     line = next(ln for ln in console.export_text().splitlines() if ln.strip().startswith("occasional"))
     assert re.search(r"every 4th iteration \(2 of 8\): model 'save' \([0-9.]+ ms each\); those iterations take "
-                     r"[0-9.]+ ms longer than the others in the model pass \(medians\): [0-9.]+ us per iteration "
+                     r"[0-9.]+ ms longer than the others in the model pass \(medians\): [0-9.]+ [um]s per iteration "
                      r"\([0-9.]+% on top of the step\); not in the merged step", line), line  # fmt: skip
     assert "Only in some iterations: every 4th iteration (2 of 8): model &#x27;save&#x27; (" in overhead(s)

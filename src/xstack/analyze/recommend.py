@@ -322,9 +322,9 @@ def occasional_work(results: Results) -> Recommendation | None:
         evidence.append(f"{the_others(others)} (health)")
     runs = sorted({o["run_id"] for w in occasional for o in w["spans"]})
     # an optimizer's step every N iterations: a gradient accumulation over N micro-batches, the training itself
-    stepping = [w for w in occasional if all(o.get("kind") == "optimizer" for o in w["spans"])]
+    stepping = [w for w in occasional if w["spans"] and all(o.get("kind") == "optimizer" for o in w["spans"])]
     other_pct = sum(w["step_pct"] for w in occasional if w not in stepping)
-    actions = ["The merged step is the usual iteration: add what these spans cost per iteration to it."]
+    actions = ["The merged step is the usual iteration: add what this work costs per iteration to it."]
     if other_pct >= OCCASIONAL_PCT or not stepping:
         work = [w for w in occasional if w not in stepping]
         # what the work does, where the passes saw it: files written (a checkpoint), a forward with no backward
@@ -338,6 +338,9 @@ def occasional_work(results: Results) -> Recommendation | None:
         if evaluating:
             actions.append("Evaluate less often or on fewer batches, or in another process from a copy of the "
                            "weights.")  # fmt: skip
+        if any(w.get("unmarked") for w in work):
+            actions.append("Wrap the work that takes the time in no span of its own in xstack.span('name'), so "
+                           "that the profile shows what it is.")  # fmt: skip
         if not (writing or evaluating) or sum(w["step_pct"] for w in rest) >= OCCASIONAL_PCT:
             actions.append(f"To make {'the others' if writing or evaluating else 'them'} cheaper, run them less "
                            "often, or take them off the loop's critical path (save a checkpoint or run a validation "
@@ -347,8 +350,9 @@ def occasional_work(results: Results) -> Recommendation | None:
         actions.append(f"The optimizer's step {f'every {every} iterations' if every else 'in some iterations'} is a "
                        "gradient accumulation's: it is part of training, and a step of the accumulation costs the "
                        "merged step plus its share.")  # fmt: skip
-    actions.append(f"Their spans, and what ran under them, stay in the passes' own runs "
-                   f"({' and '.join(f'run {r}' for r in runs)}), not in the merged run.")  # fmt: skip
+    if runs:
+        actions.append(f"Their spans, and what ran under them, stay in the passes' own runs "
+                       f"({' and '.join(f'run {r}' for r in runs)}), not in the merged run.")  # fmt: skip
     return Recommendation(
         "occasional_work",
         "Work that runs only in some iterations is left out of the merged step",

@@ -17,7 +17,8 @@ merged run's config:
   iteration of the group is slower than the others' median by more than their spread (median - 5th
   percentile), and the group holds two or more. What the work does, where the passes saw it: ``layer_calls``
   and ``backward`` (``_contents``: a forward with no backward is an evaluation) and, from an io pass,
-  ``writes_bytes`` and ``writes_path`` (``add_writes``: the files a checkpoint writes).
+  ``writes_bytes`` and ``writes_path`` (``add_writes``: the files a checkpoint writes). Work in no span that
+  every Nth iteration runs is found by how much longer those iterations take (``_unmarked``).
 
 The merged run's health has the row ``occasional_spans`` (informational).
 """
@@ -137,7 +138,73 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
         steps.setdefault(int(run), {})[int(it)] = int(dur)
     work = _work(spans, steps, names)
     _contents(con, work, group_of)
+    first = next(iter(names), None)
+    if first is not None and (unmarked := _unmarked(con, first, steps.get(first, {}), work)) is not None:
+        unmarked["pass"] = names[first]
+        work.append(unmarked)
+        work.sort(key=lambda w: (-w["per_iteration_ns"], w["steps"]))
     return spans, work
+
+
+_OUTSIDE = """
+SELECT r.iter, r.dur_ns - coalesce(sum(c.dur_ns), 0) FROM _lm_tree r
+LEFT JOIN _lm_tree c ON c.run_id = r.run_id AND c.parent_id = r.span_id
+WHERE r.run_id = ? AND r.parent_key IS NULL
+GROUP BY r.iter, r.dur_ns
+"""
+
+UNMARKED_MIN: Final = 3
+"""How many iterations work in no span must hold to be told from chance."""
+
+
+def _unmarked(con: Any, run: int, steps: dict[int, int], work: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Work in no span of its own that every Nth iteration runs (``gc.collect()``, metrics computed in plain
+    Python, a save no span marks, every 5 steps): in the shallowest pass ``run`` (``steps``: its measured
+    iterations' durations), the iterations of one period and phase, ``UNMARKED_MIN`` of them at least, not all in a
+    group of ``work`` already, that take longer than the others beyond their spread (``_longer``), with most of
+    the difference outside every span under their step. Of several, the one that costs most in all. A group of
+    ``occasional_work`` with no spans (``unmarked``), or None."""
+    iters = sorted(steps)
+    if len(iters) < 2 * UNMARKED_MIN:
+        return None
+    outside = {int(i): max(int(ns), 0) for i, ns in con.execute(_OUTSIDE, [run]).fetchall()}
+    covered = {i for w in work for i in w["steps"]}
+    best: tuple[float, int, tuple[int, ...], int, int] | None = None
+    for every in range(2, len(iters) // UNMARKED_MIN + 1):
+        for phase in range(every):
+            held = tuple(i for i in iters if (i - iters[0]) % every == phase)
+            if len(held) < UNMARKED_MIN or set(held) <= covered:
+                continue
+            longer, beyond, n = _longer(steps, held)
+            if not beyond or longer is None or longer <= 0:
+                continue
+            # not the spans the other iterations have too, taking longer (a DataLoader's wait every 2nd batch)
+            more = statistics.median(outside.get(i, 0) for i in held) - statistics.median(
+                outside.get(i, 0) for i in iters if i not in held
+            )
+            if more < longer / 2:
+                continue
+            if best is None or longer * n > best[0]:
+                best = (longer * n, every, held, longer, n)
+    if best is None:
+        return None
+    _, every, held, longer, n = best
+    return {
+        "steps": list(held),
+        "iterations_with": n,
+        "iterations": len(iters),
+        "run_id": run,
+        "every": every,
+        "spans": [],
+        "span_count": 0,
+        "spans_ns": 0,
+        "longer_ns": longer,
+        "longer_beyond_noise": True,
+        "per_iteration_ns": round(longer * n / len(iters)),
+        "unmarked": True,
+        "layer_calls": None,
+        "backward": None,
+    }
 
 
 def _contents(con: Any, work: list[dict[str, Any]], group_of: dict[tuple[str, str, int], tuple[int, ...]]) -> None:
@@ -248,7 +315,8 @@ def occasional_row(work: list[dict[str, Any]]) -> tuple[str, int, str]:
         return ("occasional_spans", 0, "")
     shown = [work_text(w) for w in work[:3]]
     rest = [the_others(work[3:])] if len(work) > 3 else []
-    return ("occasional_spans", sum(w["span_count"] for w in work), "spans that only some measured iterations have, "
+    count = sum(w["span_count"] or 1 for w in work)  # work in no span counts once
+    return ("occasional_spans", count, "spans that only some measured iterations have, "
             f"left out of the merged iteration and reported apart (config.merge.occasional, occasional_work): "
             f"{'; '.join(shown + rest)}")  # fmt: skip
 
@@ -281,6 +349,8 @@ def work_text(w: dict[str, Any]) -> str:
         spans.append(f"{o['level']} {o['name']!r} ({format_ns(o['median_ns'])} each{times})")
     if w["span_count"] > len(spans):
         spans.append(f"{w['span_count'] - len(spans):,} more spans")
+    if not spans:
+        spans.append("time in no span (outside every span under the step)")
     held = ""
     if w.get("writes_bytes"):
         written = format_value(w["writes_bytes"], "bytes")
