@@ -156,14 +156,21 @@ GROUP BY r.iter, r.dur_ns
 UNMARKED_MIN: Final = 3
 """How many iterations work in no span must hold to be told from chance."""
 
+UNMARKED_SPREADS: Final = 3
+UNMARKED_SHARE: Final = 0.1
+"""Each iteration holding work in no span takes longer than the others' median by ``UNMARKED_SPREADS`` times
+their spread, and by ``UNMARKED_SHARE`` of that median, at least: in a loaded pass a few slow iterations that
+happen to fall one period apart are not work."""
+
 
 def _unmarked(con: Any, run: int, steps: dict[int, int], work: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Work in no span of its own that every Nth iteration runs (``gc.collect()``, metrics computed in plain
     Python, a save no span marks, every 5 steps): in the shallowest pass ``run`` (``steps``: its measured
     iterations' durations), the iterations of one period and phase, ``UNMARKED_MIN`` of them at least, not all in a
-    group of ``work`` already, that take longer than the others beyond their spread (``_longer``), with most of
-    the difference outside every span under their step. Of several, the one that costs most in all. A group of
-    ``occasional_work`` with no spans (``unmarked``), or None."""
+    group of ``work`` already, each of which takes longer than the others by a clear margin
+    (``UNMARKED_SPREADS``, ``UNMARKED_SHARE``), with most of the difference outside every span under their step.
+    Of several, the one that costs most in all. A group of ``occasional_work`` with no spans (``unmarked``), or
+    None."""
     iters = sorted(steps)
     if len(iters) < 2 * UNMARKED_MIN:
         return None
@@ -175,9 +182,14 @@ def _unmarked(con: Any, run: int, steps: dict[int, int], work: list[dict[str, An
             held = tuple(i for i in iters if (i - iters[0]) % every == phase)
             if len(held) < UNMARKED_MIN or set(held) <= covered:
                 continue
-            longer, beyond, n = _longer(steps, held)
-            if not beyond or longer is None or longer <= 0:
+            base = _baseline(steps, held)
+            if base is None:
                 continue
+            durations, typical, spread = base
+            # every one of them longer by a clear margin: one slow iteration in a loaded pass is not work
+            if min(durations) - typical < max(UNMARKED_SPREADS * spread, typical * UNMARKED_SHARE):
+                continue
+            longer, n = round(statistics.median(durations) - typical), len(durations)
             # not the spans the other iterations have too, taking longer (a DataLoader's wait every 2nd batch)
             more = statistics.median(outside.get(i, 0) for i in held) - statistics.median(
                 outside.get(i, 0) for i in iters if i not in held
@@ -255,16 +267,25 @@ def _every(iters: list[int]) -> int | None:
     return gaps.pop() if len(gaps) == 1 else None
 
 
+def _baseline(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[list[int], float, float] | None:
+    """The durations of the iterations ``iters`` of a pass (``steps``), the median of its other iterations and
+    their spread (that median's distance to their 5th percentile); None where fewer than two others remain."""
+    held = [d for i, d in steps.items() if i in iters]
+    others = sorted(d for i, d in steps.items() if i not in iters)
+    if not held or len(others) < 2:
+        return None
+    typical = statistics.median(others)
+    return held, typical, typical - statistics.quantiles(others, n=20, method="inclusive")[0]
+
+
 def _longer(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[int | None, bool | None, int]:
     """How much longer the iterations ``iters`` of a pass take than its others (medians), whether that is beyond
     the others' spread (every one of them longer than their median by more than its distance to their 5th
     percentile, two of them at least), and how many of them the pass measured."""
-    held = [d for i, d in steps.items() if i in iters]
-    others = sorted(d for i, d in steps.items() if i not in iters)
-    if not held or len(others) < 2:
-        return None, None, len(held)
-    typical = statistics.median(others)
-    spread = typical - statistics.quantiles(others, n=20, method="inclusive")[0]
+    base = _baseline(steps, iters)
+    if base is None:
+        return None, None, sum(1 for i in steps if i in iters)
+    held, typical, spread = base
     return round(statistics.median(held) - typical), len(held) >= 2 and min(held) > typical + spread, len(held)
 
 

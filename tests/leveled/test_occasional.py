@@ -1,0 +1,67 @@
+"""Work in no span (``occasional._unmarked``), on step trees built by hand: the iterations of one period and
+phase are such work only where each of them takes longer than the others by a clear margin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from xstack.leveled.occasional import _unmarked
+
+MS = 1_000_000
+
+
+def _con(steps: dict[int, int], inside: int) -> Any:
+    """A ``_lm_tree`` of run 1: one step per iteration of ``steps`` (its duration) holding one span of
+    ``inside`` ns, so that any time a step takes beyond ``inside`` lies outside every span under it."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE _lm_tree (run_id INT, iter INT, span_id BIGINT, parent_id BIGINT, parent_key INT, dur_ns BIGINT)"
+    )
+    for it, dur in steps.items():
+        con.execute("INSERT INTO _lm_tree VALUES (1, ?, ?, NULL, NULL, ?)", [it, 2 * it, dur])
+        con.execute("INSERT INTO _lm_tree VALUES (1, ?, ?, ?, 0, ?)", [it, 2 * it + 1, 2 * it, inside])
+    return con
+
+
+def _steps(extra: int, every: int = 5, n: int = 20) -> dict[int, int]:
+    """``n`` iterations of 10 ms, give or take 20 us, every ``every``th (the 3rd phase) ``extra`` ns longer."""
+    return {i: 10 * MS + (i * 7919 % 41 - 20) * 1000 + (extra if i % every == 2 else 0) for i in range(n)}
+
+
+def test_iterations_clearly_longer_one_period_apart_are_work_in_no_span() -> None:
+    steps = _steps(3 * MS)
+    work = _unmarked(_con(steps, 8 * MS), 1, steps, [])
+    assert work is not None and work["unmarked"] is True
+    assert (work["every"], work["steps"], work["iterations_with"]) == (5, [2, 7, 12, 17], 4)
+    assert 2_900_000 < work["longer_ns"] < 3_100_000 and work["per_iteration_ns"] == round(work["longer_ns"] * 4 / 20)
+
+
+def test_longer_beyond_the_spread_but_by_less_than_a_tenth_of_a_step_is_not_work() -> None:
+    """0.5 ms on a 10 ms step is far beyond the others' 20 us of spread, yet a loaded pass slows a few iterations
+    by as much: a tenth of the step is the least that counts."""
+    steps = _steps(MS // 2)
+    assert _unmarked(_con(steps, 8 * MS), 1, steps, []) is None
+    steps = _steps(MS + MS // 10)
+    assert _unmarked(_con(steps, 8 * MS), 1, steps, []) is not None
+
+
+def test_longer_by_a_tenth_but_within_three_spreads_is_not_work() -> None:
+    """Others spread over 0.9 ms (every 3rd of them 1 ms faster): 1.5 ms more is beyond it, not beyond 3 times it."""
+    steps = {i: d - (MS if i % 3 == 0 else 0) for i, d in _steps(MS + MS // 2, n=30).items()}
+    steps = {i: d + (MS if i % 5 == 2 and i % 3 == 0 else 0) for i, d in steps.items()}
+    assert _unmarked(_con(steps, 5 * MS), 1, steps, []) is None
+
+
+def test_one_slow_iteration_in_the_period_is_not_work() -> None:
+    steps = _steps(3 * MS)
+    steps[7] -= 3 * MS  # one of the four as fast as the others
+    assert _unmarked(_con(steps, 8 * MS), 1, steps, []) is None
+
+
+def test_longer_inside_the_spans_the_others_have_is_not_work_in_no_span() -> None:
+    steps = _steps(3 * MS)
+    con = _con(steps, 8 * MS)
+    con.execute("UPDATE _lm_tree SET dur_ns = dur_ns + 3000000 WHERE parent_id IS NOT NULL AND iter % 5 = 2")
+    assert _unmarked(con, 1, steps, []) is None
