@@ -282,10 +282,11 @@ from pathlib import Path
 starts = Path("starts.txt")
 starts.write_text(starts.read_text() + "run\\n" if starts.exists() else "run\\n")
 first = starts.read_text().count("run") == 1
-# every other step waits for its input, longer in pass 1: by more than a loaded machine oversleeps
-waits = (0.004, 0.024) if first else (0.001, 0.012)
+# steps wait for their input, short, middling or long in turn, longer in pass 1: the median is a middling step
+# (two of each), which one or two oversleeping steps of a loaded machine cannot move past a long one
+waits = (0.004, 0.014, 0.024) if first else (0.001, 0.007, 0.012)
 for i in range(100):
-    time.sleep(waits[i % 2])
+    time.sleep(waits[i % 3])
     xstack.step()
 """
 
