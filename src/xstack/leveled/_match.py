@@ -87,6 +87,17 @@ t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, pcname, 
 SELECT * FROM t;
 """
 
+_MACROS: Final = """
+-- whether the iterations of a group are every 2nd one (one parity, no gap)
+CREATE OR REPLACE TEMP MACRO _lm_every_2nd(it) AS
+    count(DISTINCT it % 2) = 1 AND max(it) - min(it) = 2 * (count(*) - 1);
+-- how many iterations a sequence counts as holding: where the sequences most held, give or take one, of 3 or more,
+-- are each every 2nd iteration's (work every 2nd step over an odd number of iterations), they count as many
+CREATE OR REPLACE TEMP MACRO _lm_held(times, most, alternating) AS
+    CASE WHEN most >= 3 AND alternating AND times >= most - 1 THEN most ELSE times END;
+"""
+_MACRO_NAMES: Final = ("_lm_every_2nd", "_lm_held")
+
 _INSTANCES: Final = """
 CREATE TEMP TABLE _lm_inst AS
 SELECT run_id, iter, parent_key, level, count(*) AS n, md5(string_agg(cname, chr(31) ORDER BY pos)) AS sig,
@@ -105,7 +116,7 @@ names AS (  -- ranked as the sequences are, below
     SELECT run_id, key, cname FROM (
         SELECT *, bool_and(alternate OR times < most - 1) OVER (PARTITION BY run_id, key) AS alternating FROM (
             SELECT t.run_id, t.key, t.cname, count(*) AS times, avg(z.size) AS size, min(t.iter) AS iter,
-                (count(DISTINCT t.iter % 2) = 1 AND max(t.iter) - min(t.iter) = 2 * (count(*) - 1)) AS alternate,
+                _lm_every_2nd(t.iter) AS alternate,
                 max(count(*)) OVER (PARTITION BY t.run_id, t.key) AS most
             FROM _lm_tree t JOIN sizes z USING (run_id, iter)
             WHERE t.run_id IN (SELECT run_id FROM _lm_own)
@@ -113,13 +124,12 @@ names AS (  -- ranked as the sequences are, below
         )
     )
     QUALIFY row_number() OVER (PARTITION BY run_id, key
-                               ORDER BY CASE WHEN most >= 3 AND alternating AND times >= most - 1 THEN most
-                                             ELSE times END DESC, size, iter) = 1
+                               ORDER BY _lm_held(times, most, alternating) DESC, size, iter) = 1
 ),
 counted AS (
     SELECT i.parent_key, i.level, i.sig, any_value(i.run_id) AS run_id, count(*) AS times, min(i.iter) AS iter,
         any_value(i.n) AS n, avg(z.size) AS size,
-        (count(DISTINCT i.iter % 2) = 1 AND max(i.iter) - min(i.iter) = 2 * (count(*) - 1)) AS alternate
+        _lm_every_2nd(i.iter) AS alternate
     FROM _lm_inst i JOIN _lm_own o ON o.level = i.level AND o.run_id = i.run_id
     JOIN names nm ON nm.run_id = i.run_id AND nm.key = i.parent_key AND nm.cname = i.pcname
     JOIN sizes z ON z.run_id = i.run_id AND z.iter = i.iter
@@ -131,7 +141,7 @@ counted AS (
 empty AS (
     SELECT c.parent_key, c.level, '' AS sig, o.run_id, count(*) AS times, min(p.iter) AS iter, 0 AS n,
         avg(z.size) AS size,
-        (count(DISTINCT p.iter % 2) = 1 AND max(p.iter) - min(p.iter) = 2 * (count(*) - 1)) AS alternate
+        _lm_every_2nd(p.iter) AS alternate
     FROM (SELECT DISTINCT parent_key, level FROM _lm_inst) c
     JOIN _lm_own o ON o.level = c.level
     JOIN _lm_tree p ON p.run_id = o.run_id AND p.key = c.parent_key
@@ -147,11 +157,8 @@ SELECT parent_key, level, run_id, iter, times, alternating FROM (
         FROM (SELECT * FROM counted UNION ALL SELECT * FROM empty)
     )
 )
--- where the sequences most held, give or take one, of 3 or more, are each every 2nd iteration's (work every 2nd
--- step over an odd number of iterations), they count as many
 QUALIFY row_number() OVER (PARTITION BY parent_key, level
-                           ORDER BY CASE WHEN most >= 3 AND alternating AND times >= most - 1 THEN most
-                                         ELSE times END DESC, n, size, iter) = 1;
+                           ORDER BY _lm_held(times, most, alternating) DESC, n, size, iter) = 1;
 """
 
 _DIVERGENCE: Final = """
@@ -203,6 +210,7 @@ def match(con: duckdb.DuckDBPyConnection, passes: list[tuple[int, int, int]]) ->
         [(run_id, rank, first, end) for rank, (run_id, first, end) in enumerate(passes)],
     )
     con.execute("CREATE TEMP TABLE _lm_extra (run_id INTEGER, span_id BIGINT, occ INTEGER, pos INTEGER)")
+    con.execute(_MACROS)
     for round_ in range(MAX_ROUNDS + 1):
         if round_:
             for table in _BUILT:
@@ -274,9 +282,11 @@ def _align(ref: list[str], got: list[str]) -> list[int | None]:
 
 
 def drop(con: duckdb.DuckDBPyConnection) -> None:
-    """Remove the temporary tables."""
+    """Remove the temporary tables and macros."""
     for table in TEMP_TABLES:
         con.execute(f"DROP TABLE IF EXISTS {table}")
+    for macro in _MACRO_NAMES:
+        con.execute(f"DROP MACRO IF EXISTS {macro}")
 
 
 def main_thread(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int]:
