@@ -299,3 +299,110 @@ def test_an_optimizer_closure_is_a_stage_of_its_own_inside_the_step(tmp_path: Pa
     assert all(by_id[s["parent_id"]]["name"] == s["name"].removesuffix(" closure") for s in closures)
     forwards = [s for s in spans if s["attrs"].get("model.kind") == "forward"]
     assert len(forwards) == len(closures) > 4 and all(by_id[f["parent_id"]] in closures for f in forwards)
+
+
+class _Checkpointed(nn.Module):
+    """Activation checkpointing: each block's activations are recomputed in the backward, which stops each
+    recomputation early by raising inside it once it has what it needs (``use_reentrant=False``)."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8), nn.LayerNorm(8))
+                                    for _ in range(2))  # fmt: skip
+        self.head = nn.Linear(8, 2)
+        self.reentrant = reentrant
+
+    def forward(self, x: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant)
+        return self.head(x)
+
+
+def _checkpointed_training(reentrant: bool, prof: Any = None) -> list[Any]:
+    torch.manual_seed(0)
+    model = _Checkpointed(reentrant)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    grads = []
+    for _ in range(3):
+        model(torch.randn(4, 8, requires_grad=reentrant)).pow(2).mean().backward()
+        grads.append(model.blocks[0][0].weight.grad.clone())
+        opt.step()
+        opt.zero_grad()
+        if prof is not None:
+            prof.step()
+    return grads
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_layers_in_the_backward(tmp_path: Path, reentrant: bool) -> None:
+    """The recomputation that the backward runs was a top-level call of each block, with paths relative to
+    it ('0', '2'), and, without reentrancy, stopped by an exception PyTorch passes to the profiler's hook
+    without the keyword arguments it was registered with: the hook failed with a warning to the program, and
+    every later layer span nested under the call it never ended."""
+    import warnings
+
+    plain = _checkpointed_training(reentrant)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+            profiled = _checkpointed_training(reentrant, prof)
+    assert [str(w.message) for w in caught if "hook" in str(w.message)] == []
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    spans = _spans(prof)
+    by_id = {s["span_id"]: s for s in spans}
+    layers = [s for s in spans if s["level"] == "layer"]
+    forward = {s["name"] for s in layers if "layer.recomputed" not in s["attrs"]}
+    recomputed = [s for s in layers if s["attrs"].get("layer.recomputed") is True]
+    blocks = {f"blocks.{i}{p}" for i in (0, 1) for p in ("", ".0", ".1", ".2", ".3")}
+    assert forward == {"_Checkpointed", "head"} | blocks
+    assert {s["name"] for s in recomputed} <= blocks and {"blocks.0", "blocks.1", "blocks.0.0"} <= {
+        s["name"] for s in recomputed
+    }
+    for s in recomputed:  # in the step, outside the model's forward: under no forward stage, under no layer
+        parent = by_id[s["parent_id"]]
+        assert (
+            parent["level"] == "model"
+            and parent["attrs"].get("model.kind") == "step"
+            or (parent["level"] == "layer" and "layer.recomputed" in parent["attrs"])
+        ), (s["name"], parent["name"])
+    top = [s for s in recomputed if by_id[s["parent_id"]]["level"] == "model"]
+    assert sorted(s["name"] for s in top) == ["blocks.0"] * 3 + ["blocks.1"] * 3
+    assert [s["attrs"]["layer.call_index"] for s in top if s["name"] == "blocks.0"] == [1, 1, 1]
+    stages = [s["name"] for s in spans if s["level"] == "model" and s["attrs"].get("model.kind") == "forward"]
+    assert stages == ["_Checkpointed"] * 3  # the recomputations are no forward of the model
+
+
+def test_the_model_level_alone_sees_no_forward_in_a_checkpointed_backward(tmp_path: Path) -> None:
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        _checkpointed_training(False, prof)
+    stages = [s["name"] for s in _spans(prof) if s["attrs"].get("model.kind") == "forward"]
+    assert stages == ["_Checkpointed"] * 3
+
+
+def test_a_forward_that_raises_and_is_caught_ends_its_layer_span(tmp_path: Path) -> None:
+    """A model called by keyword raises; the program catches it and goes on: the next call is no child of it."""
+
+    class Picky(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, *, x: Any) -> Any:
+            y = self.fc(x)
+            if y.shape[0] > 2:
+                raise ValueError("too many rows")
+            return y
+
+    model = Picky()
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        with pytest.raises(ValueError, match="too many rows"):
+            model(x=torch.randn(3, 4))
+        model(x=torch.randn(2, 4))
+    spans = sorted((s for s in _spans(prof) if s["level"] == "layer"), key=lambda s: s["start_ns"])
+    by_id = {s["span_id"]: s for s in spans}
+    assert [(s["name"], by_id.get(s["parent_id"], {}).get("name")) for s in spans] == [
+        ("Picky", None), ("fc", "Picky"), ("Picky", None), ("fc", "Picky"),
+    ]  # fmt: skip
+    assert spans[1]["start_ns"] + spans[1]["dur_ns"] <= spans[2]["start_ns"]

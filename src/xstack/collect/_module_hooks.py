@@ -49,6 +49,19 @@ same compiled program as without it. (``torch.jit.trace`` records what the hooks
 checks that two traces agree: the first call of a model, which reads its parameters, failed that check.)"""
 
 
+def _no_graph_task() -> int:
+    return -1
+
+
+_graph_task: Any = _no_graph_task
+
+
+def in_backward() -> bool:
+    """Whether this thread runs a backward pass now (autograd's engine): a module called there is a forward
+    recomputed for the backward (activation checkpointing, ``torch.utils.checkpoint``), not the model's forward."""
+    return bool(_graph_task() != -1)
+
+
 def _tracing(is_compiling: Any, tracing_state: Any) -> Any:
     """``compiling`` from torch's two tests: dynamo's (which it reads as a constant while it traces) first."""
 
@@ -61,12 +74,13 @@ def _tracing(is_compiling: Any, tracing_state: Any) -> Any:
 def hooking(on: bool) -> None:
     """Say that a global module hook of the profiler is installed (``on``) or removed: keeps ``compiling`` set
     and torch's warning about global hooks silent while any is."""
-    global compiling, _quiet
+    global compiling, _graph_task, _quiet
     _quiet += 1 if on else -1
     if on and _quiet == 1:
         import torch
 
         compiling = _tracing(torch.compiler.is_compiling, torch._C._get_tracing_state)
+        _graph_task = getattr(torch._C, "_current_graph_task_id", _no_graph_task)
         warnings.filterwarnings("ignore", _COMPILE_WARNING, UserWarning)
         _patch_compile(torch.nn.Module)
         _adopt_compiled(torch.nn.Module)
@@ -288,7 +302,11 @@ def _before(module: Any, args: tuple[Any, ...]) -> None:
             _failed(s, error)
 
 
-def _after(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+def _after(module: Any, args: tuple[Any, ...], *rest: Any) -> None:
+    # (kwargs, output) as registered; but where ``forward`` raised, PyTorch calls a global always-called hook with
+    # (module, args, output) alone, kwargs or not (``Module._call_impl``): activation checkpointing stops every
+    # recomputation that way, and a missed end would leave its span open under every later call
+    kwargs, output = rest if len(rest) == 2 else ({}, rest[0] if rest else None)
     if compiling():
         return
     for s in reversed(_subscribers):

@@ -83,6 +83,8 @@ class RootWatcher:
     def _sentinel_hook(self, module: Any, args: tuple[Any, ...]) -> None:
         if _module_hooks.compiling() or getattr(self._local, "depth", 0):
             return  # another thread put the sentinel back while this one is inside a watched call
+        if _module_hooks.in_backward():
+            return  # a module a backward recomputes (activation checkpointing) is no top-level call of a model
         with self._lock:
             if self._sentinel is not None:
                 self._hooks.pop(self._sentinel_id, None)

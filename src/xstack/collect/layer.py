@@ -13,6 +13,11 @@ break keep the paths they have in the model. A model compiled in place (``model.
 inside the compiled call too, so its compiled call tells the hooks' subscribers itself
 (``_module_hooks.watch_in_place``): one span per call typed ``Sequential (compiled)``, whether it was compiled
 before the profile began or while it runs; the op level shows its compiled regions.
+
+With activation checkpointing (``torch.utils.checkpoint``) the backward calls the checkpointed modules again to
+recompute their activations, outside any other module call: those calls keep the paths the modules have in the
+model they were last seen in (``blocks.0``, not ``Block``) and say ``layer.recomputed``. A call whose
+``forward`` raises (a recomputation stopped early raises on purpose) ends its span all the same.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ class LayerCollector:
         self._local = threading.local()
         # root module -> {id(module in it): (path, type, parameter count)}, computed once per root
         self._models: weakref.WeakKeyDictionary[Any, dict[int, _Info]] = weakref.WeakKeyDictionary()
+        # module -> its path in the model it was last seen in; a module a backward recomputes -> its paths
+        self._inside: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._recomputing: weakref.WeakKeyDictionary[Any, dict[int, _Info]] = weakref.WeakKeyDictionary()
         self._calls: dict[str, int] = {}
         self._step = 0
         self._torch: Any = None
@@ -89,10 +97,11 @@ class LayerCollector:
         stack: list[_Frame] | None = getattr(local, "stack", None)
         if stack is None:
             stack = local.stack = []
+        recomputed = _module_hooks.in_backward()
         if stack:
             info = local.model.get(id(module)) or _Info(f"{stack[-1][1]}.{type(module).__name__}", module)
         else:
-            local.model = self._model(module)
+            local.model = self._recomputed(module) if recomputed else self._model(module)
             info = local.model[id(module)]
             if self._cuda is None and self._torch.cuda.is_initialized():  # the program's own CUDA, never ours
                 self._cuda = self._torch.cuda
@@ -109,13 +118,22 @@ class LayerCollector:
             A.LAYER_PARAMS: info.params,
             A.LAYER_INPUT_SHAPES: _shapes(args),
         }
+        if recomputed:
+            attrs[A.LAYER_RECOMPUTED] = True
         memory = self._cuda.memory_allocated() if self._cuda is not None else 0
         stack.append((module, path, recorder.begin("layer", path, attrs), memory))
 
     def after(self, module: Any, output: Any, kwargs: dict[str, Any]) -> None:
         stack: list[_Frame] | None = getattr(self._local, "stack", None)
-        if not stack or stack[-1][0] is not module or self._recorder is None:
+        if not stack or self._recorder is None:
             return
+        if stack[-1][0] is not module:
+            # the end of a call nested in this one was not seen: end it here rather than leave it open under
+            # every later call
+            if not any(frame[0] is module for frame in stack):
+                return
+            while stack[-1][0] is not module:
+                self._recorder.end(stack.pop()[2])
         _, _, opened, memory = stack.pop()
         extra: dict[str, Any] = {A.LAYER_OUTPUT_SHAPES: _shapes(output)}
         if kwargs:  # tensors passed by keyword (model(input_ids=x)) follow the positional ones, in their order
@@ -123,6 +141,18 @@ class LayerCollector:
         if self._cuda is not None:
             extra[A.LAYER_MEMORY_ALLOCATED_BYTES] = self._cuda.memory_allocated() - memory
         self._recorder.end(opened, extra)
+
+    def _recomputed(self, root: Any) -> dict[int, _Info]:
+        """Paths for a module that a backward calls (activation checkpointing recomputes ``model.blocks.0``
+        alone): its modules' paths in the model it was last seen in, else its own (``_model``)."""
+        model = self._recomputing.get(root)
+        if model is None:
+            outer = self._inside.get(root)
+            if outer is None:
+                return self._model(root)
+            model = {id(m): _Info(f"{outer}.{name}" if name else outer, m) for name, m in root.named_modules()}
+            self._recomputing[root] = model
+        return model
 
     def _model(self, root: Any) -> dict[int, _Info]:
         """Path, type and parameter count of every module in the model ``root`` (computed once)."""
@@ -145,6 +175,9 @@ class LayerCollector:
                 for info in model.values():
                     info.path = held if info is model[id(root)] else f"{held}.{info.path}"
             self._models[root] = model
+            for m in root.modules():  # where a backward that recomputes one of them finds its path
+                if m is not root:
+                    self._inside[m] = model[id(m)].path
         return model
 
 

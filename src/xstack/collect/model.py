@@ -164,7 +164,7 @@ class ModelCollector:
     def _root_begin(self, module: Any) -> OpenSpan | None:
         """``_begin_auto("forward", ...)`` without its layers: this runs on every top-level call."""
         recorder = self._recorder
-        if recorder is None:
+        if recorder is None or _module_hooks.in_backward():  # a forward recomputed for the backward: not a stage
             return None
         for s in recorder.stack():
             if s.attrs.get(_KIND) == "user":
