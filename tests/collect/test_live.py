@@ -372,6 +372,16 @@ def test_activation_checkpointing_recomputes_layers_in_the_backward(tmp_path: Pa
     assert [s["attrs"]["layer.call_index"] for s in top if s["name"] == "blocks.0"] == [1, 1, 1]
     stages = [s["name"] for s in spans if s["level"] == "model" and s["attrs"].get("model.kind") == "forward"]
     assert stages == ["_Checkpointed"] * 3  # the recomputations are no forward of the model
+    # the summary counts those of the measured steps (the first step is the warm-up) and says so under its layers
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import top_caption
+
+    with prof.open() as store:
+        summary = summarize(store)
+    measured = [s for s in top if by_id[s["parent_id"]]["name"] != "step#0"]
+    assert summary.recomputed == (4, sum(s["dur_ns"] for s in measured))
+    caption = top_caption(summary, "layer")
+    assert caption is not None and caption.startswith("4 calls (") and "recomputed in the backward" in caption
 
 
 def test_the_model_level_alone_sees_no_forward_in_a_checkpointed_backward(tmp_path: Path) -> None:

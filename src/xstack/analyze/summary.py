@@ -157,6 +157,9 @@ class RunSummary:
     "of measured steps" (layers, ops: the steps' summed time) and "of kernel time in measured steps", their rows
     counting only calls in those steps; in a run without steps but with warm-up, "of wall after warm-up" and "of
     kernel time after warm-up"."""
+    recomputed: tuple[int, int] | None = None
+    """The layer calls a backward recomputed (activation checkpointing: ``layer.recomputed``, the outermost of
+    them) among those the top layers count: how many and their time (ns); None where there are none."""
     outside_steps_ns: int | None = None
     """In a run whose top rows count its measured steps only: the host wall time outside them (start-up, the
     warm-up, work between steps, the time after the last), which they leave out; None otherwise."""
@@ -261,6 +264,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
             denominator -= ctx.warmup_ns()
             summary.share_of[level] = "of wall after warm-up"
         summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, *keep[level])
+    summary.recomputed = _recomputed(store, run_id, *keep["layer"])
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     if summary.pass_name != "merged":
@@ -374,6 +378,20 @@ def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int 
         )  # fmt: skip
         for n, c, t, m, k in rows
     ]
+
+
+def _recomputed(store: Store, run_id: int, join: str, counted: str) -> tuple[int, int] | None:
+    """``RunSummary.recomputed``: the outermost recomputed layer calls that ``join`` and ``counted`` keep (as
+    ``_top`` counts them), how many and their time."""
+    calls, total = store.con.execute(
+        f"""SELECT count(*), coalesce(sum(x.dur_ns), 0)
+            FROM (SELECT * FROM spans WHERE run_id = $run AND level = 'layer'
+                  AND (attrs->>'$."{A.LAYER_RECOMPUTED}"')::BOOLEAN) x {join}
+            WHERE {counted} AND NOT EXISTS (
+                SELECT 1 FROM spans p WHERE p.run_id = $run AND p.span_id = x.parent_id AND p.level = 'layer')""",
+        {"run": run_id},
+    ).fetchall()[0]
+    return (int(calls), int(total)) if calls else None
 
 
 def _attr(key: str, kind: str = "DOUBLE") -> str:

@@ -177,10 +177,16 @@ def _steps_named(s: RunSummary, *, counted: bool) -> tuple[str, str]:
 
 def top_caption(s: RunSummary, level: str) -> str | None:
     """What a level's top rows are, where they need saying: kernels known by their counters only; layer and op
-    times inflated by counter replay."""
+    times inflated by counter replay; layer calls a backward recomputed."""
     if level == "kernel":
         return f"from {s.kernels_from}" if s.kernels_from else None
     parts = [f"times and shares {s.replayed}"] if s.replayed else []
+    if level == "layer" and s.recomputed:
+        calls, total = s.recomputed
+        parts.append(
+            f"{calls:,} call{'' if calls == 1 else 's'} ({format_ns(total)}) recomputed in the backward (activation "
+            "checkpointing), counted with the forward calls of the same layers"
+        )
     if s.outside_steps_ns and s.iterations:
         steps, them = _steps_named(s, counted=True)
         parts.append(
