@@ -416,3 +416,22 @@ def test_a_forward_that_raises_and_is_caught_ends_its_layer_span(tmp_path: Path)
         ("Picky", None), ("fc", "Picky"), ("Picky", None), ("fc", "Picky"),
     ]  # fmt: skip
     assert spans[1]["start_ns"] + spans[1]["dur_ns"] <= spans[2]["start_ns"]
+
+
+def test_processes_started_with_torch_multiprocessing_are_said_not_profiled(tmp_path: Path) -> None:
+    """The DDP tutorial's mp.spawn: the training runs in the processes it starts, which no level follows; the
+    run, with nothing in it, said only that the program made no nn.Module call."""
+    import torch.multiprocessing as tmp
+
+    original = tmp.start_processes
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        tmp.start_processes(abs, nprocs=2, start_method="fork")
+    assert tmp.start_processes is original and tmp.spawn.__module__ == "torch.multiprocessing.spawn"
+    with prof.open() as store:
+        [(count, detail)] = store.query("SELECT count, detail FROM health WHERE \"check\" = 'processes_not_profiled'")
+        from xstack.analyze.summary import summarize
+        from xstack.report.terminal import none_line
+
+        line = none_line(summarize(store), "layer")
+    assert count == 2 and "2 processes running abs (fork)" in detail and "torchrun" in detail
+    assert line.endswith("no nn.Module call in this process; the processes it started are not profiled: see health)")

@@ -11,6 +11,8 @@ names the work around it, not the wait. The configuration of each DataLoader the
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -81,6 +83,8 @@ class ModelCollector:
         self._loaders = DataLoaders()
         self._config: dict[str, Any] | None = None
         self._on_torch: OnImport | None = None
+        self._started: list[tuple[str, int, str]] = []  # (function, processes, start method) per call
+        self._unpatch: list[Callable[[], None]] = []
 
     def unavailable_reason(self) -> str | None:
         return None  # stage marks need nothing; automatic stages need PyTorch and are skipped without it
@@ -115,6 +119,34 @@ class ModelCollector:
             optim.register_optimizer_step_post_hook(self._optimizer_after),
         ]
         self._patch_dataloader(torch)
+        self._patch_start_processes()
+
+    def _patch_start_processes(self) -> None:
+        """Count the processes the program starts with ``torch.multiprocessing.spawn`` or ``start_processes``
+        (the DDP tutorial's way: one process per rank): what they run is not profiled, which ``finish`` says."""
+        module: Any = sys.modules.get("torch.multiprocessing.spawn")
+        package: Any = sys.modules.get("torch.multiprocessing")
+        original = getattr(module, "start_processes", None)
+        if module is None or original is None:
+            return
+        started = self._started
+
+        @functools.wraps(original)
+        def start_processes(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = inspect.signature(original).bind(*args, **kwargs)
+                bound.apply_defaults()
+                fn = bound.arguments.get("fn")
+                name = getattr(fn, "__qualname__", None) or type(fn).__name__
+                started.append((name, int(bound.arguments.get("nprocs", 1)), str(bound.arguments.get("start_method"))))
+            except (TypeError, ValueError):  # the call fails as the program made it, below
+                pass
+            return original(*args, **kwargs)
+
+        module.start_processes = start_processes  # spawn() calls it by this name
+        if package is not None and getattr(package, "start_processes", None) is original:
+            package.start_processes = start_processes
+        self._unpatch.append(lambda: _restore(module, package, original, start_processes))
 
     def stop(self) -> None:
         global _active
@@ -131,6 +163,8 @@ class ModelCollector:
             cls.__next__ = original
             self._patched = None
         self._loaders.stop()
+        while self._unpatch:
+            self._unpatch.pop()()
         _active = None
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
@@ -140,6 +174,8 @@ class ModelCollector:
         if failed := _module_hooks.failures(self):
             health.append(("model_hook_failed", failed[0], f"model calls whose span could not be recorded (the "
                            f"first: {failed[1]}); the program ran on"))  # fmt: skip
+        if self._started:
+            health.append(("processes_not_profiled", sum(n for _, n, _ in self._started), _started_text(self._started)))
         if self._on_torch is not None and self._on_torch.error is not None:  # what was not hooked
             why = f"hooking them when the program imported torch failed ({self._on_torch.error})"
             health.append(("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits "
@@ -247,3 +283,22 @@ class ModelCollector:
     def _end_auto(self, opened: OpenSpan | None) -> None:
         if opened is not None and self._recorder is not None:
             self._recorder.end(opened)
+
+
+def _restore(module: Any, package: Any, original: Any, patched: Any) -> None:
+    """Put ``torch.multiprocessing``'s ``start_processes`` back where the profiler's stands."""
+    if getattr(module, "start_processes", None) is patched:
+        module.start_processes = original
+    if package is not None and getattr(package, "start_processes", None) is patched:
+        package.start_processes = original
+
+
+def _started_text(started: list[tuple[str, int, str]]) -> str:
+    """The health row ``processes_not_profiled``: what the program started and how to profile it."""
+    calls = "; ".join(f"{n} process{'' if n == 1 else 'es'} running {fn} ({method})" for fn, n, method in started)
+    return (
+        f"the program started processes with torch.multiprocessing (spawn, start_processes): {calls}. What they "
+        "ran is not profiled, only this process. Profile each from the function it runs (with xstack.profile("
+        "path=f'prof-{rank}.duckdb'): around its loop), or start one process per rank with torchrun: torchrun "
+        "--nproc-per-node N -m xstack run -o prof-{rank}.duckdb -- train.py"
+    )

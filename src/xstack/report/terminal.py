@@ -155,6 +155,8 @@ def none_line(s: RunSummary, level: str) -> str:
             what = "see health"
         else:
             what = f"the program made no {'nn.Module' if level == 'layer' else 'operator'} call"
+            if "processes_not_profiled" in checks:
+                what += " in this process; the processes it started are not profiled: see health"
         return f"{LEVEL_TITLES[level]}: none in this run (the {level} level was on: {what})"
     if not held or s.counted_in is None:
         return f"{LEVEL_TITLES[level]}: none in this run ({missing_hint(level, s.source_format)})"
