@@ -495,6 +495,45 @@ class _OptimizerSteps:
 
 _current: Profile | None = None
 
+_NOT_IN_RANKS = frozenset({"io", "system", "metrics"})
+"""Levels a process started by the profiled program does not record itself: the io and system levels of the
+profile in progress already cover the whole process tree, and the metrics level replays the program under ncu."""
+
+
+class RankProfile:
+    """``fn`` of a process that the profiled program starts with ``torch.multiprocessing`` (one per rank: the
+    DDP tutorial's ``mp.spawn(train, nprocs=N)``), profiled into a store of its own, ``STORE.rankI.duckdb`` beside
+    the profile's (``for_ranks``). Picklable, as such a process gets its function by pickle."""
+
+    def __init__(
+        self, fn: Callable[..., Any], levels: tuple[str, ...], path: str, name: str, warmup: int, world: int
+    ) -> None:
+        self.fn, self.levels, self.path, self.name, self.warmup, self.world = fn, levels, path, name, warmup, world
+
+    def store(self, rank: int) -> Path:
+        path = Path(self.path)
+        return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+    def __call__(self, rank: int, *args: Any) -> Any:
+        job = {"distributed": {"rank": rank, "world_size": self.world}} if self.world > 1 else {}
+        with Profile(self.levels, self.store(rank), self.name, warmup=self.warmup, config=job):
+            return self.fn(rank, *args)
+
+
+def for_ranks(fn: Callable[..., Any], nprocs: int, start_method: str) -> RankProfile | None:
+    """``fn`` profiled in each of the ``nprocs`` processes that ``torch.multiprocessing`` starts with it (each
+    run's ``config.distributed`` says which of them, as under torchrun), where the profile in
+    progress writes a store of its own (``xstack run``, ``xstack.profile``; not the passes of ``xstack.measure``
+    or ``xstack profile``, which run the program again) and records a level such a process can; None otherwise,
+    and for a forked process, which inherits this one's profile as it stands."""
+    current = _current
+    if current is None or current._given_store is not None or start_method == "fork":
+        return None
+    levels = tuple(lv for lv in current.levels if lv not in _NOT_IN_RANKS)
+    if not levels:
+        return None
+    return RankProfile(fn, levels, str(current.path), current.name, current.warmup, nprocs)
+
 
 class PassComplete(BaseException):
     """Raised by ``xstack.step()`` once the profile in progress has recorded all its ``steps``: ends a program

@@ -546,3 +546,49 @@ def test_a_rank_s_store_is_named_after_its_rank(monkeypatch: pytest.MonkeyPatch)
     assert rank_path(Path("p-{rank}.duckdb"), program) == Path("p-3.duckdb")
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert rank_path(Path("out/p.duckdb"), program) == Path("out/p.duckdb")
+
+
+SPAWNED = """
+import sys, torch, torch.multiprocessing as mp, xstack
+from torch import nn
+
+def train(rank, tag):
+    torch.manual_seed(rank)
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(4):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        xstack.step()
+    with open(f"{tag}-{rank}.txt", "w") as out:
+        out.write(repr(float(sum(p.sum() for p in model.parameters()))))
+
+if __name__ == "__main__":
+    mp.spawn(train, args=(sys.argv[1],), nprocs=2)
+"""
+
+
+def test_processes_a_program_spawns_are_each_profiled_into_a_store_of_their_own(tmp_path: Path) -> None:
+    """The DDP tutorial's mp.spawn(train, nprocs=N): the training runs in the processes it starts, and the run
+    held one model span, the summary saying that the program made no nn.Module call."""
+    (tmp_path / "spawned.py").write_text(textwrap.dedent(SPAWNED))
+    plain = subprocess.run([sys.executable, "spawned.py", "plain"], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=120)  # fmt: skip
+    done = _run(tmp_path, "run", "--levels", "model,layer,io", "-o", "p.duckdb", "--", "python", "spawned.py", "prof")
+    assert plain.returncode == 0 and done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):  # the same results in each process
+        assert (tmp_path / f"prof-{rank}.txt").read_text() == (tmp_path / f"plain-{rank}.txt").read_text()
+        with Store.open(tmp_path / f"p.rank{rank}.duckdb") as store:
+            (config,) = store.query("SELECT config FROM runs")[0]
+            layers = store.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
+            levels = store.query("SELECT DISTINCT level FROM spans ORDER BY 1")
+        assert orjson.loads(config)["distributed"] == {"rank": rank, "world_size": 2}
+        assert layers == 4 * 4 and levels == [("layer",), ("model",)]  # the io level is the spawning run's
+    with Store.open(tmp_path / "p.duckdb") as store:
+        [(count, detail)] = store.query("SELECT count, detail FROM health WHERE \"check\" = 'processes_profiled'")
+        paths = [p for (p,) in store.query("SELECT DISTINCT path FROM io_files")]
+    assert count == 2 and "2 processes running train (spawn)" in detail and "p.rank1.duckdb" in detail
+    assert any(p.endswith("prof-1.txt") for p in paths)  # their files are this run's I/O, their stores not
+    assert not [p for p in paths if ".rank" in p]
+    assert "rank 1 of 2" in _run(tmp_path, "summary", "p.rank1.duckdb").stdout

@@ -43,6 +43,7 @@ INFORMATIONAL = frozenset(
         "occasional_spans",
         "op_level_without_torch",
         "ops_outside_layers",
+        "processes_profiled",
         "param_iterations",
         "steps_from_optimizer",
         "syscalls_outside_region",

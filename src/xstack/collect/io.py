@@ -116,9 +116,12 @@ class IoCollector:
 
 def exclusions(store: Path) -> list[str]:
     """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files), the
-    sink's scratch files and the trace the op level writes as it ends."""
+    stores of the processes the program starts with ``torch.multiprocessing`` (``STORE.rankN.duckdb``:
+    ``profile.RankProfile``), the sink's scratch files and the trace the op level writes as it ends."""
     temp = Path(tempfile.gettempdir()).resolve()
-    return [str(store.resolve()), str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
+    store = store.resolve()
+    ranks = store.with_name(f"{store.stem}.rank")
+    return [str(store), str(ranks), str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
 
 
 def run_preloaded(child: list[str], store: Path) -> int:

@@ -17,13 +17,14 @@ import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from xstack.collect import _module_hooks
 from xstack.collect._after_import import OnImport
 from xstack.collect._dataloaders import DataLoaders
 from xstack.collect._recorder import OpenSpan, Recorder
 from xstack.collect._roots import RootWatcher
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -83,7 +84,7 @@ class ModelCollector:
         self._loaders = DataLoaders()
         self._config: dict[str, Any] | None = None
         self._on_torch: OnImport | None = None
-        self._started: list[tuple[str, int, str]] = []  # (function, processes, start method) per call
+        self._started: list[_Started] = []
         self._unpatch: list[Callable[[], None]] = []
 
     def unavailable_reason(self) -> str | None:
@@ -133,15 +134,22 @@ class ModelCollector:
 
         @functools.wraps(original)
         def start_processes(*args: Any, **kwargs: Any) -> Any:
+            from xstack.profile import for_ranks
+
             try:
                 bound = inspect.signature(original).bind(*args, **kwargs)
                 bound.apply_defaults()
-                fn = bound.arguments.get("fn")
-                name = getattr(fn, "__qualname__", None) or type(fn).__name__
-                started.append((name, int(bound.arguments.get("nprocs", 1)), str(bound.arguments.get("start_method"))))
-            except (TypeError, ValueError):  # the call fails as the program made it, below
-                pass
-            return original(*args, **kwargs)
+                fn, method = bound.arguments["fn"], str(bound.arguments["start_method"])
+                nprocs = int(bound.arguments["nprocs"])
+            except (TypeError, ValueError, KeyError):  # the call fails as the program made it
+                return original(*args, **kwargs)
+            ranks = for_ranks(fn, nprocs, method)
+            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+            started.append(_Started(name, nprocs, method, ranks))
+            if ranks is None:
+                return original(*args, **kwargs)
+            bound.arguments["fn"] = ranks
+            return original(*bound.args, **bound.kwargs)
 
         module.start_processes = start_processes  # spawn() calls it by this name
         if package is not None and getattr(package, "start_processes", None) is original:
@@ -174,8 +182,10 @@ class ModelCollector:
         if failed := _module_hooks.failures(self):
             health.append(("model_hook_failed", failed[0], f"model calls whose span could not be recorded (the "
                            f"first: {failed[1]}); the program ran on"))  # fmt: skip
-        if self._started:
-            health.append(("processes_not_profiled", sum(n for _, n, _ in self._started), _started_text(self._started)))
+        if lost := [s for s in self._started if s.ranks is None]:
+            health.append(("processes_not_profiled", sum(s.nprocs for s in lost), _lost_text(lost)))
+        if profiled := [s for s in self._started if s.ranks is not None]:
+            health.append(("processes_profiled", sum(s.nprocs for s in profiled), _profiled_text(profiled)))
         if self._on_torch is not None and self._on_torch.error is not None:  # what was not hooked
             why = f"hooking them when the program imported torch failed ({self._on_torch.error})"
             health.append(("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits "
@@ -293,12 +303,43 @@ def _restore(module: Any, package: Any, original: Any, patched: Any) -> None:
         package.start_processes = original
 
 
-def _started_text(started: list[tuple[str, int, str]]) -> str:
+class _Started(NamedTuple):
+    """A call of ``torch.multiprocessing.start_processes``: the function its processes run, how many, how they
+    were started, and where each is profiled (``profile.RankProfile``; None: not profiled)."""
+
+    fn: str
+    nprocs: int
+    method: str
+    ranks: Any
+
+
+def _what(started: list[_Started]) -> str:
+    return "; ".join(f"{counted(s.nprocs, 'process', 'processes')} running {s.fn} ({s.method})" for s in started)
+
+
+def _lost_text(started: list[_Started]) -> str:
     """The health row ``processes_not_profiled``: what the program started and how to profile it."""
-    calls = "; ".join(f"{n} process{'' if n == 1 else 'es'} running {fn} ({method})" for fn, n, method in started)
+    forked = (
+        " (a forked process inherits this one's profile as it stands)"
+        if any(s.method == "fork" for s in started)
+        else ""
+    )
     return (
-        f"the program started processes with torch.multiprocessing (spawn, start_processes): {calls}. What they "
-        "ran is not profiled, only this process. Profile each from the function it runs (with xstack.profile("
-        "path=f'prof-{rank}.duckdb'): around its loop), or start one process per rank with torchrun: torchrun "
-        "--nproc-per-node N -m xstack run -o prof-{rank}.duckdb -- train.py"
+        f"the program started processes with torch.multiprocessing (spawn, start_processes): {_what(started)}. "
+        f"What they ran is not profiled, only this process{forked}. Profile each from the function it runs (with "
+        "xstack.profile(path=f'prof-{rank}.duckdb'): around its loop), start them with start_method='spawn' under "
+        "xstack run, or start one process per rank with torchrun: torchrun --nproc-per-node N -m xstack run -o "
+        "prof-{rank}.duckdb -- train.py"
+    )
+
+
+def _profiled_text(started: list[_Started]) -> str:
+    """The health row ``processes_profiled``: where the processes the program started are profiled."""
+    first = started[0]
+    stores = ", ".join(str(first.ranks.store(i)) for i in range(min(first.nprocs, 2)))
+    more = ", ..." if first.nprocs > 2 else ""
+    return (
+        f"the program started processes with torch.multiprocessing: {_what(started)}; each is profiled into a "
+        f"store of its own, at the levels {','.join(first.ranks.levels)}: {stores}{more} (xstack summary STORE; "
+        "this run's io and system levels cover them too)"
     )

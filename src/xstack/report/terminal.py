@@ -155,7 +155,9 @@ def none_line(s: RunSummary, level: str) -> str:
             what = "see health"
         else:
             what = f"the program made no {'nn.Module' if level == 'layer' else 'operator'} call"
-            if "processes_not_profiled" in checks:
+            if "processes_profiled" in checks:
+                what += " in this process; the processes it started are profiled into stores of their own: see health"
+            elif "processes_not_profiled" in checks:
                 what += " in this process; the processes it started are not profiled: see health"
         return f"{LEVEL_TITLES[level]}: none in this run (the {level} level was on: {what})"
     if not held or s.counted_in is None:
