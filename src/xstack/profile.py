@@ -523,11 +523,12 @@ class RankProfile:
 def for_ranks(fn: Callable[..., Any], nprocs: int, start_method: str) -> RankProfile | None:
     """``fn`` profiled in each of the ``nprocs`` processes that ``torch.multiprocessing`` starts with it (each
     run's ``config.distributed`` says which of them, as under torchrun), where the profile in
-    progress writes a store of its own (``xstack run``, ``xstack.profile``; not the passes of ``xstack.measure``
-    or ``xstack profile``, which run the program again) and records a level such a process can; None otherwise,
-    and for a forked process, which inherits this one's profile as it stands."""
+    progress writes a store of its own for as long as the program runs (``xstack run``, ``xstack.profile``; not
+    the passes of ``xstack.measure`` or ``xstack profile``, which run the program again, nor ``xstack run
+    --iters``, which stops it after iterations this process would count) and records a level such a process
+    can; None otherwise, and for a forked process, which inherits this one's profile as it stands."""
     current = _current
-    if current is None or current._given_store is not None or start_method == "fork":
+    if current is None or current._given_store is not None or current.steps is not None or start_method == "fork":
         return None
     levels = tuple(lv for lv in current.levels if lv not in _NOT_IN_RANKS)
     if not levels:

@@ -325,10 +325,16 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         print(f"xstack: {counted(prof.completed, 'iteration')} recorded{by}; the program was stopped there",
               file=sys.stderr)  # fmt: skip
     if prof.shortfall is not None:  # said even by a quiet pass: its measurement is not what was asked
+        from xstack.collect.model import unprofiled_processes
+
         advice = (
-            "end each iteration with xstack.step(): the program called it nowhere, and no optimizer stepped twice"
-            if prof.completed == 0
-            else "lower --warmup or --iters, or let the program run longer"
+            "lower --warmup or --iters, or let the program run longer"
+            if prof.completed
+            else f"its iterations ran in the {counted(started, 'process', 'processes')} it started with "
+            "torch.multiprocessing, which this does not follow: profile them with xstack run, without --iters, "
+            "one store each"
+            if (started := unprofiled_processes())
+            else "end each iteration with xstack.step(): the program called it nowhere, and no optimizer stepped twice"
         )
         print(f"xstack: warning: {prof.shortfall} ({advice})", file=sys.stderr)  # fmt: skip
     return code

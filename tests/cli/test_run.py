@@ -592,3 +592,18 @@ def test_processes_a_program_spawns_are_each_profiled_into_a_store_of_their_own(
     assert any(p.endswith("prof-1.txt") for p in paths)  # their files are this run's I/O, their stores not
     assert not [p for p in paths if ".rank" in p]
     assert "rank 1 of 2" in _run(tmp_path, "summary", "p.rank1.duckdb").stdout
+
+
+def test_a_run_that_stops_after_iterations_says_the_spawned_processes_ran_them(tmp_path: Path) -> None:
+    """``--iters`` (as each pass of xstack profile) stops the program after iterations of this process, which
+    spawned ones do not end: they are not profiled, and the warning said to call xstack.step(), which they do."""
+    (tmp_path / "spawned.py").write_text(textwrap.dedent(SPAWNED))
+    done = _run(tmp_path, "run", "--iters", "2", "--levels", "model", "-o", "q.duckdb", "--", "python", "spawned.py",
+                "iters")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("(its iterations ran in the 2 processes it started with torch.multiprocessing, which this does not "
+            "follow: profile them with xstack run, without --iters, one store each)") in done.stderr  # fmt: skip
+    assert not list(tmp_path.glob("q.rank*")) and (tmp_path / "iters-1.txt").exists()
+    with Store.open(tmp_path / "q.duckdb") as store:
+        [(count, detail)] = store.query("SELECT count, detail FROM health WHERE \"check\" = 'processes_not_profiled'")
+    assert count == 2 and "under xstack run (without --iters)" in detail

@@ -33,6 +33,16 @@ _KIND = A.MODEL_KIND
 _active: Recorder | None = None
 """The recorder of the profile in progress, if any: ``span`` records nothing without one."""
 
+_unprofiled = 0
+"""How many processes the program started with ``torch.multiprocessing`` that no profile follows, in the last
+profile with the model level (``unprofiled_processes``)."""
+
+
+def unprofiled_processes() -> int:
+    """How many processes the program started with ``torch.multiprocessing`` and no profile follows, in the
+    profile in progress or the last one (where its iterations went, when it recorded none)."""
+    return _unprofiled
+
 
 class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: xstack.span("load")
     """Mark a pipeline stage: ``with xstack.span("load"):`` or ``@xstack.span("load")``.
@@ -96,7 +106,9 @@ class ModelCollector:
 
     def start(self, recorder: Recorder) -> None:
         global _active
+        global _unprofiled
         self._recorder = _active = recorder
+        _unprofiled = 0
         # PyTorch is hooked where the program uses it: importing it here would cost a program that does not
         # seconds and thousands of file reads, which the io and system levels would record as the program's
         self._on_torch = OnImport("torch", self._start_torch)
@@ -147,6 +159,8 @@ class ModelCollector:
             name = getattr(fn, "__qualname__", None) or type(fn).__name__
             started.append(_Started(name, nprocs, method, ranks))
             if ranks is None:
+                global _unprofiled
+                _unprofiled += nprocs
                 return original(*args, **kwargs)
             bound.arguments["fn"] = ranks
             return original(*bound.args, **bound.kwargs)
@@ -328,8 +342,8 @@ def _lost_text(started: list[_Started]) -> str:
         f"the program started processes with torch.multiprocessing (spawn, start_processes): {_what(started)}. "
         f"What they ran is not profiled, only this process{forked}. Profile each from the function it runs (with "
         "xstack.profile(path=f'prof-{rank}.duckdb'): around its loop), start them with start_method='spawn' under "
-        "xstack run, or start one process per rank with torchrun: torchrun --nproc-per-node N -m xstack run -o "
-        "prof-{rank}.duckdb -- train.py"
+        "xstack run (without --iters), or start one process per rank with torchrun: torchrun --nproc-per-node N -m "
+        "xstack run -o prof-{rank}.duckdb -- train.py"
     )
 
 
