@@ -373,11 +373,14 @@ def test_activation_checkpointing_recomputes_layers_in_the_backward(tmp_path: Pa
     stages = [s["name"] for s in spans if s["level"] == "model" and s["attrs"].get("model.kind") == "forward"]
     assert stages == ["_Checkpointed"] * 3  # the recomputations are no forward of the model
     # the summary counts those of the measured steps (the first step is the warm-up) and says so under its layers
+    from xstack.analyze._diff_read import read_side
     from xstack.analyze.summary import summarize
     from xstack.report.terminal import top_caption
 
     with prof.open() as store:
         summary = summarize(store)
+        layers = read_side(store, 1).layers  # xstack diff's: a recomputation is a call of its own, typed so
+    assert (layers[("blocks.0", 0)].info, layers[("blocks.0", 1)].info) == ("Sequential", "Sequential (recomputed)")
     measured = [s for s in top if by_id[s["parent_id"]]["name"] != "step#0"]
     assert summary.recomputed == (4, sum(s["dur_ns"] for s in measured))
     caption = top_caption(summary, "layer")

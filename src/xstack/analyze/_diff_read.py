@@ -247,7 +247,9 @@ def read_side(store: Store, run_id: int) -> Side:
                 SELECT *, coalesce(attrs->>'$."{A.LAYER_PATH}"', name) AS path
                 FROM ({_spans_in_steps("layer", ctx)})
             )
-            SELECT span_id, step_id, dur_ns, p5_ns, n, self_ns, path, attrs->>'$."{A.LAYER_TYPE}"' AS type,
+            SELECT span_id, step_id, dur_ns, p5_ns, n, self_ns, path,
+                attrs->>'$."{A.LAYER_TYPE}"' || CASE WHEN (attrs->>'$."{A.LAYER_RECOMPUTED}"')::BOOLEAN
+                                                    THEN ' (recomputed)' ELSE '' END AS type,
                 coalesce(TRY_CAST(attrs->>'$."{A.LAYER_CALL_INDEX}"' AS BIGINT),
                          row_number() OVER (PARTITION BY step_id, path ORDER BY start_ns, span_id) - 1) AS call
             FROM l""",
