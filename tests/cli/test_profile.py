@@ -44,8 +44,24 @@ sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
 """
 
 
+PLAIN = """
+import sys, xstack
+from pathlib import Path
+runs = Path(sys.argv[2])
+runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
+for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1000):
+    sum(range(5000))
+    print("iteration", i)
+    xstack.step()
+sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
+"""
+"""``PROGRAM``'s loop without PyTorch (``plain.py``), for the tests of the model level alone: a process that does
+not import torch starts seconds sooner."""
+
+
 def _write(tmp: Path) -> None:
     (tmp / "train.py").write_text(textwrap.dedent(PROGRAM))
+    (tmp / "plain.py").write_text(textwrap.dedent(PLAIN))
 
 
 def _profile(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -137,7 +153,7 @@ def test_a_pass_that_crashes_ends_the_measurement_keeps_what_ran_and_passes_the_
 
 
 def test_a_program_that_exits_early_with_a_code_passes_it_on(tmp_path: Path) -> None:
-    done = _profile(tmp_path, "--warmup", "0", "--iters", "2000", "--pass", "model", "--", "python", "train.py",
+    done = _profile(tmp_path, "--warmup", "0", "--iters", "2000", "--pass", "model", "--", "python", "plain.py",
                     "3", "starts.txt", "20")  # fmt: skip
     assert done.returncode == 3
     assert [r[0] for r in _runs(tmp_path / "p.duckdb")] == ["model"]  # cut short: nothing to merge
@@ -233,7 +249,7 @@ def test_run_with_iters_is_one_pass_that_stops_the_program_after_them(tmp_path: 
 
 
 def test_an_existing_store_is_refused_before_any_pass_runs_unless_forced_or_appended_to(tmp_path: Path) -> None:
-    argv = ["--pass", "model", "--warmup", "0", "--iters", "2", "--", "python", "train.py", "0", "starts.txt"]
+    argv = ["--pass", "model", "--warmup", "0", "--iters", "2", "--", "python", "plain.py", "0", "starts.txt"]
     assert _profile(tmp_path, *argv).returncode == 0
     refused = _profile(tmp_path, *argv)
     assert refused.returncode == 1 and (tmp_path / "starts.txt").read_text().count("run") == 1  # no pass ran
@@ -268,7 +284,7 @@ def test_a_loop_shorter_than_the_iterations_asked_is_said_and_recorded_in_health
 
 
 def test_a_loop_that_ends_within_the_warm_up_measures_nothing_and_says_so(tmp_path: Path) -> None:
-    done = _profile(tmp_path, "--pass", "model", "--warmup", "3", "--iters", "2", "--", "python", "train.py", "0",
+    done = _profile(tmp_path, "--pass", "model", "--warmup", "3", "--iters", "2", "--", "python", "plain.py", "0",
                     "starts.txt", "2")  # fmt: skip
     assert done.returncode == 1
     assert ("pass model: the program's loop ended after 2 iterations, fewer than the 5 asked (3 warm-up + 2 "
