@@ -105,8 +105,7 @@ class ModelCollector:
         self._config = config
 
     def start(self, recorder: Recorder) -> None:
-        global _active
-        global _unprofiled
+        global _active, _unprofiled
         self._recorder = _active = recorder
         _unprofiled = 0
         # PyTorch is hooked where the program uses it: importing it here would cost a program that does not
