@@ -25,7 +25,7 @@ from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
 from xstack.trace.sink import Sink
-from xstack.trace.store import RunInfo, Store
+from xstack.trace.store import RunInfo, Store, final_path
 
 DEFAULT_LEVELS = ("model", "layer")
 DEFAULT_WARMUP = 1
@@ -533,7 +533,8 @@ def for_ranks(fn: Callable[..., Any], nprocs: int, start_method: str) -> RankPro
     levels = tuple(lv for lv in current.levels if lv not in _NOT_IN_RANKS)
     if not levels:
         return None
-    return RankProfile(fn, levels, str(current.path), current.name, current.warmup, nprocs)
+    # beside the store the run ends up in (``xstack run --append`` writes a scratch store first)
+    return RankProfile(fn, levels, str(final_path(current.path)), current.name, current.warmup, nprocs)
 
 
 class PassComplete(BaseException):

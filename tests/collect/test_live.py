@@ -438,3 +438,17 @@ def test_processes_started_with_torch_multiprocessing_are_said_not_profiled(tmp_
         line = none_line(summarize(store), "layer")
     assert count == 2 and "2 processes running abs (fork)" in detail and "torchrun" in detail
     assert line.endswith("no nn.Module call in this process; the processes it started are not profiled: see health)")
+
+
+def test_spawned_processes_write_beside_the_store_a_scratch_store_is_appended_to(tmp_path: Path) -> None:
+    """``xstack run --append`` records into ``STORE.append`` first: the stores of the processes it spawns were
+    named ``p.duckdb.rank1.append``, and the io level did not leave them out of the program's I/O."""
+    from xstack.collect.io import exclusions
+    from xstack.profile import for_ranks
+
+    with xstack.profile("model,layer,io", tmp_path / "p.duckdb.append"):
+        ranks = for_ranks(abs, 2, "spawn")
+        forked = for_ranks(abs, 2, "fork")
+    assert ranks is not None and forked is None
+    assert (ranks.store(1), ranks.levels, ranks.world) == (tmp_path / "p.rank1.duckdb", ("model", "layer"), 2)
+    assert str((tmp_path / "p.rank").resolve()) in exclusions(tmp_path / "p.duckdb.append")

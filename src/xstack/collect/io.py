@@ -39,7 +39,7 @@ from xstack.errors import XstackError
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.sink import SCRATCH_PREFIX, Sink
-from xstack.trace.store import Store
+from xstack.trace.store import Store, final_path
 
 CHILD_ENV = "XSTACK_IO_CHILD"
 """Set in a program started preloaded by ``xstack run``: the parent reads the records once it has ended."""
@@ -119,8 +119,8 @@ def exclusions(store: Path) -> list[str]:
     stores of the processes the program starts with ``torch.multiprocessing`` (``STORE.rankN.duckdb``:
     ``profile.RankProfile``), the sink's scratch files and the trace the op level writes as it ends."""
     temp = Path(tempfile.gettempdir()).resolve()
-    store = store.resolve()
-    ranks = store.with_name(f"{store.stem}.rank")
+    store, final = store.resolve(), final_path(store).resolve()  # a scratch store appended to the final one
+    ranks = final.with_name(f"{final.stem}.rank")
     return [str(store), str(ranks), str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
 
 

@@ -318,7 +318,17 @@ def scratch_path(path: str | os.PathLike[str]) -> Path:
     """Where runs to be appended to the store ``path`` are written first (beside it): they are copied into it
     in one transaction once complete, so that the store gets all of them or none."""
     final = Path(path)
-    return final.with_name(final.name + ".append")
+    return final.with_name(final.name + _SCRATCH_SUFFIX)
+
+
+_SCRATCH_SUFFIX = ".append"
+
+
+def final_path(path: str | os.PathLike[str]) -> Path:
+    """The store that ``path`` is written for: the store a scratch store (``scratch_path``) is appended to, else
+    ``path`` itself."""
+    p = Path(path)
+    return p.with_name(p.name.removesuffix(_SCRATCH_SUFFIX)) if p.name.endswith(_SCRATCH_SUFFIX) else p
 
 
 def append_store(path: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> list[int]:
