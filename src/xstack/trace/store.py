@@ -314,6 +314,9 @@ def check_new(path: str | os.PathLike[str], *, overwrite: bool = False, can_appe
         _check_replaceable(final)
 
 
+_SCRATCH_SUFFIX = ".append"
+
+
 def scratch_path(path: str | os.PathLike[str]) -> Path:
     """Where runs to be appended to the store ``path`` are written first (beside it): they are copied into it
     in one transaction once complete, so that the store gets all of them or none."""
@@ -321,14 +324,11 @@ def scratch_path(path: str | os.PathLike[str]) -> Path:
     return final.with_name(final.name + _SCRATCH_SUFFIX)
 
 
-_SCRATCH_SUFFIX = ".append"
-
-
 def final_path(path: str | os.PathLike[str]) -> Path:
     """The store that ``path`` is written for: the store a scratch store (``scratch_path``) is appended to, else
     ``path`` itself."""
     p = Path(path)
-    return p.with_name(p.name.removesuffix(_SCRATCH_SUFFIX)) if p.name.endswith(_SCRATCH_SUFFIX) else p
+    return p.with_name(p.name.removesuffix(_SCRATCH_SUFFIX))
 
 
 def append_store(path: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> list[int]:
