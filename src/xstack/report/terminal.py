@@ -188,8 +188,8 @@ def top_caption(s: RunSummary, level: str) -> str | None:
     if level == "layer" and s.recomputed:
         calls, total = s.recomputed
         parts.append(
-            f"{calls:,} call{'' if calls == 1 else 's'} ({format_ns(total)}) recomputed in the backward (activation "
-            "checkpointing), counted with the forward calls of the same layers"
+            f"{counted(calls, 'call')} ({format_ns(total)}) recomputed in the backward (activation checkpointing), "
+            "counted with the forward calls of the same layers"
         )
     if s.outside_steps_ns and s.iterations:
         steps, them = _steps_named(s, counted=True)
