@@ -208,15 +208,22 @@ def test_cpu_time_covers_a_known_burn(run: Run) -> None:
     start = max(t for t, _ in cpu if t <= run.marks["burn0"])
     end = min(t for t, _ in cpu if t >= run.marks["burn1"])
     edges = (run.marks["burn0"] - start) + (end - run.marks["burn1"])
-    assert used <= run.burned_ns + edges + 50e6, (used, run.burned_ns, edges)
+    # and the sampler's own CPU, a thread of this process: with the Python one about 1 ms a sample, which adds
+    # up where a stalled machine stretches the burn (0.3 s of CPU over 2.9 s once on CI: 290 samples)
+    cfg = run.config[A.CONFIG_SYSTEM]
+    sampler_ns = cfg["sampler_cpu_ns"] / cfg["samples"] * sum(1 for t, _ in cpu if start <= t <= end)
+    assert used <= run.burned_ns + edges + sampler_ns + 50e6, (used, run.burned_ns, edges, sampler_ns)
 
 
 def test_rss_follows_a_known_allocation(run: Run) -> None:
     rss = run.series(A.PROC_RSS_BYTES, run.pid)
+    # the sample closest to the moment the workload read its VmRSS, while the blob was alive (about 24 samples;
+    # none where the machine stalled the whole sampler for those 0.24 s, as a CI VM once did for seconds)
+    alive = [(abs(t - run.marks["rss"]), v) for t, v in rss if run.marks["alloc0"] < t < run.marks["alloc1"]]
+    if not alive:
+        pytest.skip("no sample while the allocation was alive: the machine stalled the sampler")
     rise = _before(rss, run.marks["alloc1"]) - _before(rss, run.marks["alloc0"])
     assert abs(rise - BLOB_BYTES) <= 24 << 20, rise
-    # the sample closest to the moment the workload read its VmRSS, while the blob was alive
-    alive = [(abs(t - run.marks["rss"]), v) for t, v in rss if run.marks["alloc0"] < t < run.marks["alloc1"]]
     assert abs(min(alive)[1] - run.vm_rss) <= 16 << 20
 
 
@@ -287,16 +294,17 @@ def _profile_sleeping(path: Path, seconds: float) -> Run:
 def test_the_interval_is_configurable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_ms: float, low: int, backend: str
 ) -> None:
-    """Half a second asleep: at least ``low`` samples, and no more than one per interval of the whole profile,
-    its start and end included (which take a tenth of a second or more on a loaded machine)."""
+    """Half a second asleep: at least ``low`` samples due (taken or, on a busy machine, late), and no more
+    than one per interval of the whole profile, its start and end included (which take a tenth of a second or
+    more on a loaded machine)."""
     monkeypatch.setenv(system.INTERVAL_ENV, str(interval_ms))
     began = time.monotonic()
     run = _profile_sleeping(tmp_path / "p.duckdb", 0.5)
     high = (time.monotonic() - began) * 1000 / interval_ms + 2
     cfg = run.config[A.CONFIG_SYSTEM]
     assert cfg["interval_ms"] == interval_ms and cfg["sampler"] == backend
-    assert low <= cfg["samples"] <= high, (cfg, high)
-    assert low <= len(run.series(A.PROC_CPU_USER_NS, os.getpid())) <= high
+    assert low <= cfg["samples"] + cfg["late_samples"] and cfg["samples"] <= high, (cfg, high)
+    assert len(run.series(A.PROC_CPU_USER_NS, os.getpid())) == cfg["samples"]
 
 
 def test_a_bad_interval_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -311,7 +319,8 @@ def test_a_full_buffer_halves_the_samples_and_keeps_the_whole_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     monkeypatch.setenv(system.INTERVAL_ENV, "1")
-    monkeypatch.setattr(_system_sampler, "BUFFER_CAP_BYTES", 8 * _system_sampler.PROC_STRIDE * 40)
+    # room for 16 samples: two halvings take some 24 of the 400 due, however busy the machine
+    monkeypatch.setattr(_system_sampler, "BUFFER_CAP_BYTES", 8 * _system_sampler.PROC_STRIDE * 16)
     with xstack.profile(levels=["model", "system"], path=tmp_path / "p.duckdb"):
         start = time.time_ns()
         time.sleep(0.4)
@@ -392,26 +401,34 @@ def test_a_sampler_choice_that_is_not_one_is_a_usage_error(monkeypatch: pytest.M
         _system_sampler.Sampler(10_000_000)
 
 
+def _hold_the_lock(seconds: float) -> None:
+    """About ``seconds`` inside one C call (``sum`` over a range) that never lets the interpreter lock go, not
+    even when another thread asks for it."""
+    n = 200_000
+    began = time.perf_counter()
+    sum(range(n))
+    sum(range(int(n * seconds / max(time.perf_counter() - began, 1e-6))))
+
+
 @pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))
 def test_the_c_sampler_never_takes_the_interpreter_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the C sampler the only Python thread the system level starts opens NVML and, with no GPU, ends:
-    a program that holds the interpreter lock throughout still gets every sample on time."""
+    samples go on while the program holds the interpreter lock in one long C call."""
     monkeypatch.setenv(system.INTERVAL_ENV, "5")
     monkeypatch.setenv(_system_native.BACKEND_ENV, "native")
     with xstack.profile(levels=["model", "system"], path=tmp_path / "p.duckdb"):
-        end = time.monotonic() + 0.4
-        while time.monotonic() < end:  # pure Python: lets the lock go only when another thread asks
-            pass
+        start = time.time_ns()
+        _hold_the_lock(0.4)
+        end = time.time_ns()
         python_threads = [t.name for t in threading.enumerate() if t.name == "xstack-system-sampler"]
     run = _load(tmp_path / "p.duckdb")
-    cfg = run.config[A.CONFIG_SYSTEM]
-    if cfg["gpus"]:
+    if run.config[A.CONFIG_SYSTEM]["gpus"]:
         pytest.skip("GPUs here: a Python thread samples them")
     assert python_threads == []
-    # a sampler that needed the lock would wait up to the 5 ms switch interval for it and skip about every other
-    # tick (some 40 samples, half of them late); other load on the machine makes about one in ten late (8 of 75
-    # with three busy processes on two cores)
-    assert cfg["samples"] >= 60 and cfg["late_samples"] <= 0.25 * cfg["samples"], cfg
+    # a sampler that needed the lock would take none while it is held (the Python one takes one at most, when
+    # the call ends); a busy machine makes some late (29 of 89 with three busy processes on two cores)
+    during = [ts for ts, _ in run.series(A.PROC_CPU_USER_NS, os.getpid()) if start < ts < end]
+    assert len(during) >= 0.25 * (end - start) / 5e6, (len(during), (end - start) / 1e6)
 
 
 @pytest.mark.skipif(NATIVE_MISSING is not None, reason=str(NATIVE_MISSING))

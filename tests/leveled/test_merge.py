@@ -211,6 +211,8 @@ def test_merged_spans_nest_in_one_iteration_where_their_timings_allow(tmp_path: 
     assert counts["model"] == 2  # the step and the forward
     assert overlapping[0][0] == 0 and outside[0][0] == 0
     # the root layer carries its sub-layers' hooks, which the model pass's forward span does not
+    # pass_unsteady says the machine slowed some steps of a pass (a busy machine): timing noise, not structure
+    health.pop("pass_unsteady", None)
     assert overflowing[0][0] >= 1 and health == {"children_longer_than_parent": overflowing[0][0]}
 
 
@@ -451,7 +453,7 @@ def test_work_no_span_marks_is_costed_by_how_much_longer_its_iterations_take(tmp
         model(x)
         if calls % 3 == 0:
             torch.save(model.state_dict(), tmp_path / "ckpt.pt")
-            time.sleep(0.004)
+            time.sleep(0.02)  # long against the 2 ms a busy machine may add to the other iterations' median
 
     path = xstack.measure(step, passes=PASSES, warmup=2, iters=6, path=tmp_path / "m.duckdb", progress=False)
     with xstack.open_store(path) as store:
@@ -465,7 +467,7 @@ def test_work_no_span_marks_is_costed_by_how_much_longer_its_iterations_take(tmp
         6,
     )
     assert [o["name"] for o in work["spans"]] == ["aten::detach"]
-    assert work["spans_ns"] < 100_000 and work["longer_ns"] > 4_000_000 and work["longer_beyond_noise"]
+    assert work["spans_ns"] < 100_000 and work["longer_ns"] > 16_000_000 and work["longer_beyond_noise"]
     assert work["per_iteration_ns"] == round(work["longer_ns"] * 2 / 6)  # the sleep and the save, not the ops
 
 

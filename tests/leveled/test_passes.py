@@ -164,5 +164,13 @@ def test_a_pass_slowed_by_the_machine_is_said_to_be_unsteady_in_the_merged_healt
     with xstack.open_store(path) as store:
         rows = store.query("SELECT count, detail FROM health WHERE \"check\" = 'pass_unsteady' AND run_id = 3")
         (config,) = store.query("SELECT config FROM runs WHERE run_id = 3")[0]
+        # the model pass's measured steps (its 2 ms sleeps): the quiet reference the test needs
+        median, p5 = store.query(
+            f"""SELECT median(dur_ns), quantile_cont(dur_ns, 0.05) FROM spans
+                WHERE run_id = 1 AND {STEP_SPAN} AND (attrs->>'$."model.step"')::INT >= 1"""
+        )[0]
+    if median > 2 * p5:
+        pytest.skip(f"the machine slowed the model pass too (median step {median / 1e6:.1f} ms, 5th percentile "
+                    f"{p5 / 1e6:.1f} ms): no quiet pass to compare the slowed one with")  # fmt: skip
     assert len(rows) == 1 and rows[0][0] == 1 and rows[0][1].startswith("pass model+layer's median step"), rows
     assert [o.get("unsteady", False) for o in orjson.loads(config)["overhead"]] == [False, True]  # xstack diff reads it
