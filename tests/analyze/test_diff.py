@@ -695,6 +695,35 @@ def test_a_run_without_steps_compares_its_wall_time_once_and_its_stages(tmp_path
     assert set(d.summary.facts["stages"]) == {"load"}
 
 
+def test_a_run_without_iterations_against_one_with_them_says_its_calls_are_the_whole_runs(tmp_path: Path) -> None:
+    """A run whose program never called step() holds every layer call of the run, numbered on: against a run with
+    iterations, all but its first calls read as removed, which the summary said nothing of."""
+    import torch
+
+    import xstack
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def run(path: Path, steps: bool) -> Path:
+        with xstack.profile("model,layer", path, warmup=0) as prof:
+            for _ in range(3):
+                net(torch.ones(2, 4))
+                if steps:
+                    prof.step()
+        return path
+
+    whole, stepped = run(tmp_path / "a.duckdb", False), run(tmp_path / "b.duckdb", True)
+    d = diff_profiles(whole, stepped)
+    removed = {(r["layer"], r["call"]) for r in d.result("diff.layers").to_records() if r["status"] == "removed"}
+    assert removed == {(p, c) for p in ("Sequential", "0", "1") for c in (1, 2)}
+    said = "A (run 1) has no iterations (no step span), so its layers and operators are every call of its whole run"
+    assert [lab for lab in d.summary.labels if lab.startswith(said)], d.summary.labels
+    assert any("the calls B made beyond an iteration's read as added" in lab
+               for lab in diff_profiles(stepped, whole).summary.labels)  # fmt: skip
+    for a, b in ((whole, whole), (stepped, stepped)):
+        assert not [lab for lab in diff_profiles(a, b).summary.labels if "has no iterations" in lab]
+
+
 def _staged_profile(path: Path, preprocess_s: float) -> Path:
     """A live profile of a program's stages: load once, then five iterations of preprocess and predict."""
     import time

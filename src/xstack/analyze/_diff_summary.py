@@ -43,7 +43,8 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         f"on their whole time. {RULE_NOTE}"
     )
     labels = (_cut_short_labels(a, b) + _uneven_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else [])
-              + _wall_labels(a, b) + _warmup_labels(a, b) + _occasional_labels(a, b))  # fmt: skip
+              + _wall_labels(a, b) + _scope_labels(a, b) + _warmup_labels(a, b)
+              + _occasional_labels(a, b))  # fmt: skip
     for n, side in (("a", a), ("b", b)):
         facts[f"occasional_{n}_ns"] = sum(w["per_iteration_ns"] for w in side.occasional) if side.merged else None
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
@@ -181,6 +182,22 @@ def _wall_labels(a: Side, b: Side) -> list[str]:
     if len(said) == 2 and said["A"] == said["B"]:  # two runs of one kind (two Nsight Compute CSVs): said once
         return [f"A and B: {said['A']}"]
     return [f"{n}: {text}" for n, text in said.items()]
+
+
+def _scope_labels(a: Side, b: Side) -> list[str]:
+    """Where one run has iterations and the other none: the one without holds every call of its whole run, the
+    other an iteration's (a merged run's one step, a live run's steps), which calls matched by their number do not
+    make alike."""
+    if bool(a.steps) == bool(b.steps):
+        return []
+    name, whole, other = ("A", a, "B") if not a.steps else ("B", b, "A")
+    verdict = "removed" if name == "A" else "added"
+    return [
+        f"{name} (run {whole.run_id}) has no iterations (no step span), so its layers and operators are every call "
+        f"of its whole run, and {other}'s those of one iteration: the calls {name} made beyond an iteration's read "
+        f"as {verdict}, its first ones compared with {other}'s; compare runs that both have iterations (xstack "
+        "profile, or xstack.step() at the end of each in the program)"
+    ]
 
 
 def _stage_rows(a: Side, b: Side, rule: Rule) -> list[tuple[Any, ...]]:
