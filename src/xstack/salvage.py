@@ -38,7 +38,7 @@ from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
 from xstack.trace.sink import CHECKPOINT_INTERVAL_S, CHUNKS_TABLE, Sink, chunk_table, insert_chunk, table_columns
-from xstack.trace.store import Store
+from xstack.trace.store import Store, final_path
 
 JOURNAL_SUFFIX = ".journal"
 HEADER = "run.json"
@@ -234,11 +234,10 @@ def after_child(store: Path, code: int, returncode: int, *, read_after: tuple[st
     (``subprocess``'s: -N for signal N) and exit ``code``: salvage what it left, if it left anything, and say
     so; say so too when it was killed before it wrote anything. Returns whether the store was completed here."""
     from xstack.collect._child import killed_by
-    from xstack.trace.store import scratch_path
 
     # --append records into a scratch store beside the one named: what the user is told about is that one
-    named = store.with_name(store.name.removesuffix(".append"))
-    appending_to = named if named != store and scratch_path(named) == store else None
+    named = final_path(store)
+    appending_to = named if named != store else None
 
     existed = store.exists()  # what the program completed itself, or (--force) the store it would replace
     if not left(store):
