@@ -89,3 +89,14 @@ def test_on_a_terminal_the_output_fits_it(stores: tuple[Path, Path]) -> None:
     for args in (("summary", bert), ("diff", bert, vit, "--top", "5")):
         text = on_a_terminal(100, *args)
         assert 80 < _widest(text) <= 100, args
+
+
+def test_in_a_pipe_no_line_ends_in_the_padding_of_its_table(stores: tuple[Path, Path]) -> None:
+    """rich pads every cell to its column's width: the run's key/value lines, a table's title and its last
+    column were printed with spaces to the widest line, which every grep, diff or mail of the output carried."""
+    bert, vit = map(str, stores)
+    for args in (("summary", bert), ("diff", bert, vit, "--top", "5"), ("summary", bert, "--top", "3")):
+        for env in ({}, {"COLUMNS": "80"}):
+            text = in_a_pipe(*args, **env)
+            padded = [line for line in text.splitlines() if line != line.rstrip()]
+            assert not padded and ("\n source " in text or args[0] == "diff"), (args, env, padded[:3])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import Any
 
@@ -51,10 +52,21 @@ def print_fitted(renderable: RenderableType, console: Console | None = None) -> 
     at the width it needs (up to ``PIPE_MAX_WIDTH``), where rich would otherwise squeeze every table into its
     80-column fallback. ``COLUMNS``, where set, is the width in both cases."""
     console = console or Console(highlight=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    if not os.environ.get("COLUMNS", "").isdigit():
         needed = Measurement.get(console, console.options.update_width(PIPE_MAX_WIDTH), renderable).maximum
         console.width = max(needed, 1)
-    console.print(renderable)
+    with console.capture() as captured:
+        console.print(renderable)
+    # rich pads every cell to its column's width: a line ends where its text does (for grep, diff, a mail);
+    # written as it is (no wrapping, markup or highlighting), and kept by a recording console
+    console.out(_PADDING.sub(r"\1", captured.get()), end="", highlight=False)
+
+
+_PADDING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+"""Spaces at the end of a line, before the style codes that may close it."""
 
 
 def _run_table(s: RunSummary) -> Table:
