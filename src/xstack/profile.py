@@ -25,7 +25,7 @@ from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.schema import LEVELS
 from xstack.trace.sink import Sink
-from xstack.trace.store import RunInfo, Store, final_path
+from xstack.trace.store import RunInfo, Store, append_store, final_path, scratch_path
 
 DEFAULT_LEVELS = ("model", "layer")
 DEFAULT_WARMUP = 1
@@ -65,8 +65,8 @@ class Profile:
         (``config.warmup_steps``); default: a measured pass's ``config.measure.warmup``, else 1, since the first
         iteration also pays for start-up (lazy initialisation, the first CUDA calls, DataLoader workers).
 
-        ``optimizer_steps``: with ``steps``, a program that never calls ``step()`` has its iterations ended by
-        an optimizer's ``step()`` (``_OptimizerSteps``), as ``xstack run --iters`` and ``xstack profile`` do."""
+        ``optimizer_steps``: a program that never calls ``step()`` has its iterations ended by an optimizer's
+        ``step()`` (``_OptimizerSteps``), as ``xstack run`` and ``xstack profile`` do."""
         if warmup is not None and warmup < 0:
             raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
         self.levels = parse_levels(levels)
@@ -102,7 +102,7 @@ class Profile:
         self._journal: Path | None = None
         self._marked = False
         """Whether the program ended an iteration itself (``step()``)."""
-        self._auto = _OptimizerSteps(self) if steps is not None and optimizer_steps else None
+        self._auto = _OptimizerSteps(self) if optimizer_steps else None
 
     def __enter__(self) -> Profile:
         collectors = [collect.load(level) for level in self.levels]
@@ -503,30 +503,60 @@ profile in progress already cover the whole process tree, and the metrics level 
 class RankProfile:
     """``fn`` of a process that the profiled program starts with ``torch.multiprocessing`` (one per rank: the
     DDP tutorial's ``mp.spawn(train, nprocs=N)``), profiled into a store of its own, ``STORE.rankI.duckdb`` beside
-    the profile's (``for_ranks``). Picklable, as such a process gets its function by pickle."""
+    the profile's (``for_ranks``). Picklable, as such a process gets its function by pickle.
+
+    ``optimizer_steps``: as the profile's (``Profile``): under ``xstack run``, a process whose function never
+    calls ``xstack.step()`` has an optimizer's steps end its iterations.
+
+    ``append``: add the process's run to its store where one is there (the profile appends to its own store, or
+    the program started processes before in this run) rather than replace it; the run is written to a scratch
+    store first and copied in once complete, as ``xstack run --append`` does."""
 
     def __init__(
-        self, fn: Callable[..., Any], levels: tuple[str, ...], path: str, name: str, warmup: int, world: int
+        self,
+        fn: Callable[..., Any],
+        levels: tuple[str, ...],
+        path: str,
+        name: str,
+        warmup: int,
+        world: int,
+        *,
+        append: bool = False,
+        optimizer_steps: bool = False,
     ) -> None:
         self.fn, self.levels, self.path, self.name, self.warmup, self.world = fn, levels, path, name, warmup, world
+        self.append, self.optimizer_steps = append, optimizer_steps
 
     def store(self, rank: int) -> Path:
         path = Path(self.path)
         return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
+    def stores(self) -> list[Path]:
+        return [self.store(rank) for rank in range(self.world)]
+
     def __call__(self, rank: int, *args: Any) -> Any:
         job = {"distributed": {"rank": rank, "world_size": self.world}} if self.world > 1 else {}
-        with Profile(self.levels, self.store(rank), self.name, warmup=self.warmup, config=job):
-            return self.fn(rank, *args)
+        store = self.store(rank)
+        written = scratch_path(store) if self.append and store.exists() else store
+        try:
+            with Profile(self.levels, written, self.name, warmup=self.warmup, config=job,
+                         optimizer_steps=self.optimizer_steps):  # fmt: skip
+                return self.fn(rank, *args)
+        finally:
+            if written != store and written.exists():
+                append_store(store, written)
 
 
-def for_ranks(fn: Callable[..., Any], nprocs: int, start_method: str) -> RankProfile | None:
+def for_ranks(fn: Callable[..., Any], nprocs: int, start_method: str, *, again: bool = False) -> RankProfile | None:
     """``fn`` profiled in each of the ``nprocs`` processes that ``torch.multiprocessing`` starts with it (each
     run's ``config.distributed`` says which of them, as under torchrun), where the profile in
     progress writes a store of its own for as long as the program runs (``xstack run``, ``xstack.profile``; not
     the passes of ``xstack.measure`` or ``xstack profile``, which run the program again, nor ``xstack run
     --iters``, which stops it after iterations this process would count) and records a level such a process
-    can; None otherwise, and for a forked process, which inherits this one's profile as it stands."""
+    can; None otherwise, and for a forked process, which inherits this one's profile as it stands.
+
+    Their runs are added to stores already there when the profile appends to its own (``xstack run --append``)
+    or ``again`` (the program started processes so before in this run); otherwise they replace them."""
     current = _current
     if current is None or current._given_store is not None or current.steps is not None or start_method == "fork":
         return None
@@ -534,7 +564,11 @@ def for_ranks(fn: Callable[..., Any], nprocs: int, start_method: str) -> RankPro
     if not levels:
         return None
     # beside the store the run ends up in (``xstack run --append`` writes a scratch store first)
-    return RankProfile(fn, levels, str(final_path(current.path)), current.name, current.warmup, nprocs)
+    final = final_path(current.path)
+    append = again or final != current.path
+    optimizer_steps = current._auto is not None  # xstack run's processes alike
+    return RankProfile(fn, levels, str(final), current.name, current.warmup, nprocs, append=append,
+                       optimizer_steps=optimizer_steps)  # fmt: skip
 
 
 class PassComplete(BaseException):

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import orjson
+
 from xstack import salvage
 from xstack.collect import _child
 from xstack.collect.io import CHILD_ENV as IO_CHILD_ENV
@@ -31,11 +33,12 @@ from xstack.collect.metrics import CLOCK_CONTROL_ENV, NCU_CHILD_ENV, REPLAY_ENV,
 from xstack.collect.syscalls import CHILD_ENV as SYSCALLS_CHILD_ENV
 from xstack.collect.syscalls import requested as syscalls_requested
 from xstack.collect.syscalls import run_traced
-from xstack.errors import UsageError
+from xstack.errors import StoreError, UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
 from xstack.profile import PassComplete, Profile, describe_failure, parse_levels, ranked
 from xstack.text import counted
+from xstack.trace import attrs as A
 from xstack.trace.store import Store, append_store, check_new, scratch_path
 
 
@@ -213,11 +216,14 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
     def publish() -> None:
         if measured is not None and measured.quiet or _wrapped_child():
             return  # the process that started this one speaks for it
-        if append and target.exists():
+        if not target.exists():
+            return
+        ranks = _rank_stores(target, shown)
+        if append:
             ids = append_store(store, target)
-            print(f"xstack: profile added to {shown} as run {', '.join(map(str, ids))}", file=sys.stderr)
-        elif target.exists():
-            print(f"xstack: profile written to {shown}", file=sys.stderr)
+            print(f"xstack: profile added to {shown} as run {', '.join(map(str, ids))}{ranks}", file=sys.stderr)
+        else:
+            print(f"xstack: profile written to {shown}{ranks}", file=sys.stderr)
 
     if _in_process(parsed) and not _wrapped_child():
         watched = _watch(written)  # this process stays in the working folder the paths were given in
@@ -229,6 +235,23 @@ def run_program(program: Program, *, levels: str, out: Path | None, measured: Me
     code = _record(program, levels, parsed, written, measured, warmup, publish)  # a child's command line: as given
     publish()
     return code
+
+
+def _rank_stores(written: Path, shown: Path) -> str:
+    """What the run's last line adds for the processes the program started with ``torch.multiprocessing`` that
+    were profiled into stores of their own (``runs.config.processes``), named beside ``shown``; "" for none."""
+    try:
+        with Store.open(written) as store:
+            configs = [orjson.loads(c) for (c,) in store.query("SELECT config FROM runs") if c]
+    except (StoreError, OSError, ValueError):  # a store the run could not finish is told of by what wrote it
+        return ""
+    names = list(dict.fromkeys(Path(p).name for c in configs for e in c.get(A.CONFIG_PROCESSES) or []
+                               for p in e.get("stores") or []))  # fmt: skip
+    if not names:
+        return ""
+    shown_names = [str(shown.with_name(n)) for n in names]
+    listed = ", ".join(shown_names) if len(names) <= 3 else f"{shown_names[0]} ... {shown_names[-1]}"
+    return f"; the {counted(len(names), 'process', 'processes')} it started with torch.multiprocessing to {listed}"
 
 
 def _in_process(parsed: tuple[str, ...]) -> bool:
@@ -288,7 +311,7 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         return run_preloaded(child_command(program, parsed, store, measured, warmup=warmup), store)
     bar: AbstractContextManager[Any] = nullcontext()
     if measured is None:
-        prof = Profile(levels, store, program.name, warmup=warmup)
+        prof = Profile(levels, store, program.name, warmup=warmup, optimizer_steps=True)
     else:
         config = pass_config(measured.warmup, measured.iters, measured.passes, measured.min_measured_s)
         steps = measured.warmup + measured.iters

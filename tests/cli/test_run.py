@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import re
 import signal
 import subprocess
 import sys
@@ -495,8 +496,12 @@ def test_each_rank_of_a_torchrun_job_writes_its_own_store(tmp_path: Path) -> Non
         with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
             (config,) = store.query("SELECT config FROM runs")[0]
             layers = store.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
+            steps = store.query("SELECT count(*) FROM spans WHERE attrs->>'$.\"model.kind\"' = 'step'")[0][0]
+            [(ended,)] = store.query("SELECT count FROM health WHERE \"check\" = 'steps_from_optimizer'")
         assert orjson.loads(config)["distributed"] == {"rank": rank, "world_size": 2, "local_rank": rank}
         assert layers == 3 * 5  # each step: DistributedDataParallel, the module it wraps and its 3 layers
+        # no xstack.step() in the program: SGD.step() ended the iterations, from its second call on
+        assert steps == ended == 2
     summary = _run(tmp_path, "summary", "prof-1.duckdb")
     assert "rank 1 of 2" in summary.stdout
 
@@ -566,6 +571,8 @@ def train(rank, tag):
 
 if __name__ == "__main__":
     mp.spawn(train, args=(sys.argv[1],), nprocs=2)
+    with open("p.ranking.txt", "w") as out:  # the program's own file, named like the processes' stores
+        out.write("0 1")
 """
 
 
@@ -588,9 +595,14 @@ def test_processes_a_program_spawns_are_each_profiled_into_a_store_of_their_own(
     with Store.open(tmp_path / "p.duckdb") as store:
         [(count, detail)] = store.query("SELECT count, detail FROM health WHERE \"check\" = 'processes_profiled'")
         paths = [p for (p,) in store.query("SELECT DISTINCT path FROM io_files")]
+        [(run_config,)] = store.query("SELECT config FROM runs")
     assert count == 2 and "2 processes running train (spawn)" in detail and "p.rank1.duckdb" in detail
+    assert "profile written to p.duckdb; the 2 processes it started with torch.multiprocessing to p.rank0.duckdb, " \
+        "p.rank1.duckdb" in done.stderr  # fmt: skip
+    assert orjson.loads(run_config)["processes"] == [{"function": "train", "nprocs": 2, "start_method": "spawn",
+        "stores": [str((tmp_path / f"p.rank{rank}.duckdb").resolve()) for rank in (0, 1)]}]  # fmt: skip
     assert any(p.endswith("prof-1.txt") for p in paths)  # their files are this run's I/O, their stores not
-    assert not [p for p in paths if ".rank" in p]
+    assert not [p for p in paths if re.search(r"\.rank\d", p)] and any(p.endswith("p.ranking.txt") for p in paths)
     assert "rank 1 of 2" in _run(tmp_path, "summary", "p.rank1.duckdb").stdout
 
 

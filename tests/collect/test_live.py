@@ -451,4 +451,57 @@ def test_spawned_processes_write_beside_the_store_a_scratch_store_is_appended_to
         forked = for_ranks(abs, 2, "fork")
     assert ranks is not None and forked is None
     assert (ranks.store(1), ranks.levels, ranks.world) == (tmp_path / "p.rank1.duckdb", ("model", "layer"), 2)
-    assert str((tmp_path / "p.rank").resolve()) in exclusions(tmp_path / "p.duckdb.append")
+    assert str((tmp_path / "p.rank1").resolve()) in exclusions(tmp_path / "p.duckdb.append")
+    assert ranks.append  # the processes' runs are added to their stores too
+
+
+def _three_optimizer_steps(rank: int) -> None:
+    import torch
+
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(3):
+        net(torch.ones(1, 2)).sum().backward()
+        opt.step()
+
+
+def test_spawned_processes_of_xstack_run_have_their_optimizer_steps_end_iterations_as_it_does(
+    tmp_path: Path,
+) -> None:
+    """Under ``xstack run`` an optimizer's steps end the iterations of a program that never calls xstack.step();
+    the processes it spawns (the DDP tutorial's, which never do) are profiled alike, ``xstack.profile``'s not."""
+    from xstack.profile import Profile, RankProfile, for_ranks
+    from xstack.trace.store import Store
+
+    with Profile("model", tmp_path / "run.duckdb", optimizer_steps=True):  # as xstack run profiles
+        run = for_ranks(_three_optimizer_steps, 2, "spawn")
+    with xstack.profile("model", tmp_path / "api.duckdb"):
+        api = for_ranks(_three_optimizer_steps, 2, "spawn")
+    assert run is not None and api is not None and run.optimizer_steps and not api.optimizer_steps
+    for ranks, steps in ((run, 2), (api, 0)):  # the second call of SGD.step() ends the first iteration
+        RankProfile(_three_optimizer_steps, ("model",), ranks.path, "t", 1, 2, optimizer_steps=ranks.optimizer_steps)(0)
+        with Store.open(ranks.store(0)) as store:
+            kinds = store.query("SELECT count(*) FROM spans WHERE attrs->>'$.\"model.kind\"' = 'step'")
+        assert kinds == [(steps,)]
+
+
+def test_spawned_processes_add_their_runs_to_their_stores_when_the_run_appends_or_spawns_again(
+    tmp_path: Path,
+) -> None:
+    """The processes of a second ``mp.spawn`` in one run, or of a run appended to its store, replaced the runs
+    their stores held (the first spawn's, the earlier runs')."""
+    from xstack.profile import RankProfile, for_ranks
+    from xstack.trace.store import Store
+
+    with xstack.profile("model", tmp_path / "p.duckdb"):
+        first, again = for_ranks(abs, 2, "spawn"), for_ranks(abs, 2, "spawn", again=True)
+    assert first is not None and again is not None and not first.append and again.append
+
+    def runs() -> list[int]:
+        with Store.open(tmp_path / "p.rank1.duckdb") as store:
+            return [r for (r,) in store.query("SELECT run_id FROM runs ORDER BY 1")]
+
+    for append, expected in ((False, [1]), (True, [1, 2]), (True, [1, 2, 3]), (False, [1])):
+        assert RankProfile(abs, ("model",), str(tmp_path / "p.duckdb"), "t", 1, 2, append=append)(1) == 1
+        assert runs() == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.duckdb", "p.rank1.duckdb"]  # no scratch store left

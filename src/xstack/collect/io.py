@@ -117,11 +117,12 @@ class IoCollector:
 def exclusions(store: Path) -> list[str]:
     """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files), the
     stores of the processes the program starts with ``torch.multiprocessing`` (``STORE.rankN.duckdb``:
-    ``profile.RankProfile``), the sink's scratch files and the trace the op level writes as it ends."""
+    ``profile.RankProfile``; a prefix per first digit, so that the program's ``STORE.ranking.csv`` is kept),
+    the sink's scratch files and the trace the op level writes as it ends."""
     temp = Path(tempfile.gettempdir()).resolve()
     store, final = store.resolve(), final_path(store).resolve()  # a scratch store appended to the final one
-    ranks = final.with_name(f"{final.stem}.rank")
-    return [str(store), str(ranks), str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
+    ranks = [str(final.with_name(f"{final.stem}.rank{digit}")) for digit in range(10)]
+    return [str(store), *ranks, str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
 
 
 def run_preloaded(child: list[str], store: Path) -> int:

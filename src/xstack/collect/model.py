@@ -154,7 +154,7 @@ class ModelCollector:
                 nprocs = int(bound.arguments["nprocs"])
             except (TypeError, ValueError, KeyError):  # the call fails as the program made it
                 return original(*args, **kwargs)
-            ranks = for_ranks(fn, nprocs, method)
+            ranks = for_ranks(fn, nprocs, method, again=any(s.ranks is not None for s in started))
             name = getattr(fn, "__qualname__", None) or type(fn).__name__
             started.append(_Started(name, nprocs, method, ranks))
             if ranks is None:
@@ -191,6 +191,8 @@ class ModelCollector:
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         if self._config is not None:
             self._config[A.CONFIG_DATALOADERS] = self._loaders.config()
+            if self._started:
+                self._config[A.CONFIG_PROCESSES] = [s.config() for s in self._started]
         health: list[tuple[str, int, str]] = []
         if failed := _module_hooks.failures(self):
             health.append(("model_hook_failed", failed[0], f"model calls whose span could not be recorded (the "
@@ -324,6 +326,11 @@ class _Started(NamedTuple):
     nprocs: int
     method: str
     ranks: Any
+
+    def config(self) -> dict[str, Any]:
+        """Its entry in ``runs.config.processes`` (``trace.attrs.CONFIG_PROCESSES``)."""
+        stores = None if self.ranks is None else [str(p) for p in self.ranks.stores()]
+        return {"function": self.fn, "nprocs": self.nprocs, "start_method": self.method, "stores": stores}
 
 
 def _what(started: list[_Started]) -> str:

@@ -433,6 +433,11 @@ int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | No
 "iterated": int (times iteration started: epochs), "start_method": str | None (how its worker processes start:
 ``fork``, ``spawn`` or ``forkserver``; None without workers), "cuda": bool (the program had CUDA initialised by the
 end of the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
+CONFIG_PROCESSES: Final = "processes"
+"""List, a key of ``runs.config``: each call of ``torch.multiprocessing.spawn`` / ``start_processes`` the profiled
+program made, in order, as ``{"function": str (what its processes ran), "nprocs": int, "start_method": str,
+"stores": [str] | None (the store each process was profiled into, by rank: ``STORE.rankI.duckdb``; None: they
+were not profiled)}``. Recorded by the model level; absent when the program made none."""
 CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int, "samples": int,
 "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU telemetry is absent),
