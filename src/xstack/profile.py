@@ -233,6 +233,8 @@ class Profile:
             open_step, self._step_span = self._step_span, None
             if open_step is not None:  # no step() ended it: not an iteration, but what came after the last one
                 _as_tail(open_step, self._completed)
+                if self._completed and not self._marked and self._auto is not None and self._auto.ended:
+                    open_step.attrs[A.MODEL_AFTER] = self._auto.name
                 recorder.end(open_step)  # counts spans the region left open inside it
             recorder.close_all()
             for collector in reversed(collectors):

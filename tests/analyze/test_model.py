@@ -322,7 +322,7 @@ def test_a_param_trace_s_latency_is_its_measured_call(import_store: Any) -> None
     assert not any(label.startswith("latency of model span") for label in a1.labels)
     assert load("A15")(store, 1).column("model latency") == [36_356_000]
     summary = summarize(store, 1)
-    assert summary.iterations == {"measured": 1, "warmup": 1, "tail_ns": 0}
+    assert summary.iterations == {"measured": 1, "warmup": 1, "tail_ns": 0, "after": "step()"}
     assert summary.wall_ns == 43_425_365_000  # the run's host extent: CUDA's start-up included
     # the stages: the measured call a step of its own beside its phase; the warm-up held by the run's span is not
     # counted in its wall time, so no share passes 100%
@@ -429,7 +429,7 @@ def test_the_profilers_empty_last_step_is_no_iteration(import_store: Any) -> Non
     assert stages[("ProfilerStep", "tail")][2:4] == (1, 49_073)
     assert load("model.stages")(store, 1).facts["steps"] == 1
     summary = summarize(store, 1)
-    assert summary.iterations == {"measured": 1, "warmup": 0, "tail_ns": 49_073}
+    assert summary.iterations == {"measured": 1, "warmup": 0, "tail_ns": 49_073, "after": "step()"}
 
 
 def test_a_stage_nested_in_itself_counts_once(tmp_path: Path) -> None:

@@ -134,3 +134,23 @@ def test_a_compiled_optimizer_step_ends_no_iteration_and_compiles_as_without_the
     with prof.open() as store:
         ((completed,),) = store.query("SELECT (config->>'$.steps_completed')::INT FROM runs")
     assert completed == 0 and prof.ended_by is None
+
+
+def test_the_summary_says_which_step_the_time_after_the_last_iteration_follows(tmp_path: Path) -> None:
+    """Where SGD's steps ended the iterations, the stretch after the last one follows an ``SGD.step()``, not a
+    ``step()`` the program never called; where the program's own ``step()`` ended the last, it follows that."""
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import iterations_line
+
+    lines = []
+    for name, mark_from in (("p", None), ("q", 3)):
+        prof = Profile("model", tmp_path / f"{name}.duckdb", "gan", steps=20, optimizer_steps=True)
+        with prof:
+            _gan(prof, 6, mark_from=mark_from)
+        with prof.open() as store:
+            iterations = summarize(store).iterations
+        assert iterations is not None and iterations["tail_ns"] > 0
+        lines.append(iterations_line(iterations))
+    # SGD's 6 steps end 5 iterations (the first ends at its second); the program's step() ends 3 + 3 from then on
+    assert lines[0].startswith("4 measured, after 1 warm-up") and " after the last SGD.step() (not an" in lines[0]
+    assert lines[1].startswith("5 measured, after 1 warm-up") and " after the last step() (not an" in lines[1]

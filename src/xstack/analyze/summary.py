@@ -165,9 +165,10 @@ class RunSummary:
     warm-up, work between steps, the time after the last), which they leave out; None otherwise."""
     error: str | None = None
     """What stopped the program early (``config.error``: ``ValueError: boom``, ``exit code 3``); None otherwise."""
-    iterations: dict[str, int] | None = None
-    """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each)
-    and ``tail_ns``, the time after the last ``step()`` (0 when none)."""
+    iterations: dict[str, Any] | None = None
+    """For a run with iterations (step spans) that is not merged: ``measured`` and ``warmup`` (how many of each),
+    ``tail_ns``, the time after the last iteration (0 when none), and ``after``, what ended that iteration:
+    ``step()``, or an optimizer's step where the program never called it (``AdamW.step()``)."""
     counted_in: str | None = None
     """Which calls the top layers, ops and kernels count, where not all of the run's: "the measured steps" (a
     run with iterations, not merged) or "past the warm-up" (a run without steps that left a warm-up out); None
@@ -324,19 +325,22 @@ def _devices(store: Store, run_id: int, config: dict[str, Any]) -> tuple[list[di
     return used_devices(config.get("devices") or [], active_devices(store.con, run_id))
 
 
-def _iterations(store: Store, run_id: int) -> dict[str, int] | None:
-    """How many of the run's iterations were warm-up and measured, and the time after the last (ns)."""
+def _iterations(store: Store, run_id: int) -> dict[str, Any] | None:
+    """How many of the run's iterations were warm-up and measured, the time after the last (ns), and what ended
+    that one."""
     warmup = run_context(store, run_id).warmup
     row = store.query(
         f"""SELECT count(*) FILTER (WHERE {STEP_SPAN}), count(*) FILTER (WHERE {STEP_SPAN} AND {past_warmup(warmup)}),
-                coalesce(sum(dur_ns) FILTER (WHERE attrs->>'$."{A.MODEL_KIND}"' = 'tail'), 0)
+                coalesce(sum(dur_ns) FILTER (WHERE attrs->>'$."{A.MODEL_KIND}"' = 'tail'), 0),
+                any_value(attrs->>'$."{A.MODEL_AFTER}"') FILTER (WHERE attrs->>'$."{A.MODEL_KIND}"' = 'tail')
             FROM spans WHERE run_id = ? AND level = 'model'
                 AND (parent_id IS NULL OR attrs->>'$."{A.MODEL_KIND}"' = 'step')""",
         [run_id],
     )[0]
     if not row[0]:
         return None
-    return {"measured": int(row[1]), "warmup": int(row[0]) - int(row[1]), "tail_ns": int(row[2])}
+    return {"measured": int(row[1]), "warmup": int(row[0]) - int(row[1]), "tail_ns": int(row[2]),
+            "after": row[3] or "step()"}  # fmt: skip
 
 
 def _system(store: Store, run_id: int) -> dict[str, Any] | None:

@@ -311,15 +311,16 @@ def _sizes(sizes: list[int]) -> str:
     return ", ".join(f"{b:,}" for b in sizes)
 
 
-def iterations_line(iterations: dict[str, int]) -> str:
+def iterations_line(iterations: dict[str, Any]) -> str:
     """The run's iterations on one line: "19 measured, after 1 warm-up (left out of per-iteration statistics);
-    20.4 ms after the last step()"."""
+    20.4 ms after the last step()" (or the optimizer step that ended the iterations: "AdamW.step()")."""
     warmup = iterations["warmup"]
     text = f"{iterations['measured']:,} measured"
     if warmup:
         text += f", after {warmup:,} warm-up (left out of per-iteration statistics)"
     if iterations["tail_ns"]:
-        text += f"; {format_ns(iterations['tail_ns'])} after the last step() (not an iteration)"
+        ended = iterations.get("after", "step()")
+        text += f"; {format_ns(iterations['tail_ns'])} after the last {ended} (not an iteration)"
     return text
 
 

@@ -374,6 +374,9 @@ not an iteration), ``region`` (a profile with no ``step()``), ``user`` (``xstack
 top-level model call), ``optimizer`` (an optimizer step) or ``dataloader`` (waiting for the next batch)."""
 MODEL_STEP: Final = "model.step"
 """Integer: the iteration a step span stands for, counted from 0."""
+MODEL_AFTER: Final = "model.after"
+"""String, on the ``tail`` span where an optimizer's step ended the iterations (the program never called
+``step()``): what ended the last one (``AdamW.step()``); absent where ``step()`` did."""
 MODEL_DATALOADER: Final = "model.dataloader"
 """Integer, on ``dataloader`` spans: which DataLoader the wait was for, its ``index`` in
 ``runs.config.dataloaders`` (``CONFIG_DATALOADERS``); absent when its iterator was made before the profile
