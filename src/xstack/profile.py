@@ -99,6 +99,7 @@ class Profile:
         self._step_span: OpenSpan | None = None
         self._step_begins: list[Callable[[int], None]] = []
         self._step_ends: list[Callable[[int], None]] = []
+        self._between_steps: list[Callable[[], None]] = []
         self._journal: Path | None = None
         self._marked = False
         """Whether the program ended an iteration itself (``step()``)."""
@@ -142,6 +143,11 @@ class Profile:
             # once rather than at every ``step()``
             self._step_begins = [h for c in self._collectors if (h := getattr(c, "step_begin", None)) is not None]
             self._step_ends = [h for c in self._collectors if (h := getattr(c, "step_end", None)) is not None]
+            # and ``between_steps`` of those with work to do in no iteration (the op level writing its trace)
+            self._between_steps = [h for c in self._collectors if (h := getattr(c, "between_steps", None)) is not None]
+            for collector in self._collectors:
+                if (clock := getattr(collector, "step_clock", None)) is not None:
+                    clock(self._restart_step)
             if self._auto is not None:  # after the collectors: the model level's optimizer span ends first
                 self._auto.start()
             global _current
@@ -192,6 +198,8 @@ class Profile:
             recorder.end(self._step_span)
             recorder.checkpoint()
             self._step_span = None
+            for between in self._between_steps:
+                between()
             self._completed += 1
             if self._completed == self.warmup:
                 self._measured_from_ns = recorder.now_ns()
@@ -299,6 +307,13 @@ class Profile:
         if self._recorder is not None:
             raise UsageError("the profile is still running: open it after the with-block")
         return Store.open(self.path)
+
+    def _restart_step(self) -> None:
+        """Start the iteration just opened now, where nothing began in it yet on this thread: what came between
+        (a collector's work between iterations) is in no iteration's time."""
+        recorder, span = self._recorder, self._step_span
+        if recorder is not None and span is not None and (stack := recorder.stack()) and stack[-1] is span:
+            span.start_ns = recorder.now_ns()
 
     def _open_step(self) -> None:
         if self._recorder is None:

@@ -41,6 +41,7 @@ INFORMATIONAL = frozenset(
         "io_processes_signalled",
         "metrics_joined",
         "occasional_spans",
+        "op_level_parts",
         "op_level_without_torch",
         "ops_outside_layers",
         "processes_profiled",
@@ -61,7 +62,8 @@ samples, processes and passes, the io level's processes killed by a signal after
 before or after the profiled region or the part of a call past its end, the profiler's own calls, a trace taken with
 the CUPTI range profiler, which traces no device activity, an op level left with nothing to profile by a program
 that never imported torch, an imported trace's last ProfilerStep that holds no work, left out of the iterations,
-the iterations of a trace taken from PARAM's annotations), not what its trace missed: shown for information, never
+the iterations of a trace taken from PARAM's annotations, an op level's trace written in parts between
+iterations), not what its trace missed: shown for information, never
 counted as findings. Every other check, stored or computed here, is a finding."""
 
 HealthRow = tuple[str, int, str]

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 from xstack.collect._after_import import OnImport
 from xstack.collect._recorder import Recorder
 from xstack.collect._torch_build import cuda_reason, torch_reason
-from xstack.text import format_ns
+from xstack.errors import UsageError
+from xstack.text import counted, format_ns
 from xstack.trace.store import Store
 
 SCRATCH_PREFIX = "xstack-kineto-"
@@ -31,6 +33,33 @@ ends, to be merged (the io level leaves its I/O out: it is xstack's, not the pro
 KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
 KINETO_QUIET = "6"
 """Kineto's log level above all its messages (it reads the variable at each message)."""
+
+PART_ENV = "XSTACK_OP_PART_MB"
+PART_BYTES = 32 << 20
+"""About how much trace (JSON) a CPU-only session records before it writes it, at the end of an iteration, and
+starts afresh (``XSTACK_OP_PART_MB``, default 32): PyTorch's profiler keeps every event until it stops, and
+stopping builds about 4 KB per event (a training loop of a few thousand iterations held over 10 GB, its trace
+1.5 GB of JSON, in one piece)."""
+
+
+def part_bytes() -> int:
+    """``PART_BYTES``, or ``XSTACK_OP_PART_MB`` where set; ``UsageError`` for a value that is no size."""
+    value = os.environ.get(PART_ENV, "").strip()
+    if not value:
+        return PART_BYTES
+    try:
+        mib = float(value)
+    except ValueError:
+        mib = 0.0
+    if not mib > 0:
+        raise UsageError(f"{PART_ENV}={value!r}: not a size in MiB (a number over 0, such as 32)")
+    return int(mib * (1 << 20))
+
+
+FIRST_PART_S = 0.25
+"""The recording time of a session's first part; each later part's is set from the last one's size."""
+PART_S = (0.02, 600.0)
+"""The shortest and longest recording time of a part."""
 
 TORCH_OWN_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "ProfilerStep#")
 """PyTorch's own ``record_function`` marks for what the model level records itself: left out of a merge
@@ -53,9 +82,19 @@ class _Session:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._cpu_only = True
         self.profiler: Any = None
-        self.trace: Path | None = None
+        self.traces: list[Path] = []
         self.yielded: str | None = None  # why the session stopped early or never started
         self._stopped = False
+        self._restarting = False
+        self._part_s = FIRST_PART_S
+        self._part_from = 0.0  # time.monotonic() at the start of the part being recorded
+        self.between_ns = 0  # the time written parts took, between iterations
+        self.part_error: str | None = None  # why writing a part or starting the next failed
+        self.threads_seen: set[str] = set()  # the program's threads that kept a due part from being written
+        self.step_clock: Callable[[], None] | None = None  # restarts the iteration just opened, if nothing began
+        self._due = False
+        self._part_bytes = part_bytes()
+        self._recorded: list[tuple[float, int]] = []  # each written part's recording time (s) and size (bytes)
         # started where the program imports torch (now, where it has): importing it here would cost a program
         # that never does seconds and thousands of file reads, as the model and layer levels' hooks would
         self._on_torch = OnImport("torch", self._begin)
@@ -72,6 +111,7 @@ class _Session:
         if self.recorder.levels & {"runtime", "kernel"} and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
             self._cpu_only = False
+        self._activities = activities
         self.profiler = profile(activities=activities, record_shapes=True, with_flops=True)
         if autograd_profiler._is_profiler_enabled:
             self.yielded = "a torch.profiler session of the program's own was running when the profile started"
@@ -80,10 +120,77 @@ class _Session:
         with _kineto_quiet(self._cpu_only):
             _start_without_compiler(self.profiler, torch)
         self._started_ns = time.time_ns()
+        self._part_from = time.monotonic()
         _guard(autograd_profiler.profile)
+        _count_ranges(autograd_profiler.record_function)
+
+    def between_steps(self) -> None:
+        """At the end of an iteration: where the part being recorded has lasted its time, write it and record
+        the next one (a CPU-only session: a CUDA one would add a device synchronisation to the program). Where
+        a ``record_function`` range is open (an optimizer's step ended the iteration, inside its own range),
+        that waits for the last one to close (``ranges_closed``); where another thread of the program could be
+        running an operator, for a later iteration's end."""
+        if self._stopped or self.profiler is None or not self._cpu_only:
+            return
+        self._due = time.monotonic() - self._part_from >= self._part_s
+        self._try_part()
+
+    def ranges_closed(self) -> None:
+        """The last ``record_function`` range open closed: a part waiting for it is written now, and the
+        iteration just opened starts after it (``step_clock``)."""
+        if self._due and self._try_part() and self.step_clock is not None:
+            self.step_clock()
+
+    def _try_part(self) -> bool:
+        """Write the part recorded so far and start the next, where it is due and safe. PyTorch's profiler
+        crashes the process where a range (an operator, a ``record_function``) opened under one session closes
+        under the next, so there must be none open: none of Python's, and no thread of the program's but the
+        caller's (each may be in an operator). In the program's call: a failure stops the session, keeping the
+        parts written, and is said in its health."""
+        if not self._due or self._stopped or self.profiler is None or _open_ranges:
+            return False
+        others = [t.name for t in threading.enumerate() if t is not threading.current_thread()
+                  and not t.name.startswith(QUIET_THREADS) and type(t).__name__ not in QUIET_THREAD_TYPES]  # fmt: skip
+        if others:
+            self.threads_seen.update(others)
+            return False
+        self._due = False
+        begun = time.perf_counter_ns()
+        try:
+            self._next_part(time.monotonic() - self._part_from)
+        except Exception as error:
+            self._stopped = True
+            self.profiler = None
+            self.part_error = f"{type(error).__name__}: {error}"
+        self.between_ns += time.perf_counter_ns() - begun
+        return not self._stopped
+
+    def _next_part(self, recorded: float) -> None:
+        import torch
+        from torch.profiler import profile
+
+        self._write_part()
+        self._recorded.append((recorded, self.traces[-1].stat().st_size))
+        # the parts' rate, the first left out once there are others: it holds the program's start-up (imports),
+        # which records little, so from it alone the next part lasts FIRST_PART_S at most
+        seen = self._recorded[1:] or self._recorded
+        rate = sum(size for _, size in seen) / max(sum(t for t, _ in seen), 1e-3)
+        wanted = self._part_bytes / max(rate, 1.0)
+        wanted = wanted if len(self._recorded) > 1 else min(wanted, FIRST_PART_S)
+        self._part_s = min(max(wanted, PART_S[0]), PART_S[1])
+        self.profiler = profile(activities=self._activities, record_shapes=True, with_flops=True)
+        self._restarting = True  # through the guard, which would take it for the program's own profiler
+        try:
+            with _kineto_quiet(self._cpu_only):
+                _start_without_compiler(self.profiler, torch)
+        finally:
+            self._restarting = False
+        self._part_from = time.monotonic()
 
     def yield_to_program(self) -> None:
         """The program prepares a profiler of its own: write what was recorded, before it ends the session."""
+        if self._restarting:
+            return
         if not self._stopped:
             at = format_ns(time.time_ns() - self._started_ns)
             self.yielded = f"the program started a torch.profiler session of its own {at} into the profile"
@@ -91,16 +198,20 @@ class _Session:
                 self._write()
             except Exception as error:  # in the program's call: it must not fail for the profiler's sake
                 self.yielded += f" (writing what was recorded before it failed: {type(error).__name__}: {error})"
-                self.trace = None
 
     def _write(self) -> None:
         self._stopped = True
+        self._write_part()
+
+    def _write_part(self) -> None:
+        """Stop the profiler and write what it recorded since it started as the next part of the trace."""
         with _kineto_quiet(self._cpu_only):
             self.profiler.stop()
         assert self._tmp is not None  # made as the profiler started
-        trace = Path(self._tmp.name) / "live.pt.trace.json"
+        trace = Path(self._tmp.name) / f"live-{len(self.traces):05d}.pt.trace.json"
         self.profiler.export_chrome_trace(str(trace))
-        self.trace = trace
+        self.profiler = None  # its events, which the next part must not hold too
+        self.traces.append(trace)
 
     def stop(self) -> None:
         """Stop profiling and write the trace to a scratch file (once, when the last member stops)."""
@@ -109,6 +220,7 @@ class _Session:
             self._stopped = True
         elif not self._stopped:
             self._write()
+        self.profiler = None
 
     def merge(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         """Merge the trace into the run and remove the scratch file."""
@@ -120,18 +232,40 @@ class _Session:
         if (error := self._on_torch.error) is not None:
             health.append(("op_level_failed", 1, f"starting torch.profiler where the program imported torch "
                            f"failed ({error}): {named} recorded nothing; the program ran on"))  # fmt: skip
-        elif self.profiler is None:
+        elif self._tmp is None:
             health.append(("op_level_without_torch", 1, f"the program never imported torch: {named} had nothing "
                            "to record, and did not import it"))  # fmt: skip
         if self.yielded is not None:
-            what = "recorded nothing" if self.trace is None else "stopped there: what they record ends at that moment"
+            what = "recorded nothing" if not self.traces else "stopped there: what they record ends at that moment"
             health.append(("op_level_yielded", 1, f"{self.yielded}; PyTorch runs one profiler at a time, so "
                            f"{named} {what} (the program's own trace can be imported: xstack import)"))  # fmt: skip
+        if self.part_error is not None:
+            health.append(("op_level_failed", 1, f"writing a part of the profiler's trace at the end of an "
+                           f"iteration, or starting the next, failed ({self.part_error}): {named} stopped there, "
+                           f"after {counted(len(self.traces), 'part')}; the program ran on"))  # fmt: skip
+        threads = ", ".join(sorted(self.threads_seen)[:3])
+        held = (f"parts due were held back while other threads of the program ran ({threads}): each may be in "
+                "an operator, which a new session would crash" if threads else "")  # fmt: skip
+        why = ("so that its memory stays bounded (PyTorch's profiler holds every event until it stops, and stopping "
+               "builds about 4 KB per event)")  # fmt: skip
+        if len(self.traces) > 1:
+            health.append(("op_level_parts", len(self.traces), f"the profiler's trace was written in "
+                           f"{len(self.traces):,} parts, each at the end of an iteration, {why}: "
+                           f"{format_ns(self.between_ns)} in all, between iterations, in none of their times"
+                           f"{'; ' + held if held else ''}"))  # fmt: skip
+        elif held:
+            health.append(("op_level_parts", len(self.traces), f"the profiler's trace was written in one piece, "
+                           f"not in parts at the ends of iterations {why}: {held}"))  # fmt: skip
         try:
-            if self.trace is None:
+            if not self.traces:
                 return health
             drop = TORCH_OWN_ANNOTATIONS if "model" in self.recorder.levels else ()
-            return health + merge_live(store, self.trace, run_id, drop_annotations=drop)
+            last = store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0]
+            try:
+                return health + merge_live(store, self.traces, run_id, drop_annotations=drop)
+            except BaseException:  # every part or none: no half of a level (one transaction would hold them all)
+                store.con.execute("DELETE FROM _spans WHERE run_id = ? AND span_id > ?", [run_id, last])
+                raise
         finally:
             if self._tmp is not None:
                 self._tmp.cleanup()
@@ -177,6 +311,50 @@ def _start_without_compiler(profiler: Any, torch: Any) -> None:
         delattr(module, "hasattr")
 
 
+QUIET_THREADS = ("xstack-", "QueueFeederThread")
+"""Name prefixes of the threads that never run a PyTorch operator: the profiler's own, and those of
+``multiprocessing`` queues (a DataLoader's index queues to its workers)."""
+QUIET_THREAD_TYPES = frozenset({"TMonitor"})
+"""Class names of threads that never run a PyTorch operator: tqdm's progress-bar monitor."""
+
+_open_ranges = 0
+"""The ``record_function`` ranges open in the process while a session runs (``_count_ranges``)."""
+_ranges_lock = threading.Lock()
+_original_ranges: tuple[Any, Any] | None = None
+
+
+def _count_ranges(cls: Any) -> None:
+    """Count the ``record_function`` ranges (``cls``) open in the process: an optimizer's step, a DataLoader's
+    next batch, the program's own; when the last closes, the sessions waiting for it write their parts. Undone
+    by ``_unguard`` once no session runs. A range opened before the count began and closed after it counts
+    down to 0, no further: opened with no session running, it is safe to close under any."""
+    global _original_ranges
+    if _original_ranges is not None:
+        return
+    enter, leave = _original_ranges = (cls.__enter__, cls.__exit__)
+
+    def __enter__(self: Any) -> Any:
+        global _open_ranges
+        entered = enter(self)
+        with _ranges_lock:
+            _open_ranges += 1
+        return entered
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        global _open_ranges
+        try:
+            return leave(self, *exc)
+        finally:
+            with _ranges_lock:
+                _open_ranges = max(_open_ranges - 1, 0)
+                closed = not _open_ranges
+            if closed:
+                for session in list(_sessions.values()):
+                    session.ranges_closed()
+
+    cls.__enter__, cls.__exit__ = __enter__, __exit__
+
+
 _sessions: dict[int, _Session] = {}
 """id(recorder) -> its session, while one is running."""
 
@@ -201,12 +379,20 @@ def _guard(cls: Any) -> None:
 
 
 def _unguard() -> None:
-    global _original_prepare
-    if _original_prepare is not None and not _sessions:
+    global _original_prepare, _original_ranges, _open_ranges
+    if _sessions:
+        return
+    if _original_prepare is not None:
         from torch.autograd import profiler as autograd_profiler
 
         autograd_profiler.profile._prepare_trace = _original_prepare
         _original_prepare = None
+    if _original_ranges is not None:
+        from torch.autograd import profiler as autograd_profiler
+
+        autograd_profiler.record_function.__enter__, autograd_profiler.record_function.__exit__ = _original_ranges
+        _original_ranges = None
+        _open_ranges = 0
 
 
 class TorchProfilerCollector:
@@ -244,6 +430,17 @@ class TorchProfilerCollector:
             finally:
                 _unguard()
             self._finished = session
+
+    def between_steps(self) -> None:
+        """Between two iterations: the session may write the part of its trace recorded so far."""
+        if self._session is not None:
+            self._session.between_steps()
+
+    def step_clock(self, restart: Callable[[], None]) -> None:
+        """``restart``: moves the start of the iteration just opened to now, where nothing began in it yet
+        (a part written as an optimizer's step returns is in no iteration's time)."""
+        if self._session is not None:
+            self._session.step_clock = restart
 
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         """After every live span is written: merge the profiler's events into the run."""

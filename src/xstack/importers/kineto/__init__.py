@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from xstack.importers.kineto import _mapping, _param, _sql, _steps
 from xstack.importers.kineto._reader import ChunkRejected, TraceReader
 from xstack.trace.devices import active_devices, describe_devices
 from xstack.trace.schema import LEVELS
-from xstack.trace.store import RunInfo, Store
+from xstack.trace.store import DATA_PER_MEMORY_BYTE, RunInfo, Store
 
 __all__ = ["ImportedRun", "import_kineto", "merge_live", "trace_name"]
 
@@ -104,43 +105,67 @@ def import_kineto(
 
 
 def merge_live(
-    store: Store, path: str | Path, run_id: int, *, drop_annotations: tuple[str, ...] = ()
+    store: Store,
+    paths: str | Path | Sequence[str | Path],
+    run_id: int,
+    *,
+    drop_annotations: tuple[str, ...] = (),
 ) -> list[tuple[str, int, str]]:
     """Add the events of a trace the PyTorch profiler wrote during a live profile to run ``run_id``, whose
-    live spans (model, layer) are already in ``store``; returns the health rows of the merge.
+    live spans (model, layer) are already in ``store``; returns the health rows of the merge. ``paths``: the
+    trace, or the parts it was written in, in order (each from a profiler session of its own).
 
     The mapping is the importer's, so live and imported traces have the same shape. Times move to the
     recorder's clock (Unix ns: Kineto's ``ts`` plus ``baseTimeNanoseconds``), the new span ids follow the
-    run's, and the live host spans are staged beside the profiler's so that each op finds the layer or model
-    span enclosing it on its thread. User annotations whose name starts with one of ``drop_annotations``
-    (PyTorch's own marks for what the model level records itself) are left out.
+    run's, and the live host spans of a part's time are staged beside the profiler's so that each op finds the
+    layer or model span enclosing it on its thread. User annotations whose name starts with one of
+    ``drop_annotations`` (PyTorch's own marks for what the model level records itself) are left out. Each part
+    is staged, merged and dropped before the next, so the memory a merge needs is a part's.
     """
-    path = Path(path)
+    parts = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     con = store.con
-    try:
-        reader = _stage(con, path, DEFAULT_CHUNK_BYTES)
-        if _scalar(con, "SELECT count(*) FROM raw WHERE ph IS NOT NULL AND ph <> 'M'") == 0:
-            return []  # the region ran no op: nothing to merge
-        base = reader.metadata.get("baseTimeNanoseconds")
-        base_ns = base if isinstance(base, int) else 0  # older traces: ts is already Unix time
-        last = _scalar(con, f"SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = {run_id}")
-        con.execute(_sql.stage_spans())
-        con.execute(f"UPDATE x SET span_id = span_id + {last}, start_ns = start_ns + {base_ns}")
-        for prefix in drop_annotations:
-            con.execute("DELETE FROM x WHERE cat = 'user_annotation' AND starts_with(name, ?)", [prefix])
-        con.execute(
-            "INSERT INTO x BY NAME SELECT span_id, level, 'xstack' AS cat, false AS on_gpu, name, start_ns, dur_ns, "
-            f"pid, tid, device FROM _spans WHERE run_id = {run_id} AND level IN ('model', 'layer')"
-        )
-        con.execute(_sql.HOST_PARENTS)
-        con.execute(_sql.OTHER_PARENTS)
-        con.execute(_sql.insert_spans(run_id, after_span_id=last))
-        con.execute(_sql.copy_sizes(run_id))
-        con.execute(_sql.insert_counters(run_id, base_ns=base_ns))
-        return _health(con, run_id)
-    finally:
-        for table in _TEMP_TABLES:
-            con.execute(f"DROP TABLE IF EXISTS temp.{table}")
+    health: dict[tuple[str, str], int] = {}  # the parts' own checks, summed
+    merged = False
+    for path in parts:
+        # the sorts and joins of a part need room to spill of about 4 times its size: the program has ended
+        with store.memory_for(path.stat().st_size * DATA_PER_MEMORY_BYTE * 4):
+            try:
+                reader = _stage(con, path, DEFAULT_CHUNK_BYTES)
+                if _scalar(con, "SELECT count(*) FROM raw WHERE ph IS NOT NULL AND ph <> 'M'") == 0:
+                    continue  # the part ran no op: nothing to merge
+                _merge_part(con, reader, run_id, drop_annotations)
+                merged = True
+                for check, count, detail in _health(con, run_id, run_wide=False):
+                    health[check, detail] = health.get((check, detail), 0) + count
+            finally:
+                for table in _TEMP_TABLES:
+                    con.execute(f"DROP TABLE IF EXISTS temp.{table}")
+    if not merged:
+        return []
+    return [(c, n, d) for (c, d), n in health.items()] + _health(con, run_id, part=False)
+
+
+def _merge_part(con: duckdb.DuckDBPyConnection, reader: TraceReader, run_id: int, drop: tuple[str, ...]) -> None:
+    """Merge the staged part (``raw``) of a live trace into run ``run_id``: ``merge_live``'s steps."""
+    base = reader.metadata.get("baseTimeNanoseconds")
+    base_ns = base if isinstance(base, int) else 0  # older traces: ts is already Unix time
+    last = _scalar(con, f"SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = {run_id}")
+    con.execute(_sql.stage_spans())
+    con.execute(f"UPDATE x SET span_id = span_id + {last}, start_ns = start_ns + {base_ns}")
+    for prefix in drop:
+        con.execute("DELETE FROM x WHERE cat = 'user_annotation' AND starts_with(name, ?)", [prefix])
+    first, end = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM x").fetchone() or (None, None)
+    con.execute(
+        "INSERT INTO x BY NAME SELECT span_id, level, 'xstack' AS cat, false AS on_gpu, name, start_ns, dur_ns, "
+        f"pid, tid, device FROM _spans WHERE run_id = {run_id} AND level IN ('model', 'layer') "
+        "AND start_ns <= $end AND start_ns + dur_ns >= $first",  # the part's time: what can enclose its spans
+        {"first": first if first is not None else 0, "end": end if end is not None else 2**63 - 1},
+    )
+    con.execute(_sql.HOST_PARENTS)
+    con.execute(_sql.OTHER_PARENTS)
+    con.execute(_sql.insert_spans(run_id, after_span_id=last))
+    con.execute(_sql.copy_sizes(run_id))
+    con.execute(_sql.insert_counters(run_id, base_ns=base_ns))
 
 
 def _stage(con: duckdb.DuckDBPyConnection, path: Path, chunk_bytes: int) -> TraceReader:
@@ -194,16 +219,30 @@ def _check_is_trace(con: duckdb.DuckDBPyConnection, path: Path, reader: TraceRea
         raise BadInputError(f"{path}: empty trace: only metadata events, no profiler events")
 
 
-def _health(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[str, int, str]]:
-    mode = _range_profiler_mode(con, run_id)
-    queries = _sql.health_queries(run_id, device_traced=mode is None)
+_RUN_WIDE = frozenset({"device_events_without_launch", "launches_without_device_event", "unattributed_ops",
+                       "unattributed_runtime_calls", "metrics_without_kernel", "duplicate_correlation_ids",
+                       "unnamed_kernels", _mapping.RANGE_PROFILER_CHECK})  # fmt: skip
+"""The health checks that count the run's spans; the others count the staged trace (``raw``, its nesting)."""
+
+
+def _health(
+    con: duckdb.DuckDBPyConnection, run_id: int, *, run_wide: bool = True, part: bool = True
+) -> list[tuple[str, int, str]]:
+    """The run's health rows: ``run_wide``, those of ``_RUN_WIDE``; ``part``, those of the trace staged (a part
+    of a live trace written in several has its own)."""
+    mode = _range_profiler_mode(con, run_id) if part else None
+    queries = [
+        q for q in _sql.health_queries(run_id, device_traced=mode is None) if (q[0] in _RUN_WIDE and run_wide)
+        or (q[0] not in _RUN_WIDE and part)
+    ]  # fmt: skip
     rows = [(check, _scalar(con, sql), detail) for check, sql, detail in queries]
     rows = [(c, n, detail + _launch_names(con, run_id) if c == "launches_without_device_event" and n else detail)
             for c, n, detail in rows]  # fmt: skip
-    if mode is not None:
+    if mode is not None and run_wide:
         rows.append(mode)
-    rows.append(_unnamed_kernels(con, run_id))
-    skipped = con.execute(_sql.SKIPPED).fetchall()
+    if run_wide:
+        rows.append(_unnamed_kernels(con, run_id))
+    skipped = con.execute(_sql.SKIPPED).fetchall() if part else []
     for ph, cat, count in skipped:
         rows.append(("skipped_events", int(count), f"ph={ph} cat={cat}: not a span, counter or flow xstack maps"))
     return rows
