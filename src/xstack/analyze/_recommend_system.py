@@ -16,6 +16,7 @@ from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._system_syscalls import WAIT_MEANING
 from xstack.analyze.pipeline import Recommendation, Severity
 from xstack.analyze.result import format_ns, format_value
+from xstack.text import counted
 
 GPU_THROTTLE_PCT = 10.0
 """Share of samples with a thermal or power throttle reason above which throttling costs throughput."""
@@ -96,6 +97,9 @@ def _growth_line(facts: dict[str, Any], who: str) -> str:
         f"{OWNER[who]} resident memory grew by {format_value(growth, 'bytes')} {over} "
         f"({format_value(start, 'bytes')} to {format_value(end, 'bytes')})"
     )
+    if who == "workers" and (restarts := int(_num(facts, "workers_restarts") or 0)):
+        line = (f"{line[:-1]}; what they grew while alive: new workers replaced them {counted(restarts, 'time')}, "
+                "and a new worker starts with the pages it shares with the process it is forked from)")  # fmt: skip
     if (slope := _num(facts, f"{who}_slope_per_step_bytes")) is not None:
         line += f", {format_value(slope, 'bytes')} per step"
     if (rising := _num(facts, f"{who}_rising_pct")) is not None:

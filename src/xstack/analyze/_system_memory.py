@@ -78,7 +78,10 @@ def memory_growth(store: Store, run_id: int) -> Result:
     ``MemAvailable``), which the sampler reads at its full samples (every 50 ms at the default interval); the
     workers counted at a point are those the last full sample before it found; the child processes with a role
     (``config.system.process_roles``: a program started by exec, a helper of multiprocessing) are not workers,
-    and their RSS is summed apart (``others RSS``). The slope is fitted over the
+    and their RSS is summed apart (``others RSS``). The workers' growth counts only what they grew while alive:
+    where the workers change between two points (a DataLoader without persistent workers starts new ones at each
+    epoch), that step is left out, since a new worker's RSS starts with the pages it shares with the process it
+    was forked from. The slope is fitted over the
     measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the first
     measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per
     step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
@@ -101,10 +104,10 @@ def memory_growth(store: Store, run_id: int) -> Result:
         where = replace(where, start_ns=max(where.start_ns, loop[0]))
     points, first = _points(where)
     found = rows(store, _AT, run.run_id, ts=[first, *(t for _, t in points)], k=[-1, *(k for k, _ in points)])
-    table, start = _table(runs, found, points, where.base_ns)
+    table, start, worker_sets = _table(runs, found, points, where.base_ns)
     full = process_samplings(store, runs, run, where)[1]
     short = shortfall(where, [full])
-    facts = _facts(run, where, table, start, enough=full.enough)
+    facts = _facts(run, where, table, start, worker_sets, enough=full.enough)
     facts["loop_stage"] = loop[1] if loop is not None and not where.steps else None
     facts |= {"full_samples": full.samples, "min_samples": MIN_SAMPLES, "too_few_samples": short}
     buffered = _profiler_events(store, run.run_id)
@@ -161,30 +164,35 @@ def _points(where: Region) -> tuple[list[tuple[int, int]], int]:
 
 
 def _table(runs: SystemRuns, found: list[tuple[Any, ...]], points: list[tuple[int, int]],
-           base: int) -> tuple[list[tuple[Any, ...]], float | None]:  # fmt: skip
+           base: int) -> tuple[list[tuple[Any, ...]], float | None, list[frozenset[int]]]:  # fmt: skip
+    """The table's rows, the main process's RSS where growth counts from, and the workers alive at each row."""
     per: dict[int, dict[str, Any]] = {}
     for k, pid, name, value, in_last_full in found:
-        cell = per.setdefault(int(k), {"workers": [], "others": [], "main": None})
+        cell = per.setdefault(int(k), {"workers": [], "others": [], "main": None, "pids": set()})
         if name == A.PROC_RSS_BYTES and pid == runs.main_pid:
             cell["main"] = float(value)
         elif name == A.PROC_RSS_BYTES:
             if in_last_full:  # a process that ended is no longer counted
-                cell["workers" if runs.is_worker(pid) else "others"].append(float(value))
+                worker = runs.is_worker(pid)
+                cell["workers" if worker else "others"].append(float(value))
+                if worker:
+                    cell["pids"].add(int(pid))
         else:
             cell[name] = float(value)
-    table = []
+    table, sets = [], []
     for k, t in points:
-        cell = per.get(k, {"workers": [], "others": [], "main": None})
+        cell = per.get(k, {"workers": [], "others": [], "main": None, "pids": set()})
         workers, others = cell["workers"], cell["others"]
         table.append((k, t - base, cell["main"], sum(workers) if workers else None, len(workers),
                       cell.get(A.MEM_USED_BYTES), cell.get(A.MEM_AVAILABLE_BYTES),
                       sum(others) if others else None))  # fmt: skip
+        sets.append(frozenset(cell["pids"]))
     start = per.get(-1, {}).get("main")
-    return table, start
+    return table, start, sets
 
 
-def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None, *,
-           enough: bool) -> dict[str, Any]:  # fmt: skip
+def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: float | None,
+           worker_sets: list[frozenset[int]], *, enough: bool) -> dict[str, Any]:  # fmt: skip
     """Growth figures; none (and no suspicion) without ``enough`` samples to tell."""
     facts: dict[str, Any] = {"source_run": run.run_id, "region": where.kind, "steps": len(where.steps)}
     for key, col in (("main", 2), ("workers", 3)):
@@ -193,12 +201,37 @@ def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: fl
             continue
         series = [float(r[col]) for r in table if r[col] is not None]
         first = start if key == "main" and start is not None else (series[0] if series else None)
+        if key == "workers":
+            series, restarts = _within_lives(table, worker_sets)
+            facts["workers_restarts"] = restarts
         facts |= _growth(key, series, first, per_step=bool(where.steps))
     used = [r[5] for r in table if r[5] is not None]
     facts["machine_used_peak_bytes"] = max(used) if used else None
     available = [r[6] for r in table if r[6] is not None]
     facts["machine_available_min_bytes"] = min(available) if available else None
     return facts
+
+
+def _within_lives(table: list[tuple[Any, ...]], worker_sets: list[frozenset[int]]) -> tuple[list[float], int]:
+    """The workers' summed RSS with only what they grew while alive: where the workers change between two
+    points (a DataLoader without persistent workers starts new ones at each epoch), the step between is left
+    out, since a new worker's RSS starts at the pages it shares with the process it was forked from, however
+    large that has grown. Returns that series, from the first reading, and how many such changes there were."""
+    series: list[float] = []
+    restarts, before = 0, None
+    for row, pids in zip(table, worker_sets, strict=True):
+        if row[3] is None:
+            continue
+        value = float(row[3])
+        if before is None:
+            series.append(value)
+        elif pids == before[1]:
+            series.append(series[-1] + value - before[0])
+        else:
+            restarts += 1
+            series.append(series[-1])
+        before = (value, pids)
+    return series, restarts
 
 
 def _growth(key: str, series: list[float], first: float | None, *, per_step: bool) -> dict[str, Any]:
