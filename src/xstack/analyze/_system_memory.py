@@ -137,15 +137,17 @@ def memory_growth(store: Store, run_id: int) -> Result:
 
 def _profiler_events(store: Store, run_id: int) -> int:
     """The op, runtime and device events torch.profiler recorded in the sampled run itself (the op, runtime or
-    kernel level live in it): it keeps them in the main process until the run ends."""
+    kernel level live in it): it holds them in the main process until its trace is written."""
     return int(rows(store, "SELECT count(*) FROM spans WHERE run_id = $run AND level IN "
                     "('op', 'runtime', 'kernel', 'memcpy', 'memset')", run_id)[0][0])  # fmt: skip
 
 
 def _buffered(events: int) -> str:
-    return (f"torch.profiler (the op level) ran in the sampled process and kept its {counted(events, 'event')} there "
-            "until the run ended: the main process's RSS grows with them, so no leak is told from it; sample memory "
-            "without the op level (xstack profile --system samples in a pass of its own)")  # fmt: skip
+    return (f"torch.profiler (the op level) ran in the sampled process and recorded its {counted(events, 'event')} "
+            "there: it holds them until its trace is written (as the run ends, or in parts between iterations), and "
+            "the heap they grew is not given back at once, so the main process's RSS grows with them and no leak is "
+            "told from it; sample memory without the op level (xstack profile --system samples in a pass of its "
+            "own)")  # fmt: skip
 
 
 def _no_steps(loop: tuple[int, str] | None) -> str:

@@ -338,7 +338,7 @@ def system_line(system: dict[str, Any]) -> str:
             steps = system.get("steps")
             loop = system.get("loop_stage")
             over = f" over {steps} steps" if steps else f" from the 2nd call of {loop} on" if loop else " over the run"
-            held = " (with the op level's events held in it)" if system.get("main_profiler_events") else ""
+            held = " (with the op level's profiler in it)" if system.get("main_profiler_events") else ""
             flag = " (leak suspected)" if system.get("main_suspect") else held
             parts.append(f"main RSS {sign}{format_value(abs(growth), 'bytes')}{over}{flag}")
         parts.append(_gpu_part(system))
