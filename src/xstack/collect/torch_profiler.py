@@ -10,6 +10,7 @@ enclose them on their thread, kernels, copies and sets under the runtime call of
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -56,6 +57,15 @@ def part_bytes() -> int:
     return int(mib * (1 << 20))
 
 
+PART_PEAK_BYTES = 512 << 20
+"""Growth of the process's peak resident memory over one part after which the part is written at the next
+iteration's end, whatever its trace's size. Counting FLOPs, PyTorch's profiler grew a small CNN's training by
+about 20 MiB an iteration, some 40 KB per event and more with larger batches: its small allocations among the
+program's tensors keep the memory they free from being reused until it stops. 32 MiB of trace holds some
+90,000 events."""
+PEAK_CHECK_S = 0.1
+"""How often, at most, the peak resident memory is read (``getrusage``: a system call, no file read)."""
+
 FIRST_PART_S = 0.25
 """The recording time of a session's first part; each later part's is set from the last one's size."""
 PART_S = (0.02, 600.0)
@@ -95,6 +105,10 @@ class _Session:
         self._due = False
         self._part_bytes = part_bytes()
         self._recorded: list[tuple[float, int]] = []  # each written part's recording time (s) and size (bytes)
+        self._part_peak = 0  # the process's peak RSS (bytes) as the part being recorded started
+        self._peak_read = 0.0  # time.monotonic() when it was last read
+        self.parts_for_memory = 0  # parts written early, as the process's peak memory grew by PART_PEAK_BYTES
+        self._for_memory = False  # the part due is so
         # started where the program imports torch (now, where it has): importing it here would cost a program
         # that never does seconds and thousands of file reads, as the model and layer levels' hooks would
         self._on_torch = OnImport("torch", self._begin)
@@ -121,6 +135,7 @@ class _Session:
             _start_without_compiler(self.profiler, torch)
         self._started_ns = time.time_ns()
         self._part_from = time.monotonic()
+        self._part_peak = _peak_rss()
         _guard(autograd_profiler.profile)
         _count_ranges(autograd_profiler.record_function)
 
@@ -132,8 +147,18 @@ class _Session:
         running an operator, for a later iteration's end."""
         if self._stopped or self.profiler is None or not self._cpu_only:
             return
-        self._due = time.monotonic() - self._part_from >= self._part_s
+        now = time.monotonic()
+        self._due = now - self._part_from >= self._part_s or self._due or self._peak_grown(now)
         self._try_part()
+
+    def _peak_grown(self, now: float) -> bool:
+        """Whether the process's peak resident memory grew by ``PART_PEAK_BYTES`` since the part began (read
+        every ``PEAK_CHECK_S`` at most)."""
+        if now - self._peak_read < PEAK_CHECK_S:
+            return False
+        self._peak_read = now
+        self._for_memory = _peak_rss() - self._part_peak >= PART_PEAK_BYTES
+        return self._for_memory
 
     def ranges_closed(self) -> None:
         """The last ``record_function`` range open closed: a part waiting for it is written now, and the
@@ -155,6 +180,9 @@ class _Session:
             self.threads_seen.update(others)
             return False
         self._due = False
+        if self._for_memory:
+            self.parts_for_memory += 1
+            self._for_memory = False
         begun = time.perf_counter_ns()
         try:
             self._next_part(time.monotonic() - self._part_from)
@@ -186,6 +214,7 @@ class _Session:
         finally:
             self._restarting = False
         self._part_from = time.monotonic()
+        self._part_peak = _peak_rss()
 
     def yield_to_program(self) -> None:
         """The program prepares a profiler of its own: write what was recorded, before it ends the session."""
@@ -210,6 +239,10 @@ class _Session:
         assert self._tmp is not None  # made as the profiler started
         trace = Path(self._tmp.name) / f"live-{len(self.traces):05d}.pt.trace.json"
         self.profiler.export_chrome_trace(str(trace))
+        # torch.profiler.profile refers to itself (its map of actions holds its bound methods), so once dropped
+        # it waits for the cyclic garbage collector, with the autograd profiler and every event it recorded:
+        # that one is let go now, or a part's events would outlive it by however long the collector waits
+        self.profiler.profiler = None
         self.profiler = None  # its events, which the next part must not hold too
         self.traces.append(trace)
 
@@ -248,11 +281,15 @@ class _Session:
                 "an operator, which a new session would crash" if threads else "")  # fmt: skip
         why = ("so that its memory stays bounded (PyTorch's profiler holds every event until it stops, and stopping "
                "builds about 4 KB per event)")  # fmt: skip
+        early = (f"; {counted(self.parts_for_memory, 'part')} written before {_mib(self._part_bytes)} of trace, "
+                 f"as the process's peak memory had grown by {_mib(PART_PEAK_BYTES)} since the part began "
+                 "(counting FLOPs, PyTorch's profiler grows the heap far more than its trace)"
+                 if self.parts_for_memory else "")  # fmt: skip
         if len(self.traces) > 1:
             health.append(("op_level_parts", len(self.traces), f"the profiler's trace was written in "
                            f"{len(self.traces):,} parts, each at the end of an iteration, {why}: "
                            f"{format_ns(self.between_ns)} in all, between iterations, in none of their times"
-                           f"{'; ' + held if held else ''}"))  # fmt: skip
+                           f"{early}{'; ' + held if held else ''}"))  # fmt: skip
         elif held:
             health.append(("op_level_parts", len(self.traces), f"the profiler's trace was written in one piece, "
                            f"not in parts at the ends of iterations {why}: {held}"))  # fmt: skip
@@ -269,6 +306,15 @@ class _Session:
         finally:
             if self._tmp is not None:
                 self._tmp.cleanup()
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.4g} MiB"
+
+
+def _peak_rss() -> int:
+    """The process's peak resident memory so far, in bytes (Linux gives ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @contextmanager
