@@ -93,25 +93,26 @@ def test_injected_layer_costs_are_recovered_by_the_merge_and_not_by_the_deep_pas
     model = nn.Sequential(*(Busy(c, 400) for c in costs.values()))
     x = torch.zeros(1)
 
-    def fastest() -> dict[str, int]:
-        """Each layer's fastest of 9 unprofiled calls: other load on the machine only ever slows a call down."""
-        best = {}
+    def unprofiled_calls() -> dict[str, list[int]]:
+        """9 unprofiled calls of each layer."""
+        times: dict[str, list[int]] = {name: [] for name in costs}
         for name, layer in zip(costs, model, strict=True):
-            times = []
             for _ in range(9):
                 t = time.perf_counter_ns()
                 layer(x)
-                times.append(time.perf_counter_ns() - t)
-            best[name] = min(times)
-        return best
+                times[name].append(time.perf_counter_ns() - t)
+        return times
 
     def attempt(n: int) -> list[str]:
         """Measure and merge; what the merged layers get wrong against the unprofiled costs (none: recovered)."""
-        before = fastest()
+        before = unprofiled_calls()
         path = xstack.measure(lambda: model(x), passes=PASSES, warmup=2, iters=7, path=tmp_path / f"m{n}.duckdb",
                               progress=False)  # fmt: skip
-        after = fastest()
-        unprofiled = {name: min(before[name], after[name]) for name in costs}
+        after = unprofiled_calls()
+        # the median of the calls before and after, as the merge takes the layer pass's median: where other
+        # programs share the cores, both are slowed alike (the fastest call, which dodged them, was not: layer 1
+        # merged at 6.5 ms against its fastest unprofiled call's 3.1 ms, with two other busy processes on two cores)
+        unprofiled = {name: statistics.median(before[name] + after[name]) for name in costs}
         with xstack.open_store(path) as store:
             merged = _merged_run(store)
             rows = store.query(
