@@ -211,10 +211,11 @@ def test_merged_spans_nest_in_one_iteration_where_their_timings_allow(tmp_path: 
     assert counts["layer"] == per_step["layer"] == 7 and counts["op"] == per_step["op"]
     assert counts["model"] == 2  # the step and the forward
     assert overlapping[0][0] == 0 and outside[0][0] == 0
-    # the root layer carries its sub-layers' hooks, which the model pass's forward span does not
-    # pass_unsteady says the machine slowed some steps of a pass (a busy machine): timing noise, not structure
+    # where children timed by a deeper pass outlast their parent (the root layer carries its sub-layers' hooks,
+    # which the model pass's forward span does not; most runs have one, a busy machine can slow the model pass
+    # more), health counts each such parent, and says nothing else but that the machine slowed a pass
     health.pop("pass_unsteady", None)
-    assert overflowing[0][0] >= 1 and health == {"children_longer_than_parent": overflowing[0][0]}
+    assert health == ({"children_longer_than_parent": overflowing[0][0]} if overflowing[0][0] else {}), health
 
 
 def test_an_op_swapped_in_one_iteration_is_aligned_the_other_apart_and_the_rest_merged(tmp_path: Path) -> None:
