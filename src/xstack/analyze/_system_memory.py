@@ -201,11 +201,11 @@ def _facts(run: RunFacts, where: Region, table: list[tuple[Any, ...]], start: fl
         if not enough:
             facts[f"{key}_suspect"] = False
             continue
-        series = [float(r[col]) for r in table if r[col] is not None]
-        first = start if key == "main" and start is not None else (series[0] if series else None)
         if key == "workers":
-            series, restarts = _within_lives(table, worker_sets)
-            facts["workers_restarts"] = restarts
+            series, facts["workers_restarts"] = _within_lives(table, worker_sets)
+        else:
+            series = [float(r[col]) for r in table if r[col] is not None]
+        first = start if key == "main" and start is not None else (series[0] if series else None)
         facts |= _growth(key, series, first, per_step=bool(where.steps))
     used = [r[5] for r in table if r[5] is not None]
     facts["machine_used_peak_bytes"] = max(used) if used else None
