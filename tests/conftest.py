@@ -3,11 +3,13 @@ profile with the system passes that several test files read."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,6 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("XSTACK_FIXTURES", ROOT.parent / "shared" / "fixtures"))
 KINETO_DIR = FIXTURES / "kineto"
 KINETO_TRACES = sorted(KINETO_DIR.glob("*.json.gz")) if KINETO_DIR.is_dir() else []
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the default, ``pyproject.toml``): one worker per CPU this process may run on, at most 4. Many
+    tests time real programs, so more workers than CPUs would measure the other workers; past 4, the slowest
+    files decide the wall time. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` sets the number; ``-n 0`` runs in one process.
+    ``--dist loadfile`` keeps a file's tests in one worker, so its module fixtures (stores, a browser) are built
+    once."""
+    if (wanted := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")) is not None:
+        return int(wanted)
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def kineto_fixture(name: str) -> Path:
@@ -159,10 +172,10 @@ backward pass, memory that grows; 32 steps, or as many as its argument says."""
 @pytest.fixture(scope="session")
 def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``xstack profile --pass model --pass model,layer --system --warmup 1 --iters 3`` of ``LOADER_PROGRAM``,
-    of 100 steps, once for the session: its two timing passes, the sampler pass (``model+system``) and the syscall pass
-    (``model+layer+system+syscalls``, under strace or perf) are six interpreter starts with PyTorch and a traced
-    one, so the tests that read the store share it. Skips, with the reason, where system calls cannot be traced
-    or PyTorch is not installed."""
+    of 100 steps, once for the whole test run (every pytest-xdist worker reads the same store): its two timing
+    passes, the sampler pass (``model+system``) and the syscall pass (``model+layer+system+syscalls``, under strace
+    or perf) are six interpreter starts with PyTorch and a traced one, so the tests that read the store share it.
+    Skips, with the reason, where system calls cannot be traced or PyTorch is not installed."""
     if importlib.util.find_spec("torch") is None:
         pytest.skip("PyTorch is not installed")
     if importlib.util.find_spec("xstack.collect.system") is None:
@@ -171,7 +184,20 @@ def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     if (reason := unavailable_reason()) is not None:
         pytest.skip(f"the syscall pass cannot run here: {reason}")
-    tmp = tmp_path_factory.mktemp("system-profile")
+    shared = tmp_path_factory.getbasetemp()  # a worker's own under pytest-xdist: the run's is its parent
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    tmp = shared / "system-profile"
+    with open(shared / "system-profile.lock", "w") as lock:  # the first worker builds it, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tmp / "done").exists():
+            shutil.rmtree(tmp, ignore_errors=True)  # what a worker that failed to build it left
+            tmp.mkdir()
+            _system_profile(tmp)
+            (tmp / "done").touch()
+    return tmp / "p.duckdb"
+
+
+def _system_profile(tmp: Path) -> None:
     script, store = tmp / "train.py", tmp / "p.duckdb"
     script.write_text(textwrap.dedent(LOADER_PROGRAM))
     done = subprocess.run(
@@ -181,4 +207,3 @@ def system_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (tmp / "stderr.txt").write_text(done.stderr)  # beside the store, for the tests of what it said
-    return store
