@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
-from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake
+from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, loop_waits_for_data
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
@@ -402,8 +402,11 @@ def small_files(results: Results) -> Recommendation | None:
         if step is None
         else (round(step) or None, "iteration")
     )
+    severity, evidence, sources = _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"]
+    if (off := off_the_loops_path(results)) is not None:
+        severity, evidence, sources = "low", [*evidence, off], [*sources, "io.input_bound"]
     return Recommendation(
-        "small_files", title, _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"],
+        "small_files", title, severity, evidence, sources,
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
         "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
         "sequentially.",
@@ -429,14 +432,40 @@ def zero_reads(results: Results) -> Recommendation | None:
     impact, per = at_stake(results, zero_ns, _num(r.facts, "zero_read_warmup_ns"))
     # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
+    evidence, sources = [line + " (io.pattern)"], ["io.pattern"]
+    if (off := off_the_loops_path(results)) is not None:
+        severity, evidence, sources = "low", [*evidence, off], [*sources, "io.input_bound"]
     return Recommendation(
-        "zero_reads", "Reads that return nothing: files read until EOF", severity, [line + " (io.pattern)"],
-        ["io.pattern"],
+        "zero_reads", "Reads that return nothing: files read until EOF", severity, evidence, sources,
         "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
         "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
         "with no size does: one more system call per file).",
         impact_ns=impact, impact_per=per,
     )  # fmt: skip
+
+
+def off_the_loops_path(results: Results) -> str | None:
+    """Where the training loop does not wait for its data, by the io level's steps (``io.input_bound``) and by the
+    model level's (``model.stages``) alike, and its main process's own file I/O in the loop is under the same
+    threshold: the evidence that the data files' I/O, its DataLoader workers', is off the steps' path, so that
+    making it cheaper would not shorten them (the I/O rules are then of low severity); else None."""
+    loop = _get(results, "io.input_bound")
+    if loop is None or loop.facts.get("input_bound") is not False or loop_waits_for_data(results) is not None:
+        return None
+    share, loop_ns = _num(loop.facts, "wait_share_pct"), _num(loop.facts, "loop_ns")
+    if share is None or not loop_ns:
+        return None
+    threshold = _num(loop.facts, "threshold_pct") or INPUT_WAIT_PCT
+    main_io = (_num(loop.facts, "main_io_compute_ns") or 0) + (_num(loop.facts, "main_io_wait_ns") or 0)
+    if 100 * main_io / loop_ns >= threshold:  # the main process reads or writes files itself, on the path
+        return None
+    source = loop.facts.get("source_run")  # a merged run's: its io pass's steps
+    where = f" in the io pass (run {source})" if source is not None else ""
+    steps = counted(int(_num(loop.facts, "iterations") or 0), "measured step")
+    main = f"spent {format_ns(main_io)} in file I/O over its {steps}" if main_io else f"did no file I/O in its {steps}"
+    return (f"but the loop waited only {share:.1f}% of its time for the DataLoader{where} (threshold {threshold:g}%), "
+            f"and its main process {main}: the workers read ahead of it, so cheaper I/O would not shorten its steps "
+            "now, only once it waits for its data (a faster model or device) (io.input_bound)")  # fmt: skip
 
 
 def small_reads(results: Results) -> Recommendation | None:
