@@ -421,7 +421,8 @@ def test_a_stage_every_few_iterations_is_reported_apart_with_its_period_and_cost
             )
         }
         occasional = _occasional(store, merged)
-        [work] = _occasional(store, merged, "occasional_work")
+        # the checkpoint's (a machine busy at the time can make other iterations a group of their own, with no span)
+        [work] = [w for w in _occasional(store, merged, "occasional_work") if w["spans"]]
         steps = dict(store.query("SELECT (attrs->>'$.\"model.step\"')::INT, dur_ns FROM spans WHERE run_id = 1 "
                                  "AND parent_id IS NULL AND (attrs->>'$.\"model.step\"')::INT >= 2"))  # fmt: skip
         health = run_health(store, merged)
