@@ -118,6 +118,8 @@ def _no_leftover_hooks() -> Iterator[None]:
         pre = getattr(torch.nn.modules.module, "_global_forward_pre_hooks", {})
         assert not pre, "test left global nn.Module forward pre-hooks installed"
         assert not torch.autograd.profiler._is_profiler_enabled, "test left torch.profiler running"
+        for name in ("backward", "grad"):  # the model level's backward stages: PyTorch's own functions again
+            assert not hasattr(getattr(torch.autograd, name), "__wrapped__"), f"test left torch.autograd.{name} patched"
         data = torch.utils.data.dataloader
         for method in (data.DataLoader.__iter__, data._BaseDataLoaderIter.__next__):
             assert "<locals>" not in method.__qualname__, f"test left {method.__qualname__} in place of PyTorch's"

@@ -155,6 +155,44 @@ def test_torch_compiles_the_same_program_under_the_profiler(tmp_path: Path, leve
     assert compiled["stats"]["unique_graphs"] >= 1
 
 
+def _compiled_training_step(prof: Any = None) -> tuple[list[Any], dict[str, Any]]:
+    """A compiled function that runs the forward and the backward: the losses and gradients of three calls,
+    and what torch compiled."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model, x = _model(), torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+
+    @torch.compile(backend="eager")
+    def step() -> Any:
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    out = []
+    for _ in range(3):
+        out += [step().detach().clone(), model[0].weight.grad.clone()]
+        if prof is not None:
+            prof.step()
+    return out, {k: dict(counters[k]) for k in ("graph_break", "stats", "recompiles")}
+
+
+@pytest.mark.parametrize("levels", ["model", "model,layer"])
+def test_a_backward_inside_compiled_code_compiles_and_computes_as_without_the_profiler(
+    tmp_path: Path, levels: str
+) -> None:
+    """The model level's backward stage wraps ``torch.autograd.backward``: torch's tracer must meet it as it
+    meets PyTorch's own (it compiled the wrapper's frame, past its graph break at the backward, and broke there
+    once more). The backward, which it cannot compile, runs outside the graphs: a stage each time."""
+    plain, compiled = _compiled_training_step()
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        profiled, under_profiler = _compiled_training_step(prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    assert under_profiler == compiled
+    assert [name for name, a in _spans(prof, "model") if a.get("model.kind") == "backward"] == ["backward"] * 3
+
+
 def test_torch_compile_s_own_marks_are_ops(tmp_path: Path) -> None:
     """The op level records torch.compile's marks (the phases of the compilation here) as operators: as model
     spans they made the op pass of a leveled measurement disagree with its model pass."""

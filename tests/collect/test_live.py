@@ -125,14 +125,48 @@ def test_a_user_stage_named_step_is_not_counted_with_the_warm_up_iteration(tmp_p
     assert (measured["step"], measured["user"]) == (2, 4)  # iterations 2 and 3, with 2 batches each
 
 
-def test_unmarked_training_gets_forward_and_optimizer_stages(tmp_path: Path) -> None:
+def test_unmarked_training_gets_forward_backward_and_optimizer_stages(tmp_path: Path) -> None:
+    """Where a training step goes, unmarked: its forward, its backward (``loss.backward()``,
+    ``torch.autograd.backward`` or ``torch.autograd.grad``) and the optimizer's step, each a stage of its own; a
+    backward inside a marked stage is part of it, as a forward is."""
+    torch.manual_seed(0)
     model = nn.Linear(4, 2)
     opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(3, 4, requires_grad=True)
     with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
-        model(torch.randn(3, 4)).sum().backward()
+        model(x).sum().backward()
         opt.step()
-    names = {s["name"] for s in _spans(prof)}
-    assert {"Linear", "Adam.step"} <= names
+        prof.step()
+        torch.autograd.backward(model(x).sum())
+        (penalty,) = torch.autograd.grad(model(x).sum(), x)  # a gradient penalty's
+        prof.step()
+        with xstack.span("train"):
+            model(x).sum().backward()
+        grad = model.weight.grad.clone()
+    spans = _spans(prof)
+    by_id = {s["span_id"]: s for s in spans}
+    stages = [(s["name"], s["attrs"].get("model.kind"), by_id[s["parent_id"]]["name"]) for s in spans
+              if s["level"] == "model" and s["parent_id"] is not None]  # fmt: skip
+    assert stages == [
+        ("Linear", "forward", "step#0"), ("backward", "backward", "step#0"), ("Adam.step", "optimizer", "step#0"),
+        ("Linear", "forward", "step#1"), ("backward", "backward", "step#1"),
+        ("Linear", "forward", "step#1"), ("autograd.grad", "backward", "step#1"),
+        ("train", "user", "after-last-step"),
+    ]  # fmt: skip
+    backward = next(s for s in spans if s["name"] == "backward")
+    forward = next(s for s in spans if s["name"] == "Linear")
+    assert backward["start_ns"] >= forward["start_ns"] + forward["dur_ns"]
+    # PyTorch's own functions again, and the same gradients as without the profiler
+    assert not hasattr(torch.autograd.backward, "__wrapped__") and not hasattr(torch.autograd.grad, "__wrapped__")
+    torch.manual_seed(0)
+    plain = nn.Linear(4, 2)
+    plain_opt = torch.optim.Adam(plain.parameters())
+    plain(x).sum().backward()
+    plain_opt.step()
+    torch.autograd.backward(plain(x).sum())
+    assert torch.equal(torch.autograd.grad(plain(x).sum(), x)[0], penalty)
+    plain(x).sum().backward()
+    assert torch.equal(plain.weight.grad, grad)
 
 
 def test_profiling_does_not_change_results(tmp_path: Path) -> None:
@@ -360,11 +394,12 @@ def test_activation_checkpointing_recomputes_layers_in_the_backward(tmp_path: Pa
     assert {s["name"] for s in recomputed} <= blocks and {"blocks.0", "blocks.1", "blocks.0.0"} <= {
         s["name"] for s in recomputed
     }
-    for s in recomputed:  # in the step, outside the model's forward: under no forward stage, under no layer
+    for s in recomputed:  # in the step's backward stage, outside the model's forward: under no layer of it
         parent = by_id[s["parent_id"]]
         assert (
             parent["level"] == "model"
-            and parent["attrs"].get("model.kind") == "step"
+            and parent["attrs"].get("model.kind") == "backward"
+            and by_id[parent["parent_id"]]["attrs"].get("model.kind") == "step"
             or (parent["level"] == "layer" and "layer.recomputed" in parent["attrs"])
         ), (s["name"], parent["name"])
     top = [s for s in recomputed if by_id[s["parent_id"]]["level"] == "model"]
@@ -372,6 +407,8 @@ def test_activation_checkpointing_recomputes_layers_in_the_backward(tmp_path: Pa
     assert [s["attrs"]["layer.call_index"] for s in top if s["name"] == "blocks.0"] == [1, 1, 1]
     stages = [s["name"] for s in spans if s["level"] == "model" and s["attrs"].get("model.kind") == "forward"]
     assert stages == ["_Checkpointed"] * 3  # the recomputations are no forward of the model
+    # one backward a step: the reentrant checkpoint's own backward of each block is part of it
+    assert [s["name"] for s in spans if s["attrs"].get("model.kind") == "backward"] == ["backward"] * 3
     # the summary counts those of the measured steps (the first step is the warm-up) and says so under its layers
     from xstack.analyze._diff_read import read_side
     from xstack.analyze.summary import summarize
@@ -381,7 +418,7 @@ def test_activation_checkpointing_recomputes_layers_in_the_backward(tmp_path: Pa
         summary = summarize(store)
         layers = read_side(store, 1).layers  # xstack diff's: a recomputation is a call of its own, typed so
     assert (layers[("blocks.0", 0)].info, layers[("blocks.0", 1)].info) == ("Sequential", "Sequential (recomputed)")
-    measured = [s for s in top if by_id[s["parent_id"]]["name"] != "step#0"]
+    measured = [s for s in top if by_id[by_id[s["parent_id"]]["parent_id"]]["name"] != "step#0"]
     assert summary.recomputed == (4, sum(s["dur_ns"] for s in measured))
     caption = top_caption(summary, "layer")
     assert caption is not None and caption.startswith("4 calls (") and "recomputed in the backward" in caption

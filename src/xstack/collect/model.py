@@ -1,11 +1,12 @@
 """The ``model`` level: pipeline stages.
 
 Users mark stages with ``xstack.span("preprocess")`` (a context manager and a decorator). Where no stage is
-marked, each top-level model call and each optimizer step becomes a model span of its own: a marked stage stands
-for them. Each wait for a DataLoader's next batch becomes one everywhere, nested in the marked stage it runs in
-(a validation loop in ``xstack.span("validate")``): a wait is what the input-bound analyses measure, and a mark
-names the work around it, not the wait. The configuration of each DataLoader the program iterates goes into the run's
-``config.dataloaders``, and each wait names its DataLoader (``collect._dataloaders``).
+marked, each top-level model call, each backward pass and each optimizer step becomes a model span of its own: a
+marked stage stands for them. Each wait for a DataLoader's next batch becomes one everywhere, nested in the
+marked stage it runs in (a validation loop in ``xstack.span("validate")``): a wait is what the input-bound
+analyses measure, and a mark names the work around it, not the wait. The configuration of each DataLoader the
+program iterates goes into the run's ``config.dataloaders``, and each wait names its DataLoader
+(``collect._dataloaders``).
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: x
 
 
 class ModelCollector:
-    """Records marked stages, batch waits and, where no marked stage is open, top-level model calls and optimizer
-    steps."""
+    """Records marked stages, batch waits and, where no marked stage is open, top-level model calls, backward
+    passes and optimizer steps."""
 
     level = "model"
 
@@ -131,6 +132,7 @@ class ModelCollector:
             optim.register_optimizer_step_post_hook(self._optimizer_after),
         ]
         self._patch_dataloader(torch)
+        self._patch_backward(torch)
         self._patch_start_processes()
 
     def _patch_start_processes(self) -> None:
@@ -271,6 +273,44 @@ class ModelCollector:
         self._end_auto(getattr(self._local, "optimizer", None))
         self._local.optimizer = None
 
+    # -- backward passes ---------------------------------------------------------------------------------
+    def _patch_backward(self, torch: Any) -> None:
+        """Each backward pass the program starts (``loss.backward()``, ``torch.autograd.backward``, which
+        ``Tensor.backward`` calls by that name, and ``torch.autograd.grad``) is a stage of kind ``backward``:
+        with the forward calls and the optimizer's step, where an unmarked training step's time goes. One
+        started inside another (a reentrant checkpoint's recomputation) is part of it."""
+        autograd = torch.autograd
+        for attr, name in (("backward", "backward"), ("grad", "autograd.grad")):
+            original = getattr(autograd, attr, None)
+            if original is None:
+                continue
+            patched = self._backward(original, name)
+            setattr(autograd, attr, patched)
+            self._unpatch.append(functools.partial(_put_back, autograd, attr, original, patched))
+        # torch's compiler compiles the frames a compiled function calls after its graph break at the backward:
+        # told to skip the wrapper as it skips PyTorch's own files, it meets the same graph breaks as without it
+        self._unpatch.append(OnImport("torch._dynamo", _skipped_by_dynamo).remove)
+
+    _backward_code: Any = None
+    """The code of every wrapper ``_backward`` makes (``_skipped_by_dynamo``)."""
+
+    def _backward(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        local = self._local
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if _module_hooks.compiling() or getattr(local, "backward", False):  # compiling: a constant to dynamo
+                return original(*args, **kwargs)
+            local.backward = True
+            opened = self._begin_auto("backward", name)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._end_auto(opened)
+                local.backward = False
+
+        ModelCollector._backward_code = backward.__code__
+        return functools.update_wrapper(backward, original)
+
     # -- DataLoader waits ---------------------------------------------------------------------------------
     def _patch_dataloader(self, torch: Any) -> None:
         cls: Any = torch.utils.data.dataloader._BaseDataLoaderIter
@@ -308,6 +348,22 @@ class ModelCollector:
     def _end_auto(self, opened: OpenSpan | None) -> None:
         if opened is not None and self._recorder is not None:
             self._recorder.end(opened)
+
+
+def _skipped_by_dynamo() -> None:
+    """Mark the backward stages' wrapper as a frame ``torch._dynamo`` skips (a private function of PyTorch's:
+    where it is missing, the compiler meets one more graph break, in the wrapper, and compiles the same graphs)."""
+    try:
+        from torch._dynamo.eval_frame import skip_code  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return
+    skip_code(ModelCollector._backward_code)
+
+
+def _put_back(owner: Any, attr: str, original: Any, patched: Any) -> None:
+    """``owner.attr`` back to ``original``, where the profiler's ``patched`` still stands."""
+    if getattr(owner, attr, None) is patched:
+        setattr(owner, attr, original)
 
 
 def _restore(module: Any, package: Any, original: Any, patched: Any) -> None:
