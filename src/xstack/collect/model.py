@@ -205,8 +205,8 @@ class ModelCollector:
             health.append(("processes_profiled", sum(s.nprocs for s in profiled), _profiled_text(profiled)))
         if self._on_torch is not None and self._on_torch.error is not None:  # what was not hooked
             why = f"hooking them when the program imported torch failed ({self._on_torch.error})"
-            health.append(("model_hooks_failed", 1, f"PyTorch's model calls, optimizer steps and DataLoader waits "
-                           f"are not recorded: {why}"))  # fmt: skip
+            health.append(("model_hooks_failed", 1, "PyTorch's model calls, backward passes, optimizer steps and "
+                           f"DataLoader waits are not recorded: {why}"))  # fmt: skip
         return health
 
     # -- top-level model calls ----------------------------------------------------------------------------

@@ -371,7 +371,9 @@ GPU_THROTTLE_BITS: Final = {
 MODEL_KIND: Final = "model.kind"
 """String: ``step`` (an iteration marked by ``prof.step()``), ``tail`` (what followed the last ``step()``:
 not an iteration), ``region`` (a profile with no ``step()``), ``user`` (``xstack.span``), ``forward`` (a
-top-level model call), ``optimizer`` (an optimizer step) or ``dataloader`` (waiting for the next batch)."""
+top-level model call), ``backward`` (a backward pass: ``torch.autograd.backward``, which ``loss.backward()``
+calls, or ``torch.autograd.grad``), ``optimizer`` (an optimizer step), ``closure`` (the closure an optimizer's
+step calls) or ``dataloader`` (waiting for the next batch)."""
 MODEL_STEP: Final = "model.step"
 """Integer: the iteration a step span stands for, counted from 0."""
 MODEL_AFTER: Final = "model.after"
