@@ -16,9 +16,10 @@ import functools
 import inspect
 import sys
 import threading
+import types
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from xstack.collect import _module_hooks
 from xstack.collect._after_import import OnImport
@@ -279,22 +280,21 @@ class ModelCollector:
         ``Tensor.backward`` calls by that name, and ``torch.autograd.grad``) is a stage of kind ``backward``:
         with the forward calls and the optimizer's step, where an unmarked training step's time goes. One
         started inside another (a reentrant checkpoint's recomputation) is part of it."""
-        autograd = torch.autograd
+        autograd, codes = torch.autograd, set()
         for attr, name in (("backward", "backward"), ("grad", "autograd.grad")):
             original = getattr(autograd, attr, None)
             if original is None:
                 continue
-            patched = self._backward(original, name)
+            wrapper = self._backward(original, name)
+            codes.add(wrapper.__code__)
+            patched = functools.update_wrapper(wrapper, original)
             setattr(autograd, attr, patched)
             self._unpatch.append(functools.partial(_put_back, autograd, attr, original, patched))
         # torch's compiler compiles the frames a compiled function calls after its graph break at the backward:
         # told to skip the wrapper as it skips PyTorch's own files, it meets the same graph breaks as without it
-        self._unpatch.append(OnImport("torch._dynamo", _skipped_by_dynamo).remove)
+        self._unpatch.append(OnImport("torch._dynamo", functools.partial(_skipped_by_dynamo, codes)).remove)
 
-    _backward_code: Any = None
-    """The code of every wrapper ``_backward`` makes (``_skipped_by_dynamo``)."""
-
-    def _backward(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def _backward(self, original: Callable[..., Any], name: str) -> types.FunctionType:
         local = self._local
 
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -308,8 +308,7 @@ class ModelCollector:
                 self._end_auto(opened)
                 local.backward = False
 
-        ModelCollector._backward_code = backward.__code__
-        return functools.update_wrapper(backward, original)
+        return cast(types.FunctionType, backward)
 
     # -- DataLoader waits ---------------------------------------------------------------------------------
     def _patch_dataloader(self, torch: Any) -> None:
@@ -350,14 +349,16 @@ class ModelCollector:
             self._recorder.end(opened)
 
 
-def _skipped_by_dynamo() -> None:
-    """Mark the backward stages' wrapper as a frame ``torch._dynamo`` skips (a private function of PyTorch's:
-    where it is missing, the compiler meets one more graph break, in the wrapper, and compiles the same graphs)."""
+def _skipped_by_dynamo(codes: set[types.CodeType]) -> None:
+    """Mark the backward stages' wrappers (their ``codes``) as frames ``torch._dynamo`` skips (a private function
+    of PyTorch's: where it is missing, the compiler meets one more graph break, in a wrapper, and compiles the
+    same graphs)."""
     try:
         from torch._dynamo.eval_frame import skip_code  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return
-    skip_code(ModelCollector._backward_code)
+    for code in codes:
+        skip_code(code)
 
 
 def _put_back(owner: Any, attr: str, original: Any, patched: Any) -> None:
@@ -368,10 +369,9 @@ def _put_back(owner: Any, attr: str, original: Any, patched: Any) -> None:
 
 def _restore(module: Any, package: Any, original: Any, patched: Any) -> None:
     """Put ``torch.multiprocessing``'s ``start_processes`` back where the profiler's stands."""
-    if getattr(module, "start_processes", None) is patched:
-        module.start_processes = original
-    if package is not None and getattr(package, "start_processes", None) is patched:
-        package.start_processes = original
+    _put_back(module, "start_processes", original, patched)
+    if package is not None:
+        _put_back(package, "start_processes", original, patched)
 
 
 class _Started(NamedTuple):
