@@ -403,7 +403,7 @@ def small_files(results: Results) -> Recommendation | None:
         else (round(step) or None, "iteration")
     )
     severity, evidence, sources = _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"]
-    if (off := off_the_loops_path(results)) is not None:
+    if (off := _off_the_loops_path(results)) is not None:
         severity, evidence, sources = "low", [*evidence, off], [*sources, "io.input_bound"]
     return Recommendation(
         "small_files", title, severity, evidence, sources,
@@ -433,7 +433,7 @@ def zero_reads(results: Results) -> Recommendation | None:
     # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
     evidence, sources = [line + " (io.pattern)"], ["io.pattern"]
-    if (off := off_the_loops_path(results)) is not None:
+    if (off := _off_the_loops_path(results)) is not None:
         severity, evidence, sources = "low", [*evidence, off], [*sources, "io.input_bound"]
     return Recommendation(
         "zero_reads", "Reads that return nothing: files read until EOF", severity, evidence, sources,
@@ -444,7 +444,7 @@ def zero_reads(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
-def off_the_loops_path(results: Results) -> str | None:
+def _off_the_loops_path(results: Results) -> str | None:
     """Where the training loop does not wait for its data, by the io level's steps (``io.input_bound``) and by the
     model level's (``model.stages``) alike, and its main process's own file I/O in the loop is under the same
     threshold: the evidence that the data files' I/O, its DataLoader workers', is off the steps' path, so that
