@@ -288,14 +288,14 @@ class Profile:
                 f"{self.steps} asked ({warmup} warm-up + {(self.steps or 0) - warmup} measured): {got}")  # fmt: skip
 
     def summary(self, top: int = 10) -> Any:
-        """Print the run's summary to the terminal and return it."""
-        from xstack.analyze.summary import summarize
-        from xstack.report.terminal import print_summary
+        """Print the run's summary, model stages and recommendations to the terminal, and return the summary."""
+        from xstack.analyze.pipeline import analyze
+        from xstack.report.terminal import print_analysis
 
         with self.open() as store:
-            result = summarize(store, top=top)
-        print_summary(result)
-        return result
+            analysis = analyze(store, top=top)
+        print_analysis(analysis, str(self.path), top=top)
+        return analysis.summary
 
     def recording_busy(self) -> bool:
         """Whether the recorder is writing a span right now (``Recorder.busy``)."""

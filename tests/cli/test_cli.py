@@ -68,6 +68,20 @@ def test_import_summary_export_end_to_end(tmp_path: Path) -> None:
         "unpaired_flows",
     ):
         assert text in summary.stdout, text
+    # the recommendations the report gives, each with its action, most severe first; the evidence is the report's
+    report = xstack("report", str(store), "--format", "json", "-o", "-")
+    recs = json.loads(report.stdout)["recommendations"]
+    assert recs and recs[0]["severity"] == "high", recs
+    text = summary.stdout[summary.stdout.index("\nRecommendations\n") :]
+    advice = text[: text.index("The evidence")].splitlines()[2:]
+    assert advice and all(line.startswith(("[", "  ")) for line in advice), text  # an action's lines indented
+    text = " ".join(text.split())  # as wide as COLUMNS: the longer lines wrap
+    for rec in recs:
+        assert f"[{rec['severity'].upper()}] {rec['title']}" in text and f" {rec['action']} " in text, rec
+    assert text.endswith(f"The evidence of each: xstack report {store} (or --format md -o - for text)")
+    at = [text.index(f"] {rec['title']}") for rec in recs]
+    assert at == sorted(at)  # in the report's order
+    assert "Model stages" not in summary.stdout  # an imported trace's ProfilerStep spans are its iterations only
     out = tmp_path / "t.json"
     export = xstack("export", str(store), "--format", "perfetto", "-o", str(out))
     assert export.returncode == 0, export.stderr
@@ -102,6 +116,13 @@ def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -
     assert "vision transformer on cpu for 2 steps (model,layer,op) ...\n" in proc.stdout or "cuda" in proc.stdout
     for text in ("Top layers", "Top operators", "Trace health", "SmallCNN", "VisionTransformer"):
         assert text in proc.stdout, text
+    # the measured iteration's stages, before the top layers: the warm-up's and the tail's rows left out
+    stages = proc.stdout[proc.stdout.index("Model stages") : proc.stdout.index("Top layers")]
+    rows = dict(re.findall(r"│ (\w[\w.]*) +│ (\w+) +│ +1 │", stages))
+    assert {"load": "user", "preprocess": "user", "predict": "user", "postprocess": "user",
+            "dataloader.next": "dataloader"}.items() <= rows.items(), stages  # fmt: skip
+    assert "warm-up" not in rows.values() and "iteration 1 left out as warm-up" in stages
+    assert re.search(r"\nRecommendations(: no rule fired on this run)?\n", proc.stdout)
     # which operators lead depends on the machine's load over two steps; that they are the models' aten ops does not
     ops = proc.stdout[proc.stdout.index("Top operators") : proc.stdout.index("Top GPU kernels")]
     assert len(re.findall(r"│ aten::\w+ ", ops)) >= 3, ops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,22 @@ def test_model_spans_marked_and_automatic(tmp_path: Path) -> None:
     # inside the user's "step" stage no automatic forward or optimizer spans are added
     assert ("Net", "forward") not in kinds and ("SGD.step", "optimizer") not in kinds
     assert not [s for s in spans if s["level"] == "layer"]
+
+
+def test_prof_summary_prints_the_stages_and_the_recommendations(tmp_path: Path, capsys: Any) -> None:
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        _train(3, prof)
+    summary = prof.summary(top=3)
+    out = capsys.readouterr().out
+    assert summary.run_id == 1 and "Run 1: " in out
+    stages = out[out.index("Model stages") : out.index("Top layers")]
+    # the user's stage twice per measured iteration, after the warm-up one; the loader's waits three times (the
+    # third finds the epoch's end); the top 3 rows only
+    assert re.search(r"│ step +│ user +│ +4 │", stages) and re.search(
+        r"│ dataloader\.next +│ dataloader +│ +6 │", stages
+    )
+    assert "iteration 1 left out as warm-up" in stages and "1 more stage in xstack report" in stages
+    assert re.search(r"\nRecommendations(: no rule fired on this run)?\n", out)
 
 
 def test_a_user_stage_named_step_is_not_counted_with_the_warm_up_iteration(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from tests.conftest import periodic_save
 from xstack.analyze.summary import summarize
 from xstack.report.terminal import render_summary
+from xstack.text import counted
 from xstack.trace.store import Store
 
 
@@ -30,6 +31,29 @@ def test_a_merged_run_s_layers_and_ops_are_shares_of_the_step_of_the_pass_that_t
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(render_summary(s))
     assert "% of step (model+layer+op)" in console.export_text()
+
+
+def test_a_merged_run_s_stages_are_shares_of_the_merged_step_and_the_top_n_are_shown(leveled: Path) -> None:
+    """The terminal's model stages are ``model.stages``' measured rows, their shares of the merged step; past
+    ``top`` rows, the caption says how many more the report has."""
+    from xstack.analyze.pipeline import analyze
+    from xstack.report.terminal import print_analysis
+
+    with Store.open(leveled) as store:
+        a = analyze(store, top=1)
+    rows = [r for r in a.result("model.stages").rows if r[1] not in ("warm-up", "warm-up step", "after last step")]
+    assert len(rows) > 1 and rows[0][1] == "step"
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_analysis(a, "my store.duckdb", console, top=1)
+    text = console.export_text()
+    stages = text[text.index("Model stages") : text.index("Top layers")]
+    assert "% of the merged step" in stages and f"{counted(len(rows) - 1, 'more stage')} in xstack report" in stages
+    shown = re.findall(r"^│ (\S+) +│ (\S+) +│ +([\d,]+) │ .* │ +([\d.]+) │$", stages, re.M)
+    assert [(n, k) for n, k, _, _ in shown] == [(str(r[0]), str(r[1])) for r in rows[:1]]
+    assert [float(p) for *_, p in shown] == [pytest.approx(r[7], abs=0.05) for r in rows[:1]]
+    layers = text[text.index("Top layers") : text.index("Top operators")]
+    assert len(re.findall(r"^│ ", layers, re.M)) == 1  # the top layer only, as asked
+    assert "xstack report 'my store.duckdb' (or --format md -o - for text)" in text or "no rule fired" in text
 
 
 def test_the_html_overview_says_each_level_of_a_merged_run_is_timed_in_its_own_pass(leveled: Path) -> None:

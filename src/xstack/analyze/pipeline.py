@@ -123,10 +123,11 @@ def run_analyses(
     return [load(i)(store, ctx.run_id, **options.get(i, {})) for i in chosen]
 
 
-def analyze(store: Store, run_id: int | None = None, ids: Iterable[str] | None = None) -> Analysis:
-    """Summary, analyses and recommendations for one run (default: the last merged run, else the last)."""
+def analyze(store: Store, run_id: int | None = None, ids: Iterable[str] | None = None, *, top: int = 10) -> Analysis:
+    """Summary (its ``top`` layers, ops and kernels), analyses and recommendations for one run (default: the last
+    merged run, else the last)."""
     from xstack.analyze.recommend import recommend
 
     ctx = run_context(store, run_id)
     results = run_analyses(store, ctx.run_id, ids)
-    return Analysis(summarize(store, ctx.run_id), results, recommend(results))
+    return Analysis(summarize(store, ctx.run_id, top=top), results, recommend(results))

@@ -13,9 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from xstack.analyze._io_common import mapped_label
+from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import counted, format_ns, format_value
 from xstack.analyze.summary import RunSummary, TopRow
 from xstack.leveled.occasional import occasional_line
+from xstack.report._terminal_analysis import recommendations_block, stages_table
 from xstack.text import short_name
 
 RUNS_LISTED = 12
@@ -27,11 +29,20 @@ PIPE_MAX_WIDTH = 1000
 LEVEL_TITLES = {"layer": "Top layers", "op": "Top operators", "kernel": "Top GPU kernels"}
 
 
-def render_summary(summary: RunSummary) -> RenderableType:
-    """The whole summary as one rich renderable."""
+def render_summary(
+    summary: RunSummary, analysis: Analysis | None = None, store: str = "STORE", top: int = 10
+) -> RenderableType:
+    """The whole summary as one rich renderable; with the run's ``analysis``, its model stages (the first
+    ``top``, after the run) and its recommendations (at the end, pointing to ``xstack report store`` for their
+    evidence)."""
     parts: list[RenderableType] = [_run_table(summary)]
     if summary.overhead:
         parts.append(_overhead_table(summary))
+    stages = None
+    if analysis is not None and any(r.id == "model.stages" for r in analysis.results):
+        stages = stages_table(analysis.result("model.stages"), top)
+    if stages is not None:
+        parts.append(stages)
     for level, rows in summary.top.items():
         if rows:
             share = summary.share_of.get(level) or ("of kernel time" if level == "kernel" else "of wall")
@@ -39,12 +50,20 @@ def render_summary(summary: RunSummary) -> RenderableType:
         else:
             parts.append(Text(none_line(summary, level), style="dim"))
     parts.append(_health_table(summary))
+    if analysis is not None:
+        parts.append(recommendations_block(analysis.recommendations, store))
     return Group(*parts)
 
 
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     """Print the summary to the terminal (or the given console), unwrapped in a pipe or a file."""
     print_fitted(render_summary(summary), console)
+
+
+def print_analysis(analysis: Analysis, store: str, console: Console | None = None, top: int = 10) -> None:
+    """Print a run's summary with its model stages and recommendations (``render_summary``), as
+    ``print_summary`` prints."""
+    print_fitted(render_summary(analysis.summary, analysis, store, top), console)
 
 
 def print_fitted(renderable: RenderableType, console: Console | None = None) -> None:
