@@ -787,3 +787,75 @@ def test_worker_restarts_under_spawn_say_each_worker_is_a_new_interpreter() -> N
         "of waiting"
     )
     assert _startup(loader | {"first_wait_ns": 3_000_000_000}) == ""  # under half of the waiting: not the lead
+
+
+def _hand_fed(tmp_path: Path, prepare_s: float, *, marked: bool, steps: bool = True) -> Store:
+    """A training loop that prepares each batch by hand in the main process, taking ``prepare_s``, in a span of
+    its own where ``marked``; its iterations marked with ``prof.step()`` where ``steps``."""
+    import contextlib
+
+    import xstack
+
+    torch.manual_seed(0)
+    # compute that outweighs the loop's glue (the loss, zeroing the gradients, step()) many times over
+    model = torch.nn.Sequential(torch.nn.Linear(512, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch = torch.randn(256, 512)
+    path = tmp_path / f"h{prepare_s}-{marked}-{steps}.duckdb"
+    with xstack.profile(levels="model", path=path) as prof:
+        for _ in range(7):
+            with xstack.span("prepare") if marked else contextlib.nullcontext():
+                time.sleep(prepare_s)  # reading and decoding the batch, by hand
+                x = batch.clone()
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            if steps:
+                prof.step()
+    return Store.open(path)
+
+
+def test_a_loop_that_prepares_its_batches_by_hand_is_told_to_find_and_move_that_work(tmp_path: Path) -> None:
+    with _hand_fed(tmp_path, 0.15, marked=False) as store:
+        rec = _check(_fired(store, "work_outside_stages"), "model.stages")
+        [stages] = run_analyses(store, ids=["model.stages"])
+    # 150 ms of sleep per step against about 20 ms of forward, backward and optimizer step (90 ms on a busy machine)
+    assert stages.facts["unstaged_pct"] > 50 and stages.facts["unstaged_of"] == "iterations"
+    assert rec.severity == "high" and rec.impact_per == "iteration"
+    assert rec.impact_ns is not None and 150e6 <= rec.impact_ns < 150e6 * 1.5
+    assert rec.evidence[0].startswith(f"{stages.facts['unstaged_pct']:.1f}% of the measured iterations (")
+    assert "xstack.span('name')" in rec.action and "DataLoader workers" in rec.action
+    with _hand_fed(tmp_path, 0.15, marked=True) as store:  # the preparation is a stage: the profile names it
+        assert _fired(store, "work_outside_stages") is None
+        [stages] = run_analyses(store, ids=["model.stages"])
+        assert stages.facts["unstaged_pct"] < 20 and ("prepare", "user") in [(r[0], r[1]) for r in stages.rows]
+    with _hand_fed(tmp_path, 0.0, marked=False) as store:  # the loop's own glue: zeroing gradients, a batch
+        assert _fired(store, "work_outside_stages") is None
+
+
+def test_a_run_without_iterations_is_judged_from_its_first_stage_to_its_last(tmp_path: Path) -> None:
+    """Without iterations the run's wall time holds its start-up (imports, building the model): the time between
+    its first stage and its last is judged instead, and the time at stake is the run's."""
+    with _hand_fed(tmp_path, 0.15, marked=False, steps=False) as store:
+        rec = _check(_fired(store, "work_outside_stages"), "model.stages")
+        [stages] = run_analyses(store, ids=["model.stages"])
+        first, last = store.query(
+            "SELECT min(start_ns), max(start_ns + dur_ns) FROM spans WHERE level = 'model' AND name <> 'region'"
+        )[0]
+    assert stages.facts["unstaged_of"] == "stages" and stages.facts["steps"] == 0
+    assert stages.facts["staged_ns"] + stages.facts["unstaged_ns"] == last - first
+    assert rec.impact_per == "run" and rec.impact_ns == stages.facts["unstaged_ns"] >= 6 * 150e6  # 6 sleeps between
+    assert "of the time from the first stage's start to the last one's end (" in rec.evidence[0]
+
+
+def test_work_outside_stages_stays_silent_where_no_stage_ran_or_a_gpu_was_used(bert: Store, tmp_path: Path) -> None:
+    """An imported trace's iterations hold no stage: nothing tells the loop's own work from the model's. On a GPU
+    the host's time between stages is mostly waiting for the device, which the timeline's rules weigh."""
+    [stages] = run_analyses(bert, ids=["model.stages"])
+    assert stages.facts["staged_ns"] == 0 and stages.facts["unstaged_pct"] == 100.0 and stages.facts["gpu"]
+    assert _fired(bert, "work_outside_stages") is None
+    with _hand_fed(tmp_path, 0.15, marked=False) as store:
+        results = {r.id: r for r in run_analyses(store)}
+    assert results["model.stages"].facts["gpu"] is False and RULES["work_outside_stages"](results) is not None
+    results["model.stages"].facts["gpu"] = True  # as a run whose program had CUDA initialised would have it
+    assert RULES["work_outside_stages"](results) is None

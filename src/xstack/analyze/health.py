@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
-from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, RunContext, merged, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
 from xstack.text import counted
 from xstack.trace import attrs as A
@@ -182,7 +182,9 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     a crash cut short) are rows of kind ``after last step``, left out of the
     measured rows and the chart as the warm-up's are. Data-loader waits are the time the loop waited for its
     next batch; the share of step time they take is of the measured steps; facts ``dataloaders`` and ``cores`` give
-    each DataLoader's settings with its waits, and the CPUs the program could use, where the run recorded them."""
+    each DataLoader's settings with its waits, and the CPUs the program could use, where the run recorded them.
+    Facts ``unstaged_ns`` and ``unstaged_pct``: the time of the measured iterations (without them, from the first
+    stage's start to the last one's end) during which no stage ran on any thread (``_unstaged``)."""
     ctx = run_context(store, run_id)
     if missing := ctx.require("model.stages", "Model stages", "model"):
         return missing
@@ -226,6 +228,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         "dataloader_in_steps_ns": loader,
         "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
     }
+    facts |= _unstaged(store, ctx)
     if entries := dataloaders(store, ctx):  # what the input-bound rule advises from
         facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
     labels = ctx.replayed_labels("stage times and shares of wall")
@@ -267,6 +270,34 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         ),
         labels=labels,
     )
+
+
+def _unstaged(store: Store, ctx: RunContext) -> dict[str, Any]:
+    """Facts ``unstaged_ns`` and ``unstaged_pct``: the time during which no stage ran (no forward, backward,
+    optimizer step, closure, DataLoader wait or marked span, on any thread), and its share, of the measured
+    iterations, or in a run without them of the time from its first stage's start to its last one's end (its
+    wall time holds the start-up) (fact ``unstaged_of``: ``iterations`` or ``stages``); ``staged_ns``, the time
+    some stage ran; ``gpu``, whether the run used a GPU (the host's time between stages can then be waiting for
+    it). Empty where there is neither."""
+    stages = f"""SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
+        AND device = 'cpu' AND NOT {STEP_SPAN} AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail')
+        AND NOT {ctx.in_warmup()} AND NOT {ctx.after_last_step()}"""
+    if (measured := ctx.measured_table()) is not None:
+        windows, total, of = measured[0], measured[1], "iterations"
+    else:
+        windows, of = f"(SELECT min(s) AS ws, max(e) AS we FROM ({stages}) WHERE s IS NOT NULL)", "stages"
+        total = int(store.con.execute(f"SELECT coalesce(max(e) - min(s), 0) FROM ({stages})", {"run": ctx.run_id})
+                    .fetchall()[0][0])  # fmt: skip
+    if not total:
+        return {}
+    covered = store.con.execute(
+        f"""WITH st AS ({stages}) SELECT coalesce(sum(least(u.e, w.we) - greatest(u.s, w.ws)), 0)
+            FROM ({merged("st")}) u JOIN {windows} w ON u.s < w.we AND u.e > w.ws""",
+        {"run": ctx.run_id},
+    ).fetchall()[0][0]
+    unstaged = total - int(covered)
+    return {"staged_ns": int(covered), "unstaged_ns": unstaged, "unstaged_pct": 100.0 * unstaged / total,
+            "unstaged_of": of, "gpu": ctx.used_gpu}  # fmt: skip
 
 
 WARMUP_KINDS = ("warm-up", "warm-up step")

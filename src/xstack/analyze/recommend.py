@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from textwrap import shorten
 from typing import Any, Final
 
-from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_system
+from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, loop_waits_for_data
 from xstack.analyze._recommend_common import get as _get
@@ -508,6 +508,7 @@ RULES: dict[str, Rule] = {
     "pageable_copies": pageable_copies,
     "unattributed_time": unattributed_time,
     "occasional_work": occasional_work,
+    "work_outside_stages": _recommend_loop.work_outside_stages,
     "small_files": small_files,
     "zero_reads": zero_reads,
     "small_reads": small_reads,
@@ -515,7 +516,8 @@ RULES: dict[str, Rule] = {
     **_recommend_system.RULES,
 }
 """The built-in rules, by id (the CPU rules are in ``_recommend_cpu``, the device timeline and kernel rules in
-``_recommend_gpu``, the other system and the CUDA/HIP API rules in ``_recommend_system``)."""
+``_recommend_gpu``, the rule on the loop's work outside its stages in ``_recommend_loop``, the other system and
+the CUDA/HIP API rules in ``_recommend_system``)."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 

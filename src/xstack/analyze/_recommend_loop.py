@@ -1,0 +1,54 @@
+"""The rule on the loop's own work: the time of the measured iterations that no model stage covers."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
+from xstack.analyze.pipeline import Recommendation
+from xstack.analyze.result import format_ns
+
+UNSTAGED_PCT: Final = 20.0
+"""Share of the measured iterations during which no model stage ran, from which the loop's own work between
+its stages is worth finding (an unmarked training loop's forward, backward, optimizer step and DataLoader waits
+leave a few percent: zeroing gradients, the loss's bookkeeping)."""
+
+
+def work_outside_stages(results: Results) -> Recommendation | None:
+    """``UNSTAGED_PCT`` or more of the measured iterations ran in no model stage (``model.stages``' fact
+    ``unstaged_pct``), in a run where some stage ran: the loop's own Python between the model's calls (preparing
+    batches by hand, metrics, logging, host copies) is a large part of the step, and no level names it. Silent on
+    a run that used a GPU: there the host's time between the stages is mostly waiting for the device at a
+    synchronisation (``.item()``, ``.cpu()``), asynchronous launches returning early, which the device timeline's
+    rules weigh (host-bound, syncs in the loop) with the kernels' times, not this one."""
+    s = get(results, "model.stages")
+    if s is None or not num(s.facts, "staged_ns") or s.facts.get("gpu"):
+        return None  # no stage at all (an imported trace's iterations alone): nothing tells the loop's work apart
+    pct, unstaged = num(s.facts, "unstaged_pct") or 0.0, num(s.facts, "unstaged_ns") or 0.0
+    if pct < UNSTAGED_PCT:
+        return None
+    impact, per = at_stake(results, unstaged)
+    where = "the merged step" if s.facts.get("merged") else "the measured iterations"
+    if s.facts.get("unstaged_of") == "stages":  # a run without iterations: from its first stage to its last
+        where = "the time from the first stage's start to the last one's end"
+    each = f", {format_ns(impact)} per iteration" if impact and per == "iteration" else ""
+    evidence = [
+        f"{pct:.1f}% of {where} ({format_ns(unstaged)}{each}) ran in no stage: in no forward, backward, optimizer "
+        "step, DataLoader wait or span of yours (model.stages)"
+    ]
+    action = (
+        "Find what the loop does between its stages: wrap its parts in xstack.span('name') (preparing the batch, "
+        "metrics, logging) or record the op level (--levels model,layer,op) to see the PyTorch operators that run "
+        "there. Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a "
+        "collate_fn), where it overlaps the step, and compute metrics and log every N steps."
+    )
+    return Recommendation(
+        "work_outside_stages",
+        "The loop spends much of its step outside every model stage",
+        severity(pct),
+        evidence,
+        ["model.stages"],
+        action,
+        impact_ns=impact,
+        impact_per=per,
+    )
