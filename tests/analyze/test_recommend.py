@@ -15,7 +15,7 @@ from tests.conftest import alexnet_without_param_calls, kineto_fixture
 from tests.importers import kineto_reference as ref
 from xstack.analyze.pipeline import Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
-from xstack.analyze.result import Result
+from xstack.analyze.result import Result, format_ns
 from xstack.importers.kineto import import_kineto
 from xstack.trace.sink import Sink
 from xstack.trace.store import RunInfo, Store
@@ -824,6 +824,8 @@ def test_a_loop_that_prepares_its_batches_by_hand_is_told_to_find_and_move_that_
     assert rec.severity == "high" and rec.impact_per == "iteration"
     assert rec.impact_ns is not None and 150e6 <= rec.impact_ns < 150e6 * 1.5
     assert rec.evidence[0].startswith(f"{stages.facts['unstaged_pct']:.1f}% of the measured iterations (")
+    assert (f"in no stage: {stages.facts['unstaged_pct']:.1f}% of the measured iterations "
+            f"({format_ns(stages.facts['unstaged_ns'])}), the loop's own work") in stages.labels  # fmt: skip
     assert "xstack.span('name')" in rec.action and "DataLoader workers" in rec.action
     with _hand_fed(tmp_path, 0.15, marked=True) as store:  # the preparation is a stage: the profile names it
         assert _fired(store, "work_outside_stages") is None

@@ -233,6 +233,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
     labels = ctx.replayed_labels("stage times and shares of wall")
     labels += [label] if (label := ctx.warmup_label()) else []
+    labels += [label] if (label := _unstaged_label(facts)) else []
     labels += [
         f"{n}: its calls overlap on {th} threads: total sums them ({format_ns(t)}), wall time counts the time at "
         f"least one ran ({format_ns(w)})"
@@ -298,6 +299,16 @@ def _unstaged(store: Store, ctx: RunContext) -> dict[str, Any]:
     unstaged = total - int(covered)
     return {"staged_ns": int(covered), "unstaged_ns": unstaged, "unstaged_pct": 100.0 * unstaged / total,
             "unstaged_of": of, "gpu": ctx.used_gpu}  # fmt: skip
+
+
+def _unstaged_label(facts: dict[str, Any]) -> str | None:
+    """The time in no stage (``_unstaged``), where there is some and some stage ran."""
+    if not facts.get("staged_ns") or not facts.get("unstaged_ns"):
+        return None
+    of = "of the merged step" if facts["merged"] else "of the measured iterations"
+    if facts["unstaged_of"] == "stages":
+        of = "from the first stage's start to the last one's end"
+    return f"in no stage: {facts['unstaged_pct']:.1f}% {of} ({format_ns(facts['unstaged_ns'])}), the loop's own work"
 
 
 WARMUP_KINDS = ("warm-up", "warm-up step")

@@ -40,6 +40,7 @@ def stages_table(result: Result | None, top: int) -> Table | None:
         return None
     of = "the merged step" if result.facts.get("merged") else "wall"
     caption = [label for label in result.labels if "warm-up" in label][:1]
+    caption += [label for label in result.labels if label.startswith("in no stage: ")]
     if len(rows) > top:
         caption.append(f"{counted(len(rows) - top, 'more stage')} in xstack report")
     t = Table(title="Model stages", title_justify="left", caption="; ".join(caption) or None,
