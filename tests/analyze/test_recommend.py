@@ -789,9 +789,10 @@ def test_worker_restarts_under_spawn_say_each_worker_is_a_new_interpreter() -> N
     assert _startup(loader | {"first_wait_ns": 3_000_000_000}) == ""  # under half of the waiting: not the lead
 
 
-def _hand_fed(tmp_path: Path, prepare_s: float, *, marked: bool, steps: bool = True) -> Store:
-    """A training loop that prepares each batch by hand in the main process, taking ``prepare_s``, in a span of
-    its own where ``marked``; its iterations marked with ``prof.step()`` where ``steps``."""
+def _hand_fed(tmp_path: Path, prepare_s: float, *, marked: bool, steps: bool = True, levels: str = "model") -> Store:
+    """A training loop that prepares each batch by hand in the main process, taking ``prepare_s`` (asleep, then
+    stacking its rows), in a span of its own where ``marked``; its iterations marked with ``prof.step()`` where
+    ``steps``."""
     import contextlib
 
     import xstack
@@ -801,12 +802,13 @@ def _hand_fed(tmp_path: Path, prepare_s: float, *, marked: bool, steps: bool = T
     model = torch.nn.Sequential(torch.nn.Linear(512, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     batch = torch.randn(256, 512)
-    path = tmp_path / f"h{prepare_s}-{marked}-{steps}.duckdb"
-    with xstack.profile(levels="model", path=path) as prof:
+    rows = list(batch.unbind())
+    path = tmp_path / f"h{prepare_s}-{marked}-{steps}-{levels}.duckdb"
+    with xstack.profile(levels=levels, path=path) as prof:
         for _ in range(7):
             with xstack.span("prepare") if marked else contextlib.nullcontext():
                 time.sleep(prepare_s)  # reading and decoding the batch, by hand
-                x = batch.clone()
+                x = torch.stack(rows) if prepare_s else batch
             model(x).pow(2).mean().backward()
             opt.step()
             opt.zero_grad()
@@ -833,6 +835,25 @@ def test_a_loop_that_prepares_its_batches_by_hand_is_told_to_find_and_move_that_
         assert stages.facts["unstaged_pct"] < 20 and ("prepare", "user") in [(r[0], r[1]) for r in stages.rows]
     with _hand_fed(tmp_path, 0.0, marked=False) as store:  # the loop's own glue: zeroing gradients, a batch
         assert _fired(store, "work_outside_stages") is None
+
+
+def test_with_the_op_level_the_operators_the_loop_runs_between_its_stages_are_named(tmp_path: Path) -> None:
+    with _hand_fed(tmp_path, 0.15, marked=False, levels="model,layer,op") as store:
+        rec = _check(_fired(store, "work_outside_stages"), "model.stages")
+        [stages] = run_analyses(store, ids=["model.stages"])
+        # the operators whose parent is a measured iteration: outside every layer and stage
+        [(stack_ns,)] = store.query(
+            "SELECT sum(o.dur_ns) FROM spans o JOIN spans p ON p.span_id = o.parent_id WHERE o.name = 'aten::stack' "
+            "AND p.name LIKE 'step#%' AND p.name <> 'step#0'"
+        )
+    ops = stages.facts["unstaged_ops"]
+    assert ops[0]["op"] == "aten::stack" and ops[0]["calls"] == 6 and ops[0]["ns"] == stack_ns
+    assert len(ops) <= 3 and stages.facts["unstaged_ops_ns"] >= sum(o["ns"] for o in ops)
+    assert rec.evidence[1].startswith(
+        f"PyTorch operators outside every stage took {format_ns(stages.facts['unstaged_ops_ns'])} of it: "
+        f"aten::stack {format_ns(stack_ns)} (6 calls)"
+    )
+    assert "see which code calls the operators named above" in rec.action and "--levels" not in rec.action
 
 
 def test_a_run_without_iterations_is_judged_from_its_first_stage_to_its_last(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from typing import Final
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import format_ns
+from xstack.text import counted
 
 UNSTAGED_PCT: Final = 20.0
 """Share of the measured iterations during which no model stage ran, from which the loop's own work between
@@ -36,11 +37,20 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         f"{pct:.1f}% of {where} ({format_ns(unstaged)}{each}) ran in no stage: in no forward, backward, optimizer "
         "step, DataLoader wait or span of yours (model.stages)"
     ]
+    ops = s.facts.get("unstaged_ops") or []
+    if ops:  # the op level was recorded: the operators the loop ran between its stages
+        named = ", ".join(f"{o['op']} {format_ns(o['ns'])} ({counted(o['calls'], 'call')})" for o in ops)
+        ops_ns = num(s.facts, "unstaged_ops_ns") or 0.0
+        evidence.append(f"PyTorch operators outside every stage took {format_ns(ops_ns)} of it: {named} (model.stages)")
+    see = (
+        "and see which code calls the operators named above"
+        if ops
+        else "or record the op level (--levels model,layer,op) to see the PyTorch operators that run there"
+    )
     action = (
         "Find what the loop does between its stages: wrap its parts in xstack.span('name') (preparing the batch, "
-        "metrics, logging) or record the op level (--levels model,layer,op) to see the PyTorch operators that run "
-        "there. Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a "
-        "collate_fn), where it overlaps the step, and compute metrics and log every N steps."
+        f"metrics, logging) {see}. Then move the batch's preparation into DataLoader workers (the Dataset's "
+        "__getitem__ or a collate_fn), where it overlaps the step, and compute metrics and log every N steps."
     )
     return Recommendation(
         "work_outside_stages",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
-from xstack.analyze.context import STEP_SPAN, RunContext, merged, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, RunContext, merged, past_warmup, run_context, step_span
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
 from xstack.text import counted
 from xstack.trace import attrs as A
@@ -298,7 +298,31 @@ def _unstaged(store: Store, ctx: RunContext) -> dict[str, Any]:
     ).fetchall()[0][0]
     unstaged = total - int(covered)
     return {"staged_ns": int(covered), "unstaged_ns": unstaged, "unstaged_pct": 100.0 * unstaged / total,
-            "unstaged_of": of, "gpu": ctx.used_gpu}  # fmt: skip
+            "unstaged_of": of, "gpu": ctx.used_gpu} | _unstaged_ops(store, ctx, windows)  # fmt: skip
+
+
+UNSTAGED_OPS_NAMED = 3
+"""Operators named among those that ran in no stage (``_unstaged_ops``)."""
+
+
+def _unstaged_ops(store: Store, ctx: RunContext, windows: str) -> dict[str, Any]:
+    """Where the op level was recorded: facts ``unstaged_ops_ns``, the time of the operators that ran in no stage
+    within ``windows`` (those whose parent is an iteration or the run's region: outside every layer and stage;
+    nested ones counted in their caller), and ``unstaged_ops``, the ``UNSTAGED_OPS_NAMED`` longest by name
+    (``op``, ``calls``, ``ns``)."""
+    rows = store.con.execute(
+        f"""SELECT o.name, count(*), sum(o.dur_ns) FROM spans o
+            JOIN spans p ON p.run_id = o.run_id AND p.span_id = o.parent_id
+            JOIN {windows} w ON o.start_ns >= w.ws AND o.start_ns < w.we
+            WHERE o.run_id = $run AND o.level = 'op' AND p.level = 'model'
+                AND ({step_span("p")} OR p.attrs->>'$."{A.MODEL_KIND}"' = 'region')
+            GROUP BY 1 ORDER BY 3 DESC, 1""",
+        {"run": ctx.run_id},
+    ).fetchall()
+    if not rows:
+        return {}
+    named = [{"op": str(n), "calls": int(c), "ns": int(t)} for n, c, t in rows[:UNSTAGED_OPS_NAMED]]
+    return {"unstaged_ops_ns": sum(int(t) for *_, t in rows), "unstaged_ops": named}
 
 
 def _unstaged_label(facts: dict[str, Any]) -> str | None:
