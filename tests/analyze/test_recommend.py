@@ -853,7 +853,25 @@ def test_with_the_op_level_the_operators_the_loop_runs_between_its_stages_are_na
         f"PyTorch operators outside every stage took {format_ns(stages.facts['unstaged_ops_ns'])} of it: "
         f"aten::stack {format_ns(stack_ns)} (6 calls)"
     )
-    assert "see which code calls the operators named above" in rec.action and "--levels" not in rec.action
+    # the sleep runs no operator: most of the time between the stages is said to be the loop's Python or a wait
+    rest = stages.facts["unstaged_ns"] - stages.facts["unstaged_ops_ns"]
+    assert f"; the other {format_ns(rest)} ran none: the loop's own Python, or waiting (" in rec.evidence[1]
+    assert "find the code that calls aten::stack, the longest of the PyTorch operators" in rec.action
+    assert "--levels" not in rec.action
+
+
+def test_a_merged_step_s_time_outside_its_stages_is_of_its_one_iteration() -> None:
+    """A merged run holds one iteration of medians: its time in no stage is the merged step's, at stake per
+    iteration, and not said twice."""
+    facts = {"merged": True, "steps": 1, "staged_ns": 21_000_000, "unstaged_ns": 32_000_000, "unstaged_pct": 60.4,
+             "unstaged_of": "iterations", "gpu": False}  # fmt: skip
+    rec = RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)})
+    assert rec is not None and rec.impact_ns == 32_000_000 and rec.impact_per == "iteration"
+    assert rec.evidence == ["60.4% of the merged step (32.0 ms) ran in no stage: in no forward, backward, optimizer "
+                            "step, DataLoader wait or span of yours (model.stages)"]  # fmt: skip
+    assert "--levels model,layer,op" in rec.action  # no operators recorded: how to see them
+    facts |= {"unstaged_pct": 19.9}
+    assert RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)}) is None
 
 
 def test_a_run_without_iterations_is_judged_from_its_first_stage_to_its_last(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     where = "the merged step" if s.facts.get("merged") else "the measured iterations"
     if s.facts.get("unstaged_of") == "stages":  # a run without iterations: from its first stage to its last
         where = "the time from the first stage's start to the last one's end"
-    each = f", {format_ns(impact)} per iteration" if impact and per == "iteration" else ""
+    each = f", {format_ns(impact)} per iteration" if impact and per == "iteration" and not s.facts.get("merged") else ""
     evidence = [
         f"{pct:.1f}% of {where} ({format_ns(unstaged)}{each}) ran in no stage: in no forward, backward, optimizer "
         "step, DataLoader wait or span of yours (model.stages)"
@@ -41,9 +41,13 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     if ops:  # the op level was recorded: the operators the loop ran between its stages
         named = ", ".join(f"{o['op']} {format_ns(o['ns'])} ({counted(o['calls'], 'call')})" for o in ops)
         ops_ns = num(s.facts, "unstaged_ops_ns") or 0.0
-        evidence.append(f"PyTorch operators outside every stage took {format_ns(ops_ns)} of it: {named} (model.stages)")
+        line = f"PyTorch operators outside every stage took {format_ns(ops_ns)} of it: {named}"
+        if ops_ns * 2 < unstaged:  # most of it ran no operator at all
+            line += (f"; the other {format_ns(unstaged - ops_ns)} ran none: the loop's own Python, or waiting (file "
+                     "I/O, a sleep, a lock)")  # fmt: skip
+        evidence.append(f"{line} (model.stages)")
     see = (
-        "and see which code calls the operators named above"
+        f"and find the code that calls {ops[0]['op']}, the longest of the PyTorch operators that run there"
         if ops
         else "or record the op level (--levels model,layer,op) to see the PyTorch operators that run there"
     )
