@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
 from xstack.analyze.pipeline import Recommendation
@@ -39,13 +39,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     ]
     ops = s.facts.get("unstaged_ops") or []
     if ops:  # the op level was recorded: the operators the loop ran between its stages
-        named = ", ".join(f"{o['op']} {format_ns(o['ns'])} ({counted(o['calls'], 'call')})" for o in ops)
-        ops_ns = num(s.facts, "unstaged_ops_ns") or 0.0
-        line = f"PyTorch operators outside every stage took {format_ns(ops_ns)} of it: {named}"
-        if ops_ns * 2 < unstaged:  # most of it ran no operator at all
-            line += (f"; the other {format_ns(unstaged - ops_ns)} ran none: the loop's own Python, or waiting (file "
-                     "I/O, a sleep, a lock)")  # fmt: skip
-        evidence.append(f"{line} (model.stages)")
+        evidence.append(_ops_line(ops, num(s.facts, "unstaged_ops_ns") or 0.0, unstaged))
     see = (
         f"and find the code that calls {ops[0]['op']}, the longest of the PyTorch operators that run there"
         if ops
@@ -66,3 +60,14 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         impact_ns=impact,
         impact_per=per,
     )
+
+
+def _ops_line(ops: list[dict[str, Any]], ops_ns: float, unstaged_ns: float) -> str:
+    """The operators that ran in no stage (``ops_ns`` in all, the longest ``ops``), and, where they took under
+    half of the time in no stage, that the rest ran none."""
+    named = ", ".join(f"{o['op']} {format_ns(o['ns'])} ({counted(o['calls'], 'call')})" for o in ops)
+    line = f"PyTorch operators outside every stage took {format_ns(ops_ns)} of it: {named}"
+    if ops_ns * 2 < unstaged_ns:
+        line += (f"; the other {format_ns(unstaged_ns - ops_ns)} ran none: the loop's own Python, or waiting (file "
+                 "I/O, a sleep, a lock)")  # fmt: skip
+    return f"{line} (model.stages)"
