@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from xstack.analyze.pipeline import ImpactPer, Severity
-from xstack.analyze.result import Result
+from xstack.analyze.result import Result, format_ns
 
 Results = dict[str, Result]
 
@@ -67,3 +67,24 @@ def loop_waits_for_data(results: Results) -> float | None:
     s = get(results, "model.stages")
     pct = None if s is None else num(s.facts, "dataloader_pct_of_steps")
     return pct if pct is not None and pct >= INPUT_WAIT_PCT else None
+
+
+SMALL_STAKE_PCT = 1.0
+"""Share of the measured step that a finding's time at stake must reach for its rule to be above low severity
+(``small_stake``): below it, fixing the finding cannot shorten the step by more."""
+
+
+def small_stake(results: Results, impact_ns: int | None, per: ImpactPer) -> str | None:
+    """Where a finding's time at stake per iteration (``impact_ns``) is under ``SMALL_STAKE_PCT`` of the mean
+    measured step (``model.stages``: a merged run's step, else the measured steps' mean): the evidence line that
+    says so; else None (no steps, no time at stake)."""
+    s = get(results, "model.stages")
+    if s is None or impact_ns is None or per != "iteration":
+        return None
+    steps, total = num(s.facts, "steps"), num(s.facts, "step_total_ns")
+    if not steps or not total or 100.0 * impact_ns / (total / steps) >= SMALL_STAKE_PCT:
+        return None
+    step = total / steps
+    return (f"but that is {100.0 * impact_ns / step:.1f}% of the step ({format_ns(impact_ns)} of {format_ns(step)} "
+            f"per iteration; threshold {SMALL_STAKE_PCT:g}%): even gone, it would barely shorten the step "
+            "(model.stages)")  # fmt: skip

@@ -13,12 +13,12 @@ from typing import Any, Final
 
 from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
-from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, loop_waits_for_data
+from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, loop_waits_for_data, small_stake
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
-from xstack.analyze.pipeline import Recommendation, Severity
+from xstack.analyze.pipeline import ImpactPer, Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
 from xstack.leveled.occasional import the_others, work_text, worth_naming
 
@@ -403,8 +403,7 @@ def small_files(results: Results) -> Recommendation | None:
         else (round(step) or None, "iteration")
     )
     severity, evidence, sources = _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"]
-    if (off := _off_the_loops_path(results)) is not None:
-        severity, evidence, sources = "low", [*evidence, off], [*sources, "io.input_bound"]
+    severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
     return Recommendation(
         "small_files", title, severity, evidence, sources,
         f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
@@ -433,8 +432,7 @@ def zero_reads(results: Results) -> Recommendation | None:
     # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
     evidence, sources = [line + " (io.pattern)"], ["io.pattern"]
-    if (off := _off_the_loops_path(results)) is not None:
-        severity, evidence, sources = "low", [*evidence, off], [*sources, "io.input_bound"]
+    severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
     return Recommendation(
         "zero_reads", "Reads that return nothing: files read until EOF", severity, evidence, sources,
         "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
@@ -442,6 +440,19 @@ def zero_reads(results: Results) -> Recommendation | None:
         "with no size does: one more system call per file).",
         impact_ns=impact, impact_per=per,
     )  # fmt: skip
+
+
+def _unfelt(
+    results: Results, impact: int | None, per: ImpactPer, severity: Severity, evidence: list[str], sources: list[str]
+) -> tuple[Severity, list[str], list[str]]:
+    """An I/O finding's severity, evidence and sources, made low, with the line that says why, where the step
+    does not feel it: its DataLoader workers' I/O is off the loop's path (``_off_the_loops_path``), or its time
+    at stake is a sliver of the step (``small_stake``)."""
+    if (off := _off_the_loops_path(results)) is not None:
+        return "low", [*evidence, off], [*sources, "io.input_bound"]
+    if (sliver := small_stake(results, impact, per)) is not None:
+        return "low", [*evidence, sliver], [*sources, "model.stages"]
+    return severity, evidence, sources
 
 
 def _off_the_loops_path(results: Results) -> str | None:
