@@ -19,7 +19,7 @@ import xstack  # noqa: E402
 from xstack.analyze.context import run_context  # noqa: E402
 from xstack.analyze.health import run_health  # noqa: E402
 from xstack.errors import UsageError  # noqa: E402
-from xstack.leveled.merge import merge_passes  # noqa: E402
+from xstack.leveled.merge import LOOSE_DIVERGENCE, merge_passes  # noqa: E402
 
 PASSES = ["model", "model,layer", "model,layer,op"]
 
@@ -272,6 +272,41 @@ def test_a_sequence_fewer_than_half_the_iterations_have_is_a_mismatch_named_by_i
     # numbered as A2-A4 and A11-A14 number iterations, not as the spans step#N count them
     assert health[0][2].startswith(f"model+layer+op iteration {second}: under layer '1 (Rotating)', op 1 is "
                                    f"'{other}', where model+layer+op iteration {first} has '{ref}'")  # fmt: skip
+    assert LOOSE_DIVERGENCE not in health[0][2]  # in a layer: the model's own work differs
+
+
+def test_ops_the_loop_runs_outside_every_layer_differing_leave_the_layers_merged_and_are_explained(
+    tmp_path: Path,
+) -> None:
+    """A random augmentation in the step itself, outside the model: its operators differ between iterations, no
+    sequence of them half the iterations have, and the layers and stages still merge whole. The mismatch says where
+    it lies, and the advice is low and explains it (a hand-fed CNN's loop flipping half its images had been told
+    to make its iterations repeat the same work, of medium severity)."""
+    from xstack.analyze.pipeline import analyze
+
+    model, x, calls = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4), 0
+
+    def step() -> Any:
+        nonlocal calls
+        calls += 1
+        return model((torch.sigmoid, torch.tanh, torch.relu, torch.exp)[calls % 4](x))  # the loop's own op
+
+    path = xstack.measure(step, passes=PASSES, warmup=2, iters=4, path=tmp_path / "m.duckdb", progress=False)
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        [(check, detail)] = store.query(
+            'SELECT "check", detail FROM health WHERE run_id = ? AND "check" LIKE \'%_mismatch\'', [merged]
+        )
+        layers = store.query(
+            "SELECT name, (attrs->>'$.\"stats.n\"')::INT FROM spans WHERE run_id = ? AND level = 'layer' ORDER BY 1",
+            [merged],
+        )
+        [rec] = [r for r in analyze(store, merged).recommendations if r.rule == "unattributed_time"]
+    assert check == "iteration_mismatch" and "in the step, op 1 is " in detail
+    assert f"diverge, {LOOSE_DIVERGENCE}, " in detail or f"diverges, {LOOSE_DIVERGENCE}, " in detail
+    assert layers == [("0", 4), ("1", 4), ("Sequential", 4)]  # every layer merged, of every measured iteration
+    assert rec.severity == "low" and rec.action.startswith("The layers and stages are merged whole: only the ")
+    assert "Make the measured iterations repeat the same work" not in rec.action
 
 
 @pytest.mark.parametrize(("warmup", "iters", "stepping"), [(2, 4, 2), (3, 5, 3)])

@@ -20,6 +20,7 @@ from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
 from xstack.analyze.pipeline import ImpactPer, Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
+from xstack.leveled.merge import LOOSE_DIVERGENCE
 from xstack.leveled.occasional import the_others, work_text, worth_naming
 
 Rule = Callable[[Results], Recommendation | None]
@@ -260,9 +261,11 @@ def unattributed_time(results: Results) -> Recommendation | None:
     if pct >= UNATTRIBUTED_PCT:
         evidence.append(f"{pct:.1f}% of device time has no launching call and is charged to no op or layer (health)")
     evidence += [f"{r[0]}: {r[1]:,} ({shorten(r[2], 240, placeholder=' ...')}) (health)" for r in mismatch]
-    # the DataLoader's own ops differ with whether a batch was ready when asked for: nothing the program can change
+    # the DataLoader's own ops differ with whether a batch was ready when asked for: nothing the program can change;
+    # the loop's own ops outside every layer and stage (a random augmentation): the layers and stages merge whole
     loader = [r for r in mismatch if LOADER_DIVERGENCE in str(r[2])]
-    program = len(mismatch) > len(loader)
+    loose = [r for r in mismatch if LOOSE_DIVERGENCE in str(r[2]) and r not in loader]
+    program = len(mismatch) > len(loader) + len(loose)
     return Recommendation(
         "unattributed_time",
         "Part of the profile could not be attributed",
@@ -270,7 +273,11 @@ def unattributed_time(results: Results) -> Recommendation | None:
         evidence,
         ["health"],
         _unattributed_action(
-            mismatch=program, orphans=pct >= UNATTRIBUTED_PCT, gpu=h.facts.get("gpu"), loader=bool(loader)
+            mismatch=program,
+            orphans=pct >= UNATTRIBUTED_PCT,
+            gpu=h.facts.get("gpu"),
+            loader=bool(loader),
+            loose=bool(loose),
         ),  # fmt: skip
     )
 
@@ -279,11 +286,21 @@ LOADER_DIVERGENCE: Final = "under model 'dataloader.next'"
 """How a mismatch detail (``leveled.merge``) names a divergence inside a DataLoader's fetch."""
 
 
-def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any, loader: bool = False) -> str:
+def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any, loader: bool = False, loose: bool = False) -> str:
     """What to change for a profile that could not be attributed, as far as the run can record it: a run with no
     GPU launched no kernels, so neither autotuning nor the kernel level is any help there; a divergence inside the
-    DataLoader's fetch only, which the program does not choose, is explained, not given work."""
+    DataLoader's fetch only, which the program does not choose, is explained, not given work; one among the
+    operators the loop runs outside every layer and stage is explained, with where that work would leave the
+    step."""
     parts = []
+    if loose:
+        parts.append(
+            "The layers and stages are merged whole: only the operators the loop runs itself, outside every layer "
+            "and stage, differ between iterations (a random augmentation or a data-dependent branch in its own "
+            "code), and those operators, in the iterations where they differ, stay in the op pass's run, not "
+            "merged. Moving that work into DataLoader workers (the Dataset's __getitem__) would also take it off "
+            "the step"
+        )
     why = ("its own operators differ with whether a batch was ready when the loop asked for it, and only the spans "
            "under it from the divergence on are left out of the merge")  # fmt: skip
     if loader and not mismatch:

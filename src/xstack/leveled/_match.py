@@ -72,16 +72,18 @@ WITH RECURSIVE roots AS (
       AND (s.attrs->>'$."model.kind"' = 'step' OR regexp_matches(s.name, '^ProfilerStep#[0-9]+$'))
 ),
 t(run_id, span_id, parent_id, iter, key, parent_key, level, pos, cname, pcname, start_ns, dur_ns, occasional,
-  aligned) AS (
+  aligned, loose) AS (
     SELECT r.run_id, r.span_id, NULL::BIGINT, r.iter, hash('step'), NULL::UBIGINT, 'model', 0, 'step', NULL::VARCHAR,
-        r.start_ns, r.dur_ns, false, false
+        r.start_ns, r.dur_ns, false, false, true
     FROM roots r JOIN _lm_pass p USING (run_id)
     WHERE r.iter >= p.first_iter AND r.iter < p.end_iter
     UNION ALL
     SELECT b.run_id, b.span_id, b.parent_id, t.iter,
         CASE WHEN b.occasional THEN hash(t.key, b.level, 'occasional', b.cname, b.occ)
             ELSE hash(t.key, b.level, b.pos) END,
-        t.key, b.level, b.pos, b.cname, t.cname, b.start_ns, b.dur_ns, b.occasional, b.aligned
+        t.key, b.level, b.pos, b.cname, t.cname, b.start_ns, b.dur_ns, b.occasional, b.aligned,
+        -- the step itself, or an operator the loop runs outside every layer and stage (and those it calls)
+        t.loose AND b.level = 'op'
     FROM t JOIN _lm_base b ON b.run_id = t.run_id AND b.parent_id = t.span_id
 )
 SELECT * FROM t;
