@@ -528,6 +528,25 @@ def test_a_live_runs_first_iteration_is_warm_up_and_what_follows_the_last_step_i
     assert "every iteration is within the 1 of warm-up: all of them counted" in only_warmup.labels
 
 
+def test_a_sweep_run_without_steps_gives_its_region_no_throughput(build: Any) -> None:
+    """A sweep's run of a program that never calls step(): its latency is the whole run's region, start-up and
+    every batch it ran included, which is no batch's latency, so batch size / latency is no throughput."""
+
+    def fill(b: Builder) -> None:
+        config = {"status": "complete", "steps": 0, A.CONFIG_BATCH_SIZE: 4}
+        b.store.add_run(RunInfo(1, "live", levels=["model"], pass_name="model", config=config))
+        sink = Sink(b.store, 1)
+        sink.span(1, None, "model", "region", 0, 4_000_000_000, 1, 1, {A.MODEL_KIND: "region"})
+        sink.span(2, 1, "model", "Net", 3_000_000_000, 5_000_000, 1, 1, {A.MODEL_KIND: "forward"})
+        sink.close()
+
+    result = model_information(build(fill), 1)
+    assert result.rows == [(4, 4_000_000_000, 4_000_000_000, 4_000_000_000, None, None, "")]
+    assert result.labels[0] == ("latency of model span 'region' (no iterations marked): the whole run, start-up "
+                                "included, which holds every batch it ran, so no throughput")  # fmt: skip
+    assert result.facts["per_batch"][0]["throughput"] is None
+
+
 def test_a_run_without_steps_says_nothing_of_warm_up(build: Any) -> None:
     """A live run whose program never calls step() (an inference loop) has no iterations: its labels say nothing
     of iterations within the warm-up, as none was counted or left out."""

@@ -76,11 +76,15 @@ class Point:
     (``RunContext.replayed_timing``)."""
     longest_call: LongCall | None = None
     """Where the latency is a model span's (no iterations marked): the one runtime call that takes most of it."""
+    whole_run: bool = False
+    """The latency is a live run's ``region`` (no iterations marked): the whole profile, start-up included, which
+    holds every batch the program ran, so that it gives no throughput."""
 
     @property
     def throughput(self) -> float | None:
-        """Samples per second, where the batch size and the latency are known."""
-        if self.batch_size is None or self.latency_ns is None or self.latency_ns <= 0:
+        """Samples per second, where the batch size and the latency are known and the latency is of one batch (not
+        a run's whole ``region``)."""
+        if self.batch_size is None or self.latency_ns is None or self.latency_ns <= 0 or self.whole_run:
             return None
         return self.batch_size * 1e9 / self.latency_ns
 
@@ -282,7 +286,11 @@ def run_latency(store: Store, run_id: int, config: dict[str, Any], batch_size: i
         windows = ("SELECT start_ns AS s, start_ns + dur_ns AS e, pid, tid FROM spans WHERE run_id = $run "
                    "AND level = 'model' AND parent_id IS NULL AND name = $name")  # fmt: skip
         call = longest_call(store, run_id, windows, name=spans)
-    return Point(batch_size, run_id, float(median), _float(p5), _float(p95), int(n), timing, spans, longest_call=call)
+    whole = spans != "step" and bool(store.query(
+        f"""SELECT count(*) FROM spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL AND name = ?
+            AND attrs->>'$."{A.MODEL_KIND}"' = 'region'""", [run_id, spans])[0][0])  # fmt: skip
+    return Point(batch_size, run_id, float(median), _float(p5), _float(p95), int(n), timing, spans, longest_call=call,
+                 whole_run=whole)  # fmt: skip
 
 
 MOST_OF_IT_PCT = 50.0
@@ -435,6 +443,8 @@ def _result(run_id: int, points: list[Point], optimal: int | None, reason: str) 
     per_batch = [{"batch_size": p.batch_size, "latency_ns": _round(p.latency_ns), "throughput": p.throughput,
                   "iterations": p.iterations, "timing": p.timing, "run_id": p.run_id} for p in points]  # fmt: skip
     labels = [f"latency of model span {p.spans!r} (no iterations marked)"
+              + (": the whole run, start-up included, which holds every batch it ran, so no throughput"
+                 if p.whole_run and p.batch_size is not None else "")
               + (f"; {p.longest_call.describe()}" if p.longest_call else "")
               for p in points if p.spans != "step" and p.replayed is None][:1]  # fmt: skip
     labels += [f"latency and throughput unknown: the run's host times are {why}; {REPLAYED_ADVICE}"
