@@ -296,10 +296,10 @@ def _unattributed_action(*, mismatch: bool, orphans: bool, gpu: Any, loader: boo
     if loose:
         parts.append(
             "The layers and stages are merged whole: only the operators the loop runs itself, outside every layer "
-            "and stage, differ between iterations (a random augmentation or a data-dependent branch in its own "
-            "code), and those operators, in the iterations where they differ, stay in the op pass's run, not "
-            "merged. Moving that work into DataLoader workers (the Dataset's __getitem__) would also take it off "
-            "the step"
+            "and stage, differ between iterations (a random augmentation, a branch or a loop that depends on the "
+            "data, such as a last batch of fewer items, in its own code), and those operators, in the iterations "
+            "where they differ, stay in the op pass's run, not merged. Moving that work into DataLoader workers "
+            "(the Dataset's __getitem__) would also take it off the step"
         )
     why = ("its own operators differ with whether a batch was ready when the loop asked for it, and only the spans "
            "under it from the divergence on are left out of the merge")  # fmt: skip
