@@ -31,6 +31,7 @@ WORKERS = 2
 def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -> Path:
     """Profile the demo pipeline for ``steps`` iterations; returns the store's path."""
     from xstack.analyze.pipeline import analyze
+    from xstack.analyze.recommend import RULE_ANALYSES
     from xstack.export.perfetto import export_perfetto
     from xstack.report.terminal import print_analysis
     from xstack.trace.store import Store
@@ -53,7 +54,7 @@ def run_demo(out_dir: Path, *, steps: int = 4, console: Console | None = None) -
     timeline = out_dir / "demo.perfetto.json"
     with Store.open(store_path) as store:
         export_perfetto(store, timeline)
-        analysis = analyze(store)
+        analysis = analyze(store, ids=RULE_ANALYSES)
     print_analysis(analysis, str(store_path), console)
     console.print(escape(f"store: {store_path}{replaced}"), soft_wrap=True)
     console.print(escape(f"timeline: {timeline} (open it in https://ui.perfetto.dev)"), soft_wrap=True)

@@ -290,10 +290,11 @@ class Profile:
     def summary(self, top: int = 10) -> Any:
         """Print the run's summary, model stages and recommendations to the terminal, and return the summary."""
         from xstack.analyze.pipeline import analyze
+        from xstack.analyze.recommend import RULE_ANALYSES
         from xstack.report.terminal import print_analysis
 
         with self.open() as store:
-            analysis = analyze(store, top=top)
+            analysis = analyze(store, ids=RULE_ANALYSES, top=top)
         print_analysis(analysis, str(self.path), top=top)
         return analysis.summary
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import alexnet_without_param_calls, kineto_fixture
 from tests.importers import kineto_reference as ref
-from xstack.analyze.pipeline import Recommendation, analyze, run_analyses
+from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result, format_ns
 from xstack.importers.kineto import import_kineto
@@ -900,3 +900,23 @@ def test_work_outside_stages_stays_silent_where_no_stage_ran_or_a_gpu_was_used(b
     assert results["model.stages"].facts["gpu"] is False and RULES["work_outside_stages"](results) is not None
     results["model.stages"].facts["gpu"] = True  # as a run whose program had CUDA initialised would have it
     assert RULES["work_outside_stages"](results) is None
+
+
+@pytest.mark.parametrize("trace", [BERT, ALEXNET, MI250, MULTISTREAM])
+def test_the_rules_read_only_the_analyses_the_summary_runs_for_them(import_store: Any, trace: str) -> None:
+    """``xstack summary`` runs ``RULE_ANALYSES`` only: the rules must give the same recommendations from them as
+    from every analysis."""
+    from xstack.analyze.recommend import RULE_ANALYSES, recommend
+
+    store = import_store(kineto_fixture(trace))
+    every = recommend(run_analyses(store))
+    assert every == recommend(run_analyses(store, ids=RULE_ANALYSES))
+    assert list(RULE_ANALYSES) == [i for i in ANALYSES if i in RULE_ANALYSES]  # in registry order
+
+
+def test_the_rules_on_a_live_run_read_only_the_analyses_the_summary_runs_for_them(tmp_path: Path) -> None:
+    from xstack.analyze.recommend import RULE_ANALYSES, recommend
+
+    with _hand_fed(tmp_path, 0.05, marked=False, levels="model,layer,op") as store:
+        every = recommend(run_analyses(store))
+        assert every and every == recommend(run_analyses(store, ids=RULE_ANALYSES))

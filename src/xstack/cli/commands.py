@@ -48,11 +48,12 @@ def _imported(out: Path, run_ids: list[int]) -> tuple[dict[int, int], dict[int, 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
     from xstack.analyze.pipeline import analyze
+    from xstack.analyze.recommend import RULE_ANALYSES
     from xstack.report.terminal import print_analysis
     from xstack.trace.store import Store
 
     with Store.open(args.store) as store:
-        analysis = analyze(store, args.run, top=args.top)
+        analysis = analyze(store, args.run, RULE_ANALYSES, top=args.top)
     print_analysis(analysis, str(args.store), top=args.top)
     return 0
 
