@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -388,9 +388,10 @@ def test_markdown_shows_docstring_literals_as_code_spans(gpu: tuple[Path, Path])
     assert markdown_text("``a`b``", str) == "`` a`b ``"
 
 
-def _live_store(path: Path, warmup_ns: int, step_ns: int) -> Path:
+def _live_store(path: Path, warmup_ns: int, step_ns: int, tail: Sequence[int] = ()) -> Path:
     """A live run of two iterations, the first warm-up (config.warmup_steps = 1): each step holds layer fc,
-    which takes all of the warm-up's extra time."""
+    which takes all of the warm-up's extra time; after the last step, a final evaluation calls fc once per
+    duration in ``tail``."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "live", levels=["model", "layer"], config={A.CONFIG_WARMUP_STEPS: 1}))
         sink = Sink(store, 1)
@@ -401,6 +402,13 @@ def _live_store(path: Path, warmup_ns: int, step_ns: int) -> Path:
             sink.span(2 + 2 * k, 1 + 2 * k, "layer", "fc", start + 100, dur - 1000, 1, 1,
                       {A.LAYER_PATH: "fc", A.LAYER_TYPE: "Linear", A.LAYER_CALL_INDEX: 0})  # fmt: skip
             start += dur
+        if tail:
+            sink.span(10, None, "model", "after-last-step", start, sum(tail) + 1000 * len(tail), 1, 1,
+                      {A.MODEL_KIND: "tail"})  # fmt: skip
+            for i, dur in enumerate(tail):
+                sink.span(11 + i, 10, "layer", "fc", start + 100, dur, 1, 1,
+                          {A.LAYER_PATH: "fc", A.LAYER_TYPE: "Linear", A.LAYER_CALL_INDEX: i})  # fmt: skip
+                start += dur + 1000
         sink.close()
     return path
 
@@ -452,6 +460,23 @@ def test_a_live_run_s_warm_up_step_is_left_out(tmp_path: Path) -> None:
         d = diff_profiles(sa, sb)
     assert [r["status"] for r in _rows(d, "diff.layers")] == ["unchanged"]
     assert d.summary.facts["step_status"] == "unchanged"
+
+
+def test_a_final_evaluation_after_the_last_step_is_no_part_of_the_layers_compared(tmp_path: Path) -> None:
+    """What follows the last step (a final evaluation's forwards) is no iteration: its layer calls are left out
+    of the layers compared, as its stages are, so that a longer evaluation in B neither adds rows nor moves the
+    layers' net change while the step stays the same (a live training run's validation after its last optimizer
+    step had shown 'layers net change -201 ms' beside an unchanged step)."""
+    a = _live_store(tmp_path / "a.duckdb", 10_000_000, 10_000_000, tail=[5_000_000])
+    b = _live_store(tmp_path / "b.duckdb", 10_000_000, 10_000_000, tail=[50_000_000] * 3)
+    with Store.open(a) as sa, Store.open(b) as sb:
+        assert set(read_side(sb, 1).layers) == {("fc", 0)} and read_side(sb, 1).layers[("fc", 0)].count == 1
+        d = diff_profiles(sa, sb)
+    assert [(r["layer"], r["status"]) for r in _rows(d, "diff.layers")] == [("fc", "unchanged")]
+    totals = [
+        (r["status"], r["items"], r["delta"]) for r in _rows(d, "diff.summary") if r["item"] == "layers (self time)"
+    ]
+    assert totals == [("unchanged", 1, 0)], totals  # the steps' one call of fc, the same in both
 
 
 @pytest.fixture(scope="module")

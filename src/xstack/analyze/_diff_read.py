@@ -170,8 +170,9 @@ def _spans_in_steps(level: str, ctx: RunContext) -> str:
     """The run's spans of ``level`` with their statistics, their self time (less the spans of the level that they
     parent; never below 0, as merged medians of children may exceed their parent's) and the host step whose time
     holds their start (of kernels, their launch: ``context.launched``); those that start in the warm-up
-    (``RunContext.in_warmup``: its steps, and the start-up before the first, as the summary leaves them out) are
-    left out."""
+    (``RunContext.in_warmup``: its steps, and the start-up before the first, as the summary leaves them out) or
+    after the last step (``RunContext.after_last_step``: a final evaluation, the teardown, as the stages called
+    there are left out) are left out."""
     source, at = (
         (launched(level), "launch_ns")
         if level == "kernel"
@@ -185,7 +186,7 @@ def _spans_in_steps(level: str, ctx: RunContext) -> str:
         LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans WHERE run_id = $run AND level = '{level}'
                    GROUP BY parent_id) k ON k.parent_id = s.span_id
         ASOF LEFT JOIN ({_steps(ctx.warmup)}) st ON s.{at} >= st.start_ns
-        WHERE NOT {ctx.in_warmup(f"s.{at}")}"""
+        WHERE NOT {ctx.in_warmup(f"s.{at}")} AND NOT {ctx.after_last_step(f"s.{at}")}"""
 
 
 def _uneven_passes(overhead: Any) -> str | None:
