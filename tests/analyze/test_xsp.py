@@ -227,6 +227,34 @@ def test_layer_calls_in_the_warm_up_are_marked_and_left_out_of_the_sums_per_type
         assert sum(b6.column("self")) == 9_000 + 2 * 1_000 and not b5.labels
 
 
+def test_layer_calls_after_the_last_step_are_listed_and_left_out_of_the_sums_per_type(tmp_path: Path) -> None:
+    """A final evaluation after the last step() (the tail) is no iteration: its calls are in A2 and out of the
+    sums per type, as model.stages leaves the stages called there out (a CNN's validation after its last
+    optimizer step had counted 34 forwards in A5-A7 against the 30 iterations the summary counts)."""
+    with Store.create(tmp_path / "t.duckdb") as store:
+        config = {"status": "complete", "steps": 2, A.CONFIG_WARMUP_STEPS: 0}
+        store.add_run(RunInfo(1, "live", levels=["model", "layer"], pass_name="live", config=config))
+        sink = Sink(store, 1)
+        for i in range(2):
+            sink.span(10 * i + 1, None, "model", f"step#{i}", 10_000 * i, 10_000, 1, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: i})  # fmt: skip
+            sink.span(10 * i + 2, 10 * i + 1, "layer", "net", 10_000 * i + 100, 1_000, 1, 1,
+                      {"layer.path": "net", "layer.type": "Net"})  # fmt: skip
+        sink.span(50, None, "model", "after-last-step", 20_000, 50_000, 1, 1, {A.MODEL_KIND: "tail"})
+        for k in range(3):  # the evaluation: three forwards of 9 us
+            sink.span(51 + k, 50, "layer", "net", 20_100 + 10_000 * k, 9_000, 1, 1,
+                      {"layer.path": "net", "layer.type": "Net"})  # fmt: skip
+        sink.close()
+    with Store.open(tmp_path / "t.duckdb") as store:
+        a2, a5, a6 = (run_analyses(store, 1, [id])[0] for id in ("A2", "A5", "A6"))
+    assert a2.facts["layers"] == 5  # every call listed
+    assert a5.rows == [("Net", 2, 100.0)] and a6.rows == [("Net", 2, 2_000, 100.0, 2_000)]
+    tail = (
+        "3 layer calls after the last step() (a final evaluation, the teardown) left out: no iteration; A2-A4 list them"
+    )
+    assert a5.labels == a6.labels == [tail]
+
+
 def test_layer_calls_say_which_iteration_holds_each_as_a11_to_a14_do(tmp_path: Path) -> None:
     """A2-A4 list every layer call; in a run of several iterations column ``iteration`` (from 1) tells the same
     layer's calls in one iteration from the next's, as A11-A14 do; a run of one iteration has no such column."""

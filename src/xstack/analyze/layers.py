@@ -8,7 +8,8 @@ times the hooks of sub-layers inside their parent): such a call's self time is 0
 say how many there are (``_outlasted_label``). Latencies are the run's span
 durations: for a merged (leveled) run, the median over measured iterations from the pass that times layers.
 A live run's warm-up iterations (``RunContext.in_warmup``: its first, which pays for lazy initialisation and
-allocator growth) are left out of the sums per type; the tables of every call mark the calls that start in them
+allocator growth) and what follows its last step (``RunContext.after_last_step``) are left out of the sums per
+type; the tables of every call mark the calls that start in them
 and, in a run of several iterations, give the iteration each call starts in (``RunContext.iteration_of``).
 """
 
@@ -20,6 +21,7 @@ import orjson
 
 from xstack.analyze.context import RunContext, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -76,7 +78,9 @@ def _table(ctx: RunContext) -> str:
                    (l.attrs->>'$."{A.LAYER_MEMORY_ALLOCATED_BYTES}"')::BIGINT AS memory_bytes,
                    (l.attrs->>'$."{A.STATS_P5_NS}"')::BIGINT AS p5_ns,
                    (l.attrs->>'$."{A.STATS_P95_NS}"')::BIGINT AS p95_ns,
-                   k.parent_id IS NULL AS leaf, l.pid, l.device, {ctx.in_warmup("l.start_ns")} AS warmup
+                   k.parent_id IS NULL AS leaf, l.pid, l.device, {ctx.in_warmup("l.start_ns")} AS warmup,
+                   -- what the sums per type count: past the warm-up, before the last step's end
+                   NOT {ctx.in_warmup("l.start_ns")} AND NOT {ctx.after_last_step("l.start_ns")} AS counted
             FROM l JOIN depth d USING (span_id) LEFT JOIN kids k ON k.parent_id = l.span_id""",
             {"run": ctx.run_id},
         )
@@ -89,7 +93,7 @@ def _outlasted_label(ctx: RunContext, warm: bool = True) -> list[str]:
     """The label saying how many layer calls (past the warm-up unless ``warm``) last less than their direct
     sub-layers together and were given a self time of 0; none where no call does."""
     n = int(
-        ctx.store.query(f"SELECT count(*) FROM {_table(ctx)} WHERE outlasted{'' if warm else ' AND NOT warmup'}")[0][0]
+        ctx.store.query(f"SELECT count(*) FROM {_table(ctx)} WHERE outlasted{'' if warm else ' AND counted'}")[0][0]
     )
     if not n:
         return []
@@ -315,7 +319,7 @@ def layer_type_distribution(store: Store, run_id: int) -> Result:
     rows = [
         (str(ty), int(n), float(pct))
         for ty, n, pct in store.query(
-            f"SELECT type, count(*), 100.0 * count(*) / sum(count(*)) OVER () FROM {_table(ctx)} WHERE NOT warmup "
+            f"SELECT type, count(*), 100.0 * count(*) / sum(count(*)) OVER () FROM {_table(ctx)} WHERE counted "
             "GROUP BY type ORDER BY 2 DESC, 1"
         )
     ]
@@ -332,8 +336,15 @@ def layer_type_distribution(store: Store, run_id: int) -> Result:
 
 
 def _warm_labels(ctx: RunContext) -> list[str]:
-    """What the sums per type leave out (``RunContext.warmup_label``), for their labels."""
-    return [label] if (label := ctx.warmup_label()) else []
+    """What the sums per type leave out, for their labels: the warm-up (``RunContext.warmup_label``) and the
+    calls after the last step (a final evaluation, the teardown: no iteration, as ``model.stages`` leaves out
+    the stages called there)."""
+    labels = [label] if (label := ctx.warmup_label()) else []
+    after = ctx.store.query(f"SELECT count(*) FROM {_table(ctx)} WHERE NOT counted AND NOT warmup")[0][0]
+    if after:
+        labels.append(f"{counted(int(after), 'layer call')} after the last step() (a final evaluation, the teardown) "
+                      "left out: no iteration; A2-A4 list them")  # fmt: skip
+    return labels
 
 
 def layer_latency_by_type(store: Store, run_id: int) -> Result:
@@ -351,7 +362,7 @@ def layer_latency_by_type(store: Store, run_id: int) -> Result:
         (str(ty), int(n), int(own), float(pct) if pct is not None else None, int(inc))
         for ty, n, own, pct, inc in store.query(
             f"""SELECT type, count(*), sum(self_ns), 100.0 * sum(self_ns) / nullif(sum(sum(self_ns)) OVER (), 0),
-                       sum(dur_ns) FROM {_table(ctx)} WHERE NOT warmup GROUP BY type ORDER BY 3 DESC, 1"""
+                       sum(dur_ns) FROM {_table(ctx)} WHERE counted GROUP BY type ORDER BY 3 DESC, 1"""
         )
     ]
     cols = [
@@ -392,14 +403,14 @@ def layer_memory_by_type(store: Store, run_id: int) -> Result:
         return ctx.lacking("A7", "Layer memory by type", "memory")
     # a call whose memory is unknown (no memory sample before it started) has no self allocation: left out,
     # not taken as 0 minus its children's
-    unknown = int(store.query(f"SELECT count(*) FROM {t} WHERE memory_bytes IS NULL AND NOT warmup")[0][0])
+    unknown = int(store.query(f"SELECT count(*) FROM {t} WHERE memory_bytes IS NULL AND counted")[0][0])
     rows = [
         (str(ty), int(n), int(own), float(pct) if pct is not None else None)
         for ty, n, own, pct in store.query(
             f"""WITH kids AS (SELECT parent_id, sum(coalesce(memory_bytes, 0)) AS child FROM {t} GROUP BY 1),
                 own AS (SELECT l.type, l.memory_bytes - coalesce(k.child, 0) AS own FROM {t} l
                         LEFT JOIN kids k ON k.parent_id = l.span_id
-                        WHERE l.memory_bytes IS NOT NULL AND NOT l.warmup)
+                        WHERE l.memory_bytes IS NOT NULL AND l.counted)
                 SELECT type, count(*), sum(own),
                        CASE WHEN sum(own) > 0
                             THEN 100.0 * sum(own) / sum(greatest(sum(own), 0)) OVER () END
