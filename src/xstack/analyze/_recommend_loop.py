@@ -9,6 +9,10 @@ from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import format_ns
 from xstack.text import counted
 
+UNSTAGED_MIN_NS: Final = 1_000_000
+"""Time in no stage per iteration (the whole of it, in a run without iterations) under which the rule stays
+silent: the profiler's own bookkeeping between stages (about 10 us a stage, 12 us a step) and a few statements
+of glue are then a large share of a short step, and nothing worth moving."""
 UNSTAGED_PCT: Final = 20.0
 """Share of the measured iterations during which no model stage ran, from which the loop's own work between
 its stages is worth finding (an unmarked training loop's forward, backward, optimizer step and DataLoader waits
@@ -29,6 +33,8 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     if pct < UNSTAGED_PCT:
         return None
     impact, per = at_stake(results, unstaged)
+    if (impact or 0) < UNSTAGED_MIN_NS:
+        return None
     where = "the merged step" if s.facts.get("merged") else "the measured iterations"
     if s.facts.get("unstaged_of") == "stages":  # a run without iterations: from its first stage to its last
         where = "the time from the first stage's start to the last one's end"
