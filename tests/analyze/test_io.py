@@ -629,22 +629,27 @@ def test_a_merged_run_puts_the_small_files_time_of_one_iteration_at_stake(tmp_pa
     assert rec.severity == "high" and rec.sources == ["io.small_files"]
 
 
+def _run_io_loop(tmp_path: Path, source: str) -> dict[str, Result]:
+    """``source`` run as loop.py under ``xstack run --levels model,io``: its analyses, by id."""
+    import subprocess
+    import sys
+
+    (tmp_path / "loop.py").write_text(source)
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
+                           "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        return {r.id: r for r in run_analyses(store)}
+
+
 def test_small_files_the_loop_reads_itself_are_of_low_severity_where_its_step_hardly_feels_them(
     tmp_path: Path,
 ) -> None:
     """The loop reads its 40 small files itself, then computes for 200 ms: the files' I/O time is a sliver of
     the step, so the rule is low and says so (a hand-fed CNN's loop of 241 ms steps had it high at 0.2%)."""
-    import subprocess
-    import sys
-
     compute = "    with xstack.span('compute'):\n        time.sleep(0.2)\n    xstack.step()"
     loop = SMALL_FILES_LOOP.replace("    xstack.step()", compute).replace("import os,", "import os, time,")
-    (tmp_path / "loop.py").write_text(loop)
-    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
-                           "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
-        results = {r.id: r for r in run_analyses(store)}
+    results = _run_io_loop(tmp_path, loop)
     rec = RULES["small_files"](results)
     stages = results["model.stages"].facts
     step = stages["step_total_ns"] / stages["steps"]
@@ -683,16 +688,8 @@ def test_small_files_the_workers_read_ahead_of_the_loop_are_of_low_severity(tmp_
     """Every data file is small, but the DataLoader's workers read them while the loop computes, and it hardly
     waits: staging them would not shorten a step. A 2-core machine's profile of a small CNN trained from PNG
     files had put this rule first, of high severity, with 0.2% of the step at stake."""
-    import subprocess
-    import sys
-
-    (tmp_path / "loop.py").write_text(SMALL_FILES_WORKERS)
-    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
-                           "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
-        results = {r.id: r for r in run_analyses(store)}
-        recs = {r.rule: r for r in recommend(results.values())}
+    results = _run_io_loop(tmp_path, SMALL_FILES_WORKERS)
+    recs = {r.rule: r for r in recommend(results.values())}
     loop = results["io.input_bound"].facts
     assert loop["input_bound"] is False, loop
     rec = recs["small_files"]
