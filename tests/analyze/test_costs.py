@@ -58,6 +58,7 @@ def test_layer_flops_equal_pytorchs_flop_counter(tmp_path: Path) -> None:
         ("aten::addmm", [[16], [32, 64], [64, 16], [], []], ["float"] * 3 + ["Scalar"] * 2, None, 2 * 32 * 64 * 16),
         ("aten::bmm", [[4, 32, 64], [4, 64, 16]], ["c10::Half"] * 2, None, 2 * 4 * 32 * 64 * 16),
         ("aten::linear", [[2, 10, 64], [16, 64], [16]], ["float"] * 3, None, 2 * 20 * 64 * 16),
+        ("aten::linear", [[64], [16, 64], [16]], ["float"] * 3, None, 2 * 64 * 16),  # one vector
         (
             "aten::conv2d",
             [[4, 3, 224, 224], [768, 3, 16, 16], [768], [], [], [], []],
@@ -286,3 +287,95 @@ def test_max_argmax_and_prod_of_a_live_run_are_costed(tmp_path: Path) -> None:
         (a12,) = run_analyses(store, None, ["A12"])
     (outside,) = [f for layer, f in zip(a12.column("layer"), a12.column("FLOPs"), strict=True) if "outside" in layer]
     assert outside == 4 * x.numel()  # one compare (or multiply) per element each
+
+
+def _weights(module: torch.nn.Module) -> int:
+    """The elements of a recurrent module's weight matrices (its biases left out)."""
+    return sum(p.numel() for p in module.parameters() if p.dim() == 2)
+
+
+@pytest.mark.parametrize(
+    ("module", "x", "tokens"),
+    [
+        (torch.nn.LSTM(16, 32, num_layers=2, batch_first=True), (3, 5, 16), 15),  # oneDNN's layers on a CPU
+        (torch.nn.LSTM(16, 32, num_layers=2, bidirectional=True, proj_size=8), (5, 3, 16), 15),
+        (torch.nn.GRU(16, 32, batch_first=True), (3, 5, 16), 15),
+        (torch.nn.RNN(16, 32, nonlinearity="relu"), (5, 3, 16), 15),
+        (torch.nn.RNN(16, 32), (5, 16), 5),  # unbatched
+        (torch.nn.LSTMCell(16, 32), (3, 16), 3),
+        (torch.nn.GRUCell(16, 32), (3, 16), 3),
+        (torch.nn.RNNCell(16, 32), (3, 16), 3),
+    ],
+    ids=["lstm", "lstm-bidirectional-proj", "gru", "rnn-relu", "rnn-unbatched", "lstm-cell", "gru-cell", "rnn-cell"],
+)
+def test_a_recurrent_layer_counts_its_weight_products(
+    tmp_path: Path, module: torch.nn.Module, x: tuple[int, ...], tokens: int
+) -> None:
+    """An LSTM's ``aten::lstm`` had no formula: its layer showed the 2 KFLOP of a few element-wise ops inside it,
+    and the roofline put it at 0.0002 FLOP/byte. Each token goes through every layer's and direction's weight
+    matrices once: 2 FLOPs per weight element and token."""
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        module(torch.randn(*x))
+    with prof.open() as store:
+        a12, a14 = run_analyses(store, None, ["A12", "A14"])
+    assert a12.column("FLOPs") == [2 * tokens * _weights(module)]
+    assert a14.column("FLOPs") == a12.column("FLOPs") and a14.column("AI")[0] > 1
+    assert all("unknown" not in label for label in a12.labels)
+
+
+def test_a_packed_sequence_counts_its_rows_and_the_backward_twice_the_products(tmp_path: Path) -> None:
+    """A packed sequence's tokens are its rows (11 here, not 5 x 3); the backward of a CPU LSTM layer (oneDNN)
+    computes the input's and the weights' gradients: twice the forward's products."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    lstm = torch.nn.LSTM(16, 32)
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        out, _ = lstm(pack_padded_sequence(torch.randn(5, 3, 16), [5, 4, 2]))
+        out.data.sum().backward()
+    with prof.open() as store:
+        (a12,) = run_analyses(store, None, ["A12"])
+        names = {n for (n,) in store.query("SELECT DISTINCT name FROM spans WHERE level = 'op'")}
+    got = dict(zip(a12.column("layer"), a12.column("FLOPs"), strict=True))
+    assert got["LSTM"] == 2 * 11 * _weights(lstm)
+    backward = op_cost(
+        "aten::mkldnn_rnn_layer_backward",
+        [[64, 32, 256], [1024, 256], [1024, 256], [1024], [1024], [32, 256], [32, 256], [64, 32, 256]],
+        ["c10::BFloat16"] * 8,
+    )  # shapes as a bf16 training step of a 256-wide LSTM recorded them
+    assert backward is not None and backward.flops == 4 * 64 * 32 * (2 * 1024 * 256)
+    if "aten::mkldnn_rnn_layer_backward" in names:  # this build ran the layer on oneDNN
+        assert got["(outside any layer)"] >= 2 * got["LSTM"]
+
+
+class SlowTail(torch.nn.Module):  # type: ignore[misc]
+    """A layer whose work is an op with no formula (a cumulative sum over 4 M elements) beside a costed one on
+    four elements."""
+
+    def forward(self, x: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) + torch.cumsum(big, 0)[:4]
+
+
+class TailThenLinear(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.tail, self.fc = SlowTail(), torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.tail(x, big))
+
+
+def test_a_layer_whose_work_has_no_formula_has_unknown_flops(tmp_path: Path) -> None:
+    """Counting a layer's costed ops alone would show the relu's 4 FLOPs as the layer's work: its FLOPs and
+    bytes are unknown, said in a label that names the op, and it is left off the roofline; a layer beside it
+    whose ops all have a formula keeps its counts."""
+    model, x, big = TailThenLinear(), torch.randn(4), torch.randn(4_000_000)
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        model(x, big)
+    with prof.open() as store:
+        a12, a14 = run_analyses(store, None, ["A12", "A14"])
+    got = dict(zip(a12.column("layer"), a12.column("FLOPs"), strict=True))
+    assert got == {"tail": None, "fc": 2 * 4 * 4}, got
+    assert a14.column("layer") == ["fc"]
+    for r in (a12, a14):
+        (label,) = [lb for lb in r.labels if "unknown for" in lb]
+        assert "1 layer call (tail)" in label and "aten::cumsum" in label, label

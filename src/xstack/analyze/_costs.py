@@ -5,9 +5,10 @@ Used where hardware counters are absent, and always labelled "analytic". FLOPs f
 2 * batch * prod(weight shape) * prod(output spatial dims); scaled dot-product attention two batched products.
 Element-wise and normalisation ops, which that counter ignores, count FLOPs per output element (1, or 5 for
 softmax and norms) so that memory-bound work is visible, and reductions and adaptive pools one per element
-read. Bytes are the minimum traffic: every tensor input read once and the output written once (output shape
-inferred per op). Ops with no formula get no cost (unknown),
-never zero.
+read. Recurrent layers (LSTM, GRU, RNN and their cells), which that counter does not count, count the products of
+their weight matrices: 2 FLOPs per weight element per token (time step and batch row) and direction, 4 in their
+backward; the gates' element-wise work is left out. Bytes are the minimum traffic: every tensor input read once
+and the output written once (output shape inferred per op). Ops with no formula get no cost (unknown), never zero.
 """
 
 from __future__ import annotations
@@ -79,6 +80,16 @@ dim, keepdim...). ``max(self, other)`` and ``min(self, other)`` are elementwise 
 _ADAPTIVE_POOL = {f"aten::adaptive_{kind}_pool{nd}d" for kind in ("avg", "max") for nd in (1, 2, 3)}
 _COPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::cat"}
 _GATHER = {"aten::embedding", "aten::index_select"}
+_RNN = {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"}
+"""Whole recurrent modules: ``(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+batch_first)``, or ``(data, batch_sizes, hx, ...)`` for a packed sequence; ``params`` (a tensor list, recorded as
+a list of shapes) holds every layer's and direction's weights and biases, ``hx`` the initial states (a list of two
+for an LSTM)."""
+_RNN_CELL = {"aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell"}
+"""One time step: ``(input, hx, w_ih, w_hh, b_ih, b_hh)``."""
+_RNN_LAYER = {"aten::mkldnn_rnn_layer": 2, "aten::mkldnn_rnn_layer_backward": 4}
+"""One layer of a CPU LSTM (oneDNN), ``(input, w_ih, w_hh, ...)``, and its backward (the input and weight
+gradients: twice the forward's products), by multiply-adds per weight element and token."""
 
 COSTED_OPS: frozenset[str] = frozenset(
     _MATMUL
@@ -91,8 +102,26 @@ COSTED_OPS: frozenset[str] = frozenset(
     | _ADAPTIVE_POOL
     | _COPY
     | _GATHER
+    | _RNN
+    | _RNN_CELL
+    | set(_RNN_LAYER)
 )
 """Op names with a formula. The shallowest such op on a call path is costed; its nested ops are not again."""
+
+NO_ARITHMETIC: frozenset[str] = frozenset(
+    f"aten::{n}"
+    for n in (
+        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+        "fill_", "zero_", "arange", "detach", "detach_", "alias", "lift_fresh", "view", "_unsafe_view", "reshape",
+        "_reshape_alias", "as_strided", "expand", "expand_as", "t", "transpose", "permute", "unsqueeze", "squeeze",
+        "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "resize_",
+        "set_", "item", "_local_scalar_dense", "is_nonzero", "result_type", "broadcast_tensors", "resolve_conj",
+        "resolve_neg", "requires_grad_", "stack", "randn", "rand", "randint", "randperm", "uniform_", "normal_",
+        "bernoulli_", "random_",
+    )
+)  # fmt: skip
+"""Ops with no formula that do no arithmetic worth a FLOP: allocation, views and metadata, fills, random
+numbers. Their time says nothing of the work that an op without a formula did (``_kernels_layer``)."""
 
 _DTYPE_BYTES = {
     "double": 8,
@@ -150,6 +179,8 @@ def op_cost(name: str, shapes: Any, dtypes: Any, concrete: Any = None, flops: An
         return None
     if name in _GATHER:  # only the indexed rows of the table are read, not all of it
         read = sum(_numel(s) * b for s, b in tensors[1:]) + out * item
+    if name in _RNN:  # the weights and initial states, recorded as lists of shapes, are read too
+        read += sum(_numel(t) for s in shapes if _is_shape_list(s) for t in s) * item
     counted = _flops(name, shapes, concrete if isinstance(concrete, list) else [], out)
     if isinstance(flops, (int, float)) and flops > 0:
         counted = int(flops)
@@ -158,6 +189,11 @@ def op_cost(name: str, shapes: Any, dtypes: Any, concrete: Any = None, flops: An
 
 def _is_shape(s: Any) -> bool:
     return isinstance(s, list) and all(isinstance(d, int) for d in s)
+
+
+def _is_shape_list(s: Any) -> bool:
+    """A tensor list's shapes, as the profiler records them: ``[[4, 8], [8]]``."""
+    return isinstance(s, list) and bool(s) and all(_is_shape(t) and t for t in s)
 
 
 def _numel(shape: list[int]) -> int:
@@ -181,6 +217,9 @@ def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | No
         return max(_numel(s) for s in shapes[:2])
     if name in _REDUCE or name in _REDUCE_DIM or name in _ADAPTIVE_POOL:
         return _reduced_numel(name, shapes, concrete)
+    if name in _RNN or name in _RNN_CELL or name in _RNN_LAYER:
+        rnn = _rnn_dims(name, shapes, concrete)
+        return None if rnn is None else rnn[2]
     if name in _GATHER:
         weight, index = (shapes[0], shapes[1]) if name == "aten::embedding" else (shapes[0], shapes[2])
         if not (_is_shape(weight) and _is_shape(index) and len(weight) >= 2):
@@ -202,6 +241,9 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
             return None
         batch = _numel(q[:-2])
         return int(2 * batch * q[-2] * k[-2] * (q[-1] + v[-1]))
+    if name in _RNN or name in _RNN_CELL or name in _RNN_LAYER:
+        rnn = _rnn_dims(name, shapes, concrete)
+        return None if rnn is None else _RNN_LAYER.get(name, 2) * rnn[0] * rnn[1]
     if name in _ELEMENTWISE or _binary_max(name, shapes):
         return out
     if name in _FIVE_PER_ELEMENT:
@@ -242,6 +284,40 @@ def _reduced_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | N
     return _numel([n for i, n in enumerate(x) if i not in reduced])
 
 
+def _rnn_dims(name: str, shapes: list[Any], concrete: list[Any]) -> tuple[int, int, int] | None:
+    """(tokens, weight elements, output elements) of a recurrent op: the time steps times batch rows of its input
+    (a packed sequence's rows), the elements of the weight matrices each token goes through (every layer and
+    direction: a layer's input and hidden weights, and its projection), and what it writes (the last layer's
+    outputs per token and direction, and the final states); None where the weights were not recorded."""
+    x = shapes[0] if shapes else None
+    if not _is_shape(x) or not x:
+        return None
+    tokens = _numel(x[:-1])
+    if name in _RNN:
+        lists = [i for i, s in enumerate(shapes) if _is_shape_list(s) and any(len(t) == 2 for t in s)]
+        if not lists or lists[-1] < 2:
+            return None
+        p = lists[-1]  # params come after the initial states, which an LSTM also passes as a list
+        hx = shapes[p - 1]
+        states = hx if _is_shape_list(hx) else [hx] if _is_shape(hx) and hx else []
+        if not states:
+            return None
+        both = len(concrete) > p + 5 and str(concrete[p + 5]).strip() == "True"  # bidirectional
+        out = tokens * (2 if both else 1) * states[0][-1] + sum(_numel(t) for t in states)
+        return tokens, sum(_numel(t) for t in shapes[p] if len(t) == 2), out
+    first = 2 if name in _RNN_CELL else 1  # a cell's hidden state comes before its weights
+    w_ih: Any = shapes[first] if len(shapes) > first else None
+    w_hh: Any = shapes[first + 1] if len(shapes) > first + 1 else None
+    if not (_is_shape(w_ih) and _is_shape(w_hh) and len(w_ih) == 2 and len(w_hh) == 2):
+        return None
+    hidden = w_hh[1]
+    if name in _RNN_CELL:  # the new hidden state (and, for an LSTM, the new cell state)
+        return tokens, _numel(w_ih) + _numel(w_hh), tokens * hidden * (2 if name == "aten::lstm_cell" else 1)
+    if name == "aten::mkldnn_rnn_layer_backward":  # the input's and the weights' gradients
+        return tokens, _numel(w_ih) + _numel(w_hh), tokens * x[-1] + _numel(w_ih) + _numel(w_hh)
+    return tokens, _numel(w_ih) + _numel(w_hh), tokens * hidden  # the layer's output per token
+
+
 def _binary_max(name: str, shapes: list[Any]) -> bool:
     """``max(self, other)`` / ``min(self, other)``: two tensors, compared element by element."""
     return name in ("aten::max", "aten::min") and len(shapes) == 2 and all(_is_shape(s) and s for s in shapes)
@@ -254,10 +330,10 @@ def _matmul_dims(name: str, shapes: list[Any]) -> tuple[int, int, int, int] | No
     if len(shapes) < 2 or not (_is_shape(shapes[0]) and _is_shape(shapes[1])):
         return None
     a, b = shapes[0], shapes[1]
+    if name == "aten::linear":  # input [..., K] (one vector: [K]), weight [N, K]
+        return (1, _numel(a[:-1]), a[-1], b[0]) if a and len(b) == 2 else None
     if len(a) < 2 or len(b) < 1:
         return None
-    if name == "aten::linear":  # input [..., K], weight [N, K]
-        return 1, _numel(a[:-1]), a[-1], b[0]
     if len(b) < 2:
         return None
     return max(_numel(a[:-2]), _numel(b[:-2])), a[-2], a[-1], b[-1]

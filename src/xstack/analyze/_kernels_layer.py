@@ -32,6 +32,7 @@ from xstack.analyze._kernels_common import (
 from xstack.analyze._peak_checks import above_peak_labels, peaks_label
 from xstack.analyze.context import RunContext, run_context
 from xstack.analyze.result import Chart, Column, Result, notes_of
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -104,7 +105,7 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
         out = [
             place(start, (r[0], r[1], as_int(r[3]), as_int(r[4]), as_int(r[5]))) for start, *r in _op_layer_rollup(ctx)
         ]
-        labels = ["FLOPs and bytes: analytic (per-op count from shapes; no kernels in this run)"]
+        labels = ["FLOPs and bytes: analytic (per-op count from shapes; no kernels in this run)", *_uncosted_label(ctx)]
     else:
         if missing := require_kernels(ctx, "A12", "Metrics per layer", "layer"):
             return missing
@@ -122,31 +123,92 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
                            labels=labels, chart=chart)  # fmt: skip
 
 
+COVERED: float = 0.5
+"""The least share of a layer call's arithmetic op time that its costed ops (those with an analytic formula) must
+take for its analytic FLOPs and bytes to be shown: below it, ops with no formula did most of its work, and the
+sum of the others' would be a part passed off as the whole (an LSTM's ``aten::lstm`` had none: its layer showed
+the 2 KFLOP of a few element-wise ops)."""
+
+
 def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
+    """``_op_layer_rollup_rows``, queried once per run (A12 and A14 share it)."""
+    if "op_layer_rollup" not in ctx._rows:
+        ctx._rows["op_layer_rollup"] = _op_layer_rollup_rows(ctx)
+    return ctx._rows["op_layer_rollup"]
+
+
+def _uncosted_ops(ctx: RunContext) -> str:
+    """SQL: the ``aten::`` ops outside every costed op that have no formula and do arithmetic (not in
+    ``NO_ARITHMETIC``): ``(span_id, layer_id, name, self_ns)``, their time less their nested ops'. Wrappers (an
+    autograd node, a ``record_function`` range) are not ``aten::`` ops: their nested ops count, not their time."""
+    from xstack.analyze._costs import NO_ARITHMETIC
+
+    skip = ", ".join(f"'{n}'" for n in sorted(NO_ARITHMETIC))
+    return f"""SELECT o.span_id, w.layer_id, o.name, o.dur_ns - coalesce(k.child_ns, 0) AS self_ns
+        FROM spans o JOIN {ctx.owners()} w ON w.span_id = o.span_id
+            LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
+                       WHERE run_id = {int(ctx.run_id)} AND level = 'op' GROUP BY parent_id) k
+                ON k.parent_id = o.span_id
+        WHERE o.run_id = {int(ctx.run_id)} AND o.level = 'op' AND o.name LIKE 'aten::%' AND o.name NOT IN ({skip})
+            AND (w.cost_op_id IS NULL OR w.cost_op_id NOT IN (SELECT span_id FROM {op_costs(ctx)}))"""
+
+
+def _op_layer_rollup_rows(ctx: RunContext) -> list[tuple[Any, ...]]:
     """Per layer call: its start (ns), path, type, self time (its latency less that of the layers it calls
     directly, None where they last as long or longer: the costs are of its own ops, so its sub-layers' time is not
     theirs), flops, read, write and precision (that of its op with the most FLOPs) from its costed ops. The ops
     outside any layer get a row per iteration they lie in (``outside_group``), started by the first, with no self
-    time."""
+    time. A layer call whose costed ops took under ``COVERED`` of the time of those and its ops that do arithmetic
+    with no formula (``_uncosted_ops``) has unknown flops and bytes (``_uncosted_label`` says which and why); the
+    rows outside any layer, a mix of the loss, the backward pass and the optimizer, sum what has a formula."""
     ops = op_costs(ctx)
     join, key = outside_group(ctx, "o.start_ns")
     rows = ctx.store.con.execute(
         f"""WITH kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
-                          WHERE run_id = $run AND level = 'layer' GROUP BY parent_id)
+                          WHERE run_id = $run AND level = 'layer' GROUP BY parent_id),
+            bare AS (SELECT layer_id, sum(self_ns) AS bare_ns FROM ({_uncosted_ops(ctx)})
+                     WHERE layer_id IS NOT NULL GROUP BY layer_id)
             SELECT coalesce(any_value(l.start_ns), min(o.start_ns)), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'),
                    nullif(greatest(any_value(l.dur_ns) - coalesce(any_value(k.child_ns), 0), 0), 0), sum(c.flops),
                    sum(c.read_bytes), sum(c.write_bytes),
-                   arg_max(c.precision, (c.flops, -c.span_id)) FILTER (WHERE c.precision IS NOT NULL)
+                   arg_max(c.precision, (c.flops, -c.span_id)) FILTER (WHERE c.precision IS NOT NULL),
+                   c.layer_id, sum(o.dur_ns), any_value(b.bare_ns)
             FROM {ops} c JOIN spans o ON o.run_id = $run AND o.span_id = c.span_id
                 LEFT JOIN spans l ON l.run_id = $run AND l.span_id = c.layer_id
-                LEFT JOIN kids k ON k.parent_id = l.span_id {join}
+                LEFT JOIN kids k ON k.parent_id = l.span_id LEFT JOIN bare b ON b.layer_id = c.layer_id {join}
             GROUP BY c.layer_id, l.attrs, l.name, CASE WHEN c.layer_id IS NULL THEN {key} END
             ORDER BY coalesce(any_value(l.start_ns), min(o.start_ns)), any_value(l.dur_ns) DESC NULLS LAST,
                      c.layer_id NULLS LAST""",
         {"run": ctx.run_id},
     ).fetchall()
-    return [(start, layer_cell(ctx, path, start), *r) for start, path, *r in rows]
+    out = []
+    for start, path, ty, self_ns, flops, read, write, precision, layer_id, costed_ns, bare_ns in rows:
+        if bare_ns and costed_ns < COVERED * (costed_ns + bare_ns):
+            flops = read = write = None
+            ctx._rows.setdefault("uncosted_layers", []).append((path, layer_id))
+        out.append((start, layer_cell(ctx, path, start), ty, self_ns, flops, read, write, precision))
+    return out
+
+
+def _uncosted_label(ctx: RunContext) -> list[str]:
+    """The label of the layer calls whose analytic FLOPs and bytes ``_op_layer_rollup`` left unknown: how many,
+    of which layers, and the ops with no formula that took most of their time."""
+    calls = ctx._rows.get("uncosted_layers") or []
+    if not calls:
+        return []
+    ids = ", ".join(str(int(i)) for _, i in calls)
+    names = ctx.store.query(
+        f"SELECT name FROM ({_uncosted_ops(ctx)}) WHERE layer_id IN ({ids}) GROUP BY 1 ORDER BY sum(self_ns) DESC, 1 "
+        "LIMIT 3"
+    )
+    layers = list(dict.fromkeys(path for path, _ in calls))
+    shown = ", ".join(layers[:3]) + (f" and {counted(len(layers) - 3, 'more layer')}" if len(layers) > 3 else "")
+    return [
+        f"FLOPs and bytes unknown for {counted(len(calls), 'layer call')} ({shown}): most of their op time was in "
+        f"ops with no analytic formula ({', '.join(n for (n,) in names)}), so the counts of the others would be a "
+        "part shown as the whole"
+    ]
 
 
 def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
@@ -209,6 +271,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
             "FLOPs and bytes: analytic (per-op count from shapes)",
             "time: the layer's host self time (its latency less its sub-layers', whose ops it does not count)",
             peaks_label(ctx, pk),
+            *_uncosted_label(ctx),
         ]
     out, flagged, place = [], [], placer(ctx)
     for start, path, ty, dur, prec, flops, read, write in rows:
