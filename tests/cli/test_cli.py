@@ -122,6 +122,7 @@ def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -
     assert {"load": "user", "preprocess": "user", "predict": "user", "postprocess": "user",
             "dataloader.next": "dataloader"}.items() <= rows.items(), stages  # fmt: skip
     assert "warm-up" not in rows.values() and "iteration 1 left out as warm-up" in stages
+    assert "% of wall after warm-up" in stages  # not of the run table's wall time, which holds the warm-up
     assert re.search(r"\nRecommendations(: no rule fired on this run)?\n", proc.stdout)
     # which operators lead depends on the machine's load over two steps; that they are the models' aten ops does not
     ops = proc.stdout[proc.stdout.index("Top operators") : proc.stdout.index("Top GPU kernels")]

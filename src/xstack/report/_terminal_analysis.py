@@ -38,7 +38,14 @@ def stages_table(result: Result | None, top: int) -> Table | None:
     rows = [r for r in result.rows if r[1] not in UNMEASURED_KINDS]
     if not any(r[1] not in CONTAINER_KINDS for r in rows):
         return None
-    of = "the merged step" if result.facts.get("merged") else "wall"
+    # the share is of the wall time past the warm-up, which the run table's wall time holds
+    of = (
+        "the merged step"
+        if result.facts.get("merged")
+        else "wall after warm-up"
+        if result.facts.get("warmup_ns")
+        else "wall"
+    )
     caption = [label for label in result.labels if "warm-up" in label][:1]
     caption += [label for label in result.labels if label.startswith("in no stage: ")]
     if len(rows) > top:
