@@ -664,3 +664,59 @@ def test_a_merged_runs_wall_time_is_its_step_not_the_extent_of_the_spans_run_pas
     assert summary.wall_source is not None and "run 2.00 ms past it" in summary.wall_source
     share = {r[0]: r[-1] for r in stages.rows}
     assert share == {"step": pytest.approx(100.0), "forward": pytest.approx(80.0)}
+
+
+def _loader_run(b: Builder, draws: Sequence[Sequence[int]], batch_sizes: Sequence[int | None] = (8,)) -> None:
+    """A live run whose iteration ``i`` waits on the DataLoaders ``draws[i]`` (their indexes), the first the
+    warm-up; ``batch_sizes``: each DataLoader's."""
+    loaders = [{"index": i, "batch_size": size, "num_workers": 0} for i, size in enumerate(batch_sizes)]
+    config = {"status": "complete", A.CONFIG_WARMUP_STEPS: 1, A.CONFIG_DATALOADERS: loaders}
+    b.store.add_run(RunInfo(1, "live", levels=["model"], pass_name="live", config=config))
+    sink = Sink(b.store, 1)
+    for i, waits in enumerate(draws):
+        sid, start = 100 * (i + 1), 10_000_000 * i
+        sink.span(sid, None, "model", f"step#{i}", start, 4_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
+        for j, loader in enumerate(waits):
+            attrs = {A.MODEL_KIND: "dataloader", A.MODEL_DATALOADER: loader}
+            sink.span(sid + j + 1, sid, "model", "dataloader.next", start + 1000 * j, 500, 1, 1, attrs)
+    sink.close()
+
+
+@pytest.mark.parametrize(
+    ("draws", "batch_sizes", "size", "label"),
+    [
+        ([[0]] * 6, (8,), 8, "batch size 8: the DataLoader's, one batch per iteration"),
+        ([[0, 0]] * 5 + [[0, 0, 0]], (8,), 16, "batch size 16: 2 batches of the DataLoader's 8 per iteration"),
+        ([[0]] * 3 + [[1]] * 3, (8, 8), None, None),  # two DataLoaders drawn from in the measured iterations
+        ([[0]] * 6, (None,), None, None),  # a batch_sampler's DataLoader: no fixed batch size
+        ([[0]] * 3 + [[0, 0]] * 3, (8,), None, None),  # a varying draw
+    ],
+    ids=["one-batch", "two-batches", "two-loaders", "no-batch-size", "varying"],
+)
+def test_a_live_runs_throughput_comes_from_the_batches_it_draws_from_its_dataloader(
+    build: Any, draws: list[list[int]], batch_sizes: tuple[int | None, ...], size: int | None, label: str | None
+) -> None:
+    """A live run records no batch size, but its loop draws a fixed number of batches of its DataLoader's
+    batch_size per iteration: A1 gives its throughput from them, and says where the batch size comes from."""
+    result = model_information(build(lambda b: _loader_run(b, draws, batch_sizes)), 1)
+    assert result.column("batch size") == [size]
+    assert result.column("throughput (samples/s)") == [size * 1e9 / 4_000_000 if size else None]
+    assert (label in result.labels) if label else not any("DataLoader" in lb for lb in result.labels), result.labels
+    assert result.facts["optimal_batch_size"] is None  # one batch size: nothing to choose from
+
+
+def test_a_live_dataloader_loop_gives_its_throughput(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import xstack
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 4))
+    model = torch.nn.Linear(16, 4)
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            xstack.step()
+    with prof.open() as store:
+        result = model_information(store, 1)
+    (latency,) = result.column("latency")
+    assert result.column("batch size") == [8] and result.column("throughput (samples/s)") == [8e9 / latency]
+    assert "batch size 8: the DataLoader's, one batch per iteration" in result.labels

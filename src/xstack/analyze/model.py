@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from xstack.analyze.context import HINTS, REPLAYED_ADVICE, STEP_SPAN, run_context
+from xstack.analyze.context import HINTS, REPLAYED_ADVICE, STEP_SPAN, RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.leveled._stats import NOISY_SPREAD
 from xstack.trace import attrs as A
@@ -130,9 +130,15 @@ def model_information(
         latency_target_ms=latency_target_ms,
         failed=failed,
     )
+    loader = None
     if points and all(p.batch_size is None for p in points):
         reason = "the run records no batch size, so no throughput and no optimum (xstack sweep records both)"
+        if len(points) == 1 and points[0].spans == "step" and (loader := loader_batch(store, ctx)) is not None:
+            points = [replace(points[0], batch_size=loader[0])]
+            reason = "one batch size, its DataLoader's, so no optimum (xstack sweep measures several)"
     result = _result(ctx.run_id, points, optimal, reason)
+    if loader is not None:
+        result.labels.append(loader[1])
     result.facts.update(
         latency_target_ms=latency_target_ms, gain_threshold_pct=gain_threshold_pct, failed_batch_sizes=failed
     )
@@ -474,6 +480,45 @@ def _call_facts(call: LongCall | None) -> dict[str, Any] | None:
         return None
     return {"name": call.name, "op": call.op, "dur_ns": call.dur_ns, "share_pct": call.share_pct,
             "first": call.first}  # fmt: skip
+
+
+LOADER_STEADY: float = 0.8
+"""The least share of the measured iterations that must draw the same number of batches from the DataLoader for
+A1 to take its batch size as the iteration's (an epoch's end adds a wait that finds no batch to one of them)."""
+
+
+def loader_batch(store: Store, ctx: RunContext) -> tuple[int, str] | None:
+    """The samples a live run's measured iteration takes from its DataLoader, and a label saying so: its
+    ``batch_size`` times the batches an iteration draws, where the measured iterations drew from one DataLoader
+    only, of a fixed batch size, at least ``LOADER_STEADY`` of them the same number of batches (one, or two for a
+    loop that draws two per step); None otherwise (a run with no DataLoader, several, or a varying draw)."""
+    entries = {e.get("index"): e for e in ctx.config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)}
+    if not entries:
+        return None
+    rows = store.con.execute(
+        f"""WITH st AS (SELECT span_id, start_ns, start_ns + dur_ns AS end_ns FROM spans
+                        WHERE run_id = $run AND level = 'model' AND device = 'cpu'
+                            AND attrs->>'$."{A.MODEL_KIND}"' = 'step' AND {past_warmup(ctx.warmup)}),
+                 dl AS (SELECT start_ns, TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER) AS loader FROM spans
+                        WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader')
+            SELECT st.span_id, list(dl.loader) FILTER (WHERE dl.start_ns IS NOT NULL)
+            FROM st LEFT JOIN dl ON dl.start_ns >= st.start_ns AND dl.start_ns < st.end_ns GROUP BY st.span_id""",
+        {"run": ctx.run_id},
+    ).fetchall()
+    used = {i for _, loaders in rows for i in loaders or []}
+    if len(used) != 1 or not rows:
+        return None
+    (index,) = used
+    size = (entries.get(index) or {}).get("batch_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        return None
+    counts = [len(loaders or []) for _, loaders in rows]
+    draws = max(set(counts), key=lambda n: (counts.count(n), -n))
+    if draws < 1 or counts.count(draws) < LOADER_STEADY * len(counts):
+        return None
+    if draws == 1:
+        return size, f"batch size {size}: the DataLoader's, one batch per iteration"
+    return size * draws, f"batch size {size * draws}: {draws} batches of the DataLoader's {size} per iteration"
 
 
 def _batch_size(config: dict[str, Any]) -> int | None:
