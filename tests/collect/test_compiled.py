@@ -252,3 +252,35 @@ def test_a_stage_marked_inside_compiled_code_leaves_the_graph_whole(tmp_path: Pa
     assert profiled_counters == plain_counters and plain_counters["stats"]["unique_graphs"] == 1
     assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
     assert [name for name, _ in _spans(prof, "model") if name in ("inside", "outside")] == ["outside"]
+
+
+def test_a_compiled_program_run_by_xstack_run_ends_without_the_stores_bindings_warnings(tmp_path: Path) -> None:
+    """The profile's store, closed, kept its DuckDB connection to the end of the program; with a compiled model
+    alive to the end too, DuckDB's bindings printed a page of "nanobind: leaked instance" warnings on the
+    program's standard error as the interpreter shut down. A closed store lets go of its connection."""
+    import subprocess
+    import sys
+
+    (tmp_path / "p.py").write_text(
+        "import torch\n"
+        "model = torch.compile(torch.nn.Linear(4, 4), backend='eager')\n"
+        "print(model(torch.ones(2, 4)).shape)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "model,layer", "-o", "p.duckdb", "--", "python", "p.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("torch.Size([2, 4])\n")
+    assert "leaked" not in done.stderr, done.stderr
+
+
+def test_a_closed_store_lets_go_of_its_connection(tmp_path: Path) -> None:
+    from xstack.errors import StoreError
+    from xstack.trace.store import Store
+
+    with Store.create(tmp_path / "s.duckdb") as store:
+        pass
+    with pytest.raises(StoreError, match="s.duckdb: the store is closed"):
+        store.con.execute("SELECT 1")
+    store.close()  # again: nothing to close

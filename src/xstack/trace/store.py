@@ -61,8 +61,18 @@ class Store:
 
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
         self.path = path
-        self.con = con
+        self._con: duckdb.DuckDBPyConnection | None = con
         self.read_only = read_only
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The store's open connection; ``StoreError`` once it is closed. A closed store lets go of it: a closed
+        connection kept to the end of a profiled program (its ``Store`` held by the profile) made DuckDB's
+        bindings print a page of "leaked instance" warnings as the interpreter shut down, in a program whose
+        compiled functions (``torch.compile``) torch keeps alive to the end."""
+        if self._con is None:
+            raise StoreError(f"{self.path}: the store is closed")
+        return self._con
 
     # -- opening ------------------------------------------------------------------------------------------
     @classmethod
@@ -161,10 +171,10 @@ class Store:
             self.con.execute("UPDATE _meta SET value = 'true' WHERE key = 'complete'")
             self.con.execute("CHECKPOINT")
         except BaseException:
-            self.con.close()
+            self.close()
             _remove_db(self.path)
             raise
-        self.con.close()
+        self.close()
         _remove_db(final, keep_main=True)
         os.replace(self.path, final)
         self.path = final
@@ -289,8 +299,10 @@ class Store:
         return [int(r[0]) for r in self.query("SELECT run_id FROM runs ORDER BY run_id")]
 
     def close(self) -> None:
-        """Close the connection; the store stays on disk."""
-        self.con.close()
+        """Close the connection, and let go of it; the store stays on disk. Closing twice does nothing."""
+        con, self._con = self._con, None
+        if con is not None:
+            con.close()
 
     def __enter__(self) -> Store:
         return self
