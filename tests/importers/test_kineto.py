@@ -386,6 +386,32 @@ def _tiny_trace(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events, "traceName": "t"}
 
 
+def test_the_nesting_and_attribution_checks_name_the_spans_they_count(import_store: Any, tmp_path: Path) -> None:
+    """torch.compile's marks of its compile steps overlap their neighbours without nesting in them: the health
+    rows counted them with no word of which spans they were, as if the trace were broken. They name the spans
+    they count, the most frequent first."""
+
+    def op(name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    marks = [op("aot_collect_metadata_data: compile_id=0/0", 0.0, 10.0), op("aten::mm", 5.0, 10.0)]
+    marks += [op(f"pass_{i}_data: compile_id=0/0", 20.0 + 30 * i, 10.0) for i in range(4)]
+    marks += [op("aten::add", 25.0 + 30 * i, 10.0) for i in range(4)]
+    (tmp_path / "t.json").write_bytes(orjson.dumps(_tiny_trace(marks)))
+    health = {
+        c: (n, d) for c, n, d in import_store(tmp_path / "t.json").query('SELECT "check", count, detail FROM health')
+    }
+    count, detail = health["nesting_conflicts"]
+    assert count == 5 and detail.endswith("(left without that parent): aten::add (4), aten::mm (1)"), detail
+    count, detail = health["unattributed_ops"]
+    assert count == 10 and detail.endswith(
+        ": aten::add (4), aot_collect_metadata_data: compile_id=0/0 (1), aten::mm (1) and 4 more names"
+    ), detail
+    gloo = import_store(kineto_fixture("cpu_only_gloo_rank34.json.gz"))
+    (detail,) = gloo.query("SELECT detail FROM health WHERE \"check\" = 'unattributed_ops'")[0]
+    assert detail.endswith("on their thread: aten::empty (4)")
+
+
 def test_small_chunks_and_tricky_strings_give_the_same_store(tmp_path: Path) -> None:
     """Chunk cuts land inside strings and nested lists; the result must not depend on the chunk size."""
     events = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +91,9 @@ def import_kineto(
                 "call, kernel, copy, annotation or memory record"
             )
         param, iterations = _param.mark_param_steps(con, run_id)
-        health = [*_health(con, run_id), _steps.cut_steps_past_recording(con, run_id),
-                  _steps.mark_stop_steps(con, run_id), param]  # fmt: skip
+        conflicts = names_line(_conflict_names(con))
+        health = [(c, n, d + conflicts if c == "nesting_conflicts" and n else d) for c, n, d in _health(con, run_id)]
+        health += [_steps.cut_steps_past_recording(con, run_id), _steps.mark_stop_steps(con, run_id), param]
         store.add_health(run_id, health)
         info = _run_info(con, run_id, name or trace_name(path), path, reader.metadata)
         info.config.update(iterations)
@@ -125,6 +127,7 @@ def merge_live(
     parts = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     con = store.con
     health: dict[tuple[str, str], int] = {}  # the parts' own checks, summed
+    conflicts: Counter[str] = Counter()  # the nesting conflicts' names, over the parts
     merged = False
     for path in parts:
         # the sorts and joins of a part need room to spill of about 4 times its size: the program has ended
@@ -137,12 +140,16 @@ def merge_live(
                 merged = True
                 for check, count, detail in _health(con, run_id, run_wide=False):
                     health[check, detail] = health.get((check, detail), 0) + count
+                conflicts.update(_conflict_names(con))
             finally:
                 for table in _TEMP_TABLES:
                     con.execute(f"DROP TABLE IF EXISTS temp.{table}")
     if not merged:
         return []
-    return [(c, n, d) for (c, d), n in health.items()] + _health(con, run_id, part=False)
+    named = names_line(conflicts)
+    return [(c, n, d + named if c == "nesting_conflicts" and n else d) for (c, d), n in health.items()] + _health(
+        con, run_id, part=False
+    )
 
 
 def _merge_part(con: duckdb.DuckDBPyConnection, reader: TraceReader, run_id: int, drop: tuple[str, ...]) -> None:
@@ -238,6 +245,9 @@ def _health(
     rows = [(check, _scalar(con, sql), detail) for check, sql, detail in queries]
     rows = [(c, n, detail + _launch_names(con, run_id) if c == "launches_without_device_event" and n else detail)
             for c, n, detail in rows]  # fmt: skip
+    if run_wide:
+        rows = [(c, n, detail + names_line(_unattributed_names(con, run_id)) if c == "unattributed_ops" and n
+                 else detail) for c, n, detail in rows]  # fmt: skip
     if mode is not None and run_wide:
         rows.append(mode)
     if run_wide:
@@ -246,6 +256,39 @@ def _health(
     for ph, cat, count in skipped:
         rows.append(("skipped_events", int(count), f"ph={ph} cat={cat}: not a span, counter or flow xstack maps"))
     return rows
+
+
+NAMES_SHOWN = 3
+"""The names a health row's detail shows of the spans it counts, the most frequent first."""
+
+
+def names_line(found: Counter[str]) -> str:
+    """``found``'s most frequent names with their counts, for a health row's detail: ``": a (5), b (2) and 3 more
+    names"``; empty where none."""
+    if not found:
+        return ""
+    top = sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{name} ({n:,})" for name, n in top[:NAMES_SHOWN])
+    more = f" and {len(top) - NAMES_SHOWN:,} more names" if len(top) > NAMES_SHOWN else ""
+    return f": {shown}{more}"
+
+
+def _conflict_names(con: duckdb.DuckDBPyConnection) -> Counter[str]:
+    """The staged spans of the nesting_conflicts check by name (those that overlap the span that would be their
+    parent without nesting in it): torch.compile's marks of its own compile steps, typically."""
+    found = con.execute(
+        "SELECT x.name, count(*) FROM host_parent h JOIN x USING (span_id) WHERE NOT h.encloses GROUP BY 1"
+    ).fetchall()
+    return Counter({str(name): int(n) for name, n in found})
+
+
+def _unattributed_names(con: duckdb.DuckDBPyConnection, run_id: int) -> Counter[str]:
+    """The ops of the unattributed_ops check by name."""
+    found = con.execute(
+        f"SELECT name, count(*) FROM _spans WHERE run_id = {int(run_id)} AND level = 'op' AND parent_id IS NULL "
+        "GROUP BY 1"
+    ).fetchall()
+    return Counter({str(name): int(n) for name, n in found})
 
 
 def _launch_names(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
