@@ -1013,3 +1013,44 @@ def test_a_merged_run_s_stage_evidence_is_of_its_median_step(tmp_path: Path) -> 
     assert "30.0% of its time" in line and "measured step" not in line
     line = next(e for e in alone.evidence if e.endswith("(model.stages)"))
     assert "within its 4 measured steps, 30.0% of their time" in line
+
+
+RECORDS_LOOP = """
+import os, random, xstack
+path = "records.bin"
+with open(path, "wb") as f:
+    f.write(os.urandom(4096 * 200))
+order = list(range(200))
+if ORDER == "shuffled":
+    random.Random(0).shuffle(order)
+for step in range(4):
+    for i in order[step * 50 : (step + 1) * 50]:
+        with open(path, "rb") as f:  # a map-style dataset's __getitem__: open, seek to the record, read it
+            f.seek(i * 4096)
+            f.read(4096)
+    xstack.step()
+"""
+
+
+@pytest.mark.parametrize("order", ["shuffled", "in order"])
+def test_records_read_in_shuffled_order_one_open_each_are_said_to_be(tmp_path: Path, order: str) -> None:
+    """A dataset reads its records from one file in shuffled order, opening it for each: Darshan's counters start
+    over at each open, so every read is sequential there and the table shows no random reads; the io spans, across
+    opens, show that each read started elsewhere than the one before it ended. Read in order, they do not."""
+    results = _run_io_loop(tmp_path, RECORDS_LOOP.replace("ORDER", repr(order)))
+    r = results["io.pattern"]
+    assert r.facts["random_pct"] == 0 and r.facts["sequential_pct"] > 99  # Darshan's per-open view
+    # the first read follows no earlier one, and record 0's starts at the file's start: in order those are one
+    after = r.facts["reads_after_earlier"]
+    assert after == (198 if order == "shuffled" else 199)
+    labels = [label for label in r.labels if "shuffled order" in label]
+    if order == "shuffled":
+        jumped = r.facts["jumped_reads"]
+        assert jumped > 190 and labels == [
+            f"data files: {jumped:,} of the {after} reads inside a file that followed an earlier read of it "
+            f"({100 * jumped / after:.0f}%) started elsewhere than that read ended, each in an open of its own: "
+            "records read in shuffled order, which Darshan's counters, starting over at each open, count as "
+            "sequential"
+        ]
+    else:
+        assert r.facts["jumped_reads"] == 0 and not labels

@@ -12,6 +12,7 @@ from xstack.analyze._io_common import (
     SMALL_READ_BYTES,
     SPAN_BYTES,
     SPAN_CLASS,
+    SPAN_PATH,
     SPAN_STORAGE,
     IoRun,
     as_count,
@@ -47,6 +48,22 @@ SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
     AND {SPAN_STORAGE} GROUP BY 1
 """
+
+_SHUFFLED = f"""
+WITH r AS (
+    SELECT TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off,
+        lag(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) + {SPAN_BYTES} - 1)
+            OVER (PARTITION BY pid, {SPAN_PATH} ORDER BY start_ns, span_id) AS prev_end
+    FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
+        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+)
+SELECT count(*), count(*) FILTER (WHERE off <> prev_end + 1) FROM r WHERE off > 0 AND prev_end IS NOT NULL
+"""
+"""Data-file reads (io spans) that start inside their file and follow an earlier read of it in their process:
+how many, and how many of them start elsewhere than that read ended, whatever opens came between."""
+
+SHUFFLED_MIN_READS = 100
+"""The fewest such reads for ``io.pattern`` to say that a file's records were read in shuffled order."""
 
 COLUMNS = [
     Column("class", help="where the files live: data, python, system, unknown"),
@@ -138,8 +155,25 @@ def access_pattern(store: Store, run_id: int) -> Result:
             title="Reads by pattern (% of each class's reads)",
         ),  # fmt: skip
         facts=facts,
-        labels=_labels(facts, source, bool(per_class)),
+        labels=_labels(facts, source, bool(per_class)) + _shuffled(store, io, facts),
     )
+
+
+def _shuffled(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
+    """A label for records read in shuffled order, one open (and seek) each, from one file: Darshan's counters
+    start over at each open, so each such read is sequential there (it starts past byte 0) and the table shows no
+    random reads; the io spans, across opens, show the jumps. Facts ``reads_after_earlier``, ``jumped_reads``."""
+    if not io.has_spans:
+        return []
+    after, jumped = (as_count(v) for v in rows(store, _SHUFFLED, io.run_id)[0])
+    facts |= {"reads_after_earlier": after, "jumped_reads": jumped}
+    if after < SHUFFLED_MIN_READS or 2 * jumped < after or (facts["random_pct"] or 0) >= 10:
+        return []
+    return [
+        f"data files: {jumped:,} of the {after:,} reads inside a file that followed an earlier read of it "
+        f"({pct(jumped, after):.0f}%) started elsewhere than that read ended, each in an open of its own: records read "
+        "in shuffled order, which Darshan's counters, starting over at each open, count as sequential"
+    ]
 
 
 def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:
