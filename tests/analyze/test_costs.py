@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -379,3 +380,59 @@ def test_a_layer_whose_work_has_no_formula_has_unknown_flops(tmp_path: Path) -> 
     for r in (a12, a14):
         (label,) = [lb for lb in r.labels if "unknown for" in lb]
         assert "1 layer call (tail)" in label and "aten::cumsum" in label, label
+
+
+@pytest.mark.parametrize(
+    ("conv", "x"),
+    [
+        (torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), (2, 3, 16, 16)),
+        (torch.nn.Conv1d(4, 6, 5, padding="same"), (2, 4, 32)),
+        (torch.nn.Conv2d(8, 8, 3, padding="valid", bias=False), (1, 8, 12, 12)),
+        (torch.nn.ConvTranspose2d(8, 3, 4, stride=2, padding=1), (2, 8, 8, 8)),
+    ],
+    ids=["strided", "same", "valid-no-bias", "transposed"],
+)
+def test_convolutions_and_their_backward_match_pytorchs_counter(
+    tmp_path: Path, conv: torch.nn.Module, x: tuple[int, ...]
+) -> None:
+    """A CNN's training step spends most of its FLOPs in ``aten::convolution_backward``, which had no formula: the
+    backward pass outside the layers counted none of them. A transposed convolution's FLOPs were counted over the
+    positions of an output it does not have, and padding="same" as no padding."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    inputs = torch.randn(*x, requires_grad=True)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        conv(inputs).sum().backward()
+    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        conv(inputs).sum().backward()
+    with prof.open() as store:
+        recorded = store.query(
+            "SELECT name, attrs->>'$.\"op.shapes\"', attrs->>'$.\"op.dtypes\"', attrs->>'$.\"op.concrete_inputs\"' "
+            "FROM spans WHERE level = 'op' AND name IN ('aten::convolution', 'aten::convolution_backward')"
+        )
+    got: dict[str, int] = {}
+    for name, *sig in recorded:
+        cost = op_cost(name, *(orjson.loads(v) for v in sig))
+        assert cost is not None and cost.flops is not None, (name, sig)
+        got[name.replace("::", ".")] = got.get(name.replace("::", "."), 0) + cost.flops
+    assert got == {k: v for k, v in expected.items() if k in got} and set(got) == {
+        "aten.convolution",
+        "aten.convolution_backward",
+    }
+
+
+def test_the_backward_of_activations_and_norms_counts_as_their_forward() -> None:
+    """The backward pass outside the layers counted its matrix products only: a ReLU's, GELU's or norm's
+    gradient (which PyTorch's counter leaves out, as it does their forward) now counts as its forward does."""
+    relu = op_cost("aten::threshold_backward", [[4, 8], [4, 8], []], ["float", "float", "Scalar"])
+    gelu = op_cost("aten::gelu_backward", [[4, 8], [4, 8], []], ["c10::BFloat16", "c10::BFloat16", ""])
+    norm = op_cost(
+        "aten::native_layer_norm_backward",
+        [[4, 8], [4, 8], [], [4, 1], [4, 1], [8], [8], []],
+        ["float", "float", "", "float", "float", "float", "float", ""],
+    )
+    assert relu is not None and (relu.flops, relu.read_bytes, relu.write_bytes) == (32, 2 * 32 * 4, 32 * 4)
+    assert gelu is not None and (gelu.flops, gelu.precision) == (32, "bf16")
+    assert norm is not None and norm.flops == 5 * 32

@@ -2,13 +2,15 @@
 
 Used where hardware counters are absent, and always labelled "analytic". FLOPs follow PyTorch's FLOP counter
 (``torch.utils.flop_counter``): a multiply-add is 2 FLOPs; matrix products 2*M*N*K; convolutions
-2 * batch * prod(weight shape) * prod(output spatial dims); scaled dot-product attention two batched products.
-Element-wise and normalisation ops, which that counter ignores, count FLOPs per output element (1, or 5 for
-softmax and norms) so that memory-bound work is visible, and reductions and adaptive pools one per element
-read. Recurrent layers (LSTM, GRU, RNN and their cells), which that counter does not count, count the products of
-their weight matrices: 2 FLOPs per weight element per token (time step and batch row) and direction, 4 in their
-backward; the gates' element-wise work is left out. Bytes are the minimum traffic: every tensor input read once
-and the output written once (output shape inferred per op). Ops with no formula get no cost (unknown), never zero.
+2 * batch * prod(weight shape) * prod(output spatial dims), and their backward a forward's for each gradient it
+computes (input, weight); scaled dot-product attention two batched products. Element-wise and normalisation
+ops, which that counter ignores, count FLOPs per output element (1, or 5 for softmax and norms, and their
+backward as many) so that memory-bound work is visible, and reductions and adaptive pools one per element read.
+Recurrent layers (LSTM, GRU, RNN and their cells), which that counter does not count either, count the products
+of their weight matrices: 2 FLOPs per weight element per token (time step and batch row) and direction, 4 in
+their backward; the gates' element-wise work is left out. Bytes are the minimum traffic: every tensor input read
+once and the output written once (output shape inferred per op). Ops with no formula get no cost (unknown),
+never zero.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ _ELEMENTWISE = {
     )
     for suffix in ("", "_")
 }
+_ELEMENTWISE_BACKWARD = {
+    f"aten::{n}_backward" for n in ("threshold", "gelu", "sigmoid", "tanh", "silu", "hardtanh", "leaky_relu")
+}
+"""The backward of element-wise activations: ``(grad_output, self or output, ...)``, one FLOP per element as
+their forward."""
 _FIVE_PER_ELEMENT = {
     "aten::softmax",
     "aten::_softmax",
@@ -68,6 +75,11 @@ _FIVE_PER_ELEMENT = {
     "aten::_batch_norm_impl_index",
     "aten::group_norm",
     "aten::native_group_norm",
+    "aten::native_layer_norm_backward",
+    "aten::native_batch_norm_backward",
+    "aten::native_group_norm_backward",
+    "aten::_softmax_backward_data",
+    "aten::_log_softmax_backward_data",
 }
 _REDUCE = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"}
 _REDUCE_ALL = {"aten::sum", "aten::mean"}
@@ -96,12 +108,14 @@ COSTED_OPS: frozenset[str] = frozenset(
     | _CONV
     | _SDPA
     | _ELEMENTWISE
+    | _ELEMENTWISE_BACKWARD
     | _FIVE_PER_ELEMENT
     | _REDUCE
     | _REDUCE_DIM
     | _ADAPTIVE_POOL
     | _COPY
     | _GATHER
+    | {"aten::convolution_backward"}
     | _RNN
     | _RNN_CELL
     | set(_RNN_LAYER)
@@ -206,8 +220,11 @@ def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | No
         mnk = _matmul_dims(name, shapes)
         return None if mnk is None else mnk[0] * mnk[1] * mnk[3]
     if name in _CONV:
-        conv = _conv_dims(shapes, concrete)
+        conv = _conv_dims(name, shapes, concrete)
         return None if conv is None else conv[0]
+    if name == "aten::convolution_backward":
+        back = _conv_backward(shapes, concrete)
+        return None if back is None else back[0]
     if name in _SDPA:
         q, v = shapes[0], shapes[2] if len(shapes) > 2 else None
         if not (_is_shape(q) and _is_shape(v) and q and v):
@@ -233,8 +250,11 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
         mnk = _matmul_dims(name, shapes)
         return None if mnk is None else 2 * mnk[0] * mnk[1] * mnk[2] * mnk[3]
     if name in _CONV:
-        conv = _conv_dims(shapes, concrete)
+        conv = _conv_dims(name, shapes, concrete)
         return None if conv is None else conv[1]
+    if name == "aten::convolution_backward":
+        back = _conv_backward(shapes, concrete)
+        return None if back is None else back[1]
     if name in _SDPA:
         q, k, v = shapes[0], shapes[1], shapes[2]
         if not all(_is_shape(t) and len(t) >= 2 for t in (q, k, v)):
@@ -244,7 +264,7 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
     if name in _RNN or name in _RNN_CELL or name in _RNN_LAYER:
         rnn = _rnn_dims(name, shapes, concrete)
         return None if rnn is None else _RNN_LAYER.get(name, 2) * rnn[0] * rnn[1]
-    if name in _ELEMENTWISE or _binary_max(name, shapes):
+    if name in _ELEMENTWISE or name in _ELEMENTWISE_BACKWARD or _binary_max(name, shapes):
         return out
     if name in _FIVE_PER_ELEMENT:
         return 5 * out
@@ -339,22 +359,64 @@ def _matmul_dims(name: str, shapes: list[Any]) -> tuple[int, int, int, int] | No
     return max(_numel(a[:-2]), _numel(b[:-2])), a[-2], a[-1], b[-1]
 
 
-def _conv_dims(shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
-    """(output elements, FLOPs) of a convolution: input [N, C, *spatial], weight [Cout, Cin/groups, *kernel]."""
+def _conv_dims(name: str, shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
+    """(output elements, FLOPs) of a convolution: input [N, C, *spatial], weight [Cout, Cin/groups, *kernel]
+    (a transposed one's, ``aten::convolution`` with ``transposed``: [Cin, Cout/groups, *kernel], its FLOPs over
+    the input's positions, as PyTorch's counter has them); padding ``"same"`` keeps the input's size and
+    ``"valid"`` is none."""
     x: list[int] = shapes[0]
     w: list[int] = shapes[1] if len(shapes) > 1 else []
     if not (_is_shape(x) and _is_shape(w)) or len(x) < 3 or len(x) != len(w):
         return None
     nd = len(x) - 2
     stride, padding, dilation = (_int_list(concrete, i, nd, d) for i, d in ((3, 1), (4, 0), (5, 1)))
-    spatial = [
-        (size + 2 * p - dil * (k - 1) - 1) // s + 1
-        for size, k, s, p, dil in zip(x[2:], w[2:], stride, padding, dilation, strict=True)
-    ]
+    if name in ("aten::convolution", "aten::_convolution") and _flag(concrete, 6):  # transposed
+        extra = _int_list(concrete, 7, nd, 0)  # output_padding
+        groups = (_int_list(concrete, 8, 1, 1) or [1])[0]
+        spatial = [
+            (size - 1) * st - 2 * p + dil * (k - 1) + e + 1
+            for size, k, st, p, dil, e in zip(x[2:], w[2:], stride, padding, dilation, extra, strict=True)
+        ]
+        if any(d <= 0 for d in spatial):
+            return None
+        return x[0] * w[1] * groups * _numel(spatial), 2 * x[0] * _numel(w) * _numel(x[2:])
+    mode = str(concrete[4]).strip().strip("'\"") if len(concrete) > 4 else ""
+    if mode == "same":
+        spatial = list(x[2:])
+    else:
+        padding = [0] * nd if mode == "valid" else padding
+        spatial = [
+            (size + 2 * p - dil * (k - 1) - 1) // st + 1
+            for size, k, st, p, dil in zip(x[2:], w[2:], stride, padding, dilation, strict=True)
+        ]
     if any(d <= 0 for d in spatial):
         return None
     out = x[0] * w[0] * _numel(spatial)
     return out, 2 * x[0] * _numel(w) * _numel(spatial)
+
+
+def _conv_backward(shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
+    """(output elements, FLOPs) of ``aten::convolution_backward(grad_output, input, weight, bias_sizes, stride,
+    padding, dilation, transposed, output_padding, groups, output_mask)``: the input's gradient and the weight's
+    (as ``output_mask`` asks) cost a forward's FLOPs each, as in PyTorch's counter; they are written, and the
+    bias's."""
+    if len(shapes) < 3 or len(concrete) < 11:
+        return None
+    g, x, w = shapes[0], shapes[1], shapes[2]
+    if not all(_is_shape(t) and t for t in (g, x, w)):
+        return None
+    mask = [v.lower() == "true" for v in re.findall(r"[A-Za-z]+", str(concrete[10]))]
+    if len(mask) < 2:
+        return None
+    over = x[2:] if _flag(concrete, 7) else g[2:]  # a transposed convolution's positions are its input's
+    forward = 2 * x[0] * _numel(w) * _numel(over)
+    bias = g[1] if len(mask) > 2 and mask[2] else 0
+    return mask[0] * _numel(x) + mask[1] * _numel(w) + bias, forward * (mask[0] + mask[1])
+
+
+def _flag(concrete: list[Any], index: int) -> bool:
+    """Whether the concrete input at ``index`` is ``True``."""
+    return len(concrete) > index and str(concrete[index]).strip() == "True"
 
 
 def _int_list(concrete: list[Any], index: int, n: int, default: int) -> list[int]:
