@@ -607,3 +607,37 @@ def test_kernel_aggregates_count_the_measured_step_as_the_summary_does(import_st
         "every kernel call listed: 40 of 79 were launched outside the measured steps (40 at start-up or in the "
         "warm-up, marked warm-up), which the per-iteration aggregates (A10, A15) and the summary leave out"
     ) in a8.labels
+
+
+def _two_kernel_layers(path: Path) -> Store:
+    """A GPU run without counters of two layers, each launching a relu (costed: 1,000 elements) for 1 us and
+    then, for 9 us, ``pool`` a max pool (no formula) and ``joined`` a concatenation (a copy, no arithmetic)."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "k", levels=["layer", "op", "runtime", "kernel"]))
+        sink = Sink(store, 1)
+        shapes = {A.OP_SHAPES: [[10, 100]], A.OP_DTYPES: ["float"]}
+        for i, (layer, other) in enumerate([("pool", "aten::max_pool2d"), ("joined", "aten::cat")]):
+            base, t = 100 * (i + 1), 100_000 * i
+            sink.span(base, None, "layer", layer, t, 50_000, 1, 1, {A.LAYER_PATH: layer, A.LAYER_TYPE: "Block"})
+            for j, (op, dur) in enumerate([("aten::relu", 1000), (other, 9000)]):
+                o, r, k = base + 3 * j + 1, base + 3 * j + 2, base + 3 * j + 3
+                sink.span(o, base, "op", op, t + 100 + 1000 * j, 500, 1, 1, shapes if op == "aten::relu" else {})
+                sink.span(r, o, "runtime", "cudaLaunchKernel", t + 200 + 1000 * j, 100, 1, 1, correlation_id=k)
+                sink.span(k, r, "kernel", f"{op}_kernel", t + 10_000 + 10_000 * j, dur, 1, 7, device="cuda:0",
+                          stream=7, correlation_id=k)  # fmt: skip
+        sink.close()
+    return Store.open(path)
+
+
+def test_a_layer_whose_kernels_are_mostly_of_ops_with_no_formula_has_unknown_flops(tmp_path: Path) -> None:
+    """On a GPU run without counters, a layer's FLOPs are those of the kernels whose ops have a formula: where a
+    kernel of an op that does arithmetic with no formula (a max pool) takes most of its kernel time, its FLOPs and
+    bytes are unknown, said in a label; a copy (a concatenation) costs no FLOP to leave out."""
+    with _two_kernel_layers(tmp_path / "k.duckdb") as store:
+        for id in ("A11", "A12", "A14"):
+            r = _one(store, id)
+            got = dict(zip(r.column("layer"), r.column("FLOPs"), strict=True))
+            assert got == ({"joined": 1000} if id == "A14" else {"pool": None, "joined": 1000}), id
+            (label,) = [lb for lb in r.labels if "unknown for" in lb]
+            assert label.startswith("FLOPs and bytes unknown for 1 layer call (pool): most of their kernel time was "
+                                    "in ops with no analytic formula (aten::max_pool2d)"), label  # fmt: skip

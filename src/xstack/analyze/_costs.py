@@ -130,11 +130,12 @@ NO_ARITHMETIC: frozenset[str] = frozenset(
         "_reshape_alias", "as_strided", "expand", "expand_as", "t", "transpose", "permute", "unsqueeze", "squeeze",
         "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "resize_",
         "set_", "item", "_local_scalar_dense", "is_nonzero", "result_type", "broadcast_tensors", "resolve_conj",
-        "resolve_neg", "requires_grad_", "stack", "randn", "rand", "randint", "randperm", "uniform_", "normal_",
+        "resolve_neg", "requires_grad_", "cat", "stack", "randn", "rand", "randint", "randperm", "uniform_", "normal_",
         "bernoulli_", "random_",
     )
 )  # fmt: skip
-"""Ops with no formula that do no arithmetic worth a FLOP: allocation, views and metadata, fills, random
+"""Ops with no formula (or none that a trace's shapes serve: ``aten::cat``'s tensors are a list, of no
+recorded dtype) that do no arithmetic worth a FLOP: allocation, views and metadata, copies, fills, random
 numbers. Their time says nothing of the work that an op without a formula did (``_kernels_layer``)."""
 
 _DTYPE_BYTES = {

@@ -50,7 +50,9 @@ def _layer_rollup_rows(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
     weighted occupancy, over the kernels the layer launched itself (not through a nested layer). The precision is
     that of its longest kernel. The kernels launched outside any layer get a row per iteration that launched them
     (``outside_group``), started by the first launch, with no latency; a run's counter ranges without kernel spans,
-    which their profiler lays out over the session rather than at their kernels' times, one row placed nowhere."""
+    which their profiler lays out over the session rather than at their kernels' times, one row placed nowhere.
+    A layer call whose kernels of unknown cost (no counters, and an op with no analytic formula) ran longer than
+    those of known cost has unknown flops and bytes, as ``_op_layer_rollup`` has them (``_uncosted_label``)."""
     join, key = outside_group(ctx, "k.launch_ns") if "kernel" in ctx.levels else ("", "NULL")
     first = "min(k.launch_ns)" if "kernel" in ctx.levels else "NULL"
     rows = ctx.store.query(
@@ -58,13 +60,67 @@ def _layer_rollup_rows(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'), any_value(l.dur_ns), count(k.span_id),
                    sum(k.dur_ns), arg_max(k.precision, (k.dur_ns, -k.span_id)) FILTER (WHERE k.precision IS NOT NULL),
                    sum(k.flops), sum(k.dram_read), sum(k.dram_write),
-                   sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0)
-            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id {join}
+                   sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0),
+                   k.layer_id, coalesce(sum(k.dur_ns) FILTER (WHERE k.cost_source IS NOT NULL), 0),
+                   coalesce(sum(k.dur_ns) FILTER (WHERE b.span_id IS NOT NULL), 0)
+            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id
+                LEFT JOIN ({_bare_kernels(ctx, t)}) b ON b.span_id = k.span_id {join}
             GROUP BY k.layer_id, l.attrs, l.name, CASE WHEN k.layer_id IS NULL THEN {key} END
             ORDER BY min(k.start_ns), k.layer_id NULLS FIRST""",
         [ctx.run_id],
     )
-    return [(start, layer_cell(ctx, path, start), *r) for start, path, *r in rows]
+    out = []
+    for start, path, ty, latency, n, kernel_ns, precision, flops, read, write, occ, layer_id, known, unknown in rows:
+        if layer_id is not None and unknown > known and (flops is not None or read is not None):
+            flops = read = write = None
+            ctx._rows.setdefault(f"uncosted_kernels {t}", []).append((path, layer_id))
+        out.append((start, layer_cell(ctx, path, start), ty, latency, n, kernel_ns, precision, flops, read, write, occ))
+    return out
+
+
+def _bare_kernels(ctx: RunContext, t: str) -> str:
+    """SQL: the kernels of ``t`` of unknown cost in a layer whose launching op (the op around the runtime call
+    that launched it) does arithmetic (not in ``NO_ARITHMETIC``: a copy, a concatenation or a fill costs no FLOP
+    to leave out)."""
+    from xstack.analyze._costs import NO_ARITHMETIC
+
+    skip = ", ".join(f"'{n}'" for n in sorted(NO_ARITHMETIC))
+    run = int(ctx.run_id)
+    return f"""SELECT k.span_id FROM {t} k JOIN spans s ON s.run_id = {run} AND s.span_id = k.span_id
+        LEFT JOIN spans r ON r.run_id = {run} AND r.span_id = s.parent_id
+        LEFT JOIN spans o ON o.run_id = {run} AND o.span_id = r.parent_id AND o.level = 'op'
+        WHERE k.cost_source IS NULL AND k.layer_id IS NOT NULL AND coalesce(o.name, '') NOT IN ({skip})"""
+
+
+def _uncosted_kernel_label(ctx: RunContext, t: str) -> list[str]:
+    """``_uncosted_label`` for the layer calls whose kernels ``_layer_rollup_rows`` left without costs: the ops
+    that launched most of their kernel time of unknown cost."""
+    calls = ctx._rows.get(f"uncosted_kernels {t}") or []
+    if not calls:
+        return []
+    ids = ", ".join(str(int(i)) for _, i in calls)
+    names = ctx.store.query(
+        f"""SELECT coalesce(o.name, k.name) FROM {t} k JOIN spans s ON s.run_id = $1 AND s.span_id = k.span_id
+                LEFT JOIN spans r ON r.run_id = $1 AND r.span_id = s.parent_id
+                LEFT JOIN spans o ON o.run_id = $1 AND o.span_id = r.parent_id AND o.level = 'op'
+            WHERE k.layer_id IN ({ids}) AND k.span_id IN ({_bare_kernels(ctx, t)}) GROUP BY 1
+            ORDER BY sum(k.dur_ns) DESC, 1
+            LIMIT 3""",
+        [ctx.run_id],
+    )
+    return [_unknown_line(calls, [n for (n,) in names], "kernel time", "ops")]
+
+
+def _unknown_line(calls: list[tuple[str, Any]], names: list[str], time: str, what: str) -> str:
+    """The label of layer calls whose FLOPs and bytes are left unknown: how many, which layers, and the
+    ``what`` (ops, or the ops that launched kernels) with no analytic formula that took most of their ``time``."""
+    layers = list(dict.fromkeys(path for path, _ in calls))
+    shown = ", ".join(layers[:3]) + (f" and {counted(len(layers) - 3, 'more layer')}" if len(layers) > 3 else "")
+    return (
+        f"FLOPs and bytes unknown for {counted(len(calls), 'layer call')} ({shown}): most of their {time} was in "
+        f"{what} with no analytic formula ({', '.join(names)}), so the counts of the others would be a part shown "
+        "as the whole"
+    )
 
 
 def kernels_by_layer(store: Store, run_id: int) -> Result:
@@ -87,7 +143,7 @@ def kernels_by_layer(store: Store, run_id: int) -> Result:
     cols = [Column("layer"), Column("type"), Column("latency", "ns"), Column("kernels", "count"),
             Column("kernel time", "ns"), *COST_COLUMNS]  # fmt: skip
     chart = Chart("bar", "layer", ("kernel time",), "Kernel time per layer", limit=300, extra=warm_chart(ctx))
-    labels = cost_labels(ctx, t, pk) + above_peak(ctx, t, pk, flagged)
+    labels = cost_labels(ctx, t, pk) + above_peak(ctx, t, pk, flagged) + _uncosted_kernel_label(ctx, t)
     return per_call_result(ctx, "A11", "Kernels by layer", cols, out, notes=notes_of(kernels_by_layer),
                            labels=labels, chart=chart)  # fmt: skip
 
@@ -114,7 +170,7 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
         out = [
             place(start, (r[0], r[1], as_int(r[6]), as_int(r[7]), as_int(r[8]))) for start, *r in _layer_rollup(ctx, t)
         ]
-        labels = [lb for lb in cost_labels(ctx, t, None) if not lb.startswith("bound")]
+        labels = [lb for lb in cost_labels(ctx, t, None) if not lb.startswith("bound")] + _uncosted_kernel_label(ctx, t)
     cols = [Column("layer"), Column("type"), Column("FLOPs", "flops"), Column("DRAM read", "bytes"),
             Column("DRAM write", "bytes")]  # fmt: skip
     chart = Chart("stacked", "layer", ("DRAM read", "DRAM write"), "DRAM bytes per layer", limit=300,
@@ -202,13 +258,7 @@ def _uncosted_label(ctx: RunContext) -> list[str]:
         f"SELECT name FROM ({_uncosted_ops(ctx)}) WHERE layer_id IN ({ids}) GROUP BY 1 ORDER BY sum(self_ns) DESC, 1 "
         "LIMIT 3"
     )
-    layers = list(dict.fromkeys(path for path, _ in calls))
-    shown = ", ".join(layers[:3]) + (f" and {counted(len(layers) - 3, 'more layer')}" if len(layers) > 3 else "")
-    return [
-        f"FLOPs and bytes unknown for {counted(len(calls), 'layer call')} ({shown}): most of their op time was in "
-        f"ops with no analytic formula ({', '.join(n for (n,) in names)}), so the counts of the others would be a "
-        "part shown as the whole"
-    ]
+    return [_unknown_line(calls, [n for (n,) in names], "op time", "ops")]
 
 
 def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
@@ -261,7 +311,7 @@ def layer_roofline(store: Store, run_id: int) -> Result:
     if "kernel" in ctx.levels or "metrics" in ctx.levels:
         t = kernel_costs(ctx)
         rows = [(r[0], r[1], r[2], r[5], r[6], r[7], r[8], r[9]) for r in _layer_rollup(ctx, t)]  # time: kernel time
-        labels = cost_labels(ctx, t, pk)
+        labels = cost_labels(ctx, t, pk) + _uncosted_kernel_label(ctx, t)
         gaps = [g for g in cost_gaps(ctx, t) if g != "kernel durations"]
     else:
         if missing := ctx.require("A14", "Layer roofline", "op"):
