@@ -61,17 +61,21 @@ def _layer_rollup_rows(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
                    sum(k.dur_ns), arg_max(k.precision, (k.dur_ns, -k.span_id)) FILTER (WHERE k.precision IS NOT NULL),
                    sum(k.flops), sum(k.dram_read), sum(k.dram_write),
                    sum(k.occupancy * k.dur_ns) / nullif(sum(k.dur_ns) FILTER (WHERE k.occupancy IS NOT NULL), 0),
-                   k.layer_id, coalesce(sum(k.dur_ns) FILTER (WHERE k.cost_source IS NOT NULL), 0),
-                   coalesce(sum(k.dur_ns) FILTER (WHERE b.span_id IS NOT NULL), 0)
-            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id
-                LEFT JOIN ({_bare_kernels(ctx, t)}) b ON b.span_id = k.span_id {join}
+                   k.layer_id, sum(k.dur_ns) FILTER (WHERE k.cost_source IS NULL)
+            FROM {t} k LEFT JOIN spans l ON l.run_id = ? AND l.span_id = k.layer_id {join}
             GROUP BY k.layer_id, l.attrs, l.name, CASE WHEN k.layer_id IS NULL THEN {key} END
             ORDER BY min(k.start_ns), k.layer_id NULLS FIRST""",
         [ctx.run_id],
     )
+    # which kernels of unknown cost are of ops that do arithmetic is asked only of the layers where it matters
+    maybe = {r[11] for r in rows if r[11] is not None and r[12] and 2 * r[12] > (r[5] or 0)
+             and (r[7] is not None or r[8] is not None)}  # fmt: skip
+    bare = dict(ctx.store.query(
+        f"SELECT k.layer_id, sum(k.dur_ns) FROM {t} k WHERE k.span_id IN ({_bare_kernels(ctx, t)}) GROUP BY 1"
+    )) if maybe else {}  # fmt: skip
     out = []
-    for start, path, ty, latency, n, kernel_ns, precision, flops, read, write, occ, layer_id, known, unknown in rows:
-        if layer_id is not None and unknown > known and (flops is not None or read is not None):
+    for start, path, ty, latency, n, kernel_ns, precision, flops, read, write, occ, layer_id, unknown in rows:
+        if layer_id in maybe and (bare.get(layer_id) or 0) > (kernel_ns or 0) - unknown:  # than the costed kernels
             flops = read = write = None
             ctx._rows.setdefault(f"uncosted_kernels {t}", []).append((path, layer_id))
         out.append((start, layer_cell(ctx, path, start), ty, latency, n, kernel_ns, precision, flops, read, write, occ))
