@@ -102,7 +102,7 @@ def _uncosted_kernel_label(ctx: RunContext, t: str) -> list[str]:
     calls = ctx._rows.get(f"uncosted_kernels {t}") or []
     if not calls:
         return []
-    ids = ", ".join(str(int(i)) for _, i in calls)
+    ids = ", ".join(str(int(i)) for _, i in calls[:NAMED_FROM])  # the names are examples: a sample will do
     names = ctx.store.query(
         f"""SELECT coalesce(o.name, k.name) FROM {t} k JOIN spans s ON s.run_id = $1 AND s.span_id = k.span_id
                 LEFT JOIN spans r ON r.run_id = $1 AND r.span_id = s.parent_id
@@ -183,6 +183,9 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
                            labels=labels, chart=chart)  # fmt: skip
 
 
+NAMED_FROM = 10_000
+"""The most layer calls whose ops a label of unknown FLOPs names the leading ones of."""
+
 COVERED: float = 0.5
 """The least share of a layer call's arithmetic op time that its costed ops (those with an analytic formula) must
 take for its analytic FLOPs and bytes to be shown: below it, ops with no formula did most of its work, and the
@@ -257,7 +260,7 @@ def _uncosted_label(ctx: RunContext) -> list[str]:
     calls = ctx._rows.get("uncosted_layers") or []
     if not calls:
         return []
-    ids = ", ".join(str(int(i)) for _, i in calls)
+    ids = ", ".join(str(int(i)) for _, i in calls[:NAMED_FROM])  # the names are examples: a sample will do
     names = ctx.store.query(
         f"SELECT name FROM ({_uncosted_ops(ctx)}) WHERE layer_id IN ({ids}) GROUP BY 1 ORDER BY sum(self_ns) DESC, 1 "
         "LIMIT 3"
