@@ -123,7 +123,7 @@ def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -
             "dataloader.next": "dataloader"}.items() <= rows.items(), stages  # fmt: skip
     caption = " ".join(stages.split())  # wrapped to the table's width
     assert "warm-up" not in rows.values() and "iteration 1 left out as warm-up" in caption
-    assert "% of wall after warm-up" in stages  # not of the run table's wall time, which holds the warm-up
+    assert "shares of the wall time after it" in caption  # not of the run table's wall time, which holds it
     assert re.search(r"\nRecommendations(: no rule fired on this run)?\n", proc.stdout)
     # which operators lead depends on the machine's load over two steps; that they are the models' aten ops does not
     ops = proc.stdout[proc.stdout.index("Top operators") : proc.stdout.index("Top GPU kernels")]

@@ -117,9 +117,8 @@ def test_prof_summary_prints_the_stages_and_the_recommendations(tmp_path: Path, 
     stages = out[out.index("Model stages") : out.index("Top layers")]
     # the user's stage twice per measured iteration, after the warm-up one; the loader's waits three times (the
     # third finds the epoch's end); the iterations, and the time after the last one
-    assert re.search(r"│ step +│ user +│ +4 │", stages) and re.search(
-        r"│ dataloader\.next +│ dataloader +│ +6 │", stages
-    )
+    assert re.search(r"│ step +│ user +│ +4 │", stages), stages
+    assert re.search(r"│ dataloader\.next +│ dataloader +│ +6 │", stages), stages
     caption = " ".join(stages.split())  # wrapped to the table's width
     assert "iteration 1 left out as warm-up" in caption and "more stage" not in caption
     assert re.search(r"\nRecommendations(: no rule fired on this run)?\n", out)

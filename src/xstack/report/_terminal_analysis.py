@@ -38,15 +38,11 @@ def stages_table(result: Result | None, top: int) -> Table | None:
     rows = [r for r in result.rows if r[1] not in UNMEASURED_KINDS]
     if not any(r[1] not in CONTAINER_KINDS for r in rows):
         return None
-    # the share is of the wall time past the warm-up, which the run table's wall time holds
-    of = (
-        "the merged step"
-        if result.facts.get("merged")
-        else "wall after warm-up"
-        if result.facts.get("warmup_ns")
-        else "wall"
-    )
+    of = "the merged step" if result.facts.get("merged") else "wall"
     caption = [label for label in result.labels if "warm-up" in label][:1]
+    if caption and result.facts.get("warmup_ns") and not result.facts.get("merged"):
+        # the run table's wall time holds the warm-up; a wider header would squeeze the stages' names
+        caption[0] += "; shares of the wall time after it"
     caption += [label for label in result.labels if label.startswith("in no stage: ")]
     if len(rows) > top:
         caption.append(f"{counted(len(rows) - top, 'more stage')} in xstack report")
