@@ -436,3 +436,27 @@ def test_the_backward_of_activations_and_norms_counts_as_their_forward() -> None
     assert relu is not None and (relu.flops, relu.read_bytes, relu.write_bytes) == (32, 2 * 32 * 4, 32 * 4)
     assert gelu is not None and (gelu.flops, gelu.precision) == (32, "bf16")
     assert norm is not None and norm.flops == 5 * 32
+
+
+@pytest.mark.parametrize(
+    ("pool", "x", "window"),
+    [
+        (torch.nn.MaxPool2d(2), (2, 16, 64, 64), 4),
+        (torch.nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True), (2, 3, 9, 9), 9),
+        (torch.nn.MaxPool1d(2), (2, 3, 9), 2),
+        (torch.nn.MaxPool3d(2, ceil_mode=True), (1, 2, 5, 4, 4), 8),
+        (torch.nn.MaxPool2d(3, stride=2, padding=1, dilation=2), (2, 3, 10, 10), 9),
+    ],
+    ids=["max2d", "avg2d-ceil", "max1d", "max3d-ceil", "max2d-dilated"],
+)
+def test_a_pooling_layer_counts_its_windows(
+    tmp_path: Path, pool: torch.nn.Module, x: tuple[int, ...], window: int
+) -> None:
+    """A CNN's MaxPool2d had no formula, so its layer was missing from A12 and the roofline: a windowed pool
+    compares (or adds) each element of each window once, and writes what PyTorch's output has."""
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        out = pool(torch.randn(*x))
+    with prof.open() as store:
+        (a12,) = run_analyses(store, None, ["A12"])
+    assert a12.column("FLOPs") == [out.numel() * window]
+    assert a12.column("DRAM write") == [out.numel() * 4]

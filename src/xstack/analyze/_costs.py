@@ -5,7 +5,7 @@ Used where hardware counters are absent, and always labelled "analytic". FLOPs f
 2 * batch * prod(weight shape) * prod(output spatial dims), and their backward a forward's for each gradient it
 computes (input, weight); scaled dot-product attention two batched products. Element-wise and normalisation
 ops, which that counter ignores, count FLOPs per output element (1, or 5 for softmax and norms, and their
-backward as many) so that memory-bound work is visible, and reductions and adaptive pools one per element read.
+backward as many) so that memory-bound work is visible, and reductions and pools one per element read.
 Recurrent layers (LSTM, GRU, RNN and their cells), which that counter does not count either, count the products
 of their weight matrices: 2 FLOPs per weight element per token (time step and batch row) and direction, 4 in
 their backward; the gates' element-wise work is left out. Bytes are the minimum traffic: every tensor input read
@@ -90,6 +90,12 @@ _REDUCE_DIM = {"aten::max", "aten::min", "aten::argmax", "aten::argmin", "aten::
 (self, dtype), ``x.argmax()`` (self, dim None, keepdim); ``x.max(dim=1)``, ``argmax(x, 1)``, ``prod(x, 1)`` (self,
 dim, keepdim...). ``max(self, other)`` and ``min(self, other)`` are elementwise (``_binary_max``)."""
 _ADAPTIVE_POOL = {f"aten::adaptive_{kind}_pool{nd}d" for kind in ("avg", "max") for nd in (1, 2, 3)}
+_POOL = {f"aten::{kind}_pool{nd}d" for kind in ("max", "avg") for nd in (1, 2, 3)} | {
+    f"aten::max_pool{nd}d_with_indices" for nd in (2, 3)
+}
+"""Windowed pools: ``(self, kernel_size, stride, padding, dilation, ceil_mode)`` for a max pool,
+``(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)`` for an average one; a
+stride of ``[]`` is the kernel's. One compare or add per element of each window."""
 _COPY = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::cat"}
 _GATHER = {"aten::embedding", "aten::index_select"}
 _RNN = {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"}
@@ -113,6 +119,7 @@ COSTED_OPS: frozenset[str] = frozenset(
     | _REDUCE
     | _REDUCE_DIM
     | _ADAPTIVE_POOL
+    | _POOL
     | _COPY
     | _GATHER
     | {"aten::convolution_backward"}
@@ -226,6 +233,9 @@ def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | No
     if name == "aten::convolution_backward":
         back = _conv_backward(shapes, concrete)
         return None if back is None else back[0]
+    if name in _POOL:
+        pool = _pool_dims(name, shapes, concrete)
+        return None if pool is None else pool[0]
     if name in _SDPA:
         q, v = shapes[0], shapes[2] if len(shapes) > 2 else None
         if not (_is_shape(q) and _is_shape(v) and q and v):
@@ -256,6 +266,9 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
     if name == "aten::convolution_backward":
         back = _conv_backward(shapes, concrete)
         return None if back is None else back[1]
+    if name in _POOL:
+        pool = _pool_dims(name, shapes, concrete)
+        return None if pool is None else pool[1]
     if name in _SDPA:
         q, k, v = shapes[0], shapes[1], shapes[2]
         if not all(_is_shape(t) and len(t) >= 2 for t in (q, k, v)):
@@ -413,6 +426,36 @@ def _conv_backward(shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | 
     forward = 2 * x[0] * _numel(w) * _numel(over)
     bias = g[1] if len(mask) > 2 and mask[2] else 0
     return mask[0] * _numel(x) + mask[1] * _numel(w) + bias, forward * (mask[0] + mask[1])
+
+
+def _pool_dims(name: str, shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
+    """(output elements, FLOPs) of a windowed pool (``_POOL``): the output's positions as PyTorch sizes them
+    (``ceil_mode`` included, a window starting in the right padding dropped), each window's elements compared or
+    added once; None where the input or the kernel size was not recorded."""
+    nd = int(name.split("_pool")[1][0])
+    x: Any = shapes[0] if shapes else None
+    if not _is_shape(x) or len(x) <= nd:
+        return None
+    kernel = _int_list(concrete, 1, nd, 0)
+    if not all(kernel):
+        return None
+    given = _int_list(concrete, 2, nd, 0)
+    stride = given if all(given) else kernel
+    padding = _int_list(concrete, 3, nd, 0)
+    average = name.startswith("aten::avg_")
+    dilation = [1] * nd if average else _int_list(concrete, 4, nd, 1)
+    ceil = _flag(concrete, 4 if average else 5)
+    out = []
+    for size, k, st, p, dil in zip(x[-nd:], kernel, stride, padding, dilation, strict=True):
+        span = size + 2 * p - dil * (k - 1) - 1
+        n = (-(-span // st) if ceil else span // st) + 1
+        if ceil and (n - 1) * st >= size + p:
+            n -= 1
+        if n <= 0:
+            return None
+        out.append(n)
+    positions = _numel(x[:-nd]) * _numel(out)
+    return positions, positions * _numel(kernel)
 
 
 def _flag(concrete: list[Any], index: int) -> bool:
