@@ -227,15 +227,9 @@ def _output_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | No
     if name in _MATMUL:
         mnk = _matmul_dims(name, shapes)
         return None if mnk is None else mnk[0] * mnk[1] * mnk[3]
-    if name in _CONV:
-        conv = _conv_dims(name, shapes, concrete)
-        return None if conv is None else conv[0]
-    if name == "aten::convolution_backward":
-        back = _conv_backward(shapes, concrete)
-        return None if back is None else back[0]
-    if name in _POOL:
-        pool = _pool_dims(name, shapes, concrete)
-        return None if pool is None else pool[0]
+    if name in _WINDOWED:
+        windowed = _windowed(name, shapes, concrete)
+        return None if windowed is None else windowed[0]
     if name in _SDPA:
         q, v = shapes[0], shapes[2] if len(shapes) > 2 else None
         if not (_is_shape(q) and _is_shape(v) and q and v):
@@ -260,15 +254,9 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
     if name in _MATMUL:
         mnk = _matmul_dims(name, shapes)
         return None if mnk is None else 2 * mnk[0] * mnk[1] * mnk[2] * mnk[3]
-    if name in _CONV:
-        conv = _conv_dims(name, shapes, concrete)
-        return None if conv is None else conv[1]
-    if name == "aten::convolution_backward":
-        back = _conv_backward(shapes, concrete)
-        return None if back is None else back[1]
-    if name in _POOL:
-        pool = _pool_dims(name, shapes, concrete)
-        return None if pool is None else pool[1]
+    if name in _WINDOWED:
+        windowed = _windowed(name, shapes, concrete)
+        return None if windowed is None else windowed[1]
     if name in _SDPA:
         q, k, v = shapes[0], shapes[1], shapes[2]
         if not all(_is_shape(t) and len(t) >= 2 for t in (q, k, v)):
@@ -426,6 +414,19 @@ def _conv_backward(shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | 
     forward = 2 * x[0] * _numel(w) * _numel(over)
     bias = g[1] if len(mask) > 2 and mask[2] else 0
     return mask[0] * _numel(x) + mask[1] * _numel(w) + bias, forward * (mask[0] + mask[1])
+
+
+_WINDOWED = _CONV | {"aten::convolution_backward"} | _POOL
+"""Ops whose output size and FLOPs come from a window slid over the input (``_windowed``)."""
+
+
+def _windowed(name: str, shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
+    """(output elements, FLOPs) of a convolution, its backward or a pool (``_WINDOWED``)."""
+    if name in _CONV:
+        return _conv_dims(name, shapes, concrete)
+    if name == "aten::convolution_backward":
+        return _conv_backward(shapes, concrete)
+    return _pool_dims(name, shapes, concrete)
 
 
 def _pool_dims(name: str, shapes: list[Any], concrete: list[Any]) -> tuple[int, int] | None:
