@@ -141,6 +141,7 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "zero_read_warmup_ns": data_spans[5] if data_spans else None,
         "read_ns": data_spans[4] if data_spans else None,
     }
+    shuffled = _shuffled(store, io, facts)  # adds its facts
     return Result(
         ID,
         TITLE,
@@ -155,7 +156,7 @@ def access_pattern(store: Store, run_id: int) -> Result:
             title="Reads by pattern (% of each class's reads)",
         ),  # fmt: skip
         facts=facts,
-        labels=_labels(facts, source, bool(per_class)) + _shuffled(store, io, facts),
+        labels=_labels(facts, source, bool(per_class)) + shuffled,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xstack.analyze._costs import NO_ARITHMETIC
 from xstack.analyze._kernel_costs import (
     bound,
     cost_gaps,
@@ -35,6 +36,12 @@ from xstack.analyze.result import Chart, Column, Result, notes_of
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
+
+_NO_ARITHMETIC = ", ".join(f"'{n}'" for n in sorted(NO_ARITHMETIC))
+"""``NO_ARITHMETIC`` as a SQL list."""
+
+NAMED_FROM = 10_000
+"""The most layer calls whose ops a label of unknown FLOPs names the leading ones of."""
 
 
 def _layer_rollup(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
@@ -71,7 +78,7 @@ def _layer_rollup_rows(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
     maybe = {r[11] for r in rows if r[11] is not None and r[12] and 2 * r[12] > (r[5] or 0)
              and (r[7] is not None or r[8] is not None)}  # fmt: skip
     bare = dict(ctx.store.query(
-        f"SELECT k.layer_id, sum(k.dur_ns) FROM {t} k WHERE k.span_id IN ({_bare_kernels(ctx, t)}) GROUP BY 1"
+        f"SELECT layer_id, sum(dur_ns) FROM ({_bare_kernels(ctx, t)}) GROUP BY 1"
     )) if maybe else {}  # fmt: skip
     out = []
     for start, path, ty, latency, n, kernel_ns, precision, flops, read, write, occ, layer_id, unknown in rows:
@@ -85,15 +92,13 @@ def _layer_rollup_rows(ctx: RunContext, t: str) -> list[tuple[Any, ...]]:
 def _bare_kernels(ctx: RunContext, t: str) -> str:
     """SQL: the kernels of ``t`` of unknown cost in a layer whose launching op (the op around the runtime call
     that launched it) does arithmetic (not in ``NO_ARITHMETIC``: a copy, a concatenation or a fill costs no FLOP
-    to leave out)."""
-    from xstack.analyze._costs import NO_ARITHMETIC
-
-    skip = ", ".join(f"'{n}'" for n in sorted(NO_ARITHMETIC))
+    to leave out): ``(layer_id, dur_ns, op)``, ``op`` the launching op's name (the kernel's where none is known)."""
     run = int(ctx.run_id)
-    return f"""SELECT k.span_id FROM {t} k JOIN spans s ON s.run_id = {run} AND s.span_id = k.span_id
+    return f"""SELECT k.layer_id, k.dur_ns, coalesce(o.name, k.name) AS op
+        FROM {t} k JOIN spans s ON s.run_id = {run} AND s.span_id = k.span_id
         LEFT JOIN spans r ON r.run_id = {run} AND r.span_id = s.parent_id
         LEFT JOIN spans o ON o.run_id = {run} AND o.span_id = r.parent_id AND o.level = 'op'
-        WHERE k.cost_source IS NULL AND k.layer_id IS NOT NULL AND coalesce(o.name, '') NOT IN ({skip})"""
+        WHERE k.cost_source IS NULL AND k.layer_id IS NOT NULL AND coalesce(o.name, '') NOT IN ({_NO_ARITHMETIC})"""
 
 
 def _uncosted_kernel_label(ctx: RunContext, t: str) -> list[str]:
@@ -104,13 +109,8 @@ def _uncosted_kernel_label(ctx: RunContext, t: str) -> list[str]:
         return []
     ids = ", ".join(str(int(i)) for _, i in calls[:NAMED_FROM])  # the names are examples: a sample will do
     names = ctx.store.query(
-        f"""SELECT coalesce(o.name, k.name) FROM {t} k JOIN spans s ON s.run_id = $1 AND s.span_id = k.span_id
-                LEFT JOIN spans r ON r.run_id = $1 AND r.span_id = s.parent_id
-                LEFT JOIN spans o ON o.run_id = $1 AND o.span_id = r.parent_id AND o.level = 'op'
-            WHERE k.layer_id IN ({ids}) AND k.span_id IN ({_bare_kernels(ctx, t)}) GROUP BY 1
-            ORDER BY sum(k.dur_ns) DESC, 1
-            LIMIT 3""",
-        [ctx.run_id],
+        f"SELECT op FROM ({_bare_kernels(ctx, t)}) WHERE layer_id IN ({ids}) GROUP BY 1 "
+        "ORDER BY sum(dur_ns) DESC, 1 LIMIT 3"
     )
     return [_unknown_line(calls, [n for (n,) in names], "kernel time", "ops")]
 
@@ -183,9 +183,6 @@ def metrics_by_layer(store: Store, run_id: int) -> Result:
                            labels=labels, chart=chart)  # fmt: skip
 
 
-NAMED_FROM = 10_000
-"""The most layer calls whose ops a label of unknown FLOPs names the leading ones of."""
-
 COVERED: float = 0.5
 """The least share of a layer call's arithmetic op time that its costed ops (those with an analytic formula) must
 take for its analytic FLOPs and bytes to be shown: below it, ops with no formula did most of its work, and the
@@ -204,15 +201,13 @@ def _uncosted_ops(ctx: RunContext) -> str:
     """SQL: the ``aten::`` ops outside every costed op that have no formula and do arithmetic (not in
     ``NO_ARITHMETIC``): ``(span_id, layer_id, name, self_ns)``, their time less their nested ops'. Wrappers (an
     autograd node, a ``record_function`` range) are not ``aten::`` ops: their nested ops count, not their time."""
-    from xstack.analyze._costs import NO_ARITHMETIC
-
-    skip = ", ".join(f"'{n}'" for n in sorted(NO_ARITHMETIC))
     return f"""SELECT o.span_id, w.layer_id, o.name, o.dur_ns - coalesce(k.child_ns, 0) AS self_ns
         FROM spans o JOIN {ctx.owners()} w ON w.span_id = o.span_id
             LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
                        WHERE run_id = {int(ctx.run_id)} AND level = 'op' GROUP BY parent_id) k
                 ON k.parent_id = o.span_id
-        WHERE o.run_id = {int(ctx.run_id)} AND o.level = 'op' AND o.name LIKE 'aten::%' AND o.name NOT IN ({skip})
+        WHERE o.run_id = {int(ctx.run_id)} AND o.level = 'op' AND o.name LIKE 'aten::%'
+            AND o.name NOT IN ({_NO_ARITHMETIC})
             AND (w.cost_op_id IS NULL OR w.cost_op_id NOT IN (SELECT span_id FROM {op_costs(ctx)}))"""
 
 
