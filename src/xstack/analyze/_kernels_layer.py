@@ -102,29 +102,28 @@ def _bare_kernels(ctx: RunContext, t: str) -> str:
 
 
 def _uncosted_kernel_label(ctx: RunContext, t: str) -> list[str]:
-    """``_uncosted_label`` for the layer calls whose kernels ``_layer_rollup_rows`` left without costs: the ops
-    that launched most of their kernel time of unknown cost."""
-    calls = ctx._rows.get(f"uncosted_kernels {t}") or []
+    """``_unknown_label`` of the layer calls whose kernels ``_layer_rollup_rows`` left without costs."""
+    return _unknown_label(ctx, f"uncosted_kernels {t}", _bare_kernels(ctx, t), "kernel time")
+
+
+def _unknown_label(ctx: RunContext, key: str, ops: str, time: str) -> list[str]:
+    """The label of the layer calls whose FLOPs and bytes a rollup left unknown (listed in ``ctx._rows[key]`` as
+    ``(path, layer_id)``): how many, which layers, and the ops with no analytic formula that took most of their
+    ``time``, from ``ops`` (SQL of ``(layer_id, op, dur_ns)``)."""
+    calls = ctx._rows.get(key) or []
     if not calls:
         return []
     ids = ", ".join(str(int(i)) for _, i in calls[:NAMED_FROM])  # the names are examples: a sample will do
-    names = ctx.store.query(
-        f"SELECT op FROM ({_bare_kernels(ctx, t)}) WHERE layer_id IN ({ids}) GROUP BY 1 "
-        "ORDER BY sum(dur_ns) DESC, 1 LIMIT 3"
-    )
-    return [_unknown_line(calls, [n for (n,) in names], "kernel time", "ops")]
-
-
-def _unknown_line(calls: list[tuple[str, Any]], names: list[str], time: str, what: str) -> str:
-    """The label of layer calls whose FLOPs and bytes are left unknown: how many, which layers, and the
-    ``what`` (ops, or the ops that launched kernels) with no analytic formula that took most of their ``time``."""
+    names = [n for (n,) in ctx.store.query(
+        f"SELECT op FROM ({ops}) WHERE layer_id IN ({ids}) GROUP BY 1 ORDER BY sum(dur_ns) DESC, 1 LIMIT 3"
+    )]  # fmt: skip
     layers = list(dict.fromkeys(path for path, _ in calls))
     shown = ", ".join(layers[:3]) + (f" and {counted(len(layers) - 3, 'more layer')}" if len(layers) > 3 else "")
-    return (
+    return [
         f"FLOPs and bytes unknown for {counted(len(calls), 'layer call')} ({shown}): most of their {time} was in "
-        f"{what} with no analytic formula ({', '.join(names)}), so the counts of the others would be a part shown "
-        "as the whole"
-    )
+        f"ops with no analytic formula ({', '.join(names)}), so the counts of the others would be a part shown as "
+        "the whole"
+    ]
 
 
 def kernels_by_layer(store: Store, run_id: int) -> Result:
@@ -199,9 +198,9 @@ def _op_layer_rollup(ctx: RunContext) -> list[tuple[Any, ...]]:
 
 def _uncosted_ops(ctx: RunContext) -> str:
     """SQL: the ``aten::`` ops outside every costed op that have no formula and do arithmetic (not in
-    ``NO_ARITHMETIC``): ``(span_id, layer_id, name, self_ns)``, their time less their nested ops'. Wrappers (an
+    ``NO_ARITHMETIC``): ``(span_id, layer_id, op, dur_ns)``, ``dur_ns`` their time less their nested ops'. Wrappers (an
     autograd node, a ``record_function`` range) are not ``aten::`` ops: their nested ops count, not their time."""
-    return f"""SELECT o.span_id, w.layer_id, o.name, o.dur_ns - coalesce(k.child_ns, 0) AS self_ns
+    return f"""SELECT o.span_id, w.layer_id, o.name AS op, o.dur_ns - coalesce(k.child_ns, 0) AS dur_ns
         FROM spans o JOIN {ctx.owners()} w ON w.span_id = o.span_id
             LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
                        WHERE run_id = {int(ctx.run_id)} AND level = 'op' GROUP BY parent_id) k
@@ -224,7 +223,7 @@ def _op_layer_rollup_rows(ctx: RunContext) -> list[tuple[Any, ...]]:
     rows = ctx.store.con.execute(
         f"""WITH kids AS (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans
                           WHERE run_id = $run AND level = 'layer' GROUP BY parent_id),
-            bare AS (SELECT layer_id, sum(self_ns) AS bare_ns FROM ({_uncosted_ops(ctx)})
+            bare AS (SELECT layer_id, sum(dur_ns) AS bare_ns FROM ({_uncosted_ops(ctx)})
                      WHERE layer_id IS NOT NULL GROUP BY layer_id)
             SELECT coalesce(any_value(l.start_ns), min(o.start_ns)), coalesce(l.attrs->>'$."{A.LAYER_PATH}"', l.name),
                    coalesce(l.attrs->>'$."{A.LAYER_TYPE}"', '-'),
@@ -250,17 +249,8 @@ def _op_layer_rollup_rows(ctx: RunContext) -> list[tuple[Any, ...]]:
 
 
 def _uncosted_label(ctx: RunContext) -> list[str]:
-    """The label of the layer calls whose analytic FLOPs and bytes ``_op_layer_rollup`` left unknown: how many,
-    of which layers, and the ops with no formula that took most of their time."""
-    calls = ctx._rows.get("uncosted_layers") or []
-    if not calls:
-        return []
-    ids = ", ".join(str(int(i)) for _, i in calls[:NAMED_FROM])  # the names are examples: a sample will do
-    names = ctx.store.query(
-        f"SELECT name FROM ({_uncosted_ops(ctx)}) WHERE layer_id IN ({ids}) GROUP BY 1 ORDER BY sum(self_ns) DESC, 1 "
-        "LIMIT 3"
-    )
-    return [_unknown_line(calls, [n for (n,) in names], "op time", "ops")]
+    """``_unknown_label`` of the layer calls whose analytic FLOPs and bytes ``_op_layer_rollup`` left unknown."""
+    return _unknown_label(ctx, "uncosted_layers", _uncosted_ops(ctx), "op time")
 
 
 def gpu_vs_non_gpu(store: Store, run_id: int) -> Result:
