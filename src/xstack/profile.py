@@ -91,6 +91,8 @@ class Profile:
         measured (also in the run's health, ``iterations_short``)."""
         self._completed = 0
         self._given_store = store
+        self.command: str | None = None
+        """The program's command line where ``sys.argv`` does not hold it (``python -c``): ``runs.command``."""
         self._exit = ExitStack()
         self._collectors: list[collect.Collector] = []
         self._recorder: Recorder | None = None
@@ -116,7 +118,8 @@ class Profile:
         else:
             self._store = self._exit.enter_context(Store.create(self.path, overwrite=True))
         self.run_id = self._store.next_run_id()
-        self._command = " ".join(sys.argv) or None  # the program's, as the region starts (runpy rewrites argv[0])
+        # the program's, as the region starts (runpy rewrites argv[0]); python -c's code is in no argv
+        self._command = self.command or " ".join(sys.argv) or None
         try:
             if self._given_store is None:  # a store of its own: a killed process leaves what it recorded to salvage
                 self._journal = salvage.new_journal(self.path)

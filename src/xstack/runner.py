@@ -9,14 +9,17 @@ measurement.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import os
 import pkgutil  # noqa: F401  runpy.run_path imports it as it starts the program: its reads are not the program's
 import runpy
+import shlex
 import signal
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
@@ -44,18 +47,23 @@ from xstack.trace.store import Store, append_store, check_new, scratch_path
 
 @dataclass
 class Program:
-    """What to run: a script path or a module name, and its arguments."""
+    """What to run: a script path, a module name or a command (``python -c``'s code), and its arguments."""
 
     script: Path | None
     module: str | None
     args: list[str]
+    code: str | None = None
 
     @property
     def name(self) -> str:
+        if self.code is not None:
+            return "command"
         return self.script.stem if self.script else (self.module or "program").rsplit(".", 1)[-1]
 
     def argv(self) -> list[str]:
-        """The program as ``python`` takes it: ``script.py ARGS`` or ``-m module ARGS``."""
+        """The program as ``python`` takes it: ``script.py ARGS``, ``-m module ARGS`` or ``-c code ARGS``."""
+        if self.code is not None:
+            return ["-c", self.code, *self.args]
         return [str(self.script), *self.args] if self.script is not None else ["-m", self.module or "", *self.args]
 
 
@@ -99,7 +107,8 @@ def _launcher_error(launcher: str, command: str) -> UsageError:
 
 
 def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
-    """``[python] script.py ARGS`` or ``[python] -m module ARGS``; a leading python executable is optional. A
+    """``[python] script.py ARGS``, ``[python] -m module ARGS`` or ``[python] -c code ARGS``; a leading python
+    executable is optional. A
     launcher of one process per rank (``LAUNCHERS``) is refused, saying how to profile its ranks."""
     argv = list(argv)
     if argv and Path(argv[0]).name.startswith("python") and not argv[0].endswith(".py"):
@@ -115,8 +124,12 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
         if not _module_exists(argv[1]):
             raise UsageError(f"{command}: -m {argv[1]}: no such module")
         return Program(None, argv[1], argv[2:])
+    if argv[0] == "-c":
+        if len(argv) < 2:
+            raise UsageError(f"{command}: -c needs the code to run")
+        return Program(None, None, argv[2:], code=argv[1])
     if argv[0].startswith("-"):
-        raise UsageError(f"{command}: unsupported python option {argv[0]!r} (only -m MODULE)")
+        raise UsageError(f"{command}: unsupported python option {argv[0]!r} (only -m MODULE or -c CODE)")
     script = Path(argv[0])
     if not script.is_file():
         raise UsageError(f"{command}: {script}: no such script")
@@ -321,7 +334,11 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
                                       first=measured.index, count=measured.count)  # fmt: skip
         prof.on_step = lambda done: progress.advance(0, done)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    if program.script is not None:
+    if program.code is not None:
+        prof.command = shlex.join(program.argv())  # as python -c: argv[0] is "-c", the working folder first on the path
+        sys.argv = ["-c", *program.args]
+        sys.path.insert(0, "")
+    elif program.script is not None:
         sys.argv = [str(program.script), *program.args]
         sys.path.insert(0, str(program.script.resolve().parent))
     else:
@@ -473,7 +490,9 @@ class _ProgramFailed(Exception):
 
 def _execute(program: Program) -> int:
     try:
-        if program.script is not None:
+        if program.code is not None:
+            _run_code(program.code)
+        elif program.script is not None:
             runpy.run_path(str(program.script.resolve()), run_name="__main__")  # __file__ absolute, as python's
         else:
             runpy.run_module(program.module or "", run_name="__main__", alter_sys=True)
@@ -493,14 +512,30 @@ def _execute(program: Program) -> int:
     return 0
 
 
+def _run_code(code: str) -> None:
+    """Run ``code`` as ``python -c`` does: compiled as ``<string>``, in a fresh ``__main__`` module (this
+    process's own put back after it, as ``runpy`` does for a script)."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def _print_program_traceback(exc: BaseException) -> None:
     """The traceback as ``python script.py`` prints it: the program's frames, without the runner's and
-    runpy's above them."""
+    runpy's above them; a program that does not compile, as python shows it, its place and no frame."""
     tb = exc.__traceback__
     while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
                               or tb.tb_frame.f_code.co_filename.startswith("<frozen ")):  # fmt: skip
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+    traceback.print_exception(
+        type(exc), exc, tb if tb is not None or isinstance(exc, SyntaxError) else exc.__traceback__
+    )
 
 
 def _exit_code(code: object) -> int:

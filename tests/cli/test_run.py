@@ -132,6 +132,32 @@ def test_success_and_module_mode(tmp_path: Path) -> None:
     assert _status(tmp_path / "m.duckdb") == ("complete", 16)
 
 
+def test_command_mode_runs_code_as_python_c_does(tmp_path: Path) -> None:
+    code = "import sys, xstack\nfor i in range(3):\n    xstack.step()\n"
+    code += "print(sys.argv, __name__, not sys.path[0])\nsys.exit(4)"
+    plain = subprocess.run([sys.executable, "-c", code, "a", "b"], capture_output=True, text=True, cwd=tmp_path)
+    proc = _run(tmp_path, "run", "--", "python", "-c", code, "a", "b")
+    assert proc.returncode == 4 == plain.returncode, proc.stderr
+    assert proc.stdout == plain.stdout == "['-c', 'a', 'b'] __main__ True\n"
+    store = tmp_path / "xstack-out" / "command.duckdb"
+    assert _config(store)["steps"] == 3
+    with Store.open(store) as s:  # the code is the command: sys.argv holds none of it
+        assert s.query("SELECT command FROM runs")[0][0] == f"-c '{code}' a b"
+        one_line = code.replace("\n", "\\n")  # as the tables that show it can hold it
+        assert summarize(s).source == f"-c '{one_line}' a b"
+
+
+def test_a_program_that_does_not_compile_shows_python_s_error_alone(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("x = (\n")
+    for program in (["bad.py"], ["-c", "x = ("]):
+        proc = _run(tmp_path, "run", "--force", "-o", "p.duckdb", "--", "python", *program)
+        plain = subprocess.run([sys.executable, *program], capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode == 1 == plain.returncode
+        assert "Traceback" not in proc.stderr and "runner.py" not in proc.stderr, proc.stderr
+        error = proc.stderr.split("xstack: profile written")[0]
+        assert error == plain.stderr, proc.stderr
+
+
 def test_bad_programs_and_levels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)  # the two refused before the program starts run in-process
@@ -140,6 +166,10 @@ def test_bad_programs_and_levels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert main(["run", "--levels", "model,warp", "--", "python", "x.py"]) == 2
     assert "unknown level 'warp'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+    assert main(["run", "--", "python", "-c"]) == 2
+    assert "xstack run: -c needs the code to run" in capsys.readouterr().err
+    assert main(["run", "--", "python", "-u", "x.py"]) == 2
+    assert "unsupported python option '-u' (only -m MODULE or -c CODE)" in capsys.readouterr().err
     module = _run(tmp_path, "run", "-o", "x.duckdb", "--", "python", "-m", "no_such_module_here")
     assert module.returncode == 2 and "-m no_such_module_here: no such module" in module.stderr
     assert not (tmp_path / "x.duckdb").exists()  # refused before it started, as a missing script is

@@ -199,7 +199,7 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         device=row[4],
         levels=list(row[5] or []),
         pass_name=row[6],
-        source=(config.get("source") or {}).get("path") or row[8],
+        source=_one_line((config.get("source") or {}).get("path") or row[8]),
         source_format=(config.get("source") or {}).get("format"),
         status=config.get("status"),
         error=str(config["error"]) if config.get("error") else None,
@@ -495,3 +495,9 @@ def io_totals(store: Store, run_id: int, io_spans: int, *, detail: bool = False)
     totals: dict[str, Any] = {k: int(v or 0) for k, v in zip(keys, row, strict=False)}
     totals["mapped_files"], totals["mapped_bytes"] = mapped_files(store, run_id)
     return totals
+
+
+def _one_line(text: str | None) -> str | None:
+    """A run's source on one line: a program given as ``python -c`` code keeps its line breaks as ``\\n``, as
+    the rows of a table can hold it."""
+    return text.replace("\r", "\\r").replace("\n", "\\n") if text else text

@@ -9,6 +9,9 @@ from pathlib import Path
 from xstack import __version__
 from xstack.errors import UsageError
 
+PROGRAM_HELP = "-- python script.py ARGS, -- python -m module ARGS or -- python -c CODE ARGS"
+"""What the programs that ``run``, ``profile`` and ``sweep`` take look like."""
+
 
 def _at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer of at least ``minimum`` (else a usage error, exit code 2)."""
@@ -167,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-measured-s", type=float, help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
     _ncu_options(p)
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
+    p.add_argument("program", nargs=argparse.REMAINDER, help=PROGRAM_HELP)
 
     p = sub.add_parser(
         "profile",
@@ -207,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     _system_interval_option(p)
     _ncu_options(p)
     _store_options(p, append=True)
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
+    p.add_argument("program", nargs=argparse.REMAINDER, help=PROGRAM_HELP)
 
     p = sub.add_parser(
         "sweep",
@@ -231,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _pass_options(p, "as xstack profile")
     _store_options(p, append=False, default="xstack-out/<name>-sweep.duckdb")
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py ARGS, or -- python -m module ARGS")
+    p.add_argument("program", nargs=argparse.REMAINDER, help=PROGRAM_HELP)
 
     p = sub.add_parser(
         "diff",
