@@ -91,7 +91,7 @@ def test_bytes_are_inputs_read_and_output_written() -> None:
         "fp32",
     )
     gather = op_cost("aten::embedding", [[30522, 512], [1, 141], [], [], []], ["c10::BFloat16", "long int"])
-    assert gather is not None and gather.flops is None and gather.read_bytes == 141 * 8 + 141 * 512 * 2
+    assert gather is not None and gather.flops == 0 and gather.read_bytes == 141 * 8 + 141 * 512 * 2
     assert op_cost("aten::view", [[2, 3], []], ["float", "ScalarList"]) is not None  # bytes only, FLOPs unknown
     assert op_cost("aten::add", "not a list", []) is None
 
@@ -460,3 +460,17 @@ def test_a_pooling_layer_counts_its_windows(
         (a12,) = run_analyses(store, None, ["A12"])
     assert a12.column("FLOPs") == [out.numel() * window]
     assert a12.column("DRAM write") == [out.numel() * 4]
+
+
+def test_an_embedding_layer_does_no_arithmetic_and_moves_its_rows(tmp_path: Path) -> None:
+    """A language model's embedding showed unknown FLOPs and was left off the roofline: its lookup reads the
+    indices and the rows they pick and writes them, with no arithmetic (as ``FlopCounterMode`` counts it)."""
+    emb, idx = torch.nn.Embedding(1000, 64), torch.randint(0, 1000, (8, 32))
+    with torch.no_grad(), xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        out = emb(idx)
+    with prof.open() as store:
+        a12, a14 = run_analyses(store, None, ["A12", "A14"])
+    assert a12.column("FLOPs") == [0]
+    assert a12.column("DRAM read") == [idx.numel() * 8 + out.numel() * 4]
+    assert a12.column("DRAM write") == [out.numel() * 4]
+    assert (a14.column("layer"), a14.column("AI")) == (a12.column("layer"), [0.0])  # on the roofline, at 0

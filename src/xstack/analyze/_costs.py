@@ -272,7 +272,9 @@ def _flops(name: str, shapes: list[Any], concrete: list[Any], out: int) -> int |
         return 5 * out
     if name in _REDUCE or name in _REDUCE_DIM or name in _ADAPTIVE_POOL:  # one add (or compare) per element read
         return _numel(shapes[0])
-    return None  # copies and gathers move bytes only
+    if name in _COPY or name in _GATHER:  # they move bytes only: an embedding's lookup is no arithmetic
+        return 0
+    return None
 
 
 def _reduced_numel(name: str, shapes: list[Any], concrete: list[Any]) -> int | None:
