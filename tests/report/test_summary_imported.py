@@ -256,6 +256,42 @@ def test_a_param_trace_s_top_rows_are_of_its_measured_call(import_store: Any) ->
     assert "calls in the measured step only; 43.4 s of the wall time is outside it" in " ".join(text.split())
 
 
+def test_top_operators_give_each_its_own_time_beside_what_passes_through_it(import_store: Any, tmp_path: Path) -> None:
+    """``aten::conv2d`` led the operators with 60% of the step, as did the three ops it calls down to the
+    convolution itself: each row's self time, its total less that of the ops directly inside it, says which one
+    spends it."""
+    path = kineto_fixture("a100_alexnet_train_sync.json.gz")
+    events = ref.complete_events(ref.load(path))
+    step = min((e for e in events if e["name"].endswith("|measure|forward]")), key=lambda e: e["dur"])
+    ops = [e for e in events if e.get("cat") == "cpu_op" and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+
+    def self_ns(name: str) -> int:
+        calls = [e for e in ops if e["name"] == name]
+        inside = [c for e in calls for c in ops if c is not e and c["tid"] == e["tid"]
+                  and e["ts"] <= c["ts"] and c["ts"] + c["dur"] <= e["ts"] + e["dur"]]  # fmt: skip
+        direct = [c for c in inside if not any(o is not c and o["ts"] <= c["ts"] and c["ts"] + c["dur"] <= o["ts"]
+                                               + o["dur"] for o in inside)]  # fmt: skip
+        return sum(ref.ns(e["dur"]) for e in calls) - sum(ref.ns(c["dur"]) for c in direct)
+
+    store = import_store(path)
+    summary = summarize(store)
+    console = Console(width=120, file=io.StringIO(), record=True)
+    print_summary(summary, console)
+    text = console.export_text()
+    top = {r.name: r for r in summary.top["op"]}
+    conv = top["aten::conv2d"]
+    assert conv.self_ns is not None and conv.self_ns == pytest.approx(self_ns("aten::conv2d"), abs=2 * conv.calls)
+    assert conv.self_ns < 0.05 * (conv.total_ns or 0)  # it passes its time on
+    leaf = max(top.values(), key=lambda r: r.self_ns or 0)
+    assert leaf.name != "aten::conv2d" and leaf.self_ns == pytest.approx(self_ns(leaf.name), abs=2 * leaf.calls)
+    header = text[text.index("Top operators") :].splitlines()[2]
+    assert re.search(r"total ┃ +self ┃ +mean", header), header
+    assert all(r.self_ns is None for r in summary.top["kernel"])  # kernels do not nest
+    html = write_report(analyze(store), tmp_path / "r.html").path.read_text(encoding="utf-8")
+    ops_chart = html.split('data-level="op"')[1].split("</figure>")[0]
+    assert "<title>name: aten::conv2d\n% of measured steps: 66.3\nself: 10.0 us\ntotal: 24.1 ms</title>" in ops_chart
+
+
 def test_ops_recorded_outside_the_measured_step_are_not_called_missing(import_store: Any) -> None:
     """The gloo trace's four operators all ran after its one ProfilerStep: the table of the measured step has none,
     and the summary said no operator events were recorded, which sends the user to re-record a trace that has

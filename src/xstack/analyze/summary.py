@@ -72,6 +72,9 @@ class TopRow:
     type: str | None = None
     """A layer's module type (``Linear``), where it says more than its path (a ``Sequential``'s children are
     ``0``, ``1``, ...)."""
+    self_ns: int | None = None
+    """Layers' and operators' total less that of the calls of their level nested in them (the ops an
+    ``aten::conv2d`` calls down to ``aten::mkldnn_convolution``): where the time is spent, not passed through."""
 
 
 @dataclass
@@ -364,11 +367,19 @@ def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int 
     """The top ``limit`` names of ``level`` by total time, with their share of ``denominator_ns`` (None where it
     is unknown); only spans (alias ``x``) matching the SQL ``counted`` after ``join`` (those of the measured steps,
     or those past the warm-up; kernels by their ``launch_ns``) are counted."""
-    source = launched() if level == "kernel" else "(SELECT * FROM spans WHERE run_id = $run AND level = $level)"
+    if level == "kernel":
+        source, own = launched(), "NULL"
+    else:  # a call's own time: less that of the calls of its level directly inside it
+        source = """(SELECT s.*, greatest(s.dur_ns - coalesce(n.nested_ns, 0), 0) AS self_ns
+                      FROM spans s LEFT JOIN (SELECT parent_id, sum(dur_ns) AS nested_ns FROM spans
+                                              WHERE run_id = $run AND level = $level GROUP BY parent_id) n
+                          ON n.parent_id = s.span_id
+                      WHERE s.run_id = $run AND s.level = $level)"""
+        own = "sum(x.self_ns)"
     kind = f"""min(x.attrs->>'$."{A.LAYER_TYPE}"')""" if level == "layer" else "NULL"
     rows = store.con.execute(
-        f"SELECT x.name, count(*), sum(x.dur_ns), avg(x.dur_ns), {kind} FROM {source} x {join} WHERE {counted} "
-        "GROUP BY x.name ORDER BY 3 DESC, 1 LIMIT $limit",
+        f"SELECT x.name, count(*), sum(x.dur_ns), avg(x.dur_ns), {kind}, {own} FROM {source} x {join} "
+        f"WHERE {counted} GROUP BY x.name ORDER BY 3 DESC, 1 LIMIT $limit",
         {"run": run_id, "limit": limit} | ({} if level == "kernel" else {"level": level}),
     ).fetchall()
     return [
@@ -379,8 +390,9 @@ def _top(store: Store, run_id: int, level: str, limit: int, denominator_ns: int 
             float(m),
             100.0 * int(t) / denominator_ns if denominator_ns else None,
             type=str(k) if k and k != n else None,
+            self_ns=None if own is None else int(own),
         )  # fmt: skip
-        for n, c, t, m, k in rows
+        for n, c, t, m, k, own in rows
     ]
 
 

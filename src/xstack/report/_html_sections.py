@@ -124,12 +124,22 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
             chart=Chart("hbar", "name", ("FLOPs",)),
         )
         return render_chart(result)
+    own = any(r.self_ns is not None for r in rows)  # layers and ops: their self time in the tooltip
     result = Result(
         id=f"top.{level}",
         title=LEVEL_TITLES[level],
-        columns=[Column("name"), Column("calls", "count"), Column("total", "ns"), Column(share, "pct")],
-        rows=[(f"{r.name} ({r.type})" if r.type else r.name, r.calls, r.total_ns, r.pct) for r in rows],
-        chart=Chart("hbar", "name", ("total",), extra={"tip": (share,), "share": share}),
+        columns=[
+            Column("name"),
+            Column("calls", "count"),
+            Column("total", "ns"),
+            Column(share, "pct"),
+            *([Column("self", "ns")] if own else []),
+        ],  # fmt: skip
+        rows=[
+            (f"{r.name} ({r.type})" if r.type else r.name, r.calls, r.total_ns, r.pct, *([r.self_ns] if own else []))
+            for r in rows
+        ],  # fmt: skip
+        chart=Chart("hbar", "name", ("total",), extra={"tip": (share, "self"), "share": share}),
     )
     return render_chart(result)
 

@@ -491,6 +491,7 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
     columns: list[tuple[str, Any]] = [
         ("calls", lambda r: f"{r.calls:,}"),
         ("total", lambda r: format_value(r.total_ns, "ns")),
+        ("self", lambda r: format_value(r.self_ns, "ns")),
         ("mean", lambda r: format_value(r.mean_ns, "ns")),
         (f"% {pct_label}", lambda r: format_value(r.pct, "pct")),
         ("FLOPs", lambda r: format_value(r.flops, "flops")),
@@ -499,13 +500,15 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
     known = {"total": any(r.total_ns is not None for r in rows), "FLOPs": any(r.flops is not None for r in rows),
              "DRAM bytes": any(r.dram_bytes is not None for r in rows)}  # fmt: skip
     known[f"% {pct_label}"] = known["total"]
+    # where calls nest (an op in an op), what is their own time and what passes through to the ones inside
+    known["self"] = any(r.self_ns is not None and r.total_ns is not None and r.self_ns < r.total_ns for r in rows)
     known["mean"] = known["total"] and not (known["FLOPs"] or known["DRAM bytes"])  # room for the counters
     columns = [(name, cell) for name, cell in columns if known.get(name, True)]
     t.add_column("name", overflow="fold", max_width=80)
     if typed := any(r.type for r in rows):  # layers: their module types
         t.add_column("type", overflow="fold", max_width=40)
     for name, _ in columns:
-        t.add_column(name, justify="right", no_wrap=name in ("total", "FLOPs", "DRAM bytes"))
+        t.add_column(name, justify="right", no_wrap=name in ("total", "self", "FLOPs", "DRAM bytes"))
     for r, name in zip(rows, names, strict=True):
         # Text, not str: kernel names ("[lambda(int) (instance 1)]") must not be read as rich markup
         types = [Text(r.type or "")] if typed else []
