@@ -70,7 +70,7 @@ def test_the_html_overview_says_each_level_of_a_merged_run_is_timed_in_its_own_p
         caption = re.search(r'<p class="meta">([^<]*)</p>', top[0])
         assert caption is not None and caption[1].startswith("each level is timed in a pass of its own"), level
         assert "shares are % of step (model+layer+op)" in caption[1]
-        tip = r"<title>name: [^<]*\n% of step \(model\+layer\+op\): [0-9.]+\nself: [^\n]+\ntotal: "
+        tip = r"<title>name: [^<]*\n% of step \(model\+layer\+op\): [0-9.]+\ntotal: [^\n]+\nself: "
         assert re.search(tip, top[0]), level
 
 

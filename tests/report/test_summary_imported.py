@@ -289,7 +289,10 @@ def test_top_operators_give_each_its_own_time_beside_what_passes_through_it(impo
     assert all(r.self_ns is None for r in summary.top["kernel"])  # kernels do not nest
     html = write_report(analyze(store), tmp_path / "r.html").path.read_text(encoding="utf-8")
     ops_chart = html.split('data-level="op"')[1].split("</figure>")[0]
-    assert "<title>name: aten::conv2d\n% of measured steps: 66.3\nself: 10.0 us\ntotal: 24.1 ms</title>" in ops_chart
+    # each bar: the op's self time, then the time of the ops inside it, stacked to its total
+    assert 'data-kind="stacked"' in ops_chart and "in the calls inside it" in ops_chart
+    tip = "<title>name: aten::conv2d\n% of measured steps: 66.3\ntotal: 24.1 ms\n"
+    assert f"{tip}self: 10.0 us</title>" in ops_chart and f"{tip}in the calls inside it: 24.1 ms</title>" in ops_chart
 
 
 def test_ops_recorded_outside_the_measured_step_are_not_called_missing(import_store: Any) -> None:

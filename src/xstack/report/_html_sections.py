@@ -124,24 +124,36 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
             chart=Chart("hbar", "name", ("FLOPs",)),
         )
         return render_chart(result)
-    own = any(r.self_ns is not None for r in rows)  # layers and ops: their self time in the tooltip
+    # layers and ops whose calls nest: each bar its self time, then what the calls inside it took
+    own = any(r.self_ns is not None and r.total_ns is not None and r.self_ns < r.total_ns for r in rows)
+    nested = "in the calls inside it"
+    columns = [Column("name"), Column("calls", "count"), Column("total", "ns"), Column(share, "pct")]
+    chart = Chart("hbar", "name", ("total",), extra={"tip": (share,), "share": share})
+    if own:
+        columns += [Column("self", "ns"), Column(nested, "ns")]
+        chart = Chart("stacked", "name", ("self", nested), extra={"tip": (share, "total"), "share": share})
     result = Result(
         id=f"top.{level}",
         title=LEVEL_TITLES[level],
-        columns=[
-            Column("name"),
-            Column("calls", "count"),
-            Column("total", "ns"),
-            Column(share, "pct"),
-            *([Column("self", "ns")] if own else []),
-        ],  # fmt: skip
+        columns=columns,
         rows=[
-            (f"{r.name} ({r.type})" if r.type else r.name, r.calls, r.total_ns, r.pct, *([r.self_ns] if own else []))
+            (
+                f"{r.name} ({r.type})" if r.type else r.name,
+                r.calls,
+                r.total_ns,
+                r.pct,
+                *([r.self_ns, _passed_on(r)] if own else []),
+            )
             for r in rows
         ],  # fmt: skip
-        chart=Chart("hbar", "name", ("total",), extra={"tip": (share, "self"), "share": share}),
+        chart=chart,
     )
     return render_chart(result)
+
+
+def _passed_on(r: TopRow) -> int | None:
+    """The time of a top row's calls spent in the calls of its level inside them."""
+    return None if r.self_ns is None or r.total_ns is None else r.total_ns - r.self_ns
 
 
 def system_results(results: Sequence[Result]) -> list[Result]:
