@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -99,6 +100,8 @@ class Profile:
         self._sink: Sink | None = None
         self._store: Store | None = None
         self._step_span: OpenSpan | None = None
+        self._step_usage: tuple[int, int, int, int] | None = None
+        """``_usage()`` as the open iteration began."""
         self._step_begins: list[Callable[[int], None]] = []
         self._step_ends: list[Callable[[int], None]] = []
         self._between_steps: list[Callable[[], None]] = []
@@ -193,16 +196,22 @@ class Profile:
         recorder = self._recorder
         if recorder is None:
             return
+        usage = None
         if self._step_span is not None:
             if self.steps is not None:  # a measured pass: an iteration ends when its GPU work does
                 _synchronize_cuda()
             for hook in self._step_ends:
                 hook(recorder.step)
+            if self._step_usage is not None:
+                usage = _usage()  # read once: the next iteration begins where this one ends
+                spent = (b - a for a, b in zip(self._step_usage, usage, strict=True))
+                self._step_span.attrs.update(zip(A.STEP_USAGE, spent, strict=True))
             recorder.end(self._step_span)
             recorder.checkpoint()
             self._step_span = None
             for between in self._between_steps:
                 between()
+                usage = None  # its work is in no iteration: the next begins after it
             self._completed += 1
             if self._completed == self.warmup:
                 self._measured_from_ns = recorder.now_ns()
@@ -212,7 +221,7 @@ class Profile:
             self.done = True
             return
         recorder.step += 1
-        self._open_step()
+        self._open_step(usage)
         for hook in self._step_begins:
             hook(recorder.step)
 
@@ -319,10 +328,11 @@ class Profile:
         if recorder is not None and span is not None and (stack := recorder.stack()) and stack[-1] is span:
             span.start_ns = recorder.now_ns()
 
-    def _open_step(self) -> None:
+    def _open_step(self, usage: tuple[int, int, int, int] | None = None) -> None:
         if self._recorder is None:
             raise UsageError("the profile is not running")
         step = self._recorder.step
+        self._step_usage = usage or _usage()
         self._step_span = self._recorder.begin("model", f"step#{step}", {_KIND: "step", _STEP: step}, floating=True)
 
     def _header(self) -> dict[str, Any]:
@@ -355,6 +365,9 @@ class Profile:
     def _run_info(self, exc_type: type[BaseException] | None, exc: BaseException | None, store: Store) -> RunInfo:
         header = self._header()
         header["config"] |= {A.CONFIG_TORCH_THREADS: _torch_threads(), A.CONFIG_CUDA: _cuda_initialised()}
+        header["config"][A.CONFIG_PAGE_BYTES] = resource.getpagesize()
+        if (allocator := _allocator()) is not None:
+            header["config"][A.CONFIG_ALLOCATOR] = allocator
         measure = header["config"].get("measure")
         if self._min_measured_ns and isinstance(measure, dict) and self._completed > (self.steps or 0):
             # went on past its iterations to last long enough: the merge reads the iterations measured
@@ -632,6 +645,28 @@ def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:
     while implied := {i for n in wanted for i in collect.IMPLIED.get(n, ())} - wanted:
         wanted |= implied
     return tuple(lv for lv in LEVELS if lv in wanted)
+
+
+ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
+"""Caching mallocs that keep freed memory for reuse, by the name their libraries carry."""
+
+
+def _allocator() -> str | None:
+    """The malloc of this process (``A.CONFIG_ALLOCATOR``): the first of ``ALLOCATORS`` whose library is mapped
+    in it, else ``glibc``; None where ``/proc/self/maps`` cannot be read."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            text = maps.read()
+    except OSError:
+        return None
+    return next((name for name in ALLOCATORS if f"lib{name}" in text), "glibc")
+
+
+def _usage() -> tuple[int, int, int, int]:
+    """This process's minor and major page faults and user and system CPU time (ns) so far, every thread of it
+    (``A.STEP_USAGE``)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_minflt, r.ru_majflt, round(r.ru_utime * 1e9), round(r.ru_stime * 1e9)
 
 
 def _synchronize_cuda() -> None:

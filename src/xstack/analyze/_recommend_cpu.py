@@ -1,5 +1,6 @@
 """The recommendation rules over CPU saturation (``system.cpu``): more worker processes than usable CPUs,
-threads oversubscribing them, and other processes taking them.
+threads oversubscribing them, and other processes taking them; and over the process's CPU time and page faults
+(``model.process``): memory taken from the system afresh in every iteration.
 
 The first two fire only on the program's own figures (its processes' CPU busy and the main process's
 involuntary context switches), never on the machine's alone, which counts every other process too; and they
@@ -17,7 +18,7 @@ from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_system import _severity
 from xstack.analyze.pipeline import Recommendation, Severity
-from xstack.analyze.result import Result, counted
+from xstack.analyze.result import Result, counted, format_ns, format_value
 
 SATURATED_PCT = 20.0
 """Share of samples with more runnable threads than cores above which the CPU counts as saturated."""
@@ -270,9 +271,81 @@ def _contention(own: float | None, usable: float, invol: float | None) -> str:
     return "; ".join(parts) + " (system.cpu)"
 
 
+FRESH_BYTES = 16 * 2**20
+"""Memory a process takes from the system afresh per iteration (page faults x page size, median) above which its
+allocator gives large blocks back between iterations."""
+SYSTEM_SHARE_PCT = 10.0
+"""Share of the process's CPU time spent in the kernel above which those page faults cost it."""
+KEEP_FREED = {
+    "glibc": (
+        "it ran with glibc's malloc, which gives a freed block above its mmap threshold (at most 32 MiB) back to the "
+        "system and trims the top of its heap, so the next iteration's tensors take their pages afresh",
+        "preload jemalloc with purging off, LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:-1,"
+        "muzzy_decay_ms:-1 (Debian: apt-get install libjemalloc2), as PyTorch's performance tuning guide advises a "
+        "caching allocator on CPUs (jemalloc's defaults give blocks above 8 MiB back at once); or, with glibc's "
+        "malloc, keep blocks of up to 32 MiB in its heap: MALLOC_MMAP_THRESHOLD_=33554432 "
+        "MALLOC_TRIM_THRESHOLD_=17179869184",
+    ),
+    "jemalloc": (
+        "it ran with jemalloc, which by default gives freed blocks above its oversize_threshold (8 MiB) back to the "
+        "system at once, and the others after its decay time",
+        "turn jemalloc's purging off: MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1",
+    ),
+    "tcmalloc": (
+        "it ran with tcmalloc, which gives freed memory back to the system at its release rate",
+        "turn tcmalloc's release off: TCMALLOC_RELEASE_RATE=0 (gperftools)",
+    ),
+    "mimalloc": (
+        "it ran with mimalloc, which gives freed pages back to the system after its purge delay",
+        "turn mimalloc's purging off: MIMALLOC_PURGE_DELAY=-1",
+    ),
+}
+"""Per allocator (``config.allocator``): why it takes memory afresh each iteration, and how to keep freed memory
+in the process instead."""
+
+
+def fresh_memory(results: Results) -> Recommendation | None:
+    """The process takes ``FRESH_BYTES`` or more from the system afresh in its median iteration (minor page
+    faults x page size) and spends ``SYSTEM_SHARE_PCT`` or more of its CPU time in the kernel: its allocator
+    gives the memory of large tensors back when they are freed and takes it again in the next iteration, paying a
+    page fault (the kernel zeroing the page) for every 4 KiB of it. The time at stake is the median system CPU
+    time of an iteration, at most the iteration: an upper bound, as its system calls are in it too."""
+    r = _get(results, "model.process")
+    if r is None or r.missing:
+        return None
+    f = r.facts
+    fresh, share = _num(f, "fresh_bytes"), _num(f, "system_share_pct")
+    system, step, faults = _num(f, "system_cpu_ns"), _num(f, "step_ns"), _num(f, "page_faults")
+    if fresh is None or share is None or faults is None or not system or not step:
+        return None
+    if fresh < FRESH_BYTES or share < SYSTEM_SHARE_PCT:
+        return None
+    why, action = KEEP_FREED.get(str(f.get("allocator")), KEEP_FREED["glibc"])
+    at_stake = min(system, step)
+    evidence = [
+        f"the process took {faults:,.0f} page faults in its median iteration: {format_value(fresh, 'bytes')} of "
+        f"memory from the system afresh (threshold {format_value(FRESH_BYTES, 'bytes')}), and spent "
+        f"{format_ns(system)} of CPU time per iteration in the kernel, {share:.0f}% of its CPU time (threshold "
+        f"{SYSTEM_SHARE_PCT:g}%) (model.process)",
+    ]
+    if f.get("allocator") in KEEP_FREED:
+        evidence.append(why)
+    return Recommendation(
+        rule="fresh_memory",
+        title="Memory given back and taken again every iteration: page faults",
+        severity=_severity(100.0 * at_stake / step),
+        evidence=evidence,
+        sources=["model.process"],
+        action=f"Keep freed memory in the process for the next iteration: {action}. The process then holds on to "
+        "its peak memory.",
+        impact_ns=round(at_stake),
+    )
+
+
 RULES = {
     "workers_exceed_cores": workers_exceed_cores,
     "thread_oversubscription": thread_oversubscription,
     "cpus_taken_by_others": cpus_taken_by_others,
+    "fresh_memory": fresh_memory,
 }
 """The rules of this module, by id (``recommend.RULES`` includes them)."""

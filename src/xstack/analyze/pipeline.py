@@ -23,6 +23,7 @@ AnalysisFn = Callable[..., Result]
 ANALYSES: dict[str, str] = {
     "model.stages": "xstack.analyze.health:stage_breakdown",
     "A1": "xstack.analyze.model:model_information",
+    "model.process": "xstack.analyze._model_process:process_usage",
     "A2": "xstack.analyze.layers:layer_information",
     "A3": "xstack.analyze.layers:layer_latency",
     "A4": "xstack.analyze.layers:layer_memory",

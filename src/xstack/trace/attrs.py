@@ -387,6 +387,20 @@ MODEL_DATALOADER_FIRST: Final = "model.dataloader_first"
 """Boolean, on ``dataloader`` spans: true on the first wait of an iterator (an epoch's first batch; with worker
 processes that are not persistent, the wait that starts them); absent on the others."""
 
+MODEL_MINOR_FAULTS: Final = "model.minor_faults"
+"""Integer, on live step spans: minor page faults of the profiled process over the iteration (``getrusage``'s
+``ru_minflt``, every thread of it): pages it touched for the first time since the system gave them, most often
+memory that ``malloc`` took from the system for a large tensor and gave back when it was freed."""
+MODEL_MAJOR_FAULTS: Final = "model.major_faults"
+"""Integer, on live step spans: major page faults over the iteration (``ru_majflt``): pages read from disk."""
+MODEL_CPU_USER_NS: Final = "model.cpu_user_ns"
+"""Integer, on live step spans: user CPU time of the profiled process over the iteration, every thread, in ns."""
+MODEL_CPU_SYSTEM_NS: Final = "model.cpu_system_ns"
+"""Integer, on live step spans: system (kernel) CPU time of the profiled process over the iteration, every
+thread, in ns: its system calls, and the page faults above."""
+STEP_USAGE: Final = (MODEL_MINOR_FAULTS, MODEL_MAJOR_FAULTS, MODEL_CPU_USER_NS, MODEL_CPU_SYSTEM_NS)
+"""The resource usage a live step span carries, in ``profile._usage()``'s order."""
+
 # -- leveled measurement (spans of a merged run) ------------------------------------------------------------
 MERGE_PASS: Final = "merge.pass"
 """String: the pass a merged span's timing came from (``model+layer`` for a layer)."""
@@ -426,6 +440,13 @@ CONFIG_TORCH_THREADS: Final = "torch_threads"
 """Integer, a key of ``runs.config``: torch's intra-op threads (``torch.get_num_threads()``) at the end of a live
 run, where the program imported torch: a CPU's measured GEMM peak holds for the thread count it was measured with
 (``config.peaks.details.threads``)."""
+CONFIG_ALLOCATOR: Final = "allocator"
+"""String: the malloc a live run's process used, ``jemalloc``, ``tcmalloc`` or ``mimalloc`` where one of those
+libraries was loaded in it (``LD_PRELOAD``), else ``glibc``; absent where it could not be read (no
+``/proc/self/maps``)."""
+CONFIG_PAGE_BYTES: Final = "page_bytes"
+"""Integer: the memory page size of a live run's machine, in bytes (what a page fault of ``MODEL_MINOR_FAULTS``
+brings in)."""
 CONFIG_CUDA: Final = "cuda"
 """Boolean, a key of ``runs.config``: whether the profiled program had CUDA (HIP on a ROCm build) initialised by
 the end of a live run (``torch.cuda.is_initialized()``, which asks nothing of the driver): a run without it launched

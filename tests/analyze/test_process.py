@@ -1,0 +1,119 @@
+"""``model.process`` and the ``fresh_memory`` rule: the profiled process's CPU time and page faults per iteration,
+on real programs; and what the rule advises for each allocator."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import xstack
+from tests.conftest import kineto_fixture
+from xstack.analyze import _recommend_cpu
+from xstack.analyze.pipeline import analyze, run_analyses
+from xstack.analyze.result import Result
+from xstack.trace.store import Store
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+BIG = 16 * 2**20
+"""Elements of a float32 tensor of 64 MiB: above glibc's largest mmap threshold (32 MiB), so that its malloc maps
+it afresh for every allocation and unmaps it when it is freed, however it tunes itself."""
+
+
+def _fresh_tensor_each_step(tmp_path: Path, *, reuse: bool) -> Path:
+    """Four iterations that each fill a 64 MiB tensor: a new one every time, or the same one again."""
+    kept = torch.empty(BIG) if reuse else None
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        for _ in range(4):
+            x = torch.ones(BIG, out=kept) if kept is not None else torch.ones(BIG)
+            float(x[-1])
+            del x
+            prof.step()
+    return prof.path
+
+
+def test_each_iteration_records_the_process_s_cpu_time_and_page_faults(tmp_path: Path) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    path = _fresh_tensor_each_step(tmp_path, reuse=False)
+    spent = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    with Store.open(path) as store:
+        (r,) = run_analyses(store, None, ["model.process"])
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    assert config["page_bytes"] == resource.getpagesize()
+    assert config["allocator"] in ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+    assert r.column("iteration") == [1, 2, 3, 4] and r.column("warm-up") == ["yes", "", "", ""]
+    pages = BIG * 4 // resource.getpagesize()
+    faults = r.column("page faults")
+    # every iteration touches its 64 MiB afresh, each page once: at least that many faults, and all of them are
+    # among the process's own over the region
+    assert all(f >= pages for f in faults[1:]) and sum(faults) <= spent
+    assert r.column("fresh memory") == [f * resource.getpagesize() for f in faults]
+    assert all(s is not None and s > 0 for s in r.column("system CPU")[1:])  # the kernel zeroed those pages
+    assert r.facts["iterations"] == 3 and r.facts["page_faults"] >= pages
+    assert r.facts["fresh_bytes"] >= BIG * 4 and r.facts["allocator"] == config["allocator"]
+    assert r.chart is not None and r.chart.y == ("user CPU", "system CPU")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux")
+def test_the_rule_advises_keeping_freed_memory_where_every_iteration_faults_it_in_again(tmp_path: Path) -> None:
+    with Store.open(_fresh_tensor_each_step(tmp_path / "new", reuse=False)) as store:
+        fired = {r.rule: r for r in analyze(store).recommendations}
+    rec = fired["fresh_memory"]
+    assert rec.sources == ["model.process"] and rec.impact_ns and rec.impact_ns > 0
+    assert "page faults in its median iteration: 64" in rec.evidence[0], rec.evidence
+    if "glibc" in " ".join(rec.evidence):  # the CI's malloc: both ways to keep the memory, with their settings
+        assert "LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1" in rec.action
+        assert "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184" in rec.action
+    # the same work into one tensor kept across iterations: no fresh memory, nothing to say
+    with Store.open(_fresh_tensor_each_step(tmp_path / "kept", reuse=True)) as store:
+        (r,) = run_analyses(store, None, ["model.process"])
+        assert r.facts["fresh_bytes"] < _recommend_cpu.FRESH_BYTES
+        assert "fresh_memory" not in {rec.rule for rec in analyze(store).recommendations}
+
+
+def _facts(**facts: Any) -> dict[str, Result]:
+    base = {"fresh_bytes": 48 * 2**20, "page_faults": 12_288, "system_share_pct": 20.0, "system_cpu_ns": 30e6,
+            "step_ns": 80e6, "allocator": "glibc"}  # fmt: skip
+    return {"model.process": Result("model.process", "t", facts=base | facts)}
+
+
+def test_the_advice_follows_the_allocator_the_process_ran_with() -> None:
+    """jemalloc's defaults give blocks above 8 MiB back at once: a process already on it needs its purging off,
+    not to be told to preload it; below either threshold, or without the facts, the rule is silent."""
+    glibc = _recommend_cpu.fresh_memory(_facts())
+    assert glibc is not None and glibc.severity == "medium" and glibc.impact_ns == 30_000_000
+    assert "LD_PRELOAD=libjemalloc.so.2" in glibc.action and "glibc's malloc" in glibc.evidence[1]
+    jemalloc = _recommend_cpu.fresh_memory(_facts(allocator="jemalloc"))
+    assert jemalloc is not None and "LD_PRELOAD" not in jemalloc.action
+    assert "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1" in jemalloc.action
+    tcmalloc = _recommend_cpu.fresh_memory(_facts(allocator="tcmalloc"))
+    assert tcmalloc is not None and "TCMALLOC_RELEASE_RATE=0" in tcmalloc.action
+    unknown = _recommend_cpu.fresh_memory(_facts(allocator=None))  # a run that could not tell: glibc's advice
+    assert unknown is not None and len(unknown.evidence) == 1 and "LD_PRELOAD" in unknown.action
+    high = _recommend_cpu.fresh_memory(_facts(system_cpu_ns=90e6))  # the whole iteration at most
+    assert high is not None and high.severity == "high" and high.impact_ns == 80_000_000
+    assert _recommend_cpu.fresh_memory(_facts(fresh_bytes=8 * 2**20)) is None
+    assert _recommend_cpu.fresh_memory(_facts(system_share_pct=5.0)) is None
+    assert _recommend_cpu.fresh_memory(_facts(system_cpu_ns=None)) is None
+
+
+def test_a_merged_run_reads_its_model_pass_and_an_imported_trace_has_no_usage(import_store: Any,
+                                                                              tmp_path: Path) -> None:  # fmt: skip
+    def step() -> None:
+        float(torch.ones(BIG)[-1])
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=1, iters=3, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        merged = run_analyses(store, None, ["model.process"])[0]
+        first = store.query("SELECT run_id FROM runs WHERE pass = 'model'")[0][0]
+        own = run_analyses(store, first, ["model.process"])[0]
+    assert merged.facts == own.facts | {"source_run": first} and merged.rows == own.rows
+    assert merged.labels[0].startswith(f"from the model pass (run {first}, model)")
+    trace = run_analyses(import_store(kineto_fixture("a100_alexnet_train_sync.json.gz")), None, ["model.process"])[0]
+    assert trace.missing == ["process usage"] and "profile the program live" in trace.hint
