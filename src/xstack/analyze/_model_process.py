@@ -86,9 +86,9 @@ def process_usage(store: Store, run_id: int) -> Result:
         table.append((i, int(dur), user, system, 100.0 * (system or 0) / cpu if cpu else None, minor,
                       minor * page_bytes, major, "yes" if warm else ""))  # fmt: skip
     measured = [r for r in table if not r[-1]]
-    labels = [f"the process {ctx.config.get('pid')}, every thread of it; its worker processes are not counted"
-              if ctx.config.get("pid") else "the profiled process, every thread of it; its worker processes are "
-              "not counted"]  # fmt: skip
+    pid = ctx.config.get("pid")
+    labels = [f"the profiled process{f' (pid {pid})' if pid else ''}, every thread of it; its worker processes, "
+              "processes of their own, are not counted"]  # fmt: skip
     if (warmup := ctx.warmup_label()) is not None and len(measured) < len(table):
         labels.append(warmup)
     return Result(
