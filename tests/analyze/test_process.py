@@ -55,7 +55,7 @@ def test_each_iteration_records_the_process_s_cpu_time_and_page_faults(tmp_path:
     assert r.column("fresh memory") == [f * resource.getpagesize() for f in faults]
     assert all(s is not None and s > 0 for s in r.column("system CPU")[1:])  # the kernel zeroed those pages
     assert r.facts["iterations"] == 3 and r.facts["page_faults"] >= pages
-    assert r.facts["fresh_bytes"] >= BIG * 4 and r.facts["allocator"] == config["allocator"]
+    assert r.facts["fresh_memory_bytes"] >= BIG * 4 and r.facts["allocator"] == config["allocator"]
     assert r.chart is not None and r.chart.y == ("user CPU", "system CPU")
 
 
@@ -72,13 +72,13 @@ def test_the_rule_advises_keeping_freed_memory_where_every_iteration_faults_it_i
     # the same work into one tensor kept across iterations: no fresh memory, nothing to say
     with Store.open(_fresh_tensor_each_step(tmp_path / "kept", reuse=True)) as store:
         (r,) = run_analyses(store, None, ["model.process"])
-        assert r.facts["fresh_bytes"] < _recommend_cpu.FRESH_BYTES
+        assert r.facts["fresh_memory_bytes"] < _recommend_cpu.FRESH_BYTES
         assert "fresh_memory" not in {rec.rule for rec in analyze(store).recommendations}
 
 
 def _facts(**facts: Any) -> dict[str, Result]:
-    base = {"fresh_bytes": 48 * 2**20, "page_faults": 12_288, "system_share_pct": 20.0, "system_cpu_ns": 30e6,
-            "step_ns": 80e6, "allocator": "glibc"}  # fmt: skip
+    base = {"fresh_memory_bytes": 48 * 2**20, "page_faults": 12_288, "system_share_pct": 20.0, "system_cpu_ns": 30e6,
+            "iteration_ns": 80e6, "allocator": "glibc"}  # fmt: skip
     return {"model.process": Result("model.process", "t", facts=base | facts)}
 
 
@@ -97,7 +97,7 @@ def test_the_advice_follows_the_allocator_the_process_ran_with() -> None:
     assert unknown is not None and len(unknown.evidence) == 1 and "LD_PRELOAD" in unknown.action
     high = _recommend_cpu.fresh_memory(_facts(system_cpu_ns=90e6))  # the whole iteration at most
     assert high is not None and high.severity == "high" and high.impact_ns == 80_000_000
-    assert _recommend_cpu.fresh_memory(_facts(fresh_bytes=8 * 2**20)) is None
+    assert _recommend_cpu.fresh_memory(_facts(fresh_memory_bytes=8 * 2**20)) is None
     assert _recommend_cpu.fresh_memory(_facts(system_share_pct=5.0)) is None
     assert _recommend_cpu.fresh_memory(_facts(system_cpu_ns=None)) is None
 

@@ -46,10 +46,10 @@ def process_usage(store: Store, run_id: int) -> Result:
     time (%), its minor page faults, the memory they brought in (bytes: faults x the page size) and its major
     faults.
 
-    Facts, over the measured iterations (past the warm-up): ``iterations``; the medians ``step_ns``,
-    ``user_cpu_ns``, ``system_cpu_ns``, ``page_faults``, ``fresh_bytes`` and ``major_faults``;
+    Facts, over the measured iterations (past the warm-up): ``iterations``; the medians ``iteration_ns``,
+    ``user_cpu_ns``, ``system_cpu_ns``, ``page_faults``, ``fresh_memory_bytes`` and ``major_faults``;
     ``system_share_pct`` (their system CPU over their CPU, summed); ``allocator`` (``A.CONFIG_ALLOCATOR``) and
-    ``page_bytes``.
+    ``page_size_bytes``.
 
     Notes: ``getrusage(RUSAGE_SELF)`` read as each iteration begins and ends (``ru_utime``, ``ru_stime``,
     ``ru_minflt``, ``ru_majflt``), so the figures are the whole process's, every thread of it, and not those of
@@ -120,14 +120,14 @@ def _facts(measured: list[tuple[Any, ...]], config: dict[str, Any], page_bytes: 
     return {
         "iterations": len(measured),
         "system_share_pct": 100.0 * system / (user + system) if user + system else None,
-        "step_ns": med(1),
+        "iteration_ns": med(1),
         "user_cpu_ns": med(2),
         "system_cpu_ns": med(3),
         "page_faults": med(5),
-        "fresh_bytes": med(6),
+        "fresh_memory_bytes": med(6),
         "major_faults": med(7),
         "allocator": config.get(A.CONFIG_ALLOCATOR),
-        "page_bytes": page_bytes,
+        "page_size_bytes": page_bytes,
     }
 
 

@@ -314,8 +314,8 @@ def fresh_memory(results: Results) -> Recommendation | None:
     if r is None or r.missing:
         return None
     f = r.facts
-    fresh, share = _num(f, "fresh_bytes"), _num(f, "system_share_pct")
-    system, step, faults = _num(f, "system_cpu_ns"), _num(f, "step_ns"), _num(f, "page_faults")
+    fresh, share = _num(f, "fresh_memory_bytes"), _num(f, "system_share_pct")
+    system, step, faults = _num(f, "system_cpu_ns"), _num(f, "iteration_ns"), _num(f, "page_faults")
     if fresh is None or share is None or faults is None or not system or not step:
         return None
     if fresh < FRESH_BYTES or share < SYSTEM_SHARE_PCT:
