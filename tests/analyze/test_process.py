@@ -56,6 +56,7 @@ def test_each_iteration_records_the_process_s_cpu_time_and_page_faults(tmp_path:
     assert all(s is not None and s > 0 for s in r.column("system CPU")[1:])  # the kernel zeroed those pages
     assert r.facts["iterations"] == 3 and r.facts["page_faults"] >= pages
     assert r.facts["fresh_memory_bytes"] >= BIG * 4 and r.facts["allocator"] == config["allocator"]
+    assert r.facts["profiler_in_process"] is False and not any("torch.profiler" in label for label in r.labels)
     assert r.chart is not None and r.chart.y == ("user CPU", "system CPU")
 
 
@@ -100,6 +101,20 @@ def test_the_advice_follows_the_allocator_the_process_ran_with() -> None:
     assert _recommend_cpu.fresh_memory(_facts(fresh_memory_bytes=8 * 2**20)) is None
     assert _recommend_cpu.fresh_memory(_facts(system_share_pct=5.0)) is None
     assert _recommend_cpu.fresh_memory(_facts(system_cpu_ns=None)) is None
+    # torch.profiler's events, in the process with the op level, take memory that would count as the program's
+    assert _recommend_cpu.fresh_memory(_facts(profiler_in_process=True)) is None
+
+
+def test_a_run_with_the_op_level_says_its_profiler_s_memory_is_among_the_faults(tmp_path: Path) -> None:
+    with xstack.profile(levels="model,op", path=tmp_path / "p.duckdb") as prof:
+        for _ in range(3):
+            float(torch.ones(BIG)[-1])
+            prof.step()
+    with Store.open(prof.path) as store:
+        (r,) = run_analyses(store, None, ["model.process"])
+        assert r.facts["profiler_in_process"] and any(label.startswith("torch.profiler") for label in r.labels)
+        assert r.facts["fresh_memory_bytes"] >= BIG * 4  # measured all the same
+        assert "fresh_memory" not in {rec.rule for rec in analyze(store).recommendations}
 
 
 def test_a_merged_run_reads_its_model_pass_and_an_imported_trace_has_no_usage(import_store: Any,

@@ -23,6 +23,12 @@ TITLE = "The process's CPU time and page faults per iteration"
 DEFAULT_PAGE_BYTES = 4096
 """The page size where a run did not record its own (``A.CONFIG_PAGE_BYTES``)."""
 
+PROFILER_LABEL = (
+    "torch.profiler (the op level) ran in this process: the memory its events take is among these page faults, "
+    "and its work among the CPU time (xstack profile's model pass reads them without it)"
+)
+"""The label of a run that recorded the op level, whose profiler holds its events in the process."""
+
 COLUMNS = [
     Column("iteration", "count", "the step, from 1"),
     Column("duration", "ns"),
@@ -48,8 +54,9 @@ def process_usage(store: Store, run_id: int) -> Result:
 
     Facts, over the measured iterations (past the warm-up): ``iterations``; the medians ``iteration_ns``,
     ``user_cpu_ns``, ``system_cpu_ns``, ``page_faults``, ``fresh_memory_bytes`` and ``major_faults``;
-    ``system_share_pct`` (their system CPU over their CPU, summed); ``allocator`` (``A.CONFIG_ALLOCATOR``) and
-    ``page_size_bytes``.
+    ``system_share_pct`` (their system CPU over their CPU, summed); ``allocator`` (``A.CONFIG_ALLOCATOR``),
+    ``page_size_bytes``, and ``profiler_in_process`` (the run recorded the op level, whose profiler's events take
+    memory in the process: a label says so).
 
     Notes: ``getrusage(RUSAGE_SELF)`` read as each iteration begins and ends (``ru_utime``, ``ru_stime``,
     ``ru_minflt``, ``ru_majflt``), so the figures are the whole process's, every thread of it, and not those of
@@ -91,6 +98,9 @@ def process_usage(store: Store, run_id: int) -> Result:
               "processes of their own, are not counted"]  # fmt: skip
     if (warmup := ctx.warmup_label()) is not None and len(measured) < len(table):
         labels.append(warmup)
+    profiler = "op" in ctx.levels
+    if profiler:
+        labels.append(PROFILER_LABEL)
     return Result(
         ID,
         TITLE,
@@ -105,7 +115,7 @@ def process_usage(store: Store, run_id: int) -> Result:
             title="CPU time of each iteration",
             extra={"exclude": {"warm-up": "yes"}},
         ),  # fmt: skip
-        facts=_facts(measured, ctx.config, page_bytes),
+        facts=_facts(measured, ctx.config, page_bytes) | {"profiler_in_process": profiler},
         labels=labels,
     )
 

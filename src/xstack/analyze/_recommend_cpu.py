@@ -309,9 +309,10 @@ def fresh_memory(results: Results) -> Recommendation | None:
     faults x page size) and spends ``SYSTEM_SHARE_PCT`` or more of its CPU time in the kernel: its allocator
     gives the memory of large tensors back when they are freed and takes it again in the next iteration, paying a
     page fault (the kernel zeroing the page) for every 4 KiB of it. The time at stake is the median system CPU
-    time of an iteration, at most the iteration: an upper bound, as its system calls are in it too."""
+    time of an iteration, at most the iteration: an upper bound, as its system calls are in it too. Silent on a run
+    that recorded the op level, whose profiler's events take memory of their own in the process."""
     r = _get(results, "model.process")
-    if r is None or r.missing:
+    if r is None or r.missing or r.facts.get("profiler_in_process"):  # its events' memory would count as the program's
         return None
     f = r.facts
     fresh, share = _num(f, "fresh_memory_bytes"), _num(f, "system_share_pct")
