@@ -14,6 +14,7 @@ import pytest
 import xstack
 from tests.conftest import kineto_fixture
 from xstack.analyze import _recommend_cpu
+from xstack.analyze.diff import diff_profiles
 from xstack.analyze.pipeline import analyze, run_analyses
 from xstack.analyze.result import Result
 from xstack.trace.store import Store
@@ -25,11 +26,11 @@ BIG = 16 * 2**20
 it afresh for every allocation and unmaps it when it is freed, however it tunes itself."""
 
 
-def _fresh_tensor_each_step(tmp_path: Path, *, reuse: bool) -> Path:
-    """Four iterations that each fill a 64 MiB tensor: a new one every time, or the same one again."""
+def _fresh_tensor_each_step(tmp_path: Path, *, reuse: bool, iterations: int = 4) -> Path:
+    """Iterations that each fill a 64 MiB tensor: a new one every time, or the same one again."""
     kept = torch.empty(BIG) if reuse else None
     with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
-        for _ in range(4):
+        for _ in range(iterations):
             x = torch.ones(BIG, out=kept) if kept is not None else torch.ones(BIG)
             float(x[-1])
             del x
@@ -132,3 +133,17 @@ def test_a_merged_run_reads_its_model_pass_and_an_imported_trace_has_no_usage(im
     assert merged.labels[0].startswith(f"from the model pass (run {first}, model)")
     trace = run_analyses(import_store(kineto_fixture("a100_alexnet_train_sync.json.gz")), None, ["model.process"])[0]
     assert trace.missing == ["process usage"] and "profile the program live" in trace.hint
+
+
+def test_a_diff_compares_the_process_s_cpu_time_per_step(tmp_path: Path) -> None:
+    """Following the advice is checked by a diff: the system CPU time the page faults cost is gone."""
+    fresh = _fresh_tensor_each_step(tmp_path / "a", reuse=False, iterations=7)
+    kept = _fresh_tensor_each_step(tmp_path / "b", reuse=True, iterations=7)
+    summary = diff_profiles(fresh, kept).summary
+    rows = {r[0]: r for r in summary.rows}
+    system = rows["process system CPU per step"]
+    assert system[1] == "less" and system[4] < system[3] and system[5] == system[4] - system[3]
+    assert "process user CPU per step" in rows and summary.facts["process_cpu"]["system"] == "less"
+    with Store.open(fresh) as store:
+        (r,) = run_analyses(store, None, ["model.process"])
+    assert system[3] == pytest.approx(r.facts["system_cpu_ns"])  # the median of the measured steps

@@ -128,6 +128,9 @@ class Side:
     occasional: list[dict[str, Any]] = field(default_factory=list)
     """In a merged run, the work only some iterations ran, left out of its step (``config.merge.occasional_work``,
     with ``step_pct``: ``xstack.analyze.health.occasional_spans``)."""
+    cpu: dict[str, Timing] = field(default_factory=dict)
+    """The process's user and system CPU time per measured step (``model.process``; a merged run's from its model
+    pass), by ``user``/``system``; empty where the run recorded none (an imported trace)."""
 
     @property
     def merged(self) -> bool:
@@ -238,6 +241,7 @@ def read_side(store: Store, run_id: int) -> Side:
     side.occasional = occasional_spans(store, run_id)
     side.warmup = _warmup(store, run_id, ctx.warmup)
     side.pass_costs = _pass_costs(ctx.config.get("overhead"))
+    side.cpu = _process_cpu(store, ctx)
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
         side.stages = _stages(store, ctx)
@@ -369,6 +373,27 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
     if row is not None and row[0]:
         return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]))
     return 0, None
+
+
+def _process_cpu(store: Store, ctx: RunContext) -> dict[str, Timing]:
+    """The process's user and system CPU time per measured step, median and 5th percentile (``Side.cpu``): a
+    merged run's from its model pass, whose iterations ran as they would."""
+    from xstack.analyze._model_process import model_pass
+
+    run_id, warmup = ctx.run_id, ctx.warmup
+    if ctx.pass_name == "merged" and (source := model_pass(ctx.config)) is not None:
+        run_id, warmup = source[0], run_context(store, source[0]).warmup
+    out = {}
+    for name, key in (("user", A.MODEL_CPU_USER_NS), ("system", A.MODEL_CPU_SYSTEM_NS)):
+        row = store.con.execute(
+            f"""SELECT count(v), quantile_cont(v, 0.5), quantile_cont(v, 0.05) FROM (
+                    SELECT TRY_CAST(attrs->>'$."{key}"' AS BIGINT) AS v FROM spans
+                    WHERE run_id = $run AND level = 'model' AND {_HOST} AND {STEP_SPAN} AND {past_warmup(warmup)})""",
+            {"run": run_id},
+        ).fetchone()
+        if row is not None and row[0]:
+            out[name] = Timing(float(row[1]), float(row[2]), int(row[0]), int(row[0]))
+    return out
 
 
 def _warmup(store: Store, run_id: int, warmup: int) -> tuple[int, int] | None:

@@ -68,8 +68,8 @@ TIMES = [
 STATUS_COLUMN = Column(
     "status",
     "",
-    "added, removed, slower, faster or unchanged (beyond noise); not compared: a host time of a run timed under "
-    "counter replay, or the wall time of a run cut short before any measured step",
+    "added, removed, slower, faster or unchanged (beyond noise; a CPU time: more or less); not compared: a host "
+    "time of a run timed under counter replay, or the wall time of a run cut short before any measured step",
 )
 SELF_DELTA = Column(
     "self delta", "ns", "B - A of the self time (less the nested spans of the level): what the summary's sums add"

@@ -23,6 +23,10 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
                              "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
     stage_rows = _stage_rows(a, b, rule)
     rows += stage_rows
+    cpu_rows = [_as_amount(_pair_row(f"process {kind} CPU per step", a.cpu[kind], b.cpu[kind], rule))
+                for kind in ("user", "system") if kind in a.cpu and kind in b.cpu]  # fmt: skip
+    rows += cpu_rows
+    facts["process_cpu"] = {str(r[0]).split()[1]: r[1] for r in cpu_rows}
     facts["stages"] = {str(r[0]).removeprefix("stage "): r[1] for r in stage_rows}
     for level, t in tables.items():
         rows += _level_rows(level, t)
@@ -32,7 +36,9 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
         "The first row compares the step latency (median of the host step spans; without any, the run's host wall "
         "time); then each model stage other than the step (load, preprocess, a forward call, ...: model spans matched "
         "by name, median per call; a run's tail, such as a live run's after-last-step, what followed the last step(), "
-        "is teardown and left out). Then per level and status: the items and their summed time in A and B (kernels: "
+        "is teardown and left out); then the profiled process's user and system CPU time per step, where both runs "
+        "recorded them (``model.process``: every thread of the process, median over the measured steps; a merged "
+        "run's from its model pass). Then per level and status: the items and their summed time in A and B (kernels: "
         "their median time per call, as the kernels table compares them); the net "
         "change of a level is added - removed + lost (slower) - gained (faster), changes beyond noise only. Where a "
         "run's host times are inflated by counter replay, the step, the stages, and the layers and ops both runs have "
@@ -57,6 +63,14 @@ def _pair_row(item: str, ta: Timing | None, tb: Timing | None, rule: Rule) -> tu
     delta = (ns(tb) or 0) - (ns(ta) or 0)
     pct = 100.0 * (tb.value_ns - ta.value_ns) / ta.value_ns if ta and tb and ta.value_ns else None
     return (item, status, None, ns(ta), ns(tb), delta, pct, ns_or_none(noise))
+
+
+_AMOUNT = {"slower": "more", "faster": "less"}
+"""A CPU time row's status: an amount spent, not a latency."""
+
+
+def _as_amount(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (row[0], _AMOUNT.get(str(row[1]), row[1]), *row[2:])
 
 
 def _step_row(a: Side, b: Side, rule: Rule) -> tuple[Any, ...]:

@@ -66,7 +66,7 @@ def process_usage(store: Store, run_id: int) -> Result:
     in the next. The profiler's own work in the iteration (recording spans) is counted too; at the model level it
     is a few microseconds per iteration. A merged run's figures are its model pass's, the least perturbed."""
     ctx = run_context(store, run_id)
-    if ctx.pass_name == "merged" and (source := _model_pass(ctx.config)) is not None:
+    if ctx.pass_name == "merged" and (source := model_pass(ctx.config)) is not None:
         found = process_usage(store, source[0])
         if found.missing:
             return dataclasses.replace(found, run_id=ctx.run_id)
@@ -141,7 +141,7 @@ def _facts(measured: list[tuple[Any, ...]], config: dict[str, Any], page_bytes: 
     }
 
 
-def _model_pass(config: dict[str, Any]) -> tuple[int, str] | None:
+def model_pass(config: dict[str, Any]) -> tuple[int, str] | None:
     """The run and name of a merged run's first pass (``config.merge.passes``): the one that lays out the
     iteration at the model level alone."""
     merge = config.get("merge")
