@@ -10,6 +10,7 @@ measurement.
 from __future__ import annotations
 
 import builtins
+import io
 import itertools
 import os
 import pkgutil  # noqa: F401  runpy.run_path imports it as it starts the program: its reads are not the program's
@@ -53,6 +54,8 @@ class Program:
     module: str | None
     args: list[str]
     code: str | None = None
+    unbuffered: bool = False
+    """``python -u``: standard output and error unbuffered."""
 
     @property
     def name(self) -> str:
@@ -61,10 +64,14 @@ class Program:
         return self.script.stem if self.script else (self.module or "program").rsplit(".", 1)[-1]
 
     def argv(self) -> list[str]:
-        """The program as ``python`` takes it: ``script.py ARGS``, ``-m module ARGS`` or ``-c code ARGS``."""
+        """The program as ``python`` takes it: ``script.py ARGS``, ``-m module ARGS`` or ``-c code ARGS``, after
+        ``-u`` where it is unbuffered."""
+        flags = ["-u"] if self.unbuffered else []
         if self.code is not None:
-            return ["-c", self.code, *self.args]
-        return [str(self.script), *self.args] if self.script is not None else ["-m", self.module or "", *self.args]
+            return [*flags, "-c", self.code, *self.args]
+        if self.script is not None:
+            return [*flags, str(self.script), *self.args]
+        return [*flags, "-m", self.module or "", *self.args]
 
 
 @dataclass
@@ -107,14 +114,23 @@ def _launcher_error(launcher: str, command: str) -> UsageError:
 
 
 def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
-    """``[python] script.py ARGS``, ``[python] -m module ARGS`` or ``[python] -c code ARGS``; a leading python
-    executable is optional. A
-    launcher of one process per rank (``LAUNCHERS``) is refused, saying how to profile its ranks."""
+    """``[python] [-u] script.py ARGS``, ``[python] [-u] -m module ARGS`` or ``[python] [-u] -c code ARGS``; a
+    leading python executable is optional. A launcher of one process per rank (``LAUNCHERS``) is refused, saying
+    how to profile its ranks."""
     argv = list(argv)
     if argv and Path(argv[0]).name.startswith("python") and not argv[0].endswith(".py"):
         argv = argv[1:]
+    unbuffered = bool(argv) and argv[0] == "-u"
+    argv = argv[1:] if unbuffered else argv
     if not argv:
         raise UsageError(f"{command}: no program given ({command} -- python script.py ARGS)")
+    program = _parse_rest(argv, command)
+    program.unbuffered = unbuffered
+    return program
+
+
+def _parse_rest(argv: list[str], command: str) -> Program:
+    """``parse_program`` after the python executable and ``-u``."""
     if (launcher := LAUNCHERS.get(Path(argv[0]).name)) or (argv[0] == "-m" and (launcher := LAUNCHERS.get(
             argv[1] if len(argv) > 1 else ""))):  # fmt: skip
         raise _launcher_error(launcher, command)
@@ -129,7 +145,7 @@ def parse_program(argv: Sequence[str], command: str = "xstack run") -> Program:
             raise UsageError(f"{command}: -c needs the code to run")
         return Program(None, None, argv[2:], code=argv[1])
     if argv[0].startswith("-"):
-        raise UsageError(f"{command}: unsupported python option {argv[0]!r} (only -m MODULE or -c CODE)")
+        raise UsageError(f"{command}: unsupported python option {argv[0]!r} (only -u, -m MODULE or -c CODE)")
     script = Path(argv[0])
     if not script.is_file():
         raise UsageError(f"{command}: {script}: no such script")
@@ -353,6 +369,7 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
             _completed_at_sigterm(
                 lambda: _finish_early(128 + signal.SIGTERM, "SIGTERM", prof, bar, publish), prof.recording_busy
             ),
+            _unbuffered_streams() if program.unbuffered else nullcontext(),
         ):
             code = _execute(program)
     except _ProgramFailed as failed:
@@ -378,6 +395,36 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
         )
         print(f"xstack: warning: {prof.shortfall} ({advice})", file=sys.stderr)  # fmt: skip
     return code
+
+
+@contextmanager
+def _unbuffered_streams() -> Iterator[None]:
+    """``python -u`` for the program: its standard output and error written through to their descriptors at every
+    write (``PYTHONUNBUFFERED=1`` for the Python processes it starts), as they were after it."""
+    saved = {name: getattr(sys, name) for name in ("stdout", "stderr")}
+    env = os.environ.get("PYTHONUNBUFFERED")
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    for name, stream in saved.items():
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (captured): left as it is
+            continue
+        stream.flush()
+        raw = open(fd, "wb", buffering=0, closefd=False)  # noqa: SIM115  closed with the wrapper, not the fd
+        setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True))
+    try:
+        yield
+    finally:
+        for name, stream in saved.items():
+            replaced = getattr(sys, name)
+            if replaced is not stream:
+                with suppress(OSError, ValueError):
+                    replaced.flush()
+                setattr(sys, name, stream)
+        if env is None:
+            os.environ.pop("PYTHONUNBUFFERED", None)
+        else:
+            os.environ["PYTHONUNBUFFERED"] = env
 
 
 @contextmanager

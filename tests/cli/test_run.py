@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import re
 import signal
 import subprocess
@@ -147,6 +148,35 @@ def test_command_mode_runs_code_as_python_c_does(tmp_path: Path) -> None:
         assert summarize(s).source == f"-c '{one_line}' a b"
 
 
+UNBUFFERED = """
+import sys, xstack
+print("out1")
+print("err1", file=sys.stderr)
+print("out2")
+xstack.step()
+"""
+
+
+@pytest.mark.parametrize("levels", ["model", "model,io"])
+def test_python_u_runs_the_program_unbuffered_as_python_does(tmp_path: Path, levels: str) -> None:
+    """``python -u train.py``, as batch scripts start training: accepted, and its output written as it comes
+    (stdout and stderr into one pipe keep their order), under a tracer's restart too (the io level)."""
+    (tmp_path / "ub.py").write_text(UNBUFFERED)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+    def merged(*argv: str) -> str:
+        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                              env=env, timeout=300, check=True).stdout  # fmt: skip
+
+    assert merged(sys.executable, "ub.py").startswith("err1\n")  # buffered: stdout comes out at exit
+    assert merged(sys.executable, "-u", "ub.py") == "out1\nerr1\nout2\n"
+    run = merged(sys.executable, "-m", "xstack", "run", "--levels", levels, "-o", "p.duckdb", "--", "python", "-u",
+                 "ub.py")  # fmt: skip
+    assert run.startswith("out1\nerr1\nout2\n"), run
+    assert merged(sys.executable, "-m", "xstack", "run", "--levels", levels, "-o", "q.duckdb", "--", "python",
+                  "ub.py").startswith("err1\n")  # fmt: skip
+
+
 def test_a_program_that_does_not_compile_shows_python_s_error_alone(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("x = (\n")
     for program in (["bad.py"], ["-c", "x = ("]):
@@ -168,8 +198,8 @@ def test_bad_programs_and_levels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert not list(tmp_path.iterdir())
     assert main(["run", "--", "python", "-c"]) == 2
     assert "xstack run: -c needs the code to run" in capsys.readouterr().err
-    assert main(["run", "--", "python", "-u", "x.py"]) == 2
-    assert "unsupported python option '-u' (only -m MODULE or -c CODE)" in capsys.readouterr().err
+    assert main(["run", "--", "python", "-O", "x.py"]) == 2
+    assert "unsupported python option '-O' (only -u, -m MODULE or -c CODE)" in capsys.readouterr().err
     module = _run(tmp_path, "run", "-o", "x.duckdb", "--", "python", "-m", "no_such_module_here")
     assert module.returncode == 2 and "-m no_such_module_here: no such module" in module.stderr
     assert not (tmp_path / "x.duckdb").exists()  # refused before it started, as a missing script is

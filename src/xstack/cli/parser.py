@@ -9,7 +9,7 @@ from pathlib import Path
 from xstack import __version__
 from xstack.errors import UsageError
 
-PROGRAM_HELP = "-- python script.py ARGS, -- python -m module ARGS or -- python -c CODE ARGS"
+PROGRAM_HELP = "-- python [-u] script.py ARGS, -- python [-u] -m module ARGS or -- python [-u] -c CODE ARGS"
 """What the programs that ``run``, ``profile`` and ``sweep`` take look like."""
 
 

@@ -94,7 +94,7 @@ def sweep_config(batch_size: int, batch_sizes: Sequence[int], latency_target_ms:
 def program_at(program: Program, batch_size: int) -> Program:
     """``program`` with ``{batch_size}`` in its arguments replaced by ``batch_size``."""
     args = [arg.replace(PLACEHOLDER, str(batch_size)) for arg in program.args]
-    return Program(program.script, program.module, args, program.code)
+    return Program(program.script, program.module, args, program.code, program.unbuffered)
 
 
 # -- a program, one process per pass --------------------------------------------------------------------------
