@@ -622,7 +622,8 @@ def test_a_merged_run_puts_the_small_files_time_of_one_iteration_at_stake(tmp_pa
     rec = RULES["small_files"](results)
     facts = results["io.small_files"].facts
     assert rec is not None and rec.impact_per == "iteration"
-    assert rec.impact_ns is not None and 0 < rec.impact_ns < step_ns
+    # at most the merged step: a loop of nothing but small reads can take the io pass longer than the whole step
+    assert rec.impact_ns is not None and 0 < rec.impact_ns <= step_ns
     assert rec.impact_ns == facts["small_time_step_ns"]
     assert facts["small_time_ns"] > 5 * rec.impact_ns  # the io pass's whole, as the evidence says
     # the loop reads them itself, with no DataLoader to read ahead: on its path, as severe as their share says

@@ -161,7 +161,8 @@ def small_file_staging(
     ``small_time_warmup_ns`` is the part of the small files' time spent in the warm-up iterations
     (``RunContext.in_warmup``; from the io spans, None without them); in a merged run, whose files are its io
     pass's whole and whose io spans are that pass's median iteration, fact ``small_time_step_ns`` is the small
-    files' time in that iteration. Small files that carry many operations but few
+    files' time in that iteration, at most the merged step (the io pass, slowed by its level, may take longer over
+    them than the model pass over its whole step). Small files that carry many operations but few
     bytes are the ones to stage or to pack into larger shards.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
@@ -190,6 +191,8 @@ def small_file_staging(
     warmup_ns = _warmup_time(store, io, all_paths, threshold_bytes)
     # a merged run's io_files hold its io pass whole, its io spans that pass's median iteration alone
     step_ns = _span_time(store, io, all_paths, threshold_bytes) if io.ctx.config.get("merge") else None
+    if step_ns is not None and (extent := io.ctx.host_extent()[0]):  # timed under the io level, which slows it:
+        step_ns = min(step_ns, int(extent))  # no more than the merged step itself can be at stake
     return Result(
         SMALL_ID,
         SMALL_TITLE,
