@@ -383,16 +383,22 @@ def _process_cpu(store: Store, ctx: RunContext) -> dict[str, Timing]:
     run_id, warmup = ctx.run_id, ctx.warmup
     if ctx.pass_name == "merged" and (source := model_pass(ctx.config)) is not None:
         run_id, warmup = source[0], run_context(store, source[0]).warmup
-    out = {}
-    for name, key in (("user", A.MODEL_CPU_USER_NS), ("system", A.MODEL_CPU_SYSTEM_NS)):
-        row = store.con.execute(
-            f"""SELECT count(v), quantile_cont(v, 0.5), quantile_cont(v, 0.05) FROM (
-                    SELECT TRY_CAST(attrs->>'$."{key}"' AS BIGINT) AS v FROM spans
-                    WHERE run_id = $run AND level = 'model' AND {_HOST} AND {STEP_SPAN} AND {past_warmup(warmup)})""",
+    keys = {"user": A.MODEL_CPU_USER_NS, "system": A.MODEL_CPU_SYSTEM_NS}
+    values = ", ".join(f"TRY_CAST(attrs->>'$.\"{key}\"' AS BIGINT) AS cpu_{name}" for name, key in keys.items())
+    stats = ", ".join(f"count(cpu_{n}), quantile_cont(cpu_{n}, 0.5), quantile_cont(cpu_{n}, 0.05)" for n in keys)
+    row = (
+        store.con.execute(
+            f"""SELECT {stats} FROM (SELECT {values} FROM spans
+                WHERE run_id = $run AND level = 'model' AND {_HOST} AND {STEP_SPAN} AND {past_warmup(warmup)})""",
             {"run": run_id},
         ).fetchone()
-        if row is not None and row[0]:
-            out[name] = Timing(float(row[1]), float(row[2]), int(row[0]), int(row[0]))
+        or ()
+    )
+    out = {}
+    for i, name in enumerate(keys):
+        n, median, p5 = row[3 * i : 3 * i + 3]
+        if n:
+            out[name] = Timing(float(median), float(p5), int(n), int(n))
     return out
 
 

@@ -76,6 +76,12 @@ class TopRow:
     """Layers' and operators' total less that of the calls of their level nested in them (the ops an
     ``aten::conv2d`` calls down to ``aten::mkldnn_convolution``): where the time is spent, not passed through."""
 
+    @property
+    def passed_on_ns(self) -> int | None:
+        """The time its calls spent in the calls of their level inside them (total less self); None where not
+        known (kernels, which do not nest)."""
+        return None if self.self_ns is None or self.total_ns is None else self.total_ns - self.self_ns
+
 
 @dataclass
 class RunSummary:

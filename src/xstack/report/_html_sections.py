@@ -125,7 +125,7 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
         )
         return render_chart(result)
     # layers and ops whose calls nest: each bar its self time, then what the calls inside it took
-    own = any(r.self_ns is not None and r.total_ns is not None and r.self_ns < r.total_ns for r in rows)
+    own = any(r.passed_on_ns for r in rows)
     nested = "in the calls inside it"
     columns = [Column("name"), Column("calls", "count"), Column("total", "ns"), Column(share, "pct")]
     chart = Chart("hbar", "name", ("total",), extra={"tip": (share,), "share": share})
@@ -142,18 +142,13 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
                 r.calls,
                 r.total_ns,
                 r.pct,
-                *([r.self_ns, _passed_on(r)] if own else []),
+                *([r.self_ns, r.passed_on_ns] if own else []),
             )
             for r in rows
         ],  # fmt: skip
         chart=chart,
     )
     return render_chart(result)
-
-
-def _passed_on(r: TopRow) -> int | None:
-    """The time of a top row's calls spent in the calls of its level inside them."""
-    return None if r.self_ns is None or r.total_ns is None else r.total_ns - r.self_ns
 
 
 def system_results(results: Sequence[Result]) -> list[Result]:

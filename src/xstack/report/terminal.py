@@ -501,7 +501,7 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
              "DRAM bytes": any(r.dram_bytes is not None for r in rows)}  # fmt: skip
     known[f"% {pct_label}"] = known["total"]
     # where calls nest (an op in an op), what is their own time and what passes through to the ones inside
-    known["self"] = any(r.self_ns is not None and r.total_ns is not None and r.self_ns < r.total_ns for r in rows)
+    known["self"] = any(r.passed_on_ns for r in rows)
     known["mean"] = known["total"] and not (known["FLOPs"] or known["DRAM bytes"])  # room for the counters
     columns = [(name, cell) for name, cell in columns if known.get(name, True)]
     t.add_column("name", overflow="fold", max_width=80)
