@@ -203,6 +203,30 @@ def test_torch_compile_s_own_marks_are_ops(tmp_path: Path) -> None:
     assert [name for name, _ in _spans(prof, "op") if name.startswith("dynamo_data: compile_id=")]
 
 
+def test_torch_compile_s_marks_of_its_autograd_tracing_nest_in_the_compilation(tmp_path: Path) -> None:
+    """AOT autograd, which every backend but ``eager`` runs, enters its marks (``aot_collect_metadata_data:
+    compile_id=0/0``) within the call of its dispatch mode and leaves them after it: each was left without a
+    parent, an unattributed op and a nesting conflict, health findings on every compiled run that lost nothing.
+    They nest in the compilation's phase that encloses them, and health counts them for information only."""
+    model = _model()
+    plain = _run(torch.compile(model, backend="aot_eager"), model)
+    torch._dynamo.reset()
+    model = _model()
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        profiled = _run(torch.compile(model, backend="aot_eager"), model, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    health = _health(prof)
+    assert not {"nesting_conflicts", "unattributed_ops"} & set(health), health
+    count, detail = health["outlasting_spans"]
+    assert count >= 1 and "aot_collect_metadata_data: compile_id=" in detail, detail
+    with prof.open() as store:
+        parents = store.query(
+            "SELECT p.name FROM spans s JOIN spans p ON p.span_id = s.parent_id "
+            "WHERE s.name LIKE 'aot_collect_metadata_data: compile_id=%'"
+        )
+    assert parents and all(name.startswith("aot_collect_metadata") for (name,) in parents), parents
+
+
 def test_torch_jit_trace_traces_the_same_model_under_the_profiler(tmp_path: Path) -> None:
     """``torch.jit.trace`` runs the model twice and checks that the two graphs agree. The layer hooks, which
     read a model's parameters at its first call, were recorded into the first one: the trace failed ("Graphs

@@ -44,6 +44,7 @@ INFORMATIONAL = frozenset(
         "op_level_parts",
         "op_level_without_torch",
         "ops_outside_layers",
+        "outlasting_spans",
         "processes_profiled",
         "param_iterations",
         "steps_from_optimizer",

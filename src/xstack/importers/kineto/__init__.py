@@ -91,8 +91,7 @@ def import_kineto(
                 "call, kernel, copy, annotation or memory record"
             )
         param, iterations = _param.mark_param_steps(con, run_id)
-        conflicts = names_line(_conflict_names(con))
-        health = [(c, n, d + conflicts if c == "nesting_conflicts" and n else d) for c, n, d in _health(con, run_id)]
+        health = _with_names(_health(con, run_id), _overlap_names(con))
         health += [_steps.cut_steps_past_recording(con, run_id), _steps.mark_stop_steps(con, run_id), param]
         store.add_health(run_id, health)
         info = _run_info(con, run_id, name or trace_name(path), path, reader.metadata)
@@ -127,7 +126,7 @@ def merge_live(
     parts = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     con = store.con
     health: dict[tuple[str, str], int] = {}  # the parts' own checks, summed
-    conflicts: Counter[str] = Counter()  # the nesting conflicts' names, over the parts
+    overlaps: dict[str, Counter[str]] = {}  # the overlapping spans' names per check, over the parts
     merged = False
     for path in parts:
         # the sorts and joins of a part need room to spill of about 4 times its size: the program has ended
@@ -140,16 +139,14 @@ def merge_live(
                 merged = True
                 for check, count, detail in _health(con, run_id, run_wide=False):
                     health[check, detail] = health.get((check, detail), 0) + count
-                conflicts.update(_conflict_names(con))
+                for check, names in _overlap_names(con).items():
+                    overlaps.setdefault(check, Counter()).update(names)
             finally:
                 for table in _TEMP_TABLES:
                     con.execute(f"DROP TABLE IF EXISTS temp.{table}")
     if not merged:
         return []
-    named = names_line(conflicts)
-    return [(c, n, d + named if c == "nesting_conflicts" and n else d) for (c, d), n in health.items()] + _health(
-        con, run_id, part=False
-    )
+    return _with_names([(c, n, d) for (c, d), n in health.items()], overlaps) + _health(con, run_id, part=False)
 
 
 def _merge_part(con: duckdb.DuckDBPyConnection, reader: TraceReader, run_id: int, drop: tuple[str, ...]) -> None:
@@ -273,13 +270,22 @@ def names_line(found: Counter[str]) -> str:
     return f": {shown}{more}"
 
 
-def _conflict_names(con: duckdb.DuckDBPyConnection) -> Counter[str]:
-    """The staged spans of the nesting_conflicts check by name (those that overlap the span that would be their
-    parent without nesting in it): torch.compile's marks of its own compile steps, typically."""
+def _overlap_names(con: duckdb.DuckDBPyConnection) -> dict[str, Counter[str]]:
+    """The staged spans that overlap the span open at their start without nesting in it, by name, per health
+    check: nesting_conflicts, those no span encloses; outlasting_spans, those nested in a span further out.
+    torch.compile's marks of its own compile steps, typically."""
     found = con.execute(
-        "SELECT x.name, count(*) FROM host_parent h JOIN x USING (span_id) WHERE NOT h.encloses GROUP BY 1"
+        "SELECT h.encloses, x.name, count(*) FROM host_parent h JOIN x USING (span_id) WHERE h.outlasts GROUP BY 1, 2"
     ).fetchall()
-    return Counter({str(name): int(n) for name, n in found})
+    names: dict[str, Counter[str]] = {}
+    for nested, name, n in found:
+        names.setdefault(_mapping.OUTLASTING_CHECK if nested else "nesting_conflicts", Counter())[str(name)] = int(n)
+    return names
+
+
+def _with_names(rows: list[tuple[str, int, str]], names: dict[str, Counter[str]]) -> list[tuple[str, int, str]]:
+    """Health ``rows`` with the names of the spans they count (``names`` per check) added to their details."""
+    return [(c, n, d + names_line(names[c]) if n and c in names else d) for c, n, d in rows]
 
 
 def _unattributed_names(con: duckdb.DuckDBPyConnection, run_id: int) -> Counter[str]:

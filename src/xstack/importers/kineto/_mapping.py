@@ -57,6 +57,9 @@ CPU_TO_GPU_FLOWS: Final = ("ac2g", "async_cpu_to_gpu")
 RANGE_PROFILER_CHECK: Final = "cupti_range_profiler"
 """The health check of a trace taken with the CUPTI range profiler: what the mode leaves out (no device activity
 is traced), informational (``analyze.health.INFORMATIONAL``), so that its consequences are not read as gaps."""
+OUTLASTING_CHECK: Final = "outlasting_spans"
+"""The health check of host spans that outlast the span open at their start and nest in the closest one that
+encloses them instead: PyTorch's own marks (torch.compile's), not a gap, so informational."""
 
 ABSURD_DURATION_NS: Final = 24 * 3600 * 10**9
 """A span longer than a day is a clock or unit error, not a measurement: it is skipped and counted."""

@@ -195,12 +195,30 @@ WITH host AS (
 )
 SELECT span_id, pid, tid, depth, seq, s, e FROM run WHERE delta = 1;
 -- The starts are a table, not a CTE, so that their windows are computed once for both sides of the join.
--- encloses is false where the span found by depth overlaps the child without nesting it: the child then
--- keeps no host parent (and counts as a nesting conflict). Carrying the bounds here saves a join with x.
+-- outlasts is true where the span found by depth (the innermost one open at the child's start) ends before
+-- the child does: PyTorch's record_function entered in a dispatch mode's call and left after it, as
+-- torch.compile's marks of its compile steps are. Carrying the bounds here saves a join with x.
 CREATE OR REPLACE TEMP TABLE host_parent AS
-SELECT c.span_id, p.span_id AS parent_id, p.s <= c.s AND p.e >= c.e AS encloses
+SELECT c.span_id, p.span_id AS parent_id, p.s <= c.s AND p.e >= c.e AS encloses,
+    NOT (p.s <= c.s AND p.e >= c.e) AS outlasts
 FROM host_start c ASOF JOIN host_start p
   ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.seq > p.seq;
+-- Such a child nests in the closest of the spans open at its start that encloses it: the latest start at each
+-- lower depth before it is the span open there. One with none keeps no host parent (a nesting conflict).
+CREATE OR REPLACE TEMP TABLE host_ancestor AS
+WITH lost AS (
+    SELECT c.span_id, c.pid, c.tid, c.seq, c.s, c.e, c.depth - k AS depth, k FROM (
+        SELECT c.*, unnest(range(2, CAST(c.depth AS BIGINT) + 1)) AS k
+        FROM host_parent h JOIN host_start c USING (span_id) WHERE h.outlasts
+    ) c
+)
+SELECT l.span_id, arg_min(p.span_id, l.k) AS parent_id
+FROM lost l ASOF JOIN host_start p ON l.pid = p.pid AND l.tid = p.tid AND l.depth = p.depth AND l.seq > p.seq
+WHERE p.s <= l.s AND p.e >= l.e
+GROUP BY l.span_id;
+UPDATE host_parent SET parent_id = a.parent_id, encloses = true FROM host_ancestor a
+WHERE host_parent.span_id = a.span_id;
+DROP TABLE host_ancestor;
 DROP TABLE host_start;
 """
 
@@ -367,6 +385,13 @@ def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str
             "nesting_conflicts",
             "SELECT count(*) FROM host_parent WHERE NOT encloses",
             "host spans that overlap a neighbour without nesting in it (left without that parent)",
+        ),
+        (
+            M.OUTLASTING_CHECK,
+            "SELECT count(*) FROM host_parent WHERE outlasts AND encloses",
+            "not a gap in the trace: host spans that outlast the span open at their start (PyTorch's "
+            "record_function entered within a dispatch mode's call and left after it, as torch.compile's marks of "
+            "its compile steps are), each nested in the closest span that encloses it",
         ),
         (
             "duplicate_correlation_ids",
