@@ -8,6 +8,7 @@ their own where a crash would show."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,16 @@ if mode == "thread":  # another thread of the program in operators the whole tim
             a = (a @ a).tanh()
     worker = threading.Thread(target=busy, name="busy-ops")
     worker.start()
+if mode in ("pool", "busy-pool"):  # a thread pool runs operators in each iteration, then waits for the next
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(2, thread_name_prefix="loader")
+    if mode == "busy-pool":  # and one of its workers runs operators the whole time
+        stop = threading.Event()
+        def busy():
+            a = torch.randn(16, 16)
+            while not stop.is_set():
+                a = (a @ a).tanh()
+        running = pool.submit(busy)
 if mode == "tqdm":  # a progress bar: tqdm's monitor thread runs beside the loop, and never an operator
     from tqdm import tqdm
     bar = tqdm(total=int(sys.argv[2]), mininterval=0.5)
@@ -46,12 +57,14 @@ if mode == "grow":  # 8 MiB more every iteration, against a part's memory budget
 for i in range(int(sys.argv[2])):
     if mode == "tqdm":
         bar.update()
+    if mode in ("pool", "busy-pool"):
+        x = pool.submit(lambda: torch.randn(8, 32, generator=torch.Generator().manual_seed(i)) * 2).result()
     with torch.autograd.profiler.record_function("my-iteration") if mode == "range" else torch.no_grad():
         with torch.enable_grad():
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
-            if mode in ("range", "marked", "thread", "cycles", "grow"):
+            if mode in ("range", "marked", "thread", "cycles", "grow", "pool", "busy-pool"):
                 xstack.step()  # inside the program's own range in "range": the part waits for it to close
     if mode == "grow":
         kept.append(torch.ones(2 << 20))
@@ -62,6 +75,9 @@ if mode == "cycles":
 if mode == "thread":
     stop.set()
     worker.join()
+if mode == "busy-pool":
+    stop.set()
+    running.result()
 print("loss", nn.functional.mse_loss(model(x), y).item())
 """
 
@@ -127,6 +143,26 @@ def test_another_thread_running_operators_holds_the_parts_back(tmp_path: Path) -
     _, health = _ops_per_step(store)
     parts, detail = health["op_level_parts"]
     assert parts == 1 and "held back while other threads of the program ran (busy-ops)" in detail, detail
+
+
+def test_a_thread_pool_waiting_for_work_does_not_hold_the_parts_back(tmp_path: Path) -> None:
+    """torch.compile's compile workers, or a loader's pool, wait for work between their tasks: parts are written
+    then, and the ops the pool's workers ran are kept. One of its workers running operators holds them back."""
+    _, store = _run(tmp_path, "pool", 300)
+    _, health = _ops_per_step(store)
+    parts, detail = health["op_level_parts"]
+    assert parts >= 3 and "held back" not in detail, detail
+    assert "collector_failed" not in health and "unattributed_ops" not in health, health
+    with Store.open(store) as s:
+        pooled = s.query("SELECT count(DISTINCT tid), count(*) FROM spans WHERE name = 'aten::randn'")[0]
+    # PyTorch's profiler records the operators of the thread that starts it only, unless told to record all
+    assert pooled[0] >= 1 and pooled[1] >= 300, pooled
+    count, detail = health["ops_other_threads"]  # on threads with no span of theirs: for information
+    assert count >= 300 and "aten::randn (" in detail, detail
+    _, store = _run(tmp_path, "busy-pool", 60)
+    _, health = _ops_per_step(store)
+    parts, detail = health["op_level_parts"]
+    assert parts == 1 and re.search(r"held back while other threads of the program ran \(loader_\d\)", detail), detail
 
 
 def test_a_written_parts_events_are_freed_at_once_not_by_the_cyclic_garbage_collector(tmp_path: Path) -> None:

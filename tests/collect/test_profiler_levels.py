@@ -133,6 +133,44 @@ def test_ops_nest_in_their_layers_and_model_spans_on_one_clock(tmp_path: Path) -
     assert "nesting_conflicts" not in health and "unattributed_ops" not in health, health
 
 
+def test_the_ops_of_a_model_run_by_another_thread_nest_in_its_layers_there(tmp_path: Path) -> None:
+    """A server runs its model in a worker thread: PyTorch's profiler recorded no operator of that thread (only
+    those of the thread that started it), so its layers had no ops under them."""
+    import threading
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+        worker = threading.Thread(target=lambda: [model(torch.randn(4, 8)) for _ in range(3)], name="server")
+        worker.start()
+        worker.join()
+    with prof.open() as store:
+        rows = store.query(
+            "SELECT p.name, count(*) FROM spans o JOIN spans p ON p.span_id = o.parent_id "
+            "WHERE o.level = 'op' AND p.level = 'layer' AND o.name IN ('aten::linear', 'aten::relu') GROUP BY 1"
+        )
+        health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+    assert dict(rows) == {"0": 3, "1": 3, "2": 3}, rows
+    # the inputs made between the forwards, on a thread that runs no iteration: charged to it, not a gap
+    assert health["ops_other_threads"][0] == 3 and health["ops_other_threads"][1].endswith(": aten::randn (3)")
+    assert not set(health) & {"unattributed_ops", "nesting_conflicts"}, health
+
+
+def test_a_pytorch_without_the_all_threads_setting_records_as_its_profiler_does(monkeypatch: Any) -> None:
+    """PyTorch before 2.7 has no ``profile_all_threads``: the op level starts its profiler as before."""
+    from xstack.collect.torch_profiler import _new_profile
+
+    assert _new_profile([torch.profiler.ProfilerActivity.CPU]).experimental_config is not None
+
+    class Older:
+        def __init__(self, **settings: Any) -> None:
+            if "profile_all_threads" in settings:
+                raise TypeError("__init__() got an unexpected keyword argument 'profile_all_threads'")
+
+    monkeypatch.setattr(torch.profiler, "_ExperimentalConfig", Older)
+    assert _new_profile([torch.profiler.ProfilerActivity.CPU]).experimental_config is None
+
+
 def test_ops_carry_the_importers_attributes(tmp_path: Path) -> None:
     path = tmp_path / "p.duckdb"
     with xstack.profile(levels="model,layer,op", path=path) as prof:

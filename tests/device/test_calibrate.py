@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from xstack.device import calibrate as cal
+from xstack.device._bench import QUICK_CPU
 from xstack.device._cache import cache_path, cached_entries
 from xstack.device.peaks import cpu_peaks, device_gpu_peaks
 from xstack.errors import BadInputError, StoreError, UsageError
@@ -48,7 +49,10 @@ def test_quick_cpu_calibration_is_plausible(cpu_entry: dict[str, Any]) -> None:
     assert set(peaks["measured"]) == {*peaks["flops_per_s"], "dram_bytes_per_s"}
     assert cpu_entry["host"] == socket.gethostname() and cpu_entry["key"] == "cpu" and cpu_entry["quick"]
     assert cpu_entry["sizes"]["copy_bytes"] >= 4 * (cpu_entry["details"]["copy"]["llc_bytes"] or 0)
-    assert cpu_entry["wall_s"] < 5, "the quick mode is for tests and CI: a few seconds at most"
+    # the quick mode (for tests and CI) runs the small plan: a few seconds on an idle machine; the suite's other
+    # workers share the cores, so the wall time only guards against the full plan (over 30 s here) running
+    assert max(cpu_entry["sizes"]["gemm_n"].values()) <= QUICK_CPU.gemm_n, cpu_entry["sizes"]
+    assert cpu_entry["wall_s"] < 30, "the quick mode is for tests and CI: a few seconds at most"
 
 
 def test_measured_gemm_rate_agrees_with_an_independent_timing(cpu_entry: dict[str, Any]) -> None:

@@ -456,6 +456,32 @@ def test_a_span_that_outlasts_the_one_open_at_its_start_nests_in_the_closest_tha
     _check_host_nesting(store)
 
 
+def test_ops_of_threads_with_no_annotation_are_counted_apart_from_unattributed_ones(
+    import_store: Any, tmp_path: Path
+) -> None:
+    """A thread pool's operators, on threads that run no iteration, have no span of the loop to nest in: counted
+    for information, not as unattributed (a gap), which stays for the thread of the iterations, and for every op
+    of a trace with none."""
+
+    def ev(name: str, ts: float, dur: float, tid: int, cat: str = "cpu_op") -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+    events = [ev("ProfilerStep#1", 0.0, 100.0, 1, "user_annotation"), ev("aten::mm", 10.0, 5.0, 1)]
+    events += [ev("aten::mm", 150.0, 5.0, 1)]  # after the step, on the annotated thread: a gap
+    events += [ev("aten::randn", 20.0 + i, 0.5, 2 + i % 2) for i in range(6)]  # two pool threads
+    (tmp_path / "t.json").write_bytes(orjson.dumps(_tiny_trace(events)))
+    health = {
+        c: (n, d) for c, n, d in import_store(tmp_path / "t.json").query('SELECT "check", count, detail FROM health')
+    }
+    assert health["unattributed_ops"][0] == 1 and health["unattributed_ops"][1].endswith(": aten::mm (1)"), health
+    count, detail = health["ops_other_threads"]
+    assert count == 6 and detail.endswith("charged to their thread: aten::randn (6)"), detail
+    assert "ops_other_threads" in INFORMATIONAL
+    (tmp_path / "plain.json").write_bytes(orjson.dumps(_tiny_trace(events[1:])))
+    health = {c: n for c, n, _ in import_store(tmp_path / "plain.json").query('SELECT "check", count, 0 FROM health')}
+    assert health["unattributed_ops"] == 8 and "ops_other_threads" not in health, health
+
+
 def test_small_chunks_and_tricky_strings_give_the_same_store(tmp_path: Path) -> None:
     """Chunk cuts land inside strings and nested lists; the result must not depend on the chunk size."""
     events = []

@@ -53,6 +53,23 @@ def test_one_run_per_pass_with_warmup_and_measured_steps(tmp_path: Path) -> None
     assert [r[0] for r in ops][:1] == [3]
 
 
+def test_the_ops_of_a_thread_pool_stay_in_their_pass_and_the_merged_run_says_so(tmp_path: Path) -> None:
+    """The op level records every thread's operators; a thread pool's hold no span of the steps, so the merge,
+    which places spans by the steps' structure, leaves them in the op pass and its health says where."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, x = _model()
+    with ThreadPoolExecutor(1) as pool:
+        path = xstack.measure(lambda: model(pool.submit(torch.randn, 4, 8).result()), warmup=1, iters=3,
+                              passes=["model", "model,layer", "model,layer,op"], path=tmp_path / "m.duckdb",
+                              progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        rows = store.query("SELECT run_id, count, detail FROM health WHERE \"check\" = 'ops_other_threads' ORDER BY 1")
+        pooled = store.query("SELECT count(*) FROM spans WHERE run_id = 3 AND name = 'aten::randn'")[0][0]
+    assert pooled >= 4 and [r[:2] for r in rows] == [(3, pooled), (4, pooled)], rows
+    assert "kept in the pass that recorded them (run 3) only" in rows[1][2] and "aten::randn (" in rows[1][2], rows
+
+
 def test_a_step_that_raises_keeps_the_passes_so_far(tmp_path: Path) -> None:
     model, x = _model()
     calls = 0

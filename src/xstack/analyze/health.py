@@ -43,6 +43,7 @@ INFORMATIONAL = frozenset(
         "occasional_spans",
         "op_level_parts",
         "op_level_without_torch",
+        "ops_other_threads",
         "ops_outside_layers",
         "outlasting_spans",
         "processes_profiled",

@@ -116,7 +116,7 @@ class _Session:
     def _begin(self) -> None:
         import torch
         from torch.autograd import profiler as autograd_profiler
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity
 
         if self._stopped:
             return
@@ -126,7 +126,7 @@ class _Session:
             activities.append(ProfilerActivity.CUDA)
             self._cpu_only = False
         self._activities = activities
-        self.profiler = profile(activities=activities, record_shapes=True, with_flops=True)
+        self.profiler = _new_profile(activities)
         if autograd_profiler._is_profiler_enabled:
             self.yielded = "a torch.profiler session of the program's own was running when the profile started"
             self._stopped = True
@@ -170,14 +170,16 @@ class _Session:
         """Write the part recorded so far and start the next, where it is due and safe. PyTorch's profiler
         crashes the process where a range (an operator, a ``record_function``) opened under one session closes
         under the next, so there must be none open: none of Python's, and no thread of the program's but the
-        caller's (each may be in an operator). In the program's call: a failure stops the session, keeping the
-        parts written, and is said in its health."""
+        caller's (each may be in an operator) other than pool workers waiting for work. In the program's call: a
+        failure stops the session, keeping the parts written, and is said in its health."""
         if not self._due or self._stopped or self.profiler is None or _open_ranges:
             return False
-        others = [t.name for t in threading.enumerate() if t is not threading.current_thread()
+        others = [t for t in threading.enumerate() if t is not threading.current_thread()
                   and not t.name.startswith(QUIET_THREADS) and type(t).__name__ not in QUIET_THREAD_TYPES]  # fmt: skip
-        if others:
-            self.threads_seen.update(others)
+        frames = sys._current_frames() if others else {}
+        busy = [t.name for t in others if not _idle_pool_worker(t, frames)]
+        if busy:
+            self.threads_seen.update(busy)
             return False
         self._due = False
         if self._for_memory:
@@ -195,7 +197,6 @@ class _Session:
 
     def _next_part(self, recorded: float) -> None:
         import torch
-        from torch.profiler import profile
 
         self._write_part()
         self._recorded.append((recorded, self.traces[-1].stat().st_size))
@@ -206,7 +207,7 @@ class _Session:
         wanted = self._part_bytes / max(rate, 1.0)
         wanted = wanted if len(self._recorded) > 1 else min(wanted, FIRST_PART_S)
         self._part_s = min(max(wanted, PART_S[0]), PART_S[1])
-        self.profiler = profile(activities=self._activities, record_shapes=True, with_flops=True)
+        self.profiler = _new_profile(self._activities)
         self._restarting = True  # through the guard, which would take it for the program's own profiler
         try:
             with _kineto_quiet(self._cpu_only):
@@ -357,11 +358,41 @@ def _start_without_compiler(profiler: Any, torch: Any) -> None:
         delattr(module, "hasattr")
 
 
+def _new_profile(activities: list[Any]) -> Any:
+    """A PyTorch profiler session that records the operators of every thread of the program (a loader's thread
+    pool, a server's worker threads), not only those of the thread that starts it and of the threads it hands
+    work to (autograd's), as PyTorch's default is; PyTorch before 2.7 has only the default."""
+    from torch.profiler import profile
+
+    try:
+        from torch.profiler import _ExperimentalConfig
+
+        config = {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+    except (ImportError, TypeError):
+        config = {}
+    return profile(activities=activities, record_shapes=True, with_flops=True, **config)
+
+
 QUIET_THREADS = ("xstack-", "QueueFeederThread")
 """Name prefixes of the threads that never run a PyTorch operator: the profiler's own, and those of
 ``multiprocessing`` queues (a DataLoader's index queues to its workers)."""
 QUIET_THREAD_TYPES = frozenset({"TMonitor"})
 """Class names of threads that never run a PyTorch operator: tqdm's progress-bar monitor."""
+
+
+def _idle_pool_worker(thread: threading.Thread, frames: dict[int, Any]) -> bool:
+    """Whether ``thread`` is a ``concurrent.futures`` pool's worker waiting for work that none is queued for
+    (torch.compile's compile workers, after compiling; a loader's pool between batches). Where every other thread
+    is one, none can queue work while the caller (which holds the GIL to ask) writes a part: they all wait, and
+    so none is in an operator, nor can start one, until the caller's thread queues some."""
+    from concurrent.futures import thread as pool
+
+    frame = frames.get(thread.ident or -1)
+    if frame is None or frame.f_code is not getattr(pool._worker, "__code__", None):
+        return False  # running a work item (its frames are deeper) or not a pool's worker
+    queue = frame.f_locals.get("work_queue")
+    return queue is not None and bool(queue.empty())
+
 
 _open_ranges = 0
 """The ``record_function`` ranges open in the process while a session runs (``_count_ranges``)."""

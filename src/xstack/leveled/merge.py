@@ -27,6 +27,7 @@ import orjson
 
 from xstack.analyze.context import iteration_numbers
 from xstack.errors import UsageError
+from xstack.importers.kineto import OTHER_THREADS_CHECK, other_thread_ops
 from xstack.leveled import _layout, _match, _stats
 from xstack.leveled._io import copy_io
 from xstack.leveled._metrics import join_metrics
@@ -190,7 +191,9 @@ def _read_passes(
 def _carried_health(store: Store, run_ids: list[int]) -> list[tuple[str, int, str]]:
     """What the passes' health says of the merged run too: their ``iterations_short`` findings (a loop that ended
     before the iterations asked: the merged statistics come from fewer iterations than the measurement was set up
-    for), and the first pass's ``steps_from_optimizer`` row (where the iterations came from, alike in every pass)."""
+    for), the first pass's ``steps_from_optimizer`` row (where the iterations came from, alike in every pass), and
+    the first ``ops_other_threads`` row (operators of threads with no span of the steps, which no structure places:
+    they stay in their pass)."""
     rows = store.query(
         "SELECT run_id, count, detail FROM health WHERE \"check\" = 'iterations_short' AND list_contains(?, run_id) "
         "ORDER BY run_id",
@@ -202,7 +205,18 @@ def _carried_health(store: Store, run_ids: list[int]) -> list[tuple[str, int, st
         "ORDER BY run_id LIMIT 1",
         [run_ids],
     )
-    return carried + [("steps_from_optimizer", int(n), detail) for n, detail in ended]
+    others = store.query(
+        'SELECT run_id, count FROM health WHERE "check" = ? AND list_contains(?, run_id) ORDER BY run_id LIMIT 1',
+        [OTHER_THREADS_CHECK, run_ids],
+    )
+    kept = [
+        (OTHER_THREADS_CHECK, int(n), "operators run outside every span of their thread on threads other than the "
+         "one that runs the iterations (a thread pool's, a loader's or a server's threads), kept in the pass that "
+         f"recorded them (run {run_id}) only: the merge places spans in the steps' structure, which holds none of "
+         "theirs" + other_thread_ops(store.con, run_id))
+        for run_id, n in others
+    ]  # fmt: skip
+    return carried + [("steps_from_optimizer", int(n), detail) for n, detail in ended] + kept
 
 
 def _counter_bases(passes: list[Pass], counters: list[Pass]) -> list[tuple[Pass, Pass]]:

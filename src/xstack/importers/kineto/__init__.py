@@ -29,7 +29,9 @@ from xstack.trace.devices import active_devices, describe_devices
 from xstack.trace.schema import LEVELS
 from xstack.trace.store import DATA_PER_MEMORY_BYTE, RunInfo, Store
 
-__all__ = ["ImportedRun", "import_kineto", "merge_live", "trace_name"]
+__all__ = ["OTHER_THREADS_CHECK", "ImportedRun", "import_kineto", "merge_live", "other_thread_ops", "trace_name"]
+
+OTHER_THREADS_CHECK = _mapping.OTHER_THREADS_CHECK
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 _TEMP_TABLES = ("raw", "xm", "x", "host_start", "host_parent", "other_parent")
@@ -224,8 +226,8 @@ def _check_is_trace(con: duckdb.DuckDBPyConnection, path: Path, reader: TraceRea
 
 
 _RUN_WIDE = frozenset({"device_events_without_launch", "launches_without_device_event", "unattributed_ops",
-                       "unattributed_runtime_calls", "metrics_without_kernel", "duplicate_correlation_ids",
-                       "unnamed_kernels", _mapping.RANGE_PROFILER_CHECK})  # fmt: skip
+                       _mapping.OTHER_THREADS_CHECK, "unattributed_runtime_calls", "metrics_without_kernel",
+                       "duplicate_correlation_ids", "unnamed_kernels", _mapping.RANGE_PROFILER_CHECK})  # fmt: skip
 """The health checks that count the run's spans; the others count the staged trace (``raw``, its nesting)."""
 
 
@@ -243,8 +245,7 @@ def _health(
     rows = [(c, n, detail + _launch_names(con, run_id) if c == "launches_without_device_event" and n else detail)
             for c, n, detail in rows]  # fmt: skip
     if run_wide:
-        rows = [(c, n, detail + names_line(_unattributed_names(con, run_id)) if c == "unattributed_ops" and n
-                 else detail) for c, n, detail in rows]  # fmt: skip
+        rows = _with_names(rows, _loose_op_names(con, run_id))
     if mode is not None and run_wide:
         rows.append(mode)
     if run_wide:
@@ -288,13 +289,23 @@ def _with_names(rows: list[tuple[str, int, str]], names: dict[str, Counter[str]]
     return [(c, n, d + names_line(names[c]) if n and c in names else d) for c, n, d in rows]
 
 
-def _unattributed_names(con: duckdb.DuckDBPyConnection, run_id: int) -> Counter[str]:
-    """The ops of the unattributed_ops check by name."""
-    found = con.execute(
-        f"SELECT name, count(*) FROM _spans WHERE run_id = {int(run_id)} AND level = 'op' AND parent_id IS NULL "
-        "GROUP BY 1"
-    ).fetchall()
-    return Counter({str(name): int(n) for name, n in found})
+def _loose_op_names(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Counter[str]]:
+    """The ops of the unattributed_ops and ops_other_threads checks by name, per check."""
+    return {
+        check: Counter(
+            {str(name): int(n) for name, n in con.execute(f"SELECT name, count(*) {sql} GROUP BY 1").fetchall()}
+        )
+        for check, sql in (
+            ("unattributed_ops", _sql.loose_ops(run_id, framed=True)),
+            (_mapping.OTHER_THREADS_CHECK, _sql.loose_ops(run_id, framed=False)),
+        )
+    }
+
+
+def other_thread_ops(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    """The names of the ops the ops_other_threads check counts in run ``run_id``, for a health row's detail:
+    ``": aten::randn (72), aten::mul (12)"``."""
+    return names_line(_loose_op_names(con, run_id)[OTHER_THREADS_CHECK])
 
 
 def _launch_names(con: duckdb.DuckDBPyConnection, run_id: int) -> str:

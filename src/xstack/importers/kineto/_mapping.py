@@ -57,6 +57,9 @@ CPU_TO_GPU_FLOWS: Final = ("ac2g", "async_cpu_to_gpu")
 RANGE_PROFILER_CHECK: Final = "cupti_range_profiler"
 """The health check of a trace taken with the CUPTI range profiler: what the mode leaves out (no device activity
 is traced), informational (``analyze.health.INFORMATIONAL``), so that its consequences are not read as gaps."""
+OTHER_THREADS_CHECK: Final = "ops_other_threads"
+"""The health check of the ops outside every span of their thread on threads other than the one that runs the
+iterations (a thread pool's): charged to their thread, with no span of the loop to nest in, so informational."""
 OUTLASTING_CHECK: Final = "outlasting_spans"
 """The health check of host spans that outlast the span open at their start and nest in the closest one that
 encloses them instead: PyTorch's own marks (torch.compile's), not a gap, so informational."""

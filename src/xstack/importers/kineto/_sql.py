@@ -326,6 +326,23 @@ def range_profiler_mode(run_id: int) -> str:
         ({_unpaired_flows(M.CPU_TO_GPU_FLOWS)})"""
 
 
+def loose_ops(run_id: int, *, framed: bool) -> str:
+    """``FROM ... WHERE ...`` of the ops of run ``run_id`` with no parent: ``framed``, those on a thread that holds
+    the run's iterations (its steps, ``ProfilerStep#N``, a live run's region; every such op where no thread does:
+    a trace without them); else, where some thread does, those of the other threads (a thread pool's, a server's
+    worker), which no span of the program's loop holds."""
+    run = int(run_id)
+    kind = f"f.attrs->>'$.\"{A.MODEL_KIND}\"'"
+    main = (
+        f"SELECT 1 FROM _spans f WHERE f.run_id = {run} AND f.level = 'model' AND f.parent_id IS NULL "
+        f"AND ({kind} IN ('step', 'region', 'tail') "
+        f"OR ({kind} IS NULL AND regexp_matches(f.name, '^ProfilerStep#[0-9]+$')))"
+    )
+    on_thread = f"EXISTS ({main} AND f.pid = o.pid AND f.tid = o.tid)"
+    where = f"({on_thread} OR NOT EXISTS ({main}))" if framed else f"NOT {on_thread} AND EXISTS ({main})"
+    return f"FROM _spans o WHERE o.run_id = {run} AND o.level = 'op' AND o.parent_id IS NULL AND {where}"
+
+
 def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str, str, str]]:
     """(check, SQL returning one count, detail) for the counted checks of one imported run. A run whose device
     activity was not traced (``device_traced`` False: taken with the CUPTI range profiler) is not checked for
@@ -368,8 +385,15 @@ def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str
         ),
         (
             "unattributed_ops",
-            f"SELECT count(*) {s} AND level = 'op' AND parent_id IS NULL",
+            f"SELECT count(*) {loose_ops(run_id, framed=True)}",
             "ops with no enclosing layer, op or annotation on their thread",
+        ),
+        (
+            M.OTHER_THREADS_CHECK,
+            f"SELECT count(*) {loose_ops(run_id, framed=False)}",
+            "not a gap in the trace: operators run outside every span of their thread on threads other than the "
+            "one that runs the iterations (a thread pool's, a loader's or a server's threads), charged to their "
+            "thread",
         ),
         (
             "unattributed_runtime_calls",
