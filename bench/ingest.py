@@ -258,7 +258,7 @@ def child_import(path: Path, workdir: Path, phases: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     with Store.create(store_path) as store:
         if phases:
-            store.con = _TimedCon(store.con, timings)  # type: ignore[assignment]
+            store._con = _TimedCon(store.con, timings)  # type: ignore[assignment]  # the property reads it
             stage = kineto._stage
 
             def timed_stage(*a: Any, **k: Any) -> Any:
@@ -271,7 +271,7 @@ def child_import(path: Path, workdir: Path, phases: bool) -> dict[str, Any]:
             kineto._stage = timed_stage  # type: ignore[assignment]
         run = kineto.import_kineto(store, path)
         if phases:
-            store.con = store.con._con  # type: ignore[attr-defined]
+            store._con = store.con._con  # type: ignore[attr-defined]
             t1 = time.perf_counter()
     seconds = time.perf_counter() - t0
     out: dict[str, Any] = {

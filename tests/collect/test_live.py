@@ -258,6 +258,60 @@ def test_spans_around_and_across_iterations_are_written_once(tmp_path: Path) -> 
         assert dict(store.query('SELECT "check", count FROM health')).get("unclosed_spans", 0) == 0
 
 
+def test_iterations_marked_on_another_thread_end_where_it_marks_them(tmp_path: Path) -> None:
+    """A server runs its model on a worker thread and marks a step per request there: the first iteration, open
+    on the thread the profile began on, was never ended (it lasted the whole run, an unclosed span), and the
+    last, open on the worker, was lost with what followed it. Each ends at the worker's step(); the requests'
+    inputs, made on the main thread outside any span of it, are that thread's, not a gap."""
+    import queue
+    import threading
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    requests: queue.Queue[Any] = queue.Queue()
+    replies: queue.Queue[Any] = queue.Queue()
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
+
+        def serve() -> None:
+            while (x := requests.get()) is not None:
+                with torch.no_grad():
+                    y = model(x)
+                prof.step()
+                replies.put(y)  # after the step: the client's next request is made after it
+
+        worker = threading.Thread(target=serve, name="server")
+        worker.start()
+        with xstack.span("client"):  # open on the main thread across the worker's first step()
+            for _ in range(5):  # a request at a time, as a client waiting for each reply
+                requests.put(torch.randn(4, 8))
+                replies.get()
+        requests.put(None)
+        worker.join()
+        sum(range(1000))
+    with prof.open() as store:
+        steps = store.query(
+            "SELECT name, tid, start_ns, dur_ns FROM spans WHERE level = 'model' AND parent_id IS NULL "
+            "AND attrs->>'$.\"model.kind\"' IN ('step', 'tail') ORDER BY start_ns"
+        )
+        health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
+        client = store.query("SELECT parent_id, tid FROM spans WHERE name = 'client'")
+        randn_parents = {
+            name
+            for (name,) in store.query(
+                "SELECT p.name FROM spans o JOIN spans p ON p.span_id = o.parent_id WHERE o.name = 'aten::randn'"
+            )
+        }
+    assert [name for name, *_ in steps] == [f"step#{k}" for k in range(5)] + ["after-last-step"], steps
+    main, server = steps[0][1], steps[1][1]
+    assert main != server and {tid for _, tid, *_ in steps[1:]} == {server}
+    for (_, _, start, dur), (_, _, after, _) in zip(steps, steps[1:], strict=False):
+        assert start + dur <= after, steps  # the first ends at the worker's first step(), not with the profile
+    assert "unclosed_spans" not in health and "unattributed_ops" not in health, health
+    # opened in the first iteration, the client's span outlasts it: moved up, written once, holding every input
+    assert client == [(None, main)] and "ops_other_threads" not in health, (client, health)
+    assert randn_parents == {"client"}, randn_parents
+
+
 def test_nested_tensors_of_the_transformer_fast_path(tmp_path: Path) -> None:
     """A TransformerEncoder in eval with a padding mask runs its layers on a nested tensor, which has no shape:
     reading it raised inside the layer hook and the program died."""

@@ -446,7 +446,7 @@ def test_a_span_that_outlasts_the_one_open_at_its_start_nests_in_the_closest_tha
     health = {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
     count, detail = health["outlasting_spans"]
     assert count == 2 and detail.endswith(
-        "encloses it: aot_collect_metadata_data: compile_id=1/0 (1), pass_data: compile_id=1/0 (1)"
+        "innermost span that encloses it: aot_collect_metadata_data: compile_id=1/0 (1), pass_data: compile_id=1/0 (1)"
     ), detail
     assert health["nesting_conflicts"][0] == 1 and health["nesting_conflicts"][1].endswith(
         ": late_data: compile_id=1/0 (1)"

@@ -17,9 +17,9 @@ from typing import Any
 from xstack.trace.sink import Sink
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class OpenSpan:
-    """A span that has started and not yet ended."""
+    """A span that has started and not yet ended (equal to itself only: stacks are searched by identity)."""
 
     span_id: int
     parent_id: int | None
@@ -67,6 +67,8 @@ class Recorder:
         self.unclosed = 0
         self._ids = itertools.count(1)
         self._local = threading.local()
+        self._stacks: dict[int, list[OpenSpan]] = {}
+        """Each thread's stack by native id: an iteration opened on one thread may end on another."""
         self._lock = threading.Lock()
         self.disabled = False
         _recorders.add(self)
@@ -85,7 +87,8 @@ class Recorder:
         stack: list[OpenSpan] | None = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
-            self._local.tid = threading.get_native_id()
+            tid = self._local.tid = threading.get_native_id()
+            self._stacks[tid] = stack  # a thread that ended before left its id to this one
         return stack
 
     def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None, *, floating: bool = False) -> OpenSpan:
@@ -127,6 +130,8 @@ class Recorder:
             stack.pop()  # the usual case: the innermost open span ends
         else:
             if not any(open_span is span for open_span in stack):
+                if span.floating:
+                    self._end_elsewhere(span, end_ns, attrs)
                 return
             inside = []
             while (top := stack.pop()) is not span:
@@ -142,6 +147,25 @@ class Recorder:
                     open_span.parent_id = span.parent_id
                 kept.append(open_span)
             stack.extend(kept)
+        if attrs:
+            span.attrs.update(attrs)
+        self._write(span, end_ns)
+
+    def _end_elsewhere(self, span: OpenSpan, end_ns: int, attrs: dict[str, Any] | None) -> None:
+        """End an iteration open on another thread: the program marks its iterations on a thread other than the
+        one the profile began on (a server's worker thread, a training loop run in a thread). The spans that
+        thread opened inside it stay open, moved up to its parent, for that thread to end. Identity-only list
+        operations, each atomic, so that the owner may push and pop meanwhile."""
+        owner = self._stacks.get(span.tid)
+        if owner is None:
+            return
+        try:
+            owner.remove(span)
+        except ValueError:
+            return  # no longer open
+        for open_span in list(owner):
+            if open_span.parent_id == span.span_id:
+                open_span.parent_id = span.parent_id
         if attrs:
             span.attrs.update(attrs)
         self._write(span, end_ns)

@@ -34,7 +34,18 @@ __all__ = ["OTHER_THREADS_CHECK", "ImportedRun", "import_kineto", "merge_live", 
 OTHER_THREADS_CHECK = _mapping.OTHER_THREADS_CHECK
 
 DEFAULT_CHUNK_BYTES = 4 << 20
-_TEMP_TABLES = ("raw", "xm", "x", "host_start", "host_parent", "other_parent")
+_TEMP_TABLES = (
+    "raw",
+    "xm",
+    "x",
+    "host_start",
+    "host_parent",
+    "host_lost",
+    "host_broken",
+    "host_round",
+    "host_try",
+    "other_parent",
+)
 
 
 @dataclass
@@ -245,7 +256,8 @@ def _health(
     rows = [(c, n, detail + _launch_names(con, run_id) if c == "launches_without_device_event" and n else detail)
             for c, n, detail in rows]  # fmt: skip
     if run_wide:
-        rows = _with_names(rows, _loose_op_names(con, run_id))
+        loose = _loose_op_names(con, run_id)
+        rows += [(c, sum(loose[c].values()), d + names_line(loose[c])) for c, d in _sql.LOOSE_OPS_DETAIL.items()]
     if mode is not None and run_wide:
         rows.append(mode)
     if run_wide:
@@ -276,7 +288,8 @@ def _overlap_names(con: duckdb.DuckDBPyConnection) -> dict[str, Counter[str]]:
     check: nesting_conflicts, those no span encloses; outlasting_spans, those nested in a span further out.
     torch.compile's marks of its own compile steps, typically."""
     found = con.execute(
-        "SELECT h.encloses, x.name, count(*) FROM host_parent h JOIN x USING (span_id) WHERE h.outlasts GROUP BY 1, 2"
+        "SELECT h.encloses, x.name, count(*) FROM host_parent h JOIN x USING (span_id) "
+        "WHERE h.outlasts AND x.cat <> 'xstack' GROUP BY 1, 2"
     ).fetchall()
     names: dict[str, Counter[str]] = {}
     for nested, name, n in found:
@@ -290,16 +303,11 @@ def _with_names(rows: list[tuple[str, int, str]], names: dict[str, Counter[str]]
 
 
 def _loose_op_names(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Counter[str]]:
-    """The ops of the unattributed_ops and ops_other_threads checks by name, per check."""
-    return {
-        check: Counter(
-            {str(name): int(n) for name, n in con.execute(f"SELECT name, count(*) {sql} GROUP BY 1").fetchall()}
-        )
-        for check, sql in (
-            ("unattributed_ops", _sql.loose_ops(run_id, framed=True)),
-            (_mapping.OTHER_THREADS_CHECK, _sql.loose_ops(run_id, framed=False)),
-        )
-    }
+    """The ops with no parent by name, per health check: unattributed_ops, ops_other_threads (``_sql.loose_ops``)."""
+    names: dict[str, Counter[str]] = {check: Counter() for check in _sql.LOOSE_OPS_DETAIL}
+    for framed, name, n in con.execute(_sql.loose_ops(run_id)).fetchall():
+        names["unattributed_ops" if framed else _mapping.OTHER_THREADS_CHECK][str(name)] = int(n)
+    return names
 
 
 def other_thread_ops(con: duckdb.DuckDBPyConnection, run_id: int) -> str:

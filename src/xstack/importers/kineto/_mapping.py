@@ -61,8 +61,9 @@ OTHER_THREADS_CHECK: Final = "ops_other_threads"
 """The health check of the ops outside every span of their thread on threads other than the one that runs the
 iterations (a thread pool's): charged to their thread, with no span of the loop to nest in, so informational."""
 OUTLASTING_CHECK: Final = "outlasting_spans"
-"""The health check of host spans that outlast the span open at their start and nest in the closest one that
-encloses them instead: PyTorch's own marks (torch.compile's), not a gap, so informational."""
+"""The health check of host spans that a span around them ended before (out of order), nested in the innermost
+span that encloses them instead: PyTorch's own marks (torch.compile's), a program's span across an iteration
+ended on another thread; not a gap, so informational."""
 
 ABSURD_DURATION_NS: Final = 24 * 3600 * 10**9
 """A span longer than a day is a clock or unit error, not a measurement: it is skipped and counted."""

@@ -173,12 +173,12 @@ DROP TABLE xm;
 """
 
 
-HOST_PARENTS = """
-CREATE OR REPLACE TEMP TABLE host_start AS
-WITH host AS (
-    SELECT span_id, pid, tid, start_ns, start_ns + dur_ns AS end_ns, dur_ns
-    FROM x WHERE NOT on_gpu AND level IN ('model', 'layer', 'op', 'runtime')
-), ev AS (
+def _starts(table: str, host: str) -> str:
+    """SQL: the table ``table`` of the starts of the host spans ``host`` (a query of span_id, pid, tid, start_ns,
+    end_ns, dur_ns) with their depth (the spans open on their thread as they start) and their order there."""
+    return f"""
+CREATE OR REPLACE TEMP TABLE {table} AS
+WITH host AS ({host}), ev AS (
     SELECT span_id, pid, tid, start_ns AS t, 1 AS kind, start_ns AS s, end_ns AS e, 0 AS sub, 1 AS delta
     FROM host
     UNION ALL
@@ -194,33 +194,73 @@ WITH host AS (
     FROM ev
 )
 SELECT span_id, pid, tid, depth, seq, s, e FROM run WHERE delta = 1;
--- The starts are a table, not a CTE, so that their windows are computed once for both sides of the join.
+"""
+
+
+def _parent_by_depth(starts: str, children: str = "") -> str:
+    """SQL: for each start of ``starts`` (of ``children``, a condition on ``c``), the span found by depth: the last
+    to start, before it, one level up (the innermost one open at its start, where spans end in order)."""
+    return f"""SELECT c.span_id, p.span_id AS parent_id, p.s <= c.s AND p.e >= c.e AS encloses
+FROM {starts} c ASOF JOIN {starts} p
+  ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.seq > p.seq {children}"""
+
+
+_LOST_ROUNDS = 3
+"""How many times the spans left without a parent look for one again, each time with the spans that ended
+before them set aside."""
+
+
+def _lost_round() -> str:
+    """SQL: one round for the host spans still without a parent (``host_lost``). The span depth gave each ended
+    before it (out of order: a ``record_function`` left after the dispatch mode's call it started in, an
+    iteration ended while a span of the program crossed it); set those aside, the depths of the spans of those
+    threads are counted again, and a span now found within its parent takes it."""
+    return (
+        "INSERT INTO host_broken SELECT DISTINCT tried FROM host_lost "
+        "WHERE tried NOT IN (SELECT span_id FROM host_broken);\n"
+        + _starts(
+            "host_round",
+            "SELECT span_id, pid, tid, s AS start_ns, e AS end_ns, e - s AS dur_ns FROM host_start h "
+            "SEMI JOIN (SELECT DISTINCT pid, tid FROM host_lost JOIN host_start USING (span_id)) USING (pid, tid) "
+            "WHERE span_id NOT IN (SELECT span_id FROM host_broken)",
+        )
+        + f"""CREATE OR REPLACE TEMP TABLE host_try AS
+{_parent_by_depth("host_round", "WHERE c.span_id IN (SELECT span_id FROM host_lost)")};
+UPDATE host_parent SET parent_id = t.parent_id, encloses = true FROM host_try t
+WHERE t.encloses AND host_parent.span_id = t.span_id;
+DELETE FROM host_lost WHERE span_id NOT IN (SELECT span_id FROM host_try WHERE NOT encloses);
+UPDATE host_lost SET tried = t.parent_id FROM host_try t WHERE host_lost.span_id = t.span_id;
+"""
+    )
+
+
+HOST_PARENTS = (
+    _starts(
+        "host_start",
+        "SELECT span_id, pid, tid, start_ns, start_ns + dur_ns AS end_ns, dur_ns FROM x "
+        "WHERE NOT on_gpu AND level IN ('model', 'layer', 'op', 'runtime')",
+    )
+    + f"""-- The starts are a table, not a CTE, so that their windows are computed once for both sides of the join.
 -- outlasts is true where the span found by depth (the innermost one open at the child's start) ends before
 -- the child does: PyTorch's record_function entered in a dispatch mode's call and left after it, as
 -- torch.compile's marks of its compile steps are. Carrying the bounds here saves a join with x.
 CREATE OR REPLACE TEMP TABLE host_parent AS
-SELECT c.span_id, p.span_id AS parent_id, p.s <= c.s AND p.e >= c.e AS encloses,
-    NOT (p.s <= c.s AND p.e >= c.e) AS outlasts
-FROM host_start c ASOF JOIN host_start p
-  ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.seq > p.seq;
--- Such a child nests in the closest of the spans open at its start that encloses it: the latest start at each
--- lower depth before it is the span open there. One with none keeps no host parent (a nesting conflict).
-CREATE OR REPLACE TEMP TABLE host_ancestor AS
-WITH lost AS (
-    SELECT c.span_id, c.pid, c.tid, c.seq, c.s, c.e, c.depth - k AS depth, k FROM (
-        SELECT c.*, unnest(range(2, CAST(c.depth AS BIGINT) + 1)) AS k
-        FROM host_parent h JOIN host_start c USING (span_id) WHERE h.outlasts
-    ) c
-)
-SELECT l.span_id, arg_min(p.span_id, l.k) AS parent_id
-FROM lost l ASOF JOIN host_start p ON l.pid = p.pid AND l.tid = p.tid AND l.depth = p.depth AND l.seq > p.seq
-WHERE p.s <= l.s AND p.e >= l.e
-GROUP BY l.span_id;
-UPDATE host_parent SET parent_id = a.parent_id, encloses = true FROM host_ancestor a
-WHERE host_parent.span_id = a.span_id;
-DROP TABLE host_ancestor;
+SELECT *, NOT encloses AS outlasts FROM ({_parent_by_depth("host_start")});
+-- Such a child nests in the innermost span that encloses it, found in rounds (_lost_round); the live spans a
+-- merge stages (cat 'xstack') have their parents from the recorder. One that finds none keeps no host parent
+-- (a nesting conflict).
+CREATE OR REPLACE TEMP TABLE host_lost AS
+SELECT h.span_id, h.parent_id AS tried FROM host_parent h JOIN x USING (span_id) WHERE h.outlasts AND x.cat <> 'xstack';
+CREATE OR REPLACE TEMP TABLE host_broken (span_id BIGINT);
+"""
+    + _lost_round() * _LOST_ROUNDS
+    + """DROP TABLE IF EXISTS host_round;
+DROP TABLE IF EXISTS host_try;
+DROP TABLE host_lost;
+DROP TABLE host_broken;
 DROP TABLE host_start;
 """
+)
 
 OTHER_PARENTS = f"""
 CREATE OR REPLACE TEMP TABLE other_parent AS
@@ -326,21 +366,33 @@ def range_profiler_mode(run_id: int) -> str:
         ({_unpaired_flows(M.CPU_TO_GPU_FLOWS)})"""
 
 
-def loose_ops(run_id: int, *, framed: bool) -> str:
-    """``FROM ... WHERE ...`` of the ops of run ``run_id`` with no parent: ``framed``, those on a thread that holds
-    the run's iterations (its steps, ``ProfilerStep#N``, a live run's region; every such op where no thread does:
-    a trace without them); else, where some thread does, those of the other threads (a thread pool's, a server's
-    worker), which no span of the program's loop holds."""
+LOOSE_OPS_DETAIL = {
+    "unattributed_ops": "ops with no enclosing layer, op or annotation on their thread",
+    M.OTHER_THREADS_CHECK: "not a gap in the trace: operators run outside every span of their thread on threads other "
+    "than the one that runs the iterations (a thread pool's, a loader's or a server's threads), charged to their "
+    "thread",
+}
+"""The health checks of the ops with no parent (``loose_ops``), with their details."""
+
+
+def loose_ops(run_id: int) -> str:
+    """SQL: the ops of run ``run_id`` with no parent, counted by name and by whether each is on the thread of its
+    process that runs the iterations (``framed``: the thread that holds the most of its steps, ``ProfilerStep#N``,
+    a live run's region or what followed its last step; every such op of a process with none) or on another
+    (a thread pool's, a server's client thread), which no span of the program's loop holds."""
     run = int(run_id)
-    kind = f"f.attrs->>'$.\"{A.MODEL_KIND}\"'"
-    main = (
-        f"SELECT 1 FROM _spans f WHERE f.run_id = {run} AND f.level = 'model' AND f.parent_id IS NULL "
-        f"AND ({kind} IN ('step', 'region', 'tail') "
-        f"OR ({kind} IS NULL AND regexp_matches(f.name, '^ProfilerStep#[0-9]+$')))"
+    kind = f"attrs->>'$.\"{A.MODEL_KIND}\"'"
+    loops = f"""(SELECT pid, tid FROM (
+        SELECT pid, tid, count(*) AS n, max(count(*)) OVER (PARTITION BY pid) AS most FROM _spans
+        WHERE run_id = {run} AND level = 'model' AND parent_id IS NULL AND ({kind} IN ('step', 'region', 'tail')
+            OR ({kind} IS NULL AND regexp_matches(name, '^ProfilerStep#[0-9]+$')))
+        GROUP BY pid, tid) WHERE n = most)"""
+    on_loop = f"EXISTS (SELECT 1 FROM {loops} l WHERE l.pid = o.pid AND l.tid = o.tid)"
+    looping = f"EXISTS (SELECT 1 FROM {loops} l WHERE l.pid = o.pid)"
+    return (
+        f"SELECT {on_loop} OR NOT {looping} AS framed, name, count(*) FROM _spans o "
+        f"WHERE o.run_id = {run} AND o.level = 'op' AND o.parent_id IS NULL GROUP BY 1, 2"
     )
-    on_thread = f"EXISTS ({main} AND f.pid = o.pid AND f.tid = o.tid)"
-    where = f"({on_thread} OR NOT EXISTS ({main}))" if framed else f"NOT {on_thread} AND EXISTS ({main})"
-    return f"FROM _spans o WHERE o.run_id = {run} AND o.level = 'op' AND o.parent_id IS NULL AND {where}"
 
 
 def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str, str, str]]:
@@ -384,18 +436,6 @@ def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str
             "complete events without ts or dur: skipped",
         ),
         (
-            "unattributed_ops",
-            f"SELECT count(*) {loose_ops(run_id, framed=True)}",
-            "ops with no enclosing layer, op or annotation on their thread",
-        ),
-        (
-            M.OTHER_THREADS_CHECK,
-            f"SELECT count(*) {loose_ops(run_id, framed=False)}",
-            "not a gap in the trace: operators run outside every span of their thread on threads other than the "
-            "one that runs the iterations (a thread pool's, a loader's or a server's threads), charged to their "
-            "thread",
-        ),
-        (
             "unattributed_runtime_calls",
             f"SELECT count(*) {s} AND level = 'runtime' AND parent_id IS NULL",
             "runtime calls with no enclosing op on their thread",
@@ -407,15 +447,17 @@ def health_queries(run_id: int, *, device_traced: bool = True) -> list[tuple[str
         ),
         (
             "nesting_conflicts",
-            "SELECT count(*) FROM host_parent WHERE NOT encloses",
+            "SELECT count(*) FROM host_parent h JOIN x USING (span_id) WHERE NOT h.encloses AND x.cat <> 'xstack'",
             "host spans that overlap a neighbour without nesting in it (left without that parent)",
         ),
         (
             M.OUTLASTING_CHECK,
-            "SELECT count(*) FROM host_parent WHERE outlasts AND encloses",
-            "not a gap in the trace: host spans that outlast the span open at their start (PyTorch's "
-            "record_function entered within a dispatch mode's call and left after it, as torch.compile's marks of "
-            "its compile steps are), each nested in the closest span that encloses it",
+            "SELECT count(*) FROM host_parent h JOIN x USING (span_id) WHERE h.outlasts AND h.encloses "
+            "AND x.cat <> 'xstack'",
+            "not a gap in the trace: host spans that spans around them ended before (PyTorch's record_function "
+            "entered within a dispatch mode's call and left after it, as torch.compile's marks of its compile steps "
+            "are; an iteration ended on another thread while a span of the program ran across its end), each "
+            "nested in the innermost span that encloses it",
         ),
         (
             "duplicate_correlation_ids",
