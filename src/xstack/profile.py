@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from xstack import collect, salvage
 from xstack.collect._cpus import usable_cpus
@@ -508,7 +510,7 @@ class _OptimizerSteps:
         self.ended += 1
         profile._advance()
         if profile.done:  # stops the program there, as ``xstack.step()`` does
-            raise PassComplete(f"{counted(profile.completed, 'iteration')} recorded")
+            _complete(profile)
 
     def health(self) -> list[tuple[str, int, str]]:
         """The informational row that says where the run's iterations came from, when an optimizer ended any;
@@ -617,7 +619,30 @@ def step() -> None:
     if _current is not None and _current._recorder is not None:
         _current.step()
         if _current.done:
-            raise PassComplete(f"{counted(_current.completed, 'iteration')} recorded")
+            _complete(_current)
+
+
+_stopped_from: str | None = None
+"""The thread whose ``step()`` ended the pass, where that was not the main thread (``stopped_from``)."""
+
+
+def _complete(profile: Profile) -> NoReturn:
+    """End the program: its pass has recorded its iterations. Marked on another thread (a server's worker),
+    the iterations end that thread, and the main thread, which may be waiting for it, is interrupted too (a
+    SIGINT sent to it alone, which ``xstack run`` tells from a Ctrl-C by ``stopped_from``)."""
+    global _stopped_from
+    if threading.current_thread() is not threading.main_thread() and _stopped_from is None:
+        _stopped_from = threading.current_thread().name
+        main = threading.main_thread().ident
+        if main is not None:
+            signal.pthread_kill(main, signal.SIGINT)
+    raise PassComplete(f"{counted(profile.completed, 'iteration')} recorded")
+
+
+def stopped_from() -> str | None:
+    """The thread that ended the pass where it was not the main thread (its ``step()`` interrupted the main
+    thread); None otherwise."""
+    return _stopped_from
 
 
 def profile(

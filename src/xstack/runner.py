@@ -40,7 +40,7 @@ from xstack.collect.syscalls import run_traced
 from xstack.errors import StoreError, UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
-from xstack.profile import PassComplete, Profile, describe_failure, parse_levels, ranked
+from xstack.profile import PassComplete, Profile, describe_failure, parse_levels, ranked, stopped_from
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store, append_store, check_new, scratch_path
@@ -535,7 +535,17 @@ class _ProgramFailed(Exception):
         self.reason = reason
 
 
+def _quiet_pass_complete(args: threading.ExceptHookArgs) -> None:
+    """``threading.excepthook`` that lets a thread end silently where its ``step()`` ended the pass."""
+    if not (isinstance(args.exc_type, type) and issubclass(args.exc_type, PassComplete)):
+        _THREAD_HOOK(args)
+
+
+_THREAD_HOOK = threading.excepthook
+
+
 def _execute(program: Program) -> int:
+    threading.excepthook = _quiet_pass_complete
     try:
         if program.code is not None:
             _run_code(program.code)
@@ -551,6 +561,8 @@ def _execute(program: Program) -> int:
             raise _ProgramFailed(code, f"exit code {code}") from None
         return 0
     except KeyboardInterrupt:
+        if stopped_from() is not None:  # the pass ended on another thread, which interrupted this one
+            return 0
         print("KeyboardInterrupt", file=sys.stderr)
         raise _ProgramFailed(130, "KeyboardInterrupt") from None
     except BaseException as exc:

@@ -328,3 +328,42 @@ def test_a_negative_overhead_within_the_passes_spread_is_said_to_be_noise(tmp_pa
     )  # fmt: skip
     line = next(ln for ln in summary.stdout.splitlines() if "model+layer" in ln and "ms" in ln)
     assert f"{row['added_pct']:+.1f}" in line and f"within noise (±{row['noise_pct']:.1f}%)" in line, line
+
+
+SERVER = """
+import queue, sys, threading, torch, xstack
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+requests, replies = queue.Queue(), queue.Queue()
+def serve():
+    while (x := requests.get()) is not None:
+        with torch.no_grad():
+            y = model(x)
+        xstack.step()  # one iteration per request, marked on the worker thread
+        replies.put(y)
+worker = threading.Thread(target=serve, name="server")
+worker.start()
+for i in range(1000):
+    requests.put(torch.randn(8, 16))
+    replies.get()  # waits for the worker, which the pass stops
+print("served")
+requests.put(None)
+worker.join()
+"""
+
+
+def test_a_pass_whose_iterations_are_marked_on_a_worker_thread_stops_the_whole_program(tmp_path: Path) -> None:
+    """The pass's last ``step()`` ended the worker thread only: the main thread, waiting for its reply, waited
+    for ever. The main thread is interrupted too, and the pass ends as one stopped on the main thread does."""
+    (tmp_path / "serve.py").write_text(textwrap.dedent(SERVER))
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "profile", "-o", str(tmp_path / "p.duckdb"), "--warmup", "1", "--iters",
+         "3", "--", "python", "serve.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "served" not in done.stdout and "PassComplete" not in done.stderr and "Traceback" not in done.stderr
+    runs = _runs(tmp_path / "p.duckdb")
+    assert [r[0] for r in runs] == ["model", "model+layer", "model+layer+op", "merged"]
+    assert all(config["status"] == "complete" and config["steps_completed"] == 4 for _, config in runs[:3]), runs
