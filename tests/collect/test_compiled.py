@@ -71,16 +71,23 @@ def _health(prof: Any) -> dict[str, tuple[int, str]]:
         return {c: (n, d) for c, n, d in store.query('SELECT "check", count, detail FROM health')}
 
 
+def _compiled_as_without_profiler(tmp_path: Path, backend: str, levels: str) -> Any:
+    """Three training steps of the model compiled with ``backend``, without the profiler and profiled at
+    ``levels``: the profile, the losses checked equal."""
+    model = _model()
+    plain = _run(torch.compile(model, backend=backend), model)
+    torch._dynamo.reset()
+    model = _model()
+    with xstack.profile(levels=levels, path=tmp_path / "p.duckdb") as prof:
+        profiled = _run(torch.compile(model, backend=backend), model, prof)
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    return prof
+
+
 def test_a_compiled_model_runs_and_computes_as_without_the_profiler(tmp_path: Path) -> None:
     """The layer hooks ran inside torch's tracer, which failed on them: the program died with an
     AssertionError from dynamo ("already tracked for mutation")."""
-    model = _model()
-    plain = _run(torch.compile(model, backend="eager"), model)
-    torch._dynamo.reset()
-    model = _model()
-    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
-        profiled = _run(torch.compile(model, backend="eager"), model, prof)
-    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    prof = _compiled_as_without_profiler(tmp_path, "eager", "model,layer")
     layers = _spans(prof, "layer")
     # one span per call of the compiled model, named as the model is without torch.compile; no module inside it
     assert [name for name, _ in layers] == ["Sequential"] * 3
@@ -208,13 +215,7 @@ def test_torch_compile_s_marks_of_its_autograd_tracing_nest_in_the_compilation(t
     compile_id=0/0``) within the call of its dispatch mode and leaves them after it: each was left without a
     parent, an unattributed op and a nesting conflict, health findings on every compiled run that lost nothing.
     They nest in the compilation's phase that encloses them, and health counts them for information only."""
-    model = _model()
-    plain = _run(torch.compile(model, backend="aot_eager"), model)
-    torch._dynamo.reset()
-    model = _model()
-    with xstack.profile(levels="model,layer,op", path=tmp_path / "p.duckdb") as prof:
-        profiled = _run(torch.compile(model, backend="aot_eager"), model, prof)
-    assert all(torch.equal(a, b) for a, b in zip(plain, profiled, strict=True))
+    prof = _compiled_as_without_profiler(tmp_path, "aot_eager", "model,layer,op")
     health = _health(prof)
     assert not {"nesting_conflicts", "unattributed_ops"} & set(health), health
     count, detail = health["outlasting_spans"]

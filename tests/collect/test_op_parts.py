@@ -26,23 +26,18 @@ model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(8, 32), torch.randn(8, 4)
 mode = sys.argv[1]
+stop = threading.Event()
+def busy():  # operators until stopped
+    a = torch.randn(16, 16)
+    while not stop.is_set():
+        a = (a @ a).tanh()
 if mode == "thread":  # another thread of the program in operators the whole time
-    stop = threading.Event()
-    def busy():
-        a = torch.randn(16, 16)
-        while not stop.is_set():
-            a = (a @ a).tanh()
     worker = threading.Thread(target=busy, name="busy-ops")
     worker.start()
 if mode in ("pool", "busy-pool"):  # a thread pool runs operators in each iteration, then waits for the next
     from concurrent.futures import ThreadPoolExecutor
     pool = ThreadPoolExecutor(2, thread_name_prefix="loader")
     if mode == "busy-pool":  # and one of its workers runs operators the whole time
-        stop = threading.Event()
-        def busy():
-            a = torch.randn(16, 16)
-            while not stop.is_set():
-                a = (a @ a).tanh()
         running = pool.submit(busy)
 if mode == "tqdm":  # a progress bar: tqdm's monitor thread runs beside the loop, and never an operator
     from tqdm import tqdm
