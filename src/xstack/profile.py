@@ -14,8 +14,8 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
@@ -624,6 +624,20 @@ def step() -> None:
 
 _stopped_from: str | None = None
 """The thread whose ``step()`` ended the pass, where that was not the main thread (``stopped_from``)."""
+_main_in_program = False
+"""Whether the main thread runs the program (``running_program``), so that a pass ended on another thread may
+interrupt it; not once the program has returned and the profile is being completed."""
+
+
+@contextmanager
+def running_program() -> Iterator[None]:
+    """Around the program's run in the main thread: a pass its other threads end interrupts it there only."""
+    global _main_in_program
+    _main_in_program = True
+    try:
+        yield
+    finally:
+        _main_in_program = False
 
 
 def _complete(profile: Profile) -> NoReturn:
@@ -631,7 +645,7 @@ def _complete(profile: Profile) -> NoReturn:
     the iterations end that thread, and the main thread, which may be waiting for it, is interrupted too (a
     SIGINT sent to it alone, which ``xstack run`` tells from a Ctrl-C by ``stopped_from``)."""
     global _stopped_from
-    if threading.current_thread() is not threading.main_thread() and _stopped_from is None:
+    if threading.current_thread() is not threading.main_thread() and _stopped_from is None and _main_in_program:
         _stopped_from = threading.current_thread().name
         main = threading.main_thread().ident
         if main is not None:

@@ -40,7 +40,15 @@ from xstack.collect.syscalls import run_traced
 from xstack.errors import StoreError, UsageError
 from xstack.leveled.passes import pass_config
 from xstack.leveled.progress import PassProgress
-from xstack.profile import PassComplete, Profile, describe_failure, parse_levels, ranked, stopped_from
+from xstack.profile import (
+    PassComplete,
+    Profile,
+    describe_failure,
+    parse_levels,
+    ranked,
+    running_program,
+    stopped_from,
+)
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store, append_store, check_new, scratch_path
@@ -547,12 +555,13 @@ _THREAD_HOOK = threading.excepthook
 def _execute(program: Program) -> int:
     threading.excepthook = _quiet_pass_complete
     try:
-        if program.code is not None:
-            _run_code(program.code)
-        elif program.script is not None:
-            runpy.run_path(str(program.script.resolve()), run_name="__main__")  # __file__ absolute, as python's
-        else:
-            runpy.run_module(program.module or "", run_name="__main__", alter_sys=True)
+        with running_program():
+            if program.code is not None:
+                _run_code(program.code)
+            elif program.script is not None:
+                runpy.run_path(str(program.script.resolve()), run_name="__main__")  # __file__ absolute, as python's
+            else:
+                runpy.run_module(program.module or "", run_name="__main__", alter_sys=True)
     except PassComplete:
         return 0
     except SystemExit as exc:

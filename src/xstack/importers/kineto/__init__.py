@@ -284,9 +284,9 @@ def names_line(found: Counter[str]) -> str:
 
 
 def _overlap_names(con: duckdb.DuckDBPyConnection) -> dict[str, Counter[str]]:
-    """The staged spans that overlap the span open at their start without nesting in it, by name, per health
-    check: nesting_conflicts, those no span encloses; outlasting_spans, those nested in a span further out.
-    torch.compile's marks of its own compile steps, typically."""
+    """The staged spans whose span found by depth ended before them, by name, per health check:
+    nesting_conflicts, those no span encloses; outlasting_spans, those nested in the innermost span that does
+    (``_sql.HOST_PARENTS``). torch.compile's marks of its own compile steps, typically."""
     found = con.execute(
         "SELECT h.encloses, x.name, count(*) FROM host_parent h JOIN x USING (span_id) "
         "WHERE h.outlasts AND x.cat <> 'xstack' GROUP BY 1, 2"
