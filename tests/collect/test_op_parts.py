@@ -42,6 +42,9 @@ if mode in ("pool", "busy-pool"):  # a thread pool runs operators in each iterat
 if mode == "tqdm":  # a progress bar: tqdm's monitor thread runs beside the loop, and never an operator
     from tqdm import tqdm
     bar = tqdm(total=int(sys.argv[2]), mininterval=0.5)
+if mode == "tensorboard":  # a SummaryWriter's thread writes the events the loop logs, and runs no operator
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter("runs")
 if mode == "cycles":  # no cyclic garbage collection: what a written part leaves must be freed by its count
     import gc
     gc.disable()
@@ -52,6 +55,8 @@ if mode == "grow":  # 8 MiB more every iteration, against a part's memory budget
 for i in range(int(sys.argv[2])):
     if mode == "tqdm":
         bar.update()
+    if mode == "tensorboard":
+        writer.add_scalar("loss", nn.functional.mse_loss(model(x), y).detach(), i)
     if mode in ("pool", "busy-pool"):
         x = pool.submit(lambda: torch.randn(8, 32, generator=torch.Generator().manual_seed(i)) * 2).result()
     with torch.autograd.profiler.record_function("my-iteration") if mode == "range" else torch.no_grad():
@@ -191,9 +196,13 @@ def test_a_part_size_that_is_no_size_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2 and "XSTACK_OP_PART_MB='lots': not a size in MiB" in done.stderr, done.stderr
 
 
-def test_a_progress_bars_monitor_thread_does_not_hold_the_parts_back(tmp_path: Path) -> None:
-    pytest.importorskip("tqdm", reason="tqdm is not installed")
-    _, store = _run(tmp_path, "tqdm", 300)
+@pytest.mark.parametrize("mode", ["tqdm", "tensorboard"])
+def test_a_progress_bar_or_an_event_writer_thread_does_not_hold_the_parts_back(tmp_path: Path, mode: str) -> None:
+    """tqdm's monitor thread, and the thread of tensorboard's ``SummaryWriter``, which writes the events a training
+    loop logs: neither runs an operator, and the latter held every part back (the trace was written in one piece,
+    its memory unbounded)."""
+    pytest.importorskip(mode, reason=f"{mode} is not installed")
+    _, store = _run(tmp_path, mode, 300)
     _, health = _ops_per_step(store)
     parts, detail = health["op_level_parts"]
     assert parts >= 3 and "held back" not in detail, detail

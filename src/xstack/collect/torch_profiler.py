@@ -376,8 +376,9 @@ def _new_profile(activities: list[Any]) -> Any:
 QUIET_THREADS = ("xstack-", "QueueFeederThread")
 """Name prefixes of the threads that never run a PyTorch operator: the profiler's own, and those of
 ``multiprocessing`` queues (a DataLoader's index queues to its workers)."""
-QUIET_THREAD_TYPES = frozenset({"TMonitor"})
-"""Class names of threads that never run a PyTorch operator: tqdm's progress-bar monitor."""
+QUIET_THREAD_TYPES = frozenset({"TMonitor", "_AsyncWriterThread"})
+"""Class names of threads that never run a PyTorch operator: tqdm's progress-bar monitor, and the thread that
+writes the events of a ``SummaryWriter`` (``torch.utils.tensorboard``, serialized by the caller's thread)."""
 
 
 def _idle_pool_worker(thread: threading.Thread, frames: dict[int, Any]) -> bool:
