@@ -312,6 +312,21 @@ def test_iterations_marked_on_another_thread_end_where_it_marks_them(tmp_path: P
     assert randn_parents == {"client"}, randn_parents
 
 
+def test_a_thread_per_request_keeps_the_recorders_memory_bounded(tmp_path: Path) -> None:
+    """Each thread's stack is kept so that an iteration may end on another thread; a server starting a thread
+    per request would keep one per thread it ever ran, the ended ones' included."""
+    import threading
+
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        for i in range(600):
+            worker = threading.Thread(target=lambda: xstack.span("request")(sum)(range(100)), name=f"request-{i}")
+            worker.start()
+            worker.join()
+        assert prof._recorder is not None and len(prof._recorder._stacks) <= 300
+    with prof.open() as store:
+        assert store.query("SELECT count(*) FROM spans WHERE name = 'request'") == [(600,)]
+
+
 def test_nested_tensors_of_the_transformer_fast_path(tmp_path: Path) -> None:
     """A TransformerEncoder in eval with a padding mask runs its layers on a nested tensor, which has no shape:
     reading it raised inside the layer hook and the program died."""

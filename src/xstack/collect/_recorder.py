@@ -34,6 +34,9 @@ class OpenSpan:
 
 _time_ns = time.time_ns
 
+_PRUNE_STACKS = 256
+"""Threads known to a recorder past which the empty stacks of threads that have ended are let go."""
+
 _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
@@ -88,7 +91,10 @@ class Recorder:
         if stack is None:
             stack = self._local.stack = []
             tid = self._local.tid = threading.get_native_id()
-            self._stacks[tid] = stack  # a thread that ended before left its id to this one
+            if len(self._stacks) >= _PRUNE_STACKS:  # a server starting a thread per request: forget ended ones
+                live = {t.native_id for t in threading.enumerate()}
+                self._stacks = {k: v for k, v in self._stacks.items() if v or k in live}
+            self._stacks[tid] = stack  # a thread that ended before may have left its id to this one
         return stack
 
     def begin(self, level: str, name: str, attrs: dict[str, Any] | None = None, *, floating: bool = False) -> OpenSpan:
