@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -627,17 +628,47 @@ _stopped_from: str | None = None
 _main_in_program = False
 """Whether the main thread runs the program (``running_program``), so that a pass ended on another thread may
 interrupt it; not once the program has returned and the profile is being completed."""
+_on_sigint: Any = None
+"""The profile's SIGINT handler while ``running_program`` has it in place."""
+_interrupted = False
+"""Whether that handler has ended the pass in the main thread."""
+RESEND_S = 0.05
+"""How often the main thread is interrupted again until it is: a signal that arrives just before it blocks (on a
+lock: a queue's ``get``) is handled only once it wakes."""
 
 
 @contextmanager
 def running_program() -> Iterator[None]:
-    """Around the program's run in the main thread: a pass its other threads end interrupts it there only."""
-    global _main_in_program
+    """Around the program's run in the main thread: a pass its other threads end interrupts it there only. Where
+    SIGINT has Python's handler or is ignored (a job started in the background by a shell without job control),
+    a handler of the profile's own takes its place meanwhile: it ends the pass where another thread did, once,
+    and otherwise does what the one it replaced did."""
+    global _main_in_program, _on_sigint
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        global _interrupted
+        if _stopped_from is not None:
+            if not _interrupted:
+                _interrupted = True
+                raise PassComplete(f"ended on thread {_stopped_from}")
+        elif previous is signal.default_int_handler:
+            signal.default_int_handler(signum, frame)
+
+    if previous in (signal.default_int_handler, signal.SIG_IGN):
+        try:
+            signal.signal(signal.SIGINT, on_sigint)
+            _on_sigint = on_sigint
+        except ValueError:  # not the main thread: nothing to interrupt there
+            pass
     _main_in_program = True
     try:
         yield
     finally:
         _main_in_program = False
+        if _on_sigint is not None and signal.getsignal(signal.SIGINT) is _on_sigint:
+            signal.signal(signal.SIGINT, previous)
+        _on_sigint = None
 
 
 def _complete(profile: Profile) -> NoReturn:
@@ -647,10 +678,19 @@ def _complete(profile: Profile) -> NoReturn:
     global _stopped_from
     if threading.current_thread() is not threading.main_thread() and _stopped_from is None and _main_in_program:
         _stopped_from = threading.current_thread().name
-        main = threading.main_thread().ident
-        if main is not None:
-            signal.pthread_kill(main, signal.SIGINT)
+        threading.Thread(target=_interrupt_main, name="xstack-stop", daemon=True).start()
     raise PassComplete(f"{counted(profile.completed, 'iteration')} recorded")
+
+
+def _interrupt_main() -> None:
+    """Send SIGINT to the main thread until the profile's handler has ended the pass there (once only, where the
+    program put a handler of its own in place, which may not be called twice)."""
+    main = threading.main_thread().ident
+    while main is not None and _main_in_program and not _interrupted:
+        signal.pthread_kill(main, signal.SIGINT)
+        if _on_sigint is None or signal.getsignal(signal.SIGINT) is not _on_sigint:
+            return
+        time.sleep(RESEND_S)
 
 
 def stopped_from() -> str | None:

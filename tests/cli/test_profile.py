@@ -367,3 +367,32 @@ def test_a_pass_whose_iterations_are_marked_on_a_worker_thread_stops_the_whole_p
     runs = _runs(tmp_path / "p.duckdb")
     assert [r[0] for r in runs] == ["model", "model+layer", "model+layer+op", "merged"]
     assert all(config["status"] == "complete" and config["steps_completed"] == 4 for _, config in runs[:3]), runs
+
+
+def test_the_main_thread_is_interrupted_again_until_the_pass_ends_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGINT that arrives just before the main thread blocks on a lock (a queue's get) is handled only once it
+    wakes, which it may never do: it is sent again until the profile's handler has ended the pass."""
+    import signal
+    import threading
+
+    p = importlib.import_module("xstack.profile")  # the module: the package's ``profile`` is its function
+    monkeypatch.setattr(p, "RESEND_S", 0.01)
+    seen = []
+
+    def handler(signum: int, frame: object) -> None:  # the first two as if lost, the third ends the pass
+        seen.append(signum)
+        if len(seen) == 3:
+            p._interrupted = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    monkeypatch.setattr(p, "_on_sigint", handler)
+    monkeypatch.setattr(p, "_main_in_program", True)
+    monkeypatch.setattr(p, "_interrupted", False)
+    try:
+        sender = threading.Thread(target=p._interrupt_main)
+        sender.start()
+        while sender.is_alive():
+            sender.join(0.01)  # Python runs the handler between these waits
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [signal.SIGINT] * 3
