@@ -34,6 +34,22 @@ class Node:
     name: str = ""
     start_ns: int = 0
     span_id: int = 0
+    pos: int = 0
+    """Its place among its parent's children of its level (the matched structure's order)."""
+
+
+def _in_order(kids: list[Node]) -> list[Node]:
+    """``kids``, in the order of their median offsets, with those of each level in their structure's order in the
+    places that level's take: a span that some iterations lack has its median offset from those that have it
+    and could pass a sibling that follows it in every iteration."""
+    places: dict[str, list[int]] = defaultdict(list)
+    for i, node in enumerate(kids):
+        places[node.level].append(i)
+    ordered = list(kids)
+    for slots in places.values():
+        for i, node in zip(slots, sorted((kids[i] for i in slots), key=lambda n: n.pos), strict=True):
+            ordered[i] = node
+    return ordered
 
 
 def layout(nodes: list[Node], root_start_ns: int) -> tuple[list[Node], int]:
@@ -54,7 +70,7 @@ def layout(nodes: list[Node], root_start_ns: int) -> tuple[list[Node], int]:
     queue = [root]
     while queue:
         parent = queue.pop()
-        kids = sorted(children.get(parent.key, ()), key=lambda n: (n.offset_ns, n.key))
+        kids = _in_order(sorted(children.get(parent.key, ()), key=lambda n: (n.offset_ns, n.key)))
         _place(parent, kids)
         placed += kids
         queue += kids

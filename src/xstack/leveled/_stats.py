@@ -22,7 +22,7 @@ NOISY_SPREAD: Final = 0.5
 _STATS: Final = f"""
 CREATE TEMP TABLE _lm_stats AS
 WITH obs AS (
-    SELECT t.key, t.parent_key, t.level, t.iter, t.run_id, t.span_id, t.dur_ns,
+    SELECT t.key, t.parent_key, t.level, t.pos, t.iter, t.run_id, t.span_id, t.dur_ns,
         t.start_ns - p.start_ns AS offset_ns, p.dur_ns AS parent_dur_ns
     FROM _lm_tree t
     JOIN _lm_ok USING (run_id, span_id)
@@ -33,7 +33,7 @@ ranked AS (
     SELECT *, row_number() OVER (PARTITION BY key ORDER BY dur_ns) AS rank, count(*) OVER (PARTITION BY key) AS n
     FROM obs
 )
-SELECT key, any_value(parent_key) AS parent_key, any_value(level) AS level, count(*) AS n,
+SELECT key, any_value(parent_key) AS parent_key, any_value(level) AS level, any_value(pos) AS pos, count(*) AS n,
     quantile_cont(dur_ns, 0.5) AS median_ns,
     avg(dur_ns) FILTER (WHERE rank > floor({TRIM} * n) AND rank <= n - floor({TRIM} * n)) AS trimmed_mean_ns,
     min(dur_ns) AS min_ns,

@@ -271,13 +271,13 @@ def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
     """The merged iteration's spans, placed: every matched key but the occasional spans and what they hold."""
     rows = con.execute(
         f"""SELECT s.key, s.parent_key, s.level, round(s.median_ns)::BIGINT, s.offset_ns, s.parent_dur_ns, b.tid,
-               b.name
+               b.name, s.pos
            FROM _lm_stats s JOIN _spans b ON b.run_id = s.rep_run AND b.span_id = s.rep_span
            WHERE s.key NOT IN (SELECT key FROM {APART})"""
     ).fetchall()
     nodes = [
-        _layout.Node(int(k), pk, lv, int(d), float(o or 0), float(pd or 0), t, name)
-        for k, pk, lv, d, o, pd, t, name in rows
+        _layout.Node(int(k), pk, lv, int(d), float(o or 0), float(pd or 0), t, name, pos=int(pos or 0))
+        for k, pk, lv, d, o, pd, t, name, pos in rows
     ]
     return _layout.layout(nodes, root_start_ns)
 
