@@ -639,11 +639,15 @@ lock: a queue's ``get``) is handled only once it wakes."""
 
 @contextmanager
 def running_program() -> Iterator[None]:
-    """Around the program's run in the main thread: a pass its other threads end interrupts it there only. Where
-    SIGINT has Python's handler or is ignored (a job started in the background by a shell without job control),
-    a handler of the profile's own takes its place meanwhile: it ends the pass where another thread did, once,
-    and otherwise does what the one it replaced did."""
+    """Around the program's run in the main thread: a pass (a profile with ``steps``) that its other threads end
+    interrupts it there only. Where SIGINT has Python's handler or is ignored (a job started in the background by
+    a shell without job control), a handler of the profile's own takes its place meanwhile: it ends the pass
+    where another thread did, once, and otherwise does what the one it replaced did. A run without ``steps``
+    leaves the program's signals as they are."""
     global _main_in_program, _on_sigint
+    if _current is None or _current.steps is None:
+        yield
+        return
     previous = signal.getsignal(signal.SIGINT)
 
     def on_sigint(signum: int, frame: Any) -> None:

@@ -545,7 +545,7 @@ class _ProgramFailed(Exception):
 
 def _quiet_pass_complete(args: threading.ExceptHookArgs) -> None:
     """``threading.excepthook`` that lets a thread end silently where its ``step()`` ended the pass."""
-    if not (isinstance(args.exc_type, type) and issubclass(args.exc_type, PassComplete)):
+    if not issubclass(args.exc_type, PassComplete):
         _THREAD_HOOK(args)
 
 

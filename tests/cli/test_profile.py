@@ -396,3 +396,14 @@ def test_the_main_thread_is_interrupted_again_until_the_pass_ends_there(monkeypa
     finally:
         signal.signal(signal.SIGINT, previous)
     assert seen == [signal.SIGINT] * 3
+
+
+def test_a_run_that_stops_at_no_iteration_leaves_the_programs_sigint_handler_as_it_is(tmp_path: Path) -> None:
+    """Only a pass, which the program's threads may end, puts a SIGINT handler of its own in place."""
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run(
+        [sys.executable, "-m", "xstack", "run", "--levels", "model", "-o", str(tmp_path / "p.duckdb"), "--", "python",
+         "-c", code],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("True"), (done.stdout, done.stderr)

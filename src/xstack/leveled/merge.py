@@ -210,10 +210,8 @@ def _carried_health(store: Store, run_ids: list[int]) -> list[tuple[str, int, st
         [OTHER_THREADS_CHECK, run_ids],
     )
     kept = [
-        (OTHER_THREADS_CHECK, int(n), "operators run outside every span of their thread on threads other than the "
-         "one that runs the iterations (a thread pool's, a loader's or a server's threads), kept in the pass that "
-         f"recorded them (run {run_id}) only: the merge places spans in the steps' structure, which holds none of "
-         "theirs" + other_thread_ops(store.con, run_id))
+        (OTHER_THREADS_CHECK, int(n), other_thread_ops(store.con, run_id, f"kept in the pass that recorded them (run "
+         f"{run_id}) only: the merge places spans in the steps' structure, which holds none of theirs"))
         for run_id, n in others
     ]  # fmt: skip
     return carried + [("steps_from_optimizer", int(n), detail) for n, detail in ended] + kept

@@ -310,10 +310,10 @@ def _loose_op_names(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Co
     return names
 
 
-def other_thread_ops(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
-    """The names of the ops the ops_other_threads check counts in run ``run_id``, for a health row's detail:
-    ``": aten::randn (72), aten::mul (12)"``."""
-    return names_line(_loose_op_names(con, run_id)[OTHER_THREADS_CHECK])
+def other_thread_ops(con: duckdb.DuckDBPyConnection, run_id: int, where: str) -> str:
+    """The detail of a health row on the ops the ops_other_threads check counts in run ``run_id``: what they are,
+    ``where`` they are kept, and their names (``": aten::randn (72), aten::mul (12)"``)."""
+    return f"{_sql.OTHER_THREADS_OPS}, {where}" + names_line(_loose_op_names(con, run_id)[OTHER_THREADS_CHECK])
 
 
 def _launch_names(con: duckdb.DuckDBPyConnection, run_id: int) -> str:

@@ -366,11 +366,14 @@ def range_profiler_mode(run_id: int) -> str:
         ({_unpaired_flows(M.CPU_TO_GPU_FLOWS)})"""
 
 
+OTHER_THREADS_OPS = (
+    "operators run outside every span of their thread on threads other than the one that runs the iterations (a "
+    "thread pool's, a loader's or a server's threads)"
+)
+"""What the ops of the ops_other_threads check are, for its details (the import's, a merged run's)."""
 LOOSE_OPS_DETAIL = {
     "unattributed_ops": "ops with no enclosing layer, op or annotation on their thread",
-    M.OTHER_THREADS_CHECK: "not a gap in the trace: operators run outside every span of their thread on threads other "
-    "than the one that runs the iterations (a thread pool's, a loader's or a server's threads), charged to their "
-    "thread",
+    M.OTHER_THREADS_CHECK: f"not a gap in the trace: {OTHER_THREADS_OPS}, charged to their thread",
 }
 """The health checks of the ops with no parent (``loose_ops``), with their details."""
 
