@@ -34,6 +34,7 @@ _COMPUTED = {
 
 INFORMATIONAL = frozenset(
     {
+        "children_longer_than_parent",
         "cupti_range_profiler",
         "empty_last_step",
         "io_merged",
@@ -57,7 +58,9 @@ INFORMATIONAL = frozenset(
         "system_samples",
     }
 )
-"""Checks that say what the program did outside its layers (operators of the optimizer, the loss, the glue between
+"""Checks that say how a merged run is laid out (children timed in a deeper pass that outlast their parent: a level's
+pass carries the cost of recording its nested calls, by design of leveled measurement), what the program did
+outside its layers (operators of the optimizer, the loss, the glue between
 layers), or what a run holds or left out on purpose (the io pass's operations moved onto the merged step, kernels given
 counters, the spans only some iterations have, reported apart from the merged iteration, the system level's
 samples, processes and passes, the io level's processes killed by a signal after their records were written, calls
