@@ -1090,3 +1090,27 @@ def test_a_warm_up_that_changed_far_is_said_as_it_is_left_out() -> None:
         "the steps compared do not"
     ]
     assert _warmup_labels(a, a) == [] and _warmup_labels(a, Side("m", 4, "dl", "merged", frozenset(), 1, None)) == []
+
+
+def _merged_store(path: Path, op_ns: int) -> Path:
+    """A merged run: one 10 ms step holding four ``aten::mm`` of ``op_ns`` outside every layer, laid out one after
+    the other from the step's start (those that do not fit run on past its end, as a deeper pass lays them)."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "merged", levels=["model", "op"], pass_name="merged"))
+        sink = Sink(store, 1)
+        stats = {A.STATS_N: 5, A.STATS_P5_NS: 0}
+        sink.span(1, None, "model", "step", 0, 10_000_000, 1, 1, {A.MODEL_KIND: "step", **stats})
+        for k in range(4):
+            sink.span(2 + k, 1, "op", "aten::mm", k * op_ns, op_ns, 1, 1, {**stats, A.STATS_P5_NS: op_ns - 1000})
+        sink.close()
+    return path
+
+
+def test_a_merged_run_s_ops_laid_out_past_its_step_are_still_its_step_s(tmp_path: Path) -> None:
+    # B's fourth aten::mm starts past the merged step's end: it is still the step's fourth, not another op
+    a = _merged_store(tmp_path / "a.duckdb", 2_000_000)
+    b = _merged_store(tmp_path / "b.duckdb", 4_000_000)
+    ops = _rows(diff_profiles(a, b), "diff.ops")
+    assert sorted((r["occurrence"], r["status"], r["A"], r["B"]) for r in ops) == [
+        (k, "slower", 2_000_000, 4_000_000) for k in range(4)
+    ]

@@ -175,16 +175,19 @@ def _spans_in_steps(level: str, ctx: RunContext) -> str:
     holds their start (of kernels, their launch: ``context.launched``); those that start in the warm-up
     (``RunContext.in_warmup``: its steps, and the start-up before the first, as the summary leaves them out) or
     after the last step (``RunContext.after_last_step``: a final evaluation, the teardown, as the stages called
-    there are left out) are left out."""
+    there are left out) are left out. A merged run is one iteration: every span is its step's, also one that
+    its deeper pass laid out past the step's end (health ``children_longer_than_parent``): taken as outside
+    every step, the ops of a backward that runs on past it would be numbered apart and meet other ops' keys."""
     source, at = (
         (launched(level), "launch_ns")
         if level == "kernel"
         else (f"(SELECT * FROM spans WHERE run_id = $run AND level = '{level}')", "start_ns")
     )
+    within = "TRUE" if ctx.pass_name == "merged" else f"s.{at} < st.end_ns"
     return f"""SELECT s.span_id, s.name, s.start_ns, s.dur_ns, s.device, s.attrs,
             {_stat("s", A.STATS_P5_NS, "DOUBLE")} AS p5_ns, {_stat("s", A.STATS_N, "BIGINT")} AS n,
             greatest(s.dur_ns - coalesce(k.child_ns, 0), 0) AS self_ns,
-            CASE WHEN s.{at} < st.end_ns THEN st.span_id END AS step_id
+            CASE WHEN {within} THEN st.span_id END AS step_id
         FROM {source} s
         LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM spans WHERE run_id = $run AND level = '{level}'
                    GROUP BY parent_id) k ON k.parent_id = s.span_id
