@@ -44,6 +44,8 @@ HINTS = {
     "kernel durations": "collect gpu__time_duration.sum with the counters, as the CUPTI range profiler does not "
     "time its ranges, or profile with the kernel level",
     "batch sizes": "profile at several batch sizes: xstack sweep --batch-sizes 1,2,4,8 -- python script.py",
+    "backward": "profile a training step (forward, loss.backward()) with the op level: its backward pass's "
+    "autograd nodes are what this charges to layers",
     "process usage": "profile the program live (xstack run, xstack profile or xstack.profile): each iteration then "
     "records its process's CPU time and page faults; a trace imported from another tool has none",
 }

@@ -30,6 +30,7 @@ ANALYSES: dict[str, str] = {
     "A5": "xstack.analyze.layers:layer_type_distribution",
     "A6": "xstack.analyze.layers:layer_latency_by_type",
     "A7": "xstack.analyze.layers:layer_memory_by_type",
+    "layers.backward": "xstack.analyze._layers_backward:layer_backward",
     "A8": "xstack.analyze.kernels:kernel_information",
     "A9": "xstack.analyze.kernels:kernel_roofline",
     "A10": "xstack.analyze.kernels:kernels_by_name",

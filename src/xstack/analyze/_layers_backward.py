@@ -1,0 +1,160 @@
+"""``layers.backward``: each layer's backward time beside its forward time.
+
+The layer level times ``nn.Module`` calls, which are forward calls: a training step's backward pass runs outside
+every one of them, so its operators are the op level's "outside layers". Autograd links each backward node to the
+forward operator that made it: both carry the same sequence number (Kineto's ``Sequence number``, kept as
+``op.sequence_number``). A backward node (an ``autograd::engine::evaluate_function: ...`` operator, the outermost
+where one runs inside another, as a re-entrant checkpoint's do) is charged to the layer whose forward operator
+has its sequence number (in its process; of several, the latest started before it: a merged run lays out the
+forward operators of one pass and the backward of another, which need not keep their order), and to every layer
+that encloses that one. Nodes with no such operator, or whose operator ran outside every layer (gradient accumulation
+into the parameters, ``AccumulateGrad``; the loss), are no layer's: the facts count them.
+
+This is the PyTorch profiler's forward/backward correlation, which its TensorBoard plugin's module view meant to
+draw, joined to xstack's layer spans.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xstack.analyze.context import RunContext, run_context
+from xstack.analyze.layers import _table, _warm_labels
+from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+"""How the PyTorch profiler names the run of one autograd node in a backward pass."""
+
+
+def _seq(alias: str) -> str:
+    """SQL: the autograd sequence number of the span ``alias`` (NULL where it has none)."""
+    return f"""TRY_CAST({alias}.attrs->>'$."{A.OP_SEQUENCE_NUMBER}"' AS BIGINT)"""
+
+
+def _nodes_sql(ctx: RunContext) -> str:
+    """SQL: one row per outermost backward node counted (past the warm-up, before the last step's end): its id,
+    duration and the layer span its forward operator ran in (NULL: none)."""
+    return f"""WITH RECURSIVE node AS (
+            SELECT span_id, parent_id, pid, start_ns, dur_ns, {_seq("spans")} AS seq FROM spans
+            WHERE run_id = $run AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')
+        ), up(node_id, anc) AS (
+            SELECT span_id, parent_id FROM node
+            UNION ALL
+            SELECT up.node_id, s.parent_id FROM up JOIN spans s ON s.run_id = $run AND s.span_id = up.anc
+            WHERE s.level = 'op'
+        ), nested AS (SELECT DISTINCT up.node_id FROM up JOIN node n ON n.span_id = up.anc),
+        fwd AS (
+            SELECT o.pid, {_seq("o")} AS seq, o.start_ns, w.layer_id
+            FROM spans o JOIN {ctx.owners()} w ON w.span_id = o.span_id
+            WHERE o.run_id = $run AND o.level = 'op' AND w.layer_id IS NOT NULL
+                AND NOT starts_with(o.name, '{BACKWARD_NODE}')
+                AND {_seq("o")} IS NOT NULL
+        ), outer_node AS (
+            SELECT * FROM node WHERE span_id NOT IN (SELECT node_id FROM nested)
+                AND NOT {ctx.in_warmup("start_ns")} AND NOT {ctx.after_last_step("start_ns")}
+        )
+        SELECT n.span_id AS node_id, n.dur_ns, f.layer_id
+        FROM outer_node n LEFT JOIN fwd f ON n.pid = f.pid AND n.seq = f.seq
+        QUALIFY row_number() OVER (PARTITION BY n.span_id
+                                   ORDER BY f.start_ns <= n.start_ns DESC, f.start_ns DESC NULLS LAST) = 1"""
+
+
+def layer_backward(store: Store, run_id: int) -> Result:
+    """``layers.backward``: per layer (path and type), its forward calls and their time, and the time of the
+    backward nodes its forward operators made (``backward``: its own and its sub-layers'; ``backward self``: its
+    own), with backward over forward, largest backward first; past the warm-up, as A5-A7 count.
+
+    Notes: a backward node is an ``autograd::engine::evaluate_function`` operator; it is charged to the layer whose
+    forward operator carries its sequence number (module docstring). Facts: ``backward_ns``, the time of every
+    counted node; ``attributed_ns`` and ``attributed_pct``, the part charged to a layer; ``nodes`` and
+    ``unattributed_nodes``; ``unattributed`` names the three nodes with the most time that are no layer's (most
+    often ``AccumulateGrad``, a parameter's gradient accumulated, and the loss's). In a merged run the forward
+    times are the layer pass's and the backward times the op pass's, which its op recording slows: compare
+    layers within a column more than across the two."""
+    ctx = run_context(store, run_id)
+    title = "Forward and backward time per layer"
+    if missing := ctx.require("layers.backward", title, "layer", "op"):
+        return missing
+    layers = _table(ctx)
+    nodes = f"_ax_backward_{ctx.run_id}"
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
+    try:
+        total, count, attributed, unattributed_n = store.query(
+            f"""SELECT coalesce(sum(dur_ns), 0), count(*), coalesce(sum(dur_ns) FILTER (layer_id IS NOT NULL), 0),
+                count(*) FILTER (layer_id IS NULL) FROM {nodes}"""
+        )[0]
+        if not count:
+            return ctx.lacking("layers.backward", title, "backward")
+        rows = store.query(
+            f"""WITH RECURSIVE charged(node_id, dur_ns, layer_id, own) AS (
+                    SELECT node_id, dur_ns, layer_id, true FROM {nodes} WHERE layer_id IS NOT NULL
+                    UNION ALL
+                    SELECT c.node_id, c.dur_ns, l.parent_id, false FROM charged c
+                    JOIN {layers} l ON l.span_id = c.layer_id JOIN {layers} p ON p.span_id = l.parent_id
+                ), back AS (
+                    SELECT l.path, l.type, sum(c.dur_ns) AS backward_ns,
+                        coalesce(sum(c.dur_ns) FILTER (c.own), 0) AS own_ns
+                    FROM charged c JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1, 2
+                ), fwd AS (
+                    SELECT path, type, count(*) AS calls, sum(dur_ns) AS forward_ns, min(start_ns) AS first
+                    FROM {layers} WHERE counted GROUP BY 1, 2
+                )
+                SELECT path, type, coalesce(calls, 0), forward_ns, backward_ns, own_ns,
+                    backward_ns / nullif(forward_ns, 0)
+                FROM back LEFT JOIN fwd USING (path, type)
+                ORDER BY backward_ns DESC, first, path"""
+        )
+        named = store.con.execute(
+            f"""SELECT replace(s.name, '{BACKWARD_NODE}', ''), count(*), sum(n.dur_ns) FROM {nodes} n
+                JOIN spans s ON s.run_id = $run AND s.span_id = n.node_id
+                WHERE n.layer_id IS NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 3""",
+            {"run": ctx.run_id},
+        ).fetchall()
+    finally:
+        store.con.execute(f"DROP TABLE IF EXISTS {nodes}")
+    cols = [
+        Column("path"),
+        Column("type"),
+        Column("calls", "count", "forward calls of the layer, past the warm-up"),
+        Column("forward", "ns", "the forward calls' time"),
+        Column(
+            "backward", "ns", "time of the backward nodes made by the layer's forward operators and its sub-layers'"
+        ),
+        Column("backward self", "ns", "time of the backward nodes made by the layer's own forward operators"),
+        Column("backward / forward", "ratio"),
+    ]
+    out: list[tuple[Any, ...]] = [
+        (str(p), t, int(c), None if f is None else int(f), int(b), int(o), None if r is None else float(r))
+        for p, t, c, f, b, o, r in rows
+    ]
+    facts: dict[str, Any] = {
+        "backward_ns": int(total),
+        "attributed_ns": int(attributed),
+        "attributed_pct": 100.0 * int(attributed) / int(total) if total else None,
+        "nodes": int(count),
+        "unattributed_nodes": int(unattributed_n),
+        "unattributed": [{"node": str(n), "calls": int(c), "ns": int(t)} for n, c, t in named],
+    }
+    labels = [
+        f"{format_ns(int(attributed))} of the backward pass's {format_ns(int(total))} charged to layers "
+        f"({facts['attributed_pct']:.0f}%); the rest is no layer's"
+        + (": " + ", ".join(f"{n} {format_ns(int(t))}" for n, _, t in named) if named else "")
+    ]
+    if ctx.pass_name == "merged":
+        labels.append(
+            "forward times from the layer pass, backward times from the op pass, which its op recording slows: "
+            "compare layers within a column"
+        )
+    return Result(
+        "layers.backward",
+        title,
+        cols,
+        out,
+        notes=notes_of(layer_backward),
+        run_id=ctx.run_id,
+        chart=Chart("hbar", "path", ("forward", "backward"), "Forward and backward time per layer", limit=40),
+        facts=facts,
+        labels=labels + _warm_labels(ctx) + ctx.replayed_labels("forward and backward times"),
+    )

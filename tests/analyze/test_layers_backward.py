@@ -1,0 +1,120 @@
+"""``layers.backward``: a training step's backward nodes charged to the layers whose forward made them, on real
+PyTorch runs, checked against the order in which autograd runs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import xstack  # noqa: E402
+from xstack.analyze.pipeline import run_analyses  # noqa: E402
+from xstack.trace.store import Store  # noqa: E402
+
+NODE = "autograd::engine::evaluate_function: "
+
+
+def _model() -> Any:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
+
+
+def _train(path: Path, steps: int = 4) -> Path:
+    model, x, y = _model(), torch.randn(32, 64), torch.randn(32, 8)
+    with xstack.profile(levels="model,layer,op", path=path) as prof:
+        for _ in range(steps):
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            prof.step()
+    return path
+
+
+def _nodes(store: Store, run_id: int) -> list[list[tuple[str, int]]]:
+    """The backward nodes of each measured iteration, in the order autograd ran them: (node, duration)."""
+    steps = store.query(
+        "SELECT start_ns, start_ns + dur_ns FROM spans WHERE run_id = ? AND level = 'model' "
+        "AND attrs->>'$.\"model.kind\"' = 'step' ORDER BY 1",
+        [run_id],
+    )[1:]  # the first is the warm-up
+    out = []
+    for s, e in steps:
+        rows = store.query(
+            "SELECT name, dur_ns FROM spans WHERE run_id = ? AND level = 'op' AND starts_with(name, ?) "
+            "AND start_ns >= ? AND start_ns < ? ORDER BY start_ns",
+            [run_id, NODE, s, e],
+        )
+        out.append([(str(n)[len(NODE) :], int(d)) for n, d in rows])
+    return out
+
+
+def test_each_linear_gets_the_backward_nodes_its_forward_made(tmp_path: Path) -> None:
+    path = _train(tmp_path / "t.duckdb")
+    with xstack.open_store(path) as store:
+        result = run_analyses(store, 1, ["layers.backward"])[0]
+        iterations = _nodes(store, 1)
+    assert result.available, result.labels
+    # autograd runs the second Linear's nodes (AddmmBackward0, TBackward0) before ReLU's and the first Linear's
+    # after it; AccumulateGrad (into the parameters) and the loss's node belong to no layer
+    expected: dict[str, int] = {"0": 0, "1": 0, "2": 0}
+    other = 0
+    for nodes in iterations:
+        relu = [i for i, (n, _) in enumerate(nodes) if n == "ReluBackward0"]
+        assert len(relu) == 1 and [n for n, _ in nodes].count("AddmmBackward0") == 2, nodes
+        for i, (name, dur) in enumerate(nodes):
+            if name in ("AddmmBackward0", "TBackward0"):
+                expected["2" if i < relu[0] else "0"] += dur
+            elif name == "ReluBackward0":
+                expected["1"] += dur
+            else:
+                assert name in ("torch::autograd::AccumulateGrad", "MseLossBackward0"), name
+                other += dur
+    rows = {r["path"]: r for r in result.to_records()}
+    for path_, ns in expected.items():
+        assert rows[path_]["backward self"] == rows[path_]["backward"] == ns, path_
+        assert rows[path_]["calls"] == len(iterations)
+    root = next(r for p, r in rows.items() if p not in expected)
+    assert root["backward"] == sum(expected.values()) and root["backward self"] == 0
+    assert result.facts["backward_ns"] == sum(expected.values()) + other
+    assert result.facts["attributed_ns"] == sum(expected.values())
+    assert {u["node"] for u in result.facts["unattributed"]} == {"torch::autograd::AccumulateGrad", "MseLossBackward0"}
+    assert result.facts["nodes"] == sum(len(n) for n in iterations)
+
+
+def test_a_merged_run_charges_every_node_made_in_a_layer(tmp_path: Path) -> None:
+    # the merged layout takes the forward from one pass and the backward from another: a node may be laid out
+    # before the forward op that made it, and is still that op's. Here the layer pass times the root layer with
+    # the hooks of 300 sub-layers the model pass's forward lacks: the last Linear's ops run on past the forward,
+    # into the backward laid out after it
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Sequential(*[nn.Identity() for _ in range(300)]),
+                          nn.Linear(128, 8))  # fmt: skip
+    x, y = torch.randn(32, 64), torch.randn(32, 8)
+
+    def step() -> None:
+        nn.functional.mse_loss(model(x), y).backward()
+
+    path = xstack.measure(step, passes=["model", "model,layer", "model,layer,op"], warmup=2, iters=5,
+                          path=tmp_path / "m.duckdb", progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = int(store.query("SELECT run_id FROM runs WHERE pass = 'merged'")[0][0])
+        result = run_analyses(store, merged, ["layers.backward"])[0]
+    assert {u["node"] for u in result.facts["unattributed"]} == {"torch::autograd::AccumulateGrad", "MseLossBackward0"}
+    charged = {r["path"]: r["backward self"] for r in result.to_records()}
+    assert charged["0"] > 0 and charged["1"] > 0 and charged["3"] > 0
+    assert result.facts["attributed_ns"] == sum(r["backward self"] for r in result.to_records())
+    assert any("op pass" in label for label in result.labels)
+
+
+def test_an_inference_run_has_no_backward_to_charge(tmp_path: Path) -> None:
+    model, x = _model(), torch.randn(32, 64)
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "i.duckdb") as prof, torch.no_grad():
+        for _ in range(3):
+            model(x)
+            prof.step()
+    with xstack.open_store(tmp_path / "i.duckdb") as store:
+        result = run_analyses(store, 1, ["layers.backward"])[0]
+    assert result.missing == ["backward"] and "training step" in result.hint
