@@ -77,6 +77,11 @@ def layer_backward(store: Store, run_id: int) -> Result:
     title = "Forward and backward time per layer"
     if missing := ctx.require("layers.backward", title, "layer", "op"):
         return missing
+    if not store.query(
+        f"SELECT count(*) FROM spans WHERE run_id = ? AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')",
+        [ctx.run_id],
+    )[0][0]:
+        return ctx.lacking("layers.backward", title, "backward")
     layers = _table(ctx)
     nodes = f"_ax_backward_{ctx.run_id}"
     store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
