@@ -118,3 +118,52 @@ def test_an_inference_run_has_no_backward_to_charge(tmp_path: Path) -> None:
     with xstack.open_store(tmp_path / "i.duckdb") as store:
         result = run_analyses(store, 1, ["layers.backward"])[0]
     assert result.missing == ["backward"] and "training step" in result.hint
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_blocks_keep_their_backward_and_their_recomputation_is_no_forward(
+    tmp_path: Path, reentrant: bool
+) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(
+                [nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)) for _ in range(2)]
+            )
+
+        def forward(self, h: Any) -> Any:
+            for block in self.blocks:
+                h = checkpoint(block, h, use_reentrant=reentrant)
+            return h
+
+    torch.manual_seed(0)
+    net, x, steps = Net(), torch.randn(16, 64, requires_grad=True), 4
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "c.duckdb") as prof:
+        for _ in range(steps):
+            net(x).sum().backward()
+            prof.step()
+    with xstack.open_store(tmp_path / "c.duckdb") as store:
+        result = run_analyses(store, 1, ["layers.backward"])[0]
+        measured = store.query(
+            "SELECT start_ns, start_ns + dur_ns FROM spans WHERE run_id = 1 AND level = 'model' "
+            "AND attrs->>'$.\"model.kind\"' = 'step' ORDER BY 1"
+        )[1:]
+        nodes = store.query(
+            "SELECT tid, start_ns, start_ns + dur_ns FROM spans WHERE run_id = 1 AND level = 'op' "
+            "AND starts_with(name, ?)",
+            [NODE],
+        )
+    # the backward pass's time: its outermost nodes' (those no other node on their thread holds)
+    in_steps = [n for n in nodes if any(s <= n[1] < e for s, e in measured)]
+    outermost = [
+        n for n in in_steps if not any(o is not n and o[0] == n[0] and o[1] <= n[1] and n[2] <= o[2] for o in in_steps)
+    ]
+    assert result.facts["backward_ns"] == sum(e - s for _, s, e in outermost)
+    rows = {r["path"]: r for r in result.to_records()}
+    for path_ in ("blocks.0.0", "blocks.0.2", "blocks.1.0", "blocks.1.2"):
+        # one forward call per iteration: the recomputation runs in the backward pass, and is no forward call
+        assert rows[path_]["calls"] == steps - 1
+        assert rows[path_]["backward self"] > 0  # a re-entrant block's nodes run inside its checkpoint's node
+    assert any("recomputed" in label for label in result.labels)

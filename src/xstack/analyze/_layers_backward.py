@@ -3,12 +3,14 @@
 The layer level times ``nn.Module`` calls, which are forward calls: a training step's backward pass runs outside
 every one of them, so its operators are the op level's "outside layers". Autograd links each backward node to the
 forward operator that made it: both carry the same sequence number (Kineto's ``Sequence number``, kept as
-``op.sequence_number``). A backward node (an ``autograd::engine::evaluate_function: ...`` operator, the outermost
-where one runs inside another, as a re-entrant checkpoint's do) is charged to the layer whose forward operator
-has its sequence number (in its process; of several, the latest started before it: a merged run lays out the
-forward operators of one pass and the backward of another, which need not keep their order), and to every layer
-that encloses that one. Nodes with no such operator, or whose operator ran outside every layer (gradient accumulation
-into the parameters, ``AccumulateGrad``; the loss), are no layer's: the facts count them.
+``op.sequence_number``). A backward node (an ``autograd::engine::evaluate_function: ...`` operator; of one that
+runs others inside it, as a re-entrant checkpoint's does its block's, the time outside them) is charged to the
+layer whose forward operator has its sequence number (in its process; of several, the latest started before it:
+a merged run lays out the forward operators of one pass and the backward of another, which need not keep their
+order), and to every layer that encloses that one. Nodes with no such operator, or whose operator ran outside
+every layer (gradient accumulation into the parameters, ``AccumulateGrad``; the loss), are no layer's: the facts
+count them. Layer calls recomputed in the backward pass (activation checkpointing) are no forward calls: their
+time is in the backward node they ran in.
 
 This is the PyTorch profiler's forward/backward correlation, which its TensorBoard plugin's module view meant to
 draw, joined to xstack's layer spans.
@@ -21,6 +23,7 @@ from typing import Any
 from xstack.analyze.context import RunContext, run_context
 from xstack.analyze.layers import _table, _warm_labels
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -34,29 +37,35 @@ def _seq(alias: str) -> str:
 
 
 def _nodes_sql(ctx: RunContext) -> str:
-    """SQL: one row per outermost backward node counted (past the warm-up, before the last step's end): its id,
-    duration and the layer span its forward operator ran in (NULL: none)."""
+    """SQL: one row per backward node counted (past the warm-up, before the last step's end): its id, its own time
+    (less that of the nodes run inside it, as a re-entrant checkpoint's backward runs its block's) and the layer
+    span its forward operator ran in (NULL: none)."""
     return f"""WITH RECURSIVE node AS (
             SELECT span_id, parent_id, pid, start_ns, dur_ns, {_seq("spans")} AS seq FROM spans
             WHERE run_id = $run AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')
-        ), up(node_id, anc) AS (
-            SELECT span_id, parent_id FROM node
+        ), up(node_id, anc, depth) AS (
+            SELECT span_id, parent_id, 1 FROM node
             UNION ALL
-            SELECT up.node_id, s.parent_id FROM up JOIN spans s ON s.run_id = $run AND s.span_id = up.anc
+            SELECT up.node_id, s.parent_id, up.depth + 1 FROM up JOIN spans s ON s.run_id = $run AND s.span_id = up.anc
             WHERE s.level = 'op'
-        ), nested AS (SELECT DISTINCT up.node_id FROM up JOIN node n ON n.span_id = up.anc),
-        fwd AS (
+        ), nearest AS (  -- the node each nested node runs in
+            SELECT up.node_id, arg_min(up.anc, up.depth) AS outer_id FROM up JOIN node n ON n.span_id = up.anc
+            GROUP BY 1
+        ), inner_ns AS (
+            SELECT e.outer_id, sum(n.dur_ns) AS ns FROM nearest e JOIN node n ON n.span_id = e.node_id GROUP BY 1
+        ), fwd AS (
             SELECT o.pid, {_seq("o")} AS seq, o.start_ns, w.layer_id
             FROM spans o JOIN {ctx.owners()} w ON w.span_id = o.span_id
             WHERE o.run_id = $run AND o.level = 'op' AND w.layer_id IS NOT NULL
                 AND NOT starts_with(o.name, '{BACKWARD_NODE}')
                 AND {_seq("o")} IS NOT NULL
-        ), outer_node AS (
-            SELECT * FROM node WHERE span_id NOT IN (SELECT node_id FROM nested)
-                AND NOT {ctx.in_warmup("start_ns")} AND NOT {ctx.after_last_step("start_ns")}
+        ), counted AS (
+            SELECT n.*, greatest(n.dur_ns - coalesce(i.ns, 0), 0) AS own_ns FROM node n
+            LEFT JOIN inner_ns i ON i.outer_id = n.span_id
+            WHERE NOT {ctx.in_warmup("n.start_ns")} AND NOT {ctx.after_last_step("n.start_ns")}
         )
-        SELECT n.span_id AS node_id, n.dur_ns, f.layer_id
-        FROM outer_node n LEFT JOIN fwd f ON n.pid = f.pid AND n.seq = f.seq
+        SELECT n.span_id AS node_id, n.own_ns AS dur_ns, f.layer_id
+        FROM counted n LEFT JOIN fwd f ON n.pid = f.pid AND n.seq = f.seq
         QUALIFY row_number() OVER (PARTITION BY n.span_id
                                    ORDER BY f.start_ns <= n.start_ns DESC, f.start_ns DESC NULLS LAST) = 1"""
 
@@ -92,6 +101,9 @@ def layer_backward(store: Store, run_id: int) -> Result:
         )[0]
         if not count:
             return ctx.lacking("layers.backward", title, "backward")
+        recomputed = f"""(SELECT span_id FROM spans WHERE run_id = {int(ctx.run_id)} AND level = 'layer'
+            AND coalesce(TRY_CAST(attrs->>'$."{A.LAYER_RECOMPUTED}"' AS BOOLEAN), false))"""
+        n_recomputed = int(store.query(f"SELECT count(*) FROM {recomputed}")[0][0])
         rows = store.query(
             f"""WITH RECURSIVE charged(node_id, dur_ns, layer_id, own) AS (
                     SELECT node_id, dur_ns, layer_id, true FROM {nodes} WHERE layer_id IS NOT NULL
@@ -104,7 +116,7 @@ def layer_backward(store: Store, run_id: int) -> Result:
                     FROM charged c JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1, 2
                 ), fwd AS (
                     SELECT path, type, count(*) AS calls, sum(dur_ns) AS forward_ns, min(start_ns) AS first
-                    FROM {layers} WHERE counted GROUP BY 1, 2
+                    FROM {layers} WHERE counted AND span_id NOT IN (SELECT span_id FROM {recomputed}) GROUP BY 1, 2
                 )
                 SELECT path, type, coalesce(calls, 0), forward_ns, backward_ns, own_ns,
                     backward_ns / nullif(forward_ns, 0)
@@ -147,6 +159,11 @@ def layer_backward(store: Store, run_id: int) -> Result:
         f"({facts['attributed_pct']:.0f}%); the rest is no layer's"
         + (": " + ", ".join(f"{n} {format_ns(int(t))}" for n, _, t in named) if named else "")
     ]
+    if n_recomputed:
+        labels.append(
+            f"{counted(n_recomputed, 'layer call')} recomputed in the backward pass (activation checkpointing) "
+            "left out of the forward columns: their time is in the backward nodes they ran in"
+        )
     if ctx.pass_name == "merged":
         labels.append(
             "forward times from the layer pass, backward times from the op pass, which its op recording slows: "
