@@ -167,3 +167,34 @@ def test_checkpointed_blocks_keep_their_backward_and_their_recomputation_is_no_f
         assert rows[path_]["calls"] == steps - 1
         assert rows[path_]["backward self"] > 0  # a re-entrant block's nodes run inside its checkpoint's node
     assert any("recomputed" in label for label in result.labels)
+
+
+def test_the_summary_s_top_layers_show_their_backward(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import print_summary
+
+    path = _train(tmp_path / "t.duckdb")
+    model, x = _model(), torch.randn(32, 64)
+    with xstack.profile(levels="model,layer,op", path=tmp_path / "i.duckdb") as prof, torch.no_grad():
+        for _ in range(3):
+            model(x)
+            prof.step()
+    with xstack.open_store(path) as store:
+        summary = summarize(store, 1)
+        charged = {r["path"]: r["backward"] for r in run_analyses(store, 1, ["layers.backward"])[0].to_records()}
+    with xstack.open_store(tmp_path / "i.duckdb") as store:
+        inference = summarize(store, 1)
+    assert {r.name: r.backward_ns for r in summary.top["layer"]} == charged
+    assert all(r.backward_ns is None for r in inference.top["layer"])
+    out = io.StringIO()
+    print_summary(summary, Console(file=out, width=200))
+    header = next(line for line in out.getvalue().splitlines() if "calls" in line and "total" in line)
+    assert "backward" in header and "layers.backward" in out.getvalue()
+    out = io.StringIO()
+    print_summary(inference, Console(file=out, width=200))
+    header = next(line for line in out.getvalue().splitlines() if "calls" in line and "total" in line)
+    assert "backward" not in header and "layers.backward" not in out.getvalue()

@@ -70,6 +70,46 @@ def _nodes_sql(ctx: RunContext) -> str:
                                    ORDER BY f.start_ns <= n.start_ns DESC, f.start_ns DESC NULLS LAST) = 1"""
 
 
+def _has_nodes(store: Store, run_id: int) -> bool:
+    """Whether the run holds any backward node (one scan of its op names, before the span walks)."""
+    return bool(
+        store.query(
+            f"SELECT count(*) FROM spans WHERE run_id = ? AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')",
+            [run_id],
+        )[0][0]
+    )
+
+
+def _charged_sql(nodes: str, layers: str) -> str:
+    """SQL: each node of ``nodes`` charged to its layer (``own``) and to every layer around it: node_id, dur_ns,
+    layer_id, own."""
+    return f"""WITH RECURSIVE charged(node_id, dur_ns, layer_id, own) AS (
+            SELECT node_id, dur_ns, layer_id, true FROM {nodes} WHERE layer_id IS NOT NULL
+            UNION ALL
+            SELECT c.node_id, c.dur_ns, l.parent_id, false FROM charged c
+            JOIN {layers} l ON l.span_id = c.layer_id JOIN {layers} p ON p.span_id = l.parent_id
+        ) SELECT * FROM charged"""
+
+
+def backward_by_layer(store: Store, run_id: int) -> dict[str, int]:
+    """The backward time (ns) charged to each layer name (its own nodes' and its sub-layers', as column
+    ``backward`` of ``layers.backward``), for the summary's top layers; empty where the run has no layer and op
+    levels or no backward pass."""
+    ctx = run_context(store, run_id)
+    if not (ctx.has("layer") and ctx.has("op")) or not _has_nodes(store, ctx.run_id):
+        return {}
+    layers, nodes = _table(ctx), f"_ax_backward_{ctx.run_id}"
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
+    try:
+        rows = store.query(
+            f"""SELECT l.name, sum(c.dur_ns) FROM ({_charged_sql(nodes, layers)}) c
+                JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1"""
+        )
+    finally:
+        store.con.execute(f"DROP TABLE IF EXISTS {nodes}")
+    return {str(n): int(t) for n, t in rows}
+
+
 def layer_backward(store: Store, run_id: int) -> Result:
     """``layers.backward``: per layer (path and type), its forward calls and their time, and the time of the
     backward nodes its forward operators made (``backward``: its own and its sub-layers'; ``backward self``: its
@@ -86,10 +126,7 @@ def layer_backward(store: Store, run_id: int) -> Result:
     title = "Forward and backward time per layer"
     if missing := ctx.require("layers.backward", title, "layer", "op"):
         return missing
-    if not store.query(
-        f"SELECT count(*) FROM spans WHERE run_id = ? AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')",
-        [ctx.run_id],
-    )[0][0]:
+    if not _has_nodes(store, ctx.run_id):
         return ctx.lacking("layers.backward", title, "backward")
     layers = _table(ctx)
     nodes = f"_ax_backward_{ctx.run_id}"
@@ -105,15 +142,10 @@ def layer_backward(store: Store, run_id: int) -> Result:
             AND coalesce(TRY_CAST(attrs->>'$."{A.LAYER_RECOMPUTED}"' AS BOOLEAN), false))"""
         n_recomputed = int(store.query(f"SELECT count(*) FROM {recomputed}")[0][0])
         rows = store.query(
-            f"""WITH RECURSIVE charged(node_id, dur_ns, layer_id, own) AS (
-                    SELECT node_id, dur_ns, layer_id, true FROM {nodes} WHERE layer_id IS NOT NULL
-                    UNION ALL
-                    SELECT c.node_id, c.dur_ns, l.parent_id, false FROM charged c
-                    JOIN {layers} l ON l.span_id = c.layer_id JOIN {layers} p ON p.span_id = l.parent_id
-                ), back AS (
+            f"""WITH back AS (
                     SELECT l.path, l.type, sum(c.dur_ns) AS backward_ns,
                         coalesce(sum(c.dur_ns) FILTER (c.own), 0) AS own_ns
-                    FROM charged c JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1, 2
+                    FROM ({_charged_sql(nodes, layers)}) c JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1, 2
                 ), fwd AS (
                     SELECT path, type, count(*) AS calls, sum(dur_ns) AS forward_ns, min(start_ns) AS first
                     FROM {layers} WHERE counted AND span_id NOT IN (SELECT span_id FROM {recomputed}) GROUP BY 1, 2

@@ -47,6 +47,7 @@ from xstack.analyze._io_common import (
     mapped_files,
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
+from xstack.analyze._layers_backward import backward_by_layer
 from xstack.analyze.context import STEP_SPAN, launched, past_warmup, pick_run, run_context
 from xstack.analyze.health import occasional_spans, run_health
 from xstack.text import format_ns
@@ -75,6 +76,9 @@ class TopRow:
     self_ns: int | None = None
     """Layers' and operators' total less that of the calls of their level nested in them (the ops an
     ``aten::conv2d`` calls down to ``aten::mkldnn_convolution``): where the time is spent, not passed through."""
+    backward_ns: int | None = None
+    """A layer's backward time in a training run with the op level: the backward nodes its forward calls and its
+    sub-layers' made (``layers.backward``), which run outside every layer call."""
 
     @property
     def passed_on_ns(self) -> int | None:
@@ -275,6 +279,9 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
             summary.share_of[level] = "of wall after warm-up"
         summary.top[level] = _top(store, run_id, level, top, int(denominator) if denominator else None, *keep[level])
     summary.recomputed = _recomputed(store, run_id, *keep["layer"])
+    if summary.top.get("layer") and (backward := backward_by_layer(store, run_id)):
+        for top_layer in summary.top["layer"]:
+            top_layer.backward_ns = backward.get(top_layer.name, 0)
     if not summary.top["kernel"] and summary.span_counts.get("metrics"):
         summary.top["kernel"], summary.kernels_from = _top_counted(store, run_id, top)
     if summary.pass_name != "merged":

@@ -132,6 +132,10 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
     if own:
         columns += [Column("self", "ns"), Column(nested, "ns")]
         chart = Chart("stacked", "name", ("self", nested), extra={"tip": (share, "total"), "share": share})
+    backward = any(r.backward_ns is not None for r in rows)  # layers of a training step: named in the tooltips
+    if backward:
+        columns.append(Column("backward", "ns"))
+        chart = Chart(chart.kind, chart.x, chart.y, extra={**chart.extra, "tip": (*chart.extra["tip"], "backward")})
     result = Result(
         id=f"top.{level}",
         title=LEVEL_TITLES[level],
@@ -143,6 +147,7 @@ def _top_chart(level: str, rows: Sequence[TopRow], share_of: str | None = None) 
                 r.total_ns,
                 r.pct,
                 *([r.self_ns, r.passed_on_ns] if own else []),
+                *([r.backward_ns] if backward else []),
             )
             for r in rows
         ],  # fmt: skip

@@ -212,7 +212,7 @@ def _steps_named(s: RunSummary, *, counted: bool) -> tuple[str, str]:
 
 def top_caption(s: RunSummary, level: str) -> str | None:
     """What a level's top rows are, where they need saying: kernels known by their counters only; layer and op
-    times inflated by counter replay; layer calls a backward recomputed."""
+    times inflated by counter replay; layer calls a backward recomputed; the layers' backward column."""
     if level == "kernel":
         return f"from {s.kernels_from}" if s.kernels_from else None
     parts = [f"times and shares {s.replayed}"] if s.replayed else []
@@ -221,6 +221,12 @@ def top_caption(s: RunSummary, level: str) -> str | None:
         parts.append(
             f"{counted(calls, 'call')} ({format_ns(total)}) recomputed in the backward (activation checkpointing), "
             "counted with the forward calls of the same layers"
+        )
+    if level == "layer" and any(r.backward_ns is not None for r in s.top.get("layer", [])):
+        timed = ", timed in the op pass" if s.pass_name == "merged" else ""
+        parts.append(
+            "backward: time of the backward pass's autograd nodes that each layer's forward (with its sub-layers') "
+            f"made; they run outside every layer call, so total leaves them out{timed} (xstack report: layers.backward)"
         )
     if s.outside_steps_ns and s.iterations:
         steps, them = _steps_named(s, counted=True)
@@ -492,13 +498,15 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
         ("calls", lambda r: f"{r.calls:,}"),
         ("total", lambda r: format_value(r.total_ns, "ns")),
         ("self", lambda r: format_value(r.self_ns, "ns")),
+        ("backward", lambda r: format_value(r.backward_ns, "ns")),
         ("mean", lambda r: format_value(r.mean_ns, "ns")),
         (f"% {pct_label}", lambda r: format_value(r.pct, "pct")),
         ("FLOPs", lambda r: format_value(r.flops, "flops")),
         ("DRAM bytes", lambda r: format_value(r.dram_bytes, "bytes")),
     ]
     known = {"total": any(r.total_ns is not None for r in rows), "FLOPs": any(r.flops is not None for r in rows),
-             "DRAM bytes": any(r.dram_bytes is not None for r in rows)}  # fmt: skip
+             "DRAM bytes": any(r.dram_bytes is not None for r in rows),
+             "backward": any(r.backward_ns is not None for r in rows)}  # fmt: skip
     known[f"% {pct_label}"] = known["total"]
     # where calls nest (an op in an op), what is their own time and what passes through to the ones inside
     known["self"] = any(r.passed_on_ns for r in rows)
@@ -508,7 +516,7 @@ def _top_table(title: str, rows: list[TopRow], pct_label: str, caption: str | No
     if typed := any(r.type for r in rows):  # layers: their module types
         t.add_column("type", overflow="fold", max_width=40)
     for name, _ in columns:
-        t.add_column(name, justify="right", no_wrap=name in ("total", "self", "FLOPs", "DRAM bytes"))
+        t.add_column(name, justify="right", no_wrap=name in ("total", "self", "backward", "FLOPs", "DRAM bytes"))
     for r, name in zip(rows, names, strict=True):
         # Text, not str: kernel names ("[lambda(int) (instance 1)]") must not be read as rich markup
         types = [Text(r.type or "")] if typed else []
