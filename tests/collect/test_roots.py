@@ -156,3 +156,57 @@ def test_models_called_by_the_module_that_holds_them_are_named_by_their_place_in
         assert layers[:6] == ["encoder", "encoder.0", "encoder.1", "decoder", "decoder.0", "decoder.1"]
         assert layers[6:] == ["_AutoEncoder", "encoder", "encoder.0", "encoder.1", "decoder", "decoder.0", "decoder.1",
                               "Sequential", "0", "1"]  # fmt: skip
+
+
+class _GanTrainer:
+    """No module: holds its two models as attributes, and calls them from its own method."""
+
+    def __init__(self) -> None:
+        self.gen = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.disc = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(), nn.Linear(8, 1))
+
+    def step(self, z: Any) -> Any:
+        return self.disc(self.gen(z))
+
+
+def _names(store: Any) -> tuple[list[str], list[str]]:
+    rows = store.query("SELECT level, name FROM spans WHERE level IN ('model', 'layer') ORDER BY start_ns")
+    return (
+        [n for level, n in rows if level == "model" and n != "region"],
+        [n for level, n in rows if level == "layer"],
+    )
+
+
+def test_two_models_of_one_type_are_told_apart_by_the_names_the_program_calls_them_by(tmp_path: Path) -> None:
+    """A GAN's generator and discriminator were both ``Sequential``, their layers both ``0``, ``1``, ``2``: the
+    layer tables summed a ReLU with a LeakyReLU. The first model keeps its name; the second takes the name its
+    caller holds it by (a variable, or an attribute of the caller's ``self``)."""
+    G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))  # noqa: N806
+    D = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(), nn.Linear(8, 1))  # noqa: N806
+    trainer, z = _GanTrainer(), torch.randn(2, 4)
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        for _ in range(2):
+            D(G(z))
+    with prof.open() as store:
+        forwards, layers = _names(store)
+    assert forwards == ["Sequential", "D"] * 2
+    assert layers == ["Sequential", "0", "1", "2", "D", "D.0", "D.1", "D.2"] * 2
+    with xstack.profile(levels="model,layer", path=tmp_path / "t.duckdb") as prof:
+        trainer.step(z)
+    with prof.open() as store:
+        forwards, layers = _names(store)
+    assert forwards == ["Sequential", "disc"]  # G and D, alive but not called, took no name in this profile
+    assert layers == ["Sequential", "0", "1", "2", "disc", "disc.0", "disc.1", "disc.2"]
+
+
+def test_models_called_in_turn_by_one_variable_are_numbered(tmp_path: Path) -> None:
+    models = [nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)]
+    x = torch.randn(2, 4)
+    with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:
+        for model in models:  # "model" names each in turn: it names none of them
+            model(x)
+    with prof.open() as store:
+        forwards, layers = _names(store)
+    assert forwards == ["Sequential", "Sequential#2", "Sequential#3"]
+    assert layers == ["Sequential", "0", "1", "Sequential#2", "Sequential#2.0", "Sequential#2.1",
+                      "Sequential#3", "Sequential#3.0", "Sequential#3.1"]  # fmt: skip

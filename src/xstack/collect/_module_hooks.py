@@ -11,6 +11,7 @@ what it runs.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import warnings
@@ -249,22 +250,101 @@ def held_as(module: Any) -> str | None:
     return found
 
 
-def _find_holder(module: Any) -> str | None:
+def _caller(module: Any) -> FrameType | None:
+    """The frame of the code that called the model ``module``: past the hooks and torch's call machinery, and past
+    the model's own methods (``generate`` calling ``self``); None where it is further up than ``_HOLDER_FRAMES``."""
     import torch
 
     skipped = _OWN_FILES + (os.path.dirname(os.path.abspath(torch.__file__)),)  # the hooks, torch's call machinery
-    frame: FrameType | None = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(_HOLDER_FRAMES):
         if frame is None:
             return None
-        if not frame.f_code.co_filename.startswith(skipped):
-            owner = frame.f_locals.get("self")
-            if owner is not module:  # a model's own method calling it (generate) looks further up
-                if not isinstance(owner, torch.nn.Module):
-                    return None  # the program, or a method of something else (a trainer)
-                return next((name for name, inner in owner.named_modules() if inner is module and name), None)
+        if not frame.f_code.co_filename.startswith(skipped) and frame.f_locals.get("self") is not module:
+            return frame
         frame = frame.f_back
     return None
+
+
+def _find_holder(module: Any) -> str | None:
+    import torch
+
+    frame = _caller(module)
+    owner = frame.f_locals.get("self") if frame is not None else None
+    if not isinstance(owner, torch.nn.Module):
+        return None  # the program, or a method of something else (a trainer)
+    return next((name for name, inner in owner.named_modules() if inner is module and name), None)
+
+
+_roots: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+"""Each model called from outside any other module since the profile began (``reset_roots``) that is alive, and
+its alias (``root_alias``)."""
+_seen_as: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+"""Each such model's name in the code that first called it (``_named_by_caller``)."""
+
+
+def reset_roots() -> None:
+    """Forget the models seen called: a profile tells apart the models it sees called, not those of an earlier
+    one (the collectors of the model and layer levels call it as they start)."""
+    _roots.clear()
+    _seen_as.clear()
+
+
+def root_alias(module: Any) -> str | None:
+    """The name that tells a model called from outside any other module apart, where its own would not: its path
+    in the module that holds it (``held_as``); else, where another live model already has its name (a GAN's
+    generator and discriminator, both ``Sequential``), the attribute of the caller's ``self`` that holds it, else
+    the caller's variable (``D``), unless another model was called by that name too (a loop's variable), else
+    its name numbered (``Sequential#2``). None: the model's own name (the first model of that name keeps it).
+    Found once per model; without it two models' layers met at one path (``0``, ``1``) and their calls were
+    summed as one's."""
+    try:
+        return _roots[module]
+    except KeyError:
+        pass
+    except TypeError:  # a module that cannot be weakly referenced: not told apart
+        return held_as(module)
+    alias = held_as(module)
+    if alias is None:
+        others = [m for m in list(_roots.keys()) if not _same_model(m, module)]
+        taken = {_roots.get(m) or _own_name(m) for m in others}
+        found = _seen_as[module] = _named_by_caller(module)
+        if (base := _own_name(module)) in taken:
+            # a name another model was called by too is a loop's variable (for model in models), not this model's
+            if not found or found in taken or found in {_seen_as.get(m) for m in others}:
+                found = next(f"{base}#{k}" for k in itertools.count(2) if f"{base}#{k}" not in taken)
+            alias = found
+    _roots[module] = alias
+    return alias
+
+
+def _same_model(a: Any, b: Any) -> bool:
+    """Whether two modules are one model in two forms: the same object, a ``torch.compile`` wrapper and the model
+    it compiled, or modules that hold the same parameters (``torch.jit.trace`` and ``script`` keep the model's):
+    named alike, as the model is named alike compiled or not."""
+    if a is b or compiled_original(a) is b or compiled_original(b) is a:
+        return True
+    first_a = next(iter(a.parameters()), None) if hasattr(a, "parameters") else None
+    return first_a is not None and first_a is (next(iter(b.parameters()), None) if hasattr(b, "parameters") else None)
+
+
+def _own_name(module: Any) -> str:
+    """A model's name by its type: the compiled model's for a ``torch.compile`` wrapper, the scripted model's for
+    a TorchScript one."""
+    return scripted_name(module) or type(compiled_original(module) or module).__name__
+
+
+def _named_by_caller(module: Any) -> str | None:
+    """The name the calling code holds ``module`` by: an attribute of its ``self`` (a trainer's ``self.D``), else
+    one of its variables (``D``); None where it holds it by neither (an item of a list, an expression)."""
+    frame = _caller(module)
+    if frame is None:
+        return None
+    owner = frame.f_locals.get("self")
+    for name, value in (getattr(owner, "__dict__", None) or {}).items():
+        if value is module and name.isidentifier():
+            return str(name)
+    return next((str(n) for n, v in frame.f_locals.items() if v is module and n != "self" and n.isidentifier()), None)
 
 
 _HOLDER_FRAMES = 12
@@ -273,9 +353,10 @@ _HOLDER_FRAMES = 12
 
 def model_name(module: Any) -> str:
     """The name of a model called from outside any other module: where a module that was not called holds it,
-    its path there (``held_as``); else its type's, the compiled model's for a ``torch.compile`` wrapper and the
+    its path there (``held_as``); where an earlier model has its name, its alias (``root_alias``); else its
+    type's, the compiled model's for a ``torch.compile`` wrapper and the
     scripted model's for a TorchScript one, so a model is named alike compiled or not."""
-    return held_as(module) or scripted_name(module) or type(compiled_original(module) or module).__name__
+    return root_alias(module) or _own_name(module)
 
 
 _failures: dict[int, tuple[int, str]] = {}

@@ -58,6 +58,7 @@ class LayerCollector:
 
     def start(self, recorder: Recorder) -> None:
         self._recorder = recorder
+        _module_hooks.reset_roots()
         # module calls are hooked where the program imports PyTorch, as the model level's are: importing it here
         # would cost a program that does not seconds and thousands of file reads, recorded as the program's
         self._on_torch = OnImport("torch", self._start_torch)
@@ -171,7 +172,8 @@ class LayerCollector:
                 model = {id(m): _Info(("" if name == _COMPILED else name.removeprefix(f"{_COMPILED}.")) or name_of, m)
                          for name, m in root.named_modules()}  # fmt: skip
                 model[id(root)].type_name = f"{name_of} (compiled)"
-            if (held := _module_hooks.held_as(root)) is not None:  # encoder, decoder: not both Sequential
+            # encoder and decoder, a GAN's generator and discriminator: not both Sequential, their layers not both 0
+            if (held := _module_hooks.root_alias(root)) is not None:
                 for info in model.values():
                     info.path = held if info is model[id(root)] else f"{held}.{info.path}"
             self._models[root] = model

@@ -110,6 +110,7 @@ class ModelCollector:
         global _active, _unprofiled
         self._recorder = _active = recorder
         _unprofiled = 0
+        _module_hooks.reset_roots()
         # PyTorch is hooked where the program uses it: importing it here would cost a program that does not
         # seconds and thousands of file reads, which the io and system levels would record as the program's
         self._on_torch = OnImport("torch", self._start_torch)
