@@ -136,6 +136,9 @@ class ModelCollector:
         self._patch_dataloader(torch)
         self._patch_backward(torch)
         self._patch_start_processes()
+        # Hugging Face's generate, where the program imports transformers: its loop between the model's calls
+        # (logits processing, the tokens gathered) is no stage else, and reads as the program's own work
+        self._unpatch.append(OnImport("transformers.generation.utils", self._patch_generate).remove)
 
     def _patch_start_processes(self) -> None:
         """Count the processes the program starts with ``torch.multiprocessing.spawn`` or ``start_processes``
@@ -310,6 +313,35 @@ class ModelCollector:
                 local.backward = False
 
         return cast(types.FunctionType, backward)
+
+    # -- Hugging Face generation ---------------------------------------------------------------------------
+    def _patch_generate(self) -> None:
+        """Each call of a Hugging Face model's ``generate`` (``GenerationMixin.generate``, which every generating
+        model inherits and most call through ``super()``) is a stage of kind ``generate``, ``GPT2LMHeadModel.
+        generate``, holding the model's forward calls: the time between them (the tokens chosen, the stopping
+        criteria) is the generation's, not work the loop does outside every stage. One started inside another
+        (assisted generation) is part of it."""
+        module = sys.modules.get("transformers.generation.utils")
+        cls: Any = getattr(module, "GenerationMixin", None)
+        original = getattr(cls, "generate", None)
+        if original is None:
+            return
+        collector, local = self, self._local
+
+        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if _module_hooks.compiling() or getattr(local, "generating", False):
+                return original(model, *args, **kwargs)
+            local.generating = True
+            opened = collector._begin_auto("generate", f"{_module_hooks.model_name(model)}.generate")
+            try:
+                return original(model, *args, **kwargs)
+            finally:
+                collector._end_auto(opened)
+                local.generating = False
+
+        patched = functools.update_wrapper(generate, original)
+        cls.generate = patched
+        self._unpatch.append(functools.partial(_put_back, cls, "generate", original, patched))
 
     # -- DataLoader waits ---------------------------------------------------------------------------------
     def _patch_dataloader(self, torch: Any) -> None:
