@@ -27,7 +27,8 @@ _COMPUTED = {
     "ops_outside_layers": (
         "level = 'op' AND parent_id IS NOT NULL AND span_id NOT IN (SELECT span_id FROM {owners} "
         "WHERE layer_id IS NOT NULL) AND {has_layers}",
-        "operators that ran outside every nn.Module call (framework glue, optimizer, user code between layers)",
+        "operators that ran outside every nn.Module call (the backward pass, whose nodes layers.backward charges "
+        "to the layers that made them; the optimizer, framework glue, user code between layers)",
     ),
 }
 
