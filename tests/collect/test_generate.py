@@ -13,7 +13,6 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 
 import xstack  # noqa: E402
 from xstack.analyze.health import stage_breakdown  # noqa: E402
-from xstack.analyze.pipeline import analyze  # noqa: E402
 
 
 def _gpt2() -> Any:
@@ -47,7 +46,6 @@ def test_each_generate_call_is_a_stage_that_holds_its_forward_calls(tmp_path: Pa
             "WHERE level = 'model' ORDER BY start_ns"
         )
         stages = {(r["stage"], r["kind"]): r for r in stage_breakdown(store, 1).to_records()}
-        rules = {r.rule for r in analyze(store, 1).recommendations}
     generates = [r for r in rows if r[3] == "generate"]
     forwards = [r for r in rows if r[3] == "forward"]
     assert [r[2] for r in generates] == ["GPT2LMHeadModel.generate"] * 4
@@ -55,7 +53,8 @@ def test_each_generate_call_is_a_stage_that_holds_its_forward_calls(tmp_path: Pa
     for f in forwards:  # each forward call inside a generate call, as its child
         parent = next(g for g in generates if g[0] == f[1])
         assert parent[4] <= f[4] and f[5] <= parent[5]
-    # past the warm-up, the loop's time is the generation's: no stage-less work to find
-    assert stages[("GPT2LMHeadModel.generate", "generate")]["calls"] == 3
-    assert stages[("GPT2LMHeadModel.generate", "generate")]["share of wall"] > 90
-    assert "work_outside_stages" not in rules
+    # the time between a generation's forward calls (the tokens chosen, the stopping criteria) is in its stage
+    for g in generates:
+        inside = sum(f[5] - f[4] for f in forwards if f[1] == g[0])
+        assert g[5] - g[4] > inside > 0
+    assert stages[("GPT2LMHeadModel.generate", "generate")]["calls"] == 3  # past the warm-up
