@@ -198,3 +198,19 @@ def test_the_summary_s_top_layers_show_their_backward(tmp_path: Path) -> None:
     print_summary(inference, Console(file=out, width=200))
     header = next(line for line in out.getvalue().splitlines() if "calls" in line and "total" in line)
     assert "backward" not in header and "layers.backward" not in out.getvalue()
+
+
+def test_the_diff_keys_the_backward_s_ops_by_the_layer_they_are_charged_to(tmp_path: Path) -> None:
+    from xstack.analyze.diff import diff_profiles
+
+    a, b = _train(tmp_path / "a.duckdb"), _train(tmp_path / "b.duckdb")
+    ops = diff_profiles(a, b, threshold=10.0).result("diff.ops").to_records()  # every change within the floor
+    keyed: dict[str, set[str]] = {}
+    for r in ops:
+        keyed.setdefault(r["layer"], set()).add(r["op"])
+    assert {r["status"] for r in ops} == {"unchanged"}  # one program twice: every key met in both
+    for path_ in ("0 (backward)", "2 (backward)"):
+        assert {NODE + "AddmmBackward0", "AddmmBackward0", NODE + "TBackward0"} <= keyed[path_], keyed[path_]
+    assert NODE + "ReluBackward0" in keyed["1 (backward)"]
+    outside = {n for n in keyed.get("(outside layers)", set()) if n.startswith(NODE)}
+    assert outside == {NODE + "torch::autograd::AccumulateGrad", NODE + "MseLossBackward0"}

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xstack.analyze._layers_backward import backward_ops_table
 from xstack.analyze.context import STEP_SPAN, RunContext, launched, past_warmup, run_context
 from xstack.analyze.health import occasional_spans
 from xstack.analyze.summary import host_wall
@@ -43,6 +44,8 @@ from xstack.trace.store import Store
 
 OUTSIDE_LAYERS = "(outside layers)"
 """The layer column of ops that no layer encloses."""
+BACKWARD_OF = " (backward)"
+"""After a layer's path, the key of the backward pass's ops charged to it (``layers.backward``)."""
 
 LayerKey = tuple[str, int]
 OpKey = tuple[str, int, str, int]
@@ -298,23 +301,36 @@ def _keyed(source: str, keys: str, extra: str = "") -> str:
 
 
 def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timing]:
-    layer_join = (
-        f"LEFT JOIN {layers} l ON l.span_id = w.layer_id"
-        if layers
-        else "LEFT JOIN (SELECT NULL::BIGINT AS span_id, NULL AS path, NULL::BIGINT AS call) l ON false"
+    """The run's ops keyed by layer (path and call), name and occurrence among the ops of that name in the layer's
+    call. The ops of a backward pass run outside every layer call: those of a node charged to a layer
+    (``layers.backward``) are keyed by that layer, ``encoder.0 (backward)``; the rest by the step they run in,
+    ``(outside layers)``."""
+    none = "(SELECT NULL::BIGINT AS span_id, NULL AS path, NULL::BIGINT AS call)"
+    layer_join = f"LEFT JOIN {layers or none} l ON l.span_id = w.layer_id"
+    backward = backward_ops_table(store, ctx) if layers else None
+    back_join = (
+        f"LEFT JOIN {backward} b ON b.span_id = o.span_id LEFT JOIN {layers} lb ON lb.span_id = b.layer_id"
+        if backward
+        else f"LEFT JOIN (SELECT NULL::BIGINT AS span_id, NULL::BIGINT AS layer_id) b ON false LEFT JOIN {none} lb "
+        "ON false"
     )
-    rows = store.con.execute(
-        _keyed(
-            f"""(WITH o AS ({_spans_in_steps("op", ctx)})
-            SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, -1) AS call,
-                coalesce(l.path, '{OUTSIDE_LAYERS}') AS layer,
-                row_number() OVER (PARTITION BY coalesce(w.layer_id, o.step_id, -1), o.name
-                                   ORDER BY o.start_ns, o.span_id) - 1 AS occ
-            FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join})""",
-            "layer, call, name, occ",
-        ),
-        {"run": ctx.run_id},
-    ).fetchall()
+    try:
+        rows = store.con.execute(
+            _keyed(
+                f"""(WITH o AS ({_spans_in_steps("op", ctx)})
+                SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, lb.call, -1) AS call,
+                    coalesce(l.path, lb.path || '{BACKWARD_OF}', '{OUTSIDE_LAYERS}') AS layer,
+                    row_number() OVER (PARTITION BY coalesce(w.layer_id, lb.span_id, o.step_id, -1),
+                                                    w.layer_id IS NULL AND lb.span_id IS NOT NULL, o.name
+                                       ORDER BY o.start_ns, o.span_id) - 1 AS occ
+                FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join} {back_join})""",
+                "layer, call, name, occ",
+            ),
+            {"run": ctx.run_id},
+        ).fetchall()
+    finally:
+        if backward:
+            store.con.execute(f"DROP TABLE IF EXISTS {backward}")
     return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
 
 

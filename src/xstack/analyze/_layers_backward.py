@@ -5,9 +5,10 @@ every one of them, so its operators are the op level's "outside layers". Autogra
 forward operator that made it: both carry the same sequence number (Kineto's ``Sequence number``, kept as
 ``op.sequence_number``). A backward node (an ``autograd::engine::evaluate_function: ...`` operator; of one that
 runs others inside it, as a re-entrant checkpoint's does its block's, the time outside them) is charged to the
-layer whose forward operator has its sequence number (in its process; of several, the latest started before it:
-a merged run lays out the forward operators of one pass and the backward of another, which need not keep their
-order), and to every layer that encloses that one. Nodes with no such operator, or whose operator ran outside
+layer whose forward operator has its sequence number (in its process; of several, the one whose name the node's
+names, ``aten::_log_softmax`` for ``LogSoftmaxBackward0``, else the latest started before it: a merged run lays
+out the forward operators of one pass and the backward of another, which need not keep their order), and to
+every layer that encloses that one. Nodes with no such operator, or whose operator ran outside
 every layer (gradient accumulation into the parameters, ``AccumulateGrad``; the loss), are no layer's: the facts
 count them. Layer calls recomputed in the backward pass (activation checkpointing) are no forward calls: their
 time is in the backward node they ran in.
@@ -41,8 +42,9 @@ def _nodes_sql(ctx: RunContext) -> str:
     (less that of the nodes run inside it, as a re-entrant checkpoint's backward runs its block's) and the layer
     span its forward operator ran in (NULL: none)."""
     return f"""WITH RECURSIVE node AS (
-            SELECT span_id, parent_id, pid, start_ns, dur_ns, {_seq("spans")} AS seq FROM spans
-            WHERE run_id = $run AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')
+            SELECT span_id, parent_id, pid, start_ns, dur_ns, {_seq("spans")} AS seq,
+                lower(regexp_replace(replace(name, '{BACKWARD_NODE}', ''), 'Backward[0-9]*$', '')) AS made_by
+            FROM spans WHERE run_id = $run AND level = 'op' AND starts_with(name, '{BACKWARD_NODE}')
         ), up(node_id, anc, depth) AS (
             SELECT span_id, parent_id, 1 FROM node
             UNION ALL
@@ -54,7 +56,8 @@ def _nodes_sql(ctx: RunContext) -> str:
         ), inner_ns AS (
             SELECT e.outer_id, sum(n.dur_ns) AS ns FROM nearest e JOIN node n ON n.span_id = e.node_id GROUP BY 1
         ), fwd AS (
-            SELECT o.pid, {_seq("o")} AS seq, o.start_ns, w.layer_id
+            SELECT o.pid, {_seq("o")} AS seq, o.start_ns, w.layer_id,
+                replace(regexp_replace(o.name, '^.*::', ''), '_', '') AS op_name
             FROM spans o JOIN {ctx.owners()} w ON w.span_id = o.span_id
             WHERE o.run_id = $run AND o.level = 'op' AND w.layer_id IS NOT NULL
                 AND NOT starts_with(o.name, '{BACKWARD_NODE}')
@@ -66,8 +69,8 @@ def _nodes_sql(ctx: RunContext) -> str:
         )
         SELECT n.span_id AS node_id, n.own_ns AS dur_ns, f.layer_id
         FROM counted n LEFT JOIN fwd f ON n.pid = f.pid AND n.seq = f.seq
-        QUALIFY row_number() OVER (PARTITION BY n.span_id
-                                   ORDER BY f.start_ns <= n.start_ns DESC, f.start_ns DESC NULLS LAST) = 1"""
+        QUALIFY row_number() OVER (PARTITION BY n.span_id ORDER BY f.op_name = n.made_by DESC NULLS LAST,
+                                   f.start_ns <= n.start_ns DESC, f.start_ns DESC NULLS LAST) = 1"""
 
 
 def _has_nodes(store: Store, run_id: int) -> bool:
@@ -89,6 +92,31 @@ def _charged_sql(nodes: str, layers: str) -> str:
             SELECT c.node_id, c.dur_ns, l.parent_id, false FROM charged c
             JOIN {layers} l ON l.span_id = c.layer_id JOIN {layers} p ON p.span_id = l.parent_id
         ) SELECT * FROM charged"""
+
+
+def backward_ops_table(store: Store, ctx: RunContext) -> str | None:
+    """Name of a temp table ``(span_id, layer_id)``: each operator of a counted backward node (the node and the
+    operators it runs, not those of a node run inside it) and the layer span the node is charged to, for the
+    diff to key the backward's operators by their layer; None where the run has no layer and op levels or no
+    backward node charged to a layer."""
+    if not (ctx.has("layer") and ctx.has("op")) or not _has_nodes(store, ctx.run_id):
+        return None
+    nodes, name = f"_ax_backward_{ctx.run_id}", f"_ax_backward_ops_{ctx.run_id}"
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
+    try:
+        store.con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE {name} AS
+            WITH RECURSIVE down(span_id, layer_id) AS (
+                SELECT node_id, layer_id FROM {nodes} WHERE layer_id IS NOT NULL
+                UNION ALL
+                SELECT c.span_id, d.layer_id FROM down d JOIN spans c ON c.run_id = $run AND c.parent_id = d.span_id
+                WHERE c.level = 'op' AND NOT starts_with(c.name, '{BACKWARD_NODE}')
+            ) SELECT * FROM down""",
+            {"run": ctx.run_id},
+        )
+    finally:
+        store.con.execute(f"DROP TABLE IF EXISTS {nodes}")
+    return name
 
 
 def backward_by_layer(store: Store, run_id: int) -> dict[str, int]:
