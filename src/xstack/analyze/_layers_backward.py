@@ -19,6 +19,8 @@ draw, joined to xstack's layer spans.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from xstack.analyze.context import RunContext, run_context
@@ -83,6 +85,17 @@ def _has_nodes(store: Store, run_id: int) -> bool:
     )
 
 
+@contextmanager
+def _nodes(store: Store, ctx: RunContext) -> Iterator[str]:
+    """A temp table of the run's counted backward nodes (``_nodes_sql``), by name, dropped on leaving."""
+    name = f"_ax_backward_{ctx.run_id}"
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
+    try:
+        yield name
+    finally:
+        store.con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
 def _charged_sql(nodes: str, layers: str) -> str:
     """SQL: each node of ``nodes`` charged to its layer (``own``) and to every layer around it: node_id, dur_ns,
     layer_id, own."""
@@ -101,9 +114,8 @@ def backward_ops_table(store: Store, ctx: RunContext) -> str | None:
     backward node charged to a layer."""
     if not (ctx.has("layer") and ctx.has("op")) or not _has_nodes(store, ctx.run_id):
         return None
-    nodes, name = f"_ax_backward_{ctx.run_id}", f"_ax_backward_ops_{ctx.run_id}"
-    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
-    try:
+    name = f"_ax_backward_ops_{ctx.run_id}"
+    with _nodes(store, ctx) as nodes:
         store.con.execute(
             f"""CREATE OR REPLACE TEMP TABLE {name} AS
             WITH RECURSIVE down(span_id, layer_id) AS (
@@ -114,8 +126,6 @@ def backward_ops_table(store: Store, ctx: RunContext) -> str | None:
             ) SELECT * FROM down""",
             {"run": ctx.run_id},
         )
-    finally:
-        store.con.execute(f"DROP TABLE IF EXISTS {nodes}")
     return name
 
 
@@ -126,15 +136,12 @@ def backward_by_layer(store: Store, run_id: int) -> dict[str, int]:
     ctx = run_context(store, run_id)
     if not (ctx.has("layer") and ctx.has("op")) or not _has_nodes(store, ctx.run_id):
         return {}
-    layers, nodes = _table(ctx), f"_ax_backward_{ctx.run_id}"
-    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
-    try:
+    layers = _table(ctx)
+    with _nodes(store, ctx) as nodes:
         rows = store.query(
             f"""SELECT l.name, sum(c.dur_ns) FROM ({_charged_sql(nodes, layers)}) c
                 JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1"""
         )
-    finally:
-        store.con.execute(f"DROP TABLE IF EXISTS {nodes}")
     return {str(n): int(t) for n, t in rows}
 
 
@@ -157,9 +164,7 @@ def layer_backward(store: Store, run_id: int) -> Result:
     if not _has_nodes(store, ctx.run_id):
         return ctx.lacking("layers.backward", title, "backward")
     layers = _table(ctx)
-    nodes = f"_ax_backward_{ctx.run_id}"
-    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {nodes} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
-    try:
+    with _nodes(store, ctx) as nodes:
         total, count, attributed, unattributed_n = store.query(
             f"""SELECT coalesce(sum(dur_ns), 0), count(*), coalesce(sum(dur_ns) FILTER (layer_id IS NOT NULL), 0),
                 count(*) FILTER (layer_id IS NULL) FROM {nodes}"""
@@ -189,8 +194,6 @@ def layer_backward(store: Store, run_id: int) -> Result:
                 WHERE n.layer_id IS NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 3""",
             {"run": ctx.run_id},
         ).fetchall()
-    finally:
-        store.con.execute(f"DROP TABLE IF EXISTS {nodes}")
     cols = [
         Column("path"),
         Column("type"),
