@@ -214,3 +214,33 @@ def test_the_diff_keys_the_backward_s_ops_by_the_layer_they_are_charged_to(tmp_p
     assert NODE + "ReluBackward0" in keyed["1 (backward)"]
     outside = {n for n in keyed.get("(outside layers)", set()) if n.startswith(NODE)}
     assert outside == {NODE + "torch::autograd::AccumulateGrad", NODE + "MseLossBackward0"}
+
+
+def test_of_the_forward_ops_that_share_a_node_s_sequence_number_the_one_it_names_made_it(tmp_path: Path) -> None:
+    # a merged run lays out each pass on its own: here the root's aten::view, which carries the same sequence
+    # number as the loss's aten::_log_softmax (it made no node), lies after it; the node is still the loss's
+    from xstack.trace import attrs as A
+    from xstack.trace.sink import Sink
+    from xstack.trace.store import RunInfo
+
+    path = tmp_path / "s.duckdb"
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "merged", levels=["model", "layer", "op"], pass_name="merged"))
+        sink = Sink(store, 1)
+        seq = {A.OP_SEQUENCE_NUMBER: 7}
+        sink.span(1, None, "model", "step", 0, 10_000_000, 1, 1, {A.MODEL_KIND: "step"})
+        sink.span(2, 1, "layer", "Net", 0, 5_000_000, 1, 1, {A.LAYER_PATH: "Net", A.LAYER_TYPE: "Net"})
+        sink.span(3, 2, "layer", "loss", 1_000_000, 1_000_000, 1, 1,
+                  {A.LAYER_PATH: "loss", A.LAYER_TYPE: "CrossEntropyLoss"})  # fmt: skip
+        sink.span(4, 3, "op", "aten::_log_softmax", 1_100_000, 200_000, 1, 1, seq)
+        sink.span(5, 2, "op", "aten::view", 3_000_000, 10_000, 1, 1, seq)
+        sink.span(6, 1, "model", "backward", 6_000_000, 3_000_000, 1, 1, {A.MODEL_KIND: "backward"})
+        sink.span(7, 6, "op", NODE + "LogSoftmaxBackward0", 6_500_000, 100_000, 1, 1, seq)
+        sink.close()
+    with xstack.open_store(path) as store:
+        rows = {r["path"]: r for r in run_analyses(store, 1, ["layers.backward"])[0].to_records()}
+    assert (rows["loss"]["backward self"], rows["Net"]["backward self"], rows["Net"]["backward"]) == (
+        100_000,
+        0,
+        100_000,
+    )
