@@ -314,23 +314,19 @@ def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timin
         else f"LEFT JOIN (SELECT NULL::BIGINT AS span_id, NULL::BIGINT AS layer_id) b ON false LEFT JOIN {none} lb "
         "ON false"
     )
-    try:
-        rows = store.con.execute(
-            _keyed(
-                f"""(WITH o AS ({_spans_in_steps("op", ctx)})
-                SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, lb.call, -1) AS call,
-                    coalesce(l.path, lb.path || '{BACKWARD_OF}', '{OUTSIDE_LAYERS}') AS layer,
-                    row_number() OVER (PARTITION BY coalesce(w.layer_id, lb.span_id, o.step_id, -1),
-                                                    w.layer_id IS NULL AND lb.span_id IS NOT NULL, o.name
-                                       ORDER BY o.start_ns, o.span_id) - 1 AS occ
-                FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join} {back_join})""",
-                "layer, call, name, occ",
-            ),
-            {"run": ctx.run_id},
-        ).fetchall()
-    finally:
-        if backward:
-            store.con.execute(f"DROP TABLE IF EXISTS {backward}")
+    rows = store.con.execute(
+        _keyed(
+            f"""(WITH o AS ({_spans_in_steps("op", ctx)})
+            SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, lb.call, -1) AS call,
+                coalesce(l.path, lb.path || '{BACKWARD_OF}', '{OUTSIDE_LAYERS}') AS layer,
+                row_number() OVER (PARTITION BY coalesce(w.layer_id, lb.span_id, o.step_id, -1),
+                                                w.layer_id IS NULL AND lb.span_id IS NOT NULL, o.name
+                                   ORDER BY o.start_ns, o.span_id) - 1 AS occ
+            FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join} {back_join})""",
+            "layer, call, name, occ",
+        ),
+        {"run": ctx.run_id},
+    ).fetchall()
     return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
 
 

@@ -19,8 +19,6 @@ draw, joined to xstack's layer spans.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from xstack.analyze.context import RunContext, run_context
@@ -85,15 +83,14 @@ def _has_nodes(store: Store, run_id: int) -> bool:
     )
 
 
-@contextmanager
-def _nodes(store: Store, ctx: RunContext) -> Iterator[str]:
-    """A temp table of the run's counted backward nodes (``_nodes_sql``), by name, dropped on leaving."""
+def _nodes(ctx: RunContext) -> str:
+    """Name of a temp table of the run's counted backward nodes (``_nodes_sql``), made once per run context (as
+    ``layers._table``): the analysis, the summary's top layers and the diff read it."""
     name = f"_ax_backward_{ctx.run_id}"
-    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
-    try:
-        yield name
-    finally:
-        store.con.execute(f"DROP TABLE IF EXISTS {name}")
+    if name not in ctx._tables:
+        ctx.store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {_nodes_sql(ctx)}", {"run": ctx.run_id})
+        ctx._tables[name] = name
+    return name
 
 
 def _charged_sql(nodes: str, layers: str) -> str:
@@ -109,23 +106,24 @@ def _charged_sql(nodes: str, layers: str) -> str:
 
 def backward_ops_table(store: Store, ctx: RunContext) -> str | None:
     """Name of a temp table ``(span_id, layer_id)``: each operator of a counted backward node (the node and the
-    operators it runs, not those of a node run inside it) and the layer span the node is charged to, for the
-    diff to key the backward's operators by their layer; None where the run has no layer and op levels or no
-    backward node charged to a layer."""
+    operators it runs, not those of a node run inside it) and the layer span the node is charged to, made once per
+    run context, for the diff to key the backward's operators by their layer; None where the run has no layer and
+    op levels or no backward node."""
     if not (ctx.has("layer") and ctx.has("op")) or not _has_nodes(store, ctx.run_id):
         return None
     name = f"_ax_backward_ops_{ctx.run_id}"
-    with _nodes(store, ctx) as nodes:
+    if name not in ctx._tables:
         store.con.execute(
             f"""CREATE OR REPLACE TEMP TABLE {name} AS
             WITH RECURSIVE down(span_id, layer_id) AS (
-                SELECT node_id, layer_id FROM {nodes} WHERE layer_id IS NOT NULL
+                SELECT node_id, layer_id FROM {_nodes(ctx)} WHERE layer_id IS NOT NULL
                 UNION ALL
                 SELECT c.span_id, d.layer_id FROM down d JOIN spans c ON c.run_id = $run AND c.parent_id = d.span_id
                 WHERE c.level = 'op' AND NOT starts_with(c.name, '{BACKWARD_NODE}')
             ) SELECT * FROM down""",
             {"run": ctx.run_id},
         )
+        ctx._tables[name] = name
     return name
 
 
@@ -137,11 +135,10 @@ def backward_by_layer(store: Store, run_id: int) -> dict[str, int]:
     if not (ctx.has("layer") and ctx.has("op")) or not _has_nodes(store, ctx.run_id):
         return {}
     layers = _table(ctx)
-    with _nodes(store, ctx) as nodes:
-        rows = store.query(
-            f"""SELECT l.name, sum(c.dur_ns) FROM ({_charged_sql(nodes, layers)}) c
-                JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1"""
-        )
+    rows = store.query(
+        f"""SELECT l.name, sum(c.dur_ns) FROM ({_charged_sql(_nodes(ctx), layers)}) c
+            JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1"""
+    )
     return {str(n): int(t) for n, t in rows}
 
 
@@ -164,36 +161,36 @@ def layer_backward(store: Store, run_id: int) -> Result:
     if not _has_nodes(store, ctx.run_id):
         return ctx.lacking("layers.backward", title, "backward")
     layers = _table(ctx)
-    with _nodes(store, ctx) as nodes:
-        total, count, attributed, unattributed_n = store.query(
-            f"""SELECT coalesce(sum(dur_ns), 0), count(*), coalesce(sum(dur_ns) FILTER (layer_id IS NOT NULL), 0),
-                count(*) FILTER (layer_id IS NULL) FROM {nodes}"""
-        )[0]
-        if not count:
-            return ctx.lacking("layers.backward", title, "backward")
-        recomputed = f"""(SELECT span_id FROM spans WHERE run_id = {int(ctx.run_id)} AND level = 'layer'
-            AND coalesce(TRY_CAST(attrs->>'$."{A.LAYER_RECOMPUTED}"' AS BOOLEAN), false))"""
-        n_recomputed = int(store.query(f"SELECT count(*) FROM {recomputed}")[0][0])
-        rows = store.query(
-            f"""WITH back AS (
-                    SELECT l.path, l.type, sum(c.dur_ns) AS backward_ns,
-                        coalesce(sum(c.dur_ns) FILTER (c.own), 0) AS own_ns
-                    FROM ({_charged_sql(nodes, layers)}) c JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1, 2
-                ), fwd AS (
-                    SELECT path, type, count(*) AS calls, sum(dur_ns) AS forward_ns, min(start_ns) AS first
-                    FROM {layers} WHERE counted AND span_id NOT IN (SELECT span_id FROM {recomputed}) GROUP BY 1, 2
-                )
-                SELECT path, type, coalesce(calls, 0), forward_ns, backward_ns, own_ns,
-                    backward_ns / nullif(forward_ns, 0)
-                FROM back LEFT JOIN fwd USING (path, type)
-                ORDER BY backward_ns DESC, first, path"""
-        )
-        named = store.con.execute(
-            f"""SELECT replace(s.name, '{BACKWARD_NODE}', ''), count(*), sum(n.dur_ns) FROM {nodes} n
-                JOIN spans s ON s.run_id = $run AND s.span_id = n.node_id
-                WHERE n.layer_id IS NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 3""",
-            {"run": ctx.run_id},
-        ).fetchall()
+    nodes = _nodes(ctx)
+    total, count, attributed, unattributed_n = store.query(
+        f"""SELECT coalesce(sum(dur_ns), 0), count(*), coalesce(sum(dur_ns) FILTER (layer_id IS NOT NULL), 0),
+            count(*) FILTER (layer_id IS NULL) FROM {nodes}"""
+    )[0]
+    if not count:
+        return ctx.lacking("layers.backward", title, "backward")
+    recomputed = f"""(SELECT span_id FROM spans WHERE run_id = {int(ctx.run_id)} AND level = 'layer'
+        AND coalesce(TRY_CAST(attrs->>'$."{A.LAYER_RECOMPUTED}"' AS BOOLEAN), false))"""
+    n_recomputed = int(store.query(f"SELECT count(*) FROM {recomputed}")[0][0])
+    rows = store.query(
+        f"""WITH back AS (
+                SELECT l.path, l.type, sum(c.dur_ns) AS backward_ns,
+                    coalesce(sum(c.dur_ns) FILTER (c.own), 0) AS own_ns
+                FROM ({_charged_sql(nodes, layers)}) c JOIN {layers} l ON l.span_id = c.layer_id GROUP BY 1, 2
+            ), fwd AS (
+                SELECT path, type, count(*) AS calls, sum(dur_ns) AS forward_ns, min(start_ns) AS first
+                FROM {layers} WHERE counted AND span_id NOT IN (SELECT span_id FROM {recomputed}) GROUP BY 1, 2
+            )
+            SELECT path, type, coalesce(calls, 0), forward_ns, backward_ns, own_ns,
+                backward_ns / nullif(forward_ns, 0)
+            FROM back LEFT JOIN fwd USING (path, type)
+            ORDER BY backward_ns DESC, first, path"""
+    )
+    named = store.con.execute(
+        f"""SELECT replace(s.name, '{BACKWARD_NODE}', ''), count(*), sum(n.dur_ns) FROM {nodes} n
+            JOIN spans s ON s.run_id = $run AND s.span_id = n.node_id
+            WHERE n.layer_id IS NULL GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 3""",
+        {"run": ctx.run_id},
+    ).fetchall()
     cols = [
         Column("path"),
         Column("type"),
