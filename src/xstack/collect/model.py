@@ -299,20 +299,26 @@ class ModelCollector:
         self._unpatch.append(OnImport("torch._dynamo", functools.partial(_skipped_by_dynamo, codes)).remove)
 
     def _backward(self, original: Callable[..., Any], name: str) -> types.FunctionType:
-        local = self._local
+        return self._stage(original, "backward", lambda *args, **kwargs: name)
 
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            if _module_hooks.compiling() or getattr(local, "backward", False):  # compiling: a constant to dynamo
+    def _stage(self, original: Callable[..., Any], kind: str, name: Callable[..., str]) -> types.FunctionType:
+        """``original`` wrapped so that each call is a stage of ``kind``, named by ``name(*args, **kwargs)``; one
+        called inside another of its kind on the same thread (a re-entrant backward, an assisted generation) is
+        part of it, and under torch's compiler it runs as it is (a constant to dynamo)."""
+        local, flag = self._local, f"in_{kind}"
+
+        def staged(*args: Any, **kwargs: Any) -> Any:
+            if _module_hooks.compiling() or getattr(local, flag, False):
                 return original(*args, **kwargs)
-            local.backward = True
-            opened = self._begin_auto("backward", name)
+            setattr(local, flag, True)
+            opened = self._begin_auto(kind, name(*args, **kwargs))
             try:
                 return original(*args, **kwargs)
             finally:
                 self._end_auto(opened)
-                local.backward = False
+                setattr(local, flag, False)
 
-        return cast(types.FunctionType, backward)
+        return cast(types.FunctionType, staged)
 
     # -- Hugging Face generation ---------------------------------------------------------------------------
     def _patch_generate(self) -> None:
@@ -326,19 +332,9 @@ class ModelCollector:
         original = getattr(cls, "generate", None)
         if original is None:
             return
-        collector, local = self, self._local
-
-        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
-            if _module_hooks.compiling() or getattr(local, "generating", False):
-                return original(model, *args, **kwargs)
-            local.generating = True
-            opened = collector._begin_auto("generate", f"{_module_hooks.model_name(model)}.generate")
-            try:
-                return original(model, *args, **kwargs)
-            finally:
-                collector._end_auto(opened)
-                local.generating = False
-
+        generate = self._stage(
+            original, "generate", lambda model, *a, **k: f"{_module_hooks.model_name(model)}.generate"
+        )
         patched = functools.update_wrapper(generate, original)
         cls.generate = patched
         self._unpatch.append(functools.partial(_put_back, cls, "generate", original, patched))
