@@ -204,11 +204,12 @@ def test_the_diff_keys_the_backward_s_ops_by_the_layer_they_are_charged_to(tmp_p
     from xstack.analyze.diff import diff_profiles
 
     a, b = _train(tmp_path / "a.duckdb"), _train(tmp_path / "b.duckdb")
-    ops = diff_profiles(a, b, threshold=10.0).result("diff.ops").to_records()  # every change within the floor
+    ops = diff_profiles(a, b).result("diff.ops").to_records()
     keyed: dict[str, set[str]] = {}
     for r in ops:
         keyed.setdefault(r["layer"], set()).add(r["op"])
-    assert {r["status"] for r in ops} == {"unchanged"}  # one program twice: every key met in both
+    # one program twice: every key met in both (a tiny op may still come out slower on a loaded machine)
+    assert not {r["status"] for r in ops} & {"added", "removed"}
     for path_ in ("0 (backward)", "2 (backward)"):
         assert {NODE + "AddmmBackward0", "AddmmBackward0", NODE + "TBackward0"} <= keyed[path_], keyed[path_]
     assert NODE + "ReluBackward0" in keyed["1 (backward)"]
