@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from xstack.leveled.occasional import _unmarked
+from xstack.leveled.occasional import _every, _unmarked, _work
 
 MS = 1_000_000
 
@@ -65,3 +65,35 @@ def test_longer_inside_the_spans_the_others_have_is_not_work_in_no_span() -> Non
     con = _con(steps, 8 * MS)
     con.execute("UPDATE _lm_tree SET dur_ns = dur_ns + 3000000 WHERE parent_id IS NOT NULL AND iter % 5 = 2")
     assert _unmarked(con, 1, steps, []) is None
+
+
+def _op(steps: list[int], iterations: int) -> dict[str, Any]:
+    return {"name": "aten::set_", "level": "op", "kind": None, "run_id": 1, "steps": steps, "median_ns": 7_000,
+            "count": 2 * len(steps), "iterations": iterations, "per_iteration_ns": 700}  # fmt: skip
+
+
+def test_iterations_as_long_as_a_slowed_stretch_of_the_others_are_not_work_beyond_noise() -> None:
+    """A pass that a busy machine slowed for ten of its twenty iterations (5 to 24, as ``step#N`` numbers them):
+    the two holding an op the others lack (18 and 20) are among the slow ones and no longer than them. Their
+    median is far above the others' median, yet they do not stand out: the op's own cost, not 110 ms per two
+    iterations, and no period for two iterations that close the pass."""
+    steps = {i: (150 if 14 <= i <= 23 else 45) * MS + (i * 7919 % 41) * 10_000 for i in range(5, 25)}
+    longest = max(d for i, d in steps.items() if i not in (18, 20))
+    steps |= {18: longest + 50_000, 20: longest + 20_000}  # the longest, by less than the others' spread
+    [w] = _work([_op([18, 20], 20)], {1: steps}, {1: "model+layer+op"})
+    assert (w["longer_beyond_noise"], w["per_iteration_ns"], w["every"]) == (False, 700, None)
+    # the same two iterations slower than every other one: work beyond noise
+    steps |= {18: 190 * MS, 20: 200 * MS}
+    [w] = _work([_op([18, 20], 20)], {1: steps}, {1: "model+layer+op"})
+    assert w["longer_beyond_noise"] is True and w["per_iteration_ns"] > 5 * MS
+
+
+def test_a_period_runs_through_the_measured_iterations() -> None:
+    measured = range(5, 25)
+    assert _every([5, 10, 15, 20], measured) == 5
+    assert _every([9, 14, 19, 24], measured) == 5
+    assert _every([14, 24], measured) == 10  # every 10th of 20: twice
+    assert _every([18, 20], measured) is None  # every 2nd would have held 10 of them
+    assert _every([5, 7], measured) is None
+    assert _every([5, 10, 20], measured) is None  # one missing between
+    assert _every([12], measured) is None

@@ -14,11 +14,11 @@ merged run's config:
   span marks (a ``torch.save``
   outside any ``xstack.span``, seen as a few operators only), and its cost per iteration: the larger of its
   spans' costs together and that difference spread over every measured iteration, the latter only where every
-  iteration of the group is slower than the others' median by more than their spread (median - 5th
-  percentile), and the group holds two or more. What the work does, where the passes saw it: ``layer_calls``
-  and ``backward`` (``_contents``: a forward with no backward is an evaluation) and, from an io pass,
-  ``writes_bytes`` and ``writes_path`` (``add_writes``: the files a checkpoint writes). Work in no span that
-  every Nth iteration runs is found by how much longer those iterations take (``_unmarked``).
+  iteration of the group is slower than the others' median, and than nine in ten of them, by more than their
+  spread (median - 5th percentile), and the group holds two or more. What the work does, where the passes saw
+  it: ``layer_calls`` and ``backward`` (``_contents``: a forward with no backward is an evaluation) and, from
+  an io pass, ``writes_bytes`` and ``writes_path`` (``add_writes``: the files a checkpoint writes). Work in no
+  span that every Nth iteration runs is found by how much longer those iterations take (``_unmarked``).
 
 The merged run's health has the row ``occasional_spans`` (informational).
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from typing import Any, Final
 
 from xstack.analyze.result import format_value
@@ -112,6 +113,9 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
     iteration."""
     spans, group_of = [], {}
     rows = con.execute(_OCCASIONAL).fetchall()
+    steps: dict[int, dict[int, int]] = {}
+    for run, it, dur in con.execute("SELECT run_id, iter, dur_ns FROM _lm_tree WHERE parent_key IS NULL").fetchall():
+        steps.setdefault(int(run), {})[int(it)] = int(dur)
     for level, name, plevel, pname, run, count, median, total, iters, measured, kind, pkey in rows:
         group_of[(level, name, pkey)] = tuple(int(i) for i in iters)
         spans.append(
@@ -126,16 +130,13 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
                 "steps": [int(i) for i in iters],
                 "iterations_with": len(iters),
                 "iterations": int(measured),
-                "every": _every(iters),
+                "every": _every(iters, steps.get(int(run), {})),
                 "median_ns": round(median),
                 "total_ns": int(total),
                 "per_iteration_ns": round(int(total) / int(measured)),
             }
         )
     spans.sort(key=lambda o: (-o["per_iteration_ns"], o["name"]))
-    steps: dict[int, dict[int, int]] = {}
-    for run, it, dur in con.execute("SELECT run_id, iter, dur_ns FROM _lm_tree WHERE parent_key IS NULL").fetchall():
-        steps.setdefault(int(run), {})[int(it)] = int(dur)
     work = _work(spans, steps, names)
     _contents(con, work, group_of)
     first = next(iter(names), None)
@@ -262,9 +263,15 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
             w["writes_files"] = len({path for _, path in held if path})  # one per iteration: step5.pt, step10.pt
 
 
-def _every(iters: list[int]) -> int | None:
+def _every(iters: list[int], measured: Iterable[int]) -> int | None:
+    """The period of the iterations ``iters`` among the measured ones: the gap between them where it is always
+    the same and they run through the measured iterations, none of the period's places missing before the first
+    or after the last (two that close a pass, iterations 18 and 20 of 20, are no "every 2nd"); else None."""
     gaps = {b - a for a, b in zip(iters, iters[1:], strict=False)}
-    return gaps.pop() if len(gaps) == 1 else None
+    if len(gaps) != 1 or not (numbers := list(measured)):
+        return None
+    every = gaps.pop()
+    return every if iters[0] - min(numbers) < every and max(numbers) - iters[-1] < every else None
 
 
 def _baseline(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[list[int], float, float] | None:
@@ -280,13 +287,17 @@ def _baseline(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[list[int],
 
 def _longer(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[int | None, bool | None, int]:
     """How much longer the iterations ``iters`` of a pass take than its others (medians), whether that is beyond
-    the others' spread (every one of them longer than their median by more than its distance to their 5th
-    percentile, two of them at least), and how many of them the pass measured."""
+    the others' spread (two of them at least, every one longer than the others' median, and than nine in ten of
+    them, by more than the median's distance to their 5th percentile: a pass that a busy machine slowed for a
+    stretch of iterations has as long ones among the others), and how many of them the pass measured."""
     base = _baseline(steps, iters)
     if base is None:
         return None, None, sum(1 for i in steps if i in iters)
     held, typical, spread = base
-    return round(statistics.median(held) - typical), len(held) >= 2 and min(held) > typical + spread, len(held)
+    others = [d for i, d in steps.items() if i not in iters]
+    p90 = statistics.quantiles(others, n=10, method="inclusive")[-1]
+    beyond = len(held) >= 2 and min(held) > max(typical, p90) + spread
+    return round(statistics.median(held) - typical), beyond, len(held)
 
 
 def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: dict[int, str]) -> list[dict[str, Any]]:
@@ -314,7 +325,7 @@ def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: 
                 "iterations": measured,
                 "pass": names.get(run, str(run)),
                 "run_id": run,
-                "every": _every(list(iters)),
+                "every": _every(list(iters), steps.get(run) or steps.get(own, {})),
                 "spans": [
                     {k: o[k] for k in ("name", "level", "kind", "run_id", "median_ns", "count", "per_iteration_ns")}
                     for o in members[:3]
