@@ -150,6 +150,20 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
     return per_store[ctx.run_id]
 
 
+def io_pass(store: Store, config: dict[str, Any]) -> tuple[int, str] | None:
+    """The run and pass name of a merged run's io pass (a pass of its leveled measurement that recorded the model
+    and io levels, ``config.merge``), or None."""
+    merge = config.get("merge")
+    listed = [p for key in ("passes", "counter_passes") for p in (merge or {}).get(key) or [] if isinstance(p, dict)]
+    for p in listed:
+        run = p.get("run_id")
+        if isinstance(run, int) and not isinstance(run, bool):
+            levels = store.query("SELECT levels FROM runs WHERE run_id = ?", [run])
+            if levels and {"model", "io"} <= set(levels[0][0] or []):
+                return run, str(p.get("pass") or run)
+    return None
+
+
 def _helpers(store: Store, run_id: int) -> dict[int, str]:
     rows = store.con.execute(
         f"""SELECT pid, any_value(attrs->>'$.{A.IO_FILE_PROCESS_ROLE}') FROM io_files

@@ -16,6 +16,7 @@ from xstack.analyze._io_common import (
     as_count,
     check_options,
     in_list,
+    io_pass,
     io_run,
     mapped_files,
     mapped_label,
@@ -147,7 +148,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
-    if io.ctx.pass_name == "merged" and (source := _io_pass(store, io.ctx.config)) is not None:
+    if io.ctx.pass_name == "merged" and (source := io_pass(store, io.ctx.config)) is not None:
         return _from_pass(input_wait(store, source[0], threshold_pct=threshold_pct), io.ctx.run_id, *source)
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
@@ -190,20 +191,6 @@ NO_WAITS = (
     "whether it is input-bound is not judged; data it loads itself is in its compute ('main io in compute')"
 )
 """The label of a loop of steps that never waited on a DataLoader."""
-
-
-def _io_pass(store: Store, config: dict[str, Any]) -> tuple[int, str] | None:
-    """The run and pass name of a merged run's io pass (a pass of its leveled measurement that recorded the model
-    and io levels, ``config.merge``), or None."""
-    merge = config.get("merge")
-    listed = [p for key in ("passes", "counter_passes") for p in (merge or {}).get(key) or [] if isinstance(p, dict)]
-    for p in listed:
-        run = p.get("run_id")
-        if isinstance(run, int) and not isinstance(run, bool):
-            levels = store.query("SELECT levels FROM runs WHERE run_id = ?", [run])
-            if levels and {"model", "io"} <= set(levels[0][0] or []):
-                return run, str(p.get("pass") or run)
-    return None
 
 
 def _from_pass(r: Result, run_id: int, source: int, pass_name: str) -> Result:

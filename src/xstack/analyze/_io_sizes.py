@@ -14,9 +14,12 @@ from xstack.analyze._io_common import (
     check_options,
     class_filter,
     hist_count,
+    io_pass,
     io_run,
+    median,
 )
-from xstack.analyze._timeline_common import notes_of, pct, rows
+from xstack.analyze._timeline_common import STEP, notes_of, pct, rows
+from xstack.analyze.context import past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result
 from xstack.text import counted
 from xstack.trace import attrs as A
@@ -161,8 +164,9 @@ def small_file_staging(
     ``small_time_warmup_ns`` is the part of the small files' time spent in the warm-up iterations
     (``RunContext.in_warmup``; from the io spans, None without them); in a merged run, whose files are its io
     pass's whole and whose io spans are that pass's median iteration, fact ``small_time_step_ns`` is the small
-    files' time in that iteration, at most the merged step (the io pass, slowed by its level, may take longer over
-    them than the model pass over its whole step). Small files that carry many operations but few
+    files' time in a usual measured iteration of the io pass (the median over them: the merged iteration's own
+    few calls can hold one slow read), at most the merged step (the io pass, slowed by its level, may take longer
+    over them than the model pass over its whole step). Small files that carry many operations but few
     bytes are the ones to stage or to pack into larger shards.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
@@ -189,8 +193,7 @@ def small_file_staging(
                       pct(time, totals[3]), "yes" if t == threshold_bytes else ""))  # fmt: skip
     chosen = next(r for r in table if r[0] == threshold_bytes)
     warmup_ns = _warmup_time(store, io, all_paths, threshold_bytes)
-    # a merged run's io_files hold its io pass whole, its io spans that pass's median iteration alone
-    step_ns = _span_time(store, io, all_paths, threshold_bytes) if io.ctx.config.get("merge") else None
+    step_ns = _step_time(store, io, all_paths, threshold_bytes) if io.ctx.config.get("merge") else None
     if step_ns is not None and (extent := io.ctx.host_extent()[0]):  # timed under the io level, which slows it:
         step_ns = min(step_ns, int(extent))  # no more than the merged step itself can be at stake
     return Result(
@@ -245,6 +248,27 @@ def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int)
     if not io.ctx.warmup_windows():
         return 0
     return _span_time(store, io, all_paths, threshold_bytes, io.ctx.in_warmup())
+
+
+def _step_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:
+    """In a merged run, whose io_files hold its io pass whole: the time (ns) of the successful calls on the files
+    of at most ``threshold_bytes`` in a usual measured iteration of that pass, the median over its measured
+    iterations of the calls that started in each. Not the merged run's own io spans: they are one iteration's,
+    whose few calls a single slow read (the process taken off its CPU) makes several times the others'. Those
+    where the io pass is not found (a store merged before passes were listed)."""
+    source = io_pass(store, io.ctx.config)
+    if source is None:
+        return _span_time(store, io, all_paths, threshold_bytes)
+    sql = f"""WITH {files_cte(io, all_paths)},
+        steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
+                  WHERE run_id = $source AND {STEP} AND {past_warmup(run_context(store, source[0]).warmup)}),
+        calls AS (SELECT start_ns AS s, dur_ns FROM spans
+                  WHERE run_id = $source AND level = 'io' AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+                      AND {SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {int(threshold_bytes)}))
+        SELECT coalesce(sum(c.dur_ns), 0) FROM steps st LEFT JOIN calls c ON c.s >= st.s AND c.s < st.e
+        GROUP BY st.s"""
+    per_step = median([int(r[0]) for r in rows(store, sql, io.run_id, source=source[0])])
+    return None if per_step is None else round(per_step)
 
 
 def _span_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, where: str = "true") -> int | None:
