@@ -186,9 +186,10 @@ def choose_batch_size(
     latency_target_ms: float | None = None,
     failed: Sequence[int] = (),
 ) -> tuple[int | None, str]:
-    """The optimal batch size among ``(batch size, latency ns)`` points and why; None when there is none (no
-    size meets the latency target, or throughput still rises by more than the threshold at the largest and no
-    larger size was tried). ``failed``: batch sizes whose run was cut short (out of memory, typically); where
+    """The optimal batch size among ``(batch size, latency ns)`` points and why: the smallest after which no
+    larger size raises throughput by more than the threshold per doubling; None when there is none (no size
+    meets the latency target, or throughput still rises by more than the threshold at the largest and no larger
+    size was tried). ``failed``: batch sizes whose run was cut short (out of memory, typically); where
     one is larger than every measured size and throughput still rises, the largest that ran is the optimum."""
     pts = sorted(points)
     if not pts:
@@ -217,10 +218,18 @@ def choose_batch_size(
             return pts[0][0], f"the only batch size that ran: batch size {larger_failed} failed (cut short)"
         return None, f"only batch size {pts[0][0]} was measured: the optimum needs several"
     gain = 0.0
-    for (b, lat), (b_next, lat_next) in zip(pts, pts[1:], strict=False):
-        gain = doubling_gain_pct(b, lat, b_next, lat_next)
-        if round(gain, 9) <= gain_threshold_pct:  # a gain of exactly the threshold, to float rounding, is in
-            return b, _levels_off(b, b_next, gain, gain_threshold_pct)
+    for i, (b, lat) in enumerate(pts[:-1]):
+        # every larger size, not the next alone: past a dip or a plateau (a noisy size), one can still raise
+        # throughput far more than the threshold per doubling, and then b is no optimum
+        gains = [(doubling_gain_pct(b, lat, b_next, lat_next), b_next) for b_next, lat_next in pts[i + 1 :]]
+        gain = gains[0][0]
+        most, b_most = max(gains)
+        if round(most, 9) <= gain_threshold_pct:  # a gain of exactly the threshold, to float rounding, is in
+            reason = _levels_off(b, gains[0][1], gain, gain_threshold_pct)
+            if len(gains) > 1:
+                reason += f" (nor does a larger one raise it by more than {gain_threshold_pct:g}% per doubling: " \
+                    f"at most batch size {b_most}, {most:+.1f}%)"  # fmt: skip
+            return b, reason
     if larger_failed is not None:  # throughput still rises where the next size no longer runs
         return pts[-1][0], (
             f"the largest batch size that ran: throughput still rises {gain:.1f}% per doubling up to it, and batch "
