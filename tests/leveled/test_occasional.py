@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from xstack.leveled.occasional import _every, _unmarked, _work
+from xstack.leveled.occasional import _every, _unmarked, _work, add_writes
 
 MS = 1_000_000
 
@@ -97,3 +97,43 @@ def test_a_period_runs_through_the_measured_iterations() -> None:
     assert _every([5, 7], measured) is None
     assert _every([5, 10, 20], measured) is None  # one missing between
     assert _every([12], measured) is None
+
+
+def _group(name: str, steps: list[int], iterations: int) -> dict[str, Any]:
+    return {"name": name, "level": "model", "kind": None, "run_id": 1, "steps": steps, "median_ns": 1_000,
+            "count": len(steps), "iterations": iterations, "per_iteration_ns": 100}  # fmt: skip
+
+
+def test_work_nested_in_other_occasional_work_is_timed_against_that_works_other_iterations() -> None:
+    """A validation every 3rd iteration (15 ms) and a checkpoint in every 2nd of those (6th iteration: 10 ms).
+    Against every other iteration, the checkpoint's iterations were also charged the validation: each work is
+    now timed against the iterations that differ from its own by it alone."""
+    validation, checkpoint = list(range(2, 24, 3)), list(range(5, 24, 6))
+    steps = {i: 12 * MS + (i * 7919 % 41) * 10_000 + (15 * MS if i in validation else 0)
+             + (10 * MS if i in checkpoint else 0) for i in range(24)}  # fmt: skip
+    spans = [_group("evaluate", validation, 24), _group("save", checkpoint, 24)]
+    work = {w["spans"][0]["name"]: w for w in _work(spans, {1: steps}, {1: "model"})}
+    assert 9.5 * MS < work["save"]["longer_ns"] < 10.5 * MS and work["save"]["longer_beyond_noise"] is True
+    assert 14.5 * MS < work["evaluate"]["longer_ns"] < 15.5 * MS
+    assert work["evaluate"]["per_iteration_ns"] == round(work["evaluate"]["longer_ns"] * 8 / 24)
+    # a checkpoint that costs nothing: its iterations are no longer than the validation's others
+    steps = {i: d - (10 * MS if i in checkpoint else 0) for i, d in steps.items()}
+    work = {w["spans"][0]["name"]: w for w in _work(spans, {1: steps}, {1: "model"})}
+    assert work["save"]["longer_beyond_noise"] is False and work["save"]["per_iteration_ns"] == 100
+
+
+def test_checkpoint_writes_are_the_nested_works_not_the_validation_around_it() -> None:
+    class Con:
+        def execute(self, sql: str, params: Any) -> Any:
+            return self
+
+        def fetchall(self) -> list[tuple[int, int, str | None]]:
+            # a checkpoint of 1.4 MB in every 2nd validation iteration (every 10th), else a log line
+            return [
+                (i, 1_400_000 if i % 10 == 9 else 100, "/r/ckpt.pt" if i % 10 == 9 else "/r/log") for i in range(20)
+            ]
+
+    validation, checkpoint = {"steps": [4, 9, 14, 19]}, {"steps": [9, 19]}
+    add_writes(Con(), [validation, checkpoint], 1, 0, 20)
+    assert "writes_bytes" not in validation
+    assert checkpoint["writes_bytes"] == 1_400_000 - 100 and checkpoint["writes_path"] == "/r/ckpt.pt"

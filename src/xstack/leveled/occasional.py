@@ -15,7 +15,9 @@ merged run's config:
   outside any ``xstack.span``, seen as a few operators only), and its cost per iteration: the larger of its
   spans' costs together and that difference spread over every measured iteration, the latter only where every
   iteration of the group is slower than the others' median, and than nine in ten of them, by more than their
-  spread (median - 5th percentile), and the group holds two or more. What the work does, where the passes saw
+  spread (median - 5th percentile), the group holds two or more and the others three or more. Where other
+  occasional work runs in some of them, the iterations compared differ by the group's work alone
+  (``_contrast``). What the work does, where the passes saw
   it: ``layer_calls`` and ``backward`` (``_contents``: a forward with no backward is an evaluation) and, from
   an io pass, ``writes_bytes`` and ``writes_path`` (``add_writes``: the files a checkpoint writes). Work in no
   span that every Nth iteration runs is found by how much longer those iterations take (``_unmarked``).
@@ -251,9 +253,13 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
     as the others do where the program runs afresh in each pass (``xstack profile``)."""
     rows = con.execute(_WRITES, {"run": io_run, "first": first_iter, "end": end_iter}).fetchall()
     written = {int(step): (int(nbytes), path) for step, nbytes, path in rows if step is not None}
+    groups = [tuple(w["steps"]) for w in work]
     for w in work:
-        held = [written[i] for i in w["steps"] if i in written]
-        others = [n for i, (n, _) in written.items() if i not in w["steps"]]
+        iters = tuple(w["steps"])
+        # a validation every 5th iteration, whose every 2nd also saves a checkpoint, writes none of it
+        held_iters, base = _contrast(iters, groups, written) or (iters, tuple(i for i in written if i not in iters))
+        held = [written[i] for i in held_iters if i in written]
+        others = [written[i][0] for i in base]
         if not held or not others:
             continue
         more = statistics.median(n for n, _ in held) - statistics.median(others)
@@ -274,30 +280,68 @@ def _every(iters: list[int], measured: Iterable[int]) -> int | None:
     return every if iters[0] - min(numbers) < every and max(numbers) - iters[-1] < every else None
 
 
-def _baseline(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[list[int], float, float] | None:
-    """The durations of the iterations ``iters`` of a pass (``steps``), the median of its other iterations and
-    their spread (that median's distance to their 5th percentile); None where fewer than two others remain."""
+def _baseline(
+    steps: dict[int, int], iters: tuple[int, ...], base: tuple[int, ...] | None = None
+) -> tuple[list[int], float, float] | None:
+    """The durations of the iterations ``iters`` of a pass (``steps``), the median of its other iterations (those
+    of ``base`` where given) and their spread (that median's distance to their 5th percentile); None where fewer
+    than two others remain."""
     held = [d for i, d in steps.items() if i in iters]
-    others = sorted(d for i, d in steps.items() if i not in iters)
+    others = sorted(d for i, d in steps.items() if (i in base if base is not None else i not in iters))
     if not held or len(others) < 2:
         return None
     typical = statistics.median(others)
     return held, typical, typical - statistics.quantiles(others, n=20, method="inclusive")[0]
 
 
-def _longer(steps: dict[int, int], iters: tuple[int, ...]) -> tuple[int | None, bool | None, int]:
+def _longer(
+    steps: dict[int, int], iters: tuple[int, ...], groups: list[tuple[int, ...]]
+) -> tuple[int | None, bool | None, int]:
     """How much longer the iterations ``iters`` of a pass take than its others (medians), whether that is beyond
     the others' spread (two of them at least, every one longer than the others' median, and than nine in ten of
     them, by more than the median's distance to their 5th percentile: a pass that a busy machine slowed for a
-    stretch of iterations has as long ones among the others), and how many of them the pass measured."""
-    base = _baseline(steps, iters)
+    stretch of iterations has as long ones among the others), and how many of them the pass measured. Where
+    other occasional work (``groups``, each its iterations) runs in some of them, the iterations compared are
+    those ``_contrast`` picks, so that it counts on neither side."""
+    held_iters, base_iters = _contrast(iters, groups, steps) or (iters, None)
+    base = _baseline(steps, held_iters, base_iters)
+    count = sum(1 for i in steps if i in iters)
     if base is None:
-        return None, None, sum(1 for i in steps if i in iters)
+        return None, None, count
     held, typical, spread = base
-    others = [d for i, d in steps.items() if i not in iters]
+    others = [d for i, d in steps.items() if (i in base_iters if base_iters is not None else i not in iters)]
     p90 = statistics.quantiles(others, n=10, method="inclusive")[-1]
-    beyond = len(held) >= 2 and min(held) > max(typical, p90) + spread
-    return round(statistics.median(held) - typical), beyond, len(held)
+    beyond = len(held) >= 2 and len(others) >= CONTRAST_MIN and min(held) > max(typical, p90) + spread
+    return round(statistics.median(held) - typical), beyond, count
+
+
+CONTRAST_MIN: Final = 3
+"""How many other iterations occasional work must be timed against for its difference to be beyond noise: two
+give no spread to judge it by."""
+
+
+def _contrast(
+    iters: tuple[int, ...], groups: list[tuple[int, ...]], measured: Iterable[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Which of the iterations ``iters`` to time, and against which others, where other occasional work
+    (``groups``) runs in some of them or of the others: those of ``iters`` that hold the same other work (the
+    most of them; of as many, those holding the fewest other groups) against the ``measured`` iterations that
+    hold that work and not this. A checkpoint every 10th iteration, in iterations that also run a validation
+    every 5th, is timed against the validation's other iterations, and the validation against the iterations
+    without either. None where no iteration holds other work, or no such set has another."""
+    numbers = list(measured)
+    held_by = {i: frozenset(g for g in groups if g != iters and i in g) for i in numbers}
+    if not any(held_by.values()):
+        return None  # no other work anywhere: every other iteration is a baseline
+    contexts: dict[frozenset[tuple[int, ...]], list[int]] = {}
+    for i in iters:
+        if i in held_by:
+            contexts.setdefault(held_by[i], []).append(i)
+    for context, held in sorted(contexts.items(), key=lambda c: (-len(c[1]), len(c[0]))):
+        base = tuple(i for i in numbers if i not in iters and held_by[i] == context)
+        if base:
+            return tuple(held), base
+    return None
 
 
 def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: dict[int, str]) -> list[dict[str, Any]]:
@@ -313,7 +357,7 @@ def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: 
         own = min((o["run_id"] for o in members), key=order.index)
         # the shallowest pass whose iterations of these numbers stand out (a program run afresh in each pass
         # does its periodic work in the same iterations of every pass), else the one that times the spans
-        tried = [(run, *_longer(steps.get(run, {}), iters)) for run in order[: order.index(own) + 1]]
+        tried = [(run, *_longer(steps.get(run, {}), iters, list(groups))) for run in order[: order.index(own) + 1]]
         run, longer, beyond, held = next((t for t in tried if t[2]), tried[-1])
         spans_ns = sum(o["per_iteration_ns"] for o in members)
         measured = len(steps.get(run, {})) or members[0]["iterations"]
