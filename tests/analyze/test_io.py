@@ -938,6 +938,11 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
         "prepared items."
     )
     assert any("; 2 worker processes, 200 ns of their file I/O per iteration;" in e for e in rec.evidence)
+    # an IterableDataset builds its items in __iter__
+    streamed = config | {A.CONFIG_DATALOADERS: [loader | {"iterable": True}]}
+    with loop_store(tmp_path / "c.duckdb", config=streamed, waits=(990, 990, 990)) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "building the items is (the dataset's __iter__, its transforms" in rec.action
     with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2}, waits=(990,) * 3) as store:
         rec = _fired(store, "input_bound")  # no DataLoader settings recorded: from the workers the io level saw
     assert rec is not None and rec.action.startswith("The 2 workers already match the 2 cores: make each batch "

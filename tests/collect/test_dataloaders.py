@@ -56,7 +56,7 @@ def test_each_iterated_dataloader_is_recorded_with_its_settings(profiled: Path) 
                 WHERE level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1 ORDER BY 1"""
         )
     assert config[A.CONFIG_CPU_COUNT] == usable_cpus() == len(os.sched_getaffinity(0))
-    common = {"pin_memory": False, "cuda": False}
+    common = {"pin_memory": False, "cuda": False, "iterable": False}
     assert config[A.CONFIG_DATALOADERS] == [  # the unused one is not there
         {"index": 0, "dataset": "Files", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
          "prefetch_factor": 3, "iterated": 2, "start_method": multiprocessing.get_all_start_methods()[0], **common},
@@ -224,3 +224,20 @@ def test_the_waits_inside_a_marked_stage_are_recorded_nested_in_it(tmp_path: Pat
     assert (val["dataset"], val["waits"], val["after_last_step_waits"]) == ("Slow", 9, 0)
     assert any(re.fullmatch(r"DataLoader\(Slow, batch_size=2, num_workers=0, .*\): waited \S+ \S+ in 9 waits", label)
                for label in r.labels), r.labels  # fmt: skip
+
+
+def test_an_iterable_dataset_is_recorded_as_one() -> None:
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from xstack.collect._dataloaders import describe
+
+    class Stream(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(4))
+
+    streamed = describe(DataLoader(Stream(), batch_size=2), 0)
+    assert (streamed["dataset"], streamed["iterable"]) == (
+        "test_an_iterable_dataset_is_recorded_as_one.<locals>.Stream",
+        True,
+    )
+    assert describe(DataLoader(list(range(4)), batch_size=2), 1)["iterable"] is False

@@ -25,12 +25,14 @@ def loader_advice(results: Results) -> tuple[str, str, str] | None:
     loader, cores, source = _loader(results)
     if loader is None:
         return None
-    return _loader_evidence(loader, cores, source), source, _loader_action(loader, cores, cheaper(results))
+    action = _loader_action(loader, cores, cheaper(results, iterable=loader.get("iterable") is True))
+    return _loader_evidence(loader, cores, source), source, action
 
 
-def cheaper(results: Results) -> str:
+def cheaper(results: Results, *, iterable: bool = False) -> str:
     """How to make each batch cheaper to load: with reading fewer, larger files where the io level saw the
-    workers' file I/O take a real share of the loop's waits (or did not run), without it where it did not."""
+    workers' file I/O take a real share of the loop's waits (or did not run), without it where it did not;
+    ``iterable``: the dataset is an ``IterableDataset``, whose items its ``__iter__`` builds."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
     worker_io, wait = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns")
@@ -38,8 +40,8 @@ def cheaper(results: Results) -> str:
             and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
         return (f"make each batch cheaper to build: the workers' file I/O ({format_ns(worker_io)} per iteration, "
                 f"against {format_ns(wait)} of waiting) is not what the loop waits for, building the items is (the "
-                "dataset's __getitem__, its transforms, the collation): decode and augment less, or on the GPU, or "
-                "cache prepared items")  # fmt: skip
+                f"dataset's {'__iter__' if iterable else '__getitem__'}, its transforms, the collation): decode and "
+                "augment less, or on the GPU, or cache prepared items")  # fmt: skip
     return "make each batch cheaper to load (decode and augment less, or on the GPU; read fewer, larger files)"
 
 

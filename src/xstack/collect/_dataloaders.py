@@ -91,6 +91,7 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
     return {
         "index": index,
         "dataset": type(getattr(loader, "dataset", None)).__qualname__,
+        "iterable": _iterable(getattr(loader, "dataset", None)),
         "batch_size": batch_size if isinstance(batch_size, int) else None,
         "num_workers": workers if isinstance(workers, int) else 0,
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
@@ -99,6 +100,13 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "iterated": 0,
         "start_method": _start_method(loader) if isinstance(workers, int) and workers > 0 else None,
     }
+
+
+def _iterable(dataset: Any) -> bool:
+    """Whether ``dataset`` is an ``IterableDataset``: its items come from ``__iter__``, not ``__getitem__``."""
+    from torch.utils.data import IterableDataset  # a DataLoader was iterated: torch is imported
+
+    return isinstance(dataset, IterableDataset)
 
 
 def _start_method(loader: Any) -> str | None:
