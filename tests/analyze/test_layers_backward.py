@@ -213,8 +213,12 @@ def test_the_diff_keys_the_backward_s_ops_by_the_layer_they_are_charged_to(tmp_p
     for path_ in ("0 (backward)", "2 (backward)"):
         assert {NODE + "AddmmBackward0", "AddmmBackward0", NODE + "TBackward0"} <= keyed[path_], keyed[path_]
     assert NODE + "ReluBackward0" in keyed["1 (backward)"]
-    outside = {n for n in keyed.get("(outside layers)", set()) if n.startswith(NODE)}
+    # the nodes no layer made, by the model stage they run in; the loss, computed in no stage, by the step
+    outside = {n for n in keyed.get("(in backward)", set()) if n.startswith(NODE)}
     assert outside == {NODE + "torch::autograd::AccumulateGrad", NODE + "MseLossBackward0"}
+    assert "aten::mse_loss" in keyed["(outside layers)"] and not any(
+        n.startswith(NODE) for n in keyed["(outside layers)"]
+    )
 
 
 def test_of_the_forward_ops_that_share_a_node_s_sequence_number_the_one_it_names_made_it(tmp_path: Path) -> None:
@@ -244,4 +248,36 @@ def test_of_the_forward_ops_that_share_a_node_s_sequence_number_the_one_it_names
         100_000,
         0,
         100_000,
+    )
+
+
+def test_the_diff_keys_ops_outside_layers_by_the_stage_they_run_in(tmp_path: Path) -> None:
+    """B adds an ``aten::add_`` in a stage of its own before the optimizer, whose step adds each parameter's
+    update with ``aten::add_`` too. Counted in the step, B's extra one took occurrence 0 and moved every one of the
+    optimizer's, the last coming out as added; counted in each stage, the extra one alone is added."""
+    from xstack.analyze.diff import diff_profiles
+
+    def train(path: Path, extra: bool) -> Path:
+        model, x, y = _model(), torch.randn(32, 64), torch.randn(32, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=False)
+        seen = torch.zeros(())
+        with xstack.profile(levels="model,layer,op", path=path) as prof:
+            for _ in range(4):
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                if extra:
+                    with xstack.span("metrics"):
+                        seen.add_(loss.detach())
+                opt.step()
+                opt.zero_grad()
+                prof.step()
+        return path
+
+    rows = diff_profiles(train(tmp_path / "a.duckdb", False), train(tmp_path / "b.duckdb", True))
+    ops = rows.result("diff.ops").to_records()
+    changed = {(r["layer"], r["op"], r["occurrence"]) for r in ops if r["status"] in ("added", "removed")}
+    assert ("(in metrics)", "aten::add_", 0) in changed and {c[0] for c in changed} == {"(in metrics)"}, changed
+    params = len(list(_model().parameters()))
+    assert {r["occurrence"] for r in ops if r["layer"] == "(in SGD.step)" and r["op"] == "aten::add_"} == set(
+        range(params)
     )

@@ -1,21 +1,20 @@
 """One side of a profile diff: a run's step latency, model stages, layers, ops and kernels, keyed so that two runs
 match.
 
-Keys follow the structure, not span ids: a model stage (other than the step, a tail: what followed the last
-step, the program's teardown, and a region: the whole profiled region of a run without steps, its wall time)
-is its name; a layer is
-``(layer.path, call)``, ``call`` being ``layer.call_index`` or, where a trace lacks it (imported traces), the
-call's order among the calls of that path in its step; an op is ``(layer path, layer call, op name,
-occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or
-in the same step, for ops outside layers); a kernel is its name. A key seen in several steps (a run that is not
-merged) takes the median of its occurrences, over the steps past the run's warm-up (``RunContext.warmup``: a
-live run's first iteration, a pass's --warmup, PARAM's warm-up call): the step latency and the stages, layers,
-ops and kernels that start in the warm-up (its steps, and the start-up before the first, as the summary counts
-them: ``RunContext.in_warmup``; a kernel where its runtime call launched it, as in the timeline's windows, or
-where it starts, where no launch is known) are left out. A kernel name, called many times per step, is timed
-per call as the other items are (the median of its calls), and carries its calls per measured step: a name
-called fewer times is not a faster kernel. Layers and ops also carry the median of their self time (less the
-spans of their level they parent), which the diff's sums add. Times are ns.
+Keys follow the structure, not span ids: a model stage (other than the step, a tail: what followed the last step,
+the program's teardown, and a region: the whole profiled region of a run without steps, its wall time) is its name;
+a layer is ``(layer.path, call)``, ``call`` being ``layer.call_index`` or, where a trace lacks it (imported traces),
+the call's order among the calls of that path in its step; an op is ``(layer path, layer call, op name,
+occurrence)``, the occurrence counting the op's earlier calls of the same name under the same nearest layer (or, for
+ops outside layers, in the same model stage, else step: ``_ops``); a kernel is its name. A key seen in several steps
+(a run that is not merged) takes the median of its occurrences, over the steps past the run's warm-up
+(``RunContext.warmup``: a live run's first iteration, a pass's --warmup, PARAM's warm-up call): the step latency and
+the stages, layers, ops and kernels that start in the warm-up (its steps, and the start-up before the first, as the
+summary counts them: ``RunContext.in_warmup``; a kernel where its runtime call launched it, as in the timeline's
+windows, or where it starts, where no launch is known) are left out. A kernel name, called many times per step, is
+timed per call as the other items are (the median of its calls), and carries its calls per measured step: a name
+called fewer times is not a faster kernel. Layers and ops also carry the median of their self time (less the spans
+of their level they parent), which the diff's sums add. Times are ns.
 
 The spread the diff judges a change against (``Timing.p5_ns``, ``Timing.n``) comes from the spans' own iteration
 statistics where every call of a key carries them (a merged leveled run: ``stats.p5_ns``, ``stats.n``), else from
@@ -43,7 +42,10 @@ from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 OUTSIDE_LAYERS = "(outside layers)"
-"""The layer column of ops that no layer encloses."""
+"""The layer column of ops that no layer encloses, nor a model stage other than the step."""
+IN_STAGE = "(in {})"
+"""The layer column of ops that no layer encloses, with the name of the model stage that does (other than the
+step): ``(in Adam.step)``, ``(in dataloader.next)``."""
 BACKWARD_OF = " (backward)"
 """After a layer's path, the key of the backward pass's ops charged to it (``layers.backward``)."""
 
@@ -303,8 +305,10 @@ def _keyed(source: str, keys: str, extra: str = "") -> str:
 def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timing]:
     """The run's ops keyed by layer (path and call), name and occurrence among the ops of that name in the layer's
     call. The ops of a backward pass run outside every layer call: those of a node charged to a layer
-    (``layers.backward``) are keyed by that layer, ``encoder.0 (backward)``; the rest by the step they run in,
-    ``(outside layers)``."""
+    (``layers.backward``) are keyed by that layer, ``encoder.0 (backward)``. The other ops outside layers are
+    keyed by the model stage that encloses them, ``(in Adam.step)``, their occurrence counted among its calls in
+    the step, so that an op added to one stage moves no other stage's keys; those in no stage but the step by the
+    step, ``(outside layers)``."""
     none = "(SELECT NULL::BIGINT AS span_id, NULL AS path, NULL::BIGINT AS call)"
     layer_join = f"LEFT JOIN {layers or none} l ON l.span_id = w.layer_id"
     backward = backward_ops_table(store, ctx) if layers else None
@@ -318,11 +322,16 @@ def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timin
         _keyed(
             f"""(WITH o AS ({_spans_in_steps("op", ctx)})
             SELECT o.step_id, o.dur_ns, o.p5_ns, o.n, o.self_ns, o.name, coalesce(l.call, lb.call, -1) AS call,
-                coalesce(l.path, lb.path || '{BACKWARD_OF}', '{OUTSIDE_LAYERS}') AS layer,
+                coalesce(l.path, lb.path || '{BACKWARD_OF}', stage, '{OUTSIDE_LAYERS}') AS layer,
                 row_number() OVER (PARTITION BY coalesce(w.layer_id, lb.span_id, o.step_id, -1),
-                                                w.layer_id IS NULL AND lb.span_id IS NOT NULL, o.name
+                                                w.layer_id IS NULL AND lb.span_id IS NOT NULL,
+                                                CASE WHEN w.layer_id IS NULL AND lb.span_id IS NULL THEN stage END,
+                                                o.name
                                    ORDER BY o.start_ns, o.span_id) - 1 AS occ
-            FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join} {back_join})""",
+            FROM o LEFT JOIN {ctx.owners()} w ON w.span_id = o.span_id {layer_join} {back_join}
+            LEFT JOIN (SELECT span_id, replace('{IN_STAGE}', '{{}}', name) AS stage FROM spans
+                       WHERE run_id = $run AND level = 'model' AND NOT coalesce({STEP_SPAN}, false)) m
+                ON m.span_id = w.model_id)""",
             "layer, call, name, occ",
         ),
         {"run": ctx.run_id},
