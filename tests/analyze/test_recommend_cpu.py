@@ -173,6 +173,22 @@ def test_thread_oversubscription_by_torch_s_intra_op_pool(tmp_path: Path) -> Non
         assert _fired(store, "thread_oversubscription") is None
 
 
+def test_torch_s_pool_is_not_shrunk_for_workers_that_leave_the_cpus_to_it(tmp_path: Path) -> None:
+    """A CNN's training loop, torch's 2 threads at 177% of the 2 CPUs beside 2 workers at 20% of a core
+    together: the main process's threads fill the CPUs, not the workers, and one thread fewer would only slow
+    its steps. Where the loop waits for the workers' batches, they would use the CPUs they lack: it fires."""
+    light = Load(main_cpu=1.77, worker_cpu=0.2)
+    config = {"cpu_count": 2, "dataloaders": [_loader(2)]}
+    with cpu_store(tmp_path / "light.duckdb", workers=2, load=light, config=config) as store:
+        results = {r.id: r for r in run_analyses(store, None, ["system.cpu", "model.stages"])}
+    assert results["system.cpu"].facts["own_cpu_pct"] > 160 and results["system.cpu"].facts["torch_threads"] == 2
+    assert RULES["thread_oversubscription"](results) is None
+    with cpu_store(tmp_path / "waiting.duckdb", workers=2, load=light, config=config, waits_ns=45_000_000) as store:
+        results = {r.id: r for r in run_analyses(store, None, ["system.cpu", "model.stages"])}
+    rec = RULES["thread_oversubscription"](results)
+    assert rec is not None and "torch.set_num_threads(1) in the main process" in rec.action
+
+
 def test_thread_advice_already_followed_is_left_out(tmp_path: Path) -> None:
     # one intra-op thread already, and three workers on two CPUs: the workers, not the threads, fill the CPUs
     with cpu_store(tmp_path / "one.duckdb", torch_threads=1, workers=3, load=BUSY) as store:

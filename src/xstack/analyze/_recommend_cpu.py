@@ -183,9 +183,10 @@ def thread_oversubscription(results: Results) -> Recommendation | None:
     switched = invol is not None and invol >= INVOLUNTARY_PER_STEP
     if not switched and (own is None or own < OWN_BUSY_PCT):
         return None
-    evidence, actions = _intra_op(c.facts, usable)
+    share = _share(c.facts, usable, waiting=loop_waits_for_data(results) is not None)
+    evidence, actions = _intra_op(c.facts, usable, share)
     if switched:
-        more, todo = _main_threads(c.facts, usable)
+        more, todo = _main_threads(c.facts, usable, share)
         evidence += more
         actions += todo
     more, todo = _worker_pools(c.facts)
@@ -205,15 +206,22 @@ def _procs(n: int) -> str:
     return counted(n, "worker process", "worker processes")
 
 
-def _share(facts: dict[str, Any], usable: float) -> int:
-    """The CPUs left to the main process's intra-op pool beside the workers (at least one)."""
-    return int(max(usable - (_num(facts, "workers") or 0.0), 1))
+def _share(facts: dict[str, Any], usable: float, *, waiting: bool) -> int:
+    """The CPUs left to the main process's intra-op pool beside the workers (at least one): the usable CPUs less
+    what the workers used (a core each where not known), or less one per worker where the loop waits for their
+    batches (``waiting``: they would use more if they got it). Workers that read a few files per batch and then
+    sleep leave the main process the CPUs they do not use: shrinking its pool for them would slow its steps and
+    give them nothing they lack."""
+    workers = _num(facts, "workers") or 0.0
+    used = _num(facts, "workers_cpu_pct")
+    taken = workers if waiting or used is None else min(used / 100, workers)
+    return max(round(usable - taken), 1)
 
 
-def _intra_op(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str]]:
-    """torch's intra-op pool in the main process above its share: each worker runs one thread (PyTorch's
-    DataLoader sets it), so the pool is what to shrink."""
-    threads, workers, share = _num(facts, "torch_threads"), int(_num(facts, "workers") or 0), _share(facts, usable)
+def _intra_op(facts: dict[str, Any], usable: float, share: int) -> tuple[list[str], list[str]]:
+    """torch's intra-op pool in the main process above its ``share`` of the CPUs: each worker runs one thread
+    (PyTorch's DataLoader sets it), so the pool is what to shrink."""
+    threads, workers = _num(facts, "torch_threads"), int(_num(facts, "workers") or 0)
     if not threads or threads <= share:
         return [], []
     line = (f"torch runs {int(threads)} intra-op threads in the main process beside {_procs(workers)} of "
@@ -224,14 +232,14 @@ def _intra_op(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str
                     f"{counted(workers, 'worker')}"]  # fmt: skip
 
 
-def _main_threads(facts: dict[str, Any], usable: float) -> tuple[list[str], list[str]]:
-    """Far more threads than CPUs in the main process; where torch's intra-op pool is within its share, the
+def _main_threads(facts: dict[str, Any], usable: float, share: int) -> tuple[list[str], list[str]]:
+    """Far more threads than CPUs in the main process; where torch's intra-op pool is within its ``share``, the
     other pools are what to cap."""
     found = _num(facts, "main_threads_max")
     if not found or found < THREADS_PER_CORE * usable:
         return [], []
     evidence = [f"the main process has up to {int(found)} threads for {int(usable)} usable CPUs (system.cpu)"]
-    threads, share = _num(facts, "torch_threads"), _share(facts, usable)
+    threads = _num(facts, "torch_threads")
     if threads and threads > share:
         return evidence, []  # the intra-op pool's advice covers it
     if threads:
