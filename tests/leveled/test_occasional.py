@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from xstack.leveled.occasional import _every, _unmarked, _work, add_writes
+from xstack.leveled.occasional import _every, _unmarked, _work, add_writes, work_text
 
 MS = 1_000_000
 
@@ -137,3 +137,25 @@ def test_checkpoint_writes_are_the_nested_works_not_the_validation_around_it() -
     add_writes(Con(), [validation, checkpoint], 1, 0, 20)
     assert "writes_bytes" not in validation
     assert checkpoint["writes_bytes"] == 1_400_000 - 100 and checkpoint["writes_path"] == "/r/ckpt.pt"
+
+
+def test_writes_in_some_of_a_group_s_iterations_are_said_with_their_period_not_halved() -> None:
+    """A Trainer evaluates every 5th iteration and saves a checkpoint (5.5 MiB, no span of its own) in every 2nd
+    of those: the group's median write was half the checkpoint, said to be written "each time"."""
+
+    class Con:
+        def execute(self, sql: str, params: Any) -> Any:
+            return self
+
+        def fetchall(self) -> list[tuple[int, int, str | None]]:
+            return [(i, 5_770_000 if i % 10 == 9 else 0, f"/r/checkpoint-{i}/model" if i % 10 == 9 else None)
+                    for i in range(3, 33)]  # fmt: skip
+
+    evaluation = {"steps": [4, 9, 14, 19, 24, 29], "iterations_with": 6, "iterations": 30, "every": 5, "spans": [],
+                  "span_count": 1, "per_iteration_ns": 3_900_000, "longer_ns": 19_500_000,
+                  "longer_beyond_noise": True, "pass": "model"}  # fmt: skip
+    add_writes(Con(), [evaluation], 1, 3, 33)
+    assert (evaluation["writes_bytes"], evaluation["writes_steps"], evaluation["writes_every"]) == (
+        5_770_000, [9, 19, 29], 10)  # fmt: skip
+    assert "; 5.50 MiB more written to files in 3 of them, every 10th iteration (3 files, such as " in work_text(
+        evaluation)  # fmt: skip

@@ -247,10 +247,13 @@ def _contents(con: Any, work: list[dict[str, Any]], group_of: dict[tuple[str, st
 def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: int, end_iter: int) -> None:
     """Set ``writes_bytes`` and ``writes_path`` on the groups of ``work`` whose iterations, in the io pass
     ``io_run`` (measured iterations ``first_iter`` to ``end_iter``), write ``WRITES_MIN`` or more bytes to files
-    than its other iterations (medians, the main process and its threads): a checkpoint, where no span says so.
-    ``writes_path`` is the file written most in them, ``writes_files`` how many files are written most in one of
-    them (one each time, or a new one each time: ``step5.pt``, ``step10.pt``). The io pass numbers its iterations
-    as the others do where the program runs afresh in each pass (``xstack profile``)."""
+    than its other iterations (their median, the main process and its threads; two of the group's iterations at
+    least, or its only one): a checkpoint, where no span says so. ``writes_bytes`` is the median of what those
+    iterations write beyond the others; where only some of the group's iterations write, ``writes_steps`` lists
+    them and ``writes_every`` gives their period (``_every``), else None. ``writes_path`` is the file written
+    most in them, ``writes_files`` how many files are written most in one of them (one each time, or a new one
+    each time: ``step5.pt``, ``step10.pt``). The io pass numbers its iterations as the others do where the
+    program runs afresh in each pass (``xstack profile``)."""
     rows = con.execute(_WRITES, {"run": io_run, "first": first_iter, "end": end_iter}).fetchall()
     written = {int(step): (int(nbytes), path) for step, nbytes, path in rows if step is not None}
     groups = [tuple(w["steps"]) for w in work]
@@ -258,15 +261,22 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
         iters = tuple(w["steps"])
         # a validation every 5th iteration, whose every 2nd also saves a checkpoint, writes none of it
         held_iters, base = _contrast(iters, groups, written) or (iters, tuple(i for i in written if i not in iters))
-        held = [written[i] for i in held_iters if i in written]
+        held = {i: written[i] for i in held_iters if i in written}
         others = [written[i][0] for i in base]
         if not held or not others:
             continue
-        more = statistics.median(n for n, _ in held) - statistics.median(others)
-        if more >= WRITES_MIN:
-            w["writes_bytes"] = round(more)
-            w["writes_path"] = max(held, key=lambda h: h[0])[1]
-            w["writes_files"] = len({path for _, path in held if path})  # one per iteration: step5.pt, step10.pt
+        typical = statistics.median(others)
+        # a Trainer's evaluation every 5th iteration, whose every 2nd also saves a checkpoint: the iterations of
+        # the group that write, not its median, which would halve the checkpoint
+        writing = {i: (n - typical, path) for i, (n, path) in held.items() if n - typical >= WRITES_MIN}
+        if len(writing) < min(2, len(held)):
+            continue
+        w["writes_bytes"] = round(statistics.median(more for more, _ in writing.values()))
+        w["writes_path"] = max(writing.values(), key=lambda h: h[0])[1]
+        w["writes_files"] = len({path for _, path in writing.values() if path})  # step5.pt, step10.pt: one each
+        if len(writing) < len(held):
+            w["writes_steps"] = sorted(writing)
+            w["writes_every"] = _every(sorted(writing), written)
 
 
 def _every(iters: list[int], measured: Iterable[int]) -> int | None:
@@ -432,7 +442,11 @@ def work_text(w: dict[str, Any]) -> str:
         written = format_value(w["writes_bytes"], "bytes")
         files = w.get("writes_files") or 1
         where = short_name(w["writes_path"], 80) if files == 1 else f"{files} files, such as {w['writes_path']}"
-        held += f"; {written} more written to files each time ({where})"
+        if steps := w.get("writes_steps"):
+            every = f", every {ordinal(w['writes_every'])} iteration" if w.get("writes_every") else ""
+            held += f"; {written} more written to files in {len(steps)} of them{every} ({where})"
+        else:
+            held += f"; {written} more written to files each time ({where})"
     if w.get("layer_calls"):
         held += f"; {counted(w['layer_calls'], 'layer call')} each time"
         held += ", no backward: an evaluation" if w.get("backward") is False else ""
