@@ -1082,3 +1082,31 @@ def test_records_read_in_shuffled_order_one_open_each_are_said_to_be(tmp_path: P
         ]
     else:
         assert r.facts["jumped_reads"] == 0 and not labels
+
+
+def test_dataloaders_made_anew_with_the_same_settings_share_a_line() -> None:
+    """A Hugging Face Trainer makes a new evaluation DataLoader at each evaluation: six lines of the same
+    settings followed the training one's, each with its three waits."""
+    from xstack.analyze._loaders import labels
+
+    def entry(index: int, waits: int, wait_ns: int, warm: int = 0) -> dict[str, Any]:
+        return {"index": index, "dataset": "DS", "batch_size": 16, "num_workers": 0, "persistent_workers": False,
+                "pin_memory": False, "prefetch_factor": None, "waits": waits, "wait_ns": wait_ns,
+                "warmup_waits": warm, "warmup_wait_ns": 2_130_000 if warm else 0}  # fmt: skip
+
+    shown = (
+        "DataLoader(DS, batch_size=16, num_workers=0, persistent_workers=False, pin_memory=False, prefetch_factor=None)"
+    )
+    entries = [entry(0, 30, 5_460_000, warm=3) | {"iterated": 1}]
+    entries += [entry(i, 3, 290_000) | {"iterated": 1} for i in range(1, 7)]
+    assert labels(entries, 2) == [
+        f"{shown}: waited 5.46 ms in 30 waits, and 2.13 ms in the warm-up",
+        "6 more DataLoaders of these settings, each iterated once (a new one each time, as a Hugging Face Trainer "
+        "makes one per evaluation): waited 1.74 ms in 18 waits",
+        "2 usable CPUs",
+    ]
+    other = entry(1, 3, 290_000) | {"batch_size": 64}
+    assert len(labels([entry(0, 30, 5_460_000), other], None)) == 2  # other settings: a line of their own
+    # a training and a validation DataLoader of the same settings, or those iterated for several epochs: theirs
+    assert len(labels(entries[:2], None)) == 2
+    assert len(labels([e | {"iterated": 3} for e in entries], None)) == 7
