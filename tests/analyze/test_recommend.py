@@ -924,3 +924,19 @@ def test_the_rules_on_a_live_run_read_only_the_analyses_the_summary_runs_for_the
     with _hand_fed(tmp_path, 0.05, marked=False, levels="model,layer,op") as store:
         every = recommend(run_analyses(store))
         assert every and every == recommend(run_analyses(store, ids=RULE_ANALYSES))
+
+
+def test_an_evaluation_that_also_saves_a_checkpoint_gets_both_pieces_of_advice() -> None:
+    """A Hugging Face Trainer evaluating every 5th iteration and saving a checkpoint in every 2nd of those: one
+    group of occasional work that evaluates and writes. It was only told to checkpoint less often."""
+    from xstack.analyze.result import Result
+
+    work = {"steps": [4, 9, 14, 19, 24, 29], "iterations_with": 6, "iterations": 30, "every": 5, "pass": "model",
+            "run_id": 1, "spans": [{"name": "BertForSequenceClassification", "level": "model", "kind": "forward",
+                                    "run_id": 1, "median_ns": 4_430_000, "count": 12, "per_iteration_ns": 1_800_000}],
+            "span_count": 19, "longer_ns": 19_500_000, "longer_beyond_noise": True, "per_iteration_ns": 3_900_000,
+            "layer_calls": 98, "backward": False, "writes_bytes": 5_770_000, "writes_path": "/r/checkpoint-10/m",
+            "writes_files": 3, "writes_steps": [9, 19, 29], "writes_every": 10, "step_pct": 16.8}  # fmt: skip
+    rec = RULES["occasional_work"]({"health": Result("health", "Trace health", facts={"occasional": [work]})})
+    assert rec is not None and "Checkpoint less often" in rec.action and "Evaluate less often" in rec.action
+    assert "run them less often" not in rec.action

@@ -346,7 +346,8 @@ def occasional_work(results: Results) -> Recommendation | None:
         work = [w for w in occasional if w not in stepping]
         # what the work does, where the passes saw it: files written (a checkpoint), a forward with no backward
         writing = [w for w in work if w.get("writes_bytes")]
-        evaluating = [w for w in work if w.get("layer_calls") and w.get("backward") is False and w not in writing]
+        # an evaluation that also saves a checkpoint (a Hugging Face Trainer's every few evaluations) is both
+        evaluating = [w for w in work if w.get("layer_calls") and w.get("backward") is False]
         rest = [w for w in work if w not in writing and w not in evaluating]
         if writing:
             actions.append("Checkpoint less often, or off the loop's critical path: copy the state to CPU memory and "
