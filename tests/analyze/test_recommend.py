@@ -878,6 +878,34 @@ def test_a_merged_step_s_time_outside_its_stages_is_of_its_one_iteration() -> No
     assert RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)}) is None
 
 
+def test_the_loss_and_gradient_clipping_outside_the_stages_are_named_as_training_work() -> None:
+    """An LSTM's loop computes its loss and clips its gradients between the model's stages: the advice sent the
+    user to find the code that calls aten::cross_entropy_loss, and then to move it into DataLoader workers."""
+
+    def advice(ops: list[tuple[str, int]], unstaged_ns: int) -> str:
+        facts = {"merged": False, "steps": 38, "staged_ns": 470_000_000, "unstaged_ns": unstaged_ns,
+                 "unstaged_pct": 24.4, "unstaged_of": "iterations", "gpu": False,
+                 "unstaged_ops": [{"op": op, "calls": 38, "ns": ns} for op, ns in ops],
+                 "unstaged_ops_ns": sum(ns for _, ns in ops)}  # fmt: skip
+        rec = RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)})
+        assert rec is not None
+        return rec.action
+
+    lstm = advice([("aten::cross_entropy_loss", 25_100_000), ("aten::_foreach_norm", 4_450_000),
+                   ("aten::_foreach_mul_", 1_890_000)], 154_000_000)  # fmt: skip
+    assert "find the code that runs no PyTorch operator there" in lstm and "find the code that calls" not in lstm
+    assert "aten::cross_entropy_loss is the loss, computed outside the model's forward: training work" in lstm
+    assert "aten::_foreach_norm and aten::_foreach_mul_ are gradient clipping (clip_grad_norm_)" in lstm
+    assert "xstack.span('loss') around it" in lstm and "xstack.span('clip') around them" in lstm
+    # an EMA of the weights scales them with the same operator, with no norm beside it: not clipping
+    ema = advice([("aten::_foreach_mul_", 9_000_000), ("aten::_foreach_add_", 8_000_000)], 40_000_000)
+    assert "find the code that calls aten::_foreach_mul_, the longest of the PyTorch operators" in ema
+    assert "clip" not in ema and "the loss" not in ema
+    mostly = advice([("aten::mse_loss", 30_000_000), ("aten::stack", 5_000_000)], 40_000_000)
+    assert "find the code that calls aten::stack, the longest of the other PyTorch operators" in mostly
+    assert "aten::mse_loss is the loss" in mostly
+
+
 def test_a_run_without_iterations_is_judged_from_its_first_stage_to_its_last(tmp_path: Path) -> None:
     """Without iterations the run's wall time holds its start-up (imports, building the model): the time between
     its first stage and its last is judged instead, and the time at stake is the run's."""

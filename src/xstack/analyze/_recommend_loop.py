@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
@@ -46,15 +47,35 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     ops = s.facts.get("unstaged_ops") or []
     if ops:  # the op level was recorded: the operators the loop ran between its stages
         evidence.append(_ops_line(ops, num(s.facts, "unstaged_ops_ns") or 0.0, unstaged))
-    see = (
-        f"and find the code that calls {ops[0]['op']}, the longest of the PyTorch operators that run there"
-        if ops
-        else "or record the op level (--levels model,layer,op) to see the PyTorch operators that run there"
-    )
+    names = [str(o["op"]) for o in ops]
+    known: dict[str, tuple[str, list[str]]] = {}
+    for pattern, what, span in TRAINING_OPS:
+        if found := [n for n in names if pattern.search(n)]:
+            known[span] = (what, found)
+    if "clip" in known and CLIP_SCALE in names:  # clip_grad_norm_ scales the gradients by its coefficient
+        known["clip"][1].append(CLIP_SCALE)
+    seen = {n for _, found in known.values() for n in found}
+    other = next((n for n in names if n not in seen), None)
+    if other is not None:
+        longest = "the longest of the other PyTorch operators" if known else "the longest of the PyTorch operators"
+        see = f"and find the code that calls {other}, {longest} that run there"
+    elif ops and (num(s.facts, "unstaged_ops_ns") or 0.0) * 2 < unstaged:  # most of it ran no operator
+        see = "and find the code that runs no PyTorch operator there (the loop's own Python, or a wait)"
+    elif ops:
+        see = "where it is more than the training work below"
+    else:
+        see = "or record the op level (--levels model,layer,op) to see the PyTorch operators that run there"
     action = (
         "Find what the loop does between its stages: wrap its parts in xstack.span('name') (preparing the batch, "
-        f"metrics, logging) {see}. Then move the batch's preparation into DataLoader workers (the Dataset's "
-        "__getitem__ or a collate_fn), where it overlaps the step, and compute metrics and log every N steps."
+        f"metrics, logging) {see}."
+    )
+    for span, (what, found) in known.items():
+        action += (f" {' and '.join(found)} {'is' if len(found) == 1 else 'are'} {what}: training work, which "
+                   f"belongs in the step; xstack.span('{span}') around {'it' if len(found) == 1 else 'them'} names "
+                   "it as a stage.")  # fmt: skip
+    action += (
+        " Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a collate_fn), "
+        "where it overlaps the step, and compute metrics and log every N steps."
     )
     return Recommendation(
         "work_outside_stages",
@@ -66,6 +87,17 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         impact_ns=impact,
         impact_per=per,
     )
+
+
+TRAINING_OPS: Final = (
+    (re.compile(r"loss|cross_entropy|kl_div"), "the loss, computed outside the model's forward", "loss"),
+    (re.compile(r"^aten::_foreach_norm$"), "gradient clipping (clip_grad_norm_)", "clip"),
+)
+"""Operators that a training loop runs outside every stage as part of training (pattern on the name, what it
+is, a name for its span): not work to move into DataLoader workers."""
+CLIP_SCALE: Final = "aten::_foreach_mul_"
+"""The operator by which clip_grad_norm_ scales the gradients, its own only beside its norm (an EMA of the
+weights runs it too)."""
 
 
 def _ops_line(ops: list[dict[str, Any]], ops_ns: float, unstaged_ns: float) -> str:
