@@ -190,6 +190,31 @@ def test_unmarked_training_gets_forward_backward_and_optimizer_stages(tmp_path: 
     assert torch.equal(plain.weight.grad, grad)
 
 
+def test_gradient_clipping_is_a_stage_and_returns_what_it_returns_unprofiled(tmp_path: Path) -> None:
+    """``clip_grad_norm_`` and ``clip_grad_value_`` between the backward and the optimizer's step: training work,
+    which ran in no stage and read as the loop's own; by either module's name, once each, the same norm and
+    gradients as without the profiler, and PyTorch's own functions again after it."""
+    import torch.nn.utils.clip_grad as clip_grad
+
+    def train() -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        model(torch.randn(3, 4)).pow(2).sum().backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        clip_grad.clip_grad_value_(model.parameters(), 0.01)
+        return norm, model.weight.grad.clone()
+
+    plain, own = train(), (torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_, clip_grad.clip_grad_norm_)
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        profiled = train()
+        prof.step()
+    stages = [(s["name"], s["attrs"].get("model.kind")) for s in _spans(prof) if s["level"] == "model"]
+    assert ("clip_grad_norm_", "clip") in stages and ("clip_grad_value_", "clip") in stages
+    assert [n for n, _ in stages].count("clip_grad_norm_") == 1
+    assert torch.equal(plain[0], profiled[0]) and torch.equal(plain[1], profiled[1])
+    assert (torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_, clip_grad.clip_grad_norm_) == own
+
+
 def test_profiling_does_not_change_results(tmp_path: Path) -> None:
     plain = _train(2)
     with xstack.profile(levels="model,layer", path=tmp_path / "p.duckdb") as prof:

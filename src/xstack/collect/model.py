@@ -19,7 +19,7 @@ import threading
 import types
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, NamedTuple, cast
+from typing import Any, Final, NamedTuple, cast
 
 from xstack.collect import _module_hooks
 from xstack.collect._after_import import OnImport
@@ -81,6 +81,10 @@ class span(contextlib.ContextDecorator):  # noqa: N801 - used like a function: x
         self._open = None
 
 
+CLIP_FUNCTIONS: Final = ("clip_grad_norm_", "clip_grad_value_")
+"""The functions of ``torch.nn.utils`` whose calls are stages of kind ``clip`` (``ModelCollector._patch_clip``)."""
+
+
 class ModelCollector:
     """Records marked stages, batch waits and, where no marked stage is open, top-level model calls, backward
     passes and optimizer steps."""
@@ -135,6 +139,7 @@ class ModelCollector:
         ]
         self._patch_dataloader(torch)
         self._patch_backward(torch)
+        self._patch_clip(torch)
         self._patch_start_processes()
         # Hugging Face's generate, where the program imports transformers: its loop between the model's calls
         # (logits processing, the tokens gathered) is no stage else, and reads as the program's own work
@@ -319,6 +324,23 @@ class ModelCollector:
                 setattr(local, flag, False)
 
         return cast(types.FunctionType, staged)
+
+    # -- gradient clipping ---------------------------------------------------------------------------------
+    def _patch_clip(self, torch: Any) -> None:
+        """Each call of ``torch.nn.utils.clip_grad_norm_`` or ``clip_grad_value_`` (a Hugging Face Trainer's and
+        Accelerate's too, which call it by that name) is a stage of kind ``clip``, named after the function:
+        training work between the backward and the optimizer's step, not the loop's own. A program that imported
+        the function by name before the profile started keeps the function unwrapped."""
+        modules = [m for m in (getattr(torch.nn, "utils", None), sys.modules.get("torch.nn.utils.clip_grad")) if m]
+        for attr in CLIP_FUNCTIONS:
+            original = getattr(modules[0], attr, None) if modules else None
+            if original is None:
+                continue
+            patched = functools.update_wrapper(self._stage(original, "clip", lambda *a, _n=attr, **k: _n), original)
+            for module in modules:
+                if getattr(module, attr, None) is original:
+                    setattr(module, attr, patched)
+                    self._unpatch.append(functools.partial(_put_back, module, attr, original, patched))
 
     # -- Hugging Face generation ---------------------------------------------------------------------------
     def _patch_generate(self) -> None:

@@ -373,7 +373,8 @@ MODEL_KIND: Final = "model.kind"
 not an iteration), ``region`` (a profile with no ``step()``), ``user`` (``xstack.span``), ``forward`` (a
 top-level model call), ``backward`` (a backward pass: ``torch.autograd.backward``, which ``loss.backward()``
 calls, or ``torch.autograd.grad``), ``optimizer`` (an optimizer step), ``closure`` (the closure an optimizer's
-step calls) or ``dataloader`` (waiting for the next batch)."""
+step calls), ``clip`` (``torch.nn.utils.clip_grad_norm_`` or ``clip_grad_value_``), ``generate`` (a Hugging Face
+model's ``generate``) or ``dataloader`` (waiting for the next batch)."""
 MODEL_STEP: Final = "model.step"
 """Integer: the iteration a step span stands for, counted from 0."""
 MODEL_AFTER: Final = "model.after"
