@@ -657,3 +657,41 @@ def test_spawned_processes_add_their_runs_to_their_stores_when_the_run_appends_o
         assert RankProfile(abs, ("model",), str(tmp_path / "p.duckdb"), "t", 1, 2, append=append)(1) == 1
         assert runs() == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.duckdb", "p.rank1.duckdb"]  # no scratch store left
+
+
+def test_layer_shares_past_the_step_from_concurrent_threads_are_said_to_be_so(tmp_path: Path) -> None:
+    """A server's two threads run the model at once in each step: the model's calls add up to more than the
+    steps' time, a share over 100% that the summary showed unexplained. One thread's stay within the steps."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import top_caption
+
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10)).eval()
+
+    def captioned(threads: int) -> tuple[Any, str]:
+        ready = threading.Barrier(threads)
+
+        def serve(_: int) -> None:
+            ready.wait()  # every thread in the model at once
+            with torch.inference_mode():
+                for _ in range(20):
+                    model(torch.randn(64, 256))
+
+        path = tmp_path / f"t{threads}.duckdb"
+        with ThreadPoolExecutor(threads) as pool, xstack.profile(levels="model,layer", path=path) as prof:
+            for _ in range(4):
+                list(pool.map(serve, range(threads)))
+                prof.step()
+        with prof.open() as store:
+            summary = summarize(store)
+        return next(r for r in summary.top["layer"] if r.name == "Sequential"), top_caption(summary, "layer") or ""
+
+    root, caption = captioned(2)
+    assert (root.pct or 0) > 100, root
+    assert (
+        caption.startswith(f"Sequential {root.pct:.0f}%") and ": calls that ran on several threads at once" in caption
+    )
+    root, caption = captioned(1)
+    assert (root.pct or 0) <= 100 and "several threads" not in caption

@@ -212,7 +212,8 @@ def _steps_named(s: RunSummary, *, counted: bool) -> tuple[str, str]:
 
 def top_caption(s: RunSummary, level: str) -> str | None:
     """What a level's top rows are, where they need saying: kernels known by their counters only; layer and op
-    times inflated by counter replay; layer calls a backward recomputed; the layers' backward column."""
+    times inflated by counter replay; layer calls a backward recomputed; the layers' backward column; shares past
+    100% (calls on several threads at once)."""
     if level == "kernel":
         return f"from {s.kernels_from}" if s.kernels_from else None
     parts = [f"times and shares {s.replayed}"] if s.replayed else []
@@ -228,6 +229,10 @@ def top_caption(s: RunSummary, level: str) -> str | None:
             "backward: time of the backward pass's autograd nodes that each layer's forward (with its sub-layers') "
             f"made; they run outside every layer call, so total leaves them out{timed} (xstack report: layers.backward)"
         )
+    if level in ("layer", "op") and (over := [r for r in s.top.get(level, []) if (r.pct or 0) > 100]):
+        names = ", ".join(f"{r.name} {r.pct:.0f}%" for r in over[:3])
+        parts.append(f"{names}: calls that ran on several threads at once, whose times add up past the time they "
+                     "are a share of")  # fmt: skip
     if s.outside_steps_ns and s.iterations:
         steps, them = _steps_named(s, counted=True)
         parts.append(
