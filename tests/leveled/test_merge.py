@@ -697,3 +697,34 @@ def test_occasional_work_is_costed_in_the_shallowest_pass_where_its_iterations_s
     # nowhere beyond noise: the pass that times the spans, and the spans' own cost
     [w] = _work([op], {1: flat, 2: flat, 3: flat}, names)
     assert (w["pass"], w["longer_beyond_noise"], w["per_iteration_ns"]) == ("model+layer+op", False, 300)
+
+
+def test_a_thread_pool_s_spans_are_said_to_be_left_out_and_the_steps_thread_is_the_main_one(tmp_path: Path) -> None:
+    """A server's step hands its requests to two pool threads, each holding more top-level spans (its requests)
+    than the thread that marks the steps: that thread was taken for the main one, half of the pool's spans went
+    uncounted, and the merged run held the step alone with no word on the model's calls left out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xstack.leveled._match import main_thread
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+
+    def serve(_: int) -> None:
+        with xstack.span("request"), torch.inference_mode():
+            model(torch.randn(8, 64))
+
+    with ThreadPoolExecutor(2) as pool:
+        path = xstack.measure(lambda: list(pool.map(serve, range(6))), passes=PASSES, warmup=1, iters=4,
+                              path=tmp_path / "t.duckdb", progress=False)  # fmt: skip
+    with xstack.open_store(path) as store:
+        merged = _merged_run(store)
+        [(count, detail)] = store.query(
+            "SELECT count, detail FROM health WHERE run_id = ? AND \"check\" = 'threads_not_merged'", [merged]
+        )
+        stepping = "SELECT DISTINCT pid, tid FROM spans WHERE run_id = 1 AND attrs->>'$.\"model.kind\"' = 'step'"
+        steps = {(int(p), int(t)) for p, t in store.query(stepping)}
+        assert {main_thread(store.con, 1)} == steps
+        spans = dict(store.query("SELECT level, count(*) FROM spans WHERE run_id = ? GROUP BY 1", [merged]))
+    # 6 requests in each of the 4 measured iterations, each a Sequential, its 2 layers and their ops
+    assert spans == {"model": 1} and count >= 4 * 6 * 4
+    assert "24 model (run 1), 72 layer (run 2), " in detail and " other than the one that runs the steps" in detail

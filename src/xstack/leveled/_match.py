@@ -292,10 +292,14 @@ def drop(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def main_thread(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int]:
-    """The process and thread of a run's iterations: those of most of its top-level model spans."""
+    """The process and thread of a run's iterations: those of most of its step spans, else of most of its
+    top-level model spans (a server's two pool threads hold more of those, their requests, than the thread that
+    marks the steps)."""
     row = con.execute(
-        "SELECT pid, tid FROM _spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL "
-        "GROUP BY pid, tid ORDER BY count(*) DESC, pid, tid LIMIT 1",
+        """SELECT pid, tid FROM _spans WHERE run_id = ? AND level = 'model' AND parent_id IS NULL GROUP BY pid, tid
+        ORDER BY count(*) FILTER (WHERE attrs->>'$."model.kind"' = 'step'
+                                  OR regexp_matches(name, '^ProfilerStep#[0-9]+$')) DESC, count(*) DESC, pid, tid
+        LIMIT 1""",
         [run_id],
     ).fetchone()
     return (int(row[0]), int(row[1])) if row is not None else (0, 0)

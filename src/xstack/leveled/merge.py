@@ -99,6 +99,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
         main_pid = _insert(con, run_id, nodes, passes)
         health += _divergences(con, passes)
+        health.append(_other_threads(con, store, passes))
         health.append(occasional_row(work))
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
@@ -227,6 +228,44 @@ def _counter_bases(passes: list[Pass], counters: list[Pass]) -> list[tuple[Pass,
         if base is not None:
             pairs.append((c, base))
     return pairs
+
+
+_OTHER_THREADS = """
+WITH own AS (SELECT level, run_id FROM _lm_own),
+windows AS (SELECT run_id, min(start_ns) AS s, max(start_ns + dur_ns) AS e FROM _lm_tree WHERE parent_key IS NULL
+            GROUP BY run_id)
+SELECT s.level, s.run_id, count(*), count(DISTINCT (s.pid, s.tid)) FROM _spans s
+JOIN own o ON o.run_id = s.run_id AND o.level = s.level
+JOIN windows w ON w.run_id = s.run_id AND s.start_ns >= w.s AND s.start_ns < w.e
+WHERE NOT EXISTS (SELECT 1 FROM _lm_tree t WHERE t.run_id = s.run_id AND t.span_id = s.span_id)
+    AND NOT (s.level = 'op' AND s.parent_id IS NULL)  -- ops in no span of their thread: ops_other_threads
+    AND (s.pid, s.tid) <> (SELECT (pid, tid) FROM _lm_main m WHERE m.run_id = s.run_id)
+GROUP BY s.level, s.run_id ORDER BY list_position(?, s.level)
+"""
+
+
+def _other_threads(con: Any, store: Store, passes: list[Pass]) -> tuple[str, int, str]:
+    """The health row ``threads_not_merged``: the spans that the pass timing their level recorded during its
+    measured iterations on threads other than the one that runs the steps (a server's thread pool running the
+    model), which are in no iteration's tree and so not in the merged run. Each iteration is the tree under its
+    step span, and a span on another thread has no parent there."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _lm_main (run_id INTEGER, pid BIGINT, tid BIGINT)")
+    con.executemany(
+        "INSERT INTO _lm_main VALUES (?, ?, ?)", [(p.run_id, *_match.main_thread(con, p.run_id)) for p in passes]
+    )
+    rows = con.execute(_OTHER_THREADS, [list(LEVELS)]).fetchall()
+    con.execute("DROP TABLE _lm_main")
+    if not (total := sum(int(r[2]) for r in rows)):
+        return ("threads_not_merged", 0, "")
+    threads = max(int(r[3]) for r in rows)
+    where = ", ".join(f"{int(n):,} {level} (run {run})" for level, run, n, _ in rows)
+    last = max(int(r[1]) for r in rows)
+    return ("threads_not_merged", total, f"spans that ran during the measured iterations on "
+            f"{counted(threads, 'thread')} other than the one that runs the steps (a thread pool's, a server's "
+            f"workers), {where}, are not in the merged run, which holds each iteration as the tree under its step: "
+            f"their timings are in those passes' runs (xstack summary {store.path} --run {last}); mark the "
+            "iterations on the thread that runs the work, or profile the program with xstack run, which keeps every "
+            "thread's spans")  # fmt: skip
 
 
 def _step_durations(con: Any, p: Pass) -> list[int]:

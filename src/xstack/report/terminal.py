@@ -184,6 +184,8 @@ def none_line(s: RunSummary, level: str) -> str:
             what = "the program never imported torch"
         elif {"op_level_failed", "layer_hooks_failed"} & checks:
             what = "see health"
+        elif "threads_not_merged" in checks:
+            what = "its calls ran on threads other than the steps', which the merge leaves out: see health"
         else:
             what = f"the program made no {'nn.Module' if level == 'layer' else 'operator'} call"
             if "processes_profiled" in checks:
