@@ -231,15 +231,26 @@ def _counter_bases(passes: list[Pass], counters: list[Pass]) -> list[tuple[Pass,
 
 
 _OTHER_THREADS = """
-WITH own AS (SELECT level, run_id FROM _lm_own),
-windows AS (SELECT run_id, min(start_ns) AS s, max(start_ns + dur_ns) AS e FROM _lm_tree WHERE parent_key IS NULL
-            GROUP BY run_id)
-SELECT s.level, s.run_id, count(*), count(DISTINCT (s.pid, s.tid)) FROM _spans s
-JOIN own o ON o.run_id = s.run_id AND o.level = s.level
-JOIN windows w ON w.run_id = s.run_id AND s.start_ns >= w.s AND s.start_ns < w.e
-WHERE NOT EXISTS (SELECT 1 FROM _lm_tree t WHERE t.run_id = s.run_id AND t.span_id = s.span_id)
-    AND NOT (s.level = 'op' AND s.parent_id IS NULL)  -- ops in no span of their thread: ops_other_threads
-    AND (s.pid, s.tid) <> (SELECT (pid, tid) FROM _lm_main m WHERE m.run_id = s.run_id)
+WITH RECURSIVE windows AS (
+    SELECT run_id, min(start_ns) AS s, max(start_ns + dur_ns) AS e FROM _lm_tree WHERE parent_key IS NULL
+    GROUP BY run_id
+),
+-- the model and layer spans at the top of other threads (a pool thread's request, the model it calls), started
+-- in the measured iterations; a thread's operators in no span of it are ops_other_threads' (autograd's threads)
+roots AS (
+    SELECT s.run_id, s.span_id FROM _spans s
+    JOIN windows w ON w.run_id = s.run_id AND s.start_ns >= w.s AND s.start_ns < w.e
+    JOIN _lm_main m ON m.run_id = s.run_id
+    WHERE s.parent_id IS NULL AND s.level IN ('model', 'layer') AND (s.pid, s.tid) <> (m.pid, m.tid)
+),
+under(run_id, span_id) AS (
+    SELECT run_id, span_id FROM roots
+    UNION ALL
+    SELECT c.run_id, c.span_id FROM _spans c JOIN under u ON c.run_id = u.run_id AND c.parent_id = u.span_id
+)
+SELECT s.level, s.run_id, count(*), count(DISTINCT (s.pid, s.tid)) FROM under u
+JOIN _spans s ON s.run_id = u.run_id AND s.span_id = u.span_id
+JOIN _lm_own o ON o.run_id = s.run_id AND o.level = s.level
 GROUP BY s.level, s.run_id ORDER BY list_position(?, s.level)
 """
 
