@@ -868,7 +868,7 @@ def test_a_merged_step_s_time_outside_its_stages_is_of_its_one_iteration() -> No
     rec = RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)})
     assert rec is not None and rec.impact_ns == 32_000_000 and rec.impact_per == "iteration"
     assert rec.evidence == ["60.4% of the merged step (32.0 ms) ran in no stage: in no forward, backward, optimizer "
-                            "step, DataLoader wait or span of yours (model.stages)"]  # fmt: skip
+                            "step, gradient clipping, DataLoader wait or span of yours (model.stages)"]  # fmt: skip
     assert "--levels model,layer,op" in rec.action  # no operators recorded: how to see them
     facts |= {"unstaged_pct": 19.9}
     assert RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)}) is None

@@ -42,7 +42,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     each = f", {format_ns(impact)} per iteration" if impact and per == "iteration" and not s.facts.get("merged") else ""
     evidence = [
         f"{pct:.1f}% of {where} ({format_ns(unstaged)}{each}) ran in no stage: in no forward, backward, optimizer "
-        "step, DataLoader wait or span of yours (model.stages)"
+        "step, gradient clipping, DataLoader wait or span of yours (model.stages)"
     ]
     ops = s.facts.get("unstaged_ops") or []
     if ops:  # the op level was recorded: the operators the loop ran between its stages
