@@ -105,3 +105,26 @@ def test_a_pass_most_of_whose_steps_ran_slowed_is_unsteady() -> None:
     varied = [(2 + 6 * (i % 2)) * MS for i in range(20)]
     assert unsteady(overhead(PASSES, {1: varied, 2: [d + 3 * MS for d in varied]}))[1] == 0
     assert unsteady(overhead(PASSES, {1: steady[:2], 2: busy}))[1] == 0  # too few steps to compare with
+
+
+def test_a_pass_slowed_for_a_stretch_of_its_steps_is_unsteady_by_its_slowest_quarter() -> None:
+    """The op pass of a CNN ran 10 of its 20 steps about 3.5 times slower than the others (the system backing
+    the memory of fresh allocations more slowly there): its median stayed between the two, under twice the
+    steadiest pass's ratio, and nothing said that the op timings came from slowed steps."""
+    from xstack.analyze._diff_read import _uneven_passes
+
+    steady = [22 * MS + i * 400_000 for i in range(20)]  # 22 .. 29.6 ms
+    ops = [40 * MS + i * 400_000 for i in range(10)] + [(135 + i) * MS for i in range(10)]
+    rows = overhead(PASSES, {1: steady, 2: ops})
+    assert rows[1]["step_median_ns"] / rows[1]["step_p5_ns"] < 2 * rows[0]["step_median_ns"] / rows[0]["step_p5_ns"]
+    check, count, detail = unsteady(rows)
+    assert (check, count) == ("pass_unsteady", 1) and (rows[1]["unsteady"], rows[1]["unsteady_by"]) == (True, "p75")
+    assert detail.startswith("pass model+layer's slowest quarter of steps (from ")
+    assert "; against 1.24x in pass model: a quarter or more of its steps ran slowed" in detail
+    assert (
+        _uneven_passes(rows)
+        == "pass model+layer's slowest quarter of steps was 3.4x its fastest steps' (pass_unsteady)"
+    )
+    # a stretch as long in every pass (a validation every 2nd step) is the program's own
+    alike = [d + (100 * MS if i % 2 else 0) for i, d in enumerate(steady)]
+    assert unsteady(overhead(PASSES, {1: alike, 2: [d + 3 * MS for d in alike]}))[1] == 0

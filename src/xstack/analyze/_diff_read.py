@@ -203,7 +203,7 @@ def _spans_in_steps(level: str, ctx: RunContext) -> str:
 def _uneven_passes(overhead: Any) -> str | None:
     """The first pass of a merged run's ``config.overhead`` that ran faster than the pass it adds to beyond their
     noise (no level makes a step faster: the machine was busier in one pass than in another), or that ran most
-    of its steps slowed (``unsteady``: health ``pass_unsteady``), as a clause."""
+    of its steps, or a quarter of them, slowed (``unsteady``: health ``pass_unsteady``), as a clause."""
     previous = None
     for row in overhead if isinstance(overhead, list) else []:
         if not isinstance(row, dict):
@@ -213,8 +213,11 @@ def _uneven_passes(overhead: Any) -> str | None:
         if row.get("within_noise") is False and isinstance(added, (int, float)) and added < 0 and against:
             by = f"{-pct:.0f}%" if isinstance(pct, (int, float)) else format_ns(-added)
             return f"pass {row.get('pass')}'s step ran {by} faster than pass {against}'s, beyond their noise"
-        median, p5 = row.get("step_median_ns"), row.get("step_p5_ns")
+        median, p5, p75 = row.get("step_median_ns"), row.get("step_p5_ns"), row.get("step_p75_ns")
         if row.get("unsteady") and isinstance(median, (int, float)) and isinstance(p5, (int, float)) and p5 > 0:
+            if row.get("unsteady_by") == "p75" and isinstance(p75, (int, float)):
+                return (f"pass {row.get('pass')}'s slowest quarter of steps was {p75 / p5:.1f}x its fastest steps' "
+                        "(pass_unsteady)")  # fmt: skip
             return f"pass {row.get('pass')}'s median step was {median / p5:.1f}x its fastest steps' (pass_unsteady)"
         if not row.get("against"):
             previous = row.get("pass")

@@ -41,12 +41,14 @@ class StepTimes:
     median_ns: float
     p5_ns: float
     p95_ns: float
+    p75_ns: float | None = None
 
     @classmethod
     def of(cls, durations_ns: Sequence[int]) -> StepTimes:
         """The summary of ``durations_ns`` (at least one)."""
         ordered = sorted(durations_ns)
-        return cls(len(ordered), _quantile(ordered, 0.5), _quantile(ordered, 0.05), _quantile(ordered, 0.95))
+        return cls(len(ordered), _quantile(ordered, 0.5), _quantile(ordered, 0.05), _quantile(ordered, 0.95),
+                   _quantile(ordered, 0.75))  # fmt: skip
 
 
 def _quantile(ordered: Sequence[int], q: float) -> float:
@@ -104,6 +106,7 @@ def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -
         "step_median_ns": round(times.median_ns),
         "step_p5_ns": round(times.p5_ns),
         "step_p95_ns": round(times.p95_ns),
+        "step_p75_ns": None if times.p75_ns is None else round(times.p75_ns),
         "added_ns": None,
         "added_pct": None,
         "noise_ns": None,
@@ -125,14 +128,18 @@ def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -
 
 def unsteady(rows: Sequence[dict[str, Any]]) -> tuple[str, int, str]:
     """The health row ``pass_unsteady`` of the timing passes' ``overhead`` rows: the passes whose ratio of median
-    step to 5th percentile is over ``UNSTEADY_RATIO`` times the steadiest pass's (each with ``MIN_ITERATIONS``
-    measured steps at least; two such passes needed to compare). Their rows get ``unsteady: true`` (``xstack
-    diff`` reads it).
+    step to 5th percentile is over ``UNSTEADY_RATIO`` times the steadiest pass's, or, where not, whose ratio of
+    75th percentile to 5th is over as many times the steadiest pass's of those (each with ``MIN_ITERATIONS``
+    measured steps at least; two such passes needed to compare). Their rows get ``unsteady: true`` and
+    ``unsteady_by`` (``median`` or ``p75``; ``xstack diff`` reads them).
 
     Notes: a level's overhead moves every step alike, so it leaves the ratio of a pass's median to its fastest
     steps about where the steadiest pass has it; a machine busy during part of one pass (another process, a
     throttled CPU) slows most of its steps and not its fastest, and its median, which the merge takes, with them.
-    A program whose steps differ by themselves (inputs of varying size) shows it in every pass."""
+    Slowed for a stretch of a third of its steps, or half (memory the system backs afresh, as on some virtual
+    machines), the median may stay low while the 75th percentile shows it, and the medians of the spans the merge
+    takes from those iterations move. A program whose steps differ by themselves (inputs of varying size) shows it
+    in every pass."""
     ratios = {
         str(r["pass"]): (r["step_median_ns"] / r["step_p5_ns"], r)
         for r in rows
@@ -142,18 +149,34 @@ def unsteady(rows: Sequence[dict[str, Any]]) -> tuple[str, int, str]:
         return ("pass_unsteady", 0, "")
     steady, (low, _) = min(ratios.items(), key=lambda item: item[1][0])
     slowed = [(name, ratio, r) for name, (ratio, r) in ratios.items() if ratio > UNSTEADY_RATIO * low]
-    if not slowed:
+    quarters = {name: r["step_p75_ns"] / r["step_p5_ns"] for name, (_, r) in ratios.items() if r.get("step_p75_ns")}
+    steady75, low75 = min(quarters.items(), key=lambda item: item[1]) if len(quarters) == len(ratios) else ("", 0.0)
+    stretched = [(name, quarters[name], r) for name, (ratio, r) in ratios.items()
+                 if low75 and ratio <= UNSTEADY_RATIO * low and quarters[name] > UNSTEADY_RATIO * low75]  # fmt: skip
+    if not slowed and not stretched:
         return ("pass_unsteady", 0, "")
     for _, _, row in slowed:
-        row["unsteady"] = True
-    said = "; ".join(
+        row |= {"unsteady": True, "unsteady_by": "median"}
+    for _, _, row in stretched:
+        row |= {"unsteady": True, "unsteady_by": "p75"}
+    said = [
         f"pass {name}'s median step ({format_ns(r['step_median_ns'])}) is {ratio:.1f}x its fastest steps' "
         f"({format_ns(r['step_p5_ns'])}, the 5th percentile), and the merge times {_levels(r)} from its medians"
         for name, ratio, r in slowed
-    )
-    return ("pass_unsteady", len(slowed), f"{said}; against {low:.2f}x in pass {steady}: most of its steps ran "
-            "slowed by what the other passes did not meet (a machine busy during it, a throttled CPU), so those "
-            "timings are more the machine's than the program's: profile again on a quiet machine")  # fmt: skip
+    ]
+    said += [
+        f"pass {name}'s slowest quarter of steps (from {format_ns(r['step_p75_ns'])}, the 75th percentile) is "
+        f"{ratio:.1f}x its fastest steps' ({format_ns(r['step_p5_ns'])}), and the merge times {_levels(r)} from "
+        "its medians, which those steps move"
+        for name, ratio, r in stretched
+    ]
+    if slowed:
+        against = f"against {low:.2f}x in pass {steady}: most of its steps ran"
+    else:
+        against = f"against {low75:.2f}x in pass {steady75}: a quarter or more of its steps ran"
+    return ("pass_unsteady", len(slowed) + len(stretched), f"{'; '.join(said)}; {against} slowed by what the other "
+            "passes did not meet (a machine busy during it, a throttled CPU), so those timings are more the "
+            "machine's than the program's: profile again on a quiet machine")  # fmt: skip
 
 
 def _levels(row: dict[str, Any]) -> str:
