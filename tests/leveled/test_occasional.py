@@ -159,3 +159,24 @@ def test_writes_in_some_of_a_group_s_iterations_are_said_with_their_period_not_h
         5_770_000, [9, 19, 29], 10)  # fmt: skip
     assert "; 5.50 MiB more written to files in 3 of them, every 10th iteration (3 files, such as " in work_text(
         evaluation)  # fmt: skip
+
+
+def test_work_in_no_span_inside_some_of_a_group_s_iterations_is_found_and_the_group_costed_without_it() -> None:
+    """A Hugging Face Trainer evaluates every 5th iteration (11 ms, in spans) and saves a checkpoint in every 2nd
+    of those (8.6 ms, in no span). The save's iterations are all the evaluation's, so no work in no span was
+    looked for there, and the evaluation was charged the save's time too."""
+    evaluation, save = list(range(4, 30, 5)), list(range(9, 30, 10))
+    steps = {i: 10 * MS + (i * 7919 % 41) * 10_000 + (11 * MS if i in evaluation else 0)
+             + (8_600_000 if i in save else 0) for i in range(30)}  # fmt: skip
+    con = _con(steps, 8 * MS)  # every step's span 8 ms: the evaluation's time there too, the save's not
+    con.execute("UPDATE _lm_tree SET dur_ns = dur_ns + 11000000 WHERE parent_id IS NOT NULL AND iter % 5 = 4")
+    group = {"steps": evaluation}
+    found = _unmarked(con, 1, steps, [group])
+    assert found is not None and (found["steps"], found["every"], found["within"]) == (save, 10, True)
+    assert 8_000_000 < found["longer_ns"] < 9_200_000
+    said = work_text(found | {"pass": "model"})
+    assert "those iterations take 8." in said and "than the other iterations of the work they run inside in" in said
+    # the evaluation, costed apart from the save's iterations: its own 11 ms, not the median of both
+    spans = [_group("evaluate", evaluation, 30)]
+    alone, apart = _work(spans, {1: steps}, {1: "model"}), _work(spans, {1: steps}, {1: "model"}, extra=[tuple(save)])
+    assert alone[0]["longer_ns"] > 14 * MS and 10.5 * MS < apart[0]["longer_ns"] < 11.5 * MS

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from xstack.analyze.result import format_value
@@ -144,6 +144,9 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
     first = next(iter(names), None)
     if first is not None and (unmarked := _unmarked(con, first, steps.get(first, {}), work)) is not None:
         unmarked["pass"] = names[first]
+        if unmarked.get("within"):  # the group it runs inside is timed again, without those iterations' work
+            work = _work(spans, steps, names, extra=[tuple(unmarked["steps"])])
+            _contents(con, work, group_of)
         work.append(unmarked)
         work.sort(key=lambda w: (-w["per_iteration_ns"], w["steps"]))
     return spans, work
@@ -171,21 +174,28 @@ def _unmarked(con: Any, run: int, steps: dict[int, int], work: list[dict[str, An
     Python, a save no span marks, every 5 steps): in the shallowest pass ``run`` (``steps``: its measured
     iterations' durations), the iterations of one period and phase, ``UNMARKED_MIN`` of them at least, not all in a
     group of ``work`` already, each of which takes longer than the others by a clear margin
-    (``UNMARKED_SPREADS``, ``UNMARKED_SHARE``), with most of the difference outside every span under their step.
-    Of several, the one that costs most in all. A group of ``occasional_work`` with no spans (``unmarked``), or
-    None."""
+    (``UNMARKED_SPREADS``, ``UNMARKED_SHARE``), with most of the difference outside every span under their step;
+    or some of a group's iterations (a Trainer's checkpoint every 10th, in its evaluation's every 5th), timed so
+    against that group's other iterations (``CONTRAST_MIN`` of them at least: ``within``). Of several, the one
+    that costs most in all. A group of ``occasional_work`` with no spans (``unmarked``), or None."""
     iters = sorted(steps)
     if len(iters) < 2 * UNMARKED_MIN:
         return None
     outside = {int(i): max(int(ns), 0) for i, ns in con.execute(_OUTSIDE, [run]).fetchall()}
     covered = {i for w in work for i in w["steps"]}
-    best: tuple[float, int, tuple[int, ...], int, int] | None = None
+    best: tuple[float, int, tuple[int, ...], int, int, tuple[int, ...] | None] | None = None
     for every in range(2, len(iters) // UNMARKED_MIN + 1):
         for phase in range(every):
             held = tuple(i for i in iters if (i - iters[0]) % every == phase)
-            if len(held) < UNMARKED_MIN or set(held) <= covered:
+            if len(held) < UNMARKED_MIN:
                 continue
-            base = _baseline(steps, held)
+            # within a group's iterations (a checkpoint every 10th, in no span, in an evaluation's every 5th):
+            # timed against that group's other iterations, which run its work and not this
+            within = next((tuple(i for i in w["steps"] if i not in held) for w in work
+                           if set(held) < set(w["steps"])), None)  # fmt: skip
+            if (within is None and set(held) <= covered) or (within is not None and len(within) < CONTRAST_MIN):
+                continue
+            base = _baseline(steps, held, within)
             if base is None:
                 continue
             durations, typical, spread = base
@@ -195,15 +205,15 @@ def _unmarked(con: Any, run: int, steps: dict[int, int], work: list[dict[str, An
             longer, n = round(statistics.median(durations) - typical), len(durations)
             # not the spans the other iterations have too, taking longer (a DataLoader's wait every 2nd batch)
             more = statistics.median(outside.get(i, 0) for i in held) - statistics.median(
-                outside.get(i, 0) for i in iters if i not in held
+                outside.get(i, 0) for i in (within if within is not None else iters) if i not in held
             )
             if more < longer / 2:
                 continue
             if best is None or longer * n > best[0]:
-                best = (longer * n, every, held, longer, n)
+                best = (longer * n, every, held, longer, n, within)
     if best is None:
         return None
-    _, every, held, longer, n = best
+    _, every, held, longer, n, within = best
     return {
         "steps": list(held),
         "iterations_with": n,
@@ -217,6 +227,7 @@ def _unmarked(con: Any, run: int, steps: dict[int, int], work: list[dict[str, An
         "longer_beyond_noise": True,
         "per_iteration_ns": round(longer * n / len(iters)),
         "unmarked": True,
+        "within": within is not None,
         "layer_calls": None,
         "backward": None,
     }
@@ -354,20 +365,26 @@ def _contrast(
     return None
 
 
-def _work(spans: list[dict[str, Any]], steps: dict[int, dict[int, int]], names: dict[int, str]) -> list[dict[str, Any]]:
+def _work(
+    spans: list[dict[str, Any]],
+    steps: dict[int, dict[int, int]],
+    names: dict[int, str],
+    extra: Sequence[tuple[int, ...]] = (),
+) -> list[dict[str, Any]]:
     """The occasional spans grouped by the iterations that have them, each group costed against the steps of a
     pass (the module's notes; ``steps``: per run, each measured iteration's step; ``names``: the passes, shallowest
-    first)."""
+    first; ``extra``: the iterations of other occasional work, with no spans, that the costing tells apart)."""
     groups: dict[tuple[int, ...], list[dict[str, Any]]] = {}
     for o in spans:
         groups.setdefault(tuple(o["steps"]), []).append(o)
     order = list(names)
+    others = [*groups, *extra]
     work = []
     for iters, members in groups.items():
         own = min((o["run_id"] for o in members), key=order.index)
         # the shallowest pass whose iterations of these numbers stand out (a program run afresh in each pass
         # does its periodic work in the same iterations of every pass), else the one that times the spans
-        tried = [(run, *_longer(steps.get(run, {}), iters, list(groups))) for run in order[: order.index(own) + 1]]
+        tried = [(run, *_longer(steps.get(run, {}), iters, others)) for run in order[: order.index(own) + 1]]
         run, longer, beyond, held = next((t for t in tried if t[2]), tried[-1])
         spans_ns = sum(o["per_iteration_ns"] for o in members)
         measured = len(steps.get(run, {})) or members[0]["iterations"]
@@ -455,7 +472,8 @@ def work_text(w: dict[str, Any]) -> str:
     if longer is not None:
         how = f"{format_ns(longer)} longer than" if longer > 0 else "no longer than"
         noise = "" if w.get("longer_beyond_noise") else ", within their spread"
-        steps = f"; those iterations take {how} the others in the {w.get('pass')} pass (medians{noise})"
+        than = "the other iterations of the work they run inside" if w.get("within") else "the others"
+        steps = f"; those iterations take {how} {than} in the {w.get('pass')} pass (medians{noise})"
     return f"{when}: {', '.join(spans)}{held}{steps}: {format_ns(w['per_iteration_ns'])} per iteration"
 
 
