@@ -62,7 +62,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     elif ops and (num(s.facts, "unstaged_ops_ns") or 0.0) * 2 < unstaged:  # most of it ran no operator
         see = "and find the code that runs no PyTorch operator there (the loop's own Python, or a wait)"
     elif ops:
-        see = "where it is more than the training work below"
+        see = "beyond the training work named below"
     else:
         see = "or record the op level (--levels model,layer,op) to see the PyTorch operators that run there"
     action = (
