@@ -904,6 +904,8 @@ def test_the_loss_and_gradient_clipping_outside_the_stages_are_named_as_training
     mostly = advice([("aten::mse_loss", 30_000_000), ("aten::stack", 5_000_000)], 40_000_000)
     assert "find the code that calls aten::stack, the longest of the other PyTorch operators" in mostly
     assert "aten::mse_loss is the loss" in mostly
+    only = advice([("aten::cross_entropy_loss", 30_000_000)], 40_000_000)  # the loss, and little else
+    assert "(preparing the batch, metrics, logging) beyond the training work named below." in only
 
 
 def test_a_run_without_iterations_is_judged_from_its_first_stage_to_its_last(tmp_path: Path) -> None:
