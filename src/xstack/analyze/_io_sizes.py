@@ -254,8 +254,8 @@ def _step_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -
     """In a merged run, whose io_files hold its io pass whole: the time (ns) of the successful calls on the files
     of at most ``threshold_bytes`` in a usual measured iteration of that pass, the median over its measured
     iterations of the calls that started in each. Not the merged run's own io spans: they are one iteration's,
-    whose few calls a single slow read (the process taken off its CPU) makes several times the others'. Those
-    where the io pass is not found (a store merged before passes were listed)."""
+    whose few calls a single slow read (the process taken off its CPU) makes several times the others'. Where
+    the io pass is not found (a store merged before passes were listed), the merged run's own io spans."""
     source = io_pass(store, io.ctx.config)
     if source is None:
         return _span_time(store, io, all_paths, threshold_bytes)

@@ -5,7 +5,7 @@ show and the input-bound rule reads, so that its advice starts from the configur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from xstack.analyze.context import STEP_SPAN, RunContext
 from xstack.analyze.result import counted, format_ns
@@ -99,6 +99,10 @@ def describe(entry: dict[str, Any]) -> str:
     return f"DataLoader({entry.get('dataset') or '?'}, {settings})"
 
 
+ANEW_MIN: Final = 2
+"""DataLoaders of one earlier one's settings, each iterated once, from which ``labels`` gives them one line."""
+
+
 def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
     """One line per DataLoader (its settings, and how often and long the loop waited for it past the warm-up,
     then in the warm-up), then the usable CPUs. Where ``ANEW_MIN`` or more later DataLoaders have the settings
@@ -122,10 +126,6 @@ def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
     if entries and cpus is not None:
         out.append(f"{cpus} usable CPUs")
     return out
-
-
-ANEW_MIN = 2
-"""DataLoaders of one earlier one's settings, each iterated once, from which ``labels`` gives them one line."""
 
 
 def _waited(entry: dict[str, Any]) -> str:

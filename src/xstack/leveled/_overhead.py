@@ -41,7 +41,7 @@ class StepTimes:
     median_ns: float
     p5_ns: float
     p95_ns: float
-    p75_ns: float | None = None
+    p75_ns: float
 
     @classmethod
     def of(cls, durations_ns: Sequence[int]) -> StepTimes:
@@ -106,7 +106,7 @@ def _row(p: _Pass, times: StepTimes, previous: tuple[_Pass, StepTimes] | None) -
         "step_median_ns": round(times.median_ns),
         "step_p5_ns": round(times.p5_ns),
         "step_p95_ns": round(times.p95_ns),
-        "step_p75_ns": None if times.p75_ns is None else round(times.p75_ns),
+        "step_p75_ns": round(times.p75_ns),
         "added_ns": None,
         "added_pct": None,
         "noise_ns": None,

@@ -97,9 +97,10 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
             if "io" in p.levels and "metrics" not in p.levels:
                 add_writes(con, work, p.run_id, p.first_iter, p.end_iter)
         nodes, unplaced = _place(con, first_step_ns[passes[0].run_id])
-        main_pid = _insert(con, run_id, nodes, passes)
+        mains = {p.run_id: _match.main_thread(con, p.run_id) for p in passes}
+        main_pid = _insert(con, run_id, nodes, passes, mains)
         health += _divergences(con, passes)
-        health.append(_other_threads(con, store, passes))
+        health.append(_other_threads(con, mains))
         health.append(occasional_row(work))
         health.append(("merge_unplaced", unplaced, "matched spans whose parent was not matched: not merged"))
         health.append(_children_longer_than_parent(nodes))
@@ -255,15 +256,13 @@ GROUP BY s.level, s.run_id ORDER BY list_position(?, s.level)
 """
 
 
-def _other_threads(con: Any, store: Store, passes: list[Pass]) -> tuple[str, int, str]:
+def _other_threads(con: Any, mains: dict[int, tuple[int, int]]) -> tuple[str, int, str]:
     """The health row ``threads_not_merged``: the spans that the pass timing their level recorded during its
     measured iterations on threads other than the one that runs the steps (a server's thread pool running the
     model), which are in no iteration's tree and so not in the merged run. Each iteration is the tree under its
-    step span, and a span on another thread has no parent there."""
+    step span, and a span on another thread has no parent there. ``mains``: each pass's thread of the steps."""
     con.execute("CREATE OR REPLACE TEMP TABLE _lm_main (run_id INTEGER, pid BIGINT, tid BIGINT)")
-    con.executemany(
-        "INSERT INTO _lm_main VALUES (?, ?, ?)", [(p.run_id, *_match.main_thread(con, p.run_id)) for p in passes]
-    )
+    con.executemany("INSERT INTO _lm_main VALUES (?, ?, ?)", [(run, *main) for run, main in mains.items()])
     rows = con.execute(_OTHER_THREADS, [list(LEVELS)]).fetchall()
     con.execute("DROP TABLE _lm_main")
     if not (total := sum(int(r[2]) for r in rows)):
@@ -274,7 +273,7 @@ def _other_threads(con: Any, store: Store, passes: list[Pass]) -> tuple[str, int
     return ("threads_not_merged", total, f"spans that ran during the measured iterations on "
             f"{counted(threads, 'thread')} other than the one that runs the steps (a thread pool's, a server's "
             f"workers), {where}, are not in the merged run, which holds each iteration as the tree under its step: "
-            f"their timings are in those passes' runs (xstack summary {store.path} --run {last}); mark the "
+            f"their timings are in those passes' runs (xstack summary STORE --run {last}); mark the "
             "iterations on the thread that runs the work, or profile the program with xstack run, which keeps every "
             "thread's spans")  # fmt: skip
 
@@ -330,8 +329,11 @@ def _place(con: Any, root_start_ns: int) -> tuple[list[_layout.Node], int]:
     return _layout.layout(nodes, root_start_ns)
 
 
-def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]) -> int:
-    """Insert the merged spans; returns the pid of the merged run's main process."""
+def _insert(
+    con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass], mains: dict[int, tuple[int, int]]
+) -> int:
+    """Insert the merged spans (``mains``: each pass's thread of the steps); returns the pid of the merged run's
+    main process."""
     by_key = {n.key: n for n in nodes}
     con.execute("CREATE OR REPLACE TEMP TABLE _lm_layout AS SELECT unnest(?) AS key, unnest(?) AS span_id, "
                 "unnest(?) AS parent_span_id, unnest(?) AS start_ns",
@@ -339,7 +341,6 @@ def _insert(con: Any, run_id: int, nodes: list[_layout.Node], passes: list[Pass]
                  [by_key[n.parent_key].span_id if n.parent_key is not None else None for n in nodes],
                  [n.start_ns for n in nodes]])  # fmt: skip
     names = {p.run_id: p.name for p in passes}
-    mains = {p.run_id: _match.main_thread(con, p.run_id) for p in passes}
     pid, tid = mains[passes[0].run_id]
     con.execute("CREATE OR REPLACE TEMP TABLE _lm_pass_names AS SELECT unnest(?) AS run_id, unnest(?) AS name, "
                 "unnest(?) AS main_pid, unnest(?) AS main_tid",

@@ -140,13 +140,13 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
         )
     spans.sort(key=lambda o: (-o["per_iteration_ns"], o["name"]))
     work = _work(spans, steps, names)
-    _contents(con, work, group_of)
     first = next(iter(names), None)
-    if first is not None and (unmarked := _unmarked(con, first, steps.get(first, {}), work)) is not None:
+    unmarked = _unmarked(con, first, steps.get(first, {}), work) if first is not None else None
+    if unmarked is not None and unmarked["within"]:  # the group it runs inside is timed again, without its work
+        work = _work(spans, steps, names, extra=[tuple(unmarked["steps"])])
+    _contents(con, work, group_of)
+    if unmarked is not None and first is not None:
         unmarked["pass"] = names[first]
-        if unmarked.get("within"):  # the group it runs inside is timed again, without those iterations' work
-            work = _work(spans, steps, names, extra=[tuple(unmarked["steps"])])
-            _contents(con, work, group_of)
         work.append(unmarked)
         work.sort(key=lambda w: (-w["per_iteration_ns"], w["steps"]))
     return spans, work
