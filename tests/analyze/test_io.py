@@ -792,8 +792,9 @@ def test_zero_reads_rule(tmp_path: Path) -> None:
 
 
 def _whole_file_reads(path: Path, zero_ns: int, config: dict[str, Any] | None = None,
-                      more_files: list[Any] | None = None) -> Store:  # fmt: skip
-    """100 files read whole as Python's f.read() does: a read of the file (10 us), then one finding its end."""
+                      more_files: list[Any] | None = None, *, op: str = "read", copied: int = 0) -> Store:  # fmt: skip
+    """100 files read whole as Python's f.read() does: a read of the file (10 us), then one finding its end (``op``
+    ``sendfile_read``: copied as shutil.copyfile does); and ``copied`` more files copied that way (1 us each)."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "reads", levels=["model", "io"], config={"pid": MAIN, **(config or {})}))
         sink = Sink(store, 1)
@@ -802,10 +803,15 @@ def _whole_file_reads(path: Path, zero_ns: int, config: dict[str, Any] | None = 
                       {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
         for k in range(100):
             name, t = f"/d/{k}.bin", 20_000 * k
-            io_span(sink, 2 * k + 1, None, "read", t, 10_000, MAIN, name, 4096, offset=0)
-            io_span(sink, 2 * k + 2, None, "read", t + 10_000, zero_ns, MAIN, name, 0, offset=4096)
+            io_span(sink, 2 * k + 1, None, op, t, 10_000, MAIN, name, 4096, offset=0)
+            io_span(sink, 2 * k + 2, None, op, t + 10_000, zero_ns, MAIN, name, 0, offset=4096)
+        for k in range(copied):
+            name, t = f"/d/copy{k}.bin", 10**6 + 2000 * k
+            io_span(sink, 300 + 2 * k, None, "sendfile_read", t, 1000, MAIN, name, 4096, offset=0)
+            io_span(sink, 301 + 2 * k, None, "sendfile_read", t + 1000, 1000, MAIN, name, 0, offset=4096)
         sink.close()
         rows = [data_file(MAIN, f"/d/{k}.bin", 4096, 2, zero_reads=1, read_ns=10_000 + zero_ns) for k in range(100)]
+        rows += [data_file(MAIN, f"/d/copy{k}.bin", 4096, 2, zero_reads=1, read_ns=2000) for k in range(copied)]
         add_files(store, rows + (more_files or []))
     return Store.open(path)
 
@@ -821,6 +827,19 @@ def test_zero_reads_rule_is_weighed_by_the_time_the_reads_took(tmp_path: Path) -
     with _whole_file_reads(tmp_path / "b.duckdb", 5_000) as store:
         rec = _fired(store, "zero_reads")
     assert rec is not None and rec.severity == "medium" and "(33.3%)" in rec.evidence[0]
+
+
+def test_zero_reads_rule_leaves_the_ends_of_in_kernel_copies_out(tmp_path: Path) -> None:
+    # shutil.copyfile on each file: sendfile until it returns 0, a call the advice to read the known size cannot save
+    with _whole_file_reads(tmp_path / "a.duckdb", 5_000, op="sendfile_read") as store:
+        assert _fired(store, "zero_reads") is None
+        facts = run_analyses(store, None, ["io.pattern"])[0].facts
+    assert (facts["zero_reads"], facts["zero_copy_reads"], facts["zero_copy_read_ns"]) == (100, 100, 500_000)
+    # f.read() on the same files, and 20 of them copied beforehand: the copies' ends are named, not counted
+    with _whole_file_reads(tmp_path / "b.duckdb", 5_000, copied=20) as store:
+        rec = _fired(store, "zero_reads")
+    assert rec is not None and "100 of 240 data-file reads (41.7%" in rec.evidence[0]
+    assert "in 500 us of the" in rec.evidence[0] and "20 more ended in-kernel copies" in rec.evidence[0]
 
 
 def test_the_io_time_at_stake_per_iteration_leaves_the_warm_up_out(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ class Op:
     pid: int = 100
     tid: int = 100
     requested: int = -1
+    target: str | None = None
 
 
 def _seq(*ops: Op) -> list[Op]:
@@ -94,3 +95,28 @@ def test_a_directory_listing_is_an_open_and_metadata_time_of_the_directory() -> 
                Op("closedir", path=d, fd_kind="dir", dur_ns=20, start_ns=800))  # fmt: skip
     (c,) = file_counters(ops)
     assert (c.opens, c.reads, c.bytes_read, c.meta_time_ns, c.read_time_ns) == (1, 0, 0, 550, 0)
+
+
+def test_renames_count_on_both_paths_and_the_target_keeps_its_first_source() -> None:
+    tmp, final, other = "/data/.ckpt.tmp", "/data/ckpt.pt", "/data/.ckpt2.tmp"
+    ops = _seq(Op("open", path=tmp), Op("write", 0, 4096, path=tmp), Op("close", path=tmp),
+               Op("rename", path=tmp, target=final, dur_ns=40), Op("rename", path=other, target=final),
+               Op("rename", path="/data/gone", target="/data/x", errno=2))  # fmt: skip
+    rows = {c.path: c for c in file_counters(ops)}
+    assert set(rows) == {tmp, final, other}  # a failed rename counts nowhere
+    assert (rows[tmp].rename_sources, rows[tmp].rename_targets, rows[tmp].bytes_written) == (1, 0, 4096)
+    assert rows[tmp].meta_time_ns == 10 + 10 + 40  # open, close and the rename: the source's metadata time
+    target = rows[final].attrs()
+    assert (target[A.IO_FILE_RENAME_SOURCES], target[A.IO_FILE_RENAME_TARGETS]) == (0, 2)
+    assert target[A.IO_FILE_RENAMED_FROM] == tmp and A.IO_FILE_RENAMED_FROM not in rows[tmp].attrs()
+    assert (rows[final].opens, rows[final].meta_time_ns, rows[final].first_ns) == (0, 0, 400)
+
+
+def test_an_in_kernel_copy_is_a_read_of_its_source_and_a_write_of_its_destination() -> None:
+    src, dst = "/data/a.bin", "/fast/a.bin"
+    ops = _seq(Op("sendfile_read", 0, 8192, path=src), Op("sendfile_write", 0, 8192, path=dst, fd=4),
+               Op("sendfile_read", 8192, 0, path=src))  # fmt: skip
+    rows = {c.path: c for c in file_counters(ops)}
+    assert (rows[src].reads, rows[src].bytes_read, rows[src].zero_reads, rows[src].writes) == (2, 8192, 1, 0)
+    assert (rows[dst].writes, rows[dst].bytes_written, rows[dst].reads) == (1, 8192, 0)
+    assert rows[src].read_time_ns == 20 and rows[dst].write_time_ns == 10

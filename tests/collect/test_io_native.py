@@ -232,6 +232,44 @@ def test_directory_listings_are_recorded_as_runs_of_readdir_calls(tmp_path: Path
     assert out["missing"] == errno.ENOENT and out["names"] == entries - 2 and out["rest"] == entries - 3
 
 
+def test_in_kernel_copies_are_a_read_of_the_source_and_a_write_of_the_destination(tmp_path: Path, data: Path) -> None:
+    known, out_dir = data / "known.bin", tmp_path / "out"
+    out_dir.mkdir()
+    seen, trace = run(tmp_path, "copies", str(known), str(out_dir))
+    assert seen["sent"] == [4000, 2000] and seen["ranged"] == 1000
+    first = [o for o in on(trace, known) if o[0] != "fstat"]
+    assert first[:6] == [
+        ("open", -1, -1, os.O_RDONLY | os.O_CLOEXEC, 0),
+        ("sendfile_read", 0, 4000, 4000, 0),  # at the descriptor's offset, which it moved
+        ("sendfile_read", 8000, 2000, 5000, 0),  # at the offset given; the descriptor's stays at 4000
+        ("read", 4000, 10, 10, 0),
+        ("copy_file_range_read", 0, 1000, 1000, 0),
+        ("close", -1, -1, -1, 0),
+    ]  # fmt: skip
+    # shutil.copyfile sends the whole file, then once more to find its end: a zero-length read, and no write
+    copied = [o for o in first[6:] if o[0].startswith("sendfile")]
+    assert [o[:3] for o in copied] == [("sendfile_read", 0, 10_000), ("sendfile_read", 10_000, 0)]
+    assert [o[:3] for o in on(trace, out_dir / "copied.bin") if o[0].startswith("sendfile")] == [
+        ("sendfile_write", 0, 10_000)
+    ]
+    assert [o[:3] for o in on(trace, out_dir / "sent.bin")] == [
+        ("open", -1, -1), ("sendfile_write", 0, 4000), ("sendfile_write", 4000, 2000), ("close", -1, -1),
+        ("rename", -1, -1),
+    ]  # fmt: skip
+    assert [o[:3] for o in on(trace, out_dir / "ranged.bin")] == [
+        ("open", -1, -1), ("copy_file_range_write", 100, 1000), ("close", -1, -1)
+    ]  # fmt: skip
+    assert (out_dir / "final.bin").read_bytes() == KNOWN[:4000] + KNOWN[8000:]
+    renames = [(op.path, op.target, op.fd_kind, op.errno) for op in trace.ops if op.op == "rename"]
+    assert renames == [
+        (str(out_dir / "sent.bin"), str(out_dir / "moved.bin"), "file", 0),
+        (str(out_dir / "moved.bin"), str(out_dir / "final.bin"), "file", 0),  # renameat, by directory descriptors
+        (str(out_dir / "tmp-checkpoint"), str(out_dir / "checkpoint"), "dir", 0),
+        (str(out_dir / "missing.bin"), str(out_dir / "never.bin"), "unknown", errno.ENOENT),
+    ]
+    assert seen["failed"] == errno.ENOENT
+
+
 def test_relative_paths_resolve_against_the_cwd_and_directory_descriptors(tmp_path: Path, data: Path) -> None:
     _, trace = run(tmp_path, "relative", str(data))
     known = str(data / "known.bin")
@@ -705,12 +743,16 @@ def test_reader_rejects_a_file_that_is_not_a_record_file(tmp_path: Path) -> None
 
 def test_op_names_in_the_files_are_the_documented_ones(tmp_path: Path, data: Path) -> None:
     _, trace = run(tmp_path, "posix", str(data / "known.bin"), str(data / "out.bin"))
+    (tmp_path / "out").mkdir()
+    _, copies = run(tmp_path / "copies", "copies", str(data / "known.bin"), str(tmp_path / "out"))
+    assert {"rename", "sendfile_read", "sendfile_write", "copy_file_range_read"} <= {op.op for op in copies.ops}
     documented = {
         "open", "openat", "creat", "close", "read", "pread", "readv", "write", "pwrite", "writev", "lseek",
         "fsync", "fdatasync", "mmap", "stat", "lstat", "fstat", "fstatat", "statx", "dup", "fopen", "fdopen",
-        "fread", "fwrite", "fclose", "fseek", "fflush", "opendir", "readdir", "closedir",
+        "fread", "fwrite", "fclose", "fseek", "fflush", "opendir", "readdir", "closedir", "rename", "sendfile_read",
+        "sendfile_write", "copy_file_range_read", "copy_file_range_write",
     }  # fmt: skip
-    assert {op.op for op in trace.ops} <= documented
+    assert {op.op for op in trace.ops + copies.ops} <= documented
     assert {op.fd_kind for op in trace.ops} <= {"file", "dir", "pipe", "socket", "chr", "blk", "unknown"}
 
 

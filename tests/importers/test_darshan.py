@@ -204,7 +204,7 @@ def test_attrs_keep_every_counter(store: Store) -> None:
         assert not {"POSIX_READS", "POSIX_F_READ_TIME", "POSIX_SIZE_READ_0_100"} & set(raw)
         mapped = {"OPENS", "READS", "WRITES", "SEEKS", "BYTES_READ", "BYTES_WRITTEN", "F_READ_TIME"}
         mapped |= {"F_WRITE_TIME", "F_META_TIME", "CONSEC_READS", "CONSEC_WRITES", "SEQ_READS", "SEQ_WRITES"}
-        mapped |= {"MAX_BYTE_READ", "MAX_BYTE_WRITTEN", "STATS", "RW_SWITCHES"}
+        mapped |= {"MAX_BYTE_READ", "MAX_BYTE_WRITTEN", "STATS", "RW_SWITCHES", "RENAME_SOURCES", "RENAME_TARGETS"}
         mapped |= {"MMAPS"} if A.IO_FILE_MMAPS in a else set()
         mapped |= {f"SIZE_{kind}_{b}" for kind in ("READ", "WRITE") for b, _lo, _hi in A.IO_SIZE_BUCKETS}
         assert {f"POSIX_{m}" for m in mapped} | set(raw) - {"rank"} == names
@@ -388,3 +388,19 @@ def test_health_of_partial_modules_and_dxt_gaps() -> None:
     )
     assert health["darshan_reader_warnings"] == (1, "Warning: something odd")
     assert "darshan_no_records" not in health
+
+
+def test_a_renamed_file_names_the_path_it_was_renamed_from() -> None:
+    from xstack.importers.darshan._mapping import io_file_row
+
+    source_id = 2**64 - 12345  # Darshan's record ids are unsigned; the counter holds it as a signed one
+    counters = {f"POSIX_{c}": 0 for c in COLUMNS.values()} | {"POSIX_RENAME_TARGETS": 1, "POSIX_RENAME_SOURCES": 0}
+    times = {f"POSIX_{t}": 0.0 for t in TIMES.values()}
+    renamed = Record(7, 0, counters | {"POSIX_RENAMED_FROM": source_id - 2**64}, times)
+    *_, attrs = io_file_row("POSIX", renamed, "/ckpt/model.pt", 0, None, {source_id: "/ckpt/.model.pt.tmp"})
+    assert attrs[A.IO_FILE_RENAMED_FROM] == "/ckpt/.model.pt.tmp"
+    assert (attrs[A.IO_FILE_RENAME_TARGETS], attrs[A.IO_FILE_RENAME_SOURCES]) == (1, 0)
+    assert "POSIX_RENAMED_FROM" not in attrs[A.IO_FILE_DARSHAN]
+    # a source the log does not name keeps its id among the raw counters
+    *_, attrs = io_file_row("POSIX", renamed, "/ckpt/model.pt", 0, None, {})
+    assert A.IO_FILE_RENAMED_FROM not in attrs and attrs[A.IO_FILE_DARSHAN]["POSIX_RENAMED_FROM"] == source_id - 2**64

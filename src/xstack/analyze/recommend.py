@@ -432,20 +432,28 @@ def small_files(results: Results) -> Recommendation | None:
 
 
 def zero_reads(results: Results) -> Recommendation | None:
-    """Many data-file reads return nothing: read-until-EOF loops spend a call to learn that a file ended."""
+    """Many data-file reads return nothing: read-until-EOF loops spend a call to learn that a file ended. The
+    last calls of in-kernel copies (``shutil.copyfile``'s ``sendfile`` loop) are left out: the advice does not
+    apply to them."""
     r = _get(results, "io.pattern")
-    if r is None or (share := _num(r.facts, "zero_read_pct")) is None or share <= ZERO_READS_PCT:
+    if r is None or _num(r.facts, "zero_read_pct") is None or (_num(r.facts, "reads") or 0) < MIN_READS:
         return None
-    if (_num(r.facts, "reads") or 0) < MIN_READS:
+    reads = int(_num(r.facts, "reads") or 0)
+    copies = int(_num(r.facts, "zero_copy_reads") or 0)
+    n = int(_num(r.facts, "zero_reads") or 0) - copies
+    if (share := 100.0 * n / reads) <= ZERO_READS_PCT:
         return None
-    n, reads = int(_num(r.facts, "zero_reads") or 0), int(_num(r.facts, "reads") or 0)
     line = (f"{n:,} of {reads:,} data-file reads ({share:.1f}%, threshold {ZERO_READS_PCT:g}%) returned no bytes: "
             "they only found the end of the file")  # fmt: skip
     zero_ns, read_ns = _num(r.facts, "zero_read_ns"), _num(r.facts, "read_ns")
+    if copies and zero_ns is not None:
+        zero_ns -= _num(r.facts, "zero_copy_read_ns") or 0
     time_pct = None
     if zero_ns is not None and read_ns:
         time_pct = 100.0 * zero_ns / read_ns
         line += f", in {format_ns(zero_ns)} of the {format_ns(read_ns)} spent in data-file reads ({time_pct:.1f}%)"
+    if copies:
+        line += f"; {copies:,} more ended in-kernel copies (sendfile, copy_file_range: shutil.copyfile), left out"
     impact, per = at_stake(results, zero_ns, _num(r.facts, "zero_read_warmup_ns"))
     # a read that finds the end of the file moves no data and is cheap: it matters by its time, where known
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"

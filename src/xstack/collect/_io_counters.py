@@ -12,7 +12,12 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
   (``open_reads``), which Darshan leaves among the random reads;
 - read, write and metadata times add each call's duration without counting an overlap twice (calls of
   several threads on one file): only the part after the end of the last counted call of that kind is added;
-- ``fsync``/``fdatasync`` time counts as write time; open, close, seek, stat and mmap are metadata;
+- ``fsync``/``fdatasync`` time counts as write time; open, close, seek, stat, mmap and rename are metadata;
+- an in-kernel copy (``sendfile``, ``copy_file_range``, which Darshan does not wrap) is recorded as a read of its
+  source and a write of its destination (``sendfile_read``, ``sendfile_write``, ...), counted as such: a copy
+  loop's last call, which finds the end of the source, is a zero-length read;
+- a rename counts on both paths as Darshan 3.4's ``RENAME_SOURCES`` and ``RENAME_TARGETS``, its time as the
+  source's metadata; the target keeps the first path renamed to it (``RENAMED_FROM``, Darshan's record id of it);
 - directory streams, which Darshan does not wrap, count as metadata of the directory: ``opendir`` as an open,
   ``readdir`` and ``closedir`` as their time;
 - access sizes go into Darshan's buckets by the bytes the call moved (``trace.attrs.IO_SIZE_BUCKETS``).
@@ -29,14 +34,17 @@ from xstack.trace import attrs as A
 if TYPE_CHECKING:
     from xstack.collect._io_classes import PathClasses
 
-READS = frozenset({"read", "pread", "readv", "fread"})
-WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
+COPY_READS = frozenset({"sendfile_read", "copy_file_range_read"})
+"""The source side of an in-kernel copy: bytes read from a file without passing through the program."""
+COPY_WRITES = frozenset({"sendfile_write", "copy_file_range_write"})
+READS = frozenset({"read", "pread", "readv", "fread"}) | COPY_READS
+WRITES = frozenset({"write", "pwrite", "writev", "fwrite"}) | COPY_WRITES
 OPENS = frozenset({"open", "openat", "creat", "dup", "fopen", "fdopen", "opendir"})
 SEEKS = frozenset({"lseek", "fseek"})
 SYNCS = frozenset({"fsync", "fdatasync", "fflush"})
 STATS = frozenset({"stat", "lstat", "fstat", "fstatat", "statx"})
 DIRS = frozenset({"readdir", "closedir"})
-META = OPENS | SEEKS | STATS | DIRS | frozenset({"close", "fclose", "mmap"})
+META = OPENS | SEEKS | STATS | DIRS | frozenset({"close", "fclose", "mmap", "rename"})
 
 STREAM_PATHS = {"pipe": "<pipe>", "socket": "<socket>", "chr": "<device>"}
 """What a descriptor with no path is called, by its kind."""
@@ -67,6 +75,8 @@ class Op(Protocol):
     def bytes(self) -> int: ...
     @property
     def errno(self) -> int: ...
+    @property
+    def target(self) -> str | None: ...
 
 
 def op_path(op: Op) -> str:
@@ -105,6 +115,9 @@ class FileCounters:
     zero_reads: int = 0
     open_reads: int = 0
     rw_switches: int = 0
+    rename_sources: int = 0
+    rename_targets: int = 0
+    renamed_from: str | None = None
     max_byte_read: int = -1
     max_byte_written: int = -1
     first_ns: int | None = None
@@ -150,6 +163,16 @@ class FileCounters:
             self.stats += 1
         elif name == "mmap":
             self.mmaps += 1
+        elif name == "rename":
+            self.rename_sources += 1
+
+    def renamed_to(self, op: Op) -> None:
+        """This file is the target of a successful rename (``op``, recorded on the source)."""
+        self.first_ns = op.start_ns if self.first_ns is None else min(self.first_ns, op.start_ns)
+        self.last_ns = max(self.last_ns, op.start_ns + op.dur_ns)
+        self.rename_targets += 1
+        if self.renamed_from is None:
+            self.renamed_from = op_path(op)
 
     def _read(self, op: Op) -> None:
         offset, size = max(op.offset, 0), op.bytes
@@ -205,13 +228,15 @@ class FileCounters:
             A.IO_FILE_FSYNCS: self.fsyncs,
             A.IO_FILE_MMAPS: self.mmaps,
             A.IO_FILE_RW_SWITCHES: self.rw_switches,
+            A.IO_FILE_RENAME_SOURCES: self.rename_sources,
+            A.IO_FILE_RENAME_TARGETS: self.rename_targets,
             A.IO_FILE_PATH_CLASS: self.path_class,
             A.IO_FILE_FIRST_NS: self.first_ns,
             A.IO_FILE_LAST_NS: self.last_ns,
             A.IO_FILE_SOURCE: "io",
             A.IO_FD_KIND: self.fd_kind,
             "dups": self.dups,
-        }
+        } | ({A.IO_FILE_RENAMED_FROM: self.renamed_from} if self.renamed_from is not None else {})
 
 
 def file_counters(ops: Sequence[Op], classes: PathClasses | None = None) -> list[FileCounters]:
@@ -222,13 +247,18 @@ def file_counters(ops: Sequence[Op], classes: PathClasses | None = None) -> list
 
         classes = PathClasses(ops)
     records: dict[tuple[int, str, str], FileCounters] = {}
+
+    def record_of(op: Op, name: str, path: str | None) -> FileCounters:
+        record = records.get((op.pid, name, op.module))
+        if record is None:
+            record = FileCounters(op.pid, name, op.module, op.fd_kind, classes.of(path, op.fd_kind))
+            records[op.pid, name, op.module] = record
+        return record
+
     for op in ops:
         if op.errno or op.op == "close" and op.fd_kind == "unknown" and not op.path:
             continue  # failed calls are not counted; nor closes of descriptors never seen used
-        path = op_path(op)
-        key = (op.pid, path, op.module)
-        record = records.get(key)
-        if record is None:
-            record = records[key] = FileCounters(op.pid, path, op.module, op.fd_kind, classes.of(op.path, op.fd_kind))
-        record.add(op)
+        record_of(op, op_path(op), op.path).add(op)
+        if op.op == "rename" and op.target:
+            record_of(op, op.target, op.target).renamed_to(op)
     return list(records.values())

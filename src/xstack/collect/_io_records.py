@@ -45,8 +45,6 @@ _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
 _END_SIGNAL = 5
 """The status's end for a process killed by a termination signal it left at the default action: the library
 wrote its records and let the signal kill it (the signal's number in bits 8-15)."""
-_READS = frozenset({"read", "pread", "readv", "fread"})
-_WRITES = frozenset({"write", "pwrite", "writev", "fwrite"})
 _STDIO = frozenset({"fopen", "fdopen", "fread", "fwrite", "fclose", "fseek", "fflush"})
 
 NOT_COVERED_REASONS = {
@@ -67,7 +65,10 @@ class IoOp:
     the open(2) flags for opens (fopen's mode as flags), ``whence`` for seeks, the old descriptor for dup, -1
     otherwise. ``bytes``: bytes moved (>= 0), -1 on failure or not applicable. A ``readdir`` record is a run
     of calls on one directory (``_io/hooks_dir.c``): ``bytes`` is the entries returned, ``requested`` the calls,
-    ``dur_ns`` the time spent inside them.
+    ``dur_ns`` the time spent inside them. A ``rename`` record is on the old path; ``target`` is the new one (None:
+    unknown, or excluded). An in-kernel copy (``sendfile``, ``copy_file_range``) is two records with the call's
+    times: ``<call>_read`` on the source and, where the call moved anything or failed, ``<call>_write`` on the
+    destination.
     """
 
     pid: int
@@ -83,6 +84,7 @@ class IoOp:
     bytes: int
     requested: int
     errno: int
+    target: str | None = None
 
 
 @dataclass
@@ -381,6 +383,7 @@ class _Blocks:
         modules = ["STDIO" if name in _STDIO else "POSIX" for name in names]
         kinds = [*self.kind_names, *["unknown"] * (256 - len(self.kind_names))]
         inherit = names.index("inherit") if "inherit" in self.op_names else -1
+        rename = names.index("rename") if "rename" in self.op_names else -1
         pid, paths, inherited, ops = self.process.pid, self.paths, self.inherited_paths, []
         for start, dur, offset, nbytes, requested, tid, fd, path_id, err, code, kind in self.raw:
             if code == inherit:
@@ -389,8 +392,12 @@ class _Blocks:
             path = paths.get(path_id)
             if path is None and path_id:
                 path = inherited.get(path_id)
+            target = None
+            if code == rename:  # `requested` is the new path's id
+                target = (paths.get(requested) or inherited.get(requested)) if requested > 0 else None
+                requested = -1
             ops.append(IoOp(pid, tid, names[code], modules[code], start, dur, fd, path, kinds[kind], offset, nbytes,
-                            requested, err))  # fmt: skip
+                            requested, err, target))  # fmt: skip
         self.raw = []
         return ops
 

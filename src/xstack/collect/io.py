@@ -217,6 +217,8 @@ def _span_attrs(op: Any, path_class: str) -> dict[str, Any]:
         attrs[A.IO_BYTES] = op.bytes
     if op.requested >= 0:
         attrs[A.IO_REQUESTED_BYTES] = op.requested
+    if op.target is not None:
+        attrs[A.IO_TARGET] = op.target
     if op.errno:
         attrs[A.IO_ERRNO] = op.errno
     return attrs

@@ -32,6 +32,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from xstack.analyze._io_common import WRITE_OPS, in_list
 from xstack.analyze.result import format_value
 from xstack.text import counted, format_ns, short_name
 from xstack.trace import attrs as A
@@ -92,8 +93,7 @@ WITH steps AS (
 writes AS (  -- to files (not pipes, sockets or terminals)
     SELECT pid, start_ns, coalesce(TRY_CAST(attrs->>'$."{A.IO_BYTES}"' AS BIGINT), 0) AS nbytes,
         attrs->>'$."{A.IO_PATH}"' AS path
-    FROM _spans WHERE run_id = $run AND level = 'io' AND name IN ('write', 'pwrite', 'pwrite64', 'writev', 'pwritev',
-                                                                   'pwritev2', 'fwrite')
+    FROM _spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(WRITE_OPS)}
         AND NOT starts_with(coalesce(attrs->>'$."{A.IO_PATH}"', '<'), '<')
 )
 SELECT s.step, coalesce(sum(w.nbytes), 0), arg_max(w.path, w.nbytes)

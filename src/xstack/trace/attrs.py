@@ -192,6 +192,9 @@ IO_ERRNO: Final = "io.errno"
 IO_FD_KIND: Final = "io.fd_kind"
 """String: what the descriptor is: ``file``, ``dir``, ``pipe``, ``socket``, ``chr`` (a device), ``blk`` or
 ``unknown``."""
+IO_TARGET: Final = "io.target"
+"""String, on ``rename`` spans only (recorded on the old path, ``IO_PATH``): the new path, absolute where it could be
+resolved."""
 IO_PROCESS_ROLE: Final = "io.process_role"
 """String, only on the calls of a process that is not one of the program's workers: a helper process of Python's
 ``multiprocessing`` (known from its command line), ``resource_tracker`` (it removes the shared memory and
@@ -238,6 +241,13 @@ IO_FILE_MMAPS: Final = "mmaps"
 """Integer: mmap calls on the file (``MMAPS``)."""
 IO_FILE_RW_SWITCHES: Final = "rw_switches"
 """Integer: times the access switched between reading and writing (``RW_SWITCHES``)."""
+IO_FILE_RENAME_SOURCES: Final = "rename_sources"
+"""Integer: renames of the file to another name (Darshan 3.4 ``RENAME_SOURCES``)."""
+IO_FILE_RENAME_TARGETS: Final = "rename_targets"
+"""Integer: renames of another file to this name (``RENAME_TARGETS``)."""
+IO_FILE_RENAMED_FROM: Final = "renamed_from"
+"""String, on a file some other was renamed to: the path of the first one (Darshan's ``RENAMED_FROM`` holds its
+record id; a Darshan log's row carries the path that id names, where the log has it)."""
 IO_FILE_PATH_CLASS: Final = "path_class"
 """String: ``IO_PATH_CLASS`` of the file."""
 IO_FILE_FIRST_NS: Final = "first_ns"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -439,7 +440,38 @@ def listing(data_dir: str) -> dict[str, object]:
             "pipe": [r, w], "got": got.decode(), "missing": missing, "dirfd": dirfd}  # fmt: skip
 
 
+def copies(data: str, out_dir: str) -> dict[str, object]:
+    """In-kernel copies of a 10,000-byte file: sendfile at the source's offset and at a given one,
+    copy_file_range at given offsets, shutil.copyfile; then renames: by path, by directory descriptors, of a
+    folder, and one that fails."""
+    out = Path(out_dir)
+    src = os.open(data, os.O_RDONLY)
+    dst = os.open(out / "sent.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sent = [os.sendfile(dst, src, None, 4000)]  # from the source's offset, which moves to 4000
+    sent.append(os.sendfile(dst, src, 8000, 5000))  # 2,000 bytes from 8000: the source's offset stays
+    os.read(src, 10)  # at 4000
+    os.close(dst)
+    dst = os.open(out / "ranged.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    ranged = os.copy_file_range(src, dst, 1000, 0, 100)
+    os.close(dst)
+    os.close(src)
+    shutil.copyfile(data, out / "copied.bin")
+    os.rename(out / "sent.bin", out / "moved.bin")
+    dirfd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    os.replace("moved.bin", "final.bin", src_dir_fd=dirfd, dst_dir_fd=dirfd)
+    os.close(dirfd)
+    os.mkdir(out / "tmp-checkpoint")
+    os.rename(out / "tmp-checkpoint", out / "checkpoint")
+    try:
+        os.rename(out / "missing.bin", out / "never.bin")
+        failed = 0
+    except FileNotFoundError as e:
+        failed = e.errno
+    return {"sent": sent, "ranged": ranged, "failed": failed}
+
+
 CASES = {
+    "copies": copies,
     "timing": timing,
     "posix": posix,
     "relative": relative,

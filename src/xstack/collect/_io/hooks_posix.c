@@ -1,4 +1,5 @@
-/* Wrappers of the POSIX descriptor calls: open family, close, reads, writes, seeks, syncs, mmap, dup.
+/* Wrappers of the POSIX descriptor calls: open family, close, reads, writes, in-kernel copies, seeks, syncs,
+ * mmap, dup; and rename.
  *
  * Each wrapper: pass straight through unless xio_enter() says to record; time the real call; keep errno as
  * the real call left it; record; restore errno. Variants (open64, __open_2, pread64, preadv2, ...) are
@@ -8,7 +9,9 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -319,6 +322,89 @@ extern ssize_t pwritev64(int, const struct iovec *, int, off64_t) XIO_ALIAS(xio_
 extern ssize_t pwritev2(int, const struct iovec *, int, off_t, int) XIO_ALIAS(xio_pwritev2);
 extern ssize_t pwritev64v2(int, const struct iovec *, int, off64_t, int) XIO_ALIAS(xio_pwritev64v2);
 
+/* ---- in-kernel copies: a read of the source and a write of the destination, one record on each ----
+ * sendfile (shutil.copyfile's way on Linux) and copy_file_range move bytes between two descriptors without
+ * passing them through the program: each call is recorded as a read on the source and, where it moved
+ * anything or failed, a write on the destination, both with the call's times. A NULL offset pointer means the
+ * descriptor's own offset, which the call moves; a given one is read before the call (the call updates it). */
+static void record_copy(int rop, int in_fd, int64_t in_pos, int out_fd, int64_t out_pos, int64_t t0, int64_t t1,
+                        int64_t ret, int err, int64_t count)
+{
+    xio_rec_fd(rop, in_fd, t0, t1, ret, err, count, in_pos);
+    if (ret != 0)
+        xio_rec_fd(rop + 1, out_fd, t0, t1, ret, err, count, out_pos);
+}
+
+#define RECORD_COPY(rop, call, in_fd, in_off, out_fd, out_off, count)                                            \
+    if (!xio_enter())                                                                                            \
+        return call;                                                                                             \
+    int64_t in_pos = (in_off) ? (int64_t) * (in_off) : -1, out_pos = (out_off) ? (int64_t) * (out_off) : -1;     \
+    int64_t t0 = xio_ticks();                                                                                    \
+    ssize_t ret = call;                                                                                          \
+    int err = errno;                                                                                             \
+    int64_t t1 = xio_ticks();                                                                                    \
+    record_copy(rop, in_fd, in_pos, out_fd, out_pos, t0, t1, (int64_t)ret, err, (int64_t)(count));              \
+    xio_leave();                                                                                                 \
+    errno = err;                                                                                                 \
+    return ret;
+
+_Static_assert(XIO_OP_SENDFILE_WRITE == XIO_OP_SENDFILE_READ + 1 && XIO_OP_COPY_WRITE == XIO_OP_COPY_READ + 1,
+               "record_copy writes the op after the read's");
+static const off_t *const no_offset = NULL;
+
+static ssize_t (*real_sendfile)(int, int, off_t *, size_t);
+static ssize_t xio_sendfile(int out_fd, int in_fd, off_t *off, size_t n)
+{
+    RECORD_COPY(XIO_OP_SENDFILE_READ, REAL(sendfile)(out_fd, in_fd, off, n), in_fd, off, out_fd, no_offset, n)
+}
+static ssize_t (*real_sendfile64)(int, int, off64_t *, size_t);
+static ssize_t xio_sendfile64(int out_fd, int in_fd, off64_t *off, size_t n)
+{
+    RECORD_COPY(XIO_OP_SENDFILE_READ, REAL(sendfile64)(out_fd, in_fd, off, n), in_fd, off, out_fd, no_offset, n)
+}
+static ssize_t (*real_copy_file_range)(int, off64_t *, int, off64_t *, size_t, unsigned);
+static ssize_t xio_copy_file_range(int in_fd, off64_t *in_off, int out_fd, off64_t *out_off, size_t n, unsigned fl)
+{
+    RECORD_COPY(XIO_OP_COPY_READ, REAL(copy_file_range)(in_fd, in_off, out_fd, out_off, n, fl), in_fd, in_off,
+                out_fd, out_off, n)
+}
+extern ssize_t sendfile(int, int, off_t *, size_t) XIO_ALIAS(xio_sendfile);
+extern ssize_t sendfile64(int, int, off64_t *, size_t) XIO_ALIAS(xio_sendfile64);
+extern ssize_t copy_file_range(int, off64_t *, int, off64_t *, size_t, unsigned) XIO_ALIAS(xio_copy_file_range);
+
+/* ---- rename family: recorded on the old path, naming the new one (records.c) ---- */
+
+#define RECORD_RENAME(call, olddirfd, oldpath, newdirfd, newpath)                                                \
+    if (!xio_enter())                                                                                            \
+        return call;                                                                                             \
+    int64_t t0 = xio_ticks();                                                                                    \
+    int ret = call;                                                                                              \
+    int err = errno;                                                                                             \
+    int64_t t1 = xio_ticks();                                                                                    \
+    xio_rec_rename(olddirfd, oldpath, newdirfd, newpath, t0, t1, ret, err);                                      \
+    xio_leave();                                                                                                 \
+    errno = err;                                                                                                 \
+    return ret;
+
+static int (*real_rename)(const char *, const char *);
+static int xio_rename(const char *old, const char *new)
+{
+    RECORD_RENAME(REAL(rename)(old, new), AT_FDCWD, old, AT_FDCWD, new)
+}
+static int (*real_renameat)(int, const char *, int, const char *);
+static int xio_renameat(int olddir, const char *old, int newdir, const char *new)
+{
+    RECORD_RENAME(REAL(renameat)(olddir, old, newdir, new), olddir, old, newdir, new)
+}
+static int (*real_renameat2)(int, const char *, int, const char *, unsigned);
+static int xio_renameat2(int olddir, const char *old, int newdir, const char *new, unsigned flags)
+{
+    RECORD_RENAME(REAL(renameat2)(olddir, old, newdir, new, flags), olddir, old, newdir, new)
+}
+extern int rename(const char *, const char *) XIO_ALIAS(xio_rename);
+extern int renameat(int, const char *, int, const char *) XIO_ALIAS(xio_renameat);
+extern int renameat2(int, const char *, int, const char *, unsigned) XIO_ALIAS(xio_renameat2);
+
 /* ---- seeks, syncs ---- */
 
 #define DEFINE_LSEEK(name, type)                                                                                 \
@@ -452,5 +538,5 @@ const struct xio_hook xio_hooks_posix[] = {
     HOOK(preadv2), HOOK(preadv64v2), HOOK(write), HOOK(pwrite), HOOK(pwrite64), HOOK(writev), HOOK(pwritev),
     HOOK(pwritev64), HOOK(pwritev2), HOOK(pwritev64v2), HOOK(lseek), HOOK(lseek64), HOOK(fsync),
     HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl), HOOK(fcntl64),
-    {0},
+    HOOK(sendfile), HOOK(sendfile64), HOOK(copy_file_range), HOOK(rename), HOOK(renameat), HOOK(renameat2), {0},
 };

@@ -232,6 +232,30 @@ void xio_rec_path(int op, int dirfd, const char *path, int64_t t0, int64_t t1, i
     xio_emit(&r);
 }
 
+/* rename family: one record on the old path, whose `requested` is the new path's id (0: unknown or excluded).
+ * As Darshan, nothing is recorded when the old path is excluded. The kind is what the new path is once the
+ * call succeeded (one fstatat: a program renames rarely, and it tells a renamed folder from a file). */
+void xio_rec_rename(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int64_t t0, int64_t t1,
+                    int ret, int err)
+{
+    int excluded;
+    uint32_t from = xio_path_at(olddirfd, oldpath, &excluded);
+    if (excluded)
+        return;
+    uint32_t to = xio_path_at(newdirfd, newpath, &excluded);
+    struct xio_ev r;
+    xio_ev_init(&r, XIO_OP_RENAME, t0, t1);
+    r.path_id = from;
+    r.requested = to;
+    r.err = ret < 0 ? err : 0;
+#ifdef SYS_newfstatat
+    struct stat st;
+    if (ret == 0 && newpath && syscall(SYS_newfstatat, newdirfd, newpath, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        r.kind = (uint8_t)xio_kind_of_mode(st.st_mode);
+#endif
+    xio_emit(&r);
+}
+
 /* ---- the record cap: handed to the streams in chunks (streams.c) ---- */
 
 /* Up to XIO_GRANT_CHUNK more records for a stream, within the process's cap; 0 once the cap is reached. */
@@ -256,10 +280,12 @@ void xio_count_dropped(const struct xio_ev *ev)
     if (ev->bytes <= 0)
         return;
     switch (ev->op) {
-    case XIO_OP_READ: case XIO_OP_PREAD: case XIO_OP_READV: case XIO_OP_FREAD:
+    case XIO_OP_READ: case XIO_OP_PREAD: case XIO_OP_READV: case XIO_OP_FREAD: case XIO_OP_SENDFILE_READ:
+    case XIO_OP_COPY_READ:
         __atomic_add_fetch(&xio.dropped_bytes_read, (uint64_t)ev->bytes, __ATOMIC_RELAXED);
         break;
-    case XIO_OP_WRITE: case XIO_OP_PWRITE: case XIO_OP_WRITEV: case XIO_OP_FWRITE:
+    case XIO_OP_WRITE: case XIO_OP_PWRITE: case XIO_OP_WRITEV: case XIO_OP_FWRITE: case XIO_OP_SENDFILE_WRITE:
+    case XIO_OP_COPY_WRITE:
         __atomic_add_fetch(&xio.dropped_bytes_written, (uint64_t)ev->bytes, __ATOMIC_RELAXED);
         break;
     default:

@@ -54,7 +54,8 @@
     X(FSTAT, "fstat") X(FSTATAT, "fstatat") X(STATX, "statx") X(DUP, "dup") X(FOPEN, "fopen")                     \
     X(FDOPEN, "fdopen") X(FREAD, "fread") X(FWRITE, "fwrite") X(FCLOSE, "fclose") X(FSEEK, "fseek")               \
     X(FFLUSH, "fflush") X(INHERIT, "inherit") X(PATH, "path") X(OPENDIR, "opendir") X(READDIR, "readdir")        \
-    X(CLOSEDIR, "closedir")
+    X(CLOSEDIR, "closedir") X(RENAME, "rename") X(SENDFILE_READ, "sendfile_read")                                 \
+    X(SENDFILE_WRITE, "sendfile_write") X(COPY_READ, "copy_file_range_read") X(COPY_WRITE, "copy_file_range_write")
 
 enum xio_op {
     XIO_OP_NONE = 0,
@@ -364,9 +365,15 @@ static inline void xio_fd_set_mode(int fd, int ret, mode_t mode)
 void xio_rec_open(int op, int dirfd, const char *path, int64_t t0, int64_t t1, int fd, int err, int flags);
 void xio_rec_path(int op, int dirfd, const char *path, int64_t t0, int64_t t1, int ret, int err,
                   const struct stat *st, mode_t stx_mode);
+void xio_rec_rename(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int64_t t0, int64_t t1,
+                    int ret, int err);
 long xio_sys_lseek(int fd, off_t off, int whence);
 
-static inline int xio_is_write(int op) { return op == XIO_OP_WRITE || op == XIO_OP_WRITEV; }
+/* Calls that write at (and move) the descriptor's offset: an O_APPEND descriptor's writes land at the end. */
+static inline int xio_is_write(int op)
+{
+    return op == XIO_OP_WRITE || op == XIO_OP_WRITEV || op == XIO_OP_SENDFILE_WRITE || op == XIO_OP_COPY_WRITE;
+}
 
 /* The record is about `e`'s file: its path (the id its open or discovery wrote) and kind. */
 static inline void xio_ev_of_entry(struct xio_ev *r, struct xio_fd *e)

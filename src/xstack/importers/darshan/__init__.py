@@ -48,7 +48,7 @@ def import_darshan(store: Store, path: str | Path, *, name: str | None = None) -
     dxt = {(d.record_id, d.rank): d for d in log.dxt}
     rows = [
         io_file_row(module, rec, log.names.get(rec.record_id, f"<record {rec.record_id}>"), start_ns,
-                    dxt.get((rec.record_id, rec.rank)))
+                    dxt.get((rec.record_id, rec.rank)), log.names)
         for module in IMPORTED
         for rec in log.records.get(module, [])
     ]  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from xstack.importers.darshan._reader import DxtRecord, Record, Segment
@@ -45,16 +45,22 @@ _SAME: Final = {
     A.IO_FILE_STATS: "STATS",
     A.IO_FILE_RW_SWITCHES: "RW_SWITCHES",
     A.IO_FILE_MMAPS: "MMAPS",
+    A.IO_FILE_RENAME_SOURCES: "RENAME_SOURCES",
+    A.IO_FILE_RENAME_TARGETS: "RENAME_TARGETS",
 }
 """Attribute -> the counter (without its module prefix) it copies, where the module has it. A negative value
 is Darshan's "not recorded" (POSIX_MMAPS is -1 when mmap was not instrumented): the attribute is left out."""
 _FSYNCS: Final = {"POSIX": ("POSIX_FSYNCS", "POSIX_FDSYNCS"), "STDIO": ("STDIO_FLUSHES",)}
 
 
-def io_file_row(module: str, record: Record, path: str, start_ns: int, dxt: DxtRecord | None) -> tuple[Any, ...]:
+def io_file_row(
+    module: str, record: Record, path: str, start_ns: int, dxt: DxtRecord | None, paths: Mapping[int, str]
+) -> tuple[Any, ...]:
     """The ``_io_files`` row of one record, less ``run_id``: (pid, path, module, the counter and time columns,
     attrs). ``pid`` is the record's rank, or None for a record Darshan reduced over all ranks (rank -1);
-    ``start_ns`` is the job's start (Unix ns) that Darshan's timestamps count from."""
+    ``start_ns`` is the job's start (Unix ns) that Darshan's timestamps count from; ``paths`` the log's paths
+    by record id (``POSIX_RENAMED_FROM`` holds one: the attribute is the path it names, the id stays under
+    ``darshan`` where the log does not name it)."""
     c, f = record.counters, record.fcounters
     used = {COUNTER_OF[module][col] for col in COLUMNS} | {f"{module}_{name}" for name in _TIME_COUNTER.values()}
     attrs: dict[str, Any] = {A.IO_FILE_SOURCE: "darshan", A.IO_FILE_PATH_CLASS: path_class(path)}
@@ -71,6 +77,10 @@ def io_file_row(module: str, record: Record, path: str, start_ns: int, dxt: DxtR
         if all(n in c for n in names.values()):
             attrs[key] = {bucket: c[n] for bucket, n in names.items()}
             used.update(names.values())
+    renamed_from = c.get(f"{module}_RENAMED_FROM", 0) % 2**64  # a record id, kept in a signed counter
+    if renamed_from and renamed_from in paths:
+        attrs[A.IO_FILE_RENAMED_FROM] = paths[renamed_from]
+        used.add(f"{module}_RENAMED_FROM")
     attrs.update(_first_last(f, start_ns))
     if dxt is not None:
         attrs[A.IO_FILE_ZERO_READS] = sum(1 for s in dxt.reads if s.length == 0)
