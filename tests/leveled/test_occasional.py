@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from xstack.leveled.occasional import _every, _unmarked, _work, add_writes, work_text
+from xstack.leveled.occasional import _WRITES, _every, _unmarked, _work, add_writes, work_text
 
 MS = 1_000_000
 
@@ -137,6 +137,36 @@ def test_checkpoint_writes_are_the_nested_works_not_the_validation_around_it() -
     add_writes(Con(), [validation, checkpoint], 1, 0, 20)
     assert "writes_bytes" not in validation
     assert checkpoint["writes_bytes"] == 1_400_000 - 100 and checkpoint["writes_path"] == "/r/ckpt.pt"
+
+
+def test_a_checkpoint_written_under_a_temporary_name_is_named_by_the_name_it_was_renamed_to() -> None:
+    """torch.save to ``.ckpt.tmp``, then os.replace into ``ckpt-N.pt``; or files written into a temporary folder
+    renamed once complete (a Trainer's ``tmp-checkpoint-N``): the file the user looks for is the final one."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE _spans (run_id INT, level VARCHAR, name VARCHAR, parent_id BIGINT, pid INT, "
+                "start_ns BIGINT, dur_ns BIGINT, attrs JSON)")  # fmt: skip
+    rows = []
+    for i in range(12):
+        t = i * 10 * MS
+        rows.append(("model", "step", None, t, 10 * MS, {"model.step": i}))
+        if i % 4 == 3:  # a checkpoint every 4th iteration: a file, then a folder
+            tmp, final = f"/r/.ckpt{i}.tmp", f"/r/ckpt-{i}.pt"
+            if i == 7:
+                tmp, final = "/r/tmp-checkpoint/model.bin", "/r/checkpoint-7/model.bin"
+            rows.append(("io", "write", 1, t + MS, MS, {"io.path": tmp, "io.bytes": 1_000_000}))
+            src = tmp if i != 7 else "/r/tmp-checkpoint"
+            dst = final if i != 7 else "/r/checkpoint-7"
+            rows.append(("io", "rename", 1, t + 3 * MS, 10, {"io.path": src, "io.target": dst}))
+        rows.append(("io", "write", 1, t + 5 * MS, 10, {"io.path": "/r/log.txt", "io.bytes": 100}))
+    rows.append(("io", "rename", 1, 200 * MS, 10, {"io.path": "/r/ckpt-3.pt", "io.target": "/r/x", "io.errno": 2}))
+    for level, name, parent, start, dur, attrs in rows:
+        con.execute("INSERT INTO _spans VALUES (1, ?, ?, ?, 7, ?, ?, ?)", [level, name, parent, start, dur, attrs])
+    group = {"steps": [3, 7, 11]}
+    add_writes(con, [group], 1, 0, 12)
+    assert group["writes_bytes"] == 1_000_000 and group["writes_files"] == 3
+    assert group["writes_path"] in ("/r/ckpt-3.pt", "/r/checkpoint-7/model.bin", "/r/ckpt-11.pt")
+    names = {path for _step, _bytes, path in con.execute(_WRITES, {"run": 1, "first": 0, "end": 12}).fetchall()}
+    assert names == {"/r/log.txt", "/r/ckpt-3.pt", "/r/checkpoint-7/model.bin", "/r/ckpt-11.pt"}
 
 
 def test_writes_in_some_of_a_group_s_iterations_are_said_with_their_period_not_halved() -> None:

@@ -95,9 +95,21 @@ writes AS (  -- to files (not pipes, sockets or terminals)
         attrs->>'$."{A.IO_PATH}"' AS path
     FROM _spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(WRITE_OPS)}
         AND NOT starts_with(coalesce(attrs->>'$."{A.IO_PATH}"', '<'), '<')
+),
+renames AS (  -- a file written under a temporary name, then renamed into place (or its folder renamed)
+    SELECT pid, start_ns, attrs->>'$."{A.IO_PATH}"' AS src, attrs->>'$."{A.IO_TARGET}"' AS dst
+    FROM _spans WHERE run_id = $run AND level = 'io' AND name = 'rename' AND attrs->>'$."{A.IO_TARGET}"' IS NOT NULL
+        AND attrs->>'$."{A.IO_ERRNO}"' IS NULL
+),
+named AS (
+    SELECT w.pid, w.start_ns, w.nbytes, coalesce((
+        SELECT arg_min(r.dst || substr(w.path, length(r.src) + 1), r.start_ns) FROM renames r
+        WHERE r.pid = w.pid AND r.start_ns > w.start_ns AND (r.src = w.path OR starts_with(w.path, r.src || '/'))
+    ), w.path) AS path
+    FROM writes w
 )
 SELECT s.step, coalesce(sum(w.nbytes), 0), arg_max(w.path, w.nbytes)
-FROM steps s LEFT JOIN writes w ON w.pid = s.pid AND w.start_ns >= s.start_ns AND w.start_ns < s.end_ns
+FROM steps s LEFT JOIN named w ON w.pid = s.pid AND w.start_ns >= s.start_ns AND w.start_ns < s.end_ns
 GROUP BY s.step
 """
 
@@ -262,7 +274,8 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
     least, or its only one): a checkpoint, where no span says so. ``writes_bytes`` is the median of what those
     iterations write beyond the others; where only some of the group's iterations write, ``writes_steps`` lists
     them and ``writes_every`` gives their period (``_every``), else None. ``writes_path`` is the file written
-    most in them, ``writes_files`` how many files are written most in one of them (one each time, or a new one
+    most in them, by the name the program renamed it to afterwards where it did (a temporary file renamed into
+    place, or the folder it was written in), ``writes_files`` how many files are written most in one of them (one each time, or a new one
     each time: ``step5.pt``, ``step10.pt``). The io pass numbers its iterations as the others do where the
     program runs afresh in each pass (``xstack profile``)."""
     rows = con.execute(_WRITES, {"run": io_run, "first": first_iter, "end": end_iter}).fetchall()
