@@ -275,9 +275,9 @@ def add_writes(con: Any, work: list[dict[str, Any]], io_run: int, first_iter: in
     iterations write beyond the others; where only some of the group's iterations write, ``writes_steps`` lists
     them and ``writes_every`` gives their period (``_every``), else None. ``writes_path`` is the file written
     most in them, by the name the program renamed it to afterwards where it did (a temporary file renamed into
-    place, or the folder it was written in), ``writes_files`` how many files are written most in one of them (one each time, or a new one
-    each time: ``step5.pt``, ``step10.pt``). The io pass numbers its iterations as the others do where the
-    program runs afresh in each pass (``xstack profile``)."""
+    place, or the folder it was written in), ``writes_files`` how many files are written most in one of them (one
+    each time, or a new one each time: ``step5.pt``, ``step10.pt``). The io pass numbers its iterations as the
+    others do where the program runs afresh in each pass (``xstack profile``)."""
     rows = con.execute(_WRITES, {"run": io_run, "first": first_iter, "end": end_iter}).fetchall()
     written = {int(step): (int(nbytes), path) for step, nbytes, path in rows if step is not None}
     groups = [tuple(w["steps"]) for w in work]
