@@ -970,3 +970,26 @@ def test_an_evaluation_that_also_saves_a_checkpoint_gets_both_pieces_of_advice()
     rec = RULES["occasional_work"]({"health": Result("health", "Trace health", facts={"occasional": [work]})})
     assert rec is not None and "Checkpoint less often" in rec.action and "Evaluate less often" in rec.action
     assert "run them less often" not in rec.action
+
+
+def test_work_too_cheap_to_be_named_gets_no_advice_of_its_own() -> None:
+    """An input-bound loop whose epoch boundary (new workers) costs 32% of the step, and a checkpoint every 5th
+    iteration that costs 831 ns per iteration, counted among the others: it was told to checkpoint less often."""
+    from xstack.analyze.result import Result
+
+    def group(steps: list[int], pct: float, **more: Any) -> dict[str, Any]:
+        spans = [{"name": "dataloader.next", "level": "model", "kind": "dataloader", "run_id": 1, "median_ns": 1000,
+                  "count": len(steps), "per_iteration_ns": 100}]  # fmt: skip
+        return {"steps": steps, "iterations_with": len(steps), "iterations": 15, "every": None, "pass": "model",
+                "run_id": 1, "spans": spans, "span_count": 1, "longer_ns": 1000, "longer_beyond_noise": False,
+                "per_iteration_ns": 1000, "layer_calls": 0, "backward": False, "step_pct": pct, **more}  # fmt: skip
+
+    epoch = group([12], 31.9)
+    checkpoint = group([4, 9], 0.03, writes_bytes=1_062_089, writes_path="/r/ckpt-0-4.pt", writes_files=2)
+    rec = RULES["occasional_work"]({"health": Result("health", "Trace health",
+                                                     facts={"occasional": [epoch, checkpoint]})})  # fmt: skip
+    assert rec is not None and "Checkpoint less often" not in rec.action and "run them less often" in rec.action
+    checkpoint["step_pct"] = 2.0  # a checkpoint worth naming
+    rec = RULES["occasional_work"]({"health": Result("health", "Trace health",
+                                                     facts={"occasional": [epoch, checkpoint]})})  # fmt: skip
+    assert rec is not None and "Checkpoint less often" in rec.action and "make the others cheaper" in rec.action

@@ -343,8 +343,9 @@ def occasional_work(results: Results) -> Recommendation | None:
     other_pct = sum(w["step_pct"] for w in occasional if w not in stepping)
     actions = ["The merged step is the usual iteration: add what this work costs per iteration to it."]
     if other_pct >= OCCASIONAL_PCT or not stepping:
-        work = [w for w in occasional if w not in stepping]
-        # what the work does, where the passes saw it: files written (a checkpoint), a forward with no backward
+        # what the work named above does, where the passes saw it: files written (a checkpoint), a forward with no
+        # backward. A checkpoint lost in the noise, counted among the others, gets no advice of its own.
+        work = [w for w in named if w not in stepping]
         writing = [w for w in work if w.get("writes_bytes")]
         # an evaluation that also saves a checkpoint (a Hugging Face Trainer's every few evaluations) is both
         evaluating = [w for w in work if w.get("layer_calls") and w.get("backward") is False]
