@@ -842,6 +842,56 @@ def test_zero_reads_rule_leaves_the_ends_of_in_kernel_copies_out(tmp_path: Path)
     assert "in 500 us of the" in rec.evidence[0] and "20 more ended in-kernel copies" in rec.evidence[0]
 
 
+def _chunked_reads(path: Path, loaders: list[dict[str, Any]] | None, name: str = "/d/data.h5") -> Store:
+    """Four iterations reading items of one 1 MiB file whose 16 chunks of 64 KiB are each read whole 20 times (as
+    HDF5 reads the chunk of each item), and a small file read twice with overlapping reads."""
+    config: dict[str, Any] = {"pid": MAIN} | ({A.CONFIG_DATALOADERS: loaders} if loaders is not None else {})
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "reads", levels=["model", "io"], config=config))
+        sink = Sink(store, 1)
+        for k in range(4):
+            sink.span(1000 + k, None, "model", f"step#{k}", 10**7 * k, 10**7, MAIN, MAIN,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+        for i in range(320):
+            chunk = (i * 7) % 16  # shuffled items: their chunks in no order
+            io_span(sink, i + 1, None, "pread", 4 * 10**7 * i // 320, 20_000, W1, name, 65_536, offset=chunk * 65_536)
+        for i, (offset, nbytes) in enumerate([(0, 100), (50, 100), (400, 10)]):
+            io_span(sink, 500 + i, None, "read", 10**5 * i, 1000, W1, "/d/small.bin", nbytes, offset=offset)
+        sink.close()
+        add_files(store, [data_file(W1, name, 2**20, 320), data_file(W1, "/d/small.bin", 410, 3)])
+    return Store.open(path)
+
+
+def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> None:
+    with _chunked_reads(tmp_path / "a.duckdb", [{"index": 0, "iterated": 1}]) as store:
+        facts = run_analyses(store, None, ["io.pattern"])[0].facts
+        rec = _fired(store, "reread")
+    covered = 2**20 + 150 + 10  # the small file's two first reads overlap by 50 bytes
+    assert (facts["read_covered_bytes"], facts["read_epochs"]) == (covered, 1)
+    assert facts["reread_bytes"] == 320 * 65_536 + 210 - covered and facts["reread_times"] == 20.0
+    assert facts["reread_path"] == "/d/data.h5" and facts["reread_ns"] == round(
+        facts["read_ns"] * facts["reread_bytes"] / (320 * 65_536 + 210)
+    )
+    assert (
+        rec is not None
+        and "20.0 MiB read from 1.00 MiB of them (20.0 times, with 1 pass over the data begun)" in (rec.evidence[0])
+    )
+    assert "data.h5 is HDF5" in rec.action and "chunks=(1, *item_shape)" in rec.action
+    assert rec.impact_ns == round(facts["reread_ns"] / 4)
+    with _chunked_reads(tmp_path / "b.duckdb", [{"index": 0, "iterated": 1}], name="/d/records.bin") as store:
+        rec = _fired(store, "reread")
+    assert rec is not None and "HDF5" not in rec.action and "shuffle shards" in rec.action
+
+
+def test_data_read_once_per_epoch_is_not_read_over_again(tmp_path: Path) -> None:
+    # twelve passes over the data explain twenty reads of each chunk; with no DataLoader seen, nothing is said
+    for loaders, epochs in (([{"index": 0, "iterated": 4}, {"index": 1, "iterated": 8}], 12), (None, None)):
+        with _chunked_reads(tmp_path / f"{epochs}.duckdb", loaders) as store:
+            facts = run_analyses(store, None, ["io.pattern"])[0].facts
+            assert _fired(store, "reread") is None
+        assert facts["read_epochs"] == epochs and facts["reread_bytes"] == 0
+
+
 def test_the_io_time_at_stake_per_iteration_leaves_the_warm_up_out(tmp_path: Path) -> None:
     """A live run's first iteration is warm-up: the I/O done in it (files 0-24 of the 100, read in the first of
     the four 500 us steps) is not spread over the three measured ones."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, Final
 
 from xstack.analyze._io_common import (
     COPY_READ_OPS,
@@ -21,11 +22,13 @@ from xstack.analyze._io_common import (
     file_int,
     hist_count,
     in_list,
+    io_pass,
     io_run,
     small_from_hist,
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.context import run_context
+from xstack.analyze.result import Chart, Column, Result, format_value
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -45,7 +48,7 @@ FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads
 _SPAN_READS = f"""
 SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
     median({SPAN_BYTES}) FILTER (WHERE {SPAN_BYTES} > 0), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns),
-    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}})
+    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}}), sum(dur_ns) FILTER (WHERE {{warm}})
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
     AND {SPAN_STORAGE} GROUP BY 1
 """
@@ -70,6 +73,38 @@ WHERE run_id = $run AND level = 'io' AND name IN {in_list(COPY_READ_OPS)} AND {S
 """
 """The zero-length reads that ended an in-kernel copy of a data file (``shutil.copyfile`` calls ``sendfile``
 until it returns 0): how many, and their time."""
+
+_REREAD = f"""
+WITH r AS (
+    SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS s, {SPAN_BYTES} AS nbytes, dur_ns
+    FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
+        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+        AND TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) >= 0
+),
+ordered AS (
+    SELECT path, s, s + nbytes AS e,
+        max(s + nbytes) OVER (PARTITION BY path ORDER BY s, nbytes ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+            AS reached
+    FROM r
+),
+runs AS (  -- the byte ranges read, overlapping ones joined
+    SELECT path, s, e, sum(CASE WHEN reached IS NULL OR s > reached THEN 1 ELSE 0 END)
+        OVER (PARTITION BY path ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS piece
+    FROM ordered
+),
+pieces AS (SELECT path, min(s) AS s, max(e) AS e FROM runs GROUP BY path, piece),
+covered AS (SELECT path, sum(e - s) AS nbytes FROM pieces GROUP BY path),
+per_file AS (SELECT path, sum(nbytes) AS nbytes, sum(dur_ns) AS ns FROM r GROUP BY path)
+SELECT f.path, f.nbytes, c.nbytes, f.ns FROM per_file f JOIN covered c USING (path)
+"""
+"""Per data file, from the io spans of its reads: the bytes read, the distinct bytes they cover (each byte read
+counted once, whichever process read it) and the time they took."""
+
+REREAD_PER_EPOCH: Final = 2.0
+"""How many times the bytes of data files must be read, per pass over the data the DataLoaders began, for
+``io.pattern`` to find them read over again."""
+REREAD_MIN_BYTES: Final = 4 * 2**20
+"""The fewest bytes read again, beyond one read per pass over the data, for that finding."""
 
 SHUFFLED_MIN_READS = 100
 """The fewest such reads for ``io.pattern`` to say that a file's records were read in shuffled order."""
@@ -151,11 +186,13 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "zero_read_ns": data_spans[3] if data_spans else None,
         "zero_read_warmup_ns": data_spans[5] if data_spans else None,
         "read_ns": data_spans[4] if data_spans else None,
+        "read_warmup_ns": data_spans[6] if data_spans else None,
     }
     if io.has_spans:
         ends, ends_ns = rows(store, _COPY_ENDS, io.run_id)[0]
         facts |= {"zero_copy_reads": as_count(ends), "zero_copy_read_ns": as_count(ends_ns)}
     shuffled = _shuffled(store, io, facts)  # adds its facts
+    reread = _reread(store, io, facts)  # adds its facts
     return Result(
         ID,
         TITLE,
@@ -170,7 +207,7 @@ def access_pattern(store: Store, run_id: int) -> Result:
             title="Reads by pattern (% of each class's reads)",
         ),  # fmt: skip
         facts=facts,
-        labels=_labels(facts, source, bool(per_class)) + shuffled,
+        labels=_labels(facts, source, bool(per_class)) + shuffled + reread,
     )
 
 
@@ -191,6 +228,46 @@ def _shuffled(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     ]
 
 
+def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
+    """A label for data files read over again: more than ``REREAD_PER_EPOCH`` times the bytes their reads cover
+    per pass over the data that the program's DataLoaders began (``iterated``, an epoch each), by at least
+    ``REREAD_MIN_BYTES``. Items read from an HDF5 file in shuffled order each pull in the whole chunk that holds
+    them; a reader that reads ahead past the item (a buffer larger than the record) reads the next records again
+    for their own items. Facts ``reread_bytes`` (read beyond the bytes covered, an epoch's worth each pass),
+    ``reread_ns`` and ``reread_warmup_ns`` (the run's data-file read time, ``read_ns``, and that of its warm-up
+    iterations, ``read_warmup_ns``, in that proportion: a merged run's is its merged iteration's),
+    ``read_covered_bytes``, ``read_epochs`` (None where no DataLoader was seen: then no finding), ``reread_path``
+    (the file read again most) and ``reread_times`` (how many times its bytes were read). A merged run's bytes
+    are its io pass's, over the pass."""
+    if not io.has_spans or facts["read_ns"] is None:
+        return []
+    found = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
+    run, config = (found[0], run_context(store, found[0]).config) if found else (io.run_id, io.ctx.config)
+    loaders = [e for e in config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)]
+    epochs = sum(int(e.get("iterated") or 0) for e in loaders) or None
+    files = rows(store, _REREAD, run)
+    read, covered, ns = (sum(int(f[i] or 0) for f in files) for i in (1, 2, 3))
+    again = max(read - covered * (epochs or 1), 0)
+    top = max(files, key=lambda f: int(f[1]) - int(f[2]), default=None)
+    share = again / read if read else 0.0  # of the bytes read: the run's own data-file read time in proportion
+    facts |= {
+        "read_covered_bytes": covered, "read_epochs": epochs, "reread_bytes": again,
+        "reread_ns": round((facts["read_ns"] or 0) * share),
+        "reread_warmup_ns": round((facts["read_warmup_ns"] or 0) * share),
+        "reread_path": None if top is None else str(top[0]),
+        "reread_times": None if top is None else round(int(top[1]) / int(top[2]), 1),
+    }  # fmt: skip
+    if top is None or epochs is None or read < REREAD_PER_EPOCH * epochs * covered or again < REREAD_MIN_BYTES:
+        facts["reread_bytes"] = facts["reread_ns"] = facts["reread_warmup_ns"] = 0
+        return []
+    passes = f"{epochs:,} pass{'es' if epochs > 1 else ''} over the data begun"
+    return [
+        f"data files: {format_value(read, 'bytes')} read from {format_value(covered, 'bytes')} of them "
+        f"({read / covered:.1f} times, with {passes}); most from {PurePosixPath(str(top[0])).name} "
+        f"({facts['reread_times']:g} times its bytes read)"
+    ]
+
+
 def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:
     """Where the small reads and the median size come from, and how many of the data-file reads that covers."""
     labels = ["small reads and median size estimated from Darshan's buckets"] if source == "size buckets" else []
@@ -201,9 +278,9 @@ def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:
     return labels
 
 
-SpanReads = tuple[int, int, float | None, int, int, int]
+SpanReads = tuple[int, int, float | None, int, int, int, int]
 """Reads in spans, small reads, median size (bytes), time in zero-length reads and in all reads, and in the
-zero-length reads of the warm-up iterations (ns)."""
+zero-length reads and all reads of the warm-up iterations (ns)."""
 
 
 def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
@@ -214,10 +291,10 @@ def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
     data = f"CASE WHEN {SPAN_CLASS} IN {in_list(DATA_CLASSES)} THEN 'data files' END"
     for key in (SPAN_CLASS, data):
         sql = _SPAN_READS.format(key=key, warm=io.ctx.in_warmup())
-        for cls, n, small, mid, zero_ns, read_ns, warm_ns in rows(store, sql, io.run_id):
+        for cls, n, small, mid, zero_ns, read_ns, warm_ns, warm_read_ns in rows(store, sql, io.run_id):
             if cls is not None:
                 out[str(cls)] = (int(n), int(small), None if mid is None else float(mid), int(zero_ns or 0),
-                                 int(read_ns or 0), int(warm_ns or 0))  # fmt: skip
+                                 int(read_ns or 0), int(warm_ns or 0), int(warm_read_ns or 0))  # fmt: skip
     return out
 
 

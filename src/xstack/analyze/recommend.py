@@ -8,6 +8,7 @@ stays silent. Thresholds are module constants, stated in the evidence where they
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import PurePosixPath
 from textwrap import shorten
 from typing import Any, Final
 
@@ -506,6 +507,37 @@ def _off_the_loops_path(results: Results) -> str | None:
             "now, only once it waits for its data (a faster model or device) (io.input_bound)")  # fmt: skip
 
 
+HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
+"""File names that say HDF5 (netCDF-4 files are HDF5 files)."""
+
+
+def reread(results: Results) -> Recommendation | None:
+    """Data files read over again within a pass over the data (``io.pattern``): each read pulls in more than the
+    item it serves (an HDF5 chunk, a reader's read-ahead), and the other items of that piece read it again."""
+    r = _get(results, "io.pattern")
+    if r is None or not (again := _num(r.facts, "reread_bytes")):
+        return None
+    times, path = _num(r.facts, "reread_times") or 0, str(r.facts.get("reread_path") or "")
+    line = next((label for label in r.labels if label.startswith("data files: ") and " pass" in label), None)
+    evidence = [f"{line or format_value(again, 'bytes') + ' read again'} (io.pattern)"]
+    impact, per = at_stake(results, _num(r.facts, "reread_ns"), _num(r.facts, "reread_warmup_ns"))
+    severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.pattern"])
+    if path.lower().endswith(HDF5_SUFFIXES):
+        action = (f"{PurePosixPath(path).name} is HDF5, which reads whole chunks: each item read in shuffled order "
+                  f"pulls in the chunk that holds it ({times:g} times the file's bytes here). Store it with one item "
+                  "per chunk (create_dataset(..., chunks=(1, *item_shape))), or shuffle chunks rather than items "
+                  "(a sampler that yields the items of one chunk together), or give each worker a chunk cache that "
+                  "holds the chunks it reuses (h5py.File(path, rdcc_nbytes=...)).")  # fmt: skip
+    else:
+        action = ("Read only each item's bytes (its offset and length, not a whole block or the rest of the file), "
+                  "or read the items of one piece together: shuffle shards or blocks rather than items, or cache "
+                  "what the workers read.")  # fmt: skip
+    return Recommendation(
+        "reread", "Data read over again: each read pulls in more than its item", severity, evidence, sources, action,
+        impact_ns=impact, impact_per=per,
+    )  # fmt: skip
+
+
 def small_reads(results: Results) -> Recommendation | None:
     """The median read of a data file that returned data is under a page: the I/O is many calls moving little
     each (zero-length reads are the zero-read rule's)."""
@@ -549,6 +581,7 @@ RULES: dict[str, Rule] = {
     "work_outside_stages": _recommend_loop.work_outside_stages,
     "small_files": small_files,
     "zero_reads": zero_reads,
+    "reread": reread,
     "small_reads": small_reads,
     **_recommend_cpu.RULES,
     **_recommend_system.RULES,
