@@ -732,6 +732,43 @@ def test_small_files_the_workers_read_ahead_of_the_loop_are_of_low_severity(tmp_
     assert zero.severity == "low" and zero.evidence[1] == rec.evidence[1] and "io.input_bound" in zero.sources
 
 
+CHUNKED_READER = """
+import os, torch, xstack
+
+CHUNK, ITEM = 65_536, 4096  # 16 items per chunk, read whole for each item, as HDF5 reads a chunk
+
+class Chunked(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1024
+    def __getitem__(self, i):
+        fd = os.open("items.bin", os.O_RDONLY)
+        try:
+            chunk = os.pread(fd, CHUNK, i * ITEM // CHUNK * CHUNK)
+        finally:
+            os.close(fd)
+        at = i * ITEM % CHUNK
+        return torch.frombuffer(bytearray(chunk[at : at + ITEM]), dtype=torch.uint8)[:8].float()
+
+if __name__ == "__main__":
+    with open("items.bin", "wb") as f:
+        f.write(os.urandom(1024 * ITEM))
+    loader = torch.utils.data.DataLoader(Chunked(), batch_size=32, num_workers=2, shuffle=True)
+    for x in loader:
+        with xstack.span("compute"):
+            x.sum()
+        xstack.step()
+"""
+
+
+def test_a_reader_that_reads_a_whole_chunk_for_each_item_reads_the_data_over_again(tmp_path: Path) -> None:
+    results = _run_io_loop(tmp_path, CHUNKED_READER)
+    facts = results["io.pattern"].facts
+    assert (facts["read_covered_bytes"], facts["read_epochs"], facts["reread_times"]) == (4 * 2**20, 1, 16.0), facts
+    rec = RULES["reread"](results)
+    assert rec is not None and "items.bin (16 times its bytes read)" in rec.evidence[0]
+    assert "shuffle shards or blocks rather than items" in rec.action
+
+
 def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) -> None:
     # an image dataset of 10 KiB files and nothing else: the small files hold all the bytes, as they must
     rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(500)]
