@@ -294,3 +294,26 @@ def test_one_file_s_read_time_counts_past_10_us_the_totals_past_1_us(tmp_path: P
     total = rows[("data files", "read time")]  # the totals keep the diff's floors
     assert (total["delta"], total["status"], total["floor"]) == (43_000, "more", "5% and 1 us")
     assert "at least 10 us" in d.io.notes
+
+
+def test_files_in_each_run_s_temporary_folder_are_matched_past_its_random_name(tmp_path: Path) -> None:
+    from tests.analyze.io_store import data_file, files_store
+    from xstack.analyze._diff_io import temp_key
+
+    # each run wrote its data into a folder of its own from tempfile.mkdtemp(), and read it four times less in B
+    for name, folder, scale in (("a", "/tmp/tmp86c2rbay", 4), ("b", "/tmp/tmpu6aspcqs", 1)):
+        rows = [
+            data_file(5, f"{folder}/data.h5", 2**20 * scale, 10, read_ns=10**6 * scale),
+            data_file(5, f"/tmp/ds{name}x3vq9k2/log.txt", 100, 1),  # a name in each run, one file: paired
+            data_file(5, f"/tmp/work/{name}.bin", 100, 1),
+        ]  # not a tempfile folder: added and removed
+        files_store(tmp_path / f"{name}.duckdb", rows).close()
+    rows = _rows(diff_profiles(tmp_path / "a.duckdb", tmp_path / "b.duckdb"))
+    read = rows[("/tmp/tmp*/data.h5", "bytes read")]
+    assert (read["delta"], read["status"]) == (-3 * 2**20, "less")
+    assert ("/tmp/ds*/log.txt", "bytes read") not in rows  # unchanged: matched, not listed
+    assert rows[("/tmp/work/a.bin", "bytes read")]["status"] == "removed"
+    assert rows[("/tmp/work/b.bin", "bytes read")]["status"] == "added"
+    assert [temp_key(p) for p in ("/tmp/datasets/x", "/tmp/tmpabcdefgh.pt", "/home/tmp86c2rbay/x")] == [
+        None, "/tmp/tmp*.pt", None
+    ]  # fmt: skip

@@ -10,8 +10,10 @@ most. A run without I/O data (neither the io level nor an imported Darshan log) 
 
 from __future__ import annotations
 
+import re
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from xstack.analyze._diff_rule import Rule
 from xstack.analyze._io_common import (
@@ -145,9 +147,11 @@ def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
     sockets are left out. The wait for data is ``io.input_bound``'s: the DataLoader waits in the measured iterations
     (warm-up left out), with the iterations and the mean wait per iteration; compared only where both runs have
     iterations (an imported Darshan log has no model spans). Zero-length reads are compared where every data-file
-    record of both runs counts them (a Darshan log does only with DXT tracing). Files are matched by path; a file
-    only one run has is added or removed; they are ranked by their change as a share of the runs' data bytes or read
-    time, whichever is larger, and files that did not change are not listed.
+    record of both runs counts them (a Darshan log does only with DXT tracing). Files are matched by path, those in
+    a folder ``tempfile`` made right under a temporary folder by their path past its random name (shown as ``*``:
+    ``/tmp/tmp*/data.h5``), where that names one file in each run; a file only one run has is added or removed;
+    they are ranked by their change as a share of the runs' data bytes or read time, whichever is larger, and files
+    that did not change are not listed.
     """
     lacking = [s for s in (a, b) if not s.has_io]
     if lacking:
@@ -280,13 +284,52 @@ def _source(s: IoSide) -> str:
 _FILE_MEASURES = (("bytes read", 0, "bytes"), ("bytes written", 1, "bytes"), ("read time", 2, "ns"))
 
 
+TEMP_ROOTS: Final = frozenset({"/tmp", "/var/tmp", "/dev/shm", tempfile.gettempdir()})
+"""The folders that ``tempfile`` makes its folders in."""
+_TEMP_NAME = re.compile(r"(?P<prefix>[^/]*?)(?P<random>[a-z0-9_]{8})(?P<suffix>\.[^/]*)?")
+"""A name ``tempfile`` gave (``mkdtemp``, ``TemporaryDirectory``, ``mkstemp``): a prefix, ``tmp`` by default,
+eight characters of ``[a-z0-9_]``, and the suffix asked for (``.pt``)."""
+
+
+def temp_key(path: str) -> str | None:
+    """``path`` with the random part of the ``tempfile`` folder or file right under a temporary folder put as
+    ``*`` (``/tmp/tmp86c2rbay/data.h5`` -> ``/tmp/tmp*/data.h5``); None when it has none. Past a prefix other than
+    ``tmp``, the random part must hold a digit or an underscore, which a word (``/tmp/datasets``) does not."""
+    parts = path.split("/")
+    for i in range(2, len(parts)):
+        m = _TEMP_NAME.fullmatch(parts[i]) if "/".join(parts[:i]) in TEMP_ROOTS else None
+        if m and (m["prefix"] == "tmp" or any(c.isdigit() or c == "_" for c in m["random"])):
+            return "/".join([*parts[:i], f"{m['prefix']}*{m['suffix'] or ''}", *parts[i + 1 :]])
+    return None
+
+
+def _pair_temp_paths(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The data files only one run has, paired across the runs where their paths differ only in a temporary
+    folder's random name (each run's ``tempfile.mkdtemp``): masked path -> (A's path, B's path), where the masked
+    path names one file on each side."""
+    sides = []
+    for mine, theirs in ((a, b), (b, a)):
+        keys: dict[str, list[str]] = {}
+        for path in mine:
+            if path not in theirs and (key := temp_key(path)) is not None:
+                keys.setdefault(key, []).append(path)
+        sides.append({k: v[0] for k, v in keys.items() if len(v) == 1})
+    return {key: (pa, sides[1][key]) for key, pa in sides[0].items() if key in sides[1]}
+
+
 def _file_rows(a: IoSide, b: IoSide, floors: _Floors, limit: int) -> tuple[list[tuple[Any, ...]], int, int, int]:
     """The rows of the ``limit`` data files that changed most (a row per measure either run has of the file),
-    how many files were listed, how many changed, and the rows of those left out."""
+    how many files were listed, how many changed, and the rows of those left out. A file in a temporary folder
+    is matched to the other run's by its path past the folder's random name (``_pair_temp_paths``)."""
     scale = [max(sum(f[i] for f in s.files.values()) for s in (a, b)) or 1 for i in range(3)]
     ranked = []
-    for path in list(a.files) + [p for p in b.files if p not in a.files]:
-        fa, fb = a.files.get(path), b.files.get(path)
+    paired = _pair_temp_paths(a.files, b.files)
+    a_files = {k: v for k, v in a.files.items() if k not in {pa for pa, _ in paired.values()}}
+    b_files = {k: v for k, v in b.files.items() if k not in {pb for _, pb in paired.values()}}
+    a_files |= {key: a.files[pa] for key, (pa, _) in paired.items()}
+    b_files |= {key: b.files[pb] for key, (_, pb) in paired.items()}
+    for path in list(a_files) + [p for p in b_files if p not in a_files]:
+        fa, fb = a_files.get(path), b_files.get(path)
         done = [i for _, i, _ in _FILE_MEASURES if (fa and fa[i]) or (fb and fb[i])] or [0]  # none: bytes read
         rows = [floors.row(path, label, unit, fa[i] if fa else None, fb[i] if fb else None, per_file=True)
                 for label, i, unit in _FILE_MEASURES if i in done]  # fmt: skip
