@@ -769,6 +769,38 @@ def test_a_reader_that_reads_a_whole_chunk_for_each_item_reads_the_data_over_aga
     assert "shuffle shards or blocks rather than items" in rec.action
 
 
+def _written(pid: int, path: str, size: int) -> Any:
+    """A file the program wrote whole in one write and never read (counters only)."""
+    return (pid, path, "POSIX", 1, 0, 1, 0, 0, size, 0, 1000, 10, {
+        A.IO_FILE_PATH_CLASS: "data", A.IO_FILE_MAX_BYTE_READ: -1, A.IO_FILE_MAX_BYTE_WRITTEN: size - 1,
+    })  # fmt: skip
+
+
+def test_small_files_the_program_writes_are_not_to_be_staged(tmp_path: Path) -> None:
+    """An inference loop writing each prediction to a JSON file of its own (2,560 files of 213 B): it was told to
+    stage them on a faster tier before training, advice for the files a program reads."""
+    with files_store(tmp_path / "a.duckdb", [_written(5, f"/out/{i}.json", 213) for i in range(400)]) as store:
+        small = _one(store, "io.small_files")
+        rec = _fired(store, "small_files")
+    assert (small.facts["small_written_files"], small.facts["small_written_ops"]) == (400, 800)
+    assert rec is not None and rec.title.startswith("Only small files written")
+    assert (
+        "all of them only written, not read (the program's output), with 100% of their operations" in (rec.evidence[0])
+    )
+    assert "Stage" not in rec.action and rec.action.startswith("Write the outputs into fewer, larger files")
+    # inputs and outputs alike: both pieces of advice
+    rows = [_written(5, f"/out/{i}.json", 213) for i in range(200)]
+    rows += [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(200)]
+    with files_store(tmp_path / "b.duckdb", rows) as store:
+        rec = _fired(store, "small_files")
+    assert (
+        rec is not None
+        and rec.title.startswith("Only small files:")
+        and "200 of them only written" in (rec.evidence[0])
+    )
+    assert rec.action.startswith("Stage the files of at most 2 MiB") and "Write the outputs" in rec.action
+
+
 def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) -> None:
     # an image dataset of 10 KiB files and nothing else: the small files hold all the bytes, as they must
     rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(500)]

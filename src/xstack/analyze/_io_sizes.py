@@ -38,13 +38,15 @@ _FILES = f"""
 f AS (
     SELECT path, greatest({_MAX_BYTE.format(key=A.IO_FILE_MAX_BYTE_READ)},
                           {_MAX_BYTE.format(key=A.IO_FILE_MAX_BYTE_WRITTEN)}) + 1 AS counted,
-        sum({FILE_OPS}) AS ops, sum(bytes_read + bytes_written) AS nbytes, sum({FILE_TIME}) AS time_ns
+        sum({FILE_OPS}) AS ops, sum(bytes_read + bytes_written) AS nbytes, sum({FILE_TIME}) AS time_ns,
+        sum(reads) AS reads, sum(writes) AS writes
     FROM io_files WHERE run_id = $run AND {{where}} GROUP BY path
 ),
 extent AS ({{extent}}),
 sized AS (SELECT f.*, greatest(counted, coalesce(extent.size, 0)) AS size FROM f LEFT JOIN extent USING (path))
 """
-"""Per data file (a path, over its processes and modules): its size estimate, operations, bytes and time."""
+"""Per data file (a path, over its processes and modules): its size estimate, operations, bytes, time, reads and
+writes."""
 
 _SPAN_EXTENT = f"""
 SELECT {SPAN_PATH} AS path, max(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT)
@@ -56,8 +58,8 @@ _NO_EXTENT = "SELECT NULL::VARCHAR AS path, NULL::BIGINT AS size WHERE FALSE"
 
 
 def files_cte(io: IoRun, all_paths: bool) -> str:
-    """CTEs ``f``, ``extent`` and ``sized(path, counted, ops, nbytes, time_ns, size)``: each file's size is its
-    highest byte read or written + 1, or the furthest offset its calls reached (mmap: offset + length)."""
+    """CTEs ``f``, ``extent`` and ``sized(path, counted, ops, nbytes, time_ns, reads, writes, size)``: each file's
+    size is its highest byte read or written + 1, or the furthest offset its calls reached (mmap: offset + length)."""
     extent = _SPAN_EXTENT if io.has_spans else _NO_EXTENT
     return _FILES.format(where=class_filter(all_paths), extent=extent)
 
@@ -167,7 +169,9 @@ def small_file_staging(
     files' time in a usual measured iteration of the io pass (the median over them: the merged iteration's own
     few calls can hold one slow read), at most the merged step (the io pass, slowed by its level, may take longer
     over them than the model pass over its whole step). Small files that carry many operations but few
-    bytes are the ones to stage or to pack into larger shards.
+    bytes are the ones to stage or to pack into larger shards. Facts ``small_written_files``, ``small_written_ops``
+    and ``small_written_time_ns`` are those of the small files the program only wrote (no read): its outputs,
+    which staging does not concern.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
     io = io_run(store, run_id)
@@ -181,8 +185,12 @@ def small_file_staging(
     )
     sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), sum(ops), sum(nbytes), sum(time_ns), {parts},
         avg(size) FILTER (WHERE size <= {int(threshold_bytes)}),
-        (SELECT count(*) FROM sized WHERE size <= 0) FROM sized WHERE size > 0"""
-    *found, mean_size, unsized = rows(store, sql, io.run_id)[0]
+        (SELECT count(*) FROM sized WHERE size <= 0),
+        count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
+        sum(ops) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
+        sum(time_ns) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0)
+        FROM sized WHERE size > 0"""
+    *found, mean_size, unsized, written, written_ops, written_ns = rows(store, sql, io.run_id)[0]
     unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
@@ -227,6 +235,9 @@ def small_file_staging(
             "small_time_warmup_ns": warmup_ns,
             "small_time_step_ns": step_ns,
             "files_unsized": unsized,
+            "small_written_files": as_count(written),
+            "small_written_ops": as_count(written_ops),
+            "small_written_time_ns": as_count(written_ns),
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
     )

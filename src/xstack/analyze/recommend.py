@@ -111,7 +111,7 @@ def input_bound(results: Results) -> Recommendation | None:
             "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off "
             "the critical path; stage many small files to faster storage (profile with the io level to see them)."
         )
-    if io is not None and (staging := small_files(results)) is not None:
+    if io is not None and (staging := small_files(results)) is not None and "Stage the files" in staging.action:
         evidence += [e for e in staging.evidence if e not in evidence]
         sources.append("io.small_files")
         action += " " + staging.action
@@ -422,15 +422,39 @@ def small_files(results: Results) -> Recommendation | None:
         if step is None
         else (round(step) or None, "iteration")
     )
+    written, written_ops = int(_num(r.facts, "small_written_files") or 0), _num(r.facts, "small_written_ops") or 0
+    n_ops = _num(r.facts, "small_ops") or 0
+    writing = n_ops > 0 and written_ops / n_ops >= SMALL_FILES_SIDE_SHARE
+    reading = n_ops == 0 or (n_ops - written_ops) / n_ops >= SMALL_FILES_SIDE_SHARE
+    if written:
+        line += (f"; {'all of' if written == files else f'{written:,} of'} them only written, not read (the "
+                 f"program's output), with {100 * written_ops / n_ops:.0f}% of their operations")  # fmt: skip
+        if not reading:
+            title = title.replace("small files", "small files written")
     severity, evidence, sources = _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
+    actions = [STAGE_SMALL_FILES.format(limit=limit)] if reading else []
+    if writing:
+        actions.append(WRITE_FEWER_FILES)
     return Recommendation(
-        "small_files", title, severity, evidence, sources,
-        f"Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
-        "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
-        "sequentially.",
-        impact_ns=impact, impact_per=per,
-    )  # fmt: skip
+        "small_files", title, severity, evidence, sources, " ".join(actions), impact_ns=impact, impact_per=per
+    )
+
+
+SMALL_FILES_SIDE_SHARE: Final = 0.3
+"""Share of the small files' operations that the files the program only wrote (its outputs), or the others (the
+files it reads), must take for ``small_files`` to advise on them: writing fewer files, staging the files read;
+both between 30% and 70%."""
+STAGE_SMALL_FILES: Final = (
+    "Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
+    "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
+    "sequentially."
+)
+WRITE_FEWER_FILES: Final = (
+    "Write the outputs into fewer, larger files: append each result to one file kept open (JSON Lines, a .npy or "
+    ".npz per batch, an HDF5 dataset, a tar shard) instead of a file each, whose open, write and close each cost a "
+    "call; or write them from a background thread."
+)
 
 
 def zero_reads(results: Results) -> Recommendation | None:
