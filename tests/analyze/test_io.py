@@ -801,6 +801,46 @@ def test_small_files_the_program_writes_are_not_to_be_staged(tmp_path: Path) -> 
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "Write the outputs" in rec.action
 
 
+SYNCED_LOG = """
+import os, torch, xstack
+
+model = torch.nn.Linear(64, 64)
+with open("metrics.log", "w") as log:
+    for step in range(12):
+        with xstack.span("compute"):
+            model(torch.randn(32, 64)).sum().backward()
+        log.write(f"{step}\\n")
+        log.flush()
+        os.fsync(log.fileno())
+        xstack.step()
+"""
+
+
+def test_a_log_synced_at_every_step_makes_the_loop_wait_for_the_disk(tmp_path: Path) -> None:
+    results = _run_io_loop(tmp_path, SYNCED_LOG)
+    facts = results["io.input_bound"].facts
+    measured = facts["iterations"]
+    assert facts["main_syncs"] == measured and facts["main_sync_path"] == str(tmp_path / "metrics.log"), facts
+    rec = RULES["loop_syncs"](results)
+    share = 100 * facts["main_sync_ns"] / facts["loop_ns"]
+    if share < 2:  # a file system whose fsync costs nothing here (tmpfs): nothing to say
+        assert rec is None
+        return
+    assert (
+        rec is not None
+        and f"called fsync or fdatasync {measured} times in the {measured} measured" in (rec.evidence[0])
+    )
+    assert rec.impact_ns == round(facts["main_sync_ns"] / measured) and "Sync less often" in rec.action
+
+
+def test_syncs_under_two_percent_of_the_loop_are_not_worth_a_word() -> None:
+    facts = {"main_syncs": 10, "main_sync_ns": 10_000, "loop_ns": 10**7, "iterations": 10}
+    assert RULES["loop_syncs"]({"io.input_bound": Result("io.input_bound", "t", facts=facts)}) is None
+    facts["main_sync_ns"] = 2 * 10**6  # 20% of the loop
+    rec = RULES["loop_syncs"]({"io.input_bound": Result("io.input_bound", "t", facts=facts)})
+    assert rec is not None and rec.severity == "medium" and rec.impact_ns == 200_000
+
+
 def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) -> None:
     # an image dataset of 10 KiB files and nothing else: the small files hold all the bytes, as they must
     rows = [data_file(5, f"/d/img{i}.jpg", 10_240, 2, read_ns=1000) for i in range(500)]

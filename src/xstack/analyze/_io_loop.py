@@ -10,6 +10,7 @@ from xstack.analyze._io_common import (
     FILE_STORAGE,
     FILE_TIME,
     READ_OPS,
+    SPAN_PATH,
     SPAN_STORAGE,
     WRITE_OPS,
     IoRun,
@@ -74,6 +75,13 @@ SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coale
 FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
 """
 
+_SYNCS = f"""
+SELECT count(*), coalesce(sum(dur_ns), 0), arg_max({SPAN_PATH}, dur_ns) FROM spans
+WHERE run_id = $run AND level = 'io' AND name IN ('fsync', 'fdatasync') AND pid = $main AND {{measured}}
+"""
+"""The main process's fsync and fdatasync calls in the measured iterations: how many, their time and the file of
+the longest."""
+
 _ANY_WAIT = f"SELECT count(*) > 0 FROM spans WHERE run_id = $run AND {DATALOADER}"
 """Whether the run has DataLoader spans at all (a loop without them has nothing to wait on)."""
 
@@ -127,7 +135,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     Not the median iteration's share: with several workers the waits often alternate (a long one while every
     worker is busy, then a few short ones for the batches they queued), and the median then hides most of the
     time lost. The time at stake per iteration is the mean wait
-    (``mean_wait_ns``); the medians are facts too.
+    (``mean_wait_ns``); the medians are facts too. Facts ``main_syncs``, ``main_sync_ns`` and ``main_sync_path``:
+    the main process's ``fsync``/``fdatasync`` calls in the measured iterations, their time, and the file of the
+    longest (the loop waits for the disk in each).
 
     Notes: iterations are the step spans (``prof.step()``, ``ProfilerStep#N``); without them, the stretches from the
     start of one DataLoader wait to the start of the next (the last ends with the main process's last model span).
@@ -165,6 +175,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     waited = bool(rows(store, _ANY_WAIT, io.run_id)[0][0])
     # the verdict and the shares first: the overview shows a result's first facts
     facts = {**_loop_facts(table, threshold_pct, kind, waited=waited), **_totals(io, per_pid), "dataloaders": loaders}
+    measured = f"NOT {io.ctx.in_warmup()} AND NOT {io.ctx.after_last_step()}"
+    syncs, sync_ns, sync_path = rows(store, _SYNCS.format(measured=measured), io.run_id, main=io.main_pid)[0]
+    facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
     return Result(
         ID,
         TITLE,

@@ -531,6 +531,38 @@ def _off_the_loops_path(results: Results) -> str | None:
             "now, only once it waits for its data (a faster model or device) (io.input_bound)")  # fmt: skip
 
 
+SYNC_STEP_PCT: Final = 2.0
+"""Share of the measured iterations the main process spends in fsync/fdatasync from which ``loop_syncs`` fires
+(of medium severity from ``SYNC_MEDIUM_PCT``)."""
+SYNC_MEDIUM_PCT: Final = 10.0
+
+
+def loop_syncs(results: Results) -> Recommendation | None:
+    """The training loop waits for the disk: its main process calls fsync or fdatasync in the measured iterations
+    (a log or metrics file synced at each step), ``SYNC_STEP_PCT`` or more of their time."""
+    r = _get(results, "io.input_bound")
+    if r is None or not (n := int(_num(r.facts, "main_syncs") or 0)):
+        return None
+    total, loop = _num(r.facts, "main_sync_ns") or 0, _num(r.facts, "loop_ns") or 0
+    iterations = int(_num(r.facts, "iterations") or 0)
+    if not iterations or not loop or (share := 100.0 * total / loop) < SYNC_STEP_PCT:
+        return None
+    per = round(total / iterations)
+    where = f" (io pass, run {r.facts['source_run']})" if r.facts.get("source_run") is not None else ""
+    path = r.facts.get("main_sync_path")
+    line = (f"the main process called fsync or fdatasync {n:,} times in the {iterations:,} measured iterations"
+            f"{where}, {format_ns(total)} in all: {format_ns(per)} per iteration, {share:.1f}% of their time"
+            + (f"; the longest on {path}" if path else "") + " (io.input_bound)")  # fmt: skip
+    return Recommendation(
+        "loop_syncs", "The loop waits for the disk: fsync in the iterations",
+        "medium" if share >= SYNC_MEDIUM_PCT else "low", [line], ["io.input_bound"],
+        "Sync less often: a log or metrics file need not reach the disk at every step (flush() hands the data to "
+        "the kernel, which writes it out within seconds; fsync every few hundred steps and at the end), and a "
+        "checkpoint's fsync can run in the thread or process that writes it, off the loop.",
+        impact_ns=per,
+    )  # fmt: skip
+
+
 HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
 """File names that say HDF5 (netCDF-4 files are HDF5 files)."""
 
@@ -606,6 +638,7 @@ RULES: dict[str, Rule] = {
     "small_files": small_files,
     "zero_reads": zero_reads,
     "reread": reread,
+    "loop_syncs": loop_syncs,
     "small_reads": small_reads,
     **_recommend_cpu.RULES,
     **_recommend_system.RULES,
