@@ -88,6 +88,24 @@ def test_iterations_as_long_as_a_slowed_stretch_of_the_others_are_not_work_beyon
     assert w["longer_beyond_noise"] is True and w["per_iteration_ns"] > 5 * MS
 
 
+def test_ops_inside_the_dataloader_s_wait_are_not_charged_the_wait() -> None:
+    """Two workers, each taking two steps' time to build a batch: every 2nd iteration waits for data, and there
+    the main process unpickles the batch (aten::set_, aten::empty under dataloader.next). Those iterations were
+    said to cost 10.2 ms per iteration of occasional work, 109% on top of the step: the wait, not the ops."""
+    steps = {i: (25 if i % 2 else 5) * MS + (i * 7919 % 41) * 10_000 for i in range(3, 18)}
+    iters = [i for i in steps if i % 2]
+    op = _op(iters, 15) | {"parent": "dataloader.next", "parent_level": "model", "parent_kind": "dataloader"}
+    [w] = _work([op], {1: steps}, {1: "model+layer+op"})
+    assert w["in_dataloader_wait"] is True and w["longer_beyond_noise"] is False
+    assert w["per_iteration_ns"] == 700 and w["longer_ns"] > 15 * MS
+    assert "waiting for data (io.input_bound weighs it), not for this work, which runs inside the wait" in (
+        work_text(w | {"step_pct": 0.1})
+    )
+    # the same ops under a stage of the loop's own: the longer iterations are theirs
+    [w] = _work([op | {"parent": "step", "parent_kind": "step"}], {1: steps}, {1: "model+layer+op"})
+    assert "in_dataloader_wait" not in w and w["longer_beyond_noise"] is True and w["per_iteration_ns"] > 5 * MS
+
+
 def test_a_period_runs_through_the_measured_iterations() -> None:
     measured = range(5, 25)
     assert _every([5, 10, 15, 20], measured) == 5

@@ -15,7 +15,9 @@ merged run's config:
   outside any ``xstack.span``, seen as a few operators only), and its cost per iteration: the larger of its
   spans' costs together and that difference spread over every measured iteration, the latter only where every
   iteration of the group is slower than the others' median, and than nine in ten of them, by more than their
-  spread (median - 5th percentile), the group holds two or more and the others three or more. Where other
+  spread (median - 5th percentile), the group holds two or more and the others three or more, and its spans do
+  not all run inside the DataLoader's waits (``in_dataloader_wait``: those iterations are longer by the wait for
+  data, which ``io.input_bound`` weighs, not by the batch's unpickling that runs in it). Where other
   occasional work runs in some of them, the iterations compared differ by the group's work alone
   (``_contrast``). What the work does, where the passes saw
   it: ``layer_calls`` and ``backward`` (``_contents``: a forward with no backward is an evaluation) and, from
@@ -53,12 +55,14 @@ SELECT key FROM under;
 WITH measured AS (SELECT run_id, count(*) AS n FROM _lm_tree WHERE parent_key IS NULL GROUP BY run_id)
 SELECT t.level, t.cname, any_value(par.level), any_value(par.cname), t.run_id,
     count(*), quantile_cont(t.dur_ns, 0.5), sum(t.dur_ns), list_sort(list_distinct(list(t.iter))), any_value(m.n),
-    any_value(s.attrs->>'$."{A.MODEL_KIND}"') AS kind, t.parent_key
+    any_value(s.attrs->>'$."{A.MODEL_KIND}"') AS kind, t.parent_key,
+    any_value(ps.attrs->>'$."{A.MODEL_KIND}"') FILTER (WHERE par.level = 'model') AS parent_kind
 FROM _lm_tree t
 JOIN _spans s ON s.run_id = t.run_id AND s.span_id = t.span_id
 JOIN _lm_ok ok ON ok.run_id = t.run_id AND ok.span_id = t.span_id
 JOIN _lm_own o ON o.level = t.level AND o.run_id = t.run_id
 JOIN _lm_tree par ON par.run_id = t.run_id AND par.span_id = t.parent_id
+JOIN _spans ps ON ps.run_id = par.run_id AND ps.span_id = par.span_id
 JOIN measured m ON m.run_id = t.run_id
 WHERE t.occasional AND t.parent_key NOT IN (SELECT key FROM {APART})  -- not under another occasional span
 GROUP BY t.run_id, t.level, t.cname, t.parent_key
@@ -130,7 +134,7 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
     steps: dict[int, dict[int, int]] = {}
     for run, it, dur in con.execute("SELECT run_id, iter, dur_ns FROM _lm_tree WHERE parent_key IS NULL").fetchall():
         steps.setdefault(int(run), {})[int(it)] = int(dur)
-    for level, name, plevel, pname, run, count, median, total, iters, measured, kind, pkey in rows:
+    for level, name, plevel, pname, run, count, median, total, iters, measured, kind, pkey, pkind in rows:
         group_of[(level, name, pkey)] = tuple(int(i) for i in iters)
         spans.append(
             {
@@ -139,6 +143,7 @@ def find_occasional(con: Any, names: dict[int, str]) -> tuple[list[dict[str, Any
                 "kind": kind if level == "model" else None,
                 "parent": pname,
                 "parent_level": plevel,
+                "parent_kind": pkind,
                 "run_id": int(run),
                 "count": int(count),
                 "steps": [int(i) for i in iters],
@@ -399,6 +404,10 @@ def _work(
         # does its periodic work in the same iterations of every pass), else the one that times the spans
         tried = [(run, *_longer(steps.get(run, {}), iters, others)) for run in order[: order.index(own) + 1]]
         run, longer, beyond, held = next((t for t in tried if t[2]), tried[-1])
+        # ops that receive a batch inside the DataLoader's waits (unpickling it from a worker's queue): those
+        # iterations are longer by the wait, which alternates between workers and io.input_bound weighs, not by them
+        waiting = all(o.get("parent_kind") == "dataloader" for o in members)
+        beyond = beyond and not waiting
         spans_ns = sum(o["per_iteration_ns"] for o in members)
         measured = len(steps.get(run, {})) or members[0]["iterations"]
         per_iteration = max(spans_ns, round(longer * held / measured)) if beyond and longer else spans_ns
@@ -420,6 +429,7 @@ def _work(
                 "longer_beyond_noise": beyond,
                 "per_iteration_ns": per_iteration,
             }
+            | ({"in_dataloader_wait": True} if waiting else {})
         )
     return sorted(work, key=lambda w: (-w["per_iteration_ns"], w["steps"]))
 
@@ -487,6 +497,9 @@ def work_text(w: dict[str, Any]) -> str:
         noise = "" if w.get("longer_beyond_noise") else ", within their spread"
         than = "the other iterations of the work they run inside" if w.get("within") else "the others"
         steps = f"; those iterations take {how} {than} in the {w.get('pass')} pass (medians{noise})"
+        if w.get("in_dataloader_wait"):
+            steps = (f"; those iterations take {how} {than} in the {w.get('pass')} pass (medians), waiting for "
+                     "data (io.input_bound weighs it), not for this work, which runs inside the wait")  # fmt: skip
     return f"{when}: {', '.join(spans)}{held}{steps}: {format_ns(w['per_iteration_ns'])} per iteration"
 
 
