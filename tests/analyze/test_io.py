@@ -990,6 +990,9 @@ def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> 
     with _chunked_reads(tmp_path / "b.duckdb", [{"index": 0, "iterated": 1}], name="/d/records.bin") as store:
         rec = _fired(store, "reread")
     assert rec is not None and "HDF5" not in rec.action and "shuffle shards" in rec.action
+    with _chunked_reads(tmp_path / "c.duckdb", [{"index": 0, "iterated": 1}], name="/d/train.parquet") as store:
+        rec = _fired(store, "reread")
+    assert rec is not None and "train.parquet is Parquet" in rec.action and "row_group_size" in rec.action
 
 
 def test_data_read_once_per_epoch_is_not_read_over_again(tmp_path: Path) -> None:

@@ -565,6 +565,7 @@ def loop_syncs(results: Results) -> Recommendation | None:
 
 HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
 """File names that say HDF5 (netCDF-4 files are HDF5 files)."""
+PARQUET_SUFFIXES: Final = (".parquet", ".pq")
 
 
 def reread(results: Results) -> Recommendation | None:
@@ -584,6 +585,13 @@ def reread(results: Results) -> Recommendation | None:
                   "per chunk (create_dataset(..., chunks=(1, *item_shape))), or shuffle chunks rather than items "
                   "(a sampler that yields the items of one chunk together), or give each worker a chunk cache that "
                   "holds the chunks it reuses (h5py.File(path, rdcc_nbytes=...)).")  # fmt: skip
+    elif path.lower().endswith(PARQUET_SUFFIXES):
+        action = (f"{PurePosixPath(path).name} is Parquet, read a row group at a time: each row taken in shuffled "
+                  f"order reads the whole row group that holds it ({times:g} times the file's bytes here). Read "
+                  "each row group once for all its rows (shuffle row groups, then the rows within one: an "
+                  "IterableDataset, or a sampler that keeps a row group's rows together), keep the row group a "
+                  "worker last read, or write smaller row groups (pyarrow.parquet.write_table(..., "
+                  "row_group_size=...)).")  # fmt: skip
     else:
         action = ("Read only each item's bytes (its offset and length, not a whole block or the rest of the file), "
                   "or read the items of one piece together: shuffle shards or blocks rather than items, or cache "
