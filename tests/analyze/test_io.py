@@ -1265,6 +1265,26 @@ def test_records_read_in_shuffled_order_one_open_each_are_said_to_be(tmp_path: P
         assert r.facts["jumped_reads"] == 0 and not labels
 
 
+def test_a_file_read_again_within_one_open_is_no_shuffled_read(tmp_path: Path) -> None:
+    """np.load reads a .npy's first page, header and array, then the array again from past its header: the second
+    read starts before the first ended, in the same open. 512 small .npy files were said to be records read in
+    shuffled order."""
+    with Store.create(tmp_path / "a.duckdb") as store:
+        store.add_run(RunInfo(1, "npy", levels=["model", "io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        for k in range(200):
+            name, t = f"/d/{k}.npy", 10_000 * k
+            io_span(sink, 3 * k + 1, None, "open", t, 100, W1, name)
+            io_span(sink, 3 * k + 2, None, "read", t + 200, 100, W1, name, 384, offset=0)
+            io_span(sink, 3 * k + 3, None, "read", t + 400, 100, W1, name, 256, offset=128)
+        sink.close()
+        add_files(store, [data_file(W1, f"/d/{k}.npy", 384, 2) for k in range(200)])
+    with Store.open(tmp_path / "a.duckdb") as store:
+        r = run_analyses(store, None, ["io.pattern"])[0]
+    assert (r.facts["reads_after_earlier"], r.facts["jumped_reads"]) == (0, 0)
+    assert not [label for label in r.labels if "shuffled order" in label]
+
+
 def test_dataloaders_made_anew_with_the_same_settings_share_a_line() -> None:
     """A Hugging Face Trainer makes a new evaluation DataLoader at each evaluation: six lines of the same
     settings followed the training one's, each with its three waits."""

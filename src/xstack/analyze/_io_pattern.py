@@ -54,17 +54,30 @@ FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} 
 """
 
 _SHUFFLED = f"""
-WITH r AS (
-    SELECT TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off,
-        lag(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) + {SPAN_BYTES} - 1)
-            OVER (PARTITION BY pid, {SPAN_PATH} ORDER BY start_ns, span_id) AS prev_end
-    FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
+WITH ev AS (
+    SELECT pid, {SPAN_PATH} AS path, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
+        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off, {SPAN_BYTES} AS nbytes
+    FROM spans WHERE run_id = $run AND level = 'io'
+        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
         AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+),
+numbered AS (  -- each read with the number of the open it was made in
+    SELECT *, sum(CASE WHEN is_open THEN 1 ELSE 0 END)
+        OVER (PARTITION BY pid, path ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
+    FROM ev
+),
+r AS (
+    SELECT off, opened, lag(off + nbytes - 1) OVER w AS prev_end, lag(opened) OVER w AS prev_opened
+    FROM numbered WHERE NOT is_open
+    WINDOW w AS (PARTITION BY pid, path ORDER BY start_ns, span_id)
 )
-SELECT count(*), count(*) FILTER (WHERE off <> prev_end + 1) FROM r WHERE off > 0 AND prev_end IS NOT NULL
+SELECT count(*), count(*) FILTER (WHERE off <> prev_end + 1) FROM r
+WHERE off > 0 AND prev_end IS NOT NULL AND opened <> prev_opened
 """
-"""Data-file reads (io spans) that start inside their file and follow an earlier read of it in their process:
-how many, and how many of them start elsewhere than that read ended, whatever opens came between."""
+"""Data-file reads (io spans) that start inside their file and follow an earlier read of it, made in an earlier
+open, in their process: how many, and how many of them start elsewhere than that read ended. A read that goes
+back over what the same open read (``np.load`` reads a ``.npy``'s header page, then the array from past its
+header again) is neither."""
 
 _COPY_ENDS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0) FROM spans
