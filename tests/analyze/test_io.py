@@ -995,6 +995,36 @@ def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> 
     assert rec is not None and "train.parquet is Parquet" in rec.action and "row_group_size" in rec.action
 
 
+LABELS_EACH_ITEM = """
+import json, os, torch, xstack
+
+class Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+    def __getitem__(self, i):
+        with open("labels.json") as f:  # the whole labels file, loaded again for each item
+            labels = json.load(f)
+        return torch.tensor([float(labels[str(i)])])
+
+if __name__ == "__main__":
+    with open("labels.json", "w") as f:
+        json.dump({str(i): i % 10 for i in range(4000)}, f)
+    for x in torch.utils.data.DataLoader(Items(), batch_size=16, num_workers=2):
+        with xstack.span("compute"):
+            x.sum()
+        xstack.step()
+"""
+
+
+def test_a_file_loaded_whole_for_each_item_is_to_be_loaded_once(tmp_path: Path) -> None:
+    results = _run_io_loop(tmp_path, LABELS_EACH_ITEM)
+    facts = results["io.pattern"].facts
+    assert facts["reread_path"] == str(tmp_path / "labels.json") and facts["reread_from_start"] >= 200, facts
+    rec = RULES["reread"](results)
+    assert rec is not None and rec.title == "Data read over again: a file read whole again and again"
+    assert rec.action.startswith("labels.json is read whole again and again (") and "__init__" in rec.action
+
+
 def test_data_read_once_per_epoch_is_not_read_over_again(tmp_path: Path) -> None:
     # twelve passes over the data explain twenty reads of each chunk; with no DataLoader seen, nothing is said
     for loaders, epochs in (([{"index": 0, "iterated": 4}, {"index": 1, "iterated": 8}], 12), (None, None)):

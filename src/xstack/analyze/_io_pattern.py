@@ -113,6 +113,24 @@ SELECT f.path, f.nbytes, c.nbytes, f.ns FROM per_file f JOIN covered c USING (pa
 """Per data file, from the io spans of its reads: the bytes read, the distinct bytes they cover (each byte read
 counted once, whichever process read it) and the time they took."""
 
+_OPENS_READ = f"""
+WITH ev AS (
+    SELECT pid, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
+        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off
+    FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_PATH} = $path
+        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
+),
+numbered AS (
+    SELECT *, sum(CASE WHEN is_open THEN 1 ELSE 0 END)
+        OVER (PARTITION BY pid ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
+    FROM ev
+),
+firsts AS (SELECT pid, opened, arg_min(off, start_ns) AS off FROM numbered WHERE NOT is_open AND opened > 0
+           GROUP BY pid, opened)
+SELECT count(*), count(*) FILTER (WHERE off = 0) FROM firsts
+"""
+"""The opens of one file that read it, and how many of them began reading at its first byte."""
+
 REREAD_PER_EPOCH: Final = 2.0
 """How many times the bytes of data files must be read, per pass over the data the DataLoaders began, for
 ``io.pattern`` to find them read over again."""
@@ -250,7 +268,9 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     ``reread_ns`` and ``reread_warmup_ns`` (the run's data-file read time, ``read_ns``, and that of its warm-up
     iterations, ``read_warmup_ns``, in that proportion: a merged run's is its merged iteration's),
     ``read_covered_bytes``, ``read_epochs`` (None where no DataLoader was seen: then no finding), ``reread_path``
-    (the file read again most) and ``reread_times`` (how many times its bytes were read). A merged run's bytes
+    (the file read again most), ``reread_times`` (how many times its bytes were read), ``reread_opens`` (the opens
+    of it that read it) and ``reread_from_start`` (how many of those began at its first byte: a file read whole
+    again and again, as a labels file that each item loads, opens it for each). A merged run's bytes
     are its io pass's, over the pass."""
     if not io.has_spans or facts["read_ns"] is None:
         return []
@@ -269,10 +289,14 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         "reread_warmup_ns": round((facts["read_warmup_ns"] or 0) * share),
         "reread_path": None if top is None else str(top[0]),
         "reread_times": None if top is None else round(int(top[1]) / int(top[2]), 1),
+        "reread_opens": None,
+        "reread_from_start": None,
     }  # fmt: skip
     if top is None or epochs is None or read < REREAD_PER_EPOCH * epochs * covered or again < REREAD_MIN_BYTES:
         facts["reread_bytes"] = facts["reread_ns"] = facts["reread_warmup_ns"] = 0
         return []
+    opens, from_start = rows(store, _OPENS_READ, run, path=str(top[0]))[0]
+    facts |= {"reread_opens": as_count(opens), "reread_from_start": as_count(from_start)}
     passes = f"{epochs:,} pass{'es' if epochs > 1 else ''} over the data begun"
     return [
         f"data files: {format_value(read, 'bytes')} read from {format_value(covered, 'bytes')} of them "

@@ -566,6 +566,9 @@ def loop_syncs(results: Results) -> Recommendation | None:
 HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
 """File names that say HDF5 (netCDF-4 files are HDF5 files)."""
 PARQUET_SUFFIXES: Final = (".parquet", ".pq")
+REREAD_WHOLE_MIN: Final = 8
+"""How many opens of a file must read it from its start (and eight in ten of those that read it) for ``reread`` to
+advise loading it once."""
 
 
 def reread(results: Results) -> Recommendation | None:
@@ -579,7 +582,15 @@ def reread(results: Results) -> Recommendation | None:
     evidence = [f"{line or format_value(again, 'bytes') + ' read again'} (io.pattern)"]
     impact, per = at_stake(results, _num(r.facts, "reread_ns"), _num(r.facts, "reread_warmup_ns"))
     severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.pattern"])
-    if path.lower().endswith(HDF5_SUFFIXES):
+    starts, opens = int(_num(r.facts, "reread_from_start") or 0), int(_num(r.facts, "reread_opens") or 0)
+    title = "Data read over again: each read pulls in more than its item"
+    if starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens:  # opened again and again, read from its start
+        title = "Data read over again: a file read whole again and again"
+        action = (f"{PurePosixPath(path).name} is read whole again and again (opened {opens:,} times, read from its "
+                  f"start {starts:,} of them): "
+                  "load it once, in the Dataset's __init__ (before the workers start, so that they share it) or "
+                  "on first use in each worker, and keep what it holds.")  # fmt: skip
+    elif path.lower().endswith(HDF5_SUFFIXES):
         action = (f"{PurePosixPath(path).name} is HDF5, which reads whole chunks: each item read in shuffled order "
                   f"pulls in the chunk that holds it ({times:g} times the file's bytes here). Store it with one item "
                   "per chunk (create_dataset(..., chunks=(1, *item_shape))), or shuffle chunks rather than items "
@@ -597,8 +608,7 @@ def reread(results: Results) -> Recommendation | None:
                   "or read the items of one piece together: shuffle shards or blocks rather than items, or cache "
                   "what the workers read.")  # fmt: skip
     return Recommendation(
-        "reread", "Data read over again: each read pulls in more than its item", severity, evidence, sources, action,
-        impact_ns=impact, impact_per=per,
+        "reread", title, severity, evidence, sources, action, impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
 
