@@ -1060,6 +1060,25 @@ def test_small_reads_rule_leaves_the_empty_reads_out_of_the_median(tmp_path: Pat
         assert _fired(store, "zero_reads") is not None
 
 
+def test_small_reads_of_files_smaller_than_a_page_are_not_to_be_made_larger(tmp_path: Path) -> None:
+    """512 .npy files of 384 bytes, each read whole: reads of 384 bytes could not be larger. They were told to
+    read in larger pieces; the small files' rule weighs them."""
+    with Store.create(tmp_path / "a.duckdb") as store:
+        store.add_run(RunInfo(1, "npy", levels=["model", "io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        for k in range(200):
+            io_span(sink, k + 1, None, "read", 1000 * k, 100, W1, f"/d/{k}.npy", 384, offset=0)
+        for k in range(50):  # and a big file read in small pieces: a quarter of the small reads
+            io_span(sink, 300 + k, None, "read", 10**6 + 1000 * k, 100, W1, "/d/big.bin", 512, offset=512 * k)
+        sink.close()
+        add_files(store, [data_file(W1, f"/d/{k}.npy", 384, 1) for k in range(200)]
+                  + [data_file(W1, "/d/big.bin", 512 * 50, 50)])  # fmt: skip
+    with Store.open(tmp_path / "a.duckdb") as store:
+        facts = _one(store, "io.pattern").facts
+        assert (facts["small_reads"], facts["small_reads_small_files"], facts["median_read_bytes"]) == (250, 200, 384)
+        assert _fired(store, "small_reads") is None
+
+
 def test_small_reads_rule(tmp_path: Path) -> None:
     small = data_file(5, "/d/a", 200 * 500, 200, size_read_hist={"100_1K": 200})
     with files_store(tmp_path / "a.duckdb", [small]) as store:

@@ -79,6 +79,19 @@ open, in their process: how many, and how many of them start elsewhere than that
 back over what the same open read (``np.load`` reads a ``.npy``'s header page, then the array from past its
 header again) is neither."""
 
+_SMALL_FILE_READS = f"""
+WITH r AS (
+    SELECT {SPAN_PATH} AS path, coalesce(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT), 0) AS off,
+        {SPAN_BYTES} AS nbytes
+    FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
+        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+),
+extent AS (SELECT path, max(off + nbytes) AS size FROM r GROUP BY path)
+SELECT count(*) FROM r JOIN extent USING (path) WHERE r.nbytes < {SMALL_READ_BYTES} AND extent.size < {SMALL_READ_BYTES}
+"""
+"""The small data-file reads (io spans) of files smaller than a page, as far as their reads reached: reads that
+cannot be larger, whose files are ``io.small_files``' concern."""
+
 _COPY_ENDS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0) FROM spans
 WHERE run_id = $run AND level = 'io' AND name IN {in_list(COPY_READ_OPS)} AND {SPAN_BYTES} = 0
@@ -168,27 +181,28 @@ COLUMNS = [
 
 
 def access_pattern(store: Store, run_id: int) -> Result:
-    """Per class of path (data, python, system, unknown): reads (count), consecutive, sequential-only and random
-        shares (%), zero-length and small reads (count and %), and the median read size (bytes).
+    """Per class of path (data, python, system, unknown): reads (count), consecutive, sequential-only and random shares
+    (%), zero-length and small reads (count and %), and the median read size (bytes).
 
-        Notes: Darshan's counters from ``io_files``: consecutive reads start at the byte after the previous read's last,
-        sequential ones anywhere after it (consecutive reads are sequential too); the first read after an open, from the
-        start of the file, is neither: it is counted apart (``open_reads``, fact ``open_read_pct``), as Darshan does not
-        (a Darshan log's runs count it as random), so that files read whole in one read each do not read as random
-        access; random = reads - sequential - first after an open. Zero-length reads return nothing at the end of a file
-        (tf-Darshan found half the reads of an input-bound ImageNet run were these; Python's ``f.read()`` makes one per
-        file read whole), and with io spans the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all
-        data-file reads; ``zero_read_warmup_ns`` the part in the warm-up iterations, ``RunContext.in_warmup``; of them,
+    Notes: Darshan's counters from ``io_files``: consecutive reads start at the byte after the previous read's last,
+    sequential ones anywhere after it (consecutive reads are sequential too); the first read after an open, from the
+    start of the file, is neither: it is counted apart (``open_reads``, fact ``open_read_pct``), as Darshan does not
+    (a Darshan log's runs count it as random), so that files read whole in one read each do not read as random
+    access; random = reads - sequential - first after an open. Zero-length reads return nothing at the end of a file
+    (tf-Darshan found half the reads of an input-bound ImageNet run were these; Python's ``f.read()`` makes one per
+    file read whole), and with io spans the time they took is a fact (``zero_read_ns``, of ``read_ns`` in all
+    data-file reads; ``zero_read_warmup_ns`` the part in the warm-up iterations, ``RunContext.in_warmup``; of them,
     ``zero_copy_reads`` and ``zero_copy_read_ns`` ended in-kernel copies, ``sendfile`` or ``copy_file_range``, whose
-    loop, ``shutil.copyfile``'s, asks once more to find the end of the file). Small
-        reads return 1 to 4095 bytes. The small reads, their share and the median read size come from one source, and
-        their share is of the reads that source sized (``sized reads``, fact ``sized_reads``, source
-        ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
-        only some modules, POSIX but not STDIO, so its spans may hold fewer reads than the counters); else Darshan's
-        size buckets, estimated (the 1K-10K bucket taken as spread evenly, the median interpolated in its bucket), of
-        the reads the buckets hold (STDIO keeps none). The median leaves out zero-length reads (they are counted apart):
-        it is the size of the reads that returned data. Pipes and sockets are left out. The facts are over the data
-        files (classes data and unknown).
+    loop, ``shutil.copyfile``'s, asks once more to find the end of the file). Small reads return 1 to 4095 bytes;
+    with io spans, fact ``small_reads_small_files`` counts those of files smaller than a page as far as their reads
+    reached, which could not be larger. The small reads, their share and the median read size come from one source,
+    and their share is of the reads that source sized (``sized reads``, fact ``sized_reads``, source
+    ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
+    only some modules, POSIX but not STDIO, so its spans may hold fewer reads than the counters); else Darshan's
+    size buckets, estimated (the 1K-10K bucket taken as spread evenly, the median interpolated in its bucket), of
+    the reads the buckets hold (STDIO keeps none). The median leaves out zero-length reads (they are counted apart):
+    it is the size of the reads that returned data. Pipes and sockets are left out. The facts are over the data
+    files (classes data and unknown).
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(ID, TITLE)) is not None:
@@ -220,6 +234,7 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "read_warmup_ns": data_spans[6] if data_spans else None,
     }
     if io.has_spans:
+        facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, io.run_id)[0][0])
         ends, ends_ns = rows(store, _COPY_ENDS, io.run_id)[0]
         facts |= {"zero_copy_reads": as_count(ends), "zero_copy_read_ns": as_count(ends_ns)}
     shuffled = _shuffled(store, io, facts)  # adds its facts

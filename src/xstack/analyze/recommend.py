@@ -614,13 +614,18 @@ def reread(results: Results) -> Recommendation | None:
 
 def small_reads(results: Results) -> Recommendation | None:
     """The median read of a data file that returned data is under a page: the I/O is many calls moving little
-    each (zero-length reads are the zero-read rule's)."""
+    each (zero-length reads are the zero-read rule's). Silent where half the small reads or more are of files
+    smaller than a page, which no read could make larger."""
     r = _get(results, "io.pattern")
     if r is None or (size := _num(r.facts, "median_read_bytes")) is None or size >= SMALL_READ_BYTES:
         return None
     if (sized := _num(r.facts, "sized_reads") or 0) < MIN_READS:
         return None
     reads = _num(r.facts, "reads") or 0
+    # files smaller than a page, read whole: their reads cannot be larger (the small files' rule weighs them)
+    whole = _num(r.facts, "small_reads_small_files") or 0
+    if whole and whole >= 0.5 * (_num(r.facts, "small_reads") or 0):
+        return None
     source = str(r.facts.get("small_reads_source") or "")
     of = {"DXT": "traced by DXT", "io spans": "traced", "size buckets": "in Darshan's size buckets"}.get(source, "")
     how = "exact" if r.facts.get("small_reads_exact") else "estimated from Darshan's size buckets"
