@@ -59,6 +59,11 @@ def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("c-programs")
     for name in ("native_stdio", "native_sigio", "native_cap", "native_vfork", "native_wide"):
         subprocess.run(["gcc", "-O2", "-o", str(out / name), str(PROGRAMS / f"{name}.c")], check=True)
+    # each call as written (gcc would make fputs of a constant an fwrite); fortified, fprintf and printf are
+    # __fprintf_chk and __printf_chk
+    for name, fortify in (("native_lines", []), ("native_lines_fortified", ["-D_FORTIFY_SOURCE=2"])):
+        subprocess.run(["gcc", "-O2", "-fno-builtin", *fortify, "-o", str(out / name),
+                        str(PROGRAMS / "native_lines.c")], check=True)  # fmt: skip
     plugin = str(PROGRAMS / "native_plugin.c")
     subprocess.run(
         ["gcc", "-O2", "-shared", "-fPIC", "-DINNER", "-o", str(out / "libxio_inner.so"), plugin], check=True
@@ -575,6 +580,40 @@ def test_stdio_calls_are_recorded_with_their_stream_offsets(tmp_path: Path, c_pr
     ]
 
 
+@pytest.mark.parametrize("build", ["native_lines", "native_lines_fortified"])
+def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
+    tmp_path: Path, c_programs: Path, build: str
+) -> None:
+    target = tmp_path / "lines.txt"
+    seen, trace = run(tmp_path, str(c_programs / build), str(target))
+    assert seen == {"lines": 98, "fread": 8, "chars": "roxy", "n": 51, "scanned": 1, "w": 42, "end": -1}
+    assert target.stat().st_size == 811
+    ops = [op for op in trace.ops if op.path == str(target)]
+    assert [(op.op, op.offset, op.bytes, op.requested, op.errno) for op in ops] == [
+        ("fopen", -1, -1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0),
+        # 100 fprintf, fputs, fputc, putc and putw: one run of 104 calls
+        ("stdio_write", 0, 811, 104, 0),
+        ("fclose", -1, -1, -1, 0),
+        ("fopen", -1, -1, os.O_RDONLY, 0),
+        ("stdio_read", 0, 400, 50, 0),  # 50 fgets: the fread after them ends the run
+        ("fread", 400, 8, 8, 0),
+        # fgetc, getc, fscanf (6 bytes), 48 rows and the last line by fgets, fgetc, getc, getw, and the fgetc at the
+        # end of the file, which ends the run
+        ("stdio_read", 408, 403, 56, 0),
+        ("fclose", -1, -1, -1, 0),
+    ]  # fmt: skip
+    run_of = next(op for op in ops if op.op == "stdio_read")
+    assert run_of.module == "STDIO" and run_of.dur_ns > 0
+    # the counters count the calls, and the bytes
+    from xstack.collect._io_counters import file_counters
+
+    (c,) = file_counters(ops)
+    assert (c.writes, c.bytes_written, c.reads, c.bytes_read) == (104, 811, 107, 811)
+    # printf's line went to the standard output (a pipe here): a run of one call on it
+    (out,) = [op for op in trace.ops if op.fd == 1 and op.op == "stdio_write"]
+    assert (out.fd_kind, out.requested, out.bytes) == ("pipe", 1, len(json.dumps(seen)) + 1)
+
+
 def test_static_binary_is_reported_not_covered(tmp_path: Path, c_programs: Path) -> None:
     static = c_programs / "native_stdio_static"
     if not static.exists():
@@ -750,7 +789,7 @@ def test_op_names_in_the_files_are_the_documented_ones(tmp_path: Path, data: Pat
         "open", "openat", "creat", "close", "read", "pread", "readv", "write", "pwrite", "writev", "lseek",
         "fsync", "fdatasync", "mmap", "stat", "lstat", "fstat", "fstatat", "statx", "dup", "fopen", "fdopen",
         "fread", "fwrite", "fclose", "fseek", "fflush", "opendir", "readdir", "closedir", "rename", "sendfile_read",
-        "sendfile_write", "copy_file_range_read", "copy_file_range_write",
+        "sendfile_write", "copy_file_range_read", "copy_file_range_write", "stdio_read", "stdio_write",
     }  # fmt: skip
     assert {op.op for op in trace.ops + copies.ops} <= documented
     assert {op.fd_kind for op in trace.ops} <= {"file", "dir", "pipe", "socket", "chr", "blk", "unknown"}

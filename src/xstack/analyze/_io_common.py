@@ -26,10 +26,10 @@ from xstack.trace.store import Store
 COPY_READ_OPS: Final = ("sendfile_read", "copy_file_range_read")
 """Span names of the source side of in-kernel copies (``sendfile``, ``copy_file_range``): bytes read from a file
 that never pass through the program (``shutil.copyfile`` copies this way)."""
-READ_OPS: Final = ("read", "pread", "pread64", "readv", "preadv", "preadv2", "fread", *COPY_READ_OPS)
+READ_OPS: Final = ("read", "pread", "pread64", "readv", "preadv", "preadv2", "fread", "stdio_read", *COPY_READ_OPS)
 """Span names of the calls that read a file (their ``io.bytes`` is what they returned)."""
-WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev2", "fwrite", "sendfile_write",
-                    "copy_file_range_write")  # fmt: skip
+WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev2", "fwrite", "stdio_write",
+                    "sendfile_write", "copy_file_range_write")  # fmt: skip
 """Span names of the calls that write a file (the destination side of in-kernel copies included)."""
 OPEN_OPS: Final = ("open", "openat", "creat", "dup", "fopen", "fdopen", "opendir")
 """Span names of the calls Darshan counts as opens (``dup`` included, as its ``OPENS`` counts dups)."""

@@ -16,6 +16,10 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
 - an in-kernel copy (``sendfile``, ``copy_file_range``, which Darshan does not wrap) is recorded as a read of its
   source and a write of its destination (``sendfile_read``, ``sendfile_write``, ...), counted as such: a copy
   loop's last call, which finds the end of the source, is a zero-length read;
+- a run of stdio's character, line and formatted calls (``fgets``, ``fgetc``, ``fscanf``, ``fprintf``, ``fputs``,
+  ...: ``stdio_read``, ``stdio_write``) counts its calls as reads or writes and its bytes as theirs; it is one
+  access of its bytes for the sequential and consecutive counts and the size histogram (Darshan's STDIO module
+  keeps neither), its calls each following the one before;
 - a rename counts on both paths as Darshan 3.4's ``RENAME_SOURCES`` and ``RENAME_TARGETS``, its time as the
   source's metadata; the target keeps the first path renamed to it (``RENAMED_FROM``, Darshan's record id of it);
 - directory streams, which Darshan does not wrap, count as metadata of the directory: ``opendir`` as an open,
@@ -37,8 +41,11 @@ if TYPE_CHECKING:
 COPY_READS = frozenset({"sendfile_read", "copy_file_range_read"})
 """The source side of an in-kernel copy: bytes read from a file without passing through the program."""
 COPY_WRITES = frozenset({"sendfile_write", "copy_file_range_write"})
-READS = frozenset({"read", "pread", "readv", "fread"}) | COPY_READS
-WRITES = frozenset({"write", "pwrite", "writev", "fwrite"}) | COPY_WRITES
+RUNS = frozenset({"stdio_read", "stdio_write"})
+"""Runs of stdio's character, line and formatted calls on one stream (``_io/hooks_stdio.c``): ``requested`` is
+the calls, ``bytes`` what they moved."""
+READS = frozenset({"read", "pread", "readv", "fread", "stdio_read"}) | COPY_READS
+WRITES = frozenset({"write", "pwrite", "writev", "fwrite", "stdio_write"}) | COPY_WRITES
 OPENS = frozenset({"open", "openat", "creat", "dup", "fopen", "fdopen", "opendir"})
 SEEKS = frozenset({"lseek", "fseek"})
 SYNCS = frozenset({"fsync", "fdatasync", "fflush"})
@@ -75,6 +82,8 @@ class Op(Protocol):
     def bytes(self) -> int: ...
     @property
     def errno(self) -> int: ...
+    @property
+    def requested(self) -> int: ...
     @property
     def target(self) -> str | None: ...
 
@@ -184,7 +193,10 @@ class FileCounters:
         self._last_byte_read = offset + size - 1
         self.max_byte_read = max(self.max_byte_read, offset + size - 1)
         self.bytes_read += size
-        self.reads += 1
+        calls = max(op.requested, 1) if op.op in RUNS else 1
+        self.reads += calls
+        self.seq_reads += calls - 1  # a run's calls each continue where the one before ended
+        self.consec_reads += calls - 1
         self.zero_reads += size == 0
         bucket = A.size_bucket(size)
         self.read_hist[bucket] = self.read_hist.get(bucket, 0) + 1
@@ -198,7 +210,10 @@ class FileCounters:
         self._last_byte_written = offset + size - 1
         self.max_byte_written = max(self.max_byte_written, offset + size - 1)
         self.bytes_written += size
-        self.writes += 1
+        calls = max(op.requested, 1) if op.op in RUNS else 1
+        self.writes += calls
+        self.seq_writes += calls - 1
+        self.consec_writes += calls - 1
         bucket = A.size_bucket(size)
         self.write_hist[bucket] = self.write_hist.get(bucket, 0) + 1
         self.rw_switches += self._last_io == "read"

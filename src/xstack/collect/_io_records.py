@@ -45,7 +45,7 @@ _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
 _END_SIGNAL = 5
 """The status's end for a process killed by a termination signal it left at the default action: the library
 wrote its records and let the signal kill it (the signal's number in bits 8-15)."""
-_STDIO = frozenset({"fopen", "fdopen", "fread", "fwrite", "fclose", "fseek", "fflush"})
+_STDIO = frozenset({"fopen", "fdopen", "fread", "fwrite", "fclose", "fseek", "fflush", "stdio_read", "stdio_write"})
 
 NOT_COVERED_REASONS = {
     "static": "statically linked (no program interpreter): LD_PRELOAD cannot reach it",
@@ -65,10 +65,12 @@ class IoOp:
     the open(2) flags for opens (fopen's mode as flags), ``whence`` for seeks, the old descriptor for dup, -1
     otherwise. ``bytes``: bytes moved (>= 0), -1 on failure or not applicable. A ``readdir`` record is a run
     of calls on one directory (``_io/hooks_dir.c``): ``bytes`` is the entries returned, ``requested`` the calls,
-    ``dur_ns`` the time spent inside them. A ``rename`` record is on the old path; ``target`` is the new one (None:
-    unknown, or excluded). An in-kernel copy (``sendfile``, ``copy_file_range``) is two records with the call's
-    times: ``<call>_read`` on the source and, where the call moved anything or failed, ``<call>_write`` on the
-    destination.
+    ``dur_ns`` the time spent inside them; a ``stdio_read`` or ``stdio_write`` record, a run of stdio's character,
+    line and formatted calls on one stream (``fgets``, ``fprintf``, ...), likewise: ``bytes`` is what they moved,
+    ``requested`` the calls, ``offset`` the stream's position at the first. A ``rename`` record is on the old
+    path; ``target`` is the new one (None: unknown, or excluded). An in-kernel copy (``sendfile``,
+    ``copy_file_range``) is two records with the call's times: ``<call>_read`` on the source and, where the call
+    moved anything or failed, ``<call>_write`` on the destination.
     """
 
     pid: int

@@ -204,6 +204,15 @@ def _span_attrs(op: Any, path_class: str) -> dict[str, Any]:
         A.IO_FD_KIND: op.fd_kind,
         A.IO_PATH_CLASS: path_class,
     }
+    if op.op in ("stdio_read", "stdio_write"):  # a run of calls: bytes moved and calls made (``hooks_stdio.c``)
+        attrs[A.IO_CALLS] = op.requested
+        if op.offset >= 0:
+            attrs[A.IO_OFFSET] = op.offset
+        if op.bytes >= 0:
+            attrs[A.IO_BYTES] = op.bytes
+        if op.errno:
+            attrs[A.IO_ERRNO] = op.errno
+        return attrs
     if op.op == "readdir":  # a run of calls: entries returned and calls made (``hooks_dir.c``)
         if op.bytes >= 0:
             attrs[A.IO_DIR_ENTRIES] = op.bytes

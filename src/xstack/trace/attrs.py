@@ -182,8 +182,10 @@ IO_DIR_ENTRIES: Final = "io.entries"
 calls on one directory by one thread, with nothing else recorded between them: it starts at the first call and
 lasts the time spent inside the calls."""
 IO_CALLS: Final = "io.calls"
-"""Integer, on ``readdir`` spans only: the calls of the run (the entries, and one more where the run reached the
-end of the directory)."""
+"""Integer, on ``readdir`` spans: the calls of the run (the entries, and one more where the run reached the end of
+the directory); on ``stdio_read`` and ``stdio_write`` spans, runs of stdio's character, line and formatted calls
+on one stream (``fgets``, ``fgetc``, ``fscanf``; ``fputs``, ``fputc``, ``fprintf``), by one thread with nothing
+else recorded between them: the calls, whose bytes are ``io.bytes`` and first offset ``io.offset``."""
 IO_MODULE: Final = "io.module"
 """String: ``POSIX`` (open, read, write, ... on descriptors) or ``STDIO`` (fopen, fread, ... on streams), the
 two Darshan modules."""

@@ -51,7 +51,7 @@ void xio_session_flush(int end, int final)
         return; /* not recording, or a vfork child that shares the parent's memory: touch nothing */
     int saved_errno = errno, saved_guard = xio_guard;
     if (!saved_guard)
-        xio_dir_flush(); /* this thread's readdir run, if one is open (not from inside a wrapper: a signal) */
+        xio_run_flush(); /* this thread's run of calls, if one is open (not from inside a wrapper: a signal) */
     xio_guard = 1;
     pthread_mutex_lock(&xio.lock);
     xio_flush_locked(end);

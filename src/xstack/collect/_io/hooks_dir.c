@@ -7,10 +7,10 @@
  *
  * readdir returns one entry per call from a buffer that glibc refills with getdents64 now and then: a
  * record per entry would be a record per file of the listing. A thread's run of readdir calls on one
- * directory is kept instead (xio_dir_run, in the thread's own memory) and written as one READDIR record when
- * the run ends: at the end of the directory, at closedir, when the thread records any other call (so the
- * thread's records stay in order and never overlap), after XIO_DIR_RUN_CALLS calls, and when the process
- * flushes for good (exit, exec). The record starts at the run's first call and lasts the time spent inside
+ * directory is kept instead (xio_run, in the thread's own memory, records.c) and written as one READDIR record
+ * when the run ends: at the end of the directory, at closedir, when the thread records any other call (so the
+ * thread's records stay in order and never overlap), after XIO_RUN_CALLS calls, and when the process flushes
+ * for good (exit, exec). The record starts at the run's first call and lasts the time spent inside
  * the calls, summed; `bytes` is the entries returned and `requested` the calls made.
  */
 #include "xio.h"
@@ -18,34 +18,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 
-#define XIO_DIR_RUN_CALLS 4096u
-
-__thread struct xio_dir_run xio_dir_run __attribute__((tls_model("initial-exec")));
-
-void xio_dir_flush(void)
-{
-    struct xio_dir_run *p = &xio_dir_run;
-    if (!p->calls)
-        return;
-    struct xio_ev r;
-    xio_ev_init(&r, XIO_OP_READDIR, p->first, p->first + p->busy);
-    r.fd = p->fd;
-    r.path_id = p->path_id;
-    r.kind = p->kind;
-    r.bytes = p->entries;
-    r.requested = p->calls;
-    p->calls = 0; /* before xio_emit, which would flush the run again */
-    xio_emit(&r);
-}
-
 /* One readdir call on descriptor `fd`: `got` whether it returned an entry, `err` its errno when it failed. */
 static void note_readdir(int fd, int64_t t0, int64_t t1, int got, int err)
 {
-    struct xio_dir_run *p = &xio_dir_run;
-    if (p->calls && p->fd != fd)
-        xio_dir_flush();
+    struct xio_run *p = &xio_run;
+    if (p->calls && (p->fd != fd || p->op != XIO_OP_READDIR))
+        xio_run_flush();
     if (err) { /* a failed call is recorded alone, as every failed call is */
-        xio_dir_flush();
+        xio_run_flush();
         xio_rec_simple_fd(XIO_OP_READDIR, fd, t0, t1, -1, err, 1, -1);
         return;
     }
@@ -58,15 +38,17 @@ static void note_readdir(int fd, int64_t t0, int64_t t1, int got, int err)
         /* whatever its open said: a descriptor opened without O_DIRECTORY (os.open, then os.listdir(fd) or
          * os.scandir(fd) through fdopendir, which is not wrapped) was taken for a regular file */
         p->kind = XIO_KIND_DIR;
+        p->op = XIO_OP_READDIR;
+        p->offset = -1;
         p->first = t0;
         p->busy = 0;
-        p->entries = 0;
+        p->bytes = 0;
     }
     p->calls++;
     p->busy += t1 - t0 > 0 ? t1 - t0 : 0;
-    p->entries += got != 0;
-    if (!got || p->calls >= XIO_DIR_RUN_CALLS)
-        xio_dir_flush();
+    p->bytes += got != 0;
+    if (!got || p->calls >= XIO_RUN_CALLS)
+        xio_run_flush();
 }
 
 static DIR *(*real_opendir)(const char *);
@@ -114,8 +96,8 @@ static int xio_closedir(DIR *d)
         return REAL(closedir)(d);
     int saved = errno;
     int fd = dirfd(d);
-    if (xio_dir_run.calls && xio_dir_run.fd == fd)
-        xio_dir_flush();
+    if (xio_run.calls && xio_run.fd == fd)
+        xio_run_flush();
     struct xio_fd *e = xio_fd_get(fd);
     struct xio_fd before = e ? *e : (struct xio_fd){0};
     errno = saved;

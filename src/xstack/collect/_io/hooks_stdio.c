@@ -1,4 +1,15 @@
-/* Wrappers of stdio: fopen, fdopen, fread, fwrite, fseek, fflush, fclose.
+/* Wrappers of stdio: fopen, fdopen, fread, fwrite, fseek, fflush, fclose; and the character, line and formatted
+ * calls Darshan's STDIO module wraps: fgetc, getc, fgets, getw, fscanf, vfscanf (read side) and fputc, putc,
+ * fputs, putw, fprintf, vfprintf, printf, vprintf (write side), with their fortified forms. Not wrapped:
+ * freopen, rewind, fsetpos, ungetc, and the _unlocked forms (getc_unlocked is a macro that reads the buffer).
+ *
+ * A character or line call moves a few bytes from the stream's buffer: a record per call would be a record per
+ * character or line. A thread's run of such calls of one side on one stream is kept instead (xio_run, as
+ * readdir runs are) and written as one STDIO_READ or STDIO_WRITE record when it ends: when the thread records
+ * any other call, at the end of the file, after XIO_RUN_CALLS calls, and when the process flushes for good. The
+ * record starts at the run's first call and lasts the time spent inside the calls; `bytes` is what they moved,
+ * `requested` the calls, `offset` the stream's position at the first. A failed call is recorded alone. fscanf's
+ * bytes are the stream's position after the call less before it (ftello), as Darshan counts them.
  *
  * Records carry the stream's fileno, so they share the descriptor's path. The stream position is tracked
  * in the descriptor's entry (soffset) as Darshan's STDIO module does: fopen sets it to 0 (the end for
@@ -9,6 +20,7 @@
 #include "xio.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -182,6 +194,253 @@ static int xio_fflush(FILE *f)
     return ret;
 }
 
+/* ---- runs of character, line and formatted calls ---- */
+
+/* One call of side `op` (STDIO_READ, STDIO_WRITE) on stream `f` that moved `nbytes` (-1: it failed, with
+ * `err`; 0 at the end of the file, which ends the run). */
+static void note_stdio(int op, FILE *f, int64_t t0, int64_t t1, int64_t nbytes, int err)
+{
+    int fd = fileno(f);
+    if (fd < 0)
+        return; /* a stream with no descriptor (fmemopen) is no I/O */
+    struct xio_run *p = &xio_run;
+    if (p->calls && (p->fd != fd || p->op != op))
+        xio_run_flush();
+    struct xio_fd *e = p->calls ? NULL : xio_fd_get(fd);
+    if (nbytes < 0) { /* a failed call is recorded alone, as every failed call is */
+        xio_run_flush();
+        e = xio_fd_get(fd);
+        if (e && e->kind == XIO_KIND_EXCLUDED)
+            return;
+        struct xio_ev r;
+        xio_ev_init(&r, op, t0, t1);
+        r.fd = fd;
+        r.requested = 1;
+        r.err = err ? err : EIO;
+        if (e)
+            xio_ev_of_entry(&r, e);
+        xio_emit(&r);
+        return;
+    }
+    if (!p->calls) {
+        if (e && e->kind == XIO_KIND_EXCLUDED)
+            return;
+        p->fd = fd;
+        p->op = (uint8_t)op;
+        p->path_id = e ? e->path_id : 0;
+        p->kind = e ? e->kind : XIO_KIND_UNKNOWN;
+        p->offset = e && xio_kind_seekable(e->kind) ? e->soffset : -1;
+        p->first = t0;
+        p->busy = 0;
+        p->bytes = 0;
+    }
+    struct xio_fd *known = xio_fd_get_known(fd);
+    if (known && nbytes > 0)
+        __atomic_fetch_add(&known->soffset, nbytes, __ATOMIC_RELAXED);
+    p->calls++;
+    p->busy += t1 - t0 > 0 ? t1 - t0 : 0;
+    p->bytes += (uint64_t)nbytes;
+    if ((op == XIO_OP_STDIO_READ && nbytes == 0) || p->calls >= XIO_RUN_CALLS)
+        xio_run_flush();
+}
+
+/* `call`: the real call, returning `type`; `moved`: the bytes it moved, from `ret` (-1: it failed). */
+#define RECORD_STDIO(op, type, call, f, moved)                                                                   \
+    if (!f || !xio_enter())                                                                                      \
+        return call;                                                                                             \
+    int64_t t0 = xio_ticks();                                                                                    \
+    type ret = call;                                                                                             \
+    int err = errno;                                                                                             \
+    int64_t t1 = xio_ticks();                                                                                    \
+    note_stdio(op, f, t0, t1, moved, err);                                                                       \
+    xio_leave();                                                                                                 \
+    errno = err;                                                                                                 \
+    return ret;
+
+/* A character read: 1 byte, or none at the end of the file, or a failure. */
+#define GOT_CHAR(f, ret) ((ret) != EOF ? 1 : ferror(f) ? -1 : 0)
+#define PUT_OK(ret, n) ((ret) != EOF ? (int64_t)(n) : -1)
+
+static int (*real_fgetc)(FILE *);
+static int xio_fgetc(FILE *f) { RECORD_STDIO(XIO_OP_STDIO_READ, int, REAL(fgetc)(f), f, GOT_CHAR(f, ret)) }
+static int (*real_getc)(FILE *);
+static int xio_getc(FILE *f) { RECORD_STDIO(XIO_OP_STDIO_READ, int, REAL(getc)(f), f, GOT_CHAR(f, ret)) }
+static int (*real__IO_getc)(FILE *);
+static int xio__IO_getc(FILE *f) { RECORD_STDIO(XIO_OP_STDIO_READ, int, REAL(_IO_getc)(f), f, GOT_CHAR(f, ret)) }
+static int (*real_getw)(FILE *);
+static int xio_getw(FILE *f)
+{
+    RECORD_STDIO(XIO_OP_STDIO_READ, int, REAL(getw)(f), f,
+                 ferror(f) ? -1 : ret == EOF && feof(f) ? 0 : (int64_t)sizeof(int))
+}
+static char *(*real_fgets)(char *, int, FILE *);
+static char *xio_fgets(char *buf, int n, FILE *f)
+{
+    RECORD_STDIO(XIO_OP_STDIO_READ, char *, REAL(fgets)(buf, n, f), f,
+                 ret ? (int64_t)strlen(ret) : ferror(f) ? -1 : 0)
+}
+
+static int (*real_fputc)(int, FILE *);
+static int xio_fputc(int c, FILE *f) { RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(fputc)(c, f), f, PUT_OK(ret, 1)) }
+static int (*real_putc)(int, FILE *);
+static int xio_putc(int c, FILE *f) { RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(putc)(c, f), f, PUT_OK(ret, 1)) }
+static int (*real__IO_putc)(int, FILE *);
+static int xio__IO_putc(int c, FILE *f)
+{
+    RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(_IO_putc)(c, f), f, PUT_OK(ret, 1))
+}
+static int (*real_putw)(int, FILE *);
+static int xio_putw(int w, FILE *f)
+{
+    RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(putw)(w, f), f, ret == 0 ? (int64_t)sizeof(int) : -1)
+}
+static int (*real_fputs)(const char *, FILE *);
+static int xio_fputs(const char *str, FILE *f)
+{
+    RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(fputs)(str, f), f, ret >= 0 && str ? (int64_t)strlen(str) : -1)
+}
+
+/* Formatted calls: the variadic ones call the real va_list form (the C99 scanf forms for __isoc99_*). */
+static int (*real_vfprintf)(FILE *, const char *, va_list);
+static int vfprintf_recorded(FILE *f, const char *fmt, va_list ap)
+{
+    RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(vfprintf)(f, fmt, ap), f, ret >= 0 ? (int64_t)ret : -1)
+}
+static int xio_vfprintf(FILE *f, const char *fmt, va_list ap) { return vfprintf_recorded(f, fmt, ap); }
+static int xio_fprintf(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = vfprintf_recorded(f, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+static int xio_vprintf(const char *fmt, va_list ap) { return vfprintf_recorded(stdout, fmt, ap); }
+static int xio_printf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = vfprintf_recorded(stdout, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+
+/* The fortified forms (_FORTIFY_SOURCE), with their flag: the real __vfprintf_chk does the checks. */
+static int (*real___vfprintf_chk)(FILE *, int, const char *, va_list);
+static int vfprintf_chk_recorded(FILE *f, int flag, const char *fmt, va_list ap)
+{
+    RECORD_STDIO(XIO_OP_STDIO_WRITE, int, REAL(__vfprintf_chk)(f, flag, fmt, ap), f, ret >= 0 ? (int64_t)ret : -1)
+}
+static int xio___vfprintf_chk(FILE *f, int flag, const char *fmt, va_list ap)
+{
+    return vfprintf_chk_recorded(f, flag, fmt, ap);
+}
+static int xio___fprintf_chk(FILE *f, int flag, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = vfprintf_chk_recorded(f, flag, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+static int xio___vprintf_chk(int flag, const char *fmt, va_list ap)
+{
+    return vfprintf_chk_recorded(stdout, flag, fmt, ap);
+}
+static int xio___printf_chk(int flag, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = vfprintf_chk_recorded(stdout, flag, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+static char *(*real___fgets_chk)(char *, size_t, int, FILE *);
+static char *xio___fgets_chk(char *buf, size_t size, int n, FILE *f)
+{
+    RECORD_STDIO(XIO_OP_STDIO_READ, char *, REAL(__fgets_chk)(buf, size, n, f), f,
+                 ret ? (int64_t)strlen(ret) : ferror(f) ? -1 : 0)
+}
+/* Only their wrappers' addresses are used (hook tables): the real calls go through the va_list forms. */
+static int (*real_fprintf)(FILE *, const char *, ...);
+static int (*real_printf)(const char *, ...);
+static int (*real_vprintf)(const char *, va_list);
+static int (*real___fprintf_chk)(FILE *, int, const char *, ...);
+static int (*real___printf_chk)(int, const char *, ...);
+static int (*real___vprintf_chk)(int, const char *, va_list);
+static int (*real_fscanf)(FILE *, const char *, ...);
+static int (*real___isoc99_fscanf)(FILE *, const char *, ...);
+
+static int64_t scanned(FILE *f, int64_t before, int ret)
+{
+    if (ret == EOF && ferror(f))
+        return -1;
+    int64_t after = before >= 0 ? ftello(f) : -1;
+    return after >= before && before >= 0 ? after - before : 0;
+}
+
+#define DEFINE_VFSCANF(name, real)                                                                               \
+    static int xio_##name(FILE *f, const char *fmt, va_list ap)                                                  \
+    {                                                                                                            \
+        if (!f || !xio_enter())                                                                                  \
+            return REAL(real)(f, fmt, ap);                                                                       \
+        int saved = errno;                                                                                       \
+        int64_t before = ftello(f);                                                                              \
+        errno = saved;                                                                                           \
+        int64_t t0 = xio_ticks();                                                                                \
+        int ret = REAL(real)(f, fmt, ap);                                                                        \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_ticks();                                                                                \
+        note_stdio(XIO_OP_STDIO_READ, f, t0, t1, scanned(f, before, ret), err);                                  \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return ret;                                                                                              \
+    }
+static int (*real_vfscanf)(FILE *, const char *, va_list);
+static int (*real___isoc99_vfscanf)(FILE *, const char *, va_list);
+DEFINE_VFSCANF(vfscanf, vfscanf)
+DEFINE_VFSCANF(__isoc99_vfscanf, __isoc99_vfscanf)
+static int xio_fscanf(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = xio_vfscanf(f, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+static int xio___isoc99_fscanf(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = xio___isoc99_vfscanf(f, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+
+extern int fgetc(FILE *) XIO_ALIAS(xio_fgetc);
+extern int getc(FILE *) XIO_ALIAS(xio_getc);
+extern int _IO_getc(FILE *) XIO_ALIAS(xio__IO_getc);
+extern int getw(FILE *) XIO_ALIAS(xio_getw);
+extern char *fgets(char *, int, FILE *) XIO_ALIAS(xio_fgets);
+extern int fputc(int, FILE *) XIO_ALIAS(xio_fputc);
+extern int putc(int, FILE *) XIO_ALIAS(xio_putc);
+extern int _IO_putc(int, FILE *) XIO_ALIAS(xio__IO_putc);
+extern int putw(int, FILE *) XIO_ALIAS(xio_putw);
+extern int fputs(const char *, FILE *) XIO_ALIAS(xio_fputs);
+extern int vfprintf(FILE *, const char *, va_list) XIO_ALIAS(xio_vfprintf);
+extern int fprintf(FILE *, const char *, ...) XIO_ALIAS(xio_fprintf);
+extern int vprintf(const char *, va_list) XIO_ALIAS(xio_vprintf);
+extern int printf(const char *, ...) XIO_ALIAS(xio_printf);
+extern int vfscanf(FILE *, const char *, va_list) XIO_ALIAS(xio_vfscanf);
+extern int __isoc99_vfscanf(FILE *, const char *, va_list) XIO_ALIAS(xio___isoc99_vfscanf);
+extern int fscanf(FILE *, const char *, ...) XIO_ALIAS(xio_fscanf);
+extern int __isoc99_fscanf(FILE *, const char *, ...) XIO_ALIAS(xio___isoc99_fscanf);
+extern int __vfprintf_chk(FILE *, int, const char *, va_list) XIO_ALIAS(xio___vfprintf_chk);
+extern int __fprintf_chk(FILE *, int, const char *, ...) XIO_ALIAS(xio___fprintf_chk);
+extern int __vprintf_chk(int, const char *, va_list) XIO_ALIAS(xio___vprintf_chk);
+extern int __printf_chk(int, const char *, ...) XIO_ALIAS(xio___printf_chk);
+extern char *__fgets_chk(char *, size_t, int, FILE *) XIO_ALIAS(xio___fgets_chk);
+
 static int (*real_fclose)(FILE *);
 static int xio_fclose(FILE *f)
 {
@@ -220,5 +479,9 @@ extern int fclose(FILE *) XIO_ALIAS(xio_fclose);
 const struct xio_hook xio_hooks_stdio[] = {
     HOOK_PTR(fopen), HOOK_PTR(fopen64), HOOK_PTR(fdopen), HOOK(fread),  HOOK(__fread_chk), HOOK(fwrite),
     HOOK(fseek),     HOOK(fseeko),      HOOK(fseeko64),   HOOK(fflush), HOOK(fclose),
+    HOOK(fgetc), HOOK(getc), HOOK(_IO_getc), HOOK(getw), HOOK_PTR(fgets), HOOK_PTR(__fgets_chk), HOOK(fputc),
+    HOOK(putc), HOOK(_IO_putc), HOOK(putw), HOOK(fputs), HOOK(vfprintf), HOOK(fprintf), HOOK(vprintf),
+    HOOK(printf), HOOK(__vfprintf_chk), HOOK(__fprintf_chk), HOOK(__vprintf_chk), HOOK(__printf_chk),
+    HOOK(vfscanf), HOOK(__isoc99_vfscanf), HOOK(fscanf), HOOK(__isoc99_fscanf),
     {0},
 };

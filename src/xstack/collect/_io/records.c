@@ -256,6 +256,27 @@ void xio_rec_rename(int olddirfd, const char *oldpath, int newdirfd, const char 
     xio_emit(&r);
 }
 
+/* ---- runs of calls (xio.h): readdir calls, stdio's character, line and formatted calls ---- */
+
+__thread struct xio_run xio_run __attribute__((tls_model("initial-exec")));
+
+void xio_run_flush(void)
+{
+    struct xio_run *p = &xio_run;
+    if (!p->calls)
+        return;
+    struct xio_ev r;
+    xio_ev_init(&r, p->op, p->first, p->first + p->busy);
+    r.fd = p->fd;
+    r.path_id = p->path_id;
+    r.kind = p->kind;
+    r.offset = p->offset;
+    r.bytes = (int64_t)p->bytes;
+    r.requested = p->calls;
+    p->calls = 0; /* before xio_emit, which would flush the run again */
+    xio_emit(&r);
+}
+
 /* ---- the record cap: handed to the streams in chunks (streams.c) ---- */
 
 /* Up to XIO_GRANT_CHUNK more records for a stream, within the process's cap; 0 once the cap is reached. */

@@ -173,7 +173,7 @@ static void restart_locked(struct stream *s)
 static void stream_release(void *p)
 {
     struct stream *s = p;
-    xio_dir_flush(); /* a readdir run the thread left open */
+    xio_run_flush(); /* a run of calls the thread left open */
     int saved = xio_guard;
     xio_guard = 1;
     pthread_mutex_lock(&xio.lock);
@@ -272,8 +272,8 @@ static void emit_shared(const struct xio_ev *ev)
 
 void xio_emit(const struct xio_ev *ev)
 {
-    if (XIO_UNLIKELY(xio_dir_run.calls) && ev->op != XIO_OP_READDIR)
-        xio_dir_flush(); /* the thread's readdir run ends before its next call */
+    if (XIO_UNLIKELY(xio_run.calls))
+        xio_run_flush(); /* the thread's run of calls ends before its next record */
     struct stream *s = tls_stream;
     if (XIO_UNLIKELY(!s || s->gen != xio.gen) && !(s = stream_for_thread())) {
         emit_shared(ev);
@@ -471,7 +471,7 @@ void xio_streams_new_file(void)
 void xio_streams_fork_child(void)
 {
     tls_tid = 0;
-    xio_dir_run.calls = 0; /* the parent records the run it was in */
+    xio_run.calls = 0; /* the parent records the run it was in */
     nfree = nretired = 0;
     for (uint32_t i = 0; streams && i < nstreams; i++)
         streams[i].id_next = streams[i].id_end = 0;

@@ -55,7 +55,8 @@
     X(FDOPEN, "fdopen") X(FREAD, "fread") X(FWRITE, "fwrite") X(FCLOSE, "fclose") X(FSEEK, "fseek")               \
     X(FFLUSH, "fflush") X(INHERIT, "inherit") X(PATH, "path") X(OPENDIR, "opendir") X(READDIR, "readdir")        \
     X(CLOSEDIR, "closedir") X(RENAME, "rename") X(SENDFILE_READ, "sendfile_read")                                 \
-    X(SENDFILE_WRITE, "sendfile_write") X(COPY_READ, "copy_file_range_read") X(COPY_WRITE, "copy_file_range_write")
+    X(SENDFILE_WRITE, "sendfile_write") X(COPY_READ, "copy_file_range_read") X(COPY_WRITE, "copy_file_range_write") \
+    X(STDIO_READ, "stdio_read") X(STDIO_WRITE, "stdio_write")
 
 enum xio_op {
     XIO_OP_NONE = 0,
@@ -207,17 +208,22 @@ struct xio_state {
 extern struct xio_state xio;
 /* initial-exec: a preloaded library has static TLS, and this avoids a __tls_get_addr call per access */
 extern __thread int xio_guard __attribute__((tls_model("initial-exec")));
-extern int xio_vfork_active;
-/* A thread's run of readdir calls on one directory, not yet recorded (hooks_dir.c); `calls` 0: none. */
-struct xio_dir_run {
-    int64_t first; /* ticks: the run's first call */
-    int64_t busy;  /* ticks spent inside the calls */
-    uint32_t calls, entries, path_id;
+extern int xio_vfork_active; /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
+/* A thread's run of calls of one kind on one descriptor, not yet recorded: readdir calls on a directory
+ * (hooks_dir.c), or stdio's character, line and formatted calls on a stream (hooks_stdio.c). Written as one
+ * record when it ends: `calls` 0: none. */
+struct xio_run {
+    int64_t first;  /* ticks: the run's first call */
+    int64_t busy;   /* ticks spent inside the calls */
+    int64_t offset; /* the stream's position at the first call (stdio runs), else -1 */
+    uint64_t bytes; /* bytes moved (stdio runs), entries returned (readdir runs) */
+    uint32_t calls, path_id;
     int fd;
-    uint8_t kind;
+    uint8_t kind, op;
 };
-extern __thread struct xio_dir_run xio_dir_run __attribute__((tls_model("initial-exec")));
-void xio_dir_flush(void); /* records the calling thread's run of readdir calls, if any */ /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
+extern __thread struct xio_run xio_run __attribute__((tls_model("initial-exec")));
+void xio_run_flush(void); /* records the calling thread's run, if any */
+#define XIO_RUN_CALLS 4096u /* a run is recorded once it holds this many calls */
 
 int xio_init_early(void);
 pid_t xio_sys_getpid(void);
