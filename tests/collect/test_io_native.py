@@ -614,6 +614,15 @@ def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
     assert (out.fd_kind, out.requested, out.bytes) == ("pipe", 1, len(json.dumps(seen)) + 1)
 
 
+def test_a_run_of_stdio_calls_ends_once_it_has_lasted_a_flush_interval(tmp_path: Path, c_programs: Path) -> None:
+    """A line every 60 ms: a run is written once it has lasted the flush interval (100 ms), so that a thread
+    writing now and then keeps none open for long (lost, were the process to exit meanwhile)."""
+    slow = tmp_path / "slow.log"
+    _, trace = run(tmp_path, str(c_programs / "native_lines"), str(tmp_path / "lines.txt"), str(slow))
+    runs = [(op.requested, op.bytes) for op in trace.ops if op.path == str(slow) and op.op == "stdio_write"]
+    assert sum(n for n, _ in runs) == 5 and sum(b for _, b in runs) == 35 and 2 <= len(runs) <= 4, runs
+
+
 def test_static_binary_is_reported_not_covered(tmp_path: Path, c_programs: Path) -> None:
     static = c_programs / "native_stdio_static"
     if not static.exists():

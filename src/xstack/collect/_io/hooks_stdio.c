@@ -6,7 +6,8 @@
  * A character or line call moves a few bytes from the stream's buffer: a record per call would be a record per
  * character or line. A thread's run of such calls of one side on one stream is kept instead (xio_run, as
  * readdir runs are) and written as one STDIO_READ or STDIO_WRITE record when it ends: when the thread records
- * any other call, at the end of the file, after XIO_RUN_CALLS calls, and when the process flushes for good. The
+ * any other call, at the end of the file, after XIO_RUN_CALLS calls or a flush interval (XIO_FLUSH_INTERVAL_NS)
+ * from its first call, and when the thread or the process flushes for good. The
  * record starts at the run's first call and lasts the time spent inside the calls; `bytes` is what they moved,
  * `requested` the calls, `offset` the stream's position at the first. A failed call is recorded alone. fscanf's
  * bytes are the stream's position after the call less before it (ftello), as Darshan counts them.
@@ -240,7 +241,9 @@ static void note_stdio(int op, FILE *f, int64_t t0, int64_t t1, int64_t nbytes, 
     p->calls++;
     p->busy += t1 - t0 > 0 ? t1 - t0 : 0;
     p->bytes += (uint64_t)nbytes;
-    if ((op == XIO_OP_STDIO_READ && nbytes == 0) || p->calls >= XIO_RUN_CALLS)
+    /* a run ends at the end of the file, at XIO_RUN_CALLS calls, and once it has lasted a flush interval: a thread
+     * that writes a line now and then keeps no run open for long, to be lost if the process exits meanwhile */
+    if ((op == XIO_OP_STDIO_READ && nbytes == 0) || p->calls >= XIO_RUN_CALLS || t1 - p->first > xio.flush_interval)
         xio_run_flush();
 }
 
