@@ -583,21 +583,22 @@ def reread(results: Results) -> Recommendation | None:
     impact, per = at_stake(results, _num(r.facts, "reread_ns"), _num(r.facts, "reread_warmup_ns"))
     severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.pattern"])
     starts, opens = int(_num(r.facts, "reread_from_start") or 0), int(_num(r.facts, "reread_opens") or 0)
+    name = PurePosixPath(path).name
     title = "Data read over again: each read pulls in more than its item"
     if starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens:  # opened again and again, read from its start
         title = "Data read over again: a file read whole again and again"
-        action = (f"{PurePosixPath(path).name} is read whole again and again (opened {opens:,} times, read from its "
+        action = (f"{name} is read whole again and again (opened {opens:,} times, read from its "
                   f"start {starts:,} of them): "
                   "load it once, in the Dataset's __init__ (before the workers start, so that they share it) or "
                   "on first use in each worker, and keep what it holds.")  # fmt: skip
     elif path.lower().endswith(HDF5_SUFFIXES):
-        action = (f"{PurePosixPath(path).name} is HDF5, which reads whole chunks: each item read in shuffled order "
+        action = (f"{name} is HDF5, which reads whole chunks: each item read in shuffled order "
                   f"pulls in the chunk that holds it ({times:g} times the file's bytes here). Store it with one item "
                   "per chunk (create_dataset(..., chunks=(1, *item_shape))), or shuffle chunks rather than items "
                   "(a sampler that yields the items of one chunk together), or give each worker a chunk cache that "
                   "holds the chunks it reuses (h5py.File(path, rdcc_nbytes=...)).")  # fmt: skip
     elif path.lower().endswith(PARQUET_SUFFIXES):
-        action = (f"{PurePosixPath(path).name} is Parquet, read a row group at a time: each row taken in shuffled "
+        action = (f"{name} is Parquet, read a row group at a time: each row taken in shuffled "
                   f"order reads the whole row group that holds it ({times:g} times the file's bytes here). Read "
                   "each row group once for all its rows (shuffle row groups, then the rows within one: an "
                   "IterableDataset, or a sampler that keeps a row group's rows together), keep the row group a "
