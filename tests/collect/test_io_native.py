@@ -61,9 +61,13 @@ def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         subprocess.run(["gcc", "-O2", "-o", str(out / name), str(PROGRAMS / f"{name}.c")], check=True)
     # each call as written (gcc would make fputs of a constant an fwrite); fortified, fprintf and printf are
     # __fprintf_chk and __printf_chk
-    for name, fortify in (("native_lines", []), ("native_lines_fortified", ["-D_FORTIFY_SOURCE=2"])):
+    for name, source, fortify in (
+        ("native_lines", "native_lines", []),
+        ("native_reopen", "native_reopen", []),
+        ("native_lines_fortified", "native_lines", ["-D_FORTIFY_SOURCE=2"]),
+    ):
         subprocess.run(["gcc", "-O2", "-fno-builtin", *fortify, "-o", str(out / name),
-                        str(PROGRAMS / "native_lines.c")], check=True)  # fmt: skip
+                        str(PROGRAMS / f"{source}.c")], check=True)  # fmt: skip
     plugin = str(PROGRAMS / "native_plugin.c")
     subprocess.run(
         ["gcc", "-O2", "-shared", "-fPIC", "-DINNER", "-o", str(out / "libxio_inner.so"), plugin], check=True
@@ -612,6 +616,27 @@ def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
     # printf's line went to the standard output (a pipe here): a run of one call on it
     (out,) = [op for op in trace.ops if op.fd == 1 and op.op == "stdio_write"]
     assert (out.fd_kind, out.requested, out.bytes) == ("pipe", 1, len(json.dumps(seen)) + 1)
+
+
+def test_rewind_fsetpos_and_freopen_keep_the_stream_s_position_and_path(tmp_path: Path, c_programs: Path) -> None:
+    first, other = tmp_path / "first.txt", tmp_path / "other.txt"
+    other.write_text("hello\n")
+    seen, trace = run(tmp_path, str(c_programs / "native_reopen"), str(first), str(other))
+    assert seen == {"a": "a", "d": "d", "line": "hello", "end": 1}
+    assert [(op.op, op.offset, op.bytes, op.requested) for op in trace.ops if op.path == str(first)] == [
+        ("fopen", -1, -1, os.O_RDWR | os.O_CREAT | os.O_TRUNC),
+        ("stdio_write", 0, 6, 1),
+        ("fseek", 0, -1, os.SEEK_SET),  # rewind
+        ("stdio_read", 0, 1, 1),
+        ("fseek", 3, -1, os.SEEK_SET),
+        ("fseek", 0, -1, os.SEEK_SET),  # rewind
+        ("fseek", 3, -1, os.SEEK_SET),  # fsetpos to the position fgetpos saved
+        ("stdio_read", 3, 1, 1),
+        ("fclose", -1, -1, -1),  # freopen closed it
+    ]  # fmt: skip
+    assert [(op.op, op.offset, op.bytes, op.requested) for op in trace.ops if op.path == str(other)] == [
+        ("fopen", -1, -1, os.O_RDONLY), ("stdio_read", 0, 6, 2), ("fclose", -1, -1, -1),
+    ]  # fmt: skip
 
 
 def test_a_run_of_stdio_calls_ends_once_it_has_lasted_a_flush_interval(tmp_path: Path, c_programs: Path) -> None:

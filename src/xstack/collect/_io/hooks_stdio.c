@@ -1,7 +1,8 @@
-/* Wrappers of stdio: fopen, fdopen, fread, fwrite, fseek, fflush, fclose; and the character, line and formatted
- * calls Darshan's STDIO module wraps: fgetc, getc, fgets, getw, fscanf, vfscanf (read side) and fputc, putc,
- * fputs, putw, fprintf, vfprintf, printf, vprintf (write side), with their fortified forms. Not wrapped:
- * freopen, rewind, fsetpos, ungetc, and the _unlocked forms (getc_unlocked is a macro that reads the buffer).
+/* Wrappers of stdio: fopen, fdopen, freopen, fread, fwrite, fseek (rewind, fsetpos), fflush, fclose; and the
+ * character, line and formatted calls Darshan's STDIO module wraps: fgetc, getc, fgets, getw, fscanf, vfscanf
+ * (read side) and fputc, putc, fputs, putw, fprintf, vfprintf, printf, vprintf (write side), with their
+ * fortified forms. Not wrapped: ungetc, and the _unlocked forms (getc_unlocked is a macro that reads the
+ * buffer).
  *
  * A character or line call moves a few bytes from the stream's buffer: a record per call would be a record per
  * character or line. A thread's run of such calls of one side on one stream is kept instead (xio_run, as
@@ -177,6 +178,71 @@ static void record_seek(FILE *f, int64_t t0, int64_t t1, int ret, int err, int w
 DEFINE_FSEEK(fseek, long)
 DEFINE_FSEEK(fseeko, off_t)
 DEFINE_FSEEK(fseeko64, off64_t)
+
+/* rewind is fseek(f, 0, SEEK_SET) that returns nothing; fsetpos sets a position ftello took: both are seeks. */
+static void (*real_rewind)(FILE *);
+static void xio_rewind(FILE *f)
+{
+    if (!f || !xio_enter()) {
+        REAL(rewind)(f);
+        return;
+    }
+    int64_t t0 = xio_ticks();
+    REAL(rewind)(f);
+    int err = errno;
+    int64_t t1 = xio_ticks();
+    record_seek(f, t0, t1, 0, err, SEEK_SET);
+    xio_leave();
+    errno = err;
+}
+
+#define DEFINE_FSETPOS(name, type)                                                                               \
+    static int (*real_##name)(FILE *, const type *);                                                            \
+    static int xio_##name(FILE *f, const type *pos)                                                              \
+    {                                                                                                            \
+        if (!f || !xio_enter())                                                                                  \
+            return REAL(name)(f, pos);                                                                           \
+        int64_t t0 = xio_ticks();                                                                                \
+        int ret = REAL(name)(f, pos);                                                                            \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_ticks();                                                                                \
+        record_seek(f, t0, t1, ret, err, SEEK_SET);                                                              \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return ret;                                                                                              \
+    }
+DEFINE_FSETPOS(fsetpos, fpos_t)
+DEFINE_FSETPOS(fsetpos64, fpos64_t)
+
+/* freopen closes the stream's descriptor (through glibc's internal close) and opens the path on the same
+ * stream: a close of the old descriptor (an instant at the call's start), then an fopen. With no path it
+ * reopens the same file in another mode: passed through. */
+#define DEFINE_FREOPEN(name)                                                                                     \
+    static FILE *(*real_##name)(const char *, const char *, FILE *);                                             \
+    static FILE *xio_##name(const char *path, const char *mode, FILE *f)                                         \
+    {                                                                                                            \
+        if (!f || !path || !xio_enter()) /* no path: the same file in another mode */                            \
+            return REAL(name)(path, mode, f);                                                                    \
+        int saved = errno;                                                                                       \
+        int old = fileno(f);                                                                                     \
+        struct xio_fd *e = xio_fd_get(old);                                                                      \
+        struct xio_fd before = e ? *e : (struct xio_fd){0};                                                      \
+        errno = saved;                                                                                           \
+        int64_t t0 = xio_ticks();                                                                                \
+        FILE *got = REAL(name)(path, mode, f);                                                                   \
+        int err = errno;                                                                                         \
+        int64_t t1 = xio_ticks();                                                                                \
+        if (old >= 0) {                                                                                          \
+            xio_fd_closed(old);                                                                                  \
+            xio_rec_entry(XIO_OP_FCLOSE, old, e ? &before : NULL, t0, t0, 0, 0, -1, -1);                         \
+        }                                                                                                        \
+        record_fopen(XIO_OP_FOPEN, path, got, t0, t1, err, mode);                                                \
+        xio_leave();                                                                                             \
+        errno = err;                                                                                             \
+        return got;                                                                                              \
+    }
+DEFINE_FREOPEN(freopen)
+DEFINE_FREOPEN(freopen64)
 
 static int (*real_fflush)(FILE *);
 static int xio_fflush(FILE *f)
@@ -476,6 +542,11 @@ extern size_t fwrite(const void *restrict, size_t, size_t, FILE *restrict) XIO_A
 extern int fseek(FILE *, long, int) XIO_ALIAS(xio_fseek);
 extern int fseeko(FILE *, off_t, int) XIO_ALIAS(xio_fseeko);
 extern int fseeko64(FILE *, off64_t, int) XIO_ALIAS(xio_fseeko64);
+extern void rewind(FILE *) XIO_ALIAS(xio_rewind);
+extern int fsetpos(FILE *, const fpos_t *) XIO_ALIAS(xio_fsetpos);
+extern int fsetpos64(FILE *, const fpos64_t *) XIO_ALIAS(xio_fsetpos64);
+extern FILE *freopen(const char *, const char *, FILE *) XIO_ALIAS(xio_freopen);
+extern FILE *freopen64(const char *, const char *, FILE *) XIO_ALIAS(xio_freopen64);
 extern int fflush(FILE *) XIO_ALIAS(xio_fflush);
 extern int fclose(FILE *) XIO_ALIAS(xio_fclose);
 
@@ -485,6 +556,7 @@ const struct xio_hook xio_hooks_stdio[] = {
     HOOK(fgetc), HOOK(getc), HOOK(_IO_getc), HOOK(getw), HOOK_PTR(fgets), HOOK_PTR(__fgets_chk), HOOK(fputc),
     HOOK(putc), HOOK(_IO_putc), HOOK(putw), HOOK(fputs), HOOK(vfprintf), HOOK(fprintf), HOOK(vprintf),
     HOOK(printf), HOOK(__vfprintf_chk), HOOK(__fprintf_chk), HOOK(__vprintf_chk), HOOK(__printf_chk),
-    HOOK(vfscanf), HOOK(__isoc99_vfscanf), HOOK(fscanf), HOOK(__isoc99_fscanf),
+    HOOK(vfscanf), HOOK(__isoc99_vfscanf), HOOK(fscanf), HOOK(__isoc99_fscanf), HOOK(rewind), HOOK(fsetpos),
+    HOOK(fsetpos64), HOOK_PTR(freopen), HOOK_PTR(freopen64),
     {0},
 };
