@@ -548,7 +548,8 @@ def test_each_rank_of_a_torchrun_job_writes_its_own_store(tmp_path: Path) -> Non
                            timeout=120)  # fmt: skip
     done = subprocess.run([*job, "-m", "xstack", "run", "-o", "prof-{rank}.duckdb", "--", "ranks.py", "3", "prof"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
-    assert plain.returncode == 0 and done.returncode == 0, done.stderr[-3000:]
+    assert plain.returncode == 0, f"the job alone failed: {plain.stderr[-3000:]}"
+    assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):  # the same results on each rank
         assert (tmp_path / f"prof-{rank}.txt").read_text() == (tmp_path / f"plain-{rank}.txt").read_text()
     for rank in (0, 1):
@@ -643,7 +644,8 @@ def test_processes_a_program_spawns_are_each_profiled_into_a_store_of_their_own(
     plain = subprocess.run([sys.executable, "spawned.py", "plain"], capture_output=True, text=True, cwd=tmp_path,
                            timeout=120)  # fmt: skip
     done = _run(tmp_path, "run", "--levels", "model,layer,io", "-o", "p.duckdb", "--", "python", "spawned.py", "prof")
-    assert plain.returncode == 0 and done.returncode == 0, done.stderr[-3000:]
+    assert plain.returncode == 0, f"the job alone failed: {plain.stderr[-3000:]}"
+    assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):  # the same results in each process
         assert (tmp_path / f"prof-{rank}.txt").read_text() == (tmp_path / f"plain-{rank}.txt").read_text()
         with Store.open(tmp_path / f"p.rank{rank}.duckdb") as store:
