@@ -539,13 +539,22 @@ dist.destroy_process_group()
 """
 
 
+def _alone(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A gloo job run without xstack, for the results to compare with: run once more where a rank aborted (gloo's
+    TCP transport now and then throws from a peer that closed its connection early, and the rank dies of SIGABRT;
+    pytorch/gloo#514). xstack plays no part in this run."""
+    done = subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120)
+    if done.returncode and "SIGABRT" in done.stderr:
+        done = subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120)
+    return done
+
+
 def test_each_rank_of_a_torchrun_job_writes_its_own_store(tmp_path: Path) -> None:
     """``xstack run -- torchrun ...`` profiled the launcher, which runs no model: the workers went unseen, and
     ranks under one launcher would all have written one store."""
     (tmp_path / "ranks.py").write_text(textwrap.dedent(RANKS))
     job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    plain = subprocess.run([*job, "ranks.py", "3", "plain"], capture_output=True, text=True, cwd=tmp_path,
-                           timeout=120)  # fmt: skip
+    plain = _alone([*job, "ranks.py", "3", "plain"], tmp_path)
     done = subprocess.run([*job, "-m", "xstack", "run", "-o", "prof-{rank}.duckdb", "--", "ranks.py", "3", "prof"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
     assert plain.returncode == 0, f"the job alone failed: {plain.stderr[-3000:]}"
@@ -641,8 +650,7 @@ def test_processes_a_program_spawns_are_each_profiled_into_a_store_of_their_own(
     """The DDP tutorial's mp.spawn(train, nprocs=N): the training runs in the processes it starts, and the run
     held one model span, the summary saying that the program made no nn.Module call."""
     (tmp_path / "spawned.py").write_text(textwrap.dedent(SPAWNED))
-    plain = subprocess.run([sys.executable, "spawned.py", "plain"], capture_output=True, text=True, cwd=tmp_path,
-                           timeout=120)  # fmt: skip
+    plain = _alone([sys.executable, "spawned.py", "plain"], tmp_path)
     done = _run(tmp_path, "run", "--levels", "model,layer,io", "-o", "p.duckdb", "--", "python", "spawned.py", "prof")
     assert plain.returncode == 0, f"the job alone failed: {plain.stderr[-3000:]}"
     assert done.returncode == 0, done.stderr[-3000:]
