@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from xstack.leveled.occasional import _WRITES, _every, _unmarked, _work, add_writes, work_text
+from xstack.leveled.occasional import _WRITES, _every, _unmarked, _work, add_writes, the_others, work_text
 
 MS = 1_000_000
 
@@ -228,3 +228,24 @@ def test_work_in_no_span_inside_some_of_a_group_s_iterations_is_found_and_the_gr
     spans = [_group("evaluate", evaluation, 30)]
     alone, apart = _work(spans, {1: steps}, {1: "model"}), _work(spans, {1: steps}, {1: "model"}, extra=[tuple(save)])
     assert alone[0]["longer_ns"] > 14 * MS and 10.5 * MS < apart[0]["longer_ns"] < 11.5 * MS
+
+
+def test_work_too_cheap_to_name_still_says_the_files_it_writes() -> None:
+    """An LSTM's checkpoint every 10th iteration, inside its validation's every 5th, with two other validation
+    iterations to tell it from: its cost is within the noise, and it was "1 more, 1.37 us per iteration together",
+    its 2.67 MiB written every 10th iteration unsaid."""
+    checkpoint = _group("aten::detach", [9, 19], 20) | {
+        "every": 10,
+        "writes_bytes": 2_796_687,
+        "writes_path": "/r/ckpt.pt",
+        "writes_files": 1,
+        "per_iteration_ns": 1371,
+        "longer_beyond_noise": False,
+    }
+    assert the_others([checkpoint]) == (
+        "1 more, 1.37 us per iteration together, writing 2.67 MiB to files every 10th iteration (/r/ckpt.pt), its "
+        "iterations no longer than the others beyond their spread"
+    )
+    other = _group("aten::set_", [7], 20)
+    assert the_others([other, checkpoint]).startswith("2 more, 1.47 us per iteration together, one of them writing")
+    assert the_others([other]) == "1 more, 100 ns per iteration together"
