@@ -608,6 +608,11 @@ def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
     ]  # fmt: skip
     run_of = next(op for op in ops if op.op == "stdio_read")
     assert run_of.module == "STDIO" and run_of.dur_ns > 0
+    from xstack.collect.io import _span_attrs  # its span: the calls, not bytes asked for
+
+    attrs = _span_attrs(run_of, "data")
+    assert (attrs["io.calls"], attrs["io.bytes"], attrs["io.offset"]) == (50, 400, 0)
+    assert "io.requested_bytes" not in attrs
     # the counters count the calls, and the bytes
     from xstack.collect._io_counters import file_counters
 

@@ -32,7 +32,7 @@ from xstack import salvage
 from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_classes import PathClasses, process_roles
-from xstack.collect._io_counters import file_counters, op_path
+from xstack.collect._io_counters import RUNS, file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
 from xstack.errors import XstackError
@@ -204,15 +204,6 @@ def _span_attrs(op: Any, path_class: str) -> dict[str, Any]:
         A.IO_FD_KIND: op.fd_kind,
         A.IO_PATH_CLASS: path_class,
     }
-    if op.op in ("stdio_read", "stdio_write"):  # a run of calls: bytes moved and calls made (``hooks_stdio.c``)
-        attrs[A.IO_CALLS] = op.requested
-        if op.offset >= 0:
-            attrs[A.IO_OFFSET] = op.offset
-        if op.bytes >= 0:
-            attrs[A.IO_BYTES] = op.bytes
-        if op.errno:
-            attrs[A.IO_ERRNO] = op.errno
-        return attrs
     if op.op == "readdir":  # a run of calls: entries returned and calls made (``hooks_dir.c``)
         if op.bytes >= 0:
             attrs[A.IO_DIR_ENTRIES] = op.bytes
@@ -224,8 +215,8 @@ def _span_attrs(op: Any, path_class: str) -> dict[str, Any]:
         attrs[A.IO_OFFSET] = op.offset
     if op.bytes >= 0:
         attrs[A.IO_BYTES] = op.bytes
-    if op.requested >= 0:
-        attrs[A.IO_REQUESTED_BYTES] = op.requested
+    if op.requested >= 0:  # a stdio run's is the calls it made (``hooks_stdio.c``)
+        attrs[A.IO_CALLS if op.op in RUNS else A.IO_REQUESTED_BYTES] = op.requested
     if op.target is not None:
         attrs[A.IO_TARGET] = op.target
     if op.errno:

@@ -273,10 +273,9 @@ static void note_stdio(int op, FILE *f, int64_t t0, int64_t t1, int64_t nbytes, 
     struct xio_run *p = &xio_run;
     if (p->calls && (p->fd != fd || p->op != op))
         xio_run_flush();
-    struct xio_fd *e = p->calls ? NULL : xio_fd_get(fd);
+    struct xio_fd *e = xio_fd_get(fd);
     if (nbytes < 0) { /* a failed call is recorded alone, as every failed call is */
         xio_run_flush();
-        e = xio_fd_get(fd);
         if (e && e->kind == XIO_KIND_EXCLUDED)
             return;
         struct xio_ev r;
@@ -301,9 +300,8 @@ static void note_stdio(int op, FILE *f, int64_t t0, int64_t t1, int64_t nbytes, 
         p->busy = 0;
         p->bytes = 0;
     }
-    struct xio_fd *known = xio_fd_get_known(fd);
-    if (known && nbytes > 0)
-        __atomic_fetch_add(&known->soffset, nbytes, __ATOMIC_RELAXED);
+    if (e && nbytes > 0)
+        __atomic_fetch_add(&e->soffset, nbytes, __ATOMIC_RELAXED);
     p->calls++;
     p->busy += t1 - t0 > 0 ? t1 - t0 : 0;
     p->bytes += (uint64_t)nbytes;
