@@ -324,10 +324,9 @@ def _file_rows(a: IoSide, b: IoSide, floors: _Floors, limit: int) -> tuple[list[
     scale = [max(sum(f[i] for f in s.files.values()) for s in (a, b)) or 1 for i in range(3)]
     ranked = []
     paired = _pair_temp_paths(a.files, b.files)
-    a_files = {k: v for k, v in a.files.items() if k not in {pa for pa, _ in paired.values()}}
-    b_files = {k: v for k, v in b.files.items() if k not in {pb for _, pb in paired.values()}}
-    a_files |= {key: a.files[pa] for key, (pa, _) in paired.items()}
-    b_files |= {key: b.files[pb] for key, (_, pb) in paired.items()}
+    in_a, in_b = {pa for pa, _ in paired.values()}, {pb for _, pb in paired.values()}
+    a_files = {k: v for k, v in a.files.items() if k not in in_a} | {k: a.files[pa] for k, (pa, _) in paired.items()}
+    b_files = {k: v for k, v in b.files.items() if k not in in_b} | {k: b.files[pb] for k, (_, pb) in paired.items()}
     for path in list(a_files) + [p for p in b_files if p not in a_files]:
         fa, fb = a_files.get(path), b_files.get(path)
         done = [i for _, i, _ in _FILE_MEASURES if (fa and fa[i]) or (fb and fb[i])] or [0]  # none: bytes read

@@ -450,7 +450,7 @@ def occasional_row(work: list[dict[str, Any]]) -> tuple[str, int, str]:
 def the_others(others: list[dict[str, Any]]) -> str:
     """``"2 more, 519 ns per iteration together"``; with the files the most writing of them writes, whose cost is
     lost in the noise: ``"2 more, 519 ns per iteration together, one of them writing 2.67 MiB to files every 10th
-    iteration (ckpt.pt), no longer than the others beyond their spread"``."""
+    iteration (ckpt.pt), its iterations no longer than the others beyond their spread"``."""
     text = f"{len(others):,} more, {format_ns(sum(o['per_iteration_ns'] for o in others))} per iteration together"
     writing = max((o for o in others if o.get("writes_bytes")), key=lambda o: o["writes_bytes"], default=None)
     if writing is not None:
