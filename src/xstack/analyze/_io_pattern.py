@@ -48,7 +48,9 @@ FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads
 _SPAN_READS = f"""
 SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
     median({SPAN_BYTES}) FILTER (WHERE {SPAN_BYTES} > 0), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns),
-    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}}), sum(dur_ns) FILTER (WHERE {{warm}})
+    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}}), sum(dur_ns) FILTER (WHERE {{warm}}),
+    count(*) FILTER (WHERE {SPAN_BYTES} = 0 AND name IN {in_list(COPY_READ_OPS)}),
+    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND name IN {in_list(COPY_READ_OPS)})
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
     AND {SPAN_STORAGE} GROUP BY 1
 """
@@ -91,14 +93,6 @@ SELECT count(*) FROM r JOIN extent USING (path) WHERE r.nbytes < {SMALL_READ_BYT
 """
 """The small data-file reads (io spans) of files smaller than a page, as far as their reads reached: reads that
 cannot be larger, whose files are ``io.small_files``' concern."""
-
-_COPY_ENDS = f"""
-SELECT count(*), coalesce(sum(dur_ns), 0) FROM spans
-WHERE run_id = $run AND level = 'io' AND name IN {in_list(COPY_READ_OPS)} AND {SPAN_BYTES} = 0
-    AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)}
-"""
-"""The zero-length reads that ended an in-kernel copy of a data file (``shutil.copyfile`` calls ``sendfile``
-until it returns 0): how many, and their time."""
 
 _REREAD = f"""
 WITH r AS (
@@ -232,11 +226,12 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "zero_read_warmup_ns": data_spans[5] if data_spans else None,
         "read_ns": data_spans[4] if data_spans else None,
         "read_warmup_ns": data_spans[6] if data_spans else None,
+        # of the zero-length reads, those that ended an in-kernel copy (shutil.copyfile's sendfile loop)
+        "zero_copy_reads": data_spans[7] if data_spans else None,
+        "zero_copy_read_ns": data_spans[8] if data_spans else None,
     }
     if io.has_spans:
         facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, io.run_id)[0][0])
-        ends, ends_ns = rows(store, _COPY_ENDS, io.run_id)[0]
-        facts |= {"zero_copy_reads": as_count(ends), "zero_copy_read_ns": as_count(ends_ns)}
     shuffled = _shuffled(store, io, facts)  # adds its facts
     reread = _reread(store, io, facts)  # adds its facts
     return Result(
@@ -330,9 +325,10 @@ def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:
     return labels
 
 
-SpanReads = tuple[int, int, float | None, int, int, int, int]
+SpanReads = tuple[int, int, float | None, int, int, int, int, int, int]
 """Reads in spans, small reads, median size (bytes), time in zero-length reads and in all reads, and in the
-zero-length reads and all reads of the warm-up iterations (ns)."""
+zero-length reads and all reads of the warm-up iterations (ns); the zero-length reads that ended an in-kernel
+copy, and their time (ns)."""
 
 
 def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
@@ -343,10 +339,11 @@ def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
     data = f"CASE WHEN {SPAN_CLASS} IN {in_list(DATA_CLASSES)} THEN 'data files' END"
     for key in (SPAN_CLASS, data):
         sql = _SPAN_READS.format(key=key, warm=io.ctx.in_warmup())
-        for cls, n, small, mid, zero_ns, read_ns, warm_ns, warm_read_ns in rows(store, sql, io.run_id):
+        for cls, n, small, mid, *times in rows(store, sql, io.run_id):
             if cls is not None:
-                out[str(cls)] = (int(n), int(small), None if mid is None else float(mid), int(zero_ns or 0),
-                                 int(read_ns or 0), int(warm_ns or 0), int(warm_read_ns or 0))  # fmt: skip
+                zero_ns, read_ns, warm_ns, warm_read_ns, copy_ends, copy_ends_ns = (int(t or 0) for t in times)
+                out[str(cls)] = (int(n), int(small), None if mid is None else float(mid), zero_ns, read_ns, warm_ns,
+                                 warm_read_ns, copy_ends, copy_ends_ns)  # fmt: skip
     return out
 
 
