@@ -359,6 +359,20 @@ def test_bandwidth_spreads_each_call_over_the_bins_it_overlaps(loop: Store) -> N
         _one(loop, "io.bandwidth", bins=0)
 
 
+def test_a_merged_run_s_bandwidth_is_its_io_pass_s_over_the_pass(tmp_path: Path) -> None:
+    """A merged run holds the I/O of its one merged iteration: its bins spanned that iteration's few calls (a
+    DataLoader over a zip file: 50 bins of 25.7 us, over 1.3 ms of a 2-second pass). They are now the io pass's."""
+    with _merged_loop(tmp_path / "m.duckdb", (300, 300, 300), median_wait=300) as store:
+        sink = Sink(store, 2)
+        io_span(sink, 3, 1, "read", 100, 50, MAIN, "/d/a.bin", 4096, offset=0, tid=1)
+        sink.close()
+        r = run_analyses(store, 2, ["io.bandwidth"])[0]
+        pass_alone = run_analyses(store, 1, ["io.bandwidth"])[0]
+    assert r.run_id == 2 and r.rows == pass_alone.rows and r.facts == {**pass_alone.facts, "source_run": 1}
+    assert r.facts["bytes_read"] == 4096 * 2 + 999 + 3000  # the pass's reads, not the merged iteration's one
+    assert r.labels[0] == "from the io pass (run 1, model+io), over the pass: a merged run holds one iteration's I/O"
+
+
 def test_bandwidth_draws_six_processes_and_sums_the_rest(tmp_path: Path) -> None:
     with Store.create(tmp_path / "w.duckdb") as store:
         store.add_run(RunInfo(1, "workers", levels=["io"]))

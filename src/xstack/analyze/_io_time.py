@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
@@ -14,6 +15,7 @@ from xstack.analyze._io_common import (
     IoRun,
     check_options,
     in_list,
+    io_pass,
     io_run,
 )
 from xstack.analyze._timeline_common import notes_of, rows
@@ -79,10 +81,16 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
     bytes; the rest are summed into one line. Without ``io`` spans (a Darshan log without DXT tracing) the
     per-operation times are unknown: each file's bytes are spread evenly from its first to its last access (an
     estimate, and labelled so). Time counts from the run's first span (so it lines up with the Perfetto trace),
-    else from the first I/O.
+    else from the first I/O. A merged run holds the I/O of its one merged iteration only: its bandwidth over time
+    is its io pass's, over that pass (fact ``source_run``), as its ``io_files`` counters are.
     """
     check_options(ID, bins=bins)
     io = io_run(store, run_id)
+    if io.ctx.pass_name == "merged" and (io_source := io_pass(store, io.ctx.config)) is not None:
+        run, name = io_source
+        r = bandwidth_over_time(store, run, bins=bins)
+        said = f"from the io pass (run {run}, {name}), over the pass: a merged run holds one iteration's I/O"
+        return dataclasses.replace(r, run_id=io.run_id, facts={**r.facts, "source_run": run}, labels=[said, *r.labels])
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
     source = _FROM_SPANS if io.has_spans else _FROM_FILES
