@@ -7,9 +7,12 @@ from typing import Any
 
 from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
+    DATA_SPAN,
     FILE_STORAGE,
     FILE_TIME,
+    OPEN_OPS,
     READ_OPS,
+    SPAN_BYTES,
     SPAN_PATH,
     SPAN_STORAGE,
     WRITE_OPS,
@@ -26,6 +29,7 @@ from xstack.analyze._io_common import (
 from xstack.analyze._timeline_common import DATALOADER, STEP, notes_of, pct, rows
 from xstack.analyze.context import merged, past_warmup
 from xstack.analyze.result import Chart, Column, Result
+from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 ID = "io.input_bound"
@@ -74,6 +78,22 @@ SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coale
        coalesce(io_in.worker_ns, 0)
 FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
 """
+
+_WORKER_DATA = f"""
+WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
+ops AS (
+    SELECT name, dur_ns, {SPAN_PATH} AS path, {SPAN_BYTES} AS bytes FROM spans sp
+    WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND pid IS DISTINCT FROM $main
+        AND NOT list_contains($helpers, pid) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        AND EXISTS (SELECT 1 FROM it WHERE sp.start_ns >= it.s AND sp.start_ns < it.e)
+),
+reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)})
+SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(OPEN_OPS)}),
+    (SELECT count(DISTINCT path) FROM reads), (SELECT coalesce(sum(bytes), 0) FROM reads),
+    (SELECT path FROM reads GROUP BY path ORDER BY sum(dur_ns) DESC, path LIMIT 1)
+"""
+"""The workers' successful calls on data files that started in the measured iterations: their reads, opens,
+the files read, the bytes read and the file of the most read time."""
 
 _SYNCS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0), arg_max({SPAN_PATH}, dur_ns) FROM spans
@@ -169,12 +189,13 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
         facts = {"lacking": "model", "input_bound": None, "threshold_pct": threshold_pct, **_totals(io, per_pid)}
         return _totals_only(io, per_pid, facts)
     per_pid = rows(store, _TOTALS_FROM_SPANS if io.has_spans else _TOTALS_FROM_FILES, io.run_id)
-    table = _per_iteration(store, io, iterations)
+    table, worker_data = _per_iteration(store, io, iterations)
     kind = str(iterations[0][2])
     loaders = _loaders.dataloaders(store, io.ctx)
     waited = bool(rows(store, _ANY_WAIT, io.run_id)[0][0])
     # the verdict and the shares first: the overview shows a result's first facts
     facts = {**_loop_facts(table, threshold_pct, kind, waited=waited), **_totals(io, per_pid), "dataloaders": loaders}
+    facts |= _worker_data(worker_data, facts["iterations"])
     measured = f"NOT {io.ctx.in_warmup()} AND NOT {io.ctx.after_last_step()}"
     syncs, sync_ns, sync_path = rows(store, _SYNCS.format(measured=measured), io.run_id, main=io.main_pid)[0]
     facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
@@ -246,14 +267,18 @@ def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any
     )
 
 
-def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
+                   ) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:  # fmt: skip
+    """The table's rows, and the workers' data-file calls in the measured iterations (``_WORKER_DATA``)."""
     con = store.con
-    con.execute("CREATE OR REPLACE TEMP TABLE _io_iterations (k INTEGER, s BIGINT, e BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _io_iterations (k INTEGER, s BIGINT, e BIGINT, warm BOOLEAN)")
     con.executemany(
-        "INSERT INTO _io_iterations VALUES (?, ?, ?)", [(k, s, e) for k, (s, e, _, _) in enumerate(iterations, 1)]
+        "INSERT INTO _io_iterations VALUES (?, ?, ?, ?)",
+        [(k, s, e, bool(warm)) for k, (s, e, _, warm) in enumerate(iterations, 1)],
     )
     try:
         found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
+        data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []
@@ -261,7 +286,7 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]) -
         d, w, mw = as_count(dur), as_count(wait), as_count(main_wait)
         warm = "yes" if iterations[int(k) - 1][3] else ""
         out.append((int(k), d, w, d - w, pct(w, d), mw, as_count(main_io) - mw, as_count(worker_io), warm))
-    return out
+    return out, data
 
 
 def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *, waited: bool) -> dict[str, Any]:
@@ -287,6 +312,20 @@ def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *,
         "main_io_wait_ns": sum(r[5] for r in table),
         "main_io_compute_ns": sum(r[6] for r in table),
         "worker_io_per_iteration_ns": sum(r[7] for r in table) / len(table),
+    }
+
+
+def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
+    """Per measured iteration, the workers' reads of data files, their opens of them and the bytes they read;
+    the data files they read over those iterations and the one of the most read time (None without iterations)."""
+    reads, opens, files, read_bytes, path = data
+    per = (lambda n: as_count(n) / iterations) if iterations else (lambda n: None)
+    return {
+        "worker_data_reads_per_iteration": per(reads),
+        "worker_data_opens_per_iteration": per(opens),
+        "worker_data_read_bytes_per_iteration": per(read_bytes),
+        "worker_data_files": as_count(files),
+        "worker_data_path": path,
     }
 
 

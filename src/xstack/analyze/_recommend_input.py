@@ -9,7 +9,7 @@ from typing import Any
 
 from xstack.analyze._loaders import describe as describe_loader
 from xstack.analyze._loaders import waited_on, waits_line
-from xstack.analyze.result import Result, counted, format_ns
+from xstack.analyze.result import Result, counted, format_ns, format_value
 
 Results = dict[str, Result]
 
@@ -17,6 +17,11 @@ Results = dict[str, Result]
 FILES_SHARE_PCT = 25.0
 """The workers' file I/O per iteration, in % of the loop's wait per iteration, under which reading files is not
 what the loop waits for: the advice to make batches cheaper then leaves out reading fewer, larger files."""
+
+FEW_FILES = 4
+"""At most this many data files read by the workers, kept open across iterations (less than one open of a data
+file per iteration), with two reads or more of them per iteration: their reads, not their files, are to be made
+fewer."""
 
 
 def loader_advice(results: Results) -> tuple[str, str, str] | None:
@@ -42,7 +47,29 @@ def cheaper(results: Results, *, iterable: bool = False) -> str:
                 f"against {format_ns(wait)} of waiting) is not what the loop waits for, building the items is (the "
                 f"dataset's {'__iter__' if iterable else '__getitem__'}, its transforms, the collation): decode and "
                 "augment less, or on the GPU, or cache prepared items")  # fmt: skip
-    return "make each batch cheaper to load (decode and augment less, or on the GPU; read fewer, larger files)"
+    return f"make each batch cheaper to load (decode and augment less, or on the GPU; {_fewer(facts, iterable)})"
+
+
+def _fewer(facts: dict[str, Any], iterable: bool) -> str:
+    """What to make fewer in the workers' file I/O: the reads of the few data files they keep open (a database, an
+    archive, one large array), else the files they open per iteration (``io.input_bound``'s ``worker_data_*``
+    facts), else, without those facts, files."""
+    reads, opens = facts.get("worker_data_reads_per_iteration"), facts.get("worker_data_opens_per_iteration")
+    files, path = facts.get("worker_data_files"), facts.get("worker_data_path")
+    if not isinstance(reads, (int, float)) or not isinstance(opens, (int, float)):
+        return "read fewer, larger files"
+    if reads >= 2 and opens < 1 and isinstance(files, int) and 0 < files <= FEW_FILES and path:
+        size = format_value((facts.get("worker_data_read_bytes_per_iteration") or 0) / reads, "bytes")
+        named = str(path) if files == 1 else f"{files} files, {path} the longest"
+        together = ("read in order in larger blocks" if iterable else
+                    "fetched in one read or query by the dataset's __getitems__, which the DataLoader calls with a "
+                    "batch's indices")  # fmt: skip
+        return (f"the workers read {named}, kept open, in {reads:,.0f} reads of {size} on average per iteration: "
+                f"read a batch's items in fewer, larger reads (the records a batch takes stored together, {together}), "
+                "or keep the file in each worker's memory")  # fmt: skip
+    if opens >= 1:
+        return f"read fewer, larger files: the workers open {opens:,.0f} data files per iteration"
+    return "read fewer, larger files"
 
 
 def io_input_action(facts: dict[str, Any], how: str) -> str:
