@@ -81,6 +81,10 @@ open, in their process: how many, and how many of them start elsewhere than that
 back over what the same open read (``np.load`` reads a ``.npy``'s header page, then the array from past its
 header again) is neither."""
 
+SQLITE_COUNTER_OFFSET, SQLITE_COUNTER_BYTES = 24, 16
+"""Where a SQLite database file holds its change counter, which SQLite reads at the start of each read
+transaction (in its default rollback-journal mode) to know whether its page cache is still good."""
+
 _SMALL_FILE_READS = f"""
 WITH r AS (
     SELECT {SPAN_PATH} AS path, coalesce(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT), 0) AS off,
@@ -93,6 +97,15 @@ SELECT count(*) FROM r JOIN extent USING (path) WHERE r.nbytes < {SMALL_READ_BYT
 """
 """The small data-file reads (io spans) of files smaller than a page, as far as their reads reached: reads that
 cannot be larger, whose files are ``io.small_files``' concern."""
+
+_SQLITE_CHECKS = f"""
+SELECT count(*), mode({SPAN_PATH}) FROM spans
+WHERE run_id = $run AND level = 'io' AND name IN ('pread', 'pread64') AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)}
+    AND {SPAN_BYTES} = {SQLITE_COUNTER_BYTES}
+    AND TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) = {SQLITE_COUNTER_OFFSET}
+"""
+"""SQLite's reads of a database's change counter (16 bytes at offset 24, read at the start of every read
+transaction, each query made outside one) from the io spans, and the file of most of them."""
 
 _REREAD = f"""
 WITH r AS (
@@ -189,7 +202,9 @@ def access_pattern(store: Store, run_id: int) -> Result:
     ``zero_copy_reads`` and ``zero_copy_read_ns`` ended in-kernel copies, ``sendfile`` or ``copy_file_range``, whose
     loop, ``shutil.copyfile``'s, asks once more to find the end of the file). Small reads return 1 to 4095 bytes;
     with io spans, fact ``small_reads_small_files`` counts those of files smaller than a page as far as their reads
-    reached, which could not be larger. The small reads, their share and the median read size come from one source,
+    reached, which could not be larger, and ``sqlite_change_reads`` those that read a SQLite database's change
+    counter (``pread`` of 16 bytes at offset 24, made at the start of every read transaction: every query outside
+    one), most of them of ``sqlite_path``. The small reads, their share and the median read size come from one source,
     and their share is of the reads that source sized (``sized reads``, fact ``sized_reads``, source
     ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
     only some modules, POSIX but not STDIO, so its spans may hold fewer reads than the counters); else Darshan's
@@ -232,6 +247,8 @@ def access_pattern(store: Store, run_id: int) -> Result:
     }
     if io.has_spans:
         facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, io.run_id)[0][0])
+        checks, db = rows(store, _SQLITE_CHECKS, io.run_id)[0]
+        facts |= {"sqlite_change_reads": as_count(checks), "sqlite_path": db}
     shuffled = _shuffled(store, io, facts)  # adds its facts
     reread = _reread(store, io, facts)  # adds its facts
     return Result(

@@ -616,7 +616,8 @@ def reread(results: Results) -> Recommendation | None:
 def small_reads(results: Results) -> Recommendation | None:
     """The median read of a data file that returned data is under a page: the I/O is many calls moving little
     each (zero-length reads are the zero-read rule's). Silent where half the small reads or more are of files
-    smaller than a page, which no read could make larger."""
+    smaller than a page, which no read could make larger. Where half of them or more are SQLite reading a
+    database's change counter (``io.pattern``'s ``sqlite_change_reads``), one per query, the advice is SQLite's."""
     r = _get(results, "io.pattern")
     if r is None or (size := _num(r.facts, "median_read_bytes")) is None or size >= SMALL_READ_BYTES:
         return None
@@ -637,10 +638,22 @@ def small_reads(results: Results) -> Recommendation | None:
         line += f"; {small:.0f}% of the {int(sized):,} reads {of} are 1-4095 bytes"
     if sized < reads:
         line += f" ({int(reads):,} data-file reads in all, the others of unknown size)"
+    checks, db = _num(r.facts, "sqlite_change_reads") or 0, r.facts.get("sqlite_path")
+    if db and checks >= 0.5 * (_num(r.facts, "small_reads") or 0):  # SQLite's own reads: no buffer makes them larger
+        line += (f"; {int(checks):,} of them are SQLite reading the change counter of {db} (16 bytes at offset 24), "
+                 "which it does at the start of every read transaction: every query made outside one")  # fmt: skip
+        action = (f"Open {db} as immutable where nothing writes it while the program reads it "
+                  f"(sqlite3.connect('file:{db}?immutable=1', uri=True)): SQLite then neither reads the change counter "
+                  "nor locks the file for each query. Or fetch a batch in one query or one transaction (the "
+                  "dataset's __getitems__, which the DataLoader calls with a batch's indices).")  # fmt: skip
+    else:
+        action = (
+            "Read in larger pieces: buffered streams (open(path, 'rb', buffering=1 << 20)), one read of the "
+            "whole record or file, or a format that reads whole chunks (shards, memory-mapped arrays)."
+        )
     return Recommendation(
         "small_reads", "Small reads: many calls moving little data", "low", [line + " (io.pattern)"], ["io.pattern"],
-        "Read in larger pieces: buffered streams (open(path, 'rb', buffering=1 << 20)), one read of the whole "
-        "record or file, or a format that reads whole chunks (shards, memory-mapped arrays).",
+        action,
     )  # fmt: skip
 
 
