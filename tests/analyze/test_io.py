@@ -1271,6 +1271,36 @@ def test_workers_reading_one_file_kept_open_are_told_to_read_fewer_times_not_few
     )
 
 
+def test_a_loop_loading_its_batches_itself_is_said_to_and_its_io_in_the_waits_is_per_iteration(tmp_path: Path) -> None:
+    """num_workers=0: the evidence read "0 worker processes, 0 ns of their file I/O per iteration", and the main
+    process's I/O in the waits was the run's total (56.2 ms) beside per-iteration figures (1.90 ms of waiting)."""
+    loader = {"index": 0, "dataset": "D", "batch_size": 32, "num_workers": 0, "persistent_workers": False,
+              "pin_memory": False, "prefetch_factor": None, "iterated": 1, "cuda": False}  # fmt: skip
+    for name, loaders in (("a", [loader]), ("b", None)):
+        config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 2} | ({A.CONFIG_DATALOADERS: loaders} if loaders else {})
+        with Store.create(tmp_path / f"{name}.duckdb") as store:
+            store.add_run(RunInfo(1, "loop", levels=["model", "io"], config=config))
+            sink = Sink(store, 1)
+            for k in range(4):
+                step = {A.MODEL_KIND: "step", A.MODEL_STEP: k}
+                sink.span(1 + k, None, "model", f"step#{k}", 1000 * k, 1000, MAIN, 1, step)
+                sink.span(
+                    10 + k, 1 + k, "model", "dataloader.next", 1000 * k, 600, MAIN, 1, {A.MODEL_KIND: "dataloader"}
+                )
+                io_span(sink, 100 + k, 10 + k, "read", 1000 * k + 100, 300, MAIN, f"/d/{k}.npy", 4096, offset=0, tid=1)
+            sink.close()
+        with Store.open(tmp_path / f"{name}.duckdb") as store:
+            rec = _fired(store, "input_bound")
+        assert rec is not None
+        line = next(e for e in rec.evidence if e.endswith("(io.input_bound)"))
+        # without the DataLoader's settings (an imported trace), the io level saw no worker process, which is all
+        # it can say: workers that read nothing from files make no io spans
+        who = "no worker processes: the main process loads the batches itself" if loaders else (
+            "no worker process did file I/O")  # fmt: skip
+        assert line.endswith(f"over 4 iterations (median 600 ns); {who}; the main process spent 300 ns per iteration "
+                             "(1.20 us in all) in file I/O while waiting (io.input_bound)"), line  # fmt: skip
+
+
 def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_files(tmp_path: Path) -> None:
     loader = {"index": 0, "dataset": "Rand", "batch_size": 32, "num_workers": 16, "persistent_workers": True,
               "pin_memory": True, "prefetch_factor": 4, "iterated": 1, "cuda": True}  # fmt: skip

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from textwrap import shorten
 from typing import Any, Final
 
-from xstack.analyze import _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
+from xstack.analyze import _loaders, _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
 from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, loop_waits_for_data, small_stake
 from xstack.analyze._recommend_common import get as _get
@@ -135,12 +135,19 @@ def _io_wait_evidence(facts: dict[str, Any], share_pct: float) -> str:
     if n > 1 and (med := _num(facts, "median_wait_ns")) is not None:
         line += f" (median {format_ns(med)})"
     workers = _num(facts, "workers")
-    if workers is not None:
+    loaders = [e for e in facts.get("dataloaders") or [] if isinstance(e, dict)]
+    loader = _loaders.waited_on(loaders)
+    if loader is not None and not loader.get("num_workers"):
+        line += "; no worker processes: the main process loads the batches itself"
+    elif workers == 0:
+        line += "; no worker process did file I/O"
+    elif workers is not None:
         line += f"; {counted(int(workers), 'worker process', 'worker processes')}"
         if (worker_io := _num(facts, "worker_io_per_iteration_ns")) is not None:
             line += f", {format_ns(worker_io)} of their file I/O per iteration"
     if (main_io := _num(facts, "main_io_wait_ns")) is not None and main_io > 0:
-        line += f"; the main process spent {format_ns(main_io)} in file I/O while waiting"
+        each = f"{format_ns(main_io / n)} per iteration ({format_ns(main_io)} in all)" if n > 1 else format_ns(main_io)
+        line += f"; the main process spent {each} in file I/O while waiting"
     return line + " (io.input_bound)"
 
 
