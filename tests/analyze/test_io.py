@@ -1206,14 +1206,14 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
                                                    "read fewer, larger files).")  # fmt: skip
 
 
-def _reader_loop(path: Path, *, shards: bool, iterable: bool = False) -> Store:
+def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: bool = False) -> Store:
     """Three 1000 ns steps, each waiting 600 ns for a DataLoader of 2 workers that fill the 2 CPUs, whose workers
     read for 300 ns per step: ``shards``: 4 files a step, each opened and read once; else 6 reads a step of 2 KiB
     from one database kept open (opened once, before the first step). Calls before the steps (the open) are not
     the measured iterations'; a failed read is not counted."""
     loader = {"index": 0, "dataset": "Rows", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
               "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": False}  # fmt: skip
-    loader["iterable"] = iterable
+    loader |= {"iterable": iterable, "batched": batched}
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "loop", levels=["model", "io"],
                               config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2, A.CONFIG_DATALOADERS: [loader]}))  # fmt: skip
@@ -1259,6 +1259,11 @@ def test_workers_reading_one_file_kept_open_are_told_to_read_fewer_times_not_few
     with _reader_loop(tmp_path / "it.duckdb", shards=False, iterable=True) as store:
         rec = _fired(store, "input_bound")  # an IterableDataset has no __getitems__: its reads are its own
     assert rec is not None and "stored together, read in order in larger blocks), or keep" in rec.action
+    with _reader_loop(tmp_path / "b.duckdb", shards=False, batched=True) as store:
+        rec = _fired(store, "input_bound")  # its __getitems__ already has a batch's indices
+    assert rec is not None and "fetched in one read or query by the dataset's __getitems__, which has a batch's " in (
+        rec.action
+    )
     with _reader_loop(tmp_path / "shards.duckdb", shards=True) as store:
         r = _one(store, "io.input_bound")
         rec = _fired(store, "input_bound")
@@ -1320,6 +1325,11 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
     with loop_store(tmp_path / "c.duckdb", config=streamed, waits=(990, 990, 990)) as store:
         rec = _fired(store, "input_bound")
     assert rec is not None and "building the items is (the dataset's __iter__, its transforms" in rec.action
+    # a dataset with __getitems__ (Hugging Face datasets' has one) builds a batch's items there
+    batched = config | {A.CONFIG_DATALOADERS: [loader | {"batched": True}]}
+    with loop_store(tmp_path / "d.duckdb", config=batched, waits=(990, 990, 990)) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "building the items is (the dataset's __getitems__, its transforms" in rec.action
     with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2}, waits=(990,) * 3) as store:
         rec = _fired(store, "input_bound")  # no DataLoader settings recorded: from the workers the io level saw
     assert rec is not None and rec.action.startswith("The 2 workers already match the 2 cores: make each batch "

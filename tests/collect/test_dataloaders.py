@@ -59,9 +59,10 @@ def test_each_iterated_dataloader_is_recorded_with_its_settings(profiled: Path) 
     common = {"pin_memory": False, "cuda": False, "iterable": False}
     assert config[A.CONFIG_DATALOADERS] == [  # the unused one is not there
         {"index": 0, "dataset": "Files", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
-         "prefetch_factor": 3, "iterated": 2, "start_method": multiprocessing.get_all_start_methods()[0], **common},
+         "prefetch_factor": 3, "iterated": 2, "start_method": multiprocessing.get_all_start_methods()[0],
+         "batched": False, **common},
         {"index": 1, "dataset": "Validation", "batch_size": 8, "num_workers": 0, "persistent_workers": False,
-         "prefetch_factor": None, "iterated": 1, "start_method": None, **common},
+         "prefetch_factor": None, "iterated": 1, "start_method": None, "batched": True, **common},
     ]  # fmt: skip
     # each epoch waits once more than it has batches: for the StopIteration that ends it
     assert waits == [("0", 2 * (FILES // 4 + 1)), ("1", FILES // 8 + 1)]

@@ -30,27 +30,32 @@ def loader_advice(results: Results) -> tuple[str, str, str] | None:
     loader, cores, source = _loader(results)
     if loader is None:
         return None
-    action = _loader_action(loader, cores, cheaper(results, iterable=loader.get("iterable") is True))
+    how = cheaper(results, iterable=loader.get("iterable") is True, batched=loader.get("batched") is True)
+    action = _loader_action(loader, cores, how)
     return _loader_evidence(loader, cores, source), source, action
 
 
-def cheaper(results: Results, *, iterable: bool = False) -> str:
+def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) -> str:
     """How to make each batch cheaper to load: with reading fewer, larger files where the io level saw the
     workers' file I/O take a real share of the loop's waits (or did not run), without it where it did not;
-    ``iterable``: the dataset is an ``IterableDataset``, whose items its ``__iter__`` builds."""
+    ``iterable``: the dataset is an ``IterableDataset``, whose items its ``__iter__`` builds; ``batched``: it
+    defines ``__getitems__``, which builds a batch's items."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
     worker_io, wait = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns")
     if (isinstance(worker_io, (int, float)) and isinstance(wait, (int, float)) and wait > 0
             and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
+        builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
         return (f"make each batch cheaper to build: the workers' file I/O ({format_ns(worker_io)} per iteration, "
                 f"against {format_ns(wait)} of waiting) is not what the loop waits for, building the items is (the "
-                f"dataset's {'__iter__' if iterable else '__getitem__'}, its transforms, the collation): decode and "
-                "augment less, or on the GPU, or cache prepared items")  # fmt: skip
-    return f"make each batch cheaper to load (decode and augment less, or on the GPU; {_fewer(facts, iterable)})"
+                f"dataset's {builds}, its transforms, the collation): decode and augment less, or on the GPU, or "
+                "cache prepared items")  # fmt: skip
+    return (
+        f"make each batch cheaper to load (decode and augment less, or on the GPU; {_fewer(facts, iterable, batched)})"
+    )
 
 
-def _fewer(facts: dict[str, Any], iterable: bool) -> str:
+def _fewer(facts: dict[str, Any], iterable: bool, batched: bool) -> str:
     """What to make fewer in the workers' file I/O: the reads of the few data files they keep open (a database, an
     archive, one large array), else the files they open per iteration (``io.input_bound``'s ``worker_data_*``
     facts), else, without those facts, files."""
@@ -61,9 +66,12 @@ def _fewer(facts: dict[str, Any], iterable: bool) -> str:
     if reads >= 2 and opens < 1 and isinstance(files, int) and 0 < files <= FEW_FILES and path:
         size = format_value((facts.get("worker_data_read_bytes_per_iteration") or 0) / reads, "bytes")
         named = str(path) if files == 1 else f"{files} files, {path} the longest"
-        together = ("read in order in larger blocks" if iterable else
-                    "fetched in one read or query by the dataset's __getitems__, which the DataLoader calls with a "
-                    "batch's indices")  # fmt: skip
+        together = (
+            "read in order in larger blocks" if iterable
+            else "fetched in one read or query by the dataset's __getitems__, which has a batch's indices" if batched
+            else "fetched in one read or query by the dataset's __getitems__, which the DataLoader calls with a "
+            "batch's indices"
+        )  # fmt: skip
         return (f"the workers read {named}, kept open, in {reads:,.0f} reads of {size} on average per iteration: "
                 f"read a batch's items in fewer, larger reads (the records a batch takes stored together, {together}), "
                 "or keep the file in each worker's memory")  # fmt: skip

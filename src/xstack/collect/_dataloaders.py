@@ -92,6 +92,7 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "index": index,
         "dataset": type(getattr(loader, "dataset", None)).__qualname__,
         "iterable": _iterable(getattr(loader, "dataset", None)),
+        "batched": callable(getattr(getattr(loader, "dataset", None), "__getitems__", None)),
         "batch_size": batch_size if isinstance(batch_size, int) else None,
         "num_workers": workers if isinstance(workers, int) else 0,
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),

@@ -468,7 +468,9 @@ no kernels, and recording the kernel level would add nothing. Absent from import
 CONFIG_DATALOADERS: Final = "dataloaders"
 """List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
 first did, as ``{"index": int, "dataset": str (the dataset's class), "iterable": bool (an ``IterableDataset``,
-whose items come from ``__iter__``; absent in stores recorded before it was), "batch_size": int | None, "num_workers":
+whose items come from ``__iter__``; absent in stores recorded before it was), "batched": bool (the dataset defines
+``__getitems__``, which the DataLoader calls with a batch's indices in place of ``__getitem__`` per item; absent in
+stores recorded before it was), "batch_size": int | None, "num_workers":
 int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | None (None without workers),
 "iterated": int (times iteration started: epochs), "start_method": str | None (how its worker processes start:
 ``fork``, ``spawn`` or ``forkserver``; None without workers), "cuda": bool (the program had CUDA initialised by the

@@ -1,7 +1,8 @@
 """A training loop over two real DataLoaders, for their recorded settings (tests/collect/test_dataloaders.py).
 
 argv: DATA_DIR. ``train`` reads the files of DATA_DIR in 2 persistent workers, slowly (the loop waits for it),
-for 2 epochs; ``val`` reads them in the main process once. A third DataLoader is made and never iterated.
+for 2 epochs; ``val`` reads them in the main process once, a batch per
+``__getitems__`` call. A third DataLoader is made and never iterated.
 """
 
 import os
@@ -29,7 +30,8 @@ class Files(Dataset):
 
 
 class Validation(Files):
-    pass
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:  # the DataLoader's batched fetch
+        return [self[i] for i in indices]
 
 
 model = torch.nn.Linear(64, 1)
