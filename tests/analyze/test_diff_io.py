@@ -317,3 +317,22 @@ def test_files_in_each_run_s_temporary_folder_are_matched_past_its_random_name(t
     assert [temp_key(p) for p in ("/tmp/datasets/x", "/tmp/tmpabcdefgh.pt", "/home/tmp86c2rbay/x")] == [
         None, "/tmp/tmp*.pt", None
     ]  # fmt: skip
+
+
+def test_tensorboard_event_files_are_matched_past_the_run_s_time_host_and_pid(tmp_path: Path) -> None:
+    """A SummaryWriter names its file after the time, host and pid of the run: two runs of one program showed
+    their event files as one removed and one added."""
+    from tests.analyze.io_store import files_store
+    from xstack.analyze._diff_io import temp_key
+    from xstack.trace import attrs as A
+
+    for name, stamp, scale in (("a", "1795485348.vm.local.11803.0", 2), ("b", "1795485450.vm.local.12417.0", 1)):
+        attrs = {A.IO_FILE_PATH_CLASS: "data", A.IO_FILE_MAX_BYTE_WRITTEN: 1000 * scale - 1}
+        row = (5, f"/w/runs/events.out.tfevents.{stamp}", "POSIX", 1, 0, 10 * scale, 0, 0, 1000 * scale, 0, 50, 10,
+               attrs)  # fmt: skip
+        files_store(tmp_path / f"{name}.duckdb", [row]).close()
+    rows = _rows(diff_profiles(tmp_path / "a.duckdb", tmp_path / "b.duckdb"))
+    written = rows[("/w/runs/events.out.tfevents.*", "bytes written")]
+    assert (written["delta"], written["status"]) == (-1000, "less")
+    assert temp_key("/tmp/tmpab12cd34/events.out.tfevents.1.h.2.0") == "/tmp/tmp*/events.out.tfevents.*"
+    assert temp_key("/w/events.out.tfevents.") is None  # nothing of a run's after the prefix

@@ -291,16 +291,25 @@ _TEMP_NAME = re.compile(r"(?P<prefix>[^/]*?)(?P<random>[a-z0-9_]{8})(?P<suffix>\
 eight characters of ``[a-z0-9_]``, and the suffix asked for (``.pt``)."""
 
 
+TFEVENTS: Final = "events.out.tfevents."
+"""How a TensorBoard event file's name starts; the time, host name and process id of the run that wrote it
+follow."""
+
+
 def temp_key(path: str) -> str | None:
-    """``path`` with the random part of the ``tempfile`` folder or file right under a temporary folder put as
-    ``*`` (``/tmp/tmp86c2rbay/data.h5`` -> ``/tmp/tmp*/data.h5``); None when it has none. Past a prefix other than
-    ``tmp``, the random part must hold a digit or an underscore, which a word (``/tmp/datasets``) does not."""
-    parts = path.split("/")
+    """``path`` with the part each run names anew put as ``*``: the random part of the ``tempfile`` folder or
+    file right under a temporary folder (``/tmp/tmp86c2rbay/data.h5`` -> ``/tmp/tmp*/data.h5``), or the time, host
+    and process id in a TensorBoard event file's name (``runs/events.out.tfevents.1795485348.vm.11803.0`` ->
+    ``runs/events.out.tfevents.*``); None when it has none. Past a prefix other than ``tmp``, the random part must
+    hold a digit or an underscore, which a word (``/tmp/datasets``) does not."""
+    folder, _, name = path.rpartition("/")
+    events = name.startswith(TFEVENTS) and len(name) > len(TFEVENTS)
+    parts = (f"{folder}/{TFEVENTS}*" if events else path).split("/")
     for i in range(2, len(parts)):
         m = _TEMP_NAME.fullmatch(parts[i]) if "/".join(parts[:i]) in TEMP_ROOTS else None
         if m and (m["prefix"] == "tmp" or any(c.isdigit() or c == "_" for c in m["random"])):
             return "/".join([*parts[:i], f"{m['prefix']}*{m['suffix'] or ''}", *parts[i + 1 :]])
-    return None
+    return "/".join(parts) if events else None
 
 
 def _pair_temp_paths(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[str, str]]:
