@@ -298,7 +298,7 @@ def test_one_file_s_read_time_counts_past_10_us_the_totals_past_1_us(tmp_path: P
 
 def test_files_in_each_run_s_temporary_folder_are_matched_past_its_random_name(tmp_path: Path) -> None:
     from tests.analyze.io_store import data_file, files_store
-    from xstack.analyze._diff_io import temp_key
+    from xstack.analyze._diff_io import run_key
 
     # each run wrote its data into a folder of its own from tempfile.mkdtemp(), and read it four times less in B
     for name, folder, scale in (("a", "/tmp/tmp86c2rbay", 4), ("b", "/tmp/tmpu6aspcqs", 1)):
@@ -314,16 +314,16 @@ def test_files_in_each_run_s_temporary_folder_are_matched_past_its_random_name(t
     assert ("/tmp/ds*/log.txt", "bytes read") not in rows  # unchanged: matched, not listed
     assert rows[("/tmp/work/a.bin", "bytes read")]["status"] == "removed"
     assert rows[("/tmp/work/b.bin", "bytes read")]["status"] == "added"
-    assert [temp_key(p) for p in ("/tmp/datasets/x", "/tmp/tmpabcdefgh.pt", "/home/tmp86c2rbay/x")] == [
+    assert [run_key(p) for p in ("/tmp/datasets/x", "/tmp/tmpabcdefgh.pt", "/home/tmp86c2rbay/x")] == [
         None, "/tmp/tmp*.pt", None
     ]  # fmt: skip
 
 
-def test_tensorboard_event_files_are_matched_past_the_run_s_time_host_and_pid(tmp_path: Path) -> None:
+def test_logs_are_matched_past_the_names_each_run_gives_them(tmp_path: Path) -> None:
     """A SummaryWriter names its file after the time, host and pid of the run: two runs of one program showed
     their event files as one removed and one added."""
     from tests.analyze.io_store import files_store
-    from xstack.analyze._diff_io import temp_key
+    from xstack.analyze._diff_io import run_key
     from xstack.trace import attrs as A
 
     for name, stamp, scale in (("a", "1795485348.vm.local.11803.0", 2), ("b", "1795485450.vm.local.12417.0", 1)):
@@ -334,5 +334,15 @@ def test_tensorboard_event_files_are_matched_past_the_run_s_time_host_and_pid(tm
     rows = _rows(diff_profiles(tmp_path / "a.duckdb", tmp_path / "b.duckdb"))
     written = rows[("/w/runs/events.out.tfevents.*", "bytes written")]
     assert (written["delta"], written["status"]) == (-1000, "less")
-    assert temp_key("/tmp/tmpab12cd34/events.out.tfevents.1.h.2.0") == "/tmp/tmp*/events.out.tfevents.*"
-    assert temp_key("/w/events.out.tfevents.") is None  # nothing of a run's after the prefix
+    assert run_key("/tmp/tmpab12cd34/events.out.tfevents.1.h.2.0") == "/tmp/tmp*/events.out.tfevents.*"
+    # the folders loggers and launchers name anew for each run
+    assert [run_key(p) for p in (
+        "/w/runs/Nov24_01-59-01_vm.local/events.out.tfevents.1.vm.local.2.0",  # SummaryWriter(), HF Trainer
+        "/w/lightning_logs/version_3/metrics.csv",
+        "/w/wandb/run-20261124_015901-3xk2a9/files/output.log",
+        "/w/outputs/2026-11-24/01-59-01/train.log",  # Hydra
+        "/data/2026-11-24.csv",  # a file's own name is the data's
+        "/data/imgs/version_2",
+    )] == ["/w/runs/*/events.out.tfevents.*", "/w/lightning_logs/version_*/metrics.csv",
+           "/w/wandb/run-*/files/output.log", "/w/outputs/*/*/train.log", None, None]  # fmt: skip
+    assert run_key("/w/events.out.tfevents.") is None  # nothing of a run's after the prefix

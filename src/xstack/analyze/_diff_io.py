@@ -294,25 +294,39 @@ eight characters of ``[a-z0-9_]``, and the suffix asked for (``.pt``)."""
 TFEVENTS: Final = "events.out.tfevents."
 """How a TensorBoard event file's name starts; the time, host name and process id of the run that wrote it
 follow."""
+RUN_FOLDERS: Final = (
+    (re.compile(r"[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+"), "*"),  # SummaryWriter's default: runs/Nov24_01-59-01_HOST
+    (re.compile(r"version_\d+"), "version_*"),  # Lightning's loggers: lightning_logs/version_3
+    (re.compile(r"(offline-)?run-\d{8}_\d{6}-[a-z0-9]+"), "run-*"),  # Weights & Biases: wandb/run-20261124_015901-ID
+    (re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}-\d{2}-\d{2}"), "*"),  # Hydra's: outputs/2026-11-24/01-59-01
+)
+"""Folders that a logger or launcher names anew for each run, and what they are shown as."""
 
 
-def temp_key(path: str) -> str | None:
-    """``path`` with the part each run names anew put as ``*``: the random part of the ``tempfile`` folder or
-    file right under a temporary folder (``/tmp/tmp86c2rbay/data.h5`` -> ``/tmp/tmp*/data.h5``), or the time, host
-    and process id in a TensorBoard event file's name (``runs/events.out.tfevents.1795485348.vm.11803.0`` ->
-    ``runs/events.out.tfevents.*``); None when it has none. Past a prefix other than ``tmp``, the random part must
-    hold a digit or an underscore, which a word (``/tmp/datasets``) does not."""
-    folder, _, name = path.rpartition("/")
-    events = name.startswith(TFEVENTS) and len(name) > len(TFEVENTS)
-    parts = (f"{folder}/{TFEVENTS}*" if events else path).split("/")
+def run_key(path: str) -> str | None:
+    """``path`` with the parts each run names anew put as ``*``: the random part of the ``tempfile`` folder or
+    file right under a temporary folder (``/tmp/tmp86c2rbay/data.h5`` -> ``/tmp/tmp*/data.h5``), the time, host
+    and process id in a TensorBoard event file's name (``events.out.tfevents.1795485348.vm.11803.0`` ->
+    ``events.out.tfevents.*``), and the folders of ``RUN_FOLDERS`` (``runs/Nov24_01-59-01_vm/...`` ->
+    ``runs/*/...``); None when it has none. Past a prefix other than ``tmp``, the random part must hold a digit or
+    an underscore, which a word (``/tmp/datasets``) does not."""
+    parts = path.split("/")
+    masked = False
+    if parts[-1].startswith(TFEVENTS) and len(parts[-1]) > len(TFEVENTS):
+        parts[-1], masked = f"{TFEVENTS}*", True
+    for i in range(1, len(parts) - 1):
+        for pattern, shown in RUN_FOLDERS:
+            if pattern.fullmatch(parts[i]):
+                parts[i], masked = shown, True
+                break
     for i in range(2, len(parts)):
         m = _TEMP_NAME.fullmatch(parts[i]) if "/".join(parts[:i]) in TEMP_ROOTS else None
         if m and (m["prefix"] == "tmp" or any(c.isdigit() or c == "_" for c in m["random"])):
             return "/".join([*parts[:i], f"{m['prefix']}*{m['suffix'] or ''}", *parts[i + 1 :]])
-    return "/".join(parts) if events else None
+    return "/".join(parts) if masked else None
 
 
-def _pair_temp_paths(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[str, str]]:
+def _pair_run_paths(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """The data files only one run has, paired across the runs where their paths differ only in a temporary
     folder's random name (each run's ``tempfile.mkdtemp``): masked path -> (A's path, B's path), where the masked
     path names one file on each side."""
@@ -320,7 +334,7 @@ def _pair_temp_paths(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[st
     for mine, theirs in ((a, b), (b, a)):
         keys: dict[str, list[str]] = {}
         for path in mine:
-            if path not in theirs and (key := temp_key(path)) is not None:
+            if path not in theirs and (key := run_key(path)) is not None:
                 keys.setdefault(key, []).append(path)
         sides.append({k: v[0] for k, v in keys.items() if len(v) == 1})
     return {key: (pa, sides[1][key]) for key, pa in sides[0].items() if key in sides[1]}
@@ -329,10 +343,10 @@ def _pair_temp_paths(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[st
 def _file_rows(a: IoSide, b: IoSide, floors: _Floors, limit: int) -> tuple[list[tuple[Any, ...]], int, int, int]:
     """The rows of the ``limit`` data files that changed most (a row per measure either run has of the file),
     how many files were listed, how many changed, and the rows of those left out. A file in a temporary folder
-    is matched to the other run's by its path past the folder's random name (``_pair_temp_paths``)."""
+    is matched to the other run's by its path past the folder's random name (``_pair_run_paths``)."""
     scale = [max(sum(f[i] for f in s.files.values()) for s in (a, b)) or 1 for i in range(3)]
     ranked = []
-    paired = _pair_temp_paths(a.files, b.files)
+    paired = _pair_run_paths(a.files, b.files)
     in_a, in_b = {pa for pa, _ in paired.values()}, {pb for _, pb in paired.values()}
     a_files = {k: v for k, v in a.files.items() if k not in in_a} | {k: a.files[pa] for k, (pa, _) in paired.items()}
     b_files = {k: v for k, v in b.files.items() if k not in in_b} | {k: b.files[pb] for k, (_, pb) in paired.items()}
