@@ -51,6 +51,7 @@ class PathClasses:
         """Files ``tempfile`` made to probe a temporary folder."""
         opened: set[tuple[int, int]] = set()  # (pid, descriptor 1 or 2) the process opened itself
         calls: dict[str, list[Op]] = {}  # the calls on paths named as tempfile's probes are
+        named: dict[str, bool] = {}  # whether a path is named as a probe is: asked once per path, not per call
         for op in ops:
             path = op.path
             if not path or op.errno:
@@ -62,7 +63,10 @@ class PathClasses:
                     opened.add((op.pid, op.fd))
                 elif (op.pid, op.fd) not in opened:
                     self.outputs.add(path)
-            if _probe_name(path):
+            probe = named.get(path)
+            if probe is None:
+                probe = named[path] = _probe_name(path)
+            if probe:
                 calls.setdefault(path, []).append(op)
         self.probes = {path for path, on in calls.items() if _probe_calls(on)}
 
