@@ -299,7 +299,7 @@ class _Blocks:
         self.paths: dict[int, str] = {}  # the ids this file defines; then (_resolve_paths) its image's
         self.inherited_paths: Mapping[int, str] = {}  # the ids of the images it was forked from
         self.bases: dict[int, int] = {}  # thread -> its stream's time base
-        self.raw = array("q")  # RAW_FIELDS values per call, flat: an eighth of the memory of a tuple per call
+        self.raw = array("q")  # RAW_FIELDS values per call, flat: a third of the memory of a tuple per call
         self.path_code = ops.index("path") if "path" in ops else -1
 
     def read(self, data: bytes, at: int) -> None:
