@@ -361,15 +361,26 @@ def test_bandwidth_spreads_each_call_over_the_bins_it_overlaps(loop: Store) -> N
 
 def test_a_merged_run_s_bandwidth_is_its_io_pass_s_over_the_pass(tmp_path: Path) -> None:
     """A merged run holds the I/O of its one merged iteration: its bins spanned that iteration's few calls (a
-    DataLoader over a zip file: 50 bins of 25.7 us, over 1.3 ms of a 2-second pass). They are now the io pass's."""
-    with _merged_loop(tmp_path / "m.duckdb", (300, 300, 300), median_wait=300) as store:
+    DataLoader over a zip file: 50 bins of 25.7 us, over 1.3 ms of a 2-second pass). They are now the io pass's,
+    its main process named by the merged run's pid, which the merge gives it (io.processes names it so too)."""
+    with loop_store(tmp_path / "m.duckdb"):
+        pass
+    with Store.open(tmp_path / "m.duckdb", read_only=False) as store:
+        merge = {"passes": [], "counter_passes": [{"pass": "model+io", "run_id": 1}]}
+        store.add_run(
+            RunInfo(2, "loop", pass_name="merged", levels=["model", "io"], config={"pid": 999, "merge": merge})
+        )
         sink = Sink(store, 2)
-        io_span(sink, 3, 1, "read", 100, 50, MAIN, "/d/a.bin", 4096, offset=0, tid=1)
+        sink.span(1, None, "model", "step", 0, 1000, 999, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        io_span(sink, 3, 1, "read", 100, 50, 999, "/d/a.bin", 4096, offset=0, tid=1)
         sink.close()
         r = run_analyses(store, 2, ["io.bandwidth"])[0]
         pass_alone = run_analyses(store, 1, ["io.bandwidth"])[0]
-    assert r.run_id == 2 and r.rows == pass_alone.rows and r.facts == {**pass_alone.facts, "source_run": 1}
+    assert r.run_id == 2 and r.facts == {**pass_alone.facts, "source_run": 1}
     assert r.facts["bytes_read"] == 4096 * 2 + 999 + 3000  # the pass's reads, not the merged iteration's one
+    named = {f"main (pid {MAIN})": "main (pid 999)"}
+    assert r.rows == [(t, named.get(p, p), *rest) for t, p, *rest in pass_alone.rows]
+    assert f"worker (pid {W1})" in r.column("process")
     assert r.labels[0] == "from the io pass (run 1, model+io), over the pass: a merged run holds one iteration's I/O"
 
 

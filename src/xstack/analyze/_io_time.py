@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from xstack.analyze._io_common import (
@@ -88,9 +89,19 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
     io = io_run(store, run_id)
     if io.ctx.pass_name == "merged" and (io_source := io_pass(store, io.ctx.config)) is not None:
         run, name = io_source
-        r = bandwidth_over_time(store, run, bins=bins)
+        source_io = io_run(store, run)
+
+        def as_merged(pid: int) -> str:  # the merge gives the io pass's main process the merged run's pid
+            return io.process(io.main_pid if pid == source_io.main_pid else pid)
+
+        r = _bandwidth(store, source_io, int(bins), as_merged)
         said = f"from the io pass (run {run}, {name}), over the pass: a merged run holds one iteration's I/O"
         return dataclasses.replace(r, run_id=io.run_id, facts={**r.facts, "source_run": run}, labels=[said, *r.labels])
+    return _bandwidth(store, io, int(bins), io.process)
+
+
+def _bandwidth(store: Store, io: IoRun, bins: int, name_of: Callable[[int], str]) -> Result:
+    """``bandwidth_over_time`` of the run of ``io``, each process named by ``name_of``."""
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
     source = _FROM_SPANS if io.has_spans else _FROM_FILES
@@ -99,7 +110,7 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
         return Result(ID, TITLE, COLUMNS, [], notes="no reads or writes with a known time in the run", run_id=io.run_id)
     t0, width = int(found[0][4]), int(found[0][5])
     base = _run_base(store, io, t0)
-    table = _table(io, found, int(bins), t0 - base, width)
+    table = _table(name_of, found, bins, t0 - base, width)
     totals = [r for r in table if r[1] == "all"]
     active = [r for r in totals if r[6]]
     return Result(
@@ -148,13 +159,14 @@ def _run_base(store: Store, io: IoRun, t0: int) -> int:
     return int(first) if first is not None else t0
 
 
-def _table(io: IoRun, found: list[tuple[Any, ...]], bins: int, offset: int, width: int) -> list[tuple[Any, ...]]:
+def _table(name_of: Callable[[int], str], found: list[tuple[Any, ...]], bins: int, offset: int, width: int
+           ) -> list[tuple[Any, ...]]:  # fmt: skip
     per_pid: dict[Any, dict[int, tuple[float, float]]] = defaultdict(dict)
     for pid, b, r, w, _, _ in found:
         per_pid[pid][int(b)] = (float(r or 0), float(w or 0))
     ranked = sorted(per_pid, key=lambda p: (-sum(r + w for r, w in per_pid[p].values()), p))
     series: list[tuple[str, list[Any]]] = [("all", ranked)]
-    series += [(io.process(p), [p]) for p in ranked[:SERIES]]
+    series += [(name_of(p), [p]) for p in ranked[:SERIES]]
     if len(ranked) > SERIES:
         series.append((f"{len(ranked) - SERIES} other processes", ranked[SERIES:]))
     table = []
