@@ -16,6 +16,7 @@ from xstack.analyze._io_common import (
     SPAN_PATH,
     SPAN_STORAGE,
     WRITE_OPS,
+    IoRun,
     as_count,
     check_options,
     file_int,
@@ -38,6 +39,32 @@ ROW_LIMIT = 1000
 FOLDED = {"python": "(python files)", "profiler": "(profiler files)", "system": "(system files)",
           "ipc": "(shared memory and multiprocessing files)", "directory": "(directories)"}  # fmt: skip
 """Classes of files that are not the program's own, listed as one row each (by that name) unless ``all_paths``."""
+
+REWRITE_TIMES = 4
+"""A data file written over this many times its size (its bytes written against the furthest byte written), ..."""
+REWRITE_MIN_OPENS = 8
+"""... opened at least this many times (one open writing in place, a database, is not a rewrite) ..."""
+REWRITE_MIN_BYTES = 1 << 20
+"""... with at least this many bytes written beyond its size, is rewritten whole again and again."""
+
+_REWRITTEN = f"""
+WITH w AS (
+    SELECT path, sum(opens) AS opens, sum(bytes_written) AS written, sum(write_time_ns + meta_time_ns) AS ns,
+        max({file_int(A.IO_FILE_MAX_BYTE_WRITTEN)}) + 1 AS size
+    FROM io_files WHERE run_id = $run AND {DATA_FILE} AND bytes_written > 0 GROUP BY path
+)
+SELECT path, opens, written, size, ns FROM w
+WHERE size > 0 AND opens >= {REWRITE_MIN_OPENS} AND written >= {REWRITE_TIMES} * size
+    AND written - size >= {REWRITE_MIN_BYTES}
+ORDER BY ns DESC, path LIMIT 1
+"""
+"""The data file rewritten whole again and again that took the most write and metadata time."""
+
+_PATH_TIME = f"""
+SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0) FROM spans
+WHERE run_id = $run AND level = 'io' AND {SPAN_PATH} = $path AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+"""
+"""The time of the run's successful calls on one path, and of those in its warm-up iterations (``{warm}``)."""
 
 _FOLD = " ".join(f"WHEN '{cls}' THEN '{name}'" for cls, name in FOLDED.items())
 _FILES = f"""
@@ -128,6 +155,7 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
     facts["top_path"] = table[0][0] if table else None
     facts["rows"] = len(found)
     facts["mapped_files"], facts["mapped_bytes"] = mapped_files(store, io.run_id)
+    facts |= _rewritten(store, io)
     return Result(
         FILES_ID,
         FILES_TITLE,
@@ -149,6 +177,29 @@ def file_table(store: Store, run_id: int, *, all_paths: bool = False, limit: int
         labels=[_counted(facts["files"], facts["streams"], total[-1], found, len(table), (str(store.path), io.run_id))]
         + _mapped(facts),
     )
+
+
+def _rewritten(store: Store, io: IoRun) -> dict[str, Any]:
+    """Facts on the data file written whole over and over that took the most time: ``rewrite_path``,
+    ``rewrite_opens``, ``rewrite_size`` (its furthest byte written, + 1), ``rewrite_bytes`` (written beyond that
+    size), ``rewrite_times`` (bytes written / size), and ``rewrite_ns`` and ``rewrite_warmup_ns``: the time of
+    its calls (those in the warm-up iterations), in the share of its bytes written beyond its size, from the io
+    spans where the run has them (a merged run's: its one iteration's), else its write and metadata time
+    (counters: a Darshan log). All None where no file is."""
+    found = rows(store, _REWRITTEN, io.run_id)
+    if not found:
+        return dict.fromkeys(("rewrite_path", "rewrite_opens", "rewrite_size", "rewrite_bytes", "rewrite_times",
+                              "rewrite_ns", "rewrite_warmup_ns"))  # fmt: skip
+    path, opens, written, size, ns = found[0]
+    warm = 0
+    if io.has_spans:
+        ns, warm = rows(store, _PATH_TIME.format(warm=io.ctx.in_warmup()), io.run_id, path=path)[0]
+    share = 1 - int(size) / int(written)
+    return {
+        "rewrite_path": str(path), "rewrite_opens": as_count(opens), "rewrite_size": as_count(size),
+        "rewrite_bytes": as_count(written) - as_count(size), "rewrite_times": round(int(written) / int(size), 1),
+        "rewrite_ns": round(as_count(ns) * share), "rewrite_warmup_ns": round(as_count(warm) * share),
+    }  # fmt: skip
 
 
 def _counted(files: int, streams: int, stream_names: str | None, found: list[tuple[Any, ...]], listed: int,

@@ -620,6 +620,32 @@ def reread(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
+def rewritten(results: Results) -> Recommendation | None:
+    """A data file written whole over and over (``io.files``' ``rewrite_*`` facts): a log, index or list of results
+    rewritten at each addition costs the square of its records in bytes, and an open, a truncation and a close
+    each time; a checkpoint saved over itself at every step, each save but the last."""
+    r = _get(results, "io.files")
+    if r is None or not (path := r.facts.get("rewrite_path")):
+        return None
+    times, opens = _num(r.facts, "rewrite_times") or 0, int(_num(r.facts, "rewrite_opens") or 0)
+    size, again = _num(r.facts, "rewrite_size") or 0, _num(r.facts, "rewrite_bytes") or 0
+    evidence = [
+        f"{path} was written {times:,.0f} times its size ({format_value(size + again, 'bytes')} for a file of "
+        f"{format_value(size, 'bytes')}) and opened {opens:,} times (io.files)"
+    ]
+    impact, per = at_stake(results, _num(r.facts, "rewrite_ns"), _num(r.facts, "rewrite_warmup_ns"))
+    severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.files"])
+    name = PurePosixPath(str(path)).name
+    action = (f"{name} is written whole again and again, each time over what was there: write it once, at the end, "
+              "or less often; a log, index or list of results that grows is better appended to (opened once, in "
+              "append mode, a record written at each addition: JSON Lines, CSV) than rewritten whole at every "
+              "addition, which writes the square of its records.")  # fmt: skip
+    return Recommendation(
+        "rewritten", "A file rewritten whole over and over", severity, evidence, sources, action, impact_ns=impact,
+        impact_per=per,
+    )  # fmt: skip
+
+
 def small_reads(results: Results) -> Recommendation | None:
     """The median read of a data file that returned data is under a page: the I/O is many calls moving little
     each (zero-length reads are the zero-read rule's). Silent where half the small reads or more are of files
@@ -682,6 +708,7 @@ RULES: dict[str, Rule] = {
     "small_files": small_files,
     "zero_reads": zero_reads,
     "reread": reread,
+    "rewritten": rewritten,
     "loop_syncs": loop_syncs,
     "small_reads": small_reads,
     **_recommend_cpu.RULES,
@@ -694,7 +721,7 @@ the CUDA/HIP API rules in ``_recommend_system``)."""
 RULE_ANALYSES: Final = (
     "model.stages", "A1", "model.process", "A10", "timeline.breakdown", "timeline.launches", "timeline.syncs",
     "timeline.memcpy", "runtime.api", "runtime.api_calls", "system.cpu", "system.syscalls", "system.gpu",
-    "system.memory", "io.input_bound", "io.pattern", "io.small_files", "health",
+    "system.memory", "io.input_bound", "io.files", "io.pattern", "io.small_files", "health",
 )  # fmt: skip
 """The analyses the built-in rules read, in registry order: where only the recommendations are wanted (``xstack
 summary``), these alone are run, not the per-call tables (A2-A9, A11-A14), which take most of the time on a
