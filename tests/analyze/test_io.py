@@ -1136,10 +1136,21 @@ def test_a_file_rewritten_whole_at_every_step_is_found(tmp_path: Path) -> None:
     assert (
         rec is not None and rec.evidence[0].startswith(f"{path} was written ") and "opened 40 times" in rec.evidence[0]
     )
-    assert rec.action.startswith("results.json is written whole again and again") and rec.impact_per == "iteration"
+    assert rec.action.startswith("results.json grows and is rewritten whole at each addition") and (
+        rec.impact_per == "iteration"
+    )
     (tmp_path / "a").mkdir()
     appended = _run_io_loop(tmp_path / "a", REWRITE_LOOP.replace("MODE", repr("a")))
     assert appended["io.files"].facts["rewrite_path"] is None and RULES["rewritten"](appended) is None
+    # a checkpoint saved over itself at every step: torch.save opens with fopen (STDIO) and writes with write
+    # (POSIX), two rows of io_files, counted together
+    (tmp_path / "c").mkdir()
+    saved = _run_io_loop(tmp_path / "c", "import torch, xstack\nw = torch.ones(80_000)\nfor step in range(20):\n"
+                         "    torch.save(w, 'ckpt.pt')\n    xstack.step()\n")  # fmt: skip
+    facts = saved["io.files"].facts
+    assert (facts["rewrite_path"], facts["rewrite_opens"]) == (str(tmp_path / "c" / "ckpt.pt"), 20)
+    rec = RULES["rewritten"](saved)
+    assert rec is not None and rec.action.startswith("ckpt.pt is saved over itself again and again (20 opens)")
 
 
 SQLITE_LOOP = """

@@ -51,14 +51,15 @@ _REWRITTEN = f"""
 WITH w AS (
     SELECT path, sum(opens) AS opens, sum(bytes_written) AS written, sum(write_time_ns + meta_time_ns) AS ns,
         max({file_int(A.IO_FILE_MAX_BYTE_WRITTEN)}) + 1 AS size
-    FROM io_files WHERE run_id = $run AND {DATA_FILE} AND bytes_written > 0 GROUP BY path
+    FROM io_files WHERE run_id = $run AND {DATA_FILE} GROUP BY path HAVING sum(bytes_written) > 0
 )
 SELECT path, opens, written, size, ns FROM w
 WHERE size > 0 AND opens >= {REWRITE_MIN_OPENS} AND written >= {REWRITE_TIMES} * size
     AND written - size >= {REWRITE_MIN_BYTES}
 ORDER BY ns DESC, path LIMIT 1
 """
-"""The data file rewritten whole again and again that took the most write and metadata time."""
+"""The data file rewritten whole again and again that took the most write and metadata time; its rows of every
+module together (``torch.save`` opens with ``fopen``, counted under STDIO, and writes with ``write``, under POSIX)."""
 
 _PATH_TIME = f"""
 SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0) FROM spans

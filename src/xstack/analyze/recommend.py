@@ -620,6 +620,11 @@ def reread(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
+SNAPSHOT_SHARE = 0.8
+"""A file rewritten whole whose bytes written reach this share of its opens times its final size was written at
+about that size each time (a checkpoint saved over itself); one below grew between rewrites (a list of results)."""
+
+
 def rewritten(results: Results) -> Recommendation | None:
     """A data file written whole over and over (``io.files``' ``rewrite_*`` facts): a log, index or list of results
     rewritten at each addition costs the square of its records in bytes, and an open, a truncation and a close
@@ -636,10 +641,14 @@ def rewritten(results: Results) -> Recommendation | None:
     impact, per = at_stake(results, _num(r.facts, "rewrite_ns"), _num(r.facts, "rewrite_warmup_ns"))
     severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.files"])
     name = PurePosixPath(str(path)).name
-    action = (f"{name} is written whole again and again, each time over what was there: write it once, at the end, "
-              "or less often; a log, index or list of results that grows is better appended to (opened once, in "
-              "append mode, a record written at each addition: JSON Lines, CSV) than rewritten whole at every "
-              "addition, which writes the square of its records.")  # fmt: skip
+    if times >= SNAPSHOT_SHARE * opens:  # about its final size at each open: a snapshot saved over itself
+        action = (f"{name} is saved over itself again and again ({opens:,} opens), each save replacing the one "
+                  "before: save it less often (every N iterations, and at the end), or from a background thread "
+                  "off the loop.")  # fmt: skip
+    else:  # it grew from one rewrite to the next
+        action = (f"{name} grows and is rewritten whole at each addition, which writes the square of its records: "
+                  "append to it instead (opened once, in append mode, a record written at each addition: JSON "
+                  "Lines, CSV), or write it once, at the end.")  # fmt: skip
     return Recommendation(
         "rewritten", "A file rewritten whole over and over", severity, evidence, sources, action, impact_ns=impact,
         impact_per=per,
