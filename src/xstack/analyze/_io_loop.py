@@ -95,6 +95,23 @@ SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in
 """The workers' successful calls on data files that started in the measured iterations: their reads, opens,
 the files read, the bytes read and the file of the most read time."""
 
+_UNSTAGED = f"""
+WITH steps AS (SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}),
+io AS (
+    SELECT {SPAN_PATH} AS path, name, dur_ns FROM spans
+    WHERE run_id = $run AND level = 'io' AND pid = $main AND {SPAN_STORAGE} AND parent_id IN (SELECT span_id FROM steps)
+),
+top AS (
+    SELECT path, sum(dur_ns) AS ns, sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}) AS written,
+        sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}) AS read
+    FROM io GROUP BY path ORDER BY ns DESC, path LIMIT 1
+)
+SELECT (SELECT coalesce(sum(dur_ns), 0) FROM io), (SELECT path FROM top), (SELECT coalesce(written, 0) FROM top),
+    (SELECT coalesce(read, 0) FROM top)
+"""
+"""The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
+itself): its time, the file of the most of it, and that file's write and read time."""
+
 _SYNCS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0), arg_max({SPAN_PATH}, dur_ns) FROM spans
 WHERE run_id = $run AND level = 'io' AND name IN ('fsync', 'fdatasync') AND pid = $main AND {{measured}}
@@ -199,6 +216,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     measured = f"NOT {io.ctx.in_warmup()} AND NOT {io.ctx.after_last_step()}"
     syncs, sync_ns, sync_path = rows(store, _SYNCS.format(measured=measured), io.run_id, main=io.main_pid)[0]
     facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
+    facts |= _unstaged(store, io, facts["iterations"])
     return Result(
         ID,
         TITLE,
@@ -312,6 +330,20 @@ def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *,
         "main_io_wait_ns": sum(r[5] for r in table),
         "main_io_compute_ns": sum(r[6] for r in table),
         "worker_io_per_iteration_ns": sum(r[7] for r in table) / len(table),
+    }
+
+
+def _unstaged(store: Store, io: IoRun, iterations: int) -> dict[str, Any]:
+    """Facts on the main process's file I/O in the measured steps but in no stage: ``main_io_unstaged_ns`` (per
+    measured iteration), ``main_io_unstaged_path`` (the file of the most of it) and ``main_io_unstaged_kind``
+    (``write`` or ``read``: what took most of that file's time there; None: neither, its opens and closes)."""
+    sql = _UNSTAGED.replace("{measured}", past_warmup(io.ctx.warmup))
+    total, path, written, read = rows(store, sql, io.run_id, main=io.main_pid)[0]
+    kind = None if not (written or read) else "write" if as_count(written) >= as_count(read) else "read"
+    return {
+        "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
+        "main_io_unstaged_path": path,
+        "main_io_unstaged_kind": kind,
     }
 
 

@@ -47,6 +47,9 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     ops = s.facts.get("unstaged_ops") or []
     if ops:  # the op level was recorded: the operators the loop ran between its stages
         evidence.append(_ops_line(ops, num(s.facts, "unstaged_ops_ns") or 0.0, unstaged))
+    io_line, io_action = _file_io(results, impact if per == "iteration" else None)
+    if io_line:
+        evidence.append(io_line)
     names = [str(o["op"]) for o in ops]
     known: dict[str, tuple[str, list[str]]] = {}
     for pattern, what, span in TRAINING_OPS:
@@ -76,17 +79,43 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     action += (
         " Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a collate_fn), "
         "where it overlaps the step, and compute metrics and log every N steps."
-    )
+    ) + io_action
     return Recommendation(
         "work_outside_stages",
         "The loop spends much of its step outside every model stage",
         severity(pct),
         evidence,
-        ["model.stages"],
+        ["model.stages", *(["io.input_bound"] if io_line else [])],
         action,
         impact_ns=impact,
         impact_per=per,
     )
+
+
+UNSTAGED_IO_SHARE: Final = 0.1
+"""Share of the time in no stage per iteration from which the main process's file I/O there is named."""
+
+
+def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str]:
+    """Where the io level saw the main process's file I/O outside every stage take ``UNSTAGED_IO_SHARE`` or more of
+    the time in no stage per iteration (``unstaged_ns``; ``io.input_bound``'s ``main_io_unstaged_*`` facts): the
+    evidence line and what to add to the advice; else (None, "")."""
+    io = get(results, "io.input_bound")
+    facts = io.facts if io is not None else {}
+    ns, path, kind = (
+        num(facts, "main_io_unstaged_ns"),
+        facts.get("main_io_unstaged_path"),
+        facts.get("main_io_unstaged_kind"),
+    )
+    if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
+        return None, ""
+    doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
+    line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration, most of it {doing} {path} "
+            "(io.input_bound)")  # fmt: skip
+    name = str(path).rsplit("/", 1)[-1]
+    then = "read it once, before the loop, or in DataLoader workers" if kind == "read" else (
+        "do it every N steps, or from a background thread")  # fmt: skip
+    return line, f" {doing.capitalize()} {name} between the stages puts file I/O on the step's path: {then}."
 
 
 TRAINING_OPS: Final = (
