@@ -576,6 +576,9 @@ PARQUET_SUFFIXES: Final = (".parquet", ".pq")
 REREAD_WHOLE_MIN: Final = 8
 """How many opens of a file must read it from its start (and eight in ten of those that read it) for ``reread`` to
 advise loading it once."""
+TORCH_SUFFIXES: Final = (".pt", ".pth")
+"""Files ``torch.save`` writes: zip archives, which ``torch.load`` on a path reads in many small calls, seeking
+back and forth through their directory."""
 
 
 def reread(results: Results) -> Recommendation | None:
@@ -598,6 +601,12 @@ def reread(results: Results) -> Recommendation | None:
                   f"start {starts:,} of them): "
                   "load it once, in the Dataset's __init__ (before the workers start, so that they share it) or "
                   "on first use in each worker, and keep what it holds.")  # fmt: skip
+    elif path.lower().endswith(TORCH_SUFFIXES):
+        title = "Data read over again: torch.load reads each archive in many small pieces"
+        action = (f"{name} is a torch.save archive (a zip file): torch.load on its path reads it in many small calls, "
+                  f"back and forth through the archive's directory ({times:g} times its bytes here). Read each file "
+                  "whole in one call and load it from memory (torch.load(io.BytesIO(f.read()))), or store the items "
+                  "as plain arrays (numpy's .npy, one read each) or many to a file (shards).")  # fmt: skip
     elif path.lower().endswith(HDF5_SUFFIXES):
         action = (f"{name} is HDF5, which reads whole chunks: each item read in shuffled order "
                   f"pulls in the chunk that holds it ({times:g} times the file's bytes here). Store it with one item "
