@@ -427,7 +427,8 @@ def test_bandwidth_of_a_darshan_log_without_dxt_is_an_estimate(tmp_path: Path) -
         r = _one(store, "io.bandwidth", bins=4)
     assert [x[2] for x in r.rows if x[1] == "all"] == pytest.approx([250.0] * 4)
     assert [x[0] for x in r.rows if x[1] == "all"] == [0, 250, 500, 750]
-    assert r.labels and r.labels[0].startswith("estimated")
+    assert r.labels[:2] == ["data files only (all_paths=True for every file)",
+                            "estimated: each file's bytes spread over its first to last access (no DXT)"]  # fmt: skip
 
 
 def test_bandwidth_bins_are_labelled_in_one_unit_from_first_to_last(tmp_path: Path) -> None:
@@ -438,10 +439,17 @@ def test_bandwidth_bins_are_labelled_in_one_unit_from_first_to_last(tmp_path: Pa
         sink = Sink(store, 1)
         io_span(sink, 1, None, "read", 0, 1_000, MAIN, "/d/a", 4096)
         io_span(sink, 2, None, "read", 119_999_000, 1_000, MAIN, "/d/a", 4096)
+        # the interpreter's imports, after the data: every file's with all_paths, else left out
+        io_span(sink, 3, None, "read", 200_000_000, 1_000, MAIN, "/usr/lib/python3.11/os.py", 40_000, cls="python")
         sink.close()
     with Store.open(tmp_path / "b.duckdb") as store:
         r = _one(store, "io.bandwidth")
-    assert r.facts["bin_ns"] == 2_400_000 and r.labels == ["time bins of 2.40 ms, each labelled by its start"]
+        every = _one(store, "io.bandwidth", all_paths=True)
+    assert r.facts["bin_ns"] == 2_400_000 and r.labels == [
+        "data files only (all_paths=True for every file)", "time bins of 2.40 ms, each labelled by its start"
+    ]  # fmt: skip
+    assert (r.facts["bytes_read"], every.facts["bytes_read"]) == (8192, 48_192)
+    assert every.labels == ["time bins of 4.00 ms, each labelled by its start"]
     cells = [line.split(" | ")[0].removeprefix("| ") for line in md_result(r) if " | all | " in line]
     assert cells[:3] == ["0.00 ms", "2.40 ms", "4.80 ms"] and cells[-1] == "117.60 ms" and len(cells) == 50
 

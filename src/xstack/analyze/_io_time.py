@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from xstack.analyze._io_common import (
+    DATA_FILE,
+    DATA_SPAN,
     FILE_STORAGE,
     READ_OPS,
     SPAN_BYTES,
@@ -35,14 +37,14 @@ SELECT pid, start_ns AS s, dur_ns AS d,
     CASE WHEN name IN {in_list(READ_OPS)} THEN {SPAN_BYTES} ELSE 0 END AS r,
     CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} ELSE 0 END AS w
 FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS + WRITE_OPS)}
-    AND coalesce({SPAN_BYTES}, 0) > 0 AND {SPAN_STORAGE}
+    AND coalesce({SPAN_BYTES}, 0) > 0 AND {SPAN_STORAGE} AND ($all_paths OR {DATA_SPAN})
 """
 
 _FROM_FILES = f"""
 SELECT pid, TRY_CAST(attrs->>'$.{A.IO_FILE_FIRST_NS}' AS BIGINT) AS s,
     TRY_CAST(attrs->>'$.{A.IO_FILE_LAST_NS}' AS BIGINT) - TRY_CAST(attrs->>'$.{A.IO_FILE_FIRST_NS}' AS BIGINT) AS d,
     bytes_read AS r, bytes_written AS w
-FROM io_files WHERE run_id = $run AND bytes_read + bytes_written > 0 AND {FILE_STORAGE}
+FROM io_files WHERE run_id = $run AND bytes_read + bytes_written > 0 AND {FILE_STORAGE} AND ($all_paths OR {DATA_FILE})
     AND json_exists(attrs, '$.{A.IO_FILE_FIRST_NS}') AND json_exists(attrs, '$.{A.IO_FILE_LAST_NS}')
 """
 
@@ -72,12 +74,14 @@ COLUMNS = [
 ]
 
 
-def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Result:
+def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS, all_paths: bool = False) -> Result:
     """Bytes read and written (bytes) and bandwidth (bytes/s) per time bin over the run's I/O, for all processes
     and per process; ``bins`` equal bins from the first to the last I/O.
 
     Notes: each read or write counts its bytes in the bins its call overlaps, in proportion to the overlap (a
-    call within one bin counts wholly there). Pipes and sockets are left out. Lines are drawn for all processes
+    call within one bin counts wholly there). The data files' I/O only (classes data and unknown: not the
+    interpreter's imports, the system's or the profiler's files), every file's with ``all_paths``; pipes and
+    sockets are left out. Lines are drawn for all processes
     together (not where one process did all the I/O: that line is its own) and for the six that moved the most
     bytes; the rest are summed into one line. Without ``io`` spans (a Darshan log without DXT tracing) the
     per-operation times are unknown: each file's bytes are spread evenly from its first to its last access (an
@@ -94,18 +98,18 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS) -> Resul
         def as_merged(pid: int) -> str:  # the merge gives the io pass's main process the merged run's pid
             return io.process(io.main_pid if pid == source_io.main_pid else pid)
 
-        r = _bandwidth(store, source_io, int(bins), as_merged)
+        r = _bandwidth(store, source_io, int(bins), as_merged, all_paths)
         said = f"from the io pass (run {run}, {name}), over the pass: a merged run holds one iteration's I/O"
         return dataclasses.replace(r, run_id=io.run_id, facts={**r.facts, "source_run": run}, labels=[said, *r.labels])
-    return _bandwidth(store, io, int(bins), io.process)
+    return _bandwidth(store, io, int(bins), io.process, all_paths)
 
 
-def _bandwidth(store: Store, io: IoRun, bins: int, name_of: Callable[[int], str]) -> Result:
+def _bandwidth(store: Store, io: IoRun, bins: int, name_of: Callable[[int], str], all_paths: bool) -> Result:
     """``bandwidth_over_time`` of the run of ``io``, each process named by ``name_of``."""
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
     source = _FROM_SPANS if io.has_spans else _FROM_FILES
-    found = rows(store, _BINNED.format(source=source), io.run_id, bins=int(bins))
+    found = rows(store, _BINNED.format(source=source), io.run_id, bins=int(bins), all_paths=all_paths)
     if not found:
         return Result(ID, TITLE, COLUMNS, [], notes="no reads or writes with a known time in the run", run_id=io.run_id)
     t0, width = int(found[0][4]), int(found[0][5])
@@ -137,7 +141,8 @@ def _bandwidth(store: Store, io: IoRun, bins: int, name_of: Callable[[int], str]
             "mean_active_bandwidth": sum(r[6] for r in active) / len(active) if active else None,
             "active_bins": len(active),
         },
-        labels=([] if io.has_spans else ["estimated: each file's bytes spread over its first to last access (no DXT)"])
+        labels=([] if all_paths else ["data files only (all_paths=True for every file)"])
+        + ([] if io.has_spans else ["estimated: each file's bytes spread over its first to last access (no DXT)"])
         + [bin_label(width)],
     )
 
