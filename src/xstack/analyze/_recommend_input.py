@@ -154,7 +154,21 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str) -> s
             steps.append(f"raise prefetch_factor from {prefetch} (batches each worker loads ahead)")
     if loader.get("cuda") and not loader.get("pin_memory"):
         steps.append("set pin_memory=True (faster copies to the GPU)")
+    if whole := _whole_batches(loader):  # building the batch in one step beats spreading its items over workers
+        steps.insert(0, whole)
     return f"{describe_loader(loader)}: " + "; ".join(steps) + "."
+
+
+def _whole_batches(loader: dict[str, Any]) -> str:
+    """For a ``TensorDataset`` (tensors already in memory) batched by the DataLoader: its batch is indexed item by
+    item and stacked again by the collation, where one indexing of each tensor by the batch's indices does it
+    (a ``BatchSampler`` as the sampler, ``batch_size=None``); empty otherwise."""
+    size = loader.get("batch_size")
+    if loader.get("dataset") != "TensorDataset" or loader.get("batched") or not isinstance(size, int) or size < 2:
+        return ""
+    return (f"its TensorDataset is indexed item by item, {size} times a batch, and the items stacked again: index its "
+            f"tensors once per batch instead, DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), "
+            f"batch_size={size}, drop_last=False), batch_size=None) (SequentialSampler without shuffling)")  # fmt: skip
 
 
 STARTUP_SHARE_PCT = 50.0
