@@ -1426,7 +1426,8 @@ def test_a_tensor_dataset_is_told_to_index_its_tensors_once_per_batch(tmp_path: 
         "dataset), batch_size=256, drop_last=False), batch_size=None) (SequentialSampler without shuffling); load in "
         "worker processes"
     )
-    for other in ({"dataset": "Files"}, {"batch_size": None}):  # another dataset; batches of the user's sampler
+    # another dataset; batches a BatchSampler yields whole, as advised
+    for other in ({"dataset": "Files"}, {"sampler_batches": True}):
         with loop_store(tmp_path / "b.duckdb", config=config | {A.CONFIG_DATALOADERS: [loader | other]}) as store:
             rec = _fired(store, "input_bound")
         assert rec is not None and "BatchSampler" not in rec.action

@@ -60,9 +60,10 @@ def test_each_iterated_dataloader_is_recorded_with_its_settings(profiled: Path) 
     assert config[A.CONFIG_DATALOADERS] == [  # the unused one is not there
         {"index": 0, "dataset": "Files", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
          "prefetch_factor": 3, "iterated": 2, "start_method": multiprocessing.get_all_start_methods()[0],
-         "batched": False, **common},
+         "batched": False, "sampler_batches": False, **common},
         {"index": 1, "dataset": "Validation", "batch_size": 8, "num_workers": 0, "persistent_workers": False,
-         "prefetch_factor": None, "iterated": 1, "start_method": None, "batched": True, **common},
+         "prefetch_factor": None, "iterated": 1, "start_method": None, "batched": True, "sampler_batches": False,
+         **common},
     ]  # fmt: skip
     # each epoch waits once more than it has batches: for the StopIteration that ends it
     assert waits == [("0", 2 * (FILES // 4 + 1)), ("1", FILES // 8 + 1)]
@@ -242,3 +243,21 @@ def test_an_iterable_dataset_is_recorded_as_one() -> None:
         True,
     )
     assert describe(DataLoader(list(range(4)), batch_size=2), 1)["iterable"] is False
+
+
+def test_batches_a_sampler_yields_whole_are_recorded_with_the_sampler_s_size() -> None:
+    """``batch_size=None`` with a ``BatchSampler`` as the sampler: the dataset is indexed by a batch's indices at
+    once (what the input-bound advice tells a TensorDataset to do), of the sampler's batch size."""
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+    from xstack.collect._dataloaders import describe
+
+    data = TensorDataset(torch.ones(16, 4))
+    whole = describe(
+        DataLoader(data, sampler=BatchSampler(RandomSampler(data), 8, drop_last=False), batch_size=None), 0
+    )
+    assert (whole["batch_size"], whole["sampler_batches"], whole["batched"]) == (8, True, False)
+    items = describe(DataLoader(data, batch_size=4), 1)
+    assert (items["batch_size"], items["sampler_batches"]) == (4, False)
+    unbatched = describe(DataLoader(data, batch_size=None), 2)  # one item per step, no batch size
+    assert (unbatched["batch_size"], unbatched["sampler_batches"]) == (None, False)

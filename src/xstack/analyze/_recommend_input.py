@@ -164,7 +164,9 @@ def _whole_batches(loader: dict[str, Any]) -> str:
     item and stacked again by the collation, where one indexing of each tensor by the batch's indices does it
     (a ``BatchSampler`` as the sampler, ``batch_size=None``); empty otherwise."""
     size = loader.get("batch_size")
-    if loader.get("dataset") != "TensorDataset" or loader.get("batched") or not isinstance(size, int) or size < 2:
+    if loader.get("dataset") != "TensorDataset" or loader.get("batched") or loader.get("sampler_batches"):
+        return ""
+    if not isinstance(size, int) or size < 2:
         return ""
     return (f"its TensorDataset is indexed item by item, {size} times a batch, and the items stacked again: index its "
             f"tensors once per batch instead, DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), "

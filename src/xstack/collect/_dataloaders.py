@@ -86,6 +86,10 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
     batch_size = getattr(loader, "batch_size", None)
     if batch_size is None:  # batches from a batch sampler of the user's
         batch_size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    whole = False  # the sampler yields a batch's indices, which the dataset takes at once (batch_size=None)
+    if batch_size is None and getattr(loader, "batch_sampler", None) is None:
+        batch_size = getattr(getattr(loader, "sampler", None), "batch_size", None)
+        whole = isinstance(batch_size, int)
     workers = getattr(loader, "num_workers", 0)
     prefetch = getattr(loader, "prefetch_factor", None)
     return {
@@ -93,6 +97,7 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "dataset": type(getattr(loader, "dataset", None)).__qualname__,
         "iterable": _iterable(getattr(loader, "dataset", None)),
         "batched": callable(getattr(getattr(loader, "dataset", None), "__getitems__", None)),
+        "sampler_batches": whole,
         "batch_size": batch_size if isinstance(batch_size, int) else None,
         "num_workers": workers if isinstance(workers, int) else 0,
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),

@@ -470,6 +470,8 @@ CONFIG_DATALOADERS: Final = "dataloaders"
 first did, as ``{"index": int, "dataset": str (the dataset's class), "iterable": bool (an ``IterableDataset``,
 whose items come from ``__iter__``; absent in stores recorded before it was), "batched": bool (the dataset defines
 ``__getitems__``, which the DataLoader calls with a batch's indices in place of ``__getitem__`` per item; absent in
+stores recorded before it was), "sampler_batches": bool (``batch_size=None`` with a sampler that yields a batch's
+indices, a ``BatchSampler``, which the dataset then takes at once; ``batch_size`` is then the sampler's; absent in
 stores recorded before it was), "batch_size": int | None, "num_workers":
 int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | None (None without workers),
 "iterated": int (times iteration started: epochs), "start_method": str | None (how its worker processes start:
