@@ -1165,7 +1165,15 @@ def test_a_file_rewritten_whole_at_every_step_is_found(tmp_path: Path) -> None:
     facts = saved["io.files"].facts
     assert (facts["rewrite_path"], facts["rewrite_opens"]) == (str(tmp_path / "c" / "ckpt.pt"), 20)
     rec = RULES["rewritten"](saved)
-    assert rec is not None and rec.action.startswith("ckpt.pt is saved over itself again and again (20 opens)")
+    assert rec is not None and rec.action.startswith("ckpt.pt is saved over itself again and again (20 saves)")
+    assert facts["rewrite_write_opens"] == 20
+    # loaded as often as it is saved: 40 opens, still 20 saves of its size, a snapshot (its opens alone said "grows")
+    (tmp_path / "l").mkdir()
+    loaded = _run_io_loop(tmp_path / "l", "import torch, xstack\nw = torch.ones(80_000)\nfor step in range(20):\n"
+                          "    torch.save(w, 'ckpt.pt')\n    torch.load('ckpt.pt')\n    xstack.step()\n")  # fmt: skip
+    assert (loaded["io.files"].facts["rewrite_opens"], loaded["io.files"].facts["rewrite_write_opens"]) == (40, 20)
+    rec = RULES["rewritten"](loaded)
+    assert rec is not None and rec.action.startswith("ckpt.pt is saved over itself again and again (20 saves)")
 
 
 UNSTAGED_SAVE = """

@@ -62,10 +62,14 @@ ORDER BY ns DESC, path LIMIT 1
 module together (``torch.save`` opens with ``fopen``, counted under STDIO, and writes with ``write``, under POSIX)."""
 
 _PATH_TIME = f"""
-SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0) FROM spans
+SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0),
+    count(*) FILTER (WHERE name IN ('open', 'openat', 'creat', 'fopen', 'fdopen')
+                     AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0)
+FROM spans
 WHERE run_id = $run AND level = 'io' AND {SPAN_PATH} = $path AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
 """
-"""The time of the run's successful calls on one path, and of those in its warm-up iterations (``{warm}``)."""
+"""The time of the run's successful calls on one path, and of those in its warm-up iterations (``{warm}``); its
+opens for writing (an open's flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``)."""
 
 _FOLD = " ".join(f"WHEN '{cls}' THEN '{name}'" for cls, name in FOLDED.items())
 _FILES = f"""
@@ -186,20 +190,24 @@ def _rewritten(store: Store, io: IoRun) -> dict[str, Any]:
     size), ``rewrite_times`` (bytes written / size), and ``rewrite_ns`` and ``rewrite_warmup_ns``: the time of
     its calls (those in the warm-up iterations), in the share of its bytes written beyond its size, from the io
     spans where the run has them (a merged run's: its one iteration's), else its write and metadata time
-    (counters: a Darshan log). All None where no file is."""
+    (counters: a Darshan log); ``rewrite_write_opens``, its opens for writing, from the io spans of a run that is
+    not merged (None otherwise: the counters do not tell an open's mode). All None where no file is."""
     found = rows(store, _REWRITTEN, io.run_id)
     if not found:
         return dict.fromkeys(("rewrite_path", "rewrite_opens", "rewrite_size", "rewrite_bytes", "rewrite_times",
-                              "rewrite_ns", "rewrite_warmup_ns"))  # fmt: skip
+                              "rewrite_ns", "rewrite_warmup_ns", "rewrite_write_opens"))  # fmt: skip
     path, opens, written, size, ns = found[0]
-    warm = 0
+    warm, write_opens = 0, None
     if io.has_spans:
-        ns, warm = rows(store, _PATH_TIME.format(warm=io.ctx.in_warmup()), io.run_id, path=path)[0]
+        ns, warm, write_opens = rows(store, _PATH_TIME.format(warm=io.ctx.in_warmup()), io.run_id, path=path)[0]
+        if io.ctx.pass_name == "merged":  # its spans are one iteration's, its counters the io pass's whole
+            write_opens = None
     share = 1 - int(size) / int(written)
     return {
         "rewrite_path": str(path), "rewrite_opens": as_count(opens), "rewrite_size": as_count(size),
         "rewrite_bytes": as_count(written) - as_count(size), "rewrite_times": round(int(written) / int(size), 1),
         "rewrite_ns": round(as_count(ns) * share), "rewrite_warmup_ns": round(as_count(warm) * share),
+        "rewrite_write_opens": None if write_opens is None else as_count(write_opens),
     }  # fmt: skip
 
 

@@ -630,8 +630,9 @@ def reread(results: Results) -> Recommendation | None:
 
 
 SNAPSHOT_SHARE = 0.8
-"""A file rewritten whole whose bytes written reach this share of its opens times its final size was written at
-about that size each time (a checkpoint saved over itself); one below grew between rewrites (a list of results)."""
+"""A file rewritten whole whose bytes written reach this share of its opens for writing (all its opens where they
+are not known) times its final size was written at about that size each time (a checkpoint saved over itself);
+one below grew between rewrites (a list of results)."""
 
 
 def rewritten(results: Results) -> Recommendation | None:
@@ -650,8 +651,9 @@ def rewritten(results: Results) -> Recommendation | None:
     impact, per = at_stake(results, _num(r.facts, "rewrite_ns"), _num(r.facts, "rewrite_warmup_ns"))
     severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.files"])
     name = PurePosixPath(str(path)).name
-    if times >= SNAPSHOT_SHARE * opens:  # about its final size at each open: a snapshot saved over itself
-        action = (f"{name} is saved over itself again and again ({opens:,} opens), each save replacing the one "
+    saves = int(_num(r.facts, "rewrite_write_opens") or opens)  # opens for writing, where the spans tell them
+    if times >= SNAPSHOT_SHARE * saves:  # about its final size at each save: a snapshot saved over itself
+        action = (f"{name} is saved over itself again and again ({saves:,} saves), each save replacing the one "
                   "before: save it less often (every N iterations, and at the end), or from a background thread "
                   "off the loop.")  # fmt: skip
     else:  # it grew from one rewrite to the next
