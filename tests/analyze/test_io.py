@@ -1424,9 +1424,7 @@ def test_a_tensor_dataset_is_told_to_index_its_tensors_once_per_batch(tmp_path: 
     was only told to load in worker processes; with the BatchSampler its step went from 1.56 ms to 993 us."""
     loader = {"index": 0, "dataset": "TensorDataset", "batch_size": 256, "num_workers": 0, "persistent_workers": False,
               "pin_memory": False, "prefetch_factor": None, "iterated": 1, "cuda": False}  # fmt: skip
-    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 2, A.CONFIG_DATALOADERS: [loader]}
-    with loop_store(tmp_path / "a.duckdb", config=config) as store:
-        rec = _fired(store, "input_bound")
+    rec = _loader_advice(tmp_path / "a.duckdb", loader, cpus=2)
     assert rec is not None and rec.action.startswith(
         "DataLoader(TensorDataset, batch_size=256, num_workers=0, persistent_workers=False, pin_memory=False, "
         "prefetch_factor=None): its TensorDataset is indexed item by item, 256 times a batch, and the items stacked "
@@ -1435,11 +1433,16 @@ def test_a_tensor_dataset_is_told_to_index_its_tensors_once_per_batch(tmp_path: 
         "worker processes"
     )
     # another dataset; batches a BatchSampler yields whole, as advised
-    for other in ({"dataset": "Files"}, {"sampler_batches": True}):
-        with loop_store(tmp_path / "b.duckdb", config=config | {A.CONFIG_DATALOADERS: [loader | other]}) as store:
-            rec = _fired(store, "input_bound")
+    for k, other in enumerate(({"dataset": "Files"}, {"sampler_batches": True})):
+        rec = _loader_advice(tmp_path / f"b{k}.duckdb", loader | other, cpus=2)
         assert rec is not None and "BatchSampler" not in rec.action
-        (tmp_path / "b.duckdb").unlink()
+
+
+def _loader_advice(path: Path, loader: dict[str, Any], *, cpus: int, **loop: Any) -> Recommendation | None:
+    """The input-bound rule on ``loop_store``'s loop (``loop``: its options) waiting on ``loader``, ``cpus`` usable."""
+    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: cpus, A.CONFIG_DATALOADERS: [loader]}
+    with loop_store(path, config=config, **loop) as store:
+        return _fired(store, "input_bound")
 
 
 def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_files(tmp_path: Path) -> None:
@@ -1447,8 +1450,7 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
               "pin_memory": True, "prefetch_factor": 4, "iterated": 1, "cuda": True}  # fmt: skip
     config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [loader]}
     # the workers' reads, 200 ns per iteration, against waits of 990 ns: under a quarter of them
-    with loop_store(tmp_path / "a.duckdb", config=config, waits=(990, 990, 990)) as store:
-        rec = _fired(store, "input_bound")
+    rec = _loader_advice(tmp_path / "a.duckdb", loader, cpus=16, waits=(990, 990, 990))
     assert rec is not None and rec.action.endswith(
         "its 16 workers already match the 16 usable CPUs: make each batch cheaper to build: the workers' file I/O "
         "(200 ns per iteration, against 990 ns of waiting) is not what the loop waits for, building the items is "
