@@ -1036,6 +1036,43 @@ def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> 
                                  "many small calls") and "torch.load(io.BytesIO(f.read()))" in rec.action  # fmt: skip
 
 
+def _opened_per_item(path: Path, name: str) -> Store:
+    """A file of one 16 KiB header and 600 items of 1 KiB, opened for each item in one pass over the data: each
+    open reads the header from its start, then the item (as h5py.File in __getitem__ reads HDF5's metadata)."""
+    with Store.create(path) as store:
+        loaders = [{"index": 0, "iterated": 1}]
+        store.add_run(RunInfo(1, "items", levels=["model", "io"], config={"pid": MAIN, A.CONFIG_DATALOADERS: loaders}))
+        sink = Sink(store, 1)
+        sink.span(1000, None, "model", "step#0", 0, 10**7, MAIN, MAIN, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+        for i in range(600):
+            at = 10_000 * i
+            io_span(sink, 3 * i + 1, None, "open", at, 10, W1, name)
+            io_span(sink, 3 * i + 2, None, "pread", at + 10, 100, W1, name, 16_384, offset=0)
+            io_span(sink, 3 * i + 3, None, "pread", at + 110, 100, W1, name, 1024, offset=16_384 + 1024 * i)
+        sink.close()
+    return Store.open(path)
+
+
+def test_a_file_opened_for_each_item_is_told_to_be_kept_open(tmp_path: Path) -> None:
+    """h5py.File opened in each __getitem__: 4,032 opens of one HDF5 file, each reading 63 KiB of its metadata from
+    its start, 49.7 times the file's bytes. It was told the file was read whole again and again, to load it once."""
+    with _opened_per_item(tmp_path / "a.duckdb", "/d/items.h5") as store:
+        rec = _fired(store, "reread")
+        facts = _one(store, "io.pattern").facts
+    assert (facts["reread_opens"], facts["reread_from_start"], facts["reread_covered"]) == (
+        600,
+        600,
+        16_384 + 600 * 1024,
+    )
+    assert rec is not None and rec.title == "Data read over again: a file opened for each item"
+    assert rec.action.startswith("items.h5 is opened 600 times, and each open reads it again from its start (17.0 KiB "
+                                 "of its 616 KiB on average: its superblock and metadata, as HDF5 reads them at each "
+                                 "open): open it once in each worker (h5py.File on first use")  # fmt: skip
+    with _opened_per_item(tmp_path / "b.duckdb", "/d/items.rec") as store:
+        rec = _fired(store, "reread")
+    assert rec is not None and "(17.0 KiB of its 616 KiB on average: its header or index): open it once" in rec.action
+
+
 LABELS_EACH_ITEM = """
 import json, os, torch, xstack
 
@@ -1318,11 +1355,12 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
                                                    "read fewer, larger files).")  # fmt: skip
 
 
-def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: bool = False) -> Store:
+def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: bool = False, reopen: bool = False
+                 ) -> Store:  # fmt: skip
     """Three 1000 ns steps, each waiting 600 ns for a DataLoader of 2 workers that fill the 2 CPUs, whose workers
     read for 300 ns per step: ``shards``: 4 files a step, each opened and read once; else 6 reads a step of 2 KiB
-    from one database kept open (opened once, before the first step). Calls before the steps (the open) are not
-    the measured iterations'; a failed read is not counted."""
+    from one database kept open (opened once, before the first step), or with ``reopen`` opened again for each
+    read. Calls before the steps (the open) are not the measured iterations'; a failed read is not counted."""
     loader = {"index": 0, "dataset": "Rows", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
               "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": False}  # fmt: skip
     loader |= {"iterable": iterable, "batched": batched}
@@ -1344,6 +1382,8 @@ def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: b
                     io_span(sink, next(span), None, "open", at, 25, W1, f"/d/shard{k}-{i}.bin")
                     io_span(sink, next(span), None, "read", at + 25, 50, W1, f"/d/shard{k}-{i}.bin", 65536, offset=0)
                 else:
+                    if reopen:
+                        io_span(sink, next(span), None, "open", at, 1, W1 if i % 2 else W2, "/d/rows.db")
                     io_span(sink, next(span), None, "pread64", at, 50, W1 if i % 2 else W2, "/d/rows.db", 2048,
                             offset=4096 * (7 * k + i))  # fmt: skip
             io_span(sink, next(span), None, "read", 1000 * k + 400, 1, W2, "/d/rows.db", **{A.IO_ERRNO: 5})
@@ -1375,6 +1415,12 @@ def test_workers_reading_one_file_kept_open_are_told_to_read_fewer_times_not_few
         rec = _fired(store, "input_bound")  # its __getitems__ already has a batch's indices
     assert rec is not None and "fetched in one read or query by the dataset's __getitems__, which has a batch's " in (
         rec.action
+    )
+    with _reader_loop(tmp_path / "reopen.duckdb", shards=False, reopen=True) as store:
+        rec = _fired(store, "input_bound")  # the same file opened for each item (h5py.File in __getitem__)
+    assert rec is not None and rec.action.endswith(
+        "the workers open /d/rows.db 6 times per iteration, for each item: open it once in each worker, on first use, "
+        "and keep it open)."
     )
     with _reader_loop(tmp_path / "shards.duckdb", shards=True) as store:
         r = _one(store, "io.input_bound")

@@ -295,10 +295,11 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     ``reread_ns`` and ``reread_warmup_ns`` (the run's data-file read time, ``read_ns``, and that of its warm-up
     iterations, ``read_warmup_ns``, in that proportion: a merged run's is its merged iteration's),
     ``read_covered_bytes``, ``read_epochs`` (None where no DataLoader was seen: then no finding), ``reread_path``
-    (the file read again most), ``reread_times`` (how many times its bytes were read), ``reread_opens`` (the opens
-    of it that read it) and ``reread_from_start`` (how many of those began at its first byte: a file read whole
-    again and again, as a labels file that each item loads, opens it for each). A merged run's bytes
-    are its io pass's, over the pass."""
+    (the file read again most), ``reread_covered`` (the bytes of it its reads cover), ``reread_times`` (how many
+    times its bytes were read), ``reread_opens`` (the opens of it that read it) and ``reread_from_start`` (how many
+    of those began at its first byte: a file read whole again and again, as a labels file that each item loads,
+    opens it for each, and so does a file opened for each item, whose header each open reads). A merged run's
+    bytes are its io pass's, over the pass."""
     if not io.has_spans or facts["read_ns"] is None:
         return []
     found = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
@@ -315,6 +316,7 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         "reread_ns": round((facts["read_ns"] or 0) * share),
         "reread_warmup_ns": round((facts["read_warmup_ns"] or 0) * share),
         "reread_path": None if top is None else str(top[0]),
+        "reread_covered": None if top is None else int(top[2]),
         "reread_times": None if top is None else round(int(top[1]) / int(top[2]), 1),
         "reread_opens": None,
         "reread_from_start": None,

@@ -75,6 +75,10 @@ def _fewer(facts: dict[str, Any], iterable: bool, batched: bool) -> str:
         return (f"the workers read {named}, kept open, in {reads:,.0f} reads of {size} on average per iteration: "
                 f"read a batch's items in fewer, larger reads (the records a batch takes stored together, {together}), "
                 "or keep the file in each worker's memory")  # fmt: skip
+    if opens >= 1 and isinstance(files, int) and 0 < files <= FEW_FILES and path:  # the same files, opened again
+        named = str(path) if files == 1 else f"{files} files ({path} the longest read)"
+        return (f"the workers open {named} {opens:,.0f} times per iteration, for each item: open it once in each "
+                "worker, on first use, and keep it open")  # fmt: skip
     if opens >= 1:
         return f"read fewer, larger files: the workers open {opens:,.0f} data files per iteration"
     return "read fewer, larger files"

@@ -573,6 +573,10 @@ def loop_syncs(results: Results) -> Recommendation | None:
 HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
 """File names that say HDF5 (netCDF-4 files are HDF5 files)."""
 PARQUET_SUFFIXES: Final = (".parquet", ".pq")
+WHOLE_SHARE: Final = 0.8
+"""Share of a file's bytes (those its reads cover) that its opens read on average, from which a file opened and
+read from its start again and again is read whole each time (a labels file), not opened for each item (an
+HDF5 file whose metadata each open reads)."""
 REREAD_WHOLE_MIN: Final = 8
 """How many opens of a file must read it from its start (and eight in ten of those that read it) for ``reread`` to
 advise loading it once."""
@@ -595,12 +599,24 @@ def reread(results: Results) -> Recommendation | None:
     starts, opens = int(_num(r.facts, "reread_from_start") or 0), int(_num(r.facts, "reread_opens") or 0)
     name = PurePosixPath(path).name
     title = "Data read over again: each read pulls in more than its item"
-    if starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens:  # opened again and again, read from its start
+    covered = _num(r.facts, "reread_covered") or 0
+    each = times * covered / opens if opens else 0.0  # the bytes an open read, on average
+    if starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens and each >= WHOLE_SHARE * covered:
         title = "Data read over again: a file read whole again and again"
         action = (f"{name} is read whole again and again (opened {opens:,} times, read from its "
                   f"start {starts:,} of them): "
                   "load it once, in the Dataset's __init__ (before the workers start, so that they share it) or "
                   "on first use in each worker, and keep what it holds.")  # fmt: skip
+    elif starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens:  # opened for each item: its header read each time
+        title = "Data read over again: a file opened for each item"
+        header = ("its superblock and metadata, as HDF5 reads them at each open"
+                  if path.lower().endswith(HDF5_SUFFIXES) else "its header or index")  # fmt: skip
+        keep = ("h5py.File on first use in __getitem__, kept on the dataset: an HDF5 handle opened before the "
+                "workers start does not survive their fork" if path.lower().endswith(HDF5_SUFFIXES)
+                else "on first use in __getitem__, kept on the dataset")  # fmt: skip
+        action = (f"{name} is opened {opens:,} times, and each open reads it again from its start "
+                  f"({format_value(each, 'bytes')} of its {format_value(covered, 'bytes')} on average: {header}): "
+                  f"open it once in each worker ({keep}) and keep it open.")  # fmt: skip
     elif path.lower().endswith(TORCH_SUFFIXES):
         title = "Data read over again: torch.load reads each archive in many small pieces"
         action = (f"{name} is a torch.save archive (a zip file): torch.load on its path reads it in many small calls, "
