@@ -1280,6 +1280,33 @@ def test_sqlite_s_change_counter_reads_get_sqlite_s_advice(tmp_path: Path) -> No
     assert immutable["io.pattern"].facts["sqlite_change_reads"] == 0  # what the advice says it does
 
 
+def test_a_merged_run_s_reads_are_sized_over_its_io_pass(tmp_path: Path) -> None:
+    """A merged run's io spans are its one iteration's: 48 reads of a SQLite loader's 3,814, under the 100 the
+    small-reads rule needs, so ``xstack profile --io`` never gave it. They are counted and sized over the io pass;
+    their times stay the merged iteration's (the time at stake per iteration)."""
+    with Store.create(tmp_path / "m.duckdb") as store:
+        merge = {"passes": [], "counter_passes": [{"pass": "model+io", "run_id": 1}]}
+        store.add_run(RunInfo(1, "db", levels=["model", "io"], config={"pid": MAIN}))
+        store.add_run(
+            RunInfo(2, "db", pass_name="merged", levels=["model", "io"], config={"pid": MAIN, "merge": merge})
+        )
+        for run, reads in ((1, 150), (2, 2)):
+            sink = Sink(store, run)
+            sink.span(1, None, "model", "step", 0, 10**6, MAIN, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: 0})
+            for i in range(reads):
+                io_span(sink, 10 + 2 * i, None, "pread64", 100 * i, 10 * run, W1, "/d/items.db", 16, offset=24)
+                io_span(sink, 11 + 2 * i, None, "pread64", 100 * i + 50, 10, W1, "/d/items.db", 4096, offset=4096 * i)
+            sink.close()
+        add_files(store, [data_file(W1, "/d/items.db", 300 * 4096, 300)], run_id=1)
+        add_files(store, [data_file(W1, "/d/items.db", 300 * 4096, 300)], run_id=2)
+    with Store.open(tmp_path / "m.duckdb") as store:
+        merged = run_analyses(store, 2, ["io.pattern"])[0].facts
+        rec = RULES["small_reads"]({r.id: r for r in run_analyses(store, 2)})
+    assert (merged["sized_reads"], merged["small_reads"], merged["sqlite_change_reads"]) == (300, 150, 150)
+    assert merged["read_ns"] == 2 * 20 + 2 * 10  # the merged iteration's own reads' time
+    assert rec is not None and "150 of them are SQLite reading the change counter of /d/items.db" in rec.evidence[0]
+
+
 def test_small_reads_rule(tmp_path: Path) -> None:
     small = data_file(5, "/d/a", 200 * 500, 200, size_read_hist={"100_1K": 200})
     with files_store(tmp_path / "a.duckdb", [small]) as store:
