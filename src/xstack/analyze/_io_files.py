@@ -11,6 +11,7 @@ from xstack.analyze._io_common import (
     FILE_OPS,
     FILE_STORAGE,
     FILE_TIME,
+    OPEN_OPS,
     READ_OPS,
     SPAN_BYTES,
     SPAN_PATH,
@@ -63,7 +64,7 @@ module together (``torch.save`` opens with ``fopen``, counted under STDIO, and w
 
 _PATH_TIME = f"""
 SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0),
-    count(*) FILTER (WHERE name IN ('open', 'openat', 'creat', 'fopen', 'fdopen')
+    count(*) FILTER (WHERE name IN {in_list(tuple(op for op in OPEN_OPS if op not in ("dup", "opendir")))}
                      AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0)
 FROM spans
 WHERE run_id = $run AND level = 'io' AND {SPAN_PATH} = $path AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')

@@ -601,18 +601,19 @@ def reread(results: Results) -> Recommendation | None:
     title = "Data read over again: each read pulls in more than its item"
     covered = _num(r.facts, "reread_covered") or 0
     each = times * covered / opens if opens else 0.0  # the bytes an open read, on average
-    if starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens and each >= WHOLE_SHARE * covered:
+    reopened = starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens  # opened again and again, read from its start
+    hdf5 = path.lower().endswith(HDF5_SUFFIXES)
+    if reopened and each >= WHOLE_SHARE * covered:
         title = "Data read over again: a file read whole again and again"
         action = (f"{name} is read whole again and again (opened {opens:,} times, read from its "
                   f"start {starts:,} of them): "
                   "load it once, in the Dataset's __init__ (before the workers start, so that they share it) or "
                   "on first use in each worker, and keep what it holds.")  # fmt: skip
-    elif starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens:  # opened for each item: its header read each time
+    elif reopened:  # opened for each item: its header read each time
         title = "Data read over again: a file opened for each item"
-        header = ("its superblock and metadata, as HDF5 reads them at each open"
-                  if path.lower().endswith(HDF5_SUFFIXES) else "its header or index")  # fmt: skip
+        header = "its superblock and metadata, as HDF5 reads them at each open" if hdf5 else "its header or index"
         keep = ("h5py.File on first use in __getitem__, kept on the dataset: an HDF5 handle opened before the "
-                "workers start does not survive their fork" if path.lower().endswith(HDF5_SUFFIXES)
+                "workers start does not survive their fork" if hdf5
                 else "on first use in __getitem__, kept on the dataset")  # fmt: skip
         action = (f"{name} is opened {opens:,} times, and each open reads it again from its start "
                   f"({format_value(each, 'bytes')} of its {format_value(covered, 'bytes')} on average: {header}): "
@@ -623,7 +624,7 @@ def reread(results: Results) -> Recommendation | None:
                   f"back and forth through the archive's directory ({times:g} times its bytes here). Read each file "
                   "whole in one call and load it from memory (torch.load(io.BytesIO(f.read()))), or store the items "
                   "as plain arrays (numpy's .npy, one read each) or many to a file (shards).")  # fmt: skip
-    elif path.lower().endswith(HDF5_SUFFIXES):
+    elif hdf5:
         action = (f"{name} is HDF5, which reads whole chunks: each item read in shuffled order "
                   f"pulls in the chunk that holds it ({times:g} times the file's bytes here). Store it with one item "
                   "per chunk (create_dataset(..., chunks=(1, *item_shape))), or shuffle chunks rather than items "
