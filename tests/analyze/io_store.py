@@ -73,10 +73,11 @@ def io_span(sink: Sink, span_id: int, parent: int | None, op: str, start: int, d
 
 def loop_store(path: Path, *, steps: bool = True, files: bool = True, config: dict[str, Any] | None = None,
                waits: tuple[int, ...] = WAITS, more_files: list[FileRow] | None = None,
-               dataloader: bool = True) -> Store:  # fmt: skip
+               dataloader: bool = True, more_io: list[tuple[Any, ...]] | None = None) -> Store:  # fmt: skip
     """The training loop described in the module docstring (``steps=False``: DataLoader waits and a forward
     span, no step spans; ``dataloader=False``: steps with no DataLoader spans, a loop that loads its data
-    itself), with ``FILES`` (and ``more_files``) as its ``io_files`` rows."""
+    itself), with ``FILES`` (and ``more_files``) as its ``io_files`` rows; ``more_io``: more io spans, each
+    ``io_span``'s arguments from ``span_id`` to ``path`` and a dict of its keyword arguments."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "loop", levels=["model", "io"], config={"pid": MAIN} if config is None else config))
         sink = Sink(store, 1)
@@ -97,6 +98,8 @@ def loop_store(path: Path, *, steps: bool = True, files: bool = True, config: di
         io_span(sink, 105, None, "read", 1200, 100, W1, "/d/s1.jpg", 0, offset=999)
         io_span(sink, 106, None, "read", 2100, 300, W2, "/d/s2.jpg", 3000, offset=0)
         io_span(sink, 107, None, "read", 950, 100, W2, "/d/s2.jpg", 0, offset=3000)
+        for *args, kw in more_io or []:
+            io_span(sink, *args, **kw)
         sink.close()
         if files:
             add_files(store, FILES + (more_files or []))

@@ -1541,6 +1541,32 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
     with loop_store(tmp_path / "d.duckdb", config=batched, waits=(990, 990, 990)) as store:
         rec = _fired(store, "input_bound")
     assert rec is not None and "building the items is (the dataset's __getitems__, its transforms" in rec.action
+    # workers reading an array mapped into memory: their reads are page faults, in none of the file I/O
+    mapped = [(200, None, "mmap", -900, 5, W1, "/d/x.npy", {A.IO_REQUESTED_BYTES: 245_760_128}),
+              (201, None, "mmap", -800, 5, W2, "/d/x.npy", {A.IO_REQUESTED_BYTES: 245_760_128}),
+              (202, None, "mmap", -800, 5, W2, "/d/y.npy", {A.IO_REQUESTED_BYTES: 160_128}),
+              (203, None, "mmap", -700, 5, W2, "/d/z.npy", {A.IO_REQUESTED_BYTES: 4096, A.IO_ERRNO: 12}),
+              (204, None, "mmap", -700, 5, MAIN, "/d/w.npy", {A.IO_REQUESTED_BYTES: 999_999_999})]  # fmt: skip
+    for name, maps, files, batched_ in (("m", mapped, 2, False), ("m1", mapped[:1], 1, True)):
+        loaders = [loader | {"batched": batched_}]
+        with loop_store(tmp_path / f"{name}.duckdb", config=config | {A.CONFIG_DATALOADERS: loaders},
+                        waits=(990, 990, 990), more_io=maps) as store:  # fmt: skip
+            r = _one(store, "io.input_bound")
+            rec = _fired(store, "input_bound")
+        assert (r.facts["worker_mapped_files"], r.facts["worker_mapped_path"]) == (files, "/d/x.npy")
+        assert r.facts["worker_mapped_bytes"] == 245_760_128
+        named = "2 files, /d/x.npy (234 MiB) the largest," if files == 2 else "/d/x.npy (234 MiB)"
+        where = "in the dataset's __getitems__" if batched_ else (
+            "by a __getitems__ on the dataset, called with a batch's indices")  # fmt: skip
+        assert rec is not None and rec.action.endswith(
+            "make each batch cheaper to build: the workers' file calls (200 ns per iteration, against 990 ns of "
+            f"waiting) are not what the loop waits for, and they read {named} through a memory mapping (numpy.memmap, "
+            "np.load(mmap_mode='r')), by page faults that no call times: where the files are larger than the free "
+            "memory, those are reads from disk, page by page as the items touch them (store a batch's items together "
+            f"and take them in one slice, {where}); otherwise building the items is what it waits for (the dataset's "
+            f"{'__getitems__' if batched_ else '__getitem__'}, its transforms, the collation): decode and augment "
+            "less, or on the GPU, or cache prepared items."
+        ), rec.action
     with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2}, waits=(990,) * 3) as store:
         rec = _fired(store, "input_bound")  # no DataLoader settings recorded: from the workers the io level saw
     assert rec is not None and rec.action.startswith("The 2 workers already match the 2 cores: make each batch "

@@ -95,6 +95,17 @@ SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in
 """The workers' successful calls on data files that started in the measured iterations: their reads, opens,
 the files read, the bytes read and the file of the most read time."""
 
+_WORKER_MAPPED = f"""
+WITH maps AS (
+    SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size FROM spans
+    WHERE run_id = $run AND level = 'io' AND name = 'mmap' AND {DATA_SPAN} AND pid IS DISTINCT FROM $main
+        AND NOT list_contains($helpers, pid) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+)
+SELECT count(DISTINCT path), arg_max(path, size), max(size) FROM maps
+"""
+"""The data files the workers mapped into memory, at any time (a dataset maps its file on first use, often in the
+warm-up): how many, the one of the largest mapping and its size."""
+
 _UNSTAGED = f"""
 WITH steps AS (SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}),
 io AS (
@@ -297,6 +308,7 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
     try:
         found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
         data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
+        data += rows(store, _WORKER_MAPPED, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []
@@ -349,8 +361,11 @@ def _unstaged(store: Store, io: IoRun, iterations: int) -> dict[str, Any]:
 
 def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
     """Per measured iteration, the workers' reads of data files, their opens of them and the bytes they read;
-    the data files they read over those iterations and the one of the most read time (None without iterations)."""
-    reads, opens, files, read_bytes, path = data
+    the data files they read over those iterations and the one of the most read time (None without iterations);
+    the data files they mapped into memory, whose reads are page faults and in none of these figures
+    (``worker_mapped_files``), the one of the largest mapping (``worker_mapped_path``) and its size in bytes
+    (``worker_mapped_bytes``, None where unknown)."""
+    reads, opens, files, read_bytes, path, mapped, mapped_path, mapped_bytes = data
     per = (lambda n: as_count(n) / iterations) if iterations else (lambda n: None)
     return {
         "worker_data_reads_per_iteration": per(reads),
@@ -358,6 +373,9 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
         "worker_data_read_bytes_per_iteration": per(read_bytes),
         "worker_data_files": as_count(files),
         "worker_data_path": path,
+        "worker_mapped_files": as_count(mapped),
+        "worker_mapped_path": mapped_path,
+        "worker_mapped_bytes": None if mapped_bytes is None else int(mapped_bytes),
     }
 
 

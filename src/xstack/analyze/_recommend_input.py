@@ -46,13 +46,44 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
     if (isinstance(worker_io, (int, float)) and isinstance(wait, (int, float)) and wait > 0
             and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
         builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
-        return (f"make each batch cheaper to build: the workers' file I/O ({format_ns(worker_io)} per iteration, "
-                f"against {format_ns(wait)} of waiting) is not what the loop waits for, building the items is (the "
-                f"dataset's {builds}, its transforms, the collation): decode and augment less, or on the GPU, or "
-                "cache prepared items")  # fmt: skip
+        building = (f"(the dataset's {builds}, its transforms, the collation): decode and augment less, or on the "
+                    "GPU, or cache prepared items")  # fmt: skip
+        against = f"({format_ns(worker_io)} per iteration, against {format_ns(wait)} of waiting)"
+        if mapped := _mapped(facts):
+            return (f"make each batch cheaper to build: the workers' file calls {against} are not what the loop waits "
+                    f"for, {mapped}: where the files are larger than the free memory, those are reads from disk, page "
+                    f"by page as the items touch them ({_together(iterable, batched)}); otherwise building the items "
+                    f"is what it waits for {building}")  # fmt: skip
+        return (f"make each batch cheaper to build: the workers' file I/O {against} is not what the loop waits for, "
+                f"building the items is {building}")  # fmt: skip
     return (
         f"make each batch cheaper to load (decode and augment less, or on the GPU; {_fewer(facts, iterable, batched)})"
     )
+
+
+def _mapped(facts: dict[str, Any]) -> str:
+    """The workers' reads through a memory mapping (``io.input_bound``'s ``worker_mapped_*`` facts), which no file
+    call times; empty where they mapped no data file."""
+    files, path = facts.get("worker_mapped_files"), facts.get("worker_mapped_path")
+    if not isinstance(files, int) or files < 1 or not path:
+        return ""
+    size = facts.get("worker_mapped_bytes")
+    sized = f" ({format_value(size, 'bytes')})" if isinstance(size, int) and size > 0 else ""
+    named = f"{path}{sized}" if files == 1 else f"{files} files, {path}{sized} the largest,"
+    return (f"and they read {named} through a memory mapping (numpy.memmap, np.load(mmap_mode='r')), by page faults "
+            "that no call times")  # fmt: skip
+
+
+def _together(iterable: bool, batched: bool) -> str:
+    """How to read a mapped file in fewer, larger pieces."""
+    if iterable:
+        return "read them in order"
+    where = (
+        "in the dataset's __getitems__"
+        if batched
+        else "by a __getitems__ on the dataset, called with a batch's indices"
+    )
+    return f"store a batch's items together and take them in one slice, {where}"
 
 
 def _fewer(facts: dict[str, Any], iterable: bool, batched: bool) -> str:
