@@ -296,6 +296,35 @@ def test_one_file_s_read_time_counts_past_10_us_the_totals_past_1_us(tmp_path: P
     assert "at least 10 us" in d.io.notes
 
 
+def test_a_read_time_moved_by_a_few_long_reads_is_said_to_be(tmp_path: Path) -> None:
+    """A DataLoader's workers on 2 CPUs, the same 6,000 page-cached images read in both runs: B's read time was 27
+    times A's (1.32 s against 48.6 ms), from reads descheduled for a scheduler tick (4 ms) each, while its median
+    read took 3.65 us. The diff said "more" and nothing else."""
+    from tests.analyze.io_store import MAIN, io_span
+    from xstack.trace.sink import Sink
+    from xstack.trace.store import RunInfo
+
+    for name, slow in (("a", 0), ("b", 30), ("c", 0)):
+        with Store.create(tmp_path / f"{name}.duckdb") as store:
+            store.add_run(RunInfo(1, "reads", levels=["io"], config={"pid": MAIN}))
+            sink = Sink(store, 1)
+            for k in range(200):  # 200 reads of 2 us (c: 3 us), the last `slow` of them 4 ms
+                dur = 4_000_000 if k >= 200 - slow else 3_000 if name == "c" else 2_000
+                io_span(sink, k + 1, None, "read", 10_000 * k, dur, MAIN, f"/d/{k}.jpg", 4096, offset=0)
+            sink.close()
+    d = diff_profiles(tmp_path / "a.duckdb", tmp_path / "b.duckdb")
+    assert _rows(d)[("data files", "read time")]["status"] == "more"
+    assert (
+        "read time: B's is 300.9 times its calls times their median (200 x 2.00 us = 400 us), A's 1.0 times (200 x "
+        "2.00 us = 400 us): the change is in a few long calls, as a process descheduled inside a call (more runnable "
+        "threads than CPUs) or a read from disk makes them; the longest 10% of B's reads (20, 4.00 ms or more each) "
+        "took 66% of its read time"
+    ) in d.io.labels
+    d = diff_profiles(tmp_path / "a.duckdb", tmp_path / "c.duckdb")  # every read slower: no such label
+    assert _rows(d)[("data files", "read time")]["status"] == "more"
+    assert not any("times their median" in label for label in d.io.labels)
+
+
 def test_files_in_each_run_s_temporary_folder_are_matched_past_its_random_name(tmp_path: Path) -> None:
     from tests.analyze.io_store import data_file, files_store
     from xstack.analyze._diff_io import run_key

@@ -935,9 +935,11 @@ def test_zero_reads_rule(tmp_path: Path) -> None:
 
 
 def _whole_file_reads(path: Path, zero_ns: int, config: dict[str, Any] | None = None,
-                      more_files: list[Any] | None = None, *, op: str = "read", copied: int = 0) -> Store:  # fmt: skip
+                      more_files: list[Any] | None = None, *, op: str = "read", copied: int = 0,
+                      suffix: str = ".bin") -> Store:  # fmt: skip
     """100 files read whole as Python's f.read() does: a read of the file (10 us), then one finding its end (``op``
-    ``sendfile_read``: copied as shutil.copyfile does); and ``copied`` more files copied that way (1 us each)."""
+    ``sendfile_read``: copied as shutil.copyfile does); and ``copied`` more files copied that way (1 us each);
+    ``suffix``: the files' (``.jpg``: images, whose decoder reads until the end)."""
     with Store.create(path) as store:
         store.add_run(RunInfo(1, "reads", levels=["model", "io"], config={"pid": MAIN, **(config or {})}))
         sink = Sink(store, 1)
@@ -945,7 +947,7 @@ def _whole_file_reads(path: Path, zero_ns: int, config: dict[str, Any] | None = 
             sink.span(1000 + k, None, "model", f"step#{k}", 500_000 * k, 500_000, MAIN, MAIN,
                       {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
         for k in range(100):
-            name, t = f"/d/{k}.bin", 20_000 * k
+            name, t = f"/d/{k}{suffix}", 20_000 * k
             io_span(sink, 2 * k + 1, None, op, t, 10_000, MAIN, name, 4096, offset=0)
             io_span(sink, 2 * k + 2, None, op, t + 10_000, zero_ns, MAIN, name, 0, offset=4096)
         for k in range(copied):
@@ -953,7 +955,8 @@ def _whole_file_reads(path: Path, zero_ns: int, config: dict[str, Any] | None = 
             io_span(sink, 300 + 2 * k, None, "sendfile_read", t, 1000, MAIN, name, 4096, offset=0)
             io_span(sink, 301 + 2 * k, None, "sendfile_read", t + 1000, 1000, MAIN, name, 0, offset=4096)
         sink.close()
-        rows = [data_file(MAIN, f"/d/{k}.bin", 4096, 2, zero_reads=1, read_ns=10_000 + zero_ns) for k in range(100)]
+        rows = [data_file(MAIN, f"/d/{k}{suffix}", 4096, 2, zero_reads=1, read_ns=10_000 + zero_ns)
+                for k in range(100)]  # fmt: skip
         rows += [data_file(MAIN, f"/d/copy{k}.bin", 4096, 2, zero_reads=1, read_ns=2000) for k in range(copied)]
         add_files(store, rows + (more_files or []))
     return Store.open(path)
@@ -970,6 +973,27 @@ def test_zero_reads_rule_is_weighed_by_the_time_the_reads_took(tmp_path: Path) -
     with _whole_file_reads(tmp_path / "b.duckdb", 5_000) as store:
         rec = _fired(store, "zero_reads")
     assert rec is not None and rec.severity == "medium" and "(33.3%)" in rec.evidence[0]
+
+
+def test_zero_reads_of_images_are_told_to_read_each_image_whole_and_decode_it_from_memory(tmp_path: Path) -> None:
+    """PIL's Image.open on a file reads a JPEG in three reads, the last returning nothing (a buffered 4 KiB read of
+    the header, then 64 KiB chunks until EOF): "f.read(size)" did not say how, as the decoder makes the reads.
+    Read whole first and decoded from memory: 8 calls an image (open, fstat, two lseeks, three reads, close) became
+    5, and the zero-length reads went."""
+    with _whole_file_reads(tmp_path / "a.duckdb", 300, suffix=".jpg") as store:
+        rec = _fired(store, "zero_reads")
+        facts = run_analyses(store, None, ["io.pattern"])[0].facts
+    assert (facts["zero_read_suffix"], facts["zero_read_suffix_reads"]) == (".jpg", 100)
+    assert rec is not None and "100 of 200 data-file reads (50.0%" in rec.evidence[0]
+    assert rec.evidence[0].endswith("; 100 of them of .jpg files (io.pattern)")
+    assert rec.action.startswith(
+        "Read each image whole in one call of its size and decode it from memory: with open(path, 'rb', buffering=0) "
+        "as f: data = f.read(os.fstat(f.fileno()).st_size), then Image.open(io.BytesIO(data))."
+    )
+    with _whole_file_reads(tmp_path / "b.duckdb", 300) as store:  # other files: the general advice
+        rec = _fired(store, "zero_reads")
+        facts = run_analyses(store, None, ["io.pattern"])[0].facts
+    assert facts["zero_read_suffix"] == ".bin" and rec is not None and "Image.open" not in rec.action
 
 
 def test_zero_reads_rule_leaves_the_ends_of_in_kernel_copies_out(tmp_path: Path) -> None:

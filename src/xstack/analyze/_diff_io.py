@@ -30,7 +30,7 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._io_loop import input_wait
 from xstack.analyze.context import HINTS
-from xstack.analyze.result import Column, Result, notes_of
+from xstack.analyze.result import Column, Result, format_ns, notes_of
 from xstack.analyze.summary import io_totals
 from xstack.trace.store import Store
 
@@ -99,6 +99,9 @@ class IoSide:
     """``io.input_bound``'s facts, where the run has iterations to wait in; None otherwise."""
     files: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     """Per data file path: bytes read, bytes written, read time (ns), summed over its processes and modules."""
+    tails: dict[str, tuple[int, int, int, int, int, float]] = field(default_factory=dict)
+    """Per ``read_time_ns`` and ``write_time_ns``, from the data files' io spans: the calls, their time (ns), the
+    longest 10% of them (calls, time and the shortest of them, ns) and the median call (ns)."""
 
     @property
     def has_io(self) -> bool:
@@ -117,7 +120,30 @@ def read_io(store: Store, run_id: int, name: str) -> IoSide:
     files = {str(r[0]): (as_count(r[1]), as_count(r[2]), as_count(r[3]))
              for r in store.query(per_file, [run_id])}  # fmt: skip
     source = io.source if io.has_files else "io spans"
-    return IoSide(name, f"{store.path} run {run_id}", source, totals, facts, files)
+    tails = {str(r[0]): (as_count(r[1]), as_count(r[2]), as_count(r[3]), as_count(r[4]), as_count(r[5]), float(r[6]))
+             for r in store.query(_TAILS, [run_id])} if io.has_spans else {}  # fmt: skip
+    return IoSide(name, f"{store.path} run {run_id}", source, totals, facts, files, tails)
+
+
+_TAILS = f"""
+WITH c AS (
+    SELECT CASE WHEN name IN {in_list(READ_OPS)} THEN 'read_time_ns' ELSE 'write_time_ns' END AS key, dur_ns
+    FROM spans WHERE run_id = ? AND level = 'io' AND {DATA_SPAN} AND name IN {in_list(READ_OPS + WRITE_OPS)}
+),
+r AS (SELECT key, dur_ns, row_number() OVER (PARTITION BY key ORDER BY dur_ns DESC) AS k,
+             count(*) OVER (PARTITION BY key) AS n FROM c)
+SELECT key, max(n), sum(dur_ns), count(*) FILTER (WHERE k <= ceil(n / 10.0)),
+    sum(dur_ns) FILTER (WHERE k <= ceil(n / 10.0)), min(dur_ns) FILTER (WHERE k <= ceil(n / 10.0)), median(dur_ns)
+FROM r GROUP BY key
+"""
+"""Per kind of call (reads, writes) of the data files: the calls, their time, the longest 10% of them (calls,
+time, the shortest) and the median call."""
+
+TAIL_RATIO: Final = 3.0
+"""How many times its calls times their median a run's read (write) time must be for a change in that time to be
+said to come from a few long calls."""
+TAIL_MIN_CALLS: Final = 100
+"""The fewest calls of a run for that."""
 
 
 _FILES_FROM_FILES = f"""
@@ -226,6 +252,8 @@ def _total_rows(a: IoSide, b: IoSide, floors: _Floors) -> tuple[list[tuple[Any, 
         row = floors.row(ALL_DATA, label, unit, va, vb)
         rows.append(row)
         facts[key] = {"a": va, "b": vb, "delta": row[5], "status": row[7]}
+        if row[7] in ("more", "less") and (tail := _tail(a, b, key, label)):
+            labels.append(tail)
     other_a, other_b = (s.totals.get("all_files", 0) - s.totals.get("files", 0) for s in (a, b))
     if a.source == b.source:
         rows.append(floors.row(OTHER, "files", "count", other_a, other_b))
@@ -237,6 +265,27 @@ def _total_rows(a: IoSide, b: IoSide, floors: _Floors) -> tuple[list[tuple[Any, 
                       "directories by default")  # fmt: skip
     rows += _wait_rows(a, b, floors, facts, labels)
     return rows, facts, labels
+
+
+def _tail(a: IoSide, b: IoSide, key: str, label: str) -> str:
+    """Where one run's read (write) time is ``TAIL_RATIO`` times its calls times their median or more, that a change
+    in that time comes from a few long calls (a process descheduled inside a call, reads from disk), with each
+    run's calls times their median and the share of its longest 10% of calls; empty otherwise."""
+    sides = [(s, s.tails[key]) for s in (a, b) if key in s.tails and s.tails[key][0] and s.tails[key][5] > 0]
+    if len(sides) < 2:
+        return ""
+    ratio = {s.name: t[1] / (t[0] * t[5]) for s, t in sides}
+    s, t = max(sides, key=lambda st: ratio[st[0].name])
+    if ratio[s.name] < TAIL_RATIO or t[0] < TAIL_MIN_CALLS:
+        return ""
+    kind = label.split()[0] + "s"  # reads, writes
+    o, u = next((o, u) for o, u in sides if o is not s)
+    return (f"{label}: {s.name}'s is {ratio[s.name]:.1f} times its calls times their median ({t[0]:,} x "
+            f"{format_ns(t[5])} = {format_ns(t[0] * t[5])}), {o.name}'s {ratio[o.name]:.1f} times ({u[0]:,} x "
+            f"{format_ns(u[5])} = {format_ns(u[0] * u[5])}): the change is in a few long calls, as a process "
+            "descheduled inside a call (more runnable threads than CPUs) or a read from disk makes them; the longest "
+            f"10% of {s.name}'s {kind} ({t[2]:,}, {format_ns(t[4])} or more each) took {100.0 * t[3] / t[1]:.0f}% of "
+            f"its {label}")  # fmt: skip
 
 
 def _wait_rows(a: IoSide, b: IoSide, floors: _Floors, facts: dict[str, Any], labels: list[str]) -> list[Any]:

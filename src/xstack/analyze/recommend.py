@@ -464,10 +464,15 @@ WRITE_FEWER_FILES: Final = (
 )
 
 
+IMAGE_SUFFIXES: Final = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+"""Suffixes of image files, which an image decoder (PIL's) reads in chunks until ``read()`` returns nothing."""
+
+
 def zero_reads(results: Results) -> Recommendation | None:
     """Many data-file reads return nothing: read-until-EOF loops spend a call to learn that a file ended. The
     last calls of in-kernel copies (``shutil.copyfile``'s ``sendfile`` loop) are left out: the advice does not
-    apply to them."""
+    apply to them. Where half of them or more are of image files (``io.pattern``'s ``zero_read_suffix``), the
+    reader is an image decoder: the advice is to read each image whole and decode it from memory."""
     r = _get(results, "io.pattern")
     if r is None or _num(r.facts, "zero_read_pct") is None or (_num(r.facts, "reads") or 0) < MIN_READS:
         return None
@@ -485,6 +490,9 @@ def zero_reads(results: Results) -> Recommendation | None:
     if zero_ns is not None and read_ns:
         time_pct = 100.0 * zero_ns / read_ns
         line += f", in {format_ns(zero_ns)} of the {format_ns(read_ns)} spent in data-file reads ({time_pct:.1f}%)"
+    suffix, by_suffix = r.facts.get("zero_read_suffix"), int(_num(r.facts, "zero_read_suffix_reads") or 0)
+    if images := isinstance(suffix, str) and suffix in IMAGE_SUFFIXES and 2 * by_suffix >= n:
+        line += f"; {by_suffix:,} of them of {suffix} files"
     if copies:
         line += f"; {copies:,} more ended in-kernel copies (sendfile, copy_file_range: shutil.copyfile), left out"
     impact, per = at_stake(results, zero_ns, _num(r.facts, "zero_read_warmup_ns"))
@@ -492,11 +500,21 @@ def zero_reads(results: Results) -> Recommendation | None:
     severity: Severity = "medium" if time_pct is not None and time_pct >= ZERO_READS_TIME_PCT else "low"
     evidence, sources = [line + " (io.pattern)"], ["io.pattern"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
+    if images:
+        action = (
+            "Read each image whole in one call of its size and decode it from memory: with open(path, 'rb', "
+            "buffering=0) as f: data = f.read(os.fstat(f.fileno()).st_size), then Image.open(io.BytesIO(data)). "
+            "PIL's Image.open on a file reads it in chunks until read() returns b'': a read that finds the end, and "
+            "a buffered read of the header before them."
+        )
+    else:
+        action = (
+            "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
+            "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
+            "with no size does: one more system call per file)."
+        )
     return Recommendation(
-        "zero_reads", "Reads that return nothing: files read until EOF", severity, evidence, sources,
-        "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
-        "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
-        "with no size does: one more system call per file).",
+        "zero_reads", "Reads that return nothing: files read until EOF", severity, evidence, sources, action,
         impact_ns=impact, impact_per=per,
     )  # fmt: skip
 
