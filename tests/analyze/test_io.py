@@ -1591,6 +1591,23 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
             f"{'__getitems__' if batched_ else '__getitem__'}, its transforms, the collation): decode and augment "
             "less, or on the GPU, or cache prepared items."
         ), rec.action
+    # a profile attached at run time does not see the workers a spawn start method execs: their I/O is unknown
+    with loop_store(tmp_path / "s.duckdb", config=config, waits=(990, 990, 990)) as store:
+        pass
+    with Store.open(tmp_path / "s.duckdb", read_only=False) as store:
+        store.add_health(1, [("io_not_covered", 1, f"pid {k} exec'd /usr/bin/python3: attach; its I/O is not seen")
+                             for k in (301, 302)])  # fmt: skip
+    with Store.open(tmp_path / "s.duckdb") as store:
+        r = _one(store, "io.input_bound")
+        rec = _fired(store, "input_bound")
+    assert r.facts["not_covered"] == 2 and rec is not None
+    assert rec.action.endswith("its 16 workers already match the 16 usable CPUs: make each batch cheaper to load "
+                               "(decode and augment less, or on the GPU; read fewer, larger files).")  # fmt: skip
+    assert any(
+        "; the io level did not cover 2 processes that the program started by exec (spawned DataLoader "
+        "workers among them; health io_not_covered): their file I/O is unknown;" in e
+        for e in rec.evidence
+    )
     with loop_store(tmp_path / "b.duckdb", config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2}, waits=(990,) * 3) as store:
         rec = _fired(store, "input_bound")  # no DataLoader settings recorded: from the workers the io level saw
     assert rec is not None and rec.action.startswith("The 2 workers already match the 2 cores: make each batch "

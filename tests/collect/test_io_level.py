@@ -274,15 +274,18 @@ def test_profile_io_pass_covers_dataloader_workers(tmp_path: Path) -> None:
 
 ATTACH = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     import xstack
     data = sys.argv[1]
     with open(os.path.join(data, "before.bin"), "rb") as f:
         f.read()
     with xstack.profile(levels="model,io", path=sys.argv[2]) as prof:
-        with xstack.span("load"):
-            with open(os.path.join(data, "inside.bin"), "rb") as f:
-                f.read()
+        for _ in range(3):  # iterations longer than the journal's 0.02 s: each end writes to it
+            with xstack.span("load"):
+                with open(os.path.join(data, "inside.bin"), "rb") as f:
+                    f.read()
+            time.sleep(0.05)
+            prof.step()
     with open(os.path.join(data, "after.bin"), "rb") as f:
         f.read()
     """
@@ -301,8 +304,12 @@ def test_in_process_profile_attaches_at_run_time(tmp_path: Path) -> None:
     with Store.open(store) as s:
         paths = {Path(p).name: br for p, br in s.query("SELECT path, bytes_read FROM io_files WHERE path LIKE '%.bin'")}
         health = {c: d for c, n, d in s.query('SELECT "check", count, detail FROM health') if n}
-    assert paths == {"inside.bin": 321}
+        data = {p for (p,) in s.query("SELECT DISTINCT path FROM io_files WHERE attrs->>'path_class' = 'data'")}
+    assert paths == {"inside.bin": 3 * 321}
     assert "io_attached" in health
+    # the profile's journal beside its store (attach.duckdb.journal/), written while the store is attach.duckdb.partial,
+    # is the profiler's own: it was a data file written at each iteration
+    assert data == {str(tmp_path / "inside.bin")}
 
 
 OPS_AND_IO = textwrap.dedent(

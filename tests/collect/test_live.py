@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def _train(steps: int, prof: Any = None) -> list[Any]:
+def _train(steps: int, prof: Any = None, hold: float = 0.0) -> list[Any]:
+    """``steps`` iterations of two batches, each in a stage "step" (``hold``: seconds it sleeps there too)."""
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -56,6 +58,7 @@ def _train(steps: int, prof: Any = None) -> list[Any]:
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
+                time.sleep(hold)
             losses.append(loss.detach().clone())
         if prof is not None:
             prof.step()
@@ -110,7 +113,7 @@ def test_model_spans_marked_and_automatic(tmp_path: Path) -> None:
 
 def test_prof_summary_prints_the_stages_and_the_recommendations(tmp_path: Path, capsys: Any) -> None:
     with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
-        _train(3, prof)
+        _train(3, prof, hold=0.005)  # the user's stage far longer than a wait for a batch, even on a busy machine
     summary = prof.summary(top=4)
     out = capsys.readouterr().out
     assert summary.run_id == 1 and "Run 1: " in out

@@ -130,6 +130,10 @@ WHERE run_id = $run AND level = 'io' AND name IN ('fsync', 'fdatasync') AND pid 
 """The main process's fsync and fdatasync calls in the measured iterations: how many, their time and the file of
 the longest."""
 
+_NOT_COVERED = """SELECT coalesce(sum(count), 0) FROM health WHERE run_id = $run AND "check" = 'io_not_covered'"""
+"""The processes the io level did not cover (exec'd in a profile attached at run time: spawned DataLoader workers;
+static binaries): their file I/O is unknown."""
+
 _ANY_WAIT = f"SELECT count(*) > 0 FROM spans WHERE run_id = $run AND {DATALOADER}"
 """Whether the run has DataLoader spans at all (a loop without them has nothing to wait on)."""
 
@@ -202,7 +206,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     counts them (read + write + metadata time from ``io_files``, from the ``io`` spans when the run has no per-file
     counters: a Darshan log's DXT segments trace its POSIX reads and writes only, up to DXT's limit). The labels
     give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the
-    program could use (fact ``cores``); fact ``dataloaders`` holds them.
+    program could use (fact ``cores``); fact ``dataloaders`` holds them. Fact ``not_covered``: the processes the
+    io level did not cover (health ``io_not_covered``: started by exec in a profile attached at run time, as
+    spawned DataLoader workers are; static binaries), whose file I/O is in none of these figures.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -228,6 +234,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     syncs, sync_ns, sync_path = rows(store, _SYNCS.format(measured=measured), io.run_id, main=io.main_pid)[0]
     facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
     facts |= _unstaged(store, io, facts["iterations"])
+    facts["not_covered"] = as_count(rows(store, _NOT_COVERED, io.run_id)[0][0])
     return Result(
         ID,
         TITLE,

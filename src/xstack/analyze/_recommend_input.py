@@ -37,13 +37,15 @@ def loader_advice(results: Results) -> tuple[str, str, str] | None:
 
 def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) -> str:
     """How to make each batch cheaper to load: with reading fewer, larger files where the io level saw the
-    workers' file I/O take a real share of the loop's waits (or did not run), without it where it did not;
+    workers' file I/O take a real share of the loop's waits (or did not run, or did not cover every process),
+    without it where it did not;
     ``iterable``: the dataset is an ``IterableDataset``, whose items its ``__iter__`` builds; ``batched``: it
     defines ``__getitems__``, which builds a batch's items."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
     worker_io, wait = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns")
     if (isinstance(worker_io, (int, float)) and isinstance(wait, (int, float)) and wait > 0
+            and not facts.get("not_covered")  # workers the io level did not see: their I/O is unknown
             and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
         builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
         building = (f"(the dataset's {builds}, its transforms, the collation): decode and augment less, or on the "

@@ -137,8 +137,14 @@ def _io_wait_evidence(facts: dict[str, Any], share_pct: float) -> str:
     workers = _num(facts, "workers")
     loaders = [e for e in facts.get("dataloaders") or [] if isinstance(e, dict)]
     loader = _loaders.waited_on(loaders)
+    uncovered = int(_num(facts, "not_covered") or 0)
     if loader is not None and not loader.get("num_workers"):
         line += "; no worker processes: the main process loads the batches itself"
+    elif uncovered:
+        line += (
+            f"; the io level did not cover {counted(uncovered, 'process', 'processes')} that the program started "
+            "by exec (spawned DataLoader workers among them; health io_not_covered): their file I/O is unknown"
+        )
     elif workers == 0:
         line += "; no worker process did file I/O"
     elif workers is not None:

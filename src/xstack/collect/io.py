@@ -36,6 +36,7 @@ from xstack.collect._io_counters import RUNS, file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
 from xstack.errors import XstackError
+from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.sink import SCRATCH_PREFIX, Sink
@@ -118,8 +119,10 @@ def exclusions(store: Path) -> list[str]:
     """Path prefixes whose I/O is the profiler's own: the store (and its ``.partial``/``.wal`` files), the
     stores of the processes the program starts with ``torch.multiprocessing`` (``STORE.rankN.duckdb``:
     ``profile.RankProfile``; a prefix per first digit, so that the program's ``STORE.ranking.csv`` is kept),
-    the sink's scratch files and the trace the op level writes as it ends."""
+    the sink's scratch files and the trace the op level writes as it ends. ``store`` may be the ``.partial`` of
+    a store being written (an in-process profile's): its journal, ``STORE.journal/``, is the profiler's too."""
     temp = Path(tempfile.gettempdir()).resolve()
+    store = store.with_name(store.name.removesuffix(PARTIAL_SUFFIX))
     store, final = store.resolve(), final_path(store).resolve()  # a scratch store appended to the final one
     ranks = [str(final.with_name(f"{final.stem}.rank{digit}")) for digit in range(10)]
     return [str(store), *ranks, str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
