@@ -1591,6 +1591,14 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
             f"{'__getitems__' if batched_ else '__getitem__'}, its transforms, the collation): decode and augment "
             "less, or on the GPU, or cache prepared items."
         ), rec.action
+    # an LMDB environment, mapped by the lmdb module: not numpy's to slice
+    lmdb = [(200, None, "mmap", -900, 5, W1, "/d/data.mdb", {A.IO_REQUESTED_BYTES: 131_072_000})]
+    with loop_store(tmp_path / "l.duckdb", config=config, waits=(990, 990, 990), more_io=lmdb) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "read /d/data.mdb (125 MiB) through a memory mapping (LMDB), by page faults" in (
+        rec.action
+    )
+    assert "(store a batch's items together and read them together, by a __getitems__ on the dataset" in rec.action
     # a profile attached at run time does not see the workers a spawn start method execs: their I/O is unknown
     with loop_store(tmp_path / "s.duckdb", config=config, waits=(990, 990, 990)) as store:
         pass

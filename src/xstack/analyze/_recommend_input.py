@@ -52,9 +52,10 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
                     "GPU, or cache prepared items")  # fmt: skip
         against = f"({format_ns(worker_io)} per iteration, against {format_ns(wait)} of waiting)"
         if mapped := _mapped(facts):
+            together = _together(iterable, batched, facts.get("worker_mapped_path"))
             return (f"make each batch cheaper to build: the workers' file calls {against} are not what the loop waits "
                     f"for, {mapped}: where the files are larger than the free memory, those are reads from disk, page "
-                    f"by page as the items touch them ({_together(iterable, batched)}); otherwise building the items "
+                    f"by page as the items touch them ({together}); otherwise building the items "
                     f"is what it waits for {building}")  # fmt: skip
         return (f"make each batch cheaper to build: the workers' file I/O {against} is not what the loop waits for, "
                 f"building the items is {building}")  # fmt: skip
@@ -72,12 +73,22 @@ def _mapped(facts: dict[str, Any]) -> str:
     size = facts.get("worker_mapped_bytes")
     sized = f" ({format_value(size, 'bytes')})" if isinstance(size, int) and size > 0 else ""
     named = f"{path}{sized}" if files == 1 else f"{files} files, {path}{sized} the largest,"
-    return (f"and they read {named} through a memory mapping (numpy.memmap, np.load(mmap_mode='r')), by page faults "
-            "that no call times")  # fmt: skip
+    mapper = next((m for suffixes, m in MAPPERS if str(path).lower().endswith(suffixes)), "")
+    return f"and they read {named} through a memory mapping{mapper}, by page faults that no call times"
 
 
-def _together(iterable: bool, batched: bool) -> str:
-    """How to read a mapped file in fewer, larger pieces."""
+MAPPERS: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((".npy", ".bin", ".dat", ".memmap", ".mmap", ".raw"), " (numpy.memmap, np.load(mmap_mode='r'))"),
+    ((".mdb",), " (LMDB)"),
+    ((".arrow",), " (Arrow: Hugging Face datasets)"),
+    ((".pt", ".pth"), " (torch.load(mmap=True))"),
+    ((".safetensors",), " (safetensors)"),
+)
+"""What maps a file of each suffix into memory, named in the advice (nothing for another suffix)."""
+
+
+def _together(iterable: bool, batched: bool, path: object) -> str:
+    """How to read a mapped file in fewer, larger pieces: a numpy array's batch in one slice."""
     if iterable:
         return "read them in order"
     where = (
@@ -85,7 +96,9 @@ def _together(iterable: bool, batched: bool) -> str:
         if batched
         else "by a __getitems__ on the dataset, called with a batch's indices"
     )
-    return f"store a batch's items together and take them in one slice, {where}"
+    if str(path).lower().endswith(MAPPERS[0][0]):
+        return f"store a batch's items together and take them in one slice, {where}"
+    return f"store a batch's items together and read them together, {where}"
 
 
 def _fewer(facts: dict[str, Any], iterable: bool, batched: bool) -> str:
