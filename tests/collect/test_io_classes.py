@@ -53,6 +53,25 @@ def test_a_path_the_calls_found_to_be_a_directory_is_a_directory_wherever_it_is(
     assert classes.of("/data/gone", "unknown") == "data"  # nothing said it was a directory
 
 
+def test_a_path_that_holds_another_is_a_directory() -> None:
+    """os.open(folder) without O_DIRECTORY, then the files opened with it as their dir_fd (os.fwalk does): the
+    folder was a data file, one more in the counts of the program's data."""
+    ops = [
+        Op("open", "/data/train", fd=3),
+        Op("openat", "/data/train/0.bin", fd=4),
+        Op("read", "/data/train/0.bin", fd=4, bytes=100),
+        Op("open", "/data/val", fd=5),  # nothing opened inside it: nothing says it is a folder
+        Op("stat", "/data/train/sub/x/1.bin", fd=-1),
+        Op("open", "/data/train/sub", fd=6),
+        Op("stat", "/data/gone/a.bin", fd=-1, errno=2),  # a failed call says nothing of its folder
+        Op("open", "/data/gone", fd=7),
+    ]
+    classes = PathClasses(ops)
+    assert [classes.of(p, "file") for p in ("/data/train", "/data/train/sub", "/data/val", "/data/gone")] == [
+        "directory", "directory", "data", "data"]  # fmt: skip
+    assert classes.of("/data/train/0.bin", "file") == "data"
+
+
 def test_the_files_standard_output_and_error_went_to_are_streams() -> None:
     ops = [
         Op("write", "/home/u/out.txt", fd=1, bytes=5),  # inherited from the shell: `> out.txt`

@@ -1,7 +1,8 @@
 """The ``io.path_class`` of each file the io level recorded: what its path's text says
 (``trace.io_paths.path_class``), and what the calls on it say, which the text cannot:
 
-- a path that a call found to be a directory (opened to list it, or stat'ed) is ``directory``, wherever it is;
+- a path that a call found to be a directory (opened to list it, or stat'ed), or that holds another path of the
+  trace, is ``directory``, wherever it is;
 - a file that the program's standard output or error went to (``xstack run ... > out.txt``) is ``stream``, as the
   terminal it stands for would be, so that redirecting the output does not turn it into data: calls on
   descriptor 1 or 2 that the process did not open itself (it inherited them from the shell, or a worker from
@@ -69,6 +70,7 @@ class PathClasses:
             if probe:
                 calls.setdefault(path, []).append(op)
         self.probes = {path for path, on in calls.items() if _probe_calls(on)}
+        self.directories |= _folders(named)
 
     def of(self, path: str | None, fd_kind: str) -> str:
         """The class of ``path`` (None or a ``<...>`` name: a descriptor with no path, of kind ``fd_kind``)."""
@@ -81,6 +83,16 @@ class PathClasses:
         if path in self.probes:
             return PYTHON
         return path_class(path)
+
+
+def _folders(paths: Iterable[str]) -> set[str]:
+    """The paths that hold another of ``paths``: folders, whatever their opens said (``os.open(folder)`` with no
+    ``O_DIRECTORY``, its descriptor then the ``dir_fd`` of the opens of its files, as ``os.fwalk`` does)."""
+    held: set[str] = set()
+    for path in paths:
+        while (cut := path.rfind("/")) > 0 and (path := path[:cut]) not in held:
+            held.add(path)
+    return {p for p in paths if p in held}
 
 
 def _probe_name(path: str) -> bool:

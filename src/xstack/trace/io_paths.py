@@ -29,7 +29,8 @@ UNKNOWN: Final = "unknown"
 
 CLASSES: Final = {
     DATA: "the program's own files: everything the other classes leave",
-    DIRECTORY: "directories, opened for listing or stat'ed (known from the calls: the io level only)",
+    DIRECTORY: "directories, opened for listing or stat'ed, or holding another path of the trace (known from the "
+    "calls: the io level only)",
     PYTHON: "the interpreter (and the files it looks for as it starts: pythonXY.zip, ._pth), its library, installed "
     "packages and their metadata (*.dist-info, *.egg-info, an editable install's too), virtual environments "
     "(pyvenv.cfg), and Python source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), the "
