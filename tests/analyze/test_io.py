@@ -1057,7 +1057,8 @@ def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> 
         rec = _fired(store, "reread")
     assert rec is not None and rec.title == "Data read over again: torch.load reads each archive in many small pieces"
     assert rec.action.startswith("1873.pt is a torch.save archive (a zip file): torch.load on its path reads it in "
-                                 "many small calls") and "torch.load(io.BytesIO(f.read()))" in rec.action  # fmt: skip
+                                 "many small calls")  # fmt: skip
+    assert "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size)))" in rec.action
 
 
 def _opened_per_item(path: Path, name: str) -> Store:
@@ -1179,6 +1180,28 @@ def test_small_reads_of_files_smaller_than_a_page_are_not_to_be_made_larger(tmp_
         facts = _one(store, "io.pattern").facts
         assert (facts["small_reads"], facts["small_reads_small_files"], facts["median_read_bytes"]) == (250, 200, 384)
         assert _fired(store, "small_reads") is None
+
+
+def test_small_reads_of_torch_archives_are_told_to_load_each_file_from_memory(tmp_path: Path) -> None:
+    """A DataLoader's workers loading 4,096 .pt files of 13 KiB by path: 12 reads a load, half of them small, 2.3
+    times the file's bytes. They were told to use buffered streams, which torch.load on a path does not take.
+    Read whole in one call of its size and loaded from memory: reads -83%, bytes read -56%, read time -61%."""
+    with Store.create(tmp_path / "a.duckdb") as store:
+        store.add_run(RunInfo(1, "pt", levels=["model", "io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        for k in range(100):  # each load: 4 small reads of its zip records, one of the tensor's 12 KiB
+            for i, (size, at) in enumerate(((64, 0), (30, 12_000), (512, 12_100), (22, 13_700), (12_288, 64))):
+                io_span(sink, 10 * k + i + 1, None, "read", 10_000 * k + 100 * i, 50, W1, f"/d/{k}.pt", size,
+                        offset=at)  # fmt: skip
+        sink.close()
+        add_files(store, [data_file(W1, f"/d/{k}.pt", 13_722, 5) for k in range(100)])
+    with Store.open(tmp_path / "a.duckdb") as store:
+        facts = _one(store, "io.pattern").facts
+        rec = _fired(store, "small_reads")
+    assert (facts["small_read_suffix"], facts["small_read_suffix_reads"]) == (".pt", 400)
+    assert rec is not None and rec.evidence[0].endswith("; 400 of them of .pt files (torch.save archives) (io.pattern)")
+    assert rec.action.startswith("Read each file whole and load it from memory: with open(path, 'rb') as f: obj = "
+                                 "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size))).")  # fmt: skip
 
 
 REWRITE_LOOP = """

@@ -107,14 +107,15 @@ WHERE run_id = $run AND level = 'io' AND name IN ('pread', 'pread64') AND {SPAN_
 """SQLite's reads of a database's change counter (16 bytes at offset 24, read at the start of every read
 transaction, each query made outside one) from the io spans, and the file of most of them."""
 
-_ZERO_SUFFIX = f"""
+_SUFFIX = f"""
 SELECT lower(regexp_extract({SPAN_PATH}, '(\\.[A-Za-z0-9]+)$', 1)) AS suffix, count(*) FROM spans
 WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND name NOT IN {in_list(COPY_READ_OPS)}
-    AND {SPAN_BYTES} = 0 AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+    AND {{sized}} AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
 GROUP BY 1 HAVING suffix <> '' ORDER BY 2 DESC, 1 LIMIT 1
 """
-"""The suffix (``.jpg``) of the data files of most zero-length reads that ended no in-kernel copy, and those
-reads' count: whose reader (an image decoder) reads until ``read()`` returns nothing."""
+"""The suffix (``.jpg``) of the data files of most reads of a size (``{sized}``) that moved no data in the kernel
+(an in-kernel copy), and those reads' count: their reader (an image decoder reads until ``read()`` returns
+nothing, ``torch.load`` reads an archive record by record)."""
 
 _REREAD = f"""
 WITH r AS (
@@ -214,7 +215,8 @@ def access_pattern(store: Store, run_id: int) -> Result:
     reached, which could not be larger, and ``sqlite_change_reads`` those that read a SQLite database's change
     counter (``pread`` of 16 bytes at offset 24, made at the start of every read transaction: every query outside
     one), most of them of ``sqlite_path``; ``zero_read_suffix`` is the suffix of the data files of most
-    zero-length reads (``.jpg``: an image decoder reading until EOF), ``zero_read_suffix_reads`` their count. The
+    zero-length reads (``.jpg``: an image decoder reading until EOF), ``zero_read_suffix_reads`` their count, and
+    ``small_read_suffix``, ``small_read_suffix_reads`` the same of the small reads (``.pt``: ``torch.load``). The
     small reads, their share and the median read size come from one source, and their share is of the reads that
     source sized (``sized reads``, fact ``sized_reads``, source
     ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
@@ -266,9 +268,11 @@ def access_pattern(store: Store, run_id: int) -> Result:
         facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, counted_in)[0][0])
         checks, db = rows(store, _SQLITE_CHECKS, counted_in)[0]
         facts |= {"sqlite_change_reads": as_count(checks), "sqlite_path": db}
-        suffix = rows(store, _ZERO_SUFFIX, counted_in)
-        facts |= {"zero_read_suffix": suffix[0][0] if suffix else None,
-                  "zero_read_suffix_reads": as_count(suffix[0][1]) if suffix else 0}  # fmt: skip
+        for key, sized in (("zero_read", f"{SPAN_BYTES} = 0"),
+                           ("small_read", f"{SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}")):  # fmt: skip
+            suffix = rows(store, _SUFFIX.replace("{sized}", sized), counted_in)
+            facts |= {f"{key}_suffix": suffix[0][0] if suffix else None,
+                      f"{key}_suffix_reads": as_count(suffix[0][1]) if suffix else 0}  # fmt: skip
     shuffled = _shuffled(store, io, facts)  # adds its facts
     reread = _reread(store, io, facts)  # adds its facts
     return Result(

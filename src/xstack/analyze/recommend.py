@@ -516,8 +516,8 @@ def zero_reads(results: Results) -> Recommendation | None:
     else:
         action = (
             "Read each file in one call of its known size (os.stat(path).st_size, then f.read(size), or "
-            "np.fromfile / torch.load on the path) instead of reading until read() returns b'' (Python's f.read() "
-            "with no size does: one more system call per file)."
+            "np.fromfile on the path) instead of reading until read() returns b'' (Python's f.read() with no size "
+            "does: one more system call per file)."
         )
     return Recommendation(
         "zero_reads", "Reads that return nothing: files read until EOF", severity, evidence, sources, action,
@@ -605,6 +605,9 @@ REREAD_WHOLE_MIN: Final = 8
 """How many opens of a file must read it from its start (and eight in ten of those that read it) for ``reread`` to
 advise loading it once."""
 TORCH_SUFFIXES: Final = (".pt", ".pth")
+TORCH_FROM_MEMORY: Final = "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size)))"
+"""A torch.save archive loaded from memory, read in one call of its size (``f.read()`` with no size makes one
+more, which finds the end of the file: the zero-length reads' rule would then fire)."""
 """Files ``torch.save`` writes: zip archives, which ``torch.load`` on a path reads in many small calls, seeking
 back and forth through their directory."""
 
@@ -646,8 +649,8 @@ def reread(results: Results) -> Recommendation | None:
         title = "Data read over again: torch.load reads each archive in many small pieces"
         action = (f"{name} is a torch.save archive (a zip file): torch.load on its path reads it in many small calls, "
                   f"back and forth through the archive's directory ({times:g} times its bytes here). Read each file "
-                  "whole in one call and load it from memory (torch.load(io.BytesIO(f.read()))), or store the items "
-                  "as plain arrays (numpy's .npy, one read each) or many to a file (shards).")  # fmt: skip
+                  f"whole in one call and load it from memory ({TORCH_FROM_MEMORY}), or store the items as plain "
+                  "arrays (numpy's .npy, one read each) or many to a file (shards).")  # fmt: skip
     elif hdf5:
         action = (f"{name} is HDF5, which reads whole chunks: each item read in shuffled order "
                   f"pulls in the chunk that holds it ({times:g} times the file's bytes here). Store it with one item "
@@ -740,6 +743,13 @@ def small_reads(results: Results) -> Recommendation | None:
                   f"(sqlite3.connect('file:{db}?immutable=1', uri=True)): SQLite then neither reads the change counter "
                   "nor locks the file for each query. Or fetch a batch in one query or one transaction (the "
                   "dataset's __getitems__, which the DataLoader calls with a batch's indices).")  # fmt: skip
+    elif torch_archives := _torch_small_reads(r.facts):
+        line += torch_archives
+        action = (
+            f"Read each file whole and load it from memory: with open(path, 'rb') as f: obj = {TORCH_FROM_MEMORY}. "
+            "torch.load on a path reads its zip archive record by record, in small reads, some of them twice; or "
+            "store the items as plain arrays, or many to a file (shards)."
+        )
     else:
         action = (
             "Read in larger pieces: buffered streams (open(path, 'rb', buffering=1 << 20)), one read of the "
@@ -749,6 +759,15 @@ def small_reads(results: Results) -> Recommendation | None:
         "small_reads", "Small reads: many calls moving little data", "low", [line + " (io.pattern)"], ["io.pattern"],
         action,
     )  # fmt: skip
+
+
+def _torch_small_reads(facts: dict[str, Any]) -> str:
+    """Where half the small reads or more are of ``torch.save`` archives (``.pt``, ``.pth``), that they are, for
+    the evidence; empty otherwise."""
+    suffix, n = facts.get("small_read_suffix"), int(_num(facts, "small_read_suffix_reads") or 0)
+    if not isinstance(suffix, str) or suffix not in TORCH_SUFFIXES or n < 0.5 * (_num(facts, "small_reads") or 0):
+        return ""
+    return f"; {n:,} of them of {suffix} files (torch.save archives)"
 
 
 def _size(nbytes: float) -> str:
