@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import xstack
-from xstack.collect._io_classes import PathClasses, process_roles
+from xstack.collect._io_classes import PathClasses, build_processes, process_roles
 from xstack.collect._io_counters import file_counters
 from xstack.collect._process_roles import process_roles as system_roles
 from xstack.trace import attrs as A
@@ -114,6 +114,31 @@ class Process:
     forked: bool = False
     ppid: int = 1
     start_ns: int = 0
+    exe: str = "/venv/bin/python"
+
+
+def test_the_files_a_compiler_opens_are_the_build_s_not_data() -> None:
+    """torch.compile on the CPU: gcc preprocessed its precompiled header into /tmp/tmpXXXXXXXX/header.i in
+    1,034,694 stdio writes (cc1), and the summary read "1,035,460 operations by 3 processes on 36 data files" for a
+    program that read no data."""
+    exes = {10: "/venv/bin/python", 11: "/usr/bin/x86_64-linux-gnu-g++-12",
+            12: "/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", 13: "/usr/bin/as",
+            14: "/usr/lib/gcc/x86_64-linux-gnu/12/collect2", 15: "/usr/bin/ld.gold", 16: "/usr/local/cuda/bin/ptxas",
+            17: "/usr/bin/ffmpeg", 18: "/usr/bin/cat"}  # fmt: skip
+    processes = [Process(pid, [exe], exe=exe) for pid, exe in exes.items()]
+    builders = build_processes(processes)  # type: ignore[arg-type]
+    assert builders == {11, 12, 13, 14, 15, 16}
+    ops = [
+        Op("open", "/tmp/tmpxrlk0bc7/header.hpp", pid=10), Op("write", "/tmp/tmpxrlk0bc7/header.hpp", pid=10, bytes=9),
+        Op("fopen", "/tmp/tmpxrlk0bc7/header.hpp", pid=12), Op("fwrite", "/tmp/tmpxrlk0bc7/header.i", pid=12, bytes=5),
+        Op("open", "/usr/include/stdio.h", pid=12),  # a system header stays the system's
+        Op("open", "/data/video.mp4", pid=17),  # a tool that is no compiler reads data
+        Op("open", "/data/train.bin", pid=10),
+    ]  # fmt: skip
+    classes = PathClasses(ops, builders)
+    paths = ("/tmp/tmpxrlk0bc7/header.hpp", "/tmp/tmpxrlk0bc7/header.i", "/usr/include/stdio.h", "/data/video.mp4",
+             "/data/train.bin")  # fmt: skip
+    assert [classes.of(p, "file") for p in paths] == ["python", "python", "system", "data", "data"]
 
 
 def test_the_helpers_of_multiprocessing_are_told_by_their_command_lines() -> None:

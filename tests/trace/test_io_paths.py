@@ -65,6 +65,12 @@ PACKAGE = Path(xstack.__file__).parent
         ("/root/.pyenv/versions/3.11.7/bin/pybuilddir.txt", "python"),
         ("/work/venv/bin/python._pth", "python"),
         ("/root/.pyenv/versions/3.11.7/bin/Modules/Setup.local", "python"),
+        ("/root/.pyenv/versions/3.11.7/include/python3.11/Python.h", "python"),  # torch.compile's C++ includes it
+        ("/tmp/torchinductor_root/fxgraph/tu/ftujsq7nph/2voi53wegr", "python"),  # torch.compile's cache
+        ("/tmp/torchinductor_root/24/c244b2rga7.so", "python"),
+        ("/home/u/.triton/cache/ab12/kernel.cubin", "python"),
+        ("/home/u/.cache/torch/inductor/x.json", "python"),
+        ("/data/include/pythonic.h", "data"),
         ("/data/train/img_001.npz", "data"),
         ("/data/train/notes.pyx.txt", "data"),
         ("/data/python", "data"),

@@ -3,6 +3,9 @@
 
 - a path that a call found to be a directory (opened to list it, or stat'ed), or that holds another path of the
   trace, is ``directory``, wherever it is;
+- a file that a compiler, assembler or linker opened (torch.compile's C++ builds: the source it writes, the
+  preprocessed header, the objects) is ``python`` where its path would make it data: the program's build, not its
+  data;
 - a file that the program's standard output or error went to (``xstack run ... > out.txt``) is ``stream``, as the
   terminal it stands for would be, so that redirecting the output does not turn it into data: calls on
   descriptor 1 or 2 that the process did not open itself (it inherited them from the shell, or a worker from
@@ -26,7 +29,7 @@ from pathlib import PurePosixPath
 from xstack.collect import _process_roles
 from xstack.collect._io_counters import OPENS, STREAM_PATHS, WRITES, Op
 from xstack.collect._io_records import IoProcess
-from xstack.trace.io_paths import DIRECTORY, PYTHON, STREAM, UNKNOWN, path_class
+from xstack.trace.io_paths import DATA, DIRECTORY, PYTHON, STREAM, UNKNOWN, path_class
 
 _STANDARD_OUTPUT = (1, 2)
 _OPENED = OPENS - {"dup"}
@@ -44,8 +47,12 @@ _PROBE_CALLS = frozenset({"open", "openat", "fstat", "write", "close"})
 class PathClasses:
     """The class of every file of a recorded trace; built from all its calls, in time order."""
 
-    def __init__(self, ops: Iterable[Op]) -> None:
+    def __init__(self, ops: Iterable[Op], builders: Iterable[int] = ()) -> None:
+        """``builders``: the processes that run a compiler, assembler or linker (``build_processes``)."""
         self.directories: set[str] = set()
+        self.built: set[str] = set()
+        """Files a compiler, assembler or linker opened: the program's build (torch.compile's C++), not its data."""
+        building = frozenset(builders)
         self.outputs: set[str] = set()
         """Files that standard output or error went to."""
         self.probes: set[str] = set()
@@ -59,6 +66,8 @@ class PathClasses:
                 continue
             if op.fd_kind == "dir":
                 self.directories.add(path)
+            if op.pid in building:
+                self.built.add(path)
             if op.fd in _STANDARD_OUTPUT:
                 if op.op in _OPENED:
                     opened.add((op.pid, op.fd))
@@ -82,7 +91,8 @@ class PathClasses:
             return DIRECTORY
         if path in self.probes:
             return PYTHON
-        return path_class(path)
+        cls = path_class(path)
+        return PYTHON if cls == DATA and path in self.built else cls
 
 
 def _folders(paths: Iterable[str]) -> set[str]:
@@ -108,6 +118,19 @@ def _probe_calls(ops: list[Op]) -> bool:
         len({op.pid for op in ops}) == 1 and opens == 1 and written == _PROBE_BYTES
         and all(op.op in _PROBE_CALLS for op in ops)
     )  # fmt: skip
+
+
+_BUILDER = re.compile(
+    r"(?:[\w.-]+-)?(?:gcc|g\+\+|cc|c\+\+|cpp|clang|clang\+\+|cc1|cc1plus|collect2|ld|ld\.\w+|as|lto1|lto-wrapper"
+    r"|nvcc|ptxas|cicc|fatbinary|nvlink|cudafe\+\+)(?:-\d+(?:\.\d+)*)?"
+)
+"""The name of a compiler, assembler or linker's executable (``x86_64-linux-gnu-gcc-12``, ``cc1plus``, ``ptxas``)."""
+
+
+def build_processes(processes: Iterable[IoProcess]) -> set[int]:
+    """The processes whose recorded image runs a compiler, assembler or linker: what torch.compile's C++ backend
+    (and a CUDA extension's build) runs; the files they open are the build's."""
+    return {p.pid for p in processes if _BUILDER.fullmatch(PurePosixPath(p.exe).name)}
 
 
 def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:

@@ -31,7 +31,7 @@ from typing import Any
 from xstack import salvage
 from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
-from xstack.collect._io_classes import PathClasses, process_roles
+from xstack.collect._io_classes import PathClasses, build_processes, process_roles
 from xstack.collect._io_counters import RUNS, file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
@@ -171,7 +171,8 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     trace = read_trace(directory)
     lo, hi = measured_region(store, run_id)
     ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
-    classes = PathClasses(trace.ops)  # the calls before the region say what the standard streams are, too
+    # the calls before the region say what the standard streams are, too
+    classes = PathClasses(trace.ops, build_processes(trace.processes))
     roles = process_roles(trace.processes)
     sink = Sink(store, run_id)
     try:

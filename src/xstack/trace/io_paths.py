@@ -31,10 +31,12 @@ CLASSES: Final = {
     DATA: "the program's own files: everything the other classes leave",
     DIRECTORY: "directories, opened for listing or stat'ed, or holding another path of the trace (known from the "
     "calls: the io level only)",
-    PYTHON: "the interpreter (and the files it looks for as it starts: pythonXY.zip, ._pth), its library, installed "
-    "packages and their metadata (*.dist-info, *.egg-info, an editable install's too), virtual environments "
-    "(pyvenv.cfg), and Python source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), the "
-    "program's script included",
+    PYTHON: "the interpreter (and the files it looks for as it starts: pythonXY.zip, ._pth), its library and C "
+    "headers, installed packages and their metadata (*.dist-info, *.egg-info, an editable install's too), virtual "
+    "environments (pyvenv.cfg), Python source and bytecode anywhere (.py, .pyc, __pycache__, extension modules), "
+    "the program's script included, the code torch.compile and Triton build and cache (torchinductor_USER, "
+    "~/.triton/cache), and every file that a compiler, assembler or linker the program runs opens (the live io "
+    "level: torch.compile's C++ builds)",
     PROFILER: "xstack's own files (its package, its io library, its package metadata)",
     SYSTEM: "the operating system's: /usr, /lib, /etc, /proc, /sys, /dev, ...",
     STREAM: "standard streams, pipes, sockets and terminals, and a file the program's standard output or error "
@@ -83,6 +85,9 @@ _PYTHON = re.compile(
     r"|/pyvenv\.cfg$|/bin/python\d*(?:\.\d+)?t?$|/libpython\d[^/]*$"  # virtual environments, the interpreter
     r"|\.(?:dist|egg)-info(?:/|$)|\.egg-link$"  # package metadata, wherever it is (an editable install's too)
     r"|/python\d+\.zip$|/pybuilddir\.txt$|\._pth$|/Modules/Setup\.local$"  # what the interpreter looks for as it starts
+    r"|/include/python\d+(?:\.\d+)?t?(?:/|$)"  # its C headers (torch.compile's C++ builds include them)
+    r"|/torchinductor_[^/]+(?:/|$)|/\.triton/(?:cache|dump)(?:/|$)"  # torch.compile's and Triton's caches
+    r"|/\.cache/torch/(?:inductor|kernels|triton)(?:/|$)"
 )
 
 
