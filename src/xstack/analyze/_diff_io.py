@@ -167,17 +167,22 @@ def io_result(a: IoSide, b: IoSide, rule: Rule, top: int | None) -> Result:
     when ``|delta|`` reaches both floors, the relative one (``threshold`` of A's time, default 5%) and the absolute
     one (``min_delta_ns``, default 1 us); one file's read time counts past the same relative floor and at least 10
     us (``FILE_MIN_DELTA_NS``), as a file read in a few microseconds is mostly noise (the page cache, the
-    scheduler); the rows give the floor each used. The totals are those of the data files (path classes data and
-    unknown) summed over every process, as ``io.files`` and the summary count them; the files of the other classes
-    (Python's imports, system, profiler files, directories) count in one row, and standard streams, pipes and
-    sockets are left out. The wait for data is ``io.input_bound``'s: the DataLoader waits in the measured iterations
-    (warm-up left out), with the iterations and the mean wait per iteration; compared only where both runs have
-    iterations (an imported Darshan log has no model spans). Zero-length reads are compared where every data-file
-    record of both runs counts them (a Darshan log does only with DXT tracing). Files are matched by path, those in
-    a folder ``tempfile`` made right under a temporary folder by their path past its random name (shown as ``*``:
-    ``/tmp/tmp*/data.h5``), where that names one file in each run; a file only one run has is added or removed;
-    they are ranked by their change as a share of the runs' data bytes or read time, whichever is larger, and files
-    that did not change are not listed.
+    scheduler); the rows give the floor each used. Where the data files' read (write) time changed and one run's is
+    ``TAIL_RATIO`` times its calls times their median or more (from the io spans), a label says the change is in a
+    few long calls (a process descheduled inside a call, on a machine with more runnable threads than CPUs, or
+    reads from disk), with each run's calls times their median and the share of its longest 10% of calls. The totals
+    are those of the data files (path classes data and unknown) summed over every process, as ``io.files`` and the
+    summary count them; the files of the other classes (Python's imports, system, profiler files, directories) count
+    in one row, and standard streams, pipes and sockets are left out. The wait for data is ``io.input_bound``'s: the
+    DataLoader waits in the measured iterations (warm-up left out), with the iterations and the mean wait per
+    iteration; compared only where both runs have iterations (an imported Darshan log has no model spans).
+    Zero-length reads are compared where every data-file record of both runs counts them (a Darshan log does only
+    with DXT tracing). Files are matched by path, those in a folder ``tempfile`` made right under a temporary folder
+    by their path past its random name (shown as ``*``: ``/tmp/tmp*/data.h5``), and the files loggers and
+    launchers name anew for each run (TensorBoard's event files, ``runs/DATE_HOST``, Lightning's ``version_N``,
+    W&B's and Hydra's run folders: ``run_key``) past those names, where that names one file in each run; a file only
+    one run has is added or removed; they are ranked by their change as a share of the runs' data
+    bytes or read time, whichever is larger, and files that did not change are not listed.
     """
     lacking = [s for s in (a, b) if not s.has_io]
     if lacking:
