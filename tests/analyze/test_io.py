@@ -1204,6 +1204,62 @@ def test_small_reads_of_torch_archives_are_told_to_load_each_file_from_memory(tm
                                  "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size))).")  # fmt: skip
 
 
+def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: bool = False) -> Store:
+    """Four steps of a DataLoader over 8 shards of 64 KiB with 2 workers: each worker reads all 8 (``split``: its
+    own 4), in 4 reads of 16 KiB each; ``vocab``: each worker first reads a 1 MiB vocabulary file whole."""
+    loader = {"index": 0, "dataset": "Shards", "batch_size": 64, "num_workers": 2, "persistent_workers": False,
+              "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": False}  # fmt: skip
+    loader["iterable"] = iterable
+    with Store.create(path) as store:
+        config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 2, A.CONFIG_DATALOADERS: [loader]}
+        store.add_run(RunInfo(1, "shards", levels=["model", "io"], config=config))
+        sink = Sink(store, 1)
+        for k in range(4):
+            sink.span(1 + k, None, "model", f"step#{k}", 10**6 * k, 10**6, MAIN, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+            sink.span(10 + k, 1 + k, "model", "dataloader.next", 10**6 * k, 1000, MAIN, 1, {A.MODEL_KIND: "dataloader"})
+        span = iter(range(100, 10_000))
+        for w, pid in enumerate((W1, W2)):
+            if vocab:
+                for i in range(16):
+                    io_span(sink, next(span), None, "read", 1000 * i, 10, pid, "/d/vocab.json", 65_536,
+                            offset=65_536 * i)  # fmt: skip
+            for shard in range(w, 8, 2) if split else range(8):
+                for i in range(4):
+                    io_span(sink, next(span), None, "read", 500_000 * shard + 1000 * i, 10, pid, f"/d/{shard}.jsonl",
+                            16_384, offset=16_384 * i)  # fmt: skip
+        sink.close()
+    return Store.open(path)
+
+
+def test_workers_of_an_iterable_dataset_that_each_read_every_shard_are_told_to_split_them(tmp_path: Path) -> None:
+    """An IterableDataset whose __iter__ read every shard in each of its 2 workers: twice the iterations per epoch
+    (998 against 499), every item yielded twice. It was told "each read pulls in more than its item"."""
+    with _shard_readers(tmp_path / "a.duckdb", split=False) as store:
+        facts = _one(store, "io.pattern").facts
+        results = {r.id: r for r in run_analyses(store)}
+    assert (facts["shared_files"], facts["shared_readers"], facts["shared_path"]) == (8, 2, "/d/0.jsonl")
+    assert facts["shared_read_bytes"] == facts["worker_read_bytes"] == 2 * 8 * 65_536
+    rec = RULES["shared_shards"](results)
+    assert rec is not None and rec.severity == "high"
+    assert rec.title == "The 2 DataLoader workers each read all the data: items repeated, or read 2 times"
+    assert rec.evidence[0] == ("2 worker processes each read 8 data files whole (/d/0.jsonl the largest): 1.00 MiB of "
+                               "the 1.00 MiB the workers read from data files (io.pattern)")  # fmt: skip
+    assert rec.action.startswith(
+        "Give each worker its own shards in Shards.__iter__: info = torch.utils.data.get_worker_info(), then "
+        "files[info.id::info.num_workers]"
+    )
+    assert "repeats each item 2 times an epoch" in rec.action and "still reads all the data 2 times" in rec.action
+    assert RULES["reread"](results) is None  # the reading again is the workers', not each read's
+    for name, kw in (("split", {"split": True}), ("map", {"split": False, "iterable": False}),
+                     ("vocab", {"split": True, "vocab": True})):  # fmt: skip
+        with _shard_readers(tmp_path / f"{name}.duckdb", **kw) as store:
+            facts = _one(store, "io.pattern").facts
+            assert _fired(store, "shared_shards") is None, name
+        if name == "vocab":  # both read the vocabulary whole, their own shards apart: most bytes are not shared
+            assert (facts["shared_files"], facts["shared_path"]) == (1, "/d/vocab.json")
+
+
 REWRITE_LOOP = """
 import json, xstack
 results = []

@@ -261,3 +261,29 @@ def test_batches_a_sampler_yields_whole_are_recorded_with_the_sampler_s_size() -
     assert (items["batch_size"], items["sampler_batches"]) == (4, False)
     unbatched = describe(DataLoader(data, batch_size=None), 2)  # one item per step, no batch size
     assert (unbatched["batch_size"], unbatched["sampler_batches"]) == (None, False)
+
+
+def test_workers_that_each_read_every_shard_of_an_iterable_dataset_are_found(tmp_path: Path) -> None:
+    """An IterableDataset whose __iter__ does not split its shards between its 2 workers yields each item twice:
+    the loop saw 256 items of 128. Its workers each read every shard whole, which the io level sees; split by
+    get_worker_info, they read 2 shards each and nothing is said."""
+    _needs_io()
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(4):
+        (data / f"shard-{i}.txt").write_bytes(b"".join(b"%d\n" % (32 * i + k) for k in range(32)))
+    program = Path(__file__).parent / "io_programs" / "shards.py"
+    fired = {}
+    for how, items in (("all", 256), ("split", 128)):
+        store = tmp_path / f"{how}.duckdb"
+        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
+                               "python", str(program), str(data), how], capture_output=True, text=True,
+                              timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{items}\n"
+        with Store.open(store) as s:
+            fired[how] = {rec.rule: rec for rec in analyze(s).recommendations}
+    rec = fired["all"].get("shared_shards")
+    assert rec is not None and rec.title.startswith("The 2 DataLoader workers each read all the data")
+    assert rec.evidence[0].startswith(f"2 worker processes each read 4 data files whole ({data}/shard-")
+    assert "shared_shards" not in fired["split"]

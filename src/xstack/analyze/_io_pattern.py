@@ -161,6 +161,18 @@ SELECT count(*), count(*) FILTER (WHERE off = 0) FROM firsts
 """
 """The opens of one file that read it, and how many of them began reading at its first byte."""
 
+_READ_BY_PROCESS = f"""
+SELECT {SPAN_PATH} AS path, pid, sum({SPAN_BYTES}) FROM spans
+WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
+    AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL AND pid IS DISTINCT FROM $main
+    AND NOT list_contains($helpers, pid)
+GROUP BY 1, 2
+"""
+"""The bytes each worker process (not the main one, nor a helper) read of each data file."""
+
+SHARED_WHOLE: Final = 0.8
+"""The share of a data file's bytes (those its reads cover) a worker must read for it to have read it whole."""
+
 REREAD_PER_EPOCH: Final = 2.0
 """How many times the bytes of data files must be read, per pass over the data the DataLoaders began, for
 ``io.pattern`` to find them read over again."""
@@ -331,6 +343,7 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     loaders = [e for e in config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)]
     epochs = sum(int(e.get("iterated") or 0) for e in loaders) or None
     files = rows(store, _REREAD, run)
+    facts |= _shared(store, io_run(store, run) if found else io, {str(f[0]): int(f[2] or 0) for f in files})
     read, covered, ns = (sum(int(f[i] or 0) for f in files) for i in (1, 2, 3))
     again = max(read - covered * (epochs or 1), 0)
     top = max(files, key=lambda f: int(f[1]) - int(f[2]), default=None)
@@ -356,6 +369,34 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         f"({read / covered:.1f} times, with {passes}); most from {PurePosixPath(str(top[0])).name} "
         f"({facts['reread_times']:g} times its bytes read)"
     ]
+
+
+def _shared(store: Store, io: IoRun, covered: dict[str, int]) -> dict[str, Any]:
+    """The data files that two worker processes or more each read whole (``SHARED_WHOLE`` of the bytes its reads
+    cover): facts ``shared_files``, ``shared_readers`` (the most workers that read one whole), ``shared_path`` (the
+    largest), ``shared_read_bytes`` (all the workers' reads of them), ``worker_read_bytes`` (all the workers'
+    reads of data files) and ``worker_files`` (the data files they read). An ``IterableDataset`` that does not
+    split its shards between the workers has each read every one."""
+    readers: dict[str, int] = {}
+    shared_bytes = worker_bytes = 0
+    by_file: dict[str, list[int]] = {}
+    for path, _, nbytes in rows(store, _READ_BY_PROCESS, io.run_id, main=io.main_pid, helpers=io.helper_pids):
+        by_file.setdefault(str(path), []).append(int(nbytes))
+        worker_bytes += int(nbytes)
+    for path, each in by_file.items():
+        whole = sum(n >= SHARED_WHOLE * covered.get(path, 0) > 0 for n in each)
+        if whole >= 2:
+            readers[path] = whole
+            shared_bytes += sum(each)
+    largest = min(readers, key=lambda p: (-covered.get(p, 0), p), default=None)  # the first name of the largest
+    return {
+        "shared_files": len(readers),
+        "shared_readers": max(readers.values(), default=0),
+        "shared_path": largest,
+        "shared_read_bytes": shared_bytes,
+        "worker_read_bytes": worker_bytes,
+        "worker_files": len(by_file),
+    }
 
 
 def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:

@@ -9,10 +9,9 @@ from typing import Any
 
 from xstack.analyze._loaders import describe as describe_loader
 from xstack.analyze._loaders import waited_on, waits_line
-from xstack.analyze.result import Result, counted, format_ns, format_value
-
-Results = dict[str, Result]
-
+from xstack.analyze._recommend_common import Results, get, num
+from xstack.analyze.pipeline import Recommendation
+from xstack.analyze.result import counted, format_ns, format_value
 
 FILES_SHARE_PCT = 25.0
 """The workers' file I/O per iteration, in % of the loop's wait per iteration, under which reading files is not
@@ -244,3 +243,56 @@ def _startup(loader: dict[str, Any]) -> str:
 
 def _cpus(cores: int | None) -> str:
     return f"{cores} usable CPUs" if cores is not None else "free CPUs"
+
+
+SHARED_FILES_SHARE = 0.5
+"""The share of the data files the workers read that several of them each read whole, above which an
+``IterableDataset``'s workers are found to read the same items (by files, not bytes: a vocabulary file each worker
+loads whole may hold more bytes than the shards a short profile saw them read)."""
+
+
+def shared_shards(results: Results) -> Recommendation | None:
+    """The workers of an ``IterableDataset`` each read the same data files whole (``io.pattern``'s ``shared_*``
+    facts): an ``__iter__`` that does not split its shards between the workers (``get_worker_info``) has each of
+    them yield every item, so that an epoch holds each item once per worker. Most of the data files the workers
+    read must be such files: a vocabulary or labels file that each worker loads whole beside its own shards is not
+    one. Of high severity: unless ``__iter__`` skips the other workers' items as it reads them, the model trains on
+    repeated items and the epoch takes that many times as long; no time at stake, which the I/O cannot tell."""
+    r = get(results, "io.pattern")
+    if r is None:
+        return None
+    files, readers = int(num(r.facts, "shared_files") or 0), int(num(r.facts, "shared_readers") or 0)
+    shared, total = num(r.facts, "shared_read_bytes") or 0, num(r.facts, "worker_read_bytes") or 0
+    if files < 1 or readers < 2 or files <= SHARED_FILES_SHARE * (num(r.facts, "worker_files") or 0):
+        return None
+    loader = next((e for e in _loaders_of(results) if e.get("iterable") and int(e.get("num_workers") or 0) >= 2), None)
+    if loader is None:
+        return None
+    workers, dataset = int(loader["num_workers"]), str(loader.get("dataset") or "the dataset")
+    path = str(r.facts.get("shared_path") or "")
+    named = f"{counted(files, 'data file')} whole ({path} the largest)" if files > 1 else f"{path} whole"
+    evidence = [
+        f"{readers} worker processes each read {named}: {format_value(shared, 'bytes')} of the "
+        f"{format_value(total, 'bytes')} the workers read from data files (io.pattern)",
+        f"the loop iterates {describe_loader(loader)}, an IterableDataset: each worker runs its __iter__ from the "
+        "start (io.input_bound)",
+    ]
+    action = (
+        f"Give each worker its own shards in {dataset}.__iter__: info = torch.utils.data.get_worker_info(), then "
+        "files[info.id::info.num_workers] (all of them where info is None, without workers), or give each its part "
+        f"in a worker_init_fn. As it is, each worker reads every shard whole: an __iter__ that yields all it reads "
+        f"repeats each item {readers} times an epoch, which lasts {readers} times as long; one that skips the other "
+        "workers' items as it reads (itertools.islice(records, info.id, None, info.num_workers)) still reads all the "
+        f"data {readers} times."
+    )
+    title = f"The {workers} DataLoader workers each read all the data: items repeated, or read {readers} times"
+    return Recommendation("shared_shards", title, "high", evidence, ["io.pattern", "io.input_bound"], action)
+
+
+def _loaders_of(results: Results) -> list[dict[str, Any]]:
+    """The DataLoaders the run recorded (``io.input_bound``'s facts, else ``model.stages``')."""
+    for id in ("io.input_bound", "model.stages"):
+        r = results.get(id)
+        if r is not None and r.available and isinstance(entries := r.facts.get("dataloaders"), list):
+            return [e for e in entries if isinstance(e, dict)]
+    return []

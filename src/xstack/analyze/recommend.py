@@ -18,7 +18,7 @@ from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, 
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
-from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice
+from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice, shared_shards
 from xstack.analyze.pipeline import ImpactPer, Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
 from xstack.leveled.merge import LOOSE_DIVERGENCE
@@ -614,9 +614,13 @@ back and forth through their directory."""
 
 def reread(results: Results) -> Recommendation | None:
     """Data files read over again within a pass over the data (``io.pattern``): each read pulls in more than the
-    item it serves (an HDF5 chunk, a reader's read-ahead), and the other items of that piece read it again."""
+    item it serves (an HDF5 chunk, a reader's read-ahead), and the other items of that piece read it again. Silent
+    where the workers of an ``IterableDataset`` each read the same files (``shared_shards``): that is the reading
+    again."""
     r = _get(results, "io.pattern")
     if r is None or not (again := _num(r.facts, "reread_bytes")):
+        return None
+    if shared_shards(results) is not None:  # each worker reads every shard: that is the reading again
         return None
     times, path = _num(r.facts, "reread_times") or 0, str(r.facts.get("reread_path") or "")
     line = next((label for label in r.labels if label.startswith("data files: ") and " pass" in label), None)
@@ -788,6 +792,7 @@ RULES: dict[str, Rule] = {
     "small_files": small_files,
     "zero_reads": zero_reads,
     "reread": reread,
+    "shared_shards": shared_shards,
     "rewritten": rewritten,
     "loop_syncs": loop_syncs,
     "small_reads": small_reads,
