@@ -1260,6 +1260,45 @@ def test_workers_of_an_iterable_dataset_that_each_read_every_shard_are_told_to_s
             assert (facts["shared_files"], facts["shared_path"]) == (1, "/d/vocab.json")
 
 
+def test_reads_through_a_descriptor_workers_inherited_are_found_with_their_races(tmp_path: Path) -> None:
+    """The main process opens a file (fd 6), two workers forked after it seek and read it through that descriptor:
+    one offset for both. A read whose last offset move, before it, was the other worker's is a race. Tells
+    (lseek SEEK_CUR) move nothing; preads take their own offset; a descriptor a worker opened itself is its own."""
+    with Store.create(tmp_path / "a.duckdb") as store:
+        store.add_run(RunInfo(1, "fd", levels=["model", "io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        span = iter(range(1, 1000))
+
+        def call(op: str, at: int, pid: int, path: str = "/d/rec.bin", fd: int = 6, nbytes: int | None = None,
+                 whence: int | None = None, offset: int | None = None) -> None:  # fmt: skip
+            extra = {A.IO_FD: fd} | ({} if whence is None else {A.IO_REQUESTED_BYTES: whence})
+            io_span(sink, next(span), None, op, at, 5, pid, path, nbytes, offset=offset, **extra)
+
+        call("open", 0, MAIN)
+        call("lseek", 10, W1, whence=0)  # W1 seeks
+        call("lseek", 20, W2, whence=0)  # W2 seeks: W1's read below starts where W2 put the offset
+        call("read", 30, W1, nbytes=1024)  # a race
+        call("read", 40, W2, nbytes=1024)  # a race: W1's read moved it last
+        call("lseek", 50, W2, whence=1)  # a tell moves nothing
+        call("read", 60, W2, nbytes=1024)  # not a race: W2's own read moved it last
+        call("pread", 70, W1, nbytes=1024, offset=0)  # its own offset
+        call("open", 80, W1, "/d/own.bin", fd=7)  # opened by the worker itself: not shared
+        call("read", 90, W1, "/d/own.bin", fd=7, nbytes=10)
+        call("read", 95, W2, "/d/own.bin", fd=7, nbytes=10)  # W2's inherited fd 7 is another file's; one reader
+        sink.close()
+    with Store.open(tmp_path / "a.duckdb") as store:
+        facts = _one(store, "io.pattern").facts
+        rec = _fired(store, "shared_offset")
+    got = tuple(facts[f"shared_offset_{k}"] for k in ("path", "fd", "processes", "reads", "races"))
+    assert got == ("/d/rec.bin", 6, 2, 3, 2)
+    assert rec is not None and rec.severity == "high"
+    assert rec.title == "DataLoader workers share the file offset of rec.bin: items read from the wrong place"
+    assert rec.evidence[0].startswith("2 processes read /d/rec.bin through descriptor 6, which they did not open but "
+                                      "inherited")  # fmt: skip
+    assert "3 reads at that offset, 2 of them started after another process had moved that offset" in rec.evidence[0]
+    assert rec.action.startswith("Open rec.bin in each worker, not before they start")
+
+
 REWRITE_LOOP = """
 import json, xstack
 results = []

@@ -8,8 +8,10 @@ from typing import Any, Final
 from xstack.analyze._io_common import (
     COPY_READ_OPS,
     DATA_CLASSES,
+    DATA_SPAN,
     FILE_CLASS,
     FILE_STORAGE,
+    OPEN_OPS,
     READ_OPS,
     SMALL_READ_BYTES,
     SPAN_BYTES,
@@ -170,6 +172,42 @@ GROUP BY 1, 2
 """
 """The bytes each worker process (not the main one, nor a helper) read of each data file."""
 
+_OFFSET_MOVES: Final = ("read", "readv", "fread", "stdio_read", "write", "writev", "fwrite", "stdio_write", "fseek")
+"""Calls that move a descriptor's file offset (``lseek`` too, but for a ``SEEK_CUR`` one, mostly a tell)."""
+_OFFSET_READS: Final = ("read", "readv", "fread", "stdio_read")
+"""Calls that read at a descriptor's file offset."""
+
+_SHARED_OFFSET = f"""
+WITH ev AS (
+    SELECT pid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, {SPAN_PATH} AS path, name, start_ns, span_id,
+        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS requested
+    FROM spans WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL
+        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+),
+marked AS (  -- each call with the opens of its descriptor its process made up to it: none, an inherited one
+    SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
+        OVER (PARTITION BY pid, fd ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
+    FROM ev WHERE fd >= 0
+),
+moves AS (
+    SELECT pid, fd, path, name, start_ns, span_id FROM marked
+    WHERE opened = 0 AND (name IN {in_list(_OFFSET_MOVES)} OR (name IN ('lseek', 'lseek64') AND requested <> 1))
+),
+shared AS (SELECT path, fd FROM moves GROUP BY path, fd HAVING count(DISTINCT pid) >= 2),
+ordered AS (
+    SELECT m.*, lag(pid) OVER (PARTITION BY m.path, m.fd ORDER BY start_ns, span_id) AS before
+    FROM moves m JOIN shared USING (path, fd)
+)
+SELECT path, fd, count(DISTINCT pid), count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)}),
+    count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)} AND before IS NOT NULL AND before <> pid)
+FROM ordered GROUP BY path, fd ORDER BY 4 DESC, path LIMIT 1
+"""
+"""The data file of most reads through one descriptor that two processes or more inherited (a fork child's
+calls on a descriptor it did not open: opened before the DataLoader's workers started) and moved the offset of:
+the file, the descriptor, the processes, their reads at its offset, and those of the reads that started after
+another process had moved it since the reading one last did (each such read took its bytes from where the other
+process left the offset)."""
+
 SHARED_WHOLE: Final = 0.8
 """The share of a data file's bytes (those its reads cover) a worker must read for it to have read it whole."""
 
@@ -228,7 +266,11 @@ def access_pattern(store: Store, run_id: int) -> Result:
     counter (``pread`` of 16 bytes at offset 24, made at the start of every read transaction: every query outside
     one), most of them of ``sqlite_path``; ``zero_read_suffix`` is the suffix of the data files of most
     zero-length reads (``.jpg``: an image decoder reading until EOF), ``zero_read_suffix_reads`` their count, and
-    ``small_read_suffix``, ``small_read_suffix_reads`` the same of the small reads (``.pt``: ``torch.load``). The
+    ``small_read_suffix``, ``small_read_suffix_reads`` the same of the small reads (``.pt``: ``torch.load``).
+    Facts ``shared_offset_*``: a data file that two processes or more read through one descriptor they inherited
+    (opened before a DataLoader's workers forked), sharing its file offset: ``path``, ``fd``, ``processes``,
+    ``reads`` at that offset and ``races``, the reads that started after another process had moved it since the
+    reading one last did (they read from where the other left it). The
     small reads, their share and the median read size come from one source, and their share is of the reads that
     source sized (``sized reads``, fact ``sized_reads``, source
     ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
@@ -280,6 +322,10 @@ def access_pattern(store: Store, run_id: int) -> Result:
         facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, counted_in)[0][0])
         checks, db = rows(store, _SQLITE_CHECKS, counted_in)[0]
         facts |= {"sqlite_change_reads": as_count(checks), "sqlite_path": db}
+        shared = rows(store, _SHARED_OFFSET, counted_in)
+        path, fd, procs, reads, races = shared[0] if shared else (None, None, 0, 0, 0)
+        facts |= {"shared_offset_path": path, "shared_offset_fd": fd, "shared_offset_processes": as_count(procs),
+                  "shared_offset_reads": as_count(reads), "shared_offset_races": as_count(races)}  # fmt: skip
         for key, sized in (("zero_read", f"{SPAN_BYTES} = 0"),
                            ("small_read", f"{SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}")):  # fmt: skip
             suffix = rows(store, _SUFFIX.replace("{sized}", sized), counted_in)

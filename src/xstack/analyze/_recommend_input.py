@@ -5,6 +5,7 @@ does; or, for a run that did not record them, from the worker processes the io l
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
 from xstack.analyze._loaders import describe as describe_loader
@@ -296,3 +297,36 @@ def _loaders_of(results: Results) -> list[dict[str, Any]]:
         if r is not None and r.available and isinstance(entries := r.facts.get("dataloaders"), list):
             return [e for e in entries if isinstance(e, dict)]
     return []
+
+
+def shared_offset(results: Results) -> Recommendation | None:
+    """Processes that read a data file through one descriptor they inherited, opened before the DataLoader's
+    workers forked (``io.pattern``'s ``shared_offset_*`` facts): they share its file offset, so that one's seek
+    moves where another reads. High where a read was seen to start after another process moved the offset (it
+    read another item's bytes: silent corruption of the data), medium where none was seen to."""
+    r = get(results, "io.pattern")
+    if r is None:
+        return None
+    procs, reads = int(num(r.facts, "shared_offset_processes") or 0), int(num(r.facts, "shared_offset_reads") or 0)
+    path, races = str(r.facts.get("shared_offset_path") or ""), int(num(r.facts, "shared_offset_races") or 0)
+    if procs < 2 or reads < 2 or not path:
+        return None
+    seen = (
+        f"{races:,} of them started after another process had moved that offset since the reading one last did: "
+        "they read from where it left it, another item's bytes"
+        if races
+        else "none was seen to start after another process had moved it, which the next run may not be spared"
+    )
+    evidence = [
+        f"{procs} processes read {path} through descriptor {r.facts.get('shared_offset_fd')}, which they did not "
+        f"open but inherited (it was opened before they started): they share its one file offset; {reads:,} reads "
+        f"at that offset, {seen} (io.pattern)"
+    ]
+    name = PurePosixPath(path).name
+    action = (f"Open {name} in each worker, not before they start: on first use in __getitem__ (None in the "
+              "dataset's __init__, opened when still None), or in a worker_init_fn; or read with os.pread(fd, n, "
+              "offset), which takes its offset and moves no shared one. As it is, each seek of one worker moves "
+              "where the others read.")  # fmt: skip
+    where = "items read from the wrong place" if races else "items may be read from the wrong place"
+    title = f"DataLoader workers share the file offset of {name}: {where}"
+    return Recommendation("shared_offset", title, "high" if races else "medium", evidence, ["io.pattern"], action)

@@ -18,7 +18,7 @@ from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, 
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
-from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice, shared_shards
+from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice, shared_offset, shared_shards
 from xstack.analyze.pipeline import ImpactPer, Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
 from xstack.leveled.merge import LOOSE_DIVERGENCE
@@ -793,6 +793,7 @@ RULES: dict[str, Rule] = {
     "zero_reads": zero_reads,
     "reread": reread,
     "shared_shards": shared_shards,
+    "shared_offset": shared_offset,
     "rewritten": rewritten,
     "loop_syncs": loop_syncs,
     "small_reads": small_reads,
@@ -813,17 +814,21 @@ summary``), these alone are run, not the per-call tables (A2-A9, A11-A14), which
 large profile."""
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
+WRONG_RESULTS: Final = frozenset({"shared_offset", "shared_shards"})
+"""Rules whose finding makes the program's results wrong, not only slow (items read from the wrong place, items
+repeated): first among the recommendations of their severity."""
 
 
 def recommend(results: Iterable[Result], rules: dict[str, Rule] | None = None) -> list[Recommendation]:
-    """Every rule that fires on these results, most severe first; one whose facts and action another took in
-    whole (the input-bound rule takes the small-file staging's) is not said again on its own."""
+    """Every rule that fires on these results, most severe first (within a severity, those whose finding makes the
+    results wrong, ``WRONG_RESULTS``, then by time at stake); one whose facts and action another took in whole (the
+    input-bound rule takes the small-file staging's) is not said again on its own."""
     by_id = {r.id: r for r in results}
     fired = [rec for rule in (rules or RULES).values() if (rec := rule(by_id)) is not None]
     kept = [rec for i, rec in enumerate(fired)
             if not any(_took_in(other, rec) and (j < i or not _took_in(rec, other))
                        for j, other in enumerate(fired) if j != i)]  # fmt: skip
-    return sorted(kept, key=lambda r: (_ORDER[r.severity], -(r.impact_ns or 0)))
+    return sorted(kept, key=lambda r: (_ORDER[r.severity], r.rule not in WRONG_RESULTS, -(r.impact_ns or 0)))
 
 
 def _took_in(whole: Recommendation, part: Recommendation) -> bool:
