@@ -1299,6 +1299,46 @@ def test_reads_through_a_descriptor_workers_inherited_are_found_with_their_races
     assert rec.action.startswith("Open rec.bin in each worker, not before they start")
 
 
+def test_workers_querying_a_sqlite_connection_opened_before_they_forked_are_told_to_open_their_own(
+    tmp_path: Path,
+) -> None:
+    """sqlite3.connect in the dataset's __init__: the workers query the database through the descriptor they
+    inherited, which SQLite's documentation says not to do. Nothing was said; a connection opened in each worker
+    on first use, or another file read through an inherited descriptor, is not a finding."""
+    for name, db, own in (("a", "/d/items.db", False), ("b", "/d/items.db", True), ("c", "/d/rows.bin", False)):
+        with Store.create(tmp_path / f"{name}.duckdb") as store:
+            store.add_run(RunInfo(1, "db", levels=["model", "io"], config={"pid": MAIN}))
+            sink = Sink(store, 1)
+            io_span(sink, 1, None, "open", -200, 5, MAIN, db, **{A.IO_FD: 6})
+            for k, pid in enumerate((W1, W2)):
+                if own:
+                    io_span(sink, 10 + k, None, "open", -100 + k, 5, pid, db, **{A.IO_FD: 7})
+                for i in range(3):
+                    fd = 7 if own else 6
+                    io_span(sink, 20 + 10 * k + 2 * i, None, "pread", 100 * i + k, 5, pid, db, 16, offset=24,
+                            **{A.IO_FD: fd})  # fmt: skip
+                    io_span(sink, 21 + 10 * k + 2 * i, None, "pread", 100 * i + k + 50, 5, pid, db, 4096,
+                            offset=4096 * (i + 1), **{A.IO_FD: fd})  # fmt: skip
+            sink.close()
+        with Store.open(tmp_path / f"{name}.duckdb") as store:
+            facts = _one(store, "io.pattern").facts
+            rec = _fired(store, "forked_sqlite")
+        if name == "a":
+            assert (facts["forked_sqlite_path"], facts["forked_sqlite_fd"]) == ("/d/items.db", 6)
+            assert (facts["forked_sqlite_processes"], facts["forked_sqlite_reads"]) == (2, 12)
+            assert rec is not None and rec.severity == "medium"
+            assert rec.title == "DataLoader workers use a SQLite connection opened before they forked (items.db)"
+            assert rec.evidence[0].startswith(
+                "2 processes other than the main one read /d/items.db through descriptor 6, which they did not open "
+                "but inherited, 12 reads"
+            )
+            assert "fork()" in rec.action and "on first use" in rec.action
+        elif name == "c":  # read at SQLite's change counter, so SQLite's whatever its name
+            assert facts["forked_sqlite_path"] == "/d/rows.bin" and rec is not None
+        else:
+            assert facts["forked_sqlite_processes"] == 0 and rec is None, name
+
+
 REWRITE_LOOP = """
 import json, xstack
 results = []

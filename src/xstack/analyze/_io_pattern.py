@@ -208,6 +208,35 @@ the file, the descriptor, the processes, their reads at its offset, and those of
 another process had moved it since the reading one last did (each such read took its bytes from where the other
 process left the offset)."""
 
+SQLITE_SUFFIXES: Final = (".db", ".sqlite", ".sqlite3", ".db3")
+"""Suffixes of SQLite database files."""
+
+_INHERITED_SQLITE = f"""
+WITH ev AS (
+    SELECT pid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, {SPAN_PATH} AS path, name, start_ns, span_id,
+        {SPAN_BYTES} AS nbytes, TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off
+    FROM spans WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL
+        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND pid IS DISTINCT FROM $main
+),
+marked AS (
+    SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
+        OVER (PARTITION BY pid, fd ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
+    FROM ev WHERE fd >= 0
+),
+inherited AS (SELECT * FROM marked WHERE opened = 0 AND name IN {in_list(READ_OPS)}),
+sqlite AS (
+    SELECT path FROM inherited GROUP BY path
+    HAVING bool_or(nbytes = {SQLITE_COUNTER_BYTES} AND off = {SQLITE_COUNTER_OFFSET} AND name IN ('pread', 'pread64'))
+        OR bool_or({" OR ".join(f"lower(path) LIKE '%{x}'" for x in SQLITE_SUFFIXES)})
+)
+SELECT path, any_value(fd), count(DISTINCT pid), count(*) FROM inherited WHERE path IN (SELECT path FROM sqlite)
+GROUP BY path ORDER BY 4 DESC, path LIMIT 1
+"""
+"""The SQLite database (a ``.db`` file, or one read at its change counter as SQLite does) of most reads that
+processes other than the main one made through a descriptor they did not open but inherited: a connection
+opened before the DataLoader's workers forked, which they query. The file, the descriptor, the processes and
+their reads."""
+
 SHARED_WHOLE: Final = 0.8
 """The share of a data file's bytes (those its reads cover) a worker must read for it to have read it whole."""
 
@@ -270,7 +299,9 @@ def access_pattern(store: Store, run_id: int) -> Result:
     Facts ``shared_offset_*``: a data file that two processes or more read through one descriptor they inherited
     (opened before a DataLoader's workers forked), sharing its file offset: ``path``, ``fd``, ``processes``,
     ``reads`` at that offset and ``races``, the reads that started after another process had moved it since the
-    reading one last did (they read from where the other left it). The
+    reading one last did (they read from where the other left it). Facts ``forked_sqlite_*``: a SQLite database
+    that processes other than the main one read through a descriptor they inherited, a connection opened before the
+    workers forked (``path``, ``fd``, ``processes``, ``reads``). The
     small reads, their share and the median read size come from one source, and their share is of the reads that
     source sized (``sized reads``, fact ``sized_reads``, source
     ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
@@ -326,6 +357,11 @@ def access_pattern(store: Store, run_id: int) -> Result:
         path, fd, procs, reads, races = shared[0] if shared else (None, None, 0, 0, 0)
         facts |= {"shared_offset_path": path, "shared_offset_fd": fd, "shared_offset_processes": as_count(procs),
                   "shared_offset_reads": as_count(reads), "shared_offset_races": as_count(races)}  # fmt: skip
+        count_io = io_run(store, counted_in) if counted_in != io.run_id else io
+        forked = rows(store, _INHERITED_SQLITE, counted_in, main=count_io.main_pid)
+        db_path, db_fd, db_procs, db_reads = forked[0] if forked else (None, None, 0, 0)
+        facts |= {"forked_sqlite_path": db_path, "forked_sqlite_fd": db_fd,
+                  "forked_sqlite_processes": as_count(db_procs), "forked_sqlite_reads": as_count(db_reads)}  # fmt: skip
         for key, sized in (("zero_read", f"{SPAN_BYTES} = 0"),
                            ("small_read", f"{SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}")):  # fmt: skip
             suffix = rows(store, _SUFFIX.replace("{sized}", sized), counted_in)

@@ -330,3 +330,27 @@ def shared_offset(results: Results) -> Recommendation | None:
     where = "items read from the wrong place" if races else "items may be read from the wrong place"
     title = f"DataLoader workers share the file offset of {name}: {where}"
     return Recommendation("shared_offset", title, "high" if races else "medium", evidence, ["io.pattern"], action)
+
+
+def forked_sqlite(results: Results) -> Recommendation | None:
+    """Worker processes that query a SQLite database through a connection opened before they forked (a descriptor
+    of the database they did not open but inherited: ``io.pattern``'s ``forked_sqlite_*`` facts). SQLite's
+    documentation says not to carry a connection across ``fork()``: locking problems follow, and a database
+    written meanwhile can be corrupted."""
+    r = get(results, "io.pattern")
+    if r is None or not (path := str(r.facts.get("forked_sqlite_path") or "")):
+        return None
+    procs, reads = int(num(r.facts, "forked_sqlite_processes") or 0), int(num(r.facts, "forked_sqlite_reads") or 0)
+    if procs < 1 or reads < 1:
+        return None
+    evidence = [
+        f"{counted(procs, 'process', 'processes')} other than the main one read {path} through descriptor "
+        f"{r.facts.get('forked_sqlite_fd')}, which they did not open but inherited, {reads:,} reads: a SQLite "
+        "connection opened before they started (io.pattern)"
+    ]
+    action = ("Open the SQLite connection in each worker, on first use: None in the dataset's __init__, "
+              "sqlite3.connect(...) in __getitem__ when still None (or in a worker_init_fn). SQLite's documentation "
+              "says not to carry a connection across fork(): the processes share its locks and file state, and a "
+              "database written meanwhile can be corrupted (sqlite.org/howtocorrupt.html, section 2.6).")  # fmt: skip
+    title = f"DataLoader workers use a SQLite connection opened before they forked ({PurePosixPath(path).name})"
+    return Recommendation("forked_sqlite", title, "medium", evidence, ["io.pattern"], action)

@@ -18,7 +18,14 @@ from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, 
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
-from xstack.analyze._recommend_input import cheaper, io_input_action, loader_advice, shared_offset, shared_shards
+from xstack.analyze._recommend_input import (
+    cheaper,
+    forked_sqlite,
+    io_input_action,
+    loader_advice,
+    shared_offset,
+    shared_shards,
+)
 from xstack.analyze.pipeline import ImpactPer, Recommendation, Severity
 from xstack.analyze.result import Result, counted, format_ns, format_value
 from xstack.leveled.merge import LOOSE_DIVERGENCE
@@ -794,6 +801,7 @@ RULES: dict[str, Rule] = {
     "reread": reread,
     "shared_shards": shared_shards,
     "shared_offset": shared_offset,
+    "forked_sqlite": forked_sqlite,
     "rewritten": rewritten,
     "loop_syncs": loop_syncs,
     "small_reads": small_reads,
