@@ -1059,6 +1059,37 @@ def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> 
     assert rec.action.startswith("1873.pt is a torch.save archive (a zip file): torch.load on its path reads it in "
                                  "many small calls")  # fmt: skip
     assert "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size)))" in rec.action
+    # a gzip stream read by seeks: 849 MiB read from a 1.84 MiB file, each backward seek decompressing it again from
+    # its start (a DataLoader's step went from 44.5 ms to 724 us with the stream decompressed once per worker)
+    with _chunked_reads(tmp_path / "e.duckdb", [{"index": 0, "iterated": 1}], name="/d/rec.bin.gz") as store:
+        rec = _fired(store, "reread")
+    assert (
+        rec is not None
+        and rec.title == "Data read over again: seeks in a compressed stream decompress it from its start"
+    )
+    assert rec.action.startswith("rec.bin.gz is a compressed stream: Python's gzip, bz2 and lzma files seek backwards "
+                                 "by decompressing again from the start")  # fmt: skip
+    assert "decompress it once in each worker and keep it in memory" in rec.action
+
+
+def test_a_loop_waiting_on_workers_that_decompress_a_stream_again_for_each_item_is_told_so(tmp_path: Path) -> None:
+    """A gzip stream read by seeks in shuffled order, 460.8 times its bytes: the loop waited 39.7 ms a step for
+    workers whose file I/O took 3.37 ms of it, and was told that building the items was what it waited for."""
+    from xstack.analyze._recommend_input import cheaper
+    from xstack.analyze.result import Result
+
+    pattern = Result(
+        "io.pattern", "p", facts={"reread_bytes": 10**9, "reread_path": "/d/rec.bin.gz", "reread_times": 460.8}
+    )
+    io = Result("io.input_bound", "i", facts={"worker_io_per_iteration_ns": 3_370_000, "mean_wait_ns": 39_700_000})
+    assert cheaper({"io.pattern": pattern, "io.input_bound": io}) == (
+        "make each batch cheaper to build: the workers' file I/O (3.37 ms per iteration, against 39.7 ms of waiting) "
+        "is not what the loop waits for, decompressing rec.bin.gz again from its start for each item (460.8 times "
+        "its bytes read) is (see the finding on data read over again)"
+    )
+    for facts in ({"reread_path": "/d/rec.bin"}, {"reread_times": 3.0}):  # not compressed; read again a little
+        other = Result("io.pattern", "p", facts=pattern.facts | facts)
+        assert "building the items is" in cheaper({"io.pattern": other, "io.input_bound": io})
 
 
 def _opened_per_item(path: Path, name: str) -> Store:

@@ -18,6 +18,13 @@ FILES_SHARE_PCT = 25.0
 """The workers' file I/O per iteration, in % of the loop's wait per iteration, under which reading files is not
 what the loop waits for: the advice to make batches cheaper then leaves out reading fewer, larger files."""
 
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma")
+"""Files of a compressed stream, which Python's gzip, bz2 and lzma modules seek backwards in by decompressing
+again from the start."""
+REDECOMPRESSED_TIMES = 10.0
+"""How many times its bytes a compressed stream must be read (``io.pattern``'s ``reread_times``) for decompressing
+it again to be what building the items costs."""
+
 FEW_FILES = 4
 """At most this many data files read by the workers, kept open across iterations (less than one open of a data
 file per iteration), with two reads or more of them per iteration: their reads, not their files, are to be made
@@ -51,6 +58,9 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
         building = (f"(the dataset's {builds}, its transforms, the collation): decode and augment less, or on the "
                     "GPU, or cache prepared items")  # fmt: skip
         against = f"({format_ns(worker_io)} per iteration, against {format_ns(wait)} of waiting)"
+        if again := _redecompressed(results):
+            return (f"make each batch cheaper to build: the workers' file I/O {against} is not what the loop waits "
+                    f"for, decompressing {again} is (see the finding on data read over again)")  # fmt: skip
         if mapped := _mapped(facts):
             together = _together(iterable, batched, facts.get("worker_mapped_path"))
             return (f"make each batch cheaper to build: the workers' file calls {against} are not what the loop waits "
@@ -62,6 +72,19 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
     return (
         f"make each batch cheaper to load (decode and augment less, or on the GPU; {_fewer(facts, iterable, batched)})"
     )
+
+
+def _redecompressed(results: Results) -> str:
+    """Where the workers read a compressed stream ``REDECOMPRESSED_TIMES`` times its bytes or more (``io.pattern``:
+    seeks backwards in it decompress it from its start again): the file and how many times, for the advice; empty
+    otherwise."""
+    r = get(results, "io.pattern")
+    if r is None or not num(r.facts, "reread_bytes"):
+        return ""
+    path, times = str(r.facts.get("reread_path") or ""), num(r.facts, "reread_times") or 0
+    if not path.lower().endswith(COMPRESSED_SUFFIXES) or times < REDECOMPRESSED_TIMES:
+        return ""
+    return f"{PurePosixPath(path).name} again from its start for each item ({times:g} times its bytes read)"
 
 
 def _mapped(facts: dict[str, Any]) -> str:

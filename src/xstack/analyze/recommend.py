@@ -19,6 +19,8 @@ from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_input import (
+    COMPRESSED_SUFFIXES,
+    REDECOMPRESSED_TIMES,
     cheaper,
     forked_sqlite,
     io_input_action,
@@ -612,11 +614,11 @@ REREAD_WHOLE_MIN: Final = 8
 """How many opens of a file must read it from its start (and eight in ten of those that read it) for ``reread`` to
 advise loading it once."""
 TORCH_SUFFIXES: Final = (".pt", ".pth")
+"""Files ``torch.save`` writes: zip archives, which ``torch.load`` on a path reads in many small calls, seeking
+back and forth through their directory."""
 TORCH_FROM_MEMORY: Final = "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size)))"
 """A torch.save archive loaded from memory, read in one call of its size (``f.read()`` with no size makes one
 more, which finds the end of the file: the zero-length reads' rule would then fire)."""
-"""Files ``torch.save`` writes: zip archives, which ``torch.load`` on a path reads in many small calls, seeking
-back and forth through their directory."""
 
 
 def reread(results: Results) -> Recommendation | None:
@@ -656,6 +658,17 @@ def reread(results: Results) -> Recommendation | None:
         action = (f"{name} is opened {opens:,} times, and each open reads it again from its start "
                   f"({format_value(each, 'bytes')} of its {format_value(covered, 'bytes')} on average: {header}): "
                   f"open it once in each worker ({keep}) and keep it open.")  # fmt: skip
+    elif path.lower().endswith(COMPRESSED_SUFFIXES):
+        title = "Data read over again: seeks in a compressed stream decompress it from its start"
+        if times >= REDECOMPRESSED_TIMES and severity != "low":  # the decompression, in no I/O time, costs most
+            severity = "high"
+            evidence.append(f"the workers' CPU time to decompress {name} again is in no I/O figure, nor in the time at "
+                            "stake: it is part of building the items (io.pattern)")  # fmt: skip
+        action = (f"{name} is a compressed stream: Python's gzip, bz2 and lzma files seek backwards by decompressing "
+                  "again from the start, so each item taken in shuffled order reads the file up to where it lies "
+                  f"({times:g} times its bytes here). Store the records uncompressed, or each compressed on its own "
+                  "with an index of offsets; or read the stream in order (an IterableDataset); or decompress it once "
+                  "in each worker and keep it in memory.")  # fmt: skip
     elif path.lower().endswith(TORCH_SUFFIXES):
         title = "Data read over again: torch.load reads each archive in many small pieces"
         action = (f"{name} is a torch.save archive (a zip file): torch.load on its path reads it in many small calls, "
