@@ -446,7 +446,7 @@ def test_kernels_launched_in_a_warm_up_step_are_left_out_of_the_diff_and_the_sum
     with Store.open(_live_gpu_store(tmp_path / "g.duckdb")) as store:
         side = read_side(store, 1)
         summary = summarize(store, 1)
-    assert side.kernels == {"gemm": Timing(2_000_000.0, 2_000_000.0, 1, 1, per_step=1.0)}  # one step: no spread
+    assert side.kernels == {"gemm": Timing(2_000_000.0, 2_000_000.0, 1, 1, per_step=1.0, iqr_ns=0.0)}  # no spread
     assert [(r.name, r.calls, r.total_ns, r.pct) for r in summary.top["kernel"]] == [("gemm", 1, 2_000_000, 100.0)]
     assert summary.share_of["kernel"] == "of kernel time in measured steps"
 
@@ -1120,3 +1120,42 @@ def test_a_merged_run_s_ops_laid_out_past_its_step_are_still_its_step_s(tmp_path
     assert sorted((r["occurrence"], r["status"], r["A"], r["B"]) for r in ops) == [
         (k, "slower", 2_000_000, 4_000_000) for k in range(4)
     ]
+
+
+def _alternating(path: Path, slow_ns: int, fast_ns: int, steps: int = 40) -> Path:
+    """A live run whose steps alternate between a long wait for a batch and a short one (two DataLoader workers
+    that the loop outruns): the warm-up, then ``steps`` measured steps, each holding its wait."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "live", levels=["model"], config={A.CONFIG_WARMUP_STEPS: 1}))
+        sink = Sink(store, 1)
+        start = 0
+        for k in range(steps + 1):
+            dur = slow_ns if k % 2 else fast_ns
+            sink.span(1 + 2 * k, None, "model", f"step#{k}", start, dur + 1000, 1, 1,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+            sink.span(2 + 2 * k, 1 + 2 * k, "model", "dataloader.next", start, dur, 1, 1,
+                      {A.MODEL_KIND: "dataloader"})  # fmt: skip
+            start += dur + 1000
+        sink.close()
+    return path
+
+
+def test_a_change_hidden_by_steps_that_alternate_is_found_by_the_medians_notches(tmp_path: Path) -> None:
+    """A zip archive opened for each item: the loop's steps alternated between 0.4 ms and 180 ms (median 119 ms),
+    and with the archive kept open they took 0.77 ms. The spread below A's median (its p5 was a fast step) was as
+    large as the change, and the diff said "unchanged" for a step 99.4% faster."""
+    a = _alternating(tmp_path / "a.duckdb", 180_000_000, 400_000, steps=41)
+    b = _alternating(tmp_path / "b.duckdb", 800_000, 700_000, steps=41)
+    with Store.open(a) as sa:
+        step = read_side(sa, 1).step
+    assert step is not None and step.iqr_ns is not None and step.iqr_ns > 100_000_000
+    d = diff_profiles(a, b)
+    assert d.summary.facts["step_status"] == "faster"
+    stage = next(r for r in d.summary.to_records() if r["item"] == "stage dataloader.next")
+    assert stage["status"] == "faster"
+    # the same steps, too few of them for a notch; and two runs that alternate alike: unchanged
+    few_a = _alternating(tmp_path / "fa.duckdb", 180_000_000, 400_000, steps=7)
+    few_b = _alternating(tmp_path / "fb.duckdb", 800_000, 700_000, steps=7)
+    assert diff_profiles(few_a, few_b).summary.facts["step_status"] == "unchanged"
+    same = _alternating(tmp_path / "s.duckdb", 170_000_000, 500_000, steps=41)
+    assert diff_profiles(a, same).summary.facts["step_status"] == "unchanged"

@@ -1084,8 +1084,8 @@ def test_a_loop_waiting_on_workers_that_decompress_a_stream_again_for_each_item_
     io = Result("io.input_bound", "i", facts={"worker_io_per_iteration_ns": 3_370_000, "mean_wait_ns": 39_700_000})
     assert cheaper({"io.pattern": pattern, "io.input_bound": io}) == (
         "make each batch cheaper to build: the workers' file I/O (3.37 ms per iteration, against 39.7 ms of waiting) "
-        "is not what the loop waits for, decompressing rec.bin.gz again from its start for each item (460.8 times "
-        "its bytes read) is (see the finding on data read over again)"
+        "is not what the loop waits for, decompressing rec.bin.gz again from its start for each item is (460.8 times "
+        "its bytes read): see the finding on data read over again"
     )
     for facts in ({"reread_path": "/d/rec.bin"}, {"reread_times": 3.0}):  # not compressed; read again a little
         other = Result("io.pattern", "p", facts=pattern.facts | facts)

@@ -30,7 +30,7 @@ steps than the diff's ``min_iterations`` is judged by the floors alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xstack.analyze._layers_backward import backward_ops_table
@@ -73,6 +73,9 @@ class Timing:
     per_step: float | None = None
     """Calls per measured step (a kernel name: ``count`` over the run's measured steps); None in a run without
     steps, whose ``count`` is the run's."""
+    iqr_ns: float | None = None
+    """The interquartile range of the per-step values over the ``n`` measured steps, in a run that is not merged
+    (a merged run's spans carry their own statistics, without it); None where not known."""
 
     @property
     def own_ns(self) -> float:
@@ -273,7 +276,7 @@ def read_side(store: Store, run_id: int) -> Side:
         )
     if ctx.has("layer"):
         rows = store.con.execute(_keyed(table, "path, call", "any_value(type) AS x")).fetchall()
-        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:7], info=r[7]) for r in rows}
+        side.layers = {(str(r[0]), int(r[1])): replace(_timing(r[2:7], info=r[7]), iqr_ns=_float(r[-1])) for r in rows}
     if ctx.has("op"):
         side.ops = _ops(store, ctx, table if ctx.has("layer") else None)
     if ctx.has("layer") or ctx.has("op"):
@@ -289,19 +292,21 @@ def read_side(store: Store, run_id: int) -> Side:
 def _keyed(source: str, keys: str, extra: str = "") -> str:
     """SQL: per key (``keys``, columns of ``source``, whose rows carry dur_ns, p5_ns, n, self_ns and step_id):
     the keys, calls, the median time per call, its p5 and the iterations behind it, the median self time, then
-    ``extra`` (one aggregate, ``... AS x``). The p5 and iterations are the spans' statistics where every call has
+    ``extra`` (one aggregate, ``... AS x``), then the interquartile range of the per-step values (None where the
+    spans carry their own statistics). The p5 and iterations are the spans' statistics where every call has
     them (a merged run), else the spread over the measured steps (module docstring): the median less the
     low-side spread of the key's time per call in each step, and the steps."""
     return f"""WITH src AS MATERIALIZED (SELECT * FROM {source}),
     per_step AS (SELECT {keys}, avg(dur_ns) AS v FROM src WHERE step_id IS NOT NULL GROUP BY {keys}, step_id),
-    spread AS (SELECT {keys}, count(*) AS steps, quantile_cont(v, 0.5) - quantile_cont(v, 0.05) AS spread
+    spread AS (SELECT {keys}, count(*) AS steps, quantile_cont(v, 0.5) - quantile_cont(v, 0.05) AS spread,
+                   quantile_cont(v, 0.75) - quantile_cont(v, 0.25) AS iqr
                FROM per_step GROUP BY {keys}),
     agg AS (SELECT {keys}, count(*) AS calls, quantile_cont(dur_ns, 0.5) AS median,
                 CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) END AS p5, min(n) AS n,
                 quantile_cont(self_ns, 0.5) AS self_ns{f", {extra}" if extra else ""}
             FROM src GROUP BY {keys})
     SELECT {keys}, calls, median, coalesce(p5, median - spread), CASE WHEN p5 IS NULL THEN steps ELSE n END,
-        self_ns{", x" if extra else ""}
+        self_ns{", x" if extra else ""}, CASE WHEN p5 IS NULL THEN iqr END
     FROM agg LEFT JOIN spread USING ({keys})"""
 
 
@@ -339,7 +344,7 @@ def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timin
         ),
         {"run": ctx.run_id},
     ).fetchall()
-    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9]) for r in rows}
+    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): replace(_timing(r[4:9]), iqr_ns=_float(r[-1])) for r in rows}
 
 
 def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
@@ -356,7 +361,7 @@ def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
     rows = store.con.execute(
         f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": ctx.run_id}
     ).fetchall()
-    return {str(r[0]): _timing((*r[1:5], None)) for r in rows}
+    return {str(r[0]): replace(_timing((*r[1:5], None)), iqr_ns=_float(r[-1])) for r in rows}
 
 
 def _kernels(store: Store, ctx: RunContext, steps: int) -> dict[str, Timing]:
@@ -366,7 +371,12 @@ def _kernels(store: Store, ctx: RunContext, steps: int) -> dict[str, Timing]:
     rows = store.con.execute(_keyed(f"({_spans_in_steps('kernel', ctx)})", "name"), {"run": ctx.run_id}).fetchall()
     return {
         str(r[0]): Timing(
-            float(r[2]), _float(r[3]), _int(r[4]), int(r[1]), per_step=int(r[1]) / steps if steps else None
+            float(r[2]),
+            _float(r[3]),
+            _int(r[4]),
+            int(r[1]),
+            per_step=int(r[1]) / steps if steps else None,
+            iqr_ns=_float(r[-1]),
         )
         for r in rows
     }
@@ -393,12 +403,13 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
     row = store.con.execute(
         f"""SELECT count(*), quantile_cont(dur_ns, 0.5),
             CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) ELSE quantile_cont(dur_ns, 0.05) END,
-            CASE WHEN count(p5_ns) = count(*) THEN min(n) ELSE count(*) END
+            CASE WHEN count(p5_ns) = count(*) THEN min(n) ELSE count(*) END,
+            CASE WHEN count(p5_ns) = 0 THEN quantile_cont(dur_ns, 0.75) - quantile_cont(dur_ns, 0.25) END
         FROM ({_steps(warmup)}) WHERE measured""",
         {"run": run_id},
     ).fetchone()
     if row is not None and row[0]:
-        return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]))
+        return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]), iqr_ns=_float(row[4]))
     return 0, None
 
 

@@ -3,9 +3,10 @@ and per status the items and their summed times (ns)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from xstack.analyze._diff_read import Timing
 from xstack.analyze.result import Column
@@ -16,6 +17,11 @@ STATUSES: tuple[Status, ...] = ("added", "removed", "slower", "faster", "unchang
 K = TypeVar("K", bound=Hashable)
 NESTED = ("layer", "op")
 """Levels whose items nest: their sums add self times, so that no time is counted twice."""
+NOTCH: Final = 1.58
+"""A boxplot's notch: a median's half-width of about 95% confidence is this times the IQR over the square root of
+the samples (McGill, Tukey and Larsen, 1978)."""
+NOTCH_MIN_ITERATIONS: Final = 10
+"""The fewest measured iterations of each side for their notches to judge a change the spreads did not."""
 HOST_LEVELS = ("layer", "op")
 """Levels timed on the host clock: where a run's host times are inflated by counter replay, their matched items
 get no verdict (kernel times, measured on the device, keep theirs)."""
@@ -23,7 +29,8 @@ get no verdict (kernel times, measured on the device, keep theirs)."""
 
 @dataclass(frozen=True)
 class Rule:
-    """When a difference counts: both floors, and the spread where both sides have statistics."""
+    """When a difference counts: both floors, and the spread where both sides have statistics (or, where the spread
+    hides it, the medians' notches: ``_notches``)."""
 
     threshold: float = 0.05
     """Relative floor: a fraction of A's time."""
@@ -46,11 +53,23 @@ class Rule:
         delta = b.value_ns - a.value_ns
         spread_a, spread_b = a.spread_ns(self.min_iterations), b.spread_ns(self.min_iterations)
         noise = spread_a + spread_b if spread_a is not None and spread_b is not None else None
-        if abs(delta) < max(self.threshold * a.value_ns, self.min_delta_ns, 1) or (
-            noise is not None and abs(delta) <= noise
-        ):
+        if abs(delta) < max(self.threshold * a.value_ns, self.min_delta_ns, 1):
             return "unchanged", noise
+        if noise is not None and abs(delta) <= noise:
+            # iterations that alternate (a long wait for a batch, then short ones) spread far below the median; the
+            # medians still differ where their notches do not overlap (median +- 1.58 IQR / sqrt(n), McGill et al.)
+            notches = self._notches(a, b)
+            if notches is None or abs(delta) <= notches:
+                return "unchanged", noise
         return ("slower" if delta > 0 else "faster"), noise
+
+    def _notches(self, a: Timing, b: Timing) -> float | None:
+        """The half-widths of both sides' median notches added (1.58 IQR / sqrt(n) each): medians further apart
+        differ at about 95% confidence. None where a side lacks its interquartile range or enough iterations."""
+        sides = [(t.iqr_ns, t.n) for t in (a, b)]
+        if any(iqr is None or n is None or n < max(self.min_iterations, NOTCH_MIN_ITERATIONS) for iqr, n in sides):
+            return None
+        return sum(NOTCH * float(iqr or 0) / math.sqrt(n or 1) for iqr, n in sides)
 
 
 TIMES = [
@@ -62,7 +81,8 @@ TIMES = [
         "noise",
         "ns",
         "the combined low-side spread (median - p5) of the two runs' iterations that the change "
-        "had to exceed (-: judged by the floors only)",
+        "had to exceed, unless the medians' notches (1.58 IQR / sqrt(n) each) do not overlap (-: judged by the "
+        "floors only)",
     ),
 ]
 STATUS_COLUMN = Column(

@@ -158,10 +158,12 @@ numbered AS (
     FROM ev
 ),
 firsts AS (SELECT pid, opened, arg_min(off, start_ns) AS off FROM numbered WHERE NOT is_open AND opened > 0
-           GROUP BY pid, opened)
-SELECT count(*), count(*) FILTER (WHERE off = 0) FROM firsts
+           GROUP BY pid, opened),
+common AS (SELECT off, count(*) AS n FROM firsts GROUP BY off ORDER BY n DESC, off LIMIT 1)
+SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELECT off FROM common) FROM firsts
 """
-"""The opens of one file that read it, and how many of them began reading at its first byte."""
+"""The opens of one file that read it, how many of them began reading at its first byte, and at the offset most of
+them began at (a zip archive's end, where its index is), how many and which."""
 
 _READ_BY_PROCESS = f"""
 SELECT {SPAN_PATH} AS path, pid, sum({SPAN_BYTES}) FROM spans
@@ -236,6 +238,14 @@ GROUP BY path ORDER BY 4 DESC, path LIMIT 1
 processes other than the main one made through a descriptor they did not open but inherited: a connection
 opened before the DataLoader's workers forked, which they query. The file, the descriptor, the processes and
 their reads."""
+
+WHOLE_SHARE: Final = 0.8
+"""Share of a file's bytes (those its reads cover) that its opens read on average, from which a file opened and
+read from its start again and again is read whole each time (a labels file), not opened for each item (an
+HDF5 file whose metadata each open reads)."""
+REREAD_WHOLE_MIN: Final = 8
+"""How many opens of a file must begin reading it at one place (and eight in ten of those that read it) for it to
+be opened again and again (``reread_kind``)."""
 
 SHARED_WHOLE: Final = 0.8
 """The share of a data file's bytes (those its reads cover) a worker must read for it to have read it whole."""
@@ -414,7 +424,9 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     iterations, ``read_warmup_ns``, in that proportion: a merged run's is its merged iteration's),
     ``read_covered_bytes``, ``read_epochs`` (None where no DataLoader was seen: then no finding), ``reread_path``
     (the file read again most), ``reread_covered`` (the bytes of it its reads cover), ``reread_times`` (how many
-    times its bytes were read), ``reread_opens`` (the opens of it that read it) and ``reread_from_start`` (how many
+    times its bytes were read), ``reread_opens`` (the opens of it that read it), ``reread_same_start`` and
+    ``reread_first_offset`` (how many of those began at the offset most of them began at, and which: a zip
+    archive's end, where its index is), ``reread_kind`` (``_reread_kind``) and ``reread_from_start`` (how many
     of those began at its first byte: a file read whole again and again, as a labels file that each item loads,
     opens it for each, and so does a file opened for each item, whose header each open reads). A merged run's
     bytes are its io pass's, over the pass."""
@@ -439,18 +451,39 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         "reread_times": None if top is None else round(int(top[1]) / int(top[2]), 1),
         "reread_opens": None,
         "reread_from_start": None,
+        "reread_same_start": None,
+        "reread_first_offset": None,
+        "reread_kind": None,
     }  # fmt: skip
     if top is None or epochs is None or read < REREAD_PER_EPOCH * epochs * covered or again < REREAD_MIN_BYTES:
         facts["reread_bytes"] = facts["reread_ns"] = facts["reread_warmup_ns"] = 0
         return []
-    opens, from_start = rows(store, _OPENS_READ, run, path=str(top[0]))[0]
-    facts |= {"reread_opens": as_count(opens), "reread_from_start": as_count(from_start)}
+    opens, from_start, same, first = rows(store, _OPENS_READ, run, path=str(top[0]))[0]
+    opens, from_start, same = as_count(opens), as_count(from_start), as_count(same)
+    kind = _reread_kind(opens, from_start, same, int(top[1]), int(top[2]))
+    facts |= {"reread_opens": opens, "reread_from_start": from_start, "reread_same_start": same,
+              "reread_first_offset": first, "reread_kind": kind}  # fmt: skip
     passes = f"{epochs:,} pass{'es' if epochs > 1 else ''} over the data begun"
     return [
         f"data files: {format_value(read, 'bytes')} read from {format_value(covered, 'bytes')} of them "
         f"({read / covered:.1f} times, with {passes}); most from {PurePosixPath(str(top[0])).name} "
         f"({facts['reread_times']:g} times its bytes read)"
     ]
+
+
+def _reread_kind(opens: int, from_start: int, same: int, read: int, covered: int) -> str | None:
+    """How a file read over again was read (``reread_kind``), from the opens of it that read it, those that began
+    at its first byte, those that began where most did, the bytes read and the bytes those reads cover: ``whole``
+    (opened again and again, and read whole from its start each time: a labels file each item loads),
+    ``reopened`` (opened for each item, each open reading its header from its start: ``h5py.File`` in
+    ``__getitem__``), ``indexed`` (opened for each item, each open beginning at one place elsewhere: a zip
+    archive's central directory at its end), or None (read again within its opens: reads larger than their
+    items)."""
+    if from_start >= REREAD_WHOLE_MIN and from_start >= 0.8 * opens:
+        return "whole" if opens and read / opens >= WHOLE_SHARE * covered else "reopened"
+    if same >= REREAD_WHOLE_MIN and same >= 0.8 * opens:
+        return "indexed"
+    return None
 
 
 def _shared(store: Store, io: IoRun, covered: dict[str, int]) -> dict[str, Any]:

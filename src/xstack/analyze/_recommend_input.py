@@ -58,9 +58,9 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
         building = (f"(the dataset's {builds}, its transforms, the collation): decode and augment less, or on the "
                     "GPU, or cache prepared items")  # fmt: skip
         against = f"({format_ns(worker_io)} per iteration, against {format_ns(wait)} of waiting)"
-        if again := _redecompressed(results):
+        if redone := _redone(results):
             return (f"make each batch cheaper to build: the workers' file I/O {against} is not what the loop waits "
-                    f"for, decompressing {again} is (see the finding on data read over again)")  # fmt: skip
+                    f"for, {redone}: see the finding on data read over again")  # fmt: skip
         if mapped := _mapped(facts):
             together = _together(iterable, batched, facts.get("worker_mapped_path"))
             return (f"make each batch cheaper to build: the workers' file calls {against} are not what the loop waits "
@@ -74,17 +74,21 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
     )
 
 
-def _redecompressed(results: Results) -> str:
-    """Where the workers read a compressed stream ``REDECOMPRESSED_TIMES`` times its bytes or more (``io.pattern``:
-    seeks backwards in it decompress it from its start again): the file and how many times, for the advice; empty
-    otherwise."""
+def _redone(results: Results) -> str:
+    """What the workers redo for each item that no I/O time holds (``io.pattern``'s ``reread_*`` facts): open a file
+    again, reading and parsing its header or index (``reread_kind`` ``reopened`` or ``indexed``), or decompress a
+    stream again from its start (read ``REDECOMPRESSED_TIMES`` its bytes or more), for the advice; else empty."""
     r = get(results, "io.pattern")
     if r is None or not num(r.facts, "reread_bytes"):
         return ""
     path, times = str(r.facts.get("reread_path") or ""), num(r.facts, "reread_times") or 0
-    if not path.lower().endswith(COMPRESSED_SUFFIXES) or times < REDECOMPRESSED_TIMES:
-        return ""
-    return f"{PurePosixPath(path).name} again from its start for each item ({times:g} times its bytes read)"
+    name = PurePosixPath(path).name
+    if r.facts.get("reread_kind") in ("reopened", "indexed"):
+        opens = int(num(r.facts, "reread_opens") or 0)
+        return f"opening {name} again for each item is ({opens:,} opens, each reading and parsing its header or index)"
+    if path.lower().endswith(COMPRESSED_SUFFIXES) and times >= REDECOMPRESSED_TIMES:
+        return f"decompressing {name} again from its start for each item is ({times:g} times its bytes read)"
+    return ""
 
 
 def _mapped(facts: dict[str, Any]) -> str:

@@ -606,13 +606,9 @@ def loop_syncs(results: Results) -> Recommendation | None:
 HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
 """File names that say HDF5 (netCDF-4 files are HDF5 files)."""
 PARQUET_SUFFIXES: Final = (".parquet", ".pq")
-WHOLE_SHARE: Final = 0.8
-"""Share of a file's bytes (those its reads cover) that its opens read on average, from which a file opened and
-read from its start again and again is read whole each time (a labels file), not opened for each item (an
-HDF5 file whose metadata each open reads)."""
-REREAD_WHOLE_MIN: Final = 8
-"""How many opens of a file must read it from its start (and eight in ten of those that read it) for ``reread`` to
-advise loading it once."""
+ZIP_SUFFIXES: Final = (".zip", ".jar", ".npz")
+"""Zip archives (``numpy.savez`` writes one): ``zipfile.ZipFile`` reads the index of their members at their end at
+each open."""
 TORCH_SUFFIXES: Final = (".pt", ".pth")
 """Files ``torch.save`` writes: zip archives, which ``torch.load`` on a path reads in many small calls, seeking
 back and forth through their directory."""
@@ -635,21 +631,32 @@ def reread(results: Results) -> Recommendation | None:
     line = next((label for label in r.labels if label.startswith("data files: ") and " pass" in label), None)
     evidence = [f"{line or format_value(again, 'bytes') + ' read again'} (io.pattern)"]
     impact, per = at_stake(results, _num(r.facts, "reread_ns"), _num(r.facts, "reread_warmup_ns"))
-    severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.pattern"])
     starts, opens = int(_num(r.facts, "reread_from_start") or 0), int(_num(r.facts, "reread_opens") or 0)
     name = PurePosixPath(path).name
     title = "Data read over again: each read pulls in more than its item"
     covered = _num(r.facts, "reread_covered") or 0
     each = times * covered / opens if opens else 0.0  # the bytes an open read, on average
-    reopened = starts >= REREAD_WHOLE_MIN and starts >= 0.8 * opens  # opened again and again, read from its start
+    kind = r.facts.get("reread_kind")
+    same = int(_num(r.facts, "reread_same_start") or 0)
     hdf5 = path.lower().endswith(HDF5_SUFFIXES)
-    if reopened and each >= WHOLE_SHARE * covered:
+    # parsing a header or index again at each open, or decompressing a stream again at each seek, costs CPU that no
+    # I/O time holds: where the loop waits for its data, the time at stake understates it
+    cpu = kind in ("reopened", "indexed") or path.lower().endswith(COMPRESSED_SUFFIXES)
+    if cpu and loop_waits_for_data(results) is not None:
+        severity: Severity = "medium"
+        sources = ["io.pattern"]
+        what = "decompress it" if path.lower().endswith(COMPRESSED_SUFFIXES) else "read and parse its header or index"
+        evidence.append(f"the workers' CPU time to {what} again is in no I/O figure, nor in the time at stake: it is "
+                        "part of building the items, which the loop waits for (io.pattern)")  # fmt: skip
+    else:
+        severity, evidence, sources = _unfelt(results, impact, per, "medium", evidence, ["io.pattern"])
+    if kind == "whole":
         title = "Data read over again: a file read whole again and again"
         action = (f"{name} is read whole again and again (opened {opens:,} times, read from its "
                   f"start {starts:,} of them): "
                   "load it once, in the Dataset's __init__ (before the workers start, so that they share it) or "
                   "on first use in each worker, and keep what it holds.")  # fmt: skip
-    elif reopened:  # opened for each item: its header read each time
+    elif kind == "reopened":  # opened for each item: its header read each time
         title = "Data read over again: a file opened for each item"
         header = "its superblock and metadata, as HDF5 reads them at each open" if hdf5 else "its header or index"
         keep = ("h5py.File on first use in __getitem__, kept on the dataset: an HDF5 handle opened before the "
@@ -658,12 +665,20 @@ def reread(results: Results) -> Recommendation | None:
         action = (f"{name} is opened {opens:,} times, and each open reads it again from its start "
                   f"({format_value(each, 'bytes')} of its {format_value(covered, 'bytes')} on average: {header}): "
                   f"open it once in each worker ({keep}) and keep it open.")  # fmt: skip
+    elif kind == "indexed":  # opened for each item: its index, away from its start, read each time
+        title = "Data read over again: a file opened for each item"
+        zipped = path.lower().endswith(ZIP_SUFFIXES)
+        index = ("its central directory, the index of its members at its end, which zipfile.ZipFile reads whole at "
+                 "each open" if zipped else "its index")  # fmt: skip
+        keep = "zipfile.ZipFile" if zipped else "open it"
+        action = (f"{name} is opened {opens:,} times, and {same:,} of those opens began reading it at the same place, "
+                  f"byte {int(_num(r.facts, 'reread_first_offset') or 0):,} ({format_value(each, 'bytes')} of its "
+                  f"{format_value(covered, 'bytes')} read per open on average: {index}): open it once in each worker "
+                  f"({keep} on first use in __getitem__, kept on the dataset) and keep it open.")  # fmt: skip
     elif path.lower().endswith(COMPRESSED_SUFFIXES):
         title = "Data read over again: seeks in a compressed stream decompress it from its start"
         if times >= REDECOMPRESSED_TIMES and severity != "low":  # the decompression, in no I/O time, costs most
             severity = "high"
-            evidence.append(f"the workers' CPU time to decompress {name} again is in no I/O figure, nor in the time at "
-                            "stake: it is part of building the items (io.pattern)")  # fmt: skip
         action = (f"{name} is a compressed stream: Python's gzip, bz2 and lzma files seek backwards by decompressing "
                   "again from the start, so each item taken in shuffled order reads the file up to where it lies "
                   f"({times:g} times its bytes here). Store the records uncompressed, or each compressed on its own "
