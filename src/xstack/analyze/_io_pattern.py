@@ -109,15 +109,21 @@ WHERE run_id = $run AND level = 'io' AND name IN ('pread', 'pread64') AND {SPAN_
 """SQLite's reads of a database's change counter (16 bytes at offset 24, read at the start of every read
 transaction, each query made outside one) from the io spans, and the file of most of them."""
 
-_SUFFIX = f"""
-SELECT lower(regexp_extract({SPAN_PATH}, '(\\.[A-Za-z0-9]+)$', 1)) AS suffix, count(*) FROM spans
-WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND name NOT IN {in_list(COPY_READ_OPS)}
-    AND {{sized}} AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
-GROUP BY 1 HAVING suffix <> '' ORDER BY 2 DESC, 1 LIMIT 1
+_SUFFIXES = f"""
+WITH per_path AS (
+    SELECT {SPAN_PATH} AS path, count(*) FILTER (WHERE {SPAN_BYTES} = 0) AS zero,
+        count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}) AS small
+    FROM spans
+    WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND name NOT IN {in_list(COPY_READ_OPS)}
+        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+    GROUP BY 1
+)
+SELECT lower(regexp_extract(path, '(\\.[A-Za-z0-9]+)$', 1)) AS suffix, sum(zero), sum(small) FROM per_path
+GROUP BY 1 HAVING suffix <> ''
 """
-"""The suffix (``.jpg``) of the data files of most reads of a size (``{sized}``) that moved no data in the kernel
-(an in-kernel copy), and those reads' count: their reader (an image decoder reads until ``read()`` returns
-nothing, ``torch.load`` reads an archive record by record)."""
+"""Per suffix (``.jpg``) of the data files, their zero-length reads that moved no data in the kernel (an in-kernel
+copy's end) and their small reads: whose reader reads so (an image decoder reads until ``read()`` returns nothing,
+``torch.load`` reads an archive record by record). The suffix is taken once per file."""
 
 _REREAD = f"""
 WITH r AS (
@@ -184,7 +190,7 @@ WITH ev AS (
     SELECT pid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, {SPAN_PATH} AS path, name, start_ns, span_id,
         TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS requested
     FROM spans WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL
-        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND pid IS DISTINCT FROM $main
 ),
 marked AS (  -- each call with the opens of its descriptor its process made up to it: none, an inherited one
     SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
@@ -205,7 +211,8 @@ SELECT path, fd, count(DISTINCT pid), count(*) FILTER (WHERE name IN {in_list(_O
 FROM ordered GROUP BY path, fd ORDER BY 4 DESC, path LIMIT 1
 """
 """The data file of most reads through one descriptor that two processes or more inherited (a fork child's
-calls on a descriptor it did not open: opened before the DataLoader's workers started) and moved the offset of:
+calls on a descriptor it did not open: opened before the DataLoader's workers started; not the main process, whose
+data files it opened itself) and moved the offset of:
 the file, the descriptor, the processes, their reads at its offset, and those of the reads that started after
 another process had moved it since the reading one last did (each such read took its bytes from where the other
 process left the offset)."""
@@ -363,20 +370,21 @@ def access_pattern(store: Store, run_id: int) -> Result:
         facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, counted_in)[0][0])
         checks, db = rows(store, _SQLITE_CHECKS, counted_in)[0]
         facts |= {"sqlite_change_reads": as_count(checks), "sqlite_path": db}
-        shared = rows(store, _SHARED_OFFSET, counted_in)
+        count_io = io_run(store, counted_in) if counted_in != io.run_id else io
+        shared = rows(store, _SHARED_OFFSET, counted_in, main=count_io.main_pid)
         path, fd, procs, reads, races = shared[0] if shared else (None, None, 0, 0, 0)
         facts |= {"shared_offset_path": path, "shared_offset_fd": fd, "shared_offset_processes": as_count(procs),
                   "shared_offset_reads": as_count(reads), "shared_offset_races": as_count(races)}  # fmt: skip
-        count_io = io_run(store, counted_in) if counted_in != io.run_id else io
         forked = rows(store, _INHERITED_SQLITE, counted_in, main=count_io.main_pid)
         db_path, db_fd, db_procs, db_reads = forked[0] if forked else (None, None, 0, 0)
         facts |= {"forked_sqlite_path": db_path, "forked_sqlite_fd": db_fd,
                   "forked_sqlite_processes": as_count(db_procs), "forked_sqlite_reads": as_count(db_reads)}  # fmt: skip
-        for key, sized in (("zero_read", f"{SPAN_BYTES} = 0"),
-                           ("small_read", f"{SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}")):  # fmt: skip
-            suffix = rows(store, _SUFFIX.replace("{sized}", sized), counted_in)
-            facts |= {f"{key}_suffix": suffix[0][0] if suffix else None,
-                      f"{key}_suffix_reads": as_count(suffix[0][1]) if suffix else 0}  # fmt: skip
+        suffixes = rows(store, _SUFFIXES, counted_in)
+        for key, i in (("zero_read", 1), ("small_read", 2)):  # the suffix of the most such reads, first on a tie
+            top = min(suffixes, key=lambda r: (-as_count(r[i]), str(r[0])), default=None)
+            top = top if top is not None and as_count(top[i]) > 0 else None
+            facts |= {f"{key}_suffix": None if top is None else top[0],
+                      f"{key}_suffix_reads": 0 if top is None else as_count(top[i])}  # fmt: skip
     shuffled = _shuffled(store, io, facts)  # adds its facts
     reread = _reread(store, io, facts)  # adds its facts
     return Result(
