@@ -106,6 +106,24 @@ SELECT count(DISTINCT path), arg_max(path, size), max(size) FROM maps
 """The data files the workers mapped into memory, at any time (a dataset maps its file on first use, often in the
 warm-up): how many, the one of the largest mapping and its size."""
 
+_WORKER_LISTINGS = f"""
+WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
+d AS (
+    SELECT name, dur_ns, {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_DIR_ENTRIES}"' AS BIGINT) AS entries
+    FROM spans sp
+    WHERE run_id = $run AND level = 'io' AND name IN ('opendir', 'readdir') AND pid IS DISTINCT FROM $main
+        AND NOT list_contains($helpers, pid) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        AND EXISTS (SELECT 1 FROM it WHERE sp.start_ns >= it.s AND sp.start_ns < it.e)
+)
+SELECT count(*) FILTER (WHERE name = 'opendir'), coalesce(sum(dur_ns) FILTER (WHERE name = 'readdir'), 0),
+    coalesce(sum(entries) FILTER (WHERE name = 'readdir'), 0),
+    (SELECT path FROM d WHERE name = 'opendir' GROUP BY path ORDER BY count(*) DESC, path LIMIT 1)
+FROM d
+"""
+"""The workers' directory listings that started in the measured iterations: the opens of a directory to list it,
+the time of their reads of its entries (a readdir span runs from the first call to the last, the caller's work
+between them included), the entries read and the directory listed most."""
+
 _UNSTAGED = f"""
 WITH steps AS (SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}),
 io AS (
@@ -316,6 +334,7 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
         found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
         data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
         data += rows(store, _WORKER_MAPPED, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
+        data += rows(store, _WORKER_LISTINGS, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []
@@ -371,8 +390,12 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
     the data files they read over those iterations and the one of the most read time (None without iterations);
     the data files they mapped into memory, whose reads are page faults and in none of these figures
     (``worker_mapped_files``), the one of the largest mapping (``worker_mapped_path``) and its size in bytes
-    (``worker_mapped_bytes``, None where unknown)."""
-    reads, opens, files, read_bytes, path, mapped, mapped_path, mapped_bytes = data
+    (``worker_mapped_bytes``, None where unknown); the directories they listed per measured iteration
+    (``worker_listings_per_iteration``), the time their reads of the entries took (``..._ns_per_iteration``), the
+    entries of a listing on average (``worker_listing_entries``) and the directory listed most
+    (``worker_listing_path``)."""
+    reads, opens, files, read_bytes, path, mapped, mapped_path, mapped_bytes, *listed = data
+    listings, listing_ns, entries, listed_path = listed
     per = (lambda n: as_count(n) / iterations) if iterations else (lambda n: None)
     return {
         "worker_data_reads_per_iteration": per(reads),
@@ -383,6 +406,10 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
         "worker_mapped_files": as_count(mapped),
         "worker_mapped_path": mapped_path,
         "worker_mapped_bytes": None if mapped_bytes is None else int(mapped_bytes),
+        "worker_listings_per_iteration": per(listings),
+        "worker_listing_ns_per_iteration": per(listing_ns),
+        "worker_listing_entries": as_count(entries) / as_count(listings) if as_count(listings) else None,
+        "worker_listing_path": listed_path,
     }
 
 

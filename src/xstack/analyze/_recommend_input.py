@@ -51,6 +51,8 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
     worker_io, wait = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns")
+    if listing := _listings(facts):
+        return f"make each batch cheaper to build: {listing}"
     if (isinstance(worker_io, (int, float)) and isinstance(wait, (int, float)) and wait > 0
             and not facts.get("not_covered")  # workers the io level did not see: their I/O is unknown
             and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
@@ -71,6 +73,30 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False) 
                 f"building the items is {building}")  # fmt: skip
     return (
         f"make each batch cheaper to load (decode and augment less, or on the GPU; {_fewer(facts, iterable, batched)})"
+    )
+
+
+LISTING_SHARE = 0.25
+"""The share of the loop's wait per iteration that the workers' directory listings must take for the advice to
+lead with them."""
+
+
+def _listings(facts: dict[str, Any]) -> str:
+    """Where the workers list a directory once per iteration or more, taking ``LISTING_SHARE`` of the loop's wait
+    or more (``io.input_bound``'s ``worker_listing*`` facts: ``os.listdir`` or ``glob`` in ``__getitem__``): what
+    they list and how often, for the advice; else empty."""
+    n, ns = facts.get("worker_listings_per_iteration"), facts.get("worker_listing_ns_per_iteration")
+    wait, path = facts.get("mean_wait_ns"), facts.get("worker_listing_path")
+    if not isinstance(n, (int, float)) or not isinstance(ns, (int, float)) or not isinstance(wait, (int, float)):
+        return ""
+    if n < 1 or not path or wait <= 0 or ns < LISTING_SHARE * wait:
+        return ""
+    entries = facts.get("worker_listing_entries")
+    each = f", {entries:,.0f} entries each" if isinstance(entries, (int, float)) else ""
+    return (
+        f"the workers list {path} {n:,.0f} times per iteration{each}, and reading its entries takes them "
+        f"{format_ns(ns)} per iteration, against {format_ns(wait)} of waiting (os.listdir or glob in the "
+        "dataset's __getitem__): list it once, in the dataset's __init__, and keep the names (sorted once)"
     )
 
 
