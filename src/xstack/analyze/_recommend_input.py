@@ -5,6 +5,7 @@ does; or, for a run that did not record them, from the worker processes the io l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -12,7 +13,7 @@ from xstack.analyze._loaders import describe as describe_loader
 from xstack.analyze._loaders import waited_on, waits_line
 from xstack.analyze._recommend_common import Results, get, num
 from xstack.analyze.pipeline import Recommendation
-from xstack.analyze.result import counted, format_ns, format_value
+from xstack.analyze.result import Result, counted, format_ns, format_value
 
 FILES_SHARE_PCT = 25.0
 """The workers' file I/O per iteration, in % of the loop's wait per iteration, under which reading files is not
@@ -204,14 +205,20 @@ def io_input_action(facts: dict[str, Any], how: str) -> str:
 def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:
     """The DataLoader the loop waited on longest, the usable CPUs and the analysis they came from (io.input_bound,
     else model.stages); no DataLoader where the run did not record their settings (an imported trace)."""
-    for id in ("io.input_bound", "model.stages"):
-        r = results.get(id)
-        if r is None or not r.available or not isinstance(entries := r.facts.get("dataloaders"), list):
-            continue
+    for id, r, entries in _recorded(results):
         if (loader := waited_on(entries)) is not None:
             cores = r.facts.get("cores")
             return loader, cores if isinstance(cores, int) else None, id
     return None, None, ""
+
+
+def _recorded(results: Results) -> Iterator[tuple[str, Result, list[dict[str, Any]]]]:
+    """The analyses that hold the run's DataLoader settings (fact ``dataloaders``), io.input_bound first, with
+    them."""
+    for id in ("io.input_bound", "model.stages"):
+        r = results.get(id)
+        if r is not None and r.available and isinstance(entries := r.facts.get("dataloaders"), list):
+            yield id, r, [e for e in entries if isinstance(e, dict)]
 
 
 def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> str:
@@ -345,11 +352,7 @@ def shared_shards(results: Results) -> Recommendation | None:
 
 def _loaders_of(results: Results) -> list[dict[str, Any]]:
     """The DataLoaders the run recorded (``io.input_bound``'s facts, else ``model.stages``')."""
-    for id in ("io.input_bound", "model.stages"):
-        r = results.get(id)
-        if r is not None and r.available and isinstance(entries := r.facts.get("dataloaders"), list):
-            return [e for e in entries if isinstance(e, dict)]
-    return []
+    return next((entries for _, _, entries in _recorded(results)), [])
 
 
 def shared_offset(results: Results) -> Recommendation | None:
