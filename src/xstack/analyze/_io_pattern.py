@@ -185,21 +185,30 @@ _OFFSET_MOVES: Final = ("read", "readv", "fread", "stdio_read", "write", "writev
 _OFFSET_READS: Final = ("read", "readv", "fread", "stdio_read")
 """Calls that read at a descriptor's file offset."""
 
-_SHARED_OFFSET = f"""
-WITH ev AS (
+_INHERITED_CALLS = f"""
+ev AS (
     SELECT pid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, {SPAN_PATH} AS path, name, start_ns, span_id,
-        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS requested
+        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS requested, {SPAN_BYTES} AS nbytes,
+        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off
     FROM spans WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL
         AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND pid IS DISTINCT FROM $main
 ),
-marked AS (  -- each call with the opens of its descriptor its process made up to it: none, an inherited one
-    SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
-        OVER (PARTITION BY pid, fd ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
-    FROM ev WHERE fd >= 0
-),
+inherited AS (  -- the calls on a descriptor before any open of it by their process: one it inherited
+    SELECT * FROM (
+        SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
+            OVER (PARTITION BY pid, fd ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
+        FROM ev WHERE fd >= 0
+    ) WHERE opened = 0
+)"""
+"""The CTEs ``ev`` (the successful calls on data files of the processes other than the main one, whose data files
+it opened itself) and ``inherited`` (those made on a descriptor their process did not open: one a fork child
+inherited, opened before the DataLoader's workers started)."""
+
+_SHARED_OFFSET = f"""
+WITH {_INHERITED_CALLS},
 moves AS (
-    SELECT pid, fd, path, name, start_ns, span_id FROM marked
-    WHERE opened = 0 AND (name IN {in_list(_OFFSET_MOVES)} OR (name IN ('lseek', 'lseek64') AND requested <> 1))
+    SELECT pid, fd, path, name, start_ns, span_id FROM inherited
+    WHERE name IN {in_list(_OFFSET_MOVES)} OR (name IN ('lseek', 'lseek64') AND requested <> 1)
 ),
 shared AS (SELECT path, fd FROM moves GROUP BY path, fd HAVING count(DISTINCT pid) >= 2),
 ordered AS (
@@ -210,10 +219,8 @@ SELECT path, fd, count(DISTINCT pid), count(*) FILTER (WHERE name IN {in_list(_O
     count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)} AND before IS NOT NULL AND before <> pid)
 FROM ordered GROUP BY path, fd ORDER BY 4 DESC, path LIMIT 1
 """
-"""The data file of most reads through one descriptor that two processes or more inherited (a fork child's
-calls on a descriptor it did not open: opened before the DataLoader's workers started; not the main process, whose
-data files it opened itself) and moved the offset of:
-the file, the descriptor, the processes, their reads at its offset, and those of the reads that started after
+"""The data file of most reads through one descriptor that two processes or more inherited and moved the offset
+of: the file, the descriptor, the processes, their reads at its offset, and those of the reads that started after
 another process had moved it since the reading one last did (each such read took its bytes from where the other
 process left the offset)."""
 
@@ -221,30 +228,19 @@ SQLITE_SUFFIXES: Final = (".db", ".sqlite", ".sqlite3", ".db3")
 """Suffixes of SQLite database files."""
 
 _INHERITED_SQLITE = f"""
-WITH ev AS (
-    SELECT pid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, {SPAN_PATH} AS path, name, start_ns, span_id,
-        {SPAN_BYTES} AS nbytes, TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off
-    FROM spans WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL
-        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND pid IS DISTINCT FROM $main
-),
-marked AS (
-    SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
-        OVER (PARTITION BY pid, fd ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
-    FROM ev WHERE fd >= 0
-),
-inherited AS (SELECT * FROM marked WHERE opened = 0 AND name IN {in_list(READ_OPS)}),
+WITH {_INHERITED_CALLS},
+reads AS (SELECT * FROM inherited WHERE name IN {in_list(READ_OPS)}),
 sqlite AS (
-    SELECT path FROM inherited GROUP BY path
+    SELECT path FROM reads GROUP BY path
     HAVING bool_or(nbytes = {SQLITE_COUNTER_BYTES} AND off = {SQLITE_COUNTER_OFFSET} AND name IN ('pread', 'pread64'))
         OR bool_or({" OR ".join(f"lower(path) LIKE '%{x}'" for x in SQLITE_SUFFIXES)})
 )
-SELECT path, any_value(fd), count(DISTINCT pid), count(*) FROM inherited WHERE path IN (SELECT path FROM sqlite)
+SELECT path, any_value(fd), count(DISTINCT pid), count(*) FROM reads WHERE path IN (SELECT path FROM sqlite)
 GROUP BY path ORDER BY 4 DESC, path LIMIT 1
 """
 """The SQLite database (a ``.db`` file, or one read at its change counter as SQLite does) of most reads that
-processes other than the main one made through a descriptor they did not open but inherited: a connection
-opened before the DataLoader's workers forked, which they query. The file, the descriptor, the processes and
-their reads."""
+processes other than the main one made through a descriptor they inherited: a connection opened before the
+DataLoader's workers forked, which they query. The file, the descriptor, the processes and their reads."""
 
 WHOLE_SHARE: Final = 0.8
 """Share of a file's bytes (those its reads cover) that its opens read on average, from which a file opened and
