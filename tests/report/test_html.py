@@ -436,3 +436,20 @@ def test_three_digits_fast_ranges_match_rounding_at_every_boundary():
     values += [99.96, 100.0, 12345.6, float("inf"), float("nan"), 3, 150]
     for v in values + [-v for v in values] + [v * (1 + 1e-15) for v in values] + [v * (1 - 1e-15) for v in values]:
         assert three_digits(v) == by_rounding(v), v
+
+
+def test_findings_that_make_results_wrong_come_first_among_their_severity_in_every_output() -> None:
+    """Workers that share a file offset read other items' bytes: the summary put the finding first among the high
+    ones, the HTML report after the input-bound one, which has a time at stake."""
+    from xstack.analyze.pipeline import Recommendation
+    from xstack.analyze.recommend import recommend
+    from xstack.report._html_sections import recommendations
+
+    slow = Recommendation("input_bound", "slow", "high", ["e1"], ["io.input_bound"], "do 1", impact_ns=5_000_000)
+    wrong = Recommendation("shared_offset", "wrong", "high", ["e2"], ["io.pattern"], "do 2")
+    low = Recommendation("small_reads", "low one", "low", ["e3"], ["io.pattern"], "do 3", impact_ns=9_000_000)
+    rules = {r.rule: (lambda _results, r=r: r) for r in (slow, low, wrong)}
+    ordered = recommend([], rules)  # type: ignore[arg-type]
+    assert [r.rule for r in ordered] == ["shared_offset", "input_bound", "small_reads"]
+    html = recommendations([slow, low, wrong], [])
+    assert html.index("wrong") < html.index("slow") < html.index("low one")

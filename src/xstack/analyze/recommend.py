@@ -864,7 +864,13 @@ def recommend(results: Iterable[Result], rules: dict[str, Rule] | None = None) -
     kept = [rec for i, rec in enumerate(fired)
             if not any(_took_in(other, rec) and (j < i or not _took_in(rec, other))
                        for j, other in enumerate(fired) if j != i)]  # fmt: skip
-    return sorted(kept, key=lambda r: (_ORDER[r.severity], r.rule not in WRONG_RESULTS, -(r.impact_ns or 0)))
+    return sorted(kept, key=order)
+
+
+def order(rec: Recommendation) -> tuple[int, bool, int]:
+    """Where a recommendation comes among others: by severity, then those whose finding makes the results wrong
+    (``WRONG_RESULTS``), then by time at stake, largest first."""
+    return _ORDER.get(rec.severity, len(_ORDER)), rec.rule not in WRONG_RESULTS, -(rec.impact_ns or 0)
 
 
 def _took_in(whole: Recommendation, part: Recommendation) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xstack.analyze.pipeline import Analysis, Recommendation
+from xstack.analyze.recommend import order
 from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.analyze.summary import RunSummary, TopRow
 from xstack.leveled.occasional import occasional_line
@@ -43,7 +44,6 @@ SYSTEM_PREFIX = "system."
 """Ids of the results the System section holds."""
 
 LEVEL_TITLES = {"layer": "Top layers (inclusive time)", "op": "Top operators", "kernel": "Top GPU kernels"}
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
 def overview(analysis: Analysis) -> str:
@@ -189,7 +189,7 @@ def recommendations(recs: Sequence[Recommendation], results: Sequence[Result]) -
         ran = ", ".join(r.id for r in results if not r.missing) or "none"
         parts.append(f'<p class="note">No rule fired on this run (analyses with data: {esc(ran)}).</p>')
     known = {r.id for r in results}
-    ordered = sorted(recs, key=lambda r: (SEVERITY_ORDER.get(r.severity, 3), -(r.impact_ns or 0)))
+    ordered = sorted(recs, key=order)
     for rec in ordered:
         sources = ", ".join(
             f'<a href="#{esc(anchor(src))}">{esc(src)}</a>' if src in known else esc(src) for src in rec.sources
