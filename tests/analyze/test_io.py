@@ -1235,9 +1235,10 @@ def test_small_reads_of_torch_archives_are_told_to_load_each_file_from_memory(tm
                                  "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size))).")  # fmt: skip
 
 
-def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: bool = False) -> Store:
+def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: bool = False, epochs: int = 1) -> Store:
     """Four steps of a DataLoader over 8 shards of 64 KiB with 2 workers: each worker reads all 8 (``split``: its
-    own 4), in 4 reads of 16 KiB each; ``vocab``: each worker first reads a 1 MiB vocabulary file whole."""
+    own 4), in 4 reads of 16 KiB each; ``vocab``: each worker first reads a 1 MiB vocabulary file whole;
+    ``epochs``: the workers start anew for each (not persistent), later, and read the same."""
     loader = {"index": 0, "dataset": "Shards", "batch_size": 64, "num_workers": 2, "persistent_workers": False,
               "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": False}  # fmt: skip
     loader["iterable"] = iterable
@@ -1250,15 +1251,17 @@ def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: boo
                       {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
             sink.span(10 + k, 1 + k, "model", "dataloader.next", 10**6 * k, 1000, MAIN, 1, {A.MODEL_KIND: "dataloader"})
         span = iter(range(100, 10_000))
-        for w, pid in enumerate((W1, W2)):
-            if vocab:
-                for i in range(16):
-                    io_span(sink, next(span), None, "read", 1000 * i, 10, pid, "/d/vocab.json", 65_536,
-                            offset=65_536 * i)  # fmt: skip
-            for shard in range(w, 8, 2) if split else range(8):
-                for i in range(4):
-                    io_span(sink, next(span), None, "read", 500_000 * shard + 1000 * i, 10, pid, f"/d/{shard}.jsonl",
-                            16_384, offset=16_384 * i)  # fmt: skip
+        for epoch in range(epochs):
+            t0 = 10**7 * epoch
+            for w, pid in enumerate((W1 + 100 * epoch, W2 + 100 * epoch)):
+                if vocab:
+                    for i in range(16):
+                        io_span(sink, next(span), None, "read", t0 + 1000 * i, 10, pid, "/d/vocab.json", 65_536,
+                                offset=65_536 * i)  # fmt: skip
+                for shard in range(w, 8, 2) if split else range(8):
+                    for i in range(4):
+                        io_span(sink, next(span), None, "read", t0 + 500_000 * shard + 1000 * i, 10, pid,
+                                f"/d/{shard}.jsonl", 16_384, offset=16_384 * i)  # fmt: skip
         sink.close()
     return Store.open(path)
 
@@ -1283,7 +1286,9 @@ def test_workers_of_an_iterable_dataset_that_each_read_every_shard_are_told_to_s
     assert "repeats each item 2 times an epoch" in rec.action and "still reads all the data 2 times" in rec.action
     assert RULES["reread"](results) is None  # the reading again is the workers', not each read's
     for name, kw in (("split", {"split": True}), ("map", {"split": False, "iterable": False}),
-                     ("vocab", {"split": True, "vocab": True})):  # fmt: skip
+                     ("vocab", {"split": True, "vocab": True}),
+                     ("epochs", {"split": True, "epochs": 2})):  # fmt: skip
+        # epochs: the workers each epoch starts anew read the same shards as the last epoch's, never at once
         with _shard_readers(tmp_path / f"{name}.duckdb", **kw) as store:
             facts = _one(store, "io.pattern").facts
             assert _fired(store, "shared_shards") is None, name

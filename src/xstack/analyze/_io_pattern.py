@@ -180,6 +180,11 @@ GROUP BY 1, 2
 """
 """The bytes each worker process (not the main one, nor a helper) read of each data file."""
 
+_LIFETIMES = """
+SELECT pid, min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = $run AND level = 'io' GROUP BY pid
+"""
+"""Each process's first and last recorded call: when it lived, as far as the io level saw it."""
+
 _OFFSET_MOVES: Final = ("read", "readv", "fread", "stdio_read", "write", "writev", "fwrite", "stdio_write", "fseek")
 """Calls that move a descriptor's file offset (``lseek`` too, but for a ``SEEK_CUR`` one, mostly a tell)."""
 _OFFSET_READS: Final = ("read", "readv", "fread", "stdio_read")
@@ -495,18 +500,21 @@ def _shared(store: Store, io: IoRun, covered: dict[str, int]) -> dict[str, Any]:
     cover): facts ``shared_files``, ``shared_readers`` (the most workers that read one whole), ``shared_path`` (the
     largest), ``shared_read_bytes`` (all the workers' reads of them), ``worker_read_bytes`` (all the workers'
     reads of data files) and ``worker_files`` (the data files they read). An ``IterableDataset`` that does not
-    split its shards between the workers has each read every one."""
+    split its shards between the workers has each read every one. The readers must have lived at once (their
+    first to last recorded call overlapping): the workers of the next epoch, started anew, read the same shards
+    as the last epoch's did."""
     readers: dict[str, int] = {}
     shared_bytes = worker_bytes = 0
-    by_file: dict[str, list[int]] = {}
-    for path, _, nbytes in rows(store, _READ_BY_PROCESS, io.run_id, main=io.main_pid, helpers=io.helper_pids):
-        by_file.setdefault(str(path), []).append(int(nbytes))
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for path, pid, nbytes in rows(store, _READ_BY_PROCESS, io.run_id, main=io.main_pid, helpers=io.helper_pids):
+        by_file.setdefault(str(path), []).append((int(pid), int(nbytes)))
         worker_bytes += int(nbytes)
+    lives = {int(pid): (int(s), int(e)) for pid, s, e in rows(store, _LIFETIMES, io.run_id)} if by_file else {}
     for path, each in by_file.items():
-        whole = sum(n >= SHARED_WHOLE * covered.get(path, 0) > 0 for n in each)
-        if whole >= 2:
-            readers[path] = whole
-            shared_bytes += sum(each)
+        whole = [lives[pid] for pid, n in each if n >= SHARED_WHOLE * covered.get(path, 0) > 0 and pid in lives]
+        if (together := _most_at_once(whole)) >= 2:
+            readers[path] = together
+            shared_bytes += sum(n for _, n in each)
     largest = min(readers, key=lambda p: (-covered.get(p, 0), p), default=None)  # the first name of the largest
     return {
         "shared_files": len(readers),
@@ -516,6 +524,17 @@ def _shared(store: Store, io: IoRun, covered: dict[str, int]) -> dict[str, Any]:
         "worker_read_bytes": worker_bytes,
         "worker_files": len(by_file),
     }
+
+
+def _most_at_once(lives: list[tuple[int, int]]) -> int:
+    """The most of these (start, end) lifetimes that overlap at one time: the workers of one epoch together, not
+    those of the next, which a DataLoader without persistent workers starts anew and which read the same shards."""
+    edges = sorted([(s, 1) for s, _ in lives] + [(e, -1) for _, e in lives], key=lambda x: (x[0], x[1]))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def _labels(facts: dict[str, Any], source: str, any_reads: bool) -> list[str]:
