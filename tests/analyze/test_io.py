@@ -1333,6 +1333,24 @@ def test_reads_through_a_descriptor_workers_inherited_are_found_with_their_races
                                       "inherited")  # fmt: skip
     assert "3 reads at that offset, 2 of them started after another process had moved that offset" in rec.evidence[0]
     assert rec.action.startswith("Open rec.bin in each worker, not before they start")
+    # one worker an epoch, started anew for each (no persistent workers): each inherits the descriptor when the one
+    # before has ended, and seeks before it reads: no offset shared at once
+    with Store.create(tmp_path / "b.duckdb") as store:
+        store.add_run(RunInfo(1, "fd", levels=["model", "io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        io_span(sink, 1, None, "open", 0, 5, MAIN, "/d/rec.bin", **{A.IO_FD: 6})
+        for epoch, pid in enumerate((W1, W2)):
+            for i in range(3):
+                at = 1000 * epoch + 100 * i
+                io_span(sink, 10 + 10 * epoch + 2 * i, None, "lseek", at, 5, pid, "/d/rec.bin",
+                        **{A.IO_FD: 6, A.IO_REQUESTED_BYTES: 0})  # fmt: skip
+                io_span(sink, 11 + 10 * epoch + 2 * i, None, "read", at + 10, 5, pid, "/d/rec.bin", 1024,
+                        **{A.IO_FD: 6})  # fmt: skip
+        sink.close()
+    with Store.open(tmp_path / "b.duckdb") as store:
+        facts = _one(store, "io.pattern").facts
+        assert _fired(store, "shared_offset") is None
+    assert (facts["shared_offset_processes"], facts["shared_offset_races"]) == (0, 0)
 
 
 def test_workers_querying_a_sqlite_connection_opened_before_they_forked_are_told_to_open_their_own(

@@ -215,19 +215,28 @@ moves AS (
     SELECT pid, fd, path, name, start_ns, span_id FROM inherited
     WHERE name IN {in_list(_OFFSET_MOVES)} OR (name IN ('lseek', 'lseek64') AND requested <> 1)
 ),
-shared AS (SELECT path, fd FROM moves GROUP BY path, fd HAVING count(DISTINCT pid) >= 2),
+life AS (SELECT pid, min(start_ns) AS s, max(start_ns + dur_ns) AS e FROM spans
+         WHERE run_id = $run AND level = 'io' GROUP BY pid),
+movers AS (SELECT DISTINCT m.path, m.fd, m.pid, l.s, l.e FROM moves m JOIN life l USING (pid)),
+together AS (  -- the movers that lived at once with another mover of the same descriptor
+    SELECT DISTINCT a.path, a.fd, a.pid FROM movers a JOIN movers b
+        ON a.path = b.path AND a.fd = b.fd AND a.pid <> b.pid AND a.s < b.e AND b.s < a.e
+),
 ordered AS (
     SELECT m.*, lag(pid) OVER (PARTITION BY m.path, m.fd ORDER BY start_ns, span_id) AS before
-    FROM moves m JOIN shared USING (path, fd)
+    FROM moves m WHERE (path, fd) IN (SELECT path, fd FROM together)
 )
-SELECT path, fd, count(DISTINCT pid), count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)}),
-    count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)} AND before IS NOT NULL AND before <> pid)
-FROM ordered GROUP BY path, fd ORDER BY 4 DESC, path LIMIT 1
+SELECT o.path, o.fd, (SELECT count(*) FROM together t WHERE t.path = o.path AND t.fd = o.fd),
+    count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)}),
+    count(*) FILTER (WHERE name IN {in_list(_OFFSET_READS)} AND before IS NOT NULL AND before <> o.pid
+                     AND o.start_ns <= l.e)
+FROM ordered o LEFT JOIN life l ON l.pid = o.before GROUP BY o.path, o.fd ORDER BY 4 DESC, o.path LIMIT 1
 """
-"""The data file of most reads through one descriptor that two processes or more inherited and moved the offset
-of: the file, the descriptor, the processes, their reads at its offset, and those of the reads that started after
-another process had moved it since the reading one last did (each such read took its bytes from where the other
-process left the offset)."""
+"""The data file of most reads through one descriptor that two processes or more, alive at once, inherited and
+moved the offset of: the file, the descriptor, those processes, the reads at its offset, and those of the reads
+that started after another process, still alive, had moved it since the reading one last did (each such read
+took its bytes from where the other process left the offset). The workers a DataLoader starts anew at each epoch
+inherit the descriptor one generation after the other: they share no offset at once."""
 
 SQLITE_SUFFIXES: Final = (".db", ".sqlite", ".sqlite3", ".db3")
 """Suffixes of SQLite database files."""
