@@ -30,7 +30,7 @@ steps than the diff's ``min_iterations`` is judged by the floors alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from xstack.analyze._layers_backward import backward_ops_table
@@ -276,7 +276,7 @@ def read_side(store: Store, run_id: int) -> Side:
         )
     if ctx.has("layer"):
         rows = store.con.execute(_keyed(table, "path, call", "any_value(type) AS x")).fetchall()
-        side.layers = {(str(r[0]), int(r[1])): replace(_timing(r[2:7], info=r[7]), iqr_ns=_float(r[-1])) for r in rows}
+        side.layers = {(str(r[0]), int(r[1])): _timing(r[2:7], info=r[7], iqr=r[-1]) for r in rows}
     if ctx.has("op"):
         side.ops = _ops(store, ctx, table if ctx.has("layer") else None)
     if ctx.has("layer") or ctx.has("op"):
@@ -344,7 +344,7 @@ def _ops(store: Store, ctx: RunContext, layers: str | None) -> dict[OpKey, Timin
         ),
         {"run": ctx.run_id},
     ).fetchall()
-    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): replace(_timing(r[4:9]), iqr_ns=_float(r[-1])) for r in rows}
+    return {(str(r[0]), int(r[1]), str(r[2]), int(r[3])): _timing(r[4:9], iqr=r[-1]) for r in rows}
 
 
 def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
@@ -361,7 +361,7 @@ def _stages(store: Store, ctx: RunContext) -> dict[str, Timing]:
     rows = store.con.execute(
         f"{_keyed(stages, 'name', 'min(start_ns) AS x')} ORDER BY x, name", {"run": ctx.run_id}
     ).fetchall()
-    return {str(r[0]): replace(_timing((*r[1:5], None)), iqr_ns=_float(r[-1])) for r in rows}
+    return {str(r[0]): _timing((*r[1:5], None), iqr=r[-1]) for r in rows}
 
 
 def _kernels(store: Store, ctx: RunContext, steps: int) -> dict[str, Timing]:
@@ -448,9 +448,9 @@ def _warmup(store: Store, run_id: int, warmup: int) -> tuple[int, int] | None:
     return (int(row[0][0]), int(row[0][1])) if row and row[0][0] else None
 
 
-def _timing(agg: tuple[Any, ...], info: Any = None) -> Timing:
+def _timing(agg: tuple[Any, ...], info: Any = None, iqr: Any = None) -> Timing:
     count, median, p5, n, self_ns = agg
-    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""), _float(self_ns))
+    return Timing(float(median), _float(p5), _int(n), int(count), str(info or ""), _float(self_ns), iqr_ns=_float(iqr))
 
 
 def _float(v: Any) -> float | None:

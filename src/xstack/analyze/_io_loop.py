@@ -81,48 +81,35 @@ FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait U
 
 _WORKER_DATA = f"""
 WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
-ops AS (
-    SELECT name, dur_ns, {SPAN_PATH} AS path, {SPAN_BYTES} AS bytes FROM spans sp
-    WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND pid IS DISTINCT FROM $main
-        AND NOT list_contains($helpers, pid) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
-        AND EXISTS (SELECT 1 FROM it WHERE sp.start_ns >= it.s AND sp.start_ns < it.e)
+w AS (  -- the workers' successful calls on data files and listings of folders, one scan of the spans
+    SELECT name, dur_ns, {SPAN_PATH} AS path, {SPAN_BYTES} AS bytes, {DATA_SPAN} AS data,
+        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size,
+        TRY_CAST(attrs->>'$."{A.IO_DIR_ENTRIES}"' AS BIGINT) AS entries,
+        EXISTS (SELECT 1 FROM it WHERE sp.start_ns >= it.s AND sp.start_ns < it.e) AS measured
+    FROM spans sp
+    WHERE run_id = $run AND level = 'io' AND ({DATA_SPAN} OR name IN ('opendir', 'readdir'))
+        AND pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid)
+        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
 ),
-reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)})
+ops AS (SELECT * FROM w WHERE data AND measured),
+reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)}),
+maps AS (SELECT * FROM w WHERE data AND name = 'mmap'),
+lists AS (SELECT * FROM w WHERE measured AND name IN ('opendir', 'readdir'))
 SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(OPEN_OPS)}),
     (SELECT count(DISTINCT path) FROM reads), (SELECT coalesce(sum(bytes), 0) FROM reads),
-    (SELECT path FROM reads GROUP BY path ORDER BY sum(dur_ns) DESC, path LIMIT 1)
+    (SELECT path FROM reads GROUP BY path ORDER BY sum(dur_ns) DESC, path LIMIT 1),
+    (SELECT count(DISTINCT path) FROM maps), (SELECT arg_max(path, size) FROM maps), (SELECT max(size) FROM maps),
+    (SELECT count(*) FROM lists WHERE name = 'opendir'),
+    (SELECT coalesce(sum(dur_ns), 0) FROM lists WHERE name = 'readdir'),
+    (SELECT coalesce(sum(entries), 0) FROM lists WHERE name = 'readdir'),
+    (SELECT path FROM lists WHERE name = 'opendir' GROUP BY path ORDER BY count(*) DESC, path LIMIT 1)
 """
-"""The workers' successful calls on data files that started in the measured iterations: their reads, opens,
-the files read, the bytes read and the file of the most read time."""
-
-_WORKER_MAPPED = f"""
-WITH maps AS (
-    SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size FROM spans
-    WHERE run_id = $run AND level = 'io' AND name = 'mmap' AND {DATA_SPAN} AND pid IS DISTINCT FROM $main
-        AND NOT list_contains($helpers, pid) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
-)
-SELECT count(DISTINCT path), arg_max(path, size), max(size) FROM maps
-"""
-"""The data files the workers mapped into memory, at any time (a dataset maps its file on first use, often in the
-warm-up): how many, the one of the largest mapping and its size."""
-
-_WORKER_LISTINGS = f"""
-WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
-d AS (
-    SELECT name, dur_ns, {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_DIR_ENTRIES}"' AS BIGINT) AS entries
-    FROM spans sp
-    WHERE run_id = $run AND level = 'io' AND name IN ('opendir', 'readdir') AND pid IS DISTINCT FROM $main
-        AND NOT list_contains($helpers, pid) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
-        AND EXISTS (SELECT 1 FROM it WHERE sp.start_ns >= it.s AND sp.start_ns < it.e)
-)
-SELECT count(*) FILTER (WHERE name = 'opendir'), coalesce(sum(dur_ns) FILTER (WHERE name = 'readdir'), 0),
-    coalesce(sum(entries) FILTER (WHERE name = 'readdir'), 0),
-    (SELECT path FROM d WHERE name = 'opendir' GROUP BY path ORDER BY count(*) DESC, path LIMIT 1)
-FROM d
-"""
-"""The workers' directory listings that started in the measured iterations: the opens of a directory to list it,
-the time of their reads of its entries (a readdir span runs from the first call to the last, the caller's work
-between them included), the entries read and the directory listed most."""
+"""The workers' successful calls, in one scan of the spans: on data files, those that started in the measured
+iterations (their reads, opens, the files read, the bytes read and the file of the most read time); the data
+files they mapped into memory at any time (a dataset maps its file on first use, often in the warm-up: how many,
+the one of the largest mapping and its size); and their listings of folders in the measured iterations (the
+opens of a folder to list it, the time of their reads of its entries, a readdir span running from the first call
+to the last with the caller's work between them, the entries read and the folder listed most)."""
 
 _UNSTAGED = f"""
 WITH steps AS (SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}),
@@ -333,8 +320,6 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
     try:
         found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
         data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
-        data += rows(store, _WORKER_MAPPED, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
-        data += rows(store, _WORKER_LISTINGS, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []
@@ -394,8 +379,9 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
     (``worker_listings_per_iteration``), the time their reads of the entries took (``..._ns_per_iteration``), the
     entries of a listing on average (``worker_listing_entries``) and the directory listed most
     (``worker_listing_path``)."""
-    reads, opens, files, read_bytes, path, mapped, mapped_path, mapped_bytes, *listed = data
-    listings, listing_ns, entries, listed_path = listed
+    reads, opens, files, read_bytes, path = data[:5]  # the data files read in the measured iterations
+    mapped, mapped_path, mapped_bytes = data[5:8]  # mapped into memory
+    listings, listing_ns, entries, listed_path = data[8:]  # the folders listed
     per = (lambda n: as_count(n) / iterations) if iterations else (lambda n: None)
     return {
         "worker_data_reads_per_iteration": per(reads),
