@@ -27,7 +27,7 @@ from tests.analyze.io_store import (
 )
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
-from xstack.analyze.recommend import RULES, recommend
+from xstack.analyze.recommend import RULES, SAVE_FEWER_CHECKPOINTS, WRITE_FEWER_FILES, recommend
 from xstack.analyze.result import Result, format_ns
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
@@ -833,6 +833,76 @@ def test_small_files_the_program_writes_are_not_to_be_staged(tmp_path: Path) -> 
         and "200 of them only written" in (rec.evidence[0])
     )
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "Write the outputs" in rec.action
+
+
+CHECKPOINTING = """
+import os, torch, xstack
+
+model = torch.nn.Linear(256, 256)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+os.makedirs("ck", exist_ok=True)
+os.makedirs("logs", exist_ok=True)
+with open("logs/metrics.log", "w") as log:
+    for step in range(30):
+        with xstack.span("compute"):
+            model(torch.randn(32, 256)).sum().backward()
+            opt.step()
+        log.write(f"{step}\\n")
+        log.flush()
+        os.fsync(log.fileno())
+        if step % 3 == 0:
+            torch.save(model.state_dict(), f"ck/step-{step}.pt")
+        xstack.step()
+"""
+
+
+def test_checkpoints_saved_every_few_steps_are_not_outputs_to_write_into_one_file(tmp_path: Path) -> None:
+    """A loop that saves a checkpoint every 10 steps and syncs its log at each (20 .pt files of 768 KiB) was told
+    at high severity to append each result to one file kept open, a log's fsync time counted as the small files'
+    time at stake: the time of the very file kept open, which the sync finding already covers."""
+    results = _run_io_loop(tmp_path, CHECKPOINTING)
+    facts = results["io.small_files"].facts
+    assert (facts["small_written_files"], facts["small_written_checkpoints"]) == (11, 10), facts
+    with Store.open(tmp_path / "p.duckdb") as store:
+        ((syncs,),) = store.query(
+            f"SELECT sum(dur_ns) FROM spans WHERE level = 'io' AND name = 'fsync' "
+            f"AND attrs->>'$.\"{A.IO_PATH}\"' = ?", [str(tmp_path / "logs" / "metrics.log")])  # fmt: skip
+    assert facts["small_sync_ns"] == syncs > 0
+    rec = RULES["small_files"](results)
+    assert rec is not None and rec.title.startswith("Small checkpoint files written in the loop"), rec
+    assert rec.action == SAVE_FEWER_CHECKPOINTS and "Write the outputs" not in rec.action
+    assert f", {format_ns(syncs)} of it in fsync or fdatasync, left out of the time at stake" in rec.evidence[0]
+    assert "; 10 of those named as checkpoints" in rec.evidence[0]
+    steps = results["model.stages"].facts["steps"]
+    stake = facts["small_time_ns"] - syncs - facts["small_time_warmup_ns"]
+    assert (rec.impact_ns, rec.impact_per) == (round(stake / steps), "iteration")
+    # no more severe than the share of the step at stake says
+    share = 100 * rec.impact_ns / (results["model.stages"].facts["step_total_ns"] / steps)
+    assert rec.severity == ("high" if share >= 30 else "medium" if share >= 10 else "low")
+
+
+def test_a_pt_file_written_for_each_item_is_an_output_not_a_checkpoint(tmp_path: Path) -> None:
+    """Items cached as .pt files, hundreds of them in ten steps: outputs to write into fewer files. Checkpoints are
+    fewer files than steps."""
+    rows = [_written(5, f"/cache/{i}.pt", 1200) for i in range(400)]
+    stages = Result("model.stages", "t", facts={"steps": 10, "step_total_ns": 10**8})
+    with files_store(tmp_path / "a.duckdb", rows) as store:
+        results = {r.id: r for r in run_analyses(store)}
+    assert results["io.small_files"].facts["small_written_checkpoints"] == 400
+    rec = RULES["small_files"]({**results, "model.stages": stages})
+    assert rec is not None and rec.action == WRITE_FEWER_FILES and rec.title.startswith("Only small files written")
+    rows = [_written(5, f"/run/checkpoint-{i}/model.safetensors", 1200) for i in range(12)]
+    with files_store(tmp_path / "b.duckdb", rows) as store:
+        results = {r.id: r for r in run_analyses(store)}
+    longer = Result("model.stages", "t", facts={"steps": 100, "step_total_ns": 10**9})
+    rec = RULES["small_files"]({**results, "model.stages": longer})
+    assert rec is not None and rec.action == SAVE_FEWER_CHECKPOINTS
+    alone = RULES["small_files"](results)  # no loop: a pass that writes a file per item
+    assert alone is not None and alone.action == WRITE_FEWER_FILES
+    # a folder above the file's own that says checkpoint is a project's or a run's name, not the file's
+    rows = [_written(5, f"/home/u/checkpointing/logs/{i}.json", 1200) for i in range(12)]
+    with files_store(tmp_path / "c.duckdb", rows) as store:
+        assert _one(store, "io.small_files").facts["small_written_checkpoints"] == 0
 
 
 SYNCED_LOG = """

@@ -66,6 +66,8 @@ FILE_OPS: Final = "opens + reads + writes + seeks + " + " + ".join(
 """SQL of the operations an ``io_files`` row counts: opens, reads, writes, seeks, stats, syncs and mmaps (as
 Darshan's reports add them up)."""
 FILE_TIME: Final = "read_time_ns + write_time_ns + meta_time_ns"
+SYNC_OPS: Final = ("fsync", "fdatasync")
+"""The calls that wait for a file's data to reach the disk (their time counts as write time, as Darshan's does)."""
 
 
 def in_list(names: Sequence[str]) -> str:

@@ -15,6 +15,7 @@ from xstack.analyze._io_common import (
     SPAN_BYTES,
     SPAN_PATH,
     SPAN_STORAGE,
+    SYNC_OPS,
     WRITE_OPS,
     IoRun,
     as_count,
@@ -130,7 +131,7 @@ itself): its time, the file of the most of it, and that file's write and read ti
 
 _SYNCS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0), arg_max({SPAN_PATH}, dur_ns) FROM spans
-WHERE run_id = $run AND level = 'io' AND name IN ('fsync', 'fdatasync') AND pid = $main AND {{measured}}
+WHERE run_id = $run AND level = 'io' AND name IN {in_list(SYNC_OPS)} AND pid = $main AND {{measured}}
 """
 """The main process's fsync and fdatasync calls in the measured iterations: how many, their time and the file of
 the longest."""

@@ -7,6 +7,7 @@ from xstack.analyze._io_common import (
     FILE_TIME,
     SPAN_BYTES,
     SPAN_PATH,
+    SYNC_OPS,
     IoRun,
     as_count,
     bucket_median,
@@ -14,6 +15,7 @@ from xstack.analyze._io_common import (
     check_options,
     class_filter,
     hist_count,
+    in_list,
     io_pass,
     io_run,
     median,
@@ -31,6 +33,10 @@ SMALL_FILE_BYTES = 2 * 2**20
 """tf-Darshan's default threshold: files up to 2 MiB are the ones worth staging on a faster tier."""
 THRESHOLDS = (256 * 2**10, 2**20, 2 * 2**20, 4 * 2**20, 16 * 2**20)
 """Thresholds tabulated side by side, so that users can pick one."""
+CHECKPOINT_NAME = r"\.(pt|pth|ckpt|safetensors|distcp)$|(checkpoint|ckpt)[^/]*(/[^/]*)?$"
+"""Regular expression (on the lower-cased path) of a checkpoint file's name: a state dict saved by ``torch.save``,
+safetensors or ``torch.distributed.checkpoint``, or a file whose name or folder's name says so (a Hugging Face
+Trainer's ``checkpoint-500/``); the folders above do not count (a project called ``checkpointing``)."""
 
 _MAX_BYTE = "max(coalesce(TRY_CAST(attrs->>'$.{key}' AS BIGINT), -1))"
 
@@ -171,7 +177,11 @@ def small_file_staging(
     over them than the model pass over its whole step). Small files that carry many operations but few
     bytes are the ones to stage or to pack into larger shards. Facts ``small_written_files``, ``small_written_ops``
     and ``small_written_time_ns`` are those of the small files the program only wrote (no read): its outputs,
-    which staging does not concern.
+    which staging does not concern; ``small_written_checkpoints`` counts those of them named as checkpoints are
+    (``CHECKPOINT_NAME``). Fact ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io spans,
+    None without them), which their time counts as write time (as Darshan's does): a sync costs the same in a
+    large file, so the warm-up's and the usual iteration's time above leave the syncs out, and so does the time
+    at stake of a finding on the small files.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
     io = io_run(store, run_id)
@@ -188,9 +198,11 @@ def small_file_staging(
         (SELECT count(*) FROM sized WHERE size <= 0),
         count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
         sum(ops) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
-        sum(time_ns) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0)
+        sum(time_ns) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
+        count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0
+                         AND regexp_matches(lower(path), '{CHECKPOINT_NAME}'))
         FROM sized WHERE size > 0"""
-    *found, mean_size, unsized, written, written_ops, written_ns = rows(store, sql, io.run_id)[0]
+    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints = rows(store, sql, io.run_id)[0]
     unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
@@ -200,6 +212,7 @@ def small_file_staging(
         table.append((t, n, pct(n, totals[0]), ops, pct(ops, totals[1]), nbytes, pct(nbytes, totals[2]), time,
                       pct(time, totals[3]), "yes" if t == threshold_bytes else ""))  # fmt: skip
     chosen = next(r for r in table if r[0] == threshold_bytes)
+    sync_ns = _span_time(store, io, all_paths, threshold_bytes, f"name IN {in_list(SYNC_OPS)}")
     warmup_ns = _warmup_time(store, io, all_paths, threshold_bytes)
     step_ns = _step_time(store, io, all_paths, threshold_bytes) if io.ctx.config.get("merge") else None
     if step_ns is not None and (extent := io.ctx.host_extent()[0]):  # timed under the io level, which slows it:
@@ -238,6 +251,8 @@ def small_file_staging(
             "small_written_files": as_count(written),
             "small_written_ops": as_count(written_ops),
             "small_written_time_ns": as_count(written_ns),
+            "small_written_checkpoints": as_count(checkpoints),
+            "small_sync_ns": sync_ns,
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
     )
@@ -251,30 +266,33 @@ def _unsized_label(unsized: int) -> list[str]:
     return [f"{counted(unsized, 'file')} never read or written (only opened or stat'ed), of unknown size, left out"]
 
 
+_NO_SYNC = f"name NOT IN {in_list(SYNC_OPS)}"
+
+
 def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:
-    """The time (ns) of the successful calls on the files of at most ``threshold_bytes`` that started in the
-    warm-up iterations, from the io spans (None where the run has none)."""
+    """The time (ns) of the successful calls but syncs on the files of at most ``threshold_bytes`` that started in
+    the warm-up iterations, from the io spans (None where the run has none)."""
     if not io.has_spans:
         return None
     if not io.ctx.warmup_windows():
         return 0
-    return _span_time(store, io, all_paths, threshold_bytes, io.ctx.in_warmup())
+    return _span_time(store, io, all_paths, threshold_bytes, f"{io.ctx.in_warmup()} AND {_NO_SYNC}")
 
 
 def _step_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:
-    """In a merged run, whose io_files hold its io pass whole: the time (ns) of the successful calls on the files
-    of at most ``threshold_bytes`` in a usual measured iteration of that pass, the median over its measured
+    """In a merged run, whose io_files hold its io pass whole: the time (ns) of the successful calls but syncs on
+    the files of at most ``threshold_bytes`` in a usual measured iteration of that pass, the median over its measured
     iterations of the calls that started in each. Not the merged run's own io spans: they are one iteration's,
     whose few calls a single slow read (the process taken off its CPU) makes several times the others'. Where
     the io pass is not found (a store merged before passes were listed), the merged run's own io spans."""
     source = io_pass(store, io.ctx.config)
     if source is None:
-        return _span_time(store, io, all_paths, threshold_bytes)
+        return _span_time(store, io, all_paths, threshold_bytes, _NO_SYNC)
     sql = f"""WITH {files_cte(io, all_paths)},
         steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans
                   WHERE run_id = $source AND {STEP} AND {past_warmup(run_context(store, source[0]).warmup)}),
         calls AS (SELECT start_ns AS s, dur_ns FROM spans
-                  WHERE run_id = $source AND level = 'io' AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+                  WHERE run_id = $source AND level = 'io' AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND {_NO_SYNC}
                       AND {SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {int(threshold_bytes)}))
         SELECT coalesce(sum(c.dur_ns), 0) FROM steps st LEFT JOIN calls c ON c.s >= st.s AND c.s < st.e
         GROUP BY st.s"""

@@ -74,17 +74,23 @@ SMALL_STAKE_PCT = 1.0
 (``small_stake``): below it, fixing the finding cannot shorten the step by more."""
 
 
+def mean_step(results: Results) -> float | None:
+    """The mean measured step (ns) of ``model.stages``: a merged run's step, else the measured steps' mean; None
+    without steps."""
+    s = get(results, "model.stages")
+    if s is None:
+        return None
+    steps, total = num(s.facts, "steps"), num(s.facts, "step_total_ns")
+    return total / steps if steps and total else None
+
+
 def small_stake(results: Results, impact_ns: int | None, per: ImpactPer) -> str | None:
     """Where a finding's time at stake per iteration (``impact_ns``) is under ``SMALL_STAKE_PCT`` of the mean
     measured step (``model.stages``: a merged run's step, else the measured steps' mean): the evidence line that
     says so; else None (no steps, no time at stake)."""
-    s = get(results, "model.stages")
-    if s is None or impact_ns is None or per != "iteration":
+    step = mean_step(results)
+    if step is None or impact_ns is None or per != "iteration" or 100.0 * impact_ns / step >= SMALL_STAKE_PCT:
         return None
-    steps, total = num(s.facts, "steps"), num(s.facts, "step_total_ns")
-    if not steps or not total or 100.0 * impact_ns / (total / steps) >= SMALL_STAKE_PCT:
-        return None
-    step = total / steps
     return (f"but that is {100.0 * impact_ns / step:.1f}% of the step ({format_ns(impact_ns)} of {format_ns(step)} "
             f"per iteration; threshold {SMALL_STAKE_PCT:g}%): even gone, it would barely shorten the step "
             "(model.stages)")  # fmt: skip

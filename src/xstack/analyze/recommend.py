@@ -14,7 +14,14 @@ from typing import Any, Final
 
 from xstack.analyze import _loaders, _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
-from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, at_stake, loop_waits_for_data, small_stake
+from xstack.analyze._recommend_common import (
+    INPUT_WAIT_PCT,
+    Results,
+    at_stake,
+    loop_waits_for_data,
+    mean_step,
+    small_stake,
+)
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
@@ -438,9 +445,12 @@ def small_files(results: Results) -> Recommendation | None:
                 f"operations, < {SMALL_FILES_BYTES_PCT:g}% of bytes); they spend {format_ns(time)} in I/O"
                 + (f", {time_pct:.0f}% of the data files' I/O time" if time_pct is not None else ""))  # fmt: skip
         title = "Many small files: operations, not bytes, cost the I/O time"
+    # a sync waits for the disk as long in a large file: the loop's syncs have a finding of their own
+    if syncs := _num(r.facts, "small_sync_ns"):
+        line += f", {format_ns(syncs)} of it in fsync or fdatasync, left out of the time at stake"
     step = _num(r.facts, "small_time_step_ns")  # a merged run: its one iteration's, not its io pass's whole
     impact, per = (
-        at_stake(results, time, _num(r.facts, "small_time_warmup_ns"))
+        at_stake(results, time - (syncs or 0), _num(r.facts, "small_time_warmup_ns"))
         if step is None
         else (round(step) or None, "iteration")
     )
@@ -448,21 +458,47 @@ def small_files(results: Results) -> Recommendation | None:
     n_ops = _num(r.facts, "small_ops") or 0
     writing = n_ops > 0 and written_ops / n_ops >= SMALL_FILES_SIDE_SHARE
     reading = n_ops == 0 or (n_ops - written_ops) / n_ops >= SMALL_FILES_SIDE_SHARE
+    checkpoints = _checkpoints(results, r, written)
     if written:
         line += (f"; {'all of' if written == files else f'{written:,} of'} them only written, not read (the "
                  f"program's output), with {100 * written_ops / n_ops:.0f}% of their operations")  # fmt: skip
+        if checkpoints:
+            line += f"; {'all' if checkpoints == written else f'{checkpoints:,}'} of those named as checkpoints"
         if not reading:
             title = title.replace("small files", "small files written")
-    severity, evidence, sources = _severity(ops / 2), [line + " (io.small_files)"], ["io.small_files"]
+    saves = writing and checkpoints >= written / 2  # a state saved every few steps, not an output per item
+    if saves and not reading:
+        title = "Small checkpoint files written in the loop: each save creates, writes and closes a file"
+    severity = _severity(ops / 2)
+    if impact and per == "iteration" and (mean := mean_step(results)):  # no more severe than the step's share
+        severity = max(severity, _severity(100.0 * impact / mean), key=_ORDER.__getitem__)
+    evidence, sources = [line + " (io.small_files)"], ["io.small_files"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
     actions = [STAGE_SMALL_FILES.format(limit=limit)] if reading else []
     if writing:
-        actions.append(WRITE_FEWER_FILES)
+        actions.append(SAVE_FEWER_CHECKPOINTS if saves else WRITE_FEWER_FILES)
     return Recommendation(
         "small_files", title, severity, evidence, sources, " ".join(actions), impact_ns=impact, impact_per=per
     )
 
 
+def _checkpoints(results: Results, r: Result, written: int) -> int:
+    """The small files written, not read, that are checkpoints: named as checkpoints are
+    (``small_written_checkpoints``), and fewer of them than the measured iterations, which a state dict saved
+    every N steps is and an item's output or cache (one ``.pt`` file per item, written by the hundred) is not.
+    None without a measured loop: a pass that prepares items before training writes a file per item."""
+    named = int(_num(r.facts, "small_written_checkpoints") or 0)
+    s = _get(results, "model.stages")
+    steps = _num(s.facts, "steps") if s else None
+    return named if named and steps and written < steps else 0
+
+
+SAVE_FEWER_CHECKPOINTS: Final = (
+    "The files written are checkpoints: one file for all of them is not the fix. Save less often, overwrite one "
+    "file (or keep the last few) rather than write a new one at each save, or save off the loop's critical path: "
+    "copy the state to CPU memory and write it from a background thread or process (torch.distributed.checkpoint's "
+    "async_save does both)."
+)
 SMALL_FILES_SIDE_SHARE: Final = 0.3
 """Share of the small files' operations that the files the program only wrote (its outputs), or the others (the
 files it reads), must take for ``small_files`` to advise on them: writing fewer files, staging the files read;
