@@ -176,7 +176,11 @@ def refuse_ranked(command: str) -> None:
 def rank_path(out: Path | None, program: Program) -> Path | None:
     """The store of this process: under a launcher of one process per rank (torchrun sets ``RANK`` and
     ``WORLD_SIZE``), each rank's own, ``{rank}`` in ``out`` replaced by the rank, else ``.rankN`` added before
-    its suffix (the default path's too); ``{rank}`` outside such a launcher is rank 0."""
+    its suffix (the default path's too); ``{rank}`` outside such a launcher is rank 0. The program restarted
+    under a tracer (the io library, ncu, strace) by this rank's ``xstack run`` is given the store named already,
+    which it writes as is: the tracer's output is added to that store."""
+    if _wrapped_child():
+        return out
     job = ranked()
     rank = str(job[0]) if job is not None else "0"
     if out is not None and "{rank}" in str(out):

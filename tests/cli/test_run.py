@@ -628,6 +628,31 @@ def test_a_rank_s_store_is_named_after_its_rank(monkeypatch: pytest.MonkeyPatch)
     assert rank_path(Path("out/p.duckdb"), program) == Path("out/p.duckdb")
 
 
+def test_a_rank_profiled_with_the_io_level_keeps_its_io_in_its_own_store(tmp_path: Path) -> None:
+    """Each rank's xstack run restarts the program under the io library, and that restart named its store again:
+    ``prof-0.duckdb`` became ``prof-0.rank0.duckdb``, which held no io span, and no line said where the profile
+    went."""
+    (tmp_path / "ranks.py").write_text(textwrap.dedent(RANKS))
+    job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "xstack",
+           "run", "--levels", "model,io"]  # fmt: skip
+    for out, names in (("prof-{rank}.duckdb", ["prof-0.duckdb", "prof-1.duckdb"]),
+                       ("prof.duckdb", ["prof.rank0.duckdb", "prof.rank1.duckdb"])):  # fmt: skip
+        done = subprocess.run([*job, "-o", out, "--", "ranks.py", "2", "prof"], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=180)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sorted(p.name for p in tmp_path.glob("prof*.duckdb")) == names
+        for rank, name in enumerate(names):
+            assert f"xstack: profile written to {name}" in done.stderr
+            with Store.open(tmp_path / name) as store:
+                written = store.query(
+                    "SELECT count(*) FROM spans WHERE level = 'io' AND name = 'write' AND attrs->>'$.\"io.path\"' = ?",
+                    [str(tmp_path / f"prof-{rank}.txt")],
+                )[0][0]  # fmt: skip
+            assert written == 1, name
+        for name in names:
+            (tmp_path / name).unlink()
+
+
 SPAWNED = """
 import sys, torch, torch.multiprocessing as mp, xstack
 from torch import nn
