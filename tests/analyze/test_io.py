@@ -1873,6 +1873,26 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
             f"{'__getitems__' if batched_ else '__getitem__'}, its transforms, the collation): decode and augment "
             "less, or on the GPU, or cache prepared items."
         ), rec.action
+    # a Hugging Face dataset, its Arrow file mapped by the main process before the workers forked: they read it
+    # through the mapping they inherited, and were said to do next to no file I/O (0 ns per iteration)
+    arrow = [(210, None, "mmap", 5, 3, MAIN, "/d/data-00000-of-00001.arrow", {A.IO_REQUESTED_BYTES: 10_485_392}),
+             (211, None, "mmap", 500, 3, MAIN, "/d/later.arrow", {A.IO_REQUESTED_BYTES: 99_999_999})]  # fmt: skip
+    for method, files in (("fork", 1), ("spawn", 0)):
+        loaders = [loader | {"batched": True, "start_method": method}]
+        with loop_store(tmp_path / f"hf-{method}.duckdb", config=config | {A.CONFIG_DATALOADERS: loaders},
+                        waits=(990, 990, 990), more_io=arrow) as store:  # fmt: skip
+            r = _one(store, "io.input_bound")
+            rec = _fired(store, "input_bound")
+        assert r.facts["worker_mapped_files"] == files, method
+        assert rec is not None
+        if files:  # the one mapped after they started is the main process's own
+            assert (r.facts["worker_mapped_path"], r.facts["worker_mapped_inherited"]) == (arrow[0][6], True)
+            assert (
+                "they read /d/data-00000-of-00001.arrow (10.0 MiB) through a memory mapping (Arrow: Hugging Face "
+                "datasets) that the main process made before they forked, by page faults that no call times"
+            ) in rec.action
+        else:  # spawned workers map what they read themselves
+            assert "memory mapping" not in rec.action
     # an LMDB environment, mapped by the lmdb module: not numpy's to slice
     lmdb = [(200, None, "mmap", -900, 5, W1, "/d/data.mdb", {A.IO_REQUESTED_BYTES: 131_072_000})]
     with loop_store(tmp_path / "l.duckdb", config=config, waits=(990, 990, 990), more_io=lmdb) as store:

@@ -94,12 +94,20 @@ w AS (  -- the workers' successful calls on data files and listings of folders, 
 ),
 ops AS (SELECT * FROM w WHERE data AND measured),
 reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)}),
-maps AS (SELECT * FROM w WHERE data AND name = 'mmap'),
+forked AS (  -- the main process's mappings before its first worker started, which forked workers inherit
+    SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size, TRUE AS inherited
+    FROM spans WHERE $forked AND run_id = $run AND level = 'io' AND name = 'mmap' AND pid = $main AND {DATA_SPAN}
+        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        AND start_ns < (SELECT min(start_ns) FROM spans WHERE run_id = $run AND level = 'io'
+                        AND pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid))
+),
+maps AS (SELECT path, size, FALSE AS inherited FROM w WHERE data AND name = 'mmap' UNION ALL SELECT * FROM forked),
 lists AS (SELECT * FROM w WHERE measured AND name IN ('opendir', 'readdir'))
 SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(OPEN_OPS)}),
     (SELECT count(DISTINCT path) FROM reads), (SELECT coalesce(sum(bytes), 0) FROM reads),
     (SELECT path FROM reads GROUP BY path ORDER BY sum(dur_ns) DESC, path LIMIT 1),
     (SELECT count(DISTINCT path) FROM maps), (SELECT arg_max(path, size) FROM maps), (SELECT max(size) FROM maps),
+    (SELECT arg_max(inherited, size) FROM maps),
     (SELECT count(*) FROM lists WHERE name = 'opendir'),
     (SELECT coalesce(sum(dur_ns), 0) FROM lists WHERE name = 'readdir'),
     (SELECT coalesce(sum(entries), 0) FROM lists WHERE name = 'readdir'),
@@ -108,7 +116,8 @@ SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in
 """The workers' successful calls, in one scan of the spans: on data files, those that started in the measured
 iterations (their reads, opens, the files read, the bytes read and the file of the most read time); the data
 files they mapped into memory at any time (a dataset maps its file on first use, often in the warm-up: how many,
-the one of the largest mapping and its size); and their listings of folders in the measured iterations (the
+the one of the largest mapping, its size and whether they inherited it: forked workers inherit the mappings the
+main process made before they started); and their listings of folders in the measured iterations (the
 opens of a folder to list it, the time of their reads of its entries, a readdir span running from the first call
 to the last with the caller's work between them, the entries read and the folder listed most)."""
 
@@ -320,7 +329,7 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
     )
     try:
         found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
-        data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids)[0]
+        data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids, forked=_forked(io))[0]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []
@@ -371,18 +380,27 @@ def _unstaged(store: Store, io: IoRun, iterations: int) -> dict[str, Any]:
     }
 
 
+def _forked(io: IoRun) -> bool:
+    """Whether every DataLoader with workers the run recorded forks them (``start_method``), so that they inherit
+    the main process's memory mappings; False where none is known to."""
+    loaders = [d for d in io.ctx.config.get("dataloaders") or [] if isinstance(d, dict) and d.get("num_workers")]
+    return bool(loaders) and all(d.get("start_method") == "fork" for d in loaders)
+
+
 def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
     """Per measured iteration, the workers' reads of data files, their opens of them and the bytes they read;
     the data files they read over those iterations and the one of the most read time (None without iterations);
     the data files they mapped into memory, whose reads are page faults and in none of these figures
     (``worker_mapped_files``), the one of the largest mapping (``worker_mapped_path``) and its size in bytes
-    (``worker_mapped_bytes``, None where unknown); the directories they listed per measured iteration
-    (``worker_listings_per_iteration``), the time their reads of the entries took (``..._ns_per_iteration``), the
-    entries of a listing on average (``worker_listing_entries``) and the directory listed most
-    (``worker_listing_path``)."""
+    (``worker_mapped_bytes``, None where unknown), and whether the main process mapped it before they forked
+    (``worker_mapped_inherited``: a Hugging Face dataset or a ``numpy.memmap`` opened in the dataset's
+    ``__init__``; counted only where every DataLoader with workers forks them); the directories they listed per
+    measured iteration (``worker_listings_per_iteration``), the time their reads of the entries took
+    (``..._ns_per_iteration``), the entries of a listing on average (``worker_listing_entries``) and the directory
+    listed most (``worker_listing_path``)."""
     reads, opens, files, read_bytes, path = data[:5]  # the data files read in the measured iterations
-    mapped, mapped_path, mapped_bytes = data[5:8]  # mapped into memory
-    listings, listing_ns, entries, listed_path = data[8:]  # the folders listed
+    mapped, mapped_path, mapped_bytes, inherited = data[5:9]  # mapped into memory
+    listings, listing_ns, entries, listed_path = data[9:]  # the folders listed
     per = (lambda n: as_count(n) / iterations) if iterations else (lambda n: None)
     return {
         "worker_data_reads_per_iteration": per(reads),
@@ -393,6 +411,7 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
         "worker_mapped_files": as_count(mapped),
         "worker_mapped_path": mapped_path,
         "worker_mapped_bytes": None if mapped_bytes is None else int(mapped_bytes),
+        "worker_mapped_inherited": bool(inherited),
         "worker_listings_per_iteration": per(listings),
         "worker_listing_ns_per_iteration": per(listing_ns),
         "worker_listing_entries": as_count(entries) / as_count(listings) if as_count(listings) else None,

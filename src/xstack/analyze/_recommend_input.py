@@ -128,7 +128,8 @@ def _mapped(facts: dict[str, Any]) -> str:
     sized = f" ({format_value(size, 'bytes')})" if isinstance(size, int) and size > 0 else ""
     named = f"{path}{sized}" if files == 1 else f"{files} files, {path}{sized} the largest,"
     mapper = next((m for suffixes, m in MAPPERS if str(path).lower().endswith(suffixes)), "")
-    return f"and they read {named} through a memory mapping{mapper}, by page faults that no call times"
+    made = " that the main process made before they forked" if facts.get("worker_mapped_inherited") is True else ""
+    return f"and they read {named} through a memory mapping{mapper}{made}, by page faults that no call times"
 
 
 MAPPERS: tuple[tuple[tuple[str, ...], str], ...] = (
