@@ -345,13 +345,14 @@ def test_processes_without_counters_come_from_the_spans(tmp_path: Path) -> None:
 
 # -- io.bandwidth -------------------------------------------------------------------------------------------
 def test_bandwidth_spreads_each_call_over_the_bins_it_overlaps(loop: Store) -> None:
-    r = _one(loop, "io.bandwidth", bins=10)
-    width = 239  # (2400 - 10) / 10, rounded up: the first read starts at 10, the last ends at 2400
+    r = _one(loop, "io.bandwidth", bins=8)
+    width = 375  # 3000 / 8: the bins span the run, its first step's start (0) to its last step's end (3000)
     assert r.facts["bin_ns"] == width and r.facts["bytes_read"] == 4096 * 2 + 999 + 3000
     total = {row[0]: row[2] for row in r.rows if row[1] == "all"}
-    assert list(total) == [10 + b * width for b in range(10)]  # from the run's first span (the step, at 0)
-    expected = {0: 4096 + 999, 4: 4096, 8: 3000 * 61 / 300, 9: 3000 * 239 / 300}  # 2100-2400 straddles bins 8, 9
-    assert total == pytest.approx({10 + b * width: expected.get(b, 0.0) for b in range(10)})
+    assert list(total) == [b * width for b in range(8)]  # from the run's first span (the step, at 0)
+    # 1050-1150 straddles bins 2 and 3, 2100-2400 bins 5 and 6
+    expected = {0: 4096 + 999, 2: 4096 * 0.75, 3: 4096 * 0.25, 5: 1500, 6: 1500}
+    assert total == pytest.approx({b * width: expected.get(b, 0.0) for b in range(8)})
     assert list(dict.fromkeys(r.column("process"))) == ["all", f"main (pid {MAIN})", f"worker (pid {W2})",
                                                         f"worker (pid {W1})"]  # most bytes first  # fmt: skip
     assert r.facts["peak_bandwidth"] == pytest.approx((4096 + 999) * 1e9 / width)
@@ -431,25 +432,29 @@ def test_bandwidth_of_a_darshan_log_without_dxt_is_an_estimate(tmp_path: Path) -
                             "estimated: each file's bytes spread over its first to last access (no DXT)"]  # fmt: skip
 
 
-def test_bandwidth_bins_are_labelled_in_one_unit_from_first_to_last(tmp_path: Path) -> None:
-    # reads at 0 and near 120 ms, 50 bins of 2.40 ms: the first bin starts at "0.00 ms", not "0 ns", and the
-    # last at "117.60 ms", not "118 ms"
+def test_bandwidth_bins_are_labelled_in_one_unit_and_span_the_run(tmp_path: Path) -> None:
+    """A run whose data reads all came in its first 40 us (a Hugging Face dataset's metadata, read before the
+    loop; its Arrow file is mapped) had its bandwidth drawn over those 40 us, in bins of 764 ns. The bins span
+    the run, as the Perfetto trace does."""
+    # a run of 120 ms, 50 bins of 2.40 ms: the first bin starts at "0.00 ms", not "0 ns", and the last at
+    # "117.60 ms", not "118 ms"
     with Store.create(tmp_path / "b.duckdb") as store:
         store.add_run(RunInfo(1, "reads", levels=["io"]))
         sink = Sink(store, 1)
         io_span(sink, 1, None, "read", 0, 1_000, MAIN, "/d/a", 4096)
-        io_span(sink, 2, None, "read", 119_999_000, 1_000, MAIN, "/d/a", 4096)
-        # the interpreter's imports, after the data: every file's with all_paths, else left out
-        io_span(sink, 3, None, "read", 200_000_000, 1_000, MAIN, "/usr/lib/python3.11/os.py", 40_000, cls="python")
+        io_span(sink, 2, None, "read", 39_000, 1_000, MAIN, "/d/a", 4096)
+        # the interpreter's imports, the run's last call: every file's with all_paths, else left out
+        io_span(sink, 3, None, "read", 119_999_000, 1_000, MAIN, "/usr/lib/python3.11/os.py", 40_000, cls="python")
         sink.close()
     with Store.open(tmp_path / "b.duckdb") as store:
         r = _one(store, "io.bandwidth")
         every = _one(store, "io.bandwidth", all_paths=True)
-    assert r.facts["bin_ns"] == 2_400_000 and r.labels == [
+    assert r.facts["bin_ns"] == every.facts["bin_ns"] == 2_400_000 and r.labels == [
         "data files only (all_paths=True for every file)", "time bins of 2.40 ms, each labelled by its start"
     ]  # fmt: skip
     assert (r.facts["bytes_read"], every.facts["bytes_read"]) == (8192, 48_192)
-    assert every.labels == ["time bins of 4.00 ms, each labelled by its start"]
+    assert every.labels == ["time bins of 2.40 ms, each labelled by its start"]
+    assert [row[2] for row in r.rows if row[1] == "all"] == [8192] + [0] * 49
     cells = [line.split(" | ")[0].removeprefix("| ") for line in md_result(r) if " | all | " in line]
     assert cells[:3] == ["0.00 ms", "2.40 ms", "4.80 ms"] and cells[-1] == "117.60 ms" and len(cells) == 50
 

@@ -50,7 +50,7 @@ FROM io_files WHERE run_id = $run AND bytes_read + bytes_written > 0 AND {FILE_S
 
 _BINNED = """
 WITH ops AS ({source}),
-bounds AS (SELECT min(s) AS t0, max(s + greatest(d, 0)) AS t1 FROM ops),
+bounds AS (SELECT least(min(s), $lo) AS t0, greatest(max(s + greatest(d, 0)), $hi) AS t1 FROM ops),
 width AS (SELECT t0, greatest(1, (t1 - t0 + $bins - 1) // $bins) AS bw FROM bounds),
 spread AS (
     SELECT pid, r, w, d, s, t0, bw,
@@ -75,8 +75,9 @@ COLUMNS = [
 
 
 def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS, all_paths: bool = False) -> Result:
-    """Bytes read and written (bytes) and bandwidth (bytes/s) per time bin over the run's I/O, for all processes
-    and per process; ``bins`` equal bins from the first to the last I/O.
+    """Bytes read and written (bytes) and bandwidth (bytes/s) per time bin over the run, for all processes and
+    per process; ``bins`` equal bins from the run's first span to the end of its last (the first to the last I/O
+    without spans).
 
     Notes: each read or write counts its bytes in the bins its call overlaps, in proportion to the overlap (a
     call within one bin counts wholly there). The data files' I/O only (classes data and unknown: not the
@@ -85,8 +86,10 @@ def bandwidth_over_time(store: Store, run_id: int, *, bins: int = BINS, all_path
     together (not where one process did all the I/O: that line is its own) and for the six that moved the most
     bytes; the rest are summed into one line. Without ``io`` spans (a Darshan log without DXT tracing) the
     per-operation times are unknown: each file's bytes are spread evenly from its first to its last access (an
-    estimate, and labelled so). Time counts from the run's first span (so it lines up with the Perfetto trace),
-    else from the first I/O. A merged run holds the I/O of its one merged iteration only: its bandwidth over time
+    estimate, and labelled so). The bins span the run, not only its I/O, and time counts from its first span, so
+    that the chart lines up with the Perfetto trace (a Hugging Face dataset's few reads of its metadata before the
+    loop, in bins of under a microsecond each, were the whole chart); without spans, from the first I/O to the
+    last. A merged run holds the I/O of its one merged iteration only: its bandwidth over time
     is its io pass's, over that pass (fact ``source_run``), as its ``io_files`` counters are.
     """
     check_options(ID, bins=bins)
@@ -109,12 +112,12 @@ def _bandwidth(store: Store, io: IoRun, bins: int, name_of: Callable[[int], str]
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
     source = _FROM_SPANS if io.has_spans else _FROM_FILES
-    found = rows(store, _BINNED.format(source=source), io.run_id, bins=int(bins), all_paths=all_paths)
+    lo, hi = _extent(store, io)
+    found = rows(store, _BINNED.format(source=source), io.run_id, bins=int(bins), all_paths=all_paths, lo=lo, hi=hi)
     if not found:
         return Result(ID, TITLE, COLUMNS, [], notes="no reads or writes with a known time in the run", run_id=io.run_id)
     t0, width = int(found[0][4]), int(found[0][5])
-    base = _run_base(store, io, t0)
-    table = _table(name_of, found, bins, t0 - base, width)
+    table = _table(name_of, found, bins, t0 - (t0 if lo is None else lo), width)
     totals = [r for r in table if r[1] == "all"]
     active = [r for r in totals if r[6]]
     return Result(
@@ -157,11 +160,12 @@ def _one_process(table: list[tuple[Any, ...]]) -> dict[str, Any]:
     return {"exclude": {"process": "all"}, "exclude_note": note}
 
 
-def _run_base(store: Store, io: IoRun, t0: int) -> int:
+def _extent(store: Store, io: IoRun) -> tuple[int | None, int | None]:
+    """The run's first span's start and its last span's end (ns); None, None without io spans."""
     if not io.has_spans:
-        return t0
-    first = rows(store, "SELECT min(start_ns) FROM spans WHERE run_id = $run", io.run_id)[0][0]
-    return int(first) if first is not None else t0
+        return None, None
+    lo, hi = rows(store, "SELECT min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = $run", io.run_id)[0]
+    return (None if lo is None else int(lo)), (None if hi is None else int(hi))
 
 
 def _table(name_of: Callable[[int], str], found: list[tuple[Any, ...]], bins: int, offset: int, width: int
