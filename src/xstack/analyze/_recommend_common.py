@@ -53,12 +53,18 @@ def steps(results: Results) -> int | None:
 def at_stake(results: Results, total_ns: float | None, warmup_ns: float | None = None) -> tuple[int | None, ImpactPer]:
     """A run's total time (I/O in some files, some calls, some kernels) as ``(Recommendation.impact_ns,
     impact_per)``: less the part of it in the warm-up iterations (``warmup_ns``), spread over the measured
-    iterations, or the run's whole where it has none (a Darshan log)."""
+    iterations, or the run's whole where it has none (a Darshan log, a preprocessing script), at most the run's
+    wall time (``model.stages``' ``wall_ns``, where known): the time of processes at work side by side adds up
+    to more than the run took, and no change can save more than that."""
     total = max((total_ns or 0) - (warmup_ns or 0), 0)
     if not total:
         return None, "iteration"
     n = steps(results)
-    return (round(total / n), "iteration") if n else (round(total), "run")
+    if n:
+        return round(total / n), "iteration"
+    s = get(results, "model.stages")
+    wall = num(s.facts, "wall_ns") if s is not None else None
+    return round(min(total, wall) if wall else total), "run"
 
 
 def loop_waits_for_data(results: Results) -> float | None:
