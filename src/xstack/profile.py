@@ -7,6 +7,7 @@ with an exception: what was traced is kept, and the run's ``config.status`` says
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import resource
@@ -109,6 +110,8 @@ class Profile:
         self._step_ends: list[Callable[[int], None]] = []
         self._between_steps: list[Callable[[], None]] = []
         self._journal: Path | None = None
+        self._journal_configs: list[Callable[[], dict[str, Any]]] = []
+        self._journaled: dict[str, Any] | None = None  # the config last added to the journal's header
         self._marked = False
         """Whether the program ended an iteration itself (``step()``)."""
         self._auto = _OptimizerSteps(self) if optimizer_steps else None
@@ -154,6 +157,8 @@ class Profile:
             self._step_ends = [h for c in self._collectors if (h := getattr(c, "step_end", None)) is not None]
             # and ``between_steps`` of those with work to do in no iteration (the op level writing its trace)
             self._between_steps = [h for c in self._collectors if (h := getattr(c, "between_steps", None)) is not None]
+            # and ``journal_config`` of those that learn the run's config as it goes (the model level's DataLoaders)
+            self._journal_configs = [h for c in self._collectors if (h := getattr(c, "journal_config", None))]
             for collector in self._collectors:
                 if (clock := getattr(collector, "step_clock", None)) is not None:
                     clock(self._restart_step)
@@ -211,6 +216,7 @@ class Profile:
                 self._step_span.attrs.update(zip(A.STEP_USAGE, spent, strict=True))
             recorder.end(self._step_span)
             recorder.checkpoint()
+            self._journal_header()
             self._step_span = None
             for between in self._between_steps:
                 between()
@@ -337,6 +343,22 @@ class Profile:
         step = self._recorder.step
         self._step_usage = usage or _usage()
         self._step_span = self._recorder.begin("model", f"step#{step}", {_KIND: "step", _STEP: step}, floating=True)
+
+    def _journal_header(self) -> None:
+        """Keep in the journal's header what the run's config has gained since it was last written: the
+        DataLoaders iterated so far (``journal_config``) and whether CUDA is initialised, so that a run salvaged
+        after a kill has them (its input-bound advice reads them)."""
+        if self._journal is None:
+            return
+        extra: dict[str, Any] = {A.CONFIG_CUDA: _cuda_initialised()}
+        for journal_config in self._journal_configs:
+            extra |= journal_config()
+        if extra == self._journaled:
+            return
+        self._journaled = extra
+        header = self._header()
+        with contextlib.suppress(OSError):  # a journal that cannot be written loses this, not the program
+            salvage.write_json(self._journal, salvage.HEADER, header | {"config": header["config"] | extra})
 
     def _header(self) -> dict[str, Any]:
         """What the run's row holds that is known as it starts (kept in the journal for ``xstack.salvage``)."""

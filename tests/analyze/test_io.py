@@ -1962,6 +1962,19 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
         rec = _fired(store, "input_bound")  # no DataLoader settings recorded: from the workers the io level saw
     assert rec is not None and rec.action.startswith("The 2 workers already match the 2 cores: make each batch "
                                                      "cheaper to build: the workers' file I/O")  # fmt: skip
+    # settings unknown: each said with when it helps, and no more prefetching for workers that fill the cores; it
+    # told a CPU-only run, salvaged after a kill, to pin memory
+    assert rec.action.endswith(
+        " Unless it does already, set persistent_workers=True where it is iterated over several epochs (workers "
+        "kept across them), and pin_memory=True where its batches go to a GPU."
+    ), rec.action
+    assert "prefetch_factor" not in rec.action
+    with loop_store(tmp_path / "c8.duckdb", config={"pid": MAIN, A.CONFIG_CPU_COUNT: 8}, waits=(990,) * 3) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and rec.action.startswith("Raise DataLoader(num_workers=...) from 2 towards the 8 cores. ")
+    assert "(workers kept across them) and a higher prefetch_factor (batches each worker loads ahead), and" in (
+        rec.action
+    )
 
 
 # -- terminal summary ---------------------------------------------------------------------------------------

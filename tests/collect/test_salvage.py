@@ -137,6 +137,40 @@ def test_the_io_level_reads_its_records_into_a_salvaged_run(tmp_path: Path) -> N
     assert _leftovers(tmp_path) == []
 
 
+LOADER = """
+import os, time, torch, xstack
+
+data = torch.utils.data.TensorDataset(torch.arange(64.0))
+for epoch in range(2):
+    for i, (x,) in enumerate(torch.utils.data.DataLoader(data, batch_size=8, num_workers=2)):
+        x.sum()
+        if epoch == 1 and i == 2:
+            time.sleep(0.12)  # past the checkpoint interval: this iteration's end reaches the journal
+        xstack.step()
+        if epoch == 1 and i == 3:
+            os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_salvaged_run_keeps_the_dataloaders_it_iterated(tmp_path: Path) -> None:
+    """The DataLoaders' settings reach the run's config as it ends, which a killed program never does: the
+    salvaged run had none, and its input-bound advice, left to guess them, told a CPU-only program to pin its
+    memory. The journal's header now holds them as they are learnt."""
+    (tmp_path / "loader.py").write_text(textwrap.dedent(LOADER))
+    proc = subprocess.run([sys.executable, "-m", "xstack", "run", "-o", "c.duckdb", "--", "python", "loader.py"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+    assert proc.returncode == 137, proc.stderr
+    with Store.open(tmp_path / "c.duckdb") as store:
+        (config,) = store.query("SELECT config FROM runs")[0]
+    config = orjson.loads(config)
+    assert config["status"] == "cut_short" and config["cuda"] is False
+    # one DataLoader made for each epoch, the second's as it stood at the last iteration the journal kept
+    assert [(d["dataset"], d["num_workers"], d["start_method"], d["iterated"]) for d in config["dataloaders"]] == [
+        ("TensorDataset", 2, "fork", 1)
+    ] * 2
+    assert _leftovers(tmp_path) == []
+
+
 def test_a_pass_killed_outright_keeps_its_run(tmp_path: Path) -> None:
     """``xstack profile``: the pass whose program was killed keeps its run (the passes' own runs are written,
     not merged), and the exit code is the program's."""

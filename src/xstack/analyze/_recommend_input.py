@@ -186,21 +186,22 @@ def _fewer(facts: dict[str, Any], iterable: bool, batched: bool) -> str:
 
 
 def io_input_action(facts: dict[str, Any], how: str) -> str:
-    """The advice where the run did not record its DataLoaders' settings: from the worker processes seen; ``how``
-    to make each batch cheaper to load (``cheaper``)."""
+    """The advice where the run did not record its DataLoaders' settings (an imported trace): from the worker
+    processes seen; ``how`` to make each batch cheaper to load (``cheaper``). Its settings unknown, the others
+    are said with when they help: persistent workers for a loader iterated over several epochs, pinned memory for
+    batches that go to a GPU, and more prefetching only where the workers do not already fill the cores."""
     workers, cores = facts.get("workers"), facts.get("cores")
+    ahead = " and a higher prefetch_factor (batches each worker loads ahead)"
     if workers is not None and cores is not None and workers >= cores:
-        first = f"The {int(workers)} workers already match the {int(cores)} cores: {how};"
+        first, ahead = f"The {int(workers)} workers already match the {int(cores)} cores: {how}.", ""
     elif workers is not None and cores is not None:
-        first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores;"
+        first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores."
     elif workers == 0:
-        first = "Load in worker processes: DataLoader(num_workers=...) above 0, towards the free cores;"
+        first = "Load in worker processes: DataLoader(num_workers=...) above 0, towards the free cores."
     else:
-        first = "Raise DataLoader(num_workers=...) towards the free cores;"
-    return (
-        f"{first} set pin_memory=True, persistent_workers=True (workers kept across epochs) and a higher "
-        "prefetch_factor (batches each worker loads ahead)."
-    )
+        first = "Raise DataLoader(num_workers=...) towards the free cores."
+    return (f"{first} Unless it does already, set persistent_workers=True where it is iterated over several epochs "
+            f"(workers kept across them){ahead}, and pin_memory=True where its batches go to a GPU.")  # fmt: skip
 
 
 def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:

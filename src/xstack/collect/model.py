@@ -200,6 +200,11 @@ class ModelCollector:
             self._unpatch.pop()()
         _active = None
 
+    def journal_config(self) -> dict[str, Any]:
+        """The config the run's row will hold that this level learns as the run goes: the DataLoaders iterated so
+        far (kept in the journal, for a run salvaged after a kill)."""
+        return {A.CONFIG_DATALOADERS: self._loaders.config()}
+
     def finish(self, store: Store, run_id: int) -> list[tuple[str, int, str]]:
         if self._config is not None:
             self._config[A.CONFIG_DATALOADERS] = self._loaders.config()
