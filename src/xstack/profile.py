@@ -215,8 +215,8 @@ class Profile:
                 spent = (b - a for a, b in zip(self._step_usage, usage, strict=True))
                 self._step_span.attrs.update(zip(A.STEP_USAGE, spent, strict=True))
             recorder.end(self._step_span)
-            recorder.checkpoint()
-            self._journal_header()
+            if recorder.checkpoint():  # what the journal holds reaches the disk: the config it has learnt too
+                self._journal_header()
             self._step_span = None
             for between in self._between_steps:
                 between()

@@ -176,13 +176,13 @@ class Recorder:
             span.attrs.update(attrs)
         self._write(span, end_ns)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """Let the sink put what it holds where it outlives the process (``Sink.checkpoint``), between
-        iterations."""
+        iterations; whether it did (at most every ``CHECKPOINT_INTERVAL_S``)."""
         if self.disabled:
-            return
+            return False
         with self._lock:
-            self.sink.checkpoint()
+            return self.sink.checkpoint()
 
     def close_all(self) -> None:
         """At stop: close what the calling thread left open (counted as unclosed)."""

@@ -137,17 +137,18 @@ class Sink:
             self._spill(table)
             self._insert(table)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """With a journal: append what is queued to the chunk files, if the last time was ``CHECKPOINT_INTERVAL_S``
-        ago or more, so that it outlives the process."""
+        ago or more, so that it outlives the process; whether it did."""
         if self._journal is None or self.journal_error is not None:
-            return
+            return False
         now = time.monotonic()
         if now - self._checkpointed < CHECKPOINT_INTERVAL_S:
-            return
+            return False
         self._checkpointed = now
         for table in self._buffers:
             self._spill(table, optional=True)
+        return True
 
     def close(self) -> None:
         """Flush and remove the scratch directory (with a journal: forget the inserted chunks; the folder is the
