@@ -38,23 +38,23 @@ def loader_advice(results: Results) -> tuple[str, str, str] | None:
     loader, cores, source = _loader(results)
     if loader is None:
         return None
-    size = loader.get("batch_size")
+    size = loader.get("batch_size")  # None: the DataLoader collates nothing (batch_size=None)
+    collates = size if isinstance(size, int) and not loader.get("sampler_batches") else 0
     how = cheaper(results, iterable=loader.get("iterable") is True, batched=loader.get("batched") is True,
-                  batch_size=size if isinstance(size, int) else None, collated="batch_size" not in loader or (
-                      isinstance(size, int) and not loader.get("sampler_batches")))  # fmt: skip
+                  batch_size=collates)  # fmt: skip
     action = _loader_action(loader, cores, how)
     return _loader_evidence(loader, cores, source), source, action
 
 
-def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, batch_size: int | None = None,
-            collated: bool = True) -> str:  # fmt: skip
+def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, batch_size: int | None = None
+            ) -> str:  # fmt: skip
     """How to make each batch cheaper to load: with reading fewer, larger files where the io level saw the
     workers' file I/O take a real share of the loop's waits (or did not run, or did not cover every process),
     without it where it did not;
     ``iterable``: the dataset is an ``IterableDataset``, whose items its ``__iter__`` builds; ``batched``: it
-    defines ``__getitems__``, which builds a batch's items; ``batch_size``: the DataLoader's, where it collates
-    that many items into each batch (``collated``: it collates items at all, not batches its sampler or dataset
-    made whole). An ``IterableDataset`` whose items are what the loop waits for is told to yield whole batches
+    defines ``__getitems__``, which builds a batch's items; ``batch_size``: how many items the DataLoader collates
+    into each batch, 0 where it collates none (its sampler or dataset makes batches whole), None where unknown.
+    An ``IterableDataset`` whose items are what the loop waits for is told to yield whole batches
     (a Parquet reader's step, its row groups' rows yielded one by one and collated 256 at a time, went from 2.41
     ms to 1.14 ms with each row group's rows sliced 256 at a time, ``batch_size=None``)."""
     io = results.get("io.input_bound")
@@ -66,9 +66,9 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, 
             and not facts.get("not_covered")  # workers the io level did not see: their I/O is unknown
             and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
         builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
-        building = (f"(the dataset's {builds}, its transforms{', the collation' if collated else ''}): decode and "
-                    "augment less, or on the GPU, or cache prepared items")  # fmt: skip
-        if iterable and collated and batch_size is not None and batch_size >= WHOLE_BATCH_MIN:
+        building = (f"(the dataset's {builds}, its transforms{'' if batch_size == 0 else ', the collation'}): "
+                    "decode and augment less, or on the GPU, or cache prepared items")  # fmt: skip
+        if iterable and batch_size is not None and batch_size >= WHOLE_BATCH_MIN:
             building += (f"; and yield whole batches from __iter__, slices of what it reads at once (a row group, a "
                          f"shard's arrays), with DataLoader(batch_size=None), rather than items one by one for the "
                          f"DataLoader to collate {batch_size} at a time")  # fmt: skip

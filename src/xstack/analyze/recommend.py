@@ -486,7 +486,7 @@ def _checkpoints(results: Results, r: Result, written: int) -> int:
     """The small files written, not read, that are checkpoints: named as checkpoints are
     (``small_written_checkpoints``), and fewer of them than the measured iterations, which a state dict saved
     every N steps is and an item's output or cache (one ``.pt`` file per item, written by the hundred) is not.
-    None without a measured loop: a pass that prepares items before training writes a file per item."""
+    0 without a measured loop: a pass that prepares items before training writes a file per item."""
     named = int(_num(r.facts, "small_written_checkpoints") or 0)
     s = _get(results, "model.stages")
     steps = _num(s.facts, "steps") if s else None
