@@ -25,6 +25,7 @@ from xstack.analyze._recommend_common import (
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
+from xstack.analyze._recommend_common import steps as _steps
 from xstack.analyze._recommend_input import (
     COMPRESSED_SUFFIXES,
     REDECOMPRESSED_TIMES,
@@ -488,9 +489,8 @@ def _checkpoints(results: Results, r: Result, written: int) -> int:
     every N steps is and an item's output or cache (one ``.pt`` file per item, written by the hundred) is not.
     0 without a measured loop: a pass that prepares items before training writes a file per item."""
     named = int(_num(r.facts, "small_written_checkpoints") or 0)
-    s = _get(results, "model.stages")
-    steps = _num(s.facts, "steps") if s else None
-    return named if named and steps and written < steps else 0
+    measured = _steps(results)
+    return named if named and measured and written < measured else 0
 
 
 SAVE_FEWER_CHECKPOINTS: Final = (
