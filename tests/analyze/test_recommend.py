@@ -872,12 +872,63 @@ def test_a_merged_step_s_time_outside_its_stages_is_of_its_one_iteration() -> No
     assert rec.evidence == ["60.4% of the merged step (32.0 ms) ran in no stage: in no forward, backward, optimizer "
                             "step, gradient clipping, DataLoader wait or span of yours (model.stages)"]  # fmt: skip
     assert "--levels model,layer,op" in rec.action  # no operators recorded: how to see them
+    with_pass = RULES["work_outside_stages"](
+        {"model.stages": Result("model.stages", "Model stages", facts=facts | {"unstaged_pass": "model"})}
+    )
+    assert with_pass is not None and with_pass.evidence[0].startswith(
+        "60.4% of the merged step (32.0 ms, the median of pass model's iterations) ran in no stage"
+    )
     facts |= {"unstaged_pct": 19.9}
     assert RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)}) is None
     # under 1 ms per iteration: a tiny loop's glue and the profiler's own bookkeeping (a 480 us step of a Linear
     # layer with 167 us in no stage had been told, high, to move its work into DataLoader workers)
     facts |= {"unstaged_pct": 34.8, "unstaged_ns": 999_000, "staged_ns": 1_872_000}
     assert RULES["work_outside_stages"]({"model.stages": Result("model.stages", "Model stages", facts=facts)}) is None
+
+
+def test_a_merged_step_s_time_in_no_stage_is_the_median_of_its_model_pass_s_iterations(tmp_path: Path) -> None:
+    """Stages whose long calls fall in different iterations: the median step is long, each stage's median short,
+    so the merged step laid out from medians lay mostly in no stage. A DataLoader wait that was long in one step
+    and nothing in the next had told a loop that ran nothing between its stages, high, to find its own work there."""
+    import statistics
+
+    import xstack
+
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        with xstack.span("read"):
+            time.sleep(0.03 if calls % 5 in (1, 4) else 0.0)
+        with xstack.span("decode"):
+            time.sleep(0.03 if calls % 5 in (2, 0) else 0.0)
+
+    path = xstack.measure(step, passes=["model", "model,layer"], warmup=2, iters=5, path=tmp_path / "m.duckdb",
+                          progress=False)  # fmt: skip
+    with Store.open(path) as store:
+        merged = int(store.query("SELECT run_id FROM runs WHERE pass = 'merged'")[0][0])
+        [stages] = run_analyses(store, merged, ids=["model.stages"])
+        [model] = run_analyses(store, 1, ids=["model.stages"])
+        medians = dict(store.query(f"SELECT name, dur_ns FROM spans WHERE run_id = {merged} AND level = 'model'"))
+        gaps = [
+            int(step_ns - inside)
+            for step_ns, inside in store.query(
+                "SELECT s.dur_ns, sum(c.dur_ns) FROM spans s JOIN spans c ON c.parent_id = s.span_id AND c.run_id = 1 "
+                "WHERE s.run_id = 1 AND s.parent_id IS NULL AND (s.attrs->>'$.\"model.step\"')::INT >= 2 "
+                "GROUP BY s.span_id, s.dur_ns"
+            )
+        ]
+        assert _fired(store, "work_outside_stages") is None  # the latest run: the merged one
+    step_ns = next(d for n, d in medians.items() if n.startswith("step#"))
+    # the medians: a long step (one long stage in 4 of 5) and two short stages, 30 ms apart
+    assert step_ns - medians["read"] - medians["decode"] > 25_000_000
+    assert len(gaps) == 5 and stages.facts["unstaged_ns"] == round(statistics.median(gaps)) < 2_000_000
+    assert stages.facts["unstaged_pass"] == "model" and stages.facts["unstaged_pct"] < 10
+    assert model.facts["unstaged_pct"] < 10  # the pass itself, iteration by iteration
+    assert (f"in no stage: {stages.facts['unstaged_pct']:.1f}% of the merged step "
+            f"({format_ns(stages.facts['unstaged_ns'])}, the median of pass model's iterations), the loop's own "
+            "work") in stages.labels  # fmt: skip
 
 
 def test_the_loss_and_gradient_clipping_outside_the_stages_are_named_as_training_work() -> None:

@@ -40,6 +40,8 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     if s.facts.get("unstaged_of") == "stages":  # a run without iterations: from its first stage to its last
         where = "the time from the first stage's start to the last one's end"
     each = f", {format_ns(impact)} per iteration" if impact and per == "iteration" and not s.facts.get("merged") else ""
+    if s.facts.get("unstaged_pass"):  # a merged run's: the median of its model pass's iterations
+        each = f", the median of pass {s.facts['unstaged_pass']}'s iterations"
     evidence = [
         f"{pct:.1f}% of {where} ({format_ns(unstaged)}{each}) ran in no stage: in no forward, backward, optimizer "
         "step, gradient clipping, DataLoader wait or span of yours (model.stages)"

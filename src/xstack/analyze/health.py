@@ -9,10 +9,12 @@ reports and the health analysis all read it.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from xstack.analyze._loaders import cores, dataloaders
+from xstack.analyze._model_process import model_pass
 from xstack.analyze.context import STEP_SPAN, RunContext, merged, past_warmup, run_context, step_span
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
 from xstack.text import counted
@@ -279,16 +281,25 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     )
 
 
+def _stage_extents(ctx: RunContext) -> str:
+    """SQL ``(s, e)`` of the run's stages (no step, region or tail) that start past the warm-up and before the
+    last step's end (parameter ``$run``)."""
+    return f"""SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
+        AND device = 'cpu' AND NOT {STEP_SPAN} AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail')
+        AND NOT {ctx.in_warmup()} AND NOT {ctx.after_last_step()}"""
+
+
 def _unstaged(store: Store, ctx: RunContext) -> dict[str, Any]:
     """Facts ``unstaged_ns`` and ``unstaged_pct``: the time during which no stage ran (no forward, backward,
     optimizer step, closure, DataLoader wait or marked span, on any thread), and its share, of the measured
     iterations, or in a run without them of the time from its first stage's start to its last one's end (its
     wall time holds the start-up) (fact ``unstaged_of``: ``iterations`` or ``stages``); ``staged_ns``, the time
     some stage ran; ``gpu``, whether the run used a GPU (the host's time between stages can then be waiting for
-    it). Empty where there is neither."""
-    stages = f"""SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
-        AND device = 'cpu' AND NOT {STEP_SPAN} AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail')
-        AND NOT {ctx.in_warmup()} AND NOT {ctx.after_last_step()}"""
+    it). Empty where there is neither. A merged run's come from its model pass (``_unstaged_median``)."""
+    stages = _stage_extents(ctx)
+    if ctx.pass_name == "merged" and (median := _unstaged_median(store, ctx)) is not None:
+        return median | {"gpu": ctx.used_gpu} | _unstaged_ops(store, ctx, f"(SELECT min(s) AS ws, max(e) AS we FROM "
+                                                                       f"({stages}) WHERE s IS NOT NULL)")  # fmt: skip
     if (measured := ctx.measured_table()) is not None:
         windows, total, of = measured[0], measured[1], "iterations"
     else:
@@ -305,6 +316,34 @@ def _unstaged(store: Store, ctx: RunContext) -> dict[str, Any]:
     unstaged = total - int(covered)
     return {"staged_ns": int(covered), "unstaged_ns": unstaged, "unstaged_pct": 100.0 * unstaged / total,
             "unstaged_of": of, "gpu": ctx.used_gpu} | _unstaged_ops(store, ctx, windows)  # fmt: skip
+
+
+def _unstaged_median(store: Store, ctx: RunContext) -> dict[str, Any] | None:
+    """A merged run's ``_unstaged`` facts: its one iteration lays each stage out at its median and lasts the
+    median step, and the median of a sum is not the sum of medians (a DataLoader wait that is long in one step
+    and nothing in the next leaves most of the median step in no stage), so the time in no stage is the median,
+    over the measured iterations of the pass that timed the model level, of each one's time in no stage
+    (``unstaged_ns``; ``unstaged_pass``, that pass's name), its share of the merged step. None where that pass is
+    not in the store or has no measured iteration."""
+    found = model_pass(ctx.config)
+    step = store.query(f"SELECT max(dur_ns) FROM spans WHERE run_id = ? AND level = 'model' AND {STEP_SPAN}",
+                       [ctx.run_id])[0][0]  # fmt: skip
+    if found is None or not step:
+        return None
+    pctx = run_context(store, found[0])
+    rows = store.con.execute(
+        f"""WITH st AS ({_stage_extents(pctx)}), u AS ({merged("st")}),
+            k AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
+                AND device = 'cpu' AND {STEP_SPAN} AND {past_warmup(pctx.warmup)})
+            SELECT (k.e - k.s) - coalesce(sum(greatest(least(u.e, k.e) - greatest(u.s, k.s), 0)), 0) AS gap
+            FROM k LEFT JOIN u ON u.s < k.e AND u.e > k.s GROUP BY k.s, k.e""",
+        {"run": pctx.run_id},
+    ).fetchall()
+    if not rows:
+        return None
+    unstaged = min(round(statistics.median(int(g) for (g,) in rows)), int(step))
+    return {"staged_ns": int(step) - unstaged, "unstaged_ns": unstaged, "unstaged_pct": 100.0 * unstaged / step,
+            "unstaged_of": "iterations", "unstaged_pass": found[1]}  # fmt: skip
 
 
 UNSTAGED_OPS_NAMED = 3
@@ -338,7 +377,10 @@ def _unstaged_label(facts: dict[str, Any]) -> str | None:
     of = "of the merged step" if facts["merged"] else "of the measured iterations"
     if facts["unstaged_of"] == "stages":
         of = "from the first stage's start to the last one's end"
-    return f"in no stage: {facts['unstaged_pct']:.1f}% {of} ({format_ns(facts['unstaged_ns'])}), the loop's own work"
+    time = format_ns(facts["unstaged_ns"])
+    if "unstaged_pass" in facts:
+        time += f", the median of pass {facts['unstaged_pass']}'s iterations"
+    return f"in no stage: {facts['unstaged_pct']:.1f}% {of} ({time}), the loop's own work"
 
 
 WARMUP_KINDS = ("warm-up", "warm-up step")
