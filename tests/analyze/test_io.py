@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,13 @@ from tests.analyze.io_store import (
 )
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
-from xstack.analyze.recommend import RULES, SAVE_FEWER_CHECKPOINTS, WRITE_FEWER_FILES, recommend
+from xstack.analyze.recommend import (
+    PACK_STAGED_FILES,
+    RULES,
+    SAVE_FEWER_CHECKPOINTS,
+    WRITE_FEWER_FILES,
+    recommend,
+)
 from xstack.analyze.result import Result, format_ns
 from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
@@ -838,6 +845,59 @@ def test_small_files_the_program_writes_are_not_to_be_staged(tmp_path: Path) -> 
         and "200 of them only written" in (rec.evidence[0])
     )
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "Write the outputs" in rec.action
+
+
+STAGED_LOOP = """
+import os, shutil, sys, xstack
+os.makedirs("d", exist_ok=True)
+for i in range(40):
+    with open(f"d/{i}.bin", "wb") as f:
+        f.write(os.urandom(2048))
+staged = sys.argv[1] if len(sys.argv) > 1 else "d"
+if staged != "d":
+    shutil.copytree("d", staged)  # read once, by in-kernel copies, before the loop
+for _ in range(8):
+    with xstack.span("load"):
+        data = [open(f"{staged}/{i}.bin", "rb").read() for i in range(40)]
+    xstack.step()
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+def test_small_files_the_program_staged_in_dev_shm_are_to_pack_not_to_stage_again(tmp_path: Path) -> None:
+    """A loader that copied its 3,000 small .npy files to /dev/shm before training, as the advice says, was told
+    to stage them on a faster tier (/dev/shm among them): every file in /dev/shm was shared memory, not data, and
+    the files that the copy read had been staged anyway. Files in memory already are to pack into shards."""
+    import subprocess
+    import sys
+    import tempfile
+
+    (tmp_path / "loop.py").write_text(STAGED_LOOP)
+    shm = Path(tempfile.mkdtemp(prefix="xstack-staged-", dir="/dev/shm"))
+    try:
+        command = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--", "python",
+                   "loop.py", str(shm / "d")]  # fmt: skip
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(shm)
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store)}
+        classes = {c for (c,) in store.query(f"SELECT DISTINCT attrs->>'$.{A.IO_FILE_PATH_CLASS}' FROM io_files "
+                                              "WHERE path LIKE '/dev/shm/xstack-staged-%/d/%.bin'")}  # fmt: skip
+    assert classes == {"data"}
+    facts = results["io.small_files"].facts
+    # 80 files: the 40 written and copied, and their 40 copies, which the loop reads
+    assert (facts["small_files"], facts["small_read_loop"], facts["small_read_in_memory"]) == (80, 40, 40), facts
+    rec = RULES["small_files"](results)
+    assert rec is not None and rec.action == PACK_STAGED_FILES.format(limit="2 MiB")
+    assert "; all 40 of those the loop reads lie in /dev/shm, in memory (io.small_files)" in rec.evidence[0]
+    (tmp_path / "unstaged").mkdir()
+    results = _run_io_loop(tmp_path / "unstaged", STAGED_LOOP)  # read where they were written: to stage
+    assert (results["io.small_files"].facts["small_read_loop"], results["io.small_files"].facts[
+        "small_read_in_memory"]) == (40, 0)  # fmt: skip
+    rec = RULES["small_files"](results)
+    assert rec is not None and rec.action.startswith("Stage the files of at most 2 MiB on a faster tier")
 
 
 CHECKPOINTING = """

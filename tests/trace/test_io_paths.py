@@ -56,7 +56,18 @@ PACKAGE = Path(xstack.__file__).parent
         ("/dev/shm/torch_29770_3913507187_0 (deleted)", "ipc"),  # the same, named through /proc/self/fd
         ("/dev/shm/sem.mp-2k1ab3cd", "ipc"),  # a POSIX semaphore
         ("/dev/shm/psm_b128b029", "ipc"),  # multiprocessing.shared_memory
-        ("/run/shm/x", "ipc"),
+        ("/run/shm/sem.x", "ipc"),
+        ("/dev/shm", "ipc"),
+        ("/dev/shm/__KMP_REGISTERED_LIB_4412_0", "ipc"),  # OpenMP's registration
+        ("/dev/shm/pym-4412-k2j3h4l5", "ipc"),  # a multiprocessing heap's arena
+        ("/dev/shm/joblib_memmapping_folder_4412_ab12/x.pkl", "ipc"),
+        ("/dev/shm/nccl-Xk2j3h", "ipc"),
+        ("/dev/shm/cuda.shm.0.3a", "ipc"),
+        # files the program staged on a fast tier, as the small-files advice tells it to: its data
+        ("/dev/shm/train/00586.npy", "data"),
+        ("/dev/shm/imagenet.tar", "data"),
+        ("/run/shm/x", "data"),
+        ("/dev/shm/torchvision_data/x.bin", "data"),
         ("/memfd:pytorch (deleted)", "ipc"),
         ("/tmp/pymp-i9nazalg/listener-49o1hglo", "ipc"),  # multiprocessing's folder: a socket to hand a descriptor
         ("/scratch/job/pymp-ys2wdqpk", "ipc"),
@@ -87,6 +98,6 @@ def test_path_class(path: str, expected: str) -> None:
 
 
 def test_every_class_is_described() -> None:
-    paths = ("/d", "/usr/x", "/usr/lib/python3/os.py", "<pipe>", "x", str(PACKAGE), "/dev/shm/x")
+    paths = ("/d", "/usr/x", "/usr/lib/python3/os.py", "<pipe>", "x", str(PACKAGE), "/dev/shm/sem.x")
     classes = {path_class(p) for p in paths}
     assert classes | {"directory"} == set(CLASSES)  # directories are known from the calls (collect._io_classes)

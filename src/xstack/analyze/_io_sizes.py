@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from xstack.analyze._io_common import (
     FILE_OPS,
     FILE_TIME,
+    READ_OPS,
     SPAN_BYTES,
     SPAN_PATH,
     SYNC_OPS,
@@ -178,7 +181,9 @@ def small_file_staging(
     bytes are the ones to stage or to pack into larger shards. Facts ``small_written_files``, ``small_written_ops``
     and ``small_written_time_ns`` are those of the small files the program only wrote (no read): its outputs,
     which staging does not concern; ``small_written_checkpoints`` counts those of them named as checkpoints are
-    (``CHECKPOINT_NAME``). Fact ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io spans,
+    (``CHECKPOINT_NAME``). Facts ``small_read_loop`` and ``small_read_in_memory`` count the small files read in
+    the measured iterations (``_in_memory``) and those of them that lie in memory already (``IN_MEMORY``), staged
+    there by the program. Fact ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io spans,
     None without them), which their time counts as write time (as Darshan's does): a sync costs the same in a
     large file, so the warm-up's and the usual iteration's time above leave the syncs out, and so does the time
     at stake of a finding on the small files.
@@ -252,6 +257,7 @@ def small_file_staging(
             "small_written_ops": as_count(written_ops),
             "small_written_time_ns": as_count(written_ns),
             "small_written_checkpoints": as_count(checkpoints),
+            **_in_memory(store, io, all_paths, int(threshold_bytes)),
             "small_sync_ns": sync_ns,
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
@@ -267,6 +273,31 @@ def _unsized_label(unsized: int) -> list[str]:
 
 
 _NO_SYNC = f"name NOT IN {in_list(SYNC_OPS)}"
+IN_MEMORY: Final = r"^/(dev|run)/shm/"
+"""Where a file lies in memory (a tmpfs every Linux mounts): the fast tier that staging small files moves them
+to, and that leaves each file's open, reads and close as many calls."""
+
+
+def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> dict[str, int]:
+    """Facts ``small_read_loop``, the files of at most ``threshold_bytes`` read in the measured iterations (a
+    merged run's: its io pass's; without iterations or io spans, in the whole run), and ``small_read_in_memory``,
+    those of them in ``IN_MEMORY``: the files the loop reads, not those a copy read once to stage them there."""
+    source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
+    run = source[0] if source is not None else io.run_id
+    measured = run_context(store, run).measured_table() if io.has_spans else None
+    if measured is None:
+        sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), count(*) FILTER (WHERE regexp_matches(path,
+            '{IN_MEMORY}')) FROM sized WHERE size > 0 AND size <= {threshold_bytes} AND reads > 0"""
+        found = rows(store, sql, io.run_id)[0]
+    else:
+        sql = f"""WITH {files_cte(io, all_paths)},
+            read AS (SELECT DISTINCT {SPAN_PATH} AS path FROM spans ASOF JOIN {measured[0]} w ON start_ns >= w.ws
+                     WHERE run_id = $source AND level = 'io' AND start_ns < w.we AND name IN {in_list(READ_OPS)}
+                         AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"'))
+            SELECT count(*), count(*) FILTER (WHERE regexp_matches(path, '{IN_MEMORY}')) FROM read
+            WHERE path IN (SELECT path FROM sized WHERE size > 0 AND size <= {threshold_bytes})"""
+        found = rows(store, sql, io.run_id, source=run)[0]
+    return {"small_read_loop": as_count(found[0]), "small_read_in_memory": as_count(found[1])}
 
 
 def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:

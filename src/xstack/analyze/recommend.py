@@ -128,7 +128,7 @@ def input_bound(results: Results) -> Recommendation | None:
             "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off "
             "the critical path; stage many small files to faster storage (profile with the io level to see them)."
         )
-    if io is not None and (staging := small_files(results)) is not None and "Stage the files" in staging.action:
+    if io is not None and (staging := small_files(results)) is not None and staging.action.startswith(READ_ADVICE):
         evidence += [e for e in staging.evidence if e not in evidence]
         sources.append("io.small_files")
         action += " " + staging.action
@@ -473,9 +473,13 @@ def small_files(results: Results) -> Recommendation | None:
     severity = _severity(ops / 2)
     if impact and per == "iteration" and (mean := mean_step(results)):  # no more severe than the step's share
         severity = max(severity, _severity(100.0 * impact / mean), key=_ORDER.__getitem__)
+    read, in_memory = int(_num(r.facts, "small_read_loop") or 0), int(_num(r.facts, "small_read_in_memory") or 0)
+    if staged := reading and read > 0 and in_memory >= read * STAGED_SHARE:  # on the fast tier already
+        which = f"all {read:,}" if in_memory == read else f"{in_memory:,} of the {read:,}"
+        line += f"; {which} of those the loop reads lie in /dev/shm, in memory"
     evidence, sources = [line + " (io.small_files)"], ["io.small_files"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
-    actions = [STAGE_SMALL_FILES.format(limit=limit)] if reading else []
+    actions = [(PACK_STAGED_FILES if staged else STAGE_SMALL_FILES).format(limit=limit)] if reading else []
     if writing:
         actions.append(SAVE_FEWER_CHECKPOINTS if saves else WRITE_FEWER_FILES)
     return Recommendation(
@@ -508,6 +512,17 @@ STAGE_SMALL_FILES: Final = (
     "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
     "sequentially."
 )
+STAGED_SHARE: Final = 0.9
+"""Share of the small files the loop reads (``io.small_files``' fact ``small_read_loop``) that must lie in memory
+(``/dev/shm``: fact ``small_read_in_memory``) for ``small_files`` to say that staging them is done and advise
+packing alone."""
+PACK_STAGED_FILES: Final = (
+    "The files of at most {limit} are in memory already: a faster tier saves nothing, as each file still costs "
+    "its open, stat, reads and close. Pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or "
+    "HDF5 file, one .npy per batch) read sequentially, or load them once into one array the workers share."
+)
+READ_ADVICE: Final = (STAGE_SMALL_FILES[:15], PACK_STAGED_FILES[:15])
+"""How ``small_files``' advice on the files read starts, which the input-bound rule takes into its own."""
 WRITE_FEWER_FILES: Final = (
     "Write the outputs into fewer, larger files: append each result to one file kept open (JSON Lines, a .npy or "
     ".npz per batch, an HDF5 dataset, a tar shard) instead of a file each, whose open, write and close each cost a "

@@ -4,11 +4,12 @@ Darshan importer so that both sort files the same way.
 Notes: the class is read from the path's text alone (no ``stat``: an imported log's files are on another
 machine), first match wins: standard streams and pipes, then the profiler's own files, then Python's (its
 installation, installed packages, virtual environments, and Python source and bytecode wherever they are, the
-program's own modules included), then the files processes share (shared memory, semaphores, multiprocessing's
-temporary folder), then the system's, so ``/usr/lib/python3.11/os.py`` is ``python`` and ``/dev/shm/x``
-``ipc``. What only the calls can tell, that a path is a directory, that the program's output was redirected to
-it, or that it was the standard library's probe of a temporary folder, the live io level adds
-(``collect._io_classes``).
+program's own modules included), then the files processes share (shared memory segments and semaphores by the
+names their libraries give them, multiprocessing's temporary folder), then the system's, so
+``/usr/lib/python3.11/os.py`` is ``python``, ``/dev/shm/sem.x`` ``ipc`` and ``/dev/shm/train/x.npy`` ``data``
+(staged in memory by the program). What only the calls can tell, that a path is a directory, that the program's
+output was redirected to it, or that it was the standard library's probe of a temporary folder, the live io
+level adds (``collect._io_classes``).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ CLASSES: Final = {
     SYSTEM: "the operating system's: /usr, /lib, /etc, /proc, /sys, /dev, ...",
     STREAM: "standard streams, pipes, sockets and terminals, and a file the program's standard output or error "
     "was redirected to (known from the calls: the io level only)",
-    IPC: "shared memory and semaphores (/dev/shm: PyTorch's torch_* tensors that workers hand over, sem.*), and "
-    "the temporary files and sockets of Python's multiprocessing (its pymp-* folder)",
+    IPC: "shared memory and semaphores (in /dev/shm: PyTorch's torch_* tensors that workers hand over, sem.*, "
+    "psm_*, and the segments OpenMP, joblib, NCCL, CUDA, Ray and MPI name there; other files there are data, "
+    "staged on a fast tier), and the temporary files and sockets of Python's multiprocessing (its pymp-* folder)",
     UNKNOWN: "a name that says nothing of where the file is (relative, <fd 7>, anonymised by Darshan)",
 }
 """Every ``io.path_class``, with what it holds."""
@@ -76,7 +78,14 @@ PROFILER_ROOTS: Final = tuple(dict.fromkeys((str(Path(__file__).parent.parent.ab
 
 _STREAM_NAMES: Final = frozenset({"<stdin>", "<stdout>", "<stderr>", "<pipe>", "<socket>", "<tty>"})
 _STREAM = re.compile(r"^(?:(?:pipe|socket|anon_inode):.*|/dev/(?:pts/.*|tty.*|std(?:in|out|err)|console))$")
-_IPC = re.compile(r"^/(?:dev|run)/shm(?:/|$)|^/memfd:|/pymp-[a-z0-9_]{8}(?:/|$)")
+_SHM = re.compile(r"^/(?:dev|run)/shm(?:/|$)")
+_IPC = re.compile(
+    r"^/(?:dev|run)/shm(?:/?$|/(?:"  # the folder itself, and the names that libraries give their segments there:
+    r"torch_|sem\.|psm_|pym-"  # PyTorch's shared tensors, semaphores, multiprocessing's shared_memory and heap
+    r"|__KMP_REGISTERED_LIB_|joblib_memmapping_folder_|loky-"  # OpenMP's registration, joblib's and loky's
+    r"|nccl-|cuda\.shm\.|plasma|vader_segment\.|mpich_shar_tmp"  # NCCL, CUDA IPC, Ray, Open MPI, MPICH
+    r"))|^/memfd:|/pymp-[a-z0-9_]{8}(?:/|$)"
+)
 _PROFILER = re.compile(r"/xstack(?:-[^/]*)?\.(?:dist|egg)-info(?:/|$)")
 _PYTHON = re.compile(
     r"/(?:site-packages|dist-packages|__pycache__)(?:/|$)"  # installed packages, bytecode caches
@@ -98,9 +107,11 @@ def path_class(path: str) -> str:
     or the hashes of an anonymised Darshan log, that say nothing of where the file is), ``profiler`` (inside
     ``PROFILER_ROOTS``, or its package metadata), ``python`` (inside ``site-packages``, ``dist-packages``,
     ``__pycache__`` or a ``lib/pythonX.Y`` folder, a ``.py``/``.pyc``/extension module anywhere, package metadata
-    (``*.dist-info``, ``*.egg-info``) anywhere, ``pyvenv.cfg``, the interpreter), ``ipc`` (``/dev/shm``,
-    ``/run/shm``, memfd files, multiprocessing's ``pymp-*`` folders), ``system`` (under one of ``SYSTEM_ROOTS``) or
-    ``data`` (any other absolute path)."""
+    (``*.dist-info``, ``*.egg-info``) anywhere, ``pyvenv.cfg``, the interpreter), ``ipc`` (the segments that
+    PyTorch, multiprocessing, OpenMP, joblib, NCCL, CUDA, Ray and MPI name in ``/dev/shm`` or ``/run/shm``, those
+    folders themselves, memfd files, multiprocessing's ``pymp-*`` folders), ``system`` (under one of
+    ``SYSTEM_ROOTS``) or ``data`` (any other absolute path: a file of another name in ``/dev/shm`` is one that the
+    program staged there, read as a fast tier)."""
     if path.lower() in _STREAM_NAMES or _STREAM.match(path):
         return STREAM
     if not path.startswith("/"):
@@ -111,7 +122,7 @@ def path_class(path: str) -> str:
         return PYTHON
     if _IPC.search(path):
         return IPC
-    if _inside(path, SYSTEM_ROOTS):
+    if _inside(path, SYSTEM_ROOTS) and not _SHM.match(path):  # files staged in /dev/shm are the program's data
         return SYSTEM
     return DATA
 
