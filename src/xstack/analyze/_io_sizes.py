@@ -205,9 +205,12 @@ def small_file_staging(
         sum(ops) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
         sum(time_ns) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
         count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0
-                         AND regexp_matches(lower(path), '{CHECKPOINT_NAME}'))
+                         AND regexp_matches(lower(path), '{CHECKPOINT_NAME}')),
+        count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads > 0 AND regexp_matches(path, '{IN_MEMORY}'))
         FROM sized WHERE size > 0"""
-    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints = rows(store, sql, io.run_id)[0]
+    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory = rows(store, sql, io.run_id)[
+        0
+    ]
     unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
@@ -257,7 +260,7 @@ def small_file_staging(
             "small_written_ops": as_count(written_ops),
             "small_written_time_ns": as_count(written_ns),
             "small_written_checkpoints": as_count(checkpoints),
-            **_in_memory(store, io, all_paths, int(threshold_bytes)),
+            **_in_memory(store, io, all_paths, int(threshold_bytes), as_count(in_memory)),
             "small_sync_ns": sync_ns,
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
@@ -278,18 +281,21 @@ IN_MEMORY: Final = r"^/(dev|run)/shm/"
 to, and that leaves each file's open, reads and close as many calls."""
 
 
-def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> dict[str, int]:
+def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, run_wide: int) -> dict[str, int | None]:
     """Facts ``small_read_loop``, the files of at most ``threshold_bytes`` read in the measured iterations (a
     merged run's: its io pass's; without iterations or io spans, in the whole run), and ``small_read_in_memory``,
-    those of them in ``IN_MEMORY``: the files the loop reads, not those a copy read once to stage them there."""
+    those of them in ``IN_MEMORY``: the files the loop reads, not those a copy read once to stage them there.
+    Where the run read none of them in memory (``run_wide``, the count over the whole run, is 0),
+    ``small_read_in_memory`` is 0 and ``small_read_loop`` None: not counted (it takes a pass over the io spans)."""
+    if not run_wide:
+        return {"small_read_loop": None, "small_read_in_memory": 0}
+    sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), count(*) FILTER (WHERE regexp_matches(path,
+        '{IN_MEMORY}')) FROM sized WHERE size > 0 AND size <= {threshold_bytes} AND reads > 0"""
+    found = rows(store, sql, io.run_id)[0]
     source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
     run = source[0] if source is not None else io.run_id
     measured = run_context(store, run).measured_table() if io.has_spans else None
-    if measured is None:
-        sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), count(*) FILTER (WHERE regexp_matches(path,
-            '{IN_MEMORY}')) FROM sized WHERE size > 0 AND size <= {threshold_bytes} AND reads > 0"""
-        found = rows(store, sql, io.run_id)[0]
-    else:
+    if measured is not None:
         sql = f"""WITH {files_cte(io, all_paths)},
             read AS (SELECT DISTINCT {SPAN_PATH} AS path FROM spans ASOF JOIN {measured[0]} w ON start_ns >= w.ws
                      WHERE run_id = $source AND level = 'io' AND start_ns < w.we AND name IN {in_list(READ_OPS)}
