@@ -900,6 +900,65 @@ def test_small_files_the_program_staged_in_dev_shm_are_to_pack_not_to_stage_agai
     assert rec is not None and rec.action.startswith("Stage the files of at most 2 MiB on a faster tier")
 
 
+POOLED_LOOP = """
+import os, time, xstack
+from concurrent.futures import ThreadPoolExecutor
+os.makedirs("d", exist_ok=True)
+for i in range(600):
+    with open(f"d/{i}.bin", "wb") as f:
+        f.write(os.urandom(2048))
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+pool = ThreadPoolExecutor(4)
+for step in range(10):
+    batch = list(pool.map(read, [f"d/{(60 * step + i) % 600}.bin" for i in range(60)]))
+    with xstack.span("compute"):
+        time.sleep(0.001)
+    xstack.step()
+"""
+
+
+def test_a_thread_pool_that_reads_the_batch_between_the_stages_is_named(tmp_path: Path) -> None:
+    """A loop that has a thread pool read its batch of .npy files and waits for it: the time in no stage was 92%
+    of the step, and the advice named no file I/O, as only the loop's own thread's was counted. The pool's
+    threads' calls hang from no span (none is open on their threads): their union in the measured iterations,
+    outside every stage, is what the loop waited on."""
+    results = _run_io_loop(tmp_path, POOLED_LOOP)
+    facts = results["io.input_bound"].facts
+    steps = results["model.stages"].facts["steps"]
+    with Store.open(tmp_path / "p.duckdb") as store:
+        main = store.query("SELECT pid, tid FROM spans WHERE level = 'model' LIMIT 1")[0]
+        calls = store.query(
+            f"SELECT tid, attrs->>'$.\"{A.IO_PATH}\"', start_ns, start_ns + dur_ns FROM spans WHERE level = 'io' "
+            f"AND pid = ? AND tid <> ? AND attrs->>'$.\"{A.IO_PATH}\"' LIKE '%/d/%.bin'", list(main))  # fmt: skip
+        windows = store.query("SELECT start_ns, start_ns + dur_ns FROM spans WHERE level = 'model' AND name LIKE "
+                              "'step#%' AND name <> 'step#0' ORDER BY 1")  # fmt: skip
+    measured = [c for c in calls if any(s <= c[2] < e for s, e in windows)]
+    assert facts["main_io_unstaged_ns"] == 0 and facts["thread_io_kind"] == "read"
+    assert 1 <= facts["thread_io_threads"] == len({c[0] for c in measured}) <= 4
+    assert facts["thread_io_files"] == len({c[1] for c in measured}) == 60 * steps
+    # the calls' union, no more than their sum, in no stage (the pool runs before the compute span)
+    union = sum(e - s for s, e in _union([(c[2], c[3]) for c in measured]))
+    assert 0 < facts["thread_io_unstaged_ns"] * steps <= union
+    rec = RULES["work_outside_stages"](results)
+    assert rec is not None
+    line = next(e for e in rec.evidence if "other thread" in e)
+    assert line.startswith(f"{facts['thread_io_threads']} other thread")
+    assert "of the main process did file I/O during " in line and f"most of it reading {60 * steps} files such as " in line
+    assert "read in DataLoader workers" in rec.action and "without sharing its GIL" in rec.action
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
 CHECKPOINTING = """
 import os, torch, xstack
 

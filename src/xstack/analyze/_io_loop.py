@@ -138,6 +138,34 @@ SELECT (SELECT coalesce(sum(dur_ns), 0) FROM io), (SELECT path FROM top), (SELEC
 """The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
 itself): its time, the file of the most of it, and that file's write and read time."""
 
+_STAGES = f"""(SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
+    AND pid = $main AND NOT {STEP} AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail'))"""
+"""The main process's stages (its model spans but the iterations, a run's region and what follows its last step)."""
+
+_THREADS = f"""
+WITH w AS (SELECT ws, we FROM {{windows}}),
+t AS (
+    SELECT start_ns AS s, start_ns + dur_ns AS e, tid, name, dur_ns, {SPAN_PATH} AS path FROM spans
+    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {SPAN_STORAGE}
+),
+tw AS (SELECT t.* FROM t ASOF JOIN w ON t.s >= w.ws WHERE t.s < w.we),
+u AS ({merged("tw")}),
+st AS ({merged(_STAGES)}),
+top AS (
+    SELECT path, sum(dur_ns) AS ns, sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}) AS written,
+        sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}) AS read
+    FROM tw GROUP BY path ORDER BY ns DESC, path LIMIT 1
+)
+SELECT (SELECT coalesce(sum(least(u.e, w.we) - greatest(u.s, w.ws)), 0) FROM u JOIN w ON u.s < w.we AND u.e > w.ws)
+    - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM u JOIN st ON u.s < st.e AND u.e > st.s),
+    (SELECT count(DISTINCT tid) FROM tw), (SELECT count(DISTINCT path) FROM tw), (SELECT path FROM top),
+    (SELECT coalesce(written, 0) FROM top), (SELECT coalesce(read, 0) FROM top)
+"""
+"""The file I/O of the main process's other threads (their calls hang from no span: no model span is open on
+their thread) in the measured iterations while no stage ran: the time some such call was under way (the union of
+the calls, so that threads reading at once count once) in the iterations and outside every stage, the threads
+that made them and the files, the file of the most call time and that file's write and read time."""
+
 _SYNCS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0), arg_max({SPAN_PATH}, dur_ns) FROM spans
 WHERE run_id = $run AND level = 'io' AND name IN {in_list(SYNC_OPS)} AND pid = $main AND {{measured}}
@@ -369,15 +397,32 @@ def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *,
 def _unstaged(store: Store, io: IoRun, iterations: int) -> dict[str, Any]:
     """Facts on the main process's file I/O in the measured steps but in no stage: ``main_io_unstaged_ns`` (per
     measured iteration), ``main_io_unstaged_path`` (the file of the most of it) and ``main_io_unstaged_kind``
-    (``write`` or ``read``: what took most of that file's time there; None: neither, its opens and closes)."""
+    (``write`` or ``read``: what took most of that file's time there; None: neither, its opens and closes), those
+    of the loop's own thread; ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``,
+    ``thread_io_files``, ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool
+    that reads the batch while the loop waits on its results), as the time some call of theirs was under way
+    outside every stage (``_THREADS``)."""
     sql = _UNSTAGED.replace("{measured}", past_warmup(io.ctx.warmup))
     total, path, written, read = rows(store, sql, io.run_id, main=io.main_pid)[0]
-    kind = None if not (written or read) else "write" if as_count(written) >= as_count(read) else "read"
-    return {
+    facts = {
         "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
         "main_io_unstaged_path": path,
-        "main_io_unstaged_kind": kind,
+        "main_io_unstaged_kind": _kind(written, read),
     }
+    measured = io.ctx.measured_table()
+    if measured is None or not iterations:
+        return facts | {"thread_io_unstaged_ns": None, "thread_io_threads": 0, "thread_io_files": 0,
+                        "thread_io_path": None, "thread_io_kind": None}  # fmt: skip
+    total, threads, files, path, written, read = rows(store, _THREADS.replace("{windows}", measured[0]),
+                                                      io.run_id, main=io.main_pid)[0]  # fmt: skip
+    return facts | {"thread_io_unstaged_ns": max(as_count(total), 0) / iterations, "thread_io_threads":
+                    as_count(threads), "thread_io_files": as_count(files), "thread_io_path": path,
+                    "thread_io_kind": _kind(written, read)}  # fmt: skip
+
+
+def _kind(written: Any, read: Any) -> str | None:
+    """``write`` or ``read``: which took more of a file's call time; None where neither did (opens, closes)."""
+    return None if not (written or read) else "write" if as_count(written) >= as_count(read) else "read"
 
 
 def _forked(io: IoRun) -> bool:

@@ -110,7 +110,7 @@ def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str
         facts.get("main_io_unstaged_kind"),
     )
     if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
-        return None, ""
+        return _thread_io(facts, unstaged_ns)
     doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
     line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration, most of it {doing} {path} "
             "(io.input_bound)")  # fmt: skip
@@ -118,6 +118,30 @@ def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str
     then = "read it once, before the loop, or in DataLoader workers" if kind == "read" else (
         "do it every N steps, or from a background thread")  # fmt: skip
     return line, f" {doing.capitalize()} {name} between the stages puts file I/O on the step's path: {then}."
+
+
+def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | None, str]:
+    """``_file_io`` of the main process's other threads (``io.input_bound``'s ``thread_io_*`` facts): a thread
+    pool that reads the batch while the loop waits for its results, between the stages."""
+    ns, path, kind = num(facts, "thread_io_unstaged_ns"), facts.get("thread_io_path"), facts.get("thread_io_kind")
+    if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
+        return None, ""
+    threads, files = int(num(facts, "thread_io_threads") or 0), int(num(facts, "thread_io_files") or 0)
+    doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
+    which = f"{files:,} files such as {path}" if files > 1 else str(path)
+    line = (f"{counted(threads, 'other thread')} of the main process did file I/O during {format_ns(ns)} of it per "
+            f"iteration, while no stage ran, most of it {doing} {which} (io.input_bound)")  # fmt: skip
+    if kind == "read":
+        return line, (
+            " Threads that read while the loop waits for them put the reading on the step's path: read in "
+            "DataLoader workers (a Dataset whose __getitem__ reads and decodes, num_workers > 0), processes that "
+            "read ahead of the loop without sharing its GIL. Reading the next batch in threads while this one "
+            "computes helps only where the reads wait on storage, not on Python (decoding, small files)."
+        )
+    return line, (
+        f" Threads {doing} files while the loop waits for them put that I/O on the step's path: let it overlap the "
+        "steps (do not wait for it in the loop), or do it every N steps."
+    )
 
 
 TRAINING_OPS: Final = (
