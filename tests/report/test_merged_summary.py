@@ -47,7 +47,8 @@ def test_a_merged_run_s_stages_are_shares_of_the_merged_step_and_the_top_n_are_s
     print_analysis(a, "my store.duckdb", console, top=1)
     text = console.export_text()
     stages = text[text.index("Model stages") : text.index("Top layers")]
-    assert "% of the merged step" in stages and f"{counted(len(rows) - 1, 'more stage')} in xstack report" in stages
+    caption = " ".join(stages.split())  # wrapped to the table's width
+    assert "% of the merged step" in caption and f"{counted(len(rows) - 1, 'more stage')} in xstack report" in caption
     shown = re.findall(r"^│ (\S+) +│ (\S+) +│ +([\d,]+) │ .* │ +([\d.]+) │$", stages, re.M)
     assert [(n, k) for n, k, _, _ in shown] == [(str(r[0]), str(r[1])) for r in rows[:1]]
     assert [float(p) for *_, p in shown] == [pytest.approx(r[7], abs=0.05) for r in rows[:1]]
