@@ -945,7 +945,9 @@ def test_a_thread_pool_that_reads_the_batch_between_the_stages_is_named(tmp_path
     assert rec is not None
     line = next(e for e in rec.evidence if "other thread" in e)
     assert line.startswith(f"{facts['thread_io_threads']} other thread")
-    assert "of the main process did file I/O during " in line and f"most of it reading {60 * steps} files such as " in line
+    assert (
+        "of the main process did file I/O during " in line and f"most of it reading {60 * steps} files such as " in line
+    )
     assert "read in DataLoader workers" in rec.action and "without sharing its GIL" in rec.action
 
 

@@ -507,14 +507,19 @@ def test_input_bound_leads_with_persistent_workers_where_the_epochs_restarts_are
                 model(x).sum().backward()
                 prof.step()
     with Store.open(path) as store:
-        firsts = store.query("SELECT count(*) FROM spans WHERE attrs->>'$.\"model.dataloader_first\"' = 'true'")
+        firsts = store.query(
+            "SELECT name, count(*) FROM spans WHERE attrs->>'$.\"model.dataloader_first\"' = 'true' "
+            "GROUP BY 1 ORDER BY 1"
+        )  # an epoch's iter(), which starts the workers, and first wait
         (config,) = store.query("SELECT config->'$.dataloaders[0]' FROM runs")[0]
         rec = _check(_fired(store, "input_bound"), "model.stages")
         waits = store.query("SELECT round(dur_ns / 1e6, 1) FROM spans WHERE name = 'dataloader.next' ORDER BY start_ns")
-    assert firsts == [(3,)] and '"start_method":"fork"' in config.replace(" ", "")
+    assert firsts == [("dataloader.iter", 3), ("dataloader.next", 3)]
+    assert '"start_method":"fork"' in config.replace(" ", "")
     head = rec.action.split(": ", 1)[1]
-    assert head.startswith("set persistent_workers=True: its workers start again at each epoch, and the 2 first "
-                           "waits of the epochs past the warm-up took "), (rec.action, waits)  # fmt: skip
+    assert head.startswith("set persistent_workers=True: its workers start again at each epoch, and the start of "
+                           "the 2 epochs past the warm-up (iter(), which starts them, and the wait for their first "
+                           "batch) took "), (rec.action, waits)  # fmt: skip
 
 
 def test_input_bound_of_a_merged_run_says_its_wait_share_is_the_io_pass_s(tmp_path: Path) -> None:
@@ -783,8 +788,8 @@ def test_worker_restarts_under_spawn_say_each_worker_is_a_new_interpreter() -> N
     loader = {"first_waits": 3, "first_wait_ns": 6_000_000_000, "wait_ns": 7_000_000_000, "start_method": "spawn"}
     assert _startup(loader) == (
         "its workers start again at each epoch (start method spawn: each worker is a new interpreter that imports the "
-        "program's modules again), and the 3 first waits of the epochs past the warm-up took 6.00 s of its 7.00 s "
-        "of waiting"
+        "program's modules again), and the start of the 3 epochs past the warm-up (iter(), which starts them, and "
+        "the wait for their first batch) took 6.00 s of its 7.00 s of waiting"
     )
     assert _startup(loader | {"first_wait_ns": 3_000_000_000}) == ""  # under half of the waiting: not the lead
 

@@ -140,7 +140,10 @@ def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -
             "SELECT s.name, count(*) FROM spans s JOIN spans p ON p.span_id = s.parent_id "
             "WHERE s.level = 'model' AND starts_with(p.name, 'step#') GROUP BY 1"
         )
-        assert dict(stages) == {n: 2 for n in ("load", "preprocess", "step", "predict", "postprocess")}
+        # and the iter() before the first step, which starts the DataLoader's workers
+        assert dict(stages) == {n: 2 for n in ("load", "preprocess", "step", "predict", "postprocess")} | {
+            "dataloader.iter": 1
+        }
         conv = store.query(
             "SELECT DISTINCT p.name FROM spans s JOIN spans p ON p.span_id = s.parent_id WHERE s.name = 'aten::conv2d'"
         )

@@ -65,8 +65,9 @@ def test_each_iterated_dataloader_is_recorded_with_its_settings(profiled: Path) 
          "prefetch_factor": None, "iterated": 1, "start_method": None, "batched": True, "sampler_batches": False,
          **common},
     ]  # fmt: skip
-    # each epoch waits once more than it has batches: for the StopIteration that ends it
-    assert waits == [("0", 2 * (FILES // 4 + 1)), ("1", FILES // 8 + 1)]
+    # each epoch waits once more than it has batches: for the StopIteration that ends it; and the persistent
+    # workers start in the first iter(), a wait of its own (the main process's val loader starts none)
+    assert waits == [("0", 2 * (FILES // 4 + 1) + 1), ("1", FILES // 8 + 1)]
 
 
 def test_the_input_bound_result_and_rule_start_from_the_settings(profiled: Path) -> None:
@@ -122,7 +123,8 @@ def test_the_waits_for_each_dataloader_leave_the_warm_up_out(profiled: Path) -> 
     for id in ("io.input_bound", "model.stages"):
         train = a.result(id).facts["dataloaders"][0]
         assert (train["waits"], train["wait_ns"]) == in_warmup[False], id
-        assert (train["warmup_waits"], train["warmup_wait_ns"]) == in_warmup[True] == (1, in_warmup[True][1]), id
+        # the iter() that starts the workers and the first batch's wait
+        assert (train["warmup_waits"], train["warmup_wait_ns"]) == in_warmup[True] == (2, in_warmup[True][1]), id
         assert train["after_last_step_waits"] == 1, id  # the StopIteration that ends the second epoch
 
 
@@ -320,3 +322,42 @@ def test_workers_that_share_a_file_offset_are_found(tmp_path: Path) -> None:
     for mode in ("own", "pread"):
         wrong, facts, fired = found[mode]
         assert wrong == 0 and facts["shared_offset_processes"] == 0 and "shared_offset" not in fired, mode
+
+
+EPOCHS = """
+import sys, torch, xstack
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, num_workers=1,
+                    persistent_workers=sys.argv[1] == "persistent")
+for epoch in range(3):
+    for (x,) in loader:
+        x.sum()
+        xstack.step()
+"""
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_each_iter_of_a_dataloader_is_a_stage_that_starts_its_epoch(tmp_path: Path, persistent: bool) -> None:
+    """A loader whose workers do not persist starts them in iter(), at each epoch: about 20 ms an epoch for two
+    forked workers, which was time in no stage, told to be the loop's own work. Each iter() is a dataloader stage,
+    the epoch's first wait where it made a new iterator."""
+    (tmp_path / "epochs.py").write_text(EPOCHS)
+    store = tmp_path / "e.duckdb"
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model", "-o", str(store), "--",
+                           "python", "epochs.py", "persistent" if persistent else "fresh"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(store) as s:
+        iters = s.query(
+            f"""SELECT attrs->>'$."{A.MODEL_KIND}"', attrs->>'$."{A.MODEL_DATALOADER}"',
+                    coalesce(attrs->>'$."{A.MODEL_DATALOADER_FIRST}"', 'false') FROM spans
+                WHERE level = 'model' AND name = 'dataloader.iter' ORDER BY start_ns"""
+        )
+        [entry] = analyze(s).result("model.stages").facts["dataloaders"]
+    # a new iterator at each epoch, or one for them all, whose workers the first iter() starts (the next two
+    # reset it: no stage)
+    assert iters == [("dataloader", "0", "true")] * (1 if persistent else 3)
+    assert entry["iterated"] == 3
+    # the epochs past the warm-up: two, each started by its iter() and its first batch's wait
+    assert entry["first_waits"] == (0 if persistent else 2)

@@ -24,7 +24,7 @@ SELECT TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER), count(*) FILTER 
     coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0),
     count(*) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns),
     coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns), 0),
-    count(*) FILTER (WHERE NOT {{warm}} AND {FIRST}),
+    count(*) FILTER (WHERE NOT {{warm}} AND {FIRST} AND name <> 'dataloader.iter'),
     coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND {FIRST}), 0)
 FROM spans, last
 WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
@@ -35,15 +35,17 @@ SHOWN = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefe
 
 
 def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
-    """Each entry of ``runs.config.dataloaders`` plus ``waits`` (its ``dataloader`` spans: a batch each, and one
-    at the end of each epoch, which found none) and ``wait_ns`` (their summed time), past the warm-up
+    """Each entry of ``runs.config.dataloaders`` plus ``waits`` (its ``dataloader`` spans: a batch each, one at
+    the end of each epoch, which found none, and its ``iter()`` calls, ``dataloader.iter``, which start workers
+    that do not persist) and ``wait_ns`` (their summed time), past the warm-up
     (``RunContext.in_warmup``: a live run's first iteration, which also starts the workers); and
     ``warmup_waits`` and ``warmup_wait_ns``, those of the warm-up; ``after_last_step_waits`` and
     ``after_last_step_wait_ns``, those of the waits past the warm-up that start after the last ``step()`` ended
     (the one that ends the loop, or finds a crash): counted in ``waits`` and ``wait_ns``, never in a measured
-    step, so not in ``model.stages``' share of step time; ``first_waits`` and ``first_wait_ns``, those of the waits
-    past the warm-up that were an iterator's first (an epoch's first batch, where workers that do not persist
-    start). Entries that are not objects are skipped. Empty for a run that recorded none."""
+    step, so not in ``model.stages``' share of step time; ``first_waits``, the epochs past the warm-up (an
+    iterator's first batch), and ``first_wait_ns``, the time of their start: that first batch's wait and the
+    ``iter()`` that made the iterator, where workers that do not persist start. Entries that are not objects are
+    skipped. Empty for a run that recorded none."""
     entries = ctx.config.get(A.CONFIG_DATALOADERS)
     if not isinstance(entries, list) or not entries:
         return []

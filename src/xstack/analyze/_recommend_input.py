@@ -315,8 +315,9 @@ def _startup(loader: dict[str, Any]) -> str:
     method = loader.get("start_method")
     how = (f" (start method {method}: each worker is a new interpreter that imports the program's modules again)"
            if method in ("spawn", "forkserver") else "")  # fmt: skip
-    return (f"its workers start again at each epoch{how}, and the {counted(n, 'first wait')} of the epochs past the "
-            f"warm-up took {format_ns(first)} of its {format_ns(waited)} of waiting")  # fmt: skip
+    return (f"its workers start again at each epoch{how}, and the start of the {counted(n, 'epoch')} past the "
+            f"warm-up (iter(), which starts them, and the wait for their first batch) took {format_ns(first)} of its "
+            f"{format_ns(waited)} of waiting")  # fmt: skip
 
 
 def _cpus(cores: int | None) -> str:

@@ -12,7 +12,7 @@ import contextlib
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 
 class DataLoaders:
@@ -26,15 +26,30 @@ class DataLoaders:
         self._lock = threading.Lock()
         self._patched: tuple[Any, Any] | None = None
 
-    def start(self, torch: Any) -> None:
+    def start(self, torch: Any, stage: Stage | None = None) -> None:
+        """Watch DataLoaders from now on; with ``stage``, each ``iter()`` of one that starts workers
+        (``_starts_workers``) is a stage of its own: forked or spawned, each importing and pickling the dataset,
+        and without it that time would be in no stage. ``stage.begin`` gets the
+        loader's index and returns what ``stage.end`` takes, with whether the call made a new iterator."""
         cls: Any = torch.utils.data.DataLoader
         original = cls.__iter__
         watch = self
 
         def __iter__(loader: Any) -> Any:  # noqa: N807 - replaces DataLoader.__iter__
-            iterator = original(loader)
+            index, opened, iterator = None, None, None
             with contextlib.suppress(Exception):  # an odd loader must not fail the program: it goes unrecorded
-                watch._seen(loader, iterator)
+                index = watch._loader(loader)
+            starts = _starts_workers(loader)
+            if stage is not None and starts:
+                opened = stage.begin(index)
+            try:
+                iterator = original(loader)
+            finally:
+                if stage is not None and starts:
+                    stage.end(opened, watch._new(iterator))
+            with contextlib.suppress(Exception):
+                if index is not None:
+                    watch._iterators[iterator] = index
             return iterator
 
         cls.__iter__ = __iter__
@@ -70,14 +85,45 @@ class DataLoaders:
         cuda = bool(torch is not None and torch.cuda.is_initialized())  # asks nothing of the driver
         return [entry | {"cuda": cuda} for entry in self.entries]
 
-    def _seen(self, loader: Any, iterator: Any) -> None:
+    def _loader(self, loader: Any) -> int:
+        """The index of ``loader``, described on its first ``iter()``; each counts in its ``iterated``."""
         with self._lock:
             index = self._loaders.get(loader)
             if index is None:
                 index = self._loaders[loader] = len(self.entries)
                 self.entries.append(describe(loader, index))
             self.entries[index]["iterated"] += 1
-            self._iterators[iterator] = index
+            return index
+
+    def _new(self, iterator: Any) -> bool:
+        """Whether ``iterator`` has given no batch yet (an ``iter()`` that made it, not one that reused a
+        persistent loader's); False where it cannot be told."""
+        try:
+            return iterator is not None and iterator not in self._started
+        except TypeError:
+            return False
+
+
+def _starts_workers(loader: Any) -> bool:
+    """Whether ``iter(loader)`` starts worker processes: it has some, and they do not persist or have not started
+    yet (its iterator, kept with ``persistent_workers``, is made by its first ``iter()``)."""
+    try:
+        workers = loader.num_workers
+        return (
+            isinstance(workers, int)
+            and workers > 0
+            and (not loader.persistent_workers or getattr(loader, "_iterator", None) is None)
+        )
+    except Exception:  # an odd loader: no stage, the program goes on
+        return False
+
+
+class Stage(Protocol):
+    """What ``DataLoaders.start`` opens around each ``iter()`` of a DataLoader."""
+
+    def begin(self, index: int | None) -> Any: ...
+
+    def end(self, opened: Any, new: bool) -> None: ...
 
 
 def describe(loader: Any, index: int) -> dict[str, Any]:

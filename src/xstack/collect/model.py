@@ -385,7 +385,7 @@ class ModelCollector:
 
         cls.__next__ = __next__
         self._patched = (cls, original)
-        self._loaders.start(torch)
+        self._loaders.start(torch, _IterStage(self))
 
     # -- shared -------------------------------------------------------------------------------------------
     def _begin_auto(
@@ -403,6 +403,24 @@ class ModelCollector:
     def _end_auto(self, opened: OpenSpan | None) -> None:
         if opened is not None and self._recorder is not None:
             self._recorder.end(opened)
+
+
+class _IterStage:
+    """``iter(DataLoader)`` as a ``dataloader`` stage, ``dataloader.iter``: the loop waits in it while a loader
+    whose workers do not persist starts them, at each epoch (an iterator it made is its epoch's first wait,
+    ``model.dataloader_first``, as that iterator's first batch is)."""
+
+    def __init__(self, collector: ModelCollector) -> None:
+        self.collector = collector
+
+    def begin(self, index: int | None) -> OpenSpan | None:
+        extra = {A.MODEL_DATALOADER: index} if index is not None else None
+        return self.collector._begin_auto("dataloader", "dataloader.iter", extra, in_marked=True)
+
+    def end(self, opened: OpenSpan | None, new: bool) -> None:
+        if opened is not None and new:
+            opened.attrs[A.MODEL_DATALOADER_FIRST] = True
+        self.collector._end_auto(opened)
 
 
 def _skipped_by_dynamo(codes: set[types.CodeType]) -> None:
