@@ -1030,6 +1030,26 @@ def test_an_evaluation_that_also_saves_a_checkpoint_gets_both_pieces_of_advice()
     assert "run them less often" not in rec.action
 
 
+def test_an_epoch_s_start_among_the_occasional_work_is_told_to_keep_the_workers() -> None:
+    """A loop over 8 batches an epoch whose DataLoader's workers do not persist: every 8th iteration holds the
+    iter() that starts them again (19.3 ms) and the first batch's wait. It was told to run that work less often or
+    in a background thread, as a checkpoint is."""
+    from xstack.analyze.result import Result
+
+    spans = [{"name": "dataloader.iter", "level": "model", "kind": "dataloader", "run_id": 1, "median_ns": 19_300_000,
+              "count": 2, "per_iteration_ns": 1_930_000},
+             {"name": "dataloader.next", "level": "model", "kind": "dataloader", "run_id": 1, "median_ns": 14_700_000,
+              "count": 2, "per_iteration_ns": 1_470_000}]  # fmt: skip
+    work = {"steps": [7, 15], "iterations_with": 2, "iterations": 20, "every": 8, "pass": "model", "run_id": 1,
+            "spans": spans, "span_count": 2, "longer_ns": 51_700_000, "longer_beyond_noise": True,
+            "per_iteration_ns": 3_410_000, "layer_calls": 0, "backward": None, "step_pct": 164.5}  # fmt: skip
+    rec = RULES["occasional_work"]({"health": Result("health", "Trace health", facts={"occasional": [work]})})
+    assert rec is not None and rec.severity == "high"
+    assert ("An epoch begins in that work: iter(DataLoader) (dataloader.iter) starts its workers again, each time; "
+            "set persistent_workers=True, and they start once.") in rec.action  # fmt: skip
+    assert "run them less often" not in rec.action and "Checkpoint" not in rec.action
+
+
 def test_work_too_cheap_to_be_named_gets_no_advice_of_its_own() -> None:
     """An input-bound loop whose epoch boundary (new workers) costs 32% of the step, and a checkpoint every 5th
     iteration that costs 831 ns per iteration, counted among the others: it was told to checkpoint less often."""

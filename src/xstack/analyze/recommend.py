@@ -380,7 +380,9 @@ def occasional_work(results: Results) -> Recommendation | None:
         writing = [w for w in work if w.get("writes_bytes")]
         # an evaluation that also saves a checkpoint (a Hugging Face Trainer's every few evaluations) is both
         evaluating = [w for w in work if w.get("layer_calls") and w.get("backward") is False]
-        rest = [w for w in work if w not in writing and w not in evaluating]
+        # an epoch's start: iter() of a DataLoader whose workers do not persist, which starts them again
+        epochs = [w for w in work if any(o.get("name") == "dataloader.iter" for o in w["spans"])]
+        rest = [w for w in work if w not in writing and w not in evaluating and w not in epochs]
         if writing:
             actions.append("Checkpoint less often, or off the loop's critical path: copy the state to CPU memory and "
                            "write the file from a background thread or process (torch.distributed.checkpoint's "
@@ -388,11 +390,15 @@ def occasional_work(results: Results) -> Recommendation | None:
         if evaluating:
             actions.append("Evaluate less often or on fewer batches, or in another process from a copy of the "
                            "weights.")  # fmt: skip
+        if epochs:
+            actions.append("An epoch begins in that work: iter(DataLoader) (dataloader.iter) starts its workers again, "
+                           "each time; set persistent_workers=True, and they start once.")  # fmt: skip
         if any(w.get("unmarked") for w in work):
             actions.append("Wrap the work that takes the time in no span of its own in xstack.span('name'), so "
                            "that the profile shows what it is.")  # fmt: skip
-        if not (writing or evaluating) or sum(w["step_pct"] for w in rest) >= OCCASIONAL_PCT:
-            actions.append(f"To make {'the others' if writing or evaluating else 'them'} cheaper, run them less "
+        if not (writing or evaluating or epochs) or sum(w["step_pct"] for w in rest) >= OCCASIONAL_PCT:
+            others = writing or evaluating or epochs
+            actions.append(f"To make {'the others' if others else 'them'} cheaper, run them less "
                            "often, or take them off the loop's critical path (save a checkpoint or run a validation "
                            "in a background thread or process, from a copy of what it needs).")  # fmt: skip
     if stepping:
