@@ -26,6 +26,7 @@ from tests.analyze.io_store import (
     io_span,
     loop_store,
 )
+from tests.analyze.test_timeline import union as union_of
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import (
@@ -939,7 +940,7 @@ def test_a_thread_pool_that_reads_the_batch_between_the_stages_is_named(tmp_path
     assert 1 <= facts["thread_io_threads"] == len({c[0] for c in measured}) <= 4
     assert facts["thread_io_files"] == len({c[1] for c in measured}) == 60 * steps
     # the calls' union, no more than their sum, in no stage (the pool runs before the compute span)
-    union = sum(e - s for s, e in _union([(c[2], c[3]) for c in measured]))
+    union = sum(e - s for s, e in union_of([(c[2], c[3]) for c in measured]))
     assert 0 < facts["thread_io_unstaged_ns"] * steps <= union
     rec = RULES["work_outside_stages"](results)
     assert rec is not None
@@ -949,16 +950,6 @@ def test_a_thread_pool_that_reads_the_batch_between_the_stages_is_named(tmp_path
         "of the main process did file I/O during " in line and f"most of it reading {60 * steps} files such as " in line
     )
     assert "read in DataLoader workers" in rec.action and "without sharing its GIL" in rec.action
-
-
-def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
 
 
 CHECKPOINTING = """
