@@ -208,9 +208,8 @@ def small_file_staging(
                          AND regexp_matches(lower(path), '{CHECKPOINT_NAME}')),
         count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads > 0 AND regexp_matches(path, '{IN_MEMORY}'))
         FROM sized WHERE size > 0"""
-    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory = rows(store, sql, io.run_id)[
-        0
-    ]
+    [row] = rows(store, sql, io.run_id)
+    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory = row
     unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
@@ -289,13 +288,14 @@ def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, r
     ``small_read_in_memory`` is 0 and ``small_read_loop`` None: not counted (it takes a pass over the io spans)."""
     if not run_wide:
         return {"small_read_loop": None, "small_read_in_memory": 0}
-    sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), count(*) FILTER (WHERE regexp_matches(path,
-        '{IN_MEMORY}')) FROM sized WHERE size > 0 AND size <= {threshold_bytes} AND reads > 0"""
-    found = rows(store, sql, io.run_id)[0]
     source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
     run = source[0] if source is not None else io.run_id
     measured = run_context(store, run).measured_table() if io.has_spans else None
-    if measured is not None:
+    if measured is None:
+        sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), count(*) FILTER (WHERE regexp_matches(path,
+            '{IN_MEMORY}')) FROM sized WHERE size > 0 AND size <= {threshold_bytes} AND reads > 0"""
+        found = rows(store, sql, io.run_id)[0]
+    else:
         sql = f"""WITH {files_cte(io, all_paths)},
             read AS (SELECT DISTINCT {SPAN_PATH} AS path FROM spans ASOF JOIN {measured[0]} w ON start_ns >= w.ws
                      WHERE run_id = $source AND level = 'io' AND start_ns < w.we AND name IN {in_list(READ_OPS)}

@@ -28,9 +28,9 @@ class DataLoaders:
 
     def start(self, torch: Any, stage: Stage | None = None) -> None:
         """Watch DataLoaders from now on; with ``stage``, each ``iter()`` of one that starts workers
-        (``_starts_workers``) is a stage of its own: forked or spawned, each importing and pickling the dataset,
-        and without it that time would be in no stage. ``stage.begin`` gets the
-        loader's index and returns what ``stage.end`` takes, with whether the call made a new iterator."""
+        (``_starts_workers``: forked or spawned, each importing and pickling the dataset) is a stage of its own,
+        without which that time would be in no stage. ``stage.begin`` gets the loader's index and returns what
+        ``stage.end`` takes, with whether the call made a new iterator."""
         cls: Any = torch.utils.data.DataLoader
         original = cls.__iter__
         watch = self
