@@ -527,8 +527,9 @@ PACK_STAGED_FILES: Final = (
     "its open, stat, reads and close. Pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or "
     "HDF5 file, one .npy per batch) read sequentially, or load them once into one array the workers share."
 )
-READ_ADVICE: Final = (STAGE_SMALL_FILES[:15], PACK_STAGED_FILES[:15])
-"""How ``small_files``' advice on the files read starts, which the input-bound rule takes into its own."""
+READ_ADVICE: Final = tuple(a.split("{limit}")[0] for a in (STAGE_SMALL_FILES, PACK_STAGED_FILES))
+"""How ``small_files``' advice on the files read starts (its text up to the size), which the input-bound rule
+takes into its own."""
 WRITE_FEWER_FILES: Final = (
     "Write the outputs into fewer, larger files: append each result to one file kept open (JSON Lines, a .npy or "
     ".npz per batch, an HDF5 dataset, a tar shard) instead of a file each, whose open, write and close each cost a "
