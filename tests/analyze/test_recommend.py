@@ -522,6 +522,75 @@ def test_input_bound_leads_with_persistent_workers_where_the_epochs_restarts_are
                            "batch) took "), (rec.action, waits)  # fmt: skip
 
 
+def _slow_start_briefly(worker_id: int) -> None:
+    time.sleep(0.25)  # a validation DataLoader's worker, started again at each epoch
+
+
+def test_input_bound_advises_on_a_validation_loader_whose_waits_are_a_large_share(tmp_path: Path) -> None:
+    """The training DataLoader is waited on longest; the validation one, iterated at each epoch with workers that
+    do not persist, holds about a third of the waits within the steps: the advice names it too, with its own
+    settings' advice, its workers' restarts first."""
+    import xstack
+
+    model = torch.nn.Linear(64, 64)
+    train = torch.utils.data.DataLoader(_Slow(0.05), batch_size=None)
+    val = torch.utils.data.DataLoader(_Slow(0.0), batch_size=None, num_workers=1, worker_init_fn=_slow_start_briefly,
+                                      multiprocessing_context="fork")  # fmt: skip
+    path = tmp_path / "val.duckdb"
+    with xstack.profile(levels="model", path=path) as prof:
+        for _epoch in range(3):
+            for x in train:
+                model(x).sum().backward()
+                prof.step()
+            with torch.no_grad():
+                for x in val:  # between the epoch's last step and the next epoch's first: within a step
+                    model(x)
+    with Store.open(path) as store:
+        rec = _check(_fired(store, "input_bound"), "model.stages")
+    settings = "batch_size=None, num_workers=1, persistent_workers=False, pin_memory=False, prefetch_factor=2)"
+    also = [e for e in rec.evidence if e.startswith(f"the loop also waits on DataLoader(_Slow, {settings}, ")]
+    assert len(also) == 1 and also[0].endswith("of the loop's waits there (model.stages)"), rec.evidence
+    assert rec.action.startswith("DataLoader(_Slow, batch_size=None, num_workers=0, "), rec.action
+    assert f" DataLoader(_Slow, {settings}: set persistent_workers=True: its workers start again at each epoch" in (
+        rec.action
+    ), rec.action
+
+
+def test_input_bound_advises_on_dataloaders_made_anew_for_each_pass_together() -> None:
+    """Three evaluation DataLoaders of one setting, each iterated once, hold 30% of the waits together (10% each):
+    one line for them, the advice that their workers start with each new DataLoader, and their batches' cost by
+    reference to the first DataLoader's."""
+    settings = {"batch_size": 16, "num_workers": 2, "persistent_workers": False, "pin_memory": False,
+                "prefetch_factor": 2, "after_last_step_wait_ns": 0}  # fmt: skip
+    train = settings | {"dataset": "Train", "persistent_workers": True, "iterated": 3, "waits": 90, "index": 0,
+                        "wait_ns": 70_000_000}  # fmt: skip
+    evals = [settings | {"dataset": "Eval", "iterated": 1, "waits": 5, "wait_ns": 10_000_000, "index": i}
+             for i in (1, 2, 3)]  # fmt: skip
+    facts = {"input_bound": True, "wait_share_pct": 40.0, "iterations": 90, "mean_wait_ns": 1_000_000,
+             "threshold_pct": 10.0, "dataloaders": [train, *evals], "cores": 2}  # fmt: skip
+    rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound", facts=facts)})
+    assert rec is not None
+    described = (
+        "DataLoader(Eval, batch_size=16, num_workers=2, persistent_workers=False, pin_memory=False, prefetch_factor=2)"
+    )
+    assert (f"the loop also waits on 3 DataLoaders of the settings {described}, each iterated once (a new one for "
+            "each pass): 30.0 ms in their waits within the measured steps, 30.0% of the loop's waits there, 15 waits "
+            "in all (io.input_bound)") in rec.evidence, rec.evidence  # fmt: skip
+    assert rec.action.startswith("DataLoader(Train, batch_size=16, num_workers=2, persistent_workers=True, "
+                                 "pin_memory=False, prefetch_factor=2): its 2 workers already match the 2 usable "
+                                 "CPUs: make each batch cheaper to load ("), rec.action  # fmt: skip
+    assert rec.action.endswith(
+        f" {described}: its workers start again with each of the 3 new DataLoaders: make it once and iterate it "
+        "again, with persistent_workers=True (a Hugging Face Trainer keeps its evaluation DataLoader so with "
+        "dataloader_persistent_workers=True); its 2 workers already match the 2 usable CPUs: make each batch "
+        "cheaper, as above."
+    ), rec.action
+    # one of them alone, 10% of the waits, is not advised on
+    facts["dataloaders"] = [train, evals[0]]
+    rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound", facts=facts)})
+    assert rec is not None and not any("also waits" in e for e in rec.evidence) and "Eval" not in rec.action
+
+
 def test_input_bound_of_a_merged_run_says_its_wait_share_is_the_io_pass_s(tmp_path: Path) -> None:
     # the merged step's medians give one share (model.stages), the io pass's own steps another: each says which
     facts = {"input_bound": True, "wait_share_pct": 37.5, "iterations": 4, "mean_wait_ns": 3_000_000,

@@ -1,6 +1,7 @@
 """What the input-bound rule (``recommend.input_bound``) advises: from the settings of the DataLoader the loop
 waited on longest and the CPUs the program could use (``runs.config``), leaving out what the DataLoader already
-does; or, for a run that did not record them, from the worker processes the io level saw.
+does, then from those of each other DataLoader that holds a large share of the waits; or, for a run that did not
+record them, from the worker processes the io level saw.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
+from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
-from xstack.analyze._loaders import waited_on, waits_line
 from xstack.analyze._recommend_common import Results, get, num
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, counted, format_ns, format_value
@@ -38,12 +39,89 @@ def loader_advice(results: Results) -> tuple[str, str, str] | None:
     loader, cores, source = _loader(results)
     if loader is None:
         return None
+    action = _loader_action(loader, cores, _cheaper_for(results, loader))
+    return _loader_evidence(loader, cores, source), source, action
+
+
+OTHER_LOADER_SHARE_PCT = 20.0
+"""Share of the loop's waits within its measured steps, over all its DataLoaders, that the waits for another
+DataLoader than the one waited on longest (a validation DataLoader iterated at each epoch), or for several made
+anew with the same settings, must hold for the input-bound rule to advise on them too."""
+
+
+def other_loaders_advice(results: Results) -> list[tuple[str, str]]:
+    """(evidence line, action) for the DataLoaders other than the one ``loader_advice`` advises on whose waits
+    within the measured steps take ``OTHER_LOADER_SHARE_PCT`` of the loop's waits there or more: each one, or
+    ``labels.ANEW_MIN`` or more of the same settings each iterated once together (a new one for each evaluation,
+    whose workers start each time). Their batches' cost is said only where it differs from the first
+    DataLoader's; empty where the run recorded no DataLoader settings."""
+    loader, cores, source = _loader(results)
+    if loader is None:
+        return []
+    entries = next((e for _, _, e in _recorded(results)), [])
+    total = sum(_in_steps(e) for e in entries)
+    if total <= 0:
+        return []
+    first = _cheaper_for(results, loader)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if e.get("index") != loader.get("index"):
+            groups.setdefault(describe_loader(e), []).append(e)
+    out = []
+    for described, group in groups.items():
+        anew = len(group) >= ANEW_MIN and all(int(e.get("iterated") or 0) <= 1 for e in group)
+        for members in [group] if anew else [[e] for e in group]:
+            waited = sum(_in_steps(e) for e in members)
+            share = 100.0 * waited / total
+            if share < OTHER_LOADER_SHARE_PCT:
+                continue
+            how = _cheaper_for(results, members[0])
+            how = "make each batch cheaper, as above" if how == first else how
+            if anew:
+                n = len(members)
+                count = sum(int(e.get("waits") or 0) for e in members)
+                evidence = (f"the loop also waits on {n:,} DataLoaders of the settings {described}, each iterated "
+                            f"once (a new one for each pass): {format_ns(waited)} in their waits within the measured "
+                            f"steps, {share:.1f}% of the loop's waits there, {counted(count, 'wait')} in all "
+                            f"({source})")  # fmt: skip
+                action = _anew_action(members[0], n, cores, how)
+            else:
+                line = waits_line(members[0], " past the warm-up" if members[0].get("warmup_waits") else "")
+                within = (f": {format_ns(waited)} within the measured steps" if members[0].get("after_last_step_waits")
+                          else ", all within the measured steps")  # fmt: skip
+                evidence = (f"the loop also waits on {described}, {line}{within}, {share:.1f}% of the loop's waits "
+                            f"there ({source})")  # fmt: skip
+                action = _loader_action(members[0], cores, how)
+            out.append((evidence, action))
+    return out
+
+
+def _in_steps(entry: dict[str, Any]) -> int:
+    """The loop's waits for a DataLoader within the measured steps: past the warm-up, before the last ``step()``
+    ended."""
+    return max(0, int(entry.get("wait_ns") or 0) - int(entry.get("after_last_step_wait_ns") or 0))
+
+
+def _cheaper_for(results: Results, loader: dict[str, Any]) -> str:
+    """``cheaper`` for the dataset and batching of ``loader``."""
     size = loader.get("batch_size")  # None: the DataLoader collates nothing (batch_size=None)
     collates = size if isinstance(size, int) and not loader.get("sampler_batches") else 0
-    how = cheaper(results, iterable=loader.get("iterable") is True, batched=loader.get("batched") is True,
-                  batch_size=collates)  # fmt: skip
+    return cheaper(results, iterable=loader.get("iterable") is True, batched=loader.get("batched") is True,
+                   batch_size=collates)  # fmt: skip
+
+
+def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str) -> str:
+    """What to change for ``n`` DataLoaders of ``loader``'s settings made anew, each iterated once: with workers,
+    that they start with each new DataLoader (``persistent_workers`` keeps them only across the epochs of one),
+    then the settings' own advice."""
     action = _loader_action(loader, cores, how)
-    return _loader_evidence(loader, cores, source), source, action
+    if not loader.get("num_workers"):
+        return action
+    keep = ("make it once and iterate it again" + ("" if loader.get("persistent_workers") else
+            ", with persistent_workers=True (a Hugging Face Trainer keeps its evaluation DataLoader so with "
+            "dataloader_persistent_workers=True)"))  # fmt: skip
+    head, rest = action.split(": ", 1)
+    return f"{head}: its workers start again with each of the {n:,} new DataLoaders: {keep}; {rest}"
 
 
 def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, batch_size: int | None = None

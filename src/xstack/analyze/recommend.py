@@ -33,6 +33,7 @@ from xstack.analyze._recommend_input import (
     forked_sqlite,
     io_input_action,
     loader_advice,
+    other_loaders_advice,
     shared_offset,
     shared_shards,
 )
@@ -120,6 +121,9 @@ def input_bound(results: Results) -> Recommendation | None:
         line, source, action = advice
         evidence.append(line)
         sources += [] if source in sources else [source]
+        for line, other in other_loaders_advice(results):  # a validation DataLoader's waits, say
+            evidence.append(line)
+            action += " " + other
     elif io is not None:
         action = io_input_action(io.facts, cheaper(results))
     else:
