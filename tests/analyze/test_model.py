@@ -679,8 +679,9 @@ def test_a_merged_runs_wall_time_is_its_step_not_the_extent_of_the_spans_run_pas
 
 
 def _loader_run(b: Builder, draws: Sequence[Sequence[int]], batch_sizes: Sequence[int | None] = (8,)) -> None:
-    """A live run whose iteration ``i`` waits on the DataLoaders ``draws[i]`` (their indexes), the first the
-    warm-up; ``batch_sizes``: each DataLoader's."""
+    """A live run whose iteration ``i`` waits on the DataLoaders ``draws[i]`` (their indexes; a negative one,
+    ``-1 - index``, is an ``iter()`` of that DataLoader that starts its workers, ``dataloader.iter``), the first
+    the warm-up; ``batch_sizes``: each DataLoader's."""
     loaders = [{"index": i, "batch_size": size, "num_workers": 0} for i, size in enumerate(batch_sizes)]
     config = {"status": "complete", A.CONFIG_WARMUP_STEPS: 1, A.CONFIG_DATALOADERS: loaders}
     b.store.add_run(RunInfo(1, "live", levels=["model"], pass_name="live", config=config))
@@ -689,8 +690,9 @@ def _loader_run(b: Builder, draws: Sequence[Sequence[int]], batch_sizes: Sequenc
         sid, start = 100 * (i + 1), 10_000_000 * i
         sink.span(sid, None, "model", f"step#{i}", start, 4_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: i})
         for j, loader in enumerate(waits):
-            attrs = {A.MODEL_KIND: "dataloader", A.MODEL_DATALOADER: loader}
-            sink.span(sid + j + 1, sid, "model", "dataloader.next", start + 1000 * j, 500, 1, 1, attrs)
+            attrs = {A.MODEL_KIND: "dataloader", A.MODEL_DATALOADER: loader if loader >= 0 else -1 - loader}
+            name = "dataloader.next" if loader >= 0 else "dataloader.iter"
+            sink.span(sid + j + 1, sid, "model", name, start + 1000 * j, 500, 1, 1, attrs)
     sink.close()
 
 
@@ -700,10 +702,24 @@ def _loader_run(b: Builder, draws: Sequence[Sequence[int]], batch_sizes: Sequenc
         ([[0]] * 6, (8,), 8, "batch size 8: the DataLoader's, one batch per iteration"),
         ([[0, 0]] * 5 + [[0, 0, 0]], (8,), 16, "batch size 16: 2 batches of the DataLoader's 8 per iteration"),
         ([[0]] * 3 + [[1]] * 3, (8, 8), None, None),  # two DataLoaders drawn from in the measured iterations
+        # a validation DataLoader's pass within one iteration of ten: the training DataLoader's batch still counts
+        ([[0]] * 9 + [[0, 1, 1, 1]], (8, 64), 8, "batch size 8: the DataLoader's, one batch per iteration"),
+        ([[0]] * 7 + [[0, 1, 1, 1]] * 3, (8, 64), None, None),  # in three of ten: not the usual iteration
+        # each epoch of one batch starts the workers again: the iter() that does draws no batch
+        ([[-1, 0]] * 6, (8,), 8, "batch size 8: the DataLoader's, one batch per iteration"),
         ([[0]] * 6, (None,), None, None),  # a batch_sampler's DataLoader: no fixed batch size
         ([[0]] * 3 + [[0, 0]] * 3, (8,), None, None),  # a varying draw
     ],
-    ids=["one-batch", "two-batches", "two-loaders", "no-batch-size", "varying"],
+    ids=[
+        "one-batch",
+        "two-batches",
+        "two-loaders",
+        "validation",
+        "validation-often",
+        "restarts",
+        "no-batch-size",
+        "varying",
+    ],
 )
 def test_a_live_runs_throughput_comes_from_the_batches_it_draws_from_its_dataloader(
     build: Any, draws: list[list[int]], batch_sizes: tuple[int | None, ...], size: int | None, label: str | None

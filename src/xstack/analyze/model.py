@@ -498,9 +498,12 @@ A1 to take its batch size as the iteration's (an epoch's end adds a wait that fi
 
 def loader_batch(store: Store, ctx: RunContext) -> tuple[int, str] | None:
     """The samples a live run's measured iteration takes from its DataLoader, and a label saying so: its
-    ``batch_size`` times the batches an iteration draws, where the measured iterations drew from one DataLoader
-    only, of a fixed batch size, at least ``LOADER_STEADY`` of them the same number of batches (one, or two for a
-    loop that draws two per step); None otherwise (a run with no DataLoader, several, or a varying draw)."""
+    ``batch_size`` times the batches an iteration draws, where at least ``LOADER_STEADY`` of the measured
+    iterations drew the same number of batches (one, or two for a loop that draws two per step) from one
+    DataLoader of a fixed batch size and from no other (the few that also hold a validation DataLoader's pass do
+    not count against it); None otherwise (a run with no DataLoader, a varying draw, or iterations that draw
+    from different DataLoaders alike). The ``iter()`` calls that start a DataLoader's workers
+    (``dataloader.iter``) draw no batch."""
     entries = {e.get("index"): e for e in ctx.config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)}
     if not entries:
         return None
@@ -509,21 +512,22 @@ def loader_batch(store: Store, ctx: RunContext) -> tuple[int, str] | None:
                         WHERE run_id = $run AND level = 'model' AND device = 'cpu'
                             AND attrs->>'$."{A.MODEL_KIND}"' = 'step' AND {past_warmup(ctx.warmup)}),
                  dl AS (SELECT start_ns, TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER) AS loader FROM spans
-                        WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader')
+                        WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader'
+                            AND name <> 'dataloader.iter')
             SELECT st.span_id, list(dl.loader) FILTER (WHERE dl.start_ns IS NOT NULL)
             FROM st LEFT JOIN dl ON dl.start_ns >= st.start_ns AND dl.start_ns < st.end_ns GROUP BY st.span_id""",
         {"run": ctx.run_id},
     ).fetchall()
-    used = {i for _, loaders in rows for i in loaders or []}
-    if len(used) != 1 or not rows:
+    if not rows:
         return None
-    (index,) = used
+    # each iteration's draw: (the one DataLoader it drew from, how many batches), or None (none, or several)
+    drawn = [(ls[0], len(ls)) if ls and len(set(ls)) == 1 else None for ls in (loaders or [] for _, loaders in rows)]
+    usual = max(set(drawn), key=lambda d: (drawn.count(d), d is not None, -(d or (0, 0))[1]))
+    if usual is None or drawn.count(usual) < LOADER_STEADY * len(drawn):
+        return None
+    index, draws = usual
     size = (entries.get(index) or {}).get("batch_size")
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-        return None
-    counts = [len(loaders or []) for _, loaders in rows]
-    draws = max(set(counts), key=lambda n: (counts.count(n), -n))
-    if draws < 1 or counts.count(draws) < LOADER_STEADY * len(counts):
         return None
     if draws == 1:
         return size, f"batch size {size}: the DataLoader's, one batch per iteration"
