@@ -39,6 +39,10 @@ DATA_CLASSES: Final = ("data", "unknown")
 SMALL_READ_BYTES: Final = 4096
 """Reads that returned fewer bytes than this (and more than none) are small: under a page, one call each."""
 
+CHECKPOINT_NAME: Final = r"\.(pt|pth|ckpt|safetensors|distcp)$|(checkpoint|ckpt)[^/]*(/[^/]*)?$"
+"""Regular expression (on the lower-cased path) of a checkpoint file's name: a state dict saved by ``torch.save``,
+safetensors or ``torch.distributed.checkpoint``, or a file whose name or folder's name says so (a Hugging Face
+Trainer's ``checkpoint-500/``); the folders above do not count (a project called ``checkpointing``)."""
 SPAN_BYTES: Final = f"TRY_CAST(attrs->>'$.\"{A.IO_BYTES}\"' AS BIGINT)"
 SPAN_CLASS: Final = f"coalesce(attrs->>'$.\"{A.IO_PATH_CLASS}\"', 'unknown')"
 SPAN_PATH: Final = f"attrs->>'$.\"{A.IO_PATH}\"'"

@@ -7,6 +7,7 @@ from typing import Any
 
 from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
+    CHECKPOINT_NAME,
     DATA_SPAN,
     FILE_STORAGE,
     FILE_TIME,
@@ -121,22 +122,38 @@ main process made before they started); and their listings of folders in the mea
 opens of a folder to list it, the time of their reads of its entries, a readdir span running from the first call
 to the last with the caller's work between them, the entries read and the folder listed most)."""
 
+MOST_OF = 0.9
+"""The share of the main process's file I/O outside every stage whose iterations ``_unstaged`` counts: where they
+are few, the I/O is occasional work (a checkpoint every N steps), not the usual iteration's."""
+
 _UNSTAGED = f"""
 WITH steps AS (SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}),
 io AS (
-    SELECT {SPAN_PATH} AS path, name, dur_ns FROM spans
+    SELECT parent_id, {SPAN_PATH} AS path, name, dur_ns, {SPAN_BYTES} AS bytes,
+        coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false) AS ckpt,
+        name IN {in_list(OPEN_OPS)} AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0 AS opened
+    FROM spans
     WHERE run_id = $run AND level = 'io' AND pid = $main AND {SPAN_STORAGE} AND parent_id IN (SELECT span_id FROM steps)
 ),
 top AS (
     SELECT path, sum(dur_ns) AS ns, sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}) AS written,
         sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}) AS read
     FROM io GROUP BY path ORDER BY ns DESC, path LIMIT 1
-)
+),
+per AS (SELECT parent_id, sum(dur_ns) AS ns FROM io GROUP BY parent_id),
+cum AS (SELECT ns, sum(ns) OVER (ORDER BY ns DESC, parent_id ROWS UNBOUNDED PRECEDING) AS upto FROM per)
 SELECT (SELECT coalesce(sum(dur_ns), 0) FROM io), (SELECT path FROM top), (SELECT coalesce(written, 0) FROM top),
-    (SELECT coalesce(read, 0) FROM top)
+    (SELECT coalesce(read, 0) FROM top), (SELECT count(DISTINCT path) FROM io),
+    (SELECT count(*) FILTER (WHERE upto - ns < {MOST_OF} * (SELECT sum(ns) FROM per)) FROM cum),
+    (SELECT coalesce(sum(dur_ns) FILTER (WHERE ckpt), 0) FROM io),
+    (SELECT count(*) FILTER (WHERE ckpt AND opened) FROM io),
+    (SELECT coalesce(sum(bytes) FILTER (WHERE ckpt AND name IN {in_list(WRITE_OPS)}), 0) FROM io)
 """
 """The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
-itself): its time, the file of the most of it, and that file's write and read time."""
+itself): its time, the file of the most of it, that file's write and read time, the files, the fewest
+iterations that hold ``MOST_OF`` of the time, the time on files named as checkpoints (``CHECKPOINT_NAME``), and
+the checkpoint files' opens for writing (an open's flags, ``O_WRONLY`` or ``O_RDWR``, are its
+``io.requested_bytes``: a save each, over an earlier file or not) and the bytes written to them."""
 
 _STAGES = f"""(SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
     AND pid = $main AND NOT {STEP} AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail'))"""
@@ -397,17 +414,27 @@ def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *,
 def _unstaged(store: Store, io: IoRun, iterations: int) -> dict[str, Any]:
     """Facts on the main process's file I/O in the measured steps but in no stage: ``main_io_unstaged_ns`` (per
     measured iteration), ``main_io_unstaged_path`` (the file of the most of it) and ``main_io_unstaged_kind``
-    (``write`` or ``read``: what took most of that file's time there; None: neither, its opens and closes), those
-    of the loop's own thread; ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``,
-    ``thread_io_files``, ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool
-    that reads the batch while the loop waits on its results), as the time some call of theirs was under way
-    outside every stage (``_THREADS``)."""
+    (``write`` or ``read``: what took most of that file's time there; None: neither, its opens and closes),
+    ``main_io_unstaged_files`` (the files), ``main_io_unstaged_iterations`` (the fewest measured iterations that
+    hold ``MOST_OF`` its time), ``main_io_unstaged_checkpoint_ns`` (per measured iteration, on files named as
+    checkpoints), ``main_io_unstaged_checkpoints`` and ``main_io_unstaged_checkpoint_bytes`` (the opens of
+    checkpoint files for writing, a save each, and the bytes written to them), those of the loop's own thread;
+    ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
+    ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool that reads the batch
+    while the loop waits on its results), as the time some call of theirs was under way outside every stage
+    (``_THREADS``)."""
     sql = _UNSTAGED.replace("{measured}", past_warmup(io.ctx.warmup))
-    total, path, written, read = rows(store, sql, io.run_id, main=io.main_pid)[0]
+    total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(store, sql, io.run_id,
+                                                                                   main=io.main_pid)[0]  # fmt: skip
     facts = {
         "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
         "main_io_unstaged_path": path,
         "main_io_unstaged_kind": _kind(written, read),
+        "main_io_unstaged_files": as_count(files),
+        "main_io_unstaged_iterations": as_count(most),
+        "main_io_unstaged_checkpoint_ns": as_count(ckpt_ns) / iterations if iterations else None,
+        "main_io_unstaged_checkpoints": as_count(ckpt_files),
+        "main_io_unstaged_checkpoint_bytes": as_count(ckpt_bytes),
     }
     measured = io.ctx.measured_table()
     if measured is None or not iterations:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from xstack.analyze._io_common import (
+    CHECKPOINT_NAME,
     FILE_OPS,
     FILE_TIME,
     READ_OPS,
@@ -36,10 +37,6 @@ SMALL_FILE_BYTES = 2 * 2**20
 """tf-Darshan's default threshold: files up to 2 MiB are the ones worth staging on a faster tier."""
 THRESHOLDS = (256 * 2**10, 2**20, 2 * 2**20, 4 * 2**20, 16 * 2**20)
 """Thresholds tabulated side by side, so that users can pick one."""
-CHECKPOINT_NAME = r"\.(pt|pth|ckpt|safetensors|distcp)$|(checkpoint|ckpt)[^/]*(/[^/]*)?$"
-"""Regular expression (on the lower-cased path) of a checkpoint file's name: a state dict saved by ``torch.save``,
-safetensors or ``torch.distributed.checkpoint``, or a file whose name or folder's name says so (a Hugging Face
-Trainer's ``checkpoint-500/``); the folders above do not count (a project called ``checkpointing``)."""
 
 _MAX_BYTE = "max(coalesce(TRY_CAST(attrs->>'$.{key}' AS BIGINT), -1))"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from xstack.analyze._io_loop import MOST_OF
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
 from xstack.analyze.pipeline import Recommendation
-from xstack.analyze.result import format_ns
+from xstack.analyze.result import format_ns, format_value
 from xstack.text import counted
 
 UNSTAGED_MIN_NS: Final = 1_000_000
@@ -49,7 +50,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     ops = s.facts.get("unstaged_ops") or []
     if ops:  # the op level was recorded: the operators the loop ran between its stages
         evidence.append(_ops_line(ops, num(s.facts, "unstaged_ops_ns") or 0.0, unstaged))
-    io_line, io_action = _file_io(results, impact if per == "iteration" else None)
+    io_line, io_action, io_leads = _file_io(results, impact if per == "iteration" else None)
     if io_line:
         evidence.append(io_line)
     names = [str(o["op"]) for o in ops]
@@ -78,10 +79,13 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         action += (f" {' and '.join(found)} {'is' if len(found) == 1 else 'are'} {what}: training work, which "
                    f"belongs in the step; xstack.span('{span}') around {'it' if len(found) == 1 else 'them'} names "
                    "it as a stage.")  # fmt: skip
-    action += (
-        " Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a collate_fn), "
-        "where it overlaps the step, and compute metrics and log every N steps."
-    ) + io_action
+    if io_leads:  # the file I/O is most of the time in no stage: that first, then how to find the rest
+        action = f"{io_action.strip()} For the rest of that time: {action[0].lower()}{action[1:]}"
+    else:
+        action += (
+            " Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a collate_fn), "
+            "where it overlaps the step, and compute metrics and log every N steps."
+        ) + io_action
     return Recommendation(
         "work_outside_stages",
         "The loop spends much of its step outside every model stage",
@@ -96,12 +100,28 @@ def work_outside_stages(results: Results) -> Recommendation | None:
 
 UNSTAGED_IO_SHARE: Final = 0.1
 """Share of the time in no stage per iteration from which the main process's file I/O there is named."""
+OCCASIONAL_SHARE: Final = 0.5
+"""Share of the measured iterations that hold ``MOST_OF`` the main process's file I/O in no stage, at most, for
+that I/O to be said to run in some iterations only (a checkpoint every N steps), not in every one."""
+SAVE_OFF_THE_STEP: Final = (
+    " Saving checkpoints between the stages puts their writing on the step's path: save less often, or off the "
+    "loop's critical path: copy the state to CPU memory and write it from a background thread or process "
+    "(torch.distributed.checkpoint's async_save does both)."
+)
+IO_LEADS: Final = 0.5
+"""Share of the time in no stage per iteration from which the main process's file I/O there leads the advice."""
+CHECKPOINT_SHARE: Final = 0.5
+"""Share of the main process's file I/O in no stage on files named as checkpoints from which the advice is about
+saving them."""
 
 
-def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str]:
+def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str, bool]:
     """Where the io level saw the main process's file I/O outside every stage take ``UNSTAGED_IO_SHARE`` or more of
     the time in no stage per iteration (``unstaged_ns``; ``io.input_bound``'s ``main_io_unstaged_*`` facts): the
-    evidence line and what to add to the advice; else (None, "")."""
+    evidence line, what to add to the advice, and whether it is ``IO_LEADS`` of that time or more, so that the
+    advice starts with it; else (None, "", False). Where ``MOST_OF`` it ran in ``OCCASIONAL_SHARE`` of the
+    measured iterations or fewer, it says so; where ``CHECKPOINT_SHARE`` of it or more was on files named as
+    checkpoints, it advises on saving them."""
     io = get(results, "io.input_bound")
     facts = io.facts if io is not None else {}
     ns, path, kind = (
@@ -110,14 +130,34 @@ def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str
         facts.get("main_io_unstaged_kind"),
     )
     if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
-        return _thread_io(facts, unstaged_ns)
+        line, action = _thread_io(facts, unstaged_ns)
+        return line, action, False
+    leads = ns >= IO_LEADS * unstaged_ns
     doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
-    line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration, most of it {doing} {path} "
-            "(io.input_bound)")  # fmt: skip
     name = str(path).rsplit("/", 1)[-1]
-    then = "read it once, before the loop, or in DataLoader workers" if kind == "read" else (
-        "do it every N steps, or from a background thread")  # fmt: skip
-    return line, f" {doing.capitalize()} {name} between the stages puts file I/O on the step's path: {then}."
+    iterations, held = int(num(facts, "iterations") or 0), int(num(facts, "main_io_unstaged_iterations") or 0)
+    occasional = 0 < held <= OCCASIONAL_SHARE * iterations
+    where = (f", {MOST_OF:.0%} of it in {held:,} of the {iterations:,} measured iterations" if occasional
+             else "")  # fmt: skip
+    saves, ckpt_ns = int(num(facts, "main_io_unstaged_checkpoints") or 0), num(facts, "main_io_unstaged_checkpoint_ns")
+    if saves and ckpt_ns and ckpt_ns >= CHECKPOINT_SHARE * ns:  # checkpoints saved between the stages
+        size = format_value((num(facts, "main_io_unstaged_checkpoint_bytes") or 0) / saves, "bytes")
+        files = f"{saves:,} checkpoint saves, {size} each on average, {name} among them" if saves > 1 else (
+            f"the save of the checkpoint {name}, {size}")  # fmt: skip
+        line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration{where}; "
+                f"{min(100.0, 100.0 * ckpt_ns / ns):.0f}% of it in {files} (io.input_bound)")  # fmt: skip
+        return line, SAVE_OFF_THE_STEP, leads
+    line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration{where}, most of it {doing} {path} "
+            "(io.input_bound)")  # fmt: skip
+    if kind == "read":
+        then = "read it once, before the loop, or in DataLoader workers"
+    else:
+        then = (
+            "do it less often, or from a background thread"
+            if occasional
+            else "do it every N steps, or from a background thread"
+        )
+    return line, f" {doing.capitalize()} {name} between the stages puts file I/O on the step's path: {then}.", leads
 
 
 def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | None, str]:
