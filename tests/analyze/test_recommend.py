@@ -517,9 +517,10 @@ def test_input_bound_leads_with_persistent_workers_where_the_epochs_restarts_are
     assert firsts == [("dataloader.iter", 3), ("dataloader.next", 3)]
     assert '"start_method":"fork"' in config.replace(" ", "")
     head = rec.action.split(": ", 1)[1]
-    assert head.startswith("set persistent_workers=True: its workers start again at each epoch, and the start of "
-                           "the 2 epochs past the warm-up (iter(), which starts them, and the wait for their first "
-                           "batch) took "), (rec.action, waits)  # fmt: skip
+    assert head.startswith("set persistent_workers=True: its workers start again at each epoch and are shut down at "
+                           "its end: the 2 starts past the warm-up (iter(), which starts them, and the wait for their "
+                           "first batch) took "), (rec.action, waits)  # fmt: skip
+    assert " and the 3 ends (the wait that finds no batch left, while they exit) " in head, head
 
 
 def _slow_start_briefly(worker_id: int) -> None:
@@ -861,6 +862,14 @@ def test_worker_restarts_under_spawn_say_each_worker_is_a_new_interpreter() -> N
         "the wait for their first batch) took 6.00 s of its 7.00 s of waiting"
     )
     assert _startup(loader | {"first_wait_ns": 3_000_000_000}) == ""  # under half of the waiting: not the lead
+    # with the epochs' ends, where the workers are shut down: the restarts, starts and ends, are the lead
+    ends = {"first_wait_ns": 3_000_000_000, "last_waits": 4, "last_wait_ns": 1_000_000_000}
+    assert _startup(loader | ends) == (
+        "its workers start again at each epoch (start method spawn: each worker is a new interpreter that imports the "
+        "program's modules again) and are shut down at its end: the 3 starts past the warm-up (iter(), which starts "
+        "them, and the wait for their first batch) took 3.00 s and the 4 ends (the wait that finds no batch left, "
+        "while they exit) 1.00 s, of its 7.00 s of waiting"
+    )
 
 
 def _hand_fed(tmp_path: Path, prepare_s: float, *, marked: bool, steps: bool = True, levels: str = "model") -> Store:

@@ -354,6 +354,10 @@ def test_each_iter_of_a_dataloader_is_a_stage_that_starts_its_epoch(tmp_path: Pa
                     coalesce(attrs->>'$."{A.MODEL_DATALOADER_FIRST}"', 'false') FROM spans
                 WHERE level = 'model' AND name = 'dataloader.iter' ORDER BY start_ns"""
         )
+        ends = s.query(
+            f"""SELECT name, attrs->>'$."{A.MODEL_DATALOADER_LAST}"' FROM spans
+                WHERE level = 'model' AND attrs->>'$."{A.MODEL_DATALOADER_LAST}"' IS NOT NULL ORDER BY start_ns"""
+        )
         [entry] = analyze(s).result("model.stages").facts["dataloaders"]
     # a new iterator at each epoch, or one for them all, whose workers the first iter() starts (the next two
     # reset it: no stage)
@@ -361,3 +365,6 @@ def test_each_iter_of_a_dataloader_is_a_stage_that_starts_its_epoch(tmp_path: Pa
     assert entry["iterated"] == 3
     # the epochs past the warm-up: two, each started by its iter() and its first batch's wait
     assert entry["first_waits"] == (0 if persistent else 2)
+    # each epoch's end, the wait that found no batch left, where workers that do not persist are shut down
+    assert ends == [("dataloader.next", "true")] * 3 and entry["last_waits"] == 3, ends
+    assert entry["last_wait_ns"] > 0

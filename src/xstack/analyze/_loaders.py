@@ -14,6 +14,8 @@ from xstack.trace.store import Store
 
 FIRST = f"coalesce(TRY_CAST(attrs->>'$.\"{A.MODEL_DATALOADER_FIRST}\"' AS BOOLEAN), false)"
 """An iterator's first wait (``model.dataloader_first``)."""
+LAST = f"coalesce(TRY_CAST(attrs->>'$.\"{A.MODEL_DATALOADER_LAST}\"' AS BOOLEAN), false)"
+"""An iterator's last wait, which found no batch left (``model.dataloader_last``)."""
 
 _WAITS = f"""
 WITH last AS (
@@ -25,7 +27,8 @@ SELECT TRY_CAST(attrs->>'$."{A.MODEL_DATALOADER}"' AS INTEGER), count(*) FILTER 
     count(*) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns),
     coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND start_ns >= last.end_ns), 0),
     count(*) FILTER (WHERE NOT {{warm}} AND {FIRST} AND name <> 'dataloader.iter'),
-    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND {FIRST}), 0)
+    coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND {FIRST}), 0),
+    count(*) FILTER (WHERE NOT {{warm}} AND {LAST}), coalesce(sum(dur_ns) FILTER (WHERE NOT {{warm}} AND {LAST}), 0)
 FROM spans, last
 WHERE run_id = $run AND level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'dataloader' GROUP BY 1
 """
@@ -44,8 +47,10 @@ def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     (the one that ends the loop, or finds a crash): counted in ``waits`` and ``wait_ns``, never in a measured
     step, so not in ``model.stages``' share of step time; ``first_waits``, the epochs past the warm-up (an
     iterator's first batch), and ``first_wait_ns``, the time of their start: that first batch's wait and the
-    ``iter()`` that made the iterator, where workers that do not persist start. Entries that are not objects are
-    skipped. Empty for a run that recorded none."""
+    ``iter()`` that made the iterator, where workers that do not persist start; ``last_waits`` and
+    ``last_wait_ns``, the epochs' ends past the warm-up (the wait that found no batch left, where workers that do
+    not persist are shut down) and their time. Entries that are not objects are skipped. Empty for a run that
+    recorded none."""
     entries = ctx.config.get(A.CONFIG_DATALOADERS)
     if not isinstance(entries, list) or not entries:
         return []
@@ -56,10 +61,13 @@ def dataloaders(store: Store, ctx: RunContext) -> list[dict[str, Any]]:
     out = []
     for entry in entries:
         if isinstance(entry, dict):
-            count, wait_ns, warm, warm_ns, after, after_ns, first, first_ns = waits.get(entry.get("index"), (0,) * 8)
+            count, wait_ns, warm, warm_ns, after, after_ns, first, first_ns, last, last_ns = waits.get(
+                entry.get("index"), (0,) * 10
+            )
             out.append(entry | {"waits": count, "wait_ns": wait_ns, "warmup_waits": warm, "warmup_wait_ns": warm_ns,
                                 "after_last_step_waits": after, "after_last_step_wait_ns": after_ns,
-                                "first_waits": first, "first_wait_ns": first_ns})  # fmt: skip
+                                "first_waits": first, "first_wait_ns": first_ns, "last_waits": last,
+                                "last_wait_ns": last_ns})  # fmt: skip
     return out
 
 

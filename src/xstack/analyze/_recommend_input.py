@@ -379,23 +379,31 @@ def _whole_batches(loader: dict[str, Any]) -> str:
 
 
 STARTUP_SHARE_PCT = 50.0
-"""Share of a DataLoader's waits past the warm-up in its epochs' first waits (where workers that do not persist
-start) from which their start-up leads the advice."""
+"""Share of a DataLoader's waits past the warm-up in its epochs' first and last waits (where workers that do not
+persist start, and are shut down) from which their restarts lead the advice."""
 
 
 def _startup(loader: dict[str, Any]) -> str:
-    """Where a DataLoader's epochs' first waits, which start its workers again, hold most of its waiting past the
-    warm-up: what they cost and why (a spawned worker is a new interpreter); empty otherwise."""
-    first, waited = int(loader.get("first_wait_ns") or 0), int(loader.get("wait_ns") or 0)
-    if not first or not waited or 100.0 * first / waited < STARTUP_SHARE_PCT:
+    """Where a DataLoader's epochs' first waits, which start its workers again, and last waits, which shut them
+    down, hold most of its waiting past the warm-up: what they cost and why (a spawned worker is a new
+    interpreter); empty otherwise. The first epoch starts in the warm-up and the last one ends past it, so there
+    may be one end more than starts."""
+    first, last = int(loader.get("first_wait_ns") or 0), int(loader.get("last_wait_ns") or 0)
+    waited = int(loader.get("wait_ns") or 0)
+    if not first or not waited or 100.0 * (first + last) / waited < STARTUP_SHARE_PCT:
         return ""
-    n = int(loader.get("first_waits") or 0)
+    n, m = int(loader.get("first_waits") or 0), int(loader.get("last_waits") or 0)
     method = loader.get("start_method")
     how = (f" (start method {method}: each worker is a new interpreter that imports the program's modules again)"
            if method in ("spawn", "forkserver") else "")  # fmt: skip
-    return (f"its workers start again at each epoch{how}, and the start of the {counted(n, 'epoch')} past the "
-            f"warm-up (iter(), which starts them, and the wait for their first batch) took {format_ns(first)} of its "
-            f"{format_ns(waited)} of waiting")  # fmt: skip
+    if not m:  # no end recorded (a run from before ends were marked, or a loop that broke off its epochs)
+        return (f"its workers start again at each epoch{how}, and the start of the {counted(n, 'epoch')} past the "
+                f"warm-up (iter(), which starts them, and the wait for their first batch) took {format_ns(first)} of "
+                f"its {format_ns(waited)} of waiting")  # fmt: skip
+    return (f"its workers start again at each epoch{how} and are shut down at its end: the {counted(n, 'start')} "
+            f"past the warm-up (iter(), which starts them, and the wait for their first batch) took "
+            f"{format_ns(first)} and the {counted(m, 'end')} (the wait that finds no batch left, while they exit) "
+            f"{format_ns(last)}, of its {format_ns(waited)} of waiting")  # fmt: skip
 
 
 def _cpus(cores: int | None) -> str:

@@ -132,7 +132,12 @@ def input_bound(results: Results) -> Recommendation | None:
             "pin_memory=True and persistent_workers=True, raise prefetch_factor; move decoding/augmentation off "
             "the critical path; stage many small files to faster storage (profile with the io level to see them)."
         )
-    if io is not None and (staging := small_files(results)) is not None and staging.action.startswith(READ_ADVICE):
+    staging = small_files(results) if io is not None else None
+    if (
+        staging is not None
+        and staging.action.startswith(READ_ADVICE)
+        and small_stake(results, staging.impact_ns, staging.impact_per) is None  # not where the step barely feels it
+    ):
         evidence += [e for e in staging.evidence if e not in evidence]
         sources.append("io.small_files")
         action += " " + staging.action

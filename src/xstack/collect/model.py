@@ -380,6 +380,10 @@ class ModelCollector:
             opened = collector._begin_auto("dataloader", "dataloader.next", extra, in_marked=True)
             try:
                 return original(it)
+            except StopIteration:  # the epoch's end: workers that do not persist are shut down in this wait
+                if opened is not None:
+                    opened.attrs[A.MODEL_DATALOADER_LAST] = True
+                raise
             finally:
                 collector._end_auto(opened)
 

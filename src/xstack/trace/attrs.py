@@ -399,6 +399,10 @@ started."""
 MODEL_DATALOADER_FIRST: Final = "model.dataloader_first"
 """Boolean, on ``dataloader`` spans: true on the first wait of an iterator (an epoch's first batch; with worker
 processes that are not persistent, the wait that starts them); absent on the others."""
+MODEL_DATALOADER_LAST: Final = "model.dataloader_last"
+"""Boolean, on ``dataloader.next`` spans: true on the wait that found no batch left (``StopIteration``: an
+epoch's end, where worker processes that are not persistent are shut down, and the loop waits while they exit);
+absent on the others."""
 
 MODEL_MINOR_FAULTS: Final = "model.minor_faults"
 """Integer, on live step spans: minor page faults of the profiled process over the iteration (``getrusage``'s
