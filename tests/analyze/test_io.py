@@ -1815,6 +1815,26 @@ def test_input_bound_rule_quotes_the_io_analysis_and_suggests_staging(tmp_path: 
     assert any(e.endswith("(io.small_files)") for e in rec.evidence)
 
 
+def test_input_bound_folds_in_the_small_files_staging_only_where_the_step_feels_it() -> None:
+    """Spawned workers restarted at each epoch made a loop wait 82% of its step, while its small files' I/O was
+    0.7% of it: the input-bound advice still ended with staging them. Now the staging is folded in only where
+    the small files' time at stake is not a sliver of the step; otherwise it stays a finding of its own, low."""
+    stages = Result("model.stages", "Model stages", facts={"dataloader_pct_of_steps": 30.0, "steps": 10,
+                    "dataloader_in_steps_ns": 30_000_000, "step_total_ns": 100_000_000})  # fmt: skip
+    loop = Result("io.input_bound", "Input-bound", facts={"input_bound": True, "wait_share_pct": 30.0,
+                  "iterations": 10, "mean_wait_ns": 3_000_000, "threshold_pct": 10.0})  # fmt: skip
+    small = {"small_ops_pct": 100.0, "small_files": 500, "files": 500, "small_bytes_pct": 100.0, "small_ops": 1500,
+             "threshold_bytes": 2 * 2**20, "small_size_mean_bytes": 1000}  # fmt: skip
+    for small_ns, folded in ((500_000, False), (50_000_000, True)):  # 50 us, 5 ms per iteration of 10 ms
+        files = Result("io.small_files", "Small files", facts=small | {"small_time_ns": small_ns})
+        results = {"model.stages": stages, "io.input_bound": loop, "io.small_files": files}
+        rec, staging = RULES["input_bound"](results), RULES["small_files"](results)
+        assert rec is not None and staging is not None
+        assert ("io.small_files" in rec.sources) is folded and ("Stage the files" in rec.action) is folded
+        assert (staging.severity == "low") is not folded
+        assert any("barely shorten the step" in e for e in staging.evidence) is not folded
+
+
 def test_a_rule_that_input_bound_took_in_whole_is_not_said_again(tmp_path: Path) -> None:
     with loop_store(tmp_path / "a.duckdb", more_files=_small_files_rows()) as store:
         fired = {rec.rule: rec for rec in recommend(run_analyses(store))}
