@@ -127,13 +127,14 @@ MOST_OF = 0.9
 are few, the I/O is occasional work (a checkpoint every N steps), not the usual iteration's."""
 
 _UNSTAGED = f"""
-WITH steps AS (SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}),
+WITH steps AS ({{parents}}),
 io AS (
     SELECT parent_id, {SPAN_PATH} AS path, name, dur_ns, {SPAN_BYTES} AS bytes,
         coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false) AS ckpt,
         name IN {in_list(OPEN_OPS)} AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0 AS opened
     FROM spans
     WHERE run_id = $run AND level = 'io' AND pid = $main AND {SPAN_STORAGE} AND parent_id IN (SELECT span_id FROM steps)
+        AND {{window}}
 ),
 top AS (
     SELECT path, sum(dur_ns) AS ns, sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}) AS written,
@@ -142,21 +143,36 @@ top AS (
 ),
 per AS (SELECT parent_id, sum(dur_ns) AS ns FROM io GROUP BY parent_id),
 cum AS (SELECT ns, sum(ns) OVER (ORDER BY ns DESC, parent_id ROWS UNBOUNDED PRECEDING) AS upto FROM per)
-SELECT (SELECT coalesce(sum(dur_ns), 0) FROM io), (SELECT path FROM top), (SELECT coalesce(written, 0) FROM top),
-    (SELECT coalesce(read, 0) FROM top), (SELECT count(DISTINCT path) FROM io),
+SELECT (SELECT coalesce(sum(dur_ns), 0) FROM io), (SELECT path FROM top),
+    (SELECT coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}), 0) FROM io),
+    (SELECT coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}), 0) FROM io),
+    (SELECT count(DISTINCT path) FROM io),
     (SELECT count(*) FILTER (WHERE upto - ns < {MOST_OF} * (SELECT sum(ns) FROM per)) FROM cum),
     (SELECT coalesce(sum(dur_ns) FILTER (WHERE ckpt), 0) FROM io),
     (SELECT count(*) FILTER (WHERE ckpt AND opened) FROM io),
     (SELECT coalesce(sum(bytes) FILTER (WHERE ckpt AND name IN {in_list(WRITE_OPS)}), 0) FROM io)
 """
 """The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
-itself): its time, the file of the most of it, that file's write and read time, the files, the fewest
+itself; in a run without steps, from its region, between its first stage's start and its last one's end:
+``{parents}`` and ``{window}``, ``_UNSTAGED_STEPS`` or ``_UNSTAGED_REGION``): its time, the file of the most of
+it, the write and read time of it all, the files, the fewest
 iterations that hold ``MOST_OF`` of the time, the time on files named as checkpoints (``CHECKPOINT_NAME``), and
 the checkpoint files' opens for writing (an open's flags, ``O_WRONLY`` or ``O_RDWR``, are its
 ``io.requested_bytes``: a save each, over an earlier file or not) and the bytes written to them."""
 
+_UNSTAGED_STEPS = {"parents": f"SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}",
+                   "window": "TRUE"}  # fmt: skip
+"""``_UNSTAGED``'s parents and window in a run of steps: the measured steps."""
+_UNSTAGED_REGION = {
+    "parents": f"""SELECT span_id FROM spans WHERE run_id = $run AND level = 'model'
+        AND attrs->>'$."{A.MODEL_KIND}"' = 'region'""",
+    "window": "start_ns >= (SELECT min(s) FROM _st) AND start_ns < (SELECT max(e) FROM _st)",
+}
+"""``_UNSTAGED``'s parents and window in a run without steps: its region, from its first stage to its last
+(``_st``, the run's ``_STAGES``)."""
+
 _STAGES = f"""(SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND level = 'model'
-    AND pid = $main AND NOT {STEP} AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail'))"""
+    AND pid = $main AND NOT ({STEP}) AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail'))"""
 """The main process's stages (its model spans but the iterations, a run's region and what follows its last step)."""
 
 _THREADS = f"""
@@ -293,7 +309,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     measured = f"NOT {io.ctx.in_warmup()} AND NOT {io.ctx.after_last_step()}"
     syncs, sync_ns, sync_path = rows(store, _SYNCS.format(measured=measured), io.run_id, main=io.main_pid)[0]
     facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
-    facts |= _unstaged(store, io, facts["iterations"])
+    facts |= _unstaged(store, io, facts["iterations"], steps=kind == "steps")
     facts["not_covered"] = as_count(rows(store, _NOT_COVERED, io.run_id)[0][0])
     return Result(
         ID,
@@ -411,28 +427,34 @@ def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *,
     }
 
 
-def _unstaged(store: Store, io: IoRun, iterations: int) -> dict[str, Any]:
-    """Facts on the main process's file I/O in the measured steps but in no stage: ``main_io_unstaged_ns`` (per
-    measured iteration), ``main_io_unstaged_path`` (the file of the most of it) and ``main_io_unstaged_kind``
-    (``write`` or ``read``: what took most of that file's time there; None: neither, its opens and closes),
-    ``main_io_unstaged_files`` (the files), ``main_io_unstaged_iterations`` (the fewest measured iterations that
-    hold ``MOST_OF`` its time), ``main_io_unstaged_checkpoint_ns`` (per measured iteration, on files named as
-    checkpoints), ``main_io_unstaged_checkpoints`` and ``main_io_unstaged_checkpoint_bytes`` (the opens of
-    checkpoint files for writing, a save each, and the bytes written to them), those of the loop's own thread;
+def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[str, Any]:
+    """Facts on the main process's file I/O in the measured steps but in no stage (``steps`` False: in a run
+    without steps, between its first stage and its last): ``main_io_unstaged_ns`` (per measured iteration),
+    ``main_io_unstaged_total_ns`` (all of it), ``main_io_unstaged_path`` (the file of the most of it) and
+    ``main_io_unstaged_kind`` (``write`` or ``read``: which took more of its time; None: neither, opens and
+    closes), ``main_io_unstaged_files`` (the files), ``main_io_unstaged_iterations`` (the fewest measured
+    iterations that hold ``MOST_OF`` its time; None without steps), ``main_io_unstaged_checkpoint_ns`` (all of
+    it on files named as checkpoints), ``main_io_unstaged_checkpoints`` and
+    ``main_io_unstaged_checkpoint_bytes`` (the opens of checkpoint files for writing, a save each, and the bytes
+    written to them), those of the loop's own thread;
     ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
     ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool that reads the batch
     while the loop waits on its results), as the time some call of theirs was under way outside every stage
     (``_THREADS``)."""
-    sql = _UNSTAGED.replace("{measured}", past_warmup(io.ctx.warmup))
+    parts = _UNSTAGED_STEPS if steps else _UNSTAGED_REGION
+    sql = _UNSTAGED.replace("{parents}", parts["parents"]).replace("{window}", parts["window"])
+    sql = sql.replace("{measured}", past_warmup(io.ctx.warmup))
+    sql = sql if steps else sql.replace("WITH steps AS", f"WITH _st AS {_STAGES}, steps AS", 1)
     total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(store, sql, io.run_id,
                                                                                    main=io.main_pid)[0]  # fmt: skip
     facts = {
         "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
+        "main_io_unstaged_total_ns": as_count(total),
         "main_io_unstaged_path": path,
         "main_io_unstaged_kind": _kind(written, read),
         "main_io_unstaged_files": as_count(files),
-        "main_io_unstaged_iterations": as_count(most),
-        "main_io_unstaged_checkpoint_ns": as_count(ckpt_ns) / iterations if iterations else None,
+        "main_io_unstaged_iterations": as_count(most) if steps else None,
+        "main_io_unstaged_checkpoint_ns": as_count(ckpt_ns),
         "main_io_unstaged_checkpoints": as_count(ckpt_files),
         "main_io_unstaged_checkpoint_bytes": as_count(ckpt_bytes),
     }

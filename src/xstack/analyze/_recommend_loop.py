@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from xstack.analyze._io_loop import MOST_OF
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
-from xstack.analyze.pipeline import Recommendation
+from xstack.analyze.pipeline import ImpactPer, Recommendation
 from xstack.analyze.result import format_ns, format_value
 from xstack.text import counted
 
@@ -50,7 +50,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     ops = s.facts.get("unstaged_ops") or []
     if ops:  # the op level was recorded: the operators the loop ran between its stages
         evidence.append(_ops_line(ops, num(s.facts, "unstaged_ops_ns") or 0.0, unstaged))
-    io_line, io_action, io_leads = _file_io(results, impact if per == "iteration" else None)
+    io_line, io_action, io_leads = _file_io(results, impact, per)
     if io_line:
         evidence.append(io_line)
     names = [str(o["op"]) for o in ops]
@@ -115,24 +115,24 @@ CHECKPOINT_SHARE: Final = 0.5
 saving them."""
 
 
-def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str, bool]:
+def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple[str | None, str, bool]:
     """Where the io level saw the main process's file I/O outside every stage take ``UNSTAGED_IO_SHARE`` or more of
-    the time in no stage per iteration (``unstaged_ns``; ``io.input_bound``'s ``main_io_unstaged_*`` facts): the
-    evidence line, what to add to the advice, and whether it is ``IO_LEADS`` of that time or more, so that the
-    advice starts with it; else (None, "", False). Where ``MOST_OF`` it ran in ``OCCASIONAL_SHARE`` of the
-    measured iterations or fewer, it says so; where ``CHECKPOINT_SHARE`` of it or more was on files named as
-    checkpoints, it advises on saving them."""
+    the time in no stage (``unstaged_ns``, per iteration, or ``per`` run in a run without iterations, between its
+    first stage and its last; ``io.input_bound``'s ``main_io_unstaged_*`` facts): the evidence line, what to add
+    to the advice, and whether it is ``IO_LEADS`` of that time or more, so that the advice starts with it; else
+    (None, "", False). Where ``MOST_OF`` it ran in ``OCCASIONAL_SHARE`` of the measured iterations or fewer, it
+    says so; where ``CHECKPOINT_SHARE`` of it or more was on files named as checkpoints, it advises on saving
+    them."""
     io = get(results, "io.input_bound")
     facts = io.facts if io is not None else {}
-    ns, path, kind = (
-        num(facts, "main_io_unstaged_ns"),
-        facts.get("main_io_unstaged_path"),
-        facts.get("main_io_unstaged_kind"),
-    )
+    each = " per iteration" if per == "iteration" else ""
+    ns = num(facts, "main_io_unstaged_ns" if each else "main_io_unstaged_total_ns")
+    path, kind, total = facts.get("main_io_unstaged_path"), facts.get("main_io_unstaged_kind"), None
     if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
-        line, action = _thread_io(facts, unstaged_ns)
+        line, action = _thread_io(facts, unstaged_ns if each else None)
         return line, action, False
     leads = ns >= IO_LEADS * unstaged_ns
+    total = num(facts, "main_io_unstaged_total_ns") or 0.0
     doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
     name = str(path).rsplit("/", 1)[-1]
     iterations, held = int(num(facts, "iterations") or 0), int(num(facts, "main_io_unstaged_iterations") or 0)
@@ -140,24 +140,29 @@ def _file_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str
     where = (f", {MOST_OF:.0%} of it in {held:,} of the {iterations:,} measured iterations" if occasional
              else "")  # fmt: skip
     saves, ckpt_ns = int(num(facts, "main_io_unstaged_checkpoints") or 0), num(facts, "main_io_unstaged_checkpoint_ns")
-    if saves and ckpt_ns and ckpt_ns >= CHECKPOINT_SHARE * ns:  # checkpoints saved between the stages
+    if saves and ckpt_ns and total and ckpt_ns >= CHECKPOINT_SHARE * total:  # checkpoints saved between the stages
         size = format_value((num(facts, "main_io_unstaged_checkpoint_bytes") or 0) / saves, "bytes")
         files = f"{saves:,} checkpoint saves, {size} each on average, {name} among them" if saves > 1 else (
             f"the save of the checkpoint {name}, {size}")  # fmt: skip
-        line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration{where}; "
-                f"{min(100.0, 100.0 * ckpt_ns / ns):.0f}% of it in {files} (io.input_bound)")  # fmt: skip
+        line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}; "
+                f"{min(100.0, 100.0 * ckpt_ns / total):.0f}% of it in {files} (io.input_bound)")  # fmt: skip
         return line, SAVE_OFF_THE_STEP, leads
-    line = (f"the main process's file I/O took {format_ns(ns)} of it per iteration{where}, most of it {doing} {path} "
+    count = int(num(facts, "main_io_unstaged_files") or 0)
+    files = f"{count:,} files ({path} the longest)" if count > 1 else str(path)
+    line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}, most of it {doing} {files} "
             "(io.input_bound)")  # fmt: skip
+    them = "them" if count > 1 else "it"
     if kind == "read":
-        then = "read it once, before the loop, or in DataLoader workers"
+        then = f"read {them} once, before the loop, or in DataLoader workers"
+    elif kind == "write" and count > max(iterations, 1):  # outputs, an item each: fewer files, or a thread
+        then = (f"write {them} into fewer, larger files (a .npy or .npz per batch, a tar shard), or from a "
+                "background thread (a queue that one thread drains)")  # fmt: skip
+    elif occasional or not each:
+        then = "do it less often, or from a background thread"
     else:
-        then = (
-            "do it less often, or from a background thread"
-            if occasional
-            else "do it every N steps, or from a background thread"
-        )
-    return line, f" {doing.capitalize()} {name} between the stages puts file I/O on the step's path: {then}.", leads
+        then = "do it every N steps, or from a background thread"
+    what = f"{count:,} files" if count > 1 else name
+    return line, f" {doing.capitalize()} {what} between the stages puts file I/O on the step's path: {then}.", leads
 
 
 def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | None, str]:

@@ -141,11 +141,20 @@ def input_bound(results: Results) -> Recommendation | None:
         evidence += [e for e in staging.evidence if e not in evidence]
         sources.append("io.small_files")
         action += " " + staging.action
-    title = ("Training may be input-bound: the model waits for data in some measurements" if disputed
-             else "Training is input-bound: the model waits for data")  # fmt: skip
+    what = "Inference" if _infers(results) else "Training"
+    title = (f"{what} may be input-bound: the model waits for data in some measurements" if disputed
+             else f"{what} is input-bound: the model waits for data")  # fmt: skip
     return Recommendation(
         "input_bound", title, "low" if disputed else _severity(pct), evidence, sources, action, impact_ns=impact,
     )  # fmt: skip
+
+
+def _infers(results: Results) -> bool:
+    """Whether the run's model stages (``model.stages``' rows) hold forward passes and no backward or optimizer
+    step: a loop that runs the model for its outputs, not one that trains it."""
+    s = _get(results, "model.stages")
+    kinds = {str(row[1]) for row in s.rows if len(row) > 1} if s is not None else set()
+    return "forward" in kinds and not kinds & {"backward", "optimizer"}
 
 
 def _io_wait_evidence(facts: dict[str, Any], share_pct: float) -> str:
