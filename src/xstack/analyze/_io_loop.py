@@ -128,29 +128,30 @@ are few, the I/O is occasional work (a checkpoint every N steps), not the usual 
 
 _UNSTAGED = f"""
 WITH steps AS ({{parents}}),
-io AS (
-    SELECT parent_id, {SPAN_PATH} AS path, name, dur_ns, {SPAN_BYTES} AS bytes,
-        coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false) AS ckpt,
-        name IN {in_list(OPEN_OPS)} AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0 AS opened
+io AS MATERIALIZED (
+    SELECT parent_id, {SPAN_PATH} AS path, name, dur_ns,
+        CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} END AS bytes,
+        CASE WHEN name IN {in_list(OPEN_OPS)} THEN TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0
+            ELSE false END AS opened
     FROM spans
     WHERE run_id = $run AND level = 'io' AND pid = $main AND {SPAN_STORAGE} AND parent_id IN (SELECT span_id FROM steps)
         AND {{window}}
 ),
-top AS (
-    SELECT path, sum(dur_ns) AS ns, sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}) AS written,
-        sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}) AS read
-    FROM io GROUP BY path ORDER BY ns DESC, path LIMIT 1
+by_path AS MATERIALIZED (
+    SELECT path, sum(dur_ns) AS ns, coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}), 0) AS written,
+        coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}), 0) AS read, count(*) FILTER (WHERE opened)
+        AS opens, coalesce(sum(bytes) FILTER (WHERE name IN {in_list(WRITE_OPS)}), 0) AS wbytes,
+        coalesce(regexp_matches(lower(path), '{CHECKPOINT_NAME}'), false) AS ckpt
+    FROM io GROUP BY path
 ),
 per AS (SELECT parent_id, sum(dur_ns) AS ns FROM io GROUP BY parent_id),
 cum AS (SELECT ns, sum(ns) OVER (ORDER BY ns DESC, parent_id ROWS UNBOUNDED PRECEDING) AS upto FROM per)
-SELECT (SELECT coalesce(sum(dur_ns), 0) FROM io), (SELECT path FROM top),
-    (SELECT coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}), 0) FROM io),
-    (SELECT coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}), 0) FROM io),
-    (SELECT count(DISTINCT path) FROM io),
+SELECT coalesce(sum(ns), 0), (SELECT path FROM by_path ORDER BY ns DESC, path LIMIT 1), coalesce(sum(written), 0),
+    coalesce(sum(read), 0), count(*),
     (SELECT count(*) FILTER (WHERE upto - ns < {MOST_OF} * (SELECT sum(ns) FROM per)) FROM cum),
-    (SELECT coalesce(sum(dur_ns) FILTER (WHERE ckpt), 0) FROM io),
-    (SELECT count(*) FILTER (WHERE ckpt AND opened) FROM io),
-    (SELECT coalesce(sum(bytes) FILTER (WHERE ckpt AND name IN {in_list(WRITE_OPS)}), 0) FROM io)
+    coalesce(sum(ns) FILTER (WHERE ckpt), 0), coalesce(sum(opens) FILTER (WHERE ckpt), 0),
+    coalesce(sum(wbytes) FILTER (WHERE ckpt), 0)
+FROM by_path
 """
 """The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
 itself; in a run without steps, from its region, between its first stage's start and its last one's end:
