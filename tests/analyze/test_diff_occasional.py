@@ -18,3 +18,39 @@ def test_the_work_each_merged_step_leaves_out_is_said_of_both_runs(tmp_path: Pat
     assert "; A: " in label and "every 4th iteration (2 of 8): model 'save' (" in label
     assert label.endswith("; B: none")
     assert not any(lb.startswith("work that only some") for lb in diff_profiles(b, b).summary.labels)
+
+
+def _steps_store(path: Path, steps_ms: list[float]) -> Path:
+    """A live run of the steps ``steps_ms`` (ms), the first a warm-up (config.warmup_steps = 1)."""
+    from xstack.trace import attrs as A
+    from xstack.trace.sink import Sink
+    from xstack.trace.store import RunInfo, Store
+
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "live", levels=["model"], config={A.CONFIG_WARMUP_STEPS: 1}))
+        sink = Sink(store, 1)
+        start = 0
+        for k, ms in enumerate(steps_ms):
+            dur = round(ms * 1e6)
+            sink.span(1 + k, None, "model", f"step#{k}", start, dur, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: k})
+            start += dur
+        sink.close()
+    return path
+
+
+def test_live_runs_compare_the_mean_of_their_steps_which_occasional_work_moves(tmp_path: Path) -> None:
+    """Validation DataLoader workers kept across epochs took the iterations that hold the validation pass from
+    91 ms to 38 ms, in 2 of 187: the median step did not move, and the diff said nothing of it. Live runs now
+    compare the mean of their measured steps too, judged against the spread their median is judged against."""
+    usual = [3.0 + 0.01 * (k % 7) for k in range(60)]  # 3.00 to 3.06 ms
+    a = _steps_store(tmp_path / "a.duckdb", [50.0, *usual[:30], 90.0, *usual[30:], 91.0])
+    b = _steps_store(tmp_path / "b.duckdb", [50.0, *usual[:30], 38.0, *usual[30:], 37.0])
+    facts = diff_profiles(a, b).summary.facts
+    assert facts["step_status"] == "unchanged" and facts["mean_step_status"] == "faster", facts
+    assert abs(facts["mean_step_a_ns"] - (sum(usual) + 181.0) / 62 * 1e6) < 1e3  # the outliers counted
+    # the same steps on both sides: unchanged; a merged run has one step and no mean row
+    same = diff_profiles(a, a).summary
+    assert same.facts["mean_step_status"] == "unchanged"
+    assert [r[0] for r in same.rows][:2] == ["step latency", "step mean (every measured step)"]
+    merged = periodic_save(tmp_path / "m.duckdb", 4)
+    assert "step mean (every measured step)" not in [r[0] for r in diff_profiles(merged, merged).summary.rows]

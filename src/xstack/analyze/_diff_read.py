@@ -139,6 +139,10 @@ class Side:
     cpu: dict[str, Timing] = field(default_factory=dict)
     """The process's user and system CPU time per measured step (``model.process``; a merged run's from its model
     pass), by ``user``/``system``; empty where the run recorded none (an imported trace)."""
+    mean: Timing | None = None
+    """The mean of the measured steps of a run that is not merged, with the low-side spread of their median: what
+    occasional work (an evaluation, a checkpoint every N steps, workers restarted at each epoch) adds to the steps,
+    which their median leaves out; None without steps, or in a merged run (one step)."""
 
     @property
     def merged(self) -> bool:
@@ -245,6 +249,7 @@ def read_side(store: Store, run_id: int) -> Side:
     wall_ns, wall_source = host_wall(store, run_id, ctx.config)
     wall = Timing(float(wall_ns)) if wall_ns is not None else None
     side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step, wall, wall_source)
+    side.mean = None if ctx.pass_name == "merged" else _mean_step(store, run_id, ctx.warmup, step)
     side.replayed = ctx.replayed_timing()
     size = ctx.config.get(A.CONFIG_BATCH_SIZE)
     side.batch_size = size if isinstance(size, int) and not isinstance(size, bool) else None
@@ -395,6 +400,18 @@ def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int
     )
     timed = {str(r[0]): Timing(float(r[2]), count=int(r[1])) for r in rows if r[1]}
     return timed, sum(int(r[3]) for r in rows)
+
+
+def _mean_step(store: Store, run_id: int, warmup: int, step: Timing | None) -> Timing | None:
+    """The mean of the measured steps, with the low-side spread of their median (``step``: its ``p5_ns`` the mean
+    less that spread), as the step latency is judged; None with fewer than two, or without ``step``."""
+    row = store.con.execute(f"SELECT count(*), avg(dur_ns) FROM ({_steps(warmup)}) WHERE measured",
+                            {"run": run_id}).fetchone()  # fmt: skip
+    if step is None or row is None or not row[0] or row[0] < 2 or row[1] is None:
+        return None
+    n, mean = int(row[0]), float(row[1])
+    spread = step.value_ns - step.p5_ns if step.p5_ns is not None else None
+    return Timing(mean, None if spread is None else mean - spread, n, n)
 
 
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:

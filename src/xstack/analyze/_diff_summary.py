@@ -21,6 +21,10 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
     rows = [_step_row(a, b, rule)]
     facts: dict[str, Any] = {"step_a_ns": rows[0][3], "step_b_ns": rows[0][4], "step_delta_ns": rows[0][5],
                              "step_status": rows[0][1], "a": a.describe(), "b": b.describe()}  # fmt: skip
+    if a.mean is not None and b.mean is not None and a.steps and b.steps:  # runs that are not merged
+        mean = _pair_row("step mean (every measured step)", a.mean, b.mean, rule)
+        rows.append(_unjudged(mean) if a.replayed or b.replayed else mean)
+        facts |= {"mean_step_a_ns": mean[3], "mean_step_b_ns": mean[4], "mean_step_status": rows[-1][1]}
     stage_rows = _stage_rows(a, b, rule)
     rows += stage_rows
     cpu_rows = [_as_amount(_pair_row(f"process {kind} CPU per step", a.cpu[kind], b.cpu[kind], rule))
@@ -34,7 +38,10 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
             facts[level] = {**t.counts, **t.totals}
     notes = (
         "The first row compares the step latency (median of the host step spans; without any, the run's host wall "
-        "time); then each model stage other than the step (load, preprocess, a forward call, ...: model spans matched "
+        "time); in runs that are not merged, the next compares the mean of their measured steps, which the work of "
+        "some steps only (an evaluation, a checkpoint every N steps, workers restarted at each epoch) moves and the "
+        "median does not (judged against the median's spread); then each model stage other than the step "
+        "(load, preprocess, a forward call, ...: model spans matched "
         "by name, median per call; a run's tail, such as a live run's after-last-step, what followed the last step(), "
         "is teardown and left out); then the profiled process's user and system CPU time per step, where both runs "
         "recorded them (``model.process``: every thread of the process, median over the measured steps; a merged "
