@@ -494,19 +494,27 @@ def _slow_start(worker_id: int) -> None:
     time.sleep(1.0)
 
 
-def test_input_bound_leads_with_persistent_workers_where_the_epochs_restarts_are_the_waiting(tmp_path: Path) -> None:
+def _epochs(path: Path, loader: Any, val: Any = None) -> Store:
+    """Three epochs of training on ``loader``, each followed by a pass over ``val`` where given (between the
+    epoch's last step and the next epoch's first: within a step), profiled at the model level."""
     import xstack
 
     model = torch.nn.Linear(64, 64)
-    loader = torch.utils.data.DataLoader(_Slow(0.0), batch_size=None, num_workers=2, worker_init_fn=_slow_start,
-                                         multiprocessing_context="fork")  # fmt: skip
-    path = tmp_path / "restarts.duckdb"
     with xstack.profile(levels="model", path=path) as prof:
         for _epoch in range(3):
             for x in loader:
                 model(x).sum().backward()
                 prof.step()
-    with Store.open(path) as store:
+            with torch.no_grad():
+                for x in val or ():
+                    model(x)
+    return Store.open(path)
+
+
+def test_input_bound_leads_with_persistent_workers_where_the_epochs_restarts_are_the_waiting(tmp_path: Path) -> None:
+    loader = torch.utils.data.DataLoader(_Slow(0.0), batch_size=None, num_workers=2, worker_init_fn=_slow_start,
+                                         multiprocessing_context="fork")  # fmt: skip
+    with _epochs(tmp_path / "restarts.duckdb", loader) as store:
         firsts = store.query(
             "SELECT name, count(*) FROM spans WHERE attrs->>'$.\"model.dataloader_first\"' = 'true' "
             "GROUP BY 1 ORDER BY 1"
@@ -531,22 +539,10 @@ def test_input_bound_advises_on_a_validation_loader_whose_waits_are_a_large_shar
     """The training DataLoader is waited on longest; the validation one, iterated at each epoch with workers that
     do not persist, holds about a third of the waits within the steps: the advice names it too, with its own
     settings' advice, its workers' restarts first."""
-    import xstack
-
-    model = torch.nn.Linear(64, 64)
     train = torch.utils.data.DataLoader(_Slow(0.05), batch_size=None)
     val = torch.utils.data.DataLoader(_Slow(0.0), batch_size=None, num_workers=1, worker_init_fn=_slow_start_briefly,
                                       multiprocessing_context="fork")  # fmt: skip
-    path = tmp_path / "val.duckdb"
-    with xstack.profile(levels="model", path=path) as prof:
-        for _epoch in range(3):
-            for x in train:
-                model(x).sum().backward()
-                prof.step()
-            with torch.no_grad():
-                for x in val:  # between the epoch's last step and the next epoch's first: within a step
-                    model(x)
-    with Store.open(path) as store:
+    with _epochs(tmp_path / "val.duckdb", train, val) as store:
         rec = _check(_fired(store, "input_bound"), "model.stages")
     settings = "batch_size=None, num_workers=1, persistent_workers=False, pin_memory=False, prefetch_factor=2)"
     also = [e for e in rec.evidence if e.startswith(f"the loop also waits on DataLoader(_Slow, {settings}, ")]
