@@ -245,11 +245,11 @@ def read_side(store: Store, run_id: int) -> Side:
     """Read one run for a diff (``run_id`` must be a run of ``store``)."""
     ctx = run_context(store, run_id)
     name = store.query("SELECT name FROM runs WHERE run_id = ?", [run_id])[0][0]
-    steps, step = _step(store, run_id, ctx.warmup)
+    steps, step, mean = _step(store, run_id, ctx.warmup)
     wall_ns, wall_source = host_wall(store, run_id, ctx.config)
     wall = Timing(float(wall_ns)) if wall_ns is not None else None
     side = Side(str(store.path), run_id, str(name or ""), ctx.pass_name, ctx.levels, steps, step, wall, wall_source)
-    side.mean = None if ctx.pass_name == "merged" else _mean_step(store, run_id, ctx.warmup, step)
+    side.mean = None if ctx.pass_name == "merged" else mean
     side.replayed = ctx.replayed_timing()
     size = ctx.config.get(A.CONFIG_BATCH_SIZE)
     side.batch_size = size if isinstance(size, int) and not isinstance(size, bool) else None
@@ -402,32 +402,25 @@ def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int
     return timed, sum(int(r[3]) for r in rows)
 
 
-def _mean_step(store: Store, run_id: int, warmup: int, step: Timing | None) -> Timing | None:
-    """The mean of the measured steps, with the low-side spread of their median (``step``: its ``p5_ns`` the mean
-    less that spread), as the step latency is judged; None with fewer than two, or without ``step``."""
-    row = store.con.execute(f"SELECT count(*), avg(dur_ns) FROM ({_steps(warmup)}) WHERE measured",
-                            {"run": run_id}).fetchone()  # fmt: skip
-    if step is None or row is None or not row[0] or row[0] < 2 or row[1] is None:
-        return None
-    n, mean = int(row[0]), float(row[1])
-    spread = step.value_ns - step.p5_ns if step.p5_ns is not None else None
-    return Timing(mean, None if spread is None else mean - spread, n, n)
-
-
-def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None]:
-    """The measured steps (past the warm-up) and their median, with the steps' own statistics (a merged run) or
-    the 5th percentile of the measured steps; (0, None) without any."""
+def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None, Timing | None]:
+    """The measured steps (past the warm-up), their median, with the steps' own statistics (a merged run) or the
+    5th percentile of the measured steps, and their mean, with the low-side spread of the median (``p5_ns`` the
+    mean less it, as the step latency is judged; None with fewer than two steps); (0, None, None) without any."""
     row = store.con.execute(
         f"""SELECT count(*), quantile_cont(dur_ns, 0.5),
             CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) ELSE quantile_cont(dur_ns, 0.05) END,
             CASE WHEN count(p5_ns) = count(*) THEN min(n) ELSE count(*) END,
-            CASE WHEN count(p5_ns) = 0 THEN quantile_cont(dur_ns, 0.75) - quantile_cont(dur_ns, 0.25) END
+            CASE WHEN count(p5_ns) = 0 THEN quantile_cont(dur_ns, 0.75) - quantile_cont(dur_ns, 0.25) END,
+            avg(dur_ns)
         FROM ({_steps(warmup)}) WHERE measured""",
         {"run": run_id},
     ).fetchone()
-    if row is not None and row[0]:
-        return int(row[0]), Timing(float(row[1]), _float(row[2]), _int(row[3]), int(row[0]), iqr_ns=_float(row[4]))
-    return 0, None
+    if row is None or not row[0]:
+        return 0, None, None
+    n, median, p5 = int(row[0]), float(row[1]), _float(row[2])
+    step = Timing(median, p5, _int(row[3]), n, iqr_ns=_float(row[4]))
+    mean = Timing(float(row[5]), None if p5 is None else float(row[5]) - (median - p5), n, n) if n > 1 else None
+    return n, step, mean
 
 
 def _process_cpu(store: Store, ctx: RunContext) -> dict[str, Timing]:

@@ -156,10 +156,10 @@ FROM by_path
 """The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
 itself; in a run without steps, from its region, between its first stage's start and its last one's end:
 ``{parents}`` and ``{window}``, ``_UNSTAGED_STEPS`` or ``_UNSTAGED_REGION``): its time, the file of the most of
-it, the write and read time of it all, the files, the fewest
-iterations that hold ``MOST_OF`` of the time, the time on files named as checkpoints (``CHECKPOINT_NAME``), and
-the checkpoint files' opens for writing (an open's flags, ``O_WRONLY`` or ``O_RDWR``, are its
-``io.requested_bytes``: a save each, over an earlier file or not) and the bytes written to them."""
+it, the write and read time of it all, the files, the fewest iterations that hold ``MOST_OF`` of the time, the
+time on files named as checkpoints (``CHECKPOINT_NAME``), and the checkpoint files' opens for writing (an open's
+flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``: a save each, over an earlier file or not) and
+the bytes written to them."""
 
 _UNSTAGED_STEPS = {"parents": f"SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}",
                    "window": "TRUE"}  # fmt: skip

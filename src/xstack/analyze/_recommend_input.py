@@ -52,7 +52,7 @@ anew with the same settings, must hold for the input-bound rule to advise on the
 def other_loaders_advice(results: Results) -> list[tuple[str, str]]:
     """(evidence line, action) for the DataLoaders other than the one ``loader_advice`` advises on whose waits
     within the measured steps take ``OTHER_LOADER_SHARE_PCT`` of the loop's waits there or more: each one, or
-    ``labels.ANEW_MIN`` or more of the same settings each iterated once together (a new one for each evaluation,
+    ``_loaders.ANEW_MIN`` or more of the same settings each iterated once together (a new one for each evaluation,
     whose workers start each time). Their batches' cost is said only where it differs from the first
     DataLoader's; empty where the run recorded no DataLoader settings."""
     loader, cores, source = _loader(results)

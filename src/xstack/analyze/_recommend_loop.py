@@ -127,7 +127,7 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     facts = io.facts if io is not None else {}
     each = " per iteration" if per == "iteration" else ""
     ns = num(facts, "main_io_unstaged_ns" if each else "main_io_unstaged_total_ns")
-    path, kind, total = facts.get("main_io_unstaged_path"), facts.get("main_io_unstaged_kind"), None
+    path, kind = facts.get("main_io_unstaged_path"), facts.get("main_io_unstaged_kind")
     if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
         line, action = _thread_io(facts, unstaged_ns if each else None)
         return line, action, False
