@@ -907,7 +907,7 @@ from concurrent.futures import ThreadPoolExecutor
 os.makedirs("d", exist_ok=True)
 for i in range(600):
     with open(f"d/{i}.bin", "wb") as f:
-        f.write(os.urandom(2048))
+        f.write(os.urandom(131_072))  # reads long enough to stay a large share of the step on a busy machine
 def read(path):
     with open(path, "rb") as f:
         return f.read()
