@@ -41,6 +41,7 @@ from xstack.analyze.summary import summarize
 from xstack.errors import UsageError
 from xstack.report._charts import render_chart
 from xstack.report.formats import md_result, render_markdown
+from xstack.report.html import render_html
 from xstack.report.terminal import io_line
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -2240,6 +2241,10 @@ def test_summary_has_one_io_line(darshan_like: Store) -> None:
         "37 operations on 7 files in all (Python, system and other files; 1 stream (standard streams, pipes, "
         "sockets) left out)"
     )
+    # the report's run table has the same line, in markdown and in the HTML page
+    analysis = analyze(darshan_like)
+    assert f"| file I/O | {io_line(s.io)} |" in render_markdown(analysis)
+    assert f'<p class="meta">file I/O: {io_line(s.io)}</p>' in render_html(analysis)
     # a program that only listed folders and read Python's files: no data file, said so, not "0 operations by 0"
     listing = {"ops": 0, "bytes_read": 0, "bytes_written": 0, "time_ns": 0, "files": 0, "processes": 0,
                "all_ops": 12, "all_files": 3, "streams": 0}  # fmt: skip

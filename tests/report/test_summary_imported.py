@@ -63,11 +63,17 @@ def test_an_amd_gpu_has_compute_units_and_no_compute_capability(import_store: An
     assert "NVIDIA H100 80GB HBM3, 79 GiB, 132 SMs, cc 9.0" in text
 
 
-def test_a_rank_without_a_world_size_has_no_question_mark(import_store: Any) -> None:
+def test_a_rank_without_a_world_size_has_no_question_mark(import_store: Any, tmp_path: Path) -> None:
     _, text = summary_of(import_store, "a100_alexnet_cupti_counters.json.gz")  # distributedInfo: {"rank": 0}
     assert re.search(r"^ distributed +rank 0 *$", text, re.M) and "of ?" not in text
     _, text = summary_of(import_store, "cpu_only_gloo_rank34.json.gz")
     assert "rank 34 of 300, gloo" in text
+    # the report's run table says it too, as the summary does: which rank of the job this store is
+    with Store.open(tmp_path / "cpu_only_gloo_rank34.json.gz.duckdb") as store:  # the one summary_of imported
+        analysis = analyze(store)
+    assert "| distributed | rank 34 of 300, gloo |" in render_markdown(analysis)
+    html = write_report(analysis, tmp_path / "r.html").path.read_text(encoding="utf-8")
+    assert 'distributed</div><div class="v">rank 34 of 300, gloo</div>' in html
     assert distributed_line({"rank": 0, "world_size": 1, "backend": "nccl"}) is None  # one process: nothing to say
     assert distributed_line({"backend": "nccl"}) is None
 

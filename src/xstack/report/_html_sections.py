@@ -17,7 +17,9 @@ from xstack.report._svg import esc
 from xstack.report.terminal import (
     batch_size_line,
     devices_line,
+    distributed_line,
     health_headline,
+    io_line,
     iterations_line,
     overhead_adds,
     overhead_note,
@@ -78,6 +80,8 @@ def _cards(analysis: Analysis) -> str:
         first = s.overhead[0]
         cards.append((f"step latency ({first.get('pass')} pass median)", format_ns(first["step_median_ns"])))
     cards.append(("devices", devices_line(s)))
+    if s.distributed and (rank := distributed_line(s.distributed)):
+        cards.append(("distributed", rank))
     cards.append(("levels", ", ".join(s.levels) or ", ".join(s.span_counts) or "-"))
     cards.append(("spans", f"{sum(s.span_counts.values()):,}"))
     kernel_rows = s.top.get("kernel") or []
@@ -96,6 +100,8 @@ def _cards(analysis: Analysis) -> str:
         meta.append(f"iterations: {iterations_line(s.iterations)}")
     line = " · ".join(m for m in meta if m)
     system = f'<p class="meta">system: {esc(system_line(s.system))}</p>' if s.system else ""
+    if s.io:
+        system += f'<p class="meta">file I/O: {esc(io_line(s.io))}</p>'
     others = runs_line(s, "report")
     runs = f'<p class="meta runs">store: {esc(others)}</p>' if others else ""
     return f'<div class="cards">{body}</div>' + (f'<p class="meta">{esc(line)}</p>' if line else "") + runs + system

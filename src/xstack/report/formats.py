@@ -32,7 +32,9 @@ from xstack.report.html import COMPARISON_LEAD, Comparison
 from xstack.report.terminal import (
     batch_size_line,
     devices_line,
+    distributed_line,
     health_headline,
+    io_line,
     iterations_line,
     overhead_adds,
     overhead_note,
@@ -118,7 +120,9 @@ def render_markdown(analysis: Analysis, *, compare: Comparison | None = None) ->
         ("host wall time", wall_line(s)),
         *([("iterations", iterations_line(s.iterations))] if s.iterations else []),
         ("devices", devices_line(s)),
+        *([("distributed", rank)] if s.distributed and (rank := distributed_line(s.distributed)) else []),
         ("spans", ", ".join(f"{lv} {n:,}" for lv, n in s.span_counts.items()) or "none"),
+        *([("file I/O", io_line(s.io))] if s.io else []),
     ]
     if status := status_line(s):
         facts.insert(2, ("status", status))
