@@ -590,6 +590,42 @@ def test_input_bound_advises_on_dataloaders_made_anew_for_each_pass_together() -
     assert rec is not None and not any("also waits" in e for e in rec.evidence) and "Eval" not in rec.action
 
 
+def test_input_bound_leads_with_the_evaluation_dataloaders_where_together_they_are_waited_on_most() -> None:
+    """A Hugging Face Trainer's four evaluation DataLoaders (a new one per evaluation) hold 60 ms of waits, the
+    training one 40 ms: each is shorter alone, together they are most of the waiting, so the advice leads with
+    them; the training one follows with its own share, and its batches' cost by reference."""
+    settings = {"batch_size": 16, "num_workers": 2, "persistent_workers": False, "pin_memory": False,
+                "prefetch_factor": 2, "after_last_step_wait_ns": 0}  # fmt: skip
+    train = settings | {"dataset": "Train", "iterated": 1, "waits": 80, "index": 0, "wait_ns": 40_000_000}
+    evals = [settings | {"dataset": "Eval", "iterated": 1, "waits": 10, "wait_ns": 15_000_000, "index": i}
+             for i in (1, 2, 3, 4)]  # fmt: skip
+    facts = {"input_bound": True, "wait_share_pct": 20.0, "iterations": 80, "mean_wait_ns": 1_250_000,
+             "threshold_pct": 10.0, "dataloaders": [train, *evals], "cores": 2}  # fmt: skip
+    rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound", facts=facts)})
+    assert rec is not None
+    named = [e for e in rec.evidence if e.startswith(("the loop waits on ", "the loop also waits on "))]
+    assert named[0].startswith("the loop waits on 4 DataLoaders of the settings DataLoader(Eval, "), named
+    assert named[0].endswith(": 60.0 ms in their waits within the measured steps, 60.0% of the loop's waits there, "
+                             "40 waits in all (io.input_bound)"), named  # fmt: skip
+    assert named[1] == (
+        "the loop also waits on DataLoader(Train, batch_size=16, num_workers=2, persistent_workers=False, "
+        "pin_memory=False, prefetch_factor=2), 40.0 ms in 80 waits, all within the measured steps, 40.0% of the "
+        "loop's waits there; 2 usable CPUs (io.input_bound)"
+    ), named
+    assert (
+        rec.action.startswith("DataLoader(Eval, ")
+        and "its workers start again with each of the 4 new" in (rec.action.split(" DataLoader(Train, ")[0])
+    ), rec.action
+    assert rec.action.endswith("DataLoader(Train, batch_size=16, num_workers=2, persistent_workers=False, "
+                               "pin_memory=False, prefetch_factor=2): its 2 workers already match the 2 usable CPUs: "
+                               "make each batch cheaper, as above."), rec.action  # fmt: skip
+    # alone, the training DataLoader's line says no share: there is nothing to share the waits with
+    facts["dataloaders"] = [train]
+    rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound", facts=facts)})
+    assert rec is not None and any(e.endswith("40.0 ms in 80 waits; 2 usable CPUs (io.input_bound)")
+                                   for e in rec.evidence), rec.evidence  # fmt: skip
+
+
 def test_input_bound_of_a_merged_run_says_its_wait_share_is_the_io_pass_s(tmp_path: Path) -> None:
     # the merged step's medians give one share (model.stages), the io pass's own steps another: each says which
     facts = {"input_bound": True, "wait_share_pct": 37.5, "iterations": 4, "mean_wait_ns": 3_000_000,

@@ -1,7 +1,7 @@
 """What the input-bound rule (``recommend.input_bound``) advises: from the settings of the DataLoader the loop
 waited on longest and the CPUs the program could use (``runs.config``), leaving out what the DataLoader already
-does, then from those of each other DataLoader that holds a large share of the waits; or, for a run that did not
-record them, from the worker processes the io level saw.
+does, and from those of each other DataLoader that holds a large share of the waits, the most waited-on first;
+or, for a run that did not record them, from the worker processes the io level saw.
 """
 
 from __future__ import annotations
@@ -33,67 +33,64 @@ file per iteration), with two reads or more of them per iteration: their reads, 
 fewer."""
 
 
-def loader_advice(results: Results) -> tuple[str, str, str] | None:
-    """(evidence line, the analysis it quotes, action) for the DataLoader the loop waited on longest; None where
-    the run recorded no DataLoader settings (an imported trace)."""
-    loader, cores, source = _loader(results)
-    if loader is None:
-        return None
-    action = _loader_action(loader, cores, _cheaper_for(results, loader))
-    return _loader_evidence(loader, cores, source), source, action
-
-
 OTHER_LOADER_SHARE_PCT = 20.0
 """Share of the loop's waits within its measured steps, over all its DataLoaders, that the waits for another
 DataLoader than the one waited on longest (a validation DataLoader iterated at each epoch), or for several made
 anew with the same settings, must hold for the input-bound rule to advise on them too."""
 
 
-def other_loaders_advice(results: Results) -> list[tuple[str, str]]:
-    """(evidence line, action) for the DataLoaders other than the one ``loader_advice`` advises on whose waits
-    within the measured steps take ``OTHER_LOADER_SHARE_PCT`` of the loop's waits there or more: each one, or
-    ``_loaders.ANEW_MIN`` or more of the same settings each iterated once together (a new one for each evaluation,
-    whose workers start each time). Their batches' cost is said only where it differs from the first
-    DataLoader's; empty where the run recorded no DataLoader settings."""
+def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
+    """(evidence lines, the analysis they quote, action) for the DataLoader the loop waited on longest and for the
+    others whose waits within the measured steps take ``OTHER_LOADER_SHARE_PCT`` of the loop's waits there or
+    more: each one, or ``_loaders.ANEW_MIN`` or more of the same settings each iterated once together (a new one
+    for each evaluation, whose workers start each time). They come in the order of their waits within the
+    measured steps, so that the advice leads with what the loop waits for most (several evaluation DataLoaders
+    together may outweigh the training one); where there are several, each says its share of those waits. A
+    batch's cost is said in full once, then by reference where it is the same. None where the run recorded no
+    DataLoader settings (an imported trace)."""
     loader, cores, source = _loader(results)
     if loader is None:
-        return []
+        return None
     entries = next((e for _, _, e in _recorded(results)), [])
     total = sum(_in_steps(e) for e in entries)
-    if total <= 0:
-        return []
-    first = _cheaper_for(results, loader)
+    units: list[tuple[int, list[dict[str, Any]], bool]] = [(_in_steps(loader), [loader], False)]
     groups: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e.get("index") != loader.get("index"):
             groups.setdefault(describe_loader(e), []).append(e)
-    out = []
-    for described, group in groups.items():
+    for group in groups.values():
         anew = len(group) >= ANEW_MIN and all(int(e.get("iterated") or 0) <= 1 for e in group)
         for members in [group] if anew else [[e] for e in group]:
             waited = sum(_in_steps(e) for e in members)
-            share = 100.0 * waited / total
-            if share < OTHER_LOADER_SHARE_PCT:
-                continue
-            how = _cheaper_for(results, members[0])
-            how = "make each batch cheaper, as above" if how == first else how
-            if anew:
-                n = len(members)
-                count = sum(int(e.get("waits") or 0) for e in members)
-                evidence = (f"the loop also waits on {n:,} DataLoaders of the settings {described}, each iterated "
-                            f"once (a new one for each pass): {format_ns(waited)} in their waits within the measured "
-                            f"steps, {share:.1f}% of the loop's waits there, {counted(count, 'wait')} in all "
-                            f"({source})")  # fmt: skip
-                action = _anew_action(members[0], n, cores, how)
-            else:
-                line = waits_line(members[0], " past the warm-up" if members[0].get("warmup_waits") else "")
-                within = (f": {format_ns(waited)} within the measured steps" if members[0].get("after_last_step_waits")
-                          else ", all within the measured steps")  # fmt: skip
-                evidence = (f"the loop also waits on {described}, {line}{within}, {share:.1f}% of the loop's waits "
-                            f"there ({source})")  # fmt: skip
-                action = _loader_action(members[0], cores, how)
-            out.append((evidence, action))
-    return out
+            if total > 0 and 100.0 * waited / total >= OTHER_LOADER_SHARE_PCT:
+                units.append((waited, members, anew))
+    units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
+    evidence, actions, said = [], [], ""
+    for pos, (waited, members, anew) in enumerate(units):
+        first = members[0]
+        how = _cheaper_for(results, first)
+        how, said = ("make each batch cheaper, as above", said) if how == said else (how, said or how)
+        share = f"{100.0 * waited / total:.1f}% of the loop's waits there" if total > 0 else ""
+        verb = "waits on" if pos == 0 else "also waits on"
+        if anew:
+            count = sum(int(e.get("waits") or 0) for e in members)
+            evidence.append(f"the loop {verb} {len(members):,} DataLoaders of the settings {describe_loader(first)}, "
+                            f"each iterated once (a new one for each pass): {format_ns(waited)} in their waits within "
+                            f"the measured steps, {share}, {counted(count, 'wait')} in all ({source})")  # fmt: skip
+            actions.append(_anew_action(first, len(members), cores, how))
+        elif first is loader:
+            within = (f": {format_ns(waited)} within the measured steps" if loader.get("after_last_step_waits")
+                      else ", all within the measured steps")  # fmt: skip
+            own = f"{within}, {share}" if len(units) > 1 and share else ""
+            evidence.append(_loader_evidence(loader, cores, source, own, verb))
+            actions.append(_loader_action(loader, cores, how))
+        else:
+            line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
+            within = (f": {format_ns(waited)} within the measured steps" if first.get("after_last_step_waits")
+                      else ", all within the measured steps")  # fmt: skip
+            evidence.append(f"the loop {verb} {describe_loader(first)}, {line}{within}, {share} ({source})")
+            actions.append(_loader_action(first, cores, how))
+    return evidence, source, " ".join(actions)
 
 
 def _in_steps(entry: dict[str, Any]) -> int:
@@ -316,14 +313,15 @@ def _recorded(results: Results) -> Iterator[tuple[str, Result, list[dict[str, An
             yield id, r, [e for e in entries if isinstance(e, dict)]
 
 
-def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str) -> str:
+def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str, own: str = "",
+                     verb: str = "waits on") -> str:  # fmt: skip
     """The DataLoader, the loop's waits for it past the warm-up (the warm-up's also start its workers), with
-    those after the last ``step()`` apart (in no measured step: not in ``model.stages``' share), and the usable
-    CPUs."""
+    those after the last ``step()`` apart (in no measured step: not in ``model.stages``' share), ``own`` (its
+    share of the loop's waits, where it has others) and the usable CPUs."""
     waited = waits_line(loader, " past the warm-up" if loader.get("warmup_waits") else "")
-    waited = f", {waited}" if waited else ""
+    waited = f", {waited}{own}" if waited else ""
     cpus = f"; {cores} usable CPUs" if cores is not None else ""
-    return f"the loop waits on {describe_loader(loader)}{waited}{cpus} ({source})"
+    return f"the loop {verb} {describe_loader(loader)}{waited}{cpus} ({source})"
 
 
 def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str) -> str:

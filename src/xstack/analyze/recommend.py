@@ -32,8 +32,7 @@ from xstack.analyze._recommend_input import (
     cheaper,
     forked_sqlite,
     io_input_action,
-    loader_advice,
-    other_loaders_advice,
+    loaders_advice,
     shared_offset,
     shared_shards,
 )
@@ -117,13 +116,10 @@ def input_bound(results: Results) -> Recommendation | None:
         disputed = True
     if not evidence:
         return None
-    if (advice := loader_advice(results)) is not None:  # the settings of the DataLoader it waits on
-        line, source, action = advice
-        evidence.append(line)
+    if (advice := loaders_advice(results)) is not None:  # the settings of the DataLoaders it waits on
+        lines, source, action = advice
+        evidence += lines
         sources += [] if source in sources else [source]
-        for line, other in other_loaders_advice(results):  # a validation DataLoader's waits, say
-            evidence.append(line)
-            action += " " + other
     elif io is not None:
         action = io_input_action(io.facts, cheaper(results))
     else:
