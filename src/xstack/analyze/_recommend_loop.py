@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from xstack.analyze._io_common import CHECKPOINT_NAME
 from xstack.analyze._io_loop import MOST_OF
+from xstack.analyze._model_long import long_text
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
 from xstack.analyze.pipeline import ImpactPer, Recommendation
 from xstack.analyze.result import format_ns, format_value
@@ -209,3 +211,88 @@ def _ops_line(ops: list[dict[str, Any]], ops_ns: float, unstaged_ns: float) -> s
         line += (f"; the other {format_ns(unstaged_ns - ops_ns)} ran none: the loop's own Python, or waiting (file "
                  "I/O, a sleep, a lock)")  # fmt: skip
     return f"{line} (model.stages)"
+
+
+LONG_PCT: Final = 5.0
+"""Share of the measured iterations' time that their long iterations take beyond the median one
+(``model.long_iterations``' fact ``extra_pct``) from which the long-iterations rule speaks."""
+EVALUATE_LESS: Final = (
+    "Evaluate less often or on fewer batches (a Hugging Face Trainer: a larger eval_steps, a smaller eval_dataset), "
+    "or in another process from a copy of the weights."
+)
+NEW_LOADERS: Final = (
+    "A DataLoader made anew starts its workers each time: make it once and iterate it again, with "
+    "persistent_workers=True (a Hugging Face Trainer: dataloader_persistent_workers=True)."
+)
+NAMED_STAGES: Final = 4
+"""The stages that the long-iterations rule names, the most extra time first."""
+
+
+def long_iterations(results: Results) -> Recommendation | None:
+    """A few measured iterations of a live run take far longer than the usual one (``model.long_iterations``)
+    and hold ``LONG_PCT`` or more of the measured time beyond the median, with work to show for it: they come
+    every Nth iteration, or run more forward passes (an evaluation), start DataLoaders, or write files (a
+    checkpoint). Iterations long for no such reason (a busy machine's) are the loop's spread: no advice."""
+    r = get(results, "model.long_iterations")
+    if r is None or not r.available or not r.facts.get("long"):
+        return None
+    f = r.facts
+    pct = num(f, "extra_pct") or 0.0
+    stages = [s for s in f.get("stages") or [] if isinstance(s, dict)]
+    long = int(f["long"])
+    more_calls = any((s.get("extra_calls") or 0) >= long for s in stages if s.get("name") != "(in no stage)")
+    writes = int(f.get("writes_bytes") or 0)
+    if pct < LONG_PCT or not (f.get("every") or f.get("evaluation") or f.get("new_loaders") or writes or more_calls):
+        return None
+    periodic = bool(f.get("every")) and len(f.get("every_iterations") or []) == long
+    verb = "takes" if long == 1 or periodic else "take"  # "every 20th iteration takes", "iterations 5, 9 take"
+    evidence = [
+        f"{long_text(f)}, {long:,} of the {int(f['iterations']):,} measured iterations, {verb} "
+        f"{num(f, 'ratio') or 0:.1f}x the median iteration "
+        f"({format_ns(num(f, 'median_ns') or 0)}){' on average' if long > 1 else ''}: "
+        f"{format_ns(num(f, 'extra_ns') or 0)} beyond it in all, {pct:.1f}% of the measured iterations' time, "
+        f"{format_ns(num(f, 'per_iteration_ns') or 0)} per iteration (model.long_iterations)"
+    ]
+    parts = []
+    for s in stages[:NAMED_STAGES]:
+        name, kind, calls = str(s.get("name")), str(s.get("kind") or ""), float(s.get("extra_calls") or 0)
+        shown = kind and kind != "dataloader" and kind not in name.lower()  # BertModel (forward), backward
+        what = "time in no stage" if name == "(in no stage)" else f"{name} ({kind})" if shown else name
+        part = f"{what} {format_ns(s.get('extra_ns') or 0)}"
+        if calls >= 1:
+            part += f", {counted(round(calls), 'more wait' if name == 'dataloader.next' else 'more call')}"
+        if kind == "forward" and f.get("evaluation") and calls >= 1:
+            part += " and no more backward: an evaluation"
+        if name == "dataloader.iter" and f.get("new_loaders"):
+            part += ": DataLoaders started, their workers with them"
+        parts.append(part)
+    if parts:
+        evidence.append(f"beyond a usual iteration, they spend: {'; '.join(parts)} (model.long_iterations)")
+    if writes:
+        files = int(f.get("writes_files") or 1)
+        most = f", most to {f['writes_path']}" if files > 1 else f" ({f['writes_path']})"
+        evidence.append(f"the main process writes {format_value(writes, 'bytes')} more to files in them, to "
+                        f"{counted(files, 'file')}{most} (model.long_iterations)")  # fmt: skip
+    actions = []
+    if f.get("evaluation"):
+        actions.append(EVALUATE_LESS)
+    if f.get("new_loaders"):
+        actions.append(NEW_LOADERS)
+    if writes and re.search(CHECKPOINT_NAME, str(f.get("writes_path") or "").lower()):
+        actions.append(SAVE_OFF_THE_STEP.strip())
+    elif writes:
+        actions.append("Write those files less often, or from a background thread, off the loop's critical path.")
+    if not actions or (stages and stages[0].get("name") == "(in no stage)"):
+        actions.append("Wrap the work these iterations do outside every stage in xstack.span('name'), so that the "
+                       "profile names it, then run it less often or off the loop's critical path.")  # fmt: skip
+    actions.append("The median step leaves these iterations out and the mean step counts them: judge a change to "
+                   "this work by the mean (xstack diff's row step mean).")  # fmt: skip
+    return Recommendation(
+        "long_iterations",
+        "Some iterations take far longer than the usual one",
+        severity(pct),
+        evidence,
+        ["model.long_iterations"],
+        " ".join(actions),
+        impact_ns=round(num(f, "per_iteration_ns") or 0) or None,
+    )

@@ -46,6 +46,11 @@ HINTS = {
     "batch sizes": "profile at several batch sizes: xstack sweep --batch-sizes 1,2,4,8 -- python script.py",
     "backward": "profile a training step (forward, loss.backward()) with the op level: its backward pass's "
     "autograd nodes are what this charges to layers",
+    "iterations as they ran": "a merged run lays out one iteration, each span its pass's median: the work only "
+    "some iterations run is its health row occasional_spans; report a pass's own run (--run N) for its iterations "
+    "as they ran",
+    "measured iterations": "mark iterations with xstack.step() (xstack run counts an optimizer's step() as one) and "
+    "measure five or more past the warm-up",
     "process usage": "profile the program live (xstack run, xstack profile or xstack.profile): each iteration then "
     "records its process's CPU time and page faults; a trace imported from another tool has none",
 }

@@ -896,6 +896,7 @@ RULES: dict[str, Rule] = {
     "unattributed_time": unattributed_time,
     "occasional_work": occasional_work,
     "work_outside_stages": _recommend_loop.work_outside_stages,
+    "long_iterations": _recommend_loop.long_iterations,
     "small_files": small_files,
     "zero_reads": zero_reads,
     "reread": reread,
@@ -913,9 +914,9 @@ RULES: dict[str, Rule] = {
 the CUDA/HIP API rules in ``_recommend_system``)."""
 
 RULE_ANALYSES: Final = (
-    "model.stages", "A1", "model.process", "A10", "timeline.breakdown", "timeline.launches", "timeline.syncs",
-    "timeline.memcpy", "runtime.api", "runtime.api_calls", "system.cpu", "system.syscalls", "system.gpu",
-    "system.memory", "io.input_bound", "io.files", "io.pattern", "io.small_files", "health",
+    "model.stages", "A1", "model.process", "model.long_iterations", "A10", "timeline.breakdown", "timeline.launches",
+    "timeline.syncs", "timeline.memcpy", "runtime.api", "runtime.api_calls", "system.cpu", "system.syscalls",
+    "system.gpu", "system.memory", "io.input_bound", "io.files", "io.pattern", "io.small_files", "health",
 )  # fmt: skip
 """The analyses the built-in rules read, in registry order: where only the recommendations are wanted (``xstack
 summary``), these alone are run, not the per-call tables (A2-A9, A11-A14), which take most of the time on a

@@ -1,0 +1,102 @@
+"""``model.long_iterations`` and its rule: a live run's few iterations far longer than the usual one (an evaluation
+and a checkpoint every Nth step), what in them takes the time, and what to change; a loop with none says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from xstack.analyze._model_long import _every, long_iterations, long_text
+from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, SAVE_OFF_THE_STEP
+from xstack.analyze.pipeline import run_analyses
+from xstack.analyze.recommend import RULES
+from xstack.trace.store import Store
+
+EVERY = 5
+ITERATIONS = 21  # 1 warm-up, then 20 measured: 2..21
+
+
+def _loop(path: Path, *, evaluate: bool) -> Store:
+    """A training loop of a small MLP; with ``evaluate``, every 5th iteration also runs a validation over a new
+    DataLoader whose worker starts with it (30 forwards of a larger batch, under no_grad) and saves a 4 MiB
+    checkpoint."""
+    import xstack
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: on a busy machine, several spin for each other and time nothing alike
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(256, 1024), torch.randint(0, 10, (256,))  # a step of milliseconds: no scheduler's hiccup
+    val = torch.utils.data.TensorDataset(torch.randn(30 * 512, 1024))
+    with xstack.profile(levels="model,io", path=path) as prof:
+        for i in range(ITERATIONS):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if evaluate and (i + 1) % EVERY == 0:  # iterations 5, 10, 15, 20
+                with torch.no_grad():
+                    loader = torch.utils.data.DataLoader(val, batch_size=512, num_workers=1,
+                                                         multiprocessing_context="fork")  # fmt: skip
+                    for (batch,) in loader:
+                        model(batch)
+                torch.save({"w": torch.zeros(1 << 20)}, path.parent / "ckpt.pt")  # 4 MiB
+            prof.step()
+    torch.set_num_threads(threads)
+    return Store.open(path)
+
+
+def test_an_evaluation_and_a_checkpoint_every_5th_iteration_are_found_costed_and_advised(tmp_path: Path) -> None:
+    with _loop(tmp_path / "eval.duckdb", evaluate=True) as store:
+        r = long_iterations(store, 1)
+        rec = RULES["long_iterations"]({x.id: x for x in run_analyses(store)})
+    f = r.facts
+    assert f["iterations"] == 20 and f["long"] == 4 and f["long_iterations"] == [5, 10, 15, 20], f
+    assert f["every"] == EVERY and f["every_iterations"] == [5, 10, 15, 20]
+    assert f["evaluation"] is True and f["new_loaders"] is True
+    assert f["writes_bytes"] >= 4 << 20 and f["writes_path"].endswith("ckpt.pt") and f["writes_files"] == 1
+    # the rows: the validation's forwards, 30 more each time, the DataLoader it iterates (31 waits each time, the
+    # last finding no batch) and starts, and the checkpoint's saving, in no stage; most extra time first
+    rows = {row[0]: row for row in r.rows}
+    assert rows["Sequential"][1] == "forward" and rows["Sequential"][5] == 4 * 30, r.rows
+    assert rows["dataloader.next"][5] == 4 * 31 and rows["dataloader.iter"][4:6] == (4, 4.0), r.rows
+    assert "(in no stage)" in rows and [row[2] for row in r.rows] == sorted((row[2] for row in r.rows), reverse=True)
+    assert all(0.0 < row[3] <= 100.0 for row in r.rows)  # each row's share of the time beyond the median
+    assert f["ratio"] >= 2.0 and f["extra_pct"] > 50.0 and f["per_iteration_ns"] == round(f["extra_ns"] / 20)
+    assert rec is not None and rec.rule == "long_iterations"
+    assert rec.evidence[0].startswith("every 5th iteration (5, 10, 15, 20), 4 of the 20 measured iterations, takes ")
+    assert (
+        "Sequential (forward) " in rec.evidence[1]
+        and "120 more calls and no more backward: an evaluation" in (rec.evidence[1])
+    ), rec.evidence
+    assert rec.evidence[2].startswith("the main process writes ") and rec.evidence[2].endswith(
+        f"more to files in them, to 1 file ({tmp_path / 'ckpt.pt'}) (model.long_iterations)"
+    ), rec.evidence
+    assert EVALUATE_LESS in rec.action and NEW_LOADERS in rec.action and SAVE_OFF_THE_STEP.strip() in rec.action
+    assert rec.impact_ns == f["per_iteration_ns"] > 0
+
+
+def test_a_loop_of_even_iterations_gets_no_advice(tmp_path: Path) -> None:
+    with _loop(tmp_path / "even.duckdb", evaluate=False) as store:
+        r = long_iterations(store, 1)
+        rec = RULES["long_iterations"]({x.id: x for x in run_analyses(store)})
+    # on a quiet machine none is long; on a busy one a few may be, with no work to show for it
+    assert r.available and r.facts["iterations"] == 20, (r.facts, r.rows)
+    assert not r.facts.get("every") and not r.facts.get("evaluation") and not r.facts.get("writes_bytes")
+    assert rec is None
+
+
+def test_the_period_is_the_long_iterations_that_keep_it_not_a_chance_few_of_many() -> None:
+    assert _every([3, 8, 13, 18], 20) == (5, [3, 8, 13, 18])
+    # an evaluation every 20th iteration beside one iteration a busy machine made long
+    assert _every([18, 28, 38, 58], 78) == (20, [18, 38, 58])
+    # three of ten long iterations of a busy machine fall every 25th by chance: no period
+    assert _every([3, 4, 5, 7, 11, 28, 31, 36, 37, 53], 62) == (None, [])
+    # a place of the period missing (no 13), or one before the first (no 3); two alone split any run evenly: none
+    assert _every([3, 8, 18], 20) == (None, [])
+    assert _every([8, 13, 18], 20) == (None, [])
+    facts = {"long_iterations": [20, 30, 40, 60], "every": 20, "every_iterations": [20, 40, 60], "iterations": 78}
+    assert long_text(facts) == "every 20th iteration (20, 40, 60) and iteration 30"
+    assert long_text({"long_iterations": [4, 9], "iterations": 30}) == "iterations 4, 9"
