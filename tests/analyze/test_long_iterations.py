@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from xstack.analyze._model_long import _every, long_iterations, long_text
+from xstack.analyze._model_long import _every, _started_again, long_iterations, long_text
 from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, SAVE_OFF_THE_STEP
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.recommend import RULES
@@ -66,7 +66,7 @@ def test_an_evaluation_and_a_checkpoint_every_5th_iteration_are_found_costed_and
     assert all(0.0 < row[3] <= 100.0 for row in r.rows)  # each row's share of the time beyond the median
     assert f["ratio"] >= 2.0 and f["extra_pct"] > 50.0 and f["per_iteration_ns"] == round(f["extra_ns"] / 20)
     assert rec is not None and rec.rule == "long_iterations"
-    assert rec.evidence[0].startswith("every 5th iteration (5, 10, 15, 20), 4 of the 20 measured iterations, takes ")
+    assert rec.evidence[0].startswith("4 of the 20 measured iterations, every 5th (5, 10, 15, 20), take ")
     assert (
         "Sequential (forward) " in rec.evidence[1]
         and "120 more calls and no more backward: an evaluation" in (rec.evidence[1])
@@ -98,5 +98,13 @@ def test_the_period_is_the_long_iterations_that_keep_it_not_a_chance_few_of_many
     assert _every([3, 8, 18], 20) == (None, [])
     assert _every([8, 13, 18], 20) == (None, [])
     facts = {"long_iterations": [20, 30, 40, 60], "every": 20, "every_iterations": [20, 40, 60], "iterations": 78}
-    assert long_text(facts) == "every 20th iteration (20, 40, 60) and iteration 30"
-    assert long_text({"long_iterations": [4, 9], "iterations": 30}) == "iterations 4, 9"
+    assert long_text(facts) == "every 20th (20, 40, 60) and 30"
+    assert long_text({"long_iterations": [4, 9, 17], "iterations": 30}) == "4, 9 and 17"
+
+
+def test_a_dataloader_started_once_in_the_long_iterations_is_no_dataloader_made_anew() -> None:
+    # a persistent evaluation DataLoader starts its workers at the first evaluation only: no advice to persist them
+    once = [{"name": "dataloader.iter", "kind": "dataloader", "extra_ns": 28_000_000, "extra_calls": 1.0}]
+    assert not _started_again(once, 2)
+    assert _started_again([once[0] | {"extra_calls": 3.0}], 3)  # one per evaluation: made anew each time
+    assert not _started_again([once[0] | {"extra_calls": 2.0}], 6)  # two starts among six long iterations

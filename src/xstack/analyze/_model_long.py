@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from xstack.analyze._io_common import SPAN_BYTES, SPAN_PATH, SPAN_STORAGE, WRITE_OPS, in_list
 from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
-from xstack.analyze.result import Column, Result, counted, format_ns, notes_of
+from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.leveled.occasional import ordinal
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -87,8 +87,9 @@ def long_iterations(store: Store, run_id: int) -> Result:
     ``extra_pct`` (of the measured iterations' time), ``per_iteration_ns`` (``extra_ns`` over the measured
     iterations: what they add to the mean step), ``ratio`` (their mean over the median); ``stages``: the rows as
     ``{name, kind, extra_ns, extra_calls}``; ``evaluation`` (more forward calls and no more backward ones in
-    them: an evaluation), ``new_loaders`` (more ``dataloader.iter`` in them: DataLoaders started, their workers
-    with them), and, with the io level, ``writes_bytes``, ``writes_files`` and ``writes_path``: what the main
+    them: an evaluation), ``new_loaders`` (two more ``dataloader.iter`` in them or more, and one per two of them:
+    DataLoaders started again and again, their workers with them; a persistent one's first start is not), and,
+    with the io level, ``writes_bytes``, ``writes_files`` and ``writes_path``: what the main
     process wrote to files in them beyond a usual iteration. ``long`` is 0 where no iteration stands out.
 
     Notes: a merged run has no iterations of its own to compare (its occasional work is found by structure, the
@@ -131,32 +132,38 @@ def long_iterations(store: Store, run_id: int) -> Result:
         "per_iteration_ns": round(extra / len(steps)),
         "stages": stages,
         "evaluation": _evaluation(stages),
-        "new_loaders": any(s["name"] == "dataloader.iter" and s["extra_calls"] >= 0.5 * len(long) for s in stages),
+        "new_loaders": _started_again(stages, len(long)),
     }
     facts["ratio"] = facts["long_mean_ns"] / median if median else None
     if "io" in ctx.levels and isinstance(main := ctx.config.get("pid"), int):
         facts |= _writes(store, ctx.run_id, main, steps, set(long))
     ratio = facts["ratio"]
-    labels.append(f"long: {long_text(facts)}, {len(long):,} of {len(steps):,}; {ratio:.1f}x the median on average; "
+    labels.append(f"long: {len(long):,} of {len(steps):,}, {long_text(facts)}; {ratio:.1f}x the median on average; "
                   "rows: what they spend "
                   "beyond a usual iteration")  # fmt: skip
     table = [(name, kind, e, 100.0 * e / extra if extra else None, calls, more, usual)
              for name, kind, e, calls, more, usual in rows if e > 0]  # fmt: skip
+    chart = Chart("hbar", "what", ("extra",), "What the long iterations spend beyond a usual one", limit=20,
+                  extra={"tell_apart": "kind", "share": "extra share"})  # fmt: skip
     return Result(ID, TITLE, COLUMNS, table, notes=notes_of(long_iterations), run_id=ctx.run_id, facts=facts,
-                  labels=labels)  # fmt: skip
+                  labels=labels, chart=chart)  # fmt: skip
 
 
 def long_text(facts: dict[str, Any], most: int = 12) -> str:
-    """The long iterations in words: "every 20th iteration (20, 40, 60) and iteration 30"."""
+    """The long iterations in words, by their numbers: "every 20th (20, 40, 60) and 30", "40 and 47"."""
     numbers, periodic = list(facts.get("long_iterations") or []), list(facts.get("every_iterations") or [])
 
     def listed(ns: list[int]) -> str:
-        return ", ".join(str(n) for n in ns[:most]) + (f" and {len(ns) - most:,} more" if len(ns) > most else "")
+        shown = [str(n) for n in ns[:most]] + ([f"{len(ns) - most:,} more"] if len(ns) > most else [])
+        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
     rest = [n for n in numbers if n not in periodic]
-    text = f"every {ordinal(int(facts['every']))} iteration ({listed(periodic)})" if facts.get("every") else ""
+    text = ""
+    if facts.get("every"):
+        shown = ", ".join(str(n) for n in periodic[:most]) + (", ..." if len(periodic) > most else "")
+        text = f"every {ordinal(int(facts['every']))} ({shown})"
     if rest:
-        text += (" and " if text else "") + f"iteration{'s' if len(rest) > 1 else ''} {listed(rest)}"
+        text += (" and " if text else "") + listed(rest)
     return text
 
 
@@ -203,6 +210,12 @@ def _evaluation(stages: list[dict[str, Any]]) -> bool:
     forwards = sum(float(s["extra_calls"]) for s in stages if s["kind"] == "forward")
     backwards = sum(float(s["extra_calls"]) for s in stages if s["kind"] == "backward")
     return forwards >= 1 and backwards < 1
+
+
+def _started_again(stages: list[dict[str, Any]], long: int) -> bool:
+    """DataLoaders started again and again in the long iterations: two more ``dataloader.iter`` or more, and one
+    per two of them at least (a DataLoader made for each evaluation); one start is a persistent one's first."""
+    return any(s["name"] == "dataloader.iter" and float(s["extra_calls"]) >= max(2.0, 0.5 * long) for s in stages)
 
 
 def _every(long: list[int], measured: int) -> tuple[int | None, list[int]]:

@@ -244,10 +244,9 @@ def long_iterations(results: Results) -> Recommendation | None:
     writes = int(f.get("writes_bytes") or 0)
     if pct < LONG_PCT or not (f.get("every") or f.get("evaluation") or f.get("new_loaders") or writes or more_calls):
         return None
-    periodic = bool(f.get("every")) and len(f.get("every_iterations") or []) == long
-    verb = "takes" if long == 1 or periodic else "take"  # "every 20th iteration takes", "iterations 5, 9 take"
+    verb = "takes" if long == 1 else "take"
     evidence = [
-        f"{long_text(f)}, {long:,} of the {int(f['iterations']):,} measured iterations, {verb} "
+        f"{long:,} of the {int(f['iterations']):,} measured iterations, {long_text(f)}, {verb} "
         f"{num(f, 'ratio') or 0:.1f}x the median iteration "
         f"({format_ns(num(f, 'median_ns') or 0)}){' on average' if long > 1 else ''}: "
         f"{format_ns(num(f, 'extra_ns') or 0)} beyond it in all, {pct:.1f}% of the measured iterations' time, "
