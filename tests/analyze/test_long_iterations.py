@@ -9,8 +9,9 @@ import torch
 
 from xstack.analyze._model_long import _every, _started_again, long_iterations, long_text
 from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, SAVE_OFF_THE_STEP
-from xstack.analyze.pipeline import run_analyses
+from xstack.analyze.pipeline import Recommendation, run_analyses
 from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
 from xstack.trace.store import Store
 
 EVERY = 5
@@ -108,3 +109,27 @@ def test_a_dataloader_started_once_in_the_long_iterations_is_no_dataloader_made_
     assert not _started_again(once, 2)
     assert _started_again([once[0] | {"extra_calls": 3.0}], 3)  # one per evaluation: made anew each time
     assert not _started_again([once[0] | {"extra_calls": 2.0}], 6)  # two starts among six long iterations
+
+
+def _rule(stages: list[dict[str, object]], **facts: object) -> Recommendation | None:
+    base = {"long": 3, "iterations": 30, "long_iterations": [10, 20, 30], "every": 10, "every_iterations": [10, 20, 30],
+            "median_ns": 10_000_000, "long_mean_ns": 60_000_000, "ratio": 6.0, "extra_ns": 150_000_000,
+            "extra_pct": 33.3, "per_iteration_ns": 5_000_000, "evaluation": False, "new_loaders": False}  # fmt: skip
+    result = Result("model.long_iterations", "Long iterations", facts=base | {"stages": stages} | facts)
+    return RULES["long_iterations"]({"model.long_iterations": result})
+
+
+def test_work_every_nth_iteration_outside_the_stages_is_to_be_named_and_a_span_of_its_own_run_less_often() -> None:
+    # a loop that logs or collects garbage every 10th iteration: the time is in no stage, to be named first
+    rec = _rule([{"name": "(in no stage)", "kind": "", "extra_ns": 150_000_000, "extra_calls": 0.0}])
+    assert rec is not None and rec.evidence[0].startswith("3 of the 30 measured iterations, every 10th (10, 20, 30), ")
+    assert rec.action.startswith("Wrap the work these iterations do outside every stage in xstack.span('name')")
+    # the same work in a span of the program's own: run it less often, or off the loop's path
+    rec = _rule([{"name": "metrics", "kind": "user", "extra_ns": 150_000_000, "extra_calls": 3.0}])
+    assert rec is not None and rec.action.startswith("Run metrics less often, or off the loop's critical path")
+    assert "metrics (user) 150 ms, 3 more calls" in rec.evidence[1], rec.evidence
+    # long iterations with nothing to show for them, no period and no more calls (a busy machine's): no advice
+    busy = [{"name": "backward", "kind": "backward", "extra_ns": 150_000_000, "extra_calls": 0.0}]
+    assert _rule(busy, every=None, every_iterations=[]) is None
+    # and work to show but too little of the measured time
+    assert _rule(busy, extra_pct=4.0) is None

@@ -13,7 +13,7 @@ import statistics
 from typing import Any, Final
 
 from xstack.analyze._io_common import SPAN_BYTES, SPAN_PATH, SPAN_STORAGE, WRITE_OPS, in_list
-from xstack.analyze.context import STEP_SPAN, past_warmup, run_context
+from xstack.analyze.context import STEP_SPAN, RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.leveled.occasional import ordinal
 from xstack.trace import attrs as A
@@ -139,8 +139,7 @@ def long_iterations(store: Store, run_id: int) -> Result:
         facts |= _writes(store, ctx.run_id, main, steps, set(long))
     ratio = facts["ratio"]
     labels.append(f"long: {len(long):,} of {len(steps):,}, {long_text(facts)}; {ratio:.1f}x the median on average; "
-                  "rows: what they spend "
-                  "beyond a usual iteration")  # fmt: skip
+                  "rows: what they spend beyond a usual iteration")  # fmt: skip
     table = [(name, kind, e, 100.0 * e / extra if extra else None, calls, more, usual)
              for name, kind, e, calls, more, usual in rows if e > 0]  # fmt: skip
     chart = Chart("hbar", "what", ("extra",), "What the long iterations spend beyond a usual one", limit=20,
@@ -167,7 +166,7 @@ def long_text(facts: dict[str, Any], most: int = 12) -> str:
     return text
 
 
-def _first_measured(ctx: Any) -> int:
+def _first_measured(ctx: RunContext) -> int:
     """The number (from 1, warm-up included) of the first measured iteration."""
     return next((i for i, (_, _, warm) in enumerate(ctx.iterations(), start=1) if not warm), 1)
 
@@ -220,10 +219,10 @@ def _started_again(stages: list[dict[str, Any]], long: int) -> bool:
 
 def _every(long: list[int], measured: int) -> tuple[int | None, list[int]]:
     """The period of the long iterations (positions among the measured ones, from 0) and those that keep it: the
-    most of them, ``PERIODIC_MIN`` at least and half of the long ones or more (``PERIODIC_SHARE``), that come every Nth
-    iteration through the run, none of the period's places missing
-    before the first, between, or after the last (an evaluation every 20th iteration, beside one iteration a busy
-    machine made long); ``(None, [])`` where none do."""
+    most of them, ``PERIODIC_MIN`` at least and half of the long ones or more (``PERIODIC_SHARE``), that come
+    every Nth iteration through the run, none of the period's places missing before the first, between, or after
+    the last (an evaluation every 20th iteration, beside one iteration a busy machine made long); ``(None, [])``
+    where none do."""
     best: tuple[int | None, list[int]] = (None, [])
     for p in sorted({b - a for i, a in enumerate(long) for b in long[i + 1 :]}):
         if p < 2:

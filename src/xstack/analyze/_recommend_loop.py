@@ -281,9 +281,13 @@ def long_iterations(results: Results) -> Recommendation | None:
         actions.append(SAVE_OFF_THE_STEP.strip())
     elif writes:
         actions.append("Write those files less often, or from a background thread, off the loop's critical path.")
-    if not actions or (stages and stages[0].get("name") == "(in no stage)"):
+    top = str(stages[0].get("name")) if stages else "(in no stage)"
+    if top == "(in no stage)":
         actions.append("Wrap the work these iterations do outside every stage in xstack.span('name'), so that the "
                        "profile names it, then run it less often or off the loop's critical path.")  # fmt: skip
+    elif not actions:  # a stage of its own (a span of yours) that these iterations run, or run more of
+        actions.append(f"Run {top} less often, or off the loop's critical path (in a background thread or process, "
+                       "from a copy of what it needs).")  # fmt: skip
     actions.append("The median step leaves these iterations out and the mean step counts them: judge a change to "
                    "this work by the mean (xstack diff's row step mean).")  # fmt: skip
     return Recommendation(
