@@ -48,9 +48,18 @@ def test_live_runs_compare_the_mean_of_their_steps_which_occasional_work_moves(t
     facts = diff_profiles(a, b).summary.facts
     assert facts["step_status"] == "unchanged" and facts["mean_step_status"] == "faster", facts
     assert abs(facts["mean_step_a_ns"] - (sum(usual) + 181.0) / 62 * 1e6) < 1e3  # the outliers counted
+    # and what the two long iterations add per iteration beyond each run's median step, said of both runs
+    assert abs(facts["long_a_ns"] - (90.0 + 91.0 - 2 * 3.03) / 62 * 1e6) < 1e4, facts
+    assert abs(facts["long_b_ns"] - (38.0 + 37.0 - 2 * 3.03) / 62 * 1e6) < 1e4, facts
+    [label] = [lb for lb in diff_profiles(a, b).summary.labels if lb.startswith("iterations far longer")]
+    assert ": A: 32 and 63, 2 of 62, 2.82 ms per iteration beyond the median step (" in label, label
+    assert "; B: 32 and 63, 2 of 62, 1.11 ms per iteration beyond the median step (" in label, label
     # the same steps on both sides: unchanged; a merged run has one step and no mean row
     same = diff_profiles(a, a).summary
     assert same.facts["mean_step_status"] == "unchanged"
     assert [r[0] for r in same.rows][:2] == ["step latency", "step mean (every measured step)"]
     merged = periodic_save(tmp_path / "m.duckdb", 4)
     assert "step mean (every measured step)" not in [r[0] for r in diff_profiles(merged, merged).summary.rows]
+    even = _steps_store(tmp_path / "even.duckdb", [50.0, *usual])  # no long iteration on either side: no label
+    assert not any(lb.startswith("iterations far longer") for lb in diff_profiles(even, even).summary.labels)
+    assert diff_profiles(even, merged).summary.facts["long_b_ns"] is None  # a merged run: not looked for

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xstack.analyze._layers_backward import backward_ops_table
+from xstack.analyze._model_long import long_iterations
 from xstack.analyze.context import STEP_SPAN, RunContext, launched, past_warmup, run_context
 from xstack.analyze.health import occasional_spans
 from xstack.analyze.summary import host_wall
@@ -139,6 +140,9 @@ class Side:
     cpu: dict[str, Timing] = field(default_factory=dict)
     """The process's user and system CPU time per measured step (``model.process``; a merged run's from its model
     pass), by ``user``/``system``; empty where the run recorded none (an imported trace)."""
+    long: dict[str, Any] | None = None
+    """The facts of ``model.long_iterations`` for a run that is not merged (its few iterations far longer than the
+    usual one: an evaluation, a checkpoint every N steps); None in a merged run, or where it was not available."""
     mean: Timing | None = None
     """The mean of the measured steps of a run that is not merged, with the low-side spread of their median: what
     occasional work (an evaluation, a checkpoint every N steps, workers restarted at each epoch) adds to the steps,
@@ -261,6 +265,9 @@ def read_side(store: Store, run_id: int) -> Side:
     side.warmup = _warmup(store, run_id, ctx.warmup)
     side.pass_costs = _pass_costs(ctx.config.get("overhead"))
     side.cpu = _process_cpu(store, ctx)
+    if ctx.pass_name != "merged" and steps:
+        found = long_iterations(store, run_id)
+        side.long = found.facts if found.available else None
     table = f"_dx_layers_{run_id}"
     if ctx.has("model"):
         side.stages = _stages(store, ctx)

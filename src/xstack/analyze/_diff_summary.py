@@ -7,6 +7,7 @@ from typing import Any
 
 from xstack.analyze._diff_read import Side, Timing
 from xstack.analyze._diff_rule import NESTED, RULE_NOTE, STATUS_COLUMN, STATUSES, TIMES, Rule, Table, ns, ns_or_none
+from xstack.analyze._model_long import long_text
 from xstack.analyze.result import Column, Result
 from xstack.leveled.occasional import occasional_line
 from xstack.text import counted, format_ns
@@ -57,9 +58,10 @@ def summary(a: Side, b: Side, rule: Rule, tables: dict[str, Table | None], noise
     )
     labels = (_cut_short_labels(a, b) + _uneven_labels(a, b) + _batch_labels(a, b) + ([noise] if noise else [])
               + _wall_labels(a, b) + _scope_labels(a, b) + _warmup_labels(a, b)
-              + _occasional_labels(a, b))  # fmt: skip
+              + _occasional_labels(a, b) + _long_labels(a, b))  # fmt: skip
     for n, side in (("a", a), ("b", b)):
         facts[f"occasional_{n}_ns"] = sum(w["per_iteration_ns"] for w in side.occasional) if side.merged else None
+        facts[f"long_{n}_ns"] = int(side.long.get("per_iteration_ns") or 0) if side.long is not None else None
     return Result(id="diff.summary", title="Diff summary: B against A", columns=columns, rows=rows, notes=notes,
                   labels=labels, facts=facts)  # fmt: skip
 
@@ -151,8 +153,29 @@ def _occasional_labels(a: Side, b: Side) -> list[str]:
         elif s.merged:
             said.append(f"{n}: none")
         else:
-            said.append(f"{n}: not looked for (not a merged run; the median of its steps leaves such work out too)")
+            said.append(f"{n}: not a merged run (its long iterations, below, are such work)")
     return ["work that only some iterations run is left out of the merged step and compared by no row; "
+            + "; ".join(said)]  # fmt: skip
+
+
+def _long_labels(a: Side, b: Side) -> list[str]:
+    """Where a run that is not merged has iterations far longer than the usual one (``model.long_iterations``: an
+    evaluation, a checkpoint every N steps), what they add per iteration beyond the median step in each run, which
+    the step latency row leaves out and the mean row mixes with the usual step's own change."""
+    if not any(s.long and s.long.get("long") for s in (a, b)):
+        return []
+    said = []
+    for n, s in (("A", a), ("B", b)):
+        f = s.long
+        if f is None:
+            said.append(f"{n}: not looked for ({'a merged run' if s.merged else 'no measured iterations to compare'})")
+        elif not f.get("long"):
+            said.append(f"{n}: none")
+        else:
+            said.append(f"{n}: {long_text(f)}, {f['long']:,} of {f['iterations']:,}, "
+                        f"{format_ns(f.get('per_iteration_ns') or 0)} per iteration beyond the median step "
+                        f"({float(f.get('extra_pct') or 0):.1f}% of the measured time)")  # fmt: skip
+    return ["iterations far longer than the usual one (model.long_iterations), which the step latency leaves out: "
             + "; ".join(said)]  # fmt: skip
 
 
