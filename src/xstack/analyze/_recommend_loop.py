@@ -224,34 +224,49 @@ NEW_LOADERS: Final = (
     "A DataLoader made anew starts its workers each time: make it once and iterate it again, with "
     "persistent_workers=True (a Hugging Face Trainer: dataloader_persistent_workers=True)."
 )
+EVALUATION_SHARE: Final = 0.25
+"""Share of the long iterations' extra time, their DataLoader waits set apart, that their forward passes without
+backward must take for the rule to advise on the evaluation."""
 NAMED_STAGES: Final = 4
 """The stages that the long-iterations rule names, the most extra time first."""
 
 
 def long_iterations(results: Results) -> Recommendation | None:
     """A few measured iterations of a live run take far longer than the usual one (``model.long_iterations``)
-    and hold ``LONG_PCT`` or more of the measured time beyond the median, with work to show for it: they come
-    every Nth iteration, or run more forward passes (an evaluation), start DataLoaders, or write files (a
-    checkpoint). Iterations long for no such reason (a busy machine's) are the loop's spread: no advice."""
+    and hold ``LONG_PCT`` or more of the measured time beyond the median, their DataLoader waits set apart (the
+    input-bound rule weighs those), with work to show for it: they come every Nth iteration, or run more forward
+    passes (an evaluation), start DataLoaders, or write files (a checkpoint). Iterations long for no such reason
+    (a busy machine's) are the loop's spread: no advice."""
     r = get(results, "model.long_iterations")
     if r is None or not r.available or not r.facts.get("long"):
         return None
     f = r.facts
-    pct = num(f, "extra_pct") or 0.0
     stages = [s for s in f.get("stages") or [] if isinstance(s, dict)]
     long = int(f["long"])
-    more_calls = any((s.get("extra_calls") or 0) >= long for s in stages if s.get("name") != "(in no stage)")
+    # the DataLoader's waits in them are the input-bound rule's to weigh: this one speaks of the rest
+    beyond = sum(float(s.get("extra_ns") or 0) for s in stages)
+    waits = sum(float(s.get("extra_ns") or 0) for s in stages if s.get("kind") == "dataloader")
+    whole = num(f, "extra_pct") or 0.0
+    pct = whole * (beyond - waits) / beyond if beyond > 0 else 0.0
+    more_calls = any((s.get("extra_calls") or 0) >= long for s in stages
+                     if s.get("name") != "(in no stage)" and s.get("kind") != "dataloader")  # fmt: skip
     writes = int(f.get("writes_bytes") or 0)
     if pct < LONG_PCT or not (f.get("every") or f.get("evaluation") or f.get("new_loaders") or writes or more_calls):
         return None
+    work_ns = (num(f, "per_iteration_ns") or 0) * (beyond - waits) / beyond
     verb = "takes" if long == 1 else "take"
     evidence = [
         f"{long:,} of the {int(f['iterations']):,} measured iterations, {long_text(f)}, {verb} "
         f"{num(f, 'ratio') or 0:.1f}x the median iteration "
         f"({format_ns(num(f, 'median_ns') or 0)}){' on average' if long > 1 else ''}: "
-        f"{format_ns(num(f, 'extra_ns') or 0)} beyond it in all, {pct:.1f}% of the measured iterations' time, "
+        f"{format_ns(num(f, 'extra_ns') or 0)} beyond it in all, {whole:.1f}% of the measured iterations' time, "
         f"{format_ns(num(f, 'per_iteration_ns') or 0)} per iteration (model.long_iterations)"
     ]
+    if waits >= 0.05 * beyond:  # say what is left once the waits for data are set apart
+        evidence[0] = evidence[0].removesuffix(" (model.long_iterations)") + (
+            f"; {format_ns(waits)} of it waiting for the DataLoader, which the input-bound advice weighs, and "
+            f"{format_ns(beyond - waits)} ({pct:.1f}%, {format_ns(work_ns)} per iteration) in the rest "
+            "(model.long_iterations)")  # fmt: skip
     parts = []
     for s in stages[:NAMED_STAGES]:
         name, kind, calls = str(s.get("name")), str(s.get("kind") or ""), float(s.get("extra_calls") or 0)
@@ -273,7 +288,8 @@ def long_iterations(results: Results) -> Recommendation | None:
         evidence.append(f"the main process writes {format_value(writes, 'bytes')} more to files in them, to "
                         f"{counted(files, 'file')}{most} (model.long_iterations)")  # fmt: skip
     actions = []
-    if f.get("evaluation"):
+    forwards = sum(float(s.get("extra_ns") or 0) for s in stages if s.get("kind") == "forward")
+    if f.get("evaluation") and forwards >= EVALUATION_SHARE * (beyond - waits):
         actions.append(EVALUATE_LESS)
     if f.get("new_loaders"):
         actions.append(NEW_LOADERS)
@@ -281,13 +297,17 @@ def long_iterations(results: Results) -> Recommendation | None:
         actions.append(SAVE_OFF_THE_STEP.strip())
     elif writes:
         actions.append("Write those files less often, or from a background thread, off the loop's critical path.")
-    top = str(stages[0].get("name")) if stages else "(in no stage)"
-    if top == "(in no stage)":
+    top = next((t for t in stages if t.get("kind") != "dataloader"), {"name": "(in no stage)"})
+    if top.get("name") == "(in no stage)":
         actions.append("Wrap the work these iterations do outside every stage in xstack.span('name'), so that the "
                        "profile names it, then run it less often or off the loop's critical path.")  # fmt: skip
-    elif not actions:  # a stage of its own (a span of yours) that these iterations run, or run more of
-        actions.append(f"Run {top} less often, or off the loop's critical path (in a background thread or process, "
-                       "from a copy of what it needs).")  # fmt: skip
+    elif not actions and float(top.get("extra_calls") or 0) >= 1:  # a stage (a span of yours) they run more of
+        actions.append(f"Run {top.get('name')} less often, or off the loop's critical path (in a background thread "
+                       "or process, from a copy of what it needs).")  # fmt: skip
+    elif not actions:  # the same stages, only slower
+        actions.append("These iterations run the same stages as the others, only slower: something else took the "
+                       "CPU then (DataLoader workers starting, another process); profile with the system level "
+                       "(--levels model,system) to see what ran beside them.")  # fmt: skip
     actions.append("The median step leaves these iterations out and the mean step counts them: judge a change to "
                    "this work by the mean (xstack diff's row step mean).")  # fmt: skip
     return Recommendation(
@@ -297,5 +317,5 @@ def long_iterations(results: Results) -> Recommendation | None:
         evidence,
         ["model.long_iterations"],
         " ".join(actions),
-        impact_ns=round(num(f, "per_iteration_ns") or 0) or None,
+        impact_ns=round(work_ns) or None,
     )
