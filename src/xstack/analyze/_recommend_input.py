@@ -69,9 +69,14 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
     for pos, (waited, members, anew) in enumerate(units):
         first = members[0]
         how = _cheaper_for(results, first)
-        how, said = ("make each batch cheaper, as above", said) if how == said else (how, said or how)
+        if how == said:  # the first one's batches cost the same: say it once
+            how = "make each batch cheaper, as above"
+        elif not said:
+            said = how
         share = f"{100.0 * waited / total:.1f}% of the loop's waits there" if total > 0 else ""
         verb = "waits on" if pos == 0 else "also waits on"
+        within = (f": {format_ns(waited)} within the measured steps" if first.get("after_last_step_waits")
+                  else ", all within the measured steps")  # fmt: skip
         if anew:
             count = sum(int(e.get("waits") or 0) for e in members)
             evidence.append(f"the loop {verb} {len(members):,} DataLoaders of the settings {describe_loader(first)}, "
@@ -79,15 +84,11 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
                             f"the measured steps, {share}, {counted(count, 'wait')} in all ({source})")  # fmt: skip
             actions.append(_anew_action(first, len(members), cores, how))
         elif first is loader:
-            within = (f": {format_ns(waited)} within the measured steps" if loader.get("after_last_step_waits")
-                      else ", all within the measured steps")  # fmt: skip
             own = f"{within}, {share}" if len(units) > 1 and share else ""
             evidence.append(_loader_evidence(loader, cores, source, own, verb))
             actions.append(_loader_action(loader, cores, how))
         else:
             line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
-            within = (f": {format_ns(waited)} within the measured steps" if first.get("after_last_step_waits")
-                      else ", all within the measured steps")  # fmt: skip
             evidence.append(f"the loop {verb} {describe_loader(first)}, {line}{within}, {share} ({source})")
             actions.append(_loader_action(first, cores, how))
     return evidence, source, " ".join(actions)

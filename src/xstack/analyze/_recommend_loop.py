@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from xstack.analyze._io_common import CHECKPOINT_NAME
 from xstack.analyze._io_loop import MOST_OF
-from xstack.analyze._model_long import long_text
+from xstack.analyze._model_long import NO_STAGE, long_text
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
 from xstack.analyze.pipeline import ImpactPer, Recommendation
 from xstack.analyze.result import format_ns, format_value
@@ -249,7 +249,7 @@ def long_iterations(results: Results) -> Recommendation | None:
     whole = num(f, "extra_pct") or 0.0
     pct = whole * (beyond - waits) / beyond if beyond > 0 else 0.0
     more_calls = any((s.get("extra_calls") or 0) >= long for s in stages
-                     if s.get("name") != "(in no stage)" and s.get("kind") != "dataloader")  # fmt: skip
+                     if s.get("name") != NO_STAGE and s.get("kind") != "dataloader")  # fmt: skip
     writes = int(f.get("writes_bytes") or 0)
     if pct < LONG_PCT or not (f.get("every") or f.get("evaluation") or f.get("new_loaders") or writes or more_calls):
         return None
@@ -271,7 +271,7 @@ def long_iterations(results: Results) -> Recommendation | None:
     for s in stages[:NAMED_STAGES]:
         name, kind, calls = str(s.get("name")), str(s.get("kind") or ""), float(s.get("extra_calls") or 0)
         shown = kind and kind != "dataloader" and kind not in name.lower()  # BertModel (forward), backward
-        what = "time in no stage" if name == "(in no stage)" else f"{name} ({kind})" if shown else name
+        what = "time in no stage" if name == NO_STAGE else f"{name} ({kind})" if shown else name
         part = f"{what} {format_ns(s.get('extra_ns') or 0)}"
         if calls >= 1:
             part += f", {counted(round(calls), 'more wait' if name == 'dataloader.next' else 'more call')}"
@@ -297,8 +297,8 @@ def long_iterations(results: Results) -> Recommendation | None:
         actions.append(SAVE_OFF_THE_STEP.strip())
     elif writes:
         actions.append("Write those files less often, or from a background thread, off the loop's critical path.")
-    top = next((t for t in stages if t.get("kind") != "dataloader"), {"name": "(in no stage)"})
-    if top.get("name") == "(in no stage)":
+    top = next((t for t in stages if t.get("kind") != "dataloader"), {"name": NO_STAGE})
+    if top.get("name") == NO_STAGE:
         actions.append("Wrap the work these iterations do outside every stage in xstack.span('name'), so that the "
                        "profile names it, then run it less often or off the loop's critical path.")  # fmt: skip
     elif not actions and float(top.get("extra_calls") or 0) >= 1:  # a stage (a span of yours) they run more of
