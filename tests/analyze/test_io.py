@@ -1601,6 +1601,7 @@ def test_workers_querying_a_sqlite_connection_opened_before_they_forked_are_told
                 "but inherited, 12 reads"
             )
             assert "fork()" in rec.action and "on first use" in rec.action
+            assert facts["forked_hdf5_processes"] == 0 and facts["forked_hdf5_path"] is None  # not an HDF5 file
         elif name == "c":  # read at SQLite's change counter, so SQLite's whatever its name
             assert facts["forked_sqlite_path"] == "/d/rows.bin" and rec is not None
         else:

@@ -324,6 +324,41 @@ def test_workers_that_share_a_file_offset_are_found(tmp_path: Path) -> None:
         assert wrong == 0 and facts["shared_offset_processes"] == 0 and "shared_offset" not in fired, mode
 
 
+def test_workers_that_read_an_hdf5_file_opened_before_they_forked_are_told_to_open_their_own(tmp_path: Path) -> None:
+    """h5py.File opened in the dataset's __init__: the workers read the file through the descriptor they
+    inherited, which h5py's documentation advises against. Nothing was said; opened in each worker on first use,
+    it is not a finding, and both read the same rows."""
+    _needs_io()
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    program = Path(__file__).parent / "io_programs" / "forked_hdf5.py"
+    data = tmp_path / "rows.h5"
+    with h5py.File(data, "w") as f:
+        f.create_dataset("x", data=np.arange(256 * 64, dtype=np.float32).reshape(256, 64), chunks=(16, 64))
+    found = {}
+    for mode in ("shared", "own"):
+        store = tmp_path / f"{mode}.duckdb"
+        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
+                               "python", str(program), str(data), mode], capture_output=True, text=True,
+                              timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        with Store.open(store) as s:
+            result = analyze(s)
+        facts = next(r for r in result.results if r.id == "io.pattern").facts
+        found[mode] = (float(done.stdout), facts, {rec.rule: rec for rec in result.recommendations})
+    total, facts, fired = found["shared"]
+    assert total == float(np.arange(256 * 64, dtype=np.float64).sum())
+    assert (facts["forked_hdf5_path"], facts["forked_hdf5_processes"]) == (str(data), 2)
+    assert facts["forked_hdf5_reads"] >= 256 // 16  # a chunk read per 16 rows at least
+    rec = fired.get("forked_hdf5")
+    assert rec is not None and rec.title == "DataLoader workers read an HDF5 file opened before they forked (rows.h5)"
+    assert rec.evidence[0].startswith(f"2 processes other than the main one read {data} through descriptor ")
+    assert "h5py.File(path, 'r') in __getitem__ when still None" in rec.action
+    own_total, facts, fired = found["own"]
+    assert own_total == total and facts["forked_hdf5_processes"] == 0 and "forked_hdf5" not in fired
+
+
 EPOCHS = """
 import sys, torch, xstack
 from torch.utils.data import DataLoader, TensorDataset

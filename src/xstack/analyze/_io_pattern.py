@@ -240,21 +240,39 @@ inherit the descriptor one generation after the other: they share no offset at o
 
 SQLITE_SUFFIXES: Final = (".db", ".sqlite", ".sqlite3", ".db3")
 """Suffixes of SQLite database files."""
+HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
+"""File names that say HDF5 (netCDF-4 files are HDF5 files)."""
 
-_INHERITED_SQLITE = f"""
+
+def _named(suffixes: tuple[str, ...]) -> str:
+    return " OR ".join(f"lower(path) LIKE '%{x}'" for x in suffixes)
+
+
+def _inherited_reads(kind: str) -> str:
+    """The file of ``kind`` (the CTE of that name: its paths) of most reads that processes other than the main one
+    made through a descriptor they inherited: the file, the descriptor, the processes and their reads."""
+    return f"""
 WITH {_INHERITED_CALLS},
 reads AS (SELECT * FROM inherited WHERE name IN {in_list(READ_OPS)}),
-sqlite AS (
-    SELECT path FROM reads GROUP BY path
-    HAVING bool_or(nbytes = {SQLITE_COUNTER_BYTES} AND off = {SQLITE_COUNTER_OFFSET} AND name IN ('pread', 'pread64'))
-        OR bool_or({" OR ".join(f"lower(path) LIKE '%{x}'" for x in SQLITE_SUFFIXES)})
-)
-SELECT path, any_value(fd), count(DISTINCT pid), count(*) FROM reads WHERE path IN (SELECT path FROM sqlite)
+{kind}
+SELECT path, any_value(fd), count(DISTINCT pid), count(*) FROM reads WHERE path IN (SELECT path FROM chosen)
 GROUP BY path ORDER BY 4 DESC, path LIMIT 1
 """
+
+
+_INHERITED_SQLITE = _inherited_reads(f"""chosen AS (
+    SELECT path FROM reads GROUP BY path
+    HAVING bool_or(nbytes = {SQLITE_COUNTER_BYTES} AND off = {SQLITE_COUNTER_OFFSET} AND name IN ('pread', 'pread64'))
+        OR bool_or({_named(SQLITE_SUFFIXES)})
+)""")
 """The SQLite database (a ``.db`` file, or one read at its change counter as SQLite does) of most reads that
 processes other than the main one made through a descriptor they inherited: a connection opened before the
 DataLoader's workers forked, which they query. The file, the descriptor, the processes and their reads."""
+
+_INHERITED_HDF5 = _inherited_reads(f"chosen AS (SELECT DISTINCT path FROM reads WHERE {_named(HDF5_SUFFIXES)})")
+"""The HDF5 file (by its name) of most reads that processes other than the main one made through a descriptor they
+inherited: an ``h5py.File`` opened before the DataLoader's workers forked, which they read through. The file, the
+descriptor, the processes and their reads."""
 
 WHOLE_SHARE: Final = 0.8
 """Share of a file's bytes (those its reads cover) that its opens read on average, from which a file opened and
@@ -328,7 +346,8 @@ def access_pattern(store: Store, run_id: int) -> Result:
     ``reads`` at that offset and ``races``, the reads that started after another process had moved it since the
     reading one last did (they read from where the other left it). Facts ``forked_sqlite_*``: a SQLite database
     that processes other than the main one read through a descriptor they inherited, a connection opened before the
-    workers forked (``path``, ``fd``, ``processes``, ``reads``). The
+    workers forked (``path``, ``fd``, ``processes``, ``reads``); facts ``forked_hdf5_*`` the same of an HDF5 file
+    (by its name, ``HDF5_SUFFIXES``): an ``h5py.File`` opened before the workers forked. The
     small reads, their share and the median read size come from one source, and their share is of the reads that
     source sized (``sized reads``, fact ``sized_reads``, source
     ``small_reads_source``): the ``io`` spans when the run has them, counted exactly (a Darshan log's DXT traces
@@ -389,6 +408,10 @@ def access_pattern(store: Store, run_id: int) -> Result:
         db_path, db_fd, db_procs, db_reads = forked[0] if forked else (None, None, 0, 0)
         facts |= {"forked_sqlite_path": db_path, "forked_sqlite_fd": db_fd,
                   "forked_sqlite_processes": as_count(db_procs), "forked_sqlite_reads": as_count(db_reads)}  # fmt: skip
+        forked = rows(store, _INHERITED_HDF5, counted_in, main=count_io.main_pid)
+        h5_path, h5_fd, h5_procs, h5_reads = forked[0] if forked else (None, None, 0, 0)
+        facts |= {"forked_hdf5_path": h5_path, "forked_hdf5_fd": h5_fd,
+                  "forked_hdf5_processes": as_count(h5_procs), "forked_hdf5_reads": as_count(h5_reads)}  # fmt: skip
         suffixes = rows(store, _SUFFIXES, counted_in)
         for key, i in (("zero_read", 1), ("small_read", 2)):  # the suffix of the most such reads, first on a tie
             top = min(suffixes, key=lambda r: (-as_count(r[i]), str(r[0])), default=None)

@@ -496,20 +496,44 @@ def forked_sqlite(results: Results) -> Recommendation | None:
     of the database they did not open but inherited: ``io.pattern``'s ``forked_sqlite_*`` facts). SQLite's
     documentation says not to carry a connection across ``fork()``: locking problems follow, and a database
     written meanwhile can be corrupted."""
-    r = get(results, "io.pattern")
-    if r is None or not (path := str(r.facts.get("forked_sqlite_path") or "")):
-        return None
-    procs, reads = int(num(r.facts, "forked_sqlite_processes") or 0), int(num(r.facts, "forked_sqlite_reads") or 0)
-    if procs < 1 or reads < 1:
-        return None
-    evidence = [
-        f"{counted(procs, 'process', 'processes')} other than the main one read {path} through descriptor "
-        f"{r.facts.get('forked_sqlite_fd')}, which they did not open but inherited, {reads:,} reads: a SQLite "
-        "connection opened before they started (io.pattern)"
-    ]
     action = ("Open the SQLite connection in each worker, on first use: None in the dataset's __init__, "
               "sqlite3.connect(...) in __getitem__ when still None (or in a worker_init_fn). SQLite's documentation "
               "says not to carry a connection across fork(): the processes share its locks and file state, and a "
               "database written meanwhile can be corrupted (sqlite.org/howtocorrupt.html, section 2.6).")  # fmt: skip
-    title = f"DataLoader workers use a SQLite connection opened before they forked ({PurePosixPath(path).name})"
-    return Recommendation("forked_sqlite", title, "medium", evidence, ["io.pattern"], action)
+    return _forked(results, "sqlite", "a SQLite connection opened before they started", action,
+                   "DataLoader workers use a SQLite connection opened before they forked")  # fmt: skip
+
+
+def forked_hdf5(results: Results) -> Recommendation | None:
+    """Worker processes that read an HDF5 file through a descriptor they did not open but inherited
+    (``io.pattern``'s ``forked_hdf5_*`` facts): an ``h5py.File`` opened before the DataLoader's workers forked.
+    h5py's documentation advises opening the file in each reader process, as opening it once and then forking
+    may cause issues: each worker goes on with a copy of the HDF5 library's state of the file (its metadata and
+    chunk caches, its free-space and file-size records) taken at the fork, on a descriptor all of them share."""
+    action = ("Open the HDF5 file in each worker, on first use: self.file = None in the dataset's __init__ (read what "
+              "it needs there, such as the length, in a with h5py.File(...) block that closes it), h5py.File(path, "
+              "'r') in __getitem__ when still None (or in a worker_init_fn). h5py's documentation advises opening "
+              "the file independently in each reader process: one opened once and then forked may cause issues, as "
+              "each worker goes on with a copy of the HDF5 library's state of the file taken at the fork "
+              "(docs.h5py.org, Parallel HDF5).")  # fmt: skip
+    return _forked(results, "hdf5", "an h5py.File opened before they started", action,
+                   "DataLoader workers read an HDF5 file opened before they forked")  # fmt: skip
+
+
+def _forked(results: Results, kind: str, what: str, action: str, title: str) -> Recommendation | None:
+    """The recommendation of ``forked_{kind}``: the file of ``io.pattern``'s ``forked_{kind}_*`` facts, read by
+    processes other than the main one through a descriptor they inherited."""
+    r = get(results, "io.pattern")
+    if r is None or not (path := str(r.facts.get(f"forked_{kind}_path") or "")):
+        return None
+    procs = int(num(r.facts, f"forked_{kind}_processes") or 0)
+    reads = int(num(r.facts, f"forked_{kind}_reads") or 0)
+    if procs < 1 or reads < 1:
+        return None
+    evidence = [
+        f"{counted(procs, 'process', 'processes')} other than the main one read {path} through descriptor "
+        f"{r.facts.get(f'forked_{kind}_fd')}, which they did not open but inherited, {reads:,} reads: {what} "
+        "(io.pattern)"
+    ]
+    title = f"{title} ({PurePosixPath(path).name})"
+    return Recommendation(f"forked_{kind}", title, "medium", evidence, ["io.pattern"], action)

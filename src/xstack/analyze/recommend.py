@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from xstack.analyze import _loaders, _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
 from xstack.analyze._io_common import SMALL_READ_BYTES
+from xstack.analyze._io_pattern import HDF5_SUFFIXES
 from xstack.analyze._recommend_common import (
     INPUT_WAIT_PCT,
     Results,
@@ -30,6 +31,7 @@ from xstack.analyze._recommend_input import (
     COMPRESSED_SUFFIXES,
     REDECOMPRESSED_TIMES,
     cheaper,
+    forked_hdf5,
     forked_sqlite,
     io_input_action,
     loaders_advice,
@@ -675,8 +677,6 @@ def loop_syncs(results: Results) -> Recommendation | None:
     )  # fmt: skip
 
 
-HDF5_SUFFIXES: Final = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4")
-"""File names that say HDF5 (netCDF-4 files are HDF5 files)."""
 PARQUET_SUFFIXES: Final = (".parquet", ".pq")
 ZIP_SUFFIXES: Final = (".zip", ".jar", ".npz")
 """Zip archives (``numpy.savez`` writes one): ``zipfile.ZipFile`` reads the index of their members at their end at
@@ -903,6 +903,7 @@ RULES: dict[str, Rule] = {
     "shared_shards": shared_shards,
     "shared_offset": shared_offset,
     "forked_sqlite": forked_sqlite,
+    "forked_hdf5": forked_hdf5,
     "rewritten": rewritten,
     "loop_syncs": loop_syncs,
     "small_reads": small_reads,
