@@ -241,10 +241,16 @@ PERIODIC_SHARE: Final = 2
 a busy machine made long fall every Nth iteration by chance."""
 
 
+WRITES_RATIO: Final = 2.0
+"""How many times a usual iteration's bytes written (the others' mean) the long iterations must write each, on
+average, for their writes to be work of their own (a checkpoint): a logger's thread that writes in every
+iteration writes a little more in some of them by chance."""
+
+
 def _writes(store: Store, run_id: int, main: int, steps: list[tuple[Any, ...]], long: set[int]) -> dict[str, Any]:
     """What the main process wrote to files in the long iterations beyond the usual iteration's writes (their
-    mean, times the long ones): ``writes_bytes``, ``writes_files`` and ``writes_path``; empty where it wrote no
-    more there."""
+    mean, times the long ones): ``writes_bytes``, ``writes_files`` and ``writes_path``; empty where they wrote
+    less than ``WRITES_RATIO`` times that each."""
 
     def written(which: list[int]) -> tuple[int, int, str | None]:
         if not which:
@@ -258,6 +264,6 @@ def _writes(store: Store, run_id: int, main: int, steps: list[tuple[Any, ...]], 
     others = [i for i in range(len(steps)) if i not in long]
     usual = written(others)[0] / len(others) if others else 0.0
     beyond = round(held - usual * len(long))
-    if beyond <= 0 or not path:
+    if beyond <= 0 or held < WRITES_RATIO * usual * len(long) or not path:
         return {}
     return {"writes_bytes": beyond, "writes_files": files, "writes_path": path}
