@@ -12,7 +12,8 @@ from typing import Any
 
 from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
-from xstack.analyze._recommend_common import Results, get, num
+from xstack.analyze._model_ranks import ranks_line
+from xstack.analyze._recommend_common import Results, get, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, counted, format_ns, format_value
 
@@ -537,3 +538,56 @@ def _forked(results: Results, kind: str, what: str, action: str, title: str) -> 
     ]
     title = f"{title} ({PurePosixPath(path).name})"
     return Recommendation(f"forked_{kind}", title, "medium", evidence, ["io.pattern"], action)
+
+
+def input_bound_elsewhere(results: Results) -> Recommendation | None:
+    """This rank waits little for its own data, but another rank of its job waits for its DataLoader a large
+    share of its steps, and the two step together (``model.ranks``' ``input_bound_elsewhere``): at each gradient
+    all-reduce every rank waits for that one, so this rank's step (its backward, where the all-reduce runs) is as
+    long as that rank's input makes it, and this rank's own summary, read alone, shows compute."""
+    r = get(results, "model.ranks")
+    if r is None or not r.available or not r.facts.get("input_bound_elsewhere"):
+        return None
+    f = r.facts
+    slowest, store = f["slowest_rank"], f["slowest_store"]
+    evidence = [
+        f"{ranks_line(f)}; this rank ({f['rank']}) waits {format_ns(f['own_wait_ns'])}, "
+        f"{f['own_wait_pct']:.1f}% of its steps, and steps with it: {format_ns(f['own_step_ns'])} per iteration "
+        f"against {format_ns(f['slowest_step_ns'])} (model.ranks)"
+    ]
+    if f.get("waits_in"):
+        evidence.append(
+            f"this rank's {f['waits_in']} takes {format_ns(f['waits_in_ns'])} per iteration against "
+            f"{format_ns(f['waits_in_other_ns'])} on rank {slowest}: there it waits for rank {slowest}'s batch "
+            "(DDP's gradient all-reduce waits for every rank) (model.ranks)"
+        )
+    action = (
+        f"Make rank {slowest}'s input faster, not this rank's: its own summary (xstack summary {store}) says what "
+        "its DataLoader waits on. Where its DataLoader is configured as this rank's, look at what differs on its "
+        "side: its host, its files (another disk or file system), its share of the data (DistributedSampler gives "
+        "each rank as many items, not as many bytes). Every rank steps at the pace of the slowest one."
+    )
+    impact = max(0, round(min(f["slowest_wait_ns"] - f["own_wait_ns"], f["own_step_ns"]))) or None
+    title = f"Training is input-bound on rank {slowest}: this rank waits for its data"
+    return Recommendation("input_bound_elsewhere", title, severity(f["slowest_wait_pct"]), evidence, [r.id], action,
+                          impact_ns=impact)  # fmt: skip
+
+
+def ranks_waiting(results: Results) -> str | None:
+    """Where this rank is the one of its job that waits longest for data (``model.ranks``) and others step with
+    it: a line saying that they wait for its input, which makes its input-bound finding the whole job's."""
+    r = get(results, "model.ranks")
+    if r is None or not r.available or r.facts.get("slowest_rank") != r.facts.get("rank"):
+        return None
+    others = [p for p in r.facts.get("per_rank") or [] if p.get("rank") != r.facts["rank"] and p.get("lockstep")]
+    if not others:
+        return None
+    named = "; ".join(f"rank {p['rank']}: {p['wait_pct']:.1f}% of its steps" for p in others[:NAMED_RANKS])
+    more = f"; {len(others) - NAMED_RANKS:,} more" if len(others) > NAMED_RANKS else ""
+    return (f"the job's other ranks read beside this one step with it and wait less for their own data "
+            f"({named}{more}): at each gradient all-reduce they wait for this rank's input, so its waits slow the "
+            "whole job (model.ranks)")  # fmt: skip
+
+
+NAMED_RANKS = 3
+"""The other ranks a line names."""

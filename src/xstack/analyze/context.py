@@ -51,6 +51,8 @@ HINTS = {
     "as they ran",
     "measured iterations": "mark iterations with xstack.step() (xstack run counts an optimizer's step() as one) and "
     "measure five or more past the warm-up",
+    "other ranks": "profile each rank of a distributed job into a store of its own, kept beside the others: "
+    "torchrun --nproc-per-node N -m xstack run -o 'prof-{rank}.duckdb' -- train.py; this run is of one process",
     "process usage": "profile the program live (xstack run, xstack profile or xstack.profile): each iteration then "
     "records its process's CPU time and page faults; a trace imported from another tool has none",
 }

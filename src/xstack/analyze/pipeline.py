@@ -25,6 +25,7 @@ ANALYSES: dict[str, str] = {
     "A1": "xstack.analyze.model:model_information",
     "model.process": "xstack.analyze._model_process:process_usage",
     "model.long_iterations": "xstack.analyze._model_long:long_iterations",
+    "model.ranks": "xstack.analyze._model_ranks:ranks",
     "A2": "xstack.analyze.layers:layer_information",
     "A3": "xstack.analyze.layers:layer_latency",
     "A4": "xstack.analyze.layers:layer_memory",

@@ -33,8 +33,10 @@ from xstack.analyze._recommend_input import (
     cheaper,
     forked_hdf5,
     forked_sqlite,
+    input_bound_elsewhere,
     io_input_action,
     loaders_advice,
+    ranks_waiting,
     shared_offset,
     shared_shards,
 )
@@ -118,6 +120,9 @@ def input_bound(results: Results) -> Recommendation | None:
         disputed = True
     if not evidence:
         return None
+    if (waiting := ranks_waiting(results)) is not None:  # a rank of a job: the others wait for this one's input
+        evidence.append(waiting)
+        sources.append("model.ranks")
     if (advice := loaders_advice(results)) is not None:  # the settings of the DataLoaders it waits on
         lines, source, action = advice
         evidence += lines
@@ -887,6 +892,7 @@ def _size(nbytes: float) -> str:
 
 RULES: dict[str, Rule] = {
     "input_bound": input_bound,
+    "input_bound_elsewhere": input_bound_elsewhere,
     "launch_bound": _recommend_gpu.launch_bound,
     "host_bound": _recommend_gpu.host_bound,
     "sync_in_loop": sync_in_loop,
@@ -915,9 +921,10 @@ RULES: dict[str, Rule] = {
 the CUDA/HIP API rules in ``_recommend_system``)."""
 
 RULE_ANALYSES: Final = (
-    "model.stages", "A1", "model.process", "model.long_iterations", "A10", "timeline.breakdown", "timeline.launches",
-    "timeline.syncs", "timeline.memcpy", "runtime.api", "runtime.api_calls", "system.cpu", "system.syscalls",
-    "system.gpu", "system.memory", "io.input_bound", "io.files", "io.pattern", "io.small_files", "health",
+    "model.stages", "A1", "model.process", "model.long_iterations", "model.ranks", "A10", "timeline.breakdown",
+    "timeline.launches", "timeline.syncs", "timeline.memcpy", "runtime.api", "runtime.api_calls", "system.cpu",
+    "system.syscalls", "system.gpu", "system.memory", "io.input_bound", "io.files", "io.pattern", "io.small_files",
+    "health",
 )  # fmt: skip
 """The analyses the built-in rules read, in registry order: where only the recommendations are wanted (``xstack
 summary``), these alone are run, not the per-call tables (A2-A9, A11-A14), which take most of the time on a

@@ -1,0 +1,222 @@
+"""``model.ranks``: each rank of a distributed job beside this one, read from the stores of the other ranks.
+
+The ranks of a data-parallel job (DistributedDataParallel, FSDP) wait for one another at every gradient all-reduce,
+so one rank whose input is slow makes every rank slow. The rank that waits for data shows it in its DataLoader
+waits; the others show it as a long backward pass, which alone reads as a compute-bound step. Each rank of a job
+profiled with ``torchrun ... -m xstack run -o 'prof-{rank}.duckdb'`` (or ``xstack.profile`` under ``mp.spawn``)
+writes a store of its own; this analysis finds the others' stores beside this one and puts the ranks side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from xstack.analyze._io_loop import WAIT_SHARE_PCT
+from xstack.analyze.context import run_context
+from xstack.analyze.health import stage_breakdown
+from xstack.analyze.result import Column, Result, counted, format_ns, notes_of
+from xstack.errors import XstackError
+from xstack.trace.store import Store
+
+ID = "model.ranks"
+TITLE = "Ranks: the steps of each rank of the job and their waits for data, from the other ranks' stores"
+
+MAX_RANKS: Final = 64
+"""The most stores of other ranks read: a job of more ranks is compared over its first ones."""
+JOB_SLACK_NS: Final = 60_000_000_000
+"""Two ranks' runs belong to one job when they overlap in time, with this much slack (ns): the ranks of a job
+start within seconds of one another, and a store of an earlier job of the same name is not this job's."""
+LOCKSTEP: Final = 0.25
+"""The ranks step together (they wait for one another) when their mean steps differ by this share or less."""
+
+COLUMNS = [
+    Column("rank", "", "the rank in the job; this store's rank is marked"),
+    Column("store", "", "the store its run was read from"),
+    Column("host", ""),
+    Column("iterations", "count", "its measured iterations (past the warm-up)"),
+    Column("step", "ns", "its mean measured iteration"),
+    Column("data wait", "ns", "its DataLoader waits within the measured iterations, per iteration"),
+    Column("wait share", "pct", "of its measured iterations' time"),
+    Column(
+        "backward",
+        "ns",
+        "its backward passes within the measured iterations, per iteration (where DDP's "
+        "gradient all-reduce waits for the other ranks)",
+    ),  # fmt: skip
+]
+
+
+def ranks(store: Store, run_id: int) -> Result:
+    """A row per rank of this run's distributed job whose store lies beside this one (this rank's included):
+    its measured iterations, mean step, DataLoader wait and backward time per iteration, from ``model.stages``.
+
+    Facts: ``rank``, ``world_size``, ``ranks_read`` (this one included), ``missing_ranks`` (those whose store was
+    not found or not readable beside this one, up to ``MAX_RANKS``), ``slowest_rank``, ``slowest_store``,
+    ``slowest_wait_ns`` and ``slowest_wait_pct`` (the rank that waits longest for data, per iteration and as a
+    share of its steps), ``per_rank`` (each rank read: ``rank``, ``store``, ``wait_ns``, ``wait_pct``,
+    ``step_ns`` and ``lockstep``, whether it steps with the slowest one), ``own_wait_ns``, ``own_wait_pct``,
+    ``own_step_ns``, ``slowest_step_ns``; ``waits_in``, ``waits_in_ns`` and ``waits_in_other_ns``: this rank's
+    stage whose time per iteration exceeds the slowest rank's the most (the backward where DDP's all-reduce
+    waits), on this rank and on that one; and ``input_bound_elsewhere``: another rank waits for data
+    ``WAIT_SHARE_PCT`` of its steps or more, this one less, and their mean steps are within ``LOCKSTEP`` of each
+    other (they step together: this rank waits for that
+    one's input).
+
+    Notes: the other ranks' stores are found by this store's name: ``prof-0.duckdb`` beside ``prof-1.duckdb``
+    (``-o 'prof-{rank}.duckdb'``), or ``prof.rank0.duckdb`` beside ``prof.rank1.duckdb`` (the name ``xstack run``
+    and ``mp.spawn`` give each rank by default); a store counts where its run is of the same rank and world size
+    and overlaps this run in time (``JOB_SLACK_NS``). Stores on other nodes are not seen: copy them beside this
+    one to compare all ranks."""
+    ctx = run_context(store, run_id)
+    job = ctx.config.get("distributed")
+    rank, world = (job.get("rank"), job.get("world_size")) if isinstance(job, dict) else (None, None)
+    if not isinstance(rank, int) or not isinstance(world, int) or world < 2:
+        return ctx.lacking(ID, TITLE, "other ranks")
+    if missing := ctx.require(ID, TITLE, "model"):
+        return missing
+    own = _figures(store, ctx.run_id)
+    if own is None:
+        return ctx.lacking(ID, TITLE, "measured iterations")
+    found: dict[int, dict[str, Any]] = {rank: own | {"store": store.path.name}}
+    absent, unreadable = [], []
+    for other in range(min(world, MAX_RANKS + 1)):
+        if other == rank:
+            continue
+        figures, problem = _read_rank(store.path, rank, other, world, own)
+        if figures is not None:
+            found[other] = figures
+        elif problem:
+            unreadable.append(problem)
+        else:
+            absent.append(other)
+    rows = [(f"{r} (this store)" if r == rank else str(r), f["store"], f["host"], f["steps"], f["step_ns"],
+             f["wait_ns"], f["wait_pct"], f["backward_ns"]) for r, f in sorted(found.items())]  # fmt: skip
+    facts: dict[str, Any] = {"rank": rank, "world_size": world, "ranks_read": len(found),
+                             "missing_ranks": absent + [int(p.split(":")[0]) for p in unreadable]}  # fmt: skip
+    labels = [f"rank {rank} of {world}; {counted(len(found), 'rank')} read, this one included"]
+    if world > MAX_RANKS + 1:
+        labels.append(f"only the stores of the first {MAX_RANKS + 1} ranks are looked for")
+    if absent:
+        labels.append(f"no store beside this one for {_ranks_text(absent)} (stores on other nodes are not seen: copy "
+                      "them beside this one)")  # fmt: skip
+    labels += [f"rank {p}" for p in unreadable]
+    facts |= _verdict(rank, found)
+    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(ranks), run_id=ctx.run_id, facts=facts, labels=labels)
+
+
+def _verdict(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    own = found[rank]
+    slowest = max(found, key=lambda r: (found[r]["wait_pct"], -r))
+    other = found[slowest]
+    facts: dict[str, Any] = {
+        "slowest_rank": slowest, "slowest_store": other["store"], "slowest_wait_ns": other["wait_ns"],
+        "slowest_wait_pct": other["wait_pct"], "slowest_step_ns": other["step_ns"], "own_wait_ns": own["wait_ns"],
+        "own_wait_pct": own["wait_pct"], "own_step_ns": own["step_ns"],
+    }  # fmt: skip
+    stepped = _lockstep(own, other)
+    facts["per_rank"] = [{"rank": r, "store": f["store"], "wait_ns": f["wait_ns"], "wait_pct": f["wait_pct"],
+                          "step_ns": f["step_ns"], "lockstep": _lockstep(f, other)}
+                         for r, f in sorted(found.items())]  # fmt: skip
+    facts["input_bound_elsewhere"] = (
+        slowest != rank and other["wait_pct"] >= WAIT_SHARE_PCT and own["wait_pct"] < WAIT_SHARE_PCT and stepped
+    )
+    if slowest != rank:  # where this rank spends the time that one spends waiting
+        extra = {name: ns - other["stages"].get(name, 0.0) for name, ns in own["stages"].items()}
+        top = max(extra, key=lambda n: (extra[n], n), default=None)
+        if top is not None and extra[top] > 0:
+            facts |= {"waits_in": top, "waits_in_ns": round(own["stages"][top]),
+                      "waits_in_other_ns": round(other["stages"].get(top, 0.0))}  # fmt: skip
+    return facts
+
+
+def _lockstep(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two ranks step together: their mean steps within ``LOCKSTEP`` of the longer one."""
+    return bool(abs(a["step_ns"] - b["step_ns"]) <= LOCKSTEP * max(a["step_ns"], b["step_ns"], 1))
+
+
+def _figures(store: Store, run_id: int) -> dict[str, Any] | None:
+    """One run's measured iterations, mean step, DataLoader wait, backward and other stages per iteration (from
+    ``model.stages``), its host and its time span; None where it has no measured iteration."""
+    stages = stage_breakdown(store, run_id)
+    steps = int(stages.facts.get("steps") or 0)
+    if not stages.available or steps < 1:
+        return None
+    per: dict[str, float] = {}
+    for name, kind, total, share in ((r[0], r[1], r[3], r[7]) for r in stages.rows):
+        if share is not None and kind not in ("step", "dataloader", "tail"):  # the loop's measured stages
+            per[str(name)] = per.get(str(name), 0.0) + float(total) / steps
+    backward = sum(float(r[3]) for r in stages.rows if r[1] == "backward") / steps
+    total = float(stages.facts.get("step_total_ns") or 0)
+    wait = float(stages.facts.get("dataloader_in_steps_ns") or 0)
+    found = store.con.execute("SELECT host, started_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    host, started = found if found is not None else (None, None)
+    return {"steps": steps, "step_ns": round(total / steps), "wait_ns": round(wait / steps),
+            "wait_pct": 100.0 * wait / total if total else 0.0, "backward_ns": round(backward), "stages": per,
+            "host": host, "started": started, "wall_ns": int(stages.facts.get("wall_ns") or 0)}  # fmt: skip
+
+
+def _read_rank(path: Path, rank: int, other: int, world: int, own: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """Rank ``other``'s figures from its store beside ``path`` (its run of that rank and world size that overlaps
+    this one in time), else None and, where a store was found but could not be read, why."""
+    for candidate in candidates(path, rank, other):
+        if not candidate.is_file():
+            continue
+        try:
+            with Store.open(candidate) as sibling:
+                runs = sibling.con.execute("SELECT run_id, config FROM runs ORDER BY run_id DESC").fetchall()
+                for run_id, config in runs:
+                    job = _job(config)
+                    if job != (other, world):
+                        continue
+                    figures = _figures(sibling, int(run_id))
+                    if figures is not None and _overlap(own, figures):
+                        return figures | {"store": candidate.name}, ""
+        except XstackError as e:
+            return None, f"{other}: {e}"
+    return None, ""
+
+
+def candidates(path: Path, rank: int, other: int) -> list[Path]:
+    """The names rank ``other``'s store may have beside ``path``, this rank's: ``.rank{rank}`` before the suffix
+    made ``.rank{other}`` (``xstack run``'s and ``mp.spawn``'s default names), else each place where the name
+    holds this rank's number alone (``-o 'prof-{rank}.duckdb'``) given the other's."""
+    name, found = path.name, []
+    stem, suffix = path.stem, path.suffix
+    if stem.endswith(f".rank{rank}"):
+        found.append(path.with_name(f"{stem.removesuffix(f'.rank{rank}')}.rank{other}{suffix}"))
+    for m in re.finditer(rf"(?<!\d){rank}(?!\d)", stem):
+        found.append(path.with_name(f"{stem[: m.start()]}{other}{stem[m.end() :]}{suffix}"))
+    return [p for i, p in enumerate(found) if p not in found[:i] and p.name != name]
+
+
+def _job(config: Any) -> tuple[int, int] | None:
+    import orjson
+
+    try:
+        job = (orjson.loads(config) if isinstance(config, (str, bytes)) else config or {}).get("distributed")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(job, dict) and isinstance(job.get("rank"), int) and isinstance(job.get("world_size"), int):
+        return job["rank"], job["world_size"]
+    return None
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two runs overlap in time, with ``JOB_SLACK_NS`` of slack: the ranks of one job."""
+    if not isinstance(a["started"], datetime) or not isinstance(b["started"], datetime):
+        return False
+    gap = (b["started"] - a["started"]).total_seconds() * 1e9
+    return bool(-(b["wall_ns"] + JOB_SLACK_NS) <= gap <= a["wall_ns"] + JOB_SLACK_NS)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def ranks_line(facts: dict[str, Any]) -> str:
+    """How long the slowest rank waits for data, per iteration and as a share of its steps."""
+    return (f"rank {facts['slowest_rank']} waits {format_ns(facts['slowest_wait_ns'])} per iteration for its "
+            f"DataLoader, {facts['slowest_wait_pct']:.1f}% of its steps ({facts['slowest_store']})")  # fmt: skip
