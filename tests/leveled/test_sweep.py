@@ -46,7 +46,7 @@ PASSES = ("--pass", "model", "--pass", "model,layer")
 def _sweep(tmp: Path, sizes: str, fail_at: int, *options: str) -> subprocess.CompletedProcess[str]:
     (tmp / "infer.py").write_text(textwrap.dedent(PROGRAM))
     return subprocess.run(
-        [sys.executable, "-m", "xstack", "sweep", "--batch-sizes", sizes, "--warmup", "1", "--iters", "3",
+        [sys.executable, "-m", "xstack", "sweep", "--batch-sizes", sizes, "--warmup", "1", "--iters", "20",
          "-o", str(tmp / "s.duckdb"), *options, "--", "python", "infer.py", "{batch_size}", "starts.txt",
          str(fail_at)],
         capture_output=True, text=True, cwd=tmp, timeout=300,
