@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 
 from xstack.analyze._model_ranks import candidates
+from xstack.analyze._recommend_input import _io_line
 from xstack.analyze.pipeline import analyze
 from xstack.trace.store import Store
 
 SLOW_RANK = """
-import sys, time, torch, torch.distributed as dist
+import os, sys, torch, torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-slow = float(sys.argv[1]) if rank == 1 else 0.0
+path = sys.argv[1] if rank == 1 else sys.argv[2]  # rank 1 reads its items from a larger file
 
 
 class Items(Dataset):
@@ -29,8 +30,9 @@ class Items(Dataset):
         return 8 * 16
 
     def __getitem__(self, i):
-        time.sleep(slow)  # rank 1 reads its items from a slower store
-        return torch.full((16,), float(i))
+        with open(path, "rb") as f:
+            data = f.read()
+        return torch.full((16,), float(data[i % len(data)]))
 
 
 torch.manual_seed(0)
@@ -49,10 +51,14 @@ TRIES = 3
 """Tries of the job: gloo's TCP transport now and then aborts a rank at the end (tests/cli/test_run.py, _alone)."""
 
 
-def _job(tmp_path: Path, slow: float) -> None:
+def _job(tmp_path: Path, size: int, levels: str = "model") -> None:
+    """The job, rank 1 reading ``size`` bytes per item, rank 0 4 KiB."""
     (tmp_path / "slow_rank.py").write_text(textwrap.dedent(SLOW_RANK))
+    (tmp_path / "items.bin").write_bytes(bytes(range(256)) * (size // 256))
+    (tmp_path / "small.bin").write_bytes(bytes(range(256)) * 16)
     job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "xstack",
-           "run", "--levels", "model", "-o", "prof-{rank}.duckdb", "--", "slow_rank.py", str(slow)]  # fmt: skip
+           "run", "--levels", levels, "-o", "prof-{rank}.duckdb", "--", "slow_rank.py", "items.bin",
+           "small.bin"]  # fmt: skip
     for _ in range(TRIES):
         done = subprocess.run(job, capture_output=True, text=True, cwd=tmp_path, timeout=240)
         if not (done.returncode and "SIGABRT" in done.stderr):
@@ -61,10 +67,11 @@ def _job(tmp_path: Path, slow: float) -> None:
 
 
 def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tmp_path: Path) -> None:
-    """Rank 1's items take 10 ms each: it waits for its DataLoader most of its steps. Rank 0 waited hardly at all
-    for its own, and its backward took as long as rank 1's input (the all-reduce waits for rank 1): read alone,
-    its summary showed a step spent in backward and no input-bound finding."""
-    _job(tmp_path, 0.01)
+    """Rank 1 reads a 32 MiB file for each item, rank 0 a 4 KiB one: rank 1 waits for its DataLoader much of its
+    steps. Rank 0 waited hardly at all for its own, and its backward took as long as rank 1's input (the
+    all-reduce waits for rank 1): read alone, its summary showed a step spent in backward and no input-bound
+    finding. With the io level, the two ranks' file I/O is set side by side."""
+    _job(tmp_path, 32 << 20, "model,io")
     found = {}
     for rank in (0, 1):
         with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
@@ -84,6 +91,9 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
     assert rec is not None and rec.title == "Training is input-bound on rank 1: this rank waits for its data"
     assert rec.evidence[0].startswith("rank 1 waits ") and "(prof-1.duckdb); this rank (0) waits " in rec.evidence[0]
     assert rec.evidence[1].startswith("this rank's backward takes ")
+    assert rec.evidence[2].startswith("rank 1's file I/O that its loop waits on (in its DataLoader's workers, and in "
+                                      "the loop while it waits for a batch) takes ")  # fmt: skip
+    assert f["slowest_io_ns"] > 10 * f["own_io_ns"] and f["slowest_io_bytes"] == f["own_io_bytes"] == 0  # no workers
     assert rec.action.startswith("Make rank 1's input faster, not this rank's: its own summary (xstack summary "
                                  "prof-1.duckdb)")  # fmt: skip
     assert rec.severity == "high" and 0 < rec.impact_ns <= f["own_step_ns"]
@@ -95,7 +105,7 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
 
 
 def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> None:
-    _job(tmp_path, 0.0)
+    _job(tmp_path, 4096)
     for rank in (0, 1):
         with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
             result = analyze(store)
@@ -108,7 +118,7 @@ def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> N
 def test_a_rank_s_store_without_the_others_beside_it_says_which_it_lacks(tmp_path: Path) -> None:
     """Rank 1's store copied away (another node's): rank 0 is compared with no other and says which rank it
     lacks; a store of an earlier job under rank 1's name is not this job's."""
-    _job(tmp_path, 0.0)
+    _job(tmp_path, 4096)
     alone = tmp_path / "alone"
     alone.mkdir()
     (tmp_path / "prof-0.duckdb").rename(alone / "prof-0.duckdb")
@@ -142,3 +152,16 @@ def test_a_run_of_one_process_has_no_other_ranks(tmp_path: Path) -> None:
 def test_the_other_ranks_stores_are_looked_for_by_this_one_s_name(name: str, rank: int, other: int,
                                                                    expected: list[str]) -> None:  # fmt: skip
     assert [p.name for p in candidates(Path("/d") / name, rank, other)] == expected
+
+
+def test_the_slow_rank_s_file_io_is_named_where_it_holds_its_wait() -> None:
+    facts = {"slowest_rank": 3, "slowest_wait_ns": 40e6, "own_wait_ns": 1e6, "slowest_io_ns": 30e6, "own_io_ns": 2e6,
+             "slowest_io_bytes": 64 << 20, "own_io_bytes": 1 << 20}  # fmt: skip
+    line = _io_line(facts)
+    assert line is not None
+    assert line.endswith("takes 30.0 ms per iteration against 2.00 ms here; its workers read 64.0 MiB of data per "
+                         "iteration against 1.00 MiB here (model.ranks)")  # fmt: skip
+    assert _io_line(facts | {"slowest_io_ns": 3e6}) is None  # not twice this rank's
+    assert _io_line(facts | {"slowest_io_ns": 8e6, "own_io_ns": 1e6}) is None  # a sliver of the wait it makes
+    assert "its workers read" not in (_io_line(facts | {"slowest_io_bytes": 0}) or "")  # no workers
+    assert _io_line({k: v for k, v in facts.items() if not k.endswith("_io_ns")}) is None  # no io level

@@ -104,6 +104,8 @@ def ranks(store: Store, run_id: int) -> Result:
                       "them beside this one)")  # fmt: skip
     labels += [f"rank {p}" for p in unreadable]
     facts |= _verdict(rank, found)
+    if facts["slowest_rank"] != rank and "io" in ctx.levels:  # what each of the two spends reading files
+        facts |= _io_beside(store, ctx.run_id, found[facts["slowest_rank"]])
     return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(ranks), run_id=ctx.run_id, facts=facts, labels=labels)
 
 
@@ -130,6 +132,37 @@ def _verdict(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
             facts |= {"waits_in": top, "waits_in_ns": round(own["stages"][top]),
                       "waits_in_other_ns": round(other["stages"].get(top, 0.0))}  # fmt: skip
     return facts
+
+
+def _io_beside(store: Store, run_id: int, other: dict[str, Any]) -> dict[str, Any]:
+    """This run's file I/O per measured iteration that the loop waits on (its DataLoader workers' and its own
+    while it waits for a batch: ``io.input_bound``) and the data bytes the workers read, beside the same of the
+    slowest rank's run (``other``: its figures, its store beside this one), where both recorded the io level:
+    facts ``own_io_ns``, ``own_io_bytes``, ``slowest_io_ns`` and ``slowest_io_bytes``; empty where either has
+    none."""
+    own = _io_figures(store, run_id)
+    if own is None:
+        return {}
+    try:
+        with Store.open(store.path.with_name(other["store"])) as sibling:
+            theirs = _io_figures(sibling, other["run_id"])
+    except XstackError:
+        return {}
+    if theirs is None:
+        return {}
+    return {"own_io_ns": own[0], "own_io_bytes": own[1], "slowest_io_ns": theirs[0], "slowest_io_bytes": theirs[1]}
+
+
+def _io_figures(store: Store, run_id: int) -> tuple[float, float | None] | None:
+    from xstack.analyze.io import input_wait
+
+    r = input_wait(store, run_id)
+    n = r.facts.get("iterations")
+    if not r.available or not n:
+        return None
+    waited = float(r.facts.get("worker_io_per_iteration_ns") or 0) + float(r.facts.get("main_io_wait_ns") or 0) / n
+    read = r.facts.get("worker_data_read_bytes_per_iteration")
+    return waited, None if read is None else float(read)
 
 
 def _lockstep(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -173,7 +206,7 @@ def _read_rank(path: Path, rank: int, other: int, world: int, own: dict[str, Any
                         continue
                     figures = _figures(sibling, int(run_id))
                     if figures is not None and _overlap(own, figures):
-                        return figures | {"store": candidate.name}, ""
+                        return figures | {"store": candidate.name, "run_id": int(run_id)}, ""
         except XstackError as e:
             return None, f"{other}: {e}"
     return None, ""

@@ -13,7 +13,7 @@ from typing import Any
 from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
 from xstack.analyze._model_ranks import ranks_line
-from xstack.analyze._recommend_common import Results, get, num, severity
+from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, get, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, counted, format_ns, format_value
 
@@ -561,6 +561,8 @@ def input_bound_elsewhere(results: Results) -> Recommendation | None:
             f"{format_ns(f['waits_in_other_ns'])} on rank {slowest}: there it waits for rank {slowest}'s batch "
             "(DDP's gradient all-reduce waits for every rank) (model.ranks)"
         )
+    if (io := _io_line(f)) is not None:
+        evidence.append(io)
     action = (
         f"Make rank {slowest}'s input faster, not this rank's: its own summary (xstack summary {store}) says what "
         "its DataLoader waits on. Where its DataLoader is configured as this rank's, look at what differs on its "
@@ -573,13 +575,40 @@ def input_bound_elsewhere(results: Results) -> Recommendation | None:
                           impact_ns=impact)  # fmt: skip
 
 
+IO_RATIO = 2.0
+"""How many times this rank's file I/O per iteration another rank's must take for the rule on input-bound ranks
+to say that its files are slower to read there."""
+
+
+def _io_line(f: dict[str, Any]) -> str | None:
+    """Where the slowest rank's file I/O per iteration (its workers', its loop's while it waits) is ``IO_RATIO``
+    times this rank's or more, and a quarter of the wait it makes this rank bear: a line saying so, with the
+    bytes its workers read beside this rank's."""
+    theirs, own = num(f, "slowest_io_ns"), num(f, "own_io_ns")
+    if theirs is None or own is None or theirs < IO_RATIO * own:
+        return None
+    if theirs - own < 0.25 * (float(f["slowest_wait_ns"]) - float(f["own_wait_ns"])):
+        return None
+    line = (f"rank {f['slowest_rank']}'s file I/O that its loop waits on (in its DataLoader's workers, and in the "
+            f"loop while it waits for a batch) takes {format_ns(theirs)} per iteration against {format_ns(own)} "
+            "here")  # fmt: skip
+    their_bytes, own_bytes = num(f, "slowest_io_bytes"), num(f, "own_io_bytes")
+    if their_bytes and own_bytes is not None:  # DataLoaders with workers
+        line += (f"; its workers read {format_value(their_bytes, 'bytes')} of data per iteration against "
+                 f"{format_value(own_bytes, 'bytes')} here")  # fmt: skip
+    return line + " (model.ranks)"
+
+
 def ranks_waiting(results: Results) -> str | None:
-    """Where this rank is the one of its job that waits longest for data (``model.ranks``) and others step with
-    it: a line saying that they wait for its input, which makes its input-bound finding the whole job's."""
+    """Where this rank is the one of its job that waits longest for data (``model.ranks``) and the others step
+    with it and wait for their own data under the input-bound threshold: a line saying that they wait for its
+    input, which makes its input-bound finding the whole job's."""
     r = get(results, "model.ranks")
     if r is None or not r.available or r.facts.get("slowest_rank") != r.facts.get("rank"):
         return None
     others = [p for p in r.facts.get("per_rank") or [] if p.get("rank") != r.facts["rank"] and p.get("lockstep")]
+    if any(float(p.get("wait_pct") or 0) >= INPUT_WAIT_PCT for p in others):  # input-bound too: findings of their own
+        return None
     if not others:
         return None
     named = "; ".join(f"rank {p['rank']}: {p['wait_pct']:.1f}% of its steps" for p in others[:NAMED_RANKS])
