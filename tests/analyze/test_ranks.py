@@ -83,7 +83,7 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
     assert (f["rank"], f["world_size"], f["ranks_read"], f["missing_ranks"]) == (0, 2, 2, [])
     assert [row[0] for row in ranks.rows] == ["0 (this store)", "1"] and ranks.rows[1][1] == "prof-1.duckdb"
     assert f["slowest_rank"] == 1 and f["slowest_wait_pct"] >= 50 and f["own_wait_pct"] < 10
-    assert f["input_bound_elsewhere"] is True and f["waits_in"] == "backward"
+    assert f["input_bound_elsewhere"] is True and f["waits_in_stage"] == "backward"
     # rank 0's backward holds the wait for rank 1's batch: half of it at least beyond rank 1's own backward
     assert f["waits_in_ns"] - f["waits_in_other_ns"] >= 0.5 * (f["slowest_wait_ns"] - f["own_wait_ns"]), f
     assert "input_bound" not in fired  # its own DataLoader keeps up
@@ -93,7 +93,9 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
     assert rec.evidence[1].startswith("this rank's backward takes ")
     assert rec.evidence[2].startswith("rank 1's file I/O that its loop waits on (in its DataLoader's workers, and in "
                                       "the loop while it waits for a batch) takes ")  # fmt: skip
-    assert f["slowest_io_ns"] > 10 * f["own_io_ns"] and f["slowest_io_bytes"] == f["own_io_bytes"] == 0  # no workers
+    assert (
+        f["slowest_io_time_ns"] > 10 * f["own_io_time_ns"] and f["slowest_io_read_bytes"] == f["own_io_read_bytes"] == 0
+    )  # no workers
     assert rec.action.startswith("Make rank 1's input faster, not this rank's: its own summary (xstack summary "
                                  "prof-1.duckdb)")  # fmt: skip
     assert rec.severity == "high" and 0 < rec.impact_ns <= f["own_step_ns"]
@@ -155,13 +157,13 @@ def test_the_other_ranks_stores_are_looked_for_by_this_one_s_name(name: str, ran
 
 
 def test_the_slow_rank_s_file_io_is_named_where_it_holds_its_wait() -> None:
-    facts = {"slowest_rank": 3, "slowest_wait_ns": 40e6, "own_wait_ns": 1e6, "slowest_io_ns": 30e6, "own_io_ns": 2e6,
-             "slowest_io_bytes": 64 << 20, "own_io_bytes": 1 << 20}  # fmt: skip
+    facts = {"slowest_rank": 3, "slowest_wait_ns": 40e6, "own_wait_ns": 1e6, "slowest_io_time_ns": 30e6,
+             "own_io_time_ns": 2e6, "slowest_io_read_bytes": 64 << 20, "own_io_read_bytes": 1 << 20}  # fmt: skip
     line = _io_line(facts)
     assert line is not None
     assert line.endswith("takes 30.0 ms per iteration against 2.00 ms here; its workers read 64.0 MiB of data per "
                          "iteration against 1.00 MiB here (model.ranks)")  # fmt: skip
-    assert _io_line(facts | {"slowest_io_ns": 3e6}) is None  # not twice this rank's
-    assert _io_line(facts | {"slowest_io_ns": 8e6, "own_io_ns": 1e6}) is None  # a sliver of the wait it makes
-    assert "its workers read" not in (_io_line(facts | {"slowest_io_bytes": 0}) or "")  # no workers
-    assert _io_line({k: v for k, v in facts.items() if not k.endswith("_io_ns")}) is None  # no io level
+    assert _io_line(facts | {"slowest_io_time_ns": 3e6}) is None  # not twice this rank's
+    assert _io_line(facts | {"slowest_io_time_ns": 8e6, "own_io_time_ns": 1e6}) is None  # a sliver of the wait it makes
+    assert "its workers read" not in (_io_line(facts | {"slowest_io_read_bytes": 0}) or "")  # no workers
+    assert _io_line({k: v for k, v in facts.items() if not k.endswith("_io_time_ns")}) is None  # no io level

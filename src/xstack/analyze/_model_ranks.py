@@ -17,7 +17,7 @@ from typing import Any, Final
 from xstack.analyze._io_loop import WAIT_SHARE_PCT
 from xstack.analyze.context import run_context
 from xstack.analyze.health import stage_breakdown
-from xstack.analyze.result import Column, Result, counted, format_ns, notes_of
+from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.errors import XstackError
 from xstack.trace.store import Store
 
@@ -45,7 +45,8 @@ COLUMNS = [
         "ns",
         "its backward passes within the measured iterations, per iteration (where DDP's "
         "gradient all-reduce waits for the other ranks)",
-    ),  # fmt: skip
+    ),
+    Column("rest", "ns", "the rest of its mean step: forward, optimizer, the loop's own work"),
 ]
 
 
@@ -58,12 +59,12 @@ def ranks(store: Store, run_id: int) -> Result:
     ``slowest_wait_ns`` and ``slowest_wait_pct`` (the rank that waits longest for data, per iteration and as a
     share of its steps), ``per_rank`` (each rank read: ``rank``, ``store``, ``wait_ns``, ``wait_pct``,
     ``step_ns`` and ``lockstep``, whether it steps with the slowest one), ``own_wait_ns``, ``own_wait_pct``,
-    ``own_step_ns``, ``slowest_step_ns``; ``waits_in``, ``waits_in_ns`` and ``waits_in_other_ns``: this rank's
-    stage whose time per iteration exceeds the slowest rank's the most (the backward where DDP's all-reduce
-    waits), on this rank and on that one; and ``input_bound_elsewhere``: another rank waits for data
+    ``own_step_ns``, ``slowest_step_ns``; ``waits_in_stage``, ``waits_in_ns`` and ``waits_in_other_ns``: this
+    rank's stage whose time per iteration exceeds the slowest rank's the most (the backward where DDP's
+    all-reduce waits), on this rank and on that one; and ``input_bound_elsewhere``: another rank waits for data
     ``WAIT_SHARE_PCT`` of its steps or more, this one less, and their mean steps are within ``LOCKSTEP`` of each
-    other (they step together: this rank waits for that
-    one's input).
+    other (they step together: this rank waits for that one's input). With the io level on both runs, the io
+    facts of ``_io_beside``.
 
     Notes: the other ranks' stores are found by this store's name: ``prof-0.duckdb`` beside ``prof-1.duckdb``
     (``-o 'prof-{rank}.duckdb'``), or ``prof.rank0.duckdb`` beside ``prof.rank1.duckdb`` (the name ``xstack run``
@@ -93,7 +94,8 @@ def ranks(store: Store, run_id: int) -> Result:
         else:
             absent.append(other)
     rows = [(f"{r} (this store)" if r == rank else str(r), f["store"], f["host"], f["steps"], f["step_ns"],
-             f["wait_ns"], f["wait_pct"], f["backward_ns"]) for r, f in sorted(found.items())]  # fmt: skip
+             f["wait_ns"], f["wait_pct"], f["backward_ns"], max(0, f["step_ns"] - f["wait_ns"] - f["backward_ns"]))
+            for r, f in sorted(found.items())]  # fmt: skip
     facts: dict[str, Any] = {"rank": rank, "world_size": world, "ranks_read": len(found),
                              "missing_ranks": absent + [int(p.split(":")[0]) for p in unreadable]}  # fmt: skip
     labels = [f"rank {rank} of {world}; {counted(len(found), 'rank')} read, this one included"]
@@ -106,7 +108,10 @@ def ranks(store: Store, run_id: int) -> Result:
     facts |= _verdict(rank, found)
     if facts["slowest_rank"] != rank and "io" in ctx.levels:  # what each of the two spends reading files
         facts |= _io_beside(store, ctx.run_id, found[facts["slowest_rank"]])
-    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(ranks), run_id=ctx.run_id, facts=facts, labels=labels)
+    chart = Chart("stacked", "rank", ("data wait", "backward", "rest"), "Each rank's mean step: its waits for data, "
+                  "its backward (where it waits for the other ranks) and the rest", limit=MAX_RANKS + 1)  # fmt: skip
+    return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(ranks), run_id=ctx.run_id, facts=facts, labels=labels,
+                  chart=chart)  # fmt: skip
 
 
 def _verdict(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -129,7 +134,7 @@ def _verdict(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
         extra = {name: ns - other["stages"].get(name, 0.0) for name, ns in own["stages"].items()}
         top = max(extra, key=lambda n: (extra[n], n), default=None)
         if top is not None and extra[top] > 0:
-            facts |= {"waits_in": top, "waits_in_ns": round(own["stages"][top]),
+            facts |= {"waits_in_stage": top, "waits_in_ns": round(own["stages"][top]),
                       "waits_in_other_ns": round(other["stages"].get(top, 0.0))}  # fmt: skip
     return facts
 
@@ -138,8 +143,8 @@ def _io_beside(store: Store, run_id: int, other: dict[str, Any]) -> dict[str, An
     """This run's file I/O per measured iteration that the loop waits on (its DataLoader workers' and its own
     while it waits for a batch: ``io.input_bound``) and the data bytes the workers read, beside the same of the
     slowest rank's run (``other``: its figures, its store beside this one), where both recorded the io level:
-    facts ``own_io_ns``, ``own_io_bytes``, ``slowest_io_ns`` and ``slowest_io_bytes``; empty where either has
-    none."""
+    facts ``own_io_time_ns``, ``own_io_read_bytes``, ``slowest_io_time_ns`` and ``slowest_io_read_bytes``;
+    empty where either has none."""
     own = _io_figures(store, run_id)
     if own is None:
         return {}
@@ -150,7 +155,12 @@ def _io_beside(store: Store, run_id: int, other: dict[str, Any]) -> dict[str, An
         return {}
     if theirs is None:
         return {}
-    return {"own_io_ns": own[0], "own_io_bytes": own[1], "slowest_io_ns": theirs[0], "slowest_io_bytes": theirs[1]}
+    return {
+        "own_io_time_ns": own[0],
+        "own_io_read_bytes": own[1],
+        "slowest_io_time_ns": theirs[0],
+        "slowest_io_read_bytes": theirs[1],
+    }
 
 
 def _io_figures(store: Store, run_id: int) -> tuple[float, float | None] | None:

@@ -555,9 +555,9 @@ def input_bound_elsewhere(results: Results) -> Recommendation | None:
         f"{f['own_wait_pct']:.1f}% of its steps, and steps with it: {format_ns(f['own_step_ns'])} per iteration "
         f"against {format_ns(f['slowest_step_ns'])} (model.ranks)"
     ]
-    if f.get("waits_in"):
+    if f.get("waits_in_stage"):
         evidence.append(
-            f"this rank's {f['waits_in']} takes {format_ns(f['waits_in_ns'])} per iteration against "
+            f"this rank's {f['waits_in_stage']} takes {format_ns(f['waits_in_ns'])} per iteration against "
             f"{format_ns(f['waits_in_other_ns'])} on rank {slowest}: there it waits for rank {slowest}'s batch "
             "(DDP's gradient all-reduce waits for every rank) (model.ranks)"
         )
@@ -584,7 +584,7 @@ def _io_line(f: dict[str, Any]) -> str | None:
     """Where the slowest rank's file I/O per iteration (its workers', its loop's while it waits) is ``IO_RATIO``
     times this rank's or more, and a quarter of the wait it makes this rank bear: a line saying so, with the
     bytes its workers read beside this rank's."""
-    theirs, own = num(f, "slowest_io_ns"), num(f, "own_io_ns")
+    theirs, own = num(f, "slowest_io_time_ns"), num(f, "own_io_time_ns")
     if theirs is None or own is None or theirs < IO_RATIO * own:
         return None
     if theirs - own < 0.25 * (float(f["slowest_wait_ns"]) - float(f["own_wait_ns"])):
@@ -592,7 +592,7 @@ def _io_line(f: dict[str, Any]) -> str | None:
     line = (f"rank {f['slowest_rank']}'s file I/O that its loop waits on (in its DataLoader's workers, and in the "
             f"loop while it waits for a batch) takes {format_ns(theirs)} per iteration against {format_ns(own)} "
             "here")  # fmt: skip
-    their_bytes, own_bytes = num(f, "slowest_io_bytes"), num(f, "own_io_bytes")
+    their_bytes, own_bytes = num(f, "slowest_io_read_bytes"), num(f, "own_io_read_bytes")
     if their_bytes and own_bytes is not None:  # DataLoaders with workers
         line += (f"; its workers read {format_value(their_bytes, 'bytes')} of data per iteration against "
                  f"{format_value(own_bytes, 'bytes')} here")  # fmt: skip
