@@ -13,7 +13,9 @@ import pytest
 from xstack.analyze._model_ranks import candidates
 from xstack.analyze._recommend_input import _io_line
 from xstack.analyze.pipeline import analyze
-from xstack.trace.store import Store
+from xstack.trace import attrs as A
+from xstack.trace.sink import Sink
+from xstack.trace.store import RunInfo, Store
 
 SLOW_RANK = """
 import os, sys, torch, torch.distributed as dist
@@ -167,3 +169,39 @@ def test_the_slow_rank_s_file_io_is_named_where_it_holds_its_wait() -> None:
     assert _io_line(facts | {"slowest_io_time_ns": 8e6, "own_io_time_ns": 1e6}) is None  # a sliver of the wait it makes
     assert "its workers read" not in (_io_line(facts | {"slowest_io_read_bytes": 0}) or "")  # no workers
     assert _io_line({k: v for k, v in facts.items() if not k.endswith("_io_time_ns")}) is None  # no io level
+
+
+def _rank_store(path: Path, rank: int, started_ns: int, wait_ns: int) -> None:
+    """A rank's store of 6 steps of 10 ms, each waiting ``wait_ns`` for the DataLoader."""
+    with Store.create(path) as store:
+        config = {"pid": 1, "distributed": {"rank": rank, "world_size": 2}}
+        store.add_run(RunInfo(1, "job", started_at_ns=started_ns, levels=["model"], config=config))
+        sink = Sink(store, 1)
+        for k in range(6):
+            at = k * 10_000_000
+            sink.span(1 + k, None, "model", f"step#{k}", at, 10_000_000, 1, 1, {A.MODEL_KIND: "step", A.MODEL_STEP: k})
+            sink.span(10 + k, 1 + k, "model", "dataloader.next", at, wait_ns, 1, 1, {A.MODEL_KIND: "dataloader"})
+        sink.close()
+
+
+def test_a_store_of_another_job_under_a_rank_s_name_is_not_read(tmp_path: Path) -> None:
+    """prof-1.duckdb left from a job an hour before: its rank 1 waited for data, but not beside this rank 0, which
+    is told that the store beside it is of another job, and no rank is blamed."""
+    now = 1_795_000_000 * 10**9
+    _rank_store(tmp_path / "prof-0.duckdb", 0, now, 100_000)
+    _rank_store(tmp_path / "prof-1.duckdb", 1, now - 3600 * 10**9, 9_000_000)
+    with Store.open(tmp_path / "prof-0.duckdb") as store:
+        result = analyze(store)
+    ranks = {r.id: r for r in result.results}["model.ranks"]
+    assert ranks.facts["ranks_read"] == 1 and ranks.facts["missing_ranks"] == [1]
+    assert "rank 1: prof-1.duckdb holds no run of rank 1 of 2 with measured iterations from the time of this run" in (
+        " ".join(ranks.labels)
+    )
+    assert "input_bound_elsewhere" not in {rec.rule for rec in result.recommendations}
+    (tmp_path / "prof-1.duckdb").unlink()
+    _rank_store(tmp_path / "prof-1.duckdb", 1, now + 2 * 10**9, 9_000_000)  # this job's, started 2 s after
+    with Store.open(tmp_path / "prof-0.duckdb") as store:
+        result = analyze(store)
+    ranks = {r.id: r for r in result.results}["model.ranks"]
+    assert ranks.facts["ranks_read"] == 2 and ranks.facts["slowest_rank"] == 1
+    assert "input_bound_elsewhere" in {rec.rule for rec in result.recommendations}

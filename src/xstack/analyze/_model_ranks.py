@@ -203,7 +203,9 @@ def _figures(store: Store, run_id: int) -> dict[str, Any] | None:
 
 def _read_rank(path: Path, rank: int, other: int, world: int, own: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """Rank ``other``'s figures from its store beside ``path`` (its run of that rank and world size that overlaps
-    this one in time), else None and, where a store was found but could not be read, why."""
+    this one in time), else None and, where a store of that name was found but not read or holds no run of this
+    job, why."""
+    problems = []
     for candidate in candidates(path, rank, other):
         if not candidate.is_file():
             continue
@@ -211,15 +213,17 @@ def _read_rank(path: Path, rank: int, other: int, world: int, own: dict[str, Any
             with Store.open(candidate) as sibling:
                 runs = sibling.con.execute("SELECT run_id, config FROM runs ORDER BY run_id DESC").fetchall()
                 for run_id, config in runs:
-                    job = _job(config)
-                    if job != (other, world):
+                    if _job(config) != (other, world):
                         continue
                     figures = _figures(sibling, int(run_id))
                     if figures is not None and _overlap(own, figures):
                         return figures | {"store": candidate.name, "run_id": int(run_id)}, ""
         except XstackError as e:
-            return None, f"{other}: {e}"
-    return None, ""
+            problems.append(f"{other}: {e}")
+            continue
+        problems.append(f"{other}: {candidate.name} holds no run of rank {other} of {world} with measured iterations "
+                        "from the time of this run (a store of another job), not read")  # fmt: skip
+    return None, problems[0] if problems else ""
 
 
 def candidates(path: Path, rank: int, other: int) -> list[Path]:
