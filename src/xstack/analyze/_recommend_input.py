@@ -559,7 +559,8 @@ def input_bound_elsewhere(results: Results) -> Recommendation | None:
         evidence.append(
             f"this rank's {f['waits_in_stage']} takes {format_ns(f['waits_in_ns'])} per iteration against "
             f"{format_ns(f['waits_in_other_ns'])} on rank {slowest}: there it waits for rank {slowest}'s batch "
-            "(DDP's gradient all-reduce waits for every rank) (model.ranks)"
+            "(the job's collectives wait for every rank: DDP's gradient all-reduce in the backward, FSDP's "
+            "all-gathers in the forward too) (model.ranks)"
         )
     if (io := _io_line(f)) is not None:
         evidence.append(io)
