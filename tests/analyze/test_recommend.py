@@ -590,6 +590,43 @@ def test_input_bound_advises_on_dataloaders_made_anew_for_each_pass_together() -
     assert rec is not None and not any("also waits" in e for e in rec.evidence) and "Eval" not in rec.action
 
 
+def test_input_bound_takes_a_dataloader_made_anew_for_each_epoch_as_one() -> None:
+    """``for x in DataLoader(Clips(), ...)`` inside the epoch loop: two DataLoaders of one setting and dataset
+    length, each iterated once. They were named twice, word for word, as if the loop read two inputs, and the
+    advice never said that their workers start with each; a validation DataLoader of those settings but another
+    length stays apart, and a store that recorded no length keeps them apart."""
+    settings = {"dataset": "Clips", "batch_size": 8, "num_workers": 2, "persistent_workers": False,
+                "pin_memory": False, "prefetch_factor": 2, "after_last_step_wait_ns": 0, "iterated": 1}  # fmt: skip
+    epochs = [settings | {"index": i, "items": 120, "waits": 15, "wait_ns": ns}
+              for i, ns in ((0, 300_000_000), (1, 260_000_000))]  # fmt: skip
+    facts = {"input_bound": True, "wait_share_pct": 90.0, "iterations": 30, "mean_wait_ns": 20_000_000,
+             "threshold_pct": 10.0, "dataloaders": epochs, "cores": 2}  # fmt: skip
+
+    def advice(loaders: list[dict[str, object]]) -> Recommendation:
+        rec = RULES["input_bound"]({"io.input_bound": Result("io.input_bound", "Input-bound",
+                                                             facts=facts | {"dataloaders": loaders})})  # fmt: skip
+        assert rec is not None
+        return rec
+
+    rec = advice(epochs)
+    named = [e for e in rec.evidence if e.startswith(("the loop waits on ", "the loop also waits on "))]
+    assert named == [
+        "the loop waits on 2 DataLoaders of the settings DataLoader(Clips, batch_size=8, num_workers=2, "
+        "persistent_workers=False, pin_memory=False, prefetch_factor=2), each iterated once (a new one for each "
+        "pass): 560 ms in their waits within the measured steps, 100.0% of the loop's waits there, 30 waits in all "
+        "(io.input_bound)"
+    ], named
+    assert "its workers start again with each of the 2 new DataLoaders: make it once and iterate it again" in (
+        rec.action
+    )
+    val = settings | {"index": 2, "items": 40, "waits": 5, "wait_ns": 200_000_000}
+    named = [e for e in advice([*epochs, val]).evidence if "waits on" in e]
+    assert len(named) == 2 and "another" not in named[0] and "(Clips" in named[1] and "2 DataLoaders" not in named[1]
+    unknown = [{k: v for k, v in e.items() if k != "items"} for e in epochs]  # recorded before the length was
+    named = [e for e in advice(unknown).evidence if "waits on" in e]
+    assert len(named) == 2 and not any("2 DataLoaders" in e for e in named), named
+
+
 def test_input_bound_leads_with_the_evaluation_dataloaders_where_together_they_are_waited_on_most() -> None:
     """A Hugging Face Trainer's four evaluation DataLoaders (a new one per evaluation) hold 60 ms of waits, the
     training one 40 ms: each is shorter alone, together they are most of the waiting, so the advice leads with

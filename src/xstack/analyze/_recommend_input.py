@@ -43,8 +43,9 @@ anew with the same settings, must hold for the input-bound rule to advise on the
 def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
     """(evidence lines, the analysis they quote, action) for the DataLoader the loop waited on longest and for the
     others whose waits within the measured steps take ``OTHER_LOADER_SHARE_PCT`` of the loop's waits there or
-    more: each one, or ``_loaders.ANEW_MIN`` or more of the same settings each iterated once together (a new one
-    for each evaluation, whose workers start each time). They come in the order of their waits within the
+    more: each one, or ``_loaders.ANEW_MIN`` or more of the same settings and dataset length each iterated once
+    together (a new one for each evaluation, or for each epoch, whose workers start each time; the longest-waited
+    one among them where its dataset's length was recorded). They come in the order of their waits within the
     measured steps, so that the advice leads with what the loop waits for most (several evaluation DataLoaders
     together may outweigh the training one); where there are several, each says its share of those waits. A
     batch's cost is said in full once, then by reference where it is the same. None where the run recorded no
@@ -54,17 +55,21 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
         return None
     entries = next((e for _, _, e in _recorded(results)), [])
     total = sum(_in_steps(e) for e in entries)
-    units: list[tuple[int, list[dict[str, Any]], bool]] = [(_in_steps(loader), [loader], False)]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:
-        if e.get("index") != loader.get("index"):
-            groups.setdefault(describe_loader(e), []).append(e)
+    units: list[tuple[int, list[dict[str, Any]], bool]] = []
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for e in entries:  # the main one with those of its settings and dataset length (a new one per epoch), if known
+        main = e.get("index") == loader.get("index")
+        key = ("", e.get("index")) if main and e.get("items") is None else (describe_loader(e), e.get("items"))
+        groups.setdefault(key, []).append(e)
     for group in groups.values():
         anew = len(group) >= ANEW_MIN and all(int(e.get("iterated") or 0) <= 1 for e in group)
         for members in [group] if anew else [[e] for e in group]:
             waited = sum(_in_steps(e) for e in members)
-            if total > 0 and 100.0 * waited / total >= OTHER_LOADER_SHARE_PCT:
+            main = any(e.get("index") == loader.get("index") for e in members)
+            if main or (total > 0 and 100.0 * waited / total >= OTHER_LOADER_SHARE_PCT):
                 units.append((waited, members, anew))
+    if not any(loader in members for _, members, _ in units):  # the loader the run's facts name, not in entries
+        units.insert(0, (_in_steps(loader), [loader], False))
     units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
     evidence, actions, said = [], [], ""
     for pos, (waited, members, anew) in enumerate(units):

@@ -151,7 +151,17 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "prefetch_factor": prefetch if isinstance(prefetch, int) and workers else None,
         "iterated": 0,
         "start_method": _start_method(loader) if isinstance(workers, int) and workers > 0 else None,
+        "items": _items(getattr(loader, "dataset", None)),
     }
+
+
+def _items(dataset: Any) -> int | None:
+    """``len(dataset)``, where it has one (an ``IterableDataset`` may not; an odd ``__len__`` may raise)."""
+    try:
+        n = len(dataset)
+    except Exception:
+        return None
+    return n if isinstance(n, int) else None
 
 
 def _iterable(dataset: Any) -> bool:

@@ -479,7 +479,8 @@ indices, a ``BatchSampler``, which the dataset then takes at once; ``batch_size`
 stores recorded before it was), "batch_size": int | None, "num_workers":
 int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | None (None without workers),
 "iterated": int (times iteration started: epochs), "start_method": str | None (how its worker processes start:
-``fork``, ``spawn`` or ``forkserver``; None without workers), "cuda": bool (the program had CUDA initialised by the
+``fork``, ``spawn`` or ``forkserver``; None without workers), "items": int | None (``len()`` of its dataset, None
+where it has none; absent in stores recorded before it was), "cuda": bool (the program had CUDA initialised by the
 end of the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
 CONFIG_PROCESSES: Final = "processes"
 """List, a key of ``runs.config``: each call of ``torch.multiprocessing.spawn`` / ``start_processes`` the profiled
