@@ -2407,7 +2407,7 @@ def test_dataloaders_made_anew_with_the_same_settings_share_a_line() -> None:
     assert labels(entries, 2) == [
         f"{shown}: waited 5.46 ms in 30 waits, and 2.13 ms in the warm-up",
         "6 more DataLoaders of these settings, each iterated once (a new one each time, as a Hugging Face Trainer "
-        "makes one per evaluation): waited 1.74 ms in 18 waits",
+        "makes one per evaluation, or a loop for each epoch): waited 1.74 ms in 18 waits",
         "2 usable CPUs",
     ]
     other = entry(1, 3, 290_000) | {"batch_size": 64}
@@ -2415,3 +2415,8 @@ def test_dataloaders_made_anew_with_the_same_settings_share_a_line() -> None:
     # a training and a validation DataLoader of the same settings, or those iterated for several epochs: theirs
     assert len(labels(entries[:2], None)) == 2
     assert len(labels([e | {"iterated": 3} for e in entries], None)) == 7
+    # a DataLoader made anew for the second epoch, over a dataset of the same recorded length: one line for both;
+    # a validation one of those settings over a shorter dataset: a line of its own
+    epochs = [e | {"items": 480} for e in entries[:2]]
+    assert labels(epochs, None)[1].startswith("1 more DataLoader of these settings, iterated once (a new one each ")
+    assert len(labels([epochs[0], epochs[1] | {"items": 96}], None)) == 2

@@ -117,21 +117,24 @@ def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
     """One line per DataLoader (its settings, and how often and long the loop waited for it past the warm-up,
     then in the warm-up), then the usable CPUs. Where ``ANEW_MIN`` or more later DataLoaders have the settings
     of an earlier one and were each iterated once (a Hugging Face Trainer makes a new one for each evaluation),
-    they share a line: how many, and their waits together."""
+    they share a line: how many, and their waits together; one such is enough where their datasets' length was
+    recorded and is the same (a new DataLoader for each epoch)."""
     out: list[str] = []
-    same: dict[str, list[dict[str, Any]]] = {}
+    same: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for e in entries:
-        same.setdefault(describe(e), []).append(e)
-    for described, group in same.items():
+        same.setdefault((describe(e), e.get("items")), []).append(e)
+    for (described, items), group in same.items():
         anew = group[1:]
-        if len(anew) < ANEW_MIN or any(int(e.get("iterated") or 0) > 1 for e in anew):
+        fewest = 1 if items is not None and int(group[0].get("iterated") or 0) <= 1 else ANEW_MIN
+        if len(anew) < fewest or any(int(e.get("iterated") or 0) > 1 for e in anew):
             out += [described + _waited(e) for e in group]  # a training and a validation DataLoader alike
             continue
         more = {k: sum(int(e.get(k) or 0) for e in anew)
                 for k in ("waits", "wait_ns", "warmup_waits", "warmup_wait_ns", "after_last_step_waits",
                           "after_last_step_wait_ns")}  # fmt: skip
-        out += [described + _waited(group[0]), f"{len(anew):,} more DataLoaders of these settings, each iterated "
-                f"once (a new one each time, as a Hugging Face Trainer makes one per evaluation)"
+        each = "iterated once" if len(anew) == 1 else "each iterated once"
+        out += [described + _waited(group[0]), f"{counted(len(anew), 'more DataLoader')} of these settings, {each} "
+                "(a new one each time, as a Hugging Face Trainer makes one per evaluation, or a loop for each epoch)"
                 f"{_waited(more)}"]  # fmt: skip
     if entries and cpus is not None:
         out.append(f"{cpus} usable CPUs")
