@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xstack.analyze._model_ranks import candidates
+from xstack.analyze._model_ranks import candidates, ranks_text
 from xstack.analyze._recommend_input import _io_line
 from xstack.analyze.pipeline import analyze
 from xstack.trace import attrs as A
@@ -205,3 +205,9 @@ def test_a_store_of_another_job_under_a_rank_s_name_is_not_read(tmp_path: Path) 
     ranks = {r.id: r for r in result.results}["model.ranks"]
     assert ranks.facts["ranks_read"] == 2 and ranks.facts["slowest_rank"] == 1
     assert "input_bound_elsewhere" in {rec.rule for rec in result.recommendations}
+
+
+def test_ranks_without_a_store_are_named_in_ranges() -> None:
+    assert ranks_text([3]) == "rank 3"
+    assert ranks_text([1, 3]) == "ranks 1, 3"
+    assert ranks_text([1, 2, 5, 8, 9, 10, 11]) == "ranks 1, 2, 5, 8-11"

@@ -102,7 +102,7 @@ def ranks(store: Store, run_id: int) -> Result:
     if world > MAX_RANKS + 1:
         labels.append(f"only the stores of the first {MAX_RANKS + 1} ranks are looked for")
     if absent:
-        labels.append(f"no store beside this one for {_ranks_text(absent)} (stores on other nodes are not seen: copy "
+        labels.append(f"no store beside this one for {ranks_text(absent)} (stores on other nodes are not seen: copy "
                       "them beside this one)")  # fmt: skip
     labels += [f"rank {p}" for p in unreadable]
     facts |= _verdict(rank, found)
@@ -259,8 +259,16 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return bool(-(b["wall_ns"] + JOB_SLACK_NS) <= gap <= a["wall_ns"] + JOB_SLACK_NS)
 
 
-def _ranks_text(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+def ranks_text(ranks: list[int]) -> str:
+    """``rank 3``, ``ranks 1, 3``, ``ranks 8-63``: runs of consecutive ranks as ranges."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(str(r) for r in run) for run in runs]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
 def ranks_line(facts: dict[str, Any]) -> str:
