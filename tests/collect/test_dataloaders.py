@@ -359,6 +359,44 @@ def test_workers_that_read_an_hdf5_file_opened_before_they_forked_are_told_to_op
     assert own_total == total and facts["forked_hdf5_processes"] == 0 and "forked_hdf5" not in fired
 
 
+def test_workers_that_read_an_lmdb_environment_opened_before_they_forked_are_told_to_open_their_own(
+    tmp_path: Path,
+) -> None:
+    """lmdb.open in the dataset's __init__: the workers read its records through the memory mapping they
+    inherited, in no call of their own, which LMDB's documentation says not to do. Nothing was said; opened in
+    each worker on first use, it is not a finding, and both read the same records."""
+    _needs_io()
+    lmdb = pytest.importorskip("lmdb")
+    import numpy as np
+
+    program = Path(__file__).parent / "io_programs" / "forked_lmdb.py"
+    data = tmp_path / "records.lmdb"
+    with lmdb.open(str(data), map_size=1 << 24) as env, env.begin(write=True) as txn:
+        for i in range(256):
+            txn.put(b"%06d" % i, np.full(64, i, dtype=np.float32).tobytes())
+    found = {}
+    for mode in ("shared", "own"):
+        store = tmp_path / f"{mode}.duckdb"
+        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
+                               "python", str(program), str(data), mode], capture_output=True, text=True,
+                              timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        with Store.open(store) as s:
+            result = analyze(s)
+        facts = next(r for r in result.results if r.id == "io.input_bound").facts
+        found[mode] = (float(done.stdout), facts, {rec.rule: rec for rec in result.recommendations})
+    total, facts, fired = found["shared"]
+    assert total == 64.0 * sum(range(256))
+    assert facts["worker_mapped_path"] == str(data / "data.mdb") and facts["worker_mapped_inherited"] is True
+    rec = fired.get("forked_lmdb")
+    assert rec is not None
+    assert rec.title == "DataLoader workers use an LMDB environment opened before they forked (records.lmdb/data.mdb)"
+    assert rec.evidence[0].startswith(f"the DataLoader workers read {data / 'data.mdb'} (")
+    assert "lmdb.open(path, readonly=True, lock=False) in __getitem__ when still None" in rec.action
+    own_total, facts, fired = found["own"]
+    assert own_total == total and facts["worker_mapped_inherited"] is False and "forked_lmdb" not in fired
+
+
 EPOCHS = """
 import sys, torch, xstack
 from torch.utils.data import DataLoader, TensorDataset

@@ -81,6 +81,8 @@ SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coale
 FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
 """
 
+_SP_PATH = SPAN_PATH.replace("attrs", "sp.attrs")
+
 _WORKER_DATA = f"""
 WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
 w AS (  -- the workers' successful calls on data files and listings of folders, one scan of the spans
@@ -95,12 +97,15 @@ w AS (  -- the workers' successful calls on data files and listings of folders, 
 ),
 ops AS (SELECT * FROM w WHERE data AND measured),
 reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)}),
-forked AS (  -- the main process's mappings before its first worker started, which forked workers inherit
+forked AS (  -- the main process's mappings before its first worker started, which forked workers inherit, of the
+            -- files the workers did not map themselves (a mapping unmapped before the fork, which no span shows,
+            -- of a file the dataset's __init__ read its length from, say)
     SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size, TRUE AS inherited
-    FROM spans WHERE $forked AND run_id = $run AND level = 'io' AND name = 'mmap' AND pid = $main AND {DATA_SPAN}
+    FROM spans sp WHERE $forked AND run_id = $run AND level = 'io' AND name = 'mmap' AND pid = $main AND {DATA_SPAN}
         AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
         AND start_ns < (SELECT min(start_ns) FROM spans WHERE run_id = $run AND level = 'io'
                         AND pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid))
+        AND NOT EXISTS (SELECT 1 FROM w WHERE w.data AND w.name = 'mmap' AND w.path = {_SP_PATH})
 ),
 maps AS (SELECT path, size, FALSE AS inherited FROM w WHERE data AND name = 'mmap' UNION ALL SELECT * FROM forked),
 lists AS (SELECT * FROM w WHERE measured AND name IN ('opendir', 'readdir'))

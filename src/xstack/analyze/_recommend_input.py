@@ -626,3 +626,33 @@ def ranks_waiting(results: Results) -> str | None:
 
 NAMED_RANKS = 3
 """The other ranks a line names."""
+
+
+LMDB_SUFFIXES = (".mdb", ".lmdb")
+"""Names of LMDB data files (``data.mdb`` in an environment's folder; a file of the user's name with
+``subdir=False``)."""
+
+
+def forked_lmdb(results: Results) -> Recommendation | None:
+    """DataLoader workers that read an LMDB file through the memory mapping the main process made before they
+    forked (``io.input_bound``'s ``worker_mapped_path`` of an LMDB name, ``worker_mapped_inherited``): an
+    environment opened in the dataset's ``__init__``. LMDB's documentation (its Caveats) says to use an environment
+    in the process that opened it, without ``fork()``."""
+    r = get(results, "io.input_bound")
+    path = str(r.facts.get("worker_mapped_path") or "") if r is not None else ""
+    if r is None or not r.facts.get("worker_mapped_inherited") or not path.lower().endswith(LMDB_SUFFIXES):
+        return None
+    size = num(r.facts, "worker_mapped_bytes")
+    sized = f" ({format_value(size, 'bytes')})" if size else ""
+    evidence = [f"the DataLoader workers read {path}{sized} through the memory mapping the main process made before "
+                "they forked, in none of their own calls: an LMDB environment opened before they started "
+                "(io.input_bound)"]  # fmt: skip
+    action = ("Open the LMDB environment in each worker, on first use: self.env = None in the dataset's __init__ (read "
+              "what it needs there, such as the length, from an environment it closes), lmdb.open(path, "
+              "readonly=True, lock=False) in __getitem__ when still None (or in a worker_init_fn). LMDB's "
+              "documentation says to use an environment in the process that opened it, without fork()ing (its "
+              "Caveats): each worker goes on with the state of the environment taken at the fork.")  # fmt: skip
+    p = PurePosixPath(path)
+    name = f"{p.parent.name}/{p.name}" if p.name == "data.mdb" and p.parent.name else p.name
+    title = f"DataLoader workers use an LMDB environment opened before they forked ({name})"
+    return Recommendation("forked_lmdb", title, "medium", evidence, [r.id], action)
