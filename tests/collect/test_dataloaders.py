@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -299,18 +300,7 @@ def test_workers_that_share_a_file_offset_are_found(tmp_path: Path) -> None:
     _needs_io()
     program = Path(__file__).parent / "io_programs" / "shared_offset.py"
     records = tmp_path / "records.bin"
-    found = {}
-    for mode in ("shared", "own", "pread"):
-        store = tmp_path / f"{mode}.duckdb"
-        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
-                               "python", str(program), str(records), mode], capture_output=True, text=True,
-                              timeout=240)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        wrong = int(done.stdout)
-        with Store.open(store) as s:
-            result = analyze(s)
-        facts = next(r for r in result.results if r.id == "io.pattern").facts
-        found[mode] = (wrong, facts, {rec.rule: rec for rec in result.recommendations})
+    found = _by_mode(tmp_path, program, records, ("shared", "own", "pread"), "io.pattern")
     wrong, facts, fired = found["shared"]
     assert (facts["shared_offset_path"], facts["shared_offset_processes"]) == (str(records), 2)
     assert facts["shared_offset_reads"] >= 2048 // 4  # a 4 KiB buffered read serves up to 4 records
@@ -322,6 +312,24 @@ def test_workers_that_share_a_file_offset_are_found(tmp_path: Path) -> None:
     for mode in ("own", "pread"):
         wrong, facts, fired = found[mode]
         assert wrong == 0 and facts["shared_offset_processes"] == 0 and "shared_offset" not in fired, mode
+
+
+def _by_mode(tmp_path: Path, program: Path, data: Path, modes: tuple[str, ...],
+             analysis: str) -> dict[str, tuple[float, dict[str, Any], dict[str, Any]]]:  # fmt: skip
+    """``program DATA MODE`` run under ``xstack run --levels model,io`` for each mode: the number it prints, the
+    facts of ``analysis`` and the recommendations that fired, by rule."""
+    found = {}
+    for mode in modes:
+        store = tmp_path / f"{mode}.duckdb"
+        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
+                               "python", str(program), str(data), mode], capture_output=True, text=True,
+                              timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        with Store.open(store) as s:
+            result = analyze(s)
+        facts = next(r for r in result.results if r.id == analysis).facts
+        found[mode] = (float(done.stdout), facts, {rec.rule: rec for rec in result.recommendations})
+    return found
 
 
 def test_workers_that_read_an_hdf5_file_opened_before_they_forked_are_told_to_open_their_own(tmp_path: Path) -> None:
@@ -336,17 +344,7 @@ def test_workers_that_read_an_hdf5_file_opened_before_they_forked_are_told_to_op
     data = tmp_path / "rows.h5"
     with h5py.File(data, "w") as f:
         f.create_dataset("x", data=np.arange(256 * 64, dtype=np.float32).reshape(256, 64), chunks=(16, 64))
-    found = {}
-    for mode in ("shared", "own"):
-        store = tmp_path / f"{mode}.duckdb"
-        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
-                               "python", str(program), str(data), mode], capture_output=True, text=True,
-                              timeout=240)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        with Store.open(store) as s:
-            result = analyze(s)
-        facts = next(r for r in result.results if r.id == "io.pattern").facts
-        found[mode] = (float(done.stdout), facts, {rec.rule: rec for rec in result.recommendations})
+    found = _by_mode(tmp_path, program, data, ("shared", "own"), "io.pattern")
     total, facts, fired = found["shared"]
     assert total == float(np.arange(256 * 64, dtype=np.float64).sum())
     assert (facts["forked_hdf5_path"], facts["forked_hdf5_processes"]) == (str(data), 2)
@@ -374,17 +372,7 @@ def test_workers_that_read_an_lmdb_environment_opened_before_they_forked_are_tol
     with lmdb.open(str(data), map_size=1 << 24) as env, env.begin(write=True) as txn:
         for i in range(256):
             txn.put(b"%06d" % i, np.full(64, i, dtype=np.float32).tobytes())
-    found = {}
-    for mode in ("shared", "own"):
-        store = tmp_path / f"{mode}.duckdb"
-        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
-                               "python", str(program), str(data), mode], capture_output=True, text=True,
-                              timeout=240)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        with Store.open(store) as s:
-            result = analyze(s)
-        facts = next(r for r in result.results if r.id == "io.input_bound").facts
-        found[mode] = (float(done.stdout), facts, {rec.rule: rec for rec in result.recommendations})
+    found = _by_mode(tmp_path, program, data, ("shared", "own"), "io.input_bound")
     total, facts, fired = found["shared"]
     assert total == 64.0 * sum(range(256))
     assert facts["worker_mapped_path"] == str(data / "data.mdb") and facts["worker_mapped_inherited"] is True

@@ -72,17 +72,18 @@ def ranks(store: Store, run_id: int) -> Result:
     and overlaps this run in time (``JOB_SLACK_NS``). Stores on other nodes are not seen: copy them beside this
     one to compare all ranks."""
     ctx = run_context(store, run_id)
-    job = ctx.config.get("distributed")
-    rank, world = (job.get("rank"), job.get("world_size")) if isinstance(job, dict) else (None, None)
-    if not isinstance(rank, int) or not isinstance(world, int) or world < 2:
+    job = _job(ctx.config)
+    if job is None or job[1] < 2:
         return ctx.lacking(ID, TITLE, "other ranks")
+    rank, world = job
     if missing := ctx.require(ID, TITLE, "model"):
         return missing
     own = _figures(store, ctx.run_id)
     if own is None:
         return ctx.lacking(ID, TITLE, "measured iterations")
     found: dict[int, dict[str, Any]] = {rank: own | {"store": store.path.name}}
-    absent, unreadable = [], []
+    absent: list[int] = []
+    unread: dict[int, str] = {}  # a store found under the rank's name, not read: why
     for other in range(min(world, MAX_RANKS + 1)):
         if other == rank:
             continue
@@ -90,21 +91,21 @@ def ranks(store: Store, run_id: int) -> Result:
         if figures is not None:
             found[other] = figures
         elif problem:
-            unreadable.append(problem)
+            unread[other] = problem
         else:
             absent.append(other)
     rows = [(f"{r} (this store)" if r == rank else str(r), f["store"], f["host"], f["steps"], f["step_ns"],
              f["wait_ns"], f["wait_pct"], f["backward_ns"], max(0, f["step_ns"] - f["wait_ns"] - f["backward_ns"]))
             for r, f in sorted(found.items())]  # fmt: skip
     facts: dict[str, Any] = {"rank": rank, "world_size": world, "ranks_read": len(found),
-                             "missing_ranks": absent + [int(p.split(":")[0]) for p in unreadable]}  # fmt: skip
+                             "missing_ranks": sorted([*absent, *unread])}  # fmt: skip
     labels = [f"rank {rank} of {world}; {counted(len(found), 'rank')} read, this one included"]
     if world > MAX_RANKS + 1:
         labels.append(f"only the stores of the first {MAX_RANKS + 1} ranks are looked for")
     if absent:
         labels.append(f"no store beside this one for {ranks_text(absent)} (stores on other nodes are not seen: copy "
                       "them beside this one)")  # fmt: skip
-    labels += [f"rank {p}" for p in unreadable]
+    labels += [f"rank {other}: {problem}" for other, problem in unread.items()]
     facts |= _verdict(rank, found)
     if facts["slowest_rank"] != rank and "io" in ctx.levels:  # what each of the two spends reading files
         facts |= _io_beside(store, ctx.run_id, found[facts["slowest_rank"]])
@@ -211,18 +212,17 @@ def _read_rank(path: Path, rank: int, other: int, world: int, own: dict[str, Any
             continue
         try:
             with Store.open(candidate) as sibling:
-                runs = sibling.con.execute("SELECT run_id, config FROM runs ORDER BY run_id DESC").fetchall()
-                for run_id, config in runs:
-                    if _job(config) != (other, world):
+                for run_id in reversed(sibling.run_ids()):  # the last run of that rank first
+                    if _job(run_context(sibling, run_id).config) != (other, world):
                         continue
-                    figures = _figures(sibling, int(run_id))
+                    figures = _figures(sibling, run_id)
                     if figures is not None and _overlap(own, figures):
-                        return figures | {"store": candidate.name, "run_id": int(run_id)}, ""
+                        return figures | {"store": candidate.name, "run_id": run_id}, ""
         except XstackError as e:
-            problems.append(f"{other}: {e}")
+            problems.append(str(e))
             continue
-        problems.append(f"{other}: {candidate.name} holds no run of rank {other} of {world} with measured iterations "
-                        "from the time of this run (a store of another job), not read")  # fmt: skip
+        problems.append(f"{candidate.name} holds no run of rank {other} of {world} with measured iterations from the "
+                        "time of this run (a store of another job), not read")  # fmt: skip
     return None, problems[0] if problems else ""
 
 
@@ -239,13 +239,9 @@ def candidates(path: Path, rank: int, other: int) -> list[Path]:
     return [p for i, p in enumerate(found) if p not in found[:i] and p.name != name]
 
 
-def _job(config: Any) -> tuple[int, int] | None:
-    import orjson
-
-    try:
-        job = (orjson.loads(config) if isinstance(config, (str, bytes)) else config or {}).get("distributed")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
+def _job(config: dict[str, Any]) -> tuple[int, int] | None:
+    """``(rank, world size)`` of a run's ``config.distributed``, None for a run of one process."""
+    job = config.get("distributed")
     if isinstance(job, dict) and isinstance(job.get("rank"), int) and isinstance(job.get("world_size"), int):
         return job["rank"], job["world_size"]
     return None
