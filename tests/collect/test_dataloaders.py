@@ -42,10 +42,13 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i in range(FILES):
         (data / f"{i:02d}.bin").write_bytes(os.urandom(64))
     store = root / "train.duckdb"
-    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", str(store), "--",
+    # io alone brings the model level, whose DataLoader waits these tests read
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "io", "-o", str(store), "--",
                            "python", str(PROGRAM), str(data)], capture_output=True, text=True, timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "done\n"
+    with Store.open(store) as s:
+        assert s.query("SELECT levels FROM runs") == [(["model", "io"],)]
     return store
 
 

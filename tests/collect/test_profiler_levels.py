@@ -204,9 +204,12 @@ def test_a_crash_keeps_the_ops_traced_so_far(tmp_path: Path) -> None:
     assert config["status"] == "cut_short"
 
 
-def test_kernel_brings_the_levels_it_hangs_from() -> None:
+def test_kernel_and_io_bring_the_levels_they_hang_from() -> None:
     assert parse_levels("kernel") == ("op", "runtime", "kernel")
     assert parse_levels("layer,model,runtime") == ("model", "layer", "op", "runtime")
+    # without the model level's DataLoader waits, whether the loop waits for the workers' reads is unknown
+    assert parse_levels("io") == ("model", "io")
+    assert parse_levels("system,io,layer") == ("model", "layer", "io", "system")
 
 
 @pytest.mark.skipif(CUDA, reason="checks the message given on a machine without CUDA")

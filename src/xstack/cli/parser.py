@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="model,layer",
         help="levels to record, from model,layer,op,runtime,kernel,metrics,io,system (default: model,layer; kernel "
         "brings runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute; io "
-        "preloads the I/O interposer into the program and its workers; system samples CPU, memory and GPUs)",
+        "preloads the I/O interposer into the program and its workers, and brings model, whose DataLoader waits "
+        "tell whether the loop waits for that I/O; system samples CPU, memory and GPUs)",
     )
     p.add_argument(
         "--syscalls",

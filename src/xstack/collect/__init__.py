@@ -50,9 +50,10 @@ BUILTIN: dict[str, str] = {
 PLANNED: tuple[str, ...] = ()
 """Levels the store knows that have no live collector yet."""
 
-IMPLIED = {"kernel": ("runtime",), "runtime": ("op",)}
+IMPLIED = {"kernel": ("runtime",), "runtime": ("op",), "io": ("model",)}
 """Levels that bring the levels their spans hang from: a kernel's parent is its runtime call, a runtime
-call's parent the op that made it."""
+call's parent the op that made it, a file operation's the model span open on its thread (and the model level's
+DataLoader waits are what the io level's input-bound check weighs the workers' reads against)."""
 
 
 def load(level: str) -> Collector:
