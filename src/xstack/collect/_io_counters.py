@@ -95,7 +95,7 @@ def op_path(op: Op) -> str:
     return STREAM_PATHS.get(op.fd_kind, f"<fd {op.fd}>")
 
 
-@dataclass
+@dataclass(slots=True)  # no __dict__: a run counts a record per (process, file), 100,000s of them
 class FileCounters:
     """The counters of one (process, file, module): the ``io_files`` columns and attributes."""
 
@@ -138,7 +138,9 @@ class FileCounters:
     _last_byte_written: int = 0
     _last_io: str = ""
     _opened: bool = False  # an open since the last read: the next read is its first
-    _ends: dict[str, int] = field(default_factory=dict)
+    _read_end: int = 0  # the end of the last read, write and metadata call counted: the next adds only what follows
+    _write_end: int = 0
+    _meta_end: int = 0
 
     def add(self, op: Op) -> None:
         """Count one successful call."""
@@ -148,16 +150,22 @@ class FileCounters:
         name = op.op
         if name in READS:
             self._read(op)
-            self.read_time_ns += self._no_overlap("read", op.start_ns, end)
-        elif name in WRITES:
-            self._write(op)
-            self.write_time_ns += self._no_overlap("write", op.start_ns, end)
-        elif name in SYNCS:
-            self.fsyncs += 1
-            self.write_time_ns += self._no_overlap("write", op.start_ns, end)
+            if end > self._read_end:
+                self.read_time_ns += end - max(op.start_ns, self._read_end)
+                self._read_end = end
+        elif name in WRITES or name in SYNCS:
+            if name in SYNCS:
+                self.fsyncs += 1
+            else:
+                self._write(op)
+            if end > self._write_end:
+                self.write_time_ns += end - max(op.start_ns, self._write_end)
+                self._write_end = end
         elif name in META:
             self._meta(name)
-            self.meta_time_ns += self._no_overlap("meta", op.start_ns, end)
+            if end > self._meta_end:
+                self.meta_time_ns += end - max(op.start_ns, self._meta_end)
+                self._meta_end = end
 
     def _meta(self, name: str) -> None:
         if name in OPENS:
@@ -218,13 +226,6 @@ class FileCounters:
         self.write_hist[bucket] = self.write_hist.get(bucket, 0) + 1
         self.rw_switches += self._last_io == "read"
         self._last_io = "write"
-
-    def _no_overlap(self, kind: str, start: int, end: int) -> int:
-        last = self._ends.get(kind, 0)
-        if end <= last:
-            return 0
-        self._ends[kind] = end
-        return end - max(start, last)
 
     def attrs(self) -> dict[str, Any]:
         """The ``io_files.attrs`` object of this record."""
