@@ -10,7 +10,7 @@ import errno
 import struct
 from pathlib import Path
 
-from xstack.collect._io_records import IoOp, read_trace
+from xstack.collect._io_records import IoOp, read_records, read_trace
 
 HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
 SLOT = struct.Struct("<IIqIiihBB")
@@ -140,6 +140,20 @@ def test_ids_name_one_path_across_an_images_sessions_and_a_fork_child_reads_its_
     ]
     child = next(p for p in trace.processes if p.pid == 11 and p.forked)
     assert child.inherited == {3: "/data/a.bin"}
+    # one process image at a time, in the order they started, each image's sessions together in time order,
+    # built anew at each pass until a pass frees them
+    records = read_records(tmp_path)
+    images = [[(op.pid, op.start_ns, op.op, op.path) for op in image] for image in records.by_process()]
+    assert images == [
+        [(10, 1_000, "read", "/data/a.bin"), (10, 3_000, "close", "/data/a.bin"), (10, 3_001, "read", "/data/b.bin")],
+        [(11, 2_001, "read", "/data/a.bin"), (11, 2_002, "read", "/data/c.bin")],
+        [(12, 2_500, "read", "/data/a.bin"), (12, 2_501, "read", "/data/c.bin")],
+        [(11, 9_000, "read", None)],
+    ]
+    again = [[(op.pid, op.start_ns, op.op, op.path) for op in image] for image in records.by_process(keep=False)]
+    assert again == images
+    assert list(records.by_process()) == [[], [], [], []]
+    assert sorted(op for image in images for op in image) == sorted(seen)
 
 
 def test_a_path_cut_short_is_left_out(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import signal
 import struct
 from array import array
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -184,8 +184,36 @@ class _File:
     seq: int
 
 
-def read_trace(directory: Path) -> IoTrace:
-    """Read every record file and not-covered note in ``directory`` (times in CLOCK_REALTIME ns).
+@dataclass
+class IoRecords:
+    """Everything a directory of record files holds, its calls still packed (``_Blocks.raw``, 88 bytes a call):
+    ``by_process`` builds them one process at a time, so that reading a run back holds one process's calls as
+    objects (some 330 bytes each), not every process's."""
+
+    processes: list[IoProcess]
+    not_covered: list[NotCovered]
+    problems: list[str]
+    files: list[_File]
+
+    def by_process(self, *, keep: bool = True) -> Iterator[list[IoOp]]:
+        """The calls of each process image (all its sessions' files), in time order, the images in the order
+        they started; built anew at each call. ``keep=False`` frees each file's packed calls once built: no
+        later call of this method sees them."""
+        images: dict[tuple[int, int], list[_File]] = {}
+        for one in self.files:
+            images.setdefault((one.process.start_ns, one.process.pid), []).append(one)
+        for key in sorted(images):
+            ops = [op for one in images[key] for op in one.blocks.build_ops(keep=keep)]
+            ops.sort(key=_START)
+            yield ops
+
+
+_START = operator.attrgetter("start_ns")
+
+
+def read_records(directory: Path) -> IoRecords:
+    """Read every record file and not-covered note in ``directory`` (times in CLOCK_REALTIME ns), the calls left
+    packed until ``IoRecords.by_process`` builds them.
 
     Raises ``BadInputError`` naming the file when one is not an xstack io file (wrong magic or version).
     """
@@ -194,10 +222,20 @@ def read_trace(directory: Path) -> IoTrace:
     parsed = [_read_file(path, problems, strings) for path in sorted(directory.glob("*.xio"))]
     processes = _merge_sessions(parsed)
     _resolve_paths(parsed)
-    ops = [op for one in parsed for op in one.blocks.build_ops()]
-    ops.sort(key=lambda op: op.start_ns)
     notes = [_read_note(path, problems) for path in sorted(directory.glob("*.xnc"))]
-    return IoTrace(processes, ops, [note for note in notes if note is not None], problems)
+    return IoRecords(processes, [note for note in notes if note is not None], problems, parsed)
+
+
+def read_trace(directory: Path) -> IoTrace:
+    """Read every record file and not-covered note in ``directory`` (times in CLOCK_REALTIME ns), every call
+    built, in time order.
+
+    Raises ``BadInputError`` naming the file when one is not an xstack io file (wrong magic or version).
+    """
+    records = read_records(directory)
+    ops = [op for one in records.by_process(keep=False) for op in one]
+    ops.sort(key=_START)
+    return IoTrace(records.processes, ops, records.not_covered, records.problems)
 
 
 def _merge_sessions(files: list[_File]) -> list[IoProcess]:
@@ -384,8 +422,9 @@ class _Blocks:
     def _op(self, code: int) -> str:
         return self.op_names[code] if code < len(self.op_names) else f"op{code}"
 
-    def build_ops(self) -> list[IoOp]:
-        """The file's calls, once ``paths`` holds every id they may name (``_resolve_paths``)."""
+    def build_ops(self, *, keep: bool = True) -> list[IoOp]:
+        """The file's calls, once ``paths`` holds every id they may name (``_resolve_paths``); ``keep=False``
+        frees the packed calls once built."""
         # codes are one byte: tables of 256 entries index without a bounds check per record
         names = [*self.op_names, *(f"op{code}" for code in range(len(self.op_names), 256))]
         modules = ["STDIO" if name in _STDIO else "POSIX" for name in names]
@@ -408,7 +447,8 @@ class _Blocks:
                 requested = -1
             ops.append(new(IoOp, (pid, tid, names[code], modules[code], start, dur, fd, path, kinds[kind], offset,
                                   nbytes, requested, err, target)))  # fmt: skip
-        self.raw = array("q")
+        if not keep:
+            self.raw = array("q")
         return ops
 
 
@@ -437,4 +477,13 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-__all__ = ["NOT_COVERED_REASONS", "IoOp", "IoProcess", "IoTrace", "NotCovered", "read_trace"]
+__all__ = [
+    "NOT_COVERED_REASONS",
+    "IoOp",
+    "IoProcess",
+    "IoRecords",
+    "IoTrace",
+    "NotCovered",
+    "read_records",
+    "read_trace",
+]

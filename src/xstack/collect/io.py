@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -166,30 +167,36 @@ def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:
 def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, int, str]]:
     """Write the io spans and ``io_files`` rows of the records in ``directory`` into run ``run_id``, whose
     model and layer spans are already in the store; returns health rows."""
-    from xstack.collect._io_records import read_trace
+    from xstack.collect._io_records import read_records
 
-    trace = read_trace(directory)
+    records = read_records(directory)
     lo, hi = measured_region(store, run_id)
-    ops = [op for op in trace.ops if lo <= op.start_ns <= hi]
-    # the calls before the region say what the standard streams are, too
-    classes = PathClasses(trace.ops, build_processes(trace.processes))
-    roles = process_roles(trace.processes)
+    # the calls before the region say what the standard streams are, too; one process's calls are built at a
+    # time, twice (the classes need every process's before any span is written), not all of them at once
+    classes = PathClasses(chain.from_iterable(records.by_process()), build_processes(records.processes))
+    roles = process_roles(records.processes)
     sink = Sink(store, run_id)
+    kept = outside = 0
     try:
-        first_id = last_span_id(store, run_id)
-        for i, op in enumerate(ops):
-            attrs = _span_attrs(op, classes.of(op.path, op.fd_kind))
-            if op.pid in roles:
-                attrs[A.IO_PROCESS_ROLE] = roles[op.pid]
-            sink.span(first_id + i + 1, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, attrs)
-        for c in file_counters(ops, classes):
-            role = {A.IO_FILE_PROCESS_ROLE: roles[c.pid]} if c.pid in roles else {}
-            sink.io_file(c.pid, c.path, c.module, _columns(c), c.attrs() | role)
+        span_id = last_span_id(store, run_id)
+        for calls in records.by_process(keep=False):
+            ops = [op for op in calls if lo <= op.start_ns <= hi]
+            kept, outside = kept + len(ops), outside + len(calls) - len(ops)
+            del calls
+            for op in ops:
+                attrs = _span_attrs(op, classes.of(op.path, op.fd_kind))
+                if op.pid in roles:
+                    attrs[A.IO_PROCESS_ROLE] = roles[op.pid]
+                span_id += 1
+                sink.span(span_id, None, "io", op.op, op.start_ns, op.dur_ns, op.pid, op.tid, attrs)
+            for c in file_counters(ops, classes):  # a process's own: its calls are all of a record's
+                role = {A.IO_FILE_PROCESS_ROLE: roles[c.pid]} if c.pid in roles else {}
+                sink.io_file(c.pid, c.path, c.module, _columns(c), c.attrs() | role)
     finally:
         sink.close()
     set_io_parents(store.con, run_id)
     _add_level(store, run_id)
-    return _health(trace, len(ops), len(trace.ops) - len(ops))
+    return _health(records, kept, outside)
 
 
 def set_io_parents(con: Any, run_id: int) -> None:
