@@ -2166,6 +2166,15 @@ def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_fi
             ) in rec.action
         else:  # spawned workers map what they read themselves
             assert "memory mapping" not in rec.action
+    # the main process unmapped it before the workers started (the dataset's __init__ read its length through it):
+    # not theirs; a failed unmap leaves it mapped
+    unmap = (212, None, "munmap", 7, 1, MAIN, arrow[0][6], {A.IO_REQUESTED_BYTES: 10_485_392})
+    failed = (*unmap[:7], {A.IO_REQUESTED_BYTES: 0, A.IO_ERRNO: 22})
+    for name, extra, files in (("unmapped", unmap, 0), ("failed", failed, 1)):
+        loaders = [loader | {"batched": True, "start_method": "fork"}]
+        with loop_store(tmp_path / f"hf-{name}.duckdb", config=config | {A.CONFIG_DATALOADERS: loaders},
+                        waits=(990, 990, 990), more_io=[*arrow, extra]) as store:  # fmt: skip
+            assert _one(store, "io.input_bound").facts["worker_mapped_files"] == files, name
     # an LMDB environment, mapped by the lmdb module: not numpy's to slice
     lmdb = [(200, None, "mmap", -900, 5, W1, "/d/data.mdb", {A.IO_REQUESTED_BYTES: 131_072_000})]
     with loop_store(tmp_path / "l.duckdb", config=config, waits=(990, 990, 990), more_io=lmdb) as store:

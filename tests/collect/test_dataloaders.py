@@ -388,6 +388,59 @@ def test_workers_that_read_an_lmdb_environment_opened_before_they_forked_are_tol
     assert own_total == total and facts["worker_mapped_inherited"] is False and "forked_lmdb" not in fired
 
 
+ROWS_BY_READS = """
+import sys
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Rows(Dataset):
+    def __init__(self, path):
+        self.path = path
+        header = np.load(path, mmap_mode="r")  # its shape, through a mapping dropped at once
+        self.n, self.width, self.offset = header.shape[0], header.shape[1], header.offset
+        del header
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):  # a row by a read of its own, no mapping
+        row = np.fromfile(self.path, dtype=np.float32, count=self.width, offset=self.offset + 4 * self.width * i)
+        return torch.from_numpy(row)
+
+
+total = 0.0
+for batch in DataLoader(Rows(sys.argv[1]), batch_size=32, num_workers=2, multiprocessing_context="fork"):
+    total += float(batch.double().sum())
+print(repr(total))
+"""
+
+
+def test_a_mapping_the_main_process_dropped_before_the_workers_forked_is_not_theirs(tmp_path: Path) -> None:
+    """The dataset's __init__ reads an array's shape through np.load(mmap_mode='r') and drops the mapping; the
+    workers read each row with a call of their own. The unmap, before they forked, says they inherited no mapping:
+    they were said to read the file through one, by page faults."""
+    _needs_io()
+    import numpy as np
+
+    data = tmp_path / "rows.npy"
+    np.save(data, np.arange(256 * 64, dtype=np.float32).reshape(256, 64))
+    program = tmp_path / "rows.py"
+    program.write_text(ROWS_BY_READS)
+    total, facts, fired = _by_mode(tmp_path, program, data, ("reads",), "io.input_bound")["reads"]
+    assert total == float(np.arange(256 * 64, dtype=np.float64).sum())
+    with Store.open(tmp_path / "reads.duckdb") as s:
+        (main,) = s.query("SELECT DISTINCT pid FROM spans WHERE level = 'io' AND name = 'mmap' AND "
+                          f"attrs->>'$.\"{A.IO_PATH}\"' = ?", [str(data)])[0]  # fmt: skip
+        unmaps = s.query("SELECT pid, (attrs->>'$.\"io.requested_bytes\"')::BIGINT FROM spans WHERE level = 'io' "
+                         f"AND name = 'munmap' AND attrs->>'$.\"{A.IO_PATH}\"' = ?", [str(data)])  # fmt: skip
+    assert unmaps == [(main, data.stat().st_size)]
+    assert facts["worker_mapped_files"] == 0 and facts["worker_mapped_inherited"] is False
+    assert facts["worker_data_reads_per_iteration"] > 0
+    assert all("memory mapping" not in rec.action for rec in fired.values())
+
+
 EPOCHS = """
 import sys, torch, xstack
 from torch.utils.data import DataLoader, TensorDataset

@@ -129,7 +129,9 @@ def test_posix_reads_writes_seeks_and_stats_are_recorded_exactly(tmp_path: Path,
         ("fstat", -1, -1, -1, 0),
         ("dup", -1, -1, fd, 0),
         ("mmap", 0, -1, 4096, 0),
+        # the with-block's end: mmap.close() closes its descriptor, then unmaps; then the program's own close
         ("close", -1, -1, -1, 0),
+        ("munmap", -1, -1, 4096, 0),
         ("close", -1, -1, -1, 0),
     ]  # fmt: skip
     assert on(trace, out) == [
@@ -301,6 +303,25 @@ def test_errno_is_preserved_and_recorded(tmp_path: Path, data: Path) -> None:
     ]  # fmt: skip
 
 
+def test_unmaps_of_file_mappings_name_their_file_after_its_descriptor_closed(tmp_path: Path, data: Path) -> None:
+    known = data / "known.bin"
+    seen, trace = run(tmp_path, "mappings", str(known))
+    assert (seen["failed"], seen["errno"], seen["done"], seen["child"], seen["parent"]) == (-1, errno.EINVAL, 0, 0, 0)
+    parent = next(p.pid for p in trace.processes if not p.forked)
+    calls = [(op.pid, op.op, op.requested, op.errno, op.fd, op.fd_kind) for op in trace.ops
+             if op.path == str(known) and op.op in ("mmap", "munmap")]  # fmt: skip
+    assert calls == [
+        (parent, "mmap", 8192, 0, calls[0][4], "file"),
+        (parent, "munmap", 0, errno.EINVAL, -1, "file"),  # failed: still mapped, so the next unmap is recorded
+        (parent, "munmap", 8192, 0, -1, "file"),
+        (parent, "mmap", 4096, 0, calls[3][4], "file"),
+        (seen["child_pid"], "munmap", 4096, 0, -1, "file"),  # a fork child unmaps what it inherited
+        (parent, "munmap", 4096, 0, -1, "file"),
+    ]
+    # the anonymous mapping, and every unmap of memory that is no recorded file mapping, leave no record
+    assert [op for op in trace.ops if op.op == "munmap" and op.path != str(known)] == []
+
+
 def test_pipe_and_socket_are_classified(tmp_path: Path) -> None:
     seen, trace = run(tmp_path, "streams")
     (r, w, got_pipe), (a, b, got_socket) = seen["pipe"], seen["socket"]
@@ -449,6 +470,7 @@ def test_values_past_a_records_narrow_fields_are_kept_whole(tmp_path: Path, data
         ("open", -1, -1, os.O_RDONLY, 0),
         ("read", 0, 10_000, 5 << 30, 0),  # 5 GiB asked for
         ("mmap", 0, -1, 5 << 30, 0),
+        ("munmap", -1, -1, 5 << 30, 0),
         ("close", -1, -1, -1, 0),
     ]
     (bad,) = [op for op in trace.ops if op.fd == 70_000]  # a descriptor past 16 bits
@@ -826,7 +848,7 @@ def test_op_names_in_the_files_are_the_documented_ones(tmp_path: Path, data: Pat
     assert {"rename", "sendfile_read", "sendfile_write", "copy_file_range_read"} <= {op.op for op in copies.ops}
     documented = {
         "open", "openat", "creat", "close", "read", "pread", "readv", "write", "pwrite", "writev", "lseek",
-        "fsync", "fdatasync", "mmap", "stat", "lstat", "fstat", "fstatat", "statx", "dup", "fopen", "fdopen",
+        "fsync", "fdatasync", "mmap", "munmap", "stat", "lstat", "fstat", "fstatat", "statx", "dup", "fopen", "fdopen",
         "fread", "fwrite", "fclose", "fseek", "fflush", "opendir", "readdir", "closedir", "rename", "sendfile_read",
         "sendfile_write", "copy_file_range_read", "copy_file_range_write", "stdio_read", "stdio_write",
     }  # fmt: skip

@@ -97,14 +97,17 @@ w AS (  -- the workers' successful calls on data files and listings of folders, 
 ),
 ops AS (SELECT * FROM w WHERE data AND measured),
 reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)}),
-forked AS (  -- the main process's mappings before its first worker started, which forked workers inherit, of the
-            -- files the workers did not map themselves (a mapping unmapped before the fork, which no span shows,
-            -- of a file the dataset's __init__ read its length from, say)
+first AS (SELECT min(start_ns) AS t FROM spans WHERE run_id = $run AND level = 'io' AND pid IS DISTINCT FROM $main
+            AND NOT list_contains($helpers, pid)),
+forked AS (  -- the main process's mappings before its first worker started, which forked workers inherit: not
+             -- those it unmapped before then (a file the dataset's __init__ read its length from, say), nor, where
+             -- the unmap went unrecorded (an unmap of part of a mapping), those of files the workers mapped themselves
     SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size, TRUE AS inherited
     FROM spans sp WHERE $forked AND run_id = $run AND level = 'io' AND name = 'mmap' AND pid = $main AND {DATA_SPAN}
-        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
-        AND start_ns < (SELECT min(start_ns) FROM spans WHERE run_id = $run AND level = 'io'
-                        AND pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid))
+        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND start_ns < (SELECT t FROM first)
+        AND NOT EXISTS (SELECT 1 FROM spans u WHERE u.run_id = $run AND u.level = 'io' AND u.name = 'munmap'
+                        AND u.pid = $main AND u.attrs->>'$."{A.IO_PATH}"' = {_SP_PATH} AND u.start_ns > sp.start_ns
+                        AND u.start_ns < (SELECT t FROM first) AND NOT json_exists(u.attrs, '$."{A.IO_ERRNO}"'))
         AND NOT EXISTS (SELECT 1 FROM w WHERE w.data AND w.name = 'mmap' AND w.path = {_SP_PATH})
 ),
 maps AS (SELECT path, size, FALSE AS inherited FROM w WHERE data AND name = 'mmap' UNION ALL SELECT * FROM forked),

@@ -13,6 +13,7 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
 - read, write and metadata times add each call's duration without counting an overlap twice (calls of
   several threads on one file): only the part after the end of the last counted call of that kind is added;
 - ``fsync``/``fdatasync`` time counts as write time; open, close, seek, stat, mmap and rename are metadata;
+  ``munmap``, which Darshan does not wrap, is a span of its own and counts nowhere;
 - an in-kernel copy (``sendfile``, ``copy_file_range``, which Darshan does not wrap) is recorded as a read of its
   source and a write of its destination (``sendfile_read``, ``sendfile_write``, ...), counted as such: a copy
   loop's last call, which finds the end of the source, is a zero-length read;

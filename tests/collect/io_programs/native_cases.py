@@ -470,7 +470,45 @@ def copies(data: str, out_dir: str) -> dict[str, object]:
     return {"sent": sent, "ranged": ranged, "failed": failed}
 
 
+def mappings(data: str) -> dict[str, object]:
+    """File mappings unmapped after their descriptor closed: a failed unmap, then the real one; an anonymous
+    mapping (not recorded); a mapping a forked child unmaps, then its parent."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)  # the preloaded library's munmap comes first
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+    def mapped(size: int) -> int:
+        fd = os.open(data, os.O_RDONLY)
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
+        os.close(fd)
+        return int(addr)
+
+    addr = mapped(8192)
+    failed = libc.munmap(addr, 0)  # a length of 0 is EINVAL: the mapping stays
+    failed_errno = ctypes.get_errno()
+    done = libc.munmap(addr, 8192)
+    anon = libc.mmap(None, 8192, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    libc.munmap(anon, 8192)
+    addr = mapped(4096)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(libc.munmap(addr, 4096))
+    _, status = os.waitpid(pid, 0)
+    return {
+        "failed": failed,
+        "errno": failed_errno,
+        "done": done,
+        "child": os.waitstatus_to_exitcode(status),
+        "parent": libc.munmap(addr, 4096),
+        "child_pid": pid,
+    }
+
+
 CASES = {
+    "mappings": mappings,
     "copies": copies,
     "timing": timing,
     "posix": posix,

@@ -1,5 +1,5 @@
 /* Wrappers of the POSIX descriptor calls: open family, close, reads, writes, in-kernel copies, seeks, syncs,
- * mmap, dup; and rename.
+ * mmap and munmap, dup; and rename.
  *
  * Each wrapper: pass straight through unless xio_enter() says to record; time the real call; keep errno as
  * the real call left it; record; restore errno. Variants (open64, __open_2, pread64, preadv2, ...) are
@@ -450,7 +450,71 @@ DEFINE_SYNC(fdatasync, XIO_OP_FDATASYNC)
 extern int fsync(int) XIO_ALIAS(xio_fsync);
 extern int fdatasync(int) XIO_ALIAS(xio_fdatasync);
 
-/* ---- mmap: file mappings only (anonymous ones are the allocator's, not I/O) ---- */
+/* ---- mmap and munmap: file mappings only (anonymous ones are the allocator's, not I/O) ---- */
+
+/* The file mappings recorded and not yet unmapped, by start address, so that munmap can tell a file mapping's end
+ * from the allocator's and name its file: an open-addressing table, lock-free (munmap may run in a signal handler
+ * or a fork child), in the library's own memory (a fork child inherits its parent's mappings and this table with
+ * them). A slot's address is 0 (never used), MAP_GONE (unmapped since) or MAP_BUSY (being filled). Only an unmap
+ * from a mapping's start address is recorded (Python's mmap, numpy.memmap, LMDB and Arrow unmap whole mappings);
+ * beyond MAPS live file mappings, the others' unmaps go unrecorded, as before the table. */
+#define MAPS 16384u /* a power of two; 384 KiB of zero pages, touched only where used */
+#define MAP_GONE ((uintptr_t)1)
+#define MAP_BUSY ((uintptr_t)2)
+struct xio_map {
+    uintptr_t addr;
+    uint64_t len;
+    uint32_t path_id;
+    uint8_t kind;
+};
+static struct xio_map maps[MAPS];
+static unsigned maps_live; /* recorded mappings not yet unmapped: munmap passes straight through at 0 */
+
+static unsigned map_home(uintptr_t addr) { return (unsigned)((addr >> 12) * 0x9E3779B1u) & (MAPS - 1); }
+
+static void map_put(const struct xio_map *m)
+{
+    if (m->addr <= MAP_BUSY)
+        return;
+    for (unsigned i = 0, s = map_home(m->addr); i < MAPS; i++, s = (s + 1) & (MAPS - 1)) {
+        uintptr_t seen = __atomic_load_n(&maps[s].addr, __ATOMIC_ACQUIRE);
+        if ((seen == 0 || seen == MAP_GONE) &&
+            __atomic_compare_exchange_n(&maps[s].addr, &seen, MAP_BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            maps[s].len = m->len;
+            maps[s].path_id = m->path_id;
+            maps[s].kind = m->kind;
+            __atomic_add_fetch(&maps_live, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&maps[s].addr, m->addr, __ATOMIC_RELEASE);
+            return;
+        }
+    }
+}
+
+static void map_add(void *addr, size_t len, int fd)
+{
+    struct xio_fd *e = xio_fd_get_known(fd);
+    if (e && e->kind != XIO_KIND_EXCLUDED)
+        map_put(&(struct xio_map){.addr = (uintptr_t)addr, .len = len, .path_id = e->path_id, .kind = e->kind});
+}
+
+/* Takes the mapping that starts at `addr` out of the table into `*out`; 0 when there is none. */
+static int map_take(uintptr_t addr, struct xio_map *out)
+{
+    for (unsigned i = 0, s = map_home(addr); i < MAPS; i++, s = (s + 1) & (MAPS - 1)) {
+        uintptr_t seen = __atomic_load_n(&maps[s].addr, __ATOMIC_ACQUIRE);
+        if (seen == 0)
+            return 0; /* the end of the probe: never inserted past an empty slot */
+        if (seen != addr)
+            continue;
+        *out = maps[s];
+        if (__atomic_compare_exchange_n(&maps[s].addr, &seen, MAP_GONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            __atomic_sub_fetch(&maps_live, 1, __ATOMIC_RELAXED);
+            return 1;
+        }
+        return 0; /* another thread unmapped it first */
+    }
+    return 0;
+}
 
 #define DEFINE_MMAP(name, type)                                                                                  \
     static void *(*real_##name)(void *, size_t, int, int, int, type);                                            \
@@ -463,6 +527,8 @@ extern int fdatasync(int) XIO_ALIAS(xio_fdatasync);
         int err = errno;                                                                                         \
         int64_t t1 = xio_ticks();                                                                                  \
         xio_rec_simple_fd(XIO_OP_MMAP, fd, t0, t1, ret == MAP_FAILED ? -1 : 0, err, (int64_t)len, off);          \
+        if (ret != MAP_FAILED)                                                                                   \
+            map_add(ret, len, fd);                                                                               \
         xio_leave();                                                                                             \
         errno = err;                                                                                             \
         return ret;                                                                                              \
@@ -471,6 +537,37 @@ DEFINE_MMAP(mmap, off_t)
 DEFINE_MMAP(mmap64, off64_t)
 extern void *mmap(void *, size_t, int, int, int, off_t) XIO_ALIAS(xio_mmap);
 extern void *mmap64(void *, size_t, int, int, int, off64_t) XIO_ALIAS(xio_mmap64);
+
+/* An unmap from a recorded file mapping's start: its file's path and kind, the length asked (`requested`), no
+ * descriptor (the file may have been closed since the mapping was made). */
+static int (*real_munmap)(void *, size_t);
+static int xio_munmap(void *addr, size_t len)
+{
+    if (XIO_LIKELY(__atomic_load_n(&maps_live, __ATOMIC_RELAXED) == 0) || !xio_enter())
+        return REAL(munmap)(addr, len);
+    struct xio_map m;
+    if (!map_take((uintptr_t)addr, &m)) {
+        xio_leave();
+        return REAL(munmap)(addr, len);
+    }
+    int64_t t0 = xio_ticks();
+    int ret = REAL(munmap)(addr, len);
+    int err = errno;
+    int64_t t1 = xio_ticks();
+    if (ret != 0) /* still mapped: a later unmap of it is the one to record */
+        map_put(&m);
+    struct xio_ev r;
+    xio_ev_init(&r, XIO_OP_MUNMAP, t0, t1);
+    r.requested = (int64_t)len;
+    r.err = ret != 0 ? err : 0;
+    r.path_id = m.path_id;
+    r.kind = m.kind;
+    xio_emit(&r);
+    xio_leave();
+    errno = err;
+    return ret;
+}
+extern int munmap(void *, size_t) XIO_ALIAS(xio_munmap);
 
 /* ---- dup family: the new descriptor takes the old one's path and offset ---- */
 
@@ -537,6 +634,7 @@ const struct xio_hook xio_hooks_posix[] = {
     HOOK(read), HOOK(__read_chk), HOOK(pread), HOOK(pread64), HOOK(readv), HOOK(preadv), HOOK(preadv64),
     HOOK(preadv2), HOOK(preadv64v2), HOOK(write), HOOK(pwrite), HOOK(pwrite64), HOOK(writev), HOOK(pwritev),
     HOOK(pwritev64), HOOK(pwritev2), HOOK(pwritev64v2), HOOK(lseek), HOOK(lseek64), HOOK(fsync),
-    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl), HOOK(fcntl64),
-    HOOK(sendfile), HOOK(sendfile64), HOOK(copy_file_range), HOOK(rename), HOOK(renameat), HOOK(renameat2), {0},
+    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(munmap), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl),
+    HOOK(fcntl64), HOOK(sendfile), HOOK(sendfile64), HOOK(copy_file_range), HOOK(rename), HOOK(renameat),
+    HOOK(renameat2), {0},
 };

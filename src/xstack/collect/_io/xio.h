@@ -56,7 +56,7 @@
     X(FFLUSH, "fflush") X(INHERIT, "inherit") X(PATH, "path") X(OPENDIR, "opendir") X(READDIR, "readdir")        \
     X(CLOSEDIR, "closedir") X(RENAME, "rename") X(SENDFILE_READ, "sendfile_read")                                 \
     X(SENDFILE_WRITE, "sendfile_write") X(COPY_READ, "copy_file_range_read") X(COPY_WRITE, "copy_file_range_write") \
-    X(STDIO_READ, "stdio_read") X(STDIO_WRITE, "stdio_write")
+    X(STDIO_READ, "stdio_read") X(STDIO_WRITE, "stdio_write") X(MUNMAP, "munmap")
 
 enum xio_op {
     XIO_OP_NONE = 0,
