@@ -472,7 +472,8 @@ def copies(data: str, out_dir: str) -> dict[str, object]:
 
 def mappings(data: str) -> dict[str, object]:
     """File mappings unmapped after their descriptor closed: a failed unmap, then the real one; an anonymous
-    mapping (not recorded); a mapping a forked child unmaps, then its parent."""
+    mapping (not recorded); a mapping unmapped in two parts (not recorded), with other memory mapped where its
+    first part was; a mapping a forked child unmaps, then its parent."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)  # the preloaded library's munmap comes first
@@ -492,6 +493,13 @@ def mappings(data: str) -> dict[str, object]:
     done = libc.munmap(addr, 8192)
     anon = libc.mmap(None, 8192, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     libc.munmap(anon, 8192)
+    addr = mapped(8192)
+    libc.munmap(addr, 4096)  # part of it, from its start: not recorded, and no longer the file's at that address
+    fixed = 0x10  # MAP_FIXED: other memory at the same address
+    other = libc.mmap(addr, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | fixed, -1, 0)
+    same = other == addr
+    libc.munmap(other, 4096)
+    libc.munmap(addr + 4096, 4096)
     addr = mapped(4096)
     pid = os.fork()
     if pid == 0:
@@ -504,6 +512,7 @@ def mappings(data: str) -> dict[str, object]:
         "child": os.waitstatus_to_exitcode(status),
         "parent": libc.munmap(addr, 4096),
         "child_pid": pid,
+        "same": same,
     }
 
 

@@ -455,9 +455,9 @@ extern int fdatasync(int) XIO_ALIAS(xio_fdatasync);
 /* The file mappings recorded and not yet unmapped, by start address, so that munmap can tell a file mapping's end
  * from the allocator's and name its file: an open-addressing table, lock-free (munmap may run in a signal handler
  * or a fork child), in the library's own memory (a fork child inherits its parent's mappings and this table with
- * them). A slot's address is 0 (never used), MAP_GONE (unmapped since) or MAP_BUSY (being filled). Only an unmap
- * from a mapping's start address is recorded (Python's mmap, numpy.memmap, LMDB and Arrow unmap whole mappings);
- * beyond MAPS live file mappings, the others' unmaps go unrecorded, as before the table. */
+ * them). A slot's address is 0 (never used), MAP_GONE (unmapped since) or MAP_BUSY (being filled). Only the unmap
+ * of a whole mapping is recorded (Python's mmap, numpy.memmap, LMDB and Arrow unmap whole mappings), and failed
+ * ones; beyond MAPS live file mappings, the others' unmaps go unrecorded, as before the table. */
 #define MAPS 16384u /* a power of two; 384 KiB of zero pages, touched only where used */
 #define MAP_GONE ((uintptr_t)1)
 #define MAP_BUSY ((uintptr_t)2)
@@ -538,31 +538,37 @@ DEFINE_MMAP(mmap64, off64_t)
 extern void *mmap(void *, size_t, int, int, int, off_t) XIO_ALIAS(xio_mmap);
 extern void *mmap64(void *, size_t, int, int, int, off64_t) XIO_ALIAS(xio_mmap64);
 
-/* An unmap from a recorded file mapping's start: its file's path and kind, the length asked (`requested`), no
- * descriptor (the file may have been closed since the mapping was made). */
+/* An unmap of a whole recorded file mapping (its start and length), or a failed unmap from its start: its file's
+ * path and kind, the length (`requested`), no descriptor (the file may have been closed since the mapping was
+ * made). The mapping leaves the table at any unmap from its start that succeeds, recorded or not (a call inside
+ * another wrapper, an unmap of part of it), so that no later mapping of other memory there is taken for it. */
 static int (*real_munmap)(void *, size_t);
 static int xio_munmap(void *addr, size_t len)
 {
-    if (XIO_LIKELY(__atomic_load_n(&maps_live, __ATOMIC_RELAXED) == 0) || !xio_enter())
-        return REAL(munmap)(addr, len);
     struct xio_map m;
-    if (!map_take((uintptr_t)addr, &m)) {
-        xio_leave();
+    if (XIO_LIKELY(__atomic_load_n(&maps_live, __ATOMIC_RELAXED) == 0) || !map_take((uintptr_t)addr, &m))
         return REAL(munmap)(addr, len);
+    if (!xio_enter()) {
+        int ret = REAL(munmap)(addr, len);
+        if (ret != 0) /* still mapped */
+            map_put(&m);
+        return ret;
     }
     int64_t t0 = xio_ticks();
     int ret = REAL(munmap)(addr, len);
     int err = errno;
     int64_t t1 = xio_ticks();
-    if (ret != 0) /* still mapped: a later unmap of it is the one to record */
+    if (ret != 0)
         map_put(&m);
-    struct xio_ev r;
-    xio_ev_init(&r, XIO_OP_MUNMAP, t0, t1);
-    r.requested = (int64_t)len;
-    r.err = ret != 0 ? err : 0;
-    r.path_id = m.path_id;
-    r.kind = m.kind;
-    xio_emit(&r);
+    if (ret != 0 || m.len == len) {
+        struct xio_ev r;
+        xio_ev_init(&r, XIO_OP_MUNMAP, t0, t1);
+        r.requested = (int64_t)len;
+        r.err = ret != 0 ? err : 0;
+        r.path_id = m.path_id;
+        r.kind = m.kind;
+        xio_emit(&r);
+    }
     xio_leave();
     errno = err;
     return ret;
