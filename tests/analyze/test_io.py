@@ -1948,7 +1948,8 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
 def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: bool = False, reopen: bool = False
                  ) -> Store:  # fmt: skip
     """Three 1000 ns steps, each waiting 600 ns for a DataLoader of 2 workers that fill the 2 CPUs, whose workers
-    read for 300 ns per step: ``shards``: 4 files a step, each opened and read once; else 6 reads a step of 2 KiB
+    read for 300 ns per step: ``shards``: 4 files a step, each opened and read once (then its descriptor dup'ed, as
+    ``mmap.mmap`` does: no open of the file); else 6 reads a step of 2 KiB
     from one database kept open (opened once, before the first step), or with ``reopen`` opened again for each
     read. Calls before the steps (the open) are not the measured iterations'; a failed read is not counted."""
     loader = {"index": 0, "dataset": "Rows", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
@@ -1971,6 +1972,7 @@ def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: b
                 if shards:
                     io_span(sink, next(span), None, "open", at, 25, W1, f"/d/shard{k}-{i}.bin")
                     io_span(sink, next(span), None, "read", at + 25, 50, W1, f"/d/shard{k}-{i}.bin", 65536, offset=0)
+                    io_span(sink, next(span), None, "dup", at + 75, 1, W1, f"/d/shard{k}-{i}.bin")  # no open: mmap's
                 else:
                     if reopen:
                         io_span(sink, next(span), None, "open", at, 1, W1 if i % 2 else W2, "/d/rows.db")
@@ -2019,7 +2021,7 @@ def test_workers_reading_one_file_kept_open_are_told_to_read_fewer_times_not_few
     assert (f["worker_data_reads_per_iteration"], f["worker_data_opens_per_iteration"]) == (4.0, 4.0)
     assert (f["worker_data_files"], f["worker_data_read_bytes_per_iteration"]) == (12, 4 * 65536)
     assert rec is not None and rec.action.endswith(
-        "(decode and augment less, or on the GPU; read fewer, larger files: the workers open 4 data files per "
+        "(decode and augment less, or on the GPU; read fewer, larger files: the workers open data files 4 times per "
         "iteration)."
     )
 

@@ -112,7 +112,7 @@ forked AS (  -- the main process's mappings before its first worker started, whi
 ),
 maps AS (SELECT path, size, FALSE AS inherited FROM w WHERE data AND name = 'mmap' UNION ALL SELECT * FROM forked),
 lists AS (SELECT * FROM w WHERE measured AND name IN ('opendir', 'readdir'))
-SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(OPEN_OPS)}),
+SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(OPEN_OPS)} AND name <> 'dup'),
     (SELECT count(DISTINCT path) FROM reads), (SELECT coalesce(sum(bytes), 0) FROM reads),
     (SELECT path FROM reads GROUP BY path ORDER BY sum(dur_ns) DESC, path LIMIT 1),
     (SELECT count(DISTINCT path) FROM maps), (SELECT arg_max(path, size) FROM maps), (SELECT max(size) FROM maps),
@@ -491,7 +491,8 @@ def _forked(io: IoRun) -> bool:
 
 
 def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
-    """Per measured iteration, the workers' reads of data files, their opens of them and the bytes they read;
+    """Per measured iteration, the workers' reads of data files, their opens of them (a descriptor's dup is none:
+    ``mmap.mmap`` dups the one it maps) and the bytes they read;
     the data files they read over those iterations and the one of the most read time (None without iterations);
     the data files they mapped into memory, whose reads are page faults and in none of these figures
     (``worker_mapped_files``), the one of the largest mapping (``worker_mapped_path``) and its size in bytes

@@ -278,7 +278,7 @@ def _fewer(facts: dict[str, Any], iterable: bool, batched: bool) -> str:
         return (f"the workers open {named} {opens:,.0f} times per iteration, for each item: open it once in each "
                 "worker, on first use, and keep it open")  # fmt: skip
     if opens >= 1:
-        return f"read fewer, larger files: the workers open {opens:,.0f} data files per iteration"
+        return f"read fewer, larger files: the workers open data files {opens:,.0f} times per iteration"
     return "read fewer, larger files"
 
 
