@@ -1271,6 +1271,23 @@ def test_data_read_over_again_within_a_pass_over_it_is_found(tmp_path: Path) -> 
     assert "decompress it once in each worker and keep it in memory" in rec.action
 
 
+def test_the_bytes_covered_count_each_range_once_when_reads_of_it_tie(tmp_path: Path) -> None:
+    """1,200 files, each read twice over the same 4 KiB, one after the other (np.load(mmap_mode='r') reads an .npy
+    file's header twice): the two windows that joined the ranges ordered the tied reads each as it pleased, and
+    three files' ranges counted twice, as in the real run these reads are from; the bytes read again went
+    unfound."""
+    with Store.create(tmp_path / "t.duckdb") as store:
+        store.add_run(RunInfo(1, "ties", levels=["model", "io"],
+                              config={"pid": MAIN, A.CONFIG_DATALOADERS: [{"index": 0, "iterated": 1}]}))  # fmt: skip
+        sink = Sink(store, 1)
+        for i in range(2400):
+            io_span(sink, 10 + i, None, "read", 1000 * i, 1000, MAIN, f"/d/items/{i // 2:04d}.npy", 4096, offset=0)
+        sink.close()
+    with Store.open(tmp_path / "t.duckdb") as store:
+        facts = run_analyses(store, None, ["io.pattern"])[0].facts
+    assert facts["read_covered_bytes"] == 1200 * 4096 and facts["reread_bytes"] == 1200 * 4096
+
+
 def test_a_loop_waiting_on_workers_that_decompress_a_stream_again_for_each_item_is_told_so(tmp_path: Path) -> None:
     """A gzip stream read by seeks in shuffled order, 460.8 times its bytes: the loop waited 39.7 ms a step for
     workers whose file I/O took 3.37 ms of it, and was told that building the items was what it waited for."""
@@ -1365,6 +1382,70 @@ def test_data_read_once_per_epoch_is_not_read_over_again(tmp_path: Path) -> None
             facts = run_analyses(store, None, ["io.pattern"])[0].facts
             assert _fired(store, "reread") is None
         assert facts["read_epochs"] == epochs and facts["reread_bytes"] == 0
+
+
+NPY_ITEMS = """
+import os, sys
+import numpy as np
+import torch
+import xstack
+from torch.utils.data import DataLoader, Dataset
+
+os.makedirs("items", exist_ok=True)
+for i in range(1200):
+    np.save(f"items/{i:04d}.npy", np.full((3, 32, 32), i, dtype=np.float32))
+mode = sys.argv[1] if len(sys.argv) > 1 else "r"
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 1200
+
+    def __getitem__(self, i):
+        return torch.from_numpy(np.array(np.load(f"items/{i:04d}.npy", mmap_mode=mode or None)))
+
+
+model = torch.nn.Linear(3 * 32 * 32, 1)
+for x in DataLoader(Items(), batch_size=50):
+    model(x.flatten(1)).sum().backward()
+    xstack.step()
+"""
+
+
+def test_each_file_read_from_its_start_again_within_one_load_is_said_so(tmp_path: Path) -> None:
+    """np.load(path, mmap_mode='r') for each item of 1,200 small .npy files: each is opened three times, its
+    header read twice, then mapped. The finding on data read over again advised reading only each item's bytes and
+    shuffling shards; each file read from its start by two opens per pass is a loader opening it again, and
+    np.load(path) opens and reads it once."""
+    results = _run_io_loop(tmp_path, NPY_ITEMS)
+    facts = results["io.pattern"].facts
+    assert (facts["reread_kind"], facts["reread_files"], facts["reread_opens_per_file"]) == ("reloaded", 1200, 2.0)
+    assert facts["reread_open_bytes"] == 4096  # a buffered read of the header, each time
+    rec = RULES["reread"](results)
+    assert rec is not None and rec.title == (
+        "Data read over again: each file opened and read from its start more than once per load"
+    )
+    assert rec.action.startswith(
+        "1,200 data files are each read from their start by 2 opens of them per pass over the data, on average "
+        "(4.00 KiB an open): the loader opens a file again to parse its header"
+    ), rec.action
+    assert _reading_opens(tmp_path / "p.duckdb", "0007.npy") == 3  # as the advice says
+    # np.load(path): one open a file, each byte read once: no finding
+    once = tmp_path / "once"
+    once.mkdir()
+    results = _run_io_loop(once, NPY_ITEMS.replace('else "r"', 'else ""'))
+    assert results["io.pattern"].facts["reread_bytes"] == 0 and RULES["reread"](results) is None
+    assert _reading_opens(once / "p.duckdb", "0007.npy") == 1
+
+
+def _reading_opens(store_path: Path, name: str) -> int:
+    """The opens for reading (not the program's own writing of it) of the file called ``name``."""
+    with Store.open(store_path) as store:
+        return int(store.query(
+            f"SELECT count(*) FROM spans WHERE level = 'io' AND name IN ('open', 'openat') "
+            f"AND attrs->>'$.\"{A.IO_PATH}\"' LIKE ? AND (attrs->>'$.\"{A.IO_REQUESTED_BYTES}\"')::BIGINT & 3 = 0",
+            [f"%/{name}"],
+        )[0][0])  # fmt: skip
 
 
 def test_the_io_time_at_stake_per_iteration_leaves_the_warm_up_out(tmp_path: Path) -> None:

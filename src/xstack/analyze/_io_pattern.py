@@ -132,15 +132,18 @@ WITH r AS (
         AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
         AND TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) >= 0
 ),
+starts AS (  -- one row per file and offset, the furthest end of the reads from there: both windows below then
+            -- order the rows alike (reads of one range, which they ordered each as it pleased, were counted twice)
+    SELECT path, s, max(s + nbytes) AS e FROM r GROUP BY path, s
+),
 ordered AS (
-    SELECT path, s, s + nbytes AS e,
-        max(s + nbytes) OVER (PARTITION BY path ORDER BY s, nbytes ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-            AS reached
-    FROM r
+    SELECT path, s, e,
+        max(e) OVER (PARTITION BY path ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reached
+    FROM starts
 ),
 runs AS (  -- the byte ranges read, overlapping ones joined
     SELECT path, s, e, sum(CASE WHEN reached IS NULL OR s > reached THEN 1 ELSE 0 END)
-        OVER (PARTITION BY path ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS piece
+        OVER (PARTITION BY path ORDER BY s ROWS UNBOUNDED PRECEDING) AS piece
     FROM ordered
 ),
 pieces AS (SELECT path, min(s) AS s, max(e) AS e FROM runs GROUP BY path, piece),
@@ -170,6 +173,31 @@ SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELEC
 """
 """The opens of one file that read it, how many of them began reading at its first byte, and at the offset most of
 them began at (a zip archive's end, where its index is), how many and which."""
+
+_FILES_REOPENED = f"""
+WITH ev AS (
+    SELECT {SPAN_PATH} AS path, pid, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
+        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off, {SPAN_BYTES} AS nbytes
+    FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)}
+        AND {SPAN_PATH} IS NOT NULL
+        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
+),
+numbered AS (
+    SELECT *, sum(CASE WHEN is_open THEN 1 ELSE 0 END)
+        OVER (PARTITION BY path, pid ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
+    FROM ev
+),
+firsts AS (SELECT path, pid, opened, arg_min(off, start_ns) AS off, sum(nbytes) AS nbytes FROM numbered
+           WHERE NOT is_open AND opened > 0 GROUP BY path, pid, opened),
+per_file AS (SELECT path, count(*) AS opens, bool_and(off = 0) AS from_start, avg(nbytes) AS nbytes FROM firsts
+             GROUP BY path),
+again AS (SELECT * FROM per_file WHERE from_start AND opens >= $opens)
+SELECT (SELECT count(*) FROM per_file), (SELECT count(*) FROM again), (SELECT avg(opens) FROM again),
+    (SELECT avg(nbytes) FROM again)
+"""
+"""Over the data files: how many were read, and how many of those were read in ``$opens`` opens or more, each
+beginning to read it at its first byte (a loader that opens each file again to parse its header), with their
+reading opens and the bytes an open read, on average."""
 
 _READ_BY_PROCESS = f"""
 SELECT {SPAN_PATH} AS path, pid, sum({SPAN_BYTES}) FROM spans
@@ -469,8 +497,12 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     ``reread_first_offset`` (how many of those began at the offset most of them began at, and which: a zip
     archive's end, where its index is), ``reread_kind`` (``_reread_kind``) and ``reread_from_start`` (how many
     of those began at its first byte: a file read whole again and again, as a labels file that each item loads,
-    opens it for each, and so does a file opened for each item, whose header each open reads). A merged run's
-    bytes are its io pass's, over the pass."""
+    opens it for each, and so does a file opened for each item, whose header each open reads). Where no one file
+    is read again and again, but most data files (``REREAD_WHOLE_MIN`` at least) are each read from their start
+    in two opens or more per pass, ``reread_kind`` is ``reloaded`` (a loader that opens each file again to parse
+    its header: ``np.load(path, mmap_mode='r')``), with ``reread_files`` (those files), ``reread_opens_per_file``
+    (their reading opens per pass, on average) and ``reread_open_bytes`` (the bytes an open read, on average). A
+    merged run's bytes are its io pass's, over the pass."""
     if not io.has_spans or facts["read_ns"] is None:
         return []
     found = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
@@ -495,6 +527,9 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         "reread_same_start": None,
         "reread_first_offset": None,
         "reread_kind": None,
+        "reread_files": None,
+        "reread_opens_per_file": None,
+        "reread_open_bytes": None,
     }  # fmt: skip
     if top is None or epochs is None or read < REREAD_PER_EPOCH * epochs * covered or again < REREAD_MIN_BYTES:
         facts["reread_bytes"] = facts["reread_ns"] = facts["reread_warmup_ns"] = 0
@@ -504,6 +539,11 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     kind = _reread_kind(opens, from_start, same, int(top[1]), int(top[2]))
     facts |= {"reread_opens": opens, "reread_from_start": from_start, "reread_same_start": same,
               "reread_first_offset": first, "reread_kind": kind}  # fmt: skip
+    if kind is None:  # no one file read again and again: each file, read from its start in two opens or more a pass
+        read_files, files, per_file, each = rows(store, _FILES_REOPENED, run, opens=2 * epochs)[0]
+        if as_count(files) >= REREAD_WHOLE_MIN and as_count(files) >= 0.8 * as_count(read_files):
+            facts |= {"reread_kind": "reloaded", "reread_files": as_count(files), "reread_open_bytes": float(each),
+                      "reread_opens_per_file": round(float(per_file) / epochs, 1)}  # fmt: skip
     passes = f"{epochs:,} pass{'es' if epochs > 1 else ''} over the data begun"
     return [
         f"data files: {format_value(read, 'bytes')} read from {format_value(covered, 'bytes')} of them "

@@ -412,11 +412,13 @@ STEP_SPAN = step_span()
 
 def merged(source: str) -> str:
     """SQL of the union of the intervals ``(s, e)`` in ``source``: disjoint ``(s, e)`` rows (intervals that
-    touch are joined). An interval opens a new group when it starts after every earlier one has ended."""
+    touch are joined). An interval opens a new group when it starts after every earlier one has ended. The
+    intervals that start together are one row first (the longest), so that the two windows order the rows alike:
+    ties, each window ordering them as it pleased, could split a group in two and count its time twice."""
     return f"""SELECT min(s) AS s, max(e) AS e FROM (
-        SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END) OVER (ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
-        FROM (SELECT s, e, coalesce(max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                                    s - 1) AS prev FROM {source}))
+        SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END) OVER (ORDER BY s ROWS UNBOUNDED PRECEDING) AS grp
+        FROM (SELECT s, e, coalesce(max(e) OVER (ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                                    s - 1) AS prev FROM (SELECT s, max(e) AS e FROM {source} GROUP BY s)))
     GROUP BY grp"""
 
 

@@ -423,15 +423,17 @@ up(span_id, stage, step, above) AS (  -- each span's model ancestors, nearest fi
 nested AS (  -- a step inside a span of its name is a call of its own (PARAM's call in its phase)
     SELECT DISTINCT up.span_id FROM up JOIN m ON m.span_id = up.above AND m.stage = up.stage AND m.step = up.step),
 calls AS (SELECT * FROM m ANTI JOIN nested USING (span_id)),
-ordered AS (  -- per stage, the calls in time order with the latest end of those before each
-    SELECT stage, kind, step, start_ns AS s, start_ns + dur_ns AS e,
-           coalesce(max(start_ns + dur_ns) OVER (PARTITION BY stage, kind, step ORDER BY start_ns, dur_ns
-                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns - 1)
-               AS prev
-    FROM calls),
+starts AS (  -- per stage, one row per start time, the latest end of the calls that start then: the two windows
+            -- below then order the rows alike (calls that tie would be ordered by each as it pleased, a stretch
+            -- split in two and its time counted twice)
+    SELECT stage, kind, step, start_ns AS s, max(start_ns + dur_ns) AS e FROM calls GROUP BY ALL),
+ordered AS (  -- in time order, with the latest end of those before each
+    SELECT *, coalesce(max(e) OVER (PARTITION BY stage, kind, step ORDER BY s
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s - 1) AS prev
+    FROM starts),
 grouped AS (  -- a call that starts after every earlier one has ended opens a new stretch
     SELECT *, sum(CASE WHEN s > prev THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY stage, kind, step ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS stretch
+                  OVER (PARTITION BY stage, kind, step ORDER BY s ROWS UNBOUNDED PRECEDING) AS stretch
     FROM ordered),
 stretches AS (SELECT stage, kind, step, min(s) AS s, max(e) AS e FROM grouped GROUP BY stage, kind, step, stretch),
 covered AS (  -- less the warm-up a call holds where it began before it (a phase span around PARAM's warm-up)

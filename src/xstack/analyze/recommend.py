@@ -719,7 +719,7 @@ def reread(results: Results) -> Recommendation | None:
     hdf5 = path.lower().endswith(HDF5_SUFFIXES)
     # parsing a header or index again at each open, or decompressing a stream again at each seek, costs CPU that no
     # I/O time holds: where the loop waits for its data, the time at stake understates it
-    cpu = kind in ("reopened", "indexed") or path.lower().endswith(COMPRESSED_SUFFIXES)
+    cpu = kind in ("reopened", "indexed", "reloaded") or path.lower().endswith(COMPRESSED_SUFFIXES)
     if cpu and loop_waits_for_data(results) is not None:
         severity: Severity = "medium"
         sources = ["io.pattern"]
@@ -743,6 +743,17 @@ def reread(results: Results) -> Recommendation | None:
         action = (f"{name} is opened {opens:,} times, and each open reads it again from its start "
                   f"({format_value(each, 'bytes')} of its {format_value(covered, 'bytes')} on average: {header}): "
                   f"open it once in each worker ({keep}) and keep it open.")  # fmt: skip
+    elif kind == "reloaded":  # each file opened again, and read from its start, within one load of it
+        title = "Data read over again: each file opened and read from its start more than once per load"
+        files, again = int(_num(r.facts, "reread_files") or 0), _num(r.facts, "reread_opens_per_file") or 0
+        per_open = format_value(_num(r.facts, "reread_open_bytes") or 0, "bytes")
+        action = (f"{files:,} data files are each read from their start by {again:g} opens of them per pass over the "
+                  f"data, on average ({per_open} an open): the loader opens a file again to parse its header before it "
+                  "reads or maps the rest (np.load(path, mmap_mode='r') opens an .npy file three times, reading its "
+                  "header twice, then maps it). Open and read each file once per item: for files of a few MiB or "
+                  "less, np.load(path) (one open, one read; mmap_mode saves nothing on a file read whole), or read "
+                  "the file's bytes once and parse them from memory; better still, pack the items into larger "
+                  "files.")  # fmt: skip
     elif kind == "indexed":  # opened for each item: its index, away from its start, read each time
         title = "Data read over again: a file opened for each item"
         zipped = path.lower().endswith(ZIP_SUFFIXES)
