@@ -2164,6 +2164,53 @@ def _loader_advice(path: Path, loader: dict[str, Any], *, cpus: int, **loop: Any
         return _fired(store, "input_bound")
 
 
+def _decoding_loop(path: Path, read_ns: int) -> Store:
+    """Four 1 ms steps, each waiting 900 us for a DataLoader of 2 workers that fill the 2 CPUs and read 25 small
+    images a step, each in an open, a read of ``read_ns`` and a close."""
+    loader = {"index": 0, "dataset": "Images", "batch_size": 25, "num_workers": 2, "persistent_workers": True,
+              "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": False}  # fmt: skip
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "loop", levels=["model", "io"],
+                              config={"pid": MAIN, A.CONFIG_CPU_COUNT: 2, A.CONFIG_DATALOADERS: [loader]}))  # fmt: skip
+        sink = Sink(store, 1)
+        for k in range(4):
+            sink.span(1 + k, None, "model", f"step#{k}", 1_000_000 * k, 1_000_000, MAIN, MAIN,
+                      {A.MODEL_KIND: "step", A.MODEL_STEP: k})  # fmt: skip
+            sink.span(10 + k, 1 + k, "model", "dataloader.next", 1_000_000 * k, 900_000, MAIN, MAIN,
+                      {A.MODEL_KIND: "dataloader"})  # fmt: skip
+        for k in range(100):
+            pid, name, t = W1 + k % 2, f"/d/{k}.jpg", 1_000_000 * (k // 25) + 30_000 * (k % 25)
+            io_span(sink, 100 + 3 * k, None, "open", t, 500, pid, name)
+            io_span(sink, 101 + 3 * k, None, "read", t + 500, read_ns, pid, name, 4096, offset=0)
+            io_span(sink, 102 + 3 * k, None, "close", t + 500 + read_ns, 500, pid, name)
+        sink.close()
+        add_files(store, [data_file(W1 + k % 2, f"/d/{k}.jpg", 4096, 1, read_ns=read_ns) for k in range(100)])
+    return Store.open(path)
+
+
+def test_findings_on_reading_are_low_where_building_the_items_is_what_the_loop_waits_for(tmp_path: Path) -> None:
+    """2,000 JPEG files decoded by PIL in 2 workers: the loop waited 2.75 ms an iteration, the workers' file I/O
+    386 us of it. The input-bound advice said building the items was what it waited for, then took in the advice
+    to stage the small files on a faster tier, as if reading them were."""
+    with _decoding_loop(tmp_path / "decode.duckdb", 5_000) as store:  # 150 us of I/O a step: 17% of the wait
+        bound, staging = _fired(store, "input_bound"), _fired(store, "small_files")
+        said = [rec.rule for rec in analyze(store).recommendations]
+    assert said == ["input_bound", "small_files"]
+    assert bound is not None and "is not what the loop waits for, building the items is" in bound.action
+    assert "Stage the files" not in bound.action and "io.small_files" not in bound.sources
+    assert staging is not None and staging.severity == "low" and staging.action.startswith("Stage the files")
+    assert staging.evidence[-1] == (
+        "but the loop's file I/O while it waits for its data (its workers', and its own in the waits) is 150 us per "
+        "iteration, 17% of its 900 us of waiting: building the items, not reading them, is what it waits for, and "
+        "cheaper reads would shorten its steps by that share of the wait at most (io.input_bound)"
+    )
+    with _decoding_loop(tmp_path / "read.duckdb", 20_000) as store:  # 525 us of I/O a step: 58% of the wait
+        bound = _fired(store, "input_bound")
+        said = [rec.rule for rec in analyze(store).recommendations]
+    assert bound is not None and "Stage the files of at most 2 MiB" in bound.action
+    assert said == ["input_bound"]  # the staging finding taken in whole
+
+
 def test_a_loop_waiting_on_workers_that_read_little_is_not_told_to_read_fewer_files(tmp_path: Path) -> None:
     loader = {"index": 0, "dataset": "Rand", "batch_size": 32, "num_workers": 16, "persistent_workers": True,
               "pin_memory": True, "prefetch_factor": 4, "iterated": 1, "cuda": True}  # fmt: skip

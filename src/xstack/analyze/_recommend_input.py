@@ -128,6 +128,29 @@ def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str) ->
     return f"{head}: its workers start again with each of the {n:,} new DataLoaders: {keep}; {rest}"
 
 
+def reading_off_the_wait(results: Results) -> str | None:
+    """Where the loop waits for its data (``io.input_bound``'s verdict) but the file I/O in its waits, its workers'
+    and its main process's per iteration, is under ``FILES_SHARE_PCT`` of the wait, of every process (the io
+    level covered them all): the evidence that building the items, not reading them, is what it waits for, so
+    that the findings on how the data files are read are of low severity; else None."""
+    io = results.get("io.input_bound")
+    facts = io.facts if io is not None and io.available else {}
+    worker_io, wait, n = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns"), facts.get("iterations")
+    if (facts.get("input_bound") is not True or facts.get("not_covered") or _listings(facts)
+            or not isinstance(worker_io, (int, float)) or not isinstance(wait, (int, float)) or wait <= 0
+            or not isinstance(n, int) or n < 1):  # fmt: skip
+        return None
+    reading = worker_io + float(facts.get("main_io_wait_ns") or 0) / n
+    if 100.0 * reading / wait >= FILES_SHARE_PCT:
+        return None
+    return (
+        f"but the loop's file I/O while it waits for its data (its workers', and its own in the waits) is "
+        f"{format_ns(reading)} per iteration, {100.0 * reading / wait:.0f}% of its {format_ns(wait)} of waiting: "
+        "building the items, not reading them, is what it waits for, and cheaper reads would shorten its "
+        "steps by that share of the wait at most (io.input_bound)"
+    )
+
+
 def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, batch_size: int | None = None
             ) -> str:  # fmt: skip
     """How to make each batch cheaper to load: with reading fewer, larger files where the io level saw the

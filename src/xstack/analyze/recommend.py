@@ -38,6 +38,7 @@ from xstack.analyze._recommend_input import (
     io_input_action,
     loaders_advice,
     ranks_waiting,
+    reading_off_the_wait,
     shared_offset,
     shared_shards,
 )
@@ -141,6 +142,7 @@ def input_bound(results: Results) -> Recommendation | None:
         staging is not None
         and staging.action.startswith(READ_ADVICE)
         and small_stake(results, staging.impact_ns, staging.impact_per) is None  # not where the step barely feels it
+        and reading_off_the_wait(results) is None  # not where building the items is what the loop waits for
     ):
         evidence += [e for e in staging.evidence if e not in evidence]
         sources.append("io.small_files")
@@ -618,9 +620,10 @@ def _unfelt(
     results: Results, impact: int | None, per: ImpactPer, severity: Severity, evidence: list[str], sources: list[str]
 ) -> tuple[Severity, list[str], list[str]]:
     """An I/O finding's severity, evidence and sources, made low, with the line that says why, where the step
-    does not feel it: its DataLoader workers' I/O is off the loop's path (``_off_the_loops_path``), or its time
-    at stake is a sliver of the step (``small_stake``)."""
-    if (off := _off_the_loops_path(results)) is not None:
+    does not feel it: its DataLoader workers' I/O is off the loop's path (``_off_the_loops_path``), or a small
+    share of the waits of a loop that waits for its data (``reading_off_the_wait``), or its time at stake is a
+    sliver of the step (``small_stake``)."""
+    if (off := _off_the_loops_path(results) or reading_off_the_wait(results)) is not None:
         return "low", [*evidence, off], [*sources, "io.input_bound"]
     if (sliver := small_stake(results, impact, per)) is not None:
         return "low", [*evidence, sliver], [*sources, "model.stages"]
