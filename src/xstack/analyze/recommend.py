@@ -754,9 +754,9 @@ def reread(results: Results) -> Recommendation | None:
                   f"data, on average ({per_open} an open): the loader opens a file again to parse its header before it "
                   "reads or maps the rest (np.load(path, mmap_mode='r') opens an .npy file three times, reading its "
                   "header twice, then maps it). Open and read each file once per item: for files of a few MiB or "
-                  "less, np.load(path) (one open, one read; mmap_mode saves nothing on a file read whole), or read "
-                  "the file's bytes once and parse them from memory; better still, pack the items into larger "
-                  "files.")  # fmt: skip
+                  "less, np.load(path) (one open, each byte read once; mmap_mode saves nothing on a file read "
+                  "whole), or read the file's bytes once and parse them from memory; better still, pack the items "
+                  "into larger files.")  # fmt: skip
     elif kind == "indexed":  # opened for each item: its index, away from its start, read each time
         title = "Data read over again: a file opened for each item"
         zipped = path.lower().endswith(ZIP_SUFFIXES)
