@@ -14,7 +14,7 @@ run, ``--repeat`` times, each in a fresh process, which reports its wall time an
 checkout, for example one made with ``git worktree add /tmp/before HEAD~1``), the two alternating, so that two
 versions are compared side by side on one machine.
 
-Reproduce: ``python bench/io_readback.py`` (about 2 minutes on 2 cores: 50,000 files, 2 epochs, some 920,000
+Reproduce: ``python bench/io_readback.py`` (about 2 minutes on 2 cores: 50,000 files, 2 epochs, some 900,000
 calls; ``--files 5000 --repeat 1`` for a smoke run).
 """
 

@@ -154,32 +154,15 @@ SELECT f.path, f.nbytes, c.nbytes, f.ns FROM per_file f JOIN covered c USING (pa
 """Per data file, from the io spans of its reads: the bytes read, the distinct bytes they cover (each byte read
 counted once, whichever process read it) and the time they took."""
 
-_OPENS_READ = f"""
-WITH ev AS (
-    SELECT pid, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
-        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off
-    FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_PATH} = $path
-        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
-),
-numbered AS (
-    SELECT *, sum(CASE WHEN is_open THEN 1 ELSE 0 END)
-        OVER (PARTITION BY pid ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
-    FROM ev
-),
-firsts AS (SELECT pid, opened, arg_min(off, start_ns) AS off FROM numbered WHERE NOT is_open AND opened > 0
-           GROUP BY pid, opened),
-common AS (SELECT off, count(*) AS n FROM firsts GROUP BY off ORDER BY n DESC, off LIMIT 1)
-SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELECT off FROM common) FROM firsts
-"""
-"""The opens of one file that read it, how many of them began reading at its first byte, and at the offset most of
-them began at (a zip archive's end, where its index is), how many and which."""
 
-_FILES_REOPENED = f"""
+def _reading_opens(where: str) -> str:
+    """SQL of the CTEs up to ``firsts``: for each open of a file that read it (``where`` picks the spans: a path, or
+    the data files), by file and process, the offset its first read began at and the bytes its reads moved."""
+    return f"""
 WITH ev AS (
     SELECT {SPAN_PATH} AS path, pid, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
         TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off, {SPAN_BYTES} AS nbytes
-    FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)}
-        AND {SPAN_PATH} IS NOT NULL
+    FROM spans WHERE run_id = $run AND level = 'io' AND {where}
         AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
 ),
 numbered AS (
@@ -188,13 +171,29 @@ numbered AS (
     FROM ev
 ),
 firsts AS (SELECT path, pid, opened, arg_min(off, start_ns) AS off, sum(nbytes) AS nbytes FROM numbered
-           WHERE NOT is_open AND opened > 0 GROUP BY path, pid, opened),
+           WHERE NOT is_open AND opened > 0 GROUP BY path, pid, opened)"""
+
+
+_OPENS_READ = (
+    _reading_opens(f"{SPAN_PATH} = $path")
+    + """,
+common AS (SELECT off, count(*) AS n FROM firsts GROUP BY off ORDER BY n DESC, off LIMIT 1)
+SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELECT off FROM common) FROM firsts
+"""
+)
+"""The opens of one file that read it, how many of them began reading at its first byte, and at the offset most of
+them began at (a zip archive's end, where its index is), how many and which."""
+
+_FILES_REOPENED = (
+    _reading_opens(f"{SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL")
+    + """,
 per_file AS (SELECT path, count(*) AS opens, bool_and(off = 0) AS from_start, avg(nbytes) AS nbytes FROM firsts
              GROUP BY path),
 again AS (SELECT * FROM per_file WHERE from_start AND opens >= $opens)
 SELECT (SELECT count(*) FROM per_file), (SELECT count(*) FROM again), (SELECT avg(opens) FROM again),
     (SELECT avg(nbytes) FROM again)
 """
+)
 """Over the data files: how many were read, and how many of those were read in ``$opens`` opens or more, each
 beginning to read it at its first byte (a loader that opens each file again to parse its header), with their
 reading opens and the bytes an open read, on average."""

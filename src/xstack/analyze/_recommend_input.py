@@ -128,21 +128,33 @@ def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str) ->
     return f"{head}: its workers start again with each of the {n:,} new DataLoaders: {keep}; {rest}"
 
 
+def _reading_share(facts: dict[str, Any], main: bool) -> tuple[float, float] | None:
+    """The file I/O per iteration in the loop's waits, its workers' (and with ``main`` its main process's in the
+    waits), and the wait per iteration, where that I/O is under ``FILES_SHARE_PCT`` of the wait: reading files
+    is not what the loop waits for. None where it is not, or is unknown: no such facts, a process the io level did
+    not cover (a spawned worker of an attached profile), or folders listed for each item (``_listings``)."""
+    worker_io, wait, n = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns"), facts.get("iterations")
+    if (not isinstance(worker_io, (int, float)) or not isinstance(wait, (int, float)) or wait <= 0
+            or facts.get("not_covered") or _listings(facts)):  # fmt: skip
+        return None
+    reading = float(worker_io)
+    if main:
+        if not isinstance(n, int) or n < 1:
+            return None
+        reading += float(facts.get("main_io_wait_ns") or 0) / n
+    return (reading, float(wait)) if 100.0 * reading / wait < FILES_SHARE_PCT else None
+
+
 def reading_off_the_wait(results: Results) -> str | None:
     """Where the loop waits for its data (``io.input_bound``'s verdict) but the file I/O in its waits, its workers'
-    and its main process's per iteration, is under ``FILES_SHARE_PCT`` of the wait, of every process (the io
-    level covered them all): the evidence that building the items, not reading them, is what it waits for, so
-    that the findings on how the data files are read are of low severity; else None."""
+    and its main process's, is under ``FILES_SHARE_PCT`` of the wait (``_reading_share``): the evidence that
+    building the items, not reading them, is what it waits for, so that the findings on how the data files are
+    read are of low severity; else None."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
-    worker_io, wait, n = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns"), facts.get("iterations")
-    if (facts.get("input_bound") is not True or facts.get("not_covered") or _listings(facts)
-            or not isinstance(worker_io, (int, float)) or not isinstance(wait, (int, float)) or wait <= 0
-            or not isinstance(n, int) or n < 1):  # fmt: skip
+    if facts.get("input_bound") is not True or (share := _reading_share(facts, main=True)) is None:
         return None
-    reading = worker_io + float(facts.get("main_io_wait_ns") or 0) / n
-    if 100.0 * reading / wait >= FILES_SHARE_PCT:
-        return None
+    reading, wait = share
     return (
         f"but the loop's file I/O while it waits for its data (its workers', and its own in the waits) is "
         f"{format_ns(reading)} per iteration, {100.0 * reading / wait:.0f}% of its {format_ns(wait)} of waiting: "
@@ -164,12 +176,10 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, 
     ms to 1.14 ms with each row group's rows sliced 256 at a time, ``batch_size=None``)."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
-    worker_io, wait = facts.get("worker_io_per_iteration_ns"), facts.get("mean_wait_ns")
     if listing := _listings(facts):
         return f"make each batch cheaper to build: {listing}"
-    if (isinstance(worker_io, (int, float)) and isinstance(wait, (int, float)) and wait > 0
-            and not facts.get("not_covered")  # workers the io level did not see: their I/O is unknown
-            and 100.0 * worker_io / wait < FILES_SHARE_PCT):  # fmt: skip
+    if (share := _reading_share(facts, main=False)) is not None:
+        worker_io, wait = share
         builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
         building = (f"(the dataset's {builds}, its transforms{'' if batch_size == 0 else ', the collation'}): "
                     "decode and augment less, or on the GPU, or cache prepared items")  # fmt: skip
