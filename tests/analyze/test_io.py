@@ -2024,6 +2024,10 @@ def test_input_bound_shows_the_dataloader_and_advises_only_what_it_lacks(tmp_pat
     assert rec is not None and rec.action.endswith("): its 16 workers already match the 16 usable CPUs: make each "
                                                    "batch cheaper to load (decode and augment less, or on the GPU; "
                                                    "read fewer, larger files).")  # fmt: skip
+    more = done | {"num_workers": 64}  # more workers than CPUs (PyTorch warns of it): not said to match them
+    with loop_store(tmp_path / "m.duckdb", config=config | {A.CONFIG_DATALOADERS: [more]}) as store:
+        rec = _fired(store, "input_bound")
+    assert rec is not None and "its 64 workers already outnumber the 16 usable CPUs: make each batch" in rec.action
 
 
 def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: bool = False, reopen: bool = False

@@ -323,7 +323,7 @@ def io_input_action(facts: dict[str, Any], how: str) -> str:
     workers, cores = facts.get("workers"), facts.get("cores")
     ahead = " and a higher prefetch_factor (batches each worker loads ahead)"
     if workers is not None and cores is not None and workers >= cores:
-        first, ahead = f"The {int(workers)} workers already match the {int(cores)} cores: {how}.", ""
+        first, ahead = f"The {int(workers)} workers already {_fill(int(workers), int(cores))} cores: {how}.", ""
     elif workers is not None and cores is not None:
         first = f"Raise DataLoader(num_workers=...) from {int(workers)} towards the {int(cores)} cores."
     elif workers == 0:
@@ -372,7 +372,7 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str) -> s
     batch cheaper to load, where the workers already fill the CPUs."""
     workers = int(loader.get("num_workers") or 0)
     if cores is not None and workers >= cores > 0:
-        steps = [f"its {workers} workers already match the {cores} usable CPUs: {cheaper}"]
+        steps = [f"its {workers} workers already {_fill(workers, cores)} usable CPUs: {cheaper}"]
     elif cores == 1:
         steps = [f"with 1 usable CPU, worker processes would only take turns with the loop: {cheaper}"]
     elif workers == 0:
@@ -442,6 +442,14 @@ def _startup(loader: dict[str, Any]) -> str:
             f"past the warm-up (iter(), which starts them, and the wait for their first batch) took "
             f"{format_ns(first)} and the {counted(m, 'end')} (the wait that finds no batch left, while they exit) "
             f"{format_ns(last)}, of its {format_ns(waited)} of waiting")  # fmt: skip
+
+
+def _fill(workers: int, cores: int) -> str:
+    """How ``workers`` (at least ``cores``) stand to the CPUs: they match them, or are more than them (PyTorch's
+    DataLoader warns of that too), so that more workers would only take turns with them and the loop."""
+    if workers == cores:
+        return f"match the {cores}"
+    return f"outnumber the {cores}"
 
 
 def _cpus(cores: int | None) -> str:
