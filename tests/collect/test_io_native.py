@@ -154,6 +154,30 @@ def test_posix_reads_writes_seeks_and_stats_are_recorded_exactly(tmp_path: Path,
     assert process.records == len(trace.ops) and process.dropped == {} and not trace.problems
 
 
+def test_a_descriptor_first_seen_after_its_call_has_the_offset_the_call_started_at(tmp_path: Path, data: Path) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the case opens by raw system call numbers of x86-64")
+    known, out = data / "known.bin", data / "out.bin"
+    seen, trace = run(tmp_path, "unseen", str(known), str(out))
+    assert seen == {"reads": [50, 50], "writes": [20, 5], "freads": [64, 64]}
+    # the library learns of each descriptor (its path, offset) at its first call, once the call has moved it
+    assert on(trace, known) == [
+        ("read", 100, 50, 50, 0), ("read", 150, 50, 50, 0), ("close", -1, -1, -1, 0),
+        ("fread", 1000, 64, 64, 0), ("fread", 1064, 64, 64, 0), ("fclose", -1, -1, -1, 0),
+    ]  # fmt: skip
+    assert on(trace, out) == [("write", 10, 20, 20, 0), ("write", 30, 5, 5, 0), ("close", -1, -1, -1, 0)]
+
+
+def test_a_descriptor_closed_on_one_thread_as_another_opens_it_keeps_the_open_s_entry(
+    tmp_path: Path, data: Path
+) -> None:
+    seen, trace = run(tmp_path, "close_race", str(data), "20000")
+    reads = [op for op in trace.ops if op.op == "read" and op.path and op.path.startswith(str(data))]
+    assert len(reads) == 20_000 and seen["read"] == 20_000 * 2000 and seen["closes"] > 0
+    # each file is read whole from its open; the socket closed on the other thread moved no entry's offset
+    assert {(op.offset, op.bytes) for op in reads} == {(0, 2000)}
+
+
 def _tsc_usable() -> bool:
     """What the library's clock.c requires to time calls with the TSC, read from Linux's side."""
     try:

@@ -516,7 +516,72 @@ def mappings(data: str) -> dict[str, object]:
     }
 
 
+def unseen(data: str, stream: str) -> dict[str, object]:
+    """Descriptors the library never saw opened (opened by a raw system call), first used by a read, a write
+    and an fread: each call's offset is where it started, not where it left the descriptor."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    nr_openat, nr_lseek, at_fdcwd = 257, 8, -100  # x86-64
+
+    def raw_open(path: str, flags: int, at: int) -> int:
+        fd = int(libc.syscall(nr_openat, at_fdcwd, os.fsencode(path), flags, 0o644))
+        assert fd >= 0 and libc.syscall(nr_lseek, fd, at, os.SEEK_SET) == at
+        return fd
+
+    fd = raw_open(data, os.O_RDONLY, 100)
+    reads = [len(os.read(fd, 50)), len(os.read(fd, 50))]  # from 100, then from 150
+    os.close(fd)
+    fd = raw_open(stream, os.O_WRONLY | os.O_CREAT, 10)
+    writes = [os.write(fd, b"w" * 20), os.write(fd, b"w" * 5)]  # at 10, then at 30
+    os.close(fd)
+    # a stream on it made by glibc's _IO_fdopen, which the library does not wrap (fdopen is wrapped): its first
+    # fread fills the stream's buffer, so the descriptor is past the bytes the fread returned
+    libc._IO_fdopen.restype = ctypes.c_void_p
+    libc.fread.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    f = libc._IO_fdopen(raw_open(data, os.O_RDONLY, 1000), b"rb")
+    buf = ctypes.create_string_buffer(64)
+    got = [libc.fread(buf, 1, 64, f), libc.fread(buf, 1, 64, f)]  # from 1000, then from 1064
+    libc.fclose(f)
+    return {"reads": reads, "writes": writes, "freads": got}
+
+
+def close_race(data_dir: str, rounds: str) -> dict[str, object]:
+    """One thread closes socket pairs (a close that takes a while, the kernel freeing the descriptor early in
+    it) while another opens, reads whole and closes small files, which often get a descriptor the first thread
+    has just closed: every whole read starts at 0."""
+    stop = threading.Event()
+    closes = 0
+
+    def closer() -> None:
+        nonlocal closes
+        while not stop.is_set():
+            a, b = socket.socketpair()
+            a.sendall(b"x" * 1000)
+            a.close()
+            b.close()
+            closes += 2
+
+    thread = threading.Thread(target=closer)
+    thread.start()
+    paths = sorted(Path(data_dir).glob("t*.bin"))
+    read = 0
+    try:
+        for i in range(int(rounds)):
+            fd = os.open(paths[i % len(paths)], os.O_RDONLY)
+            read += len(os.read(fd, 4096))
+            os.close(fd)
+    finally:
+        stop.set()
+        thread.join()
+    return {"read": read, "closes": closes}
+
+
 CASES = {
+    "unseen": unseen,
+    "close_race": close_race,
     "mappings": mappings,
     "copies": copies,
     "timing": timing,

@@ -100,13 +100,13 @@ static int xio_closedir(DIR *d)
         xio_run_flush();
     struct xio_fd *e = xio_fd_get(fd);
     struct xio_fd before = e ? *e : (struct xio_fd){0};
+    xio_fd_closed(fd); /* glibc's internal close frees it: forgotten before, as close does */
     errno = saved;
     int64_t t0 = xio_ticks();
     int ret = REAL(closedir)(d);
     int err = errno;
     int64_t t1 = xio_ticks();
     if (fd >= 0) {
-        xio_fd_closed(fd); /* closed through glibc's internal close */
         xio_rec_entry(XIO_OP_CLOSEDIR, fd, e ? &before : NULL, t0, t1, ret == 0 ? 0 : -1, err, -1, -1);
     }
     xio_leave();

@@ -158,12 +158,15 @@ static int xio_close(int fd)
     int saved = errno;
     struct xio_fd *e = xio_fd_get(fd);
     struct xio_fd before = e ? *e : (struct xio_fd){0};
+    /* forgotten before the call: once the kernel frees the descriptor, another thread's open may get it and
+     * set its entry, which forgetting it afterwards would wipe (its next read then found its offset past the
+     * call, by discovery) */
+    xio_fd_closed(fd);
     errno = saved;
     int64_t t0 = xio_ticks();
     int ret = REAL(close)(fd);
     int err = errno;
     int64_t t1 = xio_ticks();
-    xio_fd_closed(fd);
     xio_rec_entry(XIO_OP_CLOSE, fd, e ? &before : NULL, t0, t1, ret, err, -1, -1);
     xio_leave();
     errno = err;
@@ -176,10 +179,10 @@ static int xio_close_range(unsigned first, unsigned last, int flags)
 {
     if (!xio_enter())
         return REAL(close_range)(first, last, flags);
+    if (!(flags & CLOSE_RANGE_CLOEXEC))
+        xio_fd_close_range(first, last); /* before the call, as close does; one that fails is discovered again */
     int ret = REAL(close_range)(first, last, flags);
     int err = errno;
-    if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
-        xio_fd_close_range(first, last);
     xio_leave();
     errno = err;
     return ret;
@@ -193,9 +196,9 @@ static void xio_closefrom(int lowfd)
         REAL(closefrom)(lowfd);
         return;
     }
+    xio_fd_close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0u); /* before the call, as close does */
     REAL(closefrom)(lowfd);
     int err = errno;
-    xio_fd_close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0u);
     xio_leave();
     errno = err;
 }

@@ -100,7 +100,12 @@ static FILE *xio_fdopen(int fd, const char *mode)
 static void record_transfer(int op, FILE *f, int64_t t0, int64_t t1, size_t size, size_t n, size_t got, int err)
 {
     int fd = fileno(f);
-    struct xio_fd *e = xio_fd_get(fd);
+    struct xio_fd *e = xio_fd_get_known(fd);
+    if (XIO_UNLIKELY(e == NULL) && (e = xio_fd_discover(fd)) != NULL && xio_kind_seekable(e->kind)) {
+        /* discovered after the call: the stream is where the call left it */
+        off_t now = ftello(f);
+        e->soffset = (now < 0 ? e->offset : (int64_t)now) - (int64_t)(size * got);
+    }
     if (fd < 0 || (e && e->kind == XIO_KIND_EXCLUDED))
         return;
     struct xio_ev r;
@@ -227,13 +232,13 @@ DEFINE_FSETPOS(fsetpos64, fpos64_t)
         int old = fileno(f);                                                                                     \
         struct xio_fd *e = xio_fd_get(old);                                                                      \
         struct xio_fd before = e ? *e : (struct xio_fd){0};                                                      \
+        xio_fd_closed(old); /* the stream's descriptor is closed whether or not the open succeeds */             \
         errno = saved;                                                                                           \
         int64_t t0 = xio_ticks();                                                                                \
         FILE *got = REAL(name)(path, mode, f);                                                                   \
         int err = errno;                                                                                         \
         int64_t t1 = xio_ticks();                                                                                \
         if (old >= 0) {                                                                                          \
-            xio_fd_closed(old);                                                                                  \
             xio_rec_entry(XIO_OP_FCLOSE, old, e ? &before : NULL, t0, t0, 0, 0, -1, -1);                         \
         }                                                                                                        \
         record_fopen(XIO_OP_FOPEN, path, got, t0, t1, err, mode);                                                \
@@ -517,13 +522,13 @@ static int xio_fclose(FILE *f)
     int fd = fileno(f);
     struct xio_fd *e = xio_fd_get(fd);
     struct xio_fd before = e ? *e : (struct xio_fd){0};
+    xio_fd_closed(fd); /* glibc's internal close frees it: forgotten before, as close does */
     errno = saved;
     int64_t t0 = xio_ticks();
     int ret = REAL(fclose)(f);
     int err = errno;
     int64_t t1 = xio_ticks();
     if (fd >= 0) {
-        xio_fd_closed(fd); /* the stream closed its descriptor through glibc's internal close */
         xio_rec_entry(XIO_OP_FCLOSE, fd, e ? &before : NULL, t0, t1, ret == 0 ? 0 : -1, err, -1, -1);
     }
     xio_leave();

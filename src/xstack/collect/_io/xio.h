@@ -393,7 +393,12 @@ static inline void xio_ev_of_entry(struct xio_ev *r, struct xio_fd *e)
 static inline void xio_rec_fd(int op, int fd, int64_t t0, int64_t t1, int64_t ret, int err, int64_t requested,
                               int64_t pos)
 {
-    struct xio_fd *e = xio_fd_get(fd);
+    struct xio_fd *e = xio_fd_get_known(fd);
+    int found = 0; /* discovered now, after the call: its offset is where the call left the descriptor */
+    if (XIO_UNLIKELY(e == NULL)) {
+        e = xio_fd_discover(fd);
+        found = e != NULL;
+    }
     if (e && e->kind == XIO_KIND_EXCLUDED)
         return;
     struct xio_ev r;
@@ -414,6 +419,8 @@ static inline void xio_rec_fd(int op, int fd, int64_t t0, int64_t t1, int64_t re
             r.offset = end >= 0 ? end - ret : e->offset;
             if (end >= 0)
                 e->offset = end;
+        } else if (ret > 0 && found) {
+            r.offset = e->offset >= ret ? e->offset - ret : 0;
         } else if (ret > 0) {
             r.offset = __atomic_fetch_add(&e->offset, ret, __ATOMIC_RELAXED);
         } else {
