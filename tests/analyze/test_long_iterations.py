@@ -29,7 +29,9 @@ def _loop(path: Path, *, evaluate: bool) -> Store:
     torch.set_num_threads(1)  # one thread: on a busy machine, several spin for each other and time nothing alike
     model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(256, 1024), torch.randint(0, 10, (256,))  # a step of milliseconds: no scheduler's hiccup
+    # a step of some 30 ms: the hiccups of a busy machine (a worker exiting, a checkpoint written back) do not
+    # double it (at 256 rows, 14 ms, the step after an evaluation once took twice the median and was long)
+    x, y = torch.randn(512, 1024), torch.randint(0, 10, (512,))
     val = torch.utils.data.TensorDataset(torch.randn(30 * 512, 1024))
     with xstack.profile(levels="model,io", path=path) as prof:
         for i in range(ITERATIONS):
