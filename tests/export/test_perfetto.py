@@ -429,7 +429,7 @@ def test_a_program_started_by_exec_is_a_subprocess_not_a_dataloader_worker(tmp_p
                          f"attrs->>'$.{A.IO_FILE_PROCESS_ROLE}' = 'subprocess'", [str(data)])[0]  # fmt: skip
     names = sorted(n.split(" [run")[0] for n in _names(json.loads(out.read_bytes())["traceEvents"], "process_name")
                    .values())  # fmt: skip
-    assert f"subprocess (pid {cat})" in names
+    assert f"subprocess cat (pid {cat})" in names  # named by the program it ran (runs.config.io_programs)
     assert [n.split(" (pid")[0] for n in names].count("dataloader worker") == 1, names
 
 

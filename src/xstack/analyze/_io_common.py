@@ -107,6 +107,8 @@ class IoRun:
     of ``multiprocessing``, ``resource_tracker`` and ``forkserver``, and ``subprocess``)."""
     recorded: bool = False
     """The run recorded the io level (``runs.levels``), whether or not its region did any file I/O."""
+    programs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """The programs started by exec that the io level recorded (``runs.config.io_programs``), by pid."""
 
     @property
     def run_id(self) -> int:
@@ -127,8 +129,11 @@ class IoRun:
         return sorted(self.helpers)
 
     def process(self, pid: int | None) -> str:
-        """A process as the tables and charts name it: ``main (pid 12)``, ``worker (pid 13)``, ``pid 14``."""
+        """A process as the tables and charts name it: ``main (pid 12)``, ``worker (pid 13)``, ``subprocess cat
+        (pid 15)`` (the program it ran, where the run recorded it), ``pid 14``."""
         role = self.role(pid)
+        if role == "subprocess" and pid in self.programs:
+            role = f"subprocess {self.programs[pid]['program']}"
         return f"pid {pid}" if role == "-" else f"{role} (pid {pid})"
 
     def lacking(self, id: str, title: str) -> Result | None:
@@ -154,9 +159,8 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
         # a live run that recorded the level; an imported log without records has none to analyse
         recorded = "io" in (levels or []) and not isinstance(ctx.config.get("source"), dict)
         source = str(files[1] or ("io" if ctx.has("io") or recorded else "-"))
-        per_store[ctx.run_id] = IoRun(
-            ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source, _helpers(store, ctx.run_id), recorded
-        )
+        per_store[ctx.run_id] = IoRun(ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source,
+                                      _helpers(store, ctx.run_id), recorded, A.io_programs(ctx.config))  # fmt: skip
     return per_store[ctx.run_id]
 
 

@@ -28,7 +28,7 @@ from xstack.analyze._io_common import (
     rate,
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, format_ns
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -277,8 +277,11 @@ def process_table(store: Store, run_id: int) -> Result:
     sockets are left out (they carry batches between processes). The main process is ``runs.config.pid``,
     else the process of most model spans; the helpers of multiprocessing (its resource tracker and forkserver)
     and the programs started by exec (``subprocess``; ``io.process_role`` says which) are named as such; the
-    others are workers (DataLoader workers are processes of their own). I/O time is read + write + metadata
-    time; bandwidth divides the bytes by the read and write time.
+    others are workers (DataLoader workers are processes of their own). A program started by exec is named by
+    the program it ran (``runs.config.io_programs``: ``subprocess cat (pid 15)``), and the label counts the programs
+    started during the run, by name, with their time from start to exit (facts ``programs``, ``program_names``,
+    ``programs_ns``). I/O time is read + write + metadata time; bandwidth divides the bytes by the read and write
+    time.
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(PROCESSES_ID, PROCESSES_TITLE)) is not None:
@@ -299,6 +302,7 @@ def process_table(store: Store, run_id: int) -> Result:
         "bytes_written": sum(r[7] for r in table),
         "io_ns": total_time,
     }
+    facts |= _programs(io)
     return Result(
         PROCESSES_ID,
         PROCESSES_TITLE,
@@ -308,7 +312,44 @@ def process_table(store: Store, run_id: int) -> Result:
         run_id=io.run_id,
         chart=Chart("hbar", x="process", y=("io time",), title="I/O time per process", limit=40),
         facts=facts,
+        labels=_programs_label(facts),
     )
+
+
+_PROGRAMS_NAMED = 4
+"""Programs named in the label of ``io.processes``, the most started first."""
+
+
+def _programs(io: IoRun) -> dict[str, Any]:
+    """Facts on the programs started by exec during the run (``runs.config.io_programs``): ``programs`` (how many,
+    those below another one included), ``program_names`` (program -> times started) and ``programs_ns`` (their
+    lifetimes, from fork or exec to exit, summed)."""
+    entries = list(io.programs.values())
+    names: dict[str, int] = {}
+    for e in sorted(entries, key=lambda e: str(e["program"])):
+        names[str(e["program"])] = names.get(str(e["program"]), 0) + 1
+    more = io.ctx.config.get(A.CONFIG_IO_PROGRAMS_MORE)
+    lived = sum(max(0, int(e["end_ns"]) - int(e["start_ns"])) for e in entries
+                if isinstance(e.get("start_ns"), int) and isinstance(e.get("end_ns"), int))  # fmt: skip
+    return {"programs": len(entries) + (more if isinstance(more, int) else 0),
+            "program_names": dict(sorted(names.items(), key=lambda kv: -kv[1])), "programs_ns": lived}  # fmt: skip
+
+
+def _programs_label(facts: dict[str, Any]) -> list[str]:
+    """``12 programs started by exec during the run (cat 10 times, sh 2), 24.0 ms from their start to their exit,
+    2.00 ms each on average``; none where there were none."""
+    n, names = int(facts["programs"]), facts["program_names"]
+    if not n:
+        return []
+    named = ", ".join(f"{name} {counted(k, 'time')}" if i == 0 else f"{name} {k:,}"
+                      for i, (name, k) in enumerate(list(names.items())[:_PROGRAMS_NAMED]))  # fmt: skip
+    if len(names) > _PROGRAMS_NAMED:
+        named += f", {counted(len(names) - _PROGRAMS_NAMED, 'other')}"
+    kept = sum(names.values())
+    lived = int(facts["programs_ns"])
+    each = f", {format_ns(lived / kept)} each on average" if kept > 1 else ""
+    return [f"{counted(n, 'program')} started by exec during the run ({named}): {format_ns(lived)} from their "
+            f"start to their exit{each}"]  # fmt: skip
 
 
 def _process_row(name: str, role: str, r: tuple[Any, ...]) -> tuple[Any, ...]:

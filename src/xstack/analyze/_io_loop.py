@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from typing import Any
 
@@ -293,7 +294,10 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     give each DataLoader's settings (``runs.config.dataloaders``) with the loop's waits for it, and the CPUs the
     program could use (fact ``cores``); fact ``dataloaders`` holds them. Fact ``not_covered``: the processes the
     io level did not cover (health ``io_not_covered``: started by exec in a profile attached at run time, as
-    spawned DataLoader workers are; static binaries), whose file I/O is in none of these figures.
+    spawned DataLoader workers are; static binaries), whose file I/O is in none of these figures. Facts
+    ``loop_programs``, ``loop_program_iterations``, ``loop_program_ns`` and ``loop_program_names``: the programs the
+    main process started by exec in the measured iterations (``runs.config.io_programs``), the iterations that
+    started one, their lifetimes within them, and how many of each.
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -319,6 +323,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     syncs, sync_ns, sync_path = rows(store, _SYNCS.format(measured=measured), io.run_id, main=io.main_pid)[0]
     facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
     facts |= _unstaged(store, io, facts["iterations"], steps=kind == "steps")
+    facts |= _programs(io, [(int(r[0]), int(r[1])) for r in iterations if not r[3]])
     facts["not_covered"] = as_count(rows(store, _NOT_COVERED, io.run_id)[0][0])
     return Result(
         ID,
@@ -476,6 +481,30 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     return facts | {"thread_io_unstaged_ns": max(as_count(total), 0) / iterations, "thread_io_threads":
                     as_count(threads), "thread_io_files": as_count(files), "thread_io_path": path,
                     "thread_io_kind": _kind(written, read)}  # fmt: skip
+
+
+def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
+    """Facts on the programs the main process started by exec in the measured iterations ``windows`` (``(start,
+    end)`` ns, in order; ``runs.config.io_programs``): ``loop_programs`` (how many), ``loop_program_iterations``
+    (the iterations that started one), ``loop_program_ns`` (their lifetimes, from their start to their exit or the
+    end of the iteration, summed) and ``loop_program_names`` (program -> times started, the most first). The
+    programs those started (a shell's commands) lie within their lifetimes and are not counted again."""
+    starts = [w[0] for w in windows]
+    count = lived = 0
+    names: dict[str, int] = {}
+    held: set[int] = set()
+    for e in io.programs.values():
+        start, end = e.get("start_ns"), e.get("end_ns")
+        if e.get("ppid") != io.main_pid or not isinstance(start, int) or not isinstance(end, int):
+            continue
+        k = bisect.bisect_right(starts, start) - 1
+        if k < 0 or start >= windows[k][1]:
+            continue
+        count, lived = count + 1, lived + max(0, min(end, windows[k][1]) - start)
+        held.add(k)
+        names[str(e["program"])] = names.get(str(e["program"]), 0) + 1
+    return {"loop_programs": count, "loop_program_iterations": len(held), "loop_program_ns": lived,
+            "loop_program_names": dict(sorted(names.items(), key=lambda kv: (-kv[1], kv[0])))}  # fmt: skip
 
 
 def _kind(written: Any, read: Any) -> str | None:

@@ -55,6 +55,9 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     io_line, io_action, io_leads = _file_io(results, impact, per)
     if io_line:
         evidence.append(io_line)
+    program_line, program_action, program_leads = _programs(results, impact, per)
+    if program_line:
+        evidence.append(program_line)
     names = [str(o["op"]) for o in ops]
     known: dict[str, tuple[str, list[str]]] = {}
     for pattern, what, span in TRAINING_OPS:
@@ -81,19 +84,22 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         action += (f" {' and '.join(found)} {'is' if len(found) == 1 else 'are'} {what}: training work, which "
                    f"belongs in the step; xstack.span('{span}') around {'it' if len(found) == 1 else 'them'} names "
                    "it as a stage.")  # fmt: skip
-    if io_leads:  # the file I/O is most of the time in no stage: that first, then how to find the rest
-        action = f"{io_action.strip()} For the rest of that time: {action[0].lower()}{action[1:]}"
+    if program_leads:  # programs started in the loop are most of the time in no stage: that first
+        action = f"{program_action.strip()}{io_action} For the rest of that time: {action[0].lower()}{action[1:]}"
+    elif io_leads:  # the file I/O is most of the time in no stage: that first, then how to find the rest
+        action = f"{io_action.strip()}{program_action} For the rest of that time: {action[0].lower()}{action[1:]}"
     else:
         action += (
             " Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a collate_fn), "
             "where it overlaps the step, and compute metrics and log every N steps."
-        ) + io_action
+        )
+        action += io_action + program_action
     return Recommendation(
         "work_outside_stages",
         "The loop spends much of its step outside every model stage",
         severity(pct),
         evidence,
-        ["model.stages", *(["io.input_bound"] if io_line else [])],
+        ["model.stages", *(["io.input_bound"] if io_line or program_line else [])],
         action,
         impact_ns=impact,
         impact_per=per,
@@ -165,6 +171,43 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
         then = "do it every N steps, or from a background thread"
     what = f"{count:,} files" if count > 1 else name
     return line, f" {doing.capitalize()} {what} between the stages puts file I/O on the step's path: {then}.", leads
+
+
+PROGRAMS_NAMED: Final = 3
+"""Programs named in the evidence of programs started in the loop, the most started first."""
+
+
+def _programs(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple[str | None, str, bool]:
+    """Where the main process started programs by exec in the measured iterations (``io.input_bound``'s
+    ``loop_program*`` facts) whose lifetimes are ``UNSTAGED_IO_SHARE`` or more of the time in no stage per
+    iteration (``unstaged_ns``): the evidence line, what to add to the advice and whether they are ``IO_LEADS`` of
+    that time or more; else (None, "", False). A program run with ``subprocess.run`` or ``os.system`` is waited for
+    between the stages; one left running (``Popen``) is not, and the line says how long they lived, not that the
+    loop waited."""
+    io = get(results, "io.input_bound")
+    facts = io.facts if io is not None else {}
+    started, names = int(num(facts, "loop_programs") or 0), facts.get("loop_program_names")
+    iterations = int(num(facts, "iterations") or 0)
+    lived = num(facts, "loop_program_ns") or 0.0
+    if per != "iteration" or not unstaged_ns or not started or not iterations or not isinstance(names, dict):
+        return None, "", False
+    each = lived / iterations
+    if each < UNSTAGED_IO_SHARE * unstaged_ns:
+        return None, "", False
+    named = ", ".join(f"{name} {counted(int(n), 'time')}" for name, n in list(names.items())[:PROGRAMS_NAMED])
+    if len(names) > PROGRAMS_NAMED:
+        named += f", {counted(len(names) - PROGRAMS_NAMED, 'other')}"
+    held = int(num(facts, "loop_program_iterations") or 0)
+    line = (f"the main process started {counted(started, 'program')} by exec in {held:,} of the {iterations:,} "
+            f"measured iterations ({named}), which ran at least {format_ns(lived / started)} each (from when the io "
+            f"level saw them start to their exit), {format_ns(each)} per iteration, "
+            f"{min(100.0, 100.0 * each / unstaged_ns):.0f}% of the time in no stage (io.input_bound)")  # fmt: skip
+    first = next(iter(names))
+    action = (f" Starting a program such as {first} in the loop (subprocess.run, os.system) costs a fork, an exec "
+              "and the program's start-up each time, while the loop waits for it: do its work in the process itself "
+              "(Python's own file calls instead of cat or cp, a library such as pynvml instead of nvidia-smi), or "
+              "start it once, before the loop, and keep it running, or run it every N steps.")  # fmt: skip
+    return line, action, each >= IO_LEADS * unstaged_ns
 
 
 def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | None, str]:

@@ -26,8 +26,10 @@ import tempfile
 import threading
 import time
 from itertools import chain
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+import orjson
 
 from xstack import salvage
 from xstack.collect import _child
@@ -196,7 +198,42 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
         sink.close()
     set_io_parents(store.con, run_id)
     _add_level(store, run_id)
+    _add_programs(store, run_id, programs(records.processes, roles, lo, hi))
     return _health(records, kept, outside)
+
+
+def programs(processes: list[Any], roles: dict[int, str], lo: int, hi: int) -> list[dict[str, Any]]:
+    """The processes of role ``subprocess`` (programs started by exec, and those below them) that lived during
+    ``[lo, hi]``, one entry each (``A.CONFIG_IO_PROGRAMS``), in the order they started: a process's images (its fork
+    of the parent, then each exec) are one, named by the program it exec'd first."""
+    images: dict[int, list[Any]] = {}
+    for p in sorted(processes, key=lambda p: (p.start_ns, p.pid)):
+        if roles.get(p.pid) == "subprocess":
+            images.setdefault(p.pid, []).append(p)
+    out = []
+    for pid, seen in images.items():
+        start, end = seen[0].start_ns, max(p.end_ns for p in seen)
+        if end < lo or start > hi:
+            continue
+        ran = next((p for p in seen if not p.forked), seen[0])
+        command = " ".join(ran.argv) or ran.exe
+        name = PurePosixPath(ran.argv[0] if ran.argv else ran.exe).name  # as the program was called: sh, not dash
+        out.append({"pid": pid, "ppid": seen[0].ppid, "program": name or ran.exe,
+                    "command": command[: A.IO_PROGRAM_COMMAND_CHARS], "start_ns": start, "end_ns": end})  # fmt: skip
+    return out
+
+
+def _add_programs(store: Store, run_id: int, found: list[dict[str, Any]]) -> None:
+    """Record ``found`` (``programs``) in the run's config, the first ``A.IO_PROGRAMS_KEPT`` of them."""
+    if not found:
+        return
+    patch: dict[str, Any] = {A.CONFIG_IO_PROGRAMS: found[: A.IO_PROGRAMS_KEPT]}
+    if len(found) > A.IO_PROGRAMS_KEPT:
+        patch[A.CONFIG_IO_PROGRAMS_MORE] = len(found) - A.IO_PROGRAMS_KEPT
+    store.con.execute(
+        "UPDATE _runs SET config = json_merge_patch(coalesce(config, '{}'), ?::JSON) WHERE run_id = ?",
+        [orjson.dumps(patch).decode(), run_id],
+    )
 
 
 def set_io_parents(con: Any, run_id: int) -> None:

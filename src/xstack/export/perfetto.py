@@ -229,7 +229,7 @@ def _runs(store: Store, run_id: int | None) -> list[_Run]:
             run = _Run(rid, name, base or 0, processes if isinstance(processes, dict) else {})
             main_pid = parsed.get("pid") if isinstance(parsed, dict) else None
             if has_io:
-                run.roles = _io_roles(store, rid, main_pid)
+                run.roles = _io_roles(store, rid, main_pid, A.io_programs(parsed))
             system = parsed.get(A.CONFIG_SYSTEM) if isinstance(parsed, dict) else None
             process_roles = system.get("process_roles") if isinstance(system, dict) else None
             run.roles = syscounters.roles(store, rid, main_pid, process_roles) | run.roles
@@ -248,11 +248,12 @@ _ROLE_NAMES = {"subprocess": "subprocess", "resource_tracker": "resource tracker
 """Track names of the processes the io level tells apart from workers (``io.process_role``)."""
 
 
-def _io_roles(store: Store, run_id: int, main_pid: Any) -> dict[Any, str]:
+def _io_roles(store: Store, run_id: int, main_pid: Any, programs: dict[int, dict[str, Any]]) -> dict[Any, str]:
     """In a run with I/O, the main process (``runs.config.pid``, else the pid of most model spans) and the
-    processes that only did I/O: a program started by exec ("subprocess") or a helper of multiprocessing
-    ("resource tracker", "forkserver") as ``io.process_role`` says, as ``io.processes`` names them; the others
-    are its workers, "dataloader worker" when the run waited on a DataLoader."""
+    processes that only did I/O: a program started by exec ("subprocess", with the program's name where the run
+    recorded it, ``programs``) or a helper of multiprocessing ("resource tracker", "forkserver") as
+    ``io.process_role`` says, as ``io.processes`` names them; the others are its workers, "dataloader worker" when
+    the run waited on a DataLoader."""
     pids = store.query(_PIDS, [run_id])
     if not isinstance(main_pid, int):
         with_model = [(-n, pid) for pid, n, _, _, _ in pids if n]  # most model spans; the lowest pid on a tie
@@ -265,6 +266,9 @@ def _io_roles(store: Store, run_id: int, main_pid: Any) -> dict[Any, str]:
         for pid, _, io_only, _, role in pids
         if io_only and pid != main_pid
     }
+    for pid, role in roles.items():
+        if role == "subprocess" and pid in programs:
+            roles[pid] = f"subprocess {programs[pid]['program']}"
     return {main_pid: "main process", **roles} if roles else roles
 
 

@@ -487,6 +487,30 @@ CONFIG_PROCESSES: Final = "processes"
 program made, in order, as ``{"function": str (what its processes ran), "nprocs": int, "start_method": str,
 "stores": [str] | None (the store each process was profiled into, by rank: ``STORE.rankI.duckdb``; None: they
 were not profiled)}``. Recorded by the model level; absent when the program made none."""
+CONFIG_IO_PROGRAMS: Final = "io_programs"
+"""List, a key of ``runs.config``: the programs the profiled one (or its workers) started by exec and the io level
+recorded, which ran during the profiled region (``io.process_role`` ``subprocess``: ``subprocess.run``,
+``os.system``, and the processes those started), in the order they started, as ``{"pid": int, "ppid": int,
+"program": str (the file name the program it ran first was called by: its ``argv[0]``), "command": str (its
+command line, at most ``IO_PROGRAM_COMMAND_CHARS`` characters), "start_ns": int (its fork, where the library saw
+it; else its exec), "end_ns": int (its exit, or its last record)}``; at most ``IO_PROGRAMS_KEPT``, the count of the
+others in ``io_programs_more``. Recorded by the io level; absent when it recorded none."""
+CONFIG_IO_PROGRAMS_MORE: Final = "io_programs_more"
+IO_PROGRAMS_KEPT: Final = 1000
+IO_PROGRAM_COMMAND_CHARS: Final = 200
+
+
+def io_programs(config: object) -> dict[int, dict[str, object]]:
+    """The entries of ``config``'s ``CONFIG_IO_PROGRAMS`` (a run's parsed config), by pid; those of another shape
+    left out."""
+    listed = config.get(CONFIG_IO_PROGRAMS) if isinstance(config, dict) else None
+    out: dict[int, dict[str, object]] = {}
+    for entry in listed if isinstance(listed, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("pid"), int) and isinstance(entry.get("program"), str):
+            out[entry["pid"]] = entry
+    return out
+
+
 CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int, "samples": int,
 "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU telemetry is absent),

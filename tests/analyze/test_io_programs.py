@@ -1,0 +1,100 @@
+"""The programs a profiled program starts by exec (``subprocess.run``, ``os.system``), as the io level records them:
+``runs.config.io_programs``, their names in ``io.processes`` and on the timeline, and the advice on a loop that
+starts one in every iteration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from xstack.analyze.pipeline import run_analyses
+from xstack.analyze.recommend import RULES
+from xstack.collect._io_records import IoProcess
+from xstack.collect.io import IoCollector, programs
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+LOOP = """
+import os, subprocess, sys, time, xstack
+
+for i in range(12):
+    with xstack.span("compute"):
+        time.sleep(0.002)
+    for _ in range(2):  # what the loop reads, by a program each time
+        subprocess.run(["cat", sys.argv[1]], check=True, stdout=subprocess.DEVNULL)
+    if i % 4 == 3:
+        os.system(f"ls {os.path.dirname(sys.argv[1])} > /dev/null")
+    xstack.step()
+"""
+
+
+def test_a_loop_that_starts_programs_in_every_iteration_is_told_which_and_what_they_cost(tmp_path: Path) -> None:
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    data = tmp_path / "data.txt"
+    data.write_text("hello\n" * 100)
+    (tmp_path / "loop.py").write_text(LOOP)
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
+                           "python", "loop.py", str(data)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+        results = {r.id: r for r in run_analyses(store)}
+    main = config["pid"]
+    listed = config[A.CONFIG_IO_PROGRAMS]
+    # 24 cats and 3 shells, each with its ls: in the order they started, each within its lifetime
+    assert [e["program"] for e in listed if e["ppid"] == main] == (["cat"] * 8 + ["sh"]) * 3
+    cats = [e for e in listed if e["program"] == "cat"]
+    assert {e["command"] for e in cats} == {f"cat {data}"} and all(e["start_ns"] < e["end_ns"] for e in listed)
+    shells = {e["pid"] for e in listed if e["program"] == "sh"}
+    lists = [e for e in listed if e["program"] == "ls"]
+    assert len(lists) == 3 and {e["ppid"] for e in lists} == shells
+    assert [e["start_ns"] for e in listed] == sorted(e["start_ns"] for e in listed)
+
+    processes = results["io.processes"]
+    names = set(processes.column("process"))
+    assert {f"subprocess cat (pid {e['pid']})" for e in cats} <= names, names
+    assert processes.facts["programs"] == 30 and processes.facts["program_names"] == {"cat": 24, "ls": 3, "sh": 3}
+    assert processes.labels[0].startswith("30 programs started by exec during the run (cat 24 times, ls 3, sh 3): ")
+
+    # the measured iterations are the 11 past the warm-up: 22 cats, and the shells of iterations 4, 8 and 12
+    facts = results["io.input_bound"].facts
+    assert facts["iterations"] == 11 and facts["loop_programs"] == 25
+    assert facts["loop_program_names"] == {"cat": 22, "sh": 3} and facts["loop_program_iterations"] == 11
+    assert 0 < facts["loop_program_ns"] <= facts["loop_ns"]
+
+    rec = RULES["work_outside_stages"](results)
+    assert rec is not None and "io.input_bound" in rec.sources
+    line = next(e for e in rec.evidence if e.startswith("the main process started "))
+    assert line.startswith("the main process started 25 programs by exec in 11 of the 11 measured iterations (cat "
+                           "22 times, sh 3 times), which ran at least ")  # fmt: skip
+    assert "Starting a program such as cat in the loop (subprocess.run, os.system) costs a fork" in rec.action
+
+
+def _image(pid: int, ppid: int, argv: list[str], start: int, end: int, *, forked: bool) -> IoProcess:
+    return IoProcess(pid=pid, ppid=ppid, exe=f"/usr/bin/{argv[0]}" if argv else "/usr/bin/x", argv=argv,
+                     start_ns=start, end_ns=end, mode="preload", forked=forked, clean_exit=True, records=0, dropped={},
+                     dropped_bytes_read=0, dropped_bytes_written=0, reentrant_skipped=0, paths_dropped=0,
+                     files=[])  # fmt: skip
+
+
+def test_programs_are_one_entry_per_process_named_by_what_it_ran_first() -> None:
+    images = [
+        _image(10, 1, ["python", "train.py"], 0, 1000, forked=False),  # the program itself: not a subprocess
+        _image(11, 10, ["python", "train.py"], 100, 110, forked=True),  # forked, then exec'd sh: from the fork
+        _image(11, 10, ["/bin/sh", "-c", "ls /data"], 110, 150, forked=False),
+        _image(12, 11, ["ls", "/data"], 120, 140, forked=False),  # below the shell
+        _image(13, 10, ["cat", "x" * 300], 200, 210, forked=False),  # a vfork: its exec'd image only
+        _image(14, 10, ["cat", "y"], 2000, 2100, forked=False),  # after the region
+    ]
+    roles = {11: "subprocess", 12: "subprocess", 13: "subprocess", 14: "subprocess"}
+    found = programs(images, roles, 50, 1500)
+    assert [(e["pid"], e["ppid"], e["program"], e["start_ns"], e["end_ns"]) for e in found] == [
+        (11, 10, "sh", 100, 150), (12, 11, "ls", 120, 140), (13, 10, "cat", 200, 210)
+    ]  # fmt: skip
+    assert found[0]["command"] == "/bin/sh -c ls /data" and len(found[2]["command"]) == A.IO_PROGRAM_COMMAND_CHARS
