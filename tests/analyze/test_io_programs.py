@@ -76,6 +76,31 @@ def test_a_loop_that_starts_programs_in_every_iteration_is_told_which_and_what_t
     assert "Starting a program such as cat in the loop (subprocess.run, os.system) costs a fork" in rec.action
 
 
+def test_a_merged_profile_names_the_programs_its_io_pass_started(tmp_path: Path) -> None:
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    data = tmp_path / "data.txt"
+    data.write_text("hello\n")
+    (tmp_path / "loop.py").write_text(LOOP)
+    done = subprocess.run([sys.executable, "-m", "xstack", "profile", "--pass", "model", "--io", "--warmup", "1",
+                           "--iters", "4", "-o", "p.duckdb", "--", "python", "loop.py", str(data)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        (merged, config), (io_run, io_config) = store.query(
+            "SELECT run_id, config FROM runs WHERE pass IN ('merged', 'model+io') ORDER BY pass = 'model+io'"
+        )
+        results = {r.id: r for r in run_analyses(store, merged)}
+    merged_main, io_main = orjson.loads(config)["pid"], orjson.loads(io_config)["pid"]
+    listed, started = orjson.loads(config)[A.CONFIG_IO_PROGRAMS], orjson.loads(io_config)[A.CONFIG_IO_PROGRAMS]
+    # the io pass's programs, those of its main process now the merged main process's
+    assert [e | {"ppid": io_main} if e["ppid"] == merged_main else e for e in listed] == started
+    assert [e["program"] for e in started if e["ppid"] == io_main][:3] == ["cat", "cat", "cat"]
+    names = set(results["io.processes"].column("process"))
+    assert {f"subprocess cat (pid {e['pid']})" for e in started if e["program"] == "cat"} <= names, names
+    assert results["io.input_bound"].facts["source_run"] == io_run
+
+
 def _image(pid: int, ppid: int, argv: list[str], start: int, end: int, *, forked: bool) -> IoProcess:
     return IoProcess(pid=pid, ppid=ppid, exe=f"/usr/bin/{argv[0]}" if argv else "/usr/bin/x", argv=argv,
                      start_ns=start, end_ns=end, mode="preload", forked=forked, clean_exit=True, records=0, dropped={},

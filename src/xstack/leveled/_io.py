@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from xstack.collect.io import set_io_parents
 from xstack.leveled._match import main_thread
+from xstack.trace import attrs as A
 
 MOVED = """
 INSERT INTO _spans
@@ -56,3 +59,17 @@ def copy_io(con: Any, run_id: int, io_run: int, first_iter: int, end_iter: int) 
     moved = con.execute("SELECT count(*) FROM _spans WHERE run_id = ? AND level = 'io'", [run_id]).fetchone()[0]
     return [("io_merged", int(moved), f"file operations of the io pass's median iteration (run {io_run}), moved "
              "onto the merged step; io_files holds the whole pass")]  # fmt: skip
+
+
+def programs_config(con: Any, run_id: int, io_run: int) -> dict[str, Any]:
+    """The keys of the merged run ``run_id``'s config that name the programs the io pass ``io_run`` started by exec
+    (``runs.config.io_programs``), so that ``io.processes`` names their processes there; those its main process
+    started, the merged main process's. Empty where it started none."""
+    row = con.execute("SELECT config FROM _runs WHERE run_id = ?", [io_run]).fetchone()
+    config = orjson.loads(row[0]) if row and row[0] else {}
+    io_pid, to_pid = main_thread(con, io_run)[0], main_thread(con, run_id)[0]
+    listed = [dict(e, ppid=to_pid) if e.get("ppid") == io_pid else e for e in A.io_programs(config).values()]
+    if not listed:
+        return {}
+    more = config.get(A.CONFIG_IO_PROGRAMS_MORE)
+    return {A.CONFIG_IO_PROGRAMS: listed, **({A.CONFIG_IO_PROGRAMS_MORE: more} if isinstance(more, int) else {})}

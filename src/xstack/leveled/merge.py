@@ -29,7 +29,7 @@ from xstack.analyze.context import iteration_numbers
 from xstack.errors import UsageError
 from xstack.importers.kineto import OTHER_THREADS_CHECK, other_thread_ops
 from xstack.leveled import _layout, _match, _stats
-from xstack.leveled._io import copy_io
+from xstack.leveled._io import copy_io, programs_config
 from xstack.leveled._metrics import join_metrics
 from xstack.leveled._overhead import counter_overhead, unsteady
 from xstack.leveled._overhead import overhead as step_overhead
@@ -122,6 +122,7 @@ def merge_passes(store: Store, run_ids: Sequence[int] | None = None) -> MergeRes
         for p in counters:
             if "io" in p.levels and "metrics" not in p.levels:
                 health += copy_io(con, run_id, p.run_id, p.first_iter, p.end_iter)
+                info.config |= programs_config(con, run_id, p.run_id)
                 info.levels.append("io")
         system = [p for p in counters if "system" in p.levels]
         if system:  # analyses of the merged run read their counters and calls from their own runs
