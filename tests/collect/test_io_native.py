@@ -348,6 +348,14 @@ def test_unmaps_of_file_mappings_name_their_file_after_its_descriptor_closed(tmp
     assert [op for op in trace.ops if op.op == "munmap" and op.path != str(known)] == []
 
 
+def test_a_mapping_grown_by_mremap_is_unmapped_whole_at_its_new_address(tmp_path: Path, data: Path) -> None:
+    grow = data / "grow.bin"
+    seen, trace = run(tmp_path, "remapped", str(grow))
+    assert seen == {"size": 16 * 4096}
+    calls = [(op.op, op.requested, op.errno) for op in trace.ops if op.path == str(grow) and "map" in op.op]
+    assert calls == [("mmap", 4096, 0), ("munmap", 16 * 4096, 0)]
+
+
 def test_pipe_and_socket_are_classified(tmp_path: Path) -> None:
     seen, trace = run(tmp_path, "streams")
     (r, w, got_pipe), (a, b, got_socket) = seen["pipe"], seen["socket"]

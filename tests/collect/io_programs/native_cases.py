@@ -516,6 +516,19 @@ def mappings(data: str) -> dict[str, object]:
     }
 
 
+def remapped(grow: str) -> dict[str, object]:
+    """A file mapping that Python's mmap.resize() grows (mremap, which may move it), then closes: one unmap of the
+    whole of it, at its new address and length."""
+    with open(grow, "wb") as f:
+        f.write(b"g" * 4096)
+    with open(grow, "r+b") as f:
+        mapped = mmap.mmap(f.fileno(), 4096)
+        mapped.resize(16 * 4096)  # ftruncate, then mremap with MREMAP_MAYMOVE
+        mapped[-1:] = b"e"
+        mapped.close()
+    return {"size": os.path.getsize(grow)}
+
+
 def unseen(data: str, stream: str) -> dict[str, object]:
     """Descriptors the library never saw opened (opened by a raw system call), first used by a read, a write
     and an fread: each call's offset is where it started, not where it left the descriptor."""
@@ -580,6 +593,7 @@ def close_race(data_dir: str, rounds: str) -> dict[str, object]:
 
 
 CASES = {
+    "remapped": remapped,
     "unseen": unseen,
     "close_race": close_race,
     "mappings": mappings,

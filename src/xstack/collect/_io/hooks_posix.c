@@ -1,5 +1,5 @@
 /* Wrappers of the POSIX descriptor calls: open family, close, reads, writes, in-kernel copies, seeks, syncs,
- * mmap and munmap, dup; and rename.
+ * mmap, munmap and mremap, dup; and rename.
  *
  * Each wrapper: pass straight through unless xio_enter() says to record; time the real call; keep errno as
  * the real call left it; record; restore errno. Variants (open64, __open_2, pread64, preadv2, ...) are
@@ -578,6 +578,41 @@ static int xio_munmap(void *addr, size_t len)
 }
 extern int munmap(void *, size_t) XIO_ALIAS(xio_munmap);
 
+/* A recorded file mapping that mremap resizes or moves whole (from its start: Python's mmap.resize) stays in the
+ * table at its new address and length, so that its unmap there is recorded and no memory mapped later at its old
+ * address is taken for it; one remapped in part leaves the table, as one unmapped in part does. Nothing is
+ * recorded: mremap reads and writes no file. */
+static void *(*real_mremap)(void *, size_t, size_t, int, ...);
+static void *xio_mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+    void *want = NULL; /* the new address, with MREMAP_FIXED only */
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    struct xio_map m;
+    if (XIO_LIKELY(__atomic_load_n(&maps_live, __ATOMIC_RELAXED) == 0) || !map_take((uintptr_t)old, &m))
+        return REAL(mremap)(old, old_len, new_len, flags, want);
+    void *ret = REAL(mremap)(old, old_len, new_len, flags, want);
+    int err = errno;
+    if (ret == MAP_FAILED) {
+        map_put(&m); /* still where it was */
+    } else if (old_len == m.len) {
+#ifdef MREMAP_DONTUNMAP
+        if (flags & MREMAP_DONTUNMAP)
+            map_put(&m); /* the old range stays mapped too */
+#endif
+        m.addr = (uintptr_t)ret;
+        m.len = new_len;
+        map_put(&m);
+    }
+    errno = err;
+    return ret;
+}
+extern void *mremap(void *, size_t, size_t, int, ...) XIO_ALIAS(xio_mremap);
+
 /* ---- dup family: the new descriptor takes the old one's path and offset ---- */
 
 static void record_dup(int oldfd, int newfd, int64_t t0, int64_t t1, int err)
@@ -643,7 +678,7 @@ const struct xio_hook xio_hooks_posix[] = {
     HOOK(read), HOOK(__read_chk), HOOK(pread), HOOK(pread64), HOOK(readv), HOOK(preadv), HOOK(preadv64),
     HOOK(preadv2), HOOK(preadv64v2), HOOK(write), HOOK(pwrite), HOOK(pwrite64), HOOK(writev), HOOK(pwritev),
     HOOK(pwritev64), HOOK(pwritev2), HOOK(pwritev64v2), HOOK(lseek), HOOK(lseek64), HOOK(fsync),
-    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(munmap), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl),
+    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(munmap), HOOK(mremap), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl),
     HOOK(fcntl64), HOOK(sendfile), HOOK(sendfile64), HOOK(copy_file_range), HOOK(rename), HOOK(renameat),
     HOOK(renameat2), {0},
 };
