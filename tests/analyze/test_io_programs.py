@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from xstack.analyze._recommend_input import cheaper
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.recommend import RULES
 from xstack.collect._io_records import IoProcess
@@ -99,6 +100,52 @@ def test_a_merged_profile_names_the_programs_its_io_pass_started(tmp_path: Path)
     names = set(results["io.processes"].column("process"))
     assert {f"subprocess cat (pid {e['pid']})" for e in started if e["program"] == "cat"} <= names, names
     assert results["io.input_bound"].facts["source_run"] == io_run
+
+
+PER_ITEM = """
+import subprocess, sys, torch, xstack
+from torch.utils.data import DataLoader, Dataset
+
+class Decoded(Dataset):  # a program per item, as a dataset that decodes each clip with ffmpeg does
+    def __len__(self):
+        return 256
+    def __getitem__(self, i):
+        out = subprocess.run(["cat", sys.argv[1]], capture_output=True, check=True).stdout
+        return torch.frombuffer(bytearray(out[:64]), dtype=torch.uint8).float()
+
+if __name__ == "__main__":
+    for x in DataLoader(Decoded(), batch_size=8, num_workers=2, multiprocessing_context="fork"):
+        xstack.step()
+"""
+
+
+def test_workers_that_start_a_program_per_item_are_told_to_do_its_work_in_the_process(tmp_path: Path) -> None:
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    data = tmp_path / "clip.raw"
+    data.write_bytes(bytes(range(256)) * 16)
+    (tmp_path / "loop.py").write_text(PER_ITEM)
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
+                           "python", "loop.py", str(data)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+        results = {r.id: r for r in run_analyses(store)}
+    listed = config[A.CONFIG_IO_PROGRAMS]
+    assert len(listed) == 256 and {e["program"] for e in listed} == {"cat"}
+    assert config["pid"] not in {e["ppid"] for e in listed}  # the workers started them, not the loop
+    facts = results["io.input_bound"].facts
+    # the items built in the measured iterations: all but the first batch's and those the workers built ahead of
+    # the loop while it was in its warm-up (2 workers, 2 batches each)
+    assert facts["iterations"] == 31 and facts["loop_programs"] == 0
+    n = facts["worker_programs"]
+    assert 256 - 6 * 8 <= n <= 256 - 8 and set(facts["worker_program_names"]) == {"cat"}
+    assert facts["worker_program_ns"] > 0
+    advice = cheaper(results)
+    assert advice.startswith(f"make each batch cheaper to build: the workers start {n / 31:,.1f} programs per "
+                             f"iteration (cat {n} times in the measured iterations), which run at least ")  # fmt: skip
+    assert "(subprocess.run or os.system in the dataset's __getitem__): a fork, an exec" in advice
 
 
 def _image(pid: int, ppid: int, argv: list[str], start: int, end: int, *, forked: bool) -> IoProcess:

@@ -297,7 +297,8 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     spawned DataLoader workers are; static binaries), whose file I/O is in none of these figures. Facts
     ``loop_programs``, ``loop_program_iterations``, ``loop_program_ns`` and ``loop_program_names``: the programs the
     main process started by exec in the measured iterations (``runs.config.io_programs``), the iterations that
-    started one, their lifetimes within them, and how many of each.
+    started one, their lifetimes within them, and how many of each; ``worker_programs``, ``worker_program_ns`` and
+    ``worker_program_names``, those its workers started (a program per item).
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -484,27 +485,35 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
 
 
 def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
-    """Facts on the programs the main process started by exec in the measured iterations ``windows`` (``(start,
-    end)`` ns, in order; ``runs.config.io_programs``): ``loop_programs`` (how many), ``loop_program_iterations``
+    """Facts on the programs started by exec in the measured iterations ``windows`` (``(start, end)`` ns, in order;
+    ``runs.config.io_programs``): by the main process, ``loop_programs`` (how many), ``loop_program_iterations``
     (the iterations that started one), ``loop_program_ns`` (their lifetimes, from their start to their exit or the
-    end of the iteration, summed) and ``loop_program_names`` (program -> times started, the most first). The
-    programs those started (a shell's commands) lie within their lifetimes and are not counted again."""
+    end of the iteration, summed) and ``loop_program_names`` (program -> times started, the most first); by its
+    workers (a program per item in a dataset's ``__getitem__``), ``worker_programs``, ``worker_program_ns`` and
+    ``worker_program_names``. The programs those started (a shell's commands) lie within their lifetimes and are
+    not counted again."""
     starts = [w[0] for w in windows]
-    count = lived = 0
-    names: dict[str, int] = {}
+    found: dict[str, dict[str, Any]] = {"loop": {}, "worker": {}}
+    counts = {"loop": [0, 0], "worker": [0, 0]}  # programs, lifetimes
     held: set[int] = set()
     for e in io.programs.values():
-        start, end = e.get("start_ns"), e.get("end_ns")
-        if e.get("ppid") != io.main_pid or not isinstance(start, int) or not isinstance(end, int):
+        start, end, ppid = e.get("start_ns"), e.get("end_ns"), e.get("ppid")
+        if not isinstance(start, int) or not isinstance(end, int) or ppid in io.programs or ppid in io.helpers:
             continue
         k = bisect.bisect_right(starts, start) - 1
         if k < 0 or start >= windows[k][1]:
             continue
-        count, lived = count + 1, lived + max(0, min(end, windows[k][1]) - start)
-        held.add(k)
-        names[str(e["program"])] = names.get(str(e["program"]), 0) + 1
-    return {"loop_programs": count, "loop_program_iterations": len(held), "loop_program_ns": lived,
-            "loop_program_names": dict(sorted(names.items(), key=lambda kv: (-kv[1], kv[0])))}  # fmt: skip
+        who = "loop" if ppid == io.main_pid else "worker"
+        counts[who][0] += 1
+        counts[who][1] += max(0, min(end, windows[k][1]) - start)
+        found[who][str(e["program"])] = found[who].get(str(e["program"]), 0) + 1
+        if who == "loop":
+            held.add(k)
+    names = {who: dict(sorted(n.items(), key=lambda kv: (-kv[1], kv[0]))) for who, n in found.items()}
+    return {"loop_programs": counts["loop"][0], "loop_program_iterations": len(held),
+            "loop_program_ns": counts["loop"][1], "loop_program_names": names["loop"],
+            "worker_programs": counts["worker"][0], "worker_program_ns": counts["worker"][1],
+            "worker_program_names": names["worker"]}  # fmt: skip
 
 
 def _kind(written: Any, read: Any) -> str | None:

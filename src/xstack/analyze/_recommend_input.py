@@ -178,9 +178,11 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, 
     facts = io.facts if io is not None and io.available else {}
     if listing := _listings(facts):
         return f"make each batch cheaper to build: {listing}"
+    builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
+    if programs := _worker_programs(facts, builds):
+        return f"make each batch cheaper to build: {programs}"
     if (share := _reading_share(facts, main=False)) is not None:
         worker_io, wait = share
-        builds = "__iter__" if iterable else "__getitems__" if batched else "__getitem__"
         building = (f"(the dataset's {builds}, its transforms{'' if batch_size == 0 else ', the collation'}): "
                     "decode and augment less, or on the GPU, or cache prepared items")  # fmt: skip
         if iterable and batch_size is not None and batch_size >= WHOLE_BATCH_MIN:
@@ -228,6 +230,35 @@ def _listings(facts: dict[str, Any]) -> str:
         f"the workers list {path} {n:,.0f} times per iteration{each}, and reading its entries takes them "
         f"{format_ns(ns)} per iteration, against {format_ns(wait)} of waiting (os.listdir or glob in the "
         "dataset's __getitem__): list it once, in the dataset's __init__, and keep the names (sorted once)"
+    )
+
+
+PROGRAMS_SHARE = 0.25
+"""The share of the loop's wait per iteration that the lifetimes of the programs the workers start must take for
+the advice to lead with them."""
+
+
+def _worker_programs(facts: dict[str, Any], builds: str) -> str:
+    """Where the workers start programs by exec in the measured iterations (``io.input_bound``'s
+    ``worker_program*`` facts: ``subprocess.run`` or ``os.system`` in the dataset's ``builds``, an audio or video
+    decoder per item), whose lifetimes per iteration are ``PROGRAMS_SHARE`` of the loop's wait or more: which, how
+    many and what they cost, for the advice; else empty."""
+    n, ns, names = facts.get("worker_programs"), facts.get("worker_program_ns"), facts.get("worker_program_names")
+    wait, iterations = facts.get("mean_wait_ns"), facts.get("iterations")
+    if not isinstance(n, int) or not n or not isinstance(ns, (int, float)) or not isinstance(names, dict):
+        return ""
+    if not isinstance(wait, (int, float)) or wait <= 0 or not isinstance(iterations, int) or iterations < 1:
+        return ""
+    each = ns / iterations
+    if each < PROGRAMS_SHARE * wait:
+        return ""
+    named = ", ".join(f"{name} {counted(int(k), 'time')}" for name, k in list(names.items())[:3])
+    return (
+        f"the workers start {n / iterations:,.1f} programs per iteration ({named} in the measured iterations), which "
+        f"run at least {format_ns(ns / n)} each, {format_ns(each)} per iteration against {format_ns(wait)} of "
+        f"waiting (subprocess.run or os.system in the dataset's {builds}): a fork, an exec and the program's start-up "
+        "for each item; do their work in the process (a library such as torchaudio, soundfile or PyAV instead of "
+        "ffmpeg or sox), or prepare the items once, before training, and read those"
     )
 
 
