@@ -4,6 +4,7 @@ starts one in every iteration."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,43 @@ def test_a_merged_profile_names_the_programs_its_io_pass_started(tmp_path: Path)
     assert results["io.input_bound"].facts["source_run"] == io_run
 
 
+BUILDS = """
+import subprocess, time, xstack
+
+for i in range(6):
+    with xstack.span("compute"):
+        time.sleep(0.002)
+    subprocess.run(["gcc", "-E", "-x", "c", "/dev/null"], check=True, stdout=subprocess.DEVNULL)
+    xstack.step()
+"""
+
+
+def test_a_loop_that_runs_a_compiler_in_every_iteration_is_told_of_code_built_in_the_loop(tmp_path: Path) -> None:
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    (tmp_path / "loop.py").write_text(BUILDS)
+    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
+                           "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+        results = {r.id: r for r in run_analyses(store)}
+    # gcc, and the preprocessor it runs (cc1), are builds
+    started = [e for e in config[A.CONFIG_IO_PROGRAMS] if e["ppid"] == config["pid"]]
+    assert [e["program"] for e in started] == ["gcc"] * 6 and all(e.get("build") for e in started)
+    facts = results["io.input_bound"].facts
+    assert facts["loop_programs"] == facts["loop_program_builds"] == 5
+    rec = RULES["work_outside_stages"](results)
+    # most of the time in no stage: the advice leads with it
+    assert rec is not None and rec.action.startswith(
+        "The programs are mostly compilers and linkers (gcc): code is "
+        "built in the measured iterations, as torch.compile does "
+    )
+    assert "Starting a program such as" not in rec.action
+
+
 PER_ITEM = """
 import subprocess, sys, torch, xstack
 from torch.utils.data import DataLoader, Dataset
@@ -163,10 +201,13 @@ def test_programs_are_one_entry_per_process_named_by_what_it_ran_first() -> None
         _image(12, 11, ["ls", "/data"], 120, 140, forked=False),  # below the shell
         _image(13, 10, ["cat", "x" * 300], 200, 210, forked=False),  # a vfork: its exec'd image only
         _image(14, 10, ["cat", "y"], 2000, 2100, forked=False),  # after the region
+        _image(15, 10, ["x86_64-linux-gnu-gcc-12", "-c", "k.cpp"], 300, 400, forked=False),  # a build
     ]
-    roles = {11: "subprocess", 12: "subprocess", 13: "subprocess", 14: "subprocess"}
+    roles = {11: "subprocess", 12: "subprocess", 13: "subprocess", 14: "subprocess", 15: "subprocess"}
     found = programs(images, roles, 50, 1500)
     assert [(e["pid"], e["ppid"], e["program"], e["start_ns"], e["end_ns"]) for e in found] == [
-        (11, 10, "sh", 100, 150), (12, 11, "ls", 120, 140), (13, 10, "cat", 200, 210)
+        (11, 10, "sh", 100, 150), (12, 11, "ls", 120, 140), (13, 10, "cat", 200, 210),
+        (15, 10, "x86_64-linux-gnu-gcc-12", 300, 400),
     ]  # fmt: skip
+    assert [e.get("build") for e in found] == [None, None, None, True]
     assert found[0]["command"] == "/bin/sh -c ls /data" and len(found[2]["command"]) == A.IO_PROGRAM_COMMAND_CHARS

@@ -488,7 +488,8 @@ def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
     """Facts on the programs started by exec in the measured iterations ``windows`` (``(start, end)`` ns, in order;
     ``runs.config.io_programs``): by the main process, ``loop_programs`` (how many), ``loop_program_iterations``
     (the iterations that started one), ``loop_program_ns`` (their lifetimes, from their start to their exit or the
-    end of the iteration, summed) and ``loop_program_names`` (program -> times started, the most first); by its
+    end of the iteration, summed), ``loop_program_names`` (program -> times started, the most first) and
+    ``loop_program_builds`` (those that are compilers, assemblers or linkers: torch.compile building code); by its
     workers (a program per item in a dataset's ``__getitem__``), ``worker_programs``, ``worker_program_ns`` and
     ``worker_program_names``. The programs those started (a shell's commands) lie within their lifetimes and are
     not counted again."""
@@ -496,6 +497,7 @@ def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
     found: dict[str, dict[str, Any]] = {"loop": {}, "worker": {}}
     counts = {"loop": [0, 0], "worker": [0, 0]}  # programs, lifetimes
     held: set[int] = set()
+    builds = 0
     for e in io.programs.values():
         start, end, ppid = e.get("start_ns"), e.get("end_ns"), e.get("ppid")
         if not isinstance(start, int) or not isinstance(end, int) or ppid in io.programs or ppid in io.helpers:
@@ -509,9 +511,10 @@ def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
         found[who][str(e["program"])] = found[who].get(str(e["program"]), 0) + 1
         if who == "loop":
             held.add(k)
+            builds += e.get("build") is True
     names = {who: dict(sorted(n.items(), key=lambda kv: (-kv[1], kv[0]))) for who, n in found.items()}
     return {"loop_programs": counts["loop"][0], "loop_program_iterations": len(held),
-            "loop_program_ns": counts["loop"][1], "loop_program_names": names["loop"],
+            "loop_program_ns": counts["loop"][1], "loop_program_names": names["loop"], "loop_program_builds": builds,
             "worker_programs": counts["worker"][0], "worker_program_ns": counts["worker"][1],
             "worker_program_names": names["worker"]}  # fmt: skip
 

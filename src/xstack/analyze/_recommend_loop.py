@@ -203,6 +203,12 @@ def _programs(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tupl
             f"level saw them start to their exit), {format_ns(each)} per iteration, "
             f"{min(100.0, 100.0 * each / unstaged_ns):.0f}% of the time in no stage (io.input_bound)")  # fmt: skip
     first = next(iter(names))
+    if 2 * int(num(facts, "loop_program_builds") or 0) >= started:  # compilers and linkers: code built in the loop
+        built = (f" The programs are mostly compilers and linkers ({first}): code is built in the measured "
+                 "iterations, as torch.compile does when it compiles again (TORCH_LOGS=recompiles says why: a new "
+                 "shape, dtype or Python value the graph depends on; mark_dynamic or fixed shapes avoid it), or a C++ "
+                 "or CUDA extension built in the loop: build it once, before the loop.")  # fmt: skip
+        return line, built, each >= IO_LEADS * unstaged_ns
     action = (f" Starting a program such as {first} in the loop (subprocess.run, os.system) costs a fork, an exec "
               "and the program's start-up each time, while the loop waits for it: do its work in the process itself "
               "(Python's own file calls instead of cat or cp, a library such as pynvml instead of nvidia-smi), or "

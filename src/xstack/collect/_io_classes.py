@@ -127,6 +127,11 @@ _BUILDER = re.compile(
 """The name of a compiler, assembler or linker's executable (``x86_64-linux-gnu-gcc-12``, ``cc1plus``, ``ptxas``)."""
 
 
+def is_builder(name: str) -> bool:
+    """``name`` (a program's file name) is a compiler, assembler or linker's (``_BUILDER``)."""
+    return _BUILDER.fullmatch(name) is not None
+
+
 def build_processes(processes: Iterable[IoProcess]) -> set[int]:
     """The processes whose recorded image runs a compiler, assembler or linker: what torch.compile's C++ backend
     (and a CUDA extension's build) runs; the files they open are the build's."""

@@ -34,7 +34,7 @@ import orjson
 from xstack import salvage
 from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
-from xstack.collect._io_classes import PathClasses, build_processes, process_roles
+from xstack.collect._io_classes import PathClasses, build_processes, is_builder, process_roles
 from xstack.collect._io_counters import RUNS, file_counters, op_path
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
@@ -218,8 +218,11 @@ def programs(processes: list[Any], roles: dict[int, str], lo: int, hi: int) -> l
         ran = next((p for p in seen if not p.forked), seen[0])
         command = " ".join(ran.argv) or ran.exe
         name = PurePosixPath(ran.argv[0] if ran.argv else ran.exe).name  # as the program was called: sh, not dash
-        out.append({"pid": pid, "ppid": seen[0].ppid, "program": name or ran.exe,
-                    "command": command[: A.IO_PROGRAM_COMMAND_CHARS], "start_ns": start, "end_ns": end})  # fmt: skip
+        entry = {"pid": pid, "ppid": seen[0].ppid, "program": name or ran.exe,
+                 "command": command[: A.IO_PROGRAM_COMMAND_CHARS], "start_ns": start, "end_ns": end}  # fmt: skip
+        if is_builder(PurePosixPath(ran.exe).name) or is_builder(name):
+            entry["build"] = True
+        out.append(entry)
     return out
 
 
