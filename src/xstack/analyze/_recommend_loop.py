@@ -209,8 +209,8 @@ def _programs(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tupl
                  "shape, dtype or Python value the graph depends on; mark_dynamic or fixed shapes avoid it), or a C++ "
                  "or CUDA extension built in the loop: build it once, before the loop.")  # fmt: skip
         return line, built, each >= IO_LEADS * unstaged_ns
-    action = (f" Starting a program such as {first} in the loop (subprocess.run, os.system) costs a fork, an exec "
-              "and the program's start-up each time, while the loop waits for it: do its work in the process itself "
+    action = (f" Starting a program such as {first} in the loop costs a fork, an exec and the program's start-up "
+              "each time, and subprocess.run and os.system wait for it to end: do its work in the process itself "
               "(Python's own file calls instead of cat or cp, a library such as pynvml instead of nvidia-smi), or "
               "start it once, before the loop, and keep it running, or run it every N steps.")  # fmt: skip
     return line, action, each >= IO_LEADS * unstaged_ns
