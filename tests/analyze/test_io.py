@@ -30,9 +30,11 @@ from tests.analyze.test_timeline import union as union_of
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import (
+    PACK_CACHED_FILES,
     PACK_STAGED_FILES,
     RULES,
     SAVE_FEWER_CHECKPOINTS,
+    STAGE_SMALL_FILES,
     WRITE_FEWER_FILES,
     recommend,
 )
@@ -895,11 +897,59 @@ def test_small_files_the_program_staged_in_dev_shm_are_to_pack_not_to_stage_agai
     assert rec is not None and rec.action == PACK_STAGED_FILES.format(limit="2 MiB")
     assert "; all 40 of those the loop reads lie in /dev/shm, in memory (io.small_files)" in rec.evidence[0]
     (tmp_path / "unstaged").mkdir()
-    results = _run_io_loop(tmp_path / "unstaged", STAGED_LOOP)  # read where they were written: to stage
+    results = _run_io_loop(tmp_path / "unstaged", STAGED_LOOP)  # read where they were written: in the page cache
     facts = results["io.small_files"].facts
     assert (facts["small_read_loop"], facts["small_read_in_memory"]) == (None, 0)  # none in memory: not counted
+    # the 7 measured iterations' 280 reads of 2 KiB, each at memory speed: the files were just written
+    assert facts["small_reads_timed"] == 280 and facts["small_reads_cached_pct"] >= 90.0, facts
     rec = RULES["small_files"](results)
-    assert rec is not None and rec.action.startswith("Stage the files of at most 2 MiB on a faster tier")
+    assert rec is not None and rec.action == PACK_CACHED_FILES.format(limit="2 MiB")
+    assert "in the measured iterations took the time of a copy from memory (median " in rec.evidence[0]
+
+
+def _timed_reads(path: Path, read_ns: int, files: int = 300) -> Store:
+    """A run without iterations whose worker reads ``files`` small files of 4 KiB once each, ``read_ns`` a read."""
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "reads", levels=["io"], config={"pid": MAIN}))
+        sink = Sink(store, 1)
+        for k in range(files):
+            io_span(sink, 1 + 3 * k, None, "open", 100_000 * k, 2_000, W1, f"/d/{k}.bin")
+            io_span(sink, 2 + 3 * k, None, "read", 100_000 * k + 2_000, read_ns, W1, f"/d/{k}.bin", 4096, offset=0)
+            io_span(sink, 3 + 3 * k, None, "close", 100_000 * k + 2_000 + read_ns, 1_000, W1, f"/d/{k}.bin")
+        sink.close()
+        add_files(store, [data_file(W1, f"/d/{k}.bin", 4096, 1, read_ns=read_ns) for k in range(files)])
+    return Store.open(path)
+
+
+def test_small_files_read_at_memory_speed_are_to_pack_and_those_read_from_storage_to_stage(tmp_path: Path) -> None:
+    """The same 300 small files, read at the page cache's speed (1 us for 4 KiB) and at an SSD's (60 us): staging
+    them on a faster tier helps only the second; the first are in memory already."""
+    with _timed_reads(tmp_path / "cached.duckdb", 1_000) as store:
+        facts = _one(store, "io.small_files").facts
+        rec = _fired(store, "small_files")
+    assert (facts["small_reads_timed"], facts["small_reads_cached_pct"], facts["small_read_median_ns"]) == (
+        300, 100.0, 1000.0)  # fmt: skip
+    assert rec is not None and rec.action == PACK_CACHED_FILES.format(limit="2 MiB")
+    assert rec.evidence[0].endswith(
+        "; 100% of their reads of up to 64 KiB in the measured iterations took the time of "
+        "a copy from memory (median 1.00 us): the page cache served them (io.small_files)"
+    )
+    with _timed_reads(tmp_path / "storage.duckdb", 60_000) as store:
+        facts = _one(store, "io.small_files").facts
+        rec = _fired(store, "small_files")
+    assert facts["small_reads_cached_pct"] == 0.0
+    assert rec is not None and rec.action == STAGE_SMALL_FILES.format(limit="2 MiB")
+    assert rec.evidence[0].endswith("; 100% of their reads of up to 64 KiB in the measured iterations took longer "
+                                    "than a copy from memory (median 60.0 us): read from storage, not the page cache "
+                                    "(io.small_files)")  # fmt: skip
+    # a 4 KiB read of 6 us is the limit of a copy from memory; too few reads say nothing of where the files lie
+    with _timed_reads(tmp_path / "limit.duckdb", 6_048) as store:
+        assert _one(store, "io.small_files").facts["small_reads_cached_pct"] == 100.0
+    with _timed_reads(tmp_path / "few.duckdb", 1_000, files=199) as store:
+        facts = _one(store, "io.small_files").facts
+        rec = _fired(store, "small_files")
+    assert (facts["small_reads_timed"], facts["small_reads_cached_pct"]) == (199, None)
+    assert rec is not None and rec.action == STAGE_SMALL_FILES.format(limit="2 MiB")
 
 
 POOLED_LOOP = """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
@@ -180,7 +180,11 @@ def small_file_staging(
     which staging does not concern; ``small_written_checkpoints`` counts those of them named as checkpoints are
     (``CHECKPOINT_NAME``). Facts ``small_read_loop`` and ``small_read_in_memory`` count the small files read in
     the measured iterations (``_in_memory``) and those of them that lie in memory already (``IN_MEMORY``), staged
-    there by the program. Fact ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io spans,
+    there by the program. Facts ``small_reads_timed``, ``small_reads_cached_pct`` and ``small_read_median_ns``: the
+    reads of up to 64 KiB of the small files in the measured iterations, the share of them fast enough to have been
+    served from memory, the page cache (``CACHED_BASE_NS``), and their median time (None, both, under
+    ``CACHED_MIN_READS`` reads). Fact ``small_sync_ns`` is the
+    small files' fsync and fdatasync time (from the io spans,
     None without them), which their time counts as write time (as Darshan's does): a sync costs the same in a
     large file, so the warm-up's and the usual iteration's time above leave the syncs out, and so does the time
     at stake of a finding on the small files.
@@ -257,6 +261,7 @@ def small_file_staging(
             "small_written_time_ns": as_count(written_ns),
             "small_written_checkpoints": as_count(checkpoints),
             **_in_memory(store, io, all_paths, int(threshold_bytes), as_count(in_memory)),
+            **_cached(store, io, all_paths, int(threshold_bytes)),
             "small_sync_ns": sync_ns,
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
@@ -301,6 +306,45 @@ def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, r
             WHERE path IN (SELECT path FROM sized WHERE size > 0 AND size <= {threshold_bytes})"""
         found = rows(store, sql, io.run_id, source=run)[0]
     return {"small_read_loop": as_count(found[0]), "small_read_in_memory": as_count(found[1])}
+
+
+CACHED_BASE_NS: Final = 4_000
+CACHED_NS_PER_BYTE: Final = 0.5
+"""A read of ``n`` bytes that took at most ``CACHED_BASE_NS + CACHED_NS_PER_BYTE * n`` ns (6 us for 4 KiB, 37 us
+for 64 KiB) was served from memory, the page cache: a copy at 2 GB/s or more after the call's own cost, where a
+read from an SSD takes tens of microseconds and one from a network file system hundreds."""
+CACHED_MAX_BYTES: Final = 64 * 2**10
+"""The reads judged by their time (``CACHED_BASE_NS``): larger ones take long enough from memory that a fast SSD's
+overlaps."""
+CACHED_MIN_READS: Final = 200
+"""The fewest such reads that say where the files lie: fewer may be fast or slow by chance (a file read twice, a
+process taken off its CPU in one)."""
+
+
+def _cached(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> dict[str, Any]:
+    """Facts ``small_reads_timed`` (the successful reads of 1 byte to ``CACHED_MAX_BYTES`` of the files of at most
+    ``threshold_bytes``, in the measured iterations: a merged run's io pass's; without iterations, in the whole
+    run), ``small_reads_cached_pct`` (the share of them fast enough to have come from the page cache,
+    ``CACHED_BASE_NS``) and ``small_read_median_ns`` (their median time); None without io spans."""
+    none: dict[str, Any] = {"small_reads_timed": None, "small_reads_cached_pct": None, "small_read_median_ns": None}
+    if not io.has_spans:
+        return none
+    source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
+    run = source[0] if source is not None else io.run_id
+    measured = run_context(store, run).measured_table()
+    join, within = (f"ASOF JOIN {measured[0]} w ON start_ns >= w.ws", "AND start_ns < w.we") if measured else ("", "")
+    sql = f"""WITH {files_cte(io, all_paths)},
+        reads AS (SELECT dur_ns, {SPAN_BYTES} AS n FROM spans {join}
+                  WHERE run_id = $source AND level = 'io' {within} AND name IN {in_list(READ_OPS)}
+                      AND {SPAN_BYTES} BETWEEN 1 AND {CACHED_MAX_BYTES}
+                      AND {SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {threshold_bytes}))
+        SELECT count(*), count(*) FILTER (WHERE dur_ns <= {CACHED_BASE_NS} + {CACHED_NS_PER_BYTE} * n),
+            median(dur_ns) FROM reads"""
+    n, cached, med = rows(store, sql, io.run_id, source=run)[0]
+    if not n or n < CACHED_MIN_READS:
+        return none | {"small_reads_timed": int(n or 0)}
+    return {"small_reads_timed": int(n), "small_reads_cached_pct": pct(as_count(cached), int(n)),
+            "small_read_median_ns": None if med is None else float(med)}  # fmt: skip
 
 
 def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:

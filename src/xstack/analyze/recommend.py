@@ -504,12 +504,23 @@ def small_files(results: Results) -> Recommendation | None:
     if impact and per == "iteration" and (mean := mean_step(results)):  # no more severe than the step's share
         severity = max(severity, _severity(100.0 * impact / mean), key=_ORDER.__getitem__)
     read, in_memory = int(_num(r.facts, "small_read_loop") or 0), int(_num(r.facts, "small_read_in_memory") or 0)
-    if staged := reading and read > 0 and in_memory >= read * STAGED_SHARE:  # on the fast tier already
+    advice = STAGE_SMALL_FILES
+    if reading and read > 0 and in_memory >= read * STAGED_SHARE:  # on the fast tier already
         which = f"all {read:,}" if in_memory == read else f"{in_memory:,} of the {read:,}"
         line += f"; {which} of those the loop reads lie in /dev/shm, in memory"
+        advice = PACK_STAGED_FILES
+    elif reading and (cached := _num(r.facts, "small_reads_cached_pct")) is not None and cached >= 100 * STAGED_SHARE:
+        median_read = format_ns(_num(r.facts, "small_read_median_ns") or 0)
+        line += (f"; {cached:.0f}% of their reads of up to 64 KiB in the measured iterations took the time of a copy "
+                 f"from memory (median {median_read}): the page cache served them")  # fmt: skip
+        advice = PACK_CACHED_FILES
+    elif reading and (cached := _num(r.facts, "small_reads_cached_pct")) is not None and cached < 50.0:
+        median_read = format_ns(_num(r.facts, "small_read_median_ns") or 0)
+        line += (f"; {100.0 - cached:.0f}% of their reads of up to 64 KiB in the measured iterations took longer than "
+                 f"a copy from memory (median {median_read}): read from storage, not the page cache")  # fmt: skip
     evidence, sources = [line + " (io.small_files)"], ["io.small_files"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
-    actions = [(PACK_STAGED_FILES if staged else STAGE_SMALL_FILES).format(limit=limit)] if reading else []
+    actions = [advice.format(limit=limit)] if reading else []
     if writing:
         actions.append(SAVE_FEWER_CHECKPOINTS if saves else WRITE_FEWER_FILES)
     return Recommendation(
@@ -551,7 +562,14 @@ PACK_STAGED_FILES: Final = (
     "its open, stat, reads and close. Pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or "
     "HDF5 file, one .npy per batch) read sequentially, or load them once into one array the workers share."
 )
-READ_ADVICE: Final = tuple(a.split("{limit}")[0] for a in (STAGE_SMALL_FILES, PACK_STAGED_FILES))
+PACK_CACHED_FILES: Final = (
+    "The files of at most {limit} were read from the page cache in this run, from memory: a faster tier would save "
+    "nothing here, as each file still costs its open, stat, reads and close. Pack them into larger shards "
+    "(WebDataset tar shards, TFRecord, an LMDB or HDF5 file, one .npy per batch) read sequentially, or load them once "
+    "into one array the workers share. A dataset larger than the memory is read from storage instead: profile a "
+    "run on it before staging it on a local SSD."
+)
+READ_ADVICE: Final = tuple(a.split("{limit}")[0] for a in (STAGE_SMALL_FILES, PACK_STAGED_FILES, PACK_CACHED_FILES))
 """How ``small_files``' advice on the files read starts (its text up to the size), which the input-bound rule
 takes into its own."""
 WRITE_FEWER_FILES: Final = (
