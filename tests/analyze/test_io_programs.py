@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from xstack.analyze._io_loop import _covered
 from xstack.analyze._recommend_input import cheaper
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.recommend import RULES
@@ -68,7 +69,9 @@ def test_a_loop_that_starts_programs_in_every_iteration_is_told_which_and_what_t
     facts = results["io.input_bound"].facts
     assert facts["iterations"] == 11 and facts["loop_programs"] == 25
     assert facts["loop_program_names"] == {"cat": 22, "sh": 3} and facts["loop_program_iterations"] == 11
-    assert 0 < facts["loop_program_ns"] <= facts["loop_ns"]
+    assert (
+        0 < facts["loop_program_ns"] <= facts["loop_program_lived_ns"] and facts["loop_program_ns"] <= facts["loop_ns"]
+    )
 
     rec = RULES["work_outside_stages"](results)
     assert rec is not None and "io.input_bound" in rec.sources
@@ -211,3 +214,9 @@ def test_programs_are_one_entry_per_process_named_by_what_it_ran_first() -> None
     ]  # fmt: skip
     assert [e.get("build") for e in found] == [None, None, None, True]
     assert found[0]["command"] == "/bin/sh -c ls /data" and len(found[2]["command"]) == A.IO_PROGRAM_COMMAND_CHARS
+
+
+def test_programs_run_side_by_side_count_once_in_the_time_they_ran() -> None:
+    # g++ run from several threads at once by torch.compile: their lifetimes overlap
+    assert _covered([(0, 10), (5, 15), (20, 30), (22, 25), (30, 31)]) == 26
+    assert _covered([]) == 0

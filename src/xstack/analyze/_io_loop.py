@@ -487,15 +487,16 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
 def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
     """Facts on the programs started by exec in the measured iterations ``windows`` (``(start, end)`` ns, in order;
     ``runs.config.io_programs``): by the main process, ``loop_programs`` (how many), ``loop_program_iterations``
-    (the iterations that started one), ``loop_program_ns`` (their lifetimes, from their start to their exit or the
-    end of the iteration, summed), ``loop_program_names`` (program -> times started, the most first) and
-    ``loop_program_builds`` (those that are compilers, assemblers or linkers: torch.compile building code); by its
-    workers (a program per item in a dataset's ``__getitem__``), ``worker_programs``, ``worker_program_ns`` and
-    ``worker_program_names``. The programs those started (a shell's commands) lie within their lifetimes and are
-    not counted again."""
+    (the iterations that started one), ``loop_program_ns`` (the time some of them ran, from their start to their
+    exit or the end of the iteration: the union of their lifetimes, programs run side by side counted once),
+    ``loop_program_lived_ns`` (their lifetimes summed), ``loop_program_names`` (program -> times started, the most
+    first) and ``loop_program_builds`` (those that are compilers, assemblers or linkers: torch.compile building
+    code); by its workers (a program per item in a dataset's ``__getitem__``), ``worker_programs``,
+    ``worker_program_ns``, ``worker_program_lived_ns`` and ``worker_program_names``. The programs those started (a
+    shell's commands) lie within their lifetimes and are not counted again."""
     starts = [w[0] for w in windows]
-    found: dict[str, dict[str, Any]] = {"loop": {}, "worker": {}}
-    counts = {"loop": [0, 0], "worker": [0, 0]}  # programs, lifetimes
+    found: dict[str, dict[str, int]] = {"loop": {}, "worker": {}}
+    spans: dict[str, list[tuple[int, int]]] = {"loop": [], "worker": []}
     held: set[int] = set()
     builds = 0
     for e in io.programs.values():
@@ -506,17 +507,28 @@ def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:
         if k < 0 or start >= windows[k][1]:
             continue
         who = "loop" if ppid == io.main_pid else "worker"
-        counts[who][0] += 1
-        counts[who][1] += max(0, min(end, windows[k][1]) - start)
+        spans[who].append((start, max(start, min(end, windows[k][1]))))
         found[who][str(e["program"])] = found[who].get(str(e["program"]), 0) + 1
         if who == "loop":
             held.add(k)
             builds += e.get("build") is True
-    names = {who: dict(sorted(n.items(), key=lambda kv: (-kv[1], kv[0]))) for who, n in found.items()}
-    return {"loop_programs": counts["loop"][0], "loop_program_iterations": len(held),
-            "loop_program_ns": counts["loop"][1], "loop_program_names": names["loop"], "loop_program_builds": builds,
-            "worker_programs": counts["worker"][0], "worker_program_ns": counts["worker"][1],
-            "worker_program_names": names["worker"]}  # fmt: skip
+    facts: dict[str, Any] = {"loop_program_iterations": len(held), "loop_program_builds": builds}
+    for who, listed in spans.items():
+        facts |= {f"{who}_programs": len(listed), f"{who}_program_ns": _covered(listed),
+                  f"{who}_program_lived_ns": sum(e - s for s, e in listed),
+                  f"{who}_program_names": dict(sorted(found[who].items(), key=lambda kv: (-kv[1], kv[0])))}  # fmt: skip
+    return facts
+
+
+def _covered(intervals: list[tuple[int, int]]) -> int:
+    """The time (ns) that some of ``intervals`` (``(start, end)``) cover: each instant once."""
+    total, reach = 0, None
+    for s, e in sorted(intervals):
+        if reach is None or s > reach:
+            total, reach = total + e - s, e
+        elif e > reach:
+            total, reach = total + e - reach, e
+    return total
 
 
 def _kind(written: Any, read: Any) -> str | None:

@@ -244,9 +244,12 @@ def _worker_programs(facts: dict[str, Any], builds: str) -> str:
     decoder per item), whose lifetimes per iteration are ``PROGRAMS_SHARE`` of the loop's wait or more: which, how
     many and what they cost, for the advice; else empty."""
     n, ns, names = facts.get("worker_programs"), facts.get("worker_program_ns"), facts.get("worker_program_names")
+    lived = facts.get("worker_program_lived_ns")
     wait, iterations = facts.get("mean_wait_ns"), facts.get("iterations")
     if not isinstance(n, int) or not n or not isinstance(ns, (int, float)) or not isinstance(names, dict):
         return ""
+    if not isinstance(lived, (int, float)):
+        lived = ns
     if not isinstance(wait, (int, float)) or wait <= 0 or not isinstance(iterations, int) or iterations < 1:
         return ""
     each = ns / iterations
@@ -255,10 +258,10 @@ def _worker_programs(facts: dict[str, Any], builds: str) -> str:
     named = ", ".join(f"{name} {counted(int(k), 'time')}" for name, k in list(names.items())[:3])
     return (
         f"the workers start {n / iterations:,.1f} programs per iteration ({named} in the measured iterations), which "
-        f"run at least {format_ns(ns / n)} each, {format_ns(each)} per iteration against {format_ns(wait)} of "
-        f"waiting (subprocess.run or os.system in the dataset's {builds}): a fork, an exec and the program's start-up "
-        "for each item; do their work in the process (a library such as torchaudio, soundfile or PyAV instead of "
-        "ffmpeg or sox), or prepare the items once, before training, and read those"
+        f"run at least {format_ns(lived / n)} each, one or more of them running for {format_ns(each)} per iteration "
+        f"against {format_ns(wait)} of waiting (subprocess.run or os.system in the dataset's {builds}): a fork, an "
+        "exec and the program's start-up for each item; do their work in the process (a library such as torchaudio, "
+        "soundfile or PyAV instead of ffmpeg or sox), or prepare the items once, before training, and read those"
     )
 
 

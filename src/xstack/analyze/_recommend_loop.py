@@ -188,20 +188,23 @@ def _programs(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tupl
     facts = io.facts if io is not None else {}
     started, names = int(num(facts, "loop_programs") or 0), facts.get("loop_program_names")
     iterations = int(num(facts, "iterations") or 0)
-    lived = num(facts, "loop_program_ns") or 0.0
+    lived = num(facts, "loop_program_lived_ns") or 0.0
+    ran = num(facts, "loop_program_ns") or 0.0  # some of them running: those side by side counted once
     if per != "iteration" or not unstaged_ns or not started or not iterations or not isinstance(names, dict):
         return None, "", False
-    each = lived / iterations
+    each = ran / iterations
     if each < UNSTAGED_IO_SHARE * unstaged_ns:
         return None, "", False
     named = ", ".join(f"{name} {counted(int(n), 'time')}" for name, n in list(names.items())[:PROGRAMS_NAMED])
     if len(names) > PROGRAMS_NAMED:
         named += f", {counted(len(names) - PROGRAMS_NAMED, 'other')}"
     held = int(num(facts, "loop_program_iterations") or 0)
+    loop = num(facts, "loop_ns")  # the measured iterations' time: the programs may run inside a stage too
+    share = f", {min(100.0, 100.0 * each * iterations / loop):.0f}% of the iterations' time" if loop else ""
     line = (f"the main process started {counted(started, 'program')} by exec in {held:,} of the {iterations:,} "
             f"measured iterations ({named}), which ran at least {format_ns(lived / started)} each (from when the io "
-            f"level saw them start to their exit), {format_ns(each)} per iteration, "
-            f"{min(100.0, 100.0 * each / unstaged_ns):.0f}% of the time in no stage (io.input_bound)")  # fmt: skip
+            f"level saw them start to their exit), one or more of them running for {format_ns(each)} per iteration"
+            f"{share} (io.input_bound)")  # fmt: skip
     first = next(iter(names))
     if 2 * int(num(facts, "loop_program_builds") or 0) >= started:  # compilers and linkers: code built in the loop
         built = (f" The programs are mostly compilers and linkers ({first}): code is built in the measured "
