@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -16,6 +17,7 @@ from xstack.analyze._io_loop import _covered
 from xstack.analyze._recommend_input import cheaper
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
 from xstack.collect._io_records import IoProcess
 from xstack.collect.io import IoCollector, programs
 from xstack.trace import attrs as A
@@ -35,19 +37,24 @@ for i in range(12):
 """
 
 
-def test_a_loop_that_starts_programs_in_every_iteration_is_told_which_and_what_they_cost(tmp_path: Path) -> None:
+def _run(tmp_path: Path, source: str, *args: str) -> tuple[dict[str, Any], dict[str, Result]]:
+    """``source`` run as loop.py ``args`` under ``xstack run --levels model,io``: its run's config and analyses."""
     if (why := IoCollector().unavailable_reason()) is not None:
         pytest.skip(f"io level unavailable: {why}")
-    data = tmp_path / "data.txt"
-    data.write_text("hello\n" * 100)
-    (tmp_path / "loop.py").write_text(LOOP)
+    (tmp_path / "loop.py").write_text(source)
     done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
-                           "python", "loop.py", str(data)], cwd=tmp_path, capture_output=True, text=True,
+                           "python", "loop.py", *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     with Store.open(tmp_path / "p.duckdb") as store:
         config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
-        results = {r.id: r for r in run_analyses(store)}
+        return config, {r.id: r for r in run_analyses(store)}
+
+
+def test_a_loop_that_starts_programs_in_every_iteration_is_told_which_and_what_they_cost(tmp_path: Path) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("hello\n" * 100)
+    config, results = _run(tmp_path, LOOP, str(data))
     main = config["pid"]
     listed = config[A.CONFIG_IO_PROGRAMS]
     # 24 cats and 3 shells, each with its ls: in the order they started, each within its lifetime
@@ -118,17 +125,9 @@ for i in range(6):
 
 
 def test_a_loop_that_runs_a_compiler_in_every_iteration_is_told_of_code_built_in_the_loop(tmp_path: Path) -> None:
-    if (why := IoCollector().unavailable_reason()) is not None:
-        pytest.skip(f"io level unavailable: {why}")
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    (tmp_path / "loop.py").write_text(BUILDS)
-    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
-                           "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
-        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
-        results = {r.id: r for r in run_analyses(store)}
+    config, results = _run(tmp_path, BUILDS)
     # gcc, and the preprocessor it runs (cc1), are builds
     started = [e for e in config[A.CONFIG_IO_PROGRAMS] if e["ppid"] == config["pid"]]
     assert [e["program"] for e in started] == ["gcc"] * 6 and all(e.get("build") for e in started)
@@ -161,18 +160,9 @@ if __name__ == "__main__":
 
 
 def test_workers_that_start_a_program_per_item_are_told_to_do_its_work_in_the_process(tmp_path: Path) -> None:
-    if (why := IoCollector().unavailable_reason()) is not None:
-        pytest.skip(f"io level unavailable: {why}")
     data = tmp_path / "clip.raw"
     data.write_bytes(bytes(range(256)) * 16)
-    (tmp_path / "loop.py").write_text(PER_ITEM)
-    done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
-                           "python", "loop.py", str(data)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
-        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
-        results = {r.id: r for r in run_analyses(store)}
+    config, results = _run(tmp_path, PER_ITEM, str(data))
     listed = config[A.CONFIG_IO_PROGRAMS]
     assert len(listed) == 256 and {e["program"] for e in listed} == {"cat"}
     assert config["pid"] not in {e["ppid"] for e in listed}  # the workers started them, not the loop
