@@ -302,7 +302,7 @@ def process_table(store: Store, run_id: int) -> Result:
         "bytes_written": sum(r[7] for r in table),
         "io_ns": total_time,
     }
-    facts |= _programs(io)
+    facts |= _run_programs(io)
     return Result(
         PROCESSES_ID,
         PROCESSES_TITLE,
@@ -320,7 +320,7 @@ _PROGRAMS_NAMED = 4
 """Programs named in the label of ``io.processes``, the most started first."""
 
 
-def _programs(io: IoRun) -> dict[str, Any]:
+def _run_programs(io: IoRun) -> dict[str, Any]:
     """Facts on the programs started by exec during the run (``runs.config.io_programs``): ``programs`` (how many,
     those below another one included), ``program_names`` (program -> times started) and ``programs_ns`` (their
     lifetimes, from fork or exec to exit, summed)."""

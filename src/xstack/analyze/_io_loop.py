@@ -297,8 +297,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     spawned DataLoader workers are; static binaries), whose file I/O is in none of these figures. Facts
     ``loop_programs``, ``loop_program_iterations``, ``loop_program_ns`` and ``loop_program_names``: the programs the
     main process started by exec in the measured iterations (``runs.config.io_programs``), the iterations that
-    started one, their lifetimes within them, and how many of each; ``worker_programs``, ``worker_program_ns`` and
-    ``worker_program_names``, those its workers started (a program per item).
+    started one, the time one or more of them ran within them (``loop_program_lived_ns``: their lifetimes summed),
+    and how many of each; ``worker_programs``, ``worker_program_ns`` and ``worker_program_names``, those its workers
+    started (a program per item).
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)

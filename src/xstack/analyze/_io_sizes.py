@@ -183,10 +183,9 @@ def small_file_staging(
     there by the program. Facts ``small_reads_timed``, ``small_reads_cached_pct`` and ``small_read_median_ns``: the
     reads of up to 64 KiB of the small files in the measured iterations, the share of them fast enough to have been
     served from memory, the page cache (``CACHED_BASE_NS``), and their median time (None, both, under
-    ``CACHED_MIN_READS`` reads). Fact ``small_sync_ns`` is the
-    small files' fsync and fdatasync time (from the io spans,
-    None without them), which their time counts as write time (as Darshan's does): a sync costs the same in a
-    large file, so the warm-up's and the usual iteration's time above leave the syncs out, and so does the time
+    ``CACHED_MIN_READS`` reads). Fact ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io
+    spans, None without them), which their time counts as write time (as Darshan's does): a sync costs the same in
+    a large file, so the warm-up's and the usual iteration's time above leave the syncs out, and so does the time
     at stake of a finding on the small files.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)

@@ -234,15 +234,15 @@ def _listings(facts: dict[str, Any]) -> str:
 
 
 PROGRAMS_SHARE = 0.25
-"""The share of the loop's wait per iteration that the lifetimes of the programs the workers start must take for
+"""The share of the loop's wait per iteration during which one or more of the programs the workers start must run for
 the advice to lead with them."""
 
 
 def _worker_programs(facts: dict[str, Any], builds: str) -> str:
     """Where the workers start programs by exec in the measured iterations (``io.input_bound``'s
     ``worker_program*`` facts: ``subprocess.run`` or ``os.system`` in the dataset's ``builds``, an audio or video
-    decoder per item), whose lifetimes per iteration are ``PROGRAMS_SHARE`` of the loop's wait or more: which, how
-    many and what they cost, for the advice; else empty."""
+    decoder per item), one or more of them running for ``PROGRAMS_SHARE`` of the loop's wait per iteration or more:
+    which, how many and what they cost, for the advice; else empty."""
     n, ns, names = facts.get("worker_programs"), facts.get("worker_program_ns"), facts.get("worker_program_names")
     lived = facts.get("worker_program_lived_ns")
     wait, iterations = facts.get("mean_wait_ns"), facts.get("iterations")

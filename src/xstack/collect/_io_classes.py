@@ -135,7 +135,7 @@ def is_builder(name: str) -> bool:
 def build_processes(processes: Iterable[IoProcess]) -> set[int]:
     """The processes whose recorded image runs a compiler, assembler or linker: what torch.compile's C++ backend
     (and a CUDA extension's build) runs; the files they open are the build's."""
-    return {p.pid for p in processes if _BUILDER.fullmatch(PurePosixPath(p.exe).name)}
+    return {p.pid for p in processes if is_builder(PurePosixPath(p.exe).name)}
 
 
 def process_roles(processes: Iterable[IoProcess]) -> dict[int, str]:

@@ -36,6 +36,7 @@ from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_classes import PathClasses, build_processes, is_builder, process_roles
 from xstack.collect._io_counters import RUNS, file_counters, op_path
+from xstack.collect._io_records import IoProcess
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
 from xstack.errors import XstackError
@@ -202,11 +203,11 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     return _health(records, kept, outside)
 
 
-def programs(processes: list[Any], roles: dict[int, str], lo: int, hi: int) -> list[dict[str, Any]]:
+def programs(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: int) -> list[dict[str, Any]]:
     """The processes of role ``subprocess`` (programs started by exec, and those below them) that lived during
     ``[lo, hi]``, one entry each (``A.CONFIG_IO_PROGRAMS``), in the order they started: a process's images (its fork
     of the parent, then each exec) are one, named by the program it exec'd first."""
-    images: dict[int, list[Any]] = {}
+    images: dict[int, list[IoProcess]] = {}
     for p in sorted(processes, key=lambda p: (p.start_ns, p.pid)):
         if roles.get(p.pid) == "subprocess":
             images.setdefault(p.pid, []).append(p)

@@ -678,7 +678,7 @@ const struct xio_hook xio_hooks_posix[] = {
     HOOK(read), HOOK(__read_chk), HOOK(pread), HOOK(pread64), HOOK(readv), HOOK(preadv), HOOK(preadv64),
     HOOK(preadv2), HOOK(preadv64v2), HOOK(write), HOOK(pwrite), HOOK(pwrite64), HOOK(writev), HOOK(pwritev),
     HOOK(pwritev64), HOOK(pwritev2), HOOK(pwritev64v2), HOOK(lseek), HOOK(lseek64), HOOK(fsync),
-    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(munmap), HOOK(mremap), HOOK(dup), HOOK(dup2), HOOK(dup3), HOOK(fcntl),
-    HOOK(fcntl64), HOOK(sendfile), HOOK(sendfile64), HOOK(copy_file_range), HOOK(rename), HOOK(renameat),
-    HOOK(renameat2), {0},
+    HOOK(fdatasync), HOOK(mmap), HOOK(mmap64), HOOK(munmap), HOOK(mremap), HOOK(dup), HOOK(dup2), HOOK(dup3),
+    HOOK(fcntl), HOOK(fcntl64), HOOK(sendfile), HOOK(sendfile64), HOOK(copy_file_range), HOOK(rename),
+    HOOK(renameat), HOOK(renameat2), {0},
 };
