@@ -289,8 +289,7 @@ def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, r
     ``small_read_in_memory`` is 0 and ``small_read_loop`` None: not counted (it takes a pass over the io spans)."""
     if not run_wide:
         return {"small_read_loop": None, "small_read_in_memory": 0}
-    source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
-    run = source[0] if source is not None else io.run_id
+    run = _loop_run(store, io)
     measured = run_context(store, run).measured_table() if io.has_spans else None
     if measured is None:
         sql = f"""WITH {files_cte(io, all_paths)} SELECT count(*), count(*) FILTER (WHERE regexp_matches(path,
@@ -305,6 +304,12 @@ def _in_memory(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int, r
             WHERE path IN (SELECT path FROM sized WHERE size > 0 AND size <= {threshold_bytes})"""
         found = rows(store, sql, io.run_id, source=run)[0]
     return {"small_read_loop": as_count(found[0]), "small_read_in_memory": as_count(found[1])}
+
+
+def _loop_run(store: Store, io: IoRun) -> int:
+    """The run whose measured iterations hold the loop's calls: a merged run's io pass, else the run itself."""
+    source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
+    return source[0] if source is not None else io.run_id
 
 
 CACHED_BASE_NS: Final = 4_000
@@ -328,8 +333,7 @@ def _cached(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> d
     none: dict[str, Any] = {"small_reads_timed": None, "small_reads_cached_pct": None, "small_read_median_ns": None}
     if not io.has_spans:
         return none
-    source = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
-    run = source[0] if source is not None else io.run_id
+    run = _loop_run(store, io)
     measured = run_context(store, run).measured_table()
     join, within = (f"ASOF JOIN {measured[0]} w ON start_ns >= w.ws", "AND start_ns < w.we") if measured else ("", "")
     sql = f"""WITH {files_cte(io, all_paths)},

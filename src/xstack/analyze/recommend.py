@@ -509,15 +509,15 @@ def small_files(results: Results) -> Recommendation | None:
         which = f"all {read:,}" if in_memory == read else f"{in_memory:,} of the {read:,}"
         line += f"; {which} of those the loop reads lie in /dev/shm, in memory"
         advice = PACK_STAGED_FILES
-    elif reading and (cached := _num(r.facts, "small_reads_cached_pct")) is not None and cached >= 100 * STAGED_SHARE:
-        median_read = format_ns(_num(r.facts, "small_read_median_ns") or 0)
-        line += (f"; {cached:.0f}% of their reads of up to 64 KiB in the measured iterations took the time of a copy "
-                 f"from memory (median {median_read}): the page cache served them")  # fmt: skip
-        advice = PACK_CACHED_FILES
-    elif reading and (cached := _num(r.facts, "small_reads_cached_pct")) is not None and cached < 50.0:
-        median_read = format_ns(_num(r.facts, "small_read_median_ns") or 0)
-        line += (f"; {100.0 - cached:.0f}% of their reads of up to 64 KiB in the measured iterations took longer than "
-                 f"a copy from memory (median {median_read}): read from storage, not the page cache")  # fmt: skip
+    elif reading and (cached := _num(r.facts, "small_reads_cached_pct")) is not None:
+        timed = "of their reads of up to 64 KiB in the measured iterations took"
+        median_read = f"(median {format_ns(_num(r.facts, 'small_read_median_ns') or 0)})"
+        if cached >= 100 * STAGED_SHARE:
+            line += f"; {cached:.0f}% {timed} the time of a copy from memory {median_read}: the page cache served them"
+            advice = PACK_CACHED_FILES
+        elif cached < 100 * STORAGE_SHARE:
+            line += (f"; {100.0 - cached:.0f}% {timed} longer than a copy from memory {median_read}: read from "
+                     "storage, not the page cache")  # fmt: skip
     evidence, sources = [line + " (io.small_files)"], ["io.small_files"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
     actions = [advice.format(limit=limit)] if reading else []
@@ -562,6 +562,9 @@ PACK_STAGED_FILES: Final = (
     "its open, stat, reads and close. Pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or "
     "HDF5 file, one .npy per batch) read sequentially, or load them once into one array the workers share."
 )
+STORAGE_SHARE: Final = 0.5
+"""Share of the small files' timed reads (``io.small_files``' fact ``small_reads_cached_pct``) under which, the others
+slower than a copy from memory, the evidence says they were read from storage."""
 PACK_CACHED_FILES: Final = (
     "The files of at most {limit} were read from the page cache in this run, from memory: a faster tier would save "
     "nothing here, as each file still costs its open, stat, reads and close. Pack them into larger shards "

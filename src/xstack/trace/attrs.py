@@ -494,8 +494,8 @@ recorded, which ran during the profiled region (``io.process_role`` ``subprocess
 "program": str (the file name the program it ran first was called by: its ``argv[0]``), "command": str (its
 command line, at most ``IO_PROGRAM_COMMAND_CHARS`` characters), "start_ns": int (its fork, where the library saw
 it; else its exec), "end_ns": int (its exit, or its last record), "build": true (only for a compiler, assembler or
-linker: torch.compile's C++ builds)}``; at most ``IO_PROGRAMS_KEPT``, the count of the
-others in ``io_programs_more``. Recorded by the io level; absent when it recorded none."""
+linker: torch.compile's C++ builds)}``; at most ``IO_PROGRAMS_KEPT``, the count of the others in
+``io_programs_more``. Recorded by the io level; absent when it recorded none."""
 CONFIG_IO_PROGRAMS_MORE: Final = "io_programs_more"
 IO_PROGRAMS_KEPT: Final = 1000
 IO_PROGRAM_COMMAND_CHARS: Final = 200
