@@ -111,6 +111,12 @@ def test_a_merged_profile_names_the_programs_its_io_pass_started(tmp_path: Path)
     names = set(results["io.processes"].column("process"))
     assert {f"subprocess cat (pid {e['pid']})" for e in started if e["program"] == "cat"} <= names, names
     assert results["io.input_bound"].facts["source_run"] == io_run
+    # what its processes did with the CPUs, the io pass's main process's figures now the merged main process's
+    cpu, timed = orjson.loads(config)[A.CONFIG_IO_PROCESS_CPU], orjson.loads(io_config)[A.CONFIG_IO_PROCESS_CPU]
+    assert [e | {"pid": io_main} if e["pid"] == merged_main else e for e in cpu] == timed
+    assert timed[0]["pid"] == io_main and timed[0]["cpu_ns"] > 0 and "run_delay_ns" in timed[0]
+    main = next(r for r in results["io.processes"].to_records() if r["pid"] == merged_main)
+    assert main["cpu time"] == timed[0]["cpu_ns"]
 
 
 BUILDS = """

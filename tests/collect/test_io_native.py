@@ -404,6 +404,26 @@ def test_forked_child_records_into_its_own_file_with_inherited_descriptors(tmp_p
     assert child.files[0].name.startswith(f"{child.pid}-") and child.files != parent.files
 
 
+def test_each_process_s_cpu_time_and_wait_for_a_cpu_are_recorded(tmp_path: Path, data: Path) -> None:
+    if not Path("/proc/self/schedstat").exists():
+        pytest.skip("the kernel keeps no scheduler statistics (/proc/self/schedstat): no wait for a CPU to read")
+    # two children spin on one CPU at once, each waiting while the other runs; a third spins alone
+    seen, trace = run(tmp_path, "contended", str(data / "known.bin"))
+    by_pid = {p.pid: p for p in trace.processes}
+    together, alone = [by_pid[pid] for pid in seen["together"]], by_pid[seen["alone"]]
+    for p in [*together, alone]:
+        assert p.end == "_exit" and p.cpu_ns is not None and p.run_delay_ns is not None and p.preempted is not None
+        # the process's CPU time as it told it, taken just before it left: the library's is read as it leaves (the
+        # kernel splits a process's time between user and system anew at each read: the sum may move by some us)
+        assert abs(p.cpu_ns - seen["cpu_ns"][str(p.pid)]) < 50_000_000
+        assert p.cpu_ns >= 300_000_000
+    for p in together:  # about as long as the other's 0.3 s of CPU, less the part spent before it started
+        assert p.run_delay_ns >= 100_000_000 and p.preempted > 0
+    assert alone.run_delay_ns < min(p.run_delay_ns for p in together) / 2
+    parent = next(p for p in trace.processes if not p.forked)
+    assert parent.end == "exit" and parent.run_delay_ns is not None and parent.cpu_ns is not None
+
+
 def test_fork_while_other_threads_hold_the_lock_does_not_hang(tmp_path: Path, data: Path) -> None:
     known = data / "known.bin"
     seen, trace = run(tmp_path, "fork_storm", str(known), "40", timeout=120)

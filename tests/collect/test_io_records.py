@@ -162,3 +162,23 @@ def test_a_path_cut_short_is_left_out(tmp_path: Path) -> None:
     trace = read_trace(tmp_path)
     assert [(op.op, op.path) for op in trace.ops] == [("read", None)]
     assert len(trace.problems) == 1 and "truncated" in trace.problems[0]
+
+
+def cpu_status(end: int, cpu: int, delay: int, threads: int, preempted: int) -> bytes:
+    """A status block with the CPU figures after its 3 dropped counts."""
+    fixed = struct.pack("<IIqQQQQQQQ", end, 3, 999, 1, 100, 0, 0, 0, 0, 0) + bytes(24)
+    return block(3, 1, fixed + struct.pack("<qqqq", cpu, delay, threads, preempted))
+
+
+def test_a_process_s_cpu_figures_come_from_its_last_status_and_its_sessions_add_up(tmp_path: Path) -> None:
+    # a status that is not final holds no run-queue wait (threads 0); the final one does, from the image's start
+    record_file(tmp_path / "10-100-0.xio", cpu_status(0, 5_000, 0, 0, 1), cpu_status(1, 9_000, 400, 3, 7), pid=10)
+    # a process killed before its final status: CPU time known, its wait not
+    record_file(tmp_path / "11-100-0.xio", cpu_status(0, 2_000, 0, 0, 4), pid=11)
+    # an attached image's two sessions, each counted from its own start
+    record_file(tmp_path / "12-100-0.xio", cpu_status(4, 1_000, 10, 2, 1), pid=12)
+    record_file(tmp_path / "12-100-1.xio", cpu_status(4, 3_000, 30, 2, 2), pid=12, seq=1)
+    # a file from a library before the figures: a status without them
+    record_file(tmp_path / "13-100-0.xio", status_block(1), pid=13)
+    by_pid = {p.pid: (p.cpu_ns, p.run_delay_ns, p.preempted) for p in read_records(tmp_path).processes}
+    assert by_pid == {10: (9_000, 400, 7), 11: (2_000, None, 4), 12: (4_000, 40, 3), 13: (None, None, None)}

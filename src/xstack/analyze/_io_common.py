@@ -109,6 +109,8 @@ class IoRun:
     """The run recorded the io level (``runs.levels``), whether or not its region did any file I/O."""
     programs: dict[int, dict[str, Any]] = field(default_factory=dict)
     """The programs started by exec that the io level recorded (``runs.config.io_programs``), by pid."""
+    cpu: dict[int, dict[str, int]] = field(default_factory=dict)
+    """What the processes the io level recorded did with the CPUs (``runs.config.io_process_cpu``), by pid."""
 
     @property
     def run_id(self) -> int:
@@ -160,8 +162,37 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
         recorded = "io" in (levels or []) and not isinstance(ctx.config.get("source"), dict)
         source = str(files[1] or ("io" if ctx.has("io") or recorded else "-"))
         per_store[ctx.run_id] = IoRun(ctx, ctx.has("io"), bool(files[0]), _main_pid(store, ctx), source,
-                                      _helpers(store, ctx.run_id), recorded, A.io_programs(ctx.config))  # fmt: skip
+                                      _helpers(store, ctx.run_id), recorded, A.io_programs(ctx.config),
+                                      A.io_process_cpu(ctx.config))  # fmt: skip
     return per_store[ctx.run_id]
+
+
+def cpu_facts(io: IoRun) -> dict[str, Any]:
+    """What the main process and the workers did with the CPUs over their lives (``runs.config.io_process_cpu``):
+    ``main_cpu_ns``, ``main_run_delay_ns`` (its threads' wait for a CPU), ``main_lived_ns``, ``main_cpus`` (the
+    CPUs it kept busy on average: its CPU time over its life); for the workers, summed over them, ``workers_timed``
+    (how many), ``worker_cpu_ns``, ``worker_run_delay_ns`` (None unless known for each), ``worker_lived_ns``, and
+    ``worker_cpu_pct`` and ``worker_run_delay_pct``, shares of their lives. Empty where the run has no such figures.
+    A thread's wait counts in full while others of its process run, so a process of several threads may wait
+    longer than it lived."""
+    if not io.cpu:
+        return {}
+    out: dict[str, Any] = {}
+    main = io.cpu.get(io.main_pid) if io.main_pid is not None else None
+    if main is not None:
+        lived = max(0, main.get("end_ns", 0) - main.get("start_ns", 0))
+        out |= {"main_cpu_ns": main["cpu_ns"], "main_run_delay_ns": main.get("run_delay_ns"), "main_lived_ns": lived,
+                "main_cpus": round(main["cpu_ns"] / lived, 2) if lived else None}  # fmt: skip
+    workers = [e for pid, e in io.cpu.items() if io.role(pid) == "worker"]
+    if workers:
+        lived = sum(max(0, e.get("end_ns", 0) - e.get("start_ns", 0)) for e in workers)
+        cpu = sum(e["cpu_ns"] for e in workers)
+        known = all("run_delay_ns" in e for e in workers)
+        delay = sum(e.get("run_delay_ns", 0) for e in workers) if known else None
+        out |= {"workers_timed": len(workers), "worker_cpu_ns": cpu, "worker_run_delay_ns": delay,
+                "worker_lived_ns": lived, "worker_cpu_pct": 100.0 * cpu / lived if lived else None,
+                "worker_run_delay_pct": 100.0 * delay / lived if lived and delay is not None else None}  # fmt: skip
+    return out
 
 
 def io_pass(store: Store, config: dict[str, Any]) -> tuple[int, str] | None:

@@ -20,6 +20,7 @@ from xstack.analyze._io_common import (
     IoRun,
     as_count,
     check_options,
+    cpu_facts,
     file_int,
     in_list,
     io_run,
@@ -266,6 +267,18 @@ PROCESS_COLUMNS = [
     Column("io time", "ns", "time in file operations"),
     Column("bandwidth", "bytes/s", "bytes read and written / read and write time"),
     Column("files", "count", "files touched (standard streams, pipes and sockets left out)"),
+    Column("lived", "ns", "from the process's start (its fork) to its exit, while the io level recorded it"),
+    Column(
+        "cpu time",
+        "ns",
+        "CPU time it used over its life (user and system, all its threads), not only in the measured region",
+    ),  # fmt: skip
+    Column(
+        "cpu wait",
+        "ns",
+        "time its threads waited in a run queue for a CPU over its life (those alive as it "
+        "ended): a process that could run but found every CPU it may use taken",
+    ),  # fmt: skip
 ]
 
 
@@ -281,13 +294,17 @@ def process_table(store: Store, run_id: int) -> Result:
     the program it ran (``runs.config.io_programs``: ``subprocess cat (pid 15)``), and the label counts the programs
     started during the run, by name, with their time from start to exit (facts ``programs``, ``program_names``,
     ``programs_ns``). I/O time is read + write + metadata time; bandwidth divides the bytes by the read and write
-    time.
+    time. ``lived``, ``cpu time`` and ``cpu wait``: what the process did with the CPUs over its whole life while
+    recorded (``runs.config.io_process_cpu``; empty in runs recorded before it, and in imported logs), its CPU time
+    and its threads' wait in a run queue for a CPU; the label gives the workers' shares of their lives on a CPU and
+    waiting for one, and the facts the figures of the main process and of the workers together (``cpu_facts``).
     """
     io = io_run(store, run_id)
     if (lacking := io.lacking(PROCESSES_ID, PROCESSES_TITLE)) is not None:
         return lacking
     found = rows(store, _PROCESSES_FROM_FILES if io.has_files else _PROCESSES_FROM_SPANS, io.run_id)
-    table = sorted((_process_row(io.process(r[0]), io.role(r[0]), r) for r in found), key=lambda r: (-r[9], r[1]))
+    table = sorted((_process_row(io.process(r[0]), io.role(r[0]), r, io.cpu.get(r[0])) for r in found),
+                   key=lambda r: (-r[9], r[1]))  # fmt: skip
     workers = [r for r in table if r[2] == "worker"]
     main = next((r for r in table if r[2] == "main"), None)
     total_time = sum(r[9] for r in table)
@@ -302,7 +319,7 @@ def process_table(store: Store, run_id: int) -> Result:
         "bytes_written": sum(r[7] for r in table),
         "io_ns": total_time,
     }
-    facts |= _run_programs(io)
+    facts |= _run_programs(io) | cpu_facts(io)
     return Result(
         PROCESSES_ID,
         PROCESSES_TITLE,
@@ -312,7 +329,7 @@ def process_table(store: Store, run_id: int) -> Result:
         run_id=io.run_id,
         chart=Chart("hbar", x="process", y=("io time",), title="I/O time per process", limit=40),
         facts=facts,
-        labels=_programs_label(facts),
+        labels=_programs_label(facts) + _cpu_label(facts),
     )
 
 
@@ -352,11 +369,22 @@ def _programs_label(facts: dict[str, Any]) -> list[str]:
             f"start to their exit{each}"]  # fmt: skip
 
 
-def _process_row(name: str, role: str, r: tuple[Any, ...]) -> tuple[Any, ...]:
+def _process_row(name: str, role: str, r: tuple[Any, ...], cpu: dict[str, int] | None) -> tuple[Any, ...]:
     pid = None if r[0] is None else int(r[0])
     ops, reads, writes, nread, nwritten, data_read, time, rw_time, files = (as_count(v) for v in r[1:])
+    lived = max(0, cpu.get("end_ns", 0) - cpu.get("start_ns", 0)) if cpu else None
     return (name, pid, role, ops, reads, writes, nread, nwritten, data_read, time, rate(nread + nwritten, rw_time),
-            files)  # fmt: skip
+            files, lived, cpu["cpu_ns"] if cpu else None, cpu.get("run_delay_ns") if cpu else None)  # fmt: skip
+
+
+def _cpu_label(facts: dict[str, Any]) -> list[str]:
+    """``the 2 worker processes were on a CPU 61% of their lives and waited for one 35%`` where known."""
+    n, on, wait = facts.get("workers_timed"), facts.get("worker_cpu_pct"), facts.get("worker_run_delay_pct")
+    if not n or on is None:
+        return []
+    them = "the worker process was" if n == 1 else f"the {n:,} worker processes were"
+    waited = f" and waited for one {wait:.0f}%" if wait is not None else ""
+    return [f"{them} on a CPU {on:.0f}% of {'its life' if n == 1 else 'their lives'}{waited} (cpu time, cpu wait)"]
 
 
 def _mapped(facts: dict[str, Any]) -> list[str]:

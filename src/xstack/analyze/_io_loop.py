@@ -22,6 +22,7 @@ from xstack.analyze._io_common import (
     IoRun,
     as_count,
     check_options,
+    cpu_facts,
     in_list,
     io_pass,
     io_run,
@@ -299,7 +300,10 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     main process started by exec in the measured iterations (``runs.config.io_programs``), the iterations that
     started one, the time one or more of them ran within them (``loop_program_lived_ns``: their lifetimes summed),
     and how many of each; ``worker_programs``, ``worker_program_ns`` and ``worker_program_names``, those its workers
-    started (a program per item).
+    started (a program per item). Facts ``worker_cpu_pct`` and ``worker_run_delay_pct`` (with ``workers_timed``,
+    ``worker_cpu_ns``, ``worker_run_delay_ns``, ``worker_lived_ns``, and ``main_cpus``, the CPUs the main process
+    kept busy on average): the shares of the workers' lives they spent on a CPU and waiting in a run queue for one
+    (``runs.config.io_process_cpu``, over their whole lives).
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -326,6 +330,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     facts |= {"main_syncs": as_count(syncs), "main_sync_ns": as_count(sync_ns), "main_sync_path": sync_path}
     facts |= _unstaged(store, io, facts["iterations"], steps=kind == "steps")
     facts |= _programs(io, [(int(r[0]), int(r[1])) for r in iterations if not r[3]])
+    facts |= cpu_facts(io)
     facts["not_covered"] = as_count(rows(store, _NOT_COVERED, io.run_id)[0][0])
     return Result(
         ID,

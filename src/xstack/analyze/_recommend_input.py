@@ -72,6 +72,7 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
         units.insert(0, (_in_steps(loader), [loader], False))
     units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
     evidence, actions, said = [], [], ""
+    wait = _cpu_wait(results)
     for pos, (waited, members, anew) in enumerate(units):
         first = members[0]
         how = _cheaper_for(results, first)
@@ -88,16 +89,50 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
             evidence.append(f"the loop {verb} {len(members):,} DataLoaders of the settings {describe_loader(first)}, "
                             f"each iterated once (a new one for each pass): {format_ns(waited)} in their waits within "
                             f"the measured steps, {share}, {counted(count, 'wait')} in all ({source})")  # fmt: skip
-            actions.append(_anew_action(first, len(members), cores, how))
+            actions.append(_anew_action(first, len(members), cores, how, wait))
         elif first is loader:
             own = f"{within}, {share}" if len(units) > 1 and share else ""
             evidence.append(_loader_evidence(loader, cores, source, own, verb))
-            actions.append(_loader_action(loader, cores, how))
+            actions.append(_loader_action(loader, cores, how, wait))
         else:
             line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
             evidence.append(f"the loop {verb} {describe_loader(first)}, {line}{within}, {share} ({source})")
-            actions.append(_loader_action(first, cores, how))
+            actions.append(_loader_action(first, cores, how, wait))
+    if wait:
+        evidence.append(wait[0])
     return evidence, source, " ".join(actions)
+
+
+CPU_WAIT_PCT = 20.0
+"""The share of the workers' lives spent waiting in a run queue for a CPU from which they are found short of CPUs:
+the advice does not tell to add workers, and says what held the CPUs."""
+MAIN_CPUS_BUSY = 1.5
+"""The CPUs the main process kept busy on average (its CPU time over its life) from which its own threads are named
+as what the workers waited behind (PyTorch's intra-op threads, one per core by default)."""
+
+
+def _cpu_wait(results: Results) -> tuple[str, str] | None:
+    """Where the loop is input-bound and its workers waited for a CPU ``CPU_WAIT_PCT`` of their lives or more
+    (``io.input_bound``'s ``worker_run_delay_pct``, from the io level's per-process figures): the evidence, and what
+    held the CPUs, for the advice; else None."""
+    io = results.get("io.input_bound")
+    facts = io.facts if io is not None and io.available else {}
+    share, n = facts.get("worker_run_delay_pct"), int(facts.get("workers_timed") or 0)
+    if facts.get("input_bound") is not True or not isinstance(share, (int, float)) or share < CPU_WAIT_PCT or not n:
+        return None
+    on, main = facts.get("worker_cpu_pct"), facts.get("main_cpus")
+    who = "its worker" if n == 1 else f"its {n:,} worker processes"
+    lives = "its life" if n == 1 else "their lives"
+    running = f", and ran on one {on:.0f}%" if isinstance(on, (int, float)) else ""
+    evidence = (f"{who} waited for a CPU {share:.0f}% of {lives} (time spent ready to run while every CPU they may use "
+                f"was taken: {format_ns(int(facts.get('worker_run_delay_ns') or 0))} of "
+                f"{format_ns(int(facts.get('worker_lived_ns') or 0))}){running} (io.input_bound)")  # fmt: skip
+    if isinstance(main, (int, float)) and main >= MAIN_CPUS_BUSY:
+        held = (f"the main process kept {main:.1f} CPUs busy on average with its own threads: leave the workers "
+                "CPUs with fewer of them, torch.set_num_threads() in the main process")  # fmt: skip
+    else:
+        held = "other programs held the CPUs (the system level shows what ran): run it where they do not"
+    return evidence, held
 
 
 def _in_steps(entry: dict[str, Any]) -> int:
@@ -114,11 +149,12 @@ def _cheaper_for(results: Results, loader: dict[str, Any]) -> str:
                    batch_size=collates)  # fmt: skip
 
 
-def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str) -> str:
+def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str,
+                 wait: tuple[str, str] | None = None) -> str:  # fmt: skip
     """What to change for ``n`` DataLoaders of ``loader``'s settings made anew, each iterated once: with workers,
     that they start with each new DataLoader (``persistent_workers`` keeps them only across the epochs of one),
-    then the settings' own advice."""
-    action = _loader_action(loader, cores, how)
+    then the settings' own advice (``wait``: as ``_loader_action``'s)."""
+    action = _loader_action(loader, cores, how, wait)
     if not loader.get("num_workers"):
         return action
     keep = ("make it once and iterate it again" + ("" if loader.get("persistent_workers") else
@@ -398,22 +434,27 @@ def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str, own
     return f"the loop {verb} {describe_loader(loader)}{waited}{cpus} ({source})"
 
 
-def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str) -> str:
+def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
+                   wait: tuple[str, str] | None = None) -> str:  # fmt: skip
     """What to change in this DataLoader, leaving out what it already does: more workers only while the CPUs
     allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers only for a DataLoader
     iterated over several epochs, more prefetching only with workers that do not already fill the CPUs, and
     neither where set already; pinned memory only where the program uses CUDA. ``cheaper``: how to make each
-    batch cheaper to load, where the workers already fill the CPUs."""
+    batch cheaper to load, where the workers already fill the CPUs. ``wait``: where its workers waited for a CPU
+    (``_cpu_wait``), what held the CPUs, in place of more workers: the CPUs, not the workers, are what is short."""
     workers = int(loader.get("num_workers") or 0)
     if cores is not None and workers >= cores > 0:
         steps = [f"its {workers} workers already {_fill(workers, cores)} usable CPUs: {cheaper}"]
+    elif wait is not None and workers > 0:
+        who = "its worker" if workers == 1 else f"its {workers} workers"
+        steps = [f"{who} waited for a CPU although fewer than the {_cpus(cores)}: {wait[1]}; else {cheaper}"]
     elif cores == 1:
         steps = [f"with 1 usable CPU, worker processes would only take turns with the loop: {cheaper}"]
     elif workers == 0:
         steps = [f"load in worker processes: raise num_workers from 0 towards the {_cpus(cores)}"]
     else:
         steps = [f"raise num_workers from {workers} towards the {_cpus(cores)}"]
-    saturated = cores is not None and workers >= cores > 0
+    saturated = cores is not None and workers >= cores > 0 or wait is not None and workers > 0
     if workers > 0 or cores != 1:  # it has workers, or is told to have them
         epochs = int(loader.get("iterated") or 0)
         if not loader.get("persistent_workers") and epochs > 1:  # restarted at each of its epochs

@@ -45,6 +45,10 @@ requested, thread, descriptor, path id, errno, operation code and descriptor kin
 _WIDE_VALUES = struct.Struct("<qqqii")
 _KIND, _FAILED, _WIDE, _TIME, _THREAD = 0x0F, 0x10, 0x20, 0x40, 0x80
 _STATUS = struct.Struct("<IIqQQQQQQQ")
+_STATUS_CPU = struct.Struct("<qqqq")
+"""After the status's calls dropped by operation (from 2026-11-24, found by the payload's size): the process's CPU
+time, its live threads' run-queue wait (ns), how many threads were read (0: not read, in a status that is not
+final) and its involuntary context switches, since its image started recording."""
 _BLOCK_OPS, _BLOCK_STATUS = 2, 3
 _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
 _END_SIGNAL = 5
@@ -105,7 +109,12 @@ class IoProcess:
     written; ``dropped`` the calls the record cap (``XSTACK_IO_MAX_RECORDS``) left out, by operation, with
     their bytes. ``inherited``: descriptor -> path of what a fork child inherited (None: no path, e.g. a pipe).
     ``clock``: what the library timed the calls with, ``tsc`` (the CPU's time-stamp counter, converted to
-    CLOCK_REALTIME ns as it flushed) or ``realtime``.
+    CLOCK_REALTIME ns as it flushed) or ``realtime``. ``cpu_ns``: the CPU time the process used while it recorded
+    (user and system, every thread, ended ones too; ``getrusage``); ``run_delay_ns``: the time its threads waited
+    in a run queue for a CPU while it recorded (``/proc/self/task/N/schedstat``, read as it ended: the threads
+    alive then; threads that ended before it left out), None where not read (a process killed without its final
+    status, or files from a library before these figures); ``preempted``: its involuntary context switches
+    (a CPU taken from it while it could run). All three None where the files predate them.
     """
 
     pid: int
@@ -129,6 +138,9 @@ class IoProcess:
     write_errors: int = 0
     inherited: dict[int, str | None] = field(default_factory=dict)
     clock: str = "realtime"
+    cpu_ns: int | None = None
+    run_delay_ns: int | None = None
+    preempted: int | None = None
 
 
 @dataclass
@@ -259,7 +271,15 @@ def _merge_sessions(files: list[_File]) -> list[IoProcess]:
         first.write_errors += later.write_errors
         first.end_ns = max(first.end_ns, later.end_ns)
         first.end, first.clean_exit = later.end, later.clean_exit
+        first.cpu_ns = _sum_known(first.cpu_ns, later.cpu_ns)  # each session's since it started
+        first.run_delay_ns = _sum_known(first.run_delay_ns, later.run_delay_ns)
+        first.preempted = _sum_known(first.preempted, later.preempted)
     return sorted(merged.values(), key=lambda p: (p.start_ns, p.pid))
+
+
+def _sum_known(a: int | None, b: int | None) -> int | None:
+    """``a + b``, None where either is unknown."""
+    return None if a is None or b is None else a + b
 
 
 def _resolve_paths(files: list[_File]) -> None:
@@ -418,6 +438,11 @@ class _Blocks:
         p.dropped_bytes_read, p.dropped_bytes_written = d_read, d_written
         p.reentrant_skipped, p.paths_dropped = reentrant, paths_dropped
         p.dropped = {self._op(code): n for code, n in enumerate(dropped) if n}
+        at = _STATUS.size + 8 * nops
+        if len(body) >= at + _STATUS_CPU.size:  # each status counts from the image's start: the last one holds
+            cpu_ns, run_delay_ns, threads, preempted = _STATUS_CPU.unpack_from(body, at)
+            p.cpu_ns, p.preempted = cpu_ns, preempted
+            p.run_delay_ns = run_delay_ns if threads > 0 else None
 
     def _op(self, code: int) -> str:
         return self.op_names[code] if code < len(self.op_names) else f"op{code}"

@@ -200,6 +200,7 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     set_io_parents(store.con, run_id)
     _add_level(store, run_id)
     _add_programs(store, run_id, programs(records.processes, roles, lo, hi))
+    _add_config(store, run_id, process_cpu(records.processes, roles, lo, hi))
     return _health(records, kept, outside)
 
 
@@ -227,6 +228,34 @@ def programs(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: int
     return out
 
 
+def process_cpu(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: int) -> list[dict[str, Any]]:
+    """What the processes that lived during ``[lo, hi]`` did with the CPUs (``A.CONFIG_IO_PROCESS_CPU``), a pid's
+    images summed: the main process and workers (no role) first, then the others, each in the order they
+    started; those whose files predate the figures left out."""
+    images: dict[int, list[IoProcess]] = {}
+    for p in sorted(processes, key=lambda p: (p.start_ns, p.pid)):
+        if p.cpu_ns is not None:
+            images.setdefault(p.pid, []).append(p)
+    out = []
+    for pid, seen in images.items():
+        start, end = seen[0].start_ns, max(p.end_ns for p in seen)
+        if end < lo or start > hi:
+            continue
+        entry = {"pid": pid, "start_ns": start, "end_ns": end, "cpu_ns": sum(p.cpu_ns or 0 for p in seen),
+                 "preempted": sum(p.preempted or 0 for p in seen)}  # fmt: skip
+        if all(p.run_delay_ns is not None for p in seen):
+            entry["run_delay_ns"] = sum(p.run_delay_ns or 0 for p in seen)
+        out.append(entry)
+    out.sort(key=lambda e: roles.get(e["pid"]) is not None)  # stable: each part in the order it started
+    return out[: A.IO_PROCESS_CPU_KEPT]
+
+
+def _add_config(store: Store, run_id: int, found: list[dict[str, Any]]) -> None:
+    """Record ``found`` (``process_cpu``) in the run's config."""
+    if found:
+        _patch_config(store, run_id, {A.CONFIG_IO_PROCESS_CPU: found})
+
+
 def _add_programs(store: Store, run_id: int, found: list[dict[str, Any]]) -> None:
     """Record ``found`` (``programs``) in the run's config, the first ``A.IO_PROGRAMS_KEPT`` of them."""
     if not found:
@@ -234,6 +263,11 @@ def _add_programs(store: Store, run_id: int, found: list[dict[str, Any]]) -> Non
     patch: dict[str, Any] = {A.CONFIG_IO_PROGRAMS: found[: A.IO_PROGRAMS_KEPT]}
     if len(found) > A.IO_PROGRAMS_KEPT:
         patch[A.CONFIG_IO_PROGRAMS_MORE] = len(found) - A.IO_PROGRAMS_KEPT
+    _patch_config(store, run_id, patch)
+
+
+def _patch_config(store: Store, run_id: int, patch: dict[str, Any]) -> None:
+    """Merge ``patch`` into the run's config."""
     store.con.execute(
         "UPDATE _runs SET config = json_merge_patch(coalesce(config, '{}'), ?::JSON) WHERE run_id = ?",
         [orjson.dumps(patch).decode(), run_id],

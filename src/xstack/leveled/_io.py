@@ -63,13 +63,17 @@ def copy_io(con: Any, run_id: int, io_run: int, first_iter: int, end_iter: int) 
 
 def programs_config(con: Any, run_id: int, io_run: int) -> dict[str, Any]:
     """The keys of the merged run ``run_id``'s config that name the programs the io pass ``io_run`` started by exec
-    (``runs.config.io_programs``), so that ``io.processes`` names their processes there; those its main process
-    started, the merged main process's. Empty where it started none."""
+    (``runs.config.io_programs``), so that ``io.processes`` names their processes there, and what its processes did
+    with the CPUs (``runs.config.io_process_cpu``); those its main process started, and its main process's own
+    figures, the merged main process's. Empty where it recorded neither."""
     row = con.execute("SELECT config FROM _runs WHERE run_id = ?", [io_run]).fetchone()
     config = orjson.loads(row[0]) if row and row[0] else {}
     io_pid, to_pid = main_thread(con, io_run)[0], main_thread(con, run_id)[0]
+    out: dict[str, Any] = {}
+    if cpu := [dict(e, pid=to_pid) if pid == io_pid else e for pid, e in A.io_process_cpu(config).items()]:
+        out[A.CONFIG_IO_PROCESS_CPU] = cpu  # the io pass's processes: its main one is the merged run's
     listed = [dict(e, ppid=to_pid) if e.get("ppid") == io_pid else e for e in A.io_programs(config).values()]
     if not listed:
-        return {}
+        return out
     more = config.get(A.CONFIG_IO_PROGRAMS_MORE)
-    return {A.CONFIG_IO_PROGRAMS: listed, **({A.CONFIG_IO_PROGRAMS_MORE: more} if isinstance(more, int) else {})}
+    return out | {A.CONFIG_IO_PROGRAMS: listed, **({A.CONFIG_IO_PROGRAMS_MORE: more} if isinstance(more, int) else {})}

@@ -512,6 +512,28 @@ def io_programs(config: object) -> dict[int, dict[str, object]]:
     return out
 
 
+CONFIG_IO_PROCESS_CPU: Final = "io_process_cpu"
+"""List, a key of ``runs.config``: what the processes the io level recorded that lived during the profiled region
+did with the CPUs, as ``{"pid": int, "start_ns": int, "end_ns": int (as in ``io_programs``), "cpu_ns": int (CPU time,
+user and system, of every thread), "run_delay_ns": int (time its threads waited in a run queue for a CPU: those alive
+as it ended; absent where not read, a process killed without its final status), "preempted": int (involuntary
+context switches)}``, each over the process's whole life while recorded, not only the region; a pid's images (a
+fork, then an exec) summed. The main process and workers first, then the others in the order they started; at most
+``IO_PROCESS_CPU_KEPT``. Recorded by the io level; absent in runs recorded before it was."""
+IO_PROCESS_CPU_KEPT: Final = 1000
+
+
+def io_process_cpu(config: object) -> dict[int, dict[str, int]]:
+    """The entries of ``config``'s ``CONFIG_IO_PROCESS_CPU`` (a run's parsed config), by pid, their integer
+    values only; those without a pid and CPU time left out."""
+    listed = config.get(CONFIG_IO_PROCESS_CPU) if isinstance(config, dict) else None
+    out: dict[int, dict[str, int]] = {}
+    for entry in listed if isinstance(listed, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("pid"), int) and isinstance(entry.get("cpu_ns"), int):
+            out[entry["pid"]] = {k: v for k, v in entry.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return out
+
+
 CONFIG_SYSTEM: Final = "system"
 """Object, a key of ``runs.config``: how the system level ran: ``{"interval_ms": float, "cores": int, "samples": int,
 "late_samples": int, "torch_threads": int | None, "gpus": [str], "nvml": str | None (why GPU telemetry is absent),

@@ -592,7 +592,45 @@ def close_race(data_dir: str, rounds: str) -> dict[str, object]:
     return {"read": read, "closes": closes}
 
 
+def _spin(cpu_s: float) -> None:
+    start = time.thread_time()
+    while time.thread_time() - start < cpu_s:
+        pass
+
+
+def contended(data: str) -> dict[str, object]:
+    """Pinned to one CPU, two children each spin for 0.3 s of CPU at once (each waits for the other's turns),
+    then a third spins as long alone; each reads ``data`` and leaves by os._exit, after telling its CPU time
+    (``getrusage``, as the library reads it) through a pipe."""
+    import resource
+
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the children inherit it
+    r, w = os.pipe()
+
+    def child() -> int:
+        pid = os.fork()
+        if pid == 0:
+            _spin(0.3)
+            with open(data, "rb") as f:
+                f.read()
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            os.write(w, b"%d %d\n" % (os.getpid(), round((used.ru_utime + used.ru_stime) * 1e9)))
+            os._exit(0)
+        return pid
+
+    together = [child(), child()]
+    for pid in together:
+        os.waitpid(pid, 0)
+    alone = child()
+    os.waitpid(alone, 0)
+    os.close(w)
+    with os.fdopen(r) as told:
+        cpu = dict(line.split() for line in told.read().splitlines())
+    return {"together": together, "alone": alone, "cpu_ns": {int(k): int(v) for k, v in cpu.items()}}
+
+
 CASES = {
+    "contended": contended,
     "remapped": remapped,
     "unseen": unseen,
     "close_race": close_race,

@@ -22,7 +22,11 @@
  *                       name the ids of the descriptors it inherited, defined in its parent's files.
  *           3 STATUS: u32 end, u32 nops, i64 end_ns, u64 records, max_records, dropped_bytes_read,
  *                     dropped_bytes_written, reentrant_skipped, paths_dropped, write_errors, nops x u64
- *                     calls dropped by the record cap, by op code.
+ *                     calls dropped by the record cap, by op code; then (from 2026-11-24, same version: a
+ *                     reader finds them by the payload's size) i64 cpu_ns, run_delay_ns, threads, preempted:
+ *                     the process's CPU time and involuntary context switches since its image (fork child,
+ *                     session) started recording, and its live threads' run-queue wait since then, summed,
+ *                     with how many threads were read (0 in a status that is not final: not read).
  *           (Kind 1, a block of paths, was written up to version 2.)
  * Every flush writes its OPS blocks and a STATUS block; the last STATUS tells how the process ended
  * (RUNNING: killed, or still running). Recording and flushing are in streams.c; the reader sorts the records
@@ -137,6 +141,7 @@ int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t m
     xio.ppid = (pid_t)syscall(SYS_getppid);
     if (xio.start_ns == 0)
         xio.start_ns = xio_now();
+    xio_sched_read(&xio.sched_base, 1);
     pthread_mutex_lock(&xio.lock);
     xio_clock_init();
     new_file();
@@ -190,6 +195,7 @@ static void atfork_child(void)
     xio.forked = 1;
     xio.start_ns = xio_now();
     xio.seq = 0;
+    xio_sched_read(&xio.sched_base, 1); /* about zero: a child's counters start afresh */
     xio_clock_restart();
     new_file();
     if (xio_output_open() < 0) {

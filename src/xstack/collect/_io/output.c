@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -220,7 +221,76 @@ struct status_block {
     uint64_t records, max_records, dropped_bytes_read, dropped_bytes_written, reentrant_skipped, paths_dropped,
         write_errors;
     uint64_t dropped[XIO_OP_COUNT];
+    /* since the image (fork child, session) started recording (struct xio_sched); run_delay_ns and threads
+     * only in a final status (0 in the others) */
+    int64_t cpu_ns, run_delay_ns, threads, preempted;
 };
+
+/* The run-queue wait (ns) in a schedstat file's text: "<on-cpu ns> <run-queue ns> <timeslices>\n". */
+static int64_t schedstat_wait(const char *text)
+{
+    const char *p = text;
+    while (*p && *p != ' ')
+        p++;
+    int64_t v = 0;
+    for (p += *p == ' '; *p >= '0' && *p <= '9'; p++)
+        v = v * 10 + (*p - '0');
+    return v;
+}
+
+/* The run-queue waits of the process's live threads into out (summed, and how many were read). */
+static void read_run_delay(struct xio_sched *out)
+{
+    long dir = xio_sys_open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dir < 0)
+        return;
+    char buf[4096], path[64], text[128];
+    for (;;) {
+        long n = syscall(SYS_getdents64, (int)dir, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (long at = 0; at < n;) {
+            struct {
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *d = (void *)(buf + at);
+            at += d->reclen;
+            if (d->name[0] < '0' || d->name[0] > '9' || strlen(d->name) > 20)
+                continue;
+            memcpy(path, "/proc/self/task/", 16);
+            size_t len = strlen(d->name);
+            memcpy(path + 16, d->name, len);
+            memcpy(path + 16 + len, "/schedstat", 11);
+            long fd = xio_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+            if (fd < 0)
+                continue; /* the thread ended since the listing */
+            long got = syscall(SYS_read, (int)fd, text, sizeof text - 1);
+            xio_sys_close((int)fd);
+            if (got <= 0)
+                continue;
+            text[got] = 0;
+            out->run_delay_ns += schedstat_wait(text);
+            out->threads++;
+        }
+    }
+    xio_sys_close((int)dir);
+}
+
+void xio_sched_read(struct xio_sched *out, int threads)
+{
+    struct rusage ru;
+    *out = (struct xio_sched){0};
+    if (syscall(SYS_getrusage, RUSAGE_SELF, &ru) == 0) {
+        out->cpu_ns = ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+                      ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+        out->preempted = ru.ru_nivcsw;
+    }
+    if (threads)
+        read_run_delay(out);
+}
 
 /* The STATUS block into iov[0] and iov[1] (static storage, valid until the next call; callers hold
  * xio.lock); returns its end_ns. */
@@ -237,6 +307,12 @@ int64_t xio_status_iov(int end, struct iovec *iov)
                                .write_errors = xio.write_errors};
     for (int op = 0; op < XIO_OP_COUNT; op++)
         st.dropped[op] = __atomic_load_n(&xio.dropped[op], __ATOMIC_RELAXED);
+    struct xio_sched now, *base = &xio.sched_base;
+    xio_sched_read(&now, end != XIO_END_RUNNING); /* the threads' files only once: a flush is on the calls' path */
+    st.cpu_ns = now.cpu_ns > base->cpu_ns ? now.cpu_ns - base->cpu_ns : 0;
+    st.preempted = now.preempted > base->preempted ? now.preempted - base->preempted : 0;
+    st.threads = now.threads;
+    st.run_delay_ns = now.threads && now.run_delay_ns > base->run_delay_ns ? now.run_delay_ns - base->run_delay_ns : 0;
     iov[0] = (struct iovec){&bs, sizeof bs};
     iov[1] = (struct iovec){&st, sizeof st};
     return st.end_ns;

@@ -94,6 +94,13 @@ struct xio_block_header {
     uint64_t bytes;
 };
 
+/* The CPU figures of the process (output.c): its CPU time and involuntary context switches (getrusage:
+ * every thread, ended ones too), and the time its threads alive when read waited in a run queue for a CPU
+ * (/proc/self/task/N/schedstat; `threads` 0: not read). */
+struct xio_sched {
+    int64_t cpu_ns, run_delay_ns, threads, preempted;
+};
+
 /* One call as a wrapper saw it, before it is encoded into its thread's record stream (streams.c). */
 struct xio_ev {
     int64_t start_ns; /* in ticks (xio_ticks) until the stream's flush converts them */
@@ -204,6 +211,7 @@ struct xio_state {
     uint64_t reentrant_skipped;
     uint64_t paths_dropped;
     uint64_t write_errors;
+    struct xio_sched sched_base; /* the image's (fork child's, session's) CPU figures when it started recording */
 };
 extern struct xio_state xio;
 /* initial-exec: a preloaded library has static TLS, and this avoids a __tls_get_addr call per access */
@@ -461,6 +469,7 @@ int xio_output_is_open(void);
 void xio_output_close(void);
 void xio_output_write(struct iovec *iov, int n);
 int64_t xio_status_iov(int end, struct iovec *iov);
+void xio_sched_read(struct xio_sched *out, int threads);
 long xio_sys_open(const char *path, int flags, int mode);
 long xio_sys_close(int fd);
 long xio_sys_write_all(int fd, const void *buf, size_t len);

@@ -1,0 +1,158 @@
+"""What the processes did with the CPUs, as the io level records it (``runs.config.io_process_cpu``): the CPU time and
+run-queue wait of each process in ``io.processes`` and ``io.input_bound``, and the advice to a loop whose workers wait
+for a CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.analyze.io_store import MAIN, W1, W2, loop_store
+from xstack.analyze.pipeline import Recommendation, run_analyses
+from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
+from xstack.collect.io import IoCollector
+from xstack.trace import attrs as A
+from xstack.trace.store import Store
+
+LOADER = {"index": 0, "dataset": "ImageFolder", "batch_size": 32, "num_workers": 4, "persistent_workers": True,
+          "pin_memory": False, "prefetch_factor": 2, "iterated": 3}  # fmt: skip
+SHOWN = ("DataLoader(ImageFolder, batch_size=32, num_workers=4, persistent_workers=True, pin_memory=False, "
+         "prefetch_factor=2)")  # fmt: skip
+
+
+def _cpu(pid: int, lived: int, cpu: int, delay: int | None) -> dict[str, int]:
+    entry = {"pid": pid, "start_ns": 10**9, "end_ns": 10**9 + lived, "cpu_ns": cpu, "preempted": 5}
+    return entry | ({"run_delay_ns": delay} if delay is not None else {})
+
+
+def _analysed(path: Path, cpu: list[dict[str, int]]) -> tuple[dict[str, Result], Recommendation | None]:
+    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [LOADER], A.CONFIG_IO_PROCESS_CPU: cpu}
+    with loop_store(path, config=config) as store:
+        results = {r.id: r for r in run_analyses(store)}
+    return results, RULES["input_bound"](results)
+
+
+def test_workers_that_wait_for_a_cpu_are_not_told_to_add_workers(tmp_path: Path) -> None:
+    # the workers waited 30% of their lives for a CPU, with fewer of them than the 16 CPUs
+    workers = [_cpu(W1, 10**9, 6 * 10**8, 3 * 10**8), _cpu(W2, 10**9, 6 * 10**8, 3 * 10**8)]
+    results, rec = _analysed(tmp_path / "a.duckdb", [_cpu(MAIN, 4 * 10**9, 2 * 10**9, 10**8), *workers])
+    processes = results["io.processes"]
+    rows = {r["pid"]: r for r in processes.to_records()}
+    assert (rows[W1]["lived"], rows[W1]["cpu time"], rows[W1]["cpu wait"]) == (10**9, 6 * 10**8, 3 * 10**8)
+    assert (rows[MAIN]["lived"], rows[MAIN]["cpu time"], rows[MAIN]["cpu wait"]) == (4 * 10**9, 2 * 10**9, 10**8)
+    assert processes.labels[-1] == "the 2 worker processes were on a CPU 60% of their lives and waited for one 30% " \
+        "(cpu time, cpu wait)"  # fmt: skip
+    facts = results["io.input_bound"].facts
+    assert (facts["workers_timed"], facts["worker_run_delay_pct"], facts["worker_cpu_pct"]) == (2, 30.0, 60.0)
+    assert facts["main_cpus"] == 0.5
+    assert rec is not None
+    assert (
+        "its 2 worker processes waited for a CPU 30% of their lives (time spent ready to run while every CPU they "
+        "may use was taken: 600 ms of 2.00 s), and ran on one 60% (io.input_bound)"
+    ) in rec.evidence
+    assert rec.action == (
+        f"{SHOWN}: its 4 workers waited for a CPU although fewer than the 16 usable CPUs: other programs held the CPUs "
+        "(the system level shows what ran): run it where they do not; else make each batch cheaper to load (decode and "
+        "augment less, or on the GPU; read fewer, larger files)."
+    ), rec.action  # neither more workers nor more prefetching: the CPUs are what is short
+
+
+def test_a_main_process_that_keeps_several_cpus_busy_is_named_as_what_the_workers_wait_behind(tmp_path: Path) -> None:
+    workers = [_cpu(W1, 10**9, 5 * 10**8, 4 * 10**8), _cpu(W2, 10**9, 5 * 10**8, 4 * 10**8)]
+    _, rec = _analysed(tmp_path / "a.duckdb", [_cpu(MAIN, 2 * 10**9, 6 * 10**9, 10**8), *workers])
+    assert rec is not None
+    assert ": its 4 workers waited for a CPU although fewer than the 16 usable CPUs: the main process kept 3.0 CPUs " \
+        "busy on average with its own threads: leave the workers CPUs with fewer of them, torch.set_num_threads() in " \
+        "the main process; else make each batch" in rec.action  # fmt: skip
+
+
+@pytest.mark.parametrize("delay", [10**8, None], ids=["short", "unknown"])
+def test_workers_that_waited_little_or_not_known_are_still_told_to_add_workers(
+    tmp_path: Path, delay: int | None
+) -> None:
+    workers = [_cpu(W1, 10**9, 6 * 10**8, 10**8), _cpu(W2, 10**9, 6 * 10**8, delay)]
+    results, rec = _analysed(tmp_path / "a.duckdb", [_cpu(MAIN, 4 * 10**9, 2 * 10**9, 10**8), *workers])
+    assert rec is not None and "raise num_workers from 4 towards the 16 usable CPUs" in rec.action
+    assert not any("waited for a CPU" in line for line in rec.evidence)
+    facts = results["io.input_bound"].facts
+    assert facts["worker_run_delay_pct"] == (10.0 if delay else None) and facts["worker_cpu_pct"] == 60.0
+    if delay is None:  # one worker's wait unknown (killed before its final status): no share, and no label of it
+        assert results["io.processes"].labels[-1] == "the 2 worker processes were on a CPU 60% of their lives " \
+            "(cpu time, cpu wait)"  # fmt: skip
+
+
+def test_a_run_without_the_figures_has_no_cpu_columns_filled(tmp_path: Path) -> None:
+    with loop_store(tmp_path / "a.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store)}
+    rows = results["io.processes"].to_records()
+    assert rows and all(r["lived"] is None and r["cpu time"] is None and r["cpu wait"] is None for r in rows)
+    assert "workers_timed" not in results["io.input_bound"].facts
+
+
+ITEMS = """
+import os, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Items(Dataset):
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        with open(sys.argv[1], "rb") as f:
+            f.read()
+        start = time.thread_time()
+        while time.thread_time() - start < 0.003:  # 3 ms of CPU per item
+            pass
+        return torch.zeros(8)
+
+model = torch.nn.Linear(8, 1)
+for epoch in range(2):
+    for x in DataLoader(Items(), batch_size=8, num_workers=1):
+        model(x).sum().backward()
+"""
+
+
+def test_a_worker_that_other_programs_keep_from_the_cpus_is_found_waiting_for_them(tmp_path: Path) -> None:
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    if not Path("/proc/self/schedstat").exists():
+        pytest.skip("the kernel keeps no scheduler statistics (/proc/self/schedstat): no wait for a CPU to read")
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs: a worker fewer than the program's CPUs, and programs that take them")
+    (tmp_path / "loop.py").write_text(ITEMS)
+    (tmp_path / "item.bin").write_bytes(bytes(4096))
+    # two programs spin on the profiled program's 2 CPUs for as long as it runs
+    spin = f"import os\nos.sched_setaffinity(0, {set(cpus)!r})\nwhile True:\n    pass\n"
+    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
+                               "python", "loop.py", "item.bin"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, preexec_fn=lambda: os.sched_setaffinity(0, cpus))  # fmt: skip
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        config: dict[str, Any] = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+        results = {r.id: r for r in run_analyses(store)}
+    entries = {e["pid"]: e for e in config[A.CONFIG_IO_PROCESS_CPU]}
+    workers = [e for pid, e in entries.items() if pid != config["pid"]]
+    # one worker per epoch, each building 96 items of 3 ms of CPU, and waiting while the two programs ran
+    assert len(workers) == 2 and config["pid"] in entries
+    assert all(e["cpu_ns"] >= 96 * 3_000_000 and e["run_delay_ns"] > 0 for e in workers)
+    facts = results["io.input_bound"].facts
+    assert facts["input_bound"] is True and facts["workers_timed"] == 2 and facts["worker_run_delay_pct"] >= 20
+    rec = RULES["input_bound"](results)
+    assert rec is not None and any(line.startswith("its 2 worker processes waited for a CPU") for line in rec.evidence)
+    assert "its worker waited for a CPU although fewer than the 2 usable CPUs: other programs held the CPUs" in (
+        rec.action
+    ), rec.action
