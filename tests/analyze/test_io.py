@@ -1139,6 +1139,21 @@ def test_small_files_rule_fires_when_every_data_file_is_small(tmp_path: Path) ->
         assert _fired(store, "small_files") is None  # five files are no dataset to stage
 
 
+def test_small_files_without_any_small_file_say_so_instead_of_a_table_of_zeros(tmp_path: Path) -> None:
+    # one zip archive of 40 MiB, read item by item: no file under any threshold
+    rows = [data_file(5, "/d/items.zip", 40 * 2**20, 3000, read_ns=1000)]
+    with files_store(tmp_path / "a.duckdb", rows) as store:
+        small = _one(store, "io.small_files")
+        assert _fired(store, "small_files") is None
+    assert small.rows == [] and small.facts["files"] == 1 and small.facts["small_files"] == 0
+    assert small.labels[-1] == "the data file is larger than 16.0 MiB, the largest threshold: no small file to stage"
+    with files_store(tmp_path / "b.duckdb", rows + [data_file(5, "/d/b.zip", 20 * 2**20, 10)]) as store:
+        assert _one(store, "io.small_files").labels[-1].startswith("all 2 data files are larger than 16.0 MiB")
+    with files_store(tmp_path / "c.duckdb", rows + [data_file(5, "/d/labels.csv", 2**20, 10)]) as store:
+        small = _one(store, "io.small_files")
+    assert len(small.rows) == 5 and not any("no small file" in label for label in small.labels)
+
+
 def test_small_files_say_which_files_they_could_not_size(tmp_path: Path) -> None:
     # a dataset whose constructor checks every file with os.path.exists and whose loop reads some of them: the
     # files only stat'ed have no size, so no share counts them, and the summary's count of data files holds them

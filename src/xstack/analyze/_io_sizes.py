@@ -26,7 +26,7 @@ from xstack.analyze._io_common import (
 )
 from xstack.analyze._timeline_common import STEP, notes_of, pct, rows
 from xstack.analyze.context import past_warmup, run_context
-from xstack.analyze.result import Chart, Column, Result
+from xstack.analyze.result import Chart, Column, Result, format_value
 from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
@@ -228,7 +228,7 @@ def small_file_staging(
         SMALL_ID,
         SMALL_TITLE,
         SMALL_COLUMNS,
-        table if totals[0] else [],
+        table if any(r[1] for r in table) else [],  # no file under any threshold: a label says so, not zeros
         notes=notes_of(small_file_staging),
         run_id=io.run_id,
         chart=Chart(
@@ -263,8 +263,20 @@ def small_file_staging(
             **_cached(store, io, all_paths, int(threshold_bytes)),
             "small_sync_ns": sync_ns,
         },
-        labels=([] if all_paths else ["data files only (all_paths=True for every file)"]) + _unsized_label(unsized),
+        labels=([] if all_paths else ["data files only (all_paths=True for every file)"])
+        + _unsized_label(unsized)
+        + _none_small(totals[0], table, "file" if all_paths else "data file"),
     )
+
+
+def _none_small(files: int, table: list[tuple[Any, ...]], what: str) -> list[str]:
+    """Says that none of the ``files`` (of kind ``what``) is as small as the largest threshold, where the table, all
+    zeros, is left out."""
+    if not files or any(r[1] for r in table):
+        return []
+    largest = max(r[0] for r in table)
+    them = f"the {what} is" if files == 1 else f"all {files:,} {what}s are"
+    return [f"{them} larger than {format_value(largest, 'bytes')}, the largest threshold: no small file to stage"]
 
 
 def _unsized_label(unsized: int) -> list[str]:
