@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -208,15 +209,8 @@ def programs(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: int
     """The processes of role ``subprocess`` (programs started by exec, and those below them) that lived during
     ``[lo, hi]``, one entry each (``A.CONFIG_IO_PROGRAMS``), in the order they started: a process's images (its fork
     of the parent, then each exec) are one, named by the program it exec'd first."""
-    images: dict[int, list[IoProcess]] = {}
-    for p in sorted(processes, key=lambda p: (p.start_ns, p.pid)):
-        if roles.get(p.pid) == "subprocess":
-            images.setdefault(p.pid, []).append(p)
     out = []
-    for pid, seen in images.items():
-        start, end = seen[0].start_ns, max(p.end_ns for p in seen)
-        if end < lo or start > hi:
-            continue
+    for pid, seen, start, end in _lived(processes, lambda p: roles.get(p.pid) == "subprocess", lo, hi):
         ran = next((p for p in seen if not p.forked), seen[0])
         command = " ".join(ran.argv) or ran.exe
         name = PurePosixPath(ran.argv[0] if ran.argv else ran.exe).name  # as the program was called: sh, not dash
@@ -228,19 +222,26 @@ def programs(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: int
     return out
 
 
+def _lived(processes: list[IoProcess], keep: Callable[[IoProcess], bool], lo: int, hi: int
+           ) -> Iterator[tuple[int, list[IoProcess], int, int]]:  # fmt: skip
+    """The pids of the images ``keep`` keeps that lived during ``[lo, hi]``, in the order they started: each with its
+    images in order, its start (its first image's) and its end (its last image's)."""
+    images: dict[int, list[IoProcess]] = {}
+    for p in sorted(processes, key=lambda p: (p.start_ns, p.pid)):
+        if keep(p):
+            images.setdefault(p.pid, []).append(p)
+    for pid, seen in images.items():
+        start, end = seen[0].start_ns, max(p.end_ns for p in seen)
+        if end >= lo and start <= hi:
+            yield pid, seen, start, end
+
+
 def process_cpu(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: int) -> list[dict[str, Any]]:
     """What the processes that lived during ``[lo, hi]`` did with the CPUs (``A.CONFIG_IO_PROCESS_CPU``), a pid's
     images summed: the main process and workers (no role) first, then the others, each in the order they
     started; those whose files predate the figures left out."""
-    images: dict[int, list[IoProcess]] = {}
-    for p in sorted(processes, key=lambda p: (p.start_ns, p.pid)):
-        if p.cpu_ns is not None:
-            images.setdefault(p.pid, []).append(p)
     out = []
-    for pid, seen in images.items():
-        start, end = seen[0].start_ns, max(p.end_ns for p in seen)
-        if end < lo or start > hi:
-            continue
+    for pid, seen, start, end in _lived(processes, lambda p: p.cpu_ns is not None, lo, hi):
         entry = {"pid": pid, "start_ns": start, "end_ns": end, "cpu_ns": sum(p.cpu_ns or 0 for p in seen),
                  "preempted": sum(p.preempted or 0 for p in seen)}  # fmt: skip
         if all(p.run_delay_ns is not None for p in seen):
