@@ -167,6 +167,11 @@ def io_run(store: Store, run_id: int | None) -> IoRun:
     return per_store[ctx.run_id]
 
 
+def lived_ns(entry: dict[str, int]) -> int:
+    """A process's time from its start to its exit, from its ``runs.config.io_process_cpu`` entry."""
+    return max(0, entry.get("end_ns", 0) - entry.get("start_ns", 0))
+
+
 def cpu_facts(io: IoRun) -> dict[str, Any]:
     """What the main process and the workers did with the CPUs over their lives (``runs.config.io_process_cpu``):
     ``main_cpu_ns``, ``main_run_delay_ns`` (its threads' wait for a CPU), ``main_lived_ns``, ``main_cpus`` (the
@@ -180,12 +185,12 @@ def cpu_facts(io: IoRun) -> dict[str, Any]:
     out: dict[str, Any] = {}
     main = io.cpu.get(io.main_pid) if io.main_pid is not None else None
     if main is not None:
-        lived = max(0, main.get("end_ns", 0) - main.get("start_ns", 0))
+        lived = lived_ns(main)
         out |= {"main_cpu_ns": main["cpu_ns"], "main_run_delay_ns": main.get("run_delay_ns"), "main_lived_ns": lived,
                 "main_cpus": round(main["cpu_ns"] / lived, 2) if lived else None}  # fmt: skip
     workers = [e for pid, e in io.cpu.items() if io.role(pid) == "worker"]
     if workers:
-        lived = sum(max(0, e.get("end_ns", 0) - e.get("start_ns", 0)) for e in workers)
+        lived = sum(lived_ns(e) for e in workers)
         cpu = sum(e["cpu_ns"] for e in workers)
         known = all("run_delay_ns" in e for e in workers)
         delay = sum(e.get("run_delay_ns", 0) for e in workers) if known else None

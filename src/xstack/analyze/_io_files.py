@@ -24,6 +24,7 @@ from xstack.analyze._io_common import (
     file_int,
     in_list,
     io_run,
+    lived_ns,
     mapped_files,
     mapped_label,
     rate,
@@ -372,7 +373,7 @@ def _programs_label(facts: dict[str, Any]) -> list[str]:
 def _process_row(name: str, role: str, r: tuple[Any, ...], cpu: dict[str, int] | None) -> tuple[Any, ...]:
     pid = None if r[0] is None else int(r[0])
     ops, reads, writes, nread, nwritten, data_read, time, rw_time, files = (as_count(v) for v in r[1:])
-    lived = max(0, cpu.get("end_ns", 0) - cpu.get("start_ns", 0)) if cpu else None
+    lived = lived_ns(cpu) if cpu else None
     return (name, pid, role, ops, reads, writes, nread, nwritten, data_read, time, rate(nread + nwritten, rw_time),
             files, lived, cpu["cpu_ns"] if cpu else None, cpu.get("run_delay_ns") if cpu else None)  # fmt: skip
 

@@ -219,6 +219,7 @@ def small_file_staging(
         table.append((t, n, pct(n, totals[0]), ops, pct(ops, totals[1]), nbytes, pct(nbytes, totals[2]), time,
                       pct(time, totals[3]), "yes" if t == threshold_bytes else ""))  # fmt: skip
     chosen = next(r for r in table if r[0] == threshold_bytes)
+    listed = any(r[1] for r in table)  # no file under any threshold: a label says so, not a table of zeros
     sync_ns = _span_time(store, io, all_paths, threshold_bytes, f"name IN {in_list(SYNC_OPS)}")
     warmup_ns = _warmup_time(store, io, all_paths, threshold_bytes)
     step_ns = _step_time(store, io, all_paths, threshold_bytes) if io.ctx.config.get("merge") else None
@@ -228,7 +229,7 @@ def small_file_staging(
         SMALL_ID,
         SMALL_TITLE,
         SMALL_COLUMNS,
-        table if any(r[1] for r in table) else [],  # no file under any threshold: a label says so, not zeros
+        table if listed else [],
         notes=notes_of(small_file_staging),
         run_id=io.run_id,
         chart=Chart(
@@ -265,16 +266,15 @@ def small_file_staging(
         },
         labels=([] if all_paths else ["data files only (all_paths=True for every file)"])
         + _unsized_label(unsized)
-        + _none_small(totals[0], table, "file" if all_paths else "data file"),
+        + ([] if listed else _none_small(totals[0], limits[-1], "file" if all_paths else "data file")),
     )
 
 
-def _none_small(files: int, table: list[tuple[Any, ...]], what: str) -> list[str]:
-    """Says that none of the ``files`` (of kind ``what``) is as small as the largest threshold, where the table, all
-    zeros, is left out."""
-    if not files or any(r[1] for r in table):
+def _none_small(files: int, largest: int, what: str) -> list[str]:
+    """Says that every one of the ``files`` (of kind ``what``) is larger than the ``largest`` threshold; none where
+    there are no files."""
+    if not files:
         return []
-    largest = max(r[0] for r in table)
     them = f"the {what} is" if files == 1 else f"all {files:,} {what}s are"
     return [f"{them} larger than {format_value(largest, 'bytes')}, the largest threshold: no small file to stage"]
 

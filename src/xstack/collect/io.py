@@ -201,7 +201,7 @@ def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, in
     set_io_parents(store.con, run_id)
     _add_level(store, run_id)
     _add_programs(store, run_id, programs(records.processes, roles, lo, hi))
-    _add_config(store, run_id, process_cpu(records.processes, roles, lo, hi))
+    _add_process_cpu(store, run_id, process_cpu(records.processes, roles, lo, hi))
     return _health(records, kept, outside)
 
 
@@ -251,7 +251,7 @@ def process_cpu(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: 
     return out[: A.IO_PROCESS_CPU_KEPT]
 
 
-def _add_config(store: Store, run_id: int, found: list[dict[str, Any]]) -> None:
+def _add_process_cpu(store: Store, run_id: int, found: list[dict[str, Any]]) -> None:
     """Record ``found`` (``process_cpu``) in the run's config."""
     if found:
         _patch_config(store, run_id, {A.CONFIG_IO_PROCESS_CPU: found})
