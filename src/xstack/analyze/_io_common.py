@@ -33,6 +33,8 @@ WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev
 """Span names of the calls that write a file (the destination side of in-kernel copies included)."""
 OPEN_OPS: Final = ("open", "openat", "creat", "dup", "fopen", "fdopen", "opendir")
 """Span names of the calls Darshan counts as opens (``dup`` included, as its ``OPENS`` counts dups)."""
+CLOSE_OPS: Final = ("close", "fclose")
+"""Span names of the calls that close a file (a descriptor, a stdio stream)."""
 
 DATA_CLASSES: Final = ("data", "unknown")
 """Path classes that count as the program's data (``unknown``: a Darshan log that did not classify its paths)."""

@@ -9,6 +9,7 @@ from typing import Any
 from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
+    CLOSE_OPS,
     DATA_SPAN,
     FILE_STORAGE,
     FILE_TIME,
@@ -170,6 +171,30 @@ it, the write and read time of it all, the files, the fewest iterations that hol
 time on files named as checkpoints (``CHECKPOINT_NAME``), and the checkpoint files' opens for writing (an open's
 flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``: a save each, over an earlier file or not) and
 the bytes written to them."""
+
+_SAVES = f"""
+WITH steps AS ({{parents}}),
+io AS (
+    SELECT parent_id, tid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, name, start_ns, span_id,
+        start_ns + dur_ns AS e, name IN {in_list(OPEN_OPS)}
+            AND coalesce(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0, false) AS opened
+    FROM spans
+    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IN (SELECT span_id FROM steps) AND {{window}}
+        AND (name IN {in_list(OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)}) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        AND coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false)
+),
+paired AS (
+    SELECT opened, start_ns, min(CASE WHEN name IN {in_list(CLOSE_OPS)} THEN e END) OVER (
+        PARTITION BY parent_id, tid, fd ORDER BY start_ns, span_id ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING
+    ) AS closed
+    FROM io
+)
+SELECT start_ns, closed FROM paired WHERE opened AND closed IS NOT NULL ORDER BY start_ns
+"""
+"""The main process's saves of files named as checkpoints in the measured steps outside every stage (``_UNSTAGED``'s
+``{parents}`` and ``{window}``): each open of one for writing and the end of the first close of its descriptor
+on the same thread in the same iteration after it, ``(start, end)`` ns: a save's whole time, the serialising
+between its file calls included (``torch.save``'s zip format computes a CRC of the data before writing it)."""
 
 _UNSTAGED_STEPS = {"parents": f"SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}",
                    "window": "TRUE"}  # fmt: skip
@@ -457,17 +482,17 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     iterations that hold ``MOST_OF`` its time; None without steps), ``main_io_unstaged_checkpoint_ns`` (all of
     it on files named as checkpoints), ``main_io_unstaged_checkpoints`` and
     ``main_io_unstaged_checkpoint_bytes`` (the opens of checkpoint files for writing, a save each, and the bytes
-    written to them), those of the loop's own thread;
+    written to them), ``main_io_unstaged_checkpoint_save_ns`` (the time some of those saves was under way, from its
+    open to its close, serialising included: ``_SAVES``; None where no save was closed in its iteration), those
+    of the loop's own thread;
     ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
     ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool that reads the batch
     while the loop waits on its results), as the time some call of theirs was under way outside every stage
     (``_THREADS``)."""
-    parts = _UNSTAGED_STEPS if steps else _UNSTAGED_REGION
-    sql = _UNSTAGED.replace("{parents}", parts["parents"]).replace("{window}", parts["window"])
-    sql = sql.replace("{measured}", past_warmup(io.ctx.warmup))
-    sql = sql if steps else sql.replace("WITH steps AS", f"WITH _st AS {_STAGES}, steps AS", 1)
-    total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(store, sql, io.run_id,
-                                                                                   main=io.main_pid)[0]  # fmt: skip
+    total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(
+        store, _in_no_stage(_UNSTAGED, io, steps=steps), io.run_id, main=io.main_pid
+    )[0]
+    saves = rows(store, _in_no_stage(_SAVES, io, steps=steps), io.run_id, main=io.main_pid) if ckpt_files else []
     facts = {
         "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
         "main_io_unstaged_total_ns": as_count(total),
@@ -478,6 +503,7 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
         "main_io_unstaged_checkpoint_ns": as_count(ckpt_ns),
         "main_io_unstaged_checkpoints": as_count(ckpt_files),
         "main_io_unstaged_checkpoint_bytes": as_count(ckpt_bytes),
+        "main_io_unstaged_checkpoint_save_ns": _covered([(int(a), int(b)) for a, b in saves]) if saves else None,
     }
     measured = io.ctx.measured_table()
     if measured is None or not iterations:
@@ -488,6 +514,15 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     return facts | {"thread_io_unstaged_ns": max(as_count(total), 0) / iterations, "thread_io_threads":
                     as_count(threads), "thread_io_files": as_count(files), "thread_io_path": path,
                     "thread_io_kind": _kind(written, read)}  # fmt: skip
+
+
+def _in_no_stage(template: str, io: IoRun, *, steps: bool) -> str:
+    """``template`` (``_UNSTAGED``, ``_SAVES``) over the measured steps, or (``steps`` False) over a run's region
+    between its first stage and its last."""
+    parts = _UNSTAGED_STEPS if steps else _UNSTAGED_REGION
+    sql = template.replace("{parents}", parts["parents"]).replace("{window}", parts["window"])
+    sql = sql.replace("{measured}", past_warmup(io.ctx.warmup))
+    return sql if steps else sql.replace("WITH steps AS", f"WITH _st AS {_STAGES}, steps AS", 1)
 
 
 def _programs(io: IoRun, windows: list[tuple[int, int]]) -> dict[str, Any]:

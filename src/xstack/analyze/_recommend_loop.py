@@ -116,6 +116,9 @@ SAVE_OFF_THE_STEP: Final = (
     "loop's critical path: copy the state to CPU memory and write it from a background thread or process "
     "(torch.distributed.checkpoint's async_save does both)."
 )
+SERIALISING_SAID: Final = 0.1
+"""Share of the checkpoint saves' file-call time from which the time they spent between those calls (serialising)
+is said, with their time from open to close (counted however small)."""
 IO_LEADS: Final = 0.5
 """Share of the time in no stage per iteration from which the main process's file I/O there leads the advice."""
 CHECKPOINT_SHARE: Final = 0.5
@@ -130,31 +133,40 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     to the advice, and whether it is ``IO_LEADS`` of that time or more, so that the advice starts with it; else
     (None, "", False). Where ``MOST_OF`` it ran in ``OCCASIONAL_SHARE`` of the measured iterations or fewer, it
     says so; where ``CHECKPOINT_SHARE`` of it or more was on files named as checkpoints, it advises on saving
-    them."""
+    them, and where the saves took longer from their files' opens to their closes than in their file calls
+    (``main_io_unstaged_checkpoint_save_ns``: the state pickled, the zip format's CRC), it counts that time too."""
     io = get(results, "io.input_bound")
     facts = io.facts if io is not None else {}
     each = " per iteration" if per == "iteration" else ""
     ns = num(facts, "main_io_unstaged_ns" if each else "main_io_unstaged_total_ns")
     path, kind = facts.get("main_io_unstaged_path"), facts.get("main_io_unstaged_kind")
-    if not unstaged_ns or not ns or not path or ns < UNSTAGED_IO_SHARE * unstaged_ns:
+    total = num(facts, "main_io_unstaged_total_ns") or 0.0
+    saves, ckpt_ns = int(num(facts, "main_io_unstaged_checkpoints") or 0), num(facts, "main_io_unstaged_checkpoint_ns")
+    checkpoints = bool(saves and ckpt_ns and total and ckpt_ns >= CHECKPOINT_SHARE * total)
+    scale = (ns or 0.0) / total if total else 0.0  # from the facts' totals to ns's: per iteration or all of it
+    # a save's serialising between its file calls (pickling, the zip format's CRC) is the save's time too
+    save_ns = (num(facts, "main_io_unstaged_checkpoint_save_ns") or 0.0) * scale if checkpoints else 0.0
+    serialising = max(0.0, save_ns - (ckpt_ns or 0.0) * scale)
+    if not unstaged_ns or not ns or not path or ns + serialising < UNSTAGED_IO_SHARE * unstaged_ns:
         line, action = _thread_io(facts, unstaged_ns if each else None)
         return line, action, False
-    leads = ns >= IO_LEADS * unstaged_ns
-    total = num(facts, "main_io_unstaged_total_ns") or 0.0
+    leads = ns + serialising >= IO_LEADS * unstaged_ns
     doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
     name = str(path).rsplit("/", 1)[-1]
     iterations, held = int(num(facts, "iterations") or 0), int(num(facts, "main_io_unstaged_iterations") or 0)
     occasional = 0 < held <= OCCASIONAL_SHARE * iterations
     where = (f", {MOST_OF:.0%} of it in {held:,} of the {iterations:,} measured iterations" if occasional
              else "")  # fmt: skip
-    saves, ckpt_ns = int(num(facts, "main_io_unstaged_checkpoints") or 0), num(facts, "main_io_unstaged_checkpoint_ns")
-    if saves and ckpt_ns and total and ckpt_ns >= CHECKPOINT_SHARE * total:  # checkpoints saved between the stages
+    if checkpoints and ckpt_ns:  # checkpoints saved between the stages
         size = format_value((num(facts, "main_io_unstaged_checkpoint_bytes") or 0) / saves, "bytes")
         files = f"{saves:,} checkpoint saves, {size} each on average, {name} among them" if saves > 1 else (
             f"the save of the checkpoint {name}, {size}")  # fmt: skip
         line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}; "
-                f"{min(100.0, 100.0 * ckpt_ns / total):.0f}% of it in {files} (io.input_bound)")  # fmt: skip
-        return line, SAVE_OFF_THE_STEP, leads
+                f"{min(100.0, 100.0 * ckpt_ns / total):.0f}% of it in {files}")  # fmt: skip
+        if serialising >= SERIALISING_SAID * ckpt_ns * scale:
+            line += (f", which took {format_ns(save_ns)}{each} from {'each' if saves > 1 else 'the'} file's open to "
+                     "its close, serialising included")  # fmt: skip
+        return f"{line} (io.input_bound)", SAVE_OFF_THE_STEP, leads
     count = int(num(facts, "main_io_unstaged_files") or 0)
     files = f"{count:,} files ({path} the longest)" if count > 1 else str(path)
     line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}, most of it {doing} {files} "
