@@ -16,6 +16,7 @@ from xstack.analyze._io_common import (
     OPEN_OPS,
     READ_OPS,
     SPAN_BYTES,
+    SPAN_CLASS,
     SPAN_PATH,
     SPAN_STORAGE,
     SYNC_OPS,
@@ -137,6 +138,10 @@ MOST_OF = 0.9
 """The share of the main process's file I/O outside every stage whose iterations ``_unstaged`` counts: where they
 are few, the I/O is occasional work (a checkpoint every N steps), not the usual iteration's."""
 
+_LOOP_FILES = f"{SPAN_CLASS} NOT IN ('stream', 'ipc', 'python', 'profiler')"
+"""The files of the loop's own I/O between its stages: storage (``SPAN_STORAGE``), less Python's own (a lazy
+import between the stages, its ``.pyc`` written, is no file the loop reads or writes) and the profiler's."""
+
 _UNSTAGED = f"""
 WITH steps AS ({{parents}}),
 io AS MATERIALIZED (
@@ -145,7 +150,7 @@ io AS MATERIALIZED (
         CASE WHEN name IN {in_list(OPEN_OPS)} THEN TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0
             ELSE false END AS opened
     FROM spans
-    WHERE run_id = $run AND level = 'io' AND pid = $main AND {SPAN_STORAGE} AND parent_id IN (SELECT span_id FROM steps)
+    WHERE run_id = $run AND level = 'io' AND pid = $main AND {_LOOP_FILES} AND parent_id IN (SELECT span_id FROM steps)
         AND {{window}}
 ),
 by_path AS MATERIALIZED (
@@ -172,30 +177,6 @@ time on files named as checkpoints (``CHECKPOINT_NAME``), and the checkpoint fil
 flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``: a save each, over an earlier file or not) and
 the bytes written to them."""
 
-_SAVES = f"""
-WITH steps AS ({{parents}}),
-io AS (
-    SELECT parent_id, tid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, name, start_ns, span_id,
-        start_ns + dur_ns AS e, name IN {in_list(OPEN_OPS)}
-            AND coalesce(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0, false) AS opened
-    FROM spans
-    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IN (SELECT span_id FROM steps) AND {{window}}
-        AND (name IN {in_list(OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)}) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
-        AND coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false)
-),
-paired AS (
-    SELECT opened, start_ns, min(CASE WHEN name IN {in_list(CLOSE_OPS)} THEN e END) OVER (
-        PARTITION BY parent_id, tid, fd ORDER BY start_ns, span_id ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING
-    ) AS closed
-    FROM io
-)
-SELECT start_ns, closed FROM paired WHERE opened AND closed IS NOT NULL ORDER BY start_ns
-"""
-"""The main process's saves of files named as checkpoints in the measured steps outside every stage (``_UNSTAGED``'s
-``{parents}`` and ``{window}``): each open of one for writing and the end of the first close of its descriptor
-on the same thread in the same iteration after it, ``(start, end)`` ns: a save's whole time, the serialising
-between its file calls included (``torch.save``'s zip format computes a CRC of the data before writing it)."""
-
 _UNSTAGED_STEPS = {"parents": f"SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}",
                    "window": "TRUE"}  # fmt: skip
 """``_UNSTAGED``'s parents and window in a run of steps: the measured steps."""
@@ -211,11 +192,48 @@ _STAGES = f"""(SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run
     AND pid = $main AND NOT ({STEP}) AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail'))"""
 """The main process's stages (its model spans but the iterations, a run's region and what follows its last step)."""
 
+_OPEN_FOR_WRITING = f"""
+WITH steps AS ({{parents}}),
+io AS (
+    SELECT parent_id, tid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, name, start_ns, span_id,
+        start_ns + dur_ns AS e, coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false) AS ckpt,
+        name IN {in_list(OPEN_OPS)}
+            AND coalesce(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0, false) AS opened
+    FROM spans
+    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IN (SELECT span_id FROM steps) AND {{window}}
+        AND (name IN {in_list(OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)}) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+        AND {_LOOP_FILES}
+),
+paired AS (
+    SELECT opened, ckpt, start_ns AS s, min(CASE WHEN name IN {in_list(CLOSE_OPS)} THEN e END) OVER (
+        PARTITION BY parent_id, tid, fd ORDER BY start_ns, span_id ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING
+    ) AS e
+    FROM io
+),
+held AS (SELECT s, e, ckpt FROM paired WHERE opened AND e IS NOT NULL),
+everything AS ({merged("held")}),
+saves AS ({merged("(SELECT s, e FROM held WHERE ckpt)")}),
+st AS ({merged(_STAGES)})
+SELECT (SELECT coalesce(sum(e - s), 0) FROM everything)
+        - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM everything u JOIN st
+           ON u.s < st.e AND u.e > st.s),
+    (SELECT coalesce(sum(e - s), 0) FROM saves)
+        - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM saves u JOIN st
+           ON u.s < st.e AND u.e > st.s),
+    (SELECT count(*) FROM held), (SELECT count(*) FROM held WHERE ckpt)
+"""
+"""The main process's files opened for writing in the measured steps (``_UNSTAGED``'s ``{parents}`` and
+``{window}``), each from its open to the end of the first close of its descriptor after it, on the same thread
+in the same iteration: the time some of them were open outside every stage (the union of those intervals, less
+the main process's stages), then the same of those named as checkpoints (their saves), and how many of each were
+paired. A file's whole time, what the program does between its calls included: ``torch.save``'s zip format
+computes a CRC of the data before writing it, PIL encodes an image between its writes."""
+
 _THREADS = f"""
 WITH w AS (SELECT ws, we FROM {{windows}}),
 t AS (
     SELECT start_ns AS s, start_ns + dur_ns AS e, tid, name, dur_ns, {SPAN_PATH} AS path FROM spans
-    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {SPAN_STORAGE}
+    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {_LOOP_FILES}
 ),
 tw AS (SELECT t.* FROM t ASOF JOIN w ON t.s >= w.ws WHERE t.s < w.we),
 u AS ({merged("tw")}),
@@ -482,9 +500,11 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     iterations that hold ``MOST_OF`` its time; None without steps), ``main_io_unstaged_checkpoint_ns`` (all of
     it on files named as checkpoints), ``main_io_unstaged_checkpoints`` and
     ``main_io_unstaged_checkpoint_bytes`` (the opens of checkpoint files for writing, a save each, and the bytes
-    written to them), ``main_io_unstaged_checkpoint_save_ns`` (the time some of those saves was under way, from its
-    open to its close, serialising included: ``_SAVES``; None where no save was closed in its iteration), those
-    of the loop's own thread;
+    written to them), ``main_io_unstaged_written_open_ns`` (the time some file opened for writing was open, from
+    its open to its close, outside every stage: what the program did between its calls, encoding an image,
+    included; None where none was closed in the iteration that opened it) and
+    ``main_io_unstaged_checkpoint_save_ns`` (the same of the checkpoints: their saves, serialising included;
+    ``_OPEN_FOR_WRITING``), those of the loop's own thread;
     ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
     ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool that reads the batch
     while the loop waits on its results), as the time some call of theirs was under way outside every stage
@@ -492,7 +512,11 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(
         store, _in_no_stage(_UNSTAGED, io, steps=steps), io.run_id, main=io.main_pid
     )[0]
-    saves = rows(store, _in_no_stage(_SAVES, io, steps=steps), io.run_id, main=io.main_pid) if ckpt_files else []
+    held, saves, opened, saved = (
+        rows(store, _in_no_stage(_OPEN_FOR_WRITING, io, steps=steps), io.run_id, main=io.main_pid)[0]
+        if files
+        else (0, 0, 0, 0)
+    )
     facts = {
         "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
         "main_io_unstaged_total_ns": as_count(total),
@@ -503,7 +527,8 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
         "main_io_unstaged_checkpoint_ns": as_count(ckpt_ns),
         "main_io_unstaged_checkpoints": as_count(ckpt_files),
         "main_io_unstaged_checkpoint_bytes": as_count(ckpt_bytes),
-        "main_io_unstaged_checkpoint_save_ns": _covered([(int(a), int(b)) for a, b in saves]) if saves else None,
+        "main_io_unstaged_written_open_ns": max(as_count(held), 0) if opened else None,
+        "main_io_unstaged_checkpoint_save_ns": max(as_count(saves), 0) if saved else None,
     }
     measured = io.ctx.measured_table()
     if measured is None or not iterations:

@@ -116,9 +116,10 @@ SAVE_OFF_THE_STEP: Final = (
     "loop's critical path: copy the state to CPU memory and write it from a background thread or process "
     "(torch.distributed.checkpoint's async_save does both)."
 )
-SERIALISING_SAID: Final = 0.1
-"""Share of the checkpoint saves' file-call time from which the time they spent between those calls (serialising)
-is said, with their time from open to close (counted however small)."""
+BETWEEN_SAID: Final = 0.1
+"""Share of the file-call time of the files written between the stages (of the checkpoints' where they are most of
+it) from which the time the program spent between those calls (serialising, encoding) is said, with the files'
+time from open to close; it counts however small."""
 IO_LEADS: Final = 0.5
 """Share of the time in no stage per iteration from which the main process's file I/O there leads the advice."""
 CHECKPOINT_SHARE: Final = 0.5
@@ -133,8 +134,9 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     to the advice, and whether it is ``IO_LEADS`` of that time or more, so that the advice starts with it; else
     (None, "", False). Where ``MOST_OF`` it ran in ``OCCASIONAL_SHARE`` of the measured iterations or fewer, it
     says so; where ``CHECKPOINT_SHARE`` of it or more was on files named as checkpoints, it advises on saving
-    them, and where the saves took longer from their files' opens to their closes than in their file calls
-    (``main_io_unstaged_checkpoint_save_ns``: the state pickled, the zip format's CRC), it counts that time too."""
+    them. Where that I/O is mostly writing, the files' time from open to close beyond their calls counts too
+    (``main_io_unstaged_written_open_ns``, ``main_io_unstaged_checkpoint_save_ns`` for checkpoints: the state
+    pickled, the zip format's CRC, an image encoded), said where it is ``BETWEEN_SAID`` of the calls' or more."""
     io = get(results, "io.input_bound")
     facts = io.facts if io is not None else {}
     each = " per iteration" if per == "iteration" else ""
@@ -144,13 +146,19 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     saves, ckpt_ns = int(num(facts, "main_io_unstaged_checkpoints") or 0), num(facts, "main_io_unstaged_checkpoint_ns")
     checkpoints = bool(saves and ckpt_ns and total and ckpt_ns >= CHECKPOINT_SHARE * total)
     scale = (ns or 0.0) / total if total else 0.0  # from the facts' totals to ns's: per iteration or all of it
-    # a save's serialising between its file calls (pickling, the zip format's CRC) is the save's time too
-    save_ns = (num(facts, "main_io_unstaged_checkpoint_save_ns") or 0.0) * scale if checkpoints else 0.0
-    serialising = max(0.0, save_ns - (ckpt_ns or 0.0) * scale)
-    if not unstaged_ns or not ns or not path or ns + serialising < UNSTAGED_IO_SHARE * unstaged_ns:
+    # what the program does between a written file's calls (a save's pickling and CRC, an image's encoding) is
+    # part of writing it: the files' time from open to close, beyond their calls' (all the calls: a lower bound)
+    opened = "main_io_unstaged_checkpoint_save_ns" if checkpoints else "main_io_unstaged_written_open_ns"
+    held_ns = scale * (num(facts, opened) or 0.0) if checkpoints or kind == "write" else 0.0
+    between = max(0.0, held_ns - ((ckpt_ns or 0.0) * scale if checkpoints else ns or 0.0))
+    if not unstaged_ns or not ns or not path or ns + between < UNSTAGED_IO_SHARE * unstaged_ns:
         line, action = _thread_io(facts, unstaged_ns if each else None)
         return line, action, False
-    leads = ns + serialising >= IO_LEADS * unstaged_ns
+    leads = ns + between >= IO_LEADS * unstaged_ns
+    several = (saves if checkpoints else int(num(facts, "main_io_unstaged_files") or 0)) > 1
+    took = (f", which took {format_ns(held_ns)}{each} from {'each' if several else 'the'} file's open to its close, "
+            f"{'serialising' if checkpoints else 'what the program did between its calls'} included"
+            if between and between >= BETWEEN_SAID * (held_ns - between) else "")  # fmt: skip
     doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
     name = str(path).rsplit("/", 1)[-1]
     iterations, held = int(num(facts, "iterations") or 0), int(num(facts, "main_io_unstaged_iterations") or 0)
@@ -162,14 +170,11 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
         files = f"{saves:,} checkpoint saves, {size} each on average, {name} among them" if saves > 1 else (
             f"the save of the checkpoint {name}, {size}")  # fmt: skip
         line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}; "
-                f"{min(100.0, 100.0 * ckpt_ns / total):.0f}% of it in {files}")  # fmt: skip
-        if serialising >= SERIALISING_SAID * ckpt_ns * scale:
-            line += (f", which took {format_ns(save_ns)}{each} from {'each' if saves > 1 else 'the'} file's open to "
-                     "its close, serialising included")  # fmt: skip
-        return f"{line} (io.input_bound)", SAVE_OFF_THE_STEP, leads
+                f"{min(100.0, 100.0 * ckpt_ns / total):.0f}% of it in {files}{took} (io.input_bound)")  # fmt: skip
+        return line, SAVE_OFF_THE_STEP, leads
     count = int(num(facts, "main_io_unstaged_files") or 0)
     files = f"{count:,} files ({path} the longest)" if count > 1 else str(path)
-    line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}, most of it {doing} {files} "
+    line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}, most of it {doing} {files}{took} "
             "(io.input_bound)")  # fmt: skip
     them = "them" if count > 1 else "it"
     if kind == "read":
