@@ -192,42 +192,49 @@ _STAGES = f"""(SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run
     AND pid = $main AND NOT ({STEP}) AND coalesce(attrs->>'$."{A.MODEL_KIND}"', '-') NOT IN ('region', 'tail'))"""
 """The main process's stages (its model spans but the iterations, a run's region and what follows its last step)."""
 
-_OPEN_FOR_WRITING = f"""
+
+def _outside_stages(source: str) -> str:
+    """SQL of the time that some interval ``(s, e)`` of ``source`` covers outside every stage of the main process
+    (``st``: the union of its stages)."""
+    return f"""(SELECT coalesce(sum(e - s), 0) FROM ({merged(source)}))
+        - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM ({merged(source)}) u JOIN st
+           ON u.s < st.e AND u.e > st.s)"""
+
+
+_HELD_OPEN = f"""
 WITH steps AS ({{parents}}),
 io AS (
     SELECT parent_id, tid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, name, start_ns, span_id,
         start_ns + dur_ns AS e, coalesce(regexp_matches(lower({SPAN_PATH}), '{CHECKPOINT_NAME}'), false) AS ckpt,
-        name IN {in_list(OPEN_OPS)}
-            AND coalesce(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0, false) AS opened
+        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS flags
     FROM spans
     WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IN (SELECT span_id FROM steps) AND {{window}}
         AND (name IN {in_list(OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)}) AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
         AND {_LOOP_FILES}
 ),
 paired AS (
-    SELECT opened, ckpt, start_ns AS s, min(CASE WHEN name IN {in_list(CLOSE_OPS)} THEN e END) OVER (
-        PARTITION BY parent_id, tid, fd ORDER BY start_ns, span_id ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING
-    ) AS e
+    SELECT ckpt, start_ns AS s, min(CASE WHEN name IN {in_list(CLOSE_OPS)} THEN e END) OVER (
+            PARTITION BY parent_id, tid, fd ORDER BY start_ns, span_id ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING
+        ) AS e,
+        CASE WHEN name NOT IN {in_list(OPEN_OPS)} THEN NULL WHEN flags & 3 <> 0 THEN 'w'
+            WHEN name IN ('open', 'openat', 'fopen') AND flags IS NOT NULL THEN 'r' END AS mode
     FROM io
 ),
-held AS (SELECT s, e, ckpt FROM paired WHERE opened AND e IS NOT NULL),
-everything AS ({merged("held")}),
-saves AS ({merged("(SELECT s, e FROM held WHERE ckpt)")}),
+held AS (SELECT s, e, ckpt, mode FROM paired WHERE mode IS NOT NULL AND e IS NOT NULL),
 st AS ({merged(_STAGES)})
-SELECT (SELECT coalesce(sum(e - s), 0) FROM everything)
-        - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM everything u JOIN st
-           ON u.s < st.e AND u.e > st.s),
-    (SELECT coalesce(sum(e - s), 0) FROM saves)
-        - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM saves u JOIN st
-           ON u.s < st.e AND u.e > st.s),
-    (SELECT count(*) FROM held), (SELECT count(*) FROM held WHERE ckpt)
+SELECT {_outside_stages("(SELECT s, e FROM held WHERE mode = 'w')")},
+    {_outside_stages("(SELECT s, e FROM held WHERE mode = 'w' AND ckpt)")},
+    {_outside_stages("(SELECT s, e FROM held WHERE mode = 'r')")},
+    (SELECT count(*) FILTER (WHERE mode = 'w') FROM held), (SELECT count(*) FILTER (WHERE mode = 'w' AND ckpt)
+    FROM held), (SELECT count(*) FILTER (WHERE mode = 'r') FROM held)
 """
-"""The main process's files opened for writing in the measured steps (``_UNSTAGED``'s ``{parents}`` and
-``{window}``), each from its open to the end of the first close of its descriptor after it, on the same thread
-in the same iteration: the time some of them were open outside every stage (the union of those intervals, less
-the main process's stages), then the same of those named as checkpoints (their saves), and how many of each were
-paired. A file's whole time, what the program does between its calls included: ``torch.save``'s zip format
-computes a CRC of the data before writing it, PIL encodes an image between its writes."""
+"""The main process's files opened in the measured steps (``_UNSTAGED``'s ``{parents}`` and ``{window}``), each
+from its open to the end of the first close of its descriptor after it, on the same thread in the same iteration:
+the time some of them were open outside every stage (the union of those intervals, less the main process's
+stages), of those opened for writing, of those of them named as checkpoints (their saves) and of those opened for
+reading only (an open's flags are its ``io.requested_bytes``), then how many of each were paired. A file's whole
+time, what the program does between its calls included: ``torch.save``'s zip format computes a CRC of the data
+before writing it, PIL encodes an image between its writes and decodes one between its reads."""
 
 _THREADS = f"""
 WITH w AS (SELECT ws, we FROM {{windows}}),
@@ -503,8 +510,9 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     written to them), ``main_io_unstaged_written_open_ns`` (the time some file opened for writing was open, from
     its open to its close, outside every stage: what the program did between its calls, encoding an image,
     included; None where none was closed in the iteration that opened it) and
-    ``main_io_unstaged_checkpoint_save_ns`` (the same of the checkpoints: their saves, serialising included;
-    ``_OPEN_FOR_WRITING``), those of the loop's own thread;
+    ``main_io_unstaged_checkpoint_save_ns`` (the same of the checkpoints: their saves, serialising included),
+    ``main_io_unstaged_read_open_ns`` (the same of the files opened for reading only: decoding an image between
+    its reads included; ``_HELD_OPEN``), those of the loop's own thread;
     ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
     ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool that reads the batch
     while the loop waits on its results), as the time some call of theirs was under way outside every stage
@@ -512,10 +520,10 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(
         store, _in_no_stage(_UNSTAGED, io, steps=steps), io.run_id, main=io.main_pid
     )[0]
-    held, saves, opened, saved = (
-        rows(store, _in_no_stage(_OPEN_FOR_WRITING, io, steps=steps), io.run_id, main=io.main_pid)[0]
+    held, saves, reading, opened, saved, read = (
+        rows(store, _in_no_stage(_HELD_OPEN, io, steps=steps), io.run_id, main=io.main_pid)[0]
         if files
-        else (0, 0, 0, 0)
+        else (0, 0, 0, 0, 0, 0)
     )
     facts = {
         "main_io_unstaged_ns": as_count(total) / iterations if iterations else None,
@@ -529,6 +537,7 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
         "main_io_unstaged_checkpoint_bytes": as_count(ckpt_bytes),
         "main_io_unstaged_written_open_ns": max(as_count(held), 0) if opened else None,
         "main_io_unstaged_checkpoint_save_ns": max(as_count(saves), 0) if saved else None,
+        "main_io_unstaged_read_open_ns": max(as_count(reading), 0) if read else None,
     }
     measured = io.ctx.measured_table()
     if measured is None or not iterations:

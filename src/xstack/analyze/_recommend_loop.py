@@ -117,9 +117,9 @@ SAVE_OFF_THE_STEP: Final = (
     "(torch.distributed.checkpoint's async_save does both)."
 )
 BETWEEN_SAID: Final = 0.1
-"""Share of the file-call time of the files written between the stages (of the checkpoints' where they are most of
-it) from which the time the program spent between those calls (serialising, encoding) is said, with the files'
-time from open to close; it counts however small."""
+"""Share of the file-call time of the files written or read between the stages (of the checkpoints' where they are
+most of it) from which the time the program spent between those calls (serialising, encoding, decoding) is said,
+with the files' time from open to close; it counts however small."""
 IO_LEADS: Final = 0.5
 """Share of the time in no stage per iteration from which the main process's file I/O there leads the advice."""
 CHECKPOINT_SHARE: Final = 0.5
@@ -134,9 +134,10 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     to the advice, and whether it is ``IO_LEADS`` of that time or more, so that the advice starts with it; else
     (None, "", False). Where ``MOST_OF`` it ran in ``OCCASIONAL_SHARE`` of the measured iterations or fewer, it
     says so; where ``CHECKPOINT_SHARE`` of it or more was on files named as checkpoints, it advises on saving
-    them. Where that I/O is mostly writing, the files' time from open to close beyond their calls counts too
-    (``main_io_unstaged_written_open_ns``, ``main_io_unstaged_checkpoint_save_ns`` for checkpoints: the state
-    pickled, the zip format's CRC, an image encoded), said where it is ``BETWEEN_SAID`` of the calls' or more."""
+    them. Where that I/O is mostly writing or mostly reading, the files' time from open to close beyond their
+    calls counts too (``main_io_unstaged_written_open_ns``, ``main_io_unstaged_checkpoint_save_ns`` for
+    checkpoints, ``main_io_unstaged_read_open_ns``: the state pickled, the zip format's CRC, an image encoded or
+    decoded), said where it is ``BETWEEN_SAID`` of the calls' or more."""
     io = get(results, "io.input_bound")
     facts = io.facts if io is not None else {}
     each = " per iteration" if per == "iteration" else ""
@@ -146,10 +147,12 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     saves, ckpt_ns = int(num(facts, "main_io_unstaged_checkpoints") or 0), num(facts, "main_io_unstaged_checkpoint_ns")
     checkpoints = bool(saves and ckpt_ns and total and ckpt_ns >= CHECKPOINT_SHARE * total)
     scale = (ns or 0.0) / total if total else 0.0  # from the facts' totals to ns's: per iteration or all of it
-    # what the program does between a written file's calls (a save's pickling and CRC, an image's encoding) is
-    # part of writing it: the files' time from open to close, beyond their calls' (all the calls: a lower bound)
-    opened = "main_io_unstaged_checkpoint_save_ns" if checkpoints else "main_io_unstaged_written_open_ns"
-    held_ns = scale * (num(facts, opened) or 0.0) if checkpoints or kind == "write" else 0.0
+    # what the program does between a file's calls (a save's pickling and CRC, an image's encoding or decoding) is
+    # part of writing or reading it: the files' time from open to close, beyond their calls' (all the calls: a
+    # lower bound)
+    opened = ("main_io_unstaged_checkpoint_save_ns" if checkpoints else "main_io_unstaged_written_open_ns"
+              if kind == "write" else "main_io_unstaged_read_open_ns")  # fmt: skip
+    held_ns = scale * (num(facts, opened) or 0.0) if checkpoints or kind in ("write", "read") else 0.0
     between = max(0.0, held_ns - ((ckpt_ns or 0.0) * scale if checkpoints else ns or 0.0))
     if not unstaged_ns or not ns or not path or ns + between < UNSTAGED_IO_SHARE * unstaged_ns:
         line, action = _thread_io(facts, unstaged_ns if each else None)
