@@ -30,6 +30,11 @@ has no work to find there."""
 OCCASIONAL_SHARE: Final = 0.25
 """At most this share of the measured iterations long: more, and the long iterations are the loop's spread, not
 occasional work in a few of them."""
+STRICTER: Final = (4.0, 8.0)
+"""Ratios to the median tried in turn where more than ``OCCASIONAL_SHARE`` of the iterations are ``LONG_RATIO``
+times it or more: a few that stand out far above a spread loop (an evaluation every 5th iteration of 20, 20 times
+the median, and the iteration after each one, slowed to twice it as the evaluation's worker exited, were 6 long
+iterations, too many: none was found)."""
 MIN_ITERATIONS: Final = 5
 """Measured iterations needed to tell a usual iteration from a long one."""
 
@@ -106,14 +111,27 @@ def long_iterations(store: Store, run_id: int) -> Result:
     first = _first_measured(ctx)
     durations = [int(d) for _, _, _, d in steps]
     median = statistics.median(durations)
-    long = [i for i, d in enumerate(durations) if d >= LONG_RATIO * median and d - median >= LONG_MIN_NS]
-    facts: dict[str, Any] = {"iterations": len(steps), "median_ns": round(median), "long": 0}
+    limit = OCCASIONAL_SHARE * len(steps)
+    cut, long = LONG_RATIO, _longer(durations, median, LONG_RATIO)
+    spread = len(long) if len(long) > limit else 0  # too many long: those far above the spread, if a few stand out
+    for stricter in STRICTER:
+        if len(long) <= limit:
+            break
+        cut, long = stricter, _longer(durations, median, stricter)
+    if not long or len(long) > limit:  # none, or the loop's own spread: no work in a few iterations
+        cut, long = LONG_RATIO, []
+    facts: dict[str, Any] = {"iterations": len(steps), "median_ns": round(median), "long": 0, "long_ratio": cut}
     labels = [f"median iteration {format_ns(median)} over {counted(len(steps), 'measured iteration')}; long: "
-              f"{LONG_RATIO:g}x the median or more, and {format_ns(LONG_MIN_NS)} longer"]  # fmt: skip
-    if not long or len(long) > OCCASIONAL_SHARE * len(steps):
-        if long:
-            labels.append(f"{len(long):,} of them are long, more than {OCCASIONAL_SHARE:.0%}: the loop's own spread, "
-                          "not work in a few iterations")  # fmt: skip
+              f"{cut:g}x the median or more, and {format_ns(LONG_MIN_NS)} longer"]  # fmt: skip
+    if spread and long:
+        labels[0] += (f" ({spread:,} are {LONG_RATIO:g}x the median or more, more than {OCCASIONAL_SHARE:.0%}: the "
+                      "loop's spread, above which these stand out)")  # fmt: skip
+    if not long:
+        if spread:
+            far = " and ".join(f"{r:g}x" for r in STRICTER)
+            labels.append(f"{spread:,} of them are long, more than {OCCASIONAL_SHARE:.0%}, and no few stand out "
+                          f"far above them ({far} the median): the loop's own spread, not work in a few "
+                          "iterations")  # fmt: skip
         return Result(ID, TITLE, COLUMNS, [], notes=notes_of(long_iterations), run_id=ctx.run_id, facts=facts,
                       labels=labels)  # fmt: skip
     rows, stages = _stages(store, ctx.run_id, steps, set(long))
@@ -146,6 +164,11 @@ def long_iterations(store: Store, run_id: int) -> Result:
                   extra={"tell_apart": "kind", "share": "extra share"})  # fmt: skip
     return Result(ID, TITLE, COLUMNS, table, notes=notes_of(long_iterations), run_id=ctx.run_id, facts=facts,
                   labels=labels, chart=chart)  # fmt: skip
+
+
+def _longer(durations: list[int], median: float, ratio: float) -> list[int]:
+    """The positions of the ``durations`` of ``ratio`` times the ``median`` or more and ``LONG_MIN_NS`` longer."""
+    return [i for i, d in enumerate(durations) if d >= ratio * median and d - median >= LONG_MIN_NS]
 
 
 def long_text(facts: dict[str, Any], most: int = 12) -> str:
