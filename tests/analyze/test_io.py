@@ -1978,6 +1978,8 @@ for step in range(8):
     opt.zero_grad()
     model(torch.stack(batch)).mean().backward()
     opt.step()
+    with open("log.txt", "a") as log:  # a line of log: a file written too, far less than those read
+        log.write(f"{step}\\n")
 """
 
 
@@ -1993,9 +1995,10 @@ def test_images_the_loop_decodes_between_the_stages_count_their_whole_time(tmp_p
         Image.frombytes("RGB", (96, 96), os.urandom(96 * 96 * 3)).save(tmp_path / "imgs" / f"{i}.png")
     results = _run_io_loop(tmp_path, DECODED_IN_THE_LOOP)
     facts = results["io.input_bound"].facts
+    # the log, one file written at every step, takes longer than any one image: the file named is one read
     assert facts["main_io_unstaged_kind"] == "read" and facts["main_io_unstaged_path"].endswith(".png"), facts
     calls, held = facts["main_io_unstaged_total_ns"], facts["main_io_unstaged_read_open_ns"]
-    assert facts["main_io_unstaged_written_open_ns"] is None and 2 * calls < held, (calls, held)
+    assert 0 < facts["main_io_unstaged_written_open_ns"] < held and 2 * calls < held, facts
     assert held <= results["model.stages"].facts["unstaged_ns"]
     rec = RULES["work_outside_stages"](results)
     assert rec is not None

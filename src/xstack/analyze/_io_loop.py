@@ -162,7 +162,9 @@ by_path AS MATERIALIZED (
 ),
 per AS (SELECT parent_id, sum(dur_ns) AS ns FROM io GROUP BY parent_id),
 cum AS (SELECT ns, sum(ns) OVER (ORDER BY ns DESC, parent_id ROWS UNBOUNDED PRECEDING) AS upto FROM per)
-SELECT coalesce(sum(ns), 0), (SELECT path FROM by_path ORDER BY ns DESC, path LIMIT 1), coalesce(sum(written), 0),
+SELECT coalesce(sum(ns), 0),
+    (SELECT path FROM by_path ORDER BY CASE WHEN (SELECT sum(written) >= sum(read) FROM by_path) THEN written
+        ELSE read END DESC, ns DESC, path LIMIT 1), coalesce(sum(written), 0),
     coalesce(sum(read), 0), count(*),
     (SELECT count(*) FILTER (WHERE upto - ns < {MOST_OF} * (SELECT sum(ns) FROM per)) FROM cum),
     coalesce(sum(ns) FILTER (WHERE ckpt), 0), coalesce(sum(opens) FILTER (WHERE ckpt), 0),
@@ -172,10 +174,11 @@ FROM by_path
 """The main process's file I/O in the measured steps outside every stage (its io spans hang from a step span
 itself; in a run without steps, from its region, between its first stage's start and its last one's end:
 ``{parents}`` and ``{window}``, ``_UNSTAGED_STEPS`` or ``_UNSTAGED_REGION``): its time, the file of the most of
-it, the write and read time of it all, the files, the fewest iterations that hold ``MOST_OF`` of the time, the
-time on files named as checkpoints (``CHECKPOINT_NAME``), and the checkpoint files' opens for writing (an open's
-flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``: a save each, over an earlier file or not) and
-the bytes written to them."""
+its write time, or of its read time where that is the larger (the kind the advice is about), the write and read
+time of it all, the files, the fewest iterations that hold ``MOST_OF`` of the time, the time on files named as
+checkpoints (``CHECKPOINT_NAME``), and the checkpoint files' opens for writing (an open's flags, ``O_WRONLY`` or
+``O_RDWR``, are its ``io.requested_bytes``: a save each, over an earlier file or not) and the bytes written to
+them."""
 
 _UNSTAGED_STEPS = {"parents": f"SELECT span_id FROM spans WHERE run_id = $run AND {STEP} AND {{measured}}",
                    "window": "TRUE"}  # fmt: skip
@@ -501,7 +504,7 @@ def _loop_facts(rows: list[tuple[Any, ...]], threshold_pct: float, kind: str, *,
 def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[str, Any]:
     """Facts on the main process's file I/O in the measured steps but in no stage (``steps`` False: in a run
     without steps, between its first stage and its last): ``main_io_unstaged_ns`` (per measured iteration),
-    ``main_io_unstaged_total_ns`` (all of it), ``main_io_unstaged_path`` (the file of the most of it) and
+    ``main_io_unstaged_total_ns`` (all of it), ``main_io_unstaged_path`` (the file of the most of it, of its kind) and
     ``main_io_unstaged_kind`` (``write`` or ``read``: which took more of its time; None: neither, opens and
     closes), ``main_io_unstaged_files`` (the files), ``main_io_unstaged_iterations`` (the fewest measured
     iterations that hold ``MOST_OF`` its time; None without steps), ``main_io_unstaged_checkpoint_ns`` (all of
@@ -509,8 +512,8 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     ``main_io_unstaged_checkpoint_bytes`` (the opens of checkpoint files for writing, a save each, and the bytes
     written to them), ``main_io_unstaged_written_open_ns`` (the time some file opened for writing was open, from
     its open to its close, outside every stage: what the program did between its calls, encoding an image,
-    included; None where none was closed in the iteration that opened it) and
-    ``main_io_unstaged_checkpoint_save_ns`` (the same of the checkpoints: their saves, serialising included),
+    included; None where none was closed in the iteration that opened it),
+    ``main_io_unstaged_checkpoint_save_ns`` (the same of the checkpoints: their saves, serialising included) and
     ``main_io_unstaged_read_open_ns`` (the same of the files opened for reading only: decoding an image between
     its reads included; ``_HELD_OPEN``), those of the loop's own thread;
     ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
@@ -520,7 +523,7 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(
         store, _in_no_stage(_UNSTAGED, io, steps=steps), io.run_id, main=io.main_pid
     )[0]
-    held, saves, reading, opened, saved, read = (
+    writing_ns, saving_ns, reading_ns, writes, saves, reads = (
         rows(store, _in_no_stage(_HELD_OPEN, io, steps=steps), io.run_id, main=io.main_pid)[0]
         if files
         else (0, 0, 0, 0, 0, 0)
@@ -535,9 +538,9 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
         "main_io_unstaged_checkpoint_ns": as_count(ckpt_ns),
         "main_io_unstaged_checkpoints": as_count(ckpt_files),
         "main_io_unstaged_checkpoint_bytes": as_count(ckpt_bytes),
-        "main_io_unstaged_written_open_ns": max(as_count(held), 0) if opened else None,
-        "main_io_unstaged_checkpoint_save_ns": max(as_count(saves), 0) if saved else None,
-        "main_io_unstaged_read_open_ns": max(as_count(reading), 0) if read else None,
+        "main_io_unstaged_written_open_ns": max(as_count(writing_ns), 0) if writes else None,
+        "main_io_unstaged_checkpoint_save_ns": max(as_count(saving_ns), 0) if saves else None,
+        "main_io_unstaged_read_open_ns": max(as_count(reading_ns), 0) if reads else None,
     }
     measured = io.ctx.measured_table()
     if measured is None or not iterations:
@@ -551,7 +554,7 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
 
 
 def _in_no_stage(template: str, io: IoRun, *, steps: bool) -> str:
-    """``template`` (``_UNSTAGED``, ``_SAVES``) over the measured steps, or (``steps`` False) over a run's region
+    """``template`` (``_UNSTAGED``, ``_HELD_OPEN``) over the measured steps, or (``steps`` False) over a run's region
     between its first stage and its last."""
     parts = _UNSTAGED_STEPS if steps else _UNSTAGED_REGION
     sql = template.replace("{parents}", parts["parents"]).replace("{window}", parts["window"])
