@@ -120,6 +120,8 @@ BETWEEN_SAID: Final = 0.1
 """Share of the file-call time of the files written or read between the stages (of the checkpoints' where they are
 most of it) from which the time the program spent between those calls (serialising, encoding, decoding) is said,
 with the files' time from open to close; it counts however small."""
+OPEN_FACTS: Final = {"write": "main_io_unstaged_written_open_ns", "read": "main_io_unstaged_read_open_ns"}
+"""``io.input_bound``'s fact of the time files were open outside every stage, by the kind of the loop's I/O there."""
 IO_LEADS: Final = 0.5
 """Share of the time in no stage per iteration from which the main process's file I/O there leads the advice."""
 CHECKPOINT_SHARE: Final = 0.5
@@ -150,9 +152,8 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     # what the program does between a file's calls (a save's pickling and CRC, an image's encoding or decoding) is
     # part of writing or reading it: the files' time from open to close, beyond their calls' (all the calls: a
     # lower bound)
-    opened = ("main_io_unstaged_checkpoint_save_ns" if checkpoints else "main_io_unstaged_written_open_ns"
-              if kind == "write" else "main_io_unstaged_read_open_ns")  # fmt: skip
-    held_ns = scale * (num(facts, opened) or 0.0) if checkpoints or kind in ("write", "read") else 0.0
+    opened = "main_io_unstaged_checkpoint_save_ns" if checkpoints else OPEN_FACTS.get(str(kind))
+    held_ns = scale * (num(facts, opened) or 0.0) if opened else 0.0
     between = max(0.0, held_ns - ((ckpt_ns or 0.0) * scale if checkpoints else ns or 0.0))
     if not unstaged_ns or not ns or not path or ns + between < UNSTAGED_IO_SHARE * unstaged_ns:
         line, action = _thread_io(facts, unstaged_ns if each else None)
