@@ -1968,9 +1968,10 @@ def test_outputs_encoded_between_their_open_and_close_count_their_whole_time(tmp
 DECODED_IN_THE_LOOP = """
 import numpy as np, torch, xstack
 from PIL import Image
-model = torch.nn.Conv2d(3, 8, 3)
+torch.set_num_threads(1)  # one thread: on a busy machine several wait for each other and swell the stages
+model = torch.nn.Conv2d(3, 4, 3)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(8):
+for step in range(16):  # enough steps that a preemption in one is no swing
     batch = []
     for i in range(8):  # the loop decodes its batch itself, between the stages: between each file's reads
         with Image.open(f"imgs/{(8 * step + i) % 64}.png") as im:
