@@ -419,7 +419,9 @@ def test_each_process_s_cpu_time_and_wait_for_a_cpu_are_recorded(tmp_path: Path,
         assert p.cpu_ns >= 300_000_000
     for p in together:  # about as long as the other's 0.3 s of CPU, less the part spent before it started
         assert p.run_delay_ns >= 100_000_000 and p.preempted > 0
-    assert alone.run_delay_ns < min(p.run_delay_ns for p in together) / 2
+    # the sibling's turns add to each of the two's wait (up to its 0.3 s of CPU), whatever else waits for that CPU:
+    # on a busy machine the one alone waits too, for the other programs
+    assert alone.run_delay_ns < min(p.run_delay_ns for p in together) - 100_000_000
     parent = next(p for p in trace.processes if not p.forked)
     assert parent.end == "exit" and parent.run_delay_ns is not None and parent.cpu_ns is not None
 
