@@ -21,7 +21,9 @@ The same two figures are given for the CPU time of the main process and its work
 load on the machine disturbs far less than the wall time. Also reported:
 the quartiles and minimum of the times, the CPU time of the main process and of the workers over the region
 (``os.times``; the workers' counts once they are joined), the records written and the time
-``collect._io_records.read_trace`` takes to read them back (the work done after the program ends).
+``collect._io_records.read_trace`` takes to read them back (the work done after the program ends), and what the
+library measured of its own cost in the processes (``IoProcess.recording_ns``, the ``recording`` column of
+``io.processes``; over their whole lives, start-up included), to set beside the CPU time the io level added here.
 
 Per call: a C program doing what Python's ``open(path, 'rb').read()`` does (open, fstat, lseek twice, fstat,
 read twice, close) once on each file, in a fresh process (every path new to it, as in a DataLoader worker),
@@ -149,6 +151,10 @@ def run_once(config: str, script: Path, data: Path, scratch: Path, epochs: int, 
         figures["read_back_s"] = time.perf_counter() - t0
         figures["records"] = len(trace.ops)
         figures["processes"] = len(trace.processes)
+        # what the library measured of its own cost in the processes (their whole lives: start-up included)
+        spent = [p.recording_ns for p in trace.processes]
+        if spent and all(s is not None for s in spent):
+            figures["self_s"] = sum(s or 0 for s in spent) / 1e9
     shutil.rmtree(out, ignore_errors=True)
     return figures
 
@@ -220,6 +226,9 @@ def _summary(config: str, runs: list[dict[str, float]], base: list[dict[str, flo
         row["records"] = int(statistics.median(r["records"] for r in runs))
         row["processes"] = int(statistics.median(r["processes"] for r in runs))
         row["read_back_s"] = round(statistics.median(r["read_back_s"] for r in runs), 3)
+        if all("self_s" in r for r in runs):
+            row["self_s"] = round(statistics.median(r["self_s"] for r in runs), 4)
+            row["added_cpu_s"] = round(statistics.median(cpu) - statistics.median(base_cpu), 4)
     return row
 
 
@@ -234,6 +243,9 @@ def _print(args: argparse.Namespace, summary: list[dict[str, object]], timed: li
         extra = ""
         if "records" in row:
             extra = f"\n               {row['records']} records, read back in {row['read_back_s']} s"
+            if "self_s" in row:
+                extra += (f"\n               the io level's own measure of its cost: {row['self_s']:.3f} s of CPU; "
+                          f"measured here: {row['added_cpu_s']:+.3f} s")  # fmt: skip
         print(f"  {row['config']:<10} {row['median_s']:7.3f} s {row['min_s']:7.3f} s  {row['p25_s']:.3f}-"
               f"{row['p75_s']:.3f} s  {row['overhead_pct']:+8.2f} % {row['paired_overhead_pct']:+7.2f} %  "
               f"{row['main_cpu_s']:6.2f} s {row['workers_cpu_s']:6.2f} s  {row['cpu_overhead_pct']:+9.2f} % "

@@ -88,11 +88,48 @@ def test_workers_that_waited_little_or_not_known_are_still_told_to_add_workers(
             "(cpu time, cpu wait)"  # fmt: skip
 
 
+@pytest.mark.parametrize("known", [True, False], ids=["each", "one-missing"])
+def test_what_recording_cost_each_process_is_shown_beside_its_cpu_time(tmp_path: Path, known: bool) -> None:
+    """The io level's own cost, as it measured it in each process (``recording_ns``): a column of ``io.processes``,
+    its sum against the processes' CPU time in the label, the facts and the summary's file I/O line; none of it where
+    a process's files predate the figure."""
+    from xstack.analyze.summary import summarize
+    from xstack.report.terminal import io_line
+
+    spent = {MAIN: 30_000_000, W1: 12_000_000, W2: 8_000_000}
+    cpu = [
+        _cpu(MAIN, 4 * 10**9, 2 * 10**9, 10**8),
+        _cpu(W1, 10**9, 6 * 10**8, 10**8),
+        _cpu(W2, 10**9, 4 * 10**8, 10**8),
+    ]
+    for entry in cpu:
+        if known or entry["pid"] != W2:
+            entry["recording_ns"] = spent[entry["pid"]]
+    config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [LOADER], A.CONFIG_IO_PROCESS_CPU: cpu}
+    with loop_store(tmp_path / "a.duckdb", config=config) as store:
+        processes = next(r for r in run_analyses(store) if r.id == "io.processes")
+        line = io_line(summarize(store).io or {})
+    rows = {r["pid"]: r for r in processes.to_records()}
+    assert rows[W1]["recording"] == 12_000_000 and rows[MAIN]["recording"] == 30_000_000
+    assert rows[W2]["recording"] == (8_000_000 if known else None)
+    said = "the io level's own time on the calls' path: 50.0 ms of the processes' 3.00 s of CPU time (1.7%)"
+    if known:
+        assert processes.facts["recording_ns"] == 50_000_000 and processes.facts["recording_cpu_ns"] == 3 * 10**9
+        assert processes.facts["recording_pct"] == pytest.approx(100 * 50 / 3000)
+        assert processes.labels[-1] == f"{said}, as it measured it in them (recording); what its memory traffic " \
+            "costs the program's own code is not in it"  # fmt: skip
+        assert line.endswith(f"; {said} (io.processes)"), line
+    else:
+        assert processes.facts["recording_ns"] is None and processes.facts["recording_pct"] is None
+        assert not any("own time" in label for label in processes.labels) and "own time" not in line
+
+
 def test_a_run_without_the_figures_has_no_cpu_columns_filled(tmp_path: Path) -> None:
     with loop_store(tmp_path / "a.duckdb") as store:
         results = {r.id: r for r in run_analyses(store)}
     rows = results["io.processes"].to_records()
     assert rows and all(r["lived"] is None and r["cpu time"] is None and r["cpu wait"] is None for r in rows)
+    assert all(r["recording"] is None for r in rows) and results["io.processes"].facts["recording_ns"] is None
     assert "workers_timed" not in results["io.input_bound"].facts
 
 

@@ -115,6 +115,7 @@ def test_a_merged_profile_names_the_programs_its_io_pass_started(tmp_path: Path)
     cpu, timed = orjson.loads(config)[A.CONFIG_IO_PROCESS_CPU], orjson.loads(io_config)[A.CONFIG_IO_PROCESS_CPU]
     assert [e | {"pid": io_main} if e["pid"] == merged_main else e for e in cpu] == timed
     assert timed[0]["pid"] == io_main and timed[0]["cpu_ns"] > 0 and "run_delay_ns" in timed[0]
+    assert all(0 < e["recording_ns"] < e["cpu_ns"] for e in timed)  # what recording cost each, part of its CPU time
     main = next(r for r in results["io.processes"].to_records() if r["pid"] == merged_main)
     assert main["cpu time"] == timed[0]["cpu_ns"]
 

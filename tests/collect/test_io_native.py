@@ -426,6 +426,30 @@ def test_each_process_s_cpu_time_and_wait_for_a_cpu_are_recorded(tmp_path: Path,
     assert parent.end == "exit" and parent.run_delay_ns is not None and parent.cpu_ns is not None
 
 
+def test_each_process_measures_what_recording_its_calls_costs_it(tmp_path: Path, data: Path) -> None:
+    """The library times 1 recorded call in 64 per thread from the call's end to the end of its record, and every
+    flush, and measures a clock read: each process's figures count its own calls (a fork child's start afresh),
+    and ``recording_ns`` puts them together."""
+    seen, trace = run(tmp_path, "self_timed", str(data / "known.bin"), "20000")
+    by_pid = {p.pid: p for p in trace.processes}
+    parent, child = next(p for p in trace.processes if not p.forked), by_pid[seen["child"]]
+    preads = {pid: sum(1 for o in trace.ops if o.pid == pid and o.op == "pread") for pid in by_pid}
+    assert preads[parent.pid] == 20_000 and preads[child.pid] == 10_000
+    for p in (parent, child):
+        assert p.self_ns is not None and p.self_samples is not None and p.flush_ns is not None
+        assert p.clock_read_ps is not None and 100 <= p.clock_read_ps <= 1_000_000  # 0.1 ns to 1 us a read
+        # every 64th record of a thread, a call that flushed or was descheduled passing it on to the next
+        assert 0.9 * p.records / 64 - 4 <= p.self_samples <= p.records / 64, (p.records, p.self_samples)
+        assert 0 < p.self_ns / p.self_samples <= 10_000  # what is longer was descheduled: left out
+        assert p.flush_ns > 0  # at least the final flush, which wrote the records
+        path = p.self_ns / p.self_samples + p.clock_read_ps / 1000
+        assert p.recording_ns == round((p.records + sum(p.dropped.values())) * path + p.flush_ns)
+        # part of the process's CPU time (a fork child's first writes to the library's pages copy them: a few
+        # timed calls of the child take some us, which its 1 in 64 weighs as much as any other)
+        assert p.cpu_ns is not None and 0 < p.recording_ns < p.cpu_ns, (p.recording_ns, p.cpu_ns)
+    assert child.records < 11_000 < 20_000 < parent.records  # the child's counts start at the fork
+
+
 def test_fork_while_other_threads_hold_the_lock_does_not_hang(tmp_path: Path, data: Path) -> None:
     known = data / "known.bin"
     seen, trace = run(tmp_path, "fork_storm", str(known), "40", timeout=120)

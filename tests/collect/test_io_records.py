@@ -182,3 +182,33 @@ def test_a_process_s_cpu_figures_come_from_its_last_status_and_its_sessions_add_
     record_file(tmp_path / "13-100-0.xio", status_block(1), pid=13)
     by_pid = {p.pid: (p.cpu_ns, p.run_delay_ns, p.preempted) for p in read_records(tmp_path).processes}
     assert by_pid == {10: (9_000, 400, 7), 11: (2_000, None, 4), 12: (4_000, 40, 3), 13: (None, None, None)}
+
+
+def self_status(records: int, dropped: int, self_ns: int, samples: int, flush_ns: int, clock_ps: int) -> bytes:
+    """A final status with the CPU figures, then what recording cost the process (``_STATUS_SELF``)."""
+    fixed = struct.pack("<IIqQQQQQQQ", 1, 3, 999, records, 100, 0, 0, 0, 0, 0) + struct.pack("<3Q", dropped, 0, 0)
+    return block(3, 1, fixed + struct.pack("<qqqq", 9_000, 40, 1, 2)
+                 + struct.pack("<qqqqq", self_ns, samples, flush_ns, 5, clock_ps))  # fmt: skip
+
+
+def test_what_recording_cost_a_process_is_read_from_its_status_and_its_sessions_add_up(tmp_path: Path) -> None:
+    # 6,400 calls written and 100 left out by the cap: 100 timed for 8,000 ns (80 ns each), a read of 7.5 ns
+    record_file(tmp_path / "10-100-0.xio", self_status(6_400, 100, 8_000, 100, 50_000, 7_500), pid=10)
+    # no call timed (fewer than 64): the clock reads and the flushes only
+    record_file(tmp_path / "11-100-0.xio", self_status(50, 0, 0, 0, 9_000, 7_500), pid=11)
+    # an attached image's two sessions, each counted from its own start
+    record_file(tmp_path / "12-100-0.xio", self_status(640, 0, 1_000, 10, 2_000, 10_000), pid=12)
+    record_file(tmp_path / "12-100-1.xio", self_status(1_280, 0, 3_000, 20, 4_000, 10_000), pid=12, seq=1)
+    # files from a library before these figures: CPU figures without them, or neither
+    record_file(tmp_path / "13-100-0.xio", cpu_status(1, 9_000, 400, 3, 7), pid=13)
+    record_file(tmp_path / "14-100-0.xio", status_block(1), pid=14)
+    by_pid = {p.pid: p for p in read_records(tmp_path).processes}
+    assert [(by_pid[10].self_ns, by_pid[10].self_samples, by_pid[10].flush_ns, by_pid[10].clock_read_ps)] == [
+        (8_000, 100, 50_000, 7_500)
+    ]
+    assert by_pid[10].recording_ns == 6_500 * (80 + 7.5) + 50_000
+    assert by_pid[11].recording_ns == round(50 * 7.5 + 9_000)
+    assert (by_pid[12].self_ns, by_pid[12].self_samples, by_pid[12].flush_ns) == (4_000, 30, 6_000)
+    assert by_pid[12].recording_ns == round(1_920 * (4_000 / 30 + 10) + 6_000)
+    assert by_pid[13].recording_ns is None and by_pid[13].cpu_ns == 9_000
+    assert by_pid[14].recording_ns is None

@@ -45,6 +45,7 @@ from xstack.analyze._io_common import (
     file_int,
     in_list,
     mapped_files,
+    recording_totals,
 )
 from xstack.analyze._kernel_costs import HARDWARE_FLOPS
 from xstack.analyze._layers_backward import backward_by_layer
@@ -288,6 +289,8 @@ def summarize(store: Store, run_id: int | None = None, *, top: int = 10) -> RunS
         summary.iterations = _iterations(store, run_id)
     summary.replayed = run_context(store, run_id).replayed_timing()
     summary.io = io_totals(store, run_id, summary.span_counts.get("io", 0))
+    if summary.io is not None:  # what recording the calls cost, as the io level measured it in the processes
+        summary.io |= recording_totals(A.io_process_cpu(run_context(store, run_id).config))
     summary.system = _system(store, run_id)
     summary.counter_source = _counter_source(store, run_id)
     health = run_health(store, run_id)

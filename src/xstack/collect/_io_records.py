@@ -49,6 +49,10 @@ _STATUS_CPU = struct.Struct("<qqqq")
 """After the status's calls dropped by operation (from 2026-11-24, found by the payload's size): the process's CPU
 time, its live threads' run-queue wait (ns), how many threads were read (0: not read, in a status that is not
 final) and its involuntary context switches, since its image started recording."""
+_STATUS_SELF = struct.Struct("<qqqqq")
+"""After those (from 2026-11-25, found the same way): what recording cost the process since then, as the library
+measured it (``struct xio_self``): the ns from the second clock read of 1 recorded call in 64 to the end of its
+record, summed, and how many were timed; the ns of its flushes, and how many; one clock read's cost in ps."""
 _BLOCK_OPS, _BLOCK_STATUS = 2, 3
 _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
 _END_SIGNAL = 5
@@ -114,7 +118,9 @@ class IoProcess:
     in a run queue for a CPU while it recorded (``/proc/self/task/N/schedstat``, read as it ended: the threads
     alive then; threads that ended before it left out), None where not read (a process killed without its final
     status, or files from a library before these figures); ``preempted``: its involuntary context switches
-    (a CPU taken from it while it could run). All three None where the files predate them.
+    (a CPU taken from it while it could run). All three None where the files predate them. ``self_ns``,
+    ``self_samples``, ``flush_ns`` and ``clock_read_ps``: what recording cost it, as the library measured it while
+    it ran (``_STATUS_SELF``; ``recording_ns`` estimates the whole from them), None where the files predate them.
     """
 
     pid: int
@@ -141,6 +147,24 @@ class IoProcess:
     cpu_ns: int | None = None
     run_delay_ns: int | None = None
     preempted: int | None = None
+    self_ns: int | None = None
+    self_samples: int | None = None
+    flush_ns: int | None = None
+    clock_read_ps: int | None = None
+
+    @property
+    def recording_ns(self) -> int | None:
+        """The library's own time on the path of the calls it saw (recorded, or left out by the record cap), as it
+        measured it in this process: per call, the mean of the timed calls' time from their second clock read to
+        the end of their record, plus one clock read (the first; the third is the timing's own); and its flushes.
+        Where no call was timed (a thread's first 63 calls are not), a call counts its clock read only. Not in it:
+        the two or three ns of a wrapper's entry and exit, and what the library's memory traffic costs the
+        program's own code. None where the files predate these figures."""
+        if self.self_ns is None or self.self_samples is None or self.flush_ns is None or self.clock_read_ps is None:
+            return None
+        calls = self.records + sum(self.dropped.values())
+        path = self.self_ns / self.self_samples if self.self_samples else 0.0
+        return round(calls * (path + self.clock_read_ps / 1000) + self.flush_ns)
 
 
 @dataclass
@@ -274,6 +298,9 @@ def _merge_sessions(files: list[_File]) -> list[IoProcess]:
         first.cpu_ns = _sum_known(first.cpu_ns, later.cpu_ns)  # each session's since it started
         first.run_delay_ns = _sum_known(first.run_delay_ns, later.run_delay_ns)
         first.preempted = _sum_known(first.preempted, later.preempted)
+        first.self_ns = _sum_known(first.self_ns, later.self_ns)
+        first.self_samples = _sum_known(first.self_samples, later.self_samples)
+        first.flush_ns = _sum_known(first.flush_ns, later.flush_ns)
     return sorted(merged.values(), key=lambda p: (p.start_ns, p.pid))
 
 
@@ -443,6 +470,9 @@ class _Blocks:
             cpu_ns, run_delay_ns, threads, preempted = _STATUS_CPU.unpack_from(body, at)
             p.cpu_ns, p.preempted = cpu_ns, preempted
             p.run_delay_ns = run_delay_ns if threads > 0 else None
+            at += _STATUS_CPU.size
+        if len(body) >= at + _STATUS_SELF.size:
+            p.self_ns, p.self_samples, p.flush_ns, _, p.clock_read_ps = _STATUS_SELF.unpack_from(body, at)
 
     def _op(self, code: int) -> str:
         return self.op_names[code] if code < len(self.op_names) else f"op{code}"

@@ -246,6 +246,8 @@ def process_cpu(processes: list[IoProcess], roles: dict[int, str], lo: int, hi: 
                  "preempted": sum(p.preempted or 0 for p in seen)}  # fmt: skip
         if all(p.run_delay_ns is not None for p in seen):
             entry["run_delay_ns"] = sum(p.run_delay_ns or 0 for p in seen)
+        if all(p.recording_ns is not None for p in seen):
+            entry["recording_ns"] = sum(p.recording_ns or 0 for p in seen)
         out.append(entry)
     out.sort(key=lambda e: roles.get(e["pid"]) is not None)  # stable: each part in the order it started
     return out[: A.IO_PROCESS_CPU_KEPT]

@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from xstack.analyze._io_common import mapped_label
+from xstack.analyze._io_common import mapped_label, recording_text
 from xstack.analyze.pipeline import Analysis
 from xstack.analyze.result import counted, format_ns, format_value
 from xstack.analyze.summary import RunSummary, TopRow
@@ -440,6 +440,9 @@ def io_line(io: dict[str, Any]) -> str:
                  f"files{left_out})")  # fmt: skip
     if io.get("mapped_files"):
         text += f"; {mapped_label(io['mapped_files'], io.get('mapped_bytes'))}"
+    if io.get("recording_ns") is not None and io.get("recording_cpu_ns"):
+        text += (f"; the io level's own time on the calls' path: "
+                 f"{recording_text(io['recording_ns'], io['recording_cpu_ns'])} (io.processes)")  # fmt: skip
     return text
 
 

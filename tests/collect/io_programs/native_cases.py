@@ -629,7 +629,25 @@ def contended(data: str) -> dict[str, object]:
     return {"together": together, "alone": alone, "cpu_ns": {int(k): int(v) for k, v in cpu.items()}}
 
 
+def self_timed(data: str, calls: str) -> dict[str, object]:
+    """``calls`` preads of ``data`` in this process, then half as many in a fork child that leaves by os._exit:
+    what the library measures of its own cost counts each process's calls."""
+    n = int(calls)
+    fd = os.open(data, os.O_RDONLY)
+    for i in range(n):
+        os.pread(fd, 16, i % 64)
+    pid = os.fork()
+    if pid == 0:
+        for i in range(n // 2):
+            os.pread(fd, 16, i % 64)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    return {"child": pid}
+
+
 CASES = {
+    "self_timed": self_timed,
     "contended": contended,
     "remapped": remapped,
     "unseen": unseen,

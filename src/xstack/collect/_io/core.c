@@ -26,7 +26,10 @@
  *                     reader finds them by the payload's size) i64 cpu_ns, run_delay_ns, threads, preempted:
  *                     the process's CPU time and involuntary context switches since its image (fork child,
  *                     session) started recording, and its live threads' run-queue wait since then, summed,
- *                     with how many threads were read (0 in a status that is not final: not read).
+ *                     with how many threads were read (0 in a status that is not final: not read); then
+ *                     (from 2026-11-25, found the same way) i64 self_ns, self_samples, flush_ns, flushes,
+ *                     clock_read_ps: what recording cost the process since then (struct xio_self in xio.h,
+ *                     in ns) and one clock read's cost in picoseconds.
  *           (Kind 1, a block of paths, was written up to version 2.)
  * Every flush writes its OPS blocks and a STATUS block; the last STATUS tells how the process ended
  * (RUNNING: killed, or still running). Recording and flushing are in streams.c; the reader sorts the records
@@ -142,6 +145,7 @@ int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t m
     if (xio.start_ns == 0)
         xio.start_ns = xio_now();
     xio_sched_read(&xio.sched_base, 1);
+    xio.self = (struct xio_self){0};
     pthread_mutex_lock(&xio.lock);
     xio_clock_init();
     new_file();
@@ -196,6 +200,7 @@ static void atfork_child(void)
     xio.start_ns = xio_now();
     xio.seq = 0;
     xio_sched_read(&xio.sched_base, 1); /* about zero: a child's counters start afresh */
+    xio.self = (struct xio_self){0};
     xio_clock_restart();
     new_file();
     if (xio_output_open() < 0) {

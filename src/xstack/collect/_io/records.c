@@ -273,8 +273,8 @@ void xio_run_flush(void)
     r.offset = p->offset;
     r.bytes = (int64_t)p->bytes;
     r.requested = p->calls;
-    p->calls = 0; /* before xio_emit, which would flush the run again */
-    xio_emit(&r);
+    p->calls = 0; /* before xio_emit_run, which would flush the run again */
+    xio_emit_run(&r);
 }
 
 /* ---- the record cap: handed to the streams in chunks (streams.c) ---- */

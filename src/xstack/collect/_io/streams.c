@@ -73,6 +73,8 @@ static pthread_key_t stream_key;
 static int key_ok;
 static __thread struct stream *tls_stream __attribute__((tls_model("initial-exec")));
 static __thread pid_t tls_tid __attribute__((tls_model("initial-exec")));
+static __thread uint32_t tls_unsampled __attribute__((tls_model("initial-exec"))); /* calls since the last timed */
+static __thread int tls_flushed __attribute__((tls_model("initial-exec"))); /* this thread flushed since it was 0 */
 
 static pid_t current_tid(void)
 {
@@ -270,7 +272,7 @@ static void emit_shared(const struct xio_ev *ev)
     pthread_mutex_unlock(&xio.lock);
 }
 
-void xio_emit(const struct xio_ev *ev)
+static inline void emit(const struct xio_ev *ev)
 {
     if (XIO_UNLIKELY(xio_run.calls))
         xio_run_flush(); /* the thread's run of calls ends before its next record */
@@ -295,6 +297,29 @@ void xio_emit(const struct xio_ev *ev)
                      (uint64_t)xio.flush_interval))
         timed_flush();
 }
+
+/* The record of the call that just ended (ev->end_ns: its second clock read); 1 call in XIO_SELF_EVERY per
+ * thread is timed from there to the end of its record (struct xio_self). A call that flushed is not taken (the
+ * flushes are timed whole), nor one that took longer than XIO_SELF_MAX_NS (the thread was descheduled
+ * meanwhile): the next call is timed instead. */
+#define XIO_SELF_MAX_NS 10000 /* no recording path takes that long: a longer one was descheduled or interrupted */
+void xio_emit(const struct xio_ev *ev)
+{
+    if (XIO_LIKELY(++tls_unsampled < XIO_SELF_EVERY)) {
+        emit(ev);
+        return;
+    }
+    tls_flushed = 0;
+    emit(ev);
+    int64_t took = xio_ticks() - ev->end_ns;
+    if (tls_flushed || took < 0 || (double)took * xio_clock_slope() > XIO_SELF_MAX_NS)
+        return; /* tls_unsampled stays: the next call is timed */
+    tls_unsampled = 0;
+    __atomic_add_fetch(&xio.self.sampled_ticks, took, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&xio.self.samples, 1, __ATOMIC_RELAXED);
+}
+
+void xio_emit_run(const struct xio_ev *ev) { emit(ev); }
 
 /* A path the calling thread's record names for the first time: a PATH slot with a new id and the path's bytes
  * go into its stream (the shared one under the lock). Its id, or 0 when the record cap is reached (the
@@ -417,6 +442,8 @@ void xio_flush_locked(int end)
                                  __ATOMIC_RELEASE);
         return;
     }
+    struct timespec began;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &began);
     struct iovec iov[3 * STREAMS_PER_WRITE + 2];
     int n = 0;
     struct xio_clock_map map, *m = xio_clock_map(&map) ? &map : NULL; /* taken after the records it converts */
@@ -439,6 +466,11 @@ void xio_flush_locked(int end)
     xio_output_write(iov, n);
     release_streams(batch_from, nstreams);
     __atomic_store_n(&xio.last_flush, xio_ticks(), __ATOMIC_RELAXED);
+    struct timespec done;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &done);
+    xio.self.flush_ns += (done.tv_sec - began.tv_sec) * 1000000000LL + (done.tv_nsec - began.tv_nsec); /* locked */
+    xio.self.flushes++;
+    tls_flushed = 1;
 }
 
 /* ---- set-up, new files, fork ---- */
@@ -471,6 +503,7 @@ void xio_streams_new_file(void)
 void xio_streams_fork_child(void)
 {
     tls_tid = 0;
+    tls_unsampled = 0; /* the child's own calls are timed from its first */
     xio_run.calls = 0; /* the parent records the run it was in */
     nfree = nretired = 0;
     for (uint32_t i = 0; streams && i < nstreams; i++)

@@ -101,6 +101,21 @@ struct xio_sched {
     int64_t cpu_ns, run_delay_ns, threads, preempted;
 };
 
+/* What recording costs the process, measured as it runs, since its image (fork child, session) started
+ * recording: for 1 recorded call in XIO_SELF_EVERY (per thread), the ticks from the call's second clock read to
+ * the end of its record (path resolution, descriptor table, the record written into the stream: streams.c),
+ * and the CPU time of every flush (records converted and written to the file: the thread's CPU clock, which a
+ * flush descheduled midway does not inflate). With one clock read's cost (clock.c), a reader estimates the
+ * library's time on the recorded calls' path; what its memory traffic costs the program's own code besides is
+ * not in it, nor the last flush's own time (counted after the status it writes). */
+#define XIO_SELF_EVERY 64u
+struct xio_self {
+    int64_t sampled_ticks;
+    uint64_t samples;
+    int64_t flush_ns;
+    uint64_t flushes;
+};
+
 /* One call as a wrapper saw it, before it is encoded into its thread's record stream (streams.c). */
 struct xio_ev {
     int64_t start_ns; /* in ticks (xio_ticks) until the stream's flush converts them */
@@ -196,6 +211,9 @@ struct xio_state {
      * an id means one path across the image's sessions, and a fork child's ids (taken after the fork, see
      * xio_streams_fork_child) never name a path its parent named before it. */
     uint64_t path_ids __attribute__((aligned(64)));
+    /* Added to by every thread, 1 call in XIO_SELF_EVERY: a line of its own, off the line read on every call. */
+    struct xio_self self __attribute__((aligned(64)));
+    int64_t clock_read_ps; /* one xio_ticks() read, in picoseconds (clock.c) */
     /* Taken for everything that is not a thread's own stream: flushing, claiming a stream, the shared stream,
      * session changes; and across fork (prepare handler). */
     pthread_mutex_t lock __attribute__((aligned(64)));
@@ -250,6 +268,7 @@ int xio_streams_init(void);
 void xio_streams_new_file(void);
 void xio_streams_fork_child(void);
 void xio_flush_locked(int end);
+void xio_emit_run(const struct xio_ev *ev); /* a run's record (records.c): no call of its own to time */
 uint32_t xio_emit_path(const char *path, size_t len);
 
 /* CLOCK_REALTIME in ns (the vDSO: no system call), the clock every level of a run uses. */
@@ -285,6 +304,7 @@ static inline int64_t xio_clock_ns(const struct xio_clock_map *m, int64_t t)
 }
 void xio_clock_init(void);    /* at a session's start: chooses the clock, calibrates, anchors */
 void xio_clock_restart(void); /* in a fork child: a new anchor, the rate kept */
+double xio_clock_slope(void); /* ns per tick: the last known rate (1 where the ticks are ns) */
 int xio_clock_map(struct xio_clock_map *m); /* at a flush (under xio.lock): 0 when times are ns already */
 
 /* Call the wrapper's real function, resolving it on first use (a wrapper can run before our constructor). */
