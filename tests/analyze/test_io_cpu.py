@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,7 @@ def test_what_recording_cost_each_process_is_shown_beside_its_cpu_time(tmp_path:
     its sum against the processes' CPU time in the label, the facts and the summary's file I/O line; none of it where
     a process's files predate the figure."""
     from xstack.analyze.summary import summarize
+    from xstack.report._html_sections import overhead
     from xstack.report.terminal import io_line
 
     spent = {MAIN: 30_000_000, W1: 12_000_000, W2: 8_000_000}
@@ -108,7 +110,8 @@ def test_what_recording_cost_each_process_is_shown_beside_its_cpu_time(tmp_path:
     config = {"pid": MAIN, A.CONFIG_CPU_COUNT: 16, A.CONFIG_DATALOADERS: [LOADER], A.CONFIG_IO_PROCESS_CPU: cpu}
     with loop_store(tmp_path / "a.duckdb", config=config) as store:
         processes = next(r for r in run_analyses(store) if r.id == "io.processes")
-        line = io_line(summarize(store).io or {})
+        summary = summarize(store)
+        line, html = io_line(summary.io or {}), unescape(overhead(summary))
     rows = {r["pid"]: r for r in processes.to_records()}
     assert rows[W1]["recording"] == 12_000_000 and rows[MAIN]["recording"] == 30_000_000
     assert rows[W2]["recording"] == (8_000_000 if known else None)
@@ -119,9 +122,17 @@ def test_what_recording_cost_each_process_is_shown_beside_its_cpu_time(tmp_path:
         assert processes.labels[-1] == f"{said}, as it measured it in them (recording); what its memory traffic " \
             "costs the program's own code is not in it"  # fmt: skip
         assert line.endswith(f"; {said} (io.processes)"), line
+        # the report's overhead section says it too, for a live run that has no per-level overhead
+        assert (
+            "The io level measured its own cost in the processes it recorded: 50.0 ms of the processes' 3.00 s "
+            "of CPU time (1.7%), its work on the calls' path"
+            in html
+            and "Not a leveled measurement" in html
+        )
     else:
         assert processes.facts["recording_ns"] is None and processes.facts["recording_pct"] is None
         assert not any("own time" in label for label in processes.labels) and "own time" not in line
+        assert "io-recording" not in html
 
 
 def test_a_run_without_the_figures_has_no_cpu_columns_filled(tmp_path: Path) -> None:

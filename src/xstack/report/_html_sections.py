@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from xstack.analyze._io_common import recording_text
 from xstack.analyze.pipeline import Analysis, Recommendation
 from xstack.analyze.recommend import order
 from xstack.analyze.result import Chart, Column, Result, format_ns
@@ -216,6 +217,13 @@ def recommendations(recs: Sequence[Recommendation], results: Sequence[Result]) -
 def overhead(summary: RunSummary) -> str:
     """What each leveled pass's levels add to the step latency (``summary.overhead``), and noisy spans."""
     parts = ['<section id="overhead"><h2>Per-level overhead</h2>']
+    io = summary.io or {}
+    if io.get("recording_ns") is not None and io.get("recording_cpu_ns"):
+        parts.append(
+            f'<p class="note" id="io-recording">The io level measured its own cost in the processes it recorded: '
+            f"{esc(recording_text(io['recording_ns'], io['recording_cpu_ns']))}, its work on the calls' path "
+            "(io.processes, column recording); what its memory traffic costs the program's own code is not in it.</p>"
+        )
     if not summary.overhead:
         parts.append(
             '<p class="note">Not a leveled measurement, so no per-level overhead: <code>xstack profile</code> runs '
