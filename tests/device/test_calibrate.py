@@ -55,17 +55,27 @@ def test_quick_cpu_calibration_is_plausible(cpu_entry: dict[str, Any]) -> None:
     assert cpu_entry["wall_s"] < 30, "the quick mode is for tests and CI: a few seconds at most"
 
 
-def test_measured_gemm_rate_agrees_with_an_independent_timing(cpu_entry: dict[str, Any]) -> None:
-    n = cpu_entry["sizes"]["gemm_n"]["fp32"]
+def _gemm_rate(n: int) -> float:
+    """FLOP/s of an fp32 n x n GEMM timed here, the best of 5."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)  # warm-up
     seconds = []
-    for _ in range(3):
+    for _ in range(5):
         t0 = time.perf_counter()
         torch.mm(a, b)
         seconds.append(time.perf_counter() - t0)
-    independent = 2 * n**3 / min(seconds)
-    assert independent / 3 < cpu_entry["peaks"]["flops_per_s"]["fp32"] < independent * 3
+    return 2 * n**3 / min(seconds)
+
+
+def test_measured_gemm_rate_agrees_with_an_independent_timing(cpu_entry: dict[str, Any]) -> None:
+    n = cpu_entry["sizes"]["gemm_n"]["fp32"]
+    measured, independent = cpu_entry["peaks"]["flops_per_s"]["fp32"], _gemm_rate(n)
+    if not independent / 3 < measured < independent * 3:
+        # the module's calibration ran while the suite's other workers held the cores (3.4 times slower once): a
+        # fault in its FLOP count or units stays when both are measured again, back to back
+        (entry,) = cal.calibrate(["cpu"], quick=True)
+        measured, independent = entry["peaks"]["flops_per_s"]["fp32"], _gemm_rate(n)
+    assert independent / 3 < measured < independent * 3
 
 
 @pytest.mark.gpu
