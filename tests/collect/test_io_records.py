@@ -188,7 +188,7 @@ def self_status(records: int, dropped: int, self_ns: int, samples: int, flush_ns
     """A final status with the CPU figures, then what recording cost the process (``_STATUS_SELF``)."""
     fixed = struct.pack("<IIqQQQQQQQ", 1, 3, 999, records, 100, 0, 0, 0, 0, 0) + struct.pack("<3Q", dropped, 0, 0)
     return block(3, 1, fixed + struct.pack("<qqqq", 9_000, 40, 1, 2)
-                 + struct.pack("<qqqqq", self_ns, samples, flush_ns, 5, clock_ps))  # fmt: skip
+                 + struct.pack("<qqqq", self_ns, samples, flush_ns, clock_ps))  # fmt: skip
 
 
 def test_what_recording_cost_a_process_is_read_from_its_status_and_its_sessions_add_up(tmp_path: Path) -> None:

@@ -49,10 +49,10 @@ _STATUS_CPU = struct.Struct("<qqqq")
 """After the status's calls dropped by operation (from 2026-11-24, found by the payload's size): the process's CPU
 time, its live threads' run-queue wait (ns), how many threads were read (0: not read, in a status that is not
 final) and its involuntary context switches, since its image started recording."""
-_STATUS_SELF = struct.Struct("<qqqqq")
+_STATUS_SELF = struct.Struct("<qqqq")
 """After those (from 2026-11-25, found the same way): what recording cost the process since then, as the library
 measured it (``struct xio_self``): the ns from the second clock read of 1 recorded call in 64 to the end of its
-record, summed, and how many were timed; the ns of its flushes, and how many; one clock read's cost in ps."""
+record, summed, and how many were timed; the CPU ns of its flushes; one clock read's cost in ps."""
 _BLOCK_OPS, _BLOCK_STATUS = 2, 3
 _ENDS = {0: "running", 1: "exit", 2: "_exit", 3: "exec", 4: "detach"}
 _END_SIGNAL = 5
@@ -472,7 +472,7 @@ class _Blocks:
             p.run_delay_ns = run_delay_ns if threads > 0 else None
             at += _STATUS_CPU.size
         if len(body) >= at + _STATUS_SELF.size:
-            p.self_ns, p.self_samples, p.flush_ns, _, p.clock_read_ps = _STATUS_SELF.unpack_from(body, at)
+            p.self_ns, p.self_samples, p.flush_ns, p.clock_read_ps = _STATUS_SELF.unpack_from(body, at)
 
     def _op(self, code: int) -> str:
         return self.op_names[code] if code < len(self.op_names) else f"op{code}"

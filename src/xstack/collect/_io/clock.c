@@ -110,19 +110,21 @@ static void choose_clock(void)
 #endif
 }
 
-/* One xio_ticks() read's cost, in picoseconds: the fastest of a few loops of reads, timed with CLOCK_REALTIME. */
+/* One xio_ticks() read's cost, in picoseconds: the fastest of a few loops of reads, timed with CLOCK_REALTIME
+ * (a few us at every session start: each exec'd program pays it). */
+#define READ_COST_READS 64
 static void measure_read_cost(void)
 {
     int64_t best = INT64_MAX;
     for (int k = 0; k < 4; k++) {
         int64_t a = xio_now();
-        for (int i = 0; i < 256; i++)
+        for (int i = 0; i < READ_COST_READS; i++)
             (void)xio_ticks();
         int64_t b = xio_now();
         if (b - a < best)
             best = b - a;
     }
-    xio.clock_read_ps = best > 0 ? best * 1000 / 256 : 0;
+    xio.clock_read_ps = best > 0 ? best * 1000 / READ_COST_READS : 0;
 }
 
 double xio_clock_slope(void) { return xio.tsc ? clk.slope : 1.0; }

@@ -27,7 +27,7 @@
  *                     the process's CPU time and involuntary context switches since its image (fork child,
  *                     session) started recording, and its live threads' run-queue wait since then, summed,
  *                     with how many threads were read (0 in a status that is not final: not read); then
- *                     (from 2026-11-25, found the same way) i64 self_ns, self_samples, flush_ns, flushes,
+ *                     (from 2026-11-25, found the same way) i64 self_ns, self_samples, flush_ns,
  *                     clock_read_ps: what recording cost the process since then (struct xio_self in xio.h,
  *                     in ns) and one clock read's cost in picoseconds.
  *           (Kind 1, a block of paths, was written up to version 2.)

@@ -225,7 +225,7 @@ struct status_block {
      * only in a final status (0 in the others) */
     int64_t cpu_ns, run_delay_ns, threads, preempted;
     /* what recording cost since then (struct xio_self), in ns, and one clock read's cost */
-    int64_t self_ns, self_samples, flush_ns, flushes, clock_read_ps;
+    int64_t self_ns, self_samples, flush_ns, clock_read_ps;
 };
 
 /* The run-queue wait (ns) in a schedstat file's text: "<on-cpu ns> <run-queue ns> <timeslices>\n". */
@@ -319,7 +319,6 @@ int64_t xio_status_iov(int end, struct iovec *iov)
     st.self_ns = (int64_t)((double)__atomic_load_n(&xio.self.sampled_ticks, __ATOMIC_RELAXED) * slope);
     st.self_samples = (int64_t)__atomic_load_n(&xio.self.samples, __ATOMIC_RELAXED);
     st.flush_ns = xio.self.flush_ns;
-    st.flushes = (int64_t)xio.self.flushes;
     st.clock_read_ps = xio.clock_read_ps;
     iov[0] = (struct iovec){&bs, sizeof bs};
     iov[1] = (struct iovec){&st, sizeof st};

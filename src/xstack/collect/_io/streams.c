@@ -469,7 +469,6 @@ void xio_flush_locked(int end)
     struct timespec done;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &done);
     xio.self.flush_ns += (done.tv_sec - began.tv_sec) * 1000000000LL + (done.tv_nsec - began.tv_nsec); /* locked */
-    xio.self.flushes++;
     tls_flushed = 1;
 }
 

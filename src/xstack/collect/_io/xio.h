@@ -113,7 +113,6 @@ struct xio_self {
     int64_t sampled_ticks;
     uint64_t samples;
     int64_t flush_ns;
-    uint64_t flushes;
 };
 
 /* One call as a wrapper saw it, before it is encoded into its thread's record stream (streams.c). */
