@@ -52,3 +52,45 @@ def test_memory_for_raises_the_limit_for_large_inputs_and_restores_it(tmp_path: 
         after = _limits(store)
         assert after[0] == before[0]
         assert after[1] is None or before[1] is None or abs(after[1] - before[1]) < 2**20
+
+
+_LONG_QUERY = """
+import sys
+import duckdb
+from xstack.trace.store import Store
+
+connect = duckdb.connect
+
+
+def connect_counting_every_query_as_long(*args, **kwargs):
+    con = connect(*args, **kwargs)
+    con.execute("SET progress_bar_time = 0")  # (which also turns the bar on)
+    return con
+
+
+duckdb.connect = connect_counting_every_query_as_long
+if sys.argv[1] == "plain":  # the control: a connection the store did not configure
+    con = duckdb.connect()
+else:
+    with Store.create(sys.argv[2]):
+        pass
+    con = Store.open(sys.argv[2], read_only=sys.argv[1] == "read").con
+print("the query:", flush=True)  # (the store's own set-up statements, which count as long here, come before)
+con.execute("SELECT count(*) FROM range(20000000) t(x) WHERE x % 7 = 1").fetchall()
+"""
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_a_long_query_draws_no_progress_bar_on_standard_output(tmp_path: Path, mode: str) -> None:
+    """DuckDB draws its progress bar on the process's standard output, a file or a pipe as well as a terminal,
+    once a query runs 2 s: it corrupted ``xstack summary > out.txt`` and the JSON of ``report -o -`` on a large
+    profile. The control shows that the query does draw one on a connection the store did not configure."""
+    import subprocess
+    import sys
+
+    def stdout(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", _LONG_QUERY, *args], capture_output=True, text=True, check=True)
+        return done.stdout.split("the query:\n")[1]
+
+    assert "%" in stdout("plain")
+    assert stdout(mode, str(tmp_path / "s.duckdb")) == ""

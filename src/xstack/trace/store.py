@@ -93,7 +93,7 @@ class Store:
         if p.is_dir():
             raise StoreError(f"{p}: is a directory, not a trace store")
         try:
-            con = duckdb.connect(str(p), read_only=read_only)
+            con = _connect(p, read_only=read_only)
         except duckdb.Error as exc:
             raise StoreError(_open_error(p, exc)) from exc
         store = cls(p, con, read_only)
@@ -120,7 +120,7 @@ class Store:
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             _remove_db(partial)
-            con = duckdb.connect(str(partial))
+            con = _connect(partial)
         except (OSError, duckdb.Error) as exc:
             reason = os_reason(final, exc) if isinstance(exc, OSError) else _first_line(exc)
             raise StoreError(f"{final}: cannot write the store here ({reason})") from exc
@@ -150,7 +150,7 @@ class Store:
         if not partial.exists():
             raise StoreError(f"{path}: nothing to complete: no {partial.name} beside it")
         try:
-            con = duckdb.connect(str(partial))  # replays its write-ahead log: what was committed is there
+            con = _connect(partial)  # replays its write-ahead log: what was committed is there
         except duckdb.Error as exc:
             _remove_db(partial)
             raise StoreError(f"{partial}: left unreadable ({_first_line(exc)}): removed") from exc
@@ -352,6 +352,19 @@ def append_store(path: str | os.PathLike[str], scratch: str | os.PathLike[str]) 
     return ids
 
 
+def _connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection to the DuckDB file at ``path`` that draws no progress bar: DuckDB draws one on the process's
+    standard output once a query runs 2 s, a file or a pipe as well as a terminal, and it corrupted the output of
+    `xstack summary > out.txt` and the JSON of `xstack report --format json -o -` on a large profile."""
+    con = duckdb.connect(str(path), read_only=read_only)
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 def _configure(con: duckdb.DuckDBPyConnection, path: Path, *, spill_beside: bool = True) -> None:
     # Spill next to a store being written (stores can be larger than /tmp); a reader may not own that
     # directory, so it spills to the system temp dir.
@@ -406,7 +419,7 @@ def _check_replaceable(path: Path) -> None:
         raise StoreError(f"{path}: exists and is not an xstack store: not replacing it (remove it, or choose "
                          "another -o path)")  # fmt: skip
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = _connect(path, read_only=True)
     except duckdb.Error:
         return  # held open (locked) by another process: a DuckDB file, most likely a store being read
     try:
