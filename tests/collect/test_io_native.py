@@ -426,6 +426,20 @@ def test_each_process_s_cpu_time_and_wait_for_a_cpu_are_recorded(tmp_path: Path,
     assert parent.end == "exit" and parent.run_delay_ns is not None and parent.cpu_ns is not None
 
 
+def test_the_wait_for_a_cpu_counts_the_threads_that_ended_before_the_process(tmp_path: Path, data: Path) -> None:
+    """A thread's schedstat file goes with it: the library reads a thread's wait as it ends, so that the process's
+    figure counts it, not only the waits of the threads alive as the process ends."""
+    if not Path("/proc/self/schedstat").exists():
+        pytest.skip("the kernel keeps no scheduler statistics (/proc/self/schedstat): no wait for a CPU to read")
+    seen, trace = run(tmp_path, "thread_waits", str(data / "known.bin"))
+    process = next(p for p in trace.processes if not p.forked)
+    assert process.end == "exit" and process.run_delay_ns is not None
+    assert seen["thread"] >= 50_000_000  # it waited while the main thread ran (or the test shows nothing)
+    # each read after the thread's or the main thread's own, less the main thread's wait before the library
+    # started (some us): without the ended thread, the figure would stay under the main thread's own
+    assert process.run_delay_ns > seen["main"] + seen["thread"] / 2, (process.run_delay_ns, seen)
+
+
 def test_each_process_measures_what_recording_its_calls_costs_it(tmp_path: Path, data: Path) -> None:
     """The library times 1 recorded call in 64 per thread from the call's end to the end of its record, and every
     flush, and measures a clock read: each process's figures count its own calls (a fork child's start afresh),

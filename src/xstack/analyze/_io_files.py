@@ -280,7 +280,8 @@ PROCESS_COLUMNS = [
         "cpu wait",
         "ns",
         "time its threads waited in a run queue for a CPU over its life (those alive as it "
-        "ended): a process that could run but found every CPU it may use taken",
+        "ended, and those that did file I/O and ended before it): a process that could run but found every CPU it "
+        "may use taken",
     ),  # fmt: skip
     Column(
         "recording",

@@ -115,8 +115,9 @@ class IoProcess:
     ``clock``: what the library timed the calls with, ``tsc`` (the CPU's time-stamp counter, converted to
     CLOCK_REALTIME ns as it flushed) or ``realtime``. ``cpu_ns``: the CPU time the process used while it recorded
     (user and system, every thread, ended ones too; ``getrusage``); ``run_delay_ns``: the time its threads waited
-    in a run queue for a CPU while it recorded (``/proc/self/task/N/schedstat``, read as it ended: the threads
-    alive then; threads that ended before it left out), None where not read (a process killed without its final
+    in a run queue for a CPU while it recorded (``/proc/self/task/N/schedstat``, read as it ended for the threads
+    alive then, and as each ended for the threads that made a recorded call and ended before it; others that ended
+    before it left out), None where not read (a process killed without its final
     status, or files from a library before these figures); ``preempted``: its involuntary context switches
     (a CPU taken from it while it could run). All three None where the files predate them. ``self_ns``,
     ``self_samples``, ``flush_ns`` and ``clock_read_ps``: what recording cost it, as the library measured it while

@@ -513,15 +513,16 @@ def io_programs(config: object) -> dict[int, dict[str, object]]:
 
 
 CONFIG_IO_PROCESS_CPU: Final = "io_process_cpu"
-"""List, a key of ``runs.config``: what the processes the io level recorded that lived during the profiled region
-did with the CPUs, as ``{"pid": int, "start_ns": int, "end_ns": int (as in ``io_programs``), "cpu_ns": int (CPU time,
-user and system, of every thread), "run_delay_ns": int (time its threads waited in a run queue for a CPU: those alive
-as it ended; absent where not read, a process killed without its final status), "preempted": int (involuntary
-context switches), "recording_ns": int (the io library's own time on the path of the calls it saw, as it measured it
-in the process: ``collect._io_records.IoProcess.recording_ns``; absent in files from a library before it did)}``,
-each over the process's whole life while recorded, not only the region; a pid's images (a
-fork, then an exec) summed. The main process and workers first, then the others in the order they started; at most
-``IO_PROCESS_CPU_KEPT``. Recorded by the io level; absent in runs recorded before it was."""
+"""List, a key of ``runs.config``: what the processes the io level recorded that lived during the profiled region did
+with the CPUs, as ``{"pid": int, "start_ns": int, "end_ns": int (as in ``io_programs``), "cpu_ns": int (CPU time, user
+and system, of every thread), "run_delay_ns": int (time its threads waited in a run queue for a CPU: those alive as it
+ended, and those that made a recorded call and ended before it, each read as it ended; absent where not read, a process
+killed without its final status), "preempted": int (involuntary context switches), "recording_ns": int (the io library's
+own time on the path of the calls it saw, as it measured it in the process:
+``collect._io_records.IoProcess.recording_ns``; absent in files from a library before it did)}``, each over the
+process's whole life while recorded, not only the region; a pid's images (a fork, then an exec) summed. The main process
+and workers first, then the others in the order they started; at most ``IO_PROCESS_CPU_KEPT``. Recorded by the io level;
+absent in runs recorded before it was."""
 IO_PROCESS_CPU_KEPT: Final = 1000
 
 

@@ -629,6 +629,40 @@ def contended(data: str) -> dict[str, object]:
     return {"together": together, "alone": alone, "cpu_ns": {int(k): int(v) for k, v in cpu.items()}}
 
 
+def _run_queue_wait() -> int:
+    """The calling thread's time waiting in a run queue for a CPU so far (ns), from its schedstat file."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+        return int(f.read().split()[1])
+
+
+def thread_waits(data: str) -> dict[str, object]:
+    """Pinned to one CPU, a thread reads ``data`` then hashes for 0.3 s of its CPU time while the main thread does
+    the same (hashing lets go of the GIL: the two wait for the CPU, not for the lock), tells its wait for a CPU so
+    far and ends; the main thread then tells its own, and the process exits."""
+    import hashlib
+
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    block, told = os.urandom(1 << 20), {}
+
+    def hash_for(cpu_s: float) -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < cpu_s:
+            hashlib.sha256(block).digest()
+
+    def ended_thread() -> None:
+        with open(data, "rb") as f:
+            f.read()
+        hash_for(0.3)
+        told["thread"] = _run_queue_wait()
+
+    thread = threading.Thread(target=ended_thread)
+    thread.start()
+    hash_for(0.3)
+    thread.join()
+    told["main"] = _run_queue_wait()
+    return told
+
+
 def self_timed(data: str, calls: str) -> dict[str, object]:
     """``calls`` preads of ``data`` in this process, then half as many in a fork child that leaves by os._exit:
     what the library measures of its own cost counts each process's calls."""
@@ -649,6 +683,7 @@ def self_timed(data: str, calls: str) -> dict[str, object]:
 CASES = {
     "self_timed": self_timed,
     "contended": contended,
+    "thread_waits": thread_waits,
     "remapped": remapped,
     "unseen": unseen,
     "close_race": close_race,

@@ -25,8 +25,10 @@
  *                     calls dropped by the record cap, by op code; then (from 2026-11-24, same version: a
  *                     reader finds them by the payload's size) i64 cpu_ns, run_delay_ns, threads, preempted:
  *                     the process's CPU time and involuntary context switches since its image (fork child,
- *                     session) started recording, and its live threads' run-queue wait since then, summed,
- *                     with how many threads were read (0 in a status that is not final: not read); then
+ *                     session) started recording, and its threads' run-queue wait since then, summed (those
+ *                     alive as it ends, and from 2026-11-25 those with a stream that ended before, read as
+ *                     each ended), with how many threads were read (0 in a status that is not final: not
+ *                     read); then
  *                     (from 2026-11-25, found the same way) i64 self_ns, self_samples, flush_ns,
  *                     clock_read_ps: what recording cost the process since then (struct xio_self in xio.h,
  *                     in ns) and one clock read's cost in picoseconds.
@@ -144,6 +146,7 @@ int xio_session_start(int mode, const char *dir, const char *exclude, uint64_t m
     xio.ppid = (pid_t)syscall(SYS_getppid);
     if (xio.start_ns == 0)
         xio.start_ns = xio_now();
+    xio.ended_run_delay_ns = xio.ended_threads = 0; /* before the base: it holds the live threads' only */
     xio_sched_read(&xio.sched_base, 1);
     xio.self = (struct xio_self){0};
     pthread_mutex_lock(&xio.lock);
@@ -199,6 +202,7 @@ static void atfork_child(void)
     xio.forked = 1;
     xio.start_ns = xio_now();
     xio.seq = 0;
+    xio.ended_run_delay_ns = xio.ended_threads = 0; /* the parent's threads that ended are the parent's */
     xio_sched_read(&xio.sched_base, 1); /* about zero: a child's counters start afresh */
     xio.self = (struct xio_self){0};
     xio_clock_restart();

@@ -240,13 +240,34 @@ static int64_t schedstat_wait(const char *text)
     return v;
 }
 
+/* The run-queue wait (ns) of thread `tid` of this process, from its schedstat file; -1 where unreadable. */
+static int64_t thread_run_delay(const char *tid)
+{
+    char path[64], text[128];
+    size_t len = strlen(tid);
+    if (len > 20)
+        return -1;
+    memcpy(path, "/proc/self/task/", 16);
+    memcpy(path + 16, tid, len);
+    memcpy(path + 16 + len, "/schedstat", 11);
+    long fd = xio_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return -1; /* the thread ended since the listing */
+    long got = syscall(SYS_read, (int)fd, text, sizeof text - 1);
+    xio_sys_close((int)fd);
+    if (got <= 0)
+        return -1;
+    text[got] = 0;
+    return schedstat_wait(text);
+}
+
 /* The run-queue waits of the process's live threads into out (summed, and how many were read). */
 static void read_run_delay(struct xio_sched *out)
 {
     long dir = xio_sys_open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (dir < 0)
         return;
-    char buf[4096], path[64], text[128];
+    char buf[4096];
     for (;;) {
         long n = syscall(SYS_getdents64, (int)dir, buf, sizeof buf);
         if (n <= 0)
@@ -260,21 +281,12 @@ static void read_run_delay(struct xio_sched *out)
                 char name[];
             } *d = (void *)(buf + at);
             at += d->reclen;
-            if (d->name[0] < '0' || d->name[0] > '9' || strlen(d->name) > 20)
+            if (d->name[0] < '0' || d->name[0] > '9')
                 continue;
-            memcpy(path, "/proc/self/task/", 16);
-            size_t len = strlen(d->name);
-            memcpy(path + 16, d->name, len);
-            memcpy(path + 16 + len, "/schedstat", 11);
-            long fd = xio_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
-            if (fd < 0)
-                continue; /* the thread ended since the listing */
-            long got = syscall(SYS_read, (int)fd, text, sizeof text - 1);
-            xio_sys_close((int)fd);
-            if (got <= 0)
+            int64_t wait = thread_run_delay(d->name);
+            if (wait < 0)
                 continue;
-            text[got] = 0;
-            out->run_delay_ns += schedstat_wait(text);
+            out->run_delay_ns += wait;
             out->threads++;
         }
     }
@@ -290,8 +302,29 @@ void xio_sched_read(struct xio_sched *out, int threads)
                       ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
         out->preempted = ru.ru_nivcsw;
     }
-    if (threads)
+    if (threads) {
         read_run_delay(out);
+        out->run_delay_ns += __atomic_load_n(&xio.ended_run_delay_ns, __ATOMIC_RELAXED);
+        out->threads += __atomic_load_n(&xio.ended_threads, __ATOMIC_RELAXED);
+    }
+}
+
+/* Thread `tid` (the caller) is ending: its run-queue wait is read now, as its schedstat file goes with it. */
+void xio_sched_thread_ended(pid_t tid)
+{
+    char name[24];
+    int len = 0;
+    char digits[24];
+    for (unsigned v = (unsigned)tid; len == 0 || v; v /= 10)
+        digits[len++] = (char)('0' + v % 10);
+    for (int i = 0; i < len; i++)
+        name[i] = digits[len - 1 - i];
+    name[len] = 0;
+    int64_t wait = thread_run_delay(name);
+    if (wait < 0)
+        return;
+    __atomic_add_fetch(&xio.ended_run_delay_ns, wait, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&xio.ended_threads, 1, __ATOMIC_RELAXED);
 }
 
 /* The STATUS block into iov[0] and iov[1] (static storage, valid until the next call; callers hold

@@ -178,6 +178,8 @@ static void stream_release(void *p)
     xio_run_flush(); /* a run of calls the thread left open */
     int saved = xio_guard;
     xio_guard = 1;
+    if (xio.mode != XIO_MODE_OFF && !xio.ended)
+        xio_sched_thread_ended(current_tid()); /* its wait for a CPU, before its schedstat file goes */
     pthread_mutex_lock(&xio.lock);
     if (s->state == STREAM_OWNED) {
         s->state = STREAM_RETIRED; /* the next flush writes what is left, then frees it */

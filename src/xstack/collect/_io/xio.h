@@ -95,8 +95,9 @@ struct xio_block_header {
 };
 
 /* The CPU figures of the process (output.c): its CPU time and involuntary context switches (getrusage:
- * every thread, ended ones too), and the time its threads alive when read waited in a run queue for a CPU
- * (/proc/self/task/N/schedstat; `threads` 0: not read). */
+ * every thread, ended ones too), and the time its threads waited in a run queue for a CPU
+ * (/proc/self/task/N/schedstat; `threads` 0: not read): those alive when read, and those that had a stream
+ * and ended since the image started recording (read as each ended: xio.ended_run_delay_ns). */
 struct xio_sched {
     int64_t cpu_ns, run_delay_ns, threads, preempted;
 };
@@ -229,6 +230,9 @@ struct xio_state {
     uint64_t paths_dropped;
     uint64_t write_errors;
     struct xio_sched sched_base; /* the image's (fork child's, session's) CPU figures when it started recording */
+    /* The run-queue wait of the threads with a stream that ended since then, read as each ended (its stream's
+     * destructor), and how many: a thread's file is gone once it has ended */
+    int64_t ended_run_delay_ns, ended_threads;
 };
 extern struct xio_state xio;
 /* initial-exec: a preloaded library has static TLS, and this avoids a __tls_get_addr call per access */
@@ -489,6 +493,7 @@ void xio_output_close(void);
 void xio_output_write(struct iovec *iov, int n);
 int64_t xio_status_iov(int end, struct iovec *iov);
 void xio_sched_read(struct xio_sched *out, int threads);
+void xio_sched_thread_ended(pid_t tid);
 long xio_sys_open(const char *path, int flags, int mode);
 long xio_sys_close(int fd);
 long xio_sys_write_all(int fd, const void *buf, size_t len);
