@@ -349,7 +349,9 @@ def _record(program: Program, levels: str, parsed: tuple[str, ...], store: Path,
                              clock_control=os.environ.get(CLOCK_CONTROL_ENV, "none"),
                              replay=os.environ.get(REPLAY_ENV, "kernel"))  # fmt: skip
     if "io" in parsed and not os.environ.get(IO_CHILD_ENV):
-        return run_preloaded(child_command(program, parsed, store, measured, warmup=warmup), store)
+        # a pass of a leveled measurement fails whole instead: its merge would be left without the io level
+        return run_preloaded(child_command(program, parsed, store, measured, warmup=warmup), store,
+                             keep_unread=measured is None)  # fmt: skip
     bar: AbstractContextManager[Any] = nullcontext()
     if measured is None:
         prof = Profile(levels, store, program.name, warmup=warmup, optimizer_steps=True)

@@ -194,6 +194,55 @@ def test_a_crashing_program_keeps_its_io_and_its_exit_code(tmp_path: Path, data:
     assert config["status"] == "cut_short"
 
 
+@pytest.mark.parametrize("failure", ["error", "ctrl-c"])
+def test_records_that_cannot_be_read_back_are_kept_for_recover(
+    tmp_path: Path, data: Path, failure: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reading the records back once the program ended fails (an error, or Ctrl-C while a long read-back runs):
+    the program's profile and exit code stand, the run says its io was not read and where the records are, and
+    ``xstack recover`` reads them in later, as the run would have."""
+    from xstack.analyze.health import run_health
+    from xstack.cli.main import main
+    from xstack.collect import _io_records
+    from xstack.errors import BadInputError
+
+    store = tmp_path / "unread.duckdb"
+    program = f"import sys; open({str(data / 'full.bin')!r}, 'rb').read(); sys.exit(3)"
+    read_records = _io_records.read_records
+
+    def fail(directory: Path) -> Any:
+        read_records(directory)  # (reads them whole, then fails as a later step would)
+        if failure == "ctrl-c":
+            raise KeyboardInterrupt
+        raise BadInputError(f"{directory}/x.xio: cut short on purpose")
+
+    monkeypatch.setattr(_io_records, "read_records", fail)
+    assert main(["run", "--levels", "model,io", "-o", str(store), "--", "python", "-c", program]) == 3
+    folder = tmp_path / "unread.io"
+    err = capsys.readouterr().err
+    assert f"kept in {folder}; `xstack recover {store}` reads them in" in err
+    assert ("interrupted (Ctrl-C)" if failure == "ctrl-c" else "cut short on purpose") in err
+    assert any(folder.glob("*.xio"))
+    with Store.open(store) as s:
+        assert s.query("SELECT count(*) FROM spans WHERE level = 'io'")[0][0] == 0
+        assert s.query("""SELECT count(*) FROM health WHERE "check" = 'io_not_read'""")[0][0] == 1
+        config = orjson.loads(s.query("SELECT config FROM runs")[0][0])
+        assert config[A.CONFIG_IO_UNREAD] == str(folder) and "io" not in s.query("SELECT levels FROM runs")[0][0]
+        assert [c for c, _, _ in run_health(s, 1).findings] == ["io_not_read"]  # a finding, in every report
+
+    monkeypatch.setattr(_io_records, "read_records", read_records)
+    assert main(["recover", str(store)]) == 0
+    assert "run 1's io records read in from" in capsys.readouterr().err
+    assert not folder.exists()
+    assert _files(store)[("full.bin", "POSIX")]["bytes_read"] == 10_000
+    with Store.open(store) as s:
+        assert s.query("""SELECT count(*) FROM health WHERE "check" = 'io_not_read'""")[0][0] == 0
+        assert A.CONFIG_IO_UNREAD not in orjson.loads(s.query("SELECT config FROM runs")[0][0])
+        assert "io" in s.query("SELECT levels FROM runs")[0][0]
+    assert main(["recover", str(store)]) == 1  # once read in, the run has nothing left to recover
+    assert "and no run whose io records were kept unread" in capsys.readouterr().err
+
+
 DATALOADER = textwrap.dedent(
     """
     import os, sys

@@ -331,14 +331,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_recover(args: argparse.Namespace) -> int:
     from xstack import salvage
+    from xstack.collect import io
     from xstack.text import counted
 
     store = args.store
-    if not salvage.left(store):
-        raise XstackError(f"{store}: nothing to recover: no {store.name}.partial with its journal "
-                          f"({store.name}.journal) beside it")  # fmt: skip
-    spans = salvage.salvage(store, "the process ended outright (its store completed by xstack recover)")
-    print(f"xstack: {counted(spans, 'span')} recovered: profile written to {store}", file=sys.stderr)
+    salvaged = salvage.left(store)
+    if salvaged:
+        spans = salvage.salvage(store, "the process ended outright (its store completed by xstack recover)")
+        print(f"xstack: {counted(spans, 'span')} recovered: profile written to {store}", file=sys.stderr)
+    kept = io.unread(store) if store.is_file() else []
+    for run_id, folder in kept:
+        spans = io.read_unread(store, run_id, folder)
+        print(f"xstack: run {run_id}'s io records read in from {folder}: {counted(spans, 'io span')}", file=sys.stderr)
+    if not salvaged and not kept:
+        raise XstackError(f"{store}: nothing to recover: no {store.name}.partial with its journal ({store.name}"
+                          ".journal) beside it, and no run whose io records were kept unread")  # fmt: skip
     return 0
 
 

@@ -292,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "recover",
         help="complete the store of a profile whose process was killed outright (SIGKILL, a segfault) with no "
-        "xstack process waiting on it (xstack.profile in a program run without xstack run)",
+        "xstack process waiting on it (xstack.profile in a program run without xstack run); read in the io records "
+        "that xstack run kept unread (an error, or Ctrl-C, while it read them: health io_not_read)",
         formatter_class=fmt,
     )
     p.add_argument("store", type=Path, metavar="STORE", help="the store the profile was writing")

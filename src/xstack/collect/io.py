@@ -133,9 +133,11 @@ def exclusions(store: Path) -> list[str]:
     return [str(store), *ranks, str(temp / SCRATCH_PREFIX), str(temp / PROFILER_SCRATCH)]
 
 
-def run_preloaded(child: list[str], store: Path) -> int:
+def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) -> int:
     """Run ``child`` (an ``xstack run`` command line writing ``store``) with the interposition library preloaded
-    into its whole process tree, then read the records into the run it wrote; returns its exit code."""
+    into its whole process tree, then read the records into the run it wrote; returns its exit code. Where they
+    cannot be read (an error, Ctrl-C), they are kept for ``xstack recover`` and the run says so
+    (``_keep_unread``), with ``keep_unread``; else the error is raised, the records removed."""
     import subprocess
 
     from xstack.collect import _io_native
@@ -145,19 +147,104 @@ def run_preloaded(child: list[str], store: Path) -> int:
         from xstack.errors import UsageError
 
         raise UsageError(f"level 'io' cannot run here: {reason}")
-    directory = store.with_name(store.name.removesuffix(".duckdb") + ".io")
-    shutil.rmtree(directory, ignore_errors=True)
+    directory = _records_folder(store)
+    shutil.rmtree(directory, ignore_errors=True)  # what a run killed while it read them left
     directory.mkdir(parents=True)
     env = _io_native.preload_env(directory, exclude=exclusions(store)) | {CHILD_ENV: "1"}
     process = subprocess.Popen(child, env=env)
     code = _child.wait(process)  # the child gets a Ctrl-C too: it finishes writing what it traced
+    kept = False
     try:
         salvage.after_child(store, code, process.returncode)  # killed outright: keep what it wrote
         if store.exists():
-            ingest(store, directory)
+            try:
+                ingest(store, directory)
+            except (Exception, KeyboardInterrupt) as exc:  # the program's profile stands: its records wait
+                kept = keep_unread and _keep_unread(store, directory, exc)
+                if not kept:
+                    raise
+                code = code or (130 if isinstance(exc, KeyboardInterrupt) else 0)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(directory, ignore_errors=True)
     return code
+
+
+def _records_folder(store: Path) -> Path:
+    """Where the program's records go: ``STORE.io`` beside the store it writes, or ``STORE.io.N`` where the store it
+    is written for keeps records of an earlier run unread there (``_keep_unread``)."""
+    base = store.with_name(store.name.removesuffix(".duckdb") + ".io")
+    try:
+        kept = {folder for _, folder in unread(final_path(store))} if final_path(store).is_file() else set()
+    except XstackError:  # not a store (yet): --force replaces it, or the run refuses it
+        kept = set()
+    folder, n = base, 1
+    while folder.absolute() in kept:
+        n += 1
+        folder = base.with_name(f"{base.name}.{n}")
+    return folder
+
+
+NOT_READ = "io_not_read"
+"""The health check of a run whose io records could not be read into it once the program ended (``_keep_unread``)."""
+
+
+def _keep_unread(store: Path, directory: Path, why: BaseException) -> bool:
+    """Where reading the records in ``directory`` into the last run of ``store`` failed (``why``; the run is as the
+    program left it, the read rolled back), keep them, and say so in the run (config ``io_unread``, health
+    ``io_not_read``) and on standard error, for ``xstack recover`` to read them in later; whether that was done
+    (not where the store cannot be written: the caller then raises)."""
+    directory = directory.absolute()
+    reason = "interrupted (Ctrl-C)" if isinstance(why, KeyboardInterrupt) else str(why) or type(why).__name__
+    shown = final_path(store)  # the store named on the command line, where --append writes a scratch one first
+    detail = (f"the io level's records could not be read into the run once the program ended ({reason}): they are "
+              f"kept in {directory}; `xstack recover {shown}` reads them in")  # fmt: skip
+    try:
+        with Store.open(store, read_only=False) as opened:
+            run_id = max(opened.run_ids())
+            opened.con.execute("BEGIN TRANSACTION")
+            _patch_config(opened, run_id, {A.CONFIG_IO_UNREAD: str(directory)})
+            # not an io level that saw nothing: the analyses say it is not in the run (reading them in lists it)
+            levels = opened.query("SELECT coalesce(levels, []) FROM _runs WHERE run_id = ?", [run_id])[0][0]
+            opened.con.execute(
+                "UPDATE _runs SET levels = ? WHERE run_id = ?", [[v for v in levels if v != "io"], run_id]
+            )
+            opened.add_health(run_id, [(NOT_READ, 1, detail)])
+            opened.con.execute("COMMIT")
+    except Exception:  # noqa: BLE001 (the caller raises the first error, which says more)
+        return False
+    print(f"xstack: warning: {detail}", file=sys.stderr)
+    return True
+
+
+def unread(store_path: Path) -> list[tuple[int, Path]]:
+    """The runs of the store at ``store_path`` whose io records ``xstack run`` kept unread (``_keep_unread``), with
+    the folder of each."""
+    with Store.open(store_path) as store:
+        rows = store.query(f"SELECT run_id, config->>'$.{A.CONFIG_IO_UNREAD}' FROM runs "
+                           f"WHERE config->>'$.{A.CONFIG_IO_UNREAD}' IS NOT NULL ORDER BY run_id")  # fmt: skip
+    return [(int(run_id), Path(folder)) for run_id, folder in rows]
+
+
+def read_unread(store_path: Path, run_id: int, directory: Path) -> int:
+    """Read the io records kept unread in ``directory`` into run ``run_id`` of the store at ``store_path``, as ``xstack
+    run`` would have (``ingest``), and drop the run's note of them, in one transaction; then remove the folder.
+    Returns the io spans written. Raises ``XstackError`` naming the folder where it is gone."""
+    from xstack.collect._ingest import into_last_run
+
+    if not directory.is_dir() or not any(directory.glob("*.xio")):
+        raise XstackError(f"{store_path}: run {run_id}'s io records were kept in {directory}, which holds none now "
+                          "(removed?): they cannot be read in")  # fmt: skip
+
+    def write(store: Store, run: int) -> list[tuple[str, int, str]]:
+        store.con.execute("""DELETE FROM _health WHERE run_id = ? AND "check" = ?""", [run, NOT_READ])
+        _patch_config(store, run, {A.CONFIG_IO_UNREAD: None})  # (a merge patch's null removes the key)
+        return ingest_run(store, run, directory)
+
+    into_last_run(store_path, write, run_id=run_id)
+    shutil.rmtree(directory, ignore_errors=True)
+    with Store.open(store_path) as store:
+        return int(store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [run_id])[0][0])
 
 
 def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:

@@ -497,6 +497,10 @@ it; else its exec), "end_ns": int (its exit, or its last record), "build": true 
 linker: torch.compile's C++ builds)}``; at most ``IO_PROGRAMS_KEPT``, the count of the others in
 ``io_programs_more``. Recorded by the io level; absent when it recorded none."""
 CONFIG_IO_PROGRAMS_MORE: Final = "io_programs_more"
+CONFIG_IO_UNREAD: Final = "io_unread"
+"""String, a key of ``runs.config``: the folder of io records that ``xstack run`` could not read into the run once the
+program ended (an error, or Ctrl-C while it read them), kept there for ``xstack recover`` to read in; health
+``io_not_read`` says why. Absent once they are read, and in every run whose records were read."""
 IO_PROGRAMS_KEPT: Final = 1000
 IO_PROGRAM_COMMAND_CHARS: Final = 200
 
