@@ -221,7 +221,7 @@ def test_records_that_cannot_be_read_back_are_kept_for_recover(
     folder = tmp_path / "unread.io"
     err = capsys.readouterr().err
     assert f"kept in {folder}; `xstack recover {store}` reads them in" in err
-    assert ("interrupted (Ctrl-C)" if failure == "ctrl-c" else "cut short on purpose") in err
+    assert ("interrupted by Ctrl-C" if failure == "ctrl-c" else "cut short on purpose") in err
     assert any(folder.glob("*.xio"))
     with Store.open(store) as s:
         assert s.query("SELECT count(*) FROM spans WHERE level = 'io'")[0][0] == 0

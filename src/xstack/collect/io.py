@@ -195,7 +195,7 @@ def _keep_unread(store: Path, directory: Path, why: BaseException) -> bool:
     ``io_not_read``) and on standard error, for ``xstack recover`` to read them in later; whether that was done
     (not where the store cannot be written: the caller then raises)."""
     directory = directory.absolute()
-    reason = "interrupted (Ctrl-C)" if isinstance(why, KeyboardInterrupt) else str(why) or type(why).__name__
+    reason = "interrupted by Ctrl-C" if isinstance(why, KeyboardInterrupt) else str(why) or type(why).__name__
     shown = final_path(store)  # the store named on the command line, where --append writes a scratch one first
     detail = (f"the io level's records could not be read into the run once the program ended ({reason}): they are "
               f"kept in {directory}; `xstack recover {shown}` reads them in")  # fmt: skip
