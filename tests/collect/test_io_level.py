@@ -203,7 +203,7 @@ def test_records_that_cannot_be_read_back_are_kept_for_recover(
     ``xstack recover`` reads them in later, as the run would have."""
     from xstack.analyze.health import run_health
     from xstack.cli.main import main
-    from xstack.collect import _io_records
+    from xstack.collect import _io_records, io
     from xstack.errors import BadInputError
 
     store = tmp_path / "unread.duckdb"
@@ -217,10 +217,12 @@ def test_records_that_cannot_be_read_back_are_kept_for_recover(
         raise BadInputError(f"{directory}/x.xio: cut short on purpose")
 
     monkeypatch.setattr(_io_records, "read_records", fail)
+    monkeypatch.setattr(io, "ANNOUNCED_BYTES", 0)  # as for a run of many calls
     assert main(["run", "--levels", "model,io", "-o", str(store), "--", "python", "-c", program]) == 3
     folder = tmp_path / "unread.io"
     err = capsys.readouterr().err
     assert f"kept in {folder}; `xstack recover {store}` reads them in" in err
+    assert "reading the io level's records back (0 MiB, about" in err and f"`xstack recover {store}`)" in err
     assert ("interrupted by Ctrl-C" if failure == "ctrl-c" else "cut short on purpose") in err
     assert any(folder.glob("*.xio"))
     with Store.open(store) as s:

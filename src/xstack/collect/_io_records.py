@@ -39,6 +39,8 @@ _HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
 _BLOCK = struct.Struct("<IIQ")
 _OPS_THREAD = struct.Struct("<iI")
 _RECORD = struct.Struct("<IIqIiihBB")
+RECORD_BYTES = _RECORD.size
+"""The size of a slot of a thread's record stream: most calls take one."""
 RAW_FIELDS = 11
 """The values a call keeps from its slots until it is built (``_File.raw``): start, duration, offset, bytes,
 requested, thread, descriptor, path id, errno, operation code and descriptor kind."""
@@ -535,6 +537,7 @@ def _signal_name(number: int) -> str:
 
 __all__ = [
     "NOT_COVERED_REASONS",
+    "RECORD_BYTES",
     "IoOp",
     "IoProcess",
     "IoRecords",

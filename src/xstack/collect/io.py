@@ -37,7 +37,7 @@ from xstack.collect import _child
 from xstack.collect._ingest import last_span_id, measured_region
 from xstack.collect._io_classes import PathClasses, build_processes, is_builder, process_roles
 from xstack.collect._io_counters import RUNS, file_counters, op_path
-from xstack.collect._io_records import IoProcess
+from xstack.collect._io_records import RECORD_BYTES, IoProcess
 from xstack.collect._recorder import Recorder
 from xstack.collect.torch_profiler import SCRATCH_PREFIX as PROFILER_SCRATCH
 from xstack.errors import XstackError
@@ -158,6 +158,8 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
         salvage.after_child(store, code, process.returncode)  # killed outright: keep what it wrote
         if store.exists():
             try:
+                if keep_unread:
+                    _announce(directory, final_path(store))
                 ingest(store, directory)
             except (Exception, KeyboardInterrupt) as exc:  # the program's profile stands: its records wait
                 kept = keep_unread and _keep_unread(store, directory, exc)
@@ -168,6 +170,20 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
         if not kept:
             shutil.rmtree(directory, ignore_errors=True)
     return code
+
+
+ANNOUNCED_BYTES = 16 << 20
+"""Record files past this size (some 500,000 calls, a few seconds to read back) are announced (``_announce``)."""
+
+
+def _announce(directory: Path, shown: Path) -> None:
+    """Say on standard error that the records in ``directory`` are being read back, where they are many: the wait
+    after the program's end is then explained, and Ctrl-C's effect said."""
+    size = sum(f.stat().st_size for f in directory.glob("*.xio"))
+    if size > ANNOUNCED_BYTES:
+        print(f"xstack: reading the io level's records back ({size / 2**20:,.0f} MiB, about "
+              f"{size // RECORD_BYTES:,} calls; Ctrl-C keeps them for `xstack recover {shown}`)",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _records_folder(store: Path) -> Path:
