@@ -245,6 +245,34 @@ def test_records_that_cannot_be_read_back_are_kept_for_recover(
     assert "and no run whose io records were kept unread" in capsys.readouterr().err
 
 
+_KILLED_READING = """
+import os, signal, sys
+from xstack.cli.main import main
+from xstack.collect import _io_records
+
+_io_records.read_records = lambda directory: os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer
+main(["run", "--levels", "model,io", "-o", sys.argv[1], "--", "python", "-c", sys.argv[2]])
+"""
+
+
+def test_records_whose_read_back_was_killed_are_kept_for_recover(tmp_path: Path, data: Path) -> None:
+    """The xstack process killed outright as it reads the records back (out of memory on a long run): the run was
+    marked before the reading began, so it says where they are, and ``xstack recover`` reads them in."""
+    store = tmp_path / "killed.duckdb"
+    program = f"open({str(data / 'full.bin')!r}, 'rb').read()"
+    done = subprocess.run([sys.executable, "-c", _KILLED_READING, str(store), program], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    folder = tmp_path / "killed.io"
+    with Store.open(store) as s:
+        assert s.query("SELECT count(*) FROM spans WHERE level = 'io'")[0][0] == 0
+        (detail,) = s.query("""SELECT detail FROM health WHERE "check" = 'io_not_read'""")[0]
+        assert "xstack stopped while it read them" in detail and str(folder) in detail
+    recovered = _xstack("recover", str(store))
+    assert recovered.returncode == 0, recovered.stderr
+    assert _files(store)[("full.bin", "POSIX")]["bytes_read"] == 10_000 and not folder.exists()
+
+
 DATALOADER = textwrap.dedent(
     """
     import os, sys

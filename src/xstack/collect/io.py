@@ -157,14 +157,20 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
     try:
         salvage.after_child(store, code, process.returncode)  # killed outright: keep what it wrote
         if store.exists():
+            # marked first, the mark dropped as they are read in: this process killed meanwhile (out of memory)
+            # leaves the run saying where they are too
+            run_id = _mark_unread(store, directory, None) if keep_unread else None
             try:
-                if keep_unread:
+                if run_id is None:
+                    ingest(store, directory)
+                else:
                     _announce(directory, final_path(store))
-                ingest(store, directory)
+                    _read_marked(store, run_id, directory)
             except (Exception, KeyboardInterrupt) as exc:  # the program's profile stands: its records wait
-                kept = keep_unread and _keep_unread(store, directory, exc)
+                kept = run_id is not None
                 if not kept:
                     raise
+                _mark_unread(store, directory, exc)  # why, where it can say it
                 code = code or (130 if isinstance(exc, KeyboardInterrupt) else 0)
     finally:
         if not kept:
@@ -205,14 +211,18 @@ NOT_READ = "io_not_read"
 """The health check of a run whose io records could not be read into it once the program ended (``_keep_unread``)."""
 
 
-def _keep_unread(store: Path, directory: Path, why: BaseException) -> bool:
-    """Where reading the records in ``directory`` into the last run of ``store`` failed (``why``; the run is as the
-    program left it, the read rolled back), keep them, and say so in the run (config ``io_unread``, health
-    ``io_not_read``) and on standard error, for ``xstack recover`` to read them in later; whether that was done
-    (not where the store cannot be written: the caller then raises)."""
+def _mark_unread(store: Path, directory: Path, why: BaseException | None) -> int | None:
+    """Say in the last run of ``store`` that its io records are kept unread in ``directory`` (config ``io_unread``,
+    health ``io_not_read``, ``io`` out of its levels), for ``xstack recover`` to read them in: before they are read
+    (``why`` None: the reading drops it, and a reading killed outright leaves it), and where reading them failed
+    (``why``: the run as the program left it, the read rolled back), then on standard error too. Returns the run's
+    id; None where the store cannot be written (before reading: the records are then read unmarked)."""
     directory = directory.absolute()
-    reason = "interrupted by Ctrl-C" if isinstance(why, KeyboardInterrupt) else str(why) or type(why).__name__
     shown = final_path(store)  # the store named on the command line, where --append writes a scratch one first
+    if why is None:
+        reason = "xstack stopped while it read them: killed, out of memory?"
+    else:
+        reason = "interrupted by Ctrl-C" if isinstance(why, KeyboardInterrupt) else str(why) or type(why).__name__
     detail = (f"the io level's records could not be read into the run once the program ended ({reason}): they are "
               f"kept in {directory}; `xstack recover {shown}` reads them in")  # fmt: skip
     try:
@@ -225,16 +235,18 @@ def _keep_unread(store: Path, directory: Path, why: BaseException) -> bool:
             opened.con.execute(
                 "UPDATE _runs SET levels = ? WHERE run_id = ?", [[v for v in levels if v != "io"], run_id]
             )
+            opened.con.execute("""DELETE FROM _health WHERE run_id = ? AND "check" = ?""", [run_id, NOT_READ])
             opened.add_health(run_id, [(NOT_READ, 1, detail)])
             opened.con.execute("COMMIT")
-    except Exception:  # noqa: BLE001 (the caller raises the first error, which says more)
-        return False
-    print(f"xstack: warning: {detail}", file=sys.stderr)
-    return True
+    except Exception:  # noqa: BLE001 (before: read unmarked; after: the mark made before stands)
+        return None
+    if why is not None:
+        print(f"xstack: warning: {detail}", file=sys.stderr)
+    return run_id
 
 
 def unread(store_path: Path) -> list[tuple[int, Path]]:
-    """The runs of the store at ``store_path`` whose io records ``xstack run`` kept unread (``_keep_unread``), with
+    """The runs of the store at ``store_path`` whose io records ``xstack run`` kept unread (``_mark_unread``), with
     the folder of each."""
     with Store.open(store_path) as store:
         rows = store.query(f"SELECT run_id, config->>'$.{A.CONFIG_IO_UNREAD}' FROM runs "
@@ -246,11 +258,19 @@ def read_unread(store_path: Path, run_id: int, directory: Path) -> int:
     """Read the io records kept unread in ``directory`` into run ``run_id`` of the store at ``store_path``, as ``xstack
     run`` would have (``ingest``), and drop the run's note of them, in one transaction; then remove the folder.
     Returns the io spans written. Raises ``XstackError`` naming the folder where it is gone."""
-    from xstack.collect._ingest import into_last_run
-
     if not directory.is_dir() or not any(directory.glob("*.xio")):
         raise XstackError(f"{store_path}: run {run_id}'s io records were kept in {directory}, which holds none now "
                           "(removed?): they cannot be read in")  # fmt: skip
+    _read_marked(store_path, run_id, directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    with Store.open(store_path) as store:
+        return int(store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [run_id])[0][0])
+
+
+def _read_marked(store_path: Path, run_id: int, directory: Path) -> None:
+    """Read the records in ``directory`` into run ``run_id`` (marked by ``_mark_unread``) and drop its mark, in one
+    transaction."""
+    from xstack.collect._ingest import into_last_run
 
     def write(store: Store, run: int) -> list[tuple[str, int, str]]:
         store.con.execute("""DELETE FROM _health WHERE run_id = ? AND "check" = ?""", [run, NOT_READ])
@@ -258,9 +278,6 @@ def read_unread(store_path: Path, run_id: int, directory: Path) -> int:
         return ingest_run(store, run, directory)
 
     into_last_run(store_path, write, run_id=run_id)
-    shutil.rmtree(directory, ignore_errors=True)
-    with Store.open(store_path) as store:
-        return int(store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [run_id])[0][0])
 
 
 def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:

@@ -499,7 +499,8 @@ linker: torch.compile's C++ builds)}``; at most ``IO_PROGRAMS_KEPT``, the count 
 CONFIG_IO_PROGRAMS_MORE: Final = "io_programs_more"
 CONFIG_IO_UNREAD: Final = "io_unread"
 """String, a key of ``runs.config``: the folder of io records that ``xstack run`` could not read into the run once the
-program ended (an error, or Ctrl-C while it read them), kept there for ``xstack recover`` to read in; health
+program ended (an error, Ctrl-C, or the ``xstack`` process killed while it read them: the run is marked before the
+reading begins), kept there for ``xstack recover`` to read in; health
 ``io_not_read`` says why. Absent once they are read, and in every run whose records were read."""
 IO_PROGRAMS_KEPT: Final = 1000
 IO_PROGRAM_COMMAND_CHARS: Final = 200
