@@ -66,8 +66,20 @@ _NO_EXTENT = "SELECT NULL::VARCHAR AS path, NULL::BIGINT AS size WHERE FALSE"
 def files_cte(io: IoRun, all_paths: bool) -> str:
     """CTEs ``f``, ``extent`` and ``sized(path, counted, ops, nbytes, time_ns, reads, writes, size)``: each file's
     size is its highest byte read or written + 1, or the furthest offset its calls reached (mmap: offset + length)."""
-    extent = _SPAN_EXTENT if io.has_spans else _NO_EXTENT
+    extent = f"SELECT path, size FROM {_span_extent(io)}" if io.has_spans else _NO_EXTENT
     return _FILES.format(where=class_filter(all_paths), extent=extent)
+
+
+def _span_extent(io: IoRun) -> str:
+    """Name of a temp table ``(path, size)``: the furthest offset each file's io spans reached (``_SPAN_EXTENT``),
+    computed once per run: the queries of ``files_cte`` (eight in io.sizes and io.small_files) each scanned every io
+    span for it, a third of a second each at a million calls."""
+    ctx = io.ctx
+    name = f"_ax_io_extent_{ctx.run_id}"
+    if name not in ctx._tables:
+        ctx.store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {_SPAN_EXTENT}", {"run": ctx.run_id})
+        ctx._tables[name] = name
+    return name
 
 
 SIZE_COLUMNS = [
