@@ -137,7 +137,7 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
     """Run ``child`` (an ``xstack run`` command line writing ``store``) with the interposition library preloaded
     into its whole process tree, then read the records into the run it wrote; returns its exit code. Where they
     cannot be read (an error, Ctrl-C), they are kept for ``xstack recover`` and the run says so
-    (``_keep_unread``), with ``keep_unread``; else the error is raised, the records removed."""
+    (``_mark_unread``), with ``keep_unread``; else the error is raised, the records removed."""
     import subprocess
 
     from xstack.collect import _io_native
@@ -194,7 +194,7 @@ def _announce(directory: Path, shown: Path) -> None:
 
 def _records_folder(store: Path) -> Path:
     """Where the program's records go: ``STORE.io`` beside the store it writes, or ``STORE.io.N`` where the store it
-    is written for keeps records of an earlier run unread there (``_keep_unread``)."""
+    is written for keeps records of an earlier run unread there (``_mark_unread``)."""
     base = store.with_name(store.name.removesuffix(".duckdb") + ".io")
     try:
         kept = {folder for _, folder in unread(final_path(store))} if final_path(store).is_file() else set()
@@ -208,7 +208,7 @@ def _records_folder(store: Path) -> Path:
 
 
 NOT_READ = "io_not_read"
-"""The health check of a run whose io records could not be read into it once the program ended (``_keep_unread``)."""
+"""The health check of a run whose io records could not be read into it once the program ended (``_mark_unread``)."""
 
 
 def _mark_unread(store: Path, directory: Path, why: BaseException | None) -> int | None:
