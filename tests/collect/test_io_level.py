@@ -268,9 +268,16 @@ def test_records_whose_read_back_was_killed_are_kept_for_recover(tmp_path: Path,
         assert s.query("SELECT count(*) FROM spans WHERE level = 'io'")[0][0] == 0
         (detail,) = s.query("""SELECT detail FROM health WHERE "check" = 'io_not_read'""")[0]
         assert "xstack stopped while it read them" in detail and str(folder) in detail
-    recovered = _xstack("recover", str(store))
+    # the store and its records copied elsewhere together (another machine): found beside the store
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    store.rename(moved / store.name)
+    folder.rename(moved / folder.name)
+    recovered = _xstack("recover", str(moved / store.name))
     assert recovered.returncode == 0, recovered.stderr
-    assert _files(store)[("full.bin", "POSIX")]["bytes_read"] == 10_000 and not folder.exists()
+    assert f"read in from {moved / folder.name}" in recovered.stderr
+    assert _files(moved / store.name)[("full.bin", "POSIX")]["bytes_read"] == 10_000
+    assert not (moved / folder.name).exists()
 
 
 DATALOADER = textwrap.dedent(

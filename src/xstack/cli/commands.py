@@ -340,8 +340,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
         spans = salvage.salvage(store, "the process ended outright (its store completed by xstack recover)")
         print(f"xstack: {counted(spans, 'span')} recovered: profile written to {store}", file=sys.stderr)
     kept = io.unread(store) if store.is_file() else []
-    for run_id, folder in kept:
-        spans = io.read_unread(store, run_id, folder)
+    for run_id, kept_in in kept:
+        spans, folder = io.read_unread(store, run_id, kept_in)
         print(f"xstack: run {run_id}'s io records read in from {folder}: {counted(spans, 'io span')}", file=sys.stderr)
     if not salvaged and not kept:
         raise XstackError(f"{store}: nothing to recover: no {store.name}.partial with its journal ({store.name}"

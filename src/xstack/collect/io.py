@@ -254,17 +254,26 @@ def unread(store_path: Path) -> list[tuple[int, Path]]:
     return [(int(run_id), Path(folder)) for run_id, folder in rows]
 
 
-def read_unread(store_path: Path, run_id: int, directory: Path) -> int:
+def read_unread(store_path: Path, run_id: int, directory: Path) -> tuple[int, Path]:
     """Read the io records kept unread in ``directory`` into run ``run_id`` of the store at ``store_path``, as ``xstack
-    run`` would have (``ingest``), and drop the run's note of them, in one transaction; then remove the folder.
-    Returns the io spans written. Raises ``XstackError`` naming the folder where it is gone."""
-    if not directory.is_dir() or not any(directory.glob("*.xio")):
+    run`` would have (``ingest``), and drop the run's note of them, in one transaction; then remove the folder. Returns
+    the io spans written and the folder read. Raises ``XstackError`` naming the folder where it is gone. A folder no
+    longer where it was kept is looked for beside the store (the two copied to another machine together)."""
+    beside = store_path.with_name(directory.name)
+    if not _holds_records(directory) and _holds_records(beside):
+        directory = beside
+    if not _holds_records(directory):
         raise XstackError(f"{store_path}: run {run_id}'s io records were kept in {directory}, which holds none now "
-                          "(removed?): they cannot be read in")  # fmt: skip
+                          f"(removed?), nor does {beside}: they cannot be read in")  # fmt: skip
     _read_marked(store_path, run_id, directory)
     shutil.rmtree(directory, ignore_errors=True)
     with Store.open(store_path) as store:
-        return int(store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [run_id])[0][0])
+        spans = store.query("SELECT count(*) FROM spans WHERE run_id = ? AND level = 'io'", [run_id])[0][0]
+    return int(spans), directory
+
+
+def _holds_records(directory: Path) -> bool:
+    return directory.is_dir() and any(directory.glob("*.xio"))
 
 
 def _read_marked(store_path: Path, run_id: int, directory: Path) -> None:
