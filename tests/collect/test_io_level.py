@@ -245,6 +245,31 @@ def test_records_that_cannot_be_read_back_are_kept_for_recover(
     assert "and no run whose io records were kept unread" in capsys.readouterr().err
 
 
+def test_records_kept_unread_go_with_the_store_force_replaces(
+    tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run into a store whose earlier run keeps its io records unread records into another folder, and where
+    ``--force`` replaced that store, the earlier run's records go too: nothing could read them in any more. Added
+    with ``--append``, the earlier run stays, and so do its records."""
+    from xstack.cli.main import main
+    from xstack.collect import _io_records
+    from xstack.collect.io import unread
+    from xstack.errors import BadInputError
+
+    def fail(directory: Path) -> Any:
+        raise BadInputError(f"{directory}: cut short on purpose")
+
+    monkeypatch.setattr(_io_records, "read_records", fail)
+    store, program = tmp_path / "s.duckdb", f"open({str(data / 'full.bin')!r}, 'rb').read()"
+    first, second, third = tmp_path / "s.io", tmp_path / "s.io.2", tmp_path / "s.duckdb.append.io"
+    assert main(["run", "--levels", "model,io", "-o", str(store), "--", "python", "-c", program]) == 0
+    assert main(["run", "--levels", "model,io", "-o", str(store), "--force", "--", "python", "-c", program]) == 0
+    assert not first.exists() and any(second.glob("*.xio"))
+    assert main(["run", "--levels", "model,io", "-o", str(store), "--append", "--", "python", "-c", program]) == 0
+    assert any(second.glob("*.xio")) and any(third.glob("*.xio"))
+    assert unread(store) == [(1, second), (2, third)]
+
+
 _KILLED_READING = """
 import os, signal, sys
 from xstack.cli.main import main

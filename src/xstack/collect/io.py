@@ -147,7 +147,8 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
         from xstack.errors import UsageError
 
         raise UsageError(f"level 'io' cannot run here: {reason}")
-    directory = _records_folder(store)
+    earlier = _kept_folders(final_path(store))
+    directory = _records_folder(store, earlier)
     shutil.rmtree(directory, ignore_errors=True)  # what a run killed while it read them left
     directory.mkdir(parents=True)
     env = _io_native.preload_env(directory, exclude=exclusions(store)) | {CHILD_ENV: "1"}
@@ -175,6 +176,8 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
     finally:
         if not kept:
             shutil.rmtree(directory, ignore_errors=True)
+    for gone in earlier - _kept_folders(final_path(store)):  # --force replaced the store whose runs they were
+        shutil.rmtree(gone, ignore_errors=True)
     return code
 
 
@@ -192,14 +195,19 @@ def _announce(directory: Path, shown: Path) -> None:
               file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _records_folder(store: Path) -> Path:
-    """Where the program's records go: ``STORE.io`` beside the store it writes, or ``STORE.io.N`` where the store it
-    is written for keeps records of an earlier run unread there (``_mark_unread``)."""
-    base = store.with_name(store.name.removesuffix(".duckdb") + ".io")
+def _kept_folders(store: Path) -> set[Path]:
+    """The folders where the runs of the store at ``store`` keep io records unread (``_mark_unread``); none where it
+    is no store."""
     try:
-        kept = {folder for _, folder in unread(final_path(store))} if final_path(store).is_file() else set()
+        return {folder for _, folder in unread(store)} if store.is_file() else set()
     except XstackError:  # not a store (yet): --force replaces it, or the run refuses it
-        kept = set()
+        return set()
+
+
+def _records_folder(store: Path, kept: set[Path]) -> Path:
+    """Where the program's records go: ``STORE.io`` beside the store it writes, or ``STORE.io.N`` where the store it
+    is written for keeps records of an earlier run unread there (``kept``)."""
+    base = store.with_name(store.name.removesuffix(".duckdb") + ".io")
     folder, n = base, 1
     while folder.absolute() in kept:
         n += 1
