@@ -172,7 +172,7 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
                 if not kept:
                     raise
                 _mark_unread(store, directory, exc)  # why, where it can say it
-                code = code or (130 if isinstance(exc, KeyboardInterrupt) else 0)
+                code = code or (130 if _interrupted(exc) else 0)
     finally:
         if not kept:
             shutil.rmtree(directory, ignore_errors=True)
@@ -193,6 +193,12 @@ def _announce(directory: Path, shown: Path) -> None:
         print(f"xstack: reading the io level's records back ({size / 2**20:,.0f} MiB, about "
               f"{size // RECORD_BYTES:,} calls; Ctrl-C keeps them for `xstack recover {shown}`)",
               file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: a KeyboardInterrupt, or the error DuckDB raises in its place when the Ctrl-C came
+    during a query (it takes the signal to stop the query: a plain RuntimeError)."""
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, RuntimeError) and str(exc) == "Query interrupted")
 
 
 def _kept_folders(store: Path) -> set[Path]:
@@ -230,7 +236,7 @@ def _mark_unread(store: Path, directory: Path, why: BaseException | None) -> int
     if why is None:
         reason = "xstack stopped while it read them: killed, out of memory?"
     else:
-        reason = "interrupted by Ctrl-C" if isinstance(why, KeyboardInterrupt) else str(why) or type(why).__name__
+        reason = "interrupted by Ctrl-C" if _interrupted(why) else str(why) or type(why).__name__
     detail = (f"the io level's records could not be read into the run once the program ended ({reason}): they are "
               f"kept in {directory}; `xstack recover {shown}` reads them in")  # fmt: skip
     try:
