@@ -176,7 +176,7 @@ def run_preloaded(child: list[str], store: Path, *, keep_unread: bool = True) ->
     finally:
         if not kept:
             shutil.rmtree(directory, ignore_errors=True)
-    for gone in earlier - _kept_folders(final_path(store)):  # --force replaced the store whose runs they were
+    for gone in earlier - (_kept_folders(final_path(store)) if earlier else set()):  # --force replaced their store
         shutil.rmtree(gone, ignore_errors=True)
     return code
 
