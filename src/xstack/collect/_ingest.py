@@ -28,7 +28,7 @@ def last_span_id(store: Store, run_id: int) -> int:
     return int(store.query("SELECT coalesce(max(span_id), 0) FROM _spans WHERE run_id = ?", [run_id])[0][0])
 
 
-def into_last_run(store_path: Path, write: Callable[[Store, int], Health], *, run_id: int | None = None) -> Health:
+def into_run(store_path: Path, write: Callable[[Store, int], Health], *, run_id: int | None = None) -> Health:
     """Open the complete store at ``store_path``, call ``write(store, run_id)`` for its last run (the one the
     traced program recorded; or run ``run_id``) and add the health rows it returns, all in one transaction: the
     run gets all of it or, on any error, none of it. Returns the health rows."""

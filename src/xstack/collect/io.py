@@ -293,22 +293,22 @@ def _holds_records(directory: Path) -> bool:
 def _read_marked(store_path: Path, run_id: int, directory: Path) -> None:
     """Read the records in ``directory`` into run ``run_id`` (marked by ``_mark_unread``) and drop its mark, in one
     transaction."""
-    from xstack.collect._ingest import into_last_run
+    from xstack.collect._ingest import into_run
 
     def write(store: Store, run: int) -> list[tuple[str, int, str]]:
         store.con.execute("""DELETE FROM _health WHERE run_id = ? AND "check" = ?""", [run, NOT_READ])
         _patch_config(store, run, {A.CONFIG_IO_UNREAD: None})  # (a merge patch's null removes the key)
         return ingest_run(store, run, directory)
 
-    into_last_run(store_path, write, run_id=run_id)
+    into_run(store_path, write, run_id=run_id)
 
 
 def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:
     """Read the records a preloaded program tree left in ``directory`` into the last run of the complete store
     at ``store_path`` (the run that program recorded); returns the health rows written."""
-    from xstack.collect._ingest import into_last_run
+    from xstack.collect._ingest import into_run
 
-    return into_last_run(store_path, lambda store, run_id: ingest_run(store, run_id, directory))
+    return into_run(store_path, lambda store, run_id: ingest_run(store, run_id, directory))
 
 
 def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, int, str]]:

@@ -166,9 +166,9 @@ def ingest(store_path: Path, trace_file: Path, name: str = TOOL, offset_ns: int 
     """Read the tracer's output ``trace_file`` into the last run of the complete store at ``store_path`` (the run
     the traced program recorded), in one transaction; returns the health rows written. ``offset_ns``: perf's
     CLOCK_MONOTONIC to CLOCK_REALTIME."""
-    from xstack.collect._ingest import into_last_run
+    from xstack.collect._ingest import into_run
 
-    return into_last_run(store_path, lambda store, run_id: ingest_run(store, run_id, trace_file, name, offset_ns))
+    return into_run(store_path, lambda store, run_id: ingest_run(store, run_id, trace_file, name, offset_ns))
 
 
 @contextlib.contextmanager
