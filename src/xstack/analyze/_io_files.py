@@ -6,16 +6,16 @@ from typing import Any
 
 from xstack.analyze._io_common import (
     DATA_FILE,
-    DATA_SPAN,
     FILE_CLASS,
     FILE_OPS,
     FILE_STORAGE,
     FILE_TIME,
+    IO_DATA,
+    IO_SPANS,
+    IO_STORAGE,
     OPEN_OPS,
     READ_OPS,
-    SPAN_BYTES,
     SPAN_PATH,
-    SPAN_STORAGE,
     WRITE_OPS,
     IoRun,
     as_count,
@@ -30,6 +30,7 @@ from xstack.analyze._io_common import (
     rate,
     recording_text,
     recording_totals,
+    span_rows,
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
 from xstack.analyze.result import Chart, Column, Result, format_ns
@@ -108,11 +109,10 @@ FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY pid
 _PROCESSES_FROM_SPANS = f"""
 SELECT pid, count(*), count(*) FILTER (WHERE name IN {in_list(READ_OPS)}),
     count(*) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
-    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)}),
-    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
-    sum({SPAN_BYTES}) FILTER (WHERE name IN {in_list(READ_OPS)} AND {DATA_SPAN}), sum(dur_ns),
-    sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS + WRITE_OPS)}), count(DISTINCT {SPAN_PATH})
-FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE} GROUP BY pid
+    sum(nbytes) FILTER (WHERE name IN {in_list(READ_OPS)}), sum(nbytes) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
+    sum(nbytes) FILTER (WHERE name IN {in_list(READ_OPS)} AND {IO_DATA}), sum(dur_ns),
+    sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS + WRITE_OPS)}), count(DISTINCT path)
+FROM {IO_SPANS} WHERE run_id = $run AND {IO_STORAGE} GROUP BY pid
 """
 
 FILE_COLUMNS = [
@@ -317,7 +317,10 @@ def process_table(store: Store, run_id: int) -> Result:
     io = io_run(store, run_id)
     if (lacking := io.lacking(PROCESSES_ID, PROCESSES_TITLE)) is not None:
         return lacking
-    found = rows(store, _PROCESSES_FROM_FILES if io.has_files else _PROCESSES_FROM_SPANS, io.run_id)
+    if io.has_files:
+        found = rows(store, _PROCESSES_FROM_FILES, io.run_id)
+    else:
+        found = span_rows(store, _PROCESSES_FROM_SPANS, io.run_id)
     table = sorted((_process_row(io.process(r[0]), io.role(r[0]), r, io.cpu.get(r[0])) for r in found),
                    key=lambda r: (-r[9], r[1]))  # fmt: skip
     workers = [r for r in table if r[2] == "worker"]

@@ -10,15 +10,16 @@ from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
     CLOSE_OPS,
-    DATA_SPAN,
     FILE_STORAGE,
     FILE_TIME,
+    IO_DATA,
+    IO_SPANS,
+    IO_STORAGE,
     OPEN_OPS,
     READ_OPS,
     SPAN_BYTES,
     SPAN_CLASS,
     SPAN_PATH,
-    SPAN_STORAGE,
     SYNC_OPS,
     WRITE_OPS,
     IoRun,
@@ -31,6 +32,7 @@ from xstack.analyze._io_common import (
     mapped_files,
     mapped_label,
     median,
+    span_rows,
 )
 from xstack.analyze._timeline_common import DATALOADER, STEP, notes_of, pct, rows
 from xstack.analyze.context import merged, past_warmup
@@ -65,8 +67,7 @@ WITH it AS (SELECT k, s, e FROM _io_iterations),
 loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {DATALOADER}),
 loading AS ({merged("loader_spans")}),
 io AS (
-    SELECT pid, start_ns AS s, start_ns + dur_ns AS e FROM spans
-    WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE}
+    SELECT pid, start_ns AS s, start_ns + dur_ns AS e FROM {IO_SPANS} WHERE run_id = $run AND {IO_STORAGE}
 ),
 main_waiting AS (
     SELECT greatest(io.s, l.s) AS s, least(io.e, l.e) AS e FROM io JOIN loading l ON io.s < l.e AND io.e > l.s
@@ -85,34 +86,29 @@ SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coale
 FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
 """
 
-_SP_PATH = SPAN_PATH.replace("attrs", "sp.attrs")
-
 _WORKER_DATA = f"""
 WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
 w AS (  -- the workers' successful calls on data files and listings of folders, one scan of the spans
-    SELECT name, dur_ns, {SPAN_PATH} AS path, {SPAN_BYTES} AS bytes, {DATA_SPAN} AS data,
-        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size,
-        TRY_CAST(attrs->>'$."{A.IO_DIR_ENTRIES}"' AS BIGINT) AS entries,
+    SELECT name, dur_ns, path, nbytes AS bytes, {IO_DATA} AS data, requested AS size, entries,
         EXISTS (SELECT 1 FROM it WHERE sp.start_ns >= it.s AND sp.start_ns < it.e) AS measured
-    FROM spans sp
-    WHERE run_id = $run AND level = 'io' AND ({DATA_SPAN} OR name IN ('opendir', 'readdir'))
-        AND pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid)
-        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
+    FROM {IO_SPANS} sp
+    WHERE run_id = $run AND ({IO_DATA} OR name IN ('opendir', 'readdir')) AND pid IS DISTINCT FROM $main
+        AND NOT list_contains($helpers, pid) AND NOT failed
 ),
 ops AS (SELECT * FROM w WHERE data AND measured),
 reads AS (SELECT * FROM ops WHERE name IN {in_list(READ_OPS)}),
-first AS (SELECT min(start_ns) AS t FROM spans WHERE run_id = $run AND level = 'io' AND pid IS DISTINCT FROM $main
+first AS (SELECT min(start_ns) AS t FROM {IO_SPANS} WHERE run_id = $run AND pid IS DISTINCT FROM $main
             AND NOT list_contains($helpers, pid)),
 forked AS (  -- the main process's mappings before its first worker started, which forked workers inherit: not
              -- those it unmapped before then (a file the dataset's __init__ read its length from, say), nor, where
              -- the unmap went unrecorded (an unmap of part of a mapping), those of files the workers mapped themselves
-    SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS size, TRUE AS inherited
-    FROM spans sp WHERE $forked AND run_id = $run AND level = 'io' AND name = 'mmap' AND pid = $main AND {DATA_SPAN}
-        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND start_ns < (SELECT t FROM first)
-        AND NOT EXISTS (SELECT 1 FROM spans u WHERE u.run_id = $run AND u.level = 'io' AND u.name = 'munmap'
-                        AND u.pid = $main AND u.attrs->>'$."{A.IO_PATH}"' = {_SP_PATH} AND u.start_ns > sp.start_ns
-                        AND u.start_ns < (SELECT t FROM first) AND NOT json_exists(u.attrs, '$."{A.IO_ERRNO}"'))
-        AND NOT EXISTS (SELECT 1 FROM w WHERE w.data AND w.name = 'mmap' AND w.path = {_SP_PATH})
+    SELECT path, requested AS size, TRUE AS inherited
+    FROM {IO_SPANS} sp WHERE $forked AND run_id = $run AND name = 'mmap' AND pid = $main AND {IO_DATA} AND NOT failed
+        AND start_ns < (SELECT t FROM first)
+        AND NOT EXISTS (SELECT 1 FROM {IO_SPANS} u WHERE u.run_id = $run AND u.name = 'munmap' AND u.pid = $main
+                        AND u.path = sp.path AND u.start_ns > sp.start_ns AND u.start_ns < (SELECT t FROM first)
+                        AND NOT u.failed)
+        AND NOT EXISTS (SELECT 1 FROM w WHERE w.data AND w.name = 'mmap' AND w.path = sp.path)
 ),
 maps AS (SELECT path, size, FALSE AS inherited FROM w WHERE data AND name = 'mmap' UNION ALL SELECT * FROM forked),
 lists AS (SELECT * FROM w WHERE measured AND name IN ('opendir', 'readdir'))
@@ -281,7 +277,7 @@ _TOTALS_FROM_SPANS = f"""
 SELECT pid, sum(dur_ns), sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}),
     sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}),
     sum(dur_ns) FILTER (WHERE name NOT IN {in_list(READ_OPS + WRITE_OPS)})
-FROM spans WHERE run_id = $run AND level = 'io' AND {SPAN_STORAGE} GROUP BY pid
+FROM {IO_SPANS} WHERE run_id = $run AND {IO_STORAGE} GROUP BY pid
 """
 
 _TOTALS_FROM_FILES = f"""
@@ -367,10 +363,16 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     iterations = rows(store, _ITERATIONS.replace("{measured}", past_warmup(io.ctx.warmup)), io.run_id,
                       main=io.main_pid)  # fmt: skip
     if not iterations:  # the run's totals, as io.processes counts them: a DXT trace holds only some operations
-        per_pid = rows(store, _TOTALS_FROM_FILES if io.has_files else _TOTALS_FROM_SPANS, io.run_id)
+        per_pid = (
+            rows(store, _TOTALS_FROM_FILES, io.run_id)
+            if io.has_files
+            else span_rows(store, _TOTALS_FROM_SPANS, io.run_id)
+        )
         facts = {"lacking": "model", "input_bound": None, "threshold_pct": threshold_pct, **_totals(io, per_pid)}
         return _totals_only(io, per_pid, facts)
-    per_pid = rows(store, _TOTALS_FROM_SPANS if io.has_spans else _TOTALS_FROM_FILES, io.run_id)
+    per_pid = (
+        span_rows(store, _TOTALS_FROM_SPANS, io.run_id) if io.has_spans else rows(store, _TOTALS_FROM_FILES, io.run_id)
+    )
     table, worker_data = _per_iteration(store, io, iterations)
     kind = str(iterations[0][2])
     loaders = _loaders.dataloaders(store, io.ctx)
@@ -463,8 +465,10 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
         [(k, s, e, bool(warm)) for k, (s, e, _, warm) in enumerate(iterations, 1)],
     )
     try:
-        found = rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
-        data = rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids, forked=_forked(io))[0]
+        found = span_rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
+        data = span_rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids, forked=_forked(io))[
+            0
+        ]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []

@@ -8,25 +8,20 @@ from typing import Any, Final
 from xstack.analyze._io_common import (
     COPY_READ_OPS,
     DATA_CLASSES,
-    DATA_SPAN,
-    FILE_CLASS,
-    FILE_STORAGE,
+    IO_DATA,
+    IO_SPANS,
+    IO_STORAGE,
     OPEN_OPS,
     READ_OPS,
     SMALL_READ_BYTES,
-    SPAN_BYTES,
-    SPAN_CLASS,
-    SPAN_PATH,
-    SPAN_STORAGE,
     IoRun,
     as_count,
     bucket_median,
-    file_int,
-    hist_count,
     in_list,
     io_pass,
     io_run,
     small_from_hist,
+    span_rows,
 )
 from xstack.analyze._timeline_common import notes_of, pct, rows
 from xstack.analyze.context import run_context
@@ -38,32 +33,40 @@ ID = "io.pattern"
 TITLE = "Read access pattern"
 BUCKETS = [b[0] for b in A.IO_SIZE_BUCKETS]
 
+_FILE_KEYS: Final = (
+    A.IO_FILE_PATH_CLASS, A.IO_FILE_SEQ_READS, A.IO_FILE_CONSEC_READS, A.IO_FILE_ZERO_READS, A.IO_FILE_SIZE_READ_HIST,
+    A.IO_FILE_OPEN_READS, *(f'{A.IO_FILE_SIZE_READ_HIST}."{b}"' for b in BUCKETS),
+)  # fmt: skip
 _FROM_FILES = f"""
-SELECT {FILE_CLASS} AS class, sum(reads), sum({file_int(A.IO_FILE_SEQ_READS)}),
-    sum({file_int(A.IO_FILE_CONSEC_READS)}), sum({file_int(A.IO_FILE_ZERO_READS)}),
-    sum({file_int(A.IO_FILE_ZERO_READS)}) FILTER (WHERE json_exists(attrs, '$.{A.IO_FILE_SIZE_READ_HIST}')),
-    sum({file_int(A.IO_FILE_OPEN_READS)}), count(*) FILTER (WHERE NOT json_exists(attrs, '$.{A.IO_FILE_OPEN_READS}')),
-    {", ".join(f"sum({hist_count(A.IO_FILE_SIZE_READ_HIST, b)})" for b in BUCKETS)}
-FROM io_files WHERE run_id = $run AND {FILE_STORAGE} GROUP BY 1 HAVING sum(reads) > 0 ORDER BY 2 DESC, 1
+WITH f AS (  -- each row's counters, its JSON parsed once (not once per counter: 16 times)
+    SELECT reads, coalesce(a[1], 'unknown') AS class, {
+    ", ".join(f"coalesce(TRY_CAST(a[{i}] AS BIGINT), 0) AS c{i}" for i in (2, 3, 4, *range(7, 7 + len(BUCKETS))))
+},
+        a[5] IS NOT NULL AS has_hist, a[6] IS NOT NULL AS has_open_reads, coalesce(TRY_CAST(a[6] AS BIGINT), 0) AS c6
+    FROM (SELECT reads, json_extract_string(attrs, [{", ".join(f"'$.{k}'" for k in _FILE_KEYS)}]) AS a
+          FROM io_files WHERE run_id = $run)
+)
+SELECT class, sum(reads), sum(c2), sum(c3), sum(c4), sum(c4) FILTER (WHERE has_hist), sum(c6),
+    count(*) FILTER (WHERE NOT has_open_reads), {", ".join(f"sum(c{i})" for i in range(7, 7 + len(BUCKETS)))}
+FROM f WHERE class NOT IN ('stream', 'ipc') GROUP BY 1 HAVING sum(reads) > 0 ORDER BY 2 DESC, 1
 """
 
 _SPAN_READS = f"""
-SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}),
-    median({SPAN_BYTES}) FILTER (WHERE {SPAN_BYTES} > 0), sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0), sum(dur_ns),
-    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND {{warm}}), sum(dur_ns) FILTER (WHERE {{warm}}),
-    count(*) FILTER (WHERE {SPAN_BYTES} = 0 AND name IN {in_list(COPY_READ_OPS)}),
-    sum(dur_ns) FILTER (WHERE {SPAN_BYTES} = 0 AND name IN {in_list(COPY_READ_OPS)})
-FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} IS NOT NULL
-    AND {SPAN_STORAGE} GROUP BY 1
+SELECT {{key}} AS class, count(*), count(*) FILTER (WHERE nbytes > 0 AND nbytes < {SMALL_READ_BYTES}),
+    median(nbytes) FILTER (WHERE nbytes > 0), sum(dur_ns) FILTER (WHERE nbytes = 0), sum(dur_ns),
+    sum(dur_ns) FILTER (WHERE nbytes = 0 AND {{warm}}), sum(dur_ns) FILTER (WHERE {{warm}}),
+    count(*) FILTER (WHERE nbytes = 0 AND name IN {in_list(COPY_READ_OPS)}),
+    sum(dur_ns) FILTER (WHERE nbytes = 0 AND name IN {in_list(COPY_READ_OPS)})
+FROM {IO_SPANS} WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes IS NOT NULL AND {IO_STORAGE}
+GROUP BY 1
 """
 
 _SHUFFLED = f"""
 WITH ev AS (
-    SELECT pid, {SPAN_PATH} AS path, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
-        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off, {SPAN_BYTES} AS nbytes
-    FROM spans WHERE run_id = $run AND level = 'io'
-        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
-        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+    SELECT pid, path, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open, off, nbytes
+    FROM {IO_SPANS} WHERE run_id = $run
+        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND nbytes > 0))
+        AND {IO_DATA} AND path IS NOT NULL
 ),
 numbered AS (  -- each read with the number of the open it was made in
     SELECT *, sum(CASE WHEN is_open THEN 1 ELSE 0 END)
@@ -89,10 +92,8 @@ transaction (in its default rollback-journal mode) to know whether its page cach
 
 _SMALL_FILE_READS = f"""
 WITH r AS (
-    SELECT {SPAN_PATH} AS path, coalesce(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT), 0) AS off,
-        {SPAN_BYTES} AS nbytes
-    FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
-        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+    SELECT path, coalesce(off, 0) AS off, nbytes FROM {IO_SPANS}
+    WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes > 0 AND {IO_DATA} AND path IS NOT NULL
 ),
 extent AS (SELECT path, max(off + nbytes) AS size FROM r GROUP BY path)
 SELECT count(*) FROM r JOIN extent USING (path) WHERE r.nbytes < {SMALL_READ_BYTES} AND extent.size < {SMALL_READ_BYTES}
@@ -101,21 +102,20 @@ SELECT count(*) FROM r JOIN extent USING (path) WHERE r.nbytes < {SMALL_READ_BYT
 cannot be larger, whose files are ``io.small_files``' concern."""
 
 _SQLITE_CHECKS = f"""
-SELECT count(*), mode({SPAN_PATH}) FROM spans
-WHERE run_id = $run AND level = 'io' AND name IN ('pread', 'pread64') AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)}
-    AND {SPAN_BYTES} = {SQLITE_COUNTER_BYTES}
-    AND TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) = {SQLITE_COUNTER_OFFSET}
+SELECT count(*), mode(path) FROM {IO_SPANS}
+WHERE run_id = $run AND name IN ('pread', 'pread64') AND {IO_DATA} AND nbytes = {SQLITE_COUNTER_BYTES}
+    AND off = {SQLITE_COUNTER_OFFSET}
 """
 """SQLite's reads of a database's change counter (16 bytes at offset 24, read at the start of every read
 transaction, each query made outside one) from the io spans, and the file of most of them."""
 
 _SUFFIXES = f"""
 WITH per_path AS (
-    SELECT {SPAN_PATH} AS path, count(*) FILTER (WHERE {SPAN_BYTES} = 0) AS zero,
-        count(*) FILTER (WHERE {SPAN_BYTES} > 0 AND {SPAN_BYTES} < {SMALL_READ_BYTES}) AS small
-    FROM spans
-    WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND name NOT IN {in_list(COPY_READ_OPS)}
-        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
+    SELECT path, count(*) FILTER (WHERE nbytes = 0) AS zero,
+        count(*) FILTER (WHERE nbytes > 0 AND nbytes < {SMALL_READ_BYTES}) AS small
+    FROM {IO_SPANS}
+    WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND name NOT IN {in_list(COPY_READ_OPS)} AND {IO_DATA}
+        AND path IS NOT NULL
     GROUP BY 1
 )
 SELECT lower(regexp_extract(path, '(\\.[A-Za-z0-9]+)$', 1)) AS suffix, sum(zero), sum(small) FROM per_path
@@ -127,10 +127,9 @@ copy's end) and their small reads: whose reader reads so (an image decoder reads
 
 _REREAD = f"""
 WITH r AS (
-    SELECT {SPAN_PATH} AS path, TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS s, {SPAN_BYTES} AS nbytes, dur_ns
-    FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
-        AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL
-        AND TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) >= 0
+    SELECT path, off AS s, nbytes, dur_ns FROM {IO_SPANS}
+    WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes > 0 AND {IO_DATA} AND path IS NOT NULL
+        AND off >= 0
 ),
 starts AS (  -- one row per file and offset, the furthest end of the reads from there: both windows below then
             -- order the rows alike (reads of one range, which they ordered each as it pleased, were counted twice)
@@ -160,10 +159,9 @@ def _reading_opens(where: str) -> str:
     the data files), by file and process, the offset its first read began at and the bytes its reads moved."""
     return f"""
 WITH ev AS (
-    SELECT {SPAN_PATH} AS path, pid, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open,
-        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off, {SPAN_BYTES} AS nbytes
-    FROM spans WHERE run_id = $run AND level = 'io' AND {where}
-        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0))
+    SELECT path, pid, start_ns, span_id, name IN ('open', 'openat', 'creat', 'fopen') AS is_open, off, nbytes
+    FROM {IO_SPANS} WHERE run_id = $run AND {where}
+        AND (name IN ('open', 'openat', 'creat', 'fopen') OR (name IN {in_list(READ_OPS)} AND nbytes > 0))
 ),
 numbered AS (
     SELECT *, sum(CASE WHEN is_open THEN 1 ELSE 0 END)
@@ -175,7 +173,7 @@ firsts AS (SELECT path, pid, opened, arg_min(off, start_ns) AS off, sum(nbytes) 
 
 
 _OPENS_READ = (
-    _reading_opens(f"{SPAN_PATH} = $path")
+    _reading_opens("path = $path")
     + """,
 common AS (SELECT off, count(*) AS n FROM firsts GROUP BY off ORDER BY n DESC, off LIMIT 1)
 SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELECT off FROM common) FROM firsts
@@ -185,7 +183,7 @@ SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELEC
 them began at (a zip archive's end, where its index is), how many and which."""
 
 _FILES_REOPENED = (
-    _reading_opens(f"{SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL")
+    _reading_opens(f"{IO_DATA} AND path IS NOT NULL")
     + """,
 per_file AS (SELECT path, count(*) AS opens, bool_and(off = 0) AS from_start, avg(nbytes) AS nbytes FROM firsts
              GROUP BY path),
@@ -199,16 +197,15 @@ beginning to read it at its first byte (a loader that opens each file again to p
 reading opens and the bytes an open read, on average."""
 
 _READ_BY_PROCESS = f"""
-SELECT {SPAN_PATH} AS path, pid, sum({SPAN_BYTES}) FROM spans
-WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS)} AND {SPAN_BYTES} > 0
-    AND {SPAN_CLASS} IN {in_list(DATA_CLASSES)} AND {SPAN_PATH} IS NOT NULL AND pid IS DISTINCT FROM $main
-    AND NOT list_contains($helpers, pid)
+SELECT path, pid, sum(nbytes) FROM {IO_SPANS}
+WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes > 0 AND {IO_DATA} AND path IS NOT NULL
+    AND pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid)
 GROUP BY 1, 2
 """
 """The bytes each worker process (not the main one, nor a helper) read of each data file."""
 
-_LIFETIMES = """
-SELECT pid, min(start_ns), max(start_ns + dur_ns) FROM spans WHERE run_id = $run AND level = 'io' GROUP BY pid
+_LIFETIMES = f"""
+SELECT pid, min(start_ns), max(start_ns + dur_ns) FROM {IO_SPANS} WHERE run_id = $run GROUP BY pid
 """
 """Each process's first and last recorded call: when it lived, as far as the io level saw it."""
 
@@ -219,18 +216,19 @@ _OFFSET_READS: Final = ("read", "readv", "fread", "stdio_read")
 
 _INHERITED_CALLS = f"""
 ev AS (
-    SELECT pid, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd, {SPAN_PATH} AS path, name, start_ns, span_id,
-        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS requested, {SPAN_BYTES} AS nbytes,
-        TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT) AS off
-    FROM spans WHERE run_id = $run AND level = 'io' AND {DATA_SPAN} AND {SPAN_PATH} IS NOT NULL
-        AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND pid IS DISTINCT FROM $main
+    SELECT pid, fd, path, name, start_ns, span_id, requested, nbytes, off FROM {IO_SPANS}
+    WHERE run_id = $run AND {IO_DATA} AND path IS NOT NULL AND NOT failed AND pid IS DISTINCT FROM $main
+),
+opens AS (SELECT pid, fd, start_ns, span_id FROM ev WHERE fd >= 0 AND name IN {in_list(OPEN_OPS)}),
+first_open AS (  -- each descriptor's first open in its process (the lowest span id of those at its time)
+    SELECT o.pid, o.fd, o.start_ns, min(o.span_id) AS span_id FROM opens o
+    JOIN (SELECT pid, fd, min(start_ns) AS start_ns FROM opens GROUP BY pid, fd) f USING (pid, fd, start_ns)
+    GROUP BY o.pid, o.fd, o.start_ns
 ),
 inherited AS (  -- the calls on a descriptor before any open of it by their process: one it inherited
-    SELECT * FROM (
-        SELECT *, sum(CASE WHEN name IN {in_list(OPEN_OPS)} THEN 1 ELSE 0 END)
-            OVER (PARTITION BY pid, fd ORDER BY start_ns, span_id ROWS UNBOUNDED PRECEDING) AS opened
-        FROM ev WHERE fd >= 0
-    ) WHERE opened = 0
+    SELECT ev.* FROM ev LEFT JOIN first_open f ON ev.pid = f.pid AND ev.fd = f.fd
+    WHERE ev.fd >= 0 AND (f.start_ns IS NULL OR ev.start_ns < f.start_ns
+                          OR (ev.start_ns = f.start_ns AND ev.span_id < f.span_id))
 )"""
 """The CTEs ``ev`` (the successful calls on data files of the processes other than the main one, whose data files
 it opened itself) and ``inherited`` (those made on a descriptor their process did not open: one a fork child
@@ -242,8 +240,8 @@ moves AS (
     SELECT pid, fd, path, name, start_ns, span_id FROM inherited
     WHERE name IN {in_list(_OFFSET_MOVES)} OR (name IN ('lseek', 'lseek64') AND requested <> 1)
 ),
-life AS (SELECT pid, min(start_ns) AS s, max(start_ns + dur_ns) AS e FROM spans
-         WHERE run_id = $run AND level = 'io' GROUP BY pid),
+life AS (SELECT pid, min(start_ns) AS s, max(start_ns + dur_ns) AS e FROM {IO_SPANS} WHERE run_id = $run
+         GROUP BY pid),
 movers AS (SELECT DISTINCT m.path, m.fd, m.pid, l.s, l.e FROM moves m JOIN life l USING (pid)),
 together AS (  -- the movers that lived at once with another mover of the same descriptor
     SELECT DISTINCT a.path, a.fd, a.pid FROM movers a JOIN movers b
@@ -423,23 +421,23 @@ def access_pattern(store: Store, run_id: int) -> Result:
         "zero_copy_read_ns": data_spans[8] if data_spans else None,
     }
     if io.has_spans:
-        facts["small_reads_small_files"] = as_count(rows(store, _SMALL_FILE_READS, counted_in)[0][0])
-        checks, db = rows(store, _SQLITE_CHECKS, counted_in)[0]
+        facts["small_reads_small_files"] = as_count(span_rows(store, _SMALL_FILE_READS, counted_in)[0][0])
+        checks, db = span_rows(store, _SQLITE_CHECKS, counted_in)[0]
         facts |= {"sqlite_change_reads": as_count(checks), "sqlite_path": db}
         count_io = io_run(store, counted_in) if counted_in != io.run_id else io
-        shared = rows(store, _SHARED_OFFSET, counted_in, main=count_io.main_pid)
+        shared = span_rows(store, _SHARED_OFFSET, counted_in, main=count_io.main_pid)
         path, fd, procs, reads, races = shared[0] if shared else (None, None, 0, 0, 0)
         facts |= {"shared_offset_path": path, "shared_offset_fd": fd, "shared_offset_processes": as_count(procs),
                   "shared_offset_reads": as_count(reads), "shared_offset_races": as_count(races)}  # fmt: skip
-        forked = rows(store, _INHERITED_SQLITE, counted_in, main=count_io.main_pid)
+        forked = span_rows(store, _INHERITED_SQLITE, counted_in, main=count_io.main_pid)
         db_path, db_fd, db_procs, db_reads = forked[0] if forked else (None, None, 0, 0)
         facts |= {"forked_sqlite_path": db_path, "forked_sqlite_fd": db_fd,
                   "forked_sqlite_processes": as_count(db_procs), "forked_sqlite_reads": as_count(db_reads)}  # fmt: skip
-        forked = rows(store, _INHERITED_HDF5, counted_in, main=count_io.main_pid)
+        forked = span_rows(store, _INHERITED_HDF5, counted_in, main=count_io.main_pid)
         h5_path, h5_fd, h5_procs, h5_reads = forked[0] if forked else (None, None, 0, 0)
         facts |= {"forked_hdf5_path": h5_path, "forked_hdf5_fd": h5_fd,
                   "forked_hdf5_processes": as_count(h5_procs), "forked_hdf5_reads": as_count(h5_reads)}  # fmt: skip
-        suffixes = rows(store, _SUFFIXES, counted_in)
+        suffixes = span_rows(store, _SUFFIXES, counted_in)
         for key, i in (("zero_read", 1), ("small_read", 2)):  # the suffix of the most such reads, first on a tie
             top = min(suffixes, key=lambda r: (-as_count(r[i]), str(r[0])), default=None)
             top = top if top is not None and as_count(top[i]) > 0 else None
@@ -471,7 +469,7 @@ def _shuffled(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     random reads; the io spans, across opens, show the jumps. Facts ``reads_after_earlier``, ``jumped_reads``."""
     if not io.has_spans:
         return []
-    after, jumped = (as_count(v) for v in rows(store, _SHUFFLED, io.run_id)[0])
+    after, jumped = (as_count(v) for v in span_rows(store, _SHUFFLED, io.run_id)[0])
     facts |= {"reads_after_earlier": after, "jumped_reads": jumped}
     if after < SHUFFLED_MIN_READS or 2 * jumped < after or (facts["random_pct"] or 0) >= 10:
         return []
@@ -483,36 +481,36 @@ def _shuffled(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
 
 
 def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
-    """A label for data files read over again: more than ``REREAD_PER_EPOCH`` times the bytes their reads cover
-    per pass over the data that the program's DataLoaders began (``iterated``, an epoch each), by at least
-    ``REREAD_MIN_BYTES``. Items read from an HDF5 file in shuffled order each pull in the whole chunk that holds
-    them; a reader that reads ahead past the item (a buffer larger than the record) reads the next records again
-    for their own items. Facts ``reread_bytes`` (read beyond the bytes covered, an epoch's worth each pass),
-    ``reread_ns`` and ``reread_warmup_ns`` (the run's data-file read time, ``read_ns``, and that of its warm-up
-    iterations, ``read_warmup_ns``, in that proportion: a merged run's is its merged iteration's),
-    ``read_covered_bytes``, ``read_epochs`` (None where no DataLoader was seen: then no finding), ``reread_path``
-    (the file read again most), ``reread_covered`` (the bytes of it its reads cover), ``reread_times`` (how many
-    times its bytes were read), ``reread_opens`` (the opens of it that read it), ``reread_same_start`` and
-    ``reread_first_offset`` (how many of those began at the offset most of them began at, and which: a zip
-    archive's end, where its index is), ``reread_kind`` (``_reread_kind``) and ``reread_from_start`` (how many
-    of those began at its first byte: a file read whole again and again, as a labels file that each item loads,
-    opens it for each, and so does a file opened for each item, whose header each open reads). Where no one file
-    is read again and again, but most data files (``REREAD_WHOLE_MIN`` at least) are each read from their start
-    in two opens or more per pass, ``reread_kind`` is ``reloaded`` (a loader that opens each file again to parse
-    its header: ``np.load(path, mmap_mode='r')``), with ``reread_files`` (those files), ``reread_opens_per_file``
-    (their reading opens per pass, on average) and ``reread_open_bytes`` (the bytes an open read, on average). A
-    merged run's bytes are its io pass's, over the pass."""
+    """A label for data files read over again: more than ``REREAD_PER_EPOCH`` times the bytes their reads cover per pass
+    over the data that the program's DataLoaders began (``iterated``, an epoch each), by at least ``REREAD_MIN_BYTES``.
+    Items read from an HDF5 file in shuffled order each pull in the whole chunk that holds them; a reader that reads
+    ahead past the item (a buffer larger than the record) reads the next records again for their own items. Facts
+    ``reread_bytes`` (read beyond the bytes covered, an epoch's worth each pass), ``reread_ns`` and ``reread_warmup_ns``
+    (the run's data-file read time, ``read_ns``, and that of its warm-up iterations, ``read_warmup_ns``, in that
+    proportion: a merged run's is its merged iteration's), ``read_covered_bytes``, ``read_epochs`` (None where no
+    DataLoader was seen: then no finding), ``reread_path`` (the file read again most, the first name on a tie),
+    ``reread_covered`` (the bytes of it its reads cover), ``reread_times`` (how many times its bytes were read),
+    ``reread_opens`` (the opens of it that read it), ``reread_same_start`` and ``reread_first_offset`` (how many of
+    those began at the offset most of them began at, and which: a zip archive's end, where its index is),
+    ``reread_kind`` (``_reread_kind``) and ``reread_from_start`` (how many of those began at its first byte: a file read
+    whole again and again, as a labels file that each item loads, opens it for each, and so does a file opened for each
+    item, whose header each open reads). Where no one file is read again and again, but most data files
+    (``REREAD_WHOLE_MIN`` at least) are each read from their start in two opens or more per pass, ``reread_kind`` is
+    ``reloaded`` (a loader that opens each file again to parse its header: ``np.load(path, mmap_mode='r')``), with
+    ``reread_files`` (those files), ``reread_opens_per_file`` (their reading opens per pass, on average) and
+    ``reread_open_bytes`` (the bytes an open read, on average). A merged run's bytes are its io pass's, over the
+    pass."""
     if not io.has_spans or facts["read_ns"] is None:
         return []
     found = io_pass(store, io.ctx.config) if io.ctx.config.get("merge") else None
     run, config = (found[0], run_context(store, found[0]).config) if found else (io.run_id, io.ctx.config)
     loaders = [e for e in config.get(A.CONFIG_DATALOADERS) or [] if isinstance(e, dict)]
     epochs = sum(int(e.get("iterated") or 0) for e in loaders) or None
-    files = rows(store, _REREAD, run)
+    files = span_rows(store, _REREAD, run)
     facts |= _shared(store, io_run(store, run) if found else io, {str(f[0]): int(f[2] or 0) for f in files})
     read, covered, ns = (sum(int(f[i] or 0) for f in files) for i in (1, 2, 3))
     again = max(read - covered * (epochs or 1), 0)
-    top = max(files, key=lambda f: int(f[1]) - int(f[2]), default=None)
+    top = min(files, key=lambda f: (int(f[2]) - int(f[1]), str(f[0])), default=None)  # the first name on a tie
     share = again / read if read else 0.0  # of the bytes read: the run's own data-file read time in proportion
     facts |= {
         "read_covered_bytes": covered, "read_epochs": epochs, "reread_bytes": again,
@@ -533,13 +531,13 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     if top is None or epochs is None or read < REREAD_PER_EPOCH * epochs * covered or again < REREAD_MIN_BYTES:
         facts["reread_bytes"] = facts["reread_ns"] = facts["reread_warmup_ns"] = 0
         return []
-    opens, from_start, same, first = rows(store, _OPENS_READ, run, path=str(top[0]))[0]
+    opens, from_start, same, first = span_rows(store, _OPENS_READ, run, path=str(top[0]))[0]
     opens, from_start, same = as_count(opens), as_count(from_start), as_count(same)
     kind = _reread_kind(opens, from_start, same, int(top[1]), int(top[2]))
     facts |= {"reread_opens": opens, "reread_from_start": from_start, "reread_same_start": same,
               "reread_first_offset": first, "reread_kind": kind}  # fmt: skip
     if kind is None:  # no one file read again and again: each file, read from its start in two opens or more a pass
-        read_files, files, per_file, each = rows(store, _FILES_REOPENED, run, opens=2 * epochs)[0]
+        read_files, files, per_file, each = span_rows(store, _FILES_REOPENED, run, opens=2 * epochs)[0]
         if as_count(files) >= REREAD_WHOLE_MIN and as_count(files) >= 0.8 * as_count(read_files):
             facts |= {"reread_kind": "reloaded", "reread_files": as_count(files), "reread_open_bytes": float(each),
                       "reread_opens_per_file": round(float(per_file) / epochs, 1)}  # fmt: skip
@@ -577,10 +575,10 @@ def _shared(store: Store, io: IoRun, covered: dict[str, int]) -> dict[str, Any]:
     readers: dict[str, int] = {}
     shared_bytes = worker_bytes = 0
     by_file: dict[str, list[tuple[int, int]]] = {}
-    for path, pid, nbytes in rows(store, _READ_BY_PROCESS, io.run_id, main=io.main_pid, helpers=io.helper_pids):
+    for path, pid, nbytes in span_rows(store, _READ_BY_PROCESS, io.run_id, main=io.main_pid, helpers=io.helper_pids):
         by_file.setdefault(str(path), []).append((int(pid), int(nbytes)))
         worker_bytes += int(nbytes)
-    lives = {int(pid): (int(s), int(e)) for pid, s, e in rows(store, _LIFETIMES, io.run_id)} if by_file else {}
+    lives = {int(pid): (int(s), int(e)) for pid, s, e in span_rows(store, _LIFETIMES, io.run_id)} if by_file else {}
     for path, each in by_file.items():
         whole = [lives[pid] for pid, n in each if n >= SHARED_WHOLE * covered.get(path, 0) > 0 and pid in lives]
         if (together := _most_at_once(whole)) >= 2:
@@ -629,10 +627,10 @@ def _span_reads(store: Store, io: IoRun) -> dict[str, SpanReads]:
     if not io.has_spans:
         return {}
     out = {}
-    data = f"CASE WHEN {SPAN_CLASS} IN {in_list(DATA_CLASSES)} THEN 'data files' END"
-    for key in (SPAN_CLASS, data):
+    data = f"CASE WHEN {IO_DATA} THEN 'data files' END"
+    for key in ("cls", data):
         sql = _SPAN_READS.format(key=key, warm=io.ctx.in_warmup())
-        for cls, n, small, mid, *times in rows(store, sql, io.run_id):
+        for cls, n, small, mid, *times in span_rows(store, sql, io.run_id):
             if cls is not None:
                 zero_ns, read_ns, warm_ns, warm_read_ns, copy_ends, copy_ends_ns = (int(t or 0) for t in times)
                 out[str(cls)] = (int(n), int(small), None if mid is None else float(mid), zero_ns, read_ns, warm_ns,

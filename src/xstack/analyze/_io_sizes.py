@@ -8,6 +8,7 @@ from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
     FILE_OPS,
     FILE_TIME,
+    IO_SPANS,
     READ_OPS,
     SPAN_BYTES,
     SPAN_PATH,
@@ -23,6 +24,7 @@ from xstack.analyze._io_common import (
     io_pass,
     io_run,
     median,
+    typed_io_spans,
 )
 from xstack.analyze._timeline_common import STEP, notes_of, pct, rows
 from xstack.analyze.context import past_warmup, run_context
@@ -55,31 +57,28 @@ sized AS (SELECT f.*, greatest(counted, coalesce(extent.size, 0)) AS size FROM f
 writes."""
 
 _SPAN_EXTENT = f"""
-SELECT {SPAN_PATH} AS path, max(TRY_CAST(attrs->>'$."{A.IO_OFFSET}"' AS BIGINT)
-    + CASE WHEN name = 'mmap' THEN coalesce(TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT), 0)
-           ELSE coalesce({SPAN_BYTES}, 0) END) AS size
-FROM spans WHERE run_id = $run AND level = 'io' AND json_exists(attrs, '$."{A.IO_OFFSET}"') GROUP BY 1
+SELECT path, max(off + CASE WHEN name = 'mmap' THEN coalesce(requested, 0) ELSE coalesce(nbytes, 0) END) AS size
+FROM {IO_SPANS} WHERE run_id = $run AND off IS NOT NULL GROUP BY 1
 """
 _NO_EXTENT = "SELECT NULL::VARCHAR AS path, NULL::BIGINT AS size WHERE FALSE"
 
 
 def files_cte(io: IoRun, all_paths: bool) -> str:
-    """CTEs ``f``, ``extent`` and ``sized(path, counted, ops, nbytes, time_ns, reads, writes, size)``: each file's
-    size is its highest byte read or written + 1, or the furthest offset its calls reached (mmap: offset + length)."""
-    extent = f"SELECT path, size FROM {_span_extent(io)}" if io.has_spans else _NO_EXTENT
-    return _FILES.format(where=class_filter(all_paths), extent=extent)
-
-
-def _span_extent(io: IoRun) -> str:
-    """Name of a temp table ``(path, size)``: the furthest offset each file's io spans reached (``_SPAN_EXTENT``),
-    computed once per run: the queries of ``files_cte`` (eight in io.sizes and io.small_files) each scanned every io
-    span for it, a third of a second each at a million calls."""
+    """CTE ``sized(path, counted, ops, nbytes, time_ns, reads, writes, size)`` over the data files (every file where
+    ``all_paths``): each file's size is its highest byte read or written + 1, or the furthest offset its calls
+    reached (mmap: offset + length). Read from a temp table made once per run and choice of files: the eight queries
+    of io.sizes and io.small_files that read it each took every file's counters out of its JSON, and the furthest
+    offset out of every io span's."""
     ctx = io.ctx
-    name = f"_ax_io_extent_{ctx.run_id}"
+    name = f"_ax_io_sized_{ctx.run_id}_{'all' if all_paths else 'data'}"
     if name not in ctx._tables:
-        ctx.store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {_SPAN_EXTENT}", {"run": ctx.run_id})
+        if io.has_spans:
+            typed_io_spans(ctx.store, ctx.run_id)
+        files = _FILES.format(where=class_filter(all_paths), extent=_SPAN_EXTENT if io.has_spans else _NO_EXTENT)
+        ctx.store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS WITH {files} SELECT * FROM sized",
+                              {"run": ctx.run_id})  # fmt: skip
         ctx._tables[name] = name
-    return name
+    return f"sized AS (SELECT * FROM {name})"
 
 
 SIZE_COLUMNS = [

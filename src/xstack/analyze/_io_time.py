@@ -9,17 +9,18 @@ from typing import Any
 
 from xstack.analyze._io_common import (
     DATA_FILE,
-    DATA_SPAN,
     FILE_STORAGE,
+    IO_DATA,
+    IO_SPANS,
+    IO_STORAGE,
     READ_OPS,
-    SPAN_BYTES,
-    SPAN_STORAGE,
     WRITE_OPS,
     IoRun,
     check_options,
     in_list,
     io_pass,
     io_run,
+    span_rows,
 )
 from xstack.analyze._timeline_common import notes_of, rows
 from xstack.analyze.result import Chart, Column, Result, bin_column, bin_label
@@ -34,10 +35,10 @@ SERIES = 6
 
 _FROM_SPANS = f"""
 SELECT pid, start_ns AS s, dur_ns AS d,
-    CASE WHEN name IN {in_list(READ_OPS)} THEN {SPAN_BYTES} ELSE 0 END AS r,
-    CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} ELSE 0 END AS w
-FROM spans WHERE run_id = $run AND level = 'io' AND name IN {in_list(READ_OPS + WRITE_OPS)}
-    AND coalesce({SPAN_BYTES}, 0) > 0 AND {SPAN_STORAGE} AND ($all_paths OR {DATA_SPAN})
+    CASE WHEN name IN {in_list(READ_OPS)} THEN nbytes ELSE 0 END AS r,
+    CASE WHEN name IN {in_list(WRITE_OPS)} THEN nbytes ELSE 0 END AS w
+FROM {IO_SPANS} WHERE run_id = $run AND name IN {in_list(READ_OPS + WRITE_OPS)} AND coalesce(nbytes, 0) > 0
+    AND {IO_STORAGE} AND ($all_paths OR {IO_DATA})
 """
 
 _FROM_FILES = f"""
@@ -113,7 +114,9 @@ def _bandwidth(store: Store, io: IoRun, bins: int, name_of: Callable[[int], str]
         return lacking
     source = _FROM_SPANS if io.has_spans else _FROM_FILES
     lo, hi = _extent(store, io)
-    found = rows(store, _BINNED.format(source=source), io.run_id, bins=int(bins), all_paths=all_paths, lo=lo, hi=hi)
+    found = (span_rows if io.has_spans else rows)(
+        store, _BINNED.format(source=source), io.run_id, bins=int(bins), all_paths=all_paths, lo=lo, hi=hi
+    )
     if not found:
         return Result(ID, TITLE, COLUMNS, [], notes="no reads or writes with a known time in the run", run_id=io.run_id)
     t0, width = int(found[0][4]), int(found[0][5])
@@ -173,7 +176,9 @@ def _table(name_of: Callable[[int], str], found: list[tuple[Any, ...]], bins: in
     per_pid: dict[Any, dict[int, tuple[float, float]]] = defaultdict(dict)
     for pid, b, r, w, _, _ in found:
         per_pid[pid][int(b)] = (float(r or 0), float(w or 0))
-    ranked = sorted(per_pid, key=lambda p: (-sum(r + w for r, w in per_pid[p].values()), p))
+    # bytes rounded: a process's bytes are spread over the bins in fractions, whose float sums differ in their last
+    # bits from run to run, and two workers that moved the same bytes swapped places
+    ranked = sorted(per_pid, key=lambda p: (-round(sum(r + w for r, w in per_pid[p].values())), p))
     series: list[tuple[str, list[Any]]] = [("all", ranked)]
     series += [(name_of(p), [p]) for p in ranked[:SERIES]]
     if len(ranked) > SERIES:
