@@ -2760,3 +2760,40 @@ def test_dataloaders_made_anew_with_the_same_settings_share_a_line() -> None:
     epochs = [e | {"items": 480} for e in entries[:2]]
     assert labels(epochs, None)[1].startswith("1 more DataLoader of these settings, iterated once (a new one each ")
     assert len(labels([epochs[0], epochs[1] | {"items": 96}], None)) == 2
+
+
+def test_the_io_spans_typed_once_per_run_hold_the_attributes_of_their_json(tmp_path: Path) -> None:
+    """The io analyses read the io spans' attributes from a temp table filled once per store and run (one parse of
+    each span's JSON instead of one per attribute in every query). Each column must be what the JSON says, a span
+    without an attribute NULL there (a class-less span ``unknown``), and a run analysed again, or beside another
+    run, must not be counted twice."""
+    from xstack.analyze._io_common import IO_SPANS, typed_io_spans
+
+    with Store.create(tmp_path / "t.duckdb") as store:
+        for run in (1, 2):
+            store.add_run(RunInfo(run, "typed", levels=["io"]))
+            sink = Sink(store, run)
+            io_span(sink, 1, None, "openat", 10, 5, MAIN, "/d/a.bin", **{A.IO_REQUESTED_BYTES: 0, A.IO_FD: 3})
+            io_span(sink, 2, None, "pread", 20, 5, MAIN, "/d/a.bin", 4096 * run, offset=8192, **{A.IO_FD: 3})
+            io_span(sink, 3, None, "readdir", 30, 5, MAIN, "/d", cls="directory", **{A.IO_DIR_ENTRIES: 7})
+            io_span(sink, 4, None, "openat", 40, 5, MAIN, "/d/gone", **{A.IO_ERRNO: 2})
+            sink.span(5, None, "io", "read", 50, 5, W1, W1, {A.IO_BYTES: 3})  # no path, no class
+            sink.close()
+    with Store.open(tmp_path / "t.duckdb") as store:
+        for _ in range(2):
+            for run in (2, 1):
+                run_analyses(store, run, [i for i in ANALYSES if i.startswith("io.")])
+                assert typed_io_spans(store, run) == IO_SPANS
+        columns = "run_id, span_id, pid, name, start_ns, dur_ns, path, cls, nbytes, off, fd, requested, failed, entries"
+        got = store.query(f"SELECT {columns} FROM {IO_SPANS} ORDER BY run_id, span_id")
+    assert got == [
+        row
+        for run in (1, 2)
+        for row in [
+            (run, 1, MAIN, "openat", 10, 5, "/d/a.bin", "data", None, None, 3, 0, False, None),
+            (run, 2, MAIN, "pread", 20, 5, "/d/a.bin", "data", 4096 * run, 8192, 3, None, False, None),
+            (run, 3, MAIN, "readdir", 30, 5, "/d", "directory", None, None, None, None, False, 7),
+            (run, 4, MAIN, "openat", 40, 5, "/d/gone", "data", None, None, None, None, True, None),
+            (run, 5, W1, "read", 50, 5, None, "unknown", 3, None, None, None, False, None),
+        ]
+    ]
