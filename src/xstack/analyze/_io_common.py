@@ -106,12 +106,19 @@ _TYPED_KEYS: Final = (
     A.IO_ERRNO,
     A.IO_DIR_ENTRIES,
 )
-_TYPED_PATHS: Final = ", ".join(f"'$.\"{k}\"'" for k in _TYPED_KEYS)
+
+
+def parsed_once(paths: Sequence[str]) -> str:
+    """SQL of the values at these JSON ``paths`` of a row's ``attrs`` as a list of strings (NULL where absent),
+    the JSON parsed once for them all: each ``attrs->>path`` parses it again."""
+    return "json_extract_string(attrs, [" + ", ".join(f"'{p}'" for p in paths) + "])"
+
+
 _TYPED = f"""
 SELECT run_id, span_id, pid, name, start_ns, dur_ns, a[1] AS path, coalesce(a[2], 'unknown') AS cls,
     TRY_CAST(a[3] AS BIGINT) AS nbytes, TRY_CAST(a[4] AS BIGINT) AS off, TRY_CAST(a[5] AS INTEGER) AS fd,
     TRY_CAST(a[6] AS BIGINT) AS requested, a[7] IS NOT NULL AS failed, TRY_CAST(a[8] AS BIGINT) AS entries
-FROM (SELECT *, json_extract_string(attrs, [{_TYPED_PATHS}]) AS a
+FROM (SELECT *, {parsed_once([f'$."{k}"' for k in _TYPED_KEYS])} AS a
       FROM spans WHERE run_id = $run AND level = 'io')
 """
 

@@ -465,10 +465,9 @@ def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]
         [(k, s, e, bool(warm)) for k, (s, e, _, warm) in enumerate(iterations, 1)],
     )
     try:
-        found = span_rows(store, _PER_ITERATION, io.run_id, main=io.main_pid, helpers=io.helper_pids)
-        data = span_rows(store, _WORKER_DATA, io.run_id, main=io.main_pid, helpers=io.helper_pids, forked=_forked(io))[
-            0
-        ]
+        who = {"main": io.main_pid, "helpers": io.helper_pids}
+        found = span_rows(store, _PER_ITERATION, io.run_id, **who)
+        data = span_rows(store, _WORKER_DATA, io.run_id, **who, forked=_forked(io))[0]
     finally:
         con.execute("DROP TABLE IF EXISTS _io_iterations")
     out = []

@@ -20,6 +20,7 @@ from xstack.analyze._io_common import (
     in_list,
     io_pass,
     io_run,
+    parsed_once,
     small_from_hist,
     span_rows,
 )
@@ -33,21 +34,27 @@ ID = "io.pattern"
 TITLE = "Read access pattern"
 BUCKETS = [b[0] for b in A.IO_SIZE_BUCKETS]
 
-_FILE_KEYS: Final = (
-    A.IO_FILE_PATH_CLASS, A.IO_FILE_SEQ_READS, A.IO_FILE_CONSEC_READS, A.IO_FILE_ZERO_READS, A.IO_FILE_SIZE_READ_HIST,
-    A.IO_FILE_OPEN_READS, *(f'{A.IO_FILE_SIZE_READ_HIST}."{b}"' for b in BUCKETS),
-)  # fmt: skip
+_FILE_COUNTS: Final = {
+    "seq": A.IO_FILE_SEQ_READS, "consec": A.IO_FILE_CONSEC_READS, "zero": A.IO_FILE_ZERO_READS,
+    "open_reads": A.IO_FILE_OPEN_READS, **{f"h{i}": f'{A.IO_FILE_SIZE_READ_HIST}."{b}"' for i, b in enumerate(BUCKETS)},
+}  # fmt: skip
+"""The counters io.pattern sums per class, by column name, and where ``io_files.attrs`` holds them."""
+_HISTOGRAM_SUMS: Final = ", ".join(f"sum(h{i})" for i in range(len(BUCKETS)))
+_COUNT_COLUMNS: Final = ", ".join(
+    f"coalesce(TRY_CAST(a[{i}] AS BIGINT), 0) AS {name}" for i, name in enumerate(_FILE_COUNTS, 3)
+)
+_OPEN_READS_AT: Final = 3 + list(_FILE_COUNTS).index("open_reads")
+_FILE_PARSED: Final = parsed_once(
+    [f"$.{k}" for k in (A.IO_FILE_PATH_CLASS, A.IO_FILE_SIZE_READ_HIST, *_FILE_COUNTS.values())]
+)  # a[1], a[2], then the counters from a[3]
 _FROM_FILES = f"""
 WITH f AS (  -- each row's counters, its JSON parsed once (not once per counter: 16 times)
-    SELECT reads, coalesce(a[1], 'unknown') AS class, {
-    ", ".join(f"coalesce(TRY_CAST(a[{i}] AS BIGINT), 0) AS c{i}" for i in (2, 3, 4, *range(7, 7 + len(BUCKETS))))
-},
-        a[5] IS NOT NULL AS has_hist, a[6] IS NOT NULL AS has_open_reads, coalesce(TRY_CAST(a[6] AS BIGINT), 0) AS c6
-    FROM (SELECT reads, json_extract_string(attrs, [{", ".join(f"'$.{k}'" for k in _FILE_KEYS)}]) AS a
-          FROM io_files WHERE run_id = $run)
+    SELECT reads, coalesce(a[1], 'unknown') AS class, a[2] IS NOT NULL AS has_hist,
+        a[{_OPEN_READS_AT}] IS NOT NULL AS has_open_reads, {_COUNT_COLUMNS}
+    FROM (SELECT reads, {_FILE_PARSED} AS a FROM io_files WHERE run_id = $run)
 )
-SELECT class, sum(reads), sum(c2), sum(c3), sum(c4), sum(c4) FILTER (WHERE has_hist), sum(c6),
-    count(*) FILTER (WHERE NOT has_open_reads), {", ".join(f"sum(c{i})" for i in range(7, 7 + len(BUCKETS)))}
+SELECT class, sum(reads), sum(seq), sum(consec), sum(zero), sum(zero) FILTER (WHERE has_hist), sum(open_reads),
+    count(*) FILTER (WHERE NOT has_open_reads), {_HISTOGRAM_SUMS}
 FROM f WHERE class NOT IN ('stream', 'ipc') GROUP BY 1 HAVING sum(reads) > 0 ORDER BY 2 DESC, 1
 """
 
