@@ -7,9 +7,13 @@ The library's own files are checked against real programs in test_io_native.py.
 from __future__ import annotations
 
 import errno
+import gc
 import struct
 from pathlib import Path
 
+import pytest
+
+from xstack.collect._io_classes import PathClasses, probe_name
 from xstack.collect._io_records import IoOp, read_records, read_trace
 
 HEADER = struct.Struct("<8sIIqqqIIIIIIIIq")
@@ -35,11 +39,11 @@ def ops(tid: int, *slots: bytes) -> bytes:
 
 
 def record_file(path: Path, *blocks: bytes, pid: int = PID, ppid: int = 1, start: int = 100, forked: bool = False,
-                seq: int = 0) -> None:  # fmt: skip
+                seq: int = 0, names: bytes = NAMES) -> None:  # fmt: skip
     """A version 3 record file of process ``pid`` with the given blocks after its header."""
-    tail = NAMES + bytes(-len(NAMES) % 8)
+    tail = names + bytes(-len(names) % 8)
     header = HEADER.pack(b"XSTACKIO", 3, HEADER.size + len(tail), pid, ppid, start, 1, int(forked), seq, 32, 0, 0,
-                         len(NAMES), 0, start)  # fmt: skip
+                         len(names), 0, start)  # fmt: skip
     path.write_bytes(header + tail + b"".join(blocks))
 
 
@@ -212,3 +216,76 @@ def test_what_recording_cost_a_process_is_read_from_its_status_and_its_sessions_
     assert by_pid[12].recording_ns == round(1_920 * (4_000 / 30 + 10) + 6_000)
     assert by_pid[13].recording_ns is None and by_pid[13].cpu_ns == 9_000
     assert by_pid[14].recording_ns is None
+
+
+def test_the_classes_read_one_call_of_each_path_and_every_call_they_need(tmp_path: Path) -> None:
+    """``distinct_calls``: of each path only one call per (descriptor kind, errno), except on descriptors 1 and 2
+    (whether the process opened them itself depends on their order) and on paths named as tempfile's probes (their
+    calls are counted); the classes made of them are those made of every call."""
+    names = b"read,close,path,inherit,open,write;unknown,file,dir"
+    read, close, open_, write, file, folder = 1, 2, 5, 6, 1, 2
+    data, out, probe, folder_path = b"/data/a.bin", b"/home/u/out.txt", b"/tmp/v52ns_va", b"/data/train"
+    calls = [
+        slot(offset=1_000, flags=TIME), path_slots(1, data), path_slots(2, out), path_slots(3, probe),
+        path_slots(4, folder_path), path_slots(5, b"/data/b.bin"),
+        *(slot(start=i, dur=1, offset=i * 10, path=1, nbytes=10, requested=10, fd=3, op=read, flags=file)
+          for i in range(1, 6)),
+        slot(start=6, path=1, nbytes=errno.EBADF, fd=3, op=read, flags=file | FAILED),
+        slot(start=7, path=2, nbytes=5, requested=5, fd=1, op=write, flags=file),  # the shell's `> out.txt`
+        slot(start=8, path=2, nbytes=5, requested=5, fd=1, op=write, flags=file),
+        slot(start=9, path=3, fd=9, op=open_, flags=file), slot(start=10, path=3, nbytes=4, requested=4, fd=9, op=write,
+                                                                  flags=file),
+        slot(start=11, path=3, fd=9, op=close, flags=file),
+        slot(start=12, path=4, fd=4, op=open_, flags=folder), slot(start=13, path=4, fd=4, op=close, flags=folder),
+        slot(start=14, path=5, fd=2, op=open_, flags=file),  # a process that closed 2 and opened a file on it
+        slot(start=15, path=5, nbytes=3, requested=3, fd=2, op=read, flags=file),
+        slot(start=16, path=5, nbytes=3, requested=3, fd=2, op=read, flags=file),
+    ]  # fmt: skip
+    record_file(tmp_path / f"{PID}-100-0.xio", ops(7, *calls), names=names)
+    records = read_records(tmp_path)
+    (every,) = list(records.by_process())
+    some = list(records.distinct_calls(probe_name))
+    seen = [(op.start_ns - 1_000, op.op, op.path, op.errno != 0) for op in some]
+    assert seen == [
+        (5, "read", "/data/a.bin", False),  # one of the five
+        (6, "read", "/data/a.bin", True),
+        (7, "write", "/home/u/out.txt", False),
+        (8, "write", "/home/u/out.txt", False),
+        (9, "open", "/tmp/v52ns_va", False),
+        (10, "write", "/tmp/v52ns_va", False),
+        (11, "close", "/tmp/v52ns_va", False),
+        (13, "close", "/data/train", False),
+        (14, "open", "/data/b.bin", False),
+        (15, "read", "/data/b.bin", False),
+        (16, "read", "/data/b.bin", False),
+    ]
+    whole, part = PathClasses(every), PathClasses(some)
+    for facts in ("directories", "outputs", "probes", "built"):
+        assert getattr(part, facts) == getattr(whole, facts)
+    assert (whole.outputs, whole.probes, whole.directories) == ({"/home/u/out.txt"}, {"/tmp/v52ns_va"}, {"/data/train"})
+    assert list(records.by_process()) == [every]  # the calls stay packed for the spans
+
+
+def test_reading_back_pauses_the_garbage_collector_and_restores_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:  # fmt: skip
+    """Reading back builds millions of objects, none in a cycle: the cyclic collector is off meanwhile, and after
+    it as it was before, an error included."""
+    from xstack.collect import io
+    from xstack.collect._ingest import gc_paused
+
+    seen = []
+    monkeypatch.setattr(io, "_ingest_run", lambda *args: seen.append(gc.isenabled()) or [])
+    assert gc.isenabled()
+    assert io.ingest_run(None, 1, tmp_path) == [] and seen == [False]  # type: ignore[arg-type]
+    assert gc.isenabled()
+    with pytest.raises(ValueError), gc_paused():
+        assert not gc.isenabled()
+        raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a program that runs without it keeps it off
+    finally:
+        gc.enable()

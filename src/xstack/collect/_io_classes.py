@@ -75,14 +75,22 @@ class PathClasses:
                     self.outputs.add(path)
             probe = named.get(path)
             if probe is None:
-                probe = named[path] = _probe_name(path)
+                probe = named[path] = probe_name(path)
             if probe:
                 calls.setdefault(path, []).append(op)
         self.probes = {path for path, on in calls.items() if _probe_calls(on)}
         self.directories |= _folders(named)
+        self._known: dict[tuple[str | None, str], str] = {}
 
     def of(self, path: str | None, fd_kind: str) -> str:
         """The class of ``path`` (None or a ``<...>`` name: a descriptor with no path, of kind ``fd_kind``)."""
+        key = (path, fd_kind)
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = self._of(path, fd_kind)
+        return known
+
+    def _of(self, path: str | None, fd_kind: str) -> str:
         if not path or path.startswith("<"):
             return STREAM if fd_kind in STREAM_PATHS else UNKNOWN
         if path in self.outputs:
@@ -105,9 +113,12 @@ def _folders(paths: Iterable[str]) -> set[str]:
     return {p for p in paths if p in held}
 
 
-def _probe_name(path: str) -> bool:
-    p = PurePosixPath(path)
-    return str(p.parent) in _TEMP_DIRS and _PROBE_NAME.fullmatch(p.name) is not None
+def probe_name(path: str) -> bool:
+    """``path`` is named as ``tempfile``'s probe of a temporary folder is (its calls then tell whether it is one):
+    ``os.path.join`` of the folder's absolute path and the name, as ``tempfile`` makes it (asked of every path a
+    run recorded: no ``PurePosixPath``, some 7 us a path)."""
+    folder, _, name = path.rpartition("/")
+    return _PROBE_NAME.fullmatch(name) is not None and folder in _TEMP_DIRS
 
 
 def _probe_calls(ops: list[Op]) -> bool:

@@ -26,7 +26,7 @@ import signal
 import struct
 from array import array
 from collections import ChainMap
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -245,6 +245,18 @@ class IoRecords:
             ops = [op for one in images[key] for op in one.blocks.build_ops(keep=keep)]
             ops.sort(key=_START)
             yield ops
+
+    def distinct_calls(self, every_call: Callable[[str], bool]) -> Iterator[IoOp]:
+        """What the classes of the paths need (``PathClasses``), without building every call: of each process image,
+        in time order, its calls on descriptors 1 and 2 and on the paths that ``every_call`` is true of, and one
+        call of each other (path, descriptor kind, errno) it made; ``every_call`` is asked once per path."""
+        images: dict[tuple[int, int], list[_File]] = {}
+        for one in self.files:
+            images.setdefault((one.process.start_ns, one.process.pid), []).append(one)
+        for key in sorted(images):
+            ops = [op for one in images[key] for op in one.blocks.build_ops(rows=one.blocks.distinct_rows(every_call))]
+            ops.sort(key=_START)
+            yield from ops
 
 
 _START = operator.attrgetter("start_ns")
@@ -480,9 +492,22 @@ class _Blocks:
     def _op(self, code: int) -> str:
         return self.op_names[code] if code < len(self.op_names) else f"op{code}"
 
-    def build_ops(self, *, keep: bool = True) -> list[IoOp]:
+    def distinct_rows(self, every_call: Callable[[str], bool]) -> list[int]:
+        """The calls ``IoRecords.distinct_calls`` builds of this file, by their row in ``raw``, in order."""
+        raw, n = self.raw, RAW_FIELDS
+        fds, path_ids, errs, kinds = raw[6::n], raw[7::n], raw[8::n], raw[10::n]
+        keys = zip(path_ids, kinds, errs, strict=True)  # columns, read at C speed
+        rows = set(dict(zip(keys, range(len(fds)), strict=True)).values())
+        rows.update(i for i, fd in enumerate(fds) if fd == 1 or fd == 2)
+        paths, inherited = self.paths, self.inherited_paths
+        every = {pid for pid in set(path_ids) if (path := paths.get(pid) or inherited.get(pid)) and every_call(path)}
+        if every:
+            rows.update(i for i, pid in enumerate(path_ids) if pid in every)
+        return sorted(rows)
+
+    def build_ops(self, *, keep: bool = True, rows: list[int] | None = None) -> list[IoOp]:
         """The file's calls, once ``paths`` holds every id they may name (``_resolve_paths``); ``keep=False``
-        frees the packed calls once built."""
+        frees the packed calls once built; ``rows``: only those calls (their rows in ``raw``)."""
         # codes are one byte: tables of 256 entries index without a bounds check per record
         names = [*self.op_names, *(f"op{code}" for code in range(len(self.op_names), 256))]
         modules = ["STDIO" if name in _STDIO else "POSIX" for name in names]
@@ -491,8 +516,9 @@ class _Blocks:
         rename = names.index("rename") if "rename" in self.op_names else -1
         pid, paths, inherited, ops = self.process.pid, self.paths, self.inherited_paths, []
         new = tuple.__new__  # IoOp's fields in order, without its __new__'s call by keyword
-        fields = [iter(self.raw)] * RAW_FIELDS
-        for start, dur, offset, nbytes, requested, tid, fd, path_id, err, code, kind in zip(*fields, strict=True):
+        n, raw = RAW_FIELDS, self.raw
+        calls = [raw[i * n : i * n + n] for i in rows] if rows is not None else zip(*[iter(raw)] * n, strict=True)
+        for start, dur, offset, nbytes, requested, tid, fd, path_id, err, code, kind in calls:
             if code == inherit:
                 self.process.inherited[fd] = paths.get(path_id) or inherited.get(path_id)
                 continue

@@ -26,7 +26,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from itertools import chain
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -34,8 +33,8 @@ import orjson
 
 from xstack import salvage
 from xstack.collect import _child
-from xstack.collect._ingest import last_span_id, measured_region
-from xstack.collect._io_classes import PathClasses, build_processes, is_builder, process_roles
+from xstack.collect._ingest import gc_paused, last_span_id, measured_region
+from xstack.collect._io_classes import PathClasses, build_processes, is_builder, probe_name, process_roles
 from xstack.collect._io_counters import RUNS, file_counters, op_path
 from xstack.collect._io_records import RECORD_BYTES, IoProcess
 from xstack.collect._recorder import Recorder
@@ -314,13 +313,18 @@ def ingest(store_path: Path, directory: Path) -> list[tuple[str, int, str]]:
 def ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, int, str]]:
     """Write the io spans and ``io_files`` rows of the records in ``directory`` into run ``run_id``, whose
     model and layer spans are already in the store; returns health rows."""
+    with gc_paused():
+        return _ingest_run(store, run_id, directory)
+
+
+def _ingest_run(store: Store, run_id: int, directory: Path) -> list[tuple[str, int, str]]:
     from xstack.collect._io_records import read_records
 
     records = read_records(directory)
     lo, hi = measured_region(store, run_id)
-    # the calls before the region say what the standard streams are, too; one process's calls are built at a
-    # time, twice (the classes need every process's before any span is written), not all of them at once
-    classes = PathClasses(chain.from_iterable(records.by_process()), build_processes(records.processes))
+    # the calls before the region say what the standard streams are, too; the classes need every process's calls
+    # before any span is written: those they read are built first (one of each path), then each process's all
+    classes = PathClasses(records.distinct_calls(probe_name), build_processes(records.processes))
     roles = process_roles(records.processes)
     sink = Sink(store, run_id)
     kept = outside = 0
