@@ -145,27 +145,30 @@ class FileCounters:
 
     def add(self, op: Op) -> None:
         """Count one successful call."""
-        end = op.start_ns + op.dur_ns
-        self.first_ns = op.start_ns if self.first_ns is None else min(self.first_ns, op.start_ns)
-        self.last_ns = max(self.last_ns, end)
+        start = op.start_ns  # (no min() and max() calls: this runs for every call read back)
+        end = start + op.dur_ns
+        if self.first_ns is None or start < self.first_ns:
+            self.first_ns = start
+        if end > self.last_ns:
+            self.last_ns = end
         name = op.op
         if name in READS:
             self._read(op)
-            if end > self._read_end:
-                self.read_time_ns += end - max(op.start_ns, self._read_end)
+            if end > (last := self._read_end):
+                self.read_time_ns += end - (start if start > last else last)
                 self._read_end = end
         elif name in WRITES or name in SYNCS:
             if name in SYNCS:
                 self.fsyncs += 1
             else:
                 self._write(op)
-            if end > self._write_end:
-                self.write_time_ns += end - max(op.start_ns, self._write_end)
+            if end > (last := self._write_end):
+                self.write_time_ns += end - (start if start > last else last)
                 self._write_end = end
         elif name in META:
             self._meta(name)
-            if end > self._meta_end:
-                self.meta_time_ns += end - max(op.start_ns, self._meta_end)
+            if end > (last := self._meta_end):
+                self.meta_time_ns += end - (start if start > last else last)
                 self._meta_end = end
 
     def _meta(self, name: str) -> None:
@@ -193,14 +196,18 @@ class FileCounters:
             self.renamed_from = op_path(op)
 
     def _read(self, op: Op) -> None:
-        offset, size = max(op.offset, 0), op.bytes
-        sequential = offset > self._last_byte_read
+        offset, size, last = op.offset, op.bytes, self._last_byte_read
+        if offset < 0:
+            offset = 0
+        sequential = offset > last
         self.seq_reads += sequential
-        self.consec_reads += offset == self._last_byte_read + 1
-        self.open_reads += self._opened and not sequential
-        self._opened = False
-        self._last_byte_read = offset + size - 1
-        self.max_byte_read = max(self.max_byte_read, offset + size - 1)
+        self.consec_reads += offset == last + 1
+        if self._opened:
+            self.open_reads += not sequential
+            self._opened = False
+        self._last_byte_read = last = offset + size - 1
+        if last > self.max_byte_read:
+            self.max_byte_read = last
         self.bytes_read += size
         calls = max(op.requested, 1) if op.op in RUNS else 1
         self.reads += calls
@@ -213,11 +220,14 @@ class FileCounters:
         self._last_io = "read"
 
     def _write(self, op: Op) -> None:
-        offset, size = max(op.offset, 0), op.bytes
-        self.seq_writes += offset > self._last_byte_written
-        self.consec_writes += offset == self._last_byte_written + 1
-        self._last_byte_written = offset + size - 1
-        self.max_byte_written = max(self.max_byte_written, offset + size - 1)
+        offset, size, last = op.offset, op.bytes, self._last_byte_written
+        if offset < 0:
+            offset = 0
+        self.seq_writes += offset > last
+        self.consec_writes += offset == last + 1
+        self._last_byte_written = last = offset + size - 1
+        if last > self.max_byte_written:
+            self.max_byte_written = last
         self.bytes_written += size
         calls = max(op.requested, 1) if op.op in RUNS else 1
         self.writes += calls
@@ -275,7 +285,9 @@ def file_counters(ops: Sequence[Op], classes: PathClasses | None = None) -> list
     for op in ops:
         if op.errno or op.op == "close" and op.fd_kind == "unknown" and not op.path:
             continue  # failed calls are not counted; nor closes of descriptors never seen used
-        record_of(op, op_path(op), op.path).add(op)
+        path = op.path
+        record = records.get((op.pid, path, op.module)) if path else None  # (record_of, inlined: the common case)
+        (record or record_of(op, op_path(op), path)).add(op)
         if op.op == "rename" and op.target:
             record_of(op, op.target, op.target).renamed_to(op)
     return list(records.values())
