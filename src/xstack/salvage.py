@@ -37,6 +37,7 @@ from xstack.errors import StoreError
 from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted, format_ns
 from xstack.trace import attrs as A
+from xstack.trace.io_paths import json_dumps
 from xstack.trace.sink import CHECKPOINT_INTERVAL_S, CHUNKS_TABLE, Sink, chunk_table, insert_chunk, table_columns
 from xstack.trace.store import Store, final_path
 
@@ -66,7 +67,7 @@ def write_json(journal: Path, name: str, data: dict[str, Any]) -> None:
     """Keep ``data`` in ``journal`` as the file ``name`` (the run's ``HEADER``, a collector's own), written whole
     or not at all."""
     tmp = journal / (name + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, default=str))
+    tmp.write_bytes(json_dumps(data))
     os.replace(tmp, journal / name)
 
 

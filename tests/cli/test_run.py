@@ -67,6 +67,21 @@ def _status(store: Path) -> tuple[str, int]:
     return str(_config(store)["status"]), layers
 
 
+def test_a_command_line_that_is_not_utf8_is_recorded_with_its_other_bytes_escaped(tmp_path: Path) -> None:
+    """A script's name or argument that is not UTF-8 (Latin-1's ``café``) stopped the run before the program ran,
+    with a traceback: the run's header, JSON, cannot hold Python's lone surrogates."""
+    script = tmp_path / os.fsdecode(b"caf\xe9.py")
+    script.write_text("import sys\nprint(len(sys.argv[1]))\n")
+    store = tmp_path / "latin1.duckdb"
+    argv = ["run", "--levels", "model", "-o", str(store), "--", "python", str(script), os.fsdecode(b"\xff\xfe")]
+    done = subprocess.run([sys.executable, "-m", "xstack", *argv], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == b"2"  # the program gets its arguments as given
+    with Store.open(store) as s:
+        ((name, command),) = s.query("SELECT name, command FROM runs")
+    assert (name, command) == ("caf\\xe9", f"{tmp_path}/caf\\xe9.py \\xff\\xfe")
+
+
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_arguments_streams_and_exit_code_pass_through(tmp_path: Path, workers: str) -> None:
     script = _write(tmp_path)

@@ -142,6 +142,41 @@ def test_a_file_read_through_a_memory_mapping_is_said_to_be_left_out(tmp_path: P
     assert (results["io.files"].facts["mapped_files"], results["io.files"].facts["mapped_bytes"]) == (1, 1 << 20)
 
 
+NOT_UTF8 = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    import xstack
+    name = os.fsencode(sys.argv[1]) + b"/caf\\xe9.bin"  # Latin-1's café.bin
+    with xstack.span("load"):
+        with open(name, "wb") as f:
+            f.write(b"x" * 123)
+        with open(name, "rb") as f:
+            f.read()
+        subprocess.run([b"/bin/cat", name], check=True, stdout=subprocess.DEVNULL)
+    """
+)
+
+
+def test_a_file_name_that_is_not_utf8_is_kept_with_its_other_bytes_escaped(tmp_path: Path) -> None:
+    """A file name is bytes to the kernel: one that is not UTF-8 made every io span and counter of the run unreadable
+    into the store (no JSON holds Python's lone surrogates), and the run kept no io level at all."""
+    script = tmp_path / "latin1.py"
+    script.write_text(NOT_UTF8)
+    store = tmp_path / "latin1.duckdb"
+    done = _xstack("run", "--levels", "model,io", "-o", str(store), "--", "python", str(script), str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "could not be read" not in done.stderr
+    name = f"{tmp_path}/caf\\xe9.bin"
+    with Store.open(store) as s:
+        files = s.query("SELECT pid, bytes_read, bytes_written FROM io_files WHERE path = ? ORDER BY pid", [name])
+        spans = s.query(f"SELECT count(*) FROM spans WHERE level = 'io' AND attrs->>'$.\"{A.IO_PATH}\"' = ?", [name])
+        config = orjson.loads(s.query("SELECT config FROM runs")[0][0])
+    assert sorted((r, w) for _, r, w in files) == [(123, 0), (123, 123)]  # cat's, then the program's
+    assert spans[0][0] >= 6
+    (cat,) = [p for p in config[A.CONFIG_IO_PROGRAMS] if p["program"] == "cat"]
+    assert cat["command"] == f"/bin/cat {name}"
+
+
 def test_calls_outside_the_region_are_counted_not_kept(known: Path) -> None:
     # the interpreter's start-up (imports) runs before the profiled region: its file operations are told apart
     with Store.open(known) as s:

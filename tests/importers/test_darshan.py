@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -406,3 +408,18 @@ def test_a_renamed_file_names_the_path_it_was_renamed_from() -> None:
     # a source the log does not name keeps its id among the raw counters
     *_, attrs = io_file_row("POSIX", renamed, "/ckpt/model.pt", 0, None, {})
     assert A.IO_FILE_RENAMED_FROM not in attrs and attrs[A.IO_FILE_DARSHAN]["POSIX_RENAMED_FROM"] == source_id - 2**64
+
+
+def test_a_log_whose_name_is_not_utf8_is_imported(tmp_path: Path) -> None:
+    """PyDarshan opens only a UTF-8 name: a log named in Latin-1 was refused as "not a Darshan log"."""
+    if not LOGS:
+        pytest.skip(f"real-log fixtures are not present in {DARSHAN_DIR}")
+    named = tmp_path / os.fsdecode(b"caf\xe9.darshan")
+    shutil.copyfile(LOGS[0], named)
+    out = tmp_path / "latin1.duckdb"
+    import_files([named], out)
+    with Store.open(out) as s:
+        ((name, source, files),) = s.query(
+            "SELECT name, config->>'$.source.path', (SELECT count(*) FROM io_files) FROM runs"
+        )
+    assert (name, source) == ("caf\\xe9", f"{tmp_path}/caf\\xe9.darshan") and files > 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 import xstack
-from xstack.trace.io_paths import CLASSES, path_class
+from xstack.trace.io_paths import CLASSES, path_class, path_text
 
 PACKAGE = Path(xstack.__file__).parent
 
@@ -101,3 +102,11 @@ def test_every_class_is_described() -> None:
     paths = ("/d", "/usr/x", "/usr/lib/python3/os.py", "<pipe>", "x", str(PACKAGE), "/dev/shm/sem.x")
     classes = {path_class(p) for p in paths}
     assert classes | {"directory"} == set(CLASSES)  # directories are known from the calls (collect._io_classes)
+
+
+def test_a_name_that_is_not_utf8_keeps_its_other_bytes_escaped() -> None:
+    """As bytes from the records, or as ``os.fsdecode`` made them (lone surrogates, which JSON cannot hold)."""
+    latin1 = b"/data/caf\xe9.bin"
+    assert path_text(latin1) == path_text(os.fsdecode(latin1)) == "/data/caf\\xe9.bin"
+    assert path_text("/data/café.bin".encode()) == path_text("/data/café.bin") == "/data/café.bin"
+    assert path_text(b"/data/a.bin") == "/data/a.bin" and path_text("") == ""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
+import orjson
 import pytest
 
 from xstack.errors import StoreError
@@ -140,3 +142,21 @@ def test_existing_store_needs_overwrite(tmp_path: Path) -> None:
         store.add_run(RunInfo(run_id=7, name="new"))
     with Store.open(path) as store:
         assert store.run_ids() == [7]
+
+
+def test_names_that_are_not_utf8_are_escaped_and_a_store_s_path_must_be_utf8(tmp_path: Path) -> None:
+    """A run's name, command and config may hold names Python decoded from bytes that are not UTF-8 (a script or a
+    file named in Latin-1): kept with those bytes escaped, not refused by the JSON; DuckDB opens no such store."""
+    latin1 = os.fsdecode(b"caf\xe9")
+    out = tmp_path / "s.duckdb"
+    with Store.create(out) as s:
+        s.add_run(RunInfo(1, latin1, command=f"python {latin1}.py", config={"source": {"path": f"/d/{latin1}"}}))
+        s.set_run_config(1, "files", [f"/d/{latin1}.bin"])
+    with Store.open(out) as s:
+        ((name, command, config),) = s.query("SELECT name, command, config FROM runs")
+    assert (name, command) == ("caf\\xe9", "python caf\\xe9.py")
+    assert orjson.loads(config) == {"source": {"path": "/d/caf\\xe9"}, "files": ["/d/caf\\xe9.bin"]}
+    for bad in (tmp_path / f"{latin1}.duckdb", tmp_path / latin1 / "s.duckdb"):
+        with pytest.raises(StoreError, match=r"caf\\xe9.*a store's path must be UTF-8"), Store.create(bad):
+            pass
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]  # nothing made, not even the folder

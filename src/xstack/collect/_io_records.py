@@ -21,7 +21,6 @@ A file cut short (a process killed mid-write) keeps every whole record before th
 from __future__ import annotations
 
 import operator
-import os
 import signal
 import struct
 from array import array
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from xstack.errors import BadInputError
+from xstack.trace.io_paths import path_text
 
 MAGIC = b"XSTACKIO"
 VERSION = 3
@@ -365,8 +365,8 @@ def _read_file(path: Path, problems: list[str], strings: dict[bytes, str]) -> _F
     process = IoProcess(
         pid=h.pid,
         ppid=h.ppid,
-        exe=os.fsdecode(data[exe_at:argv_at]),
-        argv=[os.fsdecode(arg) for arg in data[argv_at:names_at].split(b"\0") if arg],
+        exe=path_text(data[exe_at:argv_at]),
+        argv=[path_text(arg) for arg in data[argv_at:names_at].split(b"\0") if arg],
         start_ns=h.start_ns,
         end_ns=h.start_ns,
         mode={1: "preload", 2: "attach"}.get(h.mode, str(h.mode)),
@@ -434,7 +434,7 @@ class _Blocks:
         if len(raw) == length:
             text = self.strings.get(raw)
             if text is None:
-                text = self.strings[raw] = os.fsdecode(raw)
+                text = self.strings[raw] = path_text(raw)
             self.paths[path_id] = text
         return -(-length // _RECORD.size)
 
@@ -546,7 +546,7 @@ def _read_note(path: Path, problems: list[str]) -> NotCovered | None:
         return None
     try:
         return NotCovered(
-            int(lines[b"pid"]), os.fsdecode(rest.removesuffix(b"\n")), lines[b"reason"].decode(), int(lines[b"ts_ns"])
+            int(lines[b"pid"]), path_text(rest.removesuffix(b"\n")), lines[b"reason"].decode(), int(lines[b"ts_ns"])
         )
     except (KeyError, ValueError):
         problems.append(f"{path}: not a complete not-covered note")

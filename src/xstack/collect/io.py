@@ -43,6 +43,7 @@ from xstack.errors import XstackError
 from xstack.outfile import PARTIAL_SUFFIX
 from xstack.text import counted
 from xstack.trace import attrs as A
+from xstack.trace.io_paths import path_text
 from xstack.trace.sink import SCRATCH_PREFIX, Sink
 from xstack.trace.store import Store, final_path
 
@@ -535,8 +536,8 @@ class _PythonOpens:
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
         sink = self._sink
         if sink is not None and event == "open" and isinstance(args[0], str | bytes):
-            path = os.fsdecode(args[0])
-            sink.append((time.time_ns(), threading.get_native_id(), os.path.abspath(path), os.getpid()))
+            path = path_text(os.path.abspath(args[0]))
+            sink.append((time.time_ns(), threading.get_native_id(), path, os.getpid()))
 
 
 _python_opens = _PythonOpens()

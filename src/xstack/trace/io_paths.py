@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+import orjson
 
 DATA: Final = "data"
 DIRECTORY: Final = "directory"
@@ -125,6 +127,38 @@ def path_class(path: str) -> str:
     if _inside(path, SYSTEM_ROOTS) and not _SHM.match(path):  # files staged in /dev/shm are the program's data
         return SYSTEM
     return DATA
+
+
+def path_text(name: bytes | str) -> str:
+    """A file's name as the store keeps it: its bytes read as UTF-8, those that are not written as ``\\xe9``
+    (``/data/caf\\xe9.bin`` for Latin-1's ``café.bin``). A name is bytes to the kernel, and Python's own decoding
+    (``os.fsdecode``) keeps the others as lone surrogates, which no JSON, and so no span's attributes, can hold;
+    a ``str`` is taken as ``os.fsdecode`` made it."""
+    if isinstance(name, str):
+        if name.isascii():
+            return name
+        name = name.encode("utf-8", "surrogateescape")
+    return name.decode("utf-8", "backslashreplace")
+
+
+def json_dumps(value: Any) -> bytes:
+    """``value`` as JSON (``orjson``, what it cannot write as text), with the strings that hold a name Python decoded
+    from bytes that are not UTF-8 (``os.fsdecode``'s lone surrogates, which JSON cannot hold) written as
+    ``path_text`` writes them: a command line, a file's path in a run's config."""
+    try:
+        return orjson.dumps(value, default=str)
+    except TypeError:  # (orjson's JSONEncodeError): copied with such strings escaped, only then
+        return orjson.dumps(_escaped(value), default=str)
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return path_text(value)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:

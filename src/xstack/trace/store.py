@@ -21,6 +21,7 @@ import orjson
 
 from xstack.errors import StoreError
 from xstack.outfile import PARTIAL_SUFFIX, os_reason
+from xstack.trace.io_paths import json_dumps, path_text
 from xstack.trace.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
 DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "128MB")
@@ -92,6 +93,7 @@ class Store:
             raise StoreError(f"{p}: no such store (import a trace or run a profile to make one)")
         if p.is_dir():
             raise StoreError(f"{p}: is a directory, not a trace store")
+        _utf8_name(p)
         try:
             con = _connect(p, read_only=read_only)
         except duckdb.Error as exc:
@@ -114,6 +116,7 @@ class Store:
         ``path`` is replaced only with ``overwrite`` and only once the new one is complete.
         """
         final = Path(path)
+        _utf8_name(final)
         check_new(final, overwrite=overwrite)
         # absolute: the program a profile runs may change its working folder before the store is renamed
         partial = final.absolute().with_name(final.name + PARTIAL_SUFFIX)
@@ -209,15 +212,15 @@ class Store:
             "INSERT INTO _runs VALUES (?, ?, make_timestamp_ns(?::BIGINT)::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run.run_id,
-                run.name,
+                path_text(run.name),
                 run.started_at_ns,
-                run.command,
+                None if run.command is None else path_text(run.command),
                 run.host,
                 run.framework,
                 run.device,
                 run.levels,
                 run.pass_name,
-                orjson.dumps(run.config, default=str).decode(),
+                json_dumps(run.config).decode(),
             ],
         )
 
@@ -230,9 +233,7 @@ class Store:
             raise StoreError(f"{self.path}: no run {run_id}")
         config = orjson.loads(row[0]) if row[0] else {}
         config[key] = value
-        self.con.execute(
-            "UPDATE _runs SET config = ? WHERE run_id = ?", [orjson.dumps(config, default=str).decode(), run_id]
-        )
+        self.con.execute("UPDATE _runs SET config = ? WHERE run_id = ?", [json_dumps(config).decode(), run_id])
 
     def add_health(self, run_id: int, rows: Sequence[tuple[str, int, str]]) -> None:
         """Insert health rows ``(check, count, detail)`` for one run; rows with a zero count are kept out."""
@@ -350,6 +351,15 @@ def append_store(path: str | os.PathLike[str], scratch: str | os.PathLike[str]) 
         ids = store.append_runs_from(Path(scratch))
     _remove_db(Path(scratch))
     return ids
+
+
+def _utf8_name(path: Path) -> None:
+    """Raises ``StoreError`` where ``path`` is not UTF-8 (Latin-1's ``é``, say): DuckDB opens no such file."""
+    try:
+        str(path.absolute()).encode()
+    except UnicodeEncodeError:
+        raise StoreError(f"{path_text(str(path))}: a store's path must be UTF-8 (DuckDB opens no other): choose "
+                         "another name or folder") from None  # fmt: skip
 
 
 def _connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:

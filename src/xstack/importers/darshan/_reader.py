@@ -89,8 +89,12 @@ def read_log(path: Path) -> DarshanLog:
         raise UsageError(f"{path}: reading Darshan logs needs PyDarshan: {INSTALL_HINT}")
     with tempfile.TemporaryDirectory(prefix="xstack-darshan-") as tmp:
         out = Path(tmp) / "log.json"
+        log_path = path
+        if not _utf8(path):  # PyDarshan opens only a UTF-8 name (Latin-1's é, say): one that is, a link to it
+            log_path = Path(tmp) / "log.darshan"
+            log_path.symlink_to(path.absolute())
         proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path), str(out)],
+            [sys.executable, "-c", _CHILD, str(log_path), str(out)],
             capture_output=True,
             text=True,
             errors="replace",
@@ -105,6 +109,14 @@ def read_log(path: Path) -> DarshanLog:
         log = _from_json(path, orjson.loads(out.read_bytes()))
     log.warnings = [line for line in lines if not line.lower().startswith("error")]
     return log
+
+
+def _utf8(path: Path) -> bool:
+    try:
+        str(path.absolute()).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _child_env() -> dict[str, str]:
