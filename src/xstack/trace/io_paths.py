@@ -141,6 +141,15 @@ def path_text(name: bytes | str) -> str:
     return name.decode("utf-8", "backslashreplace")
 
 
+def is_utf8(path: Path) -> bool:
+    """Whether ``path``, made absolute, is UTF-8: what DuckDB and PyDarshan open (no lone surrogates in it)."""
+    try:
+        str(path.absolute()).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def json_dumps(value: Any) -> bytes:
     """``value`` as JSON (``orjson``, what it cannot write as text), with the strings that hold a name Python decoded
     from bytes that are not UTF-8 (``os.fsdecode``'s lone surrogates, which JSON cannot hold) written as

@@ -21,7 +21,7 @@ import orjson
 
 from xstack.errors import StoreError
 from xstack.outfile import PARTIAL_SUFFIX, os_reason
-from xstack.trace.io_paths import json_dumps, path_text
+from xstack.trace.io_paths import is_utf8, json_dumps, path_text
 from xstack.trace.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS
 
 DEFAULT_MEMORY_LIMIT = os.environ.get("XSTACK_MEMORY_LIMIT", "128MB")
@@ -355,11 +355,9 @@ def append_store(path: str | os.PathLike[str], scratch: str | os.PathLike[str]) 
 
 def _utf8_name(path: Path) -> None:
     """Raises ``StoreError`` where ``path`` is not UTF-8 (Latin-1's ``é``, say): DuckDB opens no such file."""
-    try:
-        str(path.absolute()).encode()
-    except UnicodeEncodeError:
+    if not is_utf8(path):
         raise StoreError(f"{path_text(str(path))}: a store's path must be UTF-8 (DuckDB opens no other): choose "
-                         "another name or folder") from None  # fmt: skip
+                         "another name or folder")  # fmt: skip
 
 
 def _connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:

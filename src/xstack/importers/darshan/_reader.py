@@ -21,6 +21,7 @@ from typing import Any, Final
 import orjson
 
 from xstack.errors import BadInputError, UsageError
+from xstack.trace.io_paths import is_utf8
 
 IMPORTED: Final = ("POSIX", "STDIO")
 """Modules whose records become ``io_files`` rows."""
@@ -90,7 +91,7 @@ def read_log(path: Path) -> DarshanLog:
     with tempfile.TemporaryDirectory(prefix="xstack-darshan-") as tmp:
         out = Path(tmp) / "log.json"
         log_path = path
-        if not _utf8(path):  # PyDarshan opens only a UTF-8 name (Latin-1's é, say): one that is, a link to it
+        if not is_utf8(path):  # PyDarshan opens only a UTF-8 name (Latin-1's é, say): one that is, a link to it
             log_path = Path(tmp) / "log.darshan"
             log_path.symlink_to(path.absolute())
         proc = subprocess.run(
@@ -109,14 +110,6 @@ def read_log(path: Path) -> DarshanLog:
         log = _from_json(path, orjson.loads(out.read_bytes()))
     log.warnings = [line for line in lines if not line.lower().startswith("error")]
     return log
-
-
-def _utf8(path: Path) -> bool:
-    try:
-        str(path.absolute()).encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _child_env() -> dict[str, str]:
