@@ -238,11 +238,8 @@ class IoRecords:
         """The calls of each process image (all its sessions' files), in time order, the images in the order
         they started; built anew at each call. ``keep=False`` frees each file's packed calls once built: no
         later call of this method sees them."""
-        images: dict[tuple[int, int], list[_File]] = {}
-        for one in self.files:
-            images.setdefault((one.process.start_ns, one.process.pid), []).append(one)
-        for key in sorted(images):
-            ops = [op for one in images[key] for op in one.blocks.build_ops(keep=keep)]
+        for image in self._images():
+            ops = [op for one in image for op in one.blocks.build_ops(keep=keep)]
             ops.sort(key=_START)
             yield ops
 
@@ -250,13 +247,17 @@ class IoRecords:
         """What the classes of the paths need (``PathClasses``), without building every call: of each process image,
         in time order, its calls on descriptors 1 and 2 and on the paths that ``every_call`` is true of, and one
         call of each other (path, descriptor kind, errno) it made; ``every_call`` is asked once per path."""
+        for image in self._images():
+            ops = [op for one in image for op in one.blocks.build_ops(rows=one.blocks.distinct_rows(every_call))]
+            ops.sort(key=_START)
+            yield from ops
+
+    def _images(self) -> list[list[_File]]:
+        """The files of each process image (all its sessions'), the images in the order they started."""
         images: dict[tuple[int, int], list[_File]] = {}
         for one in self.files:
             images.setdefault((one.process.start_ns, one.process.pid), []).append(one)
-        for key in sorted(images):
-            ops = [op for one in images[key] for op in one.blocks.build_ops(rows=one.blocks.distinct_rows(every_call))]
-            ops.sort(key=_START)
-            yield from ops
+        return [images[key] for key in sorted(images)]
 
 
 _START = operator.attrgetter("start_ns")
@@ -500,9 +501,9 @@ class _Blocks:
         rows = set(dict(zip(keys, range(len(fds)), strict=True)).values())
         rows.update(i for i, fd in enumerate(fds) if fd == 1 or fd == 2)
         paths, inherited = self.paths, self.inherited_paths
-        every = {pid for pid in set(path_ids) if (path := paths.get(pid) or inherited.get(pid)) and every_call(path)}
+        every = {ref for ref in set(path_ids) if (path := paths.get(ref) or inherited.get(ref)) and every_call(path)}
         if every:
-            rows.update(i for i, pid in enumerate(path_ids) if pid in every)
+            rows.update(i for i, ref in enumerate(path_ids) if ref in every)
         return sorted(rows)
 
     def build_ops(self, *, keep: bool = True, rows: list[int] | None = None) -> list[IoOp]:
