@@ -105,6 +105,18 @@ def test_summary_rejects_an_unknown_run(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no run 9" in proc.stderr
 
 
+def test_import_prints_a_name_that_is_not_utf8_as_the_store_keeps_it(tmp_path: Path) -> None:
+    """A trace named in Latin-1 (``caf\\xe9``): its one-line summary printed the bad byte as U+FFFD."""
+    trace = tmp_path / os.fsdecode(b"caf\xe9.json.gz")
+    trace.symlink_to(kineto_fixture("cpu_only_gloo_rank34.json.gz"))
+    store = tmp_path / "s.duckdb"
+    proc = xstack("import", str(trace), "-o", str(store))
+    assert proc.returncode == 0, proc.stderr
+    assert "run 1 caf\\xe9: " in proc.stdout and "\ufffd" not in proc.stdout
+    with Store.open(store) as s:
+        assert s.query("SELECT name FROM runs") == [("caf\\xe9",)]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()

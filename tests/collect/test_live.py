@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -253,6 +254,16 @@ def test_span_outside_a_profile_does_nothing() -> None:
 
     with xstack.span("outside"):
         assert work(1) == 2
+
+
+def test_a_stage_named_from_a_file_name_that_is_not_utf8_is_kept_escaped(tmp_path: Path) -> None:
+    """A stage named after a file (``os.fsdecode`` of Latin-1's ``café``: a lone surrogate) raised JSON's error
+    into the program at the span's end."""
+    name = os.fsdecode(b"load caf\xe9.bin")
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof, xstack.span(name):
+        total = sum(range(100))
+    assert total == 4950
+    assert [s["name"] for s in _spans(prof) if s["attrs"].get("model.kind") == "user"] == ["load caf\\xe9.bin"]
 
 
 def test_spans_around_and_across_iterations_are_written_once(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from xstack.errors import UsageError, XstackError
 
 def _cmd_import(args: argparse.Namespace) -> int:
     from xstack.importers.api import import_files
+    from xstack.trace.io_paths import path_text
 
     out = args.output or Path("xstack-out") / (_stem(args.traces[0]) + ".duckdb")
     runs = import_files(args.traces, out, force=args.force, append=args.append)
@@ -27,8 +28,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
         issues = findings[r.run_id]
         io = f"{files[r.run_id]:,} io_files rows, " if files.get(r.run_id) else ""
         console.print(
-            f"run {r.run_id} [bold]{escape(r.name)}[/]: {r.spans:,} spans, {r.counters:,} counter samples, {io}"
-            f"{issues:,} health finding{'s' if issues != 1 else ''}",
+            f"run {r.run_id} [bold]{escape(path_text(r.name))}[/]: {r.spans:,} spans, "
+            f"{r.counters:,} counter samples, {io}{issues:,} health finding{'s' if issues != 1 else ''}",
             soft_wrap=True,
         )
     console.print(f"wrote {escape(str(out))}", soft_wrap=True)

@@ -150,14 +150,15 @@ def is_utf8(path: Path) -> bool:
     return True
 
 
-def json_dumps(value: Any) -> bytes:
-    """``value`` as JSON (``orjson``, what it cannot write as text), with the strings that hold a name Python decoded
-    from bytes that are not UTF-8 (``os.fsdecode``'s lone surrogates, which JSON cannot hold) written as
-    ``path_text`` writes them: a command line, a file's path in a run's config."""
+def json_dumps(value: Any, option: int | None = None) -> bytes:
+    """``value`` as JSON (``orjson``, with its ``option`` flags, what it cannot write as text), with the strings
+    that hold a name Python decoded from bytes that are not UTF-8 (``os.fsdecode``'s lone surrogates, which JSON
+    cannot hold) written as ``path_text`` writes them: a command line, a file's path in a run's config, a span's
+    name the program gave."""
     try:
-        return orjson.dumps(value, default=str)
+        return orjson.dumps(value, option=option, default=str)
     except TypeError:  # (orjson's JSONEncodeError): copied with such strings escaped, only then
-        return orjson.dumps(_escaped(value), default=str)
+        return orjson.dumps(_escaped(value), option=option, default=str)
 
 
 def _escaped(value: Any) -> Any:

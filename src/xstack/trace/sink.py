@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from xstack.trace.io_paths import json_dumps
 from xstack.trace.store import Store
 
 DEFAULT_BATCH_BYTES = 32 << 20
@@ -114,7 +115,10 @@ class Sink:
         }
         # ``_add`` inlined: this runs for every live span
         buffer = self._spans
-        buffer += _dumps(row, option=_OPTIONS, default=str)
+        try:
+            buffer += _dumps(row, option=_OPTIONS, default=str)
+        except TypeError:  # a name or attribute with lone surrogates (a file name that is not UTF-8): escaped
+            buffer += json_dumps(row, _OPTIONS)
         self._pending["_spans"] += 1
         if len(buffer) >= self._spill_bytes:
             self._spill("_spans", optional=len(buffer) < self.batch_bytes)
@@ -167,7 +171,10 @@ class Sink:
 
     def _add(self, table: str, row: dict[str, Any]) -> None:
         buffer = self._buffers[table]
-        buffer += orjson.dumps(row, option=_OPTIONS, default=str)
+        try:
+            buffer += orjson.dumps(row, option=_OPTIONS, default=str)
+        except TypeError:  # as in ``span``
+            buffer += json_dumps(row, _OPTIONS)
         self._pending[table] += 1
         if len(buffer) >= self._spill_bytes:
             self._spill(table, optional=len(buffer) < self.batch_bytes)
