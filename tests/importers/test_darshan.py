@@ -322,6 +322,21 @@ def test_missing_pydarshan_names_the_install(tmp_path: Path, monkeypatch: pytest
         import_darshan(s, log_path("stdio_no_posix"))
 
 
+def test_a_pydarshan_that_does_not_load_is_named_as_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyDarshan's wheels for a Python they do not support import-fail ("Could not find libdarshan-util.so!"): the
+    import said "PyDarshan failed to read it (exit status 1; no message)", as if the log were at fault. The reading
+    child is given such a ``darshan`` package first on its path."""
+    broken = tmp_path / "broken" / "darshan"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise RuntimeError("Could not find libdarshan-util.so!")\n')
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))
+    out = tmp_path / "out.duckdb"
+    with pytest.raises(UsageError) as raised:
+        import_files([log_path("stdio_no_posix")], out)
+    assert str(raised.value).startswith(f"{log_path('stdio_no_posix')}: PyDarshan is installed but does not load ")
+    assert "(RuntimeError: Could not find libdarshan-util.so!)" in str(raised.value) and not out.exists()
+
+
 def test_a_timeline_of_a_log_without_dxt_says_it_has_nothing_to_show(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

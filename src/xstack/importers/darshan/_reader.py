@@ -29,6 +29,7 @@ DXT: Final = "DXT_POSIX"
 """The DXT module whose segments become ``io`` spans (PyDarshan reads no DXT module for STDIO)."""
 INSTALL_HINT: Final = "pip install darshan (or pip install 'xstack[darshan]')"
 _READ_FAILED: Final = 3  # the child's exit status when PyDarshan raised
+_LOAD_FAILED: Final = 4  # the child's exit status when PyDarshan did not import (a wheel without its C library)
 _CHILD: Final = (
     "import sys; from xstack.importers.darshan._reader import _child_main; sys.exit(_child_main(*sys.argv[1:]))"
 )
@@ -103,8 +104,14 @@ def read_log(path: Path) -> DarshanLog:
         )
         lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
         errors = list(dict.fromkeys(_message(line) for line in lines if line.lower().startswith("error")))
+        if proc.returncode == _LOAD_FAILED:
+            raise UsageError(
+                f"{path}: PyDarshan is installed but does not load ({proc.stdout.strip()}); reinstall it in a "
+                "Python version its wheels support: pip install --force-reinstall darshan"
+            )
         if proc.returncode != 0:
-            raise BadInputError(f"{path}: {_failure(proc.returncode, proc.stdout.strip(), errors)}")
+            last = lines[-1] if lines else ""  # an uncaught exception's traceback ends with it
+            raise BadInputError(f"{path}: {_failure(proc.returncode, proc.stdout.strip() or last, errors)}")
         if errors:
             raise BadInputError(f"{path}: truncated or damaged Darshan log ({'; '.join(errors[:2])})")
         log = _from_json(path, orjson.loads(out.read_bytes()))
@@ -197,8 +204,11 @@ def _segments(raw: Any) -> list[list[Any]]:
 
 
 def _child_main(log_path: str, out_path: str) -> int:
-    import darshan
-
+    try:
+        import darshan
+    except Exception as exc:  # PyDarshan raises RuntimeError on import where its libdarshan-util is missing
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+        return _LOAD_FAILED
     try:
         with darshan.DarshanReport(log_path, read_all=True) as report:
             data = _extract(report)
