@@ -26,6 +26,28 @@ FIXTURES = Path(os.environ.get("XSTACK_FIXTURES", ROOT.parent / "shared" / "fixt
 KINETO_DIR = FIXTURES / "kineto"
 KINETO_TRACES = sorted(KINETO_DIR.glob("*.json.gz")) if KINETO_DIR.is_dir() else []
 
+NO_TORCH = importlib.util.find_spec("torch") is None
+needs_torch = pytest.mark.skipif(NO_TORCH, reason="PyTorch is not installed")
+"""For a test whose program, or whose own code, imports PyTorch (an optional dependency of xstack)."""
+
+
+def skip_without_torch(source: str) -> None:
+    """Skip a test that runs the program ``source`` where it imports PyTorch and PyTorch is not installed."""
+    if NO_TORCH and "torch" in source:
+        pytest.skip("PyTorch is not installed: the program profiled here imports it")
+
+
+def pydarshan() -> object:
+    """The ``darshan`` module; skips the test, with the reason, where PyDarshan is not installed or does not load
+    (a wheel without its C library raises ``RuntimeError`` on import, which ``pytest.importorskip`` lets through)."""
+    try:
+        import darshan
+    except (ImportError, RuntimeError) as exc:
+        pytest.skip(
+            f"PyDarshan is not installed or does not load (pip install darshan): {exc}", allow_module_level=True
+        )
+    return darshan
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (the default, ``pyproject.toml``): one worker per CPU this process may run on, at most 4. Many

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.conftest import kineto_fixture
+from tests.conftest import kineto_fixture, needs_torch, pydarshan
 from xstack.analyze._diff_read import Timing, read_side
 from xstack.analyze.diff import ProfileDiff, Rule, diff_profiles
 from xstack.importers.kineto import import_kineto
@@ -726,6 +726,7 @@ def test_a_run_without_steps_compares_its_wall_time_once_and_its_stages(tmp_path
     assert set(d.summary.facts["stages"]) == {"load"}
 
 
+@needs_torch
 def test_a_run_without_iterations_against_one_with_them_says_its_calls_are_the_whole_runs(tmp_path: Path) -> None:
     """A run whose program never called step() holds every layer call of the run, numbered on: against a run with
     iterations, all but its first calls read as removed, which the summary said nothing of."""
@@ -834,7 +835,7 @@ def test_a_kernel_trace_and_replayed_kernels_are_not_compared_and_say_why(
 
 
 def test_darshan_logs_compare_by_their_job_run_times(tmp_path: Path) -> None:
-    pytest.importorskip("darshan", reason="PyDarshan is not installed (pip install darshan)")
+    pydarshan()
     from tests.conftest import FIXTURES
     from xstack.importers.darshan import import_darshan
 

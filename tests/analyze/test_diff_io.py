@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, pydarshan
 from xstack.analyze._io_common import DATA_CLASSES
 from xstack.analyze.diff import ProfileDiff, diff_profiles
 from xstack.analyze.io import file_table
@@ -206,7 +206,7 @@ def test_diff_io_renders_in_the_terminal_markdown_json_csv_and_html(runs: dict[s
 @pytest.fixture(scope="module")
 def darshan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The two DLIO logs, each imported into a store of its own with ``xstack import``."""
-    pytest.importorskip("darshan", reason="PyDarshan is not installed (pip install darshan)")
+    pydarshan()
     root = tmp_path_factory.mktemp("diff_io_darshan")
     stores = []
     for name in ("dlio_python3_a", "dlio_python3_b"):

@@ -28,6 +28,7 @@ from tests.analyze.io_store import (
     loop_store,
 )
 from tests.analyze.test_timeline import union as union_of
+from tests.conftest import skip_without_torch
 from xstack.analyze import io
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import (
@@ -708,6 +709,7 @@ def _run_io_loop(tmp_path: Path, source: str) -> dict[str, Result]:
     import subprocess
     import sys
 
+    skip_without_torch(source)
     (tmp_path / "loop.py").write_text(source)
     done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
                            "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from tests.analyze.io_store import MAIN, W1, W2, loop_store
+from tests.conftest import needs_torch
 from xstack.analyze.pipeline import Recommendation, run_analyses
 from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result
@@ -167,6 +168,7 @@ for epoch in range(2):
 """
 
 
+@needs_torch
 def test_a_worker_that_other_programs_keep_from_the_cpus_is_found_waiting_for_them(tmp_path: Path) -> None:
     if (why := IoCollector().unavailable_reason()) is not None:
         pytest.skip(f"io level unavailable: {why}")

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.conftest import skip_without_torch
 from xstack.analyze._io_loop import _covered
 from xstack.analyze._recommend_input import cheaper
 from xstack.analyze.pipeline import run_analyses
@@ -41,6 +42,7 @@ def _run(tmp_path: Path, source: str, *args: str) -> tuple[dict[str, Any], dict[
     """``source`` run as loop.py ``args`` under ``xstack run --levels model,io``: its run's config and analyses."""
     if (why := IoCollector().unavailable_reason()) is not None:
         pytest.skip(f"io level unavailable: {why}")
+    skip_without_torch(source)
     (tmp_path / "loop.py").write_text(source)
     done = subprocess.run([sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb", "--",
                            "python", "loop.py", *args], cwd=tmp_path, capture_output=True, text=True,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_torch
 from xstack.analyze._model_ranks import candidates, ranks_text
 from xstack.analyze._recommend_input import _io_line
 from xstack.analyze.pipeline import analyze
@@ -68,6 +69,7 @@ def _job(tmp_path: Path, size: int, levels: str = "model") -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@needs_torch
 def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tmp_path: Path) -> None:
     """Rank 1 reads a 32 MiB file for each item, rank 0 a 4 KiB one: rank 1 waits for its DataLoader much of its
     steps. Rank 0 waited hardly at all for its own, and its backward took as long as rank 1's input (the
@@ -108,6 +110,7 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
                                "data (rank 0: ") for line in fired["input_bound"].evidence)  # fmt: skip
 
 
+@needs_torch
 def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> None:
     _job(tmp_path, 4096)
     for rank in (0, 1):
@@ -119,6 +122,7 @@ def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> N
         assert "input_bound_elsewhere" not in rules and "input_bound" not in rules
 
 
+@needs_torch
 def test_a_rank_s_store_without_the_others_beside_it_says_which_it_lacks(tmp_path: Path) -> None:
     """Rank 1's store copied away (another node's): rank 0 is compared with no other and says which rank it
     lacks; a store of an earlier job under rank 1's name is not this job's."""

@@ -18,6 +18,7 @@ import duckdb
 import orjson
 import pytest
 
+from tests.conftest import needs_torch
 from xstack import salvage
 from xstack.trace.sink import CHUNKS_TABLE, Sink
 from xstack.trace.store import Store
@@ -71,6 +72,7 @@ def _leftovers(tmp: Path) -> list[str]:
         ("cexit", 3, "the program ended with exit code 3 from native code"),
     ],
 )
+@needs_torch
 def test_a_program_killed_outright_keeps_what_it_recorded(tmp_path: Path, how: str, code: int, reason: str) -> None:
     """Killed where no handler runs: the exit code a shell would give, and a complete store holding every
     iteration that had ended (the last one reached the journal at its checkpoint), marked cut short with the
@@ -94,6 +96,7 @@ def test_a_program_killed_outright_keeps_what_it_recorded(tmp_path: Path, how: s
     assert _leftovers(tmp_path) == []
 
 
+@needs_torch
 def test_a_program_killed_before_it_recorded_anything_leaves_no_store(tmp_path: Path) -> None:
     """Nothing to keep: no store, one line saying so, and no leftover."""
     proc = _run(tmp_path, "run", "-o", "c.duckdb", "--", "python", "crash.py", "0", "kill")
@@ -103,6 +106,7 @@ def test_a_program_killed_before_it_recorded_anything_leaves_no_store(tmp_path: 
     assert not (tmp_path / "c.duckdb").exists() and _leftovers(tmp_path) == []
 
 
+@needs_torch
 def test_a_killed_program_that_recorded_nothing_leaves_the_store_it_would_replace_or_add_to(tmp_path: Path) -> None:
     """``--force`` replaces a store only with what the killed program kept, and ``--append`` adds nothing: with
     nothing recorded both stores stay as they were, and the line names them as the user did, not the scratch
@@ -152,6 +156,7 @@ for epoch in range(2):
 """
 
 
+@needs_torch
 def test_a_salvaged_run_keeps_the_dataloaders_it_iterated(tmp_path: Path) -> None:
     """The DataLoaders' settings reach the run's config as it ends, which a killed program never does: the
     salvaged run had none, and its input-bound advice, left to guess them, told a CPU-only program to pin its
@@ -299,6 +304,7 @@ def _signalled(tmp_path: Path, signum: int, after_s: float) -> subprocess.Comple
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@needs_torch
 def test_sigint_to_the_xstack_process_alone_reaches_the_program(tmp_path: Path) -> None:
     """``kill -INT`` of ``xstack run``'s pid (a harness's ``send_signal``): the program, run in a child of it, gets
     it too, stops with its KeyboardInterrupt, and the profile is complete (130, as for the program alone)."""
@@ -310,6 +316,7 @@ def test_sigint_to_the_xstack_process_alone_reaches_the_program(tmp_path: Path) 
         ]
 
 
+@needs_torch
 def test_ctrl_c_at_the_terminal_stops_the_program_once(tmp_path: Path) -> None:
     """Ctrl-C typed at a terminal reaches ``xstack run`` and the program both (one foreground group): it is not
     passed on a second time, the program stops once, and the profile is complete."""
@@ -339,6 +346,7 @@ def test_ctrl_c_at_the_terminal_stops_the_program_once(tmp_path: Path) -> None:
     assert "xstack: profile written to l.duckdb" in text
 
 
+@needs_torch
 def test_a_hangup_passed_on_to_the_program_leaves_what_it_recorded(tmp_path: Path) -> None:
     """SIGHUP to ``xstack run`` (a closed terminal's, as a shell passes it on to its jobs): the program dies of it,
     as it would alone (129), and what it recorded is kept."""

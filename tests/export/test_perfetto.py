@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import all_kineto_fixtures, kineto_fixture
+from tests.conftest import all_kineto_fixtures, kineto_fixture, needs_torch
 from xstack.errors import UsageError, XstackError
 from xstack.export.perfetto import PerfettoStats, export_perfetto
 from xstack.importers.kineto import import_kineto
@@ -387,6 +387,7 @@ def test_io_workers_of_a_run_without_a_dataloader_are_worker_processes(tmp_path:
     assert names == ["main process (pid 5)", "worker process (pid 6)"]
 
 
+@needs_torch
 def test_a_program_started_by_exec_is_a_subprocess_not_a_dataloader_worker(tmp_path: Path) -> None:
     """A program with a DataLoader worker that also runs ``cat``: cat's track is a subprocess's, as the io level
     recorded its role, and the worker's stays a DataLoader worker's."""

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, pydarshan
 from xstack.analyze.pipeline import run_analyses
 from xstack.analyze.summary import summarize
 from xstack.cli.main import main
@@ -27,7 +27,7 @@ from xstack.report.terminal import io_line, print_summary
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
-darshan = pytest.importorskip("darshan", reason="PyDarshan is not installed (pip install darshan)")
+darshan: Any = pydarshan()
 
 DARSHAN_DIR = FIXTURES / "darshan"
 LOGS = sorted(DARSHAN_DIR.glob("*.darshan")) if DARSHAN_DIR.is_dir() else []
