@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+import pytest
 
-from xstack.analyze._model_long import _every, _started_again, long_iterations, long_text
-from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, SAVE_OFF_THE_STEP
-from xstack.analyze.pipeline import Recommendation, run_analyses
-from xstack.analyze.recommend import RULES
-from xstack.analyze.result import Result
-from xstack.trace import attrs as A
-from xstack.trace.sink import Sink
-from xstack.trace.store import RunInfo, Store
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+from xstack.analyze._model_long import _every, _started_again, long_iterations, long_text  # noqa: E402
+from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, SAVE_OFF_THE_STEP  # noqa: E402
+from xstack.analyze.pipeline import Recommendation, run_analyses  # noqa: E402
+from xstack.analyze.recommend import RULES  # noqa: E402
+from xstack.analyze.result import Result  # noqa: E402
+from xstack.trace import attrs as A  # noqa: E402
+from xstack.trace.sink import Sink  # noqa: E402
+from xstack.trace.store import RunInfo, Store  # noqa: E402
 
 EVERY = 5
 ITERATIONS = 21  # 1 warm-up, then 20 measured: 2..21
