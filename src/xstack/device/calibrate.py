@@ -13,7 +13,7 @@ import importlib
 import socket
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,7 @@ def _calibrate_one(device: str, quick: bool) -> dict[str, Any]:
         name = str(importlib.import_module("torch").cuda.get_device_name(index))
         key = f"cuda {name}"
     took = time.perf_counter() - start
-    when = datetime.now(timezone.utc)
+    when = datetime.now(UTC)
     host = socket.gethostname()
     stamp = when.isoformat(timespec="seconds")
     peaks: dict[str, Any] = {

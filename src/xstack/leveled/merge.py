@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timezone
+from datetime import UTC
 from typing import Any, Final
 
 import orjson
@@ -476,7 +476,7 @@ def _run_info(run_id: int, passes: list[Pass], overhead: list[dict[str, Any]], s
     return RunInfo(
         run_id=run_id,
         name=str(first[4]),
-        started_at_ns=int(started.replace(tzinfo=timezone.utc).timestamp() * 1e9) if started is not None else None,
+        started_at_ns=int(started.replace(tzinfo=UTC).timestamp() * 1e9) if started is not None else None,
         command=first[6],
         host=first[7],
         framework=deepest[8],
