@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import kineto_fixture
+from xstack.cli.main import main
+from xstack.collect._torch_build import NOT_INSTALLED
+from xstack.runner import NO_WATCH_ENV
 from xstack.trace.store import Store
 
 
@@ -115,6 +118,24 @@ def test_import_prints_a_name_that_is_not_utf8_as_the_store_keeps_it(tmp_path: P
     assert "run 1 caf\\xe9: " in proc.stdout and "\ufffd" not in proc.stdout
     with Store.open(store) as s:
         assert s.query("SELECT name FROM runs") == [("caf\\xe9",)]
+
+
+def test_run_without_levels_records_the_model_level_alone_where_pytorch_is_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A program that does not use PyTorch, run with the default levels (model,layer) on a machine without it:
+    refused before ("level 'layer' cannot run here"), where a machine with PyTorch profiles it."""
+    monkeypatch.setattr("xstack.collect.layer.torch_reason", lambda: NOT_INSTALLED)
+    monkeypatch.setenv(NO_WATCH_ENV, "1")  # the program in this process: no fork returning into the test too
+    script = tmp_path / "prep.py"
+    script.write_text("print('ran')\n")
+    out = tmp_path / "s.duckdb"
+    assert main(["run", "-o", str(out), "--", "python", str(script)]) == 0
+    said = capfd.readouterr()
+    assert "ran\n" in said.out
+    assert f"recording the model level alone; the layer level cannot run here: {NOT_INSTALLED}" in said.err
+    with Store.open(out) as s:
+        assert s.query("SELECT levels FROM runs") == [(["model"],)]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")

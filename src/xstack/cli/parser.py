@@ -138,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--levels",
-        default="model,layer",
-        help="levels to record, from model,layer,op,runtime,kernel,metrics,io,system (default: model,layer; kernel "
+        help="levels to record, from model,layer,op,runtime,kernel,metrics,io,system (default: model,layer, or model "
+        "alone where PyTorch is not installed, as said on stderr; kernel "
         "brings runtime and op, the levels its spans hang from; metrics runs the program under Nsight Compute; io "
         "preloads the I/O interposer into the program and its workers, and brings model, whose DataLoader waits "
         "tell whether the loop waits for that I/O; system samples CPU, memory and GPUs)",
