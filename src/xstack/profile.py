@@ -45,7 +45,7 @@ class Profile:
 
     def __init__(
         self,
-        levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
+        levels: str | tuple[str, ...] | list[str] | None = None,
         path: str | os.PathLike[str] | None = None,
         name: str | None = None,
         *,
@@ -74,7 +74,7 @@ class Profile:
         ``step()`` (``_OptimizerSteps``), as ``xstack run`` and ``xstack profile`` do."""
         if warmup is not None and warmup < 0:
             raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
-        self.levels = parse_levels(levels)
+        self.levels = parse_levels(default_levels() if levels is None else levels)
         self.name = name or "profile"
         # absolute: the program may change its working folder while the store is written (hydra does)
         self.path = (Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb").absolute()
@@ -726,15 +726,27 @@ def stopped_from() -> str | None:
 
 
 def profile(
-    levels: str | tuple[str, ...] | list[str] = DEFAULT_LEVELS,
+    levels: str | tuple[str, ...] | list[str] | None = None,
     path: str | os.PathLike[str] | None = None,
     name: str | None = None,
     *,
     warmup: int = DEFAULT_WARMUP,
 ) -> Profile:
-    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence) into ``path``; the
-    first ``warmup`` iterations (ended by ``prof.step()``) are left out of per-iteration statistics."""
+    """Profile the region of a with-block at ``levels`` (``"model,layer"`` or a sequence; default:
+    ``default_levels()``) into ``path``; the first ``warmup`` iterations (ended by ``prof.step()``) are left out of
+    per-iteration statistics."""
     return Profile(levels, path, name, warmup=warmup)
+
+
+def default_levels() -> tuple[str, ...]:
+    """The levels where none are given: ``DEFAULT_LEVELS``, less the layer level where it cannot run (PyTorch not
+    installed), said on stderr, so that a program that does not use PyTorch is profiled on a machine without it as
+    on one with it (where the layer level records nothing)."""
+    reason = collect.load("layer").unavailable_reason()
+    if reason is None:
+        return DEFAULT_LEVELS
+    print(f"xstack: recording the model level alone; the layer level cannot run here: {reason}", file=sys.stderr)
+    return tuple(level for level in DEFAULT_LEVELS if level != "layer")
 
 
 def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:

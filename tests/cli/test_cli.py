@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import kineto_fixture
 from xstack.cli.main import main
 from xstack.collect._torch_build import NOT_INSTALLED
+from xstack.profile import profile
 from xstack.runner import NO_WATCH_ENV
 from xstack.trace.store import Store
 
@@ -120,7 +121,7 @@ def test_import_prints_a_name_that_is_not_utf8_as_the_store_keeps_it(tmp_path: P
         assert s.query("SELECT name FROM runs") == [("caf\\xe9",)]
 
 
-def test_run_without_levels_records_the_model_level_alone_where_pytorch_is_not_installed(
+def test_without_levels_the_model_level_alone_is_recorded_where_pytorch_is_not_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A program that does not use PyTorch, run with the default levels (model,layer) on a machine without it:
@@ -136,6 +137,10 @@ def test_run_without_levels_records_the_model_level_alone_where_pytorch_is_not_i
     assert f"recording the model level alone; the layer level cannot run here: {NOT_INSTALLED}" in said.err
     with Store.open(out) as s:
         assert s.query("SELECT levels FROM runs") == [(["model"],)]
+    # and so does xstack.profile() in such a program
+    with profile(path=tmp_path / "api.duckdb") as prof:
+        pass
+    assert prof.levels == ("model",) and "recording the model level alone" in capfd.readouterr().err
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")

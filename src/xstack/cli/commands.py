@@ -135,11 +135,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from xstack.profile import parse_levels
+    from xstack.profile import default_levels, parse_levels
     from xstack.runner import Measured, parse_program, rank_path, run_program
 
     if args.levels is None:
-        args.levels = _default_levels()
+        args.levels = ",".join(default_levels())
     if args.syscalls:
         from xstack.collect.syscalls import SYSCALLS_ENV
 
@@ -193,20 +193,6 @@ def _set_ncu_options(args: argparse.Namespace) -> None:
         os.environ[CLOCK_CONTROL_ENV] = args.clock_control
     if args.replay_mode:
         os.environ[REPLAY_ENV] = args.replay_mode
-
-
-def _default_levels() -> str:
-    """``xstack run``'s levels where none are given: ``DEFAULT_LEVELS``, less the layer level where it cannot run
-    (PyTorch not installed), said on stderr, so that a program that does not use PyTorch is profiled on a machine
-    without it as it is on one with it (where the layer level records nothing)."""
-    from xstack import collect
-    from xstack.profile import DEFAULT_LEVELS
-
-    reason = collect.load("layer").unavailable_reason()
-    if reason is None:
-        return ",".join(DEFAULT_LEVELS)
-    print(f"xstack: recording the model level alone; the layer level cannot run here: {reason}", file=sys.stderr)
-    return ",".join(level for level in DEFAULT_LEVELS if level != "layer")
 
 
 def _set_system_interval(args: argparse.Namespace) -> None:
