@@ -74,7 +74,11 @@ class Profile:
         ``step()`` (``_OptimizerSteps``), as ``xstack run`` and ``xstack profile`` do."""
         if warmup is not None and warmup < 0:
             raise UsageError(f"warmup must be >= 0 iterations (got {warmup})")
-        self.levels = parse_levels(default_levels() if levels is None else levels)
+        if levels is None:
+            levels, said = default_levels()
+            if said:
+                print(said, file=sys.stderr)
+        self.levels = parse_levels(levels)
         self.name = name or "profile"
         # absolute: the program may change its working folder while the store is written (hydra does)
         self.path = (Path(path) if path is not None else Path("xstack-out") / f"{self.name}.duckdb").absolute()
@@ -738,15 +742,15 @@ def profile(
     return Profile(levels, path, name, warmup=warmup)
 
 
-def default_levels() -> tuple[str, ...]:
-    """The levels where none are given: ``DEFAULT_LEVELS``, less the layer level where it cannot run (PyTorch not
-    installed), said on stderr, so that a program that does not use PyTorch is profiled on a machine without it as
-    on one with it (where the layer level records nothing)."""
+def default_levels() -> tuple[tuple[str, ...], str | None]:
+    """The levels where none are given, and what to say of them: ``DEFAULT_LEVELS``, less the layer level where it
+    cannot run (PyTorch not installed), so that a program that does not use PyTorch is profiled on a machine without
+    it as on one with it (where the layer level records nothing); the line to print on stderr then, else None."""
     reason = collect.load("layer").unavailable_reason()
     if reason is None:
-        return DEFAULT_LEVELS
-    print(f"xstack: recording the model level alone; the layer level cannot run here: {reason}", file=sys.stderr)
-    return tuple(level for level in DEFAULT_LEVELS if level != "layer")
+        return DEFAULT_LEVELS, None
+    said = f"xstack: recording the model level alone; the layer level cannot run here: {reason}"
+    return tuple(level for level in DEFAULT_LEVELS if level != "layer"), said
 
 
 def parse_levels(levels: str | Sequence[str]) -> tuple[str, ...]:

@@ -137,6 +137,9 @@ def test_without_levels_the_model_level_alone_is_recorded_where_pytorch_is_not_i
     assert f"recording the model level alone; the layer level cannot run here: {NOT_INSTALLED}" in said.err
     with Store.open(out) as s:
         assert s.query("SELECT levels FROM runs") == [(["model"],)]
+    # a command refused for its program says that alone
+    assert main(["run", "-o", str(tmp_path / "t.duckdb"), "--", "python", "-m", "no_such_module_of_xstack"]) == 2
+    assert capfd.readouterr().err == "error: xstack run: -m no_such_module_of_xstack: no such module\n"
     # and so does xstack.profile() in such a program
     with profile(path=tmp_path / "api.duckdb") as prof:
         pass

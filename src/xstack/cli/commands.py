@@ -138,8 +138,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from xstack.profile import default_levels, parse_levels
     from xstack.runner import Measured, parse_program, rank_path, run_program
 
+    said = None
     if args.levels is None:
-        args.levels = ",".join(default_levels())
+        defaults, said = default_levels()
+        args.levels = ",".join(defaults)
     if args.syscalls:
         from xstack.collect.syscalls import SYSCALLS_ENV
 
@@ -165,6 +167,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _set_ncu_options(args)
     program = parse_program(argv)
     out = args.output if args.pass_index is not None else rank_path(args.output, program)  # a pass: as given
+    if said:  # once the command is known to be good: not before its usage error
+        print(said, file=sys.stderr)
     return run_program(program, levels=args.levels, out=out, measured=measured, force=args.force,
                        append=args.append, warmup=args.warmup)  # fmt: skip
 
