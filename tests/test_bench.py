@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -13,10 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import needs_torch
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 
 
 def _quick(script: str, out: Path) -> list[dict[str, Any]]:

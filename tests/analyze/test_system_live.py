@@ -4,7 +4,6 @@ skipped with the reason when it cannot run). Only sanity is asserted: real numbe
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -12,15 +11,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import LOADER_PROGRAM
+from tests.conftest import LOADER_PROGRAM, needs_torch
 from xstack.analyze.pipeline import ANALYSES, analyze
 from xstack.export.perfetto import export_perfetto
 from xstack.report.html import render_html
 from xstack.trace.store import Store
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+pytestmark = needs_torch
 
 SYSTEM_IDS = [i for i in ANALYSES if i.startswith("system.")]
 

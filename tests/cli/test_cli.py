@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import kineto_fixture
+from tests.conftest import kineto_fixture, needs_torch
 from xstack.cli.main import main
 from xstack.collect._torch_build import NOT_INSTALLED
 from xstack.profile import profile
@@ -146,7 +146,7 @@ def test_without_levels_the_model_level_alone_is_recorded_where_pytorch_is_not_i
     assert prof.levels == ("model",) and "recording the model level alone" in capfd.readouterr().err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+@needs_torch
 def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     with Store.create(tmp_path / "out" / "demo.duckdb"):  # an earlier demo's store: replaced, and said

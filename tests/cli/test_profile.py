@@ -12,10 +12,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import needs_torch
 from xstack.cli.main import main
 from xstack.trace.store import Store
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+pytestmark = needs_torch
 
 PROGRAM = """
 import sys, time, torch, xstack

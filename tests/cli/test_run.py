@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import re
@@ -16,12 +15,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import needs_torch
 from xstack.analyze.summary import summarize
 from xstack.cli.main import main
 from xstack.report.terminal import none_line
 from xstack.trace.store import Store
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+pytestmark = needs_torch
 
 PROGRAM = """
 import os, sys, torch, xstack

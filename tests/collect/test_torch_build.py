@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_torch
 from xstack.collect._torch_build import _cpu_only
 
 VERSION = """__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'rocm', 'xpu']
@@ -38,7 +38,7 @@ def test_an_unreadable_or_odd_version_file_means_torch_is_asked(tmp_path: Path) 
     assert _cpu_only([str(tmp_path)]) is False
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+@needs_torch
 def test_the_answer_is_torch_s_own_and_a_cpu_build_is_not_imported() -> None:
     code = (
         "import sys\n"

@@ -9,10 +9,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import needs_torch
 from xstack.collect.syscalls import unavailable_reason
 from xstack.trace.store import Store
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+pytestmark = needs_torch
 
 
 def _health(store: Store, run_id: int) -> dict[str, tuple[int, str]]:
