@@ -375,3 +375,5 @@ def test_logs_are_matched_past_the_names_each_run_gives_them(tmp_path: Path) -> 
     )] == ["/w/runs/*/events.out.tfevents.*", "/w/lightning_logs/version_*/metrics.csv",
            "/w/wandb/run-*/files/output.log", "/w/outputs/*/*/train.log", None, None]  # fmt: skip
     assert run_key("/w/events.out.tfevents.") is None  # nothing of a run's after the prefix
+    # the inode the kernel names an unnamed temporary file by (O_TMPFILE: tempfile.TemporaryFile)
+    assert [run_key(p) for p in ("/tmp/#2146589 (deleted)", "/data/#3 notes")] == ["/tmp/#* (deleted)", None]

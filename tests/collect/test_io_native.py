@@ -313,6 +313,22 @@ def test_relative_paths_resolve_against_the_cwd_and_directory_descriptors(tmp_pa
     assert [op.fd_kind for op in trace.ops if op.path == str(data) and op.op in ("open", "close")] == ["dir", "dir"]
 
 
+def test_an_unnamed_temporary_file_is_recorded_under_the_kernel_s_name_not_its_folder_s(
+    tmp_path: Path, data: Path
+) -> None:
+    """O_TMPFILE holds O_DIRECTORY's bit and names the folder: each file was recorded as the folder, a directory.
+    (A file made after another closed may get its inode, and so its name, again, as the kernel shows it.)"""
+    seen, trace = run(tmp_path, "unnamed", str(data))
+    if "unsupported" in seen:
+        pytest.skip(f"O_TMPFILE is not supported where the test's files are: {seen['unsupported']}")
+    for inode, size in seen["made"]:
+        calls = [(op.op, op.bytes, op.fd_kind) for op in trace.ops if op.path == f"{data}/#{inode} (deleted)"]
+        assert calls == [("open", -1, "file"), ("write", size, "file"), ("lseek", -1, "file"),
+                         ("read", size, "file"), ("fstat", -1, "file"), ("close", -1, "file")]  # fmt: skip
+    # the folder's own calls are its listing's alone
+    assert {op.op for op in trace.ops if op.path == str(data)} == {"opendir", "readdir", "closedir"}
+
+
 def test_errno_is_preserved_and_recorded(tmp_path: Path, data: Path) -> None:
     known = data / "known.bin"
     seen, trace = run(tmp_path, "errnos", str(known))

@@ -355,6 +355,9 @@ RUN_FOLDERS: Final = (
     (re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}-\d{2}-\d{2}"), "*"),  # Hydra's: outputs/2026-11-24/01-59-01
 )
 """Folders that a logger or launcher names anew for each run, and what they are shown as."""
+UNNAMED: Final = re.compile(r"#\d+ \(deleted\)")
+"""The kernel's name for an unnamed temporary file (``O_TMPFILE``: ``tempfile.TemporaryFile``), which the io level
+records it under in its folder: its inode, ``/tmp/#1234 (deleted)``."""
 
 
 def run_key(path: str) -> str | None:
@@ -362,12 +365,15 @@ def run_key(path: str) -> str | None:
     file right under a temporary folder (``/tmp/tmp86c2rbay/data.h5`` -> ``/tmp/tmp*/data.h5``), the time, host
     and process id in a TensorBoard event file's name (``events.out.tfevents.1795485348.vm.11803.0`` ->
     ``events.out.tfevents.*``), and the folders of ``RUN_FOLDERS`` (``runs/Nov24_01-59-01_vm/...`` ->
-    ``runs/*/...``); None when it has none. Past a prefix other than ``tmp``, the random part must hold a digit or
+    ``runs/*/...``), the inode in an unnamed temporary file's name (``/tmp/#1234 (deleted)`` -> ``/tmp/#* (deleted)``);
+    None when it has none. Past a prefix other than ``tmp``, the random part must hold a digit or
     an underscore, which a word (``/tmp/datasets``) does not."""
     parts = path.split("/")
     masked = False
     if parts[-1].startswith(TFEVENTS) and len(parts[-1]) > len(TFEVENTS):
         parts[-1], masked = f"{TFEVENTS}*", True
+    elif UNNAMED.fullmatch(parts[-1]):
+        parts[-1], masked = "#* (deleted)", True
     for i in range(1, len(parts) - 1):
         for pattern, shown in RUN_FOLDERS:
             if pattern.fullmatch(parts[i]):

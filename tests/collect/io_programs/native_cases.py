@@ -66,6 +66,26 @@ def relative(data_dir: str) -> dict[str, object]:
     return {}
 
 
+def unnamed(data_dir: str) -> dict[str, object]:
+    """Two unnamed temporary files open at once in one folder (O_TMPFILE, as tempfile.TemporaryFile makes them),
+    each written, read back and closed; and the folder itself listed."""
+    fds = []
+    for _ in range(2):
+        try:
+            fds.append(os.open(data_dir, os.O_TMPFILE | os.O_RDWR, 0o600))
+        except OSError as exc:  # a file system without O_TMPFILE
+            return {"unsupported": os.strerror(exc.errno or 0)}
+    made = []
+    for fd, size in zip(fds, (5000, 300), strict=True):
+        os.write(fd, b"y" * size)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.read(fd, size + 1)
+        made.append((os.fstat(fd).st_ino, size))
+        os.close(fd)
+    os.listdir(data_dir)
+    return {"made": made}
+
+
 def errnos(data: str) -> dict[str, object]:
     """A missing file, a read of a closed descriptor, a descriptor closed twice."""
     seen: dict[str, object] = {}
@@ -692,6 +712,7 @@ CASES = {
     "timing": timing,
     "posix": posix,
     "relative": relative,
+    "unnamed": unnamed,
     "errnos": errnos,
     "streams": streams,
     "threads": threads,

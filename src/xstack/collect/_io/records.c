@@ -188,6 +188,10 @@ too_long:
  * level's overhead on a loop of small-file reads. */
 static int open_kind(int fd, const char *path, int flags)
 {
+#ifdef O_TMPFILE
+    if ((flags & O_TMPFILE) == O_TMPFILE) /* O_TMPFILE holds O_DIRECTORY's bit: the file made in that folder */
+        return XIO_KIND_FILE;
+#endif
     if (flags & O_DIRECTORY)
         return XIO_KIND_DIR;
     if (path && (strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/proc/", 6) == 0))
@@ -195,11 +199,21 @@ static int open_kind(int fd, const char *path, int flags)
     return XIO_KIND_FILE;
 }
 
-/* open, openat, creat, fopen: resolve the path, remember what the new descriptor is. */
+/* open, openat, creat, fopen: resolve the path, remember what the new descriptor is. An unnamed temporary file
+ * (O_TMPFILE: Python's tempfile.TemporaryFile) is opened by its folder's path: it is recorded under the kernel's
+ * name for it ("/tmp/#1234 (deleted)", its inode in that folder, as /proc/PID/fd and lsof show it), so that its
+ * bytes are neither the folder's nor those of the folder's other unnamed files. */
 void xio_rec_open(int op, int dirfd, const char *path, int64_t t0, int64_t t1, int fd, int err, int flags)
 {
     int excluded;
-    uint32_t id = xio_path_at(dirfd, path, &excluded);
+    uint32_t id;
+#ifdef O_TMPFILE
+    char unnamed[PATH_MAX];
+    if (fd >= 0 && (flags & O_TMPFILE) == O_TMPFILE && xio_fd_link(fd, unnamed, sizeof unnamed) > 0)
+        id = xio_path_at(AT_FDCWD, unnamed, &excluded);
+    else
+#endif
+        id = xio_path_at(dirfd, path, &excluded);
     int kind = fd >= 0 ? open_kind(fd, path, flags) : XIO_KIND_UNKNOWN;
     if (fd >= 0)
         xio_fd_opened(fd, id, excluded ? XIO_KIND_EXCLUDED : kind, flags);
