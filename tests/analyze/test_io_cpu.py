@@ -206,3 +206,121 @@ def test_a_worker_that_other_programs_keep_from_the_cpus_is_found_waiting_for_th
     assert "its worker waited for a CPU although fewer than the 2 usable CPUs: other programs held the CPUs" in (
         rec.action
     ), rec.action
+
+
+FETCHED = """
+import socket, sys, threading, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+def answer(conn):  # a remote store: 5 ms of latency per item, no CPU to speak of
+    with conn:
+        while conn.recv(8):
+            time.sleep(0.005)
+            conn.sendall(bytes(4096))
+
+def serve(listener):  # a thread per connection: each worker's
+    while True:
+        threading.Thread(target=answer, args=(listener.accept()[0],), daemon=True).start()
+
+listener = socket.create_server(("127.0.0.1", 0))
+threading.Thread(target=serve, args=(listener,), daemon=True).start()
+PORT = listener.getsockname()[1]
+
+class Fetched(Dataset):
+    def __len__(self):
+        return 192
+
+    def __getitem__(self, i):
+        if not hasattr(self, "conn"):  # each worker's own connection
+            self.conn = socket.create_connection(("127.0.0.1", PORT))
+        self.conn.sendall(b"item%4d" % i)
+        got = b""
+        while len(got) < 4096:
+            got += self.conn.recv(4096 - len(got))
+        return torch.frombuffer(bytearray(got), dtype=torch.float32)
+
+model = torch.nn.Linear(1024, 1)
+for x in DataLoader(Fetched(), batch_size=8, num_workers=2):
+    model(x).sum().backward()
+"""
+
+
+@needs_torch
+def test_workers_blocked_on_the_network_are_told_to_be_more_not_to_build_items_cheaper(tmp_path: Path) -> None:
+    """Workers that fetch each item over a socket (5 ms of latency) spend their lives blocked in recv, which the io
+    level does not record: they were told that they already matched the CPUs, and to decode and augment less."""
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    if not Path("/proc/self/schedstat").exists():
+        pytest.skip("the kernel keeps no scheduler statistics (/proc/self/schedstat): no wait for a CPU to read")
+    (tmp_path / "fetch.py").write_text(FETCHED)
+    command = [
+        sys.executable,
+        "-m",
+        "xstack",
+        "run",
+        "--levels",
+        "model,io",
+        "-o",
+        "p.duckdb",
+        "--",
+        "python",
+        "fetch.py",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store)}
+    facts = results["io.input_bound"].facts
+    assert facts["input_bound"] is True and facts["workers_timed"] == 2
+    assert facts["worker_cpu_pct"] + facts["worker_run_delay_pct"] < 50, facts  # 24 items of 5 ms sleep each
+    rec = RULES["input_bound"](results)
+    assert rec is not None
+    (line,) = [e for e in rec.evidence if e.startswith("its 2 worker processes were on a CPU")]
+    assert "in calls the io level does not record, such as a socket's recv" in line
+    assert "its 2 workers were blocked" in rec.action and "raise num_workers from 2" in rec.action, rec.action
+    assert "decode and augment less" not in rec.action and "raise prefetch_factor" not in rec.action
+
+
+def _loop_facts(**facts: Any) -> dict[str, Result]:
+    """``io.input_bound``'s facts of an input-bound loop of 30 iterations (3 s) on one DataLoader of 2 workers on 2
+    CPUs, whose file I/O is 1 ms per iteration against 90 ms of waiting; ``facts`` replace those given."""
+    base = {"input_bound": True, "mean_wait_ns": 90_000_000, "iterations": 30, "loop_ns": 3 * 10**9,
+            "worker_io_per_iteration_ns": 1_000_000, "workers_timed": 2, "worker_cpu_ns": 3 * 10**8,
+            "worker_run_delay_ns": 6 * 10**7, "worker_lived_ns": 2 * 10**10, "cores": 2, "main_cpus": 0.3,
+            "dataloaders": [LOADER | {"num_workers": 2, "wait_ns": 27 * 10**8, "waits": 30}]}  # fmt: skip
+    return {"io.input_bound": Result("io.input_bound", "", facts=base | facts)}
+
+
+@pytest.mark.parametrize(
+    ("facts", "blocked"),
+    [
+        ({}, True),  # on a CPU 5% of the loop's time, each, waiting for one 1%
+        ({"worker_cpu_ns": 33 * 10**8}, False),  # 55%, and 1% waiting: building the items
+        ({"worker_run_delay_ns": 2 * 10**9}, False),  # waiting for a CPU 33%: the CPUs are short, not the workers
+        ({"worker_io_per_iteration_ns": 40_000_000}, False),  # their file I/O is what the loop waits for
+        ({"worker_mapped_files": 3}, False),  # page faults of a mapped file, which no call records
+        ({"worker_run_delay_ns": None}, False),  # a worker killed outright: its wait is not known
+        ({"input_bound": False}, False),
+    ],
+    ids=["blocked", "building", "cpu-short", "reading", "mapped", "unknown", "not-input-bound"],
+)
+def test_workers_are_found_blocked_by_their_cpu_time_over_the_loop_s_not_over_their_lives(
+    facts: dict[str, Any], blocked: bool
+) -> None:
+    """Their lives hold the warm-up (a compilation, the first iteration's start-up), in which they wait idle with
+    their batches read ahead: 20 s of lives against 0.3 s of CPU is 1.5%, yet over the 3 s loop it is what counts."""
+    from xstack.analyze._recommend_input import loaders_advice
+
+    advice = loaders_advice(_loop_facts(**facts))
+    assert advice is not None
+    evidence, source, action = advice
+    assert source == "io.input_bound"
+    assert any("worker processes were on a CPU" in line for line in evidence) is blocked, evidence
+    assert ("raise num_workers from 2 (each kept a CPU busy 5% of the time: about 40 would keep the 2 usable CPUs "
+            "busy, memory allowing)" in action) is blocked, action  # fmt: skip
+    if not blocked:
+        assert "were blocked" not in action
+    # lives of 20 s with the CPU time of a busy loop: not blocked, though 16.5% of their lives on a CPU
+    busy = loaders_advice(_loop_facts(worker_cpu_ns=33 * 10**8, worker_lived_ns=2 * 10**10))
+    assert busy is not None and "were blocked" not in busy[2]

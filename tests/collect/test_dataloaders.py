@@ -98,10 +98,19 @@ def test_the_input_bound_result_and_rule_start_from_the_settings(profiled: Path)
     assert rec.action.startswith(train + ": ")
     # what it already does is not advised: persistent workers, a raised prefetch_factor, and no GPU to pin for
     assert not re.search("persistent_workers=True \\(|prefetch_factor from|pin_memory=True", rec.action)
-    if cpus > 2:
+    # its items sleep 10 ms and read 64 bytes: the workers are blocked, neither on a CPU nor reading files, so more
+    # of them overlap their sleeps, past the CPUs too; building the items cheaper is not what shortens the wait.
+    # Unless other work on the machine kept them waiting for a CPU 20% of the loop's time (two programs spinning
+    # on 2 CPUs did): then the CPUs are short, and the advice is the settings' own
+    loop = 2 * r.facts["loop_ns"]
+    if 100 * r.facts["worker_run_delay_ns"] / loop < 20:
+        assert 100 * (r.facts["worker_cpu_ns"] + r.facts["worker_run_delay_ns"]) / loop < 50, r.facts
+        assert "its 2 workers were blocked" in rec.action and "raise num_workers from 2 (" in rec.action, rec.action
+        assert "towards the" not in rec.action and "decode and augment less" not in rec.action
+        assert any(e.startswith("its 2 worker processes were on a CPU") for e in rec.evidence), rec.evidence
+    elif cpus > 2:
         assert f"raise num_workers from 2 towards the {cpus} usable CPUs" in rec.action
     else:
-        # its items sleep 10 ms ("decoding") and read 64 bytes: building them, not reading files, is the wait
         assert "num_workers from" not in rec.action and "make each batch cheaper to build: the workers' file I/O (" in (
             rec.action
         )

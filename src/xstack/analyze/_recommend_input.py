@@ -6,9 +6,10 @@ or, for a run that did not record them, from the worker processes the io level s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
@@ -73,6 +74,7 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
     units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
     evidence, actions, said = [], [], ""
     wait = _cpu_wait(results)
+    blocked = None if wait or len(units) != 1 else _blocked(results, int(loader.get("num_workers") or 0))
     for pos, (waited, members, anew) in enumerate(units):
         first = members[0]
         how = _cheaper_for(results, first)
@@ -89,17 +91,19 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
             evidence.append(f"the loop {verb} {len(members):,} DataLoaders of the settings {describe_loader(first)}, "
                             f"each iterated once (a new one for each pass): {format_ns(waited)} in their waits within "
                             f"the measured steps, {share}, {counted(count, 'wait')} in all ({source})")  # fmt: skip
-            actions.append(_anew_action(first, len(members), cores, how, wait))
+            actions.append(_anew_action(first, len(members), cores, how, wait, blocked))
         elif first is loader:
             own = f"{within}, {share}" if len(units) > 1 and share else ""
             evidence.append(_loader_evidence(loader, cores, source, own, verb))
-            actions.append(_loader_action(loader, cores, how, wait))
+            actions.append(_loader_action(loader, cores, how, wait, blocked))
         else:
             line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
             evidence.append(f"the loop {verb} {describe_loader(first)}, {line}{within}, {share} ({source})")
             actions.append(_loader_action(first, cores, how, wait))
     if wait:
         evidence.append(wait[0])
+    elif blocked:
+        evidence.append(blocked.evidence)
     return evidence, source, " ".join(actions)
 
 
@@ -135,6 +139,58 @@ def _cpu_wait(results: Results) -> tuple[str, str] | None:
     return evidence, held
 
 
+BLOCKED_PCT = 50.0
+"""The share of the measured loop's time that the workers spent on a CPU or waiting in a run queue for one, each
+worker's counted, under which, where their file I/O is not what the loop waits for either, they are found blocked
+in calls the io level does not record (a socket's ``recv``, a lock, a sleep): more of them, past the CPUs, overlap
+those waits."""
+
+
+class Blocked(NamedTuple):
+    """Workers found blocked (``_blocked``): the evidence, and the shares of the loop's time on a CPU and blocked."""
+
+    evidence: str
+    on_pct: float
+    blocked_pct: float
+
+
+def _blocked(results: Results, workers: int) -> Blocked | None:
+    """Where the loop is input-bound on one DataLoader of ``workers`` workers, which spent under ``BLOCKED_PCT`` of
+    the measured loop's time on a CPU or waiting for one (``io.input_bound``'s ``worker_cpu_ns`` and
+    ``worker_run_delay_ns`` over ``workers`` x ``loop_ns``: not over their lives, which an idle warm-up, a
+    compilation, may fill; the CPU time of their start and of the batches read ahead in the warm-up counts, so
+    that the share errs high), while their file I/O is not what the loop waits for (``_reading_share``) and no
+    mapped file, directory listing or program they start explains the rest: they waited on something the io level
+    does not record, which more workers overlap (items fetched over a socket with 10 ms of latency each left 2
+    workers on a CPU 4% of the time; they were told that they already matched the 2 CPUs, and to decode and
+    augment less; 8 workers took the mean step from 167 ms to 33.7 ms). None otherwise, or where a figure is
+    unknown."""
+    io = results.get("io.input_bound")
+    facts = io.facts if io is not None and io.available else {}
+    cpu, delay, loop = facts.get("worker_cpu_ns"), facts.get("worker_run_delay_ns"), facts.get("loop_ns")
+    if facts.get("input_bound") is not True or workers < 1 or not facts.get("workers_timed"):
+        return None
+    if not isinstance(cpu, (int, float)) or not isinstance(delay, (int, float)) or not isinstance(loop, (int, float)):
+        return None
+    if cpu <= 0 or loop <= 0:
+        return None
+    on, waited = 100.0 * cpu / (workers * loop), 100.0 * delay / (workers * loop)
+    if on + waited >= BLOCKED_PCT or waited >= CPU_WAIT_PCT:  # busy, or short of CPUs: more workers would not help
+        return None
+    if facts.get("worker_mapped_files") or _worker_programs(facts, "__getitem__"):
+        return None
+    if (share := _reading_share(facts, main=False)) is None:
+        return None
+    blocked = 100.0 - on - waited
+    who = "its worker process was" if workers == 1 else f"its {workers:,} worker processes were"
+    each = "" if workers == 1 else ", each"
+    evidence = (f"{who} on a CPU {on:.0f}% of the measured loop's time{each}, and waiting for one {waited:.0f}%: "
+                f"blocked the other {blocked:.0f}%, and not in file I/O ({format_ns(share[0])} per iteration): in "
+                "calls the io level does not record, such as a socket's recv (data fetched over the network), a lock "
+                "or a sleep (io.input_bound)")  # fmt: skip
+    return Blocked(evidence, on, blocked)
+
+
 def _in_steps(entry: dict[str, Any]) -> int:
     """The loop's waits for a DataLoader within the measured steps: past the warm-up, before the last ``step()``
     ended."""
@@ -150,11 +206,11 @@ def _cheaper_for(results: Results, loader: dict[str, Any]) -> str:
 
 
 def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str,
-                 wait: tuple[str, str] | None = None) -> str:  # fmt: skip
+                 wait: tuple[str, str] | None = None, blocked: Blocked | None = None) -> str:  # fmt: skip
     """What to change for ``n`` DataLoaders of ``loader``'s settings made anew, each iterated once: with workers,
     that they start with each new DataLoader (``persistent_workers`` keeps them only across the epochs of one),
-    then the settings' own advice (``wait``: as ``_loader_action``'s)."""
-    action = _loader_action(loader, cores, how, wait)
+    then the settings' own advice (``wait``, ``blocked``: as ``_loader_action``'s)."""
+    action = _loader_action(loader, cores, how, wait, blocked)
     if not loader.get("num_workers"):
         return action
     keep = ("make it once and iterate it again" + ("" if loader.get("persistent_workers") else
@@ -191,10 +247,16 @@ def reading_off_the_wait(results: Results) -> str | None:
     if facts.get("input_bound") is not True or (share := _reading_share(facts, main=True)) is None:
         return None
     reading, wait = share
+    loader = _loader(results)[0]
+    blocked = (
+        loader is not None and _cpu_wait(results) is None and _blocked(results, int(loader.get("num_workers") or 0))
+    )
+    what = ("what blocks the workers (calls that the io level does not record: a socket's recv, a lock, a sleep), "
+            "not reading files," if blocked else "building the items, not reading them,")  # fmt: skip
     return (
         f"but the loop's file I/O while it waits for its data (its workers', and its own in the waits) is "
         f"{format_ns(reading)} per iteration, {100.0 * reading / wait:.0f}% of its {format_ns(wait)} of waiting: "
-        "building the items, not reading them, is what it waits for, and cheaper reads would shorten its "
+        f"{what} is what it waits for, and cheaper reads would shorten its "
         "steps by that share of the wait at most (io.input_bound)"
     )
 
@@ -435,15 +497,19 @@ def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str, own
 
 
 def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
-                   wait: tuple[str, str] | None = None) -> str:  # fmt: skip
+                   wait: tuple[str, str] | None = None, blocked: Blocked | None = None) -> str:  # fmt: skip
     """What to change in this DataLoader, leaving out what it already does: more workers only while the CPUs
     allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers only for a DataLoader
     iterated over several epochs, more prefetching only with workers that do not already fill the CPUs, and
     neither where set already; pinned memory only where the program uses CUDA. ``cheaper``: how to make each
     batch cheaper to load, where the workers already fill the CPUs. ``wait``: where its workers waited for a CPU
-    (``_cpu_wait``), what held the CPUs, in place of more workers: the CPUs, not the workers, are what is short."""
+    (``_cpu_wait``), what held the CPUs, in place of more workers: the CPUs, not the workers, are what is short.
+    ``blocked``: where its workers were blocked most of their lives (``_blocked``), more of them, past the CPUs,
+    and fetching a batch's items together, in place of cheaper batches: their work is not what takes the time."""
     workers = int(loader.get("num_workers") or 0)
-    if cores is not None and workers >= cores > 0:
+    if blocked is not None and workers > 0:
+        steps = [_unblock(workers, cores, blocked)]
+    elif cores is not None and workers >= cores > 0:
         steps = [f"its {workers} workers already {_fill(workers, cores)} usable CPUs: {cheaper}"]
     elif wait is not None and workers > 0:
         who = "its worker" if workers == 1 else f"its {workers} workers"
@@ -454,7 +520,8 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
         steps = [f"load in worker processes: raise num_workers from 0 towards the {_cpus(cores)}"]
     else:
         steps = [f"raise num_workers from {workers} towards the {_cpus(cores)}"]
-    saturated = cores is not None and workers >= cores > 0 or wait is not None and workers > 0
+    # loading further ahead does not load faster when the workers already fill the CPUs, or are blocked
+    saturated = cores is not None and workers >= cores > 0 or (wait is not None or blocked is not None) and workers > 0
     if workers > 0 or cores != 1:  # it has workers, or is told to have them
         epochs = int(loader.get("iterated") or 0)
         if not loader.get("persistent_workers") and epochs > 1:  # restarted at each of its epochs
@@ -465,7 +532,7 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
                 steps.append(f"set persistent_workers=True (workers kept across its {epochs} epochs, not restarted)")
         prefetch = loader.get("prefetch_factor")
         if saturated:
-            pass  # loading further ahead does not load faster when the workers already fill the CPUs
+            pass
         elif prefetch is None:  # no workers yet (PyTorch accepts prefetch_factor only with workers)
             steps.append("with workers, set prefetch_factor above its default of 2 (batches each worker loads ahead)")
         elif prefetch <= 2:  # not raised from PyTorch's default
@@ -475,6 +542,22 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
     if whole := _whole_batches(loader):  # building the batch in one step beats spreading its items over workers
         steps.insert(0, whole)
     return f"{describe_loader(loader)}: " + "; ".join(steps) + "."
+
+
+def _unblock(workers: int, cores: int | None, blocked: Blocked) -> str:
+    """The advice to ``workers`` found blocked (``_blocked``): more of them, as many as keep the ``cores`` busy at
+    the share of the loop's time each spent on a CPU, or fewer waits (a batch's items fetched together, a local
+    copy)."""
+    who, each = ("its worker was", "it") if workers == 1 else (f"its {workers} workers were", "each")
+    past = f", although {'it' if workers == 1 else 'they'} already {_fill(workers, cores)} usable CPUs" if (
+        cores is not None and workers >= cores > 0) else ""  # fmt: skip
+    fill = math.ceil(cores * 100.0 / blocked.on_pct) if cores else 0
+    busy = (f" ({each} kept a CPU busy {blocked.on_pct:.0f}% of the time: about {fill:,} would keep the {cores} usable "
+            f"CPUs busy, memory allowing)") if fill > workers else ""  # fmt: skip
+    return (f"{who} blocked {blocked.blocked_pct:.0f}% of the loop's time, neither on a CPU nor in file I/O, so more "
+            f"workers overlap those waits{past}: raise num_workers from {workers}"
+            f"{busy}; or make fewer, shorter waits: fetch each batch's items together (__getitems__, with its requests "
+            f"made at once), or keep a local copy of remote data and read that")  # fmt: skip
 
 
 def _whole_batches(loader: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ class Files(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        time.sleep(self.delay_s)  # decoding, say
+        time.sleep(self.delay_s)  # a wait, no CPU: a remote store's latency, say
         with open(self.paths[i], "rb") as f:
             return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).float()
 
