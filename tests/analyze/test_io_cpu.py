@@ -324,3 +324,24 @@ def test_workers_are_found_blocked_by_their_cpu_time_over_the_loop_s_not_over_th
     # lives of 20 s with the CPU time of a busy loop: not blocked, though 16.5% of their lives on a CPU
     busy = loaders_advice(_loop_facts(worker_cpu_ns=33 * 10**8, worker_lived_ns=2 * 10**10))
     assert busy is not None and "were blocked" not in busy[2]
+
+
+def test_one_blocked_worker_on_one_cpu_is_told_in_the_singular_and_a_tiny_share_gives_no_huge_count() -> None:
+    from xstack.analyze._recommend_input import loaders_advice
+
+    one = [LOADER | {"num_workers": 1, "wait_ns": 27 * 10**8, "waits": 30}]
+    advice = loaders_advice(_loop_facts(cores=1, dataloaders=one, workers_timed=1, worker_cpu_ns=15 * 10**7,
+                                        worker_run_delay_ns=3 * 10**7))  # fmt: skip
+    assert advice is not None
+    evidence, _, action = advice
+    assert any(e.startswith("its worker process was on a CPU 5% of the measured loop's time, and waiting for one 1%:")
+               for e in evidence), evidence  # fmt: skip
+    assert (
+        ": its worker was blocked 94% of the loop's time, neither on a CPU nor in file I/O, so more workers overlap "
+        "those waits, although it already matches the 1 usable CPU: raise num_workers from 1 (it kept a CPU busy 5% "
+        "of the time: about 20 would keep the 1 usable CPU busy, memory allowing); or make fewer"
+    ) in action, action
+    # 2 workers on a CPU 0.1% of the time: over 2,000 of them would, which is no advice
+    tiny = loaders_advice(_loop_facts(worker_cpu_ns=6 * 10**6))
+    assert tiny is not None
+    assert "(each kept a CPU busy 0% of the time: more than 256 would keep the 2 usable CPUs busy" in tiny[2], tiny[2]

@@ -504,7 +504,7 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
     neither where set already; pinned memory only where the program uses CUDA. ``cheaper``: how to make each
     batch cheaper to load, where the workers already fill the CPUs. ``wait``: where its workers waited for a CPU
     (``_cpu_wait``), what held the CPUs, in place of more workers: the CPUs, not the workers, are what is short.
-    ``blocked``: where its workers were blocked most of their lives (``_blocked``), more of them, past the CPUs,
+    ``blocked``: where its workers were blocked most of the loop's time (``_blocked``), more of them, past the CPUs,
     and fetching a batch's items together, in place of cheaper batches: their work is not what takes the time."""
     workers = int(loader.get("num_workers") or 0)
     if blocked is not None and workers > 0:
@@ -544,16 +544,26 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
     return f"{describe_loader(loader)}: " + "; ".join(steps) + "."
 
 
+FILL_SHOWN_MAX = 256
+"""The most workers the advice to blocked workers names as keeping the CPUs busy; past it, it says "more than"."""
+
+
 def _unblock(workers: int, cores: int | None, blocked: Blocked) -> str:
     """The advice to ``workers`` found blocked (``_blocked``): more of them, as many as keep the ``cores`` busy at
     the share of the loop's time each spent on a CPU, or fewer waits (a batch's items fetched together, a local
     copy)."""
-    who, each = ("its worker was", "it") if workers == 1 else (f"its {workers} workers were", "each")
-    past = f", although {'it' if workers == 1 else 'they'} already {_fill(workers, cores)} usable CPUs" if (
-        cores is not None and workers >= cores > 0) else ""  # fmt: skip
+    who, each, they = (
+        ("its worker was", "it", "it") if workers == 1 else (f"its {workers} workers were", "each", "they")
+    )
+    cpus = f"{cores} usable CPU{'' if cores == 1 else 's'}"
+    past = ""
+    if cores is not None and workers >= cores > 0:
+        fills = "matches" if workers == 1 else "match" if workers == cores else "outnumber"
+        past = f", although {they} already {fills} the {cpus}"
     fill = math.ceil(cores * 100.0 / blocked.on_pct) if cores else 0
-    busy = (f" ({each} kept a CPU busy {blocked.on_pct:.0f}% of the time: about {fill:,} would keep the {cores} usable "
-            f"CPUs busy, memory allowing)") if fill > workers else ""  # fmt: skip
+    many = f"about {fill:,}" if fill <= FILL_SHOWN_MAX else f"more than {FILL_SHOWN_MAX}"
+    busy = (f" ({each} kept a CPU busy {blocked.on_pct:.0f}% of the time: {many} would keep the {cpus} busy, memory "
+            "allowing)") if fill > workers else ""  # fmt: skip
     return (f"{who} blocked {blocked.blocked_pct:.0f}% of the loop's time, neither on a CPU nor in file I/O, so more "
             f"workers overlap those waits{past}: raise num_workers from {workers}"
             f"{busy}; or make fewer, shorter waits: fetch each batch's items together (__getitems__, with its requests "
