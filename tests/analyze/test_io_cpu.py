@@ -345,3 +345,82 @@ def test_one_blocked_worker_on_one_cpu_is_told_in_the_singular_and_a_tiny_share_
     tiny = loaders_advice(_loop_facts(worker_cpu_ns=6 * 10**6))
     assert tiny is not None
     assert "(each kept a CPU busy 0% of the time: more than 256 would keep the 2 usable CPUs busy" in tiny[2], tiny[2]
+
+
+MANY_TENSORS = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Many(Dataset):  # an item of 300 small tensors: a batch of as many, each handed over on its own
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        return {f"k{j}": torch.full((4,), float(i + j)) for j in range(300)}
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # its step() ends each iteration
+for batch in DataLoader(Many(), batch_size=8, num_workers=2):
+    model(batch["k0"]).sum().backward()
+    optimizer.step()
+"""
+
+
+@needs_torch
+def test_batches_of_many_tensors_are_found_costly_to_receive_not_the_workers_blocked(tmp_path: Path) -> None:
+    """The main process maps a segment of shared memory for each tensor of a batch (300 here), and is busy doing so
+    while the workers wait on it: they were found blocked, and told to be more (6 workers for 2 left the mean step as
+    it was; one stacked tensor per item took it from 78 ms to 2.9 ms)."""
+    if (why := IoCollector().unavailable_reason()) is not None:
+        pytest.skip(f"io level unavailable: {why}")
+    (tmp_path / "many.py").write_text(MANY_TENSORS)
+    command = [
+        sys.executable,
+        "-m",
+        "xstack",
+        "run",
+        "--levels",
+        "model,io",
+        "-o",
+        "p.duckdb",
+        "--",
+        "python",
+        "many.py",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        results = {r.id: r for r in run_analyses(store)}
+    facts = results["io.input_bound"].facts
+    assert facts["input_bound"] is True
+    # 32 batches: 31 measured iterations, each receiving one batch of 300 (read ahead, so the count is not exact)
+    assert 250 <= facts["main_shared_tensors_per_iteration"] <= 350, facts["main_shared_tensors_per_iteration"]
+    assert facts["main_cpu_in_waits_pct"] >= 25, facts["main_cpu_in_waits_pct"]
+    rec = RULES["input_bound"](results)
+    assert rec is not None
+    assert any(e.startswith("the main process kept itself busy") for e in rec.evidence), rec.evidence
+    assert "return fewer, larger tensors from the dataset" in rec.action, rec.action
+    assert "were blocked" not in rec.action and "raise num_workers" not in rec.action
+
+
+@pytest.mark.parametrize(
+    ("facts", "receiving", "blocked"),
+    [
+        ({"main_cpu_in_waits_pct": 40.0, "main_shared_tensors_per_iteration": 300.0}, True, False),
+        ({"main_cpu_in_waits_pct": 40.0, "main_shared_tensors_per_iteration": 1.0}, False, False),  # busy otherwise
+        ({"main_cpu_in_waits_pct": 10.0, "main_shared_tensors_per_iteration": 300.0}, False, True),  # idle in waits
+        ({"main_cpu_in_waits_pct": None, "main_shared_tensors_per_iteration": 300.0}, False, True),  # not recorded
+    ],
+    ids=["many-busy", "few-busy", "many-idle", "unknown"],
+)
+def test_a_main_process_busy_in_its_waits_is_what_the_workers_wait_on(
+    facts: dict[str, Any], receiving: bool, blocked: bool
+) -> None:
+    from xstack.analyze._recommend_input import loaders_advice
+
+    advice = loaders_advice(_loop_facts(**facts))
+    assert advice is not None
+    evidence, _, action = advice
+    assert ("return fewer, larger tensors" in action) is receiving, action
+    assert any(e.startswith("the main process kept itself busy 40%") for e in evidence) is receiving, evidence
+    assert ("its 2 workers were blocked" in action) is blocked, action

@@ -266,6 +266,17 @@ WHERE run_id = $run AND level = 'io' AND name IN {in_list(SYNC_OPS)} AND pid = $
 """The main process's fsync and fdatasync calls in the measured iterations: how many, their time and the file of
 the longest."""
 
+_RECEIVING = f"""
+SELECT (SELECT sum(TRY_CAST(attrs->>'$."{A.MODEL_CPU_USER_NS}"' AS BIGINT)
+                   + TRY_CAST(attrs->>'$."{A.MODEL_CPU_SYSTEM_NS}"' AS BIGINT))
+        FROM spans WHERE run_id = $run AND {STEP} AND {{past}}),
+       (SELECT count(*) FROM {IO_SPANS} WHERE run_id = $run AND pid = $main AND name = 'mmap' AND cls = 'ipc'
+        AND regexp_matches(path, '/torch_[0-9]+_') AND {{measured}})
+"""
+"""The main process's CPU time in the measured steps (``getrusage`` at each step's ends: every thread of it), and
+its maps of PyTorch's shared-memory segments in them (``/dev/shm/torch_PID_N``: a tensor of a batch a worker
+handed over, each its own segment)."""
+
 _NOT_COVERED = """SELECT coalesce(sum(count), 0) FROM health WHERE run_id = $run AND "check" = 'io_not_covered'"""
 """The processes the io level did not cover (exec'd in a profile attached at run time: spawned DataLoader workers;
 static binaries): their file I/O is unknown."""
@@ -352,7 +363,10 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     started (a program per item). Facts ``worker_cpu_pct`` and ``worker_run_delay_pct`` (with ``workers_timed``,
     ``worker_cpu_ns``, ``worker_run_delay_ns``, ``worker_lived_ns``, and ``main_cpus``, the CPUs the main process
     kept busy on average): the shares of the workers' lives they spent on a CPU and waiting in a run queue for one
-    (``runs.config.io_process_cpu``, over their whole lives).
+    (``runs.config.io_process_cpu``, over their whole lives). Facts ``main_step_cpu_ns`` (the main process's CPU
+    time in the measured steps), ``main_cpu_in_waits_pct`` (that time less the steps' compute, in % of their waits
+    for data: how busy it kept itself while it waited) and ``main_shared_tensors_per_iteration`` (the segments of
+    PyTorch's shared memory it mapped per iteration, ``/dev/shm/torch_*``: a tensor of a batch each).
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -386,6 +400,7 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     facts |= _unstaged(store, io, facts["iterations"], steps=kind == "steps")
     facts |= _programs(io, [(int(r[0]), int(r[1])) for r in iterations if not r[3]])
     facts |= cpu_facts(io)
+    facts |= _receiving(store, io, facts, measured)
     facts["not_covered"] = as_count(rows(store, _NOT_COVERED, io.run_id)[0][0])
     return Result(
         ID,
@@ -453,6 +468,23 @@ def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any
         facts=facts,
         labels=["no step or DataLoader spans: the waits need the model level; I/O totals only"],
     )
+
+
+def _receiving(store: Store, io: IoRun, facts: dict[str, Any], measured: str) -> dict[str, Any]:
+    """What receiving its batches cost the main process in the measured steps: ``main_step_cpu_ns`` (its CPU time
+    in them; None where the steps did not record it), ``main_cpu_in_waits_pct`` (that CPU time less the time the
+    loop computed, as if it computed on one CPU, in % of its waits for data: how busy it kept itself while it
+    waited; None without waits or CPU figures), and ``main_shared_tensors`` with
+    ``main_shared_tensors_per_iteration`` (the segments of shared memory it mapped, a tensor of a batch each)."""
+    sql = _RECEIVING.replace("{past}", past_warmup(io.ctx.warmup)).replace("{measured}", measured)
+    cpu, tensors = span_rows(store, sql, io.run_id, main=io.main_pid)[0]
+    n, wait, compute = facts["iterations"], facts["wait_ns"], facts["compute_ns"]
+    busy = None
+    if cpu is not None and wait > 0:
+        busy = min(100.0, max(0.0, 100.0 * (int(cpu) - compute) / wait))
+    return {"main_step_cpu_ns": as_count(cpu) if cpu is not None else None, "main_cpu_in_waits_pct": busy,
+            "main_shared_tensors": as_count(tensors),
+            "main_shared_tensors_per_iteration": as_count(tensors) / n if n else None}  # fmt: skip
 
 
 def _per_iteration(store: Store, io: IoRun, iterations: list[tuple[Any, ...]]

@@ -73,8 +73,9 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
         units.insert(0, (_in_steps(loader), [loader], False))
     units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
     evidence, actions, said = [], [], ""
-    wait = _cpu_wait(results)
-    blocked = None if wait or len(units) != 1 else _blocked(results, int(loader.get("num_workers") or 0))
+    receiving = _receiving(results) if len(units) == 1 else None
+    wait = None if receiving else _cpu_wait(results)
+    blocked = None if wait or receiving or len(units) != 1 else _blocked(results, int(loader.get("num_workers") or 0))
     for pos, (waited, members, anew) in enumerate(units):
         first = members[0]
         how = _cheaper_for(results, first)
@@ -91,11 +92,11 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
             evidence.append(f"the loop {verb} {len(members):,} DataLoaders of the settings {describe_loader(first)}, "
                             f"each iterated once (a new one for each pass): {format_ns(waited)} in their waits within "
                             f"the measured steps, {share}, {counted(count, 'wait')} in all ({source})")  # fmt: skip
-            actions.append(_anew_action(first, len(members), cores, how, wait, blocked))
+            actions.append(_anew_action(first, len(members), cores, how, wait, blocked, receiving))
         elif first is loader:
             own = f"{within}, {share}" if len(units) > 1 and share else ""
             evidence.append(_loader_evidence(loader, cores, source, own, verb))
-            actions.append(_loader_action(loader, cores, how, wait, blocked))
+            actions.append(_loader_action(loader, cores, how, wait, blocked, receiving))
         else:
             line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
             evidence.append(f"the loop {verb} {describe_loader(first)}, {line}{within}, {share} ({source})")
@@ -104,6 +105,8 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
         evidence.append(wait[0])
     elif blocked:
         evidence.append(blocked.evidence)
+    elif receiving:
+        evidence.append(receiving[0])
     return evidence, source, " ".join(actions)
 
 
@@ -177,7 +180,7 @@ def _blocked(results: Results, workers: int) -> Blocked | None:
     on, waited = 100.0 * cpu / (workers * loop), 100.0 * delay / (workers * loop)
     if on + waited >= BLOCKED_PCT or waited >= CPU_WAIT_PCT:  # busy, or short of CPUs: more workers would not help
         return None
-    if facts.get("worker_mapped_files") or _worker_programs(facts, "__getitem__"):
+    if facts.get("worker_mapped_files") or _worker_programs(facts, "__getitem__") or _main_busy(facts):
         return None
     if (share := _reading_share(facts, main=False)) is None:
         return None
@@ -189,6 +192,46 @@ def _blocked(results: Results, workers: int) -> Blocked | None:
                 "calls the io level does not record, such as a socket's recv (data fetched over the network), a lock "
                 "or a sleep (io.input_bound)")  # fmt: skip
     return Blocked(evidence, on, blocked)
+
+
+MAIN_BUSY_PCT = 25.0
+"""The share of its waits for data that the main process must keep itself busy (``io.input_bound``'s
+``main_cpu_in_waits_pct``) to be found receiving its batches: its workers wait on it, not it on them."""
+MANY_TENSORS = 16
+"""Tensors per batch (the main process's maps of PyTorch's shared-memory segments per iteration) from which a batch
+is found costly to receive."""
+
+
+def _main_busy(facts: dict[str, Any]) -> bool:
+    """Whether the main process kept itself busy ``MAIN_BUSY_PCT`` of its waits for data or more."""
+    busy = facts.get("main_cpu_in_waits_pct")
+    return isinstance(busy, (int, float)) and busy >= MAIN_BUSY_PCT
+
+
+def _receiving(results: Results) -> tuple[str, str] | None:
+    """Where the loop is input-bound while its main process kept itself busy in its waits (``_main_busy``) mapping
+    ``MANY_TENSORS`` or more shared-memory segments per iteration: a batch of many tensors, each handed over on its
+    own (a segment, its descriptor sent over a socket, a map and an unmap), which the main process receives one by
+    one while the workers wait on it, so that more workers give nothing (a dataset that returned 300 tensors an
+    item: 298 per batch, the main process busy 55% of its waits; 6 workers for 2 left the mean step as it was).
+    The evidence and the action; None otherwise."""
+    io = results.get("io.input_bound")
+    facts = io.facts if io is not None and io.available else {}
+    tensors = facts.get("main_shared_tensors_per_iteration")
+    if facts.get("input_bound") is not True or not _main_busy(facts) or not isinstance(tensors, (int, float)):
+        return None
+    if tensors < MANY_TENSORS:
+        return None
+    busy = float(facts["main_cpu_in_waits_pct"])
+    evidence = (f"the main process kept itself busy {busy:.0f}% of its waits for data (its CPU time in the measured "
+                f"steps less the time they computed) and mapped {tensors:,.0f} segments of shared memory per "
+                "iteration: each tensor of a batch, handed over by a worker on its own (io.input_bound)")  # fmt: skip
+    action = (f"each batch is some {tensors:,.0f} tensors, and the main process receives them one by one (a segment "
+              "of shared memory each, its descriptor sent over a socket, mapped and unmapped) while the workers wait "
+              "on it, so more workers would give nothing: return fewer, larger tensors from the dataset (an item's "
+              "values stacked or concatenated into one tensor, split again in the loop; a dict of many small "
+              "tensors collates into as many)")  # fmt: skip
+    return evidence, action
 
 
 def _in_steps(entry: dict[str, Any]) -> int:
@@ -206,11 +249,12 @@ def _cheaper_for(results: Results, loader: dict[str, Any]) -> str:
 
 
 def _anew_action(loader: dict[str, Any], n: int, cores: int | None, how: str,
-                 wait: tuple[str, str] | None = None, blocked: Blocked | None = None) -> str:  # fmt: skip
+                 wait: tuple[str, str] | None = None, blocked: Blocked | None = None,
+                 receiving: tuple[str, str] | None = None) -> str:  # fmt: skip
     """What to change for ``n`` DataLoaders of ``loader``'s settings made anew, each iterated once: with workers,
     that they start with each new DataLoader (``persistent_workers`` keeps them only across the epochs of one),
-    then the settings' own advice (``wait``, ``blocked``: as ``_loader_action``'s)."""
-    action = _loader_action(loader, cores, how, wait, blocked)
+    then the settings' own advice (``wait``, ``blocked``, ``receiving``: as ``_loader_action``'s)."""
+    action = _loader_action(loader, cores, how, wait, blocked, receiving)
     if not loader.get("num_workers"):
         return action
     keep = ("make it once and iterate it again" + ("" if loader.get("persistent_workers") else
@@ -497,7 +541,8 @@ def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str, own
 
 
 def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
-                   wait: tuple[str, str] | None = None, blocked: Blocked | None = None) -> str:  # fmt: skip
+                   wait: tuple[str, str] | None = None, blocked: Blocked | None = None,
+                   receiving: tuple[str, str] | None = None) -> str:  # fmt: skip
     """What to change in this DataLoader, leaving out what it already does: more workers only while the CPUs
     allow (PyTorch's DataLoader, too, counts the process's CPUs), persistent workers only for a DataLoader
     iterated over several epochs, more prefetching only with workers that do not already fill the CPUs, and
@@ -505,9 +550,13 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
     batch cheaper to load, where the workers already fill the CPUs. ``wait``: where its workers waited for a CPU
     (``_cpu_wait``), what held the CPUs, in place of more workers: the CPUs, not the workers, are what is short.
     ``blocked``: where its workers were blocked most of the loop's time (``_blocked``), more of them, past the CPUs,
-    and fetching a batch's items together, in place of cheaper batches: their work is not what takes the time."""
+    and fetching a batch's items together, in place of cheaper batches: their work is not what takes the time.
+    ``receiving``: where the main process is what the workers wait on, receiving batches of many tensors
+    (``_receiving``), fewer tensors per batch, in place of more workers or cheaper items."""
     workers = int(loader.get("num_workers") or 0)
-    if blocked is not None and workers > 0:
+    if receiving is not None and workers > 0:
+        steps = [receiving[1]]
+    elif blocked is not None and workers > 0:
         steps = [_unblock(workers, cores, blocked)]
     elif cores is not None and workers >= cores > 0:
         steps = [f"its {workers} workers already {_fill(workers, cores)} usable CPUs: {cheaper}"]
@@ -521,7 +570,8 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
     else:
         steps = [f"raise num_workers from {workers} towards the {_cpus(cores)}"]
     # loading further ahead does not load faster when the workers already fill the CPUs, or are blocked
-    saturated = cores is not None and workers >= cores > 0 or (wait is not None or blocked is not None) and workers > 0
+    waits_elsewhere = wait is not None or blocked is not None or receiving is not None
+    saturated = cores is not None and workers >= cores > 0 or waits_elsewhere and workers > 0
     if workers > 0 or cores != 1:  # it has workers, or is told to have them
         epochs = int(loader.get("iterated") or 0)
         if not loader.get("persistent_workers") and epochs > 1:  # restarted at each of its epochs
