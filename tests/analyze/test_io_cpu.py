@@ -208,6 +208,18 @@ def test_a_worker_that_other_programs_keep_from_the_cpus_is_found_waiting_for_th
     ), rec.action
 
 
+def _profiled(tmp_path: Path, source: str) -> dict[str, Result]:
+    """The analyses of the program ``source``, run under ``xstack run --levels model,io``."""
+    (tmp_path / "loop.py").write_text(source)
+    xstack = [sys.executable, "-m", "xstack", "run", "--levels", "model,io", "-o", "p.duckdb"]
+    done = subprocess.run(
+        [*xstack, "--", "python", "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    with Store.open(tmp_path / "p.duckdb") as store:
+        return {r.id: r for r in run_analyses(store)}
+
+
 FETCHED = """
 import socket, sys, threading, time, torch
 from torch.utils.data import DataLoader, Dataset
@@ -253,24 +265,7 @@ def test_workers_blocked_on_the_network_are_told_to_be_more_not_to_build_items_c
         pytest.skip(f"io level unavailable: {why}")
     if not Path("/proc/self/schedstat").exists():
         pytest.skip("the kernel keeps no scheduler statistics (/proc/self/schedstat): no wait for a CPU to read")
-    (tmp_path / "fetch.py").write_text(FETCHED)
-    command = [
-        sys.executable,
-        "-m",
-        "xstack",
-        "run",
-        "--levels",
-        "model,io",
-        "-o",
-        "p.duckdb",
-        "--",
-        "python",
-        "fetch.py",
-    ]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
-        results = {r.id: r for r in run_analyses(store)}
+    results = _profiled(tmp_path, FETCHED)
     facts = results["io.input_bound"].facts
     assert facts["input_bound"] is True and facts["workers_timed"] == 2
     assert facts["worker_cpu_pct"] + facts["worker_run_delay_pct"] < 50, facts  # 24 items of 5 ms sleep each
@@ -373,24 +368,7 @@ def test_batches_of_many_tensors_are_found_costly_to_receive_not_the_workers_blo
     it was; one stacked tensor per item took it from 78 ms to 2.9 ms)."""
     if (why := IoCollector().unavailable_reason()) is not None:
         pytest.skip(f"io level unavailable: {why}")
-    (tmp_path / "many.py").write_text(MANY_TENSORS)
-    command = [
-        sys.executable,
-        "-m",
-        "xstack",
-        "run",
-        "--levels",
-        "model,io",
-        "-o",
-        "p.duckdb",
-        "--",
-        "python",
-        "many.py",
-    ]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    with Store.open(tmp_path / "p.duckdb") as store:
-        results = {r.id: r for r in run_analyses(store)}
+    results = _profiled(tmp_path, MANY_TENSORS)
     facts = results["io.input_bound"].facts
     assert facts["input_bound"] is True
     # 32 batches: 31 measured iterations, each receiving one batch of 300 (read ahead, so the count is not exact)
