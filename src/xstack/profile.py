@@ -110,6 +110,8 @@ class Profile:
         self._step_span: OpenSpan | None = None
         self._step_usage: tuple[int, int, int, int] | None = None
         """``_usage()`` as the open iteration began."""
+        self._step_thread: tuple[int, int] | None = None
+        """``_thread_usage()`` as the open iteration began."""
         self._step_begins: list[Callable[[int], None]] = []
         self._step_ends: list[Callable[[int], None]] = []
         self._between_steps: list[Callable[[], None]] = []
@@ -208,7 +210,7 @@ class Profile:
         recorder = self._recorder
         if recorder is None:
             return
-        usage = None
+        usage = thread = None
         if self._step_span is not None:
             if self.steps is not None:  # a measured pass: an iteration ends when its GPU work does
                 _synchronize_cuda()
@@ -218,13 +220,16 @@ class Profile:
                 usage = _usage()  # read once: the next iteration begins where this one ends
                 spent = (b - a for a, b in zip(self._step_usage, usage, strict=True))
                 self._step_span.attrs.update(zip(A.STEP_USAGE, spent, strict=True))
+            thread = _thread_usage()
+            if self._step_thread is not None and self._step_thread[0] == thread[0]:
+                self._step_span.attrs[A.MODEL_THREAD_CPU_NS] = thread[1] - self._step_thread[1]
             recorder.end(self._step_span)
             if recorder.checkpoint():  # what the journal holds reaches the disk: the config it has learnt too
                 self._journal_header()
             self._step_span = None
             for between in self._between_steps:
                 between()
-                usage = None  # its work is in no iteration: the next begins after it
+                usage = thread = None  # its work is in no iteration: the next begins after it
             self._completed += 1
             if self._completed == self.warmup:
                 self._measured_from_ns = recorder.now_ns()
@@ -234,7 +239,7 @@ class Profile:
             self.done = True
             return
         recorder.step += 1
-        self._open_step(usage)
+        self._open_step(usage, thread)
         for hook in self._step_begins:
             hook(recorder.step)
 
@@ -341,11 +346,12 @@ class Profile:
         if recorder is not None and span is not None and (stack := recorder.stack()) and stack[-1] is span:
             span.start_ns = recorder.now_ns()
 
-    def _open_step(self, usage: tuple[int, int, int, int] | None = None) -> None:
+    def _open_step(self, usage: tuple[int, int, int, int] | None = None, thread: tuple[int, int] | None = None) -> None:
         if self._recorder is None:
             raise UsageError("the profile is not running")
         step = self._recorder.step
         self._step_usage = usage or _usage()
+        self._step_thread = thread or _thread_usage()
         self._step_span = self._recorder.begin("model", f"step#{step}", {_KIND: "step", _STEP: step}, floating=True)
 
     def _journal_header(self) -> None:
@@ -788,6 +794,11 @@ def _usage() -> tuple[int, int, int, int]:
     (``A.STEP_USAGE``)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_minflt, r.ru_majflt, round(r.ru_utime * 1e9), round(r.ru_stime * 1e9)
+
+
+def _thread_usage() -> tuple[int, int]:
+    """The calling thread and its CPU time so far, ns (``A.MODEL_THREAD_CPU_NS``)."""
+    return threading.get_ident(), time.thread_time_ns()
 
 
 def _synchronize_cuda() -> None:

@@ -373,10 +373,12 @@ def test_batches_of_many_tensors_are_found_costly_to_receive_not_the_workers_blo
     assert facts["input_bound"] is True
     # 32 batches: 31 measured iterations, each receiving one batch of 300 (read ahead, so the count is not exact)
     assert 250 <= facts["main_shared_tensors_per_iteration"] <= 350, facts["main_shared_tensors_per_iteration"]
-    assert facts["main_cpu_in_waits_pct"] >= 25, facts["main_cpu_in_waits_pct"]
+    assert facts["main_cpu_in_waits_pct"] >= 10, facts[
+        "main_cpu_in_waits_pct"
+    ]  # 31% alone; 15 to 19% beside 2 spinning programs
     rec = RULES["input_bound"](results)
     assert rec is not None
-    assert any(e.startswith("the main process kept itself busy") for e in rec.evidence), rec.evidence
+    assert any(e.startswith("the loop's thread kept itself busy") for e in rec.evidence), rec.evidence
     assert "return fewer, larger tensors from the dataset" in rec.action, rec.action
     assert "were blocked" not in rec.action and "raise num_workers" not in rec.action
 
@@ -400,5 +402,5 @@ def test_a_main_process_busy_in_its_waits_is_what_the_workers_wait_on(
     assert advice is not None
     evidence, _, action = advice
     assert ("return fewer, larger tensors" in action) is receiving, action
-    assert any(e.startswith("the main process kept itself busy 40%") for e in evidence) is receiving, evidence
+    assert any(e.startswith("the loop's thread kept itself busy 40%") for e in evidence) is receiving, evidence
     assert ("its 2 workers were blocked" in action) is blocked, action

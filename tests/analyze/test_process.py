@@ -153,3 +153,48 @@ def test_a_diff_compares_the_process_s_cpu_time_per_step(tmp_path: Path) -> None
     with Store.open(fresh) as store:
         (r,) = run_analyses(store, None, ["model.process"])
     assert system[3] == pytest.approx(r.facts["system_cpu_ns"])  # the median of the measured steps
+
+
+def test_each_iteration_records_its_thread_s_cpu_time_apart_from_the_other_threads(tmp_path: Path) -> None:
+    """A thread that spins beside the loop counts in the process's CPU time, not in the loop's thread's; an
+    iteration ended on another thread than the one that began it has no thread figure."""
+    import threading
+    import time
+
+    from xstack.trace import attrs as A
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    other = threading.Thread(target=spin)
+    with xstack.profile(levels="model", path=tmp_path / "p.duckdb") as prof:
+        other.start()
+        try:
+            for _ in range(3):
+                start = time.thread_time()
+                while time.thread_time() - start < 0.05:  # 50 ms of the loop's own CPU
+                    pass
+                time.sleep(0.05)  # and a wait, on no CPU
+                prof.step()
+        finally:
+            stop.set()
+            other.join()
+        ender = threading.Thread(target=prof.step)  # the last iteration, begun here, ended on another thread
+        ender.start()
+        ender.join()
+    with Store.open(prof.path) as store:
+        steps = store.query(
+            f"""SELECT TRY_CAST(attrs->>'$."{A.MODEL_THREAD_CPU_NS}"' AS BIGINT),
+                       TRY_CAST(attrs->>'$."{A.MODEL_CPU_USER_NS}"' AS BIGINT)
+                       + TRY_CAST(attrs->>'$."{A.MODEL_CPU_SYSTEM_NS}"' AS BIGINT)
+                FROM spans WHERE level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'step' ORDER BY start_ns"""
+        )
+    assert len(steps) == 4
+    for thread, process in steps[:3]:
+        # the loop's 50 ms, with the profiler's own work on the thread: not the spinning thread's
+        assert 50_000_000 <= thread < 75_000_000, steps
+        assert process > thread, steps  # the spinning thread's, too
+    assert steps[3][0] is None

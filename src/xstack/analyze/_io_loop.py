@@ -267,14 +267,14 @@ WHERE run_id = $run AND level = 'io' AND name IN {in_list(SYNC_OPS)} AND pid = $
 the longest."""
 
 _RECEIVING = f"""
-SELECT (SELECT sum(TRY_CAST(attrs->>'$."{A.MODEL_CPU_USER_NS}"' AS BIGINT)
-                   + TRY_CAST(attrs->>'$."{A.MODEL_CPU_SYSTEM_NS}"' AS BIGINT))
+SELECT (SELECT CASE WHEN bool_and(attrs->>'$."{A.MODEL_THREAD_CPU_NS}"' IS NOT NULL)
+                    THEN sum(TRY_CAST(attrs->>'$."{A.MODEL_THREAD_CPU_NS}"' AS BIGINT)) END
         FROM spans WHERE run_id = $run AND {STEP} AND {{past}}),
        (SELECT count(*) FROM {IO_SPANS} WHERE run_id = $run AND pid = $main AND name = 'mmap' AND cls = 'ipc'
         AND regexp_matches(path, '/torch_[0-9]+_') AND {{measured}})
 """
-"""The main process's CPU time in the measured steps (``getrusage`` at each step's ends: every thread of it), and
-its maps of PyTorch's shared-memory segments in them (``/dev/shm/torch_PID_N``: a tensor of a batch a worker
+"""The CPU time of the loop's thread in the measured steps (NULL unless each of them recorded it), and the main
+process's maps of PyTorch's shared-memory segments in them (``/dev/shm/torch_PID_N``: a tensor of a batch a worker
 handed over, each its own segment)."""
 
 _NOT_COVERED = """SELECT coalesce(sum(count), 0) FROM health WHERE run_id = $run AND "check" = 'io_not_covered'"""
@@ -363,10 +363,11 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     started (a program per item). Facts ``worker_cpu_pct`` and ``worker_run_delay_pct`` (with ``workers_timed``,
     ``worker_cpu_ns``, ``worker_run_delay_ns``, ``worker_lived_ns``, and ``main_cpus``, the CPUs the main process
     kept busy on average): the shares of the workers' lives they spent on a CPU and waiting in a run queue for one
-    (``runs.config.io_process_cpu``, over their whole lives). Facts ``main_step_cpu_ns`` (the main process's CPU
-    time in the measured steps), ``main_cpu_in_waits_pct`` (that time less the steps' compute, in % of their waits
-    for data: how busy it kept itself while it waited) and ``main_shared_tensors_per_iteration`` (the segments of
-    PyTorch's shared memory it mapped per iteration, ``/dev/shm/torch_*``: a tensor of a batch each).
+    (``runs.config.io_process_cpu``, over their whole lives). Facts ``main_step_cpu_ns`` (the CPU time of the
+    loop's thread in the measured steps), ``main_cpu_in_waits_pct`` (that time less the steps' compute, in % of
+    their waits for data: at least how busy it kept itself while it waited) and
+    ``main_shared_tensors_per_iteration`` (the segments of PyTorch's shared memory the main process mapped per
+    iteration, ``/dev/shm/torch_*``: a tensor of a batch each).
     """
     check_options(ID, threshold_pct=threshold_pct)
     io = io_run(store, run_id)
@@ -471,9 +472,10 @@ def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any
 
 
 def _receiving(store: Store, io: IoRun, facts: dict[str, Any], measured: str) -> dict[str, Any]:
-    """What receiving its batches cost the main process in the measured steps: ``main_step_cpu_ns`` (its CPU time
-    in them; None where the steps did not record it), ``main_cpu_in_waits_pct`` (that CPU time less the time the
-    loop computed, as if it computed on one CPU, in % of its waits for data: how busy it kept itself while it
+    """What receiving its batches cost the main process in the measured steps: ``main_step_cpu_ns`` (the CPU time
+    of the loop's thread in them, ``A.MODEL_THREAD_CPU_NS``, not the process's, whose intra-op threads compute on
+    several CPUs at once; None where the steps did not record it), ``main_cpu_in_waits_pct`` (that CPU time less
+    the time the loop computed, in % of its waits for data: at least how busy the thread kept itself while it
     waited; None without waits or CPU figures), and ``main_shared_tensors`` with
     ``main_shared_tensors_per_iteration`` (the segments of shared memory it mapped, a tensor of a batch each)."""
     sql = _RECEIVING.replace("{past}", past_warmup(io.ctx.warmup)).replace("{measured}", measured)

@@ -194,8 +194,8 @@ def _blocked(results: Results, workers: int) -> Blocked | None:
     return Blocked(evidence, on, blocked)
 
 
-MAIN_BUSY_PCT = 25.0
-"""The share of its waits for data that the main process must keep itself busy (``io.input_bound``'s
+MAIN_BUSY_PCT = 10.0
+"""The share of its waits for data that the loop's thread must keep itself busy (``io.input_bound``'s
 ``main_cpu_in_waits_pct``) to be found receiving its batches: its workers wait on it, not it on them."""
 MANY_TENSORS = 16
 """Tensors per batch (the main process's maps of PyTorch's shared-memory segments per iteration) from which a batch
@@ -203,7 +203,7 @@ is found costly to receive."""
 
 
 def _main_busy(facts: dict[str, Any]) -> bool:
-    """Whether the main process kept itself busy ``MAIN_BUSY_PCT`` of its waits for data or more."""
+    """Whether the loop's thread kept itself busy ``MAIN_BUSY_PCT`` of its waits for data or more."""
     busy = facts.get("main_cpu_in_waits_pct")
     return isinstance(busy, (int, float)) and busy >= MAIN_BUSY_PCT
 
@@ -213,7 +213,7 @@ def _receiving(results: Results) -> tuple[str, str] | None:
     ``MANY_TENSORS`` or more shared-memory segments per iteration: a batch of many tensors, each handed over on its
     own (a segment, its descriptor sent over a socket, a map and an unmap), which the main process receives one by
     one while the workers wait on it, so that more workers give nothing (a dataset that returned 300 tensors an
-    item: 298 per batch, the main process busy 55% of its waits; 6 workers for 2 left the mean step as it was).
+    item: 298 per batch, the loop's thread busy 31% of its waits; 6 workers for 2 left the mean step as it was).
     The evidence and the action; None otherwise."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
@@ -223,9 +223,10 @@ def _receiving(results: Results) -> tuple[str, str] | None:
     if tensors < MANY_TENSORS:
         return None
     busy = float(facts["main_cpu_in_waits_pct"])
-    evidence = (f"the main process kept itself busy {busy:.0f}% of its waits for data (its CPU time in the measured "
-                f"steps less the time they computed) and mapped {tensors:,.0f} segments of shared memory per "
-                "iteration: each tensor of a batch, handed over by a worker on its own (io.input_bound)")  # fmt: skip
+    evidence = (f"the loop's thread kept itself busy {busy:.0f}% of its waits for data or more (its CPU time in the "
+                f"measured steps less the time they computed) and the main process mapped {tensors:,.0f} segments of "
+                "shared memory per iteration: each tensor of a batch, handed over by a worker on its own "
+                "(io.input_bound)")  # fmt: skip
     action = (f"each batch is some {tensors:,.0f} tensors, and the main process receives them one by one (a segment "
               "of shared memory each, its descriptor sent over a socket, mapped and unmapped) while the workers wait "
               "on it, so more workers would give nothing: return fewer, larger tensors from the dataset (an item's "

@@ -415,6 +415,11 @@ MODEL_CPU_USER_NS: Final = "model.cpu_user_ns"
 MODEL_CPU_SYSTEM_NS: Final = "model.cpu_system_ns"
 """Integer, on live step spans: system (kernel) CPU time of the profiled process over the iteration, every
 thread, in ns: its system calls, and the page faults above."""
+MODEL_THREAD_CPU_NS: Final = "model.thread_cpu_ns"
+"""Integer, on live step spans: CPU time of the thread that ran the iteration (the training loop's: it began and
+ended it), user and system, in ns (``CLOCK_THREAD_CPUTIME_ID``); absent where another thread ended it. Unlike the
+process's, it holds no other thread's (PyTorch's intra-op threads), so that what the loop did on a CPU while it
+waited for a batch (receiving it from a worker) is told from its compute."""
 STEP_USAGE: Final = (MODEL_MINOR_FAULTS, MODEL_MAJOR_FAULTS, MODEL_CPU_USER_NS, MODEL_CPU_SYSTEM_NS)
 """The resource usage a live step span carries, in ``profile._usage()``'s order."""
 
