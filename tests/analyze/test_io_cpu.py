@@ -388,7 +388,7 @@ def test_batches_of_many_tensors_are_found_costly_to_receive_not_the_workers_blo
     [
         ({"main_cpu_in_waits_pct": 40.0, "main_shared_tensors_per_iteration": 300.0}, True, False),
         ({"main_cpu_in_waits_pct": 40.0, "main_shared_tensors_per_iteration": 1.0}, False, False),  # busy otherwise
-        ({"main_cpu_in_waits_pct": 10.0, "main_shared_tensors_per_iteration": 300.0}, False, True),  # idle in waits
+        ({"main_cpu_in_waits_pct": 5.0, "main_shared_tensors_per_iteration": 300.0}, False, True),  # idle in waits
         ({"main_cpu_in_waits_pct": None, "main_shared_tensors_per_iteration": 300.0}, False, True),  # not recorded
     ],
     ids=["many-busy", "few-busy", "many-idle", "unknown"],

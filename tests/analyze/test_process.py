@@ -193,8 +193,9 @@ def test_each_iteration_records_its_thread_s_cpu_time_apart_from_the_other_threa
                 FROM spans WHERE level = 'model' AND attrs->>'$."{A.MODEL_KIND}"' = 'step' ORDER BY start_ns"""
         )
     assert len(steps) == 4
-    for thread, process in steps[:3]:
-        # the loop's 50 ms, with the profiler's own work on the thread: not the spinning thread's
-        assert 50_000_000 <= thread < 75_000_000, steps
-        assert process > thread, steps  # the spinning thread's, too
+    for k, (thread, process) in enumerate(steps[:3]):
+        # the loop's 50 ms, with the profiler's own work on the thread (the first iteration's also starts the
+        # profile), not the spinning thread's, which is in the process's
+        assert thread >= 50_000_000 and (k == 0 or thread < 75_000_000), steps
+        assert process > thread, steps
     assert steps[3][0] is None
