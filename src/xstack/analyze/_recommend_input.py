@@ -75,7 +75,8 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
     evidence, actions, said = [], [], ""
     receiving = _receiving(results) if len(units) == 1 else None
     wait = None if receiving else _cpu_wait(results)
-    blocked = None if wait or receiving or len(units) != 1 else _blocked(results, int(loader.get("num_workers") or 0))
+    # no blocked workers beside a busy main process: _blocked leaves out what _receiving finds
+    blocked = None if wait or len(units) != 1 else _blocked(results, int(loader.get("num_workers") or 0))
     for pos, (waited, members, anew) in enumerate(units):
         first = members[0]
         how = _cheaper_for(results, first)
