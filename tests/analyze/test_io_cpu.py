@@ -342,6 +342,27 @@ def test_one_blocked_worker_on_one_cpu_is_told_in_the_singular_and_a_tiny_share_
     assert "(each kept a CPU busy 0% of the time: more than 256 would keep the 2 usable CPUs busy" in tiny[2], tiny[2]
 
 
+def test_the_reading_line_names_blocked_workers_only_where_the_advice_does() -> None:
+    """The line that lowers the file findings' severity says what the loop waits for: blocked workers only where the
+    advice finds them, on the one DataLoader it advises on; beside a second DataLoader holding a real share of the
+    waits, the advice names no blocked workers, and neither does that line."""
+    from xstack.analyze._recommend_input import loaders_advice, reading_off_the_wait
+
+    one = _loop_facts()
+    line = reading_off_the_wait(one)
+    assert line is not None and "what blocks the workers" in line, line
+    advice = loaders_advice(one)
+    assert advice is not None and "were blocked" in advice[2]
+    other = LOADER | {"index": 1, "dataset": "Validation", "num_workers": 2, "wait_ns": 13 * 10**8, "waits": 10}
+    two = _loop_facts(dataloaders=[LOADER | {"num_workers": 2, "wait_ns": 27 * 10**8, "waits": 30}, other])
+    advice = loaders_advice(two)
+    assert advice is not None and "were blocked" not in advice[2], advice[2]
+    assert "also waits on" in " ".join(advice[0]), advice[0]  # the second DataLoader is advised on
+    line = reading_off_the_wait(two)
+    assert line is not None and "what blocks the workers" not in line, line
+    assert "building the items, not reading them, is what it waits for" in line
+
+
 MANY_TENSORS = """
 import torch
 from torch.utils.data import DataLoader, Dataset

@@ -54,24 +54,7 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
     loader, cores, source = _loader(results)
     if loader is None:
         return None
-    entries = next((e for _, _, e in _recorded(results)), [])
-    total = sum(_in_steps(e) for e in entries)
-    units: list[tuple[int, list[dict[str, Any]], bool]] = []
-    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
-    for e in entries:  # the main one with those of its settings and dataset length (a new one per epoch), if known
-        main = e.get("index") == loader.get("index")
-        key = ("", e.get("index")) if main and e.get("items") is None else (describe_loader(e), e.get("items"))
-        groups.setdefault(key, []).append(e)
-    for group in groups.values():
-        anew = len(group) >= ANEW_MIN and all(int(e.get("iterated") or 0) <= 1 for e in group)
-        for members in [group] if anew else [[e] for e in group]:
-            waited = sum(_in_steps(e) for e in members)
-            main = any(e.get("index") == loader.get("index") for e in members)
-            if main or (total > 0 and 100.0 * waited / total >= OTHER_LOADER_SHARE_PCT):
-                units.append((waited, members, anew))
-    if not any(loader in members for _, members, _ in units):  # the loader the run's facts name, not in entries
-        units.insert(0, (_in_steps(loader), [loader], False))
-    units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
+    total, units = _units(results, loader)
     evidence, actions, said = [], [], ""
     receiving = _receiving(results) if len(units) == 1 else None
     wait = None if receiving else _cpu_wait(results)
@@ -236,6 +219,32 @@ def _receiving(results: Results) -> tuple[str, str] | None:
     return evidence, action
 
 
+def _units(results: Results, loader: dict[str, Any]) -> tuple[int, list[tuple[int, list[dict[str, Any]], bool]]]:
+    """The loop's waits within the measured steps over all its DataLoaders, and what ``loaders_advice`` advises on
+    (``loader``, the one waited on longest, and the others that hold ``OTHER_LOADER_SHARE_PCT`` of those waits or
+    more, alone or as ``ANEW_MIN`` or more made anew): (waits within the measured steps, DataLoaders, made anew)
+    each, the longest-waited first."""
+    entries = next((e for _, _, e in _recorded(results)), [])
+    total = sum(_in_steps(e) for e in entries)
+    units: list[tuple[int, list[dict[str, Any]], bool]] = []
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for e in entries:  # the main one with those of its settings and dataset length (a new one per epoch), if known
+        main = e.get("index") == loader.get("index")
+        key = ("", e.get("index")) if main and e.get("items") is None else (describe_loader(e), e.get("items"))
+        groups.setdefault(key, []).append(e)
+    for group in groups.values():
+        anew = len(group) >= ANEW_MIN and all(int(e.get("iterated") or 0) <= 1 for e in group)
+        for members in [group] if anew else [[e] for e in group]:
+            waited = sum(_in_steps(e) for e in members)
+            main = any(e.get("index") == loader.get("index") for e in members)
+            if main or (total > 0 and 100.0 * waited / total >= OTHER_LOADER_SHARE_PCT):
+                units.append((waited, members, anew))
+    if not any(loader in members for _, members, _ in units):  # the loader the run's facts name, not in entries
+        units.insert(0, (_in_steps(loader), [loader], False))
+    units.sort(key=lambda u: -u[0])  # stable: the longest-waited DataLoader first among equals
+    return total, units
+
+
 def _in_steps(entry: dict[str, Any]) -> int:
     """The loop's waits for a DataLoader within the measured steps: past the warm-up, before the last ``step()``
     ended."""
@@ -294,8 +303,11 @@ def reading_off_the_wait(results: Results) -> str | None:
         return None
     reading, wait = share
     loader = _loader(results)[0]
-    blocked = (
-        loader is not None and _cpu_wait(results) is None and _blocked(results, int(loader.get("num_workers") or 0))
+    blocked = (  # as loaders_advice finds them: on the one DataLoader it advises on, not short of CPUs
+        loader is not None
+        and len(_units(results, loader)[1]) == 1
+        and _cpu_wait(results) is None
+        and _blocked(results, int(loader.get("num_workers") or 0))
     )
     what = ("what blocks the workers (calls that the io level does not record: a socket's recv, a lock, a sleep), "
             "not reading files," if blocked else "building the items, not reading them,")  # fmt: skip
