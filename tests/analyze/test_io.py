@@ -1811,6 +1811,16 @@ def test_a_file_rewritten_whole_at_every_step_is_found(tmp_path: Path) -> None:
     assert (loaded["io.files"].facts["rewrite_opens"], loaded["io.files"].facts["rewrite_write_opens"]) == (40, 20)
     rec = RULES["rewritten"](loaded)
     assert rec is not None and rec.action.startswith("ckpt.pt is saved over itself again and again (20 saves)")
+    # numpy.save opens the file, then writes it through fdopen of a dup of its descriptor: three opens to Darshan's
+    # counters, one save (counted as two, it read "state.npy grows and is rewritten whole at each addition")
+    (tmp_path / "n").mkdir()
+    numpy_saved = _run_io_loop(tmp_path / "n", "import numpy, xstack\nw = numpy.ones(80_000)\nfor step in range(20):\n"
+                               "    numpy.save('state.npy', w)\n    xstack.step()\n")  # fmt: skip
+    facts = numpy_saved["io.files"].facts
+    assert (facts["rewrite_opens"], facts["rewrite_write_opens"]) == (20, 20), facts
+    rec = RULES["rewritten"](numpy_saved)
+    assert rec is not None and rec.action.startswith("state.npy is saved over itself again and again (20 saves)")
+    assert "opened 20 times" in rec.evidence[0], rec.evidence
 
 
 UNSTAGED_SAVE = """
@@ -1857,6 +1867,19 @@ def test_file_io_between_the_stages_is_named_by_the_loop_s_own_work_rule(tmp_pat
     assert rec.action.startswith("Saving checkpoints between the stages puts their writing on the step's path: save "
                                  "less often, or off the loop's critical path"), rec.action  # fmt: skip
     assert "For the rest of that time: find what the loop does between its stages" in rec.action
+
+
+def test_a_checkpoint_saved_by_numpy_counts_one_save_not_two(tmp_path: Path) -> None:
+    """``numpy.save`` opens its file for writing, then writes through ``fdopen`` of a dup of the descriptor: two
+    opens for writing, one save (it read "24 checkpoint saves" for 12)."""
+    program = UNSTAGED_SAVE.replace("WORDS", "400_000").replace(
+        'torch.save(w, f"ckpt{step % 2}.pt", _use_new_zipfile_serialization=ZIP)',
+        'numpy.save(f"ckpt{step % 2}.npy", w.numpy())',
+    )
+    results = _run_io_loop(tmp_path, program.replace("import torch, xstack", "import numpy, torch, xstack"))
+    facts = results["io.input_bound"].facts
+    assert facts["main_io_unstaged_path"] in (str(tmp_path / "ckpt0.npy"), str(tmp_path / "ckpt1.npy"))
+    assert facts["main_io_unstaged_checkpoints"] == facts["iterations"], facts
 
 
 UNSTAGED_DUMP = """
@@ -2257,6 +2280,8 @@ def _reader_loop(path: Path, *, shards: bool, iterable: bool = False, batched: b
                     io_span(sink, next(span), None, "open", at, 25, W1, f"/d/shard{k}-{i}.bin")
                     io_span(sink, next(span), None, "read", at + 25, 50, W1, f"/d/shard{k}-{i}.bin", 65536, offset=0)
                     io_span(sink, next(span), None, "dup", at + 75, 1, W1, f"/d/shard{k}-{i}.bin")  # no open: mmap's
+                    # nor a stream on a descriptor (numpy.load reads through fdopen of a dup)
+                    io_span(sink, next(span), None, "fdopen", at + 76, 1, W1, f"/d/shard{k}-{i}.bin")
                 else:
                     if reopen:
                         io_span(sink, next(span), None, "open", at, 1, W1 if i % 2 else W2, "/d/rows.db")

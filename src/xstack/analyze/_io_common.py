@@ -34,6 +34,10 @@ WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev
 """Span names of the calls that write a file (the destination side of in-kernel copies included)."""
 OPEN_OPS: Final = ("open", "openat", "creat", "dup", "fopen", "fdopen", "opendir")
 """Span names of the calls Darshan counts as opens (``dup`` included, as its ``OPENS`` counts dups)."""
+FILE_OPEN_OPS: Final = ("open", "openat", "creat", "fopen")
+"""Span names of the opens of a file by its path: not a descriptor's ``dup`` nor a stream opened on a descriptor
+(``fdopen``), which Darshan counts too (``numpy.save`` and ``numpy.load`` open a file, then go through ``fdopen``
+of a dup of its descriptor: one open of the file, three to Darshan)."""
 CLOSE_OPS: Final = ("close", "fclose")
 """Span names of the calls that close a file (a descriptor, a stdio stream)."""
 

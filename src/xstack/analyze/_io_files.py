@@ -7,13 +7,13 @@ from typing import Any
 from xstack.analyze._io_common import (
     DATA_FILE,
     FILE_CLASS,
+    FILE_OPEN_OPS,
     FILE_OPS,
     FILE_STORAGE,
     FILE_TIME,
     IO_DATA,
     IO_SPANS,
     IO_STORAGE,
-    OPEN_OPS,
     READ_OPS,
     SPAN_PATH,
     WRITE_OPS,
@@ -67,15 +67,18 @@ ORDER BY ns DESC, path LIMIT 1
 """The data file rewritten whole again and again that took the most write and metadata time; its rows of every
 module together (``torch.save`` opens with ``fopen``, counted under STDIO, and writes with ``write``, under POSIX)."""
 
+_FILE_OPENS = in_list(FILE_OPEN_OPS)
 _PATH_TIME = f"""
 SELECT coalesce(sum(dur_ns), 0), coalesce(sum(dur_ns) FILTER (WHERE {{warm}}), 0),
-    count(*) FILTER (WHERE name IN {in_list(tuple(op for op in OPEN_OPS if op not in ("dup", "opendir")))}
-                     AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0)
+    count(*) FILTER (WHERE name IN {_FILE_OPENS} AND TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0),
+    count(*) FILTER (WHERE name IN {_FILE_OPENS})
 FROM spans
 WHERE run_id = $run AND level = 'io' AND {SPAN_PATH} = $path AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"')
 """
 """The time of the run's successful calls on one path, and of those in its warm-up iterations (``{warm}``); its
-opens for writing (an open's flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``)."""
+opens for writing (an open's flags, ``O_WRONLY`` or ``O_RDWR``, are its ``io.requested_bytes``) and all its opens:
+opens of the file by its path, neither a descriptor's ``dup`` nor a stream opened on a descriptor (``numpy.save``
+opens a file, then writes it through ``fdopen`` of a dup: one save, where Darshan's counters count three opens)."""
 
 _FOLD = " ".join(f"WHEN '{cls}' THEN '{name}'" for cls, name in FOLDED.items())
 _FILES = f"""
@@ -196,7 +199,9 @@ def _rewritten(store: Store, io: IoRun) -> dict[str, Any]:
     its calls (those in the warm-up iterations), in the share of its bytes written beyond its size, from the io
     spans where the run has them (a merged run's: its one iteration's), else its write and metadata time
     (counters: a Darshan log); ``rewrite_write_opens``, its opens for writing, from the io spans of a run that is
-    not merged (None otherwise: the counters do not tell an open's mode). All None where no file is."""
+    not merged (None otherwise: the counters do not tell an open's mode), whose opens of the file by its path are
+    then ``rewrite_opens`` too (the counters' opens count a descriptor's dups and the streams opened on one). All
+    None where no file is."""
     found = rows(store, _REWRITTEN, io.run_id)
     if not found:
         return dict.fromkeys(("rewrite_path", "rewrite_opens", "rewrite_size", "rewrite_bytes", "rewrite_times",
@@ -204,9 +209,12 @@ def _rewritten(store: Store, io: IoRun) -> dict[str, Any]:
     path, opens, written, size, ns = found[0]
     warm, write_opens = 0, None
     if io.has_spans:
-        ns, warm, write_opens = rows(store, _PATH_TIME.format(warm=io.ctx.in_warmup()), io.run_id, path=path)[0]
+        ns, warm, write_opens, path_opens = rows(store, _PATH_TIME.format(warm=io.ctx.in_warmup()), io.run_id,
+                                                 path=path)[0]  # fmt: skip
         if io.ctx.pass_name == "merged":  # its spans are one iteration's, its counters the io pass's whole
             write_opens = None
+        else:
+            opens = path_opens
     share = 1 - int(size) / int(written)
     return {
         "rewrite_path": str(path), "rewrite_opens": as_count(opens), "rewrite_size": as_count(size),

@@ -10,6 +10,7 @@ from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
     CLOSE_OPS,
+    FILE_OPEN_OPS,
     FILE_STORAGE,
     FILE_TIME,
     IO_DATA,
@@ -112,7 +113,7 @@ forked AS (  -- the main process's mappings before its first worker started, whi
 ),
 maps AS (SELECT path, size, FALSE AS inherited FROM w WHERE data AND name = 'mmap' UNION ALL SELECT * FROM forked),
 lists AS (SELECT * FROM w WHERE measured AND name IN ('opendir', 'readdir'))
-SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(OPEN_OPS)} AND name <> 'dup'),
+SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in_list(FILE_OPEN_OPS)}),
     (SELECT count(DISTINCT path) FROM reads), (SELECT coalesce(sum(bytes), 0) FROM reads),
     (SELECT path FROM reads GROUP BY path ORDER BY sum(dur_ns) DESC, path LIMIT 1),
     (SELECT count(DISTINCT path) FROM maps), (SELECT arg_max(path, size) FROM maps), (SELECT max(size) FROM maps),
@@ -143,8 +144,8 @@ WITH steps AS ({{parents}}),
 io AS MATERIALIZED (
     SELECT parent_id, {SPAN_PATH} AS path, name, dur_ns,
         CASE WHEN name IN {in_list(WRITE_OPS)} THEN {SPAN_BYTES} END AS bytes,
-        CASE WHEN name IN {in_list(OPEN_OPS)} THEN TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0
-            ELSE false END AS opened
+        CASE WHEN name IN {in_list(FILE_OPEN_OPS)}
+            THEN TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) & 3 <> 0 ELSE false END AS opened
     FROM spans
     WHERE run_id = $run AND level = 'io' AND pid = $main AND {_LOOP_FILES} AND parent_id IN (SELECT span_id FROM steps)
         AND {{window}}
@@ -659,8 +660,9 @@ def _forked(io: IoRun) -> bool:
 
 
 def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
-    """Per measured iteration, the workers' reads of data files, their opens of them (a descriptor's dup is none:
-    ``mmap.mmap`` dups the one it maps) and the bytes they read;
+    """Per measured iteration, the workers' reads of data files, their opens of them (neither a descriptor's dup
+    nor a stream opened on a descriptor is one: ``mmap.mmap`` dups the one it maps, and ``numpy.load`` reads a file
+    it opened through ``fdopen`` of a dup of its descriptor) and the bytes they read;
     the data files they read over those iterations and the one of the most read time (None without iterations);
     the data files they mapped into memory, whose reads are page faults and in none of these figures
     (``worker_mapped_files``), the one of the largest mapping (``worker_mapped_path``) and its size in bytes
