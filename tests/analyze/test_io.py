@@ -854,6 +854,33 @@ def test_small_files_the_program_writes_are_not_to_be_staged(tmp_path: Path) -> 
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "Write the outputs" in rec.action
 
 
+def test_one_output_file_opened_for_each_record_is_to_be_kept_open_not_split_into_fewer_files(tmp_path: Path) -> None:
+    """An inference loop appending each prediction to one JSON Lines file, opened for each (``with open(path,
+    'a')``): it was told to write its outputs into fewer, larger files "instead of a file each", which it does."""
+    log = ("/out/preds.jsonl", "POSIX", 2000, 0, 2000, 0, 0, 46_000, 0, 2_000_000, 9_000_000, {
+        A.IO_FILE_PATH_CLASS: "data", A.IO_FILE_MAX_BYTE_READ: -1, A.IO_FILE_MAX_BYTE_WRITTEN: 45_999})  # fmt: skip
+    rows = [data_file(5, f"/d/{i}.npy", 12_416, 2, read_ns=1000) for i in range(200)]
+    with files_store(tmp_path / "a.duckdb", [*rows, (5, *log)]) as store:
+        small = _one(store, "io.small_files")
+        rec = _fired(store, "small_files")
+    facts = small.facts
+    assert (facts["small_written_most_opened"], facts["small_written_most_opens"]) == ("/out/preds.jsonl", 2000)
+    assert rec is not None and "/out/preds.jsonl opened 2,000 times to be written" in rec.evidence[0], rec.evidence
+    assert "Keep preds.jsonl open: the program opened it 2,000 times to write to it" in rec.action, rec.action
+    assert "Write the outputs into fewer, larger files" not in rec.action
+    # beside many outputs of a file each, both pieces of advice
+    with files_store(tmp_path / "b.duckdb", [*[_written(5, f"/out/{i}.json", 213) for i in range(400)], (5, *log)]
+                     ) as store:  # fmt: skip
+        rec = _fired(store, "small_files")
+    assert rec is not None and "Keep preds.jsonl open" in rec.action and "Write the outputs into fewer" in rec.action
+    # outputs opened a few times each are outputs of a file each
+    with files_store(
+        tmp_path / "c.duckdb", [*rows, *[_written(5, f"/out/{i}.json", 213) for i in range(400)]]
+    ) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and "Keep" not in rec.action and "Write the outputs into fewer" in rec.action
+
+
 STAGED_LOOP = """
 import os, shutil, sys, xstack
 os.makedirs("d", exist_ok=True)

@@ -47,14 +47,14 @@ f AS (
     SELECT path, greatest({_MAX_BYTE.format(key=A.IO_FILE_MAX_BYTE_READ)},
                           {_MAX_BYTE.format(key=A.IO_FILE_MAX_BYTE_WRITTEN)}) + 1 AS counted,
         sum({FILE_OPS}) AS ops, sum(bytes_read + bytes_written) AS nbytes, sum({FILE_TIME}) AS time_ns,
-        sum(reads) AS reads, sum(writes) AS writes
+        sum(reads) AS reads, sum(writes) AS writes, sum(opens) AS opens
     FROM io_files WHERE run_id = $run AND {{where}} GROUP BY path
 ),
 extent AS ({{extent}}),
 sized AS (SELECT f.*, greatest(counted, coalesce(extent.size, 0)) AS size FROM f LEFT JOIN extent USING (path))
 """
-"""Per data file (a path, over its processes and modules): its size estimate, operations, bytes, time, reads and
-writes."""
+"""Per data file (a path, over its processes and modules): its size estimate, operations, bytes, time, reads,
+writes and opens."""
 
 _SPAN_EXTENT = f"""
 SELECT path, max(off + CASE WHEN name = 'mmap' THEN coalesce(requested, 0) ELSE coalesce(nbytes, 0) END) AS size
@@ -64,8 +64,8 @@ _NO_EXTENT = "SELECT NULL::VARCHAR AS path, NULL::BIGINT AS size WHERE FALSE"
 
 
 def files_cte(io: IoRun, all_paths: bool) -> str:
-    """CTE ``sized(path, counted, ops, nbytes, time_ns, reads, writes, size)`` over the data files (every file where
-    ``all_paths``): each file's size is its highest byte read or written + 1, or the furthest offset its calls
+    """CTE ``sized(path, counted, ops, nbytes, time_ns, reads, writes, opens, size)`` over the data files (every file
+    where ``all_paths``): each file's size is its highest byte read or written + 1, or the furthest offset its calls
     reached (mmap: offset + length). Read from a temp table made once per run and choice of files: the eight queries
     of io.sizes and io.small_files that read it each took every file's counters out of its JSON, and the furthest
     offset out of every io span's."""
@@ -186,18 +186,19 @@ def small_file_staging(
     files' time in a usual measured iteration of the io pass (the median over them: the merged iteration's own
     few calls can hold one slow read), at most the merged step (the io pass, slowed by its level, may take longer
     over them than the model pass over its whole step). Small files that carry many operations but few
-    bytes are the ones to stage or to pack into larger shards. Facts ``small_written_files``, ``small_written_ops``
-    and ``small_written_time_ns`` are those of the small files the program only wrote (no read): its outputs,
-    which staging does not concern; ``small_written_checkpoints`` counts those of them named as checkpoints are
-    (``CHECKPOINT_NAME``). Facts ``small_read_loop`` and ``small_read_in_memory`` count the small files read in
-    the measured iterations (``_in_memory``) and those of them that lie in memory already (``IN_MEMORY``), staged
-    there by the program. Facts ``small_reads_timed``, ``small_reads_cached_pct`` and ``small_read_median_ns``: the
-    reads of up to 64 KiB of the small files in the measured iterations, the share of them fast enough to have been
-    served from memory, the page cache (``CACHED_BASE_NS``), and their median time (None, both, under
-    ``CACHED_MIN_READS`` reads). Fact ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io
-    spans, None without them), which their time counts as write time (as Darshan's does): a sync costs the same in
-    a large file, so the warm-up's and the usual iteration's time above leave the syncs out, and so does the time
-    at stake of a finding on the small files.
+    bytes are the ones to stage or to pack into larger shards. Facts ``small_written_files``, ``small_written_ops`` and
+    ``small_written_time_ns`` are those of the small files the program only wrote (no read): its outputs, which staging
+    does not concern; ``small_written_checkpoints`` counts those of them named as checkpoints are (``CHECKPOINT_NAME``);
+    ``small_written_most_opened`` is the one of them opened most often, and ``small_written_most_opens`` its opens
+    (Darshan's, over its processes and modules): a log or a file of results opened for each record it appends. Facts
+    ``small_read_loop`` and ``small_read_in_memory`` count the small files read in the measured iterations
+    (``_in_memory``) and those of them that lie in memory already (``IN_MEMORY``), staged there by the program. Facts
+    ``small_reads_timed``, ``small_reads_cached_pct`` and ``small_read_median_ns``: the reads of up to 64 KiB of the
+    small files in the measured iterations, the share of them fast enough to have been served from memory, the page
+    cache (``CACHED_BASE_NS``), and their median time (None, both, under ``CACHED_MIN_READS`` reads). Fact
+    ``small_sync_ns`` is the small files' fsync and fdatasync time (from the io spans, None without them), which their
+    time counts as write time (as Darshan's does): a sync costs the same in a large file, so the warm-up's and the usual
+    iteration's time above leave the syncs out, and so does the time at stake of a finding on the small files.
     """
     check_options(SMALL_ID, threshold_bytes=threshold_bytes)
     io = io_run(store, run_id)
@@ -217,10 +218,12 @@ def small_file_staging(
         sum(time_ns) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
         count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0
                          AND regexp_matches(lower(path), '{CHECKPOINT_NAME}')),
-        count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads > 0 AND regexp_matches(path, '{IN_MEMORY}'))
+        count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads > 0 AND regexp_matches(path, '{IN_MEMORY}')),
+        arg_max(path, opens) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
+        max(opens) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0)
         FROM sized WHERE size > 0"""
     [row] = rows(store, sql, io.run_id)
-    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory = row
+    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory, most, most_opens = row
     unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
@@ -271,6 +274,8 @@ def small_file_staging(
             "small_written_ops": as_count(written_ops),
             "small_written_time_ns": as_count(written_ns),
             "small_written_checkpoints": as_count(checkpoints),
+            "small_written_most_opened": most,
+            "small_written_most_opens": as_count(most_opens),
             **_in_memory(store, io, all_paths, int(threshold_bytes), as_count(in_memory)),
             **_cached(store, io, all_paths, int(threshold_bytes)),
             "small_sync_ns": sync_ns,

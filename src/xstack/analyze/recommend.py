@@ -518,14 +518,36 @@ def small_files(results: Results) -> Recommendation | None:
         elif cached < 100 * STORAGE_SHARE:
             line += (f"; {100.0 - cached:.0f}% {timed} longer than a copy from memory {median_read}: read from "
                      "storage, not the page cache")  # fmt: skip
+    reopened = _reopened_output(r) if writing and not saves else None
+    if reopened is not None:
+        line += f"; {reopened[0]} opened {reopened[1]:,} times to be written"
     evidence, sources = [line + " (io.small_files)"], ["io.small_files"]
     severity, evidence, sources = _unfelt(results, impact, per, severity, evidence, sources)
     actions = [advice.format(limit=limit)] if reading else []
-    if writing:
-        actions.append(SAVE_FEWER_CHECKPOINTS if saves else WRITE_FEWER_FILES)
+    if saves:
+        actions.append(SAVE_FEWER_CHECKPOINTS)
+    elif reopened is not None:
+        actions.append(KEEP_OUTPUT_OPEN.format(name=PurePosixPath(reopened[0]).name, opens=reopened[1]))
+        if written - 1 >= REOPENED_OUTPUT_OPENS:  # many other outputs too, a file each
+            actions.append(WRITE_FEWER_FILES)
+    elif writing:
+        actions.append(WRITE_FEWER_FILES)
     return Recommendation(
         "small_files", title, severity, evidence, sources, " ".join(actions), impact_ns=impact, impact_per=per
     )
+
+
+REOPENED_OUTPUT_OPENS: Final = 8
+"""Opens of one small file the program only wrote from which it is found opened for each record it appends (a log,
+a file of results: ``with open(path, "a")`` for each prediction), not one output among many."""
+
+
+def _reopened_output(r: Result) -> tuple[str, int] | None:
+    """The small file the program only wrote that it opened most often (``io.small_files``' facts
+    ``small_written_most_opened``, ``small_written_most_opens``), and its opens, where they are
+    ``REOPENED_OUTPUT_OPENS`` or more; else None."""
+    path, opens = r.facts.get("small_written_most_opened"), int(_num(r.facts, "small_written_most_opens") or 0)
+    return (str(path), opens) if path and opens >= REOPENED_OUTPUT_OPENS else None
 
 
 def _checkpoints(results: Results, r: Result, written: int) -> int:
@@ -548,6 +570,12 @@ SMALL_FILES_SIDE_SHARE: Final = 0.3
 """Share of the small files' operations that the files the program only wrote (its outputs), or the others (the
 files it reads), must take for ``small_files`` to advise on them: writing fewer files, staging the files read;
 both between 30% and 70%."""
+KEEP_OUTPUT_OPEN: Final = (
+    "Keep {name} open: the program opened it {opens:,} times to write to it, a record or a few at a time (as "
+    "with open(path, 'a') for each result does), and each open and close is a call on the loop's path (on a network "
+    "file system, a round trip to its server). Open it once, before the loop, and write each record to the open "
+    "file (flushed at the end, or every so many records), or collect the records and write them together."
+)
 STAGE_SMALL_FILES: Final = (
     "Stage the files of at most {limit} on a faster tier (local SSD, /dev/shm, a node-local cache) before "
     "training, or pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file) read "
