@@ -30,6 +30,7 @@ from tests.analyze.io_store import (
 from tests.analyze.test_timeline import union as union_of
 from tests.conftest import skip_without_torch
 from xstack.analyze import io
+from xstack.analyze._recommend_common import loop_waits_for_data
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import (
     PACK_CACHED_FILES,
@@ -1468,6 +1469,12 @@ def test_a_file_loaded_whole_for_each_item_is_to_be_loaded_once(tmp_path: Path) 
     rec = RULES["reread"](results)
     assert rec is not None and rec.title == "Data read over again: a file read whole again and again"
     assert rec.action.startswith("labels.json is read whole again and again (") and "__init__" in rec.action
+    # the loop, computing next to nothing, waits for its items: parsing the file again is part of building them
+    assert loop_waits_for_data(results) is not None, results["io.input_bound"].facts
+    assert rec.severity == "medium" and "the workers' CPU time to parse what it holds again" in rec.evidence[1]
+    loaded = RULES["input_bound"](results)
+    assert loaded is not None and "reading labels.json (" in loaded.action, loaded.action
+    assert "whole again and again, and parsing what it holds each time, is (" in loaded.action
 
 
 def test_data_read_once_per_epoch_is_not_read_over_again(tmp_path: Path) -> None:

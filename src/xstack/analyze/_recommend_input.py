@@ -423,8 +423,10 @@ def _worker_programs(facts: dict[str, Any], builds: str) -> str:
 
 def _redone(results: Results) -> str:
     """What the workers redo for each item that no I/O time holds (``io.pattern``'s ``reread_*`` facts): open a file
-    again, reading and parsing its header or index (``reread_kind`` ``reopened`` or ``indexed``), or decompress a
-    stream again from its start (read ``REDECOMPRESSED_TIMES`` its bytes or more), for the advice; else empty."""
+    again, reading and parsing its header or index (``reread_kind`` ``reopened`` or ``indexed``), read a file whole
+    again and parse what it holds (``whole``: a labels JSON loaded in ``__getitem__``, 3 MiB parsed for each item, left
+    the workers a second per batch of 32, in which their I/O took 65 ms), or decompress a stream again from its start
+    (read ``REDECOMPRESSED_TIMES`` its bytes or more), for the advice; else empty."""
     r = get(results, "io.pattern")
     if r is None or not num(r.facts, "reread_bytes"):
         return ""
@@ -433,6 +435,10 @@ def _redone(results: Results) -> str:
     if r.facts.get("reread_kind") in ("reopened", "indexed"):
         opens = int(num(r.facts, "reread_opens") or 0)
         return f"opening {name} again for each item is ({opens:,} opens, each reading and parsing its header or index)"
+    if r.facts.get("reread_kind") == "whole":  # read whole at each open: what it holds parsed again each time
+        opens, size = int(num(r.facts, "reread_opens") or 0), num(r.facts, "reread_covered") or 0
+        return (f"reading {name} ({format_value(size, 'bytes')}) whole again and again, and parsing what it holds each "
+                f"time, is ({opens:,} opens, each reading it from its start)")  # fmt: skip
     if path.lower().endswith(COMPRESSED_SUFFIXES) and times >= REDECOMPRESSED_TIMES:
         return f"decompressing {name} again from its start for each item is ({times:g} times its bytes read)"
     return ""

@@ -769,13 +769,14 @@ def reread(results: Results) -> Recommendation | None:
     kind = r.facts.get("reread_kind")
     same = int(_num(r.facts, "reread_same_start") or 0)
     hdf5 = path.lower().endswith(HDF5_SUFFIXES)
-    # parsing a header or index again at each open, or decompressing a stream again at each seek, costs CPU that no
-    # I/O time holds: where the loop waits for its data, the time at stake understates it
-    cpu = kind in ("reopened", "indexed", "reloaded") or path.lower().endswith(COMPRESSED_SUFFIXES)
+    # parsing a header or index again at each open, or a file read whole, or decompressing a stream again at each
+    # seek, costs CPU that no I/O time holds: where the loop waits for its data, the time at stake understates it
+    cpu = kind in ("reopened", "indexed", "reloaded", "whole") or path.lower().endswith(COMPRESSED_SUFFIXES)
     if cpu and loop_waits_for_data(results) is not None:
         severity: Severity = "medium"
         sources = ["io.pattern"]
-        what = "decompress it" if path.lower().endswith(COMPRESSED_SUFFIXES) else "read and parse its header or index"
+        what = ("decompress it" if path.lower().endswith(COMPRESSED_SUFFIXES)
+                else "parse what it holds" if kind == "whole" else "read and parse its header or index")  # fmt: skip
         evidence.append(f"the workers' CPU time to {what} again is in no I/O figure, nor in the time at stake: it is "
                         "part of building the items, which the loop waits for (io.pattern)")  # fmt: skip
     else:
