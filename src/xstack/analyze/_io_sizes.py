@@ -6,6 +6,7 @@ from typing import Any, Final
 
 from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
+    FILE_OPEN_OPS,
     FILE_OPS,
     FILE_TIME,
     IO_SPANS,
@@ -357,25 +358,53 @@ def _cached(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> d
     """Facts ``small_reads_timed`` (the successful reads of 1 byte to ``CACHED_MAX_BYTES`` of the files of at most
     ``threshold_bytes``, in the measured iterations: a merged run's io pass's; without iterations, in the whole
     run), ``small_reads_cached_pct`` (the share of them fast enough to have come from the page cache,
-    ``CACHED_BASE_NS``) and ``small_read_median_ns`` (their median time); None without io spans."""
-    none: dict[str, Any] = {"small_reads_timed": None, "small_reads_cached_pct": None, "small_read_median_ns": None}
+    ``CACHED_BASE_NS``) and ``small_read_median_ns`` (their median time); None without io spans. The same of the
+    first read of each file, in its first open by its path (``small_first_*``: the one that finds it on storage
+    if it is not in the page cache, the reads after it in that open served by the kernel's read-ahead), and of
+    the reads in its later opens (``small_later_pass_*``: a later epoch's), where each counts ``CACHED_MIN_READS``
+    or more (None otherwise): a dataset that the page cache holds after its first epoch reads from storage in
+    that epoch alone."""
+    keys = ("small_reads_timed", "small_reads_cached_pct", "small_read_median_ns", "small_first_reads",
+            "small_first_reads_cached_pct", "small_first_read_median_ns", "small_later_pass_reads",
+            "small_later_pass_cached_pct", "small_later_pass_read_median_ns")  # fmt: skip
+    none: dict[str, Any] = dict.fromkeys(keys)
     if not io.has_spans:
         return none
     run = _loop_run(store, io)
     measured = run_context(store, run).measured_table()
     join, within = (f"ASOF JOIN {measured[0]} w ON start_ns >= w.ws", "AND start_ns < w.we") if measured else ("", "")
+    small = f"{SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {threshold_bytes})"
+    fast = f"dur_ns <= {CACHED_BASE_NS} + {CACHED_NS_PER_BYTE} * n"
     sql = f"""WITH {files_cte(io, all_paths)},
-        reads AS (SELECT dur_ns, {SPAN_BYTES} AS n FROM spans {join}
+        reads AS (SELECT {SPAN_PATH} AS path, start_ns, dur_ns, {SPAN_BYTES} AS n FROM spans {join}
                   WHERE run_id = $source AND level = 'io' {within} AND name IN {in_list(READ_OPS)}
-                      AND {SPAN_BYTES} BETWEEN 1 AND {CACHED_MAX_BYTES}
-                      AND {SPAN_PATH} IN (SELECT path FROM sized WHERE size > 0 AND size <= {threshold_bytes}))
-        SELECT count(*), count(*) FILTER (WHERE dur_ns <= {CACHED_BASE_NS} + {CACHED_NS_PER_BYTE} * n),
-            median(dur_ns) FROM reads"""
-    n, cached, med = rows(store, sql, io.run_id, source=run)[0]
+                      AND {SPAN_BYTES} BETWEEN 1 AND {CACHED_MAX_BYTES} AND {small}),
+        opens AS (SELECT {SPAN_PATH} AS path, start_ns,
+                      row_number() OVER (PARTITION BY {SPAN_PATH} ORDER BY start_ns) AS pass
+                  FROM spans WHERE run_id = $source AND level = 'io' AND name IN {in_list(FILE_OPEN_OPS)}
+                      AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"') AND {small}),
+        passed AS (SELECT r.*, o.pass, row_number() OVER (PARTITION BY r.path ORDER BY r.start_ns) AS k
+                   FROM reads r ASOF LEFT JOIN opens o ON r.path = o.path AND r.start_ns >= o.start_ns)
+        SELECT count(*), count(*) FILTER (WHERE {fast}), median(dur_ns),
+            count(*) FILTER (WHERE k = 1 AND pass = 1), count(*) FILTER (WHERE k = 1 AND pass = 1 AND {fast}),
+            median(dur_ns) FILTER (WHERE k = 1 AND pass = 1),
+            count(*) FILTER (WHERE pass > 1), count(*) FILTER (WHERE pass > 1 AND {fast}),
+            median(dur_ns) FILTER (WHERE pass > 1)
+        FROM passed"""
+    n, cached, med, first, first_cached, first_med, later, later_cached, later_med = rows(
+        store, sql, io.run_id, source=run
+    )[0]
     if not n or n < CACHED_MIN_READS:
         return none | {"small_reads_timed": int(n or 0)}
-    return {"small_reads_timed": int(n), "small_reads_cached_pct": pct(as_count(cached), int(n)),
-            "small_read_median_ns": None if med is None else float(med)}  # fmt: skip
+    found = {"small_reads_timed": int(n), "small_reads_cached_pct": pct(as_count(cached), int(n)),
+             "small_read_median_ns": None if med is None else float(med)}  # fmt: skip
+    if as_count(first) >= CACHED_MIN_READS and as_count(later) >= CACHED_MIN_READS:
+        found |= {"small_first_reads": int(first),
+                  "small_first_reads_cached_pct": pct(as_count(first_cached), int(first)),
+                  "small_first_read_median_ns": float(first_med), "small_later_pass_reads": int(later),
+                  "small_later_pass_cached_pct": pct(as_count(later_cached), int(later)),
+                  "small_later_pass_read_median_ns": float(later_med)}  # fmt: skip
+    return none | found
 
 
 def _warmup_time(store: Store, io: IoRun, all_paths: bool, threshold_bytes: int) -> int | None:

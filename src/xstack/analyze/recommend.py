@@ -515,6 +515,9 @@ def small_files(results: Results) -> Recommendation | None:
         if cached >= 100 * STAGED_SHARE:
             line += f"; {cached:.0f}% {timed} the time of a copy from memory {median_read}: the page cache served them"
             advice = PACK_CACHED_FILES
+        elif (after := _cached_after_first(r)) is not None:
+            line += after
+            advice = PACK_CACHED_AFTER_FIRST
         elif cached < 100 * STORAGE_SHARE:
             line += (f"; {100.0 - cached:.0f}% {timed} longer than a copy from memory {median_read}: read from "
                      "storage, not the page cache")  # fmt: skip
@@ -535,6 +538,22 @@ def small_files(results: Results) -> Recommendation | None:
     return Recommendation(
         "small_files", title, severity, evidence, sources, " ".join(actions), impact_ns=impact, impact_per=per
     )
+
+
+def _cached_after_first(r: Result) -> str | None:
+    """Where the first read of each small file mostly took longer than a copy from memory (under ``STORAGE_SHARE``
+    of them as fast) while the reads of its later opens mostly took that time (``STAGED_SHARE`` of them or more):
+    the evidence that storage served each file once, and the page cache after that (``io.small_files``'
+    ``small_first_*`` and ``small_later_pass_*`` facts); else None."""
+    first, later = _num(r.facts, "small_first_reads_cached_pct"), _num(r.facts, "small_later_pass_cached_pct")
+    if first is None or later is None or first >= 100 * STORAGE_SHARE or later < 100 * STAGED_SHARE:
+        return None
+    first_ns, later_ns = _num(r.facts, "small_first_read_median_ns"), _num(r.facts, "small_later_pass_read_median_ns")
+    return (f"; the first read of each file took longer than a copy from memory {100.0 - first:.0f}% of the time "
+            f"(median {format_ns(first_ns or 0)}, {int(_num(r.facts, 'small_first_reads') or 0):,} reads): from "
+            f"storage; the reads of its later opens took the time of a copy from memory {later:.0f}% of the time "
+            f"(median {format_ns(later_ns or 0)}, {int(_num(r.facts, 'small_later_pass_reads') or 0):,} reads): the "
+            "page cache kept the files once read")  # fmt: skip
 
 
 REOPENED_OUTPUT_OPENS: Final = 8
@@ -600,7 +619,17 @@ PACK_CACHED_FILES: Final = (
     "into one array the workers share. A dataset larger than the memory is read from storage instead: profile a "
     "run on it before staging it on a local SSD."
 )
-READ_ADVICE: Final = tuple(a.split("{limit}")[0] for a in (STAGE_SMALL_FILES, PACK_STAGED_FILES, PACK_CACHED_FILES))
+PACK_CACHED_AFTER_FIRST: Final = (
+    "The files of at most {limit} came from storage only the first time each was read in this run, and from the "
+    "page cache, in memory, after that: a faster tier would save only that first pass, and staging them costs a "
+    "pass of its own. Pack them into larger shards (WebDataset tar shards, TFRecord, an LMDB or HDF5 file, one .npy "
+    "per batch) read sequentially, which makes the first pass cheaper too, or load them once into one array the "
+    "workers share. A dataset larger than the memory is read from storage at every pass: profile a run on it "
+    "before deciding."
+)
+READ_ADVICE: Final = tuple(
+    a.split("{limit}")[0] for a in (STAGE_SMALL_FILES, PACK_STAGED_FILES, PACK_CACHED_FILES, PACK_CACHED_AFTER_FIRST)
+)
 """How ``small_files``' advice on the files read starts (its text up to the size), which the input-bound rule
 takes into its own."""
 WRITE_FEWER_FILES: Final = (
