@@ -34,6 +34,10 @@ WRITE_OPS: Final = ("write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev
 """Span names of the calls that write a file (the destination side of in-kernel copies included)."""
 OPEN_OPS: Final = ("open", "openat", "creat", "dup", "fopen", "fdopen", "opendir")
 """Span names of the calls Darshan counts as opens (``dup`` included, as its ``OPENS`` counts dups)."""
+COMPRESSED_SUFFIXES: Final = (".gz", ".gzip", ".bz2", ".xz", ".lzma")
+"""Files of a compressed stream, which Python's gzip, bz2 and lzma modules seek backwards in by decompressing
+again from the start, and which cost their readers a decompression of each byte they read (zlib, bzip2, LZMA:
+slow codecs, against zstd's or LZ4's)."""
 FILE_OPEN_OPS: Final = ("open", "openat", "creat", "fopen")
 """Span names of the opens of a file by its path: not a descriptor's ``dup`` nor a stream opened on a descriptor
 (``fdopen``), which Darshan counts too (``numpy.save`` and ``numpy.load`` open a file, then go through ``fdopen``

@@ -10,6 +10,7 @@ from xstack.analyze import _loaders
 from xstack.analyze._io_common import (
     CHECKPOINT_NAME,
     CLOSE_OPS,
+    COMPRESSED_SUFFIXES,
     FILE_OPEN_OPS,
     FILE_STORAGE,
     FILE_TIME,
@@ -87,6 +88,7 @@ SELECT it.k, it.e - it.s, coalesce(wait.ns, 0), coalesce(main_wait.ns, 0), coale
 FROM it LEFT JOIN wait USING (k) LEFT JOIN io_in USING (k) LEFT JOIN main_wait USING (k) ORDER BY it.k
 """
 
+_COMPRESSED = " OR ".join(f"lower(path) LIKE '%{suffix}'" for suffix in COMPRESSED_SUFFIXES)
 _WORKER_DATA = f"""
 WITH it AS (SELECT s, e FROM _io_iterations WHERE NOT warm),
 w AS (  -- the workers' successful calls on data files and listings of folders, one scan of the spans
@@ -121,7 +123,8 @@ SELECT (SELECT count(*) FROM reads), (SELECT count(*) FROM ops WHERE name IN {in
     (SELECT count(*) FROM lists WHERE name = 'opendir'),
     (SELECT coalesce(sum(dur_ns), 0) FROM lists WHERE name = 'readdir'),
     (SELECT coalesce(sum(entries), 0) FROM lists WHERE name = 'readdir'),
-    (SELECT path FROM lists WHERE name = 'opendir' GROUP BY path ORDER BY count(*) DESC, path LIMIT 1)
+    (SELECT path FROM lists WHERE name = 'opendir' GROUP BY path ORDER BY count(*) DESC, path LIMIT 1),
+    (SELECT count(DISTINCT path) FROM reads WHERE {_COMPRESSED})
 """
 """The workers' successful calls, in one scan of the spans: on data files, those that started in the measured
 iterations (their reads, opens, the files read, the bytes read and the file of the most read time); the data
@@ -129,7 +132,8 @@ files they mapped into memory at any time (a dataset maps its file on first use,
 the one of the largest mapping, its size and whether they inherited it: forked workers inherit the mappings the
 main process made before they started); and their listings of folders in the measured iterations (the
 opens of a folder to list it, the time of their reads of its entries, a readdir span running from the first call
-to the last with the caller's work between them, the entries read and the folder listed most)."""
+to the last with the caller's work between them, the entries read and the folder listed most); and the data files
+read in the measured iterations that are compressed streams (``COMPRESSED_SUFFIXES``)."""
 
 MOST_OF = 0.9
 """The share of the main process's file I/O outside every stage whose iterations ``_unstaged`` counts: where they
@@ -671,10 +675,12 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
     ``__init__``; counted only where every DataLoader with workers forks them); the directories they listed per
     measured iteration (``worker_listings_per_iteration``), the time their reads of the entries took
     (``..._ns_per_iteration``), the entries of a listing on average (``worker_listing_entries``) and the directory
-    listed most (``worker_listing_path``)."""
+    listed most (``worker_listing_path``); the data files they read that are compressed streams
+    (``worker_compressed_files``, of ``worker_data_files``), whose every byte they decompress."""
     reads, opens, files, read_bytes, path = data[:5]  # the data files read in the measured iterations
     mapped, mapped_path, mapped_bytes, inherited = data[5:9]  # mapped into memory
-    listings, listing_ns, entries, listed_path = data[9:]  # the folders listed
+    listings, listing_ns, entries, listed_path = data[9:13]  # the folders listed
+    compressed = data[13]
     per = (lambda n: as_count(n) / iterations) if iterations else (lambda n: None)
     return {
         "worker_data_reads_per_iteration": per(reads),
@@ -690,6 +696,7 @@ def _worker_data(data: tuple[Any, ...], iterations: int) -> dict[str, Any]:
         "worker_listing_ns_per_iteration": per(listing_ns),
         "worker_listing_entries": as_count(entries) / as_count(listings) if as_count(listings) else None,
         "worker_listing_path": listed_path,
+        "worker_compressed_files": as_count(compressed),
     }
 
 

@@ -13,7 +13,7 @@ from textwrap import shorten
 from typing import Any, Final
 
 from xstack.analyze import _loaders, _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
-from xstack.analyze._io_common import SMALL_READ_BYTES
+from xstack.analyze._io_common import COMPRESSED_SUFFIXES, SMALL_READ_BYTES
 from xstack.analyze._io_pattern import HDF5_SUFFIXES
 from xstack.analyze._recommend_common import (
     INPUT_WAIT_PCT,
@@ -28,7 +28,6 @@ from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_common import severity as _severity
 from xstack.analyze._recommend_common import steps as _steps
 from xstack.analyze._recommend_input import (
-    COMPRESSED_SUFFIXES,
     REDECOMPRESSED_TIMES,
     cheaper,
     forked_hdf5,
