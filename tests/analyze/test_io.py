@@ -911,6 +911,13 @@ def test_small_files_read_beside_a_loop_fed_by_no_dataloader_are_at_stake_only_o
         "the stages in which it computes, 1.31 ms per iteration (22% of its mean step): cheaper I/O would shorten "
         "its steps by that at most (io.input_bound, model.stages)"
     )
+    # a little file I/O of the main process's own: the rest is the pool's
+    results["io.input_bound"] = Result("io.input_bound", "", facts=loop | {"main_io_compute_ns": 10_000_000})
+    rec = RULES["small_files"](results)
+    assert rec is not None and rec.evidence[-1].startswith(
+        "but no DataLoader wait was seen, and the main process spent 10.0 ms in file I/O in its 60 measured steps: "
+        "the rest of the file I/O was that of 2 other processes"
+    ), rec.evidence
     # the main process reading the files in its steps: on their path, all of it at stake
     results["io.input_bound"] = Result("io.input_bound", "", facts=loop | {"main_io_compute_ns": 200_000_000})
     rec = RULES["small_files"](results)

@@ -748,8 +748,9 @@ def _beside_the_loop(results: Results, impact: int | None, per: ImpactPer) -> tu
     processes = int(_num(facts, "workers") or 0)
     who = f"{processes:,} other process{'' if processes == 1 else 'es'}" if processes else "other processes"
     main = f"spent {format_ns(main_io)} in file I/O" if main_io else "did no file I/O"
-    line = (f"but no DataLoader wait was seen, and the main process {main} in its {counted(n, 'measured step')}: the "
-            f"file I/O was that of {who}, side by side with the loop, which can have waited on them only outside "
+    rest = "the rest of the file I/O" if main_io else "the file I/O"
+    line = (f"but no DataLoader wait was seen, and the main process {main} in its {counted(n, 'measured step')}: "
+            f"{rest} was that of {who}, side by side with the loop, which can have waited on them only outside "
             f"the stages in which it computes, {format_ns(free)} per iteration ({100.0 * free / step:.0f}% of its "
             "mean step): cheaper I/O would shorten its steps by that at most (io.input_bound, "
             "model.stages)")  # fmt: skip
