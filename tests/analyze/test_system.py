@@ -187,6 +187,48 @@ def test_flat_memory_is_not_suspected(tmp_path: Path) -> None:
         assert _fired(store, "host_memory_growth") is None
 
 
+def _swinging_store(path: Path, *, leak_per_step: float) -> Store:
+    """40 steps of a loop whose RSS swings by 150 MiB within each of them (a step takes it from the system and
+    gives it back), sampled every 10 ms at another moment of the swing at each step's end: low at the first
+    measured step's start, high at the last one's end; plus ``leak_per_step`` kept at each step."""
+    import random
+
+    n, swing = 40, 150 * MIB
+    pick = random.Random(7)
+    high = [pick.random() < 0.5 for _ in range(n)]
+    high[1], high[-1] = False, True  # the reading as the first measured step starts, and the last step's end
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "swinging", levels=["model", "system"], config=run_config()))
+        sink = Sink(store, 1)
+        steps(sink, n, STEP_NS)
+        for i in range(n * STEP_NS // 10_000_000):
+            ts = i * 10_000_000
+            k = ts // STEP_NS
+            sink.counter(A.PROC_RSS_BYTES, ts, 500 * MIB + swing * high[k] + leak_per_step * k, pid=MAIN)
+        sink.counter(A.PROC_RSS_BYTES, n * STEP_NS, 500 * MIB + swing + leak_per_step * (n - 1), pid=MAIN)
+        sink.close()
+    return Store.open(path)
+
+
+def test_an_rss_that_swings_within_each_step_is_no_growth_for_ending_on_a_high(tmp_path: Path) -> None:
+    """A transformer's training, whose steps each took 158 MiB from the system and gave it back, read at another
+    moment of that swing at each step's end: its RSS started on a low (535 MiB) and ended on a high (605 MiB), and
+    that growth, 13% of the start, was reported as a leak, though the readings between swung from 480 to 600 MiB
+    throughout."""
+    with _swinging_store(tmp_path / "swing.duckdb", leak_per_step=0.0) as store:
+        r = _one(store, "system.memory")
+        f = r.facts
+        assert f["main_growth_bytes"] == 150 * MIB and f["main_growth_pct"] == pytest.approx(30.0), f
+        assert f["main_trend_t"] < 3.0 and f["main_suspect"] is False, f
+        assert _fired(store, "host_memory_growth") is None
+    # the same swing over a leak of 4 MiB a step: 156 MiB kept over the 39 measured steps
+    with _swinging_store(tmp_path / "leak.duckdb", leak_per_step=4 * MIB) as store:
+        f = _one(store, "system.memory").facts
+        rec = _fired(store, "host_memory_growth")
+    assert f["main_rising_pct"] < 80.0 and f["main_trend_t"] >= 3.0 and f["main_suspect"], f
+    assert rec is not None and rec.evidence[0].startswith("the main process's resident memory grew by "), rec
+
+
 def _stepless_store(path: Path, *, loop_rss_per_call: float) -> Store:
     """A run without step spans: the RSS grows from 20 MiB to 300 MiB in a 200 ms start-up (importing torch,
     building the model), then ten calls of ``Net`` 20 ms apart, each adding ``loop_rss_per_call``."""

@@ -3,6 +3,7 @@ slope, and whether it looks like a leak."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Final
 
@@ -35,7 +36,12 @@ LEAK_RISING_PCT: Final = 80.0
 """...when the resident memory also rose in more than this share of the steps."""
 LEAK_GROWTH_PCT: Final = 10.0
 """Growth over the measured steps, as a share of the resident memory at their start, that is suspicious alone
-(provided it is at least ``LEAK_SLOPE_BYTES``)."""
+(provided it is at least ``LEAK_SLOPE_BYTES``)..."""
+LEAK_TREND_T: Final = 3.0
+"""...and when the readings' upward trend stands out of their scatter: the fitted slope is at least this many of its
+standard errors. A process whose RSS swings with each iteration's allocations (a training step that takes 150 MiB
+from the system and gives it back) is read at another moment of that swing at each step's end, and its first and
+last readings alone can differ by the swing with no growth at all."""
 
 _AT = f"""
 WITH t AS (SELECT unnest($ts) AS ts, unnest($k) AS k),
@@ -85,7 +91,9 @@ def memory_growth(store: Store, run_id: int) -> Result:
     measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the first
     measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per
     step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
-    (and 1 MiB). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
+    (and 1 MiB) and the readings' fitted slope is at least 3 standard errors (an RSS that swings within each
+    iteration, read at another moment of the swing at each step's end, can start on a low and end on a high with no
+    trend between). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
     allocator's caches, memory-mapped files; it cannot tell a leak from a cache still filling, only that memory
     kept growing. Without step spans, the time from the second call of the run's first model stage called more
     than once (its loop's second iteration: the imports, the model's building and the first iteration, which
@@ -236,6 +244,23 @@ def _within_lives(table: list[tuple[Any, ...]], worker_sets: list[frozenset[int]
     return series, restarts
 
 
+def trend_t(ys: list[float]) -> float | None:
+    """The least-squares slope of ``ys`` (against 0, 1, 2, ...) in units of its standard error: how far an upward
+    trend stands out of the readings' scatter around it (``inf`` for readings on a rising line, None for fewer than
+    three readings)."""
+    n = len(ys)
+    fitted = slope(ys)
+    if n < 3 or fitted is None:
+        return None
+    mx, my = (n - 1) / 2, sum(ys) / n
+    den = sum((x - mx) ** 2 for x in range(n))
+    residual = sum((y - (my + fitted * (x - mx))) ** 2 for x, y in enumerate(ys))
+    scale = max(abs(y) for y in ys) or 1.0
+    if residual <= (1e-12 * scale) ** 2 * n:  # on a line, to rounding
+        return math.inf if fitted > 0 else (0.0 if fitted == 0 else -math.inf)
+    return fitted / math.sqrt(residual / (n - 2) / den)
+
+
 def _growth(key: str, series: list[float], first: float | None, *, per_step: bool) -> dict[str, Any]:
     if not series or first is None:
         return {f"{key}_suspect": False} if key == "main" else {}
@@ -244,12 +269,15 @@ def _growth(key: str, series: list[float], first: float | None, *, per_step: boo
     rises = [b > a for a, b in zip([first, *series], series, strict=False)]
     rising = 100.0 * sum(rises) / len(rises)
     steady = per_step and fitted is not None and fitted > LEAK_SLOPE_BYTES and rising > LEAK_RISING_PCT
-    large = first > 0 and growth > max(LEAK_GROWTH_PCT / 100 * first, LEAK_SLOPE_BYTES)
+    trend = trend_t(series)
+    large = (first > 0 and growth > max(LEAK_GROWTH_PCT / 100 * first, LEAK_SLOPE_BYTES)
+             and (trend is None or trend >= LEAK_TREND_T))  # fmt: skip
     return {
         f"{key}_start_bytes": first,
         f"{key}_end_bytes": series[-1],
         f"{key}_growth_bytes": growth,
         f"{key}_growth_pct": 100.0 * growth / first if first else None,
+        f"{key}_trend_t": trend,
         f"{key}_slope_per_step_bytes" if per_step else f"{key}_slope_per_point_bytes": fitted,
         f"{key}_rising_pct": rising,
         f"{key}_suspect": bool(steady or large),
