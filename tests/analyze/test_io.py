@@ -1010,7 +1010,7 @@ def test_small_files_read_at_memory_speed_are_to_pack_and_those_read_from_storag
         300, 100.0, 1000.0)  # fmt: skip
     assert rec is not None and rec.action == PACK_CACHED_FILES.format(limit="2 MiB")
     assert rec.evidence[0].endswith(
-        "; 100% of their reads of up to 64 KiB in the measured iterations took the time of "
+        "; 100% of their reads of up to 64 KiB in the run took the time of "
         "a copy from memory (median 1.00 us): the page cache served them (io.small_files)"
     )
     with _timed_reads(tmp_path / "storage.duckdb", 60_000) as store:
@@ -1018,7 +1018,7 @@ def test_small_files_read_at_memory_speed_are_to_pack_and_those_read_from_storag
         rec = _fired(store, "small_files")
     assert facts["small_reads_cached_pct"] == 0.0
     assert rec is not None and rec.action == STAGE_SMALL_FILES.format(limit="2 MiB")
-    assert rec.evidence[0].endswith("; 100% of their reads of up to 64 KiB in the measured iterations took longer "
+    assert rec.evidence[0].endswith("; 100% of their reads of up to 64 KiB in the run took longer "
                                     "than a copy from memory (median 60.0 us): read from storage, not the page cache "
                                     "(io.small_files)")  # fmt: skip
     # a 4 KiB read of 6 us is the limit of a copy from memory; too few reads say nothing of where the files lie

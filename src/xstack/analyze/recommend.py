@@ -509,7 +509,9 @@ def small_files(results: Results) -> Recommendation | None:
         line += f"; {which} of those the loop reads lie in /dev/shm, in memory"
         advice = PACK_STAGED_FILES
     elif reading and (cached := _num(r.facts, "small_reads_cached_pct")) is not None:
-        timed = "of their reads of up to 64 KiB in the measured iterations took"
+        timed = (
+            f"of their reads of up to 64 KiB {'in the measured iterations' if _steps(results) else 'in the run'} took"
+        )
         median_read = f"(median {format_ns(_num(r.facts, 'small_read_median_ns') or 0)})"
         if cached >= 100 * STAGED_SHARE:
             line += f"; {cached:.0f}% {timed} the time of a copy from memory {median_read}: the page cache served them"
