@@ -948,7 +948,7 @@ def test_a_live_run_s_changes_are_judged_against_its_own_iteration_spread(tmp_pa
     assert d.summary.labels == [
         "noise: each item's low-side spread (median - p5) over A's and B's 10 measured iterations each (per step: "
         "an item's time per call); a change within it still counts where the two medians' notches (1.58 IQR / "
-        "sqrt(n)) do not overlap"
+        "sqrt(n)) do not overlap (the mean step's: its 95% intervals, 1.96 standard errors)"
     ]
     # the same run against itself: no change, and the spread still shown
     same = diff_profiles(a, a)

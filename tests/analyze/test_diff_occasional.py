@@ -63,3 +63,26 @@ def test_live_runs_compare_the_mean_of_their_steps_which_occasional_work_moves(t
     even = _steps_store(tmp_path / "even.duckdb", [50.0, *usual])  # no long iteration on either side: no label
     assert not any(lb.startswith("iterations far longer") for lb in diff_profiles(even, even).summary.labels)
     assert diff_profiles(even, merged).summary.facts["long_b_ns"] is None  # a merged run: not looked for
+
+
+def test_a_mean_step_whose_change_the_spread_of_alternating_steps_hides_is_judged_by_its_interval(
+    tmp_path: Path,
+) -> None:
+    """A DataLoader whose steps alternate between a long wait for a batch and short ones spreads below its median by
+    nearly all of it: its mean step went from 9.6 ms to 3.3 ms over 100 steps each, and the mean row said
+    "unchanged" against that spread. The means' 95% intervals (1.96 standard errors each) tell it; two runs of the
+    same alternating steps stay unchanged."""
+    import random
+
+    def alternating(seed: int) -> list[float]:
+        jitter = random.Random(seed)
+        return [(15.0 if k % 2 else 0.2) + jitter.uniform(0.0, 0.4) for k in range(100)]
+
+    waits = _steps_store(tmp_path / "a.duckdb", [50.0, *alternating(1)])
+    even = _steps_store(tmp_path / "b.duckdb", [50.0, *(3.3 + 0.01 * (k % 5) for k in range(100))])
+    diff = diff_profiles(waits, even).summary
+    row = next(r for r in diff.rows if r[0] == "step mean (every measured step)")
+    assert row[7] > abs(row[5]), row  # the change is within the spread of the medians: the interval tells it
+    assert diff.facts["mean_step_status"] == "faster", diff.facts
+    again = _steps_store(tmp_path / "again.duckdb", [50.0, *alternating(2)])
+    assert diff_profiles(waits, again).summary.facts["mean_step_status"] == "unchanged"

@@ -30,6 +30,7 @@ steps than the diff's ``min_iterations`` is judged by the floors alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,9 @@ class Timing:
     iqr_ns: float | None = None
     """The interquartile range of the per-step values over the ``n`` measured steps, in a run that is not merged
     (a merged run's spans carry their own statistics, without it); None where not known."""
+    sem_ns: float | None = None
+    """Where ``value_ns`` is the mean of the ``n`` measured steps: its standard error (their sample standard deviation
+    over the square root of ``n``), which judges the mean as the notches judge a median; None otherwise."""
 
     @property
     def own_ns(self) -> float:
@@ -412,13 +416,14 @@ def _replayed_kernels(store: Store, run_id: int) -> tuple[dict[str, Timing], int
 def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None, Timing | None]:
     """The measured steps (past the warm-up), their median, with the steps' own statistics (a merged run) or the
     5th percentile of the measured steps, and their mean, with the low-side spread of the median (``p5_ns`` the
-    mean less it, as the step latency is judged; None with fewer than two steps); (0, None, None) without any."""
+    mean less it, as the step latency is judged; None with fewer than two steps) and its standard error; (0, None,
+    None) without any."""
     row = store.con.execute(
         f"""SELECT count(*), quantile_cont(dur_ns, 0.5),
             CASE WHEN count(p5_ns) = count(*) THEN quantile_cont(p5_ns, 0.5) ELSE quantile_cont(dur_ns, 0.05) END,
             CASE WHEN count(p5_ns) = count(*) THEN min(n) ELSE count(*) END,
             CASE WHEN count(p5_ns) = 0 THEN quantile_cont(dur_ns, 0.75) - quantile_cont(dur_ns, 0.25) END,
-            avg(dur_ns)
+            avg(dur_ns), stddev_samp(dur_ns)
         FROM ({_steps(warmup)}) WHERE measured""",
         {"run": run_id},
     ).fetchone()
@@ -426,7 +431,12 @@ def _step(store: Store, run_id: int, warmup: int) -> tuple[int, Timing | None, T
         return 0, None, None
     n, median, p5 = int(row[0]), float(row[1]), _float(row[2])
     step = Timing(median, p5, _int(row[3]), n, iqr_ns=_float(row[4]))
-    mean = Timing(float(row[5]), None if p5 is None else float(row[5]) - (median - p5), n, n) if n > 1 else None
+    sem = None if row[6] is None else float(row[6]) / math.sqrt(n)
+    mean = (
+        Timing(float(row[5]), None if p5 is None else float(row[5]) - (median - p5), n, n, sem_ns=sem)
+        if n > 1
+        else None
+    )
     return n, step, mean
 
 

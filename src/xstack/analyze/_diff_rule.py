@@ -22,6 +22,9 @@ NOTCH: Final = 1.58
 the samples (McGill, Tukey and Larsen, 1978)."""
 NOTCH_MIN_ITERATIONS: Final = 10
 """The fewest measured iterations of each side for their notches to judge a change the spreads did not."""
+MEAN_Z: Final = 1.96
+"""A mean's half-width of about 95% confidence is this times its standard error: how two runs' mean steps are judged
+where the spread of their medians hides their change (``Rule._means``)."""
 HOST_LEVELS = ("layer", "op")
 """Levels timed on the host clock: where a run's host times are inflated by counter replay, their matched items
 get no verdict (kernel times, measured on the device, keep theirs)."""
@@ -30,7 +33,7 @@ get no verdict (kernel times, measured on the device, keep theirs)."""
 @dataclass(frozen=True)
 class Rule:
     """When a difference counts: both floors, and the spread where both sides have statistics (or, where the spread
-    hides it, the medians' notches: ``_notches``)."""
+    hides it, the medians' notches, ``_notches``, or two mean steps' intervals, ``_means``)."""
 
     threshold: float = 0.05
     """Relative floor: a fraction of A's time."""
@@ -59,9 +62,22 @@ class Rule:
             # iterations that alternate (a long wait for a batch, then short ones) spread far below the median; the
             # medians still differ where their notches do not overlap (median +- 1.58 IQR / sqrt(n), McGill et al.)
             notches = self._notches(a, b)
+            if notches is None:
+                notches = self._means(a, b)
             if notches is None or abs(delta) <= notches:
                 return "unchanged", noise
         return ("slower" if delta > 0 else "faster"), noise
+
+    def _means(self, a: Timing, b: Timing) -> float | None:
+        """Where both sides are means of their measured steps: their 95% half-widths added (``MEAN_Z`` standard errors
+        each), beyond which the means differ; None where a side lacks its standard error or enough iterations. A
+        DataLoader whose steps alternate between a long wait and short ones (a median of 8 ms, a 5th percentile of
+        0.2 ms) spreads below its median by nearly all of it, and a mean step that went from 9.6 ms to 3.3 ms over 100
+        steps each was judged unchanged against that spread."""
+        sides = [(t.sem_ns, t.n) for t in (a, b)]
+        if any(sem is None or n is None or n < max(self.min_iterations, NOTCH_MIN_ITERATIONS) for sem, n in sides):
+            return None
+        return sum(MEAN_Z * float(sem or 0) for sem, _ in sides)
 
     def _notches(self, a: Timing, b: Timing) -> float | None:
         """The half-widths of both sides' median notches added (1.58 IQR / sqrt(n) each): medians further apart
@@ -81,7 +97,8 @@ TIMES = [
         "noise",
         "ns",
         "the combined low-side spread (median - p5) of the two runs' iterations that the change "
-        "had to exceed, unless the medians' notches (1.58 IQR / sqrt(n) each) do not overlap (-: judged by the "
+        "had to exceed, unless the medians' notches (1.58 IQR / sqrt(n) each; a mean step's 95% intervals, 1.96 "
+        "standard errors each) do not overlap (-: judged by the "
         "floors only)",
     ),
 ]

@@ -398,5 +398,6 @@ def _spread_label(a: Side, b: Side) -> str | None:
     over = f"A's and B's {src_a} each" if src_a == src_b else f"A's {src_a} and B's {src_b}"
     return (
         f"noise: each item's low-side spread (median - p5) over {over} (per step: an item's time per call); a "
-        "change within it still counts where the two medians' notches (1.58 IQR / sqrt(n)) do not overlap"
+        "change within it still counts where the two medians' notches (1.58 IQR / sqrt(n)) do not overlap (the mean "
+        "step's: its 95% intervals, 1.96 standard errors)"
     )
