@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xstack.analyze._recommend_common import Results
+from xstack.analyze._recommend_common import Results, loop_waits_for_data
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._system_syscalls import WAIT_MEANING
@@ -22,6 +22,8 @@ GPU_THROTTLE_PCT = 10.0
 """Share of samples with a thermal or power throttle reason above which throttling costs throughput."""
 WAIT_SHARE_PCT = 30.0
 """Share of a stage's time blocked in wait syscalls above which it is worth a look..."""
+LOADER_STAGES = ("dataloader.next", "dataloader.iter")
+"""The model stages in which the loop waits for a DataLoader's batches, or starts its workers."""
 WAIT_MIN_STEP_PCT = 5.0
 """...provided those waits make at least this share of the step (a stage of 40 us in a 2 ms step is not)."""
 SYNC_ALLOC_LAYER_PCT = 20.0
@@ -112,7 +114,10 @@ def stage_blocked_in_waits(results: Results) -> Recommendation | None:
     weighed by the stage's duration without the tracer, are a noticeable part of the step (layers are left out:
     their waits are mostly the framework's own thread pools joining, which strace slows further). Silent where
     no profile without the tracer gives those durations (a run traced throughout): the tracer slows the threads
-    and processes waited on, so the waits it measures are longer than the program's."""
+    and processes waited on, so the waits it measures are longer than the program's. The DataLoader's stages
+    (``dataloader.next``, ``dataloader.iter``) are left out where the loop is input-bound (``loop_waits_for_data``):
+    the input-bound finding weighs those waits against what the workers do, and this rule's generic advice on them
+    (raise num_workers) contradicted its own where the workers already matched the CPUs."""
     s = _get(results, "system.syscalls")
     if s is None or not s.rows:
         return None
@@ -121,6 +126,8 @@ def stage_blocked_in_waits(results: Results) -> Recommendation | None:
     if step is None or not step["span per step"]:
         return None
     rows = [r for r in records if r["kind"] == "stage" and (r["wait share"] or 0) > WAIT_SHARE_PCT and _felt(r, step)]
+    if loop_waits_for_data(results) is not None:  # the input-bound finding says what the loop waits for, and why
+        rows = [r for r in rows if not str(r["where"]).startswith(LOADER_STAGES)]
     if not rows:
         return None
     worst = max(rows, key=lambda r: (r["est. wait per step"], r["wait"]))
