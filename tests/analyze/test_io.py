@@ -981,13 +981,16 @@ def test_small_files_the_program_staged_in_dev_shm_are_to_pack_not_to_stage_agai
     assert "in the measured iterations took the time of a copy from memory (median " in rec.evidence[0]
 
 
-def _timed_reads(path: Path, read_ns: int | list[int], files: int = 300) -> Store:
+def _timed_reads(path: Path, read_ns: int | list[int], files: int = 300, *, region_ns: int | None = None) -> Store:
     """A run without iterations whose worker reads ``files`` small files of 4 KiB once each, ``read_ns`` a read (a
-    list: a pass over them each, each read of that pass that long)."""
+    list: a pass over them each, each read of that pass that long); ``region_ns``: the main process's profiled
+    region lasts that long, from 0 (the run's wall time)."""
     passes = read_ns if isinstance(read_ns, list) else [read_ns]
     with Store.create(path) as store:
-        store.add_run(RunInfo(1, "reads", levels=["io"], config={"pid": MAIN}))
+        store.add_run(RunInfo(1, "reads", levels=["model", "io"] if region_ns else ["io"], config={"pid": MAIN}))
         sink = Sink(store, 1)
+        if region_ns:
+            sink.span(10**7, None, "model", "region", 0, region_ns, MAIN, MAIN, {A.MODEL_KIND: "region"})
         ids = iter(range(1, 10**6))
         for at, ns in ((100_000 * (k + files * p), ns) for p, ns in enumerate(passes) for k in range(files)):
             name = f"/d/{at // 100_000 % files}.bin"
@@ -1029,6 +1032,28 @@ def test_small_files_read_at_memory_speed_are_to_pack_and_those_read_from_storag
         rec = _fired(store, "small_files")
     assert (facts["small_reads_timed"], facts["small_reads_cached_pct"]) == (199, None)
     assert rec is not None and rec.action == STAGE_SMALL_FILES.format(limit="2 MiB")
+
+
+def test_small_files_in_a_run_without_iterations_are_weighed_against_its_wall_time(tmp_path: Path) -> None:
+    """A run without iterations (a preprocessing script) whose data files are all small was rated by the share of its
+    I/O operations alone: high wherever every file was small, with its I/O a sliver of the run. Its time at stake is
+    now weighed against the run's wall time, as a loop's is against its step."""
+    # 300 files read from storage (60 us a read, and 10 ns of metadata time): 18.0 ms at stake, in a 30 ms run
+    with _timed_reads(tmp_path / "short.duckdb", 60_000, region_ns=30_000_000) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and rec.impact_per == "run" and rec.impact_ns == 300 * 60_010 and rec.severity == "high"
+    # the same files in a run of 10 s: 0.2% of it
+    with _timed_reads(tmp_path / "long.duckdb", 60_000, region_ns=10_000_000_000) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and rec.severity == "low", rec
+    assert rec.evidence[-1] == (
+        "but that is 0.2% of the run's wall time (18.0 ms of 10.0 s; threshold 1%): even gone, it would barely "
+        "shorten the run (model.stages)"
+    )
+    # in a run of 1 s: 1.8% of it, no more severe than that share
+    with _timed_reads(tmp_path / "second.duckdb", 60_000, region_ns=1_000_000_000) as store:
+        rec = _fired(store, "small_files")
+    assert rec is not None and rec.severity == "low" and "of the run's wall time" not in rec.evidence[-1], rec
 
 
 def test_small_files_read_from_storage_once_then_from_the_page_cache_are_said_to_be(tmp_path: Path) -> None:

@@ -90,13 +90,32 @@ def mean_step(results: Results) -> float | None:
     return total / steps if steps and total else None
 
 
+def run_wall(results: Results) -> float | None:
+    """The run's wall time (ns, ``model.stages``' ``wall_ns``), against which a time at stake per run is weighed;
+    None where not known (a Darshan log)."""
+    s = get(results, "model.stages")
+    return (num(s.facts, "wall_ns") or None) if s is not None else None
+
+
+def stake_share(results: Results, impact_ns: int | None, per: ImpactPer) -> float | None:
+    """A finding's time at stake as a share (%) of what it is at stake in: the mean measured step for a time per
+    iteration, the run's wall time for a time per run (a preprocessing script, a run without iterations); None
+    where either is unknown."""
+    whole = mean_step(results) if per == "iteration" else run_wall(results)
+    return None if impact_ns is None or not whole else 100.0 * impact_ns / whole
+
+
 def small_stake(results: Results, impact_ns: int | None, per: ImpactPer) -> str | None:
-    """Where a finding's time at stake per iteration (``impact_ns``) is under ``SMALL_STAKE_PCT`` of the mean
-    measured step (``model.stages``: a merged run's step, else the measured steps' mean): the evidence line that
-    says so; else None (no steps, no time at stake)."""
-    step = mean_step(results)
-    if step is None or impact_ns is None or per != "iteration" or 100.0 * impact_ns / step >= SMALL_STAKE_PCT:
+    """Where a finding's time at stake (``impact_ns``) is under ``SMALL_STAKE_PCT`` of the mean measured step
+    (``model.stages``: a merged run's step, else the measured steps' mean), or, for a time per run, of the run's
+    wall time: the evidence line that says so; else None (no steps nor wall time, no time at stake)."""
+    share = stake_share(results, impact_ns, per)
+    if share is None or impact_ns is None or share >= SMALL_STAKE_PCT:
         return None
-    return (f"but that is {100.0 * impact_ns / step:.1f}% of the step ({format_ns(impact_ns)} of {format_ns(step)} "
+    if per == "run":
+        return (f"but that is {share:.1f}% of the run's wall time ({format_ns(impact_ns)} of "
+                f"{format_ns(run_wall(results) or 0)}; threshold {SMALL_STAKE_PCT:g}%): even gone, it would barely "
+                "shorten the run (model.stages)")  # fmt: skip
+    return (f"but that is {share:.1f}% of the step ({format_ns(impact_ns)} of {format_ns(mean_step(results) or 0)} "
             f"per iteration; threshold {SMALL_STAKE_PCT:g}%): even gone, it would barely shorten the step "
             "(model.stages)")  # fmt: skip

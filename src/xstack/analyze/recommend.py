@@ -22,6 +22,7 @@ from xstack.analyze._recommend_common import (
     loop_waits_for_data,
     mean_step,
     small_stake,
+    stake_share,
 )
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
@@ -500,8 +501,8 @@ def small_files(results: Results) -> Recommendation | None:
     if saves and not reading:
         title = "Small checkpoint files written in the loop: each save creates, writes and closes a file"
     severity = _severity(ops / 2)
-    if impact and per == "iteration" and (mean := mean_step(results)):  # no more severe than the step's share
-        severity = max(severity, _severity(100.0 * impact / mean), key=_ORDER.__getitem__)
+    if (felt := stake_share(results, impact, per)) is not None:  # no more severe than the step's (run's) share
+        severity = max(severity, _severity(felt), key=_ORDER.__getitem__)
     read, in_memory = int(_num(r.facts, "small_read_loop") or 0), int(_num(r.facts, "small_read_in_memory") or 0)
     advice = STAGE_SMALL_FILES
     if reading and read > 0 and in_memory >= read * STAGED_SHARE:  # on the fast tier already
