@@ -212,6 +212,8 @@ def test_input_bound_splits_each_step_into_wait_and_compute_and_places_the_io(lo
     # the pipe read (90 ns) is the wait itself, not storage I/O: left out everywhere
     assert (f["io_ns"], f["main_io_ns"], f["worker_io_ns"], f["workers"]) == (770, 170, 600, 2)
     assert (f["main_io_wait_ns"], f["main_io_compute_ns"], f["worker_io_per_iteration_ns"]) == (100, 70, 200.0)
+    # each worker call counted at most the 99th percentile of theirs (100, 100, 100 and 300 ns: 294 ns)
+    assert f["worker_io_capped_per_iteration_ns"] == pytest.approx((150 + 150 + 294) / 3)
     assert (f["read_time_ns"], f["write_time_ns"], f["meta_time_ns"]) == (750, 0, 20)  # the open is metadata
     assert r.chart is not None and r.chart.y == ("wait", "compute") and not r.labels
     assert _one(loop, "io.input_bound", threshold_pct=30.0).facts["input_bound"] is False  # above, not at
