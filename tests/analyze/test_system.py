@@ -229,6 +229,40 @@ def test_an_rss_that_swings_within_each_step_is_no_growth_for_ending_on_a_high(t
     assert rec is not None and rec.evidence[0].startswith("the main process's resident memory grew by "), rec
 
 
+def _sawtooth_store(path: Path, *, kept_per_epoch: float) -> Store:
+    """3 epochs of 40 steps whose main process's RSS grows by 1.5 MiB a step from 360 MiB through each epoch and is
+    given back at its end (a training loop's heap, an evaluation and a checkpoint between epochs), plus
+    ``kept_per_epoch`` kept at each epoch's end."""
+    n = 120
+    with Store.create(path) as store:
+        store.add_run(RunInfo(1, "sawtooth", levels=["model", "system"], config=run_config()))
+        sink = Sink(store, 1)
+        steps(sink, n + 1, STEP_NS)
+        for i in range((n + 1) * STEP_NS // 10_000_000 + 1):
+            k = max(i * 10_000_000 - 1, 0) // STEP_NS  # the step a sample at a step's end closes
+            epoch, within = divmod(max(k - 1, 0), 40)
+            rss = 360 * MIB + 1.5 * MIB * within + kept_per_epoch * epoch
+            sink.counter(A.PROC_RSS_BYTES, i * 10_000_000, rss, pid=MAIN)
+        sink.close()
+    return Store.open(path)
+
+
+def test_a_heap_given_back_at_each_epoch_s_end_is_no_leak_for_ending_on_a_high(tmp_path: Path) -> None:
+    """A training loop's RSS rose from 360 to 420 MiB through each of its 3 epochs and fell back between them: it ended
+    on the last epoch's high, 16% above its start, with a significant trend, and was reported as a leak; its floor,
+    the lowest reading of its last third, is that of its first."""
+    with _sawtooth_store(tmp_path / "saw.duckdb", kept_per_epoch=0.0) as store:
+        f = _one(store, "system.memory").facts
+        assert _fired(store, "host_memory_growth") is None
+    assert f["main_growth_pct"] > 10.0 and f["main_trend_t"] >= 3.0 and f["main_floor_growth_bytes"] == 0, f
+    assert f["main_suspect"] is False
+    # 40 MiB kept at each epoch's end: the floor rises with them
+    with _sawtooth_store(tmp_path / "kept.duckdb", kept_per_epoch=40 * MIB) as store:
+        f = _one(store, "system.memory").facts
+        assert _fired(store, "host_memory_growth") is not None
+    assert f["main_floor_growth_bytes"] == 80 * MIB and f["main_suspect"] is True, f
+
+
 def _stepless_store(path: Path, *, loop_rss_per_call: float) -> Store:
     """A run without step spans: the RSS grows from 20 MiB to 300 MiB in a 200 ms start-up (importing torch,
     building the model), then ten calls of ``Net`` 20 ms apart, each adding ``loop_rss_per_call``."""

@@ -43,6 +43,13 @@ standard errors. A process whose RSS swings with each iteration's allocations (a
 from the system and gives it back) is read at another moment of that swing at each step's end, and its first and
 last readings alone can differ by the swing with no growth at all."""
 
+FLOOR_PARTS: Final = 3
+"""...and when the memory is not given back: the lowest reading of the last third of them is above the lowest of the
+first third, by enough that the growth it stands for over the whole run (times 3/2, as a steady leak's floor rises
+by 2/3 of it between the two thirds) passes the same threshold. A loop whose heap grows through each epoch and is
+given back at its end (a sawtooth of 360 to 420 MiB, three times over) ends on a high with a significant trend, and
+is no leak."""
+
 _AT = f"""
 WITH t AS (SELECT unnest($ts) AS ts, unnest($k) AS k),
 c AS (SELECT pid, device, name, ts_ns, value FROM counters WHERE run_id = $run
@@ -76,31 +83,31 @@ COLUMNS = [
 
 
 def memory_growth(store: Store, run_id: int) -> Result:
-    """Resident memory (bytes) of the main process and its workers at the end of each measured step, the
-    machine's memory, and the growth: least-squares slope (bytes per step), total growth over the measured
-    steps, and a leak suspicion flag.
+    """Resident memory (bytes) of the main process and its workers at the end of each measured step, the machine's
+    memory, and the growth: least-squares slope (bytes per step), total growth over the measured steps, and a leak
+    suspicion flag.
 
     Notes: from the system level's sampler: each series' last sample at or before the step's end (``VmRSS``,
-    ``MemAvailable``), which the sampler reads at its full samples (every 50 ms at the default interval); the
-    workers counted at a point are those the last full sample before it found; the child processes with a role
-    (``config.system.process_roles``: a program started by exec, a helper of multiprocessing) are not workers,
-    and their RSS is summed apart (``others RSS``). The workers' growth counts only what they grew while alive:
-    where the workers change between two points (a DataLoader without persistent workers starts new ones at each
-    epoch), that step is left out, since a new worker's RSS starts with the pages it shares with the process it
-    was forked from. The slope is fitted over the
-    measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the first
-    measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per
-    step and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start
-    (and 1 MiB) and the readings' fitted slope is at least 3 standard errors (an RSS that swings within each
-    iteration, read at another moment of the swing at each step's end, can start on a low and end on a high with no
-    trend between). RSS counts pages the process touched, whatever holds them: Python objects, tensors, the
-    allocator's caches, memory-mapped files; it cannot tell a leak from a cache still filling, only that memory
-    kept growing. Without step spans, the time from the second call of the run's first model stage called more
-    than once (its loop's second iteration: the imports, the model's building and the first iteration, which
-    fill the allocators and the optimizer's state, left out) to the run's end is cut into 50 points (the whole
+    ``MemAvailable``), which the sampler reads at its full samples (every 50 ms at the default interval); the workers
+    counted at a point are those the last full sample before it found; the child processes with a role
+    (``config.system.process_roles``: a program started by exec, a helper of multiprocessing) are not workers, and their
+    RSS is summed apart (``others RSS``). The workers' growth counts only what they grew while alive: where the workers
+    change between two points (a DataLoader without persistent workers starts new ones at each epoch), that step is left
+    out, since a new worker's RSS starts with the pages it shares with the process it was forked from. The slope is
+    fitted over the measured steps' ends (warm-up left out, when allocators and caches fill); the growth runs from the
+    first measured step's start to the last one's end. Growth is suspicious when it is steady, more than 1 MiB per step
+    and rising in more than 80% of the steps, or when it exceeds 10% of the resident memory at the start (and 1 MiB),
+    the readings' fitted slope is at least 3 standard errors (an RSS that swings within each iteration, read at another
+    moment of the swing at each step's end, can start on a low and end on a high with no trend between), and their floor
+    rose: the lowest of the last third above the lowest of the first by 2/3 of that threshold (a heap grown through each
+    epoch and given back at its end ends on a high, with a trend). RSS counts pages the process touched, whatever holds
+    them: Python objects, tensors, the allocator's caches, memory-mapped files; it cannot tell a leak from a cache still
+    filling, only that memory kept growing. Without step spans, the time from the second call of the run's first model
+    stage called more than once (its loop's second iteration: the imports, the model's building and the first iteration,
+    which fill the allocators and the optimizer's state, left out) to the run's end is cut into 50 points (the whole
     run's sampled time where no stage was called twice), and the growth runs over them. With fewer than five full
-    samples inside the measured steps, the readings are listed but no growth is computed (every step's end
-    would read the same few samples, and growth would read as zero).
+    samples inside the measured steps, the readings are listed but no growth is computed (every step's end would read
+    the same few samples, and growth would read as zero).
     """
     runs = system_runs(store, run_id)
     run = runs.counters
@@ -270,14 +277,19 @@ def _growth(key: str, series: list[float], first: float | None, *, per_step: boo
     rising = 100.0 * sum(rises) / len(rises)
     steady = per_step and fitted is not None and fitted > LEAK_SLOPE_BYTES and rising > LEAK_RISING_PCT
     trend = trend_t(series)
-    large = (first > 0 and growth > max(LEAK_GROWTH_PCT / 100 * first, LEAK_SLOPE_BYTES)
-             and (trend is None or trend >= LEAK_TREND_T))  # fmt: skip
+    readings = [first, *series]
+    part = max(1, len(readings) // FLOOR_PARTS)
+    floor = min(readings[-part:]) - min(readings[:part])
+    threshold = max(LEAK_GROWTH_PCT / 100 * first, LEAK_SLOPE_BYTES)
+    large = (first > 0 and growth > threshold and (trend is None or trend >= LEAK_TREND_T)
+             and floor * FLOOR_PARTS / (FLOOR_PARTS - 1) > threshold)  # fmt: skip
     return {
         f"{key}_start_bytes": first,
         f"{key}_end_bytes": series[-1],
         f"{key}_growth_bytes": growth,
         f"{key}_growth_pct": 100.0 * growth / first if first else None,
         f"{key}_trend_t": trend,
+        f"{key}_floor_growth_bytes": floor,
         f"{key}_slope_per_step_bytes" if per_step else f"{key}_slope_per_point_bytes": fitted,
         f"{key}_rising_pct": rising,
         f"{key}_suspect": bool(steady or large),
