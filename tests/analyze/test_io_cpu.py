@@ -444,3 +444,15 @@ def test_calls_switched_out_for_a_cpu_do_not_make_reading_what_the_loop_waits_fo
     assert "building the items is" not in cheaper(_loop_facts(**short | {"worker_run_delay_pct": 10.0}))
     # the capped figure unknown (a store read before it was counted): the time as it was
     assert _reading_share(short | {"worker_io_capped_per_iteration_ns": None}, main=False) is None
+
+
+def test_workers_that_read_no_file_are_not_said_to_have_read_0_ns_of_them() -> None:
+    """A dataset that built its items from memory (a tokenizer run on strings it held): "the workers' file I/O (0 ns
+    per iteration, against 1.95 ms of waiting) is not what the loop waits for"."""
+    from xstack.analyze._recommend_input import cheaper
+
+    how = cheaper(_loop_facts(worker_io_per_iteration_ns=0))
+    assert how.startswith("make each batch cheaper to build: the workers did no file I/O in the measured iterations "
+                          "(against 90.0 ms of waiting): building the items is what the loop waits for (the "
+                          "dataset's __getitem__"), how  # fmt: skip
+    assert "0 ns" not in how

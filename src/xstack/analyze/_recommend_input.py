@@ -379,6 +379,10 @@ def cheaper(results: Results, *, iterable: bool = False, batched: bool = False, 
                     f"for, {mapped}: where the files are larger than the free memory, those are reads from disk, page "
                     f"by page as the items touch them ({together}); otherwise building the items "
                     f"is what it waits for {building}")  # fmt: skip
+        if not worker_io and not _mapped(facts):  # no file read at all: the items come from memory
+            return (f"make each batch cheaper to build: the workers did no file I/O in the measured iterations "
+                    f"(against {format_ns(wait)} of waiting): building the items is what the loop waits for "
+                    f"{building}")  # fmt: skip
         return (f"make each batch cheaper to build: the workers' file I/O {against} is not what the loop waits for, "
                 f"building the items is {building}")  # fmt: skip
     return (
