@@ -435,13 +435,20 @@ def test_calls_switched_out_for_a_cpu_do_not_make_reading_what_the_loop_waits_fo
     from xstack.analyze._recommend_input import CAPPED_NOTE, _reading_share, cheaper
 
     short = {"mean_wait_ns": 5_510_000, "worker_io_per_iteration_ns": 1_580_000,
-             "worker_io_capped_per_iteration_ns": 243_000, "worker_run_delay_pct": 45.0}  # fmt: skip
+             "worker_io_capped_per_iteration_ns": 243_000, "worker_run_delay_ns": 45 * 10**7,
+             "worker_cpu_ns": 60 * 10**7}  # waiting for a CPU 43% of the time they were ready to run  # fmt: skip
     assert _reading_share(short, main=False) == (243_000, 5_510_000)
     how = cheaper(_loop_facts(**short))
     assert f"the workers' file I/O (243 us per iteration{CAPPED_NOTE}, against 5.51 ms of waiting)" in how, how
-    # workers that had their CPUs: each call's time as it was, the reading share 29%, above the 25% threshold
-    assert _reading_share(short | {"worker_run_delay_pct": 10.0}, main=False) is None
-    assert "building the items is" not in cheaper(_loop_facts(**short | {"worker_run_delay_pct": 10.0}))
+    # workers that had their CPUs (waiting 9% of the time they were ready to run): each call's time as it was, the
+    # reading share 29%, above the 25% threshold
+    had = short | {"worker_run_delay_ns": 6 * 10**7}
+    assert _reading_share(had, main=False) is None
+    assert "building the items is" not in cheaper(_loop_facts(**had))
+    # 8 persistent workers on 2 CPUs: 10% of their lives waiting for a CPU, most of them idle with batches read ahead,
+    # but 61% of the time they were ready to run: their calls' time was 7 times its capped figure
+    idle = short | {"worker_run_delay_ns": 10**9, "worker_cpu_ns": 64 * 10**7, "worker_lived_ns": 10**10}
+    assert _reading_share(idle, main=False) == (243_000, 5_510_000)
     # the capped figure unknown (a store read before it was counted): the time as it was
     assert _reading_share(short | {"worker_io_capped_per_iteration_ns": None}, main=False) is None
 
