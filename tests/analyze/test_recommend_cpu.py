@@ -13,6 +13,7 @@ import pytest
 from tests.analyze.system_store import Load, cpu_store
 from xstack.analyze.pipeline import Recommendation, run_analyses
 from xstack.analyze.recommend import RULES
+from xstack.analyze.result import Result
 from xstack.trace.store import Store
 
 BUSY = Load(main_cpu=0.9)
@@ -238,3 +239,19 @@ def test_the_cpu_rules_stay_silent_on_counters_taken_under_the_tracer(tmp_path: 
         assert RULES[rule](results) is None, rule
     with cpu_store(tmp_path / "idle.duckdb", syscalls=True, workers=3, load=IDLE) as store:
         assert _fired(store, "cpus_taken_by_others") is None  # strace is one of the other processes
+
+
+def test_a_loop_input_bound_in_its_io_pass_keeps_its_workers(tmp_path: Path) -> None:
+    """A merged profile's step holds the medians of its pass's stages, which smooth the DataLoader's waits: the io
+    pass's own steps waited 14.9% of their time (input-bound), the merged step under 10%, and the rule on more workers
+    than CPUs told to lower num_workers to 1 beside the input-bound finding that said the 2 workers matched the 2
+    CPUs. The io pass's verdict counts as the loop waiting for its data."""
+    with cpu_store(tmp_path / "busy.duckdb", workers=2, load=BUSY) as store:
+        results = {r.id: r for r in run_analyses(store, None, ["system.cpu", "model.stages"])}
+    assert RULES["workers_exceed_cores"](results) is not None  # the merged step's waits alone: under the threshold
+    results["io.input_bound"] = Result("io.input_bound", "", facts={"input_bound": True, "wait_share_pct": 14.9})
+    assert RULES["workers_exceed_cores"](results) is None
+    rec = RULES["thread_oversubscription"](results)
+    assert rec is not None and rec.severity == "medium" and rec.sources == ["system.cpu", "io.input_bound"]
+    assert rec.evidence[1].startswith("the loop waits for the workers' batches (15% of its steps)")
+    assert rec.evidence[1].endswith("(io.input_bound)")

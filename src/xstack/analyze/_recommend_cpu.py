@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xstack.analyze._recommend_common import Results, loop_waits_for_data
+from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, loop_waits_for_data
 from xstack.analyze._recommend_common import get as _get
 from xstack.analyze._recommend_common import num as _num
 from xstack.analyze._recommend_system import _severity
@@ -194,7 +194,7 @@ def thread_oversubscription(results: Results) -> Recommendation | None:
     if stalled:
         evidence.append(f"the loop waits for the workers' batches ({waiting:.0f}% of its steps): they keep the CPUs "
                         "busy, so each operator torch splits across its intra-op threads in the main process waits "
-                        "for a thread of its own that they hold the CPU from (model.stages)")  # fmt: skip
+                        f"for a thread of its own that they hold the CPU from ({_waits_source(results)})")  # fmt: skip
     if switched:
         more, todo = _main_threads(c.facts, usable, share)
         evidence += more
@@ -208,8 +208,17 @@ def thread_oversubscription(results: Results) -> Recommendation | None:
     severity: Severity = "medium" if switched or stalled else "low"
     return Recommendation(
         "thread_oversubscription", "Threads oversubscribe the CPUs", severity, evidence,
-        [c.id], "Give each process its share of the CPUs: " + "; ".join(dict.fromkeys(actions)) + ".",
+        [c.id, _waits_source(results)] if stalled else [c.id],
+        "Give each process its share of the CPUs: " + "; ".join(dict.fromkeys(actions)) + ".",
     )  # fmt: skip
+
+
+def _waits_source(results: Results) -> str:
+    """The analysis that found the loop waiting for its data (``loop_waits_for_data``): ``model.stages``, else the io
+    level's own steps (a merged run's median step smooths the waits)."""
+    s = _get(results, "model.stages")
+    pct = _num(s.facts, "dataloader_pct_of_steps") if s is not None else None
+    return "model.stages" if pct is not None and pct >= INPUT_WAIT_PCT else "io.input_bound"
 
 
 def _procs(n: int) -> str:
