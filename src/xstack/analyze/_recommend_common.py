@@ -69,15 +69,17 @@ def at_stake(results: Results, total_ns: float | None, warmup_ns: float | None =
 
 def loop_waits_for_data(results: Results) -> float | None:
     """The share (%) of the measured steps the loop waited for DataLoader batches where it is ``INPUT_WAIT_PCT`` or
-    more, as the input-bound rule finds it: by ``model.stages``, or by the io level's own steps where
+    more, as the input-bound rule finds it: by ``model.stages`` (a merged run's step, or its model pass's steps one by
+    one: ``pass_dataloader_pct_of_steps``), or by the io level's own steps where
     ``io.input_bound`` finds the loop input-bound (a merged run's step holds the medians of its pass's stages,
     which smooth the waits: 14.9% of the io pass's steps read as under 10% of the merged step, and the rule on
     more workers than CPUs advised fewer workers beside the input-bound finding that said they matched the CPUs);
     the larger of the two. The loop is then input-bound, its workers on its critical path; else None."""
     found = []
     s = get(results, "model.stages")
-    if s is not None and (pct := num(s.facts, "dataloader_pct_of_steps")) is not None and pct >= INPUT_WAIT_PCT:
-        found.append(pct)
+    for key in ("dataloader_pct_of_steps", "pass_dataloader_pct_of_steps"):  # a merged run's model pass's, step by step
+        if s is not None and (pct := num(s.facts, key)) is not None and pct >= INPUT_WAIT_PCT:
+            found.append(pct)
     io = get(results, "io.input_bound")
     if io is not None and io.facts.get("input_bound") is True and (pct := num(io.facts, "wait_share_pct")) is not None:
         found.append(pct)

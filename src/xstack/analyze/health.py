@@ -237,6 +237,8 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
         "dataloader_pct_of_steps": 100.0 * loader / step_total if step_total else None,
     }
     facts |= _unstaged(store, ctx)
+    if ctx.pass_name == "merged":
+        facts |= _pass_waits(store, ctx.config)
     if entries := dataloaders(store, ctx):  # what the input-bound rule advises from
         facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
     labels = ctx.replayed_labels("stage times and shares of wall")
@@ -444,6 +446,33 @@ SELECT stage, kind, count(*), sum(dur_ns), avg(dur_ns), count(DISTINCT (pid, tid
 FROM calls JOIN covered c USING (stage, kind, step)
 GROUP BY stage, kind, step ORDER BY 4 DESC, 1, 2, step
 """
+
+
+def _pass_waits(store: Store, config: dict[str, Any]) -> dict[str, Any]:
+    """A merged run's DataLoader waits as its model pass had them, step by step: ``pass_run``, ``pass_steps`` (its
+    measured steps), ``pass_dataloader_in_steps_ns`` (the waits in them, summed), ``pass_dataloader_mean_ns`` (per
+    step) and ``pass_dataloader_pct_of_steps`` (of their time). The merged step holds each stage's median, which
+    smooths waits that come in bursts: a DataLoader's 2 workers had the loop wait 1.08 ms at the median but 3.4 ms
+    on average, 5.7% of the merged step against 15% of the pass's steps. Empty where the run names no model pass."""
+    found = model_pass(config)
+    if found is None:
+        return {}
+    run = found[0]
+    measured = f"{STEP_SPAN} AND {past_warmup(run_context(store, run).warmup)}"
+    steps, total = store.con.execute(
+        f"SELECT count(*), coalesce(sum(dur_ns), 0) FROM spans WHERE run_id = ? AND level = 'model' AND {measured}",
+        [run],
+    ).fetchone() or (0, 0)
+    if not steps or not total:
+        return {}
+    waits = _loader_in(store, run, measured)
+    return {
+        "pass_run": run,
+        "pass_steps": int(steps),
+        "pass_dataloader_in_steps_ns": waits,
+        "pass_dataloader_mean_ns": waits / int(steps),
+        "pass_dataloader_pct_of_steps": 100.0 * waits / int(total),
+    }
 
 
 def _loader_in(store: Store, run_id: int, steps: str) -> int:

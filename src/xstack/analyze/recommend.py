@@ -101,6 +101,15 @@ def input_bound(results: Results) -> Recommendation | None:
         )
         sources.append(s.id)
         pct = max(pct, p)
+    elif s and (p := _num(s.facts, "pass_dataloader_pct_of_steps")) is not None and p >= INPUT_WAIT_PCT:
+        evidence.append(
+            f"the loop waited {format_ns(_num(s.facts, 'pass_dataloader_mean_ns') or 0)} per iteration on average for "
+            f"DataLoader batches in its model pass (run {s.facts.get('pass_run')}), step by step, {p:.1f}% of its "
+            f"{counted(int(_num(s.facts, 'pass_steps') or 0), 'measured step')}, where the merged step's medians "
+            "smooth the waits (model.stages)"
+        )
+        sources.append(s.id)
+        pct = max(pct, p)
     io = _get(results, "io.input_bound")
     impact = None
     disputed = False
