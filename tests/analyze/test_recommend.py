@@ -707,8 +707,8 @@ def _bursty_waits(path: Path) -> Store:
 
 def test_input_bound_of_a_merged_run_weighs_its_model_pass_s_waits_step_by_step(tmp_path: Path) -> None:
     """The merged step holds each stage's median, which smooths waits that come in bursts: a DataLoader whose loop
-    waited 1.08 ms at the median and 3.4 ms on average read as 5.7% of the merged step, and a loop whose io pass found
-    it input-bound got no finding without that pass. The model pass's steps, one by one, give the waits' share."""
+    waited 1.08 ms at the median and 1.77 ms on average over its model pass's steps read as 5.7% of the merged step
+    against 9.1% of those steps. The model pass's steps, one by one, give the waits' share."""
     from xstack.analyze._recommend_common import loop_waits_for_data
 
     with _bursty_waits(tmp_path / "m.duckdb") as store:
