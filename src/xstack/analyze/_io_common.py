@@ -266,6 +266,17 @@ def cpu_facts(io: IoRun) -> dict[str, Any]:
     return out
 
 
+def ready_wait_pct(facts: dict[str, Any]) -> float | None:
+    """The share (%) of the time the workers were ready to run that they waited for a CPU (``cpu_facts``' run-queue
+    wait over it and their CPU time; over their lives, which hold their idle waits with batches read ahead, it reads
+    far lower: 10% against 61% for 8 persistent workers on 2 CPUs); None where unknown. Calls that return on CPUs the
+    workers are short of wait there for one, a time no I/O takes."""
+    delay, cpu = facts.get("worker_run_delay_ns"), facts.get("worker_cpu_ns")
+    if not isinstance(delay, (int, float)) or not isinstance(cpu, (int, float)) or delay + cpu <= 0:
+        return None
+    return 100.0 * delay / (delay + cpu)
+
+
 def io_pass(store: Store, config: dict[str, Any]) -> tuple[int, str] | None:
     """The run and pass name of a merged run's io pass (a pass of its leveled measurement that recorded the model
     and io levels, ``config.merge``), or None."""

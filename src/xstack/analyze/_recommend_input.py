@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
-from xstack.analyze._io_common import COMPRESSED_SUFFIXES
+from xstack.analyze._io_common import COMPRESSED_SUFFIXES, ready_wait_pct
 from xstack.analyze._io_pattern import HDF5_SUFFIXES
 from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
@@ -325,12 +325,10 @@ def _capped(facts: dict[str, Any]) -> bool:
     durations (``_reading_share``): they waited for a CPU ``CPU_WAIT_PCT`` or more of the time they were ready to
     run (their run-queue wait over it and their CPU time: over their lives, which hold their idle waits with batches
     read ahead, 8 persistent workers on 2 CPUs waited 10%, while their calls' time was 7 times its capped figure)."""
-    delay, cpu = facts.get("worker_run_delay_ns"), facts.get("worker_cpu_ns")
     if not isinstance(facts.get("worker_io_capped_per_iteration_ns"), (int, float)):
         return False
-    if not isinstance(delay, (int, float)) or not isinstance(cpu, (int, float)) or delay + cpu <= 0:
-        return False
-    return 100.0 * delay / (delay + cpu) >= CPU_WAIT_PCT
+    share = ready_wait_pct(facts)
+    return share is not None and share >= CPU_WAIT_PCT
 
 
 CAPPED_NOTE = (
