@@ -21,6 +21,7 @@ from xstack.analyze._io_common import (
     DATA_FILE,
     DATA_SPAN,
     READ_OPS,
+    SHORT_OF_CPUS_PCT,
     SPAN_BYTES,
     SPAN_PATH,
     WRITE_OPS,
@@ -272,11 +273,6 @@ def _total_rows(a: IoSide, b: IoSide, floors: _Floors) -> tuple[list[tuple[Any, 
     rows += _wait_rows(a, b, floors, facts, labels)
     labels += _short_of_cpus(a, b, facts)
     return rows, facts, labels
-
-
-SHORT_OF_CPUS_PCT = 20.0
-"""The share of the time its workers were ready to run that they waited for a CPU from which a run's call times are
-said to hold those waits (``_recommend_input.CPU_WAIT_PCT``'s threshold)."""
 
 
 def _short_of_cpus(a: IoSide, b: IoSide, facts: dict[str, Any]) -> list[str]:

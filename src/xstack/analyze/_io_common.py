@@ -266,6 +266,11 @@ def cpu_facts(io: IoRun) -> dict[str, Any]:
     return out
 
 
+SHORT_OF_CPUS_PCT: Final = 20.0
+"""The share of the time they were ready to run (``ready_wait_pct``) that the workers waited for a CPU from which they
+are found short of CPUs, their calls' times holding those waits."""
+
+
 def ready_wait_pct(facts: dict[str, Any]) -> float | None:
     """The share (%) of the time the workers were ready to run that they waited for a CPU (``cpu_facts``' run-queue
     wait over it and their CPU time; over their lives, which hold their idle waits with batches read ahead, it reads

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
-from xstack.analyze._io_common import COMPRESSED_SUFFIXES, ready_wait_pct
+from xstack.analyze._io_common import COMPRESSED_SUFFIXES, SHORT_OF_CPUS_PCT, ready_wait_pct
 from xstack.analyze._io_pattern import HDF5_SUFFIXES
 from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
@@ -322,13 +322,13 @@ def _by_capping(facts: dict[str, Any], main: bool) -> bool:
 
 def _capped(facts: dict[str, Any]) -> bool:
     """Whether the workers' file I/O may be weighed with each call capped at the 99th percentile of their calls'
-    durations (``_reading_share``): they waited for a CPU ``CPU_WAIT_PCT`` or more of the time they were ready to
+    durations (``_reading_share``): they waited for a CPU ``SHORT_OF_CPUS_PCT`` or more of the time they were ready to
     run (their run-queue wait over it and their CPU time: over their lives, which hold their idle waits with batches
     read ahead, 8 persistent workers on 2 CPUs waited 10%, while their calls' time was 7 times its capped figure)."""
     if not isinstance(facts.get("worker_io_capped_per_iteration_ns"), (int, float)):
         return False
     share = ready_wait_pct(facts)
-    return share is not None and share >= CPU_WAIT_PCT
+    return share is not None and share >= SHORT_OF_CPUS_PCT
 
 
 CAPPED_NOTE = (
