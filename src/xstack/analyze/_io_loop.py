@@ -72,7 +72,9 @@ WITH it AS (SELECT k, s, e FROM _io_iterations),
 loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {DATALOADER}),
 loading AS ({merged("loader_spans")}),
 io AS (
-    SELECT pid, start_ns AS s, start_ns + dur_ns AS e FROM {IO_SPANS} WHERE run_id = $run AND {IO_STORAGE}
+    SELECT pid, start_ns AS s, start_ns + dur_ns AS e,
+        pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid) AS worker
+    FROM {IO_SPANS} WHERE run_id = $run AND {IO_STORAGE}
 ),
 main_waiting AS (
     SELECT greatest(io.s, l.s) AS s, least(io.e, l.e) AS e FROM io JOIN loading l ON io.s < l.e AND io.e > l.s
@@ -80,14 +82,11 @@ main_waiting AS (
 ),
 wait AS (SELECT it.k, sum(least(l.e, it.e) - greatest(l.s, it.s)) AS ns FROM it JOIN loading l
          ON l.s < it.e AND l.e > it.s GROUP BY it.k),
-worker_io AS (SELECT s, e FROM io WHERE pid IS DISTINCT FROM $main AND NOT list_contains($helpers, pid)),
-cap AS (SELECT quantile_cont(e - s, {CAPPED_QUANTILE}) AS ns FROM worker_io),
+cap AS (SELECT quantile_cont(e - s, {CAPPED_QUANTILE}) AS ns FROM io WHERE worker),
 io_in AS (SELECT it.k, sum(least(io.e, it.e) - greatest(io.s, it.s)) FILTER (WHERE io.pid = $main) AS main_ns,
-                 sum(least(io.e, it.e) - greatest(io.s, it.s))
-                     FILTER (WHERE io.pid IS DISTINCT FROM $main AND NOT list_contains($helpers, io.pid)) AS worker_ns,
+                 sum(least(io.e, it.e) - greatest(io.s, it.s)) FILTER (WHERE io.worker) AS worker_ns,
                  sum(least(least(io.e, it.e) - greatest(io.s, it.s), (SELECT ns FROM cap)))
-                     FILTER (WHERE io.pid IS DISTINCT FROM $main AND NOT list_contains($helpers, io.pid))
-                     AS worker_capped_ns
+                     FILTER (WHERE io.worker) AS worker_capped_ns
           FROM it JOIN io ON io.s < it.e AND io.e > it.s GROUP BY it.k),
 main_wait AS (SELECT it.k, sum(least(m.e, it.e) - greatest(m.s, it.s)) AS ns FROM it JOIN main_waiting m
               ON m.s < it.e AND m.e > it.s GROUP BY it.k)

@@ -256,11 +256,11 @@ def trend_t(ys: list[float]) -> float | None:
     trend stands out of the readings' scatter around it (``inf`` for readings on a rising line, None for fewer than
     three readings)."""
     n = len(ys)
-    fitted = slope(ys)
-    if n < 3 or fitted is None:
+    if n < 3:
         return None
     mx, my = (n - 1) / 2, sum(ys) / n
     den = sum((x - mx) ** 2 for x in range(n))
+    fitted = sum((x - mx) * (y - my) for x, y in enumerate(ys)) / den  # as ``slope`` fits it
     residual = sum((y - (my + fitted * (x - mx))) ** 2 for x, y in enumerate(ys))
     scale = max(abs(y) for y in ys) or 1.0
     if residual <= (1e-12 * scale) ** 2 * n:  # on a line, to rounding
