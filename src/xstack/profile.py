@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -403,6 +403,7 @@ class Profile:
         header["config"][A.CONFIG_PAGE_BYTES] = resource.getpagesize()
         if (allocator := _allocator()) is not None:
             header["config"][A.CONFIG_ALLOCATOR] = allocator
+        header["config"][A.CONFIG_MALLOC_FIXED] = malloc_fixed(os.environ)
         measure = header["config"].get("measure")
         if self._min_measured_ns and isinstance(measure, dict) and self._completed > (self.steps or 0):
             # went on past its iterations to last long enough: the merge reads the iterations measured
@@ -787,6 +788,21 @@ def _allocator() -> str | None:
     except OSError:
         return None
     return next((name for name in ALLOCATORS if f"lib{name}" in text), "glibc")
+
+
+MALLOC_FIXING = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+"""glibc's malloc settings that turn off its dynamic mmap threshold (``mallopt``'s M_MMAP_THRESHOLD, M_TRIM_THRESHOLD,
+M_TOP_PAD and M_MMAP_MAX), by their environment variables; ``GLIBC_TUNABLES`` names them ``glibc.malloc.`` and the
+name in lower case, less ``MALLOC_`` and the trailing underscore."""
+
+
+def malloc_fixed(environ: Mapping[str, str]) -> list[str]:
+    """The settings of ``MALLOC_FIXING`` that ``environ`` sets (``A.CONFIG_MALLOC_FIXED``), by their variable's name
+    or their name in ``GLIBC_TUNABLES``."""
+    found = [name for name in MALLOC_FIXING if environ.get(name, "").strip()]
+    tunables = {item.split("=", 1)[0].strip() for item in environ.get("GLIBC_TUNABLES", "").split(":") if "=" in item}
+    found += [t for name in MALLOC_FIXING if (t := f"glibc.malloc.{name[7:-1].lower()}") in tunables]
+    return found
 
 
 def _usage() -> tuple[int, int, int, int]:

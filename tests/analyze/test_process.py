@@ -17,6 +17,7 @@ from xstack.analyze import _recommend_cpu
 from xstack.analyze.diff import diff_profiles
 from xstack.analyze.pipeline import analyze, run_analyses
 from xstack.analyze.result import Result
+from xstack.profile import malloc_fixed
 from xstack.trace.store import Store
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
@@ -37,6 +38,23 @@ def _fresh_tensor_each_step(tmp_path: Path, *, reuse: bool, iterations: int = 4)
             del x
             prof.step()
     return prof.path
+
+
+def test_a_run_records_the_malloc_settings_that_fix_glibc_s_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any of them turns off glibc's dynamic mmap threshold, whose heap the memory growth rule asks the user to rule
+    out: a run that had one set was already run that way."""
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=1048576")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    path = _fresh_tensor_each_step(tmp_path, reuse=True, iterations=2)
+    with Store.open(path) as store:
+        (r,) = run_analyses(store, None, ["model.process"])
+        config = orjson.loads(store.query("SELECT config FROM runs")[0][0])
+    assert config["malloc_fixed"] == ["MALLOC_MMAP_THRESHOLD_", "glibc.malloc.trim_threshold"]
+    assert r.facts["malloc_fixed"] == config["malloc_fixed"]
+    assert malloc_fixed({"MALLOC_TOP_PAD_": " ", "GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}) == []
 
 
 def test_each_iteration_records_the_process_s_cpu_time_and_page_faults(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from tests.analyze.system_store import (
     steps,
     syscall_store,
 )
+from xstack.analyze import _recommend_system
 from xstack.analyze._system_common import system_runs
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
@@ -227,6 +228,28 @@ def test_an_rss_that_swings_within_each_step_is_no_growth_for_ending_on_a_high(t
         rec = _fired(store, "host_memory_growth")
     assert f["main_rising_pct"] < 80.0 and f["main_trend_t"] >= 3.0 and f["main_suspect"], f
     assert rec is not None and rec.evidence[0].startswith("the main process's resident memory grew by "), rec
+
+
+def test_growth_under_glibc_s_dynamic_mmap_threshold_is_first_told_apart_from_its_heap() -> None:
+    """A DataLoader loop over a torch.load per item: its main process grew by 95 MiB over its second epoch and was
+    reported as a leak; its heap, which glibc fed with each batch's blocks once its threshold rose to their size,
+    fell back in the next epoch, and a run under MALLOC_MMAP_THRESHOLD_=131072 (or jemalloc) stayed flat."""
+    memory = Result("system.memory", "t", facts={"main_suspect": True, "main_growth_bytes": 95 * MIB,
+                                                 "main_start_bytes": 357 * MIB, "main_end_bytes": 452 * MIB,
+                                                 "main_growth_pct": 26.7, "steps": 124})  # fmt: skip
+
+    def action(**process: Any) -> str:
+        results = {"system.memory": memory} | ({"model.process": Result("model.process", "t", facts=process)}
+                                               if process else {})  # fmt: skip
+        rec = _recommend_system.host_memory_growth(results)
+        assert rec is not None and rec.severity == "medium"
+        return rec.action
+
+    for told in (action(allocator="glibc", malloc_fixed=[]), action()):  # glibc's, or a run that does not say
+        assert told.startswith("Rule out glibc's heap first, with one run under MALLOC_MMAP_THRESHOLD_=131072"), told
+        assert "If it goes on, find what the loop keeps from step to step" in told
+    for told in (action(allocator="jemalloc", malloc_fixed=[]), action(allocator="glibc", malloc_fixed=["x"])):
+        assert told.startswith("Find what the loop keeps") and "MALLOC_MMAP_THRESHOLD_" not in told, told
 
 
 def _sawtooth_store(path: Path, *, kept_per_epoch: float) -> Store:

@@ -55,8 +55,8 @@ def process_usage(store: Store, run_id: int) -> Result:
     Facts, over the measured iterations (past the warm-up): ``iterations``; the medians ``iteration_ns``,
     ``user_cpu_ns``, ``system_cpu_ns``, ``page_faults``, ``fresh_memory_bytes`` and ``major_faults``;
     ``system_share_pct`` (their system CPU over their CPU, summed); ``allocator`` (``A.CONFIG_ALLOCATOR``),
-    ``page_size_bytes``, and ``profiler_in_process`` (the run recorded the op level, whose profiler's events take
-    memory in the process: a label says so).
+    ``malloc_fixed`` (``A.CONFIG_MALLOC_FIXED``), ``page_size_bytes``, and ``profiler_in_process`` (the run
+    recorded the op level, whose profiler's events take memory in the process: a label says so).
 
     Notes: ``getrusage(RUSAGE_SELF)`` read as each iteration begins and ends (``ru_utime``, ``ru_stime``,
     ``ru_minflt``, ``ru_majflt``), so the figures are the whole process's, every thread of it, and not those of
@@ -137,6 +137,7 @@ def _facts(measured: list[tuple[Any, ...]], config: dict[str, Any], page_bytes: 
         "fresh_memory_bytes": med(6),
         "major_faults": med(7),
         "allocator": config.get(A.CONFIG_ALLOCATOR),
+        "malloc_fixed": config.get(A.CONFIG_MALLOC_FIXED),
         "page_size_bytes": page_bytes,
     }
 

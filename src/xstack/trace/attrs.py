@@ -466,6 +466,11 @@ CONFIG_ALLOCATOR: Final = "allocator"
 """String: the malloc a live run's process used, ``jemalloc``, ``tcmalloc`` or ``mimalloc`` where one of those
 libraries was loaded in it (``LD_PRELOAD``), else ``glibc``; absent where it could not be read (no
 ``/proc/self/maps``)."""
+CONFIG_MALLOC_FIXED: Final = "malloc_fixed"
+"""List of strings: the settings in a live run's environment that fix glibc's malloc thresholds
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_``, or their
+``GLIBC_TUNABLES`` names such as ``glibc.malloc.mmap_threshold``), any of which turns off its dynamic mmap threshold;
+empty where none was set."""
 CONFIG_PAGE_BYTES: Final = "page_bytes"
 """Integer: the memory page size of a live run's machine, in bytes (what a page fault of ``MODEL_MINOR_FAULTS``
 brings in)."""
