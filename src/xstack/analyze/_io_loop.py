@@ -396,7 +396,10 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
             else span_rows(store, _TOTALS_FROM_SPANS, io.run_id)
         )
         facts = {"lacking": "model", "input_bound": None, "threshold_pct": threshold_pct, **_totals(io, per_pid)}
-        return _totals_only(io, per_pid, facts)
+        staged = bool(rows(store, f"SELECT count(*) FROM {_STAGES}", io.run_id, main=io.main_pid)[0][0])
+        if staged:  # model stages but no iterations (a loop of forward calls): its file I/O between them
+            facts |= _unstaged(store, io, 0, steps=False)
+        return _totals_only(io, per_pid, facts, staged=staged)
     per_pid = (
         span_rows(store, _TOTALS_FROM_SPANS, io.run_id) if io.has_spans else rows(store, _TOTALS_FROM_FILES, io.run_id)
     )
@@ -436,6 +439,12 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
     )
 
 
+NO_ITERATIONS = (
+    "no step or DataLoader spans: no iterations whose waits for data to judge; I/O totals, and the main process's "
+    "file I/O between its model stages (main_io_unstaged_*)"
+)
+"""The label of a run with model stages but no iterations (a loop of forward calls, without xstack.step())."""
+
 NO_WAITS = (
     "no DataLoader waits: the loop has no enumerate(DataLoader) spans, so every wait is 0 by construction and "
     "whether it is input-bound is not judged; data it loads itself is in its compute ('main io in compute')"
@@ -466,8 +475,9 @@ def _labels(io: IoRun, kind: str, table: list[tuple[Any, ...]], *, waited: bool)
     return ([] if waited else [NO_WAITS]) + ([warmup] if warmup and any(r[-1] for r in table) else [])
 
 
-def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any]) -> Result:
-    """Without model spans: the I/O time of each process, its read, write and metadata parts (ns)."""
+def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any], *, staged: bool) -> Result:
+    """Without iterations (model spans but no step or DataLoader spans: ``staged``; or no model spans at all): the I/O
+    time of each process, its read, write and metadata parts (ns)."""
     table: list[tuple[Any, ...]] = [(io.process(pid), *(as_count(v) for v in times)) for pid, *times in per_pid]
     table.sort(key=lambda r: (-r[1], r[0]))
     return Result(
@@ -479,7 +489,9 @@ def _totals_only(io: IoRun, per_pid: list[tuple[Any, ...]], facts: dict[str, Any
         run_id=io.run_id,
         chart=Chart("hbar", x="process", y=("io time",), title="I/O time per process", limit=40),
         facts=facts,
-        labels=["no step or DataLoader spans: the waits need the model level; I/O totals only"],
+        labels=[
+            NO_ITERATIONS if staged else "no step or DataLoader spans: the waits need the model level; I/O totals only"
+        ],
     )
 
 

@@ -96,7 +96,7 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         action += io_action + program_action
     return Recommendation(
         "work_outside_stages",
-        "The loop spends much of its step outside every model stage",
+        f"The loop spends much of its {'step' if per == 'iteration' else 'time'} outside every model stage",
         severity(pct),
         evidence,
         ["model.stages", *(["io.input_bound"] if io_line or program_line else [])],
@@ -175,7 +175,7 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
             f"the save of the checkpoint {name}, {size}")  # fmt: skip
         line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}; "
                 f"{min(100.0, 100.0 * ckpt_ns / total):.0f}% of it in {files}{took} (io.input_bound)")  # fmt: skip
-        return line, SAVE_OFF_THE_STEP, leads
+        return line, SAVE_OFF_THE_STEP if each else SAVE_OFF_THE_STEP.replace("step's", "loop's"), leads
     count = int(num(facts, "main_io_unstaged_files") or 0)
     files = f"{count:,} files ({path} the longest)" if count > 1 else str(path)
     line = (f"the main process's file I/O took {format_ns(ns)} of it{each}{where}, most of it {doing} {files}{took} "
@@ -191,7 +191,8 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     else:
         then = "do it every N steps, or from a background thread"
     what = f"{count:,} files" if count > 1 else name
-    return line, f" {doing.capitalize()} {what} between the stages puts file I/O on the step's path: {then}.", leads
+    path_of = "step's" if each else "loop's"
+    return line, f" {doing.capitalize()} {what} between the stages puts file I/O on the {path_of} path: {then}.", leads
 
 
 PROGRAMS_NAMED: Final = 3
