@@ -37,8 +37,9 @@ from xstack.analyze._io_common import (
     span_rows,
 )
 from xstack.analyze._timeline_common import DATALOADER, STEP, notes_of, pct, rows
-from xstack.analyze.context import merged, past_warmup
+from xstack.analyze.context import merged, past_warmup, warmup_steps
 from xstack.analyze.result import Chart, Column, Result
+from xstack.text import counted
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -50,7 +51,8 @@ WAIT_SHARE_PCT = 10.0
 _ITERATIONS = f"""
 WITH steps AS (SELECT start_ns AS s, start_ns + dur_ns AS e, NOT {{measured}} AS warm FROM spans
                WHERE run_id = $run AND {STEP}),
-loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e FROM spans WHERE run_id = $run AND {DATALOADER}),
+loader_spans AS (SELECT start_ns AS s, start_ns + dur_ns AS e, name FROM spans WHERE run_id = $run AND {DATALOADER}),
+first_batches AS (SELECT e FROM loader_spans WHERE name <> 'dataloader.iter' ORDER BY s, e LIMIT {{warm_batches}}),
 waits AS (
     SELECT s, coalesce(lead(s) OVER (ORDER BY s, e), greatest(e, (SELECT max(start_ns + dur_ns) FROM spans
         WHERE run_id = $run AND level = 'model' AND pid = $main))) AS e
@@ -58,11 +60,14 @@ waits AS (
 )
 SELECT s, e, 'steps', warm FROM steps
 UNION ALL
-SELECT s, e, 'dataloader waits', false FROM waits WHERE NOT EXISTS (SELECT 1 FROM steps)
+SELECT s, e, 'dataloader waits', coalesce(s < (SELECT max(e) FROM first_batches), false) FROM waits
+WHERE NOT EXISTS (SELECT 1 FROM steps)
 ORDER BY 1, 2
 """
-"""The iterations: step spans (``warm`` for the warm-up ones), else the stretches between DataLoader waits;
-``{measured}`` is the SQL that tells a step past the warm-up (``context.past_warmup``)."""
+"""The iterations: step spans (``warm`` for the warm-up ones), else the stretches between DataLoader waits, those
+that begin before the ``{warm_batches}``-th batch came (the end of that many waits for a batch, ``iter()``'s left
+out: the workers' start-up and first batches) warm; ``{measured}`` is the SQL that tells a step past the warm-up
+(``context.past_warmup``)."""
 
 CAPPED_QUANTILE = 0.99
 """The quantile of the workers' file-call durations at which ``worker_io_capped_per_iteration_ns`` caps each call."""
@@ -387,8 +392,11 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
         return _from_pass(input_wait(store, source[0], threshold_pct=threshold_pct), io.ctx.run_id, *source)
     if (lacking := io.lacking(ID, TITLE)) is not None:
         return lacking
-    iterations = rows(store, _ITERATIONS.replace("{measured}", past_warmup(io.ctx.warmup)), io.run_id,
+    sql = _ITERATIONS.replace("{measured}", past_warmup(io.ctx.warmup))
+    iterations = rows(store, sql.replace("{warm_batches}", str(warmup_steps(io.ctx.config))), io.run_id,
                       main=io.main_pid)  # fmt: skip
+    if all(r[3] for r in iterations):  # every stretch before the warm-up's last batch: all of them count, as steps do
+        iterations = [(*r[:3], False) for r in iterations]
     if not iterations:  # the run's totals, as io.processes counts them: a DXT trace holds only some operations
         per_pid = (
             rows(store, _TOTALS_FROM_FILES, io.run_id)
@@ -470,7 +478,11 @@ def _mapped(store: Store, io: IoRun) -> list[str]:
 
 def _labels(io: IoRun, kind: str, table: list[tuple[Any, ...]], *, waited: bool) -> list[str]:
     if kind != "steps":
-        return ["no step spans: iterations run from one DataLoader wait to the next"]
+        warm, batches = sum(1 for r in table if r[-1]), warmup_steps(io.ctx.config)
+        came = "its first batch came" if batches == 1 else f"its first {batches:,} batches came"
+        return ["no step spans: iterations run from one DataLoader wait to the next"
+                + (f"; the first {counted(warm, 'iteration')}, until {came} (the workers' start-up), left out as "
+                   "warm-up" if warm else "")]  # fmt: skip
     warmup = io.ctx.warmup_label()
     return ([] if waited else [NO_WAITS]) + ([warmup] if warmup and any(r[-1] for r in table) else [])
 
