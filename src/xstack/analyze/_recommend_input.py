@@ -59,17 +59,26 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
     wait = None if receiving else _cpu_wait(results)
     # no blocked workers beside a busy main process: _blocked leaves out what _receiving finds
     blocked = None if wait or len(units) != 1 else _blocked(results, int(loader.get("num_workers") or 0))
+    advised: set[str] = set()  # the advice on each DataLoader said alone, as it would read on its own
     for pos, (waited, members, anew) in enumerate(units):
         first = members[0]
         how = _cheaper_for(results, first)
+        share = f"{100.0 * waited / total:.1f}% of the loop's waits there" if total > 0 else ""
+        within = (f": {format_ns(waited)} within the measured steps" if first.get("after_last_step_waits")
+                  else ", all within the measured steps")  # fmt: skip
+        alone = _loader_action(first, cores, how, wait)
+        if not anew and alone in advised:  # the settings of one advised above, made anew for another pass: said once
+            line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
+            evidence.append(f"the loop also waits on another {describe_loader(first)}, {line}{within}, {share}: "
+                            f"the advice on the one above holds for it ({source})")  # fmt: skip
+            continue
+        if not anew:
+            advised.add(alone)
         if how == said:  # the first one's batches cost the same: say it once
             how = "make each batch cheaper, as above"
         elif not said:
             said = how
-        share = f"{100.0 * waited / total:.1f}% of the loop's waits there" if total > 0 else ""
         verb = "waits on" if pos == 0 else "also waits on"
-        within = (f": {format_ns(waited)} within the measured steps" if first.get("after_last_step_waits")
-                  else ", all within the measured steps")  # fmt: skip
         if anew:
             count = sum(int(e.get("waits") or 0) for e in members)
             evidence.append(f"the loop {verb} {len(members):,} DataLoaders of the settings {describe_loader(first)}, "
