@@ -146,6 +146,32 @@ def test_without_levels_the_model_level_alone_is_recorded_where_pytorch_is_not_i
     assert prof.levels == ("model",) and "recording the model level alone" in capfd.readouterr().err
 
 
+def test_the_summary_names_the_stages_of_the_warm_up_its_stages_table_leaves_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model loaded from its weights in a span before the first step: the stages table leaves the warm-up out, and
+    the 334 ms of an inference program's load were nowhere in the summary."""
+    import time
+
+    import xstack
+
+    with profile(path=tmp_path / "p.duckdb") as prof:
+        with xstack.span("load"):
+            time.sleep(0.05)
+        with xstack.span("tiny"):  # under 1 ms: not named
+            pass
+        for _ in range(3):
+            with xstack.span("predict"):
+                time.sleep(0.005)
+            prof.step()
+    assert main(["summary", str(prof.path)]) == 0
+    out = capsys.readouterr().out
+    caption = " ".join(out[out.index("Model stages") : out.index("Top layers")].split())
+    found = re.search(r"; the warm-up took ([\d.]+) ms, load ([\d.]+) ms and predict ([\d.]+) ms of it;", caption)
+    assert found and float(found[1]) >= float(found[2]) + float(found[3]) and float(found[2]) >= 50, caption
+    assert "tiny" not in caption and "│ load " not in out
+
+
 @needs_torch
 def test_demo_profiles_real_models_live_and_prints_the_summary(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()

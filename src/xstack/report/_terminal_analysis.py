@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -43,6 +43,7 @@ def stages_table(result: Result | None, top: int) -> Table | None:
     if caption and result.facts.get("warmup_ns") and not result.facts.get("merged"):
         # the run table's wall time holds the warm-up; a wider header would squeeze the stages' names
         caption[0] += "; shares of the wall time after it"
+        caption[0] += _warmup_stages(result.rows)
     caption += [label for label in result.labels if label.startswith("in no stage: ")]
     if len(rows) > top:
         caption.append(f"{counted(len(rows) - top, 'more stage')} in xstack report")
@@ -56,6 +57,25 @@ def stages_table(result: Result | None, top: int) -> Table | None:
         # Text, not str: a stage is named by the program ("[train]") and must not be read as rich markup
         t.add_row(Text(name), Text(kind), f"{calls:,}", format_ns(total), format_ns(mean), format_value(share, "pct"))
     return t
+
+
+WARMUP_STAGES_SHOWN: Final = 3
+"""The warm-up's stages the caption of ``stages_table`` names, the longest first."""
+WARMUP_STAGE_MIN_NS: Final = 1_000_000
+"""...those of at least this total time (1 ms)."""
+
+
+def _warmup_stages(rows: Sequence[tuple[Any, ...]]) -> str:
+    """The warm-up's time and its longest stages (``WARMUP_STAGES_SHOWN`` of ``WARMUP_STAGE_MIN_NS`` or more), which
+    the table leaves out: a model's loading marked with ``xstack.span('load')`` before the first step ran in it;
+    empty where it has none."""
+    step = sum(r[3] for r in rows if r[1] == "warm-up step")
+    stages = sorted((r for r in rows if r[1] == "warm-up" and r[3] >= WARMUP_STAGE_MIN_NS), key=lambda r: -r[3])
+    if not step or not stages:
+        return ""
+    named = [f"{r[0]} {format_ns(r[3])}" for r in stages[:WARMUP_STAGES_SHOWN]]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    return f"; the warm-up took {format_ns(step)}, {listed} of it"
 
 
 def recommendations_block(recs: Sequence[Recommendation], store: str) -> RenderableType:
