@@ -426,15 +426,16 @@ def ranked() -> tuple[int, int] | None:
 
 
 def _distributed() -> dict[str, Any]:
-    """``{"distributed": {"rank", "world_size", "local_rank"}}`` for a process that a launcher of one process per
-    rank started (torchrun sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``), as an imported trace's
-    ``distributedInfo``; empty for a job of one process."""
+    """``{"distributed": {"rank", "world_size", "local_rank", "local_world_size"}}`` for a process that a launcher of
+    one process per rank started (torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``, the
+    ranks on this machine), as an imported trace's ``distributedInfo``; empty for a job of one process."""
     job = ranked()
     if job is None:
         return {}
-    local = os.environ.get("LOCAL_RANK", "").strip()
-    return {"distributed": {"rank": job[0], "world_size": job[1]} | ({"local_rank": int(local)} if local.isdigit()
-                                                                    else {})}  # fmt: skip
+    local, size = os.environ.get("LOCAL_RANK", "").strip(), os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    return {"distributed": {"rank": job[0], "world_size": job[1]}
+            | ({"local_rank": int(local)} if local.isdigit() else {})
+            | ({"local_world_size": int(size)} if size.isdigit() else {})}  # fmt: skip
 
 
 def run_info(header: dict[str, Any], store: Store, *, error: str | None, completed: int, cut_short: bool) -> RunInfo:

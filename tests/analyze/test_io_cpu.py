@@ -297,8 +297,22 @@ def _loop_facts(**facts: Any) -> dict[str, Result]:
         ({"worker_mapped_files": 3}, False),  # page faults of a mapped file, which no call records
         ({"worker_run_delay_ns": None}, False),  # a worker killed outright: its wait is not known
         ({"input_bound": False}, False),
+        # DDP's 2 ranks on 2 CPUs: each rank's worker busy 30% of the loop's time (25% on a CPU, 5% waiting for
+        # one), while its loop waited 20% of it: its work spans the waits, and idle it waited for its next indices
+        ({"worker_cpu_ns": 15 * 10**8, "worker_run_delay_ns": 3 * 10**8, "wait_share_pct": 20.0}, False),
+        ({"worker_cpu_ns": 15 * 10**8, "worker_run_delay_ns": 3 * 10**8, "wait_share_pct": 60.0}, True),
     ],
-    ids=["blocked", "building", "cpu-short", "reading", "mapped", "unknown", "not-input-bound"],
+    ids=[
+        "blocked",
+        "building",
+        "cpu-short",
+        "reading",
+        "mapped",
+        "unknown",
+        "not-input-bound",
+        "spans-the-waits",
+        "under-the-waits",
+    ],
 )
 def test_workers_are_found_blocked_by_their_cpu_time_over_the_loop_s_not_over_their_lives(
     facts: dict[str, Any], blocked: bool
@@ -312,13 +326,36 @@ def test_workers_are_found_blocked_by_their_cpu_time_over_the_loop_s_not_over_th
     evidence, source, action = advice
     assert source == "io.input_bound"
     assert any("worker processes were on a CPU" in line for line in evidence) is blocked, evidence
+    assert ("raise num_workers from 2 (each kept a CPU busy " in action) is blocked, action
     assert ("raise num_workers from 2 (each kept a CPU busy 5% of the time: about 40 would keep the 2 usable CPUs "
-            "busy, memory allowing)" in action) is blocked, action  # fmt: skip
+            "busy, memory allowing)" in action) is (blocked and not facts), action  # fmt: skip
     if not blocked:
         assert "were blocked" not in action
     # lives of 20 s with the CPU time of a busy loop: not blocked, though 16.5% of their lives on a CPU
     busy = loaders_advice(_loop_facts(worker_cpu_ns=33 * 10**8, worker_lived_ns=2 * 10**10))
     assert busy is not None and "were blocked" not in busy[2]
+
+
+def test_ranks_on_one_machine_are_each_advised_on_their_share_of_its_cpus() -> None:
+    """DDP's 2 ranks on 2 CPUs (torchrun's LOCAL_WORLD_SIZE), each with 1 worker: each rank was told to raise
+    num_workers towards the 2 usable CPUs, which its 4 processes already more than filled."""
+    from xstack.analyze._loaders import cores, cpus_line
+    from xstack.analyze._recommend_input import loaders_advice
+
+    job = {"cpu_count": 2, "distributed": {"rank": 0, "world_size": 2, "local_world_size": 2}}
+    assert cores(job) == 1 and cores({"cpu_count": 2}) == 2 and cores(job | {"cpu_count": 3}) == 1
+    assert cpus_line(1, 2) == "1 usable CPU for this rank, its share of those its machine's 2 ranks may use"
+    one = [LOADER | {"num_workers": 1, "wait_ns": 27 * 10**8, "waits": 30}]
+    building = {"dataloaders": one, "workers_timed": 1, "worker_cpu_ns": 27 * 10**8}  # busy building the items
+    advice = loaders_advice(_loop_facts(cores=1, local_ranks=2, **building))
+    assert advice is not None
+    evidence, _, action = advice
+    assert ("2 ranks of the job ran on this machine, each with its workers: the advice counts 1 usable CPU for this "
+            "rank, its share (io.input_bound)") in evidence, evidence  # fmt: skip
+    assert "its worker already matches the 1 usable CPU: make each batch cheaper" in action, action
+    alone = loaders_advice(_loop_facts(cores=2, **building))
+    assert alone is not None and "raise num_workers from 1 towards the 2 usable CPUs" in alone[2], alone[2]
+    assert not any("ranks of the job" in e for e in alone[0])
 
 
 def test_one_blocked_worker_on_one_cpu_is_told_in_the_singular_and_a_tiny_share_gives_no_huge_count() -> None:

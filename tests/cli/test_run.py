@@ -588,7 +588,8 @@ def test_each_rank_of_a_torchrun_job_writes_its_own_store(tmp_path: Path) -> Non
             layers = store.query("SELECT count(*) FROM spans WHERE level = 'layer'")[0][0]
             steps = store.query("SELECT count(*) FROM spans WHERE attrs->>'$.\"model.kind\"' = 'step'")[0][0]
             [(ended,)] = store.query("SELECT count FROM health WHERE \"check\" = 'steps_from_optimizer'")
-        assert orjson.loads(config)["distributed"] == {"rank": rank, "world_size": 2, "local_rank": rank}
+        assert orjson.loads(config)["distributed"] == {"rank": rank, "world_size": 2, "local_rank": rank,
+                                                       "local_world_size": 2}  # fmt: skip
         assert layers == 3 * 5  # each step: DistributedDataParallel, the module it wraps and its 3 layers
         # no xstack.step() in the program: SGD.step() ended the iterations, from its second call on
         assert steps == ended == 2

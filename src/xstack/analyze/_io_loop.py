@@ -443,7 +443,9 @@ def input_wait(store: Store, run_id: int, *, threshold_pct: float = WAIT_SHARE_P
             extra={"exclude": {"warm-up": "yes"}},
         ),
         facts=facts,
-        labels=_labels(io, kind, table, waited=waited) + _loaders.labels(loaders, facts["cores"]) + _mapped(store, io),
+        labels=_labels(io, kind, table, waited=waited)
+        + _loaders.labels(loaders, facts["cores"], facts["local_ranks"])
+        + _mapped(store, io),
     )
 
 
@@ -755,4 +757,5 @@ def _totals(io: IoRun, per_pid: list[tuple[Any, ...]]) -> dict[str, Any]:
         "worker_io_ns": sum(as_count(r[1]) for r in workers) if known else None,
         "workers": len(workers) if known else None,
         "cores": _loaders.cores(io.ctx.config),
+        "local_ranks": _loaders.local_ranks(io.ctx.config),
     }

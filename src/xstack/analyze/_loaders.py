@@ -88,14 +88,23 @@ def waits_line(entry: dict[str, Any], where: str = "") -> str:
 
 
 def cores(config: dict[str, Any]) -> int | None:
-    """The CPUs the run's program could use (``cpu_count``), else the CPU's cores from its peaks; None when the
-    run recorded neither (an imported trace)."""
+    """The CPUs the run's program could use (``cpu_count``), else the CPU's cores from its peaks, and of them its
+    rank's share where ranks of its job ran side by side on its machine (``local_ranks``); None when the run recorded
+    neither (an imported trace)."""
     peaks = config.get("peaks")
     inputs = peaks.get("details", {}).get("inputs", {}) if isinstance(peaks, dict) else {}
     for value in (config.get(A.CONFIG_CPU_COUNT), inputs.get("cores") if isinstance(inputs, dict) else None):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+            return max(1, value // local_ranks(config))
     return None
+
+
+def local_ranks(config: dict[str, Any]) -> int:
+    """The ranks of the run's job on its machine (``config.distributed.local_world_size``, torchrun's
+    ``LOCAL_WORLD_SIZE``), which share its CPUs with their workers; 1 for a job of one process."""
+    job = config.get("distributed")
+    n = job.get("local_world_size") if isinstance(job, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
 def waited_on(entries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -113,10 +122,10 @@ ANEW_MIN: Final = 2
 """DataLoaders of one earlier one's settings, each iterated once, from which ``labels`` gives them one line."""
 
 
-def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
+def labels(entries: Sequence[dict[str, Any]], cpus: int | None, ranks: int = 1) -> list[str]:
     """One line per DataLoader (its settings, and how often and long the loop waited for it past the warm-up,
-    then in the warm-up), then the usable CPUs. Where ``ANEW_MIN`` or more later DataLoaders have the settings
-    of an earlier one and were each iterated once (a Hugging Face Trainer makes a new one for each evaluation),
+    then in the warm-up), then the usable CPUs (``cpus_line``). Where ``ANEW_MIN`` or more later DataLoaders have the
+    settings of an earlier one and were each iterated once (a Hugging Face Trainer makes a new one for each evaluation),
     they share a line: how many, and their waits together; one such is enough where their datasets' length was
     recorded and is the same (a new DataLoader for each epoch)."""
     out: list[str] = []
@@ -137,8 +146,15 @@ def labels(entries: Sequence[dict[str, Any]], cpus: int | None) -> list[str]:
                 "(a new one each time, as a Hugging Face Trainer makes one per evaluation, or a loop for each epoch)"
                 f"{_waited(more)}"]  # fmt: skip
     if entries and cpus is not None:
-        out.append(f"{cpus} usable CPUs")
+        out.append(cpus_line(cpus, ranks))
     return out
+
+
+def cpus_line(cpus: int, ranks: int) -> str:
+    """``2 usable CPUs``, or where ``ranks`` of the job shared the machine, the rank's share of them."""
+    if ranks > 1:
+        return f"{counted(cpus, 'usable CPU')} for this rank, its share of those its machine's {ranks} ranks may use"
+    return counted(cpus, "usable CPU")
 
 
 def _waited(entry: dict[str, Any]) -> str:

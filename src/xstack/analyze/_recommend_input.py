@@ -93,6 +93,9 @@ def loaders_advice(results: Results) -> tuple[list[str], str, str] | None:
             line = waits_line(first, " past the warm-up" if first.get("warmup_waits") else "")
             evidence.append(f"the loop {verb} {describe_loader(first)}, {line}{within}, {share} ({source})")
             actions.append(_loader_action(first, cores, how, wait))
+    if (ranks := _local_ranks(results)) > 1 and cores is not None:
+        evidence.append(f"{ranks} ranks of the job ran on this machine, each with its workers: the advice counts "
+                        f"{counted(cores, 'usable CPU')} for this rank, its share ({source})")  # fmt: skip
     if wait:
         evidence.append(wait[0])
     elif blocked:
@@ -158,8 +161,8 @@ def _blocked(results: Results, workers: int) -> Blocked | None:
     mapped file, directory listing or program they start explains the rest: they waited on something the io level
     does not record, which more workers overlap (items fetched over a socket with 10 ms of latency each left 2
     workers on a CPU 4% of the time; they were told that they already matched the 2 CPUs, and to decode and
-    augment less; 8 workers took the mean step from 167 ms to 33.7 ms). None otherwise, or where a figure is
-    unknown."""
+    augment less; 8 workers took the mean step from 167 ms to 33.7 ms), and their time on a CPU or waiting for one is
+    under the loop's share of waiting (``_wait_share``). None otherwise, or where a figure is unknown."""
     io = results.get("io.input_bound")
     facts = io.facts if io is not None and io.available else {}
     cpu, delay, loop = facts.get("worker_cpu_ns"), facts.get("worker_run_delay_ns"), facts.get("loop_ns")
@@ -171,6 +174,8 @@ def _blocked(results: Results, workers: int) -> Blocked | None:
         return None
     on, waited = 100.0 * cpu / (workers * loop), 100.0 * delay / (workers * loop)
     if on + waited >= BLOCKED_PCT or waited >= CPU_WAIT_PCT:  # busy, or short of CPUs: more workers would not help
+        return None
+    if on + waited >= _wait_share(facts, loop):  # their work alone spans the loop's waits: nothing else need block
         return None
     if facts.get("worker_mapped_files") or _worker_programs(facts, "__getitem__") or _main_busy(facts):
         return None
@@ -184,6 +189,20 @@ def _blocked(results: Results, workers: int) -> Blocked | None:
                 "calls the io level does not record, such as a socket's recv (data fetched over the network), a lock "
                 "or a sleep (io.input_bound)")  # fmt: skip
     return Blocked(evidence, on, blocked)
+
+
+def _wait_share(facts: dict[str, Any], loop: float) -> float:
+    """The share (%) of the measured loop's time it waited for its batches (``wait_share_pct``, else its mean wait
+    over its ``loop``). Workers on a CPU or waiting for one for at least that share, each, may have built the batches
+    while the loop waited, and nothing else need have blocked them: DDP's 2 ranks on 2 CPUs, each with a worker that
+    ran when its rank's loop blocked, kept each worker busy 41% of its loop's time, which waited 21% of it (the rest
+    of the worker's time it waited for its next indices, idle): it was told that it was blocked in calls the io level
+    does not record, and to raise num_workers from 1 towards 8."""
+    share = facts.get("wait_share_pct")
+    if isinstance(share, (int, float)):
+        return float(share)
+    mean, n = facts.get("mean_wait_ns"), facts.get("iterations")
+    return 100.0 * mean * n / loop if isinstance(mean, (int, float)) and isinstance(n, (int, float)) else 100.0
 
 
 MAIN_BUSY_PCT = 10.0
@@ -645,6 +664,12 @@ def _loader(results: Results) -> tuple[dict[str, Any] | None, int | None, str]:
     return None, None, ""
 
 
+def _local_ranks(results: Results) -> int:
+    """The ranks of the job on the run's machine, as the analysis holding its DataLoader settings found them."""
+    found = next((r.facts.get("local_ranks") for _, r, _ in _recorded(results)), None)
+    return found if isinstance(found, int) and found > 1 else 1
+
+
 def _recorded(results: Results) -> Iterator[tuple[str, Result, list[dict[str, Any]]]]:
     """The analyses that hold the run's DataLoader settings (fact ``dataloaders``), io.input_bound first, with
     them."""
@@ -661,7 +686,7 @@ def _loader_evidence(loader: dict[str, Any], cores: int | None, source: str, own
     share of the loop's waits, where it has others) and the usable CPUs."""
     waited = waits_line(loader, " past the warm-up" if loader.get("warmup_waits") else "")
     waited = f", {waited}{own}" if waited else ""
-    cpus = f"; {cores} usable CPUs" if cores is not None else ""
+    cpus = f"; {_cpus(cores)}" if cores is not None else ""
     return f"the loop {verb} {describe_loader(loader)}{waited}{cpus} ({source})"
 
 
@@ -684,7 +709,12 @@ def _loader_action(loader: dict[str, Any], cores: int | None, cheaper: str,
     elif blocked is not None and workers > 0:
         steps = [_unblock(workers, cores, blocked)]
     elif cores is not None and workers >= cores > 0:
-        steps = [f"its {workers} workers already {_fill(workers, cores)} usable CPUs: {cheaper}"]
+        who = (
+            "its worker already matches the 1"
+            if workers == 1
+            else f"its {workers} workers already {_fill(workers, cores)}"
+        )
+        steps = [f"{who} usable CPU{'' if cores == 1 else 's'}: {cheaper}"]
     elif wait is not None and workers > 0:
         who = "its worker" if workers == 1 else f"its {workers} workers"
         steps = [f"{who} waited for a CPU although fewer than the {_cpus(cores)}: {wait[1]}; else {cheaper}"]
@@ -796,7 +826,7 @@ def _fill(workers: int, cores: int) -> str:
 
 
 def _cpus(cores: int | None) -> str:
-    return f"{cores} usable CPUs" if cores is not None else "free CPUs"
+    return counted(cores, "usable CPU") if cores is not None else "free CPUs"
 
 
 SHARED_FILES_SHARE = 0.5

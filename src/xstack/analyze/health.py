@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from xstack.analyze._loaders import cores, dataloaders
+from xstack.analyze._loaders import cores, dataloaders, local_ranks
 from xstack.analyze._model_process import model_pass
 from xstack.analyze.context import STEP_SPAN, RunContext, merged, past_warmup, run_context, step_span
 from xstack.analyze.result import Chart, Column, Result, format_ns, notes_of
@@ -240,7 +240,7 @@ def stage_breakdown(store: Store, run_id: int) -> Result:
     if ctx.pass_name == "merged":
         facts |= _pass_waits(store, ctx.config)
     if entries := dataloaders(store, ctx):  # what the input-bound rule advises from
-        facts |= {"dataloaders": entries, "cores": cores(ctx.config)}
+        facts |= {"dataloaders": entries, "cores": cores(ctx.config), "local_ranks": local_ranks(ctx.config)}
     labels = ctx.replayed_labels("stage times and shares of wall")
     labels += [label] if (label := ctx.warmup_label()) else []
     labels += [label] if (label := _unstaged_label(facts)) else []
