@@ -111,6 +111,44 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
 
 
 @needs_torch
+def test_a_rank_that_saves_checkpoints_alone_is_found_to_hold_up_the_job(tmp_path: Path) -> None:
+    """Rank 0 alone saves the model after every step, as a DDP loop's ``if rank == 0: torch.save(...)`` does: rank 1
+    waited for it in its backward, where the gradient all-reduce waits for every rank, and its summary showed a long
+    backward and nothing to fix; rank 0's showed its saves, not that the job waited for them."""
+    source = SLOW_RANK.replace("    opt.zero_grad()\n", "    opt.zero_grad()\n    if rank == 0:\n"
+                               "        torch.save(model.state_dict(), 'ckpt.pt')\n")  # fmt: skip
+    (tmp_path / "slow_rank.py").write_text(textwrap.dedent(source))
+    (tmp_path / "items.bin").write_bytes(bytes(range(256)) * 16)
+    job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "xstack",
+           "run", "--levels", "model,io", "-o", "prof-{rank}.duckdb", "--", "slow_rank.py", "items.bin",
+           "items.bin"]  # fmt: skip
+    for _ in range(TRIES):
+        done = subprocess.run(job, capture_output=True, text=True, cwd=tmp_path, timeout=240)
+        if not (done.returncode and "SIGABRT" in done.stderr):
+            break
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = {}
+    for rank in (0, 1):
+        with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
+            result = analyze(store)
+        found[rank] = ({r.id: r for r in result.results}["model.ranks"].facts,
+                       {rec.rule: rec for rec in result.recommendations})  # fmt: skip
+    facts, fired = found[1]
+    assert facts["laggard_rank"] == 0 and facts["held_up"] is True, facts
+    assert facts["own_backward_ns"] - facts["laggard_backward_ns"] >= facts["held_up_ns"] > 0, facts
+    rec = fired["held_up_by_rank"]
+    assert rec.title == "Rank 0 holds up the job: this rank waits for it in its backward"
+    assert rec.evidence[0].startswith("this rank's backward takes ") and rec.impact_ns == facts["held_up_ns"]
+    assert rec.action.startswith("Look at what rank 0 does that this rank does not: xstack summary prof-0.duckdb.")
+    facts, fired = found[0]
+    assert facts["laggard_rank"] == 0 and facts["holding_up"] == [1] and "held_up_by_rank" not in fired, facts
+    rec = fired["work_outside_stages"]
+    assert any(e.startswith("rank 1 of the job waits for this rank at DDP's gradient all-reduce, up to ")
+               for e in rec.evidence), rec.evidence  # fmt: skip
+    assert "model.ranks" in rec.sources and "checkpoint saves" in " ".join(rec.evidence), rec.evidence
+
+
+@needs_torch
 def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> None:
     _job(tmp_path, 4096)
     for rank in (0, 1):
@@ -120,6 +158,7 @@ def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> N
         rules = {rec.rule for rec in result.recommendations}
         assert facts["ranks_read"] == 2 and facts["input_bound_elsewhere"] is False, facts
         assert "input_bound_elsewhere" not in rules and "input_bound" not in rules
+        assert "held_up_by_rank" not in rules and not facts.get("held_up"), facts  # alike: neither holds up the other
 
 
 @needs_torch

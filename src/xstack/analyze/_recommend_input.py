@@ -15,7 +15,7 @@ from xstack.analyze._io_common import COMPRESSED_SUFFIXES, SHORT_OF_CPUS_PCT, re
 from xstack.analyze._io_pattern import HDF5_SUFFIXES
 from xstack.analyze._loaders import ANEW_MIN, waited_on, waits_line
 from xstack.analyze._loaders import describe as describe_loader
-from xstack.analyze._model_ranks import ranks_line
+from xstack.analyze._model_ranks import ranks_line, ranks_text
 from xstack.analyze._recommend_common import INPUT_WAIT_PCT, Results, get, num, severity
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, counted, format_ns, format_value
@@ -993,6 +993,49 @@ def input_bound_elsewhere(results: Results) -> Recommendation | None:
     title = f"Training is input-bound on rank {slowest}: this rank waits for its data"
     return Recommendation("input_bound_elsewhere", title, severity(f["slowest_wait_pct"]), evidence, [r.id], action,
                           impact_ns=impact)  # fmt: skip
+
+
+def held_up_by_rank(results: Results) -> Recommendation | None:
+    """Another rank of this rank's job spends longer outside its backward and its data waits than this one
+    (``model.ranks``' ``held_up``: its own work, a checkpoint saved on it alone, its logging, an evaluation), and this
+    rank waits for it in its backward, where DDP's gradient all-reduce waits for every rank: this rank's summary,
+    read alone, shows a long backward."""
+    r = get(results, "model.ranks")
+    if r is None or not r.available or not r.facts.get("held_up") or r.facts.get("input_bound_elsewhere"):
+        return None
+    f = r.facts
+    lag, store, held = f["laggard_rank"], f["laggard_store"], int(f["held_up_ns"])
+    evidence = [
+        f"this rank's backward takes {format_ns(f['own_backward_ns'])} per iteration against "
+        f"{format_ns(f['laggard_backward_ns'])} on rank {lag}, whose steps spend {format_ns(f['laggard_rest_ns'])} "
+        f"outside their backward and data waits against {format_ns(f['own_rest_ns'])} here: this rank waits for it "
+        f"about {format_ns(held)} per iteration, at DDP's gradient all-reduce (model.ranks)"
+    ]
+    if unstaged := int(f.get("laggard_unstaged_ns") or 0):
+        evidence.append(f"rank {lag}'s steps spend {format_ns(unstaged)} per iteration in no stage, its loop's own "
+                        f"work ({store}) (model.ranks)")  # fmt: skip
+    action = (f"Look at what rank {lag} does that this rank does not: xstack summary {store}. Work done on one rank "
+              "alone (saving a checkpoint, logging, evaluating) stalls every rank at the next collective: do it off "
+              "the step's path (a background thread or process; torch.distributed.checkpoint's async_save saves a "
+              "checkpoint so), less often, or spread over the ranks. Every rank steps at the pace of the slowest "
+              "one.")  # fmt: skip
+    step = num(f, "own_step_ns") or 0.0
+    return Recommendation("held_up_by_rank", f"Rank {lag} holds up the job: this rank waits for it in its backward",
+                          severity(100.0 * held / step if step else 0.0), evidence, [r.id], action,
+                          impact_ns=held or None)  # fmt: skip
+
+
+def holding_up(results: Results) -> str | None:
+    """Where this rank is the one the others of its job wait for in their backward (``model.ranks``'
+    ``holding_up``): a line saying so, for the rule on its work outside the stages."""
+    r = get(results, "model.ranks")
+    if r is None or not r.available or not (waiting := r.facts.get("holding_up")):
+        return None
+    f = r.facts
+    return (f"{ranks_text(list(waiting))} of the job {'waits' if len(waiting) == 1 else 'wait'} for this rank at "
+            f"DDP's gradient all-reduce, up to {format_ns(int(f['holding_up_ns']))} per iteration: this rank's steps "
+            f"spend {format_ns(f['laggard_rest_ns'])} outside their backward and data waits, the longest of the job's "
+            "ranks, and every rank steps at its pace (model.ranks)")  # fmt: skip
 
 
 IO_RATIO = 2.0

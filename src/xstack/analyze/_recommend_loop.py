@@ -9,6 +9,7 @@ from xstack.analyze._io_common import CHECKPOINT_NAME
 from xstack.analyze._io_loop import MOST_OF
 from xstack.analyze._model_long import NO_STAGE, long_text
 from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
+from xstack.analyze._recommend_input import holding_up
 from xstack.analyze.pipeline import ImpactPer, Recommendation
 from xstack.analyze.result import format_ns, format_value
 from xstack.text import counted
@@ -58,6 +59,8 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     program_line, program_action, program_leads = _programs(results, impact, per)
     if program_line:
         evidence.append(program_line)
+    if (ranks_line := holding_up(results)) is not None:  # the job's other ranks wait for this one's own work
+        evidence.append(ranks_line)
     names = [str(o["op"]) for o in ops]
     known: dict[str, tuple[str, list[str]]] = {}
     for pattern, what, span in TRAINING_OPS:
@@ -99,7 +102,11 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         f"The loop spends much of its {'step' if per == 'iteration' else 'time'} outside every model stage",
         severity(pct),
         evidence,
-        ["model.stages", *(["io.input_bound"] if io_line or program_line else [])],
+        [
+            "model.stages",
+            *(["io.input_bound"] if io_line or program_line else []),
+            *(["model.ranks"] if ranks_line else []),
+        ],
         action,
         impact_ns=impact,
         impact_per=per,

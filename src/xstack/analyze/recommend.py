@@ -34,6 +34,7 @@ from xstack.analyze._recommend_input import (
     forked_hdf5,
     forked_lmdb,
     forked_sqlite,
+    held_up_by_rank,
     input_bound_elsewhere,
     io_input_action,
     loaders_advice,
@@ -1054,6 +1055,7 @@ def _size(nbytes: float) -> str:
 RULES: dict[str, Rule] = {
     "input_bound": input_bound,
     "input_bound_elsewhere": input_bound_elsewhere,
+    "held_up_by_rank": held_up_by_rank,
     "launch_bound": _recommend_gpu.launch_bound,
     "host_bound": _recommend_gpu.host_bound,
     "sync_in_loop": sync_in_loop,
