@@ -289,3 +289,27 @@ def test_reading_back_pauses_the_garbage_collector_and_restores_it(tmp_path: Pat
         assert not gc.isenabled()  # a program that runs without it keeps it off
     finally:
         gc.enable()
+
+
+def test_calls_of_processes_with_no_model_span_are_not_walked_for_a_parent(tmp_path: Path) -> None:
+    """torch.compile's cc1plus wrote a precompiled header in 6.7 million fwrite calls of 22 bytes: the walk that hangs
+    each call from the model span open on its thread took them all in, and DuckDB ran out of its memory (128 MB), so
+    the run's io records were kept unread. A process with no model span has no owner for its calls: they are left
+    out of the walk, which runs in the memory of the calls that do have one."""
+    from xstack.collect._ingest import set_parents
+    from xstack.trace.store import RunInfo, Store
+
+    with Store.create(tmp_path / "p.duckdb") as store:
+        store.add_run(RunInfo(1, "t", levels=["model", "io"], config={}))
+        con = store.con
+        columns = "(run_id, span_id, parent_id, level, name, start_ns, dur_ns, pid, tid)"
+        con.execute(f"INSERT INTO _spans {columns} VALUES (1, 1, NULL, 'model', 'step', 0, 10**9, 1, 1), "
+                    "(1, 2, 1, 'model', 'work', 10, 10**9 - 1000, 1, 1)")  # fmt: skip
+        con.execute(f"INSERT INTO _spans {columns} SELECT 1, 10 + i, NULL, 'io', 'fwrite', i * 100, 50, 2, 2 "
+                    "FROM range(3000000) t(i)")  # a compiler's calls  # fmt: skip
+        con.execute(f"INSERT INTO _spans {columns} SELECT 1, 10**10 + i, NULL, 'io', 'read', 100 + i * 100, 50, 1, 1 "
+                    "FROM range(1000) t(i)")  # the loop's own, inside its span "work"  # fmt: skip
+        con.execute("SET memory_limit = '32MB'")
+        set_parents(con, 1, "io")
+        found = con.execute("SELECT pid, parent_id, count(*) FROM _spans WHERE level = 'io' GROUP BY ALL").fetchall()
+    assert sorted(found) == [(1, 2, 1000), (2, None, 3000000)]

@@ -73,6 +73,7 @@ UPDATE _spans SET parent_id = p.parent FROM (
     walk AS (
         SELECT c.span_id, c.start_ns AS t, o.span_id AS owner, 0 AS depth FROM (
             SELECT span_id, pid, tid, start_ns FROM _spans WHERE run_id = $run AND level = $level
+                AND pid IN (SELECT DISTINCT pid FROM owners)
         ) c ASOF JOIN owners o ON c.pid = o.pid AND c.tid = o.tid AND c.start_ns >= o.start_ns
         UNION ALL
         SELECT w.span_id, w.t, o.parent_id, w.depth + 1 FROM walk w JOIN owners o ON o.span_id = w.owner
