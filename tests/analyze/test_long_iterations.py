@@ -189,11 +189,15 @@ def test_a_dataloader_started_once_in_the_long_iterations_is_no_dataloader_made_
     assert not _started_again([once[0] | {"extra_calls": 2.0}], 6)  # two starts among six long iterations
 
 
-def _rule(stages: list[dict[str, object]], **facts: object) -> Recommendation | None:
+def _rule_facts(stages: list[dict[str, object]], facts: dict[str, object]) -> dict[str, object]:
     base = {"long": 3, "iterations": 30, "long_iterations": [10, 20, 30], "every": 10, "every_iterations": [10, 20, 30],
             "median_ns": 10_000_000, "long_mean_ns": 60_000_000, "ratio": 6.0, "extra_ns": 150_000_000,
             "extra_pct": 33.3, "per_iteration_ns": 5_000_000, "evaluation": False, "new_loaders": False}  # fmt: skip
-    result = Result("model.long_iterations", "Long iterations", facts=base | {"stages": stages} | facts)
+    return base | {"stages": stages} | facts
+
+
+def _rule(stages: list[dict[str, object]], **facts: object) -> Recommendation | None:
+    result = Result("model.long_iterations", "Long iterations", facts=_rule_facts(stages, facts))
     return RULES["long_iterations"]({"model.long_iterations": result})
 
 
@@ -230,3 +234,31 @@ def test_long_iterations_that_mostly_wait_for_data_are_left_to_the_input_bound_a
     assert EVALUATE_LESS not in rec.action  # its 10 ms of forwards are a fifth of the 50 ms beyond the waits
     assert rec.action.startswith("These iterations run the same stages as the others, only slower: "), rec.action
     assert rec.impact_ns == round(5_000_000 * 50 / 190)
+
+
+def test_long_iterations_that_build_code_are_told_of_torch_compile_s_recompiles_not_to_write_less() -> None:
+    """A torch.compile'd loop whose last batch of an epoch had another size: Inductor compiled the model again in that
+    iteration (1.67 s, 983 times the median step), writing its cache and running g++, and the advice was to write
+    those files less often, or from a background thread."""
+    forward = [{"name": "Sequential", "kind": "forward", "extra_ns": 150_000_000, "extra_calls": 0.0}]
+    cache = "/tmp/torchinductor_root/aotautograd/abj3/.27545.1400.tmp"
+    writes = {"writes_bytes": 376_102, "writes_files": 8, "writes_path": cache, "every": None, "every_iterations": []}
+    rec = _rule(forward, **writes)
+    assert rec is not None and rec.action.startswith(
+        "Code is built in the measured iterations, as torch.compile does when it compiles again (TORCH_LOGS=recompiles"
+    ), rec.action
+    assert "Write those files less often" not in rec.action and rec.sources == ["model.long_iterations"]
+    assert rec.evidence[-1] == (f"the file they wrote most to, {cache}, is in a compiler's cache: code built in the "
+                                "loop (model.long_iterations)")  # fmt: skip
+    # with the io level, the compilers it started say so, whatever files were written
+    io = Result("io.input_bound", "t", facts={"loop_programs": 3, "loop_program_builds": 3,
+                                              "loop_program_names": {"g++": 3}})  # fmt: skip
+    result = Result("model.long_iterations", "t", facts=_rule_facts(forward, writes | {"writes_path": "/tmp/x.bin"}))
+    rec = RULES["long_iterations"]({"model.long_iterations": result, "io.input_bound": io})
+    assert rec is not None and rec.action.startswith("Code is built in the measured iterations"), rec.action
+    assert rec.evidence[-1] == ("the main process started 3 programs by exec in the measured iterations, compilers "
+                                "and linkers (g++ 3 times): code built in the loop (io.input_bound)")  # fmt: skip
+    assert rec.sources == ["model.long_iterations", "io.input_bound"]
+    # files written in them that are no compiler's: write them less often
+    rec = _rule(forward, **(writes | {"writes_path": "/data/run/metrics.json"}))
+    assert rec is not None and "Write those files less often" in rec.action and "torch.compile" not in rec.action

@@ -202,6 +202,18 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     return line, f" {doing.capitalize()} {what} between the stages puts file I/O on the {path_of} path: {then}.", leads
 
 
+BUILT_IN_LOOP: Final = (
+    "code is built in the measured iterations, as torch.compile does when it compiles again (TORCH_LOGS=recompiles "
+    "says why: a new shape, dtype or Python value the graph depends on, such as a last batch of another size; "
+    "mark_dynamic, fixed shapes or DataLoader(drop_last=True) avoid it), or a C++ or CUDA extension built in the loop: "
+    "build it once, before the loop."
+)
+"""What the rules say of compilers and linkers started in the measured iterations, or of a compiler's cache written
+in them."""
+COMPILE_CACHE: Final = r"torchinductor|/triton/|\.triton/|torch_extensions"
+"""A path written in the loop that is a compiler's cache (torch.compile's Inductor and Triton, a C++ extension's build
+folder): code built there, not the program's files."""
+
 PROGRAMS_NAMED: Final = 3
 """Programs named in the evidence of programs started in the loop, the most started first."""
 
@@ -236,10 +248,7 @@ def _programs(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tupl
             f"{share} (io.input_bound)")  # fmt: skip
     first = next(iter(names))
     if 2 * int(num(facts, "loop_program_builds") or 0) >= started:  # compilers and linkers: code built in the loop
-        built = (f" The programs are mostly compilers and linkers ({first}): code is built in the measured "
-                 "iterations, as torch.compile does when it compiles again (TORCH_LOGS=recompiles says why: a new "
-                 "shape, dtype or Python value the graph depends on; mark_dynamic or fixed shapes avoid it), or a C++ "
-                 "or CUDA extension built in the loop: build it once, before the loop.")  # fmt: skip
+        built = f" The programs are mostly compilers and linkers ({first}): {BUILT_IN_LOOP}"
         return line, built, each >= IO_LEADS * unstaged_ns
     action = (f" Starting a program such as {first} in the loop costs a fork, an exec and the program's start-up "
               "each time, and subprocess.run and os.system wait for it to end: do its work in the process itself "
@@ -312,6 +321,26 @@ NAMED_STAGES: Final = 4
 """The stages that the long-iterations rule names, the most extra time first."""
 
 
+def _built(results: Results, written: str) -> str | None:
+    """Where code was built in the measured iterations: compilers and linkers started by exec in them, most of the
+    programs the main process started there (``io.input_bound``'s ``loop_program*`` facts), or the file the long
+    iterations wrote most to in a compiler's cache (``COMPILE_CACHE``, ``written``): the evidence line; else None."""
+    io = get(results, "io.input_bound")
+    facts = io.facts if io is not None else {}
+    started, builds = int(num(facts, "loop_programs") or 0), int(num(facts, "loop_program_builds") or 0)
+    names = facts.get("loop_program_names")
+    if started and 2 * builds >= started and isinstance(names, dict):
+        named = ", ".join(f"{name} {counted(int(n), 'time')}" for name, n in list(names.items())[:PROGRAMS_NAMED])
+        return (f"the main process started {counted(started, 'program')} by exec in the measured iterations, "
+                f"compilers and linkers ({named}): code built in the loop (io.input_bound)")  # fmt: skip
+    if written and re.search(COMPILE_CACHE, written.lower()):
+        return (
+            f"the file they wrote most to, {written}, is in a compiler's cache: code built in the loop "
+            "(model.long_iterations)"
+        )
+    return None
+
+
 def long_iterations(results: Results) -> Recommendation | None:
     """A few measured iterations of a live run take far longer than the usual one (``model.long_iterations``)
     and hold ``LONG_PCT`` or more of the measured time beyond the median, their DataLoader waits set apart (the
@@ -374,7 +403,11 @@ def long_iterations(results: Results) -> Recommendation | None:
         actions.append(EVALUATE_LESS)
     if f.get("new_loaders"):
         actions.append(NEW_LOADERS)
-    if writes and re.search(CHECKPOINT_NAME, str(f.get("writes_path") or "").lower()):
+    built = _built(results, str(f.get("writes_path") or "") if writes else "")
+    if built:
+        evidence.append(built)
+        actions.append(f"{BUILT_IN_LOOP[0].upper()}{BUILT_IN_LOOP[1:]}")
+    elif writes and re.search(CHECKPOINT_NAME, str(f.get("writes_path") or "").lower()):
         actions.append(SAVE_OFF_THE_STEP.strip())
     elif writes:
         actions.append("Write those files less often, or from a background thread, off the loop's critical path.")
@@ -396,7 +429,7 @@ def long_iterations(results: Results) -> Recommendation | None:
         "Some iterations take far longer than the usual one",
         severity(pct),
         evidence,
-        ["model.long_iterations"],
+        ["model.long_iterations", *(["io.input_bound"] if built and built.endswith("(io.input_bound)") else [])],
         " ".join(actions),
         impact_ns=round(work_ns) or None,
     )
