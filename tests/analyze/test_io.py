@@ -2237,8 +2237,10 @@ def test_a_loop_without_steps_leaves_its_workers_start_up_out_of_its_waits_as_wa
         "iterations, until its first batch came (the workers' start-up), left out as warm-up"
     )
     # 20 batches and the wait that ends the loop, the start-up's 600 ms out: a batch's wait is well under a millisecond
+    # on a quiet machine (the loop waits 1 to 5% of its time; 12 to 18% beside two busy programs on 2 CPUs), and
+    # over half of the loop's time with the start-up in
     assert facts["iterations"] == 20 and facts["mean_wait_ns"] < 100_000_000, facts
-    assert facts["input_bound"] is False, facts
+    assert facts["wait_share_pct"] < 40, facts
 
 
 PNG_OUTPUTS = """
