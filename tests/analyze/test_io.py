@@ -1827,10 +1827,11 @@ def test_small_reads_of_torch_archives_are_told_to_load_each_file_from_memory(tm
                                  "torch.load(io.BytesIO(f.read(os.fstat(f.fileno()).st_size))).")  # fmt: skip
 
 
-def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: bool = False, epochs: int = 1) -> Store:
-    """Four steps of a DataLoader over 8 shards of 64 KiB with 2 workers: each worker reads all 8 (``split``: its
-    own 4), in 4 reads of 16 KiB each; ``vocab``: each worker first reads a 1 MiB vocabulary file whole;
-    ``epochs``: the workers start anew for each (not persistent), later, and read the same."""
+def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: bool = False, epochs: int = 1,
+                   shards: int = 8) -> Store:  # fmt: skip
+    """Four steps of a DataLoader over 8 shards (``shards``) of 64 KiB with 2 workers: each worker reads all 8
+    (``split``: its own 4), in 4 reads of 16 KiB each; ``vocab``: each worker first reads a 1 MiB vocabulary file
+    whole; ``epochs``: the workers start anew for each (not persistent), later, and read the same."""
     loader = {"index": 0, "dataset": "Shards", "batch_size": 64, "num_workers": 2, "persistent_workers": False,
               "pin_memory": False, "prefetch_factor": 2, "iterated": 1, "cuda": False}  # fmt: skip
     loader["iterable"] = iterable
@@ -1850,7 +1851,7 @@ def _shard_readers(path: Path, *, split: bool, iterable: bool = True, vocab: boo
                     for i in range(16):
                         io_span(sink, next(span), None, "read", t0 + 1000 * i, 10, pid, "/d/vocab.json", 65_536,
                                 offset=65_536 * i)  # fmt: skip
-                for shard in range(w, 8, 2) if split else range(8):
+                for shard in range(w, shards, 2) if split else range(shards):
                     for i in range(4):
                         io_span(sink, next(span), None, "read", t0 + 500_000 * shard + 1000 * i, 10, pid,
                                 f"/d/{shard}.jsonl", 16_384, offset=16_384 * i)  # fmt: skip
@@ -1877,6 +1878,15 @@ def test_workers_of_an_iterable_dataset_that_each_read_every_shard_are_told_to_s
     )
     assert "repeats each item 2 times an epoch" in rec.action and "still reads all the data 2 times" in rec.action
     assert RULES["reread"](results) is None  # the reading again is the workers', not each read's
+    # one file, which each worker read whole (a CSV parsed in chunks, each worker keeping every other one): there are
+    # no shards to split; each is to read its own part of it
+    with _shard_readers(tmp_path / "one.duckdb", split=False, shards=1) as store:
+        rec = _fired(store, "shared_shards")
+    assert rec is not None and rec.action.startswith(
+        "The workers read one data file, 0.jsonl: give each worker its own part of it in Shards.__iter__"
+    ), rec.action
+    assert "its own byte range (seek to info.id * size // info.num_workers" in rec.action, rec.action
+    assert "still reads and parses all of it 2 times" in rec.action
     for name, kw in (("split", {"split": True}), ("map", {"split": False, "iterable": False}),
                      ("vocab", {"split": True, "vocab": True}),
                      ("epochs", {"split": True, "epochs": 2})):  # fmt: skip

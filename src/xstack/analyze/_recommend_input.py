@@ -869,6 +869,19 @@ def shared_shards(results: Results) -> Recommendation | None:
         "workers' items as it reads (itertools.islice(records, info.id, None, info.num_workers)) still reads all the "
         f"data {readers} times."
     )
+    if files == 1 and int(num(r.facts, "worker_files") or 0) == 1:  # one file: no shards to split between them
+        name = path.rsplit("/", 1)[-1]
+        action = (
+            f"The workers read one data file, {name}: give each worker its own part of it in {dataset}.__iter__ "
+            "(info = torch.utils.data.get_worker_info()): split it into shards, at least one per worker, read as "
+            "files[info.id::info.num_workers]; or have each read its own byte range (seek to info.id * size // "
+            "info.num_workers, then to the start of the next record, for a text format such as CSV or JSON Lines), "
+            "or its own row groups of a Parquet file (pyarrow.parquet.ParquetFile(path).iter_batches(row_groups="
+            "...)). As it is, each worker reads the whole file: an __iter__ that yields all it reads repeats each "
+            f"item {readers} times an epoch, which lasts {readers} times as long; one that skips the other workers' "
+            f"items as it reads (itertools.islice(records, info.id, None, info.num_workers)) still reads and parses "
+            f"all of it {readers} times."
+        )
     title = f"The {workers} DataLoader workers each read all the data: items repeated, or read {readers} times"
     return Recommendation("shared_shards", title, "high", evidence, ["io.pattern", "io.input_bound"], action)
 
