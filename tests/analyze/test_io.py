@@ -1546,6 +1546,40 @@ def test_a_file_opened_for_each_item_is_told_to_be_kept_open(tmp_path: Path) -> 
     assert rec is not None and "(17.0 KiB of its 616 KiB on average: its header or index): open it once" in rec.action
 
 
+MAPPED_EACH_ITEM = """
+import numpy as np, torch, xstack
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 2048
+    def __getitem__(self, i):
+        tokens = np.load("tokens.npy", mmap_mode="r")  # its header read, and the file mapped, again for each item
+        return torch.from_numpy(np.array(tokens[i], dtype=np.int64))
+
+if __name__ == "__main__":
+    np.save("tokens.npy", np.arange(2048 * 256, dtype=np.int32).reshape(2048, 256))  # 2 MiB, 1 KiB an item
+    for x in torch.utils.data.DataLoader(Rows(), batch_size=64, num_workers=2):
+        with xstack.span("compute"):
+            x.sum()
+        xstack.step()
+"""
+
+
+def test_a_file_mapped_again_for_each_item_is_told_to_be_kept_mapped_not_loaded_whole(tmp_path: Path) -> None:
+    """np.load(path, mmap_mode='r') in __getitem__: each item read the first 4 KiB of a 20 MiB token file and mapped
+    it, 9,920 times. The reads cover the header alone, so the file was said to be read whole again and again, and
+    to be loaded once: it is mapped, not read, and is to be kept mapped."""
+    results = _run_io_loop(tmp_path, MAPPED_EACH_ITEM)
+    facts = results["io.pattern"].facts
+    assert facts["reread_path"] == str(tmp_path / "tokens.npy") and facts["reread_opens"] >= 2000, facts
+    assert facts["reread_mapped"] is True and facts["reread_kind"] == "reopened", facts
+    rec = RULES["reread"](results)
+    assert rec is not None and rec.title == "Data read over again: a file opened for each item"
+    assert "its header, before each open maps it again, as np.load(path, mmap_mode='r') does" in rec.action
+    assert "np.load(path, mmap_mode='r') on first use in __getitem__, the array kept on the dataset" in rec.action
+    assert " of its " not in rec.action.split("(")[1], rec.action  # its reads cover its header, not the file
+
+
 LABELS_EACH_ITEM = """
 import json, os, torch, xstack
 

@@ -190,6 +190,9 @@ SELECT count(*), count(*) FILTER (WHERE off = 0), (SELECT n FROM common), (SELEC
 """The opens of one file that read it, how many of them began reading at its first byte, and at the offset most of
 them began at (a zip archive's end, where its index is), how many and which."""
 
+_MAPPED_PATH = f"SELECT count(*) FROM {IO_SPANS} WHERE run_id = $run AND name = 'mmap' AND path = $path"
+"""The mappings of one file into memory."""
+
 _FILES_REOPENED = (
     _reading_opens(f"{IO_DATA} AND path IS NOT NULL")
     + """,
@@ -500,7 +503,9 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     ``reread_covered`` (the bytes of it its reads cover), ``reread_times`` (how many times its bytes were read),
     ``reread_opens`` (the opens of it that read it), ``reread_same_start`` and ``reread_first_offset`` (how many of
     those began at the offset most of them began at, and which: a zip archive's end, where its index is),
-    ``reread_kind`` (``_reread_kind``) and ``reread_from_start`` (how many of those began at its first byte: a file read
+    ``reread_kind`` (``_reread_kind``; ``reopened``, not ``whole``, for a file also mapped into memory, whose reads
+    cover its header alone: ``reread_mapped``) and ``reread_from_start`` (how many of those began at its first byte: a
+    file read
     whole again and again, as a labels file that each item loads, opens it for each, and so does a file opened for each
     item, whose header each open reads). Where no one file is read again and again, but most data files
     (``REREAD_WHOLE_MIN`` at least) are each read from their start in two opens or more per pass, ``reread_kind`` is
@@ -532,6 +537,7 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         "reread_same_start": None,
         "reread_first_offset": None,
         "reread_kind": None,
+        "reread_mapped": None,
         "reread_files": None,
         "reread_opens_per_file": None,
         "reread_open_bytes": None,
@@ -542,8 +548,12 @@ def _reread(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
     opens, from_start, same, first = span_rows(store, _OPENS_READ, run, path=str(top[0]))[0]
     opens, from_start, same = as_count(opens), as_count(from_start), as_count(same)
     kind = _reread_kind(opens, from_start, same, int(top[1]), int(top[2]))
+    # a file its reads cover whole but that is mapped too: they read its header, and the rest is mapped, not read
+    # (np.load(path, mmap_mode='r') for each item read 4 KiB of a 20 MiB token file and mapped it, 9,920 times)
+    mapped = kind == "whole" and bool(span_rows(store, _MAPPED_PATH, run, path=str(top[0]))[0][0])
+    kind = "reopened" if mapped else kind
     facts |= {"reread_opens": opens, "reread_from_start": from_start, "reread_same_start": same,
-              "reread_first_offset": first, "reread_kind": kind}  # fmt: skip
+              "reread_first_offset": first, "reread_kind": kind, "reread_mapped": mapped}  # fmt: skip
     if kind is None:  # no one file read again and again: each file, read from its start in two opens or more a pass
         read_files, files, per_file, each = span_rows(store, _FILES_REOPENED, run, opens=2 * epochs)[0]
         if as_count(files) >= REREAD_WHOLE_MIN and as_count(files) >= 0.8 * as_count(read_files):

@@ -890,8 +890,14 @@ def reread(results: Results) -> Recommendation | None:
         keep = ("h5py.File on first use in __getitem__, kept on the dataset: an HDF5 handle opened before the "
                 "workers start does not survive their fork" if hdf5
                 else "on first use in __getitem__, kept on the dataset")  # fmt: skip
+        of_its = f" of its {format_value(covered, 'bytes')}"  # the bytes its reads cover: a mapped file's header
+        if r.facts.get("reread_mapped"):  # np.load(path, mmap_mode='r') in __getitem__
+            of_its = ""
+            header = "its header, before each open maps it again, as np.load(path, mmap_mode='r') does"
+            keep = ("np.load(path, mmap_mode='r') on first use in __getitem__, the array kept on the dataset: each "
+                    "worker maps it once, and the page cache shares its pages between them")  # fmt: skip
         action = (f"{name} is opened {opens:,} times, and each open reads it again from its start "
-                  f"({format_value(each, 'bytes')} of its {format_value(covered, 'bytes')} on average: {header}): "
+                  f"({format_value(each, 'bytes')}{of_its} on average: {header}): "
                   f"open it once in each worker ({keep}) and keep it open.")  # fmt: skip
     elif kind == "reloaded":  # each file opened again, and read from its start, within one load of it
         title = "Data read over again: each file opened and read from its start more than once per load"
