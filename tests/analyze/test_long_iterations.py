@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 from xstack.analyze._model_long import _every, _started_again, long_iterations, long_text  # noqa: E402
-from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, SAVE_OFF_THE_STEP  # noqa: E402
+from xstack.analyze._recommend_loop import EVALUATE_LESS, NEW_LOADERS, OTHER_THREADS, SAVE_OFF_THE_STEP  # noqa: E402
 from xstack.analyze.pipeline import Recommendation, run_analyses  # noqa: E402
 from xstack.analyze.recommend import RULES  # noqa: E402
 from xstack.analyze.result import Result  # noqa: E402
@@ -64,6 +64,7 @@ def test_an_evaluation_and_a_checkpoint_every_5th_iteration_are_found_costed_and
     assert f["every"] == EVERY and f["every_iterations"] == [5, 10, 15, 20]
     assert f["evaluation"] is True and f["new_loaders"] is True
     assert f["writes_bytes"] >= 4 << 20 and f["writes_path"].endswith("ckpt.pt") and f["writes_files"] == 1
+    assert f["writes_other_threads_pct"] == 0  # saved by the loop's own thread
     # the rows: the validation's forwards, 30 more each time, the DataLoader it iterates (31 waits each time, the
     # last finding no batch) and starts, and the checkpoint's saving, in no stage; most extra time first
     rows = {row[0]: row for row in r.rows}
@@ -122,6 +123,48 @@ def test_a_log_written_in_every_iteration_is_not_work_of_the_long_ones(tmp_path:
     assert r.facts["long_iterations"] == [5, 10, 15, 20] and "writes_bytes" not in r.facts, r.facts
     assert rec is not None and not any("writes" in line for line in rec.evidence), rec.evidence
     assert "Write those files less often" not in rec.action
+
+
+def test_files_a_writer_thread_writes_in_the_long_iterations_are_not_to_be_moved_to_a_thread(tmp_path: Path) -> None:
+    """TensorBoard's SummaryWriter writes its events from a thread of its own: 35 of a 300-step loop's iterations ran
+    their backward and forward slower while it wrote (its histograms every 50th step), and the advice was to write
+    those files from a background thread, which they were."""
+    import queue
+    import threading
+    import time
+
+    import xstack
+
+    records: queue.Queue[bytes | None] = queue.Queue()
+
+    def writer() -> None:  # a writer thread: the events the loop hands it, each written and flushed
+        with (tmp_path / "events.out").open("wb") as out:
+            while (record := records.get()) is not None:
+                out.write(record)
+                out.flush()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with xstack.profile(levels="model,io", path=tmp_path / "tb.duckdb") as prof:
+        for i in range(ITERATIONS):
+            with xstack.span("compute"):
+                time.sleep(0.01)
+            if (i + 1) % EVERY == 0:  # a histogram: a large record, and its writing waited for
+                records.put(b"h" * (1 << 20))
+                while not records.empty():
+                    time.sleep(0.001)
+                time.sleep(0.03)
+            prof.step()
+    records.put(None)
+    thread.join()
+    with Store.open(tmp_path / "tb.duckdb") as store:
+        r = long_iterations(store, 1)
+        rec = RULES["long_iterations"]({x.id: x for x in run_analyses(store)})
+    f = r.facts
+    assert f["long_iterations"] == [5, 10, 15, 20] and f["writes_bytes"] >= 4 << 20, f
+    assert f["writes_other_threads_pct"] == 100.0, f
+    assert rec is not None and "100% of them by threads other than the loop's" in rec.evidence[-1], rec.evidence
+    assert OTHER_THREADS in rec.action and "from a background thread, off the loop" not in rec.action, rec.action
 
 
 def _steps_store(path: Path, durations: list[int]) -> Store:

@@ -67,16 +67,19 @@ GROUP BY ALL
 _WRITES = f"""
 WITH w AS (SELECT unnest($starts) AS ws, unnest($ends) AS we),
 io AS (
-    SELECT {SPAN_PATH} AS path, {SPAN_BYTES} AS bytes, start_ns FROM spans
+    SELECT {SPAN_PATH} AS path, {SPAN_BYTES} AS bytes, start_ns, tid FROM spans
     WHERE run_id = $run AND level = 'io' AND pid = $main AND name IN {in_list(WRITE_OPS)} AND {SPAN_STORAGE}
 ),
+loop AS (SELECT tid FROM spans WHERE run_id = $run AND level = 'model' AND pid = $main GROUP BY tid
+         ORDER BY count(*) DESC, tid LIMIT 1),
 held AS (SELECT io.* FROM io ASOF JOIN w ON io.start_ns >= w.ws WHERE io.start_ns < w.we)
 SELECT coalesce(sum(bytes), 0), count(DISTINCT path),
-    (SELECT path FROM held GROUP BY path ORDER BY sum(bytes) DESC NULLS LAST, path LIMIT 1)
+    (SELECT path FROM held GROUP BY path ORDER BY sum(bytes) DESC NULLS LAST, path LIMIT 1),
+    coalesce(sum(bytes) FILTER (WHERE tid IS DISTINCT FROM (SELECT tid FROM loop)), 0)
 FROM held
 """
-"""The bytes the main process wrote to files in the windows ``$starts``..``$ends``, the files, and the one it
-wrote most to."""
+"""The bytes the main process wrote to files in the windows ``$starts``..``$ends``, the files, the one it wrote most
+to, and the bytes its threads other than the loop's (the thread of most of its model spans) wrote."""
 
 
 def long_iterations(store: Store, run_id: int) -> Result:
@@ -272,21 +275,24 @@ iteration writes a little more in some of them by chance."""
 
 def _writes(store: Store, run_id: int, main: int, steps: list[tuple[Any, ...]], long: set[int]) -> dict[str, Any]:
     """What the main process wrote to files in the long iterations beyond the usual iteration's writes (their
-    mean, times the long ones): ``writes_bytes``, ``writes_files`` and ``writes_path``; empty where they wrote
-    less than ``WRITES_RATIO`` times that each."""
+    mean, times the long ones): ``writes_bytes``, ``writes_files`` and ``writes_path``, and
+    ``writes_other_threads_pct``, the share of the bytes it wrote in them that threads other than the loop's wrote (a
+    writer thread such as TensorBoard's SummaryWriter's); empty where they wrote less than ``WRITES_RATIO`` times that
+    each."""
 
-    def written(which: list[int]) -> tuple[int, int, str | None]:
+    def written(which: list[int]) -> tuple[int, int, str | None, int]:
         if not which:
-            return 0, 0, None
+            return 0, 0, None, 0
         params = {"run": run_id, "main": main, "starts": [int(steps[i][1]) for i in which],
                   "ends": [int(steps[i][2]) for i in which]}  # fmt: skip
         (row,) = store.con.execute(_WRITES, params).fetchall()
-        return int(row[0] or 0), int(row[1] or 0), row[2]
+        return int(row[0] or 0), int(row[1] or 0), row[2], int(row[3] or 0)
 
-    held, files, path = written(sorted(long))
+    held, files, path, threads = written(sorted(long))
     others = [i for i in range(len(steps)) if i not in long]
     usual = written(others)[0] / len(others) if others else 0.0
     beyond = round(held - usual * len(long))
     if beyond <= 0 or held < WRITES_RATIO * usual * len(long) or not path:
         return {}
-    return {"writes_bytes": beyond, "writes_files": files, "writes_path": path}
+    return {"writes_bytes": beyond, "writes_files": files, "writes_path": path,
+            "writes_other_threads_pct": 100.0 * threads / held}  # fmt: skip

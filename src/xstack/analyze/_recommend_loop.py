@@ -321,6 +321,20 @@ NAMED_STAGES: Final = 4
 """The stages that the long-iterations rule names, the most extra time first."""
 
 
+OTHER_THREADS_PCT: Final = 50.0
+"""The share of the bytes the main process wrote in the long iterations that its threads other than the loop's must
+write for the advice to be about that thread."""
+OTHER_THREADS: Final = (
+    "Those files are written by another thread of the main process, not the loop's (a writer thread, such as "
+    "TensorBoard's SummaryWriter's, or a logging handler's): already off the loop's thread, the writing still takes a "
+    "CPU and Python's GIL from it, and the loop's own stages run slower in these iterations. Record less (fewer "
+    "add_scalar and add_histogram calls, every N steps), or write from another process."
+)
+"""The advice on long iterations whose writes are mostly another thread's (TensorBoard's writer thread, which
+reopens its event file for each record: 625 opens in a 300-step loop whose 35 long iterations ran their backward and
+forward slower)."""
+
+
 def _built(results: Results, written: str) -> str | None:
     """Where code was built in the measured iterations: compilers and linkers started by exec in them, most of the
     programs the main process started there (``io.input_bound``'s ``loop_program*`` facts), or the file the long
@@ -392,11 +406,14 @@ def long_iterations(results: Results) -> Recommendation | None:
         parts.append(part)
     if parts:
         evidence.append(f"beyond a usual iteration, they spend: {'; '.join(parts)} (model.long_iterations)")
+    threads = (num(f, "writes_other_threads_pct") or 0.0) >= OTHER_THREADS_PCT if writes else False
     if writes:
         files = int(f.get("writes_files") or 1)
         most = f", most to {f['writes_path']}" if files > 1 else f" ({f['writes_path']})"
+        by = (f", {num(f, 'writes_other_threads_pct') or 0:.0f}% of them by threads other than the loop's"
+              if threads else "")  # fmt: skip
         evidence.append(f"the main process writes {format_value(writes, 'bytes')} more to files in them, to "
-                        f"{counted(files, 'file')}{most} (model.long_iterations)")  # fmt: skip
+                        f"{counted(files, 'file')}{most}{by} (model.long_iterations)")  # fmt: skip
     actions = []
     forwards = sum(float(s.get("extra_ns") or 0) for s in stages if s.get("kind") == "forward")
     if f.get("evaluation") and forwards >= EVALUATION_SHARE * (beyond - waits):
@@ -407,6 +424,8 @@ def long_iterations(results: Results) -> Recommendation | None:
     if built:
         evidence.append(built)
         actions.append(f"{BUILT_IN_LOOP[0].upper()}{BUILT_IN_LOOP[1:]}")
+    elif threads:  # a writer thread of the main process: already off the loop's thread, yet not off its CPUs
+        actions.append(OTHER_THREADS)
     elif writes and re.search(CHECKPOINT_NAME, str(f.get("writes_path") or "").lower()):
         actions.append(SAVE_OFF_THE_STEP.strip())
     elif writes:
