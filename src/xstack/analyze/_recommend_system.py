@@ -75,7 +75,7 @@ def host_memory_growth(results: Results) -> Recommendation | None:
     return Recommendation(
         "host_memory_growth", "Host memory grows step after step (leak suspected)", _severity(grown), evidence,
         [m.id],
-        f"{GLIBC_HEAP}f{LEAK_HUNT[1:]}" if _glibc_heap(results) else LEAK_HUNT,
+        GLIBC_HEAP + LEAK_HUNT[0].lower() + LEAK_HUNT[1:] if _glibc_heap(results) else LEAK_HUNT,
     )  # fmt: skip
 
 
