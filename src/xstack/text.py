@@ -8,6 +8,11 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def listed(items: list[str]) -> str:
+    """``items`` in words: "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def three_digits(value: float) -> str:
     """``value`` to three significant digits in fixed notation, the decimals set by its size alone: ``1.50``,
     ``71.0``, ``187``, ``12,346``. A column of such numbers never drops a trailing zero in one cell and keeps

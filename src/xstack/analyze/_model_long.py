@@ -16,6 +16,7 @@ from xstack.analyze._io_common import SPAN_BYTES, SPAN_PATH, SPAN_STORAGE, WRITE
 from xstack.analyze.context import STEP_SPAN, RunContext, past_warmup, run_context
 from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.leveled.occasional import ordinal
+from xstack.text import listed
 from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
@@ -178,9 +179,8 @@ def long_text(facts: dict[str, Any], most: int = 12) -> str:
     """The long iterations in words, by their numbers: "every 20th (20, 40, 60) and 30", "40 and 47"."""
     numbers, periodic = list(facts.get("long_iterations") or []), list(facts.get("every_iterations") or [])
 
-    def listed(ns: list[int]) -> str:
-        shown = [str(n) for n in ns[:most]] + ([f"{len(ns) - most:,} more"] if len(ns) > most else [])
-        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    def numbered(ns: list[int]) -> str:
+        return listed([str(n) for n in ns[:most]] + ([f"{len(ns) - most:,} more"] if len(ns) > most else []))
 
     rest = [n for n in numbers if n not in periodic]
     text = ""
@@ -188,7 +188,7 @@ def long_text(facts: dict[str, Any], most: int = 12) -> str:
         shown = ", ".join(str(n) for n in periodic[:most]) + (", ..." if len(periodic) > most else "")
         text = f"every {ordinal(int(facts['every']))} ({shown})"
     if rest:
-        text += (" and " if text else "") + listed(rest)
+        text += (" and " if text else "") + numbered(rest)
     return text
 
 

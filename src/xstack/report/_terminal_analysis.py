@@ -19,7 +19,7 @@ from rich.text import Text
 from xstack.analyze.health import UNMEASURED_KINDS
 from xstack.analyze.pipeline import Recommendation
 from xstack.analyze.result import Result, format_ns, format_value
-from xstack.text import counted
+from xstack.text import counted, listed
 
 CONTAINER_KINDS: Final = ("step", "region", "tail", "-")
 """Kinds of model spans that hold the others rather than name a stage: an iteration, a run without steps, what
@@ -73,9 +73,8 @@ def _warmup_stages(rows: Sequence[tuple[Any, ...]]) -> str:
     stages = sorted((r for r in rows if r[1] == "warm-up" and r[3] >= WARMUP_STAGE_MIN_NS), key=lambda r: -r[3])
     if not step or not stages:
         return ""
-    named = [f"{r[0]} {format_ns(r[3])}" for r in stages[:WARMUP_STAGES_SHOWN]]
-    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
-    return f"; the warm-up took {format_ns(step)}, {listed} of it"
+    named = listed([f"{r[0]} {format_ns(r[3])}" for r in stages[:WARMUP_STAGES_SHOWN]])
+    return f"; the warm-up took {format_ns(step)}, {named} of it"
 
 
 def recommendations_block(recs: Sequence[Recommendation], store: str) -> RenderableType:
