@@ -261,20 +261,48 @@ t AS (
 tw AS (SELECT t.* FROM t ASOF JOIN w ON t.s >= w.ws WHERE t.s < w.we),
 u AS ({merged("tw")}),
 st AS ({merged(_STAGES)}),
+by_path AS (
+    SELECT path, sum(dur_ns) AS ns, coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}), 0) AS written,
+        coalesce(sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}), 0) AS read
+    FROM tw GROUP BY path
+),
 top AS (
-    SELECT path, sum(dur_ns) AS ns, sum(dur_ns) FILTER (WHERE name IN {in_list(WRITE_OPS)}) AS written,
-        sum(dur_ns) FILTER (WHERE name IN {in_list(READ_OPS)}) AS read
-    FROM tw GROUP BY path ORDER BY ns DESC, path LIMIT 1
-)
+    SELECT path FROM by_path ORDER BY CASE WHEN (SELECT sum(written) >= sum(read) FROM by_path) THEN written
+        ELSE read END DESC, ns DESC, path LIMIT 1
+),
+oc AS (  -- their opens by path and their closes, successful ones
+    SELECT s, e, tid, span_id, name, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd,
+        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS flags
+    FROM (SELECT *, start_ns AS s, start_ns + dur_ns AS e FROM spans
+          WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {_LOOP_FILES}
+              AND (name IN {in_list(FILE_OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)})
+              AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"'))
+),
+nx AS (SELECT s, name, flags, lead(name) OVER k AS next_name, lead(e) OVER k AS next_e FROM oc
+       WINDOW k AS (PARTITION BY tid, fd ORDER BY s, span_id)),
+held AS (  -- each file from its open to the close that follows it on its thread, both in one measured iteration
+    SELECT h.s, h.e FROM (SELECT s, next_e AS e FROM nx WHERE name IN {in_list(FILE_OPEN_OPS)} AND flags IS NOT NULL
+                          AND next_name IN {in_list(CLOSE_OPS)}) h
+    ASOF JOIN w ON h.s >= w.ws WHERE h.e <= w.we
+),
+hu AS ({merged("held")})
 SELECT (SELECT coalesce(sum(least(u.e, w.we) - greatest(u.s, w.ws)), 0) FROM u JOIN w ON u.s < w.we AND u.e > w.ws)
     - (SELECT coalesce(sum(least(u.e, st.e) - greatest(u.s, st.s)), 0) FROM u JOIN st ON u.s < st.e AND u.e > st.s),
     (SELECT count(DISTINCT tid) FROM tw), (SELECT count(DISTINCT path) FROM tw), (SELECT path FROM top),
-    (SELECT coalesce(written, 0) FROM top), (SELECT coalesce(read, 0) FROM top)
+    (SELECT coalesce(sum(written), 0) FROM by_path), (SELECT coalesce(sum(read), 0) FROM by_path),
+    (SELECT coalesce(sum(e - s), 0) FROM hu)
+    - (SELECT coalesce(sum(least(hu.e, st.e) - greatest(hu.s, st.s)), 0) FROM hu JOIN st
+       ON hu.s < st.e AND hu.e > st.s),
+    (SELECT count(*) FROM held)
 """
 """The file I/O of the main process's other threads (their calls hang from no span: no model span is open on
 their thread) in the measured iterations while no stage ran: the time some such call was under way (the union of
 the calls, so that threads reading at once count once) in the iterations and outside every stage, the threads
-that made them and the files, the file of the most call time and that file's write and read time."""
+that made them and the files, the file of the most write time, or of the most read time where all of them read
+longer than they wrote (the kind the advice is about), and their write and read time; then the time
+some file of theirs was open outside every stage (each from its open by path to the close of its descriptor that
+follows on the same thread, both in the same measured iteration: ``numpy.load`` parses a header between its reads,
+a decoder decodes; a log file a thread keeps open all along is not one), and how many such files were paired."""
 
 _SYNCS = f"""
 SELECT count(*), coalesce(sum(dur_ns), 0), arg_max({SPAN_PATH}, dur_ns) FROM spans
@@ -597,8 +625,10 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     its reads included; ``_HELD_OPEN``), those of the loop's own thread;
     ``thread_io_unstaged_ns`` (per measured iteration), ``thread_io_threads``, ``thread_io_files``,
     ``thread_io_path`` and ``thread_io_kind``, the same of its other threads (a thread pool that reads the batch
-    while the loop waits on its results), as the time some call of theirs was under way outside every stage
-    (``_THREADS``)."""
+    while the loop waits on its results), as the time some call of theirs was under way outside every stage, and
+    ``thread_io_open_ns`` (per measured iteration), the time some file of theirs was open there, from its open to
+    its close in one iteration (what they did between its calls, such as ``numpy.load`` parsing its header,
+    included; None where no file was paired) (``_THREADS``)."""
     total, path, written, read, files, most, ckpt_ns, ckpt_files, ckpt_bytes = rows(
         store, _in_no_stage(_UNSTAGED, io, steps=steps), io.run_id, main=io.main_pid
     )[0]
@@ -624,12 +654,14 @@ def _unstaged(store: Store, io: IoRun, iterations: int, *, steps: bool) -> dict[
     measured = io.ctx.measured_table()
     if measured is None or not iterations:
         return facts | {"thread_io_unstaged_ns": None, "thread_io_threads": 0, "thread_io_files": 0,
-                        "thread_io_path": None, "thread_io_kind": None}  # fmt: skip
-    total, threads, files, path, written, read = rows(store, _THREADS.replace("{windows}", measured[0]),
-                                                      io.run_id, main=io.main_pid)[0]  # fmt: skip
+                        "thread_io_path": None, "thread_io_kind": None, "thread_io_open_ns": None}  # fmt: skip
+    total, threads, files, path, written, read, held, pairs = rows(
+        store, _THREADS.replace("{windows}", measured[0]), io.run_id, main=io.main_pid
+    )[0]
     return facts | {"thread_io_unstaged_ns": max(as_count(total), 0) / iterations, "thread_io_threads":
                     as_count(threads), "thread_io_files": as_count(files), "thread_io_path": path,
-                    "thread_io_kind": _kind(written, read)}  # fmt: skip
+                    "thread_io_kind": _kind(written, read),
+                    "thread_io_open_ns": max(as_count(held), 0) / iterations if pairs else None}  # fmt: skip
 
 
 def _in_no_stage(template: str, io: IoRun, *, steps: bool) -> str:
