@@ -858,6 +858,16 @@ def test_small_files_the_program_writes_are_not_to_be_staged(tmp_path: Path) -> 
         and "200 of them only written" in (rec.evidence[0])
     )
     assert rec.action.startswith("Stage the files of at most 2 MiB") and "Write the outputs" in rec.action
+    # a dataset staged by a copy whose last few files were never read: no output said, with 0% of the operations
+    rows = [_written(5, f"/dev/shm/d/{i}.npy", 1152) for i in range(2)]
+    rows += [data_file(5, f"/d/{i}.npy", 1152, 200, read_ns=1000) for i in range(200)]
+    with files_store(tmp_path / "c.duckdb", rows) as store:
+        small = _one(store, "io.small_files")
+        rec = _fired(store, "small_files")
+    assert (
+        small.facts["small_written_files"] == 2 and small.facts["small_written_ops"] < 0.005 * small.facts["small_ops"]
+    )
+    assert rec is not None and "only written" not in rec.evidence[0], rec.evidence[0]
 
 
 def test_one_output_file_opened_for_each_record_is_to_be_kept_open_not_split_into_fewer_files(tmp_path: Path) -> None:
