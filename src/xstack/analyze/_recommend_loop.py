@@ -306,6 +306,18 @@ THREADS_READ_MANY: Final = (
     "(with 2 CPUs, 2 workers made that step 5.7 ms)."
 )
 """The advice to a loop that waits on its threads' reads of many files (``MANY_FILES`` per iteration or more)."""
+THREADS_READ: Final = (
+    " Threads that read while the loop waits for them put the reading on the step's path: read in DataLoader workers "
+    "(a Dataset whose __getitem__ reads and decodes, num_workers > 0), processes that read ahead of the loop without "
+    "sharing its GIL. Reading the next batch in threads while this one computes helps only where the reads wait on "
+    "storage, not on Python (decoding, small files)."
+)
+"""The advice to a loop that waits on its threads' reads of a few files per iteration."""
+THREADS_OTHER: Final = (
+    " Threads {doing} files while the loop waits for them put that I/O on the step's path: let it overlap the steps "
+    "(do not wait for it in the loop), or do it every N steps."
+)
+"""The advice to a loop that waits on its threads' writes (``{doing}``: Writing, Opening and closing)."""
 
 
 def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | None, str, bool]:
@@ -322,8 +334,8 @@ def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | No
     threads, files = int(num(facts, "thread_io_threads") or 0), int(num(facts, "thread_io_files") or 0)
     doing = {"write": "writing", "read": "reading"}.get(str(kind), "opening and closing")
     which = f"{files:,} files such as {path}" if files > 1 else str(path)
-    held = (f"; they had {'its' if files == 1 else 'those'} files open during {format_ns(opened)} of it, from each "
-            "open to its close, what they did between the calls (decoding, parsing) included"
+    held = (f"; they had {'the file' if files == 1 else 'those files'} open during {format_ns(opened)} of it, from "
+            "each open to its close, what they did between the calls (decoding, parsing) included"
             if between >= BETWEEN_SAID * ns else "")  # fmt: skip
     line = (f"{counted(threads, 'other thread')} of the main process did file I/O during {format_ns(ns)} of it per "
             f"iteration, while no stage ran, most of it {doing} {which}{held} (io.input_bound)")  # fmt: skip
@@ -332,24 +344,8 @@ def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | No
     if kind == "read" and iterations and files >= MANY_FILES * iterations:  # files a batch: each costs Python
         return line, THREADS_READ_MANY.format(files=f"{files / iterations:,.0f}"), leads
     if kind == "read":
-        return (
-            line,
-            (
-                " Threads that read while the loop waits for them put the reading on the step's path: read in "
-                "DataLoader workers (a Dataset whose __getitem__ reads and decodes, num_workers > 0), processes that "
-                "read ahead of the loop without sharing its GIL. Reading the next batch in threads while this one "
-                "computes helps only where the reads wait on storage, not on Python (decoding, small files)."
-            ),
-            leads,
-        )
-    return (
-        line,
-        (
-            f" Threads {doing} files while the loop waits for them put that I/O on the step's path: let it overlap the "
-            "steps (do not wait for it in the loop), or do it every N steps."
-        ),
-        leads,
-    )
+        return line, THREADS_READ, leads
+    return line, THREADS_OTHER.format(doing=doing.capitalize()), leads
 
 
 TRAINING_OPS: Final = (
