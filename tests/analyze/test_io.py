@@ -661,6 +661,42 @@ for _ in range(8):
 """
 
 
+PACKING_SCRIPT = """
+import os, tarfile
+os.makedirs("d", exist_ok=True)
+os.makedirs("out", exist_ok=True)
+for i in range(300):
+    with open(f"d/{i}.jpg", "wb") as f:
+        f.write(os.urandom(4096))
+for shard in range(3):  # the small files packed into shards, as the advice on them says
+    with tarfile.open(f"out/{shard}.tar", "w") as tar:
+        for i in range(100 * shard, 100 * shard + 100):
+            tar.add(f"d/{i}.jpg", arcname=f"{i}.jpg")
+"""
+
+
+def test_a_script_that_packs_small_files_into_shards_is_not_told_to_pack_them(tmp_path: Path) -> None:
+    """A preparation script read 600 JPEG files and wrote them, resized, into 6 tar shards: it was told to pack the
+    small files into shards, what it was doing. A run without iterations that wrote files many times their size
+    holding a tenth of their bytes or more is their packing; the same files copied one by one are not."""
+    results = _run_io_loop(tmp_path, PACKING_SCRIPT)
+    facts = results["io.small_files"].facts
+    assert facts["small_packed_files"] == 3 and facts["small_packed_path"] in {
+        str(tmp_path / f"out/{i}.tar") for i in range(3)
+    }
+    assert facts["small_packed_bytes"] > facts["small_read_bytes"] == 300 * 4096  # each tar: headers and padding
+    assert RULES["small_files"](results) is None
+    copying = PACKING_SCRIPT.replace(
+        '    with tarfile.open(f"out/{shard}.tar", "w") as tar:\n',
+        "    if True:\n",
+    ).replace('            tar.add(f"d/{i}.jpg", arcname=f"{i}.jpg")', '            shutil.copy(f"d/{i}.jpg", "out")')
+    assert "shutil.copy" in copying and "tarfile.open" not in copying
+    (tmp_path / "copying").mkdir()
+    results = _run_io_loop(tmp_path / "copying", copying.replace("import os, tarfile", "import os, shutil"))
+    assert results["io.small_files"].facts["small_packed_files"] == 0
+    assert RULES["small_files"](results) is not None
+
+
 def test_a_merged_run_puts_the_small_files_time_of_one_iteration_at_stake(tmp_path: Path) -> None:
     """A merged run's io_files hold its io pass whole (its 8 iterations and the files written before them),
     and the rule put that whole time at stake per iteration: several times the merged step itself. It is now

@@ -192,6 +192,9 @@ def small_file_staging(
     does not concern; ``small_written_checkpoints`` counts those of them named as checkpoints are (``CHECKPOINT_NAME``);
     ``small_written_most_opened`` is the one of them opened most often, and ``small_written_most_opens`` its opens
     (Darshan's, over its processes and modules): a log or a file of results opened for each record it appends. Facts
+    ``small_packed_files``, ``small_packed_bytes`` and ``small_packed_path``: the files the program only wrote, not
+    checkpoints, of ``PACKED_SIZE`` times the mean size of the small files it read or more (of any size), their bytes
+    and the largest: shards it packed them into, against ``small_read_bytes``, the small files' bytes. Facts
     ``small_read_loop`` and ``small_read_in_memory`` count the small files read in the measured iterations
     (``_in_memory``) and those of them that lie in memory already (``IN_MEMORY``), staged there by the program. Facts
     ``small_reads_timed``, ``small_reads_cached_pct`` and ``small_read_median_ns``: the reads of up to 64 KiB of the
@@ -221,10 +224,13 @@ def small_file_staging(
                          AND regexp_matches(lower(path), '{CHECKPOINT_NAME}')),
         count(*) FILTER (WHERE size <= {int(threshold_bytes)} AND reads > 0 AND regexp_matches(path, '{IN_MEMORY}')),
         arg_max(path, opens) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
-        max(opens) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0)
+        max(opens) FILTER (WHERE size <= {int(threshold_bytes)} AND reads = 0 AND writes > 0),
+        coalesce(sum(size) FILTER (WHERE size <= {int(threshold_bytes)} AND reads > 0), 0),
+        {_PACKED.replace("{threshold}", str(int(threshold_bytes)))}
         FROM sized WHERE size > 0"""
     [row] = rows(store, sql, io.run_id)
-    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory, most, most_opens = row
+    *found, mean_size, unsized, written, written_ops, written_ns, checkpoints, in_memory, most, most_opens = row[:-4]
+    small_read_bytes, packed, packed_bytes, packed_path = row[-4:]
     unsized = as_count(unsized)
     found = [as_count(v) for v in found]
     totals = found[:4]
@@ -277,6 +283,10 @@ def small_file_staging(
             "small_written_checkpoints": as_count(checkpoints),
             "small_written_most_opened": most,
             "small_written_most_opens": as_count(most_opens),
+            "small_read_bytes": as_count(small_read_bytes),
+            "small_packed_files": as_count(packed),
+            "small_packed_bytes": as_count(packed_bytes),
+            "small_packed_path": packed_path,
             **_in_memory(store, io, all_paths, int(threshold_bytes), as_count(in_memory)),
             **_cached(store, io, all_paths, int(threshold_bytes)),
             "small_sync_ns": sync_ns,
@@ -285,6 +295,19 @@ def small_file_staging(
         + _unsized_label(unsized)
         + ([] if listed else _none_small(totals[0], limits[-1], "file" if all_paths else "data file")),
     )
+
+
+PACKED_SIZE: Final = 8
+"""Times the mean size of the small files read, at least, of a file the program only wrote for it to be a shard
+they were packed into (a tar shard of 100 images, an HDF5 or .npy file of many items), not an output of each."""
+_PACKED = """count(*) FILTER (WHERE {packed}), coalesce(sum(size) FILTER (WHERE {packed}), 0),
+        arg_max(path, size) FILTER (WHERE {packed})""".replace(
+    "{packed}",
+    f"""reads = 0 AND writes > 0 AND NOT regexp_matches(lower(path), '{CHECKPOINT_NAME}') AND size >= {PACKED_SIZE}
+        * (SELECT avg(size) FROM sized WHERE size > 0 AND size <= {{threshold}} AND reads > 0)""",
+)
+"""SQL of the files the program only wrote (not checkpoints) that are ``PACKED_SIZE`` times the small files' mean
+size read or more (``{threshold}``: the size threshold): how many, their bytes and the largest."""
 
 
 def _none_small(files: int, largest: int, what: str) -> list[str]:

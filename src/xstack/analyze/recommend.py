@@ -464,6 +464,8 @@ def small_files(results: Results) -> Recommendation | None:
     every = files == int(_num(r.facts, "files") or 0)
     if files < SMALL_FILES_MIN or nbytes is None or (nbytes >= SMALL_FILES_BYTES_PCT and not every):
         return None
+    if _packing(results, r):  # the run packs them: the remedy itself
+        return None
     limit = _size(_num(r.facts, "threshold_bytes") or 0)
     time, time_pct = _num(r.facts, "small_time_ns") or 0, _num(r.facts, "small_time_pct")
     if every:
@@ -550,6 +552,24 @@ def small_files(results: Results) -> Recommendation | None:
     return Recommendation(
         "small_files", title, severity, evidence, sources, " ".join(actions), impact_ns=impact, impact_per=per
     )
+
+
+PACKED_SHARE: Final = 0.1
+PACKED_MAX: Final = 4.0
+"""Shares of the small files' bytes read, at least and at most, that the shards a run without iterations wrote must
+hold for the run to be the packing of those files (resized, recompressed: fewer bytes than were read; a tar shard's
+headers and padding: more). A job that read 2.4 MB of small files and wrote a 115 MB output is not one."""
+
+
+def _packing(results: Results, r: Result) -> bool:
+    """Whether the run packs the small files it reads into shards: it has no measured iterations (a preparation
+        script, not a training loop) and wrote files of many times their size (``io.small_files``' facts
+        ``small_packed_files``, ``small_packed_bytes``) that hold ``PACKED_SHARE`` of their bytes or more, and no more
+    than ``PACKED_MAX`` times them. A script
+        that read 600 JPEG files and wrote them, resized, into 6 tar shards was told to pack them into shards."""
+    packed, read = _num(r.facts, "small_packed_bytes") or 0, _num(r.facts, "small_read_bytes") or 0
+    return (not _steps(results) and bool(_num(r.facts, "small_packed_files"))
+            and PACKED_MAX * read >= packed >= PACKED_SHARE * read > 0)  # fmt: skip
 
 
 def _cached_after_first(r: Result) -> str | None:
