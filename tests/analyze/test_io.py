@@ -40,6 +40,7 @@ from xstack.analyze.recommend import (
     PACK_STAGED_FILES,
     RULES,
     SAVE_FEWER_CHECKPOINTS,
+    SCATTERED_READS,
     STAGE_SMALL_FILES,
     WRITE_FEWER_FILES,
     recommend,
@@ -2006,6 +2007,45 @@ def test_small_reads_of_files_smaller_than_a_page_are_not_to_be_made_larger(tmp_
         facts = _one(store, "io.pattern").facts
         assert (facts["small_reads"], facts["small_reads_small_files"], facts["median_read_bytes"]) == (250, 200, 384)
         assert _fired(store, "small_reads") is None
+
+
+SHUFFLED_RECORDS = """
+import os, random, xstack
+with open("records.bin", "wb") as f:
+    f.write(os.urandom(256 * 4096))
+order = list(range(4096))
+random.Random(0).shuffle(order)
+{keep}
+for step in range(8):
+    for i in order[64 * step:64 * step + 64]:  # a batch of 256-byte records, in shuffled order
+{read}
+    xstack.step()
+"""
+_OPEN_EACH = """        with open("records.bin", "rb", buffering=0) as f:  # as np.fromfile(path, offset=...) does
+            f.seek(256 * i)
+            f.read(256)"""
+_OPEN_ONCE = """        f.seek(256 * i)
+        f.read(256)"""
+
+
+@pytest.mark.parametrize("opens", ["each", "once"])
+def test_small_reads_at_scattered_places_are_not_told_to_use_a_larger_buffer(tmp_path: Path, opens: str) -> None:
+    """A DataLoader of 256-byte records read in shuffled order (np.fromfile with an offset, an open each) was told
+    to read through buffered streams of 1 MiB, which made its step go from 3.2 ms to 12.6 ms: each seek throws the
+    buffer away. Reads at scattered places, random by Darshan's counters or in shuffled order with an open each
+    (which those counters take for sequential), are told to read each record's own bytes or to map the file."""
+    keep = 'f = open("records.bin", "rb", buffering=0)' if opens == "once" else ""
+    program = SHUFFLED_RECORDS.replace("{keep}", keep).replace("{read}", _OPEN_ONCE if opens == "once" else _OPEN_EACH)
+    results = _run_io_loop(tmp_path, program)
+    facts = results["io.pattern"].facts
+    rec = RULES["small_reads"](results)
+    assert rec is not None and facts["median_read_bytes"] == 256
+    assert rec.action == SCATTERED_READS and "buffering=1 << 20" not in rec.action.split("):")[-1]
+    if opens == "each":  # each read starts past byte 0 of its open: sequential to Darshan
+        assert facts["random_pct"] < 25 and facts["jumped_reads"] * 2 >= facts["reads_after_earlier"] >= 100
+        assert "records read in shuffled order (io.pattern)" in rec.evidence[0]
+    else:
+        assert facts["random_pct"] >= 25 and "random (Darshan's counters" in rec.evidence[0], facts
 
 
 def test_small_reads_of_torch_archives_are_told_to_load_each_file_from_memory(tmp_path: Path) -> None:
