@@ -115,7 +115,7 @@ def test_a_log_written_in_every_iteration_is_not_work_of_the_long_ones(tmp_path:
             with xstack.span("compute"):
                 time.sleep(0.01)  # not 2 ms: on a loaded machine a usual one took twice that, and was long
             if (i + 1) % EVERY == 0:
-                time.sleep(0.03)
+                time.sleep(0.09)  # 10 times the usual one: long at any of the cut-offs (2, 4 or 8 times the median)
                 out.write("slow " * 40 + "\n")
                 out.flush()
             out.write("x" * 1024 + "\n")
@@ -124,7 +124,9 @@ def test_a_log_written_in_every_iteration_is_not_work_of_the_long_ones(tmp_path:
     with Store.open(tmp_path / "log.duckdb") as store:
         r = long_iterations(store, 1)
         rec = RULES["long_iterations"]({x.id: x for x in run_analyses(store)})
-    assert r.facts["long_iterations"] == [5, 10, 15, 20] and "writes_bytes" not in r.facts, r.facts
+    # on a loaded machine an iteration of no work of its own is long now and then too
+    assert {5, 10, 15, 20} <= set(r.facts["long_iterations"]) and "writes_bytes" not in r.facts, r.facts
+    assert len(r.facts["long_iterations"]) <= 5, r.facts
     assert rec is not None and not any("writes" in line for line in rec.evidence), rec.evidence
     assert "Write those files less often" not in rec.action
 
@@ -157,7 +159,8 @@ def test_files_a_writer_thread_writes_in_the_long_iterations_are_not_to_be_moved
             if (i + 1) % EVERY == 0:  # a histogram: a large record, and its writing waited for
                 records.put(b"h" * (1 << 20))
                 records.join()  # written and flushed, within this iteration
-                time.sleep(0.03)
+                time.sleep(0.09)  # 10 times the usual one: with 30 ms, 4 times it, a loaded machine's stray long
+                # iteration raised the cut-off to 4 times the median, and one of these fell just under it
             prof.step()
     records.put(None)
     thread.join()
