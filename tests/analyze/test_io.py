@@ -1155,6 +1155,21 @@ for step in range(10):
 """
 
 
+def _thread_calls(tmp_path: Path, columns: str, where: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The io calls of p.duckdb's main process's other threads that ``where`` keeps (SQL on ``path``, ``fd`` and the
+    span's columns), as ``columns``, in start order; and the measured iterations' (start, end)."""
+    with Store.open(tmp_path / "p.duckdb") as store:
+        main = store.query("SELECT pid, tid FROM spans WHERE level = 'model' LIMIT 1")[0]
+        calls = store.query(
+            f"SELECT {columns} FROM (SELECT *, attrs->>'$.\"{A.IO_PATH}\"' AS path, attrs->>'$.\"{A.IO_FD}\"' AS fd "
+            f"FROM spans WHERE level = 'io' AND pid = ? AND tid <> ?) WHERE {where} ORDER BY start_ns",
+            list(main),
+        )
+        windows = store.query("SELECT start_ns, start_ns + dur_ns FROM spans WHERE level = 'model' AND name LIKE "
+                              "'step#%' AND name <> 'step#0' ORDER BY 1")  # fmt: skip
+    return calls, windows
+
+
 def test_a_thread_pool_that_reads_inside_a_stage_is_not_counted_outside_every_stage(tmp_path: Path) -> None:
     """The same pool, waited on inside a span of the loop's: its threads' calls ran while a stage ran, so none of
     their time is outside every stage (the stages were left out of that subtraction by a misplaced NOT)."""
@@ -1174,13 +1189,7 @@ def test_a_thread_pool_that_reads_the_batch_between_the_stages_is_named(tmp_path
     results = _run_io_loop(tmp_path, POOLED_LOOP)
     facts = results["io.input_bound"].facts
     steps = results["model.stages"].facts["steps"]
-    with Store.open(tmp_path / "p.duckdb") as store:
-        main = store.query("SELECT pid, tid FROM spans WHERE level = 'model' LIMIT 1")[0]
-        calls = store.query(
-            f"SELECT tid, attrs->>'$.\"{A.IO_PATH}\"', start_ns, start_ns + dur_ns FROM spans WHERE level = 'io' "
-            f"AND pid = ? AND tid <> ? AND attrs->>'$.\"{A.IO_PATH}\"' LIKE '%/d/%.bin'", list(main))  # fmt: skip
-        windows = store.query("SELECT start_ns, start_ns + dur_ns FROM spans WHERE level = 'model' AND name LIKE "
-                              "'step#%' AND name <> 'step#0' ORDER BY 1")  # fmt: skip
+    calls, windows = _thread_calls(tmp_path, "tid, path, start_ns, start_ns + dur_ns", "path LIKE '%/d/%.bin'")
     measured = [c for c in calls if any(s <= c[2] < e for s, e in windows)]
     assert facts["main_io_unstaged_ns"] == 0 and facts["thread_io_kind"] == "read"
     assert 1 <= facts["thread_io_threads"] == len({c[0] for c in measured}) <= 4
@@ -1245,14 +1254,9 @@ def test_a_thread_pool_that_parses_its_files_between_their_reads_is_named_with_t
     results = _run_io_loop(tmp_path, PARSING_POOL)
     facts = results["io.input_bound"].facts
     steps = results["model.stages"].facts["steps"]
+    calls, windows = _thread_calls(tmp_path, "path, name, start_ns, start_ns + dur_ns, fd, tid",
+                                   "path LIKE '%/d/%.bin' OR path LIKE '%train.log'")  # fmt: skip
     with Store.open(tmp_path / "p.duckdb") as store:
-        main = store.query("SELECT pid, tid FROM spans WHERE level = 'model' LIMIT 1")[0]
-        calls = store.query(
-            f"SELECT attrs->>'$.\"{A.IO_PATH}\"', name, start_ns, start_ns + dur_ns, attrs->>'$.\"{A.IO_FD}\"', tid "
-            f"FROM spans WHERE level = 'io' AND pid = ? AND tid <> ? AND (attrs->>'$.\"{A.IO_PATH}\"' LIKE '%/d/%.bin' "
-            f"OR attrs->>'$.\"{A.IO_PATH}\"' LIKE '%train.log') ORDER BY start_ns", list(main))  # fmt: skip
-        windows = store.query("SELECT start_ns, start_ns + dur_ns FROM spans WHERE level = 'model' AND name LIKE "
-                              "'step#%' AND name <> 'step#0' ORDER BY 1")  # fmt: skip
         stages = store.query("SELECT start_ns, start_ns + dur_ns FROM spans WHERE level = 'model' AND name NOT LIKE "
                              "'step#%' AND name <> 'after-last-step'")  # fmt: skip
     log_opens = [c for c in calls if c[0].endswith("train.log") and c[1] in ("open", "openat")]
