@@ -330,6 +330,14 @@ REREAD_MIN_BYTES: Final = 4 * 2**20
 SHUFFLED_MIN_READS = 100
 """The fewest such reads for ``io.pattern`` to say that a file's records were read in shuffled order."""
 
+
+def read_shuffled(after: int, jumped: int) -> bool:
+    """Whether a run's data-file reads are records read in shuffled order: ``SHUFFLED_MIN_READS`` or more of them
+    followed an earlier read of their file (``after``), and half of those or more started elsewhere than it ended
+    (``jumped``)."""
+    return after >= SHUFFLED_MIN_READS and 2 * jumped >= after
+
+
 COLUMNS = [
     Column("class", help="where the files live: data, python, system, unknown"),
     Column("reads", "count"),
@@ -482,7 +490,7 @@ def _shuffled(store: Store, io: IoRun, facts: dict[str, Any]) -> list[str]:
         return []
     after, jumped = (as_count(v) for v in span_rows(store, _SHUFFLED, io.run_id)[0])
     facts |= {"reads_after_earlier": after, "jumped_reads": jumped}
-    if after < SHUFFLED_MIN_READS or 2 * jumped < after or (facts["random_pct"] or 0) >= 10:
+    if not read_shuffled(after, jumped) or (facts["random_pct"] or 0) >= 10:
         return []
     return [
         f"data files: {jumped:,} of the {after:,} reads inside a file that followed an earlier read of it "

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from xstack.analyze import _loaders, _recommend_cpu, _recommend_gpu, _recommend_loop, _recommend_system
 from xstack.analyze._io_common import COMPRESSED_SUFFIXES, SMALL_READ_BYTES
-from xstack.analyze._io_pattern import HDF5_SUFFIXES, SHUFFLED_MIN_READS
+from xstack.analyze._io_pattern import HDF5_SUFFIXES, read_shuffled
 from xstack.analyze._recommend_common import (
     INPUT_WAIT_PCT,
     Results,
@@ -555,18 +555,19 @@ def small_files(results: Results) -> Recommendation | None:
 
 
 PACKED_SHARE: Final = 0.1
+"""Share of the small files' bytes read, at least, that the shards a run without iterations wrote must hold for the
+run to be the packing of those files (resized, recompressed: fewer bytes than were read)."""
 PACKED_MAX: Final = 4.0
-"""Shares of the small files' bytes read, at least and at most, that the shards a run without iterations wrote must
-hold for the run to be the packing of those files (resized, recompressed: fewer bytes than were read; a tar shard's
-headers and padding: more). A job that read 2.4 MB of small files and wrote a 115 MB output is not one."""
+"""Times the small files' bytes read, at most, that those shards may hold (a tar shard's headers and padding add to
+them): a job that read 2.4 MB of small files and wrote a 115 MB output packs nothing."""
 
 
 def _packing(results: Results, r: Result) -> bool:
     """Whether the run packs the small files it reads into shards: it has no measured iterations (a preparation
-        script, not a training loop) and wrote files of many times their size (``io.small_files``' facts
-        ``small_packed_files``, ``small_packed_bytes``) that hold ``PACKED_SHARE`` of their bytes or more, and no more
-    than ``PACKED_MAX`` times them. A script
-        that read 600 JPEG files and wrote them, resized, into 6 tar shards was told to pack them into shards."""
+    script, not a training loop) and wrote files of many times their size (``io.small_files``' facts
+    ``small_packed_files``, ``small_packed_bytes``) that hold ``PACKED_SHARE`` of their bytes or more, and no more
+    than ``PACKED_MAX`` times them. A script that read 600 JPEG files and wrote them, resized, into 6 tar shards was
+    told to pack them into shards."""
     packed, read = _num(r.facts, "small_packed_bytes") or 0, _num(r.facts, "small_read_bytes") or 0
     return (not _steps(results) and bool(_num(r.facts, "small_packed_files"))
             and PACKED_MAX * read >= packed >= PACKED_SHARE * read > 0)  # fmt: skip
@@ -1094,9 +1095,9 @@ def _scattered(facts: dict[str, Any]) -> str:
     larger buffers, made a shuffled loader of 256-byte records four times slower."""
     random = _num(facts, "random_pct") or 0.0
     if random >= SCATTERED_PCT:
-        return f"; {random:.0f}% of them random (Darshan's counters: before the end of the previous read)"
+        return f"; {random:.0f}% of them random (by Darshan's counters: not past the previous read's end)"
     after, jumped = int(_num(facts, "reads_after_earlier") or 0), int(_num(facts, "jumped_reads") or 0)
-    if after >= SHUFFLED_MIN_READS and 2 * jumped >= after:
+    if read_shuffled(after, jumped):
         return (f"; {jumped:,} of the {after:,} reads that followed an earlier read of their file started elsewhere "
                 "than it ended: records read in shuffled order")  # fmt: skip
     return ""
