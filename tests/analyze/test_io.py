@@ -1206,6 +1206,8 @@ def test_a_thread_pool_that_reads_the_batch_between_the_stages_is_named(tmp_path
     )
     # 60 files a step: the advice is about their number, each one's open, parsing and close run under the GIL
     assert THREADS_READ_MANY.format(files="60").strip() in rec.action, rec.action
+    # the threads prepare the batch: not told twice, once without the cost, to move it into DataLoader workers
+    assert "Then move the batch's preparation into DataLoader workers" not in rec.action
 
 
 PARSING_POOL = """

@@ -54,6 +54,10 @@ def work_outside_stages(results: Results) -> Recommendation | None:
     if ops:  # the op level was recorded: the operators the loop ran between its stages
         evidence.append(_ops_line(ops, num(s.facts, "unstaged_ops_ns") or 0.0, unstaged))
     io_line, io_action, io_leads = _file_io(results, impact, per)
+    by_threads = False  # the main process's other threads did that I/O: a pool that reads the batch
+    if io_line is None:
+        io_line, io_action, io_leads = _thread_io(results, impact if per == "iteration" else None)
+        by_threads = io_line is not None
     if io_line:
         evidence.append(io_line)
     program_line, program_action, program_leads = _programs(results, impact, per)
@@ -96,6 +100,8 @@ def work_outside_stages(results: Results) -> Recommendation | None:
         action = f"{io_action.strip()}{program_action} For the rest of that time: {action[0].lower()}{action[1:]}"
     elif fed_line:  # its data comes from other processes already: what they hand it, and its wait for them
         action += FED_BY_PROCESSES + io_action + program_action
+    elif by_threads:  # its threads prepare the batch: the advice on them says where else to, and at what cost
+        action += " Then compute metrics and log every N steps." + io_action + program_action
     else:
         action += (
             " Then move the batch's preparation into DataLoader workers (the Dataset's __getitem__ or a collate_fn), "
@@ -201,7 +207,7 @@ def _file_io(results: Results, unstaged_ns: int | None, per: ImpactPer) -> tuple
     held_ns = scale * (num(facts, opened) or 0.0) if opened else 0.0
     between = max(0.0, held_ns - ((ckpt_ns or 0.0) * scale if checkpoints else ns or 0.0))
     if not unstaged_ns or not ns or not path or ns + between < UNSTAGED_IO_SHARE * unstaged_ns:
-        return _thread_io(facts, unstaged_ns if each else None)
+        return None, "", False
     leads = ns + between >= IO_LEADS * unstaged_ns
     several = (saves if checkpoints else int(num(facts, "main_io_unstaged_files") or 0)) > 1
     took = (f", which took {format_ns(held_ns)}{each} from {'each' if several else 'the'} file's open to its close, "
@@ -320,12 +326,15 @@ THREADS_OTHER: Final = (
 """The advice to a loop that waits on its threads' writes (``{doing}``: Writing, Opening and closing)."""
 
 
-def _thread_io(facts: dict[str, Any], unstaged_ns: int | None) -> tuple[str | None, str, bool]:
+def _thread_io(results: Results, unstaged_ns: int | None) -> tuple[str | None, str, bool]:
     """``_file_io`` of the main process's other threads (``io.input_bound``'s ``thread_io_*`` facts): a thread
     pool that reads the batch while the loop waits for its results, between the stages. Their files' time from
     open to close counts as the main thread's does (``numpy.load`` parses a header between its reads: a pool of 2
     threads loading 64 small .npy files a batch had files open during 77% of the loop's time in no stage, its
-    calls under way during 9%)."""
+    calls under way during 9%). ``unstaged_ns``: the time in no stage per iteration (None in a run without
+    iterations, whose other threads are not weighed)."""
+    io = get(results, "io.input_bound")
+    facts = io.facts if io is not None else {}
     ns, path, kind = num(facts, "thread_io_unstaged_ns"), facts.get("thread_io_path"), facts.get("thread_io_kind")
     opened = num(facts, "thread_io_open_ns") or 0.0
     between = max(0.0, opened - (ns or 0.0))
