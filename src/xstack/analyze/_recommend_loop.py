@@ -125,10 +125,10 @@ def work_outside_stages(results: Results) -> Recommendation | None:
 
 
 FED_BY_PROCESSES: Final = (
-    " Its data comes from other processes already: have each of their tasks return a whole batch, ready for the "
-    "model, rather than items the loop gathers one by one (a loop that took 64 small .npy files a step from "
-    "Pool.imap and stacked them stepped in 4.2 ms; with one batch per task, in 2.6 ms), and wrap its wait for them "
-    "in xstack.span('data') to see how much of that time is waiting."
+    " Its data comes from other processes already: wrap its wait for them in xstack.span('data') to see how much of "
+    "that time is waiting, and where it gathers their items into batches one by one, have each of their tasks return "
+    "a whole batch, ready for the model (a loop that took 64 small .npy files a step from Pool.imap and stacked them "
+    "stepped in 4.2 ms; with one batch per task, in 2.6 ms)."
 )
 """What ``work_outside_stages`` advises a loop fed by other processes than DataLoader workers (``_fed_by_processes``)
 instead of moving its batch's preparation into DataLoader workers."""
