@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import alexnet_without_param_calls, kineto_fixture
 from tests.importers import kineto_reference as ref
+from xstack.analyze._recommend_loop import FED_BY_PROCESSES
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import RULES
 from xstack.analyze.result import Result, format_ns
@@ -1190,6 +1191,31 @@ def test_a_loop_whose_threads_read_its_batch_is_not_also_told_to_move_it_into_da
     assert "The threads read 61 files per iteration" in rec.action
     assert "move the batch's preparation into DataLoader workers" not in rec.action, rec.action
     assert "compute metrics and log every N steps" in rec.action
+
+
+def test_a_loop_fed_by_other_processes_may_read_a_little_itself() -> None:
+    """A loop fed by Pool.imap that also reads a small file of its own each step is still fed by those processes,
+    as the small-files rule judges it (its own file I/O under the input-bound threshold of the loop's time); one
+    that reads as much as a tenth of its time itself is not."""
+    stages = {"merged": False, "steps": 60, "staged_ns": 257_000_000, "unstaged_ns": 149_000_000, "unstaged_pct": 36.7,
+              "unstaged_of": "iterations", "gpu": False}  # fmt: skip
+    loop = {"iterations": 60, "dataloader_waits": False, "workers": 2, "worker_data_opens_per_iteration": 55.6,
+            "loop_ns": 406_000_000, "main_io_compute_ns": 3_000_000, "main_io_wait_ns": 0}  # fmt: skip
+
+    def fed(**changed: Any) -> Recommendation | None:
+        model = Result("model.stages", "Model stages", facts=stages)
+        return RULES["work_outside_stages"](
+            {"model.stages": model, "io.input_bound": Result("", "", facts=loop | changed)}
+        )
+
+    rec = fed()
+    assert rec is not None and FED_BY_PROCESSES in rec.action
+    line = ("no DataLoader ran: 2 other processes opened the data files, 55.6 a measured iteration, while the main "
+            "process spent 50.0 us per iteration in file I/O itself")  # fmt: skip
+    assert any(e.startswith(line) for e in rec.evidence), rec.evidence
+    rec = fed(main_io_compute_ns=41_000_000)  # over 10% of the loop: it reads on its own steps' path
+    assert rec is not None and FED_BY_PROCESSES not in rec.action
+    assert not any(e.startswith("no DataLoader ran") for e in rec.evidence)
 
 
 def test_a_run_without_iterations_is_judged_from_its_first_stage_to_its_last(tmp_path: Path) -> None:

@@ -254,9 +254,12 @@ before writing it, PIL encodes an image between its writes and decodes one betwe
 
 _THREADS = f"""
 WITH w AS (SELECT ws, we FROM {{windows}}),
-t AS (
-    SELECT start_ns AS s, start_ns + dur_ns AS e, tid, name, dur_ns, {SPAN_PATH} AS path FROM spans
-    WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {_LOOP_FILES}
+t AS MATERIALIZED (
+    SELECT start_ns AS s, start_ns + dur_ns AS e, tid, span_id, name, dur_ns, {SPAN_PATH} AS path,
+        TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd,
+        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS flags,
+        json_exists(attrs, '$."{A.IO_ERRNO}"') AS failed
+    FROM spans WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {_LOOP_FILES}
 ),
 tw AS (SELECT t.* FROM t ASOF JOIN w ON t.s >= w.ws WHERE t.s < w.we),
 u AS ({merged("tw")}),
@@ -271,12 +274,8 @@ top AS (
         ELSE read END DESC, ns DESC, path LIMIT 1
 ),
 oc AS (  -- their opens by path and their closes, successful ones
-    SELECT s, e, tid, span_id, name, TRY_CAST(attrs->>'$."{A.IO_FD}"' AS INTEGER) AS fd,
-        TRY_CAST(attrs->>'$."{A.IO_REQUESTED_BYTES}"' AS BIGINT) AS flags
-    FROM (SELECT *, start_ns AS s, start_ns + dur_ns AS e FROM spans
-          WHERE run_id = $run AND level = 'io' AND pid = $main AND parent_id IS NULL AND {_LOOP_FILES}
-              AND (name IN {in_list(FILE_OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)})
-              AND NOT json_exists(attrs, '$."{A.IO_ERRNO}"'))
+    SELECT s, e, tid, span_id, name, fd, flags FROM t
+    WHERE (name IN {in_list(FILE_OPEN_OPS)} OR name IN {in_list(CLOSE_OPS)}) AND NOT failed
 ),
 nx AS (SELECT s, name, flags, lead(name) OVER k AS next_name, lead(e) OVER k AS next_e FROM oc
        WINDOW k AS (PARTITION BY tid, fd ORDER BY s, span_id)),

@@ -130,3 +130,12 @@ def small_stake(results: Results, impact_ns: int | None, per: ImpactPer) -> str 
     return (f"but that is {share:.1f}% of the step ({format_ns(impact_ns)} of {format_ns(mean_step(results) or 0)} "
             f"per iteration; threshold {SMALL_STAKE_PCT:g}%): even gone, it would barely shorten the step "
             "(model.stages)")  # fmt: skip
+
+
+def main_io_off_the_path(facts: dict[str, Any], loop_ns: float) -> float | None:
+    """The main process's own file I/O in the measured loop (``io.input_bound``'s ``main_io_compute_ns`` and
+    ``main_io_wait_ns``), where it is under the input-bound threshold of the loop's time (``loop_ns``); None where
+    it is more: the main process reads or writes files itself, on the steps' path."""
+    threshold = num(facts, "threshold_pct") or INPUT_WAIT_PCT
+    main_io = (num(facts, "main_io_compute_ns") or 0) + (num(facts, "main_io_wait_ns") or 0)
+    return None if 100 * main_io / loop_ns >= threshold else main_io

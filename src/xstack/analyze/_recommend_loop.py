@@ -8,7 +8,7 @@ from typing import Any, Final
 from xstack.analyze._io_common import CHECKPOINT_NAME
 from xstack.analyze._io_loop import MOST_OF
 from xstack.analyze._model_long import NO_STAGE, long_text
-from xstack.analyze._recommend_common import Results, at_stake, get, num, severity
+from xstack.analyze._recommend_common import Results, at_stake, get, main_io_off_the_path, num, severity
 from xstack.analyze._recommend_input import holding_up
 from xstack.analyze.pipeline import ImpactPer, Recommendation
 from xstack.analyze.result import format_ns, format_value
@@ -137,23 +137,29 @@ instead of moving its batch's preparation into DataLoader workers."""
 def _fed_by_processes(results: Results, per: ImpactPer) -> str | None:
     """Where no DataLoader ran in the measured iterations (``io.input_bound``'s ``dataloader_waits`` false) and
     other processes read the data files in them (``worker_data_opens_per_iteration``: a ``multiprocessing.Pool``'s,
-    a producer's feeding a queue), while the main process did not (``main_io_compute_ns``, ``main_io_wait_ns``
-    none): the evidence line, with their time on and waiting for a CPU; else None. The loop's time in no stage
+    a producer's feeding a queue), while the main process's own file I/O was under the input-bound threshold of
+    the loop's time (``main_io_off_the_path``, as ``small_files`` judges such a loop): the evidence line, with their
+    time on and waiting for a CPU; else None. The loop's time in no stage
     then holds its waits for their results and its own work on them: a loop fed by ``Pool.imap`` was told to move
     its batch's preparation into DataLoader workers, which the pool's processes already were."""
     io = get(results, "io.input_bound")
     facts = io.facts if io is not None else {}
     processes, opens = int(num(facts, "workers") or 0), num(facts, "worker_data_opens_per_iteration") or 0.0
-    own = (num(facts, "main_io_compute_ns") or 0.0) + (num(facts, "main_io_wait_ns") or 0.0)
-    if per != "iteration" or facts.get("dataloader_waits") is not False or not processes or not opens or own:
+    loop = num(facts, "loop_ns")
+    if per != "iteration" or facts.get("dataloader_waits") is not False or not processes or not opens or not loop:
         return None
+    if (own := main_io_off_the_path(facts, loop)) is None:  # the main process reads or writes on the steps' path
+        return None
+    iterations = int(num(facts, "iterations") or 0)
+    main = (f"spent {format_ns(own / iterations)} per iteration in file I/O itself" if own and iterations
+            else "read none")  # fmt: skip
     cpu, delay = num(facts, "worker_cpu_pct"), num(facts, "worker_run_delay_pct")
     cpus = (f"; they ran on a CPU {cpu:.0f}% of their lives and waited for one {delay:.0f}%"
             if cpu is not None and delay is not None else "")  # fmt: skip
     path = facts.get("worker_data_path")
     among = f", {path} among them" if path else ""
     return (f"no DataLoader ran: {counted(processes, 'other process', 'other processes')} opened the data files, "
-            f"{opens:,.1f} a measured iteration{among}, while the main process read none{cpus}: the loop can wait "
+            f"{opens:,.1f} a measured iteration{among}, while the main process {main}{cpus}: the loop can wait "
             "for their results only between its stages (io.input_bound)")  # fmt: skip
 
 

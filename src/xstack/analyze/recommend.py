@@ -20,6 +20,7 @@ from xstack.analyze._recommend_common import (
     Results,
     at_stake,
     loop_waits_for_data,
+    main_io_off_the_path,
     mean_step,
     small_stake,
     stake_share,
@@ -775,7 +776,7 @@ def _beside_the_loop(results: Results, impact: int | None, per: ImpactPer) -> tu
     n, step = _steps(results), mean_step(results)
     if not loop_ns or not others or not n or not step:
         return None
-    if (main_io := _main_io_off_the_path(facts, loop_ns)) is None:
+    if (main_io := main_io_off_the_path(facts, loop_ns)) is None:
         return None
     computing = sum(row[6] or 0 for row in stages.rows if len(row) > 6 and row[1] in COMPUTE_KINDS)
     free = max(step - computing / n, 0.0)
@@ -793,15 +794,6 @@ def _beside_the_loop(results: Results, impact: int | None, per: ImpactPer) -> tu
     return line, _severity(100.0 * free / step), free
 
 
-def _main_io_off_the_path(facts: dict[str, Any], loop_ns: float) -> float | None:
-    """The main process's own file I/O in the measured loop (``io.input_bound``'s ``main_io_compute_ns`` and
-    ``main_io_wait_ns``), where it is under the input-bound threshold of the loop's time (``loop_ns``); None where
-    it is more: the main process reads or writes files itself, on the steps' path."""
-    threshold = _num(facts, "threshold_pct") or INPUT_WAIT_PCT
-    main_io = (_num(facts, "main_io_compute_ns") or 0) + (_num(facts, "main_io_wait_ns") or 0)
-    return None if 100 * main_io / loop_ns >= threshold else main_io
-
-
 def _off_the_loops_path(results: Results) -> str | None:
     """Where the training loop does not wait for its data, by the io level's steps (``io.input_bound``) and by the
     model level's (``model.stages``) alike, and its main process's own file I/O in the loop is under the same
@@ -813,7 +805,7 @@ def _off_the_loops_path(results: Results) -> str | None:
     share, loop_ns = _num(loop.facts, "wait_share_pct"), _num(loop.facts, "loop_ns")
     if share is None or not loop_ns:
         return None
-    if (main_io := _main_io_off_the_path(loop.facts, loop_ns)) is None:
+    if (main_io := main_io_off_the_path(loop.facts, loop_ns)) is None:
         return None
     threshold = _num(loop.facts, "threshold_pct") or INPUT_WAIT_PCT
     source = loop.facts.get("source_run")  # a merged run's: its io pass's steps
