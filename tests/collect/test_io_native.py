@@ -59,12 +59,14 @@ def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("c-programs")
     for name in ("native_stdio", "native_sigio", "native_cap", "native_vfork", "native_wide"):
         subprocess.run(["gcc", "-O2", "-o", str(out / name), str(PROGRAMS / f"{name}.c")], check=True)
-    # each call as written (gcc would make fputs of a constant an fwrite); fortified, fprintf and printf are
-    # __fprintf_chk and __printf_chk
+    # each call as written (gcc would make fputs of a constant an fwrite, an fwrite of one byte an fputc);
+    # fortified, fprintf and printf are __fprintf_chk and __printf_chk, fread __fread_chk
     for name, source, fortify in (
         ("native_lines", "native_lines", []),
         ("native_reopen", "native_reopen", []),
         ("native_lines_fortified", "native_lines", ["-D_FORTIFY_SOURCE=2"]),
+        ("native_chunks", "native_chunks", []),
+        ("native_chunks_fortified", "native_chunks", ["-D_FORTIFY_SOURCE=2"]),
     ):
         subprocess.run(["gcc", "-O2", "-fno-builtin", *fortify, "-o", str(out / name),
                         str(PROGRAMS / f"{source}.c")], check=True)  # fmt: skip
@@ -159,11 +161,11 @@ def test_a_descriptor_first_seen_after_its_call_has_the_offset_the_call_started_
         pytest.skip("the case opens by raw system call numbers of x86-64")
     known, out = data / "known.bin", data / "out.bin"
     seen, trace = run(tmp_path, "unseen", str(known), str(out))
-    assert seen == {"reads": [50, 50], "writes": [20, 5], "freads": [64, 64]}
+    assert seen == {"reads": [50, 50], "writes": [20, 5], "freads": [1024, 1024]}
     # the library learns of each descriptor (its path, offset) at its first call, once the call has moved it
     assert on(trace, known) == [
         ("read", 100, 50, 50, 0), ("read", 150, 50, 50, 0), ("close", -1, -1, -1, 0),
-        ("fread", 1000, 64, 64, 0), ("fread", 1064, 64, 64, 0), ("fclose", -1, -1, -1, 0),
+        ("fread", 1000, 1024, 1024, 0), ("fread", 2024, 1024, 1024, 0), ("fclose", -1, -1, -1, 0),
     ]  # fmt: skip
     assert on(trace, out) == [("write", 10, 20, 20, 0), ("write", 30, 5, 5, 0), ("close", -1, -1, -1, 0)]
 
@@ -731,11 +733,9 @@ def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
         ("stdio_write", 0, 811, 104, 0),
         ("fclose", -1, -1, -1, 0),
         ("fopen", -1, -1, os.O_RDONLY, 0),
-        ("stdio_read", 0, 400, 50, 0),  # 50 fgets: the fread after them ends the run
-        ("fread", 400, 8, 8, 0),
-        # fgetc, getc, fscanf (6 bytes), 48 rows and the last line by fgets, fgetc, getc, getw, and the fgetc at the
-        # end of the file, which ends the run
-        ("stdio_read", 408, 403, 56, 0),
+        # 50 fgets, an fread of 8 bytes (small: it joins them), fgetc, getc, fscanf (6 bytes), 48 rows and the last
+        # line by fgets, fgetc, getc, getw, and the fgetc at the end of the file, which ends the run
+        ("stdio_read", 0, 811, 107, 0),
         ("fclose", -1, -1, -1, 0),
     ]  # fmt: skip
     run_of = next(op for op in ops if op.op == "stdio_read")
@@ -743,7 +743,7 @@ def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
     from xstack.collect.io import _span_attrs  # its span: the calls, not bytes asked for
 
     attrs = _span_attrs(run_of, "data")
-    assert (attrs["io.calls"], attrs["io.bytes"], attrs["io.offset"]) == (50, 400, 0)
+    assert (attrs["io.calls"], attrs["io.bytes"], attrs["io.offset"]) == (107, 811, 0)
     assert "io.requested_bytes" not in attrs
     # the counters count the calls, and the bytes
     from xstack.collect._io_counters import file_counters
@@ -753,6 +753,38 @@ def test_character_line_and_formatted_stdio_calls_are_recorded_as_runs(
     # printf's line went to the standard output (a pipe here): a run of one call on it
     (out,) = [op for op in trace.ops if op.fd == 1 and op.op == "stdio_write"]
     assert (out.fd_kind, out.requested, out.bytes) == ("pipe", 1, len(json.dumps(seen)) + 1)
+
+
+@pytest.mark.parametrize("build", ["native_chunks", "native_chunks_fortified"])
+def test_small_freads_and_fwrites_are_recorded_as_runs(tmp_path: Path, c_programs: Path, build: str) -> None:
+    """gcc writes a precompiled header with millions of fwrites, most of one byte: a record each made a store of
+    500 MB for a torch.compile run. An fread or fwrite under 1 KiB joins the thread's run on its stream."""
+    target = tmp_path / "chunks.bin"
+    seen, trace = run(tmp_path, str(c_programs / build), str(target))
+    assert seen == {"wrote": 7228, "failed": 0, "read": 7229}
+    assert target.stat().st_size == 7229
+    ops = [op for op in trace.ops if op.path == str(target)]
+    assert [(op.op, op.offset, op.bytes, op.requested, op.errno) for op in ops] == [
+        ("fopen", -1, -1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0),
+        ("stdio_write", 0, 3001, 3001, 0),  # 3000 fwrites of a byte and an fputc: one run
+        ("fwrite", 3001, 4096, 4096, 0),  # 4 KiB: recorded alone, as a larger call always is
+        ("stdio_write", 7097, 32, 2, 0),  # two of 2 items of 8 bytes: the run's requested is its calls
+        ("fflush", -1, -1, -1, 0),
+        ("fwrite", 7129, 100, 100, 0),  # a run of one fwrite (the fflush ends it) is recorded as the fwrite
+        ("fflush", -1, -1, -1, 0),
+        ("fread", 7229, 0, 10, errno.EBADF),  # a failed call is recorded alone, as itself
+        ("fclose", -1, -1, -1, 0),
+        ("fopen", -1, -1, os.O_RDONLY, 0),
+        ("stdio_read", 0, 4096, 4096, 0),  # a run ends at 4096 calls
+        # 904 freads of a byte, then 5 of 500 bytes (short at the end) and the one at the end of the file, which
+        # ends the run
+        ("stdio_read", 4096, 3133, 910, 0),
+        ("fclose", -1, -1, -1, 0),
+    ]  # fmt: skip
+    from xstack.collect._io_counters import file_counters
+
+    (c,) = file_counters(ops)  # every call counted: Darshan's STDIO_WRITES and STDIO_READS
+    assert (c.writes, c.bytes_written, c.reads, c.bytes_read) == (3005, 7229, 5006, 7229)
 
 
 def test_rewind_fsetpos_and_freopen_keep_the_stream_s_position_and_path(tmp_path: Path, c_programs: Path) -> None:

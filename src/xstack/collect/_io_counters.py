@@ -17,10 +17,10 @@ counts afterwards, with the same rules (``darshan-runtime/lib/darshan-posix.c``,
 - an in-kernel copy (``sendfile``, ``copy_file_range``, which Darshan does not wrap) is recorded as a read of its
   source and a write of its destination (``sendfile_read``, ``sendfile_write``, ...), counted as such: a copy
   loop's last call, which finds the end of the source, is a zero-length read;
-- a run of stdio's character, line and formatted calls (``fgets``, ``fgetc``, ``fscanf``, ``fprintf``, ``fputs``,
-  ...: ``stdio_read``, ``stdio_write``) counts its calls as reads or writes and its bytes as theirs; it is one
-  access of its bytes for the sequential and consecutive counts and the size histogram (Darshan's STDIO module
-  keeps neither), its calls each following the one before;
+- a run of stdio's character, line and formatted calls (``fgets``, ``fgetc``, ``fscanf``, ``fprintf``, ``fputs``, ...)
+  and small ``fread`` and ``fwrite`` calls (``stdio_read``, ``stdio_write``) counts its calls as reads or writes and its
+  bytes as theirs; it is one access of its bytes for the sequential and consecutive counts and the size histogram
+  (Darshan's STDIO module keeps neither), its calls each following the one before;
 - a rename counts on both paths as Darshan 3.4's ``RENAME_SOURCES`` and ``RENAME_TARGETS``, its time as the
   source's metadata; the target keeps the first path renamed to it (``RENAMED_FROM``, Darshan's record id of it);
 - directory streams, which Darshan does not wrap, count as metadata of the directory: ``opendir`` as an open,
@@ -43,8 +43,8 @@ COPY_READS = frozenset({"sendfile_read", "copy_file_range_read"})
 """The source side of an in-kernel copy: bytes read from a file without passing through the program."""
 COPY_WRITES = frozenset({"sendfile_write", "copy_file_range_write"})
 RUNS = frozenset({"stdio_read", "stdio_write"})
-"""Runs of stdio's character, line and formatted calls on one stream (``_io/hooks_stdio.c``): ``requested`` is
-the calls, ``bytes`` what they moved."""
+"""Runs of stdio's character, line and formatted calls, and freads and fwrites under 1 KiB, on one stream
+(``_io/hooks_stdio.c``): ``requested`` is the calls, ``bytes`` what they moved."""
 READS = frozenset({"read", "pread", "readv", "fread", "stdio_read"}) | COPY_READS
 WRITES = frozenset({"write", "pwrite", "writev", "fwrite", "stdio_write"}) | COPY_WRITES
 OPENS = frozenset({"open", "openat", "creat", "dup", "fopen", "fdopen", "opendir"})

@@ -75,17 +75,17 @@ class IoOp(NamedTuple):
     """One recorded call (a named tuple: millions are built as a trace is read, and a tuple is built several times
     faster than a frozen dataclass).
 
-    ``offset``: where a read, write or mmap started (bytes), where a seek left the descriptor, -1 when not
-    applicable (open, stat, pipes and sockets). ``requested``: bytes asked for (reads, writes, mmap length),
-    the open(2) flags for opens (fopen's mode as flags), ``whence`` for seeks, the old descriptor for dup, -1
-    otherwise. ``bytes``: bytes moved (>= 0), -1 on failure or not applicable. A ``readdir`` record is a run
-    of calls on one directory (``_io/hooks_dir.c``): ``bytes`` is the entries returned, ``requested`` the calls,
-    ``dur_ns`` the time spent inside them; a ``stdio_read`` or ``stdio_write`` record, a run of stdio's character,
-    line and formatted calls on one stream (``fgets``, ``fprintf``, ...), likewise: ``bytes`` is what they moved,
-    ``requested`` the calls, ``offset`` the stream's position at the first. A ``rename`` record is on the old
-    path; ``target`` is the new one (None: unknown, or excluded). An in-kernel copy (``sendfile``,
-    ``copy_file_range``) is two records with the call's times: ``<call>_read`` on the source and, where the call
-    moved anything or failed, ``<call>_write`` on the destination.
+    ``offset``: where a read, write or mmap started (bytes), where a seek left the descriptor, -1 when not applicable
+    (open, stat, pipes and sockets). ``requested``: bytes asked for (reads, writes, mmap length), the open(2) flags for
+    opens (fopen's mode as flags), ``whence`` for seeks, the old descriptor for dup, -1 otherwise. ``bytes``: bytes
+    moved (>= 0), -1 on failure or not applicable. A ``readdir`` record is a run of calls on one directory
+    (``_io/hooks_dir.c``): ``bytes`` is the entries returned, ``requested`` the calls, ``dur_ns`` the time spent inside
+    them; a ``stdio_read`` or ``stdio_write`` record, a run of stdio's character, line and formatted calls (``fgets``,
+    ``fprintf``, ...) and freads or fwrites under 1 KiB on one stream, likewise: ``bytes`` is what they moved,
+    ``requested`` the calls, ``offset`` the stream's position at the first. A ``rename`` record is on the old path;
+    ``target`` is the new one (None: unknown, or excluded). An in-kernel copy (``sendfile``, ``copy_file_range``) is two
+    records with the call's times: ``<call>_read`` on the source and, where the call moved anything or failed,
+    ``<call>_write`` on the destination.
     """
 
     pid: int

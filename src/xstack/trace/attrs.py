@@ -184,8 +184,9 @@ lasts the time spent inside the calls."""
 IO_CALLS: Final = "io.calls"
 """Integer, on ``readdir`` spans: the calls of the run (the entries, and one more where the run reached the end of
 the directory); on ``stdio_read`` and ``stdio_write`` spans, runs of stdio's character, line and formatted calls
-on one stream (``fgets``, ``fgetc``, ``fscanf``; ``fputs``, ``fputc``, ``fprintf``), by one thread with nothing
-else recorded between them: the calls, whose bytes are ``io.bytes`` and first offset ``io.offset``."""
+(``fgets``, ``fgetc``, ``fscanf``; ``fputs``, ``fputc``, ``fprintf``) and of ``fread`` and ``fwrite`` calls that
+ask for under 1 KiB, on one stream, by one thread with nothing else recorded between them: the calls, whose
+bytes are ``io.bytes`` and first offset ``io.offset``. A run of one ``fread`` or ``fwrite`` is that call's span."""
 IO_MODULE: Final = "io.module"
 """String: ``POSIX`` (open, read, write, ... on descriptors) or ``STDIO`` (fopen, fread, ... on streams), the
 two Darshan modules."""

@@ -575,8 +575,8 @@ def unseen(data: str, stream: str) -> dict[str, object]:
     libc.fread.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
     libc.fclose.argtypes = [ctypes.c_void_p]
     f = libc._IO_fdopen(raw_open(data, os.O_RDONLY, 1000), b"rb")
-    buf = ctypes.create_string_buffer(64)
-    got = [libc.fread(buf, 1, 64, f), libc.fread(buf, 1, 64, f)]  # from 1000, then from 1064
+    buf = ctypes.create_string_buffer(1024)  # 1 KiB: recorded each, where a smaller one would join a run
+    got = [libc.fread(buf, 1, 1024, f), libc.fread(buf, 1, 1024, f)]  # from 1000, then from 2024
     libc.fclose(f)
     return {"reads": reads, "writes": writes, "freads": got}
 

@@ -5,13 +5,15 @@
  * buffer).
  *
  * A character or line call moves a few bytes from the stream's buffer: a record per call would be a record per
- * character or line. A thread's run of such calls of one side on one stream is kept instead (xio_run, as
- * readdir runs are) and written as one STDIO_READ or STDIO_WRITE record when it ends: when the thread records
- * any other call, at the end of the file, after XIO_RUN_CALLS calls or a flush interval (XIO_FLUSH_INTERVAL_NS)
- * from its first call, and when the thread or the process flushes for good. The
- * record starts at the run's first call and lasts the time spent inside the calls; `bytes` is what they moved,
- * `requested` the calls, `offset` the stream's position at the first. A failed call is recorded alone. fscanf's
- * bytes are the stream's position after the call less before it (ftello), as Darshan counts them.
+ * character or line. So does an fread or fwrite of fewer than XIO_RUN_BYTES bytes, most times (gcc writes a
+ * precompiled header with millions of fwrites, most of one byte). A thread's run of such calls of one side on
+ * one stream is kept instead (xio_run, as readdir runs are) and written as one STDIO_READ or STDIO_WRITE record
+ * when it ends: when the thread records any other call, at the end of the file, after XIO_RUN_CALLS calls or a
+ * flush interval (XIO_FLUSH_INTERVAL_NS) from its first call, and when the thread or the process flushes for
+ * good. The record starts at the run's first call and lasts the time spent inside the calls; `bytes` is what
+ * they moved, `requested` the calls, `offset` the stream's position at the first. A run of one fread or fwrite
+ * is recorded as that call, as a larger one is. A failed call is recorded alone. fscanf's bytes are the stream's
+ * position after the call less before it (ftello), as Darshan counts them.
  *
  * Records carry the stream's fileno, so they share the descriptor's path. The stream position is tracked
  * in the descriptor's entry (soffset) as Darshan's STDIO module does: fopen sets it to 0 (the end for
@@ -96,6 +98,57 @@ static FILE *xio_fdopen(int fd, const char *mode)
     return f;
 }
 
+/* ---- runs of calls on a stream (xio_run) ---- */
+
+/* One call of side `op` (STDIO_READ, STDIO_WRITE) on descriptor `fd` (entry `e`) of a stream that moved `nbytes`
+ * (-1: it failed, with `err`; 0 at the end of the file, which ends the run). `single`: the call's own operation
+ * (FREAD, FWRITE), which a run of it alone is recorded as, with `asked` bytes asked for; 0: a character, line or
+ * formatted call. */
+static void join_run(int op, int fd, struct xio_fd *e, int64_t t0, int64_t t1, int64_t nbytes, int err, int single,
+                     int64_t asked)
+{
+    struct xio_run *p = &xio_run;
+    if (p->calls && (p->fd != fd || p->op != op))
+        xio_run_flush();
+    if (nbytes < 0) { /* a failed call is recorded alone, as every failed call is */
+        xio_run_flush();
+        if (e && e->kind == XIO_KIND_EXCLUDED)
+            return;
+        struct xio_ev r;
+        xio_ev_init(&r, op, t0, t1);
+        r.fd = fd;
+        r.requested = 1;
+        r.err = err ? err : EIO;
+        if (e)
+            xio_ev_of_entry(&r, e);
+        xio_emit(&r);
+        return;
+    }
+    if (!p->calls) {
+        if (e && e->kind == XIO_KIND_EXCLUDED)
+            return;
+        p->fd = fd;
+        p->op = (uint8_t)op;
+        p->single = (uint8_t)single;
+        p->asked = asked;
+        p->path_id = e ? e->path_id : 0;
+        p->kind = e ? e->kind : XIO_KIND_UNKNOWN;
+        p->offset = e && xio_kind_seekable(e->kind) ? e->soffset : -1;
+        p->first = t0;
+        p->busy = 0;
+        p->bytes = 0;
+    }
+    if (e && nbytes > 0)
+        __atomic_fetch_add(&e->soffset, nbytes, __ATOMIC_RELAXED);
+    p->calls++;
+    p->busy += t1 - t0 > 0 ? t1 - t0 : 0;
+    p->bytes += (uint64_t)nbytes;
+    /* a run ends at the end of the file, at XIO_RUN_CALLS calls, and once it has lasted a flush interval: a thread
+     * that writes a line now and then keeps no run open for long, to be lost if the process exits meanwhile */
+    if ((op == XIO_OP_STDIO_READ && nbytes == 0) || p->calls >= XIO_RUN_CALLS || t1 - p->first > xio.flush_interval)
+        xio_run_flush();
+}
+
 /* fread/fwrite: `n` items of `size` bytes asked, `got` items moved. */
 static void record_transfer(int op, FILE *f, int64_t t0, int64_t t1, size_t size, size_t n, size_t got, int err)
 {
@@ -108,12 +161,18 @@ static void record_transfer(int op, FILE *f, int64_t t0, int64_t t1, size_t size
     }
     if (fd < 0 || (e && e->kind == XIO_KIND_EXCLUDED))
         return;
+    int failed = got < n && ferror(f);
+    if (!failed && size * n < XIO_RUN_BYTES) { /* a copy to or from the buffer, mostly: it joins the run */
+        join_run(op == XIO_OP_FREAD ? XIO_OP_STDIO_READ : XIO_OP_STDIO_WRITE, fd, e, t0, t1, (int64_t)(size * got), 0,
+                 op, (int64_t)(size * n));
+        return;
+    }
     struct xio_ev r;
     xio_ev_init(&r, op, t0, t1);
     r.fd = fd;
     r.requested = (int64_t)(size * n);
     r.bytes = (int64_t)(size * got);
-    r.err = got < n && ferror(f) ? err : 0;
+    r.err = failed ? err : 0;
     if (e) {
         xio_ev_of_entry(&r, e);
         r.offset = xio_kind_seekable(e->kind) ? __atomic_fetch_add(&e->soffset, r.bytes, __ATOMIC_RELAXED) : -1;
@@ -275,45 +334,7 @@ static void note_stdio(int op, FILE *f, int64_t t0, int64_t t1, int64_t nbytes, 
     int fd = fileno(f);
     if (fd < 0)
         return; /* a stream with no descriptor (fmemopen) is no I/O */
-    struct xio_run *p = &xio_run;
-    if (p->calls && (p->fd != fd || p->op != op))
-        xio_run_flush();
-    struct xio_fd *e = xio_fd_get(fd);
-    if (nbytes < 0) { /* a failed call is recorded alone, as every failed call is */
-        xio_run_flush();
-        if (e && e->kind == XIO_KIND_EXCLUDED)
-            return;
-        struct xio_ev r;
-        xio_ev_init(&r, op, t0, t1);
-        r.fd = fd;
-        r.requested = 1;
-        r.err = err ? err : EIO;
-        if (e)
-            xio_ev_of_entry(&r, e);
-        xio_emit(&r);
-        return;
-    }
-    if (!p->calls) {
-        if (e && e->kind == XIO_KIND_EXCLUDED)
-            return;
-        p->fd = fd;
-        p->op = (uint8_t)op;
-        p->path_id = e ? e->path_id : 0;
-        p->kind = e ? e->kind : XIO_KIND_UNKNOWN;
-        p->offset = e && xio_kind_seekable(e->kind) ? e->soffset : -1;
-        p->first = t0;
-        p->busy = 0;
-        p->bytes = 0;
-    }
-    if (e && nbytes > 0)
-        __atomic_fetch_add(&e->soffset, nbytes, __ATOMIC_RELAXED);
-    p->calls++;
-    p->busy += t1 - t0 > 0 ? t1 - t0 : 0;
-    p->bytes += (uint64_t)nbytes;
-    /* a run ends at the end of the file, at XIO_RUN_CALLS calls, and once it has lasted a flush interval: a thread
-     * that writes a line now and then keeps no run open for long, to be lost if the process exits meanwhile */
-    if ((op == XIO_OP_STDIO_READ && nbytes == 0) || p->calls >= XIO_RUN_CALLS || t1 - p->first > xio.flush_interval)
-        xio_run_flush();
+    join_run(op, fd, xio_fd_get(fd), t0, t1, nbytes, err, 0, 0);
 }
 
 /* `call`: the real call, returning `type`; `moved`: the bytes it moved, from `ret` (-1: it failed). */

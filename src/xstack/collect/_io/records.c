@@ -270,7 +270,7 @@ void xio_rec_rename(int olddirfd, const char *oldpath, int newdirfd, const char 
     xio_emit(&r);
 }
 
-/* ---- runs of calls (xio.h): readdir calls, stdio's character, line and formatted calls ---- */
+/* ---- runs of calls (xio.h): readdir calls; stdio's character, line and formatted calls, small freads, fwrites ---- */
 
 __thread struct xio_run xio_run __attribute__((tls_model("initial-exec")));
 
@@ -280,14 +280,16 @@ void xio_run_flush(void)
     if (!p->calls)
         return;
     struct xio_ev r;
-    xio_ev_init(&r, p->op, p->first, p->first + p->busy);
+    int alone = p->calls == 1 && p->single; /* one fread or fwrite: recorded as itself */
+    xio_ev_init(&r, alone ? p->single : p->op, p->first, p->first + p->busy);
     r.fd = p->fd;
     r.path_id = p->path_id;
     r.kind = p->kind;
     r.offset = p->offset;
     r.bytes = (int64_t)p->bytes;
-    r.requested = p->calls;
+    r.requested = alone ? p->asked : p->calls;
     p->calls = 0; /* before xio_emit_run, which would flush the run again */
+    p->single = 0;
     xio_emit_run(&r);
 }
 

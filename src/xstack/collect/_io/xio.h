@@ -239,20 +239,26 @@ extern struct xio_state xio;
 extern __thread int xio_guard __attribute__((tls_model("initial-exec")));
 extern int xio_vfork_active; /* vforks under way (hooks_proc.c); -1: not tracked on this architecture */
 /* A thread's run of calls of one kind on one descriptor, not yet recorded: readdir calls on a directory
- * (hooks_dir.c), or stdio's character, line and formatted calls on a stream (hooks_stdio.c). Written as one
- * record when it ends: `calls` 0: none. */
+ * (hooks_dir.c), or stdio's character, line and formatted calls and small freads and fwrites on a stream
+ * (hooks_stdio.c). Written as one record when it ends: `calls` 0: none. */
 struct xio_run {
     int64_t first;  /* ticks: the run's first call */
     int64_t busy;   /* ticks spent inside the calls */
     int64_t offset; /* the stream's position at the first call (stdio runs), else -1 */
     uint64_t bytes; /* bytes moved (stdio runs), entries returned (readdir runs) */
+    int64_t asked;  /* the bytes the first call asked for, when `single` is set */
     uint32_t calls, path_id;
     int fd;
     uint8_t kind, op;
+    uint8_t single; /* the first call's own operation (FREAD, FWRITE), which a run of that one call is recorded
+                     * as, with `asked`; 0: the run's operation */
 };
 extern __thread struct xio_run xio_run __attribute__((tls_model("initial-exec")));
 void xio_run_flush(void); /* records the calling thread's run, if any */
 #define XIO_RUN_CALLS 4096u /* a run is recorded once it holds this many calls */
+/* An fread or fwrite that asks for fewer bytes joins the thread's stdio run: it copies to or from the stream's
+ * buffer (glibc gives a file one of st_blksize, 4 KiB or more) but at most one call in four of such sizes */
+#define XIO_RUN_BYTES 1024u
 
 int xio_init_early(void);
 pid_t xio_sys_getpid(void);
