@@ -64,10 +64,11 @@ def test_each_iterated_dataloader_is_recorded_with_its_settings(profiled: Path) 
     assert config[A.CONFIG_DATALOADERS] == [  # the unused one is not there
         {"index": 0, "dataset": "Files", "batch_size": 4, "num_workers": 2, "persistent_workers": True,
          "prefetch_factor": 3, "iterated": 2, "start_method": multiprocessing.get_all_start_methods()[0],
-         "batched": False, "sampler_batches": False, "items": FILES, **common},
+         "batched": False, "sampler_batches": False, "items": FILES, "batches": FILES // 4,
+         "sampler": "SequentialSampler", **common},
         {"index": 1, "dataset": "Validation", "batch_size": 8, "num_workers": 0, "persistent_workers": False,
          "prefetch_factor": None, "iterated": 1, "start_method": None, "batched": True, "sampler_batches": False,
-         "items": FILES, **common},
+         "items": FILES, "batches": FILES // 8, "sampler": "SequentialSampler", **common},
     ]  # fmt: skip
     # each epoch waits once more than it has batches: for the StopIteration that ends it; and the persistent
     # workers start in the first iter(), a wait of its own (the main process's val loader starts none)

@@ -152,7 +152,40 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "iterated": 0,
         "start_method": _start_method(loader) if isinstance(workers, int) and workers > 0 else None,
         "items": _items(getattr(loader, "dataset", None)),
+        "batches": _batches(loader),
+        "sampler": _sampler(loader),
     }
+
+
+def _batches(loader: Any) -> int | None:
+    """``len(loader)``, the batches an epoch of a map-style dataset's DataLoader takes (its batch sampler's, which
+    a distributed job's ``DistributedSampler`` makes this rank's share); None for an ``IterableDataset`` (whose
+    length is the dataset's own word) or where it has none."""
+    if _iterable(getattr(loader, "dataset", None)):
+        return None
+    try:
+        n = len(loader)
+    except Exception:  # a batch sampler without __len__
+        return None
+    return n if isinstance(n, int) else None
+
+
+def _sampler(loader: Any) -> str | None:
+    """The class of what picks a map-style DataLoader's items: the sampler inside its batch sampler where that is
+    PyTorch's ``BatchSampler`` (``batch_sampler=BatchSampler(DistributedSampler(dataset), ...)`` leaves the
+    DataLoader's own ``sampler`` a ``SequentialSampler`` it does not use), another batch sampler's own class (one a
+    library put in, as Accelerate's ``BatchSamplerShard``), else its sampler's (``batch_size=None``; the one inside it
+    where that is a ``BatchSampler``)."""
+    if _iterable(getattr(loader, "dataset", None)):
+        return None
+    from torch.utils.data import BatchSampler
+
+    picks = getattr(loader, "batch_sampler", None)
+    if picks is None:  # batch_size=None: the sampler's picks are the batches (a BatchSampler's, sampler_batches)
+        picks = getattr(loader, "sampler", None)
+    if type(picks) is BatchSampler:
+        picks = getattr(picks, "sampler", None)
+    return None if picks is None else type(picks).__qualname__
 
 
 def _items(dataset: Any) -> int | None:

@@ -481,18 +481,22 @@ the end of a live run (``torch.cuda.is_initialized()``, which asks nothing of th
 no kernels, and recording the kernel level would add nothing. Absent from imported traces (their
 ``config.devices`` lists the GPUs) and from runs of older versions."""
 CONFIG_DATALOADERS: Final = "dataloaders"
-"""List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it
-first did, as ``{"index": int, "dataset": str (the dataset's class), "iterable": bool (an ``IterableDataset``,
-whose items come from ``__iter__``; absent in stores recorded before it was), "batched": bool (the dataset defines
-``__getitems__``, which the DataLoader calls with a batch's indices in place of ``__getitem__`` per item; absent in
-stores recorded before it was), "sampler_batches": bool (``batch_size=None`` with a sampler that yields a batch's
-indices, a ``BatchSampler``, which the dataset then takes at once; ``batch_size`` is then the sampler's; absent in
-stores recorded before it was), "batch_size": int | None, "num_workers":
-int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int | None (None without workers),
-"iterated": int (times iteration started: epochs), "start_method": str | None (how its worker processes start:
-``fork``, ``spawn`` or ``forkserver``; None without workers), "items": int | None (``len()`` of its dataset, None
-where it has none; absent in stores recorded before it was), "cuda": bool (the program had CUDA initialised by the
-end of the run: pinned memory speeds copies to a GPU only)}``. Recorded by the model level; empty when none was."""
+"""List, a key of ``runs.config``: each DataLoader the profiled program iterated (``iter()``), in the order it first
+did, as ``{"index": int, "dataset": str (the dataset's class), "iterable": bool (an ``IterableDataset``, whose items
+come from ``__iter__``; absent in stores recorded before it was), "batched": bool (the dataset defines ``__getitems__``,
+which the DataLoader calls with a batch's indices in place of ``__getitem__`` per item; absent in stores recorded before
+it was), "sampler_batches": bool (``batch_size=None`` with a sampler that yields a batch's indices, a ``BatchSampler``,
+which the dataset then takes at once; ``batch_size`` is then the sampler's; absent in stores recorded before it was),
+"batch_size": int | None, "num_workers": int, "persistent_workers": bool, "pin_memory": bool, "prefetch_factor": int |
+None (None without workers), "iterated": int (times iteration started: epochs), "start_method": str | None (how its
+worker processes start: ``fork``, ``spawn`` or ``forkserver``; None without workers), "items": int | None (``len()`` of
+its dataset, None where it has none; absent in stores recorded before it was), "batches": int | None (``len()`` of the
+DataLoader: the batches an epoch takes, of a rank's share where a ``DistributedSampler`` gives it one; None for an
+``IterableDataset`` or where it has none; absent in stores recorded before it was), "sampler": str | None (the class of
+what picks its items: the batch sampler's where the program or a library gave one, else the sampler's,
+``RandomSampler``, ``DistributedSampler``; None for an ``IterableDataset``; absent in stores recorded before it was),
+"cuda": bool (the program had CUDA initialised by the end of the run: pinned memory speeds copies to a GPU only)}``.
+Recorded by the model level; empty when none was."""
 CONFIG_PROCESSES: Final = "processes"
 """List, a key of ``runs.config``: each call of ``torch.multiprocessing.spawn`` / ``start_processes`` the profiled
 program made, in order, as ``{"function": str (what its processes ran), "nprocs": int, "start_method": str,
