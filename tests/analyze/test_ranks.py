@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.conftest import needs_torch
@@ -141,7 +142,11 @@ def test_a_rank_that_saves_checkpoints_alone_is_found_to_hold_up_the_job(tmp_pat
 
 @needs_torch
 def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> None:
-    _job(tmp_path, 4096)
+    """With a DistributedSampler, each rank takes its own half of the items: no rank takes every item."""
+    source = SLOW_RANK.replace("DataLoader(Items(), batch_size=8)", "DataLoader(Items(), batch_size=8, sampler=torch."
+                               "utils.data.distributed.DistributedSampler(Items()))")  # fmt: skip
+    assert source != SLOW_RANK
+    _job(tmp_path, 4096, source=source)
     for rank in (0, 1):
         with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
             result = analyze(store)
@@ -149,6 +154,9 @@ def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> N
         rules = {rec.rule for rec in result.recommendations}
         assert facts["ranks_read"] == 2 and facts["input_bound_elsewhere"] is False, facts
         assert "input_bound_elsewhere" not in rules and "input_bound" not in rules
+        (loader,) = store_loaders(tmp_path / f"prof-{rank}.duckdb")
+        assert (loader["items"], loader["batches"], loader["sampler"]) == (128, 8, "DistributedSampler")
+        assert "ranks_repeat_items" not in rules
         assert "held_up_by_rank" not in rules and not facts.get("held_up"), facts  # alike: neither holds up the other
 
 
@@ -165,6 +173,22 @@ def test_a_rank_s_store_without_the_others_beside_it_says_which_it_lacks(tmp_pat
     assert ranks.facts["ranks_read"] == 1 and ranks.facts["missing_ranks"] == [1]
     assert any(label.startswith("no store beside this one for rank 1") for label in ranks.labels)
     assert ranks.facts["input_bound_elsewhere"] is False
+    # no DistributedSampler: this rank takes all 128 items, as rank 1 does, which its store alone tells
+    with Store.open(alone / "prof-0.duckdb") as store:
+        fired = {rec.rule: rec for rec in analyze(store).recommendations}
+    rec = fired["ranks_repeat_items"]
+    assert rec.evidence[0].startswith("this rank (0 of 2) takes 16 batches of 8 an epoch from DataLoader(Items, "
+                                      "batch_size=8, ")  # fmt: skip
+    assert rec.evidence[0].endswith("whose dataset holds 128 items, its sampler a SequentialSampler: the whole "
+                                    "dataset, where its share of the job's 2 ranks would be 8 batches (model.ranks, "
+                                    "model.stages)"), rec.evidence  # fmt: skip
+
+
+def store_loaders(path: Path) -> list[dict[str, object]]:
+    """The DataLoaders a store's run recorded (``runs.config.dataloaders``)."""
+    with Store.open(path) as store:
+        (config,) = store.query("SELECT config FROM runs")[0]
+    return list(orjson.loads(config)[A.CONFIG_DATALOADERS])
 
 
 def test_a_run_of_one_process_has_no_other_ranks(tmp_path: Path) -> None:

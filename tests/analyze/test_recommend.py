@@ -1323,3 +1323,38 @@ def test_work_too_cheap_to_be_named_gets_no_advice_of_its_own() -> None:
     rec = RULES["occasional_work"]({"health": Result("health", "Trace health",
                                                      facts={"occasional": [epoch, checkpoint]})})  # fmt: skip
     assert rec is not None and "Checkpoint less often" in rec.action and "make the others cheaper" in rec.action
+
+
+def test_a_rank_that_takes_every_item_of_the_dataset_is_told_to_take_its_share() -> None:
+    """A DDP job whose DataLoader has no DistributedSampler: every rank goes through the whole dataset an epoch.
+    ``len(DataLoader)`` tells it from a rank's share (``DistributedSampler``'s), with ``drop_last`` or without."""
+
+    def fired(items: int, batches: int, size: int = 8, world: int = 2, **loader: Any) -> Recommendation | None:
+        entry = {"index": 0, "dataset": "Items", "iterable": False, "batch_size": size, "num_workers": 2,
+                 "persistent_workers": False, "pin_memory": False, "prefetch_factor": 2, "items": items,
+                 "batches": batches, "sampler": "RandomSampler", "waits": 10, "wait_ns": 1000, **loader}  # fmt: skip
+        results = {
+            "model.ranks": Result("model.ranks", "Ranks", facts={"rank": 1, "world_size": world}),
+            "model.stages": Result("model.stages", "Model stages", facts={"dataloaders": [entry]}),
+        }
+        return RULES["ranks_repeat_items"](results)
+
+    rec = fired(1000, 125)
+    assert rec is not None and rec.severity == "high"
+    assert rec.title == "Each of the job's 2 ranks takes every item of the dataset an epoch"
+    assert rec.evidence == [
+        "this rank (1 of 2) takes 125 batches of 8 an epoch from DataLoader(Items, batch_size=8, num_workers=2, "
+        "persistent_workers=False, pin_memory=False, prefetch_factor=2), whose dataset holds 1,000 items, its sampler "
+        "a RandomSampler: the whole dataset, where its share of the job's 2 ranks would be 63 batches (model.ranks, "
+        "model.stages)"
+    ]
+    assert (
+        rec.action.startswith("Give the DataLoader a DistributedSampler") and "sampler.set_epoch(epoch)" in rec.action
+    )
+    assert rec.sources == ["model.ranks", "model.stages"] and rec.impact_ns is None
+    assert fired(1001, 125) is not None  # drop_last=True: the last, short batch left out
+    assert fired(1000, 63) is None and fired(1000, 32, world=4) is None  # DistributedSampler's share
+    assert fired(1000, 125, world=1) is None  # a job of one process
+    assert fired(10, 2) is None  # fewer items than a batch for each rank: the share cannot be told from the whole
+    assert fired(1000, 125, iterable=True) is None  # an IterableDataset's length is its own word
+    assert fired(1000, None) is None  # recorded before DataLoaders' lengths were

@@ -886,6 +886,51 @@ def shared_shards(results: Results) -> Recommendation | None:
     return Recommendation("shared_shards", title, "high", evidence, ["io.pattern", "io.input_bound"], action)
 
 
+def ranks_repeat_items(results: Results) -> Recommendation | None:
+    """A rank of a distributed job (``model.ranks``' ``rank`` and ``world_size``) whose loop takes every item of its
+    DataLoader's map-style dataset an epoch: ``len(DataLoader)`` (config ``batches``) is as many batches as the whole
+    dataset makes (``items // batch_size`` or more), and more than a share of it would (``DistributedSampler``'s:
+    ``ceil(ceil(items / world) / batch_size)``). Every rank then goes through the whole dataset, most often for want
+    of a ``DistributedSampler``: with the same seed on every rank (``torch.manual_seed`` at the top of the script),
+    they take the same batches in the same order, and the all-reduce averages like gradients, so the job trains as
+    one process would, in as many steps. Of high severity: the job's epoch takes ``world`` times the steps it needs.
+    No time at stake per iteration: it is the iterations that are too many. Read from this rank's store alone: the
+    others are the same program."""
+    ranks = get(results, "model.ranks")
+    loader, _, source = _loader(results)
+    if ranks is None or not ranks.available or loader is None or loader.get("iterable"):
+        return None
+    keys = ("items", "batches", "batch_size")
+    found = [v for v in (ranks.facts.get("world_size"), ranks.facts.get("rank"), *(loader.get(k) for k in keys))
+             if isinstance(v, int) and not isinstance(v, bool)]  # fmt: skip
+    if len(found) < 5:
+        return None
+    world, rank, items, batches, size = found
+    if world < 2 or size < 1 or items < world * size:
+        return None
+    whole, share = items // size, math.ceil(math.ceil(items / world) / size)
+    if batches < whole or batches <= share:
+        return None
+    sampler = f", its sampler a {loader['sampler']}" if loader.get("sampler") else ""
+    evidence = [
+        f"this rank ({rank} of {world}) takes {batches:,} batches of {size:,} an epoch from "
+        f"{describe_loader(loader)}, whose dataset holds {items:,} items{sampler}: the whole dataset, where its share "
+        f"of the job's {world} ranks would be {share:,} batches (model.ranks, {source})"
+    ]
+    action = (
+        "Give the DataLoader a DistributedSampler, so that each rank takes its own share of the items: sampler = "
+        "torch.utils.data.distributed.DistributedSampler(dataset), then DataLoader(dataset, sampler=sampler, ...) "
+        "without shuffle=True (the sampler shuffles), and call sampler.set_epoch(epoch) at the start of each epoch, or "
+        f"every epoch repeats one order. As it is, each of the {world} ranks goes through every item each epoch, so "
+        f"that an epoch takes {world} times the steps it needs; with the same seed on every rank, the ranks also take "
+        "the same batches in the same order, and the gradient all-reduce averages identical gradients: the job learns "
+        "no more than one process would. Where each rank is meant to draw from the whole dataset (with a seed of its "
+        f"own), an epoch is {world} passes over the data: count epochs, and the learning-rate schedule, that way."
+    )
+    title = f"Each of the job's {world} ranks takes every item of the dataset an epoch"
+    return Recommendation("ranks_repeat_items", title, "high", evidence, ["model.ranks", source], action)
+
+
 def _loaders_of(results: Results) -> list[dict[str, Any]]:
     """The DataLoaders the run recorded (``io.input_bound``'s facts, else ``model.stages``')."""
     return next((entries for _, _, entries in _recorded(results)), [])
