@@ -35,6 +35,7 @@ from xstack.analyze._recommend_input import _hdf5, _reading_share, cheaper
 from xstack.analyze._recommend_loop import FED_BY_PROCESSES, THREADS_READ_MANY
 from xstack.analyze.pipeline import ANALYSES, Recommendation, analyze, run_analyses
 from xstack.analyze.recommend import (
+    HDF5_SMALL_READS,
     PACK_CACHED_AFTER_FIRST,
     PACK_CACHED_FILES,
     PACK_STAGED_FILES,
@@ -2061,6 +2062,34 @@ def test_small_reads_at_scattered_places_are_not_told_to_use_a_larger_buffer(tmp
         assert "records read in shuffled order (io.pattern)" in rec.evidence[0]
     else:
         assert facts["random_pct"] >= 25 and "random (by Darshan's counters" in rec.evidence[0], facts
+
+
+H5_PER_ITEM = """
+import random, h5py, xstack
+random.seed(0)
+for step in range(12):
+    for i in random.sample(range(2000), 32):
+        with h5py.File("data.h5", "r") as f:  # opened for each item
+            row = f["x"][i]
+    xstack.step()
+"""
+
+
+def test_small_reads_of_hdf5_files_opened_for_each_item_are_told_to_keep_them_open(tmp_path: Path) -> None:
+    """h5py.File opened for each item: HDF5 reads the file's metadata again at each open, in reads of 512 bytes.
+    They were told to read each record's bytes with os.pread or to map the file with np.load, neither of which
+    reads an HDF5 file."""
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    with h5py.File(tmp_path / "data.h5", "w") as f:
+        f.create_dataset("x", data=np.zeros((2000, 32), dtype="f4"), chunks=(64, 32))
+    results = _run_io_loop(tmp_path, H5_PER_ITEM)
+    facts = results["io.pattern"].facts
+    rec = RULES["small_reads"](results)
+    assert facts["small_read_suffix"] == ".h5" and facts["small_read_suffix_reads"] >= 0.5 * facts["small_reads"]
+    assert rec is not None and rec.action == HDF5_SMALL_READS, rec
+    assert re.search(r"; [\d,]+ of them of \.h5 files \(HDF5 files\) \(io\.pattern\)$", rec.evidence[0]), rec.evidence
 
 
 def test_small_reads_of_torch_archives_are_told_to_load_each_file_from_memory(tmp_path: Path) -> None:

@@ -1053,13 +1053,16 @@ def small_reads(results: Results) -> Recommendation | None:
                   f"(sqlite3.connect('file:{db}?immutable=1', uri=True)): SQLite then neither reads the change counter "
                   "nor locks the file for each query. Or fetch a batch in one query or one transaction (the "
                   "dataset's __getitems__, which the DataLoader calls with a batch's indices).")  # fmt: skip
-    elif torch_archives := _torch_small_reads(r.facts):
+    elif torch_archives := _suffix_reads(r.facts, TORCH_SUFFIXES, "torch.save archives"):
         line += torch_archives
         action = (
             f"Read each file whole and load it from memory: with open(path, 'rb') as f: obj = {TORCH_FROM_MEMORY}. "
             "torch.load on a path reads its zip archive record by record, in small reads, some of them twice; or "
             "store the items as plain arrays, or many to a file (shards)."
         )
+    elif hdf5 := _suffix_reads(r.facts, HDF5_SUFFIXES, "HDF5 files"):
+        line += hdf5
+        action = HDF5_SMALL_READS
     elif scattered := _scattered(r.facts):
         line += scattered
         action = SCATTERED_READS
@@ -1104,13 +1107,27 @@ def _scattered(facts: dict[str, Any]) -> str:
     return ""
 
 
-def _torch_small_reads(facts: dict[str, Any]) -> str:
-    """Where half the small reads or more are of ``torch.save`` archives (``.pt``, ``.pth``), that they are, for
-    the evidence; empty otherwise."""
+def _suffix_reads(facts: dict[str, Any], suffixes: tuple[str, ...], what: str) -> str:
+    """Where half the small reads or more are of files of one of ``suffixes`` (``io.pattern``'s
+    ``small_read_suffix``: ``torch.save`` archives, ``.pt``; HDF5 files, ``.h5``), that they are, for the evidence;
+    empty otherwise."""
     suffix, n = facts.get("small_read_suffix"), int(_num(facts, "small_read_suffix_reads") or 0)
-    if not isinstance(suffix, str) or suffix not in TORCH_SUFFIXES or n < 0.5 * (_num(facts, "small_reads") or 0):
+    if not isinstance(suffix, str) or suffix.lower() not in suffixes or n < 0.5 * (_num(facts, "small_reads") or 0):
         return ""
-    return f"; {n:,} of them of {suffix} files (torch.save archives)"
+    return f"; {n:,} of them of {suffix} files ({what})"
+
+
+HDF5_SMALL_READS: Final = (
+    "These are the HDF5 library's own reads, which no buffer of the program's makes larger: it reads a file's "
+    "metadata (superblock, object headers, B-tree nodes) in small pieces at each open and at each dataset looked up by "
+    "name, and each chunk it needs in one read. Keep the file and its datasets open in each worker (self.x = "
+    "h5py.File(path, 'r')['x'] on first use in __getitem__, then self.x[i]; netCDF4.Dataset likewise): its metadata "
+    "is then read once, and the chunk cache serves the items of chunks already read. Read a batch's contiguous rows "
+    "as one slice (self.x[i:j])."
+)
+"""``small_reads``' advice where most small reads are of HDF5 files (``HDF5_SUFFIXES``): an ``h5py.File`` opened for
+each item read its metadata again each time, 512 bytes a read, and reads in larger pieces or at scattered places
+were not the cause."""
 
 
 def _size(nbytes: float) -> str:
