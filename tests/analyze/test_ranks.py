@@ -55,14 +55,14 @@ TRIES = 3
 """Tries of the job: gloo's TCP transport now and then aborts a rank at the end (tests/cli/test_run.py, _alone)."""
 
 
-def _job(tmp_path: Path, size: int, levels: str = "model", source: str = SLOW_RANK) -> None:
-    """The job (``source``), rank 1 reading ``size`` bytes per item, rank 0 4 KiB."""
+def _job(tmp_path: Path, size: int, levels: str = "model", source: str = SLOW_RANK,
+         args: tuple[str, ...] = ("items.bin", "small.bin")) -> None:  # fmt: skip
+    """The job (``source``, given ``args``), rank 1 reading ``size`` bytes per item, rank 0 4 KiB."""
     (tmp_path / "slow_rank.py").write_text(textwrap.dedent(source))
     (tmp_path / "items.bin").write_bytes(bytes(range(256)) * (size // 256))
     (tmp_path / "small.bin").write_bytes(bytes(range(256)) * 16)
     job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "xstack",
-           "run", "--levels", levels, "-o", "prof-{rank}.duckdb", "--", "slow_rank.py", "items.bin",
-           "small.bin"]  # fmt: skip
+           "run", "--levels", levels, "-o", "prof-{rank}.duckdb", "--", "slow_rank.py", *args]  # fmt: skip
     for _ in range(TRIES):
         done = subprocess.run(job, capture_output=True, text=True, cwd=tmp_path, timeout=240)
         if not (done.returncode and "SIGABRT" in done.stderr):
@@ -182,6 +182,68 @@ def test_a_rank_s_store_without_the_others_beside_it_says_which_it_lacks(tmp_pat
     assert rec.evidence[0].endswith("whose dataset holds 128 items, its sampler a SequentialSampler: the whole "
                                     "dataset, where its share of the job's 2 ranks would be 8 batches (model.ranks, "
                                     "model.stages)"), rec.evidence  # fmt: skip
+
+
+SHARDED = """
+import glob, sys, torch, torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+dist.init_process_group("gloo")
+
+
+class Shards(IterableDataset):
+    def __iter__(self):
+        files = sorted(glob.glob("shards/*.bin"))
+        if sys.argv[1] == "split":  # each rank its own shards
+            files = files[dist.get_rank()::dist.get_world_size()]
+        for path in files:
+            with open(path, "rb") as f:
+                data = f.read()
+            for i in range(0, len(data), 64):
+                yield torch.tensor(list(data[i:i + 16]), dtype=torch.float32)
+
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = nn.parallel.DistributedDataParallel(nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for x in DataLoader(Shards(), batch_size=8):
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+@needs_torch
+@pytest.mark.parametrize("split", [False, True])
+def test_ranks_that_each_read_every_shard_of_an_iterable_dataset_are_told_to_split_them(
+    tmp_path: Path, split: bool
+) -> None:
+    """An IterableDataset whose __iter__ reads every shard on every rank (it would split them between workers, but
+    not between ranks): both ranks read the same 4 shards whole, which only the io level of both can tell."""
+    (tmp_path / "shards").mkdir()
+    for i in range(4):
+        (tmp_path / "shards" / f"{i}.bin").write_bytes(bytes(range(256)) * 16)
+    _job(tmp_path, 4096, "model,io", SHARDED, ("split" if split else "all",))
+    with Store.open(tmp_path / "prof-0.duckdb") as store:
+        result = analyze(store)
+    facts = {r.id: r for r in result.results}["model.ranks"].facts
+    fired = {rec.rule: rec for rec in result.recommendations}
+    assert facts["same_data_rank"] == 1 and facts["data_read_bytes"] == (2 if split else 4) * 4096, facts
+    if split:
+        assert facts["same_data_files"] == 0 and "ranks_repeat_items" not in fired, facts
+        return
+    assert facts["same_data_files"] == 4 and facts["same_data_bytes"] == 4 * 4096, facts
+    rec = fired["ranks_repeat_items"]
+    assert rec.title == "Each of the job's 2 ranks reads all the data: items repeated, or read 2 times"
+    assert rec.evidence[0] == (
+        f"this rank and rank 1 each read the same 4 data files whole ({tmp_path}/shards/0.bin "
+        "the largest): 16.0 KiB of the 16.0 KiB this rank read from data files (model.ranks)"
+    )
+    assert rec.evidence[1].startswith("the loop iterates DataLoader(Shards, batch_size=8, ")
+    assert rec.action.startswith("Give each rank its own shards in Shards.__iter__, as well as each worker: ")
 
 
 def store_loaders(path: Path) -> list[dict[str, object]]:

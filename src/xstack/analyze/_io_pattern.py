@@ -133,8 +133,8 @@ GROUP BY 1 HAVING suffix <> ''
 copy's end) and their small reads: whose reader reads so (an image decoder reads until ``read()`` returns nothing,
 ``torch.load`` reads an archive record by record). The suffix is taken once per file."""
 
-_REREAD = f"""
-WITH r AS (
+_PIECES = f"""
+r AS (
     SELECT path, off AS s, nbytes, dur_ns FROM {IO_SPANS}
     WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes > 0 AND {IO_DATA} AND path IS NOT NULL
         AND off >= 0
@@ -153,13 +153,45 @@ runs AS (  -- the byte ranges read, overlapping ones joined
         OVER (PARTITION BY path ORDER BY s ROWS UNBOUNDED PRECEDING) AS piece
     FROM ordered
 ),
-pieces AS (SELECT path, min(s) AS s, max(e) AS e FROM runs GROUP BY path, piece),
+pieces AS (SELECT path, min(s) AS s, max(e) AS e FROM runs GROUP BY path, piece)
+"""
+"""CTEs of the data-file reads (``r``) and the byte ranges they read (``pieces``, overlapping ones joined)."""
+
+_REREAD = f"""
+WITH {_PIECES},
 covered AS (SELECT path, sum(e - s) AS nbytes FROM pieces GROUP BY path),
 per_file AS (SELECT path, sum(nbytes) AS nbytes, sum(dur_ns) AS ns FROM r GROUP BY path)
 SELECT f.path, f.nbytes, c.nbytes, f.ns FROM per_file f JOIN covered c USING (path)
 """
 """Per data file, from the io spans of its reads: the bytes read, the distinct bytes they cover (each byte read
 counted once, whichever process read it) and the time they took."""
+
+_READ_WHOLE = f"""
+WITH {_PIECES},
+per_file AS (SELECT path, sum(nbytes) AS nbytes FROM r GROUP BY path)
+SELECT p.path, f.nbytes, max(p.e) FROM pieces p JOIN per_file f USING (path) GROUP BY p.path, f.nbytes
+HAVING sum(p.e - p.s) >= $whole * max(p.e)
+"""
+"""The data files the run's reads cover whole, from their first byte to the furthest any read reached, ``$whole`` of
+those bytes or more: each with the bytes read of it and that extent (its size, as far as the reads tell)."""
+
+
+def read_whole(store: Store, run_id: int) -> dict[str, tuple[int, int]]:
+    """The data files run ``run_id`` read whole (``_READ_WHOLE``, ``SHARED_WHOLE`` of their bytes), by path: the
+    bytes read of each and its size as far as the reads tell; and, under ``""``, the bytes read of every data file.
+    Empty where the run has no io spans."""
+    io = io_run(store, run_id)
+    if not io.has_spans:
+        return {}
+    found = {str(p): (int(n), int(size)) for p, n, size in span_rows(store, _READ_WHOLE, io.run_id, whole=SHARED_WHOLE)}
+    total = span_rows(store, _DATA_READ_BYTES, io.run_id)[0][0]
+    return found | {"": (int(total or 0), 0)}
+
+
+_DATA_READ_BYTES = f"""
+SELECT sum(nbytes) FROM {IO_SPANS}
+WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes > 0 AND {IO_DATA} AND path IS NOT NULL
+"""
 
 
 def _reading_opens(where: str) -> str:

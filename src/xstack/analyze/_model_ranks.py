@@ -67,7 +67,7 @@ def ranks(store: Store, run_id: int) -> Result:
     all-reduce waits), on this rank and on that one; and ``input_bound_elsewhere``: another rank waits for data
     ``WAIT_SHARE_PCT`` of its steps or more, this one less, and their mean steps are within ``LOCKSTEP`` of each
     other (they step together: this rank waits for that one's input). With the io level on both runs, the io
-    facts of ``_io_beside``.
+    facts of ``_io_beside``, and those of ``_same_data`` beside the next rank read.
 
     Notes: the other ranks' stores are found by this store's name: ``prof-0.duckdb`` beside ``prof-1.duckdb``
     (``-o 'prof-{rank}.duckdb'``), or ``prof.rank0.duckdb`` beside ``prof.rank1.duckdb`` (the name ``xstack run``
@@ -112,6 +112,9 @@ def ranks(store: Store, run_id: int) -> Result:
     facts |= _verdict(rank, found)
     if facts["slowest_rank"] != rank and "io" in ctx.levels:  # what each of the two spends reading files
         facts |= _io_beside(store, ctx.run_id, found[facts["slowest_rank"]])
+    others = [r for r in sorted(found) if r != rank]
+    if others and "io" in ctx.levels:  # the data it reads whole beside the next rank's (one: each store is a query)
+        facts |= _same_data(store, ctx.run_id, others[0], found[others[0]])
     chart = Chart("stacked", "rank", ("data wait", "backward", "rest"), "Each rank's mean step: its waits for data, "
                   "its backward (where it waits for the other ranks) and the rest", limit=MAX_RANKS + 1)  # fmt: skip
     return Result(ID, TITLE, COLUMNS, rows, notes=notes_of(ranks), run_id=ctx.run_id, facts=facts, labels=labels,
@@ -166,6 +169,27 @@ def _io_beside(store: Store, run_id: int, other: dict[str, Any]) -> dict[str, An
         "slowest_io_time_ns": theirs[0],
         "slowest_io_read_bytes": theirs[1],
     }
+
+
+def _same_data(store: Store, run_id: int, other: int, figures: dict[str, Any]) -> dict[str, Any]:
+    """The data files this run and rank ``other``'s (``figures``: its store beside this one) each read whole
+    (``io.pattern``'s ``read_whole``): facts ``same_data_rank``, ``same_data_files``, ``same_data_bytes`` (this rank's
+    reads of them), ``same_data_path`` (the largest) and ``data_read_bytes`` (this rank's reads of every data file);
+    empty where either run has no io spans. Ranks that each read every shard of an ``IterableDataset`` read the same
+    data; ranks that split it read apart."""
+    from xstack.analyze._io_pattern import read_whole
+
+    own = read_whole(store, run_id)
+    if not own:
+        return {}
+    try:
+        with Store.open(store.path.with_name(figures["store"])) as sibling:
+            theirs = read_whole(sibling, figures["run_id"])
+    except XstackError:
+        return {}
+    same = sorted((p for p in own.keys() & theirs.keys() if p), key=lambda p: (-own[p][1], p))
+    return {"same_data_rank": other, "same_data_files": len(same), "same_data_bytes": sum(own[p][0] for p in same),
+            "same_data_path": same[0] if same else None, "data_read_bytes": own[""][0]}  # fmt: skip
 
 
 def _io_figures(store: Store, run_id: int) -> tuple[float, float | None] | None:

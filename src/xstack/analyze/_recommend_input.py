@@ -888,35 +888,30 @@ def shared_shards(results: Results) -> Recommendation | None:
 
 def ranks_repeat_items(results: Results) -> Recommendation | None:
     """A rank of a distributed job (``model.ranks``' ``rank`` and ``world_size``) whose loop takes every item of its
-    DataLoader's map-style dataset an epoch: ``len(DataLoader)`` (config ``batches``) is as many batches as the whole
-    dataset makes (``items // batch_size`` or more), and more than a share of it would (``DistributedSampler``'s:
-    ``ceil(ceil(items / world) / batch_size)``). Every rank then goes through the whole dataset, most often for want
-    of a ``DistributedSampler``: with the same seed on every rank (``torch.manual_seed`` at the top of the script),
-    they take the same batches in the same order, and the all-reduce averages like gradients, so the job trains as
-    one process would, in as many steps. Of high severity: the job's epoch takes ``world`` times the steps it needs.
-    No time at stake per iteration: it is the iterations that are too many. Read from this rank's store alone: the
-    others are the same program."""
+    dataset an epoch, as every other rank does. For a map-style dataset, from its DataLoader's record:
+    ``len(DataLoader)`` (config ``batches``) is as many batches as the whole dataset makes (``items // batch_size`` or
+    more), and more than a share of it would (``DistributedSampler``'s: ``ceil(ceil(items / world) / batch_size)``):
+    most often for want of a ``DistributedSampler``. For an ``IterableDataset``, from the io level on this rank and
+    the next one (``model.ranks``' ``same_data_*`` facts): both read the same data files whole, which make half this
+    rank's data-file bytes or more (``SAME_DATA_SHARE``): an ``__iter__`` that splits its shards between the workers
+    (``get_worker_info``) but not between the ranks. With the same seed on every rank, they take the same batches in
+    the same order, and the all-reduce averages identical gradients, so the job learns as one process would, in
+    ``world`` times the steps. Of high severity. No time at stake per iteration: it is the iterations that are too
+    many."""
     ranks = get(results, "model.ranks")
     loader, _, source = _loader(results)
-    if ranks is None or not ranks.available or loader is None or loader.get("iterable"):
+    if ranks is None or not ranks.available or loader is None:
         return None
-    keys = ("items", "batches", "batch_size")
-    found = [v for v in (ranks.facts.get("world_size"), ranks.facts.get("rank"), *(loader.get(k) for k in keys))
-             if isinstance(v, int) and not isinstance(v, bool)]  # fmt: skip
-    if len(found) < 5:
+    world, rank = ranks.facts.get("world_size"), ranks.facts.get("rank")
+    if not isinstance(world, int) or not isinstance(rank, int) or world < 2:
         return None
-    world, rank, items, batches, size = found
-    if world < 2 or size < 1 or items < world * size:
+    same = _same_data(ranks.facts)
+    if loader.get("iterable"):
+        if same is None:
+            return None
+        return _ranks_read_all(loader, world, [same, _iterates(loader)], source)
+    if (whole := _whole_dataset(loader, rank, world, source)) is None:
         return None
-    whole, share = items // size, math.ceil(math.ceil(items / world) / size)
-    if batches < whole or batches <= share:
-        return None
-    sampler = f", its sampler a {loader['sampler']}" if loader.get("sampler") else ""
-    evidence = [
-        f"this rank ({rank} of {world}) takes {batches:,} batches of {size:,} an epoch from "
-        f"{describe_loader(loader)}, whose dataset holds {items:,} items{sampler}: the whole dataset, where its share "
-        f"of the job's {world} ranks would be {share:,} batches (model.ranks, {source})"
-    ]
     action = (
         "Give the DataLoader a DistributedSampler, so that each rank takes its own share of the items: sampler = "
         "torch.utils.data.distributed.DistributedSampler(dataset), then DataLoader(dataset, sampler=sampler, ...) "
@@ -928,6 +923,66 @@ def ranks_repeat_items(results: Results) -> Recommendation | None:
         f"own), an epoch is {world} passes over the data: count epochs, and the learning-rate schedule, that way."
     )
     title = f"Each of the job's {world} ranks takes every item of the dataset an epoch"
+    evidence = [whole] if same is None else [whole, same]
+    return Recommendation("ranks_repeat_items", title, "high", evidence, ["model.ranks", source], action)
+
+
+SAME_DATA_SHARE = 0.5
+"""Share of a rank's data-file bytes that the data files it and the next rank each read whole must hold for
+``ranks_repeat_items`` to find that the ranks read the same data (a vocabulary file each loads beside its own shards
+is not that)."""
+
+
+def _same_data(facts: dict[str, Any]) -> str | None:
+    """That this rank and the next read the same data files whole (``model.ranks``' ``same_data_*``), for the
+    evidence; None where they do not, or hold under ``SAME_DATA_SHARE`` of this rank's data-file bytes."""
+    files, same, total = (int(num(facts, k) or 0) for k in ("same_data_files", "same_data_bytes", "data_read_bytes"))
+    if files < 1 or total <= 0 or same < SAME_DATA_SHARE * total:
+        return None
+    path = str(facts.get("same_data_path") or "")
+    named = f"{counted(files, 'data file')} whole ({path} the largest)" if files > 1 else f"{path} whole"
+    return (f"this rank and rank {facts.get('same_data_rank')} each read the same {named}: "
+            f"{format_value(same, 'bytes')} of the {format_value(total, 'bytes')} this rank read from data files "
+            "(model.ranks)")  # fmt: skip
+
+
+def _iterates(loader: dict[str, Any]) -> str:
+    return (f"the loop iterates {describe_loader(loader)}, an IterableDataset: each rank runs its __iter__ from the "
+            "start (io.input_bound)")  # fmt: skip
+
+
+def _whole_dataset(loader: dict[str, Any], rank: int, world: int, source: str) -> str | None:
+    """That the map-style ``loader`` takes the whole dataset an epoch on this rank, where its share of the ``world``
+    ranks would be fewer batches, for the evidence; None otherwise, or where its record lacks what tells."""
+    found = [v for v in (loader.get(k) for k in ("items", "batches", "batch_size"))
+             if isinstance(v, int) and not isinstance(v, bool)]  # fmt: skip
+    if len(found) < 3:
+        return None
+    items, batches, size = found
+    if size < 1 or items < world * size:
+        return None
+    whole, share = items // size, math.ceil(math.ceil(items / world) / size)
+    if batches < whole or batches <= share:
+        return None
+    sampler = f", its sampler a {loader['sampler']}" if loader.get("sampler") else ""
+    return (f"this rank ({rank} of {world}) takes {batches:,} batches of {size:,} an epoch from "
+            f"{describe_loader(loader)}, whose dataset holds {items:,} items{sampler}: the whole dataset, where its "
+            f"share of the job's {world} ranks would be {share:,} batches (model.ranks, {source})")  # fmt: skip
+
+
+def _ranks_read_all(loader: dict[str, Any], world: int, evidence: list[str], source: str) -> Recommendation:
+    dataset = str(loader.get("dataset") or "the dataset")
+    action = (
+        f"Give each rank its own shards in {dataset}.__iter__, as well as each worker: rank, world = "
+        "torch.distributed.get_rank(), torch.distributed.get_world_size(); info = torch.utils.data.get_worker_info(); "
+        "workers, worker = (info.num_workers, info.id) if info else (1, 0); then files[rank * workers + worker::world "
+        f"* workers]. As it is, each of the {world} ranks reads every shard: an __iter__ that yields all it reads "
+        f"gives every rank every item, so that an epoch takes {world} times the steps it needs, and with the same "
+        "seed on every rank the same batches in the same order, whose identical gradients the all-reduce averages; one "
+        "that "
+        f"skips the other ranks' items as it reads still reads all the data {world} times."
+    )
+    title = f"Each of the job's {world} ranks reads all the data: items repeated, or read {world} times"
     return Recommendation("ranks_repeat_items", title, "high", evidence, ["model.ranks", source], action)
 
 
