@@ -142,10 +142,12 @@ def test_a_rank_that_saves_checkpoints_alone_is_found_to_hold_up_the_job(tmp_pat
 
 @needs_torch
 def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> None:
-    """With a DistributedSampler, each rank takes its own half of the items: no rank takes every item."""
+    """With a DistributedSampler, each rank takes its own half of the items: no rank takes every item. Twice the
+    items, so that each rank steps as many times as in the job without it, which the timing checks were made on."""
     source = SLOW_RANK.replace("DataLoader(Items(), batch_size=8)", "DataLoader(Items(), batch_size=8, sampler=torch."
                                "utils.data.distributed.DistributedSampler(Items()))")  # fmt: skip
-    assert source != SLOW_RANK
+    source = source.replace("return 8 * 16", "return 2 * 8 * 16")
+    assert source.count("DistributedSampler") == 1 and "2 * 8 * 16" in source
     _job(tmp_path, 4096, source=source)
     for rank in (0, 1):
         with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
@@ -155,7 +157,7 @@ def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> N
         assert facts["ranks_read"] == 2 and facts["input_bound_elsewhere"] is False, facts
         assert "input_bound_elsewhere" not in rules and "input_bound" not in rules
         (loader,) = store_loaders(tmp_path / f"prof-{rank}.duckdb")
-        assert (loader["items"], loader["batches"], loader["sampler"]) == (128, 8, "DistributedSampler")
+        assert (loader["items"], loader["batches"], loader["sampler"]) == (256, 16, "DistributedSampler")
         assert "ranks_repeat_items" not in rules
         assert "held_up_by_rank" not in rules and not facts.get("held_up"), facts  # alike: neither holds up the other
 
