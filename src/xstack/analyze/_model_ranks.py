@@ -10,9 +10,10 @@ writes a store of its own; this analysis finds the others' stores beside this on
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from xstack.analyze._io_loop import WAIT_SHARE_PCT
 from xstack.analyze.context import run_context
@@ -20,6 +21,8 @@ from xstack.analyze.health import stage_breakdown
 from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.errors import XstackError
 from xstack.trace.store import Store
+
+T = TypeVar("T")
 
 ID = "model.ranks"
 TITLE = "Ranks: the steps of each rank of the job and their waits for data, from the other ranks' stores"
@@ -153,22 +156,32 @@ def _io_beside(store: Store, run_id: int, other: dict[str, Any]) -> dict[str, An
     slowest rank's run (``other``: its figures, its store beside this one), where both recorded the io level:
     facts ``own_io_time_ns``, ``own_io_read_bytes``, ``slowest_io_time_ns`` and ``slowest_io_read_bytes``;
     empty where either has none."""
-    own = _io_figures(store, run_id)
-    if own is None:
+    found = _both(store, run_id, other, _io_figures)
+    if found is None:
         return {}
-    try:
-        with Store.open(store.path.with_name(other["store"])) as sibling:
-            theirs = _io_figures(sibling, other["run_id"])
-    except XstackError:
-        return {}
-    if theirs is None:
-        return {}
+    own, theirs = found
     return {
         "own_io_time_ns": own[0],
         "own_io_read_bytes": own[1],
         "slowest_io_time_ns": theirs[0],
         "slowest_io_read_bytes": theirs[1],
     }
+
+
+def _both(
+    store: Store, run_id: int, other: dict[str, Any], figure: Callable[[Store, int], T | None]
+) -> tuple[T, T] | None:
+    """``figure`` of this run and of another rank's (``other``: its figures, its store beside this one); None where
+    either has none, or that store cannot be read."""
+    own = figure(store, run_id)
+    if own is None:
+        return None
+    try:
+        with Store.open(store.path.with_name(other["store"])) as sibling:
+            theirs = figure(sibling, other["run_id"])
+    except XstackError:
+        return None
+    return None if theirs is None else (own, theirs)
 
 
 def _same_data(store: Store, run_id: int, other: int, figures: dict[str, Any]) -> dict[str, Any]:
@@ -179,14 +192,10 @@ def _same_data(store: Store, run_id: int, other: int, figures: dict[str, Any]) -
     data; ranks that split it read apart."""
     from xstack.analyze._io_pattern import read_whole
 
-    own = read_whole(store, run_id)
-    if not own:
+    found = _both(store, run_id, figures, lambda s, r: read_whole(s, r) or None)
+    if found is None:
         return {}
-    try:
-        with Store.open(store.path.with_name(figures["store"])) as sibling:
-            theirs = read_whole(sibling, figures["run_id"])
-    except XstackError:
-        return {}
+    own, theirs = found
     same = sorted((p for p in own.keys() & theirs.keys() if p), key=lambda p: (-own[p][1], p))
     return {"same_data_rank": other, "same_data_files": len(same), "same_data_bytes": sum(own[p][0] for p in same),
             "same_data_path": same[0] if same else None, "data_read_bytes": own[""][0]}  # fmt: skip
