@@ -92,6 +92,10 @@ def test_a_rank_that_waits_for_the_slow_input_of_another_is_sent_to_that_rank(tm
     # rank 0's backward holds the wait for rank 1's batch: half of it at least beyond rank 1's own backward
     assert f["waits_in_ns"] - f["waits_in_other_ns"] >= 0.5 * (f["slowest_wait_ns"] - f["own_wait_ns"]), f
     assert "input_bound" not in fired  # its own DataLoader keeps up
+    # no DistributedSampler: each rank takes every item, as the next rank's store, read beside it, shows
+    assert (
+        f["next_rank_loaders"] == [{"dataset": "Items", "items": 128, "batches": 16}] and "ranks_repeat_items" in fired
+    )
     rec = fired.get("input_bound_elsewhere")
     assert rec is not None and rec.title == "Training is input-bound on rank 1: this rank waits for its data"
     assert rec.evidence[0].startswith("rank 1 waits ") and "(prof-1.duckdb); this rank (0) waits " in rec.evidence[0]

@@ -1329,12 +1329,17 @@ def test_a_rank_that_takes_every_item_of_the_dataset_is_told_to_take_its_share()
     """A DDP job whose DataLoader has no DistributedSampler: every rank goes through the whole dataset an epoch.
     ``len(DataLoader)`` tells it from a rank's share (``DistributedSampler``'s), with ``drop_last`` or without."""
 
-    def fired(items: int, batches: int, size: int = 8, world: int = 2, **loader: Any) -> Recommendation | None:
+    def fired(items: int, batches: int | None, size: int = 8, world: int = 2, nexts: list[Any] | None = None,
+              **loader: Any) -> Recommendation | None:  # fmt: skip
         entry = {"index": 0, "dataset": "Items", "iterable": False, "batch_size": size, "num_workers": 2,
                  "persistent_workers": False, "pin_memory": False, "prefetch_factor": 2, "items": items,
                  "batches": batches, "sampler": "RandomSampler", "waits": 10, "wait_ns": 1000, **loader}  # fmt: skip
         results = {
-            "model.ranks": Result("model.ranks", "Ranks", facts={"rank": 1, "world_size": world}),
+            "model.ranks": Result(
+                "model.ranks",
+                "Ranks",
+                facts={"rank": 1, "world_size": world} | ({} if nexts is None else {"next_rank_loaders": nexts}),
+            ),
             "model.stages": Result("model.stages", "Model stages", facts={"dataloaders": [entry]}),
         }
         return RULES["ranks_repeat_items"](results)
@@ -1358,3 +1363,8 @@ def test_a_rank_that_takes_every_item_of_the_dataset_is_told_to_take_its_share()
     assert fired(10, 2) is None  # fewer items than a batch for each rank: the share cannot be told from the whole
     assert fired(1000, 125, iterable=True) is None  # an IterableDataset's length is its own word
     assert fired(1000, None) is None  # recorded before DataLoaders' lengths were
+    # the next rank's store read beside this one: it must take the same epoch (not an evaluation on this rank alone)
+    same = {"dataset": "Items", "items": 1000, "batches": 125}
+    assert fired(1000, 125, nexts=[{"dataset": "Train", "items": 50_000, "batches": 25_000}, same]) is not None
+    assert fired(1000, 125, nexts=[{"dataset": "Train", "items": 50_000, "batches": 25_000}]) is None
+    assert fired(1000, 125, nexts=[]) is None

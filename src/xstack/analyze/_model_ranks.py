@@ -20,6 +20,7 @@ from xstack.analyze.context import run_context
 from xstack.analyze.health import stage_breakdown
 from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.errors import XstackError
+from xstack.trace import attrs as A
 from xstack.trace.store import Store
 
 T = TypeVar("T")
@@ -70,7 +71,8 @@ def ranks(store: Store, run_id: int) -> Result:
     all-reduce waits), on this rank and on that one; and ``input_bound_elsewhere``: another rank waits for data
     ``WAIT_SHARE_PCT`` of its steps or more, this one less, and their mean steps are within ``LOCKSTEP`` of each
     other (they step together: this rank waits for that one's input). With the io level on both runs, the io
-    facts of ``_io_beside``, and those of ``_same_data`` beside the next rank read.
+    facts of ``_io_beside``, and those of ``_same_data`` beside the next rank read; ``next_rank_loaders``, that
+    rank's DataLoaders (``dataset``, ``items``, ``batches`` of its ``config.dataloaders``), where one was read.
 
     Notes: the other ranks' stores are found by this store's name: ``prof-0.duckdb`` beside ``prof-1.duckdb``
     (``-o 'prof-{rank}.duckdb'``), or ``prof.rank0.duckdb`` beside ``prof.rank1.duckdb`` (the name ``xstack run``
@@ -116,6 +118,8 @@ def ranks(store: Store, run_id: int) -> Result:
     if facts["slowest_rank"] != rank and "io" in ctx.levels:  # what each of the two spends reading files
         facts |= _io_beside(store, ctx.run_id, found[facts["slowest_rank"]])
     others = [r for r in sorted(found) if r != rank]
+    if others:  # what the next rank's DataLoaders take an epoch (ranks_repeat_items: do all ranks take every item?)
+        facts["next_rank_loaders"] = found[others[0]]["loaders"]
     if others and "io" in ctx.levels:  # the data it reads whole beside the next rank's (one: each store is a query)
         facts |= _same_data(store, ctx.run_id, others[0], found[others[0]])
     chart = Chart("stacked", "rank", ("data wait", "backward", "rest"), "Each rank's mean step: its waits for data, "
@@ -254,7 +258,8 @@ def _laggard(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def _figures(store: Store, run_id: int) -> dict[str, Any] | None:
     """One run's measured iterations, mean step, DataLoader wait, backward and other stages per iteration (from
-    ``model.stages``), its host and its time span; None where it has no measured iteration."""
+    ``model.stages``), its host, its time span and its DataLoaders (``loaders``: ``dataset``, ``items`` and
+    ``batches`` of each); None where it has no measured iteration."""
     stages = stage_breakdown(store, run_id)
     steps = int(stages.facts.get("steps") or 0)
     if not stages.available or steps < 1:
@@ -268,10 +273,12 @@ def _figures(store: Store, run_id: int) -> dict[str, Any] | None:
     wait = float(stages.facts.get("dataloader_in_steps_ns") or 0)
     found = store.con.execute("SELECT host, started_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
     host, started = found if found is not None else (None, None)
+    entries = run_context(store, run_id).config.get(A.CONFIG_DATALOADERS)
+    loaders = [{k: e.get(k) for k in ("dataset", "items", "batches")} for e in entries or [] if isinstance(e, dict)]
     unstaged = float(stages.facts.get("unstaged_ns") or 0) / (1 if stages.facts.get("merged") else steps)
     return {"steps": steps, "step_ns": round(total / steps), "wait_ns": round(wait / steps),
             "wait_pct": 100.0 * wait / total if total else 0.0, "backward_ns": round(backward), "stages": per,
-            "unstaged_ns": round(unstaged),
+            "unstaged_ns": round(unstaged), "loaders": loaders,
             "host": host, "started": started, "wall_ns": int(stages.facts.get("wall_ns") or 0)}  # fmt: skip
 
 

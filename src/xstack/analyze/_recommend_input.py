@@ -897,7 +897,9 @@ def ranks_repeat_items(results: Results) -> Recommendation | None:
     (``get_worker_info``) but not between the ranks. With the same seed on every rank, they take the same batches in
     the same order, and the all-reduce averages identical gradients, so the job learns as one process would, in
     ``world`` times the steps. Of high severity. No time at stake per iteration: it is the iterations that are too
-    many."""
+    many. Where the next rank's store was read beside this one (``next_rank_loaders``), a map-style DataLoader must
+    take the same epoch there too: one that rank 0 alone iterates (an evaluation made on it only) is not every
+    rank's."""
     ranks = get(results, "model.ranks")
     loader, _, source = _loader(results)
     if ranks is None or not ranks.available or loader is None:
@@ -912,6 +914,9 @@ def ranks_repeat_items(results: Results) -> Recommendation | None:
         return _ranks_read_all(loader, world, [same, _iterates(loader)], source)
     if (whole := _whole_dataset(loader, rank, world, source)) is None:
         return None
+    nexts = ranks.facts.get("next_rank_loaders")
+    if isinstance(nexts, list) and not any(_same_loader(e, loader) for e in nexts):
+        return None  # the next rank, read beside this one, took no such epoch: this rank's alone (rank 0's evaluation)
     action = (
         "Give the DataLoader a DistributedSampler, so that each rank takes its own share of the items: sampler = "
         "torch.utils.data.distributed.DistributedSampler(dataset), then DataLoader(dataset, sampler=sampler, ...) "
@@ -949,6 +954,12 @@ def _same_data(facts: dict[str, Any]) -> str | None:
 def _iterates(loader: dict[str, Any]) -> str:
     return (f"the loop iterates {describe_loader(loader)}, an IterableDataset: each rank runs its __iter__ from the "
             "start (io.input_bound)")  # fmt: skip
+
+
+def _same_loader(entry: Any, loader: dict[str, Any]) -> bool:
+    """Whether another rank's DataLoader ``entry`` (``model.ranks``' ``next_rank_loaders``) takes the same epoch as
+    ``loader``: of the same dataset class and length, in as many batches."""
+    return isinstance(entry, dict) and all(entry.get(k) == loader.get(k) for k in ("dataset", "items", "batches"))
 
 
 def _whole_dataset(loader: dict[str, Any], rank: int, world: int, source: str) -> str | None:
