@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import needs_torch
 from xstack.analyze._model_ranks import candidates, ranks_text
-from xstack.analyze._recommend_input import _io_line
+from xstack.analyze._recommend_input import WORK_SHARE, _io_line
 from xstack.analyze.pipeline import analyze
 from xstack.trace import attrs as A
 from xstack.trace.sink import Sink
@@ -131,6 +131,8 @@ def test_a_rank_that_saves_checkpoints_alone_is_found_to_hold_up_the_job(tmp_pat
                        {rec.rule: rec for rec in result.recommendations})  # fmt: skip
     facts, fired = found[1]
     assert facts["laggard_rank"] == 0 and facts["held_up"] is True, facts
+    # its saves are work: its loop's CPU time per step exceeds this rank's by most of the wait (not a CPU it lacked)
+    assert facts["laggard_cpu_ns"] - facts["own_cpu_ns"] >= WORK_SHARE * facts["held_up_ns"], facts
     assert facts["own_backward_ns"] - facts["laggard_backward_ns"] >= facts["held_up_ns"] > 0, facts
     rec = fired["held_up_by_rank"]
     assert rec.title == "Rank 0 holds up the job: this rank waits for it in its backward"
@@ -157,13 +159,16 @@ def test_ranks_that_keep_up_with_their_input_get_no_finding(tmp_path: Path) -> N
         with Store.open(tmp_path / f"prof-{rank}.duckdb") as store:
             result = analyze(store)
         facts = {r.id: r for r in result.results}["model.ranks"].facts
-        rules = {rec.rule for rec in result.recommendations}
+        fired = {rec.rule: rec for rec in result.recommendations}
         assert facts["ranks_read"] == 2 and facts["input_bound_elsewhere"] is False, facts
-        assert "input_bound_elsewhere" not in rules and "input_bound" not in rules
+        assert "input_bound_elsewhere" not in fired and "input_bound" not in fired
         (loader,) = store_loaders(tmp_path / f"prof-{rank}.duckdb")
         assert (loader["items"], loader["batches"], loader["sampler"]) == (256, 16, "DistributedSampler")
-        assert "ranks_repeat_items" not in rules
-        assert "held_up_by_rank" not in rules and not facts.get("held_up"), facts  # alike: neither holds up the other
+        assert "ranks_repeat_items" not in fired
+        # alike: neither holds up the other by its own work. On a machine that other programs load (3 busy ones beside
+        # the 2 ranks on 2 CPUs), one rank now and then lags for want of a CPU, and this rank waits for it: said so
+        rec = fired.get("held_up_by_rank")
+        assert rec is None or rec.title.endswith("it waits for a CPU, and this rank for it"), facts
 
 
 @needs_torch

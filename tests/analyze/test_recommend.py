@@ -1368,3 +1368,29 @@ def test_a_rank_that_takes_every_item_of_the_dataset_is_told_to_take_its_share()
     assert fired(1000, 125, nexts=[{"dataset": "Train", "items": 50_000, "batches": 25_000}, same]) is not None
     assert fired(1000, 125, nexts=[{"dataset": "Train", "items": 50_000, "batches": 25_000}]) is None
     assert fired(1000, 125, nexts=[]) is None
+
+
+def test_a_rank_held_up_by_another_that_lacks_a_cpu_is_told_to_give_each_rank_its_own() -> None:
+    """Two ranks and three busy programs on 2 CPUs: one rank's forward took 13 ms a step against 7 ms on the other,
+    which waited for it in its backward, and was told to look at what that rank does alone. Its loop spent no more CPU
+    time per step than the other's: it waited for a CPU."""
+    facts = {"rank": 1, "world_size": 2, "held_up": True, "laggard_rank": 0, "laggard_store": "prof-0.duckdb",
+             "held_up_ns": 5_800_000, "own_backward_ns": 37_300_000, "laggard_backward_ns": 31_500_000,
+             "laggard_rest_ns": 13_300_000, "own_rest_ns": 6_800_000, "own_step_ns": 44_400_000,
+             "laggard_cpu_ns": 14_530_000, "own_cpu_ns": 14_290_000}  # fmt: skip
+
+    def fired(**more: Any) -> Recommendation:
+        rec = RULES["held_up_by_rank"]({"model.ranks": Result("model.ranks", "Ranks", facts=facts | more)})
+        assert rec is not None
+        return rec
+
+    rec = fired()
+    assert rec.title == "Rank 0 holds up the job: it waits for a CPU, and this rank for it"
+    assert rec.evidence[-1] == ("rank 0's loop spends 14.5 ms of CPU time per step against 14.3 ms here: its longer "
+                                "steps are not more work (model.ranks)")  # fmt: skip
+    assert rec.action.startswith("Rank 0 does no more work per step than this rank") and rec.impact_ns == 5_800_000
+    # a checkpoint saved on rank 0 alone: 17 ms more CPU a step, for 18 ms of waiting
+    rec = fired(laggard_cpu_ns=31_270_000, own_cpu_ns=14_020_000, held_up_ns=18_060_000)
+    assert rec.title == "Rank 0 holds up the job: this rank waits for it in its backward"
+    assert rec.action.startswith("Look at what rank 0 does that this rank does not")
+    assert fired(laggard_cpu_ns=None).title.endswith("waits for it in its backward")  # unknown: not said

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from xstack.analyze._io_loop import WAIT_SHARE_PCT
-from xstack.analyze.context import run_context
+from xstack.analyze.context import STEP_SPAN, run_context
 from xstack.analyze.health import stage_breakdown
 from xstack.analyze.result import Chart, Column, Result, counted, format_ns, notes_of
 from xstack.errors import XstackError
@@ -230,19 +230,21 @@ def _rest(f: dict[str, Any]) -> float:
 def _laggard(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The rank whose steps spend the longest outside their backward and data waits (``_rest``), which the ranks
     stepping with it wait for in their backward, where DDP's gradient all-reduce waits for every rank: a checkpoint
-    saved on rank 0 alone (1.3 ms per step) made rank 1's backward 3.2 ms against 2.0 ms there. Facts
-    ``laggard_rank``, ``laggard_store``, ``laggard_rest_ns``, ``laggard_backward_ns``, ``laggard_unstaged_ns`` (its
-    time in no stage per iteration), ``own_rest_ns``, ``own_backward_ns``; where another rank is the laggard,
-    ``held_up_ns`` (what this rank waits for it per iteration: the lesser of how much longer its backward is and how
-    much shorter its rest) and ``held_up`` (that is ``HELD_UP_PCT`` of this rank's step or more, the two step
-    together); where this rank is, ``holding_up`` (the ranks that step with it and wait for it so) and
-    ``holding_up_ns`` (the longest of those waits)."""
+    saved on rank 0 alone (1.3 ms per step) made rank 1's backward 3.2 ms against 2.0 ms there. Facts ``laggard_rank``,
+    ``laggard_store``, ``laggard_rest_ns``, ``laggard_backward_ns``, ``laggard_unstaged_ns`` (its time in no stage per
+    iteration), ``own_rest_ns``, ``own_backward_ns``, ``laggard_cpu_ns`` and ``own_cpu_ns`` (the CPU time of each loop's
+    thread per step: a rank held back by its own work spends more); where another rank is the laggard, ``held_up_ns``
+    (what this rank waits for it per iteration: the lesser of how much longer its backward is and how much shorter its
+    rest) and ``held_up`` (that is ``HELD_UP_PCT`` of this rank's step or more, the two step together); where this rank
+    is, ``holding_up`` (the ranks that step with it and wait for it so) and ``holding_up_ns`` (the longest of those
+    waits)."""
     laggard = max(found, key=lambda r: (_rest(found[r]), -r))
     lag, own = found[laggard], found[rank]
     facts: dict[str, Any] = {"laggard_rank": laggard, "laggard_store": lag["store"],
                              "laggard_rest_ns": round(_rest(lag)), "laggard_backward_ns": lag["backward_ns"],
                              "laggard_unstaged_ns": lag["unstaged_ns"], "own_rest_ns": round(_rest(own)),
-                             "own_backward_ns": own["backward_ns"]}  # fmt: skip
+                             "own_backward_ns": own["backward_ns"], "laggard_cpu_ns": lag.get("cpu_ns"),
+                             "own_cpu_ns": own.get("cpu_ns")}  # fmt: skip
 
     def held(r: int) -> tuple[int, bool]:
         f = found[r]
@@ -256,10 +258,19 @@ def _laggard(rank: int, found: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return facts | {"holding_up": sorted(waiting), "holding_up_ns": max(waiting.values(), default=0)}
 
 
+_STEP_CPU = f"""
+SELECT CASE WHEN bool_and(attrs->>'$."{A.MODEL_THREAD_CPU_NS}"' IS NOT NULL)
+            THEN avg(TRY_CAST(attrs->>'$."{A.MODEL_THREAD_CPU_NS}"' AS BIGINT)) END
+FROM spans WHERE run_id = $run AND level = 'model' AND {STEP_SPAN} AND NOT {{warm}}
+"""
+"""The CPU time of the loop's thread per measured step (NULL unless each of them recorded it)."""
+
+
 def _figures(store: Store, run_id: int) -> dict[str, Any] | None:
     """One run's measured iterations, mean step, DataLoader wait, backward and other stages per iteration (from
-    ``model.stages``), its host, its time span and its DataLoaders (``loaders``: ``dataset``, ``items`` and
-    ``batches`` of each); None where it has no measured iteration."""
+    ``model.stages``), the CPU time of its loop's thread per measured step (``cpu_ns``, None where a step lacks it),
+    its host, its time span and its DataLoaders (``loaders``: ``dataset``, ``items`` and ``batches`` of each); None
+    where it has no measured iteration."""
     stages = stage_breakdown(store, run_id)
     steps = int(stages.facts.get("steps") or 0)
     if not stages.available or steps < 1:
@@ -273,12 +284,15 @@ def _figures(store: Store, run_id: int) -> dict[str, Any] | None:
     wait = float(stages.facts.get("dataloader_in_steps_ns") or 0)
     found = store.con.execute("SELECT host, started_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
     host, started = found if found is not None else (None, None)
-    entries = run_context(store, run_id).config.get(A.CONFIG_DATALOADERS)
+    ctx = run_context(store, run_id)
+    entries = ctx.config.get(A.CONFIG_DATALOADERS)
+    cpu = store.con.execute(_STEP_CPU.replace("{warm}", ctx.in_warmup()), {"run": run_id}).fetchone()
     loaders = [{k: e.get(k) for k in ("dataset", "items", "batches")} for e in entries or [] if isinstance(e, dict)]
     unstaged = float(stages.facts.get("unstaged_ns") or 0) / (1 if stages.facts.get("merged") else steps)
     return {"steps": steps, "step_ns": round(total / steps), "wait_ns": round(wait / steps),
             "wait_pct": 100.0 * wait / total if total else 0.0, "backward_ns": round(backward), "stages": per,
             "unstaged_ns": round(unstaged), "loaders": loaders,
+            "cpu_ns": None if cpu is None or cpu[0] is None else round(float(cpu[0])),
             "host": host, "started": started, "wall_ns": int(stages.facts.get("wall_ns") or 0)}  # fmt: skip
 
 
