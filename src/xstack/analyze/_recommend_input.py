@@ -854,9 +854,8 @@ def shared_shards(results: Results) -> Recommendation | None:
         return None
     workers, dataset = int(loader["num_workers"]), str(loader.get("dataset") or "the dataset")
     path = str(r.facts.get("shared_path") or "")
-    named = f"{counted(files, 'data file')} whole ({path} the largest)" if files > 1 else f"{path} whole"
     evidence = [
-        f"{readers} worker processes each read {named}: {format_value(shared, 'bytes')} of the "
+        f"{readers} worker processes each read {_whole_files(files, path)}: {format_value(shared, 'bytes')} of the "
         f"{format_value(total, 'bytes')} the workers read from data files (io.pattern)",
         f"the loop iterates {describe_loader(loader)}, an IterableDataset: each worker runs its __iter__ from the "
         "start (io.input_bound)",
@@ -911,7 +910,9 @@ def ranks_repeat_items(results: Results) -> Recommendation | None:
     if loader.get("iterable"):
         if same is None:
             return None
-        return _ranks_read_all(loader, world, [same, _iterates(loader)], source)
+        iterates = (f"the loop iterates {describe_loader(loader)}, an IterableDataset: each rank runs its __iter__ "
+                    f"from the start ({source})")  # fmt: skip
+        return _ranks_read_all(loader, world, [same, iterates], source)
     if (whole := _whole_dataset(loader, rank, world, source)) is None:
         return None
     nexts = ranks.facts.get("next_rank_loaders")
@@ -945,15 +946,14 @@ def _same_data(facts: dict[str, Any]) -> str | None:
     if files < 1 or total <= 0 or same < SAME_DATA_SHARE * total:
         return None
     path = str(facts.get("same_data_path") or "")
-    named = f"{counted(files, 'data file')} whole ({path} the largest)" if files > 1 else f"{path} whole"
-    return (f"this rank and rank {facts.get('same_data_rank')} each read the same {named}: "
+    return (f"this rank and rank {facts.get('same_data_rank')} each read the same {_whole_files(files, path)}: "
             f"{format_value(same, 'bytes')} of the {format_value(total, 'bytes')} this rank read from data files "
             "(model.ranks)")  # fmt: skip
 
 
-def _iterates(loader: dict[str, Any]) -> str:
-    return (f"the loop iterates {describe_loader(loader)}, an IterableDataset: each rank runs its __iter__ from the "
-            "start (io.input_bound)")  # fmt: skip
+def _whole_files(files: int, path: str) -> str:
+    """``8 data files whole (/d/7.tar the largest)``, or ``/d/0.tar whole`` for one."""
+    return f"{counted(files, 'data file')} whole ({path} the largest)" if files > 1 else f"{path} whole"
 
 
 def _same_loader(entry: Any, loader: dict[str, Any]) -> bool:
