@@ -159,39 +159,25 @@ pieces AS (SELECT path, min(s) AS s, max(e) AS e FROM runs GROUP BY path, piece)
 
 _REREAD = f"""
 WITH {_PIECES},
-covered AS (SELECT path, sum(e - s) AS nbytes FROM pieces GROUP BY path),
+covered AS (SELECT path, sum(e - s) AS nbytes, max(e) AS end_at FROM pieces GROUP BY path),
 per_file AS (SELECT path, sum(nbytes) AS nbytes, sum(dur_ns) AS ns FROM r GROUP BY path)
-SELECT f.path, f.nbytes, c.nbytes, f.ns FROM per_file f JOIN covered c USING (path)
+SELECT f.path, f.nbytes, c.nbytes, f.ns, c.end_at FROM per_file f JOIN covered c USING (path)
 """
 """Per data file, from the io spans of its reads: the bytes read, the distinct bytes they cover (each byte read
-counted once, whichever process read it) and the time they took."""
-
-_READ_WHOLE = f"""
-WITH {_PIECES},
-per_file AS (SELECT path, sum(nbytes) AS nbytes FROM r GROUP BY path)
-SELECT p.path, f.nbytes, max(p.e) FROM pieces p JOIN per_file f USING (path) GROUP BY p.path, f.nbytes
-HAVING sum(p.e - p.s) >= $whole * max(p.e)
-"""
-"""The data files the run's reads cover whole, from their first byte to the furthest any read reached, ``$whole`` of
-those bytes or more: each with the bytes read of it and that extent (its size, as far as the reads tell)."""
+counted once, whichever process read it), the time they took and the furthest byte any reached (its size, as far
+as the reads tell)."""
 
 
-def read_whole(store: Store, run_id: int) -> dict[str, tuple[int, int]]:
-    """The data files run ``run_id`` read whole (``_READ_WHOLE``, ``SHARED_WHOLE`` of their bytes), by path: the
-    bytes read of each and its size as far as the reads tell; and, under ``""``, the bytes read of every data file.
-    Empty where the run has no io spans."""
+def read_whole(store: Store, run_id: int) -> tuple[dict[str, tuple[int, int]], int] | None:
+    """The data files run ``run_id`` read whole, ``SHARED_WHOLE`` of the bytes from their first to the furthest any
+    read reached, by path, with the bytes read of each and that extent; and the bytes read of every data file. None
+    where the run has no io spans."""
     io = io_run(store, run_id)
     if not io.has_spans:
-        return {}
-    found = {str(p): (int(n), int(size)) for p, n, size in span_rows(store, _READ_WHOLE, io.run_id, whole=SHARED_WHOLE)}
-    total = span_rows(store, _DATA_READ_BYTES, io.run_id)[0][0]
-    return found | {"": (int(total or 0), 0)}
-
-
-_DATA_READ_BYTES = f"""
-SELECT sum(nbytes) FROM {IO_SPANS}
-WHERE run_id = $run AND name IN {in_list(READ_OPS)} AND nbytes > 0 AND {IO_DATA} AND path IS NOT NULL
-"""
+        return None
+    files = span_rows(store, _REREAD, io.run_id)
+    whole = {str(f[0]): (int(f[1]), int(f[4])) for f in files if f[2] >= SHARED_WHOLE * f[4]}
+    return whole, sum(int(f[1]) for f in files)
 
 
 def _reading_opens(where: str) -> str:

@@ -196,13 +196,13 @@ def _same_data(store: Store, run_id: int, other: int, figures: dict[str, Any]) -
     data; ranks that split it read apart."""
     from xstack.analyze._io_pattern import read_whole
 
-    found = _both(store, run_id, figures, lambda s, r: read_whole(s, r) or None)
+    found = _both(store, run_id, figures, read_whole)
     if found is None:
         return {}
-    own, theirs = found
-    same = sorted((p for p in own.keys() & theirs.keys() if p), key=lambda p: (-own[p][1], p))
+    (own, total), (theirs, _) = found
+    same = sorted(own.keys() & theirs.keys(), key=lambda p: (-own[p][1], p))
     return {"same_data_rank": other, "same_data_files": len(same), "same_data_bytes": sum(own[p][0] for p in same),
-            "same_data_path": same[0] if same else None, "data_read_bytes": own[""][0]}  # fmt: skip
+            "same_data_path": same[0] if same else None, "data_read_bytes": total}  # fmt: skip
 
 
 def _io_figures(store: Store, run_id: int) -> tuple[float, float | None] | None:

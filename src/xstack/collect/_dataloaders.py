@@ -138,10 +138,11 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         whole = isinstance(batch_size, int)
     workers = getattr(loader, "num_workers", 0)
     prefetch = getattr(loader, "prefetch_factor", None)
+    iterable = _iterable(getattr(loader, "dataset", None))
     return {
         "index": index,
         "dataset": type(getattr(loader, "dataset", None)).__qualname__,
-        "iterable": _iterable(getattr(loader, "dataset", None)),
+        "iterable": iterable,
         "batched": callable(getattr(getattr(loader, "dataset", None), "__getitems__", None)),
         "sampler_batches": whole,
         "batch_size": batch_size if isinstance(batch_size, int) else None,
@@ -152,17 +153,15 @@ def describe(loader: Any, index: int) -> dict[str, Any]:
         "iterated": 0,
         "start_method": _start_method(loader) if isinstance(workers, int) and workers > 0 else None,
         "items": _items(getattr(loader, "dataset", None)),
-        "batches": _batches(loader),
-        "sampler": _sampler(loader),
+        "batches": None if iterable else _batches(loader),
+        "sampler": None if iterable else _sampler(loader),
     }
 
 
 def _batches(loader: Any) -> int | None:
     """``len(loader)``, the batches an epoch of a map-style dataset's DataLoader takes (its batch sampler's, which
-    a distributed job's ``DistributedSampler`` makes this rank's share); None for an ``IterableDataset`` (whose
-    length is the dataset's own word) or where it has none."""
-    if _iterable(getattr(loader, "dataset", None)):
-        return None
+    a distributed job's ``DistributedSampler`` makes this rank's share); None where it has none. Not asked of an
+    ``IterableDataset``'s, whose length is the dataset's own word."""
     try:
         n = len(loader)
     except Exception:  # a batch sampler without __len__
@@ -176,8 +175,6 @@ def _sampler(loader: Any) -> str | None:
     DataLoader's own ``sampler`` a ``SequentialSampler`` it does not use), another batch sampler's own class (one a
     library put in, as Accelerate's ``BatchSamplerShard``), else its sampler's (``batch_size=None``; the one inside it
     where that is a ``BatchSampler``)."""
-    if _iterable(getattr(loader, "dataset", None)):
-        return None
     from torch.utils.data import BatchSampler
 
     picks = getattr(loader, "batch_sampler", None)
